@@ -1,0 +1,2 @@
+//! clusterfw configuration.
+#![deny(unsafe_code)]

@@ -1,0 +1,2 @@
+//! clusterfw control plane.
+#![deny(unsafe_code)]

@@ -1,0 +1,12 @@
+//! clusterfw dataplane: everything that touches a packet, as a sans-IO core.
+//!
+//! Layers, bottom up: `wire` (typed views over bytes, no policy), `conntrack`
+//! (per-worker flow table and TCP/UDP/ICMP state), `route`, `acl`, `arp`, and
+//! `pipeline` (one worker's run-to-completion packet processing). Nothing in
+//! this crate reads a clock, opens a socket or knows about DPDK: drivers pass
+//! packets and `Timestamp`s in and act on the returned verdicts.
+#![deny(unsafe_code)]
+
+pub mod types;
+
+pub use types::*;

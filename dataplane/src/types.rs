@@ -1,0 +1,186 @@
+//! Small value types shared by every dataplane module: identities as
+//! newtypes, the virtual clock, the five-tuple, and the drop reasons.
+//!
+//! Invariant: nothing here allocates, and every type is `Copy`, so the
+//! per-packet path can pass them by value.
+
+use core::fmt;
+use std::net::IpAddr;
+
+/// A DPDK port number, as seen by the dataplane (0-based, dense).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+pub struct PortId(pub u16);
+
+/// Index of a worker (one per polling lcore).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+pub struct WorkerId(pub u16);
+
+/// Monotonic time in nanoseconds since an arbitrary origin. The core never
+/// reads a clock: drivers pass `Timestamp` in (DPDK: TSC-derived; simulator:
+/// virtual clock).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+pub struct Timestamp(pub u64);
+
+impl Timestamp {
+    pub const ZERO: Timestamp = Timestamp(0);
+    pub const fn from_secs(s: u64) -> Self {
+        Timestamp(s * 1_000_000_000)
+    }
+    pub const fn from_millis(ms: u64) -> Self {
+        Timestamp(ms * 1_000_000)
+    }
+    pub const fn nanos(self) -> u64 {
+        self.0
+    }
+    pub const fn saturating_add(self, d: Duration) -> Self {
+        Timestamp(self.0.saturating_add(d.0))
+    }
+    /// Time elapsed since `earlier` (zero if `earlier` is in the future).
+    pub const fn since(self, earlier: Timestamp) -> Duration {
+        Duration(self.0.saturating_sub(earlier.0))
+    }
+}
+
+/// A span of virtual time in nanoseconds.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+pub struct Duration(pub u64);
+
+impl Duration {
+    pub const fn from_secs(s: u64) -> Self {
+        Duration(s * 1_000_000_000)
+    }
+    pub const fn from_millis(ms: u64) -> Self {
+        Duration(ms * 1_000_000)
+    }
+    pub const fn as_secs(self) -> u64 {
+        self.0 / 1_000_000_000
+    }
+}
+
+/// IP protocol numbers used by the dataplane (IANA "Assigned Internet
+/// Protocol Numbers").
+pub mod ip_proto {
+    pub const ICMP: u8 = 1;
+    pub const TCP: u8 = 6;
+    pub const UDP: u8 = 17;
+    pub const IPV6_FRAG: u8 = 44;
+    pub const ICMPV6: u8 = 58;
+}
+
+/// The 5-tuple of a packet as it travels (not normalised). For ICMP the
+/// ports follow SPEC R3: echo request → (src = identifier, dst = 0), echo
+/// reply → (src = 0, dst = identifier), anything else → (0, 0).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+pub struct FiveTuple {
+    pub src: IpAddr,
+    pub dst: IpAddr,
+    pub proto: u8,
+    pub src_port: u16,
+    pub dst_port: u16,
+}
+
+impl FiveTuple {
+    /// The same connection seen from the other direction.
+    pub fn reversed(&self) -> Self {
+        FiveTuple { src: self.dst, dst: self.src, proto: self.proto, src_port: self.dst_port, dst_port: self.src_port }
+    }
+}
+
+impl fmt::Display for FiveTuple {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}:{} -> {}:{}", self.proto, self.src, self.src_port, self.dst, self.dst_port)
+    }
+}
+
+/// Direction of a packet relative to the connection's initiator.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+pub enum Direction {
+    /// Same direction as the packet that created the flow.
+    Original,
+    /// The return direction.
+    Reply,
+}
+
+macro_rules! drop_reasons {
+    ($( $(#[$doc:meta])* $name:ident => $text:literal, )*) => {
+        /// Why a packet was dropped. One counter per reason; the text is
+        /// the stable name shown by `clusterfw-ctl show stats`.
+        #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+        #[repr(u8)]
+        pub enum DropReason { $( $(#[$doc])* $name, )* }
+
+        impl DropReason {
+            pub const ALL: &'static [DropReason] = &[ $( DropReason::$name, )* ];
+            pub const COUNT: usize = DropReason::ALL.len();
+            pub const fn as_str(self) -> &'static str {
+                match self { $( DropReason::$name => $text, )* }
+            }
+            pub const fn index(self) -> usize { self as usize }
+        }
+    };
+}
+
+drop_reasons! {
+    // --- L2 ---
+    /// Frame shorter than an Ethernet header, or a truncated VLAN tag.
+    EthTruncated => "eth-truncated",
+    /// Destination MAC is neither ours nor broadcast/multicast we handle.
+    EthNotForUs => "eth-not-for-us",
+    /// EtherType we do not handle (neither IPv4, IPv6, ARP).
+    EthUnsupportedType => "eth-unsupported-ethertype",
+    /// Frame arrived on a port/VLAN with no configured interface.
+    NoInterface => "no-interface",
+    // --- ARP ---
+    ArpMalformed => "arp-malformed",
+    /// ARP not for one of our addresses (not an error, but not forwarded).
+    ArpNotForUs => "arp-not-for-us",
+    /// ARP packet consumed (reply learnt); counted as a drop of the frame.
+    ArpConsumed => "arp-consumed",
+    /// Next hop unresolved; ARP request sent, packet dropped.
+    ArpUnresolved => "arp-unresolved",
+    /// ARP cache full; could not create a pending entry.
+    ArpCacheFull => "arp-cache-full",
+    // --- IPv4 ---
+    Ipv4Truncated => "ipv4-truncated",
+    Ipv4BadVersion => "ipv4-bad-version",
+    Ipv4BadHeaderLen => "ipv4-bad-ihl",
+    Ipv4BadTotalLen => "ipv4-bad-total-length",
+    Ipv4BadChecksum => "ipv4-bad-checksum",
+    Ipv4BadSource => "ipv4-bad-source",
+    /// TTL would reach zero.
+    TtlExceeded => "ttl-exceeded",
+    /// Fragments are not handled by the single-node pipeline yet.
+    Ipv4Fragment => "ipv4-fragment",
+    /// Packet for one of our addresses that we do not answer.
+    LocalUnhandled => "local-unhandled",
+    NoRoute => "no-route",
+    // --- IPv6 (classified only) ---
+    Ipv6Truncated => "ipv6-truncated",
+    Ipv6NotForwarded => "ipv6-not-forwarded",
+    // --- L4 ---
+    L4Truncated => "l4-truncated",
+    TcpBadHeaderLen => "tcp-bad-header-len",
+    // --- policy and state ---
+    /// An access rule (or the security-level default) denied a new flow.
+    AclDenied => "acl-denied",
+    /// Non-SYN TCP segment with no flow (unsolicited).
+    TcpNoFlow => "tcp-no-flow",
+    /// TCP segment with an invalid flag combination.
+    TcpBadFlags => "tcp-bad-flags",
+    /// TCP segment not valid in the flow's state (e.g. data before handshake).
+    TcpBadState => "tcp-bad-state",
+    /// TCP sequence/ack outside the tracked window.
+    TcpOutOfWindow => "tcp-out-of-window",
+    /// Reply-direction packet of a pseudo-flow that does not exist (ICMP echo reply etc.).
+    NoFlow => "no-flow",
+    /// Flow table full.
+    FlowTableFull => "flow-table-full",
+    /// IP protocol not handled statefully and not permitted.
+    ProtoUnsupported => "proto-unsupported",
+}
+
+impl fmt::Display for DropReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
