@@ -1,0 +1,236 @@
+//! The management protocol of the control socket (`clusterfw-ctl`).
+//!
+//! One request per connection: the client writes one JSON object and a
+//! newline, the node answers with one JSON object and a newline, then closes.
+//! The node serves the socket from its control thread and never blocks on a
+//! slow client for longer than [`IO_TIMEOUT`]. Requests are plain data, so
+//! the protocol is easy to drive from scripts (`socat`, `nc -U`).
+//!
+//! Invariant: a malformed request gets an error response, never a panic or a
+//! stuck control thread.
+
+use serde::{Deserialize, Serialize};
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// How long the server waits for a client's request or for its reply to be
+/// read, and how long the client waits for the node.
+pub const IO_TIMEOUT: Duration = Duration::from_secs(5);
+/// Upper bound on a request line; longer requests are refused.
+pub const MAX_REQUEST: u64 = 64 * 1024;
+
+/// What `show` can display.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Topic {
+    Stats,
+    Conn,
+    Route,
+    Arp,
+    Config,
+    Rules,
+}
+
+impl Topic {
+    pub const ALL: &'static [Topic] = &[Topic::Stats, Topic::Conn, Topic::Route, Topic::Arp, Topic::Config, Topic::Rules];
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Topic::Stats => "stats",
+            Topic::Conn => "conn",
+            Topic::Route => "route",
+            Topic::Arp => "arp",
+            Topic::Config => "config",
+            Topic::Rules => "rules",
+        }
+    }
+    pub fn parse(s: &str) -> Option<Topic> {
+        Topic::ALL.iter().copied().find(|t| t.as_str() == s)
+    }
+}
+
+/// A request to the node.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "cmd", rename_all = "kebab-case")]
+pub enum Request {
+    Show { topic: Topic },
+}
+
+/// The node's answer: `ok` with `data`, or an `error` text.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Response {
+    pub ok: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(default)]
+    pub data: serde_json::Value,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum MgmtError {
+    #[error("control socket {path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("control socket {path}: bad reply: {source}")]
+    BadReply { path: PathBuf, source: serde_json::Error },
+    #[error("node refused the request: {0}")]
+    Refused(String),
+}
+
+/// Send one request and wait for the answer.
+pub fn request(socket: &Path, req: &Request) -> Result<serde_json::Value, MgmtError> {
+    let io = |source| MgmtError::Io { path: socket.to_owned(), source };
+    let mut stream = UnixStream::connect(socket).map_err(io)?;
+    stream.set_read_timeout(Some(IO_TIMEOUT)).map_err(io)?;
+    stream.set_write_timeout(Some(IO_TIMEOUT)).map_err(io)?;
+    let mut line = serde_json::to_vec(req).expect("requests always serialize");
+    line.push(b'\n');
+    stream.write_all(&line).map_err(io)?;
+    let mut reply = String::new();
+    BufReader::new(stream).read_line(&mut reply).map_err(io)?;
+    let resp: Response =
+        serde_json::from_str(&reply).map_err(|source| MgmtError::BadReply { path: socket.to_owned(), source })?;
+    if resp.ok {
+        Ok(resp.data)
+    } else {
+        Err(MgmtError::Refused(resp.error.unwrap_or_else(|| "unknown error".into())))
+    }
+}
+
+/// The node's side: a non-blocking listener polled by the control thread.
+pub struct Server {
+    listener: UnixListener,
+    path: PathBuf,
+}
+
+impl Server {
+    /// Bind the socket, replacing a stale socket file left by a crash.
+    pub fn bind(path: &Path) -> std::io::Result<Server> {
+        if let Some(dir) = path.parent() {
+            if !dir.as_os_str().is_empty() {
+                std::fs::create_dir_all(dir)?;
+            }
+        }
+        match std::fs::remove_file(path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+        let listener = UnixListener::bind(path)?;
+        listener.set_nonblocking(true)?;
+        Ok(Server { listener, path: path.to_owned() })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Serve every client that is waiting now; returns how many were served.
+    /// `handle` turns a request into data or an error text.
+    pub fn poll(&self, mut handle: impl FnMut(&Request) -> Result<serde_json::Value, String>) -> usize {
+        let mut served = 0;
+        while let Ok((stream, _)) = self.listener.accept() {
+            served += 1;
+            if let Err(e) = serve_one(stream, &mut handle) {
+                log::debug!("control socket client: {e}");
+            }
+        }
+        served
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+fn serve_one(
+    stream: UnixStream,
+    handle: &mut impl FnMut(&Request) -> Result<serde_json::Value, String>,
+) -> std::io::Result<()> {
+    use std::io::Read;
+    stream.set_nonblocking(false)?;
+    stream.set_read_timeout(Some(IO_TIMEOUT))?;
+    stream.set_write_timeout(Some(IO_TIMEOUT))?;
+    let mut line = String::new();
+    BufReader::new((&stream).take(MAX_REQUEST)).read_line(&mut line)?;
+    let resp = match serde_json::from_str::<Request>(&line) {
+        Ok(req) => match handle(&req) {
+            Ok(data) => Response { ok: true, error: None, data },
+            Err(e) => Response { ok: false, error: Some(e), data: serde_json::Value::Null },
+        },
+        Err(e) => Response { ok: false, error: Some(format!("bad request: {e}")), data: serde_json::Value::Null },
+    };
+    let mut out = serde_json::to_vec(&resp).unwrap_or_else(|_| b"{\"ok\":false,\"error\":\"encode\"}".to_vec());
+    out.push(b'\n');
+    (&stream).write_all(&out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_wire_format_is_stable() {
+        let r = Request::Show { topic: Topic::Stats };
+        assert_eq!(serde_json::to_string(&r).unwrap(), r#"{"cmd":"show","topic":"stats"}"#);
+        assert_eq!(Topic::parse("conn"), Some(Topic::Conn));
+        assert_eq!(Topic::parse("nope"), None);
+    }
+
+    #[test]
+    fn round_trip_over_a_socket() {
+        let dir = std::env::temp_dir().join(format!("cfw-mgmt-test-{}", std::process::id()));
+        let path = dir.join("ctl.sock");
+        let server = Server::bind(&path).unwrap();
+        let client = std::thread::spawn({
+            let path = path.clone();
+            move || {
+                let ok = request(&path, &Request::Show { topic: Topic::Route });
+                let err = request(&path, &Request::Show { topic: Topic::Arp });
+                (ok, err)
+            }
+        });
+        let mut served = 0;
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while served < 2 && std::time::Instant::now() < deadline {
+            served += server.poll(|req| match req {
+                Request::Show { topic: Topic::Route } => Ok(serde_json::json!({"routes": 1})),
+                Request::Show { .. } => Err("not here".into()),
+            });
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let (ok, err) = client.join().unwrap();
+        assert_eq!(ok.unwrap()["routes"], 1);
+        assert!(matches!(err, Err(MgmtError::Refused(ref e)) if e == "not here"));
+        drop(server);
+        assert!(!path.exists(), "socket file removed on drop");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn garbage_request_gets_an_error_not_a_hang() {
+        let dir = std::env::temp_dir().join(format!("cfw-mgmt-garbage-{}", std::process::id()));
+        let path = dir.join("ctl.sock");
+        let server = Server::bind(&path).unwrap();
+        let client = std::thread::spawn({
+            let path = path.clone();
+            move || {
+                let mut s = UnixStream::connect(&path).unwrap();
+                s.write_all(b"{not json\n").unwrap();
+                let mut reply = String::new();
+                BufReader::new(s).read_line(&mut reply).unwrap();
+                reply
+            }
+        });
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while server.poll(|_| Ok(serde_json::Value::Null)) == 0 && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let reply: Response = serde_json::from_str(&client.join().unwrap()).unwrap();
+        assert!(!reply.ok);
+        assert!(reply.error.unwrap().starts_with("bad request"));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
