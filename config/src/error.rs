@@ -1,0 +1,334 @@
+//! Configuration errors.
+//!
+//! Invariant: every [`ConfigError`] produced by [`crate::parse`] carries a
+//! position with `line >= 1` and `column >= 1` (1-based, counted in
+//! characters) and the dotted field path of the offending value (empty for
+//! errors about the document as a whole, such as a YAML syntax error). Only a
+//! read failure in [`crate::load`] has no position (`line() == 0`).
+
+use std::fmt;
+
+use crate::net::{PortError, PrefixError, ProtocolError};
+
+/// One step of a [`FieldPath`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Seg {
+    Key(String),
+    Index(usize),
+}
+
+/// A path to a value in the document, like `interfaces[1].address`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub(crate) struct FieldPath(pub(crate) Vec<Seg>);
+
+impl FieldPath {
+    pub(crate) fn root() -> FieldPath {
+        FieldPath(Vec::new())
+    }
+
+    pub(crate) fn key(&self, k: &str) -> FieldPath {
+        let mut v = self.0.clone();
+        v.push(Seg::Key(k.to_string()));
+        FieldPath(v)
+    }
+
+    pub(crate) fn index(&self, i: usize) -> FieldPath {
+        let mut v = self.0.clone();
+        v.push(Seg::Index(i));
+        FieldPath(v)
+    }
+
+    pub(crate) fn from_serde(p: &serde_path_to_error::Path) -> FieldPath {
+        use serde_path_to_error::Segment;
+        FieldPath(
+            p.iter()
+                .filter_map(|s| match s {
+                    Segment::Seq { index } => Some(Seg::Index(*index)),
+                    Segment::Map { key } => Some(Seg::Key(key.clone())),
+                    Segment::Enum { .. } | Segment::Unknown => None,
+                })
+                .collect(),
+        )
+    }
+
+    /// Every proper ancestor's rendering plus our own, longest first.
+    pub(crate) fn renderings(&self) -> Vec<String> {
+        (1..=self.0.len())
+            .rev()
+            .map(|n| FieldPath(self.0[..n].to_vec()).to_string())
+            .collect()
+    }
+}
+
+impl fmt::Display for FieldPath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, s) in self.0.iter().enumerate() {
+            match s {
+                Seg::Key(k) if i == 0 => f.write_str(k)?,
+                Seg::Key(k) => write!(f, ".{k}")?,
+                Seg::Index(n) => write!(f, "[{n}]")?,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What is wrong, without the position (see [`ConfigError`] for that).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// The file could not be read.
+    #[error("cannot read configuration: {0}")]
+    Read(#[source] std::io::Error),
+    /// The text is not a single well-formed YAML document.
+    #[error("YAML syntax error: {0}")]
+    Syntax(String),
+    /// The document does not have the schema's shape: an unknown or
+    /// duplicate key, a missing key, or a value of the wrong type. The
+    /// message comes from the deserializer and names expected and found.
+    #[error("{0}")]
+    Schema(String),
+    /// A string is not an `a.b.c.d/len` prefix (or has host bits set where a
+    /// network is required).
+    #[error("invalid IPv4 prefix \"{found}\": {reason}")]
+    InvalidPrefix {
+        /// The text as written.
+        found: String,
+        /// What is wrong with it.
+        reason: PrefixError,
+    },
+    /// An interface address that is not a usable unicast host address.
+    #[error("invalid interface address \"{found}\": {reason}")]
+    InvalidHostAddress {
+        /// The text as written.
+        found: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// A string is not a dotted-quad IPv4 address.
+    #[error("invalid IPv4 address \"{found}\": expected a.b.c.d")]
+    InvalidAddress {
+        /// The text as written.
+        found: String,
+    },
+    /// A number outside its permitted range.
+    #[error("value {found} out of range: expected {min}-{max}")]
+    OutOfRange {
+        /// The value as written.
+        found: u64,
+        /// Smallest permitted value.
+        min: u64,
+        /// Largest permitted value.
+        max: u64,
+    },
+    /// A name with characters or a form that is not allowed.
+    #[error("invalid name \"{found}\": expected {expected}")]
+    InvalidName {
+        /// The name as written.
+        found: String,
+        /// A description of the permitted form.
+        expected: &'static str,
+    },
+    /// A string that must not be empty is empty.
+    #[error("must not be empty")]
+    Empty,
+    /// The list must have at least one entry.
+    #[error("at least one {what} is required")]
+    NoEntries {
+        /// What kind of entry.
+        what: &'static str,
+    },
+    /// A name (or key such as a route destination) used twice.
+    #[error("duplicate {what} \"{name}\" (first at line {first_line})")]
+    Duplicate {
+        /// What kind of thing is duplicated ("interface name", ...).
+        what: &'static str,
+        /// The duplicated value.
+        name: String,
+        /// Line of the first occurrence.
+        first_line: usize,
+    },
+    /// An access rule names an interface that is not configured.
+    #[error("unknown interface \"{found}\": expected \"any\" or one of {known}")]
+    UnknownInterface {
+        /// The name as written.
+        found: String,
+        /// The configured interface names, comma-separated.
+        known: String,
+    },
+    /// A protocol that is not tcp/udp/icmp/any or a number 0-255.
+    #[error("invalid protocol \"{found}\": {reason}")]
+    InvalidProtocol {
+        /// The text as written.
+        found: String,
+        /// What is expected.
+        reason: ProtocolError,
+    },
+    /// A port or port range that does not parse.
+    #[error("invalid port range \"{found}\": {reason}")]
+    InvalidPortRange {
+        /// The text as written.
+        found: String,
+        /// What is wrong with it.
+        reason: PortError,
+    },
+    /// A port range on a rule whose protocol has no ports.
+    #[error("a port range needs protocol tcp or udp, found protocol {protocol}")]
+    PortsWithoutTransport {
+        /// The rule's protocol as written or defaulted.
+        protocol: String,
+    },
+    /// A route whose next hop is not in any interface's subnet.
+    #[error("next hop {via} is not in a connected subnet (connected: {connected})")]
+    NotConnected {
+        /// The next hop.
+        via: std::net::Ipv4Addr,
+        /// The connected subnets, comma-separated.
+        connected: String,
+    },
+    /// A route whose next hop is one of this node's own addresses.
+    #[error("next hop {via} is the address of interface \"{interface}\"")]
+    NextHopIsLocal {
+        /// The next hop.
+        via: std::net::Ipv4Addr,
+        /// The interface that owns it.
+        interface: String,
+    },
+    /// Two interfaces whose subnets overlap.
+    #[error("subnet {subnet} overlaps {other} of interface \"{other_interface}\"")]
+    OverlappingSubnets {
+        /// This interface's subnet.
+        subnet: crate::net::Ipv4Net,
+        /// The earlier interface's subnet.
+        other: crate::net::Ipv4Net,
+        /// The earlier interface's name.
+        other_interface: String,
+    },
+    /// Two interfaces on the same device and VLAN.
+    #[error("device \"{device}\"{vlan} is already used by interface \"{other_interface}\"")]
+    DuplicateDevice {
+        /// The device name (before the first comma).
+        device: String,
+        /// `" vlan N"` or empty.
+        vlan: String,
+        /// The earlier interface's name.
+        other_interface: String,
+    },
+}
+
+/// A configuration error with the position and field it concerns.
+///
+/// Display: `node.yaml:12:14: interfaces[1].address: invalid IPv4 prefix
+/// "198.18.1.1/33": prefix length must be 0-32`.
+#[derive(Debug, thiserror::Error)]
+#[error("{file}{position}: {field_prefix}{kind}", position = self.position_text(), field_prefix = self.field_prefix())]
+pub struct ConfigError {
+    file: String,
+    line: usize,
+    column: usize,
+    field: String,
+    #[source]
+    kind: ErrorKind,
+}
+
+impl ConfigError {
+    pub(crate) fn new(file: &str, line: usize, column: usize, field: &FieldPath, kind: ErrorKind) -> ConfigError {
+        ConfigError {
+            file: file.to_string(),
+            line: line.max(1),
+            column: column.max(1),
+            field: field.to_string(),
+            kind,
+        }
+    }
+
+    pub(crate) fn read(file: &str, e: std::io::Error) -> ConfigError {
+        ConfigError {
+            file: file.to_string(),
+            line: 0,
+            column: 0,
+            field: String::new(),
+            kind: ErrorKind::Read(e),
+        }
+    }
+
+    /// The file name as given to [`crate::parse`] or [`crate::load`].
+    pub fn file(&self) -> &str {
+        &self.file
+    }
+
+    /// The 1-based line of the offending value; 0 only for a read error.
+    pub fn line(&self) -> usize {
+        self.line
+    }
+
+    /// The 1-based column (in characters); 0 only for a read error.
+    pub fn column(&self) -> usize {
+        self.column
+    }
+
+    /// The field path, like `interfaces[1].address`; empty when the error
+    /// concerns the document as a whole.
+    pub fn field(&self) -> &str {
+        &self.field
+    }
+
+    /// What is wrong.
+    pub fn kind(&self) -> &ErrorKind {
+        &self.kind
+    }
+
+    fn position_text(&self) -> String {
+        if self.line == 0 {
+            String::new()
+        } else {
+            format!(":{}:{}", self.line, self.column)
+        }
+    }
+
+    fn field_prefix(&self) -> String {
+        if self.field.is_empty() {
+            String::new()
+        } else {
+            format!("{}: ", self.field)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn path_display() {
+        let p = FieldPath::root().key("interfaces").index(1).key("address");
+        assert_eq!(p.to_string(), "interfaces[1].address");
+        assert_eq!(FieldPath::root().to_string(), "");
+        assert_eq!(
+            p.renderings(),
+            vec!["interfaces[1].address", "interfaces[1]", "interfaces"]
+        );
+    }
+
+    #[test]
+    fn error_display() {
+        let p = FieldPath::root().key("interfaces").index(1).key("address");
+        let e = ConfigError::new(
+            "node.yaml",
+            12,
+            14,
+            &p,
+            ErrorKind::InvalidPrefix {
+                found: "198.18.1.1/33".into(),
+                reason: PrefixError::LengthTooLong,
+            },
+        );
+        assert_eq!(
+            e.to_string(),
+            "node.yaml:12:14: interfaces[1].address: invalid IPv4 prefix \"198.18.1.1/33\": prefix length must be 0-32"
+        );
+        let r = ConfigError::read("x.yaml", std::io::Error::from(std::io::ErrorKind::NotFound));
+        assert!(r.to_string().starts_with("x.yaml: cannot read configuration: "), "{r}");
+        assert_eq!(r.line(), 0);
+    }
+}

@@ -1,0 +1,379 @@
+//! The validated configuration handed to the node.
+//!
+//! Invariants (established by [`crate::parse`], relied on by consumers):
+//! there is at least one interface; interface names are unique, match
+//! `[a-z0-9_-]+` and are not `any`; interface subnets do not overlap; every
+//! route's `via` lies in exactly one interface subnet and is not an interface
+//! address; every access rule's `interface` names a configured interface;
+//! port ranges other than [`PortRange::ANY`] appear only on tcp/udp rules;
+//! every number lies in the range documented on its field. Values built in
+//! code (e.g. by a simulator) with `Default` satisfy the same ranges.
+
+use std::net::Ipv4Addr;
+use std::path::PathBuf;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::net::{Ipv4Net, PortRange, Protocol};
+
+/// Default `dpdk.mbufs`.
+pub const DEFAULT_MBUFS: u32 = 8191;
+/// Default `dpdk.rx-descriptors` and `dpdk.tx-descriptors`.
+pub const DEFAULT_DESCRIPTORS: u16 = 1024;
+/// Default `dpdk.burst`.
+pub const DEFAULT_BURST: u16 = 32;
+/// Largest `dpdk.burst`.
+pub const MAX_BURST: u16 = 256;
+/// Default `dpdk.idle-sleep-us`.
+pub const DEFAULT_IDLE_SLEEP_US: u32 = 200;
+/// Default `flow-table.capacity` (flows per worker).
+pub const DEFAULT_FLOW_CAPACITY: u32 = 262_144;
+/// Smallest `flow-table.capacity`.
+pub const MIN_FLOW_CAPACITY: u32 = 16;
+/// Largest `flow-table.capacity` (16 Mi).
+pub const MAX_FLOW_CAPACITY: u32 = 16 * 1024 * 1024;
+/// Default `arp.capacity`.
+pub const DEFAULT_ARP_CAPACITY: u32 = 4096;
+/// Default `arp.timeout`, seconds.
+pub const DEFAULT_ARP_TIMEOUT: u64 = 300;
+/// Default `arp.retry`, seconds (RFC 1122 §2.3.2.1 asks for at most one
+/// request per second per destination).
+pub const DEFAULT_ARP_RETRY: u64 = 1;
+/// Largest `security-level`.
+pub const MAX_SECURITY_LEVEL: u8 = 100;
+/// Largest VLAN ID (IEEE 802.1Q: 0 and 4095 are reserved).
+pub const MAX_VLAN: u16 = 4094;
+
+/// A whole node configuration. Field names mirror the YAML keys (kebab-case
+/// in YAML and in the JSON produced by `Serialize`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct Config {
+    /// `node`: identity of this node.
+    pub node: NodeConfig,
+    /// `logging`.
+    pub logging: LoggingConfig,
+    /// `control-socket`: Unix socket of the control interface; default
+    /// `/run/clusterfw/<node name>.sock`.
+    pub control_socket: PathBuf,
+    /// `dpdk`: EAL and port settings.
+    pub dpdk: DpdkConfig,
+    /// `interfaces`: at least one.
+    pub interfaces: Vec<InterfaceConfig>,
+    /// `routes`: static routes; connected subnets are implicit.
+    pub routes: Vec<RouteConfig>,
+    /// `access-rules`: ordered, first match wins.
+    pub access_rules: Vec<AccessRule>,
+    /// `timeouts`: idle timeouts of flows, seconds.
+    pub timeouts: Timeouts,
+    /// `flow-table`.
+    pub flow_table: FlowTableConfig,
+    /// `arp`.
+    pub arp: ArpConfig,
+    /// The file name the configuration was parsed from (as given).
+    pub source_file: PathBuf,
+    /// The original YAML text, for `show config`. Not serialized.
+    #[serde(skip)]
+    pub source_text: String,
+}
+
+impl Config {
+    /// The interface called `name`.
+    pub fn interface(&self, name: &str) -> Option<&InterfaceConfig> {
+        self.interfaces.iter().find(|i| i.name == name)
+    }
+
+    /// Position of the interface called `name` in [`Config::interfaces`].
+    pub fn interface_index(&self, name: &str) -> Option<usize> {
+        self.interfaces.iter().position(|i| i.name == name)
+    }
+
+    /// The interface whose subnet holds `ip` (subnets do not overlap).
+    pub fn connected_interface(&self, ip: Ipv4Addr) -> Option<&InterfaceConfig> {
+        self.interfaces.iter().find(|i| i.subnet().contains(ip))
+    }
+}
+
+/// `node`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct NodeConfig {
+    /// `name`: `[A-Za-z0-9_.-]+`, required.
+    pub name: String,
+}
+
+/// `logging`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub struct LoggingConfig {
+    /// `level`: default `info`.
+    pub level: LogLevel,
+}
+
+/// A log level, lowest volume first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogLevel {
+    /// Errors only.
+    Error,
+    /// Warnings and errors.
+    Warn,
+    /// Informational messages (default).
+    #[default]
+    Info,
+    /// Debugging messages.
+    Debug,
+    /// Everything.
+    Trace,
+}
+
+impl LogLevel {
+    /// The YAML spelling: `error`, `warn`, `info`, `debug` or `trace`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            LogLevel::Error => "error",
+            LogLevel::Warn => "warn",
+            LogLevel::Info => "info",
+            LogLevel::Debug => "debug",
+            LogLevel::Trace => "trace",
+        }
+    }
+}
+
+impl std::fmt::Display for LogLevel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for LogLevel {
+    type Err = ();
+
+    fn from_str(s: &str) -> Result<LogLevel, ()> {
+        Ok(match s {
+            "error" => LogLevel::Error,
+            "warn" => LogLevel::Warn,
+            "info" => LogLevel::Info,
+            "debug" => LogLevel::Debug,
+            "trace" => LogLevel::Trace,
+            _ => return Err(()),
+        })
+    }
+}
+
+/// `dpdk`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct DpdkConfig {
+    /// `eal-args`: passed to `rte_eal_init` unchanged; default empty.
+    pub eal_args: Vec<String>,
+    /// `mbufs`: mbufs in the packet pool, >= 1; default 8191.
+    pub mbufs: u32,
+    /// `rx-descriptors`: per RX queue, >= 1; default 1024.
+    pub rx_descriptors: u16,
+    /// `tx-descriptors`: per TX queue, >= 1; default 1024.
+    pub tx_descriptors: u16,
+    /// `burst`: packets per RX/TX burst, 1-256; default 32.
+    pub burst: u16,
+    /// `idle-sleep-us`: longest sleep between empty polls; default 200.
+    pub idle_sleep_us: u32,
+}
+
+impl Default for DpdkConfig {
+    fn default() -> DpdkConfig {
+        DpdkConfig {
+            eal_args: Vec::new(),
+            mbufs: DEFAULT_MBUFS,
+            rx_descriptors: DEFAULT_DESCRIPTORS,
+            tx_descriptors: DEFAULT_DESCRIPTORS,
+            burst: DEFAULT_BURST,
+            idle_sleep_us: DEFAULT_IDLE_SLEEP_US,
+        }
+    }
+}
+
+/// One entry of `interfaces`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct InterfaceConfig {
+    /// `name`: `[a-z0-9_-]+`, unique, not `any`.
+    pub name: String,
+    /// `device`: PCI address or vdev string, non-empty.
+    pub device: String,
+    /// The host address of `address: a.b.c.d/len`.
+    pub address: Ipv4Addr,
+    /// The prefix length of `address`, 0-32.
+    pub prefix_len: u8,
+    /// `security-level`: 0-100.
+    pub security_level: u8,
+    /// `vlan`: 802.1Q VLAN ID 1-4094, or `None` for untagged.
+    pub vlan: Option<u16>,
+}
+
+impl InterfaceConfig {
+    /// Whether `device` is a DPDK virtual device (`net_*` or `eth_*`), to be
+    /// passed as `--vdev`, rather than a PCI address.
+    pub fn is_vdev(&self) -> bool {
+        self.device.starts_with("net_") || self.device.starts_with("eth_")
+    }
+
+    /// The device name without arguments: the part of `device` before the
+    /// first comma (`net_af_packet0,iface=x` gives `net_af_packet0`).
+    pub fn device_name(&self) -> &str {
+        self.device.split(',').next().unwrap_or("")
+    }
+
+    /// The connected subnet (address with host bits cleared).
+    pub fn subnet(&self) -> Ipv4Net {
+        Ipv4Net::containing(self.address, self.prefix_len)
+    }
+}
+
+/// One entry of `routes`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct RouteConfig {
+    /// `destination`: a prefix with host bits zero.
+    pub destination: Ipv4Net,
+    /// `via`: next hop, inside a connected subnet.
+    pub via: Ipv4Addr,
+}
+
+/// What a matching access rule does to a new connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Action {
+    /// Allow the connection (a flow is created).
+    Permit,
+    /// Drop the packet.
+    Deny,
+}
+
+/// One entry of `access-rules`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct AccessRule {
+    /// `name`: unique, non-empty; used in counters and logs.
+    pub name: String,
+    /// `action`: required.
+    pub action: Action,
+    /// `interface`: ingress interface; `None` (written `any` or omitted)
+    /// matches every interface.
+    pub interface: Option<String>,
+    /// `protocol`: default any.
+    pub protocol: Protocol,
+    /// `source`: default `0.0.0.0/0`.
+    pub source: Ipv4Net,
+    /// `destination`: default `0.0.0.0/0`.
+    pub destination: Ipv4Net,
+    /// `source-port`: default any; only for tcp/udp.
+    pub source_port: PortRange,
+    /// `destination-port`: default any; only for tcp/udp.
+    pub destination_port: PortRange,
+}
+
+/// `timeouts`: idle timeouts in seconds, each >= 1.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct Timeouts {
+    /// `tcp-syn`: half-open TCP; default 30.
+    pub tcp_syn: u64,
+    /// `tcp-established`: default 3600.
+    pub tcp_established: u64,
+    /// `tcp-closing`: after the first FIN; default 120.
+    pub tcp_closing: u64,
+    /// `tcp-closed`: after both FINs or a RST; default 10.
+    pub tcp_closed: u64,
+    /// `udp`: default 120.
+    pub udp: u64,
+    /// `icmp`: default 10.
+    pub icmp: u64,
+    /// `other`: other protocols; default 60.
+    pub other: u64,
+}
+
+impl Default for Timeouts {
+    fn default() -> Timeouts {
+        Timeouts {
+            tcp_syn: 30,
+            tcp_established: 3600,
+            tcp_closing: 120,
+            tcp_closed: 10,
+            udp: 120,
+            icmp: 10,
+            other: 60,
+        }
+    }
+}
+
+/// `flow-table`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct FlowTableConfig {
+    /// `capacity`: flows per worker, reserved at start; 16-16777216,
+    /// default 262144.
+    pub capacity: u32,
+}
+
+impl Default for FlowTableConfig {
+    fn default() -> FlowTableConfig {
+        FlowTableConfig {
+            capacity: DEFAULT_FLOW_CAPACITY,
+        }
+    }
+}
+
+/// `arp`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct ArpConfig {
+    /// `capacity`: entries, >= 1; default 4096.
+    pub capacity: u32,
+    /// `timeout`: seconds a resolved entry lives, >= 1; default 300.
+    pub timeout: u64,
+    /// `retry`: seconds between requests for a pending entry, >= 1;
+    /// default 1.
+    pub retry: u64,
+}
+
+impl Default for ArpConfig {
+    fn default() -> ArpConfig {
+        ArpConfig {
+            capacity: DEFAULT_ARP_CAPACITY,
+            timeout: DEFAULT_ARP_TIMEOUT,
+            retry: DEFAULT_ARP_RETRY,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn iface(device: &str) -> InterfaceConfig {
+        InterfaceConfig {
+            name: "x".into(),
+            device: device.into(),
+            address: Ipv4Addr::new(10, 0, 0, 1),
+            prefix_len: 24,
+            security_level: 0,
+            vlan: None,
+        }
+    }
+
+    #[test]
+    fn device_helpers() {
+        let v = iface("net_af_packet0,iface=veth0");
+        assert!(v.is_vdev());
+        assert_eq!(v.device_name(), "net_af_packet0");
+        assert!(iface("eth_ring0").is_vdev());
+        let p = iface("0000:03:00.0");
+        assert!(!p.is_vdev());
+        assert_eq!(p.device_name(), "0000:03:00.0");
+        assert_eq!(p.subnet().to_string(), "10.0.0.0/24");
+    }
+
+    #[test]
+    fn log_levels() {
+        for l in [LogLevel::Error, LogLevel::Warn, LogLevel::Info, LogLevel::Debug, LogLevel::Trace] {
+            assert_eq!(l.as_str().parse::<LogLevel>(), Ok(l));
+        }
+        assert_eq!(LogLevel::default(), LogLevel::Info);
+    }
+}

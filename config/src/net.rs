@@ -1,0 +1,412 @@
+//! Small value types for addresses, ports and protocols used by the schema.
+//!
+//! Invariants: an [`Ipv4Net`] always has `len <= 32`; one built by
+//! [`Ipv4Net::new`] or parsed with `FromStr` also has every host bit of
+//! `addr` clear, so two equal prefixes compare equal. A [`PortRange`] always
+//! has `lo <= hi`. Parsers accept only the canonical text forms (decimal
+//! digits, no sign, no leading zeros in addresses) so that what is printed
+//! parses back to the same value.
+
+use std::fmt;
+use std::net::Ipv4Addr;
+use std::str::FromStr;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// Why a string is not a valid `a.b.c.d/len` prefix.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PrefixError {
+    /// No `/` separating address and length.
+    #[error("expected \"a.b.c.d/len\"")]
+    MissingLength,
+    /// The part before `/` is not a dotted-quad IPv4 address.
+    #[error("invalid IPv4 address \"{0}\"")]
+    BadAddress(String),
+    /// The part after `/` is not a decimal number.
+    #[error("prefix length \"{0}\" is not a number")]
+    BadLength(String),
+    /// The length is larger than 32.
+    #[error("prefix length must be 0-32")]
+    LengthTooLong,
+    /// Bits beyond the prefix length are set (only where a network is
+    /// expected, not for interface addresses).
+    #[error("host bits are set (did you mean {0}?)")]
+    HostBitsSet(Ipv4Net),
+}
+
+/// An IPv4 prefix (network address and length), e.g. `198.18.1.0/24`.
+///
+/// Serialized as its text form.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Ipv4Net {
+    /// The network address; host bits are zero.
+    pub addr: Ipv4Addr,
+    /// The prefix length, 0-32.
+    pub len: u8,
+}
+
+impl Ipv4Net {
+    /// `0.0.0.0/0`, matching every address.
+    pub const ANY: Ipv4Net = Ipv4Net {
+        addr: Ipv4Addr::UNSPECIFIED,
+        len: 0,
+    };
+
+    /// A prefix from a network address and length; `Err` if `len > 32` or a
+    /// host bit is set.
+    pub fn new(addr: Ipv4Addr, len: u8) -> Result<Ipv4Net, PrefixError> {
+        if len > 32 {
+            return Err(PrefixError::LengthTooLong);
+        }
+        let net = Ipv4Net::containing(addr, len);
+        if net.addr != addr {
+            return Err(PrefixError::HostBitsSet(net));
+        }
+        Ok(net)
+    }
+
+    /// The prefix of length `len` (clamped to 32) that contains `addr`:
+    /// host bits are cleared.
+    pub fn containing(addr: Ipv4Addr, len: u8) -> Ipv4Net {
+        let len = len.min(32);
+        Ipv4Net {
+            addr: Ipv4Addr::from(u32::from(addr) & mask(len)),
+            len,
+        }
+    }
+
+    /// The netmask as an integer (`/24` gives `0xffff_ff00`).
+    pub fn mask(&self) -> u32 {
+        mask(self.len)
+    }
+
+    /// The netmask in dotted form.
+    pub fn netmask(&self) -> Ipv4Addr {
+        Ipv4Addr::from(self.mask())
+    }
+
+    /// The directed broadcast address (last address) of the prefix.
+    pub fn broadcast(&self) -> Ipv4Addr {
+        Ipv4Addr::from(u32::from(self.addr) | !self.mask())
+    }
+
+    /// Whether `ip` lies in this prefix.
+    pub fn contains(&self, ip: Ipv4Addr) -> bool {
+        (u32::from(ip) & self.mask()) == (u32::from(self.addr) & self.mask())
+    }
+
+    /// Whether the two prefixes share at least one address.
+    pub fn overlaps(&self, other: &Ipv4Net) -> bool {
+        let m = mask(self.len.min(other.len));
+        (u32::from(self.addr) & m) == (u32::from(other.addr) & m)
+    }
+
+    /// Parses `a.b.c.d/len` without requiring host bits to be zero, as
+    /// written for interface addresses; returns the address and length.
+    pub fn parse_host(s: &str) -> Result<(Ipv4Addr, u8), PrefixError> {
+        let (a, l) = s.split_once('/').ok_or(PrefixError::MissingLength)?;
+        let addr =
+            Ipv4Addr::from_str(a).map_err(|_| PrefixError::BadAddress(a.to_string()))?;
+        if l.is_empty() || l.len() > 3 || !l.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(PrefixError::BadLength(l.to_string()));
+        }
+        let len: u32 = l
+            .parse()
+            .map_err(|_| PrefixError::BadLength(l.to_string()))?;
+        if len > 32 {
+            return Err(PrefixError::LengthTooLong);
+        }
+        Ok((addr, len as u8))
+    }
+}
+
+fn mask(len: u8) -> u32 {
+    match len {
+        0 => 0,
+        l if l >= 32 => u32::MAX,
+        l => u32::MAX << (32 - u32::from(l)),
+    }
+}
+
+impl FromStr for Ipv4Net {
+    type Err = PrefixError;
+
+    /// Parses `a.b.c.d/len`; host bits must be zero.
+    fn from_str(s: &str) -> Result<Ipv4Net, PrefixError> {
+        let (addr, len) = Ipv4Net::parse_host(s)?;
+        Ipv4Net::new(addr, len)
+    }
+}
+
+impl fmt::Display for Ipv4Net {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.addr, self.len)
+    }
+}
+
+impl Serialize for Ipv4Net {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Ipv4Net {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Ipv4Net, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse()
+            .map_err(|e| serde::de::Error::custom(format!("invalid IPv4 prefix \"{s}\": {e}")))
+    }
+}
+
+/// Why a string is not a valid port or port range.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PortError {
+    /// Not a number 0-65535 or two such numbers joined by `-`.
+    #[error("expected a port 0-65535 or a range \"lo-hi\"")]
+    Syntax,
+    /// `lo > hi`.
+    #[error("low port {lo} is above high port {hi}")]
+    Reversed {
+        /// The first number.
+        lo: u16,
+        /// The second number.
+        hi: u16,
+    },
+}
+
+/// An inclusive range of TCP/UDP ports, `lo <= hi`.
+///
+/// Written as `"80"` or `"1024-65535"`; serialized the same way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PortRange {
+    /// First port of the range.
+    pub lo: u16,
+    /// Last port of the range (inclusive).
+    pub hi: u16,
+}
+
+impl PortRange {
+    /// Every port, `0-65535`.
+    pub const ANY: PortRange = PortRange { lo: 0, hi: 65535 };
+
+    /// The range `lo..=hi`, or `None` if `lo > hi`.
+    pub fn new(lo: u16, hi: u16) -> Option<PortRange> {
+        (lo <= hi).then_some(PortRange { lo, hi })
+    }
+
+    /// The range holding the single port `p`.
+    pub fn single(p: u16) -> PortRange {
+        PortRange { lo: p, hi: p }
+    }
+
+    /// Whether `port` is in the range.
+    pub fn contains(&self, port: u16) -> bool {
+        self.lo <= port && port <= self.hi
+    }
+
+    /// Whether the range is [`PortRange::ANY`].
+    pub fn is_any(&self) -> bool {
+        *self == PortRange::ANY
+    }
+}
+
+impl Default for PortRange {
+    fn default() -> PortRange {
+        PortRange::ANY
+    }
+}
+
+fn parse_port(s: &str) -> Result<u16, PortError> {
+    let s = s.trim();
+    if s.is_empty() || s.len() > 5 || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(PortError::Syntax);
+    }
+    s.parse().map_err(|_| PortError::Syntax)
+}
+
+impl FromStr for PortRange {
+    type Err = PortError;
+
+    fn from_str(s: &str) -> Result<PortRange, PortError> {
+        match s.split_once('-') {
+            None => parse_port(s).map(PortRange::single),
+            Some((a, b)) => {
+                let (lo, hi) = (parse_port(a)?, parse_port(b)?);
+                PortRange::new(lo, hi).ok_or(PortError::Reversed { lo, hi })
+            }
+        }
+    }
+}
+
+impl fmt::Display for PortRange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.lo == self.hi {
+            write!(f, "{}", self.lo)
+        } else {
+            write!(f, "{}-{}", self.lo, self.hi)
+        }
+    }
+}
+
+impl Serialize for PortRange {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+/// The IP protocol an access rule matches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Protocol {
+    /// Every protocol.
+    #[default]
+    Any,
+    /// One IP protocol number (RFC 790 / IANA "Assigned Internet Protocol
+    /// Numbers").
+    Number(u8),
+}
+
+/// Why a string is not a valid protocol.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("expected tcp, udp, icmp, any or a number 0-255")]
+pub struct ProtocolError;
+
+impl Protocol {
+    /// ICMP, protocol 1 (RFC 792).
+    pub const ICMP: Protocol = Protocol::Number(1);
+    /// TCP, protocol 6 (RFC 9293).
+    pub const TCP: Protocol = Protocol::Number(6);
+    /// UDP, protocol 17 (RFC 768).
+    pub const UDP: Protocol = Protocol::Number(17);
+
+    /// Whether a packet of IP protocol `proto` matches.
+    pub fn matches(&self, proto: u8) -> bool {
+        match self {
+            Protocol::Any => true,
+            Protocol::Number(n) => *n == proto,
+        }
+    }
+
+    /// Whether the protocol has ports (TCP or UDP).
+    pub fn has_ports(&self) -> bool {
+        *self == Protocol::TCP || *self == Protocol::UDP
+    }
+}
+
+impl FromStr for Protocol {
+    type Err = ProtocolError;
+
+    fn from_str(s: &str) -> Result<Protocol, ProtocolError> {
+        match s {
+            "any" => Ok(Protocol::Any),
+            "tcp" => Ok(Protocol::TCP),
+            "udp" => Ok(Protocol::UDP),
+            "icmp" => Ok(Protocol::ICMP),
+            n if !n.is_empty() && n.len() <= 3 && n.bytes().all(|b| b.is_ascii_digit()) => {
+                n.parse().map(Protocol::Number).map_err(|_| ProtocolError)
+            }
+            _ => Err(ProtocolError),
+        }
+    }
+}
+
+impl fmt::Display for Protocol {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Protocol::Any => f.write_str("any"),
+            Protocol::TCP => f.write_str("tcp"),
+            Protocol::UDP => f.write_str("udp"),
+            Protocol::ICMP => f.write_str("icmp"),
+            Protocol::Number(n) => write!(f, "{n}"),
+        }
+    }
+}
+
+/// Serialized as `"any"`, `"tcp"`, `"udp"`, `"icmp"` or an integer.
+impl Serialize for Protocol {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match *self {
+            Protocol::Number(n) if !self.has_ports() && *self != Protocol::ICMP => {
+                s.serialize_u8(n)
+            }
+            _ => s.collect_str(self),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ip(s: &str) -> Ipv4Addr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn prefix_parse_and_display() {
+        let n: Ipv4Net = "198.18.1.0/24".parse().unwrap();
+        assert_eq!(n, Ipv4Net { addr: ip("198.18.1.0"), len: 24 });
+        assert_eq!(n.to_string(), "198.18.1.0/24");
+        assert_eq!(n.netmask(), ip("255.255.255.0"));
+        assert_eq!(n.broadcast(), ip("198.18.1.255"));
+        assert_eq!("0.0.0.0/0".parse::<Ipv4Net>().unwrap(), Ipv4Net::ANY);
+        assert_eq!("1.2.3.4/32".parse::<Ipv4Net>().unwrap().len, 32);
+    }
+
+    #[test]
+    fn prefix_errors() {
+        assert_eq!("1.2.3.4".parse::<Ipv4Net>(), Err(PrefixError::MissingLength));
+        assert_eq!("1.2.3/8".parse::<Ipv4Net>(), Err(PrefixError::BadAddress("1.2.3".into())));
+        assert_eq!("1.2.3.4/x".parse::<Ipv4Net>(), Err(PrefixError::BadLength("x".into())));
+        assert_eq!("1.2.3.4/+8".parse::<Ipv4Net>(), Err(PrefixError::BadLength("+8".into())));
+        assert_eq!("1.2.3.4/".parse::<Ipv4Net>(), Err(PrefixError::BadLength("".into())));
+        assert_eq!("1.2.3.4/33".parse::<Ipv4Net>(), Err(PrefixError::LengthTooLong));
+        assert_eq!("1.2.3.4/99999".parse::<Ipv4Net>(), Err(PrefixError::BadLength("99999".into())));
+        let e = "198.18.1.1/24".parse::<Ipv4Net>().unwrap_err();
+        assert_eq!(e.to_string(), "host bits are set (did you mean 198.18.1.0/24?)");
+        assert_eq!(Ipv4Net::parse_host("198.18.1.1/24"), Ok((ip("198.18.1.1"), 24)));
+    }
+
+    #[test]
+    fn prefix_contains_and_overlaps() {
+        let n: Ipv4Net = "10.1.0.0/16".parse().unwrap();
+        assert!(n.contains(ip("10.1.255.255")));
+        assert!(!n.contains(ip("10.2.0.0")));
+        assert!(Ipv4Net::ANY.contains(ip("255.255.255.255")));
+        let m: Ipv4Net = "10.1.2.0/24".parse().unwrap();
+        assert!(n.overlaps(&m) && m.overlaps(&n));
+        assert!(!m.overlaps(&"10.1.3.0/24".parse().unwrap()));
+        assert_eq!(Ipv4Net::containing(ip("10.1.2.3"), 8).to_string(), "10.0.0.0/8");
+    }
+
+    #[test]
+    fn ports() {
+        assert_eq!("80".parse::<PortRange>(), Ok(PortRange::single(80)));
+        assert_eq!("1024-65535".parse::<PortRange>(), Ok(PortRange { lo: 1024, hi: 65535 }));
+        assert_eq!("0-65535".parse::<PortRange>(), Ok(PortRange::ANY));
+        assert_eq!("90-80".parse::<PortRange>(), Err(PortError::Reversed { lo: 90, hi: 80 }));
+        for bad in ["", "-", "65536", "1-", "-5", "+5", "a", "1-2-3", "99999999"] {
+            assert_eq!(bad.parse::<PortRange>(), Err(PortError::Syntax), "{bad}");
+        }
+        let r = PortRange { lo: 10, hi: 20 };
+        assert!(r.contains(10) && r.contains(20) && !r.contains(21) && !r.contains(9));
+        assert_eq!(r.to_string(), "10-20");
+        assert_eq!(PortRange::single(7).to_string(), "7");
+    }
+
+    #[test]
+    fn protocols() {
+        assert_eq!("tcp".parse(), Ok(Protocol::TCP));
+        assert_eq!("udp".parse(), Ok(Protocol::UDP));
+        assert_eq!("icmp".parse(), Ok(Protocol::ICMP));
+        assert_eq!("any".parse(), Ok(Protocol::Any));
+        assert_eq!("47".parse(), Ok(Protocol::Number(47)));
+        assert_eq!("6".parse(), Ok(Protocol::TCP));
+        assert_eq!("256".parse::<Protocol>(), Err(ProtocolError));
+        assert_eq!("TCP".parse::<Protocol>(), Err(ProtocolError));
+        assert!(Protocol::Any.matches(3) && Protocol::TCP.matches(6) && !Protocol::TCP.matches(17));
+        assert_eq!(serde_json::to_string(&Protocol::Number(47)).unwrap(), "47");
+        assert_eq!(serde_json::to_string(&Protocol::TCP).unwrap(), "\"tcp\"");
+    }
+}

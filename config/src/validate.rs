@@ -1,0 +1,607 @@
+//! From YAML text to a validated [`Config`].
+//!
+//! Two phases. First `serde_yaml` (wrapped in `serde_path_to_error`)
+//! deserializes into `Raw*` structs that mirror the YAML exactly: kebab-case
+//! keys, unknown keys rejected, numbers as `u64`, addresses and ports as
+//! text. Its errors carry a position and a path. Second, [`Checker`] turns
+//! the raw values into typed ones and checks ranges and cross references; its
+//! errors get their position from [`Locator`], which is only built when an
+//! error is reported, so a valid file is parsed once.
+//!
+//! Invariant: the first error found is returned; no input makes either phase
+//! panic (no indexing or unwrapping of user-controlled values).
+
+use std::cell::OnceCell;
+use std::collections::HashMap;
+use std::fmt;
+use std::net::Ipv4Addr;
+use std::path::PathBuf;
+use std::str::FromStr;
+
+use serde::de::{self, Deserializer, Visitor};
+use serde::Deserialize;
+
+use crate::error::{ConfigError, ErrorKind, FieldPath};
+use crate::locate::Locator;
+use crate::model::*;
+use crate::net::{Ipv4Net, PortRange, Protocol};
+
+// ---------------------------------------------------------------------------
+// Phase 1: the raw document.
+
+/// Accepts `null` (a key with no value) as the default.
+fn null_default<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de> + Default,
+{
+    Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct RawConfig {
+    node: RawNode,
+    #[serde(default, deserialize_with = "null_default")]
+    logging: RawLogging,
+    #[serde(default)]
+    control_socket: Option<String>,
+    #[serde(default, deserialize_with = "null_default")]
+    dpdk: RawDpdk,
+    interfaces: Option<Vec<RawInterface>>,
+    #[serde(default, deserialize_with = "null_default")]
+    routes: Vec<RawRoute>,
+    #[serde(default, deserialize_with = "null_default")]
+    access_rules: Vec<RawRule>,
+    #[serde(default, deserialize_with = "null_default")]
+    timeouts: RawTimeouts,
+    #[serde(default, deserialize_with = "null_default")]
+    flow_table: RawFlowTable,
+    #[serde(default, deserialize_with = "null_default")]
+    arp: RawArp,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct RawNode {
+    name: String,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct RawLogging {
+    #[serde(default)]
+    level: LogLevel,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct RawDpdk {
+    #[serde(default, deserialize_with = "null_default")]
+    eal_args: Vec<String>,
+    mbufs: Option<u64>,
+    rx_descriptors: Option<u64>,
+    tx_descriptors: Option<u64>,
+    burst: Option<u64>,
+    idle_sleep_us: Option<u64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct RawInterface {
+    name: String,
+    device: String,
+    address: String,
+    security_level: u64,
+    #[serde(default)]
+    vlan: Option<u64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct RawRoute {
+    destination: String,
+    via: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct RawRule {
+    name: String,
+    action: Action,
+    #[serde(default)]
+    interface: Option<String>,
+    #[serde(default)]
+    protocol: Option<IntOrStr>,
+    #[serde(default)]
+    source: Option<String>,
+    #[serde(default)]
+    destination: Option<String>,
+    #[serde(default)]
+    source_port: Option<IntOrStr>,
+    #[serde(default)]
+    destination_port: Option<IntOrStr>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct RawTimeouts {
+    tcp_syn: Option<u64>,
+    tcp_established: Option<u64>,
+    tcp_closing: Option<u64>,
+    tcp_closed: Option<u64>,
+    udp: Option<u64>,
+    icmp: Option<u64>,
+    other: Option<u64>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct RawFlowTable {
+    capacity: Option<u64>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct RawArp {
+    capacity: Option<u64>,
+    timeout: Option<u64>,
+    retry: Option<u64>,
+}
+
+/// A scalar written either as an integer or a string (ports, protocols),
+/// kept as text.
+struct IntOrStr(String);
+
+impl<'de> Deserialize<'de> for IntOrStr {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<IntOrStr, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = IntOrStr;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an integer or a string")
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<IntOrStr, E> {
+                Ok(IntOrStr(v.to_string()))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<IntOrStr, E> {
+                Ok(IntOrStr(v.to_string()))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<IntOrStr, E> {
+                Ok(IntOrStr(v.to_string()))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// Messages that `serde` itself produces for shape errors; any other error
+/// at the document root comes from the YAML parser.
+const SCHEMA_PHRASES: &[&str] = &[
+    "missing field",
+    "unknown field",
+    "duplicate field",
+    "invalid type",
+    "invalid value",
+    "invalid length",
+    "unknown variant",
+    "an integer or a string",
+];
+
+fn serde_error(src: &str, file: &str, e: serde_path_to_error::Error<serde_yaml::Error>) -> ConfigError {
+    let mut path = FieldPath::from_serde(e.path());
+    let inner = e.into_inner();
+    let mut msg = inner.to_string();
+    let mut pos = inner.location().map(|l| (l.line(), l.column()));
+    if let Some((line, column)) = pos {
+        let suffix = format!(" at line {line} column {column}");
+        if let Some(stripped) = msg.strip_suffix(&suffix) {
+            msg = stripped.to_string();
+        }
+    }
+    // serde_yaml prefixes its own path (the same or an ancestor of ours).
+    for r in path.renderings() {
+        if let Some(rest) = msg.strip_prefix(&format!("{r}: ")) {
+            msg = rest.to_string();
+            break;
+        }
+    }
+    let locator = OnceCell::new();
+    let locator = || locator.get_or_init(|| Locator::new(src));
+    if let Some(key) = msg
+        .strip_prefix("duplicate field `")
+        .and_then(|r| r.strip_suffix('`'))
+    {
+        // Point at the second occurrence rather than at the mapping.
+        if let Some(p) = locator().locate_key(&path, key, 1) {
+            pos = Some((p.line, p.column));
+            path = path.key(key);
+        }
+    }
+    if msg.contains("more than one document") {
+        if let Some(p) = locator().second_document() {
+            pos = Some((p.line, p.column));
+        }
+        msg = "expected a single YAML document, found more than one".to_string();
+    }
+    let (line, column) = pos.unwrap_or_else(|| {
+        let p = locator().locate(&path);
+        (p.line, p.column)
+    });
+    let is_schema = !path.0.is_empty()
+        || SCHEMA_PHRASES.iter().any(|p| msg.starts_with(p))
+        || msg.starts_with("expected a single YAML document");
+    let kind = if is_schema {
+        ErrorKind::Schema(msg)
+    } else {
+        ErrorKind::Syntax(msg)
+    };
+    ConfigError::new(file, line, column, &path, kind)
+}
+
+// ---------------------------------------------------------------------------
+// Phase 2: typed values and cross checks.
+
+struct Checker<'a> {
+    src: &'a str,
+    file: &'a str,
+    locator: OnceCell<Locator>,
+}
+
+type R<T> = Result<T, ConfigError>;
+
+impl Checker<'_> {
+    fn locator(&self) -> &Locator {
+        self.locator.get_or_init(|| Locator::new(self.src))
+    }
+
+    fn err(&self, path: &FieldPath, kind: ErrorKind) -> ConfigError {
+        let p = self.locator().locate(path);
+        ConfigError::new(self.file, p.line, p.column, path, kind)
+    }
+
+    fn line_of(&self, path: &FieldPath) -> usize {
+        self.locator().locate(path).line
+    }
+
+    /// `v` (or `default` if absent) checked against `min..=max`.
+    fn range(&self, path: &FieldPath, v: Option<u64>, default: u64, min: u64, max: u64) -> R<u64> {
+        let v = v.unwrap_or(default);
+        if v < min || v > max {
+            return Err(self.err(path, ErrorKind::OutOfRange { found: v, min, max }));
+        }
+        Ok(v)
+    }
+
+    fn prefix(&self, path: &FieldPath, s: Option<&str>) -> R<Ipv4Net> {
+        match s {
+            None => Ok(Ipv4Net::ANY),
+            Some(s) => Ipv4Net::from_str(s).map_err(|reason| {
+                self.err(path, ErrorKind::InvalidPrefix { found: s.to_string(), reason })
+            }),
+        }
+    }
+
+    fn ports(&self, path: &FieldPath, s: Option<&IntOrStr>) -> R<PortRange> {
+        match s {
+            None => Ok(PortRange::ANY),
+            Some(IntOrStr(s)) => PortRange::from_str(s).map_err(|reason| {
+                self.err(path, ErrorKind::InvalidPortRange { found: s.clone(), reason })
+            }),
+        }
+    }
+
+    fn check(&self, raw: RawConfig) -> R<Config> {
+        let root = FieldPath::root();
+
+        let name_path = root.key("node").key("name");
+        let name = raw.node.name;
+        if name.is_empty() {
+            return Err(self.err(&name_path, ErrorKind::Empty));
+        }
+        if !name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+        {
+            return Err(self.err(
+                &name_path,
+                ErrorKind::InvalidName { found: name, expected: "letters, digits, '_', '-' or '.'" },
+            ));
+        }
+
+        let control_socket = match raw.control_socket {
+            Some(s) if s.is_empty() => {
+                return Err(self.err(&root.key("control-socket"), ErrorKind::Empty));
+            }
+            Some(s) => PathBuf::from(s),
+            None => PathBuf::from(format!("/run/clusterfw/{name}.sock")),
+        };
+
+        let dpdk = self.dpdk(&root.key("dpdk"), raw.dpdk)?;
+        let interfaces = self.interfaces(&root.key("interfaces"), raw.interfaces)?;
+        let routes = self.routes(&root.key("routes"), raw.routes, &interfaces)?;
+        let access_rules = self.rules(&root.key("access-rules"), raw.access_rules, &interfaces)?;
+
+        let tp = root.key("timeouts");
+        let t = raw.timeouts;
+        let d = Timeouts::default();
+        let secs = |k: &str, v: Option<u64>, def: u64| self.range(&tp.key(k), v, def, 1, u64::MAX);
+        let timeouts = Timeouts {
+            tcp_syn: secs("tcp-syn", t.tcp_syn, d.tcp_syn)?,
+            tcp_established: secs("tcp-established", t.tcp_established, d.tcp_established)?,
+            tcp_closing: secs("tcp-closing", t.tcp_closing, d.tcp_closing)?,
+            tcp_closed: secs("tcp-closed", t.tcp_closed, d.tcp_closed)?,
+            udp: secs("udp", t.udp, d.udp)?,
+            icmp: secs("icmp", t.icmp, d.icmp)?,
+            other: secs("other", t.other, d.other)?,
+        };
+
+        let flow_table = FlowTableConfig {
+            capacity: self.range(
+                &root.key("flow-table").key("capacity"),
+                raw.flow_table.capacity,
+                DEFAULT_FLOW_CAPACITY.into(),
+                MIN_FLOW_CAPACITY.into(),
+                MAX_FLOW_CAPACITY.into(),
+            )? as u32,
+        };
+
+        let ap = root.key("arp");
+        let arp = ArpConfig {
+            capacity: self.range(&ap.key("capacity"), raw.arp.capacity, DEFAULT_ARP_CAPACITY.into(), 1, u32::MAX.into())?
+                as u32,
+            timeout: self.range(&ap.key("timeout"), raw.arp.timeout, DEFAULT_ARP_TIMEOUT, 1, u64::MAX)?,
+            retry: self.range(&ap.key("retry"), raw.arp.retry, DEFAULT_ARP_RETRY, 1, u64::MAX)?,
+        };
+
+        Ok(Config {
+            node: NodeConfig { name },
+            logging: LoggingConfig { level: raw.logging.level },
+            control_socket,
+            dpdk,
+            interfaces,
+            routes,
+            access_rules,
+            timeouts,
+            flow_table,
+            arp,
+            source_file: PathBuf::from(self.file),
+            source_text: self.src.to_string(),
+        })
+    }
+
+    fn dpdk(&self, p: &FieldPath, raw: RawDpdk) -> R<DpdkConfig> {
+        Ok(DpdkConfig {
+            eal_args: raw.eal_args,
+            mbufs: self.range(&p.key("mbufs"), raw.mbufs, DEFAULT_MBUFS.into(), 1, u32::MAX.into())? as u32,
+            rx_descriptors: self.range(
+                &p.key("rx-descriptors"),
+                raw.rx_descriptors,
+                DEFAULT_DESCRIPTORS.into(),
+                1,
+                u16::MAX.into(),
+            )? as u16,
+            tx_descriptors: self.range(
+                &p.key("tx-descriptors"),
+                raw.tx_descriptors,
+                DEFAULT_DESCRIPTORS.into(),
+                1,
+                u16::MAX.into(),
+            )? as u16,
+            burst: self.range(&p.key("burst"), raw.burst, DEFAULT_BURST.into(), 1, MAX_BURST.into())? as u16,
+            idle_sleep_us: self.range(
+                &p.key("idle-sleep-us"),
+                raw.idle_sleep_us,
+                DEFAULT_IDLE_SLEEP_US.into(),
+                0,
+                u32::MAX.into(),
+            )? as u32,
+        })
+    }
+
+    fn interfaces(&self, p: &FieldPath, raw: Option<Vec<RawInterface>>) -> R<Vec<InterfaceConfig>> {
+        let raw = raw.unwrap_or_default();
+        if raw.is_empty() {
+            return Err(self.err(p, ErrorKind::NoEntries { what: "interface" }));
+        }
+        let mut out: Vec<InterfaceConfig> = Vec::with_capacity(raw.len());
+        for (i, r) in raw.into_iter().enumerate() {
+            let ip = p.index(i);
+            let np = ip.key("name");
+            if r.name.is_empty() {
+                return Err(self.err(&np, ErrorKind::Empty));
+            }
+            if r.name == "any"
+                || !r
+                    .name
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
+            {
+                return Err(self.err(
+                    &np,
+                    ErrorKind::InvalidName {
+                        found: r.name,
+                        expected: "lowercase letters, digits, '_' or '-', and not \"any\"",
+                    },
+                ));
+            }
+            if let Some(j) = out.iter().position(|o| o.name == r.name) {
+                return Err(self.err(
+                    &np,
+                    ErrorKind::Duplicate {
+                        what: "interface name",
+                        name: r.name,
+                        first_line: self.line_of(&p.index(j).key("name")),
+                    },
+                ));
+            }
+            if r.device.trim().is_empty() {
+                return Err(self.err(&ip.key("device"), ErrorKind::Empty));
+            }
+            let ap = ip.key("address");
+            let (address, prefix_len) = Ipv4Net::parse_host(&r.address).map_err(|reason| {
+                self.err(&ap, ErrorKind::InvalidPrefix { found: r.address.clone(), reason })
+            })?;
+            let host_err = |reason| {
+                self.err(&ap, ErrorKind::InvalidHostAddress { found: r.address.clone(), reason })
+            };
+            if address.is_unspecified() || address.is_broadcast() || address.is_multicast() {
+                return Err(host_err("not a unicast address"));
+            }
+            let subnet = Ipv4Net::containing(address, prefix_len);
+            if prefix_len <= 30 && address == subnet.addr {
+                return Err(host_err("this is the subnet's network address"));
+            }
+            if prefix_len <= 30 && address == subnet.broadcast() {
+                return Err(host_err("this is the subnet's broadcast address"));
+            }
+            if let Some(o) = out.iter().find(|o| o.subnet().overlaps(&subnet)) {
+                return Err(self.err(
+                    &ap,
+                    ErrorKind::OverlappingSubnets {
+                        subnet,
+                        other: o.subnet(),
+                        other_interface: o.name.clone(),
+                    },
+                ));
+            }
+            let security_level =
+                self.range(&ip.key("security-level"), Some(r.security_level), 0, 0, MAX_SECURITY_LEVEL.into())?
+                    as u8;
+            let vlan = match r.vlan {
+                None => None,
+                v => Some(self.range(&ip.key("vlan"), v, 1, 1, MAX_VLAN.into())? as u16),
+            };
+            let iface = InterfaceConfig {
+                name: r.name,
+                device: r.device,
+                address,
+                prefix_len,
+                security_level,
+                vlan,
+            };
+            if let Some(o) = out
+                .iter()
+                .find(|o| o.device_name() == iface.device_name() && o.vlan == iface.vlan)
+            {
+                return Err(self.err(
+                    &ip.key("device"),
+                    ErrorKind::DuplicateDevice {
+                        device: iface.device_name().to_string(),
+                        vlan: iface.vlan.map(|v| format!(" vlan {v}")).unwrap_or_default(),
+                        other_interface: o.name.clone(),
+                    },
+                ));
+            }
+            out.push(iface);
+        }
+        Ok(out)
+    }
+
+    fn routes(&self, p: &FieldPath, raw: Vec<RawRoute>, ifaces: &[InterfaceConfig]) -> R<Vec<RouteConfig>> {
+        let mut out: Vec<RouteConfig> = Vec::with_capacity(raw.len());
+        let mut seen: HashMap<Ipv4Net, usize> = HashMap::new();
+        for (i, r) in raw.into_iter().enumerate() {
+            let rp = p.index(i);
+            let dp = rp.key("destination");
+            let destination = self.prefix(&dp, Some(&r.destination))?;
+            if let Some(&j) = seen.get(&destination) {
+                return Err(self.err(
+                    &dp,
+                    ErrorKind::Duplicate {
+                        what: "route destination",
+                        name: destination.to_string(),
+                        first_line: self.line_of(&p.index(j).key("destination")),
+                    },
+                ));
+            }
+            seen.insert(destination, i);
+            let vp = rp.key("via");
+            let via = Ipv4Addr::from_str(&r.via)
+                .map_err(|_| self.err(&vp, ErrorKind::InvalidAddress { found: r.via.clone() }))?;
+            if let Some(o) = ifaces.iter().find(|o| o.address == via) {
+                return Err(self.err(&vp, ErrorKind::NextHopIsLocal { via, interface: o.name.clone() }));
+            }
+            if !ifaces.iter().any(|o| o.subnet().contains(via)) {
+                let connected = ifaces
+                    .iter()
+                    .map(|o| o.subnet().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                return Err(self.err(&vp, ErrorKind::NotConnected { via, connected }));
+            }
+            out.push(RouteConfig { destination, via });
+        }
+        Ok(out)
+    }
+
+    fn rules(&self, p: &FieldPath, raw: Vec<RawRule>, ifaces: &[InterfaceConfig]) -> R<Vec<AccessRule>> {
+        let mut out: Vec<AccessRule> = Vec::with_capacity(raw.len());
+        for (i, r) in raw.into_iter().enumerate() {
+            let rp = p.index(i);
+            let np = rp.key("name");
+            if r.name.trim().is_empty() {
+                return Err(self.err(&np, ErrorKind::Empty));
+            }
+            if let Some(j) = out.iter().position(|o| o.name == r.name) {
+                return Err(self.err(
+                    &np,
+                    ErrorKind::Duplicate {
+                        what: "rule name",
+                        name: r.name,
+                        first_line: self.line_of(&p.index(j).key("name")),
+                    },
+                ));
+            }
+            let interface = match r.interface {
+                None => None,
+                Some(n) if n == "any" => None,
+                Some(n) if ifaces.iter().any(|o| o.name == n) => Some(n),
+                Some(n) => {
+                    let known = ifaces.iter().map(|o| o.name.as_str()).collect::<Vec<_>>().join(", ");
+                    return Err(self.err(&rp.key("interface"), ErrorKind::UnknownInterface { found: n, known }));
+                }
+            };
+            let protocol = match &r.protocol {
+                None => Protocol::Any,
+                Some(IntOrStr(s)) => Protocol::from_str(s).map_err(|reason| {
+                    self.err(&rp.key("protocol"), ErrorKind::InvalidProtocol { found: s.clone(), reason })
+                })?,
+            };
+            let source = self.prefix(&rp.key("source"), r.source.as_deref())?;
+            let destination = self.prefix(&rp.key("destination"), r.destination.as_deref())?;
+            let spp = rp.key("source-port");
+            let dpp = rp.key("destination-port");
+            let source_port = self.ports(&spp, r.source_port.as_ref())?;
+            let destination_port = self.ports(&dpp, r.destination_port.as_ref())?;
+            if !protocol.has_ports() {
+                for (present, path) in [(r.source_port.is_some(), &spp), (r.destination_port.is_some(), &dpp)] {
+                    if present {
+                        return Err(self.err(
+                            path,
+                            ErrorKind::PortsWithoutTransport { protocol: protocol.to_string() },
+                        ));
+                    }
+                }
+            }
+            out.push(AccessRule {
+                name: r.name,
+                action: r.action,
+                interface,
+                protocol,
+                source,
+                destination,
+                source_port,
+                destination_port,
+            });
+        }
+        Ok(out)
+    }
+}
+
+/// See [`crate::parse`].
+pub(crate) fn parse(src: &str, file: &str) -> Result<Config, ConfigError> {
+    let de = serde_yaml::Deserializer::from_str(src);
+    let raw: RawConfig = serde_path_to_error::deserialize(de).map_err(|e| serde_error(src, file, e))?;
+    Checker { src, file, locator: OnceCell::new() }.check(raw)
+}
