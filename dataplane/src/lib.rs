@@ -7,6 +7,8 @@
 //! packets and `Timestamp`s in and act on the returned verdicts.
 #![deny(unsafe_code)]
 
+pub mod buf;
 pub mod types;
+pub mod wire;
 
 pub use types::*;
