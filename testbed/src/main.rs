@@ -1,1 +1,122 @@
-fn main() {}
+//! `clusterfw-testbed`: bring the network-namespace test bed up and down.
+
+use anyhow::{bail, Context, Result};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+use testbed::bed::{self, UpOptions};
+
+const USAGE: &str = "\
+usage: clusterfw-testbed up [--nodes 1] [--run-dir DIR] [--kernel-router]
+       clusterfw-testbed down [--run-dir DIR]
+       clusterfw-testbed status [--run-dir DIR] [--json]
+
+Namespaces cfw-inside (client, 198.18.1.2), cfw-outside (server, 198.18.2.2)
+and cfw-n1 (node: clusterfw on veths n1-in / n1-out, inside 198.18.1.1,
+outside 198.18.2.1). Run it as root.
+
+  --run-dir DIR     state, node configs, logs, control sockets
+                    (default $CFW_TESTBED_DIR, else /tmp/cfw-testbed)
+  --kernel-router   test-bed self-check: cfw-n1 is a plain Linux router
+                    instead of clusterfw (TCP to ports 1-1023 from outside
+                    to inside refused by a policy rule)
+The clusterfw binaries are taken from $CLUSTERFW_BIN_DIR, else from the
+directory of this executable.";
+
+fn main() -> ExitCode {
+    match run(std::env::args().skip(1).collect()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("clusterfw-testbed: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(args: Vec<String>) -> Result<()> {
+    let Some((cmd, rest)) = args.split_first() else {
+        bail!("no command\n{USAGE}");
+    };
+    let mut run_dir = bed::default_run_dir();
+    let mut nodes = 1usize;
+    let mut kernel_router = false;
+    let mut json = false;
+    let mut it = rest.iter();
+    while let Some(a) = it.next() {
+        let mut value = |name: &str| it.next().cloned().with_context(|| format!("{name} needs a value"));
+        match (cmd.as_str(), a.as_str()) {
+            (_, "-h" | "--help") => {
+                println!("{USAGE}");
+                return Ok(());
+            }
+            (_, "--run-dir") => run_dir = PathBuf::from(value("--run-dir")?),
+            ("up", "--nodes") => {
+                let v = value("--nodes")?;
+                nodes = v.parse().with_context(|| format!("--nodes {v}: not a number"))?;
+            }
+            ("up", "--kernel-router") => kernel_router = true,
+            ("status", "--json") => json = true,
+            _ => bail!("{cmd}: unexpected argument {a}\n{USAGE}"),
+        }
+    }
+    match cmd.as_str() {
+        "up" => {
+            let o = UpOptions {
+                nodes,
+                run_dir,
+                kernel_router,
+                bin_dir: bed::default_bin_dir()?,
+                ready_timeout: Duration::from_secs(20),
+            };
+            let state = bed::up(&o)?;
+            let what = if kernel_router { "kernel-router self-check" } else { "clusterfw" };
+            println!("test bed up ({what}), run dir {}", o.run_dir.display());
+            for n in &state.nodes {
+                match (n.pid, &n.control_socket) {
+                    (Some(pid), Some(sock)) => {
+                        println!("  node {} in {}: pid {pid}, socket {}", n.name, n.namespace, sock.display())
+                    }
+                    _ => println!("  node {} in {}: Linux router", n.name, n.namespace),
+                }
+            }
+            for h in &state.hosts {
+                println!("  host {} in {}: {}", h.name, h.namespace, h.address);
+            }
+            Ok(())
+        }
+        "down" => {
+            let report = bed::down(&run_dir)?;
+            println!("test bed down: {}", report.summary());
+            Ok(())
+        }
+        "status" => {
+            let v = bed::status(&run_dir)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&v)?);
+            } else if v["up"] == false {
+                println!("test bed down (no state in {})", run_dir.display());
+            } else {
+                println!("test bed up ({}), run dir {}", v["mode"].as_str().unwrap_or("?"), run_dir.display());
+                for n in v["nodes"].as_array().into_iter().flatten() {
+                    println!(
+                        "  node {} in {}: pid {}, {}",
+                        n["name"].as_str().unwrap_or("?"),
+                        n["namespace"].as_str().unwrap_or("?"),
+                        n["pid"],
+                        if n["alive"] == true { "alive" } else { "NOT RUNNING" }
+                    );
+                }
+                for h in v["hosts"].as_array().into_iter().flatten() {
+                    println!(
+                        "  host {} in {}: {}",
+                        h["name"].as_str().unwrap_or("?"),
+                        h["namespace"].as_str().unwrap_or("?"),
+                        h["address"].as_str().unwrap_or("?")
+                    );
+                }
+            }
+            Ok(())
+        }
+        other => bail!("unknown command {other}\n{USAGE}"),
+    }
+}

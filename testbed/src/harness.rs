@@ -1,0 +1,127 @@
+//! Helpers for traffic tests and scripts around a running bed.
+
+use crate::sys;
+use anyhow::{bail, Context, Result};
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+/// `$CFW_TESTBED_LOCK`, else `/run/lock/cfw-testbed.lock`. Every user of the
+/// fixed `cfw-*` names (the tests, `scripts/demo.sh` via flock(1)) holds this
+/// lock for as long as its bed is up, so concurrent runs queue rather than
+/// tear down each other's namespaces.
+pub fn lock_path() -> PathBuf {
+    std::env::var_os("CFW_TESTBED_LOCK")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/run/lock/cfw-testbed.lock"))
+}
+
+/// Takes the bed lock (flock(2), exclusive), waiting for another holder.
+/// Released when the returned file is dropped or the process dies.
+pub fn lock_bed() -> Result<File> {
+    let path = lock_path();
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    }
+    let f = File::create(&path).with_context(|| format!("cannot open {}", path.display()))?;
+    if f.try_lock().is_err() {
+        eprintln!("waiting for the test-bed lock {} (another run holds it)", path.display());
+        f.lock().with_context(|| format!("cannot lock {}", path.display()))?;
+    }
+    Ok(f)
+}
+
+/// The Python that serves and listens in host namespaces: the system one if
+/// present (no version-manager shims that fork around `exec`), else `python3`.
+pub fn python() -> &'static str {
+    if Path::new("/usr/bin/python3").exists() {
+        "/usr/bin/python3"
+    } else {
+        "python3"
+    }
+}
+
+/// A process running in a namespace for the length of a test step; killed
+/// (SIGTERM, then SIGKILL) and reaped on drop, including on panic.
+pub struct Background {
+    pub what: String,
+    child: Option<Child>,
+    log: PathBuf,
+}
+
+impl Background {
+    /// Starts `program args…` in namespace `ns`, output to `log`.
+    pub fn start(what: &str, ns: &str, program: &str, args: &[&str], log: &Path) -> Result<Background> {
+        let out = File::create(log).with_context(|| format!("cannot create {}", log.display()))?;
+        let child = sys::ns_command(ns, program)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(out.try_clone()?)
+            .stderr(out)
+            .spawn()
+            .with_context(|| format!("cannot start {what}"))?;
+        Ok(Background { what: what.to_string(), child: Some(child), log: log.to_path_buf() })
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Waits until a TCP listener on `port` exists in `ns` (`ss -ltn`),
+    /// failing early if the process died.
+    pub fn wait_listening(&mut self, ns: &str, port: u16, timeout: Duration) -> Result<()> {
+        let start = Instant::now();
+        let filter = format!("( sport = :{port} )");
+        loop {
+            if let Some(c) = self.child.as_mut() {
+                if let Some(status) = c.try_wait()? {
+                    bail!("{} exited ({status}) before listening: {}", self.what, sys::tail(&self.log, 10));
+                }
+            }
+            let out = sys::ns_run(ns, "ss", &["-Hltn", &filter]).unwrap_or_default();
+            if !out.trim().is_empty() {
+                return Ok(());
+            }
+            if start.elapsed() > timeout {
+                bail!("{} not listening on port {port} after {timeout:?}: {}", self.what, sys::tail(&self.log, 10));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Stops the process now (what drop does).
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            if let Ok(None) = c.try_wait() {
+                sys::terminate(&[c.id()], Duration::from_secs(2));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// A temporary directory removed on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(parent: &Path, name: &str) -> Result<TempDir> {
+        let p = parent.join(format!("{name}.{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).with_context(|| format!("cannot create {}", p.display()))?;
+        Ok(TempDir(p))
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
