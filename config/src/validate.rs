@@ -39,7 +39,7 @@ where
 }
 
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", expecting = "a mapping of configuration sections")]
 struct RawConfig {
     node: RawNode,
     #[serde(default, deserialize_with = "null_default")]
@@ -62,20 +62,20 @@ struct RawConfig {
 }
 
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", expecting = "a mapping with key `name`")]
 struct RawNode {
     name: String,
 }
 
 #[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", expecting = "a mapping with key `level`")]
 struct RawLogging {
     #[serde(default)]
     level: LogLevel,
 }
 
 #[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", expecting = "a mapping of dpdk settings")]
 struct RawDpdk {
     #[serde(default, deserialize_with = "null_default")]
     eal_args: Vec<String>,
@@ -87,7 +87,7 @@ struct RawDpdk {
 }
 
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", expecting = "an interface mapping (name, device, address, security-level, vlan)")]
 struct RawInterface {
     name: String,
     device: String,
@@ -98,14 +98,14 @@ struct RawInterface {
 }
 
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", expecting = "a route mapping (destination, via)")]
 struct RawRoute {
     destination: String,
     via: String,
 }
 
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", expecting = "an access rule mapping (name, action, interface, protocol, source, destination, source-port, destination-port)")]
 struct RawRule {
     name: String,
     action: Action,
@@ -124,7 +124,7 @@ struct RawRule {
 }
 
 #[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", expecting = "a mapping of timeouts in seconds")]
 struct RawTimeouts {
     tcp_syn: Option<u64>,
     tcp_established: Option<u64>,
@@ -136,13 +136,13 @@ struct RawTimeouts {
 }
 
 #[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", expecting = "a mapping with key `capacity`")]
 struct RawFlowTable {
     capacity: Option<u64>,
 }
 
 #[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", expecting = "a mapping of arp settings (capacity, timeout, retry)")]
 struct RawArp {
     capacity: Option<u64>,
     timeout: Option<u64>,
@@ -194,10 +194,9 @@ fn serde_error(src: &str, file: &str, e: serde_path_to_error::Error<serde_yaml::
     let mut msg = inner.to_string();
     let mut pos = inner.location().map(|l| (l.line(), l.column()));
     if let Some((line, column)) = pos {
-        let suffix = format!(" at line {line} column {column}");
-        if let Some(stripped) = msg.strip_suffix(&suffix) {
-            msg = stripped.to_string();
-        }
+        // serde_yaml appends the position (mid-message for parser errors
+        // that add context); we report it separately.
+        msg = msg.replacen(&format!(" at line {line} column {column}"), "", 1);
     }
     // serde_yaml prefixes its own path (the same or an ancestor of ours).
     for r in path.renderings() {
@@ -228,12 +227,14 @@ fn serde_error(src: &str, file: &str, e: serde_path_to_error::Error<serde_yaml::
         let p = locator().locate(&path);
         (p.line, p.column)
     });
-    let is_schema = !path.0.is_empty()
-        || SCHEMA_PHRASES.iter().any(|p| msg.starts_with(p))
+    let is_schema = SCHEMA_PHRASES.iter().any(|p| msg.starts_with(p))
         || msg.starts_with("expected a single YAML document");
     let kind = if is_schema {
         ErrorKind::Schema(msg)
     } else {
+        // The deserializer's path says where it was when the text broke, not
+        // what is wrong; the position is what matters.
+        path = FieldPath::root();
         ErrorKind::Syntax(msg)
     };
     ConfigError::new(file, line, column, &path, kind)

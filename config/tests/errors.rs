@@ -1,0 +1,227 @@
+//! One broken configuration per validation rule, each asserting the exact
+//! position, field path and message of the error.
+//!
+//! Most cases edit one line of the shipped example, so the line numbers
+//! below are the example's (`cat -n config/examples/node.yaml`).
+
+use config::{parse, ConfigError};
+
+const EXAMPLE: &str = include_str!("../examples/node.yaml");
+
+/// The example with line `n` (1-based) replaced by `text` (which may hold
+/// several lines or none).
+fn edit(n: usize, text: &str) -> String {
+    let mut lines: Vec<&str> = EXAMPLE.lines().collect();
+    lines[n - 1] = text;
+    let mut s = lines.join("\n");
+    s.push('\n');
+    s
+}
+
+const MINIMAL: &str = "\
+node:
+  name: n
+interfaces:
+  - name: lan
+    device: net_tap0
+    address: 10.0.0.1/24
+    security-level: 50
+";
+
+struct Case {
+    what: &'static str,
+    src: String,
+    line: usize,
+    column: usize,
+    field: &'static str,
+    /// The message after `file:line:col: field: `.
+    message: &'static str,
+}
+
+fn case(what: &'static str, src: String, line: usize, column: usize, field: &'static str, message: &'static str) -> Case {
+    Case { what, src, line, column, field, message }
+}
+
+fn cases() -> Vec<Case> {
+    vec![
+        // --- YAML shape ----------------------------------------------------
+        case("syntax: unclosed flow sequence", edit(14, "  eal-args: [\"--no-huge\""), 15, 3, "",
+             "YAML syntax error: did not find expected ',' or ']', while parsing a flow sequence at line 14 column 13"),
+        case("syntax: tab indentation", edit(4, "\tname: node1"), 4, 1, "",
+             "YAML syntax error: found character that cannot start any token, while scanning for the next token"),
+        case("empty file", String::new(), 1, 1, "", "missing field `node`"),
+        case("two documents", format!("{EXAMPLE}---\nnode: {{name: x}}\n"), 72, 1, "",
+             "expected a single YAML document, found more than one"),
+        case("unknown top-level key", edit(9, "control-sockets: /x"), 9, 1, "control-sockets",
+             "unknown field `control-sockets`, expected one of `node`, `logging`, `control-socket`, `dpdk`, `interfaces`, `routes`, `access-rules`, `timeouts`, `flow-table`, `arp`"),
+        case("unknown interface key (typo)", edit(26, "    security-levle: 100"), 26, 5, "interfaces[0].security-levle",
+             "unknown field `security-levle`, expected one of `name`, `device`, `address`, `security-level`, `vlan`"),
+        case("missing interface device", edit(24, "    # no device"), 22, 5, "interfaces[0]", "missing field `device`"),
+        case("missing rule action", edit(52, "    # no action"), 51, 5, "access-rules[1]", "missing field `action`"),
+        case("missing node name", edit(4, "  {}"), 4, 3, "node", "missing field `name`"),
+        case("node without a value", edit(4, ""), 3, 6, "node",
+             "missing field `name`"),
+        case("interface as a scalar", edit(22, "  - 5").lines().take(22).collect::<Vec<_>>().join("\n"), 22, 5, "interfaces[0]",
+             "invalid type: integer `5`, expected an interface mapping (name, device, address, security-level, vlan)"),
+        case("duplicate key", edit(19, "  burst: 64"), 19, 3, "dpdk.burst", "duplicate field `burst`"),
+        case("string for a number", edit(18, "  burst: many"), 18, 10, "dpdk.burst",
+             "invalid type: string \"many\", expected u64"),
+        case("negative number", edit(15, "  mbufs: -1"), 15, 10, "dpdk.mbufs",
+             "invalid type: integer `-1`, expected u64"),
+        case("eal-args not a list", edit(14, "  eal-args: --no-huge"), 14, 13, "dpdk.eal-args",
+             "invalid type: string \"--no-huge\", expected a sequence"),
+        case("unknown log level", edit(7, "  level: verbose"), 7, 10, "logging.level",
+             "unknown variant `verbose`, expected one of `error`, `warn`, `info`, `debug`, `trace`"),
+        case("unknown action", edit(52, "    action: drop"), 52, 13, "access-rules[1].action",
+             "unknown variant `drop`, expected `permit` or `deny`"),
+        // --- node -------------------------------------------------------------
+        case("empty node name", edit(4, "  name: \"\""), 4, 9, "node.name", "must not be empty"),
+        case("node name with slash", edit(4, "  name: a/b"), 4, 9, "node.name",
+             "invalid name \"a/b\": expected letters, digits, '_', '-' or '.'"),
+        case("empty control socket", edit(9, "control-socket: \"\""), 9, 17, "control-socket", "must not be empty"),
+        // --- dpdk ------------------------------------------------------------
+        case("burst too large", edit(18, "  burst: 300"), 18, 10, "dpdk.burst", "value 300 out of range: expected 1-256"),
+        case("burst zero", edit(18, "  burst: 0"), 18, 10, "dpdk.burst", "value 0 out of range: expected 1-256"),
+        case("mbufs zero", edit(15, "  mbufs: 0"), 15, 10, "dpdk.mbufs", "value 0 out of range: expected 1-4294967295"),
+        case("mbufs beyond u32", edit(15, "  mbufs: 4294967296"), 15, 10, "dpdk.mbufs",
+             "value 4294967296 out of range: expected 1-4294967295"),
+        case("rx descriptors beyond u16", edit(16, "  rx-descriptors: 65536"), 16, 19, "dpdk.rx-descriptors",
+             "value 65536 out of range: expected 1-65535"),
+        case("tx descriptors zero", edit(17, "  tx-descriptors: 0"), 17, 19, "dpdk.tx-descriptors",
+             "value 0 out of range: expected 1-65535"),
+        // --- interfaces ------------------------------------------------------
+        case("no interfaces", edit(21, "interfaces: []").lines().take(21).collect::<Vec<_>>().join("\n"), 21, 13, "interfaces",
+             "at least one interface is required"),
+        case("interfaces key missing", "node: {name: n}\n".into(), 1, 1, "interfaces", "at least one interface is required"),
+        case("prefix length 33", edit(29, "    address: 198.18.1.1/33"), 29, 14, "interfaces[1].address",
+             "invalid IPv4 prefix \"198.18.1.1/33\": prefix length must be 0-32"),
+        case("address without length", edit(25, "    address: 198.18.1.1"), 25, 14, "interfaces[0].address",
+             "invalid IPv4 prefix \"198.18.1.1\": expected \"a.b.c.d/len\""),
+        case("address with leading zero", edit(25, "    address: 198.018.1.1/24"), 25, 14, "interfaces[0].address",
+             "invalid IPv4 prefix \"198.018.1.1/24\": invalid IPv4 address \"198.018.1.1\""),
+        case("network address as interface address", edit(25, "    address: 198.18.1.0/24"), 25, 14, "interfaces[0].address",
+             "invalid interface address \"198.18.1.0/24\": this is the subnet's network address"),
+        case("broadcast address as interface address", edit(25, "    address: 198.18.1.255/24"), 25, 14, "interfaces[0].address",
+             "invalid interface address \"198.18.1.255/24\": this is the subnet's broadcast address"),
+        case("multicast interface address", edit(25, "    address: 224.0.0.1/24"), 25, 14, "interfaces[0].address",
+             "invalid interface address \"224.0.0.1/24\": not a unicast address"),
+        case("overlapping subnets", edit(29, "    address: 198.18.1.2/16"), 29, 14, "interfaces[1].address",
+             "subnet 198.18.0.0/16 overlaps 198.18.1.0/24 of interface \"inside\""),
+        case("security level 101", edit(26, "    security-level: 101"), 26, 21, "interfaces[0].security-level",
+             "value 101 out of range: expected 0-100"),
+        case("vlan 4095", edit(31, "    vlan: 4095"), 31, 11, "interfaces[1].vlan", "value 4095 out of range: expected 1-4094"),
+        case("vlan 0", edit(31, "    vlan: 0"), 31, 11, "interfaces[1].vlan", "value 0 out of range: expected 1-4094"),
+        case("duplicate interface name", edit(27, "  - name: inside"), 27, 11, "interfaces[1].name",
+             "duplicate interface name \"inside\" (first at line 22)"),
+        case("interface named any", edit(27, "  - name: any"), 27, 11, "interfaces[1].name",
+             "invalid name \"any\": expected lowercase letters, digits, '_' or '-', and not \"any\""),
+        case("interface name with capitals", edit(27, "  - name: Outside"), 27, 11, "interfaces[1].name",
+             "invalid name \"Outside\": expected lowercase letters, digits, '_' or '-', and not \"any\""),
+        case("empty interface name", edit(27, "  - name: ''"), 27, 11, "interfaces[1].name", "must not be empty"),
+        case("empty device", edit(28, "    device: \"\""), 28, 13, "interfaces[1].device", "must not be empty"),
+        case("same device twice", edit(28, "    device: \"net_af_packet0,iface=other\""), 28, 13, "interfaces[1].device",
+             "device \"net_af_packet0\" is already used by interface \"inside\""),
+        // --- routes ----------------------------------------------------------
+        case("route via not connected", edit(37, "    via: 10.9.9.9"), 37, 10, "routes[1].via",
+             "next hop 10.9.9.9 is not in a connected subnet (connected: 198.18.1.0/24, 198.18.2.0/24)"),
+        case("route via own address", edit(37, "    via: 198.18.1.1"), 37, 10, "routes[1].via",
+             "next hop 198.18.1.1 is the address of interface \"inside\""),
+        case("route via not an address", edit(35, "    via: 198.18.2"), 35, 10, "routes[0].via",
+             "invalid IPv4 address \"198.18.2\": expected a.b.c.d"),
+        case("route destination host bits", edit(36, "  - destination: 203.0.113.1/24"), 36, 18, "routes[1].destination",
+             "invalid IPv4 prefix \"203.0.113.1/24\": host bits are set (did you mean 203.0.113.0/24?)"),
+        case("duplicate route", edit(36, "  - destination: 0.0.0.0/0"), 36, 18, "routes[1].destination",
+             "duplicate route destination \"0.0.0.0/0\" (first at line 34)"),
+        case("route missing via", edit(37, ""), 36, 5, "routes[1]", "missing field `via`"),
+        // --- access rules ----------------------------------------------------
+        case("rule on unknown interface", edit(45, "    interface: dmz"), 45, 16, "access-rules[0].interface",
+             "unknown interface \"dmz\": expected \"any\" or one of inside, outside"),
+        case("bad protocol name", edit(46, "    protocol: tcpx"), 46, 15, "access-rules[0].protocol",
+             "invalid protocol \"tcpx\": expected tcp, udp, icmp, any or a number 0-255"),
+        case("protocol 256", edit(53, "    protocol: 256"), 53, 15, "access-rules[1].protocol",
+             "invalid protocol \"256\": expected tcp, udp, icmp, any or a number 0-255"),
+        case("rule destination host bits", edit(48, "    destination: 198.18.1.10/24"), 48, 18, "access-rules[0].destination",
+             "invalid IPv4 prefix \"198.18.1.10/24\": host bits are set (did you mean 198.18.1.0/24?)"),
+        case("rule source bad prefix", edit(47, "    source: 0.0.0.0/"), 47, 13, "access-rules[0].source",
+             "invalid IPv4 prefix \"0.0.0.0/\": prefix length \"\" is not a number"),
+        case("reversed port range", edit(49, "    destination-port: \"90-80\""), 49, 23, "access-rules[0].destination-port",
+             "invalid port range \"90-80\": low port 90 is above high port 80"),
+        case("port 65536", edit(54, "    destination-port: 65536"), 54, 23, "access-rules[1].destination-port",
+             "invalid port range \"65536\": expected a port 0-65535 or a range \"lo-hi\""),
+        case("source port garbage", edit(50, "    source-port: http"), 50, 18, "access-rules[0].source-port",
+             "invalid port range \"http\": expected a port 0-65535 or a range \"lo-hi\""),
+        case("ports on icmp", edit(53, "    protocol: icmp"), 54, 23, "access-rules[1].destination-port",
+             "a port range needs protocol tcp or udp, found protocol icmp"),
+        case("ports with protocol any", edit(53, ""), 54, 23, "access-rules[1].destination-port",
+             "a port range needs protocol tcp or udp, found protocol any"),
+        case("source port on protocol 47", edit(46, "    protocol: 47\n    source-port: 1-2"), 47, 18, "access-rules[0].source-port",
+             "a port range needs protocol tcp or udp, found protocol 47"),
+        case("duplicate rule name", edit(51, "  - name: web-in"), 51, 11, "access-rules[1].name",
+             "duplicate rule name \"web-in\" (first at line 43)"),
+        case("empty rule name", edit(51, "  - name: \"\""), 51, 11, "access-rules[1].name", "must not be empty"),
+        // --- timeouts, tables ------------------------------------------------
+        case("timeout zero", edit(60, "  tcp-closed: 0"), 60, 15, "timeouts.tcp-closed", "value 0 out of range: expected 1-18446744073709551615"),
+        case("unknown timeout", edit(63, "  gre: 60"), 63, 3, "timeouts.gre",
+             "unknown field `gre`, expected one of `tcp-syn`, `tcp-established`, `tcp-closing`, `tcp-closed`, `udp`, `icmp`, `other`"),
+        case("flow table too small", edit(66, "  capacity: 8"), 66, 13, "flow-table.capacity",
+             "value 8 out of range: expected 16-16777216"),
+        case("flow table too large", edit(66, "  capacity: 16777217"), 66, 13, "flow-table.capacity",
+             "value 16777217 out of range: expected 16-16777216"),
+        case("arp capacity zero", edit(69, "  capacity: 0"), 69, 13, "arp.capacity", "value 0 out of range: expected 1-4294967295"),
+        case("arp timeout zero", edit(70, "  timeout: 0"), 70, 12, "arp.timeout", "value 0 out of range: expected 1-18446744073709551615"),
+        case("arp retry zero", edit(71, "  retry: 0"), 71, 10, "arp.retry", "value 0 out of range: expected 1-18446744073709551615"),
+        // --- the minimal file's own positions -------------------------------
+        case("flow-style interface", format!("{MINIMAL}  - {{name: wan, device: net_tap1, address: 10.0.0.9/24, security-level: 0}}\n"),
+             8, 44, "interfaces[1].address", "subnet 10.0.0.0/24 overlaps 10.0.0.0/24 of interface \"lan\""),
+    ]
+}
+
+#[test]
+fn broken_configs_report_line_field_and_message() {
+    let mut failures = Vec::new();
+    for c in cases() {
+        match parse(&c.src, "node.yaml") {
+            Ok(_) => failures.push(format!("{}: parsed without error", c.what)),
+            Err(e) => {
+                let got = (e.line(), e.column(), e.field().to_string(), message(&e));
+                let want = (c.line, c.column, c.field.to_string(), c.message.to_string());
+                if got != want {
+                    failures.push(format!("{}:\n   got {:?}\n  want {:?}", c.what, got, want));
+                }
+                assert_eq!(e.file(), "node.yaml");
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{} of {} cases differ:\n{}", failures.len(), cases().len(), failures.join("\n"));
+}
+
+/// The Display text after the `file:line:col: field: ` prefix, checking
+/// that prefix on the way.
+fn message(e: &ConfigError) -> String {
+    let text = e.to_string();
+    let mut prefix = format!("{}:{}:{}: ", e.file(), e.line(), e.column());
+    if !e.field().is_empty() {
+        prefix.push_str(e.field());
+        prefix.push_str(": ");
+    }
+    text.strip_prefix(&prefix).map(str::to_string).unwrap_or_else(|| format!("BAD PREFIX: {text}"))
+}
+
+#[test]
+fn display_matches_the_documented_form() {
+    let e = parse(&edit(29, "    address: 198.18.1.1/33"), "node.yaml").unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "node.yaml:29:14: interfaces[1].address: invalid IPv4 prefix \"198.18.1.1/33\": prefix length must be 0-32"
+    );
+}
+
+#[test]
+fn every_edit_of_the_example_is_a_distinct_case() {
+    // Guards the table against two cases silently testing the same thing.
+    let mut srcs: Vec<String> = cases().into_iter().map(|c| c.src).collect();
+    let n = srcs.len();
+    srcs.sort();
+    srcs.dedup();
+    assert_eq!(srcs.len(), n);
+}

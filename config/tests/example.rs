@@ -1,0 +1,251 @@
+//! The shipped example parses to the expected values; omitted sections get
+//! their defaults; the parsed struct serializes for `show config`.
+
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+
+use config::*;
+
+fn example_path() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/node.yaml")
+}
+
+fn ip(s: &str) -> Ipv4Addr {
+    s.parse().unwrap()
+}
+
+fn net(s: &str) -> Ipv4Net {
+    s.parse().unwrap()
+}
+
+#[test]
+fn example_parses_with_expected_values() {
+    let c = load(&example_path()).unwrap();
+    assert_eq!(c.node.name, "node1");
+    assert_eq!(c.logging.level, LogLevel::Info);
+    assert_eq!(c.control_socket, PathBuf::from("/run/clusterfw/node1.sock"));
+    assert_eq!(
+        c.dpdk,
+        DpdkConfig {
+            eal_args: ["--no-huge", "-m", "512", "--no-pci", "--file-prefix", "cfw-node1", "-l", "0,1"]
+                .map(String::from)
+                .to_vec(),
+            mbufs: 8191,
+            rx_descriptors: 1024,
+            tx_descriptors: 1024,
+            burst: 32,
+            idle_sleep_us: 200,
+        }
+    );
+    assert_eq!(
+        c.interfaces,
+        vec![
+            InterfaceConfig {
+                name: "inside".into(),
+                device: "net_af_packet0,iface=n1-in".into(),
+                address: ip("198.18.1.1"),
+                prefix_len: 24,
+                security_level: 100,
+                vlan: None,
+            },
+            InterfaceConfig {
+                name: "outside".into(),
+                device: "net_af_packet1,iface=n1-out".into(),
+                address: ip("198.18.2.1"),
+                prefix_len: 24,
+                security_level: 0,
+                vlan: None,
+            },
+        ]
+    );
+    assert!(c.interfaces[0].is_vdev());
+    assert_eq!(c.interfaces[1].device_name(), "net_af_packet1");
+    assert_eq!(
+        c.routes,
+        vec![
+            RouteConfig { destination: Ipv4Net::ANY, via: ip("198.18.2.254") },
+            RouteConfig { destination: net("203.0.113.0/24"), via: ip("198.18.1.254") },
+        ]
+    );
+    assert_eq!(
+        c.access_rules,
+        vec![
+            AccessRule {
+                name: "web-in".into(),
+                action: Action::Permit,
+                interface: Some("outside".into()),
+                protocol: Protocol::TCP,
+                source: Ipv4Net::ANY,
+                destination: net("198.18.1.10/32"),
+                source_port: PortRange::ANY,
+                destination_port: PortRange::single(80),
+            },
+            AccessRule {
+                name: "no-telnet".into(),
+                action: Action::Deny,
+                interface: None,
+                protocol: Protocol::Number(6),
+                source: Ipv4Net::ANY,
+                destination: Ipv4Net::ANY,
+                source_port: PortRange::ANY,
+                destination_port: PortRange { lo: 23, hi: 23 },
+            },
+        ]
+    );
+    assert_eq!(
+        c.timeouts,
+        Timeouts {
+            tcp_syn: 30,
+            tcp_established: 3600,
+            tcp_closing: 120,
+            tcp_closed: 10,
+            udp: 120,
+            icmp: 10,
+            other: 60
+        }
+    );
+    assert_eq!(c.flow_table.capacity, 262144);
+    assert_eq!(c.arp, ArpConfig { capacity: 4096, timeout: 300, retry: 1 });
+    assert_eq!(c.source_file, example_path());
+    assert_eq!(c.source_text, std::fs::read_to_string(example_path()).unwrap());
+    assert_eq!(c.connected_interface(ip("198.18.2.254")).map(|i| i.name.as_str()), Some("outside"));
+    assert_eq!(c.interface_index("outside"), Some(1));
+}
+
+const MINIMAL: &str = "\
+node:
+  name: edge-7
+interfaces:
+  - name: lan
+    device: 0000:03:00.0
+    address: 10.0.0.1/24
+    security-level: 50
+";
+
+#[test]
+fn defaults_apply_to_omitted_sections() {
+    let c = parse(MINIMAL, "min.yaml").unwrap();
+    assert_eq!(c.node.name, "edge-7");
+    assert_eq!(c.logging, LoggingConfig::default());
+    assert_eq!(c.logging.level, LogLevel::Info);
+    assert_eq!(c.control_socket, PathBuf::from("/run/clusterfw/edge-7.sock"));
+    assert_eq!(c.dpdk, DpdkConfig::default());
+    assert!(c.dpdk.eal_args.is_empty());
+    assert_eq!((c.dpdk.mbufs, c.dpdk.rx_descriptors, c.dpdk.tx_descriptors), (8191, 1024, 1024));
+    assert_eq!((c.dpdk.burst, c.dpdk.idle_sleep_us), (32, 200));
+    assert_eq!(c.interfaces.len(), 1);
+    assert!(!c.interfaces[0].is_vdev());
+    assert!(c.routes.is_empty());
+    assert!(c.access_rules.is_empty());
+    assert_eq!(c.timeouts, Timeouts::default());
+    assert_eq!(
+        (c.timeouts.tcp_syn, c.timeouts.tcp_established, c.timeouts.tcp_closing, c.timeouts.tcp_closed),
+        (30, 3600, 120, 10)
+    );
+    assert_eq!((c.timeouts.udp, c.timeouts.icmp, c.timeouts.other), (120, 10, 60));
+    assert_eq!(c.flow_table, FlowTableConfig { capacity: 262144 });
+    assert_eq!(c.arp, ArpConfig { capacity: 4096, timeout: 300, retry: 1 });
+    assert_eq!(c.source_file, PathBuf::from("min.yaml"));
+}
+
+#[test]
+fn partial_sections_and_empty_values_take_defaults() {
+    let src = format!(
+        "{MINIMAL}logging:\ndpdk:\n  burst: 64\nroutes:\naccess-rules:\ntimeouts:\n  udp: 30\narp: {{retry: 2}}\n"
+    );
+    let c = parse(&src, "p.yaml").unwrap();
+    assert_eq!(c.logging.level, LogLevel::Info);
+    assert_eq!(c.dpdk.burst, 64);
+    assert_eq!(c.dpdk.mbufs, 8191);
+    assert_eq!(c.timeouts.udp, 30);
+    assert_eq!(c.timeouts.tcp_syn, 30);
+    assert_eq!(c.arp, ArpConfig { capacity: 4096, timeout: 300, retry: 2 });
+}
+
+#[test]
+fn rule_field_forms() {
+    let src = format!(
+        "{MINIMAL}access-rules:
+  - name: a
+    action: permit
+    interface: any
+    protocol: 17
+    source: 10.0.0.0/8
+    source-port: 1024-65535
+    destination-port: \"53\"
+  - name: b
+    action: deny
+    protocol: \"47\"
+  - name: c
+    action: permit
+    interface: lan
+    protocol: icmp
+  - name: d
+    action: permit
+    protocol: any
+  - name: e
+    action: deny
+    protocol: udp
+    destination-port: 0-65535
+"
+    );
+    let c = parse(&src, "r.yaml").unwrap();
+    let r = &c.access_rules;
+    assert_eq!(r[0].interface, None);
+    assert_eq!(r[0].protocol, Protocol::UDP);
+    assert_eq!(r[0].source, net("10.0.0.0/8"));
+    assert_eq!(r[0].source_port, PortRange { lo: 1024, hi: 65535 });
+    assert!(r[0].source_port.contains(1024) && !r[0].source_port.contains(1023));
+    assert_eq!(r[0].destination_port, PortRange::single(53));
+    assert_eq!(r[1].protocol, Protocol::Number(47));
+    assert_eq!(r[2].interface.as_deref(), Some("lan"));
+    assert_eq!(r[2].protocol, Protocol::ICMP);
+    assert_eq!(r[3].protocol, Protocol::Any);
+    assert!(r[4].destination_port.is_any());
+}
+
+#[test]
+fn vlan_interfaces_may_share_a_device() {
+    let src = "\
+node: {name: v}
+interfaces:
+  - {name: a, device: net_tap0, address: 10.0.1.1/24, security-level: 0, vlan: 10}
+  - {name: b, device: \"net_tap0,iface=x\", address: 10.0.2.1/24, security-level: 10, vlan: 4094}
+  - {name: c, device: net_tap0, address: 10.0.3.1/31, security-level: 20}
+";
+    let c = parse(src, "v.yaml").unwrap();
+    assert_eq!(c.interfaces[0].vlan, Some(10));
+    assert_eq!(c.interfaces[1].vlan, Some(4094));
+    assert_eq!(c.interfaces[2].vlan, None);
+}
+
+#[test]
+fn serializes_to_json_with_yaml_names() {
+    let c = load(&example_path()).unwrap();
+    let j: serde_json::Value = serde_json::to_value(&c).unwrap();
+    assert_eq!(j["node"]["name"], "node1");
+    assert_eq!(j["logging"]["level"], "info");
+    assert_eq!(j["control-socket"], "/run/clusterfw/node1.sock");
+    assert_eq!(j["dpdk"]["idle-sleep-us"], 200);
+    assert_eq!(j["interfaces"][0]["address"], "198.18.1.1");
+    assert_eq!(j["interfaces"][0]["prefix-len"], 24);
+    assert_eq!(j["interfaces"][0]["security-level"], 100);
+    assert_eq!(j["routes"][0]["destination"], "0.0.0.0/0");
+    assert_eq!(j["access-rules"][0]["protocol"], "tcp");
+    assert_eq!(j["access-rules"][0]["destination-port"], "80");
+    assert_eq!(j["access-rules"][0]["source-port"], "0-65535");
+    assert_eq!(j["access-rules"][0]["action"], "permit");
+    assert_eq!(j["timeouts"]["tcp-established"], 3600);
+    assert_eq!(j["flow-table"]["capacity"], 262144);
+    assert!(j.get("source-text").is_none());
+    assert!(j["source-file"].as_str().unwrap().ends_with("node.yaml"));
+}
+
+#[test]
+fn unreadable_file_names_the_file() {
+    let e = load(Path::new("/nonexistent/cfw.yaml")).unwrap_err();
+    assert_eq!(e.file(), "/nonexistent/cfw.yaml");
+    assert_eq!(e.line(), 0);
+    assert!(matches!(e.kind(), ErrorKind::Read(_)));
+    assert!(e.to_string().starts_with("/nonexistent/cfw.yaml: cannot read configuration: "), "{e}");
+}
