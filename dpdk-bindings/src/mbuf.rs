@@ -219,9 +219,11 @@ impl Mbuf {
         unsafe { ffi::rte_pktmbuf_reset(self.raw.as_ptr()) };
     }
 
-    /// The port the packet was received on (`port` field); for an mbuf
-    /// that was not received, whatever was set ([`Mbuf::set_port`]) or
-    /// `u16::MAX` (`RTE_MBUF_PORT_INVALID`).
+    /// The port the packet was received on (`port` field), as set by the
+    /// PMD on RX (hardware PMDs, net_null, net_af_packet, net_pcap do;
+    /// net_ring passes mbufs through unchanged). Otherwise whatever was set
+    /// with [`Mbuf::set_port`], or `u16::MAX` (`RTE_MBUF_PORT_INVALID`) for
+    /// a fresh mbuf.
     #[inline]
     pub fn port(&self) -> u16 {
         self.m().port
@@ -475,7 +477,9 @@ impl<const N: usize> MbufBurst<N> {
     #[inline]
     pub(crate) unsafe fn consume_front(&mut self, n: usize) {
         debug_assert!(n <= self.len);
-        if n > 0 {
+        if n == self.len {
+            self.len = 0; // the common case: everything was sent
+        } else if n > 0 {
             self.slots.copy_within(n..self.len, 0);
             self.len -= n;
         }

@@ -10,7 +10,8 @@
 //!   `close`) belong to the main thread while no worker polls the port.
 //! - `rx_burst`/`tx_burst` go through the C shim, which returns 0 for a
 //!   queue that was never set up instead of letting the PMD dereference
-//!   NULL; a stopped port's queues are DPDK dummies that also return 0.
+//!   NULL; a stopped port's queues are DPDK dummies that also return 0
+//!   (but log an error with a stack dump: stop workers before ports).
 //! - `tx_burst` hands the sent mbufs to the PMD (which frees them after
 //!   transmission); unsent ones stay owned by the burst.
 
