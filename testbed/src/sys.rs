@@ -17,11 +17,12 @@ pub fn run<S: AsRef<str>>(program: &str, args: &[S]) -> Result<String> {
         .output()
         .with_context(|| format!("cannot run `{line}`"))?;
     if !out.status.success() {
-        bail!(
-            "`{line}` failed ({}): {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
+        // Some tools (ping) say why on stdout.
+        let why = match String::from_utf8_lossy(&out.stderr).trim() {
+            "" => String::from_utf8_lossy(&out.stdout).trim().to_string(),
+            e => e.to_string(),
+        };
+        bail!("`{line}` failed ({}): {why}", out.status);
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
