@@ -110,14 +110,31 @@ fn eal_ports_mbufs_bursts() {
     dev::probe("net_null1").expect("probe net_null1");
     let null1 = Port::by_name(dev::devargs_name("net_null1,size=128")).expect("net_null1");
     assert_eq!(Port::count_avail(), 3);
-    null1.close().expect("close unstarted port");
+    // Several queues: configure asks for RSS where the port supports it.
+    null1.configure(2, 2, 256, 256, &pool).expect("configure 2 queues");
+    null1.start().expect("start");
+    let mut b: Burst = MbufBurst::new();
+    assert_eq!(null1.rx_burst(1, &mut b), 64);
+    assert_eq!(null1.tx_burst(1, &mut b), 64);
+    assert_eq!(null1.rx_burst(2, &mut b), 0, "queue 2 does not exist");
+    null1.stop().expect("stop");
+    null1.close().expect("close");
+    // The PMDs the test bed uses load from Debian's plugin directory (needs
+    // root for AF_PACKET / pcap on `lo`).
+    for (devargs, driver) in [("net_af_packet0,iface=lo", "net_af_packet"), ("net_pcap0,iface=lo", "net_pcap")] {
+        dev::probe(devargs).unwrap_or_else(|e| panic!("{e}"));
+        let p = Port::by_name(dev::devargs_name(devargs)).expect("probed port");
+        assert_eq!(p.info().unwrap().driver_name, driver);
+        p.close().expect("close");
+    }
+    let bogus = dev::probe("net_bogus0").unwrap_err();
+    assert_eq!(bogus.func(), "rte_dev_probe");
 
     for p in [ring, null] {
         p.stop().expect("stop");
         p.close().expect("close");
     }
     assert_eq!(pool.in_use_count(), 0);
-    drop(pool);
     drop(eal);
     assert!(!eal::is_initialized());
 }
@@ -135,7 +152,7 @@ fn lcores_and_launch() {
     assert_eq!(eal::wait_lcore(1), 42);
 
     // Captured state moves into the worker and is dropped there.
-    let v = vec![1, 2, 3];
+    let v: Vec<i32> = (1..=3).collect();
     eal::launch(1, move || v.iter().sum()).expect("launch");
     assert_eq!(eal::wait_lcore(1), 6);
 
