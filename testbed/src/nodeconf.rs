@@ -93,6 +93,22 @@ mod tests {
     }
 
     #[test]
+    fn node_config_accepts_the_generated_yaml() {
+        let t = Topology::single_node();
+        let y = node_yaml(&t.nodes[0], "/tmp/cfw-testbed/n1.sock");
+        let c = config::parse(&y, "n1.yaml").unwrap_or_else(|e| panic!("{e}\n{y}"));
+        assert_eq!(c.node.name, "n1");
+        assert_eq!(c.control_socket, std::path::Path::new("/tmp/cfw-testbed/n1.sock"));
+        assert_eq!(c.dpdk.eal_args, eal_args(&t.nodes[0]));
+        assert_eq!(c.interfaces.len(), 2);
+        assert_eq!(c.interfaces[0].name, "inside");
+        assert_eq!(c.interfaces[0].security_level, 100);
+        assert_eq!(c.interfaces[1].device_name(), "net_af_packet1");
+        assert!(c.access_rules.is_empty() && c.routes.is_empty());
+        assert_eq!(c.flow_table.capacity, FLOW_TABLE_CAPACITY);
+    }
+
+    #[test]
     fn strings_are_quoted_safely() {
         let mut node = Topology::single_node().nodes.remove(0);
         node.name = "we\"ird: name".into();
