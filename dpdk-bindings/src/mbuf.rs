@@ -290,13 +290,23 @@ unsafe impl<const N: usize> Sync for MbufBurst<N> {}
 
 impl<const N: usize> Default for MbufBurst<N> {
     fn default() -> Self {
-        Self::new()
+        Self::empty()
+    }
+}
+
+impl MbufBurst<BURST_SIZE> {
+    /// An empty burst of the default capacity, [`BURST_SIZE`]. (Defined for
+    /// that size only, like `HashMap::new`, so `MbufBurst::new()` needs no
+    /// type annotation; other sizes use [`MbufBurst::empty`].)
+    pub const fn new() -> Self {
+        Self::empty()
     }
 }
 
 impl<const N: usize> MbufBurst<N> {
-    /// An empty burst. `N` must fit in `u16` (DPDK burst counts).
-    pub const fn new() -> Self {
+    /// An empty burst of capacity `N`, e.g. `MbufBurst::<32>::empty()`.
+    /// `N` must fit in `u16` (DPDK burst counts).
+    pub const fn empty() -> Self {
         assert!(N <= u16::MAX as usize, "burst capacity must fit in u16");
         MbufBurst { len: 0, slots: [std::ptr::null_mut(); N] }
     }
@@ -358,7 +368,8 @@ impl<const N: usize> MbufBurst<N> {
         Ok(())
     }
 
-    /// Removes and returns the last mbuf.
+    /// Removes and returns the last mbuf (LIFO: to process a received burst
+    /// in arrival order use [`MbufBurst::drain`] or iterate).
     #[inline]
     pub fn pop(&mut self) -> Option<Mbuf> {
         if self.len == 0 {

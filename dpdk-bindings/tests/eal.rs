@@ -113,7 +113,7 @@ fn eal_ports_mbufs_bursts() {
     // Several queues: configure asks for RSS where the port supports it.
     null1.configure(2, 2, 256, 256, &pool).expect("configure 2 queues");
     null1.start().expect("start");
-    let mut b: Burst = MbufBurst::new();
+    let mut b = MbufBurst::new();
     assert_eq!(null1.rx_burst(1, &mut b), 64);
     assert_eq!(null1.tx_burst(1, &mut b), 64);
     assert_eq!(null1.rx_burst(2, &mut b), 0, "queue 2 does not exist");
@@ -227,7 +227,7 @@ fn mbuf_editing(pool: &Mempool) {
 }
 
 fn burst_ops(pool: &Mempool) {
-    let mut b: MbufBurst<8> = MbufBurst::new();
+    let mut b = MbufBurst::<8>::empty();
     assert_eq!(b.capacity(), 8);
     for i in 0..8 {
         b.push(pool.alloc_from_slice(&[i as u8]).unwrap()).unwrap();
@@ -268,7 +268,7 @@ fn burst_ops(pool: &Mempool) {
     assert_eq!(b.len(), 5);
     assert!(!pool.alloc_bulk(&mut b, 4), "only 3 free slots");
     assert_eq!(b.len(), 5);
-    let mut other: MbufBurst<4> = MbufBurst::new();
+    let mut other = MbufBurst::<4>::empty();
     assert_eq!(other.append_from(&mut b), 4);
     assert_eq!((other.len(), b.len()), (4, 1));
     b.truncate(0);
@@ -363,7 +363,7 @@ fn ring_partial_tx(ring: Port, pool: &Mempool) {
 
 fn null_rx_tx(null: Port, pool: &Mempool) {
     null.reset_stats().unwrap();
-    let mut b: Burst = MbufBurst::new();
+    let mut b = MbufBurst::new();
     // net_null makes up packets (64 bytes by default) from our pool.
     assert_eq!(null.rx_burst(0, &mut b), b.capacity());
     assert!(b.iter().all(|m| m.len() == 64 && m.port() == null.id()));
