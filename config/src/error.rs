@@ -219,79 +219,93 @@ pub enum ErrorKind {
 /// A configuration error with the position and field it concerns.
 ///
 /// Display: `node.yaml:12:14: interfaces[1].address: invalid IPv4 prefix
-/// "198.18.1.1/33": prefix length must be 0-32`.
-#[derive(Debug, thiserror::Error)]
-#[error("{file}{position}: {field_prefix}{kind}", position = self.position_text(), field_prefix = self.field_prefix())]
-pub struct ConfigError {
+/// "198.18.1.1/33": prefix length must be 0-32`. The details live behind one
+/// `Box`, so `Result<_, ConfigError>` stays pointer-sized on the error side.
+/// [`std::error::Error::source`] is the [`ErrorKind`].
+#[derive(Debug)]
+pub struct ConfigError(Box<Inner>);
+
+#[derive(Debug)]
+struct Inner {
     file: String,
     line: usize,
     column: usize,
     field: String,
-    #[source]
     kind: ErrorKind,
 }
 
 impl ConfigError {
-    pub(crate) fn new(file: &str, line: usize, column: usize, field: &FieldPath, kind: ErrorKind) -> ConfigError {
-        ConfigError {
+    pub(crate) fn new(
+        file: &str,
+        line: usize,
+        column: usize,
+        field: &FieldPath,
+        kind: ErrorKind,
+    ) -> ConfigError {
+        ConfigError(Box::new(Inner {
             file: file.to_string(),
             line: line.max(1),
             column: column.max(1),
             field: field.to_string(),
             kind,
-        }
+        }))
     }
 
     pub(crate) fn read(file: &str, e: std::io::Error) -> ConfigError {
-        ConfigError {
+        ConfigError(Box::new(Inner {
             file: file.to_string(),
             line: 0,
             column: 0,
             field: String::new(),
             kind: ErrorKind::Read(e),
-        }
+        }))
     }
 
     /// The file name as given to [`crate::parse`] or [`crate::load`].
     pub fn file(&self) -> &str {
-        &self.file
+        &self.0.file
     }
 
     /// The 1-based line of the offending value; 0 only for a read error.
     pub fn line(&self) -> usize {
-        self.line
+        self.0.line
     }
 
     /// The 1-based column (in characters); 0 only for a read error.
     pub fn column(&self) -> usize {
-        self.column
+        self.0.column
     }
 
     /// The field path, like `interfaces[1].address`; empty when the error
-    /// concerns the document as a whole.
+    /// concerns the document as a whole (a YAML syntax error, a read error).
     pub fn field(&self) -> &str {
-        &self.field
+        &self.0.field
     }
 
     /// What is wrong.
     pub fn kind(&self) -> &ErrorKind {
-        &self.kind
+        &self.0.kind
     }
+}
 
-    fn position_text(&self) -> String {
-        if self.line == 0 {
-            String::new()
-        } else {
-            format!(":{}:{}", self.line, self.column)
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let e = &self.0;
+        f.write_str(&e.file)?;
+        if e.line != 0 {
+            write!(f, ":{}:{}", e.line, e.column)?;
         }
+        f.write_str(": ")?;
+        if !e.field.is_empty() {
+            write!(f, "{}: ", e.field)?;
+        }
+        write!(f, "{}", e.kind)
     }
+}
 
-    fn field_prefix(&self) -> String {
-        if self.field.is_empty() {
-            String::new()
-        } else {
-            format!("{}: ", self.field)
-        }
+impl std::error::Error for ConfigError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.0.kind)
     }
 }
 
@@ -328,7 +342,11 @@ mod tests {
             "node.yaml:12:14: interfaces[1].address: invalid IPv4 prefix \"198.18.1.1/33\": prefix length must be 0-32"
         );
         let r = ConfigError::read("x.yaml", std::io::Error::from(std::io::ErrorKind::NotFound));
-        assert!(r.to_string().starts_with("x.yaml: cannot read configuration: "), "{r}");
+        assert!(
+            r.to_string()
+                .starts_with("x.yaml: cannot read configuration: "),
+            "{r}"
+        );
         assert_eq!(r.line(), 0);
     }
 }

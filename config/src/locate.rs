@@ -74,13 +74,8 @@ impl Locator {
         let mut parser = Parser::new_from_str(src);
         let mut stack: Vec<Open> = Vec::new();
         let mut documents = 0usize;
-        // Set when a container for the first document is fixed, so that only
-        // the first document's nodes are placed.
-        loop {
-            let (event, mark) = match parser.next_token() {
-                Ok(x) => x,
-                Err(_) => break,
-            };
+        // A scan error ends the tree where it happened.
+        while let Ok((event, mark)) = parser.next_token() {
             let pos = Pos {
                 line: mark.line().max(1),
                 column: mark.col() + 1,
@@ -141,7 +136,11 @@ impl Locator {
         if is_map {
             if top.expect_key {
                 // A block mapping's own marker is unreliable; use its first key.
-                if let Some(Node { kind: Kind::Map(entries), pos: ppos }) = self.nodes.get_mut(parent) {
+                if let Some(Node {
+                    kind: Kind::Map(entries),
+                    pos: ppos,
+                }) = self.nodes.get_mut(parent)
+                {
                     if entries.is_empty() && top.pending_key.is_none() {
                         *ppos = pos;
                     }
@@ -150,12 +149,20 @@ impl Locator {
                 top.expect_key = false;
             } else {
                 let (key, kpos) = top.pending_key.take().unwrap_or((None, pos));
-                if let Some(Node { kind: Kind::Map(entries), .. }) = self.nodes.get_mut(parent) {
+                if let Some(Node {
+                    kind: Kind::Map(entries),
+                    ..
+                }) = self.nodes.get_mut(parent)
+                {
                     entries.push((key, kpos, id));
                 }
                 top.expect_key = true;
             }
-        } else if let Some(Node { kind: Kind::Seq(items), .. }) = self.nodes.get_mut(parent) {
+        } else if let Some(Node {
+            kind: Kind::Seq(items),
+            ..
+        }) = self.nodes.get_mut(parent)
+        {
             items.push(id);
         }
         id
@@ -298,7 +305,18 @@ list: []
 
     #[test]
     fn broken_and_empty_input_never_panics() {
-        for src in ["", "   ", "a: [", "- - - -", "{", "a: *x", "\t", "a:\n\tb: 1", "]]]", "? [a]\n: b"] {
+        for src in [
+            "",
+            "   ",
+            "a: [",
+            "- - - -",
+            "{",
+            "a: *x",
+            "\t",
+            "a:\n\tb: 1",
+            "]]]",
+            "? [a]\n: b",
+        ] {
             let l = Locator::new(src);
             let p = l.locate(&path("a[0].b"));
             assert!(p.line >= 1 && p.column >= 1);

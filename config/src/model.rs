@@ -110,7 +110,9 @@ pub struct LoggingConfig {
 }
 
 /// A log level, lowest volume first.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum LogLevel {
     /// Errors only.
@@ -371,7 +373,13 @@ mod tests {
 
     #[test]
     fn log_levels() {
-        for l in [LogLevel::Error, LogLevel::Warn, LogLevel::Info, LogLevel::Debug, LogLevel::Trace] {
+        for l in [
+            LogLevel::Error,
+            LogLevel::Warn,
+            LogLevel::Info,
+            LogLevel::Debug,
+            LogLevel::Trace,
+        ] {
             assert_eq!(l.as_str().parse::<LogLevel>(), Ok(l));
         }
         assert_eq!(LogLevel::default(), LogLevel::Info);

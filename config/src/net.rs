@@ -106,8 +106,7 @@ impl Ipv4Net {
     /// written for interface addresses; returns the address and length.
     pub fn parse_host(s: &str) -> Result<(Ipv4Addr, u8), PrefixError> {
         let (a, l) = s.split_once('/').ok_or(PrefixError::MissingLength)?;
-        let addr =
-            Ipv4Addr::from_str(a).map_err(|_| PrefixError::BadAddress(a.to_string()))?;
+        let addr = Ipv4Addr::from_str(a).map_err(|_| PrefixError::BadAddress(a.to_string()))?;
         if l.is_empty() || l.len() > 3 || !l.bytes().all(|b| b.is_ascii_digit()) {
             return Err(PrefixError::BadLength(l.to_string()));
         }
@@ -346,7 +345,13 @@ mod tests {
     #[test]
     fn prefix_parse_and_display() {
         let n: Ipv4Net = "198.18.1.0/24".parse().unwrap();
-        assert_eq!(n, Ipv4Net { addr: ip("198.18.1.0"), len: 24 });
+        assert_eq!(
+            n,
+            Ipv4Net {
+                addr: ip("198.18.1.0"),
+                len: 24
+            }
+        );
         assert_eq!(n.to_string(), "198.18.1.0/24");
         assert_eq!(n.netmask(), ip("255.255.255.0"));
         assert_eq!(n.broadcast(), ip("198.18.1.255"));
@@ -356,16 +361,43 @@ mod tests {
 
     #[test]
     fn prefix_errors() {
-        assert_eq!("1.2.3.4".parse::<Ipv4Net>(), Err(PrefixError::MissingLength));
-        assert_eq!("1.2.3/8".parse::<Ipv4Net>(), Err(PrefixError::BadAddress("1.2.3".into())));
-        assert_eq!("1.2.3.4/x".parse::<Ipv4Net>(), Err(PrefixError::BadLength("x".into())));
-        assert_eq!("1.2.3.4/+8".parse::<Ipv4Net>(), Err(PrefixError::BadLength("+8".into())));
-        assert_eq!("1.2.3.4/".parse::<Ipv4Net>(), Err(PrefixError::BadLength("".into())));
-        assert_eq!("1.2.3.4/33".parse::<Ipv4Net>(), Err(PrefixError::LengthTooLong));
-        assert_eq!("1.2.3.4/99999".parse::<Ipv4Net>(), Err(PrefixError::BadLength("99999".into())));
+        assert_eq!(
+            "1.2.3.4".parse::<Ipv4Net>(),
+            Err(PrefixError::MissingLength)
+        );
+        assert_eq!(
+            "1.2.3/8".parse::<Ipv4Net>(),
+            Err(PrefixError::BadAddress("1.2.3".into()))
+        );
+        assert_eq!(
+            "1.2.3.4/x".parse::<Ipv4Net>(),
+            Err(PrefixError::BadLength("x".into()))
+        );
+        assert_eq!(
+            "1.2.3.4/+8".parse::<Ipv4Net>(),
+            Err(PrefixError::BadLength("+8".into()))
+        );
+        assert_eq!(
+            "1.2.3.4/".parse::<Ipv4Net>(),
+            Err(PrefixError::BadLength("".into()))
+        );
+        assert_eq!(
+            "1.2.3.4/33".parse::<Ipv4Net>(),
+            Err(PrefixError::LengthTooLong)
+        );
+        assert_eq!(
+            "1.2.3.4/99999".parse::<Ipv4Net>(),
+            Err(PrefixError::BadLength("99999".into()))
+        );
         let e = "198.18.1.1/24".parse::<Ipv4Net>().unwrap_err();
-        assert_eq!(e.to_string(), "host bits are set (did you mean 198.18.1.0/24?)");
-        assert_eq!(Ipv4Net::parse_host("198.18.1.1/24"), Ok((ip("198.18.1.1"), 24)));
+        assert_eq!(
+            e.to_string(),
+            "host bits are set (did you mean 198.18.1.0/24?)"
+        );
+        assert_eq!(
+            Ipv4Net::parse_host("198.18.1.1/24"),
+            Ok((ip("198.18.1.1"), 24))
+        );
     }
 
     #[test]
@@ -377,15 +409,27 @@ mod tests {
         let m: Ipv4Net = "10.1.2.0/24".parse().unwrap();
         assert!(n.overlaps(&m) && m.overlaps(&n));
         assert!(!m.overlaps(&"10.1.3.0/24".parse().unwrap()));
-        assert_eq!(Ipv4Net::containing(ip("10.1.2.3"), 8).to_string(), "10.0.0.0/8");
+        assert_eq!(
+            Ipv4Net::containing(ip("10.1.2.3"), 8).to_string(),
+            "10.0.0.0/8"
+        );
     }
 
     #[test]
     fn ports() {
         assert_eq!("80".parse::<PortRange>(), Ok(PortRange::single(80)));
-        assert_eq!("1024-65535".parse::<PortRange>(), Ok(PortRange { lo: 1024, hi: 65535 }));
+        assert_eq!(
+            "1024-65535".parse::<PortRange>(),
+            Ok(PortRange {
+                lo: 1024,
+                hi: 65535
+            })
+        );
         assert_eq!("0-65535".parse::<PortRange>(), Ok(PortRange::ANY));
-        assert_eq!("90-80".parse::<PortRange>(), Err(PortError::Reversed { lo: 90, hi: 80 }));
+        assert_eq!(
+            "90-80".parse::<PortRange>(),
+            Err(PortError::Reversed { lo: 90, hi: 80 })
+        );
         for bad in ["", "-", "65536", "1-", "-5", "+5", "a", "1-2-3", "99999999"] {
             assert_eq!(bad.parse::<PortRange>(), Err(PortError::Syntax), "{bad}");
         }

@@ -39,7 +39,11 @@ where
 }
 
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case", expecting = "a mapping of configuration sections")]
+#[serde(
+    deny_unknown_fields,
+    rename_all = "kebab-case",
+    expecting = "a mapping of configuration sections"
+)]
 struct RawConfig {
     node: RawNode,
     #[serde(default, deserialize_with = "null_default")]
@@ -62,20 +66,32 @@ struct RawConfig {
 }
 
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case", expecting = "a mapping with key `name`")]
+#[serde(
+    deny_unknown_fields,
+    rename_all = "kebab-case",
+    expecting = "a mapping with key `name`"
+)]
 struct RawNode {
     name: String,
 }
 
 #[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case", expecting = "a mapping with key `level`")]
+#[serde(
+    deny_unknown_fields,
+    rename_all = "kebab-case",
+    expecting = "a mapping with key `level`"
+)]
 struct RawLogging {
     #[serde(default)]
     level: LogLevel,
 }
 
 #[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case", expecting = "a mapping of dpdk settings")]
+#[serde(
+    deny_unknown_fields,
+    rename_all = "kebab-case",
+    expecting = "a mapping of dpdk settings"
+)]
 struct RawDpdk {
     #[serde(default, deserialize_with = "null_default")]
     eal_args: Vec<String>,
@@ -87,7 +103,11 @@ struct RawDpdk {
 }
 
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case", expecting = "an interface mapping (name, device, address, security-level, vlan)")]
+#[serde(
+    deny_unknown_fields,
+    rename_all = "kebab-case",
+    expecting = "an interface mapping (name, device, address, security-level, vlan)"
+)]
 struct RawInterface {
     name: String,
     device: String,
@@ -98,14 +118,22 @@ struct RawInterface {
 }
 
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case", expecting = "a route mapping (destination, via)")]
+#[serde(
+    deny_unknown_fields,
+    rename_all = "kebab-case",
+    expecting = "a route mapping (destination, via)"
+)]
 struct RawRoute {
     destination: String,
     via: String,
 }
 
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case", expecting = "an access rule mapping (name, action, interface, protocol, source, destination, source-port, destination-port)")]
+#[serde(
+    deny_unknown_fields,
+    rename_all = "kebab-case",
+    expecting = "an access rule mapping (name, action, interface, protocol, source, destination, source-port, destination-port)"
+)]
 struct RawRule {
     name: String,
     action: Action,
@@ -124,7 +152,11 @@ struct RawRule {
 }
 
 #[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case", expecting = "a mapping of timeouts in seconds")]
+#[serde(
+    deny_unknown_fields,
+    rename_all = "kebab-case",
+    expecting = "a mapping of timeouts in seconds"
+)]
 struct RawTimeouts {
     tcp_syn: Option<u64>,
     tcp_established: Option<u64>,
@@ -136,13 +168,21 @@ struct RawTimeouts {
 }
 
 #[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case", expecting = "a mapping with key `capacity`")]
+#[serde(
+    deny_unknown_fields,
+    rename_all = "kebab-case",
+    expecting = "a mapping with key `capacity`"
+)]
 struct RawFlowTable {
     capacity: Option<u64>,
 }
 
 #[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case", expecting = "a mapping of arp settings (capacity, timeout, retry)")]
+#[serde(
+    deny_unknown_fields,
+    rename_all = "kebab-case",
+    expecting = "a mapping of arp settings (capacity, timeout, retry)"
+)]
 struct RawArp {
     capacity: Option<u64>,
     timeout: Option<u64>,
@@ -188,7 +228,11 @@ const SCHEMA_PHRASES: &[&str] = &[
     "an integer or a string",
 ];
 
-fn serde_error(src: &str, file: &str, e: serde_path_to_error::Error<serde_yaml::Error>) -> ConfigError {
+fn serde_error(
+    src: &str,
+    file: &str,
+    e: serde_path_to_error::Error<serde_yaml::Error>,
+) -> ConfigError {
     let mut path = FieldPath::from_serde(e.path());
     let inner = e.into_inner();
     let mut msg = inner.to_string();
@@ -278,7 +322,13 @@ impl Checker<'_> {
         match s {
             None => Ok(Ipv4Net::ANY),
             Some(s) => Ipv4Net::from_str(s).map_err(|reason| {
-                self.err(path, ErrorKind::InvalidPrefix { found: s.to_string(), reason })
+                self.err(
+                    path,
+                    ErrorKind::InvalidPrefix {
+                        found: s.to_string(),
+                        reason,
+                    },
+                )
             }),
         }
     }
@@ -287,7 +337,13 @@ impl Checker<'_> {
         match s {
             None => Ok(PortRange::ANY),
             Some(IntOrStr(s)) => PortRange::from_str(s).map_err(|reason| {
-                self.err(path, ErrorKind::InvalidPortRange { found: s.clone(), reason })
+                self.err(
+                    path,
+                    ErrorKind::InvalidPortRange {
+                        found: s.clone(),
+                        reason,
+                    },
+                )
             }),
         }
     }
@@ -306,7 +362,10 @@ impl Checker<'_> {
         {
             return Err(self.err(
                 &name_path,
-                ErrorKind::InvalidName { found: name, expected: "letters, digits, '_', '-' or '.'" },
+                ErrorKind::InvalidName {
+                    found: name,
+                    expected: "letters, digits, '_', '-' or '.'",
+                },
             ));
         }
 
@@ -349,15 +408,34 @@ impl Checker<'_> {
 
         let ap = root.key("arp");
         let arp = ArpConfig {
-            capacity: self.range(&ap.key("capacity"), raw.arp.capacity, DEFAULT_ARP_CAPACITY.into(), 1, u32::MAX.into())?
-                as u32,
-            timeout: self.range(&ap.key("timeout"), raw.arp.timeout, DEFAULT_ARP_TIMEOUT, 1, u64::MAX)?,
-            retry: self.range(&ap.key("retry"), raw.arp.retry, DEFAULT_ARP_RETRY, 1, u64::MAX)?,
+            capacity: self.range(
+                &ap.key("capacity"),
+                raw.arp.capacity,
+                DEFAULT_ARP_CAPACITY.into(),
+                1,
+                u32::MAX.into(),
+            )? as u32,
+            timeout: self.range(
+                &ap.key("timeout"),
+                raw.arp.timeout,
+                DEFAULT_ARP_TIMEOUT,
+                1,
+                u64::MAX,
+            )?,
+            retry: self.range(
+                &ap.key("retry"),
+                raw.arp.retry,
+                DEFAULT_ARP_RETRY,
+                1,
+                u64::MAX,
+            )?,
         };
 
         Ok(Config {
             node: NodeConfig { name },
-            logging: LoggingConfig { level: raw.logging.level },
+            logging: LoggingConfig {
+                level: raw.logging.level,
+            },
             control_socket,
             dpdk,
             interfaces,
@@ -374,7 +452,13 @@ impl Checker<'_> {
     fn dpdk(&self, p: &FieldPath, raw: RawDpdk) -> R<DpdkConfig> {
         Ok(DpdkConfig {
             eal_args: raw.eal_args,
-            mbufs: self.range(&p.key("mbufs"), raw.mbufs, DEFAULT_MBUFS.into(), 1, u32::MAX.into())? as u32,
+            mbufs: self.range(
+                &p.key("mbufs"),
+                raw.mbufs,
+                DEFAULT_MBUFS.into(),
+                1,
+                u32::MAX.into(),
+            )? as u32,
             rx_descriptors: self.range(
                 &p.key("rx-descriptors"),
                 raw.rx_descriptors,
@@ -389,7 +473,13 @@ impl Checker<'_> {
                 1,
                 u16::MAX.into(),
             )? as u16,
-            burst: self.range(&p.key("burst"), raw.burst, DEFAULT_BURST.into(), 1, MAX_BURST.into())? as u16,
+            burst: self.range(
+                &p.key("burst"),
+                raw.burst,
+                DEFAULT_BURST.into(),
+                1,
+                MAX_BURST.into(),
+            )? as u16,
             idle_sleep_us: self.range(
                 &p.key("idle-sleep-us"),
                 raw.idle_sleep_us,
@@ -441,10 +531,22 @@ impl Checker<'_> {
             }
             let ap = ip.key("address");
             let (address, prefix_len) = Ipv4Net::parse_host(&r.address).map_err(|reason| {
-                self.err(&ap, ErrorKind::InvalidPrefix { found: r.address.clone(), reason })
+                self.err(
+                    &ap,
+                    ErrorKind::InvalidPrefix {
+                        found: r.address.clone(),
+                        reason,
+                    },
+                )
             })?;
             let host_err = |reason| {
-                self.err(&ap, ErrorKind::InvalidHostAddress { found: r.address.clone(), reason })
+                self.err(
+                    &ap,
+                    ErrorKind::InvalidHostAddress {
+                        found: r.address.clone(),
+                        reason,
+                    },
+                )
             };
             if address.is_unspecified() || address.is_broadcast() || address.is_multicast() {
                 return Err(host_err("not a unicast address"));
@@ -466,9 +568,13 @@ impl Checker<'_> {
                     },
                 ));
             }
-            let security_level =
-                self.range(&ip.key("security-level"), Some(r.security_level), 0, 0, MAX_SECURITY_LEVEL.into())?
-                    as u8;
+            let security_level = self.range(
+                &ip.key("security-level"),
+                Some(r.security_level),
+                0,
+                0,
+                MAX_SECURITY_LEVEL.into(),
+            )? as u8;
             let vlan = match r.vlan {
                 None => None,
                 v => Some(self.range(&ip.key("vlan"), v, 1, 1, MAX_VLAN.into())? as u16),
@@ -499,7 +605,12 @@ impl Checker<'_> {
         Ok(out)
     }
 
-    fn routes(&self, p: &FieldPath, raw: Vec<RawRoute>, ifaces: &[InterfaceConfig]) -> R<Vec<RouteConfig>> {
+    fn routes(
+        &self,
+        p: &FieldPath,
+        raw: Vec<RawRoute>,
+        ifaces: &[InterfaceConfig],
+    ) -> R<Vec<RouteConfig>> {
         let mut out: Vec<RouteConfig> = Vec::with_capacity(raw.len());
         let mut seen: HashMap<Ipv4Net, usize> = HashMap::new();
         for (i, r) in raw.into_iter().enumerate() {
@@ -518,10 +629,22 @@ impl Checker<'_> {
             }
             seen.insert(destination, i);
             let vp = rp.key("via");
-            let via = Ipv4Addr::from_str(&r.via)
-                .map_err(|_| self.err(&vp, ErrorKind::InvalidAddress { found: r.via.clone() }))?;
+            let via = Ipv4Addr::from_str(&r.via).map_err(|_| {
+                self.err(
+                    &vp,
+                    ErrorKind::InvalidAddress {
+                        found: r.via.clone(),
+                    },
+                )
+            })?;
             if let Some(o) = ifaces.iter().find(|o| o.address == via) {
-                return Err(self.err(&vp, ErrorKind::NextHopIsLocal { via, interface: o.name.clone() }));
+                return Err(self.err(
+                    &vp,
+                    ErrorKind::NextHopIsLocal {
+                        via,
+                        interface: o.name.clone(),
+                    },
+                ));
             }
             if !ifaces.iter().any(|o| o.subnet().contains(via)) {
                 let connected = ifaces
@@ -536,7 +659,12 @@ impl Checker<'_> {
         Ok(out)
     }
 
-    fn rules(&self, p: &FieldPath, raw: Vec<RawRule>, ifaces: &[InterfaceConfig]) -> R<Vec<AccessRule>> {
+    fn rules(
+        &self,
+        p: &FieldPath,
+        raw: Vec<RawRule>,
+        ifaces: &[InterfaceConfig],
+    ) -> R<Vec<AccessRule>> {
         let mut out: Vec<AccessRule> = Vec::with_capacity(raw.len());
         for (i, r) in raw.into_iter().enumerate() {
             let rp = p.index(i);
@@ -559,14 +687,27 @@ impl Checker<'_> {
                 Some(n) if n == "any" => None,
                 Some(n) if ifaces.iter().any(|o| o.name == n) => Some(n),
                 Some(n) => {
-                    let known = ifaces.iter().map(|o| o.name.as_str()).collect::<Vec<_>>().join(", ");
-                    return Err(self.err(&rp.key("interface"), ErrorKind::UnknownInterface { found: n, known }));
+                    let known = ifaces
+                        .iter()
+                        .map(|o| o.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ");
+                    return Err(self.err(
+                        &rp.key("interface"),
+                        ErrorKind::UnknownInterface { found: n, known },
+                    ));
                 }
             };
             let protocol = match &r.protocol {
                 None => Protocol::Any,
                 Some(IntOrStr(s)) => Protocol::from_str(s).map_err(|reason| {
-                    self.err(&rp.key("protocol"), ErrorKind::InvalidProtocol { found: s.clone(), reason })
+                    self.err(
+                        &rp.key("protocol"),
+                        ErrorKind::InvalidProtocol {
+                            found: s.clone(),
+                            reason,
+                        },
+                    )
                 })?,
             };
             let source = self.prefix(&rp.key("source"), r.source.as_deref())?;
@@ -576,11 +717,16 @@ impl Checker<'_> {
             let source_port = self.ports(&spp, r.source_port.as_ref())?;
             let destination_port = self.ports(&dpp, r.destination_port.as_ref())?;
             if !protocol.has_ports() {
-                for (present, path) in [(r.source_port.is_some(), &spp), (r.destination_port.is_some(), &dpp)] {
+                for (present, path) in [
+                    (r.source_port.is_some(), &spp),
+                    (r.destination_port.is_some(), &dpp),
+                ] {
                     if present {
                         return Err(self.err(
                             path,
-                            ErrorKind::PortsWithoutTransport { protocol: protocol.to_string() },
+                            ErrorKind::PortsWithoutTransport {
+                                protocol: protocol.to_string(),
+                            },
                         ));
                     }
                 }
@@ -603,6 +749,12 @@ impl Checker<'_> {
 /// See [`crate::parse`].
 pub(crate) fn parse(src: &str, file: &str) -> Result<Config, ConfigError> {
     let de = serde_yaml::Deserializer::from_str(src);
-    let raw: RawConfig = serde_path_to_error::deserialize(de).map_err(|e| serde_error(src, file, e))?;
-    Checker { src, file, locator: OnceCell::new() }.check(raw)
+    let raw: RawConfig =
+        serde_path_to_error::deserialize(de).map_err(|e| serde_error(src, file, e))?;
+    Checker {
+        src,
+        file,
+        locator: OnceCell::new(),
+    }
+    .check(raw)
 }

@@ -38,8 +38,22 @@ struct Case {
     message: &'static str,
 }
 
-fn case(what: &'static str, src: String, line: usize, column: usize, field: &'static str, message: &'static str) -> Case {
-    Case { what, src, line, column, field, message }
+fn case(
+    what: &'static str,
+    src: String,
+    line: usize,
+    column: usize,
+    field: &'static str,
+    message: &'static str,
+) -> Case {
+    Case {
+        what,
+        src,
+        line,
+        column,
+        field,
+        message,
+    }
 }
 
 fn cases() -> Vec<Case> {
@@ -192,7 +206,13 @@ fn broken_configs_report_line_field_and_message() {
             }
         }
     }
-    assert!(failures.is_empty(), "{} of {} cases differ:\n{}", failures.len(), cases().len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {} cases differ:\n{}",
+        failures.len(),
+        cases().len(),
+        failures.join("\n")
+    );
 }
 
 /// The Display text after the `file:line:col: field: ` prefix, checking
@@ -204,7 +224,9 @@ fn message(e: &ConfigError) -> String {
         prefix.push_str(e.field());
         prefix.push_str(": ");
     }
-    text.strip_prefix(&prefix).map(str::to_string).unwrap_or_else(|| format!("BAD PREFIX: {text}"))
+    text.strip_prefix(&prefix)
+        .map(str::to_string)
+        .unwrap_or_else(|| format!("BAD PREFIX: {text}"))
 }
 
 #[test]

@@ -27,9 +27,18 @@ fn example_parses_with_expected_values() {
     assert_eq!(
         c.dpdk,
         DpdkConfig {
-            eal_args: ["--no-huge", "-m", "512", "--no-pci", "--file-prefix", "cfw-node1", "-l", "0,1"]
-                .map(String::from)
-                .to_vec(),
+            eal_args: [
+                "--no-huge",
+                "-m",
+                "512",
+                "--no-pci",
+                "--file-prefix",
+                "cfw-node1",
+                "-l",
+                "0,1"
+            ]
+            .map(String::from)
+            .to_vec(),
             mbufs: 8191,
             rx_descriptors: 1024,
             tx_descriptors: 1024,
@@ -63,8 +72,14 @@ fn example_parses_with_expected_values() {
     assert_eq!(
         c.routes,
         vec![
-            RouteConfig { destination: Ipv4Net::ANY, via: ip("198.18.2.254") },
-            RouteConfig { destination: net("203.0.113.0/24"), via: ip("198.18.1.254") },
+            RouteConfig {
+                destination: Ipv4Net::ANY,
+                via: ip("198.18.2.254")
+            },
+            RouteConfig {
+                destination: net("203.0.113.0/24"),
+                via: ip("198.18.1.254")
+            },
         ]
     );
     assert_eq!(
@@ -105,10 +120,24 @@ fn example_parses_with_expected_values() {
         }
     );
     assert_eq!(c.flow_table.capacity, 262144);
-    assert_eq!(c.arp, ArpConfig { capacity: 4096, timeout: 300, retry: 1 });
+    assert_eq!(
+        c.arp,
+        ArpConfig {
+            capacity: 4096,
+            timeout: 300,
+            retry: 1
+        }
+    );
     assert_eq!(c.source_file, example_path());
-    assert_eq!(c.source_text, std::fs::read_to_string(example_path()).unwrap());
-    assert_eq!(c.connected_interface(ip("198.18.2.254")).map(|i| i.name.as_str()), Some("outside"));
+    assert_eq!(
+        c.source_text,
+        std::fs::read_to_string(example_path()).unwrap()
+    );
+    assert_eq!(
+        c.connected_interface(ip("198.18.2.254"))
+            .map(|i| i.name.as_str()),
+        Some("outside")
+    );
     assert_eq!(c.interface_index("outside"), Some(1));
 }
 
@@ -128,10 +157,16 @@ fn defaults_apply_to_omitted_sections() {
     assert_eq!(c.node.name, "edge-7");
     assert_eq!(c.logging, LoggingConfig::default());
     assert_eq!(c.logging.level, LogLevel::Info);
-    assert_eq!(c.control_socket, PathBuf::from("/run/clusterfw/edge-7.sock"));
+    assert_eq!(
+        c.control_socket,
+        PathBuf::from("/run/clusterfw/edge-7.sock")
+    );
     assert_eq!(c.dpdk, DpdkConfig::default());
     assert!(c.dpdk.eal_args.is_empty());
-    assert_eq!((c.dpdk.mbufs, c.dpdk.rx_descriptors, c.dpdk.tx_descriptors), (8191, 1024, 1024));
+    assert_eq!(
+        (c.dpdk.mbufs, c.dpdk.rx_descriptors, c.dpdk.tx_descriptors),
+        (8191, 1024, 1024)
+    );
     assert_eq!((c.dpdk.burst, c.dpdk.idle_sleep_us), (32, 200));
     assert_eq!(c.interfaces.len(), 1);
     assert!(!c.interfaces[0].is_vdev());
@@ -139,12 +174,27 @@ fn defaults_apply_to_omitted_sections() {
     assert!(c.access_rules.is_empty());
     assert_eq!(c.timeouts, Timeouts::default());
     assert_eq!(
-        (c.timeouts.tcp_syn, c.timeouts.tcp_established, c.timeouts.tcp_closing, c.timeouts.tcp_closed),
+        (
+            c.timeouts.tcp_syn,
+            c.timeouts.tcp_established,
+            c.timeouts.tcp_closing,
+            c.timeouts.tcp_closed
+        ),
         (30, 3600, 120, 10)
     );
-    assert_eq!((c.timeouts.udp, c.timeouts.icmp, c.timeouts.other), (120, 10, 60));
+    assert_eq!(
+        (c.timeouts.udp, c.timeouts.icmp, c.timeouts.other),
+        (120, 10, 60)
+    );
     assert_eq!(c.flow_table, FlowTableConfig { capacity: 262144 });
-    assert_eq!(c.arp, ArpConfig { capacity: 4096, timeout: 300, retry: 1 });
+    assert_eq!(
+        c.arp,
+        ArpConfig {
+            capacity: 4096,
+            timeout: 300,
+            retry: 1
+        }
+    );
     assert_eq!(c.source_file, PathBuf::from("min.yaml"));
 }
 
@@ -159,7 +209,14 @@ fn partial_sections_and_empty_values_take_defaults() {
     assert_eq!(c.dpdk.mbufs, 8191);
     assert_eq!(c.timeouts.udp, 30);
     assert_eq!(c.timeouts.tcp_syn, 30);
-    assert_eq!(c.arp, ArpConfig { capacity: 4096, timeout: 300, retry: 2 });
+    assert_eq!(
+        c.arp,
+        ArpConfig {
+            capacity: 4096,
+            timeout: 300,
+            retry: 2
+        }
+    );
 }
 
 #[test]
@@ -194,7 +251,13 @@ fn rule_field_forms() {
     assert_eq!(r[0].interface, None);
     assert_eq!(r[0].protocol, Protocol::UDP);
     assert_eq!(r[0].source, net("10.0.0.0/8"));
-    assert_eq!(r[0].source_port, PortRange { lo: 1024, hi: 65535 });
+    assert_eq!(
+        r[0].source_port,
+        PortRange {
+            lo: 1024,
+            hi: 65535
+        }
+    );
     assert!(r[0].source_port.contains(1024) && !r[0].source_port.contains(1023));
     assert_eq!(r[0].destination_port, PortRange::single(53));
     assert_eq!(r[1].protocol, Protocol::Number(47));
@@ -247,5 +310,9 @@ fn unreadable_file_names_the_file() {
     assert_eq!(e.file(), "/nonexistent/cfw.yaml");
     assert_eq!(e.line(), 0);
     assert!(matches!(e.kind(), ErrorKind::Read(_)));
-    assert!(e.to_string().starts_with("/nonexistent/cfw.yaml: cannot read configuration: "), "{e}");
+    assert!(
+        e.to_string()
+            .starts_with("/nonexistent/cfw.yaml: cannot read configuration: "),
+        "{e}"
+    );
 }
