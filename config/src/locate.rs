@@ -71,6 +71,8 @@ impl Locator {
             root: None,
             second_document: None,
         };
+        // libyaml (behind serde_yaml) skips a byte order mark; so do we.
+        let src = src.strip_prefix('\u{feff}').unwrap_or(src);
         let mut parser = Parser::new_from_str(src);
         let mut stack: Vec<Open> = Vec::new();
         let mut documents = 0usize;

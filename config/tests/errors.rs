@@ -184,6 +184,13 @@ fn cases() -> Vec<Case> {
         case("arp capacity zero", edit(69, "  capacity: 0"), 69, 13, "arp.capacity", "value 0 out of range: expected 1-4294967295"),
         case("arp timeout zero", edit(70, "  timeout: 0"), 70, 12, "arp.timeout", "value 0 out of range: expected 1-18446744073709551615"),
         case("arp retry zero", edit(71, "  retry: 0"), 71, 10, "arp.retry", "value 0 out of range: expected 1-18446744073709551615"),
+        // --- encodings of the same file -----------------------------------
+        case("CRLF line endings", edit(37, "    via: 10.9.9.9").replace('\n', "\r\n"), 37, 10, "routes[1].via",
+             "next hop 10.9.9.9 is not in a connected subnet (connected: 198.18.1.0/24, 198.18.2.0/24)"),
+        case("byte order mark", format!("\u{feff}{}", edit(66, "  capacity: 8")), 66, 13, "flow-table.capacity",
+             "value 8 out of range: expected 16-16777216"),
+        case("non-ASCII before the value", edit(28, "    device: \"ñ\" # é\n    vlan: 0").lines().collect::<Vec<_>>().join("\n"), 29, 11, "interfaces[1].vlan",
+             "value 0 out of range: expected 1-4094"),
         // --- the minimal file's own positions -------------------------------
         case("flow-style interface", format!("{MINIMAL}  - {{name: wan, device: net_tap1, address: 10.0.0.9/24, security-level: 0}}\n"),
              8, 44, "interfaces[1].address", "subnet 10.0.0.0/24 overlaps 10.0.0.0/24 of interface \"lan\""),
