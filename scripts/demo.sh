@@ -133,10 +133,11 @@ if [ -z "$kernel_router" ]; then
   jq -r '.drops | to_entries[] | select(.value > 0) | "  \(.key): \(.value)"' <<<"$stats"
   flows=$(ctl show conn --json 2>/dev/null | jq -r '
     if type == "array" then length
+    elif has("total") then .total
     elif has("connections") then (.connections | length)
     elif has("flows") then (.flows | if type == "array" then length else . end)
     else "?" end' 2>/dev/null || echo "?")
-  echo "flows (show conn): $flows"
+  echo "flows in the table (show conn): $flows"
 else
   echo "kernel router interfaces in cfw-n1:"
   ip -n cfw-n1 -s -j link show | jq -r '.[] | select(.ifname != "lo") |
