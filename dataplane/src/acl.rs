@@ -106,7 +106,8 @@ impl Decision {
 pub struct RuleInfo {
     pub name: String,
     pub action: &'static str,
-    pub interface: Option<IfIndex>,
+    /// Ingress interface name, or "any".
+    pub interface: String,
     pub protocol: Option<u8>,
     pub source: String,
     pub destination: String,
@@ -186,7 +187,8 @@ impl Acl {
         (self.default_permits, self.default_denies)
     }
 
-    pub fn rules(&self) -> Vec<RuleInfo> {
+    /// Rules with hit counts; `names[i]` names interface `IfIndex(i)`.
+    pub fn rules(&self, names: &[String]) -> Vec<RuleInfo> {
         let ports = |p: (u16, u16)| if p.0 == p.1 { p.0.to_string() } else { format!("{}-{}", p.0, p.1) };
         self.rules
             .iter()
@@ -194,7 +196,10 @@ impl Acl {
             .map(|(r, &hits)| RuleInfo {
                 name: r.name.clone(),
                 action: if r.permit { "permit" } else { "deny" },
-                interface: r.iface,
+                interface: match r.iface {
+                    None => "any".to_string(),
+                    Some(i) => names.get(usize::from(i.0)).cloned().unwrap_or_default(),
+                },
                 protocol: r.protocol,
                 source: format!("{}/{}", r.src.0, r.src.1),
                 destination: format!("{}/{}", r.dst.0, r.dst.1),
@@ -265,7 +270,9 @@ mod tests {
         assert!(!acl.check(inside, inside, &t("198.18.1.10", "198.18.1.11", 6, 1, 2)));
         assert_eq!(acl.hits(), &[1, 1]);
         assert_eq!(acl.default_hits(), (1, 3));
-        let info = acl.rules();
+        let info = acl.rules(&["inside".into(), "outside".into()]);
+        assert_eq!(info[0].interface, "outside");
+        assert_eq!(info[1].interface, "any");
         assert_eq!(info[0].destination_ports, "80");
         assert_eq!(info[1].action, "deny");
     }

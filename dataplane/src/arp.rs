@@ -60,7 +60,7 @@ pub struct ArpInfo {
     pub ip: Ipv4Addr,
     /// `aa:bb:cc:dd:ee:ff`, or `None` while pending.
     pub mac: Option<String>,
-    pub interface: IfIndex,
+    pub interface: String,
     pub state: &'static str,
     /// Milliseconds until a resolved entry expires (0 when pending).
     pub expires_in_ms: u64,
@@ -156,7 +156,9 @@ impl ArpCache {
         before - self.map.len()
     }
 
-    pub fn entries(&self, now: Timestamp) -> Vec<ArpInfo> {
+    /// All entries by address; `names[i]` names interface `IfIndex(i)`.
+    pub fn entries(&self, now: Timestamp, names: &[String]) -> Vec<ArpInfo> {
+        let name = |i: IfIndex| names.get(usize::from(i.0)).cloned().unwrap_or_default();
         let mut v: Vec<ArpInfo> = self
             .map
             .iter()
@@ -164,12 +166,12 @@ impl ArpCache {
                 ArpState::Resolved { mac, expires } => ArpInfo {
                     ip,
                     mac: Some(format_mac(mac)),
-                    interface: e.iface,
+                    interface: name(e.iface),
                     state: if now < expires { "resolved" } else { "expired" },
                     expires_in_ms: expires.since(now).0 / 1_000_000,
                 },
                 ArpState::Pending { .. } => {
-                    ArpInfo { ip, mac: None, interface: e.iface, state: "pending", expires_in_ms: 0 }
+                    ArpInfo { ip, mac: None, interface: name(e.iface), state: "pending", expires_in_ms: 0 }
                 }
             })
             .collect();
@@ -197,7 +199,7 @@ mod tests {
         assert_eq!(c.resolve(t0, IP, IfIndex(0)), Resolve::Wait);
         assert_eq!(c.resolve(Timestamp::from_millis(10_999), IP, IfIndex(0)), Resolve::Wait);
         assert_eq!(c.resolve(Timestamp::from_secs(11), IP, IfIndex(0)), Resolve::SendRequest);
-        assert_eq!(c.entries(t0)[0].state, "pending");
+        assert_eq!(c.entries(t0, &[])[0].state, "pending");
         assert!(c.learn(Timestamp::from_secs(12), IP, MAC, IfIndex(0), false));
         assert_eq!(c.resolve(Timestamp::from_secs(12), IP, IfIndex(0)), Resolve::Mac(MAC));
         assert_eq!(c.lookup(Timestamp::from_secs(311), IP), Some(MAC));
@@ -213,9 +215,10 @@ mod tests {
         assert!(c.learn(Timestamp::ZERO, IP, MAC, IfIndex(0), true));
         assert!(!c.learn(Timestamp::ZERO, Ipv4Addr::new(10, 0, 0, 2), MAC, IfIndex(0), true));
         assert_eq!(c.resolve(Timestamp::ZERO, Ipv4Addr::new(10, 0, 0, 2), IfIndex(0)), Resolve::Full);
-        let e = c.entries(Timestamp::ZERO);
+        let e = c.entries(Timestamp::ZERO, &["in".into()]);
         assert_eq!(e[0].mac.as_deref(), Some("02:00:00:00:00:01"));
         assert_eq!(e[0].expires_in_ms, 300_000);
+        assert_eq!(e[0].interface, "in");
     }
 
     #[test]

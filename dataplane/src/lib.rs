@@ -7,7 +7,11 @@
 //! packets and `Timestamp`s in and act on the returned verdicts.
 #![deny(unsafe_code)]
 
+pub mod acl;
+pub mod arp;
 pub mod buf;
+pub mod pipeline;
+pub mod route;
 pub mod types;
 pub mod wire;
 

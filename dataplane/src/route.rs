@@ -46,7 +46,8 @@ pub struct RouteInfo {
     pub prefix_len: u8,
     /// `None` for connected routes.
     pub via: Option<Ipv4Addr>,
-    pub interface: IfIndex,
+    /// Interface name (from the `names` passed to `entries`).
+    pub interface: String,
     pub kind: &'static str,
 }
 
@@ -170,8 +171,9 @@ impl RouteTable {
         None
     }
 
-    /// All routes, longest prefix first, then by destination.
-    pub fn entries(&self) -> Vec<RouteInfo> {
+    /// All routes, longest prefix first, then by destination; `names[i]`
+    /// names interface `IfIndex(i)`.
+    pub fn entries(&self, names: &[String]) -> Vec<RouteInfo> {
         let mut out = Vec::new();
         for &len in &self.lens {
             if let Some(map) = &self.by_len[usize::from(len)] {
@@ -184,7 +186,7 @@ impl RouteTable {
                             Target::Connected => None,
                             Target::Via(v) => Some(v),
                         },
-                        interface: e.iface,
+                        interface: names.get(usize::from(e.iface.0)).cloned().unwrap_or_default(),
                         kind: match e.target {
                             Target::Connected => "connected",
                             Target::Via(_) => "static",
@@ -224,7 +226,8 @@ mod tests {
         assert_eq!(t.lookup(a("198.18.2.7")), Some(RouteResult { iface: IfIndex(1), next_hop: a("198.18.2.7") }));
         assert_eq!(t.lookup(a("203.0.113.9")), Some(RouteResult { iface: IfIndex(0), next_hop: a("198.18.1.254") }));
         assert_eq!(t.lookup(a("8.8.8.8")), Some(RouteResult { iface: IfIndex(1), next_hop: a("198.18.2.254") }));
-        let e = t.entries();
+        let e = t.entries(&["inside".into(), "outside".into()]);
+        assert_eq!(e[3].interface, "outside");
         assert_eq!(e.len(), 4);
         assert_eq!(e[3].prefix_len, 0);
         assert_eq!(e[0].kind, "connected");

@@ -177,6 +177,15 @@ drop_reasons! {
     FlowTableFull => "flow-table-full",
     /// IP protocol not handled statefully and not permitted.
     ProtoUnsupported => "proto-unsupported",
+    // --- added by the pipeline ---
+    /// IPv6 header or extension-header chain malformed (not just short).
+    Ipv6Malformed => "ipv6-malformed",
+    /// ICMP echo request to us with a bad ICMP checksum (RFC 792).
+    IcmpBadChecksum => "icmp-bad-checksum",
+    /// Destination that must never be routed (0/8, 127/8, 240/4; RFC 1812 §5.3.7).
+    Ipv4BadDestination => "ipv4-bad-destination",
+    /// No headroom to add the egress interface's 802.1Q tag.
+    NoHeadroom => "no-headroom",
 }
 
 impl fmt::Display for DropReason {

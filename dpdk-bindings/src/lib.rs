@@ -59,3 +59,61 @@ pub use error::{Error, Result};
 pub use mbuf::{Burst, Mbuf, MbufBurst, BURST_SIZE};
 pub use mempool::{Mempool, SOCKET_ID_ANY};
 pub use port::{Link, Port, PortInfo, PortStats};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn thread_markers() {
+        fn send_sync<T: Send + Sync>() {}
+        fn copy<T: Copy>() {}
+        send_sync::<Mempool>();
+        send_sync::<Mbuf>();
+        send_sync::<Burst>();
+        send_sync::<Port>();
+        send_sync::<Error>();
+        copy::<Port>();
+    }
+
+    #[test]
+    fn mbuf_is_pointer_sized_for_burst_casts() {
+        use std::mem::{align_of, size_of};
+        assert_eq!(size_of::<Mbuf>(), size_of::<*mut ffi::rte_mbuf>());
+        assert_eq!(align_of::<Mbuf>(), align_of::<*mut ffi::rte_mbuf>());
+        assert_eq!(size_of::<Option<Mbuf>>(), size_of::<*mut ffi::rte_mbuf>());
+    }
+
+    #[test]
+    fn no_eal_means_enodev_not_a_crash() {
+        // This test binary never initialises EAL.
+        assert!(!eal::is_initialized());
+        let e = Port::by_name("net_null0").unwrap_err();
+        assert_eq!((e.func(), e.errno()), ("rte_eth_dev_get_port_by_name", 19));
+        assert!(e.to_string().contains("EAL is not initialised"), "{e}");
+        assert_eq!(Port::count_avail(), 0);
+        assert!(Port::all().is_empty());
+        assert!(eal::launch(1, || 0).is_err());
+        assert_eq!(eal::wait_lcore(1), 0);
+        assert!(dev::probe("net_null0").is_err());
+        assert!(Mempool::lookup("x").is_err());
+    }
+
+    #[test]
+    fn devargs_name_is_before_first_comma() {
+        assert_eq!(dev::devargs_name("net_af_packet0,iface=eth0,qpairs=2"), "net_af_packet0");
+        assert_eq!(dev::devargs_name("net_null0"), "net_null0");
+        assert_eq!(dev::devargs_name("0000:3b:00.0"), "0000:3b:00.0");
+    }
+
+    #[test]
+    fn empty_burst_needs_no_eal() {
+        let mut b = MbufBurst::new();
+        assert_eq!(b.capacity(), BURST_SIZE);
+        assert!(b.is_empty() && b.pop().is_none());
+        b.clear();
+        assert_eq!(b.drain().count(), 0);
+        let small = MbufBurst::<4>::empty();
+        assert_eq!(small.free_slots(), 4);
+    }
+}

@@ -1,0 +1,923 @@
+//! One worker's run-to-completion packet pipeline, sans-IO.
+//!
+//! `Pipeline::process(now, in_port, buf)` takes one received frame, edits it
+//! in place and returns a `Verdict`: `Forward(port)` (send the buffer out of
+//! that port — the egress port for routed packets, the ingress port for the
+//! ARP and ICMP echo replies we answer ourselves) or `Drop(reason)`. Frames
+//! the pipeline originates (ARP requests) are queued and handed to the driver
+//! by `drain_generated`.
+//!
+//! Stages, in order, each with the drop reasons it may produce:
+//! 1. **Ethernet**: header and up to two VLAN tags (`EthTruncated`); the
+//!    (port, VLAN) pair selects the ingress interface (`NoInterface`; QinQ
+//!    frames never match, the configuration cannot express them); the
+//!    destination MAC must be the interface's or broadcast (`EthNotForUs`);
+//!    EtherType ARP / IPv4 / IPv6 (`EthUnsupportedType`).
+//! 2. **ARP** (RFC 826): requests for the ingress interface's address are
+//!    turned into replies in place; the sender is learnt when the packet is
+//!    addressed to us and the sender is inside the interface subnet; others
+//!    only refresh existing entries (`ArpMalformed`, `ArpConsumed`,
+//!    `ArpNotForUs`).
+//! 3. **IPv4** (RFC 791, RFC 1812 §5.2.2/§5.3.7): version, IHL, total length
+//!    against the buffer (Ethernet padding ignored), header checksum, source
+//!    sanity (no 0/8, 127/8, 224/4, 240/4, broadcast, or our own address),
+//!    fragments (`Ipv4Fragment`, no reassembly yet), destination sanity.
+//! 4. **Local delivery**: ICMP echo requests to the ingress interface's
+//!    address are answered in place (addresses and MACs swapped, TTL 64,
+//!    type 0); everything else for us — other protocols, our other
+//!    interfaces' addresses, broadcast and multicast — is `LocalUnhandled`.
+//! 5. **Transit**: TTL (`TtlExceeded`), route (`NoRoute`), L4 parse
+//!    (`L4Truncated`, `TcpBadHeaderLen`), then conntrack `track` with the
+//!    ACL as its admission callback (`AclDenied`, `TcpNoFlow`, `NoFlow`,
+//!    `TcpOutOfWindow`, ...). ICMP errors (types 3, 11, 12) are not tracked:
+//!    they pass only if the datagram they quote belongs to a flow and they
+//!    are addressed to that datagram's sender (`NoFlow`).
+//! 6. **Egress**: ARP resolution of the next hop (`ArpUnresolved` with at
+//!    most one request per next hop per retry interval, `ArpCacheFull`), TTL
+//!    decrement with an RFC 1624 incremental checksum update, VLAN tag
+//!    added/removed/rewritten for the egress interface (`NoHeadroom`), MACs
+//!    rewritten.
+//!
+//! Invariants:
+//! - `process` never allocates, locks, logs or panics (slice accesses are
+//!   behind `new_checked` views or `get`), and every call ends in exactly one
+//!   of: a drop counter, `forwarded`, `arp_replies`, `icmp_echo_replies`. So
+//!   `packets == forwarded + arp_replies + icmp_echo_replies + Σ drops`.
+//! - All memory (flow table, ARP cache, generated-frame queue, counters) is
+//!   reserved by `Pipeline::new`.
+//! - The pipeline mutates the frame only once it has decided to emit it; a
+//!   dropped frame is unchanged except in the `NoHeadroom` case.
+
+use crate::acl::{Acl, AclRule, RuleInfo};
+use crate::arp::{ArpCache, ArpInfo, Resolve};
+use crate::buf::PacketBuf;
+use crate::conntrack::{ConnInfo, ConnTable, L4Info, TcpSeg, Timeouts};
+use crate::route::{contains, mask, IfIndex, RouteError, RouteInfo, RouteTable};
+use crate::types::{ip_proto, DropReason, Duration, FiveTuple, PortId, Timestamp};
+use crate::wire::arp::{ArpPacket, ArpRepr, Operation};
+use crate::wire::ethernet::{self, ethertype, EthernetFrame, BROADCAST, TAG_LEN};
+use crate::wire::icmp::{msg_type, Icmpv4Packet};
+use crate::wire::ipv4::{self, Ipv4Packet};
+use crate::wire::ipv6::{self, Ipv6Packet};
+use crate::wire::tcp::{self, TcpOptions, TcpPacket};
+use crate::wire::udp::UdpPacket;
+use crate::wire::checksum;
+use std::net::{IpAddr, Ipv4Addr};
+
+/// Frames queued by the pipeline between two `drain_generated` calls; more
+/// are not queued (counted in `generated_dropped`), the ARP retry interval
+/// brings them back.
+pub const MAX_GENERATED: usize = 64;
+/// Budget of flow slots inspected per `poll_timers` call.
+pub const EXPIRE_BUDGET: usize = 1024;
+/// Room for a generated frame: a tagged ARP request padded to the minimum
+/// Ethernet frame size (IEEE 802.3 §4.4.2).
+const GENERATED_LEN: usize = 64;
+
+/// One configured interface.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InterfaceSpec {
+    pub name: String,
+    pub port: PortId,
+    pub mac: [u8; 6],
+    pub addr: Ipv4Addr,
+    pub prefix_len: u8,
+    pub security_level: u8,
+    pub vlan: Option<u16>,
+}
+
+/// A static route.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RouteSpec {
+    pub destination: Ipv4Addr,
+    pub prefix_len: u8,
+    pub via: Ipv4Addr,
+}
+
+/// An access rule as configured (`interface` by name, `None` = any).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RuleSpec {
+    pub name: String,
+    pub permit: bool,
+    pub interface: Option<String>,
+    pub protocol: Option<u8>,
+    pub src: (Ipv4Addr, u8),
+    pub dst: (Ipv4Addr, u8),
+    pub src_ports: (u16, u16),
+    pub dst_ports: (u16, u16),
+}
+
+#[derive(Clone, Debug)]
+pub struct PipelineConfig {
+    pub interfaces: Vec<InterfaceSpec>,
+    pub routes: Vec<RouteSpec>,
+    pub rules: Vec<RuleSpec>,
+    pub timeouts: Timeouts,
+    pub flow_capacity: usize,
+    pub arp_capacity: usize,
+    pub arp_timeout: Duration,
+    pub arp_retry: Duration,
+}
+
+/// Configuration errors, found once by `Pipeline::new`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PipelineError {
+    #[error("no interfaces configured")]
+    NoInterfaces,
+    #[error("too many interfaces ({0}; at most 65535)")]
+    TooManyInterfaces(usize),
+    #[error("interface name {0:?} used twice")]
+    DuplicateName(String),
+    #[error("interface {name}: prefix length {prefix_len} is above 32")]
+    BadPrefixLen { name: String, prefix_len: u8 },
+    #[error("interface {name}: address {addr} is not a unicast host address")]
+    BadAddress { name: String, addr: Ipv4Addr },
+    #[error("interface {name}: VLAN {vlan} is outside 1-4094")]
+    BadVlan { name: String, vlan: u16 },
+    #[error("interfaces {a} and {b} share port and VLAN")]
+    DuplicatePortVlan { a: String, b: String },
+    #[error("interfaces {a} and {b} have overlapping subnets")]
+    OverlappingSubnets { a: String, b: String },
+    #[error("route {destination}/{prefix_len}: next hop {via} is one of our addresses")]
+    NextHopIsLocal { destination: Ipv4Addr, prefix_len: u8, via: Ipv4Addr },
+    #[error("{0}")]
+    Route(RouteError),
+    #[error("access rule {rule}: unknown interface {interface:?}")]
+    UnknownRuleInterface { rule: String, interface: String },
+    #[error("access rule {rule}: bad prefix length or port range (low above high)")]
+    BadRule { rule: String },
+    #[error("{0} must be above zero")]
+    ZeroCapacity(&'static str),
+}
+
+impl std::error::Error for RouteError {}
+
+/// What to do with the buffer.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Transmit the (rewritten) buffer on this port.
+    Forward(PortId),
+    Drop(DropReason),
+}
+
+/// Per-port packet and byte counts.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct PortCounters {
+    pub rx_packets: u64,
+    pub rx_bytes: u64,
+    pub tx_packets: u64,
+    pub tx_bytes: u64,
+}
+
+/// IPv6 classification counts (IPv6 is parsed but not forwarded).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Ipv6Counters {
+    pub packets: u64,
+    pub tcp: u64,
+    pub udp: u64,
+    pub icmpv6: u64,
+    pub fragments: u64,
+    pub other: u64,
+}
+
+/// The pipeline's counters. Invariant: `packets == forwarded + arp_replies
+/// + icmp_echo_replies + drops.iter().sum()`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Counters {
+    /// Frames passed to `process`.
+    pub packets: u64,
+    /// Per `DropReason::index()`.
+    pub drops: [u64; DropReason::COUNT],
+    /// Routed to an egress port.
+    pub forwarded: u64,
+    /// ARP requests answered.
+    pub arp_replies: u64,
+    /// ICMP echo requests answered.
+    pub icmp_echo_replies: u64,
+    /// ICMP errors passed because they quote a live flow (also in `forwarded`).
+    pub icmp_errors_forwarded: u64,
+    /// Flows created by `process` (conntrack has its own stats too).
+    pub flows_created: u64,
+    /// ARP requests queued for transmission.
+    pub arp_requests: u64,
+    /// Generated frames not queued because the queue was full.
+    pub generated_dropped: u64,
+    /// Frames received with an 802.1Q tag.
+    pub vlan_tagged: u64,
+    pub ipv6: Ipv6Counters,
+    /// Indexed by `PortId.0`, for every port up to the highest configured.
+    pub ports: Vec<PortCounters>,
+    /// Frames received on a port beyond the configured ones.
+    pub rx_unknown_port: u64,
+}
+
+impl Counters {
+    fn new(max_port: usize) -> Self {
+        Counters {
+            packets: 0,
+            drops: [0; DropReason::COUNT],
+            forwarded: 0,
+            arp_replies: 0,
+            icmp_echo_replies: 0,
+            icmp_errors_forwarded: 0,
+            flows_created: 0,
+            arp_requests: 0,
+            generated_dropped: 0,
+            vlan_tagged: 0,
+            ipv6: Ipv6Counters::default(),
+            ports: vec![PortCounters::default(); max_port + 1],
+            rx_unknown_port: 0,
+        }
+    }
+    pub fn drop_count(&self, r: DropReason) -> u64 {
+        self.drops.get(r.index()).copied().unwrap_or(0)
+    }
+    pub fn dropped(&self) -> u64 {
+        self.drops.iter().sum()
+    }
+    /// Frames that left `process` with a `Forward` verdict.
+    pub fn emitted(&self) -> u64 {
+        self.forwarded + self.arp_replies + self.icmp_echo_replies
+    }
+    /// A serialisable copy (drop reasons by name, all of them).
+    pub fn snapshot(&self) -> CountersSnapshot {
+        CountersSnapshot {
+            packets: self.packets,
+            forwarded: self.forwarded,
+            arp_replies: self.arp_replies,
+            icmp_echo_replies: self.icmp_echo_replies,
+            icmp_errors_forwarded: self.icmp_errors_forwarded,
+            flows_created: self.flows_created,
+            arp_requests: self.arp_requests,
+            generated_dropped: self.generated_dropped,
+            vlan_tagged: self.vlan_tagged,
+            ipv6: self.ipv6,
+            dropped: self.dropped(),
+            drops: DropReason::ALL.iter().map(|&r| (r.as_str(), self.drop_count(r))).collect(),
+            ports: self.ports.clone(),
+            rx_unknown_port: self.rx_unknown_port,
+        }
+    }
+}
+
+/// `Counters` for `show stats` (off the packet path).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct CountersSnapshot {
+    pub packets: u64,
+    pub forwarded: u64,
+    pub arp_replies: u64,
+    pub icmp_echo_replies: u64,
+    pub icmp_errors_forwarded: u64,
+    pub flows_created: u64,
+    pub arp_requests: u64,
+    pub generated_dropped: u64,
+    pub vlan_tagged: u64,
+    pub ipv6: Ipv6Counters,
+    pub dropped: u64,
+    pub drops: Vec<(&'static str, u64)>,
+    pub ports: Vec<PortCounters>,
+    pub rx_unknown_port: u64,
+}
+
+/// An interface as the packet path sees it (Copy; the name lives apart).
+#[derive(Copy, Clone, Debug)]
+struct Iface {
+    port: PortId,
+    mac: [u8; 6],
+    addr: Ipv4Addr,
+    prefix_len: u8,
+    vlan: Option<u16>,
+}
+
+impl Iface {
+    fn directed_broadcast(&self) -> Ipv4Addr {
+        Ipv4Addr::from(u32::from(self.addr) | !mask(self.prefix_len))
+    }
+    fn in_subnet(&self, a: Ipv4Addr) -> bool {
+        contains(self.addr, self.prefix_len, a)
+    }
+}
+
+struct Generated {
+    port: PortId,
+    len: usize,
+    frame: [u8; GENERATED_LEN],
+}
+
+/// Internal result of `classify`, mapped to counters by `process`.
+enum Outcome {
+    Forward(PortId),
+    ArpReply(PortId),
+    EchoReply(PortId),
+    Drop(DropReason),
+}
+
+impl From<DropReason> for Outcome {
+    fn from(r: DropReason) -> Self {
+        Outcome::Drop(r)
+    }
+}
+
+/// One worker's pipeline state.
+pub struct Pipeline {
+    ifaces: Vec<Iface>,
+    names: Vec<String>,
+    routes: RouteTable,
+    acl: Acl,
+    conntrack: ConnTable,
+    arp: ArpCache,
+    generated: Vec<Generated>,
+    counters: Counters,
+}
+
+/// RFC 1122 §3.2.1.3 / RFC 1812 §5.3.7: addresses that are never a valid
+/// source: "this network" 0/8, loopback 127/8, multicast 224/4, reserved
+/// 240/4 and limited broadcast.
+fn martian_source(a: Ipv4Addr) -> bool {
+    let o = a.octets()[0];
+    o == 0 || o == 127 || o >= 224
+}
+
+/// RFC 1812 §5.3.7: destinations a router must not forward (0/8, 127/8,
+/// 240/4 other than limited broadcast).
+fn martian_destination(a: Ipv4Addr) -> bool {
+    let o = a.octets()[0];
+    o == 0 || o == 127 || (o >= 240 && a != Ipv4Addr::BROADCAST)
+}
+
+fn is_multicast_mac(m: &[u8; 6]) -> bool {
+    m[0] & 1 != 0
+}
+
+impl Pipeline {
+    /// Validate the configuration and reserve all memory.
+    pub fn new(cfg: PipelineConfig) -> Result<Self, PipelineError> {
+        if cfg.interfaces.is_empty() {
+            return Err(PipelineError::NoInterfaces);
+        }
+        if cfg.interfaces.len() > usize::from(u16::MAX) {
+            return Err(PipelineError::TooManyInterfaces(cfg.interfaces.len()));
+        }
+        if cfg.flow_capacity == 0 {
+            return Err(PipelineError::ZeroCapacity("flow-table capacity"));
+        }
+        if cfg.arp_capacity == 0 {
+            return Err(PipelineError::ZeroCapacity("arp capacity"));
+        }
+        let specs = &cfg.interfaces;
+        for (i, s) in specs.iter().enumerate() {
+            if s.prefix_len > 32 {
+                return Err(PipelineError::BadPrefixLen { name: s.name.clone(), prefix_len: s.prefix_len });
+            }
+            if martian_source(s.addr) {
+                return Err(PipelineError::BadAddress { name: s.name.clone(), addr: s.addr });
+            }
+            if let Some(v) = s.vlan {
+                if v == 0 || v > ethernet::VLAN_ID_MAX {
+                    return Err(PipelineError::BadVlan { name: s.name.clone(), vlan: v });
+                }
+            }
+            for t in &specs[..i] {
+                if t.name == s.name {
+                    return Err(PipelineError::DuplicateName(s.name.clone()));
+                }
+                if t.port == s.port && t.vlan == s.vlan {
+                    return Err(PipelineError::DuplicatePortVlan { a: t.name.clone(), b: s.name.clone() });
+                }
+                let p = s.prefix_len.min(t.prefix_len);
+                if contains(s.addr, p, t.addr) {
+                    return Err(PipelineError::OverlappingSubnets { a: t.name.clone(), b: s.name.clone() });
+                }
+            }
+        }
+        let connected: Vec<(Ipv4Addr, u8)> = specs.iter().map(|s| (s.addr, s.prefix_len)).collect();
+        for r in &cfg.routes {
+            if specs.iter().any(|s| s.addr == r.via) {
+                return Err(PipelineError::NextHopIsLocal {
+                    destination: r.destination,
+                    prefix_len: r.prefix_len,
+                    via: r.via,
+                });
+            }
+        }
+        let statics: Vec<_> = cfg.routes.iter().map(|r| (r.destination, r.prefix_len, r.via)).collect();
+        let routes = RouteTable::new(&connected, &statics).map_err(PipelineError::Route)?;
+
+        let mut rules = Vec::with_capacity(cfg.rules.len());
+        for r in &cfg.rules {
+            let iface = match &r.interface {
+                None => None,
+                Some(n) => Some(IfIndex(specs.iter().position(|s| &s.name == n).ok_or_else(|| {
+                    PipelineError::UnknownRuleInterface { rule: r.name.clone(), interface: n.clone() }
+                })? as u16)),
+            };
+            if r.src.1 > 32 || r.dst.1 > 32 || r.src_ports.0 > r.src_ports.1 || r.dst_ports.0 > r.dst_ports.1 {
+                return Err(PipelineError::BadRule { rule: r.name.clone() });
+            }
+            rules.push(AclRule {
+                name: r.name.clone(),
+                permit: r.permit,
+                iface,
+                protocol: r.protocol,
+                src: r.src,
+                dst: r.dst,
+                src_ports: r.src_ports,
+                dst_ports: r.dst_ports,
+            });
+        }
+        let acl = Acl::new(rules, specs.iter().map(|s| s.security_level).collect());
+        let max_port = specs.iter().map(|s| usize::from(s.port.0)).max().unwrap_or(0);
+        Ok(Pipeline {
+            ifaces: specs
+                .iter()
+                .map(|s| Iface { port: s.port, mac: s.mac, addr: s.addr, prefix_len: s.prefix_len, vlan: s.vlan })
+                .collect(),
+            names: specs.iter().map(|s| s.name.clone()).collect(),
+            routes,
+            acl,
+            conntrack: ConnTable::new(cfg.flow_capacity, cfg.timeouts),
+            arp: ArpCache::new(cfg.arp_capacity, cfg.arp_timeout, cfg.arp_retry),
+            generated: Vec::with_capacity(MAX_GENERATED),
+            counters: Counters::new(max_port),
+        })
+    }
+
+    /// Process one received frame. No allocation, no panic, no logging.
+    pub fn process<B: PacketBuf>(&mut self, now: Timestamp, in_port: PortId, buf: &mut B) -> Verdict {
+        let c = &mut self.counters;
+        c.packets += 1;
+        match c.ports.get_mut(usize::from(in_port.0)) {
+            Some(p) => {
+                p.rx_packets += 1;
+                p.rx_bytes += buf.data().len() as u64;
+            }
+            None => c.rx_unknown_port += 1,
+        }
+        let outcome = self.classify(now, in_port, buf);
+        let c = &mut self.counters;
+        let port = match outcome {
+            Outcome::Drop(r) => {
+                if let Some(d) = c.drops.get_mut(r.index()) {
+                    *d += 1;
+                }
+                return Verdict::Drop(r);
+            }
+            Outcome::Forward(p) => {
+                c.forwarded += 1;
+                p
+            }
+            Outcome::ArpReply(p) => {
+                c.arp_replies += 1;
+                p
+            }
+            Outcome::EchoReply(p) => {
+                c.icmp_echo_replies += 1;
+                p
+            }
+        };
+        if let Some(pc) = c.ports.get_mut(usize::from(port.0)) {
+            pc.tx_packets += 1;
+            pc.tx_bytes += buf.data().len() as u64;
+        }
+        Verdict::Forward(port)
+    }
+
+    fn iface_for(&self, port: PortId, vlan: Option<u16>) -> Option<(IfIndex, Iface)> {
+        self.ifaces
+            .iter()
+            .enumerate()
+            .find(|(_, i)| i.port == port && i.vlan == vlan)
+            .map(|(n, i)| (IfIndex(n as u16), *i))
+    }
+
+    fn classify<B: PacketBuf>(&mut self, now: Timestamp, in_port: PortId, buf: &mut B) -> Outcome {
+        let (l2, tags, vlan, ethertype, dst) = match EthernetFrame::new_checked(buf.data()) {
+            Ok(e) => (e.header_len(), e.tag_count(), e.vlan(), e.ethertype(), e.dst()),
+            Err(_) => return DropReason::EthTruncated.into(),
+        };
+        if tags > 0 {
+            self.counters.vlan_tagged += 1;
+        }
+        if tags > 1 {
+            return DropReason::NoInterface.into();
+        }
+        let Some((ifx, ing)) = self.iface_for(in_port, vlan) else {
+            return DropReason::NoInterface.into();
+        };
+        if dst != ing.mac && dst != BROADCAST {
+            return DropReason::EthNotForUs.into();
+        }
+        match ethertype {
+            ethertype::ARP => self.arp_in(now, in_port, ifx, ing, l2, buf),
+            ethertype::IPV4 => match self.ipv4_in(now, in_port, ifx, ing, l2, tags, buf) {
+                Ok(o) => o,
+                Err(r) => Outcome::Drop(r),
+            },
+            ethertype::IPV6 => self.ipv6_in(l2, buf).into(),
+            _ => DropReason::EthUnsupportedType.into(),
+        }
+    }
+
+    fn ipv6_in<B: PacketBuf>(&mut self, l2: usize, buf: &B) -> DropReason {
+        let c = &mut self.counters.ipv6;
+        c.packets += 1;
+        let p = match Ipv6Packet::new_checked(buf.data().get(l2..).unwrap_or(&[])) {
+            Ok(p) => p,
+            Err(ipv6::Error::Truncated) | Err(ipv6::Error::BadPayloadLen) => return DropReason::Ipv6Truncated,
+            Err(_) => return DropReason::Ipv6Malformed,
+        };
+        match p.upper_layer() {
+            Ok(u) => {
+                if u.fragment.is_some() {
+                    c.fragments += 1;
+                }
+                match u.protocol {
+                    ip_proto::TCP => c.tcp += 1,
+                    ip_proto::UDP => c.udp += 1,
+                    ip_proto::ICMPV6 => c.icmpv6 += 1,
+                    _ => c.other += 1,
+                }
+                DropReason::Ipv6NotForwarded
+            }
+            Err(_) => DropReason::Ipv6Malformed,
+        }
+    }
+
+    fn arp_in<B: PacketBuf>(
+        &mut self,
+        now: Timestamp,
+        in_port: PortId,
+        ifx: IfIndex,
+        ing: Iface,
+        l2: usize,
+        buf: &mut B,
+    ) -> Outcome {
+        let repr = match ArpPacket::new_checked(buf.data().get(l2..).unwrap_or(&[])) {
+            Ok(p) => ArpRepr::parse(&p),
+            Err(_) => return DropReason::ArpMalformed.into(),
+        };
+        if is_multicast_mac(&repr.sender_mac) || repr.sender_mac == [0; 6] {
+            return DropReason::ArpMalformed.into();
+        }
+        // Learn only plausible neighbours: inside the subnet, not us, not
+        // the probe address 0.0.0.0 (RFC 5227).
+        let plausible = ing.in_subnet(repr.sender_ip)
+            && repr.sender_ip != ing.addr
+            && repr.sender_ip != ing.directed_broadcast()
+            && !martian_source(repr.sender_ip);
+        let for_us = repr.target_ip == ing.addr;
+        if plausible {
+            self.arp.learn(now, repr.sender_ip, repr.sender_mac, ifx, for_us);
+        }
+        if !for_us {
+            return DropReason::ArpNotForUs.into();
+        }
+        match repr.operation {
+            Operation::Request => {
+                let data = buf.data_mut();
+                let Ok(mut eth) = EthernetFrame::new_checked(&mut data[..]) else {
+                    return DropReason::EthTruncated.into();
+                };
+                eth.set_dst(repr.sender_mac);
+                eth.set_src(ing.mac);
+                let Some(body) = data.get_mut(l2..) else {
+                    return DropReason::ArpMalformed.into();
+                };
+                let Ok(mut a) = ArpPacket::new_checked(body) else {
+                    return DropReason::ArpMalformed.into();
+                };
+                a.set_operation(Operation::Reply);
+                a.set_target_mac(repr.sender_mac);
+                a.set_target_ip(repr.sender_ip);
+                a.set_sender_mac(ing.mac);
+                a.set_sender_ip(ing.addr);
+                Outcome::ArpReply(in_port)
+            }
+            Operation::Reply => DropReason::ArpConsumed.into(),
+            Operation::Other(_) => DropReason::ArpMalformed.into(),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn ipv4_in<B: PacketBuf>(
+        &mut self,
+        now: Timestamp,
+        in_port: PortId,
+        ifx: IfIndex,
+        ing: Iface,
+        l2: usize,
+        tags: u8,
+        buf: &mut B,
+    ) -> Result<Outcome, DropReason> {
+        // --- Parse and decide, holding only a shared borrow of the frame. ---
+        let (next_hop, egress, icmp_error) = {
+            let ip = Ipv4Packet::new_checked(buf.data().get(l2..).unwrap_or(&[])).map_err(|e| match e {
+                ipv4::Error::Truncated => DropReason::Ipv4Truncated,
+                ipv4::Error::BadVersion => DropReason::Ipv4BadVersion,
+                ipv4::Error::BadHeaderLen => DropReason::Ipv4BadHeaderLen,
+                ipv4::Error::BadTotalLen => DropReason::Ipv4BadTotalLen,
+            })?;
+            if !ip.verify_checksum() {
+                return Err(DropReason::Ipv4BadChecksum);
+            }
+            let (src, dst) = (ip.src(), ip.dst());
+            if martian_source(src) || self.ifaces.iter().any(|i| i.addr == src || i.directed_broadcast() == src) {
+                return Err(DropReason::Ipv4BadSource);
+            }
+            if ip.is_fragment() {
+                return Err(DropReason::Ipv4Fragment);
+            }
+            if martian_destination(dst) {
+                return Err(DropReason::Ipv4BadDestination);
+            }
+            if dst == ing.addr {
+                return self.local_in(in_port, ing, l2, buf);
+            }
+            if dst.is_multicast()
+                || dst == Ipv4Addr::BROADCAST
+                || self.ifaces.iter().any(|i| i.addr == dst || i.directed_broadcast() == dst)
+            {
+                return Err(DropReason::LocalUnhandled);
+            }
+            // RFC 1812 §5.3.1: a router must not forward with TTL 0 after
+            // decrement.
+            if ip.ttl() <= 1 {
+                return Err(DropReason::TtlExceeded);
+            }
+            let route = self.routes.lookup(dst).ok_or(DropReason::NoRoute)?;
+            let egress = route.iface;
+            let (tuple, l4) = match transit_l4(&ip)? {
+                Transit::Flow(t, l4) => (t, Some(l4)),
+                Transit::IcmpError(t) => {
+                    // The error must quote a flow and go back to its sender.
+                    if self.conntrack.lookup(&t).is_none() || t.src != IpAddr::V4(dst) {
+                        return Err(DropReason::NoFlow);
+                    }
+                    (t, None)
+                }
+            };
+            let icmp_error = l4.is_none();
+            if let Some(l4) = l4 {
+                let acl = &mut self.acl;
+                let tracked = self.conntrack.track(now, &tuple, &l4, u32::from(ip.total_len()), || {
+                    acl.check(ifx, egress, &tuple)
+                })?;
+                if tracked.created {
+                    self.counters.flows_created += 1;
+                }
+            }
+            (route.next_hop, egress, icmp_error)
+        };
+
+        // --- Resolve the next hop. ---
+        let eg = *self.ifaces.get(usize::from(egress.0)).ok_or(DropReason::NoRoute)?;
+        let mac = match self.arp.resolve(now, next_hop, egress) {
+            Resolve::Mac(m) => m,
+            Resolve::SendRequest => {
+                self.queue_arp_request(eg, next_hop);
+                return Err(DropReason::ArpUnresolved);
+            }
+            Resolve::Wait => return Err(DropReason::ArpUnresolved),
+            Resolve::Full => return Err(DropReason::ArpCacheFull),
+        };
+
+        // --- Rewrite: VLAN tag first (it may move the front), then TTL, MACs. ---
+        let l2 = match (tags, eg.vlan) {
+            (0, None) => l2,
+            (0, Some(v)) => {
+                if !buf.prepend(TAG_LEN) {
+                    return Err(DropReason::NoHeadroom);
+                }
+                let d = buf.data_mut();
+                let tag = d.get_mut(12..16).ok_or(DropReason::EthTruncated)?;
+                tag[..2].copy_from_slice(&ethertype::VLAN.to_be_bytes());
+                tag[2..].copy_from_slice(&(v & 0x0fff).to_be_bytes());
+                l2 + TAG_LEN
+            }
+            (_, None) => {
+                if !buf.trim_front(TAG_LEN) {
+                    return Err(DropReason::EthTruncated);
+                }
+                l2 - TAG_LEN
+            }
+            (_, Some(v)) => {
+                let d = buf.data_mut();
+                let tci = d.get_mut(14..16).ok_or(DropReason::EthTruncated)?;
+                let pcp = u16::from_be_bytes([tci[0], tci[1]]) & 0xf000;
+                tci.copy_from_slice(&(pcp | (v & 0x0fff)).to_be_bytes());
+                l2
+            }
+        };
+        let d = buf.data_mut();
+        let Some(l3) = d.get_mut(l2..) else {
+            return Err(DropReason::EthTruncated);
+        };
+        if l3.len() < ipv4::MIN_HEADER_LEN {
+            return Err(DropReason::Ipv4Truncated);
+        }
+        Ipv4Packet::new_unchecked(l3).decrement_ttl();
+        if let Some(h) = d.get_mut(0..12) {
+            h[..6].copy_from_slice(&mac);
+            h[6..].copy_from_slice(&eg.mac);
+        }
+        if icmp_error {
+            self.counters.icmp_errors_forwarded += 1;
+        }
+        Ok(Outcome::Forward(eg.port))
+    }
+
+    /// Answer an ICMP echo request to the ingress interface's address.
+    fn local_in<B: PacketBuf>(
+        &mut self,
+        in_port: PortId,
+        ing: Iface,
+        l2: usize,
+        buf: &mut B,
+    ) -> Result<Outcome, DropReason> {
+        let (src, dst, eth_src) = {
+            let data = buf.data();
+            let ip = Ipv4Packet::new_checked(data.get(l2..).unwrap_or(&[])).map_err(|_| DropReason::Ipv4Truncated)?;
+            if ip.protocol() != ip_proto::ICMP {
+                return Err(DropReason::LocalUnhandled);
+            }
+            let icmp = Icmpv4Packet::new_checked(ip.payload()).map_err(|_| DropReason::L4Truncated)?;
+            if icmp.msg_type() != msg_type::ECHO_REQUEST || icmp.code() != 0 {
+                return Err(DropReason::LocalUnhandled);
+            }
+            if !icmp.verify_checksum() {
+                return Err(DropReason::IcmpBadChecksum);
+            }
+            let eth_src = EthernetFrame::new_checked(data).map(|e| e.src()).map_err(|_| DropReason::EthTruncated)?;
+            (ip.src(), ip.dst(), eth_src)
+        };
+        let data = buf.data_mut();
+        if let Some(h) = data.get_mut(0..12) {
+            h[..6].copy_from_slice(&eth_src);
+            h[6..].copy_from_slice(&ing.mac);
+        }
+        let l3 = data.get_mut(l2..).ok_or(DropReason::Ipv4Truncated)?;
+        let mut ip = Ipv4Packet::new_checked(l3).map_err(|_| DropReason::Ipv4Truncated)?;
+        ip.set_src(dst);
+        ip.set_dst(src);
+        ip.set_ttl(ipv4::DEFAULT_TTL);
+        ip.fill_checksum();
+        let mut icmp = Icmpv4Packet::new_checked(ip.payload_mut()).map_err(|_| DropReason::L4Truncated)?;
+        // Type 8 → 0 changes only the type/code word: RFC 1624 update.
+        let c = checksum::update_u16(icmp.checksum(), u16::from(msg_type::ECHO_REQUEST) << 8, 0);
+        icmp.set_msg_type(msg_type::ECHO_REPLY);
+        icmp.set_checksum(c);
+        Ok(Outcome::EchoReply(in_port))
+    }
+
+    fn queue_arp_request(&mut self, eg: Iface, target: Ipv4Addr) {
+        if self.generated.len() >= MAX_GENERATED {
+            self.counters.generated_dropped += 1;
+            return;
+        }
+        let mut frame = [0u8; GENERATED_LEN];
+        let l2 = ethernet::emit_header(&mut frame, BROADCAST, eg.mac, eg.vlan, ethertype::ARP);
+        let Some(body) = frame.get_mut(l2..) else { return };
+        ArpRepr {
+            operation: Operation::Request,
+            sender_mac: eg.mac,
+            sender_ip: eg.addr,
+            target_mac: [0; 6],
+            target_ip: target,
+        }
+        .emit(body);
+        let len = (l2 + crate::wire::arp::PACKET_LEN).max(ethernet::MIN_FRAME_LEN);
+        self.generated.push(Generated { port: eg.port, len, frame });
+        self.counters.arp_requests += 1;
+    }
+
+    /// Hand every queued generated frame (ARP requests) to `f`, in order,
+    /// and empty the queue. Counted as transmitted on their port.
+    pub fn drain_generated(&mut self, mut f: impl FnMut(PortId, &[u8])) {
+        for g in self.generated.drain(..) {
+            if let Some(pc) = self.counters.ports.get_mut(usize::from(g.port.0)) {
+                pc.tx_packets += 1;
+                pc.tx_bytes += g.len as u64;
+            }
+            f(g.port, g.frame.get(..g.len).unwrap_or(&g.frame));
+        }
+    }
+
+    /// Periodic work, bounded: expire up to `EXPIRE_BUDGET` flow slots and
+    /// age the ARP cache.
+    pub fn poll_timers(&mut self, now: Timestamp) {
+        self.conntrack.expire(now, EXPIRE_BUDGET);
+        self.arp.age(now);
+    }
+
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+    /// Flows in the table.
+    pub fn flow_count(&self) -> usize {
+        self.conntrack.len()
+    }
+    pub fn conntrack(&self) -> &ConnTable {
+        &self.conntrack
+    }
+    pub fn interface_names(&self) -> &[String] {
+        &self.names
+    }
+
+    // --- Off the packet path (allocate freely). ---
+
+    pub fn conns(&self, now: Timestamp, max: usize) -> Vec<ConnInfo> {
+        let mut v = Vec::new();
+        self.conntrack.snapshot(now, max, &mut v);
+        v
+    }
+    pub fn routes(&self) -> Vec<RouteInfo> {
+        self.routes.entries(&self.names)
+    }
+    pub fn arp_entries(&self, now: Timestamp) -> Vec<ArpInfo> {
+        self.arp.entries(now, &self.names)
+    }
+    pub fn rules(&self) -> Vec<RuleInfo> {
+        self.acl.rules(&self.names)
+    }
+    /// (default permits, default denies) of the security-level rule.
+    pub fn default_rule_hits(&self) -> (u64, u64) {
+        self.acl.default_hits()
+    }
+}
+
+/// What a transit packet is to conntrack.
+enum Transit {
+    /// Track this tuple with this L4 summary.
+    Flow(FiveTuple, L4Info),
+    /// An ICMP error quoting this (original-direction) tuple.
+    IcmpError(FiveTuple),
+}
+
+/// Build the five-tuple and L4 summary of a transit datagram. ICMP ports
+/// follow types.rs (SPEC R3): echo request (id, 0), echo reply (0, id),
+/// anything else (0, 0).
+fn transit_l4<T: AsRef<[u8]>>(ip: &Ipv4Packet<T>) -> Result<Transit, DropReason> {
+    let (src, dst, proto) = (IpAddr::V4(ip.src()), IpAddr::V4(ip.dst()), ip.protocol());
+    let tuple = |sp, dp| FiveTuple { src, dst, proto, src_port: sp, dst_port: dp };
+    let payload = ip.payload();
+    Ok(match proto {
+        ip_proto::TCP => {
+            let t = TcpPacket::new_checked(payload).map_err(|e| match e {
+                tcp::Error::BadHeaderLen => DropReason::TcpBadHeaderLen,
+                _ => DropReason::L4Truncated,
+            })?;
+            let flags = t.flags();
+            // Window scale and SACK-permitted are only meaningful on SYNs
+            // (RFC 7323 §2.2, RFC 2018 §2): skip the option walk otherwise.
+            let opts = if flags & tcp::flags::SYN != 0 { TcpOptions::parse(t.options()) } else { TcpOptions::default() };
+            let seg = TcpSeg {
+                flags,
+                seq: t.seq(),
+                ack: t.ack(),
+                window: t.window(),
+                payload_len: t.payload().len() as u32,
+                wscale: opts.wscale,
+                sack_permitted: opts.sack_permitted,
+            };
+            Transit::Flow(tuple(t.src_port(), t.dst_port()), L4Info::Tcp(seg))
+        }
+        ip_proto::UDP => {
+            let u = UdpPacket::new_checked(payload).map_err(|_| DropReason::L4Truncated)?;
+            Transit::Flow(tuple(u.src_port(), u.dst_port()), L4Info::Udp)
+        }
+        ip_proto::ICMP => {
+            let i = Icmpv4Packet::new_checked(payload).map_err(|_| DropReason::L4Truncated)?;
+            match i.msg_type() {
+                msg_type::ECHO_REQUEST => Transit::Flow(tuple(i.echo_ident(), 0), L4Info::IcmpEchoRequest),
+                msg_type::ECHO_REPLY => Transit::Flow(tuple(0, i.echo_ident()), L4Info::IcmpEchoReply),
+                _ if i.is_error() => {
+                    let e = i.embedded().map_err(|_| DropReason::L4Truncated)?;
+                    let (sp, dp) = match e.protocol {
+                        ip_proto::TCP | ip_proto::UDP => (
+                            u16::from_be_bytes([e.l4[0], e.l4[1]]),
+                            u16::from_be_bytes([e.l4[2], e.l4[3]]),
+                        ),
+                        ip_proto::ICMP => {
+                            let id = u16::from_be_bytes([e.l4[4], e.l4[5]]);
+                            match e.l4[0] {
+                                msg_type::ECHO_REQUEST => (id, 0),
+                                msg_type::ECHO_REPLY => (0, id),
+                                _ => (0, 0),
+                            }
+                        }
+                        _ => (0, 0),
+                    };
+                    Transit::IcmpError(FiveTuple {
+                        src: IpAddr::V4(e.src),
+                        dst: IpAddr::V4(e.dst),
+                        proto: e.protocol,
+                        src_port: sp,
+                        dst_port: dp,
+                    })
+                }
+                _ => Transit::Flow(tuple(0, 0), L4Info::Other),
+            }
+        }
+        _ => Transit::Flow(tuple(0, 0), L4Info::Other),
+    })
+}

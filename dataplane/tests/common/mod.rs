@@ -1,0 +1,142 @@
+//! Shared test bed for the pipeline tests: the example configuration
+//! (config/examples/node.yaml) plus a tagged "dmz" interface, the hosts
+//! around it, and frame builders bound to them.
+#![allow(dead_code)]
+
+use dataplane::conntrack::Timeouts;
+use dataplane::pipeline::{InterfaceSpec, Pipeline, PipelineConfig, RouteSpec, RuleSpec};
+use dataplane::wire::arp::Operation;
+use dataplane::wire::build::{self, PacketBuilder};
+use dataplane::{Duration, PortId};
+use std::net::Ipv4Addr;
+
+pub const IN_PORT: PortId = PortId(0);
+pub const OUT_PORT: PortId = PortId(1);
+pub const DMZ_PORT: PortId = PortId(2);
+pub const DMZ_VLAN: u16 = 10;
+
+pub const IN_MAC: [u8; 6] = [0x02, 0, 0, 0, 0x01, 0x01];
+pub const OUT_MAC: [u8; 6] = [0x02, 0, 0, 0, 0x02, 0x01];
+pub const DMZ_MAC: [u8; 6] = [0x02, 0, 0, 0, 0x03, 0x01];
+pub const IN_ADDR: Ipv4Addr = Ipv4Addr::new(198, 18, 1, 1);
+pub const OUT_ADDR: Ipv4Addr = Ipv4Addr::new(198, 18, 2, 1);
+pub const DMZ_ADDR: Ipv4Addr = Ipv4Addr::new(198, 18, 3, 1);
+
+/// Inside host.
+pub const HOST: Ipv4Addr = Ipv4Addr::new(198, 18, 1, 10);
+pub const HOST_MAC: [u8; 6] = [0x02, 0, 0, 0, 0x01, 0x0a];
+/// Outside gateway (the default route's next hop).
+pub const GW: Ipv4Addr = Ipv4Addr::new(198, 18, 2, 254);
+pub const GW_MAC: [u8; 6] = [0x02, 0, 0, 0, 0x02, 0xfe];
+/// DMZ host (VLAN 10).
+pub const DMZ_HOST: Ipv4Addr = Ipv4Addr::new(198, 18, 3, 10);
+pub const DMZ_HOST_MAC: [u8; 6] = [0x02, 0, 0, 0, 0x03, 0x0a];
+/// Somewhere on the Internet.
+pub const SERVER: Ipv4Addr = Ipv4Addr::new(93, 184, 216, 34);
+
+pub fn config() -> PipelineConfig {
+    let any = (Ipv4Addr::UNSPECIFIED, 0);
+    PipelineConfig {
+        interfaces: vec![
+            InterfaceSpec {
+                name: "inside".into(),
+                port: IN_PORT,
+                mac: IN_MAC,
+                addr: IN_ADDR,
+                prefix_len: 24,
+                security_level: 100,
+                vlan: None,
+            },
+            InterfaceSpec {
+                name: "outside".into(),
+                port: OUT_PORT,
+                mac: OUT_MAC,
+                addr: OUT_ADDR,
+                prefix_len: 24,
+                security_level: 0,
+                vlan: None,
+            },
+            InterfaceSpec {
+                name: "dmz".into(),
+                port: DMZ_PORT,
+                mac: DMZ_MAC,
+                addr: DMZ_ADDR,
+                prefix_len: 24,
+                security_level: 50,
+                vlan: Some(DMZ_VLAN),
+            },
+        ],
+        routes: vec![
+            RouteSpec { destination: Ipv4Addr::UNSPECIFIED, prefix_len: 0, via: GW },
+            RouteSpec { destination: Ipv4Addr::new(203, 0, 113, 0), prefix_len: 24, via: Ipv4Addr::new(198, 18, 1, 254) },
+        ],
+        rules: vec![
+            RuleSpec {
+                name: "web-in".into(),
+                permit: true,
+                interface: Some("outside".into()),
+                protocol: Some(6),
+                src: any,
+                dst: (HOST, 32),
+                src_ports: (0, 65535),
+                dst_ports: (80, 80),
+            },
+            RuleSpec {
+                name: "no-telnet".into(),
+                permit: false,
+                interface: None,
+                protocol: Some(6),
+                src: any,
+                dst: any,
+                src_ports: (0, 65535),
+                dst_ports: (23, 23),
+            },
+        ],
+        timeouts: Timeouts::default(),
+        flow_capacity: 1024,
+        arp_capacity: 64,
+        arp_timeout: Duration::from_secs(300),
+        arp_retry: Duration::from_secs(1),
+    }
+}
+
+pub fn pipeline() -> Pipeline {
+    Pipeline::new(config()).expect("example config is valid")
+}
+
+/// Frames from the inside host to the firewall's inside MAC.
+pub fn from_host(dst: Ipv4Addr) -> PacketBuilder {
+    PacketBuilder::new(HOST_MAC, IN_MAC, HOST, dst)
+}
+/// Frames arriving from the outside gateway.
+pub fn from_outside(src: Ipv4Addr, dst: Ipv4Addr) -> PacketBuilder {
+    PacketBuilder::new(GW_MAC, OUT_MAC, src, dst)
+}
+/// Frames from the DMZ host (tagged VLAN 10).
+pub fn from_dmz(dst: Ipv4Addr) -> PacketBuilder {
+    PacketBuilder::new(DMZ_HOST_MAC, DMZ_MAC, DMZ_HOST, dst).vlan(Some(DMZ_VLAN))
+}
+
+/// Linux-like SYN options: MSS 1460, SACK-permitted, NOP, window scale 7.
+pub const SYN_OPTS: [u8; 12] = [2, 4, 0x05, 0xb4, 4, 2, 1, 1, 1, 3, 3, 7];
+
+pub fn arp_request(
+    eth_src: [u8; 6],
+    vlan: Option<u16>,
+    sender_mac: [u8; 6],
+    sender_ip: Ipv4Addr,
+    target_ip: Ipv4Addr,
+) -> Vec<u8> {
+    build::arp(eth_src, [0xff; 6], vlan, Operation::Request, sender_mac, sender_ip, [0; 6], target_ip)
+}
+
+pub fn arp_reply(
+    eth_src: [u8; 6],
+    eth_dst: [u8; 6],
+    vlan: Option<u16>,
+    sender_ip: Ipv4Addr,
+    target_mac: [u8; 6],
+    target_ip: Ipv4Addr,
+) -> Vec<u8> {
+    build::arp(eth_src, eth_dst, vlan, Operation::Reply, eth_src, sender_ip, target_mac, target_ip)
+}
