@@ -81,7 +81,7 @@ fn main() {
     build.compile("dpdk_shim");
 }
 
-/// `pkg-config --cflags libdpdk`, split into arguments.
+/// `pkg-config --cflags libdpdk`, split into arguments (shell quoting rules).
 fn dpdk_cflags() -> Vec<String> {
     let pkg_config = env::var("PKG_CONFIG").unwrap_or_else(|_| "pkg-config".into());
     let out = Command::new(&pkg_config)
@@ -93,9 +93,7 @@ fn dpdk_cflags() -> Vec<String> {
         "{pkg_config} --cflags libdpdk failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    String::from_utf8(out.stdout)
-        .expect("pkg-config output is not UTF-8")
-        .split_whitespace()
-        .map(str::to_owned)
-        .collect()
+    let text = String::from_utf8(out.stdout).expect("pkg-config output is not UTF-8");
+    // pkg-config quotes arguments shell-style (paths with spaces).
+    shlex::split(&text).unwrap_or_else(|| panic!("cannot split pkg-config cflags: {text}"))
 }
