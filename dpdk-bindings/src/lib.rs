@@ -21,8 +21,9 @@
 //!   the [`eal::Eal`] guard is dropped (that calls `rte_eal_cleanup`). Create
 //!   the guard first in `main` so it is dropped last.
 //! - One RX or TX queue is polled by one thread at a time (DPDK's
-//!   queues are not thread-safe); [`Port`] is only an id and cannot enforce
-//!   it.
+//!   queues are not thread-safe). [`Port::rx_burst`] takes a queue number
+//!   and leaves that to the caller; the exclusive handles [`RxQueue`] /
+//!   [`TxQueue`] (from [`Port::rx_queue`] / [`Port::tx_queue`]) enforce it.
 //! - Negative return codes and NULL pointers become [`Error`], which names
 //!   the DPDK function and carries the errno / `rte_errno`.
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -53,12 +54,14 @@ mod error;
 pub mod mbuf;
 pub mod mempool;
 pub mod port;
+pub mod queue;
 
 pub use eal::Eal;
 pub use error::{Error, Result};
 pub use mbuf::{Burst, Mbuf, MbufBurst, BURST_SIZE};
 pub use mempool::{Mempool, SOCKET_ID_ANY};
 pub use port::{Link, Port, PortInfo, PortStats};
+pub use queue::{RxQueue, TxQueue};
 
 #[cfg(test)]
 mod tests {
@@ -73,6 +76,8 @@ mod tests {
         send_sync::<Burst>();
         send_sync::<Port>();
         send_sync::<Error>();
+        send_sync::<RxQueue>();
+        send_sync::<TxQueue>();
         copy::<Port>();
     }
 

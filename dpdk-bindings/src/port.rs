@@ -147,6 +147,12 @@ impl Port {
         }
     }
 
+    /// A `Port` without validation, for tests that need no EAL.
+    #[cfg(test)]
+    pub(crate) fn unchecked(id: u16) -> Port {
+        Port { id }
+    }
+
     /// The port id.
     #[inline]
     pub fn id(self) -> u16 {

@@ -296,7 +296,10 @@ fn ring_loopback(ring: Port, pool: &Mempool) {
     one.clear();
 
     let mut rx: Burst = MbufBurst::new();
-    assert_eq!(ring.rx_burst(0, &mut rx), 10);
+    let mut rxq = ring.rx_queue(0).expect("claim rx queue 0");
+    assert!(ring.rx_queue(0).is_err(), "one handle per queue");
+    assert_eq!(rxq.rx_burst(&mut rx), 10);
+    drop(rxq);
     let got: Vec<Vec<u8>> = rx.iter().map(|m| m.data().to_vec()).collect();
     assert_eq!(got, want);
     // net_ring passes mbufs through untouched: `port` is not set on RX.
