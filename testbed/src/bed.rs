@@ -22,7 +22,9 @@ use std::time::{Duration, Instant};
 /// Offloads turned off on every veth end. With them on, the sending kernel
 /// hands AF_PACKET 64 KB TSO/GSO super-frames and packets with partial
 /// checksums, which a real NIC would never deliver.
-pub const ETHTOOL_OFF: [&str; 10] = ["tx", "off", "rx", "off", "tso", "off", "gso", "off", "gro", "off"];
+pub const ETHTOOL_OFF: [&str; 10] = [
+    "tx", "off", "rx", "off", "tso", "off", "gso", "off", "gro", "off",
+];
 /// Where DPDK keeps per-`--file-prefix` runtime files.
 pub const DPDK_RUNTIME_DIR: &str = "/var/run/dpdk";
 /// How long a node gets between SIGTERM and SIGKILL.
@@ -71,7 +73,8 @@ pub fn ctl_json(bin_dir: &Path, socket: &Path, topic: &str) -> Result<Value> {
             "--json",
         ],
     )?;
-    serde_json::from_str(&out).with_context(|| format!("clusterfw-ctl show {topic} --json printed non-JSON: {out}"))
+    serde_json::from_str(&out)
+        .with_context(|| format!("clusterfw-ctl show {topic} --json printed non-JSON: {out}"))
 }
 
 fn plan(topo: &Topology, run_dir: &Path, mode: Mode) -> State {
@@ -82,7 +85,10 @@ fn plan(topo: &Topology, run_dir: &Path, mode: Mode) -> State {
         namespaces: topo.namespaces.iter().map(|n| n.name.clone()).collect(),
         veths: topo
             .endpoints()
-            .map(|e| VethRecord { namespace: e.namespace.clone(), ifname: e.ifname.clone() })
+            .map(|e| VethRecord {
+                namespace: e.namespace.clone(),
+                ifname: e.ifname.clone(),
+            })
             .collect(),
         nodes: topo
             .nodes
@@ -105,7 +111,11 @@ fn plan(topo: &Topology, run_dir: &Path, mode: Mode) -> State {
         hosts: topo
             .hosts
             .iter()
-            .map(|h| HostRecord { name: h.name.clone(), namespace: h.namespace.clone(), address: h.address.clone() })
+            .map(|h| HostRecord {
+                name: h.name.clone(),
+                namespace: h.namespace.clone(),
+                address: h.address.clone(),
+            })
             .collect(),
     }
 }
@@ -136,7 +146,11 @@ pub fn up(o: &UpOptions) -> Result<State> {
     }
     let topo = Topology::new(o.nodes)?;
     topo.validate()?;
-    let mode = if o.kernel_router { Mode::KernelRouter } else { Mode::Clusterfw };
+    let mode = if o.kernel_router {
+        Mode::KernelRouter
+    } else {
+        Mode::Clusterfw
+    };
     if mode == Mode::Clusterfw {
         for bin in ["clusterfw", "clusterfw-ctl"] {
             let p = o.bin_dir.join(bin);
@@ -152,9 +166,13 @@ pub fn up(o: &UpOptions) -> Result<State> {
     }
     let leftovers = down(&o.run_dir)?;
     if !leftovers.is_empty() {
-        eprintln!("clusterfw-testbed: removed leftovers: {}", leftovers.summary());
+        eprintln!(
+            "clusterfw-testbed: removed leftovers: {}",
+            leftovers.summary()
+        );
     }
-    std::fs::create_dir_all(&o.run_dir).with_context(|| format!("cannot create {}", o.run_dir.display()))?;
+    std::fs::create_dir_all(&o.run_dir)
+        .with_context(|| format!("cannot create {}", o.run_dir.display()))?;
     let mut state = plan(&topo, &o.run_dir, mode);
     state.save()?;
     match build(&topo, &mut state, o) {
@@ -162,7 +180,11 @@ pub fn up(o: &UpOptions) -> Result<State> {
         Err(e) => {
             for n in &state.nodes {
                 if let Some(log) = &n.log {
-                    eprintln!("--- last lines of {} ---\n{}\n---", log.display(), sys::tail(log, 40));
+                    eprintln!(
+                        "--- last lines of {} ---\n{}\n---",
+                        log.display(),
+                        sys::tail(log, 40)
+                    );
                 }
             }
             if let Err(d) = down(&o.run_dir) {
@@ -177,15 +199,39 @@ fn build(topo: &Topology, state: &mut State, o: &UpOptions) -> Result<()> {
     for n in &topo.namespaces {
         sys::run("ip", &["netns", "add", &n.name])?;
         sys::ip(&n.name, &["link", "set", "lo", "up"])?;
-        let forward = n.ip_forward || (state.mode == Mode::KernelRouter && topo.nodes.iter().any(|x| x.namespace == n.name));
-        sys::sysctl(&n.name, "net.ipv4.ip_forward", if forward { "1" } else { "0" })?;
+        let forward = n.ip_forward
+            || (state.mode == Mode::KernelRouter
+                && topo.nodes.iter().any(|x| x.namespace == n.name));
+        sys::sysctl(
+            &n.name,
+            "net.ipv4.ip_forward",
+            if forward { "1" } else { "0" },
+        )?;
     }
     for l in &topo.links {
-        sys::ip(&l.a.namespace, &["link", "add", &l.a.ifname, "type", "veth", "peer", "name", &l.b.ifname, "netns", &l.b.namespace])?;
+        sys::ip(
+            &l.a.namespace,
+            &[
+                "link",
+                "add",
+                &l.a.ifname,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                &l.b.ifname,
+                "netns",
+                &l.b.namespace,
+            ],
+        )?;
     }
     for e in topo.endpoints() {
         if e.disable_ipv6 {
-            sys::sysctl(&e.namespace, &format!("net.ipv6.conf.{}.disable_ipv6", e.ifname), "1")?;
+            sys::sysctl(
+                &e.namespace,
+                &format!("net.ipv6.conf.{}.disable_ipv6", e.ifname),
+                "1",
+            )?;
         }
         let mut args = vec!["-K", e.ifname.as_str()];
         args.extend_from_slice(&ETHTOOL_OFF);
@@ -206,7 +252,9 @@ fn build(topo: &Topology, state: &mut State, o: &UpOptions) -> Result<()> {
         let mut args = vec!["route", "add", r.destination.as_str()];
         match r.nexthops.as_slice() {
             [one] => args.extend(["via", one.as_str()]),
-            many => many.iter().for_each(|h| args.extend(["nexthop", "via", h.as_str()])),
+            many => many
+                .iter()
+                .for_each(|h| args.extend(["nexthop", "via", h.as_str()])),
         }
         sys::ip(&r.namespace, &args)?;
     }
@@ -219,9 +267,20 @@ fn build(topo: &Topology, state: &mut State, o: &UpOptions) -> Result<()> {
                 // on a lower-level interface is refused by a policy rule.
                 // Stateless, but enough for the self-check: replies to client
                 // connections go to ephemeral ports and pass.
-                let top = node.interfaces.iter().map(|x| x.security_level).max().unwrap_or(0);
+                let top = node
+                    .interfaces
+                    .iter()
+                    .map(|x| x.security_level)
+                    .max()
+                    .unwrap_or(0);
                 for x in node.interfaces.iter().filter(|x| x.security_level < top) {
-                    sys::ip(&node.namespace, &["rule", "add", "iif", &x.ifname, "ipproto", "tcp", "dport", "1-1023", "prohibit"])?;
+                    sys::ip(
+                        &node.namespace,
+                        &[
+                            "rule", "add", "iif", &x.ifname, "ipproto", "tcp", "dport", "1-1023",
+                            "prohibit",
+                        ],
+                    )?;
                 }
             }
             Mode::Clusterfw => {
@@ -266,7 +325,8 @@ fn spawn_node(node: &NodeSpec, rec: &NodeRecord, bin_dir: &Path) -> Result<u32> 
     // Not waited for: the node outlives this process. `sys::alive` treats a
     // zombie as dead for callers that keep running.
     drop(child);
-    std::fs::write(pid_file, format!("{pid}\n")).with_context(|| format!("cannot write {}", pid_file.display()))?;
+    std::fs::write(pid_file, format!("{pid}\n"))
+        .with_context(|| format!("cannot write {}", pid_file.display()))?;
     Ok(pid)
 }
 
@@ -279,7 +339,11 @@ fn wait_ready(rec: &NodeRecord, pid: u32, o: &UpOptions) -> Result<()> {
     let mut last_err = String::from("socket not created");
     loop {
         if !sys::alive(pid) {
-            bail!("node {} (pid {pid}) exited during start-up; see {}", rec.name, log.display());
+            bail!(
+                "node {} (pid {pid}) exited during start-up; see {}",
+                rec.name,
+                log.display()
+            );
         }
         if socket.exists() {
             match ctl_json(&o.bin_dir, socket, "stats") {
@@ -313,7 +377,10 @@ pub struct DownReport {
 
 impl DownReport {
     pub fn is_empty(&self) -> bool {
-        self.terminated.is_empty() && self.veths.is_empty() && self.namespaces.is_empty() && self.dpdk_dirs.is_empty()
+        self.terminated.is_empty()
+            && self.veths.is_empty()
+            && self.namespaces.is_empty()
+            && self.dpdk_dirs.is_empty()
     }
 
     pub fn summary(&self) -> String {
@@ -343,9 +410,18 @@ pub fn down(run_dir: &Path) -> Result<DownReport> {
         None
     });
     let existing = sys::namespaces()?;
-    let mut namespaces: BTreeSet<String> = existing.iter().filter(|n| n.starts_with(NS_PREFIX)).cloned().collect();
+    let mut namespaces: BTreeSet<String> = existing
+        .iter()
+        .filter(|n| n.starts_with(NS_PREFIX))
+        .cloned()
+        .collect();
     if let Some(s) = &state {
-        namespaces.extend(s.namespaces.iter().filter(|n| existing.contains(n)).cloned());
+        namespaces.extend(
+            s.namespaces
+                .iter()
+                .filter(|n| existing.contains(n))
+                .cloned(),
+        );
     }
 
     // 1. Processes: recorded node pids (if still theirs), then anything in a
@@ -370,7 +446,9 @@ pub fn down(run_dir: &Path) -> Result<DownReport> {
 
     // 2. Veths by name (deleting one end removes its peer), then namespaces.
     for v in state.iter().flat_map(|s| &s.veths) {
-        if namespaces.contains(&v.namespace) && sys::ip(&v.namespace, &["link", "show", "dev", &v.ifname]).is_ok() {
+        if namespaces.contains(&v.namespace)
+            && sys::ip(&v.namespace, &["link", "show", "dev", &v.ifname]).is_ok()
+        {
             match sys::ip(&v.namespace, &["link", "del", "dev", &v.ifname]) {
                 Ok(_) => report.veths.push(format!("{}/{}", v.namespace, v.ifname)),
                 Err(e) => errors.push(format!("{e:#}")),
@@ -468,7 +546,10 @@ mod tests {
         assert_eq!(s.namespaces, ["cfw-inside", "cfw-outside", "cfw-n1"]);
         assert_eq!(s.veths.len(), 4);
         let n = &s.nodes[0];
-        assert_eq!(n.control_socket.as_deref(), Some(Path::new("/run/x/n1.sock")));
+        assert_eq!(
+            n.control_socket.as_deref(),
+            Some(Path::new("/run/x/n1.sock"))
+        );
         assert_eq!(n.log.as_deref(), Some(Path::new("/run/x/n1.log")));
         assert_eq!(n.dpdk_prefix.as_deref(), Some("cfw-tb-n1"));
         let k = plan(&t, Path::new("/run/x"), Mode::KernelRouter);
@@ -480,9 +561,15 @@ mod tests {
         let t = Topology::single_node();
         let n1_in = t.endpoints().find(|e| e.ifname == "n1-in").unwrap();
         assert_eq!(kernel_address(&t, n1_in, Mode::Clusterfw), None);
-        assert_eq!(kernel_address(&t, n1_in, Mode::KernelRouter).as_deref(), Some("198.18.1.1/24"));
+        assert_eq!(
+            kernel_address(&t, n1_in, Mode::KernelRouter).as_deref(),
+            Some("198.18.1.1/24")
+        );
         let host = t.endpoints().find(|e| e.namespace == "cfw-inside").unwrap();
-        assert_eq!(kernel_address(&t, host, Mode::Clusterfw).as_deref(), Some("198.18.1.2/24"));
+        assert_eq!(
+            kernel_address(&t, host, Mode::Clusterfw).as_deref(),
+            Some("198.18.1.2/24")
+        );
     }
 
     #[test]

@@ -26,8 +26,12 @@ pub fn lock_bed() -> Result<File> {
     }
     let f = File::create(&path).with_context(|| format!("cannot open {}", path.display()))?;
     if f.try_lock().is_err() {
-        eprintln!("waiting for the test-bed lock {} (another run holds it)", path.display());
-        f.lock().with_context(|| format!("cannot lock {}", path.display()))?;
+        eprintln!(
+            "waiting for the test-bed lock {} (another run holds it)",
+            path.display()
+        );
+        f.lock()
+            .with_context(|| format!("cannot lock {}", path.display()))?;
     }
     Ok(f)
 }
@@ -52,7 +56,13 @@ pub struct Background {
 
 impl Background {
     /// Starts `program args…` in namespace `ns`, output to `log`.
-    pub fn start(what: &str, ns: &str, program: &str, args: &[&str], log: &Path) -> Result<Background> {
+    pub fn start(
+        what: &str,
+        ns: &str,
+        program: &str,
+        args: &[&str],
+        log: &Path,
+    ) -> Result<Background> {
         let out = File::create(log).with_context(|| format!("cannot create {}", log.display()))?;
         let child = sys::ns_command(ns, program)
             .args(args)
@@ -61,7 +71,11 @@ impl Background {
             .stderr(out)
             .spawn()
             .with_context(|| format!("cannot start {what}"))?;
-        Ok(Background { what: what.to_string(), child: Some(child), log: log.to_path_buf() })
+        Ok(Background {
+            what: what.to_string(),
+            child: Some(child),
+            log: log.to_path_buf(),
+        })
     }
 
     pub fn pid(&self) -> Option<u32> {
@@ -76,7 +90,11 @@ impl Background {
         loop {
             if let Some(c) = self.child.as_mut() {
                 if let Some(status) = c.try_wait()? {
-                    bail!("{} exited ({status}) before listening: {}", self.what, sys::tail(&self.log, 10));
+                    bail!(
+                        "{} exited ({status}) before listening: {}",
+                        self.what,
+                        sys::tail(&self.log, 10)
+                    );
                 }
             }
             let out = sys::ns_run(ns, "ss", &["-Hltn", &filter]).unwrap_or_default();
@@ -84,7 +102,11 @@ impl Background {
                 return Ok(());
             }
             if start.elapsed() > timeout {
-                bail!("{} not listening on port {port} after {timeout:?}: {}", self.what, sys::tail(&self.log, 10));
+                bail!(
+                    "{} not listening on port {port} after {timeout:?}: {}",
+                    self.what,
+                    sys::tail(&self.log, 10)
+                );
             }
             std::thread::sleep(Duration::from_millis(100));
         }

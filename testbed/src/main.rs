@@ -43,7 +43,11 @@ fn run(args: Vec<String>) -> Result<()> {
     let mut json = false;
     let mut it = rest.iter();
     while let Some(a) = it.next() {
-        let mut value = |name: &str| it.next().cloned().with_context(|| format!("{name} needs a value"));
+        let mut value = |name: &str| {
+            it.next()
+                .cloned()
+                .with_context(|| format!("{name} needs a value"))
+        };
         match (cmd.as_str(), a.as_str()) {
             (_, "-h" | "--help") => {
                 println!("{USAGE}");
@@ -52,7 +56,9 @@ fn run(args: Vec<String>) -> Result<()> {
             (_, "--run-dir") => run_dir = PathBuf::from(value("--run-dir")?),
             ("up", "--nodes") => {
                 let v = value("--nodes")?;
-                nodes = v.parse().with_context(|| format!("--nodes {v}: not a number"))?;
+                nodes = v
+                    .parse()
+                    .with_context(|| format!("--nodes {v}: not a number"))?;
             }
             ("up", "--kernel-router") => kernel_router = true,
             ("status", "--json") => json = true,
@@ -69,12 +75,21 @@ fn run(args: Vec<String>) -> Result<()> {
                 ready_timeout: Duration::from_secs(20),
             };
             let state = bed::up(&o)?;
-            let what = if kernel_router { "kernel-router self-check" } else { "clusterfw" };
+            let what = if kernel_router {
+                "kernel-router self-check"
+            } else {
+                "clusterfw"
+            };
             println!("test bed up ({what}), run dir {}", o.run_dir.display());
             for n in &state.nodes {
                 match (n.pid, &n.control_socket) {
                     (Some(pid), Some(sock)) => {
-                        println!("  node {} in {}: pid {pid}, socket {}", n.name, n.namespace, sock.display())
+                        println!(
+                            "  node {} in {}: pid {pid}, socket {}",
+                            n.name,
+                            n.namespace,
+                            sock.display()
+                        )
                     }
                     _ => println!("  node {} in {}: Linux router", n.name, n.namespace),
                 }
@@ -96,14 +111,22 @@ fn run(args: Vec<String>) -> Result<()> {
             } else if v["up"] == false {
                 println!("test bed down (no state in {})", run_dir.display());
             } else {
-                println!("test bed up ({}), run dir {}", v["mode"].as_str().unwrap_or("?"), run_dir.display());
+                println!(
+                    "test bed up ({}), run dir {}",
+                    v["mode"].as_str().unwrap_or("?"),
+                    run_dir.display()
+                );
                 for n in v["nodes"].as_array().into_iter().flatten() {
                     println!(
                         "  node {} in {}: pid {}, {}",
                         n["name"].as_str().unwrap_or("?"),
                         n["namespace"].as_str().unwrap_or("?"),
                         n["pid"],
-                        if n["alive"] == true { "alive" } else { "NOT RUNNING" }
+                        if n["alive"] == true {
+                            "alive"
+                        } else {
+                            "NOT RUNNING"
+                        }
                     );
                 }
                 for h in v["hosts"].as_array().into_iter().flatten() {

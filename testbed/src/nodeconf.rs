@@ -16,10 +16,19 @@ fn q(s: &str) -> String {
 /// per-node file prefix so nodes and other DPDK users never share runtime
 /// files.
 pub fn eal_args(node: &NodeSpec) -> Vec<String> {
-    ["--no-huge", "-m", "256", "--no-pci", "--file-prefix", &node.dpdk_prefix(), "-l", "0,1"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect()
+    [
+        "--no-huge",
+        "-m",
+        "256",
+        "--no-pci",
+        "--file-prefix",
+        &node.dpdk_prefix(),
+        "-l",
+        "0,1",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
 }
 
 /// The config file of `node`, its control socket at `socket`.
@@ -87,8 +96,21 @@ mod tests {
         }
         // No tabs; every top-level key once.
         assert!(!y.contains('\t'));
-        for key in ["node:", "dpdk:", "interfaces:", "routes:", "timeouts:", "arp:"] {
-            assert_eq!(y.lines().filter(|l| *l == key || l.starts_with(&format!("{key} "))).count(), 1, "{key}");
+        for key in [
+            "node:",
+            "dpdk:",
+            "interfaces:",
+            "routes:",
+            "timeouts:",
+            "arp:",
+        ] {
+            assert_eq!(
+                y.lines()
+                    .filter(|l| *l == key || l.starts_with(&format!("{key} ")))
+                    .count(),
+                1,
+                "{key}"
+            );
         }
     }
 
@@ -98,7 +120,10 @@ mod tests {
         let y = node_yaml(&t.nodes[0], "/tmp/cfw-testbed/n1.sock");
         let c = config::parse(&y, "n1.yaml").unwrap_or_else(|e| panic!("{e}\n{y}"));
         assert_eq!(c.node.name, "n1");
-        assert_eq!(c.control_socket, std::path::Path::new("/tmp/cfw-testbed/n1.sock"));
+        assert_eq!(
+            c.control_socket,
+            std::path::Path::new("/tmp/cfw-testbed/n1.sock")
+        );
         assert_eq!(c.dpdk.eal_args, eal_args(&t.nodes[0]));
         assert_eq!(c.interfaces.len(), 2);
         assert_eq!(c.interfaces[0].name, "inside");

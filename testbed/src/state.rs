@@ -103,7 +103,10 @@ mod tests {
             run_dir: "/tmp/cfw-testbed".into(),
             mode: Mode::Clusterfw,
             namespaces: vec!["cfw-inside".into(), "cfw-n1".into()],
-            veths: vec![VethRecord { namespace: "cfw-inside".into(), ifname: "eth0".into() }],
+            veths: vec![VethRecord {
+                namespace: "cfw-inside".into(),
+                ifname: "eth0".into(),
+            }],
             nodes: vec![NodeRecord {
                 name: "n1".into(),
                 namespace: "cfw-n1".into(),
@@ -132,7 +135,10 @@ mod tests {
         k.mode = Mode::KernelRouter;
         k.nodes[0].pid = None;
         let text = serde_json::to_string(&k).unwrap();
-        assert!(text.contains("\"kernel-router\"") && text.contains("\"pid\":null"), "{text}");
+        assert!(
+            text.contains("\"kernel-router\"") && text.contains("\"pid\":null"),
+            "{text}"
+        );
         assert_eq!(State::parse(&text).unwrap(), k);
     }
 

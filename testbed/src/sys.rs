@@ -56,14 +56,22 @@ pub fn sysctl(ns: &str, key: &str, value: &str) -> Result<()> {
 pub fn namespaces() -> Result<Vec<String>> {
     let out = run::<&str>("ip", &["netns", "list"])?;
     // Lines look like `cfw-n1 (id: 3)` or just `cfw-n1`.
-    Ok(out.lines().filter_map(|l| l.split_whitespace().next()).map(str::to_string).collect())
+    Ok(out
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .map(str::to_string)
+        .collect())
 }
 
 /// Pids of the processes in namespace `ns` (`ip netns pids`); empty if the
 /// namespace is gone.
 pub fn ns_pids(ns: &str) -> Vec<u32> {
     run("ip", &["netns", "pids", ns])
-        .map(|out| out.split_whitespace().filter_map(|p| p.parse().ok()).collect())
+        .map(|out| {
+            out.split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -153,7 +161,9 @@ mod tests {
 
     #[test]
     fn run_reports_failures_with_the_command_line() {
-        let err = run("sh", &["-c", "echo oops >&2; exit 3"]).unwrap_err().to_string();
+        let err = run("sh", &["-c", "echo oops >&2; exit 3"])
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("sh -c") && err.contains("oops"), "{err}");
         assert_eq!(run("sh", &["-c", "echo hi"]).unwrap(), "hi\n");
     }

@@ -115,7 +115,10 @@ pub struct Topology {
 }
 
 fn ns(name: &str, ip_forward: bool) -> NamespaceSpec {
-    NamespaceSpec { name: name.to_string(), ip_forward }
+    NamespaceSpec {
+        name: name.to_string(),
+        ip_forward,
+    }
 }
 
 fn end(namespace: &str, ifname: &str, address: Option<&str>, disable_ipv6: bool) -> Endpoint {
@@ -166,7 +169,10 @@ impl Topology {
                 },
             ],
             bridges: vec![],
-            routes: vec![default_route(inside, "198.18.1.1"), default_route(outside, "198.18.2.1")],
+            routes: vec![
+                default_route(inside, "198.18.1.1"),
+                default_route(outside, "198.18.2.1"),
+            ],
             hosts: vec![
                 HostSpec {
                     name: "inside".into(),
@@ -231,7 +237,12 @@ impl Topology {
             }
             for i in &n.interfaces {
                 if !seen.contains(&(n.namespace.as_str(), i.ifname.as_str())) {
-                    bail!("node {} interface {} has no veth {}", n.name, i.name, i.ifname);
+                    bail!(
+                        "node {} interface {} has no veth {}",
+                        n.name,
+                        i.name,
+                        i.ifname
+                    );
                 }
             }
         }

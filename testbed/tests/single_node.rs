@@ -55,9 +55,16 @@ impl Ctx {
     }
 
     fn acl_denied(&self) -> Result<Option<u64>> {
-        let Some(stats) = self.stats()? else { return Ok(None) };
-        let drops = stats.get("drops").and_then(Value::as_object).context("show stats: no \"drops\" object")?;
-        Ok(Some(drops.get("acl-denied").and_then(Value::as_u64).unwrap_or(0)))
+        let Some(stats) = self.stats()? else {
+            return Ok(None);
+        };
+        let drops = stats
+            .get("drops")
+            .and_then(Value::as_object)
+            .context("show stats: no \"drops\" object")?;
+        Ok(Some(
+            drops.get("acl-denied").and_then(Value::as_u64).unwrap_or(0),
+        ))
     }
 }
 
@@ -77,7 +84,10 @@ impl Drop for BedGuard {
 
 fn sha256(path: &Path) -> Result<String> {
     let out = sys::run("sha256sum", &[path.to_string_lossy()])?;
-    out.split_whitespace().next().map(str::to_string).context("sha256sum printed nothing")
+    out.split_whitespace()
+        .next()
+        .map(str::to_string)
+        .context("sha256sum printed nothing")
 }
 
 fn step_a_http_download(c: &Ctx) -> Result<String> {
@@ -93,7 +103,15 @@ fn step_a_http_download(c: &Ctx) -> Result<String> {
         "HTTP server",
         OUTSIDE,
         harness::python(),
-        &["-m", "http.server", "8080", "--bind", OUTSIDE_ADDR, "--directory", &www_dir],
+        &[
+            "-m",
+            "http.server",
+            "8080",
+            "--bind",
+            OUTSIDE_ADDR,
+            "--directory",
+            &www_dir,
+        ],
         &c.run_dir.join("step-a-http.log"),
     )?;
     server.wait_listening(OUTSIDE, 8080, Duration::from_secs(10))?;
@@ -101,11 +119,28 @@ fn step_a_http_download(c: &Ctx) -> Result<String> {
     let got_path = dl.0.join("random.bin");
     let url = format!("http://{OUTSIDE_ADDR}:8080/random.bin");
     let start = Instant::now();
-    sys::ns_run(INSIDE, "curl", &["-sS", "--fail", "--connect-timeout", "10", "--max-time", "60", "-o", &got_path.to_string_lossy(), &url])?;
+    sys::ns_run(
+        INSIDE,
+        "curl",
+        &[
+            "-sS",
+            "--fail",
+            "--connect-timeout",
+            "10",
+            "--max-time",
+            "60",
+            "-o",
+            &got_path.to_string_lossy(),
+            &url,
+        ],
+    )?;
     let secs = start.elapsed().as_secs_f64();
     let got = sha256(&got_path)?;
     let len = std::fs::metadata(&got_path)?.len();
-    ensure!(got == want, "downloaded {len} bytes with sha256 {got}, served file has {want}");
+    ensure!(
+        got == want,
+        "downloaded {len} bytes with sha256 {got}, served file has {want}"
+    );
     Ok(format!("{len} bytes in {secs:.2} s, sha256 matches"))
 }
 
@@ -119,20 +154,49 @@ fn step_b_iperf3(c: &Ctx) -> Result<String> {
     )?;
     server.wait_listening(OUTSIDE, 5201, Duration::from_secs(10))?;
     let out = Command::new("timeout")
-        .args(["40", "ip", "netns", "exec", INSIDE, "iperf3", "-c", OUTSIDE_ADDR, "-p", "5201", "-t", "5", "--json", "--connect-timeout", "10000"])
+        .args([
+            "40",
+            "ip",
+            "netns",
+            "exec",
+            INSIDE,
+            "iperf3",
+            "-c",
+            OUTSIDE_ADDR,
+            "-p",
+            "5201",
+            "-t",
+            "5",
+            "--json",
+            "--connect-timeout",
+            "10000",
+        ])
         .output()?;
     let text = String::from_utf8_lossy(&out.stdout);
-    let v: Value = serde_json::from_str(&text)
-        .with_context(|| format!("iperf3 ({}) printed no JSON: {text} {}", out.status, String::from_utf8_lossy(&out.stderr)))?;
+    let v: Value = serde_json::from_str(&text).with_context(|| {
+        format!(
+            "iperf3 ({}) printed no JSON: {text} {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })?;
     if let Some(e) = v.get("error") {
         bail!("iperf3 ({}): {e}", out.status);
     }
     let sent = v["end"]["sum_sent"]["bytes"].as_u64().unwrap_or(0);
     let received = v["end"]["sum_received"]["bytes"].as_u64().unwrap_or(0);
-    let bps = v["end"]["sum_received"]["bits_per_second"].as_f64().unwrap_or(0.0);
+    let bps = v["end"]["sum_received"]["bits_per_second"]
+        .as_f64()
+        .unwrap_or(0.0);
     ensure!(out.status.success(), "iperf3 exited with {}", out.status);
-    ensure!(sent > 0 && received > 0, "iperf3 moved nothing: sent {sent} B, received {received} B");
-    Ok(format!("sent {sent} B, received {received} B, {:.3} Gbit/s", bps / 1e9))
+    ensure!(
+        sent > 0 && received > 0,
+        "iperf3 moved nothing: sent {sent} B, received {received} B"
+    );
+    Ok(format!(
+        "sent {sent} B, received {received} B, {:.3} Gbit/s",
+        bps / 1e9
+    ))
 }
 
 fn step_c_outside_to_inside_denied(c: &Ctx) -> Result<String> {
@@ -147,22 +211,42 @@ fn step_c_outside_to_inside_denied(c: &Ctx) -> Result<String> {
     listener.wait_listening(INSIDE, 80, Duration::from_secs(10))?;
     let url = format!("http://{INSIDE_ADDR}:80/");
     // The listener itself works: the failure below is the firewall's doing.
-    sys::ns_run(INSIDE, "curl", &["-sS", "--fail", "--max-time", "3", "-o", "/dev/null", &url])
-        .context("the listener does not answer even inside its own host")?;
+    sys::ns_run(
+        INSIDE,
+        "curl",
+        &["-sS", "--fail", "--max-time", "3", "-o", "/dev/null", &url],
+    )
+    .context("the listener does not answer even inside its own host")?;
 
     let before = c.acl_denied()?;
     let out = Command::new("ip")
-        .args(["netns", "exec", OUTSIDE, "curl", "-sS", "--max-time", "3", "-o", "/dev/null", &url])
+        .args([
+            "netns",
+            "exec",
+            OUTSIDE,
+            "curl",
+            "-sS",
+            "--max-time",
+            "3",
+            "-o",
+            "/dev/null",
+            &url,
+        ])
         .output()?;
     // 7: could not connect (refused / prohibited); 28: timed out (silent drop).
     match out.status.code() {
         Some(7 | 28) => {}
         Some(0) => bail!("outside reached the inside listener: the connection was not denied"),
-        other => bail!("curl from outside failed oddly ({other:?}): {}", String::from_utf8_lossy(&out.stderr).trim()),
+        other => bail!(
+            "curl from outside failed oddly ({other:?}): {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ),
     }
     let how = String::from_utf8_lossy(&out.stderr).trim().to_string();
     let Some(before) = before else {
-        return Ok(format!("connection failed ({how}); kernel-router mode: no acl-denied counter to check"));
+        return Ok(format!(
+            "connection failed ({how}); kernel-router mode: no acl-denied counter to check"
+        ));
     };
     // Counters may be gathered from the workers periodically: give them a
     // moment.
@@ -170,7 +254,9 @@ fn step_c_outside_to_inside_denied(c: &Ctx) -> Result<String> {
     loop {
         let after = c.acl_denied()?.unwrap_or(0);
         if after > before {
-            return Ok(format!("connection failed ({how}); acl-denied {before} -> {after}"));
+            return Ok(format!(
+                "connection failed ({how}); acl-denied {before} -> {after}"
+            ));
         }
         if Instant::now() > deadline {
             bail!("connection failed ({how}) but acl-denied stayed at {after} (was {before})");
@@ -181,9 +267,17 @@ fn step_c_outside_to_inside_denied(c: &Ctx) -> Result<String> {
 
 fn step_d_ping_node(_c: &Ctx) -> Result<String> {
     let out = sys::ns_run(INSIDE, "ping", &["-c", "3", "-W", "2", NODE_INSIDE_ADDR])?;
-    let summary = out.lines().find(|l| l.contains("received")).unwrap_or("").trim().to_string();
+    let summary = out
+        .lines()
+        .find(|l| l.contains("received"))
+        .unwrap_or("")
+        .trim()
+        .to_string();
     Ok(summary)
 }
+
+/// A step: its outcome in one line, or why it failed.
+type Step = fn(&Ctx) -> Result<String>;
 
 #[test]
 fn single_node_traffic() {
@@ -202,9 +296,13 @@ fn single_node_traffic() {
         .unwrap_or_else(|| PathBuf::from("/tmp/cfw-testbed-test"));
 
     // Armed before `up`, so that a half-made bed is removed as well.
-    let _bed = BedGuard { run_dir: run_dir.clone() };
+    let _bed = BedGuard {
+        run_dir: run_dir.clone(),
+    };
     let mut up = Command::new(env!("CARGO_BIN_EXE_clusterfw-testbed"));
-    up.args(["up", "--run-dir"]).arg(&run_dir).env("CLUSTERFW_BIN_DIR", &bin_dir);
+    up.args(["up", "--run-dir"])
+        .arg(&run_dir)
+        .env("CLUSTERFW_BIN_DIR", &bin_dir);
     if kernel_router {
         up.arg("--kernel-router");
     }
@@ -223,17 +321,26 @@ fn single_node_traffic() {
         run_dir: run_dir.clone(),
         bin_dir,
     };
-    let steps: [(&str, fn(&Ctx) -> Result<String>); 4] = [
-        ("(a) 20 MB HTTP download inside->outside, sha256 checked", step_a_http_download),
+    let steps: [(&str, Step); 4] = [
+        (
+            "(a) 20 MB HTTP download inside->outside, sha256 checked",
+            step_a_http_download,
+        ),
         ("(b) 5 s iperf3 TCP inside->outside", step_b_iperf3),
-        ("(c) TCP outside->inside denied, acl-denied counted", step_c_outside_to_inside_denied),
+        (
+            "(c) TCP outside->inside denied, acl-denied counted",
+            step_c_outside_to_inside_denied,
+        ),
         ("(d) ping node inside address 198.18.1.1", step_d_ping_node),
     ];
     let mut failures = Vec::new();
     for (name, step) in steps {
         let start = Instant::now();
         match step(&c) {
-            Ok(detail) => eprintln!("step {name}: ok in {:.1} s: {detail}", start.elapsed().as_secs_f64()),
+            Ok(detail) => eprintln!(
+                "step {name}: ok in {:.1} s: {detail}",
+                start.elapsed().as_secs_f64()
+            ),
             Err(e) => {
                 eprintln!("step {name}: FAILED: {e:#}");
                 failures.push(format!("step {name}: {e:#}"));
@@ -243,14 +350,23 @@ fn single_node_traffic() {
     match c.stats() {
         Ok(Some(stats)) => eprintln!("node stats after the steps: {stats}"),
         Ok(None) => {}
-        Err(e) => failures.push(format!("step after: node no longer answers show stats: {e:#}")),
+        Err(e) => failures.push(format!(
+            "step after: node no longer answers show stats: {e:#}"
+        )),
     }
     if !failures.is_empty() {
         let log = if kernel_router {
             String::new()
         } else {
-            format!("\n--- node log tail ---\n{}", sys::tail(&run_dir.join("n1.log"), 40))
+            format!(
+                "\n--- node log tail ---\n{}",
+                sys::tail(&run_dir.join("n1.log"), 40)
+            )
         };
-        panic!("{} step(s) failed:\n{}{log}", failures.len(), failures.join("\n"));
+        panic!(
+            "{} step(s) failed:\n{}{log}",
+            failures.len(),
+            failures.join("\n")
+        );
     }
 }
