@@ -152,9 +152,13 @@ pub fn main_lcore() -> u32 {
 }
 
 /// Ids of the enabled worker lcores (every `-l` lcore except the main one),
-/// ascending.
+/// ascending; empty before [`init`].
 pub fn worker_lcores() -> Vec<u32> {
     let mut out = Vec::new();
+    if !is_initialized() {
+        // EAL's zeroed lcore table reads as "all enabled" before init.
+        return out;
+    }
     let mut i = u32::MAX; // "-1": rte_get_next_lcore starts at i + 1.
     loop {
         // SAFETY: rte_get_next_lcore only reads EAL's static lcore table and

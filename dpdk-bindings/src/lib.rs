@@ -98,6 +98,7 @@ mod tests {
         assert!(e.to_string().contains("EAL is not initialised"), "{e}");
         assert_eq!(Port::count_avail(), 0);
         assert!(Port::all().is_empty());
+        assert!(eal::worker_lcores().is_empty());
         assert!(eal::launch(1, || 0).is_err());
         assert_eq!(eal::wait_lcore(1), 0);
         assert!(dev::probe("net_null0").is_err());
