@@ -25,7 +25,9 @@ fn main() {
     let lib = pkg_config::Config::new()
         .atleast_version(MIN_DPDK)
         .probe("libdpdk")
-        .unwrap_or_else(|e| panic!("DPDK >= {MIN_DPDK} not found via pkg-config (install libdpdk-dev): {e}"));
+        .unwrap_or_else(|e| {
+            panic!("DPDK >= {MIN_DPDK} not found via pkg-config (install libdpdk-dev): {e}")
+        });
     println!("cargo:version={}", lib.version);
 
     // Compile flags: the pkg-config crate keeps only -I/-D, but DPDK's cflags
@@ -35,7 +37,10 @@ fn main() {
 
     // Experimental DPDK APIs are marked deprecated unless this is defined; the
     // generated wrappers touch some inline ones, and the warnings are noise.
-    let extra = ["-DALLOW_EXPERIMENTAL_API".to_string(), format!("-I{}", csrc.display())];
+    let extra = [
+        "-DALLOW_EXPERIMENTAL_API".to_string(),
+        format!("-I{}", csrc.display()),
+    ];
 
     let static_fns = out_dir.join("static_fns");
     let bindings = bindgen::Builder::default()

@@ -10,7 +10,7 @@
 use std::error::Error;
 use std::path::PathBuf;
 
-use dpdk_sys::{eal, mempool, Burst, Mempool, MbufBurst, Port};
+use dpdk_sys::{eal, mempool, Burst, MbufBurst, Mempool, Port};
 
 struct RunDirGuard(PathBuf);
 
@@ -21,16 +21,39 @@ impl Drop for RunDirGuard {
 }
 
 fn main() -> Result<(), Box<dyn Error>> {
-    let secs: f64 = std::env::args().nth(1).map(|s| s.parse()).transpose()?.unwrap_or(5.0);
+    let secs: f64 = std::env::args()
+        .nth(1)
+        .map(|s| s.parse())
+        .transpose()?
+        .unwrap_or(5.0);
     let prefix = format!("nullfwd-{}", std::process::id());
     let _dir = RunDirGuard(PathBuf::from("/var/run/dpdk").join(&prefix));
     let args = [
-        "nullfwd", "--no-huge", "-m", "256", "--no-pci", "--file-prefix", &prefix, "--vdev", "net_null0",
-        "--vdev", "net_null1", "-l", "0", "--log-level", "lib.eal:warning",
+        "nullfwd",
+        "--no-huge",
+        "-m",
+        "256",
+        "--no-pci",
+        "--file-prefix",
+        &prefix,
+        "--vdev",
+        "net_null0",
+        "--vdev",
+        "net_null1",
+        "-l",
+        "0",
+        "--log-level",
+        "lib.eal:warning",
     ];
     let eal = eal::init(&args)?;
     {
-        let pool = Mempool::new_pktmbuf("nullfwd", 8191, 256, mempool::DEFAULT_DATA_ROOM, mempool::SOCKET_ID_ANY)?;
+        let pool = Mempool::new_pktmbuf(
+            "nullfwd",
+            8191,
+            256,
+            mempool::DEFAULT_DATA_ROOM,
+            mempool::SOCKET_ID_ANY,
+        )?;
         let ports = [Port::by_name("net_null0")?, Port::by_name("net_null1")?];
         for p in ports {
             p.configure(1, 1, 1024, 1024, &pool)?;
@@ -65,7 +88,10 @@ fn main() -> Result<(), Box<dyn Error>> {
         );
         for p in ports {
             let s = p.stats()?;
-            println!("{p}: rx {} tx {} rx_nombuf {}", s.ipackets, s.opackets, s.rx_nombuf);
+            println!(
+                "{p}: rx {} tx {} rx_nombuf {}",
+                s.ipackets, s.opackets, s.rx_nombuf
+            );
             p.stop()?;
             p.close()?;
         }

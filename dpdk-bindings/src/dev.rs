@@ -15,10 +15,12 @@ use crate::ffi;
 pub fn probe(devargs: &str) -> Result<()> {
     const F: &str = "rte_dev_probe";
     eal::require(F)?;
-    let c = CString::new(devargs)
-        .map_err(|_| Error::new(F, 22).with_detail(format!("devargs {devargs:?} contain a NUL byte")))?;
+    let c = CString::new(devargs).map_err(|_| {
+        Error::new(F, 22).with_detail(format!("devargs {devargs:?} contain a NUL byte"))
+    })?;
     // SAFETY: EAL is up; c is a valid C string that DPDK parses and copies.
-    ok(F, unsafe { ffi::rte_dev_probe(c.as_ptr()) }).map_err(|e| e.with_detail(format!("devargs {devargs:?}")))
+    ok(F, unsafe { ffi::rte_dev_probe(c.as_ptr()) })
+        .map_err(|e| e.with_detail(format!("devargs {devargs:?}")))
 }
 
 /// The device name a devargs string yields: the part before the first comma.

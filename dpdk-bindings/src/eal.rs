@@ -70,7 +70,9 @@ pub fn init<S: AsRef<str>>(args: &[S]) -> Result<Eal> {
         })
         .collect::<Result<Vec<_>>>()?;
     if cargs.is_empty() {
-        return Err(Error::new("rte_eal_init", libc_einval()).with_detail("args[0] (program name) missing"));
+        return Err(
+            Error::new("rte_eal_init", libc_einval()).with_detail("args[0] (program name) missing")
+        );
     }
     if INIT_ATTEMPTED.swap(true, Ordering::SeqCst) {
         return Err(Error::new("rte_eal_init", EALREADY)
@@ -89,7 +91,9 @@ pub fn init<S: AsRef<str>>(args: &[S]) -> Result<Eal> {
         return Err(Error::from_rte_errno("rte_eal_init").with_detail(args_text(args)));
     }
     READY.store(true, Ordering::SeqCst);
-    Ok(Eal { _main_lcore_only: PhantomData })
+    Ok(Eal {
+        _main_lcore_only: PhantomData,
+    })
 }
 
 fn args_text<S: AsRef<str>>(args: &[S]) -> String {
@@ -222,8 +226,9 @@ where
     if ret < 0 {
         // SAFETY: the launch failed, so DPDK did not take arg; reclaim it.
         drop(unsafe { Box::from_raw(arg.cast::<LaunchFn>()) });
-        return Err(Error::from_ret("rte_eal_remote_launch", ret)
-            .with_detail(format!("lcore {lcore}")));
+        return Err(
+            Error::from_ret("rte_eal_remote_launch", ret).with_detail(format!("lcore {lcore}"))
+        );
     }
     Ok(())
 }
@@ -271,4 +276,3 @@ pub fn rdtsc() -> u64 {
         unsafe { ffi::rte_rdtsc() }
     }
 }
-

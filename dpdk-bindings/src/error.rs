@@ -23,7 +23,11 @@ impl Error {
     /// An error from `func` with a positive errno value (`libc` or
     /// DPDK's own `E_RTE_*` range).
     pub fn new(func: &'static str, errno: i32) -> Self {
-        Error { func, errno: errno.wrapping_abs(), detail: None }
+        Error {
+            func,
+            errno: errno.wrapping_abs(),
+            detail: None,
+        }
     }
 
     /// From a negative DPDK return code (`-errno`).
@@ -67,7 +71,13 @@ impl Error {
 
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} failed: {} (errno {})", self.func, self.message(), self.errno)?;
+        write!(
+            f,
+            "{} failed: {} (errno {})",
+            self.func,
+            self.message(),
+            self.errno
+        )?;
         if let Some(d) = &self.detail {
             write!(f, ": {d}")?;
         }

@@ -107,7 +107,10 @@ mod tests {
 
     #[test]
     fn devargs_name_is_before_first_comma() {
-        assert_eq!(dev::devargs_name("net_af_packet0,iface=eth0,qpairs=2"), "net_af_packet0");
+        assert_eq!(
+            dev::devargs_name("net_af_packet0,iface=eth0,qpairs=2"),
+            "net_af_packet0"
+        );
         assert_eq!(dev::devargs_name("net_null0"), "net_null0");
         assert_eq!(dev::devargs_name("0000:3b:00.0"), "0000:3b:00.0");
     }

@@ -308,7 +308,10 @@ impl<const N: usize> MbufBurst<N> {
     /// `N` must fit in `u16` (DPDK burst counts).
     pub const fn empty() -> Self {
         assert!(N <= u16::MAX as usize, "burst capacity must fit in u16");
-        MbufBurst { len: 0, slots: [std::ptr::null_mut(); N] }
+        MbufBurst {
+            len: 0,
+            slots: [std::ptr::null_mut(); N],
+        }
     }
 
     /// `N`.
@@ -384,7 +387,11 @@ impl<const N: usize> MbufBurst<N> {
     /// kept). Panics if `i >= len()`.
     #[inline]
     pub fn swap_remove(&mut self, i: usize) -> Mbuf {
-        assert!(i < self.len, "swap_remove index {i} out of range for burst of {}", self.len);
+        assert!(
+            i < self.len,
+            "swap_remove index {i} out of range for burst of {}",
+            self.len
+        );
         let p = self.slots[i];
         self.len -= 1;
         self.slots[i] = self.slots[self.len];
@@ -396,7 +403,11 @@ impl<const N: usize> MbufBurst<N> {
     /// Removes mbuf `i`, shifting the later ones down (order kept). Panics
     /// if `i >= len()`.
     pub fn remove(&mut self, i: usize) -> Mbuf {
-        assert!(i < self.len, "remove index {i} out of range for burst of {}", self.len);
+        assert!(
+            i < self.len,
+            "remove index {i} out of range for burst of {}",
+            self.len
+        );
         let p = self.slots[i];
         self.slots.copy_within(i + 1..self.len, i);
         self.len -= 1;
@@ -441,7 +452,11 @@ impl<const N: usize> MbufBurst<N> {
     pub fn drain(&mut self) -> Drain<'_, N> {
         let end = self.len;
         self.len = 0;
-        Drain { burst: self, pos: 0, end }
+        Drain {
+            burst: self,
+            pos: 0,
+            end,
+        }
     }
 
     /// Moves as many mbufs as fit from the front of `other` to the end of
@@ -460,7 +475,10 @@ impl<const N: usize> MbufBurst<N> {
     #[inline]
     pub(crate) fn free_tail_raw(&mut self) -> (*mut *mut ffi::rte_mbuf, usize) {
         // SAFETY: len <= N, so the offset stays within (or one past) the array.
-        (unsafe { self.slots.as_mut_ptr().add(self.len) }, N - self.len)
+        (
+            unsafe { self.slots.as_mut_ptr().add(self.len) },
+            N - self.len,
+        )
     }
 
     /// Marks `n` more slots (written through `free_tail_raw`) as held.
@@ -536,7 +554,10 @@ impl<'a, const N: usize> IntoIterator for &'a mut MbufBurst<N> {
 
 impl<const N: usize> fmt::Debug for MbufBurst<N> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("MbufBurst").field("capacity", &N).field("mbufs", &self.as_slice()).finish()
+        f.debug_struct("MbufBurst")
+            .field("capacity", &N)
+            .field("mbufs", &self.as_slice())
+            .finish()
     }
 }
 

@@ -46,15 +46,22 @@ impl Mempool {
     /// frame), on NUMA `socket` ([`SOCKET_ID_ANY`] or a port's
     /// [`crate::Port::socket_id`]). `n` is best a power of two minus one;
     /// names must be unique in the process.
-    pub fn new_pktmbuf(name: &str, n: u32, cache: u32, data_room: u16, socket: i32) -> Result<Mempool> {
+    pub fn new_pktmbuf(
+        name: &str,
+        n: u32,
+        cache: u32,
+        data_room: u16,
+        socket: i32,
+    ) -> Result<Mempool> {
         const F: &str = "rte_pktmbuf_pool_create";
         eal::require(F)?;
         let cname = c_name(F, name)?;
         // SAFETY: EAL is up; cname is a valid C string that DPDK copies.
-        let raw = unsafe { ffi::rte_pktmbuf_pool_create(cname.as_ptr(), n, cache, 0, data_room, socket) };
-        NonNull::new(raw)
-            .map(|raw| Mempool { raw })
-            .ok_or_else(|| Error::from_rte_errno(F).with_detail(format!("pool {name:?} of {n} mbufs")))
+        let raw =
+            unsafe { ffi::rte_pktmbuf_pool_create(cname.as_ptr(), n, cache, 0, data_room, socket) };
+        NonNull::new(raw).map(|raw| Mempool { raw }).ok_or_else(|| {
+            Error::from_rte_errno(F).with_detail(format!("pool {name:?} of {n} mbufs"))
+        })
     }
 
     /// Finds an existing pool by name (`rte_mempool_lookup`).
@@ -145,5 +152,6 @@ impl Mempool {
 }
 
 pub(crate) fn c_name(func: &'static str, name: &str) -> Result<CString> {
-    CString::new(name).map_err(|_| Error::new(func, 22).with_detail(format!("name {name:?} contains a NUL byte")))
+    CString::new(name)
+        .map_err(|_| Error::new(func, 22).with_detail(format!("name {name:?} contains a NUL byte")))
 }

@@ -88,8 +88,19 @@ pub const RSS_IP_TCP_UDP: u64 = {
     // rte_ethdev.h: IPV4 2, FRAG_IPV4 3, NONFRAG_IPV4_TCP 4, _UDP 5, _OTHER 7,
     // IPV6 8, FRAG_IPV6 9, NONFRAG_IPV6_TCP 10, _UDP 11, _OTHER 13,
     // IPV6_EX 15, IPV6_TCP_EX 16, IPV6_UDP_EX 17.
-    bit(2) | bit(3) | bit(4) | bit(5) | bit(7) | bit(8) | bit(9) | bit(10) | bit(11) | bit(13)
-        | bit(15) | bit(16) | bit(17)
+    bit(2)
+        | bit(3)
+        | bit(4)
+        | bit(5)
+        | bit(7)
+        | bit(8)
+        | bit(9)
+        | bit(10)
+        | bit(11)
+        | bit(13)
+        | bit(15)
+        | bit(16)
+        | bit(17)
 };
 
 impl Port {
@@ -165,9 +176,13 @@ impl Port {
         let mut buf = [0 as c_char; ffi::RTE_ETH_NAME_MAX_LEN as usize];
         // SAFETY: valid port; buf has the RTE_ETH_NAME_MAX_LEN bytes DPDK
         // writes at most (NUL included).
-        ok(F, unsafe { ffi::rte_eth_dev_get_name_by_port(self.id, buf.as_mut_ptr()) })?;
+        ok(F, unsafe {
+            ffi::rte_eth_dev_get_name_by_port(self.id, buf.as_mut_ptr())
+        })?;
         // SAFETY: DPDK wrote a NUL-terminated string into buf.
-        Ok(unsafe { CStr::from_ptr(buf.as_ptr()) }.to_string_lossy().into_owned())
+        Ok(unsafe { CStr::from_ptr(buf.as_ptr()) }
+            .to_string_lossy()
+            .into_owned())
     }
 
     /// NUMA socket the device is attached to, or `SOCKET_ID_ANY` (-1).
@@ -191,7 +206,9 @@ impl Port {
             String::new()
         } else {
             // SAFETY: a non-NULL driver_name is the PMD's static C string.
-            unsafe { CStr::from_ptr(info.driver_name) }.to_string_lossy().into_owned()
+            unsafe { CStr::from_ptr(info.driver_name) }
+                .to_string_lossy()
+                .into_owned()
         };
         Ok(PortInfo {
             driver_name,
@@ -208,7 +225,14 @@ impl Port {
     /// descriptors (clamped to the device's limits by
     /// `rte_eth_dev_adjust_nb_rx_tx_desc`), RX queues filling from `pool`.
     /// The port must be stopped.
-    pub fn configure(self, nb_rxq: u16, nb_txq: u16, rx_desc: u16, tx_desc: u16, pool: &Mempool) -> Result<()> {
+    pub fn configure(
+        self,
+        nb_rxq: u16,
+        nb_txq: u16,
+        rx_desc: u16,
+        tx_desc: u16,
+        pool: &Mempool,
+    ) -> Result<()> {
         let info = self.raw_info()?;
         let mut conf = ffi::rte_eth_conf::default();
         if nb_rxq > 1 {
@@ -221,8 +245,12 @@ impl Port {
         // SAFETY: valid port; conf is a fully initialised rte_eth_conf that
         // DPDK copies.
         let ret = unsafe { ffi::rte_eth_dev_configure(self.id, nb_rxq, nb_txq, &conf) };
-        ok("rte_eth_dev_configure", ret)
-            .map_err(|e| e.with_detail(format!("port {} with {nb_rxq} rx / {nb_txq} tx queues", self.id)))?;
+        ok("rte_eth_dev_configure", ret).map_err(|e| {
+            e.with_detail(format!(
+                "port {} with {nb_rxq} rx / {nb_txq} tx queues",
+                self.id
+            ))
+        })?;
 
         let (mut nrx, mut ntx) = (rx_desc, tx_desc);
         // SAFETY: valid, configured port; both are valid in/out pointers.
@@ -236,17 +264,27 @@ impl Port {
             // SAFETY: valid port configured with nb_rxq queues; NULL rx_conf
             // selects the PMD defaults; the pool is live for the process.
             let ret = unsafe {
-                ffi::rte_eth_rx_queue_setup(self.id, q, nrx, socket, std::ptr::null(), pool.as_ptr())
+                ffi::rte_eth_rx_queue_setup(
+                    self.id,
+                    q,
+                    nrx,
+                    socket,
+                    std::ptr::null(),
+                    pool.as_ptr(),
+                )
             };
-            ok("rte_eth_rx_queue_setup", ret)
-                .map_err(|e| e.with_detail(format!("port {} queue {q}, {nrx} descriptors", self.id)))?;
+            ok("rte_eth_rx_queue_setup", ret).map_err(|e| {
+                e.with_detail(format!("port {} queue {q}, {nrx} descriptors", self.id))
+            })?;
         }
         for q in 0..nb_txq {
             // SAFETY: valid port configured with nb_txq queues; NULL tx_conf
             // selects the PMD defaults.
-            let ret = unsafe { ffi::rte_eth_tx_queue_setup(self.id, q, ntx, socket, std::ptr::null()) };
-            ok("rte_eth_tx_queue_setup", ret)
-                .map_err(|e| e.with_detail(format!("port {} queue {q}, {ntx} descriptors", self.id)))?;
+            let ret =
+                unsafe { ffi::rte_eth_tx_queue_setup(self.id, q, ntx, socket, std::ptr::null()) };
+            ok("rte_eth_tx_queue_setup", ret).map_err(|e| {
+                e.with_detail(format!("port {} queue {q}, {ntx} descriptors", self.id))
+            })?;
         }
         Ok(())
     }
@@ -254,30 +292,40 @@ impl Port {
     /// Starts the port (`rte_eth_dev_start`).
     pub fn start(self) -> Result<()> {
         // SAFETY: valid port.
-        ok("rte_eth_dev_start", unsafe { ffi::rte_eth_dev_start(self.id) })
+        ok("rte_eth_dev_start", unsafe {
+            ffi::rte_eth_dev_start(self.id)
+        })
     }
 
     /// Stops the port (`rte_eth_dev_stop`); RX/TX then return 0.
     pub fn stop(self) -> Result<()> {
         // SAFETY: valid port.
-        ok("rte_eth_dev_stop", unsafe { ffi::rte_eth_dev_stop(self.id) })
+        ok("rte_eth_dev_stop", unsafe {
+            ffi::rte_eth_dev_stop(self.id)
+        })
     }
 
     /// Closes the port (`rte_eth_dev_close`), releasing its queues; stop it
     /// first. The id must not be used afterwards.
     pub fn close(self) -> Result<()> {
         // SAFETY: valid port.
-        ok("rte_eth_dev_close", unsafe { ffi::rte_eth_dev_close(self.id) })
+        ok("rte_eth_dev_close", unsafe {
+            ffi::rte_eth_dev_close(self.id)
+        })
     }
 
     /// Enables or disables promiscuous mode.
     pub fn set_promiscuous(self, on: bool) -> Result<()> {
         if on {
             // SAFETY: valid port.
-            ok("rte_eth_promiscuous_enable", unsafe { ffi::rte_eth_promiscuous_enable(self.id) })
+            ok("rte_eth_promiscuous_enable", unsafe {
+                ffi::rte_eth_promiscuous_enable(self.id)
+            })
         } else {
             // SAFETY: valid port.
-            ok("rte_eth_promiscuous_disable", unsafe { ffi::rte_eth_promiscuous_disable(self.id) })
+            ok("rte_eth_promiscuous_disable", unsafe {
+                ffi::rte_eth_promiscuous_disable(self.id)
+            })
         }
     }
 
@@ -285,7 +333,9 @@ impl Port {
     pub fn mac_addr(self) -> Result<[u8; 6]> {
         let mut a = ffi::rte_ether_addr::default();
         // SAFETY: valid port; a is a valid out-pointer.
-        ok("rte_eth_macaddr_get", unsafe { ffi::rte_eth_macaddr_get(self.id, &mut a) })?;
+        ok("rte_eth_macaddr_get", unsafe {
+            ffi::rte_eth_macaddr_get(self.id, &mut a)
+        })?;
         Ok(a.addr_bytes)
     }
 
@@ -293,7 +343,9 @@ impl Port {
     pub fn link(self) -> Result<Link> {
         let mut l = ffi::rte_eth_link::default();
         // SAFETY: valid port; l is a valid out-pointer.
-        ok("rte_eth_link_get_nowait", unsafe { ffi::rte_eth_link_get_nowait(self.id, &mut l) })?;
+        ok("rte_eth_link_get_nowait", unsafe {
+            ffi::rte_eth_link_get_nowait(self.id, &mut l)
+        })?;
         Ok(Link {
             up: u32::from(l.link_status()) == ffi::RTE_ETH_LINK_UP,
             speed_mbps: l.link_speed,
@@ -305,7 +357,9 @@ impl Port {
     pub fn stats(self) -> Result<PortStats> {
         let mut s = ffi::rte_eth_stats::default();
         // SAFETY: valid port; s is a valid out-pointer.
-        ok("rte_eth_stats_get", unsafe { ffi::rte_eth_stats_get(self.id, &mut s) })?;
+        ok("rte_eth_stats_get", unsafe {
+            ffi::rte_eth_stats_get(self.id, &mut s)
+        })?;
         Ok(PortStats {
             ipackets: s.ipackets,
             opackets: s.opackets,
@@ -321,7 +375,9 @@ impl Port {
     /// Zeroes the basic counters (`rte_eth_stats_reset`).
     pub fn reset_stats(self) -> Result<()> {
         // SAFETY: valid port.
-        ok("rte_eth_stats_reset", unsafe { ffi::rte_eth_stats_reset(self.id) })
+        ok("rte_eth_stats_reset", unsafe {
+            ffi::rte_eth_stats_reset(self.id)
+        })
     }
 
     /// Receives up to `burst.free_slots()` packets from RX queue `queue`

@@ -33,7 +33,9 @@ fn claim(dir: usize, port: Port, queue: u16, func: &'static str) -> Result<()> {
     let bit = 1u64 << (q % 64);
     let prev = CLAIMED[dir][p][q / 64].fetch_or(bit, Ordering::AcqRel);
     if prev & bit != 0 {
-        return Err(Error::new(func, 16).with_detail(format!("{port} queue {queue} already has a handle")));
+        return Err(
+            Error::new(func, 16).with_detail(format!("{port} queue {queue} already has a handle"))
+        );
     }
     Ok(())
 }

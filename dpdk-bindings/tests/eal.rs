@@ -55,14 +55,23 @@ fn eal_ports_mbufs_bursts() {
 
     lcores_and_launch();
 
-    let pool = Mempool::new_pktmbuf("cfwtest_pool", 4095, 32, mempool::DEFAULT_DATA_ROOM, mempool::SOCKET_ID_ANY)
-        .expect("pool");
+    let pool = Mempool::new_pktmbuf(
+        "cfwtest_pool",
+        4095,
+        32,
+        mempool::DEFAULT_DATA_ROOM,
+        mempool::SOCKET_ID_ANY,
+    )
+    .expect("pool");
     assert_eq!(pool.capacity(), 4095);
     assert_eq!(pool.in_use_count(), 0);
     assert_eq!(pool.name(), "cfwtest_pool");
     let dup = Mempool::new_pktmbuf("cfwtest_pool", 63, 0, 256, mempool::SOCKET_ID_ANY).unwrap_err();
     assert_eq!(dup.func(), "rte_pktmbuf_pool_create");
-    assert_eq!(Mempool::lookup("cfwtest_pool").expect("lookup").as_ptr(), pool.as_ptr());
+    assert_eq!(
+        Mempool::lookup("cfwtest_pool").expect("lookup").as_ptr(),
+        pool.as_ptr()
+    );
 
     mbuf_editing(&pool);
     burst_ops(&pool);
@@ -85,11 +94,15 @@ fn eal_ports_mbufs_bursts() {
 
     // More queues than the ring PMD has is a configure error, not a crash.
     let info = ring.info().unwrap();
-    let too_many = ring.configure(info.max_rx_queues + 1, 1, 512, 512, &pool).unwrap_err();
+    let too_many = ring
+        .configure(info.max_rx_queues + 1, 1, 512, 512, &pool)
+        .unwrap_err();
     assert_eq!(too_many.func(), "rte_eth_dev_configure");
 
-    ring.configure(1, 1, 512, 512, &pool).expect("configure ring");
-    null.configure(1, 1, 512, 512, &pool).expect("configure null");
+    ring.configure(1, 1, 512, 512, &pool)
+        .expect("configure ring");
+    null.configure(1, 1, 512, 512, &pool)
+        .expect("configure null");
     ring.start().expect("start ring");
     null.start().expect("start null");
     match ring.set_promiscuous(true) {
@@ -111,7 +124,9 @@ fn eal_ports_mbufs_bursts() {
     let null1 = Port::by_name(dev::devargs_name("net_null1,size=128")).expect("net_null1");
     assert_eq!(Port::count_avail(), 3);
     // Several queues: configure asks for RSS where the port supports it.
-    null1.configure(2, 2, 256, 256, &pool).expect("configure 2 queues");
+    null1
+        .configure(2, 2, 256, 256, &pool)
+        .expect("configure 2 queues");
     null1.start().expect("start");
     let mut b = MbufBurst::new();
     assert_eq!(null1.rx_burst(1, &mut b), 64);
@@ -121,7 +136,10 @@ fn eal_ports_mbufs_bursts() {
     null1.close().expect("close");
     // The PMDs the test bed uses load from Debian's plugin directory (needs
     // root for AF_PACKET / pcap on `lo`).
-    for (devargs, driver) in [("net_af_packet0,iface=lo", "net_af_packet"), ("net_pcap0,iface=lo", "net_pcap")] {
+    for (devargs, driver) in [
+        ("net_af_packet0,iface=lo", "net_af_packet"),
+        ("net_pcap0,iface=lo", "net_pcap"),
+    ] {
         dev::probe(devargs).unwrap_or_else(|e| panic!("{e}"));
         let p = Port::by_name(dev::devargs_name(devargs)).expect("probed port");
         assert_eq!(p.info().unwrap().driver_name, driver);
@@ -309,8 +327,15 @@ fn ring_loopback(ring: Port, pool: &Mempool) {
     let s = ring.stats().unwrap();
     assert_eq!((s.opackets, s.ipackets), (10, 10), "{s:?}");
     // net_ring counts packets but (in DPDK 22.11) not bytes.
-    assert!([0, bytes].contains(&s.obytes) && [0, bytes].contains(&s.ibytes), "{s:?}");
-    assert_eq!((s.oerrors, s.ierrors, s.imissed, s.rx_nombuf), (0, 0, 0, 0), "{s:?}");
+    assert!(
+        [0, bytes].contains(&s.obytes) && [0, bytes].contains(&s.ibytes),
+        "{s:?}"
+    );
+    assert_eq!(
+        (s.oerrors, s.ierrors, s.imissed, s.rx_nombuf),
+        (0, 0, 0, 0),
+        "{s:?}"
+    );
 
     // Received mbufs can be sent again (forwarding).
     assert_eq!(ring.tx_burst(0, &mut rx), 10);
@@ -327,7 +352,11 @@ fn ring_partial_tx(ring: Port, pool: &Mempool) {
     let (accepted, offered) = loop {
         let base = sent;
         for i in 0..tx.free_slots() {
-            tx.push(pool.alloc_from_slice(&((base + i) as u32).to_be_bytes()).unwrap()).unwrap();
+            tx.push(
+                pool.alloc_from_slice(&((base + i) as u32).to_be_bytes())
+                    .unwrap(),
+            )
+            .unwrap();
         }
         let offered = tx.len();
         let n = ring.tx_burst(0, &mut tx);
@@ -344,7 +373,10 @@ fn ring_partial_tx(ring: Port, pool: &Mempool) {
     let s = ring.stats().unwrap();
     assert_eq!(s.opackets, sent as u64);
     // Whether a refused TX counts as oerrors is up to the PMD.
-    assert!([0, (offered - accepted) as u64].contains(&s.oerrors), "{s:?}");
+    assert!(
+        [0, (offered - accepted) as u64].contains(&s.oerrors),
+        "{s:?}"
+    );
     tx.clear();
 
     // Drain and check order.
