@@ -12,6 +12,7 @@ pub mod arp;
 pub mod buf;
 pub mod pipeline;
 pub mod route;
+pub mod conntrack;
 pub mod types;
 pub mod wire;
 

@@ -1,0 +1,1214 @@
+//! Golden segment tables, expiry boundaries, capacity and reservation tests,
+//! and property tests (arbitrary input never panics; an honest simulated TCP
+//! conversation is never dropped).
+
+use super::tcp_flags::*;
+use super::*;
+use crate::types::{ip_proto, Direction::*, DropReason as D};
+use proptest::prelude::*;
+use std::cell::Cell;
+
+const MS: u64 = 1_000_000;
+
+fn v4(a: u8, b: u8, c: u8, d: u8) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::new(a, b, c, d))
+}
+
+fn tuple(src: IpAddr, sp: u16, dst: IpAddr, dp: u16, proto: u8) -> FiveTuple {
+    FiveTuple { src, dst, proto, src_port: sp, dst_port: dp }
+}
+
+/// Client 10.0.0.1:40000 → server 192.0.2.10:80.
+fn client_tuple() -> FiveTuple {
+    tuple(v4(10, 0, 0, 1), 40000, v4(192, 0, 2, 10), 80, ip_proto::TCP)
+}
+
+fn seg(flags: u8, seq: u32, ack: u32, window: u16) -> TcpSeg {
+    TcpSeg { flags, seq, ack, window, payload_len: 0, wscale: None, sack_permitted: false }
+}
+
+fn syn(flags: u8, seq: u32, ack: u32, window: u16, ws: Option<u8>) -> TcpSeg {
+    TcpSeg { flags, seq, ack, window, payload_len: 0, wscale: ws, sack_permitted: true }
+}
+
+/// Self-check of the table's internal bookkeeping.
+fn check_invariants(t: &ConnTable) {
+    let live = t.slots.iter().filter(|s| s.live).count();
+    assert_eq!(live, t.len());
+    assert_eq!(t.index.len(), t.len());
+    assert_eq!(t.free.len() + t.len(), t.capacity());
+    assert!(t.len() <= t.capacity());
+    for s in t.slots.iter().filter(|s| s.live) {
+        let h = t.hasher.hash_one(s.key);
+        assert!(t.find(h, &s.key).is_some());
+    }
+}
+
+#[derive(Copy, Clone, Debug, PartialEq)]
+enum Exp {
+    /// Accepted on the existing flow.
+    Ok,
+    /// Accepted and created a flow (admit called).
+    New,
+    Err(DropReason),
+}
+
+/// One row of a golden table: a segment in a direction, the expected
+/// verdict and the expected TCP state afterwards (of the flow, if any).
+struct Row {
+    what: &'static str,
+    dir: Direction,
+    seg: TcpSeg,
+    exp: Exp,
+    state: Option<TcpState>,
+}
+
+fn row(what: &'static str, dir: Direction, seg: TcpSeg, exp: Exp, state: Option<TcpState>) -> Row {
+    Row { what, dir, seg, exp, state }
+}
+
+/// Runs `rows` on one tuple, 1 ms apart; returns the table.
+fn run_rows(fwd: FiveTuple, rows: &[Row]) -> ConnTable {
+    let mut t = ConnTable::new(16, Timeouts::default());
+    let mut now = Timestamp::from_secs(1);
+    let mut handle = None;
+    for (n, r) in rows.iter().enumerate() {
+        now = Timestamp(now.0 + MS);
+        let tup = if r.dir == Original { fwd } else { fwd.reversed() };
+        let admitted = Cell::new(0);
+        let got = t.track(now, &tup, &L4Info::Tcp(r.seg), 60 + r.seg.payload_len, || {
+            admitted.set(admitted.get() + 1);
+            true
+        });
+        let ctx = format!("row {n} ({}): {:?}", r.what, got);
+        match r.exp {
+            Exp::Ok => {
+                let tr = got.expect(&ctx);
+                assert!(!tr.created, "{ctx}");
+                assert_eq!(admitted.get(), 0, "{ctx}");
+                // The direction is relative to the flow's initiator; the
+                // golden tables' flows are all opened by `fwd`'s source
+                // except after a reopen from the reply side.
+                handle = Some(tr.handle);
+            }
+            Exp::New => {
+                let tr = got.expect(&ctx);
+                assert!(tr.created, "{ctx}");
+                assert_eq!(tr.dir, Original, "{ctx}");
+                assert_eq!(admitted.get(), 1, "{ctx}");
+                handle = Some(tr.handle);
+            }
+            Exp::Err(e) => {
+                assert_eq!(got.map(|_| ()), Err(e), "{ctx}");
+                if e != D::AclDenied {
+                    assert_eq!(admitted.get(), 0, "{ctx}");
+                }
+            }
+        }
+        let st = handle.and_then(|h| t.tcp_state(h));
+        assert_eq!(st, r.state, "state after {ctx}");
+        check_invariants(&t);
+    }
+    t
+}
+
+use TcpState::*;
+
+// Initial sequence numbers close to the wrap so that every golden table also
+// exercises modulo-2^32 comparisons.
+const C: u32 = 0xFFFF_FF00;
+const S: u32 = 0x7FFF_FFF0;
+
+fn c(off: u32) -> u32 {
+    C.wrapping_add(off)
+}
+fn s(off: u32) -> u32 {
+    S.wrapping_add(off)
+}
+
+/// The three-way handshake with wscale 7 on both sides.
+fn handshake() -> Vec<Row> {
+    vec![
+        row("SYN", Original, syn(SYN, C, 0, 64240, Some(7)), Exp::New, Some(SynSent)),
+        row("SYN retransmission", Original, syn(SYN, C, 0, 64240, Some(7)), Exp::Ok, Some(SynSent)),
+        row("SYN-ACK", Reply, syn(SYN | ACK, S, c(1), 65160, Some(7)), Exp::Ok, Some(SynReceived)),
+        row("SYN-ACK retransmission", Reply, syn(SYN | ACK, S, c(1), 65160, Some(7)), Exp::Ok, Some(SynReceived)),
+        row("ACK", Original, seg(ACK, c(1), s(1), 502), Exp::Ok, Some(Established)),
+    ]
+}
+
+// `seg` with payload: shorthand.
+fn data(flags: u8, seq: u32, ack: u32, window: u16, len: u32) -> TcpSeg {
+    TcpSeg { payload_len: len, ..seg(flags, seq, ack, window) }
+}
+
+#[test]
+fn golden_handshake_data_fin_fin_reopen() {
+    let mut rows = handshake();
+    rows.extend([
+        row("GET", Original, data(PSH | ACK, c(1), s(1), 502, 100), Exp::Ok, Some(Established)),
+        row("ACK of GET", Reply, data(ACK, s(1), c(101), 509, 0), Exp::Ok, Some(Established)),
+        // 64 KiB window from the client (502 << 7): the server may send
+        // 45 segments before an ACK.
+        row("response 1", Reply, data(ACK, s(1), c(101), 509, 1448), Exp::Ok, Some(Established)),
+        row("response 2", Reply, data(ACK, s(1449), c(101), 509, 1448), Exp::Ok, Some(Established)),
+        row(
+            "response far in window",
+            Reply,
+            data(ACK, s(1 + 40 * 1448), c(101), 509, 1448),
+            Exp::Ok,
+            Some(Established),
+        ),
+        row("client ACK with window update", Original, seg(ACK, c(101), s(2897), 2000), Exp::Ok, Some(Established)),
+        row("dup ACK (SACK-style)", Original, seg(ACK, c(101), s(2897), 2000), Exp::Ok, Some(Established)),
+        row("retransmission of hole", Reply, data(ACK, s(2897), c(101), 509, 1448), Exp::Ok, Some(Established)),
+        row("retransmission of old segment", Reply, data(ACK, s(1), c(101), 509, 1448), Exp::Ok, Some(Established)),
+        row("keepalive", Original, seg(ACK, c(100), s(2897), 2000), Exp::Ok, Some(Established)),
+        row("client ACK all", Original, seg(ACK, c(101), s(1 + 41 * 1448), 2000), Exp::Ok, Some(Established)),
+        row("client FIN", Original, seg(FIN | ACK, c(101), s(1 + 41 * 1448), 2000), Exp::Ok, Some(FinWait)),
+        row("server ACKs FIN", Reply, seg(ACK, s(1 + 41 * 1448), c(102), 509), Exp::Ok, Some(FinWait)),
+        row(
+            "server data after FIN (half close)",
+            Reply,
+            data(PSH | ACK, s(1 + 41 * 1448), c(102), 509, 10),
+            Exp::Ok,
+            Some(FinWait),
+        ),
+        row("client ACKs data", Original, seg(ACK, c(102), s(11 + 41 * 1448), 2000), Exp::Ok, Some(FinWait)),
+        row("server FIN", Reply, seg(FIN | ACK, s(11 + 41 * 1448), c(102), 509), Exp::Ok, Some(Closing)),
+        row("last ACK", Original, seg(ACK, c(102), s(12 + 41 * 1448), 2000), Exp::Ok, Some(TimeWait)),
+        row(
+            "server FIN retransmission",
+            Reply,
+            seg(FIN | ACK, s(11 + 41 * 1448), c(102), 509),
+            Exp::Ok,
+            Some(TimeWait),
+        ),
+        row("client re-ACK", Original, seg(ACK, c(102), s(12 + 41 * 1448), 2000), Exp::Ok, Some(TimeWait)),
+        row(
+            "data in TIME_WAIT out of window",
+            Original,
+            data(ACK, c(900_000), s(12 + 41 * 1448), 2000, 10),
+            Exp::Err(D::TcpOutOfWindow),
+            Some(TimeWait),
+        ),
+        row("new SYN reuses the port", Original, syn(SYN, c(1_000_000), 0, 64240, Some(7)), Exp::New, Some(SynSent)),
+        row("new SYN-ACK", Reply, syn(SYN | ACK, 42, c(1_000_001), 65160, None), Exp::Ok, Some(SynReceived)),
+    ]);
+    let t = run_rows(client_tuple(), &rows);
+    assert_eq!(t.len(), 1);
+    assert_eq!(t.stats().reopened, 1);
+    assert_eq!(t.stats().created, 2);
+}
+
+#[test]
+fn golden_server_closes_first_and_simultaneous_close() {
+    let mut rows = handshake();
+    rows.extend([
+        row("server FIN", Reply, seg(FIN | ACK, s(1), c(1), 509), Exp::Ok, Some(FinWait)),
+        row("client ACK+FIN", Original, seg(FIN | ACK, c(1), s(2), 502), Exp::Ok, Some(Closing)),
+        row("server last ACK", Reply, seg(ACK, s(2), c(2), 509), Exp::Ok, Some(TimeWait)),
+    ]);
+    run_rows(client_tuple(), &rows);
+
+    let mut rows = handshake();
+    rows.extend([
+        row("client FIN", Original, seg(FIN | ACK, c(1), s(1), 502), Exp::Ok, Some(FinWait)),
+        row("server FIN crosses it", Reply, seg(FIN | ACK, s(1), c(1), 509), Exp::Ok, Some(Closing)),
+        row("client ACKs server FIN", Original, seg(ACK, c(2), s(2), 502), Exp::Ok, Some(Closing)),
+        row("server ACKs client FIN", Reply, seg(ACK, s(2), c(2), 509), Exp::Ok, Some(TimeWait)),
+    ]);
+    run_rows(client_tuple(), &rows);
+}
+
+#[test]
+fn golden_rst() {
+    // In-window RST closes; out-of-window RST is dropped and changes nothing.
+    let mut rows = handshake();
+    rows.extend([
+        row(
+            "RST far beyond window",
+            Reply,
+            seg(RST, s(10_000_000), 0, 0),
+            Exp::Err(D::TcpOutOfWindow),
+            Some(Established),
+        ),
+        row(
+            "RST far behind",
+            Reply,
+            seg(RST, s(0).wrapping_sub(10_000_000), 0, 0),
+            Exp::Err(D::TcpOutOfWindow),
+            Some(Established),
+        ),
+        row("RST in window", Reply, seg(RST | ACK, s(1), c(1), 0), Exp::Ok, Some(Closed)),
+        row("late ACK after RST", Original, seg(ACK, c(1), s(1), 502), Exp::Ok, Some(Closed)),
+        row("SYN reopens a CLOSED flow", Original, syn(SYN, c(5000), 0, 64240, None), Exp::New, Some(SynSent)),
+    ]);
+    run_rows(client_tuple(), &rows);
+
+    // Connection refused: RST+ACK answering the SYN (RFC 9293 §3.10.7.3).
+    run_rows(
+        client_tuple(),
+        &[
+            row("SYN", Original, syn(SYN, C, 0, 64240, Some(7)), Exp::New, Some(SynSent)),
+            row("RST without ACK", Reply, seg(RST, 0, 0, 0), Exp::Err(D::TcpOutOfWindow), Some(SynSent)),
+            row(
+                "RST+ACK acking the wrong seq",
+                Reply,
+                seg(RST | ACK, 0, c(2), 0),
+                Exp::Err(D::TcpOutOfWindow),
+                Some(SynSent),
+            ),
+            row("RST+ACK refusing", Reply, seg(RST | ACK, 0, c(1), 0), Exp::Ok, Some(Closed)),
+        ],
+    );
+
+    // The client aborts its own SYN.
+    run_rows(
+        client_tuple(),
+        &[
+            row("SYN", Original, syn(SYN, C, 0, 64240, Some(7)), Exp::New, Some(SynSent)),
+            row("client RST", Original, seg(RST, c(1), 0, 0), Exp::Ok, Some(Closed)),
+        ],
+    );
+}
+
+#[test]
+fn golden_window_violations_do_not_change_state() {
+    let mut rows = handshake();
+    rows.extend([
+        // Client advertised 502 << 7 = 64256 bytes (max so far 65160 is the
+        // server's; the server's right edge is s(1) + 64256).
+        row(
+            "server data beyond the client's window",
+            Reply,
+            data(ACK, s(1 + 64256 + 1), c(1), 509, 100),
+            Exp::Err(D::TcpOutOfWindow),
+            Some(Established),
+        ),
+        row(
+            "ACK of data never sent",
+            Original,
+            seg(ACK, c(1), s(1 + 5000), 502),
+            Exp::Err(D::TcpOutOfWindow),
+            Some(Established),
+        ),
+        row("server data at the right edge", Reply, data(ACK, s(1 + 64256), c(1), 509, 0), Exp::Ok, Some(Established)),
+        row(
+            "ACK too far behind (pf MAXACKWINDOW)",
+            Original,
+            seg(ACK, c(1), s(1).wrapping_sub(70_000), 502),
+            Exp::Err(D::TcpOutOfWindow),
+            Some(Established),
+        ),
+        row(
+            "client data far behind",
+            Original,
+            data(ACK, c(1).wrapping_sub(200_000), s(1), 502, 100),
+            Exp::Err(D::TcpOutOfWindow),
+            Some(Established),
+        ),
+        row(
+            "FIN out of window is not recorded",
+            Original,
+            seg(FIN | ACK, c(1_000_000), s(1), 502),
+            Exp::Err(D::TcpOutOfWindow),
+            Some(Established),
+        ),
+        row("still fine", Original, data(PSH | ACK, c(1), s(1), 502, 10), Exp::Ok, Some(Established)),
+    ]);
+    run_rows(client_tuple(), &rows);
+}
+
+#[test]
+fn golden_bad_flags_bad_state_and_no_flow() {
+    let bad = [
+        0u8,
+        SYN | FIN,
+        SYN | RST,
+        FIN,
+        FIN | PSH | URG,
+        RST | FIN,
+        RST | FIN | ACK,
+        SYN | FIN | RST | PSH | ACK | URG,
+    ];
+    for f in bad {
+        run_rows(
+            client_tuple(),
+            &[row("bad flags, no flow", Original, data(f, 1, 0, 100, 0), Exp::Err(D::TcpBadFlags), None)],
+        );
+    }
+    run_rows(
+        client_tuple(),
+        &[
+            row("unsolicited ACK", Original, data(ACK, 1, 1, 100, 0), Exp::Err(D::TcpNoFlow), None),
+            row("unsolicited SYN-ACK", Original, syn(SYN | ACK, 1, 1, 100, None), Exp::Err(D::TcpNoFlow), None),
+            row("unsolicited RST", Original, data(RST, 1, 0, 0, 0), Exp::Err(D::TcpNoFlow), None),
+            row("unsolicited FIN", Original, data(FIN | ACK, 1, 1, 100, 0), Exp::Err(D::TcpNoFlow), None),
+            row("ECN SYN opens", Original, syn(SYN | ECE | CWR, C, 0, 64240, Some(7)), Exp::New, Some(SynSent)),
+            row(
+                "SYN-ACK in original direction",
+                Original,
+                syn(SYN | ACK, C, 1, 64240, None),
+                Exp::Err(D::TcpBadState),
+                Some(SynSent),
+            ),
+            row(
+                "client data before SYN-ACK",
+                Original,
+                data(ACK, c(1), 1, 502, 10),
+                Exp::Err(D::TcpBadState),
+                Some(SynSent),
+            ),
+            row("server ACK without SYN", Reply, data(ACK, S, c(1), 502, 0), Exp::Err(D::TcpBadState), Some(SynSent)),
+            row(
+                "SYN-ACK acking the wrong seq",
+                Reply,
+                syn(SYN | ACK, S, c(7), 65160, Some(7)),
+                Exp::Err(D::TcpOutOfWindow),
+                Some(SynSent),
+            ),
+            row("NULL on a flow", Reply, data(0, S, 0, 0, 0), Exp::Err(D::TcpBadFlags), Some(SynSent)),
+            row("SYN-ACK", Reply, syn(SYN | ACK, S, c(1), 65160, Some(7)), Exp::Ok, Some(SynReceived)),
+            row(
+                "SYN-ACK from the client",
+                Original,
+                syn(SYN | ACK, C, s(1), 64240, Some(7)),
+                Exp::Err(D::TcpBadState),
+                Some(SynReceived),
+            ),
+            row(
+                "ACK + FIN completes handshake and closes",
+                Original,
+                data(FIN | ACK, c(1), s(1), 502, 0),
+                Exp::Ok,
+                Some(FinWait),
+            ),
+            row(
+                "SYN on a FIN_WAIT flow",
+                Original,
+                syn(SYN, c(100), 0, 64240, None),
+                Exp::Err(D::TcpBadState),
+                Some(FinWait),
+            ),
+        ],
+    );
+    let mut rows = handshake();
+    rows.extend([
+        row(
+            "SYN on an established flow",
+            Original,
+            syn(SYN, C, 0, 64240, Some(7)),
+            Exp::Err(D::TcpBadState),
+            Some(Established),
+        ),
+        row("SYN from the server", Reply, syn(SYN, S, 0, 64240, Some(7)), Exp::Err(D::TcpBadState), Some(Established)),
+        row(
+            "server retransmits SYN-ACK (lost ACK)",
+            Reply,
+            syn(SYN | ACK, S, c(1), 65160, Some(7)),
+            Exp::Ok,
+            Some(Established),
+        ),
+        row(
+            "XMAS on a flow",
+            Original,
+            data(FIN | PSH | URG, c(1), 0, 0, 0),
+            Exp::Err(D::TcpBadFlags),
+            Some(Established),
+        ),
+    ]);
+    run_rows(client_tuple(), &rows);
+}
+
+#[test]
+fn golden_simultaneous_open_and_syn_restart() {
+    run_rows(
+        client_tuple(),
+        &[
+            row("SYN", Original, syn(SYN, C, 0, 64240, Some(7)), Exp::New, Some(SynSent)),
+            row("crossing SYN", Reply, syn(SYN, S, 0, 65160, Some(7)), Exp::Ok, Some(SynReceived)),
+            row("SYN-ACK from A", Original, syn(SYN | ACK, C, s(1), 64240, Some(7)), Exp::Ok, Some(SynReceived)),
+            row("SYN-ACK from B", Reply, syn(SYN | ACK, S, c(1), 65160, Some(7)), Exp::Ok, Some(SynReceived)),
+            row("ACK", Reply, data(ACK, s(1), c(1), 500, 0), Exp::Ok, Some(Established)),
+        ],
+    );
+    run_rows(
+        client_tuple(),
+        &[
+            row("SYN", Original, syn(SYN, C, 0, 64240, Some(7)), Exp::New, Some(SynSent)),
+            row("SYN-ACK", Reply, syn(SYN | ACK, S, c(1), 65160, Some(7)), Exp::Ok, Some(SynReceived)),
+            row("client SYN retransmission", Original, syn(SYN, C, 0, 64240, Some(7)), Exp::Ok, Some(SynReceived)),
+            row("client restarts with a new ISN", Original, syn(SYN, 77, 0, 64240, Some(7)), Exp::Ok, Some(SynSent)),
+            row(
+                "old SYN-ACK is now wrong",
+                Reply,
+                syn(SYN | ACK, S, c(1), 65160, Some(7)),
+                Exp::Err(D::TcpOutOfWindow),
+                Some(SynSent),
+            ),
+            row("SYN-ACK for the new ISN", Reply, syn(SYN | ACK, S, 78, 65160, Some(7)), Exp::Ok, Some(SynReceived)),
+            row("ACK", Original, data(ACK, 78, s(1), 502, 0), Exp::Ok, Some(Established)),
+        ],
+    );
+}
+
+#[test]
+fn golden_fast_open_and_reuse_after_lost_last_ack() {
+    // TFO: a SYN with 100 bytes of data; the server may acknowledge the data
+    // or only the SYN (RFC 7413 §4.2).
+    for acked in [c(1), c(101)] {
+        run_rows(
+            client_tuple(),
+            &[
+                row(
+                    "SYN + data",
+                    Original,
+                    TcpSeg { payload_len: 100, ..syn(SYN, C, 0, 64240, Some(7)) },
+                    Exp::New,
+                    Some(SynSent),
+                ),
+                row(
+                    "SYN-ACK acking past the data",
+                    Reply,
+                    syn(SYN | ACK, S, c(102), 65160, Some(7)),
+                    Exp::Err(D::TcpOutOfWindow),
+                    Some(SynSent),
+                ),
+                row(
+                    "SYN-ACK acking the ISS",
+                    Reply,
+                    syn(SYN | ACK, S, c(0), 65160, Some(7)),
+                    Exp::Err(D::TcpOutOfWindow),
+                    Some(SynSent),
+                ),
+                row("SYN-ACK", Reply, syn(SYN | ACK, S, acked, 65160, Some(7)), Exp::Ok, Some(SynReceived)),
+                row(
+                    "ACK (+ data retransmitted if it was not taken)",
+                    Original,
+                    data(ACK, acked, s(1), 502, c(101).wrapping_sub(acked)),
+                    Exp::Ok,
+                    Some(Established),
+                ),
+            ],
+        );
+    }
+    // Both FINs seen, the final ACK lost beyond us: the client's next SYN
+    // on the same ports replaces the flow (pf's state reuse).
+    let mut rows = handshake();
+    rows.extend([
+        row("client FIN", Original, seg(FIN | ACK, c(1), s(1), 502), Exp::Ok, Some(FinWait)),
+        row("server FIN", Reply, seg(FIN | ACK, s(1), c(2), 509), Exp::Ok, Some(Closing)),
+        row("new SYN", Original, syn(SYN, c(100_000), 0, 64240, Some(7)), Exp::New, Some(SynSent)),
+    ]);
+    run_rows(client_tuple(), &rows);
+}
+
+#[test]
+fn window_scaling_needs_both_sides() {
+    // The server does not scale: the client's 502 means 502 bytes, so
+    // server data past s(1) + 65160 (its SYN-ACK's own window does not
+    // matter) ... the client's edge is s(1) + 502.
+    let rows = [
+        row("SYN ws7", Original, syn(SYN, C, 0, 64240, Some(7)), Exp::New, Some(SynSent)),
+        row("SYN-ACK no ws", Reply, syn(SYN | ACK, S, c(1), 65160, None), Exp::Ok, Some(SynReceived)),
+        row("ACK win 502 unscaled", Original, data(ACK, c(1), s(1), 502, 0), Exp::Ok, Some(Established)),
+        // Edge: max(ack + win) over the client's segments = s(1) + 502.
+        row(
+            "server data beyond 502 (+1 for the max over the SYN's window)",
+            Reply,
+            data(ACK, s(1 + 64240 + 1), c(1), 65160, 10),
+            Exp::Err(D::TcpOutOfWindow),
+            Some(Established),
+        ),
+        row("server data within", Reply, data(ACK, s(1), c(1), 65160, 502), Exp::Ok, Some(Established)),
+    ];
+    let t = run_rows(client_tuple(), &rows);
+    let tr = t.lookup(&client_tuple()).unwrap();
+    match t.slots[tr.0 .0 as usize].kind {
+        FlowKind::Tcp(cn) => {
+            assert_eq!(cn.peers[0].scale, 0);
+            assert_eq!(cn.peers[1].scale, 0);
+            // The client's window never grew beyond its SYN's 64240.
+            assert_eq!(cn.peers[0].maxwin, 64240);
+        }
+        _ => panic!("not tcp"),
+    }
+}
+
+#[test]
+fn both_directions_share_one_entry_ipv4_and_ipv6() {
+    let v6a: IpAddr = "2001:db8::1".parse().unwrap();
+    let v6b: IpAddr = "2001:db8::2".parse().unwrap();
+    for fwd in [client_tuple(), tuple(v6b, 50000, v6a, 443, ip_proto::TCP)] {
+        let t = run_rows(fwd, &handshake());
+        assert_eq!(t.len(), 1);
+        let (h1, d1) = t.lookup(&fwd).unwrap();
+        let (h2, d2) = t.lookup(&fwd.reversed()).unwrap();
+        assert_eq!(h1, h2);
+        assert_eq!((d1, d2), (Original, Reply));
+        let mut out = Vec::new();
+        t.snapshot(Timestamp::from_secs(2), 10, &mut out);
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].tuple, fwd);
+        assert_eq!(out[0].state, "ESTABLISHED");
+        assert_eq!(out[0].packets, [3, 2]);
+        assert_eq!(out[0].bytes, [180, 120]);
+    }
+}
+
+#[test]
+fn ipv4_and_ipv6_never_collide() {
+    // ::a00:1 has the same first bytes as nothing v4, but make sure the
+    // family is part of the key: a v6 address whose first 4 bytes equal
+    // the v4 address with the rest zero.
+    let v4a = v4(10, 0, 0, 1);
+    let v6a: IpAddr = "a00:1::".parse().unwrap();
+    let v4b = v4(10, 0, 0, 2);
+    let v6b: IpAddr = "a00:2::".parse().unwrap();
+    let mut t = ConnTable::new(8, Timeouts::default());
+    let now = Timestamp::from_secs(1);
+    let a = t.track(now, &tuple(v4a, 1, v4b, 2, ip_proto::UDP), &L4Info::Udp, 10, || true).unwrap();
+    let b = t.track(now, &tuple(v6a, 1, v6b, 2, ip_proto::UDP), &L4Info::Udp, 10, || true).unwrap();
+    assert!(a.created && b.created);
+    assert_ne!(a.handle, b.handle);
+    let mut out = Vec::new();
+    t.snapshot(now, 10, &mut out);
+    assert!(out.iter().any(|c| c.tuple.src == v6a && c.tuple.dst == v6b));
+    assert!(out.iter().any(|c| c.tuple.src == v4a && c.tuple.dst == v4b));
+}
+
+#[test]
+fn udp_icmp_other_pseudo_flows() {
+    let mut t = ConnTable::new(8, Timeouts::default());
+    let now = Timestamp::from_secs(1);
+    let (a, b) = (v4(10, 0, 0, 1), v4(8, 8, 8, 8));
+    let udp = tuple(a, 5353, b, 53, ip_proto::UDP);
+
+    assert_eq!(t.track(now, &udp, &L4Info::Udp, 60, || false).map(|_| ()), Err(D::AclDenied));
+    assert!(t.is_empty());
+    let first = t.track(now, &udp, &L4Info::Udp, 60, || true).unwrap();
+    assert!(first.created);
+    let back = t.track(now, &udp.reversed(), &L4Info::Udp, 120, || panic!("no admit for a reply")).unwrap();
+    assert_eq!((back.created, back.dir, back.handle), (false, Reply, first.handle));
+    let again = t.track(now, &udp, &L4Info::Udp, 60, || panic!("no admit")).unwrap();
+    assert_eq!((again.created, again.dir), (false, Original));
+
+    // ICMP echo: id 77. Reply first: no flow.
+    let req = tuple(a, 77, b, 0, ip_proto::ICMP);
+    let rep = tuple(b, 0, a, 77, ip_proto::ICMP);
+    assert_eq!(t.track(now, &rep, &L4Info::IcmpEchoReply, 84, || true).map(|_| ()), Err(D::NoFlow));
+    let r1 = t.track(now, &req, &L4Info::IcmpEchoRequest, 84, || true).unwrap();
+    assert!(r1.created);
+    let r2 = t.track(now, &rep, &L4Info::IcmpEchoReply, 84, || panic!()).unwrap();
+    assert_eq!((r2.created, r2.dir, r2.handle), (false, Reply, r1.handle));
+    // An ICMP error with ports (0, 0) between the same hosts is a separate
+    // "other" pseudo-flow, never the echo flow.
+    let err = tuple(b, 0, a, 0, ip_proto::ICMP);
+    let e = t.track(now, &err, &L4Info::Other, 56, || true).unwrap();
+    assert!(e.created);
+    assert_ne!(e.handle, r1.handle);
+
+    // Other protocol (GRE).
+    let gre = tuple(a, 0, b, 0, 47);
+    assert!(t.track(now, &gre, &L4Info::Other, 100, || true).unwrap().created);
+    assert_eq!(t.track(now, &gre.reversed(), &L4Info::Other, 100, || panic!()).unwrap().dir, Reply);
+    assert_eq!(t.len(), 4);
+    assert_eq!(t.lookup(&udp.reversed()).map(|x| x.1), Some(Reply));
+    assert_eq!(t.lookup(&req).map(|x| x.0), Some(r1.handle));
+    check_invariants(&t);
+
+    let mut out = Vec::new();
+    t.snapshot(now, 10, &mut out);
+    let u = out.iter().find(|c| c.tuple == udp).unwrap();
+    assert_eq!((u.state, u.packets, u.bytes), ("UDP", [2, 1], [120, 120]));
+    assert_eq!(u.expires_in_ms, 120_000);
+    out.clear();
+    t.snapshot(now, 2, &mut out);
+    assert_eq!(out.len(), 2);
+}
+
+#[test]
+fn expiry_at_exactly_the_timeout_boundary_per_state() {
+    let to = Timeouts {
+        tcp_syn: Duration::from_secs(3),
+        tcp_established: Duration::from_secs(5),
+        tcp_closing: Duration::from_secs(7),
+        tcp_closed: Duration::from_secs(11),
+        udp: Duration::from_secs(13),
+        icmp: Duration::from_secs(17),
+        other: Duration::from_secs(19),
+    };
+    let hs = handshake();
+    // (prefix of segments to reach the state, expected state, timeout)
+    type Case = (Vec<(Direction, TcpSeg)>, TcpState, Duration);
+    let mut cases: Vec<Case> = Vec::new();
+    let seq = |rows: &[Row]| rows.iter().map(|r| (r.dir, r.seg)).collect::<Vec<_>>();
+    cases.push((seq(&hs[..1]), SynSent, to.tcp_syn));
+    cases.push((seq(&hs[..3]), SynReceived, to.tcp_syn));
+    cases.push((seq(&hs), Established, to.tcp_established));
+    let mut fw = seq(&hs);
+    fw.push((Original, data(FIN | ACK, c(1), s(1), 502, 0)));
+    cases.push((fw.clone(), FinWait, to.tcp_closing));
+    fw.push((Reply, data(FIN | ACK, s(1), c(2), 509, 0)));
+    cases.push((fw.clone(), Closing, to.tcp_closing));
+    fw.push((Original, data(ACK, c(2), s(2), 502, 0)));
+    cases.push((fw.clone(), TimeWait, to.tcp_closed));
+    let mut rst = seq(&hs);
+    rst.push((Reply, data(RST, s(1), 0, 0, 0)));
+    cases.push((rst, Closed, to.tcp_closed));
+
+    for (segs, state, timeout) in cases {
+        for via_expire in [true, false] {
+            let mut t = ConnTable::new(4, to);
+            let t0 = Timestamp::from_secs(100);
+            let mut h = None;
+            for (d, sg) in &segs {
+                let tup = if *d == Original { client_tuple() } else { client_tuple().reversed() };
+                h = Some(t.track(t0, &tup, &L4Info::Tcp(*sg), 60, || true).unwrap().handle);
+            }
+            let h = h.unwrap();
+            assert_eq!(t.tcp_state(h), Some(state));
+            let just_before = Timestamp(t0.0 + timeout.0 - 1);
+            let at = t0.saturating_add(timeout);
+            assert_eq!(t.expire(just_before, 100), 0, "{state:?}");
+            let mut out = Vec::new();
+            t.snapshot(just_before, 10, &mut out);
+            assert_eq!(out[0].expires_in_ms, 0);
+            assert_eq!(out[0].state, state.as_str());
+            if via_expire {
+                assert_eq!(t.expire(at, 100), 1, "{state:?}");
+                assert!(t.is_empty());
+            } else {
+                // Found dead by track: an ACK now has no flow.
+                let ack = data(ACK, c(1), s(1), 502, 0);
+                assert_eq!(t.track(at, &client_tuple(), &L4Info::Tcp(ack), 60, || true).map(|_| ()), Err(D::TcpNoFlow));
+                assert!(t.is_empty());
+            }
+            assert_eq!(t.stats().expired, 1);
+            check_invariants(&t);
+        }
+    }
+
+    for (l4, tup, timeout) in [
+        (L4Info::Udp, tuple(v4(1, 1, 1, 1), 1, v4(2, 2, 2, 2), 2, ip_proto::UDP), to.udp),
+        (L4Info::IcmpEchoRequest, tuple(v4(1, 1, 1, 1), 9, v4(2, 2, 2, 2), 0, ip_proto::ICMP), to.icmp),
+        (L4Info::Other, tuple(v4(1, 1, 1, 1), 0, v4(2, 2, 2, 2), 0, 50), to.other),
+    ] {
+        let mut t = ConnTable::new(4, to);
+        let t0 = Timestamp::from_secs(100);
+        assert!(t.track(t0, &tup, &l4, 1, || true).unwrap().created);
+        // Refreshing the timer half-way moves the deadline.
+        let mid = Timestamp(t0.0 + timeout.0 / 2);
+        assert!(!t.track(mid, &tup, &l4, 1, || true).unwrap().created);
+        assert_eq!(t.expire(Timestamp(mid.0 + timeout.0 - 1), 10), 0);
+        // At the boundary the flow is dead: the next packet creates anew.
+        let again = t.track(mid.saturating_add(timeout), &tup, &l4, 1, || true).unwrap();
+        assert!(again.created);
+        assert_eq!(t.len(), 1);
+        assert_eq!(t.stats().expired, 1);
+    }
+}
+
+#[test]
+fn expire_is_bounded_and_incremental() {
+    let to = Timeouts::default();
+    let mut t = ConnTable::new(100, to);
+    let t0 = Timestamp::from_secs(1);
+    for p in 0..100u16 {
+        let tup = tuple(v4(10, 0, 0, 1), p, v4(10, 0, 0, 2), 53, ip_proto::UDP);
+        t.track(t0, &tup, &L4Info::Udp, 1, || true).unwrap();
+    }
+    let late = t0.saturating_add(to.udp);
+    let mut total = 0;
+    for _ in 0..10 {
+        let n = t.expire(late, 7);
+        assert!(n <= 7);
+        total += n;
+    }
+    assert_eq!(total, 70);
+    // A budget beyond the capacity inspects each slot once.
+    assert_eq!(t.expire(late, 1_000_000), 30);
+    assert!(t.is_empty());
+    assert_eq!(t.expire(late, 10), 0);
+    check_invariants(&t);
+    assert_eq!(ConnTable::new(0, to).expire(late, 10), 0);
+}
+
+#[test]
+fn table_full() {
+    let mut t = ConnTable::new(3, Timeouts::default());
+    let now = Timestamp::from_secs(1);
+    let u = |p| tuple(v4(10, 0, 0, 1), p, v4(10, 0, 0, 2), 53, ip_proto::UDP);
+    for p in 0..3 {
+        assert!(t.track(now, &u(p), &L4Info::Udp, 1, || true).unwrap().created);
+    }
+    assert_eq!(t.track(now, &u(3), &L4Info::Udp, 1, || true).map(|_| ()), Err(D::FlowTableFull));
+    let syn0 = L4Info::Tcp(syn(SYN, 1, 0, 1000, None));
+    assert_eq!(t.track(now, &client_tuple(), &syn0, 1, || true).map(|_| ()), Err(D::FlowTableFull));
+    // Denied traffic is reported as denied, full or not.
+    assert_eq!(t.track(now, &u(3), &L4Info::Udp, 1, || false).map(|_| ()), Err(D::AclDenied));
+    // Existing flows keep working.
+    assert!(!t.track(now, &u(1).reversed(), &L4Info::Udp, 1, || true).unwrap().created);
+    assert_eq!(t.len(), 3);
+    let mut t0 = ConnTable::new(0, Timeouts::default());
+    assert_eq!(t0.track(now, &u(3), &L4Info::Udp, 1, || true).map(|_| ()), Err(D::FlowTableFull));
+    t.clear();
+    assert!(t.is_empty());
+    check_invariants(&t);
+    for p in 10..13 {
+        assert!(t.track(now, &u(p), &L4Info::Udp, 1, || true).unwrap().created);
+    }
+    check_invariants(&t);
+}
+
+#[test]
+fn new_reserves_everything_and_churn_never_grows_the_index() {
+    for cap in [1usize, 7, 100, 1000, 4096] {
+        let to = Timeouts { udp: Duration(10), ..Timeouts::default() };
+        let mut t = ConnTable::new(cap, to);
+        let index_cap = t.index.allocation_size();
+        let index_bytes = t.index.allocation_size();
+        let slots_ptr = t.slots.as_ptr();
+        let free_cap = t.free.capacity();
+        assert!(t.index.capacity() >= 2 * cap);
+        let mut now = 0u64;
+        let mut port = 0u32;
+        // Fill, then churn 20 generations: each flow dies (idle) and is
+        // replaced by one with a different key, leaving tombstones behind.
+        for _gen in 0..20 {
+            now += 100;
+            for _ in 0..cap {
+                port += 1;
+                let tup = tuple(v4(10, (port >> 16) as u8, 0, 1), port as u16, v4(10, 0, 0, 2), 53, ip_proto::UDP);
+                let r = t.track(Timestamp(now), &tup, &L4Info::Udp, 1, || true).unwrap();
+                assert!(r.created);
+            }
+            assert_eq!(t.len(), cap);
+            assert_eq!(t.index.allocation_size(), index_cap);
+            // Everything dies; reclaim in two sweeps.
+            now += 100;
+            let n = t.expire(Timestamp(now), cap / 2) + t.expire(Timestamp(now), cap);
+            assert_eq!(n, cap);
+        }
+        // Drain the rest.
+        t.expire(Timestamp(now + 100), cap);
+        assert!(t.is_empty());
+        assert_eq!(t.index.allocation_size(), index_cap);
+        assert_eq!(t.index.allocation_size(), index_bytes);
+        // `capacity()` counts tombstones against the growth budget; a clear
+        // restores it, still without reallocating.
+        t.clear();
+        assert!(t.index.capacity() >= 2 * cap);
+        assert_eq!(t.index.allocation_size(), index_bytes);
+        assert_eq!(t.slots.as_ptr(), slots_ptr);
+        assert_eq!(t.free.capacity(), free_cap);
+        check_invariants(&t);
+    }
+}
+
+#[test]
+fn bytes_per_flow_is_within_budget() {
+    assert_eq!(core::mem::size_of::<Key>(), 38);
+    for cap in [1000usize, 65_536, 100_000, 1_000_000] {
+        let t = ConnTable::new(cap, Timeouts::default());
+        let b = t.bytes_per_flow();
+        eprintln!("capacity {cap}: slot {} B, bytes_per_flow {b}", core::mem::size_of::<Slot>());
+        assert!(b <= 256, "{cap}: {b}");
+        assert!(b >= core::mem::size_of::<Slot>() + 4);
+    }
+}
+
+#[test]
+fn seq_number_wraps() {
+    let a = SeqNumber(0xFFFF_FFF0);
+    let b = a + 0x20;
+    assert_eq!(b, SeqNumber(0x10));
+    assert!(a.lt(b) && b.gt(a) && a.le(a) && a.ge(a));
+    assert_eq!(b - 0x20, a);
+    assert_eq!(b.diff(a), 0x20);
+    assert_eq!(a.max(b), b);
+}
+
+// ---------------------------------------------------------------------------
+// Property tests.
+
+fn arb_l4() -> impl Strategy<Value = L4Info> {
+    let tcp = (any::<u8>(), 0u32..8, 0u32..8, any::<u16>(), 0u32..3000, proptest::option::of(0u8..20), any::<bool>())
+        .prop_map(|(flags, seq, ack, window, len, ws, sp)| {
+            // Small sequence space near the wrap so hits are frequent.
+            L4Info::Tcp(TcpSeg {
+                flags,
+                seq: (seq * 1000).wrapping_sub(4000),
+                ack: (ack * 1000).wrapping_sub(4000),
+                window,
+                payload_len: len,
+                wscale: ws,
+                sack_permitted: sp,
+            })
+        });
+    prop_oneof![
+        4 => tcp,
+        1 => Just(L4Info::Udp),
+        1 => Just(L4Info::IcmpEchoRequest),
+        1 => Just(L4Info::IcmpEchoReply),
+        1 => Just(L4Info::Other),
+    ]
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Pkt { src: u8, dst: u8, sp: u8, dp: u8, proto: u8, l4: L4Info, dt: u64, allow: bool },
+    Expire { dt: u64, budget: usize },
+    Clear,
+}
+
+fn arb_op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        20 => (0u8..3, 0u8..3, 0u8..2, 0u8..2, prop_oneof![Just(6u8), Just(17), Just(1), Just(58), Just(47)], arb_l4(), 0u64..20_000_000_000, any::<bool>())
+            .prop_map(|(src, dst, sp, dp, proto, l4, dt, allow)| Op::Pkt { src, dst, sp, dp, proto, l4, dt, allow }),
+        2 => (0u64..200_000_000_000, 0usize..10).prop_map(|(dt, budget)| Op::Expire { dt, budget }),
+        1 => Just(Op::Clear),
+    ]
+}
+
+fn addr_of(i: u8) -> IpAddr {
+    match i {
+        0 => v4(10, 0, 0, 1),
+        1 => v4(10, 0, 0, 2),
+        _ => "2001:db8::7".parse().unwrap(),
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+    #[test]
+    fn arbitrary_input_never_panics(cap in 0usize..6, ops in proptest::collection::vec(arb_op(), 1..200)) {
+        let mut t = ConnTable::new(cap, Timeouts::default());
+        let index_cap = t.index.allocation_size();
+        let mut now = 0u64;
+        for op in ops {
+            match op {
+                Op::Pkt { src, dst, sp, dp, proto, l4, dt, allow } => {
+                    now += dt;
+                    let tup = tuple(addr_of(src), 1000 + u16::from(sp), addr_of(dst), 1000 + u16::from(dp), proto);
+                    let calls = Cell::new(0);
+                    let r = t.track(Timestamp(now), &tup, &l4, 100, || { calls.set(calls.get() + 1); allow });
+                    prop_assert!(calls.get() <= 1);
+                    if let Ok(tr) = r {
+                        if tr.created { prop_assert_eq!(calls.get(), 1); prop_assert!(allow); }
+                        let same_class = matches!((proto, &l4), (6, L4Info::Tcp(_)) | (17, L4Info::Udp));
+                        prop_assert!(t.lookup(&tup).is_some() || !same_class);
+                    }
+                }
+                Op::Expire { dt, budget } => { now += dt; let n = t.expire(Timestamp(now), budget); prop_assert!(n <= budget); }
+                Op::Clear => t.clear(),
+            }
+            prop_assert!(t.len() <= t.capacity());
+            prop_assert_eq!(t.index.allocation_size(), index_cap);
+            check_invariants(&t);
+        }
+        let mut out = Vec::new();
+        t.snapshot(Timestamp(now), usize::MAX, &mut out);
+        prop_assert!(out.len() <= t.len());
+    }
+}
+
+// An honest TCP conversation: two endpoints that obey the windows they are
+// given, lose and reorder segments, retransmit (any sub-range of unacked
+// data, as SACK recovery does), send keepalives and window updates, and close
+// from either side or both at once. The firewall sits between them and must
+// never drop anything.
+
+#[derive(Clone, Debug)]
+struct Ep {
+    /// Direction of the segments this endpoint sends.
+    dir: Direction,
+    snd_una: u32,
+    snd_nxt: u32,
+    /// Right edge the peer granted (never moves left: honest receivers do
+    /// not shrink the window).
+    snd_edge: u32,
+    rcv_nxt: u32,
+    /// Right edge we advertised.
+    rcv_edge: u32,
+    /// Shift applied to the windows we advertise / that the peer
+    /// advertises.
+    scale: u8,
+    peer_scale: u8,
+    /// Window we would like to advertise (bytes).
+    want_wnd: u32,
+    fin_seq: Option<u32>,
+}
+
+fn sgt(a: u32, b: u32) -> bool {
+    (a.wrapping_sub(b) as i32) > 0
+}
+
+impl Ep {
+    /// The window field to send now, keeping our right edge monotonic
+    /// (RFC 9293 §3.8.6, "shrinking the window is strongly discouraged";
+    /// Linux rounds up rather than shrink).
+    fn adv(&mut self) -> u16 {
+        let keep = self.rcv_edge.wrapping_sub(self.rcv_nxt);
+        let wnd = self.want_wnd.max(if (keep as i32) > 0 { keep } else { 0 });
+        let unit = 1u32 << self.scale;
+        let field = (wnd.div_ceil(unit)).min(65535);
+        self.rcv_edge = self.rcv_nxt.wrapping_add(field << self.scale);
+        field as u16
+    }
+    fn segment(&mut self, flags: u8, seq: u32, len: u32) -> TcpSeg {
+        let window = self.adv();
+        TcpSeg { flags, seq, ack: self.rcv_nxt, window, payload_len: len, wscale: None, sack_permitted: false }
+    }
+    fn data_end(&self) -> u32 {
+        self.fin_seq.unwrap_or(self.snd_nxt)
+    }
+}
+
+#[derive(Clone, Debug)]
+enum SimOp {
+    Send { from: bool, len: u32, lost_before_fw: bool },
+    Deliver { to: bool, pick: usize, lost: bool, ack: bool },
+    Retransmit { from: bool, off: u32, len: u32 },
+    WindowUpdate { from: bool, wnd: u32 },
+    Keepalive { from: bool },
+    Fin { from: bool },
+    Rst { from: bool },
+}
+
+/// Small windows (where the lower-bound check bites) as often as large ones.
+fn arb_wnd() -> impl Strategy<Value = u32> {
+    prop_oneof![0u32..6000, 0u32..4_000_000]
+}
+
+fn arb_sim_op() -> impl Strategy<Value = SimOp> {
+    prop_oneof![
+        10 => (any::<bool>(), 1u32..3000, proptest::bool::weighted(0.05)).prop_map(|(from, len, lost_before_fw)| SimOp::Send { from, len, lost_before_fw }),
+        12 => (any::<bool>(), any::<usize>(), proptest::bool::weighted(0.1), proptest::bool::weighted(0.7)).prop_map(|(to, pick, lost, ack)| SimOp::Deliver { to, pick, lost, ack }),
+        3 => (any::<bool>(), prop_oneof![Just(0u32), any::<u32>()], 1u32..3000).prop_map(|(from, off, len)| SimOp::Retransmit { from, off, len }),
+        2 => (any::<bool>(), arb_wnd()).prop_map(|(from, wnd)| SimOp::WindowUpdate { from, wnd }),
+        1 => any::<bool>().prop_map(|from| SimOp::Keepalive { from }),
+        1 => any::<bool>().prop_map(|from| SimOp::Fin { from }),
+        1 => (any::<bool>(), proptest::bool::weighted(0.1)).prop_map(|(from, rst)| if rst { SimOp::Rst { from } } else { SimOp::Keepalive { from } }),
+    ]
+}
+
+struct Sim {
+    t: ConnTable,
+    now: u64,
+    eps: [Ep; 2],
+    /// Segments in flight towards endpoint 0 / 1 (already past the firewall).
+    net: [Vec<TcpSeg>; 2],
+}
+
+impl Sim {
+    /// Pass a segment from endpoint `from` through the firewall; it must be
+    /// accepted. Then put it on the wire towards the other endpoint.
+    fn through_fw(&mut self, from: usize, sg: TcpSeg) -> Result<(), TestCaseError> {
+        self.now += 1000;
+        let tup = if self.eps[from].dir == Original { client_tuple() } else { client_tuple().reversed() };
+        let r = self.t.track(Timestamp(self.now), &tup, &L4Info::Tcp(sg), 40 + sg.payload_len, || true);
+        prop_assert!(
+            r.is_ok(),
+            "honest segment dropped: {:?} from {} {:?}\neps {:?}\nconn {:?}",
+            r,
+            from,
+            sg,
+            self.eps,
+            self.t.slots.iter().find(|s| s.live).map(|s| s.kind)
+        );
+        self.net[1 - from].push(sg);
+        Ok(())
+    }
+
+    /// Endpoint `to` processes one segment; maybe acknowledges.
+    fn receive(&mut self, to: usize, sg: TcpSeg, ack: bool) -> Result<(), TestCaseError> {
+        let ep = &mut self.eps[to];
+        if sg.flags & ACK != 0 && !sgt(sg.ack, ep.snd_nxt) {
+            if sgt(sg.ack, ep.snd_una) {
+                ep.snd_una = sg.ack;
+            }
+            let edge = sg.ack.wrapping_add(u32::from(sg.window) << ep.peer_scale);
+            if sgt(edge, ep.snd_edge) {
+                ep.snd_edge = edge;
+            }
+        }
+        let fin = u32::from(sg.flags & FIN != 0);
+        let end = sg.seq.wrapping_add(sg.payload_len).wrapping_add(fin);
+        let occupies = sg.payload_len + fin > 0;
+        if occupies && !sgt(sg.seq, ep.rcv_nxt) && sgt(end, ep.rcv_nxt) {
+            ep.rcv_nxt = end;
+        }
+        if occupies && ack {
+            let seq = ep.snd_nxt;
+            let a = ep.segment(ACK, seq, 0);
+            self.through_fw(to, a)?;
+        }
+        Ok(())
+    }
+
+    fn run(&mut self, ops: &[SimOp]) -> Result<(), TestCaseError> {
+        for op in ops {
+            match *op {
+                SimOp::Send { from, len, lost_before_fw } => {
+                    let f = usize::from(from);
+                    let ep = &mut self.eps[f];
+                    if ep.fin_seq.is_some() {
+                        continue;
+                    }
+                    let usable = ep.snd_edge.wrapping_sub(ep.snd_nxt) as i32;
+                    if usable <= 0 {
+                        continue;
+                    }
+                    let l = len.min(usable as u32).min(1448);
+                    let seq = ep.snd_nxt;
+                    let sg = ep.segment(PSH | ACK, seq, l);
+                    ep.snd_nxt = seq.wrapping_add(l);
+                    if !lost_before_fw {
+                        self.through_fw(f, sg)?;
+                    }
+                }
+                SimOp::Deliver { to, pick, lost, ack } => {
+                    let tq = usize::from(to);
+                    if self.net[tq].is_empty() {
+                        continue;
+                    }
+                    let sg = self.net[tq].remove(pick % self.net[tq].len());
+                    if !lost {
+                        self.receive(tq, sg, ack)?;
+                    }
+                }
+                SimOp::Retransmit { from, off, len } => {
+                    let f = usize::from(from);
+                    let ep = &mut self.eps[f];
+                    let outstanding = ep.data_end().wrapping_sub(ep.snd_una);
+                    if (outstanding as i32) <= 0 {
+                        // Maybe the FIN is unacked.
+                        if let Some(fs) = ep.fin_seq {
+                            if !sgt(ep.snd_una, fs) {
+                                let sg = ep.segment(FIN | ACK, fs, 0);
+                                self.through_fw(f, sg)?;
+                            }
+                        }
+                        continue;
+                    }
+                    let start = ep.snd_una.wrapping_add(off % outstanding);
+                    let l = len.min(ep.data_end().wrapping_sub(start)).min(1448);
+                    let sg = ep.segment(ACK, start, l);
+                    self.through_fw(f, sg)?;
+                }
+                SimOp::WindowUpdate { from, wnd } => {
+                    let f = usize::from(from);
+                    let ep = &mut self.eps[f];
+                    ep.want_wnd = wnd.min(65535u32 << ep.scale);
+                    let seq = ep.snd_nxt;
+                    let sg = ep.segment(ACK, seq, 0);
+                    self.through_fw(f, sg)?;
+                }
+                SimOp::Keepalive { from } => {
+                    let f = usize::from(from);
+                    let ep = &mut self.eps[f];
+                    if ep.snd_una != ep.snd_nxt || ep.fin_seq.is_some() {
+                        continue;
+                    }
+                    let seq = ep.snd_una.wrapping_sub(1);
+                    let sg = ep.segment(ACK, seq, 0);
+                    self.through_fw(f, sg)?;
+                }
+                SimOp::Fin { from } => {
+                    let f = usize::from(from);
+                    let ep = &mut self.eps[f];
+                    if ep.fin_seq.is_some() {
+                        continue;
+                    }
+                    let seq = ep.snd_nxt;
+                    let sg = ep.segment(FIN | ACK, seq, 0);
+                    ep.fin_seq = Some(seq);
+                    ep.snd_nxt = seq.wrapping_add(1);
+                    self.through_fw(f, sg)?;
+                }
+                SimOp::Rst { from } => {
+                    let f = usize::from(from);
+                    let ep = &mut self.eps[f];
+                    let seq = ep.snd_nxt;
+                    let sg = TcpSeg {
+                        flags: RST,
+                        seq,
+                        ack: 0,
+                        window: 0,
+                        payload_len: 0,
+                        wscale: None,
+                        sack_permitted: false,
+                    };
+                    self.through_fw(f, sg)?;
+                    return Ok(());
+                }
+            }
+        }
+        // Close cleanly: both send FIN, everything is delivered and acked.
+        for f in 0..2 {
+            if self.eps[f].fin_seq.is_none() {
+                // Send what remains unsent? Not needed: FIN after the data
+                // sent so far.
+                let ep = &mut self.eps[f];
+                let seq = ep.snd_nxt;
+                let sg = ep.segment(FIN | ACK, seq, 0);
+                ep.fin_seq = Some(seq);
+                ep.snd_nxt = seq.wrapping_add(1);
+                self.through_fw(f, sg)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 400, ..ProptestConfig::default() })]
+
+    #[test]
+    fn honest_conversation_is_never_dropped(
+        isn_c in any::<u32>(),
+        isn_s in any::<u32>(),
+        ws_c in proptest::option::of(0u8..=14),
+        ws_s in proptest::option::of(0u8..=14),
+        win_c in 1u16..=65535,
+        win_s in 1u16..=65535,
+        want_c in arb_wnd(),
+        want_s in arb_wnd(),
+        ops in proptest::collection::vec(arb_sim_op(), 0..300),
+    ) {
+        let scaled = ws_c.is_some() && ws_s.is_some();
+        let sc = if scaled { ws_c.unwrap_or(0) } else { 0 };
+        let ss = if scaled { ws_s.unwrap_or(0) } else { 0 };
+        let (c1, s1) = (isn_c.wrapping_add(1), isn_s.wrapping_add(1));
+        let mut sim = Sim {
+            t: ConnTable::new(4, Timeouts::default()),
+            now: 1_000_000_000,
+            eps: [
+                Ep { dir: Original, snd_una: c1, snd_nxt: c1, snd_edge: c1.wrapping_add(u32::from(win_s)), rcv_nxt: s1, rcv_edge: s1, scale: sc, peer_scale: ss, want_wnd: want_c.min(65535u32 << sc), fin_seq: None },
+                Ep { dir: Reply, snd_una: s1, snd_nxt: s1, snd_edge: s1, rcv_nxt: c1, rcv_edge: c1.wrapping_add(u32::from(win_s)), scale: ss, peer_scale: sc, want_wnd: want_s.min(65535u32 << ss), fin_seq: None },
+            ],
+            net: [Vec::new(), Vec::new()],
+        };
+        // Handshake (windows of SYNs are unscaled).
+        let syn_c = TcpSeg { flags: SYN, seq: isn_c, ack: 0, window: win_c, payload_len: 0, wscale: ws_c, sack_permitted: true };
+        let r = sim.t.track(Timestamp(sim.now), &client_tuple(), &L4Info::Tcp(syn_c), 60, || true);
+        prop_assert!(r.is_ok_and(|x| x.created));
+        let synack = TcpSeg { flags: SYN | ACK, seq: isn_s, ack: c1, window: win_s, payload_len: 0, wscale: ws_s, sack_permitted: true };
+        let r = sim.t.track(Timestamp(sim.now), &client_tuple().reversed(), &L4Info::Tcp(synack), 60, || true);
+        prop_assert!(r.is_ok());
+        // The third segment; the server's send edge follows from it.
+        let ack = sim.eps[0].segment(ACK, c1, 0);
+        sim.eps[1].snd_edge = ack.ack.wrapping_add(u32::from(ack.window) << sc);
+        let r = sim.t.track(Timestamp(sim.now), &client_tuple(), &L4Info::Tcp(ack), 60, || true);
+        prop_assert!(r.is_ok());
+        let h = r.map(|x| x.handle).ok();
+        prop_assert_eq!(h.and_then(|h| sim.t.tcp_state(h)), Some(Established));
+        sim.run(&ops)?;
+        // Whatever happened, the firewall is in a sensible state.
+        let st = h.and_then(|h| sim.t.tcp_state(h));
+        prop_assert!(st.is_some());
+    }
+}
