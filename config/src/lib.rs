@@ -19,7 +19,8 @@
 //!   column, and the field path (`interfaces[1].address`), and says what was
 //!   expected and what was found. Errors of YAML shape come from `serde_yaml`
 //!   with the path tracked by `serde_path_to_error`; errors found afterwards
-//!   get their position from a [`locate`] pass over the YAML event stream.
+//!   get their position from a second pass (module `locate`) over the YAML
+//!   event stream.
 //! * Defaults are applied here, once: the struct has no `Option` for a
 //!   setting that has a default.
 //!

@@ -240,7 +240,11 @@ fn serde_error(
     if let Some((line, column)) = pos {
         // serde_yaml appends the position (mid-message for parser errors
         // that add context); we report it separately.
-        msg = msg.replacen(&format!(" at line {line} column {column}"), "", 1);
+        let at = format!(" at line {line} column {column}");
+        msg = match msg.strip_suffix(&at) {
+            Some(m) => m.to_string(),
+            None => msg.replacen(&format!("{at}, "), ", ", 1),
+        };
     }
     // serde_yaml prefixes its own path (the same or an ancestor of ours).
     for r in path.renderings() {
