@@ -254,3 +254,21 @@ fn every_edit_of_the_example_is_a_distinct_case() {
     srcs.dedup();
     assert_eq!(srcs.len(), n);
 }
+
+#[test]
+fn kinds_are_structured_for_programs() {
+    use config::ErrorKind;
+    let e = parse(&edit(18, "  burst: 300"), "node.yaml").unwrap_err();
+    assert!(matches!(e.kind(), ErrorKind::OutOfRange { found: 300, min: 1, max: 256 }), "{e:?}");
+    let e = parse(&edit(27, "  - name: inside"), "node.yaml").unwrap_err();
+    assert!(matches!(e.kind(), ErrorKind::Duplicate { first_line: 22, .. }), "{e:?}");
+    let e = parse(&edit(37, "    via: 10.9.9.9"), "node.yaml").unwrap_err();
+    assert!(matches!(e.kind(), ErrorKind::NotConnected { .. }), "{e:?}");
+    let e = parse(&edit(4, "\tname: x"), "node.yaml").unwrap_err();
+    assert!(matches!(e.kind(), ErrorKind::Syntax(_)), "{e:?}");
+    let e = parse(&edit(9, "control-sockets: /x"), "node.yaml").unwrap_err();
+    assert!(matches!(e.kind(), ErrorKind::Schema(_)), "{e:?}");
+    // The kind is the error's source, for error-chain printers.
+    let src = std::error::Error::source(&e).map(|s| s.to_string());
+    assert_eq!(src, Some(e.kind().to_string()));
+}
