@@ -259,9 +259,22 @@ fn every_edit_of_the_example_is_a_distinct_case() {
 fn kinds_are_structured_for_programs() {
     use config::ErrorKind;
     let e = parse(&edit(18, "  burst: 300"), "node.yaml").unwrap_err();
-    assert!(matches!(e.kind(), ErrorKind::OutOfRange { found: 300, min: 1, max: 256 }), "{e:?}");
+    assert!(
+        matches!(
+            e.kind(),
+            ErrorKind::OutOfRange {
+                found: 300,
+                min: 1,
+                max: 256
+            }
+        ),
+        "{e:?}"
+    );
     let e = parse(&edit(27, "  - name: inside"), "node.yaml").unwrap_err();
-    assert!(matches!(e.kind(), ErrorKind::Duplicate { first_line: 22, .. }), "{e:?}");
+    assert!(
+        matches!(e.kind(), ErrorKind::Duplicate { first_line: 22, .. }),
+        "{e:?}"
+    );
     let e = parse(&edit(37, "    via: 10.9.9.9"), "node.yaml").unwrap_err();
     assert!(matches!(e.kind(), ErrorKind::NotConnected { .. }), "{e:?}");
     let e = parse(&edit(4, "\tname: x"), "node.yaml").unwrap_err();
