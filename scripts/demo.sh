@@ -50,6 +50,7 @@ if ! flock -n 9; then
   echo "demo: waiting for the test-bed lock (a test run holds it)" >&2
   flock -w 300 9 || die "test bed busy for 5 minutes"
 fi
+export CFW_TESTBED_LOCK_HELD=1
 
 cleanup() {
   local rc=$?

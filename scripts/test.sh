@@ -31,7 +31,7 @@ teardown() {
   local rc=$?
   if [ -x "$CLUSTERFW_BIN_DIR/clusterfw-testbed" ]; then
     mkdir -p "$(dirname "$lock")"
-    flock -w 60 "$lock" "$CLUSTERFW_BIN_DIR/clusterfw-testbed" down --run-dir "$CFW_TESTBED_DIR" >&2 \
+    CFW_TESTBED_LOCK_HELD=1 flock -w 60 "$lock" "$CLUSTERFW_BIN_DIR/clusterfw-testbed" down --run-dir "$CFW_TESTBED_DIR" >&2 \
       || echo "test.sh: test bed down failed" >&2
   fi
   exit "$rc"

@@ -25,6 +25,8 @@ use std::time::{Duration, Instant};
 pub const ETHTOOL_OFF: [&str; 10] = [
     "tx", "off", "rx", "off", "tso", "off", "gso", "off", "gro", "off",
 ];
+/// Per-namespace files `ip netns exec` bind-mounts over `/etc`.
+pub const NETNS_ETC: &str = "/etc/netns";
 /// Where DPDK keeps per-`--file-prefix` runtime files.
 pub const DPDK_RUNTIME_DIR: &str = "/var/run/dpdk";
 /// How long a node gets between SIGTERM and SIGKILL.
@@ -196,8 +198,22 @@ pub fn up(o: &UpOptions) -> Result<State> {
 }
 
 fn build(topo: &Topology, state: &mut State, o: &UpOptions) -> Result<()> {
+    let hosts = topo.hosts_file();
     for n in &topo.namespaces {
         sys::run("ip", &["netns", "add", &n.name])?;
+        // `ip netns exec` bind-mounts these over /etc: names resolve from
+        // the bed's hosts file, and with no nameserver the resolver asks
+        // 127.0.0.1 and is refused at once. No DNS query leaves the bed (a
+        // server's reverse lookup of its own address would otherwise wait
+        // for a nameserver it cannot reach).
+        let etc = Path::new(NETNS_ETC).join(&n.name);
+        std::fs::create_dir_all(&etc)
+            .with_context(|| format!("cannot create {}", etc.display()))?;
+        std::fs::write(etc.join("hosts"), &hosts)?;
+        std::fs::write(
+            etc.join("resolv.conf"),
+            "# clusterfw test bed: no DNS inside the bed\n",
+        )?;
         sys::ip(&n.name, &["link", "set", "lo", "up"])?;
         let forward = n.ip_forward
             || (state.mode == Mode::KernelRouter
@@ -372,6 +388,7 @@ pub struct DownReport {
     pub veths: Vec<String>,
     pub namespaces: Vec<String>,
     pub dpdk_dirs: Vec<PathBuf>,
+    pub etc_dirs: Vec<PathBuf>,
     pub files: Vec<PathBuf>,
 }
 
@@ -381,6 +398,7 @@ impl DownReport {
             && self.veths.is_empty()
             && self.namespaces.is_empty()
             && self.dpdk_dirs.is_empty()
+            && self.etc_dirs.is_empty()
     }
 
     pub fn summary(&self) -> String {
@@ -462,17 +480,20 @@ pub fn down(run_dir: &Path) -> Result<DownReport> {
         }
     }
 
-    // 3. DPDK runtime dirs of test-bed nodes.
-    if let Ok(entries) = std::fs::read_dir(DPDK_RUNTIME_DIR) {
-        for e in entries.flatten() {
-            if e.file_name().to_string_lossy().starts_with(DPDK_PREFIX) {
-                match std::fs::remove_dir_all(e.path()) {
-                    Ok(()) => report.dpdk_dirs.push(e.path()),
-                    Err(err) => errors.push(format!("cannot remove {}: {err}", e.path().display())),
-                }
-            }
-        }
-    }
+    // 3. Per-namespace /etc files of cfw-* namespaces, then DPDK runtime
+    //    dirs of test-bed nodes.
+    remove_prefixed(
+        Path::new(NETNS_ETC),
+        NS_PREFIX,
+        &mut report.etc_dirs,
+        &mut errors,
+    );
+    remove_prefixed(
+        Path::new(DPDK_RUNTIME_DIR),
+        DPDK_PREFIX,
+        &mut report.dpdk_dirs,
+        &mut errors,
+    );
 
     // 4. Run-dir files that describe a live bed; logs and configs stay for
     //    post-mortems.
@@ -491,6 +512,21 @@ pub fn down(run_dir: &Path) -> Result<DownReport> {
         bail!("test bed down incomplete:\n  {}", errors.join("\n  "));
     }
     Ok(report)
+}
+
+/// Removes every directory in `dir` whose name starts with `prefix`.
+fn remove_prefixed(dir: &Path, prefix: &str, removed: &mut Vec<PathBuf>, errors: &mut Vec<String>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        if e.file_name().to_string_lossy().starts_with(prefix) {
+            match std::fs::remove_dir_all(e.path()) {
+                Ok(()) => removed.push(e.path()),
+                Err(err) => errors.push(format!("cannot remove {}: {err}", e.path().display())),
+            }
+        }
+    }
 }
 
 /// `status --json`. Works without root (only reads the state file and

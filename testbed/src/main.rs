@@ -21,7 +21,10 @@ outside 198.18.2.1). Run it as root.
                     instead of clusterfw (TCP to ports 1-1023 from outside
                     to inside refused by a policy rule)
 The clusterfw binaries are taken from $CLUSTERFW_BIN_DIR, else from the
-directory of this executable.";
+directory of this executable. `up` and `down` wait for the test-bed lock
+($CFW_TESTBED_LOCK, default /run/lock/cfw-testbed.lock) that test runs and
+scripts/demo.sh hold while their bed is up; a caller that holds it already
+sets CFW_TESTBED_LOCK_HELD=1.";
 
 fn main() -> ExitCode {
     match run(std::env::args().skip(1).collect()) {
@@ -65,6 +68,14 @@ fn run(args: Vec<String>) -> Result<()> {
             _ => bail!("{cmd}: unexpected argument {a}\n{USAGE}"),
         }
     }
+    // `up` and `down` change the shared cfw-* namespaces: take the bed lock
+    // unless the caller (a test, scripts/demo.sh) already holds it.
+    let _lock = match cmd.as_str() {
+        "up" | "down" if std::env::var("CFW_TESTBED_LOCK_HELD").map_or(true, |v| v != "1") => {
+            Some(testbed::harness::lock_bed()?)
+        }
+        _ => None,
+    };
     match cmd.as_str() {
         "up" => {
             let o = UpOptions {

@@ -211,6 +211,23 @@ impl Topology {
         self.links.iter().flat_map(|l| [&l.a, &l.b])
     }
 
+    /// `/etc/hosts` of every namespace: the hosts and the node interfaces by
+    /// name (`inside`, `outside`, `n1-inside`, ...), so that nothing in the
+    /// bed needs DNS.
+    pub fn hosts_file(&self) -> String {
+        let mut out = String::from("127.0.0.1\tlocalhost\n::1\tlocalhost\n");
+        for h in &self.hosts {
+            out += &format!("{}\t{}\n", h.address, h.name);
+        }
+        for n in &self.nodes {
+            for i in &n.interfaces {
+                let addr = i.address.split('/').next().unwrap_or(&i.address);
+                out += &format!("{addr}\t{}-{}\n", n.name, i.name);
+            }
+        }
+        out
+    }
+
     /// Checks the invariants in the module comment.
     pub fn validate(&self) -> Result<()> {
         let known = |n: &str| self.namespaces.iter().any(|s| s.name == n);
@@ -268,6 +285,20 @@ mod tests {
         // Node-side ends carry no kernel address and no IPv6.
         for e in t.endpoints().filter(|e| e.namespace == "cfw-n1") {
             assert!(e.address.is_none() && e.disable_ipv6, "{e:?}");
+        }
+    }
+
+    #[test]
+    fn hosts_file_names_hosts_and_node_interfaces() {
+        let h = Topology::single_node().hosts_file();
+        assert!(h.starts_with("127.0.0.1\tlocalhost\n"), "{h}");
+        for line in [
+            "198.18.1.2\tinside\n",
+            "198.18.2.2\toutside\n",
+            "198.18.1.1\tn1-inside\n",
+            "198.18.2.1\tn1-outside\n",
+        ] {
+            assert!(h.contains(line), "{line:?} missing in {h}");
         }
     }
 

@@ -302,7 +302,8 @@ fn single_node_traffic() {
     let mut up = Command::new(env!("CARGO_BIN_EXE_clusterfw-testbed"));
     up.args(["up", "--run-dir"])
         .arg(&run_dir)
-        .env("CLUSTERFW_BIN_DIR", &bin_dir);
+        .env("CLUSTERFW_BIN_DIR", &bin_dir)
+        .env("CFW_TESTBED_LOCK_HELD", "1");
     if kernel_router {
         up.arg("--kernel-router");
     }
