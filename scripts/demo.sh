@@ -129,7 +129,7 @@ if [ -z "$kernel_router" ]; then
   stats=$(ctl show stats --json)
   echo "ports:"
   jq -r '.ports[] | "  \(.name) (port \(.port)): RX \(.rx_packets) pkts / \(.rx_bytes) B, TX \(.tx_packets) pkts / \(.tx_bytes) B, missed \(.rx_missed), rx errors \(.rx_errors), tx errors \(.tx_errors)"' <<<"$stats"
-  echo "forwarded: $(jq -r '.forwarded' <<<"$stats"), local replies: $(jq -r '.local_replies' <<<"$stats")"
+  echo "forwarded: $(jq -r '.forwarded // "n/a"' <<<"$stats"), local replies: $(jq -r '.local_replies // "n/a"' <<<"$stats")"
   echo "drops (non-zero):"
   jq -r '.drops | to_entries[] | select(.value > 0) | "  \(.key): \(.value)"' <<<"$stats"
   flows=$(ctl show conn --json 2>/dev/null | jq -r '
