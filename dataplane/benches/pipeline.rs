@@ -49,8 +49,15 @@ fn pipeline(flows: usize) -> Pipeline {
         vlan: None,
     };
     let mut p = Pipeline::new(PipelineConfig {
-        interfaces: vec![iface("inside", 0, IN_MAC, IN_ADDR, 100), iface("outside", 1, OUT_MAC, OUT_ADDR, 0)],
-        routes: vec![RouteSpec { destination: Ipv4Addr::UNSPECIFIED, prefix_len: 0, via: GW }],
+        interfaces: vec![
+            iface("inside", 0, IN_MAC, IN_ADDR, 100),
+            iface("outside", 1, OUT_MAC, OUT_ADDR, 0),
+        ],
+        routes: vec![RouteSpec {
+            destination: Ipv4Addr::UNSPECIFIED,
+            prefix_len: 0,
+            via: GW,
+        }],
         rules: vec![],
         timeouts: Timeouts::default(),
         flow_capacity: flows,
@@ -60,16 +67,40 @@ fn pipeline(flows: usize) -> Pipeline {
     })
     .unwrap();
     let t = Timestamp::from_secs(1);
-    let req = build::arp(HOST_MAC, [0xff; 6], None, Operation::Request, HOST_MAC, HOST, [0; 6], IN_ADDR);
-    assert!(matches!(p.process(t, PortId(0), &mut VecBuf::new(&req)), Verdict::Forward(_)));
-    let rep = build::arp(GW_MAC, OUT_MAC, None, Operation::Reply, GW_MAC, GW, OUT_MAC, OUT_ADDR);
+    let req = build::arp(
+        HOST_MAC,
+        [0xff; 6],
+        None,
+        Operation::Request,
+        HOST_MAC,
+        HOST,
+        [0; 6],
+        IN_ADDR,
+    );
+    assert!(matches!(
+        p.process(t, PortId(0), &mut VecBuf::new(&req)),
+        Verdict::Forward(_)
+    ));
+    let rep = build::arp(
+        GW_MAC,
+        OUT_MAC,
+        None,
+        Operation::Reply,
+        GW_MAC,
+        GW,
+        OUT_MAC,
+        OUT_ADDR,
+    );
     p.process(t, PortId(1), &mut VecBuf::new(&rep));
     p
 }
 
 /// Flow i: HOST:(1024 + i % 60000) → 100.64.0.0 + i / 60000, port 443.
 fn flow(i: usize) -> (u16, Ipv4Addr) {
-    (1024 + (i % 60_000) as u16, Ipv4Addr::from(u32::from(Ipv4Addr::new(100, 64, 0, 0)) + (i / 60_000) as u32))
+    (
+        1024 + (i % 60_000) as u16,
+        Ipv4Addr::from(u32::from(Ipv4Addr::new(100, 64, 0, 0)) + (i / 60_000) as u32),
+    )
 }
 
 fn pad(mut v: Vec<u8>) -> [u8; FRAME_LEN] {
@@ -90,12 +121,18 @@ fn established(p: &mut Pipeline, n: usize) -> Vec<[u8; FRAME_LEN]> {
         let back = PacketBuilder::new(GW_MAC, OUT_MAC, dst, HOST);
         for (port, f) in [
             (0, out.tcp(sport, 443, 1000, 0, SYN, 64240, &[], b"")),
-            (1, back.tcp(443, sport, 9000, 1001, SYN | ACK, 65535, &[], b"")),
+            (
+                1,
+                back.tcp(443, sport, 9000, 1001, SYN | ACK, 65535, &[], b""),
+            ),
             (0, out.tcp(sport, 443, 1001, 9001, ACK, 64240, &[], b"")),
         ] {
             buf.reset(&f, 128);
             let v = p.process(t, PortId(port), &mut buf);
-            assert!(matches!(v, Verdict::Forward(_)), "handshake of flow {i}: {v:?}");
+            assert!(
+                matches!(v, Verdict::Forward(_)),
+                "handshake of flow {i}: {v:?}"
+            );
         }
         frames.push(pad(out.tcp(sport, 443, 1001, 9001, ACK, 64240, &[], b"")));
     }
@@ -125,7 +162,11 @@ fn bench_established(c: &mut Criterion) {
                 }
             })
         });
-        assert_eq!(p.counters().dropped(), dropped_before, "established frames must all be forwarded");
+        assert_eq!(
+            p.counters().dropped(),
+            dropped_before,
+            "established frames must all be forwarded"
+        );
     }
     g.finish();
 }
@@ -137,7 +178,16 @@ fn bench_new_connections(c: &mut Criterion) {
     let syns: Vec<[u8; FRAME_LEN]> = (0..N)
         .map(|i| {
             let (sport, dst) = flow(i);
-            pad(PacketBuilder::new(HOST_MAC, IN_MAC, HOST, dst).tcp(sport, 443, 1000, 0, SYN, 64240, &[], b""))
+            pad(PacketBuilder::new(HOST_MAC, IN_MAC, HOST, dst).tcp(
+                sport,
+                443,
+                1000,
+                0,
+                SYN,
+                64240,
+                &[],
+                b"",
+            ))
         })
         .collect();
     g.bench_function("syn_1024_into_4096", |b| {

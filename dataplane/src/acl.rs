@@ -147,7 +147,14 @@ impl Acl {
             })
             .collect();
         let hits = vec![0; rules.len()];
-        Acl { compiled, rules, hits, levels, default_permits: 0, default_denies: 0 }
+        Acl {
+            compiled,
+            rules,
+            hits,
+            levels,
+            default_permits: 0,
+            default_denies: 0,
+        }
     }
 
     /// Evaluate without counting.
@@ -155,11 +162,22 @@ impl Acl {
     pub fn evaluate(&self, ingress: IfIndex, egress: IfIndex, t: &FiveTuple) -> Decision {
         for (index, r) in self.compiled.iter().enumerate() {
             if r.matches(ingress, t) {
-                return Decision::Rule { index, permit: r.permit };
+                return Decision::Rule {
+                    index,
+                    permit: r.permit,
+                };
             }
         }
-        let lin = self.levels.get(usize::from(ingress.0)).copied().unwrap_or(0);
-        let lout = self.levels.get(usize::from(egress.0)).copied().unwrap_or(u8::MAX);
+        let lin = self
+            .levels
+            .get(usize::from(ingress.0))
+            .copied()
+            .unwrap_or(0);
+        let lout = self
+            .levels
+            .get(usize::from(egress.0))
+            .copied()
+            .unwrap_or(u8::MAX);
         Decision::Default { permit: lin > lout }
     }
 
@@ -189,7 +207,13 @@ impl Acl {
 
     /// Rules with hit counts; `names[i]` names interface `IfIndex(i)`.
     pub fn rules(&self, names: &[String]) -> Vec<RuleInfo> {
-        let ports = |p: (u16, u16)| if p.0 == p.1 { p.0.to_string() } else { format!("{}-{}", p.0, p.1) };
+        let ports = |p: (u16, u16)| {
+            if p.0 == p.1 {
+                p.0.to_string()
+            } else {
+                format!("{}-{}", p.0, p.1)
+            }
+        };
         self.rules
             .iter()
             .zip(&self.hits)
@@ -219,7 +243,13 @@ mod tests {
         s.parse().unwrap()
     }
     fn t(src: &str, dst: &str, proto: u8, sp: u16, dp: u16) -> FiveTuple {
-        FiveTuple { src: IpAddr::V4(a(src)), dst: IpAddr::V4(a(dst)), proto, src_port: sp, dst_port: dp }
+        FiveTuple {
+            src: IpAddr::V4(a(src)),
+            dst: IpAddr::V4(a(dst)),
+            proto,
+            src_port: sp,
+            dst_port: dp,
+        }
     }
     const ANY: (u16, u16) = (0, u16::MAX);
 
@@ -261,7 +291,11 @@ mod tests {
         // not port 80: default deny (outside → inside)
         assert!(!acl.check(outside, inside, &t("192.0.2.1", "198.18.1.10", 6, 4000, 81)));
         // UDP to port 80: the tcp rule does not match
-        assert!(!acl.check(outside, inside, &t("192.0.2.1", "198.18.1.10", 17, 4000, 80)));
+        assert!(!acl.check(
+            outside,
+            inside,
+            &t("192.0.2.1", "198.18.1.10", 17, 4000, 80)
+        ));
         // no-telnet beats the inside → outside default permit
         assert!(!acl.check(inside, outside, &t("198.18.1.10", "192.0.2.1", 6, 4000, 23)));
         // default permit inside → outside, ICMP too
@@ -298,7 +332,10 @@ mod tests {
         );
         assert_eq!(
             acl.evaluate(IfIndex(0), IfIndex(1), &t("1.1.1.1", "2.2.2.2", 17, 0, 5)),
-            Decision::Rule { index: 0, permit: true }
+            Decision::Rule {
+                index: 0,
+                permit: true
+            }
         );
     }
 }

@@ -32,8 +32,14 @@ pub const PENDING_RETRIES: u64 = 3;
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum ArpState {
-    Pending { last_request: Timestamp, since: Timestamp },
-    Resolved { mac: [u8; 6], expires: Timestamp },
+    Pending {
+        last_request: Timestamp,
+        since: Timestamp,
+    },
+    Resolved {
+        mac: [u8; 6],
+        expires: Timestamp,
+    },
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -67,7 +73,10 @@ pub struct ArpInfo {
 }
 
 pub fn format_mac(m: [u8; 6]) -> String {
-    format!("{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}", m[0], m[1], m[2], m[3], m[4], m[5])
+    format!(
+        "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
+        m[0], m[1], m[2], m[3], m[4], m[5]
+    )
 }
 
 pub struct ArpCache {
@@ -79,7 +88,12 @@ pub struct ArpCache {
 
 impl ArpCache {
     pub fn new(capacity: usize, timeout: Duration, retry: Duration) -> Self {
-        ArpCache { map: HashMap::with_capacity(capacity.saturating_mul(2)), capacity, timeout, retry }
+        ArpCache {
+            map: HashMap::with_capacity(capacity.saturating_mul(2)),
+            capacity,
+            timeout,
+            retry,
+        }
     }
     pub fn len(&self) -> usize {
         self.map.len()
@@ -100,12 +114,21 @@ impl ArpCache {
                 ArpState::Resolved { mac, expires } if now < expires => Resolve::Mac(mac),
                 ArpState::Resolved { .. } => {
                     e.iface = iface;
-                    e.state = ArpState::Pending { last_request: now, since: now };
+                    e.state = ArpState::Pending {
+                        last_request: now,
+                        since: now,
+                    };
                     Resolve::SendRequest
                 }
-                ArpState::Pending { last_request, since } => {
+                ArpState::Pending {
+                    last_request,
+                    since,
+                } => {
                     if now.since(last_request) >= retry {
-                        e.state = ArpState::Pending { last_request: now, since };
+                        e.state = ArpState::Pending {
+                            last_request: now,
+                            since,
+                        };
                         Resolve::SendRequest
                     } else {
                         Resolve::Wait
@@ -113,7 +136,16 @@ impl ArpCache {
                 }
             },
             None if room => {
-                self.map.insert(ip, Entry { iface, state: ArpState::Pending { last_request: now, since: now } });
+                self.map.insert(
+                    ip,
+                    Entry {
+                        iface,
+                        state: ArpState::Pending {
+                            last_request: now,
+                            since: now,
+                        },
+                    },
+                );
                 Resolve::SendRequest
             }
             None => Resolve::Full,
@@ -131,8 +163,18 @@ impl ArpCache {
     /// Record `ip → mac` seen on `iface`. Updates an existing entry; creates
     /// one only when `create` (the ARP packet was addressed to us) and there
     /// is room. Returns whether the mapping is now stored.
-    pub fn learn(&mut self, now: Timestamp, ip: Ipv4Addr, mac: [u8; 6], iface: IfIndex, create: bool) -> bool {
-        let state = ArpState::Resolved { mac, expires: now.saturating_add(self.timeout) };
+    pub fn learn(
+        &mut self,
+        now: Timestamp,
+        ip: Ipv4Addr,
+        mac: [u8; 6],
+        iface: IfIndex,
+        create: bool,
+    ) -> bool {
+        let state = ArpState::Resolved {
+            mac,
+            expires: now.saturating_add(self.timeout),
+        };
         if let Some(e) = self.map.get_mut(&ip) {
             *e = Entry { iface, state };
             return true;
@@ -170,9 +212,13 @@ impl ArpCache {
                     state: if now < expires { "resolved" } else { "expired" },
                     expires_in_ms: expires.since(now).0 / 1_000_000,
                 },
-                ArpState::Pending { .. } => {
-                    ArpInfo { ip, mac: None, interface: name(e.iface), state: "pending", expires_in_ms: 0 }
-                }
+                ArpState::Pending { .. } => ArpInfo {
+                    ip,
+                    mac: None,
+                    interface: name(e.iface),
+                    state: "pending",
+                    expires_in_ms: 0,
+                },
             })
             .collect();
         v.sort_by_key(|e| e.ip);
@@ -197,15 +243,27 @@ mod tests {
         let t0 = Timestamp::from_secs(10);
         assert_eq!(c.resolve(t0, IP, IfIndex(0)), Resolve::SendRequest);
         assert_eq!(c.resolve(t0, IP, IfIndex(0)), Resolve::Wait);
-        assert_eq!(c.resolve(Timestamp::from_millis(10_999), IP, IfIndex(0)), Resolve::Wait);
-        assert_eq!(c.resolve(Timestamp::from_secs(11), IP, IfIndex(0)), Resolve::SendRequest);
+        assert_eq!(
+            c.resolve(Timestamp::from_millis(10_999), IP, IfIndex(0)),
+            Resolve::Wait
+        );
+        assert_eq!(
+            c.resolve(Timestamp::from_secs(11), IP, IfIndex(0)),
+            Resolve::SendRequest
+        );
         assert_eq!(c.entries(t0, &[])[0].state, "pending");
         assert!(c.learn(Timestamp::from_secs(12), IP, MAC, IfIndex(0), false));
-        assert_eq!(c.resolve(Timestamp::from_secs(12), IP, IfIndex(0)), Resolve::Mac(MAC));
+        assert_eq!(
+            c.resolve(Timestamp::from_secs(12), IP, IfIndex(0)),
+            Resolve::Mac(MAC)
+        );
         assert_eq!(c.lookup(Timestamp::from_secs(311), IP), Some(MAC));
         // Expired: a miss again.
         assert_eq!(c.lookup(Timestamp::from_secs(312), IP), None);
-        assert_eq!(c.resolve(Timestamp::from_secs(312), IP, IfIndex(0)), Resolve::SendRequest);
+        assert_eq!(
+            c.resolve(Timestamp::from_secs(312), IP, IfIndex(0)),
+            Resolve::SendRequest
+        );
     }
 
     #[test]
@@ -213,8 +271,17 @@ mod tests {
         let mut c = cache(1);
         assert!(!c.learn(Timestamp::ZERO, IP, MAC, IfIndex(0), false));
         assert!(c.learn(Timestamp::ZERO, IP, MAC, IfIndex(0), true));
-        assert!(!c.learn(Timestamp::ZERO, Ipv4Addr::new(10, 0, 0, 2), MAC, IfIndex(0), true));
-        assert_eq!(c.resolve(Timestamp::ZERO, Ipv4Addr::new(10, 0, 0, 2), IfIndex(0)), Resolve::Full);
+        assert!(!c.learn(
+            Timestamp::ZERO,
+            Ipv4Addr::new(10, 0, 0, 2),
+            MAC,
+            IfIndex(0),
+            true
+        ));
+        assert_eq!(
+            c.resolve(Timestamp::ZERO, Ipv4Addr::new(10, 0, 0, 2), IfIndex(0)),
+            Resolve::Full
+        );
         let e = c.entries(Timestamp::ZERO, &["in".into()]);
         assert_eq!(e[0].mac.as_deref(), Some("02:00:00:00:00:01"));
         assert_eq!(e[0].expires_in_ms, 300_000);

@@ -36,7 +36,10 @@ impl VecBuf {
     pub fn with_headroom(frame: &[u8], headroom: usize) -> Self {
         let mut storage = vec![0u8; headroom + frame.len()];
         storage[headroom..].copy_from_slice(frame);
-        VecBuf { storage, start: headroom }
+        VecBuf {
+            storage,
+            start: headroom,
+        }
     }
     /// Replace the contents with `frame`, restoring the original headroom
     /// when it fits (no allocation if capacity allows).

@@ -55,13 +55,13 @@ use crate::conntrack::{ConnInfo, ConnTable, L4Info, TcpSeg, Timeouts};
 use crate::route::{contains, mask, IfIndex, RouteError, RouteInfo, RouteTable};
 use crate::types::{ip_proto, DropReason, Duration, FiveTuple, PortId, Timestamp};
 use crate::wire::arp::{ArpPacket, ArpRepr, Operation};
+use crate::wire::checksum;
 use crate::wire::ethernet::{self, ethertype, EthernetFrame, BROADCAST, TAG_LEN};
 use crate::wire::icmp::{msg_type, Icmpv4Packet};
 use crate::wire::ipv4::{self, Ipv4Packet};
 use crate::wire::ipv6::{self, Ipv6Packet};
 use crate::wire::tcp::{self, TcpOptions, TcpPacket};
 use crate::wire::udp::UdpPacket;
-use crate::wire::checksum;
 use std::net::{IpAddr, Ipv4Addr};
 
 /// Frames queued by the pipeline between two `drain_generated` calls; more
@@ -139,7 +139,11 @@ pub enum PipelineError {
     #[error("interfaces {a} and {b} have overlapping subnets")]
     OverlappingSubnets { a: String, b: String },
     #[error("route {destination}/{prefix_len}: next hop {via} is one of our addresses")]
-    NextHopIsLocal { destination: Ipv4Addr, prefix_len: u8, via: Ipv4Addr },
+    NextHopIsLocal {
+        destination: Ipv4Addr,
+        prefix_len: u8,
+        via: Ipv4Addr,
+    },
     #[error("{0}")]
     Route(RouteError),
     #[error("access rule {rule}: unknown interface {interface:?}")]
@@ -253,7 +257,10 @@ impl Counters {
             vlan_tagged: self.vlan_tagged,
             ipv6: self.ipv6,
             dropped: self.dropped(),
-            drops: DropReason::ALL.iter().map(|&r| (r.as_str(), self.drop_count(r))).collect(),
+            drops: DropReason::ALL
+                .iter()
+                .map(|&r| (r.as_str(), self.drop_count(r)))
+                .collect(),
             ports: self.ports.clone(),
             rx_unknown_port: self.rx_unknown_port,
         }
@@ -367,14 +374,23 @@ impl Pipeline {
         let specs = &cfg.interfaces;
         for (i, s) in specs.iter().enumerate() {
             if s.prefix_len > 32 {
-                return Err(PipelineError::BadPrefixLen { name: s.name.clone(), prefix_len: s.prefix_len });
+                return Err(PipelineError::BadPrefixLen {
+                    name: s.name.clone(),
+                    prefix_len: s.prefix_len,
+                });
             }
             if martian_source(s.addr) {
-                return Err(PipelineError::BadAddress { name: s.name.clone(), addr: s.addr });
+                return Err(PipelineError::BadAddress {
+                    name: s.name.clone(),
+                    addr: s.addr,
+                });
             }
             if let Some(v) = s.vlan {
                 if v == 0 || v > ethernet::VLAN_ID_MAX {
-                    return Err(PipelineError::BadVlan { name: s.name.clone(), vlan: v });
+                    return Err(PipelineError::BadVlan {
+                        name: s.name.clone(),
+                        vlan: v,
+                    });
                 }
             }
             for t in &specs[..i] {
@@ -382,11 +398,17 @@ impl Pipeline {
                     return Err(PipelineError::DuplicateName(s.name.clone()));
                 }
                 if t.port == s.port && t.vlan == s.vlan {
-                    return Err(PipelineError::DuplicatePortVlan { a: t.name.clone(), b: s.name.clone() });
+                    return Err(PipelineError::DuplicatePortVlan {
+                        a: t.name.clone(),
+                        b: s.name.clone(),
+                    });
                 }
                 let p = s.prefix_len.min(t.prefix_len);
                 if contains(s.addr, p, t.addr) {
-                    return Err(PipelineError::OverlappingSubnets { a: t.name.clone(), b: s.name.clone() });
+                    return Err(PipelineError::OverlappingSubnets {
+                        a: t.name.clone(),
+                        b: s.name.clone(),
+                    });
                 }
             }
         }
@@ -400,19 +422,32 @@ impl Pipeline {
                 });
             }
         }
-        let statics: Vec<_> = cfg.routes.iter().map(|r| (r.destination, r.prefix_len, r.via)).collect();
+        let statics: Vec<_> = cfg
+            .routes
+            .iter()
+            .map(|r| (r.destination, r.prefix_len, r.via))
+            .collect();
         let routes = RouteTable::new(&connected, &statics).map_err(PipelineError::Route)?;
 
         let mut rules = Vec::with_capacity(cfg.rules.len());
         for r in &cfg.rules {
             let iface = match &r.interface {
                 None => None,
-                Some(n) => Some(IfIndex(specs.iter().position(|s| &s.name == n).ok_or_else(|| {
-                    PipelineError::UnknownRuleInterface { rule: r.name.clone(), interface: n.clone() }
-                })? as u16)),
+                Some(n) => Some(IfIndex(specs.iter().position(|s| &s.name == n).ok_or_else(
+                    || PipelineError::UnknownRuleInterface {
+                        rule: r.name.clone(),
+                        interface: n.clone(),
+                    },
+                )? as u16)),
             };
-            if r.src.1 > 32 || r.dst.1 > 32 || r.src_ports.0 > r.src_ports.1 || r.dst_ports.0 > r.dst_ports.1 {
-                return Err(PipelineError::BadRule { rule: r.name.clone() });
+            if r.src.1 > 32
+                || r.dst.1 > 32
+                || r.src_ports.0 > r.src_ports.1
+                || r.dst_ports.0 > r.dst_ports.1
+            {
+                return Err(PipelineError::BadRule {
+                    rule: r.name.clone(),
+                });
             }
             rules.push(AclRule {
                 name: r.name.clone(),
@@ -426,11 +461,21 @@ impl Pipeline {
             });
         }
         let acl = Acl::new(rules, specs.iter().map(|s| s.security_level).collect());
-        let max_port = specs.iter().map(|s| usize::from(s.port.0)).max().unwrap_or(0);
+        let max_port = specs
+            .iter()
+            .map(|s| usize::from(s.port.0))
+            .max()
+            .unwrap_or(0);
         Ok(Pipeline {
             ifaces: specs
                 .iter()
-                .map(|s| Iface { port: s.port, mac: s.mac, addr: s.addr, prefix_len: s.prefix_len, vlan: s.vlan })
+                .map(|s| Iface {
+                    port: s.port,
+                    mac: s.mac,
+                    addr: s.addr,
+                    prefix_len: s.prefix_len,
+                    vlan: s.vlan,
+                })
                 .collect(),
             names: specs.iter().map(|s| s.name.clone()).collect(),
             routes,
@@ -443,7 +488,12 @@ impl Pipeline {
     }
 
     /// Process one received frame. No allocation, no panic, no logging.
-    pub fn process<B: PacketBuf>(&mut self, now: Timestamp, in_port: PortId, buf: &mut B) -> Verdict {
+    pub fn process<B: PacketBuf>(
+        &mut self,
+        now: Timestamp,
+        in_port: PortId,
+        buf: &mut B,
+    ) -> Verdict {
         let c = &mut self.counters;
         c.packets += 1;
         match c.ports.get_mut(usize::from(in_port.0)) {
@@ -492,7 +542,13 @@ impl Pipeline {
 
     fn classify<B: PacketBuf>(&mut self, now: Timestamp, in_port: PortId, buf: &mut B) -> Outcome {
         let (l2, tags, vlan, ethertype, dst) = match EthernetFrame::new_checked(buf.data()) {
-            Ok(e) => (e.header_len(), e.tag_count(), e.vlan(), e.ethertype(), e.dst()),
+            Ok(e) => (
+                e.header_len(),
+                e.tag_count(),
+                e.vlan(),
+                e.ethertype(),
+                e.dst(),
+            ),
             Err(_) => return DropReason::EthTruncated.into(),
         };
         if tags > 0 {
@@ -523,7 +579,9 @@ impl Pipeline {
         c.packets += 1;
         let p = match Ipv6Packet::new_checked(buf.data().get(l2..).unwrap_or(&[])) {
             Ok(p) => p,
-            Err(ipv6::Error::Truncated) | Err(ipv6::Error::BadPayloadLen) => return DropReason::Ipv6Truncated,
+            Err(ipv6::Error::Truncated) | Err(ipv6::Error::BadPayloadLen) => {
+                return DropReason::Ipv6Truncated
+            }
             Err(_) => return DropReason::Ipv6Malformed,
         };
         match p.upper_layer() {
@@ -567,7 +625,8 @@ impl Pipeline {
             && !martian_source(repr.sender_ip);
         let for_us = repr.target_ip == ing.addr;
         if plausible {
-            self.arp.learn(now, repr.sender_ip, repr.sender_mac, ifx, for_us);
+            self.arp
+                .learn(now, repr.sender_ip, repr.sender_mac, ifx, for_us);
         }
         if !for_us {
             return DropReason::ArpNotForUs.into();
@@ -611,17 +670,25 @@ impl Pipeline {
     ) -> Result<Outcome, DropReason> {
         // --- Parse and decide, holding only a shared borrow of the frame. ---
         let (next_hop, egress, icmp_error) = {
-            let ip = Ipv4Packet::new_checked(buf.data().get(l2..).unwrap_or(&[])).map_err(|e| match e {
-                ipv4::Error::Truncated => DropReason::Ipv4Truncated,
-                ipv4::Error::BadVersion => DropReason::Ipv4BadVersion,
-                ipv4::Error::BadHeaderLen => DropReason::Ipv4BadHeaderLen,
-                ipv4::Error::BadTotalLen => DropReason::Ipv4BadTotalLen,
-            })?;
+            let ip =
+                Ipv4Packet::new_checked(buf.data().get(l2..).unwrap_or(&[])).map_err(
+                    |e| match e {
+                        ipv4::Error::Truncated => DropReason::Ipv4Truncated,
+                        ipv4::Error::BadVersion => DropReason::Ipv4BadVersion,
+                        ipv4::Error::BadHeaderLen => DropReason::Ipv4BadHeaderLen,
+                        ipv4::Error::BadTotalLen => DropReason::Ipv4BadTotalLen,
+                    },
+                )?;
             if !ip.verify_checksum() {
                 return Err(DropReason::Ipv4BadChecksum);
             }
             let (src, dst) = (ip.src(), ip.dst());
-            if martian_source(src) || self.ifaces.iter().any(|i| i.addr == src || i.directed_broadcast() == src) {
+            if martian_source(src)
+                || self
+                    .ifaces
+                    .iter()
+                    .any(|i| i.addr == src || i.directed_broadcast() == src)
+            {
                 return Err(DropReason::Ipv4BadSource);
             }
             if ip.is_fragment() {
@@ -635,7 +702,10 @@ impl Pipeline {
             }
             if dst.is_multicast()
                 || dst == Ipv4Addr::BROADCAST
-                || self.ifaces.iter().any(|i| i.addr == dst || i.directed_broadcast() == dst)
+                || self
+                    .ifaces
+                    .iter()
+                    .any(|i| i.addr == dst || i.directed_broadcast() == dst)
             {
                 return Err(DropReason::LocalUnhandled);
             }
@@ -659,9 +729,11 @@ impl Pipeline {
             let icmp_error = l4.is_none();
             if let Some(l4) = l4 {
                 let acl = &mut self.acl;
-                let tracked = self.conntrack.track(now, &tuple, &l4, u32::from(ip.total_len()), || {
-                    acl.check(ifx, egress, &tuple)
-                })?;
+                let tracked =
+                    self.conntrack
+                        .track(now, &tuple, &l4, u32::from(ip.total_len()), || {
+                            acl.check(ifx, egress, &tuple)
+                        })?;
                 if tracked.created {
                     self.counters.flows_created += 1;
                 }
@@ -670,7 +742,10 @@ impl Pipeline {
         };
 
         // --- Resolve the next hop. ---
-        let eg = *self.ifaces.get(usize::from(egress.0)).ok_or(DropReason::NoRoute)?;
+        let eg = *self
+            .ifaces
+            .get(usize::from(egress.0))
+            .ok_or(DropReason::NoRoute)?;
         let mac = match self.arp.resolve(now, next_hop, egress) {
             Resolve::Mac(m) => m,
             Resolve::SendRequest => {
@@ -736,18 +811,22 @@ impl Pipeline {
     ) -> Result<Outcome, DropReason> {
         let (src, dst, eth_src) = {
             let data = buf.data();
-            let ip = Ipv4Packet::new_checked(data.get(l2..).unwrap_or(&[])).map_err(|_| DropReason::Ipv4Truncated)?;
+            let ip = Ipv4Packet::new_checked(data.get(l2..).unwrap_or(&[]))
+                .map_err(|_| DropReason::Ipv4Truncated)?;
             if ip.protocol() != ip_proto::ICMP {
                 return Err(DropReason::LocalUnhandled);
             }
-            let icmp = Icmpv4Packet::new_checked(ip.payload()).map_err(|_| DropReason::L4Truncated)?;
+            let icmp =
+                Icmpv4Packet::new_checked(ip.payload()).map_err(|_| DropReason::L4Truncated)?;
             if icmp.msg_type() != msg_type::ECHO_REQUEST || icmp.code() != 0 {
                 return Err(DropReason::LocalUnhandled);
             }
             if !icmp.verify_checksum() {
                 return Err(DropReason::IcmpBadChecksum);
             }
-            let eth_src = EthernetFrame::new_checked(data).map(|e| e.src()).map_err(|_| DropReason::EthTruncated)?;
+            let eth_src = EthernetFrame::new_checked(data)
+                .map(|e| e.src())
+                .map_err(|_| DropReason::EthTruncated)?;
             (ip.src(), ip.dst(), eth_src)
         };
         let data = buf.data_mut();
@@ -761,7 +840,8 @@ impl Pipeline {
         ip.set_dst(src);
         ip.set_ttl(ipv4::DEFAULT_TTL);
         ip.fill_checksum();
-        let mut icmp = Icmpv4Packet::new_checked(ip.payload_mut()).map_err(|_| DropReason::L4Truncated)?;
+        let mut icmp =
+            Icmpv4Packet::new_checked(ip.payload_mut()).map_err(|_| DropReason::L4Truncated)?;
         // Type 8 → 0 changes only the type/code word: RFC 1624 update.
         let c = checksum::update_u16(icmp.checksum(), u16::from(msg_type::ECHO_REQUEST) << 8, 0);
         icmp.set_msg_type(msg_type::ECHO_REPLY);
@@ -776,7 +856,9 @@ impl Pipeline {
         }
         let mut frame = [0u8; GENERATED_LEN];
         let l2 = ethernet::emit_header(&mut frame, BROADCAST, eg.mac, eg.vlan, ethertype::ARP);
-        let Some(body) = frame.get_mut(l2..) else { return };
+        let Some(body) = frame.get_mut(l2..) else {
+            return;
+        };
         ArpRepr {
             operation: Operation::Request,
             sender_mac: eg.mac,
@@ -786,7 +868,11 @@ impl Pipeline {
         }
         .emit(body);
         let len = (l2 + crate::wire::arp::PACKET_LEN).max(ethernet::MIN_FRAME_LEN);
-        self.generated.push(Generated { port: eg.port, len, frame });
+        self.generated.push(Generated {
+            port: eg.port,
+            len,
+            frame,
+        });
         self.counters.arp_requests += 1;
     }
 
@@ -858,7 +944,13 @@ enum Transit {
 /// anything else (0, 0).
 fn transit_l4<T: AsRef<[u8]>>(ip: &Ipv4Packet<T>) -> Result<Transit, DropReason> {
     let (src, dst, proto) = (IpAddr::V4(ip.src()), IpAddr::V4(ip.dst()), ip.protocol());
-    let tuple = |sp, dp| FiveTuple { src, dst, proto, src_port: sp, dst_port: dp };
+    let tuple = |sp, dp| FiveTuple {
+        src,
+        dst,
+        proto,
+        src_port: sp,
+        dst_port: dp,
+    };
     let payload = ip.payload();
     Ok(match proto {
         ip_proto::TCP => {
@@ -869,7 +961,11 @@ fn transit_l4<T: AsRef<[u8]>>(ip: &Ipv4Packet<T>) -> Result<Transit, DropReason>
             let flags = t.flags();
             // Window scale and SACK-permitted are only meaningful on SYNs
             // (RFC 7323 §2.2, RFC 2018 §2): skip the option walk otherwise.
-            let opts = if flags & tcp::flags::SYN != 0 { TcpOptions::parse(t.options()) } else { TcpOptions::default() };
+            let opts = if flags & tcp::flags::SYN != 0 {
+                TcpOptions::parse(t.options())
+            } else {
+                TcpOptions::default()
+            };
             let seg = TcpSeg {
                 flags,
                 seq: t.seq(),
@@ -888,8 +984,12 @@ fn transit_l4<T: AsRef<[u8]>>(ip: &Ipv4Packet<T>) -> Result<Transit, DropReason>
         ip_proto::ICMP => {
             let i = Icmpv4Packet::new_checked(payload).map_err(|_| DropReason::L4Truncated)?;
             match i.msg_type() {
-                msg_type::ECHO_REQUEST => Transit::Flow(tuple(i.echo_ident(), 0), L4Info::IcmpEchoRequest),
-                msg_type::ECHO_REPLY => Transit::Flow(tuple(0, i.echo_ident()), L4Info::IcmpEchoReply),
+                msg_type::ECHO_REQUEST => {
+                    Transit::Flow(tuple(i.echo_ident(), 0), L4Info::IcmpEchoRequest)
+                }
+                msg_type::ECHO_REPLY => {
+                    Transit::Flow(tuple(0, i.echo_ident()), L4Info::IcmpEchoReply)
+                }
                 _ if i.is_error() => {
                     let e = i.embedded().map_err(|_| DropReason::L4Truncated)?;
                     let (sp, dp) = match e.protocol {

@@ -53,23 +53,46 @@ pub struct RouteInfo {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RouteError {
-    BadPrefixLen { destination: Ipv4Addr, prefix_len: u8 },
+    BadPrefixLen {
+        destination: Ipv4Addr,
+        prefix_len: u8,
+    },
     /// The next hop is not inside any connected subnet.
-    NextHopUnreachable { destination: Ipv4Addr, prefix_len: u8, via: Ipv4Addr },
-    Duplicate { destination: Ipv4Addr, prefix_len: u8 },
+    NextHopUnreachable {
+        destination: Ipv4Addr,
+        prefix_len: u8,
+        via: Ipv4Addr,
+    },
+    Duplicate {
+        destination: Ipv4Addr,
+        prefix_len: u8,
+    },
 }
 
 impl core::fmt::Display for RouteError {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match self {
-            RouteError::BadPrefixLen { destination, prefix_len } => {
-                write!(f, "route {destination}/{prefix_len}: prefix length above 32")
+            RouteError::BadPrefixLen {
+                destination,
+                prefix_len,
+            } => {
+                write!(
+                    f,
+                    "route {destination}/{prefix_len}: prefix length above 32"
+                )
             }
-            RouteError::NextHopUnreachable { destination, prefix_len, via } => write!(
+            RouteError::NextHopUnreachable {
+                destination,
+                prefix_len,
+                via,
+            } => write!(
                 f,
                 "route {destination}/{prefix_len}: next hop {via} is not in any interface subnet"
             ),
-            RouteError::Duplicate { destination, prefix_len } => {
+            RouteError::Duplicate {
+                destination,
+                prefix_len,
+            } => {
                 write!(f, "route {destination}/{prefix_len} configured twice")
             }
         }
@@ -107,11 +130,21 @@ pub struct RouteTable {
 impl RouteTable {
     /// `connected`: (interface address, prefix length) in interface order.
     /// `statics`: (destination, prefix length, via).
-    pub fn new(connected: &[(Ipv4Addr, u8)], statics: &[(Ipv4Addr, u8, Ipv4Addr)]) -> Result<Self, RouteError> {
-        let mut t = RouteTable { by_len: std::array::from_fn(|_| None), lens: Vec::new(), connected: Vec::new() };
+    pub fn new(
+        connected: &[(Ipv4Addr, u8)],
+        statics: &[(Ipv4Addr, u8, Ipv4Addr)],
+    ) -> Result<Self, RouteError> {
+        let mut t = RouteTable {
+            by_len: std::array::from_fn(|_| None),
+            lens: Vec::new(),
+            connected: Vec::new(),
+        };
         for (i, &(addr, len)) in connected.iter().enumerate() {
             if len > 32 {
-                return Err(RouteError::BadPrefixLen { destination: addr, prefix_len: len });
+                return Err(RouteError::BadPrefixLen {
+                    destination: addr,
+                    prefix_len: len,
+                });
             }
             let net = u32::from(addr) & mask(len);
             let iface = IfIndex(i as u16);
@@ -120,26 +153,53 @@ impl RouteTable {
             t.by_len[usize::from(len)]
                 .get_or_insert_with(HashMap::new)
                 .entry(net)
-                .or_insert(Entry { iface, target: Target::Connected });
+                .or_insert(Entry {
+                    iface,
+                    target: Target::Connected,
+                });
         }
         for &(dst, len, via) in statics {
             if len > 32 {
-                return Err(RouteError::BadPrefixLen { destination: dst, prefix_len: len });
+                return Err(RouteError::BadPrefixLen {
+                    destination: dst,
+                    prefix_len: len,
+                });
             }
             let iface = t
                 .connected_iface(via)
-                .ok_or(RouteError::NextHopUnreachable { destination: dst, prefix_len: len, via })?;
+                .ok_or(RouteError::NextHopUnreachable {
+                    destination: dst,
+                    prefix_len: len,
+                    via,
+                })?;
             let map = t.by_len[usize::from(len)].get_or_insert_with(HashMap::new);
             let key = u32::from(dst) & mask(len);
             match map.get(&key) {
-                Some(Entry { target: Target::Connected, .. }) => {}
-                Some(_) => return Err(RouteError::Duplicate { destination: dst, prefix_len: len }),
+                Some(Entry {
+                    target: Target::Connected,
+                    ..
+                }) => {}
+                Some(_) => {
+                    return Err(RouteError::Duplicate {
+                        destination: dst,
+                        prefix_len: len,
+                    })
+                }
                 None => {
-                    map.insert(key, Entry { iface, target: Target::Via(via) });
+                    map.insert(
+                        key,
+                        Entry {
+                            iface,
+                            target: Target::Via(via),
+                        },
+                    );
                 }
             }
         }
-        t.lens = (0..=32u8).rev().filter(|&l| t.by_len[usize::from(l)].is_some()).collect();
+        t.lens = (0..=32u8)
+            .rev()
+            .filter(|&l| t.by_len[usize::from(l)].is_some())
+            .collect();
         Ok(t)
     }
 
@@ -164,7 +224,10 @@ impl RouteTable {
                         Target::Connected => dst,
                         Target::Via(v) => v,
                     };
-                    return Some(RouteResult { iface: e.iface, next_hop });
+                    return Some(RouteResult {
+                        iface: e.iface,
+                        next_hop,
+                    });
                 }
             }
         }
@@ -186,7 +249,10 @@ impl RouteTable {
                             Target::Connected => None,
                             Target::Via(v) => Some(v),
                         },
-                        interface: names.get(usize::from(e.iface.0)).cloned().unwrap_or_default(),
+                        interface: names
+                            .get(usize::from(e.iface.0))
+                            .cloned()
+                            .unwrap_or_default(),
                         kind: match e.target {
                             Target::Connected => "connected",
                             Target::Via(_) => "static",
@@ -214,7 +280,10 @@ mod tests {
     fn example() -> RouteTable {
         RouteTable::new(
             &[(a("198.18.1.1"), 24), (a("198.18.2.1"), 24)],
-            &[(a("0.0.0.0"), 0, a("198.18.2.254")), (a("203.0.113.0"), 24, a("198.18.1.254"))],
+            &[
+                (a("0.0.0.0"), 0, a("198.18.2.254")),
+                (a("203.0.113.0"), 24, a("198.18.1.254")),
+            ],
         )
         .unwrap()
     }
@@ -222,10 +291,34 @@ mod tests {
     #[test]
     fn longest_prefix_wins() {
         let t = example();
-        assert_eq!(t.lookup(a("198.18.1.10")), Some(RouteResult { iface: IfIndex(0), next_hop: a("198.18.1.10") }));
-        assert_eq!(t.lookup(a("198.18.2.7")), Some(RouteResult { iface: IfIndex(1), next_hop: a("198.18.2.7") }));
-        assert_eq!(t.lookup(a("203.0.113.9")), Some(RouteResult { iface: IfIndex(0), next_hop: a("198.18.1.254") }));
-        assert_eq!(t.lookup(a("8.8.8.8")), Some(RouteResult { iface: IfIndex(1), next_hop: a("198.18.2.254") }));
+        assert_eq!(
+            t.lookup(a("198.18.1.10")),
+            Some(RouteResult {
+                iface: IfIndex(0),
+                next_hop: a("198.18.1.10")
+            })
+        );
+        assert_eq!(
+            t.lookup(a("198.18.2.7")),
+            Some(RouteResult {
+                iface: IfIndex(1),
+                next_hop: a("198.18.2.7")
+            })
+        );
+        assert_eq!(
+            t.lookup(a("203.0.113.9")),
+            Some(RouteResult {
+                iface: IfIndex(0),
+                next_hop: a("198.18.1.254")
+            })
+        );
+        assert_eq!(
+            t.lookup(a("8.8.8.8")),
+            Some(RouteResult {
+                iface: IfIndex(1),
+                next_hop: a("198.18.2.254")
+            })
+        );
         let e = t.entries(&["inside".into(), "outside".into()]);
         assert_eq!(e[3].interface, "outside");
         assert_eq!(e.len(), 4);
@@ -246,10 +339,19 @@ mod tests {
             Err(RouteError::NextHopUnreachable { .. })
         ));
         assert!(matches!(
-            RouteTable::new(&[(a("10.0.0.1"), 8)], &[(a("1.0.0.0"), 8, a("10.0.0.2")), (a("1.2.0.0"), 8, a("10.0.0.3"))]),
+            RouteTable::new(
+                &[(a("10.0.0.1"), 8)],
+                &[
+                    (a("1.0.0.0"), 8, a("10.0.0.2")),
+                    (a("1.2.0.0"), 8, a("10.0.0.3"))
+                ]
+            ),
             Err(RouteError::Duplicate { .. })
         ));
-        assert!(matches!(RouteTable::new(&[(a("10.0.0.1"), 33)], &[]), Err(RouteError::BadPrefixLen { .. })));
+        assert!(matches!(
+            RouteTable::new(&[(a("10.0.0.1"), 33)], &[]),
+            Err(RouteError::BadPrefixLen { .. })
+        ));
     }
 
     proptest! {

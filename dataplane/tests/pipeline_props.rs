@@ -17,18 +17,56 @@ use std::net::Ipv4Addr;
 fn seeds() -> Vec<(PortId, Vec<u8>)> {
     let syn = from_host(SERVER).tcp(40000, 80, 1000, 0, SYN, 64240, &SYN_OPTS, b"");
     vec![
-        (IN_PORT, arp_request(HOST_MAC, None, HOST_MAC, HOST, IN_ADDR)),
-        (OUT_PORT, arp_reply(GW_MAC, OUT_MAC, None, GW, OUT_MAC, OUT_ADDR)),
+        (
+            IN_PORT,
+            arp_request(HOST_MAC, None, HOST_MAC, HOST, IN_ADDR),
+        ),
+        (
+            OUT_PORT,
+            arp_reply(GW_MAC, OUT_MAC, None, GW, OUT_MAC, OUT_ADDR),
+        ),
         (IN_PORT, syn.clone()),
-        (OUT_PORT, from_outside(SERVER, HOST).tcp(80, 40000, 5000, 1001, SYN | ACK, 65535, &SYN_OPTS, b"")),
-        (IN_PORT, from_host(SERVER).tcp(40000, 80, 1001, 5001, ACK, 502, &[], b"GET / HTTP/1.0\r\n\r\n")),
-        (IN_PORT, from_host(IN_ADDR).icmp(8, 0, (1, 2), b"0123456789")),
+        (
+            OUT_PORT,
+            from_outside(SERVER, HOST).tcp(80, 40000, 5000, 1001, SYN | ACK, 65535, &SYN_OPTS, b""),
+        ),
+        (
+            IN_PORT,
+            from_host(SERVER).tcp(
+                40000,
+                80,
+                1001,
+                5001,
+                ACK,
+                502,
+                &[],
+                b"GET / HTTP/1.0\r\n\r\n",
+            ),
+        ),
+        (
+            IN_PORT,
+            from_host(IN_ADDR).icmp(8, 0, (1, 2), b"0123456789"),
+        ),
         (IN_PORT, from_host(SERVER).udp(5353, 53, b"query")),
-        (OUT_PORT, from_outside(Ipv4Addr::new(192, 0, 2, 1), HOST).icmp(11, 0, (0, 0), &syn[14..42])),
+        (
+            OUT_PORT,
+            from_outside(Ipv4Addr::new(192, 0, 2, 1), HOST).icmp(11, 0, (0, 0), &syn[14..42]),
+        ),
         (DMZ_PORT, from_dmz(SERVER).udp(999, 53, b"q")),
-        (DMZ_PORT, arp_request(DMZ_HOST_MAC, Some(DMZ_VLAN), DMZ_HOST_MAC, DMZ_HOST, DMZ_ADDR)),
+        (
+            DMZ_PORT,
+            arp_request(
+                DMZ_HOST_MAC,
+                Some(DMZ_VLAN),
+                DMZ_HOST_MAC,
+                DMZ_HOST,
+                DMZ_ADDR,
+            ),
+        ),
         (IN_PORT, {
-            let mut f = vec![0x02, 0, 0, 0, 0x01, 0x01, 0x02, 0, 0, 0, 0x01, 0x0a, 0x86, 0xdd];
+            let mut f = vec![
+                0x02, 0, 0, 0, 0x01, 0x01, 0x02, 0, 0, 0, 0x01, 0x0a, 0x86, 0xdd,
+            ];
             f.extend_from_slice(&[0x60, 0, 0, 0, 0, 16, 0, 64]);
             f.extend_from_slice(&[0u8; 32]);
             f.extend_from_slice(&[58, 0, 1, 4, 0, 0, 0, 0, 128, 0, 0, 0, 0, 1, 0, 1]);
@@ -37,7 +75,12 @@ fn seeds() -> Vec<(PortId, Vec<u8>)> {
     ]
 }
 
-fn check_one(p: &mut Pipeline, now: Timestamp, port: PortId, frame: &[u8]) -> Result<(), TestCaseError> {
+fn check_one(
+    p: &mut Pipeline,
+    now: Timestamp,
+    port: PortId,
+    frame: &[u8],
+) -> Result<(), TestCaseError> {
     let mut buf = VecBuf::new(frame);
     let v = p.process(now, port, &mut buf);
     if let Verdict::Drop(r) = v {

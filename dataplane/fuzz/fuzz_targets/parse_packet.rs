@@ -28,13 +28,24 @@ use std::net::Ipv4Addr;
 
 fn parse_all(d: &[u8]) {
     if let Ok(e) = wire::EthernetFrame::new_checked(d) {
-        let _ = (e.dst(), e.src(), e.vlan(), e.inner_vlan(), e.ethertype(), e.payload().len());
+        let _ = (
+            e.dst(),
+            e.src(),
+            e.vlan(),
+            e.inner_vlan(),
+            e.ethertype(),
+            e.payload().len(),
+        );
     }
     if let Ok(a) = wire::ArpPacket::new_checked(d) {
         let _ = wire::ArpRepr::parse(&a);
     }
     if let Ok(ip) = wire::Ipv4Packet::new_checked(d) {
-        let _ = (wire::Ipv4Repr::parse(&ip), ip.verify_checksum(), ip.options().len());
+        let _ = (
+            wire::Ipv4Repr::parse(&ip),
+            ip.verify_checksum(),
+            ip.options().len(),
+        );
     }
     if let Ok(ip) = wire::Ipv4Packet::new_checked_header(d) {
         let _ = ip.payload().len();
@@ -71,7 +82,11 @@ fn pipeline() -> Pipeline {
             iface("outside", 1, 1, 2, 0, None),
             iface("dmz", 2, 1, 3, 50, Some(10)),
         ],
-        routes: vec![RouteSpec { destination: Ipv4Addr::UNSPECIFIED, prefix_len: 0, via: Ipv4Addr::new(198, 18, 2, 254) }],
+        routes: vec![RouteSpec {
+            destination: Ipv4Addr::UNSPECIFIED,
+            prefix_len: 0,
+            via: Ipv4Addr::new(198, 18, 2, 254),
+        }],
         rules: vec![RuleSpec {
             name: "web-in".into(),
             permit: true,
@@ -104,7 +119,11 @@ fuzz_target!(|data: &[u8]| {
         parse_all(frame.get(14..).unwrap_or(&[]));
         parse_all(frame.get(34..).unwrap_or(&[]));
         buf.reset(frame, 64);
-        let v = p.process(Timestamp::from_millis(n * 250), PortId(u16::from(*port % 4)), &mut buf);
+        let v = p.process(
+            Timestamp::from_millis(n * 250),
+            PortId(u16::from(*port % 4)),
+            &mut buf,
+        );
         if let Verdict::Forward(_) = v {
             assert!(buf.data().len() >= 14);
         }

@@ -82,6 +82,7 @@ fn ip(b: &[u8], r: core::ops::Range<usize>) -> Ipv4Addr {
 }
 
 impl<T: AsRef<[u8]>> ArpPacket<T> {
+    #[inline]
     pub fn new_checked(buffer: T) -> Result<Self, Error> {
         let b = buffer.as_ref();
         if b.len() < PACKET_LEN {
@@ -96,37 +97,47 @@ impl<T: AsRef<[u8]>> ArpPacket<T> {
         }
         Ok(ArpPacket { buffer })
     }
+    #[inline]
     pub fn operation(&self) -> Operation {
         let b = self.buffer.as_ref();
         Operation::from(u16::from_be_bytes([b[6], b[7]]))
     }
+    #[inline]
     pub fn sender_mac(&self) -> [u8; 6] {
         mac(self.buffer.as_ref(), field::SHA)
     }
+    #[inline]
     pub fn sender_ip(&self) -> Ipv4Addr {
         ip(self.buffer.as_ref(), field::SPA)
     }
+    #[inline]
     pub fn target_mac(&self) -> [u8; 6] {
         mac(self.buffer.as_ref(), field::THA)
     }
+    #[inline]
     pub fn target_ip(&self) -> Ipv4Addr {
         ip(self.buffer.as_ref(), field::TPA)
     }
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> ArpPacket<T> {
+    #[inline]
     pub fn set_operation(&mut self, op: Operation) {
         self.buffer.as_mut()[field::OPER].copy_from_slice(&u16::from(op).to_be_bytes());
     }
+    #[inline]
     pub fn set_sender_mac(&mut self, m: [u8; 6]) {
         self.buffer.as_mut()[field::SHA].copy_from_slice(&m);
     }
+    #[inline]
     pub fn set_sender_ip(&mut self, a: Ipv4Addr) {
         self.buffer.as_mut()[field::SPA].copy_from_slice(&a.octets());
     }
+    #[inline]
     pub fn set_target_mac(&mut self, m: [u8; 6]) {
         self.buffer.as_mut()[field::THA].copy_from_slice(&m);
     }
+    #[inline]
     pub fn set_target_ip(&mut self, a: Ipv4Addr) {
         self.buffer.as_mut()[field::TPA].copy_from_slice(&a.octets());
     }
@@ -143,6 +154,7 @@ pub struct ArpRepr {
 }
 
 impl ArpRepr {
+    #[inline]
     pub fn parse<T: AsRef<[u8]>>(p: &ArpPacket<T>) -> Self {
         ArpRepr {
             operation: p.operation(),
@@ -153,12 +165,15 @@ impl ArpRepr {
         }
     }
     /// Write the 28 bytes into `buf` (which must hold at least that many).
+    #[inline]
     pub fn emit(&self, buf: &mut [u8]) {
         buf[field::HTYPE].copy_from_slice(&HTYPE_ETHERNET.to_be_bytes());
         buf[field::PTYPE].copy_from_slice(&super::ethernet::ethertype::IPV4.to_be_bytes());
         buf[field::HLEN] = 6;
         buf[field::PLEN] = 4;
-        let mut p = ArpPacket { buffer: &mut buf[..PACKET_LEN] };
+        let mut p = ArpPacket {
+            buffer: &mut buf[..PACKET_LEN],
+        };
         p.set_operation(self.operation);
         p.set_sender_mac(self.sender_mac);
         p.set_sender_ip(self.sender_ip);
@@ -174,8 +189,8 @@ mod tests {
 
     /// The ARP body of a captured request: who-has 192.168.1.1 tell 192.168.1.10.
     const REQUEST: [u8; 28] = [
-        0x00, 0x01, 0x08, 0x00, 0x06, 0x04, 0x00, 0x01, 0x00, 0x1b, 0x21, 0x3a, 0x4f, 0x5c, 0xc0, 0xa8, 0x01,
-        0x0a, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0xc0, 0xa8, 0x01, 0x01,
+        0x00, 0x01, 0x08, 0x00, 0x06, 0x04, 0x00, 0x01, 0x00, 0x1b, 0x21, 0x3a, 0x4f, 0x5c, 0xc0,
+        0xa8, 0x01, 0x0a, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0xc0, 0xa8, 0x01, 0x01,
     ];
 
     #[test]
@@ -191,7 +206,9 @@ mod tests {
 
     #[test]
     fn emit_roundtrip() {
-        let r = ArpPacket::new_checked(&REQUEST[..]).map(|p| ArpRepr::parse(&p)).unwrap();
+        let r = ArpPacket::new_checked(&REQUEST[..])
+            .map(|p| ArpRepr::parse(&p))
+            .unwrap();
         let mut out = [0u8; 28];
         r.emit(&mut out);
         assert_eq!(out, REQUEST);
@@ -201,8 +218,14 @@ mod tests {
     fn rejects_non_ipv4() {
         let mut b = REQUEST;
         b[3] = 0xdd;
-        assert_eq!(ArpPacket::new_checked(&b[..]).unwrap_err(), Error::Unsupported);
-        assert_eq!(ArpPacket::new_checked(&REQUEST[..27]).unwrap_err(), Error::Truncated);
+        assert_eq!(
+            ArpPacket::new_checked(&b[..]).unwrap_err(),
+            Error::Unsupported
+        );
+        assert_eq!(
+            ArpPacket::new_checked(&REQUEST[..27]).unwrap_err(),
+            Error::Truncated
+        );
     }
 
     proptest! {

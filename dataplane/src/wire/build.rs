@@ -29,7 +29,16 @@ pub struct PacketBuilder {
 
 impl PacketBuilder {
     pub fn new(src_mac: [u8; 6], dst_mac: [u8; 6], src: Ipv4Addr, dst: Ipv4Addr) -> Self {
-        PacketBuilder { src_mac, dst_mac, vlan: None, src, dst, ttl: 64, ident: 1, dont_frag: true }
+        PacketBuilder {
+            src_mac,
+            dst_mac,
+            vlan: None,
+            src,
+            dst,
+            ttl: 64,
+            ident: 1,
+            dont_frag: true,
+        }
     }
     pub fn vlan(mut self, vlan: Option<u16>) -> Self {
         self.vlan = vlan;
@@ -42,7 +51,13 @@ impl PacketBuilder {
     /// Ethernet + IPv4 header around `l4` (whose checksum the caller filled).
     pub fn ip(&self, protocol: u8, l4: &[u8]) -> Vec<u8> {
         let mut v = vec![0u8; 18 + MIN_HEADER_LEN + l4.len()];
-        let l2 = emit_header(&mut v, self.dst_mac, self.src_mac, self.vlan, ethertype::IPV4);
+        let l2 = emit_header(
+            &mut v,
+            self.dst_mac,
+            self.src_mac,
+            self.vlan,
+            ethertype::IPV4,
+        );
         v.truncate(l2 + MIN_HEADER_LEN + l4.len());
         Ipv4Repr {
             src: self.src,
@@ -124,7 +139,14 @@ pub fn arp(
 ) -> Vec<u8> {
     let mut v = vec![0u8; 18 + ARP_LEN];
     let l2 = emit_header(&mut v, eth_dst, eth_src, vlan, ethertype::ARP);
-    ArpRepr { operation, sender_mac, sender_ip, target_mac, target_ip }.emit(&mut v[l2..]);
+    ArpRepr {
+        operation,
+        sender_mac,
+        sender_ip,
+        target_mac,
+        target_ip,
+    }
+    .emit(&mut v[l2..]);
     v.truncate(l2 + ARP_LEN);
     v
 }
@@ -132,5 +154,6 @@ pub fn arp(
 /// Parse a frame back enough to check it in tests: the IPv4 view offset.
 pub fn ipv4_offset(frame: &[u8]) -> Option<usize> {
     let e = super::ethernet::EthernetFrame::new_checked(frame).ok()?;
-    (e.ethertype() == ethertype::IPV4 && Ipv4Packet::new_checked(e.payload()).is_ok()).then(|| e.header_len())
+    (e.ethertype() == ethertype::IPV4 && Ipv4Packet::new_checked(e.payload()).is_ok())
+        .then(|| e.header_len())
 }

@@ -12,21 +12,31 @@
 //! address/port rewrites (NAT) later.
 
 /// Add `data` as big-endian 16-bit words to `acc` (RFC 1071 §4.1). An odd
-/// trailing byte is padded with zero on the right.
+/// trailing byte is padded with zero on the right. The result is folded to
+/// at most 17 bits, so it can be passed back in as `acc`.
 #[inline]
-pub fn sum(mut acc: u32, data: &[u8]) -> u32 {
-    let mut chunks = data.chunks_exact(2);
+pub fn sum(acc: u32, data: &[u8]) -> u32 {
+    // RFC 1071 §2(B): the sum may be computed on 32-bit words and folded at
+    // the end; a u64 accumulator cannot overflow for any slice that fits in
+    // memory (2^32 words of at most 2^32 - 1 each).
+    let mut wide = u64::from(acc);
+    let mut chunks = data.chunks_exact(4);
     for c in &mut chunks {
-        acc = acc.wrapping_add(u32::from(u16::from_be_bytes([c[0], c[1]])));
-        // Fold early so that arbitrarily long inputs cannot overflow.
-        if acc & 0x8000_0000 != 0 {
-            acc = (acc & 0xffff) + (acc >> 16);
-        }
+        wide += u64::from(u32::from_be_bytes([c[0], c[1], c[2], c[3]]));
     }
-    if let [b] = chunks.remainder() {
-        acc = acc.wrapping_add(u32::from(*b) << 8);
+    let mut rest = chunks.remainder();
+    if rest.len() >= 2 {
+        wide += u64::from(u16::from_be_bytes([rest[0], rest[1]]));
+        rest = &rest[2..];
     }
-    acc
+    if let [b] = rest {
+        wide += u64::from(*b) << 8;
+    }
+    // Fold 64 → 32 → 17 bits with end-around carry.
+    wide = (wide & 0xffff_ffff) + (wide >> 32);
+    wide = (wide & 0xffff_ffff) + (wide >> 32);
+    let w = wide as u32;
+    (w & 0xffff) + (w >> 16)
 }
 
 /// Fold a 32-bit accumulator to 16 bits with end-around carry.
@@ -101,8 +111,8 @@ mod tests {
     #[test]
     fn ipv4_header_fixture() {
         let mut h = [
-            0x45, 0x00, 0x00, 0x73, 0x00, 0x00, 0x40, 0x00, 0x40, 0x11, 0xb8, 0x61, 0xc0, 0xa8, 0x00, 0x01, 0xc0,
-            0xa8, 0x00, 0xc7,
+            0x45, 0x00, 0x00, 0x73, 0x00, 0x00, 0x40, 0x00, 0x40, 0x11, 0xb8, 0x61, 0xc0, 0xa8,
+            0x00, 0x01, 0xc0, 0xa8, 0x00, 0xc7,
         ];
         assert!(verify(0, &h));
         h[10] = 0;
@@ -116,7 +126,27 @@ mod tests {
         assert_eq!(update_u16(0xdd2f, 0x5555, 0x3285), 0x0000);
     }
 
+    fn naive(data: &[u8]) -> u16 {
+        let mut acc: u64 = 0;
+        for (i, b) in data.iter().enumerate() {
+            acc += if i % 2 == 0 {
+                u64::from(*b) << 8
+            } else {
+                u64::from(*b)
+            };
+        }
+        while acc > 0xffff {
+            acc = (acc & 0xffff) + (acc >> 16);
+        }
+        acc as u16
+    }
+
     proptest! {
+        #[test]
+        fn wide_sum_matches_naive(data in proptest::collection::vec(any::<u8>(), 0..200), acc in 0u32..0x20000) {
+            prop_assert_eq!(fold(sum(acc, &data)), fold(u32::from(naive(&data)) + acc));
+        }
+
         #[test]
         fn incremental_matches_full(mut data in proptest::collection::vec(any::<u8>(), 8..64),
                                     idx in 0usize..4, new16 in any::<u16>(), new32 in any::<u32>()) {

@@ -70,6 +70,7 @@ fn be16(b: &[u8], r: core::ops::Range<usize>) -> u16 {
 impl<T: AsRef<[u8]>> EthernetFrame<T> {
     /// Validate lengths and count VLAN tags (at most two: an outer 0x88a8
     /// or 0x8100 tag followed by an inner 0x8100 tag).
+    #[inline]
     pub fn new_checked(buffer: T) -> Result<Self, Error> {
         let b = buffer.as_ref();
         if b.len() < HEADER_LEN {
@@ -92,36 +93,44 @@ impl<T: AsRef<[u8]>> EthernetFrame<T> {
         Ok(EthernetFrame { buffer, tags })
     }
 
+    #[inline]
     pub fn into_inner(self) -> T {
         self.buffer
     }
+    #[inline]
     pub fn dst(&self) -> [u8; 6] {
         let mut m = [0; 6];
         m.copy_from_slice(&self.buffer.as_ref()[field::DST]);
         m
     }
+    #[inline]
     pub fn src(&self) -> [u8; 6] {
         let mut m = [0; 6];
         m.copy_from_slice(&self.buffer.as_ref()[field::SRC]);
         m
     }
     /// The outermost EtherType (0x8100/0x88a8 for tagged frames).
+    #[inline]
     pub fn outer_ethertype(&self) -> u16 {
         be16(self.buffer.as_ref(), field::ETHERTYPE)
     }
     /// Number of VLAN tags (0, 1 or 2).
+    #[inline]
     pub fn tag_count(&self) -> u8 {
         self.tags
     }
     /// VLAN ID of the outermost tag.
+    #[inline]
     pub fn vlan(&self) -> Option<u16> {
         (self.tags >= 1).then(|| be16(self.buffer.as_ref(), field::TCI0) & 0x0fff)
     }
     /// VLAN ID of the inner tag of a QinQ frame.
+    #[inline]
     pub fn inner_vlan(&self) -> Option<u16> {
         (self.tags >= 2).then(|| be16(self.buffer.as_ref(), field::TCI1) & 0x0fff)
     }
     /// The EtherType of the payload, after any tags.
+    #[inline]
     pub fn ethertype(&self) -> u16 {
         let b = self.buffer.as_ref();
         match self.tags {
@@ -131,23 +140,28 @@ impl<T: AsRef<[u8]>> EthernetFrame<T> {
         }
     }
     /// Offset of the payload: 14 + 4 × tags.
+    #[inline]
     pub fn header_len(&self) -> usize {
         HEADER_LEN + TAG_LEN * usize::from(self.tags)
     }
+    #[inline]
     pub fn payload(&self) -> &[u8] {
         &self.buffer.as_ref()[self.header_len()..]
     }
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> EthernetFrame<T> {
+    #[inline]
     pub fn set_dst(&mut self, mac: [u8; 6]) {
         self.buffer.as_mut()[field::DST].copy_from_slice(&mac);
     }
+    #[inline]
     pub fn set_src(&mut self, mac: [u8; 6]) {
         self.buffer.as_mut()[field::SRC].copy_from_slice(&mac);
     }
     /// Set the VLAN ID of the outermost tag, keeping PCP/DEI. No-op when
     /// untagged (adding a tag needs headroom: see `buf::PacketBuf`).
+    #[inline]
     pub fn set_vlan(&mut self, vid: u16) {
         if self.tags >= 1 {
             let b = self.buffer.as_mut();
@@ -155,6 +169,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> EthernetFrame<T> {
             b[field::TCI0].copy_from_slice(&tci.to_be_bytes());
         }
     }
+    #[inline]
     pub fn payload_mut(&mut self) -> &mut [u8] {
         let off = self.header_len();
         &mut self.buffer.as_mut()[off..]
@@ -163,7 +178,13 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> EthernetFrame<T> {
 
 /// Write an untagged (or single-tagged) Ethernet header into `buf` and
 /// return its length; `buf` must hold at least 18 bytes.
-pub fn emit_header(buf: &mut [u8], dst: [u8; 6], src: [u8; 6], vlan: Option<u16>, ethertype: u16) -> usize {
+pub fn emit_header(
+    buf: &mut [u8],
+    dst: [u8; 6],
+    src: [u8; 6],
+    vlan: Option<u16>,
+    ethertype: u16,
+) -> usize {
     buf[field::DST].copy_from_slice(&dst);
     buf[field::SRC].copy_from_slice(&src);
     match vlan {
@@ -187,14 +208,16 @@ mod tests {
 
     /// An ARP request as captured (broadcast, from 00:1b:21:3a:4f:5c), 42 bytes.
     pub(crate) const ARP_FRAME: [u8; 42] = [
-        0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x00, 0x1b, 0x21, 0x3a, 0x4f, 0x5c, 0x08, 0x06, // eth
-        0x00, 0x01, 0x08, 0x00, 0x06, 0x04, 0x00, 0x01, 0x00, 0x1b, 0x21, 0x3a, 0x4f, 0x5c, 0xc0, 0xa8, 0x01,
-        0x0a, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0xc0, 0xa8, 0x01, 0x01,
+        0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x00, 0x1b, 0x21, 0x3a, 0x4f, 0x5c, 0x08,
+        0x06, // eth
+        0x00, 0x01, 0x08, 0x00, 0x06, 0x04, 0x00, 0x01, 0x00, 0x1b, 0x21, 0x3a, 0x4f, 0x5c, 0xc0,
+        0xa8, 0x01, 0x0a, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0xc0, 0xa8, 0x01, 0x01,
     ];
 
     /// QinQ: S-tag 100 (0x88a8), C-tag 200 (0x8100, PCP 5), IPv4.
     const QINQ_HDR: [u8; 22] = [
-        0x02, 0, 0, 0, 0, 1, 0x02, 0, 0, 0, 0, 2, 0x88, 0xa8, 0x00, 0x64, 0x81, 0x00, 0xa0, 0xc8, 0x08, 0x00,
+        0x02, 0, 0, 0, 0, 1, 0x02, 0, 0, 0, 0, 2, 0x88, 0xa8, 0x00, 0x64, 0x81, 0x00, 0xa0, 0xc8,
+        0x08, 0x00,
     ];
 
     #[test]
@@ -217,14 +240,29 @@ mod tests {
         assert_eq!(f.ethertype(), ethertype::IPV4);
         assert_eq!(f.header_len(), 22);
         assert!(f.payload().is_empty());
-        assert_eq!(EthernetFrame::new_checked(&QINQ_HDR[..21]).unwrap_err(), Error::Truncated);
-        assert_eq!(EthernetFrame::new_checked(&QINQ_HDR[..17]).unwrap_err(), Error::Truncated);
+        assert_eq!(
+            EthernetFrame::new_checked(&QINQ_HDR[..21]).unwrap_err(),
+            Error::Truncated
+        );
+        assert_eq!(
+            EthernetFrame::new_checked(&QINQ_HDR[..17]).unwrap_err(),
+            Error::Truncated
+        );
     }
 
     #[test]
     fn emit_and_set() {
         let mut b = [0u8; 18];
-        assert_eq!(emit_header(&mut b, BROADCAST, [2, 0, 0, 0, 0, 9], Some(42), ethertype::IPV4), 18);
+        assert_eq!(
+            emit_header(
+                &mut b,
+                BROADCAST,
+                [2, 0, 0, 0, 0, 9],
+                Some(42),
+                ethertype::IPV4
+            ),
+            18
+        );
         let mut f = EthernetFrame::new_checked(&mut b[..]).unwrap();
         assert_eq!(f.vlan(), Some(42));
         assert_eq!(f.ethertype(), ethertype::IPV4);

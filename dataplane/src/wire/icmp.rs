@@ -65,36 +65,44 @@ pub struct Icmpv4Packet<T: AsRef<[u8]>> {
 }
 
 impl<T: AsRef<[u8]>> Icmpv4Packet<T> {
+    #[inline]
     pub fn new_checked(buffer: T) -> Result<Self, Error> {
         if buffer.as_ref().len() < HEADER_LEN {
             return Err(Error::Truncated);
         }
         Ok(Icmpv4Packet { buffer })
     }
+    #[inline]
     pub fn msg_type(&self) -> u8 {
         self.buffer.as_ref()[field::TYPE]
     }
+    #[inline]
     pub fn code(&self) -> u8 {
         self.buffer.as_ref()[field::CODE]
     }
+    #[inline]
     pub fn checksum(&self) -> u16 {
         let b = self.buffer.as_ref();
         u16::from_be_bytes([b[2], b[3]])
     }
+    #[inline]
     pub fn echo_ident(&self) -> u16 {
         let b = self.buffer.as_ref();
         u16::from_be_bytes([b[4], b[5]])
     }
+    #[inline]
     pub fn echo_seq(&self) -> u16 {
         let b = self.buffer.as_ref();
         u16::from_be_bytes([b[6], b[7]])
     }
     /// Bytes after the 8-byte header (echo data, or the quoted datagram).
+    #[inline]
     pub fn body(&self) -> &[u8] {
         &self.buffer.as_ref()[field::BODY..]
     }
     /// Destination unreachable, time exceeded, parameter problem: the
     /// error types that quote a datagram of an existing flow.
+    #[inline]
     pub fn is_error(&self) -> bool {
         matches!(
             self.msg_type(),
@@ -102,11 +110,13 @@ impl<T: AsRef<[u8]>> Icmpv4Packet<T> {
         )
     }
     /// The whole message sums to 0xffff.
+    #[inline]
     pub fn verify_checksum(&self) -> bool {
         checksum::verify(0, self.buffer.as_ref())
     }
     /// The quoted datagram of an error message: an IPv4 header (options
     /// skipped) and its first 8 payload bytes must be present.
+    #[inline]
     pub fn embedded(&self) -> Result<Embedded, Error> {
         if !self.is_error() {
             return Err(Error::BadEmbedded);
@@ -115,34 +125,47 @@ impl<T: AsRef<[u8]>> Icmpv4Packet<T> {
         let rest = &self.body()[ip.header_len()..];
         let mut l4 = [0u8; 8];
         l4.copy_from_slice(rest.get(..8).ok_or(Error::BadEmbedded)?);
-        Ok(Embedded { src: ip.src(), dst: ip.dst(), protocol: ip.protocol(), l4 })
+        Ok(Embedded {
+            src: ip.src(),
+            dst: ip.dst(),
+            protocol: ip.protocol(),
+            l4,
+        })
     }
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Icmpv4Packet<T> {
+    #[inline]
     pub fn new_unchecked(buffer: T) -> Self {
         Icmpv4Packet { buffer }
     }
+    #[inline]
     pub fn set_msg_type(&mut self, v: u8) {
         self.buffer.as_mut()[field::TYPE] = v;
     }
+    #[inline]
     pub fn set_code(&mut self, v: u8) {
         self.buffer.as_mut()[field::CODE] = v;
     }
+    #[inline]
     pub fn set_checksum(&mut self, v: u16) {
         self.buffer.as_mut()[field::CHECKSUM].copy_from_slice(&v.to_be_bytes());
     }
+    #[inline]
     pub fn set_echo_ident(&mut self, v: u16) {
         self.buffer.as_mut()[field::ECHO_IDENT].copy_from_slice(&v.to_be_bytes());
     }
+    #[inline]
     pub fn set_echo_seq(&mut self, v: u16) {
         self.buffer.as_mut()[field::ECHO_SEQ].copy_from_slice(&v.to_be_bytes());
     }
+    #[inline]
     pub fn fill_checksum(&mut self) {
         self.set_checksum(0);
         let c = checksum::checksum(self.buffer.as_ref());
         self.set_checksum(c);
     }
+    #[inline]
     pub fn body_mut(&mut self) -> &mut [u8] {
         &mut self.buffer.as_mut()[field::BODY..]
     }
@@ -164,8 +187,8 @@ mod tests {
 
     /// Echo request id 0x1234 seq 1, 16 bytes of data "a".."p".
     const ECHO: [u8; 24] = [
-        0x08, 0x00, 0xa2, 0x7f, 0x12, 0x34, 0x00, 0x01, 0x61, 0x62, 0x63, 0x64, 0x65, 0x66, 0x67, 0x68, 0x69,
-        0x6a, 0x6b, 0x6c, 0x6d, 0x6e, 0x6f, 0x70,
+        0x08, 0x00, 0xa2, 0x7f, 0x12, 0x34, 0x00, 0x01, 0x61, 0x62, 0x63, 0x64, 0x65, 0x66, 0x67,
+        0x68, 0x69, 0x6a, 0x6b, 0x6c, 0x6d, 0x6e, 0x6f, 0x70,
     ];
 
     fn port_unreachable() -> Vec<u8> {
@@ -180,7 +203,10 @@ mod tests {
     #[test]
     fn parse_echo() {
         let p = Icmpv4Packet::new_checked(&ECHO[..]).unwrap();
-        assert_eq!((p.msg_type(), p.code(), p.echo_ident(), p.echo_seq()), (8, 0, 0x1234, 1));
+        assert_eq!(
+            (p.msg_type(), p.code(), p.echo_ident(), p.echo_seq()),
+            (8, 0, 0x1234, 1)
+        );
         assert!(p.verify_checksum());
         assert!(!p.is_error());
         assert_eq!(p.embedded(), Err(Error::BadEmbedded));
@@ -211,8 +237,14 @@ mod tests {
         assert_eq!(e.dst, Ipv4Addr::new(93, 184, 216, 34));
         assert_eq!(e.protocol, 6);
         assert_eq!(&e.l4[..4], &[0xc3, 0x50, 0x00, 0x50]);
-        assert_eq!(Icmpv4Packet::new_checked(&v[..35]).unwrap().embedded(), Err(Error::BadEmbedded));
-        assert_eq!(Icmpv4Packet::new_checked(&v[..7]).unwrap_err(), Error::Truncated);
+        assert_eq!(
+            Icmpv4Packet::new_checked(&v[..35]).unwrap().embedded(),
+            Err(Error::BadEmbedded)
+        );
+        assert_eq!(
+            Icmpv4Packet::new_checked(&v[..7]).unwrap_err(),
+            Error::Truncated
+        );
     }
 
     proptest! {

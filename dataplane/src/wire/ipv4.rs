@@ -77,6 +77,7 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
     /// Check the header only (version, IHL, header present); the total
     /// length is not compared with the buffer. `payload()` then covers
     /// `min(total_len, buffer)`.
+    #[inline]
     pub fn new_checked_header(buffer: T) -> Result<Self, Error> {
         let b = buffer.as_ref();
         if b.len() < MIN_HEADER_LEN {
@@ -96,6 +97,7 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
     }
 
     /// Full check: header as above and `header_len <= total_len <= len`.
+    #[inline]
     pub fn new_checked(buffer: T) -> Result<Self, Error> {
         let p = Self::new_checked_header(buffer)?;
         let tl = usize::from(p.total_len());
@@ -105,65 +107,83 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
         Ok(p)
     }
 
+    #[inline]
     pub fn into_inner(self) -> T {
         self.buffer
     }
+    #[inline]
     pub fn version(&self) -> u8 {
         self.buffer.as_ref()[field::VER_IHL] >> 4
     }
     /// Header length in bytes (IHL × 4).
+    #[inline]
     pub fn header_len(&self) -> usize {
         usize::from(self.buffer.as_ref()[field::VER_IHL] & 0x0f) * 4
     }
+    #[inline]
     pub fn dscp_ecn(&self) -> u8 {
         self.buffer.as_ref()[field::DSCP_ECN]
     }
+    #[inline]
     pub fn total_len(&self) -> u16 {
         be16(self.buffer.as_ref(), field::TOTAL_LEN)
     }
+    #[inline]
     pub fn ident(&self) -> u16 {
         be16(self.buffer.as_ref(), field::IDENT)
     }
+    #[inline]
     pub fn dont_frag(&self) -> bool {
         be16(self.buffer.as_ref(), field::FLAGS_FRAG) & FLAG_DF != 0
     }
+    #[inline]
     pub fn more_frags(&self) -> bool {
         be16(self.buffer.as_ref(), field::FLAGS_FRAG) & FLAG_MF != 0
     }
     /// Fragment offset in bytes.
+    #[inline]
     pub fn frag_offset(&self) -> u16 {
         (be16(self.buffer.as_ref(), field::FLAGS_FRAG) & 0x1fff) << 3
     }
     /// MF set or offset non-zero.
+    #[inline]
     pub fn is_fragment(&self) -> bool {
         be16(self.buffer.as_ref(), field::FLAGS_FRAG) & (FLAG_MF | 0x1fff) != 0
     }
+    #[inline]
     pub fn ttl(&self) -> u8 {
         self.buffer.as_ref()[field::TTL]
     }
+    #[inline]
     pub fn protocol(&self) -> u8 {
         self.buffer.as_ref()[field::PROTOCOL]
     }
+    #[inline]
     pub fn checksum(&self) -> u16 {
         be16(self.buffer.as_ref(), field::CHECKSUM)
     }
+    #[inline]
     pub fn src(&self) -> Ipv4Addr {
         let b = self.buffer.as_ref();
         Ipv4Addr::new(b[12], b[13], b[14], b[15])
     }
+    #[inline]
     pub fn dst(&self) -> Ipv4Addr {
         let b = self.buffer.as_ref();
         Ipv4Addr::new(b[16], b[17], b[18], b[19])
     }
+    #[inline]
     pub fn verify_checksum(&self) -> bool {
         checksum::verify(0, &self.buffer.as_ref()[..self.header_len()])
     }
     /// Option bytes (skipped by the dataplane; exposed for tests and tools).
+    #[inline]
     pub fn options(&self) -> &[u8] {
         &self.buffer.as_ref()[MIN_HEADER_LEN..self.header_len()]
     }
     /// The payload up to the total length (or the buffer end, whichever is
     /// first: the latter only for `new_checked_header` views).
+    #[inline]
     pub fn payload(&self) -> &[u8] {
         let b = self.buffer.as_ref();
         let end = usize::from(self.total_len()).min(b.len());
@@ -176,42 +196,54 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv4Packet<T> {
     /// Wrap a buffer without checks, for emitting a header. Getters may
     /// panic until a valid header has been written; use `new_checked` on
     /// untrusted input.
+    #[inline]
     pub fn new_unchecked(buffer: T) -> Self {
         Ipv4Packet { buffer }
     }
+    #[inline]
     pub fn set_version_ihl(&mut self, header_len: usize) {
         self.buffer.as_mut()[field::VER_IHL] = 0x40 | ((header_len / 4) as u8 & 0x0f);
     }
+    #[inline]
     pub fn set_dscp_ecn(&mut self, v: u8) {
         self.buffer.as_mut()[field::DSCP_ECN] = v;
     }
+    #[inline]
     pub fn set_total_len(&mut self, v: u16) {
         self.buffer.as_mut()[field::TOTAL_LEN].copy_from_slice(&v.to_be_bytes());
     }
+    #[inline]
     pub fn set_ident(&mut self, v: u16) {
         self.buffer.as_mut()[field::IDENT].copy_from_slice(&v.to_be_bytes());
     }
     /// Flags (DF/MF bits) and offset in bytes (must be a multiple of 8).
+    #[inline]
     pub fn set_flags_frag(&mut self, flags: u16, offset_bytes: u16) {
         let v = (flags & (FLAG_DF | FLAG_MF)) | ((offset_bytes >> 3) & 0x1fff);
         self.buffer.as_mut()[field::FLAGS_FRAG].copy_from_slice(&v.to_be_bytes());
     }
+    #[inline]
     pub fn set_ttl(&mut self, v: u8) {
         self.buffer.as_mut()[field::TTL] = v;
     }
+    #[inline]
     pub fn set_protocol(&mut self, v: u8) {
         self.buffer.as_mut()[field::PROTOCOL] = v;
     }
+    #[inline]
     pub fn set_checksum(&mut self, v: u16) {
         self.buffer.as_mut()[field::CHECKSUM].copy_from_slice(&v.to_be_bytes());
     }
+    #[inline]
     pub fn set_src(&mut self, a: Ipv4Addr) {
         self.buffer.as_mut()[field::SRC].copy_from_slice(&a.octets());
     }
+    #[inline]
     pub fn set_dst(&mut self, a: Ipv4Addr) {
         self.buffer.as_mut()[field::DST].copy_from_slice(&a.octets());
     }
     /// Recompute the header checksum from scratch.
+    #[inline]
     pub fn fill_checksum(&mut self) {
         self.set_checksum(0);
         let hl = self.header_len().min(self.buffer.as_ref().len());
@@ -220,6 +252,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv4Packet<T> {
     }
     /// Decrement the TTL by one, patching the checksum incrementally
     /// (RFC 1624 eqn. 3 on the TTL/protocol word; RFC 1812 §5.3.1).
+    #[inline]
     pub fn decrement_ttl(&mut self) {
         let ttl = self.ttl();
         let proto = self.protocol();
@@ -229,6 +262,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv4Packet<T> {
         self.set_ttl(ttl.wrapping_sub(1));
         self.set_checksum(c);
     }
+    #[inline]
     pub fn payload_mut(&mut self) -> &mut [u8] {
         let end = usize::from(self.total_len()).min(self.buffer.as_ref().len());
         let start = self.header_len().min(end);
@@ -250,6 +284,7 @@ pub struct Ipv4Repr {
 }
 
 impl Ipv4Repr {
+    #[inline]
     pub fn parse<T: AsRef<[u8]>>(p: &Ipv4Packet<T>) -> Self {
         Ipv4Repr {
             src: p.src(),
@@ -262,6 +297,7 @@ impl Ipv4Repr {
         }
     }
     /// Emit a 20-byte header with a valid checksum into `buf[..20]`.
+    #[inline]
     pub fn emit(&self, buf: &mut [u8]) {
         let mut p = Ipv4Packet::new_unchecked(&mut buf[..MIN_HEADER_LEN]);
         p.set_version_ihl(MIN_HEADER_LEN);
@@ -285,10 +321,10 @@ pub(crate) mod tests {
     /// A Linux TCP SYN 10.0.0.2:50000 → 93.184.216.34:80 with MSS 1460,
     /// SACK-permitted, timestamps, window scale 7.
     pub(crate) const TCP_SYN: [u8; 60] = [
-        0x45, 0x00, 0x00, 0x3c, 0xab, 0xcd, 0x40, 0x00, 0x40, 0x06, 0x4f, 0x12, 0x0a, 0x00, 0x00, 0x02, 0x5d,
-        0xb8, 0xd8, 0x22, 0xc3, 0x50, 0x00, 0x50, 0x12, 0x34, 0x56, 0x78, 0x00, 0x00, 0x00, 0x00, 0xa0, 0x02,
-        0xfa, 0xf0, 0xb5, 0x8f, 0x00, 0x00, 0x02, 0x04, 0x05, 0xb4, 0x04, 0x02, 0x08, 0x0a, 0x00, 0x1a, 0x2b,
-        0x3c, 0x00, 0x00, 0x00, 0x00, 0x01, 0x03, 0x03, 0x07,
+        0x45, 0x00, 0x00, 0x3c, 0xab, 0xcd, 0x40, 0x00, 0x40, 0x06, 0x4f, 0x12, 0x0a, 0x00, 0x00,
+        0x02, 0x5d, 0xb8, 0xd8, 0x22, 0xc3, 0x50, 0x00, 0x50, 0x12, 0x34, 0x56, 0x78, 0x00, 0x00,
+        0x00, 0x00, 0xa0, 0x02, 0xfa, 0xf0, 0xb5, 0x8f, 0x00, 0x00, 0x02, 0x04, 0x05, 0xb4, 0x04,
+        0x02, 0x08, 0x0a, 0x00, 0x1a, 0x2b, 0x3c, 0x00, 0x00, 0x00, 0x00, 0x01, 0x03, 0x03, 0x07,
     ];
 
     #[test]
@@ -339,20 +375,38 @@ pub(crate) mod tests {
 
     #[test]
     fn errors() {
-        assert_eq!(Ipv4Packet::new_checked(&TCP_SYN[..19]).unwrap_err(), Error::Truncated);
+        assert_eq!(
+            Ipv4Packet::new_checked(&TCP_SYN[..19]).unwrap_err(),
+            Error::Truncated
+        );
         let mut b = TCP_SYN;
         b[0] = 0x65;
-        assert_eq!(Ipv4Packet::new_checked(&b[..]).unwrap_err(), Error::BadVersion);
+        assert_eq!(
+            Ipv4Packet::new_checked(&b[..]).unwrap_err(),
+            Error::BadVersion
+        );
         b[0] = 0x44;
-        assert_eq!(Ipv4Packet::new_checked(&b[..]).unwrap_err(), Error::BadHeaderLen);
+        assert_eq!(
+            Ipv4Packet::new_checked(&b[..]).unwrap_err(),
+            Error::BadHeaderLen
+        );
         b[0] = 0x4f; // 60-byte header, empty payload: valid
         assert_eq!(Ipv4Packet::new_checked(&b[..]).unwrap().payload().len(), 0);
-        assert_eq!(Ipv4Packet::new_checked(&b[..50]).unwrap_err(), Error::Truncated);
+        assert_eq!(
+            Ipv4Packet::new_checked(&b[..50]).unwrap_err(),
+            Error::Truncated
+        );
         let mut b = TCP_SYN;
         b[3] = 61;
-        assert_eq!(Ipv4Packet::new_checked(&b[..]).unwrap_err(), Error::BadTotalLen);
+        assert_eq!(
+            Ipv4Packet::new_checked(&b[..]).unwrap_err(),
+            Error::BadTotalLen
+        );
         b[3] = 19;
-        assert_eq!(Ipv4Packet::new_checked(&b[..]).unwrap_err(), Error::BadTotalLen);
+        assert_eq!(
+            Ipv4Packet::new_checked(&b[..]).unwrap_err(),
+            Error::BadTotalLen
+        );
         assert!(Ipv4Packet::new_checked_header(&b[..]).is_ok());
     }
 

@@ -138,7 +138,10 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
         let mut fragment = None;
         for _ in 0..=MAX_EXT_HEADERS {
             let len = match nh {
-                next_header::HOP_BY_HOP | next_header::ROUTING | next_header::DEST_OPTS | next_header::MOBILITY => {
+                next_header::HOP_BY_HOP
+                | next_header::ROUTING
+                | next_header::DEST_OPTS
+                | next_header::MOBILITY => {
                     let l = p.get(off + 1).ok_or(Error::ExtTruncated)?;
                     (usize::from(*l) + 1) * 8
                 }
@@ -154,11 +157,21 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
                     fragment = Some((fo & 0xfff8, fo & 1 != 0, ident));
                     if fo & 0xfff8 != 0 {
                         // Non-first fragment: no upper-layer header here.
-                        return Ok(UpperLayer { protocol: h[0], offset: off + 8, fragment });
+                        return Ok(UpperLayer {
+                            protocol: h[0],
+                            offset: off + 8,
+                            fragment,
+                        });
                     }
                     8
                 }
-                _ => return Ok(UpperLayer { protocol: nh, offset: off, fragment }),
+                _ => {
+                    return Ok(UpperLayer {
+                        protocol: nh,
+                        offset: off,
+                        fragment,
+                    })
+                }
             };
             if off + len > p.len() {
                 return Err(Error::ExtTruncated);
@@ -167,6 +180,33 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
             off += len;
         }
         Err(Error::TooManyExtHeaders)
+    }
+}
+
+impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv6Packet<T> {
+    /// Wrap a buffer without checks, for emitting a header.
+    pub fn new_unchecked(buffer: T) -> Self {
+        Ipv6Packet { buffer }
+    }
+    /// Version 6, traffic class and flow label.
+    pub fn set_ver_tc_flow(&mut self, traffic_class: u8, flow_label: u32) {
+        let v = (6u32 << 28) | (u32::from(traffic_class) << 20) | (flow_label & 0x000f_ffff);
+        self.buffer.as_mut()[field::VER_TC_FLOW].copy_from_slice(&v.to_be_bytes());
+    }
+    pub fn set_payload_len(&mut self, v: u16) {
+        self.buffer.as_mut()[field::PAYLOAD_LEN].copy_from_slice(&v.to_be_bytes());
+    }
+    pub fn set_next_header(&mut self, v: u8) {
+        self.buffer.as_mut()[field::NEXT_HEADER] = v;
+    }
+    pub fn set_hop_limit(&mut self, v: u8) {
+        self.buffer.as_mut()[field::HOP_LIMIT] = v;
+    }
+    pub fn set_src(&mut self, a: Ipv6Addr) {
+        self.buffer.as_mut()[field::SRC].copy_from_slice(&a.octets());
+    }
+    pub fn set_dst(&mut self, a: Ipv6Addr) {
+        self.buffer.as_mut()[field::DST].copy_from_slice(&a.octets());
     }
 }
 
@@ -195,23 +235,67 @@ mod tests {
         assert_eq!(p.src(), "fe80::1".parse::<Ipv6Addr>().unwrap());
         assert_eq!(p.dst(), "ff02::1".parse::<Ipv6Addr>().unwrap());
         let u = p.upper_layer().unwrap();
-        assert_eq!(u, UpperLayer { protocol: 58, offset: 16, fragment: Some((0, true, 0x01020304)) });
+        assert_eq!(
+            u,
+            UpperLayer {
+                protocol: 58,
+                offset: 16,
+                fragment: Some((0, true, 0x01020304))
+            }
+        );
+    }
+
+    #[test]
+    fn emit_header() {
+        let mut b = [0u8; 40];
+        let mut p = Ipv6Packet::new_unchecked(&mut b[..]);
+        p.set_ver_tc_flow(0, 0);
+        p.set_payload_len(24);
+        p.set_next_header(0);
+        p.set_hop_limit(64);
+        p.set_src("fe80::1".parse().unwrap());
+        p.set_dst("ff02::1".parse().unwrap());
+        assert_eq!(b[..], PKT[..40]);
+        let mut p = Ipv6Packet::new_unchecked(&mut b[..]);
+        p.set_ver_tc_flow(0xb8, 0x12345);
+        assert_eq!(
+            (p.version(), p.traffic_class(), p.flow_label()),
+            (6, 0xb8, 0x12345)
+        );
     }
 
     #[test]
     fn errors() {
-        assert_eq!(Ipv6Packet::new_checked(&PKT[..39]).unwrap_err(), Error::Truncated);
-        assert_eq!(Ipv6Packet::new_checked(&PKT[..63]).unwrap_err(), Error::BadPayloadLen);
+        assert_eq!(
+            Ipv6Packet::new_checked(&PKT[..39]).unwrap_err(),
+            Error::Truncated
+        );
+        assert_eq!(
+            Ipv6Packet::new_checked(&PKT[..63]).unwrap_err(),
+            Error::BadPayloadLen
+        );
         let mut b = PKT;
         b[41] = 5; // HbH claims 48 bytes
-        assert_eq!(Ipv6Packet::new_checked(&b[..]).unwrap().upper_layer().unwrap_err(), Error::ExtTruncated);
+        assert_eq!(
+            Ipv6Packet::new_checked(&b[..])
+                .unwrap()
+                .upper_layer()
+                .unwrap_err(),
+            Error::ExtTruncated
+        );
         // A chain of Destination Options headers longer than the bound.
         let mut v = vec![0x60, 0, 0, 0, 0, 80, 60, 64];
         v.extend_from_slice(&[0; 32]);
         for _ in 0..10 {
             v.extend_from_slice(&[60, 0, 1, 4, 0, 0, 0, 0]);
         }
-        assert_eq!(Ipv6Packet::new_checked(&v[..]).unwrap().upper_layer().unwrap_err(), Error::TooManyExtHeaders);
+        assert_eq!(
+            Ipv6Packet::new_checked(&v[..])
+                .unwrap()
+                .upper_layer()
+                .unwrap_err(),
+            Error::TooManyExtHeaders
+        );
     }
 
     proptest! {

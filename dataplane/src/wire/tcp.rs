@@ -88,6 +88,7 @@ fn be32(b: &[u8], r: core::ops::Range<usize>) -> u32 {
 }
 
 impl<T: AsRef<[u8]>> TcpPacket<T> {
+    #[inline]
     pub fn new_checked(buffer: T) -> Result<Self, Error> {
         let b = buffer.as_ref();
         if b.len() < MIN_HEADER_LEN {
@@ -102,42 +103,54 @@ impl<T: AsRef<[u8]>> TcpPacket<T> {
         }
         Ok(TcpPacket { buffer })
     }
+    #[inline]
     pub fn src_port(&self) -> u16 {
         be16(self.buffer.as_ref(), field::SRC_PORT)
     }
+    #[inline]
     pub fn dst_port(&self) -> u16 {
         be16(self.buffer.as_ref(), field::DST_PORT)
     }
+    #[inline]
     pub fn seq(&self) -> u32 {
         be32(self.buffer.as_ref(), field::SEQ)
     }
+    #[inline]
     pub fn ack(&self) -> u32 {
         be32(self.buffer.as_ref(), field::ACK)
     }
+    #[inline]
     pub fn header_len(&self) -> usize {
         usize::from(self.buffer.as_ref()[field::DATA_OFF] >> 4) * 4
     }
     /// The eight flag bits (CWR..FIN); see `flags`.
+    #[inline]
     pub fn flags(&self) -> u8 {
         self.buffer.as_ref()[field::FLAGS]
     }
+    #[inline]
     pub fn window(&self) -> u16 {
         be16(self.buffer.as_ref(), field::WINDOW)
     }
+    #[inline]
     pub fn checksum(&self) -> u16 {
         be16(self.buffer.as_ref(), field::CHECKSUM)
     }
+    #[inline]
     pub fn urgent(&self) -> u16 {
         be16(self.buffer.as_ref(), field::URGENT)
     }
+    #[inline]
     pub fn options(&self) -> &[u8] {
         &self.buffer.as_ref()[MIN_HEADER_LEN..self.header_len()]
     }
+    #[inline]
     pub fn payload(&self) -> &[u8] {
         &self.buffer.as_ref()[self.header_len()..]
     }
     /// Verify the checksum over the whole buffer (header + payload) with
     /// the IPv4 pseudo-header.
+    #[inline]
     pub fn verify_checksum(&self, src: Ipv4Addr, dst: Ipv4Addr) -> bool {
         let b = self.buffer.as_ref();
         let ph = checksum::pseudo_header_v4(src.octets(), dst.octets(), 6, b.len() as u16);
@@ -146,37 +159,48 @@ impl<T: AsRef<[u8]>> TcpPacket<T> {
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> TcpPacket<T> {
+    #[inline]
     pub fn new_unchecked(buffer: T) -> Self {
         TcpPacket { buffer }
     }
+    #[inline]
     pub fn set_src_port(&mut self, v: u16) {
         self.buffer.as_mut()[field::SRC_PORT].copy_from_slice(&v.to_be_bytes());
     }
+    #[inline]
     pub fn set_dst_port(&mut self, v: u16) {
         self.buffer.as_mut()[field::DST_PORT].copy_from_slice(&v.to_be_bytes());
     }
+    #[inline]
     pub fn set_seq(&mut self, v: u32) {
         self.buffer.as_mut()[field::SEQ].copy_from_slice(&v.to_be_bytes());
     }
+    #[inline]
     pub fn set_ack(&mut self, v: u32) {
         self.buffer.as_mut()[field::ACK].copy_from_slice(&v.to_be_bytes());
     }
+    #[inline]
     pub fn set_header_len(&mut self, len: usize) {
         self.buffer.as_mut()[field::DATA_OFF] = ((len / 4) as u8) << 4;
     }
+    #[inline]
     pub fn set_flags(&mut self, v: u8) {
         self.buffer.as_mut()[field::FLAGS] = v;
     }
+    #[inline]
     pub fn set_window(&mut self, v: u16) {
         self.buffer.as_mut()[field::WINDOW].copy_from_slice(&v.to_be_bytes());
     }
+    #[inline]
     pub fn set_checksum(&mut self, v: u16) {
         self.buffer.as_mut()[field::CHECKSUM].copy_from_slice(&v.to_be_bytes());
     }
+    #[inline]
     pub fn set_urgent(&mut self, v: u16) {
         self.buffer.as_mut()[field::URGENT].copy_from_slice(&v.to_be_bytes());
     }
     /// Recompute the checksum over the whole buffer.
+    #[inline]
     pub fn fill_checksum(&mut self, src: Ipv4Addr, dst: Ipv4Addr) {
         self.set_checksum(0);
         let b = self.buffer.as_ref();
@@ -194,8 +218,14 @@ pub enum TcpOption<'a> {
     SackPermitted,
     /// Raw SACK blocks (8 bytes each).
     Sack(&'a [u8]),
-    Timestamp { tsval: u32, tsecr: u32 },
-    Unknown { kind: u8, data: &'a [u8] },
+    Timestamp {
+        tsval: u32,
+        tsecr: u32,
+    },
+    Unknown {
+        kind: u8,
+        data: &'a [u8],
+    },
 }
 
 /// Iterator over options; NOPs are skipped, End stops it.
@@ -204,6 +234,7 @@ pub struct OptionIter<'a> {
 }
 
 impl<'a> OptionIter<'a> {
+    #[inline]
     pub fn new(data: &'a [u8]) -> Self {
         OptionIter { data }
     }
@@ -265,6 +296,7 @@ pub struct TcpOptions {
 }
 
 impl TcpOptions {
+    #[inline]
     pub fn parse(data: &[u8]) -> Self {
         let mut o = TcpOptions::default();
         for opt in OptionIter::new(data) {
@@ -291,6 +323,7 @@ impl TcpOptions {
         }
         o
     }
+    #[inline]
     pub fn sack_blocks(&self) -> &[(u32, u32)] {
         &self.sack_blocks[..usize::from(self.sack_count)]
     }
@@ -329,7 +362,9 @@ mod tests {
 
     #[test]
     fn sack_blocks_and_bad_options() {
-        let opts = [1, 1, 5, 18, 0, 0, 0, 1, 0, 0, 0, 9, 0, 0, 0, 20, 0, 0, 0, 30, 3, 3, 200];
+        let opts = [
+            1, 1, 5, 18, 0, 0, 0, 1, 0, 0, 0, 9, 0, 0, 0, 20, 0, 0, 0, 30, 3, 3, 200,
+        ];
         let o = TcpOptions::parse(&opts);
         assert_eq!(o.sack_blocks(), &[(1, 9), (20, 30)]);
         assert_eq!(o.wscale, Some(MAX_WSCALE));
@@ -360,11 +395,20 @@ mod tests {
 
     #[test]
     fn errors() {
-        assert_eq!(TcpPacket::new_checked(&seg()[..19]).unwrap_err(), Error::Truncated);
-        assert_eq!(TcpPacket::new_checked(&seg()[..39]).unwrap_err(), Error::Truncated);
+        assert_eq!(
+            TcpPacket::new_checked(&seg()[..19]).unwrap_err(),
+            Error::Truncated
+        );
+        assert_eq!(
+            TcpPacket::new_checked(&seg()[..39]).unwrap_err(),
+            Error::Truncated
+        );
         let mut b = TCP_SYN;
         b[32] = 0x40;
-        assert_eq!(TcpPacket::new_checked(&b[20..]).unwrap_err(), Error::BadHeaderLen);
+        assert_eq!(
+            TcpPacket::new_checked(&b[20..]).unwrap_err(),
+            Error::BadHeaderLen
+        );
     }
 
     proptest! {

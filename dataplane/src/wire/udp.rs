@@ -44,6 +44,7 @@ fn be16(b: &[u8], r: core::ops::Range<usize>) -> u16 {
 }
 
 impl<T: AsRef<[u8]>> UdpPacket<T> {
+    #[inline]
     pub fn new_checked(buffer: T) -> Result<Self, Error> {
         let b = buffer.as_ref();
         if b.len() < HEADER_LEN {
@@ -55,52 +56,68 @@ impl<T: AsRef<[u8]>> UdpPacket<T> {
         }
         Ok(UdpPacket { buffer })
     }
+    #[inline]
     pub fn src_port(&self) -> u16 {
         be16(self.buffer.as_ref(), field::SRC_PORT)
     }
+    #[inline]
     pub fn dst_port(&self) -> u16 {
         be16(self.buffer.as_ref(), field::DST_PORT)
     }
+    #[inline]
     pub fn len(&self) -> u16 {
         be16(self.buffer.as_ref(), field::LENGTH)
     }
+    #[inline]
     pub fn is_empty(&self) -> bool {
         usize::from(self.len()) == HEADER_LEN
     }
+    #[inline]
     pub fn checksum(&self) -> u16 {
         be16(self.buffer.as_ref(), field::CHECKSUM)
     }
+    #[inline]
     pub fn payload(&self) -> &[u8] {
         &self.buffer.as_ref()[HEADER_LEN..usize::from(self.len())]
     }
     /// Zero means "no checksum" (RFC 768) and verifies.
+    #[inline]
     pub fn verify_checksum(&self, src: Ipv4Addr, dst: Ipv4Addr) -> bool {
         if self.checksum() == 0 {
             return true;
         }
         let b = &self.buffer.as_ref()[..usize::from(self.len())];
-        checksum::verify(checksum::pseudo_header_v4(src.octets(), dst.octets(), 17, self.len()), b)
+        checksum::verify(
+            checksum::pseudo_header_v4(src.octets(), dst.octets(), 17, self.len()),
+            b,
+        )
     }
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> UdpPacket<T> {
+    #[inline]
     pub fn new_unchecked(buffer: T) -> Self {
         UdpPacket { buffer }
     }
+    #[inline]
     pub fn set_src_port(&mut self, v: u16) {
         self.buffer.as_mut()[field::SRC_PORT].copy_from_slice(&v.to_be_bytes());
     }
+    #[inline]
     pub fn set_dst_port(&mut self, v: u16) {
         self.buffer.as_mut()[field::DST_PORT].copy_from_slice(&v.to_be_bytes());
     }
+    #[inline]
     pub fn set_len(&mut self, v: u16) {
         self.buffer.as_mut()[field::LENGTH].copy_from_slice(&v.to_be_bytes());
     }
+    #[inline]
     pub fn set_checksum(&mut self, v: u16) {
         self.buffer.as_mut()[field::CHECKSUM].copy_from_slice(&v.to_be_bytes());
     }
     /// Compute the checksum over `len()` bytes; a result of 0 is sent as
     /// 0xffff (RFC 768).
+    #[inline]
     pub fn fill_checksum(&mut self, src: Ipv4Addr, dst: Ipv4Addr) {
         self.set_checksum(0);
         let l = usize::from(self.len()).min(self.buffer.as_ref().len());
@@ -117,9 +134,9 @@ mod tests {
 
     /// DNS query for example.com A, 192.168.1.10:53000 → 8.8.8.8:53.
     const DNS: [u8; 37] = [
-        0xcf, 0x08, 0x00, 0x35, 0x00, 0x25, 0x7d, 0x02, 0x12, 0x34, 0x01, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00,
-        0x00, 0x00, 0x00, 0x07, 0x65, 0x78, 0x61, 0x6d, 0x70, 0x6c, 0x65, 0x03, 0x63, 0x6f, 0x6d, 0x00, 0x00,
-        0x01, 0x00, 0x01,
+        0xcf, 0x08, 0x00, 0x35, 0x00, 0x25, 0x7d, 0x02, 0x12, 0x34, 0x01, 0x00, 0x00, 0x01, 0x00,
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x07, 0x65, 0x78, 0x61, 0x6d, 0x70, 0x6c, 0x65, 0x03, 0x63,
+        0x6f, 0x6d, 0x00, 0x00, 0x01, 0x00, 0x01,
     ];
     const SRC: Ipv4Addr = Ipv4Addr::new(192, 168, 1, 10);
     const DST: Ipv4Addr = Ipv4Addr::new(8, 8, 8, 8);
@@ -144,11 +161,20 @@ mod tests {
 
     #[test]
     fn errors() {
-        assert_eq!(UdpPacket::new_checked(&DNS[..7]).unwrap_err(), Error::Truncated);
-        assert_eq!(UdpPacket::new_checked(&DNS[..36]).unwrap_err(), Error::BadLength);
+        assert_eq!(
+            UdpPacket::new_checked(&DNS[..7]).unwrap_err(),
+            Error::Truncated
+        );
+        assert_eq!(
+            UdpPacket::new_checked(&DNS[..36]).unwrap_err(),
+            Error::BadLength
+        );
         let mut b = DNS;
         b[5] = 7;
-        assert_eq!(UdpPacket::new_checked(&b[..]).unwrap_err(), Error::BadLength);
+        assert_eq!(
+            UdpPacket::new_checked(&b[..]).unwrap_err(),
+            Error::BadLength
+        );
     }
 
     proptest! {

@@ -67,8 +67,16 @@ pub fn config() -> PipelineConfig {
             },
         ],
         routes: vec![
-            RouteSpec { destination: Ipv4Addr::UNSPECIFIED, prefix_len: 0, via: GW },
-            RouteSpec { destination: Ipv4Addr::new(203, 0, 113, 0), prefix_len: 24, via: Ipv4Addr::new(198, 18, 1, 254) },
+            RouteSpec {
+                destination: Ipv4Addr::UNSPECIFIED,
+                prefix_len: 0,
+                via: GW,
+            },
+            RouteSpec {
+                destination: Ipv4Addr::new(203, 0, 113, 0),
+                prefix_len: 24,
+                via: Ipv4Addr::new(198, 18, 1, 254),
+            },
         ],
         rules: vec![
             RuleSpec {
@@ -127,7 +135,16 @@ pub fn arp_request(
     sender_ip: Ipv4Addr,
     target_ip: Ipv4Addr,
 ) -> Vec<u8> {
-    build::arp(eth_src, [0xff; 6], vlan, Operation::Request, sender_mac, sender_ip, [0; 6], target_ip)
+    build::arp(
+        eth_src,
+        [0xff; 6],
+        vlan,
+        Operation::Request,
+        sender_mac,
+        sender_ip,
+        [0; 6],
+        target_ip,
+    )
 }
 
 pub fn arp_reply(
@@ -138,5 +155,14 @@ pub fn arp_reply(
     target_mac: [u8; 6],
     target_ip: Ipv4Addr,
 ) -> Vec<u8> {
-    build::arp(eth_src, eth_dst, vlan, Operation::Reply, eth_src, sender_ip, target_mac, target_ip)
+    build::arp(
+        eth_src,
+        eth_dst,
+        vlan,
+        Operation::Reply,
+        eth_src,
+        sender_ip,
+        target_mac,
+        target_ip,
+    )
 }
