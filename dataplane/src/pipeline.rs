@@ -297,8 +297,10 @@ struct Iface {
 }
 
 impl Iface {
-    fn directed_broadcast(&self) -> Ipv4Addr {
-        Ipv4Addr::from(u32::from(self.addr) | !mask(self.prefix_len))
+    /// The subnet-directed broadcast address; none on /31 (RFC 3021) and
+    /// /32 links.
+    fn directed_broadcast(&self) -> Option<Ipv4Addr> {
+        (self.prefix_len <= 30).then(|| Ipv4Addr::from(u32::from(self.addr) | !mask(self.prefix_len)))
     }
     fn in_subnet(&self, a: Ipv4Addr) -> bool {
         contains(self.addr, self.prefix_len, a)
@@ -621,7 +623,7 @@ impl Pipeline {
         // the probe address 0.0.0.0 (RFC 5227).
         let plausible = ing.in_subnet(repr.sender_ip)
             && repr.sender_ip != ing.addr
-            && repr.sender_ip != ing.directed_broadcast()
+            && Some(repr.sender_ip) != ing.directed_broadcast()
             && !martian_source(repr.sender_ip);
         let for_us = repr.target_ip == ing.addr;
         if plausible {
@@ -687,7 +689,7 @@ impl Pipeline {
                 || self
                     .ifaces
                     .iter()
-                    .any(|i| i.addr == src || i.directed_broadcast() == src)
+                    .any(|i| i.addr == src || i.directed_broadcast() == Some(src))
             {
                 return Err(DropReason::Ipv4BadSource);
             }
@@ -705,7 +707,7 @@ impl Pipeline {
                 || self
                     .ifaces
                     .iter()
-                    .any(|i| i.addr == dst || i.directed_broadcast() == dst)
+                    .any(|i| i.addr == dst || i.directed_broadcast() == Some(dst))
             {
                 return Err(DropReason::LocalUnhandled);
             }

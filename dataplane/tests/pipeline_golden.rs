@@ -1065,3 +1065,46 @@ fn config_errors() {
     };
     assert!(e.to_string().contains("no-telnet"));
 }
+
+/// RFC 3021: on a /31 link both addresses are hosts; neither is a
+/// broadcast address, so the peer is a valid source and ARP sender.
+#[test]
+fn slash31_link() {
+    let mut cfg = config();
+    cfg.interfaces[1].addr = Ipv4Addr::new(198, 18, 2, 1);
+    cfg.interfaces[1].prefix_len = 31;
+    let peer = Ipv4Addr::new(198, 18, 2, 0);
+    cfg.routes = vec![dataplane::pipeline::RouteSpec {
+        destination: Ipv4Addr::UNSPECIFIED,
+        prefix_len: 0,
+        via: peer,
+    }];
+    let mut p = Pipeline::new(cfg).unwrap();
+    run(
+        &mut p,
+        vec![
+            drop(
+                "ARP reply from the /31 peer is learnt",
+                OUT_PORT,
+                arp_reply(GW_MAC, OUT_MAC, None, peer, OUT_MAC, OUT_ADDR),
+                DropReason::ArpConsumed,
+            ),
+            drop(
+                "the /31 peer is a valid source (policy decides)",
+                OUT_PORT,
+                from_outside(peer, HOST).udp(1, 2, b""),
+                DropReason::AclDenied,
+            ),
+            row(
+                "inside → outside via the /31 peer",
+                IN_PORT,
+                from_host(SERVER).udp(7, 53, b""),
+                fwd(1),
+            )
+            .bytes(to_gw(HOST, SERVER).udp(7, 53, b""))
+            .delta("forwarded", 1)
+            .delta("flows_created", 1),
+        ],
+    );
+    assert_eq!(p.arp_entries(Timestamp::from_secs(2))[0].ip, peer);
+}
