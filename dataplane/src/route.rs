@@ -121,8 +121,13 @@ pub fn contains(net: Ipv4Addr, prefix_len: u8, addr: Ipv4Addr) -> bool {
 pub struct RouteTable {
     /// Index = prefix length; `None` when no route of that length exists.
     by_len: [Option<HashMap<u32, Entry>>; 33],
-    /// Present prefix lengths, longest first.
+    /// Present prefix lengths, longest first, excluding /0.
     lens: Vec<u8>,
+    /// Probe plan, one per entry of `lens`: (mask, the only route of that
+    /// length if there is exactly one — compared without hashing).
+    levels: Vec<(u32, Option<(u32, Entry)>)>,
+    /// The /0 route, checked last without hashing.
+    default: Option<Entry>,
     /// Connected subnets for next-hop resolution: (network, prefix, iface).
     connected: Vec<(u32, u8, IfIndex)>,
 }
@@ -137,6 +142,8 @@ impl RouteTable {
         let mut t = RouteTable {
             by_len: std::array::from_fn(|_| None),
             lens: Vec::new(),
+            levels: Vec::new(),
+            default: None,
             connected: Vec::new(),
         };
         for (i, &(addr, len)) in connected.iter().enumerate() {
@@ -196,10 +203,22 @@ impl RouteTable {
                 }
             }
         }
-        t.lens = (0..=32u8)
+        t.lens = (1..=32u8)
             .rev()
             .filter(|&l| t.by_len[usize::from(l)].is_some())
             .collect();
+        t.levels = t
+            .lens
+            .iter()
+            .map(|&l| {
+                let single = match &t.by_len[usize::from(l)] {
+                    Some(m) if m.len() == 1 => m.iter().next().map(|(&k, &e)| (k, e)),
+                    _ => None,
+                };
+                (mask(l), single)
+            })
+            .collect();
+        t.default = t.by_len[0].as_ref().and_then(|m| m.get(&0).copied());
         Ok(t)
     }
 
@@ -213,32 +232,41 @@ impl RouteTable {
             .map(|&(_, _, i)| i)
     }
 
-    /// Longest-prefix match. No allocation.
+    /// Longest-prefix match. No allocation; prefix lengths holding a single
+    /// route and the default route are compared without hashing.
     #[inline]
     pub fn lookup(&self, dst: Ipv4Addr) -> Option<RouteResult> {
         let a = u32::from(dst);
-        for &len in &self.lens {
-            if let Some(map) = &self.by_len[usize::from(len)] {
-                if let Some(e) = map.get(&(a & mask(len))) {
-                    let next_hop = match e.target {
-                        Target::Connected => dst,
-                        Target::Via(v) => v,
-                    };
-                    return Some(RouteResult {
-                        iface: e.iface,
-                        next_hop,
-                    });
+        let hit = |e: &Entry| RouteResult {
+            iface: e.iface,
+            next_hop: match e.target {
+                Target::Connected => dst,
+                Target::Via(v) => v,
+            },
+        };
+        for (&len, &(m, single)) in self.lens.iter().zip(&self.levels) {
+            let key = a & m;
+            match single {
+                Some((k, e)) => {
+                    if k == key {
+                        return Some(hit(&e));
+                    }
+                }
+                None => {
+                    if let Some(e) = self.by_len[usize::from(len)].as_ref().and_then(|map| map.get(&key)) {
+                        return Some(hit(e));
+                    }
                 }
             }
         }
-        None
+        self.default.as_ref().map(hit)
     }
 
     /// All routes, longest prefix first, then by destination; `names[i]`
     /// names interface `IfIndex(i)`.
     pub fn entries(&self, names: &[String]) -> Vec<RouteInfo> {
         let mut out = Vec::new();
-        for &len in &self.lens {
+        for &len in self.lens.iter().chain(self.default.is_some().then_some(&0u8)) {
             if let Some(map) = &self.by_len[usize::from(len)] {
                 let mut v: Vec<_> = map
                     .iter()
