@@ -13,9 +13,14 @@
 //! pipeline additionally requires the sender to be inside the receiving
 //! interface's subnet.
 //!
-//! Expiry: an expired resolved entry is treated as a miss (it turns pending
-//! and is re-requested); `age` removes expired resolved entries and pending
-//! entries that stayed unanswered for `PENDING_RETRIES` retry intervals.
+//! Expiry without a drop: when a resolved entry expires it turns `Stale`
+//! and keeps being used for `PENDING_RETRIES` retry intervals while a
+//! unicast request (RFC 1122 §2.3.2.1 "unicast poll") goes to the known MAC
+//! once per retry interval (`Resolve::Refresh`); a reply makes it resolved
+//! again. A stale entry that is not confirmed in time is treated as a miss
+//! (it turns pending, broadcast requests resume). `age` removes resolved
+//! entries past their stale window and pending entries that stayed
+//! unanswered for `PENDING_RETRIES` retry intervals.
 //!
 //! Invariants: at most `capacity` entries; the map is allocated at
 //! construction with room for twice that, so inserts never reallocate
@@ -40,6 +45,12 @@ pub enum ArpState {
         mac: [u8; 6],
         expires: Timestamp,
     },
+    /// Expired at `since`, still used while being re-confirmed.
+    Stale {
+        mac: [u8; 6],
+        since: Timestamp,
+        last_request: Timestamp,
+    },
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -52,6 +63,8 @@ struct Entry {
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum Resolve {
     Mac([u8; 6]),
+    /// Usable but stale: forward, and send a unicast request to this MAC.
+    Refresh([u8; 6]),
     /// Unresolved: the caller should send a request now.
     SendRequest,
     /// Unresolved, and a request went out less than `retry` ago.
@@ -108,11 +121,36 @@ impl ArpCache {
     /// Find the MAC of `ip` for a packet leaving through `iface`.
     pub fn resolve(&mut self, now: Timestamp, ip: Ipv4Addr, iface: IfIndex) -> Resolve {
         let retry = self.retry;
+        let window = self.stale_window();
         let room = self.map.len() < self.capacity;
         match self.map.get_mut(&ip) {
             Some(e) => match e.state {
                 ArpState::Resolved { mac, expires } if now < expires => Resolve::Mac(mac),
-                ArpState::Resolved { .. } => {
+                ArpState::Resolved { mac, expires } if now.since(expires) < window => {
+                    e.state = ArpState::Stale {
+                        mac,
+                        since: expires,
+                        last_request: now,
+                    };
+                    Resolve::Refresh(mac)
+                }
+                ArpState::Stale {
+                    mac,
+                    since,
+                    last_request,
+                } if now.since(since) < window => {
+                    if now.since(last_request) >= retry {
+                        e.state = ArpState::Stale {
+                            mac,
+                            since,
+                            last_request: now,
+                        };
+                        Resolve::Refresh(mac)
+                    } else {
+                        Resolve::Mac(mac)
+                    }
+                }
+                ArpState::Resolved { .. } | ArpState::Stale { .. } => {
                     e.iface = iface;
                     e.state = ArpState::Pending {
                         last_request: now,
@@ -152,12 +190,17 @@ impl ArpCache {
         }
     }
 
-    /// The valid MAC of `ip`, if resolved.
+    /// The MAC of `ip` if resolved and not expired (stale entries excluded).
     pub fn lookup(&self, now: Timestamp, ip: Ipv4Addr) -> Option<[u8; 6]> {
         match self.map.get(&ip)?.state {
             ArpState::Resolved { mac, expires } if now < expires => Some(mac),
             _ => None,
         }
+    }
+
+    /// How long an expired entry stays usable while being re-confirmed.
+    fn stale_window(&self) -> Duration {
+        Duration(self.retry.0.saturating_mul(PENDING_RETRIES))
     }
 
     /// Record `ip → mac` seen on `iface`. Updates an existing entry; creates
@@ -190,10 +233,12 @@ impl ArpCache {
     /// Returns the number removed. Does not allocate.
     pub fn age(&mut self, now: Timestamp) -> usize {
         let before = self.map.len();
-        let pending_life = Duration(self.retry.0.saturating_mul(PENDING_RETRIES));
+        let window = self.stale_window();
         self.map.retain(|_, e| match e.state {
-            ArpState::Resolved { expires, .. } => now < expires,
-            ArpState::Pending { since, .. } => now.since(since) < pending_life,
+            ArpState::Resolved { expires, .. } => now < expires || now.since(expires) < window,
+            ArpState::Stale { since, .. } | ArpState::Pending { since, .. } => {
+                now.since(since) < window
+            }
         });
         before - self.map.len()
     }
@@ -211,6 +256,13 @@ impl ArpCache {
                     interface: name(e.iface),
                     state: if now < expires { "resolved" } else { "expired" },
                     expires_in_ms: expires.since(now).0 / 1_000_000,
+                },
+                ArpState::Stale { mac, .. } => ArpInfo {
+                    ip,
+                    mac: Some(format_mac(mac)),
+                    interface: name(e.iface),
+                    state: "stale",
+                    expires_in_ms: 0,
                 },
                 ArpState::Pending { .. } => ArpInfo {
                     ip,
@@ -258,12 +310,31 @@ mod tests {
             Resolve::Mac(MAC)
         );
         assert_eq!(c.lookup(Timestamp::from_secs(311), IP), Some(MAC));
-        // Expired: a miss again.
         assert_eq!(c.lookup(Timestamp::from_secs(312), IP), None);
+        // Expired at 312 s: stale, used while re-confirmed once per second.
+        let ms = Timestamp::from_millis;
         assert_eq!(
-            c.resolve(Timestamp::from_secs(312), IP, IfIndex(0)),
-            Resolve::SendRequest
+            c.resolve(ms(312_000), IP, IfIndex(0)),
+            Resolve::Refresh(MAC)
         );
+        assert_eq!(c.resolve(ms(312_500), IP, IfIndex(0)), Resolve::Mac(MAC));
+        assert_eq!(c.entries(ms(312_500), &[])[0].state, "stale");
+        assert_eq!(
+            c.resolve(ms(313_000), IP, IfIndex(0)),
+            Resolve::Refresh(MAC)
+        );
+        assert_eq!(
+            c.resolve(ms(314_999), IP, IfIndex(0)),
+            Resolve::Refresh(MAC)
+        );
+        // Not confirmed within 3 retry intervals: a miss.
+        assert_eq!(c.resolve(ms(315_000), IP, IfIndex(0)), Resolve::SendRequest);
+        assert_eq!(c.resolve(ms(315_001), IP, IfIndex(0)), Resolve::Wait);
+        // A reply while stale makes it resolved again.
+        c.learn(ms(316_000), IP, MAC, IfIndex(0), false);
+        c.resolve(ms(616_000), IP, IfIndex(0));
+        c.learn(ms(616_100), IP, MAC, IfIndex(0), false);
+        assert_eq!(c.resolve(ms(616_200), IP, IfIndex(0)), Resolve::Mac(MAC));
     }
 
     #[test]
@@ -295,7 +366,8 @@ mod tests {
         c.resolve(Timestamp::ZERO, Ipv4Addr::new(10, 0, 0, 2), IfIndex(0));
         assert_eq!(c.age(Timestamp::from_secs(2)), 0);
         assert_eq!(c.age(Timestamp::from_secs(3)), 1);
-        assert_eq!(c.age(Timestamp::from_secs(300)), 1);
+        assert_eq!(c.age(Timestamp::from_secs(302)), 0); // stale window
+        assert_eq!(c.age(Timestamp::from_secs(303)), 1);
         assert!(c.is_empty());
     }
 }

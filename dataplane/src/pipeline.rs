@@ -33,7 +33,8 @@
 //!    they pass only if the datagram they quote belongs to a flow and they
 //!    are addressed to that datagram's sender (`NoFlow`).
 //! 6. **Egress**: ARP resolution of the next hop (`ArpUnresolved` with at
-//!    most one request per next hop per retry interval, `ArpCacheFull`), TTL
+//!    most one request per next hop per retry interval, `ArpCacheFull`; an
+//!    expired entry keeps forwarding while a unicast request re-confirms it), TTL
 //!    decrement with an RFC 1624 incremental checksum update, VLAN tag
 //!    added/removed/rewritten for the egress interface (`NoHeadroom`), MACs
 //!    rewritten.
@@ -300,7 +301,8 @@ impl Iface {
     /// The subnet-directed broadcast address; none on /31 (RFC 3021) and
     /// /32 links.
     fn directed_broadcast(&self) -> Option<Ipv4Addr> {
-        (self.prefix_len <= 30).then(|| Ipv4Addr::from(u32::from(self.addr) | !mask(self.prefix_len)))
+        (self.prefix_len <= 30)
+            .then(|| Ipv4Addr::from(u32::from(self.addr) | !mask(self.prefix_len)))
     }
     fn in_subnet(&self, a: Ipv4Addr) -> bool {
         contains(self.addr, self.prefix_len, a)
@@ -750,8 +752,12 @@ impl Pipeline {
             .ok_or(DropReason::NoRoute)?;
         let mac = match self.arp.resolve(now, next_hop, egress) {
             Resolve::Mac(m) => m,
+            Resolve::Refresh(m) => {
+                self.queue_arp_request(eg, next_hop, m);
+                m
+            }
             Resolve::SendRequest => {
-                self.queue_arp_request(eg, next_hop);
+                self.queue_arp_request(eg, next_hop, BROADCAST);
                 return Err(DropReason::ArpUnresolved);
             }
             Resolve::Wait => return Err(DropReason::ArpUnresolved),
@@ -851,13 +857,15 @@ impl Pipeline {
         Ok(Outcome::EchoReply(in_port))
     }
 
-    fn queue_arp_request(&mut self, eg: Iface, target: Ipv4Addr) {
+    /// Queue a who-has for `target` out of `eg`, to `dst` (broadcast, or
+    /// the known MAC when re-confirming a stale entry).
+    fn queue_arp_request(&mut self, eg: Iface, target: Ipv4Addr, dst: [u8; 6]) {
         if self.generated.len() >= MAX_GENERATED {
             self.counters.generated_dropped += 1;
             return;
         }
         let mut frame = [0u8; GENERATED_LEN];
-        let l2 = ethernet::emit_header(&mut frame, BROADCAST, eg.mac, eg.vlan, ethertype::ARP);
+        let l2 = ethernet::emit_header(&mut frame, dst, eg.mac, eg.vlan, ethertype::ARP);
         let Some(body) = frame.get_mut(l2..) else {
             return;
         };

@@ -253,7 +253,10 @@ impl RouteTable {
                     }
                 }
                 None => {
-                    if let Some(e) = self.by_len[usize::from(len)].as_ref().and_then(|map| map.get(&key)) {
+                    if let Some(e) = self.by_len[usize::from(len)]
+                        .as_ref()
+                        .and_then(|map| map.get(&key))
+                    {
                         return Some(hit(e));
                     }
                 }
@@ -266,7 +269,11 @@ impl RouteTable {
     /// names interface `IfIndex(i)`.
     pub fn entries(&self, names: &[String]) -> Vec<RouteInfo> {
         let mut out = Vec::new();
-        for &len in self.lens.iter().chain(self.default.is_some().then_some(&0u8)) {
+        for &len in self
+            .lens
+            .iter()
+            .chain(self.default.is_some().then_some(&0u8))
+        {
             if let Some(map) = &self.by_len[usize::from(len)] {
                 let mut v: Vec<_> = map
                     .iter()

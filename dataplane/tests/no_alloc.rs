@@ -50,15 +50,39 @@ fn packet_path_does_not_allocate() {
     let mut p = dataplane::pipeline::Pipeline::new(cfg).unwrap();
     let syn = from_host(SERVER).tcp(40000, 80, 1000, 0, SYN, 64240, &SYN_OPTS, b"");
     let mut frames: Vec<(PortId, Vec<u8>)> = vec![
-        (IN_PORT, arp_request(HOST_MAC, None, HOST_MAC, HOST, IN_ADDR)),
+        (
+            IN_PORT,
+            arp_request(HOST_MAC, None, HOST_MAC, HOST, IN_ADDR),
+        ),
         (IN_PORT, syn.clone()),
-        (OUT_PORT, arp_reply(GW_MAC, OUT_MAC, None, GW, OUT_MAC, OUT_ADDR)),
+        (
+            OUT_PORT,
+            arp_reply(GW_MAC, OUT_MAC, None, GW, OUT_MAC, OUT_ADDR),
+        ),
         (IN_PORT, syn.clone()),
-        (OUT_PORT, from_outside(SERVER, HOST).tcp(80, 40000, 5000, 1001, SYN | ACK, 65535, &SYN_OPTS, b"")),
-        (IN_PORT, from_host(SERVER).tcp(40000, 80, 1001, 5001, ACK, 502, &[], b"data")),
+        (
+            OUT_PORT,
+            from_outside(SERVER, HOST).tcp(80, 40000, 5000, 1001, SYN | ACK, 65535, &SYN_OPTS, b""),
+        ),
+        (
+            IN_PORT,
+            from_host(SERVER).tcp(40000, 80, 1001, 5001, ACK, 502, &[], b"data"),
+        ),
         (IN_PORT, from_host(IN_ADDR).icmp(8, 0, (1, 1), b"ping")),
-        (OUT_PORT, from_outside(SERVER, HOST).tcp(1, 2, 3, 4, ACK, 5, &[], b"")),
-        (DMZ_PORT, arp_request(DMZ_HOST_MAC, Some(DMZ_VLAN), DMZ_HOST_MAC, DMZ_HOST, DMZ_ADDR)),
+        (
+            OUT_PORT,
+            from_outside(SERVER, HOST).tcp(1, 2, 3, 4, ACK, 5, &[], b""),
+        ),
+        (
+            DMZ_PORT,
+            arp_request(
+                DMZ_HOST_MAC,
+                Some(DMZ_VLAN),
+                DMZ_HOST_MAC,
+                DMZ_HOST,
+                DMZ_ADDR,
+            ),
+        ),
         (IN_PORT, from_host(DMZ_HOST).udp(1, 2, b"tag me")),
         (DMZ_PORT, from_dmz(SERVER).udp(3, 53, b"untag me")),
         (IN_PORT, vec![0; 20]),
@@ -66,7 +90,10 @@ fn packet_path_does_not_allocate() {
     ];
     // Many unresolved next hops: fills the ARP cache and the generated queue.
     for i in 0..80u8 {
-        frames.push((IN_PORT, from_host(Ipv4Addr::new(198, 18, 2, 10 + i)).udp(1, 2, b"")));
+        frames.push((
+            IN_PORT,
+            from_host(Ipv4Addr::new(198, 18, 2, 10 + i)).udp(1, 2, b""),
+        ));
     }
     let mut bufs: Vec<VecBuf> = frames.iter().map(|(_, f)| VecBuf::new(f)).collect();
     let mut seen = 0usize;

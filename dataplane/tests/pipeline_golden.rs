@@ -1108,3 +1108,87 @@ fn slash31_link() {
     );
     assert_eq!(p.arp_entries(Timestamp::from_secs(2))[0].ip, peer);
 }
+
+/// An expired next hop keeps forwarding while a unicast who-has re-confirms
+/// it (once per retry interval); unconfirmed for three intervals, it is a
+/// miss again and broadcast requests resume.
+#[test]
+fn arp_refresh_without_drops() {
+    use dataplane::DropReason::*;
+    let mut p = pipeline();
+    let who_has_gw = |dst: [u8; 6]| {
+        padded(build::arp(
+            OUT_MAC,
+            dst,
+            None,
+            Operation::Request,
+            OUT_MAC,
+            OUT_ADDR,
+            [0; 6],
+            GW,
+        ))
+    };
+    let udp = |sport: u16| from_host(SERVER).udp(sport, 53, b"");
+    let out = |sport: u16| to_gw(HOST, SERVER).udp(sport, 53, b"");
+    run(
+        &mut p,
+        vec![
+            drop(
+                "gateway announces itself to us",
+                OUT_PORT,
+                arp_reply(GW_MAC, OUT_MAC, None, GW, OUT_MAC, OUT_ADDR),
+                ArpConsumed,
+            )
+            .at_ms(1_000),
+            row("fresh entry", IN_PORT, udp(1), fwd(1))
+                .bytes(out(1))
+                .delta("forwarded", 1)
+                .delta("flows_created", 1)
+                .at_ms(2_000),
+            row(
+                "expired: forwarded + unicast who-has",
+                IN_PORT,
+                udp(2),
+                fwd(1),
+            )
+            .bytes(out(2))
+            .delta("forwarded", 1)
+            .delta("flows_created", 1)
+            .delta("arp_requests", 1)
+            .generated(OUT_PORT, who_has_gw(GW_MAC))
+            .at_ms(301_000),
+            row(
+                "stale, within the retry interval: no request",
+                IN_PORT,
+                udp(3),
+                fwd(1),
+            )
+            .bytes(out(3))
+            .delta("forwarded", 1)
+            .delta("flows_created", 1)
+            .at_ms(301_500),
+            row(
+                "stale, next interval: another unicast who-has",
+                IN_PORT,
+                udp(4),
+                fwd(1),
+            )
+            .bytes(out(4))
+            .delta("forwarded", 1)
+            .delta("flows_created", 1)
+            .delta("arp_requests", 1)
+            .generated(OUT_PORT, who_has_gw(GW_MAC))
+            .at_ms(302_000),
+            drop(
+                "never confirmed: a miss, broadcast who-has",
+                IN_PORT,
+                udp(5),
+                ArpUnresolved,
+            )
+            .delta("flows_created", 1)
+            .delta("arp_requests", 1)
+            .generated(OUT_PORT, who_has_gw([0xff; 6]))
+            .at_ms(304_000),
+        ],
+    );
+}
