@@ -21,7 +21,9 @@
 //! 3. **IPv4** (RFC 791, RFC 1812 §5.2.2/§5.3.7): version, IHL, total length
 //!    against the buffer (Ethernet padding ignored), header checksum, source
 //!    sanity (no 0/8, 127/8, 224/4, 240/4, broadcast, or our own address),
-//!    fragments (`Ipv4Fragment`, no reassembly yet), destination sanity.
+//!    fragments (`Ipv4Fragment`, no reassembly yet), destination sanity;
+//!    a transit datagram that arrived as a link-layer broadcast is not
+//!    forwarded (RFC 1812 §5.3.4, `EthNotForUs`).
 //! 4. **Local delivery**: ICMP echo requests to the ingress interface's
 //!    address are answered in place (addresses and MACs swapped, TTL 64,
 //!    type 0); everything else for us — other protocols, our other
@@ -569,10 +571,12 @@ impl Pipeline {
         }
         match ethertype {
             ethertype::ARP => self.arp_in(now, in_port, ifx, ing, l2, buf),
-            ethertype::IPV4 => match self.ipv4_in(now, in_port, ifx, ing, l2, tags, buf) {
-                Ok(o) => o,
-                Err(r) => Outcome::Drop(r),
-            },
+            ethertype::IPV4 => {
+                match self.ipv4_in(now, in_port, ifx, ing, l2, tags, dst == BROADCAST, buf) {
+                    Ok(o) => o,
+                    Err(r) => Outcome::Drop(r),
+                }
+            }
             ethertype::IPV6 => self.ipv6_in(l2, buf).into(),
             _ => DropReason::EthUnsupportedType.into(),
         }
@@ -670,6 +674,7 @@ impl Pipeline {
         ing: Iface,
         l2: usize,
         tags: u8,
+        l2_broadcast: bool,
         buf: &mut B,
     ) -> Result<Outcome, DropReason> {
         // --- Parse and decide, holding only a shared borrow of the frame. ---
@@ -712,6 +717,11 @@ impl Pipeline {
                     .any(|i| i.addr == dst || i.directed_broadcast() == Some(dst))
             {
                 return Err(DropReason::LocalUnhandled);
+            }
+            // RFC 1812 §5.3.4: a datagram received as a link-layer
+            // broadcast is not forwarded.
+            if l2_broadcast {
+                return Err(DropReason::EthNotForUs);
             }
             // RFC 1812 §5.3.1: a router must not forward with TTL 0 after
             // decrement.

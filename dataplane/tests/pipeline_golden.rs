@@ -320,6 +320,12 @@ fn golden_table() {
             EthNotForUs,
         ),
         drop(
+            "transit IPv4 sent to the broadcast MAC (RFC 1812 §5.3.4)",
+            IN_PORT,
+            PacketBuilder::new(HOST_MAC, [0xff; 6], HOST, SERVER).udp(1, 2, b""),
+            EthNotForUs,
+        ),
+        drop(
             "LLDP ethertype",
             IN_PORT,
             poke(from_host(SERVER).udp(1, 2, b""), 12, &[0x88, 0xcc]),
