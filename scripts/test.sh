@@ -46,7 +46,7 @@ say "unit and integration tests (all crates but the test bed)"
 cargo test --workspace --release --exclude testbed --no-fail-fast || failed+=("workspace tests")
 
 say "test bed tests (root, one at a time)"
-cargo test --release -p testbed --no-fail-fast -- --test-threads=1 || failed+=("test bed tests")
+cargo test --release -p testbed --no-fail-fast -- --test-threads=1 --nocapture || failed+=("test bed tests")
 
 if [ "${#failed[@]}" -gt 0 ]; then
   say "FAILED: ${failed[*]}"

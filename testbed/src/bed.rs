@@ -180,7 +180,8 @@ pub fn up(o: &UpOptions) -> Result<State> {
     match build(&topo, &mut state, o) {
         Ok(()) => Ok(state),
         Err(e) => {
-            for n in &state.nodes {
+            // Only nodes that were started: an older log would mislead.
+            for n in state.nodes.iter().filter(|n| n.pid.is_some()) {
                 if let Some(log) = &n.log {
                     eprintln!(
                         "--- last lines of {} ---\n{}\n---",
