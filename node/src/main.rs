@@ -1,1 +1,274 @@
-fn main() {}
+//! `clusterfw`: one firewall node on DPDK.
+//!
+//! ```text
+//! clusterfw --config node.yaml [--check] [-- EAL args...]
+//! ```
+//! Order of start-up, so that a bad configuration never touches DPDK:
+//! load and validate the YAML (exit 2 with file:line: field on error), set up
+//! logging, then EAL, the packet pool and the ports, build the sans-IO
+//! pipeline, launch the worker on the first worker lcore, and serve the
+//! control socket and timers on the main lcore until SIGINT/SIGTERM.
+
+mod clock;
+mod control;
+mod shared;
+mod worker;
+
+use anyhow::{bail, Context, Result};
+use clock::Clock;
+use config::Config;
+use dataplane::pipeline::{InterfaceSpec, Pipeline, PipelineConfig, RouteSpec, RuleSpec};
+use dataplane::{Duration, PortId};
+use dpdk_sys::{Mempool, Port};
+use shared::Shared;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+const USAGE: &str = "usage: clusterfw --config FILE [--check] [-- EAL-ARGS...]";
+
+struct Cli {
+    config: PathBuf,
+    check_only: bool,
+    extra_eal: Vec<String>,
+}
+
+fn parse_cli() -> Result<Cli> {
+    let mut config = None;
+    let mut check_only = false;
+    let mut extra_eal = Vec::new();
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--config" | "-c" => config = Some(PathBuf::from(args.next().context("--config needs a file")?)),
+            "--check" => check_only = true,
+            "--" => {
+                extra_eal.extend(args.by_ref());
+            }
+            "--help" | "-h" => {
+                println!("{USAGE}");
+                std::process::exit(0);
+            }
+            other => bail!("unexpected argument {other:?}\n{USAGE}"),
+        }
+    }
+    Ok(Cli { config: config.context(USAGE)?, check_only, extra_eal })
+}
+
+fn main() -> ExitCode {
+    let cli = match parse_cli() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("clusterfw: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
+    let cfg = match config::load(&cli.config) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("clusterfw: configuration error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if cli.check_only {
+        println!("{}: configuration OK", cli.config.display());
+        return ExitCode::SUCCESS;
+    }
+    init_logging(&cfg);
+    match run(cfg, cli.extra_eal) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            log::error!("{e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn init_logging(cfg: &Config) {
+    let level = cfg.logging.level.as_str();
+    env_logger::Builder::new()
+        .parse_filters(level)
+        .format_timestamp_millis()
+        .target(env_logger::Target::Stderr)
+        .init();
+}
+
+/// EAL arguments: program name, the YAML's `eal-args`, one `--vdev` or `-a`
+/// per distinct device, then what followed `--` on the command line.
+fn eal_args(cfg: &Config, extra: &[String]) -> Vec<String> {
+    let mut args = vec!["clusterfw".to_string()];
+    args.extend(cfg.dpdk.eal_args.iter().cloned());
+    let mut seen = Vec::new();
+    for i in &cfg.interfaces {
+        if seen.contains(&i.device_name()) {
+            continue;
+        }
+        seen.push(i.device_name());
+        args.push(if i.is_vdev() { "--vdev".into() } else { "-a".into() });
+        args.push(i.device.clone());
+    }
+    args.extend(extra.iter().cloned());
+    args
+}
+
+/// A data port: the DPDK port and the devices' name.
+struct DataPort {
+    name: String,
+    port: Port,
+}
+
+fn run(cfg: Config, extra: Vec<String>) -> Result<()> {
+    let args = eal_args(&cfg, &extra);
+    log::info!("EAL arguments: {}", args.join(" "));
+    let eal = dpdk_sys::eal::init(&args).context("EAL init")?;
+
+    let pool = Arc::new(
+        Mempool::new_pktmbuf("cfw_pkts", cfg.dpdk.mbufs, 256, 2048 + 128, dpdk_sys::SOCKET_ID_ANY)
+            .context("creating the packet pool")?,
+    );
+
+    // One DPDK port per distinct device; interfaces (VLANs) map onto them.
+    let mut ports: Vec<DataPort> = Vec::new();
+    let mut specs = Vec::new();
+    for i in &cfg.interfaces {
+        let dev = i.device_name();
+        let idx = match ports.iter().position(|p| p.name == dev) {
+            Some(idx) => idx,
+            None => {
+                let port = Port::by_name(&dev).with_context(|| format!("interface {}: device {dev}", i.name))?;
+                port.configure(1, 1, cfg.dpdk.rx_descriptors, cfg.dpdk.tx_descriptors, &pool)
+                    .with_context(|| format!("configuring port {dev}"))?;
+                port.start().with_context(|| format!("starting port {dev}"))?;
+                ports.push(DataPort { name: dev.to_string(), port });
+                ports.len() - 1
+            }
+        };
+        let mac = ports[idx].port.mac_addr().with_context(|| format!("MAC of {dev}"))?;
+        log::info!(
+            "interface {} on {} (port {}): {}/{} mac {} security-level {}",
+            i.name,
+            dev,
+            ports[idx].port.id(),
+            i.address,
+            i.prefix_len,
+            fmt_mac(mac),
+            i.security_level
+        );
+        specs.push(InterfaceSpec {
+            name: i.name.clone(),
+            port: PortId(idx as u16),
+            mac,
+            addr: i.address,
+            prefix_len: i.prefix_len,
+            security_level: i.security_level,
+            vlan: i.vlan,
+        });
+    }
+
+    let pipeline = Pipeline::new(pipeline_config(&cfg, specs)).map_err(|e| anyhow::anyhow!("pipeline: {e}"))?;
+    let shared = Arc::new(Shared::new());
+    let clock = Clock::new();
+    // First SIGINT/SIGTERM: stop cleanly. A second one while stopping: exit now.
+    let stop_signal = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        signal_hook::flag::register_conditional_shutdown(sig, 1, stop_signal.clone())
+            .and_then(|_| signal_hook::flag::register(sig, stop_signal.clone()))
+            .context("installing signal handlers")?;
+    }
+
+    let worker = worker::Worker {
+        pipeline,
+        ports: ports.iter().map(|p| p.port).collect(),
+        pool: pool.clone(),
+        shared: shared.clone(),
+        clock,
+        idle_sleep_us: cfg.dpdk.idle_sleep_us,
+    };
+    let worker_lcore = dpdk_sys::eal::worker_lcores().into_iter().next();
+    let thread = match worker_lcore {
+        Some(lcore) => {
+            log::info!("launching the worker on lcore {lcore}");
+            dpdk_sys::eal::launch(lcore, move || worker.run()).context("launching the worker lcore")?;
+            None
+        }
+        None => {
+            log::warn!("no worker lcore in the EAL core list (-l); running the worker on a thread");
+            Some(std::thread::Builder::new().name("worker".into()).spawn(move || worker.run())?)
+        }
+    };
+
+    let mut ctl = control::Control::new(&cfg, shared.clone(), ports.iter().map(|p| (p.name.clone(), p.port)).collect())?;
+    log::info!("node {} up; control socket {}", cfg.node.name, cfg.control_socket.display());
+    while !stop_signal.load(Ordering::Relaxed) {
+        ctl.poll();
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    log::info!("stopping");
+    shared.stop.store(true, Ordering::Relaxed);
+    match (worker_lcore, thread) {
+        (Some(lcore), _) => {
+            dpdk_sys::eal::wait_lcore(lcore);
+        }
+        (None, Some(t)) => {
+            let _ = t.join();
+        }
+        (None, None) => {}
+    }
+    drop(ctl);
+    for p in &ports {
+        if let Err(e) = p.port.stop() {
+            log::warn!("stopping port {}: {e}", p.name);
+        }
+        let _ = p.port.close();
+    }
+    drop(pool);
+    drop(eal);
+    Ok(())
+}
+
+fn pipeline_config(cfg: &Config, interfaces: Vec<InterfaceSpec>) -> PipelineConfig {
+    let t = &cfg.timeouts;
+    PipelineConfig {
+        interfaces,
+        routes: cfg
+            .routes
+            .iter()
+            .map(|r| RouteSpec { destination: r.destination.addr, prefix_len: r.destination.len, via: r.via })
+            .collect(),
+        rules: cfg
+            .access_rules
+            .iter()
+            .map(|r| RuleSpec {
+                name: r.name.clone(),
+                permit: matches!(r.action, config::Action::Permit),
+                interface: r.interface.clone(),
+                protocol: match r.protocol {
+                    config::Protocol::Any => None,
+                    config::Protocol::Number(n) => Some(n),
+                },
+                src: (r.source.addr, r.source.len),
+                dst: (r.destination.addr, r.destination.len),
+                src_ports: (r.source_port.lo, r.source_port.hi),
+                dst_ports: (r.destination_port.lo, r.destination_port.hi),
+            })
+            .collect(),
+        timeouts: dataplane::conntrack::Timeouts {
+            tcp_syn: Duration::from_secs(t.tcp_syn),
+            tcp_established: Duration::from_secs(t.tcp_established),
+            tcp_closing: Duration::from_secs(t.tcp_closing),
+            tcp_closed: Duration::from_secs(t.tcp_closed),
+            udp: Duration::from_secs(t.udp),
+            icmp: Duration::from_secs(t.icmp),
+            other: Duration::from_secs(t.other),
+        },
+        flow_capacity: cfg.flow_table.capacity as usize,
+        arp_capacity: cfg.arp.capacity as usize,
+        arp_timeout: Duration::from_secs(cfg.arp.timeout),
+        arp_retry: Duration::from_secs(cfg.arp.retry),
+    }
+}
+
+pub fn fmt_mac(m: [u8; 6]) -> String {
+    format!("{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}", m[0], m[1], m[2], m[3], m[4], m[5])
+}

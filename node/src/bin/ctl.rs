@@ -1,1 +1,147 @@
-fn main() {}
+//! `clusterfw-ctl`: ask a running node what it is doing.
+//!
+//! ```text
+//! clusterfw-ctl [--socket PATH] show {stats|conn|route|arp|rules|config} [--json]
+//! ```
+//! The socket defaults to `$CLUSTERFW_SOCKET`, else `/run/clusterfw/clusterfw.sock`.
+//! `--json` prints the node's answer as it is (stable for scripts); without
+//! it the answer is laid out as tables.
+
+use anyhow::{bail, Context, Result};
+use controlplane::mgmt::{self, Request, Topic};
+use serde_json::Value;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+const USAGE: &str = "usage: clusterfw-ctl [--socket PATH] show {stats|conn|route|arp|rules|config} [--json]";
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("clusterfw-ctl: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn run() -> Result<()> {
+    let mut socket = std::env::var_os("CLUSTERFW_SOCKET")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/run/clusterfw/clusterfw.sock"));
+    let mut json = false;
+    let mut words = Vec::new();
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--socket" | "-s" => socket = args.next().context("--socket needs a path")?.into(),
+            "--json" | "-j" => json = true,
+            "--help" | "-h" => {
+                println!("{USAGE}");
+                return Ok(());
+            }
+            _ => words.push(a),
+        }
+    }
+    let topic = match words.as_slice() {
+        [verb, what] if verb == "show" => Topic::parse(what).with_context(|| format!("unknown topic {what:?}\n{USAGE}"))?,
+        _ => bail!("{USAGE}"),
+    };
+    let data = mgmt::request(&socket, &Request::Show { topic })?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&data)?);
+    } else {
+        print_human(topic, &data);
+    }
+    Ok(())
+}
+
+fn print_human(topic: Topic, data: &Value) {
+    match topic {
+        Topic::Stats => {
+            if let Some(ports) = data.get("ports") {
+                println!("Ports:");
+                print_table(ports);
+            }
+            if let Some(Value::Object(drops)) = data.get("drops") {
+                println!("\nDrops by reason (non-zero):");
+                let mut any = false;
+                for (k, v) in drops {
+                    if v.as_u64().unwrap_or(0) > 0 {
+                        println!("  {k:<28} {v}");
+                        any = true;
+                    }
+                }
+                if !any {
+                    println!("  (none)");
+                }
+            }
+            if let Value::Object(m) = data {
+                println!();
+                for (k, v) in m {
+                    if !matches!(v, Value::Object(_) | Value::Array(_)) {
+                        println!("{k:<30} {v}");
+                    }
+                }
+            }
+        }
+        Topic::Config => match data.get("yaml").and_then(Value::as_str) {
+            Some(text) => print!("{text}"),
+            None => println!("{}", serde_json::to_string_pretty(data).unwrap_or_default()),
+        },
+        _ => {
+            // Every other topic is `{ "<name>": [rows...], ...scalars }`.
+            if let Value::Object(m) = data {
+                for (k, v) in m {
+                    match v {
+                        Value::Array(_) => {
+                            println!("{k}:");
+                            print_table(v);
+                        }
+                        _ => println!("{k}: {v}"),
+                    }
+                }
+            } else {
+                print_table(data);
+            }
+        }
+    }
+}
+
+/// Print an array of flat objects as an aligned table (columns = keys of the
+/// first row).
+fn print_table(rows: &Value) {
+    let Some(rows) = rows.as_array() else {
+        println!("  {rows}");
+        return;
+    };
+    if rows.is_empty() {
+        println!("  (none)");
+        return;
+    }
+    let cols: Vec<String> = match &rows[0] {
+        Value::Object(m) => m.keys().cloned().collect(),
+        _ => {
+            for r in rows {
+                println!("  {r}");
+            }
+            return;
+        }
+    };
+    let cell = |v: Option<&Value>| match v {
+        Some(Value::String(s)) => s.clone(),
+        Some(v) => v.to_string(),
+        None => String::new(),
+    };
+    let table: Vec<Vec<String>> = rows.iter().map(|r| cols.iter().map(|c| cell(r.get(c))).collect()).collect();
+    let widths: Vec<usize> =
+        cols.iter().enumerate().map(|(i, c)| table.iter().map(|r| r[i].len()).chain([c.len()]).max().unwrap_or(0)).collect();
+    let line = |cells: &[String]| {
+        let parts: Vec<String> = cells.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
+        println!("  {}", parts.join("  ").trim_end());
+    };
+    line(&cols);
+    for r in &table {
+        line(r);
+    }
+}

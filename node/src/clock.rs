@@ -1,0 +1,19 @@
+//! The driver's clock: monotonic nanoseconds since start, as the sans-IO
+//! core's `Timestamp`.
+
+use dataplane::Timestamp;
+use std::time::Instant;
+
+#[derive(Copy, Clone)]
+pub struct Clock {
+    origin: Instant,
+}
+
+impl Clock {
+    pub fn new() -> Clock {
+        Clock { origin: Instant::now() }
+    }
+    pub fn now(&self) -> Timestamp {
+        Timestamp(self.origin.elapsed().as_nanos() as u64)
+    }
+}
