@@ -21,7 +21,8 @@
 //! 3. **IPv4** (RFC 791, RFC 1812 §5.2.2/§5.3.7): version, IHL, total length
 //!    against the buffer (Ethernet padding ignored), header checksum, source
 //!    sanity (no 0/8, 127/8, 224/4, 240/4, broadcast, or our own address),
-//!    fragments (`Ipv4Fragment`, no reassembly yet), destination sanity;
+//!    options (source routing is dropped, RFC 7126 §4.3–4.4; malformed
+//!    options are dropped; others are carried unchanged), fragments (`Ipv4Fragment`, no reassembly yet), destination sanity;
 //!    a transit datagram that arrived as a link-layer broadcast is not
 //!    forwarded (RFC 1812 §5.3.4, `EthNotForUs`).
 //! 4. **Local delivery**: ICMP echo requests to the ingress interface's
@@ -699,6 +700,13 @@ impl Pipeline {
                     .any(|i| i.addr == src || i.directed_broadcast() == Some(src))
             {
                 return Err(DropReason::Ipv4BadSource);
+            }
+            if ip.header_len() > ipv4::MIN_HEADER_LEN {
+                match ipv4::scan_options(ip.options()) {
+                    ipv4::OptionScan::Clean => {}
+                    ipv4::OptionScan::SourceRoute => return Err(DropReason::Ipv4SourceRoute),
+                    ipv4::OptionScan::Malformed => return Err(DropReason::Ipv4BadOptions),
+                }
             }
             if ip.is_fragment() {
                 return Err(DropReason::Ipv4Fragment);

@@ -186,6 +186,10 @@ drop_reasons! {
     Ipv4BadDestination => "ipv4-bad-destination",
     /// No headroom to add the egress interface's 802.1Q tag.
     NoHeadroom => "no-headroom",
+    /// Loose or strict source route option (RFC 7126 §4.3-4.4).
+    Ipv4SourceRoute => "ipv4-source-route",
+    /// IPv4 option with a bad length.
+    Ipv4BadOptions => "ipv4-bad-options",
 }
 
 impl fmt::Display for DropReason {

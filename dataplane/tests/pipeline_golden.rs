@@ -203,6 +203,18 @@ fn poke(mut frame: Vec<u8>, at: usize, bytes: &[u8]) -> Vec<u8> {
     frame
 }
 
+/// Insert IPv4 options (a multiple of 4 bytes) into an untagged frame,
+/// fixing IHL, total length and the header checksum.
+fn with_ip_options(mut frame: Vec<u8>, opts: &[u8]) -> Vec<u8> {
+    frame.splice(34..34, opts.iter().copied());
+    let mut ip = Ipv4Packet::new_unchecked(&mut frame[14..]);
+    ip.set_version_ihl(20 + opts.len());
+    let tl = ip.total_len() + opts.len() as u16;
+    ip.set_total_len(tl);
+    ip.fill_checksum();
+    frame
+}
+
 fn padded(mut v: Vec<u8>) -> Vec<u8> {
     v.resize(v.len().max(60), 0);
     v
@@ -765,6 +777,32 @@ fn golden_table() {
             .bytes(to_gw(HOST, SERVER).udp(5353, 53, b"query"))
             .delta("forwarded", 1)
             .delta("flows_created", 1),
+        drop(
+            "loose source route option (RFC 7126)",
+            IN_PORT,
+            with_ip_options(
+                from_host(SERVER).udp(5353, 53, b""),
+                &[1, 131, 7, 4, 10, 0, 0, 1],
+            ),
+            Ipv4SourceRoute,
+        ),
+        drop(
+            "malformed IPv4 option length",
+            IN_PORT,
+            with_ip_options(from_host(SERVER).udp(5353, 53, b""), &[0x94, 9, 0, 0]),
+            Ipv4BadOptions,
+        ),
+        row(
+            "router-alert option is carried unchanged",
+            IN_PORT,
+            with_ip_options(from_host(SERVER).udp(5353, 53, b"query"), &[0x94, 4, 0, 0]),
+            fwd(1),
+        )
+        .bytes(with_ip_options(
+            to_gw(HOST, SERVER).udp(5353, 53, b"query"),
+            &[0x94, 4, 0, 0],
+        ))
+        .delta("forwarded", 1),
         row(
             "UDP reply passes",
             OUT_PORT,

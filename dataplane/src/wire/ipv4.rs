@@ -176,7 +176,8 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
     pub fn verify_checksum(&self) -> bool {
         checksum::verify(0, &self.buffer.as_ref()[..self.header_len()])
     }
-    /// Option bytes (skipped by the dataplane; exposed for tests and tools).
+    /// Option bytes (walked only for the source-route check, see
+    /// `scan_options`).
     #[inline]
     pub fn options(&self) -> &[u8] {
         &self.buffer.as_ref()[MIN_HEADER_LEN..self.header_len()]
@@ -268,6 +269,51 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv4Packet<T> {
         let start = self.header_len().min(end);
         &mut self.buffer.as_mut()[start..end]
     }
+}
+
+/// IPv4 option types (IANA "IP Option Numbers").
+pub mod option {
+    pub const END: u8 = 0;
+    pub const NOP: u8 = 1;
+    /// Loose Source and Record Route (RFC 791 §3.1).
+    pub const LSRR: u8 = 131;
+    /// Strict Source and Record Route (RFC 791 §3.1).
+    pub const SSRR: u8 = 137;
+}
+
+/// What `scan_options` found.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum OptionScan {
+    /// Well-formed, no source routing.
+    Clean,
+    /// An LSRR or SSRR option is present (RFC 7126 §4.3–4.4: drop).
+    SourceRoute,
+    /// An option's length byte is missing, below 2 or past the header.
+    Malformed,
+}
+
+/// Walk IPv4 options (type-length-value; End and NOP are single bytes).
+/// At most 40 bytes, so bounded.
+pub fn scan_options(opts: &[u8]) -> OptionScan {
+    let mut i = 0;
+    let mut found = OptionScan::Clean;
+    while let Some(&kind) = opts.get(i) {
+        match kind {
+            option::END => break,
+            option::NOP => i += 1,
+            _ => {
+                let len = match opts.get(i + 1) {
+                    Some(&l) if l >= 2 && i + usize::from(l) <= opts.len() => usize::from(l),
+                    _ => return OptionScan::Malformed,
+                };
+                if kind == option::LSRR || kind == option::SSRR {
+                    found = OptionScan::SourceRoute;
+                }
+                i += len;
+            }
+        }
+    }
+    found
 }
 
 /// Value form of an option-less IPv4 header.
@@ -410,7 +456,28 @@ pub(crate) mod tests {
         assert!(Ipv4Packet::new_checked_header(&b[..]).is_ok());
     }
 
+    #[test]
+    fn options_scan() {
+        assert_eq!(scan_options(&[]), OptionScan::Clean);
+        // Router Alert (RFC 2113) + padding.
+        assert_eq!(scan_options(&[0x94, 4, 0, 0]), OptionScan::Clean);
+        // NOP, LSRR with one address, End.
+        assert_eq!(
+            scan_options(&[1, 131, 7, 4, 10, 0, 0, 1, 0]),
+            OptionScan::SourceRoute
+        );
+        assert_eq!(scan_options(&[137, 3, 4, 0]), OptionScan::SourceRoute);
+        assert_eq!(scan_options(&[0x94, 1, 0, 0]), OptionScan::Malformed);
+        assert_eq!(scan_options(&[1, 1, 1, 0x94]), OptionScan::Malformed);
+        assert_eq!(scan_options(&[7, 39, 4]), OptionScan::Malformed);
+    }
+
     proptest! {
+        #[test]
+        fn options_never_panic(opts in proptest::collection::vec(any::<u8>(), 0..40)) {
+            let _ = scan_options(&opts);
+        }
+
         #[test]
         fn never_panics(i in 0usize..60, x in any::<u8>()) {
             let mut b = TCP_SYN;
