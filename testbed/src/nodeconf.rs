@@ -51,7 +51,7 @@ pub fn node_yaml(node: &NodeSpec, socket: &str) -> String {
         eal = eal.join(", "),
     );
     for (port, i) in node.interfaces.iter().enumerate() {
-        let device = format!("net_af_packet{port},iface={}", i.ifname);
+        let device = format!("net_af_packet{port},iface={},framecnt=2048", i.ifname);
         let _ = write!(
             y,
             "  - name: {}\n    device: {}\n    address: {}\n    security-level: {}\n",
@@ -86,8 +86,8 @@ mod tests {
         for want in [
             "control-socket: \"/tmp/cfw-testbed/n1.sock\"",
             "eal-args: [\"--no-huge\", \"-m\", \"256\", \"--no-pci\", \"--file-prefix\", \"cfw-tb-n1\", \"-l\", \"0,1\"]",
-            "  - name: \"inside\"\n    device: \"net_af_packet0,iface=n1-in\"\n    address: 198.18.1.1/24\n    security-level: 100\n",
-            "  - name: \"outside\"\n    device: \"net_af_packet1,iface=n1-out\"\n    address: 198.18.2.1/24\n    security-level: 0\n",
+            "  - name: \"inside\"\n    device: \"net_af_packet0,iface=n1-in,framecnt=2048\"\n    address: 198.18.1.1/24\n    security-level: 100\n",
+            "  - name: \"outside\"\n    device: \"net_af_packet1,iface=n1-out,framecnt=2048\"\n    address: 198.18.2.1/24\n    security-level: 0\n",
             "access-rules: []",
             "flow-table:\n  capacity: 65536\n",
             "logging:\n  level: info\n",
