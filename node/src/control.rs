@@ -24,7 +24,8 @@ const SHOW_CONN_MAX: usize = 10_000;
 pub struct Control {
     server: Server,
     shared: Arc<Shared>,
-    ports: Vec<(String, Port)>,
+    /// (interface names, device name, port) per data port.
+    ports: Vec<(String, String, Port)>,
     node_name: String,
     config_yaml: String,
     config_json: Value,
@@ -32,7 +33,7 @@ pub struct Control {
 }
 
 impl Control {
-    pub fn new(cfg: &Config, shared: Arc<Shared>, ports: Vec<(String, Port)>) -> Result<Control> {
+    pub fn new(cfg: &Config, shared: Arc<Shared>, ports: Vec<(String, String, Port)>) -> Result<Control> {
         let server = Server::bind(&cfg.control_socket)
             .with_context(|| format!("binding the control socket {}", cfg.control_socket.display()))?;
         Ok(Control {
@@ -79,17 +80,17 @@ impl Control {
                     .ports
                     .iter()
                     .enumerate()
-                    .map(|(i, (name, p))| (i, name, p, c.ports.get(i).copied().unwrap_or_default()))
-                    .map(|(_, name, p, fw)| match p.stats() {
+                    .map(|(i, (name, dev, p))| (name, dev, p, c.ports.get(i).copied().unwrap_or_default()))
+                    .map(|(name, dev, p, fw)| match p.stats() {
                         Ok(s) => json!({
-                            "name": name, "port": p.id(),
+                            "name": name, "device": dev, "port": p.id(),
                             "rx_packets": s.ipackets, "tx_packets": s.opackets,
                             "rx_bytes": s.ibytes, "tx_bytes": s.obytes,
                             "rx_missed": s.imissed, "rx_errors": s.ierrors, "tx_errors": s.oerrors,
                             "rx_nombuf": s.rx_nombuf,
                             "pipeline_rx_packets": fw.rx_packets, "pipeline_tx_packets": fw.tx_packets,
                         }),
-                        Err(e) => json!({ "name": name, "port": p.id(), "error": e.to_string() }),
+                        Err(e) => json!({ "name": name, "device": dev, "port": p.id(), "error": e.to_string() }),
                     })
                     .collect();
                 if let Value::Object(m) = &mut counters {

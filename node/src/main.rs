@@ -114,7 +114,10 @@ fn eal_args(cfg: &Config, extra: &[String]) -> Vec<String> {
 
 /// A data port: the DPDK port and the devices' name.
 struct DataPort {
+    /// The DPDK device name (`net_af_packet0`, `0000:03:00.0`).
     name: String,
+    /// The interfaces on this port (several with VLANs), comma-separated.
+    interfaces: String,
     port: Port,
 }
 
@@ -140,10 +143,15 @@ fn run(cfg: Config, extra: Vec<String>) -> Result<()> {
                 port.configure(1, 1, cfg.dpdk.rx_descriptors, cfg.dpdk.tx_descriptors, &pool)
                     .with_context(|| format!("configuring port {dev}"))?;
                 port.start().with_context(|| format!("starting port {dev}"))?;
-                ports.push(DataPort { name: dev.to_string(), port });
+                ports.push(DataPort { name: dev.to_string(), interfaces: String::new(), port });
                 ports.len() - 1
             }
         };
+        let ifs = &mut ports[idx].interfaces;
+        if !ifs.is_empty() {
+            ifs.push(',');
+        }
+        ifs.push_str(&i.name);
         let mac = ports[idx].port.mac_addr().with_context(|| format!("MAC of {dev}"))?;
         log::info!(
             "interface {} on {} (port {}): {}/{} mac {} security-level {}",
@@ -198,7 +206,7 @@ fn run(cfg: Config, extra: Vec<String>) -> Result<()> {
         }
     };
 
-    let mut ctl = control::Control::new(&cfg, shared.clone(), ports.iter().map(|p| (p.name.clone(), p.port)).collect())?;
+    let mut ctl = control::Control::new(&cfg, shared.clone(), ports.iter().map(|p| (p.interfaces.clone(), p.name.clone(), p.port)).collect())?;
     log::info!("node {} up; control socket {}", cfg.node.name, cfg.control_socket.display());
     while !stop_signal.load(Ordering::Relaxed) {
         ctl.poll();

@@ -128,11 +128,7 @@ fn print_table(rows: &Value) {
             return;
         }
     };
-    let cell = |v: Option<&Value>| match v {
-        Some(Value::String(s)) => s.clone(),
-        Some(v) => v.to_string(),
-        None => String::new(),
-    };
+    let cell = |v: Option<&Value>| v.map(fmt_cell).unwrap_or_default();
     let table: Vec<Vec<String>> = rows.iter().map(|r| cols.iter().map(|c| cell(r.get(c))).collect()).collect();
     let widths: Vec<usize> =
         cols.iter().enumerate().map(|(i, c)| table.iter().map(|r| r[i].len()).chain([c.len()]).max().unwrap_or(0)).collect();
@@ -143,5 +139,43 @@ fn print_table(rows: &Value) {
     line(&cols);
     for r in &table {
         line(r);
+    }
+}
+
+/// One table cell: strings bare, five-tuples as `proto src:port -> dst:port`,
+/// pairs (original/reply counters) as `a/b`, null as `-`.
+fn fmt_cell(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Null => "-".into(),
+        Value::Array(items) => items.iter().map(fmt_cell).collect::<Vec<_>>().join("/"),
+        Value::Object(m) if m.contains_key("src") && m.contains_key("dst") => {
+            let proto = match m.get("proto").and_then(Value::as_u64) {
+                Some(6) => "tcp".to_string(),
+                Some(17) => "udp".to_string(),
+                Some(1) => "icmp".to_string(),
+                Some(58) => "icmpv6".to_string(),
+                Some(n) => n.to_string(),
+                None => "?".to_string(),
+            };
+            let part = |a: &str, p: &str| format!("{}:{}", fmt_cell(&m[a]), m.get(p).map(fmt_cell).unwrap_or_default());
+            format!("{proto} {} -> {}", part("src", "src_port"), part("dst", "dst_port"))
+        }
+        v => v.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fmt_cell;
+    use serde_json::json;
+
+    #[test]
+    fn cells() {
+        let t = json!({"src":"198.18.1.2","dst":"198.18.2.2","proto":6,"src_port":40000,"dst_port":80});
+        assert_eq!(fmt_cell(&t), "tcp 198.18.1.2:40000 -> 198.18.2.2:80");
+        assert_eq!(fmt_cell(&json!([2, 1])), "2/1");
+        assert_eq!(fmt_cell(&json!(null)), "-");
+        assert_eq!(fmt_cell(&json!("x")), "x");
     }
 }
