@@ -15,6 +15,31 @@ pub struct PortId(pub u16);
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
 pub struct WorkerId(pub u16);
 
+/// A cluster member's identity, 0..=15 (SPEC: up to 16 nodes). Travels in
+/// SYN cookies (4 bits) and CCL headers.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+pub struct NodeId(pub u8);
+
+impl NodeId {
+    /// Most members a cluster can have.
+    pub const MAX_NODES: usize = 16;
+    pub const fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+impl fmt::Display for NodeId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "node{}", self.0)
+    }
+}
+
+/// Version of the member set. Every membership change bumps it; tables
+/// derived from the member set (director ranking, fragment owner) carry the
+/// epoch they were built for.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+pub struct Epoch(pub u64);
+
 /// Monotonic time in nanoseconds since an arbitrary origin. The core never
 /// reads a clock: drivers pass `Timestamp` in (DPDK: TSC-derived; simulator:
 /// virtual clock).
