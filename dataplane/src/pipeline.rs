@@ -50,7 +50,8 @@
 //! - All memory (flow table, ARP cache, generated-frame queue, counters) is
 //!   reserved by `Pipeline::new`.
 //! - The pipeline mutates the frame only once it has decided to emit it; a
-//!   dropped frame is unchanged except in the `NoHeadroom` case.
+//!   dropped frame is byte-for-byte unchanged (a failed `prepend` leaves the
+//!   buffer untouched, so `NoHeadroom` too).
 
 use crate::acl::{Acl, AclRule, RuleInfo};
 use crate::arp::{ArpCache, ArpInfo, Resolve};

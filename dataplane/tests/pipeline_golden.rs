@@ -1004,6 +1004,7 @@ fn no_headroom_for_tag() {
     let mut buf = VecBuf::with_headroom(&f, 0);
     let v = p.process(Timestamp::from_secs(2), IN_PORT, &mut buf);
     assert_eq!(v, Verdict::Drop(DropReason::NoHeadroom));
+    assert_eq!(buf.data(), &f[..], "a NoHeadroom drop leaves the frame untouched");
 }
 
 #[test]
