@@ -41,6 +41,9 @@
 //!    decrement with an RFC 1624 incremental checksum update, VLAN tag
 //!    added/removed/rewritten for the egress interface (`NoHeadroom`), MACs
 //!    rewritten.
+//!    The flow is created before the next hop is resolved (as conntrack
+//!    precedes neighbour resolution in Linux), so the sender's
+//!    retransmission after an `ArpUnresolved` drop finds its flow.
 //!
 //! Invariants:
 //! - `process` never allocates, locks, logs or panics (slice accesses are
