@@ -64,6 +64,7 @@ fn pipeline(flows: usize) -> Pipeline {
         arp_capacity: 64,
         arp_timeout: Duration::from_secs(3600),
         arp_retry: Duration::from_secs(1),
+        static_neighbors: vec![],
     })
     .unwrap();
     let t = Timestamp::from_secs(1);

@@ -125,6 +125,10 @@ pub struct PipelineConfig {
     pub arp_capacity: usize,
     pub arp_timeout: Duration,
     pub arp_retry: Duration,
+    /// Static neighbour entries (IPv4 → MAC), consulted before the ARP
+    /// cache and never aged: next hops on links without ARP (pcap vdevs in
+    /// benches) and CCL peers with fixed MACs.
+    pub static_neighbors: Vec<(Ipv4Addr, [u8; 6])>,
 }
 
 /// Configuration errors, found once by `Pipeline::new`.
@@ -170,6 +174,11 @@ pub enum Verdict {
     /// Transmit the (rewritten) buffer on this port.
     Forward(PortId),
     Drop(DropReason),
+    /// The pipeline is done with the buffer and keeps nothing pointing to
+    /// it: free it. Cluster mode only — a CCL control message was handled,
+    /// or the frame was copied into the pending table to wait for an owner
+    /// reply (counted in `Counters::consumed`).
+    Consumed,
 }
 
 /// Per-port packet and byte counts.
@@ -192,8 +201,8 @@ pub struct Ipv6Counters {
     pub other: u64,
 }
 
-/// The pipeline's counters. Invariant: `packets == forwarded + arp_replies
-/// + icmp_echo_replies + drops.iter().sum()`.
+/// The pipeline's counters. Invariant: `packets == forwarded + consumed +
+/// arp_replies + icmp_echo_replies + drops.iter().sum()`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Counters {
     /// Frames passed to `process`.
@@ -202,6 +211,9 @@ pub struct Counters {
     pub drops: [u64; DropReason::COUNT],
     /// Routed to an egress port.
     pub forwarded: u64,
+    /// `Verdict::Consumed` (cluster mode: CCL control messages handled,
+    /// frames parked in the pending table).
+    pub consumed: u64,
     /// ARP requests answered.
     pub arp_replies: u64,
     /// ICMP echo requests answered.
@@ -229,6 +241,7 @@ impl Counters {
             packets: 0,
             drops: [0; DropReason::COUNT],
             forwarded: 0,
+            consumed: 0,
             arp_replies: 0,
             icmp_echo_replies: 0,
             icmp_errors_forwarded: 0,
@@ -256,6 +269,7 @@ impl Counters {
         CountersSnapshot {
             packets: self.packets,
             forwarded: self.forwarded,
+            consumed: self.consumed,
             arp_replies: self.arp_replies,
             icmp_echo_replies: self.icmp_echo_replies,
             icmp_errors_forwarded: self.icmp_errors_forwarded,
@@ -280,6 +294,7 @@ impl Counters {
 pub struct CountersSnapshot {
     pub packets: u64,
     pub forwarded: u64,
+    pub consumed: u64,
     pub arp_replies: u64,
     pub icmp_echo_replies: u64,
     pub icmp_errors_forwarded: u64,
@@ -325,6 +340,7 @@ struct Generated {
 /// Internal result of `classify`, mapped to counters by `process`.
 enum Outcome {
     Forward(PortId),
+    Consumed,
     ArpReply(PortId),
     EchoReply(PortId),
     Drop(DropReason),
@@ -344,6 +360,8 @@ pub struct Pipeline {
     acl: Acl,
     conntrack: ConnTable,
     arp: ArpCache,
+    /// `PipelineConfig::static_neighbors`, searched linearly (a handful).
+    static_neighbors: Vec<(Ipv4Addr, [u8; 6])>,
     generated: Vec<Generated>,
     counters: Counters,
 }
@@ -493,6 +511,7 @@ impl Pipeline {
             acl,
             conntrack: ConnTable::new(cfg.flow_capacity, cfg.timeouts),
             arp: ArpCache::new(cfg.arp_capacity, cfg.arp_timeout, cfg.arp_retry),
+            static_neighbors: cfg.static_neighbors.clone(),
             generated: Vec::with_capacity(MAX_GENERATED),
             counters: Counters::new(max_port),
         })
@@ -526,6 +545,10 @@ impl Pipeline {
             Outcome::Forward(p) => {
                 c.forwarded += 1;
                 p
+            }
+            Outcome::Consumed => {
+                c.consumed += 1;
+                return Verdict::Consumed;
             }
             Outcome::ArpReply(p) => {
                 c.arp_replies += 1;
@@ -772,7 +795,7 @@ impl Pipeline {
             .ifaces
             .get(usize::from(egress.0))
             .ok_or(DropReason::NoRoute)?;
-        let mac = match self.arp.resolve(now, next_hop, egress) {
+        let mac = match self.neighbor(now, next_hop, egress) {
             Resolve::Mac(m) => m,
             Resolve::Refresh(m) => {
                 self.queue_arp_request(eg, next_hop, m);
@@ -877,6 +900,15 @@ impl Pipeline {
         icmp.set_msg_type(msg_type::ECHO_REPLY);
         icmp.set_checksum(c);
         Ok(Outcome::EchoReply(in_port))
+    }
+
+    /// The MAC of `ip` behind interface `ifx`: a static neighbour, else the
+    /// ARP cache.
+    fn neighbor(&mut self, now: Timestamp, ip: Ipv4Addr, ifx: IfIndex) -> Resolve {
+        match self.static_neighbors.iter().find(|(a, _)| *a == ip) {
+            Some(&(_, mac)) => Resolve::Mac(mac),
+            None => self.arp.resolve(now, ip, ifx),
+        }
     }
 
     /// Queue a who-has for `target` out of `eg`, to `dst` (broadcast, or

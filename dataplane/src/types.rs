@@ -215,6 +215,26 @@ drop_reasons! {
     Ipv4SourceRoute => "ipv4-source-route",
     /// IPv4 option with a bad length.
     Ipv4BadOptions => "ipv4-bad-options",
+    // --- cluster packet path (docs/cluster-design.md) ---
+    /// A packet waiting for an owner reply found the pending table full.
+    ClusterPendingFull => "cluster-pending-full",
+    /// A frame forwarded or relayed to this node as owner, with no owner
+    /// flow here.
+    ClusterNoOwnerFlow => "cluster-no-owner-flow",
+    /// A relay reached the director, which has no record of the flow.
+    ClusterNoRecord => "cluster-no-record",
+    /// The director/backup/forwarder record table is full.
+    ClusterRecordTableFull => "cluster-record-table-full",
+    /// A datagram to the CCL port that the CCL opener rejected (the reason
+    /// is counted among the CCL drops), or an authentic message that does
+    /// not make sense here (e.g. a forwarded frame that does not parse).
+    CclMalformed => "ccl-malformed",
+    /// The CCL address of the peer to send to is not resolved yet (an ARP
+    /// request went out on the CCL interface).
+    ClusterPeerUnresolved => "cluster-peer-unresolved",
+    /// The owner a packet should go to is not a member (or not a
+    /// configured peer).
+    ClusterOwnerUnknown => "cluster-owner-unknown",
 }
 
 impl fmt::Display for DropReason {

@@ -83,6 +83,7 @@ fn flat(c: &Counters) -> BTreeMap<String, u64> {
     for (k, v) in [
         ("packets", c.packets),
         ("forwarded", c.forwarded),
+        ("consumed", c.consumed),
         ("arp_replies", c.arp_replies),
         ("icmp_echo_replies", c.icmp_echo_replies),
         ("icmp_errors_forwarded", c.icmp_errors_forwarded),
@@ -151,6 +152,7 @@ fn run(p: &mut Pipeline, rows: Vec<Row>) {
         match r.verdict {
             Verdict::Drop(d) => add(d.as_str().into(), 1),
             Verdict::Forward(o) => add(format!("tx:{}", o.0), 1),
+            Verdict::Consumed => add("consumed".into(), 1),
         }
         for (gp, _) in &r.generated {
             add(format!("tx:{}", gp.0), 1);
@@ -171,7 +173,7 @@ fn run(p: &mut Pipeline, rows: Vec<Row>) {
         let c = p.counters();
         assert_eq!(
             c.packets,
-            c.emitted() + c.dropped(),
+            c.emitted() + c.consumed + c.dropped(),
             "{}: every packet accounted for",
             r.desc
         );

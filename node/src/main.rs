@@ -274,6 +274,7 @@ fn pipeline_config(cfg: &Config, interfaces: Vec<InterfaceSpec>) -> PipelineConf
         arp_capacity: cfg.arp.capacity as usize,
         arp_timeout: Duration::from_secs(cfg.arp.timeout),
         arp_retry: Duration::from_secs(cfg.arp.retry),
+        static_neighbors: vec![],
     }
 }
 

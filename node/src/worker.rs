@@ -41,6 +41,12 @@ impl PacketBuf for MbufBuf<'_> {
     fn trim_front(&mut self, n: usize) -> bool {
         u16::try_from(n).map(|n| self.0.adj(n)).unwrap_or(false)
     }
+    fn append(&mut self, n: usize) -> bool {
+        u16::try_from(n).ok().and_then(|n| self.0.append(n)).is_some()
+    }
+    fn trim_back(&mut self, n: usize) -> bool {
+        u16::try_from(n).map(|n| self.0.trim(n)).unwrap_or(false)
+    }
 }
 
 pub struct Worker {
@@ -86,7 +92,7 @@ impl Worker {
                                 }
                             }
                         }
-                        Verdict::Drop(_) => push_dead(&mut dead, m),
+                        Verdict::Drop(_) | Verdict::Consumed => push_dead(&mut dead, m),
                     }
                 }
             }

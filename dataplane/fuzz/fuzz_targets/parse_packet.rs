@@ -102,6 +102,7 @@ fn pipeline() -> Pipeline {
         arp_capacity: 8,
         arp_timeout: Duration::from_secs(300),
         arp_retry: Duration::from_secs(1),
+        static_neighbors: vec![],
     })
     .expect("valid config")
 }
