@@ -10,6 +10,7 @@
 pub mod acl;
 pub mod arp;
 pub mod buf;
+pub mod ccl;
 pub mod pipeline;
 pub mod route;
 pub mod conntrack;

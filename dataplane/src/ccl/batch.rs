@@ -1,0 +1,276 @@
+//! Batched flow records: the payload of `FlowRegister` and `StateUpdate`.
+//!
+//! Layout: `count` (u16) then `count` records, each fixed-size for its
+//! address family (58 bytes IPv4, 82 bytes IPv6):
+//!
+//! | off | len | field |
+//! | --- | --- | --- |
+//! | 0 | 14/38 | flow key (family byte first) |
+//! | k | 1 | owner node id (0..=15) |
+//! | k+1 | 1 | op (1 = upsert, 2 = delete) |
+//! | k+2 | 1 | TCP state (conntrack's code; opaque here) |
+//! | k+3 | 1 | flags (opaque here) |
+//! | k+4 | 4 | sequence delta (SYN-cookie ISN translation, R6) |
+//! | k+8 | 4 | idle timeout, seconds |
+//! | k+12 | 32 | opaque state (windows, NAT binding: the cluster logic's) |
+//!
+//! Invariants: `FlowBatch::parse` walks and validates every record once, so
+//! its iterator is infallible and yields exactly `count` records;
+//! `BatchWriter` appends whole records only and never writes past its
+//! buffer, so a batch is always well-formed.
+
+use super::message::{arr, too_small, truncated, FlowKey};
+use super::CclError;
+use crate::NodeId;
+
+/// Bytes of per-flow state carried as-is (interpreted by the cluster logic).
+pub const OPAQUE_LEN: usize = 32;
+/// Record bytes after the flow key.
+const TAIL_LEN: usize = 12 + OPAQUE_LEN;
+
+/// What the receiver does with the record.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum FlowOp {
+    /// Create or replace the flow's record.
+    Upsert = 1,
+    /// Forget the flow.
+    Delete = 2,
+}
+
+/// One flow's replicated state.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct FlowRecord {
+    pub flow: FlowKey,
+    pub owner: NodeId,
+    pub op: FlowOp,
+    pub tcp_state: u8,
+    pub flags: u8,
+    pub seq_delta: u32,
+    pub idle_timeout_s: u32,
+    pub opaque: [u8; OPAQUE_LEN],
+}
+
+impl FlowRecord {
+    pub const V4_LEN: usize = FlowKey::V4_LEN + TAIL_LEN;
+    pub const V6_LEN: usize = FlowKey::V6_LEN + TAIL_LEN;
+
+    #[inline]
+    pub fn wire_len(&self) -> usize {
+        self.flow.wire_len() + TAIL_LEN
+    }
+
+    /// Parse one record at the start of `b`; returns it and its length.
+    pub fn parse_prefix(b: &[u8]) -> Result<(Self, usize), CclError> {
+        let (flow, k) = FlowKey::parse_prefix(b)?;
+        let t: [u8; TAIL_LEN] = arr(b, k)?;
+        let owner = if usize::from(t[0]) < NodeId::MAX_NODES {
+            NodeId(t[0])
+        } else {
+            return Err(CclError::BadNodeId(t[0]));
+        };
+        let op = match t[1] {
+            1 => FlowOp::Upsert,
+            2 => FlowOp::Delete,
+            v => return Err(CclError::BadValue { field: "flow op", value: u64::from(v) }),
+        };
+        let mut opaque = [0u8; OPAQUE_LEN];
+        opaque.copy_from_slice(&t[12..]);
+        Ok((
+            FlowRecord {
+                flow,
+                owner,
+                op,
+                tcp_state: t[2],
+                flags: t[3],
+                seq_delta: u32::from_be_bytes([t[4], t[5], t[6], t[7]]),
+                idle_timeout_s: u32::from_be_bytes([t[8], t[9], t[10], t[11]]),
+                opaque,
+            },
+            k + TAIL_LEN,
+        ))
+    }
+
+    /// Parse a record that fills `b` exactly.
+    pub fn parse(b: &[u8]) -> Result<Self, CclError> {
+        let (r, n) = Self::parse_prefix(b)?;
+        if b.len() != n {
+            return Err(CclError::TrailingBytes { what: "flow record", extra: b.len() - n });
+        }
+        Ok(r)
+    }
+
+    pub fn emit(&self, out: &mut [u8]) -> Result<usize, CclError> {
+        let n = self.wire_len();
+        if out.len() < n {
+            return Err(too_small(n, out));
+        }
+        if self.owner.index() >= NodeId::MAX_NODES {
+            return Err(CclError::BadNodeId(self.owner.0));
+        }
+        let k = self.flow.emit(out)?;
+        let t = &mut out[k..n];
+        t[0] = self.owner.0;
+        t[1] = self.op as u8;
+        t[2] = self.tcp_state;
+        t[3] = self.flags;
+        t[4..8].copy_from_slice(&self.seq_delta.to_be_bytes());
+        t[8..12].copy_from_slice(&self.idle_timeout_s.to_be_bytes());
+        t[12..].copy_from_slice(&self.opaque);
+        Ok(n)
+    }
+}
+
+/// A received (or written) batch of records, borrowed from its bytes.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct FlowBatch<'a> {
+    count: u16,
+    records: &'a [u8],
+}
+
+impl<'a> FlowBatch<'a> {
+    /// Validate `count` and every record; trailing bytes are an error.
+    pub fn parse(b: &'a [u8]) -> Result<Self, CclError> {
+        let c: [u8; 2] = arr(b, 0)?;
+        let count = u16::from_be_bytes(c);
+        let records = &b[2..];
+        let mut off = 0;
+        for _ in 0..count {
+            let rest = records.get(off..).unwrap_or(&[]);
+            if rest.is_empty() {
+                return Err(truncated(2 + off + FlowRecord::V4_LEN, b));
+            }
+            let (_, n) = FlowRecord::parse_prefix(rest)?;
+            off += n;
+        }
+        if off != records.len() {
+            return Err(CclError::TrailingBytes { what: "flow batch", extra: records.len() - off });
+        }
+        Ok(FlowBatch { count, records })
+    }
+    #[inline]
+    pub fn len(&self) -> usize {
+        usize::from(self.count)
+    }
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+    #[inline]
+    pub fn wire_len(&self) -> usize {
+        2 + self.records.len()
+    }
+    #[inline]
+    pub fn iter(&self) -> FlowBatchIter<'a> {
+        FlowBatchIter { rest: self.records, left: self.count }
+    }
+    pub fn emit(&self, out: &mut [u8]) -> Result<usize, CclError> {
+        let n = self.wire_len();
+        if out.len() < n {
+            return Err(too_small(n, out));
+        }
+        out[..2].copy_from_slice(&self.count.to_be_bytes());
+        out[2..n].copy_from_slice(self.records);
+        Ok(n)
+    }
+}
+
+impl<'a> IntoIterator for &FlowBatch<'a> {
+    type Item = FlowRecord;
+    type IntoIter = FlowBatchIter<'a>;
+    fn into_iter(self) -> FlowBatchIter<'a> {
+        self.iter()
+    }
+}
+
+/// Records of a validated batch, in order.
+#[derive(Clone, Debug)]
+pub struct FlowBatchIter<'a> {
+    rest: &'a [u8],
+    left: u16,
+}
+
+impl Iterator for FlowBatchIter<'_> {
+    type Item = FlowRecord;
+    fn next(&mut self) -> Option<FlowRecord> {
+        if self.left == 0 {
+            return None;
+        }
+        // Validated by `FlowBatch::parse` (or written by `BatchWriter`);
+        // an error here would end the iteration rather than panic.
+        let (r, n) = FlowRecord::parse_prefix(self.rest).ok()?;
+        self.rest = self.rest.get(n..).unwrap_or(&[]);
+        self.left -= 1;
+        Some(r)
+    }
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (usize::from(self.left), Some(usize::from(self.left)))
+    }
+}
+
+/// Appends records into a caller-provided payload buffer until it is full
+/// (per-burst batching: push the burst's records, seal when `push` reports
+/// `BatchFull` or the burst ends, then `reset`). Size the buffer with
+/// [`super::MAX_PAYLOAD_MTU1500`] to fill one unfragmented datagram.
+#[derive(Debug)]
+pub struct BatchWriter<'b> {
+    buf: &'b mut [u8],
+    len: usize,
+    count: u16,
+}
+
+impl<'b> BatchWriter<'b> {
+    /// `BufferTooSmall` when `buf` cannot hold even the count field.
+    pub fn new(buf: &'b mut [u8]) -> Result<Self, CclError> {
+        if buf.len() < 2 {
+            return Err(too_small(2, buf));
+        }
+        buf[..2].copy_from_slice(&0u16.to_be_bytes());
+        Ok(BatchWriter { buf, len: 2, count: 0 })
+    }
+    /// Append `r`; `BatchFull` (nothing written) when it does not fit.
+    pub fn push(&mut self, r: &FlowRecord) -> Result<(), CclError> {
+        if self.count == u16::MAX {
+            return Err(CclError::BatchFull(self.count));
+        }
+        let n = r.wire_len();
+        let room = match self.buf.get_mut(self.len..) {
+            Some(room) if room.len() >= n => room,
+            _ => return Err(CclError::BatchFull(self.count)),
+        };
+        r.emit(room)?;
+        self.len += n;
+        self.count += 1;
+        self.buf[..2].copy_from_slice(&self.count.to_be_bytes());
+        Ok(())
+    }
+    /// Would a record of `r`'s family still fit?
+    #[inline]
+    pub fn has_room_for(&self, r: &FlowRecord) -> bool {
+        self.count < u16::MAX && self.buf.len() - self.len >= r.wire_len()
+    }
+    #[inline]
+    pub fn len(&self) -> usize {
+        usize::from(self.count)
+    }
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+    /// Bytes written so far (count field included).
+    #[inline]
+    pub fn bytes(&self) -> usize {
+        self.len
+    }
+    /// The batch so far, ready for `Message::StateUpdate` / `FlowRegister`.
+    #[inline]
+    pub fn as_batch(&self) -> FlowBatch<'_> {
+        FlowBatch { count: self.count, records: &self.buf[2..self.len] }
+    }
+    /// Start a new batch in the same buffer.
+    pub fn reset(&mut self) {
+        self.len = 2;
+        self.count = 0;
+        self.buf[..2].copy_from_slice(&0u16.to_be_bytes());
+    }
+}

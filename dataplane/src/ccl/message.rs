@@ -1,0 +1,551 @@
+//! Message kinds and their payloads: small value types that `parse` a
+//! payload slice and `emit` into a caller's buffer. Payloads that carry
+//! bytes (frames, record batches) borrow them from the datagram.
+//!
+//! Invariants: every `parse` consumes its input exactly (trailing bytes are
+//! an error, so one datagram has one meaning), never panics and never
+//! allocates; every `emit` returns `BufferTooSmall` rather than writing
+//! past `out`, and `emit` of a parsed value reproduces the input bytes.
+
+use super::batch::FlowBatch;
+use super::CclError;
+use crate::{FiveTuple, NodeId};
+use core::fmt;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+macro_rules! kinds {
+    ($( $(#[$doc:meta])* $name:ident = $code:literal => $text:literal, )*) => {
+        /// The message kind byte of the header.
+        #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+        #[repr(u8)]
+        pub enum MessageKind { $( $(#[$doc])* $name = $code, )* }
+
+        impl MessageKind {
+            pub const ALL: &'static [MessageKind] = &[ $( MessageKind::$name, )* ];
+            pub const COUNT: usize = MessageKind::ALL.len();
+            pub const fn as_str(self) -> &'static str {
+                match self { $( MessageKind::$name => $text, )* }
+            }
+            pub const fn from_u8(v: u8) -> Option<Self> {
+                match v { $( $code => Some(MessageKind::$name), )* _ => None }
+            }
+            /// Dense index for counter arrays (wire code − 1).
+            pub const fn index(self) -> usize { self as usize - 1 }
+        }
+    };
+}
+
+kinds! {
+    /// Periodic liveness and membership beacon (SPEC M1).
+    Heartbeat = 1 => "heartbeat",
+    /// Forwarder/owner → director: who owns this flow? (R5, R8)
+    OwnerQuery = 2 => "owner-query",
+    /// Director → querier.
+    OwnerReply = 3 => "owner-reply",
+    /// Owner → director: new connections (R2).
+    FlowRegister = 4 => "flow-register",
+    /// Owner → director/backups: state changes (R9).
+    StateUpdate = 5 => "state-update",
+    /// Forwarder → owner: an encapsulated data frame (R5).
+    ForwardedPacket = 6 => "forwarded-packet",
+    /// Forwarder → director, relayed to the owner (R7).
+    RelayToOwner = 7 => "relay-to-owner",
+}
+
+impl fmt::Display for MessageKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[inline]
+pub(crate) fn too_small(needed: usize, out: &[u8]) -> CclError {
+    CclError::BufferTooSmall { needed, available: out.len() }
+}
+
+#[inline]
+pub(crate) fn truncated(needed: usize, b: &[u8]) -> CclError {
+    CclError::Truncated { needed, available: b.len() }
+}
+
+#[inline]
+fn exact(what: &'static str, b: &[u8], used: usize) -> Result<(), CclError> {
+    if b.len() > used {
+        Err(CclError::TrailingBytes { what, extra: b.len() - used })
+    } else {
+        Ok(())
+    }
+}
+
+#[inline]
+pub(crate) fn arr<const N: usize>(b: &[u8], at: usize) -> Result<[u8; N], CclError> {
+    let s = b.get(at..at + N).ok_or_else(|| truncated(at + N, b))?;
+    let mut a = [0u8; N];
+    a.copy_from_slice(s);
+    Ok(a)
+}
+
+/// Address family byte of an encoded [`FlowKey`]; `0` encodes "no key"
+/// where a key is optional.
+pub mod family {
+    pub const NONE: u8 = 0;
+    pub const V4: u8 = 4;
+    pub const V6: u8 = 6;
+}
+
+/// A five-tuple whose two addresses share one family, in its compact wire
+/// form: family (1: 4 or 6), source address (4/16), destination address
+/// (4/16), source port (2), destination port (2), protocol (1) — 14 bytes
+/// for IPv4, 38 for IPv6.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub struct FlowKey {
+    tuple: FiveTuple,
+}
+
+impl FlowKey {
+    pub const V4_LEN: usize = 14;
+    pub const V6_LEN: usize = 38;
+
+    /// `MixedFamily` when source and destination families differ.
+    pub fn new(tuple: FiveTuple) -> Result<Self, CclError> {
+        match (tuple.src, tuple.dst) {
+            (IpAddr::V4(_), IpAddr::V4(_)) | (IpAddr::V6(_), IpAddr::V6(_)) => Ok(FlowKey { tuple }),
+            _ => Err(CclError::MixedFamily),
+        }
+    }
+    #[inline]
+    pub fn tuple(&self) -> FiveTuple {
+        self.tuple
+    }
+    #[inline]
+    pub fn is_ipv6(&self) -> bool {
+        self.tuple.src.is_ipv6()
+    }
+    /// Encoded length (14 or 38).
+    #[inline]
+    pub fn wire_len(&self) -> usize {
+        if self.is_ipv6() {
+            Self::V6_LEN
+        } else {
+            Self::V4_LEN
+        }
+    }
+    /// Encoded length announced by a family byte.
+    #[inline]
+    pub(crate) fn len_for_family(f: u8) -> Result<usize, CclError> {
+        match f {
+            family::V4 => Ok(Self::V4_LEN),
+            family::V6 => Ok(Self::V6_LEN),
+            v => Err(CclError::BadValue { field: "address family", value: u64::from(v) }),
+        }
+    }
+
+    /// Parse a key that fills `b` exactly.
+    pub fn parse(b: &[u8]) -> Result<Self, CclError> {
+        let (k, n) = Self::parse_prefix(b)?;
+        exact("flow key", b, n)?;
+        Ok(k)
+    }
+
+    /// Parse a key at the start of `b`; returns it and its length.
+    pub fn parse_prefix(b: &[u8]) -> Result<(Self, usize), CclError> {
+        let f = *b.first().ok_or_else(|| truncated(1, b))?;
+        let n = Self::len_for_family(f)?;
+        let body = b.get(..n).ok_or_else(|| truncated(n, b))?;
+        let (src, dst, rest): (IpAddr, IpAddr, usize) = if f == family::V4 {
+            let s: [u8; 4] = arr(body, 1)?;
+            let d: [u8; 4] = arr(body, 5)?;
+            (Ipv4Addr::from(s).into(), Ipv4Addr::from(d).into(), 9)
+        } else {
+            let s: [u8; 16] = arr(body, 1)?;
+            let d: [u8; 16] = arr(body, 17)?;
+            (Ipv6Addr::from(s).into(), Ipv6Addr::from(d).into(), 33)
+        };
+        let sp = u16::from_be_bytes(arr(body, rest)?);
+        let dp = u16::from_be_bytes(arr(body, rest + 2)?);
+        let [proto] = arr::<1>(body, rest + 4)?;
+        let tuple = FiveTuple { src, dst, proto, src_port: sp, dst_port: dp };
+        Ok((FlowKey { tuple }, n))
+    }
+
+    pub fn emit(&self, out: &mut [u8]) -> Result<usize, CclError> {
+        let n = self.wire_len();
+        let o = match out.get_mut(..n) {
+            Some(o) => o,
+            None => return Err(CclError::BufferTooSmall { needed: n, available: out.len() }),
+        };
+        let rest = match (self.tuple.src, self.tuple.dst) {
+            (IpAddr::V4(s), IpAddr::V4(d)) => {
+                o[0] = family::V4;
+                o[1..5].copy_from_slice(&s.octets());
+                o[5..9].copy_from_slice(&d.octets());
+                9
+            }
+            (IpAddr::V6(s), IpAddr::V6(d)) => {
+                o[0] = family::V6;
+                o[1..17].copy_from_slice(&s.octets());
+                o[17..33].copy_from_slice(&d.octets());
+                33
+            }
+            // `new` refuses mixed families, so this arm is never taken.
+            _ => return Err(CclError::MixedFamily),
+        };
+        o[rest..rest + 2].copy_from_slice(&self.tuple.src_port.to_be_bytes());
+        o[rest + 2..rest + 4].copy_from_slice(&self.tuple.dst_port.to_be_bytes());
+        o[rest + 4] = self.tuple.proto;
+        Ok(n)
+    }
+}
+
+impl TryFrom<FiveTuple> for FlowKey {
+    type Error = CclError;
+    fn try_from(t: FiveTuple) -> Result<Self, CclError> {
+        FlowKey::new(t)
+    }
+}
+
+impl From<FlowKey> for FiveTuple {
+    fn from(k: FlowKey) -> FiveTuple {
+        k.tuple
+    }
+}
+
+/// Optional key: family byte `0` alone means none.
+fn parse_opt_key(b: &[u8]) -> Result<(Option<FlowKey>, usize), CclError> {
+    match b.first() {
+        None => Err(truncated(1, b)),
+        Some(&family::NONE) => Ok((None, 1)),
+        Some(_) => FlowKey::parse_prefix(b).map(|(k, n)| (Some(k), n)),
+    }
+}
+
+fn emit_opt_key(k: &Option<FlowKey>, out: &mut [u8]) -> Result<usize, CclError> {
+    match k {
+        Some(k) => k.emit(out),
+        None => match out.first_mut() {
+            Some(b) => {
+                *b = family::NONE;
+                Ok(1)
+            }
+            None => Err(too_small(1, out)),
+        },
+    }
+}
+
+/// Placeholder liveness beacon: 4 bytes (priority, state, member bitmap).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Heartbeat {
+    pub priority: u8,
+    pub state: u8,
+    /// Bit n set: the sender counts node n as a member.
+    pub member_bitmap: u16,
+}
+
+impl Heartbeat {
+    pub const LEN: usize = 4;
+    pub fn parse(b: &[u8]) -> Result<Self, CclError> {
+        let a: [u8; 4] = arr(b, 0)?;
+        exact("heartbeat", b, Self::LEN)?;
+        Ok(Heartbeat { priority: a[0], state: a[1], member_bitmap: u16::from_be_bytes([a[2], a[3]]) })
+    }
+    pub fn emit(&self, out: &mut [u8]) -> Result<usize, CclError> {
+        if out.len() < Self::LEN {
+            return Err(too_small(Self::LEN, out));
+        }
+        let o = &mut out[..Self::LEN];
+        o[0] = self.priority;
+        o[1] = self.state;
+        o[2..4].copy_from_slice(&self.member_bitmap.to_be_bytes());
+        Ok(Self::LEN)
+    }
+}
+
+const ELECT_IF_ABSENT: u8 = 0x01;
+
+/// Who owns `flow`? Layout: query id (4), flags (1: bit 0 = elect the
+/// querier if the director knows no flow, SPEC R8; other bits zero), flow
+/// key (14/38).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct OwnerQuery {
+    pub query_id: u32,
+    pub flow: FlowKey,
+    pub elect_if_absent: bool,
+}
+
+impl OwnerQuery {
+    pub fn parse(b: &[u8]) -> Result<Self, CclError> {
+        let id: [u8; 4] = arr(b, 0)?;
+        let [flags] = arr::<1>(b, 4)?;
+        if flags & !ELECT_IF_ABSENT != 0 {
+            return Err(CclError::BadValue { field: "owner-query flags", value: u64::from(flags) });
+        }
+        let flow = FlowKey::parse(&b[5..])?;
+        Ok(OwnerQuery { query_id: u32::from_be_bytes(id), flow, elect_if_absent: flags != 0 })
+    }
+    pub fn wire_len(&self) -> usize {
+        5 + self.flow.wire_len()
+    }
+    pub fn emit(&self, out: &mut [u8]) -> Result<usize, CclError> {
+        let n = self.wire_len();
+        if out.len() < n {
+            return Err(too_small(n, out));
+        }
+        out[..4].copy_from_slice(&self.query_id.to_be_bytes());
+        out[4] = if self.elect_if_absent { ELECT_IF_ABSENT } else { 0 };
+        self.flow.emit(&mut out[5..])?;
+        Ok(n)
+    }
+}
+
+const NO_OWNER: u8 = 0xff;
+
+/// The director's answer. Layout: query id (4), owner (1: node id 0..=15,
+/// or 0xff = unknown), flow key (14/38).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct OwnerReply {
+    pub query_id: u32,
+    pub flow: FlowKey,
+    pub owner: Option<NodeId>,
+}
+
+impl OwnerReply {
+    pub fn parse(b: &[u8]) -> Result<Self, CclError> {
+        let id: [u8; 4] = arr(b, 0)?;
+        let [o] = arr::<1>(b, 4)?;
+        let owner = match o {
+            NO_OWNER => None,
+            n if usize::from(n) < NodeId::MAX_NODES => Some(NodeId(n)),
+            n => return Err(CclError::BadNodeId(n)),
+        };
+        let flow = FlowKey::parse(&b[5..])?;
+        Ok(OwnerReply { query_id: u32::from_be_bytes(id), flow, owner })
+    }
+    pub fn wire_len(&self) -> usize {
+        5 + self.flow.wire_len()
+    }
+    pub fn emit(&self, out: &mut [u8]) -> Result<usize, CclError> {
+        let n = self.wire_len();
+        if out.len() < n {
+            return Err(too_small(n, out));
+        }
+        out[..4].copy_from_slice(&self.query_id.to_be_bytes());
+        out[4] = match self.owner {
+            None => NO_OWNER,
+            Some(n) if n.index() < NodeId::MAX_NODES => n.0,
+            Some(n) => return Err(CclError::BadNodeId(n.0)),
+        };
+        self.flow.emit(&mut out[5..])?;
+        Ok(n)
+    }
+}
+
+/// Shortest frame a forwarded/relayed payload may carry (an Ethernet header).
+pub const MIN_FRAME_LEN: usize = 14;
+
+/// A data frame tunnelled from a forwarder (or a relaying director) to the
+/// owner, who processes it as if received on `ingress_iface`. Layout:
+/// ingress interface (1), optional flow key (family 0 = none, else 14/38),
+/// then the original Ethernet frame to the end of the payload.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct ForwardedPacket<'a> {
+    pub ingress_iface: u8,
+    /// The forwarder's five-tuple, when it has one the owner cannot read
+    /// from the frame itself (a non-first fragment, SPEC R10).
+    pub flow_hint: Option<FlowKey>,
+    pub frame: &'a [u8],
+}
+
+impl<'a> ForwardedPacket<'a> {
+    pub fn parse(b: &'a [u8]) -> Result<Self, CclError> {
+        let [iface] = arr::<1>(b, 0)?;
+        let (flow_hint, n) = parse_opt_key(&b[1..])?;
+        let frame = &b[1 + n..];
+        if frame.len() < MIN_FRAME_LEN {
+            return Err(truncated(1 + n + MIN_FRAME_LEN, b));
+        }
+        Ok(ForwardedPacket { ingress_iface: iface, flow_hint, frame })
+    }
+    pub fn wire_len(&self) -> usize {
+        2 + self.flow_hint.map_or(0, |k| k.wire_len() - 1) + self.frame.len()
+    }
+    pub fn emit(&self, out: &mut [u8]) -> Result<usize, CclError> {
+        let n = self.wire_len();
+        if out.len() < n {
+            return Err(too_small(n, out));
+        }
+        if self.frame.len() < MIN_FRAME_LEN {
+            return Err(CclError::BadValue { field: "frame length", value: self.frame.len() as u64 });
+        }
+        out[0] = self.ingress_iface;
+        let k = emit_opt_key(&self.flow_hint, &mut out[1..])?;
+        out[1 + k..n].copy_from_slice(self.frame);
+        Ok(n)
+    }
+}
+
+/// A short-lived flow's frame sent to the director, which relays it to the
+/// owner (SPEC R7). Layout: ingress interface (1), then the frame.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct RelayToOwner<'a> {
+    pub ingress_iface: u8,
+    pub frame: &'a [u8],
+}
+
+impl<'a> RelayToOwner<'a> {
+    pub fn parse(b: &'a [u8]) -> Result<Self, CclError> {
+        let [iface] = arr::<1>(b, 0)?;
+        let frame = &b[1..];
+        if frame.len() < MIN_FRAME_LEN {
+            return Err(truncated(1 + MIN_FRAME_LEN, b));
+        }
+        Ok(RelayToOwner { ingress_iface: iface, frame })
+    }
+    pub fn wire_len(&self) -> usize {
+        1 + self.frame.len()
+    }
+    pub fn emit(&self, out: &mut [u8]) -> Result<usize, CclError> {
+        let n = self.wire_len();
+        if out.len() < n {
+            return Err(too_small(n, out));
+        }
+        if self.frame.len() < MIN_FRAME_LEN {
+            return Err(CclError::BadValue { field: "frame length", value: self.frame.len() as u64 });
+        }
+        out[0] = self.ingress_iface;
+        out[1..n].copy_from_slice(self.frame);
+        Ok(n)
+    }
+}
+
+/// One decoded message; byte-carrying variants borrow from the datagram.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Message<'a> {
+    Heartbeat(Heartbeat),
+    OwnerQuery(OwnerQuery),
+    OwnerReply(OwnerReply),
+    FlowRegister(FlowBatch<'a>),
+    StateUpdate(FlowBatch<'a>),
+    ForwardedPacket(ForwardedPacket<'a>),
+    RelayToOwner(RelayToOwner<'a>),
+}
+
+impl<'a> Message<'a> {
+    pub fn kind(&self) -> MessageKind {
+        match self {
+            Message::Heartbeat(_) => MessageKind::Heartbeat,
+            Message::OwnerQuery(_) => MessageKind::OwnerQuery,
+            Message::OwnerReply(_) => MessageKind::OwnerReply,
+            Message::FlowRegister(_) => MessageKind::FlowRegister,
+            Message::StateUpdate(_) => MessageKind::StateUpdate,
+            Message::ForwardedPacket(_) => MessageKind::ForwardedPacket,
+            Message::RelayToOwner(_) => MessageKind::RelayToOwner,
+        }
+    }
+
+    /// Decode `payload` as a message of wire kind `kind`.
+    pub fn parse(kind: u8, payload: &'a [u8]) -> Result<Self, CclError> {
+        let k = MessageKind::from_u8(kind).ok_or(CclError::UnknownKind(kind))?;
+        Ok(match k {
+            MessageKind::Heartbeat => Message::Heartbeat(Heartbeat::parse(payload)?),
+            MessageKind::OwnerQuery => Message::OwnerQuery(OwnerQuery::parse(payload)?),
+            MessageKind::OwnerReply => Message::OwnerReply(OwnerReply::parse(payload)?),
+            MessageKind::FlowRegister => Message::FlowRegister(FlowBatch::parse(payload)?),
+            MessageKind::StateUpdate => Message::StateUpdate(FlowBatch::parse(payload)?),
+            MessageKind::ForwardedPacket => Message::ForwardedPacket(ForwardedPacket::parse(payload)?),
+            MessageKind::RelayToOwner => Message::RelayToOwner(RelayToOwner::parse(payload)?),
+        })
+    }
+
+    /// Payload length `emit` will write.
+    pub fn wire_len(&self) -> usize {
+        match self {
+            Message::Heartbeat(_) => Heartbeat::LEN,
+            Message::OwnerQuery(m) => m.wire_len(),
+            Message::OwnerReply(m) => m.wire_len(),
+            Message::FlowRegister(b) | Message::StateUpdate(b) => b.wire_len(),
+            Message::ForwardedPacket(m) => m.wire_len(),
+            Message::RelayToOwner(m) => m.wire_len(),
+        }
+    }
+
+    /// Write the payload (not the header) into `out`.
+    pub fn emit(&self, out: &mut [u8]) -> Result<usize, CclError> {
+        match self {
+            Message::Heartbeat(m) => {
+                if out.len() < Heartbeat::LEN {
+                    return Err(too_small(Heartbeat::LEN, out));
+                }
+                m.emit(out)
+            }
+            Message::OwnerQuery(m) => m.emit(out),
+            Message::OwnerReply(m) => m.emit(out),
+            Message::FlowRegister(b) | Message::StateUpdate(b) => b.emit(out),
+            Message::ForwardedPacket(m) => m.emit(out),
+            Message::RelayToOwner(m) => m.emit(out),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v4() -> FlowKey {
+        FlowKey::new(FiveTuple {
+            src: Ipv4Addr::new(198, 18, 1, 10).into(),
+            dst: Ipv4Addr::new(198, 18, 2, 20).into(),
+            proto: 17,
+            src_port: 53000,
+            dst_port: 53,
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn flow_key_v4_bytes() {
+        let mut b = [0u8; 14];
+        assert_eq!(v4().emit(&mut b), Ok(14));
+        assert_eq!(b, [4, 198, 18, 1, 10, 198, 18, 2, 20, 0xcf, 0x08, 0, 53, 17]);
+        assert_eq!(FlowKey::parse(&b), Ok(v4()));
+        assert!(matches!(FlowKey::parse(&b[..13]), Err(CclError::Truncated { .. })));
+        let mut c = b;
+        c[0] = 5;
+        assert!(matches!(FlowKey::parse(&c), Err(CclError::BadValue { .. })));
+        let t: FiveTuple = v4().into();
+        assert_eq!(FlowKey::try_from(t), Ok(v4()));
+    }
+
+    #[test]
+    fn mixed_family_refused() {
+        let t = FiveTuple {
+            src: Ipv4Addr::LOCALHOST.into(),
+            dst: Ipv6Addr::LOCALHOST.into(),
+            proto: 6,
+            src_port: 1,
+            dst_port: 2,
+        };
+        assert_eq!(FlowKey::new(t), Err(CclError::MixedFamily));
+    }
+
+    #[test]
+    fn kinds_dense() {
+        for (i, k) in MessageKind::ALL.iter().enumerate() {
+            assert_eq!(k.index(), i);
+            assert_eq!(MessageKind::from_u8(*k as u8), Some(*k));
+        }
+        assert_eq!(MessageKind::from_u8(0), None);
+        assert_eq!(MessageKind::from_u8(8), None);
+    }
+
+    #[test]
+    fn small_buffers_refused() {
+        let q = OwnerQuery { query_id: 1, flow: v4(), elect_if_absent: true };
+        for n in 0..q.wire_len() {
+            let mut b = vec![0u8; n];
+            assert!(matches!(q.emit(&mut b), Err(CclError::BufferTooSmall { .. })));
+        }
+        let h = Heartbeat { priority: 1, state: 2, member_bitmap: 3 };
+        assert!(Message::Heartbeat(h).emit(&mut [0u8; 3]).is_err());
+        assert!(h.emit(&mut [0u8; 3]).is_err());
+    }
+}
