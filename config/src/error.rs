@@ -204,6 +204,60 @@ pub enum ErrorKind {
         /// The earlier interface's name.
         other_interface: String,
     },
+    /// The cluster key is shorter than the minimum. The key itself is never
+    /// part of a message.
+    #[error("the cluster key is too short: {length} characters, at least {min} required")]
+    KeyTooShort {
+        /// Characters in the key as written.
+        length: usize,
+        /// The minimum.
+        min: usize,
+    },
+    /// A name the node reserves for itself.
+    #[error("the name \"{name}\" is reserved: {why}")]
+    ReservedName {
+        /// The reserved name.
+        name: &'static str,
+        /// Why.
+        why: &'static str,
+    },
+    /// A member's CCL address outside the CCL subnet.
+    #[error("{addr} is not in the CCL subnet {subnet} (cluster.ccl.address)")]
+    NotInCclSubnet {
+        /// The address.
+        addr: std::net::Ipv4Addr,
+        /// The CCL subnet.
+        subnet: crate::net::Ipv4Net,
+    },
+    /// The member entry of this node disagrees with this node's own
+    /// settings, or another member claims this node's CCL address.
+    #[error("this node's member entry: {what} is {found}, expected {expected}")]
+    SelfMemberMismatch {
+        /// The field (`name`, `ccl-address`).
+        what: &'static str,
+        /// The value as written.
+        found: String,
+        /// What was expected and from where.
+        expected: String,
+    },
+    /// Another member uses this node's CCL address.
+    #[error("{addr} is this node's CCL address (cluster.ccl.address, node-id {node_id}), not member {id}'s")]
+    CclAddressOfThisNode {
+        /// The address.
+        addr: std::net::Ipv4Addr,
+        /// `cluster.node-id`.
+        node_id: u8,
+        /// The member that claims it.
+        id: u8,
+    },
+    /// The member list does not include this node.
+    #[error("the member list must include this node (node-id {node_id}); member ids are {ids}")]
+    SelfNotAMember {
+        /// `cluster.node-id`.
+        node_id: u8,
+        /// The member ids, comma-separated.
+        ids: String,
+    },
     /// Two interfaces on the same device and VLAN.
     #[error("device \"{device}\"{vlan} is already used by interface \"{other_interface}\"")]
     DuplicateDevice {

@@ -29,6 +29,7 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod cluster;
 mod error;
 mod locate;
 pub mod model;
@@ -37,6 +38,7 @@ mod validate;
 
 use std::path::Path;
 
+pub use cluster::{CclConfig, ClusterConfig, MemberConfig, Secret};
 pub use error::{ConfigError, ErrorKind};
 pub use model::{
     AccessRule, Action, ArpConfig, Config, DpdkConfig, FlowTableConfig, InterfaceConfig, LogLevel,

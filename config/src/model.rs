@@ -15,6 +15,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
+use crate::cluster::ClusterConfig;
 use crate::net::{Ipv4Net, PortRange, Protocol};
 
 /// Default `dpdk.mbufs`.
@@ -71,9 +72,12 @@ pub struct Config {
     pub flow_table: FlowTableConfig,
     /// `arp`.
     pub arp: ArpConfig,
+    /// `cluster`: cluster bootstrap settings; `None` for a single node.
+    pub cluster: Option<ClusterConfig>,
     /// The file name the configuration was parsed from (as given).
     pub source_file: PathBuf,
-    /// The original YAML text, for `show config`. Not serialized.
+    /// The original YAML text, for `show config`, with the value of
+    /// `cluster.key` replaced by `<redacted>`. Not serialized.
     #[serde(skip)]
     pub source_text: String,
 }

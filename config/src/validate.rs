@@ -63,6 +63,8 @@ struct RawConfig {
     flow_table: RawFlowTable,
     #[serde(default, deserialize_with = "null_default")]
     arp: RawArp,
+    #[serde(default)]
+    cluster: Option<crate::cluster::RawCluster>,
 }
 
 #[derive(Deserialize)]
@@ -291,7 +293,7 @@ fn serde_error(
 // ---------------------------------------------------------------------------
 // Phase 2: typed values and cross checks.
 
-struct Checker<'a> {
+pub(crate) struct Checker<'a> {
     src: &'a str,
     file: &'a str,
     locator: OnceCell<Locator>,
@@ -304,17 +306,24 @@ impl Checker<'_> {
         self.locator.get_or_init(|| Locator::new(self.src))
     }
 
-    fn err(&self, path: &FieldPath, kind: ErrorKind) -> ConfigError {
+    pub(crate) fn err(&self, path: &FieldPath, kind: ErrorKind) -> ConfigError {
         let p = self.locator().locate(path);
         ConfigError::new(self.file, p.line, p.column, path, kind)
     }
 
-    fn line_of(&self, path: &FieldPath) -> usize {
+    pub(crate) fn line_of(&self, path: &FieldPath) -> usize {
         self.locator().locate(path).line
     }
 
     /// `v` (or `default` if absent) checked against `min..=max`.
-    fn range(&self, path: &FieldPath, v: Option<u64>, default: u64, min: u64, max: u64) -> R<u64> {
+    pub(crate) fn range(
+        &self,
+        path: &FieldPath,
+        v: Option<u64>,
+        default: u64,
+        min: u64,
+        max: u64,
+    ) -> R<u64> {
         let v = v.unwrap_or(default);
         if v < min || v > max {
             return Err(self.err(path, ErrorKind::OutOfRange { found: v, min, max }));
@@ -385,6 +394,10 @@ impl Checker<'_> {
         let interfaces = self.interfaces(&root.key("interfaces"), raw.interfaces)?;
         let routes = self.routes(&root.key("routes"), raw.routes, &interfaces)?;
         let access_rules = self.rules(&root.key("access-rules"), raw.access_rules, &interfaces)?;
+        let cluster = match raw.cluster {
+            None => None,
+            Some(c) => Some(self.cluster(&root.key("cluster"), c, &name, &interfaces)?),
+        };
 
         let tp = root.key("timeouts");
         let t = raw.timeouts;
@@ -449,7 +462,11 @@ impl Checker<'_> {
             flow_table,
             arp,
             source_file: PathBuf::from(self.file),
-            source_text: self.src.to_string(),
+            source_text: match &cluster {
+                Some(c) => crate::cluster::redact(self.src, c.key.expose(), self.locator()),
+                None => self.src.to_string(),
+            },
+            cluster,
         })
     }
 

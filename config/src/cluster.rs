@@ -1,0 +1,529 @@
+//! The `cluster:` section: bootstrap settings of a cluster member (SPEC M6:
+//! name, key, node ID, priority, site, chassis, CCL port and address) and,
+//! in this issue, the static member list.
+//!
+//! Invariants of a [`ClusterConfig`] returned by [`crate::parse`]: `name`
+//! is non-empty `[A-Za-z0-9_.-]+`; the key has at least [`MIN_KEY_LEN`]
+//! characters; `node_id` is 0-15; `priority` is 1-100; the CCL address is a
+//! unicast host address whose subnet overlaps no data interface, and the CCL
+//! device is none of theirs; `members` is non-empty, ids are unique and
+//! 0-15, names are unique, addresses are unique host addresses inside the
+//! CCL subnet; exactly one member has `id == node_id`, and it carries this
+//! node's CCL address and `node.name`. No data interface is called
+//! [`CCL_INTERFACE`].
+//!
+//! The key is a [`Secret`]: `Debug` and `Serialize` print `<redacted>`, and
+//! [`crate::Config::source_text`] has it blanked, so `show config` never
+//! prints it back.
+
+use std::fmt;
+use std::net::Ipv4Addr;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize, Serializer};
+
+use crate::error::{ErrorKind, FieldPath};
+use crate::model::InterfaceConfig;
+use crate::net::Ipv4Net;
+use crate::validate::Checker;
+
+/// Shortest accepted cluster key, in characters.
+pub const MIN_KEY_LEN: usize = 16;
+/// Largest node ID (16 members: 0-15).
+pub const MAX_NODE_ID: u8 = 15;
+/// Smallest (most preferred) priority.
+pub const MIN_PRIORITY: u8 = 1;
+/// Largest (least preferred) priority.
+pub const MAX_PRIORITY: u8 = 100;
+/// Name of the interface the node makes for the CCL port; a data interface
+/// must not use it when a cluster is configured.
+pub const CCL_INTERFACE: &str = "ccl";
+/// What [`Secret`] and the redacted source text show instead of the key.
+pub const REDACTED: &str = "<redacted>";
+
+/// A string that is never printed: `Debug`, `Display` and `Serialize` give
+/// [`REDACTED`]. Read it with [`Secret::expose`].
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    /// Wraps a secret value.
+    pub fn new(s: impl Into<String>) -> Secret {
+        Secret(s.into())
+    }
+    /// The secret itself, for the code that needs it (the CCL key).
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(REDACTED)
+    }
+}
+
+impl fmt::Display for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(REDACTED)
+    }
+}
+
+impl Serialize for Secret {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(REDACTED)
+    }
+}
+
+/// `cluster`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct ClusterConfig {
+    /// `name`: the cluster name; `[A-Za-z0-9_.-]+`. Members of one cluster
+    /// use the same name (it selects the cluster id on the CCL).
+    pub name: String,
+    /// `key`: the cluster key that authenticates every CCL message; at
+    /// least 16 characters. Never printed.
+    pub key: Secret,
+    /// `node-id`: this node's ID, 0-15.
+    pub node_id: u8,
+    /// `priority`: 1-100, lower is preferred (for the election, later).
+    pub priority: u8,
+    /// `site-id`: optional, 1-255.
+    pub site_id: Option<u8>,
+    /// `chassis-id`: optional, 1-255.
+    pub chassis_id: Option<u8>,
+    /// `tcp-sequence-randomization`: SYN-cookie owner encoding (SPEC R6);
+    /// default true.
+    pub tcp_sequence_randomization: bool,
+    /// `ccl`: the dedicated cluster control link port.
+    pub ccl: CclConfig,
+    /// `members`: the static member list, this node included.
+    pub members: Vec<MemberConfig>,
+}
+
+impl ClusterConfig {
+    /// The member entry of this node (always present).
+    pub fn this_member(&self) -> Option<&MemberConfig> {
+        self.members.iter().find(|m| m.id == self.node_id)
+    }
+
+    /// The other members, in list order.
+    pub fn peers(&self) -> impl Iterator<Item = &MemberConfig> {
+        let me = self.node_id;
+        self.members.iter().filter(move |m| m.id != me)
+    }
+}
+
+/// `cluster.ccl`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct CclConfig {
+    /// `device`: PCI address or vdev string of the CCL port, as for
+    /// interfaces; not shared with a data interface.
+    pub device: String,
+    /// The host address of `address: a.b.c.d/len`.
+    pub address: Ipv4Addr,
+    /// The prefix length of `address`.
+    pub prefix_len: u8,
+}
+
+impl CclConfig {
+    /// The CCL subnet.
+    pub fn subnet(&self) -> Ipv4Net {
+        Ipv4Net::containing(self.address, self.prefix_len)
+    }
+
+    /// Whether `device` is a DPDK virtual device (see
+    /// [`InterfaceConfig::is_vdev`]).
+    pub fn is_vdev(&self) -> bool {
+        self.device.starts_with("net_") || self.device.starts_with("eth_")
+    }
+
+    /// The device name without arguments.
+    pub fn device_name(&self) -> &str {
+        self.device.split(',').next().unwrap_or("")
+    }
+}
+
+/// One entry of `cluster.members`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct MemberConfig {
+    /// `id`: node ID 0-15, unique.
+    pub id: u8,
+    /// `name`: node name, unique; the entry of this node carries
+    /// `node.name`.
+    pub name: String,
+    /// `ccl-address`: the member's CCL address (no prefix length), inside
+    /// the CCL subnet, unique.
+    pub ccl_address: Ipv4Addr,
+}
+
+// ---------------------------------------------------------------------------
+// Raw form and checks.
+
+#[derive(Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    rename_all = "kebab-case",
+    expecting = "a cluster mapping (name, key, node-id, priority, site-id, chassis-id, tcp-sequence-randomization, ccl, members)"
+)]
+pub(crate) struct RawCluster {
+    name: String,
+    key: String,
+    node_id: u64,
+    priority: u64,
+    #[serde(default)]
+    site_id: Option<u64>,
+    #[serde(default)]
+    chassis_id: Option<u64>,
+    #[serde(default)]
+    tcp_sequence_randomization: Option<bool>,
+    ccl: RawCcl,
+    members: Option<Vec<RawMember>>,
+}
+
+#[derive(Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    rename_all = "kebab-case",
+    expecting = "a ccl mapping (device, address)"
+)]
+struct RawCcl {
+    device: String,
+    address: String,
+}
+
+#[derive(Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    rename_all = "kebab-case",
+    expecting = "a member mapping (id, name, ccl-address)"
+)]
+struct RawMember {
+    id: u64,
+    name: String,
+    ccl_address: String,
+}
+
+fn valid_name(s: &str) -> bool {
+    s.bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+}
+
+impl Checker<'_> {
+    pub(crate) fn cluster(
+        &self,
+        p: &FieldPath,
+        raw: RawCluster,
+        node_name: &str,
+        ifaces: &[InterfaceConfig],
+    ) -> Result<ClusterConfig, crate::ConfigError> {
+        let np = p.key("name");
+        if raw.name.is_empty() {
+            return Err(self.err(&np, ErrorKind::Empty));
+        }
+        if !valid_name(&raw.name) {
+            return Err(self.err(
+                &np,
+                ErrorKind::InvalidName {
+                    found: raw.name,
+                    expected: "letters, digits, '_', '-' or '.'",
+                },
+            ));
+        }
+        let key_len = raw.key.chars().count();
+        if key_len < MIN_KEY_LEN {
+            return Err(self.err(
+                &p.key("key"),
+                ErrorKind::KeyTooShort {
+                    length: key_len,
+                    min: MIN_KEY_LEN,
+                },
+            ));
+        }
+        let node_id = self.range(&p.key("node-id"), Some(raw.node_id), 0, 0, MAX_NODE_ID.into())? as u8;
+        let priority = self.range(
+            &p.key("priority"),
+            Some(raw.priority),
+            0,
+            MIN_PRIORITY.into(),
+            MAX_PRIORITY.into(),
+        )? as u8;
+        let site_id = match raw.site_id {
+            None => None,
+            v => Some(self.range(&p.key("site-id"), v, 1, 1, 255)? as u8),
+        };
+        let chassis_id = match raw.chassis_id {
+            None => None,
+            v => Some(self.range(&p.key("chassis-id"), v, 1, 1, 255)? as u8),
+        };
+
+        // The CCL port.
+        let cp = p.key("ccl");
+        if raw.ccl.device.trim().is_empty() {
+            return Err(self.err(&cp.key("device"), ErrorKind::Empty));
+        }
+        let ap = cp.key("address");
+        let (address, prefix_len) = Ipv4Net::parse_host(&raw.ccl.address).map_err(|reason| {
+            self.err(
+                &ap,
+                ErrorKind::InvalidPrefix {
+                    found: raw.ccl.address.clone(),
+                    reason,
+                },
+            )
+        })?;
+        if let Some(reason) = host_problem(address, prefix_len) {
+            return Err(self.err(
+                &ap,
+                ErrorKind::InvalidHostAddress {
+                    found: raw.ccl.address.clone(),
+                    reason,
+                },
+            ));
+        }
+        let ccl = CclConfig {
+            device: raw.ccl.device,
+            address,
+            prefix_len,
+        };
+        let subnet = ccl.subnet();
+        if let Some(o) = ifaces.iter().find(|o| o.subnet().overlaps(&subnet)) {
+            return Err(self.err(
+                &ap,
+                ErrorKind::OverlappingSubnets {
+                    subnet,
+                    other: o.subnet(),
+                    other_interface: o.name.clone(),
+                },
+            ));
+        }
+        if let Some(o) = ifaces.iter().find(|o| o.device_name() == ccl.device_name()) {
+            return Err(self.err(
+                &cp.key("device"),
+                ErrorKind::DuplicateDevice {
+                    device: ccl.device_name().to_string(),
+                    vlan: String::new(),
+                    other_interface: o.name.clone(),
+                },
+            ));
+        }
+        if let Some(i) = ifaces.iter().position(|o| o.name == CCL_INTERFACE) {
+            return Err(self.err(
+                &FieldPath::root().key("interfaces").index(i).key("name"),
+                ErrorKind::ReservedName {
+                    name: CCL_INTERFACE,
+                    why: "the node gives this name to the CCL port when a cluster is configured",
+                },
+            ));
+        }
+
+        // Members.
+        let mp = p.key("members");
+        let raw_members = raw.members.unwrap_or_default();
+        if raw_members.is_empty() {
+            return Err(self.err(&mp, ErrorKind::NoEntries { what: "member" }));
+        }
+        let mut members: Vec<MemberConfig> = Vec::with_capacity(raw_members.len());
+        for (i, r) in raw_members.into_iter().enumerate() {
+            let ep = mp.index(i);
+            let idp = ep.key("id");
+            let id = self.range(&idp, Some(r.id), 0, 0, MAX_NODE_ID.into())? as u8;
+            if let Some(j) = members.iter().position(|m| m.id == id) {
+                return Err(self.err(
+                    &idp,
+                    ErrorKind::Duplicate {
+                        what: "member id",
+                        name: id.to_string(),
+                        first_line: self.line_of(&mp.index(j).key("id")),
+                    },
+                ));
+            }
+            let enp = ep.key("name");
+            if r.name.is_empty() {
+                return Err(self.err(&enp, ErrorKind::Empty));
+            }
+            if !valid_name(&r.name) {
+                return Err(self.err(
+                    &enp,
+                    ErrorKind::InvalidName {
+                        found: r.name,
+                        expected: "letters, digits, '_', '-' or '.'",
+                    },
+                ));
+            }
+            if let Some(j) = members.iter().position(|m| m.name == r.name) {
+                return Err(self.err(
+                    &enp,
+                    ErrorKind::Duplicate {
+                        what: "member name",
+                        name: r.name,
+                        first_line: self.line_of(&mp.index(j).key("name")),
+                    },
+                ));
+            }
+            let cap = ep.key("ccl-address");
+            let ccl_address = Ipv4Addr::from_str(&r.ccl_address).map_err(|_| {
+                self.err(
+                    &cap,
+                    ErrorKind::InvalidAddress {
+                        found: r.ccl_address.clone(),
+                    },
+                )
+            })?;
+            if !subnet.contains(ccl_address) {
+                return Err(self.err(
+                    &cap,
+                    ErrorKind::NotInCclSubnet {
+                        addr: ccl_address,
+                        subnet,
+                    },
+                ));
+            }
+            if let Some(reason) = host_problem(ccl_address, prefix_len) {
+                return Err(self.err(
+                    &cap,
+                    ErrorKind::InvalidHostAddress {
+                        found: r.ccl_address.clone(),
+                        reason,
+                    },
+                ));
+            }
+            if let Some(j) = members.iter().position(|m| m.ccl_address == ccl_address) {
+                return Err(self.err(
+                    &cap,
+                    ErrorKind::Duplicate {
+                        what: "member ccl-address",
+                        name: ccl_address.to_string(),
+                        first_line: self.line_of(&mp.index(j).key("ccl-address")),
+                    },
+                ));
+            }
+            if id == node_id && ccl_address != ccl.address {
+                return Err(self.err(
+                    &cap,
+                    ErrorKind::SelfMemberMismatch {
+                        what: "ccl-address",
+                        found: ccl_address.to_string(),
+                        expected: format!("{} (cluster.ccl.address)", ccl.address),
+                    },
+                ));
+            }
+            if id == node_id && r.name != node_name {
+                return Err(self.err(
+                    &enp,
+                    ErrorKind::SelfMemberMismatch {
+                        what: "name",
+                        found: r.name,
+                        expected: format!("{node_name} (node.name)"),
+                    },
+                ));
+            }
+            if id != node_id && ccl_address == ccl.address {
+                return Err(self.err(
+                    &cap,
+                    ErrorKind::CclAddressOfThisNode {
+                        addr: ccl_address,
+                        node_id,
+                        id,
+                    },
+                ));
+            }
+            members.push(MemberConfig {
+                id,
+                name: r.name,
+                ccl_address,
+            });
+        }
+        if !members.iter().any(|m| m.id == node_id) {
+            let ids = members
+                .iter()
+                .map(|m| m.id.to_string())
+                .collect::<Vec<_>>()
+                .join(", ");
+            return Err(self.err(&mp, ErrorKind::SelfNotAMember { node_id, ids }));
+        }
+
+        Ok(ClusterConfig {
+            name: raw.name,
+            key: Secret(raw.key),
+            node_id,
+            priority,
+            site_id,
+            chassis_id,
+            tcp_sequence_randomization: raw.tcp_sequence_randomization.unwrap_or(true),
+            ccl,
+            members,
+        })
+    }
+}
+
+/// Why `addr` in a `/len` subnet is not a usable host address, if it is not.
+pub(crate) fn host_problem(addr: Ipv4Addr, len: u8) -> Option<&'static str> {
+    if addr.is_unspecified() || addr.is_broadcast() || addr.is_multicast() {
+        return Some("not a unicast address");
+    }
+    let subnet = Ipv4Net::containing(addr, len);
+    if len <= 30 && addr == subnet.addr {
+        return Some("this is the subnet's network address");
+    }
+    if len <= 30 && addr == subnet.broadcast() {
+        return Some("this is the subnet's broadcast address");
+    }
+    None
+}
+
+/// `src` with the value of `cluster.key` replaced by [`REDACTED`]: the line
+/// of the key (block style) loses its value and any continuation lines, and
+/// every literal occurrence of the key elsewhere is replaced too.
+pub(crate) fn redact(src: &str, key: &str, locator: &crate::locate::Locator) -> String {
+    let mut text = src.to_string();
+    let path = FieldPath::root().key("cluster");
+    if let Some(pos) = locator.locate_key(&path, "key", 0) {
+        let lines: Vec<&str> = src.split_inclusive('\n').collect();
+        if let Some(line) = lines.get(pos.line.wrapping_sub(1)) {
+            let indent: usize = pos.column.saturating_sub(1);
+            let body: String = line.chars().skip(indent).collect();
+            let head: String = line.chars().take(indent).collect();
+            if body.starts_with("key:") && head.trim().is_empty() {
+                let eol = if line.ends_with("\r\n") {
+                    "\r\n"
+                } else if line.ends_with('\n') {
+                    "\n"
+                } else {
+                    ""
+                };
+                let mut out = String::with_capacity(src.len());
+                for l in &lines[..pos.line - 1] {
+                    out.push_str(l);
+                }
+                out.push_str(&format!("{head}key: \"{REDACTED}\"{eol}"));
+                // Continuation lines of a multi-line value are more indented
+                // than the key (blank lines included).
+                let rest = &lines[pos.line..];
+                let mut skip = 0;
+                for (i, l) in rest.iter().enumerate() {
+                    let t = l.trim_end_matches(['\r', '\n']);
+                    if t.trim().is_empty() {
+                        continue;
+                    }
+                    if t.chars().take_while(|c| *c == ' ').count() > indent {
+                        skip = i + 1;
+                    } else {
+                        break;
+                    }
+                }
+                for l in &rest[skip..] {
+                    out.push_str(l);
+                }
+                text = out;
+            }
+        }
+    }
+    if !key.is_empty() {
+        text = text.replace(key, REDACTED);
+    }
+    text
+}
