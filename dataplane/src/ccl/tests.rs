@@ -1,1 +1,541 @@
+//! End-to-end tests of the CCL codec: seal → open for every kind, a pinned
+//! byte fixture, authentication, replay, framing, counters, and properties
+//! over truncations, bit flips and random bytes.
 
+use super::*;
+use crate::{Epoch, FiveTuple, NodeId};
+use proptest::prelude::*;
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+const NAME: &str = "lab";
+const SECRET: &str = "correct horse battery staple";
+const INC: u32 = 1_700_000_000;
+const A: NodeId = NodeId(1);
+const B: NodeId = NodeId(2);
+
+fn key() -> CclKey {
+    CclKey::new(NAME, SECRET).unwrap()
+}
+fn sealer() -> Sealer {
+    Sealer::new(&key(), A, 0, INC).unwrap()
+}
+fn opener() -> Opener {
+    Opener::new(&key(), B)
+}
+
+fn v4_key() -> FlowKey {
+    FlowKey::new(FiveTuple {
+        src: Ipv4Addr::new(198, 18, 1, 10).into(),
+        dst: Ipv4Addr::new(198, 18, 2, 20).into(),
+        proto: 6,
+        src_port: 40000,
+        dst_port: 80,
+    })
+    .unwrap()
+}
+fn v6_key() -> FlowKey {
+    FlowKey::new(FiveTuple {
+        src: "2001:db8::10".parse::<Ipv6Addr>().unwrap().into(),
+        dst: "2001:db8:1::20".parse::<Ipv6Addr>().unwrap().into(),
+        proto: 17,
+        src_port: 53000,
+        dst_port: 53,
+    })
+    .unwrap()
+}
+
+fn record(flow: FlowKey, i: u32) -> FlowRecord {
+    let mut opaque = [0u8; OPAQUE_LEN];
+    opaque[0] = i as u8;
+    opaque[OPAQUE_LEN - 1] = 0xaa;
+    FlowRecord {
+        flow,
+        owner: NodeId((i % 16) as u8),
+        op: if i % 3 == 0 { FlowOp::Delete } else { FlowOp::Upsert },
+        tcp_state: (i % 11) as u8,
+        flags: 0x5a,
+        seq_delta: 0x8000_0000 ^ i,
+        idle_timeout_s: 3600 + i,
+        opaque,
+    }
+}
+
+/// A 64-byte Ethernet frame to tunnel.
+fn frame(len: usize) -> Vec<u8> {
+    (0..len).map(|i| (i * 7) as u8).collect()
+}
+
+/// Seal `msg` with `s` and open it with `o`, returning the datagram too.
+fn seal(s: &mut Sealer, msg: &Message<'_>) -> Vec<u8> {
+    let mut out = vec![0u8; 2048];
+    let n = s.seal(Epoch(5), msg, &mut out).unwrap();
+    out.truncate(n);
+    out
+}
+
+/// Build an authentic datagram with arbitrary header fields and payload
+/// bytes (what a buggy or newer peer holding the key could send).
+fn forge(k: &CclKey, hdr: CclHeader, payload: &[u8]) -> Vec<u8> {
+    let mut b = vec![0u8; HEADER_LEN + payload.len() + TAG_LEN];
+    hdr.emit(&mut b).unwrap();
+    b[HEADER_LEN..HEADER_LEN + payload.len()].copy_from_slice(payload);
+    let t = k.tag(&b[..HEADER_LEN + payload.len()]);
+    let l = b.len();
+    b[l - TAG_LEN..].copy_from_slice(&t);
+    b
+}
+
+fn header(seq: u64) -> CclHeader {
+    CclHeader {
+        kind: MessageKind::Heartbeat as u8,
+        flags: 0,
+        sender: A,
+        channel: 0,
+        cluster_id: key().cluster_id().0,
+        incarnation: INC,
+        seq,
+        epoch: Epoch(1),
+        payload_len: 4,
+    }
+}
+
+fn all_messages<'a>(batch_buf: &'a mut [u8], fr: &'a [u8], fam6: bool) -> Vec<Message<'a>> {
+    let k = if fam6 { v6_key() } else { v4_key() };
+    let mut w = BatchWriter::new(batch_buf).unwrap();
+    for i in 0..3 {
+        w.push(&record(if i == 1 { v4_key() } else { k }, i)).unwrap();
+    }
+    let n = w.bytes();
+    let batch = FlowBatch::parse(&batch_buf[..n]).unwrap();
+    vec![
+        Message::Heartbeat(Heartbeat { priority: 10, state: 2, member_bitmap: 0x8007 }),
+        Message::OwnerQuery(OwnerQuery { query_id: 77, flow: k, elect_if_absent: true }),
+        Message::OwnerQuery(OwnerQuery { query_id: 78, flow: k, elect_if_absent: false }),
+        Message::OwnerReply(OwnerReply { query_id: 77, flow: k, owner: Some(NodeId(15)) }),
+        Message::OwnerReply(OwnerReply { query_id: 78, flow: k, owner: None }),
+        Message::FlowRegister(batch),
+        Message::StateUpdate(batch),
+        Message::ForwardedPacket(ForwardedPacket { ingress_iface: 3, flow_hint: None, frame: fr }),
+        Message::ForwardedPacket(ForwardedPacket { ingress_iface: 4, flow_hint: Some(k), frame: fr }),
+        Message::RelayToOwner(RelayToOwner { ingress_iface: 1, frame: fr }),
+    ]
+}
+
+#[test]
+fn round_trip_every_kind_v4_and_v6() {
+    for fam6 in [false, true] {
+        let mut bb = [0u8; 512];
+        let fr = frame(64);
+        let msgs = all_messages(&mut bb, &fr, fam6);
+        let mut s = sealer();
+        let mut o = opener();
+        for (i, m) in msgs.iter().enumerate() {
+            let d = seal(&mut s, m);
+            assert_eq!(d.len(), Sealer::sealed_len(m));
+            let got = o.open(&d).unwrap();
+            assert_eq!(got.msg, *m, "{m:?}");
+            assert_eq!((got.sender, got.channel, got.incarnation), (A, 0, INC));
+            assert_eq!((got.epoch, got.seq, got.flags), (Epoch(5), i as u64 + 1, 0));
+            // Re-emitting the decoded payload reproduces the bytes.
+            let mut p = vec![0u8; got.msg.wire_len()];
+            assert_eq!(got.msg.emit(&mut p), Ok(p.len()));
+            assert_eq!(&p[..], &d[HEADER_LEN..d.len() - TAG_LEN]);
+        }
+        assert_eq!(o.counters().total_rx(), msgs.len() as u64);
+        assert_eq!(o.counters().rx(MessageKind::OwnerQuery), 2);
+        assert_eq!(o.counters().rx(MessageKind::ForwardedPacket), 2);
+        assert_eq!(s.counters().tx(MessageKind::StateUpdate), 1);
+        assert_eq!(s.counters().total_tx(), msgs.len() as u64);
+        assert_eq!(o.counters().total_drops(), 0);
+        assert_eq!(o.counters().rx_bytes, s.counters().tx_bytes);
+    }
+}
+
+#[test]
+fn batch_records_come_back() {
+    let mut bb = [0u8; 512];
+    let fr = frame(64);
+    let msgs = all_messages(&mut bb, &fr, true);
+    let Message::StateUpdate(b) = msgs[6] else { panic!("not a batch") };
+    let got: Vec<FlowRecord> = b.iter().collect();
+    assert_eq!(got, vec![record(v6_key(), 0), record(v4_key(), 1), record(v6_key(), 2)]);
+}
+
+/// A sealed heartbeat, byte for byte: a change here is a wire-format change
+/// (bump `VERSION`, see docs/ccl-protocol.md).
+#[test]
+fn fixture_sealed_heartbeat() {
+    const FIXTURE: [u8; 54] = [
+        0x43, 0x46, 0x01, 0x01, 0x00, 0x01, 0x00, 0x00, // magic, v1, heartbeat, flags, node1, ch0, rsvd
+        0xab, 0x20, 0x99, 0xd9, // cluster id of "lab"
+        0x65, 0x53, 0xf1, 0x00, // incarnation 1_700_000_000
+        0, 0, 0, 0, 0, 0, 0, 1, // seq 1
+        0, 0, 0, 0, 0, 0, 0, 5, // epoch 5
+        0x00, 0x04, // payload length
+        0x0a, 0x02, 0x80, 0x07, // priority 10, state 2, members 0x8007
+        // tag
+        0xf5, 0x44, 0xd0, 0x5b, 0x14, 0x6a, 0xbc, 0x6d, 0x71, 0x13, 0x7c, 0x00, 0x71, 0x75, 0xb7, 0x21,
+    ];
+    let mut s = sealer();
+    let d = seal(&mut s, &Message::Heartbeat(Heartbeat { priority: 10, state: 2, member_bitmap: 0x8007 }));
+    assert_eq!(d.len(), FIXTURE.len());
+    assert_eq!(&d[..], &FIXTURE[..], "{:02x?}", d);
+    let o = opener().open(&FIXTURE).unwrap();
+    assert_eq!(o.msg, Message::Heartbeat(Heartbeat { priority: 10, state: 2, member_bitmap: 0x8007 }));
+}
+
+#[test]
+fn wrong_key_is_bad_mac() {
+    let d = seal(&mut sealer(), &Message::Heartbeat(Heartbeat { priority: 1, state: 1, member_bitmap: 1 }));
+    let other = CclKey::new(NAME, "another secret").unwrap();
+    let mut o = Opener::new(&other, B);
+    assert_eq!(o.open(&d).unwrap_err(), CclDrop::BadMac);
+    assert_eq!(o.counters().drop(CclDrop::BadMac), 1);
+    assert_eq!(o.counters().total_drops(), 1);
+}
+
+#[test]
+fn other_cluster_is_wrong_cluster() {
+    let d = seal(&mut sealer(), &Message::Heartbeat(Heartbeat { priority: 1, state: 1, member_bitmap: 1 }));
+    let other = CclKey::new("lab2", SECRET).unwrap();
+    assert_eq!(Opener::new(&other, B).open(&d).unwrap_err(), CclDrop::WrongCluster);
+}
+
+#[test]
+fn every_flipped_bit_is_refused() {
+    let fr = frame(64);
+    let m = Message::ForwardedPacket(ForwardedPacket { ingress_iface: 2, flow_hint: Some(v4_key()), frame: &fr });
+    let d = seal(&mut sealer(), &m);
+    for bit in 0..d.len() * 8 {
+        let mut x = d.clone();
+        x[bit / 8] ^= 1 << (bit % 8);
+        let r = opener().open(&x);
+        assert!(r.is_err(), "bit {bit} accepted");
+        // Only the framing fields (and seq 1 → 0, a Replay) can fail
+        // before the MAC.
+        let byte = bit / 8;
+        let expect_mac = !(byte < 3
+            || (5..7).contains(&byte)
+            || (8..12).contains(&byte)
+            || (byte == 23 && bit % 8 == 0)
+            || (32..34).contains(&byte));
+        if expect_mac {
+            assert_eq!(r.unwrap_err(), CclDrop::BadMac, "bit {bit}");
+        }
+    }
+}
+
+#[test]
+fn replay_of_same_datagram() {
+    let d = seal(&mut sealer(), &Message::Heartbeat(Heartbeat { priority: 1, state: 1, member_bitmap: 1 }));
+    let mut o = opener();
+    assert!(o.open(&d).is_ok());
+    assert_eq!(o.open(&d).unwrap_err(), CclDrop::Replay);
+    assert_eq!(o.counters().drop(CclDrop::Replay), 1);
+    assert_eq!(o.counters().rx(MessageKind::Heartbeat), 1);
+}
+
+#[test]
+fn out_of_order_and_too_old() {
+    let mut s = sealer();
+    let hb = Message::Heartbeat(Heartbeat { priority: 1, state: 1, member_bitmap: 1 });
+    let ds: Vec<Vec<u8>> = (0..200).map(|_| seal(&mut s, &hb)).collect();
+    let mut o = opener();
+    // 1..=50, then 200, then 100 (age 100: inside the window), 60 (age
+    // 140: too old).
+    for d in &ds[..50] {
+        o.open(d).unwrap();
+    }
+    assert_eq!(o.open(&ds[199]).unwrap().seq, 200);
+    assert_eq!(o.open(&ds[99]).unwrap().seq, 100);
+    assert_eq!(o.open(&ds[99]).unwrap_err(), CclDrop::Replay);
+    assert_eq!(o.open(&ds[59]).unwrap_err(), CclDrop::Replay);
+    assert_eq!(o.open(&ds[72]).unwrap().seq, 73); // age 127: the window's last slot
+    assert_eq!(o.open(&ds[71]).unwrap_err(), CclDrop::Replay);
+}
+
+#[test]
+fn restarted_sender() {
+    let hb = Message::Heartbeat(Heartbeat { priority: 1, state: 1, member_bitmap: 1 });
+    let mut old = sealer();
+    let early = seal(&mut old, &hb);
+    let mut o = opener();
+    for _ in 0..10 {
+        o.open(&seal(&mut old, &hb)).unwrap();
+    }
+    let mut new = Sealer::new(&key(), A, 0, INC + 30).unwrap();
+    assert_eq!(o.open(&seal(&mut new, &hb)).unwrap().seq, 1);
+    assert_eq!(o.replay_guard().incarnation(A, 0), Some(INC + 30));
+    assert_eq!(o.open(&seal(&mut old, &hb)).unwrap_err(), CclDrop::StaleIncarnation);
+    assert_eq!(o.open(&early).unwrap_err(), CclDrop::StaleIncarnation);
+    assert_eq!(o.counters().drop(CclDrop::StaleIncarnation), 2);
+}
+
+#[test]
+fn bad_mac_does_not_advance_window() {
+    let k = key();
+    let mut forged = forge(&k, header(500), &[1, 1, 0, 1]);
+    let l = forged.len();
+    forged[l - 1] ^= 1;
+    let mut o = opener();
+    assert_eq!(o.open(&forged).unwrap_err(), CclDrop::BadMac);
+    assert_eq!(o.replay_guard().top(A, 0), None);
+    // Seq 1 would be outside the window had 500 been recorded.
+    let d = seal(&mut sealer(), &Message::Heartbeat(Heartbeat { priority: 1, state: 1, member_bitmap: 1 }));
+    assert_eq!(o.open(&d).unwrap().seq, 1);
+    // A forged higher incarnation does not reset the window either.
+    let mut h = header(1);
+    h.incarnation = INC + 1;
+    let mut f2 = forge(&k, h, &[1, 1, 0, 1]);
+    f2[HEADER_LEN] ^= 1;
+    assert_eq!(o.open(&f2).unwrap_err(), CclDrop::BadMac);
+    assert_eq!(o.replay_guard().incarnation(A, 0), Some(INC));
+    assert_eq!(o.open(&d).unwrap_err(), CclDrop::Replay);
+}
+
+#[test]
+fn framing_drops() {
+    let k = key();
+    let mut o = opener();
+    let good = forge(&k, header(1), &[1, 1, 0, 1]);
+    let mut v2 = good.clone();
+    v2[2] = 2;
+    assert_eq!(o.open(&v2).unwrap_err(), CclDrop::BadVersion);
+    let mut mg = good.clone();
+    mg[1] = 0;
+    assert_eq!(o.open(&mg).unwrap_err(), CclDrop::BadMagic);
+    let mut long = good.clone();
+    long.push(0);
+    assert_eq!(o.open(&long).unwrap_err(), CclDrop::BadLength);
+    assert_eq!(o.open(&good[..10]).unwrap_err(), CclDrop::Truncated);
+    let mut h = header(1);
+    h.sender = B;
+    assert_eq!(o.open(&forge(&k, h, &[1, 1, 0, 1])).unwrap_err(), CclDrop::Loopback);
+    h.sender = NodeId(16);
+    assert_eq!(o.open(&forge(&k, h, &[1, 1, 0, 1])).unwrap_err(), CclDrop::BadSender);
+    let mut h = header(1);
+    h.channel = 40;
+    assert_eq!(o.open(&forge(&k, h, &[1, 1, 0, 1])).unwrap_err(), CclDrop::TooManyChannels);
+    let mut h = header(1);
+    h.kind = 99;
+    assert_eq!(o.open(&forge(&k, h, &[1, 1, 0, 1])).unwrap_err(), CclDrop::UnknownKind);
+    let mut h = header(2);
+    h.payload_len = 3;
+    assert_eq!(o.open(&forge(&k, h, &[1, 1, 0])).unwrap_err(), CclDrop::MalformedPayload);
+    // The authentic-but-undecodable messages still consumed their numbers.
+    assert_eq!(o.open(&good).unwrap_err(), CclDrop::Replay);
+    let c = o.counters();
+    for r in [
+        CclDrop::BadVersion,
+        CclDrop::BadMagic,
+        CclDrop::BadLength,
+        CclDrop::Truncated,
+        CclDrop::Loopback,
+        CclDrop::BadSender,
+        CclDrop::TooManyChannels,
+        CclDrop::UnknownKind,
+        CclDrop::MalformedPayload,
+        CclDrop::Replay,
+    ] {
+        assert_eq!(c.drop(r), 1, "{r}");
+    }
+    assert_eq!(c.total_drops(), 10);
+    assert_eq!(c.total_rx(), 0);
+}
+
+#[test]
+fn sealer_refuses_bad_identity_and_small_buffers() {
+    assert_eq!(Sealer::new(&key(), NodeId(16), 0, 1).unwrap_err(), CclError::BadNodeId(16));
+    assert_eq!(Sealer::new(&key(), A, 31, 1).unwrap_err(), CclError::BadChannel(31));
+    assert!(Sealer::new(&key(), A, 30, 1).is_ok());
+    assert!(Sealer::new(&key(), A, CONTROL_CHANNEL, 1).is_ok());
+    let mut s = sealer();
+    let hb = Message::Heartbeat(Heartbeat { priority: 1, state: 1, member_bitmap: 1 });
+    for n in 0..Sealer::sealed_len(&hb) {
+        let mut out = vec![0u8; n];
+        assert!(matches!(s.seal(Epoch(0), &hb, &mut out), Err(CclError::BufferTooSmall { .. })));
+    }
+    assert_eq!(s.next_seq(), 1, "failed seals consume no sequence number");
+    let big = vec![0u8; 70_000];
+    let m = Message::RelayToOwner(RelayToOwner { ingress_iface: 0, frame: &big });
+    let mut out = vec![0u8; 80_000];
+    assert!(matches!(s.seal(Epoch(0), &m, &mut out), Err(CclError::PayloadTooLarge(_))));
+}
+
+const PATH: FramePath = FramePath {
+    src_mac: [2, 0, 0, 0, 9, 1],
+    dst_mac: [0xff; 6],
+    src_ip: Ipv4Addr::new(169, 254, 9, 1),
+    dst_ip: Ipv4Addr::new(169, 254, 9, 255),
+};
+
+fn sealed_frame(s: &mut Sealer, m: &Message<'_>) -> Vec<u8> {
+    let mut out = vec![0u8; 2048];
+    let n = s.seal_frame(&PATH, Epoch(3), m, &mut out).unwrap();
+    out.truncate(n);
+    out
+}
+
+#[test]
+fn udp_frame_round_trip() {
+    let fr = frame(1514);
+    let m = Message::ForwardedPacket(ForwardedPacket { ingress_iface: 1, flow_hint: None, frame: &fr });
+    let mut s = Sealer::new(&key(), A, 3, INC).unwrap();
+    let f = sealed_frame(&mut s, &m);
+    // 14 + 20 + 8 + 34 + 2 (iface, no hint) + 1514 + 16.
+    assert_eq!(f.len(), FRAME_OVERHEAD + 2 + 1514);
+    assert_eq!(FRAME_OVERHEAD, 92);
+    let ip = crate::wire::Ipv4Packet::new_checked(&f[14..]).unwrap();
+    assert!(ip.verify_checksum());
+    assert!(ip.dont_frag());
+    assert_eq!(usize::from(ip.total_len()), f.len() - 14);
+    let d = strip_udp(&f).unwrap();
+    assert_eq!((d.src_port, d.src_ip, d.dst_mac), (CCL_UDP_PORT + 3, PATH.src_ip, PATH.dst_mac));
+    let mut o = opener();
+    let got = o.open_frame(&f).unwrap();
+    assert_eq!((got.msg, got.channel, got.epoch), (m, 3, Epoch(3)));
+    assert_eq!(o.open_frame(&f).unwrap_err(), CclDrop::Replay);
+
+    // Padded short frames open (the UDP length bounds the datagram).
+    let hb = Message::Heartbeat(Heartbeat { priority: 1, state: 1, member_bitmap: 1 });
+    let mut c = sealed_frame(&mut Sealer::new(&key(), A, CONTROL_CHANNEL, INC).unwrap(), &hb);
+    assert_eq!(&c[34..36], &31555u16.to_be_bytes());
+    c.resize(c.len() + 20, 0);
+    assert!(o.open_frame(&c).is_ok());
+}
+
+#[test]
+fn non_ccl_frames() {
+    let hb = Message::Heartbeat(Heartbeat { priority: 1, state: 1, member_bitmap: 1 });
+    let f = sealed_frame(&mut sealer(), &hb);
+    let mut o = opener();
+    let mut arp = f.clone();
+    arp[12..14].copy_from_slice(&[0x08, 0x06]);
+    assert_eq!(o.open_frame(&arp).unwrap_err(), CclDrop::NotCcl);
+    let mut port = f.clone();
+    port[36..38].copy_from_slice(&53u16.to_be_bytes());
+    assert_eq!(o.open_frame(&port).unwrap_err(), CclDrop::NotCcl);
+    let mut tcp = f.clone();
+    tcp[23] = 6;
+    assert_eq!(o.open_frame(&tcp).unwrap_err(), CclDrop::NotCcl);
+    let mut csum = f.clone();
+    csum[24] ^= 0xff;
+    assert_eq!(o.open_frame(&csum).unwrap_err(), CclDrop::BadOuterHeader);
+    assert_eq!(o.open_frame(&f[..20]).unwrap_err(), CclDrop::Truncated);
+    assert_eq!(o.counters().total_drops(), 5);
+    assert!(o.open_frame(&f).is_ok());
+}
+
+#[test]
+fn batch_writer_fills_to_capacity() {
+    let mut buf = [0u8; MAX_PAYLOAD_MTU1500];
+    let mut w = BatchWriter::new(&mut buf).unwrap();
+    let mut pushed = Vec::new();
+    let mut i = 0u32;
+    loop {
+        let r = record(if i % 4 == 0 { v6_key() } else { v4_key() }, i);
+        let room = w.has_room_for(&r);
+        match w.push(&r) {
+            Ok(()) => {
+                assert!(room);
+                pushed.push(r);
+            }
+            Err(e) => {
+                assert!(!room);
+                assert_eq!(e, CclError::BatchFull(pushed.len() as u16));
+                break;
+            }
+        }
+        i += 1;
+    }
+    assert!(MAX_PAYLOAD_MTU1500 - w.bytes() < FlowRecord::V6_LEN);
+    assert_eq!(w.len(), pushed.len());
+    // 1422 bytes: 2 + 6 × 82 (IPv6) + 16 × 58 (IPv4) = 1422, exactly full.
+    assert_eq!(pushed.len(), 22);
+    assert_eq!(w.bytes(), MAX_PAYLOAD_MTU1500);
+    let batch = w.as_batch();
+    let mut s = sealer();
+    let mut out = [0u8; 1514];
+    let n = s
+        .seal_frame(&PATH, Epoch(1), &Message::StateUpdate(batch), &mut out)
+        .unwrap();
+    assert_eq!(n, 1514, "one full datagram within a 1500-byte MTU");
+    let mut o = opener();
+    let got = o.open_frame(&out[..n]).unwrap();
+    let Message::StateUpdate(b) = got.msg else { panic!("kind") };
+    assert_eq!(b.iter().collect::<Vec<_>>(), pushed);
+    w.reset();
+    assert!(w.is_empty());
+    assert_eq!(w.as_batch().iter().count(), 0);
+}
+
+#[test]
+fn counters_add_and_name() {
+    let mut a = CclCounters::default();
+    a.drops[CclDrop::Replay.index()] = 2;
+    a.rx[MessageKind::Heartbeat.index()] = 3;
+    let mut b = a;
+    b.add(&a);
+    assert_eq!(b.drop(CclDrop::Replay), 4);
+    assert_eq!(b.by_kind().next(), Some(("heartbeat", 6, 0)));
+    assert_eq!(CclDrop::ALL.len(), CclDrop::COUNT);
+    let names: std::collections::HashSet<_> = CclDrop::ALL.iter().map(|r| r.as_str()).collect();
+    assert_eq!(names.len(), CclDrop::COUNT);
+}
+
+proptest! {
+    #[test]
+    fn every_truncation_is_an_error(kind in 0usize..10, cut in any::<prop::sample::Index>()) {
+        let mut bb = [0u8; 512];
+        let fr = frame(64);
+        let msgs = all_messages(&mut bb, &fr, kind % 2 == 0);
+        let m = msgs[kind];
+        let d = seal(&mut sealer(), &m);
+        let n = cut.index(d.len());
+        prop_assert!(opener().open(&d[..n]).is_err());
+        // And every truncation of the payload alone fails to parse or
+        // parses to something else (trailing data is refused).
+        let p = &d[HEADER_LEN..d.len() - TAG_LEN];
+        let pn = cut.index(p.len());
+        match Message::parse(m.kind() as u8, &p[..pn]) {
+            Ok(x) => prop_assert_ne!(x, m),
+            Err(_) => {}
+        }
+    }
+
+    #[test]
+    fn random_bytes_never_panic(data in proptest::collection::vec(any::<u8>(), 0..300)) {
+        let mut o = opener();
+        let _ = o.open(&data);
+        let _ = o.open_frame(&data);
+        for k in 0..=8u8 {
+            let _ = Message::parse(k, &data);
+        }
+        let _ = FlowKey::parse(&data);
+        let _ = FlowRecord::parse(&data);
+        if let Ok(b) = FlowBatch::parse(&data) {
+            prop_assert_eq!(b.iter().count(), b.len());
+        }
+        prop_assert_eq!(o.counters().total_drops() + o.counters().total_rx(), 2);
+    }
+
+    /// Random bytes behind a valid, authentic header: the payload parsers
+    /// see arbitrary input after the MAC passes.
+    #[test]
+    fn authentic_garbage_never_panics(kind in 0u8..9, payload in proptest::collection::vec(any::<u8>(), 0..200)) {
+        let k = key();
+        let mut h = header(1);
+        h.kind = kind;
+        h.payload_len = payload.len() as u16;
+        let d = forge(&k, h, &payload);
+        let mut o = opener();
+        match o.open(&d) {
+            Ok(x) => {
+                let mut out = vec![0u8; x.msg.wire_len()];
+                prop_assert_eq!(x.msg.emit(&mut out), Ok(payload.len()));
+                prop_assert_eq!(out, payload);
+            }
+            Err(e) => prop_assert!(matches!(e, CclDrop::UnknownKind | CclDrop::MalformedPayload)),
+        }
+    }
+}
