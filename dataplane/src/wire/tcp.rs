@@ -199,6 +199,13 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> TcpPacket<T> {
     pub fn set_urgent(&mut self, v: u16) {
         self.buffer.as_mut()[field::URGENT].copy_from_slice(&v.to_be_bytes());
     }
+    /// The option bytes, writable in place (SYN-cookie SACK translation);
+    /// walk them with `OptionIter` on `options()` first.
+    #[inline]
+    pub fn options_mut(&mut self) -> &mut [u8] {
+        let hl = self.header_len();
+        &mut self.buffer.as_mut()[MIN_HEADER_LEN..hl]
+    }
     /// Recompute the checksum over the whole buffer.
     #[inline]
     pub fn fill_checksum(&mut self, src: Ipv4Addr, dst: Ipv4Addr) {
@@ -237,6 +244,12 @@ impl<'a> OptionIter<'a> {
     #[inline]
     pub fn new(data: &'a [u8]) -> Self {
         OptionIter { data }
+    }
+    /// The bytes not yet walked: after `next()` returned an option,
+    /// `options.len() - remaining().len()` is the offset just past it.
+    #[inline]
+    pub fn remaining(&self) -> &'a [u8] {
+        self.data
     }
 }
 
