@@ -8,8 +8,9 @@
 //! the control thread uses to ask for snapshots (answered between bursts).
 //!
 //! Idle back-off (SPEC P4): after a few empty polls the worker sleeps, with
-//! the sleep doubling up to `idle_sleep_us`, so several nodes can share two
-//! cores; one packet resets it to busy polling.
+//! the sleep doubling up to `idle_sleep_us`, and up to 1 ms once the node has
+//! been silent for about two seconds, so several nodes can share two cores;
+//! one packet resets it to busy polling.
 
 use crate::clock::Clock;
 use crate::shared::{Query, Reply, Shared};
@@ -22,6 +23,10 @@ use std::sync::Arc;
 
 /// Empty polls before the first sleep.
 const SPIN_POLLS: u32 = 64;
+/// Empty polls (each ≥ 1 sleep) after which the node counts as deeply idle
+/// and sleeps up to `DEEP_IDLE_SLEEP_US` (about 2 s of silence at 200 µs).
+const DEEP_IDLE_POLLS: u32 = 10_000;
+const DEEP_IDLE_SLEEP_US: u32 = 1_000;
 /// How often timers (flow expiry, ARP aging) run.
 const TIMER_PERIOD_NS: u64 = 1_000_000;
 
@@ -128,10 +133,15 @@ impl Worker {
             }
 
             if received == 0 {
-                empty_polls += 1;
+                empty_polls = empty_polls.saturating_add(1);
                 if empty_polls > SPIN_POLLS {
                     std::thread::sleep(std::time::Duration::from_micros(sleep_us as u64));
-                    sleep_us = (sleep_us * 2).min(self.idle_sleep_us.max(1));
+                    let cap = if empty_polls > DEEP_IDLE_POLLS {
+                        self.idle_sleep_us.max(DEEP_IDLE_SLEEP_US)
+                    } else {
+                        self.idle_sleep_us
+                    };
+                    sleep_us = (sleep_us * 2).min(cap.max(1));
                 }
             } else {
                 empty_polls = 0;
