@@ -117,6 +117,7 @@ fn plan(topo: &Topology, run_dir: &Path, mode: Mode) -> State {
                 name: h.name.clone(),
                 namespace: h.namespace.clone(),
                 address: h.address.clone(),
+                kind: h.kind,
             })
             .collect(),
     }
@@ -148,6 +149,9 @@ pub fn up(o: &UpOptions) -> Result<State> {
     }
     let topo = Topology::new(o.nodes)?;
     topo.validate()?;
+    if o.kernel_router && topo.nodes.len() != 1 {
+        bail!("--kernel-router is the single-node self-check; it does not combine with --nodes {}", o.nodes);
+    }
     let mode = if o.kernel_router {
         Mode::KernelRouter
     } else {
@@ -224,6 +228,15 @@ fn build(topo: &Topology, state: &mut State, o: &UpOptions) -> Result<()> {
             "net.ipv4.ip_forward",
             if forward { "1" } else { "0" },
         )?;
+        for c in &n.sysctls {
+            match sys::sysctl(&n.name, &c.key, &c.value) {
+                Ok(()) => {}
+                Err(e) if c.optional => {
+                    eprintln!("clusterfw-testbed: {}: optional sysctl {} not set: {e:#}", n.name, c.key)
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
     for l in &topo.links {
         sys::ip(
@@ -561,14 +574,20 @@ pub fn status(run_dir: &Path) -> Result<Value> {
     let hosts: Vec<Value> = s
         .hosts
         .iter()
-        .map(|h| json!({ "name": h.name, "namespace": h.namespace, "address": h.address }))
+        .map(|h| json!({ "name": h.name, "namespace": h.namespace, "address": h.address, "kind": h.kind }))
         .collect();
+    let ccl = s
+        .namespaces
+        .iter()
+        .any(|n| n == crate::topology::CCL_NAMESPACE)
+        .then(|| json!({ "namespace": crate::topology::CCL_NAMESPACE, "bridge": crate::topology::CCL_BRIDGE }));
     Ok(json!({
         "run_dir": s.run_dir,
         "up": true,
         "mode": s.mode,
         "nodes": nodes,
         "hosts": hosts,
+        "ccl": ccl,
     }))
 }
 

@@ -7,17 +7,23 @@ use std::time::Duration;
 use testbed::bed::{self, UpOptions};
 
 const USAGE: &str = "\
-usage: clusterfw-testbed up [--nodes 1] [--run-dir DIR] [--kernel-router]
+usage: clusterfw-testbed up [--nodes N] [--run-dir DIR] [--kernel-router]
        clusterfw-testbed down [--run-dir DIR]
        clusterfw-testbed status [--run-dir DIR] [--json]
 
-Namespaces cfw-inside (client, 198.18.1.2), cfw-outside (server, 198.18.2.2)
-and cfw-n1 (node: clusterfw on veths n1-in / n1-out, inside 198.18.1.1,
-outside 198.18.2.1). Run it as root.
+--nodes 1 (default): namespaces cfw-inside (client, 198.18.1.2), cfw-outside
+(server, 198.18.2.2) and cfw-n1 (node: clusterfw on veths n1-in / n1-out,
+inside 198.18.1.1, outside 198.18.2.1).
+--nodes 2-8: a cluster. Client cfw-inside 198.18.10.2 behind router cfw-rin,
+server cfw-outside 198.18.20.2 behind router cfw-rout; the routers reach the
+nodes cfw-nK by ECMP with L4 hashing (inside links 198.18.1K.0/24, outside
+links 198.18.2K.0/24, node .2, router .1); the nodes' CCL ports (198.19.0.1K/24)
+meet on bridge cfw-ccl in namespace cfw-ccl. Node K has node-id K.
+Run it as root.
 
   --run-dir DIR     state, node configs, logs, control sockets
                     (default $CFW_TESTBED_DIR, else /tmp/cfw-testbed)
-  --kernel-router   test-bed self-check: cfw-n1 is a plain Linux router
+  --kernel-router   (single node only) test-bed self-check: cfw-n1 is a plain Linux router
                     instead of clusterfw (TCP to ports 1-1023 from outside
                     to inside refused by a policy rule)
 The clusterfw binaries are taken from $CLUSTERFW_BIN_DIR, else from the
@@ -106,7 +112,11 @@ fn run(args: Vec<String>) -> Result<()> {
                 }
             }
             for h in &state.hosts {
-                println!("  host {} in {}: {}", h.name, h.namespace, h.address);
+                let kind = match h.kind {
+                    testbed::topology::HostKind::Host => "host",
+                    testbed::topology::HostKind::Router => "router",
+                };
+                println!("  {kind} {} in {}: {}", h.name, h.namespace, h.address);
             }
             Ok(())
         }
@@ -142,7 +152,8 @@ fn run(args: Vec<String>) -> Result<()> {
                 }
                 for h in v["hosts"].as_array().into_iter().flatten() {
                     println!(
-                        "  host {} in {}: {}",
+                        "  {} {} in {}: {}",
+                        h["kind"].as_str().unwrap_or("host"),
                         h["name"].as_str().unwrap_or("?"),
                         h["namespace"].as_str().unwrap_or("?"),
                         h["address"].as_str().unwrap_or("?")

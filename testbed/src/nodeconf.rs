@@ -61,16 +61,50 @@ pub fn node_yaml(node: &NodeSpec, socket: &str) -> String {
             i.security_level
         );
     }
+    if node.routes.is_empty() {
+        y.push_str("\n# Connected networks only.\nroutes: []\n");
+    } else {
+        y.push_str("\nroutes:\n");
+        for (dst, via) in &node.routes {
+            let _ = write!(y, "  - destination: {dst}\n    via: {via}\n");
+        }
+    }
     let _ = write!(
         y,
-        "\n# Connected networks only.\nroutes: []\n\n\
-         # None: the default applies (higher to lower security level permitted,\n\
+        "\n# None: the default applies (higher to lower security level permitted,\n\
          # lower to higher denied).\naccess-rules: []\n\n\
          timeouts:\n  tcp-syn: 30\n  tcp-established: 3600\n  tcp-closing: 120\n  \
          tcp-closed: 10\n  udp: 120\n  icmp: 10\n  other: 60\n\n\
          flow-table:\n  capacity: {FLOW_TABLE_CAPACITY}\n\n\
          arp:\n  capacity: 4096\n  timeout: 300\n  retry: 1\n"
     );
+    if let Some(c) = &node.cluster {
+        let device = format!(
+            "net_af_packet{},iface={},framecnt=2048,qpairs=2",
+            node.interfaces.len(),
+            c.ccl_ifname
+        );
+        let _ = write!(
+            y,
+            "\ncluster:\n  name: {}\n  key: {}\n  node-id: {}\n  priority: {}\n  \
+             tcp-sequence-randomization: true\n  ccl:\n    device: {}\n    address: {}\n  members:\n",
+            q(&c.cluster_name),
+            q(&c.key),
+            c.node_id,
+            c.priority,
+            q(&device),
+            c.ccl_address
+        );
+        for m in &c.members {
+            let _ = write!(
+                y,
+                "    - id: {}\n      name: {}\n      ccl-address: {}\n",
+                m.id,
+                q(&m.name),
+                m.ccl_address
+            );
+        }
+    }
     y
 }
 
@@ -131,6 +165,28 @@ mod tests {
         assert_eq!(c.interfaces[1].device_name(), "net_af_packet1");
         assert!(c.access_rules.is_empty() && c.routes.is_empty());
         assert_eq!(c.flow_table.capacity, FLOW_TABLE_CAPACITY);
+    }
+
+    #[test]
+    fn cluster_node_yaml_parses_with_its_cluster_section() {
+        let t = Topology::new(3).unwrap();
+        for (k, node) in t.nodes.iter().enumerate() {
+            let y = node_yaml(node, "/tmp/x.sock");
+            let c = config::parse(&y, "n.yaml").unwrap_or_else(|e| panic!("{e}\n{y}"));
+            let cl = c.cluster.as_ref().expect("cluster section");
+            assert_eq!(cl.node_id as usize, k + 1);
+            assert_eq!(cl.members.len(), 3);
+            assert_eq!(
+                cl.ccl.device,
+                format!("net_af_packet2,iface=n{}-ccl,framecnt=2048,qpairs=2", k + 1)
+            );
+            assert_eq!(cl.ccl.address.to_string(), format!("198.19.0.{}", 11 + k));
+            assert_eq!(c.routes.len(), 2);
+            assert!(!c.source_text.contains(crate::topology::cluster_addr::CLUSTER_KEY));
+        }
+        // The single-node file has no cluster section.
+        let y = node_yaml(&Topology::single_node().nodes[0], "/tmp/x.sock");
+        assert!(!y.contains("cluster:"));
     }
 
     #[test]

@@ -43,6 +43,9 @@ pub struct HostRecord {
     pub name: String,
     pub namespace: String,
     pub address: String,
+    /// Host or router (absent in state files of older beds: host).
+    #[serde(default)]
+    pub kind: crate::topology::HostKind,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -121,6 +124,7 @@ mod tests {
                 name: "inside".into(),
                 namespace: "cfw-inside".into(),
                 address: "198.18.1.2".into(),
+                kind: crate::topology::HostKind::Host,
             }],
         }
     }

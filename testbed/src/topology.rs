@@ -20,6 +20,8 @@ pub const DPDK_PREFIX: &str = "cfw-tb-";
 /// Flow-table capacity given to test-bed nodes (small: the bed runs without
 /// hugepages in 256 MB).
 pub const FLOW_TABLE_CAPACITY: u32 = 65536;
+/// Most nodes of a cluster bed (the /24 link numbering has room for 9).
+pub const MAX_BED_NODES: usize = 8;
 
 /// A network namespace and its per-namespace sysctls.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,6 +30,19 @@ pub struct NamespaceSpec {
     /// `net.ipv4.ip_forward`. Always set explicitly: a new namespace inherits
     /// the root namespace's IPv4 value.
     pub ip_forward: bool,
+    /// Further sysctls, set right after the namespace is made (before any
+    /// interface exists, so `conf.default.*` applies to all of them).
+    pub sysctls: Vec<Sysctl>,
+}
+
+/// One sysctl of a namespace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sysctl {
+    pub key: String,
+    pub value: String,
+    /// Kernels without the key skip it (e.g. `fib_multipath_hash_seed`,
+    /// Linux 6.11+); otherwise a failure fails `up`.
+    pub optional: bool,
 }
 
 /// One end of a veth pair.
@@ -68,13 +83,27 @@ pub struct RouteSpec {
     pub nexthops: Vec<String>,
 }
 
-/// A host with a real kernel TCP/IP stack that sends or serves test traffic.
+/// What a [`HostSpec`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum HostKind {
+    /// A client or server host (traffic ends here).
+    #[default]
+    Host,
+    /// An ECMP router in front of the nodes (multi-node beds).
+    Router,
+}
+
+/// A host with a real kernel TCP/IP stack that sends or serves test
+/// traffic, or a router of the bed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HostSpec {
     pub name: String,
     pub namespace: String,
-    /// Address (without prefix length) other hosts use to reach it.
+    /// Address (without prefix length) other hosts use to reach it; for a
+    /// router, its address on the host side.
     pub address: String,
+    pub kind: HostKind,
 }
 
 /// A data interface of a firewall node.
@@ -89,12 +118,39 @@ pub struct NodeIface {
     pub security_level: u8,
 }
 
+/// A member of the cluster as every node's config lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemberSpec {
+    pub id: u8,
+    pub name: String,
+    /// CCL address without prefix length.
+    pub ccl_address: String,
+}
+
+/// The `cluster:` section of a node of a multi-node bed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeCluster {
+    pub cluster_name: String,
+    pub key: String,
+    pub node_id: u8,
+    pub priority: u8,
+    /// The veth end in the node's namespace the CCL port opens.
+    pub ccl_ifname: String,
+    /// The node's CCL address (CIDR).
+    pub ccl_address: String,
+    pub members: Vec<MemberSpec>,
+}
+
 /// A firewall node: one `clusterfw` process in its own namespace.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeSpec {
     pub name: String,
     pub namespace: String,
     pub interfaces: Vec<NodeIface>,
+    /// Static routes of the node: (destination CIDR, next hop).
+    pub routes: Vec<(String, String)>,
+    /// `None` for the single-node bed.
+    pub cluster: Option<NodeCluster>,
 }
 
 impl NodeSpec {
@@ -118,8 +174,50 @@ fn ns(name: &str, ip_forward: bool) -> NamespaceSpec {
     NamespaceSpec {
         name: name.to_string(),
         ip_forward,
+        sysctls: Vec::new(),
     }
 }
+
+fn sysctl(key: &str, value: &str, optional: bool) -> Sysctl {
+    Sysctl {
+        key: key.to_string(),
+        value: value.to_string(),
+        optional,
+    }
+}
+
+/// Addresses of the multi-node bed (see [`Topology::cluster`]).
+pub mod cluster_addr {
+    /// Client host and its router side: 198.18.10.0/24.
+    pub const CLIENT: &str = "198.18.10.2";
+    pub const CLIENT_NET: &str = "198.18.10.0/24";
+    pub const RIN_HOST_SIDE: &str = "198.18.10.1";
+    /// Server host and its router side: 198.18.20.0/24.
+    pub const SERVER: &str = "198.18.20.2";
+    pub const SERVER_NET: &str = "198.18.20.0/24";
+    pub const ROUT_HOST_SIDE: &str = "198.18.20.1";
+    /// Node K's inside link: 198.18.(10+K).0/24, router .1, node .2.
+    pub fn inside_net(k: usize) -> String {
+        format!("198.18.{}", 10 + k)
+    }
+    /// Node K's outside link: 198.18.(20+K).0/24, router .1, node .2.
+    pub fn outside_net(k: usize) -> String {
+        format!("198.18.{}", 20 + k)
+    }
+    /// Node K's CCL address: 198.19.0.(10+K) in 198.19.0.0/24.
+    pub fn ccl(k: usize) -> String {
+        format!("198.19.0.{}", 10 + k)
+    }
+    pub const CCL_PREFIX_LEN: u8 = 24;
+    /// The test bed's cluster name and key (test traffic only).
+    pub const CLUSTER_NAME: &str = "cfw-testbed";
+    pub const CLUSTER_KEY: &str = "clusterfw-testbed-ccl-key-0001";
+}
+
+/// Namespace of the CCL segment (a Linux bridge of the same name).
+pub const CCL_NAMESPACE: &str = "cfw-ccl";
+/// The CCL bridge in [`CCL_NAMESPACE`].
+pub const CCL_BRIDGE: &str = "cfw-ccl";
 
 fn end(namespace: &str, ifname: &str, address: Option<&str>, disable_ipv6: bool) -> Endpoint {
     Endpoint {
@@ -139,12 +237,149 @@ fn default_route(namespace: &str, via: &str) -> RouteSpec {
 }
 
 impl Topology {
-    /// The bed for `nodes` firewall nodes. Only one node is built so far.
+    /// The bed for `nodes` firewall nodes: the single-node bed for 1, the
+    /// cluster bed for 2-8.
     pub fn new(nodes: usize) -> Result<Topology> {
         match nodes {
             1 => Ok(Topology::single_node()),
-            n => bail!("--nodes {n}: only a single-node test bed (--nodes 1) exists so far"),
+            2..=MAX_BED_NODES => Ok(Topology::cluster(nodes)),
+            n => bail!("--nodes {n}: the test bed has 1 (single node) or 2-{MAX_BED_NODES} (cluster) nodes"),
         }
+    }
+
+    /// `n` clustered nodes behind two ECMP routers, with a CCL bridge.
+    ///
+    /// ```text
+    ///                       cfw-rin (router)              cfw-nK (clusterfw, K = 1..n)          cfw-rout (router)
+    /// cfw-inside            eth0    198.18.10.1
+    /// eth0 198.18.10.2 ──── rin-nK  198.18.1K.1 ──── nK-in  [inside 198.18.1K.2]
+    ///                                                nK-out [outside 198.18.2K.2] ──── rout-nK 198.18.2K.1
+    ///                                                nK-ccl [ccl 198.19.0.1K/24]         eth0    198.18.20.1 ──── eth0 198.18.20.2
+    ///                                                   │                                                         cfw-outside
+    ///                                       cfw-ccl: bridge cfw-ccl (ports ccl-nK)
+    /// ```
+    ///
+    /// `cfw-rin` routes 198.18.20.0/24 and `cfw-rout` routes 198.18.10.0/24
+    /// over all nodes (`nexthop via … nexthop via …`) with
+    /// `fib_multipath_hash_policy=1` (L4 hash). Each router hashes with its
+    /// own seed (`fib_multipath_hash_seed`, Linux 6.11+: rin 1, rout 2,
+    /// fixed so runs repeat) and lists the next hops in a different order
+    /// (rout rotated by one), so the two directions of a connection pick
+    /// their node independently — also on kernels whose L4 hash is
+    /// symmetric and seeded the same in every namespace.
+    pub fn cluster(n: usize) -> Topology {
+        use cluster_addr as a;
+        let (inside, outside, rin, rout) = ("cfw-inside", "cfw-outside", "cfw-rin", "cfw-rout");
+        let router = |name: &str, seed: &str| {
+            let mut r = ns(name, true);
+            r.sysctls = vec![
+                sysctl("net.ipv4.fib_multipath_hash_policy", "1", false),
+                sysctl("net.ipv4.fib_multipath_hash_seed", seed, true),
+                // Replies come back over another node than the request
+                // went out: no reverse-path filtering.
+                sysctl("net.ipv4.conf.all.rp_filter", "0", false),
+                sysctl("net.ipv4.conf.default.rp_filter", "0", false),
+                sysctl("net.ipv6.conf.all.disable_ipv6", "1", false),
+                sysctl("net.ipv6.conf.default.disable_ipv6", "1", false),
+            ];
+            r
+        };
+        let mut ccl = ns(CCL_NAMESPACE, false);
+        ccl.sysctls = vec![
+            sysctl("net.ipv6.conf.all.disable_ipv6", "1", false),
+            sysctl("net.ipv6.conf.default.disable_ipv6", "1", false),
+        ];
+        let mut t = Topology {
+            namespaces: vec![ns(inside, false), ns(outside, false), router(rin, "1"), router(rout, "2"), ccl],
+            links: vec![
+                VethSpec {
+                    a: end(inside, "eth0", Some(&format!("{}/24", a::CLIENT)), false),
+                    b: end(rin, "eth0", Some(&format!("{}/24", a::RIN_HOST_SIDE)), true),
+                },
+                VethSpec {
+                    a: end(outside, "eth0", Some(&format!("{}/24", a::SERVER)), false),
+                    b: end(rout, "eth0", Some(&format!("{}/24", a::ROUT_HOST_SIDE)), true),
+                },
+            ],
+            bridges: vec![BridgeSpec {
+                namespace: CCL_NAMESPACE.into(),
+                name: CCL_BRIDGE.into(),
+                members: (1..=n).map(|k| format!("ccl-n{k}")).collect(),
+            }],
+            routes: vec![
+                default_route(inside, a::RIN_HOST_SIDE),
+                default_route(outside, a::ROUT_HOST_SIDE),
+                RouteSpec {
+                    namespace: rin.into(),
+                    destination: a::SERVER_NET.into(),
+                    nexthops: (1..=n).map(|k| format!("{}.2", a::inside_net(k))).collect(),
+                },
+                RouteSpec {
+                    namespace: rout.into(),
+                    destination: a::CLIENT_NET.into(),
+                    nexthops: (1..=n).map(|k| format!("{}.2", a::outside_net(k % n + 1))).collect(),
+                },
+            ],
+            hosts: vec![
+                HostSpec { name: "inside".into(), namespace: inside.into(), address: a::CLIENT.into(), kind: HostKind::Host },
+                HostSpec { name: "outside".into(), namespace: outside.into(), address: a::SERVER.into(), kind: HostKind::Host },
+                HostSpec { name: "rin".into(), namespace: rin.into(), address: a::RIN_HOST_SIDE.into(), kind: HostKind::Router },
+                HostSpec { name: "rout".into(), namespace: rout.into(), address: a::ROUT_HOST_SIDE.into(), kind: HostKind::Router },
+            ],
+            nodes: vec![],
+        };
+        let members: Vec<MemberSpec> = (1..=n)
+            .map(|k| MemberSpec { id: k as u8, name: format!("n{k}"), ccl_address: a::ccl(k) })
+            .collect();
+        for k in 1..=n {
+            let (name, nsn) = (format!("n{k}"), format!("cfw-n{k}"));
+            let (inet, onet) = (a::inside_net(k), a::outside_net(k));
+            t.namespaces.push(ns(&nsn, false));
+            t.links.push(VethSpec {
+                a: end(rin, &format!("rin-n{k}"), Some(&format!("{inet}.1/24")), true),
+                b: end(&nsn, &format!("n{k}-in"), None, true),
+            });
+            t.links.push(VethSpec {
+                a: end(rout, &format!("rout-n{k}"), Some(&format!("{onet}.1/24")), true),
+                b: end(&nsn, &format!("n{k}-out"), None, true),
+            });
+            t.links.push(VethSpec {
+                a: end(CCL_NAMESPACE, &format!("ccl-n{k}"), None, true),
+                b: end(&nsn, &format!("n{k}-ccl"), None, true),
+            });
+            t.nodes.push(NodeSpec {
+                name: name.clone(),
+                namespace: nsn,
+                interfaces: vec![
+                    NodeIface {
+                        name: "inside".into(),
+                        ifname: format!("n{k}-in"),
+                        address: format!("{inet}.2/24"),
+                        security_level: 100,
+                    },
+                    NodeIface {
+                        name: "outside".into(),
+                        ifname: format!("n{k}-out"),
+                        address: format!("{onet}.2/24"),
+                        security_level: 0,
+                    },
+                ],
+                routes: vec![
+                    (a::CLIENT_NET.into(), format!("{inet}.1")),
+                    ("0.0.0.0/0".into(), format!("{onet}.1")),
+                ],
+                cluster: Some(NodeCluster {
+                    cluster_name: a::CLUSTER_NAME.into(),
+                    key: a::CLUSTER_KEY.into(),
+                    node_id: k as u8,
+                    priority: (10 * k).min(100) as u8,
+                    ccl_ifname: format!("n{k}-ccl"),
+                    ccl_address: format!("{}/{}", a::ccl(k), a::CCL_PREFIX_LEN),
+                    members: members.clone(),
+                }),
+            });
+        }
+        t
     }
 
     /// Client host `cfw-inside` — node `cfw-n1` — server host `cfw-outside`.
@@ -178,11 +413,13 @@ impl Topology {
                     name: "inside".into(),
                     namespace: inside.into(),
                     address: "198.18.1.2".into(),
+                    kind: HostKind::Host,
                 },
                 HostSpec {
                     name: "outside".into(),
                     namespace: outside.into(),
                     address: "198.18.2.2".into(),
+                    kind: HostKind::Host,
                 },
             ],
             nodes: vec![NodeSpec {
@@ -202,6 +439,8 @@ impl Topology {
                         security_level: 0,
                     },
                 ],
+                routes: vec![],
+                cluster: None,
             }],
         }
     }
@@ -252,20 +491,26 @@ impl Topology {
             if !known(&n.namespace) {
                 bail!("node {} is in unknown namespace {}", n.name, n.namespace);
             }
-            for i in &n.interfaces {
-                if !seen.contains(&(n.namespace.as_str(), i.ifname.as_str())) {
-                    bail!(
-                        "node {} interface {} has no veth {}",
-                        n.name,
-                        i.name,
-                        i.ifname
-                    );
+            let ccl = n.cluster.iter().map(|c| c.ccl_ifname.as_str());
+            for ifname in n.interfaces.iter().map(|i| i.ifname.as_str()).chain(ccl) {
+                if !seen.contains(&(n.namespace.as_str(), ifname)) {
+                    bail!("node {} interface {ifname} has no veth", n.name);
                 }
             }
         }
         for h in &self.hosts {
             if !known(&h.namespace) {
                 bail!("host {} is in unknown namespace {}", h.name, h.namespace);
+            }
+        }
+        for b in &self.bridges {
+            if !known(&b.namespace) {
+                bail!("bridge {} is in unknown namespace {}", b.name, b.namespace);
+            }
+            for m in &b.members {
+                if !seen.contains(&(b.namespace.as_str(), m.as_str())) {
+                    bail!("bridge {} member {m} has no veth in {}", b.name, b.namespace);
+                }
             }
         }
         Ok(())
@@ -303,9 +548,46 @@ mod tests {
     }
 
     #[test]
-    fn more_nodes_are_refused_for_now() {
-        assert!(Topology::new(3).is_err());
+    fn node_counts() {
         assert!(Topology::new(0).is_err());
+        assert!(Topology::new(MAX_BED_NODES + 1).is_err());
+        for n in 2..=MAX_BED_NODES {
+            Topology::new(n).unwrap().validate().unwrap();
+        }
+    }
+
+    #[test]
+    fn three_node_cluster_bed() {
+        let t = Topology::new(3).unwrap();
+        let names: Vec<&str> = t.namespaces.iter().map(|n| n.name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["cfw-inside", "cfw-outside", "cfw-rin", "cfw-rout", "cfw-ccl", "cfw-n1", "cfw-n2", "cfw-n3"]
+        );
+        let rin = t.routes.iter().find(|r| r.namespace == "cfw-rin").unwrap();
+        assert_eq!(rin.destination, "198.18.20.0/24");
+        assert_eq!(rin.nexthops, ["198.18.11.2", "198.18.12.2", "198.18.13.2"]);
+        let rout = t.routes.iter().find(|r| r.namespace == "cfw-rout").unwrap();
+        assert_eq!(rout.destination, "198.18.10.0/24");
+        assert_eq!(rout.nexthops, ["198.18.22.2", "198.18.23.2", "198.18.21.2"]);
+        for r in ["cfw-rin", "cfw-rout"] {
+            let ns = t.namespaces.iter().find(|n| n.name == r).unwrap();
+            assert!(ns.ip_forward);
+            assert!(ns.sysctls.iter().any(|s| s.key == "net.ipv4.fib_multipath_hash_policy" && s.value == "1" && !s.optional));
+        }
+        assert_eq!(t.bridges[0].members, ["ccl-n1", "ccl-n2", "ccl-n3"]);
+        assert_eq!(t.nodes.len(), 3);
+        let n2 = &t.nodes[1];
+        assert_eq!(n2.dpdk_prefix(), "cfw-tb-n2");
+        let c = n2.cluster.as_ref().unwrap();
+        assert_eq!((c.node_id, c.ccl_ifname.as_str(), c.ccl_address.as_str()), (2, "n2-ccl", "198.19.0.12/24"));
+        assert_eq!(c.members.len(), 3);
+        assert_eq!(n2.routes, [("198.18.10.0/24".to_string(), "198.18.12.1".to_string()), ("0.0.0.0/0".to_string(), "198.18.22.1".to_string())]);
+        // Node-side ends carry no kernel address and no IPv6.
+        for e in t.endpoints().filter(|e| e.namespace.starts_with("cfw-n")) {
+            assert!(e.address.is_none() && e.disable_ipv6, "{e:?}");
+        }
+        assert_eq!(t.hosts.iter().filter(|h| h.kind == HostKind::Router).count(), 2);
     }
 
     #[test]
