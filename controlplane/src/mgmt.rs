@@ -31,10 +31,13 @@ pub enum Topic {
     Arp,
     Config,
     Rules,
+    /// Cluster members, this node's role, cluster and CCL counters.
+    Cluster,
 }
 
 impl Topic {
-    pub const ALL: &'static [Topic] = &[Topic::Stats, Topic::Conn, Topic::Route, Topic::Arp, Topic::Config, Topic::Rules];
+    pub const ALL: &'static [Topic] =
+        &[Topic::Stats, Topic::Conn, Topic::Route, Topic::Arp, Topic::Config, Topic::Rules, Topic::Cluster];
     pub fn as_str(self) -> &'static str {
         match self {
             Topic::Stats => "stats",
@@ -43,6 +46,7 @@ impl Topic {
             Topic::Arp => "arp",
             Topic::Config => "config",
             Topic::Rules => "rules",
+            Topic::Cluster => "cluster",
         }
     }
     pub fn parse(s: &str) -> Option<Topic> {
@@ -177,6 +181,11 @@ mod tests {
         assert_eq!(serde_json::to_string(&r).unwrap(), r#"{"cmd":"show","topic":"stats"}"#);
         assert_eq!(Topic::parse("conn"), Some(Topic::Conn));
         assert_eq!(Topic::parse("nope"), None);
+        let c = Request::Show { topic: Topic::Cluster };
+        assert_eq!(serde_json::to_string(&c).unwrap(), r#"{"cmd":"show","topic":"cluster"}"#);
+        for t in Topic::ALL {
+            assert_eq!(Topic::parse(t.as_str()), Some(*t));
+        }
     }
 
     #[test]

@@ -124,6 +124,7 @@ impl Control {
                 Ok(json!({ "rules": enc(serde_json::to_value(r))? }))
             }
             Topic::Config => Ok(json!({ "yaml": self.config_yaml, "parsed": self.config_json })),
+            Topic::Cluster => Err("no cluster configured: this node runs alone (no `cluster:` section)".into()),
         }
     }
 }

@@ -1,7 +1,7 @@
 //! `clusterfw-ctl`: ask a running node what it is doing.
 //!
 //! ```text
-//! clusterfw-ctl [--socket PATH] show {stats|conn|route|arp|rules|config} [--json]
+//! clusterfw-ctl [--socket PATH] show {stats|conn|route|arp|rules|config|cluster} [--json]
 //! ```
 //! The socket defaults to `$CLUSTERFW_SOCKET`, else `/run/clusterfw/clusterfw.sock`.
 //! `--json` prints the node's answer as it is (stable for scripts); without
@@ -13,7 +13,7 @@ use serde_json::Value;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-const USAGE: &str = "usage: clusterfw-ctl [--socket PATH] show {stats|conn|route|arp|rules|config} [--json]";
+const USAGE: &str = "usage: clusterfw-ctl [--socket PATH] show {stats|conn|route|arp|rules|config|cluster} [--json]";
 
 fn main() -> ExitCode {
     match run() {
@@ -85,6 +85,7 @@ fn print_human(topic: Topic, data: &Value) {
                 }
             }
         }
+        Topic::Cluster => print_cluster(data),
         Topic::Config => match data.get("yaml").and_then(Value::as_str) {
             Some(text) => print!("{text}"),
             None => println!("{}", serde_json::to_string_pretty(data).unwrap_or_default()),
@@ -104,6 +105,54 @@ fn print_human(topic: Topic, data: &Value) {
             } else {
                 print_table(data);
             }
+        }
+    }
+}
+
+/// `show cluster`: identity line, members table, counters, CCL messages by
+/// kind, CCL drops (non-zero).
+fn print_cluster(data: &Value) {
+    let s = |k: &str| data.get(k).map(fmt_cell).unwrap_or_else(|| "?".into());
+    println!(
+        "cluster {}: this node {} (node-id {}), role {}, epoch {}, CCL queues {}",
+        s("cluster"),
+        s("node"),
+        s("node_id"),
+        s("role"),
+        s("epoch"),
+        s("ccl_queues")
+    );
+    if let Some(m) = data.get("members") {
+        println!("\nMembers:");
+        print_table(m);
+    }
+    if let Some(Value::Object(c)) = data.get("counters") {
+        println!("\nCluster counters:");
+        for (k, v) in c {
+            println!("  {k:<28} {}", fmt_cell(v));
+        }
+    }
+    if let Some(k) = data.get("ccl") {
+        println!("\nCCL messages by kind:");
+        print_table(k);
+    }
+    if let Some(Value::Object(d)) = data.get("ccl_drops") {
+        println!("\nCCL drops by reason (non-zero):");
+        let mut any = false;
+        for (k, v) in d {
+            if v.as_u64().unwrap_or(0) > 0 {
+                println!("  {k:<28} {v}");
+                any = true;
+            }
+        }
+        if !any {
+            println!("  (none)");
+        }
+    }
+    if let Some(Value::Object(h)) = data.get("driver") {
+        println!("\nDriver (queues between worker and control lcore):");
+        for (k, v) in h {
+            println!("  {k:<28} {}", fmt_cell(v));
         }
     }
 }
