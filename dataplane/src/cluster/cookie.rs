@@ -241,7 +241,7 @@ mod tests {
                 key[14..].copy_from_slice(&k.to_le_bytes());
                 let c = CookieCodec::new(key);
                 let (pad, check) = c.mac(0xfffff);
-                (check == 0xff).then(|| (c, NodeId((0xf ^ pad) as u8)))
+                (check == 0xff).then_some((c, NodeId((0xf ^ pad) as u8)))
             })
             .expect("one in 256 keys gives check 0xff for r = 0xfffff; 65536 tried");
         assert_eq!(codec.encode(node, u32::MAX), u32::MAX);

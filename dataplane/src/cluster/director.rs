@@ -17,8 +17,8 @@
 //!   member; so when a member leaves only the flows it directed move, and
 //!   when one joins only the flows it now wins move (to it): ≈ 1/N of the
 //!   flows, and never between two members that stay (`tests::movement`);
-//! - ties in weight (probability 2^-64 per pair) go to the higher node id,
-//!   so the ranking is a total order and identical on every node;
+//! - a weight carries its node id in its low 4 bits, so weights never tie
+//!   and the ranking is a total order, identical on every node;
 //! - lookups neither allocate nor panic; a table always has ≥ 1 member.
 
 use super::members::{MemberError, MemberSet};
@@ -134,11 +134,21 @@ const fn node_salt(node: u8) -> u64 {
 }
 
 /// Rendezvous weight of `node` for flow hash `h`. Independent of the
-/// member set — that is the whole movement guarantee.
+/// member set — that is the whole movement guarantee. The low 4 bits are
+/// the node id, so the weights of two members never tie (equal top 60 bits,
+/// probability 2^-60, go to the higher id) and the director is a plain
+/// branch-free `max`.
 #[inline(always)]
 pub fn weight(h: u64, node: NodeId) -> u64 {
-    fmix64(h ^ node_salt(node.0))
+    packed_weight(h, node_salt(node.0), node)
 }
+
+#[inline(always)]
+fn packed_weight(h: u64, salt: u64, node: NodeId) -> u64 {
+    (fmix64(h ^ salt) & !NODE_BITS_MASK) | (u64::from(node.0) & NODE_BITS_MASK)
+}
+
+const NODE_BITS_MASK: u64 = (NodeId::MAX_NODES - 1) as u64;
 
 /// Members in rank order for one flow hash (director first). Fixed
 /// capacity, `Copy`, no allocation.
@@ -289,24 +299,35 @@ impl DirectorTable {
     #[inline]
     pub fn director(&self, h: u64) -> NodeId {
         let n = usize::from(self.len);
-        let mut best = (0u64, NodeId(0));
+        let mut best = 0u64;
         for (&node, &salt) in self.nodes[..n].iter().zip(&self.salts[..n]) {
-            let w = (fmix64(h ^ salt), node);
-            // Ascending node order + `>=`: ties go to the higher node id.
-            if w >= best {
-                best = w;
-            }
+            best = best.max(packed_weight(h, salt, node));
         }
-        best.1
+        NodeId((best & NODE_BITS_MASK) as u8)
+    }
+
+    /// The two heaviest members for `h` (director, runner-up), in one
+    /// branch-free pass.
+    #[inline]
+    fn top2(&self, h: u64) -> (NodeId, Option<NodeId>) {
+        let n = usize::from(self.len);
+        let (mut best, mut second) = (0u64, 0u64);
+        for (&node, &salt) in self.nodes[..n].iter().zip(&self.salts[..n]) {
+            let w = packed_weight(h, salt, node);
+            second = second.max(best.min(w));
+            best = best.max(w);
+        }
+        let id = |w: u64| NodeId((w & NODE_BITS_MASK) as u8);
+        (id(best), (n > 1).then(|| id(second)))
     }
 
     /// All members in rank order for `h` (director first).
     #[inline]
     pub fn ranking(&self, h: u64) -> Ranking {
         let n = usize::from(self.len);
-        let mut w = [(0u64, NodeId(0)); NodeId::MAX_NODES];
-        for i in 0..n {
-            w[i] = (fmix64(h ^ self.salts[i]), self.nodes[i]);
+        let mut w = [0u64; NodeId::MAX_NODES];
+        for (slot, (&node, &salt)) in w.iter_mut().zip(self.nodes[..n].iter().zip(&self.salts[..n])) {
+            *slot = packed_weight(h, salt, node);
         }
         // Insertion sort, descending: ≤ 16 elements, no allocation.
         for i in 1..n {
@@ -319,8 +340,8 @@ impl DirectorTable {
             w[j] = x;
         }
         let mut r = Ranking { nodes: [NodeId(0); NodeId::MAX_NODES], len: self.len };
-        for i in 0..n {
-            r.nodes[i] = w[i].1;
+        for (out, &wt) in r.nodes.iter_mut().zip(&w[..n]) {
+            *out = NodeId((wt & NODE_BITS_MASK) as u8);
         }
         r
     }
@@ -330,11 +351,12 @@ impl DirectorTable {
     /// is the only member.
     #[inline]
     pub fn backup(&self, h: u64, owner: NodeId) -> Option<NodeId> {
-        let d = self.director(h);
+        let (d, runner_up) = self.top2(h);
         if d != owner {
-            return Some(d);
+            Some(d)
+        } else {
+            runner_up
         }
-        self.ranking(h).iter().find(|&n| n != owner)
     }
 
     /// Every backup of a flow (R4): the backup owner; plus, if chassis ids
@@ -346,32 +368,30 @@ impl DirectorTable {
     /// once. An owner that is not in the table has no chassis or site
     /// configured here, so only the backup owner applies.
     pub fn backups(&self, h: u64, owner: NodeId) -> Backups {
-        let ranking = self.ranking(h);
         let mut out = Backups::EMPTY;
-        let Some(primary) = ranking.iter().find(|&n| n != owner) else {
+        let Some(primary) = self.backup(h, owner) else {
             return out;
         };
-        // The director is first in the ranking: if it is not the owner it
-        // is `primary`, otherwise `primary` is the next one (R4).
         out.push_unique(primary);
-        let (own_chassis, own_site) = match owner.index() < NodeId::MAX_NODES {
-            true => (self.chassis[owner.index()], self.site[owner.index()]),
-            false => (None, None),
+        let (own_chassis, own_site) = if owner.index() < NodeId::MAX_NODES {
+            (self.chassis[owner.index()], self.site[owner.index()])
+        } else {
+            (None, None)
         };
-        if let Some(c) = own_chassis {
-            if self.chassis[primary.index()] == Some(c) {
-                let other = ranking.iter().find(|n| matches!(self.chassis[n.index()], Some(x) if x != c));
-                if let Some(n) = other {
-                    out.push_unique(n);
-                }
+        let chassis_rule = own_chassis.filter(|&c| self.chassis[primary.index()] == Some(c));
+        let site_rule = own_site.filter(|&s| self.site_redundancy && self.site[primary.index()] == Some(s));
+        if chassis_rule.is_none() && site_rule.is_none() {
+            return out; // the common case: no full ranking needed
+        }
+        let ranking = self.ranking(h);
+        if let Some(c) = chassis_rule {
+            if let Some(n) = ranking.iter().find(|n| matches!(self.chassis[n.index()], Some(x) if x != c)) {
+                out.push_unique(n);
             }
         }
-        if let (true, Some(s)) = (self.site_redundancy, own_site) {
-            if self.site[primary.index()] == Some(s) {
-                let other = ranking.iter().find(|n| matches!(self.site[n.index()], Some(x) if x != s));
-                if let Some(n) = other {
-                    out.push_unique(n);
-                }
+        if let Some(s) = site_rule {
+            if let Some(n) = ranking.iter().find(|n| matches!(self.site[n.index()], Some(x) if x != s)) {
+                out.push_unique(n);
             }
         }
         out
@@ -465,12 +485,12 @@ mod tests {
         let d6: Ipv6Addr = "2001:db8:ffff::80".parse().unwrap();
         let t6 = FiveTuple { src: s6.into(), dst: d6.into(), proto: 6, src_port: 40000, dst_port: 80 };
         let got = [flow_hash(&t), flow_hash(&t6), weight(flow_hash(&t), n(3))];
-        println!("golden: {got:#018x?}");
+        println!("golden: {got:?}");
         assert_eq!(got, GOLDEN);
         let tbl = DirectorTable::new(&set(&[0, 1, 2, 3, 4, 5, 6, 7])).unwrap();
         assert_eq!(tbl.ranking(flow_hash(&t)).as_slice(), GOLDEN_RANKING.map(NodeId));
     }
-    const GOLDEN: [u64; 3] = [7265483929512209326, 14646975901653397895, 5631401776506407719];
+    const GOLDEN: [u64; 3] = [7265483929512209326, 14646975901653397895, 5631401776506407715];
     const GOLDEN_RANKING: [u8; 8] = [6, 7, 2, 5, 4, 1, 3, 0];
 
     #[test]

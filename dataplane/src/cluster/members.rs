@@ -176,7 +176,7 @@ impl fmt::Debug for MemberSet {
     }
 }
 
-impl<'a> IntoIterator for &'a MemberSet {
+impl IntoIterator for &MemberSet {
     type Item = NodeId;
     type IntoIter = MemberIter;
     fn into_iter(self) -> MemberIter {
