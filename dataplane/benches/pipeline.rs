@@ -65,6 +65,7 @@ fn pipeline(flows: usize) -> Pipeline {
         arp_timeout: Duration::from_secs(3600),
         arp_retry: Duration::from_secs(1),
         static_neighbors: vec![],
+        cluster: None,
     })
     .unwrap();
     let t = Timestamp::from_secs(1);

@@ -11,6 +11,7 @@ pub mod acl;
 pub mod arp;
 pub mod buf;
 pub mod ccl;
+pub mod clusterpath;
 pub mod cluster;
 pub mod pipeline;
 pub mod route;

@@ -59,6 +59,10 @@
 use crate::acl::{Acl, AclRule, RuleInfo};
 use crate::arp::{ArpCache, ArpInfo, Resolve};
 use crate::buf::PacketBuf;
+pub use crate::clusterpath::{
+    ClusterCounters, ClusterCountersSnapshot, ClusterSpec, ClusterSpecError, Role,
+};
+use crate::clusterpath::{ClusterState, Plan, Rx, Via, Xlate};
 use crate::conntrack::{ConnInfo, ConnTable, L4Info, TcpSeg, Timeouts};
 use crate::route::{contains, mask, IfIndex, RouteError, RouteInfo, RouteTable};
 use crate::types::{ip_proto, DropReason, Duration, FiveTuple, PortId, Timestamp};
@@ -129,6 +133,9 @@ pub struct PipelineConfig {
     /// cache and never aged: next hops on links without ARP (pcap vdevs in
     /// benches) and CCL peers with fixed MACs.
     pub static_neighbors: Vec<(Ipv4Addr, [u8; 6])>,
+    /// Cluster membership of this node; `None` runs the single-node
+    /// pipeline (docs/cluster-design.md).
+    pub cluster: Option<ClusterSpec>,
 }
 
 /// Configuration errors, found once by `Pipeline::new`.
@@ -164,6 +171,8 @@ pub enum PipelineError {
     BadRule { rule: String },
     #[error("{0} must be above zero")]
     ZeroCapacity(&'static str),
+    #[error("{0}")]
+    Cluster(ClusterSpecError),
 }
 
 impl std::error::Error for RouteError {}
@@ -311,12 +320,12 @@ pub struct CountersSnapshot {
 
 /// An interface as the packet path sees it (Copy; the name lives apart).
 #[derive(Copy, Clone, Debug)]
-struct Iface {
-    port: PortId,
-    mac: [u8; 6],
-    addr: Ipv4Addr,
-    prefix_len: u8,
-    vlan: Option<u16>,
+pub(crate) struct Iface {
+    pub(crate) port: PortId,
+    pub(crate) mac: [u8; 6],
+    pub(crate) addr: Ipv4Addr,
+    pub(crate) prefix_len: u8,
+    pub(crate) vlan: Option<u16>,
 }
 
 impl Iface {
@@ -338,7 +347,7 @@ struct Generated {
 }
 
 /// Internal result of `classify`, mapped to counters by `process`.
-enum Outcome {
+pub(crate) enum Outcome {
     Forward(PortId),
     Consumed,
     ArpReply(PortId),
@@ -354,16 +363,18 @@ impl From<DropReason> for Outcome {
 
 /// One worker's pipeline state.
 pub struct Pipeline {
-    ifaces: Vec<Iface>,
+    pub(crate) ifaces: Vec<Iface>,
     names: Vec<String>,
     routes: RouteTable,
     acl: Acl,
-    conntrack: ConnTable,
-    arp: ArpCache,
+    pub(crate) conntrack: ConnTable,
+    pub(crate) arp: ArpCache,
     /// `PipelineConfig::static_neighbors`, searched linearly (a handful).
     static_neighbors: Vec<(Ipv4Addr, [u8; 6])>,
     generated: Vec<Generated>,
-    counters: Counters,
+    pub(crate) counters: Counters,
+    /// Cluster roles (`clusterpath`); `None` in single-node mode.
+    pub(crate) cluster: Option<Box<ClusterState>>,
 }
 
 /// RFC 1122 §3.2.1.3 / RFC 1812 §5.3.7: addresses that are never a valid
@@ -495,6 +506,27 @@ impl Pipeline {
             .map(|s| usize::from(s.port.0))
             .max()
             .unwrap_or(0);
+        let cluster = match &cfg.cluster {
+            None => None,
+            Some(c) => {
+                let (i, s) = specs
+                    .iter()
+                    .enumerate()
+                    .find(|(_, s)| s.name == c.ccl_iface)
+                    .ok_or_else(|| {
+                        PipelineError::Cluster(ClusterSpecError::UnknownCclIface(c.ccl_iface.clone()))
+                    })?;
+                if s.vlan.is_some() {
+                    return Err(PipelineError::Cluster(ClusterSpecError::TaggedCclIface(
+                        c.ccl_iface.clone(),
+                    )));
+                }
+                let ccl = (IfIndex(i as u16), s.port, s.mac, s.addr);
+                Some(Box::new(
+                    ClusterState::new(c, ccl, cfg.flow_capacity).map_err(PipelineError::Cluster)?,
+                ))
+            }
+        };
         Ok(Pipeline {
             ifaces: specs
                 .iter()
@@ -514,6 +546,7 @@ impl Pipeline {
             static_neighbors: cfg.static_neighbors.clone(),
             generated: Vec::with_capacity(MAX_GENERATED),
             counters: Counters::new(max_port),
+            cluster,
         })
     }
 
@@ -533,7 +566,12 @@ impl Pipeline {
             }
             None => c.rx_unknown_port += 1,
         }
-        let outcome = self.classify(now, in_port, buf);
+        let outcome = self.classify(now, in_port, buf, Rx::PORT);
+        self.account(outcome, buf)
+    }
+
+    /// Map an outcome to counters and a verdict.
+    fn account<B: PacketBuf>(&mut self, outcome: Outcome, buf: &B) -> Verdict {
         let c = &mut self.counters;
         let port = match outcome {
             Outcome::Drop(r) => {
@@ -574,7 +612,16 @@ impl Pipeline {
             .map(|(n, i)| (IfIndex(n as u16), *i))
     }
 
-    fn classify<B: PacketBuf>(&mut self, now: Timestamp, in_port: PortId, buf: &mut B) -> Outcome {
+    /// `rx` says how the frame came: from a port (normal), or unwrapped
+    /// from a CCL message (processed as received on the named interface:
+    /// no L2 destination check, no ARP, IPv4 only).
+    pub(crate) fn classify<B: PacketBuf>(
+        &mut self,
+        now: Timestamp,
+        in_port: PortId,
+        buf: &mut B,
+        rx: Rx,
+    ) -> Outcome {
         let (l2, tags, vlan, ethertype, dst) = match EthernetFrame::new_checked(buf.data()) {
             Ok(e) => (
                 e.header_len(),
@@ -591,6 +638,20 @@ impl Pipeline {
         if tags > 1 {
             return DropReason::NoInterface.into();
         }
+        if let Via::Ccl(ifx) = rx.via {
+            // A frame unwrapped from the CCL: it was addressed to the
+            // forwarder's MAC; it is processed as received on `ifx`.
+            let Some(ing) = self.ifaces.get(usize::from(ifx.0)).copied() else {
+                return DropReason::CclMalformed.into();
+            };
+            if ethertype != ethertype::IPV4 {
+                return DropReason::CclMalformed.into();
+            }
+            return match self.ipv4_in(now, in_port, ifx, ing, l2, tags, false, rx, buf) {
+                Ok(o) => o,
+                Err(r) => Outcome::Drop(r),
+            };
+        }
         let Some((ifx, ing)) = self.iface_for(in_port, vlan) else {
             return DropReason::NoInterface.into();
         };
@@ -600,7 +661,7 @@ impl Pipeline {
         match ethertype {
             ethertype::ARP => self.arp_in(now, in_port, ifx, ing, l2, buf),
             ethertype::IPV4 => {
-                match self.ipv4_in(now, in_port, ifx, ing, l2, tags, dst == BROADCAST, buf) {
+                match self.ipv4_in(now, in_port, ifx, ing, l2, tags, dst == BROADCAST, rx, buf) {
                     Ok(o) => o,
                     Err(r) => Outcome::Drop(r),
                 }
@@ -703,10 +764,11 @@ impl Pipeline {
         l2: usize,
         tags: u8,
         l2_broadcast: bool,
+        rx: Rx,
         buf: &mut B,
     ) -> Result<Outcome, DropReason> {
         // --- Parse and decide, holding only a shared borrow of the frame. ---
-        let (next_hop, egress, icmp_error) = {
+        let step = 'decide: {
             let ip =
                 Ipv4Packet::new_checked(buf.data().get(l2..).unwrap_or(&[])).map_err(
                     |e| match e {
@@ -742,6 +804,12 @@ impl Pipeline {
                 return Err(DropReason::Ipv4BadDestination);
             }
             if dst == ing.addr {
+                if rx.via != Via::Port {
+                    return Err(DropReason::LocalUnhandled);
+                }
+                if self.is_ccl_datagram(ifx, &ip) {
+                    return self.ccl_in(now, in_port, buf);
+                }
                 return self.local_in(in_port, ing, l2, buf);
             }
             if dst.is_multicast()
@@ -767,27 +835,47 @@ impl Pipeline {
             let egress = route.iface;
             let (tuple, l4) = match transit_l4(&ip)? {
                 Transit::Flow(t, l4) => (t, Some(l4)),
-                Transit::IcmpError(t) => {
-                    // The error must quote a flow and go back to its sender.
-                    if self.conntrack.lookup(&t).is_none() || t.src != IpAddr::V4(dst) {
-                        return Err(DropReason::NoFlow);
-                    }
-                    (t, None)
-                }
+                Transit::IcmpError(t) => (t, None),
             };
-            let icmp_error = l4.is_none();
-            if let Some(l4) = l4 {
-                let acl = &mut self.acl;
-                let tracked =
-                    self.conntrack
-                        .track(now, &tuple, &l4, u32::from(ip.total_len()), || {
-                            acl.check(ifx, egress, &tuple)
-                        })?;
-                if tracked.created {
-                    self.counters.flows_created += 1;
+            // Cluster roles: who runs conntrack on this packet?
+            if self.cluster.is_some() && !rx.force_own {
+                match self.cluster_plan(now, &tuple, l4.as_ref(), rx) {
+                    Plan::Own => {}
+                    Plan::Drop(r) => return Err(r),
+                    plan => break 'decide Step::Cluster(plan, tuple),
                 }
             }
-            (route.next_hop, egress, icmp_error)
+            let icmp_error = l4.is_none();
+            let mut xlate = None;
+            match l4 {
+                // The error must quote a flow and go back to its sender.
+                None => {
+                    if self.conntrack.lookup(&tuple).is_none() || tuple.src != IpAddr::V4(dst) {
+                        return Err(DropReason::NoFlow);
+                    }
+                }
+                Some(l4) => {
+                    let len = u32::from(ip.total_len());
+                    xlate = self.track(now, &tuple, l4, len, ifx, egress)?;
+                }
+            }
+            Step::Route {
+                next_hop: route.next_hop,
+                egress,
+                icmp_error,
+                xlate,
+            }
+        };
+        let (next_hop, egress, icmp_error, xlate) = match step {
+            Step::Route {
+                next_hop,
+                egress,
+                icmp_error,
+                xlate,
+            } => (next_hop, egress, icmp_error, xlate),
+            Step::Cluster(plan, tuple) => {
+                return self.cluster_act(now, in_port, ifx, rx, plan, &tuple, buf)
+            }
         };
 
         // --- Resolve the next hop. ---
@@ -809,7 +897,11 @@ impl Pipeline {
             Resolve::Full => return Err(DropReason::ArpCacheFull),
         };
 
-        // --- Rewrite: VLAN tag first (it may move the front), then TTL, MACs. ---
+        // --- Rewrite: sequence translation (R6), VLAN tag (it may move the
+        // front), then TTL, MACs. ---
+        if let Some(x) = xlate {
+            self.apply_xlate(l2, x, buf)?;
+        }
         let l2 = match (tags, eg.vlan) {
             (0, None) => l2,
             (0, Some(v)) => {
@@ -852,6 +944,30 @@ impl Pipeline {
             self.counters.icmp_errors_forwarded += 1;
         }
         Ok(Outcome::Forward(eg.port))
+    }
+
+    /// Run conntrack for a packet this node owns, with the ACL as the
+    /// admission check; in cluster mode with the owner's sequence
+    /// translation and flow records around it (`clusterpath`).
+    fn track(
+        &mut self,
+        now: Timestamp,
+        tuple: &FiveTuple,
+        l4: L4Info,
+        len: u32,
+        ifx: IfIndex,
+        egress: IfIndex,
+    ) -> Result<Option<Xlate>, DropReason> {
+        let mut seen = l4;
+        let pre = self.owner_pre(tuple, &mut seen);
+        let acl = &mut self.acl;
+        let tracked = self
+            .conntrack
+            .track(now, tuple, &seen, len, || acl.check(ifx, egress, tuple))?;
+        if tracked.created {
+            self.counters.flows_created += 1;
+        }
+        Ok(self.owner_post(now, tuple, &l4, tracked, pre))
     }
 
     /// Answer an ICMP echo request to the ingress interface's address.
@@ -904,7 +1020,7 @@ impl Pipeline {
 
     /// The MAC of `ip` behind interface `ifx`: a static neighbour, else the
     /// ARP cache.
-    fn neighbor(&mut self, now: Timestamp, ip: Ipv4Addr, ifx: IfIndex) -> Resolve {
+    pub(crate) fn neighbor(&mut self, now: Timestamp, ip: Ipv4Addr, ifx: IfIndex) -> Resolve {
         match self.static_neighbors.iter().find(|(a, _)| *a == ip) {
             Some(&(_, mac)) => Resolve::Mac(mac),
             None => self.arp.resolve(now, ip, ifx),
@@ -913,7 +1029,7 @@ impl Pipeline {
 
     /// Queue a who-has for `target` out of `eg`, to `dst` (broadcast, or
     /// the known MAC when re-confirming a stale entry).
-    fn queue_arp_request(&mut self, eg: Iface, target: Ipv4Addr, dst: [u8; 6]) {
+    pub(crate) fn queue_arp_request(&mut self, eg: Iface, target: Ipv4Addr, dst: [u8; 6]) {
         if self.generated.len() >= MAX_GENERATED {
             self.counters.generated_dropped += 1;
             return;
@@ -950,6 +1066,7 @@ impl Pipeline {
             }
             f(g.port, g.frame.get(..g.len).unwrap_or(&g.frame));
         }
+        self.cluster_drain(&mut f);
     }
 
     /// Periodic work, bounded: expire up to `EXPIRE_BUDGET` flow slots and
@@ -957,6 +1074,7 @@ impl Pipeline {
     pub fn poll_timers(&mut self, now: Timestamp) {
         self.conntrack.expire(now, EXPIRE_BUDGET);
         self.arp.age(now);
+        self.cluster_timers(now);
     }
 
     pub fn counters(&self) -> &Counters {
@@ -978,6 +1096,7 @@ impl Pipeline {
     pub fn conns(&self, now: Timestamp, max: usize) -> Vec<ConnInfo> {
         let mut v = Vec::new();
         self.conntrack.snapshot(now, max, &mut v);
+        self.cluster_conns(now, max, &mut v);
         v
     }
     pub fn routes(&self) -> Vec<RouteInfo> {
@@ -995,8 +1114,21 @@ impl Pipeline {
     }
 }
 
+/// Where `ipv4_in`'s decision leads.
+enum Step {
+    /// Route it from here (after conntrack ran, as owner or single node).
+    Route {
+        next_hop: Ipv4Addr,
+        egress: IfIndex,
+        icmp_error: bool,
+        xlate: Option<Xlate>,
+    },
+    /// Another node owns it, or we must ask first.
+    Cluster(Plan, FiveTuple),
+}
+
 /// What a transit packet is to conntrack.
-enum Transit {
+pub(crate) enum Transit {
     /// Track this tuple with this L4 summary.
     Flow(FiveTuple, L4Info),
     /// An ICMP error quoting this (original-direction) tuple.
@@ -1006,7 +1138,7 @@ enum Transit {
 /// Build the five-tuple and L4 summary of a transit datagram. ICMP ports
 /// follow types.rs (SPEC R3): echo request (id, 0), echo reply (0, id),
 /// anything else (0, 0).
-fn transit_l4<T: AsRef<[u8]>>(ip: &Ipv4Packet<T>) -> Result<Transit, DropReason> {
+pub(crate) fn transit_l4<T: AsRef<[u8]>>(ip: &Ipv4Packet<T>) -> Result<Transit, DropReason> {
     let (src, dst, proto) = (IpAddr::V4(ip.src()), IpAddr::V4(ip.dst()), ip.protocol());
     let tuple = |sp, dp| FiveTuple {
         src,

@@ -275,6 +275,7 @@ fn pipeline_config(cfg: &Config, interfaces: Vec<InterfaceSpec>) -> PipelineConf
         arp_timeout: Duration::from_secs(cfg.arp.timeout),
         arp_retry: Duration::from_secs(cfg.arp.retry),
         static_neighbors: vec![],
+        cluster: None,
     }
 }
 

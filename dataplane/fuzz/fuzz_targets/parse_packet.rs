@@ -103,6 +103,7 @@ fn pipeline() -> Pipeline {
         arp_timeout: Duration::from_secs(300),
         arp_retry: Duration::from_secs(1),
         static_neighbors: vec![],
+        cluster: None,
     })
     .expect("valid config")
 }

@@ -143,6 +143,13 @@ pub struct ConnInfo {
     pub packets: [u64; 2],
     /// `[original, reply]`.
     pub bytes: [u64; 2],
+    /// Cluster mode: this node's role for the connection (owner,
+    /// director, backup, forwarder).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub role: Option<&'static str>,
+    /// Cluster mode: the owner's node id.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub owner: Option<crate::types::NodeId>,
 }
 
 /// Table counters (drops are counted by the caller through `DropReason`).
@@ -609,6 +616,8 @@ impl ConnTable {
                 expires_in_ms: s.timeout(t).0.saturating_sub(idle.0) / 1_000_000,
                 packets,
                 bytes,
+                role: None,
+                owner: None,
             });
         }
     }

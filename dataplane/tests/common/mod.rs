@@ -106,6 +106,7 @@ pub fn config() -> PipelineConfig {
         arp_timeout: Duration::from_secs(300),
         arp_retry: Duration::from_secs(1),
         static_neighbors: vec![],
+        cluster: None,
     }
 }
 

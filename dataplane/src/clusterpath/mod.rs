@@ -1,0 +1,396 @@
+//! The cluster packet path: connection roles (SPEC R1–R9) on one worker,
+//! inside `Pipeline` (docs/cluster-design.md).
+//!
+//! With `PipelineConfig::cluster` set, `Pipeline::process` parses, checks
+//! and routes every frame exactly as the single-node pipeline does; the
+//! cluster decides only *who* runs conntrack on a transit packet
+//! (`path.rs`, `Pipeline::cluster_plan`):
+//!
+//! - **owner** (a local conntrack flow, or a new TCP SYN, or the director
+//!   deciding for itself): conntrack as before, with sequence translation
+//!   for cookie ISNs (R6) and flow records for the director/backups queued
+//!   per burst (`flush`);
+//! - **forwarder** (a record names another owner, or the SYN-ACK's cookie
+//!   does): the frame becomes a CCL `ForwardedPacket` in place and leaves on
+//!   the CCL port;
+//! - short-lived replies (DNS from port 53, ICMP echo replies, ICMP errors)
+//!   without a record go to the director as `RelayToOwner` (R7);
+//! - anything else asks the director (`OwnerQuery`, R5/R8) and waits in
+//!   the pending table (`Verdict::Consumed`).
+//!
+//! CCL datagrams arriving on the CCL interface (IPv4/UDP to our CCL address,
+//! port `CCL_UDP_PORT`) are opened in place: forwarded and relayed frames
+//! are unwrapped and processed as if received on their ingress interface
+//! (no L2 destination check, no ARP learning); queries, replies and flow
+//! records update the tables and are `Consumed`.
+//!
+//! Invariants:
+//! - nothing here allocates after `ClusterState::new`: the record table is
+//!   a hashbrown map reserved for twice its capacity (in-place rehash, as
+//!   in conntrack), frames waiting for an owner reply and generated CCL
+//!   frames live in a fixed pool of `POOL_SLOTS` boxed 2 KiB slots (a slot's
+//!   box is moved out and back while its frame is processed, never freed),
+//!   flow records wait in a fixed-capacity queue until `flush`;
+//! - per owner flow the extras (sequence delta) live in an array indexed by
+//!   `FlowHandle::index()`, reset whenever conntrack creates the flow;
+//! - every frame `process` sees ends in one counter, as before
+//!   (`packets == forwarded + consumed + replies + drops`); a frame that
+//!   leaves the pending table later is counted in `ClusterCounters`
+//!   (`pending_released`, `pending_timeouts`, `pending_no_owner`,
+//!   `pending_release_drops`);
+//! - the CCL is authenticated: a datagram the `Opener` rejects is dropped
+//!   (`DropReason::CclMalformed`) and counted by its `CclDrop` reason.
+
+mod path;
+mod pool;
+
+use crate::ccl::{CclCounters, CclDrop, CclKey, MessageKind, Opener, Sealer, MAX_PAYLOAD_MTU1500};
+use crate::cluster::{CookieCodec, DirectorTable, MemberSet};
+use crate::route::IfIndex;
+use crate::types::{Duration, FiveTuple, NodeId, PortId, Timestamp};
+use hashbrown::HashMap;
+use std::net::Ipv4Addr;
+
+pub(crate) use path::{Plan, Rx, Via, Xlate};
+use pool::FramePool;
+
+/// The cluster identity of one node's pipeline.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClusterSpec {
+    pub node: NodeId,
+    pub members: MemberSet,
+    pub cluster_name: String,
+    /// The shared cluster secret (CCL MAC key and cookie key derive from it).
+    pub key: String,
+    /// Boot time, seconds; goes in CCL headers (replay protection).
+    pub incarnation: u32,
+    /// R6: owners put a cookie ISN in new TCP connections; `false` makes
+    /// forwarders query the director for SYN-ACKs too.
+    pub seq_randomization: bool,
+    /// Name of the `InterfaceSpec` that is the CCL port; its address is
+    /// this node's CCL address.
+    pub ccl_iface: String,
+    /// CCL addresses of the other members (MACs learnt by ARP on the CCL
+    /// interface, or from `PipelineConfig::static_neighbors`).
+    pub peers: Vec<(NodeId, Ipv4Addr)>,
+    /// Seeds the worker's PRNG (cookie randomness, query ids).
+    pub random_seed: u64,
+}
+
+/// Frames waiting for an owner reply, at most (the rest of the pool is for
+/// generated CCL frames).
+pub const MAX_PENDING: usize = 256;
+/// Frame slots: pending frames plus generated frames between two
+/// `drain_generated` calls.
+pub const POOL_SLOTS: usize = 512;
+/// Bytes per slot: a 1522-byte frame wrapped in a CCL datagram fits.
+pub const SLOT_LEN: usize = 2048;
+/// How long a frame waits for an owner reply.
+pub const PENDING_TIMEOUT: Duration = Duration::from_millis(100);
+/// Flow records queued between two `flush` calls; a full queue is
+/// flushed on the spot.
+pub const MAX_UPDATES: usize = 256;
+/// How often `poll_timers` sweeps idle records.
+pub const RECORD_SWEEP: Duration = Duration::from_millis(1000);
+/// The worker's CCL channel (one worker per node for now).
+pub const WORKER_CHANNEL: u8 = 0;
+/// `FlowRecord::tcp_state` of a flow that is not TCP.
+pub const STATE_NOT_TCP: u8 = 0xff;
+
+/// What a node is to a connection (docs/cluster-design.md, "Roles").
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+pub enum Role {
+    Owner,
+    Director,
+    Backup,
+    Forwarder,
+}
+
+impl Role {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Role::Owner => "owner",
+            Role::Director => "director",
+            Role::Backup => "backup",
+            Role::Forwarder => "forwarder",
+        }
+    }
+}
+
+/// A director, backup or forwarder record.
+#[derive(Copy, Clone, Debug)]
+pub(crate) struct Record {
+    pub role: Role,
+    pub owner: NodeId,
+    /// The connection in its original direction (as the owner registered
+    /// it, or as first seen here).
+    pub orig: FiveTuple,
+    pub tcp_state: u8,
+    /// Replicated for failover (R11, a later issue); not used on the path.
+    #[allow(dead_code)]
+    pub seq_delta: u32,
+    pub last_seen: Timestamp,
+    pub idle: Duration,
+}
+
+/// Per owner flow, indexed by `FlowHandle::index()`.
+#[derive(Copy, Clone, Debug, Default)]
+pub(crate) struct OwnerExtra {
+    /// Cookie ISN minus the client's ISN (0: no translation).
+    pub delta: u32,
+}
+
+/// A flow record waiting for `flush`.
+#[derive(Copy, Clone, Debug)]
+pub(crate) struct Update {
+    pub to: NodeId,
+    pub register: bool,
+    pub record: crate::ccl::FlowRecord,
+}
+
+/// Cluster counters (docs/cluster-design.md, "Counters").
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ClusterCounters {
+    /// Packets this node processed as the owner (conntrack ran here).
+    pub owner_packets: u64,
+    /// Frames sent to another owner as `ForwardedPacket`.
+    pub forwarded_to_owner: u64,
+    /// `ForwardedPacket`s received and processed as owner.
+    pub forwarded_received: u64,
+    /// SYN-ACKs whose owner came from the cookie (R6).
+    pub synack_cookie_decoded: u64,
+    pub director_queries_sent: u64,
+    /// Packets that joined a query already pending for their flow.
+    pub queries_coalesced: u64,
+    pub queries_answered: u64,
+    /// Owner replies received.
+    pub replies_received: u64,
+    /// Director records created by electing the querier (R8).
+    pub elections: u64,
+    /// Frames sent to the director as `RelayToOwner` (R7).
+    pub relays_sent: u64,
+    /// Relays this director passed on to the owner.
+    pub relays_relayed: u64,
+    /// Relays this director processed itself (it owns the flow).
+    pub relays_owned: u64,
+    /// Frames parked waiting for an owner reply.
+    pub pending_queued: u64,
+    /// Parked frames released by an owner reply and sent on.
+    pub pending_released: u64,
+    /// Parked frames dropped: no reply in `PENDING_TIMEOUT`.
+    pub pending_timeouts: u64,
+    /// Parked frames dropped: the director knows no owner.
+    pub pending_no_owner: u64,
+    /// Parked frames dropped when released (policy, ARP, ...).
+    pub pending_release_drops: u64,
+    /// Flow records queued: registrations and state updates.
+    pub registers_sent: u64,
+    pub updates_sent: u64,
+    /// Flow records received.
+    pub records_received: u64,
+    /// A second registration named another owner: the latecomer was told
+    /// the first owner.
+    pub register_conflicts: u64,
+    /// Records refused because the record table was full (control path).
+    pub record_table_full: u64,
+    /// Records removed by their idle timeout.
+    pub records_expired: u64,
+    /// CCL messages not sent: peer MAC unresolved or unknown peer.
+    pub ccl_unresolved: u64,
+    /// Generated frames not queued: the frame pool was full.
+    pub pool_full: u64,
+    /// Director/backup/forwarder records now.
+    pub records: u64,
+    /// Frames waiting for an owner reply now.
+    pub pending: u64,
+}
+
+/// `show cluster`: the cluster counters and the CCL counters by kind and
+/// drop reason.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct ClusterCountersSnapshot {
+    pub node: NodeId,
+    pub epoch: u64,
+    pub members: Vec<NodeId>,
+    #[serde(flatten)]
+    pub counters: ClusterCounters,
+    /// `(kind, rx, tx)`.
+    pub ccl: Vec<(&'static str, u64, u64)>,
+    /// `(reason, count)`, every `CclDrop`.
+    pub ccl_drops: Vec<(&'static str, u64)>,
+    pub ccl_rx_bytes: u64,
+    pub ccl_tx_bytes: u64,
+}
+
+impl ClusterCountersSnapshot {
+    pub fn ccl_rx(&self, k: MessageKind) -> u64 {
+        self.ccl.iter().find(|(n, _, _)| *n == k.as_str()).map_or(0, |c| c.1)
+    }
+    pub fn ccl_tx(&self, k: MessageKind) -> u64 {
+        self.ccl.iter().find(|(n, _, _)| *n == k.as_str()).map_or(0, |c| c.2)
+    }
+    pub fn ccl_drop(&self, r: CclDrop) -> u64 {
+        self.ccl_drops.iter().find(|(n, _)| *n == r.as_str()).map_or(0, |c| c.1)
+    }
+}
+
+/// One worker's cluster state (`Pipeline::cluster`).
+pub(crate) struct ClusterState {
+    pub me: NodeId,
+    pub members: MemberSet,
+    pub directors: DirectorTable,
+    pub seq_randomization: bool,
+    pub ccl_ifx: IfIndex,
+    pub ccl_port: PortId,
+    pub ccl_mac: [u8; 6],
+    pub ccl_addr: Ipv4Addr,
+    /// CCL address per node id.
+    pub peers: [Option<Ipv4Addr>; NodeId::MAX_NODES],
+    pub sealer: Sealer,
+    pub opener: Opener,
+    pub cookies: CookieCodec,
+    pub rng: u64,
+    pub next_query_id: u32,
+    pub records: HashMap<FiveTuple, Record>,
+    pub record_capacity: usize,
+    pub next_sweep: Timestamp,
+    pub extras: Vec<OwnerExtra>,
+    pub pool: FramePool,
+    pub updates: Vec<Update>,
+    /// Copy of a frame being wrapped into a CCL message.
+    pub scratch: Box<[u8; SLOT_LEN]>,
+    /// Payload of a flow-record batch being written; `None` while in use.
+    pub batch: Option<Box<[u8; MAX_PAYLOAD_MTU1500]>>,
+    pub counters: ClusterCounters,
+}
+
+/// Errors in `ClusterSpec`, reported by `Pipeline::new`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ClusterSpecError {
+    #[error("cluster: CCL interface {0:?} is not configured")]
+    UnknownCclIface(String),
+    #[error("cluster: CCL interface {0:?} must be untagged")]
+    TaggedCclIface(String),
+    #[error("cluster: node {0} is not in the member set")]
+    NotAMember(NodeId),
+    #[error("cluster: node id {0} out of range (0..=15)")]
+    BadNode(NodeId),
+    #[error("cluster: CCL key: {0}")]
+    Key(crate::ccl::CclError),
+}
+
+/// splitmix64 step.
+pub(crate) fn next_random(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// The direction-free key of a connection: the endpoint that sorts first
+/// is the source.
+pub(crate) fn canonical(t: &FiveTuple) -> FiveTuple {
+    if (t.src, t.src_port) <= (t.dst, t.dst_port) {
+        *t
+    } else {
+        t.reversed()
+    }
+}
+
+/// The cookie key (`CookieCodec::new`): 16 bytes derived from the cluster
+/// secret, distinct from the CCL MAC key.
+pub fn cookie_key(secret: &str) -> [u8; 16] {
+    let k = blake3::derive_key("clusterfw cookie isn v1", secret.as_bytes());
+    let mut out = [0u8; 16];
+    out.copy_from_slice(&k[..16]);
+    out
+}
+
+impl ClusterState {
+    /// `ifx`/`port`/`mac`/`addr`: the CCL interface. Reserves everything.
+    pub fn new(
+        spec: &ClusterSpec,
+        ccl: (IfIndex, PortId, [u8; 6], Ipv4Addr),
+        flow_capacity: usize,
+    ) -> Result<Self, ClusterSpecError> {
+        if spec.node.index() >= NodeId::MAX_NODES {
+            return Err(ClusterSpecError::BadNode(spec.node));
+        }
+        if !spec.members.contains(spec.node) {
+            return Err(ClusterSpecError::NotAMember(spec.node));
+        }
+        let key = CclKey::new(&spec.cluster_name, &spec.key).map_err(ClusterSpecError::Key)?;
+        let sealer =
+            Sealer::new(&key, spec.node, WORKER_CHANNEL, spec.incarnation).map_err(ClusterSpecError::Key)?;
+        let opener = Opener::new(&key, spec.node);
+        let directors = DirectorTable::new(&spec.members).map_err(|_| ClusterSpecError::NotAMember(spec.node))?;
+        let mut peers = [None; NodeId::MAX_NODES];
+        for &(n, a) in &spec.peers {
+            if n.index() >= NodeId::MAX_NODES {
+                return Err(ClusterSpecError::BadNode(n));
+            }
+            peers[n.index()] = Some(a);
+        }
+        let mut rng = spec.random_seed;
+        let next_query_id = (next_random(&mut rng) as u32).max(1);
+        let (ccl_ifx, ccl_port, ccl_mac, ccl_addr) = ccl;
+        Ok(ClusterState {
+            me: spec.node,
+            members: spec.members,
+            directors,
+            seq_randomization: spec.seq_randomization,
+            ccl_ifx,
+            ccl_port,
+            ccl_mac,
+            ccl_addr,
+            peers,
+            sealer,
+            opener,
+            cookies: CookieCodec::new(cookie_key(&spec.key)),
+            rng,
+            next_query_id,
+            records: HashMap::with_capacity(flow_capacity.saturating_mul(2)),
+            record_capacity: flow_capacity,
+            next_sweep: Timestamp::ZERO,
+            extras: vec![OwnerExtra::default(); flow_capacity],
+            pool: FramePool::new(POOL_SLOTS),
+            updates: Vec::with_capacity(MAX_UPDATES),
+            scratch: Box::new([0u8; SLOT_LEN]),
+            batch: Some(Box::new([0u8; MAX_PAYLOAD_MTU1500])),
+            counters: ClusterCounters::default(),
+        })
+    }
+
+    /// The CCL counters of this worker: the sealer's tx and the opener's rx
+    /// and drops.
+    pub fn ccl_counters(&self) -> CclCounters {
+        let mut c = *self.opener.counters();
+        c.add(self.sealer.counters());
+        c
+    }
+
+    pub fn snapshot(&self) -> ClusterCountersSnapshot {
+        let c = self.ccl_counters();
+        let mut counters = self.counters;
+        counters.records = self.records.len() as u64;
+        counters.pending = self.pool.pending() as u64;
+        ClusterCountersSnapshot {
+            node: self.me,
+            epoch: self.members.epoch().0,
+            members: self.members.iter().collect(),
+            counters,
+            ccl: c.by_kind().collect(),
+            ccl_drops: c.by_drop().collect(),
+            ccl_rx_bytes: c.rx_bytes,
+            ccl_tx_bytes: c.tx_bytes,
+        }
+    }
+
+    /// A fresh query id (never 0: 0 marks an unsolicited reply).
+    pub fn query_id(&mut self) -> u32 {
+        let id = self.next_query_id;
+        self.next_query_id = self.next_query_id.wrapping_add(1).max(1);
+        id
+    }
+}

@@ -1,0 +1,165 @@
+//! A fixed pool of frame slots: frames waiting for an owner reply
+//! (pending) and frames generated for the driver (out queue), plus
+//! `SlotBuf`, the `PacketBuf` over one slot.
+//!
+//! Invariants: all slots and their 2 KiB boxes are allocated by `new`; a
+//! slot is free, pending or queued for output, never two of these; its box
+//! is moved out (`take`) only while its frame is processed and is put back
+//! before the slot changes state; at most `MAX_PENDING` slots are pending,
+//! so generated control messages always find room for the rest.
+
+use super::{Via, MAX_PENDING, SLOT_LEN};
+use crate::buf::PacketBuf;
+use crate::route::IfIndex;
+use crate::types::{FiveTuple, PortId, Timestamp};
+
+/// Where a slot's frame starts when it is parked: room to wrap it in a CCL
+/// datagram (92 bytes of headers and a few more) or add a VLAN tag.
+pub const SLOT_HEADROOM: usize = 192;
+
+#[derive(Copy, Clone, Debug)]
+pub(crate) enum SlotState {
+    Free,
+    Pending {
+        query_id: u32,
+        /// Canonical flow key (queries are coalesced by flow).
+        key: FiveTuple,
+        deadline: Timestamp,
+        in_port: PortId,
+        via: Via,
+        /// Ingress interface (for wrapping the frame).
+        ifx: IfIndex,
+    },
+    Out {
+        port: PortId,
+    },
+}
+
+pub(crate) struct Slot {
+    pub state: SlotState,
+    pub start: usize,
+    pub len: usize,
+    pub buf: Option<Box<[u8; SLOT_LEN]>>,
+}
+
+pub(crate) struct FramePool {
+    pub slots: Vec<Slot>,
+    free: Vec<u16>,
+    /// Slots to hand to the driver, in order.
+    pub out: Vec<u16>,
+    pending: usize,
+}
+
+impl FramePool {
+    pub fn new(n: usize) -> Self {
+        let n = n.min(usize::from(u16::MAX));
+        FramePool {
+            slots: (0..n)
+                .map(|_| Slot { state: SlotState::Free, start: 0, len: 0, buf: Some(Box::new([0u8; SLOT_LEN])) })
+                .collect(),
+            free: (0..n as u16).rev().collect(),
+            out: Vec::with_capacity(n),
+            pending: 0,
+        }
+    }
+    pub fn pending(&self) -> usize {
+        self.pending
+    }
+    /// No room to park a frame (and send the query that goes with it).
+    pub fn pending_full(&self) -> bool {
+        self.pending >= MAX_PENDING || self.free.len() < 2
+    }
+    /// A free slot for a generated frame (the pending share excluded).
+    pub fn alloc(&mut self) -> Option<u16> {
+        self.free.pop()
+    }
+    /// Return a slot from `alloc` that was never used.
+    pub fn give_back(&mut self, i: u16) {
+        if self.slots.get(usize::from(i)).is_some_and(|s| matches!(s.state, SlotState::Free)) {
+            self.free.push(i);
+        }
+    }
+    pub fn release(&mut self, i: u16) {
+        if let Some(s) = self.slots.get_mut(usize::from(i)) {
+            if let SlotState::Pending { .. } = s.state {
+                self.pending = self.pending.saturating_sub(1);
+            }
+            if !matches!(s.state, SlotState::Free) {
+                s.state = SlotState::Free;
+                self.free.push(i);
+            }
+        }
+    }
+    pub fn set_pending(&mut self, i: u16, st: SlotState) {
+        if let Some(s) = self.slots.get_mut(usize::from(i)) {
+            if !matches!(s.state, SlotState::Pending { .. }) {
+                self.pending += 1;
+            }
+            s.state = st;
+        }
+    }
+    /// Queue slot `i` for output on `port`.
+    pub fn push_out(&mut self, i: u16, port: PortId) {
+        if let Some(s) = self.slots.get_mut(usize::from(i)) {
+            if let SlotState::Pending { .. } = s.state {
+                self.pending = self.pending.saturating_sub(1);
+            }
+            s.state = SlotState::Out { port };
+            self.out.push(i);
+        }
+    }
+    /// The query pending for `key`, if any.
+    pub fn pending_query(&self, key: &FiveTuple) -> Option<u32> {
+        if self.pending == 0 {
+            return None;
+        }
+        self.slots.iter().find_map(|s| match s.state {
+            SlotState::Pending { query_id, key: k, .. } if k == *key => Some(query_id),
+            _ => None,
+        })
+    }
+}
+
+/// A `PacketBuf` over a slot's bytes, `[start, end)` in use.
+pub(crate) struct SlotBuf<'a> {
+    pub mem: &'a mut [u8],
+    pub start: usize,
+    pub end: usize,
+}
+
+impl PacketBuf for SlotBuf<'_> {
+    fn data(&self) -> &[u8] {
+        self.mem.get(self.start..self.end).unwrap_or(&[])
+    }
+    fn data_mut(&mut self) -> &mut [u8] {
+        self.mem.get_mut(self.start..self.end).unwrap_or(&mut [])
+    }
+    fn prepend(&mut self, n: usize) -> bool {
+        if n > self.start {
+            return false;
+        }
+        self.start -= n;
+        true
+    }
+    fn trim_front(&mut self, n: usize) -> bool {
+        if n > self.end - self.start {
+            return false;
+        }
+        self.start += n;
+        true
+    }
+    fn append(&mut self, n: usize) -> bool {
+        if n > self.mem.len() - self.end {
+            return false;
+        }
+        self.end += n;
+        true
+    }
+    fn trim_back(&mut self, n: usize) -> bool {
+        if n > self.end - self.start {
+            return false;
+        }
+        self.end -= n;
+        true
+    }
+}

@@ -1,0 +1,281 @@
+//! A hand-wired cluster of `Pipeline`s for the cluster golden tests: every
+//! node has an inside, an outside and a CCL interface; frames a node sends
+//! on its CCL port are delivered to the node whose CCL MAC they are
+//! addressed to, until the cluster is quiet. Individual interface mode:
+//! each node has its own addresses and MACs on every segment.
+#![allow(dead_code)]
+
+use dataplane::buf::{PacketBuf, VecBuf};
+use dataplane::ccl::{CclPacket, MessageKind, CCL_UDP_PORT};
+use dataplane::cluster::{flow_hash, CookieCodec, DirectorTable, MemberSet};
+use dataplane::clusterpath::cookie_key;
+use dataplane::conntrack::Timeouts;
+use dataplane::pipeline::{
+    ClusterSpec, InterfaceSpec, Pipeline, PipelineConfig, RouteSpec, Verdict,
+};
+use dataplane::wire::build::PacketBuilder;
+use dataplane::wire::ethernet::EthernetFrame;
+use dataplane::wire::ipv4::Ipv4Packet;
+use dataplane::wire::tcp::{TcpOptions, TcpPacket};
+use dataplane::wire::udp::UdpPacket;
+use dataplane::{DropReason, Duration, Epoch, FiveTuple, NodeId, PortId, Timestamp};
+use std::collections::VecDeque;
+use std::net::{IpAddr, Ipv4Addr};
+
+pub const NAME: &str = "lab";
+pub const KEY: &str = "lab-secret-0123456789";
+pub const IN: PortId = PortId(0);
+pub const OUT: PortId = PortId(1);
+pub const CCL: PortId = PortId(2);
+
+pub const HOST: Ipv4Addr = Ipv4Addr::new(198, 18, 1, 10);
+pub const HOST_MAC: [u8; 6] = [0x02, 0, 0, 0, 0x01, 0x0a];
+pub const GW: Ipv4Addr = Ipv4Addr::new(198, 18, 2, 254);
+pub const GW_MAC: [u8; 6] = [0x02, 0, 0, 0, 0x02, 0xfe];
+pub const SERVER: Ipv4Addr = Ipv4Addr::new(93, 184, 216, 34);
+pub const DNS: Ipv4Addr = Ipv4Addr::new(9, 9, 9, 9);
+
+pub fn in_mac(n: usize) -> [u8; 6] {
+    [0x02, 0, 0, 0, 0x01, 1 + n as u8]
+}
+pub fn out_mac(n: usize) -> [u8; 6] {
+    [0x02, 0, 0, 0, 0x02, 1 + n as u8]
+}
+pub fn ccl_mac(n: usize) -> [u8; 6] {
+    [0x02, 0, 0, 0, 0x99, 1 + n as u8]
+}
+pub fn in_addr(n: usize) -> Ipv4Addr {
+    Ipv4Addr::new(198, 18, 1, 1 + n as u8)
+}
+pub fn out_addr(n: usize) -> Ipv4Addr {
+    Ipv4Addr::new(198, 18, 2, 1 + n as u8)
+}
+pub fn ccl_addr(n: usize) -> Ipv4Addr {
+    Ipv4Addr::new(10, 99, 0, 1 + n as u8)
+}
+
+pub fn members(nodes: usize) -> MemberSet {
+    MemberSet::from_nodes(Epoch(1), (0..nodes as u8).map(NodeId)).unwrap()
+}
+
+pub fn config(n: usize, nodes: usize, seq_randomization: bool) -> PipelineConfig {
+    let iface = |name: &str, port, mac, addr, level| InterfaceSpec {
+        name: name.into(),
+        port,
+        mac,
+        addr,
+        prefix_len: 24,
+        security_level: level,
+        vlan: None,
+    };
+    let mut static_neighbors = vec![(GW, GW_MAC), (HOST, HOST_MAC)];
+    static_neighbors.extend((0..nodes).filter(|&m| m != n).map(|m| (ccl_addr(m), ccl_mac(m))));
+    PipelineConfig {
+        interfaces: vec![
+            iface("inside", IN, in_mac(n), in_addr(n), 100),
+            iface("outside", OUT, out_mac(n), out_addr(n), 0),
+            iface("ccl", CCL, ccl_mac(n), ccl_addr(n), 100),
+        ],
+        routes: vec![RouteSpec { destination: Ipv4Addr::UNSPECIFIED, prefix_len: 0, via: GW }],
+        rules: vec![],
+        timeouts: Timeouts::default(),
+        flow_capacity: 256,
+        arp_capacity: 64,
+        arp_timeout: Duration::from_secs(300),
+        arp_retry: Duration::from_secs(1),
+        static_neighbors,
+        cluster: Some(ClusterSpec {
+            node: NodeId(n as u8),
+            members: members(nodes),
+            cluster_name: NAME.into(),
+            key: KEY.into(),
+            incarnation: 1000 + n as u32,
+            seq_randomization,
+            ccl_iface: "ccl".into(),
+            peers: (0..nodes).filter(|&m| m != n).map(|m| (NodeId(m as u8), ccl_addr(m))).collect(),
+            random_seed: 0x5eed + n as u64,
+        }),
+    }
+}
+
+/// One CCL datagram seen on the CCL segment.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CclSeen {
+    pub from: usize,
+    pub to: usize,
+    pub kind: MessageKind,
+}
+
+pub struct Bed {
+    pub nodes: Vec<Pipeline>,
+    pub now_ms: u64,
+    /// Verdict of every `process` call, with the node.
+    pub verdicts: Vec<(usize, Verdict)>,
+    /// CCL messages delivered, in order.
+    pub ccl: Vec<CclSeen>,
+}
+
+/// The CCL kind of a frame (outer headers untagged), if it is one.
+pub fn ccl_kind(frame: &[u8]) -> Option<MessageKind> {
+    let d = frame.get(42..)?;
+    let p = CclPacket::new_checked(d).ok()?;
+    MessageKind::from_u8(p.kind())
+}
+
+impl Bed {
+    pub fn new(nodes: usize, seq_randomization: bool) -> Self {
+        Bed {
+            nodes: (0..nodes).map(|n| Pipeline::new(config(n, nodes, seq_randomization)).unwrap()).collect(),
+            now_ms: 1_000,
+            verdicts: vec![],
+            ccl: vec![],
+        }
+    }
+
+    pub fn now(&self) -> Timestamp {
+        Timestamp::from_millis(self.now_ms)
+    }
+
+    fn ccl_dest(&self, frame: &[u8], from: usize) -> Vec<usize> {
+        let Ok(e) = EthernetFrame::new_checked(frame) else { return vec![] };
+        let dst = e.dst();
+        (0..self.nodes.len()).filter(|&m| m != from && (dst == ccl_mac(m) || dst == [0xff; 6])).collect()
+    }
+
+    /// Deliver `frame` to node `n` on `port`, then keep delivering CCL
+    /// frames (process verdicts and generated frames, after a `flush` of
+    /// every node) until the cluster is quiet. Returns what left on data
+    /// ports: `(node, port, frame)`.
+    pub fn send(&mut self, n: usize, port: PortId, frame: Vec<u8>) -> Vec<(usize, PortId, Vec<u8>)> {
+        self.now_ms += 1;
+        let now = self.now();
+        let mut queue: VecDeque<(usize, PortId, Vec<u8>)> = VecDeque::from([(n, port, frame)]);
+        let mut out = vec![];
+        loop {
+            while let Some((n, port, frame)) = queue.pop_front() {
+                let mut buf = VecBuf::new(&frame);
+                let v = self.nodes[n].process(now, port, &mut buf);
+                self.verdicts.push((n, v));
+                match v {
+                    Verdict::Forward(p) if p == CCL => {
+                        for m in self.ccl_dest(buf.data(), n) {
+                            if let Some(kind) = ccl_kind(buf.data()) {
+                                self.ccl.push(CclSeen { from: n, to: m, kind });
+                            }
+                            queue.push_back((m, CCL, buf.to_vec()));
+                        }
+                    }
+                    Verdict::Forward(p) => out.push((n, p, buf.to_vec())),
+                    Verdict::Drop(_) | Verdict::Consumed => {}
+                }
+            }
+            let mut generated = vec![];
+            for (n, p) in self.nodes.iter_mut().enumerate() {
+                p.flush(now);
+                p.drain_generated(|port, f| generated.push((n, port, f.to_vec())));
+            }
+            if generated.is_empty() {
+                break;
+            }
+            for (n, port, f) in generated {
+                if port == CCL {
+                    for m in self.ccl_dest(&f, n) {
+                        if let Some(kind) = ccl_kind(&f) {
+                            self.ccl.push(CclSeen { from: n, to: m, kind });
+                        }
+                        queue.push_back((m, CCL, f.clone()));
+                    }
+                } else {
+                    out.push((n, port, f));
+                }
+            }
+        }
+        out
+    }
+
+    /// The last verdict node `n` returned.
+    pub fn last_verdict(&self, n: usize) -> Option<Verdict> {
+        self.verdicts.iter().rev().find(|(m, _)| *m == n).map(|(_, v)| *v)
+    }
+
+    /// Drops of reason `r` on node `n`.
+    pub fn drops(&self, n: usize, r: DropReason) -> u64 {
+        self.nodes[n].counters().drop_count(r)
+    }
+
+    pub fn cluster(&self, n: usize) -> dataplane::pipeline::ClusterCountersSnapshot {
+        self.nodes[n].cluster_counters().unwrap()
+    }
+
+    /// Nodes with a conntrack flow for `t`.
+    pub fn owners(&self, t: &FiveTuple) -> Vec<usize> {
+        (0..self.nodes.len()).filter(|&n| self.nodes[n].conntrack().lookup(t).is_some()).collect()
+    }
+
+    pub fn ccl_count(&self, from: usize, to: usize, kind: MessageKind) -> usize {
+        self.ccl.iter().filter(|c| c.from == from && c.to == to && c.kind == kind).count()
+    }
+}
+
+/// The director of `t` among `nodes` members.
+pub fn director(t: &FiveTuple, nodes: usize) -> usize {
+    DirectorTable::new(&members(nodes)).unwrap().director(flow_hash(t)).index()
+}
+
+pub fn tuple(src: Ipv4Addr, sp: u16, dst: Ipv4Addr, dp: u16, proto: u8) -> FiveTuple {
+    FiveTuple { src: IpAddr::V4(src), dst: IpAddr::V4(dst), proto, src_port: sp, dst_port: dp }
+}
+
+/// A client port (from 40000 up) whose flow to `dst:dport` has `want` as
+/// director among `nodes` members.
+pub fn port_with_director(dst: Ipv4Addr, dport: u16, proto: u8, nodes: usize, want: usize) -> u16 {
+    (40000..65000).find(|&p| director(&tuple(HOST, p, dst, dport, proto), nodes) == want).unwrap()
+}
+
+pub fn cookies() -> CookieCodec {
+    CookieCodec::new(cookie_key(KEY))
+}
+
+/// Client frames arriving at node `n`'s inside interface.
+pub fn from_host(n: usize, dst: Ipv4Addr) -> PacketBuilder {
+    PacketBuilder::new(HOST_MAC, in_mac(n), HOST, dst)
+}
+/// Frames from the outside gateway arriving at node `n`.
+pub fn from_outside(n: usize, src: Ipv4Addr) -> PacketBuilder {
+    PacketBuilder::new(GW_MAC, out_mac(n), src, HOST)
+}
+/// What node `n` sends to the client.
+pub fn to_host(n: usize, src: Ipv4Addr) -> PacketBuilder {
+    PacketBuilder::new(in_mac(n), HOST_MAC, src, HOST).ttl(63)
+}
+/// What node `n` sends towards the gateway.
+pub fn to_gw(n: usize, dst: Ipv4Addr) -> PacketBuilder {
+    PacketBuilder::new(out_mac(n), GW_MAC, HOST, dst).ttl(63)
+}
+
+/// TCP fields of an untagged frame: (seq, ack, flags, SACK blocks).
+pub fn tcp_fields(frame: &[u8]) -> (u32, u32, u8, Vec<(u32, u32)>) {
+    let ip = Ipv4Packet::new_checked(&frame[14..]).unwrap();
+    let t = TcpPacket::new_checked(ip.payload()).unwrap();
+    assert!(t.verify_checksum(ip.src(), ip.dst()), "tcp checksum");
+    let o = TcpOptions::parse(t.options());
+    (t.seq(), t.ack(), t.flags(), o.sack_blocks().to_vec())
+}
+
+/// UDP payload of an untagged frame.
+pub fn udp_payload(frame: &[u8]) -> Vec<u8> {
+    let ip = Ipv4Packet::new_checked(&frame[14..]).unwrap();
+    UdpPacket::new_checked(ip.payload()).unwrap().payload().to_vec()
+}
+
+pub fn is_ccl_udp(frame: &[u8]) -> bool {
+    let Ok(ip) = Ipv4Packet::new_checked(&frame[14..]) else { return false };
+    UdpPacket::new_checked(ip.payload()).is_ok_and(|u| u.dst_port() == CCL_UDP_PORT)
+}
+
+pub fn hex(b: &[u8]) -> String {
+    b.chunks(16)
+        .map(|c| c.iter().map(|x| format!("{x:02x}")).collect::<Vec<_>>().join(" "))
+        .collect::<Vec<_>>()
+        .join("\n")
+}

@@ -1,0 +1,366 @@
+//! Cluster golden tests (docs/cluster-design.md): three `Pipeline`s wired
+//! by hand through their CCL ports (`cluster_bed`). Node A = 0, B = 1,
+//! C = 2; flows are chosen so that C is the director. Each step sends one
+//! frame to one node, lets the cluster settle, and checks the bytes that
+//! left the cluster on data ports, the CCL messages exchanged and the
+//! counters.
+
+mod cluster_bed;
+
+use cluster_bed::*;
+use dataplane::buf::VecBuf;
+use dataplane::ccl::{CclDrop, CclKey, FlowKey, FramePath, Message, MessageKind, OwnerQuery, Sealer};
+use dataplane::conntrack::tcp_flags::{ACK, FIN, PSH, SYN};
+use dataplane::pipeline::{Role, Verdict};
+use dataplane::wire::build::PacketBuilder;
+use dataplane::{DropReason, Epoch, NodeId, Timestamp};
+
+const A: usize = 0;
+const B: usize = 1;
+const C: usize = 2;
+const C_ISN: u32 = 1000;
+const S_ISN: u32 = 5000;
+/// Linux-like SYN options: MSS 1460, SACK-permitted, NOP, window scale 7.
+const SYN_OPTS: [u8; 12] = [2, 4, 0x05, 0xb4, 4, 2, 1, 1, 1, 3, 3, 7];
+
+fn one(out: &[(usize, dataplane::PortId, Vec<u8>)]) -> (usize, dataplane::PortId, Vec<u8>) {
+    assert_eq!(out.len(), 1, "exactly one frame leaves the cluster: {out:?}");
+    out[0].clone()
+}
+
+fn accounted(bed: &Bed) {
+    for (n, p) in bed.nodes.iter().enumerate() {
+        let c = p.counters();
+        assert_eq!(c.packets, c.emitted() + c.consumed + c.dropped(), "node {n}: every packet accounted for");
+    }
+}
+
+/// SYN on A, SYN-ACK on B (cookie), ACK on B. Returns (client port, delta).
+fn handshake(bed: &mut Bed) -> (u16, u32) {
+    let cport = port_with_director(SERVER, 80, 6, 3, C);
+    let t = tuple(HOST, cport, SERVER, 80, 6);
+
+    // 1. SYN lands on A: A owns it, puts a cookie ISN in, registers with C.
+    let out = bed.send(A, IN, from_host(A, SERVER).tcp(cport, 80, C_ISN, 0, SYN, 64240, &SYN_OPTS, b""));
+    let (n, port, f) = one(&out);
+    assert_eq!((n, port), (A, OUT));
+    let (isn, _, _, _) = tcp_fields(&f);
+    assert_ne!(isn, C_ISN, "the ISN is replaced");
+    assert_eq!(cookies().decode(isn), Some(NodeId(A as u8)), "the cookie names A");
+    assert_eq!(hex(&f), hex(&to_gw(A, SERVER).tcp(cport, 80, isn, 0, SYN, 64240, &SYN_OPTS, b"")));
+    let delta = isn.wrapping_sub(C_ISN);
+    assert_eq!(bed.ccl_count(A, C, MessageKind::FlowRegister), 1);
+    assert_eq!(bed.nodes[C].cluster_role(&t), Some((Role::Director, NodeId(A as u8))));
+    assert_eq!(bed.cluster(A).counters.owner_packets, 1);
+
+    // 2. SYN-ACK lands on B: the owner comes from the cookie, no query.
+    let synack = from_outside(B, SERVER).tcp(80, cport, S_ISN, isn.wrapping_add(1), SYN | ACK, 65535, &SYN_OPTS, b"");
+    let out = bed.send(B, OUT, synack);
+    let (n, port, f) = one(&out);
+    assert_eq!((n, port), (A, IN));
+    assert_eq!(
+        hex(&f),
+        hex(&to_host(A, SERVER).tcp(80, cport, S_ISN, C_ISN + 1, SYN | ACK, 65535, &SYN_OPTS, b"")),
+        "ack translated back to the client's ISN + 1"
+    );
+    let b = bed.cluster(B);
+    assert_eq!((b.counters.synack_cookie_decoded, b.counters.director_queries_sent), (1, 0));
+    assert_eq!(b.counters.forwarded_to_owner, 1);
+    assert_eq!(bed.cluster(A).counters.forwarded_received, 1);
+    assert_eq!(bed.nodes[B].cluster_role(&t), Some((Role::Forwarder, NodeId(A as u8))));
+
+    // 3. The client's ACK lands on B: forwarded on the record, seq translated.
+    let out = bed.send(B, IN, from_host(B, SERVER).tcp(cport, 80, C_ISN + 1, S_ISN + 1, ACK, 502, &[], b""));
+    let (n, port, f) = one(&out);
+    assert_eq!((n, port), (A, OUT));
+    assert_eq!(
+        hex(&f),
+        hex(&to_gw(A, SERVER).tcp(cport, 80, isn.wrapping_add(1), S_ISN + 1, ACK, 502, &[], b""))
+    );
+    (cport, delta)
+}
+
+#[test]
+fn tcp_cookie_owner_forwarders_and_director() {
+    let mut bed = Bed::new(3, true);
+    let (cport, delta) = handshake(&mut bed);
+    let t = tuple(HOST, cport, SERVER, 80, 6);
+    let c_seq = |n: u32| C_ISN.wrapping_add(n);
+    let s_view = |n: u32| C_ISN.wrapping_add(n).wrapping_add(delta);
+
+    // 4. Client data lands on C, the director: it forwards to the owner.
+    let out = bed.send(C, IN, from_host(C, SERVER).tcp(cport, 80, c_seq(1), S_ISN + 1, ACK | PSH, 502, &[], b"hello"));
+    let (n, port, f) = one(&out);
+    assert_eq!((n, port), (A, OUT));
+    assert_eq!(hex(&f), hex(&to_gw(A, SERVER).tcp(cport, 80, s_view(1), S_ISN + 1, ACK | PSH, 502, &[], b"hello")));
+    assert_eq!(bed.cluster(C).counters.forwarded_to_owner, 1);
+
+    // 5. Server data lands on A, the owner: ack translated.
+    let out = bed.send(A, OUT, from_outside(A, SERVER).tcp(80, cport, S_ISN + 1, s_view(6), ACK | PSH, 509, &[], b"world"));
+    let (n, port, f) = one(&out);
+    assert_eq!((n, port), (A, IN));
+    assert_eq!(hex(&f), hex(&to_host(A, SERVER).tcp(80, cport, S_ISN + 1, c_seq(6), ACK | PSH, 509, &[], b"world")));
+
+    // 6. Client FIN on B, server FIN on C, last ACK on A.
+    let out = bed.send(B, IN, from_host(B, SERVER).tcp(cport, 80, c_seq(6), S_ISN + 6, FIN | ACK, 502, &[], b""));
+    let (n, _, f) = one(&out);
+    assert_eq!(n, A);
+    assert_eq!(hex(&f), hex(&to_gw(A, SERVER).tcp(cport, 80, s_view(6), S_ISN + 6, FIN | ACK, 502, &[], b"")));
+    let out = bed.send(C, OUT, from_outside(C, SERVER).tcp(80, cport, S_ISN + 6, s_view(7), FIN | ACK, 509, &[], b""));
+    let (n, _, f) = one(&out);
+    assert_eq!(n, A);
+    assert_eq!(hex(&f), hex(&to_host(A, SERVER).tcp(80, cport, S_ISN + 6, c_seq(7), FIN | ACK, 509, &[], b"")));
+    let out = bed.send(A, IN, from_host(A, SERVER).tcp(cport, 80, c_seq(7), S_ISN + 7, ACK, 502, &[], b""));
+    let (n, _, f) = one(&out);
+    assert_eq!(n, A);
+    assert_eq!(hex(&f), hex(&to_gw(A, SERVER).tcp(cport, 80, s_view(7), S_ISN + 7, ACK, 502, &[], b"")));
+
+    // Exactly one owner; the director's record names it, with the state
+    // the owner's updates carried.
+    assert_eq!(bed.owners(&t), vec![A]);
+    assert_eq!(bed.nodes[A].cluster_role(&t), Some((Role::Owner, NodeId(0))));
+    assert_eq!(bed.nodes[C].cluster_role(&t), Some((Role::Director, NodeId(0))));
+    assert_eq!(bed.nodes[B].cluster_role(&t), Some((Role::Forwarder, NodeId(0))));
+    let now = bed.now();
+    let conns = bed.nodes[C].conns(now, 16);
+    let d = conns.iter().find(|c| c.tuple == t).expect("director record in show conn");
+    assert_eq!((d.role, d.owner, d.state), (Some("director"), Some(NodeId(0)), "TIME_WAIT"));
+    let conns = bed.nodes[A].conns(now, 16);
+    let o = conns.iter().find(|c| c.tuple == t).unwrap();
+    assert_eq!((o.role, o.owner, o.state), (Some("owner"), Some(NodeId(0)), "TIME_WAIT"));
+    let conns = bed.nodes[B].conns(now, 16);
+    assert_eq!(conns.iter().find(|c| c.tuple.proto == 6).and_then(|c| c.role), Some("forwarder"));
+
+    // Counters: A owned 8 packets (no query anywhere), C saw every state
+    // change as an update.
+    let a = bed.cluster(A);
+    assert_eq!(a.counters.owner_packets, 8);
+    assert_eq!(a.counters.forwarded_received, 5);
+    for n in [A, B, C] {
+        assert_eq!(bed.cluster(n).counters.director_queries_sent, 0, "node {n}");
+        assert_eq!(bed.cluster(n).ccl_drops.iter().map(|d| d.1).sum::<u64>(), 0, "node {n}");
+    }
+    assert_eq!(bed.ccl_count(A, C, MessageKind::FlowRegister), 1);
+    // SYN_RECV, ESTABLISHED, FIN_WAIT, CLOSING, TIME_WAIT.
+    assert_eq!(bed.ccl_count(A, C, MessageKind::StateUpdate), 5);
+    assert_eq!(bed.cluster(C).ccl_rx(MessageKind::StateUpdate), 5);
+    assert_eq!(bed.cluster(A).ccl_tx(MessageKind::ForwardedPacket), 0);
+    assert_eq!(bed.cluster(B).ccl_tx(MessageKind::ForwardedPacket), 3);
+    accounted(&bed);
+}
+
+#[test]
+fn tcp_sack_blocks_translated() {
+    let mut bed = Bed::new(3, true);
+    let (cport, delta) = handshake(&mut bed);
+    let s_view = |n: u32| C_ISN.wrapping_add(n).wrapping_add(delta);
+    let sack = |l: u32, r: u32| {
+        let mut o = vec![1, 1, 5, 10];
+        o.extend_from_slice(&l.to_be_bytes());
+        o.extend_from_slice(&r.to_be_bytes());
+        o
+    };
+    // A duplicate ACK from the server, with a SACK block, lands on B.
+    let opts = sack(s_view(101), s_view(201));
+    let out = bed.send(B, OUT, from_outside(B, SERVER).tcp(80, cport, S_ISN + 1, s_view(1), ACK, 509, &opts, b""));
+    let (n, port, f) = one(&out);
+    assert_eq!((n, port), (A, IN));
+    let (_, ack, _, blocks) = tcp_fields(&f);
+    assert_eq!(ack, C_ISN + 1);
+    assert_eq!(blocks, vec![(C_ISN + 101, C_ISN + 201)]);
+    let want = to_host(A, SERVER).tcp(80, cport, S_ISN + 1, C_ISN + 1, ACK, 509, &sack(C_ISN + 101, C_ISN + 201), b"");
+    assert_eq!(hex(&f), hex(&want));
+    accounted(&bed);
+}
+
+#[test]
+fn tcp_without_seq_randomization_queries_the_director() {
+    let mut bed = Bed::new(3, false);
+    let cport = port_with_director(SERVER, 80, 6, 3, C);
+    let t = tuple(HOST, cport, SERVER, 80, 6);
+    let out = bed.send(A, IN, from_host(A, SERVER).tcp(cport, 80, C_ISN, 0, SYN, 64240, &SYN_OPTS, b""));
+    let (_, _, f) = one(&out);
+    assert_eq!(hex(&f), hex(&to_gw(A, SERVER).tcp(cport, 80, C_ISN, 0, SYN, 64240, &SYN_OPTS, b"")), "ISN kept");
+
+    // SYN-ACK on B: B parks it and asks C, C answers A, B forwards.
+    let out = bed.send(B, OUT, from_outside(B, SERVER).tcp(80, cport, S_ISN, C_ISN + 1, SYN | ACK, 65535, &SYN_OPTS, b""));
+    let (n, port, f) = one(&out);
+    assert_eq!((n, port), (A, IN));
+    assert_eq!(hex(&f), hex(&to_host(A, SERVER).tcp(80, cport, S_ISN, C_ISN + 1, SYN | ACK, 65535, &SYN_OPTS, b"")));
+    assert_eq!(bed.verdicts.iter().find(|(n, _)| *n == B).map(|v| v.1), Some(Verdict::Consumed));
+    let b = bed.cluster(B).counters;
+    assert_eq!(
+        (b.synack_cookie_decoded, b.director_queries_sent, b.pending_queued, b.pending_released, b.forwarded_to_owner),
+        (0, 1, 1, 1, 1)
+    );
+    assert_eq!(bed.ccl_count(B, C, MessageKind::OwnerQuery), 1);
+    assert_eq!(bed.ccl_count(C, B, MessageKind::OwnerReply), 1);
+    assert_eq!(bed.cluster(C).counters.queries_answered, 1);
+    assert_eq!(bed.cluster(C).counters.elections, 0);
+
+    // The ACK on B goes straight to A on the record the reply installed.
+    let out = bed.send(B, IN, from_host(B, SERVER).tcp(cport, 80, C_ISN + 1, S_ISN + 1, ACK, 502, &[], b""));
+    let (n, _, f) = one(&out);
+    assert_eq!(n, A);
+    assert_eq!(hex(&f), hex(&to_gw(A, SERVER).tcp(cport, 80, C_ISN + 1, S_ISN + 1, ACK, 502, &[], b"")));
+    assert_eq!(bed.cluster(B).counters.director_queries_sent, 1);
+    assert_eq!(bed.owners(&t), vec![A]);
+    accounted(&bed);
+}
+
+#[test]
+fn udp_director_elects_first_receiver() {
+    let mut bed = Bed::new(3, true);
+    let cport = port_with_director(SERVER, 5000, 17, 3, C);
+    let t = tuple(HOST, cport, SERVER, 5000, 17);
+
+    // First packet on B: B asks C, C elects B (R8), B owns and forwards.
+    let out = bed.send(B, IN, from_host(B, SERVER).udp(cport, 5000, b"ping"));
+    let (n, port, f) = one(&out);
+    assert_eq!((n, port), (B, OUT));
+    assert_eq!(hex(&f), hex(&to_gw(B, SERVER).udp(cport, 5000, b"ping")));
+    assert_eq!(bed.cluster(C).counters.elections, 1);
+    assert_eq!(bed.ccl_count(B, C, MessageKind::OwnerQuery), 1);
+    assert_eq!(bed.ccl_count(B, C, MessageKind::FlowRegister), 1, "the owner registers (R8)");
+    assert_eq!(bed.nodes[C].cluster_role(&t), Some((Role::Director, NodeId(B as u8))));
+
+    // The reply lands on A: A asks C, C names B, A forwards to B.
+    let out = bed.send(A, OUT, from_outside(A, SERVER).udp(5000, cport, b"pong"));
+    let (n, port, f) = one(&out);
+    assert_eq!((n, port), (B, IN));
+    assert_eq!(hex(&f), hex(&to_host(B, SERVER).udp(5000, cport, b"pong")));
+    assert_eq!(bed.ccl_count(A, C, MessageKind::OwnerQuery), 1);
+    assert_eq!(bed.ccl_count(A, B, MessageKind::ForwardedPacket), 1);
+    assert_eq!(bed.cluster(C).counters.elections, 1, "no second election");
+    assert_eq!(bed.nodes[A].cluster_role(&t), Some((Role::Forwarder, NodeId(B as u8))));
+    assert_eq!(bed.owners(&t), vec![B]);
+
+    // More replies on A go straight to B.
+    let out = bed.send(A, OUT, from_outside(A, SERVER).udp(5000, cport, b"pong2"));
+    assert_eq!(one(&out).0, B);
+    assert_eq!(bed.cluster(A).counters.director_queries_sent, 1);
+    accounted(&bed);
+}
+
+#[test]
+fn dns_reply_on_non_owner_is_relayed_by_the_director() {
+    let mut bed = Bed::new(3, true);
+    let cport = port_with_director(DNS, 53, 17, 3, C);
+    let t = tuple(HOST, cport, DNS, 53, 17);
+    let out = bed.send(A, IN, from_host(A, DNS).udp(cport, 53, b"query"));
+    assert_eq!(one(&out).0, A);
+    assert_eq!(bed.nodes[C].cluster_role(&t), Some((Role::Director, NodeId(A as u8))));
+
+    // The answer lands on B: no query, a relay to C, which forwards to A.
+    let out = bed.send(B, OUT, from_outside(B, DNS).udp(53, cport, b"answer"));
+    let (n, port, f) = one(&out);
+    assert_eq!((n, port), (A, IN));
+    assert_eq!(hex(&f), hex(&to_host(A, DNS).udp(53, cport, b"answer")));
+    assert_eq!(bed.cluster(B).counters.relays_sent, 1);
+    assert_eq!(bed.cluster(B).counters.director_queries_sent, 0);
+    assert_eq!(bed.ccl_count(B, C, MessageKind::RelayToOwner), 1);
+    assert_eq!(bed.ccl_count(C, A, MessageKind::ForwardedPacket), 1);
+    assert_eq!(bed.cluster(C).counters.relays_relayed, 1);
+    assert_eq!(bed.owners(&t), vec![A]);
+
+    // A relay for a flow the director does not know is dropped there.
+    let out = bed.send(B, OUT, from_outside(B, DNS).udp(53, cport + 1, b"stray"));
+    assert!(out.is_empty());
+    let stray = tuple(HOST, cport + 1, DNS, 53, 17);
+    let d = director(&stray, 3);
+    if d != B {
+        assert_eq!(bed.drops(d, DropReason::ClusterNoRecord), 1);
+    }
+    accounted(&bed);
+}
+
+/// A CCL frame from "node 1" to node A, sealed with `key`.
+fn ccl_frame(key: &str, channel: u8, msg: &Message<'_>) -> Vec<u8> {
+    let k = CclKey::new(NAME, key).unwrap();
+    let mut s = Sealer::new(&k, NodeId(1), channel, 1001).unwrap();
+    let path = FramePath { src_mac: ccl_mac(1), dst_mac: ccl_mac(0), src_ip: ccl_addr(1), dst_ip: ccl_addr(0) };
+    let mut out = vec![0u8; 2048];
+    let n = s.seal_frame(&path, Epoch(1), msg, &mut out).unwrap();
+    out.truncate(n);
+    out
+}
+
+#[test]
+fn bad_ccl_is_dropped_and_counted() {
+    let mut bed = Bed::new(3, true);
+    let q = Message::OwnerQuery(OwnerQuery {
+        query_id: 7,
+        flow: FlowKey::new(tuple(HOST, 1234, SERVER, 80, 6)).unwrap(),
+        elect_if_absent: false,
+    });
+    let send_one = |bed: &mut Bed, f: Vec<u8>| {
+        let mut b = VecBuf::new(&f);
+        bed.nodes[A].process(Timestamp::from_secs(2), CCL, &mut b)
+    };
+
+    // Wrong key.
+    let v = send_one(&mut bed, ccl_frame("not-the-key", 5, &q));
+    assert_eq!(v, Verdict::Drop(DropReason::CclMalformed));
+    assert_eq!(bed.cluster(A).ccl_drop(CclDrop::BadMac), 1);
+
+    // Good, then replayed.
+    let good = ccl_frame(KEY, 5, &q);
+    assert_eq!(send_one(&mut bed, good.clone()), Verdict::Consumed);
+    assert_eq!(bed.cluster(A).ccl_rx(MessageKind::OwnerQuery), 1);
+    assert_eq!(send_one(&mut bed, good.clone()), Verdict::Drop(DropReason::CclMalformed));
+    assert_eq!(bed.cluster(A).ccl_drop(CclDrop::Replay), 1);
+
+    // Truncated: the CCL datagram cut short inside well-formed UDP/IPv4.
+    let ccl = &good[42..];
+    let udp = |payload: &[u8]| {
+        PacketBuilder::new(ccl_mac(1), ccl_mac(0), ccl_addr(1), ccl_addr(0)).udp(31300, 31300, payload)
+    };
+    assert_eq!(send_one(&mut bed, udp(&ccl[..ccl.len() - 5])), Verdict::Drop(DropReason::CclMalformed));
+    assert_eq!(bed.cluster(A).ccl_drop(CclDrop::BadLength), 1);
+    assert_eq!(send_one(&mut bed, udp(&ccl[..20])), Verdict::Drop(DropReason::CclMalformed));
+    assert_eq!(bed.cluster(A).ccl_drop(CclDrop::Truncated), 1);
+    // Flipped payload byte (of a fresh message, or it would be a replay):
+    // fails the MAC.
+    let fresh = ccl_frame(KEY, 6, &q);
+    let mut flipped = fresh[42..].to_vec();
+    flipped[40] ^= 1;
+    assert_eq!(send_one(&mut bed, udp(&flipped)), Verdict::Drop(DropReason::CclMalformed));
+    assert_eq!(bed.cluster(A).ccl_drop(CclDrop::BadMac), 2);
+
+    assert_eq!(bed.drops(A, DropReason::CclMalformed), 5);
+    assert_eq!(bed.cluster(A).counters.queries_answered, 1);
+    accounted(&bed);
+}
+
+#[test]
+fn forwarded_frame_without_owner_flow_is_dropped() {
+    // C has a record naming A, but A lost the flow: the forwarded frame is
+    // dropped at A and counted.
+    let mut bed = Bed::new(3, true);
+    let (cport, _) = handshake(&mut bed);
+    bed.nodes[A] = dataplane::pipeline::Pipeline::new(config(A, 3, true)).unwrap();
+    let out = bed.send(C, IN, from_host(C, SERVER).tcp(cport, 80, C_ISN + 1, S_ISN + 1, ACK, 502, &[], b"x"));
+    assert!(out.is_empty());
+    assert_eq!(bed.drops(A, DropReason::ClusterNoOwnerFlow), 1);
+    accounted(&bed);
+}
+
+#[test]
+fn pending_query_times_out() {
+    // Only A and B are up, but A does not hear B's replies: a frame waiting
+    // for the director is dropped after the timeout, counted.
+    let mut bed = Bed::new(2, true);
+    let cport = port_with_director(SERVER, 5000, 17, 2, B);
+    let now = Timestamp::from_secs(5);
+    let mut buf = VecBuf::new(&from_host(A, SERVER).udp(cport, 5000, b"x"));
+    assert_eq!(bed.nodes[A].process(now, IN, &mut buf), Verdict::Consumed);
+    let mut buf = VecBuf::new(&from_host(A, SERVER).udp(cport, 5000, b"y"));
+    assert_eq!(bed.nodes[A].process(now, IN, &mut buf), Verdict::Consumed);
+    let c = bed.cluster(A).counters;
+    assert_eq!((c.director_queries_sent, c.queries_coalesced, c.pending), (1, 1, 2));
+    bed.nodes[A].poll_timers(Timestamp(now.0 + 50_000_000));
+    assert_eq!(bed.cluster(A).counters.pending, 2);
+    bed.nodes[A].poll_timers(Timestamp(now.0 + 100_000_000));
+    let c = bed.cluster(A).counters;
+    assert_eq!((c.pending, c.pending_timeouts), (0, 2));
+}
