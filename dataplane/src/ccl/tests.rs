@@ -51,7 +51,7 @@ fn record(flow: FlowKey, i: u32) -> FlowRecord {
     FlowRecord {
         flow,
         owner: NodeId((i % 16) as u8),
-        op: if i % 3 == 0 { FlowOp::Delete } else { FlowOp::Upsert },
+        op: if matches!(i % 3, 0) { FlowOp::Delete } else { FlowOp::Upsert },
         tcp_state: (i % 11) as u8,
         flags: 0x5a,
         seq_delta: 0x8000_0000 ^ i,
@@ -433,7 +433,7 @@ fn batch_writer_fills_to_capacity() {
     let mut pushed = Vec::new();
     let mut i = 0u32;
     loop {
-        let r = record(if i % 4 == 0 { v6_key() } else { v4_key() }, i);
+        let r = record(if matches!(i % 4, 0) { v6_key() } else { v4_key() }, i);
         let room = w.has_room_for(&r);
         match w.push(&r) {
             Ok(()) => {
@@ -491,15 +491,18 @@ proptest! {
         let msgs = all_messages(&mut bb, &fr, kind % 2 == 0);
         let m = msgs[kind];
         let d = seal(&mut sealer(), &m);
-        let n = cut.index(d.len());
-        prop_assert!(opener().open(&d[..n]).is_err());
+        let mut o = opener();
+        for n in 0..d.len() {
+            prop_assert!(o.open(&d[..n]).is_err());
+        }
+        prop_assert_eq!(o.counters().total_drops(), d.len() as u64);
+        prop_assert!(o.open(&d).is_ok());
         // And every truncation of the payload alone fails to parse or
         // parses to something else (trailing data is refused).
         let p = &d[HEADER_LEN..d.len() - TAG_LEN];
         let pn = cut.index(p.len());
-        match Message::parse(m.kind() as u8, &p[..pn]) {
-            Ok(x) => prop_assert_ne!(x, m),
-            Err(_) => {}
+        if let Ok(x) = Message::parse(m.kind() as u8, &p[..pn]) {
+            prop_assert_ne!(x, m);
         }
     }
 
