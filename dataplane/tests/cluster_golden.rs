@@ -333,6 +333,26 @@ fn bad_ccl_is_dropped_and_counted() {
 }
 
 #[test]
+fn second_syn_on_another_node_yields_to_the_first_owner() {
+    let mut bed = Bed::new(3, true);
+    let cport = port_with_director(SERVER, 80, 6, 3, C);
+    let t = tuple(HOST, cport, SERVER, 80, 6);
+    bed.send(A, IN, from_host(A, SERVER).tcp(cport, 80, C_ISN, 0, SYN, 64240, &SYN_OPTS, b""));
+    // The same SYN (a retransmission on another path) lands on B: B takes
+    // it, registers, C keeps A and tells B, B becomes a forwarder.
+    bed.send(B, IN, from_host(B, SERVER).tcp(cport, 80, C_ISN, 0, SYN, 64240, &SYN_OPTS, b""));
+    assert_eq!(bed.cluster(C).counters.register_conflicts, 1);
+    assert_eq!(bed.cluster(B).counters.ownership_yielded, 1);
+    assert_eq!(bed.owners(&t), vec![A]);
+    assert_eq!(bed.nodes[B].cluster_role(&t), Some((Role::Forwarder, NodeId(A as u8))));
+    assert_eq!(bed.nodes[C].cluster_role(&t), Some((Role::Director, NodeId(A as u8))));
+    // The next SYN on B goes to A.
+    let out = bed.send(B, IN, from_host(B, SERVER).tcp(cport, 80, C_ISN, 0, SYN, 64240, &SYN_OPTS, b""));
+    assert_eq!(one(&out).0, A);
+    accounted(&bed);
+}
+
+#[test]
 fn forwarded_frame_without_owner_flow_is_dropped() {
     // C has a record naming A, but A lost the flow: the forwarded frame is
     // dropped at A and counted.

@@ -191,6 +191,8 @@ pub struct ClusterCounters {
     /// A second registration named another owner: the latecomer was told
     /// the first owner.
     pub register_conflicts: u64,
+    /// Owner flows given up because the director named an earlier owner.
+    pub ownership_yielded: u64,
     /// Records refused because the record table was full (control path).
     pub record_table_full: u64,
     /// Records removed by their idle timeout.

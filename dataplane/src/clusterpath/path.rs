@@ -619,6 +619,15 @@ impl Pipeline {
         }
         if r.query_id != 0 {
             self.release_pending(now, r.query_id, r.owner);
+        } else if r.owner.is_some_and(|o| o != me) {
+            // Unsolicited: our registration lost to an earlier owner (two
+            // SYNs of one connection on two nodes). Yield: forward from now.
+            if let Some((h, _)) = self.conntrack.lookup(&t) {
+                self.conntrack.remove_flow(h);
+                if let Some(cl) = self.cluster.as_deref_mut() {
+                    cl.counters.ownership_yielded += 1;
+                }
+            }
         }
     }
 
@@ -862,7 +871,7 @@ impl Pipeline {
         for to in 0..NodeId::MAX_NODES as u8 {
             for register in [true, false] {
                 let wanted = |u: &Update| u.to == NodeId(to) && u.register == register;
-                let any = self.cluster.as_deref().is_some_and(|cl| cl.updates.iter().any(|u| wanted(u)));
+                let any = self.cluster.as_deref().is_some_and(|cl| cl.updates.iter().any(wanted));
                 if !any {
                     continue;
                 }

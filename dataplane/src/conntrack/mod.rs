@@ -645,6 +645,12 @@ impl ConnTable {
         total.div_ceil(self.slots.len().max(1))
     }
 
+    /// Forget a flow (cluster: this node learnt that another node owns the
+    /// connection). No-op for a stale handle. Never allocates.
+    pub fn remove_flow(&mut self, h: FlowHandle) {
+        self.remove(h.0);
+    }
+
     /// The TCP state of a flow (for tests and diagnostics).
     pub fn tcp_state(&self, h: FlowHandle) -> Option<TcpState> {
         match self.slots.get(h.0 as usize) {
