@@ -353,6 +353,67 @@ fn second_syn_on_another_node_yields_to_the_first_owner() {
 }
 
 #[test]
+fn owner_that_is_director_registers_with_a_backup() {
+    let mut bed = Bed::new(3, true);
+    let cport = port_with_director(SERVER, 80, 6, 3, A);
+    let t = tuple(HOST, cport, SERVER, 80, 6);
+    bed.send(A, IN, from_host(A, SERVER).tcp(cport, 80, C_ISN, 0, SYN, 64240, &SYN_OPTS, b""));
+    let backup = (0..3).find(|&n| n != A && bed.ccl_count(A, n, MessageKind::FlowRegister) == 1).expect("a backup");
+    assert_eq!(bed.ccl.len(), 1, "one registration, to the backup only");
+    assert_eq!(bed.nodes[backup].cluster_role(&t), Some((Role::Backup, NodeId(A as u8))));
+    // The SYN-ACK on the backup goes to A (cookie), the one on the third
+    // node too.
+    let isn = tcp_fields(&bed.send(A, IN, from_host(A, SERVER).tcp(cport, 80, C_ISN, 0, SYN, 64240, &SYN_OPTS, b""))[0].2).0;
+    let other = 3 - backup - A;
+    let out = bed.send(other, OUT, from_outside(other, SERVER).tcp(80, cport, S_ISN, isn.wrapping_add(1), SYN | ACK, 65535, &SYN_OPTS, b""));
+    assert_eq!(one(&out).0, A);
+    assert_eq!(bed.owners(&t), vec![A]);
+    accounted(&bed);
+}
+
+#[test]
+fn icmp_echo_request_elects_reply_is_relayed() {
+    let mut bed = Bed::new(3, true);
+    // Echo request (id, 0) and reply (0, id) hash alike (R3).
+    let id = (1u16..).find(|&i| director(&tuple(HOST, i, SERVER, 0, 1), 3) == C).unwrap();
+    let out = bed.send(A, IN, from_host(A, SERVER).icmp(8, 0, (id, 1), b"ping"));
+    let (n, port, f) = one(&out);
+    assert_eq!((n, port), (A, OUT));
+    assert_eq!(hex(&f), hex(&to_gw(A, SERVER).icmp(8, 0, (id, 1), b"ping")));
+    assert_eq!(bed.cluster(C).counters.elections, 1);
+    let out = bed.send(B, OUT, from_outside(B, SERVER).icmp(0, 0, (id, 1), b"ping"));
+    let (n, port, f) = one(&out);
+    assert_eq!((n, port), (A, IN));
+    assert_eq!(hex(&f), hex(&to_host(A, SERVER).icmp(0, 0, (id, 1), b"ping")));
+    assert_eq!(bed.cluster(B).counters.relays_sent, 1);
+    assert_eq!(bed.cluster(C).counters.relays_relayed, 1);
+    accounted(&bed);
+}
+
+#[test]
+fn ccl_peers_resolved_by_arp() {
+    let mut bed = Bed::with_arp(3);
+    let cport = port_with_director(SERVER, 5000, 17, 3, C);
+    // Before any ARP: the query cannot leave, the frame is dropped (and a
+    // who-has goes out on the CCL segment).
+    let out = bed.send(B, IN, from_host(B, SERVER).udp(cport, 5000, b"early"));
+    assert!(out.is_empty());
+    assert_eq!(bed.drops(B, DropReason::ClusterPeerUnresolved), 1);
+    // Timers ask for every peer; the answers are learnt.
+    bed.tick(1_000);
+    for n in 0..3 {
+        let now = bed.now();
+        let learnt = bed.nodes[n].arp_entries(now).iter().filter(|e| e.interface == "ccl" && e.mac.is_some()).count();
+        assert_eq!(learnt, 2, "node {n} knows both peers");
+    }
+    let out = bed.send(B, IN, from_host(B, SERVER).udp(cport, 5000, b"later"));
+    assert_eq!(one(&out).0, B);
+    let out = bed.send(A, OUT, from_outside(A, SERVER).udp(5000, cport, b"reply"));
+    assert_eq!(one(&out).0, B);
+    accounted(&bed);
+}
+
+#[test]
 fn forwarded_frame_without_owner_flow_is_dropped() {
     // C has a record naming A, but A lost the flow: the forwarded frame is
     // dropped at A and counted.

@@ -142,14 +142,44 @@ impl Bed {
         (0..self.nodes.len()).filter(|&m| m != from && (dst == ccl_mac(m) || dst == [0xff; 6])).collect()
     }
 
+    /// A bed whose CCL peers are not static neighbours: their MACs are
+    /// learnt by ARP on the CCL segment.
+    pub fn with_arp(nodes: usize) -> Self {
+        let cfg = |n| {
+            let mut c = config(n, nodes, true);
+            c.static_neighbors.retain(|(a, _)| a.octets()[0] != 10);
+            c
+        };
+        Bed {
+            nodes: (0..nodes).map(|n| Pipeline::new(cfg(n)).unwrap()).collect(),
+            now_ms: 1_000,
+            verdicts: vec![],
+            ccl: vec![],
+        }
+    }
+
+    /// Run every node's timers, then deliver what they generated until the
+    /// cluster is quiet.
+    pub fn tick(&mut self, ms: u64) -> Vec<(usize, PortId, Vec<u8>)> {
+        self.now_ms += ms;
+        let now = self.now();
+        for p in &mut self.nodes {
+            p.poll_timers(now);
+        }
+        self.run(VecDeque::new())
+    }
+
     /// Deliver `frame` to node `n` on `port`, then keep delivering CCL
     /// frames (process verdicts and generated frames, after a `flush` of
     /// every node) until the cluster is quiet. Returns what left on data
     /// ports: `(node, port, frame)`.
     pub fn send(&mut self, n: usize, port: PortId, frame: Vec<u8>) -> Vec<(usize, PortId, Vec<u8>)> {
         self.now_ms += 1;
+        self.run(VecDeque::from([(n, port, frame)]))
+    }
+
+    fn run(&mut self, mut queue: VecDeque<(usize, PortId, Vec<u8>)>) -> Vec<(usize, PortId, Vec<u8>)> {
         let now = self.now();
-        let mut queue: VecDeque<(usize, PortId, Vec<u8>)> = VecDeque::from([(n, port, frame)]);
         let mut out = vec![];
         loop {
             while let Some((n, port, frame)) = queue.pop_front() {
