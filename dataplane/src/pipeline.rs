@@ -35,6 +35,16 @@
 //!    `TcpOutOfWindow`, ...). ICMP errors (types 3, 11, 12) are not tracked:
 //!    they pass only if the datagram they quote belongs to a flow and they
 //!    are addressed to that datagram's sender (`NoFlow`).
+//! 5b. **Cluster** (`PipelineConfig::cluster`, `clusterpath`): before
+//!    conntrack, the packet's connection role decides who tracks it — a
+//!    local owner flow or a new SYN is tracked here (with the owner's
+//!    sequence translation, R6); a packet another node owns becomes a CCL
+//!    `ForwardedPacket` in place (`Forward(ccl port)`); otherwise the
+//!    director is asked and the frame waits (`Consumed`). CCL datagrams
+//!    to our CCL address are opened here too (`CclMalformed`,
+//!    `ClusterNoOwnerFlow`, `ClusterNoRecord`, `ClusterPendingFull`,
+//!    `ClusterPeerUnresolved`, `ClusterOwnerUnknown`,
+//!    `ClusterRecordTableFull`). See docs/cluster-design.md.
 //! 6. **Egress**: ARP resolution of the next hop (`ArpUnresolved` with at
 //!    most one request per next hop per retry interval, `ArpCacheFull`; an
 //!    expired entry keeps forwarding while a unicast request re-confirms it), TTL
@@ -54,7 +64,9 @@
 //!   reserved by `Pipeline::new`.
 //! - The pipeline mutates the frame only once it has decided to emit it; a
 //!   dropped frame is byte-for-byte unchanged (a failed `prepend` leaves the
-//!   buffer untouched, so `NoHeadroom` too).
+//!   buffer untouched, so `NoHeadroom` too). Exception: a datagram received
+//!   on the CCL port that carried a forwarded frame is dropped as its inner
+//!   frame (the outer headers were already trimmed).
 
 use crate::acl::{Acl, AclRule, RuleInfo};
 use crate::arp::{ArpCache, ArpInfo, Resolve};
@@ -897,11 +909,9 @@ impl Pipeline {
             Resolve::Full => return Err(DropReason::ArpCacheFull),
         };
 
-        // --- Rewrite: sequence translation (R6), VLAN tag (it may move the
-        // front), then TTL, MACs. ---
-        if let Some(x) = xlate {
-            self.apply_xlate(l2, x, buf)?;
-        }
+        // --- Rewrite: VLAN tag first (it may move the front and is the
+        // only step that can fail), then sequence translation (R6), TTL,
+        // MACs. ---
         let l2 = match (tags, eg.vlan) {
             (0, None) => l2,
             (0, Some(v)) => {
@@ -928,6 +938,9 @@ impl Pipeline {
                 l2
             }
         };
+        if let Some(x) = xlate {
+            self.apply_xlate(l2, x, buf)?;
+        }
         let d = buf.data_mut();
         let Some(l3) = d.get_mut(l2..) else {
             return Err(DropReason::EthTruncated);
