@@ -37,6 +37,7 @@
 pub mod bed;
 pub mod harness;
 pub mod nodeconf;
+pub mod sim;
 pub mod pktgen;
 pub mod state;
 pub mod sys;

@@ -1,0 +1,1446 @@
+//! Deterministic multi-node simulator (STYLE 11, SPEC P3): N real
+//! `dataplane::pipeline::Pipeline`s, two ECMP routers, a CCL segment with
+//! seeded impairments, and TCP/UDP host models, on a virtual clock.
+//!
+//! ```text
+//!  clients 198.18.64.0/24          servers 198.18.128.0/24
+//!        │                                  │
+//!  inside router 198.18.1.1        outside router 198.18.2.1
+//!   (L4 hash, seed A)               (L4 hash, seed B)
+//!    │    │    │                     │    │    │
+//!   p0   p0   p0  ── node0..N-1 ──  p1   p1   p1
+//!          p2 (CCL 198.19.0.0/24, latency/jitter/loss/reorder)
+//! ```
+//!
+//! Invariants of the simulator itself:
+//! - **Determinism.** All randomness comes from ChaCha generators seeded
+//!   from the scenario seed (one stream for traffic, one for the CCL); the
+//!   event queue is ordered by (virtual time, insertion number); nothing
+//!   iterates a hash map in a way that shows. Same seed, same
+//!   configuration → the same events in the same order, which
+//!   `Report::trace_hash` fingerprints.
+//! - **Sans-IO driving.** Nodes see only `process`, `drain_generated`,
+//!   the cluster flush and `poll_timers`, with the virtual clock; a node
+//!   polls its receive queue in bursts (like the DPDK loop) a little after
+//!   the first frame arrives.
+//! - **Observation at the edge.** Every frame a node sends towards a host
+//!   is attributed to its connection, so "who processed it" is measured,
+//!   not asked; roles are asked (`conns`) and compared with what was seen.
+
+pub mod cluster;
+pub mod host;
+pub mod net;
+pub mod report;
+
+use dataplane::buf::VecBuf;
+use dataplane::conntrack::Timeouts;
+use dataplane::pipeline::{InterfaceSpec, Pipeline, PipelineConfig, RouteSpec, Verdict};
+use dataplane::types::{ip_proto, Duration, FiveTuple, PortId, Timestamp};
+use dataplane::wire::arp::{ArpPacket, ArpRepr, Operation};
+use dataplane::wire::build::{self, PacketBuilder};
+use dataplane::wire::ethernet::{ethertype, EthernetFrame, BROADCAST};
+use dataplane::wire::ipv4::Ipv4Packet;
+use dataplane::wire::tcp::{TcpOptions, TcpPacket};
+use dataplane::wire::udp::UdpPacket;
+use host::{RxSeg, TcpEnd, TcpState, TxSeg, UdpClient, UdpServer};
+use net::{CclLink, CclStats, Router, Side, CCL, INSIDE, OUTSIDE};
+use rand::rngs::ChaCha8Rng;
+use rand::{Rng, RngExt, SeedableRng};
+use report::{Invariant, NodeReport, Report};
+use std::cmp::Ordering;
+use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
+use std::net::IpAddr;
+
+pub use cluster::Role;
+
+/// A scenario.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct SimConfig {
+    pub seed: u64,
+    pub nodes: usize,
+    pub tcp_flows: usize,
+    pub udp_flows: usize,
+    /// Share of the UDP flows that are DNS (server port 53).
+    pub dns_share: f64,
+    /// Request and response sizes of TCP flows (inclusive ranges, bytes).
+    pub tcp_request: (u32, u32),
+    pub tcp_response: (u32, u32),
+    /// Flows start uniformly over this window (after the ARP warm-up).
+    pub start_window_ns: u64,
+    pub ccl: CclLink,
+    /// Nodes form a cluster (false: independent single-node firewalls).
+    pub cluster: bool,
+    /// Both routers hash so that both directions reach the same node.
+    pub symmetric: bool,
+    /// SPEC R6 sequence-number randomisation (the SYN cookie).
+    pub seq_randomization: bool,
+    /// The run stops here even if flows are still open.
+    pub time_limit_ns: u64,
+    /// Frames per `process` burst.
+    pub burst: usize,
+    /// One-way latency host ↔ router ↔ node.
+    pub host_link_ns: u64,
+    /// How often the owner uniqueness is checked while flows run.
+    pub checkpoint_ns: u64,
+}
+
+impl SimConfig {
+    /// Defaults: a clean CCL, a cluster, asymmetric routers, 10 ms of
+    /// flow starts.
+    pub fn new(seed: u64, nodes: usize) -> Self {
+        SimConfig {
+            seed,
+            nodes,
+            tcp_flows: 200,
+            udp_flows: 50,
+            dns_share: 0.4,
+            tcp_request: (200, 4000),
+            tcp_response: (500, 6000),
+            start_window_ns: 500_000_000,
+            ccl: CclLink::default(),
+            cluster: true,
+            symmetric: false,
+            seq_randomization: true,
+            time_limit_ns: 120_000_000_000,
+            burst: 32,
+            host_link_ns: 50_000,
+            checkpoint_ns: 50_000_000,
+        }
+    }
+    pub fn flows(mut self, tcp: usize, udp: usize) -> Self {
+        self.tcp_flows = tcp;
+        self.udp_flows = udp;
+        self
+    }
+    pub fn ccl(mut self, ccl: CclLink) -> Self {
+        self.ccl = ccl;
+        self
+    }
+    pub fn cluster(mut self, on: bool) -> Self {
+        self.cluster = on;
+        self
+    }
+    pub fn symmetric(mut self, on: bool) -> Self {
+        self.symmetric = on;
+        self
+    }
+}
+
+/// Nodes poll this long after a frame lands in an empty receive queue.
+const POLL_DELAY_NS: u64 = 2_000;
+/// `poll_timers` period.
+const TIMER_PERIOD_NS: u64 = 10_000_000;
+/// Routers ARP the nodes at start; flows start after this.
+const WARMUP_NS: u64 = 5_000_000;
+/// Latency router ↔ node for ARP.
+const ARP_LINK_NS: u64 = 10_000;
+
+#[derive(Debug)]
+enum Ev {
+    FlowStart(u32),
+    NodeRx {
+        node: usize,
+        port: PortId,
+        frame: Vec<u8>,
+    },
+    NodePoll(usize),
+    NodeTimers(usize),
+    HostRx {
+        side: Side,
+        from: usize,
+        frame: Vec<u8>,
+    },
+    TcpTimer {
+        flow: u32,
+        client: bool,
+        gen: u64,
+    },
+    UdpTimer {
+        flow: u32,
+        gen: u64,
+    },
+    Checkpoint,
+}
+
+struct Queued {
+    at: u64,
+    seq: u64,
+    ev: Ev,
+}
+impl PartialEq for Queued {
+    fn eq(&self, o: &Self) -> bool {
+        (self.at, self.seq) == (o.at, o.seq)
+    }
+}
+impl Eq for Queued {}
+impl PartialOrd for Queued {
+    fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Queued {
+    // Reversed: BinaryHeap is a max-heap, we want the earliest first.
+    fn cmp(&self, o: &Self) -> Ordering {
+        (o.at, o.seq).cmp(&(self.at, self.seq))
+    }
+}
+
+/// The event trace fingerprint (order-sensitive).
+#[derive(Default)]
+struct Trace {
+    h: u64,
+    n: u64,
+}
+impl Trace {
+    fn word(&mut self, w: u64) {
+        self.h = net::mix64(self.h ^ w).rotate_left(5);
+    }
+    fn bytes(&mut self, b: &[u8]) {
+        self.word(b.len() as u64);
+        for c in b.chunks(8) {
+            let mut w = [0u8; 8];
+            w[..c.len()].copy_from_slice(c);
+            self.word(u64::from_le_bytes(w));
+        }
+    }
+}
+
+enum FlowKind {
+    Tcp {
+        c: Box<TcpEnd>,
+        s: Box<TcpEnd>,
+    },
+    Udp {
+        c: Box<UdpClient>,
+        s: Box<UdpServer>,
+    },
+}
+
+struct Flow {
+    /// Client → server.
+    tuple: FiveTuple,
+    kind: FlowKind,
+    dns: bool,
+    start_ns: u64,
+    /// Nodes that sent frames of this flow towards a host (bit per node).
+    tx_nodes: u16,
+    /// Frames delivered to [server, client].
+    delivered: [u64; 2],
+    /// Owner seen at checkpoints (first one), for the "owner never
+    /// changes" check.
+    owner_seen: Option<usize>,
+    /// The end-of-flow ownership check ran.
+    end_checked: bool,
+    /// Node that received the first client packet / the first server packet
+    /// (from the routers' hash).
+    entry: [usize; 2],
+}
+
+impl Flow {
+    fn done(&self) -> bool {
+        match &self.kind {
+            FlowKind::Tcp { c, s } => c.is_done() && s.is_done(),
+            FlowKind::Udp { c, .. } => c.done_at.is_some(),
+        }
+    }
+    fn failures(&self) -> Vec<String> {
+        match &self.kind {
+            FlowKind::Tcp { c, s } => c.failures.iter().chain(&s.failures).cloned().collect(),
+            FlowKind::Udp { c, s } => c.failures.iter().chain(&s.failures).cloned().collect(),
+        }
+    }
+    fn handshake_done(&self) -> bool {
+        match &self.kind {
+            FlowKind::Tcp { c, s } => {
+                c.state == TcpState::Established && s.state == TcpState::Established
+            }
+            FlowKind::Udp { c, .. } => c.next > 0,
+        }
+    }
+    fn kind_name(&self) -> &'static str {
+        match (&self.kind, self.dns) {
+            (FlowKind::Tcp { .. }, _) => "tcp",
+            (FlowKind::Udp { .. }, true) => "dns",
+            (FlowKind::Udp { .. }, false) => "udp",
+        }
+    }
+}
+
+struct Node {
+    pipeline: Pipeline,
+    rxq: VecDeque<(PortId, Vec<u8>)>,
+    poll_pending: bool,
+    stats: NodeReport,
+}
+
+/// Counters of things that must not happen at the edges.
+#[derive(Default)]
+struct EdgeErrors {
+    bad_src_mac: u64,
+    bad_dst_mac: u64,
+    unroutable: u64,
+    unknown_flow: u64,
+    bad_ip_checksum: u64,
+    bad_l4_checksum: u64,
+    examples: Vec<String>,
+}
+
+/// A simulation run.
+pub struct Sim {
+    cfg: SimConfig,
+    now: u64,
+    seq: u64,
+    queue: BinaryHeap<Queued>,
+    traffic_rng: ChaCha8Rng,
+    ccl_rng: ChaCha8Rng,
+    routers: [Router; 2],
+    nodes: Vec<Node>,
+    flows: Vec<Flow>,
+    by_tuple: HashMap<FiveTuple, u32>,
+    ccl_stats: CclStats,
+    trace: Trace,
+    edge: EdgeErrors,
+    open_flows: usize,
+    checkpoint_violations: Vec<String>,
+    checkpoint_count: u64,
+    /// Flows with (several owners, no owner, owner ≠ transmitter) at their end.
+    end_counts: (u64, u64, u64),
+    end_examples: Vec<String>,
+}
+
+/// Build a node's pipeline configuration.
+pub fn node_config(cfg: &SimConfig, n: usize) -> Result<PipelineConfig, String> {
+    let iface = |name: &str, port: PortId, level: u8| InterfaceSpec {
+        name: name.to_string(),
+        port,
+        mac: net::node_mac(n, port),
+        addr: net::node_addr(n, port),
+        prefix_len: 24,
+        security_level: level,
+        vlan: None,
+    };
+    let flows = (cfg.tcp_flows + cfg.udp_flows) * 2 + 1024;
+    let mut pc = PipelineConfig {
+        interfaces: vec![
+            iface("inside", INSIDE, 100),
+            iface("outside", OUTSIDE, 0),
+            iface("ccl", CCL, 100),
+        ],
+        routes: vec![
+            RouteSpec {
+                destination: net::CLIENT_NET.0,
+                prefix_len: net::CLIENT_NET.1,
+                via: net::INSIDE_ROUTER_IP,
+            },
+            RouteSpec {
+                destination: net::SERVER_NET.0,
+                prefix_len: net::SERVER_NET.1,
+                via: net::OUTSIDE_ROUTER_IP,
+            },
+        ],
+        rules: Vec::new(),
+        timeouts: Timeouts::default(),
+        flow_capacity: flows,
+        arp_capacity: 256,
+        arp_timeout: Duration::from_secs(3600),
+        arp_retry: Duration::from_millis(100),
+        static_neighbors: Vec::new(),
+    };
+    if cfg.cluster {
+        cluster::configure(
+            &mut pc,
+            &cluster::ClusterParams {
+                node: n,
+                nodes: cfg.nodes,
+                seq_randomization: cfg.seq_randomization,
+                random_seed: net::mix64(cfg.seed ^ (0x5eed_0000 + n as u64)),
+            },
+        )?;
+    }
+    Ok(pc)
+}
+
+impl Sim {
+    pub fn new(cfg: SimConfig) -> Result<Self, String> {
+        if cfg.nodes == 0 || cfg.nodes > dataplane::types::NodeId::MAX_NODES {
+            return Err(format!("{} nodes (1-16)", cfg.nodes));
+        }
+        let mut nodes = Vec::with_capacity(cfg.nodes);
+        for n in 0..cfg.nodes {
+            let pc = node_config(&cfg, n)?;
+            let pipeline = Pipeline::new(pc).map_err(|e| format!("node{n}: {e}"))?;
+            nodes.push(Node {
+                pipeline,
+                rxq: VecDeque::new(),
+                poll_pending: false,
+                stats: NodeReport {
+                    node: n,
+                    ..NodeReport::default()
+                },
+            });
+        }
+        let (sa, sb) = if cfg.symmetric {
+            let s = net::mix64(cfg.seed ^ 0xa);
+            (s, s)
+        } else {
+            (net::mix64(cfg.seed ^ 0xa), net::mix64(cfg.seed ^ 0xb))
+        };
+        let mut sim = Sim {
+            traffic_rng: ChaCha8Rng::seed_from_u64(net::mix64(cfg.seed ^ 0x7)),
+            ccl_rng: ChaCha8Rng::seed_from_u64(net::mix64(cfg.seed ^ 0xc)),
+            routers: [
+                Router {
+                    side: Side::Inside,
+                    seed: sa,
+                    symmetric: cfg.symmetric,
+                },
+                Router {
+                    side: Side::Outside,
+                    seed: sb,
+                    symmetric: cfg.symmetric,
+                },
+            ],
+            cfg,
+            now: 0,
+            seq: 0,
+            queue: BinaryHeap::new(),
+            nodes,
+            flows: Vec::new(),
+            by_tuple: HashMap::new(),
+            ccl_stats: CclStats::default(),
+            trace: Trace::default(),
+            edge: EdgeErrors::default(),
+            open_flows: 0,
+            checkpoint_violations: Vec::new(),
+            checkpoint_count: 0,
+            end_counts: (0, 0, 0),
+            end_examples: Vec::new(),
+        };
+        sim.make_flows();
+        sim.warmup();
+        Ok(sim)
+    }
+
+    fn schedule(&mut self, at: u64, ev: Ev) {
+        self.seq += 1;
+        self.queue.push(Queued {
+            at,
+            seq: self.seq,
+            ev,
+        });
+    }
+
+    fn make_flows(&mut self) {
+        let mut used: HashSet<FiveTuple> = HashSet::new();
+        let total = self.cfg.tcp_flows + self.cfg.udp_flows;
+        for i in 0..total {
+            let tcp = i < self.cfg.tcp_flows;
+            let rng = &mut self.traffic_rng;
+            let client = net::client_addr(rng.random_range(0..net::CLIENT_HOSTS));
+            let server = net::server_addr(rng.random_range(0..net::SERVER_HOSTS));
+            let dns = !tcp && rng.random_bool(self.cfg.dns_share);
+            let dport = if tcp {
+                [80u16, 443, 8080][rng.random_range(0..3usize)]
+            } else if dns {
+                53
+            } else {
+                5000 + rng.random_range(0..10u16)
+            };
+            let tuple = loop {
+                let sport = rng.random_range(1024..=65535u16);
+                let t = FiveTuple {
+                    src: IpAddr::V4(client),
+                    dst: IpAddr::V4(server),
+                    proto: if tcp { ip_proto::TCP } else { ip_proto::UDP },
+                    src_port: sport,
+                    dst_port: dport,
+                };
+                if used.insert(t) {
+                    break t;
+                }
+            };
+            let start_ns = WARMUP_NS + rng.random_range(0..self.cfg.start_window_ns.max(1));
+            let id = i as u32;
+            let (cl, sv) = ((client, tuple.src_port), (server, dport));
+            let kind = if tcp {
+                let req = rng.random_range(self.cfg.tcp_request.0..=self.cfg.tcp_request.1);
+                let resp = rng.random_range(self.cfg.tcp_response.0..=self.cfg.tcp_response.1);
+                let (ic, is) = (rng.next_u32(), rng.next_u32());
+                FlowKind::Tcp {
+                    c: Box::new(TcpEnd::client(id, cl, sv, ic, req, resp)),
+                    s: Box::new(TcpEnd::server(id, sv, cl, is, req, resp)),
+                }
+            } else {
+                let (x, req, resp) = if dns {
+                    (
+                        rng.random_range(1..=2u16),
+                        rng.random_range(20..=60u32),
+                        rng.random_range(40..=400u32),
+                    )
+                } else {
+                    (
+                        rng.random_range(1..=3u16),
+                        rng.random_range(20..=500u32),
+                        rng.random_range(20..=1200u32),
+                    )
+                };
+                FlowKind::Udp {
+                    c: Box::new(UdpClient::new(id, cl, sv, x, req, resp)),
+                    s: Box::new(UdpServer {
+                        flow: id,
+                        response_len: resp,
+                        request_len: req,
+                        requests: 0,
+                        failures: Vec::new(),
+                    }),
+                }
+            };
+            let entry = [
+                self.routers[0].pick(&tuple, self.cfg.nodes),
+                self.routers[1].pick(&tuple.reversed(), self.cfg.nodes),
+            ];
+            self.by_tuple.insert(tuple, id);
+            self.flows.push(Flow {
+                tuple,
+                kind,
+                dns,
+                start_ns,
+                tx_nodes: 0,
+                delivered: [0; 2],
+                owner_seen: None,
+                end_checked: false,
+                entry,
+            });
+            self.schedule(start_ns, Ev::FlowStart(id));
+        }
+        self.open_flows = total;
+    }
+
+    /// Routers ARP for every node at start, so the nodes learn their next
+    /// hops (an ARP request addressed to us creates the entry).
+    fn warmup(&mut self) {
+        for n in 0..self.cfg.nodes {
+            for side in [Side::Inside, Side::Outside] {
+                let f = build::arp(
+                    side.router_mac(),
+                    BROADCAST,
+                    None,
+                    Operation::Request,
+                    side.router_mac(),
+                    side.router_ip(),
+                    [0; 6],
+                    net::node_addr(n, side.port()),
+                );
+                self.schedule(
+                    ARP_LINK_NS * (1 + n as u64),
+                    Ev::NodeRx {
+                        node: n,
+                        port: side.port(),
+                        frame: f,
+                    },
+                );
+            }
+            self.schedule(TIMER_PERIOD_NS + n as u64, Ev::NodeTimers(n));
+        }
+        self.schedule(self.cfg.checkpoint_ns, Ev::Checkpoint);
+    }
+
+    /// Run to completion (or the time limit) and evaluate the invariants.
+    pub fn run(mut self) -> Report {
+        while let Some(q) = self.queue.pop() {
+            if q.at > self.cfg.time_limit_ns {
+                self.now = self.cfg.time_limit_ns;
+                break;
+            }
+            self.now = q.at;
+            self.trace.n += 1;
+            self.trace.word(q.at);
+            self.dispatch(q.ev);
+            if self.open_flows == 0 {
+                break;
+            }
+        }
+        self.finish()
+    }
+
+    fn ts(&self) -> Timestamp {
+        Timestamp(self.now)
+    }
+
+    fn dispatch(&mut self, ev: Ev) {
+        match ev {
+            Ev::FlowStart(f) => {
+                self.trace.word(0x100 | u64::from(f));
+                self.start_flow(f);
+            }
+            Ev::NodeRx { node, port, frame } => {
+                let n = &mut self.nodes[node];
+                n.rxq.push_back((port, frame));
+                if !n.poll_pending {
+                    n.poll_pending = true;
+                    self.schedule(self.now + POLL_DELAY_NS, Ev::NodePoll(node));
+                }
+            }
+            Ev::NodePoll(node) => self.poll_node(node),
+            Ev::NodeTimers(node) => {
+                self.trace.word(0x200 | node as u64);
+                let now = self.ts();
+                let t0 = std::time::Instant::now();
+                self.nodes[node].pipeline.poll_timers(now);
+                self.nodes[node].stats.cpu_ns += t0.elapsed().as_nanos() as u64;
+                self.drain_node(node);
+                self.schedule(self.now + TIMER_PERIOD_NS, Ev::NodeTimers(node));
+            }
+            Ev::HostRx { side, from, frame } => {
+                self.trace.word(0x300 | from as u64);
+                self.trace.bytes(&frame);
+                self.host_rx(side, from, &frame);
+            }
+            Ev::TcpTimer { flow, client, gen } => {
+                self.trace.word(0x400 | u64::from(flow));
+                let now = self.now;
+                let out = match &mut self.flows[flow as usize].kind {
+                    FlowKind::Tcp { c, s } => {
+                        let e = if client { c } else { s };
+                        e.on_timer(now, gen)
+                    }
+                    FlowKind::Udp { .. } => Vec::new(),
+                };
+                self.tcp_out(flow, client, out);
+            }
+            Ev::UdpTimer { flow, gen } => {
+                self.trace.word(0x500 | u64::from(flow));
+                let now = self.now;
+                let out = match &mut self.flows[flow as usize].kind {
+                    FlowKind::Udp { c, .. } => c.on_timer(now, gen),
+                    FlowKind::Tcp { .. } => None,
+                };
+                self.udp_client_out(flow, out);
+            }
+            Ev::Checkpoint => {
+                self.checkpoint();
+                self.schedule(self.now + self.cfg.checkpoint_ns, Ev::Checkpoint);
+            }
+        }
+    }
+
+    fn start_flow(&mut self, f: u32) {
+        let now = self.now;
+        match &mut self.flows[f as usize].kind {
+            FlowKind::Tcp { c, .. } => {
+                let out = c.open(now);
+                self.tcp_out(f, true, out);
+            }
+            FlowKind::Udp { c, .. } => {
+                let p = c.open(now);
+                self.udp_client_out(f, Some(p));
+            }
+        }
+    }
+
+    // --- Hosts. ---
+
+    fn tcp_out(&mut self, f: u32, client: bool, segs: Vec<TxSeg>) {
+        let flow = &mut self.flows[f as usize];
+        let FlowKind::Tcp { c, s } = &mut flow.kind else {
+            return;
+        };
+        let e = if client { c } else { s };
+        let timer = e.timer_request.take();
+        let (local, remote) = (e.local, e.remote);
+        let frames: Vec<Vec<u8>> = segs
+            .iter()
+            .map(|t| {
+                PacketBuilder::new([0; 6], [0; 6], local.0, remote.0).tcp(
+                    local.1, remote.1, t.seq, t.ack, t.flags, t.window, &t.options, &t.payload,
+                )
+            })
+            .collect();
+        if let Some((at, gen)) = timer {
+            self.schedule(
+                at,
+                Ev::TcpTimer {
+                    flow: f,
+                    client,
+                    gen,
+                },
+            );
+        }
+        let side = if client { Side::Inside } else { Side::Outside };
+        for fr in frames {
+            self.host_send(side, fr);
+        }
+        self.note_done(f);
+    }
+
+    fn udp_client_out(&mut self, f: u32, payload: Option<Vec<u8>>) {
+        let flow = &mut self.flows[f as usize];
+        let FlowKind::Udp { c, .. } = &mut flow.kind else {
+            return;
+        };
+        let timer = c.timer_request.take();
+        let (local, remote) = (c.local, c.remote);
+        if let Some((at, gen)) = timer {
+            self.schedule(at, Ev::UdpTimer { flow: f, gen });
+        }
+        if let Some(p) = payload {
+            let fr =
+                PacketBuilder::new([0; 6], [0; 6], local.0, remote.0).udp(local.1, remote.1, &p);
+            self.host_send(Side::Inside, fr);
+        }
+        self.note_done(f);
+    }
+
+    fn note_done(&mut self, f: u32) {
+        let flow = &mut self.flows[f as usize];
+        if flow.done() && flow.start_ns != u64::MAX {
+            flow.start_ns = u64::MAX; // counted
+            self.open_flows -= 1;
+        }
+    }
+
+    /// A host on `side` sends `frame`: its router picks a node by hash.
+    fn host_send(&mut self, side: Side, mut frame: Vec<u8>) {
+        let Some(t) = net::frame_tuple(&frame) else {
+            return;
+        };
+        let node = self.routers[side as usize].pick(&t, self.cfg.nodes);
+        frame[0..6].copy_from_slice(&net::node_mac(node, side.port()));
+        frame[6..12].copy_from_slice(&side.router_mac());
+        self.schedule(
+            self.now + self.cfg.host_link_ns,
+            Ev::NodeRx {
+                node,
+                port: side.port(),
+                frame,
+            },
+        );
+    }
+
+    fn edge_error(&mut self, what: String) {
+        if self.edge.examples.len() < 20 {
+            self.edge
+                .examples
+                .push(format!("t={}µs {what}", self.now / 1000));
+        }
+    }
+
+    /// A frame reached the host it is addressed to (on `side`), sent by
+    /// node `from`.
+    fn host_rx(&mut self, side: Side, from: usize, frame: &[u8]) {
+        let Ok(eth) = EthernetFrame::new_checked(frame) else {
+            return;
+        };
+        let Ok(ip) = Ipv4Packet::new_checked(eth.payload()) else {
+            return;
+        };
+        if !ip.verify_checksum() {
+            self.edge.bad_ip_checksum += 1;
+            self.edge_error(format!("node{from}: bad IPv4 checksum"));
+            return;
+        }
+        let Some(t) = net::frame_tuple(frame) else {
+            return;
+        };
+        let key = if side == Side::Outside {
+            t
+        } else {
+            t.reversed()
+        };
+        let Some(&f) = self.by_tuple.get(&key) else {
+            self.edge.unknown_flow += 1;
+            self.edge_error(format!("node{from}: frame {t} of no flow reached a host"));
+            return;
+        };
+        let (src, dst) = (ip.src(), ip.dst());
+        let now = self.now;
+        let dir = if side == Side::Outside { 0 } else { 1 };
+        self.flows[f as usize].delivered[dir] += 1;
+        match ip.protocol() {
+            ip_proto::TCP => {
+                let Ok(tcp) = TcpPacket::new_checked(ip.payload()) else {
+                    return;
+                };
+                if !tcp.verify_checksum(src, dst) {
+                    self.edge.bad_l4_checksum += 1;
+                    self.edge_error(format!("node{from}: bad TCP checksum on {t}"));
+                    return;
+                }
+                let seg = RxSeg {
+                    seq: tcp.seq(),
+                    ack: tcp.ack(),
+                    flags: tcp.flags(),
+                    options: TcpOptions::parse(tcp.options()),
+                    payload: tcp.payload(),
+                };
+                let client = side == Side::Inside;
+                let out = match &mut self.flows[f as usize].kind {
+                    FlowKind::Tcp { c, s } => {
+                        let e = if client { c } else { s };
+                        e.on_segment(now, &seg)
+                    }
+                    FlowKind::Udp { .. } => return,
+                };
+                self.tcp_out(f, client, out);
+            }
+            ip_proto::UDP => {
+                let Ok(udp) = UdpPacket::new_checked(ip.payload()) else {
+                    return;
+                };
+                if !udp.verify_checksum(src, dst) {
+                    self.edge.bad_l4_checksum += 1;
+                    self.edge_error(format!("node{from}: bad UDP checksum on {t}"));
+                    return;
+                }
+                let payload = udp.payload().to_vec();
+                if side == Side::Outside {
+                    let reply = match &mut self.flows[f as usize].kind {
+                        FlowKind::Udp { s, .. } => s.on_request(&payload),
+                        FlowKind::Tcp { .. } => return,
+                    };
+                    if let Some(r) = reply {
+                        let fr = PacketBuilder::new([0; 6], [0; 6], dst, src)
+                            .udp(t.dst_port, t.src_port, &r);
+                        self.host_send(Side::Outside, fr);
+                    }
+                } else {
+                    let next = match &mut self.flows[f as usize].kind {
+                        FlowKind::Udp { c, .. } => c.on_reply(now, &payload),
+                        FlowKind::Tcp { .. } => return,
+                    };
+                    self.udp_client_out(f, next);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    // --- Nodes. ---
+
+    fn poll_node(&mut self, node: usize) {
+        let now = self.ts();
+        let burst = self.cfg.burst.max(1);
+        let mut out: Vec<(PortId, Vec<u8>)> = Vec::new();
+        let n = &mut self.nodes[node];
+        let mut cpu = 0u64;
+        for _ in 0..burst {
+            let Some((port, frame)) = n.rxq.pop_front() else {
+                break;
+            };
+            self.trace
+                .word(0x600 | (node as u64) << 8 | u64::from(port.0));
+            self.trace.bytes(&frame);
+            if port == CCL {
+                n.stats.ccl_rx += 1;
+            }
+            let mut buf = VecBuf::new(&frame);
+            let t0 = std::time::Instant::now();
+            let v = n.pipeline.process(now, port, &mut buf);
+            cpu += t0.elapsed().as_nanos() as u64;
+            match v {
+                Verdict::Forward(p) => {
+                    self.trace.word(0x700 | u64::from(p.0));
+                    out.push((p, buf.to_vec()));
+                }
+                Verdict::Drop(r) => self.trace.word(0x800 | r.index() as u64),
+                Verdict::Consumed => {
+                    self.trace.word(0x900);
+                    n.stats.consumed += 1;
+                }
+            }
+        }
+        let t0 = std::time::Instant::now();
+        cluster::flush(&mut n.pipeline, now);
+        cpu += t0.elapsed().as_nanos() as u64;
+        n.stats.cpu_ns += cpu;
+        if n.rxq.is_empty() {
+            n.poll_pending = false;
+        } else {
+            self.schedule(self.now + POLL_DELAY_NS / 2, Ev::NodePoll(node));
+        }
+        for (p, f) in out {
+            self.node_tx(node, p, f);
+        }
+        self.drain_node(node);
+    }
+
+    fn drain_node(&mut self, node: usize) {
+        let mut gen: Vec<(PortId, Vec<u8>)> = Vec::new();
+        self.nodes[node]
+            .pipeline
+            .drain_generated(|p, b| gen.push((p, b.to_vec())));
+        for (p, f) in gen {
+            self.trace.word(0xa00 | u64::from(p.0));
+            self.node_tx(node, p, f);
+        }
+    }
+
+    fn node_tx(&mut self, node: usize, port: PortId, frame: Vec<u8>) {
+        self.trace.bytes(&frame);
+        match Side::from_port(port) {
+            Some(side) => self.router_rx(side, node, frame),
+            None if port == CCL => self.ccl_tx(node, frame),
+            None => self.edge_error(format!("node{node}: frame out of unknown port {}", port.0)),
+        }
+    }
+
+    /// A router received `frame` from node `node`.
+    fn router_rx(&mut self, side: Side, node: usize, frame: Vec<u8>) {
+        let Ok(eth) = EthernetFrame::new_checked(&frame[..]) else {
+            return;
+        };
+        if eth.src() != net::node_mac(node, side.port()) {
+            self.edge.bad_src_mac += 1;
+            self.edge_error(format!(
+                "node{node}: frame with source MAC {:02x?} on the {side:?} link",
+                eth.src()
+            ));
+        }
+        match eth.ethertype() {
+            ethertype::ARP => {
+                let Ok(a) = ArpPacket::new_checked(eth.payload()) else {
+                    return;
+                };
+                let r = ArpRepr::parse(&a);
+                if r.operation == Operation::Request && r.target_ip == side.router_ip() {
+                    let reply = build::arp(
+                        side.router_mac(),
+                        r.sender_mac,
+                        None,
+                        Operation::Reply,
+                        side.router_mac(),
+                        side.router_ip(),
+                        r.sender_mac,
+                        r.sender_ip,
+                    );
+                    self.schedule(
+                        self.now + ARP_LINK_NS,
+                        Ev::NodeRx {
+                            node,
+                            port: side.port(),
+                            frame: reply,
+                        },
+                    );
+                }
+            }
+            ethertype::IPV4 => {
+                if eth.dst() != side.router_mac() {
+                    self.edge.bad_dst_mac += 1;
+                    self.edge_error(format!(
+                        "node{node}: IPv4 frame to MAC {:02x?} on the {side:?} link",
+                        eth.dst()
+                    ));
+                    return;
+                }
+                let Ok(ip) = Ipv4Packet::new_checked(eth.payload()) else {
+                    return;
+                };
+                if !net::in_net(ip.dst(), side.host_net()) {
+                    self.edge.unroutable += 1;
+                    self.edge_error(format!(
+                        "node{node}: IPv4 to {} on the {side:?} link",
+                        ip.dst()
+                    ));
+                    return;
+                }
+                if let Some(t) = net::frame_tuple(&frame) {
+                    let key = if side == Side::Outside {
+                        t
+                    } else {
+                        t.reversed()
+                    };
+                    if let Some(&f) = self.by_tuple.get(&key) {
+                        self.flows[f as usize].tx_nodes |= 1 << node;
+                    }
+                }
+                self.nodes[node].stats.host_tx += 1;
+                self.schedule(
+                    self.now + self.cfg.host_link_ns,
+                    Ev::HostRx {
+                        side,
+                        from: node,
+                        frame,
+                    },
+                );
+            }
+            _ => {}
+        }
+    }
+
+    /// Node `node` sent `frame` on the CCL segment.
+    fn ccl_tx(&mut self, node: usize, frame: Vec<u8>) {
+        self.nodes[node].stats.ccl_tx += 1;
+        self.ccl_stats.frames += 1;
+        self.ccl_stats.bytes += frame.len() as u64;
+        let dst: [u8; 6] = match frame.get(0..6).and_then(|d| d.try_into().ok()) {
+            Some(d) => d,
+            None => return,
+        };
+        let targets: Vec<usize> = if dst[0] & 1 != 0 {
+            self.ccl_stats.broadcasts += 1;
+            (0..self.cfg.nodes).filter(|&n| n != node).collect()
+        } else {
+            match net::ccl_node_by_mac(dst, self.cfg.nodes) {
+                Some(n) => vec![n],
+                None => {
+                    self.ccl_stats.unknown_dst += 1;
+                    return;
+                }
+            }
+        };
+        let link = self.cfg.ccl.clone();
+        for n in targets {
+            let rng = &mut self.ccl_rng;
+            if link.loss > 0.0 && rng.random_bool(link.loss) {
+                self.ccl_stats.lost += 1;
+                self.trace.word(0xb00 | n as u64);
+                continue;
+            }
+            let mut d = link.latency_ns;
+            if link.jitter_ns > 0 {
+                d += rng.random_range(0..=link.jitter_ns);
+            }
+            if link.reorder > 0.0 && rng.random_bool(link.reorder) {
+                d += rng.random_range(0..=link.reorder_ns);
+                self.ccl_stats.reordered += 1;
+            }
+            self.ccl_stats.delivered += 1;
+            self.schedule(
+                self.now + d,
+                Ev::NodeRx {
+                    node: n,
+                    port: CCL,
+                    frame: frame.clone(),
+                },
+            );
+        }
+    }
+
+    // --- Observation. ---
+
+    /// Owners per flow, from every node's `conns`.
+    fn owners(&self) -> Vec<Vec<usize>> {
+        let now = self.ts();
+        let mut owners = vec![Vec::new(); self.flows.len()];
+        for (n, node) in self.nodes.iter().enumerate() {
+            for r in cluster::roles(&node.pipeline, n, now) {
+                if r.role != Role::Owner {
+                    continue;
+                }
+                let f = self
+                    .by_tuple
+                    .get(&r.tuple)
+                    .or_else(|| self.by_tuple.get(&r.tuple.reversed()));
+                if let Some(&f) = f {
+                    owners[f as usize].push(n);
+                }
+            }
+        }
+        owners
+    }
+
+    fn flow_desc(&self, f: usize) -> String {
+        let fl = &self.flows[f];
+        format!(
+            "flow {f} ({} {}; client side enters node{}, server side node{})",
+            fl.kind_name(),
+            fl.tuple,
+            fl.entry[0],
+            fl.entry[1]
+        )
+    }
+
+    fn violation(&mut self, v: String) {
+        if self.checkpoint_violations.len() < 50 {
+            self.checkpoint_violations
+                .push(format!("t={}ms {v}", self.now / 1_000_000));
+        }
+    }
+
+    /// While flows run: no flow has two owners, a flow past its handshake
+    /// has one, and the owner never changes.
+    fn checkpoint(&mut self) {
+        self.checkpoint_count += 1;
+        let owners = self.owners();
+        self.end_checks(&owners, false);
+        for (f, o) in owners.iter().enumerate() {
+            let fl = &self.flows[f];
+            if fl.done() || fl.start_ns == u64::MAX {
+                continue;
+            }
+            if o.len() > 1 {
+                let d = self.flow_desc(f);
+                self.violation(format!("{d}: owners {o:?}"));
+            } else if o.is_empty() && fl.handshake_done() && fl.failures().is_empty() {
+                let d = self.flow_desc(f);
+                self.violation(format!("{d}: past its handshake but no node owns it"));
+            }
+            if let Some(&n) = o.first() {
+                match self.flows[f].owner_seen {
+                    None => self.flows[f].owner_seen = Some(n),
+                    Some(m) if m != n => {
+                        let d = self.flow_desc(f);
+                        self.violation(format!("{d}: owner changed from node{m} to node{n}"));
+                    }
+                    Some(_) => {}
+                }
+            }
+        }
+    }
+
+    /// A completed flow (still in its TIME-WAIT / idle period) has exactly
+    /// one owner, and that owner is the node that sent its frames to the
+    /// hosts. Each flow is checked once, at the first checkpoint after it
+    /// completed; at the end (`last`) the rest are checked too (an
+    /// incomplete flow only for several owners).
+    fn end_checks(&mut self, owners: &[Vec<usize>], last: bool) {
+        for (f, o) in owners.iter().enumerate() {
+            let fl = &self.flows[f];
+            if fl.end_checked || !(fl.done() || last) {
+                continue;
+            }
+            self.flows[f].end_checked = true;
+            let done = self.flows[f].done();
+            let tx = self.flows[f].tx_nodes;
+            let problem = if o.len() > 1 {
+                self.end_counts.0 += 1;
+                Some(format!("{} owners at the end: {o:?}", o.len()))
+            } else if o.is_empty() {
+                if done {
+                    self.end_counts.1 += 1;
+                    Some("completed, but no node owns it".to_string())
+                } else {
+                    None
+                }
+            } else if tx != 0 && tx != 1 << o[0] {
+                self.end_counts.2 += 1;
+                Some(format!(
+                    "owner node{} but frames to hosts came from nodes {:#06b}",
+                    o[0], tx
+                ))
+            } else {
+                None
+            };
+            if let Some(p) = problem {
+                if self.end_examples.len() < 20 {
+                    let d = self.flow_desc(f);
+                    self.end_examples
+                        .push(format!("t={}ms {d}: {p}", self.now / 1_000_000));
+                }
+            }
+        }
+    }
+
+    fn finish(mut self) -> Report {
+        let now = self.ts();
+        let mut invariants = Vec::new();
+        let mut failures: Vec<String> = Vec::new();
+        let owners = self.owners();
+        let director_roles: Vec<Vec<cluster::FlowRole>> = self
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(n, node)| cluster::roles(&node.pipeline, n, now))
+            .collect();
+
+        // Node reports.
+        let mut per_node = Vec::new();
+        for n in &self.nodes {
+            let mut r = n.stats.clone();
+            let c = n.pipeline.counters();
+            r.packets = c.packets;
+            r.flows_created = c.flows_created;
+            r.drops = dataplane::types::DropReason::ALL
+                .iter()
+                .filter(|d| c.drop_count(**d) > 0)
+                .map(|d| (d.as_str().to_string(), c.drop_count(*d)))
+                .collect();
+            r.cluster = cluster::counters(&n.pipeline);
+            per_node.push(r);
+        }
+        let mut totals = NodeReport {
+            node: usize::MAX,
+            ..NodeReport::default()
+        };
+        for r in &per_node {
+            totals.packets += r.packets;
+            totals.host_tx += r.host_tx;
+            totals.ccl_tx += r.ccl_tx;
+            totals.ccl_rx += r.ccl_rx;
+            totals.consumed += r.consumed;
+            totals.flows_created += r.flows_created;
+            totals.cpu_ns += r.cpu_ns;
+            for (k, v) in &r.drops {
+                *totals.drops.entry(k.clone()).or_default() += v;
+            }
+            if let Some(c) = &r.cluster {
+                let t = totals.cluster.get_or_insert_with(Default::default);
+                for (k, v) in c {
+                    *t.entry(k.clone()).or_default() += v;
+                }
+            }
+        }
+
+        // 1. Completion and host checks.
+        let (mut tcp_done, mut udp_done, mut bad) = (0, 0, 0);
+        let (mut tcp_rtx, mut udp_rtx, mut sacks) = (0, 0, 0);
+        for (f, fl) in self.flows.iter().enumerate() {
+            let fails = fl.failures();
+            match &fl.kind {
+                FlowKind::Tcp { c, s } => {
+                    tcp_rtx += c.retransmissions + s.retransmissions;
+                    sacks += c.sacks_sent + s.sacks_sent;
+                    if fl.done() && fails.is_empty() {
+                        tcp_done += 1;
+                    }
+                }
+                FlowKind::Udp { c, .. } => {
+                    udp_rtx += c.retransmissions;
+                    if fl.done() && fails.is_empty() {
+                        udp_done += 1;
+                    }
+                }
+            }
+            if !fl.done() || !fails.is_empty() {
+                bad += 1;
+                if failures.len() < 20 {
+                    let why = if fails.is_empty() {
+                        format!(
+                            "not complete at the end (delivered to server {}, to client {})",
+                            fl.delivered[0], fl.delivered[1]
+                        )
+                    } else {
+                        fails.join("; ")
+                    };
+                    failures.push(format!(
+                        "{}: owners {:?}: {why}",
+                        self.flow_desc(f),
+                        owners[f]
+                    ));
+                }
+            }
+        }
+        invariants.push(Invariant {
+            name: "flows-complete",
+            ok: Some(bad == 0),
+            detail: format!(
+                "tcp {tcp_done}/{} udp {udp_done}/{} complete and verified",
+                self.cfg.tcp_flows, self.cfg.udp_flows
+            ),
+        });
+
+        // 2. One transmitter per flow.
+        let multi: Vec<usize> = (0..self.flows.len())
+            .filter(|&f| self.flows[f].tx_nodes.count_ones() > 1)
+            .collect();
+        for &f in multi.iter().take(5) {
+            let nodes: Vec<u32> = (0..16)
+                .filter(|b| self.flows[f].tx_nodes & (1 << b) != 0)
+                .collect();
+            failures.push(format!(
+                "{}: frames to hosts came from nodes {nodes:?}",
+                self.flow_desc(f)
+            ));
+        }
+        invariants.push(Invariant {
+            name: "single-transmitter",
+            ok: Some(multi.is_empty()),
+            detail: format!(
+                "{} flows had frames sent to hosts by more than one node",
+                multi.len()
+            ),
+        });
+
+        // 3. One owner per flow at its end; 4. it is the transmitter.
+        self.end_checks(&owners, true);
+        let (many, no_owner, wrong) = self.end_counts;
+        failures.extend(std::mem::take(&mut self.end_examples));
+        invariants.push(Invariant {
+            name: "one-owner-at-end",
+            ok: Some(many == 0 && no_owner == 0),
+            detail: format!("{many} flows with several owners, {no_owner} completed flows with none (checked when each flow completed)"),
+        });
+        invariants.push(Invariant {
+            name: "transmitter-is-owner",
+            ok: Some(wrong == 0),
+            detail: format!(
+                "{wrong} flows whose frames reached hosts from a node that does not own them"
+            ),
+        });
+
+        // 5. Checkpoints.
+        let cv = std::mem::take(&mut self.checkpoint_violations);
+        invariants.push(Invariant {
+            name: "one-owner-while-running",
+            ok: Some(cv.is_empty()),
+            detail: format!(
+                "{} checkpoints, {} violations",
+                self.checkpoint_count,
+                cv.len()
+            ),
+        });
+        failures.extend(cv.into_iter().take(10));
+
+        // 6. The director knows the owner.
+        if self.cfg.cluster && cluster::AVAILABLE {
+            let mut missing = 0;
+            for (f, o) in owners.iter().enumerate() {
+                let [owner] = o[..] else { continue };
+                let t = self.flows[f].tuple;
+                let Some(d) = cluster::director(&t, self.cfg.nodes) else {
+                    continue;
+                };
+                let ok = director_roles[d].iter().any(|r| {
+                    (r.tuple == t || r.tuple == t.reversed())
+                        && (r.role == Role::Director || (d == owner && r.role == Role::Owner))
+                        && r.owner == Some(owner)
+                });
+                if !ok {
+                    missing += 1;
+                    if failures.len() < 50 {
+                        failures.push(format!(
+                            "{}: director node{d} has no record naming owner node{owner}",
+                            self.flow_desc(f)
+                        ));
+                    }
+                }
+            }
+            invariants.push(Invariant {
+                name: "director-knows-owner",
+                ok: Some(missing == 0),
+                detail: format!("{missing} owned flows without a director record naming the owner"),
+            });
+        } else {
+            invariants.push(Invariant {
+                name: "director-knows-owner",
+                ok: None,
+                detail: "no cluster".into(),
+            });
+        }
+
+        // 7. Cookie-decoded SYN-ACKs.
+        let decoded = totals
+            .cluster
+            .as_ref()
+            .and_then(|c| c.get(cluster::names::SYNACK_COOKIE_DECODED))
+            .copied();
+        let split = self
+            .flows
+            .iter()
+            .filter(|f| f.entry[0] != f.entry[1])
+            .count();
+        let split_tcp = self
+            .flows
+            .iter()
+            .filter(|f| f.entry[0] != f.entry[1] && matches!(f.kind, FlowKind::Tcp { .. }))
+            .count();
+        if self.cfg.cluster && self.cfg.seq_randomization && split_tcp > 0 {
+            invariants.push(Invariant {
+                name: "synack-cookie-decoded",
+                ok: Some(decoded.unwrap_or(0) > 0),
+                detail: format!(
+                    "{} SYN-ACKs decoded by forwarders; {split_tcp} TCP flows split over two nodes",
+                    decoded.unwrap_or(0)
+                ),
+            });
+        } else {
+            invariants.push(Invariant {
+                name: "synack-cookie-decoded",
+                ok: None,
+                detail: "no cluster, no split TCP flow or no sequence randomisation".into(),
+            });
+        }
+
+        // 8. Edges.
+        let e = &self.edge;
+        let edge_bad = e.bad_src_mac
+            + e.bad_dst_mac
+            + e.unroutable
+            + e.unknown_flow
+            + e.bad_ip_checksum
+            + e.bad_l4_checksum;
+        invariants.push(Invariant {
+            name: "edge-frames-valid",
+            ok: Some(edge_bad == 0),
+            detail: format!(
+                "bad source MAC {}, bad destination MAC {}, unroutable {}, no flow {}, bad IPv4 checksum {}, bad L4 checksum {}",
+                e.bad_src_mac, e.bad_dst_mac, e.unroutable, e.unknown_flow, e.bad_ip_checksum, e.bad_l4_checksum
+            ),
+        });
+        failures.extend(e.examples.iter().take(10).cloned());
+
+        let host_packets = self
+            .flows
+            .iter()
+            .map(|f| f.delivered[0] + f.delivered[1])
+            .sum();
+        Report {
+            seed: self.cfg.seed,
+            nodes: self.cfg.nodes,
+            cluster: self.cfg.cluster,
+            symmetric: self.cfg.symmetric,
+            tcp_flows: self.cfg.tcp_flows,
+            udp_flows: self.cfg.udp_flows,
+            tcp_completed: tcp_done,
+            udp_completed: udp_done,
+            split_flows: split,
+            tcp_retransmissions: tcp_rtx,
+            udp_retransmissions: udp_rtx,
+            sacks_sent: sacks,
+            virtual_ms: self.now / 1_000_000,
+            events: self.trace.n,
+            trace_hash: format!("{:016x}", self.trace.h),
+            per_node,
+            totals,
+            ccl: self.ccl_stats.clone(),
+            invariants,
+            failures,
+            host_packets,
+        }
+    }
+}
+
+/// Build and run a scenario.
+pub fn run(cfg: SimConfig) -> Result<Report, String> {
+    Ok(Sim::new(cfg)?.run())
+}
+
+/// Seeds for a sweep: `CFW_SIM_SEEDS` as a list (`1,2,3`), a range
+/// (`100..150`), or a count from a base (`base+count`, e.g. `1000+60`);
+/// else `default_base + 0..default_count`.
+pub fn seeds_from_env(default_base: u64, default_count: u64) -> Vec<u64> {
+    let Ok(s) = std::env::var("CFW_SIM_SEEDS") else {
+        return (default_base..default_base + default_count).collect();
+    };
+    parse_seeds(&s)
+        .unwrap_or_else(|| panic!("CFW_SIM_SEEDS={s:?}: expected `1,2,3`, `100..150` or `1000+60`"))
+}
+
+pub fn parse_seeds(s: &str) -> Option<Vec<u64>> {
+    let s = s.trim();
+    if let Some((a, b)) = s.split_once("..") {
+        let (a, b) = (a.trim().parse::<u64>().ok()?, b.trim().parse::<u64>().ok()?);
+        return Some((a..b).collect());
+    }
+    if let Some((a, n)) = s.split_once('+') {
+        let (a, n) = (a.trim().parse::<u64>().ok()?, n.trim().parse::<u64>().ok()?);
+        return Some((a..a + n).collect());
+    }
+    s.split(',')
+        .filter(|x| !x.trim().is_empty())
+        .map(|x| x.trim().parse().ok())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seed_lists() {
+        assert_eq!(parse_seeds("1,2, 3"), Some(vec![1, 2, 3]));
+        assert_eq!(parse_seeds("5..8"), Some(vec![5, 6, 7]));
+        assert_eq!(parse_seeds("10+3"), Some(vec![10, 11, 12]));
+        assert_eq!(parse_seeds("x"), None);
+    }
+}

@@ -1,0 +1,312 @@
+//! The simulated network around the nodes: the addressing plan, the two
+//! upstream routers (ECMP by an L4 hash, SPEC §1) and the CCL segment.
+//!
+//! Invariants: every address lies in 198.18.0.0/15 (RFC 2544 benchmarking
+//! space), so nothing the simulator builds could name a real host; the
+//! router hash is a pure function of (seed, tuple) so a run is reproducible;
+//! the two routers hash with different seeds, so the two directions of one
+//! connection usually reach different nodes — the case the cluster exists
+//! for. In `symmetric` mode both routers use one seed and an
+//! order-independent hash, so both directions reach the same node (the
+//! "cluster tax" baseline).
+
+use dataplane::types::{ip_proto, FiveTuple, PortId};
+use dataplane::wire::ethernet::{ethertype, EthernetFrame};
+use dataplane::wire::icmp::{msg_type, Icmpv4Packet};
+use dataplane::wire::ipv4::Ipv4Packet;
+use dataplane::wire::tcp::TcpPacket;
+use dataplane::wire::udp::UdpPacket;
+use std::net::{IpAddr, Ipv4Addr};
+
+/// Node port facing the inside (client) router.
+pub const INSIDE: PortId = PortId(0);
+/// Node port facing the outside (server) router.
+pub const OUTSIDE: PortId = PortId(1);
+/// Node port on the cluster control link.
+pub const CCL: PortId = PortId(2);
+
+/// The inside router's address: the nodes' next hop towards the clients.
+pub const INSIDE_ROUTER_IP: Ipv4Addr = Ipv4Addr::new(198, 18, 1, 1);
+/// The outside router's address: the nodes' next hop towards the servers.
+pub const OUTSIDE_ROUTER_IP: Ipv4Addr = Ipv4Addr::new(198, 18, 2, 1);
+/// Client hosts live here, behind the inside router.
+pub const CLIENT_NET: (Ipv4Addr, u8) = (Ipv4Addr::new(198, 18, 64, 0), 24);
+/// Server hosts live here, behind the outside router.
+pub const SERVER_NET: (Ipv4Addr, u8) = (Ipv4Addr::new(198, 18, 128, 0), 24);
+/// Distinct client addresses used (198.18.64.1 ..).
+pub const CLIENT_HOSTS: u32 = 250;
+/// Distinct server addresses used (198.18.128.1 ..).
+pub const SERVER_HOSTS: u32 = 50;
+
+/// Which router.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+pub enum Side {
+    Inside,
+    Outside,
+}
+
+impl Side {
+    pub fn port(self) -> PortId {
+        match self {
+            Side::Inside => INSIDE,
+            Side::Outside => OUTSIDE,
+        }
+    }
+    pub fn router_ip(self) -> Ipv4Addr {
+        match self {
+            Side::Inside => INSIDE_ROUTER_IP,
+            Side::Outside => OUTSIDE_ROUTER_IP,
+        }
+    }
+    pub fn router_mac(self) -> [u8; 6] {
+        [0x02, 0xcf, 0xff, 0x00, self as u8, 0x01]
+    }
+    /// The host network behind this router.
+    pub fn host_net(self) -> (Ipv4Addr, u8) {
+        match self {
+            Side::Inside => CLIENT_NET,
+            Side::Outside => SERVER_NET,
+        }
+    }
+    pub fn from_port(p: PortId) -> Option<Side> {
+        match p {
+            INSIDE => Some(Side::Inside),
+            OUTSIDE => Some(Side::Outside),
+            _ => None,
+        }
+    }
+}
+
+/// MAC of node `n`'s port `p` (locally administered).
+pub fn node_mac(n: usize, p: PortId) -> [u8; 6] {
+    [0x02, 0xcf, 0x00, n as u8, p.0 as u8, 0x01]
+}
+
+/// Address of node `n` on port `p`: inside 198.18.1.(10+n)/24, outside
+/// 198.18.2.(10+n)/24, CCL 198.19.0.(1+n)/24.
+pub fn node_addr(n: usize, p: PortId) -> Ipv4Addr {
+    match p {
+        INSIDE => Ipv4Addr::new(198, 18, 1, 10 + n as u8),
+        OUTSIDE => Ipv4Addr::new(198, 18, 2, 10 + n as u8),
+        _ => Ipv4Addr::new(198, 19, 0, 1 + n as u8),
+    }
+}
+
+/// Which node owns the CCL address / MAC, if any.
+pub fn ccl_node_by_mac(mac: [u8; 6], nodes: usize) -> Option<usize> {
+    (0..nodes).find(|&n| node_mac(n, CCL) == mac)
+}
+
+pub fn client_addr(i: u32) -> Ipv4Addr {
+    Ipv4Addr::from(u32::from(CLIENT_NET.0) + 1 + i % CLIENT_HOSTS)
+}
+
+pub fn server_addr(i: u32) -> Ipv4Addr {
+    Ipv4Addr::from(u32::from(SERVER_NET.0) + 1 + i % SERVER_HOSTS)
+}
+
+pub fn in_net(a: Ipv4Addr, net: (Ipv4Addr, u8)) -> bool {
+    let m = if net.1 == 0 {
+        0
+    } else {
+        u32::MAX << (32 - u32::from(net.1))
+    };
+    u32::from(a) & m == u32::from(net.0) & m
+}
+
+/// splitmix64's finaliser: a fast, well-mixed 64-bit permutation.
+pub fn mix64(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+fn ip_u32(a: IpAddr) -> u32 {
+    match a {
+        IpAddr::V4(v) => u32::from(v),
+        IpAddr::V6(v) => {
+            let o = v.octets();
+            u32::from_be_bytes([o[12], o[13], o[14], o[15]])
+        }
+    }
+}
+
+/// The ECMP hash of a router: ordered (a different value for each
+/// direction) unless `symmetric`.
+pub fn ecmp_hash(seed: u64, t: &FiveTuple, symmetric: bool) -> u64 {
+    let a = (u64::from(ip_u32(t.src)) << 16) | u64::from(t.src_port);
+    let b = (u64::from(ip_u32(t.dst)) << 16) | u64::from(t.dst_port);
+    let (a, b) = if symmetric && b < a { (b, a) } else { (a, b) };
+    let mut h = mix64(seed);
+    h = mix64(h ^ a);
+    h = mix64(h ^ b);
+    mix64(h ^ u64::from(t.proto))
+}
+
+/// An upstream router: spreads the frames of its hosts over the nodes.
+#[derive(Clone, Debug)]
+pub struct Router {
+    pub side: Side,
+    pub seed: u64,
+    pub symmetric: bool,
+}
+
+impl Router {
+    /// The node a packet with this tuple is sent to.
+    pub fn pick(&self, t: &FiveTuple, nodes: usize) -> usize {
+        (ecmp_hash(self.seed, t, self.symmetric) % nodes as u64) as usize
+    }
+}
+
+/// The five-tuple of an Ethernet/IPv4 frame (ICMP ports as SPEC R3).
+pub fn frame_tuple(frame: &[u8]) -> Option<FiveTuple> {
+    let eth = EthernetFrame::new_checked(frame).ok()?;
+    if eth.ethertype() != ethertype::IPV4 {
+        return None;
+    }
+    let ip = Ipv4Packet::new_checked(eth.payload()).ok()?;
+    let (src, dst, proto) = (IpAddr::V4(ip.src()), IpAddr::V4(ip.dst()), ip.protocol());
+    let (sp, dp) = match proto {
+        ip_proto::TCP => {
+            let t = TcpPacket::new_checked(ip.payload()).ok()?;
+            (t.src_port(), t.dst_port())
+        }
+        ip_proto::UDP => {
+            let u = UdpPacket::new_checked(ip.payload()).ok()?;
+            (u.src_port(), u.dst_port())
+        }
+        ip_proto::ICMP => {
+            let i = Icmpv4Packet::new_checked(ip.payload()).ok()?;
+            match i.msg_type() {
+                msg_type::ECHO_REQUEST => (i.echo_ident(), 0),
+                msg_type::ECHO_REPLY => (0, i.echo_ident()),
+                _ => (0, 0),
+            }
+        }
+        _ => (0, 0),
+    };
+    Some(FiveTuple {
+        src,
+        dst,
+        proto,
+        src_port: sp,
+        dst_port: dp,
+    })
+}
+
+/// Impairments of the CCL segment, all drawn from the seeded RNG.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct CclLink {
+    /// One-way latency of every frame.
+    pub latency_ns: u64,
+    /// Uniform extra latency in `[0, jitter_ns]`.
+    pub jitter_ns: u64,
+    /// Probability that a frame is lost.
+    pub loss: f64,
+    /// Probability that a frame is held back by up to `reorder_ns` more
+    /// (so later frames overtake it).
+    pub reorder: f64,
+    pub reorder_ns: u64,
+}
+
+impl Default for CclLink {
+    fn default() -> Self {
+        CclLink {
+            latency_ns: 20_000,
+            jitter_ns: 0,
+            loss: 0.0,
+            reorder: 0.0,
+            reorder_ns: 0,
+        }
+    }
+}
+
+impl CclLink {
+    /// Latency and jitter, reordering: the impaired-but-lossless link.
+    pub fn jittery() -> Self {
+        CclLink {
+            latency_ns: 20_000,
+            jitter_ns: 30_000,
+            loss: 0.0,
+            reorder: 0.05,
+            reorder_ns: 300_000,
+        }
+    }
+    /// `jittery` plus `loss`.
+    pub fn lossy(loss: f64) -> Self {
+        CclLink {
+            loss,
+            ..CclLink::jittery()
+        }
+    }
+}
+
+/// What the CCL segment saw.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct CclStats {
+    /// Frames the nodes transmitted on the CCL.
+    pub frames: u64,
+    pub bytes: u64,
+    /// Broadcast frames (each delivered to every other node).
+    pub broadcasts: u64,
+    /// Frame copies delivered.
+    pub delivered: u64,
+    /// Frame copies lost by the loss model.
+    pub lost: u64,
+    /// Frame copies held back by the reorder model.
+    pub reordered: u64,
+    /// Unicast frames to a MAC no node has.
+    pub unknown_dst: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(sp: u16, dp: u16) -> FiveTuple {
+        FiveTuple {
+            src: IpAddr::V4(client_addr(3)),
+            dst: IpAddr::V4(server_addr(4)),
+            proto: ip_proto::TCP,
+            src_port: sp,
+            dst_port: dp,
+        }
+    }
+
+    #[test]
+    fn symmetric_hash_ignores_direction() {
+        for p in 1000..1100 {
+            let x = t(p, 80);
+            assert_eq!(ecmp_hash(9, &x, true), ecmp_hash(9, &x.reversed(), true));
+        }
+    }
+
+    #[test]
+    fn asymmetric_routers_split_directions() {
+        let a = Router {
+            side: Side::Inside,
+            seed: 1,
+            symmetric: false,
+        };
+        let b = Router {
+            side: Side::Outside,
+            seed: 2,
+            symmetric: false,
+        };
+        let differ = (1000..2000)
+            .filter(|&p| a.pick(&t(p, 80), 3) != b.pick(&t(p, 80).reversed(), 3))
+            .count();
+        // About 2/3 of the flows should be split over two nodes.
+        assert!((550..780).contains(&differ), "{differ}");
+    }
+
+    #[test]
+    fn addressing_plan() {
+        assert_eq!(node_addr(2, INSIDE), Ipv4Addr::new(198, 18, 1, 12));
+        assert_eq!(node_addr(2, CCL), Ipv4Addr::new(198, 19, 0, 3));
+        assert!(in_net(client_addr(249), CLIENT_NET));
+        assert!(in_net(server_addr(77), SERVER_NET));
+        assert_eq!(ccl_node_by_mac(node_mac(4, CCL), 5), Some(4));
+    }
+}

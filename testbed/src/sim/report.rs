@@ -1,0 +1,169 @@
+//! What a simulation run reports: per-node counters, the CCL, the hosts'
+//! verdicts and the invariants, as one serialisable value.
+
+use super::net::CclStats;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+/// One node's share of the run.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct NodeReport {
+    pub node: usize,
+    /// Frames given to `Pipeline::process`.
+    pub packets: u64,
+    /// Frames the node sent to the routers (towards hosts).
+    pub host_tx: u64,
+    pub ccl_tx: u64,
+    pub ccl_rx: u64,
+    /// `Verdict::Consumed` (the frame went into a CCL message).
+    pub consumed: u64,
+    /// Non-zero drop counters by reason.
+    pub drops: BTreeMap<String, u64>,
+    pub flows_created: u64,
+    /// The pipeline's cluster counters, by name (None without a cluster).
+    pub cluster: Option<BTreeMap<String, u64>>,
+    /// Wall-clock nanoseconds spent in `process`/`flush`/`poll_timers`
+    /// (not deterministic; not part of the trace).
+    pub cpu_ns: u64,
+}
+
+/// One invariant's verdict.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Invariant {
+    pub name: &'static str,
+    /// `None`: not applicable to this run (skipped).
+    pub ok: Option<bool>,
+    pub detail: String,
+}
+
+/// The outcome of a run.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Report {
+    pub seed: u64,
+    pub nodes: usize,
+    pub cluster: bool,
+    pub symmetric: bool,
+    pub tcp_flows: usize,
+    pub udp_flows: usize,
+    pub tcp_completed: usize,
+    pub udp_completed: usize,
+    /// Flows whose two directions entered at different nodes.
+    pub split_flows: usize,
+    pub tcp_retransmissions: u64,
+    pub udp_retransmissions: u64,
+    pub sacks_sent: u64,
+    /// Virtual time at the end of the run.
+    pub virtual_ms: u64,
+    /// Events processed.
+    pub events: u64,
+    /// Hash of every event, frame and verdict, in order: equal for equal
+    /// seeds, bit for bit.
+    pub trace_hash: String,
+    pub per_node: Vec<NodeReport>,
+    pub totals: NodeReport,
+    pub ccl: CclStats,
+    pub invariants: Vec<Invariant>,
+    /// The first host failures and invariant violations, with the flow.
+    pub failures: Vec<String>,
+    /// Delivered host packets per wall-clock CPU microsecond of the nodes
+    /// (for the cluster-tax benchmark).
+    pub host_packets: u64,
+}
+
+impl Report {
+    /// Every applicable invariant holds.
+    pub fn ok(&self) -> bool {
+        self.invariants.iter().all(|i| i.ok != Some(false))
+    }
+    pub fn failed_invariants(&self) -> Vec<&'static str> {
+        self.invariants
+            .iter()
+            .filter(|i| i.ok == Some(false))
+            .map(|i| i.name)
+            .collect()
+    }
+    pub fn invariant(&self, name: &str) -> Option<&Invariant> {
+        self.invariants.iter().find(|i| i.name == name)
+    }
+    /// Sum of a cluster counter over the nodes.
+    pub fn cluster_total(&self, name: &str) -> u64 {
+        self.per_node
+            .iter()
+            .filter_map(|n| n.cluster.as_ref().and_then(|c| c.get(name)))
+            .sum()
+    }
+    /// The whole report as JSON without the wall-clock fields: equal for
+    /// two runs of one scenario, bit for bit.
+    pub fn fingerprint(&self) -> String {
+        let mut r = self.clone();
+        r.totals.cpu_ns = 0;
+        for n in &mut r.per_node {
+            n.cpu_ns = 0;
+        }
+        serde_json::to_string(&r).unwrap_or_default()
+    }
+    /// A human summary: one line per node, the CCL, the invariants.
+    pub fn summary(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "seed {} nodes {} cluster {} symmetric {}: tcp {}/{} udp {}/{} complete, {} split, {} events, {} ms virtual, trace {}",
+            self.seed,
+            self.nodes,
+            self.cluster,
+            self.symmetric,
+            self.tcp_completed,
+            self.tcp_flows,
+            self.udp_completed,
+            self.udp_flows,
+            self.split_flows,
+            self.events,
+            self.virtual_ms,
+            self.trace_hash
+        );
+        for n in self.per_node.iter().chain(std::iter::once(&self.totals)) {
+            let name = if n.node == usize::MAX {
+                "total".to_string()
+            } else {
+                format!("node{}", n.node)
+            };
+            let _ = write!(
+                s,
+                "  {name:>6}: packets {} host-tx {} ccl-tx {} ccl-rx {} consumed {} flows {}",
+                n.packets, n.host_tx, n.ccl_tx, n.ccl_rx, n.consumed, n.flows_created
+            );
+            if let Some(c) = &n.cluster {
+                for (k, v) in c.iter().filter(|(_, v)| **v > 0) {
+                    let _ = write!(s, " {k} {v}");
+                }
+            }
+            if !n.drops.is_empty() {
+                let _ = write!(s, " drops {:?}", n.drops);
+            }
+            s.push('\n');
+        }
+        let c = &self.ccl;
+        let _ = writeln!(
+            s,
+            "  ccl: frames {} bytes {} broadcasts {} delivered {} lost {} reordered {} unknown-dst {}",
+            c.frames, c.bytes, c.broadcasts, c.delivered, c.lost, c.reordered, c.unknown_dst
+        );
+        let _ = writeln!(
+            s,
+            "  hosts: tcp retransmissions {} udp retries {} SACKs {}",
+            self.tcp_retransmissions, self.udp_retransmissions, self.sacks_sent
+        );
+        for i in &self.invariants {
+            let v = match i.ok {
+                Some(true) => "ok",
+                Some(false) => "FAIL",
+                None => "skip",
+            };
+            let _ = writeln!(s, "  [{v:>4}] {}: {}", i.name, i.detail);
+        }
+        for f in &self.failures {
+            let _ = writeln!(s, "  ! {f}");
+        }
+        s
+    }
+}
