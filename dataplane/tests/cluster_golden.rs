@@ -101,6 +101,17 @@ fn tcp_cookie_owner_forwarders_and_director() {
     assert_eq!((n, port), (A, IN));
     assert_eq!(hex(&f), hex(&to_host(A, SERVER).tcp(80, cport, S_ISN + 1, c_seq(6), ACK | PSH, 509, &[], b"world")));
 
+    // An active flow without state changes refreshes the director's record
+    // after half its idle timeout (ESTABLISHED: 3600 s).
+    let updates = bed.ccl_count(A, C, MessageKind::StateUpdate);
+    bed.now_ms += 1_800_000;
+    let out = bed.send(A, OUT, from_outside(A, SERVER).tcp(80, cport, S_ISN + 6, s_view(6), ACK, 509, &[], b""));
+    assert_eq!(one(&out).0, A);
+    assert_eq!(bed.ccl_count(A, C, MessageKind::StateUpdate), updates + 1, "refresh");
+    let out = bed.send(A, OUT, from_outside(A, SERVER).tcp(80, cport, S_ISN + 6, s_view(6), ACK, 509, &[], b""));
+    assert_eq!(one(&out).0, A);
+    assert_eq!(bed.ccl_count(A, C, MessageKind::StateUpdate), updates + 1, "no second refresh");
+
     // 6. Client FIN on B, server FIN on C, last ACK on A.
     let out = bed.send(B, IN, from_host(B, SERVER).tcp(cport, 80, c_seq(6), S_ISN + 6, FIN | ACK, 502, &[], b""));
     let (n, _, f) = one(&out);
@@ -131,19 +142,19 @@ fn tcp_cookie_owner_forwarders_and_director() {
     let conns = bed.nodes[B].conns(now, 16);
     assert_eq!(conns.iter().find(|c| c.tuple.proto == 6).and_then(|c| c.role), Some("forwarder"));
 
-    // Counters: A owned 8 packets (no query anywhere), C saw every state
-    // change as an update.
+    // Counters: A owned 10 packets (no query anywhere), C saw every state
+    // change (and one refresh) as an update.
     let a = bed.cluster(A);
-    assert_eq!(a.counters.owner_packets, 8);
+    assert_eq!(a.counters.owner_packets, 10);
     assert_eq!(a.counters.forwarded_received, 5);
     for n in [A, B, C] {
         assert_eq!(bed.cluster(n).counters.director_queries_sent, 0, "node {n}");
         assert_eq!(bed.cluster(n).ccl_drops.iter().map(|d| d.1).sum::<u64>(), 0, "node {n}");
     }
     assert_eq!(bed.ccl_count(A, C, MessageKind::FlowRegister), 1);
-    // SYN_RECV, ESTABLISHED, FIN_WAIT, CLOSING, TIME_WAIT.
-    assert_eq!(bed.ccl_count(A, C, MessageKind::StateUpdate), 5);
-    assert_eq!(bed.cluster(C).ccl_rx(MessageKind::StateUpdate), 5);
+    // SYN_RECV, ESTABLISHED, refresh, FIN_WAIT, CLOSING, TIME_WAIT.
+    assert_eq!(bed.ccl_count(A, C, MessageKind::StateUpdate), 6);
+    assert_eq!(bed.cluster(C).ccl_rx(MessageKind::StateUpdate), 6);
     assert_eq!(bed.cluster(A).ccl_tx(MessageKind::ForwardedPacket), 0);
     assert_eq!(bed.cluster(B).ccl_tx(MessageKind::ForwardedPacket), 3);
     accounted(&bed);

@@ -138,6 +138,10 @@ pub(crate) struct Record {
 pub(crate) struct OwnerExtra {
     /// Cookie ISN minus the client's ISN (0: no translation).
     pub delta: u32,
+    /// When the last flow record for this flow was queued: an active flow
+    /// without state changes is re-sent after half its idle timeout, so the
+    /// director's and backups' records do not expire under it.
+    pub sent: Timestamp,
 }
 
 /// A flow record waiting for `flush`.

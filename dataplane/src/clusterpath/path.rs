@@ -782,9 +782,11 @@ impl Pipeline {
         let cl = self.cluster.as_deref_mut()?;
         cl.counters.owner_packets += 1;
         let idx = tracked.handle.index() as usize;
+        let timeout = state_timeout(&timeouts, state, tuple.proto);
+        let stale = cl.extras.get(idx).is_some_and(|e| now.since(e.sent).0 >= timeout.0 / 2);
         let changed = match pre {
             _ if tracked.created => true,
-            Some(p) => p.handle != tracked.handle || p.state != state,
+            Some(p) => p.handle != tracked.handle || p.state != state || stale,
             None => true,
         };
         if tracked.created {
@@ -796,11 +798,14 @@ impl Pipeline {
                 }
             }
             if let Some(e) = cl.extras.get_mut(idx) {
-                *e = OwnerExtra { delta };
+                *e = OwnerExtra { delta, sent: now };
             }
         }
         let delta = cl.extras.get(idx).map_or(0, |e| e.delta);
         if changed {
+            if let Some(e) = cl.extras.get_mut(idx) {
+                e.sent = now;
+            }
             let orig = match tracked.dir {
                 Direction::Original => *tuple,
                 Direction::Reply => tuple.reversed(),
@@ -813,8 +818,7 @@ impl Pipeline {
                     tcp_state: state.map_or(STATE_NOT_TCP, |s| s as u8),
                     flags: 0,
                     seq_delta: delta,
-                    idle_timeout_s: state_timeout(&timeouts, state, orig.proto).as_secs().min(u64::from(u32::MAX))
-                        as u32,
+                    idle_timeout_s: timeout.as_secs().min(u64::from(u32::MAX)) as u32,
                     opaque: [0; crate::ccl::OPAQUE_LEN],
                 };
                 self.queue_record(now, &orig, record, tracked.created);
