@@ -6,7 +6,9 @@
 //! are read from DPDK (`rte_eth_stats_get`), which is safe beside a polling
 //! worker.
 
+use crate::ccl::{CclControl, HEARTBEAT_INTERVAL};
 use crate::shared::{Query, Reply, Shared};
+use dataplane::ccl::{CclDrop, MessageKind};
 use anyhow::{Context, Result};
 use config::Config;
 use controlplane::mgmt::{Request, Server, Topic};
@@ -30,10 +32,19 @@ pub struct Control {
     config_yaml: String,
     config_json: Value,
     started: Instant,
+    /// Cluster mode: the CCL control endpoint (heartbeats) and the
+    /// cluster's name.
+    ccl: Option<CclControl>,
+    cluster_name: Option<String>,
 }
 
 impl Control {
-    pub fn new(cfg: &Config, shared: Arc<Shared>, ports: Vec<(String, String, Port)>) -> Result<Control> {
+    pub fn new(
+        cfg: &Config,
+        shared: Arc<Shared>,
+        ports: Vec<(String, String, Port)>,
+        ccl: Option<CclControl>,
+    ) -> Result<Control> {
         let server = Server::bind(&cfg.control_socket)
             .with_context(|| format!("binding the control socket {}", cfg.control_socket.display()))?;
         Ok(Control {
@@ -44,15 +55,109 @@ impl Control {
             config_yaml: cfg.source_text.clone(),
             config_json: serde_json::to_value(cfg).unwrap_or(Value::Null),
             started: Instant::now(),
+            ccl,
+            cluster_name: cfg.cluster.as_ref().map(|c| c.name.clone()),
         })
     }
 
-    pub fn poll(&mut self) {
+    /// One round of the control lcore: the CCL control queue and heartbeats
+    /// (cluster mode), then the control socket. Returns the CCL frames
+    /// handled (the caller polls faster while there are some).
+    pub fn poll(&mut self) -> usize {
+        let handled = match &mut self.ccl {
+            Some(c) => c.poll(Instant::now()),
+            None => 0,
+        };
         let server = &self.server;
         let this = &*self;
         server.poll(|req| match req {
             Request::Show { topic } => this.show(*topic),
         });
+        handled
+    }
+
+    /// `show cluster`: identity, members with the last heartbeat heard, the
+    /// pipeline's cluster counters, CCL messages by kind and drops by
+    /// reason (worker and control lcore added up), hand-off counters.
+    fn show_cluster(&self) -> Result<Value, String> {
+        let Some(ccl) = &self.ccl else {
+            return Err("no cluster configured: this node runs alone (no `cluster:` section)".into());
+        };
+        let Reply::Cluster(snap) = self.ask(Query::Cluster)? else { return Err("unexpected reply".into()) };
+        let now = Instant::now();
+        let members: Vec<Value> = ccl
+            .peers
+            .iter()
+            .map(|p| {
+                let me = p.id == ccl.me;
+                json!({
+                    "id": p.id.0,
+                    "name": p.name,
+                    "ccl_address": p.ccl_address.to_string(),
+                    "this_node": me,
+                    "last_heard_ms": if me { None } else { p.last_heard.map(|t| now.saturating_duration_since(t).as_millis() as u64) },
+                    "heartbeats_rx": p.heartbeats,
+                })
+            })
+            .collect();
+        let control = ccl.counters();
+        let (counters, epoch, pipeline_ccl, pipeline_drops) = match &snap {
+            Some(s) => {
+                let mut c = serde_json::to_value(&s.counters).map_err(|e| e.to_string())?;
+                if let Value::Object(m) = &mut c {
+                    m.remove("node");
+                    m.remove("epoch");
+                    m.remove("members");
+                    m.remove("ccl");
+                    m.remove("ccl_drops");
+                }
+                (c, s.epoch, Some(s.ccl.clone()), Some(s.ccl_drops.clone()))
+            }
+            None => (Value::Null, 0, None, None),
+        };
+        let kinds: Vec<Value> = MessageKind::ALL
+            .iter()
+            .map(|k| {
+                let (prx, ptx) = pipeline_ccl
+                    .iter()
+                    .flatten()
+                    .find(|(n, _, _)| *n == k.as_str())
+                    .map_or((0, 0), |(_, rx, tx)| (*rx, *tx));
+                json!({ "kind": k.as_str(), "rx": prx + control.rx(*k), "tx": ptx + control.tx(*k) })
+            })
+            .collect();
+        let drops: serde_json::Map<String, Value> = CclDrop::ALL
+            .iter()
+            .map(|d| {
+                let p = pipeline_drops.iter().flatten().find(|(n, _)| *n == d.as_str()).map_or(0, |(_, c)| *c);
+                (d.as_str().to_string(), json!(p + control.drop(*d)))
+            })
+            .collect();
+        let sh = &self.shared.ccl;
+        Ok(json!({
+            "cluster": self.cluster_name,
+            "node": self.node_name,
+            "node_id": ccl.me.0,
+            // Control/data node roles come with the election (later issue).
+            "role": "member",
+            "epoch": epoch,
+            "ccl_queues": ccl.queues(),
+            "heartbeat_interval_ms": HEARTBEAT_INTERVAL.as_millis() as u64,
+            "members": members,
+            "counters": counters,
+            "ccl": kinds,
+            "ccl_drops": drops,
+            "driver": {
+                "heartbeats_sent": ccl.heartbeats_sent,
+                "heartbeat_send_failures": ccl.heartbeat_send_failures,
+                "control_messages_other": ccl.other_control_messages,
+                "to_worker_frames": sh.to_worker_frames.load(Ordering::Relaxed),
+                "to_worker_drops": sh.to_worker_drops.load(Ordering::Relaxed),
+                "to_control_frames": sh.to_control_frames.load(Ordering::Relaxed),
+                "to_control_drops": sh.to_control_drops.load(Ordering::Relaxed),
+                "tx_via_worker_drops": sh.tx_via_worker_drops.load(Ordering::Relaxed),
+            },
+        }))
     }
 
     fn ask(&self, q: Query) -> Result<Reply, String> {
@@ -124,7 +229,7 @@ impl Control {
                 Ok(json!({ "rules": enc(serde_json::to_value(r))? }))
             }
             Topic::Config => Ok(json!({ "yaml": self.config_yaml, "parsed": self.config_json })),
-            Topic::Cluster => Err("no cluster configured: this node runs alone (no `cluster:` section)".into()),
+            Topic::Cluster => self.show_cluster(),
         }
     }
 }

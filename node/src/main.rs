@@ -9,6 +9,7 @@
 //! pipeline, launch the worker on the first worker lcore, and serve the
 //! control socket and timers on the main lcore until SIGINT/SIGTERM.
 
+mod ccl;
 mod clock;
 mod control;
 mod shared;
@@ -17,8 +18,10 @@ mod worker;
 use anyhow::{bail, Context, Result};
 use clock::Clock;
 use config::Config;
-use dataplane::pipeline::{InterfaceSpec, Pipeline, PipelineConfig, RouteSpec, RuleSpec};
-use dataplane::{Duration, PortId};
+use dataplane::ccl::CclKey;
+use dataplane::cluster::MemberSet;
+use dataplane::pipeline::{ClusterSpec, InterfaceSpec, Pipeline, PipelineConfig, RouteSpec, RuleSpec};
+use dataplane::{Duration, Epoch, NodeId, PortId};
 use dpdk_sys::{Mempool, Port};
 use shared::Shared;
 use std::path::PathBuf;
@@ -100,13 +103,14 @@ fn eal_args(cfg: &Config, extra: &[String]) -> Vec<String> {
     let mut args = vec!["clusterfw".to_string()];
     args.extend(cfg.dpdk.eal_args.iter().cloned());
     let mut seen = Vec::new();
-    for i in &cfg.interfaces {
-        if seen.contains(&i.device_name()) {
+    let ccl = cfg.cluster.iter().map(|c| (c.ccl.device_name(), c.ccl.is_vdev(), &c.ccl.device));
+    for (name, vdev, device) in cfg.interfaces.iter().map(|i| (i.device_name(), i.is_vdev(), &i.device)).chain(ccl) {
+        if seen.contains(&name) {
             continue;
         }
-        seen.push(i.device_name());
-        args.push(if i.is_vdev() { "--vdev".into() } else { "-a".into() });
-        args.push(i.device.clone());
+        seen.push(name);
+        args.push(if vdev { "--vdev".into() } else { "-a".into() });
+        args.push(device.clone());
     }
     args.extend(extra.iter().cloned());
     args
@@ -174,8 +178,82 @@ fn run(cfg: Config, extra: Vec<String>) -> Result<()> {
         });
     }
 
-    let pipeline = Pipeline::new(pipeline_config(&cfg, specs)).map_err(|e| anyhow::anyhow!("pipeline: {e}"))?;
+    // The CCL port (cluster mode): an extra interface `ccl`, two queue
+    // pairs where the device has them (queue 1: the control lcore's).
+    let mut ccl_setup = None;
+    if let Some(cl) = &cfg.cluster {
+        let dev = cl.ccl.device_name();
+        let port = Port::by_name(dev).with_context(|| format!("cluster.ccl: device {dev}"))?;
+        let info = port.info().with_context(|| format!("cluster.ccl: device {dev}"))?;
+        let two = info.max_rx_queues >= 2 && info.max_tx_queues >= 2;
+        let q = if two { 2 } else { 1 };
+        port.configure(q, q, cfg.dpdk.rx_descriptors, cfg.dpdk.tx_descriptors, &pool)
+            .with_context(|| format!("configuring CCL port {dev} with {q} queue pair(s)"))?;
+        port.start().with_context(|| format!("starting CCL port {dev}"))?;
+        if !two {
+            log::warn!(
+                "CCL port {dev} ({}) offers {} RX / {} TX queues: no control queue, the worker receives \
+                 everything and sends the heartbeats (af_packet: add qpairs=2 to the device)",
+                info.driver_name,
+                info.max_rx_queues,
+                info.max_tx_queues
+            );
+        }
+        let mac = port.mac_addr().with_context(|| format!("MAC of {dev}"))?;
+        let idx = ports.len();
+        log::info!(
+            "interface {} on {dev} (port {}, {q} queue pair(s)): {}/{} mac {}; node-id {} of cluster {}",
+            config::cluster::CCL_INTERFACE,
+            port.id(),
+            cl.ccl.address,
+            cl.ccl.prefix_len,
+            fmt_mac(mac),
+            cl.node_id,
+            cl.name
+        );
+        ports.push(DataPort { name: dev.to_string(), interfaces: config::cluster::CCL_INTERFACE.into(), port });
+        specs.push(InterfaceSpec {
+            name: config::cluster::CCL_INTERFACE.into(),
+            port: PortId(idx as u16),
+            mac,
+            addr: cl.ccl.address,
+            prefix_len: cl.ccl.prefix_len,
+            security_level: 0,
+            vlan: None,
+        });
+        ccl_setup = Some((idx, port, two, mac));
+    }
+
+    let incarnation = unix_seconds();
+    let cluster = cfg.cluster.as_ref().map(|cl| cluster_spec(cl, incarnation)).transpose()?;
+    let mut pcfg = pipeline_config(&cfg, specs);
+    pcfg.cluster = cluster;
+    let pipeline = Pipeline::new(pcfg).map_err(|e| anyhow::anyhow!("pipeline: {e}"))?;
     let shared = Arc::new(Shared::new());
+    let ccl_control = match (&cfg.cluster, ccl_setup) {
+        (Some(cl), Some((_, port, two, mac))) => {
+            let key = CclKey::new(&cl.name, cl.key.expose()).map_err(|e| anyhow::anyhow!("cluster key: {e}"))?;
+            Some(
+                ccl::CclControl::new(ccl::CclControlConfig {
+                    port,
+                    two_queues: two,
+                    pool: pool.clone(),
+                    shared: shared.ccl.clone(),
+                    key,
+                    me: NodeId(cl.node_id),
+                    incarnation,
+                    members: member_set(cl)?,
+                    priority: cl.priority,
+                    mac,
+                    address: cl.ccl.address,
+                    broadcast: cl.ccl.subnet().broadcast(),
+                    peers: cl.members.iter().map(|m| (NodeId(m.id), m.name.clone(), m.ccl_address)).collect(),
+                })
+                .map_err(|e| anyhow::anyhow!("CCL control endpoint: {e}"))?,
+            )
+        }
+        _ => None,
+    };
     let clock = Clock::new();
     // First SIGINT/SIGTERM: stop cleanly. A second one while stopping: exit now.
     let stop_signal = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -192,6 +270,7 @@ fn run(cfg: Config, extra: Vec<String>) -> Result<()> {
         shared: shared.clone(),
         clock,
         idle_sleep_us: cfg.dpdk.idle_sleep_us,
+        ccl_port: ccl_setup.map(|(idx, ..)| idx),
     };
     let worker_lcore = dpdk_sys::eal::worker_lcores().into_iter().next();
     let thread = match worker_lcore {
@@ -206,11 +285,25 @@ fn run(cfg: Config, extra: Vec<String>) -> Result<()> {
         }
     };
 
-    let mut ctl = control::Control::new(&cfg, shared.clone(), ports.iter().map(|p| (p.interfaces.clone(), p.name.clone(), p.port)).collect())?;
+    let mut ctl = control::Control::new(
+        &cfg,
+        shared.clone(),
+        ports.iter().map(|p| (p.interfaces.clone(), p.name.clone(), p.port)).collect(),
+        ccl_control,
+    )?;
     log::info!("node {} up; control socket {}", cfg.node.name, cfg.control_socket.display());
+    // The control lcore: socket, CCL control queue, heartbeats. It polls
+    // quickly while the CCL control queue carries frames (the worker's
+    // share of them waits here) and backs off to 5 ms when idle.
+    let mut idle_rounds = 0u32;
     while !stop_signal.load(Ordering::Relaxed) {
-        ctl.poll();
-        std::thread::sleep(std::time::Duration::from_millis(5));
+        if ctl.poll() > 0 {
+            idle_rounds = 0;
+        } else {
+            idle_rounds = idle_rounds.saturating_add(1);
+        }
+        let pause = if idle_rounds < 200 { 50 } else { 5_000 };
+        std::thread::sleep(std::time::Duration::from_micros(pause));
     }
     log::info!("stopping");
     shared.stop.store(true, Ordering::Relaxed);
@@ -233,6 +326,50 @@ fn run(cfg: Config, extra: Vec<String>) -> Result<()> {
     drop(pool);
     drop(eal);
     Ok(())
+}
+
+/// Seconds since the Unix epoch, the CCL incarnation of this boot (it must
+/// grow across restarts; one restart per second at most).
+fn unix_seconds() -> u32 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as u32)
+        .unwrap_or(1)
+}
+
+/// 64 bits from the OS RNG, else from the clock.
+fn random_seed() -> u64 {
+    use std::io::Read;
+    let mut b = [0u8; 8];
+    match std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut b)) {
+        Ok(()) => u64::from_ne_bytes(b),
+        Err(_) => std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0x9e37_79b9_7f4a_7c15),
+    }
+}
+
+/// The static member set of the configuration, epoch 1.
+fn member_set(cl: &config::ClusterConfig) -> Result<MemberSet> {
+    MemberSet::from_nodes(Epoch(1), cl.members.iter().map(|m| NodeId(m.id)))
+        .map_err(|e| anyhow::anyhow!("cluster.members: {e}"))
+}
+
+/// `cluster:` as the pipeline's `ClusterSpec`; the CCL port is the
+/// interface `ccl`.
+fn cluster_spec(cl: &config::ClusterConfig, incarnation: u32) -> Result<ClusterSpec> {
+    Ok(ClusterSpec {
+        node: NodeId(cl.node_id),
+        members: member_set(cl)?,
+        cluster_name: cl.name.clone(),
+        key: cl.key.expose().to_string(),
+        incarnation,
+        seq_randomization: cl.tcp_sequence_randomization,
+        ccl_iface: config::cluster::CCL_INTERFACE.to_string(),
+        peers: cl.peers().map(|m| (NodeId(m.id), m.ccl_address)).collect(),
+        random_seed: random_seed(),
+    })
 }
 
 fn pipeline_config(cfg: &Config, interfaces: Vec<InterfaceSpec>) -> PipelineConfig {

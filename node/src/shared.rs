@@ -2,13 +2,15 @@
 //! counters the worker publishes, and two bounded lock-free queues for
 //! snapshot queries (control → worker) and their answers (worker → control).
 
+use crate::ccl::CclShared;
 use crossbeam_queue::ArrayQueue;
 use dataplane::conntrack::ConnInfo;
 use dataplane::acl::RuleInfo;
 use dataplane::arp::ArpInfo;
-use dataplane::pipeline::CountersSnapshot;
+use dataplane::pipeline::{ClusterCountersSnapshot, CountersSnapshot};
 use dataplane::route::RouteInfo;
 use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::Arc;
 
 pub enum Query {
     Counters,
@@ -16,6 +18,7 @@ pub enum Query {
     Routes,
     Arp,
     Rules,
+    Cluster,
 }
 
 pub enum Reply {
@@ -24,6 +27,8 @@ pub enum Reply {
     Routes(Vec<RouteInfo>),
     Arp(Vec<ArpInfo>),
     Rules(Vec<RuleInfo>),
+    /// `None` in single-node mode.
+    Cluster(Option<Box<ClusterCountersSnapshot>>),
 }
 
 pub struct Shared {
@@ -33,6 +38,9 @@ pub struct Shared {
     pub tx_full_drops: AtomicU64,
     pub queries: ArrayQueue<Query>,
     pub replies: ArrayQueue<Reply>,
+    /// CCL hand-off between the worker and the control lcore (unused in
+    /// single-node mode).
+    pub ccl: Arc<CclShared>,
 }
 
 impl Shared {
@@ -42,6 +50,7 @@ impl Shared {
             tx_full_drops: AtomicU64::new(0),
             queries: ArrayQueue::new(4),
             replies: ArrayQueue::new(4),
+            ccl: Arc::new(CclShared::new()),
         }
     }
 }

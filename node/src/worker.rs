@@ -7,6 +7,14 @@
 //! shared state is the stop flag and the bounded lock-free query queues that
 //! the control thread uses to ask for snapshots (answered between bursts).
 //!
+//! Cluster mode: the CCL port is one more port; the worker polls its
+//! queue 0, runs the frames through `Pipeline::process` like any other
+//! (forwarded packets, queries, flow records come out as `Forward` or
+//! `Consumed`), takes the CCL frames the control lcore received on its
+//! queue from a lock-free queue, hands control-channel frames (heartbeats)
+//! the other way (`crate::ccl`), and calls `Pipeline::flush` once per loop
+//! so flow records go out batched per burst.
+//!
 //! Idle back-off (SPEC P4): after a few empty polls the worker sleeps, with
 //! the sleep doubling up to `idle_sleep_us`, and up to 1 ms once the node has
 //! been silent for about two seconds, so several nodes can share two cores;
@@ -61,69 +69,115 @@ pub struct Worker {
     pub shared: Arc<Shared>,
     pub clock: Clock,
     pub idle_sleep_us: u32,
+    /// Index in `ports` of the CCL port (cluster mode). The worker polls
+    /// its queue 0; control-channel frames go to the control lcore, and
+    /// the control lcore passes on what it received for the worker
+    /// (`crate::ccl`).
+    pub ccl_port: Option<usize>,
+}
+
+/// TX bursts per port, the batch of mbufs to free, and the TX drop count:
+/// what handling one received frame may touch.
+struct Out {
+    tx: Vec<MbufBurst>,
+    dead: MbufBurst,
+    tx_full_drops: u64,
+}
+
+impl Out {
+    /// Queue `m` on port `out`'s TX burst (flushing a full burst first).
+    fn send(&mut self, ports: &[Port], out: usize, m: Mbuf) {
+        let Some(q) = self.tx.get_mut(out) else {
+            push_dead(&mut self.dead, m);
+            return;
+        };
+        if let Err(m) = q.push(m) {
+            // Flush a full TX burst and retry once.
+            flush(&ports[out], q, &mut self.tx_full_drops);
+            if let Err(m) = q.push(m) {
+                self.tx_full_drops += 1;
+                push_dead(&mut self.dead, m);
+            }
+        }
+    }
 }
 
 impl Worker {
     pub fn run(mut self) -> i32 {
         let nports = self.ports.len();
         let mut rx = MbufBurst::new();
-        let mut tx: Vec<MbufBurst> = (0..nports).map(|_| MbufBurst::new()).collect();
-        let mut dead = MbufBurst::new();
-        let mut tx_full_drops = 0u64;
+        let mut out = Out { tx: (0..nports).map(|_| MbufBurst::new()).collect(), dead: MbufBurst::new(), tx_full_drops: 0 };
         let mut empty_polls = 0u32;
         let mut sleep_us = 1u32;
         let mut next_timer = 0u64;
-        log::info!("worker started on lcore {} with {} ports", dpdk_sys::eal::lcore_id(), nports);
+        let ccl = self.shared.ccl.clone();
+        log::info!(
+            "worker started on lcore {} with {} ports{}",
+            dpdk_sys::eal::lcore_id(),
+            nports,
+            match self.ccl_port {
+                Some(p) => format!(" (CCL: port index {p})"),
+                None => String::new(),
+            }
+        );
         while !self.shared.stop.load(Ordering::Relaxed) {
             let now = self.clock.now();
             let mut received = 0;
-            for (pi, port) in self.ports.iter().enumerate() {
+            for pi in 0..nports {
+                let port = self.ports[pi];
                 let n = port.rx_burst(0, &mut rx);
                 received += n;
                 let in_port = PortId(pi as u16);
-                for mut m in rx.drain() {
-                    match self.pipeline.process(now, in_port, &mut MbufBuf(&mut m)) {
-                        Verdict::Forward(out) => {
-                            let Some(q) = tx.get_mut(out.0 as usize) else {
-                                push_dead(&mut dead, m);
-                                continue;
-                            };
-                            if let Err(m) = q.push(m) {
-                                // Flush a full TX burst and retry once.
-                                flush(&self.ports[out.0 as usize], q, &mut tx_full_drops);
-                                if let Err(m) = q.push(m) {
-                                    tx_full_drops += 1;
-                                    push_dead(&mut dead, m);
-                                }
+                let is_ccl = self.ccl_port == Some(pi);
+                for m in rx.drain() {
+                    if is_ccl && crate::ccl::is_control_frame(m.data()) {
+                        // The control lcore's (heartbeats): hand over.
+                        match ccl.to_control.push(m) {
+                            Ok(()) => {
+                                ccl.to_control_frames.fetch_add(1, Ordering::Relaxed);
+                            }
+                            Err(m) => {
+                                ccl.to_control_drops.fetch_add(1, Ordering::Relaxed);
+                                push_dead(&mut out.dead, m);
                             }
                         }
-                        Verdict::Drop(_) | Verdict::Consumed => push_dead(&mut dead, m),
+                        continue;
                     }
+                    self.handle(now, in_port, m, &mut out);
                 }
             }
-            // Frames the pipeline made (ARP requests).
+            if let Some(pi) = self.ccl_port {
+                // CCL frames the control lcore received on its queue.
+                for _ in 0..dpdk_sys::BURST_SIZE {
+                    let Some(m) = ccl.to_worker.pop() else { break };
+                    received += 1;
+                    self.handle(now, PortId(pi as u16), m, &mut out);
+                }
+                // Heartbeats of a single-queue CCL port.
+                while let Some(m) = ccl.tx_via_worker.pop() {
+                    out.send(&self.ports, pi, m);
+                }
+            }
+            // Flow records batched during the burst (cluster mode), then the
+            // frames the pipeline made (ARP requests, CCL messages).
+            self.pipeline.flush(now);
             let pool = &self.pool;
+            let ports = &self.ports;
             self.pipeline.drain_generated(|port, bytes| {
-                let Some(q) = tx.get_mut(port.0 as usize) else { return };
-                let Some(mut m) = pool.alloc() else { return };
-                let Ok(len) = u16::try_from(bytes.len()) else { return };
-                match m.append(len) {
-                    Some(buf) => buf.copy_from_slice(bytes),
-                    None => return,
-                }
-                let _ = q.push(m);
+                let Some(m) = pool.alloc_from_slice(bytes) else { return };
+                out.send(ports, port.0 as usize, m);
             });
-            for (pi, q) in tx.iter_mut().enumerate() {
+            for (pi, q) in out.tx.iter_mut().enumerate() {
                 if q.len() > 0 {
-                    flush(&self.ports[pi], q, &mut tx_full_drops);
+                    flush(&self.ports[pi], q, &mut out.tx_full_drops);
                 }
             }
-            dead.clear();
+            out.dead.clear();
 
             if now.nanos() >= next_timer {
                 self.pipeline.poll_timers(now);
                 next_timer = now.nanos() + TIMER_PERIOD_NS;
-                self.shared.tx_full_drops.store(tx_full_drops, Ordering::Relaxed);
+                self.shared.tx_full_drops.store(out.tx_full_drops, Ordering::Relaxed);
             }
             if let Some(q) = self.shared.queries.pop() {
                 let reply = self.answer(q, now);
@@ -152,6 +206,15 @@ impl Worker {
         0
     }
 
+    /// Runs one received frame through the pipeline and acts on the verdict.
+    #[inline]
+    fn handle(&mut self, now: Timestamp, in_port: PortId, mut m: Mbuf, out: &mut Out) {
+        match self.pipeline.process(now, in_port, &mut MbufBuf(&mut m)) {
+            Verdict::Forward(p) => out.send(&self.ports, p.0 as usize, m),
+            Verdict::Drop(_) | Verdict::Consumed => push_dead(&mut out.dead, m),
+        }
+    }
+
     fn answer(&self, q: Query, now: Timestamp) -> Reply {
         match q {
             Query::Counters => Reply::Counters(Box::new(self.pipeline.counters().snapshot())),
@@ -159,6 +222,7 @@ impl Worker {
             Query::Routes => Reply::Routes(self.pipeline.routes()),
             Query::Arp => Reply::Arp(self.pipeline.arp_entries(now)),
             Query::Rules => Reply::Rules(self.pipeline.rules()),
+            Query::Cluster => Reply::Cluster(self.pipeline.cluster_counters().map(Box::new)),
         }
     }
 }
