@@ -266,6 +266,9 @@ fn build(topo: &Topology, state: &mut State, o: &UpOptions) -> Result<()> {
         let mut args = vec!["-K", e.ifname.as_str()];
         args.extend_from_slice(&ETHTOOL_OFF);
         sys::ns_run(&e.namespace, "ethtool", &args)?;
+        if let Some(mtu) = e.mtu {
+            sys::ip(&e.namespace, &["link", "set", "dev", &e.ifname, "mtu", &mtu.to_string()])?;
+        }
         if let Some(addr) = kernel_address(topo, e, state.mode) {
             sys::ip(&e.namespace, &["addr", "add", &addr, "dev", &e.ifname])?;
         }

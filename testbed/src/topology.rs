@@ -56,6 +56,8 @@ pub struct Endpoint {
     /// Set `net.ipv6.conf.<ifname>.disable_ipv6=1` before the link goes up,
     /// so the kernel sends no router solicitations, DAD or MLD on it.
     pub disable_ipv6: bool,
+    /// Link MTU; `None` keeps the kernel's 1500.
+    pub mtu: Option<u32>,
 }
 
 /// A veth pair between two namespaces.
@@ -225,8 +227,14 @@ fn end(namespace: &str, ifname: &str, address: Option<&str>, disable_ipv6: bool)
         ifname: ifname.to_string(),
         address: address.map(str::to_string),
         disable_ipv6,
+        mtu: None,
     }
 }
+
+/// MTU of the CCL links: a full 1518-byte data frame (802.1Q tag included)
+/// in a CCL datagram (outer IPv4 + UDP 28, CCL header 34, tag 16) needs
+/// 1596; the vendor's rule of thumb is data MTU + 100.
+pub const CCL_MTU: u32 = 1600;
 
 fn default_route(namespace: &str, via: &str) -> RouteSpec {
     RouteSpec {
@@ -344,8 +352,8 @@ impl Topology {
                 b: end(&nsn, &format!("n{k}-out"), None, true),
             });
             t.links.push(VethSpec {
-                a: end(CCL_NAMESPACE, &format!("ccl-n{k}"), None, true),
-                b: end(&nsn, &format!("n{k}-ccl"), None, true),
+                a: Endpoint { mtu: Some(CCL_MTU), ..end(CCL_NAMESPACE, &format!("ccl-n{k}"), None, true) },
+                b: Endpoint { mtu: Some(CCL_MTU), ..end(&nsn, &format!("n{k}-ccl"), None, true) },
             });
             t.nodes.push(NodeSpec {
                 name: name.clone(),
@@ -576,6 +584,10 @@ mod tests {
             assert!(ns.sysctls.iter().any(|s| s.key == "net.ipv4.fib_multipath_hash_policy" && s.value == "1" && !s.optional));
         }
         assert_eq!(t.bridges[0].members, ["ccl-n1", "ccl-n2", "ccl-n3"]);
+        for e in t.endpoints() {
+            let ccl = e.ifname.contains("ccl");
+            assert_eq!(e.mtu, ccl.then_some(CCL_MTU), "{e:?}");
+        }
         assert_eq!(t.nodes.len(), 3);
         let n2 = &t.nodes[1];
         assert_eq!(n2.dpdk_prefix(), "cfw-tb-n2");
