@@ -16,6 +16,7 @@ pub mod cluster;
 pub mod pipeline;
 pub mod route;
 pub mod conntrack;
+pub mod frag;
 pub mod types;
 pub mod wire;
 

@@ -235,6 +235,33 @@ drop_reasons! {
     /// The owner a packet should go to is not a member (or not a
     /// configured peer).
     ClusterOwnerUnknown => "cluster-owner-unknown",
+    // --- fragments (frag::Reassembler; docs/fragments.md) ---
+    /// A fragment overlaps one already held: the whole datagram is
+    /// discarded (RFC 5722 for IPv6, applied to IPv4 too: teardrop).
+    FragOverlap => "frag-overlap",
+    /// An exact duplicate of a fragment already held (same offset and
+    /// length): only the copy is discarded, the datagram goes on.
+    FragDuplicate => "frag-duplicate",
+    /// More fragments than `max_frags_per_datagram`: datagram discarded.
+    FragTooMany => "frag-too-many",
+    /// Offset + length beyond the 65535-byte datagram limit (RFC 791 §3.1,
+    /// RFC 8200 §4.5; the "ping of death").
+    FragTooBig => "frag-too-big",
+    /// A zero-length fragment, a non-last fragment whose length is not a
+    /// multiple of 8, or an offset that is not (RFC 791 §3.2).
+    FragBadLength => "frag-bad-length",
+    /// First fragment too short for the whole L4 header, or a TCP fragment
+    /// at offset 8 (RFC 1858 §3, the tiny-fragment attack).
+    FragTinyFirst => "frag-tiny-first",
+    /// A last fragment whose end differs from an earlier last fragment's,
+    /// or data beyond the end a last fragment set: datagram discarded.
+    FragLastConflict => "frag-last-conflict",
+    /// The datagram was not complete within the reassembly timeout.
+    FragTimeout => "frag-timeout",
+    /// Every reassembly context is in use: the new datagram is refused.
+    FragTableFull => "frag-table-full",
+    /// The fragment byte arena is exhausted: the datagram is discarded.
+    FragNoBuffer => "frag-no-buffer",
 }
 
 impl fmt::Display for DropReason {
