@@ -591,8 +591,10 @@ impl Reassembler {
         let mut best: Option<usize> = None;
         for j in base..base + usize::from(c.nfrags) {
             let s = self.slots[j];
-            if s.block != NIL && best.map_or(true, |b| s.offset < self.slots[b].offset) {
-                best = Some(j);
+            match best {
+                _ if s.block == NIL => {}
+                Some(b) if self.slots[b].offset <= s.offset => {}
+                _ => best = Some(j),
             }
         }
         let j = best?;
