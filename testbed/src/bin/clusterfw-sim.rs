@@ -10,7 +10,8 @@ usage: clusterfw-sim [--nodes 3] [--flows 2000] [--udp-flows N] [--seed 7]
                      [--loss 0.0] [--latency-us 20] [--jitter-us 0]
                      [--reorder 0.0] [--reorder-us 300] [--symmetric]
                      [--no-cluster] [--no-seq-randomization] [--burst 32]
-                     [--start-ms 500] [--json]
+                     [--start-ms 500] [--json] [--trace-flow ID]
+       clusterfw-sim --seed S --randomized [--json]
 
 Simulates N clusterfw nodes (real dataplane pipelines) between an inside and
 an outside ECMP router, with TCP clients/servers and UDP/DNS flows, on a
@@ -23,6 +24,11 @@ virtual clock. The same seed gives the same run, bit for bit.
   --symmetric           both routers send both directions to the same node
                         (the cluster-tax baseline)
   --no-cluster          independent single-node firewalls (expected to fail)
+  --randomized          the sweep's scenario for --seed (nodes, CCL impairments,
+                        burst size, ... drawn from the seed; put it last)
+  --randomized-any      the same, without steering around known issues
+  --trace-flow ID       print to stderr what happens to flow ID's frames (and
+                        CCL control messages and losses)
   --json                print the report as JSON
 Exit status: 0 when every invariant holds, 1 when one fails, 2 on usage errors.";
 
@@ -47,6 +53,8 @@ fn run(args: Vec<String>) -> Result<bool, String> {
     let mut json = false;
     let mut udp: Option<usize> = None;
     let mut link = CclLink::default();
+    let mut randomized = false;
+    let mut trace: Option<u32> = None;
     let mut it = args.into_iter();
     fn val<T: std::str::FromStr>(
         it: &mut impl Iterator<Item = String>,
@@ -72,6 +80,17 @@ fn run(args: Vec<String>) -> Result<bool, String> {
             "--burst" => cfg.burst = val(&mut it, &a)?,
             "--start-ms" => cfg.start_window_ns = val::<u64>(&mut it, &a)? * 1_000_000,
             "--json" => json = true,
+            "--randomized-any" => {
+                let seed = cfg.seed;
+                cfg = SimConfig::randomized_any(seed);
+                randomized = true;
+            }
+            "--trace-flow" => trace = Some(val(&mut it, &a)?),
+            "--randomized" => {
+                let seed = cfg.seed;
+                cfg = SimConfig::randomized(seed);
+                randomized = true;
+            }
             "-h" | "--help" => {
                 println!("{USAGE}");
                 return Ok(true);
@@ -85,8 +104,11 @@ fn run(args: Vec<String>) -> Result<bool, String> {
     if !(0.0..=1.0).contains(&link.loss) || !(0.0..=1.0).contains(&link.reorder) {
         return Err("--loss and --reorder are probabilities (0-1)".into());
     }
-    cfg.udp_flows = udp.unwrap_or(cfg.tcp_flows / 4);
-    cfg.ccl = link;
+    if !randomized {
+        cfg.udp_flows = udp.unwrap_or(cfg.tcp_flows / 4);
+        cfg.ccl = link;
+    }
+    cfg.trace_flow = trace;
     let wall = std::time::Instant::now();
     let report = sim::run(cfg)?;
     let wall = wall.elapsed();

@@ -7,12 +7,17 @@
 
 use super::net;
 use dataplane::cluster::{flow_hash, DirectorTable, MemberSet};
+use dataplane::clusterpath::ClusterSpec;
 use dataplane::pipeline::{Pipeline, PipelineConfig};
 use dataplane::types::{Epoch, FiveTuple, NodeId, Timestamp};
 use std::collections::BTreeMap;
 
 /// Whether this dataplane has the cluster API.
-pub const AVAILABLE: bool = false;
+pub const AVAILABLE: bool = true;
+
+/// Cluster name and key every simulated node shares.
+pub const CLUSTER_NAME: &str = "sim";
+pub const CLUSTER_KEY: &str = "clusterfw-sim shared key";
 
 /// A node's role for one flow, as the node reports it.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
@@ -42,27 +47,84 @@ pub struct ClusterParams {
     pub random_seed: u64,
 }
 
+/// The static member set of an `nodes`-node cluster (ids 0..nodes).
+pub fn members(nodes: usize) -> Result<MemberSet, String> {
+    MemberSet::from_nodes(Epoch(1), (0..nodes).map(|n| NodeId(n as u8))).map_err(|e| e.to_string())
+}
+
 /// Add the cluster configuration (members, CCL interface, peers) to `cfg`.
-pub fn configure(_cfg: &mut PipelineConfig, _p: &ClusterParams) -> Result<(), String> {
-    Err("this dataplane has no cluster API yet (PipelineConfig::cluster)".into())
+pub fn configure(cfg: &mut PipelineConfig, p: &ClusterParams) -> Result<(), String> {
+    cfg.cluster = Some(ClusterSpec {
+        node: NodeId(p.node as u8),
+        members: members(p.nodes)?,
+        cluster_name: CLUSTER_NAME.into(),
+        key: CLUSTER_KEY.into(),
+        incarnation: 1000 + p.node as u32,
+        seq_randomization: p.seq_randomization,
+        ccl_iface: "ccl".into(),
+        peers: (0..p.nodes)
+            .filter(|&m| m != p.node)
+            .map(|m| (NodeId(m as u8), net::node_addr(m, net::CCL)))
+            .collect(),
+        random_seed: p.random_seed,
+    });
+    Ok(())
 }
 
 /// End of a burst: let the pipeline batch its CCL messages out.
-pub fn flush(_p: &mut Pipeline, _now: Timestamp) {}
-
-/// The node's cluster counters by name (None without a cluster).
-pub fn counters(_p: &Pipeline) -> Option<BTreeMap<String, u64>> {
-    None
+pub fn flush(p: &mut Pipeline, now: Timestamp) {
+    p.flush(now);
 }
 
-/// Every flow the node holds, with its role.
+/// The node's cluster counters by name (None without a cluster): the
+/// `ClusterCounters` fields, `ccl_rx_<kind>` / `ccl_tx_<kind>` per CCL
+/// message kind, `ccl_drop_<reason>` when non-zero, CCL bytes.
+pub fn counters(p: &Pipeline) -> Option<BTreeMap<String, u64>> {
+    let snap = p.cluster_counters()?;
+    let mut m = BTreeMap::new();
+    if let Ok(serde_json::Value::Object(o)) = serde_json::to_value(snap.counters) {
+        for (k, v) in o {
+            if let Some(v) = v.as_u64() {
+                m.insert(k, v);
+            }
+        }
+    }
+    for (kind, rx, tx) in &snap.ccl {
+        m.insert(format!("ccl_rx_{kind}"), *rx);
+        m.insert(format!("ccl_tx_{kind}"), *tx);
+    }
+    for (reason, n) in &snap.ccl_drops {
+        if *n > 0 {
+            m.insert(format!("ccl_drop_{reason}"), *n);
+        }
+    }
+    m.insert("ccl_rx_bytes".into(), snap.ccl_rx_bytes);
+    m.insert("ccl_tx_bytes".into(), snap.ccl_tx_bytes);
+    Some(m)
+}
+
+/// Every flow the node holds, with its role. Single-node pipelines report
+/// no roles: their flows count as owned by the node.
 pub fn roles(p: &Pipeline, node: usize, now: Timestamp) -> Vec<FlowRole> {
     p.conns(now, usize::MAX)
         .into_iter()
-        .map(|c| FlowRole {
-            tuple: c.tuple,
-            role: Role::Owner,
-            owner: Some(node),
+        .map(|c| {
+            let role = match c.role {
+                None | Some("owner") => Role::Owner,
+                Some("director") => Role::Director,
+                Some("backup") => Role::Backup,
+                Some("forwarder") => Role::Forwarder,
+                Some(_) => Role::Other,
+            };
+            let owner = match c.owner {
+                Some(o) => Some(o.index()),
+                None => Some(node),
+            };
+            FlowRole {
+                tuple: c.tuple,
+                role,
+                owner,
+            }
         })
         .collect()
 }
@@ -70,16 +132,9 @@ pub fn roles(p: &Pipeline, node: usize, now: Timestamp) -> Vec<FlowRole> {
 /// The director node of a tuple, as every member computes it: rendezvous
 /// ranking of the symmetric flow hash over the static member set.
 pub fn director(t: &FiveTuple, nodes: usize) -> Option<usize> {
-    let set = MemberSet::from_nodes(Epoch(1), (0..nodes).map(|n| NodeId(n as u8))).ok()?;
+    let set = members(nodes).ok()?;
     let table = DirectorTable::new(&set).ok()?;
     Some(table.director(flow_hash(t)).index())
-}
-
-/// Static neighbours for the node (the routers and CCL peers), when the
-/// pipeline takes them; otherwise ARP does the work.
-pub fn neighbors(_node: usize, _nodes: usize) -> Vec<(std::net::Ipv4Addr, [u8; 6])> {
-    let _ = net::INSIDE_ROUTER_IP;
-    Vec::new()
 }
 
 /// Counter names the invariants read.

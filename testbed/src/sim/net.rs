@@ -258,6 +258,36 @@ pub struct CclStats {
     pub reordered: u64,
     /// Unicast frames to a MAC no node has.
     pub unknown_dst: u64,
+    /// Frame copies lost, by CCL message kind (`arp`, `other` for the rest).
+    pub lost_by_kind: std::collections::BTreeMap<String, u64>,
+}
+
+/// The CCL message kind of a frame on the CCL segment (`arp` for ARP,
+/// `other` for anything that is not a CCL datagram).
+pub fn ccl_kind(frame: &[u8]) -> &'static str {
+    use dataplane::ccl::{CclPacket, MessageKind, CCL_UDP_PORT};
+    let Ok(eth) = EthernetFrame::new_checked(frame) else {
+        return "other";
+    };
+    if eth.ethertype() == ethertype::ARP {
+        return "arp";
+    }
+    let Ok(ip) = Ipv4Packet::new_checked(eth.payload()) else {
+        return "other";
+    };
+    if ip.protocol() != ip_proto::UDP {
+        return "other";
+    }
+    let Ok(u) = UdpPacket::new_checked(ip.payload()) else {
+        return "other";
+    };
+    if u.dst_port() < CCL_UDP_PORT || u.dst_port() > CCL_UDP_PORT + 15 {
+        return "other";
+    }
+    match CclPacket::new_checked(u.payload()) {
+        Ok(c) => MessageKind::from_u8(c.kind()).map_or("other", |k| k.as_str()),
+        Err(_) => "other",
+    }
 }
 
 #[cfg(test)]

@@ -39,6 +39,8 @@ pub struct Invariant {
 /// The outcome of a run.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct Report {
+    /// The scenario, as run.
+    pub config: super::SimConfig,
     pub seed: u64,
     pub nodes: usize,
     pub cluster: bool,
@@ -68,6 +70,8 @@ pub struct Report {
     /// Delivered host packets per wall-clock CPU microsecond of the nodes
     /// (for the cluster-tax benchmark).
     pub host_packets: u64,
+    /// The three slowest completed flows and their retransmissions.
+    pub slowest: Vec<String>,
 }
 
 impl Report {
@@ -160,6 +164,9 @@ impl Report {
                 None => "skip",
             };
             let _ = writeln!(s, "  [{v:>4}] {}: {}", i.name, i.detail);
+        }
+        for f in &self.slowest {
+            let _ = writeln!(s, "  slow: {f}");
         }
         for f in &self.failures {
             let _ = writeln!(s, "  ! {f}");
