@@ -1,0 +1,362 @@
+#!/usr/bin/env bash
+# Runs every clusterfw benchmark and writes target/bench/summary.{json,md}.
+#
+#   scripts/bench.sh [--peers] [--quick] [--skip-micro] [--skip-dpdk]
+#
+#   (a) pipeline microbenchmarks without EAL (criterion): ns/packet and Mpps
+#       for established flows (1k/100k/1M), new connections/s, and bytes per
+#       flow (ConnTable::bytes_per_flow, printed by a conntrack test);
+#   (b) DPDK single node: one clusterfw worker lcore forwarding net_pcap
+#       (infinite_rx, 1024 UDP flows, 64-byte frames) -> net_pcap, rate from
+#       `clusterfw-ctl show stats --json` over a fixed interval; in the same
+#       run, on the same vdevs and input, dpdk-testpmd --forward-mode=io
+#       (before and after clusterfw; the mean is the framework limit);
+#   (c) --peers: Open vSwitch's userspace datapath (ovs-vswitchd-dpdk) on the
+#       same vdevs and input with ct(commit) and ct(commit,nat(src=...)), in
+#       a private run directory, rate from the egress port's tx_packets over
+#       the same interval (pmd-stats-show is kept alongside);
+#   (d) the cluster tax from `clusterfw-sim --symmetric`, when that exists.
+#
+# Never asserts on time; prints figures, targets and whether each is met.
+# Installs what it needs (idempotent). Every process and DPDK runtime
+# directory it made is removed on exit, also on failure or Ctrl-C.
+#
+# Environment: CFW_BENCH_OUT (default target/bench), CFW_BENCH_SECONDS
+# (measurement interval, default 10, --quick 4), CFW_BENCH_BIN (a directory
+# holding prebuilt clusterfw, clusterfw-ctl, clusterfw-pktgen: skips the
+# cargo build of the node; the microbenchmarks always build).
+set -euo pipefail
+export LC_ALL=C
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+PEERS=0
+QUICK=0
+SKIP_MICRO=0
+SKIP_DPDK=0
+for a in "$@"; do
+  case "$a" in
+    --peers) PEERS=1 ;;
+    --quick) QUICK=1 ;;
+    --skip-micro) SKIP_MICRO=1 ;;
+    --skip-dpdk) SKIP_DPDK=1 ;;
+    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+    *) echo "bench: unknown argument $a" >&2; exit 2 ;;
+  esac
+done
+
+say() { printf 'bench: %s\n' "$*" >&2; }
+[ "$(id -u)" -eq 0 ] || { say "run as root (DPDK, package installs)"; exit 1; }
+
+SECS=${CFW_BENCH_SECONDS:-$([ $QUICK = 1 ] && echo 4 || echo 10)}
+WARMUP=2
+TAG="cfwb$$"
+OUT=${CFW_BENCH_OUT:-$ROOT/target/bench}
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+rm -f "$OUT"/{micro,single,ovs,cluster_tax,meta,summary}.json "$OUT"/summary.md
+
+# ---------------------------------------------------------------- cleanup
+PIDS=()          # processes we started
+PREFIXES=()      # DPDK --file-prefix values we used
+OVS_DIR=""       # private OVS run directory, if started
+stop_pid() {
+  local pid=$1 i
+  kill -0 "$pid" 2>/dev/null || return 0
+  kill -TERM "$pid" 2>/dev/null || true
+  for i in $(seq 50); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.1; done
+  kill -KILL "$pid" 2>/dev/null || true
+}
+stop_ovs() {
+  [ -n "$OVS_DIR" ] || return 0
+  local n pid
+  for n in ovs-vswitchd ovsdb-server; do
+    if [ -f "$OVS_DIR/run/$n.pid" ]; then
+      pid=$(cat "$OVS_DIR/run/$n.pid" 2>/dev/null || true)
+      [ -n "$pid" ] && stop_pid "$pid"
+      rm -f "$OVS_DIR/run/$n.pid"
+    fi
+  done
+  OVS_DIR=""
+}
+cleanup() {
+  local rc=$? pid p
+  stop_ovs
+  for pid in "${PIDS[@]}"; do stop_pid "$pid"; done
+  for p in "${PREFIXES[@]}"; do rm -rf "/var/run/dpdk/$p"; done
+  [ $rc -eq 0 ] || say "failed (exit $rc); everything it started is stopped"
+  exit $rc
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# ---------------------------------------------------------------- setup
+PY=/usr/bin/python3
+need_pkgs=(dpdk jq python3)
+[ $PEERS = 1 ] && need_pkgs+=(openvswitch-switch-dpdk)
+missing=()
+for p in "${need_pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if [ ! -x "$ROOT/target/release/clusterfw" ] && [ -z "${CFW_BENCH_BIN:-}" ] || [ ${#missing[@]} -gt 0 ]; then
+  "$ROOT/scripts/setup.sh"
+fi
+if [ ${#missing[@]} -gt 0 ]; then
+  say "installing ${missing[*]}"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/tmp/cfw-bench-apt.log 2>&1 ||
+    { tail -20 /tmp/cfw-bench-apt.log >&2; exit 1; }
+fi
+[ -x "$PY" ] || PY=python3
+
+cd "$ROOT"
+TARGET_DIR=$(cargo metadata --format-version 1 --no-deps 2>/dev/null | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
+if [ -n "${CFW_BENCH_BIN:-}" ]; then
+  BIN=$CFW_BENCH_BIN
+elif [ $SKIP_DPDK = 0 ]; then
+  say "building clusterfw, clusterfw-ctl, clusterfw-pktgen (release)"
+  cargo build --release -p clusterfw -p testbed --bins >&2
+  BIN=$TARGET_DIR/release
+fi
+
+loadavg() { cut -d' ' -f1-3 /proc/loadavg; }
+"$PY" - "$OUT/meta.json" "$(date -u +%FT%TZ)" "$(hostname)" "$(nproc)" "$(loadavg)" \
+  "$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null)$(git -C "$ROOT" diff --quiet 2>/dev/null || echo '+dirty')" \
+  "$([ $QUICK = 1 ] && echo quick || echo full), interval ${SECS}s" <<'EOF'
+import json, sys
+o, date, host, cores, load, git, mode = sys.argv[1:]
+json.dump({"date": date, "host": host, "cores": int(cores), "load_start": load, "git": git, "mode": mode}, open(o, "w"), indent=2)
+EOF
+say "load average at start: $(loadavg)"
+
+# ---------------------------------------------------------------- (a) micro
+if [ $SKIP_MICRO = 0 ]; then
+  mkdir -p "$OUT/micro"
+  crit_args=()
+  [ $QUICK = 1 ] && crit_args=(--warm-up-time 1 --measurement-time 3)
+  micro_cmd="cargo bench -p dataplane --bench pipeline -- ${crit_args[*]}"
+  say "(a) $micro_cmd"
+  rm -rf "$TARGET_DIR/criterion/established" "$TARGET_DIR/criterion/new_connections"
+  cargo bench -p dataplane --bench pipeline -- "${crit_args[@]}" 2>&1 | tee "$OUT/micro/criterion.log" >&2
+  bpf_cmd="cargo test --release -p dataplane --lib bytes_per_flow -- --nocapture"
+  say "(a) $bpf_cmd"
+  cargo test --release -p dataplane --lib bytes_per_flow -- --nocapture >"$OUT/micro/bytes_per_flow.log" 2>&1 || true
+  "$PY" scripts/bench/parse.py criterion "$TARGET_DIR/criterion" >"$OUT/micro/criterion.json"
+  "$PY" scripts/bench/parse.py bytes-per-flow "$OUT/micro/bytes_per_flow.log" >"$OUT/micro/bpf.json"
+  "$PY" - "$OUT" "$micro_cmd" "$bpf_cmd" <<'EOF'
+import json, sys
+out, mc, bc = sys.argv[1:]
+b = json.load(open(f"{out}/micro/bpf.json")); b["command"] = bc
+json.dump({"command": mc, "criterion": json.load(open(f"{out}/micro/criterion.json")), "bytes_per_flow": b},
+          open(f"{out}/micro.json", "w"), indent=2)
+EOF
+fi
+
+# ---------------------------------------------------------------- (b) DPDK
+# The input: 1024 UDP/IPv4 flows 198.18.1.10:1024-2047 -> 198.18.2.10:9,
+# 60-byte frames (64 with FCS), addressed to the first net_pcap port's MAC
+# (02:70:63:61:70:00 in DPDK 22.11, checked against the node's log below).
+# The second port reads one ARP reply from 198.18.2.10 (the next hop), so
+# the node learns its MAC without anyone answering ARP; TX on both ports is
+# net_pcap's tx_drop (counted, freed).
+W="$OUT/single"
+PCAP_IN="$W/udp-1024flows-64B.pcap"
+PCAP_ARP="$W/arp-reply.pcap"
+IN_MAC=02:70:63:61:70:00
+OUT_MAC=02:70:63:61:70:01
+NH_MAC=02:00:00:00:02:0a
+make_pcaps() {
+  "$PY" scripts/bench/mkpcap.py udp "$PCAP_IN" --flows 1024 --size 60 --dst-mac "$IN_MAC"
+  "$PY" scripts/bench/mkpcap.py arp-reply "$PCAP_ARP" --dst-mac "$OUT_MAC" --sender-mac "$NH_MAC" \
+    --sender 198.18.2.10 --target 198.18.2.1
+}
+VDEV_IN="net_pcap0,rx_pcap=$PCAP_IN,infinite_rx=1"
+VDEV_OUT="net_pcap1,rx_pcap=$PCAP_ARP"
+
+run_testpmd() { # $1 = label
+  local prefix="${TAG}-testpmd-$1" log="$W/testpmd-$1.log"
+  PREFIXES+=("$prefix")
+  local cmd="sleep $((SECS + WARMUP + 3)) | timeout -s INT $((SECS + WARMUP + 1)) dpdk-testpmd --no-huge -m 1024 --no-pci --file-prefix $prefix -l 0,1 --vdev $VDEV_IN --vdev $VDEV_OUT -- --forward-mode=io --stats-period 1 --total-num-mbufs 16384"
+  say "(b) testpmd ($1): $cmd"
+  # With --stats-period testpmd runs until SIGINT, then prints its totals and
+  # waits for a line on stdin (kept open by sleep; testpmd exits at EOF).
+  sleep $((SECS + WARMUP + 3)) | timeout -s INT $((SECS + WARMUP + 1)) dpdk-testpmd --no-huge -m 1024 --no-pci --file-prefix "$prefix" -l 0,1 \
+    --vdev "$VDEV_IN" --vdev "$VDEV_OUT" -- --forward-mode=io --stats-period 1 --total-num-mbufs 16384 \
+    >"$log" 2>&1 || true
+  rm -rf "/var/run/dpdk/$prefix"
+  "$PY" scripts/bench/parse.py testpmd "$log" "$SECS" >"$W/testpmd-$1.json"
+  "$PY" -c 'import json,sys; d=json.load(open(sys.argv[1])); d["command"]=sys.argv[2]; json.dump(d,open(sys.argv[1],"w"),indent=2)' \
+    "$W/testpmd-$1.json" "$cmd"
+  say "(b) testpmd ($1): $("$PY" -c 'import json,sys; print("%.2f Mpps" % json.load(open(sys.argv[1])).get("mpps", 0))' "$W/testpmd-$1.json")"
+}
+
+node_yaml() { # $1 = file, $2 = prefix
+  cat >"$1" <<EOF
+# Written by scripts/bench.sh: one worker lcore, net_pcap in -> net_pcap out.
+node:
+  name: bench
+logging:
+  level: info
+control-socket: $W/node.sock
+dpdk:
+  eal-args: ["--no-huge", "-m", "1024", "--no-pci", "--file-prefix", "$2", "-l", "0,1", "--log-level", "lib.eal:warning"]
+  mbufs: 16383
+  idle-sleep-us: 200
+interfaces:
+  - name: inside
+    device: "$VDEV_IN"
+    address: 198.18.1.1/24
+    security-level: 100
+  - name: outside
+    device: "$VDEV_OUT"
+    address: 198.18.2.1/24
+    security-level: 0
+flow-table:
+  capacity: 65536
+EOF
+}
+
+ctl() { "$BIN/clusterfw-ctl" --socket "$W/node.sock" "$@"; }
+
+run_clusterfw() {
+  local prefix="${TAG}-node" pid i
+  PREFIXES+=("$prefix")
+  node_yaml "$W/node.yaml" "$prefix"
+  local cmd="$BIN/clusterfw --config $W/node.yaml; clusterfw-ctl show stats --json at +${WARMUP}s and +$((WARMUP + SECS))s"
+  say "(b) clusterfw: $cmd"
+  rm -f "$W/node.sock"
+  "$BIN/clusterfw" --config "$W/node.yaml" >"$W/node.log" 2>&1 &
+  pid=$!
+  PIDS+=("$pid")
+  for i in $(seq 100); do [ -S "$W/node.sock" ] && break; kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  [ -S "$W/node.sock" ] || { tail -20 "$W/node.log" >&2; say "clusterfw did not start"; return 1; }
+  local mac
+  mac=$(grep -o 'on net_pcap0 (port 0): [0-9./]* mac [0-9a-f:]*' "$W/node.log" | awk '{print $NF}')
+  if [ -n "$mac" ] && [ "$mac" != "$IN_MAC" ]; then
+    say "net_pcap MAC is $mac here, not $IN_MAC: regenerating the input"
+    stop_pid "$pid"
+    IN_MAC=$mac
+    OUT_MAC=$(grep -o 'on net_pcap1 (port 1): [0-9./]* mac [0-9a-f:]*' "$W/node.log" | awk '{print $NF}')
+    make_pcaps
+    run_clusterfw
+    return
+  fi
+  sleep "$WARMUP"
+  local t1 t2
+  t1=$(date +%s.%N); ctl show stats --json >"$W/stats1.json"
+  sleep "$SECS"
+  t2=$(date +%s.%N); ctl show stats --json >"$W/stats2.json"
+  ctl show conn --json >"$W/conn.json" 2>/dev/null || true
+  stop_pid "$pid"
+  rm -rf "/var/run/dpdk/$prefix"
+  "$PY" scripts/bench/parse.py ctl-rate "$W/stats1.json" "$W/stats2.json" "$t1" "$t2" >"$W/clusterfw.json"
+  "$PY" -c 'import json,sys; d=json.load(open(sys.argv[1])); d["command"]=sys.argv[2]; json.dump(d,open(sys.argv[1],"w"),indent=2)' \
+    "$W/clusterfw.json" "$cmd"
+  say "(b) clusterfw: $("$PY" -c 'import json,sys; d=json.load(open(sys.argv[1])); print("%.2f Mpps, drops in interval %s" % (d["mpps"], d["drops_in_interval"]))' "$W/clusterfw.json")"
+}
+
+if [ $SKIP_DPDK = 0 ]; then
+  mkdir -p "$W"
+  make_pcaps
+  run_testpmd before
+  run_clusterfw
+  run_testpmd after
+  "$PY" - "$W" <<'EOF'
+import json, sys
+w = sys.argv[1]
+b, a, c = (json.load(open(f"{w}/{n}.json")) for n in ("testpmd-before", "testpmd-after", "clusterfw"))
+rates = [x["mpps"] for x in (b, a) if "mpps" in x]
+tp = {"mpps": sum(rates) / len(rates) if rates else None, "runs": [b, a], "command": b.get("command")}
+json.dump({"clusterfw": c, "testpmd": tp,
+           "ratio": c["mpps"] / tp["mpps"] if tp["mpps"] else None}, open(f"{w}/../single.json", "w"), indent=2)
+EOF
+fi
+
+# ---------------------------------------------------------------- (c) OVS
+if [ $PEERS = 1 ] && [ $SKIP_DPDK = 0 ]; then
+  OVSD="$OUT/ovs"
+  rm -rf "$OVSD"
+  mkdir -p "$OVSD/run" "$OVSD/db" "$OVSD/log" "$OVSD/etc"
+  OVS_DIR=$OVSD
+  export OVS_RUNDIR="$OVSD/run" OVS_DBDIR="$OVSD/db" OVS_LOGDIR="$OVSD/log" OVS_SYSCONFDIR="$OVSD/etc"
+  prefix="${TAG}-ovs"
+  PREFIXES+=("$prefix")
+  VS=(ovs-vsctl --db="unix:$OVSD/run/db.sock" --timeout=30)
+  APP=(ovs-appctl -t "$OVSD/run/ovs-vswitchd.ctl")
+  say "(c) Open vSwitch (ovs-vswitchd-dpdk) in $OVSD"
+  ovsdb-tool create "$OVSD/db/conf.db" /usr/share/openvswitch/vswitch.ovsschema
+  ovsdb-server "$OVSD/db/conf.db" --remote="punix:$OVSD/run/db.sock" --pidfile="$OVSD/run/ovsdb-server.pid" \
+    --unixctl="$OVSD/run/ovsdb-server.ctl" --detach --no-chdir --log-file="$OVSD/log/ovsdb-server.log" \
+    2>>"$OVSD/log/console.log"
+  "${VS[@]}" --no-wait init
+  "${VS[@]}" --no-wait set Open_vSwitch . other_config:dpdk-init=true \
+    "other_config:dpdk-extra=--no-huge --legacy-mem -m 1024 --no-pci --file-prefix $prefix --log-level=lib.eal:warning" \
+    other_config:dpdk-lcore-mask=0x1 other_config:pmd-cpu-mask=0x2
+  /usr/lib/openvswitch-switch-dpdk/ovs-vswitchd-dpdk "unix:$OVSD/run/db.sock" --pidfile="$OVSD/run/ovs-vswitchd.pid" \
+    --unixctl="$OVSD/run/ovs-vswitchd.ctl" --detach --no-chdir --log-file="$OVSD/log/ovs-vswitchd.log" \
+    2>>"$OVSD/log/console.log"
+  "${VS[@]}" add-br br0 -- set bridge br0 datapath_type=netdev
+  "${VS[@]}" add-port br0 p0 -- set Interface p0 type=dpdk "options:dpdk-devargs=$VDEV_IN" ofport_request=1
+  "${VS[@]}" add-port br0 p1 -- set Interface p1 type=dpdk "options:dpdk-devargs=$VDEV_OUT" ofport_request=2
+  ovs_measure() { # $1 = name, $2 = action
+    ovs-ofctl del-flows br0
+    ovs-ofctl add-flow br0 "table=0,priority=100,ip,in_port=1,actions=$2,output:2"
+    ovs-ofctl add-flow br0 "table=0,priority=0,actions=drop"
+    "${APP[@]}" dpctl/flush-conntrack >/dev/null
+    say "(c) OVS $1: flow 'ip,in_port=1,actions=$2,output:2'"
+    sleep "$WARMUP"
+    stats() { "$PY" -c 'import json,sys; print(json.dumps({"tx_packets": int(sys.argv[1]), "rx_packets": int(sys.argv[2])}))' \
+      "$("${VS[@]}" get Interface p1 statistics:tx_packets)" "$("${VS[@]}" get Interface p0 statistics:rx_packets)"; }
+    local t1 t2
+    "${APP[@]}" dpif-netdev/pmd-stats-clear >/dev/null
+    t1=$(date +%s.%N); stats >"$OVSD/$1-s1.json"
+    sleep "$SECS"
+    t2=$(date +%s.%N); stats >"$OVSD/$1-s2.json"
+    "${APP[@]}" dpif-netdev/pmd-stats-show >"$OVSD/$1-pmd-stats.txt"
+    "${APP[@]}" dpctl/dump-conntrack | head -3 >"$OVSD/$1-conntrack-sample.txt" || true
+    "$PY" scripts/bench/parse.py ovs-rate "$OVSD/$1-s1.json" "$OVSD/$1-s2.json" "$t1" "$t2" "$OVSD/$1-pmd-stats.txt" >"$OVSD/$1.json"
+    "$PY" -c 'import json,sys; d=json.load(open(sys.argv[1])); d["command"]=sys.argv[2]; json.dump(d,open(sys.argv[1],"w"),indent=2)' \
+      "$OVSD/$1.json" "ovs-vswitchd-dpdk, ovs-ofctl add-flow br0 'ip,in_port=1,actions=$2,output:2', p1 tx_packets over ${SECS}s"
+    say "(c) OVS $1: $("$PY" -c 'import json,sys; print("%.2f Mpps" % json.load(open(sys.argv[1]))["mpps"])' "$OVSD/$1.json")"
+  }
+  ovs_measure ct_commit "ct(commit)"
+  ovs_measure ct_commit_nat "ct(commit,nat(src=198.18.2.1))"
+  stop_ovs
+  rm -rf "/var/run/dpdk/$prefix"
+  "$PY" -c 'import json,sys; d=sys.argv[1]; json.dump({k: json.load(open(f"{d}/{k}.json")) for k in ("ct_commit","ct_commit_nat")}, open(f"{d}/../ovs.json","w"), indent=2)' "$OVSD"
+fi
+
+# ---------------------------------------------------------------- (d) tax
+SIM="${BIN:-$TARGET_DIR/release}/clusterfw-sim"
+[ -x "$SIM" ] || SIM="$TARGET_DIR/release/clusterfw-sim"
+if [ -x "$SIM" ] && "$SIM" --help 2>&1 | grep -q -- '--symmetric'; then
+  say "(d) $SIM --symmetric --json"
+  if "$SIM" --symmetric --json >"$OUT/cluster_tax_raw.json" 2>"$OUT/cluster_tax.log"; then
+    "$PY" - "$OUT" "$SIM --symmetric --json" <<'EOF'
+import json, sys
+out, cmd = sys.argv[1:]
+raw = json.load(open(f"{out}/cluster_tax_raw.json"))
+def find(d, *names):
+    if isinstance(d, dict):
+        for k, v in d.items():
+            if k in names and isinstance(v, (int, float)):
+                return v
+            r = find(v, *names)
+            if r is not None:
+                return r
+    return None
+json.dump({"available": True, "command": cmd, "raw": raw,
+           "tax": find(raw, "tax", "cluster_tax", "cost_ratio"),
+           "ccl_bytes_per_data_byte": find(raw, "ccl_bytes_per_data_byte")}, open(f"{out}/cluster_tax.json", "w"), indent=2)
+EOF
+  else
+    echo '{"available": false, "note": "clusterfw-sim --symmetric failed; see cluster_tax.log"}' >"$OUT/cluster_tax.json"
+  fi
+else
+  echo '{"available": false, "note": "not yet available: clusterfw-sim --symmetric (simulator CLI) is not built yet"}' >"$OUT/cluster_tax.json"
+  say "(d) cluster tax: not yet available (no clusterfw-sim --symmetric)"
+fi
+
+# ---------------------------------------------------------------- summary
+"$PY" -c 'import json,sys; m=json.load(open(sys.argv[1])); m["load_end"]=sys.argv[2]; json.dump(m,open(sys.argv[1],"w"),indent=2)' \
+  "$OUT/meta.json" "$(loadavg)"
+"$PY" scripts/bench/parse.py summary "$OUT"
+say "wrote $OUT/summary.json and $OUT/summary.md"

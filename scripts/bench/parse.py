@@ -1,0 +1,227 @@
+#!/usr/bin/env python3
+"""Parsers and the summary writer for scripts/bench.sh (standard library only).
+
+  parse.py criterion CRITERION_DIR            -> JSON on stdout
+  parse.py bytes-per-flow TEST_LOG            -> JSON
+  parse.py testpmd LOG SECONDS                -> JSON (Tx-pps of the egress port)
+  parse.py ctl-rate S1.json S2.json T1 T2     -> JSON (clusterfw port counters)
+  parse.py ovs-rate S1 S2 T1 T2 PMD_STATS     -> JSON
+  parse.py summary OUT_DIR                    -> writes OUT_DIR/summary.{json,md}
+
+Every figure keeps the command that produced it (the caller passes it in
+through the component JSON files' "command" fields).
+"""
+import glob
+import json
+import os
+import re
+import statistics
+import sys
+
+
+def criterion(root):
+    out = {}
+    for bench in glob.glob(os.path.join(root, "*", "*", "new", "benchmark.json")) + glob.glob(
+        os.path.join(root, "*", "new", "benchmark.json")
+    ):
+        d = os.path.dirname(bench)
+        try:
+            b = json.load(open(bench))
+            e = json.load(open(os.path.join(d, "estimates.json")))
+        except (OSError, ValueError):
+            continue
+        elems = (b.get("throughput") or {}).get("Elements")
+        ns_iter = e["mean"]["point_estimate"]
+        r = {"ns_per_iter": ns_iter, "elements_per_iter": elems}
+        if elems:
+            r["ns_per_packet"] = ns_iter / elems
+            r["mpps"] = elems / ns_iter * 1e3
+            r["per_s"] = elems / ns_iter * 1e9
+        out[b["full_id"]] = r
+    return out
+
+
+def bytes_per_flow(log):
+    rows = []
+    for m in re.finditer(r"capacity (\d+): slot (\d+) B, bytes_per_flow (\d+)", open(log).read()):
+        rows.append({"capacity": int(m[1]), "slot_bytes": int(m[2]), "bytes_per_flow": int(m[3])})
+    return {"rows": rows, "max_bytes_per_flow": max((r["bytes_per_flow"] for r in rows), default=None)}
+
+
+def testpmd(log, seconds):
+    """Per-second Tx-pps samples of every port; the egress port is the one
+    with the highest TX. Drops the first two samples (start-up)."""
+    port = None
+    samples = {}
+    totals = {}
+    for line in open(log, errors="replace"):
+        m = re.search(r"NIC statistics for port (\d+)", line)
+        if m:
+            port = int(m[1])
+            continue
+        m = re.search(r"Tx-pps:\s+(\d+)", line)
+        if m and port is not None:
+            samples.setdefault(port, []).append(int(m[1]))
+        m = re.search(r"TX-packets:\s+(\d+)", line)
+        if m and port is not None:
+            totals[port] = int(m[1])
+    if not samples:
+        return {"error": "no Tx-pps samples in " + log}
+    egress = max(samples, key=lambda p: sum(samples[p]))
+    s = samples[egress]
+    while s and s[0] == 0:
+        s = s[1:]
+    s = s[1:] or s  # the first non-zero second is partial
+    return {
+        "egress_port": egress,
+        "samples_pps": s,
+        "mpps": statistics.median(s) / 1e6,
+        "mpps_mean": statistics.mean(s) / 1e6,
+        "tx_packets_total": totals.get(egress),
+    }
+
+
+def ctl_rate(s1, s2, t1, t2):
+    a, b = json.load(open(s1)), json.load(open(s2))
+    dt = float(t2) - float(t1)
+    ports = {}
+    for pa, pb in zip(a["ports"], b["ports"]):
+        ports[pa["name"]] = {k: pb[k] - pa[k] for k in pa if isinstance(pa[k], int) and k != "port"}
+    egress = max(ports, key=lambda n: ports[n].get("tx_packets", 0))
+    fwd = ports[egress]["tx_packets"]
+    drops = {k: b["drops"][k] - a["drops"].get(k, 0) for k in b.get("drops", {}) if b["drops"][k] - a["drops"].get(k, 0)}
+    return {
+        "interval_s": dt,
+        "egress": egress,
+        "forwarded": fwd,
+        "mpps": fwd / dt / 1e6,
+        "ports": ports,
+        "drops_in_interval": drops,
+        "flows_created_total": b.get("flows_created"),
+        "tx_full_drops_in_interval": b.get("tx_full_drops", 0) - a.get("tx_full_drops", 0),
+    }
+
+
+def ovs_rate(s1, s2, t1, t2, pmd):
+    a, b = json.load(open(s1)), json.load(open(s2))
+    dt = float(t2) - float(t1)
+    fwd = b["tx_packets"] - a["tx_packets"]
+    text = open(pmd, errors="replace").read()
+    pmd_rx = [int(x) for x in re.findall(r"packets received:\s+(\d+)", text)]
+    cyc = re.findall(r"avg processing cycles per packet:\s+([\d.]+)", text)
+    return {
+        "interval_s": dt,
+        "forwarded": fwd,
+        "mpps": fwd / dt / 1e6,
+        "rx_mpps": (b["rx_packets"] - a["rx_packets"]) / dt / 1e6,
+        "pmd_packets_received": pmd_rx,
+        "pmd_cycles_per_packet": [float(c) for c in cyc],
+    }
+
+
+def load(path):
+    try:
+        return json.load(open(path))
+    except (OSError, ValueError):
+        return None
+
+
+def fmt(x, unit="", nd=2):
+    return "n/a" if x is None else f"{x:.{nd}f}{unit}"
+
+
+def summary(out):
+    micro = load(os.path.join(out, "micro.json")) or {}
+    single = load(os.path.join(out, "single.json")) or {}
+    ovs = load(os.path.join(out, "ovs.json"))
+    tax = load(os.path.join(out, "cluster_tax.json"))
+    meta = load(os.path.join(out, "meta.json")) or {}
+    c = micro.get("criterion", {})
+    est = lambda n: c.get(f"established/{n}", {})
+    newc = next((v for k, v in c.items() if k.startswith("new_connections")), {})
+    bpf = (micro.get("bytes_per_flow") or {}).get("max_bytes_per_flow")
+    cfw = (single.get("clusterfw") or {}).get("mpps")
+    tp = (single.get("testpmd") or {}).get("mpps")
+    rows = []
+
+    def row(name, value, target, ok, command):
+        rows.append({"what": name, "value": value, "target": target, "met": ok, "command": command})
+
+    mc = micro.get("command")
+    for n, tgt in [(1000, None), (100000, 14.0), (1000000, 8.0)]:
+        e = est(n)
+        v = e.get("mpps")
+        row(
+            f"microbench established, {n} flows (Mpps; ns/packet {fmt(e.get('ns_per_packet'), '', 1)})",
+            v,
+            f">= {tgt} Mpps" if tgt else None,
+            None if v is None or tgt is None else v >= tgt,
+            mc,
+        )
+    v = newc.get("per_s")
+    row("microbench new connections per second", v, ">= 1000000", None if v is None else v >= 1e6, mc)
+    row("bytes per flow (ConnTable::bytes_per_flow, max over capacities)", bpf, "<= 256", None if bpf is None else bpf <= 256, (micro.get("bytes_per_flow") or {}).get("command"))
+    row("DPDK single node: clusterfw Mpps (1 worker lcore, net_pcap infinite_rx -> net_pcap)", cfw, None, None, (single.get("clusterfw") or {}).get("command"))
+    row("DPDK single node: testpmd io Mpps, same vdevs and input", tp, None, None, (single.get("testpmd") or {}).get("command"))
+    ratio = cfw / tp if cfw and tp else None
+    row("clusterfw / testpmd io", ratio, ">= 0.25", None if ratio is None else ratio >= 0.25, "ratio of the two above")
+    if ovs:
+        for key, label in [("ct_commit", "ct(commit)"), ("ct_commit_nat", "ct(commit,nat(src))")]:
+            o = (ovs.get(key) or {}).get("mpps")
+            row(f"Open vSwitch userspace {label} Mpps, same vdevs and input", o, None, None, (ovs.get(key) or {}).get("command"))
+            r = cfw / o if cfw and o else None
+            tgt = ">= 2.0" if key == "ct_commit" else ">= 2.0 (once NAT/PAT exists in clusterfw)"
+            row(f"clusterfw / OVS {label}", r, tgt, None if r is None else r >= 2.0, "ratio")
+    else:
+        row("Open vSwitch peers", None, None, None, "not run (scripts/bench.sh --peers)")
+    if tax and tax.get("available"):
+        v = tax.get("tax")
+        row("cluster tax (CPU per delivered packet, 50% non-owner arrival vs all at owner)", v, "<= 1.3", None if v is None else v <= 1.3, tax.get("command"))
+        if tax.get("ccl_bytes_per_data_byte") is not None:
+            row("CCL bytes per data byte", tax.get("ccl_bytes_per_data_byte"), None, None, tax.get("command"))
+    else:
+        row("cluster tax", None, "<= 1.3", None, (tax or {}).get("note", "not yet available"))
+    s = {"meta": meta, "rows": rows, "micro": micro, "single": single, "ovs": ovs, "cluster_tax": tax}
+    json.dump(s, open(os.path.join(out, "summary.json"), "w"), indent=2)
+    md = ["# clusterfw benchmark summary", ""]
+    md.append(f"- date: {meta.get('date')}, host: {meta.get('host')}, cores: {meta.get('cores')}")
+    md.append(f"- load average at start / end: {meta.get('load_start')} / {meta.get('load_end')}")
+    md.append(f"- git: {meta.get('git')}; mode: {meta.get('mode')}")
+    md.append("")
+    md.append("| what | value | target | met | command |")
+    md.append("|---|---|---|---|---|")
+    for r in rows:
+        v = r["value"]
+        vs = "n/a" if v is None else (f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.3g}" if v < 10 else f"{v:.1f}")
+        met = {True: "yes", False: "**no**", None: ""}[r["met"]]
+        md.append(f"| {r['what']} | {vs} | {r['target'] or ''} | {met} | `{r['command'] or ''}` |")
+    md.append("")
+    md.append("Rates on a shared 2-vCPU VM are noisy; the ratios (same run, same input) matter more than absolute rates.")
+    open(os.path.join(out, "summary.md"), "w").write("\n".join(md) + "\n")
+    print("\n".join(md))
+
+
+def main():
+    cmd, args = sys.argv[1], sys.argv[2:]
+    if cmd == "criterion":
+        r = criterion(*args)
+    elif cmd == "bytes-per-flow":
+        r = bytes_per_flow(*args)
+    elif cmd == "testpmd":
+        r = testpmd(*args)
+    elif cmd == "ctl-rate":
+        r = ctl_rate(*args)
+    elif cmd == "ovs-rate":
+        r = ovs_rate(*args)
+    elif cmd == "summary":
+        summary(*args)
+        return 0
+    else:
+        print(__doc__, file=sys.stderr)
+        return 2
+    print(json.dumps(r, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
