@@ -258,6 +258,14 @@ pub enum ErrorKind {
         /// The member ids, comma-separated.
         ids: String,
     },
+    /// A string that is not a unicast Ethernet address.
+    #[error("invalid MAC address \"{found}\": {reason}")]
+    InvalidMac {
+        /// The text as written.
+        found: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
     /// Two interfaces on the same device and VLAN.
     #[error("device \"{device}\"{vlan} is already used by interface \"{other_interface}\"")]
     DuplicateDevice {

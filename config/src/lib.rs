@@ -33,6 +33,7 @@ pub mod cluster;
 mod error;
 mod locate;
 pub mod model;
+pub mod neighbors;
 pub mod net;
 mod validate;
 
@@ -40,6 +41,7 @@ use std::path::Path;
 
 pub use cluster::{CclConfig, ClusterConfig, MemberConfig, Secret};
 pub use error::{ConfigError, ErrorKind};
+pub use neighbors::{MacAddr, NeighborConfig};
 pub use model::{
     AccessRule, Action, ArpConfig, Config, DpdkConfig, FlowTableConfig, InterfaceConfig, LogLevel,
     LoggingConfig, NodeConfig, RouteConfig, Timeouts,

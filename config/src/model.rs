@@ -72,6 +72,8 @@ pub struct Config {
     pub flow_table: FlowTableConfig,
     /// `arp`.
     pub arp: ArpConfig,
+    /// `neighbors`: static ARP entries (optional, default none).
+    pub neighbors: Vec<crate::neighbors::NeighborConfig>,
     /// `cluster`: cluster bootstrap settings; `None` for a single node.
     pub cluster: Option<ClusterConfig>,
     /// The file name the configuration was parsed from (as given).

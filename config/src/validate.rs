@@ -63,6 +63,8 @@ struct RawConfig {
     flow_table: RawFlowTable,
     #[serde(default, deserialize_with = "null_default")]
     arp: RawArp,
+    #[serde(default, deserialize_with = "null_default")]
+    neighbors: Vec<crate::neighbors::RawNeighbor>,
     #[serde(default)]
     cluster: Option<crate::cluster::RawCluster>,
 }
@@ -394,6 +396,7 @@ impl Checker<'_> {
         let interfaces = self.interfaces(&root.key("interfaces"), raw.interfaces)?;
         let routes = self.routes(&root.key("routes"), raw.routes, &interfaces)?;
         let access_rules = self.rules(&root.key("access-rules"), raw.access_rules, &interfaces)?;
+        let neighbors = self.neighbors(&root.key("neighbors"), raw.neighbors, &interfaces)?;
         let cluster = match raw.cluster {
             None => None,
             Some(c) => Some(self.cluster(&root.key("cluster"), c, &name, &interfaces)?),
@@ -461,6 +464,7 @@ impl Checker<'_> {
             timeouts,
             flow_table,
             arp,
+            neighbors,
             source_file: PathBuf::from(self.file),
             source_text: match &cluster {
                 Some(c) => crate::cluster::redact(self.src, c.key.expose(), self.locator()),

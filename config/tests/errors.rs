@@ -18,6 +18,12 @@ fn edit(n: usize, text: &str) -> String {
     s
 }
 
+/// MINIMAL with one `neighbors` entry: address on line 9 (column 14), mac
+/// on line 10 (column 10).
+fn neighbor(address: &str, mac: &str) -> String {
+    format!("{MINIMAL}neighbors:\n  - address: {address}\n    mac: {mac}\n")
+}
+
 const MINIMAL: &str = "\
 node:
   name: n
@@ -64,10 +70,10 @@ fn cases() -> Vec<Case> {
         case("syntax: tab indentation", edit(4, "\tname: node1"), 4, 1, "",
              "YAML syntax error: found character that cannot start any token, while scanning for the next token"),
         case("empty file", String::new(), 1, 1, "", "missing field `node`"),
-        case("two documents", format!("{EXAMPLE}---\nnode: {{name: x}}\n"), 72, 1, "",
+        case("two documents", format!("{EXAMPLE}---\nnode: {{name: x}}\n"), 76, 1, "",
              "expected a single YAML document, found more than one"),
         case("unknown top-level key", edit(9, "control-sockets: /x"), 9, 1, "control-sockets",
-             "unknown field `control-sockets`, expected one of `node`, `logging`, `control-socket`, `dpdk`, `interfaces`, `routes`, `access-rules`, `timeouts`, `flow-table`, `arp`, `cluster`"),
+             "unknown field `control-sockets`, expected one of `node`, `logging`, `control-socket`, `dpdk`, `interfaces`, `routes`, `access-rules`, `timeouts`, `flow-table`, `arp`, `neighbors`, `cluster`"),
         case("unknown interface key (typo)", edit(26, "    security-levle: 100"), 26, 5, "interfaces[0].security-levle",
              "unknown field `security-levle`, expected one of `name`, `device`, `address`, `security-level`, `vlan`"),
         case("missing interface device", edit(24, "    # no device"), 22, 5, "interfaces[0]", "missing field `device`"),
@@ -191,6 +197,21 @@ fn cases() -> Vec<Case> {
              "value 8 out of range: expected 16-16777216"),
         case("non-ASCII before the value", edit(28, "    device: \"ñ\" # é\n    vlan: 0").lines().collect::<Vec<_>>().join("\n"), 29, 11, "interfaces[1].vlan",
              "value 0 out of range: expected 1-4094"),
+        // --- neighbors -------------------------------------------------------
+        case("neighbor not connected", neighbor("10.9.9.9", "02:00:00:00:00:fe"), 9, 14, "neighbors[0].address",
+             "next hop 10.9.9.9 is not in a connected subnet (connected: 10.0.0.0/24)"),
+        case("neighbor is our address", neighbor("10.0.0.1", "02:00:00:00:00:fe"), 9, 14, "neighbors[0].address",
+             "next hop 10.0.0.1 is the address of interface \"lan\""),
+        case("neighbor not an address", neighbor("10.0.0", "02:00:00:00:00:fe"), 9, 14, "neighbors[0].address",
+             "invalid IPv4 address \"10.0.0\": expected a.b.c.d"),
+        case("neighbor MAC too short", neighbor("10.0.0.254", "02:00:00:00:00"), 10, 10, "neighbors[0].mac",
+             "invalid MAC address \"02:00:00:00:00\": expected six hex bytes like 02:00:00:00:00:01"),
+        case("neighbor MAC broadcast", neighbor("10.0.0.254", "ff:ff:ff:ff:ff:ff"), 10, 10, "neighbors[0].mac",
+             "invalid MAC address \"ff:ff:ff:ff:ff:ff\": a multicast/broadcast address is not a host"),
+        case("duplicate neighbor", format!("{}  - address: 10.0.0.254\n    mac: 02:00:00:00:00:01\n", neighbor("10.0.0.254", "02:00:00:00:00:fe")),
+             11, 14, "neighbors[1].address", "duplicate neighbor address \"10.0.0.254\" (first at line 9)"),
+        case("neighbor unknown key", format!("{MINIMAL}neighbors:\n  - address: 10.0.0.254\n    macc: 02:00:00:00:00:01\n"),
+             10, 5, "neighbors[0].macc", "unknown field `macc`, expected `address` or `mac`"),
         // --- the minimal file's own positions -------------------------------
         case("flow-style interface", format!("{MINIMAL}  - {{name: wan, device: net_tap1, address: 10.0.0.9/24, security-level: 0}}\n"),
              8, 44, "interfaces[1].address", "subnet 10.0.0.0/24 overlaps 10.0.0.0/24 of interface \"lan\""),

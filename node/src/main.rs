@@ -411,7 +411,7 @@ fn pipeline_config(cfg: &Config, interfaces: Vec<InterfaceSpec>) -> PipelineConf
         arp_capacity: cfg.arp.capacity as usize,
         arp_timeout: Duration::from_secs(cfg.arp.timeout),
         arp_retry: Duration::from_secs(cfg.arp.retry),
-        static_neighbors: vec![],
+        static_neighbors: cfg.neighbors.iter().map(|n| (n.address, n.mac.0)).collect(),
         cluster: None,
     }
 }
