@@ -268,8 +268,11 @@ impl Topology {
     /// ```
     ///
     /// `cfw-rin` routes 198.18.20.0/24 and `cfw-rout` routes 198.18.10.0/24
-    /// over all nodes (`nexthop via … nexthop via …`) with
-    /// `fib_multipath_hash_policy=1` (L4 hash). Each router hashes with its
+    /// over all nodes (`nexthop via … nexthop via …`) with an L4 hash:
+    /// `fib_multipath_hash_policy=1`, refined where the kernel allows to
+    /// policy 3 with fields 0x37 (source and destination address, protocol,
+    /// source and destination port) so that only header fields count (see
+    /// the sysctl list for why). Each router hashes with its
     /// own seed (`fib_multipath_hash_seed`, Linux 6.11+: rin 1, rout 2,
     /// fixed so runs repeat) and lists the next hops in a different order
     /// (rout rotated by one), so the two directions of a connection pick
@@ -282,6 +285,15 @@ impl Topology {
             let mut r = ns(name, true);
             r.sysctls = vec![
                 sysctl("net.ipv4.fib_multipath_hash_policy", "1", false),
+                // Header fields only (custom policy: addresses, protocol,
+                // ports), where the kernel has it (5.12+). Policy 1 takes a
+                // forwarded packet's hash from the skb when the sender set
+                // one, as a TCP socket on the same host does through a veth,
+                // and TCP re-randomises that hash on every retransmission
+                // timeout (sk_rethink_txhash): a retransmitted SYN would
+                // take another node. Routers hash headers.
+                sysctl("net.ipv4.fib_multipath_hash_fields", "0x0037", true),
+                sysctl("net.ipv4.fib_multipath_hash_policy", "3", true),
                 sysctl("net.ipv4.fib_multipath_hash_seed", seed, true),
                 // Replies come back over another node than the request
                 // went out: no reverse-path filtering.
@@ -582,6 +594,9 @@ mod tests {
             let ns = t.namespaces.iter().find(|n| n.name == r).unwrap();
             assert!(ns.ip_forward);
             assert!(ns.sysctls.iter().any(|s| s.key == "net.ipv4.fib_multipath_hash_policy" && s.value == "1" && !s.optional));
+            let last = ns.sysctls.iter().rposition(|s| s.key == "net.ipv4.fib_multipath_hash_policy").unwrap();
+            let fields = ns.sysctls.iter().position(|s| s.key == "net.ipv4.fib_multipath_hash_fields").unwrap();
+            assert!(fields < last && ns.sysctls[last].value == "3", "fields before the custom policy");
         }
         assert_eq!(t.bridges[0].members, ["ccl-n1", "ccl-n2", "ccl-n3"]);
         for e in t.endpoints() {
