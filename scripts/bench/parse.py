@@ -177,8 +177,10 @@ def summary(out):
     if tax and tax.get("available"):
         v = tax.get("tax")
         row("cluster tax (CPU per delivered packet, 50% non-owner arrival vs all at owner)", v, "<= 1.3", None if v is None else v <= 1.3, tax.get("command"))
-        if tax.get("ccl_bytes_per_data_byte") is not None:
-            row("CCL bytes per data byte", tax.get("ccl_bytes_per_data_byte"), None, None, tax.get("command"))
+        share = tax.get("non_owner_arrival_share")
+        row(f"  share of delivered packets that arrived at a non-owner (forwarded over the CCL)", share, "~0.5", None, tax.get("command"))
+        row("CCL bytes per delivered packet (asymmetric)", tax.get("ccl_bytes_per_delivered_packet"), None, None, tax.get("command"))
+        row("CCL bytes per delivered packet (symmetric baseline)", tax.get("ccl_bytes_per_delivered_packet_symmetric"), None, None, tax.get("command"))
     else:
         row("cluster tax", None, "<= 1.3", None, (tax or {}).get("note", "not yet available"))
     s = {"meta": meta, "rows": rows, "micro": micro, "single": single, "ovs": ovs, "cluster_tax": tax}
