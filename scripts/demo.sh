@@ -1,20 +1,34 @@
 #!/usr/bin/env bash
-# Demo, as root: installs what is missing, builds, brings up the single-node
-# test bed (client cfw-inside 198.18.1.2 — clusterfw node cfw-n1 — server
-# cfw-outside 198.18.2.2), runs real traffic through the node and prints a
-# summary, then tears everything down (also on failure or Ctrl-C).
+# Demo, as root: installs what is missing, builds, brings up the test bed,
+# runs real traffic through it and prints a summary, then tears everything
+# down (also on failure or Ctrl-C).
 #
-#   scripts/demo.sh                    # through clusterfw
-#   scripts/demo.sh --kernel-router    # test-bed self-check: a Linux router instead
+# Default: a three-node cluster. Client cfw-inside 198.18.10.2 behind
+# router cfw-rin, server cfw-outside 198.18.20.2 behind router cfw-rout; the
+# routers spread connections over the nodes cfw-n1..3 by ECMP with L4
+# hashing, so the two directions of a connection usually cross different
+# nodes; the nodes talk over the CCL bridge cfw-ccl (198.19.0.0/24).
+#
+#   scripts/demo.sh                    # three-node cluster
+#   scripts/demo.sh --nodes 1          # one node (client 198.18.1.2 - cfw-n1 - server 198.18.2.2)
+#   scripts/demo.sh --kernel-router    # single-node test-bed self-check: a Linux router instead
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 
 kernel_router=
-case "${1:-}" in
-  "") ;;
-  --kernel-router) kernel_router=--kernel-router ;;
-  *) echo "usage: scripts/demo.sh [--kernel-router]" >&2; exit 2 ;;
+nodes=3
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --kernel-router) kernel_router=--kernel-router; nodes=1 ;;
+    --nodes) nodes=${2:-}; shift ;;
+    *) echo "usage: scripts/demo.sh [--nodes 1|3] [--kernel-router]" >&2; exit 2 ;;
+  esac
+  shift
+done
+case "$nodes" in
+  1|2|3|4|5|6|7|8) ;;
+  *) echo "demo: --nodes must be 1-8" >&2; exit 2 ;;
 esac
 
 say() { printf '\n== %s\n' "$*"; }
@@ -28,18 +42,21 @@ if ! command -v cargo >/dev/null 2>&1 && [ -f "$HOME/.cargo/env" ]; then
 fi
 
 say "build (release)"
-pkgs=(-p testbed)
-[ -n "$kernel_router" ] || pkgs+=(-p clusterfw)
-cargo build --release "${pkgs[@]}"
+cargo build --release -p testbed -p clusterfw --bins
 
 bin=$root/target/release
 export CLUSTERFW_BIN_DIR=$bin
 tb=$bin/clusterfw-testbed
 run=${CFW_TESTBED_DIR:-/tmp/cfw-testbed}
 export CFW_TESTBED_DIR=$run
-sock=$run/n1.sock
 work=$(mktemp -d /tmp/cfw-demo.XXXXXX)
 bg_pids=()
+
+if [ "$nodes" -eq 1 ]; then
+  client=198.18.1.2 server=198.18.2.2 node_inside=198.18.1.1
+else
+  client=198.18.10.2 server=198.18.20.2 node_inside=198.18.11.2
+fi
 
 # The bed's namespace names are fixed: hold the bed lock (shared with the
 # tests) until the bed is down again.
@@ -80,12 +97,24 @@ serve() {
   die "server on port $port in $ns did not start"
 }
 
-ctl() { timeout 5 "$bin/clusterfw-ctl" --socket "$sock" "$@"; }
+ctl() { local k=$1; shift; timeout 5 "$bin/clusterfw-ctl" --socket "$run/n$k.sock" "$@"; }
 
 start=$(date +%s)
-say "test bed up ${kernel_router:-(clusterfw)}"
-# fd 9 (the lock) closed: the node must not hold the lock.
-"$tb" up --run-dir "$run" $kernel_router 9>&-
+what=clusterfw
+[ -n "$kernel_router" ] && what="kernel router"
+say "test bed up: $nodes node(s), $what"
+# fd 9 (the lock) closed: the nodes must not hold the lock.
+"$tb" up --nodes "$nodes" --run-dir "$run" $kernel_router 9>&-
+
+if [ "$nodes" -gt 1 ]; then
+  say "cluster membership (heartbeats on the CCL, node n1's view)"
+  for _ in $(seq 50); do
+    heard=$(ctl 1 show cluster --json | jq '[.members[] | select(.this_node or .last_heard_ms != null)] | length')
+    [ "$heard" -eq "$nodes" ] && break
+    sleep 0.1
+  done
+  ctl 1 show cluster --json | jq -r '.members[] | "  node \(.id) \(.name) \(.ccl_address)\(if .this_node then " (this node)" else ", last heard \(.last_heard_ms) ms ago" end)"'
+fi
 
 py=python3
 [ -x /usr/bin/python3 ] && py=/usr/bin/python3
@@ -94,16 +123,37 @@ say "HTTP: 20 MB download, server in cfw-outside, client in cfw-inside"
 mkdir -p "$work/www"
 head -c $((20 * 1024 * 1024)) /dev/urandom >"$work/www/random.bin"
 want=$(sha256sum "$work/www/random.bin" | cut -d' ' -f1)
-serve cfw-outside 8080 "$work/http.log" "$py" -m http.server 8080 --bind 198.18.2.2 --directory "$work/www"
+serve cfw-outside 8080 "$work/http.log" "$py" -m http.server 8080 --bind "$server" --directory "$work/www"
 dl_time=$(in_ns cfw-inside curl -sS --fail --connect-timeout 10 --max-time 60 \
-  -o "$work/download.bin" -w '%{time_total}' http://198.18.2.2:8080/random.bin)
+  -o "$work/download.bin" -w '%{time_total}' "http://$server:8080/random.bin")
 got=$(sha256sum "$work/download.bin" | cut -d' ' -f1)
 [ "$got" = "$want" ] || die "download corrupted: sha256 $got, expected $want"
 echo "20 MB in ${dl_time} s, sha256 ok ($want)"
 
+if [ "$nodes" -gt 1 ]; then
+  # Many connections, so that ECMP sends many of them back over another
+  # node than they went out (forwarding, cookies).
+  say "HTTP: 20 concurrent 1 MB downloads (asymmetric paths through the cluster)"
+  head -c $((1024 * 1024)) /dev/urandom >"$work/www/small.bin"
+  small=$(sha256sum "$work/www/small.bin" | cut -d' ' -f1)
+  pids=()
+  for i in $(seq 20); do
+    in_ns cfw-inside curl -sS --fail --connect-timeout 10 --max-time 60 -o "$work/small.$i" \
+      "http://$server:8080/small.bin" 9>&- &
+    pids+=($!)
+  done
+  bad=0
+  for p in "${pids[@]}"; do wait "$p" || bad=$((bad + 1)); done
+  for i in $(seq 20); do
+    [ "$(sha256sum "$work/small.$i" 2>/dev/null | cut -d' ' -f1)" = "$small" ] || bad=$((bad + 1))
+  done
+  [ "$bad" -eq 0 ] || die "$bad of the 20 concurrent downloads failed or were corrupted"
+  echo "20 x 1 MB, every sha256 ok"
+fi
+
 say "iperf3: 5 s TCP, cfw-inside -> cfw-outside"
-serve cfw-outside 5201 "$work/iperf3-server.log" iperf3 -s -B 198.18.2.2 -p 5201
-timeout 40 ip netns exec cfw-inside iperf3 -c 198.18.2.2 -p 5201 -t 5 --json --connect-timeout 10000 \
+serve cfw-outside 5201 "$work/iperf3-server.log" iperf3 -s -B "$server" -p 5201
+timeout 40 ip netns exec cfw-inside iperf3 -c "$server" -p 5201 -t 5 --json --connect-timeout 10000 \
   >"$work/iperf3.json" || true
 if jq -e '.error' "$work/iperf3.json" >/dev/null 2>&1 || ! jq -e '.end.sum_received.bytes > 0' "$work/iperf3.json" >/dev/null 2>&1; then
   cat "$work/iperf3.json" >&2
@@ -114,34 +164,37 @@ retrans=$(jq -r '.end.sum_sent.retransmits // 0' "$work/iperf3.json")
 echo "${gbps} Gbit/s received, ${retrans} retransmits"
 
 say "outside -> inside: a new TCP connection must be denied"
-serve cfw-inside 80 "$work/inside-http.log" "$py" -m http.server 80 --bind 198.18.1.2
-if in_ns cfw-outside curl -sS --max-time 3 -o /dev/null http://198.18.1.2:80/ 2>"$work/denied.err"; then
-  die "outside reached 198.18.1.2:80: not denied"
+serve cfw-inside 80 "$work/inside-http.log" "$py" -m http.server 80 --bind "$client"
+if in_ns cfw-outside curl -sS --max-time 3 -o /dev/null "http://$client:80/" 2>"$work/denied.err"; then
+  die "outside reached $client:80: not denied"
 fi
 echo "denied as expected: $(cat "$work/denied.err")"
 
-say "ping the node's inside address from cfw-inside"
-in_ns cfw-inside ping -c 3 -W 2 198.18.1.1 | tail -n 2
+say "ping the node's inside address ($node_inside) from cfw-inside"
+in_ns cfw-inside ping -c 3 -W 2 "$node_inside" | tail -n 2
 
 say "summary"
 echo "download: 20 MB in ${dl_time} s; iperf3: ${gbps} Gbit/s"
-if [ -z "$kernel_router" ]; then
-  stats=$(ctl show stats --json)
-  echo "ports:"
-  jq -r '.ports[] | "  \(.name) (port \(.port)): RX \(.rx_packets) pkts / \(.rx_bytes) B, TX \(.tx_packets) pkts / \(.tx_bytes) B, missed \(.rx_missed), rx errors \(.rx_errors), tx errors \(.tx_errors)"' <<<"$stats"
-  echo "forwarded: $(jq -r '.forwarded // "n/a"' <<<"$stats"), local replies: $(jq -r '.local_replies // "n/a"' <<<"$stats")"
-  echo "drops (non-zero):"
-  jq -r '.drops | to_entries[] | select(.value > 0) | "  \(.key): \(.value)"' <<<"$stats"
-  flows=$(ctl show conn --json 2>/dev/null | jq -r '
-    if type == "array" then length
-    elif has("total") then .total
-    elif has("connections") then (.connections | length)
-    elif has("flows") then (.flows | if type == "array" then length else . end)
-    else "?" end' 2>/dev/null || echo "?")
-  echo "flows in the table (show conn): $flows"
-else
+if [ -n "$kernel_router" ]; then
   echo "kernel router interfaces in cfw-n1:"
   ip -n cfw-n1 -s -j link show | jq -r '.[] | select(.ifname != "lo") |
     "  \(.ifname): RX \(.stats64.rx.packets) pkts / \(.stats64.rx.bytes) B, TX \(.stats64.tx.packets) pkts / \(.stats64.tx.bytes) B, dropped \(.stats64.rx.dropped)"'
+else
+  for k in $(seq "$nodes"); do
+    stats=$(ctl "$k" show stats --json)
+    echo "node n$k:"
+    jq -r '.ports[] | "  \(.name) (port \(.port)): RX \(.rx_packets) pkts / \(.rx_bytes) B, TX \(.tx_packets) pkts / \(.tx_bytes) B, missed \(.rx_missed), rx errors \(.rx_errors), tx errors \(.tx_errors)"' <<<"$stats"
+    echo "  forwarded: $(jq -r '.forwarded // "n/a"' <<<"$stats"), local replies: $(jq -r '.local_replies // "n/a"' <<<"$stats")"
+    echo "  drops (non-zero): $(jq -r '[.drops | to_entries[] | select(.value > 0) | "\(.key) \(.value)"] | if length == 0 then "none" else join(", ") end' <<<"$stats")"
+    flows=$(ctl "$k" show conn --json 2>/dev/null | jq -r '.total // "?"' 2>/dev/null || echo "?")
+    echo "  flows in the table (show conn): $flows"
+    if [ "$nodes" -gt 1 ]; then
+      cl=$(ctl "$k" show cluster --json)
+      jq -r '"  cluster: packets processed as owner \(.counters.owner_packets), forwarded to another owner \(.counters.forwarded_to_owner), forwarded packets received as owner \(.counters.forwarded_received)",
+             "           SYN-ACKs whose owner was decoded from the cookie \(.counters.synack_cookie_decoded), director queries sent \(.counters.director_queries_sent) / answered \(.counters.queries_answered), relays to the director \(.counters.relays_sent)",
+             "  CCL messages by kind (rx/tx): \([.ccl[] | "\(.kind) \(.rx)/\(.tx)"] | join(", "))",
+             "  CCL drops (non-zero): \([.ccl_drops | to_entries[] | select(.value > 0) | "\(.key) \(.value)"] | if length == 0 then "none" else join(", ") end)"' <<<"$cl"
+    fi
+  done
 fi
 echo "demo traffic took $(( $(date +%s) - start )) s"
