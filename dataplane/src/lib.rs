@@ -17,6 +17,7 @@ pub mod pipeline;
 pub mod route;
 pub mod conntrack;
 pub mod frag;
+pub mod fragpath;
 pub mod types;
 pub mod wire;
 

@@ -22,9 +22,16 @@
 //!    against the buffer (Ethernet padding ignored), header checksum, source
 //!    sanity (no 0/8, 127/8, 224/4, 240/4, broadcast, or our own address),
 //!    options (source routing is dropped, RFC 7126 §4.3–4.4; malformed
-//!    options are dropped; others are carried unchanged), fragments (`Ipv4Fragment`, no reassembly yet), destination sanity;
+//!    options are dropped; others are carried unchanged), destination sanity;
 //!    a transit datagram that arrived as a link-layer broadcast is not
 //!    forwarded (RFC 1812 §5.3.4, `EthNotForUs`).
+//! 3b. **Fragments** (`fragpath`, docs/fragments.md): after TTL and route,
+//!    a transit fragment goes to its fragment owner (cluster), or into the
+//!    per-worker shallow reassembler (`Frag*` drops): held until its first
+//!    fragment arrives (`Consumed`), then decided on the datagram's 5-tuple
+//!    like any packet and forwarded on its own; held fragments are released
+//!    through `drain_generated`. Fragments to our own addresses are not
+//!    reassembled (`Ipv4Fragment`).
 //! 4. **Local delivery**: ICMP echo requests to the ingress interface's
 //!    address are answered in place (addresses and MACs swapped, TTL 64,
 //!    type 0); everything else for us — other protocols, our other
@@ -74,7 +81,10 @@ use crate::buf::PacketBuf;
 pub use crate::clusterpath::{
     ClusterCounters, ClusterCountersSnapshot, ClusterSpec, ClusterSpecError, Role,
 };
-use crate::clusterpath::{ClusterState, Plan, Rx, Via, Xlate};
+use crate::clusterpath::{ClusterState, Plan, Rx, Via, Wrap, Xlate};
+use crate::frag::{self, FragResult, ReasmConfigError};
+pub use crate::fragpath::{FragConfig, FragCounters, FragNote, FragSnapshot};
+use crate::fragpath::{frag_track, FragState, FragTrack, Release};
 use crate::conntrack::{ConnInfo, ConnTable, L4Info, TcpSeg, Timeouts};
 use crate::route::{contains, mask, IfIndex, RouteError, RouteInfo, RouteTable};
 use crate::types::{ip_proto, DropReason, Duration, FiveTuple, PortId, Timestamp};
@@ -185,6 +195,8 @@ pub enum PipelineError {
     ZeroCapacity(&'static str),
     #[error("{0}")]
     Cluster(ClusterSpecError),
+    #[error("{0}")]
+    Fragments(ReasmConfigError),
 }
 
 impl std::error::Error for RouteError {}
@@ -196,9 +208,10 @@ pub enum Verdict {
     Forward(PortId),
     Drop(DropReason),
     /// The pipeline is done with the buffer and keeps nothing pointing to
-    /// it: free it. Cluster mode only — a CCL control message was handled,
-    /// or the frame was copied into the pending table to wait for an owner
-    /// reply (counted in `Counters::consumed`).
+    /// it: free it. A fragment was copied into the reassembler to wait for
+    /// its datagram's first fragment; or (cluster mode) a CCL control
+    /// message was handled, or the frame was copied into the pending table
+    /// to wait for an owner reply (counted in `Counters::consumed`).
     Consumed,
 }
 
@@ -387,6 +400,8 @@ pub struct Pipeline {
     pub(crate) counters: Counters,
     /// Cluster roles (`clusterpath`); `None` in single-node mode.
     pub(crate) cluster: Option<Box<ClusterState>>,
+    /// Reassembler and released-fragment slots (`fragpath`).
+    pub(crate) frag: Box<FragState>,
 }
 
 /// RFC 1122 §3.2.1.3 / RFC 1812 §5.3.7: addresses that are never a valid
@@ -409,8 +424,14 @@ fn is_multicast_mac(m: &[u8; 6]) -> bool {
 }
 
 impl Pipeline {
-    /// Validate the configuration and reserve all memory.
+    /// Validate the configuration and reserve all memory, with the default
+    /// fragment limits (`FragConfig::default()`, ≈ 5.1 MiB).
     pub fn new(cfg: PipelineConfig) -> Result<Self, PipelineError> {
+        Self::with_fragments(cfg, FragConfig::default())
+    }
+
+    /// `new` with explicit fragment limits (docs/fragments.md).
+    pub fn with_fragments(cfg: PipelineConfig, frags: FragConfig) -> Result<Self, PipelineError> {
         if cfg.interfaces.is_empty() {
             return Err(PipelineError::NoInterfaces);
         }
@@ -559,6 +580,7 @@ impl Pipeline {
             generated: Vec::with_capacity(MAX_GENERATED),
             counters: Counters::new(max_port),
             cluster,
+            frag: Box::new(FragState::new(&frags).map_err(PipelineError::Fragments)?),
         })
     }
 
@@ -766,6 +788,8 @@ impl Pipeline {
         }
     }
 
+    /// IPv4 input; then, if this frame was the first fragment of a
+    /// datagram with fragments held, release them (`fragpath`).
     #[allow(clippy::too_many_arguments)]
     fn ipv4_in<B: PacketBuf>(
         &mut self,
@@ -778,6 +802,28 @@ impl Pipeline {
         l2_broadcast: bool,
         rx: Rx,
         buf: &mut B,
+    ) -> Result<Outcome, DropReason> {
+        let mut release = None;
+        let r = self.ipv4_decide(now, in_port, ifx, ing, l2, tags, l2_broadcast, rx, buf, &mut release);
+        if let Some(rel) = release {
+            self.frag_release_held(now, &rel);
+        }
+        r
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn ipv4_decide<B: PacketBuf>(
+        &mut self,
+        now: Timestamp,
+        in_port: PortId,
+        ifx: IfIndex,
+        ing: Iface,
+        l2: usize,
+        tags: u8,
+        l2_broadcast: bool,
+        rx: Rx,
+        buf: &mut B,
+        release: &mut Option<Release>,
     ) -> Result<Outcome, DropReason> {
         // --- Parse and decide, holding only a shared borrow of the frame. ---
         let step = 'decide: {
@@ -809,13 +855,16 @@ impl Pipeline {
                     ipv4::OptionScan::Malformed => return Err(DropReason::Ipv4BadOptions),
                 }
             }
-            if ip.is_fragment() {
-                return Err(DropReason::Ipv4Fragment);
-            }
+            let is_frag = ip.is_fragment();
             if martian_destination(dst) {
                 return Err(DropReason::Ipv4BadDestination);
             }
             if dst == ing.addr {
+                // Fragments to the node itself are not reassembled.
+                if is_frag {
+                    self.frag.counters.local += 1;
+                    return Err(DropReason::Ipv4Fragment);
+                }
                 if rx.via != Via::Port {
                     return Err(DropReason::LocalUnhandled);
                 }
@@ -845,16 +894,78 @@ impl Pipeline {
             }
             let route = self.routes.lookup(dst).ok_or(DropReason::NoRoute)?;
             let egress = route.iface;
-            let (tuple, l4) = match transit_l4(&ip)? {
-                Transit::Flow(t, l4) => (t, Some(l4)),
-                Transit::IcmpError(t) => (t, None),
+            // Fragments (fragpath): find the datagram's L4 header.
+            let mut note = rx.frag;
+            let mut piece = None;
+            if is_frag {
+                let Some(info) = frag::ipv4_fragment(&ip)? else {
+                    return Err(DropReason::Ipv4Fragment);
+                };
+                piece = Some((info.offset, info.more));
+                if note.is_none() {
+                    // R10: a fragment received on a port goes to its
+                    // fragment owner; one from the CCL is ours to handle.
+                    if let Some(cl) = self.cluster.as_deref() {
+                        if rx.via == Via::Port {
+                            let k = &info.key;
+                            let fo = frag::fragment_owner(k.src, k.dst, k.ident, &cl.directors);
+                            if fo != cl.me {
+                                break 'decide Step::FragOwner(fo);
+                            }
+                        }
+                    }
+                    let st = &mut *self.frag;
+                    st.counters.inserted += 1;
+                    if rx.hinted {
+                        st.counters.from_fragment_owner += 1;
+                    }
+                    match st.reasm.insert(now, &info, ip.payload()) {
+                        FragResult::Pending => {
+                            st.counters.held += 1;
+                            return Ok(Outcome::Consumed);
+                        }
+                        FragResult::FirstSeen { l4 } => {
+                            let n = FragNote { l4, tuple: l4.five_tuple(&info.key) };
+                            *release = Release::new(info.key, n, in_port, rx, buf.data(), l2);
+                            note = Some(n);
+                        }
+                        FragResult::Forward { l4 } => note = Some(FragNote { l4, tuple: l4.five_tuple(&info.key) }),
+                        // Shallow mode never completes a datagram, and an
+                        // IPv4 fragment is never atomic.
+                        FragResult::Complete { .. } | FragResult::Unfragmented => {
+                            return Err(DropReason::Ipv4Fragment)
+                        }
+                        FragResult::Drop(r) => return Err(r),
+                    }
+                }
+            }
+            let (tuple, l4, lookup_only) = match note {
+                Some(n) => {
+                    let (off, more) = piece.unwrap_or((0, false));
+                    let t = frag_track(&n.l4, off, ip.payload().len(), more)?;
+                    (n.tuple, Some(*t.l4()), matches!(t, FragTrack::Lookup(_)))
+                }
+                None => match transit_l4(&ip)? {
+                    Transit::Flow(t, l4) => (t, Some(l4), false),
+                    Transit::IcmpError(t) => (t, None, false),
+                },
             };
             // Cluster roles: who runs conntrack on this packet?
             if self.cluster.is_some() && !rx.force_own {
-                match self.cluster_plan(now, &tuple, l4.as_ref(), rx) {
+                // A fragment at its fragment owner (from a port or the
+                // CCL) is decided as if received on a port; one the
+                // fragment owner sent here with a hint, as at the owner.
+                let prx = if note.is_some() && !rx.hinted { Rx { via: Via::Port, ..rx } } else { rx };
+                let arx = Rx { frag: note, ..rx };
+                match self.cluster_plan(now, &tuple, l4.as_ref(), prx) {
                     Plan::Own => {}
                     Plan::Drop(r) => return Err(r),
-                    plan => break 'decide Step::Cluster(plan, tuple),
+                    // A relayed later fragment would carry no ports for
+                    // the director to read: ask it instead.
+                    Plan::Relay(director) if note.is_some() => {
+                        break 'decide Step::Cluster(Plan::Query { director, elect: false }, tuple, arx)
+                    }
+                    plan => break 'decide Step::Cluster(plan, tuple, arx),
                 }
             }
             let icmp_error = l4.is_none();
@@ -866,9 +977,20 @@ impl Pipeline {
                         return Err(DropReason::NoFlow);
                     }
                 }
+                // A later piece of a TCP segment without ACK: its flow
+                // must exist, nothing to track.
+                Some(_) if lookup_only => {
+                    if self.conntrack.lookup(&tuple).is_none() {
+                        return Err(DropReason::TcpNoFlow);
+                    }
+                }
                 Some(l4) => {
                     let len = u32::from(ip.total_len());
                     xlate = self.track(now, &tuple, l4, len, ifx, egress)?;
+                    // Only the first fragment carries the TCP header.
+                    if piece.is_some_and(|(off, _)| off != 0) {
+                        xlate = None;
+                    }
                 }
             }
             Step::Route {
@@ -885,8 +1007,14 @@ impl Pipeline {
                 icmp_error,
                 xlate,
             } => (next_hop, egress, icmp_error, xlate),
-            Step::Cluster(plan, tuple) => {
+            Step::Cluster(plan, tuple, rx) => {
                 return self.cluster_act(now, in_port, ifx, rx, plan, &tuple, buf)
+            }
+            Step::FragOwner(fo) => {
+                let iface = u8::try_from(ifx.0).map_err(|_| DropReason::CclMalformed)?;
+                let port = self.wrap(now, buf, Wrap::Forward, iface, fo, None)?;
+                self.frag.counters.to_fragment_owner += 1;
+                return Ok(Outcome::Forward(port));
             }
         };
 
@@ -1080,6 +1208,7 @@ impl Pipeline {
             f(g.port, g.frame.get(..g.len).unwrap_or(&g.frame));
         }
         self.cluster_drain(&mut f);
+        self.frag_drain(&mut f);
     }
 
     /// Periodic work, bounded: expire up to `EXPIRE_BUDGET` flow slots and
@@ -1088,6 +1217,7 @@ impl Pipeline {
         self.conntrack.expire(now, EXPIRE_BUDGET);
         self.arp.age(now);
         self.cluster_timers(now);
+        self.frag_timers(now);
     }
 
     pub fn counters(&self) -> &Counters {
@@ -1137,7 +1267,9 @@ enum Step {
         xlate: Option<Xlate>,
     },
     /// Another node owns it, or we must ask first.
-    Cluster(Plan, FiveTuple),
+    Cluster(Plan, FiveTuple, Rx),
+    /// A fragment whose fragment owner is this other node (R10).
+    FragOwner(crate::types::NodeId),
 }
 
 /// What a transit packet is to conntrack.

@@ -174,7 +174,8 @@ drop_reasons! {
     Ipv4BadSource => "ipv4-bad-source",
     /// TTL would reach zero.
     TtlExceeded => "ttl-exceeded",
-    /// Fragments are not handled by the single-node pipeline yet.
+    /// A fragment addressed to the node itself (local reassembly is not
+    /// implemented), or a fragment the shallow reassembler cannot place.
     Ipv4Fragment => "ipv4-fragment",
     /// Packet for one of our addresses that we do not answer.
     LocalUnhandled => "local-unhandled",

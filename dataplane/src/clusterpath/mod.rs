@@ -42,7 +42,7 @@
 //!   (`DropReason::CclMalformed`) and counted by its `CclDrop` reason.
 
 mod path;
-mod pool;
+pub(crate) mod pool;
 
 use crate::ccl::{CclCounters, CclDrop, CclKey, MessageKind, Opener, Sealer, MAX_PAYLOAD_MTU1500};
 use crate::cluster::{CookieCodec, DirectorTable, MemberSet};
@@ -51,7 +51,7 @@ use crate::types::{Duration, FiveTuple, NodeId, PortId, Timestamp};
 use hashbrown::HashMap;
 use std::net::Ipv4Addr;
 
-pub(crate) use path::{Plan, Rx, Via, Xlate};
+pub(crate) use path::{Plan, Rx, Via, Wrap, Xlate};
 use pool::FramePool;
 
 /// The cluster identity of one node's pipeline.

@@ -15,6 +15,7 @@ use crate::ccl::{
 };
 use crate::cluster::{flow_hash, DirectorTable, MemberSet, SeqDelta};
 use crate::conntrack::{tcp_flags, ConnInfo, FlowHandle, L4Info, TcpState, Timeouts, Tracked};
+use crate::fragpath::FragNote;
 use crate::pipeline::{transit_l4, Outcome, Pipeline, Transit};
 use crate::route::IfIndex;
 use crate::types::{ip_proto, Direction, DropReason, Duration, FiveTuple, NodeId, PortId, Timestamp};
@@ -39,10 +40,22 @@ pub(crate) struct Rx {
     /// The owner question is settled (an owner reply named this node):
     /// run conntrack here.
     pub force_own: bool,
+    /// A fragment the reassembler has already accounted for, with its
+    /// datagram's L4 header and 5-tuple (a held fragment released after
+    /// the first one arrived, or a parked fragment released by an owner
+    /// reply): it is not inserted again (`fragpath`).
+    pub frag: Option<FragNote>,
+    /// A `ForwardedPacket` that carried a flow hint: a fragment the
+    /// fragment owner sent to this node as the flow owner (R10). It is
+    /// never sent back to the fragment owner.
+    pub hinted: bool,
 }
 
 impl Rx {
-    pub const PORT: Rx = Rx { via: Via::Port, force_own: false };
+    pub const PORT: Rx = Rx { via: Via::Port, force_own: false, frag: None, hinted: false };
+    pub const fn ccl(ifx: IfIndex) -> Rx {
+        Rx { via: Via::Ccl(ifx), force_own: false, frag: None, hinted: false }
+    }
 }
 
 /// What the cluster makes of a transit packet.
@@ -74,7 +87,7 @@ pub(crate) struct Pre {
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
-enum Wrap {
+pub(crate) enum Wrap {
     Forward,
     Relay,
 }
@@ -268,14 +281,20 @@ impl Pipeline {
         let iface = u8::try_from(ifx.0).map_err(|_| DropReason::CclMalformed)?;
         match plan {
             Plan::Forward(owner) => {
-                let port = self.wrap(now, buf, Wrap::Forward, iface, owner)?;
+                // A fragment carries its datagram's tuple as the flow hint:
+                // the owner must not send it back to the fragment owner.
+                let hint = rx.frag.map(|f| f.tuple);
+                let port = self.wrap(now, buf, Wrap::Forward, iface, owner, hint)?;
+                if hint.is_some() {
+                    self.frag.counters.to_flow_owner += 1;
+                }
                 if let Some(cl) = self.cluster.as_deref_mut() {
                     cl.counters.forwarded_to_owner += 1;
                 }
                 Ok(Outcome::Forward(port))
             }
             Plan::Relay(director) => {
-                let port = self.wrap(now, buf, Wrap::Relay, iface, director)?;
+                let port = self.wrap(now, buf, Wrap::Relay, iface, director, None)?;
                 if let Some(cl) = self.cluster.as_deref_mut() {
                     cl.counters.relays_sent += 1;
                 }
@@ -315,13 +334,14 @@ impl Pipeline {
     /// Turn the frame in `buf` into a CCL datagram to `to`, in place: outer
     /// Ethernet/IPv4/UDP and CCL header in front, the tag behind. Returns
     /// the CCL port. On error the frame is unchanged.
-    fn wrap<B: PacketBuf>(
+    pub(crate) fn wrap<B: PacketBuf>(
         &mut self,
         now: Timestamp,
         buf: &mut B,
         kind: Wrap,
         iface: u8,
         to: NodeId,
+        hint: Option<FiveTuple>,
     ) -> Result<PortId, DropReason> {
         let (_, path) = self.peer_mac(now, to)?;
         let Some(cl) = self.cluster.as_deref_mut() else {
@@ -334,7 +354,11 @@ impl Pipeline {
         copy.copy_from_slice(buf.data());
         let frame = cl.scratch.get(..len).unwrap_or(&[]);
         let msg = match kind {
-            Wrap::Forward => Message::ForwardedPacket(ForwardedPacket { ingress_iface: iface, flow_hint: None, frame }),
+            Wrap::Forward => Message::ForwardedPacket(ForwardedPacket {
+                ingress_iface: iface,
+                flow_hint: hint.and_then(|t| FlowKey::new(t).ok()),
+                frame,
+            }),
             Wrap::Relay => Message::RelayToOwner(RelayToOwner { ingress_iface: iface, frame }),
         };
         let total = FRAME_OVERHEAD + msg.wire_len();
@@ -471,6 +495,7 @@ impl Pipeline {
             in_port,
             via: rx.via,
             ifx,
+            frag: rx.frag,
         };
         cl.pool.set_pending(i, st);
         if !copied {
@@ -516,11 +541,12 @@ impl Pipeline {
             }
             Message::ForwardedPacket(f) => {
                 let (off, len, iface) = (at(f.frame), f.frame.len(), f.ingress_iface);
+                let hinted = f.flow_hint.is_some();
                 unwrap_to(buf, off, len, total)?;
                 if let Some(cl) = self.cluster.as_deref_mut() {
                     cl.counters.forwarded_received += 1;
                 }
-                let rx = Rx { via: Via::Ccl(IfIndex(u16::from(iface))), force_own: false };
+                let rx = Rx { hinted, ..Rx::ccl(IfIndex(u16::from(iface))) };
                 Ok(self.classify(now, in_port, buf, rx))
             }
             Message::RelayToOwner(f) => {
@@ -532,8 +558,7 @@ impl Pipeline {
                     if let Some(cl) = self.cluster.as_deref_mut() {
                         cl.counters.relays_owned += 1;
                     }
-                    let rx = Rx { via: Via::Ccl(IfIndex(u16::from(iface))), force_own: false };
-                    return Ok(self.classify(now, in_port, buf, rx));
+                    return Ok(self.classify(now, in_port, buf, Rx::ccl(IfIndex(u16::from(iface)))));
                 }
                 let owner = match self.cluster.as_deref() {
                     Some(cl) => match cl.records.get(&canonical(&tuple)) {
@@ -542,7 +567,7 @@ impl Pipeline {
                     },
                     None => return Err(DropReason::ClusterNoRecord),
                 };
-                let port = self.wrap(now, buf, Wrap::Forward, iface, owner)?;
+                let port = self.wrap(now, buf, Wrap::Forward, iface, owner, None)?;
                 if let Some(cl) = self.cluster.as_deref_mut() {
                     cl.counters.relays_relayed += 1;
                 }
@@ -646,8 +671,10 @@ impl Pipeline {
             let Some(slot) = cl.pool.slots.get_mut(i) else {
                 continue;
             };
-            let (in_port, via, ifx) = match slot.state {
-                SlotState::Pending { query_id: q, in_port, via, ifx, .. } if q == query_id => (in_port, via, ifx),
+            let (in_port, via, ifx, frag) = match slot.state {
+                SlotState::Pending { query_id: q, in_port, via, ifx, frag, .. } if q == query_id => {
+                    (in_port, via, ifx, frag)
+                }
                 _ => continue,
             };
             let i = i as u16;
@@ -663,17 +690,21 @@ impl Pipeline {
                     None
                 }
                 Some(o) if o == me => {
-                    match self.classify(now, in_port, &mut sb, Rx { via, force_own: true }) {
+                    match self.classify(now, in_port, &mut sb, Rx { via, force_own: true, frag, hinted: false }) {
                         Outcome::Forward(p) | Outcome::ArpReply(p) | Outcome::EchoReply(p) => Some(p),
                         Outcome::Drop(_) | Outcome::Consumed => None,
                     }
                 }
                 Some(o) => {
                     let iface = u8::try_from(ifx.0).unwrap_or(u8::MAX);
-                    match self.wrap(now, &mut sb, Wrap::Forward, iface, o) {
+                    let hint = frag.map(|f| f.tuple);
+                    match self.wrap(now, &mut sb, Wrap::Forward, iface, o, hint) {
                         Ok(_) => {
                             if let Some(cl) = self.cluster.as_deref_mut() {
                                 cl.counters.forwarded_to_owner += 1;
+                            }
+                            if hint.is_some() {
+                                self.frag.counters.to_flow_owner += 1;
                             }
                             Some(ccl_port)
                         }

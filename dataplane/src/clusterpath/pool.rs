@@ -10,6 +10,7 @@
 
 use super::{Via, MAX_PENDING, SLOT_LEN};
 use crate::buf::PacketBuf;
+use crate::fragpath::FragNote;
 use crate::route::IfIndex;
 use crate::types::{FiveTuple, PortId, Timestamp};
 
@@ -29,6 +30,9 @@ pub(crate) enum SlotState {
         via: Via,
         /// Ingress interface (for wrapping the frame).
         ifx: IfIndex,
+        /// A fragment already accounted for by the reassembler, with its
+        /// datagram's L4 header and tuple (`Rx::frag`).
+        frag: Option<FragNote>,
     },
     Out {
         port: PortId,

@@ -1,0 +1,413 @@
+//! IPv4 fragments on the packet path (SPEC R10; docs/fragments.md,
+//! "On the packet path").
+//!
+//! Every worker owns one shallow `frag::Reassembler` and a small pool of
+//! frame slots for the fragments it releases. A transit fragment goes
+//! through `Pipeline::ipv4_in` like any packet (checks, TTL, route), then:
+//!
+//! 1. **cluster, received on a port**: if another member is the datagram's
+//!    fragment owner (`frag::fragment_owner(src, dst, ident)`), the frame
+//!    becomes a `ForwardedPacket` to it in place, without a flow hint;
+//! 2. otherwise it is inserted into the reassembler: a fragment that
+//!    arrives before the first one is held (a copy; `Verdict::Consumed`);
+//!    the first fragment (`FirstSeen`) reveals the L4 header, hence the
+//!    5-tuple; later fragments come back as `Forward` with that header;
+//! 3. a fragment whose tuple is known is decided like an unfragmented
+//!    packet of its datagram's connection — the cluster plan (owner,
+//!    forward to the owner with the tuple as flow hint, ask the director)
+//!    and, where this node owns it, conntrack and the ACL — and leaves on
+//!    its own, unchanged apart from TTL, MACs and VLAN (and the owner's
+//!    sequence translation in the first fragment);
+//! 4. after the first fragment has been decided, the fragments held for
+//!    its datagram are released (`take_held`): each is rebuilt as a frame
+//!    (the first fragment's L2 header and 20-byte IPv4 header, with its own
+//!    offset, MF flag, length and checksum) in a pool slot and decided the
+//!    same way (`Rx::frag` marks it as accounted for, so it is not inserted
+//!    twice); what passes is queued for `drain_generated`.
+//!
+//! Per-fragment policy: the first fragment is tracked with its real L4
+//! header; every other fragment with the part of the datagram it carries
+//! (TCP: the sequence range `seq + offset − header length`, its length,
+//! ACK and, on the last fragment, FIN; UDP/ICMP/other: the tuple). So a
+//! denied datagram's fragments are all dropped (`AclDenied` for each), a
+//! permitted one's all pass, and TCP windows see every byte. Fragmented
+//! ICMP errors are dropped (`NoFlow`): an error quotes at most 576 bytes
+//! (RFC 1812 §4.3.2.3) and is never fragmented by a sane sender.
+//!
+//! Fragments addressed to the node itself are not reassembled (dropped,
+//! `Ipv4Fragment`, counted in `FragCounters::local`).
+//!
+//! Invariants: all memory (reassembler, slots) is reserved by
+//! `FragState::new`; nothing here allocates or panics per packet; every
+//! fragment `process` sees still ends in exactly one pipeline counter
+//! (held ones in `consumed`), and a held fragment released later ends in
+//! `FragCounters::{released, released_parked, release_drops}` or in the
+//! reassembler's drop counters (`ReasmCounters`).
+
+use crate::ccl::{FRAME_OVERHEAD, TAG_LEN};
+use crate::clusterpath::pool::{FramePool, SlotBuf, SlotState, SLOT_HEADROOM};
+use crate::clusterpath::{Rx, SLOT_LEN};
+use crate::conntrack::{tcp_flags, L4Info, TcpSeg};
+use crate::frag::{FragKey, L4Head, ReasmConfig, ReasmConfigError, ReasmCounters, ReasmMode, Reassembler};
+use crate::pipeline::{Outcome, Pipeline};
+use crate::types::{ip_proto, DropReason, FiveTuple, PortId, Timestamp};
+use crate::wire::icmp::msg_type;
+use crate::wire::ipv4::{Ipv4Packet, FLAG_MF, MIN_HEADER_LEN};
+use crate::wire::tcp::{TcpOptions, TcpPacket};
+
+/// Reassembly contexts inspected per `poll_timers` call.
+pub const FRAG_EXPIRE_BUDGET: usize = 256;
+/// Longest L2 header of a template (Ethernet and one VLAN tag).
+const MAX_L2: usize = 18;
+
+/// Fragment handling limits of one worker, reserved by `Pipeline::new`.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct FragConfig {
+    /// The reassembler's limits (contexts, fragments per datagram, arena,
+    /// timeout). The packet path uses it in shallow mode whatever `mode`
+    /// says: nothing on it rewrites L4 beyond the first fragment's header.
+    pub reasm: ReasmConfig,
+    /// Frame slots (2 KiB each) for released held fragments between two
+    /// `drain_generated` calls.
+    pub out_slots: usize,
+}
+
+impl Default for FragConfig {
+    /// `ReasmConfig::default()` (1024 datagrams, 64 fragments each, 4 MiB
+    /// arena, 2 s) in shallow mode, and 128 out slots (256 KiB): about
+    /// 5.1 MiB per worker.
+    fn default() -> Self {
+        FragConfig { reasm: ReasmConfig::default().shallow(), out_slots: 128 }
+    }
+}
+
+/// Fragment counters of one worker (`Pipeline::frag_counters`).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct FragCounters {
+    /// Transit fragments given to the reassembler by `process`.
+    pub inserted: u64,
+    /// Of those, held until their first fragment (`Verdict::Consumed`).
+    pub held: u64,
+    /// Held fragments released and sent on (egress port or CCL).
+    pub released: u64,
+    /// Held fragments released into the cluster's pending table (waiting
+    /// for an owner reply, with their datagram's first fragment).
+    pub released_parked: u64,
+    /// Held fragments released and then dropped (policy, ARP, no slot);
+    /// by reason in `FragSnapshot::release_drops`.
+    pub release_drops: u64,
+    /// Cluster: fragments sent to their fragment owner over the CCL.
+    pub to_fragment_owner: u64,
+    /// Cluster: fragments the fragment owner sent on to the flow owner
+    /// (with the flow hint).
+    pub to_flow_owner: u64,
+    /// Cluster: fragments received with a flow hint (this node is the
+    /// flow owner; never sent back to the fragment owner).
+    pub from_fragment_owner: u64,
+    /// Fragments addressed to this node: not reassembled, dropped
+    /// (`ipv4-fragment`).
+    pub local: u64,
+}
+
+/// `show stats` for fragments: the path's counters, the reassembler's,
+/// and drops by reason.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct FragSnapshot {
+    #[serde(flatten)]
+    pub counters: FragCounters,
+    /// Datagrams in reassembly now, fragments held now.
+    pub contexts: usize,
+    pub held_now: usize,
+    pub datagrams: u64,
+    pub first_seen: u64,
+    pub forwarded_datagrams: u64,
+    pub datagrams_dropped: u64,
+    /// Fragments dropped by the reassembler (the offending fragment and
+    /// the held fragments of a discarded datagram), non-zero reasons.
+    pub reasm_drops: Vec<(&'static str, u64)>,
+    /// Released held fragments dropped, non-zero reasons.
+    pub release_drops: Vec<(&'static str, u64)>,
+    /// Bytes reserved for fragments (reassembler and slots).
+    pub memory_bytes: usize,
+}
+
+/// A fragment whose datagram's L4 header is known.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct FragNote {
+    pub l4: L4Head,
+    pub tuple: FiveTuple,
+}
+
+/// How a fragment is tracked (`frag_track`).
+#[derive(Copy, Clone, Debug)]
+pub(crate) enum FragTrack {
+    /// Conntrack (and the ACL on creation) with this L4 summary.
+    Track(L4Info),
+    /// A later piece of a TCP segment without ACK (a SYN or RST carrying
+    /// data): passes if the flow exists, nothing to track.
+    Lookup(L4Info),
+}
+
+impl FragTrack {
+    pub(crate) fn l4(&self) -> &L4Info {
+        match self {
+            FragTrack::Track(l) | FragTrack::Lookup(l) => l,
+        }
+    }
+}
+
+/// One worker's fragment state (`Pipeline::frag`).
+pub(crate) struct FragState {
+    pub reasm: Reassembler,
+    pub pool: FramePool,
+    pub counters: FragCounters,
+    pub release_drops: [u64; DropReason::COUNT],
+}
+
+impl FragState {
+    pub fn new(cfg: &FragConfig) -> Result<Self, ReasmConfigError> {
+        let reasm = Reassembler::new(ReasmConfig { mode: ReasmMode::Shallow, ..cfg.reasm })?;
+        Ok(FragState {
+            reasm,
+            pool: FramePool::new(cfg.out_slots.max(1)),
+            counters: FragCounters::default(),
+            release_drops: [0; DropReason::COUNT],
+        })
+    }
+
+    fn release_drop(&mut self, r: DropReason) {
+        self.counters.release_drops += 1;
+        if let Some(c) = self.release_drops.get_mut(r.index()) {
+            *c += 1;
+        }
+    }
+}
+
+/// The first fragment of a datagram, whose held fragments are released
+/// once it has been decided (`Pipeline::frag_release_held`).
+#[derive(Copy, Clone, Debug)]
+pub(crate) struct Release {
+    pub key: FragKey,
+    pub note: FragNote,
+    pub in_port: PortId,
+    pub rx: Rx,
+    /// The first fragment's L2 header and 20-byte IPv4 header, as received.
+    pub tmpl: [u8; MAX_L2 + MIN_HEADER_LEN],
+    pub l2: usize,
+}
+
+impl Release {
+    /// `None` when the L2 header is longer than one VLAN tag (never
+    /// reached: QinQ frames are dropped earlier).
+    pub fn new(key: FragKey, note: FragNote, in_port: PortId, rx: Rx, frame: &[u8], l2: usize) -> Option<Self> {
+        let mut tmpl = [0u8; MAX_L2 + MIN_HEADER_LEN];
+        let src = frame.get(..l2 + MIN_HEADER_LEN).filter(|_| l2 <= MAX_L2)?;
+        tmpl.get_mut(..src.len())?.copy_from_slice(src);
+        Some(Release { key, note, in_port, rx, tmpl, l2 })
+    }
+}
+
+/// What conntrack sees of one fragment of the datagram whose L4 header is
+/// `l4`: the fragment carries `len` bytes at `offset`; `more` is its MF
+/// flag. See the module doc.
+pub(crate) fn frag_track(l4: &L4Head, offset: u16, len: usize, more: bool) -> Result<FragTrack, DropReason> {
+    Ok(match l4.proto {
+        ip_proto::TCP => {
+            let t = TcpPacket::new_checked(l4.bytes()).map_err(|_| DropReason::FragTinyFirst)?;
+            let hl = t.header_len() as u32;
+            let flags = t.flags();
+            let fin = tcp_flags::FIN;
+            let (seq, payload_len, flags, opts) = if offset == 0 {
+                // The first fragment: its own share; FIN belongs to the end.
+                let opts =
+                    if flags & tcp_flags::SYN != 0 { TcpOptions::parse(t.options()) } else { TcpOptions::default() };
+                (t.seq(), (len as u32).saturating_sub(hl), flags & !fin, opts)
+            } else {
+                let keep = if more { !(tcp_flags::SYN | tcp_flags::RST | fin) } else { !(tcp_flags::SYN | tcp_flags::RST) };
+                let seq = t.seq().wrapping_add(u32::from(offset)).wrapping_sub(hl);
+                (seq, len as u32, flags & keep, TcpOptions::default())
+            };
+            let seg = TcpSeg {
+                flags,
+                seq,
+                ack: t.ack(),
+                window: t.window(),
+                payload_len,
+                wscale: opts.wscale,
+                sack_permitted: opts.sack_permitted,
+            };
+            if offset != 0 && flags & tcp_flags::ACK == 0 {
+                FragTrack::Lookup(L4Info::Tcp(seg))
+            } else {
+                FragTrack::Track(L4Info::Tcp(seg))
+            }
+        }
+        ip_proto::UDP => FragTrack::Track(L4Info::Udp),
+        ip_proto::ICMP => match l4.bytes().first().copied() {
+            Some(msg_type::ECHO_REQUEST) => FragTrack::Track(L4Info::IcmpEchoRequest),
+            Some(msg_type::ECHO_REPLY) => FragTrack::Track(L4Info::IcmpEchoReply),
+            Some(msg_type::DEST_UNREACHABLE | msg_type::TIME_EXCEEDED | msg_type::PARAMETER_PROBLEM) => {
+                return Err(DropReason::NoFlow)
+            }
+            _ => FragTrack::Track(L4Info::Other),
+        },
+        _ => FragTrack::Track(L4Info::Other),
+    })
+}
+
+impl Pipeline {
+    /// Release the fragments held for the datagram of `r` (its first
+    /// fragment has just been decided): each is rebuilt in a slot and
+    /// decided like a packet (`classify` with `Rx::frag`).
+    pub(crate) fn frag_release_held(&mut self, now: Timestamp, r: &Release) {
+        let hl = r.l2 + MIN_HEADER_LEN;
+        loop {
+            // Take one held fragment and build its frame in a free slot.
+            let st = &mut *self.frag;
+            let (i, start, end) = {
+                let FragState { reasm, pool, .. } = st;
+                let Some(h) = reasm.take_held(&r.key) else {
+                    break;
+                };
+                if h.offset == 0 {
+                    continue; // the first fragment: it is the one in hand
+                }
+                let n = hl + h.data.len();
+                let room = SLOT_HEADROOM + n + TAG_LEN <= SLOT_LEN
+                    && SLOT_HEADROOM >= FRAME_OVERHEAD - TAG_LEN;
+                let slot = if room { pool.alloc() } else { None };
+                let Some(i) = slot else {
+                    st.release_drop(DropReason::FragNoBuffer);
+                    continue;
+                };
+                let built = pool
+                    .slots
+                    .get_mut(usize::from(i))
+                    .and_then(|s| s.buf.as_deref_mut())
+                    .and_then(|b| b.get_mut(SLOT_HEADROOM..SLOT_HEADROOM + n))
+                    .map(|f| {
+                        f[..hl].copy_from_slice(&r.tmpl[..hl]);
+                        f[hl..].copy_from_slice(h.data);
+                        let mut ip = Ipv4Packet::new_unchecked(&mut f[r.l2..hl]);
+                        ip.set_version_ihl(MIN_HEADER_LEN);
+                        ip.set_total_len((MIN_HEADER_LEN + h.data.len()) as u16);
+                        ip.set_flags_frag(if h.more { FLAG_MF } else { 0 }, h.offset);
+                        ip.fill_checksum();
+                    })
+                    .is_some();
+                if !built {
+                    pool.give_back(i);
+                    st.release_drop(DropReason::FragNoBuffer);
+                    continue;
+                }
+                (i, SLOT_HEADROOM, SLOT_HEADROOM + n)
+            };
+            // Decide it like a packet; the slot's box is out meanwhile.
+            let Some(mut b) = self.frag.pool.slots.get_mut(usize::from(i)).and_then(|s| s.buf.take()) else {
+                self.frag.pool.give_back(i);
+                continue;
+            };
+            let mut sb = SlotBuf { mem: &mut b[..], start, end };
+            let rx = Rx { frag: Some(r.note), force_own: false, ..r.rx };
+            let outcome = self.classify(now, r.in_port, &mut sb, rx);
+            let (start, end) = (sb.start, sb.end);
+            let st = &mut *self.frag;
+            if let Some(s) = st.pool.slots.get_mut(usize::from(i)) {
+                s.buf = Some(b);
+                s.start = start;
+                s.len = end - start;
+            }
+            match outcome {
+                Outcome::Forward(p) | Outcome::ArpReply(p) | Outcome::EchoReply(p) => {
+                    st.counters.released += 1;
+                    st.pool.push_out(i, p);
+                }
+                Outcome::Consumed => {
+                    st.counters.released_parked += 1;
+                    st.pool.give_back(i);
+                }
+                Outcome::Drop(reason) => {
+                    st.release_drop(reason);
+                    st.pool.give_back(i);
+                }
+            }
+        }
+    }
+
+    /// Hand the released fragments to `f` (from `drain_generated`).
+    pub(crate) fn frag_drain(&mut self, f: &mut impl FnMut(PortId, &[u8])) {
+        let st = &mut *self.frag;
+        for k in 0..st.pool.out.len() {
+            let Some(&i) = st.pool.out.get(k) else {
+                break;
+            };
+            let Some(s) = st.pool.slots.get(usize::from(i)) else {
+                continue;
+            };
+            let (SlotState::Out { port }, Some(b)) = (s.state, s.buf.as_deref()) else {
+                continue;
+            };
+            let Some(frame) = b.get(s.start..s.start + s.len) else {
+                continue;
+            };
+            if let Some(pc) = self.counters.ports.get_mut(usize::from(port.0)) {
+                pc.tx_packets += 1;
+                pc.tx_bytes += frame.len() as u64;
+            }
+            f(port, frame);
+        }
+        for k in 0..st.pool.out.len() {
+            if let Some(&i) = st.pool.out.get(k) {
+                st.pool.release(i);
+            }
+        }
+        st.pool.out.clear();
+    }
+
+    /// Housekeeping: expire reassembly contexts (bounded).
+    pub(crate) fn frag_timers(&mut self, now: Timestamp) {
+        self.frag.reasm.expire(now, FRAG_EXPIRE_BUDGET);
+    }
+
+    /// The fragment path's counters.
+    pub fn frag_counters(&self) -> &FragCounters {
+        &self.frag.counters
+    }
+    /// The reassembler's counters (drops by reason, conservation).
+    pub fn reasm_counters(&self) -> &ReasmCounters {
+        self.frag.reasm.counters()
+    }
+    /// Datagrams in reassembly and fragments held now.
+    pub fn frag_in_progress(&self) -> (usize, usize) {
+        (self.frag.reasm.len(), self.frag.reasm.held_fragments())
+    }
+    /// Released held fragments dropped for `r`.
+    pub fn frag_release_drops(&self, r: DropReason) -> u64 {
+        self.frag.release_drops.get(r.index()).copied().unwrap_or(0)
+    }
+    /// Bytes reserved for fragment handling: constant after `new`.
+    pub fn frag_memory_bytes(&self) -> usize {
+        self.frag.reasm.memory_bytes() + self.frag.pool.slots.len() * SLOT_LEN
+    }
+
+    /// `show stats` (off the packet path).
+    pub fn frag_snapshot(&self) -> FragSnapshot {
+        let r = self.frag.reasm.counters();
+        FragSnapshot {
+            counters: self.frag.counters,
+            contexts: self.frag.reasm.len(),
+            held_now: self.frag.reasm.held_fragments(),
+            datagrams: r.datagrams,
+            first_seen: r.first_seen,
+            forwarded_datagrams: r.forwarded_datagrams,
+            datagrams_dropped: r.datagrams_dropped,
+            reasm_drops: r.drops().map(|(d, n)| (d.as_str(), n)).collect(),
+            release_drops: DropReason::ALL
+                .iter()
+                .map(|&d| (d.as_str(), self.frag_release_drops(d)))
+                .filter(|&(_, n)| n != 0)
+                .collect(),
+            memory_bytes: self.frag_memory_bytes(),
+        }
+    }
+}
