@@ -6,6 +6,7 @@
 //! allocate; only the pipeline calls are measured.
 
 mod cluster_bed;
+mod frag_util;
 
 use cluster_bed::*;
 use dataplane::buf::{PacketBuf, VecBuf};
@@ -156,6 +157,19 @@ fn cluster_path_does_not_allocate() {
     h.send(now(), a, IN, from_host(a, DNS).udp(dport, 53, b"q"));
     h.send(now(), b, OUT, from_outside(b, DNS).udp(53, dport, b"a"));
 
+    // Fragments (R10): a new flow's first datagram lands on a, c, c, a
+    // (first fragment last) and goes to its fragment owner; the reply's
+    // fragments land on every node.
+    let fport = port_with_director(SERVER, 6000, 17, 3, c);
+    let fq = |n: usize| PacketBuilder { dont_frag: false, ident: 0x4242, ..from_host(n, SERVER) }.udp(fport, 6000, &[1u8; 200]);
+    let fr = |n: usize| PacketBuilder { dont_frag: false, ident: 0x4343, ..from_outside(n, SERVER) }.udp(6000, fport, &[2u8; 200]);
+    for (i, n) in [(1, a), (3, c), (2, c), (0, a)] {
+        h.send(now(), n, IN, frag_util::fragments(&fq(n), 64)[i].clone());
+    }
+    for (i, n) in [(3, c), (2, b), (1, a), (0, c)] {
+        h.send(now(), n, OUT, frag_util::fragments(&fr(n), 64)[i].clone());
+    }
+
     // Garbage on the CCL port; a query that will time out (peer gone).
     let junk = PacketBuilder::new(ccl_mac(1), ccl_mac(0), ccl_addr(1), ccl_addr(0)).udp(31300, 31300, &[0x43, 0x46, 1, 0, 0]);
     h.send(now(), a, CCL, junk);
@@ -170,9 +184,12 @@ fn cluster_path_does_not_allocate() {
     assert_eq!(h.spent, 0, "allocations on the cluster packet path ({} calls)", h.calls);
     assert!(h.emitted >= 9, "{}", h.emitted);
     assert_eq!(h.nodes[b].cluster_counters().unwrap().counters.synack_cookie_decoded, 1);
-    assert_eq!(h.nodes[c].cluster_counters().unwrap().counters.elections, 2);
+    assert_eq!(h.nodes[c].cluster_counters().unwrap().counters.elections, 3, "UDP, DNS and the fragmented flow");
     assert_eq!(h.nodes[c].cluster_counters().unwrap().counters.relays_relayed, 1);
     assert!(h.nodes[a].cluster_counters().unwrap().counters.pending_timeouts >= 1);
+    let inserted: u64 = h.nodes.iter().map(|p| p.frag_counters().inserted).sum();
+    assert_eq!(inserted, 8 + h.nodes.iter().map(|p| p.frag_counters().from_fragment_owner).sum::<u64>());
+    assert!(h.nodes.iter().all(|p| p.frag_in_progress() == (0, 0)));
     // Control: the counter does see allocations on this thread.
     let before = allocs();
     let v = std::hint::black_box(vec![0u8; 16]);

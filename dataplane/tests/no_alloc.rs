@@ -5,6 +5,7 @@
 //! All memory is reserved by `Pipeline::new`.
 
 mod common;
+mod frag_util;
 
 use common::*;
 use dataplane::buf::VecBuf;
@@ -88,6 +89,20 @@ fn packet_path_does_not_allocate() {
         (IN_PORT, vec![0; 20]),
         (IN_PORT, from_host(SERVER).ttl(1).udp(1, 2, b"")),
     ];
+    // Fragments: a datagram in reverse (held, then released through
+    // drain_generated), an unsolicited one (denied), an overlap, an
+    // oversize one, and one left to time out in poll_timers.
+    let dg = |ident, b: dataplane::wire::build::PacketBuilder| {
+        dataplane::wire::build::PacketBuilder { dont_frag: false, ident, ..b }
+    };
+    let out_udp = dg(0x0a0a, from_host(SERVER)).udp(40100, 5000, &[4u8; 200]);
+    frames.extend(frag_util::fragments(&out_udp, 64).into_iter().rev().map(|f| (IN_PORT, f)));
+    let in_udp = dg(0x0b0b, from_outside(SERVER, HOST)).udp(5000, 40101, &[5u8; 200]);
+    frames.extend(frag_util::fragments(&in_udp, 64).into_iter().rev().map(|f| (OUT_PORT, f)));
+    frames.push((IN_PORT, frag_util::raw_fragment(&out_udp, 24, 24, true)));
+    frames.push((IN_PORT, frag_util::raw_fragment(&out_udp, 16, 24, true)));
+    frames.push((IN_PORT, frag_util::raw_fragment(&out_udp, 65528, 16, false)));
+    frames.push((IN_PORT, frag_util::raw_fragment(&dg(0x0c0c, from_host(SERVER)).udp(1, 2, &[0; 64]), 64, 8, false)));
     // Many unresolved next hops: fills the ARP cache and the generated queue.
     for i in 0..80u8 {
         frames.push((
@@ -109,6 +124,11 @@ fn packet_path_does_not_allocate() {
     let c = p.counters();
     assert!(c.forwarded >= 4 && c.arp_replies == 2 && c.icmp_echo_replies == 1);
     assert!(c.drop_count(dataplane::DropReason::ArpCacheFull) > 0);
+    assert_eq!(p.frag_counters().released, 3, "the reversed datagram's held fragments");
+    assert!(c.drop_count(dataplane::DropReason::AclDenied) >= 1);
+    assert_eq!(c.drop_count(dataplane::DropReason::FragOverlap), 1);
+    assert_eq!(c.drop_count(dataplane::DropReason::FragTooBig), 1);
+    assert_eq!(p.reasm_counters().dropped(dataplane::DropReason::FragTimeout), 1);
     // Control: the counter does see allocations on this thread.
     let b = allocs();
     let v = std::hint::black_box(vec![0u8; 16]);
