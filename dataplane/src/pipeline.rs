@@ -897,6 +897,7 @@ impl Pipeline {
             // Fragments (fragpath): find the datagram's L4 header.
             let mut note = rx.frag;
             let mut piece = None;
+            let mut rx = rx;
             if is_frag {
                 let Some(info) = frag::ipv4_fragment(&ip)? else {
                     return Err(DropReason::Ipv4Fragment);
@@ -906,12 +907,16 @@ impl Pipeline {
                     // R10: a fragment received on a port goes to its
                     // fragment owner; one from the CCL is ours to handle.
                     if let Some(cl) = self.cluster.as_deref() {
-                        if rx.via == Via::Port {
-                            let k = &info.key;
-                            let fo = frag::fragment_owner(k.src, k.dst, k.ident, &cl.directors);
-                            if fo != cl.me {
+                        let k = &info.key;
+                        let fo = frag::fragment_owner(k.src, k.dst, k.ident, &cl.directors);
+                        if fo != cl.me {
+                            if rx.via == Via::Port {
                                 break 'decide Step::FragOwner(fo);
                             }
+                            // From the CCL and not ours as fragment owner:
+                            // the fragment owner sent it to us as the flow
+                            // owner (it never goes back: no loop).
+                            rx.hinted = true;
                         }
                     }
                     let st = &mut *self.frag;

@@ -194,3 +194,22 @@ fn denied_fragmented_datagram_never_leaves() {
     assert_eq!(denied, 3, "every fragment dropped by policy, counted");
     accounted(&bed);
 }
+
+/// A full-size fragment (1480 bytes of IP payload) tunnelled to its
+/// fragment owner fits a 1600-byte CCL MTU: the frame gains exactly the
+/// 94 bytes of a `ForwardedPacket` (no flow hint on the wire).
+#[test]
+fn full_size_fragment_fits_the_ccl_mtu() {
+    use dataplane::buf::{PacketBuf, VecBuf};
+    use dataplane::pipeline::Verdict;
+    let mut bed = Bed::new(3, true);
+    let ident = ident_with_fragment_owner(HOST, SERVER, B);
+    let frame = PacketBuilder { dont_frag: false, ident, ..from_host(A, SERVER) }.udp(40500, 5000, &[0u8; 4000]);
+    let frags = fragments(&frame, 1480);
+    assert_eq!(frags[0].len(), 1514);
+    let mut buf = VecBuf::new(&frags[0]);
+    let v = bed.nodes[A].process(dataplane::Timestamp::from_millis(2_000), IN, &mut buf);
+    assert_eq!(v, Verdict::Forward(CCL));
+    assert_eq!(buf.data().len(), 1514 + 94);
+    assert!(buf.data().len() - 14 <= 1600, "outer IPv4 packet within the CCL MTU");
+}

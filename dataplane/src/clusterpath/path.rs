@@ -45,9 +45,10 @@ pub(crate) struct Rx {
     /// the first one arrived, or a parked fragment released by an owner
     /// reply): it is not inserted again (`fragpath`).
     pub frag: Option<FragNote>,
-    /// A `ForwardedPacket` that carried a flow hint: a fragment the
-    /// fragment owner sent to this node as the flow owner (R10). It is
-    /// never sent back to the fragment owner.
+    /// A fragment the fragment owner sent to this node as the flow owner
+    /// (R10): it came over the CCL and this node is not its fragment owner,
+    /// or its `ForwardedPacket` carried a flow hint. It is decided as at
+    /// the owner (a local flow or a drop), never sent back.
     pub hinted: bool,
 }
 
@@ -281,11 +282,12 @@ impl Pipeline {
         let iface = u8::try_from(ifx.0).map_err(|_| DropReason::CclMalformed)?;
         match plan {
             Plan::Forward(owner) => {
-                // A fragment carries its datagram's tuple as the flow hint:
-                // the owner must not send it back to the fragment owner.
-                let hint = rx.frag.map(|f| f.tuple);
-                let port = self.wrap(now, buf, Wrap::Forward, iface, owner, hint)?;
-                if hint.is_some() {
+                // A fragment from its fragment owner to the flow owner goes
+                // without the flow hint (13 bytes would push a full-size
+                // fragment past a 1600-byte CCL MTU): the owner tells it
+                // from `fragment_owner` and never sends it back.
+                let port = self.wrap(now, buf, Wrap::Forward, iface, owner, None)?;
+                if rx.frag.is_some() {
                     self.frag.counters.to_flow_owner += 1;
                 }
                 if let Some(cl) = self.cluster.as_deref_mut() {
@@ -697,8 +699,9 @@ impl Pipeline {
                 }
                 Some(o) => {
                     let iface = u8::try_from(ifx.0).unwrap_or(u8::MAX);
+                    // No flow hint on the wire (see `cluster_act`).
                     let hint = frag.map(|f| f.tuple);
-                    match self.wrap(now, &mut sb, Wrap::Forward, iface, o, hint) {
+                    match self.wrap(now, &mut sb, Wrap::Forward, iface, o, None) {
                         Ok(_) => {
                             if let Some(cl) = self.cluster.as_deref_mut() {
                                 cl.counters.forwarded_to_owner += 1;
