@@ -7,14 +7,18 @@
 //!
 //! 1. **cluster, received on a port**: if another member is the datagram's
 //!    fragment owner (`frag::fragment_owner(src, dst, ident)`), the frame
-//!    becomes a `ForwardedPacket` to it in place, without a flow hint;
+//!    becomes a `ForwardedPacket` to it in place. A fragment that comes
+//!    over the CCL is never sent on to a fragment owner: if this node is
+//!    its fragment owner it is collected here, otherwise the fragment
+//!    owner sent it here as the flow owner (`Rx::hinted`) — so no loop;
 //! 2. otherwise it is inserted into the reassembler: a fragment that
 //!    arrives before the first one is held (a copy; `Verdict::Consumed`);
 //!    the first fragment (`FirstSeen`) reveals the L4 header, hence the
 //!    5-tuple; later fragments come back as `Forward` with that header;
 //! 3. a fragment whose tuple is known is decided like an unfragmented
 //!    packet of its datagram's connection — the cluster plan (owner,
-//!    forward to the owner with the tuple as flow hint, ask the director)
+//!    forward to the owner, ask the director; a relay becomes a query, as
+//!    a relayed later fragment carries no ports for the director to read)
 //!    and, where this node owns it, conntrack and the ACL — and leaves on
 //!    its own, unchanged apart from TTL, MACs and VLAN (and the owner's
 //!    sequence translation in the first fragment);
