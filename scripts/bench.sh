@@ -220,8 +220,8 @@ EOF
 
 ctl() { "$BIN/clusterfw-ctl" --socket "$W/node.sock" "$@"; }
 
-run_clusterfw() {
-  local prefix="${TAG}-node" pid i
+run_clusterfw() { # $1 = label
+  local label=$1 prefix="${TAG}-node-$1" pid i
   PREFIXES+=("$prefix")
   node_yaml "$W/node.yaml" "$prefix"
   local cmd="$BIN/clusterfw --config $W/node.yaml; clusterfw-ctl show stats --json at +${WARMUP}s and +$((WARMUP + SECS))s"
@@ -240,7 +240,7 @@ run_clusterfw() {
     IN_MAC=$mac
     OUT_MAC=$(grep -o 'on net_pcap1 (port 1): [0-9./]* mac [0-9a-f:]*' "$W/node.log" | awk '{print $NF}')
     make_pcaps
-    run_clusterfw
+    run_clusterfw "$label"
     return
   fi
   sleep "$WARMUP"
@@ -251,27 +251,21 @@ run_clusterfw() {
   ctl show conn --json >"$W/conn.json" 2>/dev/null || true
   stop_pid "$pid"
   rm -rf "/var/run/dpdk/$prefix"
-  "$PY" scripts/bench/parse.py ctl-rate "$W/stats1.json" "$W/stats2.json" "$t1" "$t2" >"$W/clusterfw.json"
+  "$PY" scripts/bench/parse.py ctl-rate "$W/stats1.json" "$W/stats2.json" "$t1" "$t2" >"$W/clusterfw-$label.json"
   "$PY" -c 'import json,sys; d=json.load(open(sys.argv[1])); d["command"]=sys.argv[2]; json.dump(d,open(sys.argv[1],"w"),indent=2)' \
-    "$W/clusterfw.json" "$cmd"
-  say "(b) clusterfw: $("$PY" -c 'import json,sys; d=json.load(open(sys.argv[1])); print("%.2f Mpps, drops in interval %s" % (d["mpps"], d["drops_in_interval"]))' "$W/clusterfw.json")"
+    "$W/clusterfw-$label.json" "$cmd"
+  cp "$W/node.log" "$W/node-$label.log"
+  say "(b) clusterfw ($label): $("$PY" -c 'import json,sys; d=json.load(open(sys.argv[1])); print("%.2f Mpps, drops in interval %s" % (d["mpps"], d["drops_in_interval"]))' "$W/clusterfw-$label.json")"
 }
 
+# Order: testpmd, clusterfw, [OVS ct, OVS ct+nat], clusterfw, testpmd, so
+# that each figure has a neighbour of the other kind in time (the load of a
+# shared VM drifts); each reported rate is the mean of its runs.
 if [ $SKIP_DPDK = 0 ]; then
   mkdir -p "$W"
   make_pcaps
   run_testpmd before
-  run_clusterfw
-  run_testpmd after
-  "$PY" - "$W" <<'EOF'
-import json, sys
-w = sys.argv[1]
-b, a, c = (json.load(open(f"{w}/{n}.json")) for n in ("testpmd-before", "testpmd-after", "clusterfw"))
-rates = [x["mpps"] for x in (b, a) if "mpps" in x]
-tp = {"mpps": sum(rates) / len(rates) if rates else None, "runs": [b, a], "command": b.get("command")}
-json.dump({"clusterfw": c, "testpmd": tp,
-           "ratio": c["mpps"] / tp["mpps"] if tp["mpps"] else None}, open(f"{w}/../single.json", "w"), indent=2)
-EOF
+  run_clusterfw first
 fi
 
 # ---------------------------------------------------------------- (c) OVS
@@ -326,6 +320,23 @@ if [ $PEERS = 1 ] && [ $SKIP_DPDK = 0 ]; then
   stop_ovs
   rm -rf "/var/run/dpdk/$prefix"
   "$PY" -c 'import json,sys; d=sys.argv[1]; json.dump({k: json.load(open(f"{d}/{k}.json")) for k in ("ct_commit","ct_commit_nat")}, open(f"{d}/../ovs.json","w"), indent=2)' "$OVSD"
+fi
+
+if [ $SKIP_DPDK = 0 ]; then
+  run_clusterfw second
+  run_testpmd after
+  "$PY" - "$W" <<'EOF'
+import json, sys
+w = sys.argv[1]
+b, a = (json.load(open(f"{w}/testpmd-{n}.json")) for n in ("before", "after"))
+c1, c2 = (json.load(open(f"{w}/clusterfw-{n}.json")) for n in ("first", "second"))
+mean = lambda xs: sum(xs) / len(xs) if xs else None
+tp = {"mpps": mean([x["mpps"] for x in (b, a) if "mpps" in x]), "runs": [b, a], "command": b.get("command")}
+cf = {"mpps": mean([c1["mpps"], c2["mpps"]]), "runs": [c1, c2], "command": c1.get("command"),
+      "drops_in_interval": [c1["drops_in_interval"], c2["drops_in_interval"]]}
+json.dump({"clusterfw": cf, "testpmd": tp, "ratio": cf["mpps"] / tp["mpps"] if tp["mpps"] else None},
+          open(f"{w}/../single.json", "w"), indent=2)
+EOF
 fi
 
 # ---------------------------------------------------------------- (d) tax

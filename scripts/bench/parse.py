@@ -161,8 +161,11 @@ def summary(out):
     v = newc.get("per_s")
     row("microbench new connections per second", v, ">= 1000000", None if v is None else v >= 1e6, mc)
     row("bytes per flow (ConnTable::bytes_per_flow, max over capacities)", bpf, "<= 256", None if bpf is None else bpf <= 256, (micro.get("bytes_per_flow") or {}).get("command"))
-    row("DPDK single node: clusterfw Mpps (1 worker lcore, net_pcap infinite_rx -> net_pcap)", cfw, None, None, (single.get("clusterfw") or {}).get("command"))
-    row("DPDK single node: testpmd io Mpps, same vdevs and input", tp, None, None, (single.get("testpmd") or {}).get("command"))
+    runs = lambda k: ", ".join(fmt(r.get("mpps")) for r in (single.get(k) or {}).get("runs", []))
+    row(f"DPDK single node: clusterfw Mpps (1 worker lcore, net_pcap infinite_rx -> net_pcap; mean of runs {runs('clusterfw')})",
+        cfw, None, None, (single.get("clusterfw") or {}).get("command"))
+    row(f"DPDK single node: testpmd io Mpps, same vdevs and input (mean of runs {runs('testpmd')})",
+        tp, None, None, (single.get("testpmd") or {}).get("command"))
     ratio = cfw / tp if cfw and tp else None
     row("clusterfw / testpmd io", ratio, ">= 0.25", None if ratio is None else ratio >= 0.25, "ratio of the two above")
     if ovs:
