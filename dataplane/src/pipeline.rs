@@ -25,7 +25,8 @@
 //!    options are dropped; others are carried unchanged), destination sanity;
 //!    a transit datagram that arrived as a link-layer broadcast is not
 //!    forwarded (RFC 1812 §5.3.4, `EthNotForUs`).
-//! 3b. **Fragments** (`fragpath`, docs/fragments.md): after TTL and route,
+//!
+//!    **Fragments** (`fragpath`, docs/fragments.md): after TTL and route,
 //!    a transit fragment goes to its fragment owner (cluster), or into the
 //!    per-worker shallow reassembler (`Frag*` drops): held until its first
 //!    fragment arrives (`Consumed`), then decided on the datagram's 5-tuple

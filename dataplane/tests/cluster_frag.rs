@@ -213,3 +213,63 @@ fn full_size_fragment_fits_the_ccl_mtu() {
     assert_eq!(buf.data().len(), 1514 + 94);
     assert!(buf.data().len() - 14 <= 1600, "outer IPv4 packet within the CCL MTU");
 }
+
+mod props {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
+        /// The fragments of a client datagram (new connection) and of the
+        /// server's reply land on random nodes in a random order: every
+        /// fragment leaves the cluster exactly once, from the single
+        /// owner, and reassembles to the datagram.
+        #[test]
+        fn random_landings_every_fragment_from_the_owner(
+            len in 1usize..3000,
+            size8 in 8usize..186,
+            seed in any::<u64>(),
+            director in 0usize..3,
+        ) {
+            let mut bed = Bed::new(3, true);
+            let cport = port_with_director(SERVER, 5100, 17, 3, director);
+            let payload: Vec<u8> = (0..len).map(|i| (i * 5 + 1) as u8).collect();
+            let mut s = seed;
+            let mut next = move || {
+                s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                (s >> 33) as usize
+            };
+            let (qid, rid) = (next() as u16, next() as u16);
+            let q = |n: usize| PacketBuilder { dont_frag: false, ident: qid, ..from_host(n, SERVER) }.udp(cport, 5100, &payload);
+            let r = |n: usize| PacketBuilder { dont_frag: false, ident: rid, ..from_outside(n, SERVER) }.udp(5100, cport, &payload);
+            for (mk, port) in [(&q as &dyn Fn(usize) -> Vec<u8>, IN), (&r, OUT)] {
+                let count = fragments(&mk(0), size8 * 8).len();
+                prop_assume!(count <= 64);
+                let mut order: Vec<usize> = (0..count).collect();
+                for i in (1..count).rev() {
+                    order.swap(i, next() % (i + 1));
+                }
+                let mut out = vec![];
+                for i in order {
+                    let n = next() % 3;
+                    out.extend(bed.send(n, port, fragments(&mk(n), size8 * 8)[i].clone()));
+                }
+                prop_assert_eq!(out.len(), count, "every fragment leaves once");
+                let owner = out[0].0;
+                let egress = if port == IN { OUT } else { IN };
+                for (n, p, f) in &out {
+                    prop_assert_eq!((*n, *p), (owner, egress), "from the owner only");
+                    check_ip(f, 63);
+                }
+                let frames: Vec<Vec<u8>> = out.iter().map(|(_, _, f)| f.clone()).collect();
+                prop_assert_eq!(reassemble_udp(&frames), payload.clone());
+            }
+            let t = tuple(HOST, cport, SERVER, 5100, 17);
+            prop_assert_eq!(bed.owners(&t).len(), 1);
+            for n in 0..3 {
+                prop_assert_eq!(bed.nodes[n].frag_in_progress(), (0, 0));
+            }
+            accounted(&bed);
+        }
+    }
+}
