@@ -273,3 +273,57 @@ mod props {
         }
     }
 }
+
+/// A TCP connection owned by A with a cookie ISN (R6): the client's
+/// 600-byte segment arrives in four fragments on B, C, A, B; C is the
+/// fragment owner and forwards them to A, which translates `seq` in the
+/// first fragment only (incremental checksum). The segment the server
+/// reassembles has the translated sequence number and a valid checksum,
+/// and the server's ACK of all 600 bytes is in window and translated back.
+#[test]
+fn fragmented_tcp_segment_with_sequence_translation() {
+    use dataplane::conntrack::tcp_flags::{ACK, PSH, SYN};
+    use dataplane::wire::tcp::TcpPacket;
+    const SYN_OPTS: [u8; 12] = [2, 4, 0x05, 0xb4, 4, 2, 1, 1, 1, 3, 3, 7];
+    let mut bed = Bed::new(3, true);
+    let cport = port_with_director(SERVER, 80, 6, 3, C);
+    let (c_isn, s_isn) = (1000u32, 5000u32);
+    let out = bed.send(A, IN, from_host(A, SERVER).tcp(cport, 80, c_isn, 0, SYN, 64240, &SYN_OPTS, b""));
+    let isn = tcp_fields(&out[0].2).0;
+    assert_ne!(isn, c_isn);
+    let synack = from_outside(B, SERVER).tcp(80, cport, s_isn, isn.wrapping_add(1), SYN | ACK, 65535, &SYN_OPTS, b"");
+    assert_eq!(bed.send(B, OUT, synack).len(), 1);
+    assert_eq!(bed.send(B, IN, from_host(B, SERVER).tcp(cport, 80, c_isn + 1, s_isn + 1, ACK, 502, &[], b"")).len(), 1);
+
+    let ident = ident_with_fragment_owner(HOST, SERVER, C);
+    let payload: Vec<u8> = (0..600u32).map(|i| (i % 251) as u8).collect();
+    let seg = |n: usize| {
+        PacketBuilder { dont_frag: false, ident, ..from_host(n, SERVER) }
+            .tcp(cport, 80, c_isn + 1, s_isn + 1, ACK | PSH, 502, &[], &payload)
+    };
+    let mut out = vec![];
+    for (i, n) in [(2, B), (0, C), (1, A), (3, B)] {
+        out.extend(bed.send(n, IN, fragments(&seg(n), 160)[i].clone()));
+    }
+    assert_eq!(out.len(), 4);
+    for (n, p, f) in &out {
+        assert_eq!((*n, *p), (A, OUT), "from the owner only");
+        check_ip(f, 63);
+    }
+    let frames: Vec<Vec<u8>> = out.iter().map(|(_, _, f)| f.clone()).collect();
+    let (src, dst, data) = reassemble(&frames);
+    let t = TcpPacket::new_checked(&data[..]).unwrap();
+    assert_eq!(t.seq(), isn.wrapping_add(1), "seq translated into the cookie space");
+    assert!(t.verify_checksum(src, dst), "checksum of the whole segment still right");
+    assert_eq!(t.payload(), &payload[..]);
+    assert_eq!(bed.nodes[C].frag_counters().to_flow_owner, 4);
+
+    // The server acknowledges the 600 bytes (landing on C): in window on
+    // A, and translated back into the client's space.
+    let ack = from_outside(C, SERVER).tcp(80, cport, s_isn + 1, isn.wrapping_add(601), ACK, 509, &[], b"");
+    let out = bed.send(C, OUT, ack);
+    assert_eq!(out.len(), 1);
+    assert_eq!((out[0].0, out[0].1), (A, IN));
+    assert_eq!(tcp_fields(&out[0].2).1, c_isn + 601);
+    accounted(&bed);
+}

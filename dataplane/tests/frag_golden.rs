@@ -458,3 +458,25 @@ mod props {
         }
     }
 }
+
+/// A tagged datagram from the DMZ (VLAN 10), last fragment first: the
+/// held fragment is rebuilt from the tagged first fragment and leaves
+/// untagged on the outside like the others.
+#[test]
+fn tagged_fragments_released_untagged() {
+    let mut n = Node::new();
+    n.send(DMZ_PORT, &arp_request(DMZ_HOST_MAC, Some(DMZ_VLAN), DMZ_HOST_MAC, DMZ_HOST, DMZ_ADDR));
+    n.gen();
+    let payload = [6u8; 100];
+    let b = PacketBuilder { dont_frag: false, ident: 0x0404, ..from_dmz(SERVER) };
+    let frags = fragments(&b.udp(41500, 5000, &payload), 56);
+    let out = PacketBuilder { dont_frag: false, ident: 0x0404, ..PacketBuilder::new(OUT_MAC, GW_MAC, DMZ_HOST, SERVER).ttl(63) };
+    let want = fragments(&out.udp(41500, 5000, &payload), 56);
+    assert_eq!(frags.len(), 2);
+    assert_eq!(n.send(DMZ_PORT, &frags[1]).0, Verdict::Consumed);
+    let (v, first) = n.send(DMZ_PORT, &frags[0]);
+    assert_eq!((v, hex(&first)), (Verdict::Forward(OUT_PORT), hex(&want[0])));
+    let g = n.gen();
+    assert_eq!(g.len(), 1);
+    assert_eq!((g[0].0, hex(&g[0].1)), (OUT_PORT, hex(&want[1])));
+}

@@ -1,5 +1,5 @@
-//! Cutting test frames into IPv4 fragments (untagged frames, 20-byte IPv4
-//! header), the way a sending host does.
+//! Cutting test frames into IPv4 fragments, the way a sending host does,
+//! and putting them back together.
 #![allow(dead_code)]
 
 use dataplane::wire::ipv4::{Ipv4Packet, FLAG_MF};
@@ -9,16 +9,17 @@ use dataplane::wire::udp::UdpPacket;
 /// (a multiple of 8; the last one takes the rest), DF cleared, in order.
 pub fn fragments(frame: &[u8], size: usize) -> Vec<Vec<u8>> {
     assert_eq!(size % 8, 0);
-    let ip = Ipv4Packet::new_checked(&frame[14..]).unwrap();
+    let l2 = dataplane::wire::ethernet::EthernetFrame::new_checked(frame).unwrap().header_len();
+    let ip = Ipv4Packet::new_checked(&frame[l2..]).unwrap();
     let payload = ip.payload().to_vec();
-    let hdr = frame[..14 + ip.header_len()].to_vec();
+    let hdr = frame[..l2 + ip.header_len()].to_vec();
     let n = payload.len().div_ceil(size);
     (0..n)
         .map(|i| {
             let (off, end) = (i * size, ((i + 1) * size).min(payload.len()));
             let mut f = hdr.clone();
             f.extend_from_slice(&payload[off..end]);
-            let mut ip = Ipv4Packet::new_unchecked(&mut f[14..]);
+            let mut ip = Ipv4Packet::new_unchecked(&mut f[l2..]);
             ip.set_total_len((ip.header_len() + end - off) as u16);
             ip.set_flags_frag(if end < payload.len() { FLAG_MF } else { 0 }, off as u16);
             ip.fill_checksum();
@@ -68,4 +69,24 @@ pub fn reassemble_udp(frags: &[Vec<u8>]) -> Vec<u8> {
     let u = UdpPacket::new_checked(&data[..]).unwrap();
     assert!(u.verify_checksum(ip.src(), ip.dst()), "UDP checksum of the reassembled datagram");
     u.payload().to_vec()
+}
+
+/// Reassemble untagged fragments (any order): (source, destination, L4
+/// bytes of the datagram).
+pub fn reassemble(frags: &[Vec<u8>]) -> (std::net::Ipv4Addr, std::net::Ipv4Addr, Vec<u8>) {
+    let mut parts: Vec<(usize, Vec<u8>)> = frags
+        .iter()
+        .map(|f| {
+            let ip = Ipv4Packet::new_checked(&f[14..]).unwrap();
+            (usize::from(ip.frag_offset()), ip.payload().to_vec())
+        })
+        .collect();
+    parts.sort_by_key(|p| p.0);
+    let mut data = vec![];
+    for (off, d) in &parts {
+        assert_eq!(*off, data.len(), "contiguous fragments");
+        data.extend_from_slice(d);
+    }
+    let ip = Ipv4Packet::new_checked(&frags[0][14..]).unwrap();
+    (ip.src(), ip.dst(), data)
 }
