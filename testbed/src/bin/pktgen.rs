@@ -41,7 +41,8 @@ usage: clusterfw-pktgen [OPTIONS] [-- EAL-ARGS...]
   --frag-size B    frag: IP payload bytes per fragment (1480)
   --src-ip A       first source address (198.18.1.10)
   --dst-ip A       first destination address (198.18.2.10)
-  --dst-ips N      destination addresses to spread flows over (1)
+  --dst-ips N      destination addresses to spread flows over (1); the
+                   receiving side answers ARP for all of them
   --sport P        first source port (1024)
   --dport P        destination port (udp 9, tcp 80)
   --dst-mac MAC    next hop's MAC (default: ARP for --gateway, else broadcast)
@@ -211,6 +212,8 @@ struct PortRole {
     port: Port,
     mac: [u8; 6],
     ip: Ipv4Addr,
+    /// ARP is answered for `ip` and the `ip_count - 1` addresses after it.
+    ip_count: u32,
     /// Answers TCP/UDP as the responder.
     responder: Option<Responder>,
     replies: Burst,
@@ -273,18 +276,19 @@ fn generate(o: &Opts, stop: &AtomicBool) -> Result<Report> {
         port: tx_port,
         mac: tx_mac,
         ip: o.ip.unwrap_or(if o.mode == Mode::Responder { o.dst_ip } else { o.src_ip }),
+        ip_count: if o.mode == Mode::Responder { o.dst_ips } else { 1 },
         responder: None,
         replies: MbufBurst::new(),
     }];
     if o.mode == Mode::Responder {
-        roles[0].responder = Some(Responder { mac: tx_mac, ip: roles[0].ip, echo_udp: o.echo });
+        roles[0].responder = Some(Responder { mac: tx_mac, ip: roles[0].ip, ip_count: o.dst_ips, echo_udp: o.echo });
     }
     if let Some(rx) = &o.rx_port {
         let p = open_port(Some(rx), &pool)?;
         let mac = p.mac_addr()?;
         let ip = o.rx_ip.unwrap_or(o.dst_ip);
-        let responder = matches!(o.mode, Mode::Tcp | Mode::Cps).then_some(Responder { mac, ip, echo_udp: o.echo });
-        roles.push(PortRole { port: p, mac, ip, responder, replies: MbufBurst::new() });
+        let responder = matches!(o.mode, Mode::Tcp | Mode::Cps).then_some(Responder { mac, ip, ip_count: o.dst_ips, echo_udp: o.echo });
+        roles.push(PortRole { port: p, mac, ip, ip_count: o.dst_ips, responder, replies: MbufBurst::new() });
     }
     let hz = eal::tsc_hz();
     let mut counters = Counters::default();
@@ -342,7 +346,7 @@ fn generate(o: &Opts, stop: &AtomicBool) -> Result<Report> {
                 dport: o.dport.unwrap_or(80),
                 base_sport: o.sport.max(1024),
                 slots: o.flows,
-                ndst: o.dst_ips.max(if o.mode == Mode::Cps { 256 } else { 1 }),
+                ndst: o.dst_ips,
                 payload: packet::tcp_payload_for(frame_len),
                 mode: if o.mode == Mode::Cps { TcpMode::Cps } else { TcpMode::Stream },
                 timeout: hz,
@@ -414,7 +418,7 @@ fn generate(o: &Opts, stop: &AtomicBool) -> Result<Report> {
                 let parsed = packet::parse(data);
                 match parsed {
                     Parsed::Arp { .. } => {
-                        if let Some(r) = packet::arp_reply(data, role.mac, role.ip) {
+                        if let Some(r) = packet::arp_reply_range(data, role.mac, role.ip, role.ip_count) {
                             if let Some(mb) = pool.alloc_from_slice(&r) {
                                 let _ = role.replies.push(mb);
                                 counters.arp_replies_sent += 1;

@@ -313,13 +313,20 @@ pub fn arp_request(my_mac: [u8; 6], my_ip: Ipv4Addr, target: Ipv4Addr) -> Vec<u8
 
 /// The reply to an ARP request for `my_ip`, or `None` if `frame` is not one.
 pub fn arp_reply(frame: &[u8], my_mac: [u8; 6], my_ip: Ipv4Addr) -> Option<Vec<u8>> {
+    arp_reply_range(frame, my_mac, my_ip, 1)
+}
+
+/// The reply to an ARP request for any of the `count` addresses from
+/// `first` (a responder standing in for many servers), or `None`.
+pub fn arp_reply_range(frame: &[u8], my_mac: [u8; 6], first: Ipv4Addr, count: u32) -> Option<Vec<u8>> {
     match parse(frame) {
         Parsed::Arp {
             operation: Operation::Request,
             sender_mac,
             sender_ip,
             target_ip,
-        } if target_ip == my_ip => {
+        } if u32::from(target_ip).wrapping_sub(u32::from(first)) < count.max(1) => {
+            let my_ip = target_ip;
             let mut f = build::arp(
                 my_mac,
                 sender_mac,
@@ -455,6 +462,11 @@ mod tests {
         assert_eq!(&rep[0..6], &[2, 0, 0, 0, 0, 1]);
         assert!(arp_reply(&req, mac, Ipv4Addr::new(198, 18, 1, 11)).is_none());
         assert!(arp_reply(&rep, mac, me).is_none());
+        // A range: .10 is answered within .8-.11 but not .8-.9 or from .11.
+        let base = Ipv4Addr::new(198, 18, 1, 8);
+        assert!(arp_reply_range(&req, mac, base, 4).is_some());
+        assert!(arp_reply_range(&req, mac, base, 2).is_none());
+        assert!(arp_reply_range(&req, mac, Ipv4Addr::new(198, 18, 1, 11), 100).is_none());
     }
 
     #[test]

@@ -49,6 +49,9 @@ pub enum Answer {
 pub struct Responder {
     pub mac: [u8; 6],
     pub ip: Ipv4Addr,
+    /// Addresses answered in ARP: `ip` and the `ip_count - 1` after it
+    /// (servers the responder stands in for; 0 or 1 = `ip` alone).
+    pub ip_count: u32,
     /// Send UDP datagrams back (for round-trip latency).
     pub echo_udp: bool,
 }
@@ -62,7 +65,7 @@ impl Responder {
         }
         let peer_mac: [u8; 6] = frame[6..12].try_into().unwrap_or([0; 6]);
         match packet::parse(frame) {
-            Parsed::Arp { .. } => match packet::arp_reply(frame, self.mac, self.ip) {
+            Parsed::Arp { .. } => match packet::arp_reply_range(frame, self.mac, self.ip, self.ip_count) {
                 Some(f) => {
                     *out = f;
                     Answer::Arp
@@ -140,7 +143,7 @@ mod tests {
         }
     }
     fn r() -> Responder {
-        Responder { mac: [2, 0, 0, 0, 0, 3], ip: Ipv4Addr::new(198, 18, 2, 10), echo_udp: true }
+        Responder { mac: [2, 0, 0, 0, 0, 3], ip: Ipv4Addr::new(198, 18, 2, 10), ip_count: 1, echo_udp: true }
     }
 
     fn tcp_of(f: &[u8]) -> (u16, u16, u32, u32, u8) {

@@ -2,12 +2,13 @@
 //! driver (the DPDK loop feeds it received frames and the TSC, and sends
 //! what it asks for).
 //!
-//! Connection slot `j` always uses source port `base_sport + j`; its
-//! destination address is `dst + (generation % ndst)`, and the generation
-//! advances each time the slot's connection closes or times out, so a
-//! `cps` run does not reuse a 4-tuple before it has cycled through
-//! `ndst` addresses. A reply is matched to its slot by its destination
-//! port alone (no lookup table).
+//! Each connection slot holds one source port at a time, taken from a
+//! rotation over `base_sport..=65535`; when its connection closes or times
+//! out the slot moves to the next free port and its generation advances,
+//! which also moves its destination to `dst + (generation % ndst)`. So a
+//! `cps` run reuses a 4-tuple only after cycling through every port (and
+//! `ndst` addresses). A reply finds its slot by its destination port in a
+//! 64 Ki-entry table.
 //!
 //! - `Stream` (mode `tcp`): every slot opens one connection (SYN, SYN-ACK,
 //!   ACK) and then sends stamped data segments while the responder's
@@ -96,15 +97,21 @@ pub struct TcpClient {
     ctl: VecDeque<(usize, Ctl)>,
     cursor: usize,
     seq: u32,
-    /// Per slot: (generation, seq, ack) of the last closed connection,
-    /// for its final ACK.
-    last_closed: Vec<(u32, u32, u32)>,
+    /// Per slot: (generation, source port, seq, ack) of the last closed
+    /// connection, for its final ACK.
+    last_closed: Vec<(u32, u16, u32, u32)>,
+    /// Current source port of each slot.
+    sports: Vec<u16>,
+    /// Port -> slot + 1 (0: not in use).
+    port_slot: Vec<u32>,
+    next_port: u16,
     pub stats: ClientStats,
 }
 
 impl TcpClient {
     pub fn new(mut cfg: ClientConfig) -> Self {
-        cfg.slots = cfg.slots.clamp(1, 65536 - usize::from(cfg.base_sport));
+        // Leave at least as many spare ports as slots for the rotation.
+        cfg.slots = cfg.slots.clamp(1, (65536 - usize::from(cfg.base_sport)) / 2);
         cfg.ndst = cfg.ndst.max(1);
         let idle = Conn { state: State::Idle, generation: 0, snd_nxt: 0, snd_una: 0, rcv_nxt: 0, since: 0 };
         TcpClient {
@@ -112,7 +119,16 @@ impl TcpClient {
             ctl: VecDeque::with_capacity(cfg.slots * 3),
             cursor: 0,
             seq: 0,
-            last_closed: vec![(0, 0, 0); cfg.slots],
+            last_closed: vec![(0, 0, 0, 0); cfg.slots],
+            sports: (0..cfg.slots).map(|j| cfg.base_sport + j as u16).collect(),
+            port_slot: {
+                let mut t = vec![0u32; 65536];
+                for j in 0..cfg.slots {
+                    t[usize::from(cfg.base_sport) + j] = j as u32 + 1;
+                }
+                t
+            },
+            next_port: (usize::from(cfg.base_sport) + cfg.slots).min(65535) as u16,
             cfg,
             stats: ClientStats::default(),
         }
@@ -124,7 +140,7 @@ impl TcpClient {
     }
 
     fn sport(&self, j: usize) -> u16 {
-        self.cfg.base_sport + j as u16
+        self.sports[j]
     }
 
     fn ep(&self, j: usize) -> Endpoints {
@@ -212,16 +228,29 @@ impl TcpClient {
 
     fn segment_last_ack(&self, j: usize) -> Vec<u8> {
         // Built from the parked numbers of the closed connection.
-        let (gen, seq, ack) = self.last_closed[j];
+        let (gen, sport, seq, ack) = self.last_closed[j];
         let dst = Ipv4Addr::from(u32::from(self.cfg.ep.dst).wrapping_add(gen % self.cfg.ndst));
         let ep = Endpoints { dst, ..self.cfg.ep };
-        packet::tcp_frame(&ep, self.sport(j), self.cfg.dport, seq, ack, ACK, CLIENT_WINDOW, 0, None)
+        packet::tcp_frame(&ep, sport, self.cfg.dport, seq, ack, ACK, CLIENT_WINDOW, 0, None)
     }
 
     fn recycle(&mut self, j: usize) {
         let c = &mut self.conns[j];
         c.state = State::Idle;
         c.generation = c.generation.wrapping_add(1);
+        // Move to the next source port nobody holds (there are more ports
+        // than slots, so this ends).
+        let old = self.sports[j];
+        loop {
+            let p = self.next_port;
+            self.next_port = if p == u16::MAX { self.cfg.base_sport } else { p + 1 };
+            if p == old || self.port_slot[usize::from(p)] == 0 {
+                self.port_slot[usize::from(old)] = 0;
+                self.port_slot[usize::from(p)] = j as u32 + 1;
+                self.sports[j] = p;
+                break;
+            }
+        }
     }
 
     /// Feeds one received frame; returns the handshake latency (TSC ticks)
@@ -230,7 +259,7 @@ impl TcpClient {
         let Parsed::Tcp { src, dport, seq, ack, flags, payload_len, .. } = *parsed else {
             return None;
         };
-        let Some(j) = dport.checked_sub(self.cfg.base_sport).map(usize::from).filter(|&j| j < self.conns.len()) else {
+        let Some(j) = self.port_slot[usize::from(dport)].checked_sub(1).map(|j| j as usize) else {
             self.stats.unmatched += 1;
             return None;
         };
@@ -264,7 +293,7 @@ impl TcpClient {
             }
             State::FinSent if flags & FIN != 0 && ack == c.snd_nxt => {
                 let last_ack = seq.wrapping_add(payload_len).wrapping_add(1);
-                self.last_closed[j] = (c.generation, c.snd_nxt, last_ack);
+                self.last_closed[j] = (c.generation, self.sports[j], c.snd_nxt, last_ack);
                 self.stats.completed += 1;
                 self.recycle(j);
                 self.ctl.push_back((j, Ctl::LastAck));
@@ -319,7 +348,7 @@ mod tests {
     }
 
     fn responder(ip: Ipv4Addr) -> Responder {
-        Responder { mac: [2, 0, 0, 0, 0, 3], ip, echo_udp: false }
+        Responder { mac: [2, 0, 0, 0, 0, 3], ip, ip_count: 1, echo_udp: false }
     }
 
     #[test]
@@ -329,12 +358,12 @@ mod tests {
         let flags = converse(&mut c, &r, 4, 0);
         assert_eq!(flags, vec![SYN, ACK, FIN | ACK, ACK]);
         assert_eq!((c.stats.syn_sent, c.stats.established, c.stats.completed), (1, 1, 1));
-        // The slot reopens towards the next destination address.
+        // The slot reopens from the next port, towards the next address.
         let mut f = Vec::new();
         assert!(c.next_frame(0, &mut f));
         match packet::parse(&f) {
             Parsed::Tcp { dst, flags, sport, .. } => {
-                assert_eq!((dst, flags, sport), (Ipv4Addr::new(198, 18, 2, 11), SYN, 10000));
+                assert_eq!((dst, flags, sport), (Ipv4Addr::new(198, 18, 2, 11), SYN, 10001));
             }
             p => panic!("{p:?}"),
         }
@@ -392,5 +421,12 @@ mod tests {
         converse(&mut c, &r, 10_000, 0);
         assert!(c.stats.completed >= 2000, "{:?}", c.stats);
         assert_eq!(c.stats.timeouts + c.stats.resets + c.stats.unmatched, 0);
+        // Ports rotate: no port is held by two slots, each slot's is mapped.
+        let mut seen = std::collections::HashSet::new();
+        for (j, &p) in c.sports.iter().enumerate() {
+            assert!(seen.insert(p));
+            assert_eq!(c.port_slot[usize::from(p)], j as u32 + 1);
+        }
+        assert_eq!(c.port_slot.iter().filter(|&&x| x != 0).count(), 100);
     }
 }
