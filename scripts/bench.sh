@@ -134,12 +134,12 @@ if [ $SKIP_MICRO = 0 ]; then
   [ $QUICK = 1 ] && crit_args=(--warm-up-time 1 --measurement-time 3)
   micro_cmd="cargo bench -p dataplane --bench pipeline -- ${crit_args[*]}"
   say "(a) $micro_cmd"
-  rm -rf "$TARGET_DIR/criterion/established" "$TARGET_DIR/criterion/new_connections"
+  micro_start=$(date +%s)
   cargo bench -p dataplane --bench pipeline -- "${crit_args[@]}" 2>&1 | tee "$OUT/micro/criterion.log" >&2
   bpf_cmd="cargo test --release -p dataplane --lib bytes_per_flow -- --nocapture"
   say "(a) $bpf_cmd"
   cargo test --release -p dataplane --lib bytes_per_flow -- --nocapture >"$OUT/micro/bytes_per_flow.log" 2>&1 || true
-  "$PY" scripts/bench/parse.py criterion "$TARGET_DIR/criterion" >"$OUT/micro/criterion.json"
+  "$PY" scripts/bench/parse.py criterion "$TARGET_DIR/criterion" "$micro_start" >"$OUT/micro/criterion.json"
   "$PY" scripts/bench/parse.py bytes-per-flow "$OUT/micro/bytes_per_flow.log" >"$OUT/micro/bpf.json"
   "$PY" - "$OUT" "$micro_cmd" "$bpf_cmd" <<'EOF'
 import json, sys

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Parsers and the summary writer for scripts/bench.sh (standard library only).
 
-  parse.py criterion CRITERION_DIR            -> JSON on stdout
+  parse.py criterion CRITERION_DIR [SINCE]    -> JSON on stdout
   parse.py bytes-per-flow TEST_LOG            -> JSON
   parse.py testpmd LOG SECONDS                -> JSON (Tx-pps of the egress port)
   parse.py ctl-rate S1.json S2.json T1 T2     -> JSON (clusterfw port counters)
@@ -19,12 +19,16 @@ import statistics
 import sys
 
 
-def criterion(root):
+def criterion(root, since=0):
+    """Results under target/criterion written at or after `since` (epoch
+    seconds), so stale results of benches that did not run are left out."""
     out = {}
     for bench in glob.glob(os.path.join(root, "*", "*", "new", "benchmark.json")) + glob.glob(
         os.path.join(root, "*", "new", "benchmark.json")
     ):
         d = os.path.dirname(bench)
+        if os.path.getmtime(os.path.join(d, "estimates.json")) < float(since):
+            continue
         try:
             b = json.load(open(bench))
             e = json.load(open(os.path.join(d, "estimates.json")))
