@@ -209,7 +209,9 @@ impl CclControl {
     }
 
     /// One round: receive on the control queue, take what the worker passed
-    /// on, send a heartbeat when due. Returns how many frames it handled.
+    /// on, send a heartbeat when due. Returns how many frames it passed on
+    /// to the worker (data-plane CCL traffic waiting on this lcore: the
+    /// caller polls faster while there is some; heartbeats do not count).
     pub fn poll(&mut self, now: Instant) -> usize {
         let mut handled = 0;
         if let Some(q) = self.queue {
@@ -219,12 +221,12 @@ impl CclControl {
                 if n == 0 {
                     break;
                 }
-                handled += n;
                 let mut rx = std::mem::replace(&mut self.rx, MbufBurst::new());
                 for m in rx.drain() {
                     if is_control_frame(m.data()) {
                         self.receive(now, &m);
                     } else {
+                        handled += 1;
                         match self.shared.to_worker.push(m) {
                             Ok(()) => {
                                 self.shared.to_worker_frames.fetch_add(1, Ordering::Relaxed);
@@ -240,7 +242,6 @@ impl CclControl {
             }
         }
         while let Some(m) = self.shared.to_control.pop() {
-            handled += 1;
             self.receive(now, &m);
         }
         if now >= self.next_heartbeat {

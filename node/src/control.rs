@@ -62,7 +62,8 @@ impl Control {
 
     /// One round of the control lcore: the CCL control queue and heartbeats
     /// (cluster mode), then the control socket. Returns the CCL frames
-    /// handled (the caller polls faster while there are some).
+    /// passed on to the worker (the caller polls faster while there are
+    /// some).
     pub fn poll(&mut self) -> usize {
         let handled = match &mut self.ccl {
             Some(c) => c.poll(Instant::now()),
