@@ -418,6 +418,12 @@ fn step_f_ownership(_c: &Ctx, caps: &mut Option<Captures>, owners: &BTreeMap<Con
         }
     }
     let checked = senders.keys().filter(|k| owners.contains_key(*k)).count();
+    if bad.is_empty() {
+        // Tens of MB; kept (in the run directory) only when the step fails.
+        for (_, file) in &caps.files {
+            let _ = std::fs::remove_file(file);
+        }
+    }
     ensure!(
         bad.is_empty(),
         "{} of {} connections reached the hosts from a node that does not own them:\n  {}",
