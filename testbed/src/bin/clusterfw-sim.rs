@@ -11,6 +11,8 @@ usage: clusterfw-sim [--nodes 3] [--flows 2000] [--udp-flows N] [--seed 7]
                      [--reorder 0.0] [--reorder-us 300] [--symmetric]
                      [--no-cluster] [--no-seq-randomization] [--burst 32]
                      [--start-ms 500] [--json] [--trace-flow ID]
+                     [--mixed] [--icmp-flows N] [--reuse P] [--idle-share P]
+                     [--idle-max-s S]
        clusterfw-sim --seed S --randomized [--json]
 
 Simulates N clusterfw nodes (real dataplane pipelines) between an inside and
@@ -24,6 +26,12 @@ virtual clock. The same seed gives the same run, bit for bit.
   --symmetric           both routers send both directions to the same node
                         (the cluster-tax baseline)
   --no-cluster          independent single-node firewalls (expected to fail)
+  --mixed               add ICMP echo flows (UDP flows / 4), follow-up TCP
+                        connections on 5% of the tuples and 2% idle flows
+                        (server think time / UDP gaps up to 25 s)
+  --icmp-flows N        ICMP echo flows
+  --reuse P             share of TCP tuples reused by a second connection
+  --idle-share P, --idle-max-s S   flows that idle mid-way, and for how long
   --randomized          the sweep's scenario for --seed (nodes, CCL impairments,
                         burst size, ... drawn from the seed; put it last)
   --randomized-any      the same, without steering around known issues
@@ -55,6 +63,8 @@ fn run(args: Vec<String>) -> Result<bool, String> {
     let mut link = CclLink::default();
     let mut randomized = false;
     let mut trace: Option<u32> = None;
+    let mut mixed = false;
+    let mut icmp: Option<usize> = None;
     let mut it = args.into_iter();
     fn val<T: std::str::FromStr>(
         it: &mut impl Iterator<Item = String>,
@@ -80,6 +90,11 @@ fn run(args: Vec<String>) -> Result<bool, String> {
             "--burst" => cfg.burst = val(&mut it, &a)?,
             "--start-ms" => cfg.start_window_ns = val::<u64>(&mut it, &a)? * 1_000_000,
             "--json" => json = true,
+            "--mixed" => mixed = true,
+            "--icmp-flows" => icmp = Some(val(&mut it, &a)?),
+            "--reuse" => cfg.reuse_share = val(&mut it, &a)?,
+            "--idle-share" => cfg.idle_share = val(&mut it, &a)?,
+            "--idle-max-s" => cfg.idle_ns.1 = val::<u64>(&mut it, &a)? * 1_000_000_000,
             "--randomized-any" => {
                 let seed = cfg.seed;
                 cfg = SimConfig::randomized_any(seed);
@@ -107,6 +122,24 @@ fn run(args: Vec<String>) -> Result<bool, String> {
     if !randomized {
         cfg.udp_flows = udp.unwrap_or(cfg.tcp_flows / 4);
         cfg.ccl = link;
+        if mixed {
+            let (r, i, m) = (cfg.reuse_share, cfg.idle_share, cfg.idle_ns.1);
+            cfg = cfg.mixed();
+            // Explicit flags win over the mix's defaults.
+            if r > 0.0 {
+                cfg.reuse_share = r;
+            }
+            if i > 0.0 {
+                cfg.idle_share = i;
+            }
+            if m != SimConfig::new(0, 1).idle_ns.1 {
+                cfg.idle_ns.1 = m;
+            }
+        }
+        if let Some(n) = icmp {
+            cfg.icmp_flows = n;
+        }
+        cfg.time_limit_ns = cfg.time_limit_ns.max(3 * cfg.idle_ns.1 + 60_000_000_000);
     }
     cfg.trace_flow = trace;
     let wall = std::time::Instant::now();

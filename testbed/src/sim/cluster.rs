@@ -129,6 +129,32 @@ pub fn roles(p: &Pipeline, node: usize, now: Timestamp) -> Vec<FlowRole> {
         .collect()
 }
 
+/// Whether the node owns the connection of `t` (either direction): it holds
+/// the conntrack flow. In cluster mode only the owner does
+/// (`Pipeline::cluster_role` says `Owner` exactly then); a single-node
+/// pipeline owns every flow it tracks. A cheap lookup, for checkpoints.
+pub fn is_owner(p: &Pipeline, t: &FiveTuple) -> bool {
+    p.conntrack().lookup(t).is_some()
+}
+
+/// The node's role for the connection of `t` and the owner it names
+/// (`Pipeline::cluster_role`; a single-node pipeline owns what it tracks).
+pub fn role_at(p: &Pipeline, node: usize, t: &FiveTuple) -> Option<(Role, usize)> {
+    use dataplane::clusterpath::Role as R;
+    match p.cluster_role(t) {
+        Some((r, o)) => {
+            let role = match r {
+                R::Owner => Role::Owner,
+                R::Director => Role::Director,
+                R::Backup => Role::Backup,
+                R::Forwarder => Role::Forwarder,
+            };
+            Some((role, o.index()))
+        }
+        None => is_owner(p, t).then_some((Role::Owner, node)),
+    }
+}
+
 /// The director node of a tuple, as every member computes it: rendezvous
 /// ranking of the symmetric flow hash over the static member set.
 pub fn director(t: &FiveTuple, nodes: usize) -> Option<usize> {

@@ -154,6 +154,11 @@ pub struct TcpEnd {
     pub done_at: Option<u64>,
     pub retransmissions: u64,
     pub sacks_sent: u64,
+    /// Server: idle this long between the whole request and the response.
+    pub think_ns: u64,
+    /// Set when the driver must call `on_app` at this time.
+    pub app_request: Option<u64>,
+    thinking: bool,
 }
 
 impl TcpEnd {
@@ -222,7 +227,36 @@ impl TcpEnd {
             done_at: None,
             retransmissions: 0,
             sacks_sent: 0,
+            think_ns: 0,
+            app_request: None,
+            thinking: false,
         }
+    }
+
+    /// The ISN this end chose.
+    pub fn iss(&self) -> u32 {
+        self.iss
+    }
+    /// The ISN the peer's SYN carried, as this end received it.
+    pub fn irs(&self) -> u32 {
+        self.irs
+    }
+
+    /// The think time of a server is over: answer.
+    pub fn on_app(&mut self, now: u64) -> Vec<TxSeg> {
+        let mut out = Vec::new();
+        if !self.thinking || self.state == TcpState::Failed {
+            return out;
+        }
+        self.thinking = false;
+        self.send_len = self.app_send;
+        self.send_open = true;
+        if self.peer_fin && !self.fin_queued {
+            self.fin_queued = true;
+        }
+        self.fill(&mut out);
+        self.update_timer(now, false);
+        out
     }
 
     fn dir(&self) -> u8 {
@@ -565,9 +599,14 @@ impl TcpEnd {
         }
 
         // --- Application. ---
-        if !self.client && !self.send_open && self.recv_got == self.recv_expect {
-            self.send_len = self.app_send;
-            self.send_open = true;
+        if !self.client && !self.send_open && !self.thinking && self.recv_got == self.recv_expect {
+            if self.think_ns > 0 {
+                self.thinking = true;
+                self.app_request = Some(now + self.think_ns);
+            } else {
+                self.send_len = self.app_send;
+                self.send_open = true;
+            }
         }
         if self.client && self.recv_got == self.recv_expect && !self.fin_queued {
             self.fin_queued = true;
@@ -682,6 +721,10 @@ pub struct UdpClient {
     pub done_at: Option<u64>,
     pub retransmissions: u64,
     failed: bool,
+    /// Idle this long between a reply and the next request.
+    pub gap_ns: u64,
+    /// Set when the driver must call `on_app` at this time.
+    pub app_request: Option<u64>,
 }
 
 impl UdpClient {
@@ -708,7 +751,17 @@ impl UdpClient {
             done_at: None,
             retransmissions: 0,
             failed: false,
+            gap_ns: 0,
+            app_request: None,
         }
+    }
+    /// The gap after a reply is over: the next request.
+    pub fn on_app(&mut self, now: u64) -> Option<Vec<u8>> {
+        if self.done_at.is_some() || self.failed {
+            return None;
+        }
+        self.tries = 1;
+        Some(self.send(now))
     }
     fn send(&mut self, now: u64) -> Vec<u8> {
         self.timer_gen += 1;
@@ -721,41 +774,61 @@ impl UdpClient {
     }
     /// A datagram from the server; maybe the next request.
     pub fn on_reply(&mut self, now: u64, payload: &[u8]) -> Option<Vec<u8>> {
+        self.check_reply(now, payload, 1, self.response_len, None)
+    }
+    /// An ICMP echo reply: it carries the request's bytes back (direction
+    /// 0, request length) and the exchange in its sequence number.
+    pub fn on_echo_reply(&mut self, now: u64, seq: u16, payload: &[u8]) -> Option<Vec<u8>> {
+        self.check_reply(now, payload, 0, self.request_len, Some(seq))
+    }
+    fn check_reply(
+        &mut self,
+        now: u64,
+        payload: &[u8],
+        want_dir: u8,
+        want_len: u32,
+        seq: Option<u16>,
+    ) -> Option<Vec<u8>> {
         if self.done_at.is_some() || self.failed {
             return None;
         }
-        match check_udp_payload(payload) {
+        let (flow, xchg, dir) = match check_udp_payload(payload) {
             Err(e) => {
                 self.failures.push(format!("client: {e}"));
-                None
+                return None;
             }
-            Ok((flow, xchg, dir)) => {
-                if flow != self.flow
-                    || dir != 1
-                    || payload.len() != UDP_HDR + self.response_len as usize
-                {
-                    self.failures.push(format!(
-                        "client: reply for flow {flow} dir {dir} len {} (expected flow {} dir 1 len {})",
-                        payload.len(),
-                        self.flow,
-                        UDP_HDR + self.response_len as usize
-                    ));
-                    return None;
-                }
-                if xchg != self.next {
-                    // A late duplicate of an earlier exchange's reply.
-                    return None;
-                }
-                self.next += 1;
-                if self.next == self.exchanges {
-                    self.done_at = Some(now);
-                    self.timer_gen += 1;
-                    return None;
-                }
-                self.tries = 1;
-                Some(self.send(now))
-            }
+            Ok(v) => v,
+        };
+        if flow != self.flow
+            || dir != want_dir
+            || payload.len() != UDP_HDR + want_len as usize
+            || seq.is_some_and(|s| s != xchg)
+        {
+            self.failures.push(format!(
+                "client: reply for flow {flow} exchange {xchg} (seq {seq:?}) dir {dir} len {} (expected flow {} dir {want_dir} len {})",
+                payload.len(),
+                self.flow,
+                UDP_HDR + want_len as usize
+            ));
+            return None;
         }
+        if xchg != self.next {
+            // A late duplicate of an earlier exchange's reply.
+            return None;
+        }
+        self.next += 1;
+        if self.next == self.exchanges {
+            self.done_at = Some(now);
+            self.timer_gen += 1;
+            return None;
+        }
+        if self.gap_ns > 0 {
+            self.timer_gen += 1;
+            self.app_request = Some(now + self.gap_ns);
+            return None;
+        }
+        self.tries = 1;
+        Some(self.send(now))
     }
     pub fn on_timer(&mut self, now: u64, gen: u64) -> Option<Vec<u8>> {
         if gen != self.timer_gen || self.done_at.is_some() || self.failed {

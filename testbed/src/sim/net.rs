@@ -262,6 +262,45 @@ pub struct CclStats {
     pub lost_by_kind: std::collections::BTreeMap<String, u64>,
 }
 
+/// The flow records (register / state update) of a CCL frame that concern
+/// `t` (either direction): "op state idle" per record, for flow traces.
+pub fn ccl_records_for(frame: &[u8], t: &FiveTuple) -> Vec<String> {
+    use dataplane::ccl::{CclPacket, FlowBatch, MessageKind};
+    let mut out = Vec::new();
+    let Ok(eth) = EthernetFrame::new_checked(frame) else {
+        return out;
+    };
+    let Ok(ip) = Ipv4Packet::new_checked(eth.payload()) else {
+        return out;
+    };
+    let Ok(u) = UdpPacket::new_checked(ip.payload()) else {
+        return out;
+    };
+    let Ok(c) = CclPacket::new_checked(u.payload()) else {
+        return out;
+    };
+    let kind = MessageKind::from_u8(c.kind());
+    if !matches!(
+        kind,
+        Some(MessageKind::FlowRegister | MessageKind::StateUpdate)
+    ) {
+        return out;
+    }
+    let Ok(b) = FlowBatch::parse(c.payload()) else {
+        return out;
+    };
+    for r in b.iter() {
+        let ft = r.flow.tuple();
+        if ft == *t || ft == t.reversed() {
+            out.push(format!(
+                "{:?} owner {} tcp-state {} idle {} s",
+                r.op, r.owner, r.tcp_state, r.idle_timeout_s
+            ));
+        }
+    }
+    out
+}
+
 /// The CCL message kind of a frame on the CCL segment (`arp` for ARP,
 /// `other` for anything that is not a CCL datagram).
 pub fn ccl_kind(frame: &[u8]) -> &'static str {

@@ -45,7 +45,9 @@ pub struct Report {
     pub nodes: usize,
     pub cluster: bool,
     pub symmetric: bool,
+    /// TCP flows, follow-up connections on reused tuples included.
     pub tcp_flows: usize,
+    /// UDP and ICMP echo flows.
     pub udp_flows: usize,
     pub tcp_completed: usize,
     pub udp_completed: usize,
@@ -131,26 +133,55 @@ impl Report {
             } else {
                 format!("node{}", n.node)
             };
-            let _ = write!(
+            let _ = writeln!(
                 s,
                 "  {name:>6}: packets {} host-tx {} ccl-tx {} ccl-rx {} consumed {} flows {}",
                 n.packets, n.host_tx, n.ccl_tx, n.ccl_rx, n.consumed, n.flows_created
             );
             if let Some(c) = &n.cluster {
-                for (k, v) in c.iter().filter(|(_, v)| **v > 0) {
-                    let _ = write!(s, " {k} {v}");
+                let g = |k: &str| c.get(k).copied().unwrap_or(0);
+                let _ = writeln!(
+                    s,
+                    "          owner-packets {} forwarded-to-owner {} forwarded-received {} cookie-synacks {} director-queries {} relays {} elections {} pending-drops {} records {}",
+                    g("owner_packets"),
+                    g("forwarded_to_owner"),
+                    g("forwarded_received"),
+                    g("synack_cookie_decoded"),
+                    g("director_queries_sent"),
+                    g("relays_sent"),
+                    g("elections"),
+                    g("pending_timeouts") + g("pending_no_owner") + g("pending_release_drops"),
+                    g("records"),
+                );
+                let kinds: Vec<String> = c
+                    .iter()
+                    .filter(|(k, v)| {
+                        k.starts_with("ccl_tx_") && k.as_str() != "ccl_tx_bytes" && **v > 0
+                    })
+                    .map(|(k, v)| format!("{} {v}", &k["ccl_tx_".len()..]))
+                    .collect();
+                if !kinds.is_empty() {
+                    let _ = writeln!(s, "          ccl tx: {}", kinds.join(", "));
+                }
+                let drops: Vec<String> = c
+                    .iter()
+                    .filter(|(k, v)| k.starts_with("ccl_drop_") && **v > 0)
+                    .map(|(k, v)| format!("{} {v}", &k["ccl_drop_".len()..]))
+                    .collect();
+                if !drops.is_empty() {
+                    let _ = writeln!(s, "          ccl drops: {}", drops.join(", "));
                 }
             }
             if !n.drops.is_empty() {
-                let _ = write!(s, " drops {:?}", n.drops);
+                let d: Vec<String> = n.drops.iter().map(|(k, v)| format!("{k} {v}")).collect();
+                let _ = writeln!(s, "          drops: {}", d.join(", "));
             }
-            s.push('\n');
         }
         let c = &self.ccl;
         let _ = writeln!(
             s,
-            "  ccl: frames {} bytes {} broadcasts {} delivered {} lost {} reordered {} unknown-dst {}",
-            c.frames, c.bytes, c.broadcasts, c.delivered, c.lost, c.reordered, c.unknown_dst
+            "  ccl segment: frames {} bytes {} broadcasts {} delivered {} lost {} {:?} reordered {} unknown-dst {}",
+            c.frames, c.bytes, c.broadcasts, c.delivered, c.lost, c.lost_by_kind, c.reordered, c.unknown_dst
         );
         let _ = writeln!(
             s,
