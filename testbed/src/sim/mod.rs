@@ -775,7 +775,7 @@ impl Sim {
             // The first timer run ARPs for the CCL peers.
             self.schedule(1_000_000 + n as u64, Ev::NodeTimers(n));
         }
-        self.schedule(self.cfg.checkpoint_ns, Ev::Checkpoint);
+        self.schedule(WARMUP_NS + self.checkpoint_interval(), Ev::Checkpoint);
     }
 
     /// Run to completion (or the time limit) and evaluate the invariants.
@@ -794,6 +794,14 @@ impl Sim {
             }
         }
         self.finish()
+    }
+
+    /// `checkpoint_ns`, shortened for short start windows (at least ~20
+    /// checkpoints while flows start; never below 1 ms).
+    fn checkpoint_interval(&self) -> u64 {
+        self.cfg
+            .checkpoint_ns
+            .min((self.cfg.start_window_ns / 20).max(1_000_000))
     }
 
     fn ts(&self) -> Timestamp {
@@ -870,7 +878,7 @@ impl Sim {
             }
             Ev::Checkpoint => {
                 self.checkpoint();
-                self.schedule(self.now + self.cfg.checkpoint_ns, Ev::Checkpoint);
+                self.schedule(self.now + self.checkpoint_interval(), Ev::Checkpoint);
             }
         }
     }
