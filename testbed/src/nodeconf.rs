@@ -31,6 +31,19 @@ pub fn eal_args(node: &NodeSpec) -> Vec<String> {
     .collect()
 }
 
+/// The DPDK device of a data port: af_packet, or with
+/// `CFW_TESTBED_DATA_PMD=pcap` the libpcap PMD. DPDK's af_packet PMD joins a
+/// `PACKET_FANOUT` group with `PACKET_FANOUT_FLAG_DEFRAG`, so the kernel
+/// reassembles IPv4 fragments before the node sees them (and a datagram
+/// beyond the 2048-byte ring frame arrives truncated); tests of the node's
+/// own fragment handling need a PMD that delivers fragments as they are.
+pub fn data_device(port: usize, ifname: &str) -> String {
+    match std::env::var("CFW_TESTBED_DATA_PMD").as_deref() {
+        Ok("pcap") => format!("net_pcap{port},iface={ifname},phy_mac=1"),
+        _ => format!("net_af_packet{port},iface={ifname},framecnt=2048"),
+    }
+}
+
 /// The config file of `node`, its control socket at `socket`.
 pub fn node_yaml(node: &NodeSpec, socket: &str) -> String {
     let mut y = String::new();
@@ -51,7 +64,7 @@ pub fn node_yaml(node: &NodeSpec, socket: &str) -> String {
         eal = eal.join(", "),
     );
     for (port, i) in node.interfaces.iter().enumerate() {
-        let device = format!("net_af_packet{port},iface={},framecnt=2048", i.ifname);
+        let device = data_device(port, &i.ifname);
         let _ = write!(
             y,
             "  - name: {}\n    device: {}\n    address: {}\n    security-level: {}\n",
