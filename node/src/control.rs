@@ -180,7 +180,7 @@ impl Control {
         let enc = |v: serde_json::Result<Value>| v.map_err(|e| e.to_string());
         match topic {
             Topic::Stats => {
-                let Reply::Counters(c) = self.ask(Query::Counters)? else { return Err("unexpected reply".into()) };
+                let Reply::Counters(c, frag) = self.ask(Query::Counters)? else { return Err("unexpected reply".into()) };
                 let mut counters = enc(serde_json::to_value(&*c))?;
                 let ports: Vec<Value> = self
                     .ports
@@ -204,6 +204,7 @@ impl Control {
                     let drops: serde_json::Map<String, Value> =
                         c.drops.iter().map(|(k, v)| (k.to_string(), json!(v))).collect();
                     m.insert("drops".into(), Value::Object(drops));
+                    m.insert("fragments".into(), enc(serde_json::to_value(&*frag))?);
                     m.insert("node".into(), json!(self.node_name));
                     m.insert("uptime_s".into(), json!(self.started.elapsed().as_secs()));
                     m.insert("tx_full_drops".into(), json!(self.shared.tx_full_drops.load(Ordering::Relaxed)));

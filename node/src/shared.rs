@@ -22,7 +22,8 @@ pub enum Query {
 }
 
 pub enum Reply {
-    Counters(Box<CountersSnapshot>),
+    /// The pipeline counters and the fragment path's counters.
+    Counters(Box<CountersSnapshot>, Box<dataplane::fragpath::FragSnapshot>),
     Conns(Vec<ConnInfo>, usize),
     Routes(Vec<RouteInfo>),
     Arp(Vec<ArpInfo>),

@@ -217,7 +217,10 @@ impl Worker {
 
     fn answer(&self, q: Query, now: Timestamp) -> Reply {
         match q {
-            Query::Counters => Reply::Counters(Box::new(self.pipeline.counters().snapshot())),
+            Query::Counters => Reply::Counters(
+                Box::new(self.pipeline.counters().snapshot()),
+                Box::new(self.pipeline.frag_snapshot()),
+            ),
             Query::Conns { max } => Reply::Conns(self.pipeline.conns(now, max), self.pipeline.flow_count()),
             Query::Routes => Reply::Routes(self.pipeline.routes()),
             Query::Arp => Reply::Arp(self.pipeline.arp_entries(now)),

@@ -76,6 +76,24 @@ fn print_human(topic: Topic, data: &Value) {
                     println!("  (none)");
                 }
             }
+            if let Some(Value::Object(frag)) = data.get("fragments") {
+                println!("\nFragments (non-zero):");
+                let mut any = false;
+                for (k, v) in frag {
+                    let shown = match v {
+                        Value::Number(n) if n.as_u64() != Some(0) => Some(v.to_string()),
+                        Value::Array(a) if !a.is_empty() => Some(fmt_cell(v)),
+                        _ => None,
+                    };
+                    if let Some(text) = shown {
+                        println!("  {k:<28} {text}");
+                        any = true;
+                    }
+                }
+                if !any {
+                    println!("  (none)");
+                }
+            }
             if let Value::Object(m) = data {
                 println!();
                 for (k, v) in m {
