@@ -84,7 +84,7 @@ fn new_connection_fragment_owner_becomes_owner() {
     assert_eq!(reassemble_udp(&frames), payload);
 
     assert_eq!(bed.owners(&t), vec![B], "the fragment owner is the owner");
-    assert_eq!(bed.nodes[C].cluster_role(&t), Some((Role::Director, NodeId(B as u8))));
+    assert_eq!(bed.nodes[C].cluster_role(bed.now(), &t), Some((Role::Director, NodeId(B as u8))));
     assert_eq!(bed.ccl_count(B, C, MessageKind::OwnerQuery), 1);
     assert_eq!(bed.ccl_count(B, C, MessageKind::FlowRegister), 1);
     assert_eq!(bed.cluster(C).counters.elections, 1);

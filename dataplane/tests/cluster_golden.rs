@@ -50,7 +50,7 @@ fn handshake(bed: &mut Bed) -> (u16, u32) {
     assert_eq!(hex(&f), hex(&to_gw(A, SERVER).tcp(cport, 80, isn, 0, SYN, 64240, &SYN_OPTS, b"")));
     let delta = isn.wrapping_sub(C_ISN);
     assert_eq!(bed.ccl_count(A, C, MessageKind::FlowRegister), 1);
-    assert_eq!(bed.nodes[C].cluster_role(&t), Some((Role::Director, NodeId(A as u8))));
+    assert_eq!(bed.nodes[C].cluster_role(bed.now(), &t), Some((Role::Director, NodeId(A as u8))));
     assert_eq!(bed.cluster(A).counters.owner_packets, 1);
 
     // 2. SYN-ACK lands on B: the owner comes from the cookie, no query.
@@ -67,7 +67,7 @@ fn handshake(bed: &mut Bed) -> (u16, u32) {
     assert_eq!((b.counters.synack_cookie_decoded, b.counters.director_queries_sent), (1, 0));
     assert_eq!(b.counters.forwarded_to_owner, 1);
     assert_eq!(bed.cluster(A).counters.forwarded_received, 1);
-    assert_eq!(bed.nodes[B].cluster_role(&t), Some((Role::Forwarder, NodeId(A as u8))));
+    assert_eq!(bed.nodes[B].cluster_role(bed.now(), &t), Some((Role::Forwarder, NodeId(A as u8))));
 
     // 3. The client's ACK lands on B: forwarded on the record, seq translated.
     let out = bed.send(B, IN, from_host(B, SERVER).tcp(cport, 80, C_ISN + 1, S_ISN + 1, ACK, 502, &[], b""));
@@ -129,9 +129,9 @@ fn tcp_cookie_owner_forwarders_and_director() {
     // Exactly one owner; the director's record names it, with the state
     // the owner's updates carried.
     assert_eq!(bed.owners(&t), vec![A]);
-    assert_eq!(bed.nodes[A].cluster_role(&t), Some((Role::Owner, NodeId(0))));
-    assert_eq!(bed.nodes[C].cluster_role(&t), Some((Role::Director, NodeId(0))));
-    assert_eq!(bed.nodes[B].cluster_role(&t), Some((Role::Forwarder, NodeId(0))));
+    assert_eq!(bed.nodes[A].cluster_role(bed.now(), &t), Some((Role::Owner, NodeId(0))));
+    assert_eq!(bed.nodes[C].cluster_role(bed.now(), &t), Some((Role::Director, NodeId(0))));
+    assert_eq!(bed.nodes[B].cluster_role(bed.now(), &t), Some((Role::Forwarder, NodeId(0))));
     let now = bed.now();
     let conns = bed.nodes[C].conns(now, 16);
     let d = conns.iter().find(|c| c.tuple == t).expect("director record in show conn");
@@ -233,7 +233,7 @@ fn udp_director_elects_first_receiver() {
     assert_eq!(bed.cluster(C).counters.elections, 1);
     assert_eq!(bed.ccl_count(B, C, MessageKind::OwnerQuery), 1);
     assert_eq!(bed.ccl_count(B, C, MessageKind::FlowRegister), 1, "the owner registers (R8)");
-    assert_eq!(bed.nodes[C].cluster_role(&t), Some((Role::Director, NodeId(B as u8))));
+    assert_eq!(bed.nodes[C].cluster_role(bed.now(), &t), Some((Role::Director, NodeId(B as u8))));
 
     // The reply lands on A: A asks C, C names B, A forwards to B.
     let out = bed.send(A, OUT, from_outside(A, SERVER).udp(5000, cport, b"pong"));
@@ -243,7 +243,7 @@ fn udp_director_elects_first_receiver() {
     assert_eq!(bed.ccl_count(A, C, MessageKind::OwnerQuery), 1);
     assert_eq!(bed.ccl_count(A, B, MessageKind::ForwardedPacket), 1);
     assert_eq!(bed.cluster(C).counters.elections, 1, "no second election");
-    assert_eq!(bed.nodes[A].cluster_role(&t), Some((Role::Forwarder, NodeId(B as u8))));
+    assert_eq!(bed.nodes[A].cluster_role(bed.now(), &t), Some((Role::Forwarder, NodeId(B as u8))));
     assert_eq!(bed.owners(&t), vec![B]);
 
     // More replies on A go straight to B.
@@ -260,7 +260,7 @@ fn dns_reply_on_non_owner_is_relayed_by_the_director() {
     let t = tuple(HOST, cport, DNS, 53, 17);
     let out = bed.send(A, IN, from_host(A, DNS).udp(cport, 53, b"query"));
     assert_eq!(one(&out).0, A);
-    assert_eq!(bed.nodes[C].cluster_role(&t), Some((Role::Director, NodeId(A as u8))));
+    assert_eq!(bed.nodes[C].cluster_role(bed.now(), &t), Some((Role::Director, NodeId(A as u8))));
 
     // The answer lands on B: no query, a relay to C, which forwards to A.
     let out = bed.send(B, OUT, from_outside(B, DNS).udp(53, cport, b"answer"));
@@ -355,8 +355,8 @@ fn second_syn_on_another_node_yields_to_the_first_owner() {
     assert_eq!(bed.cluster(C).counters.register_conflicts, 1);
     assert_eq!(bed.cluster(B).counters.ownership_yielded, 1);
     assert_eq!(bed.owners(&t), vec![A]);
-    assert_eq!(bed.nodes[B].cluster_role(&t), Some((Role::Forwarder, NodeId(A as u8))));
-    assert_eq!(bed.nodes[C].cluster_role(&t), Some((Role::Director, NodeId(A as u8))));
+    assert_eq!(bed.nodes[B].cluster_role(bed.now(), &t), Some((Role::Forwarder, NodeId(A as u8))));
+    assert_eq!(bed.nodes[C].cluster_role(bed.now(), &t), Some((Role::Director, NodeId(A as u8))));
     // The next SYN on B goes to A.
     let out = bed.send(B, IN, from_host(B, SERVER).tcp(cport, 80, C_ISN, 0, SYN, 64240, &SYN_OPTS, b""));
     assert_eq!(one(&out).0, A);
@@ -371,7 +371,7 @@ fn owner_that_is_director_registers_with_a_backup() {
     bed.send(A, IN, from_host(A, SERVER).tcp(cport, 80, C_ISN, 0, SYN, 64240, &SYN_OPTS, b""));
     let backup = (0..3).find(|&n| n != A && bed.ccl_count(A, n, MessageKind::FlowRegister) == 1).expect("a backup");
     assert_eq!(bed.ccl.len(), 1, "one registration, to the backup only");
-    assert_eq!(bed.nodes[backup].cluster_role(&t), Some((Role::Backup, NodeId(A as u8))));
+    assert_eq!(bed.nodes[backup].cluster_role(bed.now(), &t), Some((Role::Backup, NodeId(A as u8))));
     // The SYN-ACK on the backup goes to A (cookie), the one on the third
     // node too.
     let isn = tcp_fields(&bed.send(A, IN, from_host(A, SERVER).tcp(cport, 80, C_ISN, 0, SYN, 64240, &SYN_OPTS, b""))[0].2).0;
@@ -455,4 +455,127 @@ fn pending_query_times_out() {
     bed.nodes[A].poll_timers(Timestamp(now.0 + 100_000_000));
     let c = bed.cluster(A).counters;
     assert_eq!((c.pending, c.pending_timeouts), (0, 2));
+}
+
+/// Regression (simulator seeds 2 and 324): without cookies a lost
+/// `FlowRegister` left the director without a record, so every SYN-ACK
+/// query was answered "no owner" until the owner's refresh 15 s later.
+/// The owner now registers again when the client retransmits its SYN.
+#[test]
+fn lost_registration_is_resent_on_syn_retransmission() {
+    let mut bed = Bed::new(3, false);
+    let cport = port_with_director(SERVER, 80, 6, 3, C);
+    let t = tuple(HOST, cport, SERVER, 80, 6);
+    let syn = || from_host(A, SERVER).tcp(cport, 80, C_ISN, 0, SYN, 64240, &SYN_OPTS, b"");
+    let synack = || from_outside(B, SERVER).tcp(80, cport, S_ISN, C_ISN + 1, SYN | ACK, 65535, &SYN_OPTS, b"");
+
+    // The SYN's registration is lost on the CCL.
+    bed.hold = Some(MessageKind::FlowRegister);
+    let out = bed.send(A, IN, syn());
+    assert_eq!(one(&out).0, A);
+    assert!(!bed.held.is_empty(), "A registered");
+    bed.held.clear();
+    bed.hold = None;
+    assert_eq!(bed.nodes[C].cluster_role(bed.now(), &t), None);
+
+    // The SYN-ACK on B: C knows no owner, the SYN-ACK is dropped.
+    let out = bed.send(B, OUT, synack());
+    assert!(out.is_empty(), "{out:?}");
+    assert_eq!(bed.cluster(B).counters.pending_no_owner, 1);
+
+    // The client retransmits its SYN to A: A registers again.
+    let out = bed.send(A, IN, syn());
+    let (n, port, f) = one(&out);
+    assert_eq!((n, port), (A, OUT));
+    assert_eq!(hex(&f), hex(&to_gw(A, SERVER).tcp(cport, 80, C_ISN, 0, SYN, 64240, &SYN_OPTS, b"")));
+    assert_eq!(bed.cluster(A).counters.registers_resent, 1);
+    assert_eq!(bed.ccl_count(A, C, MessageKind::FlowRegister), 1);
+    assert_eq!(bed.nodes[C].cluster_role(bed.now(), &t), Some((Role::Director, NodeId(A as u8))));
+
+    // The server's retransmitted SYN-ACK on B now finds the owner.
+    let out = bed.send(B, OUT, synack());
+    let (n, port, f) = one(&out);
+    assert_eq!((n, port), (A, IN));
+    assert_eq!(hex(&f), hex(&to_host(A, SERVER).tcp(80, cport, S_ISN, C_ISN + 1, SYN | ACK, 65535, &SYN_OPTS, b"")));
+    assert_eq!(bed.owners(&t), vec![A]);
+    accounted(&bed);
+}
+
+/// Regression (simulator seed 123): flow records carried no version, so
+/// the SYN_RECV update (30 s idle) arriving after the ESTABLISHED one
+/// (3600 s) at the director undid it, and the director record expired
+/// under an idle connection. Versioned records: the older one is ignored.
+#[test]
+fn reordered_state_updates_keep_the_newer_state() {
+    let mut bed = Bed::new(3, true);
+    bed.hold = Some(MessageKind::StateUpdate);
+    let (cport, _) = handshake(&mut bed);
+    bed.hold = None;
+    let t = tuple(HOST, cport, SERVER, 80, 6);
+    let to_c: Vec<usize> = (0..bed.held.len()).filter(|&i| bed.held[i].1 == C).collect();
+    assert_eq!(to_c.len(), 2, "SYN_RECV then ESTABLISHED updates to the director");
+    // Deliver them to C in reverse order (the backup's are lost).
+    bed.release_held(&[to_c[1], to_c[0]]);
+    assert_eq!(bed.cluster(C).counters.records_stale, 1);
+    let state = |bed: &Bed| {
+        let conns = bed.nodes[C].conns(bed.now(), 100);
+        conns.iter().find(|c| c.tuple == t).map(|c| c.state)
+    };
+    assert_eq!(state(&bed), Some("ESTABLISHED"));
+    // Idle past the SYN timeout: the director still knows the owner.
+    bed.tick(31_000);
+    bed.tick(1_000);
+    assert_eq!(bed.nodes[C].cluster_role(bed.now(), &t), Some((Role::Director, NodeId(A as u8))));
+    assert_eq!(bed.cluster(C).counters.records_expired, 0);
+    accounted(&bed);
+}
+
+/// A record of a newer generation (the flow was created again) wins over
+/// the older generation's updates, whatever order they arrive in.
+#[test]
+fn record_versions_compare_by_generation_then_seq() {
+    use dataplane::clusterpath::Version;
+    let v = |generation, seq| Version { generation, seq };
+    assert!(v(1, 0).older_than(v(1, 1)));
+    assert!(!v(1, 1).older_than(v(1, 1)));
+    assert!(!v(1, 2).older_than(v(1, 1)));
+    assert!(v(1, 9).older_than(v(2, 0)));
+    assert!(!v(2, 0).older_than(v(1, 9)));
+    // Wrapping.
+    assert!(v(u32::MAX, 5).older_than(v(0, 0)));
+    assert!(v(3, u32::MAX).older_than(v(3, 1)));
+}
+
+/// Regression (simulator seeds 187 and 262): the ESTABLISHED update was
+/// lost, the director kept the SYN_RECV record (30 s) and dropped it under
+/// an idle connection. The owner re-sends a state change that lengthened
+/// the record's timeout, `RESEND_DELAY` later.
+#[test]
+fn lost_state_update_is_resent() {
+    // The handshake's state updates are held; only SYN_RECV reaches C.
+    let mut bed = Bed::new(3, true);
+    bed.hold = Some(MessageKind::StateUpdate);
+    let (cport, _) = handshake(&mut bed);
+    let t = tuple(HOST, cport, SERVER, 80, 6);
+    let to_c: Vec<usize> = (0..bed.held.len()).filter(|&i| bed.held[i].1 == C).collect();
+    assert_eq!(to_c.len(), 2);
+    bed.release_held(&[to_c[0]]); // SYN_RECV arrives, ESTABLISHED is lost.
+    let state = |bed: &Bed| {
+        let conns = bed.nodes[C].conns(bed.now(), 100);
+        conns.iter().find(|c| c.tuple == t).map(|c| c.state)
+    };
+    assert_eq!(state(&bed), Some("SYN_RECV"));
+    bed.hold = None;
+    // After RESEND_DELAY the owner sends the record again.
+    bed.tick(2_100);
+    assert_eq!(bed.cluster(A).counters.updates_resent, 1);
+    assert_eq!(state(&bed), Some("ESTABLISHED"));
+    // Idle past the SYN timeout: the director still knows the owner.
+    bed.tick(31_000);
+    bed.tick(1_000);
+    assert_eq!(bed.nodes[C].cluster_role(bed.now(), &t), Some((Role::Director, NodeId(A as u8))));
+    // Two more re-sends, then none.
+    bed.tick(10_000);
+    assert_eq!(bed.cluster(A).counters.updates_resent, 3);
+    accounted(&bed);
 }

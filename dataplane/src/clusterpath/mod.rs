@@ -90,6 +90,13 @@ pub const PENDING_TIMEOUT: Duration = Duration::from_millis(100);
 /// Flow records queued between two `flush` calls; a full queue is
 /// flushed on the spot.
 pub const MAX_UPDATES: usize = 256;
+/// Delay between the re-sends of a lengthening state change (`Resend`).
+pub const RESEND_DELAY: Duration = Duration::from_millis(2000);
+/// How many times a lengthening state change is re-sent.
+pub const RESENDS: u8 = 3;
+/// Most lengthening state changes waiting for a re-send (a full queue
+/// skips the re-send, counted in `resends_skipped`).
+pub const MAX_RESENDS: usize = 16 * 1024;
 /// How often `poll_timers` sweeps idle records.
 pub const RECORD_SWEEP: Duration = Duration::from_millis(1000);
 /// The worker's CCL channel (one worker per node for now).
@@ -131,6 +138,59 @@ pub(crate) struct Record {
     pub seq_delta: u32,
     pub last_seen: Timestamp,
     pub idle: Duration,
+    /// The owner's version of the record, `None` when it carried none (an
+    /// election, a forwarder record, a record from an older owner).
+    pub version: Option<Version>,
+}
+
+/// `FlowRecord::flags` bit: `opaque[0..8]` holds the record's `Version`.
+pub const FLAG_VERSIONED: u8 = 0x01;
+
+/// The version of a flow record (docs/ccl-protocol.md, "Flow record
+/// versions"): `generation` numbers the flow's creations on its owner (a
+/// per-node counter, started from the incarnation so that a restarted
+/// owner counts on from a higher value), `seq` the records sent for that
+/// creation (0 for the registration). Compared with wrapping arithmetic.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct Version {
+    pub generation: u32,
+    pub seq: u32,
+}
+
+impl Version {
+    /// Read from a record (`None` without `FLAG_VERSIONED`).
+    pub fn from_record(r: &crate::ccl::FlowRecord) -> Option<Version> {
+        if r.flags & FLAG_VERSIONED == 0 {
+            return None;
+        }
+        let g = r.opaque.get(0..4)?;
+        let s = r.opaque.get(4..8)?;
+        Some(Version {
+            generation: u32::from_be_bytes([g[0], g[1], g[2], g[3]]),
+            seq: u32::from_be_bytes([s[0], s[1], s[2], s[3]]),
+        })
+    }
+
+    /// Write into a record's flags and opaque bytes.
+    pub fn write(self, r: &mut crate::ccl::FlowRecord) {
+        r.flags |= FLAG_VERSIONED;
+        if let Some(o) = r.opaque.get_mut(0..8) {
+            o[..4].copy_from_slice(&self.generation.to_be_bytes());
+            o[4..].copy_from_slice(&self.seq.to_be_bytes());
+        }
+    }
+
+    /// Is `self` older than `held` (the same owner's record already held)?
+    /// A later generation wins over any record of an earlier one; within a
+    /// generation the higher `seq` wins; equal versions are not older (a
+    /// duplicate refreshes the record). Wrapping comparisons.
+    pub fn older_than(self, held: Version) -> bool {
+        if self.generation != held.generation {
+            (self.generation.wrapping_sub(held.generation) as i32) < 0
+        } else {
+            (self.seq.wrapping_sub(held.seq) as i32) < 0
+        }
+    }
 }
 
 /// Per owner flow, indexed by `FlowHandle::index()`.
@@ -142,7 +202,25 @@ pub(crate) struct OwnerExtra {
     /// without state changes is re-sent after half its idle timeout, so the
     /// director's and backups' records do not expire under it.
     pub sent: Timestamp,
+    /// Version of the last flow record queued for this flow.
+    pub version: Version,
+    /// Idle timeout the last flow record carried.
+    pub sent_idle: Duration,
 }
+
+/// A state change that lengthened a flow's record timeout (SYN → ESTABLISHED):
+/// if that `StateUpdate` was lost the director and backups still hold the
+/// short-lived record and drop it under an idle connection, so the owner
+/// sends the record again `RESEND_DELAY` later, `RESENDS` times (no acks on
+/// the CCL).
+#[derive(Copy, Clone, Debug)]
+pub(crate) struct Resend {
+    pub orig: FiveTuple,
+    pub generation: u32,
+    pub due: Timestamp,
+    pub left: u8,
+}
+
 
 /// A flow record waiting for `flush`.
 #[derive(Copy, Clone, Debug)]
@@ -201,6 +279,15 @@ pub struct ClusterCounters {
     pub record_table_full: u64,
     /// Records removed by their idle timeout.
     pub records_expired: u64,
+    /// Flow records ignored: older than the version held (reordered).
+    pub records_stale: u64,
+    /// Registrations re-sent for a retransmitted SYN (the first may have
+    /// been lost).
+    pub registers_resent: u64,
+    /// Lengthening state changes re-sent (`Resend`), and re-sends skipped
+    /// because the queue was full.
+    pub updates_resent: u64,
+    pub resends_skipped: u64,
     /// CCL messages not sent: peer MAC unresolved or unknown peer.
     pub ccl_unresolved: u64,
     /// Generated frames not queued: the frame pool was full.
@@ -259,10 +346,14 @@ pub(crate) struct ClusterState {
     pub next_query_id: u32,
     pub records: HashMap<FiveTuple, Record>,
     pub record_capacity: usize,
+    /// Generation of the next owner flow created here (`Version`).
+    pub next_generation: u32,
     pub next_sweep: Timestamp,
     pub extras: Vec<OwnerExtra>,
     pub pool: FramePool,
     pub updates: Vec<Update>,
+    /// Re-sends due, in due order (every entry waits `RESEND_DELAY`).
+    pub resends: std::collections::VecDeque<Resend>,
     /// Copy of a frame being wrapped into a CCL message.
     pub scratch: Box<[u8; SLOT_LEN]>,
     /// Payload of a flow-record batch being written; `None` while in use.
@@ -358,10 +449,14 @@ impl ClusterState {
             next_query_id,
             records: HashMap::with_capacity(flow_capacity.saturating_mul(2)),
             record_capacity: flow_capacity,
+            // Seconds since boot × 2^16: a restarted owner's generations
+            // compare newer than the ones it used before.
+            next_generation: spec.incarnation.wrapping_shl(16),
             next_sweep: Timestamp::ZERO,
             extras: vec![OwnerExtra::default(); flow_capacity],
             pool: FramePool::new(POOL_SLOTS),
             updates: Vec::with_capacity(MAX_UPDATES),
+            resends: std::collections::VecDeque::with_capacity(MAX_RESENDS.min(flow_capacity.max(64))),
             scratch: Box::new([0u8; SLOT_LEN]),
             batch: Some(Box::new([0u8; MAX_PAYLOAD_MTU1500])),
             counters: ClusterCounters::default(),

@@ -4,8 +4,8 @@
 
 use super::pool::{SlotBuf, SlotState, SLOT_HEADROOM};
 use super::{
-    canonical, next_random, ClusterCountersSnapshot, OwnerExtra, Record, Role, Update, MAX_UPDATES,
-    PENDING_TIMEOUT, RECORD_SWEEP, SLOT_LEN, STATE_NOT_TCP,
+    canonical, next_random, ClusterCountersSnapshot, OwnerExtra, Record, Resend, Role, Update, Version,
+    MAX_UPDATES, PENDING_TIMEOUT, RECORD_SWEEP, RESENDS, RESEND_DELAY, SLOT_LEN, STATE_NOT_TCP,
 };
 use crate::arp::Resolve;
 use crate::buf::PacketBuf;
@@ -224,6 +224,7 @@ impl Pipeline {
                                 seq_delta: 0,
                                 last_seen: now,
                                 idle: timeouts.tcp_established,
+                                version: None,
                             };
                             if !upsert(&mut cl.records, cl.record_capacity, key, rec) {
                                 return Plan::Drop(DropReason::ClusterRecordTableFull);
@@ -604,6 +605,7 @@ impl Pipeline {
                         seq_delta: 0,
                         last_seen: now,
                         idle: idle_for(&timeouts, t.proto),
+                        version: None,
                     };
                     if upsert(&mut cl.records, cl.record_capacity, key, rec) {
                         cl.counters.elections += 1;
@@ -639,6 +641,7 @@ impl Pipeline {
                 seq_delta: 0,
                 last_seen: now,
                 idle: idle_for(&timeouts, t.proto),
+                version: None,
             };
             if !upsert(&mut cl.records, cl.record_capacity, canonical(&t), rec) {
                 cl.counters.record_table_full += 1;
@@ -767,6 +770,19 @@ impl Pipeline {
                         self.send_ccl(now, from, &m);
                         continue;
                     }
+                    // A record older than the one held for the same owner
+                    // (reordered on the CCL) would undo a newer state.
+                    let version = Version::from_record(&r);
+                    let stale = match (cl.records.get(&key), version) {
+                        (Some(ex), Some(v)) if live(ex, now) && ex.owner == r.owner => {
+                            ex.version.is_some_and(|held| v.older_than(held))
+                        }
+                        _ => false,
+                    };
+                    if stale {
+                        cl.counters.records_stale += 1;
+                        continue;
+                    }
                     let role = if cl.directors.director(flow_hash(&t)) == cl.me { Role::Director } else { Role::Backup };
                     let rec = Record {
                         role,
@@ -776,6 +792,7 @@ impl Pipeline {
                         seq_delta: r.seq_delta,
                         last_seen: now,
                         idle: Duration::from_secs(u64::from(r.idle_timeout_s)),
+                        version,
                     };
                     if !upsert(&mut cl.records, cl.record_capacity, key, rec) {
                         cl.counters.record_table_full += 1;
@@ -818,8 +835,17 @@ impl Pipeline {
         let idx = tracked.handle.index() as usize;
         let timeout = state_timeout(&timeouts, state, tuple.proto);
         let stale = cl.extras.get(idx).is_some_and(|e| now.since(e.sent).0 >= timeout.0 / 2);
+        // A retransmitted SYN of a flow still in its handshake: the first
+        // registration (or the SYN-ACK's query) may have been lost, and
+        // without cookies (R6) nobody else can find this owner. Register
+        // again (cheap: once per client retransmission).
+        let resyn = !tracked.created
+            && tracked.dir == Direction::Original
+            && matches!(state, Some(TcpState::SynSent | TcpState::SynReceived))
+            && matches!(l4, L4Info::Tcp(seg) if seg.flags & (tcp_flags::SYN | tcp_flags::ACK) == tcp_flags::SYN)
+            && pre.is_some_and(|p| p.handle == tracked.handle);
         let changed = match pre {
-            _ if tracked.created => true,
+            _ if tracked.created || resyn => true,
             Some(p) => p.handle != tracked.handle || p.state != state || stale,
             None => true,
         };
@@ -831,21 +857,42 @@ impl Pipeline {
                     delta = SeqDelta::between(seg.seq, isn).0;
                 }
             }
+            let version = Version { generation: cl.next_generation, seq: 0 };
+            cl.next_generation = cl.next_generation.wrapping_add(1);
             if let Some(e) = cl.extras.get_mut(idx) {
-                *e = OwnerExtra { delta, sent: now };
+                *e = OwnerExtra { delta, sent: now, version, sent_idle: timeout };
             }
         }
         let delta = cl.extras.get(idx).map_or(0, |e| e.delta);
         if changed {
-            if let Some(e) = cl.extras.get_mut(idx) {
-                e.sent = now;
-            }
             let orig = match tracked.dir {
                 Direction::Original => *tuple,
                 Direction::Reply => tuple.reversed(),
             };
+            let mut version = None;
+            let mut lengthened = false;
+            if let Some(e) = cl.extras.get_mut(idx) {
+                e.sent = now;
+                if !tracked.created {
+                    e.version.seq = e.version.seq.wrapping_add(1);
+                    lengthened = timeout > e.sent_idle;
+                }
+                e.sent_idle = timeout;
+                version = Some(e.version);
+            }
+            if let (true, Some(v)) = (lengthened, version) {
+                let r = Resend { orig, generation: v.generation, due: now.saturating_add(RESEND_DELAY), left: RESENDS };
+                if cl.resends.len() < cl.resends.capacity() {
+                    cl.resends.push_back(r);
+                } else {
+                    cl.counters.resends_skipped += 1;
+                }
+            }
+            if resyn {
+                cl.counters.registers_resent += 1;
+            }
             if let Ok(flow) = FlowKey::new(orig) {
-                let record = FlowRecord {
+                let mut record = FlowRecord {
                     flow,
                     owner: cl.me,
                     op: FlowOp::Upsert,
@@ -855,7 +902,10 @@ impl Pipeline {
                     idle_timeout_s: timeout.as_secs().min(u64::from(u32::MAX)) as u32,
                     opaque: [0; crate::ccl::OPAQUE_LEN],
                 };
-                self.queue_record(now, &orig, record, tracked.created);
+                if let Some(v) = version {
+                    v.write(&mut record);
+                }
+                self.queue_record(now, &orig, record, tracked.created || resyn);
             }
         }
         (delta != 0 && matches!(l4, L4Info::Tcp(_))).then_some(Xlate { dir: tracked.dir, delta: SeqDelta(delta) })
@@ -957,6 +1007,10 @@ impl Pipeline {
                 cl.counters.pending_timeouts += 1;
             }
         }
+        let resent = self.resend_due(now);
+        let Some(cl) = self.cluster.as_deref_mut() else {
+            return;
+        };
         if now >= cl.next_sweep {
             let before = cl.records.len();
             cl.records.retain(|_, r| live(r, now));
@@ -965,6 +1019,9 @@ impl Pipeline {
         }
         let (me, members, ifx) = (cl.me, cl.members, cl.ccl_ifx);
         let peers = cl.peers;
+        if resent {
+            self.flush(now);
+        }
         let Some(eg) = self.ifaces.get(usize::from(ifx.0)).copied() else {
             return;
         };
@@ -977,6 +1034,63 @@ impl Pipeline {
                 Resolve::Refresh(m) => self.queue_arp_request(eg, ip, m),
                 _ => {}
             }
+        }
+    }
+
+    /// Re-send the lengthening state changes that are due (`Resend`): the
+    /// flow's current record, if the flow still lives in the same
+    /// generation. `true` if records were queued.
+    fn resend_due(&mut self, now: Timestamp) -> bool {
+        let timeouts = *self.conntrack.timeouts();
+        let mut queued = false;
+        loop {
+            let Some(cl) = self.cluster.as_deref_mut() else {
+                return queued;
+            };
+            let r = match cl.resends.front() {
+                Some(r) if r.due <= now => *r,
+                _ => return queued,
+            };
+            cl.resends.pop_front();
+            let Some((h, _)) = self.conntrack.lookup(&r.orig) else {
+                continue;
+            };
+            let state = self.conntrack.tcp_state(h);
+            let Some(cl) = self.cluster.as_deref_mut() else {
+                return queued;
+            };
+            let me = cl.me;
+            let Some(e) = cl.extras.get_mut(h.index() as usize) else {
+                continue;
+            };
+            if e.version.generation != r.generation {
+                continue;
+            }
+            let timeout = state_timeout(&timeouts, state, r.orig.proto);
+            e.version.seq = e.version.seq.wrapping_add(1);
+            e.sent = now;
+            e.sent_idle = timeout;
+            let (version, delta) = (e.version, e.delta);
+            if r.left > 1 {
+                cl.resends.push_back(Resend { due: now.saturating_add(RESEND_DELAY), left: r.left - 1, ..r });
+            }
+            cl.counters.updates_resent += 1;
+            let Ok(flow) = FlowKey::new(r.orig) else {
+                continue;
+            };
+            let mut record = FlowRecord {
+                flow,
+                owner: me,
+                op: FlowOp::Upsert,
+                tcp_state: state.map_or(STATE_NOT_TCP, |s| s as u8),
+                flags: 0,
+                seq_delta: delta,
+                idle_timeout_s: timeout.as_secs().min(u64::from(u32::MAX)) as u32,
+                opaque: [0; crate::ccl::OPAQUE_LEN],
+            };
+            version.write(&mut record);
+            self.queue_record(now, &r.orig, record, false);
+            queued = true;
         }
     }
 
@@ -1031,12 +1145,14 @@ impl Pipeline {
 
     /// The role and owner of a connection on this node, for tests and
     /// diagnostics: `Owner` for a local flow, else the record's role.
-    pub fn cluster_role(&self, tuple: &FiveTuple) -> Option<(Role, NodeId)> {
+    /// Records past their idle timeout but not yet swept count as absent
+    /// (as in `conns`).
+    pub fn cluster_role(&self, now: Timestamp, tuple: &FiveTuple) -> Option<(Role, NodeId)> {
         let cl = self.cluster.as_deref()?;
         if self.conntrack.lookup(tuple).is_some() {
             return Some((Role::Owner, cl.me));
         }
-        cl.records.get(&canonical(tuple)).map(|r| (r.role, r.owner))
+        cl.records.get(&canonical(tuple)).filter(|r| live(r, now)).map(|r| (r.role, r.owner))
     }
 
     /// Owner flows annotated with role and owner, then director, backup and
@@ -1050,7 +1166,11 @@ impl Pipeline {
             c.owner = Some(cl.me);
         }
         let mut recs: Vec<&Record> = cl.records.values().filter(|r| live(r, now)).collect();
-        recs.sort_by_key(|r| (r.role.as_str(), r.orig.to_string()));
+        // A cheap key (no string per row): role, then the tuple's fields.
+        recs.sort_unstable_by_key(|r| {
+            let o = &r.orig;
+            (r.role.as_str(), o.src, o.src_port, o.dst, o.dst_port, o.proto)
+        });
         for r in recs {
             if out.len() >= max {
                 break;

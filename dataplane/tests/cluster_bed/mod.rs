@@ -113,6 +113,11 @@ pub struct Bed {
     pub verdicts: Vec<(usize, Verdict)>,
     /// CCL messages delivered, in order.
     pub ccl: Vec<CclSeen>,
+    /// Generated CCL messages of this kind are not delivered but kept in
+    /// `held` (a lost or delayed message; `release_held` delivers them).
+    pub hold: Option<MessageKind>,
+    /// `(from, to, frame)` of the messages `hold` caught, in order.
+    pub held: Vec<(usize, usize, Vec<u8>)>,
 }
 
 /// The CCL kind of a frame (outer headers untagged), if it is one.
@@ -129,6 +134,8 @@ impl Bed {
             now_ms: 1_000,
             verdicts: vec![],
             ccl: vec![],
+            hold: None,
+            held: vec![],
         }
     }
 
@@ -155,6 +162,8 @@ impl Bed {
             now_ms: 1_000,
             verdicts: vec![],
             ccl: vec![],
+            hold: None,
+            held: vec![],
         }
     }
 
@@ -210,6 +219,10 @@ impl Bed {
             for (n, port, f) in generated {
                 if port == CCL {
                     for m in self.ccl_dest(&f, n) {
+                        if self.hold.is_some() && ccl_kind(&f) == self.hold {
+                            self.held.push((n, m, f.clone()));
+                            continue;
+                        }
                         if let Some(kind) = ccl_kind(&f) {
                             self.ccl.push(CclSeen { from: n, to: m, kind });
                         }
@@ -221,6 +234,22 @@ impl Bed {
             }
         }
         out
+    }
+
+    /// Deliver the held messages at these indices of `held`, in this
+    /// order (the rest are lost), then let the cluster settle.
+    pub fn release_held(&mut self, order: &[usize]) -> Vec<(usize, PortId, Vec<u8>)> {
+        let held = std::mem::take(&mut self.held);
+        let mut queue = VecDeque::new();
+        for &i in order {
+            let (from, to, f) = held[i].clone();
+            if let Some(kind) = ccl_kind(&f) {
+                self.ccl.push(CclSeen { from, to, kind });
+            }
+            queue.push_back((to, CCL, f));
+        }
+        self.now_ms += 1;
+        self.run(queue)
     }
 
     /// The last verdict node `n` returned.

@@ -28,13 +28,13 @@ virtual clock. The same seed gives the same run, bit for bit.
   --no-cluster          independent single-node firewalls (expected to fail)
   --mixed               add ICMP echo flows (UDP flows / 4), follow-up TCP
                         connections on 5% of the tuples and 2% idle flows
-                        (server think time / UDP gaps up to 25 s)
+                        (server think time / UDP gaps up to 40 s)
   --icmp-flows N        ICMP echo flows
   --reuse P             share of TCP tuples reused by a second connection
   --idle-share P, --idle-max-s S   flows that idle mid-way, and for how long
   --randomized          the sweep's scenario for --seed (nodes, CCL impairments,
                         burst size, ... drawn from the seed; put it last)
-  --randomized-any      the same, without steering around known issues
+  --randomized-any      the same (it once skipped known issues; none are left)
   --trace-flow ID       print to stderr what happens to flow ID's frames (and
                         CCL control messages and losses)
   --json                print the report as JSON

@@ -139,9 +139,9 @@ pub fn is_owner(p: &Pipeline, t: &FiveTuple) -> bool {
 
 /// The node's role for the connection of `t` and the owner it names
 /// (`Pipeline::cluster_role`; a single-node pipeline owns what it tracks).
-pub fn role_at(p: &Pipeline, node: usize, t: &FiveTuple) -> Option<(Role, usize)> {
+pub fn role_at(p: &Pipeline, node: usize, t: &FiveTuple, now: Timestamp) -> Option<(Role, usize)> {
     use dataplane::clusterpath::Role as R;
-    match p.cluster_role(t) {
+    match p.cluster_role(now, t) {
         Some((r, o)) => {
             let role = match r {
                 R::Owner => Role::Owner,

@@ -134,9 +134,6 @@ impl SimConfig {
     /// 16), a clean, jittery or lossy CCL, sequence randomisation mostly
     /// on, 300 TCP and 100 UDP flows started within 50-500 ms.
     pub fn randomized(seed: u64) -> Self {
-        SimConfig::randomized_with(seed, false)
-    }
-    fn randomized_with(seed: u64, known_issues: bool) -> Self {
         let mut r = ChaCha8Rng::seed_from_u64(net::mix64(seed ^ 0x5eeb));
         let nodes = if r.random_bool(0.1) {
             16
@@ -160,7 +157,6 @@ impl SimConfig {
                 reorder_ns: r.random_range(50_000..=1_000_000),
             },
         };
-        let lossy = ccl.loss > 0.0;
         let mut c = SimConfig::new(seed, nodes).flows(300, 100).ccl(ccl);
         c.icmp_flows = 30;
         c.reuse_share = r.random_range(0.0..0.1);
@@ -171,43 +167,32 @@ impl SimConfig {
             c.time_limit_ns = c.time_limit_ns.max(3 * c.idle_ns.1 + 60_000_000_000);
         }
         c.seq_randomization = r.random_bool(0.8);
-        // KNOWN ISSUE (reported with the simulator): without cookies a lost
-        // FlowRegister leaves the director without a record, every SYN-ACK
-        // query is answered "no owner" and the handshake stalls until the
-        // owner's refresh at half the SYN timeout (15 s; `flows-timely`
-        // fails). Reproduce: `clusterfw-sim --seed 2 --randomized-any`.
-        // Until that is fixed the sweep runs sequence randomisation off on
-        // loss-free CCLs only.
-        if lossy && !known_issues {
-            c.seq_randomization = true;
-        }
-        // KNOWN ISSUE 2 (reported): flow records carry no version, so a
-        // reordered (or lost) StateUpdate can leave the director with a
-        // SYN-state record (30 s idle) under an established connection; a
-        // connection idle for longer then loses its director record and the
-        // director drops its next packet (tcp-no-flow). Reproduce:
-        // `clusterfw-sim --seed 123 --randomized-any --trace-flow 36`.
-        // Until fixed, idle periods stay below the 30 s SYN timeout.
-        if !known_issues {
-            c.idle_ns.1 = c.idle_ns.1.min(KNOWN_ISSUE_IDLE_MAX_NS);
-            c.idle_ns.0 = c.idle_ns.0.min(c.idle_ns.1);
-        }
+        // Both former KNOWN ISSUEs are covered again: sequence
+        // randomisation off on lossy CCLs (a lost FlowRegister is repaired
+        // by the owner re-registering on the SYN retransmission; seeds 2,
+        // 324) and idle periods past the 30 s SYN timeout (versioned flow
+        // records: a reordered StateUpdate no longer undoes a newer one;
+        // seed 123).
         c.start_window_ns = r.random_range(50..=500u64) * 1_000_000;
         c.burst = [1usize, 8, 32][r.random_range(0..3usize)];
         c
     }
-    /// `randomized`, without steering around known dataplane issues.
+    /// Same as `randomized` (it once steered around known dataplane
+    /// issues; none are left). Kept for the CLI's `--randomized-any`.
     pub fn randomized_any(seed: u64) -> Self {
-        SimConfig::randomized_with(seed, true)
+        SimConfig::randomized(seed)
     }
     /// ICMP echo flows, reused tuples and idle flows too (the traffic mix
-    /// of the cluster scenarios; idle periods below the SYN timeout, see
-    /// KNOWN ISSUE 2 in `randomized`).
+    /// of the cluster scenarios; idle periods up to `MIXED_IDLE_MAX_NS`,
+    /// past the 30 s SYN timeout, so a director record left in a SYN state
+    /// would expire under an idle connection).
     pub fn mixed(mut self) -> Self {
         self.icmp_flows = self.udp_flows / 4;
         self.reuse_share = 0.05;
         self.idle_share = 0.02;
-        self.idle_ns = (1_000_000_000, KNOWN_ISSUE_IDLE_MAX_NS);
+        self.idle_ns = (1_000_000_000, MIXED_IDLE_MAX_NS);
+        // UDP flows idle up to twice; leave room for that.
+        self.time_limit_ns = self.time_limit_ns.max(3 * MIXED_IDLE_MAX_NS + 60_000_000_000);
         self
     }
     pub fn flows(mut self, tcp: usize, udp: usize) -> Self {
@@ -235,9 +220,9 @@ const POLL_DELAY_NS: u64 = 2_000;
 const TIMER_PERIOD_NS: u64 = 10_000_000;
 /// Routers ARP the nodes at start; flows start after this.
 const WARMUP_NS: u64 = 5_000_000;
-/// Longest idle period of the steered scenarios (KNOWN ISSUE 2: a stale
-/// SYN-state director record expires after the 30 s SYN timeout).
-pub const KNOWN_ISSUE_IDLE_MAX_NS: u64 = 25_000_000_000;
+/// Longest idle period of the `mixed` scenarios: past the 30 s SYN
+/// timeout (a stale SYN-state director record would expire under it).
+pub const MIXED_IDLE_MAX_NS: u64 = 40_000_000_000;
 /// A flow that takes longer than this (start to completion) fails
 /// `flows-timely`: the hosts' own back-off (200 ms doubling) needs five
 /// consecutive losses to get there.
@@ -1534,7 +1519,8 @@ impl Sim {
             return;
         };
         self.director_counts.0 += 1;
-        let seen = cluster::role_at(&self.nodes[d].pipeline, d, &t);
+        let now = self.ts();
+        let seen = cluster::role_at(&self.nodes[d].pipeline, d, &t, now);
         let ok = match seen {
             Some((Role::Director, o)) => o == owner,
             Some((Role::Owner, o)) => d == owner && o == owner,
