@@ -725,9 +725,19 @@ pub struct UdpClient {
     pub gap_ns: u64,
     /// Set when the driver must call `on_app` at this time.
     pub app_request: Option<u64>,
+    /// Per-exchange (request, response) payload lengths; when empty every
+    /// exchange uses `request_len` / `response_len`.
+    pub sizes: Vec<(u32, u32)>,
 }
 
 impl UdpClient {
+    /// (request, response) payload lengths of exchange `x`.
+    pub fn lens(&self, x: u16) -> (u32, u32) {
+        self.sizes
+            .get(usize::from(x))
+            .copied()
+            .unwrap_or((self.request_len, self.response_len))
+    }
     pub fn new(
         flow: u32,
         local: (Ipv4Addr, u16),
@@ -753,6 +763,7 @@ impl UdpClient {
             failed: false,
             gap_ns: 0,
             app_request: None,
+            sizes: Vec::new(),
         }
     }
     /// The gap after a reply is over: the next request.
@@ -766,7 +777,7 @@ impl UdpClient {
     fn send(&mut self, now: u64) -> Vec<u8> {
         self.timer_gen += 1;
         self.timer_request = Some((now + UDP_RTO_NS, self.timer_gen));
-        udp_payload(self.flow, self.next, 0, self.request_len)
+        udp_payload(self.flow, self.next, 0, self.lens(self.next).0)
     }
     pub fn open(&mut self, now: u64) -> Vec<u8> {
         self.tries = 1;
@@ -798,6 +809,12 @@ impl UdpClient {
                 return None;
             }
             Ok(v) => v,
+        };
+        // Per-exchange sizes: a reply's length is that of its own exchange.
+        let want_len = if want_dir == 1 && !self.sizes.is_empty() {
+            self.lens(xchg).1
+        } else {
+            want_len
         };
         if flow != self.flow
             || dir != want_dir
@@ -856,6 +873,8 @@ pub struct UdpServer {
     pub request_len: u32,
     pub requests: u64,
     pub failures: Vec<String>,
+    /// Per-exchange (request, response) payload lengths (as the client's).
+    pub sizes: Vec<(u32, u32)>,
 }
 
 impl UdpServer {
@@ -866,10 +885,12 @@ impl UdpServer {
                 None
             }
             Ok((flow, xchg, dir)) => {
-                if flow != self.flow
-                    || dir != 0
-                    || payload.len() != UDP_HDR + self.request_len as usize
-                {
+                let (req, resp) = self
+                    .sizes
+                    .get(usize::from(xchg))
+                    .copied()
+                    .unwrap_or((self.request_len, self.response_len));
+                if flow != self.flow || dir != 0 || payload.len() != UDP_HDR + req as usize {
                     self.failures.push(format!(
                         "server: request for flow {flow} dir {dir} len {}",
                         payload.len()
@@ -877,7 +898,7 @@ impl UdpServer {
                     return None;
                 }
                 self.requests += 1;
-                Some(udp_payload(self.flow, xchg, 1, self.response_len))
+                Some(udp_payload(self.flow, xchg, 1, resp))
             }
         }
     }

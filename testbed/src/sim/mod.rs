@@ -28,6 +28,7 @@
 //!   not asked; roles are asked (`conns`) and compared with what was seen.
 
 pub mod cluster;
+pub mod frag;
 pub mod host;
 pub mod net;
 pub mod report;
@@ -99,6 +100,8 @@ pub struct SimConfig {
     /// Print (stderr) what happens to this flow's frames, and CCL control
     /// messages and losses, for bug reports.
     pub trace_flow: Option<u32>,
+    /// UDP flows with datagrams over the MTU (`frag`).
+    pub frag: frag::FragScenario,
 }
 
 impl SimConfig {
@@ -128,6 +131,7 @@ impl SimConfig {
             checkpoint_ns: 50_000_000,
             trace_flow: None,
             fault: None,
+            frag: frag::FragScenario::default(),
         }
     }
     /// A scenario drawn from the seed (for sweeps): 2-8 nodes (sometimes
@@ -445,6 +449,7 @@ pub struct Sim {
     /// record naming the owner.
     director_counts: (u64, u64),
     director_examples: Vec<String>,
+    frag: frag::FragState,
 }
 
 /// Build a node's pipeline configuration.
@@ -533,11 +538,13 @@ impl Sim {
                     side: Side::Inside,
                     seed: sa,
                     symmetric: cfg.symmetric,
+                    spread_fragments: cfg.frag.spread_fragments,
                 },
                 Router {
                     side: Side::Outside,
                     seed: sb,
                     symmetric: cfg.symmetric,
+                    spread_fragments: cfg.frag.spread_fragments,
                 },
             ],
             cfg,
@@ -557,6 +564,7 @@ impl Sim {
             end_examples: Vec::new(),
             director_counts: (0, 0),
             director_examples: Vec::new(),
+            frag: frag::FragState::default(),
         };
         sim.make_flows();
         sim.warmup();
@@ -659,6 +667,7 @@ impl Sim {
                         request_len: req,
                         requests: 0,
                         failures: Vec::new(),
+                        sizes: Vec::new(),
                     }),
                 }
             };
@@ -731,6 +740,7 @@ impl Sim {
             extra += 1;
         }
         self.open_flows = total + extra;
+        self.make_frag_flows();
     }
 
     /// Routers ARP for every node at start, so the nodes learn their next
@@ -980,7 +990,20 @@ impl Sim {
 
     /// A host on `side` sends `frame`: its router picks a node by hash.
     fn host_send(&mut self, side: Side, mut frame: Vec<u8>) {
+        if frame.len() > frag::FRAME_MTU {
+            for f in self.fragment_datagram(side, &frame) {
+                self.host_send(side, f);
+            }
+            return;
+        }
         let Some(t) = net::frame_tuple(&frame) else {
+            if let Some(node) = self.fragment_entry(side, &frame) {
+                frame[0..6].copy_from_slice(&net::node_mac(node, side.port()));
+                frame[6..12].copy_from_slice(&side.router_mac());
+                let at = self.now + self.cfg.host_link_ns;
+                let port = side.port();
+                self.schedule(at, Ev::NodeRx { node, port, frame });
+            }
             return;
         };
         let node = self.routers[side as usize].pick(&t, self.cfg.nodes);
@@ -1047,6 +1070,12 @@ impl Sim {
         if !ip.verify_checksum() {
             self.edge.bad_ip_checksum += 1;
             self.edge_error(format!("node{from}: bad IPv4 checksum"));
+            return;
+        }
+        if ip.is_fragment() {
+            if let Some(whole) = self.host_reassemble(from, frame) {
+                self.host_rx(side, from, &whole);
+            }
             return;
         }
         let Some(t) = net::frame_tuple(frame) else {
@@ -1303,6 +1332,8 @@ impl Sim {
                     if let Some(&f) = self.by_tuple.get(&key) {
                         self.flows[f as usize].tx_nodes |= 1 << node;
                     }
+                } else {
+                    self.note_fragment_tx(node, &frame);
                 }
                 self.nodes[node].stats.host_tx += 1;
                 let mut frame = frame;
@@ -1794,6 +1825,7 @@ impl Sim {
             ),
         });
 
+        let fragments = self.frag_finish(&owners, &mut invariants, &mut failures);
         let host_packets = self
             .flows
             .iter()
@@ -1846,6 +1878,7 @@ impl Sim {
             failures,
             host_packets,
             slowest,
+            fragments,
         }
     }
 }

@@ -150,6 +150,23 @@ pub struct Router {
     pub side: Side,
     pub seed: u64,
     pub symmetric: bool,
+    /// Test knob: hash every IPv4 fragment on (src, dst, proto, ident,
+    /// offset), so the fragments of one datagram land on different nodes
+    /// on purpose. Off: fragments are hashed like real routers do.
+    pub spread_fragments: bool,
+}
+
+/// An IPv4 fragment as a router sees it: header fields only (a later
+/// fragment has no ports).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub struct FragHeader {
+    pub src: Ipv4Addr,
+    pub dst: Ipv4Addr,
+    pub proto: u8,
+    pub ident: u16,
+    /// Offset of the fragment's data, in bytes.
+    pub offset: u16,
+    pub more: bool,
 }
 
 impl Router {
@@ -157,15 +174,59 @@ impl Router {
     pub fn pick(&self, t: &FiveTuple, nodes: usize) -> usize {
         (ecmp_hash(self.seed, t, self.symmetric) % nodes as u64) as usize
     }
+    /// The node a fragment is sent to. Default: a hash of (src, dst, proto)
+    /// only — every fragment of a datagram (first and later alike; a later
+    /// one has no ports) goes to one node, which need not be the node its
+    /// connection's unfragmented packets reach. With `spread_fragments`
+    /// the identification and offset are hashed too: each fragment of a
+    /// datagram picks its own node.
+    pub fn pick_fragment(&self, f: &FragHeader, nodes: usize) -> usize {
+        let (mut a, mut b) = (u64::from(u32::from(f.src)), u64::from(u32::from(f.dst)));
+        if self.symmetric && b < a {
+            std::mem::swap(&mut a, &mut b);
+        }
+        let mut h = mix64(self.seed ^ 0xf4a6);
+        h = mix64(h ^ a);
+        h = mix64(h ^ b);
+        h = mix64(h ^ u64::from(f.proto));
+        if self.spread_fragments {
+            h = mix64(h ^ (u64::from(f.ident) << 16 | u64::from(f.offset)));
+        }
+        (h % nodes as u64) as usize
+    }
 }
 
-/// The five-tuple of an Ethernet/IPv4 frame (ICMP ports as SPEC R3).
+/// The fragment header fields of an Ethernet/IPv4 frame that is a
+/// fragment (MF set or offset non-zero), else `None`.
+pub fn frame_fragment(frame: &[u8]) -> Option<FragHeader> {
+    let eth = EthernetFrame::new_checked(frame).ok()?;
+    if eth.ethertype() != ethertype::IPV4 {
+        return None;
+    }
+    let ip = Ipv4Packet::new_checked(eth.payload()).ok()?;
+    ip.is_fragment().then(|| FragHeader {
+        src: ip.src(),
+        dst: ip.dst(),
+        proto: ip.protocol(),
+        ident: ip.ident(),
+        offset: ip.frag_offset(),
+        more: ip.more_frags(),
+    })
+}
+
+/// The five-tuple of an Ethernet/IPv4 frame (ICMP ports as SPEC R3);
+/// `None` for fragments.
 pub fn frame_tuple(frame: &[u8]) -> Option<FiveTuple> {
     let eth = EthernetFrame::new_checked(frame).ok()?;
     if eth.ethertype() != ethertype::IPV4 {
         return None;
     }
     let ip = Ipv4Packet::new_checked(eth.payload()).ok()?;
+    // A fragment has no five-tuple of its own (a later one has no ports; a
+    // first one's L4 header does not describe its payload): `frame_fragment`.
+    if ip.is_fragment() {
+        return None;
+    }
     let (src, dst, proto) = (IpAddr::V4(ip.src()), IpAddr::V4(ip.dst()), ip.protocol());
     let (sp, dp) = match proto {
         ip_proto::TCP => {
@@ -357,11 +418,13 @@ mod tests {
             side: Side::Inside,
             seed: 1,
             symmetric: false,
+            spread_fragments: false,
         };
         let b = Router {
             side: Side::Outside,
             seed: 2,
             symmetric: false,
+            spread_fragments: false,
         };
         let differ = (1000..2000)
             .filter(|&p| a.pick(&t(p, 80), 3) != b.pick(&t(p, 80).reversed(), 3))

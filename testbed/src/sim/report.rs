@@ -74,6 +74,8 @@ pub struct Report {
     pub host_packets: u64,
     /// The three slowest completed flows and their retransmissions.
     pub slowest: Vec<String>,
+    /// The fragmented flows (`super::frag`; zero without them).
+    pub fragments: super::frag::FragReport,
 }
 
 impl Report {
@@ -127,6 +129,21 @@ impl Report {
             self.virtual_ms,
             self.trace_hash
         );
+        let f = &self.fragments;
+        if f.flows > 0 {
+            let _ = writeln!(
+                s,
+                "  fragments: {} flows, {} datagrams in {} fragments sent, {} spread over nodes, {} fragments delivered, {} datagrams reassembled, {} bad, {} in pieces at the end",
+                f.flows,
+                f.datagrams_sent,
+                f.fragments_sent,
+                f.datagrams_spread,
+                f.fragments_delivered,
+                f.datagrams_reassembled,
+                f.bad_fragments,
+                f.partial_at_end
+            );
+        }
         for n in self.per_node.iter().chain(std::iter::once(&self.totals)) {
             let name = if n.node == usize::MAX {
                 "total".to_string()
