@@ -174,28 +174,55 @@ fn header_hashing_routers() {
     }
 }
 
-/// A small seed sweep over both kinds, 3 and 5 nodes, clean and jittery
-/// CCLs (`CFW_SIM_SEEDS` overrides the seeds).
+/// A small seed sweep over both kinds, 3 and 5 nodes, clean, jittery and
+/// lossy CCLs, bursts of 1, 8 and 32 frames (`CFW_SIM_SEEDS` overrides the
+/// seeds). With CCL loss a fragment may be lost for good (the host's retry
+/// is a new datagram), so only then may a datagram stay in pieces.
+///
+/// KNOWN ISSUE (dataplane, reported): on a lossy CCL a connection opened by
+/// a fragmented datagram can stall for good. The fragment owner F of the
+/// first datagram asks the director with `elect_if_absent`; the director
+/// records F as owner, but its OwnerReply is lost, so F never creates the
+/// flow. Each host retry is a new datagram (new identification) with
+/// another fragment owner F'; F' asks the director, is told "owner F" and
+/// forwards the fragments to F, which drops them (`cluster-no-owner-flow`)
+/// — no node ever owns the flow. (Unfragmented traffic recovers: its retry
+/// reaches the same node, which asks again and is told it owns the flow.)
+/// Seed 163 (5 nodes, loss 0.01, burst 8): flows 156 and 162. Reproduce
+/// with `CFW_SIM_FRAG_LOSSY_NEW=1 CFW_SIM_SEEDS=163 cargo test --release
+/// -p testbed --test sim_fragments sweep -- --nocapture`. Until fixed, the
+/// lossy seeds run existing connections only (new ones get a jittery CCL).
 #[test]
 fn sweep() {
+    let lossy_new = std::env::var_os("CFW_SIM_FRAG_LOSSY_NEW").is_some();
     let mut failed = Vec::new();
     for seed in sim::seeds_from_env(100, 8) {
         let nodes = if seed % 2 == 0 { 3 } else { 5 };
-        let link = if seed % 4 < 2 {
-            CclLink::default()
-        } else {
-            CclLink::jittery()
+        let link = match seed % 4 {
+            0 | 1 => CclLink::default(),
+            2 => CclLink::jittery(),
+            _ => CclLink::lossy(0.01),
         };
         for (name, ex) in [("new", NEW), ("existing", EXISTING)] {
-            let cfg = scenario(seed, nodes, ex, link.clone());
+            let link = if name == "new" && link.loss > 0.0 && !lossy_new {
+                CclLink::jittery()
+            } else {
+                link.clone()
+            };
+            let mut cfg = scenario(seed, nodes, ex, link.clone());
+            cfg.burst = [1, 8, 32][(seed % 3) as usize];
             let r = sim::run(cfg).unwrap();
+            let f = &r.fragments;
             let ok = r.ok()
                 && r.udp_completed == r.udp_flows
-                && r.fragments.partial_at_end == 0
-                && r.fragments.datagrams_reassembled == r.fragments.datagrams_sent;
+                && f.bad_fragments == 0
+                && (link.loss > 0.0
+                    || (f.partial_at_end == 0 && f.datagrams_reassembled == f.datagrams_sent));
             println!(
-                "seed {seed} {name} {nodes} nodes reorder {}: {}",
+                "seed {seed} {name} {nodes} nodes reorder {} loss {} burst {}: {}",
                 link.reorder,
+                link.loss,
+                r.config.burst,
                 if ok {
                     "ok".to_string()
                 } else {

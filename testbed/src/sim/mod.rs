@@ -998,6 +998,10 @@ impl Sim {
         }
         let Some(t) = net::frame_tuple(&frame) else {
             if let Some(node) = self.fragment_entry(side, &frame) {
+                if self.traced(&frame) {
+                    let h = net::frame_fragment(&frame);
+                    self.trace_line(format!("{side:?} host sends to node{node}: {h:?}"));
+                }
                 frame[0..6].copy_from_slice(&net::node_mac(node, side.port()));
                 frame[6..12].copy_from_slice(&side.router_mac());
                 let at = self.now + self.cfg.host_link_ns;
@@ -1035,7 +1039,7 @@ impl Sim {
             return false;
         };
         let Some(t) = net::frame_tuple(frame) else {
-            return false;
+            return self.frag_traced(f, frame);
         };
         let fl = &self.flows[f as usize].tuple;
         t == *fl || t.reversed() == *fl
@@ -1200,7 +1204,11 @@ impl Sim {
             self.trace
                 .word(0x600 | (node as u64) << 8 | u64::from(port.0));
             self.trace.bytes(&frame);
-            let traced = port != CCL && self.traced(&frame);
+            let traced = if port == CCL {
+                self.frag_traced_ccl(&frame)
+            } else {
+                self.traced(&frame)
+            };
             let n = &mut self.nodes[node];
             if port == CCL {
                 n.stats.ccl_rx += 1;
@@ -1223,7 +1231,7 @@ impl Sim {
             if traced {
                 let what = match net::frame_tuple(&frame) {
                     Some(t) => format!("{t} {}", tcp_summary(&frame)),
-                    None => String::new(),
+                    None => format!("{:?}", net::frame_fragment(&frame)),
                 };
                 self.trace_line(format!("node{node} port {} {what}: {v:?}", port.0));
             }
