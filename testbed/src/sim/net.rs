@@ -434,6 +434,58 @@ mod tests {
     }
 
     #[test]
+    fn fragments_hash_on_the_header_unless_spread() {
+        let r = |spread| Router {
+            side: Side::Inside,
+            seed: 5,
+            symmetric: false,
+            spread_fragments: spread,
+        };
+        let frag = |ident: u16, offset: u16| FragHeader {
+            src: client_addr(3),
+            dst: server_addr(4),
+            proto: ip_proto::UDP,
+            ident,
+            offset,
+            more: offset < 5920,
+        };
+        let (plain, spread) = (r(false), r(true));
+        let mut spread_datagrams = 0;
+        for ident in 0..200u16 {
+            let offsets = (0..6u16).map(|i| i * 1480);
+            let a: Vec<usize> = offsets
+                .clone()
+                .map(|o| plain.pick_fragment(&frag(ident, o), 5))
+                .collect();
+            assert!(a.iter().all(|&n| n == a[0]), "{a:?}");
+            let b: Vec<usize> = offsets
+                .map(|o| spread.pick_fragment(&frag(ident, o), 5))
+                .collect();
+            if b.iter().any(|&n| n != b[0]) {
+                spread_datagrams += 1;
+            }
+        }
+        // Six fragments over five nodes: nearly always more than one node.
+        assert!(spread_datagrams > 190, "{spread_datagrams}");
+    }
+
+    #[test]
+    fn frame_tuple_ignores_fragments() {
+        use dataplane::wire::build::PacketBuilder;
+        let b = PacketBuilder::new([0; 6], [0; 6], client_addr(1), server_addr(1));
+        let mut f = b.udp(1234, 7000, &[7u8; 100]);
+        assert!(frame_tuple(&f).is_some() && frame_fragment(&f).is_none());
+        {
+            let mut ip = Ipv4Packet::new_unchecked(&mut f[14..]);
+            ip.set_flags_frag(0x2000, 0);
+            ip.fill_checksum();
+        }
+        assert!(frame_tuple(&f).is_none());
+        let h = frame_fragment(&f).unwrap();
+        assert!(h.more && h.offset == 0 && h.proto == ip_proto::UDP);
+    }
+
+    #[test]
     fn addressing_plan() {
         assert_eq!(node_addr(2, INSIDE), Ipv4Addr::new(198, 18, 1, 12));
         assert_eq!(node_addr(2, CCL), Ipv4Addr::new(198, 19, 0, 3));
