@@ -153,6 +153,17 @@ fn frame_tuple(frame: &[u8]) -> Option<FiveTuple> {
     }
 }
 
+/// Could this packet open a flow at its owner? A TCP SYN, an echo request,
+/// UDP other than a DNS answer, another IP protocol.
+fn may_open(tuple: &FiveTuple, l4: Option<&L4Info>) -> bool {
+    match l4 {
+        Some(L4Info::Tcp(seg)) => seg.flags & (tcp_flags::SYN | tcp_flags::ACK) == tcp_flags::SYN,
+        Some(L4Info::Udp) => tuple.src_port != 53,
+        Some(L4Info::IcmpEchoRequest | L4Info::Other) => true,
+        Some(L4Info::IcmpEchoReply) | None => false,
+    }
+}
+
 impl Pipeline {
     /// Is this IPv4 datagram (to our address on `ifx`) a CCL message?
     pub(crate) fn is_ccl_datagram<T: AsRef<[u8]>>(&self, ifx: IfIndex, ip: &Ipv4Packet<T>) -> bool {
@@ -181,9 +192,13 @@ impl Pipeline {
         let Some(cl) = self.cluster.as_deref_mut() else {
             return Plan::Own;
         };
-        // Frames unwrapped from the CCL were sent here as to the owner.
+        // Frames unwrapped from the CCL were sent here as to the owner. If
+        // the packet may open a flow, adopt it: the director named us owner
+        // (R8) but its reply to us was lost, so the sender learnt the owner
+        // and we did not. Owning it goes through the ACL and registers with
+        // the director like any new flow. Anything else is dropped.
         if rx.via != Via::Port {
-            return Plan::Drop(DropReason::ClusterNoOwnerFlow);
+            return if may_open(tuple, l4) { Plan::Own } else { Plan::Drop(DropReason::ClusterNoOwnerFlow) };
         }
         let me = cl.me;
         let key = canonical(tuple);
