@@ -248,6 +248,28 @@ fn warm_up(c: &Ctx) -> Result<String> {
     ))
 }
 
+/// Runs a traffic step up to `ATTEMPTS` times; passes on the first clean
+/// run and says how many it took. Why: on this shared 2-core machine the
+/// first datagrams through a node whose next hop is not yet resolved are
+/// dropped by design (`arp-unresolved`: the node drops while it resolves),
+/// and the warm-up cannot steer a ping through every node's both
+/// directions; an iperf3 control connection also sometimes times out under
+/// load. A step that never runs clean still fails, with every attempt's
+/// error.
+const ATTEMPTS: usize = 3;
+
+fn attempts(step: fn(&Ctx) -> Result<String>, c: &Ctx) -> Result<String> {
+    let mut errors = Vec::new();
+    for n in 1..=ATTEMPTS {
+        match step(c) {
+            Ok(s) if n == 1 => return Ok(s),
+            Ok(s) => return Ok(format!("{s} (attempt {n}; before: {})", errors.join(" | "))),
+            Err(e) => errors.push(format!("{e:#}")),
+        }
+    }
+    bail!("{ATTEMPTS} attempts failed: {}", errors.join(" | "))
+}
+
 fn step_a_ping(c: &Ctx) -> Result<String> {
     let out = Command::new("timeout")
         .args([
@@ -757,13 +779,13 @@ fn cluster_fragments() {
     record(
         "(a) ping -s 8000 -c 5 inside->outside, 5/5 replies",
         t,
-        step_a_ping(&c),
+        attempts(step_a_ping, &c),
     );
     let t = Instant::now();
     record(
         "(b) iperf3 UDP 8000-byte datagrams 20 Mbit/s 5 s, zero loss",
         t,
-        step_b_iperf3_udp(&c),
+        attempts(step_b_iperf3_udp, &c),
     );
     let t = Instant::now();
     record(
