@@ -147,3 +147,18 @@ impl Drop for TempDir {
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
+
+/// The sha256 of a file, as `sha256sum` prints it.
+pub fn sha256(path: &Path) -> Result<String> {
+    let out = sys::run("sha256sum", &[path.to_string_lossy()])?;
+    out.split_whitespace().next().map(str::to_string).context("sha256sum printed nothing")
+}
+
+/// Write `bytes` random bytes (from /dev/urandom) to `path`; returns their
+/// sha256.
+pub fn random_file(path: &Path, bytes: u64) -> Result<String> {
+    use std::io::Read;
+    let mut src = File::open("/dev/urandom")?.take(bytes);
+    std::io::copy(&mut src, &mut File::create(path)?)?;
+    sha256(path)
+}

@@ -34,7 +34,6 @@ use dataplane::ccl::{CclKey, FramePath, Heartbeat, Message, Sealer, CONTROL_CHAN
 use dataplane::{Epoch, NodeId};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
-use std::fs::File;
 use std::io::Read;
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
@@ -97,11 +96,6 @@ fn drops(cl: &[Value], reason: &str) -> u64 {
     cl.iter().map(|v| v["ccl_drops"][reason].as_u64().unwrap_or(0)).sum()
 }
 
-fn sha256(path: &Path) -> Result<String> {
-    let out = sys::run("sha256sum", &[path.to_string_lossy()])?;
-    out.split_whitespace().next().map(str::to_string).context("sha256sum printed nothing")
-}
-
 /// Children killed and reaped on drop (the concurrent curls).
 struct Children(Vec<Child>);
 
@@ -135,9 +129,7 @@ fn step_a_http(c: &Ctx) -> Result<String> {
     let www = TempDir::new(&c.run_dir, "www")?;
     let dl = TempDir::new(&c.run_dir, "download")?;
     let file = www.0.join("random.bin");
-    let mut src = File::open("/dev/urandom")?.take(FILE_BYTES);
-    std::io::copy(&mut src, &mut File::create(&file)?)?;
-    let want = sha256(&file)?;
+    let want = harness::random_file(&file, FILE_BYTES)?;
     let www_dir = www.0.to_string_lossy().into_owned();
     let mut server = Background::start(
         "HTTP server",
@@ -180,7 +172,7 @@ fn step_a_http(c: &Ctx) -> Result<String> {
     for i in 0..DOWNLOADS {
         let p = dl.0.join(format!("d{i}.bin"));
         if p.exists() {
-            let got = sha256(&p)?;
+            let got = harness::sha256(&p)?;
             if got != want {
                 failed.push(format!("download {i}: sha256 {got}, served {want}"));
             }

@@ -23,8 +23,6 @@
 
 use anyhow::{bail, ensure, Context, Result};
 use serde_json::Value;
-use std::fs::File;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -82,21 +80,11 @@ impl Drop for BedGuard {
     }
 }
 
-fn sha256(path: &Path) -> Result<String> {
-    let out = sys::run("sha256sum", &[path.to_string_lossy()])?;
-    out.split_whitespace()
-        .next()
-        .map(str::to_string)
-        .context("sha256sum printed nothing")
-}
-
 fn step_a_http_download(c: &Ctx) -> Result<String> {
     let www = TempDir::new(&c.run_dir, "www")?;
     let dl = TempDir::new(&c.run_dir, "download")?;
     let file = www.0.join("random.bin");
-    let mut src = File::open("/dev/urandom")?.take(DOWNLOAD_BYTES);
-    std::io::copy(&mut src, &mut File::create(&file)?)?;
-    let want = sha256(&file)?;
+    let want = harness::random_file(&file, DOWNLOAD_BYTES)?;
 
     let www_dir = www.0.to_string_lossy().into_owned();
     let mut server = Background::start(
@@ -135,7 +123,7 @@ fn step_a_http_download(c: &Ctx) -> Result<String> {
         ],
     )?;
     let secs = start.elapsed().as_secs_f64();
-    let got = sha256(&got_path)?;
+    let got = harness::sha256(&got_path)?;
     let len = std::fs::metadata(&got_path)?.len();
     ensure!(
         got == want,
