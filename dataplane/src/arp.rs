@@ -119,6 +119,16 @@ impl ArpCache {
     }
 
     /// Find the MAC of `ip` for a packet leaving through `iface`.
+    /// The MAC of a resolved, unexpired entry (what `resolve` answers
+    /// with `Resolve::Mac` and no change); `None` for anything else.
+    #[inline]
+    pub fn fresh(&self, now: Timestamp, ip: Ipv4Addr) -> Option<[u8; 6]> {
+        match self.map.get(&ip)?.state {
+            ArpState::Resolved { mac, expires } if now < expires => Some(mac),
+            _ => None,
+        }
+    }
+
     pub fn resolve(&mut self, now: Timestamp, ip: Ipv4Addr, iface: IfIndex) -> Resolve {
         let retry = self.retry;
         let window = self.stale_window();

@@ -263,6 +263,9 @@ pub struct Counters {
     pub generated_dropped: u64,
     /// Frames received with an 802.1Q tag.
     pub vlan_tagged: u64,
+    /// Frames the fast path handled (`dataplane::fastpath`; also in
+    /// `forwarded` or `drops`).
+    pub fast_path: u64,
     pub ipv6: Ipv6Counters,
     /// Indexed by `PortId.0`, for every port up to the highest configured.
     pub ports: Vec<PortCounters>,
@@ -284,6 +287,7 @@ impl Counters {
             arp_requests: 0,
             generated_dropped: 0,
             vlan_tagged: 0,
+            fast_path: 0,
             ipv6: Ipv6Counters::default(),
             ports: vec![PortCounters::default(); max_port + 1],
             rx_unknown_port: 0,
@@ -312,6 +316,7 @@ impl Counters {
             arp_requests: self.arp_requests,
             generated_dropped: self.generated_dropped,
             vlan_tagged: self.vlan_tagged,
+            fast_path: self.fast_path,
             ipv6: self.ipv6,
             dropped: self.dropped(),
             drops: DropReason::ALL
@@ -337,6 +342,7 @@ pub struct CountersSnapshot {
     pub arp_requests: u64,
     pub generated_dropped: u64,
     pub vlan_tagged: u64,
+    pub fast_path: u64,
     pub ipv6: Ipv6Counters,
     pub dropped: u64,
     pub drops: Vec<(&'static str, u64)>,
@@ -357,7 +363,7 @@ pub(crate) struct Iface {
 impl Iface {
     /// The subnet-directed broadcast address; none on /31 (RFC 3021) and
     /// /32 links.
-    fn directed_broadcast(&self) -> Option<Ipv4Addr> {
+    pub(crate) fn directed_broadcast(&self) -> Option<Ipv4Addr> {
         (self.prefix_len <= 30)
             .then(|| Ipv4Addr::from(u32::from(self.addr) | !mask(self.prefix_len)))
     }
@@ -391,18 +397,24 @@ impl From<DropReason> for Outcome {
 pub struct Pipeline {
     pub(crate) ifaces: Vec<Iface>,
     names: Vec<String>,
-    routes: RouteTable,
+    pub(crate) routes: RouteTable,
     acl: Acl,
     pub(crate) conntrack: ConnTable,
     pub(crate) arp: ArpCache,
     /// `PipelineConfig::static_neighbors`, searched linearly (a handful).
-    static_neighbors: Vec<(Ipv4Addr, [u8; 6])>,
+    pub(crate) static_neighbors: Vec<(Ipv4Addr, [u8; 6])>,
     generated: Vec<Generated>,
     pub(crate) counters: Counters,
     /// Cluster roles (`clusterpath`); `None` in single-node mode.
     pub(crate) cluster: Option<Box<ClusterState>>,
     /// Reassembler and released-fragment slots (`fragpath`).
     pub(crate) frag: Box<FragState>,
+    /// Per port: the untagged interface on it, if any (`fastpath`).
+    pub(crate) untagged_iface: Vec<Option<u16>>,
+    /// `fastpath` enabled (the default).
+    pub(crate) fast_path: bool,
+    /// Every interface address and directed broadcast (`fastpath`).
+    pub(crate) own_addrs: Vec<Ipv4Addr>,
 }
 
 /// RFC 1122 §3.2.1.3 / RFC 1812 §5.3.7: addresses that are never a valid
@@ -582,6 +594,18 @@ impl Pipeline {
             counters: Counters::new(max_port),
             cluster,
             frag: Box::new(FragState::new(&frags).map_err(PipelineError::Fragments)?),
+            untagged_iface: (0..=max_port)
+                .map(|p| specs.iter().position(|s| usize::from(s.port.0) == p && s.vlan.is_none()).map(|i| i as u16))
+                .collect(),
+            fast_path: true,
+            own_addrs: specs
+                .iter()
+                .flat_map(|s| {
+                    let i = Iface { port: s.port, mac: s.mac, addr: s.addr, prefix_len: s.prefix_len, vlan: s.vlan };
+                    [Some(s.addr), i.directed_broadcast()]
+                })
+                .flatten()
+                .collect(),
         })
     }
 
@@ -601,8 +625,42 @@ impl Pipeline {
             }
             None => c.rx_unknown_port += 1,
         }
+        if self.fast_path {
+            if let Some(outcome) = self.fast_forward(now, in_port, buf) {
+                self.counters.fast_path += 1;
+                return self.account(outcome, buf);
+            }
+        }
         let outcome = self.classify(now, in_port, buf, Rx::PORT);
         self.account(outcome, buf)
+    }
+
+    /// A hint before processing a received burst: start loading the flow
+    /// table entries its IPv4 TCP/UDP frames will look up, in two passes
+    /// over up to 64 frames at a time (every frame's index bucket, then
+    /// every matching slot), so that the cache misses of the whole burst
+    /// overlap instead of stalling packet after packet. Reads only; changes
+    /// nothing; a frame it cannot read is skipped (its `process` call will
+    /// say why).
+    #[inline]
+    pub fn prefetch_burst<'a>(&self, frames: impl Iterator<Item = &'a [u8]>) {
+        const CHUNK: usize = 64;
+        let mut frames = frames.peekable();
+        while frames.peek().is_some() {
+            let mut hashes = [0u64; CHUNK];
+            let mut n = 0;
+            for f in frames.by_ref().take(CHUNK) {
+                if let Some(t) = hint_tuple(f) {
+                    let h = self.conntrack.prefetch_hash(&t);
+                    self.conntrack.prefetch_bucket(h);
+                    hashes[n] = h;
+                    n += 1;
+                }
+            }
+            for &h in &hashes[..n] {
+                self.conntrack.prefetch_slot(h);
+            }
+        }
     }
 
     /// Map an outcome to counters and a verdict.
@@ -1276,6 +1334,34 @@ enum Step {
     Cluster(Plan, FiveTuple, Rx),
     /// A fragment whose fragment owner is this other node (R10).
     FragOwner(crate::types::NodeId),
+}
+
+/// The five-tuple of an unfragmented IPv4 TCP or UDP frame (untagged or
+/// with one 802.1Q tag), read without validation: only a prefetch hint.
+#[inline]
+fn hint_tuple(f: &[u8]) -> Option<FiveTuple> {
+    let be16 = |at: usize| Some(u16::from_be_bytes([*f.get(at)?, *f.get(at + 1)?]));
+    let (l3, et) = match be16(12)? {
+        ethertype::VLAN => (18, be16(16)?),
+        et => (14, et),
+    };
+    if et != ethertype::IPV4 {
+        return None;
+    }
+    let ihl = usize::from(*f.get(l3)? & 0x0f) * 4;
+    if be16(l3 + 6)? & 0x3fff != 0 {
+        return None;
+    }
+    let proto = *f.get(l3 + 9)?;
+    if proto != ip_proto::TCP && proto != ip_proto::UDP {
+        return None;
+    }
+    let addr = |at: usize| -> Option<IpAddr> {
+        let b = f.get(at..at + 4)?;
+        Some(IpAddr::V4(Ipv4Addr::new(b[0], b[1], b[2], b[3])))
+    };
+    let l4 = l3 + ihl;
+    Some(FiveTuple { src: addr(l3 + 12)?, dst: addr(l3 + 16)?, proto, src_port: be16(l4)?, dst_port: be16(l4 + 2)? })
 }
 
 /// What a transit packet is to conntrack.

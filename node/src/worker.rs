@@ -129,6 +129,8 @@ impl Worker {
                 received += n;
                 let in_port = PortId(pi as u16);
                 let is_ccl = self.ccl_port == Some(pi);
+                // Start the flow-table loads of the whole burst first.
+                self.pipeline.prefetch_burst(rx.as_slice().iter().map(|m| m.data()));
                 for m in rx.drain() {
                     if is_ccl && crate::ccl::is_control_frame(m.data()) {
                         // The control lcore's (heartbeats): hand over.

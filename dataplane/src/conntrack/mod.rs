@@ -3,23 +3,24 @@
 //! ([`tcp`]) and idle-timer pseudo-flows for UDP, ICMP echo and other
 //! protocols.
 //!
-//! Layout. Flow state lives in a slab (`Vec<Slot>`, `capacity` slots, a
-//! free-index stack) and an index `hashbrown::HashTable<u32>` maps a
-//! canonical key to a slot. The key orders the two endpoints so that the
-//! smaller `(family, address, port)` comes first; the slot records which
-//! endpoint initiated, so a packet's [`Direction`] falls out of the same single
-//! hash lookup in either direction. The key lives only in the slab (the index
-//! stores 4-byte slot numbers and compares keys through the slab), which keeps
-//! the index at a few bytes per flow.
+//! Layout. Flow state lives in a slab (`Vec<Slot>`, `capacity` slots of
+//! two cache lines, a free-index stack) and an index ([`index`], a
+//! bucketized cuckoo hash of one-cache-line buckets of eight (signature,
+//! slot) pairs) maps a canonical key to a slot. The key orders the two
+//! endpoints so that the smaller `(family, address, port)` comes first; the
+//! slot records which endpoint initiated, so a packet's [`Direction`] falls
+//! out of the same single lookup in either direction. The key lives only in
+//! the slab, which keeps the index at 8 bytes per entry. A lookup that hits
+//! touches one index line and the slot; [`ConnTable::prefetch_bucket`] and
+//! [`ConnTable::prefetch_slot`] let a caller start those loads for a whole
+//! burst before processing its first packet.
 //!
 //! Invariants:
 //! - `len() <= capacity()`; a new flow is refused with
-//!   [`DropReason::FlowTableFull`] when `len() == capacity()`.
-//! - Nothing allocates after [`ConnTable::new`]. The index is reserved for
-//!   `2 * capacity` entries: hashbrown re-uses tombstones by rehashing in
-//!   place (no allocation) only while `items + 1 <= usable / 2`, and grows
-//!   otherwise; reserving twice the flow limit makes every insert fall on the
-//!   in-place side, however much churn has left tombstones behind.
+//!   [`DropReason::FlowTableFull`] when `len() == capacity()` (or, not
+//!   expected at ≤ 50 % index load, when the index finds no room).
+//! - Nothing allocates after [`ConnTable::new`]: the slab, free stack and
+//!   index are sized for `capacity` at construction and never grow.
 //! - A slot is in the index iff it is `live`; a free slot's index is on the
 //!   free stack exactly once.
 //! - A flow idle for at least its state's timeout is dead: `track` treats it
@@ -30,14 +31,15 @@
 //!   idle timer.
 //! - No panics on the `track` path: slot accesses go through `get`/`get_mut`.
 
+mod index;
 pub mod tcp;
 
 #[cfg(test)]
 mod tests;
 
 use crate::types::{Direction, DropReason, Duration, FiveTuple, Timestamp};
-use core::hash::{BuildHasher, Hash, Hasher};
-use hashbrown::{DefaultHashBuilder, HashTable};
+use core::hash::BuildHasher;
+use index::Index;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 pub use tcp::{SeqNumber, TcpState};
@@ -190,95 +192,117 @@ const META_LO_V6: u8 = 0x01;
 const META_HI_V6: u8 = 0x02;
 const META_CLASS_SHIFT: u32 = 2;
 
-/// Canonical, direction-free flow key: 38 bytes (an `IpAddr` five-tuple is
-/// 40, and would not be canonical). IPv4 addresses occupy the first 4 bytes;
-/// the family of each endpoint is in `meta`.
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+/// Canonical, direction-free flow key in five 64-bit words, so that
+/// comparing and hashing it are a handful of word operations:
+/// `w[0..2]` the `lo` endpoint's address, `w[2..4]` the `hi` endpoint's
+/// (an IPv4 address is its big-endian value in the first word, the second
+/// word 0; IPv6 is the 128-bit big-endian value, high word first), and
+/// `w[4] = lo_port | hi_port << 16 | proto << 32 | meta << 40`. `lo` is the
+/// endpoint with the smaller (family, address, port).
+#[derive(Copy, Clone, Debug, Default, Eq)]
 struct Key {
-    lo: [u8; 16],
-    hi: [u8; 16],
-    lo_port: u16,
-    hi_port: u16,
-    proto: u8,
-    /// bit 0: `lo` is IPv6; bit 1: `hi` is IPv6; bits 2-3: [`Class`].
-    meta: u8,
+    w: [u64; 5],
 }
 
-impl Hash for Key {
-    fn hash<H: Hasher>(&self, h: &mut H) {
-        let w = |b: &[u8; 16], at: usize| {
-            let mut x = [0u8; 8];
-            if let Some(s) = b.get(at..at + 8) {
-                x.copy_from_slice(s);
-            }
-            u64::from_ne_bytes(x)
-        };
-        h.write_u64(w(&self.lo, 0));
-        h.write_u64(w(&self.lo, 8));
-        h.write_u64(w(&self.hi, 0));
-        h.write_u64(w(&self.hi, 8));
-        h.write_u64(
-            u64::from(self.lo_port)
-                | u64::from(self.hi_port) << 16
-                | u64::from(self.proto) << 32
-                | u64::from(self.meta) << 40,
-        );
+impl PartialEq for Key {
+    /// Five word compares without a branch each (the derived `==` on
+    /// `[u64; 5]` calls `memcmp`).
+    #[inline(always)]
+    fn eq(&self, o: &Key) -> bool {
+        let (a, b) = (&self.w, &o.w);
+        ((a[0] ^ b[0]) | (a[1] ^ b[1]) | (a[2] ^ b[2]) | (a[3] ^ b[3]) | (a[4] ^ b[4])) == 0
     }
 }
 
-fn addr_bytes(a: &IpAddr) -> (bool, [u8; 16]) {
+/// Per-table random seed of the key hash (so a sender cannot predict
+/// buckets).
+#[derive(Copy, Clone, Debug)]
+struct Seed([u64; 4]);
+
+impl Seed {
+    fn random() -> Seed {
+        use std::collections::hash_map::RandomState;
+        let rs = RandomState::new();
+        Seed([rs.hash_one(1u8), rs.hash_one(2u8), rs.hash_one(3u8), rs.hash_one(4u8)])
+    }
+}
+
+/// The 64x64→128 multiply folded to 64 bits (foldhash's and wyhash's
+/// mixing step).
+#[inline(always)]
+fn folded_multiply(x: u64, y: u64) -> u64 {
+    let p = u128::from(x) * u128::from(y);
+    (p as u64) ^ ((p >> 64) as u64)
+}
+
+/// (is IPv6, high word, low word) of an address.
+#[inline(always)]
+fn addr_words(a: &IpAddr) -> (bool, u64, u64) {
     match a {
-        IpAddr::V4(v4) => {
-            let mut b = [0u8; 16];
-            let o = v4.octets();
-            b[0] = o[0];
-            b[1] = o[1];
-            b[2] = o[2];
-            b[3] = o[3];
-            (false, b)
+        IpAddr::V4(v4) => (false, u64::from(u32::from(*v4)), 0),
+        IpAddr::V6(v6) => {
+            let x = u128::from(*v6);
+            (true, (x >> 64) as u64, x as u64)
         }
-        IpAddr::V6(v6) => (true, v6.octets()),
     }
 }
 
-fn bytes_addr(v6: bool, b: &[u8; 16]) -> IpAddr {
+fn words_addr(v6: bool, hi: u64, lo: u64) -> IpAddr {
     if v6 {
-        IpAddr::V6(Ipv6Addr::from(*b))
+        IpAddr::V6(Ipv6Addr::from((u128::from(hi) << 64) | u128::from(lo)))
     } else {
-        IpAddr::V4(Ipv4Addr::new(b[0], b[1], b[2], b[3]))
+        IpAddr::V4(Ipv4Addr::from(hi as u32))
     }
 }
 
 impl Key {
     /// The canonical key of `t`, and whether the packet travels from the
     /// key's `lo` endpoint to its `hi` endpoint.
+    #[inline]
     fn new(t: &FiveTuple, class: Class) -> (Key, bool) {
-        let (sv6, sa) = addr_bytes(&t.src);
-        let (dv6, da) = addr_bytes(&t.dst);
-        let from_lo = (sv6, sa, t.src_port) <= (dv6, da, t.dst_port);
-        let ((lv6, la, lp), (hv6, ha, hp)) = if from_lo {
-            ((sv6, sa, t.src_port), (dv6, da, t.dst_port))
-        } else {
-            ((dv6, da, t.dst_port), (sv6, sa, t.src_port))
-        };
-        let mut meta = (class as u8) << META_CLASS_SHIFT;
-        if lv6 {
-            meta |= META_LO_V6;
+        if let (IpAddr::V4(s), IpAddr::V4(d)) = (&t.src, &t.dst) {
+            // The common case without the family juggling (same result).
+            let (s, d) = (u32::from(*s), u32::from(*d));
+            let from_lo = (s, t.src_port) <= (d, t.dst_port);
+            let (l, lp, h, hp) = if from_lo { (s, t.src_port, d, t.dst_port) } else { (d, t.dst_port, s, t.src_port) };
+            let meta = (class as u8) << META_CLASS_SHIFT;
+            let w4 = u64::from(lp) | u64::from(hp) << 16 | u64::from(t.proto) << 32 | u64::from(meta) << 40;
+            return (Key { w: [u64::from(l), 0, u64::from(h), 0, w4] }, from_lo);
         }
-        if hv6 {
-            meta |= META_HI_V6;
-        }
-        (Key { lo: la, hi: ha, lo_port: lp, hi_port: hp, proto: t.proto, meta }, from_lo)
+        let s = addr_words(&t.src);
+        let d = addr_words(&t.dst);
+        let from_lo = (s.0, s.1, s.2, t.src_port) <= (d.0, d.1, d.2, t.dst_port);
+        let ((l, lp), (h, hp)) = if from_lo { ((s, t.src_port), (d, t.dst_port)) } else { ((d, t.dst_port), (s, t.src_port)) };
+        let meta = ((class as u8) << META_CLASS_SHIFT) | if l.0 { META_LO_V6 } else { 0 } | if h.0 { META_HI_V6 } else { 0 };
+        let w4 = u64::from(lp) | u64::from(hp) << 16 | u64::from(t.proto) << 32 | u64::from(meta) << 40;
+        (Key { w: [l.1, l.2, h.1, h.2, w4] }, from_lo)
+    }
+
+    #[inline(always)]
+    fn hash(&self, seed: &Seed) -> u64 {
+        let [a0, a1, b0, b1, x] = self.w;
+        let [s0, s1, s2, s3] = seed.0;
+        let m = folded_multiply(a0 ^ s0, b0 ^ s1) ^ folded_multiply(a1 ^ s2, b1 ^ s3);
+        folded_multiply(m ^ x, s0 ^ s3 ^ 0x2d35_8dcc_aa6c_78a5)
+    }
+
+    fn proto(&self) -> u8 {
+        (self.w[4] >> 32) as u8
+    }
+
+    fn meta(&self) -> u8 {
+        (self.w[4] >> 40) as u8
     }
 
     /// The tuple as sent by the `lo` endpoint.
     fn tuple_from_lo(&self) -> FiveTuple {
+        let meta = self.meta();
         FiveTuple {
-            src: bytes_addr(self.meta & META_LO_V6 != 0, &self.lo),
-            dst: bytes_addr(self.meta & META_HI_V6 != 0, &self.hi),
-            proto: self.proto,
-            src_port: self.lo_port,
-            dst_port: self.hi_port,
+            src: words_addr(meta & META_LO_V6 != 0, self.w[0], self.w[1]),
+            dst: words_addr(meta & META_HI_V6 != 0, self.w[2], self.w[3]),
+            proto: self.proto(),
+            src_port: self.w[4] as u16,
+            dst_port: (self.w[4] >> 16) as u16,
         }
     }
 }
@@ -292,21 +316,24 @@ enum FlowKind {
     Other,
 }
 
-/// One slab entry.
+/// One slab entry: two cache lines, in this order (`repr(C)`): the key,
+/// idle time and liveness in the first, the protocol state and counters in
+/// the second. A tracked packet touches both; `prefetch` loads both.
 #[derive(Copy, Clone, Debug)]
+#[repr(C, align(64))]
 struct Slot {
     key: Key,
+    last_seen: Timestamp,
     live: bool,
     /// The initiator is the key's `lo` endpoint.
     orig_is_lo: bool,
     kind: FlowKind,
-    last_seen: Timestamp,
     packets: [u64; 2],
     bytes: [u64; 2],
 }
 
 const FREE_SLOT: Slot = Slot {
-    key: Key { lo: [0; 16], hi: [0; 16], lo_port: 0, hi_port: 0, proto: 0, meta: 0 },
+    key: Key { w: [0; 5] },
     live: false,
     orig_is_lo: true,
     kind: FlowKind::Other,
@@ -380,8 +407,8 @@ enum Existing {
 pub struct ConnTable {
     slots: Vec<Slot>,
     free: Vec<u32>,
-    index: HashTable<u32>,
-    hasher: DefaultHashBuilder,
+    index: Index,
+    seed: Seed,
     timeouts: Timeouts,
     len: usize,
     cursor: usize,
@@ -396,12 +423,12 @@ impl ConnTable {
         let slots = vec![FREE_SLOT; capacity];
         let mut free = Vec::with_capacity(capacity);
         free.extend((0..capacity as u32).rev());
-        let index = HashTable::with_capacity(capacity.saturating_mul(2));
+        let index = Index::new(capacity);
         ConnTable {
             slots,
             free,
             index,
-            hasher: DefaultHashBuilder::default(),
+            seed: Seed::random(),
             timeouts,
             len: 0,
             cursor: 0,
@@ -455,7 +482,7 @@ impl ConnTable {
             }
         }
         let (key, from_lo) = Key::new(tuple, Class::of(l4));
-        let hash = self.hasher.hash_one(key);
+        let hash = key.hash(&self.seed);
         if let Some(i) = self.find(hash, &key) {
             match self.on_existing(i, now, from_lo, l4, len_bytes)? {
                 Existing::Tracked(t) => return Ok(t),
@@ -501,12 +528,93 @@ impl ConnTable {
         };
         *slot = Slot { key, live: true, orig_is_lo: from_lo, kind, ..FREE_SLOT };
         slot.count(now, Direction::Original, len_bytes);
-        let slots = &self.slots;
-        let hasher = &self.hasher;
-        self.index.insert_unique(hash, i, |&j| slots.get(j as usize).map_or(0, |s| hasher.hash_one(s.key)));
+        if !self.index.insert(hash, i) {
+            *slot = FREE_SLOT;
+            self.free.push(i);
+            return Err(DropReason::FlowTableFull);
+        }
         self.len += 1;
         self.stats.created += 1;
         Ok(Tracked { handle: FlowHandle(i), dir: Direction::Original, created: true })
+    }
+
+    /// The class a tuple is tracked under, from its protocol alone (what
+    /// `lookup` tries first).
+    fn class_of_proto(proto: u8) -> Class {
+        use crate::types::ip_proto;
+        match proto {
+            ip_proto::TCP => Class::Tcp,
+            ip_proto::UDP => Class::Udp,
+            ip_proto::ICMP | ip_proto::ICMPV6 => Class::IcmpEcho,
+            _ => Class::Other,
+        }
+    }
+
+    /// The index hash of `tuple` under the class its protocol implies
+    /// (TCP, UDP; what `lookup` tries first), for the burst prefetch.
+    #[inline]
+    pub fn prefetch_hash(&self, tuple: &FiveTuple) -> u64 {
+        let (key, _) = Key::new(tuple, Self::class_of_proto(tuple.proto));
+        key.hash(&self.seed)
+    }
+
+    /// Burst stage 1: start loading the index bucket of a `prefetch_hash`
+    /// (a hint only: no state changes).
+    #[inline]
+    pub fn prefetch_bucket(&self, hash: u64) {
+        self.index.prefetch(hash);
+    }
+
+    /// Burst stage 2 (after stage 1 for the whole burst): start loading
+    /// both cache lines of the slots whose signature matches.
+    #[inline]
+    pub fn prefetch_slot(&self, hash: u64) {
+        let slots = &self.slots;
+        self.index.candidates(hash, |i| {
+            if let Some(s) = slots.get(i as usize) {
+                // The first line holds the key, the last field (`bytes`,
+                // offset 112) is in the second.
+                crate::prefetch::prefetch(s);
+                crate::prefetch::prefetch(&s.bytes);
+            }
+        });
+    }
+
+    /// `track` for a packet of an existing, live flow that cannot open or
+    /// reopen one (not a TCP SYN): the same checks and updates as `track`.
+    /// `None` — nothing changed — when the packet is a SYN or has invalid
+    /// flags, or there is no live flow; `track` then decides.
+    #[inline]
+    pub fn track_existing(
+        &mut self,
+        now: Timestamp,
+        tuple: &FiveTuple,
+        l4: &L4Info,
+        len_bytes: u32,
+    ) -> Option<Result<Tracked, DropReason>> {
+        if let L4Info::Tcp(seg) = l4 {
+            if !tcp::flags_valid(seg.flags) || seg.flags & tcp_flags::SYN != 0 {
+                return None;
+            }
+        }
+        let (key, from_lo) = Key::new(tuple, Class::of(l4));
+        let i = self.find(key.hash(&self.seed), &key)?;
+        if self.slots.get(i as usize)?.is_dead(now, &self.timeouts) {
+            return None;
+        }
+        match self.on_existing(i, now, from_lo, l4, len_bytes) {
+            Ok(Existing::Tracked(t)) => Some(Ok(t)),
+            // Not reached without a SYN; kept equal to `track` all the same.
+            Ok(Existing::Gone { reopen }) => {
+                if reopen {
+                    self.stats.reopened += 1;
+                } else {
+                    self.stats.expired += 1;
+                }
+                None
+            }
+            Err(r) => Some(Err(r)),
+        }
     }
 
     fn on_existing(
@@ -536,9 +644,10 @@ impl ConnTable {
         Ok(Existing::Tracked(Tracked { handle: FlowHandle(i), dir, created: false }))
     }
 
+    #[inline]
     fn find(&self, hash: u64, key: &Key) -> Option<u32> {
         let slots = &self.slots;
-        self.index.find(hash, |&j| slots.get(j as usize).is_some_and(|s| s.key == *key)).copied()
+        self.index.find(hash, |j| slots.get(j as usize).is_some_and(|s| s.key == *key))
     }
 
     /// Forget slot `i` (no-op if it is not live).
@@ -547,10 +656,8 @@ impl ConnTable {
         if !slot.live {
             return;
         }
-        let hash = self.hasher.hash_one(slot.key);
-        if let Ok(e) = self.index.find_entry(hash, |&j| j == i) {
-            e.remove();
-        }
+        let hash = slot.key.hash(&self.seed);
+        self.index.remove(hash, i);
         *slot = FREE_SLOT;
         // Cannot exceed capacity: `i` was live, so it is not on the stack.
         self.free.push(i);
@@ -562,16 +669,10 @@ impl ConnTable {
     /// by `tuple.proto`. Does not know the time, so it may report a flow that
     /// is past its timeout but not yet reclaimed.
     pub fn lookup(&self, tuple: &FiveTuple) -> Option<(FlowHandle, Direction)> {
-        use crate::types::ip_proto;
-        let class = match tuple.proto {
-            ip_proto::TCP => Class::Tcp,
-            ip_proto::UDP => Class::Udp,
-            ip_proto::ICMP | ip_proto::ICMPV6 => Class::IcmpEcho,
-            _ => Class::Other,
-        };
+        let class = Self::class_of_proto(tuple.proto);
         let try_class = |class: Class| {
             let (key, from_lo) = Key::new(tuple, class);
-            let i = self.find(self.hasher.hash_one(key), &key)?;
+            let i = self.find(key.hash(&self.seed), &key)?;
             let slot = self.slots.get(i as usize)?;
             Some((FlowHandle(i), slot.dir_of(from_lo)))
         };
@@ -633,11 +734,10 @@ impl ConnTable {
     }
 
     /// Bytes reserved per flow slot: the slab, the free stack and the
-    /// index's whole allocation (buckets of `u32` plus control bytes),
-    /// divided by the capacity, rounded up. Measured on x86_64: a 120-byte
-    /// slot + 4 (free stack) + 14..23 (index reserved for twice the flows,
-    /// depending on where the capacity falls between powers of two) =
-    /// 138..147 bytes.
+    /// index's whole allocation, divided by the capacity, rounded up. On
+    /// x86_64: a 128-byte slot (two cache lines) + 4 (free stack) + 16..32
+    /// (index: 8 bytes per entry, room for twice the flows rounded up to a
+    /// power of two buckets) = 148..164 bytes.
     pub fn bytes_per_flow(&self) -> usize {
         let total = self.slots.capacity() * core::mem::size_of::<Slot>()
             + self.free.capacity() * core::mem::size_of::<u32>()

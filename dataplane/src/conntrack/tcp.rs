@@ -249,6 +249,23 @@ impl TcpConn {
         if !flags_valid(seg.flags) {
             return Err(DropReason::TcpBadFlags);
         }
+        if self.state == TcpState::Established && seg.flags & (SYN | FIN | RST) == 0 {
+            // What `step` does for this case, without the copy: no
+            // handshake rule applies, `in_window` commits only on success,
+            // and with no FIN sent by either side (that would have left
+            // ESTABLISHED) the state stays ESTABLISHED.
+            self.in_window(idx(dir), 1 - idx(dir), seg)?;
+            return Ok(Accept::Ok);
+        }
+        self.on_segment_general(dir, seg)
+    }
+
+    /// `on_segment` without the ESTABLISHED shortcut (what the shortcut
+    /// must equal; `tests::established_shortcut_equals_the_general_step`).
+    fn on_segment_general(&mut self, dir: Direction, seg: &TcpSeg) -> Result<Accept, DropReason> {
+        if !flags_valid(seg.flags) {
+            return Err(DropReason::TcpBadFlags);
+        }
         let mut next = *self;
         let r = next.step(dir, seg)?;
         *self = next;
@@ -461,5 +478,53 @@ impl TcpConn {
             *p = receiver;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn seg(flags: u8, seq: u32, ack: u32, window: u16, len: u32, ws: Option<u8>) -> TcpSeg {
+        TcpSeg { flags, seq, ack, window, payload_len: len, wscale: ws, sack_permitted: false }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 1000, ..ProptestConfig::default() })]
+
+        /// From an established connection (random ISNs, windows, scaling),
+        /// any sequence of segments — in and out of window, every flag
+        /// combination — leaves `on_segment` and `on_segment_general` with
+        /// the same results and the same connection state.
+        #[test]
+        fn established_shortcut_equals_the_general_step(
+            isn_c in any::<u32>(), isn_s in any::<u32>(),
+            ws_c in proptest::option::of(0u8..=14), ws_s in proptest::option::of(0u8..=14),
+            win_c in 1u16..=65535, win_s in 1u16..=65535,
+            segs in proptest::collection::vec(
+                (any::<bool>(), any::<u8>(), prop_oneof![4 => -3000i32..3000, 1 => any::<i32>()],
+                 prop_oneof![4 => -3000i32..3000, 1 => any::<i32>()], any::<u16>(), 0u32..2000),
+                1..60),
+        ) {
+            let mut c = TcpConn::from_syn(&seg(SYN, isn_c, 0, win_c, 0, ws_c));
+            let sa = seg(SYN | ACK, isn_s, isn_c.wrapping_add(1), win_s, 0, ws_s);
+            prop_assert_eq!(c.on_segment(Direction::Reply, &sa), Ok(Accept::Ok));
+            let a = seg(ACK, isn_c.wrapping_add(1), isn_s.wrapping_add(1), win_c, 0, None);
+            prop_assert_eq!(c.on_segment(Direction::Original, &a), Ok(Accept::Ok));
+            prop_assert_eq!(c.state, TcpState::Established);
+            let mut g = c;
+            for (reply, flags, dseq, dack, window, len) in segs {
+                let dir = if reply { Direction::Reply } else { Direction::Original };
+                let (s, r) = (idx(dir), 1 - idx(dir));
+                let sq = c.peers[s].end.0.wrapping_add(dseq as u32);
+                let ak = c.peers[r].end.0.wrapping_add(dack as u32);
+                let x = seg(flags, sq, ak, window, len, None);
+                let rc = c.on_segment(dir, &x);
+                let rg = g.on_segment_general(dir, &x);
+                prop_assert_eq!(rc, rg);
+                prop_assert_eq!(c, g);
+            }
+        }
     }
 }

@@ -35,11 +35,11 @@ fn syn(flags: u8, seq: u32, ack: u32, window: u16, ws: Option<u8>) -> TcpSeg {
 fn check_invariants(t: &ConnTable) {
     let live = t.slots.iter().filter(|s| s.live).count();
     assert_eq!(live, t.len());
-    assert_eq!(t.index.len(), t.len());
+    assert_eq!(t.index.entries(), t.len());
     assert_eq!(t.free.len() + t.len(), t.capacity());
     assert!(t.len() <= t.capacity());
     for s in t.slots.iter().filter(|s| s.live) {
-        let h = t.hasher.hash_one(s.key);
+        let h = s.key.hash(&t.seed);
         assert!(t.find(h, &s.key).is_some());
     }
 }
@@ -771,6 +771,7 @@ fn new_reserves_everything_and_churn_never_grows_the_index() {
         let slots_ptr = t.slots.as_ptr();
         let free_cap = t.free.capacity();
         assert!(t.index.capacity() >= 2 * cap);
+
         let mut now = 0u64;
         let mut port = 0u32;
         // Fill, then churn 20 generations: each flow dies (idle) and is
@@ -794,10 +795,7 @@ fn new_reserves_everything_and_churn_never_grows_the_index() {
         t.expire(Timestamp(now + 100), cap);
         assert!(t.is_empty());
         assert_eq!(t.index.allocation_size(), index_bytes);
-        // Note: `HashTable::capacity()` is `items + growth_left`, so it drops
-        // as tombstones accumulate (and `clear()` on an empty table does not
-        // reset them); the allocation is what must not change. Refill after
-        // a clear.
+        // Refill after a clear: the allocation must not change.
         t.clear();
         for _ in 0..cap {
             port += 1;
@@ -813,7 +811,8 @@ fn new_reserves_everything_and_churn_never_grows_the_index() {
 
 #[test]
 fn bytes_per_flow_is_within_budget() {
-    assert_eq!(core::mem::size_of::<Key>(), 38);
+    assert_eq!(core::mem::size_of::<Key>(), 40);
+    assert_eq!(core::mem::size_of::<Slot>(), 128, "two cache lines");
     for cap in [1000usize, 65_536, 100_000, 1_000_000] {
         let t = ConnTable::new(cap, Timeouts::default());
         let b = t.bytes_per_flow();
@@ -1374,4 +1373,15 @@ proptest! {
         let st = h.and_then(|h| sim.t.tcp_state(h));
         prop_assert!(st.is_some());
     }
+}
+
+/// `prefetch_slot` loads the line at the slot's start and the line of
+/// `bytes`: the key must be in the first, `bytes` in the second.
+#[test]
+fn slot_layout_matches_the_prefetch() {
+    assert_eq!(core::mem::offset_of!(Slot, key), 0);
+    assert!(core::mem::offset_of!(Slot, last_seen) + 8 <= 64);
+    assert!(core::mem::offset_of!(Slot, live) < 64);
+    assert!(core::mem::offset_of!(Slot, bytes) >= 64);
+    assert_eq!(core::mem::align_of::<Slot>(), 64);
 }

@@ -1,0 +1,153 @@
+//! Shared setup for the pipeline benchmark and the `pipeline_profile`
+//! example: a two-interface pipeline (inside 198.18.1.1/24 level 100,
+//! outside 198.18.2.1/24 level 0, default route via 198.18.2.254) with both
+//! neighbours resolved, and N established TCP flows.
+#![allow(dead_code)]
+
+use dataplane::buf::VecBuf;
+use dataplane::conntrack::tcp_flags::{ACK, SYN};
+use dataplane::conntrack::Timeouts;
+use dataplane::pipeline::{InterfaceSpec, Pipeline, PipelineConfig, RouteSpec, Verdict};
+use dataplane::wire::arp::Operation;
+use dataplane::wire::build::{self, PacketBuilder};
+use dataplane::{Duration, PortId, Timestamp};
+use std::net::Ipv4Addr;
+
+pub const IN_MAC: [u8; 6] = [2, 0, 0, 0, 1, 1];
+pub const OUT_MAC: [u8; 6] = [2, 0, 0, 0, 2, 1];
+pub const HOST_MAC: [u8; 6] = [2, 0, 0, 0, 1, 10];
+pub const GW_MAC: [u8; 6] = [2, 0, 0, 0, 2, 254];
+pub const IN_ADDR: Ipv4Addr = Ipv4Addr::new(198, 18, 1, 1);
+pub const OUT_ADDR: Ipv4Addr = Ipv4Addr::new(198, 18, 2, 1);
+pub const HOST: Ipv4Addr = Ipv4Addr::new(198, 18, 1, 10);
+pub const GW: Ipv4Addr = Ipv4Addr::new(198, 18, 2, 254);
+pub const BURST: usize = 32;
+pub const FRAME_LEN: usize = 60;
+
+pub fn pipeline(flows: usize) -> Pipeline {
+    let iface = |name: &str, port, mac, addr, level| InterfaceSpec {
+        name: name.into(),
+        port: PortId(port),
+        mac,
+        addr,
+        prefix_len: 24,
+        security_level: level,
+        vlan: None,
+    };
+    let mut p = Pipeline::new(PipelineConfig {
+        interfaces: vec![
+            iface("inside", 0, IN_MAC, IN_ADDR, 100),
+            iface("outside", 1, OUT_MAC, OUT_ADDR, 0),
+        ],
+        routes: vec![RouteSpec {
+            destination: Ipv4Addr::UNSPECIFIED,
+            prefix_len: 0,
+            via: GW,
+        }],
+        rules: vec![],
+        timeouts: Timeouts::default(),
+        flow_capacity: flows,
+        arp_capacity: 64,
+        arp_timeout: Duration::from_secs(3600),
+        arp_retry: Duration::from_secs(1),
+        static_neighbors: vec![],
+        cluster: None,
+    })
+    .unwrap();
+    let t = Timestamp::from_secs(1);
+    let req = build::arp(
+        HOST_MAC,
+        [0xff; 6],
+        None,
+        Operation::Request,
+        HOST_MAC,
+        HOST,
+        [0; 6],
+        IN_ADDR,
+    );
+    assert!(matches!(
+        p.process(t, PortId(0), &mut VecBuf::new(&req)),
+        Verdict::Forward(_)
+    ));
+    let rep = build::arp(
+        GW_MAC,
+        OUT_MAC,
+        None,
+        Operation::Reply,
+        GW_MAC,
+        GW,
+        OUT_MAC,
+        OUT_ADDR,
+    );
+    p.process(t, PortId(1), &mut VecBuf::new(&rep));
+    p
+}
+
+/// Flow i: HOST:(1024 + i % 60000) → 100.64.0.0 + i / 60000, port 443.
+pub fn flow(i: usize) -> (u16, Ipv4Addr) {
+    (
+        1024 + (i % 60_000) as u16,
+        Ipv4Addr::from(u32::from(Ipv4Addr::new(100, 64, 0, 0)) + (i / 60_000) as u32),
+    )
+}
+
+pub fn pad(mut v: Vec<u8>) -> [u8; FRAME_LEN] {
+    v.resize(FRAME_LEN, 0);
+    let mut a = [0u8; FRAME_LEN];
+    a.copy_from_slice(&v);
+    a
+}
+
+/// Open `n` flows; return one pristine established-ACK frame per flow.
+pub fn established(p: &mut Pipeline, n: usize) -> Vec<[u8; FRAME_LEN]> {
+    let t = Timestamp::from_secs(1);
+    let mut buf = VecBuf::new(&[0u8; FRAME_LEN]);
+    let mut frames = Vec::with_capacity(n);
+    for i in 0..n {
+        let (sport, dst) = flow(i);
+        let out = PacketBuilder::new(HOST_MAC, IN_MAC, HOST, dst);
+        let back = PacketBuilder::new(GW_MAC, OUT_MAC, dst, HOST);
+        for (port, f) in [
+            (0, out.tcp(sport, 443, 1000, 0, SYN, 64240, &[], b"")),
+            (
+                1,
+                back.tcp(443, sport, 9000, 1001, SYN | ACK, 65535, &[], b""),
+            ),
+            (0, out.tcp(sport, 443, 1001, 9001, ACK, 64240, &[], b"")),
+        ] {
+            buf.reset(&f, 128);
+            let v = p.process(t, PortId(port), &mut buf);
+            assert!(
+                matches!(v, Verdict::Forward(_)),
+                "handshake of flow {i}: {v:?}"
+            );
+        }
+        frames.push(pad(out.tcp(sport, 443, 1001, 9001, ACK, 64240, &[], b"")));
+    }
+    assert_eq!(p.flow_count(), n);
+    frames
+}
+
+
+/// A fixed pseudo-random visiting order of `n` flows (a permutation, so
+/// every flow is visited once per round, in an order the hardware
+/// prefetcher cannot follow — as with real traffic).
+pub fn shuffled(n: usize) -> Vec<u32> {
+    let mut v: Vec<u32> = (0..n as u32).collect();
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    for i in (1..n).rev() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        v.swap(i, (x % (i as u64 + 1)) as usize);
+    }
+    v
+}
+
+/// The frames of all flows in arrival order: one per flow, flows in
+/// `shuffled` order. Read front to back like a NIC's receive ring (frames
+/// arrive one after another in memory), while the flows they hit are
+/// spread over the table in an order no prefetcher can guess.
+pub fn arrival_stream(frames: &[[u8; FRAME_LEN]]) -> Vec<[u8; FRAME_LEN]> {
+    shuffled(frames.len()).into_iter().map(|i| frames[i as usize]).collect()
+}

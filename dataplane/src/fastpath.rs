@@ -1,0 +1,148 @@
+//! The fast path: a packet of an established flow that needs nothing but
+//! the flow check and an L3 rewrite, handled in one straight pass.
+//!
+//! Eligible: single-node mode; an untagged IPv4 frame to the receiving
+//! interface's MAC; a 20-byte header with a good checksum, not a fragment,
+//! TTL > 1; unicast source and destination that are neither martian nor one
+//! of ours; TCP without SYN, or UDP; a route out of an untagged interface
+//! whose next hop has a fresh ARP entry (or a static neighbour); and a live
+//! flow in the table. Everything else — and every packet that fails a
+//! check, so that the drop reason is the general path's — returns `None`
+//! *before anything is changed* and goes through `Pipeline::classify`.
+//!
+//! The one state change, `ConnTable::track_existing`, is the same code the
+//! general path runs for an existing flow, and it too declines (without a
+//! change) when the flow is missing or dead. So for every packet the fast
+//! path either does exactly what the general path would do, or nothing.
+//! `tests/fastpath_equivalence.rs` checks that on random traffic against a
+//! pipeline with the fast path off (`Pipeline::set_fast_path`).
+//!
+//! Why it exists: the general path runs ~1,600 instructions per
+//! established packet (cluster, fragment, VLAN and ICMP branches, a 40-byte
+//! tuple and L4 summary moved through several enums); this one runs a
+//! fraction of that (docs/benchmarks.md has the figures).
+
+use crate::buf::PacketBuf;
+use crate::conntrack::{tcp_flags, L4Info, TcpSeg};
+use crate::pipeline::{Outcome, Pipeline};
+use crate::types::{ip_proto, FiveTuple, PortId, Timestamp};
+use crate::wire::ethernet::ethertype;
+use crate::wire::ipv4::{self, Ipv4Packet};
+use crate::wire::tcp::TcpPacket;
+use crate::wire::udp::UdpPacket;
+use std::net::{IpAddr, Ipv4Addr};
+
+const ETH_LEN: usize = 14;
+
+/// Tuple and L4 summary of an eligible TCP (no SYN) or UDP datagram, as
+/// `pipeline::transit_l4` would build them; `None` for anything else.
+#[inline(always)]
+fn fast_l4(ip: &Ipv4Packet<&[u8]>, src: Ipv4Addr, dst: Ipv4Addr) -> Option<(FiveTuple, L4Info)> {
+    let proto = ip.protocol();
+    let payload = ip.payload();
+    let (sp, dp, l4) = match proto {
+        ip_proto::TCP => {
+            let t = TcpPacket::new_checked(payload).ok()?;
+            let flags = t.flags();
+            if flags & tcp_flags::SYN != 0 {
+                return None;
+            }
+            let seg = TcpSeg {
+                flags,
+                seq: t.seq(),
+                ack: t.ack(),
+                window: t.window(),
+                payload_len: t.payload().len() as u32,
+                wscale: None,
+                sack_permitted: false,
+            };
+            (t.src_port(), t.dst_port(), L4Info::Tcp(seg))
+        }
+        ip_proto::UDP => {
+            let u = UdpPacket::new_checked(payload).ok()?;
+            (u.src_port(), u.dst_port(), L4Info::Udp)
+        }
+        _ => return None,
+    };
+    Some((FiveTuple { src: IpAddr::V4(src), dst: IpAddr::V4(dst), proto, src_port: sp, dst_port: dp }, l4))
+}
+
+impl Pipeline {
+    /// Handle `buf` if it is eligible (module docs); `None`: nothing was
+    /// changed, run the general path.
+    #[inline]
+    pub(crate) fn fast_forward<B: PacketBuf>(
+        &mut self,
+        now: Timestamp,
+        in_port: PortId,
+        buf: &mut B,
+    ) -> Option<Outcome> {
+        if self.cluster.is_some() {
+            return None;
+        }
+        let ifx = self.untagged_iface.get(usize::from(in_port.0)).copied().flatten()?;
+        let ing = *self.ifaces.get(usize::from(ifx))?;
+        let d = buf.data();
+        if d.get(12..14)? != ethertype::IPV4.to_be_bytes() || d.get(0..6)? != ing.mac {
+            return None;
+        }
+        let ip = Ipv4Packet::new_checked(d.get(ETH_LEN..)?).ok()?;
+        if ip.header_len() != ipv4::MIN_HEADER_LEN || ip.is_fragment() || ip.ttl() <= 1 || !ip.verify_checksum() {
+            return None;
+        }
+        let (src, dst) = (ip.src(), ip.dst());
+        if !self.plain_unicast(src) || !self.plain_unicast(dst) {
+            return None;
+        }
+        let route = self.routes.lookup(dst)?;
+        let eg = *self.ifaces.get(usize::from(route.iface.0))?;
+        if eg.vlan.is_some() {
+            return None;
+        }
+        let mac = self.fresh_neighbor(now, route.next_hop)?;
+        let (tuple, l4) = fast_l4(&ip, src, dst)?;
+        let len = u32::from(ip.total_len());
+        match self.conntrack.track_existing(now, &tuple, &l4, len)? {
+            Ok(_) => {}
+            Err(r) => return Some(Outcome::Drop(r)),
+        }
+        let d = buf.data_mut();
+        if let Some(l3) = d.get_mut(ETH_LEN..) {
+            Ipv4Packet::new_unchecked(l3).decrement_ttl();
+        }
+        if let Some(h) = d.get_mut(0..12) {
+            h[..6].copy_from_slice(&mac);
+            h[6..].copy_from_slice(&eg.mac);
+        }
+        Some(Outcome::Forward(eg.port))
+    }
+}
+
+impl Pipeline {
+    /// Not martian as source or destination, not multicast or broadcast,
+    /// not one of our addresses or directed broadcasts.
+    #[inline(always)]
+    fn plain_unicast(&self, a: Ipv4Addr) -> bool {
+        let o = a.octets()[0];
+        // 0/8, 127/8 and 224/3 (multicast, reserved, limited broadcast).
+        !(o == 0 || o == 127 || o >= 224 || self.own_addrs.contains(&a))
+    }
+
+    /// The next hop's MAC if it is known without any ARP action now (a
+    /// static neighbour, or a resolved entry that has not expired); the
+    /// general path's `neighbor` answers the same without a change then.
+    #[inline(always)]
+    fn fresh_neighbor(&self, now: Timestamp, ip: Ipv4Addr) -> Option<[u8; 6]> {
+        match self.static_neighbors.iter().find(|(a, _)| *a == ip) {
+            Some(&(_, mac)) => Some(mac),
+            None => self.arp.fresh(now, ip),
+        }
+    }
+
+    /// Turn the fast path on or off (on by default). Off, every packet
+    /// takes the general path: for the equivalence test and for comparing
+    /// the two in benchmarks.
+    pub fn set_fast_path(&mut self, on: bool) {
+        self.fast_path = on;
+    }
+}
