@@ -118,14 +118,28 @@ pub fn contains(net: Ipv4Addr, prefix_len: u8, addr: Ipv4Addr) -> bool {
     u32::from(net) & m == u32::from(addr) & m
 }
 
+/// Routes of one prefix length kept inline in a `Level`.
+const FEW: usize = 4;
+
+#[derive(Copy, Clone, Debug)]
+struct Level {
+    mask: u32,
+    /// `Some(n)`: the level's routes are `few[..n]`; `None`: look in
+    /// `by_len`.
+    n: Option<u8>,
+    few: [(u32, Entry); FEW],
+}
+
 pub struct RouteTable {
     /// Index = prefix length; `None` when no route of that length exists.
     by_len: [Option<HashMap<u32, Entry>>; 33],
     /// Present prefix lengths, longest first, excluding /0.
     lens: Vec<u8>,
-    /// Probe plan, one per entry of `lens`: (mask, the only route of that
-    /// length if there is exactly one — compared without hashing).
-    levels: Vec<(u32, Option<(u32, Entry)>)>,
+    /// Probe plan, one per entry of `lens`: the mask, and the routes of
+    /// that length inline when there are at most `FEW` (compared without
+    /// hashing: a firewall's connected subnets and a handful of static
+    /// routes never touch the hash maps).
+    levels: Vec<Level>,
     /// The /0 route, checked last without hashing.
     default: Option<Entry>,
     /// Connected subnets for next-hop resolution: (network, prefix, iface).
@@ -211,11 +225,17 @@ impl RouteTable {
             .lens
             .iter()
             .map(|&l| {
-                let single = match &t.by_len[usize::from(l)] {
-                    Some(m) if m.len() == 1 => m.iter().next().map(|(&k, &e)| (k, e)),
-                    _ => None,
-                };
-                (mask(l), single)
+                let none = (0, Entry { iface: IfIndex(0), target: Target::Connected });
+                let mut lv = Level { mask: mask(l), n: None, few: [none; FEW] };
+                if let Some(m) = &t.by_len[usize::from(l)] {
+                    if m.len() <= FEW {
+                        for (slot, (&k, &e)) in lv.few.iter_mut().zip(m.iter()) {
+                            *slot = (k, e);
+                        }
+                        lv.n = Some(m.len() as u8);
+                    }
+                }
+                lv
             })
             .collect();
         t.default = t.by_len[0].as_ref().and_then(|m| m.get(&0).copied());
@@ -232,8 +252,8 @@ impl RouteTable {
             .map(|&(_, _, i)| i)
     }
 
-    /// Longest-prefix match. No allocation; prefix lengths holding a single
-    /// route and the default route are compared without hashing.
+    /// Longest-prefix match. No allocation; prefix lengths holding at most
+    /// `FEW` routes and the default route are compared without hashing.
     #[inline]
     pub fn lookup(&self, dst: Ipv4Addr) -> Option<RouteResult> {
         let a = u32::from(dst);
@@ -244,19 +264,16 @@ impl RouteTable {
                 Target::Via(v) => v,
             },
         };
-        for (&len, &(m, single)) in self.lens.iter().zip(&self.levels) {
-            let key = a & m;
-            match single {
-                Some((k, e)) => {
-                    if k == key {
-                        return Some(hit(&e));
+        for (&len, lv) in self.lens.iter().zip(&self.levels) {
+            let key = a & lv.mask;
+            match lv.n {
+                Some(n) => {
+                    if let Some((_, e)) = lv.few.iter().take(usize::from(n)).find(|(k, _)| *k == key) {
+                        return Some(hit(e));
                     }
                 }
                 None => {
-                    if let Some(e) = self.by_len[usize::from(len)]
-                        .as_ref()
-                        .and_then(|map| map.get(&key))
-                    {
+                    if let Some(e) = self.by_len[usize::from(len)].as_ref().and_then(|map| map.get(&key)) {
                         return Some(hit(e));
                     }
                 }
@@ -391,8 +408,10 @@ mod tests {
 
     proptest! {
         /// Lookup agrees with a linear scan for the longest matching prefix.
+        /// Short prefixes are frequent, so that random probes hit them and
+        /// some lengths hold more than `FEW` routes (the hash-map levels).
         #[test]
-        fn matches_linear_scan(routes in proptest::collection::vec((any::<u32>(), 0u8..=32), 0..20),
+        fn matches_linear_scan(routes in proptest::collection::vec((any::<u32>(), prop_oneof![0u8..=32, 1u8..=4]), 0..30),
                                probes in proptest::collection::vec(any::<u32>(), 1..50)) {
             let mut statics = Vec::new();
             let mut seen = std::collections::HashSet::new();
