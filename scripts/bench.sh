@@ -15,7 +15,9 @@
 #       same vdevs and input with ct(commit) and ct(commit,nat(src=...)), in
 #       a private run directory, rate from the egress port's tx_packets over
 #       the same interval (pmd-stats-show is kept alongside);
-#   (d) the cluster tax from `clusterfw-sim --symmetric`, when that exists.
+#   (d) the cluster tax: `cargo bench --bench cluster_tax` (per packet, three
+#       in-process nodes; runs with (a)) and `clusterfw-sim --split-return`
+#       vs `--symmetric` (whole simulated cluster).
 #
 # Never asserts on time; prints figures, targets and whether each is met.
 # Installs what it needs (idempotent). Every process and DPDK runtime
@@ -136,6 +138,8 @@ if [ $SKIP_MICRO = 0 ]; then
   say "(a) $micro_cmd"
   micro_start=$(date +%s)
   cargo bench -p dataplane --bench pipeline -- "${crit_args[@]}" 2>&1 | tee "$OUT/micro/criterion.log" >&2
+  say "(a) cargo bench -p dataplane --bench cluster_tax -- ${crit_args[*]}"
+  cargo bench -p dataplane --bench cluster_tax -- "${crit_args[@]}" 2>&1 | tee -a "$OUT/micro/criterion.log" >&2
   bpf_cmd="cargo test --release -p dataplane --lib bytes_per_flow -- --nocapture"
   say "(a) $bpf_cmd"
   cargo test --release -p dataplane --lib bytes_per_flow -- --nocapture >"$OUT/micro/bytes_per_flow.log" 2>&1 || true
@@ -349,7 +353,7 @@ if [ ! -x "$SIM" ] && [ -z "${CFW_BENCH_BIN:-}" ]; then
   cargo build --release -p testbed --bin clusterfw-sim >&2 2>/dev/null || true
 fi
 if [ -x "$SIM" ] && "$SIM" --help 2>&1 | grep -q -- '--symmetric'; then
-  say "(d) cluster tax: $SIM --json vs --symmetric"
+  say "(d) cluster tax: $SIM --json --split-return vs --symmetric"
   if ! "$PY" scripts/bench/cluster_tax.py "$SIM" "$([ $QUICK = 1 ] && echo 3 || echo 7)" >"$OUT/cluster_tax.json" 2>"$OUT/cluster_tax.log"; then
     echo '{"available": false, "note": "clusterfw-sim failed; see cluster_tax.log"}' >"$OUT/cluster_tax.json"
   fi

@@ -181,11 +181,19 @@ def summary(out):
             row(f"clusterfw / OVS {label}", r, tgt, None if r is None else r >= 2.0, "ratio")
     else:
         row("Open vSwitch peers", None, None, None, "not run (scripts/bench.sh --peers)")
+    for size in (60, 1502):
+        d = c.get(f"cluster_tax/owner_direct/{size}", {}).get("ns_per_packet")
+        f = c.get(f"cluster_tax/via_forwarder/{size}", {}).get("ns_per_packet")
+        t = (d + f) / (2 * d) if d and f else None
+        row(f"cluster tax microbench, {size}-byte frames: (owner_direct + via_forwarder) / (2 x owner_direct), ns/packet {fmt(d, '', 0)} direct, {fmt(f, '', 0)} via a forwarder",
+            t, "<= 1.3", None if t is None else t <= 1.3, "cargo bench -p dataplane --bench cluster_tax")
     if tax and tax.get("available"):
         v = tax.get("tax")
-        row("cluster tax (CPU per delivered packet, 50% non-owner arrival vs all at owner)", v, "<= 1.3", None if v is None else v <= 1.3, tax.get("command"))
+        row("cluster tax in the simulator (CPU per delivered packet, --split-return vs --symmetric)", v, "<= 1.3", None if v is None else v <= 1.3, tax.get("command"))
         share = tax.get("non_owner_arrival_share")
         row(f"  share of delivered packets that arrived at a non-owner (forwarded over the CCL)", share, "~0.5", None, tax.get("command"))
+        row("  natural ECMP (independent router hashes): tax", tax.get("natural_ecmp_tax"), None, None, tax.get("command"))
+        row("  natural ECMP: share of delivered packets that arrived at a non-owner", tax.get("natural_ecmp_non_owner_share"), None, None, tax.get("command"))
         row("CCL bytes per delivered packet (asymmetric)", tax.get("ccl_bytes_per_delivered_packet"), None, None, tax.get("command"))
         row("CCL bytes per delivered packet (symmetric baseline)", tax.get("ccl_bytes_per_delivered_packet_symmetric"), None, None, tax.get("command"))
     else:

@@ -8,7 +8,7 @@ use testbed::sim::{self, net::CclLink, SimConfig};
 const USAGE: &str = "\
 usage: clusterfw-sim [--nodes 3] [--flows 2000] [--udp-flows N] [--seed 7]
                      [--loss 0.0] [--latency-us 20] [--jitter-us 0]
-                     [--reorder 0.0] [--reorder-us 300] [--symmetric]
+                     [--reorder 0.0] [--reorder-us 300] [--symmetric | --split-return]
                      [--no-cluster] [--no-seq-randomization] [--burst 32]
                      [--start-ms 500] [--json] [--trace-flow ID]
                      [--mixed] [--icmp-flows N] [--reuse P] [--idle-share P]
@@ -25,6 +25,10 @@ virtual clock. The same seed gives the same run, bit for bit.
   --reorder P           probability a CCL frame is held back up to --reorder-us
   --symmetric           both routers send both directions to the same node
                         (the cluster-tax baseline)
+  --split-return        the return direction always reaches a node other than
+                        the forward direction's (for inside-initiated TCP: a
+                        non-owner), about half of all packets (the cluster-tax
+                        scenario)
   --no-cluster          independent single-node firewalls (expected to fail)
   --mixed               add ICMP echo flows (UDP flows / 4), follow-up TCP
                         connections on 5% of the tuples and 2% idle flows
@@ -85,6 +89,7 @@ fn run(args: Vec<String>) -> Result<bool, String> {
             "--reorder" => link.reorder = val(&mut it, &a)?,
             "--reorder-us" => link.reorder_ns = val::<u64>(&mut it, &a)? * 1000,
             "--symmetric" => cfg.symmetric = true,
+            "--split-return" => cfg.split_return = true,
             "--no-cluster" => cfg.cluster = false,
             "--no-seq-randomization" => cfg.seq_randomization = false,
             "--burst" => cfg.burst = val(&mut it, &a)?,

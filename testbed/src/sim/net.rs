@@ -154,6 +154,11 @@ pub struct Router {
     /// offset), so the fragments of one datagram land on different nodes
     /// on purpose. Off: fragments are hashed like real routers do.
     pub spread_fragments: bool,
+    /// Cluster-tax knob (`SimConfig::split_return`): send every packet to a
+    /// node other than the one the symmetric hash picks (the node the
+    /// other router, using the same seed symmetrically, sends the flow's
+    /// opposite direction to).
+    pub elsewhere: bool,
 }
 
 /// An IPv4 fragment as a router sees it: header fields only (a later
@@ -172,7 +177,14 @@ pub struct FragHeader {
 impl Router {
     /// The node a packet with this tuple is sent to.
     pub fn pick(&self, t: &FiveTuple, nodes: usize) -> usize {
-        (ecmp_hash(self.seed, t, self.symmetric) % nodes as u64) as usize
+        let h = ecmp_hash(self.seed, t, self.symmetric);
+        let base = (h % nodes as u64) as usize;
+        if self.elsewhere && nodes > 1 {
+            let off = 1 + (mix64(h) % (nodes as u64 - 1)) as usize;
+            (base + off) % nodes
+        } else {
+            base
+        }
     }
     /// The node a fragment is sent to. Default: a hash of (src, dst, proto)
     /// only — every fragment of a datagram (first and later alike; a later
@@ -419,12 +431,14 @@ mod tests {
             seed: 1,
             symmetric: false,
             spread_fragments: false,
+            elsewhere: false,
         };
         let b = Router {
             side: Side::Outside,
             seed: 2,
             symmetric: false,
             spread_fragments: false,
+            elsewhere: false,
         };
         let differ = (1000..2000)
             .filter(|&p| a.pick(&t(p, 80), 3) != b.pick(&t(p, 80).reversed(), 3))
@@ -440,6 +454,7 @@ mod tests {
             seed: 5,
             symmetric: false,
             spread_fragments: spread,
+            elsewhere: false,
         };
         let frag = |ident: u16, offset: u16| FragHeader {
             src: client_addr(3),

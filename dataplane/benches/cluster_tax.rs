@@ -1,0 +1,128 @@
+//! The cluster tax per packet, without EAL or simulator: three in-process
+//! cluster nodes (the `tests/cluster_bed` harness: real pipelines, CCL
+//! frames sealed and opened), 1000 established TCP connections owned by
+//! node A, whose SYN-ACKs reached node B (so B holds forwarder records).
+//!
+//! - `cluster_tax/owner_direct/<size>`: a server → client segment arrives
+//!   at the owner A and is forwarded to the client (what every packet costs
+//!   with symmetric routers).
+//! - `cluster_tax/via_forwarder/<size>`: the same segment arrives at B,
+//!   which looks up its record, wraps and seals the frame for A over the
+//!   CCL; A opens, unwraps and processes it (two `process` calls, one per
+//!   node: the CPU a non-owner arrival costs the cluster).
+//!
+//! With half of all packets arriving at a non-owner, the tax is
+//! `(owner_direct + via_forwarder) / (2 × owner_direct)`; `scripts/bench.sh`
+//! computes it. Sizes: 60-byte pure ACKs and 1514-byte frames (1448 bytes
+//! of payload, the same segment repeated: a retransmission the window
+//! check accepts every time). Bursts of 32, round-robin over the flows,
+//! each frame restored from its pristine copy inside the timing.
+
+#[path = "../tests/cluster_bed/mod.rs"]
+#[allow(dead_code)]
+mod cluster_bed;
+
+use cluster_bed::*;
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use dataplane::buf::{PacketBuf, VecBuf};
+use dataplane::conntrack::tcp_flags::{ACK, SYN};
+use dataplane::pipeline::{Pipeline, Verdict};
+use std::hint::black_box;
+
+const A: usize = 0;
+const B: usize = 1;
+const FLOWS: usize = 1000;
+const BURST: usize = 32;
+const C_ISN: u32 = 1000;
+const S_ISN: u32 = 5000;
+
+/// The bed with `FLOWS` connections; per flow the server → client segment
+/// as it arrives at A and as it arrives at B.
+fn setup(payload: usize) -> (Bed, Vec<Vec<u8>>, Vec<Vec<u8>>) {
+    let mut bed = Bed::new(3, true);
+    bed.nodes = (0..3)
+        .map(|n| {
+            let mut c = config(n, 3, true);
+            c.flow_capacity = 4 * FLOWS;
+            Pipeline::new(c).unwrap()
+        })
+        .collect();
+    let data = vec![0x61u8; payload];
+    let (mut at_a, mut at_b) = (Vec::new(), Vec::new());
+    for i in 0..FLOWS {
+        let cport = 10_000 + i as u16;
+        let out = bed.send(A, IN, from_host(A, SERVER).tcp(cport, 80, C_ISN, 0, SYN, 64240, &SYN_OPTS_BENCH, b""));
+        let isn = tcp_fields(&out[0].2).0;
+        let synack = from_outside(B, SERVER).tcp(80, cport, S_ISN, isn.wrapping_add(1), SYN | ACK, 65535, &SYN_OPTS_BENCH, b"");
+        assert_eq!(bed.send(B, OUT, synack).len(), 1, "SYN-ACK via B reaches the client");
+        let ack = from_host(A, SERVER).tcp(cport, 80, C_ISN + 1, S_ISN + 1, ACK, 502, &[], b"");
+        assert_eq!(bed.send(A, IN, ack).len(), 1, "handshake completes at A");
+        let seg = |n| from_outside(n, SERVER).tcp(80, cport, S_ISN + 1, isn.wrapping_add(1), ACK, 502, &[], &data);
+        at_a.push(seg(A));
+        at_b.push(seg(B));
+    }
+    (bed, at_a, at_b)
+}
+
+/// Linux-like SYN options: MSS 1460, SACK-permitted, window scale 7.
+const SYN_OPTS_BENCH: [u8; 12] = [2, 4, 0x05, 0xb4, 4, 2, 1, 1, 1, 3, 3, 7];
+
+fn bench(c: &mut Criterion) {
+    let mut g = c.benchmark_group("cluster_tax");
+    g.throughput(Throughput::Elements(BURST as u64));
+    for payload in [0usize, 1448] {
+        let size = 54 + payload.max(6);
+        let (mut bed, at_a, at_b) = setup(payload);
+        let now = bed.now();
+        let mut bufs: Vec<VecBuf> = (0..BURST).map(|_| VecBuf::with_room(&at_a[0], 256, 256)).collect();
+        let mut next = 0usize;
+        let (a_before, b_before) = (bed.nodes[A].counters().dropped(), bed.nodes[B].counters().dropped());
+        g.bench_function(BenchmarkId::new("owner_direct", size), |bch| {
+            bch.iter(|| {
+                let a = &mut bed.nodes[A];
+                for buf in bufs.iter_mut() {
+                    buf.reset(&at_a[next], 256);
+                    next = (next + 1) % FLOWS;
+                }
+                a.prefetch_burst(bufs.iter().map(|b| b.data()));
+                for buf in bufs.iter_mut() {
+                    black_box(a.process(now, OUT, buf));
+                }
+                a.flush(now);
+                a.drain_generated(|_, f| {
+                    black_box(f);
+                });
+            })
+        });
+        g.bench_function(BenchmarkId::new("via_forwarder", size), |bch| {
+            bch.iter(|| {
+                let [a, b, _] = &mut bed.nodes[..] else { unreachable!() };
+                for buf in bufs.iter_mut() {
+                    buf.reset(&at_b[next], 256);
+                    next = (next + 1) % FLOWS;
+                }
+                b.prefetch_burst(bufs.iter().map(|x| x.data()));
+                for buf in bufs.iter_mut() {
+                    let v = b.process(now, OUT, buf);
+                    debug_assert_eq!(v, Verdict::Forward(CCL));
+                }
+                a.prefetch_burst(bufs.iter().map(|x| x.data()));
+                for buf in bufs.iter_mut() {
+                    black_box(a.process(now, CCL, buf));
+                }
+                for p in [a, b] {
+                    p.flush(now);
+                    p.drain_generated(|_, f| {
+                        black_box(f);
+                    });
+                }
+            })
+        });
+        assert_eq!(bed.nodes[A].counters().dropped(), a_before, "owner drops: {:?}", bed.nodes[A].counters().snapshot().drops.iter().filter(|d| d.1 > 0).collect::<Vec<_>>());
+        assert_eq!(bed.nodes[B].counters().dropped(), b_before, "forwarder drops");
+    }
+    g.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
