@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every clusterfw benchmark and writes target/bench/summary.{json,md}.
 #
-#   scripts/bench.sh [--peers] [--quick] [--skip-micro] [--skip-dpdk]
+#   scripts/bench.sh [--peers] [--quick] [--skip-micro] [--skip-dpdk] [--skip-testbed]
 #
 #   (a) pipeline microbenchmarks without EAL (criterion): ns/packet and Mpps
 #       for established flows (1k/100k/1M), new connections/s, and bytes per
@@ -17,7 +17,10 @@
 #       the same interval (pmd-stats-show is kept alongside);
 #   (d) the cluster tax: `cargo bench --bench cluster_tax` (per packet, three
 #       in-process nodes; runs with (a)) and `clusterfw-sim --split-return`
-#       vs `--symmetric` (whole simulated cluster).
+#       vs `--symmetric` (whole simulated cluster);
+#   (e) the 3-node namespace test bed with clusterfw-pktgen as the load
+#       (UDP, 1024 flows, echoed back through the cluster): per node packets,
+#       forwarded share and drops (scripts/bench/testbed_load.sh).
 #
 # Never asserts on time; prints figures, targets and whether each is met.
 # Installs what it needs (idempotent). Every process and DPDK runtime
@@ -35,12 +38,14 @@ PEERS=0
 QUICK=0
 SKIP_MICRO=0
 SKIP_DPDK=0
+SKIP_TESTBED=0
 for a in "$@"; do
   case "$a" in
     --peers) PEERS=1 ;;
     --quick) QUICK=1 ;;
     --skip-micro) SKIP_MICRO=1 ;;
     --skip-dpdk) SKIP_DPDK=1 ;;
+    --skip-testbed) SKIP_TESTBED=1 ;;
     -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
     *) echo "bench: unknown argument $a" >&2; exit 2 ;;
   esac
@@ -55,7 +60,7 @@ TAG="cfwb$$"
 OUT=${CFW_BENCH_OUT:-$ROOT/target/bench}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
-rm -f "$OUT"/{micro,single,ovs,cluster_tax,meta,summary}.json "$OUT"/summary.md
+rm -f "$OUT"/{micro,single,ovs,cluster_tax,testbed,meta,summary}.json "$OUT"/summary.md
 
 # ---------------------------------------------------------------- cleanup
 PIDS=()          # processes we started
@@ -360,6 +365,12 @@ if [ -x "$SIM" ] && "$SIM" --help 2>&1 | grep -q -- '--symmetric'; then
 else
   echo '{"available": false, "note": "not yet available: clusterfw-sim --symmetric (simulator CLI) is not built"}' >"$OUT/cluster_tax.json"
   say "(d) cluster tax: not yet available (no clusterfw-sim --symmetric)"
+fi
+
+# ---------------------------------------------------------------- (e) bed
+if [ $SKIP_TESTBED = 0 ] && [ $SKIP_DPDK = 0 ]; then
+  bash scripts/bench/testbed_load.sh "$BIN" "$OUT" "$SECS" "${CFW_BENCH_TESTBED_PPS:-20000}" ||
+    { say "(e) test bed run failed"; echo '{"available": false, "note": "test bed run failed; see the log"}' >"$OUT/testbed.json"; }
 fi
 
 # ---------------------------------------------------------------- summary

@@ -1,21 +1,26 @@
 //! The fast path: a packet of an established flow that needs nothing but
 //! the flow check and an L3 rewrite, handled in one straight pass.
 //!
-//! Eligible: single-node mode; an untagged IPv4 frame to the receiving
-//! interface's MAC; a 20-byte header with a good checksum, not a fragment,
+//! Eligible: an untagged IPv4 frame to the receiving interface's MAC (or
+//! unwrapped from a CCL `ForwardedPacket` at the owner); a 20-byte header with a good checksum, not a fragment,
 //! TTL > 1; unicast source and destination that are neither martian nor one
 //! of ours; TCP without SYN, or UDP; a route out of an untagged interface
-//! whose next hop has a fresh ARP entry (or a static neighbour); and a live
-//! flow in the table. Everything else — and every packet that fails a
-//! check, so that the drop reason is the general path's — returns `None`
-//! *before anything is changed* and goes through `Pipeline::classify`.
+//! whose next hop has a fresh ARP entry (or a static neighbour); in
+//! single-node mode, a live flow in the table. Everything else — and every
+//! packet that fails a check, so that the drop reason is the general
+//! path's — returns `None` *before anything is changed* and goes through
+//! `Pipeline::classify`.
 //!
-//! The one state change, `ConnTable::track_existing`, is the same code the
-//! general path runs for an existing flow, and it too declines (without a
-//! change) when the flow is missing or dead. So for every packet the fast
+//! Single-node mode: the one state change, `ConnTable::track_existing`, is
+//! the same code the general path runs for an existing flow, and it too
+//! declines (without a change) when the flow is missing or dead. Cluster
+//! mode: once the checks pass, the fast path makes the general path's own
+//! decision calls (`cluster_plan`, then `cluster_act` or `track` and
+//! `apply_xlate`) with the same arguments. So for every packet the fast
 //! path either does exactly what the general path would do, or nothing.
 //! `tests/fastpath_equivalence.rs` checks that on random traffic against a
-//! pipeline with the fast path off (`Pipeline::set_fast_path`).
+//! pipeline with the fast path off (`Pipeline::set_fast_path`), for a
+//! single node and for a three-node cluster.
 //!
 //! Why it exists: the general path runs ~1,600 instructions per
 //! established packet (cluster, fragment, VLAN and ICMP branches, a 40-byte
@@ -23,8 +28,10 @@
 //! fraction of that (docs/benchmarks.md has the figures).
 
 use crate::buf::PacketBuf;
+use crate::clusterpath::{Plan, Rx};
 use crate::conntrack::{tcp_flags, L4Info, TcpSeg};
 use crate::pipeline::{Outcome, Pipeline};
+use crate::route::IfIndex;
 use crate::types::{ip_proto, FiveTuple, PortId, Timestamp};
 use crate::wire::ethernet::ethertype;
 use crate::wire::ipv4::{self, Ipv4Packet};
@@ -68,8 +75,8 @@ fn fast_l4(ip: &Ipv4Packet<&[u8]>, src: Ipv4Addr, dst: Ipv4Addr) -> Option<(Five
 }
 
 impl Pipeline {
-    /// Handle `buf` if it is eligible (module docs); `None`: nothing was
-    /// changed, run the general path.
+    /// Handle a frame received on a port if it is eligible (module docs);
+    /// `None`: nothing was changed, run the general path.
     #[inline]
     pub(crate) fn fast_forward<B: PacketBuf>(
         &mut self,
@@ -77,13 +84,38 @@ impl Pipeline {
         in_port: PortId,
         buf: &mut B,
     ) -> Option<Outcome> {
-        if self.cluster.is_some() {
-            return None;
-        }
         let ifx = self.untagged_iface.get(usize::from(in_port.0)).copied().flatten()?;
         let ing = *self.ifaces.get(usize::from(ifx))?;
+        if buf.data().get(0..6)? != ing.mac {
+            return None;
+        }
+        self.fast_ipv4(now, in_port, IfIndex(ifx), Rx::PORT, buf)
+    }
+
+    /// The IPv4 part of the fast path, for a frame received on a port (its
+    /// L2 destination checked) or unwrapped from a `ForwardedPacket` at the
+    /// owner (`rx` says which, as for `classify`). In cluster mode the
+    /// decision is the general path's own calls (`cluster_plan`,
+    /// `cluster_act`, `track`, `apply_xlate`) on the same inputs: the fast
+    /// path only replaces the parsing and validation in front of them, so
+    /// what it changes it changes exactly as the general path would.
+    #[inline]
+    pub(crate) fn fast_ipv4<B: PacketBuf>(
+        &mut self,
+        now: Timestamp,
+        in_port: PortId,
+        ifx: IfIndex,
+        rx: Rx,
+        buf: &mut B,
+    ) -> Option<Outcome> {
+        if !self.fast_path || rx.force_own || rx.hinted || rx.frag.is_some() {
+            return None;
+        }
+        // (An unknown ingress interface in a forwarded packet is the
+        // general path's `CclMalformed`.)
+        self.ifaces.get(usize::from(ifx.0))?;
         let d = buf.data();
-        if d.get(12..14)? != ethertype::IPV4.to_be_bytes() || d.get(0..6)? != ing.mac {
+        if d.get(12..14)? != ethertype::IPV4.to_be_bytes() {
             return None;
         }
         let ip = Ipv4Packet::new_checked(d.get(ETH_LEN..)?).ok()?;
@@ -102,9 +134,33 @@ impl Pipeline {
         let mac = self.fresh_neighbor(now, route.next_hop)?;
         let (tuple, l4) = fast_l4(&ip, src, dst)?;
         let len = u32::from(ip.total_len());
-        match self.conntrack.track_existing(now, &tuple, &l4, len)? {
-            Ok(_) => {}
-            Err(r) => return Some(Outcome::Drop(r)),
+        self.counters.fast_path += 1;
+        if self.cluster.is_some() {
+            match self.cluster_plan(now, &tuple, Some(&l4), rx) {
+                Plan::Own => {}
+                Plan::Drop(r) => return Some(Outcome::Drop(r)),
+                plan => {
+                    return Some(self.cluster_act(now, in_port, ifx, rx, plan, &tuple, buf).unwrap_or_else(Outcome::Drop))
+                }
+            }
+            match self.track(now, &tuple, l4, len, ifx, route.iface) {
+                Ok(None) => {}
+                Ok(Some(x)) => {
+                    if let Err(r) = self.apply_xlate(ETH_LEN, x, buf) {
+                        return Some(Outcome::Drop(r));
+                    }
+                }
+                Err(r) => return Some(Outcome::Drop(r)),
+            }
+        } else {
+            match self.conntrack.track_existing(now, &tuple, &l4, len) {
+                None => {
+                    self.counters.fast_path -= 1;
+                    return None;
+                }
+                Some(Ok(_)) => {}
+                Some(Err(r)) => return Some(Outcome::Drop(r)),
+            }
         }
         let d = buf.data_mut();
         if let Some(l3) = d.get_mut(ETH_LEN..) {

@@ -627,7 +627,6 @@ impl Pipeline {
         }
         if self.fast_path {
             if let Some(outcome) = self.fast_forward(now, in_port, buf) {
-                self.counters.fast_path += 1;
                 return self.account(outcome, buf);
             }
         }
@@ -1154,7 +1153,7 @@ impl Pipeline {
     /// Run conntrack for a packet this node owns, with the ACL as the
     /// admission check; in cluster mode with the owner's sequence
     /// translation and flow records around it (`clusterpath`).
-    fn track(
+    pub(crate) fn track(
         &mut self,
         now: Timestamp,
         tuple: &FiveTuple,

@@ -140,6 +140,7 @@ def summary(out):
     ovs = load(os.path.join(out, "ovs.json"))
     tax = load(os.path.join(out, "cluster_tax.json"))
     meta = load(os.path.join(out, "meta.json")) or {}
+    bed = load(os.path.join(out, "testbed.json"))
     c = micro.get("criterion", {})
     est = lambda n: c.get(f"established/{n}", {})
     newc = next((v for k, v in c.items() if k.startswith("new_connections")), {})
@@ -198,7 +199,20 @@ def summary(out):
         row("CCL bytes per delivered packet (symmetric baseline)", tax.get("ccl_bytes_per_delivered_packet_symmetric"), None, None, tax.get("command"))
     else:
         row("cluster tax", None, "<= 1.3", None, (tax or {}).get("note", "not yet available"))
-    s = {"meta": meta, "rows": rows, "micro": micro, "single": single, "ovs": ovs, "cluster_tax": tax}
+    if bed and bed.get("available"):
+        snd, tot = bed.get("sender") or {}, bed.get("totals") or {}
+        lat = snd.get("latency") or {}
+        row(f"test bed, 3 nodes, pktgen UDP 1024 flows at {bed.get('rate_pps')} pps, echoed: sent / received back (Mpps)",
+            f"{fmt(snd.get('tx_mpps'), '', 4)} / {fmt(snd.get('rx_mpps'), '', 4)}, lost {snd.get('lost')}", None, None, bed.get("command"))
+        row("  round trip through the cluster p50 / p99 (us)", f"{fmt(lat.get('p50_us'), '', 0)} / {fmt(lat.get('p99_us'), '', 0)}", None, None, bed.get("command"))
+        row("  forwarded share (packets forwarded to their owner over the CCL / packets the owners processed)",
+            bed.get("forwarded_share"), None, None, "scripts/bench/testbed_load.sh: show cluster deltas")
+        per = ", ".join(f"n{n['node']} {n.get('owner_packets')}/{n.get('forwarded_to_owner')}" for n in bed.get("nodes", []))
+        row(f"  node drops during the run (by reason); per node owner/forwarded: {per}",
+            f"{tot.get('dropped')} {json.dumps(tot.get('drops'))}", None, None, "show stats deltas")
+    elif bed:
+        row("test bed run", None, None, None, bed.get("note"))
+    s = {"meta": meta, "rows": rows, "micro": micro, "single": single, "ovs": ovs, "cluster_tax": tax, "testbed": bed}
     json.dump(s, open(os.path.join(out, "summary.json"), "w"), indent=2)
     md = ["# clusterfw benchmark summary", ""]
     md.append(f"- date: {meta.get('date')}, host: {meta.get('host')}, cores: {meta.get('cores')}")

@@ -565,6 +565,9 @@ impl Pipeline {
                     cl.counters.forwarded_received += 1;
                 }
                 let rx = Rx { hinted, ..Rx::ccl(IfIndex(u16::from(iface))) };
+                if let Some(o) = self.fast_ipv4(now, in_port, IfIndex(u16::from(iface)), rx, buf) {
+                    return Ok(o);
+                }
                 Ok(self.classify(now, in_port, buf, rx))
             }
             Message::RelayToOwner(f) => {

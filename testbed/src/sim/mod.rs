@@ -1231,9 +1231,12 @@ impl Sim {
             rx.push((port, frame, traced, buf));
         }
         let n = &mut self.nodes[node];
+        let mut verdicts: Vec<Verdict> = Vec::with_capacity(rx.len());
         let t0 = std::time::Instant::now();
         n.pipeline.prefetch_burst(rx.iter().map(|(_, _, _, b)| dataplane::buf::PacketBuf::data(b)));
-        let verdicts: Vec<Verdict> = rx.iter_mut().map(|(port, _, _, buf)| n.pipeline.process(now, *port, buf)).collect();
+        for (port, _, _, buf) in rx.iter_mut() {
+            verdicts.push(n.pipeline.process(now, *port, buf));
+        }
         let mut cpu = t0.elapsed().as_nanos() as u64;
         for ((port, frame, traced, buf), v) in rx.into_iter().zip(verdicts) {
             match v {
