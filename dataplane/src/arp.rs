@@ -97,6 +97,9 @@ pub struct ArpCache {
     capacity: usize,
     timeout: Duration,
     retry: Duration,
+    /// Bumped by every `&mut self` call (anything that may change an
+    /// entry), so a caller can memoize a `fresh` answer (`generation`).
+    generation: u64,
 }
 
 impl ArpCache {
@@ -106,6 +109,7 @@ impl ArpCache {
             capacity,
             timeout,
             retry,
+            generation: 0,
         }
     }
     pub fn len(&self) -> usize {
@@ -119,17 +123,25 @@ impl ArpCache {
     }
 
     /// Find the MAC of `ip` for a packet leaving through `iface`.
-    /// The MAC of a resolved, unexpired entry (what `resolve` answers
-    /// with `Resolve::Mac` and no change); `None` for anything else.
+    /// The MAC of a resolved entry that is unexpired at `now`, and when it
+    /// expires (what `resolve` answers with `Resolve::Mac` and no change
+    /// while `now < expires`); `None` for anything else.
     #[inline]
-    pub fn fresh(&self, now: Timestamp, ip: Ipv4Addr) -> Option<[u8; 6]> {
+    pub fn fresh(&self, now: Timestamp, ip: Ipv4Addr) -> Option<([u8; 6], Timestamp)> {
         match self.map.get(&ip)?.state {
-            ArpState::Resolved { mac, expires } if now < expires => Some(mac),
+            ArpState::Resolved { mac, expires } if now < expires => Some((mac, expires)),
             _ => None,
         }
     }
 
+    /// Changes whenever an entry may have changed.
+    #[inline]
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
     pub fn resolve(&mut self, now: Timestamp, ip: Ipv4Addr, iface: IfIndex) -> Resolve {
+        self.generation = self.generation.wrapping_add(1);
         let retry = self.retry;
         let window = self.stale_window();
         let room = self.map.len() < self.capacity;
@@ -224,6 +236,7 @@ impl ArpCache {
         iface: IfIndex,
         create: bool,
     ) -> bool {
+        self.generation = self.generation.wrapping_add(1);
         let state = ArpState::Resolved {
             mac,
             expires: now.saturating_add(self.timeout),
@@ -242,6 +255,7 @@ impl ArpCache {
     /// Remove expired resolved entries and long-unanswered pending ones.
     /// Returns the number removed. Does not allocate.
     pub fn age(&mut self, now: Timestamp) -> usize {
+        self.generation = self.generation.wrapping_add(1);
         let before = self.map.len();
         let window = self.stale_window();
         self.map.retain(|_, e| match e.state {

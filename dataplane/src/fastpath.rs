@@ -41,6 +41,16 @@ use std::net::{IpAddr, Ipv4Addr};
 
 const ETH_LEN: usize = 14;
 
+/// `Pipeline::fresh_neighbor`'s last answer.
+#[derive(Copy, Clone, Debug)]
+pub(crate) struct NextHopMemo {
+    ip: Ipv4Addr,
+    mac: [u8; 6],
+    /// `None`: a static neighbour (never expires).
+    expires: Option<Timestamp>,
+    generation: u64,
+}
+
 /// Tuple and L4 summary of an eligible TCP (no SYN) or UDP datagram, as
 /// `pipeline::transit_l4` would build them; `None` for anything else.
 #[inline(always)]
@@ -187,12 +197,26 @@ impl Pipeline {
     /// The next hop's MAC if it is known without any ARP action now (a
     /// static neighbour, or a resolved entry that has not expired); the
     /// general path's `neighbor` answers the same without a change then.
+    /// The last answer is memoized until the ARP cache changes
+    /// (`ArpCache::generation`), the entry expires or another next hop is
+    /// asked for.
     #[inline(always)]
-    fn fresh_neighbor(&self, now: Timestamp, ip: Ipv4Addr) -> Option<[u8; 6]> {
-        match self.static_neighbors.iter().find(|(a, _)| *a == ip) {
-            Some(&(_, mac)) => Some(mac),
-            None => self.arp.fresh(now, ip),
+    fn fresh_neighbor(&mut self, now: Timestamp, ip: Ipv4Addr) -> Option<[u8; 6]> {
+        let generation = self.arp.generation();
+        if let Some(m) = self.nh_memo {
+            if m.ip == ip && m.generation == generation && m.expires.is_none_or(|e| now < e) {
+                return Some(m.mac);
+            }
         }
+        let (mac, expires) = match self.static_neighbors.iter().find(|(a, _)| *a == ip) {
+            Some(&(_, mac)) => (mac, None),
+            None => {
+                let (mac, e) = self.arp.fresh(now, ip)?;
+                (mac, Some(e))
+            }
+        };
+        self.nh_memo = Some(NextHopMemo { ip, mac, expires, generation });
+        Some(mac)
     }
 
     /// Turn the fast path on or off (on by default). Off, every packet

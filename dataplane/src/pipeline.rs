@@ -415,6 +415,8 @@ pub struct Pipeline {
     pub(crate) fast_path: bool,
     /// Every interface address and directed broadcast (`fastpath`).
     pub(crate) own_addrs: Vec<Ipv4Addr>,
+    /// The fast path's last next-hop answer (`fastpath`).
+    pub(crate) nh_memo: Option<crate::fastpath::NextHopMemo>,
 }
 
 /// RFC 1122 §3.2.1.3 / RFC 1812 §5.3.7: addresses that are never a valid
@@ -606,6 +608,7 @@ impl Pipeline {
                 })
                 .flatten()
                 .collect(),
+            nh_memo: None,
         })
     }
 

@@ -23,8 +23,10 @@ def criterion(root, since=0):
     """Results under target/criterion written at or after `since` (epoch
     seconds), so stale results of benches that did not run are left out."""
     out = {}
-    for bench in glob.glob(os.path.join(root, "*", "*", "new", "benchmark.json")) + glob.glob(
-        os.path.join(root, "*", "new", "benchmark.json")
+    for bench in (
+        glob.glob(os.path.join(root, "*", "*", "*", "new", "benchmark.json"))
+        + glob.glob(os.path.join(root, "*", "*", "new", "benchmark.json"))
+        + glob.glob(os.path.join(root, "*", "new", "benchmark.json"))
     ):
         d = os.path.dirname(bench)
         if os.path.getmtime(os.path.join(d, "estimates.json")) < float(since):
@@ -178,8 +180,12 @@ def summary(out):
             o = (ovs.get(key) or {}).get("mpps")
             row(f"Open vSwitch userspace {label} Mpps, same vdevs and input", o, None, None, (ovs.get(key) or {}).get("command"))
             r = cfw / o if cfw and o else None
-            tgt = ">= 2.0" if key == "ct_commit" else ">= 2.0 (once NAT/PAT exists in clusterfw)"
-            row(f"clusterfw / OVS {label}", r, tgt, None if r is None else r >= 2.0, "ratio")
+            if key == "ct_commit":
+                row(f"clusterfw / OVS {label}", r, ">= 2.0", None if r is None else r >= 2.0, "ratio")
+            else:
+                # clusterfw has no NAT yet: its rate here is without NAT, so
+                # the target (PAT against PAT) cannot be judged.
+                row(f"clusterfw (no NAT) / OVS {label}", r, ">= 2.0 with PAT, once NAT/PAT exists in clusterfw", None, "ratio")
     else:
         row("Open vSwitch peers", None, None, None, "not run (scripts/bench.sh --peers)")
     for size in (60, 1502):
@@ -223,7 +229,12 @@ def summary(out):
     md.append("|---|---|---|---|---|")
     for r in rows:
         v = r["value"]
-        vs = "n/a" if v is None else (f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.3g}" if v < 10 else f"{v:.1f}")
+        if v is None:
+            vs = "n/a"
+        elif isinstance(v, str):
+            vs = v
+        else:
+            vs = f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.3g}" if v < 10 else f"{v:.1f}"
         met = {True: "yes", False: "**no**", None: ""}[r["met"]]
         md.append(f"| {r['what']} | {vs} | {r['target'] or ''} | {met} | `{r['command'] or ''}` |")
     md.append("")
