@@ -11,6 +11,9 @@
 //!   CCL; A opens, unwraps and processes it (two `process` calls, one per
 //!   node: the CPU a non-owner arrival costs the cluster).
 //!
+//! - `cluster_tax/forwarder_only/<size>`: B's part of `via_forwarder`
+//!   alone (the rest is A's: opening and processing the CCL datagram).
+//!
 //! With half of all packets arriving at a non-owner, the tax is
 //! `(owner_direct + via_forwarder) / (2 × owner_direct)`; `scripts/bench.sh`
 //! computes it. Sizes: 60-byte pure ACKs and 1514-byte frames (1448 bytes
@@ -19,7 +22,6 @@
 //! each frame restored from its pristine copy inside the timing.
 
 #[path = "../tests/cluster_bed/mod.rs"]
-#[allow(dead_code)]
 mod cluster_bed;
 
 use cluster_bed::*;
@@ -116,6 +118,23 @@ fn bench(c: &mut Criterion) {
                         black_box(f);
                     });
                 }
+            })
+        });
+        g.bench_function(BenchmarkId::new("forwarder_only", size), |bch| {
+            bch.iter(|| {
+                let b = &mut bed.nodes[B];
+                for buf in bufs.iter_mut() {
+                    buf.reset(&at_b[next], 256);
+                    next = (next + 1) % FLOWS;
+                }
+                b.prefetch_burst(bufs.iter().map(|x| x.data()));
+                for buf in bufs.iter_mut() {
+                    black_box(b.process(now, OUT, buf));
+                }
+                b.flush(now);
+                b.drain_generated(|_, f| {
+                    black_box(f);
+                });
             })
         });
         assert_eq!(bed.nodes[A].counters().dropped(), a_before, "owner drops: {:?}", bed.nodes[A].counters().snapshot().drops.iter().filter(|d| d.1 > 0).collect::<Vec<_>>());

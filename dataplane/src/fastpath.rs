@@ -2,7 +2,9 @@
 //! the flow check and an L3 rewrite, handled in one straight pass.
 //!
 //! Eligible: an untagged IPv4 frame to the receiving interface's MAC (or
-//! unwrapped from a CCL `ForwardedPacket` at the owner); a 20-byte header with a good checksum, not a fragment,
+//! unwrapped from a CCL `ForwardedPacket` at the owner); a CCL datagram to
+//! this node's CCL address goes straight to `ccl_in`, as the general
+//! path's local-delivery branch would send it; otherwise: a 20-byte header with a good checksum, not a fragment,
 //! TTL > 1; unicast source and destination that are neither martian nor one
 //! of ours; TCP without SYN, or UDP; a route out of an untagged interface
 //! whose next hop has a fresh ARP entry (or a static neighbour); in
@@ -28,7 +30,7 @@
 //! fraction of that (docs/benchmarks.md has the figures).
 
 use crate::buf::PacketBuf;
-use crate::clusterpath::{Plan, Rx};
+use crate::clusterpath::{Plan, Rx, Via};
 use crate::conntrack::{tcp_flags, L4Info, TcpSeg};
 use crate::pipeline::{Outcome, Pipeline};
 use crate::route::IfIndex;
@@ -129,11 +131,23 @@ impl Pipeline {
             return None;
         }
         let ip = Ipv4Packet::new_checked(d.get(ETH_LEN..)?).ok()?;
-        if ip.header_len() != ipv4::MIN_HEADER_LEN || ip.is_fragment() || ip.ttl() <= 1 || !ip.verify_checksum() {
+        if ip.header_len() != ipv4::MIN_HEADER_LEN || ip.is_fragment() || !ip.verify_checksum() {
             return None;
         }
         let (src, dst) = (ip.src(), ip.dst());
-        if !self.plain_unicast(src) || !self.plain_unicast(dst) {
+        if !self.plain_unicast(src) {
+            return None;
+        }
+        // A CCL datagram to this node's CCL address, received on a port:
+        // where the general path's local-delivery branch would take it.
+        if rx.via == Via::Port
+            && self.ifaces.get(usize::from(ifx.0)).is_some_and(|i| i.addr == dst)
+            && self.is_ccl_datagram(ifx, &ip)
+        {
+            self.counters.fast_path += 1;
+            return Some(self.ccl_in(now, in_port, buf).unwrap_or_else(Outcome::Drop));
+        }
+        if ip.ttl() <= 1 || !self.plain_unicast(dst) {
             return None;
         }
         let route = self.routes.lookup(dst)?;

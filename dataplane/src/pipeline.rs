@@ -43,7 +43,8 @@
 //!    `TcpOutOfWindow`, ...). ICMP errors (types 3, 11, 12) are not tracked:
 //!    they pass only if the datagram they quote belongs to a flow and they
 //!    are addressed to that datagram's sender (`NoFlow`).
-//! 5b. **Cluster** (`PipelineConfig::cluster`, `clusterpath`): before
+//!
+//!    5b. **Cluster** (`PipelineConfig::cluster`, `clusterpath`): before
 //!    conntrack, the packet's connection role decides who tracks it — a
 //!    local owner flow or a new SYN is tracked here (with the owner's
 //!    sequence translation, R6); a packet another node owns becomes a CCL

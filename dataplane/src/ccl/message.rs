@@ -366,7 +366,23 @@ impl<'a> ForwardedPacket<'a> {
         Ok(ForwardedPacket { ingress_iface: iface, flow_hint, frame })
     }
     pub fn wire_len(&self) -> usize {
-        2 + self.flow_hint.map_or(0, |k| k.wire_len() - 1) + self.frame.len()
+        Self::head_len(self.flow_hint.as_ref()) + self.frame.len()
+    }
+    /// Bytes in front of the frame: the interface and the optional key.
+    pub fn head_len(flow_hint: Option<&FlowKey>) -> usize {
+        2 + flow_hint.map_or(0, |k| k.wire_len() - 1)
+    }
+    /// Write the bytes in front of the frame (`head_len` of them) into
+    /// `out`; for sealing a frame that is already in place
+    /// (`Sealer::seal_frame_in_place`).
+    pub fn emit_head(ingress_iface: u8, flow_hint: Option<&FlowKey>, out: &mut [u8]) -> Result<usize, CclError> {
+        let n = Self::head_len(flow_hint);
+        if out.len() < n {
+            return Err(too_small(n, out));
+        }
+        out[0] = ingress_iface;
+        let k = emit_opt_key(&flow_hint.copied(), &mut out[1..])?;
+        Ok(1 + k)
     }
     pub fn emit(&self, out: &mut [u8]) -> Result<usize, CclError> {
         let n = self.wire_len();
@@ -376,9 +392,8 @@ impl<'a> ForwardedPacket<'a> {
         if self.frame.len() < MIN_FRAME_LEN {
             return Err(CclError::BadValue { field: "frame length", value: self.frame.len() as u64 });
         }
-        out[0] = self.ingress_iface;
-        let k = emit_opt_key(&self.flow_hint, &mut out[1..])?;
-        out[1 + k..n].copy_from_slice(self.frame);
+        let k = Self::emit_head(self.ingress_iface, self.flow_hint.as_ref(), out)?;
+        out[k..n].copy_from_slice(self.frame);
         Ok(n)
     }
 }
@@ -401,7 +416,15 @@ impl<'a> RelayToOwner<'a> {
         Ok(RelayToOwner { ingress_iface: iface, frame })
     }
     pub fn wire_len(&self) -> usize {
-        1 + self.frame.len()
+        Self::HEAD_LEN + self.frame.len()
+    }
+    /// Bytes in front of the frame: the interface.
+    pub const HEAD_LEN: usize = 1;
+    /// Write the bytes in front of the frame (`HEAD_LEN`) into `out`.
+    pub fn emit_head(ingress_iface: u8, out: &mut [u8]) -> Result<usize, CclError> {
+        let b = out.first_mut().ok_or_else(|| too_small(Self::HEAD_LEN, &[]))?;
+        *b = ingress_iface;
+        Ok(Self::HEAD_LEN)
     }
     pub fn emit(&self, out: &mut [u8]) -> Result<usize, CclError> {
         let n = self.wire_len();
@@ -411,8 +434,8 @@ impl<'a> RelayToOwner<'a> {
         if self.frame.len() < MIN_FRAME_LEN {
             return Err(CclError::BadValue { field: "frame length", value: self.frame.len() as u64 });
         }
-        out[0] = self.ingress_iface;
-        out[1..n].copy_from_slice(self.frame);
+        let k = Self::emit_head(self.ingress_iface, out)?;
+        out[k..n].copy_from_slice(self.frame);
         Ok(n)
     }
 }

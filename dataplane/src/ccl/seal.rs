@@ -8,7 +8,7 @@
 
 use super::auth::{CclKey, ClusterId, TAG_LEN};
 use super::header::{CclHeader, CclPacket, HEADER_LEN};
-use super::message::{too_small, Message};
+use super::message::{too_small, Message, MessageKind, MIN_FRAME_LEN};
 use super::replay::ReplayGuard;
 use super::{CclCounters, CclDrop, CclError, CCL_UDP_PORT, CONTROL_CHANNEL, MAX_WORKER_CHANNELS};
 use crate::ip_proto::UDP as IP_PROTO_UDP;
@@ -94,7 +94,19 @@ impl Sealer {
     /// Write header, payload and tag of `msg` into `out`; returns the
     /// length. The UDP payload of a CCL datagram.
     pub fn seal(&mut self, epoch: Epoch, msg: &Message<'_>, out: &mut [u8]) -> Result<usize, CclError> {
-        let pl = msg.wire_len();
+        self.seal_with(epoch, msg.kind(), msg.wire_len(), |p| msg.emit(p), out)
+    }
+
+    /// `seal` with the payload written by `emit` into its `payload_len`
+    /// bytes (it returns how many it accounts for, which must be all).
+    fn seal_with(
+        &mut self,
+        epoch: Epoch,
+        kind: MessageKind,
+        pl: usize,
+        emit: impl FnOnce(&mut [u8]) -> Result<usize, CclError>,
+        out: &mut [u8],
+    ) -> Result<usize, CclError> {
         let payload_len = u16::try_from(pl).map_err(|_| CclError::PayloadTooLarge(pl))?;
         let total = HEADER_LEN + pl + TAG_LEN;
         if out.len() < total {
@@ -104,7 +116,7 @@ impl Sealer {
             return Err(CclError::SequenceExhausted);
         }
         let hdr = CclHeader {
-            kind: msg.kind() as u8,
+            kind: kind as u8,
             flags: 0,
             sender: self.sender,
             channel: self.channel,
@@ -115,14 +127,14 @@ impl Sealer {
             payload_len,
         };
         hdr.emit(out).ok_or_else(|| too_small(HEADER_LEN, &[]))?;
-        let n = msg.emit(&mut out[HEADER_LEN..HEADER_LEN + pl])?;
+        let n = emit(&mut out[HEADER_LEN..HEADER_LEN + pl])?;
         if n != pl {
             return Err(CclError::BadValue { field: "payload length", value: n as u64 });
         }
         let tag = self.key.tag(&out[..HEADER_LEN + pl]);
         out[HEADER_LEN + pl..total].copy_from_slice(&tag);
         self.next_seq += 1;
-        self.counters.tx[msg.kind().index()] += 1;
+        self.counters.tx[kind.index()] += 1;
         self.counters.tx_bytes += total as u64;
         Ok(total)
     }
@@ -139,14 +151,60 @@ impl Sealer {
         msg: &Message<'_>,
         out: &mut [u8],
     ) -> Result<usize, CclError> {
-        let ccl = Self::sealed_len(msg);
+        self.seal_frame_with(path, epoch, msg.kind(), msg.wire_len(), |p| msg.emit(p), out)
+    }
+
+    /// `seal_frame` of a `ForwardedPacket` or `RelayToOwner` whose frame is
+    /// already in `out`, at the end of the payload: `out` is
+    /// `FRAME_OVERHEAD + head_len + frame_len` bytes with the frame at
+    /// `FRAME_OVERHEAD - TAG_LEN + head_len`; `head` writes the `head_len`
+    /// bytes in front of it (`ForwardedPacket::emit_head`,
+    /// `RelayToOwner::emit_head`). The result is byte for byte what
+    /// `seal_frame` makes of the same message, without copying the frame.
+    #[allow(clippy::too_many_arguments)]
+    pub fn seal_frame_in_place(
+        &mut self,
+        path: &FramePath,
+        epoch: Epoch,
+        kind: MessageKind,
+        head_len: usize,
+        frame_len: usize,
+        head: impl FnOnce(&mut [u8]) -> Result<usize, CclError>,
+        out: &mut [u8],
+    ) -> Result<usize, CclError> {
+        if !matches!(kind, MessageKind::ForwardedPacket | MessageKind::RelayToOwner) {
+            return Err(CclError::BadValue { field: "in-place kind", value: kind as u64 });
+        }
+        if frame_len < MIN_FRAME_LEN {
+            return Err(CclError::BadValue { field: "frame length", value: frame_len as u64 });
+        }
+        let emit = |p: &mut [u8]| {
+            let n = head(p.get_mut(..head_len).ok_or_else(|| too_small(head_len, &[]))?)?;
+            if n != head_len {
+                return Err(CclError::BadValue { field: "head length", value: n as u64 });
+            }
+            Ok(head_len + frame_len)
+        };
+        self.seal_frame_with(path, epoch, kind, head_len + frame_len, emit, out)
+    }
+
+    fn seal_frame_with(
+        &mut self,
+        path: &FramePath,
+        epoch: Epoch,
+        kind: MessageKind,
+        pl: usize,
+        emit: impl FnOnce(&mut [u8]) -> Result<usize, CclError>,
+        out: &mut [u8],
+    ) -> Result<usize, CclError> {
+        let ccl = HEADER_LEN + pl + TAG_LEN;
         let total = OUTER_LEN + ccl;
         let ip_len = total - ethernet::HEADER_LEN;
-        let ip_len16 = u16::try_from(ip_len).map_err(|_| CclError::PayloadTooLarge(msg.wire_len()))?;
+        let ip_len16 = u16::try_from(ip_len).map_err(|_| CclError::PayloadTooLarge(pl))?;
         if out.len() < total {
             return Err(too_small(total, out));
         }
-        self.seal(epoch, msg, &mut out[OUTER_LEN..total])?;
+        self.seal_with(epoch, kind, pl, emit, &mut out[OUTER_LEN..total])?;
         ethernet::emit_header(&mut out[..ethernet::HEADER_LEN + ethernet::TAG_LEN], path.dst_mac, path.src_mac, None, ethernet::ethertype::IPV4);
         {
             let mut ip = Ipv4Packet::new_unchecked(&mut out[ethernet::HEADER_LEN..ethernet::HEADER_LEN + ipv4::MIN_HEADER_LEN]);

@@ -542,3 +542,46 @@ proptest! {
         }
     }
 }
+
+/// `seal_frame_in_place` makes the very bytes `seal_frame` makes of the
+/// same message (forwarded packets with and without a flow hint, relayed
+/// frames, several frame sizes), and both sealers advance alike.
+#[test]
+fn in_place_sealing_equals_copying() {
+    let path = FramePath { src_mac: [2, 0, 0, 0, 0, 1], dst_mac: [2, 0, 0, 0, 0, 2], src_ip: Ipv4Addr::new(198, 19, 0, 1), dst_ip: Ipv4Addr::new(198, 19, 0, 2) };
+    let hint = FlowKey::new(crate::FiveTuple {
+        src: Ipv4Addr::new(10, 0, 0, 1).into(),
+        dst: Ipv4Addr::new(10, 0, 0, 2).into(),
+        proto: 17,
+        src_port: 1,
+        dst_port: 2,
+    })
+    .ok();
+    let (mut a, mut b) = (sealer(), sealer());
+    for len in [14usize, 60, 61, 1514] {
+        let fr: Vec<u8> = (0..len).map(|i| (i * 7 + len) as u8).collect();
+        for (kind, hint) in [(MessageKind::ForwardedPacket, None), (MessageKind::ForwardedPacket, hint), (MessageKind::RelayToOwner, None)] {
+            let msg = match kind {
+                MessageKind::ForwardedPacket => Message::ForwardedPacket(ForwardedPacket { ingress_iface: 3, flow_hint: hint, frame: &fr }),
+                _ => Message::RelayToOwner(RelayToOwner { ingress_iface: 3, frame: &fr }),
+            };
+            let mut want = vec![0u8; FRAME_OVERHEAD + msg.wire_len()];
+            let n = a.seal_frame(&path, Epoch(4), &msg, &mut want).unwrap();
+            assert_eq!(n, want.len());
+            let head_len = msg.wire_len() - len;
+            let mut got = vec![0u8; want.len()];
+            let at = FRAME_OVERHEAD - TAG_LEN + head_len;
+            got[at..at + len].copy_from_slice(&fr);
+            let head = |out: &mut [u8]| match kind {
+                MessageKind::ForwardedPacket => ForwardedPacket::emit_head(3, hint.as_ref(), out),
+                _ => RelayToOwner::emit_head(3, out),
+            };
+            let m = b.seal_frame_in_place(&path, Epoch(4), kind, head_len, len, head, &mut got).unwrap();
+            assert_eq!(m, n);
+            assert_eq!(got, want, "{kind:?} hint {} len {len}", hint.is_some());
+        }
+    }
+    assert_eq!(a.next_seq(), b.next_seq());
+    assert!(b.seal_frame_in_place(&path, Epoch(4), MessageKind::Heartbeat, 1, 60, |_| Ok(1), &mut [0u8; 256]).is_err());
+    assert!(b.seal_frame_in_place(&path, Epoch(4), MessageKind::RelayToOwner, 1, 13, |_| Ok(1), &mut [0u8; 256]).is_err());
+}

@@ -354,8 +354,6 @@ pub(crate) struct ClusterState {
     pub updates: Vec<Update>,
     /// Re-sends due, in due order (every entry waits `RESEND_DELAY`).
     pub resends: std::collections::VecDeque<Resend>,
-    /// Copy of a frame being wrapped into a CCL message.
-    pub scratch: Box<[u8; SLOT_LEN]>,
     /// Payload of a flow-record batch being written; `None` while in use.
     pub batch: Option<Box<[u8; MAX_PAYLOAD_MTU1500]>>,
     pub counters: ClusterCounters,
@@ -457,7 +455,6 @@ impl ClusterState {
             pool: FramePool::new(POOL_SLOTS),
             updates: Vec::with_capacity(MAX_UPDATES),
             resends: std::collections::VecDeque::with_capacity(MAX_RESENDS.min(flow_capacity.max(64))),
-            scratch: Box::new([0u8; SLOT_LEN]),
             batch: Some(Box::new([0u8; MAX_PAYLOAD_MTU1500])),
             counters: ClusterCounters::default(),
         })

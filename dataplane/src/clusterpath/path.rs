@@ -10,7 +10,7 @@ use super::{
 use crate::arp::Resolve;
 use crate::buf::PacketBuf;
 use crate::ccl::{
-    BatchWriter, FlowBatch, FlowKey, FlowOp, FlowRecord, ForwardedPacket, FramePath, Message, OwnerQuery,
+    BatchWriter, FlowBatch, FlowKey, FlowOp, FlowRecord, ForwardedPacket, FramePath, Message, MessageKind, OwnerQuery,
     OwnerReply, RelayToOwner, CCL_UDP_PORT, FRAME_OVERHEAD, TAG_LEN,
 };
 use crate::cluster::{flow_hash, DirectorTable, MemberSet, SeqDelta};
@@ -366,21 +366,14 @@ impl Pipeline {
             return Err(DropReason::ClusterOwnerUnknown);
         };
         let len = buf.data().len();
-        // The frame is copied aside and written back behind the headers
-        // by the sealer (one copy; an in-place sealer would save it).
-        let copy = cl.scratch.get_mut(..len).ok_or(DropReason::NoHeadroom)?;
-        copy.copy_from_slice(buf.data());
-        let frame = cl.scratch.get(..len).unwrap_or(&[]);
-        let msg = match kind {
-            Wrap::Forward => Message::ForwardedPacket(ForwardedPacket {
-                ingress_iface: iface,
-                flow_hint: hint.and_then(|t| FlowKey::new(t).ok()),
-                frame,
-            }),
-            Wrap::Relay => Message::RelayToOwner(RelayToOwner { ingress_iface: iface, frame }),
+        // The frame stays where it is: the headers go in front of it (into
+        // the headroom), the tag behind it, and the MAC covers it in place.
+        let key = hint.and_then(|t| FlowKey::new(t).ok());
+        let (kind, head_len) = match kind {
+            Wrap::Forward => (MessageKind::ForwardedPacket, ForwardedPacket::head_len(key.as_ref())),
+            Wrap::Relay => (MessageKind::RelayToOwner, RelayToOwner::HEAD_LEN),
         };
-        let total = FRAME_OVERHEAD + msg.wire_len();
-        let front = total - TAG_LEN - len;
+        let front = FRAME_OVERHEAD - TAG_LEN + head_len;
         if !buf.prepend(front) {
             return Err(DropReason::NoHeadroom);
         }
@@ -388,7 +381,11 @@ impl Pipeline {
             buf.trim_front(front);
             return Err(DropReason::NoHeadroom);
         }
-        match cl.sealer.seal_frame(&path, cl.members.epoch(), &msg, buf.data_mut()) {
+        let head = |out: &mut [u8]| match kind {
+            MessageKind::ForwardedPacket => ForwardedPacket::emit_head(iface, key.as_ref(), out),
+            _ => RelayToOwner::emit_head(iface, out),
+        };
+        match cl.sealer.seal_frame_in_place(&path, cl.members.epoch(), kind, head_len, len, head, buf.data_mut()) {
             Ok(_) => Ok(cl.ccl_port),
             Err(_) => {
                 buf.trim_front(front);
