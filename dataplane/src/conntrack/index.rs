@@ -92,18 +92,40 @@ impl Index {
     pub(super) fn candidates(&self, hash: u64, mut f: impl FnMut(u32)) {
         let sig = sig_of(hash);
         if let Some(b) = self.buckets.get(self.primary(hash)) {
-            for w in 0..WAYS {
-                if b.sig[w] == sig {
-                    f(b.slot[w]);
+            let mut m = Self::matches(b, sig);
+            while m != 0 {
+                if let Some(&slot) = b.slot.get(m.trailing_zeros() as usize) {
+                    f(slot);
                 }
+                m &= m - 1;
             }
         }
+    }
+
+    /// Bit `w` set where `sig[w] == sig` (branch-free; compiles to one
+    /// vector compare and a mask).
+    #[inline(always)]
+    fn matches(b: &Bucket, sig: u32) -> u32 {
+        let mut m = 0u32;
+        for (w, &s) in b.sig.iter().enumerate() {
+            m |= u32::from(s == sig) << w;
+        }
+        m
     }
 
     #[inline(always)]
     fn find_in(&self, bucket: usize, sig: u32, eq: &mut impl FnMut(u32) -> bool) -> Option<u32> {
         let b = self.buckets.get(bucket)?;
-        (0..WAYS).find(|&w| b.sig[w] == sig && eq(b.slot[w])).map(|w| b.slot[w])
+        let mut m = Self::matches(b, sig);
+        while m != 0 {
+            let w = m.trailing_zeros() as usize;
+            let slot = *b.slot.get(w)?;
+            if eq(slot) {
+                return Some(slot);
+            }
+            m &= m - 1;
+        }
+        None
     }
 
     /// The slot for which `eq` holds among the key's candidates.
