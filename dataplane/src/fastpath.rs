@@ -2,11 +2,12 @@
 //! the flow check and an L3 rewrite, handled in one straight pass.
 //!
 //! Eligible: an untagged IPv4 frame to the receiving interface's MAC (or
-//! unwrapped from a CCL `ForwardedPacket` at the owner); a CCL datagram to
-//! this node's CCL address goes straight to `ccl_in`, as the general
-//! path's local-delivery branch would send it; otherwise: a 20-byte header with a good checksum, not a fragment,
-//! TTL > 1; unicast source and destination that are neither martian nor one
-//! of ours; TCP without SYN, or UDP; a route out of an untagged interface
+//! unwrapped from a CCL `ForwardedPacket` at the owner) with a 20-byte
+//! header, a good checksum, not a fragment, and a unicast source that is
+//! neither martian nor one of ours. A CCL datagram to this node's CCL
+//! address then goes straight to `ccl_in`, as the general path's
+//! local-delivery branch would send it. Otherwise: TTL > 1; a destination
+//! that is neither martian nor one of ours; TCP without SYN, or UDP; a route out of an untagged interface
 //! whose next hop has a fresh ARP entry (or a static neighbour); in
 //! single-node mode, a live flow in the table. Everything else — and every
 //! packet that fails a check, so that the drop reason is the general
@@ -24,10 +25,10 @@
 //! pipeline with the fast path off (`Pipeline::set_fast_path`), for a
 //! single node and for a three-node cluster.
 //!
-//! Why it exists: the general path runs ~1,600 instructions per
+//! Why it exists: the general path runs ~1,750 instructions per
 //! established packet (cluster, fragment, VLAN and ICMP branches, a 40-byte
-//! tuple and L4 summary moved through several enums); this one runs a
-//! fraction of that (docs/benchmarks.md has the figures).
+//! tuple and L4 summary moved through several enums); this one about 500
+//! (docs/benchmarks.md, "Where the time goes").
 
 use crate::buf::PacketBuf;
 use crate::clusterpath::{Plan, Rx, Via};
