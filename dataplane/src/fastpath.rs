@@ -27,7 +27,7 @@
 //!
 //! Why it exists: the general path runs ~1,750 instructions per
 //! established packet (cluster, fragment, VLAN and ICMP branches, a 40-byte
-//! tuple and L4 summary moved through several enums); this one about 500
+//! tuple and L4 summary moved through several enums); this one about 600
 //! (docs/benchmarks.md, "Where the time goes").
 
 use crate::buf::PacketBuf;
