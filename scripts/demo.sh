@@ -184,7 +184,7 @@ else
     stats=$(ctl "$k" show stats --json)
     echo "node n$k:"
     jq -r '.ports[] | "  \(.name) (port \(.port)): RX \(.rx_packets) pkts / \(.rx_bytes) B, TX \(.tx_packets) pkts / \(.tx_bytes) B, missed \(.rx_missed), rx errors \(.rx_errors), tx errors \(.tx_errors)"' <<<"$stats"
-    echo "  forwarded: $(jq -r '.forwarded // "n/a"' <<<"$stats"), local replies: ARP $(jq -r '.arp_replies // "n/a"' <<<"$stats"), ICMP echo $(jq -r '.icmp_echo_replies // "n/a"' <<<"$stats")"
+    echo "  forwarded: $(jq -r '.forwarded // "n/a"' <<<"$stats"), local replies: ARP $(jq -r '.arp_replies // "n/a"' <<<"$stats"), ICMP echo $(jq -r '.icmp_echo_replies // "n/a"' <<<"$stats"); fast path took $(jq -r '.fast_path // "n/a"' <<<"$stats") of $(jq -r '.packets // "n/a"' <<<"$stats") frames"
     echo "  drops (non-zero): $(jq -r '[.drops | to_entries[] | select(.value > 0) | "\(.key) \(.value)"] | if length == 0 then "none" else join(", ") end' <<<"$stats")"
     flows=$(ctl "$k" show conn --json 2>/dev/null | jq -r '.total // "?"' 2>/dev/null || echo "?")
     echo "  flows in the table (show conn): $flows"
