@@ -95,13 +95,39 @@ pub mod ip_proto {
 /// The 5-tuple of a packet as it travels (not normalised). For ICMP the
 /// ports follow SPEC R3: echo request → (src = identifier, dst = 0), echo
 /// reply → (src = 0, dst = identifier), anything else → (0, 0).
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct FiveTuple {
     pub src: IpAddr,
     pub dst: IpAddr,
     pub proto: u8,
     pub src_port: u16,
     pub dst_port: u16,
+}
+
+impl core::hash::Hash for FiveTuple {
+    /// Three words for IPv4 (five for IPv6) instead of the derived
+    /// field-by-field writes: the forwarder-record and pending maps hash a
+    /// tuple per forwarded packet. Equal tuples hash equally (the families
+    /// are in the last word, so an IPv4 address never collides with an
+    /// IPv6 one by construction).
+    #[inline]
+    fn hash<H: core::hash::Hasher>(&self, h: &mut H) {
+        let mut fam = 0u64;
+        for (i, a) in [&self.src, &self.dst].into_iter().enumerate() {
+            match a {
+                IpAddr::V4(v) => h.write_u64(u64::from(u32::from(*v))),
+                IpAddr::V6(v) => {
+                    let x = u128::from(*v);
+                    h.write_u64((x >> 64) as u64);
+                    h.write_u64(x as u64);
+                    fam |= 1 << i;
+                }
+            }
+        }
+        h.write_u64(
+            u64::from(self.src_port) | u64::from(self.dst_port) << 16 | u64::from(self.proto) << 32 | fam << 40,
+        );
+    }
 }
 
 impl FiveTuple {
