@@ -53,9 +53,9 @@ fn setup(payload: usize) -> (Bed, Vec<Vec<u8>>, Vec<Vec<u8>>) {
     let (mut at_a, mut at_b) = (Vec::new(), Vec::new());
     for i in 0..FLOWS {
         let cport = 10_000 + i as u16;
-        let out = bed.send(A, IN, from_host(A, SERVER).tcp(cport, 80, C_ISN, 0, SYN, 64240, &SYN_OPTS_BENCH, b""));
+        let out = bed.send(A, IN, from_host(A, SERVER).tcp(cport, 80, C_ISN, 0, SYN, 64240, &SYN_OPTS, b""));
         let isn = tcp_fields(&out[0].2).0;
-        let synack = from_outside(B, SERVER).tcp(80, cport, S_ISN, isn.wrapping_add(1), SYN | ACK, 65535, &SYN_OPTS_BENCH, b"");
+        let synack = from_outside(B, SERVER).tcp(80, cport, S_ISN, isn.wrapping_add(1), SYN | ACK, 65535, &SYN_OPTS, b"");
         assert_eq!(bed.send(B, OUT, synack).len(), 1, "SYN-ACK via B reaches the client");
         let ack = from_host(A, SERVER).tcp(cport, 80, C_ISN + 1, S_ISN + 1, ACK, 502, &[], b"");
         assert_eq!(bed.send(A, IN, ack).len(), 1, "handshake completes at A");
@@ -65,9 +65,6 @@ fn setup(payload: usize) -> (Bed, Vec<Vec<u8>>, Vec<Vec<u8>>) {
     }
     (bed, at_a, at_b)
 }
-
-/// Linux-like SYN options: MSS 1460, SACK-permitted, window scale 7.
-const SYN_OPTS_BENCH: [u8; 12] = [2, 4, 0x05, 0xb4, 4, 2, 1, 1, 1, 3, 3, 7];
 
 fn bench(c: &mut Criterion) {
     let mut g = c.benchmark_group("cluster_tax");

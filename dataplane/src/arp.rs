@@ -122,7 +122,6 @@ impl ArpCache {
         self.capacity
     }
 
-    /// Find the MAC of `ip` for a packet leaving through `iface`.
     /// The MAC of a resolved entry that is unexpired at `now`, and when it
     /// expires (what `resolve` answers with `Resolve::Mac` and no change
     /// while `now < expires`); `None` for anything else.
@@ -140,6 +139,7 @@ impl ArpCache {
         self.generation
     }
 
+    /// Find the MAC of `ip` for a packet leaving through `iface`.
     pub fn resolve(&mut self, now: Timestamp, ip: Ipv4Addr, iface: IfIndex) -> Resolve {
         self.generation = self.generation.wrapping_add(1);
         let retry = self.retry;

@@ -15,8 +15,9 @@
 //! `Pipeline::classify`.
 //!
 //! Single-node mode: the one state change, `ConnTable::track_existing`, is
-//! the same code the general path runs for an existing flow, and it too
-//! declines (without a change) when the flow is missing or dead. Cluster
+//! the same code the general path's `track` runs for an existing flow, and
+//! it declines when there is no live flow (having removed a dead one, as
+//! `track` would have). Cluster
 //! mode: once the checks pass, the fast path makes the general path's own
 //! decision calls (`cluster_plan`, then `cluster_act` or `track` and
 //! `apply_xlate`) with the same arguments. So for every packet the fast
@@ -32,8 +33,8 @@
 
 use crate::buf::PacketBuf;
 use crate::clusterpath::{Plan, Rx, Via};
-use crate::conntrack::{tcp_flags, L4Info, TcpSeg};
-use crate::pipeline::{Outcome, Pipeline};
+use crate::conntrack::{tcp_flags, L4Info};
+use crate::pipeline::{martian_source, tcp_seg, Outcome, Pipeline};
 use crate::route::IfIndex;
 use crate::types::{ip_proto, FiveTuple, PortId, Timestamp};
 use crate::wire::ethernet::ethertype;
@@ -55,7 +56,7 @@ pub(crate) struct NextHopMemo {
 }
 
 /// Tuple and L4 summary of an eligible TCP (no SYN) or UDP datagram, as
-/// `pipeline::transit_l4` would build them; `None` for anything else.
+/// `pipeline::transit_l4` builds them; `None` for anything else.
 #[inline(always)]
 fn fast_l4(ip: &Ipv4Packet<&[u8]>, src: Ipv4Addr, dst: Ipv4Addr) -> Option<(FiveTuple, L4Info)> {
     let proto = ip.protocol();
@@ -63,20 +64,10 @@ fn fast_l4(ip: &Ipv4Packet<&[u8]>, src: Ipv4Addr, dst: Ipv4Addr) -> Option<(Five
     let (sp, dp, l4) = match proto {
         ip_proto::TCP => {
             let t = TcpPacket::new_checked(payload).ok()?;
-            let flags = t.flags();
-            if flags & tcp_flags::SYN != 0 {
+            if t.flags() & tcp_flags::SYN != 0 {
                 return None;
             }
-            let seg = TcpSeg {
-                flags,
-                seq: t.seq(),
-                ack: t.ack(),
-                window: t.window(),
-                payload_len: t.payload().len() as u32,
-                wscale: None,
-                sack_permitted: false,
-            };
-            (t.src_port(), t.dst_port(), L4Info::Tcp(seg))
+            (t.src_port(), t.dst_port(), L4Info::Tcp(tcp_seg(&t)))
         }
         ip_proto::UDP => {
             let u = UdpPacket::new_checked(payload).ok()?;
@@ -126,7 +117,7 @@ impl Pipeline {
         }
         // (An unknown ingress interface in a forwarded packet is the
         // general path's `CclMalformed`.)
-        self.ifaces.get(usize::from(ifx.0))?;
+        let ing = *self.ifaces.get(usize::from(ifx.0))?;
         let d = buf.data();
         if d.get(12..14)? != ethertype::IPV4.to_be_bytes() {
             return None;
@@ -141,10 +132,7 @@ impl Pipeline {
         }
         // A CCL datagram to this node's CCL address, received on a port:
         // where the general path's local-delivery branch would take it.
-        if rx.via == Via::Port
-            && self.ifaces.get(usize::from(ifx.0)).is_some_and(|i| i.addr == dst)
-            && self.is_ccl_datagram(ifx, &ip)
-        {
+        if rx.via == Via::Port && ing.addr == dst && self.is_ccl_datagram(ifx, &ip) {
             self.counters.fast_path += 1;
             return Some(self.ccl_in(now, in_port, buf).unwrap_or_else(Outcome::Drop));
         }
@@ -159,8 +147,8 @@ impl Pipeline {
         let mac = self.fresh_neighbor(now, route.next_hop)?;
         let (tuple, l4) = fast_l4(&ip, src, dst)?;
         let len = u32::from(ip.total_len());
-        self.counters.fast_path += 1;
         if self.cluster.is_some() {
+            self.counters.fast_path += 1;
             match self.cluster_plan(now, &tuple, Some(&l4), rx) {
                 Plan::Own => {}
                 Plan::Drop(r) => return Some(Outcome::Drop(r)),
@@ -178,13 +166,10 @@ impl Pipeline {
                 Err(r) => return Some(Outcome::Drop(r)),
             }
         } else {
-            match self.conntrack.track_existing(now, &tuple, &l4, len) {
-                None => {
-                    self.counters.fast_path -= 1;
-                    return None;
-                }
-                Some(Ok(_)) => {}
-                Some(Err(r)) => return Some(Outcome::Drop(r)),
+            let tracked = self.conntrack.track_existing(now, &tuple, &l4, len)?;
+            self.counters.fast_path += 1;
+            if let Err(r) = tracked {
+                return Some(Outcome::Drop(r));
             }
         }
         let d = buf.data_mut();
@@ -204,9 +189,10 @@ impl Pipeline {
     /// not one of our addresses or directed broadcasts.
     #[inline(always)]
     fn plain_unicast(&self, a: Ipv4Addr) -> bool {
-        let o = a.octets()[0];
-        // 0/8, 127/8 and 224/3 (multicast, reserved, limited broadcast).
-        !(o == 0 || o == 127 || o >= 224 || self.own_addrs.contains(&a))
+        // `martian_source` covers 0/8, 127/8 and 224/3 (multicast,
+        // reserved, limited broadcast): a superset of the destinations the
+        // general path refuses or keeps.
+        !(martian_source(a) || self.own_addrs.contains(&a))
     }
 
     /// The next hop's MAC if it is known without any ARP action now (a

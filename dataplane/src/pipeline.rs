@@ -364,7 +364,7 @@ pub(crate) struct Iface {
 impl Iface {
     /// The subnet-directed broadcast address; none on /31 (RFC 3021) and
     /// /32 links.
-    pub(crate) fn directed_broadcast(&self) -> Option<Ipv4Addr> {
+    fn directed_broadcast(&self) -> Option<Ipv4Addr> {
         (self.prefix_len <= 30)
             .then(|| Ipv4Addr::from(u32::from(self.addr) | !mask(self.prefix_len)))
     }
@@ -414,7 +414,7 @@ pub struct Pipeline {
     pub(crate) untagged_iface: Vec<Option<u16>>,
     /// `fastpath` enabled (the default).
     pub(crate) fast_path: bool,
-    /// Every interface address and directed broadcast (`fastpath`).
+    /// Every interface address and directed broadcast (from `ifaces`).
     pub(crate) own_addrs: Vec<Ipv4Addr>,
     /// The fast path's last next-hop answer (`fastpath`).
     pub(crate) nh_memo: Option<crate::fastpath::NextHopMemo>,
@@ -423,7 +423,7 @@ pub struct Pipeline {
 /// RFC 1122 §3.2.1.3 / RFC 1812 §5.3.7: addresses that are never a valid
 /// source: "this network" 0/8, loopback 127/8, multicast 224/4, reserved
 /// 240/4 and limited broadcast.
-fn martian_source(a: Ipv4Addr) -> bool {
+pub(crate) fn martian_source(a: Ipv4Addr) -> bool {
     let o = a.octets()[0];
     o == 0 || o == 127 || o >= 224
 }
@@ -576,17 +576,22 @@ impl Pipeline {
                 ))
             }
         };
+        let ifaces: Vec<Iface> = specs
+            .iter()
+            .map(|s| Iface {
+                port: s.port,
+                mac: s.mac,
+                addr: s.addr,
+                prefix_len: s.prefix_len,
+                vlan: s.vlan,
+            })
+            .collect();
+        let untagged_iface = (0..=max_port)
+            .map(|p| ifaces.iter().position(|i| usize::from(i.port.0) == p && i.vlan.is_none()).map(|i| i as u16))
+            .collect();
+        let own_addrs = ifaces.iter().flat_map(|i| [Some(i.addr), i.directed_broadcast()]).flatten().collect();
         Ok(Pipeline {
-            ifaces: specs
-                .iter()
-                .map(|s| Iface {
-                    port: s.port,
-                    mac: s.mac,
-                    addr: s.addr,
-                    prefix_len: s.prefix_len,
-                    vlan: s.vlan,
-                })
-                .collect(),
+            ifaces,
             names: specs.iter().map(|s| s.name.clone()).collect(),
             routes,
             acl,
@@ -597,18 +602,9 @@ impl Pipeline {
             counters: Counters::new(max_port),
             cluster,
             frag: Box::new(FragState::new(&frags).map_err(PipelineError::Fragments)?),
-            untagged_iface: (0..=max_port)
-                .map(|p| specs.iter().position(|s| usize::from(s.port.0) == p && s.vlan.is_none()).map(|i| i as u16))
-                .collect(),
+            untagged_iface,
             fast_path: true,
-            own_addrs: specs
-                .iter()
-                .flat_map(|s| {
-                    let i = Iface { port: s.port, mac: s.mac, addr: s.addr, prefix_len: s.prefix_len, vlan: s.vlan };
-                    [Some(s.addr), i.directed_broadcast()]
-                })
-                .flatten()
-                .collect(),
+            own_addrs,
             nh_memo: None,
         })
     }
@@ -909,12 +905,7 @@ impl Pipeline {
                 return Err(DropReason::Ipv4BadChecksum);
             }
             let (src, dst) = (ip.src(), ip.dst());
-            if martian_source(src)
-                || self
-                    .ifaces
-                    .iter()
-                    .any(|i| i.addr == src || i.directed_broadcast() == Some(src))
-            {
+            if martian_source(src) || self.own_addrs.contains(&src) {
                 return Err(DropReason::Ipv4BadSource);
             }
             if ip.header_len() > ipv4::MIN_HEADER_LEN {
@@ -942,13 +933,7 @@ impl Pipeline {
                 }
                 return self.local_in(in_port, ing, l2, buf);
             }
-            if dst.is_multicast()
-                || dst == Ipv4Addr::BROADCAST
-                || self
-                    .ifaces
-                    .iter()
-                    .any(|i| i.addr == dst || i.directed_broadcast() == Some(dst))
-            {
+            if dst.is_multicast() || dst == Ipv4Addr::BROADCAST || self.own_addrs.contains(&dst) {
                 return Err(DropReason::LocalUnhandled);
             }
             // RFC 1812 §5.3.4: a datagram received as a link-layer
@@ -1379,6 +1364,24 @@ fn hint_tuple(f: &[u8]) -> Option<FiveTuple> {
     Some(FiveTuple { src: addr(l3 + 12)?, dst: addr(l3 + 16)?, proto, src_port: be16(l4)?, dst_port: be16(l4 + 2)? })
 }
 
+/// The fields conntrack needs from a TCP header (also the fast path's).
+#[inline(always)]
+pub(crate) fn tcp_seg<T: AsRef<[u8]>>(t: &TcpPacket<T>) -> TcpSeg {
+    let flags = t.flags();
+    // Window scale and SACK-permitted are only meaningful on SYNs
+    // (RFC 7323 §2.2, RFC 2018 §2): skip the option walk otherwise.
+    let opts = if flags & tcp::flags::SYN != 0 { TcpOptions::parse(t.options()) } else { TcpOptions::default() };
+    TcpSeg {
+        flags,
+        seq: t.seq(),
+        ack: t.ack(),
+        window: t.window(),
+        payload_len: t.payload().len() as u32,
+        wscale: opts.wscale,
+        sack_permitted: opts.sack_permitted,
+    }
+}
+
 /// What a transit packet is to conntrack.
 pub(crate) enum Transit {
     /// Track this tuple with this L4 summary.
@@ -1406,24 +1409,7 @@ pub(crate) fn transit_l4<T: AsRef<[u8]>>(ip: &Ipv4Packet<T>) -> Result<Transit, 
                 tcp::Error::BadHeaderLen => DropReason::TcpBadHeaderLen,
                 _ => DropReason::L4Truncated,
             })?;
-            let flags = t.flags();
-            // Window scale and SACK-permitted are only meaningful on SYNs
-            // (RFC 7323 §2.2, RFC 2018 §2): skip the option walk otherwise.
-            let opts = if flags & tcp::flags::SYN != 0 {
-                TcpOptions::parse(t.options())
-            } else {
-                TcpOptions::default()
-            };
-            let seg = TcpSeg {
-                flags,
-                seq: t.seq(),
-                ack: t.ack(),
-                window: t.window(),
-                payload_len: t.payload().len() as u32,
-                wscale: opts.wscale,
-                sack_permitted: opts.sack_permitted,
-            };
-            Transit::Flow(tuple(t.src_port(), t.dst_port()), L4Info::Tcp(seg))
+            Transit::Flow(tuple(t.src_port(), t.dst_port()), L4Info::Tcp(tcp_seg(&t)))
         }
         ip_proto::UDP => {
             let u = UdpPacket::new_checked(payload).map_err(|_| DropReason::L4Truncated)?;

@@ -284,7 +284,6 @@ mod props {
 fn fragmented_tcp_segment_with_sequence_translation() {
     use dataplane::conntrack::tcp_flags::{ACK, PSH, SYN};
     use dataplane::wire::tcp::TcpPacket;
-    const SYN_OPTS: [u8; 12] = [2, 4, 0x05, 0xb4, 4, 2, 1, 1, 1, 3, 3, 7];
     let mut bed = Bed::new(3, true);
     let cport = port_with_director(SERVER, 80, 6, 3, C);
     let (c_isn, s_isn) = (1000u32, 5000u32);

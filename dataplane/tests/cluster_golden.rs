@@ -20,8 +20,6 @@ const B: usize = 1;
 const C: usize = 2;
 const C_ISN: u32 = 1000;
 const S_ISN: u32 = 5000;
-/// Linux-like SYN options: MSS 1460, SACK-permitted, NOP, window scale 7.
-const SYN_OPTS: [u8; 12] = [2, 4, 0x05, 0xb4, 4, 2, 1, 1, 1, 3, 3, 7];
 
 fn one(out: &[(usize, dataplane::PortId, Vec<u8>)]) -> (usize, dataplane::PortId, Vec<u8>) {
     assert_eq!(out.len(), 1, "exactly one frame leaves the cluster: {out:?}");

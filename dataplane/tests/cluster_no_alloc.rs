@@ -123,7 +123,7 @@ fn cluster_path_does_not_allocate() {
         emitted: 0,
     };
     let (a, b, c) = (0, 1, 2);
-    let opts = [2, 4, 0x05, 0xb4, 4, 2, 1, 1, 1, 3, 3, 7];
+    let opts = SYN_OPTS;
     let mut t = 1_000u64;
     let mut now = || {
         t += 1;

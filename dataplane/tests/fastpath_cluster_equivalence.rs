@@ -76,7 +76,7 @@ fn run(ops: &[Op]) -> u64 {
                     let cport = 20_000 + flow as u16;
                     let f = &m[flow];
                     let payload = vec![0x62u8; usize::from(len)];
-                    let opts: &[u8] = if flags & SYN != 0 { &[2, 4, 0x05, 0xb4, 4, 2, 1, 1, 1, 3, 3, 7] } else { &[] };
+                    let opts: &[u8] = if flags & SYN != 0 { &SYN_OPTS } else { &[] };
                     if reply {
                         let ack = f.client_isn_seen.map_or(f.client, |i| i.wrapping_add(f.client.wrapping_sub(1000)));
                         let seq = f.server.wrapping_add(skew as u32);

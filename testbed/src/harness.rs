@@ -162,3 +162,31 @@ pub fn random_file(path: &Path, bytes: u64) -> Result<String> {
     std::io::copy(&mut src, &mut File::create(path)?)?;
     sha256(path)
 }
+
+/// Runs `bed::down` when dropped: after a test-bed test, and when it
+/// panics. Arm it before `up`, so that a half-made bed is removed as well.
+pub struct BedGuard {
+    pub run_dir: PathBuf,
+}
+
+impl Drop for BedGuard {
+    fn drop(&mut self) {
+        match crate::bed::down(&self.run_dir) {
+            Ok(r) => eprintln!("test bed down: {}", r.summary()),
+            Err(e) => eprintln!("test bed down FAILED: {e:#}"),
+        }
+    }
+}
+
+/// Where a test-bed test finds `clusterfw` and `clusterfw-ctl`:
+/// `$CLUSTERFW_BIN_DIR`, else the workspace's `target/release`.
+pub fn test_bin_dir() -> PathBuf {
+    std::env::var_os("CLUSTERFW_BIN_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/release"))
+}
+
+/// A test-bed test's run directory: `$CFW_TESTBED_DIR`, else `default`.
+pub fn test_run_dir(default: &str) -> PathBuf {
+    std::env::var_os("CFW_TESTBED_DIR").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(default))
+}

@@ -155,20 +155,6 @@ impl Ctx {
     }
 }
 
-/// Runs `down` when dropped: after the test, and when it panics.
-struct BedGuard {
-    run_dir: PathBuf,
-}
-
-impl Drop for BedGuard {
-    fn drop(&mut self) {
-        match bed::down(&self.run_dir) {
-            Ok(r) => eprintln!("test bed down: {}", r.summary()),
-            Err(e) => eprintln!("test bed down FAILED: {e:#}"),
-        }
-    }
-}
-
 /// A node's drop counter by reason (`show stats` → `drops`).
 fn drop_count(stats: &Value, reason: DropReason) -> u64 {
     stats["drops"][reason.as_str()].as_u64().unwrap_or(0)
@@ -727,14 +713,10 @@ fn cluster_fragments() {
         "the cluster fragments test bed test needs root (network namespaces, veths, raw sockets); run scripts/test.sh as root"
     );
     let _lock = harness::lock_bed().expect("test-bed lock");
-    let bin_dir = std::env::var_os("CLUSTERFW_BIN_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/release"));
-    let run_dir = std::env::var_os("CFW_TESTBED_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/tmp/cfw-testbed-frag-test"));
+    let bin_dir = harness::test_bin_dir();
+    let run_dir = harness::test_run_dir("/tmp/cfw-testbed-frag-test");
     // Armed before `up`, so that a half-made bed is removed as well.
-    let _bed = BedGuard {
+    let _bed = harness::BedGuard {
         run_dir: run_dir.clone(),
     };
     let out = Command::new(env!("CARGO_BIN_EXE_clusterfw-testbed"))

@@ -36,7 +36,7 @@ use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
 use std::net::Ipv4Addr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use testbed::bed;
@@ -67,20 +67,6 @@ impl Ctx {
     /// `show cluster` of every node.
     fn clusters(&self) -> Result<Vec<Value>> {
         (1..=NODES).map(|k| self.show(k, "cluster")).collect()
-    }
-}
-
-/// Runs `down` when dropped: after the test, and when it panics.
-struct BedGuard {
-    run_dir: PathBuf,
-}
-
-impl Drop for BedGuard {
-    fn drop(&mut self) {
-        match bed::down(&self.run_dir) {
-            Ok(r) => eprintln!("test bed down: {}", r.summary()),
-            Err(e) => eprintln!("test bed down FAILED: {e:#}"),
-        }
     }
 }
 
@@ -516,13 +502,9 @@ fn cluster_three_nodes_traffic() {
         "the cluster test bed test needs root (network namespaces, veths); run scripts/test.sh as root"
     );
     let _lock = harness::lock_bed().expect("test-bed lock");
-    let bin_dir = std::env::var_os("CLUSTERFW_BIN_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/release"));
-    let run_dir = std::env::var_os("CFW_TESTBED_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/tmp/cfw-testbed-cluster-test"));
-    let _bed = BedGuard { run_dir: run_dir.clone() };
+    let bin_dir = harness::test_bin_dir();
+    let run_dir = harness::test_run_dir("/tmp/cfw-testbed-cluster-test");
+    let _bed = harness::BedGuard { run_dir: run_dir.clone() };
     let out = Command::new(env!("CARGO_BIN_EXE_clusterfw-testbed"))
         .args(["up", "--nodes", "3", "--run-dir"])
         .arg(&run_dir)

@@ -23,7 +23,7 @@
 
 use anyhow::{bail, ensure, Context, Result};
 use serde_json::Value;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 use testbed::bed;
@@ -63,20 +63,6 @@ impl Ctx {
         Ok(Some(
             drops.get("acl-denied").and_then(Value::as_u64).unwrap_or(0),
         ))
-    }
-}
-
-/// Runs `down` when dropped: after the test, and when it panics.
-struct BedGuard {
-    run_dir: PathBuf,
-}
-
-impl Drop for BedGuard {
-    fn drop(&mut self) {
-        match bed::down(&self.run_dir) {
-            Ok(r) => eprintln!("test bed down: {}", r.summary()),
-            Err(e) => eprintln!("test bed down FAILED: {e:#}"),
-        }
     }
 }
 
@@ -276,15 +262,11 @@ fn single_node_traffic() {
     );
     let _lock = harness::lock_bed().expect("test-bed lock");
     let kernel_router = std::env::var("CFW_TESTBED_KERNEL_ROUTER").is_ok_and(|v| v == "1");
-    let bin_dir = std::env::var_os("CLUSTERFW_BIN_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/release"));
-    let run_dir = std::env::var_os("CFW_TESTBED_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/tmp/cfw-testbed-test"));
+    let bin_dir = harness::test_bin_dir();
+    let run_dir = harness::test_run_dir("/tmp/cfw-testbed-test");
 
     // Armed before `up`, so that a half-made bed is removed as well.
-    let _bed = BedGuard {
+    let _bed = harness::BedGuard {
         run_dir: run_dir.clone(),
     };
     let mut up = Command::new(env!("CARGO_BIN_EXE_clusterfw-testbed"));

@@ -265,8 +265,7 @@ impl Key {
             let (s, d) = (u32::from(*s), u32::from(*d));
             let from_lo = (s, t.src_port) <= (d, t.dst_port);
             let (l, lp, h, hp) = if from_lo { (s, t.src_port, d, t.dst_port) } else { (d, t.dst_port, s, t.src_port) };
-            let meta = (class as u8) << META_CLASS_SHIFT;
-            let w4 = u64::from(lp) | u64::from(hp) << 16 | u64::from(t.proto) << 32 | u64::from(meta) << 40;
+            let w4 = Key::last_word(lp, hp, t.proto, (class as u8) << META_CLASS_SHIFT);
             return (Key { w: [u64::from(l), 0, u64::from(h), 0, w4] }, from_lo);
         }
         let s = addr_words(&t.src);
@@ -274,8 +273,13 @@ impl Key {
         let from_lo = (s.0, s.1, s.2, t.src_port) <= (d.0, d.1, d.2, t.dst_port);
         let ((l, lp), (h, hp)) = if from_lo { ((s, t.src_port), (d, t.dst_port)) } else { ((d, t.dst_port), (s, t.src_port)) };
         let meta = ((class as u8) << META_CLASS_SHIFT) | if l.0 { META_LO_V6 } else { 0 } | if h.0 { META_HI_V6 } else { 0 };
-        let w4 = u64::from(lp) | u64::from(hp) << 16 | u64::from(t.proto) << 32 | u64::from(meta) << 40;
-        (Key { w: [l.1, l.2, h.1, h.2, w4] }, from_lo)
+        (Key { w: [l.1, l.2, h.1, h.2, Key::last_word(lp, hp, t.proto, meta)] }, from_lo)
+    }
+
+    /// `w[4]`: ports, protocol and meta.
+    #[inline(always)]
+    fn last_word(lo_port: u16, hi_port: u16, proto: u8, meta: u8) -> u64 {
+        u64::from(lo_port) | u64::from(hi_port) << 16 | u64::from(proto) << 32 | u64::from(meta) << 40
     }
 
     #[inline(always)]
@@ -483,17 +487,8 @@ impl ConnTable {
         }
         let (key, from_lo) = Key::new(tuple, Class::of(l4));
         let hash = key.hash(&self.seed);
-        if let Some(i) = self.find(hash, &key) {
-            match self.on_existing(i, now, from_lo, l4, len_bytes)? {
-                Existing::Tracked(t) => return Ok(t),
-                Existing::Gone { reopen } => {
-                    if reopen {
-                        self.stats.reopened += 1;
-                    } else {
-                        self.stats.expired += 1;
-                    }
-                }
-            }
+        if let Some(r) = self.existing(hash, &key, now, from_lo, l4, len_bytes) {
+            return r;
         }
 
         let may_open = match l4 {
@@ -582,8 +577,9 @@ impl ConnTable {
 
     /// `track` for a packet of an existing, live flow that cannot open or
     /// reopen one (not a TCP SYN): the same checks and updates as `track`.
-    /// `None` — nothing changed — when the packet is a SYN or has invalid
-    /// flags, or there is no live flow; `track` then decides.
+    /// `None` when the packet is a SYN or has invalid flags (nothing
+    /// changed), or there is no live flow (a dead one has been removed, as
+    /// `track` would have); `track` then decides.
     #[inline]
     pub fn track_existing(
         &mut self,
@@ -598,13 +594,25 @@ impl ConnTable {
             }
         }
         let (key, from_lo) = Key::new(tuple, Class::of(l4));
-        let i = self.find(key.hash(&self.seed), &key)?;
-        if self.slots.get(i as usize)?.is_dead(now, &self.timeouts) {
-            return None;
-        }
+        self.existing(key.hash(&self.seed), &key, now, from_lo, l4, len_bytes)
+    }
+
+    /// The existing-flow step of `track`: `Some` when a live flow took the
+    /// packet (accepted or refused), `None` when there is no flow or it
+    /// is gone (dead, or replaced by a reopening SYN: removed and counted).
+    #[inline(always)]
+    fn existing(
+        &mut self,
+        hash: u64,
+        key: &Key,
+        now: Timestamp,
+        from_lo: bool,
+        l4: &L4Info,
+        len_bytes: u32,
+    ) -> Option<Result<Tracked, DropReason>> {
+        let i = self.find(hash, key)?;
         match self.on_existing(i, now, from_lo, l4, len_bytes) {
             Ok(Existing::Tracked(t)) => Some(Ok(t)),
-            // Not reached without a SYN; kept equal to `track` all the same.
             Ok(Existing::Gone { reopen }) => {
                 if reopen {
                     self.stats.reopened += 1;

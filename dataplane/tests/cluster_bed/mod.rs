@@ -32,6 +32,8 @@ pub const HOST: Ipv4Addr = Ipv4Addr::new(198, 18, 1, 10);
 pub const HOST_MAC: [u8; 6] = [0x02, 0, 0, 0, 0x01, 0x0a];
 pub const GW: Ipv4Addr = Ipv4Addr::new(198, 18, 2, 254);
 pub const GW_MAC: [u8; 6] = [0x02, 0, 0, 0, 0x02, 0xfe];
+/// Linux-like SYN options: MSS 1460, SACK-permitted, NOP, window scale 7.
+pub const SYN_OPTS: [u8; 12] = [2, 4, 0x05, 0xb4, 4, 2, 1, 1, 1, 3, 3, 7];
 pub const SERVER: Ipv4Addr = Ipv4Addr::new(93, 184, 216, 34);
 pub const DNS: Ipv4Addr = Ipv4Addr::new(9, 9, 9, 9);
 
