@@ -3,7 +3,7 @@
 //! Each entry is either `Pending` (a request was sent at `last_request`; the
 //! next one may go out `retry` later) or `Resolved` (a MAC, valid until
 //! `expires`). The pipeline calls `resolve` for every forwarded packet's next
-//! hop: a miss drops the packet (`ArpUnresolved`) and asks for at most ONE
+//! hop: a miss holds the packet (`arphold`) and asks for at most ONE
 //! request per next hop per retry interval, so a burst towards an unresolved
 //! host does not become a burst of ARP requests.
 //!
@@ -218,6 +218,13 @@ impl ArpCache {
             ArpState::Resolved { mac, expires } if now < expires => Some(mac),
             _ => None,
         }
+    }
+
+    /// How long an unanswered next hop stays pending before `age` gives
+    /// it up (`PENDING_RETRIES` retry intervals): as long as a frame held
+    /// for it may wait (`arphold`).
+    pub fn give_up_after(&self) -> Duration {
+        self.stale_window()
     }
 
     /// How long an expired entry stays usable while being re-confirmed.

@@ -49,7 +49,7 @@
 //! reassembler's drop counters (`ReasmCounters`).
 
 use crate::ccl::{FRAME_OVERHEAD, TAG_LEN};
-use crate::clusterpath::pool::{FramePool, SlotBuf, SlotState, SLOT_HEADROOM};
+use crate::clusterpath::pool::{FramePool, SlotBuf, SLOT_HEADROOM};
 use crate::clusterpath::{Rx, SLOT_LEN};
 use crate::conntrack::{tcp_flags, L4Info, TcpSeg};
 use crate::frag::{FragKey, L4Head, ReasmConfig, ReasmConfigError, ReasmCounters, ReasmMode, Reassembler};
@@ -95,7 +95,8 @@ pub struct FragCounters {
     /// Held fragments released and sent on (egress port or CCL).
     pub released: u64,
     /// Held fragments released into the cluster's pending table (waiting
-    /// for an owner reply, with their datagram's first fragment).
+    /// for an owner reply, with their datagram's first fragment) or into
+    /// the ARP hold queue (waiting for the next hop's MAC, `arphold`).
     pub released_parked: u64,
     /// Held fragments released and then dropped (policy, ARP, no slot);
     /// by reason in `FragSnapshot::release_drops`.
@@ -340,32 +341,7 @@ impl Pipeline {
 
     /// Hand the released fragments to `f` (from `drain_generated`).
     pub(crate) fn frag_drain(&mut self, f: &mut impl FnMut(PortId, &[u8])) {
-        let st = &mut *self.frag;
-        for k in 0..st.pool.out.len() {
-            let Some(&i) = st.pool.out.get(k) else {
-                break;
-            };
-            let Some(s) = st.pool.slots.get(usize::from(i)) else {
-                continue;
-            };
-            let (SlotState::Out { port }, Some(b)) = (s.state, s.buf.as_deref()) else {
-                continue;
-            };
-            let Some(frame) = b.get(s.start..s.start + s.len) else {
-                continue;
-            };
-            if let Some(pc) = self.counters.ports.get_mut(usize::from(port.0)) {
-                pc.tx_packets += 1;
-                pc.tx_bytes += frame.len() as u64;
-            }
-            f(port, frame);
-        }
-        for k in 0..st.pool.out.len() {
-            if let Some(&i) = st.pool.out.get(k) {
-                st.pool.release(i);
-            }
-        }
-        st.pool.out.clear();
+        self.frag.pool.drain(&mut self.counters.ports, f);
     }
 
     /// Housekeeping: expire reassembly contexts (bounded).

@@ -9,6 +9,7 @@
 
 pub mod acl;
 pub mod arp;
+pub mod arphold;
 pub mod buf;
 pub mod ccl;
 pub mod clusterpath;

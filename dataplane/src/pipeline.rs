@@ -54,21 +54,25 @@
 //!    `ClusterNoOwnerFlow`, `ClusterNoRecord`, `ClusterPendingFull`,
 //!    `ClusterPeerUnresolved`, `ClusterOwnerUnknown`,
 //!    `ClusterRecordTableFull`). See docs/cluster-design.md.
-//! 6. **Egress**: ARP resolution of the next hop (`ArpUnresolved` with at
-//!    most one request per next hop per retry interval, `ArpCacheFull`; an
-//!    expired entry keeps forwarding while a unicast request re-confirms it), TTL
-//!    decrement with an RFC 1624 incremental checksum update, VLAN tag
+//! 6. **Egress**: ARP resolution of the next hop (at most one request per
+//!    next hop per retry interval, `ArpCacheFull`; an expired entry keeps
+//!    forwarding while a unicast request re-confirms it), TTL decrement
+//!    with an RFC 1624 incremental checksum update, VLAN tag
 //!    added/removed/rewritten for the egress interface (`NoHeadroom`), MACs
-//!    rewritten.
+//!    rewritten. A frame whose next hop is not resolved yet is held, fully
+//!    rewritten, until the ARP reply (`arphold`: `Consumed`, sent through
+//!    `drain_generated`; `ArpUnresolved` when the hold queue has no room).
 //!    The flow is created before the next hop is resolved (as conntrack
-//!    precedes neighbour resolution in Linux), so the sender's
-//!    retransmission after an `ArpUnresolved` drop finds its flow.
+//!    precedes neighbour resolution in Linux), so a frame that was not
+//!    held, or whose hold expired, finds its flow when the sender
+//!    retransmits.
 //!
 //! Invariants:
 //! - `process` never allocates, locks, logs or panics (slice accesses are
 //!   behind `new_checked` views or `get`), and every call ends in exactly one
-//!   of: a drop counter, `forwarded`, `arp_replies`, `icmp_echo_replies`. So
-//!   `packets == forwarded + arp_replies + icmp_echo_replies + Σ drops`.
+//!   of: a drop counter, `forwarded`, `consumed`, `arp_replies`,
+//!   `icmp_echo_replies`. So `packets == forwarded + consumed + arp_replies +
+//!   icmp_echo_replies + Σ drops`.
 //! - All memory (flow table, ARP cache, generated-frame queue, counters) is
 //!   reserved by `Pipeline::new`.
 //! - The pipeline mutates the frame only once it has decided to emit it; a
@@ -79,6 +83,7 @@
 
 use crate::acl::{Acl, AclRule, RuleInfo};
 use crate::arp::{ArpCache, ArpInfo, Resolve};
+use crate::arphold::{ArpHold, ArpHoldCounters, Hold};
 use crate::buf::PacketBuf;
 pub use crate::clusterpath::{
     ClusterCounters, ClusterCountersSnapshot, ClusterSpec, ClusterSpecError, Role,
@@ -267,6 +272,9 @@ pub struct Counters {
     /// Frames the fast path handled (`dataplane::fastpath`; also in
     /// `forwarded` or `drops`).
     pub fast_path: u64,
+    /// Frames held for an unresolved next hop (`arphold`; `held` is also
+    /// in `consumed`).
+    pub arp_hold: ArpHoldCounters,
     pub ipv6: Ipv6Counters,
     /// Indexed by `PortId.0`, for every port up to the highest configured.
     pub ports: Vec<PortCounters>,
@@ -289,6 +297,7 @@ impl Counters {
             generated_dropped: 0,
             vlan_tagged: 0,
             fast_path: 0,
+            arp_hold: ArpHoldCounters::default(),
             ipv6: Ipv6Counters::default(),
             ports: vec![PortCounters::default(); max_port + 1],
             rx_unknown_port: 0,
@@ -318,6 +327,7 @@ impl Counters {
             generated_dropped: self.generated_dropped,
             vlan_tagged: self.vlan_tagged,
             fast_path: self.fast_path,
+            arp_hold: self.arp_hold,
             ipv6: self.ipv6,
             dropped: self.dropped(),
             drops: DropReason::ALL
@@ -344,6 +354,7 @@ pub struct CountersSnapshot {
     pub generated_dropped: u64,
     pub vlan_tagged: u64,
     pub fast_path: u64,
+    pub arp_hold: ArpHoldCounters,
     pub ipv6: Ipv6Counters,
     pub dropped: u64,
     pub drops: Vec<(&'static str, u64)>,
@@ -410,6 +421,8 @@ pub struct Pipeline {
     pub(crate) cluster: Option<Box<ClusterState>>,
     /// Reassembler and released-fragment slots (`fragpath`).
     pub(crate) frag: Box<FragState>,
+    /// Frames waiting for their next hop's ARP reply (`arphold`).
+    arp_hold: Box<ArpHold>,
     /// Per port: the untagged interface on it, if any (`fastpath`).
     pub(crate) untagged_iface: Vec<Option<u16>>,
     /// `fastpath` enabled (the default).
@@ -602,6 +615,7 @@ impl Pipeline {
             counters: Counters::new(max_port),
             cluster,
             frag: Box::new(FragState::new(&frags).map_err(PipelineError::Fragments)?),
+            arp_hold: Box::new(ArpHold::new()),
             untagged_iface,
             fast_path: true,
             own_addrs,
@@ -820,9 +834,11 @@ impl Pipeline {
             && Some(repr.sender_ip) != ing.directed_broadcast()
             && !martian_source(repr.sender_ip);
         let for_us = repr.target_ip == ing.addr;
-        if plausible {
-            self.arp
-                .learn(now, repr.sender_ip, repr.sender_mac, ifx, for_us);
+        if plausible
+            && self.arp.learn(now, repr.sender_ip, repr.sender_mac, ifx, for_us)
+            && self.arp_hold.len() > 0
+        {
+            self.counters.arp_hold.released += self.arp_hold.release(repr.sender_ip, repr.sender_mac);
         }
         if !for_us {
             return DropReason::ArpNotForUs.into();
@@ -1082,19 +1098,23 @@ impl Pipeline {
             .ifaces
             .get(usize::from(egress.0))
             .ok_or(DropReason::NoRoute)?;
+        // Unresolved: rewrite all the same and hold the frame (`arphold`).
         let mac = match self.neighbor(now, next_hop, egress) {
-            Resolve::Mac(m) => m,
+            Resolve::Mac(m) => Some(m),
             Resolve::Refresh(m) => {
                 self.queue_arp_request(eg, next_hop, m);
-                m
+                Some(m)
             }
             Resolve::SendRequest => {
                 self.queue_arp_request(eg, next_hop, BROADCAST);
-                return Err(DropReason::ArpUnresolved);
+                None
             }
-            Resolve::Wait => return Err(DropReason::ArpUnresolved),
+            Resolve::Wait => None,
             Resolve::Full => return Err(DropReason::ArpCacheFull),
         };
+        if mac.is_none() && !self.arp_hold.can_hold(next_hop, buf.data().len() + TAG_LEN) {
+            return Err(DropReason::ArpUnresolved);
+        }
 
         // --- Rewrite: VLAN tag first (it may move the front and is the
         // only step that can fail), then sequence translation (R6), TTL,
@@ -1137,13 +1157,29 @@ impl Pipeline {
         }
         Ipv4Packet::new_unchecked(l3).decrement_ttl();
         if let Some(h) = d.get_mut(0..12) {
-            h[..6].copy_from_slice(&mac);
+            h[..6].copy_from_slice(&mac.unwrap_or([0; 6]));
             h[6..].copy_from_slice(&eg.mac);
         }
+        let outcome = match mac {
+            Some(_) => Outcome::Forward(eg.port),
+            None => {
+                let wait = self.arp.give_up_after();
+                let c = &mut self.counters.arp_hold;
+                match self.arp_hold.hold(now, next_hop, eg.port, wait, buf.data()) {
+                    Hold::Held => c.held += 1,
+                    Hold::Replaced => {
+                        c.held += 1;
+                        c.replaced += 1;
+                    }
+                    Hold::Refused => return Err(DropReason::ArpUnresolved),
+                }
+                Outcome::Consumed
+            }
+        };
         if icmp_error {
             self.counters.icmp_errors_forwarded += 1;
         }
-        Ok(Outcome::Forward(eg.port))
+        Ok(outcome)
     }
 
     /// Run conntrack for a packet this node owns, with the ACL as the
@@ -1268,6 +1304,7 @@ impl Pipeline {
         }
         self.cluster_drain(&mut f);
         self.frag_drain(&mut f);
+        self.arp_hold.drain(&mut self.counters.ports, &mut f);
     }
 
     /// Periodic work, bounded: expire up to `EXPIRE_BUDGET` flow slots and
@@ -1275,6 +1312,7 @@ impl Pipeline {
     pub fn poll_timers(&mut self, now: Timestamp) {
         self.conntrack.expire(now, EXPIRE_BUDGET);
         self.arp.age(now);
+        self.counters.arp_hold.expired += self.arp_hold.expire(now);
         self.cluster_timers(now);
         self.frag_timers(now);
     }

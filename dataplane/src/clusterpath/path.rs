@@ -704,6 +704,8 @@ impl Pipeline {
                 continue;
             };
             let mut sb = SlotBuf { mem: &mut frame[..], start, end: start + len };
+            // Some(Some(port)): send it; Some(None): the pipeline kept a
+            // copy (held for the next hop's ARP reply); None: dropped.
             let sent = match owner {
                 None => {
                     cl.counters.pending_no_owner += 1;
@@ -711,8 +713,9 @@ impl Pipeline {
                 }
                 Some(o) if o == me => {
                     match self.classify(now, in_port, &mut sb, Rx { via, force_own: true, frag, hinted: false }) {
-                        Outcome::Forward(p) | Outcome::ArpReply(p) | Outcome::EchoReply(p) => Some(p),
-                        Outcome::Drop(_) | Outcome::Consumed => None,
+                        Outcome::Forward(p) | Outcome::ArpReply(p) | Outcome::EchoReply(p) => Some(Some(p)),
+                        Outcome::Consumed => Some(None),
+                        Outcome::Drop(_) => None,
                     }
                 }
                 Some(o) => {
@@ -727,7 +730,7 @@ impl Pipeline {
                             if hint.is_some() {
                                 self.frag.counters.to_flow_owner += 1;
                             }
-                            Some(ccl_port)
+                            Some(Some(ccl_port))
                         }
                         Err(_) => None,
                     }
@@ -743,9 +746,13 @@ impl Pipeline {
                 slot.len = end - start;
             }
             match sent {
-                Some(p) => {
+                Some(Some(p)) => {
                     cl.counters.pending_released += 1;
                     cl.pool.push_out(i, p);
+                }
+                Some(None) => {
+                    cl.counters.pending_released += 1;
+                    cl.pool.release(i);
                 }
                 None => {
                     if owner.is_some() {
@@ -1111,34 +1118,9 @@ impl Pipeline {
 
     /// Hand the queued CCL frames and released pending frames to `f`.
     pub(crate) fn cluster_drain(&mut self, f: &mut impl FnMut(PortId, &[u8])) {
-        let Some(cl) = self.cluster.as_deref_mut() else {
-            return;
-        };
-        for k in 0..cl.pool.out.len() {
-            let Some(&i) = cl.pool.out.get(k) else {
-                break;
-            };
-            let Some(s) = cl.pool.slots.get(usize::from(i)) else {
-                continue;
-            };
-            let (SlotState::Out { port }, Some(b)) = (s.state, s.buf.as_deref()) else {
-                continue;
-            };
-            let Some(frame) = b.get(s.start..s.start + s.len) else {
-                continue;
-            };
-            if let Some(pc) = self.counters.ports.get_mut(usize::from(port.0)) {
-                pc.tx_packets += 1;
-                pc.tx_bytes += frame.len() as u64;
-            }
-            f(port, frame);
+        if let Some(cl) = self.cluster.as_deref_mut() {
+            cl.pool.drain(&mut self.counters.ports, f);
         }
-        for k in 0..cl.pool.out.len() {
-            if let Some(&i) = cl.pool.out.get(k) {
-                cl.pool.release(i);
-            }
-        }
-        cl.pool.out.clear();
     }
 
     /// A new member set (epoch-stamped): the director ranking follows it.

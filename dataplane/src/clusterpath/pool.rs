@@ -1,9 +1,9 @@
 //! A fixed pool of frame slots: frames waiting for an owner reply
-//! (pending) and frames generated for the driver (out queue), plus
-//! `SlotBuf`, the `PacketBuf` over one slot.
+//! (pending) or for an ARP reply (held, `arphold`) and frames generated for
+//! the driver (out queue), plus `SlotBuf`, the `PacketBuf` over one slot.
 //!
 //! Invariants: all slots and their 2 KiB boxes are allocated by `new`; a
-//! slot is free, pending or queued for output, never two of these; its box
+//! slot is free, pending, held or queued for output, never two of these; its box
 //! is moved out (`take`) only while its frame is processed and is put back
 //! before the slot changes state; at most `MAX_PENDING` slots are pending,
 //! so generated control messages always find room for the rest.
@@ -11,8 +11,10 @@
 use super::{Via, MAX_PENDING, SLOT_LEN};
 use crate::buf::PacketBuf;
 use crate::fragpath::FragNote;
+use crate::pipeline::PortCounters;
 use crate::route::IfIndex;
 use crate::types::{FiveTuple, PortId, Timestamp};
+use std::net::Ipv4Addr;
 
 /// Where a slot's frame starts when it is parked: room to wrap it in a CCL
 /// datagram (92 bytes of headers and a few more) or add a VLAN tag.
@@ -36,6 +38,14 @@ pub(crate) enum SlotState {
     },
     Out {
         port: PortId,
+    },
+    /// Waiting for the ARP reply of `next_hop` (`arphold`), to leave on
+    /// `port`; `seq` orders the held frames by arrival.
+    Held {
+        next_hop: Ipv4Addr,
+        port: PortId,
+        deadline: Timestamp,
+        seq: u64,
     },
 }
 
@@ -111,6 +121,32 @@ impl FramePool {
             s.state = SlotState::Out { port };
             self.out.push(i);
         }
+    }
+    /// Hand the frames queued for output to `f`, in order (counted as
+    /// transmitted on their port), and free their slots.
+    pub fn drain(&mut self, ports: &mut [PortCounters], f: &mut impl FnMut(PortId, &[u8])) {
+        for &i in &self.out {
+            let Some(s) = self.slots.get(usize::from(i)) else {
+                continue;
+            };
+            let (SlotState::Out { port }, Some(b)) = (s.state, s.buf.as_deref()) else {
+                continue;
+            };
+            let Some(frame) = b.get(s.start..s.start + s.len) else {
+                continue;
+            };
+            if let Some(pc) = ports.get_mut(usize::from(port.0)) {
+                pc.tx_packets += 1;
+                pc.tx_bytes += frame.len() as u64;
+            }
+            f(port, frame);
+        }
+        for k in 0..self.out.len() {
+            if let Some(&i) = self.out.get(k) {
+                self.release(i);
+            }
+        }
+        self.out.clear();
     }
     /// The query pending for `key`, if any.
     pub fn pending_query(&self, key: &FiveTuple) -> Option<u32> {

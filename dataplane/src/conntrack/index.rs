@@ -265,7 +265,7 @@ mod tests {
 
     fn h(i: u64) -> u64 {
         // A stand-in for the keyed hash: well spread.
-        let x = (u128::from(i ^ 0x1234_5678_9abc_def0)) * 0x9E37_79B9_7F4A_7C15_F39C_C060_5CED_C835;
+        let x = u128::from(i ^ 0x1234_5678_9abc_def0).wrapping_mul(0x9E37_79B9_7F4A_7C15_F39C_C060_5CED_C835);
         (x as u64) ^ ((x >> 64) as u64)
     }
 

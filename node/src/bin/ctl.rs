@@ -56,6 +56,26 @@ fn run() -> Result<()> {
     Ok(())
 }
 
+/// A `show stats` section: its non-zero numbers and non-empty lists.
+fn print_nonzero(title: &str, section: &serde_json::Map<String, Value>) {
+    println!("\n{title} (non-zero):");
+    let mut any = false;
+    for (k, v) in section {
+        let shown = match v {
+            Value::Number(n) if n.as_u64() != Some(0) => Some(v.to_string()),
+            Value::Array(a) if !a.is_empty() => Some(fmt_cell(v)),
+            _ => None,
+        };
+        if let Some(text) = shown {
+            println!("  {k:<28} {text}");
+            any = true;
+        }
+    }
+    if !any {
+        println!("  (none)");
+    }
+}
+
 fn print_human(topic: Topic, data: &Value) {
     match topic {
         Topic::Stats => {
@@ -76,22 +96,9 @@ fn print_human(topic: Topic, data: &Value) {
                     println!("  (none)");
                 }
             }
-            if let Some(Value::Object(frag)) = data.get("fragments") {
-                println!("\nFragments (non-zero):");
-                let mut any = false;
-                for (k, v) in frag {
-                    let shown = match v {
-                        Value::Number(n) if n.as_u64() != Some(0) => Some(v.to_string()),
-                        Value::Array(a) if !a.is_empty() => Some(fmt_cell(v)),
-                        _ => None,
-                    };
-                    if let Some(text) = shown {
-                        println!("  {k:<28} {text}");
-                        any = true;
-                    }
-                }
-                if !any {
-                    println!("  (none)");
+            for (key, title) in [("fragments", "Fragments"), ("arp_hold", "Held for ARP resolution")] {
+                if let Some(Value::Object(section)) = data.get(key) {
+                    print_nonzero(title, section);
                 }
             }
             if let Value::Object(m) = data {

@@ -1,0 +1,298 @@
+//! Frames waiting for their next hop's ARP reply.
+//!
+//! RFC 1122 §2.3.2.2: "The link layer SHOULD save (rather than discard) at
+//! least one (the latest) packet of each set of packets destined to the
+//! same unresolved IP address, and transmit the saved packet when the
+//! address has been resolved." Linux keeps a per-neighbour queue
+//! (`unres_qlen_bytes`) and drops its oldest frame when it overflows; this
+//! is the same with fixed memory:
+//!
+//! - a routed frame whose next hop is unresolved (the ARP request is out or
+//!   was sent less than a retry interval ago) is copied, fully rewritten
+//!   but for the destination MAC, into one of `HOLD_SLOTS` frame slots
+//!   (`Verdict::Consumed`, `Counters::arp_held`);
+//! - at most `HOLD_PER_HOP` frames per next hop: one more replaces that hop's
+//!   oldest (`arp_hold_replaced`), so the latest are kept;
+//! - with every slot taken, or a frame too long for a slot, the frame is
+//!   dropped as before (`arp-unresolved`);
+//! - any ARP packet that stores a mapping for a next hop with frames held
+//!   releases them, in arrival order, with the learnt MAC
+//!   (`arp_hold_released`); `drain_generated` hands them to the driver;
+//! - a frame still held when its next hop's pending entry would be given up
+//!   (`PENDING_RETRIES` retry intervals, the ARP cache's own limit) is
+//!   dropped by `poll_timers` (`arp_hold_expired`).
+//!
+//! A frame ends in exactly one of released, replaced, expired. Nothing here
+//! allocates after `ArpHold::new`; per frame it is one slot scan (64 slots)
+//! on the unresolved path only, never on the resolved one.
+
+use crate::clusterpath::pool::{FramePool, SlotState, SLOT_HEADROOM};
+use crate::clusterpath::SLOT_LEN;
+use crate::pipeline::PortCounters;
+use crate::types::{Duration, PortId, Timestamp};
+use std::net::Ipv4Addr;
+
+/// Frame slots for held frames (2 KiB each: 128 KiB per worker).
+pub const HOLD_SLOTS: usize = 64;
+/// Frames held per next hop, at most.
+pub const HOLD_PER_HOP: usize = 8;
+
+/// What happened to held frames (`Counters`, `show stats`).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ArpHoldCounters {
+    /// Frames copied into the hold queue (`Verdict::Consumed`).
+    pub held: u64,
+    /// Sent once their next hop was resolved.
+    pub released: u64,
+    /// Dropped because their next hop stayed unresolved.
+    pub expired: u64,
+    /// Dropped to make room for a later frame to the same next hop.
+    pub replaced: u64,
+}
+
+pub(crate) struct ArpHold {
+    pool: FramePool,
+    /// Slots in `SlotState::Held`.
+    held: usize,
+    /// Arrival order of held frames (oldest = smallest).
+    seq: u64,
+}
+
+/// Outcome of `ArpHold::hold`.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Hold {
+    Held,
+    /// Held, and the next hop's oldest frame was dropped for it.
+    Replaced,
+    /// No room: the caller drops the frame.
+    Refused,
+}
+
+impl ArpHold {
+    pub fn new() -> Self {
+        ArpHold { pool: FramePool::new(HOLD_SLOTS), held: 0, seq: 0 }
+    }
+
+    /// Frames held now.
+    pub fn len(&self) -> usize {
+        self.held
+    }
+
+    /// Whether `hold` will take a frame of up to `len` bytes for
+    /// `next_hop` (asked before the frame is rewritten, so that a refused
+    /// frame is dropped unchanged).
+    pub fn can_hold(&self, next_hop: Ipv4Addr, len: usize) -> bool {
+        if SLOT_HEADROOM + len > SLOT_LEN {
+            return false;
+        }
+        if self.held < self.pool.slots.len() {
+            return true;
+        }
+        let for_hop = self
+            .pool
+            .slots
+            .iter()
+            .filter(|s| matches!(s.state, SlotState::Held { next_hop: h, .. } if h == next_hop))
+            .count();
+        for_hop >= HOLD_PER_HOP
+    }
+
+    /// Copy `frame` (everything rewritten but the destination MAC) to wait
+    /// for `next_hop`, to leave on `port`; `wait` is how long it may wait.
+    pub fn hold(&mut self, now: Timestamp, next_hop: Ipv4Addr, port: PortId, wait: Duration, frame: &[u8]) -> Hold {
+        if SLOT_HEADROOM + frame.len() > SLOT_LEN {
+            return Hold::Refused;
+        }
+        let mut for_hop = 0;
+        let mut oldest: Option<(u64, u16)> = None;
+        for (i, s) in self.pool.slots.iter().enumerate() {
+            if let SlotState::Held { next_hop: h, seq, .. } = s.state {
+                if h == next_hop {
+                    for_hop += 1;
+                    if oldest.is_none_or(|(q, _)| seq < q) {
+                        oldest = Some((seq, i as u16));
+                    }
+                }
+            }
+        }
+        let mut done = Hold::Held;
+        if let Some((_, i)) = oldest.filter(|_| for_hop >= HOLD_PER_HOP) {
+            done = Hold::Replaced;
+            self.held -= 1;
+            self.pool.release(i);
+        }
+        let Some(i) = self.pool.alloc() else {
+            return Hold::Refused;
+        };
+        let copied = self
+            .pool
+            .slots
+            .get_mut(usize::from(i))
+            .and_then(|s| {
+                let dst = s.buf.as_deref_mut()?.get_mut(SLOT_HEADROOM..SLOT_HEADROOM + frame.len())?;
+                dst.copy_from_slice(frame);
+                s.start = SLOT_HEADROOM;
+                s.len = frame.len();
+                s.state = SlotState::Held { next_hop, port, deadline: now.saturating_add(wait), seq: self.seq };
+                Some(())
+            })
+            .is_some();
+        if !copied {
+            self.pool.give_back(i);
+            return Hold::Refused;
+        }
+        self.seq += 1;
+        self.held += 1;
+        done
+    }
+
+    /// `next_hop` is at `mac` now: queue its frames for output, oldest
+    /// first. Returns how many.
+    pub fn release(&mut self, next_hop: Ipv4Addr, mac: [u8; 6]) -> u64 {
+        let mut n = 0;
+        while self.held > 0 {
+            let mut first: Option<(u64, u16, PortId)> = None;
+            for (i, s) in self.pool.slots.iter().enumerate() {
+                if let SlotState::Held { next_hop: h, seq, port, .. } = s.state {
+                    if h == next_hop && first.is_none_or(|(q, ..)| seq < q) {
+                        first = Some((seq, i as u16, port));
+                    }
+                }
+            }
+            let Some((_, i, port)) = first else {
+                break;
+            };
+            if let Some(s) = self.pool.slots.get_mut(usize::from(i)) {
+                let start = s.start;
+                if let Some(d) = s.buf.as_deref_mut().and_then(|b| b.get_mut(start..start + 6)) {
+                    d.copy_from_slice(&mac);
+                }
+            }
+            self.held -= 1;
+            n += 1;
+            self.pool.push_out(i, port);
+        }
+        n
+    }
+
+    /// Drop the frames whose wait is over. Returns how many.
+    pub fn expire(&mut self, now: Timestamp) -> u64 {
+        let mut n = 0;
+        if self.held == 0 {
+            return n;
+        }
+        for i in 0..self.pool.slots.len() {
+            let due = matches!(
+                self.pool.slots.get(i).map(|s| s.state),
+                Some(SlotState::Held { deadline, .. }) if deadline <= now
+            );
+            if due {
+                self.held -= 1;
+                n += 1;
+                self.pool.release(i as u16);
+            }
+        }
+        n
+    }
+
+    /// Hand the released frames to `f` (from `drain_generated`).
+    pub fn drain(&mut self, ports: &mut [PortCounters], f: &mut impl FnMut(PortId, &[u8])) {
+        self.pool.drain(ports, f);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HOP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
+    const MAC: [u8; 6] = [2, 0, 0, 0, 0, 9];
+    const WAIT: Duration = Duration::from_millis(3000);
+
+    fn frame(tag: u8) -> Vec<u8> {
+        let mut f = vec![0u8; 60];
+        f[20] = tag;
+        f
+    }
+
+    fn drained(h: &mut ArpHold) -> Vec<(PortId, Vec<u8>)> {
+        let mut ports = vec![PortCounters::default(); 4];
+        let mut v = Vec::new();
+        h.drain(&mut ports, &mut |p, f| v.push((p, f.to_vec())));
+        let sent: u64 = ports.iter().map(|p| p.tx_packets).sum();
+        assert_eq!(sent, v.len() as u64, "each drained frame counted on its port");
+        v
+    }
+
+    #[test]
+    fn released_in_order_with_the_mac() {
+        let mut h = ArpHold::new();
+        let t = Timestamp::from_secs(1);
+        for k in 0..3 {
+            assert_eq!(h.hold(t, HOP, PortId(1), WAIT, &frame(k)), Hold::Held);
+        }
+        assert_eq!(h.hold(t, Ipv4Addr::new(10, 0, 0, 2), PortId(2), WAIT, &frame(9)), Hold::Held);
+        assert!(drained(&mut h).is_empty(), "nothing leaves before the reply");
+        assert_eq!(h.release(HOP, MAC), 3);
+        let out = drained(&mut h);
+        assert_eq!(out.len(), 3);
+        for (k, (p, f)) in out.iter().enumerate() {
+            assert_eq!(*p, PortId(1));
+            assert_eq!(f[..6], MAC);
+            assert_eq!(f[6..], frame(k as u8)[6..]);
+        }
+        assert_eq!(h.len(), 1, "the other hop's frame stays");
+        assert_eq!(h.release(HOP, MAC), 0);
+    }
+
+    #[test]
+    fn per_hop_limit_keeps_the_latest() {
+        let mut h = ArpHold::new();
+        let t = Timestamp::from_secs(1);
+        let n = HOLD_PER_HOP as u8;
+        for k in 0..n + 2 {
+            let want = if k < n { Hold::Held } else { Hold::Replaced };
+            assert_eq!(h.hold(t, HOP, PortId(1), WAIT, &frame(k)), want);
+        }
+        assert_eq!(h.len(), HOLD_PER_HOP);
+        assert_eq!(h.release(HOP, MAC), u64::from(n));
+        let tags: Vec<u8> = drained(&mut h).iter().map(|(_, f)| f[20]).collect();
+        assert_eq!(tags, (2..n + 2).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn full_pool_refuses_and_expiry_frees() {
+        let mut h = ArpHold::new();
+        let t = Timestamp::from_secs(1);
+        for n in 0..HOLD_SLOTS / HOLD_PER_HOP {
+            for k in 0..HOLD_PER_HOP {
+                let hop = Ipv4Addr::new(10, 1, n as u8, 1);
+                assert_eq!(h.hold(t, hop, PortId(1), WAIT, &frame(k as u8)), Hold::Held);
+            }
+        }
+        assert!(!h.can_hold(HOP, 60));
+        assert_eq!(h.hold(t, HOP, PortId(1), WAIT, &frame(0)), Hold::Refused, "no slot left");
+        let full_hop = Ipv4Addr::new(10, 1, 0, 1);
+        assert!(h.can_hold(full_hop, 60), "a full hop replaces its oldest");
+        assert_eq!(h.hold(t, full_hop, PortId(1), WAIT, &frame(0)), Hold::Replaced);
+        assert_eq!(h.expire(t.saturating_add(Duration::from_millis(2999))), 0);
+        assert_eq!(h.len(), HOLD_SLOTS);
+        assert_eq!(h.expire(t.saturating_add(WAIT)), HOLD_SLOTS as u64);
+        assert_eq!(h.len(), 0);
+        assert!(drained(&mut h).is_empty(), "expired frames never leave");
+        assert_eq!(h.hold(t, HOP, PortId(1), WAIT, &frame(0)), Hold::Held);
+        assert_eq!(h.release(HOP, MAC), 1);
+        assert_eq!(drained(&mut h).len(), 1);
+    }
+
+    #[test]
+    fn too_long_for_a_slot_is_refused() {
+        let mut h = ArpHold::new();
+        let big = vec![0u8; SLOT_LEN - SLOT_HEADROOM + 1];
+        assert!(!h.can_hold(HOP, big.len()));
+        assert_eq!(h.hold(Timestamp::from_secs(1), HOP, PortId(1), WAIT, &big), Hold::Refused);
+        assert_eq!(h.len(), 0);
+        let fits = vec![0u8; SLOT_LEN - SLOT_HEADROOM];
+        assert_eq!(h.hold(Timestamp::from_secs(1), HOP, PortId(1), WAIT, &fits), Hold::Held);
+    }
+}
