@@ -104,7 +104,7 @@ impl Control {
         let control = ccl.counters();
         let (counters, epoch, pipeline_ccl, pipeline_drops) = match &snap {
             Some(s) => {
-                let mut c = serde_json::to_value(&s.counters).map_err(|e| e.to_string())?;
+                let mut c = serde_json::to_value(s.counters).map_err(|e| e.to_string())?;
                 if let Value::Object(m) = &mut c {
                     m.remove("node");
                     m.remove("epoch");

@@ -143,7 +143,7 @@ fn run(cfg: Config, extra: Vec<String>) -> Result<()> {
         let idx = match ports.iter().position(|p| p.name == dev) {
             Some(idx) => idx,
             None => {
-                let port = Port::by_name(&dev).with_context(|| format!("interface {}: device {dev}", i.name))?;
+                let port = Port::by_name(dev).with_context(|| format!("interface {}: device {dev}", i.name))?;
                 port.configure(1, 1, cfg.dpdk.rx_descriptors, cfg.dpdk.tx_descriptors, &pool)
                     .with_context(|| format!("configuring port {dev}"))?;
                 port.start().with_context(|| format!("starting port {dev}"))?;

@@ -170,7 +170,7 @@ impl Worker {
                 out.send(ports, port.0 as usize, m);
             });
             for (pi, q) in out.tx.iter_mut().enumerate() {
-                if q.len() > 0 {
+                if !q.is_empty() {
                     flush(&self.ports[pi], q, &mut out.tx_full_drops);
                 }
             }
