@@ -215,8 +215,9 @@ pub enum Verdict {
     Forward(PortId),
     Drop(DropReason),
     /// The pipeline is done with the buffer and keeps nothing pointing to
-    /// it: free it. A fragment was copied into the reassembler to wait for
-    /// its datagram's first fragment; or (cluster mode) a CCL control
+    /// it: free it. A routed frame was copied to wait for its next hop's
+    /// ARP reply (`arphold`); a fragment was copied into the reassembler to
+    /// wait for its datagram's first fragment; or (cluster mode) a CCL control
     /// message was handled, or the frame was copied into the pending table
     /// to wait for an owner reply (counted in `Counters::consumed`).
     Consumed,
@@ -252,8 +253,9 @@ pub struct Counters {
     pub drops: [u64; DropReason::COUNT],
     /// Routed to an egress port.
     pub forwarded: u64,
-    /// `Verdict::Consumed` (cluster mode: CCL control messages handled,
-    /// frames parked in the pending table).
+    /// `Verdict::Consumed` (frames held for ARP resolution, fragments held
+    /// for their first fragment; cluster mode: CCL control messages
+    /// handled, frames parked in the pending table).
     pub consumed: u64,
     /// ARP requests answered.
     pub arp_replies: u64,
