@@ -9,7 +9,9 @@ mod cluster_bed;
 
 use cluster_bed::*;
 use dataplane::buf::VecBuf;
-use dataplane::ccl::{CclDrop, CclKey, FlowKey, FramePath, Message, MessageKind, OwnerQuery, Sealer};
+use dataplane::ccl::{
+    CclDrop, CclKey, FlowKey, ForwardedBatch, ForwardedPacket, FramePath, Message, MessageKind, OwnerQuery, Sealer,
+};
 use dataplane::conntrack::tcp_flags::{ACK, FIN, PSH, SYN};
 use dataplane::pipeline::{Role, Verdict};
 use dataplane::wire::build::PacketBuilder;
@@ -153,8 +155,15 @@ fn tcp_cookie_owner_forwarders_and_director() {
     // SYN_RECV, ESTABLISHED, refresh, FIN_WAIT, CLOSING, TIME_WAIT.
     assert_eq!(bed.ccl_count(A, C, MessageKind::StateUpdate), 6);
     assert_eq!(bed.cluster(C).ccl_rx(MessageKind::StateUpdate), 6);
-    assert_eq!(bed.cluster(A).ccl_tx(MessageKind::ForwardedPacket), 0);
-    assert_eq!(bed.cluster(B).ccl_tx(MessageKind::ForwardedPacket), 3);
+    // B's three segments each went to A in a batch of one (one burst each).
+    for k in [MessageKind::ForwardedPacket, MessageKind::ForwardedBatch] {
+        assert_eq!(bed.cluster(A).ccl_tx(k), 0);
+    }
+    assert_eq!(bed.cluster(B).ccl_tx(MessageKind::ForwardedPacket), 0);
+    assert_eq!(bed.cluster(B).ccl_tx(MessageKind::ForwardedBatch), 3);
+    assert_eq!(bed.cluster(B).counters.batched_frames, 3);
+    // A received every forwarded frame (B's and C's) in a batch of one.
+    assert_eq!(bed.cluster(A).counters.batches_received, a.counters.forwarded_received);
     accounted(&bed);
 }
 
@@ -423,6 +432,70 @@ fn ccl_peers_resolved_by_arp() {
 }
 
 #[test]
+fn burst_to_one_owner_goes_in_batches_in_order() {
+    // B forwards a burst of 20 client segments of A's connection: they
+    // reach A in two `ForwardedBatch`es (16 frames at most per batch) and
+    // leave A in the order they arrived, the 400-byte one (too long to
+    // start a batch) included, since a batch to A was open.
+    let mut bed = Bed::new(3, true);
+    let (cport, delta) = handshake(&mut bed);
+    let isn = C_ISN.wrapping_add(delta);
+    let mut off = 1u32;
+    let (mut sent, mut want) = (vec![], vec![]);
+    for k in 0..20u8 {
+        let data = vec![b'a' + k; if k == 17 { 400 } else { 10 }];
+        sent.push(from_host(B, SERVER).tcp(cport, 80, C_ISN + off, S_ISN + 1, ACK, 502, &[], &data));
+        want.push(hex(&to_gw(A, SERVER).tcp(cport, 80, isn.wrapping_add(off), S_ISN + 1, ACK, 502, &[], &data)));
+        off += data.len() as u32;
+    }
+    let (batches, packets) =
+        (bed.ccl_count(B, A, MessageKind::ForwardedBatch), bed.ccl_count(B, A, MessageKind::ForwardedPacket));
+    let sent_before = bed.cluster(B).counters.batches_sent;
+    let out = bed.send_burst(B, IN, sent);
+    let got: Vec<String> = out.iter().map(|(n, p, f)| {
+        assert_eq!((*n, *p), (A, OUT));
+        hex(f)
+    }).collect();
+    assert_eq!(got, want, "every segment, in order");
+    assert_eq!(bed.ccl_count(B, A, MessageKind::ForwardedBatch) - batches, 2);
+    assert_eq!(bed.ccl_count(B, A, MessageKind::ForwardedPacket) - packets, 0);
+    let (a, b) = (bed.cluster(A), bed.cluster(B));
+    assert_eq!(b.counters.batches_sent - sent_before, 2);
+    assert_eq!(a.counters.batch_frame_drops, 0);
+    assert!(a.ccl_drops.iter().all(|d| d.1 == 0));
+    accounted(&bed);
+}
+
+#[test]
+fn owner_keeps_batch_then_single_in_order() {
+    // One burst at the owner A: a batch carrying segment 1, then segment 2
+    // wrapped alone. Segment 1 waits in the pool for `drain_generated`, so
+    // segment 2 must wait behind it rather than leave with the burst.
+    let mut bed = Bed::new(3, true);
+    let (cport, delta) = handshake(&mut bed);
+    let isn = C_ISN.wrapping_add(delta);
+    let seg = |off: u32, data: &[u8]| from_host(B, SERVER).tcp(cport, 80, C_ISN + off, S_ISN + 1, ACK, 502, &[], data);
+    let (one_, two) = (seg(1, b"first"), seg(6, b"second"));
+    let mut payload = vec![0u8; 256];
+    let used = ForwardedBatch::push(&mut payload, 0, 0, &one_).unwrap();
+    let batch = ForwardedBatch::parse(&payload[..used]).unwrap();
+    let fp = ForwardedPacket { ingress_iface: 0, flow_hint: None, frame: &two };
+    // Two channels of node B: each sealer starts at sequence 1.
+    let frames = vec![ccl_frame(KEY, 7, &Message::ForwardedBatch(batch)), ccl_frame(KEY, 8, &Message::ForwardedPacket(fp))];
+    let out = bed.send_burst(A, CCL, frames);
+    let got: Vec<String> = out.iter().map(|(n, p, f)| {
+        assert_eq!((*n, *p), (A, OUT));
+        hex(f)
+    }).collect();
+    let want: Vec<String> = [(1u32, &b"first"[..]), (6, &b"second"[..])]
+        .iter()
+        .map(|&(off, d)| hex(&to_gw(A, SERVER).tcp(cport, 80, isn.wrapping_add(off), S_ISN + 1, ACK, 502, &[], d)))
+        .collect();
+    assert_eq!(got, want, "segment 1 leaves before segment 2");
+    accounted(&bed);
+}
+
+#[test]
 fn forwarded_frame_without_owner_flow_is_dropped() {
     // C has a record naming A, but A lost the flow: the forwarded frame is
     // dropped at A and counted.
@@ -430,6 +503,16 @@ fn forwarded_frame_without_owner_flow_is_dropped() {
     let (cport, _) = handshake(&mut bed);
     bed.nodes[A] = dataplane::pipeline::Pipeline::new(config(A, 3, true)).unwrap();
     let out = bed.send(C, IN, from_host(C, SERVER).tcp(cport, 80, C_ISN + 1, S_ISN + 1, ACK, 502, &[], b"x"));
+    assert!(out.is_empty());
+    // It came in a batch: the datagram was consumed, its frame's drop is
+    // counted with the batch's frames (`show cluster`).
+    let a = bed.cluster(A);
+    assert_eq!(a.counters.batch_frame_drops, 1);
+    assert_eq!(a.batch_drops, vec![(DropReason::ClusterNoOwnerFlow.as_str(), 1)]);
+    // A frame too long to be batched goes alone and is dropped as the
+    // datagram's verdict.
+    let big = vec![0x61u8; 400];
+    let out = bed.send(C, IN, from_host(C, SERVER).tcp(cport, 80, C_ISN + 2, S_ISN + 1, ACK, 502, &[], &big));
     assert!(out.is_empty());
     assert_eq!(bed.drops(A, DropReason::ClusterNoOwnerFlow), 1);
     accounted(&bed);

@@ -13,7 +13,7 @@
 #![no_main]
 
 use dataplane::ccl::{
-    CclKey, FlowBatch, FlowKey, FlowRecord, ForwardedPacket, FramePath, Heartbeat, Message,
+    CclKey, FlowBatch, FlowKey, FlowRecord, ForwardedBatch, ForwardedPacket, FramePath, Heartbeat, Message,
     Opener, OwnerQuery, OwnerReply, RelayToOwner, Sealer,
 };
 use dataplane::{Epoch, NodeId};
@@ -40,6 +40,10 @@ fuzz_target!(|data: &[u8]| {
     let _ = OwnerReply::parse(data);
     let _ = ForwardedPacket::parse(data);
     let _ = RelayToOwner::parse(data);
+    if let Ok(b) = ForwardedBatch::parse(data) {
+        assert_eq!(b.frames().count(), b.len());
+        assert_eq!(b.wire_len(), data.len());
+    }
     let _ = FlowKey::parse(data);
     let _ = FlowRecord::parse(data);
     if let Ok(b) = FlowBatch::parse(data) {

@@ -50,6 +50,9 @@ kinds! {
     ForwardedPacket = 6 => "forwarded-packet",
     /// Forwarder → director, relayed to the owner (R7).
     RelayToOwner = 7 => "relay-to-owner",
+    /// Forwarder → owner: several small data frames in one message (R5;
+    /// one MAC and one set of headers for a burst's frames to one owner).
+    ForwardedBatch = 8 => "forwarded-batch",
 }
 
 impl fmt::Display for MessageKind {
@@ -440,6 +443,95 @@ impl<'a> RelayToOwner<'a> {
     }
 }
 
+/// Most frames in one `ForwardedBatch`.
+pub const BATCH_MAX_FRAMES: usize = 16;
+
+/// Several data frames from a forwarder to the owner, each processed as if
+/// received on its ingress interface, in order. Layout: count (1, 1 to
+/// `BATCH_MAX_FRAMES`), then per frame: ingress interface (1), frame length
+/// (2), the original Ethernet frame (≥ 14 bytes).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct ForwardedBatch<'a> {
+    count: u8,
+    /// The entries, validated by `parse`.
+    entries: &'a [u8],
+}
+
+impl<'a> ForwardedBatch<'a> {
+    /// Bytes in front of each frame: interface and length.
+    pub const ENTRY_HEAD: usize = 3;
+
+    pub fn parse(b: &'a [u8]) -> Result<Self, CclError> {
+        let [count] = arr::<1>(b, 0)?;
+        if count == 0 || usize::from(count) > BATCH_MAX_FRAMES {
+            return Err(CclError::BadValue { field: "batch count", value: u64::from(count) });
+        }
+        let mut at = 1;
+        for _ in 0..count {
+            let [_, hi, lo] = arr::<3>(b, at)?;
+            let len = usize::from(u16::from_be_bytes([hi, lo]));
+            if len < MIN_FRAME_LEN {
+                return Err(CclError::BadValue { field: "frame length", value: len as u64 });
+            }
+            at += Self::ENTRY_HEAD + len;
+            if b.len() < at {
+                return Err(truncated(at, b));
+            }
+        }
+        exact("forwarded batch", b, at)?;
+        Ok(ForwardedBatch { count, entries: &b[1..] })
+    }
+    /// Frames in the batch.
+    pub fn len(&self) -> usize {
+        usize::from(self.count)
+    }
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+    /// `(ingress interface, frame)`, in order.
+    pub fn frames(&self) -> impl Iterator<Item = (u8, &'a [u8])> + 'a {
+        let mut rest = self.entries;
+        (0..self.count).map_while(move |_| {
+            let (&iface, tail) = rest.split_first()?;
+            let len = usize::from(u16::from_be_bytes([*tail.first()?, *tail.get(1)?]));
+            let frame = tail.get(2..2 + len)?;
+            rest = tail.get(2 + len..)?;
+            Some((iface, frame))
+        })
+    }
+    pub fn wire_len(&self) -> usize {
+        1 + self.entries.len()
+    }
+    /// Append one entry to a batch being built in `out` (payload bytes,
+    /// starting with the count byte, `used` of them in use; `used == 0`
+    /// starts the batch). Returns the new `used`.
+    pub fn push(out: &mut [u8], used: usize, ingress_iface: u8, frame: &[u8]) -> Result<usize, CclError> {
+        let used = used.max(1);
+        let count = out.first().copied().filter(|_| used > 1).unwrap_or(0);
+        if usize::from(count) >= BATCH_MAX_FRAMES {
+            return Err(CclError::BadValue { field: "batch count", value: u64::from(count) + 1 });
+        }
+        let len = u16::try_from(frame.len())
+            .ok()
+            .filter(|_| frame.len() >= MIN_FRAME_LEN)
+            .ok_or(CclError::BadValue { field: "frame length", value: frame.len() as u64 })?;
+        let end = used + Self::ENTRY_HEAD + frame.len();
+        let dst = out.get_mut(used..end).ok_or_else(|| too_small(end, &[]))?;
+        dst[0] = ingress_iface;
+        dst[1..3].copy_from_slice(&len.to_be_bytes());
+        dst[3..].copy_from_slice(frame);
+        out[0] = count + 1;
+        Ok(end)
+    }
+    pub fn emit(&self, out: &mut [u8]) -> Result<usize, CclError> {
+        let n = self.wire_len();
+        let dst = out.get_mut(..n).ok_or_else(|| too_small(n, &[]))?;
+        dst[0] = self.count;
+        dst[1..].copy_from_slice(self.entries);
+        Ok(n)
+    }
+}
+
 /// One decoded message; byte-carrying variants borrow from the datagram.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum Message<'a> {
@@ -450,6 +542,7 @@ pub enum Message<'a> {
     StateUpdate(FlowBatch<'a>),
     ForwardedPacket(ForwardedPacket<'a>),
     RelayToOwner(RelayToOwner<'a>),
+    ForwardedBatch(ForwardedBatch<'a>),
 }
 
 impl<'a> Message<'a> {
@@ -462,6 +555,7 @@ impl<'a> Message<'a> {
             Message::StateUpdate(_) => MessageKind::StateUpdate,
             Message::ForwardedPacket(_) => MessageKind::ForwardedPacket,
             Message::RelayToOwner(_) => MessageKind::RelayToOwner,
+            Message::ForwardedBatch(_) => MessageKind::ForwardedBatch,
         }
     }
 
@@ -476,6 +570,7 @@ impl<'a> Message<'a> {
             MessageKind::StateUpdate => Message::StateUpdate(FlowBatch::parse(payload)?),
             MessageKind::ForwardedPacket => Message::ForwardedPacket(ForwardedPacket::parse(payload)?),
             MessageKind::RelayToOwner => Message::RelayToOwner(RelayToOwner::parse(payload)?),
+            MessageKind::ForwardedBatch => Message::ForwardedBatch(ForwardedBatch::parse(payload)?),
         })
     }
 
@@ -488,6 +583,7 @@ impl<'a> Message<'a> {
             Message::FlowRegister(b) | Message::StateUpdate(b) => b.wire_len(),
             Message::ForwardedPacket(m) => m.wire_len(),
             Message::RelayToOwner(m) => m.wire_len(),
+            Message::ForwardedBatch(m) => m.wire_len(),
         }
     }
 
@@ -505,6 +601,7 @@ impl<'a> Message<'a> {
             Message::FlowRegister(b) | Message::StateUpdate(b) => b.emit(out),
             Message::ForwardedPacket(m) => m.emit(out),
             Message::RelayToOwner(m) => m.emit(out),
+            Message::ForwardedBatch(m) => m.emit(out),
         }
     }
 }
@@ -557,7 +654,45 @@ mod tests {
             assert_eq!(MessageKind::from_u8(*k as u8), Some(*k));
         }
         assert_eq!(MessageKind::from_u8(0), None);
-        assert_eq!(MessageKind::from_u8(8), None);
+        assert_eq!(MessageKind::from_u8(9), None);
+    }
+
+    #[test]
+    fn forwarded_batch_round_trip_and_limits() {
+        let f1 = [1u8; 14];
+        let f2: Vec<u8> = (0..60).collect();
+        let mut buf = [0u8; 200];
+        let used = ForwardedBatch::push(&mut buf, 0, 3, &f1).unwrap();
+        let used = ForwardedBatch::push(&mut buf, used, 7, &f2).unwrap();
+        assert_eq!(used, 1 + 3 + 14 + 3 + 60);
+        let b = ForwardedBatch::parse(&buf[..used]).unwrap();
+        assert_eq!(b.len(), 2);
+        let got: Vec<(u8, &[u8])> = b.frames().collect();
+        assert_eq!(got, vec![(3u8, &f1[..]), (7u8, &f2[..])]);
+        let mut out = [0u8; 200];
+        assert_eq!(Message::ForwardedBatch(b).emit(&mut out), Ok(used));
+        assert_eq!(out[..used], buf[..used]);
+        // Trailing bytes, a short frame, a zero or too large count, a cut.
+        assert!(ForwardedBatch::parse(&buf[..used + 1]).is_err());
+        assert!(ForwardedBatch::parse(&buf[..used - 1]).is_err());
+        let mut short = buf;
+        short[2..4].copy_from_slice(&13u16.to_be_bytes());
+        assert!(ForwardedBatch::parse(&short[..used - 1]).is_err());
+        for c in [0u8, BATCH_MAX_FRAMES as u8 + 1] {
+            let mut bad = buf;
+            bad[0] = c;
+            assert!(ForwardedBatch::parse(&bad[..used]).is_err());
+        }
+        // Full: the seventeenth frame is refused, the batch unchanged.
+        let mut big = [0u8; 1 + BATCH_MAX_FRAMES * 17 + 17];
+        let mut used = 0;
+        for _ in 0..BATCH_MAX_FRAMES {
+            used = ForwardedBatch::push(&mut big, used, 0, &f1).unwrap();
+        }
+        assert!(ForwardedBatch::push(&mut big, used, 0, &f1).is_err());
+        assert_eq!(ForwardedBatch::parse(&big[..used]).unwrap().frames().count(), BATCH_MAX_FRAMES);
+        // No room in `out`.
+        assert!(ForwardedBatch::push(&mut [0u8; 10], 0, 0, &f1).is_err());
     }
 
     #[test]

@@ -46,8 +46,8 @@ pub use auth::{ClusterId, CclKey, TAG_LEN};
 pub use batch::{BatchWriter, FlowBatch, FlowBatchIter, FlowOp, FlowRecord, OPAQUE_LEN};
 pub use header::{CclHeader, CclPacket, HEADER_LEN, MAGIC, VERSION};
 pub use message::{
-    FlowKey, ForwardedPacket, Heartbeat, Message, MessageKind, OwnerQuery, OwnerReply,
-    RelayToOwner,
+    FlowKey, ForwardedBatch, ForwardedPacket, Heartbeat, Message, MessageKind, OwnerQuery, OwnerReply,
+    RelayToOwner, BATCH_MAX_FRAMES,
 };
 pub use replay::{ReplayGuard, WINDOW};
 pub use seal::{strip_udp, FramePath, Opened, Opener, Sealer, UdpDatagram, FRAME_OVERHEAD};

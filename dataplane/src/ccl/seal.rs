@@ -8,7 +8,7 @@
 
 use super::auth::{CclKey, ClusterId, TAG_LEN};
 use super::header::{CclHeader, CclPacket, HEADER_LEN};
-use super::message::{too_small, Message, MessageKind, MIN_FRAME_LEN};
+use super::message::{too_small, ForwardedBatch, Message, MessageKind, MIN_FRAME_LEN};
 use super::replay::ReplayGuard;
 use super::{CclCounters, CclDrop, CclError, CCL_UDP_PORT, CONTROL_CHANNEL, MAX_WORKER_CHANNELS};
 use crate::ip_proto::UDP as IP_PROTO_UDP;
@@ -186,6 +186,23 @@ impl Sealer {
             Ok(head_len + frame_len)
         };
         self.seal_frame_with(path, epoch, kind, head_len + frame_len, emit, out)
+    }
+
+    /// `seal_frame` of a `ForwardedBatch` built in place: `out` holds its
+    /// `payload_len` payload bytes at `FRAME_OVERHEAD - TAG_LEN` (written
+    /// with `ForwardedBatch::push`) and room for the tag behind them. The
+    /// result is byte for byte what `seal_frame` makes of the same batch.
+    pub fn seal_batch_in_place(
+        &mut self,
+        path: &FramePath,
+        epoch: Epoch,
+        payload_len: usize,
+        out: &mut [u8],
+    ) -> Result<usize, CclError> {
+        let at = FRAME_OVERHEAD - TAG_LEN;
+        let payload = out.get(at..at + payload_len).ok_or_else(|| too_small(at + payload_len, out))?;
+        ForwardedBatch::parse(payload)?;
+        self.seal_frame_with(path, epoch, MessageKind::ForwardedBatch, payload_len, |_| Ok(payload_len), out)
     }
 
     fn seal_frame_with(

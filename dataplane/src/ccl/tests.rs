@@ -585,3 +585,34 @@ fn in_place_sealing_equals_copying() {
     assert!(b.seal_frame_in_place(&path, Epoch(4), MessageKind::Heartbeat, 1, 60, |_| Ok(1), &mut [0u8; 256]).is_err());
     assert!(b.seal_frame_in_place(&path, Epoch(4), MessageKind::RelayToOwner, 1, 13, |_| Ok(1), &mut [0u8; 256]).is_err());
 }
+
+/// A `ForwardedBatch` built in place with `push` and sealed with
+/// `seal_batch_in_place` is the very datagram `seal_frame` makes of it, and
+/// it opens to the same frames; a payload that is not a valid batch is
+/// refused.
+#[test]
+fn in_place_batch_equals_copying_and_opens() {
+    let path = FramePath { src_mac: [2, 0, 0, 0, 0, 1], dst_mac: [2, 0, 0, 0, 0, 2], src_ip: Ipv4Addr::new(198, 19, 0, 1), dst_ip: Ipv4Addr::new(198, 19, 0, 2) };
+    let (mut a, mut b) = (sealer(), sealer());
+    let frames: Vec<Vec<u8>> = [14usize, 60, 400].iter().map(|&n| (0..n).map(|i| (i * 3 + n) as u8).collect()).collect();
+    let at = FRAME_OVERHEAD - TAG_LEN;
+    let mut got = vec![0u8; 1024];
+    let mut used = 0;
+    for (k, f) in frames.iter().enumerate() {
+        used = ForwardedBatch::push(&mut got[at..], used, k as u8, f).unwrap();
+    }
+    let m = b.seal_batch_in_place(&path, Epoch(4), used, &mut got).unwrap();
+    let batch = ForwardedBatch::parse(&got[at..at + used]).unwrap();
+    let mut want = vec![0u8; FRAME_OVERHEAD + used];
+    let n = a.seal_frame(&path, Epoch(4), &Message::ForwardedBatch(batch), &mut want).unwrap();
+    assert_eq!((m, n), (want.len(), want.len()));
+    assert_eq!(got[..m], want[..]);
+    let mut o = opener();
+    let opened = o.open_frame(&want).unwrap();
+    let Message::ForwardedBatch(back) = opened.msg else { panic!("{:?}", opened.msg) };
+    let back: Vec<(u8, Vec<u8>)> = back.frames().map(|(i, f)| (i, f.to_vec())).collect();
+    assert_eq!(back, frames.iter().enumerate().map(|(k, f)| (k as u8, f.clone())).collect::<Vec<_>>());
+    // Not a batch: count 0.
+    let mut bad = vec![0u8; 256];
+    assert!(b.seal_batch_in_place(&path, Epoch(4), 20, &mut bad).is_err());
+}

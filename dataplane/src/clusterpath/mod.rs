@@ -44,10 +44,10 @@
 mod path;
 pub(crate) mod pool;
 
-use crate::ccl::{CclCounters, CclDrop, CclKey, MessageKind, Opener, Sealer, MAX_PAYLOAD_MTU1500};
+use crate::ccl::{CclCounters, CclDrop, CclKey, ForwardedBatch, MessageKind, Opener, Sealer, MAX_PAYLOAD_MTU1500};
 use crate::cluster::{CookieCodec, DirectorTable, MemberSet};
 use crate::route::IfIndex;
-use crate::types::{Duration, FiveTuple, NodeId, PortId, Timestamp};
+use crate::types::{DropReason, Duration, FiveTuple, NodeId, PortId, Timestamp};
 use hashbrown::HashMap;
 use std::net::Ipv4Addr;
 
@@ -81,8 +81,18 @@ pub struct ClusterSpec {
 /// generated CCL frames).
 pub const MAX_PENDING: usize = 256;
 /// Frame slots: pending frames plus generated frames between two
-/// `drain_generated` calls.
-pub const POOL_SLOTS: usize = 512;
+/// `drain_generated` calls (CCL messages, forwarded batches being filled,
+/// and the frames of received batches: up to `BATCH_MAX_FRAMES` per CCL
+/// datagram of a burst).
+pub const POOL_SLOTS: usize = 1024;
+/// Frames up to this length are batched (`ForwardedBatch`) on their way to
+/// the owner; a longer one is wrapped alone, in place, unless a batch to
+/// that owner is already open (then it joins the batches, so that frames
+/// to one owner leave in the order they arrived).
+pub const BATCH_FRAME_MAX: usize = 256;
+/// A batch's payload at most: one 1522-byte frame (Ethernet, one VLAN tag)
+/// fits alone, so a batch datagram is never longer than a forwarded frame.
+pub const BATCH_PAYLOAD_MAX: usize = 1 + ForwardedBatch::ENTRY_HEAD + 1522;
 /// Bytes per slot: a 1522-byte frame wrapped in a CCL datagram fits.
 pub const SLOT_LEN: usize = 2048;
 /// How long a frame waits for an owner reply.
@@ -235,10 +245,19 @@ pub(crate) struct Update {
 pub struct ClusterCounters {
     /// Packets this node processed as the owner (conntrack ran here).
     pub owner_packets: u64,
-    /// Frames sent to another owner as `ForwardedPacket`.
+    /// Frames sent to another owner (`ForwardedPacket` or in a
+    /// `ForwardedBatch`).
     pub forwarded_to_owner: u64,
-    /// `ForwardedPacket`s received and processed as owner.
+    /// Forwarded frames received and processed as owner.
     pub forwarded_received: u64,
+    /// `ForwardedBatch` messages sent, and the frames they carried (also in
+    /// `forwarded_to_owner`).
+    pub batches_sent: u64,
+    pub batched_frames: u64,
+    /// `ForwardedBatch` messages received; their frames dropped here (by
+    /// reason in `batch_drops`) or lost for want of a pool slot.
+    pub batches_received: u64,
+    pub batch_frame_drops: u64,
     /// SYN-ACKs whose owner came from the cookie (R6).
     pub synack_cookie_decoded: u64,
     pub director_queries_sent: u64,
@@ -311,6 +330,8 @@ pub struct ClusterCountersSnapshot {
     pub ccl: Vec<(&'static str, u64, u64)>,
     /// `(reason, count)`, every `CclDrop`.
     pub ccl_drops: Vec<(&'static str, u64)>,
+    /// Frames of received batches dropped, non-zero reasons.
+    pub batch_drops: Vec<(&'static str, u64)>,
     pub ccl_rx_bytes: u64,
     pub ccl_tx_bytes: u64,
 }
@@ -356,7 +377,26 @@ pub(crate) struct ClusterState {
     pub resends: std::collections::VecDeque<Resend>,
     /// Payload of a flow-record batch being written; `None` while in use.
     pub batch: Option<Box<[u8; MAX_PAYLOAD_MTU1500]>>,
+    /// Per owner: the `ForwardedBatch` being filled this burst (sealed by
+    /// `drain_generated`).
+    pub fwd_batches: [Option<OpenBatch>; NodeId::MAX_NODES],
+    /// Frames of a received batch wait in the pool for `drain_generated`:
+    /// until then, forwarded frames decided later in the burst go there
+    /// too (behind them), not out with the burst (`keep_order`).
+    pub pooled_out: bool,
+    /// Frames of received batches dropped, by `DropReason::index()` (the
+    /// carrying datagram is `consumed`; its frames are counted here).
+    pub batch_drops: [u64; DropReason::COUNT],
     pub counters: ClusterCounters,
+}
+
+/// A `ForwardedBatch` being filled in a pool slot: its payload starts at
+/// `FRAME_OVERHEAD - TAG_LEN` and is `used` bytes long.
+#[derive(Copy, Clone, Debug)]
+pub(crate) struct OpenBatch {
+    pub slot: u16,
+    pub used: usize,
+    pub path: crate::ccl::FramePath,
 }
 
 /// Errors in `ClusterSpec`, reported by `Pipeline::new`.
@@ -456,6 +496,9 @@ impl ClusterState {
             updates: Vec::with_capacity(MAX_UPDATES),
             resends: std::collections::VecDeque::with_capacity(MAX_RESENDS.min(flow_capacity.max(64))),
             batch: Some(Box::new([0u8; MAX_PAYLOAD_MTU1500])),
+            fwd_batches: [None; NodeId::MAX_NODES],
+            pooled_out: false,
+            batch_drops: [0; DropReason::COUNT],
             counters: ClusterCounters::default(),
         })
     }
@@ -480,6 +523,11 @@ impl ClusterState {
             counters,
             ccl: c.by_kind().collect(),
             ccl_drops: c.by_drop().collect(),
+            batch_drops: DropReason::ALL
+                .iter()
+                .map(|&d| (d.as_str(), self.batch_drops.get(d.index()).copied().unwrap_or(0)))
+                .filter(|&(_, n)| n != 0)
+                .collect(),
             ccl_rx_bytes: c.rx_bytes,
             ccl_tx_bytes: c.tx_bytes,
         }

@@ -4,14 +4,15 @@
 
 use super::pool::{SlotBuf, SlotState, SLOT_HEADROOM};
 use super::{
-    canonical, next_random, ClusterCountersSnapshot, OwnerExtra, Record, Resend, Role, Update, Version,
-    MAX_UPDATES, PENDING_TIMEOUT, RECORD_SWEEP, RESENDS, RESEND_DELAY, SLOT_LEN, STATE_NOT_TCP,
+    canonical, next_random, ClusterCountersSnapshot, OpenBatch, OwnerExtra, Record, Resend, Role, Update, Version,
+    BATCH_FRAME_MAX, BATCH_PAYLOAD_MAX, MAX_UPDATES, PENDING_TIMEOUT, RECORD_SWEEP, RESENDS, RESEND_DELAY, SLOT_LEN,
+    STATE_NOT_TCP,
 };
 use crate::arp::Resolve;
 use crate::buf::PacketBuf;
 use crate::ccl::{
-    BatchWriter, FlowBatch, FlowKey, FlowOp, FlowRecord, ForwardedPacket, FramePath, Message, MessageKind, OwnerQuery,
-    OwnerReply, RelayToOwner, CCL_UDP_PORT, FRAME_OVERHEAD, TAG_LEN,
+    BatchWriter, FlowBatch, FlowKey, FlowOp, FlowRecord, ForwardedBatch, ForwardedPacket, FramePath, Message,
+    MessageKind, OwnerQuery, OwnerReply, RelayToOwner, BATCH_MAX_FRAMES, CCL_UDP_PORT, FRAME_OVERHEAD, TAG_LEN,
 };
 use crate::cluster::{flow_hash, DirectorTable, MemberSet, SeqDelta};
 use crate::conntrack::{tcp_flags, ConnInfo, FlowHandle, L4Info, TcpState, Timeouts, Tracked};
@@ -301,15 +302,21 @@ impl Pipeline {
                 // A fragment from its fragment owner to the flow owner goes
                 // without the flow hint (13 bytes would push a full-size
                 // fragment past a 1600-byte CCL MTU): the owner tells it
-                // from `fragment_owner` and never sends it back.
-                let port = self.wrap(now, buf, Wrap::Forward, iface, owner, None)?;
+                // from `fragment_owner` and never sends it back. Fragments
+                // go alone; other frames join the burst's batch to the
+                // owner (`batch_forward`).
+                let outcome = if rx.frag.is_none() && self.batch_forward(now, iface, owner, buf.data()) {
+                    Outcome::Consumed
+                } else {
+                    Outcome::Forward(self.wrap(now, buf, Wrap::Forward, iface, owner, None)?)
+                };
                 if rx.frag.is_some() {
                     self.frag.counters.to_flow_owner += 1;
                 }
                 if let Some(cl) = self.cluster.as_deref_mut() {
                     cl.counters.forwarded_to_owner += 1;
                 }
-                Ok(Outcome::Forward(port))
+                Ok(outcome)
             }
             Plan::Relay(director) => {
                 let port = self.wrap(now, buf, Wrap::Relay, iface, director, None)?;
@@ -393,6 +400,71 @@ impl Pipeline {
                 Err(DropReason::CclMalformed)
             }
         }
+    }
+
+    /// Copy `frame` into the `ForwardedBatch` being filled for `to` (a new
+    /// one in a pool slot if none is open or it is full). `false`: the frame
+    /// is to be wrapped alone, in place — it is longer than
+    /// `BATCH_FRAME_MAX` and no batch to `to` is open (one that is open
+    /// takes every frame to `to`, so that they leave in order), or there is
+    /// no slot, or the peer is unresolved (`wrap` then says so).
+    fn batch_forward(&mut self, now: Timestamp, iface: u8, to: NodeId, frame: &[u8]) -> bool {
+        let at = FRAME_OVERHEAD - TAG_LEN;
+        let Some(open) = self.cluster.as_deref().and_then(|cl| cl.fwd_batches.get(to.index()).copied()) else {
+            return false;
+        };
+        if open.is_none() && frame.len() > BATCH_FRAME_MAX {
+            return false;
+        }
+        if at + 1 + ForwardedBatch::ENTRY_HEAD + frame.len() + TAG_LEN > SLOT_LEN {
+            return false;
+        }
+        let path = match open {
+            Some(b) => b.path,
+            None => match self.peer_mac(now, to) {
+                Ok((_, p)) => p,
+                Err(_) => return false,
+            },
+        };
+        let Some(cl) = self.cluster.as_deref_mut() else {
+            return false;
+        };
+        for _ in 0..2 {
+            let b = match cl.fwd_batches[to.index()] {
+                Some(b) => b,
+                None => {
+                    let Some(slot) = cl.pool.alloc() else {
+                        cl.counters.pool_full += 1;
+                        return false;
+                    };
+                    OpenBatch { slot, used: 0, path }
+                }
+            };
+            let room = b.used.max(1) + ForwardedBatch::ENTRY_HEAD + frame.len() <= BATCH_PAYLOAD_MAX;
+            let pushed = room
+                .then(|| cl.pool.slots.get_mut(usize::from(b.slot)))
+                .flatten()
+                .and_then(|s| s.buf.as_deref_mut())
+                .and_then(|m| m.get_mut(at..at + BATCH_PAYLOAD_MAX))
+                .and_then(|p| ForwardedBatch::push(p, b.used, iface, frame).ok());
+            match pushed {
+                Some(used) => {
+                    cl.fwd_batches[to.index()] = Some(OpenBatch { used, ..b });
+                    cl.counters.batched_frames += 1;
+                    return true;
+                }
+                // Full: send it and start another.
+                None if b.used > 0 => {
+                    cl.fwd_batches[to.index()] = None;
+                    seal_batch(cl, b);
+                }
+                None => {
+                    cl.pool.give_back(b.slot);
+                    return false;
+                }
+            }
+        }
+        false
     }
 
     /// Seal `msg` to `to` into a pool slot queued for the CCL port. `false`
@@ -562,10 +634,15 @@ impl Pipeline {
                     cl.counters.forwarded_received += 1;
                 }
                 let rx = Rx { hinted, ..Rx::ccl(IfIndex(u16::from(iface))) };
-                if let Some(o) = self.fast_ipv4(now, in_port, IfIndex(u16::from(iface)), rx, buf) {
-                    return Ok(o);
-                }
-                Ok(self.classify(now, in_port, buf, rx))
+                let o = match self.fast_ipv4(now, in_port, IfIndex(u16::from(iface)), rx, buf) {
+                    Some(o) => o,
+                    None => self.classify(now, in_port, buf, rx),
+                };
+                Ok(self.keep_order(o, buf))
+            }
+            Message::ForwardedBatch(b) => {
+                self.batch_in(now, in_port, &b);
+                Ok(Outcome::Consumed)
             }
             Message::RelayToOwner(f) => {
                 let (off, len, iface) = (at(f.frame), f.frame.len(), f.ingress_iface);
@@ -576,7 +653,8 @@ impl Pipeline {
                     if let Some(cl) = self.cluster.as_deref_mut() {
                         cl.counters.relays_owned += 1;
                     }
-                    return Ok(self.classify(now, in_port, buf, Rx::ccl(IfIndex(u16::from(iface)))));
+                    let o = self.classify(now, in_port, buf, Rx::ccl(IfIndex(u16::from(iface))));
+                    return Ok(self.keep_order(o, buf));
                 }
                 let owner = match self.cluster.as_deref() {
                     Some(cl) => match cl.records.get(&canonical(&tuple)) {
@@ -1116,10 +1194,136 @@ impl Pipeline {
         }
     }
 
-    /// Hand the queued CCL frames and released pending frames to `f`.
+    /// Seal the open forwarded batches, then hand the queued CCL frames
+    /// and released pending frames to `f`.
     pub(crate) fn cluster_drain(&mut self, f: &mut impl FnMut(PortId, &[u8])) {
         if let Some(cl) = self.cluster.as_deref_mut() {
+            cl.pooled_out = false;
+            for n in 0..cl.fwd_batches.len() {
+                if let Some(b) = cl.fwd_batches.get_mut(n).and_then(Option::take) {
+                    seal_batch(cl, b);
+                }
+            }
             cl.pool.drain(&mut self.counters.ports, f);
+        }
+    }
+
+    /// Owner: a frame forwarded to us that is to leave while frames of an
+    /// earlier batch wait in the pool (`ClusterState::pooled_out`) is
+    /// copied there behind them, so that a flow's frames leave in the order
+    /// they arrived. Without a free slot it leaves as decided.
+    fn keep_order<B: PacketBuf>(&mut self, o: Outcome, buf: &B) -> Outcome {
+        let Outcome::Forward(port) = o else {
+            return o;
+        };
+        let Some(cl) = self.cluster.as_deref_mut().filter(|cl| cl.pooled_out) else {
+            return o;
+        };
+        let frame = buf.data();
+        let Some(i) = cl.pool.alloc() else {
+            cl.counters.pool_full += 1;
+            return o;
+        };
+        let copied = cl
+            .pool
+            .slots
+            .get_mut(usize::from(i))
+            .and_then(|s| {
+                s.buf.as_deref_mut()?.get_mut(SLOT_HEADROOM..SLOT_HEADROOM + frame.len())?.copy_from_slice(frame);
+                s.start = SLOT_HEADROOM;
+                s.len = frame.len();
+                Some(())
+            })
+            .is_some();
+        if !copied {
+            cl.pool.give_back(i);
+            return o;
+        }
+        cl.pool.push_out(i, port);
+        Outcome::Consumed
+    }
+
+    /// Owner: decide the frames of a received `ForwardedBatch`, in order.
+    /// Each is copied into a pool slot first (the datagram is borrowed
+    /// while they are read), then processed there like a `ForwardedPacket`'s
+    /// frame; what passes leaves through `drain_generated`, after the
+    /// frames forwarded in place during the burst.
+    fn batch_in(&mut self, now: Timestamp, in_port: PortId, b: &ForwardedBatch<'_>) {
+        let mut taken = [(0u16, 0u8); BATCH_MAX_FRAMES];
+        let mut n = 0;
+        let Some(cl) = self.cluster.as_deref_mut() else {
+            return;
+        };
+        cl.counters.batches_received += 1;
+        for (iface, frame) in b.frames() {
+            cl.counters.forwarded_received += 1;
+            let copied = cl.pool.alloc().filter(|&i| {
+                let Some(s) = cl.pool.slots.get_mut(usize::from(i)) else {
+                    return false;
+                };
+                let Some(dst) = s.buf.as_deref_mut().and_then(|m| m.get_mut(SLOT_HEADROOM..SLOT_HEADROOM + frame.len()))
+                else {
+                    cl.pool.give_back(i);
+                    return false;
+                };
+                dst.copy_from_slice(frame);
+                s.start = SLOT_HEADROOM;
+                s.len = frame.len();
+                true
+            });
+            match (copied, taken.get_mut(n)) {
+                (Some(i), Some(t)) => {
+                    *t = (i, iface);
+                    n += 1;
+                }
+                (i, _) => {
+                    if let Some(i) = i {
+                        cl.pool.give_back(i);
+                    }
+                    cl.counters.pool_full += 1;
+                    cl.counters.batch_frame_drops += 1;
+                }
+            }
+        }
+        for &(i, iface) in taken.get(..n).unwrap_or(&[]) {
+            let Some((start, len, mut mem)) = self.cluster.as_deref_mut().and_then(|cl| {
+                let s = cl.pool.slots.get_mut(usize::from(i))?;
+                Some((s.start, s.len, s.buf.take()?))
+            }) else {
+                continue;
+            };
+            let mut sb = SlotBuf { mem: &mut mem[..], start, end: start + len };
+            let ifx = IfIndex(u16::from(iface));
+            let rx = Rx::ccl(ifx);
+            let outcome = match self.fast_ipv4(now, in_port, ifx, rx, &mut sb) {
+                Some(o) => o,
+                None => self.classify(now, in_port, &mut sb, rx),
+            };
+            let (start, end) = (sb.start, sb.end);
+            let Some(cl) = self.cluster.as_deref_mut() else {
+                return;
+            };
+            if let Some(s) = cl.pool.slots.get_mut(usize::from(i)) {
+                s.buf = Some(mem);
+                s.start = start;
+                s.len = end - start;
+            }
+            // A slot from `alloc` is still `Free` in state: `push_out`
+            // queues it, `give_back` returns it.
+            match outcome {
+                Outcome::Forward(p) | Outcome::ArpReply(p) | Outcome::EchoReply(p) => {
+                    cl.pooled_out = true;
+                    cl.pool.push_out(i, p);
+                }
+                Outcome::Consumed => cl.pool.give_back(i),
+                Outcome::Drop(r) => {
+                    cl.counters.batch_frame_drops += 1;
+                    if let Some(c) = cl.batch_drops.get_mut(r.index()) {
+                        *c += 1;
+                    }
+                    cl.pool.give_back(i);
+                }
+            }
         }
     }
 
@@ -1221,4 +1425,34 @@ fn unwrap_to<B: PacketBuf>(buf: &mut B, off: usize, len: usize, total: usize) ->
         return Err(DropReason::CclMalformed);
     }
     Ok(())
+}
+
+/// Seal the batch `b` in its slot and queue it for the CCL port; a batch
+/// that cannot be sealed (never: `batch_forward` built it) is counted lost.
+fn seal_batch(cl: &mut super::ClusterState, b: OpenBatch) {
+    let epoch = cl.members.epoch();
+    let sealed = cl
+        .pool
+        .slots
+        .get_mut(usize::from(b.slot))
+        .and_then(|s| {
+            let n = cl.sealer.seal_batch_in_place(&b.path, epoch, b.used, s.buf.as_deref_mut()?).ok()?;
+            s.start = 0;
+            s.len = n;
+            Some(())
+        })
+        .is_some();
+    if sealed {
+        cl.counters.batches_sent += 1;
+        cl.pool.push_out(b.slot, cl.ccl_port);
+    } else {
+        let count = cl
+            .pool
+            .slots
+            .get(usize::from(b.slot))
+            .and_then(|s| s.buf.as_deref()?.get(FRAME_OVERHEAD - TAG_LEN).copied())
+            .unwrap_or(0);
+        cl.counters.batch_frame_drops += u64::from(count);
+        cl.pool.give_back(b.slot);
+    }
 }

@@ -189,6 +189,13 @@ impl Bed {
         self.run(VecDeque::from([(n, port, frame)]))
     }
 
+    /// `send` of several frames to node `n` on `port` as one burst: all are
+    /// processed before any node drains what it generated.
+    pub fn send_burst(&mut self, n: usize, port: PortId, frames: Vec<Vec<u8>>) -> Vec<(usize, PortId, Vec<u8>)> {
+        self.now_ms += 1;
+        self.run(frames.into_iter().map(|f| (n, port, f)).collect())
+    }
+
     fn run(&mut self, mut queue: VecDeque<(usize, PortId, Vec<u8>)>) -> Vec<(usize, PortId, Vec<u8>)> {
         let now = self.now();
         let mut out = vec![];

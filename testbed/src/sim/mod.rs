@@ -1438,7 +1438,7 @@ impl Sim {
                         d / 1000
                     ));
                 }
-                if kind != "forwarded-packet" && kind != "state-update" {
+                if kind != "forwarded-packet" && kind != "forwarded-batch" && kind != "state-update" {
                     self.trace_line(format!(
                         "CCL {kind} node{node} -> node{n} arrives in {} µs",
                         d / 1000
