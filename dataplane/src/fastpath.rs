@@ -148,7 +148,10 @@ impl Pipeline {
         let (tuple, l4) = fast_l4(&ip, src, dst)?;
         let len = u32::from(ip.total_len());
         if self.cluster.is_some() {
-            self.counters.fast_path += 1;
+            // A frame from the CCL was counted with its datagram.
+            if rx.via == Via::Port {
+                self.counters.fast_path += 1;
+            }
             match self.cluster_plan(now, &tuple, Some(&l4), rx) {
                 Plan::Own => {}
                 Plan::Drop(r) => return Some(Outcome::Drop(r)),

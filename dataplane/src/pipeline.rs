@@ -271,8 +271,9 @@ pub struct Counters {
     pub generated_dropped: u64,
     /// Frames received with an 802.1Q tag.
     pub vlan_tagged: u64,
-    /// Frames the fast path handled (`dataplane::fastpath`; also in
-    /// `forwarded` or `drops`).
+    /// Frames `process` was given that the fast path handled
+    /// (`dataplane::fastpath`; also in `forwarded`, `consumed` or `drops`;
+    /// a CCL datagram counts once, whatever it carried).
     pub fast_path: u64,
     /// Frames held for an unresolved next hop (`arphold`; `held` is also
     /// in `consumed`).

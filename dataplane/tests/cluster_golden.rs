@@ -32,6 +32,7 @@ fn accounted(bed: &Bed) {
     for (n, p) in bed.nodes.iter().enumerate() {
         let c = p.counters();
         assert_eq!(c.packets, c.emitted() + c.consumed + c.dropped(), "node {n}: every packet accounted for");
+        assert!(c.fast_path <= c.packets, "node {n}: the fast path counts frames given to process");
     }
 }
 
