@@ -124,22 +124,12 @@ impl ArpHold {
         let Some(i) = self.pool.alloc() else {
             return Hold::Refused;
         };
-        let copied = self
-            .pool
-            .slots
-            .get_mut(usize::from(i))
-            .and_then(|s| {
-                let dst = s.buf.as_deref_mut()?.get_mut(SLOT_HEADROOM..SLOT_HEADROOM + frame.len())?;
-                dst.copy_from_slice(frame);
-                s.start = SLOT_HEADROOM;
-                s.len = frame.len();
-                s.state = SlotState::Held { next_hop, port, deadline: now.saturating_add(wait), seq: self.seq };
-                Some(())
-            })
-            .is_some();
-        if !copied {
+        if !self.pool.fill(i, frame) {
             self.pool.give_back(i);
             return Hold::Refused;
+        }
+        if let Some(s) = self.pool.slots.get_mut(usize::from(i)) {
+            s.state = SlotState::Held { next_hop, port, deadline: now.saturating_add(wait), seq: self.seq };
         }
         self.seq += 1;
         self.held += 1;

@@ -563,18 +563,7 @@ impl Pipeline {
         let Some(i) = cl.pool.alloc() else {
             return Err(DropReason::ClusterPendingFull);
         };
-        let copied = match cl.pool.slots.get_mut(usize::from(i)) {
-            Some(slot) => match slot.buf.as_deref_mut().and_then(|b| b.get_mut(SLOT_HEADROOM..SLOT_HEADROOM + len)) {
-                Some(dst) => {
-                    dst.copy_from_slice(buf.data());
-                    slot.start = SLOT_HEADROOM;
-                    slot.len = len;
-                    true
-                }
-                None => false,
-            },
-            None => false,
-        };
+        let copied = cl.pool.fill(i, buf.data());
         let st = SlotState::Pending {
             query_id,
             key,
@@ -1219,23 +1208,11 @@ impl Pipeline {
         let Some(cl) = self.cluster.as_deref_mut().filter(|cl| cl.pooled_out) else {
             return o;
         };
-        let frame = buf.data();
         let Some(i) = cl.pool.alloc() else {
             cl.counters.pool_full += 1;
             return o;
         };
-        let copied = cl
-            .pool
-            .slots
-            .get_mut(usize::from(i))
-            .and_then(|s| {
-                s.buf.as_deref_mut()?.get_mut(SLOT_HEADROOM..SLOT_HEADROOM + frame.len())?.copy_from_slice(frame);
-                s.start = SLOT_HEADROOM;
-                s.len = frame.len();
-                Some(())
-            })
-            .is_some();
-        if !copied {
+        if !cl.pool.fill(i, buf.data()) {
             cl.pool.give_back(i);
             return o;
         }
@@ -1257,22 +1234,9 @@ impl Pipeline {
         cl.counters.batches_received += 1;
         for (iface, frame) in b.frames() {
             cl.counters.forwarded_received += 1;
-            let copied = cl.pool.alloc().filter(|&i| {
-                let Some(s) = cl.pool.slots.get_mut(usize::from(i)) else {
-                    return false;
-                };
-                let Some(dst) = s.buf.as_deref_mut().and_then(|m| m.get_mut(SLOT_HEADROOM..SLOT_HEADROOM + frame.len()))
-                else {
-                    cl.pool.give_back(i);
-                    return false;
-                };
-                dst.copy_from_slice(frame);
-                s.start = SLOT_HEADROOM;
-                s.len = frame.len();
-                true
-            });
-            match (copied, taken.get_mut(n)) {
-                (Some(i), Some(t)) => {
+            let slot = cl.pool.alloc();
+            match (slot, taken.get_mut(n)) {
+                (Some(i), Some(t)) if cl.pool.fill(i, frame) => {
                     *t = (i, iface);
                     n += 1;
                 }

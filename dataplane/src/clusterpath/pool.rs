@@ -87,6 +87,20 @@ impl FramePool {
     pub fn alloc(&mut self) -> Option<u16> {
         self.free.pop()
     }
+    /// Copy `frame` into slot `i` at `SLOT_HEADROOM` and make it the slot's
+    /// contents. `false` (nothing written) when it does not fit.
+    pub fn fill(&mut self, i: u16, frame: &[u8]) -> bool {
+        let Some(s) = self.slots.get_mut(usize::from(i)) else {
+            return false;
+        };
+        let Some(dst) = s.buf.as_deref_mut().and_then(|b| b.get_mut(SLOT_HEADROOM..SLOT_HEADROOM + frame.len())) else {
+            return false;
+        };
+        dst.copy_from_slice(frame);
+        s.start = SLOT_HEADROOM;
+        s.len = frame.len();
+        true
+    }
     /// Return a slot from `alloc` that was never used.
     pub fn give_back(&mut self, i: u16) {
         if self.slots.get(usize::from(i)).is_some_and(|s| matches!(s.state, SlotState::Free)) {
