@@ -166,7 +166,7 @@ fn batch_records_come_back() {
 #[test]
 fn fixture_sealed_heartbeat() {
     const FIXTURE: [u8; 54] = [
-        0x43, 0x46, 0x02, 0x01, 0x00, 0x01, 0x00, 0x00, // magic, v2, heartbeat, flags, node1, ch0, rsvd
+        0x43, 0x46, 0x03, 0x01, 0x00, 0x01, 0x00, 0x00, // magic, v3, heartbeat, flags, node1, ch0, rsvd
         0xab, 0x20, 0x99, 0xd9, // cluster id of "lab"
         0x65, 0x53, 0xf1, 0x00, // incarnation 1_700_000_000
         0, 0, 0, 0, 0, 0, 0, 1, // seq 1
@@ -174,7 +174,7 @@ fn fixture_sealed_heartbeat() {
         0x00, 0x04, // payload length
         0x0a, 0x02, 0x80, 0x07, // priority 10, state 2, members 0x8007
         // tag
-        0x78, 0x42, 0xd1, 0x9f, 0x77, 0xcf, 0xae, 0x68, 0x8a, 0xb0, 0xb1, 0xa0, 0xae, 0x56, 0x6a, 0x07,
+        0x12, 0x57, 0x0d, 0x6e, 0x54, 0x8b, 0x35, 0x48, 0x5c, 0xf4, 0x62, 0x88, 0x83, 0xb8, 0x5e, 0x64,
     ];
     let mut s = sealer();
     let d = seal(&mut s, &Message::Heartbeat(Heartbeat { priority: 10, state: 2, member_bitmap: 0x8007 }));
@@ -615,4 +615,37 @@ fn in_place_batch_equals_copying_and_opens() {
     // Not a batch: count 0.
     let mut bad = vec![0u8; 256];
     assert!(b.seal_batch_in_place(&path, Epoch(4), 20, &mut bad).is_err());
+}
+
+/// The MAC follows the message length: below `MAC_X4_FROM` bytes of header
+/// and payload it is AEGIS-128L, from there AEGIS-128X4, each under its own
+/// key derived from the secret (computed here independently of `CclKey`).
+#[test]
+fn mac_by_length_with_independent_keys() {
+    use aegis::aegis128l::Aegis128LMac;
+    use aegis::aegis128x4::Aegis128X4Mac;
+    let derive = |context: &str| {
+        let k = blake3::derive_key(context, SECRET.as_bytes());
+        let mut m = [0u8; 16];
+        m.copy_from_slice(&k[..16]);
+        m
+    };
+    let (kl, kx) = (derive("clusterfw ccl v3 aegis-128l-mac"), derive("clusterfw ccl v3 aegis-128x4-mac"));
+    assert_ne!(kl, kx);
+    for frame_len in [14usize, auth::MAC_X4_FROM - HEADER_LEN - 3, auth::MAC_X4_FROM - HEADER_LEN - 2, 1514] {
+        let fr = vec![0x5au8; frame_len];
+        let d = seal(&mut sealer(), &Message::ForwardedPacket(ForwardedPacket { ingress_iface: 1, flow_hint: None, frame: &fr }));
+        let (covered, tag) = d.split_at(d.len() - TAG_LEN);
+        let want: [u8; 16] = if covered.len() < auth::MAC_X4_FROM {
+            let mut m = Aegis128LMac::<16>::new(&kl);
+            m.update(covered);
+            m.finalize()
+        } else {
+            let mut m = Aegis128X4Mac::<16>::new(&kx);
+            m.update(covered);
+            m.finalize()
+        };
+        assert_eq!(tag, &want[..], "{} bytes covered", covered.len());
+        assert!(opener().open(&d).is_ok());
+    }
 }
