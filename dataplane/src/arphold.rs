@@ -78,6 +78,23 @@ impl ArpHold {
         self.held
     }
 
+    /// How many frames wait for `next_hop`, and the slot of the oldest.
+    fn for_hop(&self, next_hop: Ipv4Addr) -> (usize, Option<u16>) {
+        let mut n = 0;
+        let mut oldest: Option<(u64, u16)> = None;
+        for (i, s) in self.pool.slots.iter().enumerate() {
+            if let SlotState::Held { next_hop: h, seq, .. } = s.state {
+                if h == next_hop {
+                    n += 1;
+                    if oldest.is_none_or(|(q, _)| seq < q) {
+                        oldest = Some((seq, i as u16));
+                    }
+                }
+            }
+        }
+        (n, oldest.map(|(_, i)| i))
+    }
+
     /// Whether `hold` will take a frame of up to `len` bytes for
     /// `next_hop` (asked before the frame is rewritten, so that a refused
     /// frame is dropped unchanged).
@@ -85,16 +102,7 @@ impl ArpHold {
         if SLOT_HEADROOM + len > SLOT_LEN {
             return false;
         }
-        if self.held < self.pool.slots.len() {
-            return true;
-        }
-        let for_hop = self
-            .pool
-            .slots
-            .iter()
-            .filter(|s| matches!(s.state, SlotState::Held { next_hop: h, .. } if h == next_hop))
-            .count();
-        for_hop >= HOLD_PER_HOP
+        self.held < self.pool.slots.len() || self.for_hop(next_hop).0 >= HOLD_PER_HOP
     }
 
     /// Copy `frame` (everything rewritten but the destination MAC) to wait
@@ -103,20 +111,9 @@ impl ArpHold {
         if SLOT_HEADROOM + frame.len() > SLOT_LEN {
             return Hold::Refused;
         }
-        let mut for_hop = 0;
-        let mut oldest: Option<(u64, u16)> = None;
-        for (i, s) in self.pool.slots.iter().enumerate() {
-            if let SlotState::Held { next_hop: h, seq, .. } = s.state {
-                if h == next_hop {
-                    for_hop += 1;
-                    if oldest.is_none_or(|(q, _)| seq < q) {
-                        oldest = Some((seq, i as u16));
-                    }
-                }
-            }
-        }
+        let (n, oldest) = self.for_hop(next_hop);
         let mut done = Hold::Held;
-        if let Some((_, i)) = oldest.filter(|_| for_hop >= HOLD_PER_HOP) {
+        if let Some(i) = oldest.filter(|_| n >= HOLD_PER_HOP) {
             done = Hold::Replaced;
             self.held -= 1;
             self.pool.release(i);
@@ -140,23 +137,16 @@ impl ArpHold {
     /// first. Returns how many.
     pub fn release(&mut self, next_hop: Ipv4Addr, mac: [u8; 6]) -> u64 {
         let mut n = 0;
-        while self.held > 0 {
-            let mut first: Option<(u64, u16, PortId)> = None;
-            for (i, s) in self.pool.slots.iter().enumerate() {
-                if let SlotState::Held { next_hop: h, seq, port, .. } = s.state {
-                    if h == next_hop && first.is_none_or(|(q, ..)| seq < q) {
-                        first = Some((seq, i as u16, port));
-                    }
-                }
-            }
-            let Some((_, i, port)) = first else {
+        while let (_, Some(i)) = self.for_hop(next_hop) {
+            let Some(s) = self.pool.slots.get_mut(usize::from(i)) else {
                 break;
             };
-            if let Some(s) = self.pool.slots.get_mut(usize::from(i)) {
-                let start = s.start;
-                if let Some(d) = s.buf.as_deref_mut().and_then(|b| b.get_mut(start..start + 6)) {
-                    d.copy_from_slice(&mac);
-                }
+            let SlotState::Held { port, .. } = s.state else {
+                break;
+            };
+            let start = s.start;
+            if let Some(d) = s.buf.as_deref_mut().and_then(|b| b.get_mut(start..start + 6)) {
+                d.copy_from_slice(&mac);
             }
             self.held -= 1;
             n += 1;

@@ -212,8 +212,8 @@ impl Pipeline {
                 return Some(m.mac);
             }
         }
-        let (mac, expires) = match self.static_neighbors.iter().find(|(a, _)| *a == ip) {
-            Some(&(_, mac)) => (mac, None),
+        let (mac, expires) = match self.static_neighbor(ip) {
+            Some(mac) => (mac, None),
             None => {
                 let (mac, e) = self.arp.fresh(now, ip)?;
                 (mac, Some(e))

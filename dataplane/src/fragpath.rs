@@ -269,7 +269,7 @@ impl Pipeline {
         loop {
             // Take one held fragment and build its frame in a free slot.
             let st = &mut *self.frag;
-            let (i, start, end) = {
+            let i = {
                 let FragState { reasm, pool, .. } = st;
                 let Some(h) = reasm.take_held(&r.key) else {
                     break;
@@ -288,7 +288,11 @@ impl Pipeline {
                 let built = pool
                     .slots
                     .get_mut(usize::from(i))
-                    .and_then(|s| s.buf.as_deref_mut())
+                    .and_then(|s| {
+                        s.start = SLOT_HEADROOM;
+                        s.len = n;
+                        s.buf.as_deref_mut()
+                    })
                     .and_then(|b| b.get_mut(SLOT_HEADROOM..SLOT_HEADROOM + n))
                     .map(|f| {
                         f[..hl].copy_from_slice(&r.tmpl[..hl]);
@@ -305,10 +309,10 @@ impl Pipeline {
                     st.release_drop(DropReason::FragNoBuffer);
                     continue;
                 }
-                (i, SLOT_HEADROOM, SLOT_HEADROOM + n)
+                i
             };
             // Decide it like a packet; the slot's box is out meanwhile.
-            let Some(mut b) = self.frag.pool.slots.get_mut(usize::from(i)).and_then(|s| s.buf.take()) else {
+            let Some((mut b, start, end)) = self.frag.pool.take(i) else {
                 self.frag.pool.give_back(i);
                 continue;
             };
@@ -317,11 +321,7 @@ impl Pipeline {
             let outcome = self.classify(now, r.in_port, &mut sb, rx);
             let (start, end) = (sb.start, sb.end);
             let st = &mut *self.frag;
-            if let Some(s) = st.pool.slots.get_mut(usize::from(i)) {
-                s.buf = Some(b);
-                s.start = start;
-                s.len = end - start;
-            }
+            st.pool.put_back(i, b, start, end);
             match outcome {
                 Outcome::Forward(p) | Outcome::ArpReply(p) | Outcome::EchoReply(p) => {
                     st.counters.released += 1;

@@ -417,7 +417,7 @@ pub struct Pipeline {
     pub(crate) conntrack: ConnTable,
     pub(crate) arp: ArpCache,
     /// `PipelineConfig::static_neighbors`, searched linearly (a handful).
-    pub(crate) static_neighbors: Vec<(Ipv4Addr, [u8; 6])>,
+    static_neighbors: Vec<(Ipv4Addr, [u8; 6])>,
     generated: Vec<Generated>,
     pub(crate) counters: Counters,
     /// Cluster roles (`clusterpath`); `None` in single-node mode.
@@ -1260,10 +1260,16 @@ impl Pipeline {
     /// The MAC of `ip` behind interface `ifx`: a static neighbour, else the
     /// ARP cache.
     pub(crate) fn neighbor(&mut self, now: Timestamp, ip: Ipv4Addr, ifx: IfIndex) -> Resolve {
-        match self.static_neighbors.iter().find(|(a, _)| *a == ip) {
-            Some(&(_, mac)) => Resolve::Mac(mac),
+        match self.static_neighbor(ip) {
+            Some(mac) => Resolve::Mac(mac),
             None => self.arp.resolve(now, ip, ifx),
         }
+    }
+
+    /// The MAC of `ip` if it is a static neighbour.
+    #[inline]
+    pub(crate) fn static_neighbor(&self, ip: Ipv4Addr) -> Option<[u8; 6]> {
+        self.static_neighbors.iter().find(|(a, _)| *a == ip).map(|&(_, mac)| mac)
     }
 
     /// Queue a who-has for `target` out of `eg`, to `dst` (broadcast, or

@@ -409,14 +409,13 @@ impl Pipeline {
     /// takes every frame to `to`, so that they leave in order), or there is
     /// no slot, or the peer is unresolved (`wrap` then says so).
     fn batch_forward(&mut self, now: Timestamp, iface: u8, to: NodeId, frame: &[u8]) -> bool {
-        let at = FRAME_OVERHEAD - TAG_LEN;
         let Some(open) = self.cluster.as_deref().and_then(|cl| cl.fwd_batches.get(to.index()).copied()) else {
             return false;
         };
-        if open.is_none() && frame.len() > BATCH_FRAME_MAX {
-            return false;
-        }
-        if at + 1 + ForwardedBatch::ENTRY_HEAD + frame.len() + TAG_LEN > SLOT_LEN {
+        // Too long to open a batch, or for any batch at all.
+        if (open.is_none() && frame.len() > BATCH_FRAME_MAX)
+            || 1 + ForwardedBatch::ENTRY_HEAD + frame.len() > BATCH_PAYLOAD_MAX
+        {
             return false;
         }
         let path = match open {
@@ -429,6 +428,9 @@ impl Pipeline {
         let Some(cl) = self.cluster.as_deref_mut() else {
             return false;
         };
+        let at = FRAME_OVERHEAD - TAG_LEN;
+        // The open batch, or, when it is full, a new one: a frame that fits
+        // `BATCH_PAYLOAD_MAX` always fits an empty batch.
         for _ in 0..2 {
             let b = match cl.fwd_batches[to.index()] {
                 Some(b) => b,
@@ -440,12 +442,11 @@ impl Pipeline {
                     OpenBatch { slot, used: 0, path }
                 }
             };
-            let room = b.used.max(1) + ForwardedBatch::ENTRY_HEAD + frame.len() <= BATCH_PAYLOAD_MAX;
-            let pushed = room
-                .then(|| cl.pool.slots.get_mut(usize::from(b.slot)))
-                .flatten()
-                .and_then(|s| s.buf.as_deref_mut())
-                .and_then(|m| m.get_mut(at..at + BATCH_PAYLOAD_MAX))
+            let pushed = cl
+                .pool
+                .slots
+                .get_mut(usize::from(b.slot))
+                .and_then(|s| s.buf.as_deref_mut()?.get_mut(at..at + BATCH_PAYLOAD_MAX))
                 .and_then(|p| ForwardedBatch::push(p, b.used, iface, frame).ok());
             match pushed {
                 Some(used) => {
@@ -453,7 +454,7 @@ impl Pipeline {
                     cl.counters.batched_frames += 1;
                     return true;
                 }
-                // Full: send it and start another.
+                // Full (bytes or frames): send it and start another.
                 None if b.used > 0 => {
                     cl.fwd_batches[to.index()] = None;
                     seal_batch(cl, b);
@@ -765,12 +766,11 @@ impl Pipeline {
                 _ => continue,
             };
             let i = i as u16;
-            let (start, len) = (slot.start, slot.len);
-            let Some(mut frame) = slot.buf.take() else {
+            let Some((mut frame, start, end)) = cl.pool.take(i) else {
                 cl.pool.release(i);
                 continue;
             };
-            let mut sb = SlotBuf { mem: &mut frame[..], start, end: start + len };
+            let mut sb = SlotBuf { mem: &mut frame[..], start, end };
             // Some(Some(port)): send it; Some(None): the pipeline kept a
             // copy (held for the next hop's ARP reply); None: dropped.
             let sent = match owner {
@@ -807,11 +807,7 @@ impl Pipeline {
             let Some(cl) = self.cluster.as_deref_mut() else {
                 return;
             };
-            if let Some(slot) = cl.pool.slots.get_mut(usize::from(i)) {
-                slot.buf = Some(frame);
-                slot.start = start;
-                slot.len = end - start;
-            }
+            cl.pool.put_back(i, frame, start, end);
             match sent {
                 Some(Some(p)) => {
                     cl.counters.pending_released += 1;
@@ -1250,13 +1246,10 @@ impl Pipeline {
             }
         }
         for &(i, iface) in taken.get(..n).unwrap_or(&[]) {
-            let Some((start, len, mut mem)) = self.cluster.as_deref_mut().and_then(|cl| {
-                let s = cl.pool.slots.get_mut(usize::from(i))?;
-                Some((s.start, s.len, s.buf.take()?))
-            }) else {
+            let Some((mut mem, start, end)) = self.cluster.as_deref_mut().and_then(|cl| cl.pool.take(i)) else {
                 continue;
             };
-            let mut sb = SlotBuf { mem: &mut mem[..], start, end: start + len };
+            let mut sb = SlotBuf { mem: &mut mem[..], start, end };
             let ifx = IfIndex(u16::from(iface));
             let rx = Rx::ccl(ifx);
             let outcome = match self.fast_ipv4(now, in_port, ifx, rx, &mut sb) {
@@ -1267,11 +1260,7 @@ impl Pipeline {
             let Some(cl) = self.cluster.as_deref_mut() else {
                 return;
             };
-            if let Some(s) = cl.pool.slots.get_mut(usize::from(i)) {
-                s.buf = Some(mem);
-                s.start = start;
-                s.len = end - start;
-            }
+            cl.pool.put_back(i, mem, start, end);
             // A slot from `alloc` is still `Free` in state: `push_out`
             // queues it, `give_back` returns it.
             match outcome {

@@ -101,6 +101,21 @@ impl FramePool {
         s.len = frame.len();
         true
     }
+    /// Move slot `i`'s buffer out with its frame's bounds `(start, end)`,
+    /// to process it as a `SlotBuf` while the pool is borrowed elsewhere;
+    /// `put_back` returns it.
+    pub fn take(&mut self, i: u16) -> Option<(Box<[u8; SLOT_LEN]>, usize, usize)> {
+        let s = self.slots.get_mut(usize::from(i))?;
+        Some((s.buf.take()?, s.start, s.start + s.len))
+    }
+    /// Return a buffer from `take`, its frame now at `start..end`.
+    pub fn put_back(&mut self, i: u16, buf: Box<[u8; SLOT_LEN]>, start: usize, end: usize) {
+        if let Some(s) = self.slots.get_mut(usize::from(i)) {
+            s.buf = Some(buf);
+            s.start = start;
+            s.len = end - start;
+        }
+    }
     /// Return a slot from `alloc` that was never used.
     pub fn give_back(&mut self, i: u16) {
         if self.slots.get(usize::from(i)).is_some_and(|s| matches!(s.state, SlotState::Free)) {
