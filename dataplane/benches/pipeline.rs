@@ -14,7 +14,7 @@
 //!
 //! `established_general_path/100000`: the same with the fast path off
 //! (`Pipeline::set_fast_path(false)`): what every established packet cost
-//! before `dataplane::fastpath`, and what packets the fast path declines
+//! before the fast path (`pipeline/fast.rs`), and what packets the fast path declines
 //! (VLAN, cluster mode, options, ...) still cost.
 //!
 //! `new_connections`: SYNs for distinct tuples into a fresh table (1024 per

@@ -20,7 +20,6 @@
 //! does meanwhile; divide the collected count by the packet count.
 
 #[path = "../tests/cluster_bed/mod.rs"]
-#[allow(dead_code)]
 mod cluster_bed;
 
 use cluster_bed::*;

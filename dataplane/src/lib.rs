@@ -9,18 +9,15 @@
 
 pub mod acl;
 pub mod arp;
-pub mod arphold;
 pub mod buf;
 pub mod ccl;
-pub mod clusterpath;
 pub mod cluster;
+pub mod conntrack;
+pub mod frag;
 pub mod pipeline;
 pub mod prefetch;
 pub mod route;
-pub mod conntrack;
-pub mod fastpath;
-pub mod frag;
-pub mod fragpath;
+pub(crate) mod slots;
 pub mod types;
 pub mod wire;
 

@@ -616,7 +616,7 @@ fn reordered_state_updates_keep_the_newer_state() {
 /// the older generation's updates, whatever order they arrive in.
 #[test]
 fn record_versions_compare_by_generation_then_seq() {
-    use dataplane::clusterpath::Version;
+    use dataplane::pipeline::cluster::Version;
     let v = |generation, seq| Version { generation, seq };
     assert!(v(1, 0).older_than(v(1, 1)));
     assert!(!v(1, 1).older_than(v(1, 1)));

@@ -1,4 +1,4 @@
-//! The fast path (`dataplane::fastpath`) must do exactly what the general
+//! The fast path (`dataplane/src/pipeline/fast.rs`) must do exactly what the general
 //! path does, or nothing. Two pipelines with the same configuration, one
 //! with the fast path on and one with it off, get the same random traffic —
 //! TCP connections with in- and out-of-window segments, FIN/RST, invalid

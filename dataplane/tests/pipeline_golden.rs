@@ -121,7 +121,7 @@ fn run(p: &mut Pipeline, rows: Vec<Row>) {
     let mut now_ms = 1_000u64;
     for r in rows {
         now_ms = r.at_ms.unwrap_or(now_ms + 1);
-        let before = flat(p.counters());
+        let before = flat(&p.counters());
         let mut buf = VecBuf::new(&r.frame);
         let v = p.process(Timestamp::from_millis(now_ms), r.port, &mut buf);
         assert_eq!(v, r.verdict, "{}: verdict", r.desc);
@@ -170,7 +170,7 @@ fn run(p: &mut Pipeline, rows: Vec<Row>) {
         for &(k, n) in &r.deltas {
             add(k.into(), n);
         }
-        let after = flat(p.counters());
+        let after = flat(&p.counters());
         for (k, a) in &after {
             let d = a - before[k];
             assert_eq!(

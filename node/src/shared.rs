@@ -23,7 +23,7 @@ pub enum Query {
 
 pub enum Reply {
     /// The pipeline counters and the fragment path's counters.
-    Counters(Box<CountersSnapshot>, Box<dataplane::fragpath::FragSnapshot>),
+    Counters(Box<CountersSnapshot>, Box<dataplane::pipeline::FragSnapshot>),
     Conns(Vec<ConnInfo>, usize),
     Routes(Vec<RouteInfo>),
     Arp(Vec<ArpInfo>),

@@ -176,6 +176,33 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> EthernetFrame<T> {
     }
 }
 
+/// Write both MACs of the frame at the start of `buf` (a rewrite of a frame
+/// already parsed: only the 12 address bytes are needed). `false` (nothing
+/// written) when `buf` is shorter.
+#[inline]
+pub fn write_macs(buf: &mut [u8], dst: [u8; 6], src: [u8; 6]) -> bool {
+    let Some(h) = buf.get_mut(field::DST.start..field::SRC.end) else {
+        return false;
+    };
+    h[field::DST].copy_from_slice(&dst);
+    h[field::SRC].copy_from_slice(&src);
+    true
+}
+
+/// Turn a frame that just had `TAG_LEN` bytes prepended (an untagged frame
+/// whose MACs now sit 4 bytes early) into a tagged one: write the 802.1Q
+/// tag (TPID 0x8100, PCP 0, `vid`) where the tag goes. Bytes 0..12 are
+/// stale afterwards: the caller writes both MACs. `false` (nothing written)
+/// when `buf` is shorter than a tagged header.
+pub fn write_tag(buf: &mut [u8], vid: u16) -> bool {
+    if buf.len() < HEADER_LEN + TAG_LEN {
+        return false;
+    }
+    buf[field::ETHERTYPE].copy_from_slice(&ethertype::VLAN.to_be_bytes());
+    buf[field::TCI0].copy_from_slice(&(vid & 0x0fff).to_be_bytes());
+    true
+}
+
 /// Write an untagged (or single-tagged) Ethernet header into `buf` and
 /// return its length; `buf` must hold at least 18 bytes.
 pub fn emit_header(
@@ -271,6 +298,29 @@ mod tests {
         f.set_dst([3; 6]);
         assert_eq!(f.vlan(), Some(7));
         assert_eq!(&b[..14], &[3, 3, 3, 3, 3, 3, 1, 1, 1, 1, 1, 1, 0x81, 0x00]);
+    }
+
+    #[test]
+    fn write_tag_after_prepend() {
+        // An untagged IPv4 frame with 4 bytes of headroom used up: the old
+        // MACs sit at 4..16, the EtherType at 16..18.
+        let mut b = [0u8; 4 + 14];
+        b[4..10].copy_from_slice(&[9; 6]);
+        b[10..16].copy_from_slice(&[8; 6]);
+        b[16..18].copy_from_slice(&ethertype::IPV4.to_be_bytes());
+        assert!(write_tag(&mut b, 0x1234 | 5));
+        let mut f = EthernetFrame::new_checked(&mut b[..]).unwrap();
+        f.set_dst([1; 6]);
+        f.set_src([2; 6]);
+        assert_eq!((f.tag_count(), f.vlan(), f.ethertype()), (1, Some(0x234 | 5), ethertype::IPV4));
+        assert_eq!(f.src(), [2; 6]);
+        assert!(!write_tag(&mut [0u8; 17], 5), "too short for a tagged header");
+        let mut short = [7u8; 11];
+        assert!(!write_macs(&mut short, [1; 6], [2; 6]));
+        assert_eq!(short, [7; 11], "nothing written");
+        let mut h = [0u8; 12];
+        assert!(write_macs(&mut h, [1; 6], [2; 6]));
+        assert_eq!(h, [1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2]);
     }
 
     proptest! {

@@ -8,6 +8,7 @@
 use super::checksum;
 use super::ipv4::{self, Ipv4Packet};
 use core::fmt;
+use crate::types::ip_proto;
 use std::net::Ipv4Addr;
 
 pub const HEADER_LEN: usize = 8;
@@ -57,6 +58,24 @@ pub struct Embedded {
     pub protocol: u8,
     /// First 8 bytes of the original payload.
     pub l4: [u8; 8],
+}
+
+impl Embedded {
+    /// The quoted datagram's ports as a `FiveTuple` holds them (SPEC R3):
+    /// TCP and UDP ports; an ICMP echo request (identifier, 0), an echo
+    /// reply (0, identifier); anything else (0, 0).
+    pub fn ports(&self) -> (u16, u16) {
+        let be16 = |at: usize| u16::from_be_bytes([self.l4[at], self.l4[at + 1]]);
+        match self.protocol {
+            ip_proto::TCP | ip_proto::UDP => (be16(0), be16(2)),
+            ip_proto::ICMP => match self.l4[0] {
+                msg_type::ECHO_REQUEST => (be16(4), 0),
+                msg_type::ECHO_REPLY => (0, be16(4)),
+                _ => (0, 0),
+            },
+            _ => (0, 0),
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -237,6 +256,7 @@ mod tests {
         assert_eq!(e.dst, Ipv4Addr::new(93, 184, 216, 34));
         assert_eq!(e.protocol, 6);
         assert_eq!(&e.l4[..4], &[0xc3, 0x50, 0x00, 0x50]);
+        assert_eq!(e.ports(), (0xc350, 80), "TCP ports of the quoted segment");
         assert_eq!(
             Icmpv4Packet::new_checked(&v[..35]).unwrap().embedded(),
             Err(Error::BadEmbedded)
@@ -245,6 +265,17 @@ mod tests {
             Icmpv4Packet::new_checked(&v[..7]).unwrap_err(),
             Error::Truncated
         );
+    }
+
+    #[test]
+    fn embedded_ports_follow_the_hash_rule() {
+        // SPEC R3: echo request (id, 0), echo reply (0, id), others (0, 0).
+        let e = |protocol: u8, l4: [u8; 8]| Embedded { src: Ipv4Addr::LOCALHOST, dst: Ipv4Addr::LOCALHOST, protocol, l4 };
+        assert_eq!(e(17, [0, 53, 0x30, 0x39, 0, 0, 0, 0]).ports(), (53, 12345));
+        assert_eq!(e(1, [msg_type::ECHO_REQUEST, 0, 0, 0, 0x12, 0x34, 0, 1]).ports(), (0x1234, 0));
+        assert_eq!(e(1, [msg_type::ECHO_REPLY, 0, 0, 0, 0x12, 0x34, 0, 1]).ports(), (0, 0x1234));
+        assert_eq!(e(1, [msg_type::TIME_EXCEEDED, 0, 0, 0, 0x12, 0x34, 0, 1]).ports(), (0, 0));
+        assert_eq!(e(47, [1; 8]).ports(), (0, 0), "GRE: no ports");
     }
 
     proptest! {

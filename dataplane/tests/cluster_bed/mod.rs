@@ -8,7 +8,7 @@
 use dataplane::buf::{PacketBuf, VecBuf};
 use dataplane::ccl::{CclPacket, MessageKind, CCL_UDP_PORT};
 use dataplane::cluster::{flow_hash, CookieCodec, DirectorTable, MemberSet};
-use dataplane::clusterpath::cookie_key;
+use dataplane::pipeline::cluster::cookie_key;
 use dataplane::conntrack::Timeouts;
 use dataplane::pipeline::{
     ClusterSpec, InterfaceSpec, Pipeline, PipelineConfig, RouteSpec, Verdict,

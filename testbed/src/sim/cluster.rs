@@ -7,7 +7,7 @@
 
 use super::net;
 use dataplane::cluster::{flow_hash, DirectorTable, MemberSet};
-use dataplane::clusterpath::ClusterSpec;
+use dataplane::pipeline::ClusterSpec;
 use dataplane::pipeline::{Pipeline, PipelineConfig};
 use dataplane::types::{Epoch, FiveTuple, NodeId, Timestamp};
 use std::collections::BTreeMap;
@@ -140,7 +140,7 @@ pub fn is_owner(p: &Pipeline, t: &FiveTuple) -> bool {
 /// The node's role for the connection of `t` and the owner it names
 /// (`Pipeline::cluster_role`; a single-node pipeline owns what it tracks).
 pub fn role_at(p: &Pipeline, node: usize, t: &FiveTuple, now: Timestamp) -> Option<(Role, usize)> {
-    use dataplane::clusterpath::Role as R;
+    use dataplane::pipeline::Role as R;
     match p.cluster_role(now, t) {
         Some((r, o)) => {
             let role = match r {

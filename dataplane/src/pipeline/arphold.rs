@@ -1,4 +1,5 @@
-//! Frames waiting for their next hop's ARP reply.
+//! Frames waiting for their next hop's ARP reply: the egress stage's hold
+//! queue (`pipeline::egress` owns it).
 //!
 //! RFC 1122 §2.3.2.2: "The link layer SHOULD save (rather than discard) at
 //! least one (the latest) packet of each set of packets destined to the
@@ -10,26 +11,25 @@
 //! - a routed frame whose next hop is unresolved (the ARP request is out or
 //!   was sent less than a retry interval ago) is copied, fully rewritten
 //!   but for the destination MAC, into one of `HOLD_SLOTS` frame slots
-//!   (`Verdict::Consumed`, `Counters::arp_held`);
+//!   (`Verdict::Consumed`, `ArpHoldCounters::held`);
 //! - at most `HOLD_PER_HOP` frames per next hop: one more replaces that hop's
-//!   oldest (`arp_hold_replaced`), so the latest are kept;
+//!   oldest (`replaced`), so the latest are kept;
 //! - with every slot taken, or a frame too long for a slot, the frame is
 //!   dropped as before (`arp-unresolved`);
 //! - any ARP packet that stores a mapping for a next hop with frames held
-//!   releases them, in arrival order, with the learnt MAC
-//!   (`arp_hold_released`); `drain_generated` hands them to the driver;
+//!   releases them, in arrival order, with the learnt MAC (`released`);
+//!   `drain` hands them to the driver;
 //! - a frame still held when its next hop's pending entry would be given up
 //!   (`PENDING_RETRIES` retry intervals, the ARP cache's own limit) is
-//!   dropped by `poll_timers` (`arp_hold_expired`).
+//!   dropped by `expire` (`expired`).
 //!
 //! A frame ends in exactly one of released, replaced, expired. Nothing here
 //! allocates after `ArpHold::new`; per frame it is one slot scan (64 slots)
 //! on the unresolved path only, never on the resolved one.
 
-use crate::clusterpath::pool::{FramePool, SlotState, SLOT_HEADROOM};
-use crate::clusterpath::SLOT_LEN;
-use crate::pipeline::PortCounters;
+use crate::slots::{FramePool, SLOT_HEADROOM, SLOT_LEN};
 use crate::types::{Duration, PortId, Timestamp};
+use crate::wire::ethernet::EthernetFrame;
 use std::net::Ipv4Addr;
 
 /// Frame slots for held frames (2 KiB each: 128 KiB per worker).
@@ -50,10 +50,19 @@ pub struct ArpHoldCounters {
     pub replaced: u64,
 }
 
+/// A held frame: waiting for `next_hop`'s MAC, to leave on `port`; `seq`
+/// orders the held frames by arrival.
+#[derive(Copy, Clone, Debug)]
+struct Held {
+    next_hop: Ipv4Addr,
+    port: PortId,
+    deadline: Timestamp,
+    seq: u64,
+}
+
 pub(crate) struct ArpHold {
-    pool: FramePool,
-    /// Slots in `SlotState::Held`.
-    held: usize,
+    /// Held frames are the pool's parked slots.
+    pool: FramePool<Held>,
     /// Arrival order of held frames (oldest = smallest).
     seq: u64,
 }
@@ -70,25 +79,23 @@ pub(crate) enum Hold {
 
 impl ArpHold {
     pub fn new() -> Self {
-        ArpHold { pool: FramePool::new(HOLD_SLOTS), held: 0, seq: 0 }
+        ArpHold { pool: FramePool::new(HOLD_SLOTS), seq: 0 }
     }
 
     /// Frames held now.
     pub fn len(&self) -> usize {
-        self.held
+        self.pool.parked()
     }
 
     /// How many frames wait for `next_hop`, and the slot of the oldest.
     fn for_hop(&self, next_hop: Ipv4Addr) -> (usize, Option<u16>) {
         let mut n = 0;
         let mut oldest: Option<(u64, u16)> = None;
-        for (i, s) in self.pool.slots.iter().enumerate() {
-            if let SlotState::Held { next_hop: h, seq, .. } = s.state {
-                if h == next_hop {
-                    n += 1;
-                    if oldest.is_none_or(|(q, _)| seq < q) {
-                        oldest = Some((seq, i as u16));
-                    }
+        for (i, h) in self.pool.parked_slots() {
+            if h.next_hop == next_hop {
+                n += 1;
+                if oldest.is_none_or(|(q, _)| h.seq < q) {
+                    oldest = Some((h.seq, i));
                 }
             }
         }
@@ -102,7 +109,7 @@ impl ArpHold {
         if SLOT_HEADROOM + len > SLOT_LEN {
             return false;
         }
-        self.held < self.pool.slots.len() || self.for_hop(next_hop).0 >= HOLD_PER_HOP
+        self.pool.parked() < self.pool.len() || self.for_hop(next_hop).0 >= HOLD_PER_HOP
     }
 
     /// Copy `frame` (everything rewritten but the destination MAC) to wait
@@ -115,7 +122,6 @@ impl ArpHold {
         let mut done = Hold::Held;
         if let Some(i) = oldest.filter(|_| n >= HOLD_PER_HOP) {
             done = Hold::Replaced;
-            self.held -= 1;
             self.pool.release(i);
         }
         let Some(i) = self.pool.alloc() else {
@@ -125,11 +131,8 @@ impl ArpHold {
             self.pool.give_back(i);
             return Hold::Refused;
         }
-        if let Some(s) = self.pool.slots.get_mut(usize::from(i)) {
-            s.state = SlotState::Held { next_hop, port, deadline: now.saturating_add(wait), seq: self.seq };
-        }
+        self.pool.park(i, Held { next_hop, port, deadline: now.saturating_add(wait), seq: self.seq });
         self.seq += 1;
-        self.held += 1;
         done
     }
 
@@ -138,19 +141,14 @@ impl ArpHold {
     pub fn release(&mut self, next_hop: Ipv4Addr, mac: [u8; 6]) -> u64 {
         let mut n = 0;
         while let (_, Some(i)) = self.for_hop(next_hop) {
-            let Some(s) = self.pool.slots.get_mut(usize::from(i)) else {
+            let Some(h) = self.pool.parked_meta(i) else {
                 break;
             };
-            let SlotState::Held { port, .. } = s.state else {
-                break;
-            };
-            let start = s.start;
-            if let Some(d) = s.buf.as_deref_mut().and_then(|b| b.get_mut(start..start + 6)) {
-                d.copy_from_slice(&mac);
+            if let Some(mut eth) = self.pool.frame_mut(i).and_then(|f| EthernetFrame::new_checked(f).ok()) {
+                eth.set_dst(mac);
             }
-            self.held -= 1;
             n += 1;
-            self.pool.push_out(i, port);
+            self.pool.push_out(i, h.port);
         }
         n
     }
@@ -158,26 +156,21 @@ impl ArpHold {
     /// Drop the frames whose wait is over. Returns how many.
     pub fn expire(&mut self, now: Timestamp) -> u64 {
         let mut n = 0;
-        if self.held == 0 {
+        if self.pool.parked() == 0 {
             return n;
         }
-        for i in 0..self.pool.slots.len() {
-            let due = matches!(
-                self.pool.slots.get(i).map(|s| s.state),
-                Some(SlotState::Held { deadline, .. }) if deadline <= now
-            );
-            if due {
-                self.held -= 1;
+        for i in 0..self.pool.len() as u16 {
+            if self.pool.parked_meta(i).is_some_and(|h| h.deadline <= now) {
                 n += 1;
-                self.pool.release(i as u16);
+                self.pool.release(i);
             }
         }
         n
     }
 
     /// Hand the released frames to `f` (from `drain_generated`).
-    pub fn drain(&mut self, ports: &mut [PortCounters], f: &mut impl FnMut(PortId, &[u8])) {
-        self.pool.drain(ports, f);
+    pub fn drain(&mut self, f: &mut impl FnMut(PortId, &[u8])) {
+        self.pool.drain(f);
     }
 }
 
@@ -196,11 +189,8 @@ mod tests {
     }
 
     fn drained(h: &mut ArpHold) -> Vec<(PortId, Vec<u8>)> {
-        let mut ports = vec![PortCounters::default(); 4];
         let mut v = Vec::new();
-        h.drain(&mut ports, &mut |p, f| v.push((p, f.to_vec())));
-        let sent: u64 = ports.iter().map(|p| p.tx_packets).sum();
-        assert_eq!(sent, v.len() as u64, "each drained frame counted on its port");
+        h.drain(&mut |p, f| v.push((p, f.to_vec())));
         v
     }
 

@@ -1,9 +1,10 @@
 //! IPv4 fragments on the packet path (SPEC R10; docs/fragments.md,
 //! "On the packet path").
 //!
-//! Every worker owns one shallow `frag::Reassembler` and a small pool of
-//! frame slots for the fragments it releases. A transit fragment goes
-//! through `Pipeline::ipv4_in` like any packet (checks, TTL, route), then:
+//! Every worker owns one `FragPath`: a shallow `frag::Reassembler` and a
+//! small pool of frame slots for the fragments it releases. A transit
+//! fragment goes through `Pipeline::ipv4_in` like any packet (checks, TTL,
+//! route), then:
 //!
 //! 1. **cluster, received on a port**: if another member is the datagram's
 //!    fragment owner (`frag::fragment_owner(src, dst, ident)`), the frame
@@ -27,7 +28,9 @@
 //!    (the first fragment's L2 header and 20-byte IPv4 header, with its own
 //!    offset, MF flag, length and checksum) in a pool slot and decided the
 //!    same way (`Rx::frag` marks it as accounted for, so it is not inserted
-//!    twice); what passes is queued for `drain_generated`.
+//!    twice); what passes is queued for `drain_generated`. `FragPath` builds
+//!    each frame (`next_released`) and files its outcome
+//!    (`finish_released`); `Pipeline` decides it in between.
 //!
 //! Per-fragment policy: the first fragment is tracked with its real L4
 //! header; every other fragment with the part of the datagram it carries
@@ -42,19 +45,20 @@
 //! `Ipv4Fragment`, counted in `FragCounters::local`).
 //!
 //! Invariants: all memory (reassembler, slots) is reserved by
-//! `FragState::new`; nothing here allocates or panics per packet; every
+//! `FragPath::new`; nothing here allocates or panics per packet; every
 //! fragment `process` sees still ends in exactly one pipeline counter
 //! (held ones in `consumed`), and a held fragment released later ends in
 //! `FragCounters::{released, released_parked, release_drops}` or in the
 //! reassembler's drop counters (`ReasmCounters`).
 
+use super::context::{FragNote, Outcome, Rx};
 use crate::ccl::{FRAME_OVERHEAD, TAG_LEN};
-use crate::clusterpath::pool::{FramePool, SlotBuf, SLOT_HEADROOM};
-use crate::clusterpath::{Rx, SLOT_LEN};
 use crate::conntrack::{tcp_flags, L4Info, TcpSeg};
-use crate::frag::{FragKey, L4Head, ReasmConfig, ReasmConfigError, ReasmCounters, ReasmMode, Reassembler};
-use crate::pipeline::{Outcome, Pipeline};
-use crate::types::{ip_proto, DropReason, FiveTuple, PortId, Timestamp};
+use crate::frag::{
+    FragInfo, FragKey, FragResult, L4Head, ReasmConfig, ReasmConfigError, ReasmCounters, ReasmMode, Reassembler,
+};
+use crate::slots::{FramePool, SlotMem, SLOT_HEADROOM, SLOT_LEN};
+use crate::types::{ip_proto, DropReason, PortId, Timestamp};
 use crate::wire::icmp::msg_type;
 use crate::wire::ipv4::{Ipv4Packet, FLAG_MF, MIN_HEADER_LEN};
 use crate::wire::tcp::{TcpOptions, TcpPacket};
@@ -136,13 +140,6 @@ pub struct FragSnapshot {
     pub memory_bytes: usize,
 }
 
-/// A fragment whose datagram's L4 header is known.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub struct FragNote {
-    pub l4: L4Head,
-    pub tuple: FiveTuple,
-}
-
 /// How a fragment is tracked (`frag_track`).
 #[derive(Copy, Clone, Debug)]
 pub(crate) enum FragTrack {
@@ -161,18 +158,30 @@ impl FragTrack {
     }
 }
 
-/// One worker's fragment state (`Pipeline::frag`).
-pub(crate) struct FragState {
-    pub reasm: Reassembler,
-    pub pool: FramePool,
+/// One worker's fragment path (`Pipeline`'s fragment stage).
+pub(crate) struct FragPath {
+    reasm: Reassembler,
+    /// Released held fragments waiting for `drain` (never parked).
+    pool: FramePool<()>,
     pub counters: FragCounters,
-    pub release_drops: [u64; DropReason::COUNT],
+    release_drops: [u64; DropReason::COUNT],
 }
 
-impl FragState {
+/// What the reassembler made of a fragment (`FragPath::admit`).
+pub(crate) enum Admit {
+    /// Held until its datagram's first fragment arrives.
+    Held,
+    /// The first fragment: its datagram is now known, and fragments held
+    /// for it are to be released once it is decided.
+    First(FragNote),
+    /// A later fragment of a datagram whose first fragment was seen.
+    Later(FragNote),
+}
+
+impl FragPath {
     pub fn new(cfg: &FragConfig) -> Result<Self, ReasmConfigError> {
         let reasm = Reassembler::new(ReasmConfig { mode: ReasmMode::Shallow, ..cfg.reasm })?;
-        Ok(FragState {
+        Ok(FragPath {
             reasm,
             pool: FramePool::new(cfg.out_slots.max(1)),
             counters: FragCounters::default(),
@@ -186,10 +195,38 @@ impl FragState {
             *c += 1;
         }
     }
+
+    /// Give a transit fragment to the reassembler (`hinted`: it came from
+    /// its fragment owner, this node being the flow owner).
+    pub fn admit(&mut self, now: Timestamp, info: &FragInfo, payload: &[u8], hinted: bool) -> Result<Admit, DropReason> {
+        self.counters.inserted += 1;
+        if hinted {
+            self.counters.from_fragment_owner += 1;
+        }
+        let note = |l4: L4Head| FragNote { l4, tuple: l4.five_tuple(&info.key) };
+        match self.reasm.insert(now, info, payload) {
+            FragResult::Pending => {
+                self.counters.held += 1;
+                Ok(Admit::Held)
+            }
+            FragResult::FirstSeen { l4 } => Ok(Admit::First(note(l4))),
+            FragResult::Forward { l4 } => Ok(Admit::Later(note(l4))),
+            // Shallow mode never completes a datagram, and an IPv4
+            // fragment is never atomic.
+            FragResult::Complete { .. } | FragResult::Unfragmented => Err(DropReason::Ipv4Fragment),
+            FragResult::Drop(r) => Err(r),
+        }
+    }
+
+    /// A fragment addressed to this node: not reassembled.
+    pub fn local(&mut self) -> DropReason {
+        self.counters.local += 1;
+        DropReason::Ipv4Fragment
+    }
 }
 
 /// The first fragment of a datagram, whose held fragments are released
-/// once it has been decided (`Pipeline::frag_release_held`).
+/// once it has been decided (`FragPath::next_released`).
 #[derive(Copy, Clone, Debug)]
 pub(crate) struct Release {
     pub key: FragKey,
@@ -260,123 +297,108 @@ pub(crate) fn frag_track(l4: &L4Head, offset: u16, len: usize, more: bool) -> Re
     })
 }
 
-impl Pipeline {
-    /// Release the fragments held for the datagram of `r` (its first
-    /// fragment has just been decided): each is rebuilt in a slot and
-    /// decided like a packet (`classify` with `Rx::frag`).
-    pub(crate) fn frag_release_held(&mut self, now: Timestamp, r: &Release) {
+impl FragPath {
+    /// The next fragment held for the datagram of `r` (its first fragment
+    /// has just been decided), rebuilt as a frame in a slot whose buffer is
+    /// handed out for the pipeline to decide it; `finish_released` takes it
+    /// back. Fragments that cannot be rebuilt are counted and skipped;
+    /// `None` when none is left.
+    pub fn next_released(&mut self, r: &Release) -> Option<(u16, SlotMem, usize, usize)> {
         let hl = r.l2 + MIN_HEADER_LEN;
         loop {
-            // Take one held fragment and build its frame in a free slot.
-            let st = &mut *self.frag;
-            let i = {
-                let FragState { reasm, pool, .. } = st;
-                let Some(h) = reasm.take_held(&r.key) else {
-                    break;
-                };
-                if h.offset == 0 {
-                    continue; // the first fragment: it is the one in hand
-                }
-                let n = hl + h.data.len();
-                let room = SLOT_HEADROOM + n + TAG_LEN <= SLOT_LEN
-                    && SLOT_HEADROOM >= FRAME_OVERHEAD - TAG_LEN;
-                let slot = if room { pool.alloc() } else { None };
-                let Some(i) = slot else {
-                    st.release_drop(DropReason::FragNoBuffer);
-                    continue;
-                };
-                let built = pool
-                    .slots
-                    .get_mut(usize::from(i))
-                    .and_then(|s| {
-                        s.start = SLOT_HEADROOM;
-                        s.len = n;
-                        s.buf.as_deref_mut()
-                    })
-                    .and_then(|b| b.get_mut(SLOT_HEADROOM..SLOT_HEADROOM + n))
-                    .map(|f| {
-                        f[..hl].copy_from_slice(&r.tmpl[..hl]);
-                        f[hl..].copy_from_slice(h.data);
-                        let mut ip = Ipv4Packet::new_unchecked(&mut f[r.l2..hl]);
-                        ip.set_version_ihl(MIN_HEADER_LEN);
-                        ip.set_total_len((MIN_HEADER_LEN + h.data.len()) as u16);
-                        ip.set_flags_frag(if h.more { FLAG_MF } else { 0 }, h.offset);
-                        ip.fill_checksum();
-                    })
-                    .is_some();
-                if !built {
-                    pool.give_back(i);
-                    st.release_drop(DropReason::FragNoBuffer);
-                    continue;
-                }
-                i
-            };
-            // Decide it like a packet; the slot's box is out meanwhile.
-            let Some((mut b, start, end)) = self.frag.pool.take(i) else {
-                self.frag.pool.give_back(i);
+            let FragPath { reasm, pool, .. } = self;
+            let h = reasm.take_held(&r.key)?;
+            if h.offset == 0 {
+                continue; // the first fragment: it is the one in hand
+            }
+            let n = hl + h.data.len();
+            let room = SLOT_HEADROOM + n + TAG_LEN <= SLOT_LEN && SLOT_HEADROOM >= FRAME_OVERHEAD - TAG_LEN;
+            let slot = if room { pool.alloc() } else { None };
+            let Some(i) = slot else {
+                self.release_drop(DropReason::FragNoBuffer);
                 continue;
             };
-            let mut sb = SlotBuf { mem: &mut b[..], start, end };
-            let rx = Rx { frag: Some(r.note), force_own: false, ..r.rx };
-            let outcome = self.classify(now, r.in_port, &mut sb, rx);
-            let (start, end) = (sb.start, sb.end);
-            let st = &mut *self.frag;
-            st.pool.put_back(i, b, start, end);
-            match outcome {
-                Outcome::Forward(p) | Outcome::ArpReply(p) | Outcome::EchoReply(p) => {
-                    st.counters.released += 1;
-                    st.pool.push_out(i, p);
-                }
-                Outcome::Consumed => {
-                    st.counters.released_parked += 1;
-                    st.pool.give_back(i);
-                }
-                Outcome::Drop(reason) => {
-                    st.release_drop(reason);
-                    st.pool.give_back(i);
-                }
+            let built = pool
+                .mem_mut(i)
+                .and_then(|b| b.get_mut(SLOT_HEADROOM..SLOT_HEADROOM + n))
+                .map(|f| {
+                    f[..hl].copy_from_slice(&r.tmpl[..hl]);
+                    f[hl..].copy_from_slice(h.data);
+                    let mut ip = Ipv4Packet::new_unchecked(&mut f[r.l2..hl]);
+                    ip.set_version_ihl(MIN_HEADER_LEN);
+                    ip.set_total_len((MIN_HEADER_LEN + h.data.len()) as u16);
+                    ip.set_flags_frag(if h.more { FLAG_MF } else { 0 }, h.offset);
+                    ip.fill_checksum();
+                })
+                .is_some();
+            if !built {
+                pool.give_back(i);
+                self.release_drop(DropReason::FragNoBuffer);
+                continue;
+            }
+            pool.set_frame(i, SLOT_HEADROOM, n);
+            // Decided by the pipeline; the slot's box is out meanwhile.
+            match self.pool.take(i) {
+                Some((b, start, end)) => return Some((i, b, start, end)),
+                None => self.pool.give_back(i),
+            }
+        }
+    }
+
+    /// File the outcome of a fragment from `next_released`, its frame now
+    /// at `start..end` of `mem`: queued for output, or its slot freed.
+    pub fn finish_released(&mut self, i: u16, mem: SlotMem, start: usize, end: usize, outcome: Outcome) {
+        self.pool.put_back(i, mem, start, end);
+        match outcome {
+            Outcome::Forward(p) | Outcome::ArpReply(p) | Outcome::EchoReply(p) => {
+                self.counters.released += 1;
+                self.pool.push_out(i, p);
+            }
+            Outcome::Consumed => {
+                self.counters.released_parked += 1;
+                self.pool.give_back(i);
+            }
+            Outcome::Drop(reason) => {
+                self.release_drop(reason);
+                self.pool.give_back(i);
             }
         }
     }
 
     /// Hand the released fragments to `f` (from `drain_generated`).
-    pub(crate) fn frag_drain(&mut self, f: &mut impl FnMut(PortId, &[u8])) {
-        self.frag.pool.drain(&mut self.counters.ports, f);
+    pub fn drain(&mut self, f: &mut impl FnMut(PortId, &[u8])) {
+        self.pool.drain(f);
     }
 
     /// Housekeeping: expire reassembly contexts (bounded).
-    pub(crate) fn frag_timers(&mut self, now: Timestamp) {
-        self.frag.reasm.expire(now, FRAG_EXPIRE_BUDGET);
+    pub fn timers(&mut self, now: Timestamp) {
+        self.reasm.expire(now, FRAG_EXPIRE_BUDGET);
     }
 
-    /// The fragment path's counters.
-    pub fn frag_counters(&self) -> &FragCounters {
-        &self.frag.counters
-    }
     /// The reassembler's counters (drops by reason, conservation).
     pub fn reasm_counters(&self) -> &ReasmCounters {
-        self.frag.reasm.counters()
+        self.reasm.counters()
     }
     /// Datagrams in reassembly and fragments held now.
-    pub fn frag_in_progress(&self) -> (usize, usize) {
-        (self.frag.reasm.len(), self.frag.reasm.held_fragments())
+    pub fn in_progress(&self) -> (usize, usize) {
+        (self.reasm.len(), self.reasm.held_fragments())
     }
     /// Released held fragments dropped for `r`.
-    pub fn frag_release_drops(&self, r: DropReason) -> u64 {
-        self.frag.release_drops.get(r.index()).copied().unwrap_or(0)
+    pub fn release_drops(&self, r: DropReason) -> u64 {
+        self.release_drops.get(r.index()).copied().unwrap_or(0)
     }
     /// Bytes reserved for fragment handling: constant after `new`.
-    pub fn frag_memory_bytes(&self) -> usize {
-        self.frag.reasm.memory_bytes() + self.frag.pool.slots.len() * SLOT_LEN
+    pub fn memory_bytes(&self) -> usize {
+        self.reasm.memory_bytes() + self.pool.memory_bytes()
     }
 
     /// `show stats` (off the packet path).
-    pub fn frag_snapshot(&self) -> FragSnapshot {
-        let r = self.frag.reasm.counters();
+    pub fn snapshot(&self) -> FragSnapshot {
+        let r = self.reasm.counters();
         FragSnapshot {
-            counters: self.frag.counters,
-            contexts: self.frag.reasm.len(),
-            held_now: self.frag.reasm.held_fragments(),
+            counters: self.counters,
+            contexts: self.reasm.len(),
+            held_now: self.reasm.held_fragments(),
             datagrams: r.datagrams,
             first_seen: r.first_seen,
             forwarded_datagrams: r.forwarded_datagrams,
@@ -384,10 +406,10 @@ impl Pipeline {
             reasm_drops: r.drops().map(|(d, n)| (d.as_str(), n)).collect(),
             release_drops: DropReason::ALL
                 .iter()
-                .map(|&d| (d.as_str(), self.frag_release_drops(d)))
+                .map(|&d| (d.as_str(), self.release_drops(d)))
                 .filter(|&(_, n)| n != 0)
                 .collect(),
-            memory_bytes: self.frag_memory_bytes(),
+            memory_bytes: self.memory_bytes(),
         }
     }
 }

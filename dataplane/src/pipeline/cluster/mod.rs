@@ -1,36 +1,41 @@
-//! The cluster packet path: connection roles (SPEC R1–R9) on one worker,
-//! inside `Pipeline` (docs/cluster-design.md).
+//! The cluster stage: connection roles (SPEC R1–R9) on one worker
+//! (docs/cluster-design.md). It exists only in cluster mode: `Pipeline`
+//! holds `Option<Box<ClusterPath>>` and asks it once per transit packet,
+//! and every method here is the cluster's own, on its own state.
 //!
 //! With `PipelineConfig::cluster` set, `Pipeline::process` parses, checks
 //! and routes every frame exactly as the single-node pipeline does; the
 //! cluster decides only *who* runs conntrack on a transit packet
-//! (`path.rs`, `Pipeline::cluster_plan`):
+//! (`plan.rs`, `ClusterPath::plan`):
 //!
 //! - **owner** (a local conntrack flow, or a new TCP SYN, or the director
 //!   deciding for itself): conntrack as before, with sequence translation
 //!   for cookie ISNs (R6) and flow records for the director/backups queued
-//!   per burst (`flush`);
+//!   per burst (`records.rs`, `flush`);
 //! - **forwarder** (a record names another owner, or the SYN-ACK's cookie
-//!   does): the frame becomes a CCL `ForwardedPacket` in place and leaves on
-//!   the CCL port;
+//!   does): the frame joins a `ForwardedBatch` to the owner or becomes a
+//!   CCL `ForwardedPacket` in place and leaves on the CCL port (`send.rs`);
 //! - short-lived replies (DNS from port 53, ICMP echo replies, ICMP errors)
 //!   without a record go to the director as `RelayToOwner` (R7);
 //! - anything else asks the director (`OwnerQuery`, R5/R8) and waits in
-//!   the pending table (`Verdict::Consumed`).
+//!   the pending table (`pending.rs`, `Verdict::Consumed`).
 //!
 //! CCL datagrams arriving on the CCL interface (IPv4/UDP to our CCL address,
-//! port `CCL_UDP_PORT`) are opened in place: forwarded and relayed frames
-//! are unwrapped and processed as if received on their ingress interface
-//! (no L2 destination check, no ARP learning); queries, replies and flow
-//! records update the tables and are `Consumed`.
+//! port `CCL_UDP_PORT`) are opened in place (`ccl_in.rs`): queries, replies
+//! and flow records update the tables; a forwarded or relayed frame, the
+//! frames of a batch and the frames an owner reply releases are handed back
+//! to `Pipeline` (`CclNext`), which decides them as if received on their
+//! ingress interface (no L2 destination check, no ARP learning) and files
+//! the outcome here. The cluster stage never runs the other stages itself.
 //!
 //! Invariants:
-//! - nothing here allocates after `ClusterState::new`: the record table is
+//! - nothing here allocates after `ClusterPath::new`: the record table is
 //!   a hashbrown map reserved for twice its capacity (in-place rehash, as
 //!   in conntrack), frames waiting for an owner reply and generated CCL
-//!   frames live in a fixed pool of `POOL_SLOTS` boxed 2 KiB slots (a slot's
-//!   box is moved out and back while its frame is processed, never freed),
-//!   flow records wait in a fixed-capacity queue until `flush`;
+//!   frames live in a fixed pool of `POOL_SLOTS` boxed 2 KiB slots
+//!   (`slots::FramePool`; a slot's box is moved out and back while its
+//!   frame is processed, never freed), flow records wait in a
+//!   fixed-capacity queue until `flush`;
 //! - per owner flow the extras (sequence delta) live in an array indexed by
 //!   `FlowHandle::index()`, reset whenever conntrack creates the flow;
 //! - every frame `process` sees ends in one counter, as before
@@ -41,18 +46,36 @@
 //! - the CCL is authenticated: a datagram the `Opener` rejects is dropped
 //!   (`DropReason::CclMalformed`) and counted by its `CclDrop` reason.
 
-mod path;
-pub(crate) mod pool;
+pub(crate) mod ccl_in;
+mod pending;
+pub(crate) mod plan;
+pub(crate) mod records;
+pub(crate) mod send;
 
-use crate::ccl::{CclCounters, CclDrop, CclKey, ForwardedBatch, MessageKind, Opener, Sealer, MAX_PAYLOAD_MTU1500};
-use crate::cluster::{CookieCodec, DirectorTable, MemberSet};
+use super::context::{FragNote, Via};
+use super::egress::Egress;
+use super::iface::Interfaces;
+use crate::ccl::{
+    CclCounters, CclDrop, CclKey, ForwardedBatch, MessageKind, Opener, Sealer, BATCH_MAX_FRAMES, MAX_PAYLOAD_MTU1500,
+};
+use crate::cluster::{flow_hash, CookieCodec, DirectorTable, MemberSet};
+use crate::conntrack::{ConnInfo, ConnTable, TcpState, Timeouts};
+use crate::frag::{fragment_owner, FragKey};
 use crate::route::IfIndex;
-use crate::types::{DropReason, Duration, FiveTuple, NodeId, PortId, Timestamp};
+use crate::slots::FramePool;
+use crate::types::{ip_proto, DropReason, Duration, FiveTuple, NodeId, PortId, Timestamp};
+use crate::wire::ipv4::Ipv4Packet;
+use crate::wire::udp::UdpPacket;
+use crate::ccl::CCL_UDP_PORT;
 use hashbrown::HashMap;
 use std::net::Ipv4Addr;
 
-pub(crate) use path::{Plan, Rx, Via, Wrap, Xlate};
-use pool::FramePool;
+/// The neighbours the cluster stage sends through: the egress stage (CCL
+/// peers' MACs, ARP requests for them) and the interface table.
+pub(crate) struct Link<'a> {
+    pub egress: &'a mut Egress,
+    pub ifaces: &'a Interfaces,
+}
 
 /// The cluster identity of one node's pipeline.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -93,8 +116,6 @@ pub const BATCH_FRAME_MAX: usize = 256;
 /// A batch's payload at most: one 1522-byte frame (Ethernet, one VLAN tag)
 /// fits alone, so a batch datagram is never longer than a forwarded frame.
 pub const BATCH_PAYLOAD_MAX: usize = 1 + ForwardedBatch::ENTRY_HEAD + 1522;
-/// Bytes per slot: a 1522-byte frame wrapped in a CCL datagram fits.
-pub const SLOT_LEN: usize = 2048;
 /// How long a frame waits for an owner reply.
 pub const PENDING_TIMEOUT: Duration = Duration::from_millis(100);
 /// Flow records queued between two `flush` calls; a full queue is
@@ -348,54 +369,79 @@ impl ClusterCountersSnapshot {
     }
 }
 
-/// One worker's cluster state (`Pipeline::cluster`).
-pub(crate) struct ClusterState {
-    pub me: NodeId,
-    pub members: MemberSet,
-    pub directors: DirectorTable,
-    pub seq_randomization: bool,
-    pub ccl_ifx: IfIndex,
-    pub ccl_port: PortId,
-    pub ccl_mac: [u8; 6],
-    pub ccl_addr: Ipv4Addr,
+/// One worker's cluster stage (`Pipeline::cluster`): its state is private
+/// to `pipeline::cluster`; the rest of the pipeline sees methods.
+pub(crate) struct ClusterPath {
+    me: NodeId,
+    members: MemberSet,
+    directors: DirectorTable,
+    seq_randomization: bool,
+    ccl_ifx: IfIndex,
+    ccl_port: PortId,
+    ccl_mac: [u8; 6],
+    ccl_addr: Ipv4Addr,
     /// CCL address per node id.
-    pub peers: [Option<Ipv4Addr>; NodeId::MAX_NODES],
-    pub sealer: Sealer,
-    pub opener: Opener,
-    pub cookies: CookieCodec,
-    pub rng: u64,
-    pub next_query_id: u32,
-    pub records: HashMap<FiveTuple, Record>,
-    pub record_capacity: usize,
+    peers: [Option<Ipv4Addr>; NodeId::MAX_NODES],
+    sealer: Sealer,
+    opener: Opener,
+    cookies: CookieCodec,
+    rng: u64,
+    next_query_id: u32,
+    records: HashMap<FiveTuple, Record>,
+    record_capacity: usize,
     /// Generation of the next owner flow created here (`Version`).
-    pub next_generation: u32,
-    pub next_sweep: Timestamp,
-    pub extras: Vec<OwnerExtra>,
-    pub pool: FramePool,
-    pub updates: Vec<Update>,
+    next_generation: u32,
+    next_sweep: Timestamp,
+    extras: Vec<OwnerExtra>,
+    /// Pending frames are the parked slots; generated CCL frames and
+    /// released frames are queued for output.
+    pool: FramePool<Pending>,
+    updates: Vec<Update>,
     /// Re-sends due, in due order (every entry waits `RESEND_DELAY`).
-    pub resends: std::collections::VecDeque<Resend>,
+    resends: std::collections::VecDeque<Resend>,
     /// Payload of a flow-record batch being written; `None` while in use.
-    pub batch: Option<Box<[u8; MAX_PAYLOAD_MTU1500]>>,
+    batch: Option<Box<[u8; MAX_PAYLOAD_MTU1500]>>,
     /// Per owner: the `ForwardedBatch` being filled this burst (sealed by
     /// `drain_generated`).
-    pub fwd_batches: [Option<OpenBatch>; NodeId::MAX_NODES],
+    fwd_batches: [Option<OpenBatch>; NodeId::MAX_NODES],
     /// Frames of a received batch wait in the pool for `drain_generated`:
     /// until then, forwarded frames decided later in the burst go there
     /// too (behind them), not out with the burst (`keep_order`).
-    pub pooled_out: bool,
+    pooled_out: bool,
+    /// The frames of the batch being received, copied into pool slots
+    /// (slot, ingress interface), for the pipeline to decide in order.
+    received: [(u16, u8); BATCH_MAX_FRAMES],
+    received_len: usize,
     /// Frames of received batches dropped, by `DropReason::index()` (the
     /// carrying datagram is `consumed`; its frames are counted here).
-    pub batch_drops: [u64; DropReason::COUNT],
+    batch_drops: [u64; DropReason::COUNT],
     pub counters: ClusterCounters,
 }
 
+/// A frame waiting for an owner reply (a parked slot of the pool).
+#[derive(Copy, Clone, Debug)]
+pub(crate) struct Pending {
+    pub query_id: u32,
+    /// Canonical flow key (queries are coalesced by flow).
+    pub key: FiveTuple,
+    pub deadline: Timestamp,
+    pub in_port: PortId,
+    pub via: Via,
+    /// Ingress interface (for wrapping the frame).
+    pub ifx: IfIndex,
+    /// A fragment already accounted for by the reassembler, with its
+    /// datagram's L4 header and tuple (`Rx::frag`).
+    pub frag: Option<FragNote>,
+}
+
 /// A `ForwardedBatch` being filled in a pool slot: its payload starts at
-/// `FRAME_OVERHEAD - TAG_LEN` and is `used` bytes long.
+/// `FRAME_OVERHEAD - TAG_LEN` and is `used` bytes long, with `frames`
+/// frames in it.
 #[derive(Copy, Clone, Debug)]
 pub(crate) struct OpenBatch {
     pub slot: u16,
     pub used: usize,
+    pub frames: u8,
     pub path: crate::ccl::FramePath,
 }
 
@@ -442,8 +488,9 @@ pub fn cookie_key(secret: &str) -> [u8; 16] {
     out
 }
 
-impl ClusterState {
-    /// `ifx`/`port`/`mac`/`addr`: the CCL interface. Reserves everything.
+impl ClusterPath {
+    /// `ccl`: the CCL interface (index, port, MAC, address). Reserves
+    /// everything.
     pub fn new(
         spec: &ClusterSpec,
         ccl: (IfIndex, PortId, [u8; 6], Ipv4Addr),
@@ -470,7 +517,7 @@ impl ClusterState {
         let mut rng = spec.random_seed;
         let next_query_id = (next_random(&mut rng) as u32).max(1);
         let (ccl_ifx, ccl_port, ccl_mac, ccl_addr) = ccl;
-        Ok(ClusterState {
+        Ok(ClusterPath {
             me: spec.node,
             members: spec.members,
             directors,
@@ -498,24 +545,49 @@ impl ClusterState {
             batch: Some(Box::new([0u8; MAX_PAYLOAD_MTU1500])),
             fwd_batches: [None; NodeId::MAX_NODES],
             pooled_out: false,
+            received: [(0, 0); BATCH_MAX_FRAMES],
+            received_len: 0,
             batch_drops: [0; DropReason::COUNT],
             counters: ClusterCounters::default(),
         })
     }
 
+    /// This node.
+    #[inline]
+    pub fn me(&self) -> NodeId {
+        self.me
+    }
+
+    /// Is this IPv4 datagram (to our address on `ifx`) a CCL message?
+    #[inline]
+    pub fn is_ccl_datagram<T: AsRef<[u8]>>(&self, ifx: IfIndex, ip: &Ipv4Packet<T>) -> bool {
+        self.ccl_ifx == ifx
+            && ip.protocol() == ip_proto::UDP
+            && UdpPacket::new_checked(ip.payload()).is_ok_and(|u| u.dst_port() == CCL_UDP_PORT)
+    }
+
+    /// R10: the fragment owner of a fragment's datagram, when it is another
+    /// member.
+    #[inline]
+    pub fn other_fragment_owner(&self, k: &FragKey) -> Option<NodeId> {
+        let fo = fragment_owner(k.src, k.dst, k.ident, &self.directors);
+        (fo != self.me).then_some(fo)
+    }
+
     /// The CCL counters of this worker: the sealer's tx and the opener's rx
     /// and drops.
-    pub fn ccl_counters(&self) -> CclCounters {
+    fn ccl_counters(&self) -> CclCounters {
         let mut c = *self.opener.counters();
         c.add(self.sealer.counters());
         c
     }
 
+    /// `show cluster`: counters, CCL messages and drops (off the packet path).
     pub fn snapshot(&self) -> ClusterCountersSnapshot {
         let c = self.ccl_counters();
         let mut counters = self.counters;
         counters.records = self.records.len() as u64;
-        counters.pending = self.pool.pending() as u64;
+        counters.pending = self.pool.parked() as u64;
         ClusterCountersSnapshot {
             node: self.me,
             epoch: self.members.epoch().0,
@@ -534,9 +606,138 @@ impl ClusterState {
     }
 
     /// A fresh query id (never 0: 0 marks an unsolicited reply).
-    pub fn query_id(&mut self) -> u32 {
+    fn query_id(&mut self) -> u32 {
         let id = self.next_query_id;
         self.next_query_id = self.next_query_id.wrapping_add(1).max(1);
         id
     }
+
+    /// A new member set (epoch-stamped): the director ranking follows it.
+    /// Records are kept; re-registration with moved directors is a later
+    /// issue (docs/cluster-design.md, "Member set").
+    pub fn set_members(&mut self, members: MemberSet) {
+        if let Ok(t) = DirectorTable::new(&members) {
+            self.members = members;
+            self.directors = t;
+        }
+    }
+
+    /// The role and owner of a connection on this node: `Owner` for a local
+    /// flow, else the record's role. Records past their idle timeout but
+    /// not yet swept count as absent (as in `conns`).
+    pub fn role(&self, conn: &ConnTable, now: Timestamp, tuple: &FiveTuple) -> Option<(Role, NodeId)> {
+        if conn.lookup(tuple).is_some() {
+            return Some((Role::Owner, self.me));
+        }
+        self.records.get(&canonical(tuple)).filter(|r| live(r, now)).map(|r| (r.role, r.owner))
+    }
+
+    /// Owner flows (already in `out`) annotated with role and owner, then
+    /// director, backup and forwarder records (off the packet path).
+    pub fn conns(&self, now: Timestamp, max: usize, out: &mut Vec<ConnInfo>) {
+        for c in out.iter_mut() {
+            c.role = Some(Role::Owner.as_str());
+            c.owner = Some(self.me);
+        }
+        let mut recs: Vec<&Record> = self.records.values().filter(|r| live(r, now)).collect();
+        // A cheap key (no string per row): role, then the tuple's fields.
+        recs.sort_unstable_by_key(|r| {
+            let o = &r.orig;
+            (r.role.as_str(), o.src, o.src_port, o.dst, o.dst_port, o.proto)
+        });
+        for r in recs {
+            if out.len() >= max {
+                break;
+            }
+            let idle = now.since(r.last_seen);
+            out.push(ConnInfo {
+                tuple: r.orig,
+                state: state_name(r.tcp_state, r.orig.proto),
+                idle_ms: idle.0 / 1_000_000,
+                expires_in_ms: r.idle.0.saturating_sub(idle.0) / 1_000_000,
+                packets: [0; 2],
+                bytes: [0; 2],
+                role: Some(r.role.as_str()),
+                owner: Some(r.owner),
+            });
+        }
+    }
+
+    /// The director of a connection (its symmetric flow hash's first node).
+    #[inline]
+    fn director_of(&self, t: &FiveTuple) -> NodeId {
+        self.directors.director(flow_hash(t))
+    }
+
+    /// This node's role for a record it keeps as director or backup.
+    fn record_role(&self, t: &FiveTuple) -> Role {
+        if self.director_of(t) == self.me {
+            Role::Director
+        } else {
+            Role::Backup
+        }
+    }
+
+    /// Insert or replace a record; `false` when the key is new and the
+    /// table is full.
+    fn upsert(&mut self, key: FiveTuple, rec: Record) -> bool {
+        if let Some(r) = self.records.get_mut(&key) {
+            *r = rec;
+            return true;
+        }
+        if self.records.len() >= self.record_capacity {
+            return false;
+        }
+        self.records.insert(key, rec);
+        true
+    }
+}
+
+/// Idle timeout of a record for a flow of this protocol, before any state
+/// update says otherwise.
+fn idle_for(t: &Timeouts, proto: u8) -> Duration {
+    match proto {
+        ip_proto::TCP => t.tcp_established,
+        ip_proto::UDP => t.udp,
+        ip_proto::ICMP => t.icmp,
+        _ => t.other,
+    }
+}
+
+/// The idle timeout of a flow in `state` (`None`: not TCP).
+fn state_timeout(t: &Timeouts, state: Option<TcpState>, proto: u8) -> Duration {
+    match state {
+        Some(TcpState::SynSent | TcpState::SynReceived) => t.tcp_syn,
+        Some(TcpState::Established) => t.tcp_established,
+        Some(TcpState::FinWait | TcpState::Closing) => t.tcp_closing,
+        Some(TcpState::TimeWait | TcpState::Closed) => t.tcp_closed,
+        None => idle_for(t, proto),
+    }
+}
+
+/// `FlowRecord::tcp_state` → conntrack's name.
+fn state_name(code: u8, proto: u8) -> &'static str {
+    const TCP: [TcpState; 7] = [
+        TcpState::SynSent,
+        TcpState::SynReceived,
+        TcpState::Established,
+        TcpState::FinWait,
+        TcpState::Closing,
+        TcpState::TimeWait,
+        TcpState::Closed,
+    ];
+    match TCP.iter().find(|s| **s as u8 == code) {
+        Some(s) => s.as_str(),
+        None => match proto {
+            ip_proto::TCP => "TCP",
+            ip_proto::UDP => "UDP",
+            ip_proto::ICMP => "ICMP_ECHO",
+            _ => "OTHER",
+        },
+    }
+}
+
+/// A record is live until its idle timeout passes.
+fn live(r: &Record, now: Timestamp) -> bool {
+    now.since(r.last_seen) < r.idle
 }

@@ -1,0 +1,342 @@
+//! CCL datagrams to this node's CCL address (docs/cluster-design.md, "CCL
+//! input"): opened in place, control messages handled here, frames handed
+//! back to the pipeline (`CclNext`) to be decided as at their ingress.
+
+use super::send::Wrap;
+use super::{canonical, idle_for, live, ClusterPath, Link, Record, Role, Version, STATE_NOT_TCP};
+use crate::buf::PacketBuf;
+use crate::ccl::{FlowBatch, FlowOp, ForwardedBatch, Message, OwnerQuery, OwnerReply};
+use crate::conntrack::ConnTable;
+use crate::pipeline::context::{Outcome, Rx};
+use crate::pipeline::ipv4::{transit_l4, Transit};
+use crate::route::IfIndex;
+use crate::slots::SlotMem;
+use crate::types::{DropReason, Duration, FiveTuple, NodeId, Timestamp};
+use crate::wire::ethernet::{ethertype, EthernetFrame};
+use crate::wire::ipv4::Ipv4Packet;
+
+/// What the pipeline does after `ccl_in` opened a datagram.
+#[derive(Copy, Clone, Debug)]
+pub(crate) enum CclNext {
+    /// Nothing more: the datagram was handled (`Consumed`) or its frame was
+    /// wrapped again in place for its owner (`Forward`).
+    Done(Outcome),
+    /// The buffer now holds a `ForwardedPacket`'s frame: decide it with
+    /// `rx` (the fast path first), then `keep_order`.
+    Forwarded(Rx),
+    /// The buffer now holds a relayed frame of a flow this node owns:
+    /// decide it with `rx` (the general path), then `keep_order`.
+    RelayedOwn(Rx),
+    /// The frames of a `ForwardedBatch` wait in pool slots: decide each
+    /// (`take_received` / `finish_received`); the datagram is `Consumed`.
+    Batch,
+    /// An owner reply for the frames parked under `query_id`: release them
+    /// (`take_parked` / `finish_parked`); the datagram is `Consumed`.
+    Release { query_id: u32, owner: Option<NodeId> },
+}
+
+/// The five-tuple of a frame (for relays, which carry no key); for an ICMP
+/// error, the tuple it quotes.
+fn frame_tuple(frame: &[u8]) -> Option<FiveTuple> {
+    let e = EthernetFrame::new_checked(frame).ok()?;
+    if e.ethertype() != ethertype::IPV4 {
+        return None;
+    }
+    let ip = Ipv4Packet::new_checked(e.payload()).ok()?;
+    match transit_l4(&ip).ok()? {
+        Transit::Flow(t, _) | Transit::IcmpError(t) => Some(t),
+    }
+}
+
+/// Keep only `[off, off + len)` of the buffer (the inner frame of a CCL
+/// message).
+fn unwrap_to<B: PacketBuf>(buf: &mut B, off: usize, len: usize, total: usize) -> Result<(), DropReason> {
+    let back = total.checked_sub(off).and_then(|r| r.checked_sub(len)).ok_or(DropReason::CclMalformed)?;
+    if !buf.trim_front(off) {
+        return Err(DropReason::CclMalformed);
+    }
+    if !buf.trim_back(back) {
+        return Err(DropReason::CclMalformed);
+    }
+    Ok(())
+}
+
+impl ClusterPath {
+    /// A datagram to our CCL address on the CCL interface: open it and act.
+    pub fn ccl_in<B: PacketBuf>(
+        &mut self,
+        now: Timestamp,
+        link: &mut Link<'_>,
+        conn: &mut ConnTable,
+        buf: &mut B,
+    ) -> Result<CclNext, DropReason> {
+        let data = buf.data();
+        let total = data.len();
+        let opened = self.opener.open_frame(data).map_err(|_| DropReason::CclMalformed)?;
+        let from = opened.sender;
+        let at = |f: &[u8]| (f.as_ptr() as usize).wrapping_sub(data.as_ptr() as usize);
+        let consumed = CclNext::Done(Outcome::Consumed);
+        match opened.msg {
+            Message::Heartbeat(_) => Ok(consumed),
+            Message::OwnerQuery(q) => {
+                self.on_query(now, link, conn, from, &q);
+                Ok(consumed)
+            }
+            Message::OwnerReply(r) => Ok(self.on_reply(now, conn, &r)),
+            Message::FlowRegister(b) => {
+                self.on_records(now, link, from, &b, true);
+                Ok(consumed)
+            }
+            Message::StateUpdate(b) => {
+                self.on_records(now, link, from, &b, false);
+                Ok(consumed)
+            }
+            Message::ForwardedPacket(f) => {
+                let (off, len, iface) = (at(f.frame), f.frame.len(), f.ingress_iface);
+                let hinted = f.flow_hint.is_some();
+                unwrap_to(buf, off, len, total)?;
+                self.counters.forwarded_received += 1;
+                Ok(CclNext::Forwarded(Rx { hinted, ..Rx::ccl(IfIndex(u16::from(iface))) }))
+            }
+            Message::ForwardedBatch(b) => {
+                self.batch_in(&b);
+                Ok(CclNext::Batch)
+            }
+            Message::RelayToOwner(f) => {
+                let (off, len, iface) = (at(f.frame), f.frame.len(), f.ingress_iface);
+                let tuple = frame_tuple(f.frame);
+                unwrap_to(buf, off, len, total)?;
+                let tuple = tuple.ok_or(DropReason::CclMalformed)?;
+                if conn.lookup(&tuple).is_some() {
+                    self.counters.relays_owned += 1;
+                    return Ok(CclNext::RelayedOwn(Rx::ccl(IfIndex(u16::from(iface)))));
+                }
+                let owner = match self.records.get(&canonical(&tuple)) {
+                    Some(r) if live(r, now) && r.owner != self.me => r.owner,
+                    _ => return Err(DropReason::ClusterNoRecord),
+                };
+                let port = self.wrap(now, link, buf, Wrap::Forward, iface, owner, None)?;
+                self.counters.relays_relayed += 1;
+                Ok(CclNext::Done(Outcome::Forward(port)))
+            }
+        }
+    }
+
+    /// Director: who owns the flow? Elect the querier if asked and nobody
+    /// does (R8).
+    fn on_query(&mut self, now: Timestamp, link: &mut Link<'_>, conn: &ConnTable, from: NodeId, q: &OwnerQuery) {
+        let t = q.flow.tuple();
+        let local = conn.lookup(&t).is_some();
+        let timeouts = *conn.timeouts();
+        let me = self.me;
+        let key = canonical(&t);
+        let owner = if local {
+            Some(me)
+        } else {
+            match self.records.get(&key) {
+                Some(r) if live(r, now) && r.owner != me => Some(r.owner),
+                _ if q.elect_if_absent => {
+                    let rec = Record {
+                        role: self.record_role(&t),
+                        owner: from,
+                        orig: t,
+                        tcp_state: STATE_NOT_TCP,
+                        seq_delta: 0,
+                        last_seen: now,
+                        idle: idle_for(&timeouts, t.proto),
+                        version: None,
+                    };
+                    if self.upsert(key, rec) {
+                        self.counters.elections += 1;
+                        Some(from)
+                    } else {
+                        self.counters.record_table_full += 1;
+                        None
+                    }
+                }
+                _ => None,
+            }
+        };
+        self.counters.queries_answered += 1;
+        let reply = Message::OwnerReply(OwnerReply { query_id: q.query_id, flow: q.flow, owner });
+        self.send_ccl(now, link, from, &reply);
+    }
+
+    /// Querier: the director answered. The frames parked for the query are
+    /// released by the pipeline (`CclNext::Release`).
+    fn on_reply(&mut self, now: Timestamp, conn: &mut ConnTable, r: &OwnerReply) -> CclNext {
+        let t = r.flow.tuple();
+        let timeouts = *conn.timeouts();
+        self.counters.replies_received += 1;
+        let me = self.me;
+        if let Some(o) = r.owner.filter(|&o| o != me) {
+            let rec = Record {
+                role: Role::Forwarder,
+                owner: o,
+                orig: t,
+                tcp_state: STATE_NOT_TCP,
+                seq_delta: 0,
+                last_seen: now,
+                idle: idle_for(&timeouts, t.proto),
+                version: None,
+            };
+            if !self.upsert(canonical(&t), rec) {
+                self.counters.record_table_full += 1;
+            }
+        }
+        if r.query_id != 0 {
+            return CclNext::Release { query_id: r.query_id, owner: r.owner };
+        }
+        if r.owner.is_some_and(|o| o != me) {
+            // Unsolicited: our registration lost to an earlier owner (two
+            // SYNs of one connection on two nodes). Yield: forward from now.
+            if let Some((h, _)) = conn.lookup(&t) {
+                conn.remove_flow(h);
+                self.counters.ownership_yielded += 1;
+            }
+        }
+        CclNext::Done(Outcome::Consumed)
+    }
+
+    /// Director/backup: flow records from an owner (R2, R9).
+    fn on_records(&mut self, now: Timestamp, link: &mut Link<'_>, from: NodeId, batch: &FlowBatch<'_>, register: bool) {
+        for r in batch.iter() {
+            let t = r.flow.tuple();
+            let key = canonical(&t);
+            self.counters.records_received += 1;
+            match r.op {
+                FlowOp::Delete => {
+                    self.records.remove(&key);
+                }
+                FlowOp::Upsert => {
+                    let conflict = match self.records.get(&key) {
+                        Some(ex) if register && live(ex, now) && ex.owner != r.owner && ex.role != Role::Forwarder => {
+                            Some(ex.owner)
+                        }
+                        _ => None,
+                    };
+                    if let Some(first) = conflict {
+                        // Two SYNs of one connection on two nodes: the first
+                        // owner stays; tell the latecomer.
+                        self.counters.register_conflicts += 1;
+                        let m = Message::OwnerReply(OwnerReply { query_id: 0, flow: r.flow, owner: Some(first) });
+                        self.send_ccl(now, link, from, &m);
+                        continue;
+                    }
+                    // A record older than the one held for the same owner
+                    // (reordered on the CCL) would undo a newer state.
+                    let version = Version::from_record(&r);
+                    let stale = match (self.records.get(&key), version) {
+                        (Some(ex), Some(v)) if live(ex, now) && ex.owner == r.owner => {
+                            ex.version.is_some_and(|held| v.older_than(held))
+                        }
+                        _ => false,
+                    };
+                    if stale {
+                        self.counters.records_stale += 1;
+                        continue;
+                    }
+                    let rec = Record {
+                        role: self.record_role(&t),
+                        owner: r.owner,
+                        orig: t,
+                        tcp_state: r.tcp_state,
+                        seq_delta: r.seq_delta,
+                        last_seen: now,
+                        idle: Duration::from_secs(u64::from(r.idle_timeout_s)),
+                        version,
+                    };
+                    if !self.upsert(key, rec) {
+                        self.counters.record_table_full += 1;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Owner: copy the frames of a received `ForwardedBatch` into pool
+    /// slots (the datagram is borrowed while they are read), for the
+    /// pipeline to decide in order (`take_received`).
+    fn batch_in(&mut self, b: &ForwardedBatch<'_>) {
+        self.received_len = 0;
+        self.counters.batches_received += 1;
+        for (iface, frame) in b.frames() {
+            self.counters.forwarded_received += 1;
+            let slot = self.pool.alloc();
+            let n = self.received_len;
+            match (slot, n < self.received.len()) {
+                (Some(i), true) if self.pool.fill(i, frame) => {
+                    self.received[n] = (i, iface);
+                    self.received_len += 1;
+                }
+                (i, _) => {
+                    if let Some(i) = i {
+                        self.pool.give_back(i);
+                    }
+                    self.counters.pool_full += 1;
+                    self.counters.batch_frame_drops += 1;
+                }
+            }
+        }
+    }
+
+    /// How many frames of the last received batch wait to be decided.
+    pub fn received(&self) -> usize {
+        self.received_len
+    }
+
+    /// The `k`-th frame of the last received batch, its buffer moved out of
+    /// its slot: (slot, ingress interface, buffer, start, end).
+    pub fn take_received(&mut self, k: usize) -> Option<(u16, IfIndex, SlotMem, usize, usize)> {
+        let (i, iface) = *self.received.get(..self.received_len)?.get(k)?;
+        let (mem, start, end) = self.pool.take(i)?;
+        Some((i, IfIndex(u16::from(iface)), mem, start, end))
+    }
+
+    /// File the outcome of a batch frame from `take_received`, its frame
+    /// now at `start..end`: what leaves waits in the pool for
+    /// `drain_generated`, after the frames forwarded in place during the
+    /// burst (`keep_order`).
+    pub fn finish_received(&mut self, i: u16, mem: SlotMem, start: usize, end: usize, outcome: Outcome) {
+        self.pool.put_back(i, mem, start, end);
+        // A slot from `alloc` is still `Free` in state: `push_out` queues
+        // it, `give_back` returns it.
+        match outcome {
+            Outcome::Forward(p) | Outcome::ArpReply(p) | Outcome::EchoReply(p) => {
+                self.pooled_out = true;
+                self.pool.push_out(i, p);
+            }
+            Outcome::Consumed => self.pool.give_back(i),
+            Outcome::Drop(r) => {
+                self.counters.batch_frame_drops += 1;
+                if let Some(c) = self.batch_drops.get_mut(r.index()) {
+                    *c += 1;
+                }
+                self.pool.give_back(i);
+            }
+        }
+    }
+
+    /// Owner: a frame forwarded to us that is to leave while frames of an
+    /// earlier batch wait in the pool (`pooled_out`) is copied there behind
+    /// them, so that a flow's frames leave in the order they arrived.
+    /// Without a free slot it leaves as decided.
+    pub fn keep_order<B: PacketBuf>(&mut self, o: Outcome, buf: &B) -> Outcome {
+        let Outcome::Forward(port) = o else {
+            return o;
+        };
+        if !self.pooled_out {
+            return o;
+        }
+        let Some(i) = self.pool.alloc() else {
+            self.counters.pool_full += 1;
+            return o;
+        };
+        if !self.pool.fill(i, buf.data()) {
+            self.pool.give_back(i);
+            return o;
+        }
+        self.pool.push_out(i, port);
+        Outcome::Consumed
+    }
+}

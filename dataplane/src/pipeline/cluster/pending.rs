@@ -1,0 +1,156 @@
+//! The pending table: frames waiting for the director's answer to an
+//! owner query (R5, R8). A frame is copied into a parked pool slot (bounded
+//! by `MAX_PENDING`: full is `ClusterPendingFull`), a second frame of the
+//! same flow joins the query already out, an answer releases them in slot
+//! order (`take_parked` / `finish_parked`, driven by the pipeline), and
+//! `PENDING_TIMEOUT` drops the rest (`expire_pending`).
+
+use super::{canonical, ClusterPath, Link, Pending, MAX_PENDING, PENDING_TIMEOUT};
+use crate::buf::PacketBuf;
+use crate::ccl::{FlowKey, Message, OwnerQuery, FRAME_OVERHEAD, TAG_LEN};
+use crate::pipeline::context::{Outcome, Rx};
+use crate::route::IfIndex;
+use crate::slots::{SlotMem, SLOT_HEADROOM, SLOT_LEN};
+use crate::types::{DropReason, FiveTuple, NodeId, PortId, Timestamp};
+
+/// A parked frame taken out of its slot for release.
+pub(crate) struct Parked {
+    pub slot: u16,
+    pub meta: Pending,
+    pub mem: SlotMem,
+    pub start: usize,
+    pub end: usize,
+}
+
+impl ClusterPath {
+    /// No room to park a frame (and send the query that goes with it).
+    fn pending_full(&self) -> bool {
+        self.pool.parked() >= MAX_PENDING || self.pool.free_slots() < 2
+    }
+
+    /// The query pending for `key`, if any.
+    fn pending_query(&self, key: &FiveTuple) -> Option<u32> {
+        if self.pool.parked() == 0 {
+            return None;
+        }
+        self.pool.parked_slots().find_map(|(_, p)| (p.key == *key).then_some(p.query_id))
+    }
+
+    /// Copy the frame into the pending table and ask the director (unless
+    /// a query for this flow is already out).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn park<B: PacketBuf>(
+        &mut self,
+        now: Timestamp,
+        link: &mut Link<'_>,
+        in_port: PortId,
+        ifx: IfIndex,
+        rx: Rx,
+        tuple: &FiveTuple,
+        buf: &mut B,
+        director: NodeId,
+        elect: bool,
+    ) -> Result<Outcome, DropReason> {
+        let key = canonical(tuple);
+        let len = buf.data().len();
+        if self.pending_full() || SLOT_HEADROOM + len + TAG_LEN + FRAME_OVERHEAD > SLOT_LEN {
+            return Err(DropReason::ClusterPendingFull);
+        }
+        let query_id = match self.pending_query(&key) {
+            Some(q) => {
+                self.counters.queries_coalesced += 1;
+                q
+            }
+            None => {
+                let flow = FlowKey::new(*tuple).map_err(|_| DropReason::CclMalformed)?;
+                let query_id = self.query_id();
+                let q = Message::OwnerQuery(OwnerQuery { query_id, flow, elect_if_absent: elect });
+                if !self.send_ccl(now, link, director, &q) {
+                    return Err(DropReason::ClusterPeerUnresolved);
+                }
+                self.counters.director_queries_sent += 1;
+                query_id
+            }
+        };
+        let Some(i) = self.pool.alloc() else {
+            return Err(DropReason::ClusterPendingFull);
+        };
+        let copied = self.pool.fill(i, buf.data());
+        let p = Pending {
+            query_id,
+            key,
+            deadline: now.saturating_add(PENDING_TIMEOUT),
+            in_port,
+            via: rx.via,
+            ifx,
+            frag: rx.frag,
+        };
+        self.pool.park(i, p);
+        if !copied {
+            self.pool.release(i);
+            return Err(DropReason::ClusterPendingFull);
+        }
+        self.counters.pending_queued += 1;
+        Ok(Outcome::Consumed)
+    }
+
+    /// The next frame parked under `query_id`, from slot `*from` on, its
+    /// buffer moved out of the slot; `*from` moves past it. A slot whose
+    /// buffer is out (never: nothing else takes parked slots) is freed.
+    pub fn take_parked(&mut self, query_id: u32, from: &mut usize) -> Option<Parked> {
+        while *from < self.pool.len() {
+            let i = *from as u16;
+            *from += 1;
+            let Some(meta) = self.pool.parked_meta(i).filter(|p| p.query_id == query_id) else {
+                continue;
+            };
+            match self.pool.take(i) {
+                Some((mem, start, end)) => return Some(Parked { slot: i, meta, mem, start, end }),
+                None => self.pool.release(i),
+            }
+        }
+        None
+    }
+
+    /// File the fate of a frame from `take_parked`, its frame now at
+    /// `start..end` of `mem`: `Some(Some(port))` sent on, `Some(None)` kept
+    /// by the pipeline (held for its next hop), `None` dropped (counted as
+    /// a release drop when the director had named an owner).
+    pub fn finish_parked(
+        &mut self,
+        slot: u16,
+        mem: SlotMem,
+        start: usize,
+        end: usize,
+        sent: Option<Option<PortId>>,
+        owner_known: bool,
+    ) {
+        self.pool.put_back(slot, mem, start, end);
+        match sent {
+            Some(Some(p)) => {
+                self.counters.pending_released += 1;
+                self.pool.push_out(slot, p);
+            }
+            Some(None) => {
+                self.counters.pending_released += 1;
+                self.pool.release(slot);
+            }
+            None => {
+                if owner_known {
+                    self.counters.pending_release_drops += 1;
+                }
+                self.pool.release(slot);
+            }
+        }
+    }
+
+    /// Drop the frames whose query went unanswered for `PENDING_TIMEOUT`.
+    pub(super) fn expire_pending(&mut self, now: Timestamp) {
+        for i in 0..self.pool.len() as u16 {
+            if self.pool.parked_meta(i).is_some_and(|p| p.deadline <= now) {
+                self.pool.release(i);
+                self.counters.pending_timeouts += 1;
+            }
+        }
+    }
+}

@@ -1,0 +1,186 @@
+//! Who runs conntrack on a transit packet (docs/cluster-design.md, "Packet
+//! path"), and carrying out a plan other than owning it.
+
+use super::send::Wrap;
+use super::{canonical, live, ClusterPath, Link, Record, Role};
+use crate::buf::PacketBuf;
+use crate::conntrack::{tcp_flags, ConnTable, L4Info, TcpState, Timeouts};
+use crate::pipeline::context::{Outcome, Rx, Via};
+use crate::route::IfIndex;
+use crate::types::{DropReason, FiveTuple, NodeId, PortId, Timestamp};
+
+/// What the cluster makes of a transit packet.
+#[derive(Copy, Clone, Debug)]
+pub(crate) enum Plan {
+    /// Run conntrack here (owner, or no cluster question).
+    Own,
+    /// Wrap in a `ForwardedPacket` to this owner.
+    Forward(NodeId),
+    /// Wrap in a `RelayToOwner` to this director (R7).
+    Relay(NodeId),
+    /// Ask this director and park the frame.
+    Query { director: NodeId, elect: bool },
+    Drop(DropReason),
+}
+
+/// Could this packet open a flow at its owner? A TCP SYN, an echo request,
+/// UDP other than a DNS answer, another IP protocol.
+fn may_open(tuple: &FiveTuple, l4: Option<&L4Info>) -> bool {
+    match l4 {
+        Some(L4Info::Tcp(seg)) => seg.flags & (tcp_flags::SYN | tcp_flags::ACK) == tcp_flags::SYN,
+        Some(L4Info::Udp) => tuple.src_port != 53,
+        Some(L4Info::IcmpEchoRequest | L4Info::Other) => true,
+        Some(L4Info::IcmpEchoReply) | None => false,
+    }
+}
+
+impl ClusterPath {
+    /// Decide who runs conntrack on a transit packet. `l4` is `None` for an
+    /// ICMP error quoting `tuple`.
+    pub fn plan(
+        &mut self,
+        now: Timestamp,
+        conn: &ConnTable,
+        tuple: &FiveTuple,
+        l4: Option<&L4Info>,
+        rx: Rx,
+    ) -> Plan {
+        // 1. We own it.
+        if conn.lookup(tuple).is_some() {
+            return Plan::Own;
+        }
+        let timeouts: Timeouts = *conn.timeouts();
+        // Frames unwrapped from the CCL were sent here as to the owner. If
+        // the packet may open a flow, adopt it: the director named us owner
+        // (R8) but its reply to us was lost, so the sender learnt the owner
+        // and we did not. Owning it goes through the ACL and registers with
+        // the director like any new flow. Anything else is dropped.
+        if rx.via != Via::Port {
+            return if may_open(tuple, l4) { Plan::Own } else { Plan::Drop(DropReason::ClusterNoOwnerFlow) };
+        }
+        let me = self.me;
+        let key = canonical(tuple);
+        // 2. A record names another owner.
+        if let Some(r) = self.records.get_mut(&key) {
+            if live(r, now) && r.owner != me {
+                if r.role == Role::Forwarder {
+                    r.last_seen = now;
+                }
+                return Plan::Forward(r.owner);
+            }
+        }
+        // 3. No record.
+        let director = self.director_of(tuple);
+        let local = director == me;
+        let Some(l4) = l4 else {
+            // An ICMP error about a flow we know nothing of: the director
+            // knows its owner (R7).
+            return if local { Plan::Drop(DropReason::NoFlow) } else { Plan::Relay(director) };
+        };
+        match l4 {
+            L4Info::Tcp(seg) => {
+                let (syn, ack) = (seg.flags & tcp_flags::SYN != 0, seg.flags & tcp_flags::ACK != 0);
+                if syn && !ack {
+                    return Plan::Own; // R1: the SYN's receiver owns the connection.
+                }
+                if syn && ack && self.seq_randomization {
+                    if let Some(o) = self.cookies.owner_from_synack_ack(seg.ack) {
+                        if o == me {
+                            return Plan::Drop(DropReason::ClusterNoOwnerFlow);
+                        }
+                        if self.members.contains(o) {
+                            let rec = Record {
+                                role: Role::Forwarder,
+                                owner: o,
+                                orig: tuple.reversed(),
+                                tcp_state: TcpState::SynReceived as u8,
+                                seq_delta: 0,
+                                last_seen: now,
+                                idle: timeouts.tcp_established,
+                                version: None,
+                            };
+                            if !self.upsert(key, rec) {
+                                return Plan::Drop(DropReason::ClusterRecordTableFull);
+                            }
+                            self.counters.synack_cookie_decoded += 1;
+                            return Plan::Forward(o);
+                        }
+                    }
+                }
+                if local {
+                    Plan::Own
+                } else {
+                    Plan::Query { director, elect: false }
+                }
+            }
+            // Short-lived replies (R7): DNS answers and echo replies go to
+            // the director, which relays them to the owner.
+            L4Info::Udp if tuple.src_port == 53 => {
+                if local {
+                    Plan::Own
+                } else {
+                    Plan::Relay(director)
+                }
+            }
+            L4Info::IcmpEchoReply => {
+                if local {
+                    Plan::Own
+                } else {
+                    Plan::Relay(director)
+                }
+            }
+            // May open a flow (R8): the director decides, electing the
+            // querier if nobody owns it.
+            L4Info::Udp | L4Info::IcmpEchoRequest | L4Info::Other => {
+                if local {
+                    Plan::Own
+                } else {
+                    Plan::Query { director, elect: true }
+                }
+            }
+        }
+    }
+
+    /// Carry out a plan other than `Own`. The caller counts a fragment
+    /// forwarded to its flow owner (`FragCounters::to_flow_owner`) when this
+    /// succeeds with `rx.frag` set.
+    #[allow(clippy::too_many_arguments)]
+    pub fn act<B: PacketBuf>(
+        &mut self,
+        now: Timestamp,
+        link: &mut Link<'_>,
+        in_port: PortId,
+        ifx: IfIndex,
+        rx: Rx,
+        plan: Plan,
+        tuple: &FiveTuple,
+        buf: &mut B,
+    ) -> Result<Outcome, DropReason> {
+        let iface = u8::try_from(ifx.0).map_err(|_| DropReason::CclMalformed)?;
+        match plan {
+            Plan::Forward(owner) => {
+                // A fragment from its fragment owner to the flow owner goes
+                // without the flow hint (13 bytes would push a full-size
+                // fragment past a 1600-byte CCL MTU): the owner tells it
+                // from `fragment_owner` and never sends it back. Fragments
+                // go alone; other frames join the burst's batch to the
+                // owner (`batch_forward`).
+                let outcome = if rx.frag.is_none() && self.batch_forward(now, link, iface, owner, buf.data()) {
+                    Outcome::Consumed
+                } else {
+                    Outcome::Forward(self.wrap(now, link, buf, Wrap::Forward, iface, owner, None)?)
+                };
+                self.counters.forwarded_to_owner += 1;
+                Ok(outcome)
+            }
+            Plan::Relay(director) => {
+                let port = self.wrap(now, link, buf, Wrap::Relay, iface, director, None)?;
+                self.counters.relays_sent += 1;
+                Ok(Outcome::Forward(port))
+            }
+            Plan::Query { director, elect } => self.park(now, link, in_port, ifx, rx, tuple, buf, director, elect),
+            Plan::Drop(r) => Err(r),
+            Plan::Own => Err(DropReason::ClusterNoOwnerFlow),
+        }
+    }
+}

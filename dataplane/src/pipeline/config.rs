@@ -1,0 +1,215 @@
+//! What a pipeline is built from (`PipelineConfig`) and the checks
+//! `Pipeline::new` runs on it once, before reserving any memory: every
+//! configuration error is found here, so nothing on the packet path has to
+//! handle a bad configuration.
+
+use super::cluster::{ClusterSpec, ClusterSpecError};
+use super::iface::{Iface, Interfaces};
+use super::ipv4::martian_source;
+use crate::acl::{Acl, AclRule};
+use crate::conntrack::Timeouts;
+use crate::frag::ReasmConfigError;
+use crate::route::{contains, IfIndex, RouteError, RouteTable};
+use crate::types::{Duration, PortId};
+use crate::wire::ethernet;
+use std::net::Ipv4Addr;
+
+/// One configured interface.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InterfaceSpec {
+    pub name: String,
+    pub port: PortId,
+    pub mac: [u8; 6],
+    pub addr: Ipv4Addr,
+    pub prefix_len: u8,
+    pub security_level: u8,
+    pub vlan: Option<u16>,
+}
+
+/// A static route.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RouteSpec {
+    pub destination: Ipv4Addr,
+    pub prefix_len: u8,
+    pub via: Ipv4Addr,
+}
+
+/// An access rule as configured (`interface` by name, `None` = any).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RuleSpec {
+    pub name: String,
+    pub permit: bool,
+    pub interface: Option<String>,
+    pub protocol: Option<u8>,
+    pub src: (Ipv4Addr, u8),
+    pub dst: (Ipv4Addr, u8),
+    pub src_ports: (u16, u16),
+    pub dst_ports: (u16, u16),
+}
+
+#[derive(Clone, Debug)]
+pub struct PipelineConfig {
+    pub interfaces: Vec<InterfaceSpec>,
+    pub routes: Vec<RouteSpec>,
+    pub rules: Vec<RuleSpec>,
+    pub timeouts: Timeouts,
+    pub flow_capacity: usize,
+    pub arp_capacity: usize,
+    pub arp_timeout: Duration,
+    pub arp_retry: Duration,
+    /// Static neighbour entries (IPv4 → MAC), consulted before the ARP
+    /// cache and never aged: next hops on links without ARP (pcap vdevs in
+    /// benches) and CCL peers with fixed MACs.
+    pub static_neighbors: Vec<(Ipv4Addr, [u8; 6])>,
+    /// Cluster membership of this node; `None` runs the single-node
+    /// pipeline (docs/cluster-design.md).
+    pub cluster: Option<ClusterSpec>,
+}
+
+/// Configuration errors, found once by `Pipeline::new`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PipelineError {
+    #[error("no interfaces configured")]
+    NoInterfaces,
+    #[error("too many interfaces ({0}; at most 65535)")]
+    TooManyInterfaces(usize),
+    #[error("interface name {0:?} used twice")]
+    DuplicateName(String),
+    #[error("interface {name}: prefix length {prefix_len} is above 32")]
+    BadPrefixLen { name: String, prefix_len: u8 },
+    #[error("interface {name}: address {addr} is not a unicast host address")]
+    BadAddress { name: String, addr: Ipv4Addr },
+    #[error("interface {name}: VLAN {vlan} is outside 1-4094")]
+    BadVlan { name: String, vlan: u16 },
+    #[error("interfaces {a} and {b} share port and VLAN")]
+    DuplicatePortVlan { a: String, b: String },
+    #[error("interfaces {a} and {b} have overlapping subnets")]
+    OverlappingSubnets { a: String, b: String },
+    #[error("route {destination}/{prefix_len}: next hop {via} is one of our addresses")]
+    NextHopIsLocal { destination: Ipv4Addr, prefix_len: u8, via: Ipv4Addr },
+    #[error("{0}")]
+    Route(RouteError),
+    #[error("access rule {rule}: unknown interface {interface:?}")]
+    UnknownRuleInterface { rule: String, interface: String },
+    #[error("access rule {rule}: bad prefix length or port range (low above high)")]
+    BadRule { rule: String },
+    #[error("{0} must be above zero")]
+    ZeroCapacity(&'static str),
+    #[error("{0}")]
+    Cluster(ClusterSpecError),
+    #[error("{0}")]
+    Fragments(ReasmConfigError),
+}
+
+impl std::error::Error for RouteError {}
+
+/// The checked, built pieces of a configuration.
+pub(super) struct Built {
+    pub ifaces: Interfaces,
+    pub routes: RouteTable,
+    pub acl: Acl,
+    pub max_port: usize,
+}
+
+/// Check `cfg` (everything but the cluster and fragment settings, which
+/// their stages check) and build the interface, route and rule tables.
+pub(super) fn build(cfg: &PipelineConfig) -> Result<Built, PipelineError> {
+    if cfg.interfaces.is_empty() {
+        return Err(PipelineError::NoInterfaces);
+    }
+    if cfg.interfaces.len() > usize::from(u16::MAX) {
+        return Err(PipelineError::TooManyInterfaces(cfg.interfaces.len()));
+    }
+    if cfg.flow_capacity == 0 {
+        return Err(PipelineError::ZeroCapacity("flow-table capacity"));
+    }
+    if cfg.arp_capacity == 0 {
+        return Err(PipelineError::ZeroCapacity("arp capacity"));
+    }
+    let specs = &cfg.interfaces;
+    for (i, s) in specs.iter().enumerate() {
+        if s.prefix_len > 32 {
+            return Err(PipelineError::BadPrefixLen { name: s.name.clone(), prefix_len: s.prefix_len });
+        }
+        if martian_source(s.addr) {
+            return Err(PipelineError::BadAddress { name: s.name.clone(), addr: s.addr });
+        }
+        if let Some(v) = s.vlan {
+            if v == 0 || v > ethernet::VLAN_ID_MAX {
+                return Err(PipelineError::BadVlan { name: s.name.clone(), vlan: v });
+            }
+        }
+        for t in &specs[..i] {
+            if t.name == s.name {
+                return Err(PipelineError::DuplicateName(s.name.clone()));
+            }
+            if t.port == s.port && t.vlan == s.vlan {
+                return Err(PipelineError::DuplicatePortVlan { a: t.name.clone(), b: s.name.clone() });
+            }
+            let p = s.prefix_len.min(t.prefix_len);
+            if contains(s.addr, p, t.addr) {
+                return Err(PipelineError::OverlappingSubnets { a: t.name.clone(), b: s.name.clone() });
+            }
+        }
+    }
+    let connected: Vec<(Ipv4Addr, u8)> = specs.iter().map(|s| (s.addr, s.prefix_len)).collect();
+    for r in &cfg.routes {
+        if specs.iter().any(|s| s.addr == r.via) {
+            return Err(PipelineError::NextHopIsLocal {
+                destination: r.destination,
+                prefix_len: r.prefix_len,
+                via: r.via,
+            });
+        }
+    }
+    let statics: Vec<_> = cfg.routes.iter().map(|r| (r.destination, r.prefix_len, r.via)).collect();
+    let routes = RouteTable::new(&connected, &statics).map_err(PipelineError::Route)?;
+
+    let mut rules = Vec::with_capacity(cfg.rules.len());
+    for r in &cfg.rules {
+        let iface = match &r.interface {
+            None => None,
+            Some(n) => Some(IfIndex(specs.iter().position(|s| &s.name == n).ok_or_else(|| {
+                PipelineError::UnknownRuleInterface { rule: r.name.clone(), interface: n.clone() }
+            })? as u16)),
+        };
+        if r.src.1 > 32 || r.dst.1 > 32 || r.src_ports.0 > r.src_ports.1 || r.dst_ports.0 > r.dst_ports.1 {
+            return Err(PipelineError::BadRule { rule: r.name.clone() });
+        }
+        rules.push(AclRule {
+            name: r.name.clone(),
+            permit: r.permit,
+            iface,
+            protocol: r.protocol,
+            src: r.src,
+            dst: r.dst,
+            src_ports: r.src_ports,
+            dst_ports: r.dst_ports,
+        });
+    }
+    let acl = Acl::new(rules, specs.iter().map(|s| s.security_level).collect());
+    let max_port = specs.iter().map(|s| usize::from(s.port.0)).max().unwrap_or(0);
+    let list = specs
+        .iter()
+        .map(|s| Iface { port: s.port, mac: s.mac, addr: s.addr, prefix_len: s.prefix_len, vlan: s.vlan })
+        .collect();
+    let ifaces = Interfaces::new(list, specs.iter().map(|s| s.name.clone()).collect(), max_port);
+    Ok(Built { ifaces, routes, acl, max_port })
+}
+
+/// The CCL interface of a cluster spec: `(index, port, mac, address)`.
+pub(super) fn ccl_iface(
+    cfg: &PipelineConfig,
+    spec: &ClusterSpec,
+) -> Result<(IfIndex, PortId, [u8; 6], Ipv4Addr), PipelineError> {
+    let (i, s) = cfg
+        .interfaces
+        .iter()
+        .enumerate()
+        .find(|(_, s)| s.name == spec.ccl_iface)
+        .ok_or_else(|| PipelineError::Cluster(ClusterSpecError::UnknownCclIface(spec.ccl_iface.clone())))?;
+    if s.vlan.is_some() {
+        return Err(PipelineError::Cluster(ClusterSpecError::TaggedCclIface(spec.ccl_iface.clone())));
+    }
+    Ok((IfIndex(i as u16), s.port, s.mac, s.addr))
+}

@@ -1,0 +1,104 @@
+//! The vocabulary every stage of the packet path shares: how a frame
+//! arrived (`Rx`), what a stage decided (`Outcome`), what the driver is told
+//! (`Verdict`), and the two small facts that travel between stages — a
+//! fragment's datagram (`FragNote`) and an owner's sequence translation
+//! (`Xlate`). Plain `Copy` data, no behaviour: stages import it from here,
+//! never from each other, so the stages form no cycle.
+
+use crate::cluster::SeqDelta;
+use crate::frag::L4Head;
+use crate::route::IfIndex;
+use crate::types::{Direction, DropReason, FiveTuple, PortId};
+
+/// What to do with the buffer.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Transmit the (rewritten) buffer on this port.
+    Forward(PortId),
+    Drop(DropReason),
+    /// The pipeline is done with the buffer and keeps nothing pointing to
+    /// it: free it. A routed frame was copied to wait for its next hop's
+    /// ARP reply (the ARP hold); a fragment was copied into the reassembler
+    /// to wait for its datagram's first fragment; or (cluster mode) a CCL
+    /// control message was handled, or the frame was copied into the
+    /// pending table to wait for an owner reply (counted in
+    /// `Counters::consumed`).
+    Consumed,
+}
+
+/// What a stage made of a frame; `Pipeline::account` maps it to counters
+/// and a `Verdict`.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    Forward(PortId),
+    Consumed,
+    ArpReply(PortId),
+    EchoReply(PortId),
+    Drop(DropReason),
+}
+
+impl From<DropReason> for Outcome {
+    fn from(r: DropReason) -> Self {
+        Outcome::Drop(r)
+    }
+}
+
+impl Outcome {
+    /// The port a frame leaves on, if it leaves.
+    pub fn port(self) -> Option<PortId> {
+        match self {
+            Outcome::Forward(p) | Outcome::ArpReply(p) | Outcome::EchoReply(p) => Some(p),
+            Outcome::Consumed | Outcome::Drop(_) => None,
+        }
+    }
+}
+
+/// How a frame reached the IPv4 stage.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Via {
+    /// Received on a port.
+    Port,
+    /// Unwrapped from a CCL `ForwardedPacket`/`RelayToOwner`: process as
+    /// received on this interface.
+    Ccl(IfIndex),
+}
+
+/// The per-frame context of one pass through the stages.
+#[derive(Copy, Clone, Debug)]
+pub(crate) struct Rx {
+    pub via: Via,
+    /// The owner question is settled (an owner reply named this node):
+    /// run conntrack here.
+    pub force_own: bool,
+    /// A fragment the reassembler has already accounted for, with its
+    /// datagram's L4 header and 5-tuple (a held fragment released after
+    /// the first one arrived, or a parked fragment released by an owner
+    /// reply): it is not inserted again.
+    pub frag: Option<FragNote>,
+    /// A fragment the fragment owner sent to this node as the flow owner
+    /// (R10): it came over the CCL and this node is not its fragment owner,
+    /// or its `ForwardedPacket` carried a flow hint. It is decided as at
+    /// the owner (a local flow or a drop), never sent back.
+    pub hinted: bool,
+}
+
+impl Rx {
+    pub const PORT: Rx = Rx { via: Via::Port, force_own: false, frag: None, hinted: false };
+    pub const fn ccl(ifx: IfIndex) -> Rx {
+        Rx { via: Via::Ccl(ifx), force_own: false, frag: None, hinted: false }
+    }
+}
+
+/// A fragment whose datagram's L4 header is known.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct FragNote {
+    pub l4: L4Head,
+    pub tuple: FiveTuple,
+}
+
+/// Sequence translation for one owner packet (R6), applied by egress.
+#[derive(Copy, Clone, Debug)]
+pub(crate) struct Xlate {
+    pub dir: Direction,
+    pub delta: SeqDelta,
+}

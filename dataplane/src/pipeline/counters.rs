@@ -1,0 +1,180 @@
+//! The pipeline's own accounting (every frame `process` is given ends in
+//! exactly one of these counters) and `Counters`, the per-worker view that
+//! gathers it with the stages' counters for `show stats`.
+//!
+//! Invariant: `packets == forwarded + consumed + arp_replies +
+//! icmp_echo_replies + Σ drops`.
+
+use super::arphold::ArpHoldCounters;
+use crate::types::{DropReason, PortId};
+
+/// Per-port packet and byte counts.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct PortCounters {
+    pub rx_packets: u64,
+    pub rx_bytes: u64,
+    pub tx_packets: u64,
+    pub tx_bytes: u64,
+}
+
+/// IPv6 classification counts (IPv6 is parsed but not forwarded).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Ipv6Counters {
+    pub packets: u64,
+    pub tcp: u64,
+    pub udp: u64,
+    pub icmpv6: u64,
+    pub fragments: u64,
+    pub other: u64,
+}
+
+/// What `Pipeline::process` counts itself: frames in and how each ended.
+pub(crate) struct Accounting {
+    pub packets: u64,
+    pub drops: [u64; DropReason::COUNT],
+    pub forwarded: u64,
+    pub consumed: u64,
+    pub arp_replies: u64,
+    pub icmp_echo_replies: u64,
+    pub icmp_errors_forwarded: u64,
+    pub ports: Vec<PortCounters>,
+    pub rx_unknown_port: u64,
+}
+
+impl Accounting {
+    pub fn new(max_port: usize) -> Self {
+        Accounting {
+            packets: 0,
+            drops: [0; DropReason::COUNT],
+            forwarded: 0,
+            consumed: 0,
+            arp_replies: 0,
+            icmp_echo_replies: 0,
+            icmp_errors_forwarded: 0,
+            ports: vec![PortCounters::default(); max_port + 1],
+            rx_unknown_port: 0,
+        }
+    }
+
+    /// A frame received on `port`.
+    #[inline(always)]
+    pub fn rx(&mut self, port: PortId, len: usize) {
+        self.packets += 1;
+        match self.ports.get_mut(usize::from(port.0)) {
+            Some(p) => {
+                p.rx_packets += 1;
+                p.rx_bytes += len as u64;
+            }
+            None => self.rx_unknown_port += 1,
+        }
+    }
+
+    /// A frame leaving on `port`.
+    #[inline(always)]
+    pub fn tx(&mut self, port: PortId, len: usize) {
+        if let Some(pc) = self.ports.get_mut(usize::from(port.0)) {
+            pc.tx_packets += 1;
+            pc.tx_bytes += len as u64;
+        }
+    }
+}
+
+/// One worker's counters (`Pipeline::counters`, a copy). Invariant:
+/// `packets == forwarded + consumed + arp_replies + icmp_echo_replies +
+/// drops.iter().sum()`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Counters {
+    /// Frames passed to `process`.
+    pub packets: u64,
+    /// Per `DropReason::index()`.
+    pub drops: [u64; DropReason::COUNT],
+    /// Routed to an egress port.
+    pub forwarded: u64,
+    /// `Verdict::Consumed` (frames held for ARP resolution, fragments held
+    /// for their first fragment; cluster mode: CCL control messages
+    /// handled, frames parked in the pending table).
+    pub consumed: u64,
+    /// ARP requests answered.
+    pub arp_replies: u64,
+    /// ICMP echo requests answered.
+    pub icmp_echo_replies: u64,
+    /// ICMP errors passed because they quote a live flow (also in `forwarded`).
+    pub icmp_errors_forwarded: u64,
+    /// Flows created by `process` (conntrack has its own stats too).
+    pub flows_created: u64,
+    /// ARP requests queued for transmission.
+    pub arp_requests: u64,
+    /// Generated frames not queued because the queue was full.
+    pub generated_dropped: u64,
+    /// Frames received with an 802.1Q tag.
+    pub vlan_tagged: u64,
+    /// Frames `process` was given that the fast path handled
+    /// (`pipeline::fast`; also in `forwarded`, `consumed` or `drops`; a CCL
+    /// datagram counts once, whatever it carried).
+    pub fast_path: u64,
+    /// Frames held for an unresolved next hop (the ARP hold; `held` is
+    /// also in `consumed`).
+    pub arp_hold: ArpHoldCounters,
+    pub ipv6: Ipv6Counters,
+    /// Indexed by `PortId.0`, for every port up to the highest configured.
+    pub ports: Vec<PortCounters>,
+    /// Frames received on a port beyond the configured ones.
+    pub rx_unknown_port: u64,
+}
+
+impl Counters {
+    pub fn drop_count(&self, r: DropReason) -> u64 {
+        self.drops.get(r.index()).copied().unwrap_or(0)
+    }
+    pub fn dropped(&self) -> u64 {
+        self.drops.iter().sum()
+    }
+    /// Frames that left `process` with a `Forward` verdict.
+    pub fn emitted(&self) -> u64 {
+        self.forwarded + self.arp_replies + self.icmp_echo_replies
+    }
+    /// A serialisable copy (drop reasons by name, all of them).
+    pub fn snapshot(&self) -> CountersSnapshot {
+        CountersSnapshot {
+            packets: self.packets,
+            forwarded: self.forwarded,
+            consumed: self.consumed,
+            arp_replies: self.arp_replies,
+            icmp_echo_replies: self.icmp_echo_replies,
+            icmp_errors_forwarded: self.icmp_errors_forwarded,
+            flows_created: self.flows_created,
+            arp_requests: self.arp_requests,
+            generated_dropped: self.generated_dropped,
+            vlan_tagged: self.vlan_tagged,
+            fast_path: self.fast_path,
+            arp_hold: self.arp_hold,
+            ipv6: self.ipv6,
+            dropped: self.dropped(),
+            drops: DropReason::ALL.iter().map(|&r| (r.as_str(), self.drop_count(r))).collect(),
+            ports: self.ports.clone(),
+            rx_unknown_port: self.rx_unknown_port,
+        }
+    }
+}
+
+/// `Counters` for `show stats` (off the packet path).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct CountersSnapshot {
+    pub packets: u64,
+    pub forwarded: u64,
+    pub consumed: u64,
+    pub arp_replies: u64,
+    pub icmp_echo_replies: u64,
+    pub icmp_errors_forwarded: u64,
+    pub flows_created: u64,
+    pub arp_requests: u64,
+    pub generated_dropped: u64,
+    pub vlan_tagged: u64,
+    pub fast_path: u64,
+    pub arp_hold: ArpHoldCounters,
+    pub ipv6: Ipv6Counters,
+    pub dropped: u64,
+    pub drops: Vec<(&'static str, u64)>,
+    pub ports: Vec<PortCounters>,
+    pub rx_unknown_port: u64,
+}

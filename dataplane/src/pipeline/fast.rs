@@ -1,0 +1,239 @@
+//! The fast path: a packet of an established flow that needs nothing but
+//! the flow check and an L3 rewrite, handled in one straight pass.
+//!
+//! Eligible: an untagged IPv4 frame to the receiving interface's MAC (or
+//! unwrapped from a CCL `ForwardedPacket` at the owner) with a 20-byte
+//! header, a good checksum, not a fragment, and a unicast source that is
+//! neither martian nor one of ours. A CCL datagram to this node's CCL
+//! address then goes straight to the cluster stage's `ccl_in`
+//! (`Fast::Ccl`), as the general path's local-delivery branch would send
+//! it. Otherwise: TTL > 1; a destination that is neither martian nor one of
+//! ours; TCP without SYN, or UDP; a route out of an untagged interface
+//! whose next hop has a fresh ARP entry (or a static neighbour); in
+//! single-node mode, a live flow in the table. Everything else — and every
+//! packet that fails a check, so that the drop reason is the general
+//! path's — returns `None` *before anything is changed* and goes through
+//! the general path (`Pipeline::classify`).
+//!
+//! Single-node mode: the one state change, `ConnTable::track_existing`, is
+//! the same code the general path's `track` runs for an existing flow, and
+//! it declines when there is no live flow (having removed a dead one, as
+//! `track` would have). Cluster mode: once the checks pass, the fast path
+//! makes the general path's own decision calls (`ClusterPath::plan`, then
+//! `ClusterPath::act` or `Flows::track` and the egress rewrite's
+//! `apply_xlate`) with the same arguments. So for every packet the fast
+//! path either does exactly what the general path would do, or nothing.
+//! `tests/fastpath_equivalence.rs` checks that on random traffic against a
+//! pipeline with the fast path off (`Pipeline::set_fast_path`), for a
+//! single node and for a three-node cluster.
+//!
+//! Why it exists: the general path runs ~1,750 instructions per
+//! established packet (cluster, fragment, VLAN and ICMP branches, a 40-byte
+//! tuple and L4 summary moved through several enums); this one about 600
+//! (docs/benchmarks.md, "Where the time goes").
+
+use super::cluster::plan::Plan;
+use super::cluster::{ClusterPath, Link};
+use super::context::{Outcome, Rx, Via};
+use super::egress::{apply_xlate, Egress};
+use super::flows::Flows;
+use super::iface::Interfaces;
+use super::ipv4::{martian_source, tcp_seg};
+use crate::buf::PacketBuf;
+use crate::conntrack::{tcp_flags, L4Info};
+use crate::route::{IfIndex, RouteTable};
+use crate::types::{ip_proto, FiveTuple, PortId, Timestamp};
+use crate::wire::ethernet::{self, ethertype, EthernetFrame, HEADER_LEN};
+use crate::wire::ipv4::{self, Ipv4Packet};
+use crate::wire::tcp::TcpPacket;
+use crate::wire::udp::UdpPacket;
+use std::net::{IpAddr, Ipv4Addr};
+
+/// What the fast path did with a frame it took.
+pub(crate) enum Fast {
+    Done(Outcome),
+    /// A CCL datagram to our CCL address: the cluster stage's to open.
+    Ccl,
+}
+
+/// The stages the fast path reads and updates, lent by `Pipeline`.
+pub(crate) struct Parts<'a> {
+    pub ifaces: &'a Interfaces,
+    pub routes: &'a RouteTable,
+    pub egress: &'a mut Egress,
+    pub flows: &'a mut Flows,
+    pub cluster: Option<&'a mut ClusterPath>,
+}
+
+/// The fast path's switch and counter.
+pub(crate) struct FastPath {
+    /// On by default; off for the equivalence tests and benchmarks.
+    pub enabled: bool,
+    /// Frames `process` was given that the fast path handled (also in
+    /// `forwarded`, `consumed` or `drops`; a CCL datagram counts once,
+    /// whatever it carried).
+    pub count: u64,
+}
+
+/// Tuple and L4 summary of an eligible TCP (no SYN) or UDP datagram, as
+/// `ipv4::transit_l4` builds them; `None` for anything else.
+#[inline(always)]
+fn fast_l4(ip: &Ipv4Packet<&[u8]>, src: Ipv4Addr, dst: Ipv4Addr) -> Option<(FiveTuple, L4Info)> {
+    let proto = ip.protocol();
+    let payload = ip.payload();
+    let (sp, dp, l4) = match proto {
+        ip_proto::TCP => {
+            let t = TcpPacket::new_checked(payload).ok()?;
+            if t.flags() & tcp_flags::SYN != 0 {
+                return None;
+            }
+            (t.src_port(), t.dst_port(), L4Info::Tcp(tcp_seg(&t)))
+        }
+        ip_proto::UDP => {
+            let u = UdpPacket::new_checked(payload).ok()?;
+            (u.src_port(), u.dst_port(), L4Info::Udp)
+        }
+        _ => return None,
+    };
+    Some((FiveTuple { src: IpAddr::V4(src), dst: IpAddr::V4(dst), proto, src_port: sp, dst_port: dp }, l4))
+}
+
+/// Not martian as source or destination, not multicast or broadcast, not
+/// one of our addresses or directed broadcasts.
+#[inline(always)]
+fn plain_unicast(ifaces: &Interfaces, a: Ipv4Addr) -> bool {
+    // `martian_source` covers 0/8, 127/8 and 224/3 (multicast, reserved,
+    // limited broadcast): a superset of the destinations the general path
+    // refuses or keeps.
+    !(martian_source(a) || ifaces.is_own(a))
+}
+
+impl FastPath {
+    pub fn new() -> Self {
+        FastPath { enabled: true, count: 0 }
+    }
+
+    /// Handle a frame received on a port if it is eligible (module docs);
+    /// `None`: nothing was changed, run the general path.
+    #[inline]
+    pub fn forward<B: PacketBuf>(
+        &mut self,
+        p: Parts<'_>,
+        now: Timestamp,
+        in_port: PortId,
+        buf: &mut B,
+    ) -> Option<Fast> {
+        let (ifx, ing) = p.ifaces.untagged(in_port)?;
+        self.checked(p, now, in_port, ifx, Rx::PORT, Some(ing.mac), buf)
+    }
+
+    /// The IPv4 part of the fast path, for a frame received on a port (its
+    /// L2 destination checked) or unwrapped from a `ForwardedPacket` at the
+    /// owner (`rx` says which, as for `classify`). In cluster mode the
+    /// decision is the general path's own calls on the same inputs: the
+    /// fast path only replaces the parsing and validation in front of them,
+    /// so what it changes it changes exactly as the general path would.
+    #[inline]
+    pub fn ipv4<B: PacketBuf>(
+        &mut self,
+        p: Parts<'_>,
+        now: Timestamp,
+        in_port: PortId,
+        ifx: IfIndex,
+        rx: Rx,
+        buf: &mut B,
+    ) -> Option<Fast> {
+        self.checked(p, now, in_port, ifx, rx, None, buf)
+    }
+
+    /// `ipv4`, with the frame's destination MAC checked against `dst_mac`
+    /// (a frame received on a port) or not (unwrapped from the CCL).
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    fn checked<B: PacketBuf>(
+        &mut self,
+        p: Parts<'_>,
+        now: Timestamp,
+        in_port: PortId,
+        ifx: IfIndex,
+        rx: Rx,
+        dst_mac: Option<[u8; 6]>,
+        buf: &mut B,
+    ) -> Option<Fast> {
+        if !self.enabled || rx.force_own || rx.hinted || rx.frag.is_some() {
+            return None;
+        }
+        // (An unknown ingress interface in a forwarded packet is the
+        // general path's `CclMalformed`.)
+        let ing = p.ifaces.get(ifx)?;
+        let eth = EthernetFrame::new_checked(buf.data()).ok()?;
+        if dst_mac.is_some_and(|m| eth.dst() != m) || eth.outer_ethertype() != ethertype::IPV4 {
+            return None;
+        }
+        let ip = Ipv4Packet::new_checked(eth.payload()).ok()?;
+        if ip.header_len() != ipv4::MIN_HEADER_LEN || ip.is_fragment() || !ip.verify_checksum() {
+            return None;
+        }
+        let (src, dst) = (ip.src(), ip.dst());
+        if !plain_unicast(p.ifaces, src) {
+            return None;
+        }
+        let Parts { ifaces, routes, egress, flows, cluster } = p;
+        // A CCL datagram to this node's CCL address, received on a port:
+        // where the general path's local-delivery branch would take it.
+        if rx.via == Via::Port && ing.addr == dst && cluster.as_deref().is_some_and(|cl| cl.is_ccl_datagram(ifx, &ip)) {
+            self.count += 1;
+            return Some(Fast::Ccl);
+        }
+        if ip.ttl() <= 1 || !plain_unicast(ifaces, dst) {
+            return None;
+        }
+        let route = routes.lookup(dst)?;
+        let eg = ifaces.get(route.iface)?;
+        if eg.vlan.is_some() {
+            return None;
+        }
+        let mac = egress.fresh_neighbor(now, route.next_hop)?;
+        let (tuple, l4) = fast_l4(&ip, src, dst)?;
+        let len = u32::from(ip.total_len());
+        match cluster {
+            Some(cl) => {
+                // A frame from the CCL was counted with its datagram.
+                if rx.via == Via::Port {
+                    self.count += 1;
+                }
+                let mut link = Link { egress, ifaces };
+                match cl.plan(now, &flows.table, &tuple, Some(&l4), rx) {
+                    Plan::Own => {}
+                    Plan::Drop(r) => return Some(Fast::Done(Outcome::Drop(r))),
+                    plan => {
+                        let o = cl.act(now, &mut link, in_port, ifx, rx, plan, &tuple, buf);
+                        return Some(Fast::Done(o.unwrap_or_else(Outcome::Drop)));
+                    }
+                }
+                match flows.track(Some(cl), &mut link, now, &tuple, l4, len, ifx, route.iface) {
+                    Ok(None) => {}
+                    Ok(Some(x)) => {
+                        if let Err(r) = apply_xlate(HEADER_LEN, x, buf) {
+                            return Some(Fast::Done(Outcome::Drop(r)));
+                        }
+                    }
+                    Err(r) => return Some(Fast::Done(Outcome::Drop(r))),
+                }
+            }
+            None => {
+                let tracked = flows.table.track_existing(now, &tuple, &l4, len)?;
+                self.count += 1;
+                if let Err(r) = tracked {
+                    return Some(Fast::Done(Outcome::Drop(r)));
+                }
+            }
+        }
+        let d = buf.data_mut();
+        if let Some(l3) = d.get_mut(HEADER_LEN..) {
+            Ipv4Packet::new_unchecked(l3).decrement_ttl();
+        }
+        ethernet::write_macs(d, mac, eg.mac);
+        Some(Fast::Done(Outcome::Forward(eg.port)))
+    }
+}

@@ -1,0 +1,62 @@
+//! The connection-tracking stage: the worker's flow table and the access
+//! rules that admit a new flow (SPEC B2), and `track`, the one place a
+//! packet this node processes as owner (or alone) meets conntrack — with
+//! the cluster's owner bookkeeping around it in cluster mode (sequence
+//! translation R6, flow records R2/R9).
+//!
+//! Invariant: the ACL is consulted only when conntrack creates a flow;
+//! return traffic and later packets of a permitted flow never see it.
+
+use super::cluster::records::Pre;
+use super::cluster::{ClusterPath, Link};
+use super::context::Xlate;
+use crate::acl::{Acl, RuleInfo};
+use crate::conntrack::{ConnTable, L4Info};
+use crate::route::IfIndex;
+use crate::types::{DropReason, FiveTuple, Timestamp};
+
+pub(crate) struct Flows {
+    pub table: ConnTable,
+    acl: Acl,
+    /// Flows created by `track` (conntrack has its own stats too).
+    pub created: u64,
+}
+
+impl Flows {
+    pub fn new(table: ConnTable, acl: Acl) -> Self {
+        Flows { table, acl, created: 0 }
+    }
+
+    /// Run conntrack for a packet this node owns, with the ACL as the
+    /// admission check; in cluster mode with the owner's sequence
+    /// translation and flow records around it.
+    #[allow(clippy::too_many_arguments)]
+    pub fn track(
+        &mut self,
+        cluster: Option<&mut ClusterPath>,
+        link: &mut Link<'_>,
+        now: Timestamp,
+        tuple: &FiveTuple,
+        l4: L4Info,
+        len: u32,
+        ifx: IfIndex,
+        egress: IfIndex,
+    ) -> Result<Option<Xlate>, DropReason> {
+        let mut seen = l4;
+        let pre: Option<Pre> = cluster.as_deref().and_then(|cl| cl.owner_pre(&self.table, tuple, &mut seen));
+        let acl = &mut self.acl;
+        let tracked = self.table.track(now, tuple, &seen, len, || acl.check(ifx, egress, tuple))?;
+        if tracked.created {
+            self.created += 1;
+        }
+        Ok(cluster.and_then(|cl| cl.owner_post(now, link, &self.table, tuple, &l4, tracked, pre)))
+    }
+
+    pub fn rules(&self, names: &[String]) -> Vec<RuleInfo> {
+        self.acl.rules(names)
+    }
+    /// (default permits, default denies) of the security-level rule.
+    pub fn default_rule_hits(&self) -> (u64, u64) {
+        self.acl.default_hits()
+    }
+}
