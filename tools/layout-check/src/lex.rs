@@ -333,9 +333,22 @@ pub fn item_end(toks: &[Tok], mut from: usize) -> usize {
         from = matching(toks, from + 1) + 1;
     }
     let mut j = from;
+    // Depth of generic angle brackets (`->` and `=>` are not brackets), so
+    // that the comma of `fn f<A, B>()` does not end the item.
+    let mut angle = 0usize;
     while j < toks.len() {
+        let arrow = j > 0 && matches!(toks[j - 1].text.as_str(), "-" | "=");
         match toks[j].text.as_str() {
-            ";" | "," => return j,
+            ";" => return j,
+            "," if angle == 0 => return j,
+            "<" => {
+                angle += 1;
+                j += 1;
+            }
+            ">" if !arrow => {
+                angle = angle.saturating_sub(1);
+                j += 1;
+            }
             "(" | "[" => j = matching(toks, j) + 1,
             "{" => return matching(toks, j),
             "}" | ")" | "]" => return j.saturating_sub(1),
@@ -391,6 +404,16 @@ mod tests {
         let s = Source::new(full.to_string());
         let code = String::from_utf8_lossy(&without_tests(&s.code)).into_owned();
         assert!(code.contains("d[..6]") && !code.contains("fn z"), "{code}");
+    }
+
+    #[test]
+    fn item_ends() {
+        let src = "#[allow(unsafe_code)]\npub fn f<A: Into<u8>, B>(a: A) -> Option<B> where B: Default { unsafe { g() } }\nfn h() {}\nstruct S { #[cfg(test)] a: Vec<(u8, u8)>, b: u8 }\n";
+        let toks = tokens(src.as_bytes());
+        let end = item_end(&toks, 0);
+        assert_eq!(toks[end].off, src.find("} }").unwrap() + 2);
+        let code = String::from_utf8(without_tests(src.as_bytes())).unwrap();
+        assert!(!code.contains("a: Vec") && code.contains("b: u8"), "{code}");
     }
 
     #[test]
