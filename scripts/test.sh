@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite, as root: installs what is missing (setup.sh), builds
-# every binary in release mode, runs all unit and integration tests,
-# including the network-namespace test bed tests (serially, under the bed
-# lock). Exits non-zero if anything fails; always tears the test bed down.
+# every binary in release mode, runs the layout checks (docs/layout.md) and
+# all unit and integration tests, including the network-namespace test bed
+# tests (serially, under the bed lock). Exits non-zero if anything fails;
+# always tears the test bed down.
 #
 #   scripts/test.sh
 #   CFW_TESTBED_KERNEL_ROUTER=1 scripts/test.sh   # bed self-check: Linux router instead of clusterfw
@@ -42,6 +43,9 @@ say "build (release, all binaries)"
 cargo build --release --workspace --bins
 
 failed=()
+say "layout checks (docs/layout.md; known violations in tools/layout-check/pending.txt)"
+"$CLUSTERFW_BIN_DIR/layout-check" --root "$root" || failed+=("layout checks")
+
 say "unit and integration tests (all crates but the test bed)"
 cargo test --workspace --release --exclude testbed --no-fail-fast || failed+=("workspace tests")
 

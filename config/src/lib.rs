@@ -24,24 +24,65 @@
 //! * Defaults are applied here, once: the struct has no `Option` for a
 //!   setting that has a default.
 //!
+//! Layers, each using only those before it (no import cycles; checked by
+//! `layout-check`, see `docs/layout.md`): [`net`] (value types) → `error`,
+//! `locate` (positions in the YAML) → [`model`] (the validated types; the
+//! `cluster` and `neighbors` sections in `model/`) → `validate` (raw serde
+//! types and every check, one file per section in `validate/`) → this file
+//! ([`load`], [`parse`], and the public paths [`cluster`] and
+//! [`neighbors`]).
+//!
 //! Errors are off the packet path, so they are rich `thiserror` types (house
 //! style point 5), not counters.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
-pub mod cluster;
 mod error;
 mod locate;
 pub mod model;
-pub mod neighbors;
 pub mod net;
 mod validate;
+
+pub mod cluster {
+    //! The `cluster:` section: bootstrap settings of a cluster member (SPEC M6:
+    //! name, key, node ID, priority, site, chassis, CCL port and address) and,
+    //! in this issue, the static member list.
+    //!
+    //! Invariants of a [`ClusterConfig`] returned by [`crate::parse`]: `name`
+    //! is non-empty `[A-Za-z0-9_.-]+`; the key has at least [`MIN_KEY_LEN`]
+    //! characters; `node_id` is 0-15; `priority` is 1-100; the CCL address is a
+    //! unicast host address whose subnet overlaps no data interface, and the CCL
+    //! device is none of theirs; `members` is non-empty, ids are unique and
+    //! 0-15, names are unique, addresses are unique host addresses inside the
+    //! CCL subnet; exactly one member has `id == node_id`, and it carries this
+    //! node's CCL address and `node.name`. No data interface is called
+    //! [`CCL_INTERFACE`].
+    //!
+    //! The key is a [`Secret`]: `Debug` and `Serialize` print `<redacted>`, and
+    //! [`crate::Config::source_text`] has it blanked, so `show config` never
+    //! prints it back.
+
+    pub use crate::model::cluster::*;
+}
+
+pub mod neighbors {
+    //! `neighbors`: static ARP entries.
+    //!
+    //! Each entry binds an IPv4 address in a connected subnet to a MAC, so the
+    //! node forwards to it without resolving it by ARP — for ports where nobody
+    //! answers ARP (the `net_pcap` / `net_null` benchmark vdevs) and for next
+    //! hops that must not depend on ARP. Invariants after validation: every
+    //! address lies in exactly one interface subnet and is not an interface
+    //! address, addresses are unique, and every MAC is a unicast, non-zero
+    //! Ethernet address.
+
+    pub use crate::model::neighbors::*;
+}
 
 use std::path::Path;
 
 pub use cluster::{CclConfig, ClusterConfig, MemberConfig, Secret};
 pub use error::{ConfigError, ErrorKind};
-pub use neighbors::{MacAddr, NeighborConfig};
 pub use model::{
     AccessRule, Action, ArpConfig, Config, DpdkConfig, FlowTableConfig, InterfaceConfig, LogLevel,
     LoggingConfig, NodeConfig, RouteConfig, Timeouts,

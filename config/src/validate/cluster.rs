@@ -1,167 +1,22 @@
-//! The `cluster:` section: bootstrap settings of a cluster member (SPEC M6:
-//! name, key, node ID, priority, site, chassis, CCL port and address) and,
-//! in this issue, the static member list.
-//!
-//! Invariants of a [`ClusterConfig`] returned by [`crate::parse`]: `name`
-//! is non-empty `[A-Za-z0-9_.-]+`; the key has at least [`MIN_KEY_LEN`]
-//! characters; `node_id` is 0-15; `priority` is 1-100; the CCL address is a
-//! unicast host address whose subnet overlaps no data interface, and the CCL
-//! device is none of theirs; `members` is non-empty, ids are unique and
-//! 0-15, names are unique, addresses are unique host addresses inside the
-//! CCL subnet; exactly one member has `id == node_id`, and it carries this
-//! node's CCL address and `node.name`. No data interface is called
-//! [`CCL_INTERFACE`].
-//!
-//! The key is a [`Secret`]: `Debug` and `Serialize` print `<redacted>`, and
-//! [`crate::Config::source_text`] has it blanked, so `show config` never
-//! prints it back.
+//! The `cluster:` section from its raw form: [`RawCluster`] mirrors the
+//! YAML, [`Checker::cluster`] checks it against the rules listed in
+//! [`crate::cluster`] and builds the [`ClusterConfig`]. Also the redaction
+//! of the key in the source text kept for `show config`.
 
-use std::fmt;
 use std::net::Ipv4Addr;
 use std::str::FromStr;
 
-use serde::{Deserialize, Serialize, Serializer};
+use serde::Deserialize;
 
+use super::Checker;
 use crate::error::{ErrorKind, FieldPath};
+use crate::locate::Locator;
+use crate::model::cluster::{
+    CclConfig, ClusterConfig, MemberConfig, Secret, CCL_INTERFACE, MAX_NODE_ID, MAX_PRIORITY,
+    MIN_KEY_LEN, MIN_PRIORITY, REDACTED,
+};
 use crate::model::InterfaceConfig;
 use crate::net::Ipv4Net;
-use crate::validate::Checker;
-
-/// Shortest accepted cluster key, in characters.
-pub const MIN_KEY_LEN: usize = 16;
-/// Largest node ID (16 members: 0-15).
-pub const MAX_NODE_ID: u8 = 15;
-/// Smallest (most preferred) priority.
-pub const MIN_PRIORITY: u8 = 1;
-/// Largest (least preferred) priority.
-pub const MAX_PRIORITY: u8 = 100;
-/// Name of the interface the node makes for the CCL port; a data interface
-/// must not use it when a cluster is configured.
-pub const CCL_INTERFACE: &str = "ccl";
-/// What [`Secret`] and the redacted source text show instead of the key.
-pub const REDACTED: &str = "<redacted>";
-
-/// A string that is never printed: `Debug`, `Display` and `Serialize` give
-/// [`REDACTED`]. Read it with [`Secret::expose`].
-#[derive(Clone, PartialEq, Eq)]
-pub struct Secret(String);
-
-impl Secret {
-    /// Wraps a secret value.
-    pub fn new(s: impl Into<String>) -> Secret {
-        Secret(s.into())
-    }
-    /// The secret itself, for the code that needs it (the CCL key).
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(REDACTED)
-    }
-}
-
-impl fmt::Display for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(REDACTED)
-    }
-}
-
-impl Serialize for Secret {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(REDACTED)
-    }
-}
-
-/// `cluster`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub struct ClusterConfig {
-    /// `name`: the cluster name; `[A-Za-z0-9_.-]+`. Members of one cluster
-    /// use the same name (it selects the cluster id on the CCL).
-    pub name: String,
-    /// `key`: the cluster key that authenticates every CCL message; at
-    /// least 16 characters. Never printed.
-    pub key: Secret,
-    /// `node-id`: this node's ID, 0-15.
-    pub node_id: u8,
-    /// `priority`: 1-100, lower is preferred (for the election, later).
-    pub priority: u8,
-    /// `site-id`: optional, 1-255.
-    pub site_id: Option<u8>,
-    /// `chassis-id`: optional, 1-255.
-    pub chassis_id: Option<u8>,
-    /// `tcp-sequence-randomization`: SYN-cookie owner encoding (SPEC R6);
-    /// default true.
-    pub tcp_sequence_randomization: bool,
-    /// `ccl`: the dedicated cluster control link port.
-    pub ccl: CclConfig,
-    /// `members`: the static member list, this node included.
-    pub members: Vec<MemberConfig>,
-}
-
-impl ClusterConfig {
-    /// The member entry of this node (always present).
-    pub fn this_member(&self) -> Option<&MemberConfig> {
-        self.members.iter().find(|m| m.id == self.node_id)
-    }
-
-    /// The other members, in list order.
-    pub fn peers(&self) -> impl Iterator<Item = &MemberConfig> {
-        let me = self.node_id;
-        self.members.iter().filter(move |m| m.id != me)
-    }
-}
-
-/// `cluster.ccl`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub struct CclConfig {
-    /// `device`: PCI address or vdev string of the CCL port, as for
-    /// interfaces; not shared with a data interface.
-    pub device: String,
-    /// The host address of `address: a.b.c.d/len`.
-    pub address: Ipv4Addr,
-    /// The prefix length of `address`.
-    pub prefix_len: u8,
-}
-
-impl CclConfig {
-    /// The CCL subnet.
-    pub fn subnet(&self) -> Ipv4Net {
-        Ipv4Net::containing(self.address, self.prefix_len)
-    }
-
-    /// Whether `device` is a DPDK virtual device (see
-    /// [`InterfaceConfig::is_vdev`]).
-    pub fn is_vdev(&self) -> bool {
-        self.device.starts_with("net_") || self.device.starts_with("eth_")
-    }
-
-    /// The device name without arguments.
-    pub fn device_name(&self) -> &str {
-        self.device.split(',').next().unwrap_or("")
-    }
-}
-
-/// One entry of `cluster.members`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub struct MemberConfig {
-    /// `id`: node ID 0-15, unique.
-    pub id: u8,
-    /// `name`: node name, unique; the entry of this node carries
-    /// `node.name`.
-    pub name: String,
-    /// `ccl-address`: the member's CCL address (no prefix length), inside
-    /// the CCL subnet, unique.
-    pub ccl_address: Ipv4Addr,
-}
-
-// ---------------------------------------------------------------------------
-// Raw form and checks.
 
 #[derive(Deserialize)]
 #[serde(
@@ -448,7 +303,7 @@ impl Checker<'_> {
 
         Ok(ClusterConfig {
             name: raw.name,
-            key: Secret(raw.key),
+            key: Secret::new(raw.key),
             node_id,
             priority,
             site_id,
@@ -478,7 +333,7 @@ pub(crate) fn host_problem(addr: Ipv4Addr, len: u8) -> Option<&'static str> {
 /// `src` with the value of `cluster.key` replaced by [`REDACTED`]: the line
 /// of the key (block style) loses its value and any continuation lines, and
 /// every literal occurrence of the key elsewhere is replaced too.
-pub(crate) fn redact(src: &str, key: &str, locator: &crate::locate::Locator) -> String {
+pub(crate) fn redact(src: &str, key: &str, locator: &Locator) -> String {
     let mut text = src.to_string();
     let path = FieldPath::root().key("cluster");
     if let Some(pos) = locator.locate_key(&path, "key", 0) {

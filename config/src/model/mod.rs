@@ -1,4 +1,6 @@
-//! The validated configuration handed to the node.
+//! The validated configuration handed to the node. The types of the
+//! `cluster` and `neighbors` sections are in `cluster.rs` and `neighbors.rs`
+//! here, public as [`crate::cluster`] and [`crate::neighbors`].
 //!
 //! Invariants (established by [`crate::parse`], relied on by consumers):
 //! there is at least one interface; interface names are unique, match
@@ -15,8 +17,13 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-use crate::cluster::ClusterConfig;
 use crate::net::{Ipv4Net, PortRange, Protocol};
+
+pub(crate) mod cluster;
+pub(crate) mod neighbors;
+
+use cluster::ClusterConfig;
+use neighbors::NeighborConfig;
 
 /// Default `dpdk.mbufs`.
 pub const DEFAULT_MBUFS: u32 = 8191;
@@ -73,7 +80,7 @@ pub struct Config {
     /// `arp`.
     pub arp: ArpConfig,
     /// `neighbors`: static ARP entries (optional, default none).
-    pub neighbors: Vec<crate::neighbors::NeighborConfig>,
+    pub neighbors: Vec<NeighborConfig>,
     /// `cluster`: cluster bootstrap settings; `None` for a single node.
     pub cluster: Option<ClusterConfig>,
     /// The file name the configuration was parsed from (as given).

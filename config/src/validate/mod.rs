@@ -6,7 +6,9 @@
 //! text. Its errors carry a position and a path. Second, [`Checker`] turns
 //! the raw values into typed ones and checks ranges and cross references; its
 //! errors get their position from [`Locator`], which is only built when an
-//! error is reported, so a valid file is parsed once.
+//! error is reported, so a valid file is parsed once. The `cluster` and
+//! `neighbors` sections have their raw types and checks in `cluster.rs` and
+//! `neighbors.rs` here, as methods of the same [`Checker`].
 //!
 //! Invariant: the first error found is returned; no input makes either phase
 //! panic (no indexing or unwrapping of user-controlled values).
@@ -25,6 +27,9 @@ use crate::error::{ConfigError, ErrorKind, FieldPath};
 use crate::locate::Locator;
 use crate::model::*;
 use crate::net::{Ipv4Net, PortRange, Protocol};
+
+mod cluster;
+mod neighbors;
 
 // ---------------------------------------------------------------------------
 // Phase 1: the raw document.
@@ -64,9 +69,9 @@ struct RawConfig {
     #[serde(default, deserialize_with = "null_default")]
     arp: RawArp,
     #[serde(default, deserialize_with = "null_default")]
-    neighbors: Vec<crate::neighbors::RawNeighbor>,
+    neighbors: Vec<neighbors::RawNeighbor>,
     #[serde(default)]
-    cluster: Option<crate::cluster::RawCluster>,
+    cluster: Option<cluster::RawCluster>,
 }
 
 #[derive(Deserialize)]
@@ -467,7 +472,7 @@ impl Checker<'_> {
             neighbors,
             source_file: PathBuf::from(self.file),
             source_text: match &cluster {
-                Some(c) => crate::cluster::redact(self.src, c.key.expose(), self.locator()),
+                Some(c) => cluster::redact(self.src, c.key.expose(), self.locator()),
                 None => self.src.to_string(),
             },
             cluster,

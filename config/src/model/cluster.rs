@@ -1,0 +1,143 @@
+//! The types of the `cluster:` section, public as [`crate::cluster`] (whose
+//! module essay lists their invariants); the raw form and the checks that
+//! build them are in `validate/cluster.rs`.
+
+use std::fmt;
+use std::net::Ipv4Addr;
+
+use serde::{Serialize, Serializer};
+
+use crate::net::Ipv4Net;
+
+/// Shortest accepted cluster key, in characters.
+pub const MIN_KEY_LEN: usize = 16;
+/// Largest node ID (16 members: 0-15).
+pub const MAX_NODE_ID: u8 = 15;
+/// Smallest (most preferred) priority.
+pub const MIN_PRIORITY: u8 = 1;
+/// Largest (least preferred) priority.
+pub const MAX_PRIORITY: u8 = 100;
+/// Name of the interface the node makes for the CCL port; a data interface
+/// must not use it when a cluster is configured.
+pub const CCL_INTERFACE: &str = "ccl";
+/// What [`Secret`] and the redacted source text show instead of the key.
+pub const REDACTED: &str = "<redacted>";
+
+/// A string that is never printed: `Debug`, `Display` and `Serialize` give
+/// [`REDACTED`]. Read it with [`Secret::expose`].
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    /// Wraps a secret value.
+    pub fn new(s: impl Into<String>) -> Secret {
+        Secret(s.into())
+    }
+    /// The secret itself, for the code that needs it (the CCL key).
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(REDACTED)
+    }
+}
+
+impl fmt::Display for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(REDACTED)
+    }
+}
+
+impl Serialize for Secret {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(REDACTED)
+    }
+}
+
+/// `cluster`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct ClusterConfig {
+    /// `name`: the cluster name; `[A-Za-z0-9_.-]+`. Members of one cluster
+    /// use the same name (it selects the cluster id on the CCL).
+    pub name: String,
+    /// `key`: the cluster key that authenticates every CCL message; at
+    /// least 16 characters. Never printed.
+    pub key: Secret,
+    /// `node-id`: this node's ID, 0-15.
+    pub node_id: u8,
+    /// `priority`: 1-100, lower is preferred (for the election, later).
+    pub priority: u8,
+    /// `site-id`: optional, 1-255.
+    pub site_id: Option<u8>,
+    /// `chassis-id`: optional, 1-255.
+    pub chassis_id: Option<u8>,
+    /// `tcp-sequence-randomization`: SYN-cookie owner encoding (SPEC R6);
+    /// default true.
+    pub tcp_sequence_randomization: bool,
+    /// `ccl`: the dedicated cluster control link port.
+    pub ccl: CclConfig,
+    /// `members`: the static member list, this node included.
+    pub members: Vec<MemberConfig>,
+}
+
+impl ClusterConfig {
+    /// The member entry of this node (always present).
+    pub fn this_member(&self) -> Option<&MemberConfig> {
+        self.members.iter().find(|m| m.id == self.node_id)
+    }
+
+    /// The other members, in list order.
+    pub fn peers(&self) -> impl Iterator<Item = &MemberConfig> {
+        let me = self.node_id;
+        self.members.iter().filter(move |m| m.id != me)
+    }
+}
+
+/// `cluster.ccl`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct CclConfig {
+    /// `device`: PCI address or vdev string of the CCL port, as for
+    /// interfaces; not shared with a data interface.
+    pub device: String,
+    /// The host address of `address: a.b.c.d/len`.
+    pub address: Ipv4Addr,
+    /// The prefix length of `address`.
+    pub prefix_len: u8,
+}
+
+impl CclConfig {
+    /// The CCL subnet.
+    pub fn subnet(&self) -> Ipv4Net {
+        Ipv4Net::containing(self.address, self.prefix_len)
+    }
+
+    /// Whether `device` is a DPDK virtual device (see
+    /// [`InterfaceConfig::is_vdev`](crate::InterfaceConfig::is_vdev)).
+    pub fn is_vdev(&self) -> bool {
+        self.device.starts_with("net_") || self.device.starts_with("eth_")
+    }
+
+    /// The device name without arguments.
+    pub fn device_name(&self) -> &str {
+        self.device.split(',').next().unwrap_or("")
+    }
+}
+
+/// One entry of `cluster.members`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct MemberConfig {
+    /// `id`: node ID 0-15, unique.
+    pub id: u8,
+    /// `name`: node name, unique; the entry of this node carries
+    /// `node.name`.
+    pub name: String,
+    /// `ccl-address`: the member's CCL address (no prefix length), inside
+    /// the CCL subnet, unique.
+    pub ccl_address: Ipv4Addr,
+}
