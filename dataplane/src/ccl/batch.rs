@@ -19,7 +19,7 @@
 //! `BatchWriter` appends whole records only and never writes past its
 //! buffer, so a batch is always well-formed.
 
-use super::message::{arr, too_small, truncated, FlowKey};
+use super::key::{arr, too_small, truncated, FlowKey};
 use super::CclError;
 use crate::NodeId;
 
@@ -36,6 +36,18 @@ pub enum FlowOp {
     Upsert = 1,
     /// Forget the flow.
     Delete = 2,
+}
+
+/// `FlowRecord::flags` bit: opaque bytes 0–7 hold the record's version
+/// (docs/ccl-protocol.md, "Flow record versions").
+pub const FLAG_VERSIONED: u8 = 0x01;
+
+/// Byte ranges of the opaque state the cluster logic defines.
+mod opaque {
+    use core::ops::Range;
+    /// With `FLAG_VERSIONED`: the version's generation, then its seq (BE).
+    pub const GENERATION: Range<usize> = 0..4;
+    pub const SEQ: Range<usize> = 4..8;
 }
 
 /// One flow's replicated state.
@@ -58,6 +70,24 @@ impl FlowRecord {
     #[inline]
     pub fn wire_len(&self) -> usize {
         self.flow.wire_len() + TAIL_LEN
+    }
+
+    /// The record's version `(generation, seq)`, `None` without
+    /// `FLAG_VERSIONED`.
+    pub fn version(&self) -> Option<(u32, u32)> {
+        if self.flags & FLAG_VERSIONED == 0 {
+            return None;
+        }
+        let g: [u8; 4] = arr(&self.opaque, opaque::GENERATION.start).ok()?;
+        let s: [u8; 4] = arr(&self.opaque, opaque::SEQ.start).ok()?;
+        Some((u32::from_be_bytes(g), u32::from_be_bytes(s)))
+    }
+
+    /// Mark the record versioned and store its version.
+    pub fn set_version(&mut self, generation: u32, seq: u32) {
+        self.flags |= FLAG_VERSIONED;
+        self.opaque[opaque::GENERATION].copy_from_slice(&generation.to_be_bytes());
+        self.opaque[opaque::SEQ].copy_from_slice(&seq.to_be_bytes());
     }
 
     /// Parse one record at the start of `b`; returns it and its length.

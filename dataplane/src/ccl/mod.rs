@@ -36,6 +36,7 @@
 mod auth;
 mod batch;
 mod header;
+mod key;
 mod message;
 mod replay;
 mod seal;
@@ -43,10 +44,11 @@ mod seal;
 mod tests;
 
 pub use auth::{ClusterId, CclKey, TAG_LEN};
-pub use batch::{BatchWriter, FlowBatch, FlowBatchIter, FlowOp, FlowRecord, OPAQUE_LEN};
+pub use batch::{BatchWriter, FlowBatch, FlowBatchIter, FlowOp, FlowRecord, FLAG_VERSIONED, OPAQUE_LEN};
 pub use header::{CclHeader, CclPacket, HEADER_LEN, MAGIC, VERSION};
+pub use key::FlowKey;
 pub use message::{
-    FlowKey, ForwardedBatch, ForwardedPacket, Heartbeat, Message, MessageKind, OwnerQuery, OwnerReply,
+    ForwardedBatch, ForwardedPacket, Heartbeat, Message, MessageKind, OwnerQuery, OwnerReply,
     RelayToOwner, BATCH_MAX_FRAMES,
 };
 pub use replay::{ReplayGuard, WINDOW};

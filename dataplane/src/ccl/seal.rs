@@ -8,7 +8,8 @@
 
 use super::auth::{CclKey, ClusterId, TAG_LEN};
 use super::header::{CclHeader, CclPacket, HEADER_LEN};
-use super::message::{too_small, ForwardedBatch, Message, MessageKind, MIN_FRAME_LEN};
+use super::key::too_small;
+use super::message::{ForwardedBatch, Message, MessageKind, MIN_FRAME_LEN};
 use super::replay::ReplayGuard;
 use super::{CclCounters, CclDrop, CclError, CCL_UDP_PORT, CONTROL_CHANNEL, MAX_WORKER_CHANNELS};
 use crate::ip_proto::UDP as IP_PROTO_UDP;

@@ -5,7 +5,7 @@
 use super::*;
 use crate::{Epoch, FiveTuple, NodeId};
 use proptest::prelude::*;
-use std::net::{Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 const NAME: &str = "lab";
 const SECRET: &str = "correct horse battery staple";
@@ -648,4 +648,34 @@ fn mac_by_length_with_independent_keys() {
         assert_eq!(tag, &want[..], "{} bytes covered", covered.len());
         assert!(opener().open(&d).is_ok());
     }
+}
+
+#[test]
+fn record_version_round_trips_through_the_opaque_bytes() {
+    let flow = FlowKey::new(FiveTuple {
+        src: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)),
+        dst: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)),
+        proto: 6,
+        src_port: 1000,
+        dst_port: 80,
+    })
+    .unwrap();
+    let mut r = FlowRecord {
+        flow,
+        owner: NodeId(3),
+        op: FlowOp::Upsert,
+        tcp_state: 2,
+        flags: 0,
+        seq_delta: 7,
+        idle_timeout_s: 30,
+        opaque: [0; OPAQUE_LEN],
+    };
+    assert_eq!(r.version(), None, "no flag, no version");
+    r.set_version(0x0102_0304, 0xa0b0_c0d0);
+    assert_eq!(r.flags & FLAG_VERSIONED, FLAG_VERSIONED);
+    assert_eq!(&r.opaque[..8], &[1, 2, 3, 4, 0xa0, 0xb0, 0xc0, 0xd0], "big-endian, generation first");
+    let mut buf = [0u8; 128];
+    let n = r.emit(&mut buf).unwrap();
+    let (back, m) = FlowRecord::parse_prefix(&buf[..n]).unwrap();
+    assert_eq!((m, back.version()), (n, Some((0x0102_0304, 0xa0b0_c0d0))));
 }

@@ -71,7 +71,9 @@ impl CookieCodec {
     pub fn new(cluster_secret: [u8; 16]) -> Self {
         let mut a = [0u8; 8];
         let mut b = [0u8; 8];
+        // layout: allow(offset) the 128-bit key split into SipHash's k0 and k1, not packet bytes
         a.copy_from_slice(&cluster_secret[..8]);
+        // layout: allow(offset) the 128-bit key split into SipHash's k0 and k1, not packet bytes
         b.copy_from_slice(&cluster_secret[8..]);
         CookieCodec { k0: u64::from_le_bytes(a), k1: u64::from_le_bytes(b) }
     }

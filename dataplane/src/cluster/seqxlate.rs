@@ -33,7 +33,7 @@
 
 use crate::types::Direction;
 use crate::wire::checksum;
-use crate::wire::tcp::{self, flags, OptionIter, TcpOption, TcpPacket, MAX_SACK_BLOCKS, MIN_HEADER_LEN};
+use crate::wire::tcp::{self, flags, OptionIter, SackEdges, TcpOption, TcpPacket, MAX_SACK_BLOCKS, MIN_HEADER_LEN};
 
 /// `ISN' - ISN` modulo 2^32: what the owner adds to client sequence
 /// numbers on the way to the server.
@@ -159,15 +159,14 @@ pub fn translate_packet<T: AsRef<[u8]> + AsMut<[u8]>>(
             }
             let opts = tcp.options_mut();
             for &(start, blocks) in &found[..nfound] {
+                let mut edges = SackEdges::new(opts, start);
                 for b in 0..blocks {
-                    for edge in 0..2 {
-                        let at = start + 8 * b + 4 * edge;
-                        let Some(field) = opts.get_mut(at..at + 4) else { continue };
-                        let old = u32::from_be_bytes([field[0], field[1], field[2], field[3]]);
+                    for k in [2 * b, 2 * b + 1] {
+                        let Some(old) = edges.get(k) else { continue };
                         let new = delta.to_client(old);
-                        field.copy_from_slice(&new.to_be_bytes());
+                        edges.set(k, new);
                         // Offset within the segment decides the word alignment.
-                        csum = update_u32_at(csum, (MIN_HEADER_LEN + at) % 2 == 1, old, new);
+                        csum = update_u32_at(csum, (MIN_HEADER_LEN + edges.offset(k)) % 2 == 1, old, new);
                     }
                     out.sack_blocks = out.sack_blocks.saturating_add(1);
                 }

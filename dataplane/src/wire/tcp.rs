@@ -217,6 +217,44 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> TcpPacket<T> {
     }
 }
 
+/// The 32-bit edges of one SACK option's blocks in a segment's option
+/// bytes (RFC 2018 §3: `blocks` left/right pairs starting `body` bytes into
+/// the options), read and written in place: edge `2b` is block `b`'s left
+/// edge, `2b + 1` its right edge.
+pub struct SackEdges<'a> {
+    opts: &'a mut [u8],
+    body: usize,
+}
+
+impl<'a> SackEdges<'a> {
+    /// Edge bytes are 4 each; a block is 8.
+    const EDGE_LEN: usize = 4;
+
+    pub fn new(opts: &'a mut [u8], body: usize) -> Self {
+        SackEdges { opts, body }
+    }
+    /// Offset of edge `k` within the option bytes.
+    #[inline]
+    pub fn offset(&self, k: usize) -> usize {
+        self.body + Self::EDGE_LEN * k
+    }
+    /// Edge `k`, `None` past the option bytes.
+    #[inline]
+    pub fn get(&self, k: usize) -> Option<u32> {
+        let at = self.offset(k);
+        let b = self.opts.get(at..at + Self::EDGE_LEN)?;
+        Some(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+    }
+    /// Set edge `k` (ignored past the option bytes).
+    #[inline]
+    pub fn set(&mut self, k: usize, v: u32) {
+        let at = self.offset(k);
+        if let Some(b) = self.opts.get_mut(at..at + Self::EDGE_LEN) {
+            b.copy_from_slice(&v.to_be_bytes());
+        }
+    }
+}
+
 /// One TCP option.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum TcpOption<'a> {

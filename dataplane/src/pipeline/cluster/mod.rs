@@ -174,8 +174,7 @@ pub(crate) struct Record {
     pub version: Option<Version>,
 }
 
-/// `FlowRecord::flags` bit: `opaque[0..8]` holds the record's `Version`.
-pub const FLAG_VERSIONED: u8 = 0x01;
+pub use crate::ccl::FLAG_VERSIONED;
 
 /// The version of a flow record (docs/ccl-protocol.md, "Flow record
 /// versions"): `generation` numbers the flow's creations on its owner (a
@@ -191,24 +190,12 @@ pub struct Version {
 impl Version {
     /// Read from a record (`None` without `FLAG_VERSIONED`).
     pub fn from_record(r: &crate::ccl::FlowRecord) -> Option<Version> {
-        if r.flags & FLAG_VERSIONED == 0 {
-            return None;
-        }
-        let g = r.opaque.get(0..4)?;
-        let s = r.opaque.get(4..8)?;
-        Some(Version {
-            generation: u32::from_be_bytes([g[0], g[1], g[2], g[3]]),
-            seq: u32::from_be_bytes([s[0], s[1], s[2], s[3]]),
-        })
+        r.version().map(|(generation, seq)| Version { generation, seq })
     }
 
     /// Write into a record's flags and opaque bytes.
     pub fn write(self, r: &mut crate::ccl::FlowRecord) {
-        r.flags |= FLAG_VERSIONED;
-        if let Some(o) = r.opaque.get_mut(0..8) {
-            o[..4].copy_from_slice(&self.generation.to_be_bytes());
-            o[4..].copy_from_slice(&self.seq.to_be_bytes());
-        }
+        r.set_version(self.generation, self.seq);
     }
 
     /// Is `self` older than `held` (the same owner's record already held)?
@@ -481,12 +468,15 @@ pub(crate) fn canonical(t: &FiveTuple) -> FiveTuple {
 
 /// The cookie key (`CookieCodec::new`): 16 bytes derived from the cluster
 /// secret, distinct from the CCL MAC key.
-pub fn cookie_key(secret: &str) -> [u8; 16] {
+pub fn cookie_key(secret: &str) -> [u8; COOKIE_KEY_LEN] {
     let k = blake3::derive_key("clusterfw cookie isn v1", secret.as_bytes());
-    let mut out = [0u8; 16];
-    out.copy_from_slice(&k[..16]);
+    let mut out = [0u8; COOKIE_KEY_LEN];
+    out.copy_from_slice(&k[..COOKIE_KEY_LEN]);
     out
 }
+
+/// Bytes of the cookie key (SipHash-2-4's 128-bit key).
+pub const COOKIE_KEY_LEN: usize = 16;
 
 impl ClusterPath {
     /// `ccl`: the CCL interface (index, port, MAC, address). Reserves
