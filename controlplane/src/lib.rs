@@ -1,9 +1,16 @@
 //! clusterfw control plane.
 //!
-//! For now: the management protocol spoken on the node's control socket.
-//! Membership, heartbeats, election, replication and the CCL protocol land
-//! here in later issues; like the dataplane they stay sans-IO, driven by the
-//! node's control lcore or by the simulator.
+//! - [`membership`]: cluster membership as a sans-IO state machine (the
+//!   time and decoded CCL control messages in, actions out): today's
+//!   heartbeats and last-heard tracking; election, hold time and join grow
+//!   here. The node's control lcore and the simulator drive the same code.
+//! - [`mgmt`]: the management protocol spoken on the node's control socket.
+//!
+//! Like the dataplane, the control plane's logic reads no clock and does
+//! no I/O of its own: `membership` depends on neither DPDK nor `std::time`
+//! (checked by `tests/sans_io.rs`). `mgmt` is the exception by nature — it
+//! is the socket server and client — and keeps its I/O timeouts to itself.
 #![deny(unsafe_code)]
 
+pub mod membership;
 pub mod mgmt;

@@ -1,6 +1,9 @@
 //! The driver side of the cluster control link (CCL): which queue gets
 //! what, the hand-off between the worker and the control lcore, and the
-//! control lcore's heartbeats.
+//! control lcore's I/O for membership. I/O only: the membership logic
+//! (heartbeat schedule, per-peer state) is `controlplane::membership`, its
+//! frames are sealed and opened by `membership::ControlLink`; this module
+//! moves mbufs and hands the machine the node's `Clock` time.
 //!
 //! The CCL port has two RX/TX queue pairs where the device offers them
 //! (af_packet: `qpairs=2`). Queue 0 is the worker's: it polls it like a data
@@ -18,27 +21,27 @@
 //! The hand-off queues are bounded lock-free `ArrayQueue`s of mbufs; a full
 //! queue frees the mbuf and counts a drop. With one queue pair the worker
 //! receives everything, and the control lcore's heartbeats reach the wire
-//! through the worker's TX (queue `tx_via_worker`).
+//! through the worker's TX (queue `tx_via_worker`). A new member set from
+//! the membership machine waits in [`CclControl`] until the control thread
+//! puts it on the worker's query queue (`crate::shared::offer_members`).
 //!
 //! Invariant: the worker never blocks on, and never allocates for, the
 //! hand-off; the control lcore only touches queue 1 of the CCL port.
 
 use crossbeam_queue::ArrayQueue;
-use dataplane::ccl::{
-    CclCounters, CclKey, FramePath, Heartbeat, Message, Opener, Sealer, CCL_UDP_PORT, CONTROL_CHANNEL,
-};
+use controlplane::membership::{Action, ControlLink, Membership, MAX_CONTROL_FRAME};
+use dataplane::ccl::{CclCounters, Message, MessageKind, CCL_UDP_PORT, CONTROL_CHANNEL};
 use dataplane::cluster::MemberSet;
-use dataplane::NodeId;
+use dataplane::wire::ethernet::{ethertype, EthernetFrame};
+use dataplane::wire::ipv4::Ipv4Packet;
+use dataplane::wire::udp;
+use dataplane::{ip_proto, Timestamp};
 use dpdk_sys::{Mbuf, MbufBurst, Mempool, Port};
-use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 /// Capacity of each hand-off queue (mbufs).
 pub const HANDOFF_CAPACITY: usize = 2048;
-/// Heartbeat period.
-pub const HEARTBEAT_INTERVAL: Duration = Duration::from_millis(100);
 /// The UDP source port of control-channel messages.
 pub const CONTROL_SRC_PORT: u16 = CCL_UDP_PORT + CONTROL_CHANNEL as u16;
 
@@ -73,72 +76,41 @@ impl CclShared {
     }
 }
 
-/// Whether `frame` is a control-channel CCL message (Ethernet, optional
-/// 802.1Q tags, IPv4, UDP from `CONTROL_SRC_PORT` to `CCL_UDP_PORT`). Only
-/// peeks at header bytes; a frame too short to tell is not (the worker's
-/// pipeline then counts it).
+/// Whether `frame` is a control-channel CCL message (Ethernet, up to two
+/// VLAN tags, IPv4, UDP from `CONTROL_SRC_PORT` to `CCL_UDP_PORT`), read
+/// through the wire views. Only the headers up to the UDP ports must be
+/// present (this only routes the frame; the `Opener` checks it); a frame
+/// too short to tell is not (the worker's pipeline then counts it).
 pub fn is_control_frame(frame: &[u8]) -> bool {
-    let mut off = 12;
-    let mut ethertype = match frame.get(off..off + 2) {
-        Some(b) => u16::from_be_bytes([b[0], b[1]]),
-        None => return false,
-    };
-    while ethertype == 0x8100 || ethertype == 0x88a8 {
-        off += 4;
-        ethertype = match frame.get(off..off + 2) {
-            Some(b) => u16::from_be_bytes([b[0], b[1]]),
-            None => return false,
-        };
-    }
-    if ethertype != 0x0800 {
+    let Ok(eth) = EthernetFrame::new_checked(frame) else { return false };
+    if eth.ethertype() != ethertype::IPV4 {
         return false;
     }
-    let ip = off + 2;
-    let Some(&vihl) = frame.get(ip) else { return false };
-    if vihl >> 4 != 4 || frame.get(ip + 9) != Some(&17) {
+    let Ok(ip) = Ipv4Packet::new_checked_header(eth.payload()) else { return false };
+    if ip.protocol() != ip_proto::UDP {
         return false;
     }
-    let udp = ip + usize::from(vihl & 0x0f) * 4;
-    match frame.get(udp..udp + 4) {
-        Some(p) => {
-            u16::from_be_bytes([p[0], p[1]]) == CONTROL_SRC_PORT && u16::from_be_bytes([p[2], p[3]]) == CCL_UDP_PORT
-        }
-        None => false,
-    }
-}
-
-/// One member as `show cluster` lists it.
-#[derive(Clone, Debug)]
-pub struct Peer {
-    pub id: NodeId,
-    pub name: String,
-    pub ccl_address: Ipv4Addr,
-    pub last_heard: Option<Instant>,
-    pub heartbeats: u64,
-    /// Incarnation of the last heartbeat (changes when the peer restarts).
-    pub incarnation: u32,
+    udp::ports(ip.payload()) == Some((CONTROL_SRC_PORT, CCL_UDP_PORT))
 }
 
 /// The control lcore's CCL endpoint: queue 1 of the CCL port (or the
-/// worker's queue through `tx_via_worker`), heartbeats out, heartbeats in.
+/// worker's queue through `tx_via_worker`), the membership machine and
+/// the link that seals and opens its frames.
 pub struct CclControl {
     port: Port,
     /// `Some(1)`: the control queue; `None`: one queue, the worker's.
     queue: Option<u16>,
     pool: Arc<Mempool>,
     shared: Arc<CclShared>,
-    sealer: Sealer,
-    opener: Opener,
-    path: FramePath,
-    members: MemberSet,
-    priority: u8,
-    pub me: NodeId,
-    pub peers: Vec<Peer>,
-    next_heartbeat: Instant,
+    link: ControlLink,
+    pub membership: Membership,
+    /// Heartbeats handed to the port (or to the worker's TX).
     pub heartbeats_sent: u64,
+    /// Heartbeats not sealed, not allocated or not taken by the port.
     pub heartbeat_send_failures: u64,
-    /// Control-channel messages that were not heartbeats (none yet).
-    pub other_control_messages: u64,
+    /// The latest member set the membership machine emitted that has not
+    /// reached the worker's queue yet.
+    pub pending_members: Option<MemberSet>,
     rx: MbufBurst,
     tx: MbufBurst,
 }
@@ -148,48 +120,25 @@ pub struct CclControlConfig {
     pub two_queues: bool,
     pub pool: Arc<Mempool>,
     pub shared: Arc<CclShared>,
-    pub key: CclKey,
-    pub me: NodeId,
-    pub incarnation: u32,
-    pub members: MemberSet,
-    pub priority: u8,
-    pub mac: [u8; 6],
-    pub address: Ipv4Addr,
-    pub broadcast: Ipv4Addr,
-    pub peers: Vec<(NodeId, String, Ipv4Addr)>,
+    pub link: ControlLink,
+    pub membership: Membership,
 }
 
 impl CclControl {
-    pub fn new(c: CclControlConfig) -> Result<CclControl, dataplane::ccl::CclError> {
-        Ok(CclControl {
+    pub fn new(c: CclControlConfig) -> CclControl {
+        CclControl {
             port: c.port,
             queue: c.two_queues.then_some(1),
             pool: c.pool,
             shared: c.shared,
-            sealer: Sealer::new(&c.key, c.me, CONTROL_CHANNEL, c.incarnation)?,
-            opener: Opener::new(&c.key, c.me),
-            path: FramePath { src_mac: c.mac, dst_mac: [0xff; 6], src_ip: c.address, dst_ip: c.broadcast },
-            members: c.members,
-            priority: c.priority,
-            me: c.me,
-            peers: c.peers
-                .into_iter()
-                .map(|(id, name, ccl_address)| Peer {
-                    id,
-                    name,
-                    ccl_address,
-                    last_heard: None,
-                    heartbeats: 0,
-                    incarnation: 0,
-                })
-                .collect(),
-            next_heartbeat: Instant::now(),
+            link: c.link,
+            membership: c.membership,
             heartbeats_sent: 0,
             heartbeat_send_failures: 0,
-            other_control_messages: 0,
+            pending_members: None,
             rx: MbufBurst::new(),
             tx: MbufBurst::new(),
-        })
+        }
     }
 
     /// Whether the port runs a separate control queue.
@@ -203,16 +152,16 @@ impl CclControl {
 
     /// Counters of the control channel (heartbeats out and in, drops).
     pub fn counters(&self) -> CclCounters {
-        let mut c = *self.opener.counters();
-        c.add(self.sealer.counters());
-        c
+        self.link.counters()
     }
 
-    /// One round: receive on the control queue, take what the worker passed
-    /// on, send a heartbeat when due. Returns how many frames it passed on
-    /// to the worker (data-plane CCL traffic waiting on this lcore: the
-    /// caller polls faster while there is some; heartbeats do not count).
-    pub fn poll(&mut self, now: Instant) -> usize {
+    /// One round at `now` (the node's `Clock`, the worker's time base):
+    /// receive on the control queue, take what the worker passed on, let
+    /// the membership machine's clock advance, carry out its actions.
+    /// Returns how many frames it passed on to the worker (data-plane CCL
+    /// traffic waiting on this lcore: the caller polls faster while there
+    /// is some; heartbeats do not count).
+    pub fn poll(&mut self, now: Timestamp) -> usize {
         let mut handled = 0;
         if let Some(q) = self.queue {
             // Drain the queue (bounded: a few bursts per round).
@@ -244,65 +193,69 @@ impl CclControl {
         while let Some(m) = self.shared.to_control.pop() {
             self.receive(now, &m);
         }
-        if now >= self.next_heartbeat {
-            self.send_heartbeat();
-            self.next_heartbeat = now + HEARTBEAT_INTERVAL;
+        self.membership.tick(now);
+        while let Some(a) = self.membership.poll_action() {
+            match a {
+                Action::Broadcast { epoch, msg } => self.broadcast(epoch, &msg),
+                Action::Members(m) => {
+                    log::info!("member set now epoch {}: {m:?}", m.epoch().0);
+                    self.pending_members = Some(m);
+                }
+            }
         }
         handled
     }
 
-    fn receive(&mut self, now: Instant, m: &Mbuf) {
-        let Ok(o) = self.opener.open_frame(m.data()) else { return };
-        match o.msg {
-            Message::Heartbeat(_) => {
-                if let Some(p) = self.peers.iter_mut().find(|p| p.id == o.sender) {
-                    p.last_heard = Some(now);
-                    p.heartbeats += 1;
-                    p.incarnation = o.incarnation;
-                }
+    /// Open a control-channel frame (the opener counts drops) and hand it
+    /// to the membership machine (which counts what it made of it).
+    fn receive(&mut self, now: Timestamp, m: &Mbuf) {
+        let _ = self.link.receive(&mut self.membership, now, m.data());
+    }
+
+    fn broadcast(&mut self, epoch: dataplane::Epoch, msg: &Message<'_>) {
+        let heartbeat = msg.kind() == MessageKind::Heartbeat;
+        if self.send(epoch, msg) {
+            if heartbeat {
+                self.heartbeats_sent += 1;
             }
-            _ => self.other_control_messages += 1,
+        } else if heartbeat {
+            self.heartbeat_send_failures += 1;
         }
     }
 
-    fn send_heartbeat(&mut self) {
-        let hb = Message::Heartbeat(Heartbeat { priority: self.priority, state: 0, member_bitmap: self.members.bits() });
-        let mut buf = [0u8; 256];
-        let len = match self.sealer.seal_frame(&self.path, self.members.epoch(), &hb, &mut buf) {
+    /// Seal `msg` into an mbuf and put it on the wire; false when any step
+    /// failed (the frame is gone).
+    fn send(&mut self, epoch: dataplane::Epoch, msg: &Message<'_>) -> bool {
+        let mut buf = [0u8; MAX_CONTROL_FRAME];
+        let len = match self.link.seal_broadcast(epoch, msg, &mut buf) {
             Ok(n) => n,
             Err(e) => {
-                log::warn!("heartbeat not sealed: {e}");
-                self.heartbeat_send_failures += 1;
-                return;
+                log::warn!("{} not sealed: {e}", msg.kind());
+                return false;
             }
         };
         let Some(m) = self.pool.alloc_from_slice(&buf[..len]) else {
-            self.heartbeat_send_failures += 1;
-            return;
+            return false;
         };
         match self.queue {
             Some(q) => {
                 if self.tx.push(m).is_err() {
-                    self.heartbeat_send_failures += 1;
-                    return;
+                    return false;
                 }
-                let sent = self.port.tx_burst(q, &mut self.tx);
-                if sent == 0 {
-                    self.heartbeat_send_failures += 1;
+                if self.port.tx_burst(q, &mut self.tx) == 0 {
                     self.tx.clear();
-                    return;
+                    return false;
                 }
             }
             None => {
                 if let Err(m) = self.shared.tx_via_worker.push(m) {
                     self.shared.tx_via_worker_drops.fetch_add(1, Ordering::Relaxed);
-                    self.heartbeat_send_failures += 1;
                     drop(m);
-                    return;
+                    return false;
                 }
             }
         }
-        self.heartbeats_sent += 1;
+        true
     }
 }
 
@@ -344,5 +297,22 @@ mod tests {
         }
         assert!(!is_control_frame(&f[..14 + 20 + 3]));
         assert!(is_control_frame(&f[..14 + 20 + 4]));
+    }
+
+    #[test]
+    fn control_frames_behind_two_tags_or_ip_options() {
+        // QinQ: an S-tag, then a C-tag.
+        let mut f = frame(31555, 31300, true);
+        f.splice(12..12, [0x88, 0xa8, 0, 9]);
+        assert!(is_control_frame(&f));
+        // IPv4 with 4 bytes of options (IHL 6): the ports move with it.
+        let mut f = frame(31555, 31300, false);
+        f[14] = 0x46;
+        f.splice(14 + 20..14 + 20, [1, 1, 1, 0]);
+        assert!(is_control_frame(&f));
+        // An IHL below 5 is no IPv4 header.
+        let mut f = frame(31555, 31300, false);
+        f[14] = 0x44;
+        assert!(!is_control_frame(&f));
     }
 }

@@ -1,13 +1,16 @@
-//! The control thread: serves the control socket and asks the worker for
-//! snapshots through the lock-free query queue.
+//! The control thread: drives the CCL control endpoint (membership),
+//! serves the control socket and asks the worker for snapshots through the
+//! lock-free query queue.
 //!
 //! Invariant: the control thread never touches the worker's state directly;
-//! it sends a [`Query`] and waits (bounded) for the [`Reply`]. Port counters
-//! are read from DPDK (`rte_eth_stats_get`), which is safe beside a polling
-//! worker.
+//! it sends a [`Query`] and waits (bounded) for the [`Reply`], or sends a
+//! command (`Query::SetMembers`) and waits for nothing. Its time is the
+//! node's [`Clock`], the worker's time base. Port counters are read from
+//! DPDK (`rte_eth_stats_get`), which is safe beside a polling worker.
 
-use crate::ccl::{CclControl, HEARTBEAT_INTERVAL};
-use crate::shared::{Query, Reply, Shared};
+use crate::ccl::CclControl;
+use crate::clock::Clock;
+use crate::shared::{offer_members, Query, Reply, Shared};
 use dataplane::ccl::{CclDrop, MessageKind};
 use anyhow::{Context, Result};
 use config::Config;
@@ -32,10 +35,11 @@ pub struct Control {
     config_yaml: String,
     config_json: Value,
     started: Instant,
-    /// Cluster mode: the CCL control endpoint (heartbeats) and the
+    /// Cluster mode: the CCL control endpoint (membership) and the
     /// cluster's name.
     ccl: Option<CclControl>,
     cluster_name: Option<String>,
+    clock: Clock,
 }
 
 impl Control {
@@ -44,6 +48,7 @@ impl Control {
         shared: Arc<Shared>,
         ports: Vec<(String, String, Port)>,
         ccl: Option<CclControl>,
+        clock: Clock,
     ) -> Result<Control> {
         let server = Server::bind(&cfg.control_socket)
             .with_context(|| format!("binding the control socket {}", cfg.control_socket.display()))?;
@@ -57,16 +62,21 @@ impl Control {
             started: Instant::now(),
             ccl,
             cluster_name: cfg.cluster.as_ref().map(|c| c.name.clone()),
+            clock,
         })
     }
 
-    /// One round of the control lcore: the CCL control queue and heartbeats
-    /// (cluster mode), then the control socket. Returns the CCL frames
-    /// passed on to the worker (the caller polls faster while there are
-    /// some).
+    /// One round of the control lcore: the CCL control queue and the
+    /// membership machine (cluster mode), a new member set to the worker,
+    /// then the control socket. Returns the CCL frames passed on to the
+    /// worker (the caller polls faster while there are some).
     pub fn poll(&mut self) -> usize {
         let handled = match &mut self.ccl {
-            Some(c) => c.poll(Instant::now()),
+            Some(c) => {
+                let n = c.poll(self.clock.now());
+                offer_members(&self.shared.queries, &mut c.pending_members);
+                n
+            }
             None => 0,
         };
         let server = &self.server;
@@ -85,19 +95,19 @@ impl Control {
             return Err("no cluster configured: this node runs alone (no `cluster:` section)".into());
         };
         let Reply::Cluster(snap) = self.ask(Query::Cluster)? else { return Err("unexpected reply".into()) };
-        let now = Instant::now();
+        let now = self.clock.now();
         let members: Vec<Value> = ccl
-            .peers
+            .membership
+            .snapshot(now)
             .iter()
-            .map(|p| {
-                let me = p.id == ccl.me;
+            .map(|m| {
                 json!({
-                    "id": p.id.0,
-                    "name": p.name,
-                    "ccl_address": p.ccl_address.to_string(),
-                    "this_node": me,
-                    "last_heard_ms": if me { None } else { p.last_heard.map(|t| now.saturating_duration_since(t).as_millis() as u64) },
-                    "heartbeats_rx": p.heartbeats,
+                    "id": m.id.0,
+                    "name": m.name,
+                    "ccl_address": m.ccl_address.to_string(),
+                    "this_node": m.this_node,
+                    "last_heard_ms": if m.this_node { None } else { m.last_heard_ms() },
+                    "heartbeats_rx": m.heartbeats,
                 })
             })
             .collect();
@@ -138,12 +148,12 @@ impl Control {
         Ok(json!({
             "cluster": self.cluster_name,
             "node": self.node_name,
-            "node_id": ccl.me.0,
+            "node_id": ccl.membership.me().0,
             // Control/data node roles come with the election (later issue).
             "role": "member",
             "epoch": epoch,
             "ccl_queues": ccl.queues(),
-            "heartbeat_interval_ms": HEARTBEAT_INTERVAL.as_millis() as u64,
+            "heartbeat_interval_ms": ccl.membership.heartbeat_interval().0 / 1_000_000,
             "members": members,
             "counters": counters,
             "ccl": kinds,
@@ -151,7 +161,7 @@ impl Control {
             "driver": {
                 "heartbeats_sent": ccl.heartbeats_sent,
                 "heartbeat_send_failures": ccl.heartbeat_send_failures,
-                "control_messages_other": ccl.other_control_messages,
+                "control_messages_other": ccl.membership.counters().other_messages,
                 "to_worker_frames": sh.to_worker_frames.load(Ordering::Relaxed),
                 "to_worker_drops": sh.to_worker_drops.load(Ordering::Relaxed),
                 "to_control_frames": sh.to_control_frames.load(Ordering::Relaxed),

@@ -18,7 +18,8 @@ mod worker;
 use anyhow::{bail, Context, Result};
 use clock::Clock;
 use config::Config;
-use dataplane::ccl::CclKey;
+use controlplane::membership::{self, ControlLink, Membership};
+use dataplane::ccl::{CclKey, FramePath};
 use dataplane::cluster::MemberSet;
 use dataplane::pipeline::{ClusterSpec, InterfaceSpec, Pipeline, PipelineConfig, RouteSpec, RuleSpec};
 use dataplane::{Duration, Epoch, NodeId, PortId};
@@ -231,29 +232,18 @@ fn run(cfg: Config, extra: Vec<String>) -> Result<()> {
     let pipeline = Pipeline::new(pcfg).map_err(|e| anyhow::anyhow!("pipeline: {e}"))?;
     let shared = Arc::new(Shared::new());
     let ccl_control = match (&cfg.cluster, ccl_setup) {
-        (Some(cl), Some((_, port, two, mac))) => {
-            let key = CclKey::new(&cl.name, cl.key.expose()).map_err(|e| anyhow::anyhow!("cluster key: {e}"))?;
-            Some(
-                ccl::CclControl::new(ccl::CclControlConfig {
-                    port,
-                    two_queues: two,
-                    pool: pool.clone(),
-                    shared: shared.ccl.clone(),
-                    key,
-                    me: NodeId(cl.node_id),
-                    incarnation,
-                    members: member_set(cl)?,
-                    priority: cl.priority,
-                    mac,
-                    address: cl.ccl.address,
-                    broadcast: cl.ccl.subnet().broadcast(),
-                    peers: cl.members.iter().map(|m| (NodeId(m.id), m.name.clone(), m.ccl_address)).collect(),
-                })
-                .map_err(|e| anyhow::anyhow!("CCL control endpoint: {e}"))?,
-            )
-        }
+        (Some(cl), Some((_, port, two, mac))) => Some(ccl::CclControl::new(ccl::CclControlConfig {
+            port,
+            two_queues: two,
+            pool: pool.clone(),
+            shared: shared.ccl.clone(),
+            link: control_link(cl, incarnation, mac)?,
+            membership: membership(cl)?,
+        })),
         _ => None,
     };
+    // One clock for the worker and the control lcore: their timestamps
+    // (flow ages, heartbeat ages, member-set changes) are comparable.
     let clock = Clock::new();
     // First SIGINT/SIGTERM: stop cleanly. A second one while stopping: exit now.
     let stop_signal = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -290,6 +280,7 @@ fn run(cfg: Config, extra: Vec<String>) -> Result<()> {
         shared.clone(),
         ports.iter().map(|p| (p.interfaces.clone(), p.name.clone(), p.port)).collect(),
         ccl_control,
+        clock,
     )?;
     log::info!("node {} up; control socket {}", cfg.node.name, cfg.control_socket.display());
     // The control lcore: socket, CCL control queue, heartbeats. It polls
@@ -354,6 +345,33 @@ fn random_seed() -> u64 {
 fn member_set(cl: &config::ClusterConfig) -> Result<MemberSet> {
     MemberSet::from_nodes(Epoch(1), cl.members.iter().map(|m| NodeId(m.id)))
         .map_err(|e| anyhow::anyhow!("cluster.members: {e}"))
+}
+
+/// The control lcore's CCL endpoint: control channel, this boot's
+/// incarnation, broadcasts from the CCL port's MAC and address.
+fn control_link(cl: &config::ClusterConfig, incarnation: u32, mac: [u8; 6]) -> Result<ControlLink> {
+    let key = CclKey::new(&cl.name, cl.key.expose()).map_err(|e| anyhow::anyhow!("cluster key: {e}"))?;
+    let broadcast =
+        FramePath { src_mac: mac, dst_mac: [0xff; 6], src_ip: cl.ccl.address, dst_ip: cl.ccl.subnet().broadcast() };
+    ControlLink::new(&key, NodeId(cl.node_id), incarnation, broadcast)
+        .map_err(|e| anyhow::anyhow!("CCL control endpoint: {e}"))
+}
+
+/// The membership machine: every configured member, the static member set
+/// the workers start with, today's 100 ms heartbeat.
+fn membership(cl: &config::ClusterConfig) -> Result<Membership> {
+    Membership::new(membership::Config {
+        me: NodeId(cl.node_id),
+        priority: cl.priority,
+        nodes: cl
+            .members
+            .iter()
+            .map(|m| membership::NodeConfig { id: NodeId(m.id), name: m.name.clone(), ccl_address: m.ccl_address })
+            .collect(),
+        members: member_set(cl)?,
+        heartbeat_interval: membership::DEFAULT_HEARTBEAT_INTERVAL,
+    })
+    .map_err(|e| anyhow::anyhow!("cluster membership: {e}"))
 }
 
 /// `cluster:` as the pipeline's `ClusterSpec`; the CCL port is the

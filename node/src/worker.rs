@@ -5,7 +5,8 @@
 //! then flush all TX bursts. Dropped mbufs are collected and freed in one
 //! batch. The loop takes no lock and allocates nothing per packet; the only
 //! shared state is the stop flag and the bounded lock-free query queues that
-//! the control thread uses to ask for snapshots (answered between bursts).
+//! the control thread uses to ask for snapshots and to send commands (a new
+//! member set), both taken between bursts by [`between_bursts`].
 //!
 //! Cluster mode: the CCL port is one more port; the worker polls its
 //! queue 0, runs the frames through `Pipeline::process` like any other
@@ -182,10 +183,12 @@ impl Worker {
                 self.shared.tx_full_drops.store(out.tx_full_drops, Ordering::Relaxed);
             }
             if let Some(q) = self.shared.queries.pop() {
-                let reply = self.answer(q, now);
-                // The control thread waits for exactly one reply per query;
-                // a full reply queue means it gave up, so drop the answer.
-                let _ = self.shared.replies.push(reply);
+                if let Some(reply) = between_bursts(&mut self.pipeline, now, q) {
+                    // The control thread waits for exactly one reply per
+                    // query; a full reply queue means it gave up, so drop
+                    // the answer.
+                    let _ = self.shared.replies.push(reply);
+                }
             }
 
             if received == 0 {
@@ -216,20 +219,26 @@ impl Worker {
             Verdict::Drop(_) | Verdict::Consumed => push_dead(&mut out.dead, m),
         }
     }
+}
 
-    fn answer(&self, q: Query, now: Timestamp) -> Reply {
-        match q {
-            Query::Counters => Reply::Counters(
-                Box::new(self.pipeline.counters().snapshot()),
-                Box::new(self.pipeline.frag_snapshot()),
-            ),
-            Query::Conns { max } => Reply::Conns(self.pipeline.conns(now, max), self.pipeline.flow_count()),
-            Query::Routes => Reply::Routes(self.pipeline.routes()),
-            Query::Arp => Reply::Arp(self.pipeline.arp_entries(now)),
-            Query::Rules => Reply::Rules(self.pipeline.rules()),
-            Query::Cluster => Reply::Cluster(self.pipeline.cluster_counters().map(Box::new)),
+/// What the worker does between bursts with one item of its query queue:
+/// apply a command (no reply) or answer a query (one reply). Off the packet
+/// path; the pipeline is the worker's own, so nothing is locked.
+pub(crate) fn between_bursts(pipeline: &mut Pipeline, now: Timestamp, q: Query) -> Option<Reply> {
+    Some(match q {
+        Query::SetMembers(members) => {
+            pipeline.set_members(now, members);
+            return None;
         }
-    }
+        Query::Counters => {
+            Reply::Counters(Box::new(pipeline.counters().snapshot()), Box::new(pipeline.frag_snapshot()))
+        }
+        Query::Conns { max } => Reply::Conns(pipeline.conns(now, max), pipeline.flow_count()),
+        Query::Routes => Reply::Routes(pipeline.routes()),
+        Query::Arp => Reply::Arp(pipeline.arp_entries(now)),
+        Query::Rules => Reply::Rules(pipeline.rules()),
+        Query::Cluster => Reply::Cluster(pipeline.cluster_counters().map(Box::new)),
+    })
 }
 
 fn push_dead(dead: &mut MbufBurst, m: Mbuf) {
@@ -245,5 +254,93 @@ fn flush(port: &Port, q: &mut MbufBurst, tx_full_drops: &mut u64) {
     if sent < want {
         *tx_full_drops += (want - sent) as u64;
         q.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dataplane::cluster::MemberSet;
+    use dataplane::conntrack::Timeouts;
+    use dataplane::pipeline::{ClusterSpec, InterfaceSpec, PipelineConfig};
+    use dataplane::{Duration, Epoch, NodeId};
+    use std::net::Ipv4Addr;
+
+    /// A pipeline of node 0 of a `nodes`-node cluster (`cluster: false`: a
+    /// single-node one), built as `main` builds it, without DPDK.
+    fn pipeline(nodes: u8, cluster: bool) -> Pipeline {
+        let iface = |name: &str, port: u16, net: u8| InterfaceSpec {
+            name: name.into(),
+            port: PortId(port),
+            mac: [0x02, 0, 0, 0, net, 1],
+            addr: Ipv4Addr::new(10, net, 0, 1),
+            prefix_len: 24,
+            security_level: 100,
+            vlan: None,
+        };
+        let members = MemberSet::from_nodes(Epoch(1), (0..nodes).map(NodeId)).unwrap();
+        Pipeline::new(PipelineConfig {
+            interfaces: vec![iface("inside", 0, 1), iface("outside", 1, 2), iface("ccl", 2, 99)],
+            routes: vec![],
+            rules: vec![],
+            timeouts: Timeouts::default(),
+            flow_capacity: 64,
+            arp_capacity: 16,
+            arp_timeout: Duration::from_secs(300),
+            arp_retry: Duration::from_secs(1),
+            static_neighbors: vec![],
+            cluster: cluster.then(|| ClusterSpec {
+                node: NodeId(0),
+                members,
+                cluster_name: "lab".into(),
+                key: "lab-secret".into(),
+                incarnation: 1000,
+                seq_randomization: true,
+                ccl_iface: "ccl".into(),
+                peers: (1..nodes).map(|m| (NodeId(m), Ipv4Addr::new(10, 99, 0, 1 + m))).collect(),
+                random_seed: 7,
+            }),
+        })
+        .unwrap()
+    }
+
+    /// `(epoch, members)` as `show cluster` gets them from the worker.
+    fn cluster_view(p: &mut Pipeline, now: Timestamp) -> Option<(u64, Vec<NodeId>)> {
+        match between_bursts(p, now, Query::Cluster) {
+            Some(Reply::Cluster(s)) => s.map(|s| (s.epoch, s.members.clone())),
+            _ => panic!("Query::Cluster must get a Reply::Cluster"),
+        }
+    }
+
+    #[test]
+    fn set_members_changes_what_the_pipeline_reports() {
+        let mut p = pipeline(3, true);
+        let now = Timestamp::from_secs(1);
+        let all = vec![NodeId(0), NodeId(1), NodeId(2)];
+        assert_eq!(cluster_view(&mut p, now), Some((1, all.clone())));
+        let set = MemberSet::from_nodes(Epoch(1), (0..3).map(NodeId)).unwrap();
+        // Node 2 left: a command, so no reply (the control thread waits
+        // for exactly one reply per query and none per command).
+        assert!(between_bursts(&mut p, now, Query::SetMembers(set.without(NodeId(2)))).is_none());
+        assert_eq!(cluster_view(&mut p, now), Some((2, vec![NodeId(0), NodeId(1)])));
+        // It came back.
+        let back = set.without(NodeId(2)).with(NodeId(2)).unwrap();
+        assert!(between_bursts(&mut p, now, Query::SetMembers(back)).is_none());
+        assert_eq!(cluster_view(&mut p, now), Some((3, all)));
+        // An empty set cannot build a director table: the pipeline keeps
+        // the one it has.
+        let empty = MemberSet::from_nodes(Epoch(9), []).unwrap();
+        assert!(between_bursts(&mut p, now, Query::SetMembers(empty)).is_none());
+        assert_eq!(cluster_view(&mut p, now).map(|v| v.0), Some(3));
+    }
+
+    #[test]
+    fn set_members_on_a_single_node_pipeline_is_harmless() {
+        let mut p = pipeline(1, false);
+        let now = Timestamp::from_secs(1);
+        let set = MemberSet::from_nodes(Epoch(5), [NodeId(0), NodeId(1)]).unwrap();
+        assert!(between_bursts(&mut p, now, Query::SetMembers(set)).is_none());
+        assert_eq!(cluster_view(&mut p, now), None);
+        assert!(matches!(between_bursts(&mut p, now, Query::Routes), Some(Reply::Routes(_))));
     }
 }

@@ -25,8 +25,9 @@ use core::fmt;
 /// Length of the MAC tag that ends every message.
 pub const TAG_LEN: usize = 16;
 
-/// BLAKE3 `derive_key` context of the MAC key (version 2: AEGIS-128L-MAC;
-/// v1 was a BLAKE3 keyed hash under `"clusterfw ccl v1"`).
+/// BLAKE3 `derive_key` contexts of the two MAC keys (version 3; v2 used
+/// AEGIS-128L for every length, v1 a BLAKE3 keyed hash under
+/// `"clusterfw ccl v1"`).
 const MAC_CONTEXT: &str = "clusterfw ccl v3 aegis-128l-mac";
 const MAC_X4_CONTEXT: &str = "clusterfw ccl v3 aegis-128x4-mac";
 /// Messages (header and payload) of at least this many bytes are MACed

@@ -1,13 +1,17 @@
-//! The Cluster Control Link (CCL) protocol, version 1: codec,
-//! authentication and replay protection (SPEC M9). The design note is
-//! `docs/ccl-protocol.md`.
+//! The Cluster Control Link (CCL) protocol, version 3 ([`VERSION`]):
+//! codec, authentication and replay protection (SPEC M9). The design note
+//! is `docs/ccl-protocol.md`.
 //!
 //! A CCL message is a fixed 34-byte header, a kind-specific payload and a
-//! 16-byte BLAKE3 keyed-hash tag, carried in UDP/IPv4 to port
-//! [`CCL_UDP_PORT`] on the dedicated CCL Ethernet port. [`Sealer`] writes
-//! messages (one per sender stream: node × channel), [`Opener`] checks and
-//! decodes them and keeps the per-(sender, channel) replay windows
-//! ([`ReplayGuard`]).
+//! 16-byte AEGIS-MAC tag over header and payload (AEGIS-128L below
+//! `MAC_X4_FROM` = 512 bytes, AEGIS-128X4 from there, each under its own
+//! key derived from the cluster secret; `docs/ccl-protocol.md`,
+//! "Authentication"; versions 1 and 2 — a BLAKE3 keyed hash, AEGIS-128L
+//! for every length — are dropped as `ccl-bad-version`), carried in
+//! UDP/IPv4 to port [`CCL_UDP_PORT`] on the dedicated CCL Ethernet port.
+//! [`Sealer`] writes messages (one per sender stream: node × channel),
+//! [`Opener`] checks and decodes them and keeps the per-(sender, channel)
+//! replay windows ([`ReplayGuard`]).
 //!
 //! Why this sits in the dataplane crate rather than the control plane:
 //! workers are CCL endpoints on the packet path. A forwarder encapsulates
@@ -15,9 +19,10 @@
 //! batches [`FlowRecord`]s of a burst into one state update, and the owner
 //! opens forwarded packets and processes them as if received on the named
 //! interface — all per packet, without locks or allocation. The control
-//! lcore (heartbeats, owner queries answered by directors, bulk sync) uses
-//! the very same codec, so there is exactly one encoder and one decoder of
-//! the format; the cluster logic and its simulator are written against it.
+//! lcore uses the very same codec (`controlplane::membership::ControlLink`:
+//! heartbeats today; bulk sync and the like later), so there is exactly
+//! one encoder and one decoder of the format; the cluster logic and its
+//! simulator are written against it.
 //!
 //! Invariants:
 //! - Nothing in `seal`, `open`, the payload parsers and emitters allocates

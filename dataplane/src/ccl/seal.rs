@@ -309,7 +309,7 @@ pub struct Opened<'a> {
     pub incarnation: u32,
     pub epoch: Epoch,
     pub seq: u64,
-    /// Header flags (none defined in v1; sent as 0).
+    /// Header flags (none defined yet; sent as 0).
     pub flags: u8,
     pub msg: Message<'a>,
 }

@@ -2,7 +2,8 @@
 //!
 //! Invariant: `UdpPacket::new_checked` guarantees `8 <= len() <=
 //! buffer.len()`, so getters and `payload()` (which ends at `len()`) are
-//! panic-free.
+//! panic-free. [`ports`] reads only the two ports, from a header that may
+//! be cut short after them (a classifier's view).
 
 use super::checksum;
 use core::fmt;
@@ -94,6 +95,15 @@ impl<T: AsRef<[u8]>> UdpPacket<T> {
     }
 }
 
+/// Source and destination port of a UDP header of which at least the first
+/// four bytes are present (length and checksum may be cut off: enough to
+/// classify a datagram, not to read it). `None` when shorter.
+#[inline]
+pub fn ports(header: &[u8]) -> Option<(u16, u16)> {
+    let b = header.get(..field::DST_PORT.end)?;
+    Some((be16(b, field::SRC_PORT), be16(b, field::DST_PORT)))
+}
+
 impl<T: AsRef<[u8]> + AsMut<[u8]>> UdpPacket<T> {
     #[inline]
     pub fn new_unchecked(buffer: T) -> Self {
@@ -175,6 +185,14 @@ mod tests {
             UdpPacket::new_checked(&b[..]).unwrap_err(),
             Error::BadLength
         );
+    }
+
+    #[test]
+    fn ports_of_a_cut_header() {
+        assert_eq!(ports(&DNS[..]), Some((53000, 53)));
+        assert_eq!(ports(&DNS[..4]), Some((53000, 53)));
+        assert_eq!(ports(&DNS[..3]), None);
+        assert_eq!(ports(&[]), None);
     }
 
     proptest! {

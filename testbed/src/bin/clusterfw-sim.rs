@@ -12,7 +12,7 @@ usage: clusterfw-sim [--nodes 3] [--flows 2000] [--udp-flows N] [--seed 7]
                      [--no-cluster] [--no-seq-randomization] [--burst 32]
                      [--start-ms 500] [--json] [--trace-flow ID]
                      [--mixed] [--icmp-flows N] [--reuse P] [--idle-share P]
-                     [--idle-max-s S]
+                     [--idle-max-s S] [--ccl-cut NODE:FROM_MS[:UNTIL_MS]] [--run-ms MS]
        clusterfw-sim --seed S --randomized [--json]
 
 Simulates N clusterfw nodes (real dataplane pipelines) between an inside and
@@ -39,6 +39,10 @@ virtual clock. The same seed gives the same run, bit for bit.
   --randomized          the sweep's scenario for --seed (nodes, CCL impairments,
                         burst size, ... drawn from the seed; put it last)
   --randomized-any      the same (it once skipped known issues; none are left)
+  --ccl-cut N:A[:B]     node N's CCL port is down from A ms (until B ms; else
+                        for good): its data-plane CCL frames and heartbeats
+  --run-ms MS           run at least this long even when every flow is done
+                        (membership: `--flows 0 --run-ms 2000`)
   --trace-flow ID       print to stderr what happens to flow ID's frames (and
                         CCL control messages and losses)
   --json                print the report as JSON
@@ -106,6 +110,11 @@ fn run(args: Vec<String>) -> Result<bool, String> {
                 randomized = true;
             }
             "--trace-flow" => trace = Some(val(&mut it, &a)?),
+            "--run-ms" => cfg.min_run_ns = val::<u64>(&mut it, &a)? * 1_000_000,
+            "--ccl-cut" => {
+                let v: String = val(&mut it, &a)?;
+                cfg.ccl_cut = Some(parse_cut(&v).ok_or_else(|| format!("--ccl-cut: bad value {v:?}"))?);
+            }
             "--randomized" => {
                 let seed = cfg.seed;
                 cfg = SimConfig::randomized(seed);
@@ -177,4 +186,16 @@ fn run(args: Vec<String>) -> Result<bool, String> {
         );
     }
     Ok(report.ok())
+}
+
+/// `NODE:FROM_MS[:UNTIL_MS]`.
+fn parse_cut(v: &str) -> Option<sim::net::CclCut> {
+    let mut it = v.split(':');
+    let node = it.next()?.parse().ok()?;
+    let from_ns = it.next()?.parse::<u64>().ok()? * 1_000_000;
+    let until_ns = match it.next() {
+        Some(u) => u.parse::<u64>().ok()? * 1_000_000,
+        None => u64::MAX,
+    };
+    (it.next().is_none() && from_ns < until_ns).then_some(sim::net::CclCut { node, from_ns, until_ns })
 }

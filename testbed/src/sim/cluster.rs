@@ -1,11 +1,15 @@
 //! Everything the simulator knows about the dataplane's cluster API, in one
 //! place: building the node's cluster configuration, end-of-burst flush,
-//! the cluster counters, flow roles, and the director of a tuple.
+//! the cluster counters, flow roles, and the director of a tuple; and the
+//! node's membership machine and control-channel link (`super::membership`
+//! drives them).
 //!
 //! Without a cluster (`cluster: false`) every node is an independent
 //! single-node firewall: each flow a node holds counts as owned by it.
 
 use super::net;
+use controlplane::membership::{self, ControlLink, Membership, NodeConfig};
+use dataplane::ccl::{CclKey, FramePath};
 use dataplane::cluster::{flow_hash, DirectorTable, MemberSet};
 use dataplane::pipeline::ClusterSpec;
 use dataplane::pipeline::{Pipeline, PipelineConfig};
@@ -52,6 +56,44 @@ pub fn members(nodes: usize) -> Result<MemberSet, String> {
     MemberSet::from_nodes(Epoch(1), (0..nodes).map(|n| NodeId(n as u8))).map_err(|e| e.to_string())
 }
 
+/// The CCL incarnation of node `n` (one boot per run).
+pub fn incarnation(n: usize) -> u32 {
+    1000 + n as u32
+}
+
+/// Node `node`'s membership machine: every node configured, all members,
+/// the node's 100 ms heartbeat.
+pub fn membership(node: usize, nodes: usize) -> Result<Membership, String> {
+    Membership::new(membership::Config {
+        me: NodeId(node as u8),
+        priority: 1,
+        nodes: (0..nodes)
+            .map(|n| NodeConfig {
+                id: NodeId(n as u8),
+                name: format!("node{n}"),
+                ccl_address: net::node_addr(n, net::CCL),
+            })
+            .collect(),
+        members: members(nodes)?,
+        heartbeat_interval: membership::DEFAULT_HEARTBEAT_INTERVAL,
+    })
+    .map_err(|e| format!("node{node}: membership: {e}"))
+}
+
+/// Node `node`'s control-channel link: the cluster key, its incarnation,
+/// broadcasts from its CCL MAC and address to the CCL subnet's broadcast.
+pub fn control_link(node: usize) -> Result<ControlLink, String> {
+    let key = CclKey::new(CLUSTER_NAME, CLUSTER_KEY).map_err(|e| e.to_string())?;
+    let broadcast = FramePath {
+        src_mac: net::node_mac(node, net::CCL),
+        dst_mac: [0xff; 6],
+        src_ip: net::node_addr(node, net::CCL),
+        dst_ip: net::CCL_BROADCAST,
+    };
+    ControlLink::new(&key, NodeId(node as u8), incarnation(node), broadcast)
+        .map_err(|e| format!("node{node}: control link: {e}"))
+}
+
 /// Add the cluster configuration (members, CCL interface, peers) to `cfg`.
 pub fn configure(cfg: &mut PipelineConfig, p: &ClusterParams) -> Result<(), String> {
     cfg.cluster = Some(ClusterSpec {
@@ -59,7 +101,7 @@ pub fn configure(cfg: &mut PipelineConfig, p: &ClusterParams) -> Result<(), Stri
         members: members(p.nodes)?,
         cluster_name: CLUSTER_NAME.into(),
         key: CLUSTER_KEY.into(),
-        incarnation: 1000 + p.node as u32,
+        incarnation: incarnation(p.node),
         seq_randomization: p.seq_randomization,
         ccl_iface: "ccl".into(),
         peers: (0..p.nodes)

@@ -14,15 +14,18 @@
 //!
 //! Invariants of the simulator itself:
 //! - **Determinism.** All randomness comes from ChaCha generators seeded
-//!   from the scenario seed (one stream for traffic, one for the CCL); the
-//!   event queue is ordered by (virtual time, insertion number); nothing
-//!   iterates a hash map in a way that shows. Same seed, same
-//!   configuration → the same events in the same order, which
-//!   `Report::trace_hash` fingerprints.
+//!   from the scenario seed (one stream for traffic, one for the CCL, one
+//!   for the heartbeats' CCL); the event queue is ordered by (virtual time,
+//!   insertion number); nothing iterates a hash map in a way that shows.
+//!   Same seed, same configuration → the same events in the same order,
+//!   which `Report::trace_hash` fingerprints.
 //! - **Sans-IO driving.** Nodes see only `process`, `drain_generated`,
 //!   the cluster flush and `poll_timers`, with the virtual clock; a node
 //!   polls its receive queue in bursts (like the DPDK loop) a little after
-//!   the first frame arrives.
+//!   the first frame arrives. Each node's control lcore is the real
+//!   membership machine (`membership`), on the same virtual clock, with
+//!   its own event queue and stream: its heartbeats are not part of the
+//!   trace hash and never reach a pipeline.
 //! - **Observation at the edge.** Every frame a node sends towards a host
 //!   is attributed to its connection, so "who processed it" is measured,
 //!   not asked; roles are asked (`conns`) and compared with what was seen.
@@ -30,6 +33,7 @@
 pub mod cluster;
 pub mod frag;
 pub mod host;
+pub mod membership;
 pub mod net;
 pub mod report;
 
@@ -45,7 +49,7 @@ use dataplane::wire::ipv4::Ipv4Packet;
 use dataplane::wire::tcp::{TcpOptions, TcpPacket};
 use dataplane::wire::udp::UdpPacket;
 use host::{RxSeg, TcpEnd, TcpState, TxSeg, UdpClient, UdpServer};
-use net::{CclLink, CclStats, Router, Side, CCL, INSIDE, OUTSIDE};
+use net::{CclCut, CclLink, CclStats, Fate, Router, Side, CCL, INSIDE, OUTSIDE};
 use rand::rngs::ChaCha8Rng;
 use rand::{Rng, RngExt, SeedableRng};
 use report::{Invariant, NodeReport, Report};
@@ -109,6 +113,13 @@ pub struct SimConfig {
     pub trace_flow: Option<u32>,
     /// UDP flows with datagrams over the MTU (`frag`).
     pub frag: frag::FragScenario,
+    /// A node's CCL port down for a while (data-plane frames and
+    /// heartbeats alike).
+    pub ccl_cut: Option<CclCut>,
+    /// The run goes on at least this long once every flow is done (zero:
+    /// it stops then): for membership scenarios, which need time, not
+    /// traffic.
+    pub min_run_ns: u64,
 }
 
 impl SimConfig {
@@ -140,6 +151,8 @@ impl SimConfig {
             trace_flow: None,
             fault: None,
             frag: frag::FragScenario::default(),
+            ccl_cut: None,
+            min_run_ns: 0,
         }
     }
     /// A scenario drawn from the seed (for sweeps): 2-8 nodes (sometimes
@@ -458,6 +471,8 @@ pub struct Sim {
     director_counts: (u64, u64),
     director_examples: Vec<String>,
     frag: frag::FragState,
+    /// The nodes' control lcores (cluster scenarios).
+    control: Option<membership::ControlPlanes>,
 }
 
 /// Build a node's pipeline configuration.
@@ -518,6 +533,9 @@ impl Sim {
         if cfg.nodes == 0 || cfg.nodes > dataplane::types::NodeId::MAX_NODES {
             return Err(format!("{} nodes (1-16)", cfg.nodes));
         }
+        if let Some(c) = cfg.ccl_cut.filter(|c| c.node >= cfg.nodes) {
+            return Err(format!("CCL cut of node{}: {} nodes", c.node, cfg.nodes));
+        }
         let mut nodes = Vec::with_capacity(cfg.nodes);
         for n in 0..cfg.nodes {
             let pc = node_config(&cfg, n)?;
@@ -575,7 +593,11 @@ impl Sim {
             director_counts: (0, 0),
             director_examples: Vec::new(),
             frag: frag::FragState::default(),
+            control: None,
         };
+        if sim.cfg.cluster {
+            sim.control = Some(membership::ControlPlanes::new(&sim.cfg)?);
+        }
         sim.make_flows();
         sim.warmup();
         Ok(sim)
@@ -790,15 +812,30 @@ impl Sim {
                 self.now = self.cfg.time_limit_ns;
                 break;
             }
+            self.control_until(q.at);
             self.now = q.at;
             self.trace.n += 1;
             self.trace.word(q.at);
             self.dispatch(q.ev);
-            if self.open_flows == 0 {
+            if self.open_flows == 0 && self.now >= self.cfg.min_run_ns {
                 break;
             }
         }
+        self.control_until(self.now);
         self.finish()
+    }
+
+    /// The control lcores catch up with the data plane: their events up to
+    /// `t`; a member set one of them emitted goes to its node's pipeline
+    /// (never today: the member set is static).
+    fn control_until(&mut self, t: u64) {
+        let Some(c) = self.control.as_mut() else {
+            return;
+        };
+        c.run_until(t);
+        for (node, m) in c.take_members() {
+            self.nodes[node].pipeline.set_members(Timestamp(t), m);
+        }
     }
 
     /// `checkpoint_ns`, shortened for short start windows (at least ~20
@@ -1406,29 +1443,33 @@ impl Sim {
         };
         let link = self.cfg.ccl.clone();
         for n in targets {
-            let rng = &mut self.ccl_rng;
-            if link.loss > 0.0 && rng.random_bool(link.loss) {
-                self.ccl_stats.lost += 1;
-                let kind = net::ccl_kind(&frame);
-                *self
-                    .ccl_stats
-                    .lost_by_kind
-                    .entry(kind.to_string())
-                    .or_default() += 1;
-                if self.cfg.trace_flow.is_some() {
-                    self.trace_line(format!("CCL {kind} node{node} -> node{n} LOST"));
-                }
-                self.trace.word(0xb00 | n as u64);
+            if self.cfg.ccl_cut.is_some_and(|c| c.cuts(node, n, self.now)) {
+                self.ccl_stats.cut += 1;
+                self.trace.word(0xe00 | n as u64);
                 continue;
             }
-            let mut d = link.latency_ns;
-            if link.jitter_ns > 0 {
-                d += rng.random_range(0..=link.jitter_ns);
-            }
-            if link.reorder > 0.0 && rng.random_bool(link.reorder) {
-                d += rng.random_range(0..=link.reorder_ns);
-                self.ccl_stats.reordered += 1;
-            }
+            let d = match link.fate(&mut self.ccl_rng) {
+                Fate::Delivered { delay_ns, reordered } => {
+                    if reordered {
+                        self.ccl_stats.reordered += 1;
+                    }
+                    delay_ns
+                }
+                Fate::Lost => {
+                    self.ccl_stats.lost += 1;
+                    let kind = net::ccl_kind(&frame);
+                    *self
+                        .ccl_stats
+                        .lost_by_kind
+                        .entry(kind.to_string())
+                        .or_default() += 1;
+                    if self.cfg.trace_flow.is_some() {
+                        self.trace_line(format!("CCL {kind} node{node} -> node{n} LOST"));
+                    }
+                    self.trace.word(0xb00 | n as u64);
+                    continue;
+                }
+            };
             self.ccl_stats.delivered += 1;
             if let Some(tf) = self.cfg.trace_flow {
                 let kind = net::ccl_kind(&frame);
@@ -1909,6 +1950,7 @@ impl Sim {
             host_packets,
             slowest,
             fragments,
+            membership: self.control.as_ref().map(|c| c.report(self.now)),
         }
     }
 }

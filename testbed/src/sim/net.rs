@@ -16,6 +16,8 @@ use dataplane::wire::icmp::{msg_type, Icmpv4Packet};
 use dataplane::wire::ipv4::Ipv4Packet;
 use dataplane::wire::tcp::TcpPacket;
 use dataplane::wire::udp::UdpPacket;
+use rand::rngs::ChaCha8Rng;
+use rand::RngExt;
 use std::net::{IpAddr, Ipv4Addr};
 
 /// Node port facing the inside (client) router.
@@ -91,6 +93,9 @@ pub fn node_addr(n: usize, p: PortId) -> Ipv4Addr {
         _ => Ipv4Addr::new(198, 19, 0, 1 + n as u8),
     }
 }
+
+/// The broadcast address of the CCL subnet 198.19.0.0/24.
+pub const CCL_BROADCAST: Ipv4Addr = Ipv4Addr::new(198, 19, 0, 255);
 
 /// Which node owns the CCL address / MAC, if any.
 pub fn ccl_node_by_mac(mac: [u8; 6], nodes: usize) -> Option<usize> {
@@ -268,7 +273,8 @@ pub fn frame_tuple(frame: &[u8]) -> Option<FiveTuple> {
     })
 }
 
-/// Impairments of the CCL segment, all drawn from the seeded RNG.
+/// Impairments of the CCL segment, all drawn from a seeded RNG
+/// ([`CclLink::fate`]).
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct CclLink {
     /// One-way latency of every frame.
@@ -315,6 +321,54 @@ impl CclLink {
     }
 }
 
+/// What the link model does with one frame copy.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Fate {
+    Lost,
+    /// Delivered after `delay_ns`; `reordered`: held back by the reorder
+    /// model (later frames may overtake it).
+    Delivered { delay_ns: u64, reordered: bool },
+}
+
+impl CclLink {
+    /// The fate of one frame copy, drawn from `rng` in a fixed order (loss,
+    /// jitter, reorder; each only when its knob is on), so one seed gives
+    /// one sequence of fates.
+    pub fn fate(&self, rng: &mut ChaCha8Rng) -> Fate {
+        if self.loss > 0.0 && rng.random_bool(self.loss) {
+            return Fate::Lost;
+        }
+        let mut delay_ns = self.latency_ns;
+        if self.jitter_ns > 0 {
+            delay_ns += rng.random_range(0..=self.jitter_ns);
+        }
+        let mut reordered = false;
+        if self.reorder > 0.0 && rng.random_bool(self.reorder) {
+            delay_ns += rng.random_range(0..=self.reorder_ns);
+            reordered = true;
+        }
+        Fate::Delivered { delay_ns, reordered }
+    }
+}
+
+/// A node's CCL port loses its link from `from_ns` until `until_ns`
+/// (virtual time; `u64::MAX`: for good): every frame it sends on the CCL
+/// and every frame sent to it meanwhile is lost — data-plane CCL messages
+/// and its control lcore's heartbeats alike. Decided when a frame is sent.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct CclCut {
+    pub node: usize,
+    pub from_ns: u64,
+    pub until_ns: u64,
+}
+
+impl CclCut {
+    /// Whether a frame from `from` to `to` sent at `now` is cut off.
+    pub fn cuts(&self, from: usize, to: usize, now: u64) -> bool {
+        (from == self.node || to == self.node) && (self.from_ns..self.until_ns).contains(&now)
+    }
+}
+
 /// What the CCL segment saw.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct CclStats {
@@ -331,6 +385,8 @@ pub struct CclStats {
     pub reordered: u64,
     /// Unicast frames to a MAC no node has.
     pub unknown_dst: u64,
+    /// Frame copies lost to a cut CCL port (`CclCut`).
+    pub cut: u64,
     /// Frame copies lost, by CCL message kind (`arp`, `other` for the rest).
     pub lost_by_kind: std::collections::BTreeMap<String, u64>,
 }

@@ -76,6 +76,9 @@ pub struct Report {
     pub slowest: Vec<String>,
     /// The fragmented flows (`super::frag`; zero without them).
     pub fragments: super::frag::FragReport,
+    /// Every node's membership at the end (cluster scenarios; not part of
+    /// the trace hash).
+    pub membership: Option<super::membership::MembershipReport>,
 }
 
 impl Report {
@@ -200,6 +203,29 @@ impl Report {
             "  ccl segment: frames {} bytes {} broadcasts {} delivered {} lost {} {:?} reordered {} unknown-dst {}",
             c.frames, c.bytes, c.broadcasts, c.delivered, c.lost, c.lost_by_kind, c.reordered, c.unknown_dst
         );
+        if c.cut > 0 {
+            let _ = writeln!(s, "  ccl cut: {} frame copies", c.cut);
+        }
+        if let Some(m) = &self.membership {
+            let l = &m.link;
+            // Never heard counts as the oldest.
+            let oldest = m
+                .per_node
+                .iter()
+                .flat_map(|n| n.peers.iter().filter(|p| !p.this_node))
+                .map(|p| p.last_heard_ms.unwrap_or(u64::MAX))
+                .max()
+                .map(|a| if a == u64::MAX { "never".to_string() } else { format!("{a} ms") });
+            let _ = writeln!(
+                s,
+                "  membership: heartbeats sent {} delivered {} lost {} cut {}; oldest last-heard {}",
+                l.frames,
+                l.delivered,
+                l.lost,
+                l.cut,
+                oldest.unwrap_or_else(|| "-".into())
+            );
+        }
         let _ = writeln!(
             s,
             "  hosts: tcp retransmissions {} udp retries {} SACKs {}",
