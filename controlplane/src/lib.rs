@@ -5,6 +5,8 @@
 //!   heartbeats and last-heard tracking; election, hold time and join grow
 //!   here. The node's control lcore and the simulator drive the same code.
 //! - [`mgmt`]: the management protocol spoken on the node's control socket.
+//! - [`stats`]: any counter set (`dataplane::stats::Stats`) as the JSON
+//!   the management protocol answers with.
 //!
 //! Like the dataplane, the control plane's logic reads no clock and does
 //! no I/O of its own: `membership` depends on neither DPDK nor `std::time`
@@ -14,3 +16,4 @@
 
 pub mod membership;
 pub mod mgmt;
+pub mod stats;

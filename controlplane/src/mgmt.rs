@@ -13,7 +13,9 @@ use serde::{Deserialize, Serialize};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+// `core::time::Duration` (the type `std::time` re-exports): the socket
+// timeouts are plain durations; nothing here reads a clock.
+use core::time::Duration;
 
 /// How long the server waits for a client's request or for its reply to be
 /// read, and how long the client waits for the node.

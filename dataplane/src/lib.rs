@@ -18,6 +18,7 @@ pub mod pipeline;
 pub mod prefetch;
 pub mod route;
 pub(crate) mod slots;
+pub mod stats;
 pub mod types;
 pub mod wire;
 

@@ -11,10 +11,11 @@
 use crate::ccl::CclControl;
 use crate::clock::Clock;
 use crate::shared::{offer_members, Query, Reply, Shared};
-use dataplane::ccl::{CclDrop, MessageKind};
+use dataplane::ccl::MessageKind;
 use anyhow::{Context, Result};
 use config::Config;
 use controlplane::mgmt::{Request, Server, Topic};
+use controlplane::stats;
 use dpdk_sys::Port;
 use serde_json::{json, Value};
 use std::sync::atomic::Ordering;
@@ -111,39 +112,20 @@ impl Control {
                 })
             })
             .collect();
-        let control = ccl.counters();
-        let (counters, epoch, pipeline_ccl, pipeline_drops) = match &snap {
+        // The CCL messages of the worker and of the control lcore, added up.
+        let mut ccl_counters = ccl.counters();
+        let (counters, epoch) = match &snap {
             Some(s) => {
-                let mut c = serde_json::to_value(s.counters).map_err(|e| e.to_string())?;
-                if let Value::Object(m) = &mut c {
-                    m.remove("node");
-                    m.remove("epoch");
-                    m.remove("members");
-                    m.remove("ccl");
-                    m.remove("ccl_drops");
-                }
-                (c, s.epoch, Some(s.ccl.clone()), Some(s.ccl_drops.clone()))
+                ccl_counters.add(&s.ccl);
+                (stats::to_json(&s.counters), s.epoch)
             }
-            None => (Value::Null, 0, None, None),
+            None => (Value::Null, 0),
         };
         let kinds: Vec<Value> = MessageKind::ALL
             .iter()
-            .map(|k| {
-                let (prx, ptx) = pipeline_ccl
-                    .iter()
-                    .flatten()
-                    .find(|(n, _, _)| *n == k.as_str())
-                    .map_or((0, 0), |(_, rx, tx)| (*rx, *tx));
-                json!({ "kind": k.as_str(), "rx": prx + control.rx(*k), "tx": ptx + control.tx(*k) })
-            })
+            .map(|&k| json!({ "kind": k.as_str(), "rx": ccl_counters.rx(k), "tx": ccl_counters.tx(k) }))
             .collect();
-        let drops: serde_json::Map<String, Value> = CclDrop::ALL
-            .iter()
-            .map(|d| {
-                let p = pipeline_drops.iter().flatten().find(|(n, _)| *n == d.as_str()).map_or(0, |(_, c)| *c);
-                (d.as_str().to_string(), json!(p + control.drop(*d)))
-            })
-            .collect();
+        let drops = stats::to_json(&ccl_counters)["drops"].take();
         let sh = &self.shared.ccl;
         Ok(json!({
             "cluster": self.cluster_name,
@@ -191,7 +173,7 @@ impl Control {
         match topic {
             Topic::Stats => {
                 let Reply::Counters(c, frag) = self.ask(Query::Counters)? else { return Err("unexpected reply".into()) };
-                let mut counters = enc(serde_json::to_value(&*c))?;
+                let mut counters = stats::to_json(&*c);
                 let ports: Vec<Value> = self
                     .ports
                     .iter()
@@ -210,11 +192,7 @@ impl Control {
                     })
                     .collect();
                 if let Value::Object(m) = &mut counters {
-                    // Drops by reason as an object: {"acl-denied": 3, ...}.
-                    let drops: serde_json::Map<String, Value> =
-                        c.drops.iter().map(|(k, v)| (k.to_string(), json!(v))).collect();
-                    m.insert("drops".into(), Value::Object(drops));
-                    m.insert("fragments".into(), enc(serde_json::to_value(&*frag))?);
+                    m.insert("fragments".into(), stats::to_json(&*frag));
                     m.insert("node".into(), json!(self.node_name));
                     m.insert("uptime_s".into(), json!(self.started.elapsed().as_secs()));
                     m.insert("tx_full_drops".into(), json!(self.shared.tx_full_drops.load(Ordering::Relaxed)));

@@ -8,6 +8,7 @@
 //! logging, then EAL, the packet pool and the ports, build the sans-IO
 //! pipeline, launch the worker on the first worker lcore, and serve the
 //! control socket and timers on the main lcore until SIGINT/SIGTERM.
+#![deny(unsafe_code)]
 
 mod ccl;
 mod clock;

@@ -13,7 +13,7 @@ use dataplane::conntrack::ConnInfo;
 use dataplane::acl::RuleInfo;
 use dataplane::arp::ArpInfo;
 use dataplane::cluster::MemberSet;
-use dataplane::pipeline::{ClusterCountersSnapshot, CountersSnapshot};
+use dataplane::pipeline::{ClusterCountersSnapshot, Counters, FragSnapshot};
 use dataplane::route::RouteInfo;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
@@ -33,7 +33,7 @@ pub enum Query {
 
 pub enum Reply {
     /// The pipeline counters and the fragment path's counters.
-    Counters(Box<CountersSnapshot>, Box<dataplane::pipeline::FragSnapshot>),
+    Counters(Box<Counters>, Box<FragSnapshot>),
     Conns(Vec<ConnInfo>, usize),
     Routes(Vec<RouteInfo>),
     Arp(Vec<ArpInfo>),

@@ -231,7 +231,7 @@ pub(crate) fn between_bursts(pipeline: &mut Pipeline, now: Timestamp, q: Query) 
             return None;
         }
         Query::Counters => {
-            Reply::Counters(Box::new(pipeline.counters().snapshot()), Box::new(pipeline.frag_snapshot()))
+            Reply::Counters(Box::new(pipeline.counters()), Box::new(pipeline.frag_snapshot()))
         }
         Query::Conns { max } => Reply::Conns(pipeline.conns(now, max), pipeline.flow_count()),
         Query::Routes => Reply::Routes(pipeline.routes()),

@@ -33,6 +33,7 @@
 //! DPDK runtime directories `/var/run/dpdk/cfw-tb-*` and the run directory's
 //! sockets and pid files (logs and configs stay). `up` runs the same cleanup
 //! first, so the remains of a crashed run never get in the way.
+#![deny(unsafe_code)]
 
 pub mod bed;
 pub mod harness;

@@ -1,4 +1,5 @@
 //! `clusterfw-testbed`: bring the network-namespace test bed up and down.
+#![deny(unsafe_code)]
 
 use anyhow::{bail, Context, Result};
 use std::path::PathBuf;

@@ -182,6 +182,18 @@ pub struct CclCounters {
     pub tx_bytes: u64,
 }
 
+impl crate::stats::Stats for CclCounters {
+    /// Messages by kind received and sent, drops by reason (every kind
+    /// and reason), bytes.
+    fn visit(&self, v: &mut dyn crate::stats::Visitor) {
+        v.family("rx", "kind", &mut MessageKind::ALL.iter().map(|&k| (k.as_str(), self.rx(k))));
+        v.family("tx", "kind", &mut MessageKind::ALL.iter().map(|&k| (k.as_str(), self.tx(k))));
+        v.family("drops", "reason", &mut CclDrop::ALL.iter().map(|&r| (r.as_str(), self.drop(r))));
+        v.counter("rx_bytes", self.rx_bytes);
+        v.counter("tx_bytes", self.tx_bytes);
+    }
+}
+
 impl CclCounters {
     #[inline]
     pub fn drop(&self, r: CclDrop) -> u64 {

@@ -155,7 +155,7 @@ pub struct ConnInfo {
 }
 
 /// Table counters (drops are counted by the caller through `DropReason`).
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub struct ConnStats {
     /// Flows created (including reopened ones).
     pub created: u64,
@@ -165,6 +165,8 @@ pub struct ConnStats {
     /// TIME_WAIT / CLOSED TCP flows replaced by a new SYN on the same tuple.
     pub reopened: u64,
 }
+
+crate::impl_stats!(ConnStats { counter created, counter expired, counter reopened });
 
 /// Which state machine a flow runs; part of the key so that, e.g., an ICMP
 /// error with ports (0, 0) never lands on an echo flow with identifier 0.

@@ -276,6 +276,26 @@ impl Default for ReasmCounters {
     }
 }
 
+impl crate::stats::Stats for ReasmCounters {
+    fn visit(&self, v: &mut dyn crate::stats::Visitor) {
+        for (name, n) in [
+            ("fragments", self.fragments),
+            ("unfragmented", self.unfragmented),
+            ("datagrams", self.datagrams),
+            ("first_seen", self.first_seen),
+            ("completed", self.completed),
+            ("completed_fragments", self.completed_fragments),
+            ("forwarded", self.forwarded),
+            ("taken", self.taken),
+            ("forwarded_datagrams", self.forwarded_datagrams),
+            ("datagrams_dropped", self.datagrams_dropped),
+        ] {
+            v.counter(name, n);
+        }
+        v.family("drops", "reason", &mut DropReason::ALL.iter().map(|&r| (r.as_str(), self.dropped(r))));
+    }
+}
+
 impl ReasmCounters {
     /// Fragments dropped for `reason`.
     #[inline]

@@ -38,7 +38,7 @@ pub const HOLD_SLOTS: usize = 64;
 pub const HOLD_PER_HOP: usize = 8;
 
 /// What happened to held frames (`Counters`, `show stats`).
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub struct ArpHoldCounters {
     /// Frames copied into the hold queue (`Verdict::Consumed`).
     pub held: u64,
@@ -49,6 +49,8 @@ pub struct ArpHoldCounters {
     /// Dropped to make room for a later frame to the same next hop.
     pub replaced: u64,
 }
+
+crate::impl_stats!(ArpHoldCounters { counter held, counter released, counter expired, counter replaced });
 
 /// A held frame: waiting for `next_hop`'s MAC, to leave on `port`; `seq`
 /// orders the held frames by arrival.

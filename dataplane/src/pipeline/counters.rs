@@ -6,10 +6,11 @@
 //! icmp_echo_replies + Σ drops`.
 
 use super::arphold::ArpHoldCounters;
+use crate::stats::{Stats, Visitor};
 use crate::types::{DropReason, PortId};
 
 /// Per-port packet and byte counts.
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub struct PortCounters {
     pub rx_packets: u64,
     pub rx_bytes: u64,
@@ -17,8 +18,10 @@ pub struct PortCounters {
     pub tx_bytes: u64,
 }
 
+crate::impl_stats!(PortCounters { counter rx_packets, counter rx_bytes, counter tx_packets, counter tx_bytes });
+
 /// IPv6 classification counts (IPv6 is parsed but not forwarded).
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub struct Ipv6Counters {
     pub packets: u64,
     pub tcp: u64,
@@ -27,6 +30,10 @@ pub struct Ipv6Counters {
     pub fragments: u64,
     pub other: u64,
 }
+
+crate::impl_stats!(Ipv6Counters {
+    counter packets, counter tcp, counter udp, counter icmpv6, counter fragments, counter other
+});
 
 /// What `Pipeline::process` counts itself: frames in and how each ended.
 pub(crate) struct Accounting {
@@ -133,48 +140,34 @@ impl Counters {
     pub fn emitted(&self) -> u64 {
         self.forwarded + self.arp_replies + self.icmp_echo_replies
     }
-    /// A serialisable copy (drop reasons by name, all of them).
-    pub fn snapshot(&self) -> CountersSnapshot {
-        CountersSnapshot {
-            packets: self.packets,
-            forwarded: self.forwarded,
-            consumed: self.consumed,
-            arp_replies: self.arp_replies,
-            icmp_echo_replies: self.icmp_echo_replies,
-            icmp_errors_forwarded: self.icmp_errors_forwarded,
-            flows_created: self.flows_created,
-            arp_requests: self.arp_requests,
-            generated_dropped: self.generated_dropped,
-            vlan_tagged: self.vlan_tagged,
-            fast_path: self.fast_path,
-            arp_hold: self.arp_hold,
-            ipv6: self.ipv6,
-            dropped: self.dropped(),
-            drops: DropReason::ALL.iter().map(|&r| (r.as_str(), self.drop_count(r))).collect(),
-            ports: self.ports.clone(),
-            rx_unknown_port: self.rx_unknown_port,
-        }
-    }
 }
 
-/// `Counters` for `show stats` (off the packet path).
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
-pub struct CountersSnapshot {
-    pub packets: u64,
-    pub forwarded: u64,
-    pub consumed: u64,
-    pub arp_replies: u64,
-    pub icmp_echo_replies: u64,
-    pub icmp_errors_forwarded: u64,
-    pub flows_created: u64,
-    pub arp_requests: u64,
-    pub generated_dropped: u64,
-    pub vlan_tagged: u64,
-    pub fast_path: u64,
-    pub arp_hold: ArpHoldCounters,
-    pub ipv6: Ipv6Counters,
-    pub dropped: u64,
-    pub drops: Vec<(&'static str, u64)>,
-    pub ports: Vec<PortCounters>,
-    pub rx_unknown_port: u64,
+impl Stats for Counters {
+    /// `show stats`' order: the accounting, the stages' counters, drops by
+    /// reason (every reason), per-port counters (label `port`).
+    fn visit(&self, v: &mut dyn Visitor) {
+        for (name, n) in [
+            ("packets", self.packets),
+            ("forwarded", self.forwarded),
+            ("consumed", self.consumed),
+            ("arp_replies", self.arp_replies),
+            ("icmp_echo_replies", self.icmp_echo_replies),
+            ("icmp_errors_forwarded", self.icmp_errors_forwarded),
+            ("flows_created", self.flows_created),
+            ("arp_requests", self.arp_requests),
+            ("generated_dropped", self.generated_dropped),
+            ("vlan_tagged", self.vlan_tagged),
+            ("fast_path", self.fast_path),
+        ] {
+            v.counter(name, n);
+        }
+        v.group("arp_hold", None, &self.arp_hold);
+        v.group("ipv6", None, &self.ipv6);
+        v.counter("dropped", self.dropped());
+        v.family("drops", "reason", &mut DropReason::ALL.iter().map(|&r| (r.as_str(), self.drop_count(r))));
+        for (i, p) in self.ports.iter().enumerate() {
+            v.group("ports", Some(("port", i)), p);
+        }
+        v.counter("rx_unknown_port", self.rx_unknown_port);
+    }
 }

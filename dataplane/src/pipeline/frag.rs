@@ -58,6 +58,7 @@ use crate::frag::{
     FragInfo, FragKey, FragResult, L4Head, ReasmConfig, ReasmConfigError, ReasmCounters, ReasmMode, Reassembler,
 };
 use crate::slots::{FramePool, SlotMem, SLOT_HEADROOM, SLOT_LEN};
+use crate::stats::{Stats, Visitor};
 use crate::types::{ip_proto, DropReason, PortId, Timestamp};
 use crate::wire::icmp::msg_type;
 use crate::wire::ipv4::{Ipv4Packet, FLAG_MF, MIN_HEADER_LEN};
@@ -90,7 +91,7 @@ impl Default for FragConfig {
 }
 
 /// Fragment counters of one worker (`Pipeline::frag_counters`).
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub struct FragCounters {
     /// Transit fragments given to the reassembler by `process`.
     pub inserted: u64,
@@ -118,26 +119,55 @@ pub struct FragCounters {
     pub local: u64,
 }
 
-/// `show stats` for fragments: the path's counters, the reassembler's,
-/// and drops by reason.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+crate::impl_stats!(FragCounters {
+    counter inserted,
+    counter held,
+    counter released,
+    counter released_parked,
+    counter release_drops,
+    counter to_fragment_owner,
+    counter to_flow_owner,
+    counter from_fragment_owner,
+    counter local,
+});
+
+/// `show stats` for fragments (a copy, off the packet path): the path's
+/// counters, the reassembler's, and drops by reason.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FragSnapshot {
-    #[serde(flatten)]
     pub counters: FragCounters,
+    /// The reassembler's counters; its drops are the fragments it dropped
+    /// (the offending fragment and the held fragments of a discarded
+    /// datagram).
+    pub reasm: ReasmCounters,
+    /// Released held fragments dropped, by `DropReason::index()`.
+    pub release_drops: [u64; DropReason::COUNT],
     /// Datagrams in reassembly now, fragments held now.
-    pub contexts: usize,
-    pub held_now: usize,
-    pub datagrams: u64,
-    pub first_seen: u64,
-    pub forwarded_datagrams: u64,
-    pub datagrams_dropped: u64,
-    /// Fragments dropped by the reassembler (the offending fragment and
-    /// the held fragments of a discarded datagram), non-zero reasons.
-    pub reasm_drops: Vec<(&'static str, u64)>,
-    /// Released held fragments dropped, non-zero reasons.
-    pub release_drops: Vec<(&'static str, u64)>,
+    pub contexts: u64,
+    pub held_now: u64,
     /// Bytes reserved for fragments (reassembler and slots).
-    pub memory_bytes: usize,
+    pub memory_bytes: u64,
+}
+
+impl Stats for FragSnapshot {
+    fn visit(&self, v: &mut dyn Visitor) {
+        self.counters.visit(v);
+        v.gauge("contexts", self.contexts);
+        v.gauge("held_now", self.held_now);
+        let r = &self.reasm;
+        v.counter("datagrams", r.datagrams);
+        v.counter("first_seen", r.first_seen);
+        v.counter("forwarded_datagrams", r.forwarded_datagrams);
+        v.counter("datagrams_dropped", r.datagrams_dropped);
+        v.family("reasm_drops", "reason", &mut DropReason::ALL.iter().map(|&d| (d.as_str(), r.dropped(d))));
+        let rel = &self.release_drops;
+        v.family(
+            "release_drops",
+            "reason",
+            &mut DropReason::ALL.iter().map(|&d| (d.as_str(), rel.get(d.index()).copied().unwrap_or(0))),
+        );
+        v.gauge("memory_bytes", self.memory_bytes);
+    }
 }
 
 /// How a fragment is tracked (`frag_track`).
@@ -394,22 +424,13 @@ impl FragPath {
 
     /// `show stats` (off the packet path).
     pub fn snapshot(&self) -> FragSnapshot {
-        let r = self.reasm.counters();
         FragSnapshot {
             counters: self.counters,
-            contexts: self.reasm.len(),
-            held_now: self.reasm.held_fragments(),
-            datagrams: r.datagrams,
-            first_seen: r.first_seen,
-            forwarded_datagrams: r.forwarded_datagrams,
-            datagrams_dropped: r.datagrams_dropped,
-            reasm_drops: r.drops().map(|(d, n)| (d.as_str(), n)).collect(),
-            release_drops: DropReason::ALL
-                .iter()
-                .map(|&d| (d.as_str(), self.release_drops(d)))
-                .filter(|&(_, n)| n != 0)
-                .collect(),
-            memory_bytes: self.memory_bytes(),
+            reasm: *self.reasm.counters(),
+            release_drops: self.release_drops,
+            contexts: self.reasm.len() as u64,
+            held_now: self.reasm.held_fragments() as u64,
+            memory_bytes: self.memory_bytes() as u64,
         }
     }
 }

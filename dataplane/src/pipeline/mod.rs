@@ -70,7 +70,7 @@ pub use arphold::ArpHoldCounters;
 pub use cluster::{ClusterCounters, ClusterCountersSnapshot, ClusterSpec, ClusterSpecError, Role};
 pub use config::{InterfaceSpec, PipelineConfig, PipelineError, RouteSpec, RuleSpec};
 pub use context::{FragNote, Verdict};
-pub use counters::{Counters, CountersSnapshot, Ipv6Counters, PortCounters};
+pub use counters::{Counters, Ipv6Counters, PortCounters};
 pub use egress::MAX_GENERATED;
 pub use frag::{FragConfig, FragCounters, FragSnapshot};
 

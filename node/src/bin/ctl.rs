@@ -6,6 +6,7 @@
 //! The socket defaults to `$CLUSTERFW_SOCKET`, else `/run/clusterfw/clusterfw.sock`.
 //! `--json` prints the node's answer as it is (stable for scripts); without
 //! it the answer is laid out as tables.
+#![deny(unsafe_code)]
 
 use anyhow::{bail, Context, Result};
 use controlplane::mgmt::{self, Request, Topic};
@@ -61,14 +62,23 @@ fn print_nonzero(title: &str, section: &serde_json::Map<String, Value>) {
     println!("\n{title} (non-zero):");
     let mut any = false;
     for (k, v) in section {
-        let shown = match v {
-            Value::Number(n) if n.as_u64() != Some(0) => Some(v.to_string()),
-            Value::Array(a) if !a.is_empty() => Some(fmt_cell(v)),
-            _ => None,
-        };
-        if let Some(text) = shown {
-            println!("  {k:<28} {text}");
-            any = true;
+        match v {
+            Value::Number(n) if n.as_u64() != Some(0) => {
+                println!("  {k:<28} {v}");
+                any = true;
+            }
+            Value::Array(a) if !a.is_empty() => {
+                println!("  {k:<28} {}", fmt_cell(v));
+                any = true;
+            }
+            // A family (drops by reason): its non-zero members.
+            Value::Object(m) => {
+                for (sub, n) in m.iter().filter(|(_, n)| n.as_u64().is_some_and(|n| n != 0)) {
+                    println!("  {:<28} {n}", format!("{k}.{sub}"));
+                    any = true;
+                }
+            }
+            _ => {}
         }
     }
     if !any {

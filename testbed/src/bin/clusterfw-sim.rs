@@ -1,6 +1,7 @@
 //! `clusterfw-sim`: run one deterministic cluster simulation and print what
 //! happened (per node: owner packets, forwarded packets, cookie-decoded
 //! SYN-ACKs, director queries, CCL messages by kind; totals; invariants).
+#![deny(unsafe_code)]
 
 use std::process::ExitCode;
 use testbed::sim::{self, net::CclLink, SimConfig};

@@ -12,6 +12,7 @@
 //!     --flows 1024 --size 64 --rate 0 --duration 10 --json \
 //!     -- --no-huge -m 512 --no-pci -l 0 --vdev net_af_packet0,iface=veth0
 //! ```
+#![deny(unsafe_code)]
 
 use anyhow::{bail, Context, Result};
 use dpdk_sys::{eal, mempool, Burst, Mbuf, MbufBurst, Mempool, Port};

@@ -11,6 +11,7 @@ use super::net;
 use controlplane::membership::{self, ControlLink, Membership, NodeConfig};
 use dataplane::ccl::{CclKey, FramePath};
 use dataplane::cluster::{flow_hash, DirectorTable, MemberSet};
+use dataplane::stats::flatten;
 use dataplane::pipeline::ClusterSpec;
 use dataplane::pipeline::{Pipeline, PipelineConfig};
 use dataplane::types::{Epoch, FiveTuple, NodeId, Timestamp};
@@ -123,25 +124,23 @@ pub fn flush(p: &mut Pipeline, now: Timestamp) {
 /// message kind, `ccl_drop_<reason>` when non-zero, CCL bytes.
 pub fn counters(p: &Pipeline) -> Option<BTreeMap<String, u64>> {
     let snap = p.cluster_counters()?;
+    // The cluster counters under their own names, the CCL's under the
+    // report's (`ccl_rx_<kind>`, `ccl_tx_<kind>`, `ccl_drop_<reason>` when
+    // non-zero, `ccl_rx_bytes`).
     let mut m = BTreeMap::new();
-    if let Ok(serde_json::Value::Object(o)) = serde_json::to_value(snap.counters) {
-        for (k, v) in o {
-            if let Some(v) = v.as_u64() {
-                m.insert(k, v);
-            }
-        }
+    for (k, v) in flatten(&snap.counters) {
+        m.insert(k, v);
     }
-    for (kind, rx, tx) in &snap.ccl {
-        m.insert(format!("ccl_rx_{kind}"), *rx);
-        m.insert(format!("ccl_tx_{kind}"), *tx);
+    for (k, v) in flatten(&snap.ccl) {
+        let name = match k.split_once('.') {
+            Some(("rx", kind)) => format!("ccl_rx_{kind}"),
+            Some(("tx", kind)) => format!("ccl_tx_{kind}"),
+            Some(("drops", _)) if v == 0 => continue,
+            Some(("drops", reason)) => format!("ccl_drop_{reason}"),
+            _ => format!("ccl_{k}"),
+        };
+        m.insert(name, v);
     }
-    for (reason, n) in &snap.ccl_drops {
-        if *n > 0 {
-            m.insert(format!("ccl_drop_{reason}"), *n);
-        }
-    }
-    m.insert("ccl_rx_bytes".into(), snap.ccl_rx_bytes);
-    m.insert("ccl_tx_bytes".into(), snap.ccl_tx_bytes);
     Some(m)
 }
 

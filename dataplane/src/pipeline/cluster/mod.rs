@@ -136,7 +136,7 @@ pub const WORKER_CHANNEL: u8 = 0;
 pub const STATE_NOT_TCP: u8 = 0xff;
 
 /// What a node is to a connection (docs/cluster-design.md, "Roles").
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Role {
     Owner,
     Director,
@@ -249,7 +249,7 @@ pub(crate) struct Update {
 }
 
 /// Cluster counters (docs/cluster-design.md, "Counters").
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub struct ClusterCounters {
     /// Packets this node processed as the owner (conntrack ran here).
     pub owner_packets: u64,
@@ -325,34 +325,81 @@ pub struct ClusterCounters {
     pub pending: u64,
 }
 
-/// `show cluster`: the cluster counters and the CCL counters by kind and
-/// drop reason.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+crate::impl_stats!(ClusterCounters {
+    counter owner_packets,
+    counter forwarded_to_owner,
+    counter forwarded_received,
+    counter batches_sent,
+    counter batched_frames,
+    counter batches_received,
+    counter batch_frame_drops,
+    counter synack_cookie_decoded,
+    counter director_queries_sent,
+    counter queries_coalesced,
+    counter queries_answered,
+    counter replies_received,
+    counter elections,
+    counter relays_sent,
+    counter relays_relayed,
+    counter relays_owned,
+    counter pending_queued,
+    counter pending_released,
+    counter pending_timeouts,
+    counter pending_no_owner,
+    counter pending_release_drops,
+    counter registers_sent,
+    counter updates_sent,
+    counter records_received,
+    counter register_conflicts,
+    counter ownership_yielded,
+    counter record_table_full,
+    counter records_expired,
+    counter records_stale,
+    counter registers_resent,
+    counter updates_resent,
+    counter resends_skipped,
+    counter ccl_unresolved,
+    counter pool_full,
+    gauge records,
+    gauge pending,
+});
+
+/// `show cluster` (a copy, off the packet path): identity, the cluster
+/// counters, the worker's CCL counters by kind and drop reason, the frames
+/// of received batches dropped by reason.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ClusterCountersSnapshot {
     pub node: NodeId,
     pub epoch: u64,
     pub members: Vec<NodeId>,
-    #[serde(flatten)]
     pub counters: ClusterCounters,
-    /// `(kind, rx, tx)`.
-    pub ccl: Vec<(&'static str, u64, u64)>,
-    /// `(reason, count)`, every `CclDrop`.
-    pub ccl_drops: Vec<(&'static str, u64)>,
-    /// Frames of received batches dropped, non-zero reasons.
-    pub batch_drops: Vec<(&'static str, u64)>,
-    pub ccl_rx_bytes: u64,
-    pub ccl_tx_bytes: u64,
+    pub ccl: CclCounters,
+    /// By `DropReason::index()`.
+    pub batch_drops: [u64; DropReason::COUNT],
 }
 
 impl ClusterCountersSnapshot {
     pub fn ccl_rx(&self, k: MessageKind) -> u64 {
-        self.ccl.iter().find(|(n, _, _)| *n == k.as_str()).map_or(0, |c| c.1)
+        self.ccl.rx(k)
     }
     pub fn ccl_tx(&self, k: MessageKind) -> u64 {
-        self.ccl.iter().find(|(n, _, _)| *n == k.as_str()).map_or(0, |c| c.2)
+        self.ccl.tx(k)
     }
     pub fn ccl_drop(&self, r: CclDrop) -> u64 {
-        self.ccl_drops.iter().find(|(n, _)| *n == r.as_str()).map_or(0, |c| c.1)
+        self.ccl.drop(r)
+    }
+}
+
+impl crate::stats::Stats for ClusterCountersSnapshot {
+    /// The cluster counters, then `ccl` (messages by kind, drops by reason,
+    /// bytes), `batch_drops` by reason, and the member set's epoch and size.
+    fn visit(&self, v: &mut dyn crate::stats::Visitor) {
+        self.counters.visit(v);
+        v.group("ccl", None, &self.ccl);
+        let b = &self.batch_drops;
+        v.family("batch_drops", "reason", &mut DropReason::ALL.iter().map(|&d| (d.as_str(), b.get(d.index()).copied().unwrap_or(0))));
+        v.gauge("epoch", self.epoch);
+        v.gauge("members", self.members.len() as u64);
     }
 }
 
@@ -574,7 +621,6 @@ impl ClusterPath {
 
     /// `show cluster`: counters, CCL messages and drops (off the packet path).
     pub fn snapshot(&self) -> ClusterCountersSnapshot {
-        let c = self.ccl_counters();
         let mut counters = self.counters;
         counters.records = self.records.len() as u64;
         counters.pending = self.pool.parked() as u64;
@@ -583,15 +629,8 @@ impl ClusterPath {
             epoch: self.members.epoch().0,
             members: self.members.iter().collect(),
             counters,
-            ccl: c.by_kind().collect(),
-            ccl_drops: c.by_drop().collect(),
-            batch_drops: DropReason::ALL
-                .iter()
-                .map(|&d| (d.as_str(), self.batch_drops.get(d.index()).copied().unwrap_or(0)))
-                .filter(|&(_, n)| n != 0)
-                .collect(),
-            ccl_rx_bytes: c.rx_bytes,
-            ccl_tx_bytes: c.tx_bytes,
+            ccl: self.ccl_counters(),
+            batch_drops: self.batch_drops,
         }
     }
 
