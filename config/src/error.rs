@@ -258,6 +258,32 @@ pub enum ErrorKind {
         /// The member ids, comma-separated.
         ids: String,
     },
+    /// `cluster.hold-time` shorter than the heartbeats it must span.
+    #[error("hold time {hold_ms} ms is shorter than {heartbeats} heartbeat intervals ({interval_ms} ms each, cluster.heartbeat-interval)")]
+    HoldTimeTooShort {
+        /// The hold time written.
+        hold_ms: u64,
+        /// How many intervals it must span.
+        heartbeats: u64,
+        /// The heartbeat interval in effect.
+        interval_ms: u64,
+    },
+    /// A value that must be one of a few words.
+    #[error("invalid value \"{found}\": expected {expected}")]
+    InvalidChoice {
+        /// The text as written.
+        found: String,
+        /// The choices.
+        expected: &'static str,
+    },
+    /// `split-brain: quorum` with too few members to have a majority.
+    #[error("split-brain quorum needs at least {min} members (cluster.members has {members})")]
+    QuorumTooFewMembers {
+        /// Configured members.
+        members: usize,
+        /// Members needed.
+        min: usize,
+    },
     /// A string that is not a unicast Ethernet address.
     #[error("invalid MAC address \"{found}\": {reason}")]
     InvalidMac {

@@ -81,7 +81,7 @@ pub mod neighbors {
 
 use std::path::Path;
 
-pub use cluster::{CclConfig, ClusterConfig, MemberConfig, Secret};
+pub use cluster::{CclConfig, ClusterConfig, MemberConfig, Secret, SplitBrain};
 pub use error::{ConfigError, ErrorKind};
 pub use model::{
     AccessRule, Action, ArpConfig, Config, DpdkConfig, FlowTableConfig, InterfaceConfig, LogLevel,

@@ -58,6 +58,28 @@ fn example_parses_with_defaults() {
 }
 
 #[test]
+fn membership_settings_and_their_defaults() {
+    let cl = parse(EXAMPLE, "x.yaml").unwrap().cluster.unwrap();
+    assert_eq!((cl.heartbeat_interval_ms, cl.hold_time_ms), (1000, 3000));
+    assert_eq!((cl.backups, cl.split_brain), (1, config::SplitBrain::Elect));
+    assert_eq!((cl.interface_debounce_ms, cl.sync_timeout_ms), (500, 5000));
+    // Without the lines: the same defaults.
+    let bare: String = EXAMPLE.lines().take(53).map(|l| format!("{l}\n")).collect();
+    let d = parse(&bare, "x.yaml").unwrap().cluster.unwrap();
+    assert_eq!(
+        (d.heartbeat_interval_ms, d.hold_time_ms, d.backups, d.split_brain, d.interface_debounce_ms, d.sync_timeout_ms),
+        (1000, 3000, 1, config::SplitBrain::Elect, 500, 5000)
+    );
+    // The test bed's fast timers and the other choices.
+    let src = edit(59, "  heartbeat-interval: 100");
+    let src = src.replace("  hold-time: 3000             # ms, 150-60000", "  hold-time: 300");
+    let src = src.replace("  backups: 1                  # 1 or 2", "  backups: 2");
+    let src = src.replace("  split-brain: elect          # elect | quorum (3 or more members)", "  split-brain: quorum");
+    let f = parse(&src, "x.yaml").unwrap_or_else(|e| panic!("{e}")).cluster.unwrap();
+    assert_eq!((f.heartbeat_interval_ms, f.hold_time_ms, f.backups, f.split_brain), (100, 300, 2, config::SplitBrain::Quorum));
+}
+
+#[test]
 fn no_cluster_section_is_a_single_node() {
     let c = parse(include_str!("../examples/node.yaml"), "node.yaml").unwrap();
     assert!(c.cluster.is_none());
@@ -124,7 +146,7 @@ fn case(what: &'static str, src: String, line: usize, column: usize, field: &'st
 fn cases() -> Vec<Case> {
     vec![
         case("unknown cluster key", edit(38, "  tcp-sequence-random: true"), 38, 3, "cluster.tcp-sequence-random",
-             "unknown field `tcp-sequence-random`, expected one of `name`, `key`, `node-id`, `priority`, `site-id`, `chassis-id`, `tcp-sequence-randomization`, `ccl`, `members`"),
+             "unknown field `tcp-sequence-random`, expected one of `name`, `key`, `node-id`, `priority`, `site-id`, `chassis-id`, `tcp-sequence-randomization`, `ccl`, `members`, `heartbeat-interval`, `hold-time`, `backups`, `split-brain`, `interface-debounce`, `sync-timeout`"),
         case("missing key", edit(33, ""), 30, 3, "cluster", "missing field `key`"),
         case("missing ccl", EXAMPLE.lines().enumerate().filter(|(i, _)| !(38..43).contains(i)).map(|(_, l)| format!("{l}\n")).collect(),
              30, 3, "cluster", "missing field `ccl`"),
@@ -170,6 +192,19 @@ fn cases() -> Vec<Case> {
              "this node's member entry: ccl-address is 198.19.0.21, expected 198.19.0.11 (cluster.ccl.address)"),
         case("this node's entry with another name", edit(46, "      name: n9"), 46, 13, "cluster.members[0].name",
              "this node's member entry: name is n9, expected n1 (node.name)"),
+        case("heartbeat interval 49 ms", edit(59, "  heartbeat-interval: 49"), 59, 23, "cluster.heartbeat-interval",
+             "value 49 out of range: expected 50-10000"),
+        case("hold time 100 ms", edit(60, "  hold-time: 100"), 60, 14, "cluster.hold-time", "value 100 out of range: expected 150-60000"),
+        case("hold time under three heartbeats", edit(60, "  hold-time: 2999"), 60, 14, "cluster.hold-time",
+             "hold time 2999 ms is shorter than 3 heartbeat intervals (1000 ms each, cluster.heartbeat-interval)"),
+        case("three backups", edit(61, "  backups: 3"), 61, 12, "cluster.backups", "value 3 out of range: expected 1-2"),
+        case("split brain choice", edit(62, "  split-brain: vote"), 62, 16, "cluster.split-brain",
+             "invalid value \"vote\": expected elect or quorum"),
+        case("quorum with two members", edit(62, "  split-brain: quorum").replace("    - id: 3\n      name: n3\n      ccl-address: 198.19.0.13\n", ""),
+             59, 16, "cluster.split-brain", "split-brain quorum needs at least 3 members (cluster.members has 2)"),
+        case("debounce over a minute", edit(63, "  interface-debounce: 60001"), 63, 23, "cluster.interface-debounce",
+             "value 60001 out of range: expected 0-60000"),
+        case("sync timeout 99 ms", edit(64, "  sync-timeout: 99"), 64, 17, "cluster.sync-timeout", "value 99 out of range: expected 100-600000"),
         case("this node missing", edit(34, "  node-id: 4").replace("address: 198.19.0.11/24", "address: 198.19.0.14/24"), 45, 5, "cluster.members",
              "the member list must include this node (node-id 4); member ids are 1, 2, 3"),
     ]

@@ -17,6 +17,32 @@ pub const MAX_NODE_ID: u8 = 15;
 pub const MIN_PRIORITY: u8 = 1;
 /// Largest (least preferred) priority.
 pub const MAX_PRIORITY: u8 = 100;
+/// Shortest `heartbeat-interval`, ms (SPEC M1).
+pub const MIN_HEARTBEAT_MS: u64 = 50;
+/// Longest `heartbeat-interval`, ms.
+pub const MAX_HEARTBEAT_MS: u64 = 10_000;
+/// Default `heartbeat-interval`, ms.
+pub const DEFAULT_HEARTBEAT_MS: u64 = 1_000;
+/// Shortest `hold-time`, ms.
+pub const MIN_HOLD_MS: u64 = 150;
+/// Longest `hold-time`, ms.
+pub const MAX_HOLD_MS: u64 = 60_000;
+/// Default `hold-time`, ms.
+pub const DEFAULT_HOLD_MS: u64 = 3_000;
+/// `hold-time` spans at least this many heartbeat intervals.
+pub const HOLD_HEARTBEATS: u64 = 3;
+/// Longest `interface-debounce`, ms (SPEC M5).
+pub const MAX_DEBOUNCE_MS: u64 = 60_000;
+/// Default `interface-debounce`, ms.
+pub const DEFAULT_DEBOUNCE_MS: u64 = 500;
+/// Shortest `sync-timeout`, ms (SPEC M7).
+pub const MIN_SYNC_TIMEOUT_MS: u64 = 100;
+/// Longest `sync-timeout`, ms.
+pub const MAX_SYNC_TIMEOUT_MS: u64 = 600_000;
+/// Default `sync-timeout`, ms.
+pub const DEFAULT_SYNC_TIMEOUT_MS: u64 = 5_000;
+/// Fewest configured members for `split-brain: quorum`.
+pub const MIN_QUORUM_MEMBERS: usize = 3;
 /// Name of the interface the node makes for the CCL port; a data interface
 /// must not use it when a cluster is configured.
 pub const CCL_INTERFACE: &str = "ccl";
@@ -80,8 +106,35 @@ pub struct ClusterConfig {
     pub tcp_sequence_randomization: bool,
     /// `ccl`: the dedicated cluster control link port.
     pub ccl: CclConfig,
-    /// `members`: the static member list, this node included.
+    /// `members`: every node that may be a member, this node included.
     pub members: Vec<MemberConfig>,
+    /// `heartbeat-interval`: ms between heartbeats (50-10000, default 1000).
+    pub heartbeat_interval_ms: u64,
+    /// `hold-time`: ms without a heartbeat before a member is removed
+    /// (150-60000, at least 3 heartbeat intervals; default 3000).
+    pub hold_time_ms: u64,
+    /// `backups`: backup owners per connection, 1 or 2 (default 1).
+    pub backups: u8,
+    /// `split-brain`: what a partition does (default `elect`).
+    pub split_brain: SplitBrain,
+    /// `interface-debounce`: ms a data port may be down before the node
+    /// leaves the cluster (0-60000, default 500).
+    pub interface_debounce_ms: u64,
+    /// `sync-timeout`: ms a joining node waits for the bulk sync before it
+    /// takes traffic anyway (100-600000, default 5000).
+    pub sync_timeout_ms: u64,
+}
+
+/// `cluster.split-brain`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SplitBrain {
+    /// Each partition elects its own control node; on heal the better
+    /// control node keeps the role (SPEC M3).
+    Elect,
+    /// A partition without a majority of the last member set shuts its
+    /// data ports (3 or more configured members).
+    Quorum,
 }
 
 impl ClusterConfig {

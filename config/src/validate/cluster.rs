@@ -12,8 +12,10 @@ use super::Checker;
 use crate::error::{ErrorKind, FieldPath};
 use crate::locate::Locator;
 use crate::model::cluster::{
-    CclConfig, ClusterConfig, MemberConfig, Secret, CCL_INTERFACE, MAX_NODE_ID, MAX_PRIORITY,
-    MIN_KEY_LEN, MIN_PRIORITY, REDACTED,
+    CclConfig, ClusterConfig, MemberConfig, Secret, SplitBrain, CCL_INTERFACE, DEFAULT_DEBOUNCE_MS,
+    DEFAULT_HEARTBEAT_MS, DEFAULT_HOLD_MS, DEFAULT_SYNC_TIMEOUT_MS, HOLD_HEARTBEATS, MAX_DEBOUNCE_MS,
+    MAX_HEARTBEAT_MS, MAX_HOLD_MS, MAX_NODE_ID, MAX_PRIORITY, MAX_SYNC_TIMEOUT_MS, MIN_HEARTBEAT_MS,
+    MIN_HOLD_MS, MIN_KEY_LEN, MIN_PRIORITY, MIN_QUORUM_MEMBERS, MIN_SYNC_TIMEOUT_MS, REDACTED,
 };
 use crate::model::InterfaceConfig;
 use crate::net::Ipv4Net;
@@ -22,7 +24,7 @@ use crate::net::Ipv4Net;
 #[serde(
     deny_unknown_fields,
     rename_all = "kebab-case",
-    expecting = "a cluster mapping (name, key, node-id, priority, site-id, chassis-id, tcp-sequence-randomization, ccl, members)"
+    expecting = "a cluster mapping (name, key, node-id, priority, site-id, chassis-id, tcp-sequence-randomization, ccl, members, heartbeat-interval, hold-time, backups, split-brain, interface-debounce, sync-timeout)"
 )]
 pub(crate) struct RawCluster {
     name: String,
@@ -37,6 +39,18 @@ pub(crate) struct RawCluster {
     tcp_sequence_randomization: Option<bool>,
     ccl: RawCcl,
     members: Option<Vec<RawMember>>,
+    #[serde(default)]
+    heartbeat_interval: Option<u64>,
+    #[serde(default)]
+    hold_time: Option<u64>,
+    #[serde(default)]
+    backups: Option<u64>,
+    #[serde(default)]
+    split_brain: Option<String>,
+    #[serde(default)]
+    interface_debounce: Option<u64>,
+    #[serde(default)]
+    sync_timeout: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -301,6 +315,54 @@ impl Checker<'_> {
             return Err(self.err(&mp, ErrorKind::SelfNotAMember { node_id, ids }));
         }
 
+        // Membership timers and failover settings.
+        let heartbeat_interval_ms = self.range(
+            &p.key("heartbeat-interval"),
+            raw.heartbeat_interval,
+            DEFAULT_HEARTBEAT_MS,
+            MIN_HEARTBEAT_MS,
+            MAX_HEARTBEAT_MS,
+        )?;
+        let hp = p.key("hold-time");
+        let hold_time_ms = self.range(&hp, raw.hold_time, DEFAULT_HOLD_MS, MIN_HOLD_MS, MAX_HOLD_MS)?;
+        if hold_time_ms < HOLD_HEARTBEATS * heartbeat_interval_ms {
+            return Err(self.err(
+                &hp,
+                ErrorKind::HoldTimeTooShort {
+                    hold_ms: hold_time_ms,
+                    heartbeats: HOLD_HEARTBEATS,
+                    interval_ms: heartbeat_interval_ms,
+                },
+            ));
+        }
+        let backups = self.range(&p.key("backups"), raw.backups, 1, 1, 2)? as u8;
+        let sp = p.key("split-brain");
+        let split_brain = match raw.split_brain.as_deref() {
+            None | Some("elect") => SplitBrain::Elect,
+            Some("quorum") => SplitBrain::Quorum,
+            Some(other) => {
+                return Err(self.err(
+                    &sp,
+                    ErrorKind::InvalidChoice { found: other.to_string(), expected: "elect or quorum" },
+                ))
+            }
+        };
+        if split_brain == SplitBrain::Quorum && members.len() < MIN_QUORUM_MEMBERS {
+            return Err(self.err(
+                &sp,
+                ErrorKind::QuorumTooFewMembers { members: members.len(), min: MIN_QUORUM_MEMBERS },
+            ));
+        }
+        let interface_debounce_ms =
+            self.range(&p.key("interface-debounce"), raw.interface_debounce, DEFAULT_DEBOUNCE_MS, 0, MAX_DEBOUNCE_MS)?;
+        let sync_timeout_ms = self.range(
+            &p.key("sync-timeout"),
+            raw.sync_timeout,
+            DEFAULT_SYNC_TIMEOUT_MS,
+            MIN_SYNC_TIMEOUT_MS,
+            MAX_SYNC_TIMEOUT_MS,
+        )?;
+
         Ok(ClusterConfig {
             name: raw.name,
             key: Secret::new(raw.key),
@@ -311,6 +373,12 @@ impl Checker<'_> {
             tcp_sequence_randomization: raw.tcp_sequence_randomization.unwrap_or(true),
             ccl,
             members,
+            heartbeat_interval_ms,
+            hold_time_ms,
+            backups,
+            split_brain,
+            interface_debounce_ms,
+            sync_timeout_ms,
         })
     }
 }
