@@ -339,6 +339,20 @@ impl Port {
         Ok(a.addr_bytes)
     }
 
+    /// Takes the link down (`rte_eth_dev_set_link_down`): a NIC drops its
+    /// carrier; `net_af_packet` takes its kernel interface down, so a veth
+    /// peer sees no carrier. Queues keep working, the peer stops sending.
+    pub fn set_link_down(self) -> Result<()> {
+        // SAFETY: valid port.
+        ok("rte_eth_dev_set_link_down", unsafe { ffi::rte_eth_dev_set_link_down(self.id) })
+    }
+
+    /// Brings the link up again (`rte_eth_dev_set_link_up`).
+    pub fn set_link_up(self) -> Result<()> {
+        // SAFETY: valid port.
+        ok("rte_eth_dev_set_link_up", unsafe { ffi::rte_eth_dev_set_link_up(self.id) })
+    }
+
     /// Current link state, without waiting (`rte_eth_link_get_nowait`).
     pub fn link(self) -> Result<Link> {
         let mut l = ffi::rte_eth_link::default();

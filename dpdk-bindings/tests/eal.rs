@@ -114,6 +114,13 @@ fn eal_ports_mbufs_bursts() {
     assert!(link.up, "{link:?}");
     ring.reset_stats().unwrap();
 
+    // Link down and up again (the cluster shuts data ports this way); the
+    // ring PMD reports it in its link state.
+    ring.set_link_down().expect("link down");
+    assert!(!ring.link().expect("link").up, "link down reported");
+    ring.set_link_up().expect("link up");
+    assert!(ring.link().expect("link").up, "link up reported");
+
     ring_loopback(ring, &pool);
     ring_partial_tx(ring, &pool);
     null_rx_tx(null, &pool);

@@ -14,7 +14,6 @@ use crate::topology::{Endpoint, NodeSpec, Topology, DPDK_PREFIX, NS_PREFIX};
 use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
-use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -332,20 +331,38 @@ fn build(topo: &Topology, state: &mut State, o: &UpOptions) -> Result<()> {
 /// Writes the node's config and starts `clusterfw` detached in its
 /// namespace; returns its pid.
 fn spawn_node(node: &NodeSpec, rec: &NodeRecord, bin_dir: &Path) -> Result<u32> {
+    let (Some(config), Some(socket)) = (&rec.config, &rec.control_socket) else {
+        bail!("node {} has no file paths in its record", node.name);
+    };
+    std::fs::write(config, nodeconf::node_yaml(node, &socket.to_string_lossy()))
+        .with_context(|| format!("cannot write {}", config.display()))?;
+    // A fresh log per `up` (a restart appends to it).
+    if let Some(log) = &rec.log {
+        std::fs::write(log, b"").with_context(|| format!("cannot truncate {}", log.display()))?;
+    }
+    start_node(rec, bin_dir)
+}
+
+/// Starts `clusterfw` with the config already written for it, detached in
+/// its namespace, the log appended to; returns its pid (used again by
+/// `faults` to restart a node).
+pub fn start_node(rec: &NodeRecord, bin_dir: &Path) -> Result<u32> {
     let (Some(config), Some(log), Some(pid_file), Some(socket)) =
         (&rec.config, &rec.log, &rec.pid_file, &rec.control_socket)
     else {
-        bail!("node {} has no file paths in its record", node.name);
+        bail!("node {} has no file paths in its record", rec.name);
     };
     let _ = std::fs::remove_file(socket);
-    std::fs::write(config, nodeconf::node_yaml(node, &socket.to_string_lossy()))
-        .with_context(|| format!("cannot write {}", config.display()))?;
-    let out = File::create(log).with_context(|| format!("cannot create {}", log.display()))?;
+    let out = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .with_context(|| format!("cannot open {}", log.display()))?;
     // setsid: the node gets its own session, detached from our terminal and
     // process group. Neither `setsid` (not a group leader here) nor
     // `ip netns exec` forks, so the spawned pid is the clusterfw pid.
     let child = Command::new("setsid")
-        .args(["ip", "netns", "exec", &node.namespace])
+        .args(["ip", "netns", "exec", &rec.namespace])
         .arg(bin_dir.join("clusterfw"))
         .arg("--config")
         .arg(config)
@@ -365,6 +382,11 @@ fn spawn_node(node: &NodeSpec, rec: &NodeRecord, bin_dir: &Path) -> Result<u32> 
 
 /// Polls `show stats` until the node answers, it dies, or the timeout.
 fn wait_ready(rec: &NodeRecord, pid: u32, o: &UpOptions) -> Result<()> {
+    wait_node_ready(rec, pid, &o.bin_dir, o.ready_timeout)
+}
+
+/// Polls `show stats` until the node answers, it dies, or `timeout`.
+pub fn wait_node_ready(rec: &NodeRecord, pid: u32, bin_dir: &Path, timeout: Duration) -> Result<()> {
     let (Some(socket), Some(log)) = (&rec.control_socket, &rec.log) else {
         bail!("node {} has no control socket in its record", rec.name);
     };
@@ -379,16 +401,16 @@ fn wait_ready(rec: &NodeRecord, pid: u32, o: &UpOptions) -> Result<()> {
             );
         }
         if socket.exists() {
-            match ctl_json(&o.bin_dir, socket, "stats") {
+            match ctl_json(bin_dir, socket, "stats") {
                 Ok(_) => return Ok(()),
                 Err(e) => last_err = format!("{e:#}"),
             }
         }
-        if start.elapsed() > o.ready_timeout {
+        if start.elapsed() > timeout {
             bail!(
                 "node {} not ready after {:?} (control socket {}: {last_err}); see {}",
                 rec.name,
-                o.ready_timeout,
+                timeout,
                 socket.display(),
                 log.display()
             );

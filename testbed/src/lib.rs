@@ -36,6 +36,7 @@
 #![deny(unsafe_code)]
 
 pub mod bed;
+pub mod faults;
 pub mod harness;
 pub mod nodeconf;
 pub mod sim;

@@ -11,6 +11,11 @@ const USAGE: &str = "\
 usage: clusterfw-testbed up [--nodes N] [--run-dir DIR] [--kernel-router]
        clusterfw-testbed down [--run-dir DIR]
        clusterfw-testbed status [--run-dir DIR] [--json]
+       clusterfw-testbed kill|pause|resume|restart NODE [--run-dir DIR]
+       clusterfw-testbed ccl-cut|ccl-heal NODE [--run-dir DIR]
+       clusterfw-testbed link-down|link-up NODE inside|outside [--run-dir DIR]
+       clusterfw-testbed partition GROUP GROUP... [--run-dir DIR]   (GROUP: n1,n2)
+       clusterfw-testbed heal [--run-dir DIR]
 
 --nodes 1 (default): namespaces cfw-inside (client, 198.18.1.2), cfw-outside
 (server, 198.18.2.2) and cfw-n1 (node: clusterfw on veths n1-in / n1-out,
@@ -21,6 +26,14 @@ nodes cfw-nK by ECMP with L4 hashing (inside links 198.18.1K.0/24, outside
 links 198.18.2K.0/24, node .2, router .1); the nodes' CCL ports (198.19.0.1K/24)
 meet on bridge cfw-ccl in namespace cfw-ccl. Node K has node-id K.
 Run it as root.
+
+Faults (cluster bed): `kill` SIGKILLs a node, `pause`/`resume` stop and
+continue it; for both the harness takes the node's router-side links down
+(as BFD or link loss would; the routers drop dead next hops from their ECMP
+routes, ignore_routes_with_linkdown). `restart` kills and starts the node
+again with its config. `ccl-cut`/`ccl-heal` take its CCL port's carrier
+away and back, `link-down`/`link-up` one of its data links. `partition`
+splits the CCL segment into groups (no carrier change), `heal` joins it.
 
   --run-dir DIR     state, node configs, logs, control sockets
                     (default $CFW_TESTBED_DIR, else /tmp/cfw-testbed)
@@ -51,6 +64,7 @@ fn run(args: Vec<String>) -> Result<()> {
     let mut nodes = 1usize;
     let mut kernel_router = false;
     let mut json = false;
+    let mut operands: Vec<String> = Vec::new();
     let mut it = rest.iter();
     while let Some(a) = it.next() {
         let mut value = |name: &str| {
@@ -72,6 +86,11 @@ fn run(args: Vec<String>) -> Result<()> {
             }
             ("up", "--kernel-router") => kernel_router = true,
             ("status", "--json") => json = true,
+            (
+                "kill" | "pause" | "resume" | "restart" | "ccl-cut" | "ccl-heal" | "link-down" | "link-up"
+                | "partition",
+                _,
+            ) if !a.starts_with('-') => operands.push(a.clone()),
             _ => bail!("{cmd}: unexpected argument {a}\n{USAGE}"),
         }
     }
@@ -161,6 +180,38 @@ fn run(args: Vec<String>) -> Result<()> {
                     );
                 }
             }
+            Ok(())
+        }
+        "kill" | "pause" | "resume" | "restart" | "ccl-cut" | "ccl-heal" | "link-down" | "link-up" => {
+            use testbed::faults::{self, Fault, Link};
+            let want = if cmd.starts_with("link-") { 2 } else { 1 };
+            if operands.len() != want {
+                bail!("{cmd} needs {}\n{USAGE}", if want == 2 { "NODE and a link" } else { "NODE" });
+            }
+            let fault = match cmd.as_str() {
+                "kill" => Fault::Kill,
+                "pause" => Fault::Pause,
+                "resume" => Fault::Resume,
+                "restart" => Fault::Restart,
+                "ccl-cut" => Fault::CclCut,
+                "ccl-heal" => Fault::CclHeal,
+                "link-down" => Fault::LinkDown(Link::parse(&operands[1])?),
+                _ => Fault::LinkUp(Link::parse(&operands[1])?),
+            };
+            faults::apply(&run_dir, &bed::default_bin_dir()?, &operands[0], fault)?;
+            println!("{cmd} {}: done", operands.join(" "));
+            Ok(())
+        }
+        "partition" => {
+            let groups: Vec<Vec<String>> =
+                operands.iter().map(|g| g.split(',').map(str::to_string).collect()).collect();
+            testbed::faults::partition(&run_dir, &groups)?;
+            println!("CCL partitioned: {}", operands.join(" | "));
+            Ok(())
+        }
+        "heal" => {
+            testbed::faults::heal(&run_dir)?;
+            println!("CCL healed");
             Ok(())
         }
         other => bail!("unknown command {other}\n{USAGE}"),

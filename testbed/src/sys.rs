@@ -93,12 +93,26 @@ pub fn signal(pid: u32, sig: &str) {
     let _ = run("kill", &[format!("-{sig}"), pid.to_string()]);
 }
 
+/// Wait up to `timeout` for `pid` to be gone.
+pub fn wait_exit(pid: u32, timeout: Duration) -> Result<()> {
+    let deadline = Instant::now() + timeout;
+    while alive(pid) {
+        if Instant::now() > deadline {
+            anyhow::bail!("process {pid} still alive after {timeout:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
+}
+
 /// SIGTERM to every pid, wait up to `grace` for them to exit, then SIGKILL
-/// the rest. Returns the pids that needed SIGKILL.
+/// the rest. Returns the pids that needed SIGKILL. A stopped process (a
+/// paused node) is continued after the SIGTERM, so it can act on it.
 pub fn terminate(pids: &[u32], grace: Duration) -> Vec<u32> {
     let pids: Vec<u32> = pids.iter().copied().filter(|&p| alive(p)).collect();
     for &p in &pids {
         signal(p, "TERM");
+        signal(p, "CONT");
     }
     let deadline = Instant::now() + grace;
     while Instant::now() < deadline && pids.iter().any(|&p| alive(p)) {

@@ -295,6 +295,11 @@ impl Topology {
                 sysctl("net.ipv4.fib_multipath_hash_fields", "0x0037", true),
                 sysctl("net.ipv4.fib_multipath_hash_policy", "3", true),
                 sysctl("net.ipv4.fib_multipath_hash_seed", seed, true),
+                // A next hop whose link has no carrier (a node that shut
+                // its data ports, or a link the harness took down) leaves
+                // the ECMP routes, as a router with BFD or link loss does.
+                sysctl("net.ipv4.conf.all.ignore_routes_with_linkdown", "1", false),
+                sysctl("net.ipv4.conf.default.ignore_routes_with_linkdown", "1", false),
                 // Replies come back over another node than the request
                 // went out: no reverse-path filtering.
                 sysctl("net.ipv4.conf.all.rp_filter", "0", false),
