@@ -147,6 +147,15 @@ pub fn apply(run_dir: &Path, bin_dir: &Path, name: &str, fault: Fault) -> Result
                 sys::signal(pid, "KILL");
                 sys::wait_exit(pid, Duration::from_secs(5))?;
             }
+            // A killed EAL leaves its runtime directory behind, and a new
+            // one with the same --file-prefix cannot initialise over it
+            // without hugepages ("Cannot init memzone").
+            if let Some(prefix) = &rec.dpdk_prefix {
+                let dir = Path::new(bed::DPDK_RUNTIME_DIR).join(prefix);
+                if dir.exists() {
+                    std::fs::remove_dir_all(&dir).with_context(|| format!("cannot remove {}", dir.display()))?;
+                }
+            }
             let pid = bed::start_node(&rec, bin_dir)?;
             if let Some(n) = state.nodes.iter_mut().find(|n| n.name == rec.name) {
                 n.pid = Some(pid);
