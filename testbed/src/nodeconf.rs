@@ -5,7 +5,7 @@
 //! by eye. Every string goes out as a JSON string, which is a valid YAML
 //! double-quoted scalar, so no value can break the document.
 
-use crate::topology::{NodeSpec, FLOW_TABLE_CAPACITY};
+use crate::topology::{NodeSpec, BED_HEARTBEAT_MS, BED_HOLD_MS, FLOW_TABLE_CAPACITY};
 use std::fmt::Write;
 
 fn q(s: &str) -> String {
@@ -117,6 +117,12 @@ pub fn node_yaml(node: &NodeSpec, socket: &str) -> String {
                 m.ccl_address
             );
         }
+        // The bed's fast membership timers (issue 10's evidence runs with
+        // 100 ms heartbeats and a 300 ms hold time).
+        let _ = write!(
+            y,
+            "  heartbeat-interval: {BED_HEARTBEAT_MS}\n  hold-time: {BED_HOLD_MS}\n"
+        );
     }
     y
 }

@@ -20,6 +20,9 @@ pub const DPDK_PREFIX: &str = "cfw-tb-";
 /// Flow-table capacity given to test-bed nodes (small: the bed runs without
 /// hugepages in 256 MB).
 pub const FLOW_TABLE_CAPACITY: u32 = 65536;
+/// Heartbeat interval and hold time of the cluster bed's nodes, ms.
+pub const BED_HEARTBEAT_MS: u64 = 100;
+pub const BED_HOLD_MS: u64 = 300;
 /// Most nodes of a cluster bed (the /24 link numbering has room for 9).
 pub const MAX_BED_NODES: usize = 8;
 

@@ -57,9 +57,10 @@ pub fn members(nodes: usize) -> Result<MemberSet, String> {
     MemberSet::from_nodes(Epoch(1), (0..nodes).map(|n| NodeId(n as u8))).map_err(|e| e.to_string())
 }
 
-/// The CCL incarnation of node `n` (one boot per run).
-pub fn incarnation(n: usize) -> u32 {
-    1000 + n as u32
+/// The CCL incarnation of node `n` after `restarts` restarts: distinct
+/// per node, strictly growing across restarts (replay protection).
+pub fn incarnation(n: usize, restarts: u32) -> u32 {
+    1000 + n as u32 + 100 * restarts
 }
 
 /// Node `node`'s membership machine: every node configured, all members,
@@ -91,7 +92,7 @@ pub fn control_link(node: usize) -> Result<ControlLink, String> {
         src_ip: net::node_addr(node, net::CCL),
         dst_ip: net::CCL_BROADCAST,
     };
-    ControlLink::new(&key, NodeId(node as u8), incarnation(node), broadcast)
+    ControlLink::new(&key, NodeId(node as u8), incarnation(node, 0), broadcast)
         .map_err(|e| format!("node{node}: control link: {e}"))
 }
 
@@ -102,7 +103,7 @@ pub fn configure(cfg: &mut PipelineConfig, p: &ClusterParams) -> Result<(), Stri
         members: members(p.nodes)?,
         cluster_name: CLUSTER_NAME.into(),
         key: CLUSTER_KEY.into(),
-        incarnation: incarnation(p.node),
+        incarnation: incarnation(p.node, 0),
         seq_randomization: p.seq_randomization,
         ccl_iface: "ccl".into(),
         peers: (0..p.nodes)

@@ -31,6 +31,7 @@
 //!   not asked; roles are asked (`conns`) and compared with what was seen.
 
 pub mod cluster;
+pub mod faults;
 pub mod frag;
 pub mod host;
 pub mod membership;
@@ -120,6 +121,10 @@ pub struct SimConfig {
     /// it stops then): for membership scenarios, which need time, not
     /// traffic.
     pub min_run_ns: u64,
+    /// Faults injected at virtual times (issue 10; `faults.rs`). Empty: the
+    /// static cluster of the earlier issues (no node ever leaves, the
+    /// routers hash modulo the node count).
+    pub faults: Vec<faults::FaultAt>,
 }
 
 impl SimConfig {
@@ -153,6 +158,7 @@ impl SimConfig {
             frag: frag::FragScenario::default(),
             ccl_cut: None,
             min_run_ns: 0,
+            faults: Vec::new(),
         }
     }
     /// A scenario drawn from the seed (for sweeps): 2-8 nodes (sometimes
@@ -288,6 +294,8 @@ enum Ev {
         flow: u32,
     },
     Checkpoint,
+    /// `SimConfig::faults[i]` is due.
+    Fault(usize),
 }
 
 struct Queued {
@@ -431,6 +439,9 @@ struct Node {
     rxq: VecDeque<(PortId, Vec<u8>)>,
     poll_pending: bool,
     stats: NodeReport,
+    /// Fault scenarios: running, frozen or gone, and whether the routers
+    /// may send to it (`faults.rs`).
+    life: faults::Life,
 }
 
 /// Counters of things that must not happen at the edges.
@@ -473,6 +484,9 @@ pub struct Sim {
     frag: frag::FragState,
     /// The nodes' control lcores (cluster scenarios).
     control: Option<membership::ControlPlanes>,
+    /// Fault scenarios: the partition and loss burst in force, what the
+    /// faults did (`faults.rs`).
+    faulted: faults::FaultState,
 }
 
 /// Build a node's pipeline configuration.
@@ -548,6 +562,7 @@ impl Sim {
                     node: n,
                     ..NodeReport::default()
                 },
+                life: faults::Life::default(),
             });
         }
         let (sa, sb) = if cfg.symmetric || cfg.split_return {
@@ -594,12 +609,14 @@ impl Sim {
             director_examples: Vec::new(),
             frag: frag::FragState::default(),
             control: None,
+            faulted: faults::FaultState::default(),
         };
         if sim.cfg.cluster {
             sim.control = Some(membership::ControlPlanes::new(&sim.cfg)?);
         }
         sim.make_flows();
         sim.warmup();
+        sim.schedule_faults();
         Ok(sim)
     }
 
@@ -857,14 +874,31 @@ impl Sim {
                 self.start_flow(f);
             }
             Ev::NodeRx { node, port, frame } => {
+                if !self.node_receives(node) {
+                    return;
+                }
                 let n = &mut self.nodes[node];
                 n.rxq.push_back((port, frame));
-                if !n.poll_pending {
+                if !n.poll_pending && n.life.running() {
                     n.poll_pending = true;
                     self.schedule(self.now + POLL_DELAY_NS, Ev::NodePoll(node));
                 }
             }
-            Ev::NodePoll(node) => self.poll_node(node),
+            Ev::NodePoll(node) => {
+                if self.nodes[node].life.running() {
+                    self.poll_node(node);
+                } else {
+                    self.nodes[node].poll_pending = false;
+                }
+            }
+            Ev::NodeTimers(node) if !self.nodes[node].life.running() => {
+                // A frozen node's timers wait; a dead one's stop (a restart
+                // schedules them again).
+                if self.nodes[node].life.paused() {
+                    self.schedule(self.now + TIMER_PERIOD_NS, Ev::NodeTimers(node));
+                }
+            }
+            Ev::Fault(i) => self.apply_fault(i),
             Ev::NodeTimers(node) => {
                 self.trace.word(0x200 | node as u64);
                 let now = self.ts();
@@ -1057,7 +1091,18 @@ impl Sim {
             }
             return;
         };
-        let node = self.routers[side as usize].pick(&t, self.cfg.nodes);
+        let node = if self.cfg.faults.is_empty() {
+            self.routers[side as usize].pick(&t, self.cfg.nodes)
+        } else {
+            let live = self.router_live(side);
+            match self.routers[side as usize].pick_live(&t, &live) {
+                Some(n) => n,
+                None => {
+                    self.faulted.no_next_hop += 1;
+                    return;
+                }
+            }
+        };
         if self.traced(&frame) {
             self.trace_line(format!(
                 "{side:?} host sends to node{node}: {t} {}",
@@ -1441,11 +1486,15 @@ impl Sim {
                 }
             }
         };
-        let link = self.cfg.ccl.clone();
+        let link = self.faulted.ccl_link(&self.cfg.ccl, self.now);
         for n in targets {
             if self.cfg.ccl_cut.is_some_and(|c| c.cuts(node, n, self.now)) {
                 self.ccl_stats.cut += 1;
                 self.trace.word(0xe00 | n as u64);
+                continue;
+            }
+            if self.faulted.partition.separates(node, n) {
+                self.faulted.ccl_partitioned += 1;
                 continue;
             }
             let d = match link.fate(&mut self.ccl_rng) {

@@ -179,7 +179,28 @@ pub struct FragHeader {
     pub more: bool,
 }
 
+/// Linux's hash-threshold ECMP (`fib_select_multipath`): the 31-bit hash
+/// space is cut into equal regions, one per live next hop in list order;
+/// a dead next hop's region is shared out by moving every boundary, so
+/// flows also move between survivors. `None` when no next hop is live.
+pub fn hash_threshold(h: u64, live: &[bool]) -> Option<usize> {
+    let n = live.iter().filter(|&&l| l).count() as u64;
+    if n == 0 {
+        return None;
+    }
+    let k = ((h & 0x7fff_ffff) * n) >> 31;
+    live.iter().enumerate().filter(|(_, &l)| l).map(|(i, _)| i).nth(k as usize)
+}
+
 impl Router {
+    /// The live node a packet with this tuple is sent to (fault scenarios:
+    /// hash-threshold over the live next hops, `hash_threshold`).
+    pub fn pick_live(&self, t: &FiveTuple, live: &[bool]) -> Option<usize> {
+        let h = ecmp_hash(self.seed, t, self.symmetric);
+        let h = if self.elsewhere { mix64(h) } else { h };
+        hash_threshold(h, live)
+    }
+
     /// The node a packet with this tuple is sent to.
     pub fn pick(&self, t: &FiveTuple, nodes: usize) -> usize {
         let h = ecmp_hash(self.seed, t, self.symmetric);
@@ -369,6 +390,20 @@ impl CclCut {
     }
 }
 
+/// CCL partitions (fault scenarios): node `n` is in group `group[n]`; a
+/// frame crosses only within a group.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Partition {
+    pub group: Vec<u8>,
+}
+
+impl Partition {
+    /// Whether `from` and `to` are on different sides.
+    pub fn separates(&self, from: usize, to: usize) -> bool {
+        self.group.get(from).copied().unwrap_or(0) != self.group.get(to).copied().unwrap_or(0)
+    }
+}
+
 /// What the CCL segment saw.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct CclStats {
@@ -461,6 +496,33 @@ pub fn ccl_kind(frame: &[u8]) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hash_threshold_moves_only_what_it_must_and_some_between_survivors() {
+        // The first of three goes: [0, 1/3) is shared out, and the
+        // boundary between the other two moves from 2/3 to 1/2.
+        let all = [true; 3];
+        let less = [false, true, true];
+        let (mut kept, mut moved_between, mut total) = (0, 0, 0);
+        for i in 0..10_000u64 {
+            let h = mix64(i);
+            let a = hash_threshold(h, &all).unwrap();
+            let b = hash_threshold(h, &less).unwrap();
+            assert_ne!(b, 0, "nothing goes to a dead next hop");
+            if a == 0 {
+                continue;
+            }
+            total += 1;
+            if a == b {
+                kept += 1;
+            } else if a != 0 {
+                moved_between += 1;
+            }
+        }
+        assert!(kept > total / 2, "most of the survivors' flows stay ({kept}/{total})");
+        assert!(moved_between > 0, "hash-threshold also moves flows between survivors");
+        assert_eq!(hash_threshold(1, &[false, false]), None);
+    }
 
     fn t(sp: u16, dp: u16) -> FiveTuple {
         FiveTuple {
