@@ -694,7 +694,7 @@ mod tests {
     /// holders.
     fn new_director_holds_the_state(bits: u16, h: u64, owner_pick: usize, failed: &[usize], backups: u8, ids: u64) {
         let nodes: Vec<NodeId> = (0..16).filter(|i| bits & (1 << i) != 0).map(NodeId).collect();
-        if nodes.len() < failed.len() + 1 {
+        if nodes.len() < failed.len() + 2 {
             return;
         }
         let info = |n: NodeId| MemberInfo {
