@@ -221,12 +221,23 @@ impl Backups {
     pub fn contains(&self, n: NodeId) -> bool {
         self.as_slice().contains(&n)
     }
+    /// Add `n` unless it is there or the set is full.
+    #[inline]
+    pub fn push(&mut self, n: NodeId) {
+        self.push_unique(n);
+    }
     #[inline]
     fn push_unique(&mut self, n: NodeId) {
         if !self.contains(n) && usize::from(self.len) < MAX_BACKUPS {
             self.nodes[usize::from(self.len)] = n;
             self.len += 1;
         }
+    }
+}
+
+impl Default for Backups {
+    fn default() -> Self {
+        Backups::EMPTY
     }
 }
 

@@ -44,6 +44,7 @@
 //!   (what R was allowed to send; right edges never move left, RFC 9293
 //!   §3.8.6) rather than only up to the data seen here: the data R sent
 //!   before the install went through the dead owner and may be acked now.
+//!
 //! An exactly installed flow (no `resync`) behaves as the original.
 
 use super::tcp_flags::{ACK, CWR, ECE, FIN, PSH, RST, SYN, URG};

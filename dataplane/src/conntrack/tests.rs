@@ -1390,6 +1390,7 @@ fn slot_layout_matches_the_prefetch() {
 
 /// A segment relative to the flow's current edges (as in `tcp.rs`'s
 /// shortcut property), for driving two tables with the same input.
+#[allow(clippy::too_many_arguments)]
 fn rel_seg(t: &ConnTable, h: FlowHandle, reply: bool, flags: u8, dseq: i32, dack: i32, window: u16, len: u32) -> TcpSeg {
     let (s, r) = if reply { (1, 0) } else { (0, 1) };
     let c = match t.slots[h.index() as usize].kind {

@@ -205,6 +205,11 @@ impl FastPath {
                 let mut link = Link { egress, ifaces };
                 match cl.plan(now, &flows.table, &tuple, Some(&l4), rx) {
                     Plan::Own => {}
+                    Plan::TakeOver => {
+                        if let Err(r) = cl.take_over(now, &mut link, &mut flows.table, &tuple) {
+                            return Some(Fast::Done(Outcome::Drop(r)));
+                        }
+                    }
                     Plan::Drop(r) => return Some(Fast::Done(Outcome::Drop(r))),
                     plan => {
                         let o = cl.act(now, &mut link, in_port, ifx, rx, plan, &tuple, buf);
