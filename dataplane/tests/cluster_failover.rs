@@ -669,3 +669,41 @@ fn set_members_without_change_of_director_reregisters_nothing() {
     assert!(bed.nodes[A].sync_progress(Epoch(2)).sent);
     let _ = Duration::ZERO;
 }
+
+#[test]
+fn takeover_updates_every_backup_then_a_second_failure_keeps_the_owner() {
+    // backups: 2; A owns, C directs. A dies, B takes over; its registration
+    // must replace A's record at both holders, or the second holder would
+    // hand the flow to someone else when C dies next.
+    let mut bed = Bed::with(4, |n| {
+        let mut c = with_hold(4, true)(n);
+        if let Some(cl) = c.cluster.as_mut() {
+            cl.backups = 2;
+        }
+        c
+    });
+    let cport = cport_for(4, C);
+    let t = tuple(HOST, cport, SERVER, 80, 6);
+    let delta = connect(&mut bed, cport, A, B);
+    bed.kill(A, 2);
+    let (seg, want) = client_seg(B, B, cport, delta, b"1");
+    assert_eq!(hex(&one(&bed.send(B, IN, seg)).2), hex(&want));
+    for n in [C, D] {
+        if let Some((role, owner)) = bed.nodes[n].cluster_role(bed.now(), &t) {
+            assert_ne!(role, Role::Forwarder, "node {n}");
+            assert_eq!(owner, NodeId(B as u8), "node {n} holds a record naming the new owner");
+        }
+    }
+    assert_eq!(bed.cluster(D).counters.register_conflicts + bed.cluster(C).counters.register_conflicts, 0);
+    bed.kill(C, 3);
+    bed.tick(1);
+    let (seg, want) = server_seg(D, B, cport, delta, 1);
+    let out = bed.send(D, OUT, seg);
+    let out = later(&mut bed, out);
+    assert_eq!(hex(&one(&out).2), hex(&want));
+    assert_eq!(bed.owners_up(&t), vec![B]);
+    for n in [B, D] {
+        no_drops(&bed, n);
+    }
+    accounted(&bed);
+}
