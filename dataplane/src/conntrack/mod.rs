@@ -482,6 +482,7 @@ impl ConnTable {
     /// is reported as `AclDenied` whether or not the table is full; an
     /// admitted flow that does not fit is `FlowTableFull`. Never allocates,
     /// never panics.
+    #[inline]
     pub fn track(
         &mut self,
         now: Timestamp,

@@ -500,7 +500,9 @@ impl TcpConn {
         let (Some(&sender), Some(&receiver)) = (self.peers.get(s), self.peers.get(r)) else {
             return Err(DropReason::TcpBadState);
         };
-        if (sender.flags | receiver.flags) & P_PICKED != 0 {
+        // `resync` marks both peers and nothing clears the mark (a new
+        // connection on the tuple starts from `from_syn`): one test.
+        if sender.flags & P_PICKED != 0 {
             return self.in_window_picked(s, r, seg);
         }
         let syn = seg.flags & SYN != 0;

@@ -184,13 +184,6 @@ impl Pipeline {
     /// Process one received frame. No allocation, no panic, no logging.
     pub fn process<B: PacketBuf>(&mut self, now: Timestamp, in_port: PortId, buf: &mut B) -> Verdict {
         self.acct.rx(in_port, buf.data().len());
-        if let Some(cl) = self.cluster.as_deref() {
-            // Fenced (the lease ran out): no data frame, before any state
-            // changes; CCL datagrams are still opened.
-            if cl.fenced(now) && in_port != cl.ccl_port() {
-                return self.account(Outcome::Drop(DropReason::ClusterFenced), buf);
-            }
-        }
         if self.fast.enabled {
             let parts = Parts {
                 ifaces: &self.ifaces,
@@ -280,6 +273,15 @@ impl Pipeline {
     /// received on the named interface: no L2 destination check, no ARP,
     /// IPv4 only).
     fn classify<B: PacketBuf>(&mut self, now: Timestamp, in_port: PortId, buf: &mut B, rx: Rx) -> Outcome {
+        if let Some(cl) = self.cluster.as_deref() {
+            // Fenced (the lease ran out): no data-port frame, before any
+            // state changes (the fast path declines fenced frames); CCL
+            // datagrams are still opened, their frames dropped in
+            // `ipv4_decide`.
+            if rx.via == Via::Port && cl.fenced(now) && in_port != cl.ccl_port() {
+                return DropReason::ClusterFenced.into();
+            }
+        }
         let l2 = match self.ingress.l2(buf.data()) {
             Ok(l2) => l2,
             Err(r) => return r.into(),
