@@ -1650,3 +1650,12 @@ fn flow_state_bytes_are_validated() {
     udp[20] = 1;
     assert!(FlowState::from_bytes(&udp).is_err());
 }
+
+/// `FlowState` stays a small `Copy` value (it rides in every director and
+/// backup record): at most one cache line in memory, 40 bytes on the wire.
+#[test]
+fn flow_state_is_small() {
+    println!("FlowState: {} bytes in memory, {} on the wire", core::mem::size_of::<FlowState>(), FlowState::LEN);
+    assert!(core::mem::size_of::<FlowState>() <= 64);
+    assert_eq!(FlowState::LEN, 40);
+}
