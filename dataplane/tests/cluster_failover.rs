@@ -580,6 +580,10 @@ fn hostile_transfers_and_records_change_nothing() {
         idle_timeout_s: 60,
         opaque: [0; OPAQUE_LEN],
     };
+    let transfer = |q: u32, r: &FlowRecord, buf: &mut [u8; 128]| {
+        let n = r.emit(buf).unwrap();
+        (q, n)
+    };
     let mut send = |bed: &mut Bed, m: &Message<'_>| {
         let mut out = vec![0u8; 2048];
         let n = s.seal_frame(&path, Epoch(1), m, &mut out).unwrap();
@@ -589,9 +593,12 @@ fn hostile_transfers_and_records_change_nothing() {
     };
     // A transfer for a query B never sent, one without state, one with a
     // state that does not decode.
-    assert_eq!(send(&mut bed, &Message::FlowTransfer(FlowTransfer { query_id: 77, record })), Verdict::Consumed);
+    let mut buf = [0u8; 128];
+    let (q, n) = transfer(77, &record, &mut buf);
+    assert_eq!(send(&mut bed, &Message::FlowTransfer(FlowTransfer::new(q, &buf[..n]).unwrap())), Verdict::Consumed);
     record.set_state(&[0xee; 40]);
-    assert_eq!(send(&mut bed, &Message::FlowTransfer(FlowTransfer { query_id: 78, record })), Verdict::Consumed);
+    let (q, n) = transfer(78, &record, &mut buf);
+    assert_eq!(send(&mut bed, &Message::FlowTransfer(FlowTransfer::new(q, &buf[..n]).unwrap())), Verdict::Consumed);
     let b = bed.cluster(B).counters;
     assert_eq!((b.transfers_refused, b.takeovers), (2, 0));
     assert_eq!(bed.owners(&t), vec![A]);

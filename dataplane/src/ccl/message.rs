@@ -389,22 +389,32 @@ impl<'a> ForwardedBatch<'a> {
 /// The director's answer to an owner query for a flow whose owner left:
 /// the querier is elected owner and gets the flow's record (its `owner` the
 /// querier, `FLAG_STATE` with the last state the director holds, the
-/// sequence delta, the record version). Layout: query id (4), one flow
-/// record (74/98 bytes, `FlowRecord`).
+/// sequence delta). Layout: query id (4), one flow record (74/98 bytes,
+/// `FlowRecord`). The record stays in the datagram's bytes (validated by
+/// `parse`), so a decoded `Message` is no larger than before.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub struct FlowTransfer {
+pub struct FlowTransfer<'a> {
     pub query_id: u32,
-    pub record: FlowRecord,
+    record: &'a [u8],
 }
 
-impl FlowTransfer {
-    pub fn parse(b: &[u8]) -> Result<Self, CclError> {
+impl<'a> FlowTransfer<'a> {
+    /// A transfer of the record whose wire form is `record` (one whole
+    /// record, as `FlowRecord::emit` writes it).
+    pub fn new(query_id: u32, record: &'a [u8]) -> Result<Self, CclError> {
+        FlowRecord::parse(record)?;
+        Ok(FlowTransfer { query_id, record })
+    }
+    pub fn parse(b: &'a [u8]) -> Result<Self, CclError> {
         let id: [u8; 4] = arr(b, 0)?;
-        let record = FlowRecord::parse(&b[4..])?;
-        Ok(FlowTransfer { query_id: u32::from_be_bytes(id), record })
+        Self::new(u32::from_be_bytes(id), &b[4..])
+    }
+    /// The record (validated by `new` / `parse`).
+    pub fn record(&self) -> Result<FlowRecord, CclError> {
+        FlowRecord::parse(self.record)
     }
     pub fn wire_len(&self) -> usize {
-        4 + self.record.wire_len()
+        4 + self.record.len()
     }
     pub fn emit(&self, out: &mut [u8]) -> Result<usize, CclError> {
         let n = self.wire_len();
@@ -412,7 +422,7 @@ impl FlowTransfer {
             return Err(too_small(n, out));
         }
         out[..4].copy_from_slice(&self.query_id.to_be_bytes());
-        self.record.emit(&mut out[4..])?;
+        out[4..n].copy_from_slice(self.record);
         Ok(n)
     }
 }
@@ -450,7 +460,7 @@ pub enum Message<'a> {
     ForwardedPacket(ForwardedPacket<'a>),
     RelayToOwner(RelayToOwner<'a>),
     ForwardedBatch(ForwardedBatch<'a>),
-    FlowTransfer(FlowTransfer),
+    FlowTransfer(FlowTransfer<'a>),
     SyncDone(SyncDone),
 }
 

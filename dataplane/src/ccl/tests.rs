@@ -101,6 +101,10 @@ fn header(seq: u64) -> CclHeader {
 
 fn all_messages<'a>(batch_buf: &'a mut [u8], fr: &'a [u8], fam6: bool) -> Vec<Message<'a>> {
     let k = if fam6 { v6_key() } else { v4_key() };
+    // The transfer's record lives behind the batch in the same buffer.
+    let (batch_buf, rec_buf) = batch_buf.split_at_mut(400);
+    let rn = record(k, 4).emit(rec_buf).unwrap();
+    let rec_bytes: &'a [u8] = &rec_buf[..rn];
     let mut w = BatchWriter::new(batch_buf).unwrap();
     for i in 0..3 {
         w.push(&record(if i == 1 { v4_key() } else { k }, i)).unwrap();
@@ -118,7 +122,7 @@ fn all_messages<'a>(batch_buf: &'a mut [u8], fr: &'a [u8], fam6: bool) -> Vec<Me
         Message::ForwardedPacket(ForwardedPacket { ingress_iface: 3, flow_hint: None, frame: fr }),
         Message::ForwardedPacket(ForwardedPacket { ingress_iface: 4, flow_hint: Some(k), frame: fr }),
         Message::RelayToOwner(RelayToOwner { ingress_iface: 1, frame: fr }),
-        Message::FlowTransfer(FlowTransfer { query_id: 9, record: record(k, 4) }),
+        Message::FlowTransfer(FlowTransfer::new(9, rec_bytes).unwrap()),
         Message::SyncDone(SyncDone { epoch: Epoch(0x0102_0304_0506_0708) }),
     ]
 }

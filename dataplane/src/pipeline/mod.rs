@@ -500,10 +500,7 @@ impl Pipeline {
     /// A frame unwrapped from the CCL (or from a batch), as at its ingress
     /// interface `ifx`: the fast path if it takes it, else the general path.
     fn unwrapped<B: PacketBuf>(&mut self, now: Timestamp, in_port: PortId, ifx: IfIndex, rx: Rx, buf: &mut B) -> Outcome {
-        if self.cluster.as_deref().is_some_and(|cl| cl.fenced(now)) {
-            // The general path drops it as fenced.
-            return self.classify(now, in_port, buf, rx);
-        }
+        // (Fenced: the fast path declines, the general path drops it.)
         let parts = Parts {
             ifaces: &self.ifaces,
             routes: &self.routes,
@@ -526,7 +523,9 @@ impl Pipeline {
         let mut link = Link { egress: &mut self.egress, ifaces: &self.ifaces };
         let next = cl.ccl_in(now, &mut link, &mut self.flows.table, buf);
         // A record may have answered queries this node held for itself.
-        self.release_local(now);
+        if cl.has_local_release() {
+            self.release_local(now);
+        }
         Ok(match next? {
             CclNext::Done(o) => o,
             CclNext::Forwarded(rx) => {
@@ -635,6 +634,7 @@ impl Pipeline {
 
     /// Release the frames of this node's own held queries that a record
     /// (or the hold's deadline) answered (`ClusterPath::next_local_release`).
+    #[cold]
     fn release_local(&mut self, now: Timestamp) {
         while let Some((query_id, owner)) = self.cluster.as_deref_mut().and_then(|cl| cl.next_local_release()) {
             self.release_parked(now, query_id, owner);
@@ -691,7 +691,9 @@ impl Pipeline {
         if let Some(cl) = self.cluster.as_deref_mut() {
             cl.timers(now, &mut Link { egress: &mut self.egress, ifaces: &self.ifaces }, &self.flows.table);
         }
-        self.release_local(now);
+        if self.cluster.as_deref().is_some_and(|cl| cl.has_local_release()) {
+            self.release_local(now);
+        }
         self.frag.timers(now);
     }
 

@@ -249,8 +249,10 @@ impl ClusterPath {
             opaque: [0; OPAQUE_LEN],
         };
         record.set_state(&state.to_bytes());
-        let m = Message::FlowTransfer(FlowTransfer { query_id: q.query_id, record });
-        if !self.send_ccl(now, link, from, &m) {
+        let mut bytes = [0u8; FlowRecord::V6_LEN];
+        let Ok(n) = record.emit(&mut bytes) else { return false };
+        let Ok(x) = FlowTransfer::new(q.query_id, bytes.get(..n).unwrap_or(&[])) else { return false };
+        if !self.send_ccl(now, link, from, &Message::FlowTransfer(x)) {
             return false;
         }
         if let Some(r) = self.records.get_mut(&key) {
@@ -274,9 +276,13 @@ impl ClusterPath {
         link: &mut Link<'_>,
         conn: &mut ConnTable,
         from: NodeId,
-        x: &FlowTransfer,
+        x: &FlowTransfer<'_>,
     ) -> Option<u32> {
-        let r = &x.record;
+        let Ok(r) = x.record() else {
+            self.counters.transfers_refused += 1;
+            return None;
+        };
+        let r = &r;
         let orig = r.flow.tuple();
         let pending = self.pending_query(&canonical(&orig));
         let state = r.state().and_then(|b| FlowState::from_bytes(b).ok());
@@ -343,6 +349,13 @@ impl ClusterPath {
     /// parked under the query id are to be released with this owner
     /// (`None`: nobody registered in time). For the pipeline, after a CCL
     /// datagram and after the timers.
+    /// Are answers to this node's own held queries waiting?
+    #[inline(always)]
+    pub fn has_local_release(&self) -> bool {
+        self.local_len != 0
+    }
+
+    #[inline]
     pub fn next_local_release(&mut self) -> Option<(u32, Option<NodeId>)> {
         if self.local_len == 0 {
             return None;

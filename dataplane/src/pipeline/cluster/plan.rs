@@ -71,7 +71,9 @@ impl ClusterPath {
         let mut orphan = false;
         if let Some(r) = self.records.get_mut(&key) {
             if live(r, now) && r.owner != me {
-                if self.members.contains(r.owner) {
+                // `members.contains`, without its range check: a record's
+                // owner is a validated node id (< 16).
+                if self.members.bits() >> (r.owner.0 & 15) & 1 != 0 {
                     if r.role == Role::Forwarder {
                         r.last_seen = now;
                     }
