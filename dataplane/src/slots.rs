@@ -216,6 +216,18 @@ impl<M: Copy> FramePool<M> {
         }
         self.out.clear();
     }
+    /// Free every slot (parked, queued or taken by `alloc`), dropping
+    /// their frames; buffers moved out by `take` stay with their taker.
+    /// Keeps the reserved memory.
+    pub fn clear(&mut self) {
+        for s in &mut self.slots {
+            s.state = SlotState::Free;
+        }
+        self.free.clear();
+        self.free.extend((0..self.slots.len() as u16).rev());
+        self.out.clear();
+        self.parked = 0;
+    }
     /// Bytes the slots reserve.
     pub fn memory_bytes(&self) -> usize {
         self.slots.len() * SLOT_LEN

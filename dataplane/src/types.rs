@@ -48,6 +48,8 @@ pub struct Timestamp(pub u64);
 
 impl Timestamp {
     pub const ZERO: Timestamp = Timestamp(0);
+    /// Never reached (a lease that never runs out).
+    pub const MAX: Timestamp = Timestamp(u64::MAX);
     pub const fn from_secs(s: u64) -> Self {
         Timestamp(s * 1_000_000_000)
     }
@@ -71,6 +73,7 @@ impl Timestamp {
 pub struct Duration(pub u64);
 
 impl Duration {
+    pub const ZERO: Duration = Duration(0);
     pub const fn from_secs(s: u64) -> Self {
         Duration(s * 1_000_000_000)
     }
@@ -289,6 +292,10 @@ drop_reasons! {
     FragTableFull => "frag-table-full",
     /// The fragment byte arena is exhausted: the datagram is discarded.
     FragNoBuffer => "frag-no-buffer",
+    /// Cluster: this node's membership lease ran out (it may have been
+    /// removed and its flows taken over): no data frame is processed
+    /// until a new lease or a reset (docs/failover.md, "Fencing").
+    ClusterFenced => "cluster-fenced",
 }
 
 impl fmt::Display for DropReason {

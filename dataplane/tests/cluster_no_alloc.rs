@@ -55,6 +55,8 @@ struct Harness {
     /// Generated frames land here without allocating: (node, port, len, bytes).
     gen: Vec<(usize, PortId, usize, [u8; SLOT])>,
     emitted: usize,
+    /// Nodes whose frames stop (failed).
+    down: Vec<bool>,
 }
 
 impl Harness {
@@ -70,6 +72,9 @@ impl Harness {
         let mut queue = VecDeque::from([(n, port, frame)]);
         loop {
             while let Some((n, port, frame)) = queue.pop_front() {
+                if self.down[n] {
+                    continue;
+                }
                 let mut buf = VecBuf::new(&frame);
                 let v = self.measure(|nodes, _| nodes[n].process(now, port, &mut buf));
                 match v {
@@ -85,6 +90,9 @@ impl Harness {
             }
             self.gen.clear();
             for i in 0..self.nodes.len() {
+                if self.down[i] {
+                    continue;
+                }
                 self.measure(|nodes, gen| {
                     nodes[i].flush(now);
                     nodes[i].drain_generated(|port, f| {
@@ -121,6 +129,7 @@ fn cluster_path_does_not_allocate() {
         calls: 0,
         gen: Vec::with_capacity(64),
         emitted: 0,
+        down: vec![false; 3],
     };
     let (a, b, c) = (0, 1, 2);
     let opts = SYN_OPTS;
@@ -197,3 +206,89 @@ fn cluster_path_does_not_allocate() {
 }
 
 use dataplane::wire::build::PacketBuilder;
+
+/// Failover never allocates either: `set_members` (re-registration scan,
+/// SYN guard), takeovers by transfer and locally, `SyncDone`, the
+/// director's hold, fencing and `reset` (the RST|ACK cookie is the
+/// SYN-ACK's decode and forward, covered above).
+#[test]
+fn failover_path_does_not_allocate() {
+    use dataplane::conntrack::tcp_flags::RST;
+    use dataplane::{Epoch, NodeId};
+    let cfg = |n| {
+        let mut c = config(n, 3, true);
+        if let Some(cl) = c.cluster.as_mut() {
+            cl.director_hold = dataplane::pipeline::DEFAULT_DIRECTOR_HOLD;
+        }
+        c
+    };
+    let mut h = Harness {
+        nodes: (0..3).map(|n| Pipeline::new(cfg(n)).unwrap()).collect(),
+        spent: 0,
+        calls: 0,
+        gen: Vec::with_capacity(64),
+        emitted: 0,
+        down: vec![false; 3],
+    };
+    let (a, b, c) = (0, 1, 2);
+    let mut t = 1_000u64;
+    let mut now = || {
+        t += 1;
+        Timestamp::from_millis(t)
+    };
+    // Two connections owned by A (forwarder B), director C.
+    let ports: Vec<u16> = (0..2).map(|k| port_with_director(SERVER, 80 + k, 6, 3, c)).collect();
+    for (k, &cport) in ports.iter().enumerate() {
+        let dport = 80 + k as u16;
+        let syn = from_host(a, SERVER).tcp(cport, dport, 1000, 0, SYN, 64240, &SYN_OPTS, b"");
+        let mut buf = VecBuf::new(&syn);
+        let ts = now();
+        assert_eq!(h.measure(|nodes, _| nodes[a].process(ts, IN, &mut buf)), Verdict::Forward(OUT));
+        let cookie = tcp_fields(buf.data()).0;
+        h.send(now(), a, IN, syn.clone()); // the registration goes out with this burst
+        h.send(now(), b, OUT, from_outside(b, SERVER).tcp(dport, cport, 5000, cookie.wrapping_add(1), SYN | ACK, 65535, &SYN_OPTS, b""));
+        h.send(now(), a, IN, from_host(a, SERVER).tcp(cport, dport, 1001, 5001, ACK, 502, &[], b""));
+    }
+    // A fails.
+    h.down[a] = true;
+    let set = dataplane::cluster::MemberSet::from_nodes(Epoch(2), [NodeId(1), NodeId(2)]).unwrap();
+    for n in [b, c] {
+        let ts = now();
+        h.measure(|nodes, _| nodes[n].set_members(ts, set));
+    }
+    // Takeover through the director (B asks C), locally at C.
+    h.send(now(), b, IN, from_host(b, SERVER).tcp(ports[0], 80, 1001, 5001, ACK | PSH, 502, &[], b"x"));
+    h.send(now(), c, OUT, from_outside(c, SERVER).tcp(81, ports[1], 5001, 1001, ACK, 509, &[], b""));
+    // Scans, SyncDone, holds.
+    for n in [b, c] {
+        for _ in 0..4 {
+            let ts = now();
+            h.measure(|nodes, _| nodes[n].poll_timers(ts));
+        }
+    }
+    // SYN guard: a new SYN on B asks C (which elects B); a RST|ACK (the
+    // owner's own, through conntrack); a query C holds and answers "none"
+    // later.
+    let g = port_with_director(SERVER, 90, 6, 3, c);
+    h.send(now(), b, IN, from_host(b, SERVER).tcp(g, 90, 7, 0, SYN, 64240, &SYN_OPTS, b""));
+    h.send(now(), b, OUT, from_outside(b, SERVER).tcp(90, g, 0, 8, RST | ACK, 0, &[], b""));
+    let lone = port_with_director(SERVER, 91, 6, 3, c);
+    h.send(now(), b, OUT, from_outside(b, SERVER).tcp(91, lone, 1, 2, ACK, 0, &[], b""));
+    for n in [b, c] {
+        h.measure(|nodes, _| nodes[n].poll_timers(Timestamp::from_secs(10)));
+    }
+    // Fencing, then reset.
+    h.measure(|nodes, _| nodes[b].set_lease(Timestamp::ZERO));
+    h.send(now(), b, IN, from_host(b, SERVER).tcp(ports[0], 80, 1002, 5001, ACK, 502, &[], b""));
+    let ts = now();
+    h.measure(|nodes, _| nodes[b].reset(ts));
+    h.measure(|nodes, _| nodes[b].set_lease(Timestamp::MAX));
+
+    assert_eq!(h.spent, 0, "allocations on the failover path ({} calls)", h.calls);
+    let (bc, cc) = (h.nodes[b].cluster_counters().unwrap().counters, h.nodes[c].cluster_counters().unwrap().counters);
+    assert_eq!((bc.takeovers, cc.takeovers_local, cc.takeovers_granted), (1, 1, 1));
+    assert!(bc.sync_done_sent >= 1 && cc.sync_done_received >= 1);
+    assert_eq!((bc.syn_guard_queries, bc.resets), (1, 1));
+    assert!(cc.queries_held >= 1);
+    assert_eq!(h.nodes[b].counters().drop_count(dataplane::DropReason::ClusterFenced), 1);
+}

@@ -25,6 +25,9 @@ enum Op {
     Tcp { flow: usize, at: usize, reply: bool, flags: u8, skew: i32, len: u8 },
     Udp { flow: usize, at: usize, reply: bool, dns: bool },
     Tick { ms: u64 },
+    /// Node `node` fails: the others get the member set without it, and
+    /// its owned connections are taken over (issue 10).
+    Kill { node: usize },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -34,6 +37,7 @@ fn op() -> impl Strategy<Value = Op> {
         10 => (0..FLOWS, 0..NODES, any::<bool>(), flags, skew, 0u8..=120).prop_map(|(flow, at, reply, flags, skew, len)| Op::Tcp { flow, at, reply, flags, skew, len }),
         3 => (0..FLOWS, 0..NODES, any::<bool>(), any::<bool>()).prop_map(|(flow, at, reply, dns)| Op::Udp { flow, at, reply, dns }),
         1 => prop_oneof![1u64..50, 1_000u64..5_000].prop_map(|ms| Op::Tick { ms }),
+        1 => (0..NODES).prop_map(|node| Op::Kill { node }),
     ]
 }
 
@@ -63,6 +67,12 @@ fn compare(a: &Bed, b: &Bed) {
 }
 
 fn run(ops: &[Op]) -> u64 {
+    run_full(ops).0
+}
+
+/// `run`, also returning the takeovers of the fast-path cluster (transfers
+/// and local).
+fn run_full(ops: &[Op]) -> (u64, u64) {
     let mut a = Bed::new(NODES, true);
     let mut b = Bed::new(NODES, true);
     for p in &mut b.nodes {
@@ -96,6 +106,14 @@ fn run(ops: &[Op]) -> u64 {
                     }
                 }
                 Op::Tick { ms } => bed.tick(ms),
+                Op::Kill { node } => {
+                    // At most one failure: two nodes stay.
+                    if bed.down.iter().any(|d| *d) {
+                        return vec![];
+                    }
+                    bed.kill(node, 2);
+                    bed.tick(1)
+                }
             }
         };
         let oa = step(&mut a, op, &model);
@@ -118,7 +136,8 @@ fn run(ops: &[Op]) -> u64 {
             }
         }
     }
-    (0..NODES).map(|n| a.nodes[n].counters().fast_path).sum()
+    let takeovers = (0..NODES).map(|n| a.cluster(n).counters).map(|c| c.takeovers + c.takeovers_local).sum();
+    ((0..NODES).map(|n| a.nodes[n].counters().fast_path).sum(), takeovers)
 }
 
 proptest! {
@@ -145,4 +164,30 @@ fn established_cluster_traffic_takes_the_fast_path() {
     }
     let fast = run(&ops);
     assert!(fast >= 12, "fast-path packets: {fast}");
+}
+
+/// A failure in the middle of established traffic: the owner dies, the
+/// next segments land on every survivor in both directions (takeovers,
+/// local at the director and through `FlowTransfer`), and the fast path
+/// still does exactly what the general path does.
+#[test]
+fn takeover_after_a_failure_is_equivalent() {
+    let mut ops = vec![
+        Op::Tcp { flow: 0, at: 0, reply: false, flags: SYN, skew: 0, len: 0 },
+        Op::Tcp { flow: 0, at: 1, reply: true, flags: SYN | ACK, skew: 0, len: 0 },
+        Op::Tcp { flow: 0, at: 0, reply: false, flags: ACK, skew: 0, len: 0 },
+        Op::Tcp { flow: 1, at: 0, reply: false, flags: SYN, skew: 0, len: 0 },
+        Op::Tcp { flow: 1, at: 2, reply: true, flags: SYN | ACK, skew: 0, len: 0 },
+        Op::Tcp { flow: 1, at: 0, reply: false, flags: ACK, skew: 0, len: 0 },
+        Op::Kill { node: 0 },
+    ];
+    for at in [1, 2, 1, 2] {
+        for flow in [0, 1] {
+            ops.push(Op::Tcp { flow, at, reply: false, flags: ACK | PSH, skew: 0, len: 100 });
+            ops.push(Op::Tcp { flow, at, reply: true, flags: ACK, skew: 0, len: 0 });
+        }
+    }
+    let (fast, takeovers) = run_full(&ops);
+    assert!(fast >= 8, "fast-path packets: {fast}");
+    assert_eq!(takeovers, 2, "both connections taken over");
 }

@@ -388,6 +388,13 @@ fn cluster_spec(cl: &config::ClusterConfig, incarnation: u32) -> Result<ClusterS
         ccl_iface: config::cluster::CCL_INTERFACE.to_string(),
         peers: cl.peers().map(|m| (NodeId(m.id), m.ccl_address)).collect(),
         random_seed: random_seed(),
+        // Issue 10 (failover half): never fenced and one backup until the
+        // lead wires membership's Lease and `cluster.backups` (contract:
+        // the node will pass Timestamp::ZERO).
+        lease: dataplane::Timestamp::MAX,
+        backups: 1,
+        syn_guard: dataplane::pipeline::DEFAULT_SYN_GUARD,
+        director_hold: dataplane::pipeline::DEFAULT_DIRECTOR_HOLD,
     })
 }
 

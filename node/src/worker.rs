@@ -299,6 +299,10 @@ mod tests {
                 ccl_iface: "ccl".into(),
                 peers: (1..nodes).map(|m| (NodeId(m), Ipv4Addr::new(10, 99, 0, 1 + m))).collect(),
                 random_seed: 7,
+                lease: Timestamp::MAX,
+                backups: 1,
+                syn_guard: dataplane::pipeline::DEFAULT_SYN_GUARD,
+                director_hold: dataplane::pipeline::DEFAULT_DIRECTOR_HOLD,
             }),
         })
         .unwrap()

@@ -13,8 +13,8 @@
 #![no_main]
 
 use dataplane::ccl::{
-    CclKey, FlowBatch, FlowKey, FlowRecord, ForwardedBatch, ForwardedPacket, FramePath, Heartbeat, Message,
-    Opener, OwnerQuery, OwnerReply, RelayToOwner, Sealer,
+    CclKey, FlowBatch, FlowKey, FlowRecord, FlowTransfer, ForwardedBatch, ForwardedPacket, FramePath, Heartbeat,
+    Message, Opener, OwnerQuery, OwnerReply, RelayToOwner, Sealer, SyncDone,
 };
 use dataplane::{Epoch, NodeId};
 use libfuzzer_sys::fuzz_target;
@@ -40,6 +40,8 @@ fuzz_target!(|data: &[u8]| {
     let _ = OwnerReply::parse(data);
     let _ = ForwardedPacket::parse(data);
     let _ = RelayToOwner::parse(data);
+    let _ = FlowTransfer::parse(data);
+    let _ = SyncDone::parse(data);
     if let Ok(b) = ForwardedBatch::parse(data) {
         assert_eq!(b.frames().count(), b.len());
         assert_eq!(b.wire_len(), data.len());

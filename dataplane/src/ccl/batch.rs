@@ -1,7 +1,7 @@
 //! Batched flow records: the payload of `FlowRegister` and `StateUpdate`.
 //!
 //! Layout: `count` (u16) then `count` records, each fixed-size for its
-//! address family (58 bytes IPv4, 82 bytes IPv6):
+//! address family (74 bytes IPv4, 98 bytes IPv6; CCL v4):
 //!
 //! | off | len | field |
 //! | --- | --- | --- |
@@ -12,7 +12,7 @@
 //! | k+3 | 1 | flags (opaque here) |
 //! | k+4 | 4 | sequence delta (SYN-cookie ISN translation, R6) |
 //! | k+8 | 4 | idle timeout, seconds |
-//! | k+12 | 32 | opaque state (windows, NAT binding: the cluster logic's) |
+//! | k+12 | 48 | opaque state (the cluster logic's: version, flow state) |
 //!
 //! Invariants: `FlowBatch::parse` walks and validates every record once, so
 //! its iterator is infallible and yields exactly `count` records;
@@ -23,8 +23,12 @@ use super::key::{arr, too_small, truncated, FlowKey};
 use super::CclError;
 use crate::NodeId;
 
-/// Bytes of per-flow state carried as-is (interpreted by the cluster logic).
-pub const OPAQUE_LEN: usize = 32;
+/// Bytes of per-flow state carried as-is (interpreted by the cluster logic):
+/// the record version (8) and the owner's flow state (`STATE_LEN`).
+pub const OPAQUE_LEN: usize = 48;
+/// Bytes of the owner's flow state in the opaque bytes (`FLAG_STATE`):
+/// conntrack's `FlowState` wire form.
+pub const STATE_LEN: usize = 40;
 /// Record bytes after the flow key.
 const TAIL_LEN: usize = 12 + OPAQUE_LEN;
 
@@ -41,6 +45,9 @@ pub enum FlowOp {
 /// `FlowRecord::flags` bit: opaque bytes 0–7 hold the record's version
 /// (docs/ccl-protocol.md, "Flow record versions").
 pub const FLAG_VERSIONED: u8 = 0x01;
+/// `FlowRecord::flags` bit: opaque bytes 8–47 hold the owner's flow state
+/// (conntrack's `FlowState` wire form; docs/ccl-protocol.md, "Flow state").
+pub const FLAG_STATE: u8 = 0x02;
 
 /// Byte ranges of the opaque state the cluster logic defines.
 mod opaque {
@@ -48,6 +55,8 @@ mod opaque {
     /// With `FLAG_VERSIONED`: the version's generation, then its seq (BE).
     pub const GENERATION: Range<usize> = 0..4;
     pub const SEQ: Range<usize> = 4..8;
+    /// With `FLAG_STATE`: the flow state.
+    pub const STATE: Range<usize> = 8..8 + super::STATE_LEN;
 }
 
 /// One flow's replicated state.
@@ -88,6 +97,20 @@ impl FlowRecord {
         self.flags |= FLAG_VERSIONED;
         self.opaque[opaque::GENERATION].copy_from_slice(&generation.to_be_bytes());
         self.opaque[opaque::SEQ].copy_from_slice(&seq.to_be_bytes());
+    }
+
+    /// The owner's flow state bytes, `None` without `FLAG_STATE`.
+    pub fn state(&self) -> Option<&[u8]> {
+        if self.flags & FLAG_STATE == 0 {
+            return None;
+        }
+        self.opaque.get(opaque::STATE)
+    }
+
+    /// Mark the record as carrying a flow state and store its bytes.
+    pub fn set_state(&mut self, state: &[u8; STATE_LEN]) {
+        self.flags |= FLAG_STATE;
+        self.opaque[opaque::STATE].copy_from_slice(state);
     }
 
     /// Parse one record at the start of `b`; returns it and its length.

@@ -7,7 +7,7 @@
 //! allocates; every `emit` returns `BufferTooSmall` rather than writing
 //! past `out`, and `emit` of a parsed value reproduces the input bytes.
 
-use super::batch::FlowBatch;
+use super::batch::{FlowBatch, FlowRecord};
 use super::key::{arr, exact, family, too_small, truncated, FlowKey};
 use super::CclError;
 use crate::NodeId;
@@ -53,6 +53,12 @@ kinds! {
     /// Forwarder → owner: several small data frames in one message (R5;
     /// one MAC and one set of headers for a burst's frames to one owner).
     ForwardedBatch = 8 => "forwarded-batch",
+    /// Director → querier: the querier is the new owner of a flow whose
+    /// owner left the cluster; here is its state (R11).
+    FlowTransfer = 9 => "flow-transfer",
+    /// Worker → every other member: my re-registration for this epoch is
+    /// queued, all of it before this message (issue 10 sync marker).
+    SyncDone = 10 => "sync-done",
 }
 
 impl fmt::Display for MessageKind {
@@ -380,6 +386,69 @@ impl<'a> ForwardedBatch<'a> {
     }
 }
 
+/// The director's answer to an owner query for a flow whose owner left:
+/// the querier is elected owner and gets the flow's record (its `owner` the
+/// querier, `FLAG_STATE` with the last state the director holds, the
+/// sequence delta). Layout: query id (4), one flow record (74/98 bytes,
+/// `FlowRecord`). The record stays in the datagram's bytes (validated by
+/// `parse`), so a decoded `Message` is no larger than before.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct FlowTransfer<'a> {
+    pub query_id: u32,
+    record: &'a [u8],
+}
+
+impl<'a> FlowTransfer<'a> {
+    /// A transfer of the record whose wire form is `record` (one whole
+    /// record, as `FlowRecord::emit` writes it).
+    pub fn new(query_id: u32, record: &'a [u8]) -> Result<Self, CclError> {
+        FlowRecord::parse(record)?;
+        Ok(FlowTransfer { query_id, record })
+    }
+    pub fn parse(b: &'a [u8]) -> Result<Self, CclError> {
+        let id: [u8; 4] = arr(b, 0)?;
+        Self::new(u32::from_be_bytes(id), &b[4..])
+    }
+    /// The record (validated by `new` / `parse`).
+    pub fn record(&self) -> Result<FlowRecord, CclError> {
+        FlowRecord::parse(self.record)
+    }
+    pub fn wire_len(&self) -> usize {
+        4 + self.record.len()
+    }
+    pub fn emit(&self, out: &mut [u8]) -> Result<usize, CclError> {
+        let n = self.wire_len();
+        if out.len() < n {
+            return Err(too_small(n, out));
+        }
+        out[..4].copy_from_slice(&self.query_id.to_be_bytes());
+        out[4..n].copy_from_slice(self.record);
+        Ok(n)
+    }
+}
+
+/// A worker's sync marker: every flow record of its re-registration scan
+/// for `epoch` was queued before this message, on the same channel.
+/// Layout: epoch (8).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct SyncDone {
+    pub epoch: crate::Epoch,
+}
+
+impl SyncDone {
+    pub const LEN: usize = 8;
+    pub fn parse(b: &[u8]) -> Result<Self, CclError> {
+        let e: [u8; 8] = arr(b, 0)?;
+        exact("sync-done", b, Self::LEN)?;
+        Ok(SyncDone { epoch: crate::Epoch(u64::from_be_bytes(e)) })
+    }
+    pub fn emit(&self, out: &mut [u8]) -> Result<usize, CclError> {
+        let o = out.get_mut(..Self::LEN).ok_or_else(|| too_small(Self::LEN, &[]))?;
+        o.copy_from_slice(&self.epoch.0.to_be_bytes());
+        Ok(Self::LEN)
+    }
+}
+
 /// One decoded message; byte-carrying variants borrow from the datagram.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum Message<'a> {
@@ -391,6 +460,8 @@ pub enum Message<'a> {
     ForwardedPacket(ForwardedPacket<'a>),
     RelayToOwner(RelayToOwner<'a>),
     ForwardedBatch(ForwardedBatch<'a>),
+    FlowTransfer(FlowTransfer<'a>),
+    SyncDone(SyncDone),
 }
 
 impl<'a> Message<'a> {
@@ -404,6 +475,8 @@ impl<'a> Message<'a> {
             Message::ForwardedPacket(_) => MessageKind::ForwardedPacket,
             Message::RelayToOwner(_) => MessageKind::RelayToOwner,
             Message::ForwardedBatch(_) => MessageKind::ForwardedBatch,
+            Message::FlowTransfer(_) => MessageKind::FlowTransfer,
+            Message::SyncDone(_) => MessageKind::SyncDone,
         }
     }
 
@@ -419,6 +492,8 @@ impl<'a> Message<'a> {
             MessageKind::ForwardedPacket => Message::ForwardedPacket(ForwardedPacket::parse(payload)?),
             MessageKind::RelayToOwner => Message::RelayToOwner(RelayToOwner::parse(payload)?),
             MessageKind::ForwardedBatch => Message::ForwardedBatch(ForwardedBatch::parse(payload)?),
+            MessageKind::FlowTransfer => Message::FlowTransfer(FlowTransfer::parse(payload)?),
+            MessageKind::SyncDone => Message::SyncDone(SyncDone::parse(payload)?),
         })
     }
 
@@ -432,6 +507,8 @@ impl<'a> Message<'a> {
             Message::ForwardedPacket(m) => m.wire_len(),
             Message::RelayToOwner(m) => m.wire_len(),
             Message::ForwardedBatch(m) => m.wire_len(),
+            Message::FlowTransfer(m) => m.wire_len(),
+            Message::SyncDone(_) => SyncDone::LEN,
         }
     }
 
@@ -450,6 +527,8 @@ impl<'a> Message<'a> {
             Message::ForwardedPacket(m) => m.emit(out),
             Message::RelayToOwner(m) => m.emit(out),
             Message::ForwardedBatch(m) => m.emit(out),
+            Message::FlowTransfer(m) => m.emit(out),
+            Message::SyncDone(m) => m.emit(out),
         }
     }
 }
@@ -504,7 +583,7 @@ mod tests {
             assert_eq!(MessageKind::from_u8(*k as u8), Some(*k));
         }
         assert_eq!(MessageKind::from_u8(0), None);
-        assert_eq!(MessageKind::from_u8(9), None);
+        assert_eq!(MessageKind::from_u8(11), None);
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! The Cluster Control Link (CCL) protocol, version 3 ([`VERSION`]):
+//! The Cluster Control Link (CCL) protocol, version 4 ([`VERSION`]):
 //! codec, authentication and replay protection (SPEC M9). The design note
 //! is `docs/ccl-protocol.md`.
 //!
@@ -49,12 +49,12 @@ mod seal;
 mod tests;
 
 pub use auth::{ClusterId, CclKey, TAG_LEN};
-pub use batch::{BatchWriter, FlowBatch, FlowBatchIter, FlowOp, FlowRecord, FLAG_VERSIONED, OPAQUE_LEN};
+pub use batch::{BatchWriter, FlowBatch, FlowBatchIter, FlowOp, FlowRecord, FLAG_STATE, FLAG_VERSIONED, OPAQUE_LEN, STATE_LEN};
 pub use header::{CclHeader, CclPacket, HEADER_LEN, MAGIC, VERSION};
 pub use key::FlowKey;
 pub use message::{
-    ForwardedBatch, ForwardedPacket, Heartbeat, Message, MessageKind, OwnerQuery, OwnerReply,
-    RelayToOwner, BATCH_MAX_FRAMES,
+    FlowTransfer, ForwardedBatch, ForwardedPacket, Heartbeat, Message, MessageKind, OwnerQuery, OwnerReply,
+    RelayToOwner, SyncDone, BATCH_MAX_FRAMES,
 };
 pub use replay::{ReplayGuard, WINDOW};
 pub use seal::{strip_udp, FramePath, Opened, Opener, Sealer, UdpDatagram, FRAME_OVERHEAD};

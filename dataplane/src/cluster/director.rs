@@ -182,13 +182,17 @@ impl Ranking {
     }
 }
 
-/// Most backups one flow can have: the backup owner, a chassis backup and
-/// a site backup (R4).
-pub const MAX_BACKUPS: usize = 3;
+/// Most backups one flow can have: two backup owners (`backups: 2`), a
+/// chassis backup and a site backup (R4).
+pub const MAX_BACKUPS: usize = 4;
 
-/// The backup owners of one flow, in order: the backup owner (R4), then
-/// the extra chassis backup, then the extra site backup, each present only
-/// if its rule applies; never the owner, never twice the same node.
+/// Backup owners per flow a table may be asked for (`backups: 1 | 2`).
+pub const MAX_BACKUP_OWNERS: u8 = 2;
+
+/// The backup owners of one flow, in order: the backup owner(s) (R4; two
+/// with `backups: 2`), then the extra chassis backup, then the extra site
+/// backup, each present only if its rule applies; never the owner, never
+/// twice the same node.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct Backups {
     nodes: [NodeId; MAX_BACKUPS],
@@ -217,12 +221,23 @@ impl Backups {
     pub fn contains(&self, n: NodeId) -> bool {
         self.as_slice().contains(&n)
     }
+    /// Add `n` unless it is there or the set is full.
+    #[inline]
+    pub fn push(&mut self, n: NodeId) {
+        self.push_unique(n);
+    }
     #[inline]
     fn push_unique(&mut self, n: NodeId) {
         if !self.contains(n) && usize::from(self.len) < MAX_BACKUPS {
             self.nodes[usize::from(self.len)] = n;
             self.len += 1;
         }
+    }
+}
+
+impl Default for Backups {
+    fn default() -> Self {
+        Backups::EMPTY
     }
 }
 
@@ -239,6 +254,8 @@ pub struct DirectorTable {
     site: [Option<u8>; NodeId::MAX_NODES],
     chassis: [Option<u8>; NodeId::MAX_NODES],
     site_redundancy: bool,
+    /// Backup owners per flow, 1 or 2 (`with_backups`).
+    backup_owners: u8,
 }
 
 impl DirectorTable {
@@ -256,6 +273,7 @@ impl DirectorTable {
             site: [None; NodeId::MAX_NODES],
             chassis: [None; NodeId::MAX_NODES],
             site_redundancy: false,
+            backup_owners: 1,
         };
         for n in set.iter() {
             let i = usize::from(t.len);
@@ -274,6 +292,22 @@ impl DirectorTable {
     pub fn with_site_redundancy(mut self, on: bool) -> Self {
         self.site_redundancy = on;
         self
+    }
+
+    /// `backups: 1 | 2`: how many backup owners every flow has (clamped to
+    /// 1..=`MAX_BACKUP_OWNERS`). With 2, the backup owners are the first two
+    /// members of the flow's ranking other than the owner, so any two
+    /// failures leave one of them — and the first survivor of the ranking,
+    /// the new director, is one of them whenever the owner failed.
+    pub fn with_backups(mut self, n: u8) -> Self {
+        self.backup_owners = n.clamp(1, MAX_BACKUP_OWNERS);
+        self
+    }
+
+    /// Backup owners per flow (1 or 2).
+    #[inline]
+    pub fn backup_owners(&self) -> u8 {
+        self.backup_owners
     }
 
     /// The epoch of the member set this table was built from.
@@ -359,31 +393,48 @@ impl DirectorTable {
         }
     }
 
-    /// Every backup of a flow (R4): the backup owner; plus, if chassis ids
-    /// are configured and the backup owner sits in the owner's chassis,
-    /// the first member in rank order on another (configured) chassis;
-    /// plus, with site redundancy, if the backup owner is at the owner's
-    /// site, the first member in rank order at another (configured) site.
-    /// The two extra rules are independent; a node chosen by both appears
-    /// once. An owner that is not in the table has no chassis or site
-    /// configured here, so only the backup owner applies.
+    /// Every backup of a flow (R4): the backup owner(s) (the director
+    /// unless it is the owner, then the next member in rank order; with
+    /// `backups: 2` the first two members of the ranking other than the
+    /// owner); plus, if chassis ids are configured and every backup owner
+    /// sits in the owner's chassis, the first member in rank order on
+    /// another (configured) chassis; plus, with site redundancy, if every
+    /// backup owner is at the owner's site, the first member in rank order
+    /// at another (configured) site. The two extra rules are independent;
+    /// a node chosen twice appears once. An owner that is not in the table
+    /// has no chassis or site configured here, so only the backup owners
+    /// apply.
     pub fn backups(&self, h: u64, owner: NodeId) -> Backups {
         let mut out = Backups::EMPTY;
-        let Some(primary) = self.backup(h, owner) else {
+        let mut ranking = None;
+        if self.backup_owners <= 1 {
+            let Some(primary) = self.backup(h, owner) else {
+                return out;
+            };
+            out.push_unique(primary);
+        } else {
+            let r = self.ranking(h);
+            for n in r.iter().filter(|&n| n != owner).take(usize::from(self.backup_owners)) {
+                out.push_unique(n);
+            }
+            ranking = Some(r);
+        }
+        if out.is_empty() {
             return out;
-        };
-        out.push_unique(primary);
+        }
         let (own_chassis, own_site) = if owner.index() < NodeId::MAX_NODES {
             (self.chassis[owner.index()], self.site[owner.index()])
         } else {
             (None, None)
         };
-        let chassis_rule = own_chassis.filter(|&c| self.chassis[primary.index()] == Some(c));
-        let site_rule = own_site.filter(|&s| self.site_redundancy && self.site[primary.index()] == Some(s));
+        let primaries = out;
+        let all = |f: &dyn Fn(NodeId) -> bool| primaries.iter().all(f);
+        let chassis_rule = own_chassis.filter(|&c| all(&|n| self.chassis[n.index()] == Some(c)));
+        let site_rule = own_site.filter(|&s| self.site_redundancy && all(&|n| self.site[n.index()] == Some(s)));
         if chassis_rule.is_none() && site_rule.is_none() {
             return out; // the common case: no full ranking needed
         }
-        let ranking = self.ranking(h);
+        let ranking = ranking.unwrap_or_else(|| self.ranking(h));
         if let Some(c) = chassis_rule {
             if let Some(n) = ranking.iter().find(|n| matches!(self.chassis[n.index()], Some(x) if x != c)) {
                 out.push_unique(n);
@@ -646,7 +697,62 @@ mod tests {
         println!("balance: worst deviation over N=2..16: {:.3} pp", worst * 100.0);
     }
 
+    /// R11 with rendezvous ranking: removing members keeps the others'
+    /// order, so when the owner fails the new director (the first survivor
+    /// of the flow's ranking) already holds the flow's state — for every
+    /// single failure with `backups: 1`, and every double failure that
+    /// takes the owner with `backups: 2`. Chassis and site ids only add
+    /// holders.
+    fn new_director_holds_the_state(bits: u16, h: u64, owner_pick: usize, failed: &[usize], backups: u8, ids: u64) {
+        let nodes: Vec<NodeId> = (0..16).filter(|i| bits & (1 << i) != 0).map(NodeId).collect();
+        if nodes.len() < failed.len() + 2 {
+            return;
+        }
+        let info = |n: NodeId| MemberInfo {
+            site: (ids & 1 != 0).then_some(((ids >> (n.0 * 2)) & 1) as u8),
+            chassis: (ids & 2 != 0).then_some(((ids >> (n.0 * 2 + 1)) & 3) as u8),
+        };
+        let s = MemberSet::from_members(Epoch(1), nodes.iter().map(|&n| (n, info(n)))).unwrap();
+        let t = DirectorTable::new(&s).unwrap().with_backups(backups).with_site_redundancy(ids & 4 != 0);
+        let owner = nodes[owner_pick % nodes.len()];
+        let holders = t.backups(h, owner);
+        assert_eq!(holders.len().min(usize::from(backups)), usize::from(backups).min(nodes.len() - 1));
+        // The owner and the others that fail (distinct, not the owner).
+        let mut gone = vec![owner];
+        for &f in failed {
+            let cand: Vec<NodeId> = nodes.iter().copied().filter(|n| !gone.contains(n)).collect();
+            gone.push(cand[f % cand.len()]);
+        }
+        let mut left = s;
+        for &g in &gone {
+            left = left.without(g);
+        }
+        let d = DirectorTable::new(&left).unwrap().director(h);
+        assert!(holders.contains(d), "owner {owner} and {gone:?} gone: new director {d} not among {holders:?}");
+    }
+
     proptest! {
+        #[test]
+        fn single_failure_new_director_holds_the_state(bits in 3u16.., h in any::<u64>(), o in any::<usize>(), ids in any::<u64>()) {
+            new_director_holds_the_state(bits, h, o, &[], 1, ids);
+            new_director_holds_the_state(bits, h, o, &[], 2, ids);
+        }
+
+        #[test]
+        fn double_failure_with_two_backups_new_director_holds_the_state(bits in 7u16.., h in any::<u64>(), o in any::<usize>(), f in any::<usize>(), ids in any::<u64>()) {
+            new_director_holds_the_state(bits, h, o, &[f], 2, ids);
+        }
+
+        #[test]
+        fn two_backups_are_the_next_two_of_the_ranking(bits in 1u16.., h in any::<u64>(), owner in 0u8..16) {
+            let s = MemberSet::from_nodes(Epoch(0), (0..16).filter(|i| bits & (1 << i) != 0).map(NodeId)).unwrap();
+            let t = DirectorTable::new(&s).unwrap().with_backups(2);
+            let want: Vec<NodeId> = t.ranking(h).iter().filter(|&n| n != NodeId(owner)).take(2).collect();
+            let got = t.backups(h, NodeId(owner));
+            prop_assert_eq!(got.as_slice(), &want[..]);
+            prop_assert_eq!(got.as_slice().first().copied(), t.backup(h, NodeId(owner)));
+        }
+
         #[test]
         fn symmetry_always(s in any::<u32>(), d in any::<u32>(), sp in any::<u16>(), dp in any::<u16>(),
                            proto in any::<u8>(), s6 in any::<u128>(), d6 in any::<u128>(), six in any::<bool>(),

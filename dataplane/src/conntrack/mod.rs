@@ -30,8 +30,13 @@
 //! - A rejected packet (`Err`) changes no flow state and does not refresh the
 //!   idle timer.
 //! - No panics on the `track` path: slot accesses go through `get`/`get_mut`.
+//! - `export` then `install` of the same tuple re-creates the flow exactly
+//!   (protocol state, idle age); packet and byte counters start from zero
+//!   (they are statistics, not state). `install` is bounded like `track`'s
+//!   creation step: no allocation, a full table is `FlowTableFull`.
 
 mod index;
+mod state;
 pub mod tcp;
 
 #[cfg(test)]
@@ -42,6 +47,7 @@ use core::hash::BuildHasher;
 use index::Index;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
+pub use state::{FlowState, FlowStateError};
 pub use tcp::{SeqNumber, TcpState};
 
 /// Idle timeouts per state. A flow whose last accepted packet is at least
@@ -164,9 +170,11 @@ pub struct ConnStats {
     pub expired: u64,
     /// TIME_WAIT / CLOSED TCP flows replaced by a new SYN on the same tuple.
     pub reopened: u64,
+    /// Flows created by `install` (a connection taken over, R11).
+    pub installed: u64,
 }
 
-crate::impl_stats!(ConnStats { counter created, counter expired, counter reopened });
+crate::impl_stats!(ConnStats { counter created, counter expired, counter reopened, counter installed });
 
 /// Which state machine a flow runs; part of the key so that, e.g., an ICMP
 /// error with ports (0, 0) never lands on an echo flow with identifier 0.
@@ -314,7 +322,7 @@ impl Key {
 }
 
 /// Per-flow protocol state.
-#[derive(Copy, Clone, Debug)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
 enum FlowKind {
     Tcp(tcp::TcpConn),
     Udp,
@@ -474,6 +482,7 @@ impl ConnTable {
     /// is reported as `AclDenied` whether or not the table is full; an
     /// admitted flow that does not fit is `FlowTableFull`. Never allocates,
     /// never panics.
+    #[inline]
     pub fn track(
         &mut self,
         now: Timestamp,
@@ -759,6 +768,70 @@ impl ConnTable {
     /// connection). No-op for a stale handle. Never allocates.
     pub fn remove_flow(&mut self, h: FlowHandle) {
         self.remove(h.0);
+    }
+
+    /// The flow's state, for handing it to another node (`state.rs`);
+    /// `None` for a handle that names no live flow.
+    pub fn export(&self, now: Timestamp, h: FlowHandle) -> Option<FlowState> {
+        let s = self.slots.get(h.0 as usize).filter(|s| s.live)?;
+        Some(FlowState { kind: s.kind, idle: now.since(s.last_seen) })
+    }
+
+    /// Create the flow of `tuple` (its original direction: the initiator
+    /// is `tuple.src`) with `state`, or replace the state of the flow that
+    /// is there. Its idle timer reads as `state.idle()` old at `now`.
+    /// Errors: `FlowTableFull` (nothing changed), `ProtoUnsupported` when
+    /// the state's class does not fit `tuple.proto` (TCP state for a
+    /// non-TCP tuple, ...). Never allocates, never panics.
+    pub fn install(&mut self, now: Timestamp, tuple: &FiveTuple, state: FlowState) -> Result<FlowHandle, DropReason> {
+        use crate::types::ip_proto;
+        let class = state.class();
+        let fits = match class {
+            Class::Tcp => tuple.proto == ip_proto::TCP,
+            Class::Udp => tuple.proto == ip_proto::UDP,
+            Class::IcmpEcho => matches!(tuple.proto, ip_proto::ICMP | ip_proto::ICMPV6),
+            Class::Other => !matches!(tuple.proto, ip_proto::TCP | ip_proto::UDP),
+        };
+        if !fits {
+            return Err(DropReason::ProtoUnsupported);
+        }
+        let (key, from_lo) = Key::new(tuple, class);
+        let hash = key.hash(&self.seed);
+        let last_seen = Timestamp(now.0.saturating_sub(state.idle.0));
+        if let Some(i) = self.find(hash, &key) {
+            if let Some(slot) = self.slots.get_mut(i as usize) {
+                *slot = Slot { key, live: true, orig_is_lo: from_lo, kind: state.kind, last_seen, ..FREE_SLOT };
+                return Ok(FlowHandle(i));
+            }
+        }
+        if self.len >= self.slots.len() {
+            return Err(DropReason::FlowTableFull);
+        }
+        let Some(i) = self.free.pop() else {
+            return Err(DropReason::FlowTableFull);
+        };
+        let Some(slot) = self.slots.get_mut(i as usize) else {
+            self.free.push(i);
+            return Err(DropReason::FlowTableFull);
+        };
+        *slot = Slot { key, live: true, orig_is_lo: from_lo, kind: state.kind, last_seen, ..FREE_SLOT };
+        if !self.index.insert(hash, i) {
+            *slot = FREE_SLOT;
+            self.free.push(i);
+            return Err(DropReason::FlowTableFull);
+        }
+        self.len += 1;
+        self.stats.installed += 1;
+        Ok(FlowHandle(i))
+    }
+
+    /// The live flow in slot `i` with its tuple in the original direction,
+    /// for a bounded scan over the table (`i < capacity()`); `None` for a
+    /// free slot.
+    pub fn slot(&self, i: usize) -> Option<(FlowHandle, FiveTuple)> {
+        let s = self.slots.get(i).filter(|s| s.live)?;
+        let from_lo = s.key.tuple_from_lo();
+        Some((FlowHandle(i as u32), if s.orig_is_lo { from_lo } else { from_lo.reversed() }))
     }
 
     /// The TCP state of a flow (for tests and diagnostics).

@@ -17,7 +17,35 @@
 //!   SYN-ACK carried the option, and never to the window of a SYN segment.
 //! - Every comparison of sequence numbers goes through [`SeqNumber`], which
 //!   compares modulo 2^32 (RFC 9293 §3.4).
+//! - A connection installed from another node's (possibly stale) record
+//!   ([`TcpConn::resync`]) re-learns each direction from its first
+//!   segments instead of dropping them: see "Resync" below.
 //! - Nothing here allocates or panics.
+//!
+//! Resync (docs/failover.md). A flow handed over from a dead owner carries
+//! the windows of the owner's last flow record, which may be arbitrarily
+//! old: records are sent on state changes and refreshes, not per segment.
+//! `resync` marks both peers `P_RESYNC` ("this peer's edges are unknown")
+//! and `P_PICKED` ("this peer may have sent data we never saw"). Then, for
+//! a segment from sender S to receiver R:
+//! - no window check runs while S or R is in resync: each needs an edge
+//!   of both sides (I: the edge R advertised, which S may have overrun
+//!   with a FIN or a probe before the install; II: `S.end` and R's window;
+//!   III/IV: `R.end` and, III's fallback below, S's acks);
+//! - the segment is recorded as the truth: S's first segment *sets*
+//!   `S.end`, and, if it carries an ACK, *sets* `R.maxend = ack + window`
+//!   and clears S's `P_RESYNC` (so each direction is exact again after
+//!   its first ACK-carrying segment, as Linux conntrack's mid-stream
+//!   pickup learns a direction from its first segment);
+//! - for ever after, check I accepts `seq` up to `max(S.maxend, S.end) +
+//!   1` (a FIN or window probe at the edge before the install, unseen
+//!   here, leaves the next sequence number one past it), and check III
+//!   accepts an ack of a `P_PICKED` receiver up to `R.maxend`
+//!   (what R was allowed to send; right edges never move left, RFC 9293
+//!   §3.8.6) rather than only up to the data seen here: the data R sent
+//!   before the install went through the dead owner and may be acked now.
+//!
+//! An exactly installed flow (no `resync`) behaves as the original.
 
 use super::tcp_flags::{ACK, CWR, ECE, FIN, PSH, RST, SYN, URG};
 use super::TcpSeg;
@@ -134,6 +162,16 @@ const P_SACK_PERM: u8 = 0x02;
 const P_FIN_SENT: u8 = 0x04;
 /// Peer flag: this peer's FIN was acknowledged by the other side.
 const P_FIN_ACKED: u8 = 0x08;
+/// Peer flag (resync, module docs): this peer has not sent an ACK-carrying
+/// segment since the flow was installed from a record; its edges are not
+/// known.
+const P_RESYNC: u8 = 0x10;
+/// Peer flag (resync): the flow was installed from a record; this peer may
+/// have sent data this node never saw (acks of it are accepted up to the
+/// edge the peer was allowed to send to).
+const P_PICKED: u8 = 0x20;
+/// Every peer flag (for validating a decoded state).
+pub(super) const PEER_FLAGS: u8 = P_WSCALE | P_SACK_PERM | P_FIN_SENT | P_FIN_ACKED | P_RESYNC | P_PICKED;
 
 /// What we know about one endpoint (the sender of one direction).
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
@@ -171,6 +209,18 @@ impl Peer {
     /// Did this peer's SYN offer SACK (RFC 2018)? Informational.
     pub fn sack_permitted(&self) -> bool {
         self.has(P_SACK_PERM)
+    }
+    /// Is this peer waiting for its first segment since a resync?
+    pub fn in_resync(&self) -> bool {
+        self.has(P_RESYNC)
+    }
+    /// The peer's flag bits (for the flow-state codec).
+    pub(super) fn flags(&self) -> u8 {
+        self.flags
+    }
+    /// A peer from its parts (flags already validated by the caller).
+    pub(super) fn from_parts(end: SeqNumber, maxend: SeqNumber, maxwin: u32, scale: u8, flags: u8) -> Peer {
+        Peer { end, maxend, maxwin, scale, flags }
     }
 }
 
@@ -233,7 +283,33 @@ fn idx(dir: Direction) -> usize {
     }
 }
 
+/// The private parts of a [`TcpConn`], for the flow-state codec
+/// (`conntrack::state`).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(super) struct TcpParts {
+    pub state: TcpState,
+    pub simultaneous: bool,
+    pub iss: SeqNumber,
+    pub peers: [Peer; 2],
+}
+
 impl TcpConn {
+    pub(super) fn parts(&self) -> TcpParts {
+        TcpParts { state: self.state, simultaneous: self.simultaneous, iss: self.iss, peers: self.peers }
+    }
+
+    pub(super) fn from_parts(p: TcpParts) -> TcpConn {
+        TcpConn { state: p.state, simultaneous: p.simultaneous, iss: p.iss, peers: p.peers }
+    }
+
+    /// Mark both directions for resync (module docs): the connection was
+    /// installed from a record that may be stale.
+    pub fn resync(&mut self) {
+        for p in &mut self.peers {
+            p.flags |= P_RESYNC | P_PICKED;
+        }
+    }
+
     /// A connection opened by `seg`, which must satisfy [`is_opening_syn`].
     pub fn from_syn(seg: &TcpSeg) -> TcpConn {
         TcpConn {
@@ -417,11 +493,18 @@ impl TcpConn {
     }
 
     /// van Rooij's four checks; on success record the segment. `s` is the
-    /// sender's index, `r` the receiver's.
+    /// sender's index, `r` the receiver's. A flow installed from a record
+    /// (`resync`) takes `in_window_picked` instead.
+    #[inline]
     fn in_window(&mut self, s: usize, r: usize, seg: &TcpSeg) -> Result<(), DropReason> {
         let (Some(&sender), Some(&receiver)) = (self.peers.get(s), self.peers.get(r)) else {
             return Err(DropReason::TcpBadState);
         };
+        // `resync` marks both peers and nothing clears the mark (a new
+        // connection on the tuple starts from `from_syn`): one test.
+        if sender.flags & P_PICKED != 0 {
+            return self.in_window_picked(s, r, seg);
+        }
         let syn = seg.flags & SYN != 0;
         let fin = seg.flags & FIN != 0;
         let has_ack = seg.flags & ACK != 0;
@@ -470,6 +553,79 @@ impl TcpConn {
             if edge.gt(receiver.maxend) {
                 receiver.maxend = edge;
             }
+        }
+        if let Some(p) = self.peers.get_mut(s) {
+            *p = sender;
+        }
+        if let Some(p) = self.peers.get_mut(r) {
+            *p = receiver;
+        }
+        Ok(())
+    }
+
+    /// `in_window` for a flow installed from a record (module docs,
+    /// "Resync"): no check runs until both sides have been re-learnt, a
+    /// direction's first segment is recorded as the truth, and checks I
+    /// and III allow for what was sent before the install.
+    #[cold]
+    fn in_window_picked(&mut self, s: usize, r: usize, seg: &TcpSeg) -> Result<(), DropReason> {
+        let (Some(&sender), Some(&receiver)) = (self.peers.get(s), self.peers.get(r)) else {
+            return Err(DropReason::TcpBadState);
+        };
+        let syn = seg.flags & SYN != 0;
+        let fin = seg.flags & FIN != 0;
+        let has_ack = seg.flags & ACK != 0;
+        let rst = seg.flags & RST != 0;
+        let seq = SeqNumber(seg.seq);
+        let end = seq + seg.payload_len.wrapping_add(u32::from(syn)).wrapping_add(u32::from(fin));
+        let ack = if !has_ack || (rst && seg.ack == 0) { receiver.end } else { SeqNumber(seg.ack) };
+        let receiver_known = receiver.maxwin != 0;
+        let (s_resync, r_resync) = (sender.has(P_RESYNC), receiver.has(P_RESYNC));
+
+        // Every check needs an edge of each side (I: the receiver's
+        // advertised edge, which the sender may have overrun with a FIN or
+        // a probe before the install; II: the sender's end, the receiver's
+        // window; III/IV: the receiver's end and, III's fallback, the
+        // sender's acks): none runs until both sides have been re-learnt.
+        let resync = s_resync || r_resync;
+        // I, after an install: a FIN (or a window probe) the sender put at
+        // the edge before the install, unseen here, leaves its next
+        // sequence number one past the edge (the original flow grew
+        // `maxend` on seeing it); acks of that data raise `S.end`.
+        let upper_ok = resync || seq.le(sender.maxend.max(sender.end) + 1);
+        let lower_ok = resync || end.ge(sender.end - receiver.maxwin);
+        let (ack_hi_ok, ack_lo_ok) = if receiver_known && !resync {
+            let hi = if receiver.has(P_PICKED) { receiver.end.max(receiver.maxend) } else { receiver.end };
+            (ack.le(hi), ack.ge(receiver.end - sender.maxwin.max(MAX_ACK_WINDOW)))
+        } else {
+            (true, true)
+        };
+        if !(upper_ok && lower_ok && ack_hi_ok && ack_lo_ok) {
+            return Err(DropReason::TcpOutOfWindow);
+        }
+
+        let win = if syn { u32::from(seg.window) } else { u32::from(seg.window) << sender.scale.min(MAX_WSCALE) };
+        let mut sender = sender;
+        let mut receiver = receiver;
+        sender.maxwin = sender.maxwin.max(win).max(1);
+        if s_resync || end.gt(sender.end) {
+            // The first segment since the install is the truth.
+            sender.end = end;
+        }
+        if receiver_known && end.gt(sender.maxend) {
+            if !r_resync {
+                receiver.maxwin = receiver.maxwin.saturating_add(end.diff(sender.maxend) as u32);
+            }
+            sender.maxend = end;
+        }
+        if has_ack && !rst {
+            let edge = ack + win.max(1);
+            if s_resync || edge.gt(receiver.maxend) {
+                receiver.maxend = edge;
+            }
+        }
+        if has_ack {
+            sender.flags &= !P_RESYNC;
         }
         if let Some(p) = self.peers.get_mut(s) {
             *p = sender;

@@ -1385,3 +1385,277 @@ fn slot_layout_matches_the_prefetch() {
     assert!(core::mem::offset_of!(Slot, bytes) >= 64);
     assert_eq!(core::mem::align_of::<Slot>(), 64);
 }
+
+// --- Flow state export / install (state.rs, R11) ---
+
+/// A segment relative to the flow's current edges (as in `tcp.rs`'s
+/// shortcut property), for driving two tables with the same input.
+#[allow(clippy::too_many_arguments)]
+fn rel_seg(t: &ConnTable, h: FlowHandle, reply: bool, flags: u8, dseq: i32, dack: i32, window: u16, len: u32) -> TcpSeg {
+    let (s, r) = if reply { (1, 0) } else { (0, 1) };
+    let c = match t.slots[h.index() as usize].kind {
+        FlowKind::Tcp(c) => c,
+        _ => panic!("not tcp"),
+    };
+    TcpSeg {
+        flags,
+        seq: c.peers[s].end.0.wrapping_add(dseq as u32),
+        ack: c.peers[r].end.0.wrapping_add(dack as u32),
+        window,
+        payload_len: len,
+        wscale: None,
+        sack_permitted: false,
+    }
+}
+
+fn arb_raw_seg() -> impl Strategy<Value = (bool, u8, i32, i32, u16, u32)> {
+    (
+        any::<bool>(),
+        prop::sample::select(vec![ACK, ACK | PSH, FIN | ACK, RST, RST | ACK, SYN, SYN | ACK, ACK | URG, 0, FIN]),
+        prop_oneof![4 => -3000i32..3000, 1 => any::<i32>()],
+        prop_oneof![4 => -3000i32..3000, 1 => any::<i32>()],
+        any::<u16>(),
+        0u32..2000,
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+    /// An exact install (the wire form and back, into another table) of an
+    /// exported flow gives the same verdict as the original for every
+    /// segment that follows — honest or not, every flag combination — and
+    /// the two flows stay equal.
+    #[test]
+    fn export_install_same_verdicts(
+        isn_c in any::<u32>(), isn_s in any::<u32>(),
+        ws_c in proptest::option::of(0u8..=14), ws_s in proptest::option::of(0u8..=14),
+        win_c in 1u16..=65535, win_s in 1u16..=65535,
+        want_c in arb_wnd(), want_s in arb_wnd(),
+        prefix in proptest::collection::vec(arb_sim_op(), 0..80),
+        segs in proptest::collection::vec(arb_raw_seg(), 1..60),
+    ) {
+        let (mut sim, h) = connect(isn_c, isn_s, ws_c, ws_s, win_c, win_s, want_c, want_s)?;
+        let h = h.unwrap();
+        sim.run_ops(&prefix)?;
+        let now = Timestamp(sim.now + 5 * MS);
+        let Some(st) = sim.t.export(now, h) else { return Ok(()) };
+        let bytes = st.to_bytes();
+        let back = FlowState::from_bytes(&bytes).unwrap();
+        prop_assert_eq!(back, st);
+        prop_assert_eq!(st.idle(), Duration(5 * MS));
+        let mut t2 = ConnTable::new(4, Timeouts::default());
+        let h2 = t2.install(now, &client_tuple(), back).unwrap();
+        prop_assert_eq!(t2.export(now, h2), Some(st));
+        prop_assert_eq!(t2.lookup(&client_tuple().reversed()), Some((h2, Reply)));
+        check_invariants(&t2);
+        let mut now = now;
+        for (reply, flags, dseq, dack, window, len) in segs {
+            now = Timestamp(now.0 + MS);
+            let tup = if reply { client_tuple().reversed() } else { client_tuple() };
+            let Some(sg) = (sim.t.slots[h.index() as usize].live).then(|| rel_seg(&sim.t, h, reply, flags, dseq, dack, window, len)) else { break };
+            let a = sim.t.track(now, &tup, &L4Info::Tcp(sg), 60, || true).map(|x| (x.dir, x.created));
+            let b = t2.track(now, &tup, &L4Info::Tcp(sg), 60, || true).map(|x| (x.dir, x.created));
+            prop_assert_eq!(a, b, "{:?}", sg);
+            let (ha, hb) = (sim.t.lookup(&tup), t2.lookup(&tup));
+            prop_assert_eq!(ha.is_some(), hb.is_some());
+            if let (Some((ha, _)), Some((hb, _))) = (ha, hb) {
+                prop_assert_eq!(sim.t.export(now, ha), t2.export(now, hb));
+                if ha != h { break; } // reopened: a new flow in another slot
+            }
+        }
+    }
+
+    /// A stale record is enough: the flow exported at some point, then the
+    /// connection goes on through the old owner (which dies), then the flow
+    /// is installed from the old export with `resync` at another node — and
+    /// every segment of the honest conversation that follows (retransmissions,
+    /// reordering, losses, window changes, FINs) is accepted there.
+    #[test]
+    fn stale_install_accepts_honest_traffic(
+        isn_c in any::<u32>(), isn_s in any::<u32>(),
+        ws_c in proptest::option::of(0u8..=14), ws_s in proptest::option::of(0u8..=14),
+        win_c in 1u16..=65535, win_s in 1u16..=65535,
+        want_c in arb_wnd(), want_s in arb_wnd(),
+        prefix in proptest::collection::vec(arb_sim_op(), 0..100),
+        middle in proptest::collection::vec(arb_sim_op(), 0..200),
+        suffix in proptest::collection::vec(arb_sim_op(), 0..200),
+    ) {
+        let (mut sim, h) = connect(isn_c, isn_s, ws_c, ws_s, win_c, win_s, want_c, want_s)?;
+        let h = h.unwrap();
+        if !sim.run_ops(&prefix)? {
+            return Ok(());
+        }
+        let old = sim.t.export(Timestamp(sim.now), h).unwrap();
+        if !sim.run_ops(&middle)? {
+            return Ok(());
+        }
+        let mut t2 = ConnTable::new(4, Timeouts::default());
+        t2.install(Timestamp(sim.now), &client_tuple(), old.resync()).unwrap();
+        sim.t = t2;
+        sim.run(&suffix)?;
+    }
+}
+
+/// The bulk download of `bulk_download_20mb_with_window_growth`, with the
+/// owner lost twice mid-transfer: each time the flow is installed from the
+/// record of the handshake (64 KiB windows, the megabytes of data since
+/// unseen) and not one segment is dropped.
+#[test]
+fn stale_install_mid_bulk_transfer() {
+    let (mut sim, h) = connect(0x1234_5678, 0xFFFF_0000, Some(7), Some(7), 64240, 65160, 64256, 64256).unwrap();
+    let h = h.unwrap();
+    let record = sim.t.export(Timestamp(sim.now), h).unwrap();
+    let start = sim.eps[1].snd_una;
+    let total: u32 = 8 * 1024 * 1024;
+    let mut rng = 0x2545_F491_4F6C_DD1Du64;
+    let mut next = move || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    let mut takeovers = 0;
+    let mut rounds = 0;
+    while sim.eps[1].snd_una.wrapping_sub(start) < total {
+        rounds += 1;
+        assert!(rounds < 100_000, "stalled");
+        let got = sim.eps[0].rcv_nxt.wrapping_sub(start);
+        sim.eps[0].want_wnd = (64256 + got / 2).min(6 << 20);
+        if (got > total / 3 && takeovers == 0) || (got > 2 * (total / 3) && takeovers == 1) {
+            // The owner dies: the flight in the network is lost with it
+            // (never acknowledged), the new owner has only the old record.
+            sim.net[0].clear();
+            sim.net[1].clear();
+            let mut t2 = ConnTable::new(4, Timeouts::default());
+            t2.install(Timestamp(sim.now), &client_tuple(), record.resync()).unwrap();
+            sim.t = t2;
+            takeovers += 1;
+            // The server's retransmission timer fires: go back to snd_una.
+            sim.run_ops(&[SimOp::Retransmit { from: true, off: 0, len: 1448 }]).unwrap();
+        }
+        loop {
+            let e = &sim.eps[1];
+            let sent = e.snd_nxt.wrapping_sub(start);
+            let usable = e.snd_edge.wrapping_sub(e.snd_nxt) as i32;
+            if usable <= 0 || sent >= total {
+                break;
+            }
+            let len = (total - sent).min(1448).min(usable as u32);
+            sim.run_ops(&[SimOp::Send { from: true, len, lost_before_fw: false }]).unwrap();
+        }
+        let mut n = 0;
+        while !sim.net[0].is_empty() {
+            let pick = (next() % 3) as usize;
+            let lost = next() % 100 == 0;
+            n += 1;
+            sim.run_ops(&[SimOp::Deliver { to: false, pick, lost, ack: n % 2 == 0 || sim.net[0].len() == 1 }]).unwrap();
+        }
+        while !sim.net[1].is_empty() {
+            sim.run_ops(&[SimOp::Deliver { to: true, pick: 0, lost: next() % 50 == 0, ack: false }]).unwrap();
+        }
+        if sim.eps[1].snd_una != sim.eps[1].snd_nxt {
+            sim.run_ops(&[SimOp::Retransmit { from: true, off: 0, len: 1448 }]).unwrap();
+        } else {
+            sim.run_ops(&[SimOp::WindowUpdate { from: false, wnd: sim.eps[0].want_wnd }]).unwrap();
+        }
+        while !sim.net[0].is_empty() {
+            sim.run_ops(&[SimOp::Deliver { to: false, pick: 0, lost: false, ack: true }]).unwrap();
+        }
+        while !sim.net[1].is_empty() {
+            sim.run_ops(&[SimOp::Deliver { to: true, pick: 0, lost: false, ack: false }]).unwrap();
+        }
+    }
+    assert_eq!(takeovers, 2);
+    // The close after the takeovers reaches TIME_WAIT: the FINs are seen
+    // and acknowledged (the acks of data sent before an install raised
+    // the peers' `end`, so the FIN's ack matches it).
+    let h = sim.t.lookup(&client_tuple()).unwrap().0;
+    for from in [true, false] {
+        let ops = [
+            SimOp::Fin { from },
+            SimOp::Deliver { to: !from, pick: 0, lost: false, ack: true },
+            SimOp::Deliver { to: from, pick: 0, lost: false, ack: false },
+        ];
+        sim.run_ops(&ops).unwrap();
+    }
+    assert_eq!(sim.t.tcp_state(h), Some(TimeWait));
+}
+
+#[test]
+fn install_limits_classes_and_replacement() {
+    let now = Timestamp::from_secs(10);
+    let mut t = ConnTable::new(2, Timeouts::default());
+    let udp = tuple(v4(10, 0, 0, 1), 5000, v4(192, 0, 2, 10), 53, ip_proto::UDP);
+    let r = t.track(now, &udp, &L4Info::Udp, 60, || true).unwrap();
+    let st = t.export(Timestamp(now.0 + 7 * MS), r.handle).unwrap();
+    assert_eq!((st.tcp_state(), st.idle()), (None, Duration(7 * MS)));
+    assert_eq!(FlowState::from_bytes(&st.to_bytes()), Ok(st));
+    // A TCP state does not fit a UDP tuple, and the reverse.
+    let (mut tc, _) = connect(1, 2, None, None, 1000, 1000, 1000, 1000).unwrap();
+    let tcp_st = tc.t.export(now, FlowHandle(tc.t.slots.iter().position(|s| s.live).unwrap() as u32)).unwrap();
+    assert_eq!(t.install(now, &udp, tcp_st), Err(D::ProtoUnsupported));
+    assert_eq!(tc.t.install(now, &client_tuple(), st), Err(D::ProtoUnsupported));
+    // Installing over an existing flow replaces it in place; the idle age
+    // carries over.
+    let h = t.install(now, &udp, st).unwrap();
+    assert_eq!((h, t.len()), (r.handle, 1));
+    assert_eq!(t.export(now, h).map(|s| s.idle()), Some(Duration(7 * MS)));
+    // Full table: an error, nothing changed.
+    let other = tuple(v4(10, 0, 0, 2), 5000, v4(192, 0, 2, 10), 53, ip_proto::UDP);
+    t.install(now, &other, st).unwrap();
+    let third = tuple(v4(10, 0, 0, 3), 5000, v4(192, 0, 2, 10), 53, ip_proto::UDP);
+    assert_eq!(t.install(now, &third, st), Err(D::FlowTableFull));
+    assert_eq!((t.len(), t.stats().installed), (2, 1));
+    check_invariants(&t);
+    // Past its timeout (measured from the exported idle age) it is dead.
+    assert!(t.track(Timestamp(now.0 + 120_000 * MS - 7 * MS), &other, &L4Info::Udp, 60, || false).is_err());
+    // Stale handles export nothing; `slot` lists live flows only.
+    assert_eq!(t.export(now, FlowHandle(9)), None);
+    assert!((0..t.capacity()).filter_map(|i| t.slot(i)).all(|(_, tu)| tu == udp));
+}
+
+#[test]
+fn flow_state_bytes_are_validated() {
+    let (sim, h) = connect(7, 9, Some(3), Some(14), 1000, 2000, 50_000, 70_000).unwrap();
+    let st = sim.t.export(Timestamp(sim.now), h.unwrap()).unwrap().resync();
+    let b = st.to_bytes();
+    assert_eq!(b.len(), FlowState::LEN);
+    assert_eq!(FlowState::from_bytes(&b), Ok(st));
+    assert!(FlowState::from_bytes(&b[..39]).is_err());
+    // Every single-byte change either is refused or decodes to a state
+    // that encodes back to exactly those bytes (one meaning per datagram).
+    for i in 0..FlowState::LEN {
+        for x in [1u8, 0x80, 0xff] {
+            let mut c = b;
+            c[i] ^= x;
+            if let Ok(s) = FlowState::from_bytes(&c) {
+                assert_eq!(s.to_bytes(), c, "byte {i} ^ {x:#x}");
+            }
+        }
+    }
+    let mut bad = b;
+    bad[0] = 4;
+    assert_eq!(FlowState::from_bytes(&bad), Err(FlowStateError::Field("class")));
+    let mut bad = b;
+    bad[1] = 9;
+    assert_eq!(FlowState::from_bytes(&bad), Err(FlowStateError::Field("TCP state")));
+    let mut bad = b;
+    bad[12 + 12] = 15;
+    assert_eq!(FlowState::from_bytes(&bad), Err(FlowStateError::Field("window scale")));
+    // A UDP state with TCP bytes set is refused.
+    let mut udp = [0u8; FlowState::LEN];
+    udp[0] = 1;
+    assert!(FlowState::from_bytes(&udp).is_ok());
+    udp[20] = 1;
+    assert!(FlowState::from_bytes(&udp).is_err());
+}
+
+/// `FlowState` stays a small `Copy` value (it rides in every director and
+/// backup record): at most one cache line in memory, 40 bytes on the wire.
+#[test]
+fn flow_state_is_small() {
+    println!("FlowState: {} bytes in memory, {} on the wire", core::mem::size_of::<FlowState>(), FlowState::LEN);
+    assert!(core::mem::size_of::<FlowState>() <= 64);
+    assert_eq!(FlowState::LEN, 40);
+}

@@ -108,6 +108,20 @@ fn plain_unicast(ifaces: &Interfaces, a: Ipv4Addr) -> bool {
     !(martian_source(a) || ifaces.is_own(a))
 }
 
+/// `Plan::TakeOver` in the fast path: the general path's call, kept out of
+/// line (once per connection taken over, R11).
+#[cold]
+#[inline(never)]
+fn take_over(
+    cl: &mut ClusterPath,
+    now: Timestamp,
+    link: &mut Link<'_>,
+    flows: &mut Flows,
+    tuple: &FiveTuple,
+) -> Result<(), crate::types::DropReason> {
+    cl.take_over(now, link, &mut flows.table, tuple)
+}
+
 impl FastPath {
     pub fn new() -> Self {
         FastPath { enabled: true, count: 0 }
@@ -198,6 +212,9 @@ impl FastPath {
         let len = u32::from(ip.total_len());
         match cluster {
             Some(cl) => {
+                if cl.fenced(now) {
+                    return None; // the general path drops it (`ClusterFenced`)
+                }
                 // A frame from the CCL was counted with its datagram.
                 if rx.via == Via::Port {
                     self.count += 1;
@@ -205,6 +222,11 @@ impl FastPath {
                 let mut link = Link { egress, ifaces };
                 match cl.plan(now, &flows.table, &tuple, Some(&l4), rx) {
                     Plan::Own => {}
+                    Plan::TakeOver => {
+                        if let Err(r) = take_over(cl, now, &mut link, flows, &tuple) {
+                            return Some(Fast::Done(Outcome::Drop(r)));
+                        }
+                    }
                     Plan::Drop(r) => return Some(Fast::Done(Outcome::Drop(r))),
                     plan => {
                         let o = cl.act(now, &mut link, in_port, ifx, rx, plan, &tuple, buf);

@@ -67,7 +67,10 @@ mod ingress;
 pub(crate) mod ipv4;
 
 pub use arphold::ArpHoldCounters;
-pub use cluster::{ClusterCounters, ClusterCountersSnapshot, ClusterSpec, ClusterSpecError, Role};
+pub use cluster::{
+    ClusterCounters, ClusterCountersSnapshot, ClusterSpec, ClusterSpecError, Role, SyncProgress,
+    DEFAULT_DIRECTOR_HOLD, DEFAULT_SYN_GUARD,
+};
 pub use config::{InterfaceSpec, PipelineConfig, PipelineError, RouteSpec, RuleSpec};
 pub use context::{FragNote, Verdict};
 pub use counters::{Counters, Ipv6Counters, PortCounters};
@@ -82,7 +85,7 @@ use crate::conntrack::{ConnInfo, ConnTable};
 use crate::frag::ReasmCounters;
 use crate::route::{IfIndex, RouteInfo, RouteTable};
 use crate::slots::SlotBuf;
-use crate::types::{DropReason, FiveTuple, NodeId, PortId, Timestamp};
+use crate::types::{DropReason, Duration, Epoch, FiveTuple, NodeId, PortId, Timestamp};
 use crate::wire::ethernet::{ethertype, EthernetFrame};
 use crate::wire::ipv4::Ipv4Packet;
 use crate::wire::tcp::TcpPacket;
@@ -270,6 +273,15 @@ impl Pipeline {
     /// received on the named interface: no L2 destination check, no ARP,
     /// IPv4 only).
     fn classify<B: PacketBuf>(&mut self, now: Timestamp, in_port: PortId, buf: &mut B, rx: Rx) -> Outcome {
+        if let Some(cl) = self.cluster.as_deref() {
+            // Fenced (the lease ran out): no data-port frame, before any
+            // state changes (the fast path declines fenced frames); CCL
+            // datagrams are still opened, their frames dropped in
+            // `ipv4_decide`.
+            if rx.via == Via::Port && cl.fenced(now) && in_port != cl.ccl_port() {
+                return DropReason::ClusterFenced.into();
+            }
+        }
         let l2 = match self.ingress.l2(buf.data()) {
             Ok(l2) => l2,
             Err(r) => return r.into(),
@@ -343,6 +355,12 @@ impl Pipeline {
                 }
                 return ingress::local_in(in_port, ing, l2, buf);
             }
+            // A frame from the CCL, released or held while fenced: dropped
+            // before the cluster or conntrack see it (data ports are
+            // fenced in `process`).
+            if self.cluster.as_deref().is_some_and(|cl| cl.fenced(now)) {
+                return Err(DropReason::ClusterFenced);
+            }
             let dst = ip.dst();
             let route = self.routes.lookup(dst).ok_or(DropReason::NoRoute)?;
             let egress = route.iface;
@@ -397,6 +415,10 @@ impl Pipeline {
                 let arx = Rx { frag: note, ..rx };
                 match cl.plan(now, &self.flows.table, &tuple, l4.as_ref(), prx) {
                     Plan::Own => {}
+                    Plan::TakeOver => {
+                        let mut link = Link { egress: &mut self.egress, ifaces: &self.ifaces };
+                        cl.take_over(now, &mut link, &mut self.flows.table, &tuple)?;
+                    }
                     Plan::Drop(r) => return Err(r),
                     // A relayed later fragment would carry no ports for
                     // the director to read: ask it instead.
@@ -478,6 +500,7 @@ impl Pipeline {
     /// A frame unwrapped from the CCL (or from a batch), as at its ingress
     /// interface `ifx`: the fast path if it takes it, else the general path.
     fn unwrapped<B: PacketBuf>(&mut self, now: Timestamp, in_port: PortId, ifx: IfIndex, rx: Rx, buf: &mut B) -> Outcome {
+        // (Fenced: the fast path declines, the general path drops it.)
         let parts = Parts {
             ifaces: &self.ifaces,
             routes: &self.routes,
@@ -498,8 +521,12 @@ impl Pipeline {
             return Err(DropReason::LocalUnhandled);
         };
         let mut link = Link { egress: &mut self.egress, ifaces: &self.ifaces };
-        let next = cl.ccl_in(now, &mut link, &mut self.flows.table, buf)?;
-        Ok(match next {
+        let next = cl.ccl_in(now, &mut link, &mut self.flows.table, buf);
+        // A record may have answered queries this node held for itself.
+        if cl.has_local_release() {
+            self.release_local(now);
+        }
+        Ok(match next? {
             CclNext::Done(o) => o,
             CclNext::Forwarded(rx) => {
                 let Via::Ccl(ifx) = rx.via else {
@@ -562,10 +589,15 @@ impl Pipeline {
                 return;
             };
             let me = cl.me();
+            let fenced = cl.fenced(now);
             let mut sb = SlotBuf::over(&mut p.mem, p.start, p.end);
             // Some(Some(port)): send it; Some(None): the pipeline kept a
             // copy (held for the next hop's ARP reply); None: dropped.
             let sent = match owner {
+                _ if fenced => {
+                    cl.counters.fenced_drops += 1;
+                    None
+                }
                 None => {
                     cl.counters.pending_no_owner += 1;
                     None
@@ -597,6 +629,15 @@ impl Pipeline {
             if let Some(cl) = self.cluster.as_deref_mut() {
                 cl.finish_parked(p.slot, p.mem, start, end, sent, owner.is_some());
             }
+        }
+    }
+
+    /// Release the frames of this node's own held queries that a record
+    /// (or the hold's deadline) answered (`ClusterPath::next_local_release`).
+    #[cold]
+    fn release_local(&mut self, now: Timestamp) {
+        while let Some((query_id, owner)) = self.cluster.as_deref_mut().and_then(|cl| cl.next_local_release()) {
+            self.release_parked(now, query_id, owner);
         }
     }
 
@@ -650,14 +691,56 @@ impl Pipeline {
         if let Some(cl) = self.cluster.as_deref_mut() {
             cl.timers(now, &mut Link { egress: &mut self.egress, ifaces: &self.ifaces }, &self.flows.table);
         }
+        if self.cluster.as_deref().is_some_and(|cl| cl.has_local_release()) {
+            self.release_local(now);
+        }
         self.frag.timers(now);
     }
 
-    /// A new member set (epoch-stamped): the director ranking follows it.
-    pub fn set_members(&mut self, _now: Timestamp, members: MemberSet) {
+    /// A new member set (epoch-stamped): the director ranking follows it,
+    /// the SYN guard opens for `ClusterSpec::syn_guard`, and the owned
+    /// flows whose director or backups moved are re-registered by a scan
+    /// in `poll_timers` (then `SyncDone` to every other member;
+    /// docs/failover.md).
+    pub fn set_members(&mut self, now: Timestamp, members: MemberSet) {
         if let Some(cl) = self.cluster.as_deref_mut() {
-            cl.set_members(members);
+            cl.set_members(now, members);
         }
+    }
+
+    /// A new membership lease: while `now >= until` the pipeline is fenced
+    /// (data frames dropped as `ClusterFenced`, CCL messages still
+    /// handled). Single-node mode: no effect, never fenced.
+    pub fn set_lease(&mut self, until: Timestamp) {
+        if let Some(cl) = self.cluster.as_deref_mut() {
+            cl.set_lease(until);
+        }
+    }
+
+    /// This node left the cluster (membership `Reset`): drop every flow,
+    /// record, parked frame, queued message and open batch; other members
+    /// may own these connections now.
+    pub fn reset(&mut self, now: Timestamp) {
+        self.flows.table.clear();
+        if let Some(cl) = self.cluster.as_deref_mut() {
+            cl.reset(now);
+        }
+    }
+
+    /// The re-registration for `epoch` (issue 10 contract): which peers'
+    /// `SyncDone` arrived, and whether this worker's own scan is done.
+    /// Single-node mode: nothing to wait for (`sent`, no peers).
+    pub fn sync_progress(&self, epoch: Epoch) -> SyncProgress {
+        match self.cluster.as_deref() {
+            Some(cl) => cl.sync_progress(epoch),
+            None => SyncProgress { epoch, done_from: 0, sent: true },
+        }
+    }
+
+    /// Is the re-registration scan running, and how long did the last one
+    /// take (from `set_members` to its `SyncDone`s)?
+    pub fn sync_state(&self) -> Option<(bool, Duration)> {
+        self.cluster.as_deref().map(|cl| cl.sync_state())
     }
 
     /// Turn the fast path on or off (on by default). Off, every packet

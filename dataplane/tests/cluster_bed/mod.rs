@@ -96,6 +96,12 @@ pub fn config(n: usize, nodes: usize, seq_randomization: bool) -> PipelineConfig
             ccl_iface: "ccl".into(),
             peers: (0..nodes).filter(|&m| m != n).map(|m| (NodeId(m as u8), ccl_addr(m))).collect(),
             random_seed: 0x5eed + n as u64,
+            lease: Timestamp::MAX,
+            backups: 1,
+            syn_guard: dataplane::pipeline::DEFAULT_SYN_GUARD,
+            // No director hold: the golden tests assert the immediate
+            // "none" of before issue 10; failover tests set it.
+            director_hold: Duration::ZERO,
         }),
     }
 }
@@ -120,6 +126,9 @@ pub struct Bed {
     pub hold: Option<MessageKind>,
     /// `(from, to, frame)` of the messages `hold` caught, in order.
     pub held: Vec<(usize, usize, Vec<u8>)>,
+    /// Nodes that are down (killed or paused): nothing is delivered to
+    /// them, their timers do not run, they send nothing.
+    pub down: Vec<bool>,
 }
 
 /// The CCL kind of a frame (outer headers untagged), if it is one.
@@ -131,14 +140,45 @@ pub fn ccl_kind(frame: &[u8]) -> Option<MessageKind> {
 
 impl Bed {
     pub fn new(nodes: usize, seq_randomization: bool) -> Self {
+        Self::with(nodes, |n| config(n, nodes, seq_randomization))
+    }
+
+    /// A bed whose node `n` has the configuration `cfg(n)`.
+    pub fn with(nodes: usize, cfg: impl Fn(usize) -> PipelineConfig) -> Self {
         Bed {
-            nodes: (0..nodes).map(|n| Pipeline::new(config(n, nodes, seq_randomization)).unwrap()).collect(),
+            nodes: (0..nodes).map(|n| Pipeline::new(cfg(n)).unwrap()).collect(),
             now_ms: 1_000,
             verdicts: vec![],
             ccl: vec![],
             hold: None,
             held: vec![],
+            down: vec![false; nodes],
         }
+    }
+
+    /// The member set every node up holds now (the first node's epoch).
+    pub fn members_up(&self, epoch: u64) -> MemberSet {
+        MemberSet::from_nodes(Epoch(epoch), (0..self.nodes.len()).filter(|&n| !self.down[n]).map(|n| NodeId(n as u8)))
+            .unwrap()
+    }
+
+    /// Give every node that is up the member set `set` (what the membership
+    /// machine does on a change), at the current time.
+    pub fn set_members_up(&mut self, set: MemberSet) {
+        let now = self.now();
+        for (n, p) in self.nodes.iter_mut().enumerate() {
+            if !self.down[n] {
+                p.set_members(now, set);
+            }
+        }
+    }
+
+    /// Node `n` fails (or pauses): its frames stop, and the survivors get
+    /// the member set without it at epoch `epoch`.
+    pub fn kill(&mut self, n: usize, epoch: u64) {
+        self.down[n] = true;
+        let set = self.members_up(epoch);
+        self.set_members_up(set);
     }
 
     pub fn now(&self) -> Timestamp {
@@ -159,14 +199,7 @@ impl Bed {
             c.static_neighbors.retain(|(a, _)| a.octets()[0] != 10);
             c
         };
-        Bed {
-            nodes: (0..nodes).map(|n| Pipeline::new(cfg(n)).unwrap()).collect(),
-            now_ms: 1_000,
-            verdicts: vec![],
-            ccl: vec![],
-            hold: None,
-            held: vec![],
-        }
+        Self::with(nodes, cfg)
     }
 
     /// Run every node's timers, then deliver what they generated until the
@@ -174,8 +207,10 @@ impl Bed {
     pub fn tick(&mut self, ms: u64) -> Vec<(usize, PortId, Vec<u8>)> {
         self.now_ms += ms;
         let now = self.now();
-        for p in &mut self.nodes {
-            p.poll_timers(now);
+        for (n, p) in self.nodes.iter_mut().enumerate() {
+            if !self.down[n] {
+                p.poll_timers(now);
+            }
         }
         self.run(VecDeque::new())
     }
@@ -201,6 +236,9 @@ impl Bed {
         let mut out = vec![];
         loop {
             while let Some((n, port, frame)) = queue.pop_front() {
+                if self.down[n] {
+                    continue;
+                }
                 let mut buf = VecBuf::new(&frame);
                 let v = self.nodes[n].process(now, port, &mut buf);
                 self.verdicts.push((n, v));
@@ -219,6 +257,9 @@ impl Bed {
             }
             let mut generated = vec![];
             for (n, p) in self.nodes.iter_mut().enumerate() {
+                if self.down[n] {
+                    continue;
+                }
                 p.flush(now);
                 p.drain_generated(|port, f| generated.push((n, port, f.to_vec())));
             }
@@ -278,6 +319,11 @@ impl Bed {
     /// Nodes with a conntrack flow for `t`.
     pub fn owners(&self, t: &FiveTuple) -> Vec<usize> {
         (0..self.nodes.len()).filter(|&n| self.nodes[n].conntrack().lookup(t).is_some()).collect()
+    }
+
+    /// Nodes up with a conntrack flow for `t`.
+    pub fn owners_up(&self, t: &FiveTuple) -> Vec<usize> {
+        self.owners(t).into_iter().filter(|&n| !self.down[n]).collect()
     }
 
     pub fn ccl_count(&self, from: usize, to: usize, kind: MessageKind) -> usize {

@@ -111,6 +111,10 @@ pub fn configure(cfg: &mut PipelineConfig, p: &ClusterParams) -> Result<(), Stri
             .map(|m| (NodeId(m as u8), net::node_addr(m, net::CCL)))
             .collect(),
         random_seed: p.random_seed,
+        lease: dataplane::Timestamp::MAX,
+        backups: 1,
+        syn_guard: dataplane::pipeline::DEFAULT_SYN_GUARD,
+        director_hold: dataplane::pipeline::DEFAULT_DIRECTOR_HOLD,
     });
     Ok(())
 }

@@ -6,7 +6,7 @@ use super::send::Wrap;
 use super::{canonical, idle_for, live, ClusterPath, Link, Record, Role, Version, STATE_NOT_TCP};
 use crate::buf::PacketBuf;
 use crate::ccl::{FlowBatch, FlowOp, ForwardedBatch, Message, OwnerQuery, OwnerReply};
-use crate::conntrack::ConnTable;
+use crate::conntrack::{ConnTable, FlowState};
 use crate::pipeline::context::{Outcome, Rx};
 use crate::pipeline::ipv4::{transit_l4, Transit};
 use crate::route::IfIndex;
@@ -30,8 +30,9 @@ pub(crate) enum CclNext {
     /// The frames of a `ForwardedBatch` wait in pool slots: decide each
     /// (`take_received` / `finish_received`); the datagram is `Consumed`.
     Batch,
-    /// An owner reply for the frames parked under `query_id`: release them
-    /// (`take_parked` / `finish_parked`); the datagram is `Consumed`.
+    /// An owner reply (or a flow transfer, then `owner` is this node) for
+    /// the frames parked under `query_id`: release them (`take_parked` /
+    /// `finish_parked`); the datagram is `Consumed`.
     Release { query_id: u32, owner: Option<NodeId> },
 }
 
@@ -78,8 +79,21 @@ impl ClusterPath {
         let consumed = CclNext::Done(Outcome::Consumed);
         match opened.msg {
             Message::Heartbeat(_) => Ok(consumed),
+            Message::SyncDone(m) => {
+                self.on_sync_done(from, m.epoch);
+                Ok(consumed)
+            }
+            Message::FlowTransfer(x) => Ok(match self.on_transfer(now, link, conn, from, &x) {
+                Some(query_id) => CclNext::Release { query_id, owner: Some(self.me) },
+                None => consumed,
+            }),
             Message::OwnerQuery(q) => {
                 self.on_query(now, link, conn, from, &q);
+                Ok(consumed)
+            }
+            Message::OwnerReply(r) if !self.members.contains(from) => {
+                self.counters.from_nonmembers += 1;
+                let _ = r;
                 Ok(consumed)
             }
             Message::OwnerReply(r) => Ok(self.on_reply(now, conn, &r)),
@@ -112,7 +126,7 @@ impl ClusterPath {
                     return Ok(CclNext::RelayedOwn(Rx::ccl(IfIndex(u16::from(iface)))));
                 }
                 let owner = match self.records.get(&canonical(&tuple)) {
-                    Some(r) if live(r, now) && r.owner != self.me => r.owner,
+                    Some(r) if live(r, now) && r.owner != self.me && self.members.contains(r.owner) => r.owner,
                     _ => return Err(DropReason::ClusterNoRecord),
                 };
                 let port = self.wrap(now, link, buf, Wrap::Forward, iface, owner, None)?;
@@ -123,8 +137,14 @@ impl ClusterPath {
     }
 
     /// Director: who owns the flow? Elect the querier if asked and nobody
-    /// does (R8).
+    /// does (R8); hand it the flow if its owner left (R11, `grant`); with
+    /// no record and no election asked, hold the query for a registration
+    /// in flight (`hold`). Queries from non-members are ignored.
     fn on_query(&mut self, now: Timestamp, link: &mut Link<'_>, conn: &ConnTable, from: NodeId, q: &OwnerQuery) {
+        if !self.members.contains(from) {
+            self.counters.from_nonmembers += 1;
+            return;
+        }
         let t = q.flow.tuple();
         let local = conn.lookup(&t).is_some();
         let timeouts = *conn.timeouts();
@@ -133,8 +153,16 @@ impl ClusterPath {
         let owner = if local {
             Some(me)
         } else {
-            match self.records.get(&key) {
-                Some(r) if live(r, now) && r.owner != me => Some(r.owner),
+            let held = self.records.get(&key).filter(|r| live(r, now) && r.owner != me).map(|r| r.owner);
+            match held {
+                Some(o) if self.members.contains(o) => Some(o),
+                Some(_) if self.orphan_here(&t, now) => {
+                    if self.grant(now, link, from, q) {
+                        self.counters.queries_answered += 1;
+                        return;
+                    }
+                    None
+                }
                 _ if q.elect_if_absent => {
                     let rec = Record {
                         role: self.record_role(&t),
@@ -145,6 +173,7 @@ impl ClusterPath {
                         last_seen: now,
                         idle: idle_for(&timeouts, t.proto),
                         version: None,
+                        state: None,
                     };
                     if self.upsert(key, rec) {
                         self.counters.elections += 1;
@@ -154,7 +183,11 @@ impl ClusterPath {
                         None
                     }
                 }
-                _ => None,
+                _ => {
+                    self.counters.queries_answered += 1;
+                    self.hold(now, link, from, q);
+                    return;
+                }
             }
         };
         self.counters.queries_answered += 1;
@@ -169,7 +202,9 @@ impl ClusterPath {
         let timeouts = *conn.timeouts();
         self.counters.replies_received += 1;
         let me = self.me;
-        if let Some(o) = r.owner.filter(|&o| o != me) {
+        // An owner outside our member set is no owner (R11).
+        let owner = r.owner.filter(|&o| o == me || self.members.contains(o));
+        if let Some(o) = owner.filter(|&o| o != me) {
             let rec = Record {
                 role: Role::Forwarder,
                 owner: o,
@@ -179,15 +214,16 @@ impl ClusterPath {
                 last_seen: now,
                 idle: idle_for(&timeouts, t.proto),
                 version: None,
+                state: None,
             };
             if !self.upsert(canonical(&t), rec) {
                 self.counters.record_table_full += 1;
             }
         }
         if r.query_id != 0 {
-            return CclNext::Release { query_id: r.query_id, owner: r.owner };
+            return CclNext::Release { query_id: r.query_id, owner };
         }
-        if r.owner.is_some_and(|o| o != me) {
+        if owner.is_some_and(|o| o != me) {
             // Unsolicited: our registration lost to an earlier owner (two
             // SYNs of one connection on two nodes). Yield: forward from now.
             if let Some((h, _)) = conn.lookup(&t) {
@@ -198,19 +234,38 @@ impl ClusterPath {
         CclNext::Done(Outcome::Consumed)
     }
 
-    /// Director/backup: flow records from an owner (R2, R9).
+    /// Director/backup: flow records from an owner (R2, R9), with its flow
+    /// state. Records from a non-member, or naming one as owner, are
+    /// ignored (a removed node does not claim flows back); a registration
+    /// for a flow whose recorded owner left replaces the record (the new
+    /// owner after a takeover). Held queries for the flow are answered.
     fn on_records(&mut self, now: Timestamp, link: &mut Link<'_>, from: NodeId, batch: &FlowBatch<'_>, register: bool) {
+        if !self.members.contains(from) {
+            self.counters.from_nonmembers += batch.len() as u64;
+            return;
+        }
         for r in batch.iter() {
             let t = r.flow.tuple();
             let key = canonical(&t);
             self.counters.records_received += 1;
+            if !self.members.contains(r.owner) {
+                self.counters.from_nonmembers += 1;
+                continue;
+            }
             match r.op {
                 FlowOp::Delete => {
                     self.records.remove(&key);
                 }
                 FlowOp::Upsert => {
+                    let members = self.members;
                     let conflict = match self.records.get(&key) {
-                        Some(ex) if register && live(ex, now) && ex.owner != r.owner && ex.role != Role::Forwarder => {
+                        Some(ex)
+                            if register
+                                && live(ex, now)
+                                && ex.owner != r.owner
+                                && ex.role != Role::Forwarder
+                                && members.contains(ex.owner) =>
+                        {
                             Some(ex.owner)
                         }
                         _ => None,
@@ -236,6 +291,14 @@ impl ClusterPath {
                         self.counters.records_stale += 1;
                         continue;
                     }
+                    let state = match r.state().map(FlowState::from_bytes) {
+                        Some(Ok(s)) => Some(s),
+                        Some(Err(_)) => {
+                            self.counters.records_bad_state += 1;
+                            None
+                        }
+                        None => None,
+                    };
                     let rec = Record {
                         role: self.record_role(&t),
                         owner: r.owner,
@@ -245,9 +308,12 @@ impl ClusterPath {
                         last_seen: now,
                         idle: Duration::from_secs(u64::from(r.idle_timeout_s)),
                         version,
+                        state,
                     };
                     if !self.upsert(key, rec) {
                         self.counters.record_table_full += 1;
+                    } else if !self.held.is_empty() {
+                        self.answer_held(now, link, &key, r.owner);
                     }
                 }
             }

@@ -45,8 +45,17 @@
 //!   `pending_release_drops`);
 //! - the CCL is authenticated: a datagram the `Opener` rejects is dropped
 //!   (`DropReason::CclMalformed`) and counted by its `CclDrop` reason.
+//!
+//! Failover (`failover.rs`, docs/failover.md): every flow record carries
+//! the owner's flow state; a record naming a node that is not in the
+//! member set is never followed — its flow is taken over through the
+//! director (R11); a member-set change re-registers the owned flows whose
+//! director or backups moved (bounded scan in `poll_timers`, then
+//! `SyncDone`); the lease fences the node; a SYN guard after every change
+//! and the director's short hold keep one owner per connection.
 
 pub(crate) mod ccl_in;
+mod failover;
 mod pending;
 pub(crate) mod plan;
 pub(crate) mod records;
@@ -59,11 +68,11 @@ use crate::ccl::{
     CclCounters, CclDrop, CclKey, ForwardedBatch, MessageKind, Opener, Sealer, BATCH_MAX_FRAMES, MAX_PAYLOAD_MTU1500,
 };
 use crate::cluster::{flow_hash, CookieCodec, DirectorTable, MemberSet};
-use crate::conntrack::{ConnInfo, ConnTable, TcpState, Timeouts};
+use crate::conntrack::{ConnInfo, ConnTable, FlowState, TcpState, Timeouts};
 use crate::frag::{fragment_owner, FragKey};
 use crate::route::IfIndex;
 use crate::slots::FramePool;
-use crate::types::{ip_proto, DropReason, Duration, FiveTuple, NodeId, PortId, Timestamp};
+use crate::types::{ip_proto, DropReason, Duration, Epoch, FiveTuple, NodeId, PortId, Timestamp};
 use crate::wire::ipv4::Ipv4Packet;
 use crate::wire::udp::UdpPacket;
 use crate::ccl::CCL_UDP_PORT;
@@ -98,7 +107,45 @@ pub struct ClusterSpec {
     pub peers: Vec<(NodeId, Ipv4Addr)>,
     /// Seeds the worker's PRNG (cookie randomness, query ids).
     pub random_seed: u64,
+    /// The membership lease at start: while `now >= lease` the pipeline is
+    /// fenced (docs/failover.md; `Pipeline::set_lease` moves it). The node
+    /// passes `Timestamp::ZERO` (fenced until membership grants a lease);
+    /// tests, benches and the simulator `Timestamp::MAX` (never fenced).
+    pub lease: Timestamp,
+    /// Backup owners per flow, 1 or 2 (`cluster.backups`; R4 and beyond:
+    /// with 2 any two simultaneous failures leave a holder of the state).
+    pub backups: u8,
+    /// How long after every member-set change a SYN without a record at a
+    /// node that is not its director asks the director first (elect, R8)
+    /// instead of owning the connection at once (R1): the SYN guard
+    /// (docs/failover.md). `DEFAULT_SYN_GUARD`.
+    pub syn_guard: Duration,
+    /// How long a director holds an owner query (elect false) about a
+    /// flow it has no record of, for a registration in flight, before it
+    /// answers "none" (docs/failover.md, "Director hold");
+    /// `DEFAULT_DIRECTOR_HOLD`. `Duration::ZERO` answers at once (the
+    /// behaviour before issue 10; the golden tests' bed keeps it).
+    pub director_hold: Duration,
 }
+
+/// The SYN guard's default window: the half-open timeout (`tcp_syn`, 30 s:
+/// after it the first owner's embryonic flow is gone, so a SYN elsewhere
+/// cannot make a second owner) plus 5 s for the ECMP change to follow the
+/// membership change (a joining node brings its data ports up when it is
+/// ready, within `sync-timeout`, 5 s by default).
+pub const DEFAULT_SYN_GUARD: Duration = Duration::from_secs(35);
+/// The director hold's default (`ClusterSpec::director_hold`): half the
+/// querier's `PENDING_TIMEOUT`, far more than a CCL round trip plus a
+/// burst, and enough for a re-registration scan of ~25 k flows
+/// (`SYNC_BUDGET` per 1 ms timer tick).
+pub const DEFAULT_DIRECTOR_HOLD: Duration = Duration::from_millis(50);
+/// Owner queries a director holds at most; more are answered "none" at
+/// once (`held_full`).
+pub const MAX_HELD: usize = 256;
+/// Flow-table slots the re-registration scan visits per `poll_timers`.
+pub const SYNC_BUDGET: usize = 512;
+/// Epochs whose `SyncDone` markers are remembered (`sync_progress`).
+pub const SYNC_EPOCHS: usize = 8;
 
 /// Frames waiting for an owner reply, at most (the rest of the pool is for
 /// generated CCL frames).
@@ -164,15 +211,20 @@ pub(crate) struct Record {
     /// it, or as first seen here).
     pub orig: FiveTuple,
     pub tcp_state: u8,
-    /// Replicated for failover (R11, a later issue); not used on the path.
-    #[allow(dead_code)]
+    /// The owner's sequence delta (R6), handed to a new owner (R11).
     pub seq_delta: u32,
     pub last_seen: Timestamp,
     pub idle: Duration,
     /// The owner's version of the record, `None` when it carried none (an
     /// election, a forwarder record, a record from an older owner).
     pub version: Option<Version>,
+    /// The owner's flow state from its last record (director and backup
+    /// records), what a new owner installs (R11); `None` for forwarder
+    /// and election records.
+    pub state: Option<FlowState>,
 }
+
+const _: () = assert!(FlowState::LEN == crate::ccl::STATE_LEN, "the record's state bytes are conntrack's FlowState");
 
 pub use crate::ccl::FLAG_VERSIONED;
 
@@ -319,6 +371,46 @@ pub struct ClusterCounters {
     pub ccl_unresolved: u64,
     /// Generated frames not queued: the frame pool was full.
     pub pool_full: u64,
+    /// Failover (docs/failover.md). Flows taken over: by a `FlowTransfer`
+    /// from the director, and locally (this node is the director holding
+    /// the state).
+    pub takeovers: u64,
+    pub takeovers_local: u64,
+    /// Director: queries about a flow whose owner left, answered with a
+    /// `FlowTransfer` electing the querier.
+    pub takeovers_granted: u64,
+    /// Transfers refused: no query pending for them, not addressed to us,
+    /// a bad state, the flow table full.
+    pub transfers_refused: u64,
+    /// Packets that met a record naming a node outside the member set
+    /// (not followed, R11).
+    pub dead_owner_records: u64,
+    /// CCL messages (records, queries, replies) from nodes outside the
+    /// member set, ignored; records naming such an owner, ignored.
+    pub from_nonmembers: u64,
+    /// Records whose flow state did not decode (kept without state).
+    pub records_bad_state: u64,
+    /// Re-registration after member-set changes: owned flows visited, and
+    /// re-registered because their director or backups moved.
+    pub sync_scanned: u64,
+    pub reregistered: u64,
+    /// `SyncDone` markers sent and received.
+    pub sync_done_sent: u64,
+    pub sync_done_received: u64,
+    /// SYNs parked and asked about within the SYN guard window.
+    pub syn_guard_queries: u64,
+    /// RST|ACKs whose owner came from the cookie (ack − 1, R6).
+    pub rst_cookie_decoded: u64,
+    /// Director hold: queries held for a registration in flight, answered
+    /// when it came, answered "none" at the deadline, refused (table full).
+    pub queries_held: u64,
+    pub held_answered: u64,
+    pub held_timeouts: u64,
+    pub held_full: u64,
+    /// Parked frames dropped because the node was fenced.
+    pub fenced_drops: u64,
+    /// `Pipeline::reset` calls.
+    pub resets: u64,
     /// Director/backup/forwarder records now.
     pub records: u64,
     /// Frames waiting for an owner reply now.
@@ -360,9 +452,40 @@ crate::impl_stats!(ClusterCounters {
     counter resends_skipped,
     counter ccl_unresolved,
     counter pool_full,
+    counter takeovers,
+    counter takeovers_local,
+    counter takeovers_granted,
+    counter transfers_refused,
+    counter dead_owner_records,
+    counter from_nonmembers,
+    counter records_bad_state,
+    counter sync_scanned,
+    counter reregistered,
+    counter sync_done_sent,
+    counter sync_done_received,
+    counter syn_guard_queries,
+    counter rst_cookie_decoded,
+    counter queries_held,
+    counter held_answered,
+    counter held_timeouts,
+    counter held_full,
+    counter fenced_drops,
+    counter resets,
     gauge records,
     gauge pending,
 });
+
+/// `Pipeline::sync_progress` (issue 10 contract): the re-registration for
+/// one epoch, as the membership machine's readiness gate reads it.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct SyncProgress {
+    pub epoch: Epoch,
+    /// Bit n: node n's `SyncDone` for `epoch` arrived.
+    pub done_from: u16,
+    /// This worker finished its own re-registration for `epoch` (or a
+    /// later one) and sent its `SyncDone`s.
+    pub sent: bool,
+}
 
 /// `show cluster` (a copy, off the packet path): identity, the cluster
 /// counters, the worker's CCL counters by kind and drop reason, the frames
@@ -449,7 +572,50 @@ pub(crate) struct ClusterPath {
     /// Frames of received batches dropped, by `DropReason::index()` (the
     /// carrying datagram is `consumed`; its frames are counted here).
     batch_drops: [u64; DropReason::COUNT],
+    /// Failover state (`failover.rs`).
+    lease: Timestamp,
+    syn_guard: Duration,
+    director_hold: Duration,
+    /// SYNs take the guard until then (`set_members` + `syn_guard`).
+    guard_until: Timestamp,
+    /// The table every owned flow is registered under; the scan moves
+    /// flows from it to `directors`.
+    synced: DirectorTable,
+    sync: SyncScan,
+    /// `SyncDone` bitmaps of recent epochs (a ring).
+    done_from: [(Epoch, u16); SYNC_EPOCHS],
+    done_next: usize,
+    /// Owner queries held by this director (`MAX_HELD`, reserved).
+    held: Vec<HeldQuery>,
+    /// Answers to this node's own held queries, for the pipeline to
+    /// release (`next_local_release`).
+    local_releases: [(u32, Option<NodeId>); MAX_HELD],
+    local_len: usize,
     pub counters: ClusterCounters,
+}
+
+/// The re-registration scan after a member-set change.
+#[derive(Copy, Clone, Debug)]
+pub(crate) struct SyncScan {
+    pub epoch: Epoch,
+    /// Next flow-table slot to visit; the scan is over at `capacity`.
+    pub cursor: usize,
+    pub running: bool,
+    /// The scan for `epoch` finished and its `SyncDone`s were sent.
+    pub sent: bool,
+    pub started: Timestamp,
+    /// How long the last finished scan took (from `set_members`).
+    pub took: Duration,
+}
+
+/// An owner query a director holds (`DIRECTOR_HOLD`).
+#[derive(Copy, Clone, Debug)]
+pub(crate) struct HeldQuery {
+    pub query_id: u32,
+    pub from: NodeId,
+    pub flow: crate::ccl::FlowKey,
+    pub key: FiveTuple,
+    pub deadline: Timestamp,
 }
 
 /// A frame waiting for an owner reply (a parked slot of the pool).
@@ -492,6 +658,8 @@ pub enum ClusterSpecError {
     BadNode(NodeId),
     #[error("cluster: CCL key: {0}")]
     Key(crate::ccl::CclError),
+    #[error("cluster: backups must be 1 or 2, not {0}")]
+    BadBackups(u8),
 }
 
 /// splitmix64 step.
@@ -543,7 +711,12 @@ impl ClusterPath {
         let sealer =
             Sealer::new(&key, spec.node, WORKER_CHANNEL, spec.incarnation).map_err(ClusterSpecError::Key)?;
         let opener = Opener::new(&key, spec.node);
-        let directors = DirectorTable::new(&spec.members).map_err(|_| ClusterSpecError::NotAMember(spec.node))?;
+        if !(1..=crate::cluster::MAX_BACKUP_OWNERS).contains(&spec.backups) {
+            return Err(ClusterSpecError::BadBackups(spec.backups));
+        }
+        let directors = DirectorTable::new(&spec.members)
+            .map_err(|_| ClusterSpecError::NotAMember(spec.node))?
+            .with_backups(spec.backups);
         let mut peers = [None; NodeId::MAX_NODES];
         for &(n, a) in &spec.peers {
             if n.index() >= NodeId::MAX_NODES {
@@ -585,6 +758,24 @@ impl ClusterPath {
             received: [(0, 0); BATCH_MAX_FRAMES],
             received_len: 0,
             batch_drops: [0; DropReason::COUNT],
+            lease: spec.lease,
+            syn_guard: spec.syn_guard,
+            director_hold: spec.director_hold,
+            guard_until: Timestamp::ZERO,
+            synced: directors,
+            sync: SyncScan {
+                epoch: spec.members.epoch(),
+                cursor: 0,
+                running: false,
+                sent: true,
+                started: Timestamp::ZERO,
+                took: Duration::ZERO,
+            },
+            done_from: [(Epoch(0), 0); SYNC_EPOCHS],
+            done_next: 0,
+            held: Vec::with_capacity(MAX_HELD),
+            local_releases: [(0, None); MAX_HELD],
+            local_len: 0,
             counters: ClusterCounters::default(),
         })
     }
@@ -641,13 +832,14 @@ impl ClusterPath {
         id
     }
 
-    /// A new member set (epoch-stamped): the director ranking follows it.
-    /// Records are kept; re-registration with moved directors is a later
-    /// issue (docs/cluster-design.md, "Member set").
-    pub fn set_members(&mut self, members: MemberSet) {
+    /// A new member set (epoch-stamped): the director ranking follows it,
+    /// the SYN guard opens, and the re-registration scan starts
+    /// (`failover.rs`).
+    pub fn set_members(&mut self, now: Timestamp, members: MemberSet) {
         if let Ok(t) = DirectorTable::new(&members) {
             self.members = members;
-            self.directors = t;
+            self.directors = t.with_backups(self.directors.backup_owners());
+            self.start_sync(now);
         }
     }
 
@@ -690,6 +882,12 @@ impl ClusterPath {
                 owner: Some(r.owner),
             });
         }
+    }
+
+    /// The CCL port (data-port frames are fenced, CCL datagrams not).
+    #[inline]
+    pub fn ccl_port(&self) -> PortId {
+        self.ccl_port
     }
 
     /// The director of a connection (its symmetric flow hash's first node).

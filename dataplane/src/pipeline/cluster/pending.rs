@@ -29,7 +29,7 @@ impl ClusterPath {
     }
 
     /// The query pending for `key`, if any.
-    fn pending_query(&self, key: &FiveTuple) -> Option<u32> {
+    pub(super) fn pending_query(&self, key: &FiveTuple) -> Option<u32> {
         if self.pool.parked() == 0 {
             return None;
         }
@@ -64,11 +64,20 @@ impl ClusterPath {
             None => {
                 let flow = FlowKey::new(*tuple).map_err(|_| DropReason::CclMalformed)?;
                 let query_id = self.query_id();
-                let q = Message::OwnerQuery(OwnerQuery { query_id, flow, elect_if_absent: elect });
-                if !self.send_ccl(now, link, director, &q) {
-                    return Err(DropReason::ClusterPeerUnresolved);
+                if director == self.me {
+                    // This node is the director and has no record yet: it
+                    // holds its own query for the registration in flight
+                    // (`failover.rs`, "Director hold").
+                    if !self.hold_local(now, query_id, flow, key) {
+                        return Err(DropReason::ClusterPendingFull);
+                    }
+                } else {
+                    let q = Message::OwnerQuery(OwnerQuery { query_id, flow, elect_if_absent: elect });
+                    if !self.send_ccl(now, link, director, &q) {
+                        return Err(DropReason::ClusterPeerUnresolved);
+                    }
+                    self.counters.director_queries_sent += 1;
                 }
-                self.counters.director_queries_sent += 1;
                 query_id
             }
         };

@@ -20,6 +20,10 @@ pub(crate) enum Plan {
     Relay(NodeId),
     /// Ask this director and park the frame.
     Query { director: NodeId, elect: bool },
+    /// This node is the director holding the state of a flow whose owner
+    /// left: install it (`ClusterPath::take_over`), then run conntrack
+    /// here as owner (R11).
+    TakeOver,
     Drop(DropReason),
 }
 
@@ -60,13 +64,28 @@ impl ClusterPath {
         }
         let me = self.me;
         let key = canonical(tuple);
-        // 2. A record names another owner.
+        // 2. A record names another owner: follow it if that owner is a
+        //    member. If it left (R11), the flow's director takes the flow
+        //    over when it holds the state; anyone else asks the director
+        //    (no record from here on).
+        let mut orphan = false;
         if let Some(r) = self.records.get_mut(&key) {
             if live(r, now) && r.owner != me {
-                if r.role == Role::Forwarder {
-                    r.last_seen = now;
+                // `members.contains`, without its range check: a record's
+                // owner is a validated node id (< 16).
+                if self.members.bits() >> (r.owner.0 & 15) & 1 != 0 {
+                    if r.role == Role::Forwarder {
+                        r.last_seen = now;
+                    }
+                    return Plan::Forward(r.owner);
                 }
-                return Plan::Forward(r.owner);
+                orphan = true;
+            }
+        }
+        if orphan {
+            self.counters.dead_owner_records += 1;
+            if self.orphan_here(tuple, now) {
+                return Plan::TakeOver;
             }
         }
         // 3. No record.
@@ -81,7 +100,26 @@ impl ClusterPath {
             L4Info::Tcp(seg) => {
                 let (syn, ack) = (seg.flags & tcp_flags::SYN != 0, seg.flags & tcp_flags::ACK != 0);
                 if syn && !ack {
+                    if !local && self.syn_guarded(now) {
+                        // The SYN guard (docs/failover.md): after a member
+                        // change ECMP may have moved a handshake from its
+                        // owner; the director says who owns it (or elects
+                        // us, R8) before any cookie ISN leaves.
+                        self.counters.syn_guard_queries += 1;
+                        return Plan::Query { director, elect: true };
+                    }
                     return Plan::Own; // R1: the SYN's receiver owns the connection.
+                }
+                if ack && !syn && seg.flags & tcp_flags::RST != 0 && seg.payload_len == 0 && self.seq_randomization {
+                    // A RST|ACK refusing a SYN acknowledges the cookie ISN
+                    // + 1, as a SYN-ACK does (R6): go to the owner without
+                    // waiting for its registration to reach the director.
+                    if let Some(o) = self.cookies.owner_from_synack_ack(seg.ack) {
+                        if o != me && self.members.contains(o) {
+                            self.counters.rst_cookie_decoded += 1;
+                            return Plan::Forward(o);
+                        }
+                    }
                 }
                 if syn && ack && self.seq_randomization {
                     if let Some(o) = self.cookies.owner_from_synack_ack(seg.ack) {
@@ -98,6 +136,7 @@ impl ClusterPath {
                                 last_seen: now,
                                 idle: timeouts.tcp_established,
                                 version: None,
+                                state: None,
                             };
                             if !self.upsert(key, rec) {
                                 return Plan::Drop(DropReason::ClusterRecordTableFull);
@@ -107,10 +146,14 @@ impl ClusterPath {
                         }
                     }
                 }
-                if local {
-                    Plan::Own
-                } else {
+                if !local {
                     Plan::Query { director, elect: false }
+                } else if self.local_hold(now) {
+                    // The director without a record, while owners may be
+                    // registering: wait here for the record (`failover.rs`).
+                    Plan::Query { director: me, elect: false }
+                } else {
+                    Plan::Own
                 }
             }
             // Short-lived replies (R7): DNS answers and echo replies go to
@@ -180,7 +223,7 @@ impl ClusterPath {
             }
             Plan::Query { director, elect } => self.park(now, link, in_port, ifx, rx, tuple, buf, director, elect),
             Plan::Drop(r) => Err(r),
-            Plan::Own => Err(DropReason::ClusterNoOwnerFlow),
+            Plan::Own | Plan::TakeOver => Err(DropReason::ClusterNoOwnerFlow),
         }
     }
 }

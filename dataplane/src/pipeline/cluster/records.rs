@@ -8,7 +8,7 @@ use super::{
     RECORD_SWEEP, RESENDS, RESEND_DELAY, STATE_NOT_TCP,
 };
 use crate::ccl::{FlowKey, FlowOp, FlowRecord};
-use crate::cluster::{flow_hash, SeqDelta};
+use crate::cluster::{flow_hash, Backups, SeqDelta};
 use crate::conntrack::{tcp_flags, ConnTable, FlowHandle, L4Info, TcpState, Tracked};
 use crate::pipeline::context::Xlate;
 use crate::types::{Direction, FiveTuple, Timestamp};
@@ -89,7 +89,7 @@ impl ClusterPath {
                 Direction::Original => *tuple,
                 Direction::Reply => tuple.reversed(),
             };
-            let mut version = None;
+            let mut version: Option<Version> = None;
             let mut lengthened = false;
             if let Some(e) = self.extras.get_mut(idx) {
                 e.sent = now;
@@ -111,33 +111,52 @@ impl ClusterPath {
             if resyn {
                 self.counters.registers_resent += 1;
             }
-            if let Ok(flow) = FlowKey::new(orig) {
-                let mut record = FlowRecord {
-                    flow,
-                    owner: self.me,
-                    op: FlowOp::Upsert,
-                    tcp_state: state.map_or(STATE_NOT_TCP, |s| s as u8),
-                    flags: 0,
-                    seq_delta: delta,
-                    idle_timeout_s: timeout.as_secs().min(u64::from(u32::MAX)) as u32,
-                    opaque: [0; crate::ccl::OPAQUE_LEN],
-                };
-                if let Some(v) = version {
-                    v.write(&mut record);
-                }
+            if let Some(record) = self.owner_record(now, conn, tracked.handle, &orig) {
                 self.queue_record(now, link, &orig, record, tracked.created || resyn);
             }
         }
         (delta != 0 && matches!(l4, L4Info::Tcp(_))).then_some(Xlate { dir: tracked.dir, delta: SeqDelta(delta) })
     }
 
+    /// The record the owner sends now for its flow `h` (`orig`: the
+    /// original direction): TCP state, idle timeout, sequence delta and
+    /// version from the flow's extras, and the flow state (`FLAG_STATE`,
+    /// R9), so that a director or backup can hand the flow on (R11).
+    pub(super) fn owner_record(&self, now: Timestamp, conn: &ConnTable, h: FlowHandle, orig: &FiveTuple) -> Option<FlowRecord> {
+        let flow = FlowKey::new(*orig).ok()?;
+        let e = self.extras.get(h.index() as usize)?;
+        let state = conn.tcp_state(h);
+        let timeout = state_timeout(conn.timeouts(), state, orig.proto);
+        let mut record = FlowRecord {
+            flow,
+            owner: self.me,
+            op: FlowOp::Upsert,
+            tcp_state: state.map_or(STATE_NOT_TCP, |s| s as u8),
+            flags: 0,
+            seq_delta: e.delta,
+            idle_timeout_s: timeout.as_secs().min(u64::from(u32::MAX)) as u32,
+            opaque: [0; crate::ccl::OPAQUE_LEN],
+        };
+        e.version.write(&mut record);
+        if let Some(st) = conn.export(now, h) {
+            record.set_state(&st.to_bytes());
+        }
+        Some(record)
+    }
+
     /// Queue `record` for the flow's director and backups (sent by `flush`).
     fn queue_record(&mut self, now: Timestamp, link: &mut Link<'_>, orig: &FiveTuple, record: FlowRecord, register: bool) {
+        let backups = self.directors.backups(flow_hash(orig), self.me);
+        self.queue_to(now, link, record, register, backups);
+    }
+
+    /// Queue `record` for the nodes `to` (sent by `flush`; a queue about
+    /// to overflow is flushed first).
+    pub(super) fn queue_to(&mut self, now: Timestamp, link: &mut Link<'_>, record: FlowRecord, register: bool, to: Backups) {
         if self.updates.len() + crate::cluster::MAX_BACKUPS > MAX_UPDATES {
             self.flush(now, link);
         }
-        let backups = self.directors.backups(flow_hash(orig), self.me);
-        for to in backups.iter() {
+        for to in to.iter() {
             if self.updates.len() < MAX_UPDATES {
                 self.updates.push(Update { to, register, record });
                 if register {
@@ -149,10 +168,13 @@ impl ClusterPath {
         }
     }
 
-    /// Cluster timers: pending-query timeouts, re-sends, idle records, ARP
-    /// for CCL peers not yet resolved.
+    /// Cluster timers: pending-query timeouts, held queries, re-sends, the
+    /// re-registration scan, idle records, ARP for CCL peers not yet
+    /// resolved.
     pub fn timers(&mut self, now: Timestamp, link: &mut Link<'_>, conn: &ConnTable) {
         self.expire_pending(now);
+        self.expire_held(now, link);
+        self.sync_step(now, link, conn);
         let resent = self.resend_due(now, link, conn);
         if now >= self.next_sweep {
             let before = self.records.len();
@@ -190,7 +212,6 @@ impl ClusterPath {
                 continue;
             };
             let state = conn.tcp_state(h);
-            let me = self.me;
             let Some(e) = self.extras.get_mut(h.index() as usize) else {
                 continue;
             };
@@ -201,27 +222,14 @@ impl ClusterPath {
             e.version.seq = e.version.seq.wrapping_add(1);
             e.sent = now;
             e.sent_idle = timeout;
-            let (version, delta) = (e.version, e.delta);
             if r.left > 1 {
                 self.resends.push_back(Resend { due: now.saturating_add(RESEND_DELAY), left: r.left - 1, ..r });
             }
             self.counters.updates_resent += 1;
-            let Ok(flow) = FlowKey::new(r.orig) else {
-                continue;
-            };
-            let mut record = FlowRecord {
-                flow,
-                owner: me,
-                op: FlowOp::Upsert,
-                tcp_state: state.map_or(STATE_NOT_TCP, |s| s as u8),
-                flags: 0,
-                seq_delta: delta,
-                idle_timeout_s: timeout.as_secs().min(u64::from(u32::MAX)) as u32,
-                opaque: [0; crate::ccl::OPAQUE_LEN],
-            };
-            version.write(&mut record);
-            self.queue_record(now, link, &r.orig, record, false);
-            queued = true;
+            if let Some(record) = self.owner_record(now, conn, h, &r.orig) {
+                self.queue_record(now, link, &r.orig, record, false);
+                queued = true;
+            }
         }
     }
 

@@ -1,0 +1,413 @@
+//! Failover on one worker (SPEC R11, R4; docs/failover.md): taking a
+//! connection over when its owner left, re-registering owned flows when the
+//! member set changes, the director's hold for a registration in flight,
+//! fencing by lease and the reset.
+//!
+//! Takeover. A record (forwarder, director or backup) naming a node that is
+//! not in the member set is never followed. The director of the flow under
+//! the current member set, if it holds the record with the owner's state,
+//! is the only node that decides: a packet reaching it makes it the owner
+//! (`take_over`, `Plan::TakeOver`), an owner query from another member
+//! makes the querier the owner (`grant`: a `FlowTransfer` with the state,
+//! the record now names the querier). The new owner installs the flow with
+//! `FlowState::resync` (the record may be older than the connection),
+//! keeps the sequence delta, starts a new generation of the record version
+//! and registers with its director and backups. With rendezvous ranking
+//! the new director already holds the state after every single failure
+//! (`cluster::director` properties), and after every double failure with
+//! `backups: 2`.
+//!
+//! Re-registration. `set_members` keeps the table every owned flow is
+//! registered under (`synced`) and starts a scan of the flow table,
+//! `SYNC_BUDGET` slots per `poll_timers`: a flow whose backups (director
+//! included) differ between `synced` and the new table is registered with
+//! the nodes it did not have, with its state. When the scan ends the
+//! queued records are flushed and a `SyncDone { epoch }` goes to every
+//! other member, behind them on the same channel. A change during a scan
+//! restarts it from `synced` (some flows are sent twice; none is missed).
+//!
+//! Invariants:
+//! - at most one owner: a grant or a local takeover happens only at the
+//!   flow's director under this node's member set, only for a record whose
+//!   owner is not a member, and turns the record into one naming the new
+//!   owner, so a second query is answered with that owner; records and
+//!   queries from non-members are ignored (counted), so a node that was
+//!   removed (paused, partitioned) cannot claim a flow back;
+//! - a transfer is installed only for a query this worker has pending for
+//!   that flow, addressed to this node, with a valid state; anything else
+//!   is counted (`transfers_refused`) and changes nothing;
+//! - the scan and the hold table are bounded (`SYNC_BUDGET`, `MAX_HELD`)
+//!   and allocate nothing; nothing here runs per packet except `fenced`
+//!   (one compare) and the take-over of a packet's own flow.
+
+use super::{
+    canonical, live, ClusterPath, HeldQuery, Link, OwnerExtra, Role, SyncProgress, Version, MAX_HELD, SYNC_BUDGET,
+    SYNC_EPOCHS,
+};
+use crate::ccl::{FlowKey, FlowOp, FlowRecord, FlowTransfer, Message, OwnerQuery, OwnerReply, SyncDone, OPAQUE_LEN};
+use crate::cluster::flow_hash;
+use crate::conntrack::{ConnTable, FlowState};
+use crate::types::{DropReason, Duration, Epoch, FiveTuple, NodeId, Timestamp};
+
+impl ClusterPath {
+    // --- Fencing and reset. ---
+
+    /// Is the lease over (docs/failover.md, "Fencing")?
+    #[inline(always)]
+    pub fn fenced(&self, now: Timestamp) -> bool {
+        now >= self.lease
+    }
+
+    /// A new lease from membership.
+    pub fn set_lease(&mut self, until: Timestamp) {
+        self.lease = until;
+    }
+
+    /// This node left the cluster: forget every record, parked frame,
+    /// queued message, open batch, held query and re-send (the caller
+    /// clears the flow table). Counters and the CCL endpoint stay.
+    pub fn reset(&mut self, now: Timestamp) {
+        self.records.clear();
+        self.pool.clear();
+        self.fwd_batches = [None; NodeId::MAX_NODES];
+        self.updates.clear();
+        self.resends.clear();
+        self.held.clear();
+        self.local_len = 0;
+        self.received_len = 0;
+        self.pooled_out = false;
+        self.synced = self.directors;
+        self.sync.running = false;
+        self.sync.sent = true;
+        self.sync.started = now;
+        self.done_from = [(Epoch(0), 0); SYNC_EPOCHS];
+        self.counters.resets += 1;
+    }
+
+    // --- Member-set changes: SYN guard, re-registration, sync markers. ---
+
+    /// `set_members` has installed the new table: open the SYN guard and
+    /// (re)start the scan.
+    pub(super) fn start_sync(&mut self, now: Timestamp) {
+        // `synced` stays: the table of the last finished scan (every owned
+        // flow is registered under it), also when a scan is cut short.
+        self.guard_until = now.saturating_add(self.syn_guard);
+        self.sync.epoch = self.members.epoch();
+        self.sync.cursor = 0;
+        self.sync.running = true;
+        self.sync.sent = false;
+        self.sync.started = now;
+    }
+
+    /// Within the SYN guard window (a SYN at a non-director asks first)?
+    #[inline]
+    pub(super) fn syn_guarded(&self, now: Timestamp) -> bool {
+        now < self.guard_until
+    }
+
+    /// One step of the re-registration scan (from `timers`): up to
+    /// `SYNC_BUDGET` slots; at the end, flush and send `SyncDone`.
+    pub(super) fn sync_step(&mut self, now: Timestamp, link: &mut Link<'_>, conn: &ConnTable) {
+        if !self.sync.running {
+            return;
+        }
+        let cap = conn.capacity();
+        let end = self.sync.cursor.saturating_add(SYNC_BUDGET).min(cap);
+        for i in self.sync.cursor..end {
+            let Some((h, orig)) = conn.slot(i) else { continue };
+            self.counters.sync_scanned += 1;
+            let hash = flow_hash(&orig);
+            let (old, new) = (self.synced.backups(hash, self.me), self.directors.backups(hash, self.me));
+            if old == new {
+                continue;
+            }
+            let mut to = crate::cluster::Backups::default();
+            for n in new.iter().filter(|&n| !old.contains(n)) {
+                to.push(n);
+            }
+            if to.is_empty() {
+                continue; // only a holder less: nothing to send
+            }
+            let Some(record) = self.owner_record(now, conn, h, &orig) else { continue };
+            self.counters.reregistered += 1;
+            self.queue_to(now, link, record, true, to);
+        }
+        self.sync.cursor = end;
+        if end < cap {
+            return;
+        }
+        // Done: the records first, then the markers on the same channel.
+        self.flush(now, link);
+        self.synced = self.directors;
+        self.sync.running = false;
+        self.sync.sent = true;
+        self.sync.took = now.since(self.sync.started);
+        let m = Message::SyncDone(SyncDone { epoch: self.sync.epoch });
+        let (members, me) = (self.members, self.me);
+        for n in members.iter().filter(|&n| n != me) {
+            if self.send_ccl(now, link, n, &m) {
+                self.counters.sync_done_sent += 1;
+            }
+        }
+    }
+
+    /// A peer's `SyncDone`: remember it under its epoch.
+    pub(super) fn on_sync_done(&mut self, from: NodeId, epoch: Epoch) {
+        self.counters.sync_done_received += 1;
+        let bit = 1u16.checked_shl(u32::from(from.0)).unwrap_or(0);
+        if let Some(e) = self.done_from.iter_mut().find(|e| e.0 == epoch && e.1 != 0) {
+            e.1 |= bit;
+            return;
+        }
+        if let Some(e) = self.done_from.get_mut(self.done_next) {
+            *e = (epoch, bit);
+        }
+        self.done_next = (self.done_next + 1) % SYNC_EPOCHS;
+    }
+
+    /// `Pipeline::sync_progress` (contract).
+    pub fn sync_progress(&self, epoch: Epoch) -> SyncProgress {
+        let done_from = self.done_from.iter().filter(|e| e.0 == epoch).fold(0, |a, e| a | e.1);
+        SyncProgress { epoch, done_from, sent: self.sync.sent && self.sync.epoch.0 >= epoch.0 }
+    }
+
+    /// The last scan: running, and how long the last finished one took.
+    pub fn sync_state(&self) -> (bool, Duration) {
+        (self.sync.running, self.sync.took)
+    }
+
+    // --- Takeover. ---
+
+    /// Is this a record of a flow whose owner left and whose state this
+    /// node holds as the flow's director (it decides the takeover)?
+    pub(super) fn orphan_here(&self, t: &FiveTuple, now: Timestamp) -> bool {
+        match self.records.get(&canonical(t)) {
+            Some(r) if live(r, now) && r.owner != self.me && !self.members.contains(r.owner) && r.state.is_some() => {
+                self.director_of(t) == self.me
+            }
+            _ => false,
+        }
+    }
+
+    /// `Plan::TakeOver`: this node, the director holding the state of a
+    /// flow whose owner left, becomes its owner for the packet at hand.
+    pub fn take_over(&mut self, now: Timestamp, link: &mut Link<'_>, conn: &mut ConnTable, t: &FiveTuple) -> Result<(), DropReason> {
+        let key = canonical(t);
+        let (orig, state, delta) = match self.records.get(&key) {
+            Some(r) if self.orphan_here(t, now) => match r.state {
+                Some(s) => (r.orig, s, r.seq_delta),
+                None => return Err(DropReason::ClusterNoRecord),
+            },
+            _ => return Err(DropReason::ClusterNoRecord),
+        };
+        self.adopt(now, link, conn, &orig, state, delta)?;
+        self.counters.takeovers_local += 1;
+        Ok(())
+    }
+
+    /// Install a flow taken over and register it (both takeover paths).
+    fn adopt(
+        &mut self,
+        now: Timestamp,
+        link: &mut Link<'_>,
+        conn: &mut ConnTable,
+        orig: &FiveTuple,
+        state: FlowState,
+        delta: u32,
+    ) -> Result<(), DropReason> {
+        let h = conn.install(now, orig, state.resync())?;
+        // The owner keeps no record of its own flows.
+        self.records.remove(&canonical(orig));
+        let version = Version { generation: self.next_generation, seq: 0 };
+        self.next_generation = self.next_generation.wrapping_add(1);
+        let timeout = super::state_timeout(conn.timeouts(), state.tcp_state(), orig.proto);
+        if let Some(e) = self.extras.get_mut(h.index() as usize) {
+            *e = OwnerExtra { delta, sent: now, version, sent_idle: timeout };
+        }
+        if let Some(record) = self.owner_record(now, conn, h, orig) {
+            let to = self.directors.backups(flow_hash(orig), self.me);
+            self.queue_to(now, link, record, true, to);
+        }
+        Ok(())
+    }
+
+    /// Director: the querier asked about a flow whose owner left, and this
+    /// node holds its state: elect the querier, send it the flow. `false`
+    /// when the transfer could not be sent (the record is unchanged).
+    pub(super) fn grant(&mut self, now: Timestamp, link: &mut Link<'_>, from: NodeId, q: &OwnerQuery) -> bool {
+        let key = canonical(&q.flow.tuple());
+        let Some(r) = self.records.get(&key).copied() else { return false };
+        let (Some(state), Ok(flow)) = (r.state, FlowKey::new(r.orig)) else { return false };
+        let mut record = FlowRecord {
+            flow,
+            owner: from,
+            op: FlowOp::Upsert,
+            tcp_state: r.tcp_state,
+            flags: 0,
+            seq_delta: r.seq_delta,
+            idle_timeout_s: r.idle.as_secs().min(u64::from(u32::MAX)) as u32,
+            opaque: [0; OPAQUE_LEN],
+        };
+        record.set_state(&state.to_bytes());
+        let mut bytes = [0u8; FlowRecord::V6_LEN];
+        let Ok(n) = record.emit(&mut bytes) else { return false };
+        let Ok(x) = FlowTransfer::new(q.query_id, bytes.get(..n).unwrap_or(&[])) else { return false };
+        if !self.send_ccl(now, link, from, &Message::FlowTransfer(x)) {
+            return false;
+        }
+        if let Some(r) = self.records.get_mut(&key) {
+            // The querier is the owner now; its registration (a new
+            // generation of its own) replaces this record.
+            r.owner = from;
+            r.version = None;
+            r.last_seen = now;
+            r.role = if self.directors.director(flow_hash(&r.orig)) == self.me { Role::Director } else { Role::Backup };
+        }
+        self.counters.takeovers_granted += 1;
+        true
+    }
+
+    /// Querier: a `FlowTransfer`. Installs the flow and returns the query
+    /// whose parked frames to release as owner; `None` (counted) when the
+    /// transfer is not for a query of ours or cannot be installed.
+    pub(super) fn on_transfer(
+        &mut self,
+        now: Timestamp,
+        link: &mut Link<'_>,
+        conn: &mut ConnTable,
+        from: NodeId,
+        x: &FlowTransfer<'_>,
+    ) -> Option<u32> {
+        let Ok(r) = x.record() else {
+            self.counters.transfers_refused += 1;
+            return None;
+        };
+        let r = &r;
+        let orig = r.flow.tuple();
+        let pending = self.pending_query(&canonical(&orig));
+        let state = r.state().and_then(|b| FlowState::from_bytes(b).ok());
+        let ok = r.owner == self.me && r.op == FlowOp::Upsert && self.members.contains(from) && pending == Some(x.query_id);
+        let (true, Some(state)) = (ok, state) else {
+            self.counters.transfers_refused += 1;
+            return None;
+        };
+        if conn.lookup(&orig).is_none() {
+            if self.adopt(now, link, conn, &orig, state, r.seq_delta).is_err() {
+                self.counters.transfers_refused += 1;
+                return None;
+            }
+            self.counters.takeovers += 1;
+        }
+        Some(x.query_id)
+    }
+
+    // --- The director's hold (a registration in flight). ---
+
+    /// Hold `q` for `director_hold` (no record, no election asked); full,
+    /// or no hold configured: answer "none" now.
+    pub(super) fn hold(&mut self, now: Timestamp, link: &mut Link<'_>, from: NodeId, q: &OwnerQuery) {
+        if self.held.iter().any(|h| h.from == from && h.query_id == q.query_id) {
+            return; // a duplicate
+        }
+        if self.held.len() >= MAX_HELD || self.director_hold == Duration::ZERO {
+            if self.director_hold != Duration::ZERO {
+                self.counters.held_full += 1;
+            }
+            let reply = Message::OwnerReply(OwnerReply { query_id: q.query_id, flow: q.flow, owner: None });
+            self.send_ccl(now, link, from, &reply);
+            return;
+        }
+        let key = canonical(&q.flow.tuple());
+        self.held.push(HeldQuery { query_id: q.query_id, from, flow: q.flow, key, deadline: now.saturating_add(self.director_hold) });
+        self.counters.queries_held += 1;
+    }
+
+    /// Does a mid-connection TCP segment with no record at this node, its
+    /// director, wait for a registration in flight (a query held here,
+    /// `hold_local`) rather than meet conntrack (`tcp-no-flow`)? With a
+    /// hold configured, within the window after a member change (owners
+    /// are re-registering), or without cookies (a SYN-ACK cannot name its
+    /// owner).
+    #[inline]
+    pub(super) fn local_hold(&self, now: Timestamp) -> bool {
+        self.director_hold != Duration::ZERO && (self.syn_guarded(now) || !self.seq_randomization)
+    }
+
+    /// The director's own query (`park` with this node as director): held
+    /// like a peer's; its answer comes back through `next_local_release`.
+    pub(super) fn hold_local(&mut self, now: Timestamp, query_id: u32, flow: FlowKey, key: FiveTuple) -> bool {
+        if self.held.len() >= MAX_HELD {
+            self.counters.held_full += 1;
+            return false;
+        }
+        self.held.push(HeldQuery { query_id, from: self.me, flow, key, deadline: now.saturating_add(self.director_hold) });
+        self.counters.queries_held += 1;
+        true
+    }
+
+    /// The answer to one of this node's own held queries, if any: the frames
+    /// parked under the query id are to be released with this owner
+    /// (`None`: nobody registered in time). For the pipeline, after a CCL
+    /// datagram and after the timers.
+    /// Are answers to this node's own held queries waiting?
+    #[inline(always)]
+    pub fn has_local_release(&self) -> bool {
+        self.local_len != 0
+    }
+
+    #[inline]
+    pub fn next_local_release(&mut self) -> Option<(u32, Option<NodeId>)> {
+        if self.local_len == 0 {
+            return None;
+        }
+        self.local_len -= 1;
+        self.local_releases.get(self.local_len).copied()
+    }
+
+    /// Hand the answer of a held query to its asker: a reply to a peer, a
+    /// release to ourselves.
+    fn answer(&mut self, now: Timestamp, link: &mut Link<'_>, h: HeldQuery, owner: Option<NodeId>) {
+        if h.from == self.me {
+            if let Some(slot) = self.local_releases.get_mut(self.local_len) {
+                *slot = (h.query_id, owner);
+                self.local_len += 1;
+            }
+            // Full (never: one per held query of ours, at most a burst's):
+            // the frames wait for their pending timeout.
+            return;
+        }
+        let reply = Message::OwnerReply(OwnerReply { query_id: h.query_id, flow: h.flow, owner });
+        self.send_ccl(now, link, h.from, &reply);
+    }
+
+    /// A record for `key` arrived (owner `owner`): answer the queries held
+    /// for it.
+    pub(super) fn answer_held(&mut self, now: Timestamp, link: &mut Link<'_>, key: &FiveTuple, owner: NodeId) {
+        let mut i = 0;
+        while i < self.held.len() {
+            let Some(h) = self.held.get(i).copied() else { break };
+            if h.key != *key {
+                i += 1;
+                continue;
+            }
+            self.held.swap_remove(i);
+            self.counters.held_answered += 1;
+            self.answer(now, link, h, Some(owner));
+        }
+    }
+
+    /// Answer "none" to the held queries past their deadline.
+    pub(super) fn expire_held(&mut self, now: Timestamp, link: &mut Link<'_>) {
+        let mut i = 0;
+        while i < self.held.len() {
+            let Some(h) = self.held.get(i).copied() else { break };
+            if h.deadline > now {
+                i += 1;
+                continue;
+            }
+            self.held.swap_remove(i);
+            self.counters.held_timeouts += 1;
+            self.answer(now, link, h, None);
+        }
+    }
+}

@@ -1,0 +1,716 @@
+//! Failover golden tests (docs/failover.md) on the in-process cluster bed:
+//! a node "fails" when its frames stop and the survivors get the member set
+//! without it (`Bed::kill`, what membership does after the hold time).
+//! Node A = 0, B = 1, C = 2 (D = 3 in four-node beds); flows are chosen so
+//! that C is the director, A the owner (its SYN) and B the forwarder (the
+//! SYN-ACK's cookie). Each test checks the frames that leave the cluster,
+//! the CCL messages and the counters, and that exactly one node that is up
+//! owns the connection.
+
+mod cluster_bed;
+
+use cluster_bed::*;
+use dataplane::ccl::MessageKind;
+use dataplane::cluster::{flow_hash, DirectorTable, MemberSet};
+use dataplane::conntrack::tcp_flags::{ACK, PSH, RST, SYN};
+use dataplane::pipeline::{PipelineConfig, Role, Verdict, DEFAULT_DIRECTOR_HOLD};
+use dataplane::{DropReason, Duration, Epoch, NodeId, PortId, Timestamp};
+use proptest::prelude::*;
+
+const A: usize = 0;
+const B: usize = 1;
+const C: usize = 2;
+const D: usize = 3;
+const C_ISN: u32 = 1000;
+const S_ISN: u32 = 5000;
+
+type Out = Vec<(usize, PortId, Vec<u8>)>;
+
+fn one(out: &Out) -> (usize, PortId, Vec<u8>) {
+    assert_eq!(out.len(), 1, "exactly one frame leaves the cluster: {out:?}");
+    out[0].clone()
+}
+
+fn accounted(bed: &Bed) {
+    for (n, p) in bed.nodes.iter().enumerate() {
+        let c = p.counters();
+        assert_eq!(c.packets, c.emitted() + c.consumed + c.dropped(), "node {n}: every packet accounted for");
+    }
+}
+
+/// Drops on node `n`, all reasons (data-port verdicts, then batch frames).
+fn no_drops(bed: &Bed, n: usize) {
+    let c = bed.nodes[n].counters();
+    let drops: Vec<(&str, u64)> =
+        DropReason::ALL.iter().map(|r| (r.as_str(), c.drop_count(*r))).filter(|d| d.1 != 0).collect();
+    assert!(drops.is_empty(), "node {n} dropped {drops:?}");
+    let cl = bed.cluster(n).counters;
+    assert_eq!((cl.batch_frame_drops, cl.pending_no_owner, cl.pending_timeouts), (0, 0, 0), "node {n}");
+}
+
+/// Client port whose flow has director `want` among `nodes` members.
+fn cport_for(nodes: usize, want: usize) -> u16 {
+    port_with_director(SERVER, 80, 6, nodes, want)
+}
+
+/// The connection of `cport`: SYN on `owner`, SYN-ACK on `fwd` (cookie),
+/// ACK on `owner`, then one data segment each way. Returns the delta.
+fn connect(bed: &mut Bed, cport: u16, owner: usize, fwd: usize) -> u32 {
+    let out = bed.send(owner, IN, from_host(owner, SERVER).tcp(cport, 80, C_ISN, 0, SYN, 64240, &SYN_OPTS, b""));
+    let isn = tcp_fields(&one(&out).2).0;
+    let out = bed.send(
+        fwd,
+        OUT,
+        from_outside(fwd, SERVER).tcp(80, cport, S_ISN, isn.wrapping_add(1), SYN | ACK, 65535, &SYN_OPTS, b""),
+    );
+    assert_eq!(one(&out).0, owner);
+    let out = bed.send(owner, IN, from_host(owner, SERVER).tcp(cport, 80, C_ISN + 1, S_ISN + 1, ACK, 502, &[], b""));
+    assert_eq!(one(&out).0, owner);
+    let delta = isn.wrapping_sub(C_ISN);
+    // 100 bytes of request, 1000 of answer: the director's record (sent at
+    // ESTABLISHED) has not seen them.
+    let out = bed.send(owner, IN, from_host(owner, SERVER).tcp(cport, 80, C_ISN + 1, S_ISN + 1, ACK | PSH, 502, &[], &[b'q'; 100]));
+    assert_eq!(one(&out).0, owner);
+    let out = bed.send(
+        owner,
+        OUT,
+        from_outside(owner, SERVER).tcp(80, cport, S_ISN + 1, isn.wrapping_add(101), ACK | PSH, 509, &[], &[b'r'; 1000]),
+    );
+    assert_eq!(one(&out).0, owner);
+    delta
+}
+
+/// The client's next segment (after 100 bytes sent, 1000 received), on
+/// node `n`, and what must leave towards the server from node `owner`.
+fn client_seg(n: usize, owner: usize, cport: u16, delta: u32, data: &[u8]) -> (Vec<u8>, Vec<u8>) {
+    let seq = C_ISN + 101;
+    (
+        from_host(n, SERVER).tcp(cport, 80, seq, S_ISN + 1001, ACK | PSH, 502, &[], data),
+        to_gw(owner, SERVER).tcp(cport, 80, seq.wrapping_add(delta), S_ISN + 1001, ACK | PSH, 502, &[], data),
+    )
+}
+
+/// The server's next segment on node `n` (acking the client's 100 + `acked`
+/// bytes), and what must reach the client from node `owner`.
+fn server_seg(n: usize, owner: usize, cport: u16, delta: u32, acked: u32) -> (Vec<u8>, Vec<u8>) {
+    let ack = C_ISN + 101 + acked;
+    (
+        from_outside(n, SERVER).tcp(80, cport, S_ISN + 1001, ack.wrapping_add(delta), ACK, 509, &[], b""),
+        to_host(owner, SERVER).tcp(80, cport, S_ISN + 1001, ack, ACK, 509, &[], b""),
+    )
+}
+
+fn with_hold(nodes: usize, seq: bool) -> impl Fn(usize) -> PipelineConfig {
+    move |n| {
+        let mut c = config(n, nodes, seq);
+        if let Some(cl) = c.cluster.as_mut() {
+            cl.director_hold = DEFAULT_DIRECTOR_HOLD;
+        }
+        c
+    }
+}
+
+#[test]
+fn owner_killed_forwarder_takes_over_through_the_director() {
+    let mut bed = Bed::new(3, true);
+    let cport = cport_for(3, C);
+    let t = tuple(HOST, cport, SERVER, 80, 6);
+    let delta = connect(&mut bed, cport, A, B);
+    assert_eq!(bed.nodes[C].cluster_role(bed.now(), &t), Some((Role::Director, NodeId(A as u8))));
+
+    // A dies. The client's next segment lands on B, whose forwarder record
+    // names A: B asks C, C holds A's state and elects B, B installs the
+    // flow and sends the segment on as owner (sequence translated).
+    bed.kill(A, 2);
+    let (seg, want) = client_seg(B, B, cport, delta, b"more");
+    let out = bed.send(B, IN, seg);
+    let (n, port, f) = one(&out);
+    assert_eq!((n, port), (B, OUT));
+    assert_eq!(hex(&f), hex(&want));
+    let (b, c) = (bed.cluster(B).counters, bed.cluster(C).counters);
+    assert_eq!((b.dead_owner_records, b.director_queries_sent, b.takeovers, b.pending_released), (1, 1, 1, 1));
+    assert_eq!((c.takeovers_granted, c.takeovers_local), (1, 0));
+    assert_eq!(bed.ccl_count(B, C, MessageKind::OwnerQuery), 1);
+    assert_eq!(bed.ccl_count(C, B, MessageKind::FlowTransfer), 1);
+    assert_eq!(bed.ccl_count(B, C, MessageKind::FlowRegister), 1, "the new owner registers");
+    assert_eq!(bed.owners_up(&t), vec![B]);
+    assert_eq!(bed.nodes[C].cluster_role(bed.now(), &t), Some((Role::Director, NodeId(B as u8))));
+    assert_eq!(bed.nodes[B].conntrack().stats().installed, 1);
+
+    // The server's answer lands on C (forwarded to B) and on B itself.
+    for at in [C, B] {
+        let (seg, want) = server_seg(at, B, cport, delta, 4);
+        let out = bed.send(at, OUT, seg);
+        let (n, port, f) = one(&out);
+        assert_eq!((n, port), (B, IN));
+        assert_eq!(hex(&f), hex(&want));
+    }
+    // More client data on C: forwarded to B.
+    let (seg, _) = client_seg(C, B, cport, delta, b"");
+    let (seg2, want) = {
+        let seq = C_ISN + 105;
+        (
+            from_host(C, SERVER).tcp(cport, 80, seq, S_ISN + 1001, ACK | PSH, 502, &[], b"again"),
+            to_gw(B, SERVER).tcp(cport, 80, seq.wrapping_add(delta), S_ISN + 1001, ACK | PSH, 502, &[], b"again"),
+        )
+    };
+    drop(seg);
+    let out = bed.send(C, IN, seg2);
+    assert_eq!(hex(&one(&out).2), hex(&want));
+    for n in [B, C] {
+        no_drops(&bed, n);
+    }
+    assert_eq!(bed.owners_up(&t), vec![B]);
+    accounted(&bed);
+}
+
+#[test]
+fn owner_killed_director_takes_over_locally() {
+    let mut bed = Bed::new(3, true);
+    let cport = cport_for(3, C);
+    let t = tuple(HOST, cport, SERVER, 80, 6);
+    let delta = connect(&mut bed, cport, A, B);
+    bed.kill(A, 2);
+    // The server's segment reaches C, the director holding A's state: C
+    // becomes the owner on the spot, no CCL message needed.
+    let (seg, want) = server_seg(C, C, cport, delta, 0);
+    let out = bed.send(C, OUT, seg);
+    let (n, port, f) = one(&out);
+    assert_eq!((n, port), (C, IN));
+    assert_eq!(hex(&f), hex(&want));
+    assert_eq!(bed.cluster(C).counters.takeovers_local, 1);
+    assert_eq!(bed.owners_up(&t), vec![C]);
+    // C registers with its backup (it is director and owner now).
+    let backup = DirectorTable::new(&bed.members_up(2)).unwrap().backup(flow_hash(&t), NodeId(C as u8)).unwrap();
+    assert_eq!(backup, NodeId(B as u8));
+    assert_eq!(bed.ccl_count(C, B, MessageKind::FlowRegister), 1);
+    assert_eq!(bed.nodes[B].cluster_role(bed.now(), &t), Some((Role::Backup, NodeId(C as u8))));
+    // The client's segment on B: B's record (now a backup record) names C.
+    let (seg, want) = client_seg(B, C, cport, delta, b"data");
+    let out = bed.send(B, IN, seg);
+    assert_eq!(hex(&one(&out).2), hex(&want));
+    for n in [B, C] {
+        no_drops(&bed, n);
+    }
+    accounted(&bed);
+}
+
+#[test]
+fn owner_killed_node_without_record_asks_the_director() {
+    // Four nodes: D never saw the connection (ECMP moved it there).
+    let mut bed = Bed::new(4, true);
+    let cport = cport_for(4, C);
+    let t = tuple(HOST, cport, SERVER, 80, 6);
+    let delta = connect(&mut bed, cport, A, B);
+    bed.kill(A, 2);
+    let (seg, want) = client_seg(D, D, cport, delta, b"moved");
+    let out = bed.send(D, IN, seg);
+    let (n, _, f) = one(&out);
+    assert_eq!(n, D);
+    assert_eq!(hex(&f), hex(&want));
+    assert_eq!(bed.cluster(D).counters.takeovers, 1);
+    assert_eq!(bed.cluster(D).counters.dead_owner_records, 0, "D had no record");
+    // B (forwarder record naming A) asks C, which names D now.
+    let (seg, want) = server_seg(B, D, cport, delta, 5);
+    let out = bed.send(B, OUT, seg);
+    assert_eq!(hex(&one(&out).2), hex(&want));
+    assert_eq!(bed.cluster(C).counters.takeovers_granted, 1, "one grant: the second query got D");
+    assert_eq!(bed.owners_up(&t), vec![D]);
+    for n in [B, C, D] {
+        no_drops(&bed, n);
+    }
+    accounted(&bed);
+}
+
+#[test]
+fn director_killed_owner_reregisters_and_new_director_answers() {
+    let mut bed = Bed::new(4, true);
+    let cport = cport_for(4, C);
+    let t = tuple(HOST, cport, SERVER, 80, 6);
+    let delta = connect(&mut bed, cport, A, B);
+    bed.kill(C, 2);
+    let left = bed.members_up(2);
+    let table = DirectorTable::new(&left).unwrap();
+    let newdir = table.director(flow_hash(&t)).index();
+    let holders: Vec<usize> = table.backups(flow_hash(&t), NodeId(A as u8)).iter().map(|n| n.index()).collect();
+    // The owner's scan runs in its timers: the flow's director moved, so A
+    // registers it with the node(s) it did not have, then sends SyncDone to
+    // every other member.
+    let regs = bed.ccl_count(A, newdir, MessageKind::FlowRegister);
+    bed.tick(1);
+    assert_eq!(bed.cluster(A).counters.reregistered, 1);
+    for &h in &holders {
+        assert_eq!(bed.nodes[h].cluster_role(bed.now(), &t).map(|r| r.1), Some(NodeId(A as u8)), "holder {h}");
+    }
+    assert!(bed.ccl_count(A, holders[0], MessageKind::FlowRegister) > if holders[0] == newdir { regs } else { 0 });
+    for n in [A, B, D] {
+        for m in [A, B, D].into_iter().filter(|&m| m != n) {
+            assert_eq!(bed.ccl_count(n, m, MessageKind::SyncDone), 1, "{n} -> {m}");
+        }
+        let p = bed.nodes[n].sync_progress(Epoch(2));
+        assert!(p.sent, "node {n}");
+        let others: u16 = [A, B, D].iter().filter(|&&m| m != n).map(|&m| 1u16 << m).sum();
+        assert_eq!(p.done_from, others, "node {n}");
+    }
+    assert_eq!(bed.nodes[A].sync_progress(Epoch(1)).done_from, 0);
+    // A node without a record (D, unless it is the new director) asks the
+    // new director, which answers A.
+    let asker = if newdir == D { B } else { D };
+    let rec_before = bed.nodes[asker].cluster_role(bed.now(), &t);
+    let (seg, want) = client_seg(asker, A, cport, delta, b"hi");
+    let out = bed.send(asker, IN, seg);
+    assert_eq!(hex(&one(&out).2), hex(&want));
+    if rec_before.is_none() {
+        assert_eq!(bed.ccl_count(asker, newdir, MessageKind::OwnerQuery), 1);
+    }
+    assert_eq!(bed.owners_up(&t), vec![A]);
+    for n in [A, B, D] {
+        no_drops(&bed, n);
+    }
+    accounted(&bed);
+}
+
+#[test]
+fn reregistration_of_many_flows_is_bounded_and_measured() {
+    // 2000 connections owned by A; the director of some is D. D dies: A
+    // re-registers exactly the flows whose director or backup moved, in
+    // scan steps of SYNC_BUDGET slots per timer tick.
+    const FLOWS: usize = 2000;
+    let mut bed = Bed::with(4, |n| {
+        let mut c = config(n, 4, true);
+        c.flow_capacity = 4096;
+        c
+    });
+    let mut moved = 0;
+    let after = MemberSet::from_nodes(Epoch(2), [0u8, 1, 2].map(NodeId)).unwrap();
+    let (t0, t1) = (DirectorTable::new(&members(4)).unwrap(), DirectorTable::new(&after).unwrap());
+    for i in 0..FLOWS {
+        let cport = 10_000 + i as u16;
+        let out = bed.send(A, IN, from_host(A, SERVER).tcp(cport, 80, C_ISN, 0, SYN, 64240, &SYN_OPTS, b""));
+        assert_eq!(one(&out).0, A);
+        let h = flow_hash(&tuple(HOST, cport, SERVER, 80, 6));
+        if t0.backups(h, NodeId(0)) != t1.backups(h, NodeId(0)) {
+            moved += 1;
+        }
+    }
+    let registers_before = bed.cluster(A).counters.registers_sent;
+    let ccl_before = bed.cluster(A).ccl.tx(MessageKind::FlowRegister);
+    bed.kill(D, 2);
+    let mut ticks = 0;
+    while bed.nodes[A].sync_state().unwrap().0 {
+        bed.tick(1);
+        ticks += 1;
+        assert!(ticks < 100);
+    }
+    let a = bed.cluster(A);
+    let records = a.counters.registers_sent - registers_before;
+    let datagrams = a.ccl.tx(MessageKind::FlowRegister) - ccl_before;
+    let took = bed.nodes[A].sync_state().unwrap().1;
+    println!(
+        "re-protection: {FLOWS} flows, {moved} with a moved director/backup, re-registered {} ({records} records in {datagrams} FlowRegister datagrams), scan {ticks} timer ticks ({} ms virtual)",
+        a.counters.reregistered,
+        took.0 / 1_000_000
+    );
+    assert_eq!(a.counters.reregistered as usize, moved);
+    assert_eq!(a.counters.sync_scanned as usize, FLOWS);
+    // 4096 slots, SYNC_BUDGET (512) per tick.
+    assert_eq!(ticks, 4096 / dataplane::pipeline::cluster::SYNC_BUDGET);
+    // Batched: 19 IPv4 records per datagram at most.
+    assert!(datagrams as usize <= moved.div_ceil(19) + 3, "{datagrams}");
+    // Every moved flow is known to its new director again.
+    for i in 0..FLOWS {
+        let t = tuple(HOST, 10_000 + i as u16, SERVER, 80, 6);
+        let d = t1.director(flow_hash(&t)).index();
+        if d != A {
+            assert_eq!(bed.nodes[d].cluster_role(bed.now(), &t).map(|r| r.1), Some(NodeId(0)), "flow {i}");
+        }
+    }
+}
+
+#[test]
+fn backups_two_survive_every_double_failure() {
+    for pair in [(0, 1), (0, 2), (0, 3), (1, 2), (1, 3), (2, 3)] {
+        let mut bed = Bed::with(4, |n| {
+            let mut c = config(n, 4, true);
+            if let Some(cl) = c.cluster.as_mut() {
+                cl.backups = 2;
+            }
+            c
+        });
+        let cport = cport_for(4, C);
+        let t = tuple(HOST, cport, SERVER, 80, 6);
+        let delta = connect(&mut bed, cport, A, B);
+        let holders = DirectorTable::new(&members(4)).unwrap().with_backups(2).backups(flow_hash(&t), NodeId(0));
+        assert_eq!(holders.len(), 2);
+        for &h in holders.as_slice() {
+            assert_eq!(bed.nodes[h.index()].cluster_role(bed.now(), &t).map(|r| r.1), Some(NodeId(0)));
+        }
+        bed.down[pair.0] = true;
+        bed.down[pair.1] = true;
+        let set = bed.members_up(2);
+        bed.set_members_up(set);
+        bed.tick(5); // re-registration, if the owner survived
+        // A client segment and the server's answer at each survivor.
+        let survivors: Vec<usize> = (0..4).filter(|n| !bed.down[*n]).collect();
+        let mut acked = 0;
+        for &at in &survivors {
+            let data = [b'x'; 3];
+            let seq = C_ISN + 101 + acked;
+            let out = bed.send(at, IN, from_host(at, SERVER).tcp(cport, 80, seq, S_ISN + 1001, ACK | PSH, 502, &[], &data));
+            let (n, port, f) = one(&out);
+            assert_eq!(port, OUT, "failed {pair:?}, at {at}");
+            assert_eq!(tcp_fields(&f).0, seq.wrapping_add(delta));
+            acked += 3;
+            let (seg, _) = server_seg(at, n, cport, delta, acked);
+            let out = bed.send(at, OUT, seg);
+            assert_eq!(one(&out).1, IN, "failed {pair:?}, at {at}");
+            assert_eq!(bed.owners_up(&t), vec![n], "failed {pair:?}: one owner");
+        }
+        for &n in &survivors {
+            no_drops(&bed, n);
+        }
+        accounted(&bed);
+    }
+}
+
+#[test]
+fn backups_one_loses_the_flow_when_owner_and_director_fail_together() {
+    // The limit `backups: 2` lifts: with one backup, the owner and the
+    // director failing together leave nobody with the state.
+    let mut bed = Bed::new(4, true);
+    let cport = cport_for(4, C);
+    let delta = connect(&mut bed, cport, A, B);
+    bed.down[A] = true;
+    bed.down[C] = true;
+    let set = bed.members_up(2);
+    bed.set_members_up(set);
+    let (seg, _) = client_seg(D, D, cport, delta, b"x");
+    assert!(bed.send(D, IN, seg).is_empty());
+    // D asked the new director (B: "none"), or is it and knows nothing.
+    assert_eq!(bed.cluster(D).counters.pending_no_owner + bed.drops(D, DropReason::TcpNoFlow), 1);
+}
+
+#[test]
+fn paused_owner_is_fenced_reset_and_never_a_second_owner() {
+    let mut bed = Bed::new(3, true);
+    let cport = cport_for(3, C);
+    let t = tuple(HOST, cport, SERVER, 80, 6);
+    let delta = connect(&mut bed, cport, A, B);
+    // A pauses: its lease (granted until 200 ms from now) runs out while
+    // the others remove it and B takes the connection over.
+    let lease = Timestamp::from_millis(bed.now_ms + 200);
+    bed.nodes[A].set_lease(lease);
+    bed.kill(A, 2);
+    let (seg, _) = client_seg(B, B, cport, delta, b"1");
+    assert_eq!(one(&bed.send(B, IN, seg)).0, B);
+    bed.now_ms += 3_000;
+    // A resumes, still believing it owns the flow: every data frame is
+    // dropped before conntrack, nothing leaves A.
+    bed.down[A] = false;
+    let before = bed.nodes[A].conntrack().stats();
+    let (seg, _) = server_seg(A, A, cport, delta, 1);
+    let out = bed.send(A, OUT, seg);
+    assert!(out.is_empty());
+    assert_eq!(bed.last_verdict(A), Some(Verdict::Drop(DropReason::ClusterFenced)));
+    assert_eq!(bed.drops(A, DropReason::ClusterFenced), 1);
+    assert_eq!(bed.nodes[A].conntrack().stats(), before);
+    // Its timers still send records (a refresh, re-sends): the others
+    // ignore a node outside their member set.
+    bed.now_ms += 1_800_000;
+    bed.tick(1);
+    let ignored = bed.cluster(B).counters.from_nonmembers + bed.cluster(C).counters.from_nonmembers;
+    assert!(ignored > 0, "A's records were ignored");
+    assert_eq!(bed.nodes[C].cluster_role(bed.now(), &t).map(|r| r.1), Some(NodeId(B as u8)));
+    // Membership resets A; it rejoins (a new epoch with it) and gets a lease.
+    let now = bed.now();
+    bed.nodes[A].reset(now);
+    assert_eq!(bed.nodes[A].flow_count(), 0);
+    assert_eq!(bed.cluster(A).counters.records, 0);
+    let set = members(3).without(NodeId(7)).without(NodeId(7)); // epoch 3, all three
+    bed.set_members_up(set);
+    bed.nodes[A].set_lease(Timestamp::MAX);
+    bed.tick(1);
+    // The server's segment on A now: A asks C, C names B, A forwards.
+    let (seg, want) = server_seg(A, B, cport, delta, 1);
+    let out = bed.send(A, OUT, seg);
+    assert_eq!(hex(&one(&out).2), hex(&want));
+    assert_eq!(bed.owners_up(&t), vec![B]);
+    accounted(&bed);
+}
+
+#[test]
+fn fenced_node_opens_ccl_but_forwards_nothing() {
+    let mut bed = Bed::new(3, true);
+    let cport = cport_for(3, C);
+    let delta = connect(&mut bed, cport, A, B);
+    let flows = bed.nodes[A].flow_count();
+    bed.nodes[A].set_lease(Timestamp::ZERO);
+    // A frame forwarded by B reaches A over the CCL: the datagram is opened,
+    // its frame dropped as fenced, no new flow.
+    let (seg, _) = client_seg(B, A, cport, delta, b"y");
+    assert!(bed.send(B, IN, seg).is_empty());
+    let a = bed.cluster(A);
+    assert_eq!(a.batch_drops[DropReason::ClusterFenced.index()], 1);
+    assert_eq!(bed.nodes[A].flow_count(), flows);
+    // A new SYN on A: dropped too.
+    let out = bed.send(A, IN, from_host(A, SERVER).tcp(cport + 1, 80, 1, 0, SYN, 64240, &[], b""));
+    assert!(out.is_empty());
+    assert_eq!(bed.nodes[A].flow_count(), flows);
+    // A new lease: back to work.
+    bed.nodes[A].set_lease(Timestamp::MAX);
+    let (seg, want) = client_seg(A, A, cport, delta, b"y");
+    assert_eq!(hex(&one(&bed.send(A, IN, seg)).2), hex(&want));
+    accounted(&bed);
+}
+
+#[test]
+fn syn_guard_sends_a_moved_syn_to_its_owner() {
+    let mut bed = Bed::new(3, true);
+    let cport = cport_for(3, C);
+    let t = tuple(HOST, cport, SERVER, 80, 6);
+    let syn = |n: usize| from_host(n, SERVER).tcp(cport, 80, C_ISN, 0, SYN, 64240, &SYN_OPTS, b"");
+    let isn = tcp_fields(&one(&bed.send(A, IN, syn(A))).2).0;
+    // A member-set change (here: a new epoch, same members), and ECMP
+    // moves the client's retransmitted SYN to B. Within the guard B asks
+    // C, which names A: B forwards, A sends the same cookie ISN again.
+    bed.set_members_up(members(3).without(NodeId(9)));
+    let out = bed.send(B, IN, syn(B));
+    let (n, port, f) = one(&out);
+    assert_eq!((n, port), (A, OUT));
+    assert_eq!(tcp_fields(&f).0, isn, "one ISN towards the server");
+    let b = bed.cluster(B).counters;
+    assert_eq!((b.syn_guard_queries, b.director_queries_sent, b.forwarded_to_owner), (1, 1, 1));
+    assert_eq!(bed.owners(&t), vec![A]);
+    assert_eq!(bed.cluster(C).counters.register_conflicts, 0);
+    // A new connection's SYN on B within the guard: C elects B (R8).
+    let cport2 = port_with_director(SERVER, 443, 6, 3, C);
+    let t2 = tuple(HOST, cport2, SERVER, 443, 6);
+    let out = bed.send(B, IN, from_host(B, SERVER).tcp(cport2, 443, 9, 0, SYN, 64240, &SYN_OPTS, b""));
+    assert_eq!(one(&out).0, B);
+    assert_eq!(bed.cluster(C).counters.elections, 1);
+    assert_eq!(bed.owners(&t2), vec![B]);
+    // After the guard: R1 as before, no query.
+    bed.now_ms += dataplane::pipeline::DEFAULT_SYN_GUARD.0 / 1_000_000;
+    let q = bed.cluster(B).counters.director_queries_sent;
+    let cport3 = port_with_director(SERVER, 8080, 6, 3, C);
+    let out = bed.send(B, IN, from_host(B, SERVER).tcp(cport3, 8080, 9, 0, SYN, 64240, &SYN_OPTS, b""));
+    assert_eq!(one(&out).0, B);
+    assert_eq!(bed.cluster(B).counters.director_queries_sent, q);
+    accounted(&bed);
+}
+
+#[test]
+fn rst_ack_cookie_reaches_the_owner_before_its_registration() {
+    // An nmap SYN scan of a closed port: the RST|ACK lands on B before A's
+    // FlowRegister reached the director. The ack is the cookie ISN + 1.
+    let mut bed = Bed::new(3, true);
+    let cport = cport_for(3, C);
+    bed.hold = Some(MessageKind::FlowRegister);
+    let out = bed.send(A, IN, from_host(A, SERVER).tcp(cport, 81, C_ISN, 0, SYN, 1024, &[], b""));
+    let isn = tcp_fields(&one(&out).2).0;
+    let rst = from_outside(B, SERVER).tcp(81, cport, 0, isn.wrapping_add(1), RST | ACK, 0, &[], b"");
+    let out = bed.send(B, OUT, rst);
+    let (n, port, f) = one(&out);
+    assert_eq!((n, port), (A, IN));
+    assert_eq!(hex(&f), hex(&to_host(A, SERVER).tcp(81, cport, 0, C_ISN + 1, RST | ACK, 0, &[], b"")));
+    let b = bed.cluster(B).counters;
+    assert_eq!((b.rst_cookie_decoded, b.director_queries_sent, b.pending_no_owner), (1, 0, 0));
+    assert_eq!(bed.drops(B, DropReason::TcpNoFlow), 0);
+    accounted(&bed);
+}
+
+#[test]
+fn director_holds_a_query_for_the_registration_in_flight() {
+    // Without cookies the SYN-ACK asks the director; the owner's
+    // registration is still on its way.
+    let mut bed = Bed::with(3, with_hold(3, false));
+    let cport = cport_for(3, C);
+    let t = tuple(HOST, cport, SERVER, 80, 6);
+    bed.hold = Some(MessageKind::FlowRegister);
+    assert_eq!(one(&bed.send(A, IN, from_host(A, SERVER).tcp(cport, 80, C_ISN, 0, SYN, 64240, &SYN_OPTS, b""))).0, A);
+    bed.hold = None;
+    let synack = from_outside(B, SERVER).tcp(80, cport, S_ISN, C_ISN + 1, SYN | ACK, 65535, &SYN_OPTS, b"");
+    assert!(bed.send(B, OUT, synack).is_empty());
+    assert_eq!(bed.cluster(C).counters.queries_held, 1);
+    // The registration arrives: C answers the held query, B forwards.
+    let to_c: Vec<usize> = (0..bed.held.len()).filter(|&i| bed.held[i].1 == C).collect();
+    let out = bed.release_held(&to_c);
+    let (n, port, f) = one(&out);
+    assert_eq!((n, port), (A, IN));
+    assert_eq!(hex(&f), hex(&to_host(A, SERVER).tcp(80, cport, S_ISN, C_ISN + 1, SYN | ACK, 65535, &SYN_OPTS, b"")));
+    let c = bed.cluster(C).counters;
+    assert_eq!((c.held_answered, c.held_timeouts), (1, 0));
+    assert_eq!(bed.cluster(B).counters.pending_no_owner, 0);
+    assert_eq!(bed.owners(&t), vec![A]);
+
+    // A registration that never comes: "none" at the hold's deadline.
+    let cport2 = port_with_director(SERVER, 81, 6, 3, C);
+    bed.hold = Some(MessageKind::FlowRegister);
+    bed.send(A, IN, from_host(A, SERVER).tcp(cport2, 81, C_ISN, 0, SYN, 64240, &SYN_OPTS, b""));
+    bed.held.clear();
+    bed.hold = None;
+    let synack = from_outside(B, SERVER).tcp(81, cport2, S_ISN, C_ISN + 1, SYN | ACK, 65535, &SYN_OPTS, b"");
+    assert!(bed.send(B, OUT, synack).is_empty());
+    bed.tick(DEFAULT_DIRECTOR_HOLD.0 / 1_000_000 - 2);
+    assert_eq!(bed.cluster(C).counters.held_timeouts, 0);
+    bed.tick(2);
+    assert_eq!(bed.cluster(C).counters.held_timeouts, 1);
+    assert_eq!(bed.cluster(B).counters.pending_no_owner, 1);
+    accounted(&bed);
+}
+
+#[test]
+fn hostile_transfers_and_records_change_nothing() {
+    use dataplane::buf::VecBuf;
+    use dataplane::ccl::{CclKey, FlowKey, FlowOp, FlowRecord, FlowTransfer, FramePath, Message, Sealer, OPAQUE_LEN};
+    let mut bed = Bed::new(3, true);
+    let cport = cport_for(3, C);
+    let t = tuple(HOST, cport, SERVER, 80, 6);
+    connect(&mut bed, cport, A, B);
+    let k = CclKey::new(NAME, KEY).unwrap();
+    let mut s = Sealer::new(&k, NodeId(2), 9, 5000).unwrap();
+    let path = FramePath { src_mac: ccl_mac(2), dst_mac: ccl_mac(1), src_ip: ccl_addr(2), dst_ip: ccl_addr(1) };
+    let mut record = FlowRecord {
+        flow: FlowKey::new(t).unwrap(),
+        owner: NodeId(1),
+        op: FlowOp::Upsert,
+        tcp_state: 2,
+        flags: 0,
+        seq_delta: 0,
+        idle_timeout_s: 60,
+        opaque: [0; OPAQUE_LEN],
+    };
+    let transfer = |q: u32, r: &FlowRecord, buf: &mut [u8; 128]| {
+        let n = r.emit(buf).unwrap();
+        (q, n)
+    };
+    let mut send = |bed: &mut Bed, m: &Message<'_>| {
+        let mut out = vec![0u8; 2048];
+        let n = s.seal_frame(&path, Epoch(1), m, &mut out).unwrap();
+        let mut b = VecBuf::new(&out[..n]);
+        let now = bed.now();
+        bed.nodes[B].process(now, CCL, &mut b)
+    };
+    // A transfer for a query B never sent, one without state, one with a
+    // state that does not decode.
+    let mut buf = [0u8; 128];
+    let (q, n) = transfer(77, &record, &mut buf);
+    assert_eq!(send(&mut bed, &Message::FlowTransfer(FlowTransfer::new(q, &buf[..n]).unwrap())), Verdict::Consumed);
+    record.set_state(&[0xee; 40]);
+    let (q, n) = transfer(78, &record, &mut buf);
+    assert_eq!(send(&mut bed, &Message::FlowTransfer(FlowTransfer::new(q, &buf[..n]).unwrap())), Verdict::Consumed);
+    let b = bed.cluster(B).counters;
+    assert_eq!((b.transfers_refused, b.takeovers), (2, 0));
+    assert_eq!(bed.owners(&t), vec![A]);
+    assert_eq!(bed.nodes[B].conntrack().stats().installed, 0);
+    accounted(&bed);
+}
+
+/// What left at once, or — for a frame parked at a director holding its
+/// query while the owner's re-registration is due — at the next timer tick
+/// (1 ms: the scan registers, the hold answers, the frame is released).
+fn later(bed: &mut Bed, out: Out) -> Out {
+    if out.is_empty() {
+        bed.tick(1)
+    } else {
+        out
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    /// Any single failure, any connection, the next segments landing on any
+    /// survivors: the connection goes on with one owner and no drop.
+    #[test]
+    fn any_single_failure_keeps_the_connection(
+        director in 0usize..4, owner in 0usize..4, fwd in 0usize..4, dead in 0usize..4,
+        at in proptest::collection::vec((0usize..3, any::<bool>()), 1..6),
+    ) {
+        prop_assume!(owner != fwd);
+        let mut bed = Bed::with(4, with_hold(4, true));
+        let cport = cport_for(4, director);
+        let t = tuple(HOST, cport, SERVER, 80, 6);
+        let delta = connect(&mut bed, cport, owner, fwd);
+        bed.kill(dead, 2);
+        let survivors: Vec<usize> = (0..4).filter(|&n| n != dead).collect();
+        let (mut sent, mut acked) = (0u32, 0u32);
+        for (k, (pick, reply)) in at.into_iter().enumerate() {
+            let n = survivors[pick];
+            if k == 1 {
+                bed.tick(1); // the re-registration scan, between segments
+            }
+            if reply {
+                let (seg, _) = server_seg(n, n, cport, delta, acked);
+                let out = bed.send(n, OUT, seg);
+                let out = later(&mut bed, out);
+                prop_assert_eq!(out.len(), 1, "reply at {} (dead {})", n, dead);
+                prop_assert_eq!(out[0].1, IN);
+            } else {
+                let seq = C_ISN + 101 + sent;
+                let out = bed.send(n, IN, from_host(n, SERVER).tcp(cport, 80, seq, S_ISN + 1001, ACK | PSH, 502, &[], b"ab"));
+                let out = later(&mut bed, out);
+                prop_assert_eq!(out.len(), 1, "data at {} (dead {})", n, dead);
+                prop_assert_eq!(tcp_fields(&out[0].2).0, seq.wrapping_add(delta));
+                sent += 2;
+                acked = sent;
+            }
+            prop_assert_eq!(bed.owners_up(&t).len(), 1);
+        }
+        for &n in &survivors {
+            no_drops(&bed, n);
+        }
+    }
+}
+
+#[test]
+fn set_members_without_change_of_director_reregisters_nothing() {
+    let mut bed = Bed::new(3, true);
+    let cport = cport_for(3, C);
+    connect(&mut bed, cport, A, B);
+    let regs = bed.cluster(A).counters.registers_sent;
+    bed.set_members_up(members(3).without(NodeId(9)));
+    bed.tick(1);
+    assert_eq!(bed.cluster(A).counters.reregistered, 0);
+    assert_eq!(bed.cluster(A).counters.registers_sent, regs);
+    assert!(bed.nodes[A].sync_progress(Epoch(2)).sent);
+    let _ = Duration::ZERO;
+}
+
+#[test]
+fn takeover_updates_every_backup_then_a_second_failure_keeps_the_owner() {
+    // backups: 2; A owns, C directs. A dies, B takes over; its registration
+    // must replace A's record at both holders, or the second holder would
+    // hand the flow to someone else when C dies next.
+    let mut bed = Bed::with(4, |n| {
+        let mut c = with_hold(4, true)(n);
+        if let Some(cl) = c.cluster.as_mut() {
+            cl.backups = 2;
+        }
+        c
+    });
+    let cport = cport_for(4, C);
+    let t = tuple(HOST, cport, SERVER, 80, 6);
+    let delta = connect(&mut bed, cport, A, B);
+    bed.kill(A, 2);
+    let (seg, want) = client_seg(B, B, cport, delta, b"1");
+    assert_eq!(hex(&one(&bed.send(B, IN, seg)).2), hex(&want));
+    for n in [C, D] {
+        if let Some((role, owner)) = bed.nodes[n].cluster_role(bed.now(), &t) {
+            assert_ne!(role, Role::Forwarder, "node {n}");
+            assert_eq!(owner, NodeId(B as u8), "node {n} holds a record naming the new owner");
+        }
+    }
+    assert_eq!(bed.cluster(D).counters.register_conflicts + bed.cluster(C).counters.register_conflicts, 0);
+    bed.kill(C, 3);
+    bed.tick(1);
+    let (seg, want) = server_seg(D, B, cport, delta, 1);
+    let out = bed.send(D, OUT, seg);
+    let out = later(&mut bed, out);
+    assert_eq!(hex(&one(&out).2), hex(&want));
+    assert_eq!(bed.owners_up(&t), vec![B]);
+    for n in [B, D] {
+        no_drops(&bed, n);
+    }
+    accounted(&bed);
+}
