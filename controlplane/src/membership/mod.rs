@@ -252,7 +252,7 @@ impl Membership {
             return;
         }
         let hb =
-            Heartbeat { priority: self.priority, state: HEARTBEAT_STATE_MEMBER, member_bitmap: self.members.bits() };
+            Heartbeat { priority: self.priority, state: HEARTBEAT_STATE_MEMBER, member_bitmap: self.members.bits(), ..Heartbeat::default() };
         self.actions.push_back(Action::Broadcast { epoch: self.members.epoch(), msg: Message::Heartbeat(hb) });
         self.counters.heartbeats_queued += 1;
         self.next_heartbeat = Some(now.saturating_add(self.interval));

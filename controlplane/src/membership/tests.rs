@@ -33,7 +33,7 @@ fn at(ms: u64) -> Timestamp {
 }
 
 fn hb() -> Message<'static> {
-    Message::Heartbeat(Heartbeat { priority: 1, state: 0, member_bitmap: 0b111 })
+    Message::Heartbeat(Heartbeat { priority: 1, state: 0, member_bitmap: 0b111, ..Heartbeat::default() })
 }
 
 fn from(sender: u8, incarnation: u32) -> Envelope {
@@ -53,7 +53,7 @@ fn first_heartbeat_at_the_first_tick_then_every_interval() {
     m.tick(at(5));
     let want = Action::Broadcast {
         epoch: Epoch(1),
-        msg: Message::Heartbeat(Heartbeat { priority: 7, state: HEARTBEAT_STATE_MEMBER, member_bitmap: 0b111 }),
+        msg: Message::Heartbeat(Heartbeat { priority: 7, state: HEARTBEAT_STATE_MEMBER, member_bitmap: 0b111, ..Heartbeat::default() }),
     };
     assert_eq!(drain(&mut m), vec![want]);
     assert_eq!(m.next_heartbeat(), Some(at(105)));
@@ -236,7 +236,7 @@ fn heartbeats_travel_as_sealed_frames() {
     let (mut m0, mut l0) = (machine(0, 2), link(0));
     let (mut m1, mut l1) = (machine(1, 2), link(1));
     let f = heartbeat_frame(&mut m0, &mut l0, at(0));
-    assert_eq!(f.len(), dataplane::ccl::FRAME_OVERHEAD + Heartbeat::LEN);
+    assert_eq!(f.len(), dataplane::ccl::FRAME_OVERHEAD + Heartbeat::MIN_LEN + 2 * 2);
     assert_eq!(l1.receive(&mut m1, at(1), &f), Ok(Received::Heartbeat));
     let p = m1.member(NodeId(0), at(1)).unwrap();
     assert_eq!((p.heartbeats, p.incarnation, p.last_heard_ms()), (1, 1000, Some(0)));
