@@ -8,7 +8,7 @@
 //! past `out`, and `emit` of a parsed value reproduces the input bytes.
 
 use super::batch::FlowBatch;
-use super::control::Heartbeat;
+use super::heartbeat::Heartbeat;
 use super::key::{arr, exact, family, too_small, truncated, FlowKey};
 use super::CclError;
 use crate::NodeId;

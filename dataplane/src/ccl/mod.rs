@@ -41,6 +41,7 @@
 mod auth;
 mod batch;
 mod control;
+mod heartbeat;
 mod header;
 mod key;
 mod message;
@@ -51,10 +52,10 @@ mod tests;
 
 pub use auth::{ClusterId, CclKey, TAG_LEN};
 pub use control::{
-    ControlMessage, Heartbeat, JoinReply, JoinRequest, JoinVerdict, Placement, SyncChunk, SyncRequest, TableOp,
-    TableUpdate, HB_FLAG_QUORUM, HB_STATE_MAX, NODE_SLOTS, NO_NODE, NO_PLACE, SYNC_CHUNK_DATA, SYNC_CHUNK_HEAD,
-    SYNC_FULL, SYNC_MAX_WINDOW, TABLE_KEY_MAX, TABLE_VALUE_MAX,
+    ControlMessage, JoinReply, JoinRequest, JoinVerdict, SyncChunk, SyncRequest, TableOp, TableUpdate,
+    SYNC_CHUNK_DATA, SYNC_CHUNK_HEAD, SYNC_FULL, SYNC_MAX_WINDOW, TABLE_KEY_MAX, TABLE_VALUE_MAX,
 };
+pub use heartbeat::{Heartbeat, Placement, HB_FLAG_QUORUM, HB_STATE_MAX, NODE_SLOTS, NO_NODE, NO_PLACE};
 pub use batch::{BatchWriter, FlowBatch, FlowBatchIter, FlowOp, FlowRecord, FLAG_VERSIONED, OPAQUE_LEN};
 pub use header::{CclHeader, CclPacket, HEADER_LEN, MAGIC, VERSION};
 pub use key::FlowKey;
