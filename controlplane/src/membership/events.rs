@@ -290,6 +290,9 @@ outcomes! {
     ConfigDiverged => "config-diverged", "configuration differs at the same version",
     /// A join sent to a node that is not the control node.
     NotControl => "not-control", "this node is not the control node",
+    /// A heartbeat older than one already heard from the sender (reordered
+    /// on the CCL): not recorded.
+    Reordered => "reordered", "older than a heartbeat already heard",
     /// A membership message of an older epoch than this node's.
     StaleEpoch => "stale-epoch", "older epoch",
     /// A table change already applied.

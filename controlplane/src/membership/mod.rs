@@ -247,6 +247,11 @@ pub struct Membership {
     ctrl_heard: Option<Timestamp>,
     /// Send time of this node's heartbeat the control node last echoed.
     ctrl_echo: Option<Timestamp>,
+    /// Quorum mode: the latest bound the control node's grant puts on
+    /// this node's lease.
+    ctrl_grant: Option<Timestamp>,
+    /// This control node had a grant to give at its last heartbeat.
+    granting: bool,
     ctrl_lost_logged: bool,
     ready: bool,
     ready_at: Option<Timestamp>,
@@ -300,6 +305,8 @@ impl Membership {
             ctrl_seen: Timestamp::ZERO,
             ctrl_heard: None,
             ctrl_echo: None,
+            ctrl_grant: None,
+            granting: false,
             ctrl_lost_logged: false,
             ready: false,
             ready_at: None,
@@ -384,13 +391,19 @@ impl Membership {
     }
     /// When `tick` should run next at the latest: the next heartbeat, and
     /// at least every quarter interval (the resolution of hold-time
-    /// expiry and retransmissions); at once while admissions wait.
+    /// expiry and retransmissions); at once while admissions wait. After
+    /// a `tick` it is always later than that tick's time, so a driver
+    /// that sleeps until it never spins.
     pub fn next_wakeup(&self) -> Timestamp {
         let Some(last) = self.last_input else { return Timestamp::ZERO };
         if self.pending.iter().any(Option::is_some) || self.hb_now {
             return last;
         }
         let res = last.saturating_add(self.resolution());
+        if self.state == State::Disabled {
+            // Silent: no heartbeat is due.
+            return res;
+        }
         self.next_hb.map_or(res, |h| h.min(res))
     }
     fn resolution(&self) -> Duration {
@@ -687,6 +700,10 @@ impl Membership {
     fn quorum_mode(&self) -> bool {
         self.cfg.split_brain == SplitBrain::Quorum
     }
+    /// Quorum mode's reference: the configured nodes (a static quorum).
+    fn configured_count(&self) -> usize {
+        self.configured.count_ones() as usize
+    }
     /// (priority, id) of `id` as last heard (this node: configured).
     fn rank(&self, id: NodeId) -> (u8, u8) {
         if id == self.cfg.me {
@@ -783,9 +800,11 @@ impl Membership {
             seq: self.hb_seq,
             config_version: self.replica.config_version(),
             state_version: self.replica.version(),
+            grant_us: self.grant(now).map_or(0, |g| u32::try_from(g.since(now).0 / 1000).unwrap_or(u32::MAX)),
             member_bitmap,
             ..Heartbeat::default()
         };
+        self.granting = h.grant_us > 0;
         for n in self.set.iter() {
             let i = self.set.info(n).unwrap_or_default();
             h.member_place[n.index()] = Placement { site: i.site, chassis: i.chassis };
@@ -827,10 +846,39 @@ impl Membership {
     }
 
     fn member_lease(&self) -> Timestamp {
-        match (self.ctrl_heard, self.ctrl_echo) {
+        let l = match (self.ctrl_heard, self.ctrl_echo) {
             (Some(h), Some(e)) => h.saturating_add(self.lease_span()).min(e.saturating_add(self.hold())),
-            _ => Timestamp::ZERO,
+            _ => return Timestamp::ZERO,
+        };
+        if self.quorum_mode() {
+            // Never past the control node's own quorum-backed lease: a
+            // majority elsewhere cannot elect before it runs out.
+            return self.ctrl_grant.map_or(Timestamp::ZERO, |g| l.min(g));
         }
+        l
+    }
+
+    /// Quorum mode, control node: until when no majority without it can
+    /// elect — the echoes of enough followers for a majority with itself
+    /// (each of them blocks an election until a hold time after it heard
+    /// this node, and every majority contains one of them).
+    fn grant(&self, now: Timestamp) -> Option<Timestamp> {
+        if !self.quorum_mode() || self.state != State::Control || !self.ready {
+            return None;
+        }
+        let me = self.cfg.me;
+        let need = self.configured_count() / 2;
+        if need == 0 {
+            return None;
+        }
+        let mut echoes: Vec<Timestamp> = self
+            .set
+            .iter()
+            .filter(|&n| n != me)
+            .filter_map(|n| self.peer(n).and_then(|p| p.member).and_then(|m| m.echo_sent))
+            .collect();
+        echoes.sort_unstable_by(|a, b| b.cmp(a));
+        echoes.get(need - 1).map(|e| e.saturating_add(self.hold())).filter(|g| *g > now)
     }
 
     /// The control node renews its lease while it hears members that
@@ -840,7 +888,7 @@ impl Membership {
         let me = self.cfg.me;
         let others: Vec<MemberRec> =
             self.set.iter().filter(|&n| n != me).filter_map(|n| self.peer(n).and_then(|p| p.member)).collect();
-        let need = if self.quorum_mode() { self.set.len() / 2 } else { usize::from(!others.is_empty()) };
+        let need = if self.quorum_mode() { self.configured_count() / 2 } else { usize::from(!others.is_empty()) };
         if need == 0 {
             return now.saturating_add(self.lease_span());
         }
@@ -871,19 +919,27 @@ impl Membership {
 
     /// Stop being a member: fence, reset, data ports down; inactive until
     /// the retry (at once for reasons that are no fault of this node, after
-    /// the backoff otherwise); `failed` counts towards disabling.
+    /// the backoff otherwise: `rejoin.initial` doubled per consecutive
+    /// failure); `failed` counts towards disabling.
     fn leave(&mut self, now: Timestamp, reason: Reason, failed: bool) {
         if matches!(self.state, State::Inactive | State::Disabled) {
             return;
         }
-        let fault = !matches!(
-            reason,
+        // This node's fault (it stalled, its port failed, its join failed,
+        // or it was removed while it still heard the control node: its
+        // own messages were not getting through) waits out the backoff;
+        // the rest (a heal, a partition, a lost or new control node, no
+        // quorum, no CCL carrier) rejoins at once.
+        let fault = match reason {
+            Reason::Removed { .. } => !self.control_lost(now),
             Reason::BetterControl { .. }
-                | Reason::NotIncluded { .. }
-                | Reason::ControlLost { .. }
-                | Reason::CclDown
-                | Reason::NoQuorum { .. }
-        );
+            | Reason::NotIncluded { .. }
+            | Reason::ControlLost { .. }
+            | Reason::LeaseExpired { .. }
+            | Reason::CclDown
+            | Reason::NoQuorum { .. } => false,
+            _ => true,
+        };
         self.stop(now);
         if failed {
             self.failures += 1;
@@ -895,7 +951,10 @@ impl Membership {
             self.disable(now, Reason::TooManyAttempts { attempts });
             return;
         }
-        let delay = if !fault && self.failures == 0 { Duration(0) } else { self.backoff() };
+        // Not this node's fault (a heal, a new control node without it,
+        // no quorum, the CCL's carrier): rejoin at once, whatever the
+        // earlier failures; the CCL case waits for the carrier anyway.
+        let delay = if fault { self.backoff() } else { Duration(0) };
         self.retry_at = Some(now.saturating_add(delay));
         self.transition(now, State::Inactive, reason);
     }
@@ -930,6 +989,7 @@ impl Membership {
         self.control = None;
         self.ctrl_heard = None;
         self.ctrl_echo = None;
+        self.ctrl_grant = None;
         self.sync = None;
         self.pending = [None; NODE_SLOTS];
         self.catching_up = None;
@@ -1178,7 +1238,7 @@ impl Membership {
             }
         }
         if self.quorum_mode() {
-            let reference = if member { self.set.bits() } else { self.configured };
+            let reference = self.configured;
             let heard = ((include | (1 << me.index())) & reference).count_ones() as u8;
             let of = reference.count_ones() as u8;
             if u16::from(heard) * 2 <= u16::from(of) {
@@ -1236,12 +1296,12 @@ impl Membership {
             .filter(|&n| n != me)
             .filter(|&n| self.peer(n).and_then(|p| p.member).is_some_and(|m| now.since(m.heard) < hold))
             .count();
-        let quorum = heard * 2 > self.set.len();
+        let quorum = heard * 2 > self.configured_count();
         if self.quorum_mode() {
             if quorum {
                 self.quorum_at = now;
             } else if now.since(self.quorum_at) >= hold {
-                let (h, of) = (heard as u8, self.set.len() as u8);
+                let (h, of) = (heard as u8, self.configured_count() as u8);
                 self.leave(now, Reason::NoQuorum { heard: h, of }, false);
                 return;
             }
@@ -1512,7 +1572,9 @@ impl Membership {
         }
         let me = self.cfg.me;
         self.peers[i].heard(now, from.incarnation);
-        self.peers[i].heartbeat(now, from.epoch, h, me);
+        if !self.peers[i].heartbeat(now, from.epoch, h, me) {
+            return Received::Reordered;
+        }
         let st = State::from_code(h.state).unwrap_or(State::Inactive);
         let p_id = from.sender;
         let includes_me = h.member_bitmap & (1 << me.index()) != 0;
@@ -1538,25 +1600,29 @@ impl Membership {
                         }
                     }
                 }
+                if !self.granting && self.grant(now).is_some() {
+                    // Members lease only within a grant: announce it now.
+                    self.hb_now = true;
+                }
                 Received::Heartbeat
             }
             State::Data | State::Syncing => {
                 let ours = Some(p_id) == self.control && from.incarnation == self.ctrl_inc;
                 if st == State::Control && ours {
+                    if from.epoch < self.set.epoch() {
+                        return Received::StaleEpoch;
+                    }
+                    if from.epoch > self.set.epoch() && !includes_me {
+                        let failed = self.recent_rejoin(now) && !self.control_lost(now);
+                        self.leave(now, Reason::Removed { control: p_id, epoch: from.epoch }, failed);
+                        return Received::Heartbeat;
+                    }
                     self.ctrl_seen = self.ctrl_seen.max(now);
                     if self.ctrl_lost_logged {
                         self.ctrl_lost_logged = false;
                         self.hb_now = true;
                     }
-                    if from.epoch < self.set.epoch() {
-                        return Received::StaleEpoch;
-                    }
                     if from.epoch > self.set.epoch() {
-                        if !includes_me {
-                            let failed = self.recent_rejoin(now);
-                            self.leave(now, Reason::Removed { control: p_id, epoch: from.epoch }, failed);
-                            return Received::Heartbeat;
-                        }
                         let set = Self::set_from(from.epoch, h.member_bitmap, &h.member_place);
                         self.counters.epochs_adopted += 1;
                         self.set_members(now, set, p_id);
@@ -1573,6 +1639,7 @@ impl Membership {
                         self.ctrl_inc = from.incarnation;
                         self.ctrl_seen = now;
                         self.ctrl_echo = None;
+                        self.ctrl_grant = None;
                         self.ctrl_lost_logged = false;
                         self.counters.epochs_adopted += 1;
                         self.set_members(now, set, p_id);
@@ -1601,6 +1668,13 @@ impl Membership {
         if h.echo_bitmap & (1 << me.index()) != 0 {
             if let Some(t) = self.sent_time(h.echoes[me.index()]) {
                 self.ctrl_echo = Some(self.ctrl_echo.map_or(t, |e| e.max(t)));
+                // The grant was reckoned when the control node sent this
+                // heartbeat, after it received ours (sent at `t`): from `t`
+                // it is a bound that errs on the safe side.
+                if h.grant_us > 0 {
+                    let g = t.saturating_add(Duration(u64::from(h.grant_us) * 1000));
+                    self.ctrl_grant = Some(self.ctrl_grant.map_or(g, |c| c.max(g)));
+                }
             }
         }
     }
@@ -1676,8 +1750,11 @@ impl Membership {
                 self.control = Some(by);
                 self.ctrl_inc = from.incarnation;
                 self.ctrl_seen = now;
-                self.ctrl_heard = Some(now);
+                // The lease waits for the control node's first heartbeat
+                // at this epoch (and its echo).
+                self.ctrl_heard = None;
                 self.ctrl_echo = None;
+                self.ctrl_grant = None;
                 self.ctrl_lost_logged = false;
                 self.sync = Some(SyncWait {
                     epoch: from.epoch,

@@ -91,7 +91,12 @@ impl Peer {
         }
     }
 
-    pub(super) fn heartbeat(&mut self, now: Timestamp, epoch: Epoch, h: &Heartbeat, me: NodeId) {
+    /// Record a heartbeat; `false` (nothing recorded) for one older than
+    /// a heartbeat already heard from this incarnation (reordered).
+    pub(super) fn heartbeat(&mut self, now: Timestamp, epoch: Epoch, h: &Heartbeat, me: NodeId) -> bool {
+        if self.hb.is_some() && h.seq < self.rx_seq {
+            return false;
+        }
         self.heartbeats += 1;
         self.rx_seq = self.rx_seq.max(h.seq);
         let echo_of_me = (h.echo_bitmap & (1 << me.index()) != 0).then(|| h.echoes[me.index()]);
@@ -109,6 +114,7 @@ impl Peer {
             state_version: h.state_version,
             echo_of_me,
         });
+        true
     }
 
     /// The last heartbeat, if heard within `hold` of `now`.

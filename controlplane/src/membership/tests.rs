@@ -846,6 +846,7 @@ proptest! {
                 prop_assert!(Received::ALL.contains(&r));
             }
             m.tick(now);
+            prop_assert!(m.next_wakeup() > now, "next wakeup {:?} not after the tick at {:?}", m.next_wakeup(), now);
             if data.get(2).is_some_and(|b| b % 9 == 0) {
                 m.on_sync(now, m.epoch(), u16::from(data[2]), true);
             }

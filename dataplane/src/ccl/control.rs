@@ -522,6 +522,7 @@ mod tests {
                 0, 0, 0, 77, // seq
                 0, 0, 0, 0, 0, 0, 0, 5, // config version
                 0, 0, 0, 0, 0, 1, 0xe2, 0x40, // state version
+                0, 0, 0, 0, // no grant
                 0x80, 0x03, 1, 7, 0xff, 0xff, 0xff, 0, // members 0, 1, 15 with placement
                 0, 2, 0xde, 0xad, 0xbe, 0xef, // echo of node 1
             ][..]

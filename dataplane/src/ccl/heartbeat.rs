@@ -134,13 +134,15 @@ pub(super) fn emit_members(bits: u16, place: &[Placement; NODE_SLOTS], out: &mut
 /// every node every heartbeat interval (and at once when its state or
 /// member set changes). The sender's member-set epoch is the CCL header's.
 ///
-/// Layout (34 + 2·members + 4·echoes bytes, at most 162):
+/// Layout (38 + 2·members + 4·echoes bytes, at most 166):
 /// priority (1), state (1: 0 joining, 1 syncing, 2 data, 3 control,
 /// 4 inactive, 5 disabled), follows (1: the control node the sender
 /// follows and heard within its hold time, 0xff none), flags (1: bit 0
 /// quorum mode), site (1), chassis (1) (0xff none), CCL address (4),
 /// heartbeat sequence (4: from 1 per incarnation), config version (8),
-/// state version (8: replicated tables), member table (bitmap 2, then site
+/// state version (8: replicated tables), grant (4: a control node's
+/// quorum-backed lease left at sending, in µs; 0 none), member table
+/// (bitmap 2, then site
 /// and chassis per member), echo bitmap (2), then per set bit the highest
 /// heartbeat sequence the sender has received from that node (4).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -154,6 +156,10 @@ pub struct Heartbeat {
     pub seq: u32,
     pub config_version: u64,
     pub state_version: u64,
+    /// A control node in quorum mode: how long (µs, from sending) its own
+    /// lease, backed by a majority's echoes, still runs; members never
+    /// lease past it. 0: none.
+    pub grant_us: u32,
     /// Bit n set: the sender counts node n as a member.
     pub member_bitmap: u16,
     /// Site and chassis of each member (by node index).
@@ -176,6 +182,7 @@ impl Default for Heartbeat {
             seq: 0,
             config_version: 0,
             state_version: 0,
+            grant_us: 0,
             member_bitmap: 0,
             member_place: [Placement::default(); NODE_SLOTS],
             echo_bitmap: 0,
@@ -186,7 +193,7 @@ impl Default for Heartbeat {
 
 impl Heartbeat {
     /// Bytes before the member table.
-    pub const FIXED_LEN: usize = 30;
+    pub const FIXED_LEN: usize = 34;
     /// Shortest heartbeat: no members, no echoes.
     pub const MIN_LEN: usize = Self::FIXED_LEN + 4;
     /// Longest heartbeat: 16 members, 16 echoes.
@@ -221,6 +228,8 @@ impl Heartbeat {
         c8.copy_from_slice(g(14..22));
         let mut v8 = [0u8; 8];
         v8.copy_from_slice(g(22..30));
+        let mut g4 = [0u8; 4];
+        g4.copy_from_slice(g(30..34));
         Ok(Heartbeat {
             priority: f[0],
             state: f[1],
@@ -231,6 +240,7 @@ impl Heartbeat {
             seq: be32(s4),
             config_version: be64(c8),
             state_version: be64(v8),
+            grant_us: be32(g4),
             member_bitmap,
             member_place,
             echo_bitmap,
@@ -263,6 +273,7 @@ impl Heartbeat {
         o[10..14].copy_from_slice(&self.seq.to_be_bytes());
         o[14..22].copy_from_slice(&self.config_version.to_be_bytes());
         o[22..30].copy_from_slice(&self.state_version.to_be_bytes());
+        o[30..34].copy_from_slice(&self.grant_us.to_be_bytes());
         let mut at = Self::FIXED_LEN + emit_members(self.member_bitmap, &self.member_place, &mut o[Self::FIXED_LEN..])?;
         o[at..at + 2].copy_from_slice(&self.echo_bitmap.to_be_bytes());
         at += 2;

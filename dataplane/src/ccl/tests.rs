@@ -172,6 +172,7 @@ fn fixture_heartbeat() -> Heartbeat {
         seq: 1,
         config_version: 3,
         state_version: 4,
+        grant_us: 250_000,
         member_bitmap: 0x8007,
         echo_bitmap: 0x0001,
         echoes: [9; 16],
@@ -181,22 +182,23 @@ fn fixture_heartbeat() -> Heartbeat {
 
 #[test]
 fn fixture_sealed_heartbeat() {
-    const FIXTURE: [u8; 96] = [
+    const FIXTURE: [u8; 100] = [
         0x43, 0x46, 0x03, 0x01, 0x00, 0x01, 0x00, 0x00, // magic, v3, heartbeat, flags, node1, ch0, rsvd
         0xab, 0x20, 0x99, 0xd9, // cluster id of "lab"
         0x65, 0x53, 0xf1, 0x00, // incarnation 1_700_000_000
         0, 0, 0, 0, 0, 0, 0, 1, // seq 1
         0, 0, 0, 0, 0, 0, 0, 5, // epoch 5
-        0x00, 0x2e, // payload length 46
+        0x00, 0x32, // payload length 50
         0x0a, 0x02, 0x00, 0x00, 0xff, 0xff, // priority 10, data, follows node0, no flags, no site/chassis
         0x0a, 0x63, 0x00, 0x02, // CCL address 10.99.0.2
         0, 0, 0, 1, // heartbeat seq 1
         0, 0, 0, 0, 0, 0, 0, 3, // config version 3
         0, 0, 0, 0, 0, 0, 0, 4, // state version 4
+        0x00, 0x03, 0xd0, 0x90, // grant 250 ms
         0x80, 0x07, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, // members 0, 1, 2, 15, no placement
         0x00, 0x01, 0, 0, 0, 9, // echo: node0's heartbeat 9
         // tag
-        0x9c, 0x9d, 0xa8, 0x8a, 0x8d, 0x8e, 0xcf, 0xdf, 0x06, 0x9d, 0x7a, 0x5c, 0xf8, 0x5e, 0xa7, 0x46,
+        0x32, 0x9a, 0x43, 0x3c, 0x6f, 0x7a, 0x72, 0xd3, 0x97, 0xb7, 0x8c, 0xb4, 0x1e, 0x50, 0x4f, 0xa8,
     ];
     let mut s = sealer();
     let d = seal(&mut s, &Message::Heartbeat(fixture_heartbeat()));
