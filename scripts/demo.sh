@@ -108,6 +108,7 @@ say "test bed up: $nodes node(s), $what"
 
 if [ "$nodes" -gt 1 ]; then
   say "cluster membership (heartbeats on the CCL, node n1's view)"
+  ctl 1 show cluster --json | jq -r '"  control node \(.control_node_name), epoch \(.epoch), members \(.member_ids)"'
   for _ in $(seq 50); do
     heard=$(ctl 1 show cluster --json | jq '[.members[] | select(.this_node or .last_heard_ms != null)] | length')
     [ "$heard" -eq "$nodes" ] && break
@@ -123,7 +124,15 @@ say "HTTP: 20 MB download, server in cfw-outside, client in cfw-inside"
 mkdir -p "$work/www"
 head -c $((20 * 1024 * 1024)) /dev/urandom >"$work/www/random.bin"
 want=$(sha256sum "$work/www/random.bin" | cut -d' ' -f1)
-serve cfw-outside 8080 "$work/http.log" "$py" -m http.server 8080 --bind "$server" --directory "$work/www"
+# A threaded server with a listen backlog of 256 (python's http.server
+# listens with 5: twenty clients at once would lose SYNs at the server).
+http_server='import functools, http.server, sys
+class S(http.server.ThreadingHTTPServer):
+    request_queue_size = 256
+    daemon_threads = True
+h = functools.partial(http.server.SimpleHTTPRequestHandler, directory=sys.argv[3])
+S((sys.argv[1], int(sys.argv[2])), h).serve_forever()'
+serve cfw-outside 8080 "$work/http.log" "$py" -c "$http_server" "$server" 8080 "$work/www"
 dl_time=$(in_ns cfw-inside curl -sS --fail --connect-timeout 10 --max-time 60 \
   -o "$work/download.bin" -w '%{time_total}' "http://$server:8080/random.bin")
 got=$(sha256sum "$work/download.bin" | cut -d' ' -f1)
@@ -151,6 +160,70 @@ if [ "$nodes" -gt 1 ]; then
   echo "20 x 1 MB, every sha256 ok"
 fi
 
+failover_summary=""
+if [ "$nodes" -gt 1 ] && [ -z "$kernel_router" ] && [ -z "${DEMO_NO_FAILOVER:-}" ]; then
+  # Failover (issue 10): 20 paced downloads run while the control node is
+  # killed (its router-side links taken down, as link loss or BFD would);
+  # every download must finish intact. The client's receive buffer is
+  # capped so the data is still in flight when the node dies.
+  victim=$(ctl 1 show cluster --json | jq -r '.control_node_name // "n1"')
+  say "failover: 20 downloads at 256 KB/s while the control node ($victim) is killed"
+  in_ns cfw-inside sysctl -qw net.ipv4.tcp_rmem="4096 16384 32768"
+  head -c $((2 * 1024 * 1024)) /dev/urandom >"$work/www/long.bin"
+  long=$(sha256sum "$work/www/long.bin" | cut -d' ' -f1)
+  pids=()
+  for i in $(seq 20); do
+    in_ns cfw-inside curl -sS --fail --limit-rate 256k --connect-timeout 10 --max-time 90 -o "$work/long.$i" \
+      "http://$server:8080/long.bin" 9>&- &
+    pids+=($!)
+  done
+  sleep 3
+  survivors=()
+  for k in $(seq "$nodes"); do [ "n$k" = "$victim" ] || survivors+=("$k"); done
+  s0=${survivors[0]}
+  epoch0=$(ctl "$s0" show cluster --json | jq -r '.epoch')
+  takeovers0=0
+  for k in "${survivors[@]}"; do
+    takeovers0=$((takeovers0 + $(ctl "$k" show cluster --json | jq -r '.counters.takeovers // 0')))
+  done
+  t0=$(date +%s%N)
+  "$tb" kill "$victim" --run-dir "$run" 9>&- >/dev/null
+  detect_ms=""
+  for _ in $(seq 100); do
+    e=$(ctl "$s0" show cluster --json 2>/dev/null | jq -r '.epoch')
+    if [ -n "$e" ] && [ "$e" != "$epoch0" ]; then detect_ms=$(( ($(date +%s%N) - t0) / 1000000 )); break; fi
+    sleep 0.02
+  done
+  bad=0
+  for p in "${pids[@]}"; do wait "$p" || bad=$((bad + 1)); done
+  for i in $(seq 20); do
+    [ "$(sha256sum "$work/long.$i" 2>/dev/null | cut -d' ' -f1)" = "$long" ] || bad=$((bad + 1))
+  done
+  cl=$(ctl "$s0" show cluster --json)
+  new_control=$(jq -r '.control_node_name // "none"' <<<"$cl")
+  takeovers=0
+  for k in "${survivors[@]}"; do
+    takeovers=$((takeovers + $(ctl "$k" show cluster --json | jq -r '.counters.takeovers // 0')))
+  done
+  echo "detection (kill -> new member set at n$s0): ${detect_ms:-not seen} ms"
+  echo "new control node: $new_control, members $(jq -c '.member_ids' <<<"$cl"), epoch $(jq -r '.epoch' <<<"$cl")"
+  echo "flows taken over by the survivors: $((takeovers - takeovers0))"
+  echo "membership history at n$s0 (last 6 events):"
+  ctl "$s0" show cluster history --json | jq -r '.events[-6:][] | "  \(.at_ms / 1000) s  \(.event)"'
+  [ "$bad" -eq 0 ] || die "$bad of the 20 downloads failed or were corrupted across the failover"
+  echo "20 x 2 MB across the failover, every sha256 ok"
+  failover_summary="failover: $victim killed, detected in ${detect_ms:-?} ms, new control node $new_control, $((takeovers - takeovers0)) flows taken over, 20/20 downloads intact"
+  in_ns cfw-inside sysctl -qw net.ipv4.tcp_rmem="4096 131072 6291456"
+  say "restart $victim: it rejoins the cluster"
+  "$tb" restart "$victim" --run-dir "$run" 9>&- >/dev/null
+  for _ in $(seq 100); do
+    ready=$(ctl "${victim#n}" show cluster --json 2>/dev/null | jq -r '.ready' 2>/dev/null || echo false)
+    [ "$ready" = "true" ] && break
+    sleep 0.1
+  done
+  ctl "${victim#n}" show cluster --json | jq -r '"  \(.node): state \(.state), control node \(.control_node_name), epoch \(.epoch), ready \(.ready)"'
+fi
+
 say "iperf3: 5 s TCP, cfw-inside -> cfw-outside"
 serve cfw-outside 5201 "$work/iperf3-server.log" iperf3 -s -B "$server" -p 5201
 timeout 40 ip netns exec cfw-inside iperf3 -c "$server" -p 5201 -t 5 --json --connect-timeout 10000 \
@@ -175,6 +248,7 @@ in_ns cfw-inside ping -c 3 -W 2 "$node_inside" | tail -n 2
 
 say "summary"
 echo "download: 20 MB in ${dl_time} s; iperf3: ${gbps} Gbit/s"
+[ -n "$failover_summary" ] && echo "$failover_summary"
 if [ -n "$kernel_router" ]; then
   echo "kernel router interfaces in cfw-n1:"
   ip -n cfw-n1 -s -j link show | jq -r '.[] | select(.ifname != "lo") |

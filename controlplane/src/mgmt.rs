@@ -35,11 +35,13 @@ pub enum Topic {
     Rules,
     /// Cluster members, this node's role, cluster and CCL counters.
     Cluster,
+    /// Every membership transition with its time and reason.
+    ClusterHistory,
 }
 
 impl Topic {
     pub const ALL: &'static [Topic] =
-        &[Topic::Stats, Topic::Conn, Topic::Route, Topic::Arp, Topic::Config, Topic::Rules, Topic::Cluster];
+        &[Topic::Stats, Topic::Conn, Topic::Route, Topic::Arp, Topic::Config, Topic::Rules, Topic::Cluster, Topic::ClusterHistory];
     pub fn as_str(self) -> &'static str {
         match self {
             Topic::Stats => "stats",
@@ -49,6 +51,7 @@ impl Topic {
             Topic::Config => "config",
             Topic::Rules => "rules",
             Topic::Cluster => "cluster",
+            Topic::ClusterHistory => "cluster-history",
         }
     }
     pub fn parse(s: &str) -> Option<Topic> {

@@ -714,3 +714,41 @@ fn takeover_updates_every_backup_then_a_second_failure_keeps_the_owner() {
     }
     accounted(&bed);
 }
+
+/// A node that left and came back has reset: the records that still name
+/// it as a flow's owner are from before. A (owner) is cut off and removed,
+/// no packet of the flow arrives meanwhile (nobody takes it over), A resets
+/// and rejoins. The next packet, at B (whose forwarder record names A):
+/// B asks the director C, C hands B the flow's state (its record's owner
+/// came back empty-handed), and B forwards the packet as the new owner —
+/// not to A, which would have dropped it for good.
+#[test]
+fn records_naming_a_rejoined_node_are_orphans() {
+    let mut bed = Bed::new(3, true);
+    let cport = cport_for(3, C);
+    let t = tuple(HOST, cport, SERVER, 80, 6);
+    let delta = connect(&mut bed, cport, A, B);
+    bed.kill(A, 2);
+    bed.now_ms += 1_000;
+    let now = bed.now();
+    bed.nodes[A].reset(now);
+    bed.down[A] = false;
+    let back = bed.members_up(3);
+    bed.set_members_up(back);
+    bed.tick(1);
+    assert_eq!(bed.owners_up(&t), Vec::<usize>::new(), "A owns nothing after its reset");
+    let (seg, want) = client_seg(B, B, cport, delta, b"after");
+    let out = bed.send(B, IN, seg);
+    let (n, port, frame) = one(&out);
+    assert_eq!((n, port), (B, OUT));
+    assert_eq!(hex(&frame), hex(&want));
+    assert_eq!(bed.owners_up(&t), vec![B]);
+    assert_eq!(bed.cluster(C).counters.takeovers_granted, 1);
+    // The server's answer on A (the routers sent it there): A asks C, C
+    // names B now.
+    let (seg, want) = server_seg(A, B, cport, delta, 5);
+    let out = bed.send(A, OUT, seg);
+    assert_eq!(hex(&one(&out).2), hex(&want));
+    assert_eq!(bed.owners_up(&t), vec![B]);
+    accounted(&bed);
+}

@@ -1253,3 +1253,56 @@ fn arp_refresh_without_drops() {
         ],
     );
 }
+
+/// `announce`: one gratuitous ARP per interface (who-has its own address,
+/// from its MAC, broadcast, tagged on a VLAN interface), and a who-has for
+/// each gateway not resolved yet — once: a second announcement while the
+/// gateway's request is pending does not repeat it.
+#[test]
+fn announce_sends_one_gratuitous_arp_per_interface_and_resolves_gateways() {
+    let mut p = pipeline();
+    let t = Timestamp::from_secs(1);
+    let gateways: Vec<Ipv4Addr> = p.routes().iter().filter_map(|r| r.via).collect();
+    assert!(!gateways.is_empty(), "the test config routes via a gateway");
+    let n = p.announce(t);
+    assert_eq!(n, 3 + gateways.len());
+    let mut got = Vec::new();
+    p.drain_generated(|port, f| got.push((port, f.to_vec())));
+    assert_eq!(got.len(), n);
+    // The gateways' requests: ARP, target the gateway, sender our address.
+    for gw in &gateways {
+        assert!(
+            got.iter().any(|(_, f)| f[12..14] == [0x08, 0x06] && f[14 + 24..14 + 28] == gw.octets()),
+            "who-has {gw}"
+        );
+    }
+    assert_eq!(p.arp_entries(t).iter().filter(|e| e.state == "pending").count(), gateways.len());
+    assert_eq!(p.announce(t), 3, "pending gateways are not asked again at once");
+    p.drain_generated(|_, _| {});
+    let got: Vec<_> = got.into_iter().filter(|(_, f)| {
+        let arp = if f[12..14] == [0x81, 0x00] { &f[18..] } else { &f[14..] };
+        arp[14..18] == arp[24..28]
+    }).collect();
+    assert_eq!(got.len(), 3);
+    for (port, mac, addr, vlan) in
+        [(IN_PORT, IN_MAC, IN_ADDR, None), (OUT_PORT, OUT_MAC, OUT_ADDR, None), (DMZ_PORT, DMZ_MAC, DMZ_ADDR, Some(DMZ_VLAN))]
+    {
+        let (_, f) = got.iter().find(|(p, _)| *p == port).expect("one frame per interface");
+        assert_eq!(&f[..6], &[0xff; 6], "broadcast");
+        assert_eq!(&f[6..12], &mac, "from the interface's MAC");
+        let arp = match vlan {
+            Some(v) => {
+                assert_eq!((&f[12..14], u16::from_be_bytes([f[14], f[15]]) & 0x0fff), (&[0x81, 0x00][..], v));
+                &f[18..]
+            }
+            None => &f[14..],
+        };
+        assert_eq!(&f[12 + if vlan.is_some() { 4 } else { 0 }..][..2], &[0x08, 0x06], "ARP");
+        assert_eq!(u16::from_be_bytes([arp[6], arp[7]]), 1, "a request");
+        assert_eq!(&arp[14..18], &addr.octets(), "sender: its own address");
+        assert_eq!(&arp[24..28], &addr.octets(), "target: its own address");
+    }
+    let mut again = 0;
+    p.drain_generated(|_, _| again += 1);
+    assert_eq!(again, 0, "drained");
+}

@@ -21,23 +21,26 @@
 //! The hand-off queues are bounded lock-free `ArrayQueue`s of mbufs; a full
 //! queue frees the mbuf and counts a drop. With one queue pair the worker
 //! receives everything, and the control lcore's heartbeats reach the wire
-//! through the worker's TX (queue `tx_via_worker`). A new member set from
-//! the membership machine waits in [`CclControl`] until the control thread
-//! puts it on the worker's query queue (`crate::shared::offer_members`).
+//! through the worker's TX (queue `tx_via_worker`). A new member set or a
+//! reset from the membership machine waits in [`CclControl`] until the
+//! control thread puts it on the worker's query queue
+//! (`crate::shared::offer_commands`); the lease goes through an atomic.
 //!
 //! Invariant: the worker never blocks on, and never allocates for, the
 //! hand-off; the control lcore only touches queue 1 of the CCL port.
 
 use crossbeam_queue::ArrayQueue;
+use crate::links::{Change, Links};
+use crate::shared::{push_command, Query};
 use controlplane::membership::{Action, ControlLink, Membership, MAX_CONTROL_FRAME};
-use dataplane::ccl::{CclCounters, Message, MessageKind, CCL_UDP_PORT, CONTROL_CHANNEL};
-use dataplane::cluster::MemberSet;
+use dataplane::ccl::{CclCounters, CCL_UDP_PORT, CONTROL_CHANNEL};
 use dataplane::wire::ethernet::{ethertype, EthernetFrame};
 use dataplane::wire::ipv4::Ipv4Packet;
 use dataplane::wire::udp;
 use dataplane::{ip_proto, Timestamp};
 use dpdk_sys::{Mbuf, MbufBurst, Mempool, Port};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 /// Capacity of each hand-off queue (mbufs).
@@ -59,6 +62,25 @@ pub struct CclShared {
     /// Frames handed over, per direction.
     pub to_worker_frames: AtomicU64,
     pub to_control_frames: AtomicU64,
+    /// The membership lease (ns of the node's clock) the worker applies
+    /// with `Pipeline::set_lease` (it reads this once per loop): 0 fenced.
+    pub lease_ns: AtomicU64,
+    /// The worker's re-registration progress for its current member set
+    /// (`pack_sync`), published once per timer tick for `on_sync`.
+    pub sync: AtomicU64,
+    /// Bumped when the data ports come up: the worker announces the node
+    /// (gratuitous ARPs, `Pipeline::announce`).
+    pub announce: AtomicU64,
+}
+
+/// `SyncProgress` in one word: epoch (47 bits), sent (1), done_from (16).
+pub fn pack_sync(p: &dataplane::pipeline::SyncProgress) -> u64 {
+    ((p.epoch.0 & ((1 << 47) - 1)) << 17) | (u64::from(p.sent) << 16) | u64::from(p.done_from)
+}
+
+/// The inverse of [`pack_sync`]: (epoch, done_from, sent).
+pub fn unpack_sync(w: u64) -> (dataplane::Epoch, u16, bool) {
+    (dataplane::Epoch(w >> 17), w as u16, w & (1 << 16) != 0)
 }
 
 impl CclShared {
@@ -72,6 +94,9 @@ impl CclShared {
             tx_via_worker_drops: AtomicU64::new(0),
             to_worker_frames: AtomicU64::new(0),
             to_control_frames: AtomicU64::new(0),
+            lease_ns: AtomicU64::new(0),
+            sync: AtomicU64::new(0),
+            announce: AtomicU64::new(0),
         }
     }
 }
@@ -94,8 +119,12 @@ pub fn is_control_frame(frame: &[u8]) -> bool {
 }
 
 /// The control lcore's CCL endpoint: queue 1 of the CCL port (or the
-/// worker's queue through `tx_via_worker`), the membership machine and
-/// the link that seals and opens its frames.
+/// worker's queue through `tx_via_worker`), the membership machine, the
+/// link that seals and opens its frames, and the node's links (carrier in,
+/// shut/open orders out). It carries out the machine's actions: frames on
+/// the CCL, member sets and resets as commands to the worker (in order),
+/// the lease through an atomic the worker reads every loop, the data
+/// ports' link state, events as log lines.
 pub struct CclControl {
     port: Port,
     /// `Some(1)`: the control queue; `None`: one queue, the worker's.
@@ -104,13 +133,19 @@ pub struct CclControl {
     shared: Arc<CclShared>,
     link: ControlLink,
     pub membership: Membership,
-    /// Heartbeats handed to the port (or to the worker's TX).
-    pub heartbeats_sent: u64,
-    /// Heartbeats not sealed, not allocated or not taken by the port.
-    pub heartbeat_send_failures: u64,
-    /// The latest member set the membership machine emitted that has not
-    /// reached the worker's queue yet.
-    pub pending_members: Option<MemberSet>,
+    links: Links,
+    /// Control-channel frames handed to the port (or to the worker's TX).
+    pub frames_sent: u64,
+    /// Frames not sealed, not allocated or not taken by the port.
+    pub send_failures: u64,
+    /// Commands (member sets, resets) the worker's queue has not taken yet.
+    pub pending: VecDeque<Query>,
+    /// Data-port orders carried out (shut, open).
+    pub ports_shut: u64,
+    pub ports_opened: u64,
+    /// The last sync progress handed to the machine.
+    last_sync: u64,
+    changes: Vec<Change>,
     rx: MbufBurst,
     tx: MbufBurst,
 }
@@ -122,6 +157,8 @@ pub struct CclControlConfig {
     pub shared: Arc<CclShared>,
     pub link: ControlLink,
     pub membership: Membership,
+    /// Every port the node polls (data ports and the CCL port).
+    pub links: Links,
 }
 
 impl CclControl {
@@ -133,9 +170,14 @@ impl CclControl {
             shared: c.shared,
             link: c.link,
             membership: c.membership,
-            heartbeats_sent: 0,
-            heartbeat_send_failures: 0,
-            pending_members: None,
+            links: c.links,
+            frames_sent: 0,
+            send_failures: 0,
+            pending: VecDeque::new(),
+            ports_shut: 0,
+            ports_opened: 0,
+            last_sync: u64::MAX,
+            changes: Vec::new(),
             rx: MbufBurst::new(),
             tx: MbufBurst::new(),
         }
@@ -150,17 +192,22 @@ impl CclControl {
         }
     }
 
-    /// Counters of the control channel (heartbeats out and in, drops).
+    /// Counters of the control channel (messages out and in, drops).
     pub fn counters(&self) -> CclCounters {
         self.link.counters()
     }
 
+    /// Whether the node holds its data ports down (not ready, left).
+    pub fn data_ports_held(&self) -> bool {
+        self.links.data_held_down()
+    }
+
     /// One round at `now` (the node's `Clock`, the worker's time base):
-    /// receive on the control queue, take what the worker passed on, let
-    /// the membership machine's clock advance, carry out its actions.
-    /// Returns how many frames it passed on to the worker (data-plane CCL
-    /// traffic waiting on this lcore: the caller polls faster while there
-    /// is some; heartbeats do not count).
+    /// receive on the control queue, take what the worker passed on, feed
+    /// link changes and the worker's sync progress, let the membership
+    /// machine's clock advance, carry out its actions. Returns how many
+    /// frames it passed on to the worker (data-plane CCL traffic waiting
+    /// on this lcore: the caller polls faster while there is some).
     pub fn poll(&mut self, now: Timestamp) -> usize {
         let mut handled = 0;
         if let Some(q) = self.queue {
@@ -193,17 +240,67 @@ impl CclControl {
         while let Some(m) = self.shared.to_control.pop() {
             self.receive(now, &m);
         }
+        self.links.poll(now.nanos(), &mut self.changes);
+        for c in std::mem::take(&mut self.changes) {
+            log::info!("port {} ({}) link {}", c.index, if c.ccl { "ccl" } else { "data" }, if c.up { "up" } else { "down" });
+            self.membership.on_port(now, c.index, c.up);
+        }
+        let sync = self.shared.sync.load(Ordering::Relaxed);
+        if sync != self.last_sync {
+            self.last_sync = sync;
+            let (epoch, done_from, sent) = unpack_sync(sync);
+            self.membership.on_sync(now, epoch, done_from, sent);
+        }
         self.membership.tick(now);
         while let Some(a) = self.membership.poll_action() {
-            match a {
-                Action::Broadcast { epoch, msg } => self.broadcast(epoch, &msg),
-                Action::Members(m) => {
-                    log::info!("member set now epoch {}: {m:?}", m.epoch().0);
-                    self.pending_members = Some(m);
-                }
-            }
+            self.act(a);
         }
         handled
+    }
+
+    /// Carry out one action of the membership machine.
+    fn act(&mut self, a: Action) {
+        match a {
+            Action::Broadcast { .. } | Action::Send { .. } => {
+                let mut buf = [0u8; MAX_CONTROL_FRAME];
+                match self.link.seal_action(&a, &mut buf) {
+                    Some(Ok(len)) => {
+                        if self.send(&buf[..len]) {
+                            self.frames_sent += 1;
+                        } else {
+                            self.send_failures += 1;
+                        }
+                    }
+                    Some(Err(e)) => {
+                        log::warn!("control message not sealed: {e}");
+                        self.send_failures += 1;
+                    }
+                    None => {}
+                }
+            }
+            Action::Members(m) => {
+                log::info!("member set now epoch {}: {m:?}", m.epoch().0);
+                push_command(&mut self.pending, Query::SetMembers(m));
+            }
+            Action::Reset => {
+                log::warn!("left the cluster: dropping every flow and record (other members own them now)");
+                push_command(&mut self.pending, Query::Reset);
+            }
+            Action::Lease(until) => self.shared.lease_ns.store(until.nanos(), Ordering::Relaxed),
+            Action::DataPorts { up } => {
+                let n = self.links.set_data_ports(up);
+                if up {
+                    self.ports_opened += 1;
+                    self.shared.announce.fetch_add(1, Ordering::Relaxed);
+                    log::info!("data ports up ({n} opened): taking traffic");
+                } else {
+                    self.ports_shut += 1;
+                    log::info!("data ports down ({n} shut): not taking traffic");
+                }
+            }
+            Action::Event(e) => log::info!("cluster: {}", e.text),
+            Action::Replica(r) => log::debug!("replicated state: {r:?}"),
+        }
     }
 
     /// Open a control-channel frame (the opener counts drops) and hand it
@@ -212,29 +309,10 @@ impl CclControl {
         let _ = self.link.receive(&mut self.membership, now, m.data());
     }
 
-    fn broadcast(&mut self, epoch: dataplane::Epoch, msg: &Message<'_>) {
-        let heartbeat = msg.kind() == MessageKind::Heartbeat;
-        if self.send(epoch, msg) {
-            if heartbeat {
-                self.heartbeats_sent += 1;
-            }
-        } else if heartbeat {
-            self.heartbeat_send_failures += 1;
-        }
-    }
-
-    /// Seal `msg` into an mbuf and put it on the wire; false when any step
-    /// failed (the frame is gone).
-    fn send(&mut self, epoch: dataplane::Epoch, msg: &Message<'_>) -> bool {
-        let mut buf = [0u8; MAX_CONTROL_FRAME];
-        let len = match self.link.seal_broadcast(epoch, msg, &mut buf) {
-            Ok(n) => n,
-            Err(e) => {
-                log::warn!("{} not sealed: {e}", msg.kind());
-                return false;
-            }
-        };
-        let Some(m) = self.pool.alloc_from_slice(&buf[..len]) else {
+    /// Put a sealed frame on the wire; false when any step failed (the
+    /// frame is gone).
+    fn send(&mut self, frame: &[u8]) -> bool {
+        let Some(m) = self.pool.alloc_from_slice(frame) else {
             return false;
         };
         match self.queue {

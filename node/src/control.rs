@@ -10,7 +10,7 @@
 
 use crate::ccl::CclControl;
 use crate::clock::Clock;
-use crate::shared::{offer_members, Query, Reply, Shared};
+use crate::shared::{offer_commands, Query, Reply, Shared};
 use dataplane::ccl::MessageKind;
 use anyhow::{Context, Result};
 use config::Config;
@@ -75,7 +75,7 @@ impl Control {
         let handled = match &mut self.ccl {
             Some(c) => {
                 let n = c.poll(self.clock.now());
-                offer_members(&self.shared.queries, &mut c.pending_members);
+                offer_commands(&self.shared.queries, &mut c.pending);
                 n
             }
             None => 0,
@@ -88,7 +88,10 @@ impl Control {
         handled
     }
 
-    /// `show cluster`: identity, members with the last heartbeat heard, the
+    /// `show cluster`: identity, this node's membership state (role,
+    /// control node, epoch, readiness, lease), every configured node as
+    /// this node sees it (state, priority, last heartbeat, epoch, control
+    /// node it follows, readiness), the membership counters, the
     /// pipeline's cluster counters, CCL messages by kind and drops by
     /// reason (worker and control lcore added up), hand-off counters.
     fn show_cluster(&self) -> Result<Value, String> {
@@ -97,24 +100,34 @@ impl Control {
         };
         let Reply::Cluster(snap) = self.ask(Query::Cluster)? else { return Err("unexpected reply".into()) };
         let now = self.clock.now();
-        let members: Vec<Value> = ccl
-            .membership
+        let m = &ccl.membership;
+        let st = m.status();
+        let members: Vec<Value> = m
             .snapshot(now)
             .iter()
-            .map(|m| {
+            .map(|v| {
                 json!({
-                    "id": m.id.0,
-                    "name": m.name,
-                    "ccl_address": m.ccl_address.to_string(),
-                    "this_node": m.this_node,
-                    "last_heard_ms": if m.this_node { None } else { m.last_heard_ms() },
-                    "heartbeats_rx": m.heartbeats,
+                    "id": v.id.0,
+                    "name": v.name,
+                    "ccl_address": v.ccl_address.to_string(),
+                    "this_node": v.this_node,
+                    "state": v.state.map(|s| s.as_str()),
+                    "priority": v.priority,
+                    "member": v.member,
+                    "ready": v.ready,
+                    "epoch": v.epoch.map(|e| e.0),
+                    "control_node": v.control.map(|c| c.0),
+                    "last_heard_ms": if v.this_node { None } else { v.last_heard_ms() },
+                    "heartbeats_rx": v.heartbeats,
+                    "incarnation": v.incarnation,
+                    "site": v.site,
+                    "chassis": v.chassis,
                 })
             })
             .collect();
         // The CCL messages of the worker and of the control lcore, added up.
         let mut ccl_counters = ccl.counters();
-        let (counters, epoch) = match &snap {
+        let (counters, worker_epoch) = match &snap {
             Some(s) => {
                 ccl_counters.add(&s.ccl);
                 (stats::to_json(&s.counters), s.epoch)
@@ -127,23 +140,39 @@ impl Control {
             .collect();
         let drops = stats::to_json(&ccl_counters)["drops"].take();
         let sh = &self.shared.ccl;
+        let lease_left_ms = st.lease.nanos().saturating_sub(now.nanos()) / 1_000_000;
         Ok(json!({
             "cluster": self.cluster_name,
             "node": self.node_name,
-            "node_id": ccl.membership.me().0,
-            // Control/data node roles come with the election (later issue).
-            "role": "member",
-            "epoch": epoch,
+            "node_id": m.me().0,
+            "state": st.state.as_str(),
+            "role": st.state.as_str(),
+            "control_node": st.control.map(|c| c.0),
+            "control_node_name": st.control.and_then(|c| m.snapshot(now).into_iter().find(|v| v.id == c).map(|v| v.name)),
+            "epoch": st.members.epoch().0,
+            "member_ids": st.members.iter().map(|n| n.0).collect::<Vec<_>>(),
+            "ready": st.ready,
+            "lease_left_ms": lease_left_ms,
+            "data_ports_held_down": ccl.data_ports_held(),
+            "rejoin_failures": st.failures,
+            "disabled": st.disabled,
+            "config_version": st.config_version,
+            "state_version": st.state_version,
+            "worker_epoch": worker_epoch,
             "ccl_queues": ccl.queues(),
-            "heartbeat_interval_ms": ccl.membership.heartbeat_interval().0 / 1_000_000,
+            "heartbeat_interval_ms": m.heartbeat_interval().0 / 1_000_000,
+            "hold_time_ms": m.hold_time().0 / 1_000_000,
             "members": members,
+            "membership": stats::to_json(m.counters()),
             "counters": counters,
             "ccl": kinds,
             "ccl_drops": drops,
             "driver": {
-                "heartbeats_sent": ccl.heartbeats_sent,
-                "heartbeat_send_failures": ccl.heartbeat_send_failures,
-                "control_messages_other": ccl.membership.counters().other_messages,
+                "control_frames_sent": ccl.frames_sent,
+                "control_send_failures": ccl.send_failures,
+                "commands_pending": ccl.pending.len(),
+                "data_ports_shut": ccl.ports_shut,
+                "data_ports_opened": ccl.ports_opened,
                 "to_worker_frames": sh.to_worker_frames.load(Ordering::Relaxed),
                 "to_worker_drops": sh.to_worker_drops.load(Ordering::Relaxed),
                 "to_control_frames": sh.to_control_frames.load(Ordering::Relaxed),
@@ -151,6 +180,27 @@ impl Control {
                 "tx_via_worker_drops": sh.tx_via_worker_drops.load(Ordering::Relaxed),
             },
         }))
+    }
+
+    /// `show cluster-history`: every membership transition this node saw,
+    /// oldest first, with its time (ms since this node started, and ago).
+    fn show_cluster_history(&self) -> Result<Value, String> {
+        let Some(ccl) = &self.ccl else {
+            return Err("no cluster configured: this node runs alone (no `cluster:` section)".into());
+        };
+        let now = self.clock.now();
+        let events: Vec<Value> = ccl
+            .membership
+            .history()
+            .map(|e| {
+                json!({
+                    "at_ms": e.at.nanos() / 1_000_000,
+                    "ago_ms": now.nanos().saturating_sub(e.at.nanos()) / 1_000_000,
+                    "event": e.text,
+                })
+            })
+            .collect();
+        Ok(json!({ "node": self.node_name, "now_ms": now.nanos() / 1_000_000, "events": events }))
     }
 
     fn ask(&self, q: Query) -> Result<Reply, String> {
@@ -220,6 +270,7 @@ impl Control {
             }
             Topic::Config => Ok(json!({ "yaml": self.config_yaml, "parsed": self.config_json })),
             Topic::Cluster => self.show_cluster(),
+            Topic::ClusterHistory => self.show_cluster_history(),
         }
     }
 }

@@ -13,6 +13,7 @@
 mod ccl;
 mod clock;
 mod control;
+mod links;
 mod shared;
 mod worker;
 
@@ -20,7 +21,7 @@ use anyhow::{bail, Context, Result};
 use clock::Clock;
 use config::Config;
 use controlplane::membership::{self, ControlLink, Membership};
-use dataplane::ccl::{CclKey, FramePath};
+use dataplane::ccl::{CclKey, FramePath, Placement};
 use dataplane::cluster::MemberSet;
 use dataplane::pipeline::{ClusterSpec, InterfaceSpec, Pipeline, PipelineConfig, RouteSpec, RuleSpec};
 use dataplane::{Duration, Epoch, NodeId, PortId};
@@ -122,6 +123,8 @@ fn eal_args(cfg: &Config, extra: &[String]) -> Vec<String> {
 struct DataPort {
     /// The DPDK device name (`net_af_packet0`, `0000:03:00.0`).
     name: String,
+    /// The device string with its arguments, as configured.
+    device: String,
     /// The interfaces on this port (several with VLANs), comma-separated.
     interfaces: String,
     port: Port,
@@ -149,7 +152,7 @@ fn run(cfg: Config, extra: Vec<String>) -> Result<()> {
                 port.configure(1, 1, cfg.dpdk.rx_descriptors, cfg.dpdk.tx_descriptors, &pool)
                     .with_context(|| format!("configuring port {dev}"))?;
                 port.start().with_context(|| format!("starting port {dev}"))?;
-                ports.push(DataPort { name: dev.to_string(), interfaces: String::new(), port });
+                ports.push(DataPort { name: dev.to_string(), device: i.device.clone(), interfaces: String::new(), port });
                 ports.len() - 1
             }
         };
@@ -213,7 +216,12 @@ fn run(cfg: Config, extra: Vec<String>) -> Result<()> {
             cl.node_id,
             cl.name
         );
-        ports.push(DataPort { name: dev.to_string(), interfaces: config::cluster::CCL_INTERFACE.into(), port });
+        ports.push(DataPort {
+            name: dev.to_string(),
+            device: cl.ccl.device.clone(),
+            interfaces: config::cluster::CCL_INTERFACE.into(),
+            port,
+        });
         specs.push(InterfaceSpec {
             name: config::cluster::CCL_INTERFACE.into(),
             port: PortId(idx as u16),
@@ -233,13 +241,16 @@ fn run(cfg: Config, extra: Vec<String>) -> Result<()> {
     let pipeline = Pipeline::new(pcfg).map_err(|e| anyhow::anyhow!("pipeline: {e}"))?;
     let shared = Arc::new(Shared::new());
     let ccl_control = match (&cfg.cluster, ccl_setup) {
-        (Some(cl), Some((_, port, two, mac))) => Some(ccl::CclControl::new(ccl::CclControlConfig {
+        (Some(cl), Some((ccl_idx, port, two, mac))) => Some(ccl::CclControl::new(ccl::CclControlConfig {
             port,
             two_queues: two,
             pool: pool.clone(),
             shared: shared.ccl.clone(),
             link: control_link(cl, incarnation, mac)?,
-            membership: membership(cl)?,
+            membership: membership(cl, incarnation, ccl_idx as u16)?,
+            links: links::Links::new(
+                ports.iter().enumerate().map(|(i, p)| (p.port, i as u16, i == ccl_idx, p.device.as_str())),
+            ),
         })),
         _ => None,
     };
@@ -342,10 +353,11 @@ fn random_seed() -> u64 {
     }
 }
 
-/// The static member set of the configuration, epoch 1.
-fn member_set(cl: &config::ClusterConfig) -> Result<MemberSet> {
-    MemberSet::from_nodes(Epoch(1), cl.members.iter().map(|m| NodeId(m.id)))
-        .map_err(|e| anyhow::anyhow!("cluster.members: {e}"))
+/// The member set a cluster pipeline starts with: this node alone at
+/// epoch 0, fenced (lease 0) until the membership machine admits it and
+/// grants a lease; its first member set replaces this one.
+fn initial_members(cl: &config::ClusterConfig) -> Result<MemberSet> {
+    MemberSet::from_nodes(Epoch(0), [NodeId(cl.node_id)]).map_err(|e| anyhow::anyhow!("cluster.node-id: {e}"))
 }
 
 /// The control lcore's CCL endpoint: control channel, this boot's
@@ -358,21 +370,28 @@ fn control_link(cl: &config::ClusterConfig, incarnation: u32, mac: [u8; 6]) -> R
         .map_err(|e| anyhow::anyhow!("CCL control endpoint: {e}"))
 }
 
-/// The membership machine: every configured member, the static member set
-/// the workers start with, today's 100 ms heartbeat.
-fn membership(cl: &config::ClusterConfig) -> Result<Membership> {
-    Membership::new(membership::Config {
-        me: NodeId(cl.node_id),
-        priority: cl.priority,
-        nodes: cl
-            .members
-            .iter()
-            .map(|m| membership::NodeConfig { id: NodeId(m.id), name: m.name.clone(), ccl_address: m.ccl_address })
-            .collect(),
-        members: member_set(cl)?,
-        heartbeat_interval: membership::DEFAULT_HEARTBEAT_INTERVAL,
-    })
-    .map_err(|e| anyhow::anyhow!("cluster membership: {e}"))
+/// The membership machine: every configured member, the YAML's timers,
+/// priority, site and chassis, split-brain mode; `ccl_port` is the CCL
+/// port's index among the ports `links` reports.
+fn membership(cl: &config::ClusterConfig, incarnation: u32, ccl_port: u16) -> Result<Membership> {
+    let nodes = cl
+        .members
+        .iter()
+        .map(|m| membership::NodeConfig { id: NodeId(m.id), name: m.name.clone(), ccl_address: m.ccl_address })
+        .collect();
+    let mut c = membership::Config::new(NodeId(cl.node_id), incarnation, nodes);
+    c.priority = cl.priority;
+    c.place = Placement { site: cl.site_id, chassis: cl.chassis_id };
+    c.heartbeat_interval = Duration::from_millis(cl.heartbeat_interval_ms);
+    c.hold_time = Duration::from_millis(cl.hold_time_ms);
+    c.split_brain = match cl.split_brain {
+        config::SplitBrain::Elect => membership::SplitBrain::Elect,
+        config::SplitBrain::Quorum => membership::SplitBrain::Quorum,
+    };
+    c.interface_debounce = Duration::from_millis(cl.interface_debounce_ms);
+    c.sync_timeout = Duration::from_millis(cl.sync_timeout_ms);
+    c.ccl_port = Some(ccl_port);
+    Membership::new(c).map_err(|e| anyhow::anyhow!("cluster membership: {e}"))
 }
 
 /// `cluster:` as the pipeline's `ClusterSpec`; the CCL port is the
@@ -380,7 +399,7 @@ fn membership(cl: &config::ClusterConfig) -> Result<Membership> {
 fn cluster_spec(cl: &config::ClusterConfig, incarnation: u32) -> Result<ClusterSpec> {
     Ok(ClusterSpec {
         node: NodeId(cl.node_id),
-        members: member_set(cl)?,
+        members: initial_members(cl)?,
         cluster_name: cl.name.clone(),
         key: cl.key.expose().to_string(),
         incarnation,
@@ -388,11 +407,10 @@ fn cluster_spec(cl: &config::ClusterConfig, incarnation: u32) -> Result<ClusterS
         ccl_iface: config::cluster::CCL_INTERFACE.to_string(),
         peers: cl.peers().map(|m| (NodeId(m.id), m.ccl_address)).collect(),
         random_seed: random_seed(),
-        // Issue 10 (failover half): never fenced and one backup until the
-        // lead wires membership's Lease and `cluster.backups` (contract:
-        // the node will pass Timestamp::ZERO).
-        lease: dataplane::Timestamp::MAX,
-        backups: 1,
+        // Fenced until the membership machine grants a lease (the worker
+        // applies each `Action::Lease`).
+        lease: dataplane::Timestamp::ZERO,
+        backups: cl.backups,
         syn_guard: dataplane::pipeline::DEFAULT_SYN_GUARD,
         director_hold: dataplane::pipeline::DEFAULT_DIRECTOR_HOLD,
     })

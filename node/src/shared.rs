@@ -16,6 +16,7 @@ use dataplane::cluster::MemberSet;
 use dataplane::pipeline::{ClusterCountersSnapshot, Counters, FragSnapshot};
 use dataplane::route::RouteInfo;
 use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 pub enum Query {
@@ -23,6 +24,11 @@ pub enum Query {
     /// `Action::Members`); the worker applies it with
     /// `Pipeline::set_members`. No reply.
     SetMembers(MemberSet),
+    /// Command: this node left the cluster (the membership machine's
+    /// `Action::Reset`); the worker drops every flow and record with
+    /// `Pipeline::reset`. No reply. Queued behind any earlier member set,
+    /// so the two apply in the order the machine gave them.
+    Reset,
     Counters,
     Conns { max: usize },
     Routes,
@@ -66,20 +72,31 @@ impl Shared {
     }
 }
 
-/// Put the pending member set (if any) on the worker's queue as a
-/// `SetMembers` command; a full queue keeps it pending for the next try
-/// (only the latest set matters: the caller overwrites `pending` with any
-/// newer one). Returns whether one was queued.
-pub fn offer_members(queries: &ArrayQueue<Query>, pending: &mut Option<MemberSet>) -> bool {
-    let Some(m) = pending.take() else { return false };
-    match queries.push(Query::SetMembers(m)) {
-        Ok(()) => true,
-        Err(Query::SetMembers(m)) => {
-            *pending = Some(m);
-            false
+/// Put the pending commands (member sets, resets) on the worker's queue,
+/// oldest first; what a full queue does not take stays pending, in order,
+/// for the next try. Returns how many were queued.
+pub fn offer_commands(queries: &ArrayQueue<Query>, pending: &mut VecDeque<Query>) -> usize {
+    let mut n = 0;
+    while let Some(q) = pending.pop_front() {
+        match queries.push(q) {
+            Ok(()) => n += 1,
+            Err(q) => {
+                pending.push_front(q);
+                break;
+            }
         }
-        Err(_) => false,
     }
+    n
+}
+
+/// Queue `q` behind the pending commands; a member set replaces a pending
+/// member set that no reset separates it from (only the latest one
+/// matters), so the pending list stays short.
+pub fn push_command(pending: &mut VecDeque<Query>, q: Query) {
+    if let (Query::SetMembers(_), Some(Query::SetMembers(_))) = (&q, pending.back()) {
+        pending.pop_back();
+    }
+    pending.push_back(q);
 }
 
 #[cfg(test)]
@@ -88,21 +105,25 @@ mod tests {
     use dataplane::{Epoch, NodeId};
 
     #[test]
-    fn member_sets_wait_for_room_on_the_queue() {
+    fn commands_wait_for_room_on_the_queue_in_order() {
         let q = ArrayQueue::new(2);
         let set = |e| MemberSet::from_nodes(Epoch(e), [NodeId(0), NodeId(1)]).unwrap();
-        let mut pending = None;
-        assert!(!offer_members(&q, &mut pending), "nothing pending");
+        let mut pending = VecDeque::new();
+        assert_eq!(offer_commands(&q, &mut pending), 0, "nothing pending");
         assert!(q.is_empty());
         q.push(Query::Counters).ok();
-        q.push(Query::Routes).ok();
-        pending = Some(set(2));
-        assert!(!offer_members(&q, &mut pending), "queue full");
-        assert_eq!(pending, Some(set(2)), "kept for the next try");
-        let _ = q.pop();
-        assert!(offer_members(&q, &mut pending));
-        assert_eq!(pending, None);
-        assert!(matches!(q.pop(), Some(Query::Routes)));
-        assert!(matches!(q.pop(), Some(Query::SetMembers(m)) if m.epoch() == Epoch(2)));
+        push_command(&mut pending, Query::SetMembers(set(2)));
+        push_command(&mut pending, Query::SetMembers(set(3)));
+        push_command(&mut pending, Query::Reset);
+        push_command(&mut pending, Query::SetMembers(set(4)));
+        assert_eq!(pending.len(), 3, "set 2 replaced by set 3; the reset separates set 4");
+        assert_eq!(offer_commands(&q, &mut pending), 1, "one free slot");
+        assert_eq!(pending.len(), 2, "kept for the next try");
+        assert!(matches!(q.pop(), Some(Query::Counters)));
+        assert!(matches!(q.pop(), Some(Query::SetMembers(m)) if m.epoch() == Epoch(3)));
+        assert_eq!(offer_commands(&q, &mut pending), 2);
+        assert!(pending.is_empty());
+        assert!(matches!(q.pop(), Some(Query::Reset)));
+        assert!(matches!(q.pop(), Some(Query::SetMembers(m)) if m.epoch() == Epoch(4)));
     }
 }

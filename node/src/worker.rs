@@ -36,6 +36,8 @@ const SPIN_POLLS: u32 = 64;
 /// and sleeps up to `DEEP_IDLE_SLEEP_US` (about 2 s of silence at 200 µs).
 const DEEP_IDLE_POLLS: u32 = 10_000;
 const DEEP_IDLE_SLEEP_US: u32 = 1_000;
+/// The second gratuitous ARP after the data ports came up.
+const ANNOUNCE_AGAIN_NS: u64 = 20_000_000;
 /// How often timers (flow expiry, ARP aging) run.
 const TIMER_PERIOD_NS: u64 = 1_000_000;
 
@@ -112,6 +114,17 @@ impl Worker {
         let mut sleep_us = 1u32;
         let mut next_timer = 0u64;
         let ccl = self.shared.ccl.clone();
+        // The lease applied (cluster mode; the pipeline starts fenced at 0)
+        // and the epoch of the member set applied (its sync progress is
+        // published for the membership machine).
+        let mut lease = 0u64;
+        let mut epoch = dataplane::Epoch(0);
+        // Gratuitous ARPs when the data ports came up, once at once and
+        // once `ANNOUNCE_AGAIN_NS` later: on af_packet the first frame sent
+        // after the kernel interface came back up waits in the TX ring
+        // until the next send, so the second announcement pushes it out.
+        let mut announced = 0u64;
+        let mut announce_again = None;
         log::info!(
             "worker started on lcore {} with {} ports{}",
             dpdk_sys::eal::lcore_id(),
@@ -124,6 +137,13 @@ impl Worker {
         while !self.shared.stop.load(Ordering::Relaxed) {
             let now = self.clock.now();
             let mut received = 0;
+            if self.ccl_port.is_some() {
+                let l = ccl.lease_ns.load(Ordering::Relaxed);
+                if l != lease {
+                    lease = l;
+                    self.pipeline.set_lease(Timestamp(l));
+                }
+            }
             for pi in 0..nports {
                 let port = self.ports[pi];
                 let n = port.rx_burst(0, &mut rx);
@@ -181,8 +201,23 @@ impl Worker {
                 self.pipeline.poll_timers(now);
                 next_timer = now.nanos() + TIMER_PERIOD_NS;
                 self.shared.tx_full_drops.store(out.tx_full_drops, Ordering::Relaxed);
+                if self.ccl_port.is_some() {
+                    ccl.sync.store(crate::ccl::pack_sync(&self.pipeline.sync_progress(epoch)), Ordering::Relaxed);
+                    let a = ccl.announce.load(Ordering::Relaxed);
+                    if a != announced {
+                        announced = a;
+                        self.pipeline.announce(now);
+                        announce_again = Some(now.nanos() + ANNOUNCE_AGAIN_NS);
+                    } else if announce_again.is_some_and(|t| now.nanos() >= t) {
+                        announce_again = None;
+                        self.pipeline.announce(now);
+                    }
+                }
             }
             if let Some(q) = self.shared.queries.pop() {
+                if let Query::SetMembers(m) = &q {
+                    epoch = m.epoch();
+                }
                 if let Some(reply) = between_bursts(&mut self.pipeline, now, q) {
                     // The control thread waits for exactly one reply per
                     // query; a full reply queue means it gave up, so drop
@@ -228,6 +263,10 @@ pub(crate) fn between_bursts(pipeline: &mut Pipeline, now: Timestamp, q: Query) 
     Some(match q {
         Query::SetMembers(members) => {
             pipeline.set_members(now, members);
+            return None;
+        }
+        Query::Reset => {
+            pipeline.reset(now);
             return None;
         }
         Query::Counters => {

@@ -325,7 +325,60 @@ fn build(topo: &Topology, state: &mut State, o: &UpOptions) -> Result<()> {
             }
         }
     }
+    if state.mode == Mode::Clusterfw && topo.nodes.len() > 1 {
+        let formed = wait_cluster_formed(&state.nodes, &o.bin_dir, o.ready_timeout)?;
+        eprintln!("cluster formed: {formed}");
+    }
     Ok(())
+}
+
+/// Polls `show cluster` on every node until they agree: each one ready
+/// (data or control, data ports up), one control node, one epoch, every
+/// node a member. Returns a one-line summary; errors after `timeout` with
+/// what each node said last.
+pub fn wait_cluster_formed(nodes: &[NodeRecord], bin_dir: &Path, timeout: Duration) -> Result<String> {
+    let start = Instant::now();
+    loop {
+        let views: Vec<Result<Value>> = nodes
+            .iter()
+            .map(|n| match &n.control_socket {
+                Some(s) => ctl_json(bin_dir, s, "cluster"),
+                None => Err(anyhow::anyhow!("node {} has no control socket", n.name)),
+            })
+            .collect();
+        let ok: Vec<&Value> = views.iter().filter_map(|v| v.as_ref().ok()).collect();
+        if ok.len() == nodes.len() {
+            let ready = ok.iter().all(|v| v["ready"] == true);
+            let control = &ok[0]["control_node"];
+            let epoch = &ok[0]["epoch"];
+            let same = ok.iter().all(|v| &v["control_node"] == control && &v["epoch"] == epoch);
+            let all_members = ok.iter().all(|v| v["member_ids"].as_array().is_some_and(|m| m.len() == nodes.len()));
+            if ready && same && all_members && !control.is_null() {
+                return Ok(format!(
+                    "{} nodes ready, control node {} ({}), epoch {epoch}, after {:.1} s",
+                    nodes.len(),
+                    ok[0]["control_node_name"].as_str().unwrap_or("?"),
+                    control,
+                    start.elapsed().as_secs_f64()
+                ));
+            }
+        }
+        if start.elapsed() > timeout {
+            let said: Vec<String> = nodes
+                .iter()
+                .zip(&views)
+                .map(|(n, v)| match v {
+                    Ok(v) => format!(
+                        "{}: state {} ready {} control {} epoch {} members {}",
+                        n.name, v["state"], v["ready"], v["control_node"], v["epoch"], v["member_ids"]
+                    ),
+                    Err(e) => format!("{}: {e:#}", n.name),
+                })
+                .collect();
+            bail!("the cluster did not form within {timeout:?}: {}", said.join("; "));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 /// Writes the node's config and starts `clusterfw` detached in its

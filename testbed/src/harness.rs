@@ -46,6 +46,16 @@ pub fn python() -> &'static str {
     }
 }
 
+/// A threaded static-file HTTP server with a listen backlog of 256
+/// (`python3 -c HTTP_SERVER ADDR PORT DIR`). `python3 -m http.server`
+/// listens with a backlog of 5: twenty clients connecting at once lose
+/// SYNs at the server and wait out a 1 s retransmission, which a test of
+/// the firewall would misread as its own stall.
+pub const HTTP_SERVER: &str = "import functools, http.server, sys\n\
+class S(http.server.ThreadingHTTPServer):\n    request_queue_size = 256\n    daemon_threads = True\n\
+h = functools.partial(http.server.SimpleHTTPRequestHandler, directory=sys.argv[3])\n\
+S((sys.argv[1], int(sys.argv[2])), h).serve_forever()\n";
+
 /// A process running in a namespace for the length of a test step; killed
 /// (SIGTERM, then SIGKILL) and reaped on drop, including on panic.
 pub struct Background {

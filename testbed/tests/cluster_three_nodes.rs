@@ -467,7 +467,7 @@ fn wrong_key_frame() -> Result<Vec<u8>> {
         dst_ip: Ipv4Addr::new(198, 19, 0, 255),
     };
     let mut buf = [0u8; 256];
-    let msg = Message::Heartbeat(Heartbeat { priority: 20, state: 0, member_bitmap: 0b1110 });
+    let msg = Message::Heartbeat(Heartbeat { priority: 20, state: 0, member_bitmap: 0b1110, ..Heartbeat::default() });
     let n = s.seal_frame(&path, Epoch(1), &msg, &mut buf).map_err(|e| anyhow::anyhow!("{e}"))?;
     Ok(buf[..n].to_vec())
 }

@@ -2,7 +2,8 @@
 //!
 //! Each input is fed, whole, to `Opener::open_frame` (Ethernet/IPv4/UDP +
 //! CCL) and `Opener::open` (a bare datagram), and — as kind byte plus
-//! payload — to `Message::parse` and every payload parser directly, which
+//! payload — to `Message::parse`, `ControlMessage::parse` and every payload
+//! parser directly (the control lcore's `open_control` too), which
 //! is what runs after a MAC verified. Checked: no panic; every open is
 //! counted exactly once; a payload that parses re-emits to the same bytes,
 //! and sealing the parsed message (inside a UDP frame) opens back to it.
@@ -13,8 +14,9 @@
 #![no_main]
 
 use dataplane::ccl::{
-    CclKey, FlowBatch, FlowKey, FlowRecord, FlowTransfer, ForwardedBatch, ForwardedPacket, FramePath, Heartbeat,
-    Message, Opener, OwnerQuery, OwnerReply, RelayToOwner, Sealer, SyncDone,
+    CclKey, ControlMessage, FlowBatch, FlowKey, FlowRecord, FlowTransfer, ForwardedBatch, ForwardedPacket, FramePath,
+    Heartbeat, JoinReply, JoinRequest, Message, Opener, OwnerQuery, OwnerReply, RelayToOwner, Sealer, SyncChunk,
+    SyncDone, SyncRequest, TableUpdate, CONTROL_CHANNEL,
 };
 use dataplane::{Epoch, NodeId};
 use libfuzzer_sys::fuzz_target;
@@ -32,10 +34,17 @@ fuzz_target!(|data: &[u8]| {
     let mut o = Opener::new(&key, NodeId(2));
     let _ = o.open_frame(data);
     let _ = o.open(data);
+    let _ = o.open_control_frame(data);
+    let _ = o.open_control(data);
     let c = o.counters();
-    assert_eq!(c.total_drops() + c.total_rx(), 2);
+    assert_eq!(c.total_drops() + c.total_rx(), 4);
 
     let _ = Heartbeat::parse(data);
+    let _ = JoinRequest::parse(data);
+    let _ = JoinReply::parse(data);
+    let _ = SyncRequest::parse(data);
+    let _ = SyncChunk::parse(data);
+    let _ = TableUpdate::parse(data);
     let _ = OwnerQuery::parse(data);
     let _ = OwnerReply::parse(data);
     let _ = ForwardedPacket::parse(data);
@@ -61,6 +70,17 @@ fuzz_target!(|data: &[u8]| {
             let mut frame = vec![0u8; payload.len() + 200];
             if let Ok(n) = s.seal_frame(&PATH, Epoch(1), &m, &mut frame) {
                 let got = o.open_frame(&frame[..n]).expect("own sealed frame opens");
+                assert_eq!(got.msg, m);
+            }
+        }
+        if let Ok(m) = ControlMessage::parse(*kind, payload) {
+            let mut out = vec![0u8; m.wire_len()];
+            assert_eq!(m.emit(&mut out), Ok(payload.len()));
+            assert_eq!(&out[..], payload);
+            let mut s = Sealer::new(&key, NodeId(1), CONTROL_CHANNEL, 1).expect("valid sealer");
+            let mut frame = vec![0u8; payload.len() + 200];
+            if let Ok(n) = s.seal_control_frame(&PATH, Epoch(1), &m, &mut frame) {
+                let got = o.open_control_frame(&frame[..n]).expect("own sealed frame opens");
                 assert_eq!(got.msg, m);
             }
         }

@@ -8,6 +8,7 @@
 //! past `out`, and `emit` of a parsed value reproduces the input bytes.
 
 use super::batch::{FlowBatch, FlowRecord};
+use super::heartbeat::Heartbeat;
 use super::key::{arr, exact, family, too_small, truncated, FlowKey};
 use super::CclError;
 use crate::NodeId;
@@ -59,6 +60,18 @@ kinds! {
     /// Worker → every other member: my re-registration for this epoch is
     /// queued, all of it before this message (issue 10 sync marker).
     SyncDone = 10 => "sync-done",
+    // Control-channel kinds (issue 10): decoded by `ControlMessage`
+    // (`Opener::open_control`), never by `Message::parse`.
+    /// Joiner → control node: admit me (M6).
+    JoinRequest = 11 => "join-request",
+    /// Control node → joiner: admitted (member table) or refused (reason).
+    JoinReply = 12 => "join-reply",
+    /// Requester → holder of the replicated state: send transfer chunks.
+    SyncRequest = 13 => "sync-request",
+    /// Holder → requester: one chunk of the replicated state (M7, M8).
+    SyncChunk = 14 => "sync-chunk",
+    /// Control node → members: one replicated-table change (M8).
+    TableUpdate = 15 => "table-update",
 }
 
 impl fmt::Display for MessageKind {
@@ -86,34 +99,6 @@ fn emit_opt_key(k: &Option<FlowKey>, out: &mut [u8]) -> Result<usize, CclError> 
             }
             None => Err(too_small(1, out)),
         },
-    }
-}
-
-/// Placeholder liveness beacon: 4 bytes (priority, state, member bitmap).
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub struct Heartbeat {
-    pub priority: u8,
-    pub state: u8,
-    /// Bit n set: the sender counts node n as a member.
-    pub member_bitmap: u16,
-}
-
-impl Heartbeat {
-    pub const LEN: usize = 4;
-    pub fn parse(b: &[u8]) -> Result<Self, CclError> {
-        let a: [u8; 4] = arr(b, 0)?;
-        exact("heartbeat", b, Self::LEN)?;
-        Ok(Heartbeat { priority: a[0], state: a[1], member_bitmap: u16::from_be_bytes([a[2], a[3]]) })
-    }
-    pub fn emit(&self, out: &mut [u8]) -> Result<usize, CclError> {
-        if out.len() < Self::LEN {
-            return Err(too_small(Self::LEN, out));
-        }
-        let o = &mut out[..Self::LEN];
-        o[0] = self.priority;
-        o[1] = self.state;
-        o[2..4].copy_from_slice(&self.member_bitmap.to_be_bytes());
-        Ok(Self::LEN)
     }
 }
 
@@ -494,13 +479,20 @@ impl<'a> Message<'a> {
             MessageKind::ForwardedBatch => Message::ForwardedBatch(ForwardedBatch::parse(payload)?),
             MessageKind::FlowTransfer => Message::FlowTransfer(FlowTransfer::parse(payload)?),
             MessageKind::SyncDone => Message::SyncDone(SyncDone::parse(payload)?),
+            // Control-channel kinds are `ControlMessage`s: not a kind the
+            // data-channel decoder (the workers') handles.
+            MessageKind::JoinRequest
+            | MessageKind::JoinReply
+            | MessageKind::SyncRequest
+            | MessageKind::SyncChunk
+            | MessageKind::TableUpdate => return Err(CclError::UnknownKind(kind)),
         })
     }
 
     /// Payload length `emit` will write.
     pub fn wire_len(&self) -> usize {
         match self {
-            Message::Heartbeat(_) => Heartbeat::LEN,
+            Message::Heartbeat(m) => m.wire_len(),
             Message::OwnerQuery(m) => m.wire_len(),
             Message::OwnerReply(m) => m.wire_len(),
             Message::FlowRegister(b) | Message::StateUpdate(b) => b.wire_len(),
@@ -515,12 +507,7 @@ impl<'a> Message<'a> {
     /// Write the payload (not the header) into `out`.
     pub fn emit(&self, out: &mut [u8]) -> Result<usize, CclError> {
         match self {
-            Message::Heartbeat(m) => {
-                if out.len() < Heartbeat::LEN {
-                    return Err(too_small(Heartbeat::LEN, out));
-                }
-                m.emit(out)
-            }
+            Message::Heartbeat(m) => m.emit(out),
             Message::OwnerQuery(m) => m.emit(out),
             Message::OwnerReply(m) => m.emit(out),
             Message::FlowRegister(b) | Message::StateUpdate(b) => b.emit(out),
@@ -583,7 +570,7 @@ mod tests {
             assert_eq!(MessageKind::from_u8(*k as u8), Some(*k));
         }
         assert_eq!(MessageKind::from_u8(0), None);
-        assert_eq!(MessageKind::from_u8(11), None);
+        assert_eq!(MessageKind::from_u8(MessageKind::COUNT as u8 + 1), None);
     }
 
     #[test]
@@ -631,8 +618,8 @@ mod tests {
             let mut b = vec![0u8; n];
             assert!(matches!(q.emit(&mut b), Err(CclError::BufferTooSmall { .. })));
         }
-        let h = Heartbeat { priority: 1, state: 2, member_bitmap: 3 };
+        let h = Heartbeat { priority: 1, state: 2, member_bitmap: 3, ..Heartbeat::default() };
         assert!(Message::Heartbeat(h).emit(&mut [0u8; 3]).is_err());
-        assert!(h.emit(&mut [0u8; 3]).is_err());
+        assert!(h.emit(&mut vec![0u8; h.wire_len() - 1]).is_err());
     }
 }

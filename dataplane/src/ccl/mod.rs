@@ -40,6 +40,8 @@
 
 mod auth;
 mod batch;
+mod control;
+mod heartbeat;
 mod header;
 mod key;
 mod message;
@@ -49,15 +51,20 @@ mod seal;
 mod tests;
 
 pub use auth::{ClusterId, CclKey, TAG_LEN};
+pub use control::{
+    ControlMessage, JoinReply, JoinRequest, JoinVerdict, SyncChunk, SyncRequest, TableOp, TableUpdate,
+    SYNC_CHUNK_DATA, SYNC_CHUNK_HEAD, SYNC_FULL, SYNC_MAX_WINDOW, TABLE_KEY_MAX, TABLE_VALUE_MAX,
+};
+pub use heartbeat::{Heartbeat, Placement, HB_FLAG_QUORUM, HB_STATE_MAX, NODE_SLOTS, NO_NODE, NO_PLACE};
 pub use batch::{BatchWriter, FlowBatch, FlowBatchIter, FlowOp, FlowRecord, FLAG_STATE, FLAG_VERSIONED, OPAQUE_LEN, STATE_LEN};
 pub use header::{CclHeader, CclPacket, HEADER_LEN, MAGIC, VERSION};
 pub use key::FlowKey;
 pub use message::{
-    FlowTransfer, ForwardedBatch, ForwardedPacket, Heartbeat, Message, MessageKind, OwnerQuery, OwnerReply,
-    RelayToOwner, SyncDone, BATCH_MAX_FRAMES,
+    FlowTransfer, ForwardedBatch, ForwardedPacket, Message, MessageKind, OwnerQuery, OwnerReply, RelayToOwner,
+    SyncDone, BATCH_MAX_FRAMES,
 };
 pub use replay::{ReplayGuard, WINDOW};
-pub use seal::{strip_udp, FramePath, Opened, Opener, Sealer, UdpDatagram, FRAME_OVERHEAD};
+pub use seal::{strip_udp, FramePath, Opened, OpenedControl, Opener, Sealer, UdpDatagram, FRAME_OVERHEAD};
 
 use core::fmt;
 

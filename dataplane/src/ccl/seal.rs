@@ -9,6 +9,7 @@
 use super::auth::{CclKey, ClusterId, TAG_LEN};
 use super::header::{CclHeader, CclPacket, HEADER_LEN};
 use super::key::too_small;
+use super::control::ControlMessage;
 use super::message::{ForwardedBatch, Message, MessageKind, MIN_FRAME_LEN};
 use super::replay::ReplayGuard;
 use super::{CclCounters, CclDrop, CclError, CCL_UDP_PORT, CONTROL_CHANNEL, MAX_WORKER_CHANNELS};
@@ -92,6 +93,12 @@ impl Sealer {
         HEADER_LEN + msg.wire_len() + TAG_LEN
     }
 
+    /// Bytes `seal_control` writes for `msg` (header + payload + tag).
+    #[inline]
+    pub fn sealed_len_control(msg: &ControlMessage<'_>) -> usize {
+        HEADER_LEN + msg.wire_len() + TAG_LEN
+    }
+
     /// Write header, payload and tag of `msg` into `out`; returns the
     /// length. The UDP payload of a CCL datagram.
     pub fn seal(&mut self, epoch: Epoch, msg: &Message<'_>, out: &mut [u8]) -> Result<usize, CclError> {
@@ -150,6 +157,22 @@ impl Sealer {
         path: &FramePath,
         epoch: Epoch,
         msg: &Message<'_>,
+        out: &mut [u8],
+    ) -> Result<usize, CclError> {
+        self.seal_frame_with(path, epoch, msg.kind(), msg.wire_len(), |p| msg.emit(p), out)
+    }
+
+    /// `seal` of a control-channel message (the control lcore's).
+    pub fn seal_control(&mut self, epoch: Epoch, msg: &ControlMessage<'_>, out: &mut [u8]) -> Result<usize, CclError> {
+        self.seal_with(epoch, msg.kind(), msg.wire_len(), |p| msg.emit(p), out)
+    }
+
+    /// `seal_frame` of a control-channel message.
+    pub fn seal_control_frame(
+        &mut self,
+        path: &FramePath,
+        epoch: Epoch,
+        msg: &ControlMessage<'_>,
         out: &mut [u8],
     ) -> Result<usize, CclError> {
         self.seal_frame_with(path, epoch, msg.kind(), msg.wire_len(), |p| msg.emit(p), out)
@@ -314,6 +337,29 @@ pub struct Opened<'a> {
     pub msg: Message<'a>,
 }
 
+/// An authenticated, fresh, decoded control-channel message
+/// ([`Opener::open_control`]).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct OpenedControl<'a> {
+    pub sender: NodeId,
+    pub channel: u8,
+    pub incarnation: u32,
+    pub epoch: Epoch,
+    pub seq: u64,
+    pub flags: u8,
+    pub msg: ControlMessage<'a>,
+}
+
+/// The authenticated header fields `open_with` hands back with the payload.
+struct Fresh {
+    sender: NodeId,
+    channel: u8,
+    incarnation: u32,
+    epoch: Epoch,
+    seq: u64,
+    flags: u8,
+}
+
 /// Receives CCL messages for one node: checks, authenticates, de-duplicates
 /// and decodes them, and counts every outcome.
 #[derive(Clone, Debug)]
@@ -345,15 +391,17 @@ impl Opener {
 
     /// Open one CCL datagram (a UDP payload). Counts the outcome.
     pub fn open<'a>(&mut self, datagram: &'a [u8]) -> Result<Opened<'a>, CclDrop> {
-        let r = self.open_inner(datagram);
-        match &r {
-            Ok(o) => {
-                self.counters.rx[o.msg.kind().index()] += 1;
-                self.counters.rx_bytes += datagram.len() as u64;
-            }
-            Err(d) => self.counters.drops[d.index()] += 1,
-        }
-        r
+        let r = self.open_with(datagram, Message::parse);
+        self.count(&r.as_ref().map(|(_, m)| m.kind()), datagram.len());
+        r.map(|(f, msg)| Opened {
+            sender: f.sender,
+            channel: f.channel,
+            incarnation: f.incarnation,
+            epoch: f.epoch,
+            seq: f.seq,
+            flags: f.flags,
+            msg,
+        })
     }
 
     /// Strip Ethernet/IPv4/UDP ([`strip_udp`]) and `open` the payload.
@@ -368,7 +416,49 @@ impl Opener {
         }
     }
 
-    fn open_inner<'a>(&mut self, datagram: &'a [u8]) -> Result<Opened<'a>, CclDrop> {
+    /// `open` for the control lcore: the same checks and counters, the
+    /// payload decoded as a [`ControlMessage`] (a data-channel kind is
+    /// `UnknownKind` here).
+    pub fn open_control<'a>(&mut self, datagram: &'a [u8]) -> Result<OpenedControl<'a>, CclDrop> {
+        let r = self.open_with(datagram, ControlMessage::parse);
+        self.count(&r.as_ref().map(|(_, m)| m.kind()), datagram.len());
+        r.map(|(f, msg)| OpenedControl {
+            sender: f.sender,
+            channel: f.channel,
+            incarnation: f.incarnation,
+            epoch: f.epoch,
+            seq: f.seq,
+            flags: f.flags,
+            msg,
+        })
+    }
+
+    /// `open_frame` for the control lcore.
+    pub fn open_control_frame<'a>(&mut self, frame: &'a [u8]) -> Result<OpenedControl<'a>, CclDrop> {
+        match strip_udp(frame) {
+            Ok(d) => self.open_control(d.payload),
+            Err(e) => {
+                self.counters.drops[e.index()] += 1;
+                Err(e)
+            }
+        }
+    }
+
+    fn count(&mut self, r: &Result<MessageKind, &CclDrop>, len: usize) {
+        match r {
+            Ok(k) => {
+                self.counters.rx[k.index()] += 1;
+                self.counters.rx_bytes += len as u64;
+            }
+            Err(d) => self.counters.drops[d.index()] += 1,
+        }
+    }
+
+    fn open_with<'a, M>(
+        &mut self,
+        datagram: &'a [u8],
+        parse: impl FnOnce(u8, &'a [u8]) -> Result<M, CclError>,
+    ) -> Result<(Fresh, M), CclDrop> {
         let p = CclPacket::new_checked(datagram)?;
         if p.cluster_id() != self.key.cluster_id().0 {
             return Err(CclDrop::WrongCluster);
@@ -389,10 +479,10 @@ impl Opener {
         // `new_checked` proved HEADER_LEN + TAG_LEN <= len; borrow from
         // `datagram` so the message lives as long as the input.
         let payload = datagram.get(HEADER_LEN..datagram.len().saturating_sub(TAG_LEN)).unwrap_or(&[]);
-        let msg = Message::parse(p.kind(), payload).map_err(|e| match e {
+        let msg = parse(p.kind(), payload).map_err(|e| match e {
             CclError::UnknownKind(_) => CclDrop::UnknownKind,
             _ => CclDrop::MalformedPayload,
         })?;
-        Ok(Opened { sender, channel, incarnation: inc, epoch: p.epoch(), seq, flags: p.flags(), msg })
+        Ok((Fresh { sender, channel, incarnation: inc, epoch: p.epoch(), seq, flags: p.flags() }, msg))
     }
 }

@@ -112,7 +112,7 @@ fn all_messages<'a>(batch_buf: &'a mut [u8], fr: &'a [u8], fam6: bool) -> Vec<Me
     let n = w.bytes();
     let batch = FlowBatch::parse(&batch_buf[..n]).unwrap();
     vec![
-        Message::Heartbeat(Heartbeat { priority: 10, state: 2, member_bitmap: 0x8007 }),
+        Message::Heartbeat(Heartbeat { priority: 10, state: 2, member_bitmap: 0x8007, ..Heartbeat::default() }),
         Message::OwnerQuery(OwnerQuery { query_id: 77, flow: k, elect_if_absent: true }),
         Message::OwnerQuery(OwnerQuery { query_id: 78, flow: k, elect_if_absent: false }),
         Message::OwnerReply(OwnerReply { query_id: 77, flow: k, owner: Some(NodeId(15)) }),
@@ -169,30 +169,59 @@ fn batch_records_come_back() {
 
 /// A sealed heartbeat, byte for byte: a change here is a wire-format change
 /// (bump `VERSION`, see docs/ccl-protocol.md).
+fn fixture_heartbeat() -> Heartbeat {
+    Heartbeat {
+        priority: 10,
+        state: 2,
+        follows: Some(NodeId(0)),
+        ccl_address: Ipv4Addr::new(10, 99, 0, 2),
+        seq: 1,
+        config_version: 3,
+        state_version: 4,
+        grant_us: 250_000,
+        member_bitmap: 0x8007,
+        echo_bitmap: 0x0001,
+        echoes: [9; 16],
+        ..Heartbeat::default()
+    }
+}
+
 #[test]
 fn fixture_sealed_heartbeat() {
-    const FIXTURE: [u8; 54] = [
+    const FIXTURE: [u8; 100] = [
         0x43, 0x46, 0x04, 0x01, 0x00, 0x01, 0x00, 0x00, // magic, v4, heartbeat, flags, node1, ch0, rsvd
         0xab, 0x20, 0x99, 0xd9, // cluster id of "lab"
         0x65, 0x53, 0xf1, 0x00, // incarnation 1_700_000_000
         0, 0, 0, 0, 0, 0, 0, 1, // seq 1
         0, 0, 0, 0, 0, 0, 0, 5, // epoch 5
-        0x00, 0x04, // payload length
-        0x0a, 0x02, 0x80, 0x07, // priority 10, state 2, members 0x8007
+        0x00, 0x32, // payload length 50
+        0x0a, 0x02, 0x00, 0x00, 0xff, 0xff, // priority 10, data, follows node0, no flags, no site/chassis
+        0x0a, 0x63, 0x00, 0x02, // CCL address 10.99.0.2
+        0, 0, 0, 1, // heartbeat seq 1
+        0, 0, 0, 0, 0, 0, 0, 3, // config version 3
+        0, 0, 0, 0, 0, 0, 0, 4, // state version 4
+        0x00, 0x03, 0xd0, 0x90, // grant 250 ms
+        0x80, 0x07, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, // members 0, 1, 2, 15, no placement
+        0x00, 0x01, 0, 0, 0, 9, // echo: node0's heartbeat 9
         // tag
-        0xb0, 0x06, 0x3a, 0x05, 0xe5, 0xde, 0xef, 0x89, 0x69, 0x8d, 0x45, 0x70, 0x8d, 0xd6, 0xda, 0x14,
+        0xce, 0x53, 0xb3, 0x9e, 0x56, 0x94, 0x89, 0xb8, 0xf0, 0x34, 0x55, 0x55, 0x68, 0xc3, 0x57, 0x2b,
     ];
     let mut s = sealer();
-    let d = seal(&mut s, &Message::Heartbeat(Heartbeat { priority: 10, state: 2, member_bitmap: 0x8007 }));
+    let d = seal(&mut s, &Message::Heartbeat(fixture_heartbeat()));
     assert_eq!(d.len(), FIXTURE.len());
     assert_eq!(&d[..], &FIXTURE[..], "{:02x?}", d);
+    let mut want = fixture_heartbeat();
+    want.echoes = [0; 16];
+    want.echoes[0] = 9;
     let o = opener().open(&FIXTURE).unwrap();
-    assert_eq!(o.msg, Message::Heartbeat(Heartbeat { priority: 10, state: 2, member_bitmap: 0x8007 }));
+    assert_eq!(o.msg, Message::Heartbeat(want));
+    let o = opener().open_control(&FIXTURE).unwrap();
+    assert_eq!(o.msg, ControlMessage::Heartbeat(want));
 }
 
 #[test]
 fn wrong_key_is_bad_mac() {
-    let d = seal(&mut sealer(), &Message::Heartbeat(Heartbeat { priority: 1, state: 1, member_bitmap: 1 }));
+    let d = seal(&mut sealer(), &Message::Heartbeat(Heartbeat { priority: 1, state: 1, member_bitmap: 1, ..Heartbeat::default() }));
     let other = CclKey::new(NAME, "another secret").unwrap();
     let mut o = Opener::new(&other, B);
     assert_eq!(o.open(&d).unwrap_err(), CclDrop::BadMac);
@@ -202,7 +231,7 @@ fn wrong_key_is_bad_mac() {
 
 #[test]
 fn other_cluster_is_wrong_cluster() {
-    let d = seal(&mut sealer(), &Message::Heartbeat(Heartbeat { priority: 1, state: 1, member_bitmap: 1 }));
+    let d = seal(&mut sealer(), &Message::Heartbeat(Heartbeat { priority: 1, state: 1, member_bitmap: 1, ..Heartbeat::default() }));
     let other = CclKey::new("lab2", SECRET).unwrap();
     assert_eq!(Opener::new(&other, B).open(&d).unwrap_err(), CclDrop::WrongCluster);
 }
@@ -233,7 +262,7 @@ fn every_flipped_bit_is_refused() {
 
 #[test]
 fn replay_of_same_datagram() {
-    let d = seal(&mut sealer(), &Message::Heartbeat(Heartbeat { priority: 1, state: 1, member_bitmap: 1 }));
+    let d = seal(&mut sealer(), &Message::Heartbeat(Heartbeat { priority: 1, state: 1, member_bitmap: 1, ..Heartbeat::default() }));
     let mut o = opener();
     assert!(o.open(&d).is_ok());
     assert_eq!(o.open(&d).unwrap_err(), CclDrop::Replay);
@@ -244,7 +273,7 @@ fn replay_of_same_datagram() {
 #[test]
 fn out_of_order_and_too_old() {
     let mut s = sealer();
-    let hb = Message::Heartbeat(Heartbeat { priority: 1, state: 1, member_bitmap: 1 });
+    let hb = Message::Heartbeat(Heartbeat { priority: 1, state: 1, member_bitmap: 1, ..Heartbeat::default() });
     let ds: Vec<Vec<u8>> = (0..200).map(|_| seal(&mut s, &hb)).collect();
     let mut o = opener();
     // 1..=50, then 200, then 100 (age 100: inside the window), 60 (age
@@ -262,7 +291,7 @@ fn out_of_order_and_too_old() {
 
 #[test]
 fn restarted_sender() {
-    let hb = Message::Heartbeat(Heartbeat { priority: 1, state: 1, member_bitmap: 1 });
+    let hb = Message::Heartbeat(Heartbeat { priority: 1, state: 1, member_bitmap: 1, ..Heartbeat::default() });
     let mut old = sealer();
     let early = seal(&mut old, &hb);
     let mut o = opener();
@@ -287,7 +316,7 @@ fn bad_mac_does_not_advance_window() {
     assert_eq!(o.open(&forged).unwrap_err(), CclDrop::BadMac);
     assert_eq!(o.replay_guard().top(A, 0), None);
     // Seq 1 would be outside the window had 500 been recorded.
-    let d = seal(&mut sealer(), &Message::Heartbeat(Heartbeat { priority: 1, state: 1, member_bitmap: 1 }));
+    let d = seal(&mut sealer(), &Message::Heartbeat(Heartbeat { priority: 1, state: 1, member_bitmap: 1, ..Heartbeat::default() }));
     assert_eq!(o.open(&d).unwrap().seq, 1);
     // A forged higher incarnation does not reset the window either.
     let mut h = header(1);
@@ -356,7 +385,7 @@ fn sealer_refuses_bad_identity_and_small_buffers() {
     assert!(Sealer::new(&key(), A, 30, 1).is_ok());
     assert!(Sealer::new(&key(), A, CONTROL_CHANNEL, 1).is_ok());
     let mut s = sealer();
-    let hb = Message::Heartbeat(Heartbeat { priority: 1, state: 1, member_bitmap: 1 });
+    let hb = Message::Heartbeat(Heartbeat { priority: 1, state: 1, member_bitmap: 1, ..Heartbeat::default() });
     for n in 0..Sealer::sealed_len(&hb) {
         let mut out = vec![0u8; n];
         assert!(matches!(s.seal(Epoch(0), &hb, &mut out), Err(CclError::BufferTooSmall { .. })));
@@ -403,7 +432,7 @@ fn udp_frame_round_trip() {
     assert_eq!(o.open_frame(&f).unwrap_err(), CclDrop::Replay);
 
     // Padded short frames open (the UDP length bounds the datagram).
-    let hb = Message::Heartbeat(Heartbeat { priority: 1, state: 1, member_bitmap: 1 });
+    let hb = Message::Heartbeat(Heartbeat { priority: 1, state: 1, member_bitmap: 1, ..Heartbeat::default() });
     let mut c = sealed_frame(&mut Sealer::new(&key(), A, CONTROL_CHANNEL, INC).unwrap(), &hb);
     assert_eq!(&c[34..36], &31555u16.to_be_bytes());
     c.resize(c.len() + 20, 0);
@@ -412,7 +441,7 @@ fn udp_frame_round_trip() {
 
 #[test]
 fn non_ccl_frames() {
-    let hb = Message::Heartbeat(Heartbeat { priority: 1, state: 1, member_bitmap: 1 });
+    let hb = Message::Heartbeat(Heartbeat { priority: 1, state: 1, member_bitmap: 1, ..Heartbeat::default() });
     let f = sealed_frame(&mut sealer(), &hb);
     let mut o = opener();
     let mut arp = f.clone();
@@ -698,4 +727,118 @@ fn record_version_round_trips_through_the_opaque_bytes() {
     assert_eq!(n, FlowRecord::V4_LEN);
     let back = FlowRecord::parse(&buf[..n]).unwrap();
     assert_eq!((back.state(), back.version()), (Some(&st[..]), Some((0x0102_0304, 0xa0b0_c0d0))));
+}
+
+// --- The control channel (issue 10). ---
+
+fn control_messages(data: &[u8]) -> Vec<ControlMessage<'_>> {
+    let mut accepted = JoinReply {
+        to: B,
+        to_incarnation: INC,
+        verdict: JoinVerdict::Accepted,
+        detail: 0,
+        member_bitmap: 0b111,
+        member_place: [Placement::default(); NODE_SLOTS],
+    };
+    accepted.member_place[1] = Placement { site: Some(1), chassis: Some(2) };
+    vec![
+        ControlMessage::Heartbeat(fixture_heartbeat_canonical()),
+        ControlMessage::JoinRequest(JoinRequest {
+            to: B,
+            priority: 4,
+            place: Placement::default(),
+            ccl_address: Ipv4Addr::new(10, 99, 0, 2),
+            config_version: 1,
+            config_digest: 2,
+        }),
+        ControlMessage::JoinReply(accepted),
+        ControlMessage::SyncRequest(SyncRequest {
+            to: B,
+            xfer: 1,
+            since: 0,
+            config_version: 0,
+            next: 0,
+            window: 16,
+            full: true,
+        }),
+        ControlMessage::SyncChunk(SyncChunk { to: B, to_incarnation: INC, xfer: 1, index: 0, total: 1, data }),
+        ControlMessage::TableUpdate(TableUpdate { version: 3, table: 2, key: b"10.0.0.1:1024", op: TableOp::Upsert(&data[..TABLE_VALUE_MAX]) }),
+        ControlMessage::TableUpdate(TableUpdate { version: 4, table: 2, key: b"x", op: TableOp::Delete }),
+    ]
+}
+
+fn fixture_heartbeat_canonical() -> Heartbeat {
+    let mut h = fixture_heartbeat();
+    h.echoes = [0; 16];
+    h.echoes[0] = 9;
+    h
+}
+
+#[test]
+fn control_messages_seal_and_open_on_the_control_lcore_only() {
+    let data = frame(SYNC_CHUNK_DATA);
+    let path = FramePath {
+        src_mac: [2, 0, 0, 0, 0, 1],
+        dst_mac: [0xff; 6],
+        src_ip: Ipv4Addr::new(10, 99, 0, 1),
+        dst_ip: Ipv4Addr::new(10, 99, 0, 255),
+    };
+    let mut s = Sealer::new(&key(), A, CONTROL_CHANNEL, INC).unwrap();
+    let mut control = opener();
+    let mut worker = opener();
+    for m in control_messages(&data) {
+        let mut out = vec![0u8; 1600];
+        let n = s.seal_control_frame(&path, Epoch(7), &m, &mut out).unwrap();
+        assert!(n <= 1514, "{} bytes for {}", n, m.kind());
+        let o = control.open_control_frame(&out[..n]).unwrap();
+        assert_eq!((o.msg, o.sender, o.epoch, o.channel, o.incarnation), (m, A, Epoch(7), CONTROL_CHANNEL, INC));
+        // A worker's opener does not decode control kinds (the heartbeat
+        // excepted: it is a `Message` too).
+        match worker.open_frame(&out[..n]) {
+            Ok(w) => assert_eq!(m.kind(), MessageKind::Heartbeat, "{:?}", w.msg),
+            Err(e) => assert_eq!(e, CclDrop::UnknownKind),
+        }
+        // Every truncation of the datagram is dropped.
+        let mut o2 = opener();
+        let d = &out[FRAME_OVERHEAD - HEADER_LEN - TAG_LEN..n];
+        for cut in 0..d.len() {
+            assert!(o2.open_control(&d[..cut]).is_err());
+        }
+        assert_eq!(o2.counters().total_drops(), d.len() as u64);
+    }
+    let c = control.counters();
+    for k in [MessageKind::JoinRequest, MessageKind::JoinReply, MessageKind::SyncRequest, MessageKind::SyncChunk] {
+        assert_eq!((c.rx(k), s.counters().tx(k)), (1, 1), "{k}");
+    }
+    assert_eq!(c.rx(MessageKind::TableUpdate), 2);
+    assert_eq!(worker.counters().drop(CclDrop::UnknownKind), 6);
+    // A data-channel kind on the control lcore: unknown kind, after the MAC.
+    let q = seal(&mut sealer(), &Message::OwnerQuery(OwnerQuery { query_id: 1, flow: v4_key(), elect_if_absent: false }));
+    assert_eq!(opener().open_control(&q), Err(CclDrop::UnknownKind));
+    // The longest chunk fills an MTU-1500 datagram exactly.
+    let ch = ControlMessage::SyncChunk(SyncChunk { to: B, to_incarnation: 1, xfer: 1, index: 0, total: 1, data: &data });
+    assert_eq!(Sealer::sealed_len_control(&ch), 1500 - 28);
+}
+
+proptest! {
+    #[test]
+    fn authentic_control_garbage_never_panics(kind in 0u8..16, payload in proptest::collection::vec(any::<u8>(), 0..400)) {
+        let k = key();
+        let mut h = header(1);
+        h.kind = kind;
+        h.channel = CONTROL_CHANNEL;
+        h.payload_len = payload.len() as u16;
+        let d = forge(&k, h, &payload);
+        let mut o = opener();
+        match o.open_control(&d) {
+            Ok(x) => {
+                let mut out = vec![0u8; x.msg.wire_len()];
+                prop_assert_eq!(x.msg.emit(&mut out), Ok(payload.len()));
+                prop_assert_eq!(out, payload);
+            }
+            Err(e) => prop_assert!(matches!(e, CclDrop::UnknownKind | CclDrop::MalformedPayload)),
+        }
+        prop_assert_eq!(o.counters().total_drops() + o.counters().total_rx(), 1);
+        let _ = o.open_control_frame(&d);
+    }
 }

@@ -263,6 +263,11 @@ impl Egress {
         self.counters.arp_requests += 1;
     }
 
+    /// Frames queued for `drain_requests`.
+    pub fn generated_len(&self) -> usize {
+        self.generated.len()
+    }
+
     /// Hand the queued ARP requests to `f`, in order, and empty the queue.
     pub fn drain_requests(&mut self, f: &mut impl FnMut(PortId, &[u8])) {
         for g in self.generated.drain(..) {

@@ -51,6 +51,10 @@ impl Interfaces {
         let own = list.iter().flat_map(|i| [Some(i.addr), i.directed_broadcast()]).flatten().collect();
         Interfaces { list, names, untagged, own }
     }
+    /// Every interface, in configuration order.
+    pub fn iter(&self) -> impl Iterator<Item = Iface> + '_ {
+        self.list.iter().copied()
+    }
     #[inline]
     pub fn get(&self, ifx: IfIndex) -> Option<Iface> {
         self.list.get(usize::from(ifx.0)).copied()

@@ -654,6 +654,32 @@ impl Pipeline {
         }
     }
 
+    /// Queue a gratuitous ARP (a who-has for its own address, broadcast)
+    /// on every interface but the CCL, and resolve every route's gateway
+    /// not resolved yet, for `drain_generated`: the node announces itself
+    /// when its data ports come up (after a join or rejoin), so neighbours
+    /// refresh their entries at once, and the first burst of new
+    /// connections does not wait for ARP (the hold keeps only
+    /// `HOLD_PER_HOP` frames per next hop). Off the packet path; returns
+    /// how many frames were queued.
+    pub fn announce(&mut self, now: Timestamp) -> usize {
+        let ccl = self.cluster.as_deref().map(|cl| cl.ccl_port());
+        let before = self.egress.generated_len();
+        let list: Vec<_> = self.ifaces.iter().filter(|i| Some(i.port) != ccl).collect();
+        for i in list {
+            self.egress.queue_arp_request(i, i.addr, [0xff; 6]);
+        }
+        let gateways: Vec<std::net::Ipv4Addr> = self.routes.entries(self.ifaces.names()).iter().filter_map(|r| r.via).collect();
+        for gw in gateways {
+            let Some(r) = self.routes.lookup(gw) else { continue };
+            let Some(eg) = self.ifaces.get(r.iface) else { continue };
+            if Some(eg.port) != ccl && r.next_hop == gw {
+                self.egress.refresh_peer(now, eg, gw, r.iface);
+            }
+        }
+        self.egress.generated_len() - before
+    }
+
     /// Hand every frame generated since the last call to `f`, in order: ARP
     /// requests, then (cluster) the burst's sealed CCL frames and released
     /// pending frames, released fragments, frames released by ARP replies.

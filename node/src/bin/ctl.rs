@@ -1,7 +1,7 @@
 //! `clusterfw-ctl`: ask a running node what it is doing.
 //!
 //! ```text
-//! clusterfw-ctl [--socket PATH] show {stats|conn|route|arp|rules|config|cluster} [--json]
+//! clusterfw-ctl [--socket PATH] show {stats|conn|route|arp|rules|config|cluster|cluster history} [--json]
 //! ```
 //! The socket defaults to `$CLUSTERFW_SOCKET`, else `/run/clusterfw/clusterfw.sock`.
 //! `--json` prints the node's answer as it is (stable for scripts); without
@@ -14,7 +14,7 @@ use serde_json::Value;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-const USAGE: &str = "usage: clusterfw-ctl [--socket PATH] show {stats|conn|route|arp|rules|config|cluster} [--json]";
+const USAGE: &str = "usage: clusterfw-ctl [--socket PATH] show {stats|conn|route|arp|rules|config|cluster|cluster history} [--json]";
 
 fn main() -> ExitCode {
     match run() {
@@ -46,6 +46,7 @@ fn run() -> Result<()> {
     }
     let topic = match words.as_slice() {
         [verb, what] if verb == "show" => Topic::parse(what).with_context(|| format!("unknown topic {what:?}\n{USAGE}"))?,
+        [verb, what, sub] if verb == "show" && what == "cluster" && sub == "history" => Topic::ClusterHistory,
         _ => bail!("{USAGE}"),
     };
     let data = mgmt::request(&socket, &Request::Show { topic })?;
@@ -121,6 +122,17 @@ fn print_human(topic: Topic, data: &Value) {
             }
         }
         Topic::Cluster => print_cluster(data),
+        Topic::ClusterHistory => {
+            let events = data.get("events").and_then(Value::as_array).cloned().unwrap_or_default();
+            if events.is_empty() {
+                println!("(no membership events)");
+            }
+            for e in events {
+                let at = e.get("at_ms").and_then(Value::as_u64).unwrap_or(0);
+                let ago = e.get("ago_ms").and_then(Value::as_u64).unwrap_or(0);
+                println!("{:>10.3} s ({:>8.1} s ago)  {}", at as f64 / 1000.0, ago as f64 / 1000.0, e.get("event").and_then(Value::as_str).unwrap_or("?"));
+            }
+        }
         Topic::Config => match data.get("yaml").and_then(Value::as_str) {
             Some(text) => print!("{text}"),
             None => println!("{}", serde_json::to_string_pretty(data).unwrap_or_default()),
@@ -149,12 +161,15 @@ fn print_human(topic: Topic, data: &Value) {
 fn print_cluster(data: &Value) {
     let s = |k: &str| data.get(k).map(fmt_cell).unwrap_or_else(|| "?".into());
     println!(
-        "cluster {}: this node {} (node-id {}), role {}, epoch {}, CCL queues {}",
+        "cluster {}: this node {} (node-id {}), state {}, control node {}, epoch {}, ready {}, lease left {} ms, CCL queues {}",
         s("cluster"),
         s("node"),
         s("node_id"),
-        s("role"),
+        s("state"),
+        s("control_node_name"),
         s("epoch"),
+        s("ready"),
+        s("lease_left_ms"),
         s("ccl_queues")
     );
     if let Some(m) = data.get("members") {

@@ -14,7 +14,7 @@ use dataplane::cluster::{flow_hash, DirectorTable, MemberSet};
 use dataplane::stats::flatten;
 use dataplane::pipeline::ClusterSpec;
 use dataplane::pipeline::{Pipeline, PipelineConfig};
-use dataplane::types::{Epoch, FiveTuple, NodeId, Timestamp};
+use dataplane::types::{Duration, Epoch, FiveTuple, NodeId, Timestamp};
 use std::collections::BTreeMap;
 
 /// Whether this dataplane has the cluster API.
@@ -63,21 +63,23 @@ pub fn incarnation(n: usize, restarts: u32) -> u32 {
     1000 + n as u32 + 100 * restarts
 }
 
-/// Node `node`'s membership machine: every node configured, all members,
-/// the node's 100 ms heartbeat.
+/// Node `node`'s membership machine: every node configured (equal
+/// priority: the lowest id is the control node), the test bed's timers
+/// (100 ms interval, 300 ms hold time), the node's first incarnation; the
+/// contract's defaults otherwise. It starts joining: the member set forms
+/// over the CCL (election, admissions, a new epoch each).
 pub fn membership(node: usize, nodes: usize) -> Result<Membership, String> {
+    let configured = (0..nodes)
+        .map(|n| NodeConfig {
+            id: NodeId(n as u8),
+            name: format!("node{n}"),
+            ccl_address: net::node_addr(n, net::CCL),
+        })
+        .collect();
     Membership::new(membership::Config {
-        me: NodeId(node as u8),
-        priority: 1,
-        nodes: (0..nodes)
-            .map(|n| NodeConfig {
-                id: NodeId(n as u8),
-                name: format!("node{n}"),
-                ccl_address: net::node_addr(n, net::CCL),
-            })
-            .collect(),
-        members: members(nodes)?,
-        heartbeat_interval: membership::DEFAULT_HEARTBEAT_INTERVAL,
+        heartbeat_interval: Duration::from_millis(super::membership::HEARTBEAT_INTERVAL_MS),
+        hold_time: Duration::from_millis(super::membership::HOLD_TIME_MS),
+        ..membership::Config::new(NodeId(node as u8), incarnation(node, 0), configured)
     })
     .map_err(|e| format!("node{node}: membership: {e}"))
 }

@@ -1,45 +1,77 @@
 //! The simulated nodes' control lcores: one real
-//! `controlplane::membership::Membership` per node, driven by the virtual
-//! clock, its heartbeats sealed and opened by the real `ControlLink` and
+//! `controlplane::membership::Membership` per node (joining, election,
+//! admission, removal, leases, replicated state), driven by the virtual
+//! clock, its messages sealed and opened by the real `ControlLink` and
 //! carried over the simulated CCL to the other nodes' machines — the code
 //! the DPDK node's control lcore runs (SPEC P3).
+//!
+//! Each node's machine runs with the test bed's timers (100 ms heartbeat
+//! interval, 300 ms hold time: [`HEARTBEAT_INTERVAL_MS`], [`HOLD_TIME_MS`])
+//! and the node's first CCL incarnation (`cluster::incarnation(n, 0)`).
+//! What the driver does with each [`Action`]:
+//! - `Broadcast` / `Send`: sealed with `ControlLink::seal_action` (a
+//!   broadcast frame either way), a `Broadcast` to every other node, a
+//!   `Send` to its addressee only, each copy through the scenario's
+//!   `CclLink` and `CclCut`;
+//! - `Members`: kept for the caller (`take_members`), recorded, and
+//!   answered — like the node's dataplane, whose re-registration ends with
+//!   every peer's `SyncDone` — by `on_sync(epoch, every other member, sent)`
+//!   [`SYNC_DELAY_NS`] later (the simulated pipelines do not run the
+//!   machine's member sets in scenarios without faults, so their sync
+//!   progress cannot be asked; see `Sim::control_until`);
+//! - `Lease`, `Reset`, `DataPorts`, `Event`, `Replica`: counted per node,
+//!   the last lease and the data ports' state kept, for the report.
 //!
 //! Invariants:
 //! - **Outside the data-plane run.** The control lcores have their own
 //!   event queue, their own seeded stream for the CCL impairments and
 //!   their own counters; nothing here touches the traffic or CCL streams,
 //!   the main event queue, the trace hash or the pipelines (a member-set
-//!   change is handed back to the caller, which applies it). So adding
-//!   them changed no existing scenario's trace, and a run with the same
-//!   seed repeats their events exactly.
-//! - **The same link.** Heartbeat copies meet the scenario's `CclLink`
+//!   change is handed back to the caller, which decides). So the control
+//!   plane changes no scenario's trace, and a run with the same seed
+//!   repeats its events exactly.
+//! - **The same link.** Control frames meet the scenario's `CclLink`
 //!   (loss, latency, jitter, reorder) and `CclCut`, like data-plane CCL
-//!   frames, drawn from the heartbeat stream.
+//!   frames, drawn from the control stream.
 //! - **Time order.** [`ControlPlanes::run_until`] handles every control
 //!   event due at or before the given time, in (time, insertion) order;
 //!   the simulator calls it before each data-plane event, so both worlds
-//!   share one virtual clock.
+//!   share one virtual clock. Each machine is ticked at its
+//!   `next_wakeup()` (and at once when an input leaves work queued).
+//! - **Every copy accounted.** A frame copy is cut, lost, delivered (when
+//!   it reaches its node) or still in flight; every delivered copy is
+//!   counted by the receiving opener (a drop) or machine (an outcome).
 
 use super::cluster;
 use super::net::{self, CclCut, CclLink, Fate};
 use super::SimConfig;
-use controlplane::membership::{Action, ControlLink, Counters, Membership, MAX_CONTROL_FRAME};
+use controlplane::membership::{Action, ControlLink, Counters, Membership, Outgoing, State, MAX_CONTROL_FRAME};
 use dataplane::cluster::MemberSet;
-use dataplane::types::Timestamp;
+use dataplane::types::{Epoch, Timestamp};
 use rand::rngs::ChaCha8Rng;
 use rand::SeedableRng;
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BinaryHeap};
 
-/// Node `n`'s control lcore starts (first heartbeat) this long after the
+/// The simulated nodes' heartbeat interval and hold time: the test bed's.
+pub const HEARTBEAT_INTERVAL_MS: u64 = crate::topology::BED_HEARTBEAT_MS;
+pub const HOLD_TIME_MS: u64 = crate::topology::BED_HOLD_MS;
+/// A new member set is answered with the peers' sync this long after it
+/// was emitted (the fake dataplane's re-registration).
+pub const SYNC_DELAY_NS: u64 = 20_000_000;
+
+/// Node `n`'s control lcore starts (first tick) this long after the
 /// start, so the nodes' heartbeats do not all coincide.
 const START_STAGGER_NS: u64 = 1_000;
 
 enum Ev {
-    /// The node's membership machine's clock: heartbeats due.
-    Tick(usize),
-    /// A heartbeat frame reaches node `to`'s control queue.
+    /// The node's membership machine's clock (`gen`: stale when older than
+    /// the node's latest scheduled tick).
+    Tick { node: usize, gen: u64 },
+    /// A control frame reaches node `to`'s control queue.
     Deliver { to: usize, frame: Vec<u8> },
+    /// The dataplane's sync progress for a member set the node emitted.
+    Sync { node: usize, epoch: Epoch, done_from: u16 },
 }
 
 struct Queued {
@@ -65,24 +97,78 @@ impl Ord for Queued {
     }
 }
 
+/// What the driver did with a node's actions, by kind.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ActionCounts {
+    /// `Broadcast` and `Send` actions sealed (and put on the CCL).
+    pub sent: u64,
+    pub members: u64,
+    pub leases: u64,
+    pub resets: u64,
+    pub data_ports: u64,
+    pub events: u64,
+    pub replica: u64,
+}
+
+/// A member set a node adopted or created (`Action::Members`).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct MemberSetChange {
+    pub at_ns: u64,
+    pub epoch: u64,
+    /// Member node ids, ascending.
+    pub members: Vec<u8>,
+}
+
+impl MemberSetChange {
+    pub fn contains(&self, node: usize) -> bool {
+        self.members.iter().any(|&m| usize::from(m) == node)
+    }
+}
+
+/// A state transition of a node's machine (from its events).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Transition {
+    pub at_ns: u64,
+    pub from: State,
+    pub to: State,
+}
+
 struct ControlNode {
     membership: Membership,
     link: ControlLink,
+    /// The latest scheduled tick: its generation and time.
+    tick_gen: u64,
+    tick_at: u64,
     heartbeats_sent: u64,
+    messages_sent: u64,
     send_failures: u64,
+    actions: ActionCounts,
+    last_lease: Option<Timestamp>,
+    data_ports_up: bool,
+    member_sets: Vec<MemberSetChange>,
+    transitions: Vec<Transition>,
+    /// Copies this node's control lcore received (opened or dropped).
+    received: u64,
 }
 
-/// What the heartbeats met on the CCL.
+/// What the control frames met on the CCL.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
-pub struct HeartbeatLinkStats {
-    /// Heartbeat frames broadcast.
+pub struct ControlLinkStats {
+    /// Control frames sealed and put on the CCL (a broadcast is one frame).
     pub frames: u64,
-    /// Copies delivered to another node's control lcore.
+    /// Heartbeat frames among them.
+    pub heartbeats: u64,
+    /// Frame copies towards another node (a broadcast: one per other node;
+    /// a `Send`: one); each ends cut, lost, delivered or in flight.
+    pub copies: u64,
+    /// Copies that reached another node's control lcore.
     pub delivered: u64,
     pub lost: u64,
     pub reordered: u64,
     /// Copies lost to a cut CCL port.
     pub cut: u64,
+    /// Copies still on the wire at the end of the run.
+    pub in_flight: u64,
 }
 
 /// One peer as a node's membership sees it at the end of the run.
@@ -93,19 +179,47 @@ pub struct PeerReport {
     pub last_heard_ms: Option<u64>,
     pub heartbeats: u64,
     pub incarnation: u32,
+    /// Its state, epoch and control node as its last heartbeat said (this
+    /// node: its own).
+    pub state: Option<State>,
+    pub epoch: Option<u64>,
+    pub control: Option<u8>,
+    /// In this node's member set.
+    pub member: bool,
 }
 
 /// One node's membership at the end of the run.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct NodeMembership {
     pub node: usize,
+    pub state: State,
     pub epoch: u64,
+    /// Member node ids of its set, ascending.
+    pub members: Vec<u8>,
+    /// The control node it follows (itself when control).
+    pub control: Option<u8>,
+    pub ready: bool,
+    /// Heartbeat frames and other control messages it put on the CCL.
     pub heartbeats_sent: u64,
+    pub messages_sent: u64,
     pub send_failures: u64,
+    pub actions: ActionCounts,
+    /// The last `Action::Lease` (ns; 0: fenced now; `None`: none yet).
+    pub last_lease_ns: Option<u64>,
+    /// The data ports as the last `Action::DataPorts` left them.
+    pub data_ports_up: bool,
+    /// Every member set it adopted or created, oldest first.
+    pub member_sets: Vec<MemberSetChange>,
+    /// Every state transition, oldest first.
+    pub transitions: Vec<Transition>,
+    /// Control frame copies that reached it (opened or dropped).
+    pub received: u64,
     pub counters: Counters,
     /// Control-channel frames the opener dropped, non-zero reasons.
     pub ccl_drops: BTreeMap<String, u64>,
     pub peers: Vec<PeerReport>,
+    /// The machine's history (`show cluster history`): "<ms> ms <text>".
+    pub history: Vec<String>,
 }
 
 impl NodeMembership {
@@ -113,19 +227,57 @@ impl NodeMembership {
     pub fn peer(&self, peer: usize) -> Option<&PeerReport> {
         self.peers.iter().find(|p| usize::from(p.id) == peer)
     }
+    /// In the cluster as far as this node is concerned (syncing, data or
+    /// control).
+    pub fn is_member(&self) -> bool {
+        self.state.is_member()
+    }
+    /// The first member set at or after `after_ns` without `node`.
+    pub fn set_without(&self, node: usize, after_ns: u64) -> Option<&MemberSetChange> {
+        self.member_sets.iter().find(|s| s.at_ns >= after_ns && !s.contains(node))
+    }
+    /// The first member set at or after `after_ns` with `node`.
+    pub fn set_with(&self, node: usize, after_ns: u64) -> Option<&MemberSetChange> {
+        self.member_sets.iter().find(|s| s.at_ns >= after_ns && s.contains(node))
+    }
+    /// When it first went to `to` at or after `after_ns`.
+    pub fn reached(&self, to: State, after_ns: u64) -> Option<u64> {
+        self.transitions.iter().find(|t| t.at_ns >= after_ns && t.to == to).map(|t| t.at_ns)
+    }
+    /// Copies it received that the opener dropped.
+    pub fn dropped(&self) -> u64 {
+        self.ccl_drops.values().sum()
+    }
 }
 
 /// Membership across the simulated cluster, at the end of the run.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct MembershipReport {
     pub per_node: Vec<NodeMembership>,
-    pub link: HeartbeatLinkStats,
+    pub link: ControlLinkStats,
 }
 
 impl MembershipReport {
     /// Node `node`'s view of `peer`.
     pub fn view(&self, node: usize, peer: usize) -> Option<&PeerReport> {
         self.per_node.get(node)?.peer(peer)
+    }
+    /// The nodes in the control state.
+    pub fn control_nodes(&self) -> Vec<usize> {
+        self.per_node.iter().filter(|n| n.state == State::Control).map(|n| n.node).collect()
+    }
+    /// One line: every node's state, epoch, control node and set.
+    pub fn states(&self) -> String {
+        let v: Vec<String> = self
+            .per_node
+            .iter()
+            .map(|n| {
+                let ctl = n.control.map_or_else(|| "-".to_string(), |c| format!("node{c}"));
+                let set: Vec<String> = n.members.iter().map(u8::to_string).collect();
+                format!("node{} {} e{} ctl {ctl} {{{}}}", n.node, n.state, n.epoch, set.join(","))
+            })
+            .collect();
+        v.join("; ")
     }
 }
 
@@ -137,9 +289,10 @@ pub struct ControlPlanes {
     rng: ChaCha8Rng,
     link: CclLink,
     cut: Option<CclCut>,
-    stats: HeartbeatLinkStats,
-    /// Member sets the machines emitted, for the caller to apply.
+    stats: ControlLinkStats,
+    /// Member sets the machines emitted, for the caller (node, set).
     members: Vec<(usize, MemberSet)>,
+    buf: Vec<u8>,
 }
 
 impl ControlPlanes {
@@ -150,24 +303,34 @@ impl ControlPlanes {
             nodes.push(ControlNode {
                 membership: cluster::membership(n, cfg.nodes)?,
                 link: cluster::control_link(n)?,
+                tick_gen: 0,
+                tick_at: u64::MAX,
                 heartbeats_sent: 0,
+                messages_sent: 0,
                 send_failures: 0,
+                actions: ActionCounts::default(),
+                last_lease: None,
+                data_ports_up: false,
+                member_sets: Vec::new(),
+                transitions: Vec::new(),
+                received: 0,
             });
         }
         let mut c = ControlPlanes {
             nodes,
             queue: BinaryHeap::new(),
             seq: 0,
-            // Its own stream: heartbeats never shift the CCL stream of the
-            // data-plane frames.
+            // Its own stream: control frames never shift the CCL stream of
+            // the data-plane frames.
             rng: ChaCha8Rng::seed_from_u64(net::mix64(cfg.seed ^ 0x6862_6561_7473)),
             link: cfg.ccl.clone(),
             cut: cfg.ccl_cut,
-            stats: HeartbeatLinkStats::default(),
+            stats: ControlLinkStats::default(),
             members: Vec::new(),
+            buf: vec![0u8; MAX_CONTROL_FRAME],
         };
         for n in 0..cfg.nodes {
-            c.schedule(START_STAGGER_NS * n as u64, Ev::Tick(n));
+            c.schedule_tick(n, START_STAGGER_NS * n as u64);
         }
         Ok(c)
     }
@@ -177,17 +340,44 @@ impl ControlPlanes {
         self.queue.push(Queued { at, seq: self.seq, ev });
     }
 
+    /// Tick node `n` at `at`, unless a tick no later than that is already
+    /// due (a later one is superseded).
+    fn schedule_tick(&mut self, n: usize, at: u64) {
+        let node = &mut self.nodes[n];
+        if node.tick_at <= at && node.tick_at != u64::MAX {
+            return;
+        }
+        node.tick_gen += 1;
+        node.tick_at = at;
+        let gen = node.tick_gen;
+        self.schedule(at, Ev::Tick { node: n, gen });
+    }
+
     /// Handle every control event due at or before `t`.
     pub fn run_until(&mut self, t: u64) {
         while self.queue.peek().is_some_and(|q| q.at <= t) {
             let Some(q) = self.queue.pop() else { break };
             match q.ev {
-                Ev::Tick(n) => self.tick(n, q.at),
+                Ev::Tick { node, gen } => {
+                    if gen == self.nodes[node].tick_gen {
+                        self.nodes[node].tick_at = u64::MAX;
+                        self.nodes[node].membership.tick(Timestamp(q.at));
+                        // After a tick the next wakeup is later (the
+                        // machine's contract); never spin on it anyway.
+                        self.actions(node, q.at, q.at + 1);
+                    }
+                }
                 Ev::Deliver { to, frame } => {
+                    self.stats.delivered += 1;
                     let c = &mut self.nodes[to];
+                    c.received += 1;
                     // The opener and the machine count what they make of it.
                     let _ = c.link.receive(&mut c.membership, Timestamp(q.at), &frame);
-                    self.actions(to, q.at);
+                    self.actions(to, q.at, q.at);
+                }
+                Ev::Sync { node, epoch, done_from } => {
+                    self.nodes[node].membership.on_sync(Timestamp(q.at), epoch, done_from, true);
+                    self.actions(node, q.at, q.at);
                 }
             }
         }
@@ -198,47 +388,87 @@ impl ControlPlanes {
         std::mem::take(&mut self.members)
     }
 
-    fn tick(&mut self, n: usize, now: u64) {
-        self.nodes[n].membership.tick(Timestamp(now));
-        self.actions(n, now);
-        if let Some(next) = self.nodes[n].membership.next_heartbeat() {
-            self.schedule(next.nanos().max(now + 1), Ev::Tick(n));
-        }
-    }
-
-    /// Carry out node `n`'s pending actions at `now`.
-    fn actions(&mut self, n: usize, now: u64) {
+    /// Carry out node `n`'s pending actions at `now`, then schedule its
+    /// next tick at its `next_wakeup()` (no earlier than `earliest`).
+    fn actions(&mut self, n: usize, now: u64, earliest: u64) {
         while let Some(a) = self.nodes[n].membership.poll_action() {
-            match a {
-                Action::Broadcast { epoch, msg } => {
-                    let mut buf = [0u8; MAX_CONTROL_FRAME];
-                    match self.nodes[n].link.seal_broadcast(epoch, &msg, &mut buf) {
-                        Ok(len) => {
-                            self.nodes[n].heartbeats_sent += 1;
-                            self.broadcast(n, now, &buf[..len]);
+            match &a {
+                Action::Broadcast { msg, .. } | Action::Send { msg, .. } => {
+                    let to = match &a {
+                        Action::Send { to, .. } => Some(to.index()),
+                        _ => None,
+                    };
+                    let heartbeat = matches!(msg, Outgoing::Heartbeat(_));
+                    let c = &mut self.nodes[n];
+                    c.actions.sent += 1;
+                    match c.link.seal_action(&a, &mut self.buf) {
+                        Some(Ok(len)) => {
+                            if heartbeat {
+                                c.heartbeats_sent += 1;
+                            } else {
+                                c.messages_sent += 1;
+                            }
+                            let frame = self.buf[..len].to_vec();
+                            self.transmit(n, to, now, heartbeat, frame);
                         }
-                        Err(_) => self.nodes[n].send_failures += 1,
+                        _ => c.send_failures += 1,
                     }
                 }
-                Action::Members(m) => self.members.push((n, m)),
+                Action::Members(set) => {
+                    let c = &mut self.nodes[n];
+                    c.actions.members += 1;
+                    c.member_sets.push(MemberSetChange {
+                        at_ns: now,
+                        epoch: set.epoch().0,
+                        members: ids(set.bits()),
+                    });
+                    let done_from = set.bits() & !(1u16 << n);
+                    self.members.push((n, *set));
+                    self.schedule(now + SYNC_DELAY_NS, Ev::Sync { node: n, epoch: set.epoch(), done_from });
+                }
+                Action::Lease(until) => {
+                    let c = &mut self.nodes[n];
+                    c.actions.leases += 1;
+                    c.last_lease = Some(*until);
+                }
+                Action::Reset => self.nodes[n].actions.resets += 1,
+                Action::DataPorts { up } => {
+                    let c = &mut self.nodes[n];
+                    c.actions.data_ports += 1;
+                    c.data_ports_up = *up;
+                }
+                Action::Event(e) => {
+                    let c = &mut self.nodes[n];
+                    c.actions.events += 1;
+                    if let controlplane::membership::EventKind::State { from, to, .. } = e.kind {
+                        if from != to {
+                            c.transitions.push(Transition { at_ns: e.at.0, from, to });
+                        }
+                    }
+                }
+                Action::Replica(_) => self.nodes[n].actions.replica += 1,
             }
         }
+        let w = self.nodes[n].membership.next_wakeup().0.max(earliest);
+        self.schedule_tick(n, w);
     }
 
-    /// A frame from node `from` to every other node, through the link model.
-    fn broadcast(&mut self, from: usize, now: u64, frame: &[u8]) {
+    /// A frame from node `from` to `to` (`None`: every other node), through
+    /// the link model.
+    fn transmit(&mut self, from: usize, to: Option<usize>, now: u64, heartbeat: bool, frame: Vec<u8>) {
         self.stats.frames += 1;
-        for to in (0..self.nodes.len()).filter(|&to| to != from) {
-            if self.cut.is_some_and(|c| c.cuts(from, to, now)) {
+        self.stats.heartbeats += u64::from(heartbeat);
+        for t in (0..self.nodes.len()).filter(|&t| t != from && to.is_none_or(|x| x == t)) {
+            self.stats.copies += 1;
+            if self.cut.is_some_and(|c| c.cuts(from, t, now)) {
                 self.stats.cut += 1;
                 continue;
             }
             match self.link.fate(&mut self.rng) {
                 Fate::Lost => self.stats.lost += 1,
                 Fate::Delivered { delay_ns, reordered } => {
-                    self.stats.delivered += 1;
                     self.stats.reordered += u64::from(reordered);
-                    self.schedule(now + delay_ns, Ev::Deliver { to, frame: frame.to_vec() });
+                    self.schedule(now + delay_ns, Ev::Deliver { to: t, frame: frame.clone() });
                 }
             }
         }
@@ -250,33 +480,57 @@ impl ControlPlanes {
             .nodes
             .iter()
             .enumerate()
-            .map(|(node, c)| NodeMembership {
-                node,
-                epoch: c.membership.epoch().0,
-                heartbeats_sent: c.heartbeats_sent,
-                send_failures: c.send_failures,
-                counters: *c.membership.counters(),
-                ccl_drops: c
-                    .link
-                    .counters()
-                    .by_drop()
-                    .filter(|(_, n)| *n > 0)
-                    .map(|(r, n)| (r.to_string(), n))
-                    .collect(),
-                peers: c
-                    .membership
-                    .snapshot(Timestamp(now))
-                    .iter()
-                    .map(|m| PeerReport {
-                        id: m.id.0,
-                        this_node: m.this_node,
-                        last_heard_ms: m.last_heard_ms(),
-                        heartbeats: m.heartbeats,
-                        incarnation: m.incarnation,
-                    })
-                    .collect(),
+            .map(|(node, c)| {
+                let m = &c.membership;
+                NodeMembership {
+                    node,
+                    state: m.state(),
+                    epoch: m.epoch().0,
+                    members: ids(m.members().bits()),
+                    control: m.control().map(|c| c.0),
+                    ready: m.ready(),
+                    heartbeats_sent: c.heartbeats_sent,
+                    messages_sent: c.messages_sent,
+                    send_failures: c.send_failures,
+                    actions: c.actions,
+                    last_lease_ns: c.last_lease.map(|t| t.0),
+                    data_ports_up: c.data_ports_up,
+                    member_sets: c.member_sets.clone(),
+                    transitions: c.transitions.clone(),
+                    received: c.received,
+                    counters: *m.counters(),
+                    ccl_drops: c
+                        .link
+                        .counters()
+                        .by_drop()
+                        .filter(|(_, n)| *n > 0)
+                        .map(|(r, n)| (r.to_string(), n))
+                        .collect(),
+                    peers: m
+                        .snapshot(Timestamp(now))
+                        .iter()
+                        .map(|p| PeerReport {
+                            id: p.id.0,
+                            this_node: p.this_node,
+                            last_heard_ms: p.last_heard_ms(),
+                            heartbeats: p.heartbeats,
+                            incarnation: p.incarnation,
+                            state: p.state,
+                            epoch: p.epoch.map(|e| e.0),
+                            control: p.control.map(|c| c.0),
+                            member: p.member,
+                        })
+                        .collect(),
+                    history: m.history().map(|e| format!("{} ms {}", e.at.0 / 1_000_000, e.text)).collect(),
+                }
             })
             .collect();
-        MembershipReport { per_node, link: self.stats.clone() }
+        let in_flight = self.queue.iter().filter(|q| matches!(q.ev, Ev::Deliver { .. })).count() as u64;
+        MembershipReport { per_node, link: ControlLinkStats { in_flight, ..self.stats.clone() } }
     }
+}
+
+/// The node ids of a member bitmap, ascending.
+fn ids(bits: u16) -> Vec<u8> {
+    (0..16u8).filter(|i| bits & (1 << i) != 0).collect()
 }

@@ -15,7 +15,7 @@
 //! Invariants of the simulator itself:
 //! - **Determinism.** All randomness comes from ChaCha generators seeded
 //!   from the scenario seed (one stream for traffic, one for the CCL, one
-//!   for the heartbeats' CCL); the event queue is ordered by (virtual time,
+//!   for the control lcores' CCL); the event queue is ordered by (virtual time,
 //!   insertion number); nothing iterates a hash map in a way that shows.
 //!   Same seed, same configuration → the same events in the same order,
 //!   which `Report::trace_hash` fingerprints.
@@ -24,8 +24,9 @@
 //!   polls its receive queue in bursts (like the DPDK loop) a little after
 //!   the first frame arrives. Each node's control lcore is the real
 //!   membership machine (`membership`), on the same virtual clock, with
-//!   its own event queue and stream: its heartbeats are not part of the
-//!   trace hash and never reach a pipeline.
+//!   its own event queue and stream: its messages are not part of the
+//!   trace hash and never reach a pipeline (nor, without faults, do its
+//!   member sets).
 //! - **Observation at the edge.** Every frame a node sends towards a host
 //!   is attributed to its connection, so "who processed it" is measured,
 //!   not asked; roles are asked (`conns`) and compared with what was seen.
@@ -843,14 +844,21 @@ impl Sim {
     }
 
     /// The control lcores catch up with the data plane: their events up to
-    /// `t`; a member set one of them emitted goes to its node's pipeline
-    /// (never today: the member set is static).
+    /// `t`. The member sets their machines emit reach the pipelines only
+    /// in fault scenarios (`cfg.faults` non-empty); without faults the
+    /// data plane keeps the static member set it was built with, exactly
+    /// as before the machine formed its sets over the CCL, so a
+    /// scenario's trace does not depend on membership.
     fn control_until(&mut self, t: u64) {
         let Some(c) = self.control.as_mut() else {
             return;
         };
         c.run_until(t);
-        for (node, m) in c.take_members() {
+        let sets = c.take_members();
+        if self.cfg.faults.is_empty() {
+            return;
+        }
+        for (node, m) in sets {
             self.nodes[node].pipeline.set_members(Timestamp(t), m);
         }
     }

@@ -218,13 +218,16 @@ impl Report {
                 .map(|a| if a == u64::MAX { "never".to_string() } else { format!("{a} ms") });
             let _ = writeln!(
                 s,
-                "  membership: heartbeats sent {} delivered {} lost {} cut {}; oldest last-heard {}",
+                "  membership: control frames {} (heartbeats {}) copies {} delivered {} lost {} cut {}; oldest last-heard {}",
                 l.frames,
+                l.heartbeats,
+                l.copies,
                 l.delivered,
                 l.lost,
                 l.cut,
                 oldest.unwrap_or_else(|| "-".into())
             );
+            let _ = writeln!(s, "  membership: {}", m.states());
         }
         let _ = writeln!(
             s,

@@ -126,7 +126,7 @@ impl ClusterPath {
                     return Ok(CclNext::RelayedOwn(Rx::ccl(IfIndex(u16::from(iface)))));
                 }
                 let owner = match self.records.get(&canonical(&tuple)) {
-                    Some(r) if live(r, now) && r.owner != self.me && self.members.contains(r.owner) => r.owner,
+                    Some(r) if live(r, now) && r.owner != self.me && self.members.contains(r.owner) && !r.owner_left => r.owner,
                     _ => return Err(DropReason::ClusterNoRecord),
                 };
                 let port = self.wrap(now, link, buf, Wrap::Forward, iface, owner, None)?;
@@ -153,9 +153,9 @@ impl ClusterPath {
         let owner = if local {
             Some(me)
         } else {
-            let held = self.records.get(&key).filter(|r| live(r, now) && r.owner != me).map(|r| r.owner);
+            let held = self.records.get(&key).filter(|r| live(r, now) && r.owner != me).map(|r| (r.owner, r.owner_left));
             match held {
-                Some(o) if self.members.contains(o) => Some(o),
+                Some((o, false)) if self.members.contains(o) => Some(o),
                 Some(_) if self.orphan_here(&t, now) => {
                     if self.grant(now, link, from, q) {
                         self.counters.queries_answered += 1;
@@ -174,6 +174,7 @@ impl ClusterPath {
                         idle: idle_for(&timeouts, t.proto),
                         version: None,
                         state: None,
+                        owner_left: false,
                     };
                     if self.upsert(key, rec) {
                         self.counters.elections += 1;
@@ -215,6 +216,7 @@ impl ClusterPath {
                 idle: idle_for(&timeouts, t.proto),
                 version: None,
                 state: None,
+                owner_left: false,
             };
             if !self.upsert(canonical(&t), rec) {
                 self.counters.record_table_full += 1;
@@ -264,7 +266,8 @@ impl ClusterPath {
                                 && live(ex, now)
                                 && ex.owner != r.owner
                                 && ex.role != Role::Forwarder
-                                && members.contains(ex.owner) =>
+                                && members.contains(ex.owner)
+                                && !ex.owner_left =>
                         {
                             Some(ex.owner)
                         }
@@ -309,6 +312,7 @@ impl ClusterPath {
                         idle: Duration::from_secs(u64::from(r.idle_timeout_s)),
                         version,
                         state,
+                        owner_left: false,
                     };
                     if !self.upsert(key, rec) {
                         self.counters.record_table_full += 1;

@@ -182,7 +182,12 @@ impl ClusterPath {
     /// node holds as the flow's director (it decides the takeover)?
     pub(super) fn orphan_here(&self, t: &FiveTuple, now: Timestamp) -> bool {
         match self.records.get(&canonical(t)) {
-            Some(r) if live(r, now) && r.owner != self.me && !self.members.contains(r.owner) && r.state.is_some() => {
+            Some(r)
+                if live(r, now)
+                    && r.owner != self.me
+                    && (!self.members.contains(r.owner) || r.owner_left)
+                    && r.state.is_some() =>
+            {
                 self.director_of(t) == self.me
             }
             _ => false,

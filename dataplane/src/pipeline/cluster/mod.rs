@@ -222,6 +222,12 @@ pub(crate) struct Record {
     /// records), what a new owner installs (R11); `None` for forwarder
     /// and election records.
     pub state: Option<FlowState>,
+    /// The owner left the member set and came back since this record was
+    /// learned: a node that rejoins has reset (it owns nothing from
+    /// before), so the record's owner is as gone as if it had not come
+    /// back (takeover, no conflict with a live owner's registration)
+    /// until the flow's live owner registers it again.
+    pub owner_left: bool,
 }
 
 const _: () = assert!(FlowState::LEN == crate::ccl::STATE_LEN, "the record's state bytes are conntrack's FlowState");
@@ -837,6 +843,16 @@ impl ClusterPath {
     /// (`failover.rs`).
     pub fn set_members(&mut self, now: Timestamp, members: MemberSet) {
         if let Ok(t) = DirectorTable::new(&members) {
+            // Nodes that (re)joined: what the records say they own is from
+            // before their reset.
+            let joined = members.bits() & !self.members.bits();
+            if joined != 0 {
+                for r in self.records.values_mut() {
+                    if joined >> (r.owner.0 & 15) & 1 != 0 && r.owner != self.me {
+                        r.owner_left = true;
+                    }
+                }
+            }
             self.members = members;
             self.directors = t.with_backups(self.directors.backup_owners());
             self.start_sync(now);

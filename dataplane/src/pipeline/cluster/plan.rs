@@ -73,7 +73,7 @@ impl ClusterPath {
             if live(r, now) && r.owner != me {
                 // `members.contains`, without its range check: a record's
                 // owner is a validated node id (< 16).
-                if self.members.bits() >> (r.owner.0 & 15) & 1 != 0 {
+                if self.members.bits() >> (r.owner.0 & 15) & 1 != 0 && !r.owner_left {
                     if r.role == Role::Forwarder {
                         r.last_seen = now;
                     }
@@ -137,6 +137,7 @@ impl ClusterPath {
                                 idle: timeouts.tcp_established,
                                 version: None,
                                 state: None,
+                                owner_left: false,
                             };
                             if !self.upsert(key, rec) {
                                 return Plan::Drop(DropReason::ClusterRecordTableFull);

@@ -1,0 +1,622 @@
+//! Control-channel payloads (issue 10): the join handshake,
+//! chunked bulk transfers and replicated-table updates that the control
+//! lcore's membership machine (`controlplane::membership`) exchanges on
+//! [`super::CONTROL_CHANNEL`]. Layouts: `docs/ccl-protocol.md`, "Control
+//! channel".
+//!
+//! Why a second message enum ([`ControlMessage`]) next to [`Message`]: the
+//! workers' pipeline matches `Message` exhaustively and never sees these
+//! kinds (the driver routes the control channel to the control lcore by
+//! UDP source port); keeping them out of `Message` keeps that match, and
+//! the per-packet `Opened` value, as they were. The heartbeat is in both:
+//! a worker that receives one consumes it. [`super::Opener::open_control`]
+//! and [`super::Sealer::seal_control_frame`] are the control lcore's open
+//! and seal.
+//!
+//! Invariants (as for every payload codec here): `parse` consumes its input
+//! exactly, never panics, never allocates, and refuses any value the
+//! layout does not define (unknown state, verdict or flag bits, node ids
+//! above 15 where a node id is meant, empty or oversized chunks); `emit`
+//! returns `BufferTooSmall` rather than writing past `out`, refuses values
+//! it could not parse back, and `emit` of a parsed value reproduces the
+//! input bytes. Per-node arrays (member placement, echoes) are meaningful
+//! only for the nodes whose bit is set; parsed values hold the default in
+//! the others and `emit` ignores them.
+
+use super::heartbeat::{
+    be32, be64, dest, dest_byte, emit_members, members_len, parse_members, Heartbeat, Placement, NODE_SLOTS,
+};
+use super::key::{arr, exact, too_small, truncated};
+use super::message::MessageKind;
+use super::{CclError, MAX_PAYLOAD_MTU1500};
+use crate::NodeId;
+use std::net::Ipv4Addr;
+
+/// Joiner → control node: admit me. The joiner's incarnation and last
+/// epoch are the header's. Layout (25 bytes): to (1: the control node
+/// addressed), priority (1), site (1), chassis (1), CCL address (4),
+/// config version (8: of the replicated configuration it holds, 0 none),
+/// config digest (8), flags (1: none defined, 0).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct JoinRequest {
+    pub to: NodeId,
+    pub priority: u8,
+    pub place: Placement,
+    pub ccl_address: Ipv4Addr,
+    pub config_version: u64,
+    pub config_digest: u64,
+}
+
+impl JoinRequest {
+    pub const LEN: usize = 25;
+    pub fn parse(b: &[u8]) -> Result<Self, CclError> {
+        let a: [u8; Self::LEN] = arr(b, 0)?;
+        exact("join request", b, Self::LEN)?;
+        if a[24] != 0 {
+            return Err(CclError::BadValue { field: "join request flags", value: u64::from(a[24]) });
+        }
+        let mut ip = [0u8; 4];
+        ip.copy_from_slice(&a[4..8]);
+        let mut v = [0u8; 8];
+        v.copy_from_slice(&a[8..16]);
+        let mut d = [0u8; 8];
+        d.copy_from_slice(&a[16..24]);
+        Ok(JoinRequest {
+            to: dest(a[0])?,
+            priority: a[1],
+            place: Placement::parse([a[2], a[3]]),
+            ccl_address: Ipv4Addr::from(ip),
+            config_version: be64(v),
+            config_digest: be64(d),
+        })
+    }
+    pub fn emit(&self, out: &mut [u8]) -> Result<usize, CclError> {
+        let o = out.get_mut(..Self::LEN).ok_or_else(|| too_small(Self::LEN, &[]))?;
+        o[0] = dest_byte(self.to)?;
+        o[1] = self.priority;
+        o[2..4].copy_from_slice(&self.place.bytes()?);
+        o[4..8].copy_from_slice(&self.ccl_address.octets());
+        o[8..16].copy_from_slice(&self.config_version.to_be_bytes());
+        o[16..24].copy_from_slice(&self.config_digest.to_be_bytes());
+        o[24] = 0;
+        Ok(Self::LEN)
+    }
+}
+
+macro_rules! verdicts {
+    ($( $(#[$doc:meta])* $name:ident = $code:literal => $text:literal, )*) => {
+        /// The control node's answer to a [`JoinRequest`].
+        #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+        #[repr(u8)]
+        pub enum JoinVerdict { $( $(#[$doc])* $name = $code, )* }
+
+        impl JoinVerdict {
+            pub const ALL: &'static [JoinVerdict] = &[ $( JoinVerdict::$name, )* ];
+            pub const fn as_str(self) -> &'static str {
+                match self { $( JoinVerdict::$name => $text, )* }
+            }
+            pub const fn from_u8(v: u8) -> Option<Self> {
+                match v { $( $code => Some(JoinVerdict::$name), )* _ => None }
+            }
+        }
+    };
+}
+
+verdicts! {
+    /// Admitted: the member table is the new set (the header's epoch).
+    Accepted = 0 => "accepted",
+    /// The addressee is not the control node; detail: the node it follows (0xff none).
+    NotControl = 1 => "not-control",
+    /// Another machine holds this node id: the joiner's CCL address is not
+    /// the one configured for it; detail: the configured address.
+    DuplicateId = 2 => "duplicate-id",
+    /// A live member has this id with another incarnation (a restart
+    /// before the old one timed out, or a clone); detail: its incarnation.
+    IdInUse = 3 => "id-in-use",
+    /// The joiner's configuration version is newer than the control
+    /// node's (issued by a control node this one never followed); detail:
+    /// the control node's version.
+    ConfigAhead = 4 => "config-ahead",
+    /// Same configuration version, different contents; detail: the control
+    /// node's digest.
+    ConfigDiverged = 5 => "config-diverged",
+    /// The node id is not configured on the control node.
+    UnknownNode = 6 => "unknown-node",
+}
+
+/// Control node → joiner. Layout: to (1), to-incarnation (4: the
+/// joiner's, so a second node with the same id does not take it), verdict
+/// (1), detail (8), then the member table (bitmap 2, site and chassis per
+/// member; empty bitmap unless accepted).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct JoinReply {
+    pub to: NodeId,
+    pub to_incarnation: u32,
+    pub verdict: JoinVerdict,
+    pub detail: u64,
+    pub member_bitmap: u16,
+    pub member_place: [Placement; NODE_SLOTS],
+}
+
+impl JoinReply {
+    const HEAD: usize = 14;
+    pub fn parse(b: &[u8]) -> Result<Self, CclError> {
+        let h: [u8; Self::HEAD] = arr(b, 0)?;
+        let verdict = JoinVerdict::from_u8(h[5])
+            .ok_or(CclError::BadValue { field: "join verdict", value: u64::from(h[5]) })?;
+        let (member_bitmap, member_place, at) = parse_members(b, Self::HEAD)?;
+        if verdict != JoinVerdict::Accepted && member_bitmap != 0 {
+            return Err(CclError::BadValue { field: "refusal member bitmap", value: u64::from(member_bitmap) });
+        }
+        exact("join reply", b, at)?;
+        let mut i = [0u8; 4];
+        i.copy_from_slice(&h[1..5]);
+        let mut d = [0u8; 8];
+        d.copy_from_slice(&h[6..14]);
+        Ok(JoinReply { to: dest(h[0])?, to_incarnation: be32(i), verdict, detail: be64(d), member_bitmap, member_place })
+    }
+    pub fn wire_len(&self) -> usize {
+        Self::HEAD + members_len(self.member_bitmap)
+    }
+    pub fn emit(&self, out: &mut [u8]) -> Result<usize, CclError> {
+        let n = self.wire_len();
+        if out.len() < n {
+            return Err(too_small(n, out));
+        }
+        if self.verdict != JoinVerdict::Accepted && self.member_bitmap != 0 {
+            return Err(CclError::BadValue { field: "refusal member bitmap", value: u64::from(self.member_bitmap) });
+        }
+        out[0] = dest_byte(self.to)?;
+        out[1..5].copy_from_slice(&self.to_incarnation.to_be_bytes());
+        out[5] = self.verdict as u8;
+        out[6..14].copy_from_slice(&self.detail.to_be_bytes());
+        emit_members(self.member_bitmap, &self.member_place, &mut out[Self::HEAD..n])?;
+        Ok(n)
+    }
+}
+
+/// SyncRequest flag bit 0: send the whole replicated state (a joiner),
+/// not the changes since `since`.
+pub const SYNC_FULL: u8 = 0x01;
+/// Most chunks one request may ask for.
+pub const SYNC_MAX_WINDOW: u8 = 64;
+
+/// Requester → holder of the replicated state: send (more of) transfer
+/// `xfer`. The requester drives the transfer: it asks for `window` chunks
+/// from `next` (the first it lacks) and asks again when they arrived or
+/// after a timeout, so a lost chunk or request is simply asked for again.
+/// Layout (27 bytes): to (1), transfer id (4), since (8: state version
+/// held), config version held (8), next chunk (4), window (1: 1..=64),
+/// flags (1: bit 0 full).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct SyncRequest {
+    pub to: NodeId,
+    pub xfer: u32,
+    pub since: u64,
+    pub config_version: u64,
+    pub next: u32,
+    pub window: u8,
+    pub full: bool,
+}
+
+impl SyncRequest {
+    pub const LEN: usize = 27;
+    pub fn parse(b: &[u8]) -> Result<Self, CclError> {
+        let a: [u8; Self::LEN] = arr(b, 0)?;
+        exact("sync request", b, Self::LEN)?;
+        if a[25] == 0 || a[25] > SYNC_MAX_WINDOW {
+            return Err(CclError::BadValue { field: "sync window", value: u64::from(a[25]) });
+        }
+        if a[26] & !SYNC_FULL != 0 {
+            return Err(CclError::BadValue { field: "sync flags", value: u64::from(a[26]) });
+        }
+        let mut x = [0u8; 4];
+        x.copy_from_slice(&a[1..5]);
+        let mut s = [0u8; 8];
+        s.copy_from_slice(&a[5..13]);
+        let mut c = [0u8; 8];
+        c.copy_from_slice(&a[13..21]);
+        let mut n = [0u8; 4];
+        n.copy_from_slice(&a[21..25]);
+        Ok(SyncRequest {
+            to: dest(a[0])?,
+            xfer: be32(x),
+            since: be64(s),
+            config_version: be64(c),
+            next: be32(n),
+            window: a[25],
+            full: a[26] & SYNC_FULL != 0,
+        })
+    }
+    pub fn emit(&self, out: &mut [u8]) -> Result<usize, CclError> {
+        if self.window == 0 || self.window > SYNC_MAX_WINDOW {
+            return Err(CclError::BadValue { field: "sync window", value: u64::from(self.window) });
+        }
+        let o = out.get_mut(..Self::LEN).ok_or_else(|| too_small(Self::LEN, &[]))?;
+        o[0] = dest_byte(self.to)?;
+        o[1..5].copy_from_slice(&self.xfer.to_be_bytes());
+        o[5..13].copy_from_slice(&self.since.to_be_bytes());
+        o[13..21].copy_from_slice(&self.config_version.to_be_bytes());
+        o[21..25].copy_from_slice(&self.next.to_be_bytes());
+        o[25] = self.window;
+        o[26] = if self.full { SYNC_FULL } else { 0 };
+        Ok(Self::LEN)
+    }
+}
+
+/// Bytes of a [`SyncChunk`] in front of its data.
+pub const SYNC_CHUNK_HEAD: usize = 17;
+/// Most data bytes in one chunk: a chunk datagram fits an outer IPv4 MTU
+/// of 1500 bytes (`MAX_PAYLOAD_MTU1500` = 1422 payload bytes).
+pub const SYNC_CHUNK_DATA: usize = MAX_PAYLOAD_MTU1500 - SYNC_CHUNK_HEAD;
+
+/// Holder → requester: chunk `index` of `total` of transfer `xfer` (an
+/// opaque byte stream, the serialized replicated state; every chunk but
+/// the last carries exactly `SYNC_CHUNK_DATA` bytes). Layout: to (1),
+/// to-incarnation (4), transfer id (4), index (4), total (4: ≥ 1, index <
+/// total), data (1..=1405 bytes, to the end).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct SyncChunk<'a> {
+    pub to: NodeId,
+    pub to_incarnation: u32,
+    pub xfer: u32,
+    pub index: u32,
+    pub total: u32,
+    pub data: &'a [u8],
+}
+
+impl<'a> SyncChunk<'a> {
+    fn check(index: u32, total: u32, len: usize) -> Result<(), CclError> {
+        if total == 0 || index >= total {
+            return Err(CclError::BadValue { field: "chunk index", value: u64::from(index) });
+        }
+        if len == 0 || len > SYNC_CHUNK_DATA {
+            return Err(CclError::BadValue { field: "chunk length", value: len as u64 });
+        }
+        Ok(())
+    }
+    pub fn parse(b: &'a [u8]) -> Result<Self, CclError> {
+        let h: [u8; SYNC_CHUNK_HEAD] = arr(b, 0)?;
+        let q = |r: core::ops::Range<usize>| {
+            let mut a = [0u8; 4];
+            a.copy_from_slice(h.get(r).unwrap_or(&[0; 4]));
+            be32(a)
+        };
+        let (inc, xfer, index, total) = (q(1..5), q(5..9), q(9..13), q(13..17));
+        let data = b.get(SYNC_CHUNK_HEAD..).unwrap_or(&[]);
+        Self::check(index, total, data.len())?;
+        Ok(SyncChunk { to: dest(h[0])?, to_incarnation: inc, xfer, index, total, data })
+    }
+    pub fn wire_len(&self) -> usize {
+        SYNC_CHUNK_HEAD + self.data.len()
+    }
+    pub fn emit(&self, out: &mut [u8]) -> Result<usize, CclError> {
+        Self::check(self.index, self.total, self.data.len())?;
+        let n = self.wire_len();
+        let o = out.get_mut(..n).ok_or_else(|| too_small(n, &[]))?;
+        o[0] = dest_byte(self.to)?;
+        o[1..5].copy_from_slice(&self.to_incarnation.to_be_bytes());
+        o[5..9].copy_from_slice(&self.xfer.to_be_bytes());
+        o[9..13].copy_from_slice(&self.index.to_be_bytes());
+        o[13..17].copy_from_slice(&self.total.to_be_bytes());
+        o[SYNC_CHUNK_HEAD..].copy_from_slice(self.data);
+        Ok(n)
+    }
+}
+
+/// Longest key of a replicated-table entry.
+pub const TABLE_KEY_MAX: usize = 255;
+/// Longest value a [`TableUpdate`] carries (so that every update with the
+/// longest key fits one datagram at MTU 1500).
+pub const TABLE_VALUE_MAX: usize = 1024;
+
+/// What a [`TableUpdate`] does to its entry.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum TableOp<'a> {
+    Upsert(&'a [u8]),
+    Delete,
+}
+
+/// Control node → every member: one change of a replicated table, state
+/// version `version` (the cluster-wide change counter; members apply
+/// changes in version order and fetch what they missed). Layout: version
+/// (8), table (1), op (1: 1 upsert, 2 delete), key length (1), key, value
+/// length (2: 0 for a delete, ≤ 1024), value.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct TableUpdate<'a> {
+    pub version: u64,
+    pub table: u8,
+    pub key: &'a [u8],
+    pub op: TableOp<'a>,
+}
+
+impl<'a> TableUpdate<'a> {
+    pub fn parse(b: &'a [u8]) -> Result<Self, CclError> {
+        let h: [u8; 11] = arr(b, 0)?;
+        let mut v = [0u8; 8];
+        v.copy_from_slice(&h[..8]);
+        let klen = usize::from(h[10]);
+        let key = b.get(11..11 + klen).ok_or_else(|| truncated(11 + klen, b))?;
+        let vlen = usize::from(u16::from_be_bytes(arr(b, 11 + klen)?));
+        let at = 13 + klen;
+        let value = b.get(at..at + vlen).ok_or_else(|| truncated(at + vlen, b))?;
+        exact("table update", b, at + vlen)?;
+        let op = match h[9] {
+            1 if vlen <= TABLE_VALUE_MAX => TableOp::Upsert(value),
+            1 => return Err(CclError::BadValue { field: "table value length", value: vlen as u64 }),
+            2 if vlen == 0 => TableOp::Delete,
+            2 => return Err(CclError::BadValue { field: "delete value length", value: vlen as u64 }),
+            op => return Err(CclError::BadValue { field: "table op", value: u64::from(op) }),
+        };
+        Ok(TableUpdate { version: be64(v), table: h[8], key, op })
+    }
+    pub fn wire_len(&self) -> usize {
+        13 + self.key.len() + if let TableOp::Upsert(v) = self.op { v.len() } else { 0 }
+    }
+    pub fn emit(&self, out: &mut [u8]) -> Result<usize, CclError> {
+        if self.key.len() > TABLE_KEY_MAX {
+            return Err(CclError::BadValue { field: "table key length", value: self.key.len() as u64 });
+        }
+        let (op, value): (u8, &[u8]) = match self.op {
+            TableOp::Upsert(v) if v.len() <= TABLE_VALUE_MAX => (1, v),
+            TableOp::Upsert(v) => return Err(CclError::BadValue { field: "table value length", value: v.len() as u64 }),
+            TableOp::Delete => (2, &[]),
+        };
+        let n = self.wire_len();
+        let o = out.get_mut(..n).ok_or_else(|| too_small(n, &[]))?;
+        let k = self.key.len();
+        o[..8].copy_from_slice(&self.version.to_be_bytes());
+        o[8] = self.table;
+        o[9] = op;
+        o[10] = k as u8;
+        o[11..11 + k].copy_from_slice(self.key);
+        o[11 + k..13 + k].copy_from_slice(&(value.len() as u16).to_be_bytes());
+        o[13 + k..].copy_from_slice(value);
+        Ok(n)
+    }
+}
+
+/// One decoded control-channel message (`Opener::open_control`).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum ControlMessage<'a> {
+    Heartbeat(Heartbeat),
+    JoinRequest(JoinRequest),
+    JoinReply(JoinReply),
+    SyncRequest(SyncRequest),
+    SyncChunk(SyncChunk<'a>),
+    TableUpdate(TableUpdate<'a>),
+}
+
+impl<'a> ControlMessage<'a> {
+    pub fn kind(&self) -> MessageKind {
+        match self {
+            ControlMessage::Heartbeat(_) => MessageKind::Heartbeat,
+            ControlMessage::JoinRequest(_) => MessageKind::JoinRequest,
+            ControlMessage::JoinReply(_) => MessageKind::JoinReply,
+            ControlMessage::SyncRequest(_) => MessageKind::SyncRequest,
+            ControlMessage::SyncChunk(_) => MessageKind::SyncChunk,
+            ControlMessage::TableUpdate(_) => MessageKind::TableUpdate,
+        }
+    }
+
+    /// Decode `payload` as a control message of wire kind `kind`; a kind
+    /// that is not a control kind is `UnknownKind`.
+    pub fn parse(kind: u8, payload: &'a [u8]) -> Result<Self, CclError> {
+        Ok(match MessageKind::from_u8(kind) {
+            Some(MessageKind::Heartbeat) => ControlMessage::Heartbeat(Heartbeat::parse(payload)?),
+            Some(MessageKind::JoinRequest) => ControlMessage::JoinRequest(JoinRequest::parse(payload)?),
+            Some(MessageKind::JoinReply) => ControlMessage::JoinReply(JoinReply::parse(payload)?),
+            Some(MessageKind::SyncRequest) => ControlMessage::SyncRequest(SyncRequest::parse(payload)?),
+            Some(MessageKind::SyncChunk) => ControlMessage::SyncChunk(SyncChunk::parse(payload)?),
+            Some(MessageKind::TableUpdate) => ControlMessage::TableUpdate(TableUpdate::parse(payload)?),
+            _ => return Err(CclError::UnknownKind(kind)),
+        })
+    }
+
+    pub fn wire_len(&self) -> usize {
+        match self {
+            ControlMessage::Heartbeat(m) => m.wire_len(),
+            ControlMessage::JoinRequest(_) => JoinRequest::LEN,
+            ControlMessage::JoinReply(m) => m.wire_len(),
+            ControlMessage::SyncRequest(_) => SyncRequest::LEN,
+            ControlMessage::SyncChunk(m) => m.wire_len(),
+            ControlMessage::TableUpdate(m) => m.wire_len(),
+        }
+    }
+
+    /// Write the payload (not the header) into `out`.
+    pub fn emit(&self, out: &mut [u8]) -> Result<usize, CclError> {
+        match self {
+            ControlMessage::Heartbeat(m) => m.emit(out),
+            ControlMessage::JoinRequest(m) => m.emit(out),
+            ControlMessage::JoinReply(m) => m.emit(out),
+            ControlMessage::SyncRequest(m) => m.emit(out),
+            ControlMessage::SyncChunk(m) => m.emit(out),
+            ControlMessage::TableUpdate(m) => m.emit(out),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ccl::heartbeat::{HB_FLAG_QUORUM, HB_STATE_MAX, NO_PLACE};
+    use proptest::prelude::*;
+
+    pub(crate) fn sample_heartbeat() -> Heartbeat {
+        let mut h = Heartbeat {
+            priority: 10,
+            state: 3,
+            follows: Some(NodeId(1)),
+            flags: HB_FLAG_QUORUM,
+            place: Placement { site: Some(2), chassis: None },
+            ccl_address: Ipv4Addr::new(10, 99, 0, 2),
+            seq: 77,
+            config_version: 5,
+            state_version: 123_456,
+            member_bitmap: 0b1000_0000_0000_0011,
+            echo_bitmap: 0b10,
+            ..Heartbeat::default()
+        };
+        h.member_place[0] = Placement { site: Some(1), chassis: Some(7) };
+        h.member_place[15] = Placement { site: None, chassis: Some(0) };
+        h.echoes[1] = 0xdead_beef;
+        h
+    }
+
+    pub(crate) fn samples(data: &[u8]) -> Vec<ControlMessage<'_>> {
+        let mut accepted = JoinReply {
+            to: NodeId(4),
+            to_incarnation: 1_700_000_001,
+            verdict: JoinVerdict::Accepted,
+            detail: 0,
+            member_bitmap: 0b11010,
+            member_place: [Placement::default(); NODE_SLOTS],
+        };
+        accepted.member_place[3] = Placement { site: Some(9), chassis: Some(254) };
+        vec![
+            ControlMessage::Heartbeat(sample_heartbeat()),
+            ControlMessage::Heartbeat(Heartbeat::default()),
+            ControlMessage::JoinRequest(JoinRequest {
+                to: NodeId(1),
+                priority: 3,
+                place: Placement { site: None, chassis: Some(4) },
+                ccl_address: Ipv4Addr::new(10, 99, 0, 5),
+                config_version: 9,
+                config_digest: 0x0123_4567_89ab_cdef,
+            }),
+            ControlMessage::JoinReply(accepted),
+            ControlMessage::JoinReply(JoinReply {
+                to: NodeId(4),
+                to_incarnation: 7,
+                verdict: JoinVerdict::ConfigAhead,
+                detail: 42,
+                member_bitmap: 0,
+                member_place: [Placement::default(); NODE_SLOTS],
+            }),
+            ControlMessage::SyncRequest(SyncRequest {
+                to: NodeId(0),
+                xfer: 99,
+                since: 17,
+                config_version: 3,
+                next: 5,
+                window: 16,
+                full: true,
+            }),
+            ControlMessage::SyncChunk(SyncChunk { to: NodeId(2), to_incarnation: 8, xfer: 99, index: 2, total: 3, data }),
+            ControlMessage::TableUpdate(TableUpdate { version: 18, table: 1, key: b"k1", op: TableOp::Upsert(data) }),
+            ControlMessage::TableUpdate(TableUpdate { version: 19, table: 1, key: b"", op: TableOp::Delete }),
+        ]
+    }
+
+    #[test]
+    fn heartbeat_bytes() {
+        let h = sample_heartbeat();
+        let mut b = [0u8; Heartbeat::MAX_LEN];
+        let n = h.emit(&mut b).unwrap();
+        assert_eq!(n, Heartbeat::MIN_LEN + 2 * 3 + 4);
+        assert_eq!(
+            &b[..n],
+            &[
+                10, 3, 1, 1, 2, 0xff, 10, 99, 0, 2, // priority, control, follows 1, quorum, site 2, no chassis, address
+                0, 0, 0, 77, // seq
+                0, 0, 0, 0, 0, 0, 0, 5, // config version
+                0, 0, 0, 0, 0, 1, 0xe2, 0x40, // state version
+                0, 0, 0, 0, // no grant
+                0x80, 0x03, 1, 7, 0xff, 0xff, 0xff, 0, // members 0, 1, 15 with placement
+                0, 2, 0xde, 0xad, 0xbe, 0xef, // echo of node 1
+            ][..]
+        );
+        assert_eq!(Heartbeat::parse(&b[..n]), Ok(h));
+        let full = Heartbeat { member_bitmap: 0xffff, echo_bitmap: 0xffff, ..Heartbeat::default() };
+        assert_eq!(full.wire_len(), Heartbeat::MAX_LEN);
+        assert!(Heartbeat::MAX_LEN < 512, "one AEGIS-128L MAC per heartbeat");
+    }
+
+    #[test]
+    fn round_trip_every_control_kind() {
+        let data: Vec<u8> = (0..100).map(|i| i as u8).collect();
+        for m in samples(&data) {
+            let mut b = vec![0u8; m.wire_len()];
+            assert_eq!(m.emit(&mut b), Ok(b.len()), "{m:?}");
+            assert_eq!(ControlMessage::parse(m.kind() as u8, &b), Ok(m));
+            for n in 0..b.len() {
+                assert!(m.emit(&mut vec![0u8; n]).is_err(), "{n} bytes of room for {m:?}");
+                if let Ok(x) = ControlMessage::parse(m.kind() as u8, &b[..n]) {
+                    assert_ne!(x, m, "a truncation parses to something else");
+                }
+            }
+            let mut longer = b.clone();
+            longer.push(0);
+            // Chunks carry their data to the end: one byte more is more data.
+            if m.kind() != MessageKind::SyncChunk {
+                assert!(ControlMessage::parse(m.kind() as u8, &longer).is_err(), "{m:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn values_outside_the_layout_are_refused() {
+        let mut b = [0u8; Heartbeat::MAX_LEN];
+        let n = sample_heartbeat().emit(&mut b).unwrap();
+        for (at, v) in [(1, HB_STATE_MAX + 1), (2, 16), (3, 0x02)] {
+            let mut x = b;
+            x[at] = v;
+            assert!(Heartbeat::parse(&x[..n]).is_err(), "byte {at} = {v}");
+        }
+        assert!(Heartbeat { state: 6, ..Heartbeat::default() }.emit(&mut b).is_err());
+        assert!(Heartbeat { follows: Some(NodeId(16)), ..Heartbeat::default() }.emit(&mut b).is_err());
+        let bad_site = Heartbeat { place: Placement { site: Some(NO_PLACE), chassis: None }, ..Heartbeat::default() };
+        assert!(bad_site.emit(&mut b).is_err());
+        // A refusal carries no members; unknown verdicts; chunk limits.
+        let r = JoinReply {
+            to: NodeId(1),
+            to_incarnation: 1,
+            verdict: JoinVerdict::IdInUse,
+            detail: 0,
+            member_bitmap: 1,
+            member_place: [Placement::default(); NODE_SLOTS],
+        };
+        assert!(r.emit(&mut [0u8; 64]).is_err());
+        let mut ok = [0u8; 64];
+        let n = JoinReply { member_bitmap: 0, ..r }.emit(&mut ok).unwrap();
+        ok[5] = 200;
+        assert!(JoinReply::parse(&ok[..n]).is_err());
+        let big = [0u8; SYNC_CHUNK_DATA + 1];
+        let c = SyncChunk { to: NodeId(1), to_incarnation: 1, xfer: 1, index: 0, total: 1, data: &big };
+        assert!(c.emit(&mut [0u8; 2000]).is_err());
+        assert!(SyncChunk { data: &big[..SYNC_CHUNK_DATA], ..c }.emit(&mut [0u8; 2000]).is_ok());
+        assert!(SyncChunk { data: &[], ..c }.emit(&mut [0u8; 2000]).is_err());
+        assert!(SyncChunk { index: 1, data: &big[..1], ..c }.emit(&mut [0u8; 2000]).is_err());
+        assert_eq!(SYNC_CHUNK_HEAD + SYNC_CHUNK_DATA, MAX_PAYLOAD_MTU1500);
+        let q = SyncRequest { to: NodeId(1), xfer: 1, since: 0, config_version: 0, next: 0, window: 0, full: false };
+        assert!(q.emit(&mut [0u8; 64]).is_err());
+        assert!(SyncRequest { window: SYNC_MAX_WINDOW + 1, ..q }.emit(&mut [0u8; 64]).is_err());
+        let long = [0u8; TABLE_KEY_MAX + 1];
+        let u = TableUpdate { version: 1, table: 0, key: &long, op: TableOp::Delete };
+        assert!(u.emit(&mut [0u8; 2000]).is_err());
+        let value = [0u8; TABLE_VALUE_MAX + 1];
+        let u = TableUpdate { version: 1, table: 0, key: b"k", op: TableOp::Upsert(&value) };
+        assert!(u.emit(&mut [0u8; 2000]).is_err());
+        // The longest update fits one datagram.
+        let u = TableUpdate {
+            version: 1,
+            table: 0,
+            key: &long[..TABLE_KEY_MAX],
+            op: TableOp::Upsert(&value[..TABLE_VALUE_MAX]),
+        };
+        assert!(u.wire_len() <= MAX_PAYLOAD_MTU1500);
+        assert_eq!(ControlMessage::parse(MessageKind::OwnerQuery as u8, &[]), Err(CclError::UnknownKind(2)));
+    }
+
+    proptest! {
+        #[test]
+        fn random_payloads_never_panic_and_reemit_exactly(kind in 0u8..16, data in proptest::collection::vec(any::<u8>(), 0..1500)) {
+            if let Ok(m) = ControlMessage::parse(kind, &data) {
+                let mut out = vec![0u8; m.wire_len()];
+                prop_assert_eq!(m.emit(&mut out), Ok(data.len()));
+                prop_assert_eq!(out, data);
+            }
+        }
+    }
+}
