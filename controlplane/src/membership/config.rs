@@ -2,9 +2,8 @@
 //! configuration it cannot run (thiserror, with the values a person needs).
 //!
 //! Invariant: a [`Config`] that passed [`Config::validate`] has an interval
-//! of at least 50 ms, a hold time of at least 150 ms and 3 intervals (so at
-//! least one heartbeat interval of lease is left after the lease rule's
-//! 2 × interval margin), distinct node ids 0..=15 and CCL addresses, this
+//! of at least 50 ms, a hold time of at least 150 ms and 3 intervals (a
+//! lost heartbeat or two never removes a member), distinct node ids 0..=15 and CCL addresses, this
 //! node among them, quorum mode only with three or more nodes, and bounded
 //! limits; the machine relies on nothing else.
 

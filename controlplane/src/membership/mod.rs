@@ -854,7 +854,8 @@ impl Membership {
         }
     }
 
-    /// `hold − 2 × interval`: the contract's lease length after hearing.
+    /// `hold − 2 × interval`: a lone control node's lease step (no follower
+    /// to echo it), and the reference point of the lease-expired reason.
     fn lease_span(&self) -> Duration {
         Duration(self.cfg.hold_time.0.saturating_sub(self.cfg.heartbeat_interval.0.saturating_mul(2)))
     }
