@@ -181,6 +181,8 @@ struct Report {
     /// node a member at one epoch)
     convergence: Vec<(&'static str, u64)>,
     violations: Vec<String>,
+    /// Nodes disabled at the end of a run (gave up rejoining).
+    disabled: u64,
     /// Node-time (ns) a node took traffic while a second, unfenced
     /// control node of its partition had a set without it (a split
     /// brain's two sides both serving, before the heal rule ran), in
@@ -612,8 +614,16 @@ impl Sim {
     }
 
     /// One control node; every live node a ready member at its epoch.
+    /// One control node, every live node ready at its epoch and in its set.
+    /// A node that disabled itself (five failed rejoins in a row: its
+    /// designed end, data ports shut until an operator enables it) is not
+    /// waited for; runs count them (`Report::disabled`).
     fn converged(&self) -> bool {
-        let live: Vec<&Node> = self.nodes.iter().filter(|n| n.alive && n.paused.is_none()).collect();
+        let live: Vec<&Node> = self
+            .nodes
+            .iter()
+            .filter(|n| n.alive && n.paused.is_none() && n.m.state() != State::Disabled)
+            .collect();
         let controls: Vec<&&Node> = live.iter().filter(|n| n.m.state() == State::Control).collect();
         let [c] = controls.as_slice() else { return false };
         let (e, id) = (c.m.epoch(), c.m.me());
@@ -718,6 +728,7 @@ fn run(seed: u64, setup: Setup, episodes: usize) -> Report {
     if !s.replicas_equal() {
         s.violation("replicated tables differ at the end".into());
     }
+    s.report.disabled = s.nodes.iter().filter(|n| n.alive && n.m.state() == State::Disabled).count() as u64;
     if std::env::var("CLUSTER_SIM_TRACE").ok().and_then(|v| v.parse::<u64>().ok()) == Some(seed) {
         for n in &s.nodes {
             for e in n.m.history() {
@@ -759,12 +770,14 @@ fn randomized_fault_schedules_keep_the_invariants() {
         all.split_unfenced_elect += r.split_unfenced_elect;
         all.split_unfenced_quorum += r.split_unfenced_quorum;
         all.convergence.extend(r.convergence);
+        all.disabled += r.disabled;
         all.violations.extend(r.violations);
     }
     println!(
         "cluster_sim: {seeds} seeds, {} fault episodes, {} events, {} frames ({} lost), {} elections",
         all.episodes, all.events, all.frames, all.lost, all.elections
     );
+    println!("  nodes disabled at the end (five failed rejoins): {}", all.disabled);
     println!(
         "  node-time taking traffic beside a second control node of its partition: elect {} ms, quorum {} ms",
         all.split_unfenced_elect / MS,

@@ -1610,9 +1610,13 @@ impl Membership {
                 let echo = h.echo_bitmap & (1 << me.index()) != 0;
                 let echo_sent = if echo { self.sent_time(h.echoes[me.index()]) } else { None };
                 let my_epoch = self.set.epoch();
-                if let Some(m) = self.peers[i].member.as_mut().filter(|m| m.incarnation == from.incarnation) {
+                let peer = &mut self.peers[i];
+                if let Some(m) = peer.member.as_mut().filter(|m| m.incarnation == from.incarnation) {
                     if h.follows == Some(me) && from.epoch == my_epoch {
                         m.following = Some(now);
+                        // Echoed from now on (`send_heartbeat`): it follows
+                        // this control node at its epoch.
+                        peer.follow_seq = peer.follow_seq.max(h.seq);
                         if matches!(st, State::Data | State::Syncing) {
                             m.confirmed = true;
                         }

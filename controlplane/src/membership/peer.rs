@@ -61,8 +61,9 @@ pub(super) struct Peer {
     /// Highest heartbeat sequence heard from `incarnation` (echoed back).
     pub(super) rx_seq: u32,
     /// Highest sequence of a heartbeat of `incarnation` that followed this
-    /// node (what a control node echoes: a member's lease must rest on a
-    /// heartbeat sent after it was admitted, not on one from its join).
+    /// (control) node at its epoch: what a control node echoes, so a
+    /// member's lease rests on a heartbeat the control node counts as
+    /// following, never on one from its join or an older epoch.
     pub(super) follow_seq: u32,
     pub(super) member: Option<MemberRec>,
 }
@@ -105,9 +106,6 @@ impl Peer {
         }
         self.heartbeats += 1;
         self.rx_seq = self.rx_seq.max(h.seq);
-        if h.follows == Some(me) {
-            self.follow_seq = self.follow_seq.max(h.seq);
-        }
         let echo_of_me = (h.echo_bitmap & (1 << me.index()) != 0).then(|| h.echoes[me.index()]);
         let state = State::from_code(h.state).unwrap_or(State::Inactive);
         self.hb = Some(Heard {
