@@ -18,7 +18,8 @@
 //!   `HARD_STALL` (3 s, the best of keepalived + conntrackd on the same
 //!   test). Why not fail at 1 s: on this shared 2-core machine one transfer
 //!   of 20 occasionally stalls 1.5-2 s in the restart round (a lost
-//!   retransmission after the rejoin, not yet explained; 1 run in 5), and a
+//!   retransmission after the rejoin, not yet explained; 2 of the last 4
+//!   runs), and a
 //!   flaky failure would stop every other change from landing. The
 //!   figures of every run are in the output and in the issue notes;
 //! - afterwards every live node's `show cluster` names the same members
