@@ -112,7 +112,7 @@ impl Links {
                 if up && self.down_wanted && !w.ccl {
                     // Back while the node keeps out of traffic: shut it,
                     // or the upstream sends to a node that drops.
-                    if let Err(e) = shut(w) {
+                    if let Err(e) = set_link(w, false) {
                         log::warn!("port {}: link down: {e}", w.index);
                     }
                 }
@@ -132,17 +132,10 @@ impl Links {
             if up != w.held || (!up && w.up == Some(false)) {
                 continue;
             }
-            let r = match &w.kernel {
-                Some(k) => kernel_set_link(k, up),
-                None if up => w.port.set_link_up().map_err(|e| e.to_string()),
-                None => w.port.set_link_down().map_err(|e| e.to_string()),
-            };
-            match r {
+            match set_link(w, up) {
                 Ok(()) => done += 1,
                 Err(e) => log::warn!("port {}: link {}: {e}", w.index, if up { "up" } else { "down" }),
             }
-            w.held = !up;
-            w.up = Some(up);
         }
         done
     }
@@ -153,14 +146,17 @@ impl Links {
     }
 }
 
-/// Shut one port (held: not read until opened again).
-fn shut(w: &mut Watched) -> Result<(), String> {
+/// Open or shut one port, through its kernel interface on af_packet; a
+/// shut port is held (not read until opened again), an opened one taken
+/// as up until a read says otherwise.
+fn set_link(w: &mut Watched, up: bool) -> Result<(), String> {
     let r = match &w.kernel {
-        Some(k) => kernel_set_link(k, false),
+        Some(k) => kernel_set_link(k, up),
+        None if up => w.port.set_link_up().map_err(|e| e.to_string()),
         None => w.port.set_link_down().map_err(|e| e.to_string()),
     };
-    w.held = true;
-    w.up = Some(false);
+    w.held = !up;
+    w.up = Some(up);
     r
 }
 
