@@ -296,6 +296,11 @@ drop_reasons! {
     /// removed and its flows taken over): no data frame is processed
     /// until a new lease or a reset (docs/failover.md, "Fencing").
     ClusterFenced => "cluster-fenced",
+    /// Cluster: a CCL datagram a peer sealed at an epoch older than the one
+    /// it (re)joined this node's member set in — sent before it left and
+    /// delivered late (an af_packet TX ring flushed when the CCL carrier
+    /// returns), from a state the peer has since reset (docs/failover.md).
+    CclBeforeRejoin => "ccl-before-rejoin",
 }
 
 impl fmt::Display for DropReason {

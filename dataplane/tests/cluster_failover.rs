@@ -752,3 +752,174 @@ fn records_naming_a_rejoined_node_are_orphans() {
     assert_eq!(bed.owners_up(&t), vec![B]);
     accounted(&bed);
 }
+
+/// A node that rejoins applies the new member set a little after its peers
+/// (its control lcore hears the admission, then its worker applies the
+/// set; the peers' workers got it from theirs at once). C, the flow's
+/// director, was cut off: the survivors moved the flow's record to a
+/// director among themselves, C reset and formed a cluster of its own.
+/// On its return A and B apply the set with C first; A's re-registration
+/// for C (director again) must not be sent before C counts A as a member
+/// (C's `SyncDone` for the epoch shows that), or C drops it
+/// (`from_nonmembers`) and a packet of the flow reaching C finds no owner.
+#[test]
+fn a_rejoining_director_gets_its_records_after_it_applied_the_set() {
+    let mut bed = Bed::new(3, true);
+    let cport = cport_for(3, C);
+    let t = tuple(HOST, cport, SERVER, 80, 6);
+    let delta = connect(&mut bed, cport, A, B);
+    bed.kill(C, 2);
+    bed.tick(1);
+    bed.now_ms += 1_000;
+    let now = bed.now();
+    bed.nodes[C].reset(now);
+    bed.nodes[C].set_members(now, MemberSet::from_nodes(Epoch(2), [NodeId(C as u8)]).unwrap());
+    bed.down[C] = false;
+    bed.tick(1);
+    // The admission: A and B apply the set with C; C is a few ticks late.
+    let back = bed.members_up(3);
+    for n in [A, B] {
+        bed.nodes[n].set_members(now, back);
+    }
+    for _ in 0..3 {
+        bed.tick(1);
+    }
+    let now = bed.now();
+    bed.nodes[C].set_members(now, back);
+    for _ in 0..3 {
+        bed.tick(1);
+    }
+    assert_eq!(bed.cluster(C).counters.from_nonmembers, 0, "nothing reached C before it applied the set");
+    assert_eq!(bed.nodes[C].cluster_role(bed.now(), &t), Some((Role::Director, NodeId(A as u8))));
+    let a = bed.cluster(A).counters;
+    assert_eq!((a.sync_waits, a.sync_wait_timeouts), (1, 0));
+    let p = bed.nodes[C].sync_progress(Epoch(3));
+    assert_eq!(p.done_from, (1 << A) | (1 << B), "C is ready: both peers' markers came after their records");
+    // The server's answer lands on C: forwarded to A, the owner.
+    let (seg, want) = server_seg(C, A, cport, delta, 0);
+    let out = bed.send(C, OUT, seg);
+    assert_eq!(hex(&one(&out).2), hex(&want));
+    assert_eq!(bed.owners_up(&t), vec![A]);
+    no_drops(&bed, C);
+    accounted(&bed);
+}
+
+/// A takeover registration reaches a holder still at the epoch where the
+/// old owner is a member (`backups: 2`): A (owner) is removed, C (director) applies the
+/// set first and takes the flow over on the client's next segment, and
+/// its registration reaches B (backup) before B applies the set. B must
+/// replace A's record with C's (`FLAG_TAKEOVER`), not refuse it as a
+/// second SYN's (`register_conflicts`): nothing would send it again, and
+/// B's record would keep naming A — a stale state to take over from if C
+/// fails next, and a record that wins over the live owner once A rejoins.
+#[test]
+fn a_takeover_registration_replaces_the_record_at_a_holder_behind() {
+    // backups: 2, so that B holds a backup record (with one backup the
+    // director is the only holder of three).
+    let mut bed = Bed::with(3, |n| {
+        let mut c = config(n, 3, true);
+        if let Some(cl) = c.cluster.as_mut() {
+            cl.backups = 2;
+        }
+        c
+    });
+    let cport = cport_for(3, C);
+    let t = tuple(HOST, cport, SERVER, 80, 6);
+    let delta = connect(&mut bed, cport, A, B);
+    assert_eq!(bed.nodes[B].cluster_role(bed.now(), &t), Some((Role::Backup, NodeId(A as u8))));
+    bed.down[A] = true;
+    let without_a = bed.members_up(2);
+    let now = bed.now();
+    bed.nodes[C].set_members(now, without_a);
+    let (seg, want) = client_seg(C, C, cport, delta, b"x");
+    assert_eq!(hex(&one(&bed.send(C, IN, seg)).2), hex(&want));
+    assert_eq!(bed.cluster(C).counters.takeovers_local, 1);
+    assert_eq!(bed.cluster(B).counters.register_conflicts, 0);
+    assert_eq!(bed.nodes[B].cluster_role(bed.now(), &t), Some((Role::Backup, NodeId(C as u8))));
+    let now = bed.now();
+    bed.nodes[B].set_members(now, without_a);
+    bed.tick(1);
+    assert_eq!(bed.nodes[B].cluster_role(bed.now(), &t), Some((Role::Backup, NodeId(C as u8))));
+    // C fails next: B takes over from C's record (not from A's older one).
+    bed.kill(C, 3);
+    let (seg, want) = server_seg(B, B, cport, delta, 1);
+    let out = bed.send(B, OUT, seg);
+    assert_eq!(hex(&one(&later(&mut bed, out)).2), hex(&want));
+    assert_eq!(bed.owners_up(&t), vec![B]);
+    accounted(&bed);
+}
+
+/// A `SyncDone` marker is one datagram without an acknowledgement: when
+/// the first is lost (here: every marker of the first tick; on the test
+/// bed, markers sent at boot before the peer's MAC was resolved), the
+/// joiner still learns the peer's re-registration is complete from a
+/// repeat `SYNC_MARKER_EVERY` later — instead of waiting for its sync
+/// timeout with its data ports down. The repeats stop after
+/// `SYNC_MARKER_FOR`.
+#[test]
+fn a_lost_sync_marker_is_repeated() {
+    use dataplane::pipeline::{SYNC_MARKER_EVERY, SYNC_MARKER_FOR};
+    let mut bed = Bed::new(3, true);
+    bed.hold = Some(MessageKind::SyncDone);
+    let set = bed.members_up(2);
+    bed.set_members_up(set);
+    bed.tick(1);
+    assert!(!bed.held.is_empty(), "the first markers were sent (and lost)");
+    bed.held.clear();
+    bed.hold = None;
+    for n in 0..3 {
+        assert_eq!(bed.nodes[n].sync_progress(Epoch(2)).done_from, 0, "node {n}");
+    }
+    bed.tick(SYNC_MARKER_EVERY.0 / 1_000_000);
+    for n in 0..3 {
+        let want = 0b111 & !(1 << n);
+        assert_eq!(bed.nodes[n].sync_progress(Epoch(2)).done_from, want, "node {n} heard both peers' repeats");
+        assert_eq!(bed.cluster(n).counters.sync_done_repeated, 2, "node {n}");
+    }
+    bed.tick(SYNC_MARKER_FOR.0 / 1_000_000);
+    let before = bed.ccl_count(A, B, MessageKind::SyncDone);
+    bed.tick(SYNC_MARKER_EVERY.0 / 1_000_000);
+    bed.tick(SYNC_MARKER_EVERY.0 / 1_000_000);
+    assert_eq!(bed.ccl_count(A, B, MessageKind::SyncDone), before, "no repeats after SYNC_MARKER_FOR");
+}
+
+/// A datagram a node sealed before it left, delivered after it rejoined:
+/// on the test bed, the af_packet TX ring of a node whose CCL was cut
+/// holds what it sent meanwhile and flushes it when the carrier returns —
+/// after the node reset and rejoined. A `StateUpdate` naming it as owner
+/// would replace the director's record of the flow's new owner, and the
+/// flow would be sent to a node that has no state for it. A (owner)
+/// re-sends its record while cut (held here), B takes the flow over
+/// through C, A resets and rejoins; then the old datagram reaches C: C
+/// drops it (`ccl-before-rejoin`: sealed at an epoch older than the one A
+/// rejoined in) and still names B.
+#[test]
+fn a_datagram_sealed_before_a_rejoin_is_dropped() {
+    let mut bed = Bed::new(3, true);
+    let cport = cport_for(3, C);
+    let t = tuple(HOST, cport, SERVER, 80, 6);
+    let delta = connect(&mut bed, cport, A, B);
+    bed.hold = Some(MessageKind::StateUpdate);
+    bed.tick(2_000);
+    let stale: Vec<usize> = (0..bed.held.len()).filter(|&i| bed.held[i].0 == A && bed.held[i].1 == C).collect();
+    assert_eq!(stale.len(), 1, "A re-sent its record to C (RESEND_DELAY): {:?}", bed.held.len());
+    bed.hold = None;
+    bed.kill(A, 2);
+    let (seg, want) = client_seg(B, B, cport, delta, b"x");
+    assert_eq!(hex(&one(&bed.send(B, IN, seg)).2), hex(&want));
+    assert_eq!(bed.nodes[C].cluster_role(bed.now(), &t), Some((Role::Director, NodeId(B as u8))));
+    bed.now_ms += 1_000;
+    let now = bed.now();
+    bed.nodes[A].reset(now);
+    bed.down[A] = false;
+    let back = bed.members_up(3);
+    bed.set_members_up(back);
+    bed.tick(1);
+    bed.release_held(&stale);
+    assert_eq!(bed.drops(C, DropReason::CclBeforeRejoin), 1);
+    assert_eq!(bed.nodes[C].cluster_role(bed.now(), &t), Some((Role::Director, NodeId(B as u8))));
+    let (seg, want) = server_seg(C, B, cport, delta, 1);
+    assert_eq!(hex(&one(&bed.send(C, OUT, seg)).2), hex(&want));
+    assert_eq!(bed.owners_up(&t), vec![B]);
+    accounted(&bed);
+}

@@ -407,12 +407,7 @@ fn downloads_survive_every_single_failure() {
     // A round with a known defect: its figures are printed, its failure
     // does not fail the test. Say why here and in the issue's note; remove
     // the entry when it is fixed.
-    let known: &[(&str, &str)] = &[(
-        "ccl-cut then heal",
-        "after the heal, a director can keep a record naming the cut node as owner of a flow another \
-         node took over meanwhile; the rejoined node is sent the flow and has no state (1-3 of 20 \
-         downloads hang); see docs/failover.md, \"Known gaps\"",
-    )];
+    let known: &[(&str, &str)] = &[];
     let rounds: Vec<(&str, &str, Fault, Option<Fault>, Vec<usize>)> = vec![
         ("kill the control node", "n1", Fault::Kill, None, vec![2, 3]),
         ("restart it", "n1", Fault::Restart, None, vec![1, 2, 3]),

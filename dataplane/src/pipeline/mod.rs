@@ -69,7 +69,7 @@ pub(crate) mod ipv4;
 pub use arphold::ArpHoldCounters;
 pub use cluster::{
     ClusterCounters, ClusterCountersSnapshot, ClusterSpec, ClusterSpecError, Role, SyncProgress,
-    DEFAULT_DIRECTOR_HOLD, DEFAULT_SYN_GUARD,
+    DEFAULT_DIRECTOR_HOLD, DEFAULT_SYN_GUARD, SYNC_MARKER_EVERY, SYNC_MARKER_FOR, SYNC_WAIT,
 };
 pub use config::{InterfaceSpec, PipelineConfig, PipelineError, RouteSpec, RuleSpec};
 pub use context::{FragNote, Verdict};

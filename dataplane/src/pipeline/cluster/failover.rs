@@ -23,8 +23,14 @@
 //! included) differ between `synced` and the new table is registered with
 //! the nodes it did not have, with its state. When the scan ends the
 //! queued records are flushed and a `SyncDone { epoch }` goes to every
-//! other member, behind them on the same channel. A change during a scan
-//! restarts it from `synced` (some flows are sent twice; none is missed).
+//! other member, behind them on the same channel, and again every
+//! `SYNC_MARKER_EVERY` for `SYNC_MARKER_FOR` (a marker has no ack). A
+//! change during a scan restarts it from `synced` (some flows are sent
+//! twice; none is missed). A scan whose set gained nodes first waits, at
+//! most `SYNC_WAIT`, for their `SyncDone` of the epoch: records reaching a
+//! joiner before its worker applied the set would be dropped there as from
+//! a non-member. A joiner's own table is empty (it reset), so its scan
+//! ends, and its markers leave, at once.
 //!
 //! Invariants:
 //! - at most one owner: a grant or a local takeover happens only at the
@@ -44,7 +50,7 @@ use super::{
     canonical, live, ClusterPath, HeldQuery, Link, OwnerExtra, Role, SyncProgress, Version, MAX_HELD, SYNC_BUDGET,
     SYNC_EPOCHS,
 };
-use crate::ccl::{FlowKey, FlowOp, FlowRecord, FlowTransfer, Message, OwnerQuery, OwnerReply, SyncDone, OPAQUE_LEN};
+use crate::ccl::{FlowKey, FlowOp, FlowRecord, FlowTransfer, FLAG_TAKEOVER, Message, OwnerQuery, OwnerReply, SyncDone, OPAQUE_LEN};
 use crate::cluster::flow_hash;
 use crate::conntrack::{ConnTable, FlowState};
 use crate::types::{DropReason, Duration, Epoch, FiveTuple, NodeId, Timestamp};
@@ -80,17 +86,26 @@ impl ClusterPath {
         self.sync.running = false;
         self.sync.sent = true;
         self.sync.started = now;
+        self.sync.awaiting = 0;
+        self.sync.markers_until = now;
         self.done_from = [(Epoch(0), 0); SYNC_EPOCHS];
         self.counters.resets += 1;
     }
 
     // --- Member-set changes: SYN guard, re-registration, sync markers. ---
 
-    /// `set_members` has installed the new table: open the SYN guard and
-    /// (re)start the scan.
-    pub(super) fn start_sync(&mut self, now: Timestamp) {
+    /// `set_members` has installed the new table (`joined`: the nodes new
+    /// in it): open the SYN guard and (re)start the scan.
+    pub(super) fn start_sync(&mut self, now: Timestamp, joined: u16) {
         // `synced` stays: the table of the last finished scan (every owned
         // flow is registered under it), also when a scan is cut short.
+        // Nodes still awaited by a scan cut short stay awaited: they must
+        // show this epoch too.
+        let carried = if self.sync.running { self.sync.awaiting } else { 0 };
+        let me = 1u16.checked_shl(u32::from(self.me.0)).unwrap_or(0);
+        self.sync.awaiting = (carried | joined) & self.members.bits() & !me;
+        self.sync.wait_until = now.saturating_add(super::SYNC_WAIT);
+        self.sync.waited = false;
         self.guard_until = now.saturating_add(self.syn_guard);
         self.sync.epoch = self.members.epoch();
         self.sync.cursor = 0;
@@ -109,10 +124,19 @@ impl ClusterPath {
     /// `SYNC_BUDGET` slots; at the end, flush and send `SyncDone`.
     pub(super) fn sync_step(&mut self, now: Timestamp, link: &mut Link<'_>, conn: &ConnTable) {
         if !self.sync.running {
+            if now >= self.sync.next_marker && now < self.sync.markers_until {
+                self.sync.next_marker = now.saturating_add(super::SYNC_MARKER_EVERY);
+                let n = self.send_markers(now, link);
+                self.counters.sync_done_repeated += n;
+            }
+            return;
+        }
+        if self.sync.cursor == 0 && !self.sync_may_start(now, conn) {
             return;
         }
         let cap = conn.capacity();
-        let end = self.sync.cursor.saturating_add(SYNC_BUDGET).min(cap);
+        // An empty table has nothing to register: straight to the markers.
+        let end = if conn.len() == 0 { cap } else { self.sync.cursor.saturating_add(SYNC_BUDGET).min(cap) };
         for i in self.sync.cursor..end {
             let Some((h, orig)) = conn.slot(i) else { continue };
             self.counters.sync_scanned += 1;
@@ -142,13 +166,55 @@ impl ClusterPath {
         self.sync.running = false;
         self.sync.sent = true;
         self.sync.took = now.since(self.sync.started);
+        self.sync.next_marker = now.saturating_add(super::SYNC_MARKER_EVERY);
+        self.sync.markers_until = now.saturating_add(super::SYNC_MARKER_FOR);
+        let n = self.send_markers(now, link);
+        self.counters.sync_done_sent += n;
+    }
+
+    /// `SyncDone` for the last finished scan's epoch to every other member;
+    /// how many were sent.
+    fn send_markers(&mut self, now: Timestamp, link: &mut Link<'_>) -> u64 {
         let m = Message::SyncDone(SyncDone { epoch: self.sync.epoch });
         let (members, me) = (self.members, self.me);
+        let mut sent = 0;
         for n in members.iter().filter(|&n| n != me) {
             if self.send_ccl(now, link, n, &m) {
-                self.counters.sync_done_sent += 1;
+                sent += 1;
             }
         }
+        sent
+    }
+
+    /// May the scan start? Not while a node new in the member set has not
+    /// shown it applied it (its `SyncDone` for the epoch; it has an empty
+    /// table after its reset, so the marker comes at once), unless there
+    /// is nothing to send or `SYNC_WAIT` is over. The wait is what lets a
+    /// rejoining director or backup receive its records: sent earlier, they
+    /// meet a pipeline that does not count this node as a member yet and
+    /// are dropped (`from_nonmembers` there), and the flow is lost to it.
+    fn sync_may_start(&mut self, now: Timestamp, conn: &ConnTable) -> bool {
+        if self.sync.awaiting == 0 {
+            return true;
+        }
+        if conn.len() == 0 {
+            self.sync.awaiting = 0;
+            return true;
+        }
+        self.sync.awaiting &= !self.sync_progress(self.sync.epoch).done_from;
+        if self.sync.awaiting == 0 {
+            return true;
+        }
+        if now >= self.sync.wait_until {
+            self.counters.sync_wait_timeouts += 1;
+            self.sync.awaiting = 0;
+            return true;
+        }
+        if !self.sync.waited {
+            self.sync.waited = true;
+            self.counters.sync_waits += 1;
+        }
+        false
     }
 
     /// A peer's `SyncDone`: remember it under its epoch.
@@ -229,7 +295,10 @@ impl ClusterPath {
         if let Some(e) = self.extras.get_mut(h.index() as usize) {
             *e = OwnerExtra { delta, sent: now, version, sent_idle: timeout };
         }
-        if let Some(record) = self.owner_record(now, conn, h, orig) {
+        if let Some(mut record) = self.owner_record(now, conn, h, orig) {
+            // Holders still at an epoch where the old owner is a member
+            // take it all the same (`FLAG_TAKEOVER`, `on_records`).
+            record.flags |= FLAG_TAKEOVER;
             let to = self.directors.backups(flow_hash(orig), self.me);
             self.queue_to(now, link, record, true, to);
         }

@@ -146,6 +146,21 @@ pub const MAX_HELD: usize = 256;
 pub const SYNC_BUDGET: usize = 512;
 /// Epochs whose `SyncDone` markers are remembered (`sync_progress`).
 pub const SYNC_EPOCHS: usize = 8;
+/// How long a re-registration scan waits for the nodes new in the member
+/// set to show they applied it (their `SyncDone` for the epoch) before it
+/// sends them records anyway (`sync_wait_timeouts`). A joiner's table is
+/// empty after its reset, so its marker follows its `set_members` within a
+/// timer tick; what this covers is the joiner's control lcore applying
+/// the set a few milliseconds after the admitting control node's peers.
+pub const SYNC_WAIT: Duration = Duration::from_millis(250);
+/// After a scan, its `SyncDone` markers are sent again every
+/// `SYNC_MARKER_EVERY` for `SYNC_MARKER_FOR`: a marker is one datagram with
+/// no acknowledgement, and a lost one (CCL loss, or a peer whose MAC is not
+/// resolved yet when a node boots, `ccl_unresolved`) would keep a joiner
+/// out until its sync timeout. A repeat says nothing new (the records went
+/// before the first); the receiver ORs it in.
+pub const SYNC_MARKER_EVERY: Duration = Duration::from_millis(50);
+pub const SYNC_MARKER_FOR: Duration = Duration::from_secs(3);
 
 /// Frames waiting for an owner reply, at most (the rest of the pool is for
 /// generated CCL frames).
@@ -403,6 +418,12 @@ pub struct ClusterCounters {
     /// `SyncDone` markers sent and received.
     pub sync_done_sent: u64,
     pub sync_done_received: u64,
+    /// Re-registration scans that waited for a joiner's `SyncDone`, and
+    /// those whose wait ran out (`SYNC_WAIT`) and sent anyway.
+    pub sync_waits: u64,
+    pub sync_wait_timeouts: u64,
+    /// `SyncDone` markers sent again (`SYNC_MARKER_EVERY`).
+    pub sync_done_repeated: u64,
     /// SYNs parked and asked about within the SYN guard window.
     pub syn_guard_queries: u64,
     /// RST|ACKs whose owner came from the cookie (ack − 1, R6).
@@ -469,6 +490,9 @@ crate::impl_stats!(ClusterCounters {
     counter reregistered,
     counter sync_done_sent,
     counter sync_done_received,
+    counter sync_waits,
+    counter sync_wait_timeouts,
+    counter sync_done_repeated,
     counter syn_guard_queries,
     counter rst_cookie_decoded,
     counter queries_held,
@@ -591,6 +615,12 @@ pub(crate) struct ClusterPath {
     /// `SyncDone` bitmaps of recent epochs (a ring).
     done_from: [(Epoch, u16); SYNC_EPOCHS],
     done_next: usize,
+    /// Per peer: the epoch of the member set it last (re)joined in, here.
+    /// Its datagrams sealed at an older epoch are from before it left
+    /// (`DropReason::CclBeforeRejoin`): a control node admits a node at an
+    /// epoch above every epoch it heard from it (docs/membership.md), so
+    /// nothing the peer sent after its reset is older.
+    joined_at: [Epoch; NodeId::MAX_NODES],
     /// Owner queries held by this director (`MAX_HELD`, reserved).
     held: Vec<HeldQuery>,
     /// Answers to this node's own held queries, for the pipeline to
@@ -612,6 +642,18 @@ pub(crate) struct SyncScan {
     pub started: Timestamp,
     /// How long the last finished scan took (from `set_members`).
     pub took: Duration,
+    /// Bit n: node n is new in the member set (joined or rejoined) and its
+    /// `SyncDone` for `epoch` has not arrived: records to it would meet a
+    /// pipeline that does not count us as members yet and be dropped, so
+    /// the scan waits for it (until `wait_until`).
+    pub awaiting: u16,
+    pub wait_until: Timestamp,
+    /// This scan waited (counted once in `sync_waits`).
+    pub waited: bool,
+    /// The finished scan's markers go again at `next_marker` while it is
+    /// before `markers_until` (`SYNC_MARKER_EVERY`, `SYNC_MARKER_FOR`).
+    pub next_marker: Timestamp,
+    pub markers_until: Timestamp,
 }
 
 /// An owner query a director holds (`DIRECTOR_HOLD`).
@@ -776,9 +818,15 @@ impl ClusterPath {
                 sent: true,
                 started: Timestamp::ZERO,
                 took: Duration::ZERO,
+                awaiting: 0,
+                wait_until: Timestamp::ZERO,
+                waited: false,
+                next_marker: Timestamp::ZERO,
+                markers_until: Timestamp::ZERO,
             },
             done_from: [(Epoch(0), 0); SYNC_EPOCHS],
             done_next: 0,
+            joined_at: [Epoch(0); NodeId::MAX_NODES],
             held: Vec::with_capacity(MAX_HELD),
             local_releases: [(0, None); MAX_HELD],
             local_len: 0,
@@ -846,6 +894,11 @@ impl ClusterPath {
             // Nodes that (re)joined: what the records say they own is from
             // before their reset.
             let joined = members.bits() & !self.members.bits();
+            for n in members.iter().filter(|n| joined >> n.0 & 1 != 0) {
+                if let Some(e) = self.joined_at.get_mut(n.index()) {
+                    *e = members.epoch();
+                }
+            }
             if joined != 0 {
                 for r in self.records.values_mut() {
                     if joined >> (r.owner.0 & 15) & 1 != 0 && r.owner != self.me {
@@ -855,7 +908,7 @@ impl ClusterPath {
             }
             self.members = members;
             self.directors = t.with_backups(self.directors.backup_owners());
-            self.start_sync(now);
+            self.start_sync(now, joined);
         }
     }
 
