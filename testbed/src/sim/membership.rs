@@ -13,14 +13,21 @@
 //!   broadcast frame either way), a `Broadcast` to every other node, a
 //!   `Send` to its addressee only, each copy through the scenario's
 //!   `CclLink` and `CclCut`;
-//! - `Members`: kept for the caller (`take_members`), recorded, and
-//!   answered — like the node's dataplane, whose re-registration ends with
-//!   every peer's `SyncDone` — by `on_sync(epoch, every other member, sent)`
-//!   [`SYNC_DELAY_NS`] later (the simulated pipelines do not run the
-//!   machine's member sets in scenarios without faults, so their sync
-//!   progress cannot be asked; see `Sim::control_until`);
-//! - `Lease`, `Reset`, `DataPorts`, `Event`, `Replica`: counted per node,
-//!   the last lease and the data ports' state kept, for the report.
+//! - `Members`, `Reset`, `Lease`, `DataPorts`: recorded and handed to the
+//!   caller as [`Order`]s (`take_orders`). In fault scenarios the
+//!   simulator carries them out on the node (`faults.rs`, `carry_out`) and
+//!   reports the pipeline's real sync progress back (`sync`); without
+//!   faults it ignores them, and each `Members` is answered — like the
+//!   node's dataplane, whose re-registration ends with every peer's
+//!   `SyncDone` — by `on_sync(epoch, every other member, sent)`
+//!   [`SYNC_DELAY_NS`] later;
+//! - `Event`, `Replica`: counted per node, for the report.
+//!
+//! Faults (`kill`, `pause`/`resume`, `restart`, `set_partition`,
+//! `set_loss_burst`, `port`) reach the control lcores as on the test bed: a
+//! dead one gets no ticks and loses its frames, a frozen one queues them
+//! ([`PAUSED_QUEUE`]) and goes on from where it was on resume, a restarted
+//! one is a fresh machine with the next incarnation.
 //!
 //! Invariants:
 //! - **Outside the data-plane run.** The control lcores have their own
@@ -38,9 +45,11 @@
 //!   the simulator calls it before each data-plane event, so both worlds
 //!   share one virtual clock. Each machine is ticked at its
 //!   `next_wakeup()` (and at once when an input leaves work queued).
-//! - **Every copy accounted.** A frame copy is cut, lost, delivered (when
-//!   it reaches its node) or still in flight; every delivered copy is
-//!   counted by the receiving opener (a drop) or machine (an outcome).
+//! - **Every copy accounted.** A frame copy is cut, partitioned, lost,
+//!   lost at a dead or full frozen node, delivered (when it reaches its
+//!   node) or still in flight (a frozen node's queue included); every
+//!   delivered copy is counted by the receiving opener (a drop) or machine
+//!   (an outcome).
 
 use super::cluster;
 use super::net::{self, CclCut, CclLink, Fate, Partition};
