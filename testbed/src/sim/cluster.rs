@@ -50,6 +50,11 @@ pub struct ClusterParams {
     pub nodes: usize,
     pub seq_randomization: bool,
     pub random_seed: u64,
+    /// Membership-driven (fault scenarios): the pipeline starts as the
+    /// node's does — a member set of itself at epoch 0, fenced (lease 0)
+    /// — and follows its membership machine's orders. Otherwise the static
+    /// set of every node and no fence.
+    pub driven: bool,
 }
 
 /// The static member set of an `nodes`-node cluster (ids 0..nodes).
@@ -69,6 +74,11 @@ pub fn incarnation(n: usize, restarts: u32) -> u32 {
 /// contract's defaults otherwise. It starts joining: the member set forms
 /// over the CCL (election, admissions, a new epoch each).
 pub fn membership(node: usize, nodes: usize) -> Result<Membership, String> {
+    membership_with(node, nodes, incarnation(node, 0))
+}
+
+/// `membership` with the incarnation of a restarted node.
+pub fn membership_with(node: usize, nodes: usize, incarnation: u32) -> Result<Membership, String> {
     let configured = (0..nodes)
         .map(|n| NodeConfig {
             id: NodeId(n as u8),
@@ -79,7 +89,7 @@ pub fn membership(node: usize, nodes: usize) -> Result<Membership, String> {
     Membership::new(membership::Config {
         heartbeat_interval: Duration::from_millis(super::membership::HEARTBEAT_INTERVAL_MS),
         hold_time: Duration::from_millis(super::membership::HOLD_TIME_MS),
-        ..membership::Config::new(NodeId(node as u8), incarnation(node, 0), configured)
+        ..membership::Config::new(NodeId(node as u8), incarnation, configured)
     })
     .map_err(|e| format!("node{node}: membership: {e}"))
 }
@@ -87,6 +97,11 @@ pub fn membership(node: usize, nodes: usize) -> Result<Membership, String> {
 /// Node `node`'s control-channel link: the cluster key, its incarnation,
 /// broadcasts from its CCL MAC and address to the CCL subnet's broadcast.
 pub fn control_link(node: usize) -> Result<ControlLink, String> {
+    control_link_with(node, incarnation(node, 0))
+}
+
+/// `control_link` with the incarnation of a restarted node.
+pub fn control_link_with(node: usize, incarnation: u32) -> Result<ControlLink, String> {
     let key = CclKey::new(CLUSTER_NAME, CLUSTER_KEY).map_err(|e| e.to_string())?;
     let broadcast = FramePath {
         src_mac: net::node_mac(node, net::CCL),
@@ -94,7 +109,7 @@ pub fn control_link(node: usize) -> Result<ControlLink, String> {
         src_ip: net::node_addr(node, net::CCL),
         dst_ip: net::CCL_BROADCAST,
     };
-    ControlLink::new(&key, NodeId(node as u8), incarnation(node, 0), broadcast)
+    ControlLink::new(&key, NodeId(node as u8), incarnation, broadcast)
         .map_err(|e| format!("node{node}: control link: {e}"))
 }
 
@@ -102,7 +117,11 @@ pub fn control_link(node: usize) -> Result<ControlLink, String> {
 pub fn configure(cfg: &mut PipelineConfig, p: &ClusterParams) -> Result<(), String> {
     cfg.cluster = Some(ClusterSpec {
         node: NodeId(p.node as u8),
-        members: members(p.nodes)?,
+        members: if p.driven {
+            MemberSet::from_nodes(Epoch(0), [NodeId(p.node as u8)]).map_err(|e| e.to_string())?
+        } else {
+            members(p.nodes)?
+        },
         cluster_name: CLUSTER_NAME.into(),
         key: CLUSTER_KEY.into(),
         incarnation: incarnation(p.node, 0),
@@ -113,7 +132,7 @@ pub fn configure(cfg: &mut PipelineConfig, p: &ClusterParams) -> Result<(), Stri
             .map(|m| (NodeId(m as u8), net::node_addr(m, net::CCL)))
             .collect(),
         random_seed: p.random_seed,
-        lease: dataplane::Timestamp::MAX,
+        lease: if p.driven { dataplane::Timestamp::ZERO } else { dataplane::Timestamp::MAX },
         backups: 1,
         syn_guard: dataplane::pipeline::DEFAULT_SYN_GUARD,
         director_hold: dataplane::pipeline::DEFAULT_DIRECTOR_HOLD,
@@ -208,6 +227,12 @@ pub fn role_at(p: &Pipeline, node: usize, t: &FiveTuple, now: Timestamp) -> Opti
 pub fn director(t: &FiveTuple, nodes: usize) -> Option<usize> {
     let set = members(nodes).ok()?;
     let table = DirectorTable::new(&set).ok()?;
+    Some(table.director(flow_hash(t)).index())
+}
+
+/// The director of a tuple under member set `set` (`None`: an empty set).
+pub fn director_in(t: &FiveTuple, set: &MemberSet) -> Option<usize> {
+    let table = DirectorTable::new(set).ok()?;
     Some(table.director(flow_hash(t)).index())
 }
 

@@ -159,6 +159,18 @@ pub struct TcpEnd {
     /// Set when the driver must call `on_app` at this time.
     pub app_request: Option<u64>,
     thinking: bool,
+    /// Server: the application writes its response `pace.0` bytes at a
+    /// time, every `pace.1` ns (a rate-limited download, long-lived);
+    /// `None`: all at once.
+    pub pace: Option<(u32, u64)>,
+    /// Bytes the paced application has written so far.
+    written: u32,
+    /// Longest time between two in-order data arrivals (the longest
+    /// stall of the stream received), and when it began.
+    pub max_stall_ns: u64,
+    pub max_stall_at: u64,
+    last_progress: Option<u64>,
+    dup_acks: u32,
 }
 
 impl TcpEnd {
@@ -230,6 +242,12 @@ impl TcpEnd {
             think_ns: 0,
             app_request: None,
             thinking: false,
+            pace: None,
+            written: 0,
+            max_stall_ns: 0,
+            max_stall_at: 0,
+            last_progress: None,
+            dup_acks: 0,
         }
     }
 
@@ -249,14 +267,30 @@ impl TcpEnd {
             return out;
         }
         self.thinking = false;
-        self.send_len = self.app_send;
-        self.send_open = true;
-        if self.peer_fin && !self.fin_queued {
+        self.open_send(now);
+        if self.peer_fin && !self.fin_queued && self.send_len == self.app_send {
             self.fin_queued = true;
         }
         self.fill(&mut out);
         self.update_timer(now, false);
         out
+    }
+
+    /// The application hands over its data: all of it, or (paced) the
+    /// next `pace.0` bytes, with the next write due `pace.1` later.
+    fn open_send(&mut self, now: u64) {
+        self.send_open = true;
+        match self.pace {
+            Some((chunk, every)) if chunk > 0 => {
+                self.written = self.written.saturating_add(chunk).min(self.app_send);
+                self.send_len = self.written;
+                if self.written < self.app_send {
+                    self.thinking = true;
+                    self.app_request = Some(now + every.max(1));
+                }
+            }
+            _ => self.send_len = self.app_send,
+        }
     }
 
     fn dir(&self) -> u8 {
@@ -531,6 +565,16 @@ impl TcpEnd {
                 self.retries = 0;
                 self.rto_ns = RTO_INITIAL_NS;
                 progressed = true;
+                self.dup_acks = 0;
+            } else if self.pace.is_some() && s.ack == self.snd_una && self.snd_una != self.snd_max && s.payload.is_empty() {
+                // Paced (long-lived) senders only: fast retransmit on the
+                // third duplicate ACK (RFC 5681 §3.2), go-back-N from
+                // snd_una — the receiver keeps no out-of-order data.
+                self.dup_acks += 1;
+                if self.dup_acks == 3 {
+                    self.retransmissions += 1;
+                    self.snd_nxt = self.snd_una;
+                }
             }
             let lo = self.iss.wrapping_add(1);
             for &(l, r) in s.options.sack_blocks() {
@@ -574,6 +618,13 @@ impl TcpEnd {
                     self.fail(format!("payload corrupted at stream offset {bad}"));
                 } else {
                     self.recv_got += len;
+                    if let Some(l) = self.last_progress {
+                        if now - l > self.max_stall_ns {
+                            self.max_stall_ns = now - l;
+                            self.max_stall_at = l;
+                        }
+                    }
+                    self.last_progress = Some(now);
                     self.rcv_nxt = self.rcv_nxt.wrapping_add(len);
                 }
             } else if (d as i32) > 0 {
@@ -604,14 +655,13 @@ impl TcpEnd {
                 self.thinking = true;
                 self.app_request = Some(now + self.think_ns);
             } else {
-                self.send_len = self.app_send;
-                self.send_open = true;
+                self.open_send(now);
             }
         }
         if self.client && self.recv_got == self.recv_expect && !self.fin_queued {
             self.fin_queued = true;
         }
-        if !self.client && self.peer_fin && self.send_open && !self.fin_queued {
+        if !self.client && self.peer_fin && self.send_open && !self.fin_queued && self.send_len == self.app_send {
             self.fin_queued = true;
         }
         let before = out.len();

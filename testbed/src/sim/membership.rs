@@ -13,14 +13,21 @@
 //!   broadcast frame either way), a `Broadcast` to every other node, a
 //!   `Send` to its addressee only, each copy through the scenario's
 //!   `CclLink` and `CclCut`;
-//! - `Members`: kept for the caller (`take_members`), recorded, and
-//!   answered — like the node's dataplane, whose re-registration ends with
-//!   every peer's `SyncDone` — by `on_sync(epoch, every other member, sent)`
-//!   [`SYNC_DELAY_NS`] later (the simulated pipelines do not run the
-//!   machine's member sets in scenarios without faults, so their sync
-//!   progress cannot be asked; see `Sim::control_until`);
-//! - `Lease`, `Reset`, `DataPorts`, `Event`, `Replica`: counted per node,
-//!   the last lease and the data ports' state kept, for the report.
+//! - `Members`, `Reset`, `Lease`, `DataPorts`: recorded and handed to the
+//!   caller as [`Order`]s (`take_orders`). In fault scenarios the
+//!   simulator carries them out on the node (`faults.rs`, `carry_out`) and
+//!   reports the pipeline's real sync progress back (`sync`); without
+//!   faults it ignores them, and each `Members` is answered — like the
+//!   node's dataplane, whose re-registration ends with every peer's
+//!   `SyncDone` — by `on_sync(epoch, every other member, sent)`
+//!   [`SYNC_DELAY_NS`] later;
+//! - `Event`, `Replica`: counted per node, for the report.
+//!
+//! Faults (`kill`, `pause`/`resume`, `restart`, `set_partition`,
+//! `set_loss_burst`, `port`) reach the control lcores as on the test bed: a
+//! dead one gets no ticks and loses its frames, a frozen one queues them
+//! ([`PAUSED_QUEUE`]) and goes on from where it was on resume, a restarted
+//! one is a fresh machine with the next incarnation.
 //!
 //! Invariants:
 //! - **Outside the data-plane run.** The control lcores have their own
@@ -38,12 +45,14 @@
 //!   the simulator calls it before each data-plane event, so both worlds
 //!   share one virtual clock. Each machine is ticked at its
 //!   `next_wakeup()` (and at once when an input leaves work queued).
-//! - **Every copy accounted.** A frame copy is cut, lost, delivered (when
-//!   it reaches its node) or still in flight; every delivered copy is
-//!   counted by the receiving opener (a drop) or machine (an outcome).
+//! - **Every copy accounted.** A frame copy is cut, partitioned, lost,
+//!   lost at a dead or full frozen node, delivered (when it reaches its
+//!   node) or still in flight (a frozen node's queue included); every
+//!   delivered copy is counted by the receiving opener (a drop) or machine
+//!   (an outcome).
 
 use super::cluster;
-use super::net::{self, CclCut, CclLink, Fate};
+use super::net::{self, CclCut, CclLink, Fate, Partition};
 use super::SimConfig;
 use controlplane::membership::{Action, ControlLink, Counters, Membership, Outgoing, State, MAX_CONTROL_FRAME};
 use dataplane::cluster::MemberSet;
@@ -70,9 +79,37 @@ enum Ev {
     Tick { node: usize, gen: u64 },
     /// A control frame reaches node `to`'s control queue.
     Deliver { to: usize, frame: Vec<u8> },
-    /// The dataplane's sync progress for a member set the node emitted.
+    /// The fake dataplane's sync progress for a member set the node
+    /// emitted (scenarios without faults only).
     Sync { node: usize, epoch: Epoch, done_from: u16 },
 }
+
+/// What a node's control lcore is doing (fault scenarios).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub enum Lcore {
+    Running,
+    /// Frozen (`pause`): no ticks; frames wait in its queue.
+    Paused,
+    /// Killed: no ticks, frames to it are lost, until a restart.
+    Dead,
+}
+
+/// A machine's order to its node's dataplane, as the node's driver
+/// carries it out (`node/src/ccl.rs`, `CclControl::act`).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Order {
+    /// `Pipeline::set_members`.
+    Members(MemberSet),
+    /// `Pipeline::reset`.
+    Reset,
+    /// `Pipeline::set_lease`.
+    Lease(Timestamp),
+    /// Data ports raised or shut (the routers restore or withdraw the node).
+    DataPorts(bool),
+}
+
+/// Control frames a frozen control lcore's queue holds; more are lost.
+pub const PAUSED_QUEUE: usize = 1024;
 
 struct Queued {
     at: u64,
@@ -149,6 +186,15 @@ struct ControlNode {
     transitions: Vec<Transition>,
     /// Copies this node's control lcore received (opened or dropped).
     received: u64,
+    lcore: Lcore,
+    /// Frames that arrived while frozen, delivered on resume.
+    held: Vec<Vec<u8>>,
+    /// Data-port carrier as last reported to the machine (`on_port`), and
+    /// as the links are (reported on resume if they changed meanwhile).
+    ports_reported: [bool; 2],
+    ports_now: [bool; 2],
+    /// Restarts so far (the incarnation).
+    restarts: u32,
 }
 
 /// What the control frames met on the CCL.
@@ -169,6 +215,11 @@ pub struct ControlLinkStats {
     pub cut: u64,
     /// Copies still on the wire at the end of the run.
     pub in_flight: u64,
+    /// Copies stopped by a CCL partition (fault scenarios).
+    pub partitioned: u64,
+    /// Copies that reached a dead control lcore or a frozen one's full
+    /// queue (fault scenarios).
+    pub lost_at_node: u64,
 }
 
 /// One peer as a node's membership sees it at the end of the run.
@@ -290,9 +341,16 @@ pub struct ControlPlanes {
     link: CclLink,
     cut: Option<CclCut>,
     stats: ControlLinkStats,
-    /// Member sets the machines emitted, for the caller (node, set).
-    members: Vec<(usize, MemberSet)>,
+    /// The machines' dataplane orders, for the caller: (node, time, order),
+    /// oldest first.
+    orders: Vec<(usize, u64, Order)>,
     buf: Vec<u8>,
+    /// Fault scenario: the simulator carries out every order and feeds the
+    /// pipelines' real sync progress (no fake `Sync`).
+    driven: bool,
+    nodes_total: usize,
+    partition: Partition,
+    loss_burst: Option<(f64, u64)>,
 }
 
 impl ControlPlanes {
@@ -314,6 +372,11 @@ impl ControlPlanes {
                 member_sets: Vec::new(),
                 transitions: Vec::new(),
                 received: 0,
+                lcore: Lcore::Running,
+                held: Vec::new(),
+                ports_reported: [true; 2],
+                ports_now: [true; 2],
+                restarts: 0,
             });
         }
         let mut c = ControlPlanes {
@@ -326,8 +389,12 @@ impl ControlPlanes {
             link: cfg.ccl.clone(),
             cut: cfg.ccl_cut,
             stats: ControlLinkStats::default(),
-            members: Vec::new(),
+            orders: Vec::new(),
             buf: vec![0u8; MAX_CONTROL_FRAME],
+            driven: !cfg.faults.is_empty(),
+            nodes_total: cfg.nodes,
+            partition: Partition::default(),
+            loss_burst: None,
         };
         for n in 0..cfg.nodes {
             c.schedule_tick(n, START_STAGGER_NS * n as u64);
@@ -359,7 +426,7 @@ impl ControlPlanes {
             let Some(q) = self.queue.pop() else { break };
             match q.ev {
                 Ev::Tick { node, gen } => {
-                    if gen == self.nodes[node].tick_gen {
+                    if gen == self.nodes[node].tick_gen && self.nodes[node].lcore == Lcore::Running {
                         self.nodes[node].tick_at = u64::MAX;
                         self.nodes[node].membership.tick(Timestamp(q.at));
                         // After a tick the next wakeup is later (the
@@ -368,6 +435,17 @@ impl ControlPlanes {
                     }
                 }
                 Ev::Deliver { to, frame } => {
+                    match self.nodes[to].lcore {
+                        Lcore::Running => {}
+                        Lcore::Paused if self.nodes[to].held.len() < PAUSED_QUEUE => {
+                            self.nodes[to].held.push(frame);
+                            continue;
+                        }
+                        Lcore::Paused | Lcore::Dead => {
+                            self.stats.lost_at_node += 1;
+                            continue;
+                        }
+                    }
                     self.stats.delivered += 1;
                     let c = &mut self.nodes[to];
                     c.received += 1;
@@ -383,9 +461,136 @@ impl ControlPlanes {
         }
     }
 
-    /// Member sets emitted since the last call (node, set), oldest first.
-    pub fn take_members(&mut self) -> Vec<(usize, MemberSet)> {
-        std::mem::take(&mut self.members)
+    /// Orders given since the last call (node, time, order), oldest first.
+    pub fn take_orders(&mut self) -> Vec<(usize, u64, Order)> {
+        std::mem::take(&mut self.orders)
+    }
+
+    /// Node `n`'s machine: state, epoch, control node followed, ready.
+    pub fn machine(&self, n: usize) -> Option<(State, Epoch, Option<usize>, bool)> {
+        let m = &self.nodes.get(n)?.membership;
+        Some((m.state(), m.epoch(), m.control().map(|c| c.index()), m.ready()))
+    }
+
+    /// Node `n`'s machine's member set.
+    pub fn members(&self, n: usize) -> MemberSet {
+        self.nodes.get(n).map_or(MemberSet::empty(Epoch(0)), |c| c.membership.members())
+    }
+
+    /// Node `n`'s control lcore.
+    pub fn lcore(&self, n: usize) -> Option<Lcore> {
+        self.nodes.get(n).map(|c| c.lcore)
+    }
+
+    /// Node `n`'s incarnation (restarts so far).
+    pub fn restarts(&self, n: usize) -> u32 {
+        self.nodes.get(n).map_or(0, |c| c.restarts)
+    }
+
+    // --- Faults (`faults.rs` calls these when it applies one). ---
+
+    /// Kill: the machine stops, frames to it are lost.
+    pub fn kill(&mut self, n: usize) {
+        if let Some(c) = self.nodes.get_mut(n) {
+            c.lcore = Lcore::Dead;
+            c.held.clear();
+            c.tick_gen += 1;
+            c.tick_at = u64::MAX;
+        }
+    }
+
+    /// Pause: the machine is frozen (frames queue up).
+    pub fn pause(&mut self, n: usize) {
+        if let Some(c) = self.nodes.get_mut(n).filter(|c| c.lcore == Lcore::Running) {
+            c.lcore = Lcore::Paused;
+            c.tick_gen += 1;
+            c.tick_at = u64::MAX;
+        }
+    }
+
+    /// Resume at `now`: the machine goes on from where it was (its clock
+    /// jumps): a tick, the ports that changed meanwhile, the queued frames.
+    pub fn resume(&mut self, n: usize, now: u64) {
+        if self.nodes.get(n).is_none_or(|c| c.lcore != Lcore::Paused) {
+            return;
+        }
+        self.nodes[n].lcore = Lcore::Running;
+        self.nodes[n].membership.tick(Timestamp(now));
+        self.actions(n, now, now + 1);
+        self.report_ports(n, now);
+        for frame in std::mem::take(&mut self.nodes[n].held) {
+            self.stats.delivered += 1;
+            let c = &mut self.nodes[n];
+            c.received += 1;
+            let _ = c.link.receive(&mut c.membership, Timestamp(now), &frame);
+            self.actions(n, now, now);
+        }
+    }
+
+    /// Restart at `now` (killed or not): a fresh machine and link with the
+    /// next incarnation (`cluster::incarnation(n, restarts)`), joining.
+    pub fn restart(&mut self, n: usize, now: u64, restarts: u32) -> Result<(), String> {
+        if n >= self.nodes.len() {
+            return Err(format!("node{n}: no such node"));
+        }
+        let inc = cluster::incarnation(n, restarts);
+        let membership = cluster::membership_with(n, self.nodes_total, inc)?;
+        let link = cluster::control_link_with(n, inc)?;
+        let c = &mut self.nodes[n];
+        c.membership = membership;
+        c.link = link;
+        c.lcore = Lcore::Running;
+        c.held.clear();
+        c.restarts = restarts;
+        c.ports_reported = [true; 2];
+        c.tick_gen += 1;
+        c.tick_at = u64::MAX;
+        self.schedule_tick(n, now);
+        Ok(())
+    }
+
+    /// The CCL partition in force (control frames cross only within a
+    /// group, as data-plane CCL frames do).
+    pub fn set_partition(&mut self, p: Partition) {
+        self.partition = p;
+    }
+
+    /// A CCL loss burst: `(loss, until_ns)`.
+    pub fn set_loss_burst(&mut self, b: Option<(f64, u64)>) {
+        self.loss_burst = b;
+    }
+
+    /// Data port `port` (0 inside, 1 outside) of node `n` has carrier or
+    /// not (a link-down / link-up): reported to a running machine at once,
+    /// to a frozen one on resume, to a dead one never.
+    pub fn port(&mut self, n: usize, now: u64, port: usize, up: bool) {
+        let Some(c) = self.nodes.get_mut(n) else { return };
+        if let Some(p) = c.ports_now.get_mut(port) {
+            *p = up;
+        }
+        if c.lcore == Lcore::Running {
+            self.report_ports(n, now);
+        }
+    }
+
+    fn report_ports(&mut self, n: usize, now: u64) {
+        for port in 0..2 {
+            let c = &mut self.nodes[n];
+            if c.ports_now[port] != c.ports_reported[port] {
+                c.ports_reported[port] = c.ports_now[port];
+                c.membership.on_port(Timestamp(now), port as u16, c.ports_now[port]);
+                self.actions(n, now, now);
+            }
+        }
+    }
+
+    /// The pipeline's re-registration progress (`Pipeline::sync_progress`
+    /// for the member set it runs), as the node's worker publishes it.
+    pub fn sync(&mut self, n: usize, now: u64, epoch: Epoch, done_from: u16, sent: bool) {
+        if self.nodes.get(n).is_some_and(|c| c.lcore == Lcore::Running) {
+            self.nodes[n].membership.on_sync(Timestamp(now), epoch, done_from, sent);
+            self.actions(n, now, now);
+        }
     }
 
     /// Carry out node `n`'s pending actions at `now`, then schedule its
@@ -423,19 +628,26 @@ impl ControlPlanes {
                         members: ids(set.bits()),
                     });
                     let done_from = set.bits() & !(1u16 << n);
-                    self.members.push((n, *set));
-                    self.schedule(now + SYNC_DELAY_NS, Ev::Sync { node: n, epoch: set.epoch(), done_from });
+                    self.orders.push((n, now, Order::Members(*set)));
+                    if !self.driven {
+                        self.schedule(now + SYNC_DELAY_NS, Ev::Sync { node: n, epoch: set.epoch(), done_from });
+                    }
                 }
                 Action::Lease(until) => {
                     let c = &mut self.nodes[n];
                     c.actions.leases += 1;
                     c.last_lease = Some(*until);
+                    self.orders.push((n, now, Order::Lease(*until)));
                 }
-                Action::Reset => self.nodes[n].actions.resets += 1,
+                Action::Reset => {
+                    self.nodes[n].actions.resets += 1;
+                    self.orders.push((n, now, Order::Reset));
+                }
                 Action::DataPorts { up } => {
                     let c = &mut self.nodes[n];
                     c.actions.data_ports += 1;
                     c.data_ports_up = *up;
+                    self.orders.push((n, now, Order::DataPorts(*up)));
                 }
                 Action::Event(e) => {
                     let c = &mut self.nodes[n];
@@ -458,13 +670,21 @@ impl ControlPlanes {
     fn transmit(&mut self, from: usize, to: Option<usize>, now: u64, heartbeat: bool, frame: Vec<u8>) {
         self.stats.frames += 1;
         self.stats.heartbeats += u64::from(heartbeat);
+        let link = match self.loss_burst {
+            Some((loss, until)) if now < until => CclLink { loss: loss.max(self.link.loss), ..self.link.clone() },
+            _ => self.link.clone(),
+        };
         for t in (0..self.nodes.len()).filter(|&t| t != from && to.is_none_or(|x| x == t)) {
             self.stats.copies += 1;
             if self.cut.is_some_and(|c| c.cuts(from, t, now)) {
                 self.stats.cut += 1;
                 continue;
             }
-            match self.link.fate(&mut self.rng) {
+            if self.partition.separates(from, t) {
+                self.stats.partitioned += 1;
+                continue;
+            }
+            match link.fate(&mut self.rng) {
                 Fate::Lost => self.stats.lost += 1,
                 Fate::Delivered { delay_ns, reordered } => {
                     self.stats.reordered += u64::from(reordered);
@@ -525,7 +745,8 @@ impl ControlPlanes {
                 }
             })
             .collect();
-        let in_flight = self.queue.iter().filter(|q| matches!(q.ev, Ev::Deliver { .. })).count() as u64;
+        let in_flight = self.queue.iter().filter(|q| matches!(q.ev, Ev::Deliver { .. })).count() as u64
+            + self.nodes.iter().map(|c| c.held.len() as u64).sum::<u64>();
         MembershipReport { per_node, link: ControlLinkStats { in_flight, ..self.stats.clone() } }
     }
 }

@@ -126,6 +126,26 @@ pub struct SimConfig {
     /// static cluster of the earlier issues (no node ever leaves, the
     /// routers hash modulo the node count).
     pub faults: Vec<faults::FaultAt>,
+    /// Flows start this much later (fault scenarios: after the cluster
+    /// formed over the CCL).
+    pub flow_start_ns: u64,
+    /// Long-lived flows (fault scenarios): paced TCP downloads, UDP
+    /// exchanges with gaps. Applied after the flows are drawn (the traffic
+    /// stream is the same with or without).
+    pub long_lived: Option<LongLived>,
+    /// A deliberate driver defect (fault scenarios; tests of the checks).
+    pub inject: Option<faults::Inject>,
+}
+
+/// Long-lived traffic (`SimConfig::long_lived`).
+#[derive(Copy, Clone, Debug, PartialEq, serde::Serialize)]
+pub struct LongLived {
+    /// Every TCP server writes its response this many bytes at a time,
+    /// every so many ns (`TcpEnd::pace`).
+    pub tcp_pace: (u32, u64),
+    /// Every UDP flow makes this many exchanges, this far apart (ns).
+    pub udp_exchanges: u16,
+    pub udp_gap_ns: u64,
 }
 
 impl SimConfig {
@@ -160,6 +180,9 @@ impl SimConfig {
             ccl_cut: None,
             min_run_ns: 0,
             faults: Vec::new(),
+            flow_start_ns: 0,
+            long_lived: None,
+            inject: None,
         }
     }
     /// A scenario drawn from the seed (for sweeps): 2-8 nodes (sometimes
@@ -443,6 +466,8 @@ struct Node {
     /// Fault scenarios: running, frozen or gone, and whether the routers
     /// may send to it (`faults.rs`).
     life: faults::Life,
+    /// Membership-driven scenarios: what the node's driver keeps (`faults::Driver`).
+    drv: faults::Driver,
 }
 
 /// Counters of things that must not happen at the edges.
@@ -488,6 +513,9 @@ pub struct Sim {
     /// Fault scenarios: the partition and loss burst in force, what the
     /// faults did (`faults.rs`).
     faulted: faults::FaultState,
+    /// Fault scenarios: the invariants checked as the run goes and what
+    /// was measured (`faults::Watch`).
+    watch: faults::Watch,
 }
 
 /// Build a node's pipeline configuration.
@@ -537,6 +565,7 @@ pub fn node_config(cfg: &SimConfig, n: usize) -> Result<PipelineConfig, String> 
                 nodes: cfg.nodes,
                 seq_randomization: cfg.seq_randomization,
                 random_seed: net::mix64(cfg.seed ^ (0x5eed_0000 + n as u64)),
+                driven: !cfg.faults.is_empty(),
             },
         )?;
     }
@@ -563,7 +592,8 @@ impl Sim {
                     node: n,
                     ..NodeReport::default()
                 },
-                life: faults::Life::default(),
+                life: faults::Life { ports_up: cfg.faults.is_empty(), ..faults::Life::default() },
+                drv: faults::Driver::default(),
             });
         }
         let (sa, sb) = if cfg.symmetric || cfg.split_return {
@@ -611,10 +641,12 @@ impl Sim {
             frag: frag::FragState::default(),
             control: None,
             faulted: faults::FaultState::default(),
+            watch: faults::Watch::default(),
         };
         if sim.cfg.cluster {
             sim.control = Some(membership::ControlPlanes::new(&sim.cfg)?);
         }
+        sim.watch.episodes = faults::episodes(&sim.cfg.faults, sim.cfg.min_run_ns);
         sim.make_flows();
         sim.warmup();
         sim.schedule_faults();
@@ -668,7 +700,7 @@ impl Sim {
                     break t;
                 }
             };
-            let start_ns = WARMUP_NS + rng.random_range(0..self.cfg.start_window_ns.max(1));
+            let start_ns = WARMUP_NS + self.cfg.flow_start_ns + rng.random_range(0..self.cfg.start_window_ns.max(1));
             let planned_idle;
             let idle = if !icmp && rng.random_bool(self.cfg.idle_share) {
                 rng.random_range(self.cfg.idle_ns.0..=self.cfg.idle_ns.1.max(self.cfg.idle_ns.0))
@@ -677,13 +709,16 @@ impl Sim {
             };
             let id = i as u32;
             let (cl, sv) = ((client, tuple.src_port), (server, dport));
+            let ll = self.cfg.long_lived;
             let kind = if tcp {
                 let req = rng.random_range(self.cfg.tcp_request.0..=self.cfg.tcp_request.1);
                 let resp = rng.random_range(self.cfg.tcp_response.0..=self.cfg.tcp_response.1);
                 let (ic, is) = (rng.next_u32(), rng.next_u32());
                 let mut s = Box::new(TcpEnd::server(id, sv, cl, is, req, resp));
                 s.think_ns = idle;
-                planned_idle = idle;
+                planned_idle = idle
+                    + ll.map_or(0, |l| u64::from(resp / l.tcp_pace.0.max(1)) * l.tcp_pace.1);
+                s.pace = ll.map(|l| l.tcp_pace);
                 FlowKind::Tcp {
                     c: Box::new(TcpEnd::client(id, cl, sv, ic, req, resp)),
                     s,
@@ -708,7 +743,11 @@ impl Sim {
                 let resp = if icmp { req } else { resp };
                 let mut c = Box::new(UdpClient::new(id, cl, sv, x, req, resp));
                 c.gap_ns = idle;
-                planned_idle = idle * u64::from(x.saturating_sub(1));
+                if let Some(l) = ll.filter(|_| !icmp) {
+                    c.exchanges = l.udp_exchanges.max(1);
+                    c.gap_ns = l.udp_gap_ns;
+                }
+                planned_idle = c.gap_ns * u64::from(c.exchanges.saturating_sub(1));
                 FlowKind::Udp {
                     c,
                     s: Box::new(UdpServer {
@@ -854,12 +893,25 @@ impl Sim {
             return;
         };
         c.run_until(t);
-        let sets = c.take_members();
-        if self.cfg.faults.is_empty() {
-            return;
+        let orders = c.take_orders();
+        if self.driven() {
+            self.carry_out(orders);
         }
-        for (node, m) in sets {
-            self.nodes[node].pipeline.set_members(Timestamp(t), m);
+    }
+
+    /// Membership-driven: a fault scenario, whose pipelines follow their
+    /// machines' orders (`faults.rs`).
+    fn driven(&self) -> bool {
+        !self.cfg.faults.is_empty()
+    }
+
+    /// `poll_timers` period: the node's 1 ms in membership-driven
+    /// scenarios (the re-registration scan's pace), else `TIMER_PERIOD_NS`.
+    fn timer_period(&self) -> u64 {
+        if self.driven() {
+            faults::DRIVEN_TIMER_PERIOD_NS
+        } else {
+            TIMER_PERIOD_NS
         }
     }
 
@@ -903,7 +955,7 @@ impl Sim {
                 // A frozen node's timers wait; a dead one's stop (a restart
                 // schedules them again).
                 if self.nodes[node].life.paused() {
-                    self.schedule(self.now + TIMER_PERIOD_NS, Ev::NodeTimers(node));
+                    self.schedule(self.now + self.timer_period(), Ev::NodeTimers(node));
                 }
             }
             Ev::Fault(i) => self.apply_fault(i),
@@ -914,7 +966,10 @@ impl Sim {
                 self.nodes[node].pipeline.poll_timers(now);
                 self.nodes[node].stats.cpu_ns += t0.elapsed().as_nanos() as u64;
                 self.drain_node(node);
-                self.schedule(self.now + TIMER_PERIOD_NS, Ev::NodeTimers(node));
+                if self.driven() {
+                    self.driver_tick(node);
+                }
+                self.schedule(self.now + self.timer_period(), Ev::NodeTimers(node));
             }
             Ev::HostRx { side, from, frame } => {
                 self.trace.word(0x300 | from as u64);
@@ -1378,6 +1433,8 @@ impl Sim {
     fn node_tx(&mut self, node: usize, port: PortId, frame: Vec<u8>) {
         self.trace.bytes(&frame);
         match Side::from_port(port) {
+            // A link that is down carries nothing (fault scenarios).
+            Some(side) if !self.nodes[node].life.links[side as usize] => self.faulted.lost_at_link += 1,
             Some(side) => self.router_rx(side, node, frame),
             None if port == CCL => self.ccl_tx(node, frame),
             None => self.edge_error(format!("node{node}: frame out of unknown port {}", port.0)),
@@ -1451,6 +1508,9 @@ impl Sim {
                     };
                     if let Some(&f) = self.by_tuple.get(&key) {
                         self.flows[f as usize].tx_nodes |= 1 << node;
+                        if self.driven() {
+                            self.watch_tx(node, f as usize);
+                        }
                     }
                 } else {
                     self.note_fragment_tx(node, &frame);
@@ -1569,7 +1629,7 @@ impl Sim {
                     return Vec::new();
                 }
                 (0..self.nodes.len())
-                    .filter(|&n| cluster::is_owner(&self.nodes[n].pipeline, &fl.tuple))
+                    .filter(|&n| self.may_own(n) && cluster::is_owner(&self.nodes[n].pipeline, &fl.tuple))
                     .collect()
             })
             .collect()
@@ -1599,6 +1659,12 @@ impl Sim {
         self.checkpoint_count += 1;
         let owners = self.owners(false);
         self.end_checks(&owners, false);
+        if self.driven() {
+            // Owners change on takeover and are absent until a flow's next
+            // packet: the fault scenarios' own checks (`faults::Watch`).
+            self.watch_checkpoint(&owners);
+            return;
+        }
         for (f, o) in owners.iter().enumerate() {
             let fl = &self.flows[f];
             if fl.done() || fl.start_ns == u64::MAX {
@@ -1638,17 +1704,18 @@ impl Sim {
             self.flows[f].end_checked = true;
             let done = self.flows[f].done();
             let tx = self.flows[f].tx_nodes;
-            let problem = if o.len() > 1 {
+            let driven = self.driven();
+            let problem = if self.conflicting(o) {
                 self.end_counts.0 += 1;
                 Some(format!("{} owners at the end: {o:?}", o.len()))
             } else if o.is_empty() {
-                if done {
+                if done && !(driven && self.state_lost_since_done(f)) {
                     self.end_counts.1 += 1;
                     Some("completed, but no node owns it".to_string())
                 } else {
                     None
                 }
-            } else if tx != 0 && tx != 1 << o[0] {
+            } else if !driven && tx != 0 && tx != 1 << o[0] {
                 self.end_counts.2 += 1;
                 Some(format!(
                     "owner node{} but frames to hosts came from nodes {:#06b}",
@@ -1659,6 +1726,11 @@ impl Sim {
             };
             if problem.is_none() && done && o.len() == 1 && self.cfg.cluster && cluster::AVAILABLE {
                 self.director_check(f, o[0]);
+            }
+            if problem.is_none() && done && driven && o.len() > 1 {
+                // Owners on both sides of a partition: counted, not a
+                // violation while the partition lasts (split brain).
+                self.watch.split_owned_at_end += 1;
             }
             if let Some(p) = problem {
                 if self.end_examples.len() < 20 {
@@ -1674,7 +1746,12 @@ impl Sim {
     /// owner).
     fn director_check(&mut self, f: usize, owner: usize) {
         let t = self.flows[f].tuple;
-        let Some(d) = cluster::director(&t, self.cfg.nodes) else {
+        let d = match (self.driven(), self.control.as_ref()) {
+            // The director under the owner's member set.
+            (true, Some(c)) => cluster::director_in(&t, &c.members(owner)),
+            _ => cluster::director(&t, self.cfg.nodes),
+        };
+        let Some(d) = d else {
             return;
         };
         self.director_counts.0 += 1;
@@ -1808,14 +1885,31 @@ impl Sim {
                 self.flow_desc(f)
             ));
         }
-        invariants.push(Invariant {
-            name: "single-transmitter",
-            ok: Some(multi.is_empty()),
-            detail: format!(
-                "{} flows had frames sent to hosts by more than one node",
-                multi.len()
-            ),
-        });
+        if self.driven() {
+            // A takeover changes the transmitter: checked per frame instead
+            // (`faults::Watch`), and the per-flow list is not a failure.
+            let (n, ex) = (self.watch.double_owner_frames, self.watch.double_owner_examples.clone());
+            failures.retain(|f| !f.contains("frames to hosts came from nodes"));
+            failures.extend(ex);
+            invariants.push(Invariant {
+                name: "single-transmitter",
+                ok: Some(n == 0),
+                detail: format!(
+                    "{n} frames sent to hosts while another live, unfenced node of the sender's partition held the flow; {} flows changed transmitter ({} takeovers seen)",
+                    multi.len(),
+                    self.watch.takeovers_seen
+                ),
+            });
+        } else {
+            invariants.push(Invariant {
+                name: "single-transmitter",
+                ok: Some(multi.is_empty()),
+                detail: format!(
+                    "{} flows had frames sent to hosts by more than one node",
+                    multi.len()
+                ),
+            });
+        }
 
         // 3. One owner per flow at its end; 4. it is the transmitter.
         self.end_checks(&owners, true);
@@ -1826,13 +1920,18 @@ impl Sim {
             ok: Some(many == 0 && no_owner == 0),
             detail: format!("{many} flows with several owners, {no_owner} completed flows with none (checked when each flow completed)"),
         });
+        let wrong = wrong + self.watch.non_owner_frames;
+        failures.extend(self.watch.non_owner_examples.clone());
         invariants.push(Invariant {
             name: "transmitter-is-owner",
             ok: Some(wrong == 0),
             detail: format!(
-                "{wrong} flows whose frames reached hosts from a node that does not own them"
+                "{wrong} flows (fault scenarios: frames) whose frames reached hosts from a node that does not own them"
             ),
         });
+        if self.driven() {
+            self.watch_finish(&mut invariants, &mut failures);
+        }
 
         // 5. Checkpoints.
         let cv = std::mem::take(&mut self.checkpoint_violations);
@@ -1884,7 +1983,9 @@ impl Sim {
             .count();
         // With two nodes the SYN-ACK's node is always the director or the
         // backup and knows the owner from the registration: nothing to decode.
-        if self.cfg.cluster && self.cfg.seq_randomization && self.cfg.nodes >= 3 && split_tcp > 0 {
+        // Fault scenarios carry a few long flows: too few for a decoded
+        // SYN-ACK to be certain.
+        if self.cfg.cluster && self.cfg.seq_randomization && self.cfg.nodes >= 3 && split_tcp > 0 && !self.driven() {
             invariants.push(Invariant {
                 name: "synack-cookie-decoded",
                 ok: Some(decoded.unwrap_or(0) > 0),
@@ -2008,6 +2109,7 @@ impl Sim {
             slowest,
             fragments,
             membership: self.control.as_ref().map(|c| c.report(self.now)),
+            faults: self.driven().then(|| self.fault_report()),
         }
     }
 }

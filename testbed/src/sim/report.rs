@@ -79,6 +79,9 @@ pub struct Report {
     /// Every node's membership at the end (cluster scenarios; not part of
     /// the trace hash).
     pub membership: Option<super::membership::MembershipReport>,
+    /// Fault scenarios: the episodes, their detection, takeover and
+    /// convergence times (`super::faults`).
+    pub faults: Option<super::faults::FaultReport>,
 }
 
 impl Report {
@@ -228,6 +231,18 @@ impl Report {
                 oldest.unwrap_or_else(|| "-".into())
             );
             let _ = writeln!(s, "  membership: {}", m.states());
+        }
+        if let Some(f) = &self.faults {
+            let _ = writeln!(
+                s,
+                "  faults: {} takeovers seen, owners on two sides {} checks; lost at a down link {}, at a dead/frozen node {}, no next hop {}, CCL partitioned {}",
+                f.takeovers, f.split_owned_checks, f.lost_at_link, f.lost_at_node, f.no_next_hop, f.ccl_partitioned
+            );
+            let (med, worst) = f.stall_median_worst();
+            let _ = writeln!(s, "  faults: longest stall per TCP flow: median {med:.0} ms, worst {worst:.0} ms ({:?})", f.worst_stall);
+            for l in f.lines() {
+                let _ = writeln!(s, "  episode: {l}");
+            }
         }
         let _ = writeln!(
             s,

@@ -1,0 +1,383 @@
+//! Seeded fault schedules in the simulator (issue 10, "Simulator"): real
+//! pipelines and the real membership machines see every fault —
+//! kill/restart, pause/resume, partition/heal, link down/up, CCL loss
+//! bursts, a restart of a live node — with long-lived TCP downloads and UDP
+//! exchanges running through. `SimConfig::fault_sweep(seed, 3)` draws 3 or
+//! 4 nodes and three single failures, each with its recovery and a quiet
+//! interval (`faults::schedule`); the invariants are the simulator's
+//! (`faults.rs` module essay and docs/simulator.md): one owner per
+//! connection among live, unfenced nodes of one side (every frame to a host
+//! and every checkpoint), one control node per connected partition (bound
+//! `DUAL_CONTROL_BOUND_NS`), settled after each fault within its quiet
+//! interval and after a heal within `HEAL_BOUND_NS`, every transfer
+//! complete with intact data.
+//!
+//! Seeds: `CFW_SIM_SEEDS` (`1,2,3`, `100..150`, `1000+60`), default 1..=100.
+//! Known product bugs are listed in `KNOWN` with their signature; a run
+//! that fails otherwise fails the sweep. Reproduce one seed:
+//! `CFW_SIM_SEEDS=9 cargo test --release -p testbed --test sim_fault_sweep fault_sweep -- --nocapture`
+//! (`CFW_SIM_TRACE_FLOW=n` traces flow n's frames on stderr).
+
+use testbed::sim::faults::{schedule, FaultAt, FaultKind, Inject, HEAL_BOUND_NS};
+use testbed::sim::membership::{HEARTBEAT_INTERVAL_MS, HOLD_TIME_MS};
+use testbed::sim::report::Report;
+use testbed::sim::{self, SimConfig};
+
+const MS: u64 = 1_000_000;
+const INTERVAL: u64 = HEARTBEAT_INTERVAL_MS * MS;
+const HOLD: u64 = HOLD_TIME_MS * MS;
+
+/// Invariants a lost flow fails (and nothing else).
+const FLOW_LOSS: [&str; 4] = ["flows-complete", "flows-timely", "director-knows-owner", "one-owner-at-end"];
+
+/// What a failing run is.
+#[derive(Debug, PartialEq, Eq)]
+enum Verdict {
+    Ok,
+    /// KNOWN BUG 1: a node restarted and was readmitted without a member
+    /// set lacking it in between (a restart of a live node, or a kill
+    /// restarted before the removal): the survivors' pipelines see the
+    /// same member bits at a new epoch, so `set_members` marks nothing
+    /// `owner_left`; forwarders and directors keep following records that
+    /// name the node's previous incarnation, and its flows are forwarded
+    /// to a node that has no state for them (black hole).
+    /// Seen once (seed 53) with a UDP flow owned by two nodes after such
+    /// a restart (`double_owner`): suspected the same cause (a director
+    /// following the stale record grants the flow while the restarted
+    /// node created it anew), not proven.
+    RestartWithinOneSet { node: usize, double_owner: bool },
+    /// OPEN CASE (not analysed): a UDP flow whose packets enter the node
+    /// cut off by a partition of 1.5 s or more goes unanswered until the
+    /// UDP client gives up (8 tries, 2 s): the cut node leaves and elects
+    /// itself rather than serving the flow as its own side's.
+    PartitionedUdp,
+    /// An episode made two or more nodes lose their state (a CCL loss
+    /// burst that got several nodes removed): a multiple failure, not a
+    /// single one; lost flows are expected with `backups: 1`.
+    MultipleFailure,
+    Unknown(String),
+}
+
+/// Node `n` restarted at `at` and every member set a surviving node
+/// adopted from then until `n` was ready again contains `n`.
+fn restarted_within_one_set(r: &Report, n: usize, at: u64) -> bool {
+    let Some(m) = r.membership.as_ref() else { return false };
+    let Some(me) = m.per_node.get(n) else { return false };
+    let ready = me
+        .transitions
+        .iter()
+        .find(|t| t.at_ns >= at && matches!(t.to, controlplane::membership::State::Data | controlplane::membership::State::Control))
+        .map_or(u64::MAX, |t| t.at_ns);
+    m.per_node
+        .iter()
+        .filter(|o| o.node != n)
+        .all(|o| o.member_sets.iter().filter(|s| s.at_ns >= at && s.at_ns <= ready).all(|s| s.contains(n)))
+}
+
+fn classify(r: &Report) -> Verdict {
+    let failed = r.failed_invariants();
+    if failed.is_empty() {
+        return Verdict::Ok;
+    }
+    let why = || format!("{failed:?}\n{}", r.summary());
+    const OWNERS: [&str; 2] = ["single-transmitter", "one-owner-while-running"];
+    if !failed.iter().all(|f| FLOW_LOSS.contains(f) || OWNERS.contains(f)) {
+        return Verdict::Unknown(why());
+    }
+    let double_owner = failed.iter().any(|f| OWNERS.contains(f));
+    let restarts: Vec<(usize, u64)> = r
+        .config
+        .faults
+        .iter()
+        .filter_map(|f| match f.fault {
+            FaultKind::Restart(n) => Some((n, f.at_ns)),
+            _ => None,
+        })
+        .collect();
+    if let Some(&(node, _)) = restarts.iter().find(|&&(n, at)| restarted_within_one_set(r, n, at)) {
+        return Verdict::RestartWithinOneSet { node, double_owner };
+    }
+    if double_owner {
+        return Verdict::Unknown(why());
+    }
+    let lost: Vec<&String> = r.failures.iter().filter(|f| f.starts_with("flow ")).collect();
+    let long_partition = r.faults.as_ref().is_some_and(|f| {
+        f.episodes.iter().any(|e| e.kind == "partition" && e.recover_ns - e.at_ns >= 1500 * MS)
+    });
+    if failed == ["flows-complete"] && long_partition && !lost.is_empty() && lost.iter().all(|f| f.contains("(udp ") && f.contains("unanswered")) {
+        return Verdict::PartitionedUdp;
+    }
+    let faults = r.faults.as_ref().expect("a fault scenario reports its faults");
+    if faults.episodes.iter().any(|e| e.lost_state.len() >= 2) {
+        return Verdict::MultipleFailure;
+    }
+    Verdict::Unknown(why())
+}
+
+fn trace_flow() -> Option<u32> {
+    std::env::var("CFW_SIM_TRACE_FLOW").ok().and_then(|v| v.parse().ok())
+}
+
+#[test]
+fn fault_sweep() {
+    let seeds = sim::seeds_from_env(1, 100);
+    let t0 = std::time::Instant::now();
+    let (mut ok, mut known, mut multiple, mut unknown, mut open) = (0, Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut det, mut take, mut settle_heal, mut stalls) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut episodes = 0;
+    let mut kinds = std::collections::BTreeMap::new();
+    for &seed in &seeds {
+        let mut cfg = SimConfig::fault_sweep(seed, 3);
+        cfg.trace_flow = trace_flow();
+        let r = sim::run(cfg).expect("scenario builds");
+        let f = r.faults.as_ref().unwrap();
+        for e in &f.episodes {
+            episodes += 1;
+            *kinds.entry(e.kind).or_insert(0) += 1;
+            if let Some(d) = e.detection_ms().filter(|_| matches!(e.kind, "kill" | "pause" | "partition")) {
+                det.push(d);
+            }
+            if let Some(t) = e.takeover_ms() {
+                take.push(t);
+            }
+            if e.kind == "partition" {
+                if let Some(s) = e.settle_ms() {
+                    settle_heal.push(s);
+                }
+            }
+        }
+        stalls.push(f.stall_median_worst().1);
+        if seeds.len() <= 3 {
+            println!("{}", r.summary());
+        }
+        match classify(&r) {
+            Verdict::Ok => ok += 1,
+            Verdict::RestartWithinOneSet { node, double_owner } => known.push((seed, node, double_owner)),
+            Verdict::PartitionedUdp => open.push(seed),
+            Verdict::MultipleFailure => multiple.push(seed),
+            Verdict::Unknown(why) => unknown.push(format!("seed {seed}: {why}")),
+        }
+    }
+    let stat = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        if v.is_empty() {
+            return "n=0".to_string();
+        }
+        format!("n={} median {:.0} ms, p95 {:.0} ms, max {:.0} ms", v.len(), v[v.len() / 2], v[v.len() * 95 / 100], v[v.len() - 1])
+    };
+    println!(
+        "fault sweep: {} seeds, {episodes} episodes {kinds:?}, {:.1} s wall",
+        seeds.len(),
+        t0.elapsed().as_secs_f64()
+    );
+    println!("  detection (fault -> new epoch; kill, pause, partition): {}", stat(&mut det));
+    println!("  takeover (fault -> first packet of a taken-over flow): {}", stat(&mut take));
+    println!("  heal -> settled: {}", stat(&mut settle_heal));
+    println!("  worst stall per run: {}", stat(&mut stalls));
+    println!("  clean {ok}; multiple failures (several nodes reset in one episode, flows may be lost) {multiple:?}");
+    println!("  KNOWN BUG restart-within-one-set (seed, node, double owner): {known:?}");
+    println!("  OPEN CASE partitioned UDP flow unanswered: {open:?}");
+    for u in &unknown {
+        println!("UNKNOWN FAILURE {u}");
+    }
+    assert!(unknown.is_empty(), "{} runs failed outside the known cases: {:?}", unknown.len(), unknown.iter().map(|u| u.lines().next()).collect::<Vec<_>>());
+    // The sweep must mostly be clean: a generator gone degenerate (every
+    // run a known case) would test nothing.
+    assert!(ok * 2 >= seeds.len() || seeds.len() < 20, "only {ok} of {} runs clean", seeds.len());
+}
+
+/// A golden scenario: 3 nodes, `faults`, quiet until `end`.
+fn golden(faults: Vec<FaultAt>, end_ms: u64) -> Report {
+    let mut cfg = SimConfig::fault_scenario(7, 3, faults, end_ms * MS);
+    cfg.trace_flow = trace_flow();
+    let r = sim::run(cfg).unwrap();
+    println!("{}", r.summary());
+    r
+}
+
+fn at(ms: u64, fault: FaultKind) -> FaultAt {
+    FaultAt { at_ns: ms * MS, fault }
+}
+
+fn history(r: &Report, n: usize) -> String {
+    r.membership.as_ref().unwrap().per_node[n].history.join("\n")
+}
+
+#[test]
+fn golden_kill_the_control_node() {
+    // node0 (control: equal priorities, lowest id) dies at 2 s, comes back
+    // at 3.5 s. node1 is elected a hold time (+ a tick) after node0's last
+    // heartbeat, the flows node0 owned are taken over, node0 rejoins as a
+    // data node (node1 keeps the role: a joiner does not take over).
+    let r = golden(vec![at(2000, FaultKind::Kill(0)), at(3500, FaultKind::Restart(0))], 7500);
+    assert!(r.ok(), "{}", r.summary());
+    let f = r.faults.as_ref().unwrap();
+    let e = &f.episodes[0];
+    assert_eq!((e.kind, e.node, e.lost_state.as_slice()), ("kill", Some(0), &[0][..]));
+    let d = e.new_epoch_ns.unwrap() - e.at_ns;
+    assert!((HOLD - INTERVAL..=HOLD + INTERVAL).contains(&d), "detection {} ms", d / MS);
+    let t = e.takeover_ns.unwrap() - e.at_ns;
+    assert!(t >= d && t <= d + 2 * INTERVAL, "takeover {} ms after detection {} ms", t / MS, d / MS);
+    assert!(f.takeovers > 0);
+    let m = r.membership.as_ref().unwrap();
+    assert_eq!(m.control_nodes(), vec![1], "{}", m.states());
+    assert!(m.per_node.iter().all(|n| n.epoch == m.per_node[1].epoch && n.members == vec![0, 1, 2]), "{}", m.states());
+    assert!(history(&r, 1).contains("data -> control"), "{}", history(&r, 1));
+    assert!(e.settle_ms().unwrap() <= 1000.0, "{:?}", e.settle_ms());
+    assert_eq!(f.open_owned_at_end, (0, 0, 0));
+}
+
+#[test]
+fn golden_pause_a_data_node_past_the_hold_time() {
+    // node2 frozen 2.0-3.0 s (routers withdraw it, as BFD would): removed
+    // a hold time after its last heartbeat; on resume its machine sees the
+    // gap, leaves (`Paused`: reset, ports down — fenced since its lease ran
+    // out), rejoins after the 1 s backoff and takes traffic again.
+    let r = golden(vec![at(2000, FaultKind::Pause(2)), at(3000, FaultKind::Resume(2))], 8000);
+    assert!(r.ok(), "{}", r.summary());
+    let e = &r.faults.as_ref().unwrap().episodes[0];
+    let d = e.new_epoch_ns.unwrap() - e.at_ns;
+    assert!((HOLD - INTERVAL..=HOLD + INTERVAL).contains(&d), "detection {} ms", d / MS);
+    assert_eq!(e.lost_state, vec![2]);
+    let h = history(&r, 2);
+    assert!(h.contains("not run for") || h.contains("paused") || h.contains("Paused") || h.contains("inactive"), "{h}");
+    let m = r.membership.as_ref().unwrap();
+    assert_eq!(m.control_nodes(), vec![0], "{}", m.states());
+    // Back within the backoff (1 s) and a join.
+    let s = e.settle_ms().unwrap();
+    assert!((1000.0..=2000.0).contains(&s), "settled {s} ms after the resume");
+    assert!(m.per_node[2].actions.resets >= 1);
+}
+
+#[test]
+fn golden_pause_below_the_hold_time_changes_nothing() {
+    // 150 ms frozen: not removed, no reset, no new epoch.
+    let r = golden(vec![at(2000, FaultKind::Pause(1)), at(2150, FaultKind::Resume(1))], 6200);
+    assert!(r.ok(), "{}", r.summary());
+    let e = &r.faults.as_ref().unwrap().episodes[0];
+    assert_eq!((e.new_epoch_ns, e.lost_state.len()), (None, 0), "{e:?}");
+}
+
+#[test]
+fn golden_partition_one_node_away_then_heal() {
+    // node2 cut off on the CCL 2.0-3.5 s: each side elects its own control
+    // node (split-brain `elect`); after the heal node0 keeps the role and
+    // node2 rejoins within HEAL_BOUND_NS.
+    let r = golden(vec![at(2000, FaultKind::Partition(vec![0, 0, 1])), at(3500, FaultKind::Heal)], 7500);
+    assert!(r.ok(), "{}", r.summary());
+    let e = &r.faults.as_ref().unwrap().episodes[0];
+    assert!(history(&r, 2).contains("-> control"), "{}", history(&r, 2));
+    let s = e.settled_ns.unwrap() - e.recover_ns;
+    assert!(s <= HEAL_BOUND_NS, "settled {} ms after the heal", s / MS);
+    let m = r.membership.as_ref().unwrap();
+    assert_eq!(m.control_nodes(), vec![0], "{}", m.states());
+    assert!(history(&r, 2).contains("node0 keeps the control role"), "{}", history(&r, 2));
+}
+
+#[test]
+fn golden_link_down_then_up() {
+    // node1's outside link down 2.0-3.5 s: after the 500 ms debounce the
+    // machine leaves (`PortDown`), the others take its flows; link up, it
+    // rejoins after the backoff.
+    let r = golden(vec![at(2000, FaultKind::LinkDown(1, sim::net::Side::Outside)), at(3500, FaultKind::LinkUp(1, sim::net::Side::Outside))], 8500);
+    assert!(r.ok(), "{}", r.summary());
+    let e = &r.faults.as_ref().unwrap().episodes[0];
+    let d = e.new_epoch_ns.unwrap() - e.at_ns;
+    // Debounce (500 ms), then the leave is heard at once (its heartbeat
+    // says inactive) — within an interval.
+    assert!((500 * MS..=500 * MS + 2 * INTERVAL).contains(&d), "detection {} ms", d / MS);
+    assert_eq!(e.lost_state, vec![1]);
+}
+
+#[test]
+fn golden_kill_and_restart_after_removal() {
+    // A data node killed, restarted after it was removed: a clean rejoin.
+    let r = golden(vec![at(2000, FaultKind::Kill(2)), at(3000, FaultKind::Restart(2))], 7000);
+    assert!(r.ok(), "{}", r.summary());
+    let e = &r.faults.as_ref().unwrap().episodes[0];
+    assert!(e.settle_ms().unwrap() <= 1000.0, "{:?}", e.settle_ms());
+}
+
+#[test]
+fn known_bug_restart_of_a_live_node_loses_its_flows() {
+    // KNOWN BUG 1 (see `Verdict::RestartWithinOneSet`): node0 (control)
+    // restarts at 2 s. Its new machine is heard joining while the others
+    // elect node1 a hold time later, and node1's first set already
+    // includes it: {0,1,2} at epoch 1 -> {0,1,2} at epoch 2. The
+    // survivors' pipelines mark no record `owner_left`, the flows node0
+    // owned are forwarded to the new node0, which has no state. This test
+    // pins the bug; when it fails because the flows survive, the bug is
+    // fixed: make it a golden scenario.
+    let r = golden(vec![at(2000, FaultKind::Restart(0))], 6000);
+    let v = classify(&r);
+    println!("verdict: {v:?}");
+    assert!(matches!(v, Verdict::RestartWithinOneSet { node: 0, .. }), "{}", r.summary());
+    let m = r.membership.as_ref().unwrap();
+    let sets: Vec<_> = m.per_node[1].member_sets.iter().map(|s| (s.epoch, s.members.clone())).collect();
+    assert!(sets.iter().all(|(_, s)| s == &vec![0, 1, 2]), "{sets:?}");
+}
+
+// --- The checks bite. ---
+
+#[test]
+fn ignoring_resets_makes_a_second_owner_that_is_caught() {
+    // A paused node that keeps its flows (its driver ignores `Reset`)
+    // owns them again once readmitted, beside the nodes that took them
+    // over.
+    let mut cfg = SimConfig::fault_scenario(7, 3, vec![at(2000, FaultKind::Pause(2)), at(3000, FaultKind::Resume(2))], 8000 * MS);
+    cfg.inject = Some(Inject::NoReset);
+    let r = sim::run(cfg).unwrap();
+    let failed = r.failed_invariants();
+    assert!(
+        failed.contains(&"single-transmitter") || failed.contains(&"one-owner-while-running") || failed.contains(&"one-owner-at-end"),
+        "{failed:?}\n{}",
+        r.summary()
+    );
+}
+
+#[test]
+fn disabled_takeover_is_caught() {
+    // The pipelines never learn a member set: a killed owner's flows are
+    // never taken over.
+    let mut cfg = SimConfig::fault_scenario(7, 3, vec![at(2000, FaultKind::Kill(1)), at(3000, FaultKind::Restart(1))], 7000 * MS);
+    cfg.inject = Some(Inject::NoMembers);
+    let r = sim::run(cfg).unwrap();
+    let failed = r.failed_invariants();
+    assert!(failed.contains(&"flows-complete"), "{failed:?}\n{}", r.summary());
+    assert!(failed.contains(&"settles-after-each-fault"), "{failed:?}");
+}
+
+#[test]
+fn two_control_nodes_on_one_side_are_caught() {
+    // With the partition's sides ignored by the checks, the two sides'
+    // control nodes count as two on one side.
+    let mut cfg = SimConfig::fault_scenario(7, 3, vec![at(2000, FaultKind::Partition(vec![0, 0, 1])), at(3500, FaultKind::Heal)], 7500 * MS);
+    cfg.inject = Some(Inject::OneSide);
+    let r = sim::run(cfg).unwrap();
+    assert!(r.failed_invariants().contains(&"one-control-per-partition"), "{}", r.summary());
+}
+
+#[test]
+fn schedules_are_seeded_single_failures() {
+    let a = SimConfig::fault_sweep(5, 3);
+    assert_eq!(a.faults, SimConfig::fault_sweep(5, 3).faults);
+    assert_ne!(a.faults, SimConfig::fault_sweep(6, 3).faults);
+    let (f, end) = schedule::draw(5, 4, 3);
+    assert!(f.windows(2).all(|w| w[0].at_ns <= w[1].at_ns));
+    assert!(end >= f.last().unwrap().at_ns + schedule::QUIET_NS);
+    // Any node count and episode count builds and never panics.
+    for nodes in 1..=5 {
+        for e in 0..4 {
+            let (f, _) = schedule::draw(nodes as u64, nodes, e);
+            assert!(f.iter().all(|f| match &f.fault {
+                FaultKind::Kill(n) | FaultKind::Pause(n) | FaultKind::Resume(n) | FaultKind::Restart(n) => *n < nodes,
+                FaultKind::LinkDown(n, _) | FaultKind::LinkUp(n, _) => *n < nodes,
+                FaultKind::Partition(g) => g.len() == nodes,
+                _ => true,
+            }));
+        }
+    }
+    // Same seed, same run.
+    let cfg = SimConfig::fault_sweep(2, 3);
+    assert_eq!(sim::run(cfg.clone()).unwrap().fingerprint(), sim::run(cfg).unwrap().fingerprint());
+}
