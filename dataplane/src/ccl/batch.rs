@@ -48,13 +48,6 @@ pub const FLAG_VERSIONED: u8 = 0x01;
 /// `FlowRecord::flags` bit: opaque bytes 8–47 hold the owner's flow state
 /// (conntrack's `FlowState` wire form; docs/ccl-protocol.md, "Flow state").
 pub const FLAG_STATE: u8 = 0x02;
-/// `FlowRecord::flags` bit: the new owner's registration right after it
-/// took the flow over from an owner that left (docs/failover.md,
-/// "Takeover"). A holder replaces a record naming another owner with it:
-/// the first-owner rule, for two SYNs of one connection on two nodes, does
-/// not apply — the holder may still be at an epoch where the old owner is
-/// a member, and refusing would leave it a stale record for good.
-pub const FLAG_TAKEOVER: u8 = 0x04;
 
 /// Byte ranges of the opaque state the cluster logic defines.
 mod opaque {

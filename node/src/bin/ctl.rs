@@ -14,6 +14,27 @@ use serde_json::Value;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+/// `println!` that ends the program quietly when stdout is closed
+/// (`clusterfw-ctl show cluster | head`): `println!` panics on the broken
+/// pipe (Rust ignores SIGPIPE).
+macro_rules! say {
+    ($($t:tt)*) => { write_out(format_args!($($t)*), true) };
+}
+
+fn write_out(args: std::fmt::Arguments<'_>, newline: bool) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let r = out.write_fmt(args).and_then(|()| if newline { out.write_all(b"\n") } else { Ok(()) });
+    match r {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
+        Err(e) => {
+            eprintln!("clusterfw-ctl: stdout: {e}");
+            std::process::exit(1);
+        }
+    }
+}
+
 const USAGE: &str = "usage: clusterfw-ctl [--socket PATH] show {stats|conn|route|arp|rules|config|cluster|cluster history} [--json]";
 
 fn main() -> ExitCode {
@@ -38,7 +59,7 @@ fn run() -> Result<()> {
             "--socket" | "-s" => socket = args.next().context("--socket needs a path")?.into(),
             "--json" | "-j" => json = true,
             "--help" | "-h" => {
-                println!("{USAGE}");
+                say!("{USAGE}");
                 return Ok(());
             }
             _ => words.push(a),
@@ -51,7 +72,7 @@ fn run() -> Result<()> {
     };
     let data = mgmt::request(&socket, &Request::Show { topic })?;
     if json {
-        println!("{}", serde_json::to_string_pretty(&data)?);
+        say!("{}", serde_json::to_string_pretty(&data)?);
     } else {
         print_human(topic, &data);
     }
@@ -60,22 +81,22 @@ fn run() -> Result<()> {
 
 /// A `show stats` section: its non-zero numbers and non-empty lists.
 fn print_nonzero(title: &str, section: &serde_json::Map<String, Value>) {
-    println!("\n{title} (non-zero):");
+    say!("\n{title} (non-zero):");
     let mut any = false;
     for (k, v) in section {
         match v {
             Value::Number(n) if n.as_u64() != Some(0) => {
-                println!("  {k:<28} {v}");
+                say!("  {k:<28} {v}");
                 any = true;
             }
             Value::Array(a) if !a.is_empty() => {
-                println!("  {k:<28} {}", fmt_cell(v));
+                say!("  {k:<28} {}", fmt_cell(v));
                 any = true;
             }
             // A family (drops by reason): its non-zero members.
             Value::Object(m) => {
                 for (sub, n) in m.iter().filter(|(_, n)| n.as_u64().is_some_and(|n| n != 0)) {
-                    println!("  {:<28} {n}", format!("{k}.{sub}"));
+                    say!("  {:<28} {n}", format!("{k}.{sub}"));
                     any = true;
                 }
             }
@@ -83,7 +104,7 @@ fn print_nonzero(title: &str, section: &serde_json::Map<String, Value>) {
         }
     }
     if !any {
-        println!("  (none)");
+        say!("  (none)");
     }
 }
 
@@ -91,20 +112,20 @@ fn print_human(topic: Topic, data: &Value) {
     match topic {
         Topic::Stats => {
             if let Some(ports) = data.get("ports") {
-                println!("Ports:");
+                say!("Ports:");
                 print_table(ports);
             }
             if let Some(Value::Object(drops)) = data.get("drops") {
-                println!("\nDrops by reason (non-zero):");
+                say!("\nDrops by reason (non-zero):");
                 let mut any = false;
                 for (k, v) in drops {
                     if v.as_u64().unwrap_or(0) > 0 {
-                        println!("  {k:<28} {v}");
+                        say!("  {k:<28} {v}");
                         any = true;
                     }
                 }
                 if !any {
-                    println!("  (none)");
+                    say!("  (none)");
                 }
             }
             for (key, title) in [("fragments", "Fragments"), ("arp_hold", "Held for ARP resolution")] {
@@ -113,10 +134,10 @@ fn print_human(topic: Topic, data: &Value) {
                 }
             }
             if let Value::Object(m) = data {
-                println!();
+                say!("");
                 for (k, v) in m {
                     if !matches!(v, Value::Object(_) | Value::Array(_)) {
-                        println!("{k:<30} {v}");
+                        say!("{k:<30} {v}");
                     }
                 }
             }
@@ -125,17 +146,17 @@ fn print_human(topic: Topic, data: &Value) {
         Topic::ClusterHistory => {
             let events = data.get("events").and_then(Value::as_array).cloned().unwrap_or_default();
             if events.is_empty() {
-                println!("(no membership events)");
+                say!("(no membership events)");
             }
             for e in events {
                 let at = e.get("at_ms").and_then(Value::as_u64).unwrap_or(0);
                 let ago = e.get("ago_ms").and_then(Value::as_u64).unwrap_or(0);
-                println!("{:>10.3} s ({:>8.1} s ago)  {}", at as f64 / 1000.0, ago as f64 / 1000.0, e.get("event").and_then(Value::as_str).unwrap_or("?"));
+                say!("{:>10.3} s ({:>8.1} s ago)  {}", at as f64 / 1000.0, ago as f64 / 1000.0, e.get("event").and_then(Value::as_str).unwrap_or("?"));
             }
         }
         Topic::Config => match data.get("yaml").and_then(Value::as_str) {
-            Some(text) => print!("{text}"),
-            None => println!("{}", serde_json::to_string_pretty(data).unwrap_or_default()),
+            Some(text) => write_out(format_args!("{text}"), false),
+            None => say!("{}", serde_json::to_string_pretty(data).unwrap_or_default()),
         },
         _ => {
             // Every other topic is `{ "<name>": [rows...], ...scalars }`.
@@ -143,10 +164,10 @@ fn print_human(topic: Topic, data: &Value) {
                 for (k, v) in m {
                     match v {
                         Value::Array(_) => {
-                            println!("{k}:");
+                            say!("{k}:");
                             print_table(v);
                         }
-                        _ => println!("{k}: {v}"),
+                        _ => say!("{k}: {v}"),
                     }
                 }
             } else {
@@ -160,7 +181,7 @@ fn print_human(topic: Topic, data: &Value) {
 /// kind, CCL drops (non-zero).
 fn print_cluster(data: &Value) {
     let s = |k: &str| data.get(k).map(fmt_cell).unwrap_or_else(|| "?".into());
-    println!(
+    say!(
         "cluster {}: this node {} (node-id {}), state {}, control node {}, epoch {}, ready {}, lease left {} ms, CCL queues {}",
         s("cluster"),
         s("node"),
@@ -173,36 +194,36 @@ fn print_cluster(data: &Value) {
         s("ccl_queues")
     );
     if let Some(m) = data.get("members") {
-        println!("\nMembers:");
+        say!("\nMembers:");
         print_table(m);
     }
     if let Some(Value::Object(c)) = data.get("counters") {
-        println!("\nCluster counters:");
+        say!("\nCluster counters:");
         for (k, v) in c {
-            println!("  {k:<28} {}", fmt_cell(v));
+            say!("  {k:<28} {}", fmt_cell(v));
         }
     }
     if let Some(k) = data.get("ccl") {
-        println!("\nCCL messages by kind:");
+        say!("\nCCL messages by kind:");
         print_table(k);
     }
     if let Some(Value::Object(d)) = data.get("ccl_drops") {
-        println!("\nCCL drops by reason (non-zero):");
+        say!("\nCCL drops by reason (non-zero):");
         let mut any = false;
         for (k, v) in d {
             if v.as_u64().unwrap_or(0) > 0 {
-                println!("  {k:<28} {v}");
+                say!("  {k:<28} {v}");
                 any = true;
             }
         }
         if !any {
-            println!("  (none)");
+            say!("  (none)");
         }
     }
     if let Some(Value::Object(h)) = data.get("driver") {
-        println!("\nDriver (queues between worker and control lcore):");
+        say!("\nDriver (queues between worker and control lcore):");
         for (k, v) in h {
-            println!("  {k:<28} {}", fmt_cell(v));
+            say!("  {k:<28} {}", fmt_cell(v));
         }
     }
 }
@@ -211,18 +232,18 @@ fn print_cluster(data: &Value) {
 /// first row).
 fn print_table(rows: &Value) {
     let Some(rows) = rows.as_array() else {
-        println!("  {rows}");
+        say!("  {rows}");
         return;
     };
     if rows.is_empty() {
-        println!("  (none)");
+        say!("  (none)");
         return;
     }
     let cols: Vec<String> = match &rows[0] {
         Value::Object(m) => m.keys().cloned().collect(),
         _ => {
             for r in rows {
-                println!("  {r}");
+                say!("  {r}");
             }
             return;
         }
@@ -233,7 +254,7 @@ fn print_table(rows: &Value) {
         cols.iter().enumerate().map(|(i, c)| table.iter().map(|r| r[i].len()).chain([c.len()]).max().unwrap_or(0)).collect();
     let line = |cells: &[String]| {
         let parts: Vec<String> = cells.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
-        println!("  {}", parts.join("  ").trim_end());
+        say!("  {}", parts.join("  ").trim_end());
     };
     line(&cols);
     for r in &table {

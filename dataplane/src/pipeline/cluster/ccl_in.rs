@@ -5,7 +5,7 @@
 use super::send::Wrap;
 use super::{canonical, idle_for, live, ClusterPath, Link, Record, Role, Version, STATE_NOT_TCP};
 use crate::buf::PacketBuf;
-use crate::ccl::{FlowBatch, FlowOp, ForwardedBatch, Message, OwnerQuery, OwnerReply, FLAG_TAKEOVER};
+use crate::ccl::{FlowBatch, FlowOp, ForwardedBatch, Message, OwnerQuery, OwnerReply};
 use crate::conntrack::{ConnTable, FlowState};
 use crate::pipeline::context::{Outcome, Rx};
 use crate::pipeline::ipv4::{transit_l4, Transit};
@@ -242,10 +242,8 @@ impl ClusterPath {
     /// Director/backup: flow records from an owner (R2, R9), with its flow
     /// state. Records from a non-member, or naming one as owner, are
     /// ignored (a removed node does not claim flows back); a registration
-    /// for a flow whose recorded owner left, or one marked `FLAG_TAKEOVER`
-    /// (the holder may not have applied the set without the old owner
-    /// yet), replaces the record (the new owner after a takeover). Held
-    /// queries for the flow are answered.
+    /// for a flow whose recorded owner left replaces the record (the new
+    /// owner after a takeover). Held queries for the flow are answered.
     fn on_records(&mut self, now: Timestamp, link: &mut Link<'_>, from: NodeId, batch: &FlowBatch<'_>, register: bool) {
         if !self.members.contains(from) {
             self.counters.from_nonmembers += batch.len() as u64;
@@ -268,7 +266,6 @@ impl ClusterPath {
                     let conflict = match self.records.get(&key) {
                         Some(ex)
                             if register
-                                && r.flags & FLAG_TAKEOVER == 0
                                 && live(ex, now)
                                 && ex.owner != r.owner
                                 && ex.role != Role::Forwarder

@@ -23,8 +23,9 @@
 //! included) differ between `synced` and the new table is registered with
 //! the nodes it did not have, with its state. When the scan ends the
 //! queued records are flushed and a `SyncDone { epoch }` goes to every
-//! other member, behind them on the same channel, and again every
-//! `SYNC_MARKER_EVERY` for `SYNC_MARKER_FOR` (a marker has no ack). A
+//! other member, behind them on the same channel; one that could not be
+//! sent (the peer's CCL MAC not resolved yet) is tried again every
+//! `SYNC_MARKER_EVERY` for `SYNC_MARKER_FOR`. A
 //! change during a scan restarts it from `synced` (some flows are sent
 //! twice; none is missed). A scan whose set gained nodes first waits, at
 //! most `SYNC_WAIT`, for their `SyncDone` of the epoch: records reaching a
@@ -50,7 +51,7 @@ use super::{
     canonical, live, ClusterPath, HeldQuery, Link, OwnerExtra, Role, SyncProgress, Version, MAX_HELD, SYNC_BUDGET,
     SYNC_EPOCHS,
 };
-use crate::ccl::{FlowKey, FlowOp, FlowRecord, FlowTransfer, FLAG_TAKEOVER, Message, OwnerQuery, OwnerReply, SyncDone, OPAQUE_LEN};
+use crate::ccl::{FlowKey, FlowOp, FlowRecord, FlowTransfer, Message, OwnerQuery, OwnerReply, SyncDone, OPAQUE_LEN};
 use crate::cluster::flow_hash;
 use crate::conntrack::{ConnTable, FlowState};
 use crate::types::{DropReason, Duration, Epoch, FiveTuple, NodeId, Timestamp};
@@ -124,9 +125,9 @@ impl ClusterPath {
     /// `SYNC_BUDGET` slots; at the end, flush and send `SyncDone`.
     pub(super) fn sync_step(&mut self, now: Timestamp, link: &mut Link<'_>, conn: &ConnTable) {
         if !self.sync.running {
-            if now >= self.sync.next_marker && now < self.sync.markers_until {
+            if self.sync.unsent != 0 && now >= self.sync.next_marker && now < self.sync.markers_until {
                 self.sync.next_marker = now.saturating_add(super::SYNC_MARKER_EVERY);
-                let n = self.send_markers(now, link);
+                let n = self.send_markers(now, link, self.sync.unsent);
                 self.counters.sync_done_repeated += n;
             }
             return;
@@ -168,19 +169,24 @@ impl ClusterPath {
         self.sync.took = now.since(self.sync.started);
         self.sync.next_marker = now.saturating_add(super::SYNC_MARKER_EVERY);
         self.sync.markers_until = now.saturating_add(super::SYNC_MARKER_FOR);
-        let n = self.send_markers(now, link);
+        let n = self.send_markers(now, link, u16::MAX);
         self.counters.sync_done_sent += n;
     }
 
-    /// `SyncDone` for the last finished scan's epoch to every other member;
-    /// how many were sent.
-    fn send_markers(&mut self, now: Timestamp, link: &mut Link<'_>) -> u64 {
+    /// `SyncDone` for the last finished scan's epoch to the other members
+    /// in `to` (bits); how many left. Those that could not be sent (the
+    /// peer's CCL MAC not resolved yet, `ccl_unresolved`; no pool slot)
+    /// stay in `sync.unsent` for the next try.
+    fn send_markers(&mut self, now: Timestamp, link: &mut Link<'_>, to: u16) -> u64 {
         let m = Message::SyncDone(SyncDone { epoch: self.sync.epoch });
         let (members, me) = (self.members, self.me);
         let mut sent = 0;
-        for n in members.iter().filter(|&n| n != me) {
+        self.sync.unsent = 0;
+        for n in members.iter().filter(|&n| n != me && to >> n.0 & 1 != 0) {
             if self.send_ccl(now, link, n, &m) {
                 sent += 1;
+            } else {
+                self.sync.unsent |= 1 << n.0;
             }
         }
         sent
@@ -295,10 +301,7 @@ impl ClusterPath {
         if let Some(e) = self.extras.get_mut(h.index() as usize) {
             *e = OwnerExtra { delta, sent: now, version, sent_idle: timeout };
         }
-        if let Some(mut record) = self.owner_record(now, conn, h, orig) {
-            // Holders still at an epoch where the old owner is a member
-            // take it all the same (`FLAG_TAKEOVER`, `on_records`).
-            record.flags |= FLAG_TAKEOVER;
+        if let Some(record) = self.owner_record(now, conn, h, orig) {
             let to = self.directors.backups(flow_hash(orig), self.me);
             self.queue_to(now, link, record, true, to);
         }

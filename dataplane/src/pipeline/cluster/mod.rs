@@ -153,12 +153,11 @@ pub const SYNC_EPOCHS: usize = 8;
 /// timer tick; what this covers is the joiner's control lcore applying
 /// the set a few milliseconds after the admitting control node's peers.
 pub const SYNC_WAIT: Duration = Duration::from_millis(250);
-/// After a scan, its `SyncDone` markers are sent again every
-/// `SYNC_MARKER_EVERY` for `SYNC_MARKER_FOR`: a marker is one datagram with
-/// no acknowledgement, and a lost one (CCL loss, or a peer whose MAC is not
-/// resolved yet when a node boots, `ccl_unresolved`) would keep a joiner
-/// out until its sync timeout. A repeat says nothing new (the records went
-/// before the first); the receiver ORs it in.
+/// After a scan, a `SyncDone` marker that could not be sent (the peer's
+/// CCL MAC not resolved yet when a node boots, `ccl_unresolved`) is tried
+/// again every `SYNC_MARKER_EVERY` for `SYNC_MARKER_FOR`: without it the
+/// joiner waits for its sync timeout with its data ports down. A marker
+/// sent and lost on the wire is not repeated (docs/failover.md, gaps).
 pub const SYNC_MARKER_EVERY: Duration = Duration::from_millis(50);
 pub const SYNC_MARKER_FOR: Duration = Duration::from_secs(3);
 
@@ -422,7 +421,7 @@ pub struct ClusterCounters {
     /// those whose wait ran out (`SYNC_WAIT`) and sent anyway.
     pub sync_waits: u64,
     pub sync_wait_timeouts: u64,
-    /// `SyncDone` markers sent again (`SYNC_MARKER_EVERY`).
+    /// `SyncDone` markers sent on a later try (`SYNC_MARKER_EVERY`).
     pub sync_done_repeated: u64,
     /// SYNs parked and asked about within the SYN guard window.
     pub syn_guard_queries: u64,
@@ -654,6 +653,8 @@ pub(crate) struct SyncScan {
     /// before `markers_until` (`SYNC_MARKER_EVERY`, `SYNC_MARKER_FOR`).
     pub next_marker: Timestamp,
     pub markers_until: Timestamp,
+    /// Bit n: the marker to node n could not be sent (tried again).
+    pub unsent: u16,
 }
 
 /// An owner query a director holds (`DIRECTOR_HOLD`).
@@ -823,6 +824,7 @@ impl ClusterPath {
                 waited: false,
                 next_marker: Timestamp::ZERO,
                 markers_until: Timestamp::ZERO,
+                unsent: 0,
             },
             done_from: [(Epoch(0), 0); SYNC_EPOCHS],
             done_next: 0,
