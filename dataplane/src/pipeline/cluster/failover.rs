@@ -27,11 +27,11 @@
 //! sent (the peer's CCL MAC not resolved yet) is tried again every
 //! `SYNC_MARKER_EVERY` for `SYNC_MARKER_FOR`. A
 //! change during a scan restarts it from `synced` (some flows are sent
-//! twice; none is missed). A scan whose set gained nodes first waits, at
-//! most `SYNC_WAIT`, for their `SyncDone` of the epoch: records reaching a
-//! joiner before its worker applied the set would be dropped there as from
-//! a non-member. A joiner's own table is empty (it reset), so its scan
-//! ends, and its markers leave, at once.
+//! twice; none is missed). A scan whose set gained nodes first waits for
+//! their `SyncDone` of the epoch (at most `SYNC_WAIT` plus the time a scan
+//! of a table like ours takes — the joiner's marker follows its own scan
+//! of its empty table): records reaching a joiner before its worker
+//! applied the set would be dropped there as from a non-member.
 //!
 //! Invariants:
 //! - at most one owner: a grant or a local takeover happens only at the
@@ -137,7 +137,7 @@ impl ClusterPath {
         }
         let cap = conn.capacity();
         // An empty table has nothing to register: straight to the markers.
-        let end = if conn.len() == 0 { cap } else { self.sync.cursor.saturating_add(SYNC_BUDGET).min(cap) };
+        let end = self.sync.cursor.saturating_add(SYNC_BUDGET).min(cap);
         for i in self.sync.cursor..end {
             let Some((h, orig)) = conn.slot(i) else { continue };
             self.counters.sync_scanned += 1;
@@ -211,7 +211,10 @@ impl ClusterPath {
         if self.sync.awaiting == 0 {
             return true;
         }
-        if now >= self.sync.wait_until {
+        // The joiner's marker follows its own scan of its (empty) table:
+        // capacity / SYNC_BUDGET timer ticks of 1 ms, as long as ours.
+        let scan = Duration::from_millis((conn.capacity() / SYNC_BUDGET) as u64);
+        if now >= self.sync.wait_until.saturating_add(scan) {
             self.counters.sync_wait_timeouts += 1;
             self.sync.awaiting = 0;
             return true;

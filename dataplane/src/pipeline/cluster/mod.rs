@@ -148,10 +148,11 @@ pub const SYNC_BUDGET: usize = 512;
 pub const SYNC_EPOCHS: usize = 8;
 /// How long a re-registration scan waits for the nodes new in the member
 /// set to show they applied it (their `SyncDone` for the epoch) before it
-/// sends them records anyway (`sync_wait_timeouts`). A joiner's table is
-/// empty after its reset, so its marker follows its `set_members` within a
-/// timer tick; what this covers is the joiner's control lcore applying
-/// the set a few milliseconds after the admitting control node's peers.
+/// sends them records anyway (`sync_wait_timeouts`), beyond the duration
+/// of a scan of this node's table (capacity / `SYNC_BUDGET` ms): the
+/// joiner's marker follows its own scan (its table is empty after its
+/// reset, but a scan visits every slot). What this covers is the joiner's
+/// control lcore applying the set a few milliseconds after the peers.
 pub const SYNC_WAIT: Duration = Duration::from_millis(250);
 /// After a scan, a `SyncDone` marker that could not be sent (the peer's
 /// CCL MAC not resolved yet when a node boots, `ccl_unresolved`) is tried
