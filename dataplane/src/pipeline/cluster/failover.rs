@@ -136,7 +136,6 @@ impl ClusterPath {
             return;
         }
         let cap = conn.capacity();
-        // An empty table has nothing to register: straight to the markers.
         let end = self.sync.cursor.saturating_add(SYNC_BUDGET).min(cap);
         for i in self.sync.cursor..end {
             let Some((h, orig)) = conn.slot(i) else { continue };
