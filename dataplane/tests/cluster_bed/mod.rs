@@ -181,6 +181,19 @@ impl Bed {
         self.set_members_up(set);
     }
 
+    /// Node `n`, killed earlier, comes back a second later: membership
+    /// reset it, and every node (it included) gets the member set with it
+    /// at epoch `epoch`; the timers run once.
+    pub fn rejoin(&mut self, n: usize, epoch: u64) {
+        self.now_ms += 1_000;
+        let now = self.now();
+        self.nodes[n].reset(now);
+        self.down[n] = false;
+        let set = self.members_up(epoch);
+        self.set_members_up(set);
+        self.tick(1);
+    }
+
     pub fn now(&self) -> Timestamp {
         Timestamp::from_millis(self.now_ms)
     }

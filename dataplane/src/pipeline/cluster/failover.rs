@@ -88,7 +88,7 @@ impl ClusterPath {
         self.sync.sent = true;
         self.sync.started = now;
         self.sync.awaiting = 0;
-        self.sync.markers_until = now;
+        self.sync.unsent = 0;
         self.done_from = [(Epoch(0), 0); SYNC_EPOCHS];
         self.counters.resets += 1;
     }
@@ -102,10 +102,9 @@ impl ClusterPath {
         // flow is registered under it), also when a scan is cut short.
         // Nodes still awaited by a scan cut short stay awaited: they must
         // show this epoch too.
+        // (`joined` never holds this node; neither do carried bits.)
         let carried = if self.sync.running { self.sync.awaiting } else { 0 };
-        let me = 1u16.checked_shl(u32::from(self.me.0)).unwrap_or(0);
-        self.sync.awaiting = (carried | joined) & self.members.bits() & !me;
-        self.sync.wait_until = now.saturating_add(super::SYNC_WAIT);
+        self.sync.awaiting = (carried | joined) & self.members.bits();
         self.sync.waited = false;
         self.guard_until = now.saturating_add(self.syn_guard);
         self.sync.epoch = self.members.epoch();
@@ -125,7 +124,8 @@ impl ClusterPath {
     /// `SYNC_BUDGET` slots; at the end, flush and send `SyncDone`.
     pub(super) fn sync_step(&mut self, now: Timestamp, link: &mut Link<'_>, conn: &ConnTable) {
         if !self.sync.running {
-            if self.sync.unsent != 0 && now >= self.sync.next_marker && now < self.sync.markers_until {
+            let tries_end = self.sync.started.saturating_add(self.sync.took).saturating_add(super::SYNC_MARKER_FOR);
+            if self.sync.unsent != 0 && now >= self.sync.next_marker && now < tries_end {
                 self.sync.next_marker = now.saturating_add(super::SYNC_MARKER_EVERY);
                 let n = self.send_markers(now, link, self.sync.unsent);
                 self.counters.sync_done_repeated += n;
@@ -167,7 +167,6 @@ impl ClusterPath {
         self.sync.sent = true;
         self.sync.took = now.since(self.sync.started);
         self.sync.next_marker = now.saturating_add(super::SYNC_MARKER_EVERY);
-        self.sync.markers_until = now.saturating_add(super::SYNC_MARKER_FOR);
         let n = self.send_markers(now, link, u16::MAX);
         self.counters.sync_done_sent += n;
     }
@@ -192,9 +191,9 @@ impl ClusterPath {
     }
 
     /// May the scan start? Not while a node new in the member set has not
-    /// shown it applied it (its `SyncDone` for the epoch; it has an empty
-    /// table after its reset, so the marker comes at once), unless there
-    /// is nothing to send or `SYNC_WAIT` is over. The wait is what lets a
+    /// shown it applied it (its `SyncDone` for the epoch, which follows its
+    /// own scan of its reset table), unless there is nothing to send or
+    /// the wait (`SYNC_WAIT` beyond a scan's duration) is over. The wait is what lets a
     /// rejoining director or backup receive its records: sent earlier, they
     /// meet a pipeline that does not count this node as a member yet and
     /// are dropped (`from_nonmembers` there), and the flow is lost to it.
@@ -213,7 +212,7 @@ impl ClusterPath {
         // The joiner's marker follows its own scan of its (empty) table:
         // capacity / SYNC_BUDGET timer ticks of 1 ms, as long as ours.
         let scan = Duration::from_millis((conn.capacity() / SYNC_BUDGET) as u64);
-        if now >= self.sync.wait_until.saturating_add(scan) {
+        if now >= self.sync.started.saturating_add(super::SYNC_WAIT).saturating_add(scan) {
             self.counters.sync_wait_timeouts += 1;
             self.sync.awaiting = 0;
             return true;

@@ -645,17 +645,15 @@ pub(crate) struct SyncScan {
     /// Bit n: node n is new in the member set (joined or rejoined) and its
     /// `SyncDone` for `epoch` has not arrived: records to it would meet a
     /// pipeline that does not count us as members yet and be dropped, so
-    /// the scan waits for it (until `wait_until`).
+    /// the scan waits for it (`SYNC_WAIT` after `started`, beyond a scan).
     pub awaiting: u16,
-    pub wait_until: Timestamp,
     /// This scan waited (counted once in `sync_waits`).
     pub waited: bool,
-    /// The finished scan's markers go again at `next_marker` while it is
-    /// before `markers_until` (`SYNC_MARKER_EVERY`, `SYNC_MARKER_FOR`).
-    pub next_marker: Timestamp,
-    pub markers_until: Timestamp,
-    /// Bit n: the marker to node n could not be sent (tried again).
+    /// Bit n: the finished scan's marker to node n could not be sent; it
+    /// is tried at `next_marker`, until `SYNC_MARKER_FOR` after the scan
+    /// ended (`started + took`).
     pub unsent: u16,
+    pub next_marker: Timestamp,
 }
 
 /// An owner query a director holds (`DIRECTOR_HOLD`).
@@ -821,11 +819,9 @@ impl ClusterPath {
                 started: Timestamp::ZERO,
                 took: Duration::ZERO,
                 awaiting: 0,
-                wait_until: Timestamp::ZERO,
                 waited: false,
-                next_marker: Timestamp::ZERO,
-                markers_until: Timestamp::ZERO,
                 unsent: 0,
+                next_marker: Timestamp::ZERO,
             },
             done_from: [(Epoch(0), 0); SYNC_EPOCHS],
             done_next: 0,
