@@ -11,10 +11,10 @@ mod cluster_bed;
 
 use cluster_bed::*;
 use dataplane::ccl::MessageKind;
-use dataplane::cluster::{flow_hash, DirectorTable, MemberSet};
+use dataplane::cluster::{flow_hash, DirectorTable, MemberInfo, MemberSet};
 use dataplane::conntrack::tcp_flags::{ACK, PSH, RST, SYN};
 use dataplane::pipeline::{PipelineConfig, Role, Verdict, DEFAULT_DIRECTOR_HOLD};
-use dataplane::{DropReason, Duration, Epoch, NodeId, PortId, Timestamp};
+use dataplane::{DropReason, Duration, Epoch, FiveTuple, NodeId, PortId, Timestamp};
 use proptest::prelude::*;
 
 const A: usize = 0;
@@ -797,6 +797,192 @@ fn a_rejoining_director_gets_its_records_after_it_applied_the_set() {
     assert_eq!(hex(&one(&out).2), hex(&want));
     assert_eq!(bed.owners_up(&t), vec![A]);
     no_drops(&bed, C);
+    accounted(&bed);
+}
+
+/// C restarts (a crash and a fast reboot) and the control node readmits it
+/// before its hold time ran out: the survivors never apply a set without
+/// it, {A, B, C}@1 → {A, B, C}@2, and only C's admission epoch
+/// (`MemberInfo::since`) says it lost its state. Its flows are orphans: the
+/// one it owned and directed has its state at its backup alone.
+fn restart_within_one_set(bed: &mut Bed) -> (u16, FiveTuple, u32, usize) {
+    let cport = cport_for(3, C);
+    let t = tuple(HOST, cport, SERVER, 80, 6);
+    let delta = connect(bed, cport, C, A);
+    let backup = [A, B]
+        .into_iter()
+        .find(|&n| bed.nodes[n].cluster_role(bed.now(), &t) == Some((Role::Backup, NodeId(C as u8))))
+        .expect("one backup");
+    bed.now_ms += 500;
+    let now = bed.now();
+    bed.nodes[C].reset(now);
+    bed.nodes[C].set_members(now, MemberSet::from_nodes(Epoch(0), [NodeId(C as u8)]).unwrap());
+    bed.tick(1);
+    let m = |since| MemberInfo { since: Epoch(since), ..MemberInfo::NONE };
+    let back = MemberSet::from_members(Epoch(2), [(NodeId(A as u8), m(1)), (NodeId(B as u8), m(1)), (NodeId(C as u8), m(2))])
+        .unwrap();
+    bed.set_members_up(back);
+    // The scans (C's of its empty table, then the others') and the hand-off.
+    for _ in 0..40 {
+        bed.tick(1);
+    }
+    let b = bed.cluster(backup).counters;
+    assert_eq!(b.handoffs_sent, 1, "the backup hands the orphan to its director");
+    let c = bed.cluster(C).counters;
+    assert_eq!((c.handoffs_received, c.handoffs_ignored, c.from_nonmembers), (1, 0, 0));
+    assert_eq!(bed.cluster(C).ccl.total_drops(), 0, "no datagram of C's new incarnation dropped");
+    (cport, t, delta, backup)
+}
+
+#[test]
+fn a_node_restarted_within_one_member_set_takes_back_the_orphan_it_directs() {
+    let mut bed = Bed::new(3, true);
+    let (cport, t, delta, backup) = restart_within_one_set(&mut bed);
+    // The client's next segment reaches C again: C, the director holding
+    // the state, takes the flow over and translates as before.
+    let (seg, want) = client_seg(C, C, cport, delta, b"x");
+    assert_eq!(hex(&one(&bed.send(C, IN, seg)).2), hex(&want));
+    assert_eq!(bed.cluster(C).counters.takeovers_local, 1);
+    assert_eq!(bed.owners_up(&t), vec![C]);
+    bed.tick(1);
+    // The backup follows the new incarnation's registration.
+    assert_eq!(bed.nodes[backup].cluster_role(bed.now(), &t), Some((Role::Backup, NodeId(C as u8))));
+    no_drops(&bed, C);
+    accounted(&bed);
+}
+
+#[test]
+fn a_node_restarted_within_one_member_set_grants_its_orphan_to_a_querier() {
+    let mut bed = Bed::new(3, true);
+    let (cport, t, delta, _) = restart_within_one_set(&mut bed);
+    // The server's answer lands on B: B asks C, which grants it the flow.
+    let (seg, want) = server_seg(B, B, cport, delta, 0);
+    let out = bed.send(B, OUT, seg);
+    assert_eq!(hex(&one(&out).2), hex(&want));
+    assert_eq!((bed.cluster(C).counters.takeovers_granted, bed.cluster(B).counters.takeovers), (1, 1));
+    assert_eq!(bed.owners_up(&t), vec![B]);
+    no_drops(&bed, B);
+    accounted(&bed);
+}
+
+/// The director granted the orphan to B; A asks about the flow before B's
+/// registration reached the director: A learns that B owns it — a second
+/// grant would make two owners (the simulator's sweep, seeds 21, 35, 94).
+#[test]
+fn a_query_before_the_granted_owners_registration_is_answered_not_granted() {
+    let mut bed = Bed::new(3, true);
+    let (cport, t, delta, _) = restart_within_one_set(&mut bed);
+    bed.hold = Some(MessageKind::FlowRegister);
+    let (seg, want) = server_seg(B, B, cport, delta, 0);
+    assert_eq!(hex(&one(&bed.send(B, OUT, seg)).2), hex(&want));
+    let (seg, want) = client_seg(A, B, cport, delta, b"x");
+    assert_eq!(hex(&one(&bed.send(A, IN, seg)).2), hex(&want), "A forwards to B");
+    assert_eq!(bed.cluster(C).counters.takeovers_granted, 1);
+    assert_eq!(bed.owners_up(&t), vec![B]);
+    bed.hold = None;
+    let n = bed.held.len();
+    bed.release_held(&(0..n).collect::<Vec<_>>());
+    assert_eq!(bed.nodes[C].cluster_role(bed.now(), &t), Some((Role::Director, NodeId(B as u8))));
+    accounted(&bed);
+}
+
+/// The director's `FlowTransfer` to B is lost on the CCL: B's frames wait
+/// out their pending timeout; B's next query about the flow gets the grant
+/// again (the record names B, carries the state and no registration of B's
+/// yet) rather than the answer "B owns it", which B cannot act on.
+#[test]
+fn a_grant_lost_on_the_ccl_is_sent_again() {
+    let mut bed = Bed::new(3, true);
+    let (cport, t, delta, _) = restart_within_one_set(&mut bed);
+    bed.hold = Some(MessageKind::FlowTransfer);
+    let (seg, _) = server_seg(B, B, cport, delta, 0);
+    assert!(bed.send(B, OUT, seg).is_empty(), "parked, waiting for the transfer");
+    bed.hold = None;
+    bed.held.clear();
+    for _ in 0..120 {
+        bed.tick(1);
+    }
+    assert_eq!(bed.cluster(B).counters.pending_timeouts, 1);
+    let (seg, want) = server_seg(B, B, cport, delta, 0);
+    assert_eq!(hex(&one(&bed.send(B, OUT, seg)).2), hex(&want));
+    assert_eq!(bed.cluster(C).counters.grants_repeated, 1);
+    assert_eq!(bed.owners_up(&t), vec![B]);
+    accounted(&bed);
+}
+
+/// A chassis backup (R4) hands the orphan to a new director that holds
+/// nothing. Five nodes, chassis 0 = {A, B, E}, chassis 1 = {C, D}; a flow
+/// owned by A and directed by B, with E next in the ranking: its backup
+/// owners are B and, because B shares A's chassis, C (the first of the
+/// ranking on another chassis). A and B fail together; E, the new
+/// director, never held the flow, C hands it over, and the next packet is
+/// taken over as after a single failure.
+#[test]
+fn a_chassis_backup_hands_the_orphan_to_a_new_director_that_never_held_it() {
+    const E: usize = 4;
+    let chassis = |n: usize| if n == C || n == D { 1 } else { 0 };
+    let set = |epoch: u64, nodes: &[usize]| {
+        MemberSet::from_members(
+            Epoch(epoch),
+            nodes.iter().map(|&n| (NodeId(n as u8), MemberInfo { chassis: Some(chassis(n)), ..MemberInfo::NONE })),
+        )
+        .unwrap()
+    };
+    let all = set(2, &[A, B, C, D, E]);
+    let table = DirectorTable::new(&all).unwrap();
+    let after = DirectorTable::new(&set(3, &[C, D, E])).unwrap();
+    let cport = (20_000u16..60_000)
+        .find(|&p| {
+            let h = flow_hash(&tuple(HOST, p, SERVER, 80, 6));
+            let b: Vec<NodeId> = table.backups(h, NodeId(A as u8)).iter().collect();
+            table.director(h) == NodeId(B as u8) && b.contains(&NodeId(C as u8)) && after.director(h) == NodeId(E as u8)
+        })
+        .expect("a port with that ranking");
+    let t = tuple(HOST, cport, SERVER, 80, 6);
+    let mut bed = Bed::new(5, true);
+    bed.set_members_up(all);
+    bed.tick(1);
+    let delta = connect(&mut bed, cport, A, D);
+    assert_eq!(bed.nodes[C].cluster_role(bed.now(), &t), Some((Role::Backup, NodeId(A as u8))));
+    assert_eq!(bed.nodes[E].cluster_role(bed.now(), &t), None);
+    bed.down[A] = true;
+    bed.down[B] = true;
+    bed.set_members_up(set(3, &[C, D, E]));
+    for _ in 0..5 {
+        bed.tick(1);
+    }
+    assert_eq!(bed.cluster(C).counters.handoffs_sent, 1);
+    assert_eq!(bed.cluster(E).counters.handoffs_received, 1);
+    // The server's answer lands on D: D asks E, which grants it the flow.
+    let (seg, want) = server_seg(D, D, cport, delta, 0);
+    assert_eq!(hex(&one(&bed.send(D, OUT, seg)).2), hex(&want));
+    assert_eq!(bed.cluster(E).counters.takeovers_granted, 1);
+    assert_eq!(bed.owners_up(&t), vec![D]);
+    no_drops(&bed, D);
+    accounted(&bed);
+}
+
+/// C leaves and comes back before any packet of a flow it owned and
+/// directed arrived: while it was gone the backup directed the orphan; back,
+/// C directs it again, and the backup hands it over (without it the flow
+/// would be lost: a director with no record decides nothing).
+#[test]
+fn an_orphan_no_packet_reached_while_its_director_was_gone_is_handed_back() {
+    let mut bed = Bed::new(3, true);
+    let cport = cport_for(3, C);
+    let t = tuple(HOST, cport, SERVER, 80, 6);
+    let delta = connect(&mut bed, cport, C, A);
+    bed.kill(C, 2);
+    bed.tick(1);
+    bed.rejoin(C, 3);
+    for _ in 0..40 {
+        bed.tick(1);
+    }
+    assert_eq!(bed.cluster(C).counters.handoffs_received, 1);
+    let (seg, want) = client_seg(A, A, cport, delta, b"x");
+    assert_eq!(hex(&one(&bed.send(A, IN, seg)).2), hex(&want));
+    assert_eq!(bed.owners_up(&t), vec![A]);
+    no_drops(&bed, A);
     accounted(&bed);
 }
 

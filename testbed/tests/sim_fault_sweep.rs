@@ -13,8 +13,8 @@
 //! complete with intact data.
 //!
 //! Seeds: `CFW_SIM_SEEDS` (`1,2,3`, `100..150`, `1000+60`), default 1..=100.
-//! Known product bugs are listed in `KNOWN` with their signature; a run
-//! that fails otherwise fails the sweep. Reproduce one seed:
+//! Known cases are `Verdict`s with their signature (a multiple failure,
+//! an open case); a run that fails otherwise fails the sweep. Reproduce one seed:
 //! `CFW_SIM_SEEDS=9 cargo test --release -p testbed --test sim_fault_sweep fault_sweep -- --nocapture`
 //! (`CFW_SIM_TRACE_FLOW=n` traces flow n's frames on stderr).
 
@@ -34,18 +34,6 @@ const FLOW_LOSS: [&str; 4] = ["flows-complete", "flows-timely", "director-knows-
 #[derive(Debug, PartialEq, Eq)]
 enum Verdict {
     Ok,
-    /// KNOWN BUG 1: a node restarted and was readmitted without a member
-    /// set lacking it in between (a restart of a live node, or a kill
-    /// restarted before the removal): the survivors' pipelines see the
-    /// same member bits at a new epoch, so `set_members` marks nothing
-    /// `owner_left`; forwarders and directors keep following records that
-    /// name the node's previous incarnation, and its flows are forwarded
-    /// to a node that has no state for them (black hole).
-    /// Seen once (seed 53) with a UDP flow owned by two nodes after such
-    /// a restart (`double_owner`): suspected the same cause (a director
-    /// following the stale record grants the flow while the restarted
-    /// node created it anew), not proven.
-    RestartWithinOneSet { node: usize, double_owner: bool },
     /// OPEN CASE (not analysed): a UDP flow whose packets enter the node
     /// cut off by a partition of 1.5 s or more goes unanswered until the
     /// UDP client gives up (8 tries, 2 s): the cut node leaves and elects
@@ -84,20 +72,7 @@ fn classify(r: &Report) -> Verdict {
     if !failed.iter().all(|f| FLOW_LOSS.contains(f) || OWNERS.contains(f)) {
         return Verdict::Unknown(why());
     }
-    let double_owner = failed.iter().any(|f| OWNERS.contains(f));
-    let restarts: Vec<(usize, u64)> = r
-        .config
-        .faults
-        .iter()
-        .filter_map(|f| match f.fault {
-            FaultKind::Restart(n) => Some((n, f.at_ns)),
-            _ => None,
-        })
-        .collect();
-    if let Some(&(node, _)) = restarts.iter().find(|&&(n, at)| restarted_within_one_set(r, n, at)) {
-        return Verdict::RestartWithinOneSet { node, double_owner };
-    }
-    if double_owner {
+    if failed.iter().any(|f| OWNERS.contains(f)) {
         return Verdict::Unknown(why());
     }
     let lost: Vec<&String> = r.failures.iter().filter(|f| f.starts_with("flow ")).collect();
@@ -122,7 +97,7 @@ fn trace_flow() -> Option<u32> {
 fn fault_sweep() {
     let seeds = sim::seeds_from_env(1, 100);
     let t0 = std::time::Instant::now();
-    let (mut ok, mut known, mut multiple, mut unknown, mut open) = (0, Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut ok, mut multiple, mut unknown, mut open) = (0, Vec::new(), Vec::new(), Vec::new());
     let (mut det, mut take, mut settle_heal, mut stalls) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut episodes = 0;
     let mut kinds = std::collections::BTreeMap::new();
@@ -152,7 +127,6 @@ fn fault_sweep() {
         }
         match classify(&r) {
             Verdict::Ok => ok += 1,
-            Verdict::RestartWithinOneSet { node, double_owner } => known.push((seed, node, double_owner)),
             Verdict::PartitionedUdp => open.push(seed),
             Verdict::MultipleFailure => multiple.push(seed),
             Verdict::Unknown(why) => unknown.push(format!("seed {seed}: {why}")),
@@ -175,7 +149,6 @@ fn fault_sweep() {
     println!("  heal -> settled: {}", stat(&mut settle_heal));
     println!("  worst stall per run: {}", stat(&mut stalls));
     println!("  clean {ok}; multiple failures (several nodes reset in one episode, flows may be lost) {multiple:?}");
-    println!("  KNOWN BUG restart-within-one-set (seed, node, double owner): {known:?}");
     println!("  OPEN CASE partitioned UDP flow unanswered: {open:?}");
     for u in &unknown {
         println!("UNKNOWN FAILURE {u}");
@@ -298,23 +271,37 @@ fn golden_kill_and_restart_after_removal() {
     assert!(e.settle_ms().unwrap() <= 1000.0, "{:?}", e.settle_ms());
 }
 
-#[test]
-fn known_bug_restart_of_a_live_node_loses_its_flows() {
-    // KNOWN BUG 1 (see `Verdict::RestartWithinOneSet`): node0 (control)
-    // restarts at 2 s. Its new machine is heard joining while the others
-    // elect node1 a hold time later, and node1's first set already
-    // includes it: {0,1,2} at epoch 1 -> {0,1,2} at epoch 2. The
-    // survivors' pipelines mark no record `owner_left`, the flows node0
-    // owned are forwarded to the new node0, which has no state. This test
-    // pins the bug; when it fails because the flows survive, the bug is
-    // fixed: make it a golden scenario.
-    let r = golden(vec![at(2000, FaultKind::Restart(0))], 6000);
-    let v = classify(&r);
-    println!("verdict: {v:?}");
-    assert!(matches!(v, Verdict::RestartWithinOneSet { node: 0, .. }), "{}", r.summary());
+/// A restart readmitted within one member set (fixed: it was the sweep's
+/// known bug 1, one run in four): the survivors never apply a set without
+/// the node, {0,1,2}@1 -> {0,1,2}@2, and only its admission epoch
+/// (`MemberInfo::since`, carried in the member tables) tells their
+/// pipelines that it lost its state; its orphans are handed to it where it
+/// directs them (docs/failover.md, "Orphans").
+fn restart_within_one_set(faults: Vec<FaultAt>, node: usize) {
+    let r = golden(faults, 6000);
+    assert!(r.ok(), "{}", r.summary());
+    assert!(restarted_within_one_set(&r, node, 2000 * MS), "the scenario is a readmission within one set");
     let m = r.membership.as_ref().unwrap();
-    let sets: Vec<_> = m.per_node[1].member_sets.iter().map(|s| (s.epoch, s.members.clone())).collect();
+    let other = (node + 1) % 3;
+    let sets: Vec<_> = m.per_node[other].member_sets.iter().map(|s| (s.epoch, s.members.clone())).collect();
     assert!(sets.iter().all(|(_, s)| s == &vec![0, 1, 2]), "{sets:?}");
+    assert!(sets.len() >= 2, "a new epoch for the readmission: {sets:?}");
+}
+
+#[test]
+fn golden_restart_of_the_control_node_within_one_member_set() {
+    // node0 (control) restarts at 2 s; its new machine is heard joining
+    // while the others elect node1 a hold time later, and node1's first
+    // set already includes it.
+    restart_within_one_set(vec![at(2000, FaultKind::Restart(0))], 0);
+}
+
+#[test]
+fn golden_restart_of_a_data_node_within_one_member_set() {
+    // node2 crashes and is back 200 ms later (below the 300 ms hold time,
+    // as a fast reboot): the control node readmits its new incarnation (the
+    // old one silent for two intervals) before the hold time removes it.
+    restart_within_one_set(vec![at(2000, FaultKind::Kill(2)), at(2200, FaultKind::Restart(2))], 2);
 }
 
 // --- The checks bite. ---

@@ -768,10 +768,10 @@ impl Membership {
     }
 
     /// The member set of a heartbeat or reply.
-    fn set_from(epoch: Epoch, bits: u16, place: &[Placement; NODE_SLOTS]) -> MemberSet {
+    fn set_from(epoch: Epoch, bits: u16, place: &[Placement; NODE_SLOTS], since: &[Epoch; NODE_SLOTS]) -> MemberSet {
         let members = (0..NODE_SLOTS as u8).filter(|i| bits & (1 << i) != 0).map(|i| {
-            let p = place[usize::from(i)];
-            (NodeId(i), MemberInfo { site: p.site, chassis: p.chassis })
+            let (p, since) = (place[usize::from(i)], since[usize::from(i)]);
+            (NodeId(i), MemberInfo { site: p.site, chassis: p.chassis, since })
         });
         // Node ids below 16 only: `from_members` cannot fail here.
         MemberSet::from_members(epoch, members).unwrap_or(MemberSet::empty(epoch))
@@ -812,6 +812,7 @@ impl Membership {
         for n in self.set.iter() {
             let i = self.set.info(n).unwrap_or_default();
             h.member_place[n.index()] = Placement { site: i.site, chassis: i.chassis };
+            h.member_since[n.index()] = i.since;
         }
         let echo_for: u16 = match self.state {
             State::Control => self.set.bits() & !(1 << me.index()),
@@ -1281,10 +1282,22 @@ impl Membership {
         let hold = self.hold();
         let top = self.peers.iter().filter_map(|p| p.fresh(now, hold)).map(|h| h.epoch).max().unwrap_or(Epoch(0));
         let epoch = Epoch(self.set.epoch().max(top).0.saturating_add(1));
-        let mut members = vec![(me, MemberInfo { site: self.cfg.place.site, chassis: self.cfg.place.chassis })];
+        // Admission epochs (`MemberInfo::since`): a member of the set this
+        // node ran that still runs keeps its own; a node that joins (new,
+        // or heard joining: it restarted or left, its state is gone) is
+        // admitted now — the members' pipelines then treat it as rejoined
+        // even when the set's bits do not change (docs/failover.md).
+        let set = self.set;
+        let kept = |n: NodeId, joining: bool| match set.info(n) {
+            Some(i) if !joining => i.since,
+            _ => epoch,
+        };
+        let mine = kept(me, self.state == State::Joining);
+        let mut members = vec![(me, MemberInfo { site: self.cfg.place.site, chassis: self.cfg.place.chassis, since: mine })];
         for p in self.peers.iter_mut().filter(|p| include & (1 << p.id.index()) != 0) {
             let place = p.hb.map(|h| h.place).unwrap_or_default();
-            members.push((p.id, MemberInfo { site: place.site, chassis: place.chassis }));
+            let since = kept(p.id, p.hb.is_none_or(|h| h.state == State::Joining));
+            members.push((p.id, MemberInfo { site: place.site, chassis: place.chassis, since }));
             p.member = Some(MemberRec {
                 incarnation: p.incarnation,
                 admitted: now,
@@ -1377,7 +1390,9 @@ impl Membership {
         }
         for (n, pend) in admit {
             members.retain(|(m, _)| m != n);
-            members.push((*n, MemberInfo { site: pend.place.site, chassis: pend.place.chassis }));
+            // Admitted now, also a member readmitted after a restart (its
+            // state is gone: `MemberInfo::since`).
+            members.push((*n, MemberInfo { site: pend.place.site, chassis: pend.place.chassis, since: epoch }));
             if let Some(p) = self.peer_mut(*n) {
                 p.member = Some(MemberRec {
                     incarnation: pend.incarnation,
@@ -1408,11 +1423,13 @@ impl Membership {
             detail,
             member_bitmap: if accepted { self.set.bits() } else { 0 },
             member_place: [Placement::default(); NODE_SLOTS],
+            member_since: [Epoch(0); NODE_SLOTS],
         };
         if accepted {
             for n in self.set.iter() {
                 let i = self.set.info(n).unwrap_or_default();
                 r.member_place[n.index()] = Placement { site: i.site, chassis: i.chassis };
+                r.member_since[n.index()] = i.since;
             }
             self.send(to, Outgoing::JoinReply(r));
         } else {
@@ -1648,7 +1665,7 @@ impl Membership {
                         self.hb_now = true;
                     }
                     if from.epoch > self.set.epoch() {
-                        let set = Self::set_from(from.epoch, h.member_bitmap, &h.member_place);
+                        let set = Self::set_from(from.epoch, h.member_bitmap, &h.member_place, &h.member_since);
                         self.counters.epochs_adopted += 1;
                         self.set_members(now, set, p_id);
                     }
@@ -1659,7 +1676,7 @@ impl Membership {
                     if self.state == State::Data && from.epoch > self.set.epoch() && includes_me {
                         // A new control node (elected after ours was lost)
                         // counts this node among its members.
-                        let set = Self::set_from(from.epoch, h.member_bitmap, &h.member_place);
+                        let set = Self::set_from(from.epoch, h.member_bitmap, &h.member_place, &h.member_since);
                         self.control = Some(p_id);
                         self.ctrl_inc = from.incarnation;
                         self.ctrl_seen = now;
@@ -1771,7 +1788,7 @@ impl Membership {
                 if r.member_bitmap & (1 << me.index()) == 0 {
                     return Received::Ignored;
                 }
-                let set = Self::set_from(from.epoch, r.member_bitmap, &r.member_place);
+                let set = Self::set_from(from.epoch, r.member_bitmap, &r.member_place, &r.member_since);
                 self.control = Some(by);
                 self.ctrl_inc = from.incarnation;
                 self.ctrl_seen = now;

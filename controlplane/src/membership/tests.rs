@@ -288,6 +288,56 @@ fn the_control_nodes_death_elects_the_next_best_and_keeps_every_flow() {
     assert!(won.since(killed) < Duration::from_millis(600), "{} ms", won.since(killed).0 / MS);
 }
 
+/// A node restarts (silent for 250 ms, then a new machine with the next
+/// incarnation) and is heard again before its hold time (300 ms) ran out.
+fn restart(c: &mut Mini, n: u8) {
+    let i = usize::from(n);
+    c.alive[i] = false;
+    c.run(250);
+    let mut cf = cfg(n, c.ms.len() as u8);
+    cf.incarnation += 100;
+    c.ms[i] = Membership::new(cf).unwrap();
+    c.alive[i] = true;
+}
+
+#[test]
+fn a_member_restarted_within_its_hold_time_is_readmitted_with_a_new_admission_epoch() {
+    let mut c = Mini::of(3);
+    c.run(1000);
+    let before = c.ms[1].members();
+    assert_eq!(before.bits(), 0b111);
+    restart(&mut c, 2);
+    c.run(100);
+    let after = c.ms[0].members();
+    // The bits do not change: only node 2's admission epoch says that it
+    // lost its state — what the pipelines act on (`fresh_since`).
+    assert_eq!(after.bits(), 0b111);
+    assert!(after.epoch() > before.epoch());
+    assert_eq!(after.info(NodeId(2)).unwrap().since, after.epoch());
+    for n in [0, 1] {
+        assert_eq!(after.info(NodeId(n)).unwrap().since, before.info(NodeId(n)).unwrap().since);
+    }
+    assert_eq!(c.ms[1].members(), after, "the follower's set carries the admission epochs");
+    assert_eq!(after.fresh_since(&before, NodeId(1)), 0b100);
+    assert_eq!(c.resets(1), 0);
+}
+
+#[test]
+fn the_control_node_restarted_within_its_hold_time_is_fresh_in_the_first_set_of_the_next() {
+    let mut c = Mini::of(3);
+    c.run(1000);
+    let before = c.ms[1].members();
+    restart(&mut c, 0);
+    c.run(1000);
+    let after = c.ms[1].members();
+    assert_eq!(after.bits(), 0b111);
+    // Whoever holds the role now, node 0's state is gone and node 2's is not.
+    assert!(after.info(NodeId(0)).unwrap().since > before.epoch());
+    assert_eq!(after.info(NodeId(2)).unwrap().since, before.info(NodeId(2)).unwrap().since);
+    assert_eq!(after.fresh_since(&before, NodeId(2)), 0b001);
+    assert_eq!((c.resets(1), c.resets(2)), (0, 0), "the others keep their flows");
+}
+
 #[test]
 fn a_joining_node_with_a_better_priority_does_not_take_over() {
     let mut c = Mini::new(vec![
@@ -792,6 +842,7 @@ fn build(kind: u8, data: &[u8]) -> Option<Outgoing> {
             detail: u64::from(b(3)),
             member_bitmap: if b(2) % 7 == 0 { u16::from(b(4) & 0x0f) } else { 0 },
             member_place: [Placement::default(); NODE_SLOTS],
+            member_since: [Epoch(0); NODE_SLOTS],
         }),
         3 => Outgoing::SyncRequest(SyncRequest {
             to: NodeId(b(0) % 4),

@@ -1,8 +1,8 @@
 //! Cluster key, cluster id and the message authentication code.
 //!
 //! Invariants: two MAC keys, the first 16 bytes of
-//! `blake3::derive_key("clusterfw ccl v4 aegis-128l-mac", secret)` and of
-//! `…("clusterfw ccl v4 aegis-128x4-mac", secret)`; the tag is the 128-bit
+//! `blake3::derive_key("clusterfw ccl v5 aegis-128l-mac", secret)` and of
+//! `…("clusterfw ccl v5 aegis-128x4-mac", secret)`; the tag is the 128-bit
 //! AEGIS-MAC (draft-irtf-cfrg-aegis-aead, all-zero nonce) of the header and
 //! payload — AEGIS-128L below `MAC_X4_FROM` bytes, AEGIS-128X4 from there;
 //! tags are compared in constant time. The keys never appear in `Debug`
@@ -29,8 +29,8 @@ pub const TAG_LEN: usize = 16;
 /// under contexts of their own, so no v3 tag verifies as v4; v2 used
 /// AEGIS-128L for every length, v1 a BLAKE3 keyed hash under
 /// `"clusterfw ccl v1"`).
-const MAC_CONTEXT: &str = "clusterfw ccl v4 aegis-128l-mac";
-const MAC_X4_CONTEXT: &str = "clusterfw ccl v4 aegis-128x4-mac";
+const MAC_CONTEXT: &str = "clusterfw ccl v5 aegis-128l-mac";
+const MAC_X4_CONTEXT: &str = "clusterfw ccl v5 aegis-128x4-mac";
 /// Messages (header and payload) of at least this many bytes are MACed
 /// with AEGIS-128X4, shorter ones with AEGIS-128L: on this build host one
 /// MAC over 1600 bytes takes 62 ns with 128X4 (four AES lanes, VAES) and

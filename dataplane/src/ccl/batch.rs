@@ -48,6 +48,12 @@ pub const FLAG_VERSIONED: u8 = 0x01;
 /// `FlowRecord::flags` bit: opaque bytes 8–47 hold the owner's flow state
 /// (conntrack's `FlowState` wire form; docs/ccl-protocol.md, "Flow state").
 pub const FLAG_STATE: u8 = 0x02;
+/// `FlowRecord::flags` bit: an orphan hand-off — the record of a flow
+/// whose owner (`owner`, a previous incarnation or a node gone) left, sent
+/// by a holder to the flow's director, which could not hold it (it
+/// rejoined); the director keeps it as an orphan and decides the takeover
+/// (docs/failover.md, "Orphans").
+pub const FLAG_ORPHAN: u8 = 0x04;
 
 /// Byte ranges of the opaque state the cluster logic defines.
 mod opaque {

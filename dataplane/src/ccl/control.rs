@@ -29,6 +29,7 @@ use super::heartbeat::{
 use super::key::{arr, exact, too_small, truncated};
 use super::message::MessageKind;
 use super::{CclError, MAX_PAYLOAD_MTU1500};
+use crate::types::Epoch;
 use crate::NodeId;
 use std::net::Ipv4Addr;
 
@@ -126,8 +127,8 @@ verdicts! {
 
 /// Control node → joiner. Layout: to (1), to-incarnation (4: the
 /// joiner's, so a second node with the same id does not take it), verdict
-/// (1), detail (8), then the member table (bitmap 2, site and chassis per
-/// member; empty bitmap unless accepted).
+/// (1), detail (8), then the member table (bitmap 2, site, chassis and
+/// admission epoch per member; empty bitmap unless accepted).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct JoinReply {
     pub to: NodeId,
@@ -136,6 +137,7 @@ pub struct JoinReply {
     pub detail: u64,
     pub member_bitmap: u16,
     pub member_place: [Placement; NODE_SLOTS],
+    pub member_since: [Epoch; NODE_SLOTS],
 }
 
 impl JoinReply {
@@ -144,7 +146,7 @@ impl JoinReply {
         let h: [u8; Self::HEAD] = arr(b, 0)?;
         let verdict = JoinVerdict::from_u8(h[5])
             .ok_or(CclError::BadValue { field: "join verdict", value: u64::from(h[5]) })?;
-        let (member_bitmap, member_place, at) = parse_members(b, Self::HEAD)?;
+        let ((member_bitmap, member_place, member_since), at) = parse_members(b, Self::HEAD)?;
         if verdict != JoinVerdict::Accepted && member_bitmap != 0 {
             return Err(CclError::BadValue { field: "refusal member bitmap", value: u64::from(member_bitmap) });
         }
@@ -153,7 +155,12 @@ impl JoinReply {
         i.copy_from_slice(&h[1..5]);
         let mut d = [0u8; 8];
         d.copy_from_slice(&h[6..14]);
-        Ok(JoinReply { to: dest(h[0])?, to_incarnation: be32(i), verdict, detail: be64(d), member_bitmap, member_place })
+        Ok(JoinReply { to: dest(h[0])?, to_incarnation: be32(i), verdict,
+            detail: be64(d),
+            member_bitmap,
+            member_place,
+            member_since,
+        })
     }
     pub fn wire_len(&self) -> usize {
         Self::HEAD + members_len(self.member_bitmap)
@@ -170,7 +177,7 @@ impl JoinReply {
         out[1..5].copy_from_slice(&self.to_incarnation.to_be_bytes());
         out[5] = self.verdict as u8;
         out[6..14].copy_from_slice(&self.detail.to_be_bytes());
-        emit_members(self.member_bitmap, &self.member_place, &mut out[Self::HEAD..n])?;
+        emit_members(self.member_bitmap, &self.member_place, &self.member_since, &mut out[Self::HEAD..n])?;
         Ok(n)
     }
 }
@@ -460,6 +467,8 @@ mod tests {
         };
         h.member_place[0] = Placement { site: Some(1), chassis: Some(7) };
         h.member_place[15] = Placement { site: None, chassis: Some(0) };
+        h.member_since[0] = Epoch(3);
+        h.member_since[15] = Epoch(0x0102_0304_0506_0708);
         h.echoes[1] = 0xdead_beef;
         h
     }
@@ -472,6 +481,7 @@ mod tests {
             detail: 0,
             member_bitmap: 0b11010,
             member_place: [Placement::default(); NODE_SLOTS],
+            member_since: [Epoch(0); NODE_SLOTS],
         };
         accepted.member_place[3] = Placement { site: Some(9), chassis: Some(254) };
         vec![
@@ -493,6 +503,7 @@ mod tests {
                 detail: 42,
                 member_bitmap: 0,
                 member_place: [Placement::default(); NODE_SLOTS],
+                member_since: [Epoch(0); NODE_SLOTS],
             }),
             ControlMessage::SyncRequest(SyncRequest {
                 to: NodeId(0),
@@ -514,7 +525,7 @@ mod tests {
         let h = sample_heartbeat();
         let mut b = [0u8; Heartbeat::MAX_LEN];
         let n = h.emit(&mut b).unwrap();
-        assert_eq!(n, Heartbeat::MIN_LEN + 2 * 3 + 4);
+        assert_eq!(n, Heartbeat::MIN_LEN + 10 * 3 + 4);
         assert_eq!(
             &b[..n],
             &[
@@ -523,7 +534,10 @@ mod tests {
                 0, 0, 0, 0, 0, 0, 0, 5, // config version
                 0, 0, 0, 0, 0, 1, 0xe2, 0x40, // state version
                 0, 0, 0, 0, // no grant
-                0x80, 0x03, 1, 7, 0xff, 0xff, 0xff, 0, // members 0, 1, 15 with placement
+                0x80, 0x03, // members 0, 1, 15, each with placement and admission epoch:
+                1, 7, 0, 0, 0, 0, 0, 0, 0, 3, // node 0: site 1, chassis 7, since epoch 3
+                0xff, 0xff, 0, 0, 0, 0, 0, 0, 0, 0, // node 1: none, unknown
+                0xff, 0, 1, 2, 3, 4, 5, 6, 7, 8, // node 15: chassis 0, since 0x0102030405060708
                 0, 2, 0xde, 0xad, 0xbe, 0xef, // echo of node 1
             ][..]
         );
@@ -576,6 +590,7 @@ mod tests {
             detail: 0,
             member_bitmap: 1,
             member_place: [Placement::default(); NODE_SLOTS],
+            member_since: [Epoch(0); NODE_SLOTS],
         };
         assert!(r.emit(&mut [0u8; 64]).is_err());
         let mut ok = [0u8; 64];

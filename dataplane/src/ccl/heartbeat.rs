@@ -12,6 +12,7 @@
 
 use super::key::{arr, exact, too_small};
 use super::CclError;
+use crate::types::Epoch;
 use crate::NodeId;
 use std::net::Ipv4Addr;
 
@@ -98,33 +99,48 @@ impl Placement {
 }
 
 /// A member table on the wire: member bitmap (2), then per member in
-/// ascending node order its site (1) and chassis (1).
-pub(super) fn parse_members(b: &[u8], at: usize) -> Result<(u16, [Placement; NODE_SLOTS], usize), CclError> {
+/// ascending node order its site (1), chassis (1) and admission epoch (8:
+/// the epoch its current incarnation was admitted at, `MemberInfo::since`;
+/// 0 unknown).
+pub(super) type MemberTable = (u16, [Placement; NODE_SLOTS], [Epoch; NODE_SLOTS]);
+
+pub(super) fn parse_members(b: &[u8], at: usize) -> Result<(MemberTable, usize), CclError> {
     let bits = u16::from_be_bytes(arr(b, at)?);
     let mut place = [Placement::default(); NODE_SLOTS];
+    let mut since = [Epoch(0); NODE_SLOTS];
     let mut at = at + 2;
-    for (i, p) in place.iter_mut().enumerate() {
+    for (i, (p, e)) in place.iter_mut().zip(since.iter_mut()).enumerate() {
         if bits & (1 << i) != 0 {
             *p = Placement::parse(arr(b, at)?);
-            at += 2;
+            *e = Epoch(be64(arr(b, at + 2)?));
+            at += MEMBER_ENTRY;
         }
     }
-    Ok((bits, place, at))
+    Ok(((bits, place, since), at))
 }
+
+/// Bytes per member in a member table.
+const MEMBER_ENTRY: usize = 10;
 
 pub(super) fn members_len(bits: u16) -> usize {
-    2 + 2 * bits.count_ones() as usize
+    2 + MEMBER_ENTRY * bits.count_ones() as usize
 }
 
-pub(super) fn emit_members(bits: u16, place: &[Placement; NODE_SLOTS], out: &mut [u8]) -> Result<usize, CclError> {
+pub(super) fn emit_members(
+    bits: u16,
+    place: &[Placement; NODE_SLOTS],
+    since: &[Epoch; NODE_SLOTS],
+    out: &mut [u8],
+) -> Result<usize, CclError> {
     let n = members_len(bits);
     let o = out.get_mut(..n).ok_or_else(|| too_small(n, &[]))?;
     o[..2].copy_from_slice(&bits.to_be_bytes());
     let mut at = 2;
-    for (i, p) in place.iter().enumerate() {
+    for (i, (p, e)) in place.iter().zip(since.iter()).enumerate() {
         if bits & (1 << i) != 0 {
             o[at..at + 2].copy_from_slice(&p.bytes()?);
-            at += 2;
+            o[at + 2..at + MEMBER_ENTRY].copy_from_slice(&e.0.to_be_bytes());
+            at += MEMBER_ENTRY;
         }
     }
     Ok(n)
@@ -134,7 +150,7 @@ pub(super) fn emit_members(bits: u16, place: &[Placement; NODE_SLOTS], out: &mut
 /// every node every heartbeat interval (and at once when its state or
 /// member set changes). The sender's member-set epoch is the CCL header's.
 ///
-/// Layout (38 + 2·members + 4·echoes bytes, at most 166):
+/// Layout (38 + 10·members + 4·echoes bytes, at most 262):
 /// priority (1), state (1: 0 joining, 1 syncing, 2 data, 3 control,
 /// 4 inactive, 5 disabled), follows (1: the control node the sender
 /// follows and heard within its hold time, 0xff none), flags (1: bit 0
@@ -142,8 +158,8 @@ pub(super) fn emit_members(bits: u16, place: &[Placement; NODE_SLOTS], out: &mut
 /// heartbeat sequence (4: from 1 per incarnation), config version (8),
 /// state version (8: replicated tables), grant (4: a control node's
 /// quorum-backed lease left at sending, in µs; 0 none), member table
-/// (bitmap 2, then site
-/// and chassis per member), echo bitmap (2), then per set bit the highest
+/// (bitmap 2, then site,
+/// chassis and admission epoch per member), echo bitmap (2), then per set bit the highest
 /// heartbeat sequence the sender has received from that node (4).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct Heartbeat {
@@ -164,6 +180,9 @@ pub struct Heartbeat {
     pub member_bitmap: u16,
     /// Site and chassis of each member (by node index).
     pub member_place: [Placement; NODE_SLOTS],
+    /// The epoch each member's current incarnation was admitted at (by
+    /// node index; `MemberInfo::since`).
+    pub member_since: [Epoch; NODE_SLOTS],
     /// Bit n set: `echoes[n]` is the highest heartbeat sequence heard
     /// from node n (its current incarnation).
     pub echo_bitmap: u16,
@@ -185,6 +204,7 @@ impl Default for Heartbeat {
             grant_us: 0,
             member_bitmap: 0,
             member_place: [Placement::default(); NODE_SLOTS],
+            member_since: [Epoch(0); NODE_SLOTS],
             echo_bitmap: 0,
             echoes: [0; NODE_SLOTS],
         }
@@ -197,7 +217,7 @@ impl Heartbeat {
     /// Shortest heartbeat: no members, no echoes.
     pub const MIN_LEN: usize = Self::FIXED_LEN + 4;
     /// Longest heartbeat: 16 members, 16 echoes.
-    pub const MAX_LEN: usize = Self::MIN_LEN + 2 * NODE_SLOTS + 4 * NODE_SLOTS;
+    pub const MAX_LEN: usize = Self::MIN_LEN + MEMBER_ENTRY * NODE_SLOTS + 4 * NODE_SLOTS;
 
     pub fn parse(b: &[u8]) -> Result<Self, CclError> {
         let f: [u8; Self::FIXED_LEN] = arr(b, 0)?;
@@ -208,7 +228,7 @@ impl Heartbeat {
         if f[3] & !HB_FLAGS != 0 {
             return Err(CclError::BadValue { field: "heartbeat flags", value: u64::from(f[3]) });
         }
-        let (member_bitmap, member_place, mut at) = parse_members(b, Self::FIXED_LEN)?;
+        let ((member_bitmap, member_place, member_since), mut at) = parse_members(b, Self::FIXED_LEN)?;
         let echo_bitmap = u16::from_be_bytes(arr(b, at)?);
         at += 2;
         let mut echoes = [0u32; NODE_SLOTS];
@@ -243,6 +263,7 @@ impl Heartbeat {
             grant_us: be32(g4),
             member_bitmap,
             member_place,
+            member_since,
             echo_bitmap,
             echoes,
         })
@@ -274,7 +295,7 @@ impl Heartbeat {
         o[14..22].copy_from_slice(&self.config_version.to_be_bytes());
         o[22..30].copy_from_slice(&self.state_version.to_be_bytes());
         o[30..34].copy_from_slice(&self.grant_us.to_be_bytes());
-        let mut at = Self::FIXED_LEN + emit_members(self.member_bitmap, &self.member_place, &mut o[Self::FIXED_LEN..])?;
+        let mut at = Self::FIXED_LEN + emit_members(self.member_bitmap, &self.member_place, &self.member_since, &mut o[Self::FIXED_LEN..])?;
         o[at..at + 2].copy_from_slice(&self.echo_bitmap.to_be_bytes());
         at += 2;
         for (i, e) in self.echoes.iter().enumerate() {

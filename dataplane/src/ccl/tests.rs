@@ -180,6 +180,11 @@ fn fixture_heartbeat() -> Heartbeat {
         state_version: 4,
         grant_us: 250_000,
         member_bitmap: 0x8007,
+        member_since: {
+            let mut s = [Epoch(0); 16];
+            s[2] = Epoch(5);
+            s
+        },
         echo_bitmap: 0x0001,
         echoes: [9; 16],
         ..Heartbeat::default()
@@ -188,23 +193,27 @@ fn fixture_heartbeat() -> Heartbeat {
 
 #[test]
 fn fixture_sealed_heartbeat() {
-    const FIXTURE: [u8; 100] = [
-        0x43, 0x46, 0x04, 0x01, 0x00, 0x01, 0x00, 0x00, // magic, v4, heartbeat, flags, node1, ch0, rsvd
+    const FIXTURE: [u8; 132] = [
+        0x43, 0x46, 0x05, 0x01, 0x00, 0x01, 0x00, 0x00, // magic, v4, heartbeat, flags, node1, ch0, rsvd
         0xab, 0x20, 0x99, 0xd9, // cluster id of "lab"
         0x65, 0x53, 0xf1, 0x00, // incarnation 1_700_000_000
         0, 0, 0, 0, 0, 0, 0, 1, // seq 1
         0, 0, 0, 0, 0, 0, 0, 5, // epoch 5
-        0x00, 0x32, // payload length 50
+        0x00, 0x52, // payload length 82
         0x0a, 0x02, 0x00, 0x00, 0xff, 0xff, // priority 10, data, follows node0, no flags, no site/chassis
         0x0a, 0x63, 0x00, 0x02, // CCL address 10.99.0.2
         0, 0, 0, 1, // heartbeat seq 1
         0, 0, 0, 0, 0, 0, 0, 3, // config version 3
         0, 0, 0, 0, 0, 0, 0, 4, // state version 4
         0x00, 0x03, 0xd0, 0x90, // grant 250 ms
-        0x80, 0x07, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, // members 0, 1, 2, 15, no placement
+        0x80, 0x07, // members 0, 1, 2, 15: no placement; node 2 admitted at epoch 5
+        0xff, 0xff, 0, 0, 0, 0, 0, 0, 0, 0, //
+        0xff, 0xff, 0, 0, 0, 0, 0, 0, 0, 0, //
+        0xff, 0xff, 0, 0, 0, 0, 0, 0, 0, 5, //
+        0xff, 0xff, 0, 0, 0, 0, 0, 0, 0, 0, //
         0x00, 0x01, 0, 0, 0, 9, // echo: node0's heartbeat 9
         // tag
-        0xce, 0x53, 0xb3, 0x9e, 0x56, 0x94, 0x89, 0xb8, 0xf0, 0x34, 0x55, 0x55, 0x68, 0xc3, 0x57, 0x2b,
+        0x09, 0x60, 0x23, 0x22, 0xd2, 0x1f, 0x53, 0xe6, 0x31, 0x47, 0x8b, 0xc8, 0xbe, 0xc2, 0x47, 0xe6,
     ];
     let mut s = sealer();
     let d = seal(&mut s, &Message::Heartbeat(fixture_heartbeat()));
@@ -667,7 +676,7 @@ fn mac_by_length_with_independent_keys() {
         m.copy_from_slice(&k[..16]);
         m
     };
-    let (kl, kx) = (derive("clusterfw ccl v4 aegis-128l-mac"), derive("clusterfw ccl v4 aegis-128x4-mac"));
+    let (kl, kx) = (derive("clusterfw ccl v5 aegis-128l-mac"), derive("clusterfw ccl v5 aegis-128x4-mac"));
     assert_ne!(kl, kx);
     for frame_len in [14usize, auth::MAC_X4_FROM - HEADER_LEN - 3, auth::MAC_X4_FROM - HEADER_LEN - 2, 1514] {
         let fr = vec![0x5au8; frame_len];
@@ -739,6 +748,7 @@ fn control_messages(data: &[u8]) -> Vec<ControlMessage<'_>> {
         detail: 0,
         member_bitmap: 0b111,
         member_place: [Placement::default(); NODE_SLOTS],
+        member_since: [Epoch(0); NODE_SLOTS],
     };
     accepted.member_place[1] = Placement { site: Some(1), chassis: Some(2) };
     vec![

@@ -588,7 +588,7 @@ mod tests {
     fn chassis_and_site_backups() {
         // Two sites; site 1 has chassis 10 (nodes 0,1) and 11 (node 2);
         // site 2 has chassis 20 (nodes 3,4).
-        let m = |site, chassis| MemberInfo { site: Some(site), chassis: Some(chassis) };
+        let m = |site, chassis| MemberInfo { site: Some(site), chassis: Some(chassis), since: Epoch(0) };
         let s = MemberSet::from_members(
             Epoch(9),
             [(n(0), m(1, 10)), (n(1), m(1, 10)), (n(2), m(1, 11)), (n(3), m(2, 20)), (n(4), m(2, 20))],
@@ -711,6 +711,7 @@ mod tests {
         let info = |n: NodeId| MemberInfo {
             site: (ids & 1 != 0).then_some(((ids >> (n.0 * 2)) & 1) as u8),
             chassis: (ids & 2 != 0).then_some(((ids >> (n.0 * 2 + 1)) & 3) as u8),
+            since: Epoch(0),
         };
         let s = MemberSet::from_members(Epoch(1), nodes.iter().map(|&n| (n, info(n)))).unwrap();
         let t = DirectorTable::new(&s).unwrap().with_backups(backups).with_site_redundancy(ids & 4 != 0);

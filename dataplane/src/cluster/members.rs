@@ -9,8 +9,15 @@
 //!   `epoch + 1`, so two sets with the same epoch from the same lineage are
 //!   the same set, and tables built from a set (`DirectorTable`) can be
 //!   checked against the epoch they were built for;
-//! - site / chassis ids of a node that is not a member are `None`;
-//! - the type is `Copy` (80 bytes), no allocation anywhere.
+//! - site / chassis ids of a node that is not a member are `None`, and its
+//!   admission epoch is 0;
+//! - a member's admission epoch (`MemberInfo::since`) is never above the
+//!   set's epoch once the control node built it: it is the epoch at which
+//!   the member's current incarnation was admitted, so a pipeline that ran
+//!   an older set sees a member whose `since` is above that set's epoch as
+//!   a node that lost its state since (a restart readmitted within one
+//!   member set, docs/failover.md);
+//! - the type is `Copy` (208 bytes), no allocation anywhere.
 
 use crate::types::{Epoch, NodeId};
 use core::fmt;
@@ -24,10 +31,13 @@ pub struct MemberInfo {
     pub site: Option<u8>,
     /// Chassis id (several blades in one chassis, R4).
     pub chassis: Option<u8>,
+    /// The epoch at which this member's current incarnation was admitted
+    /// (0: not known — a set built without membership, or an older peer).
+    pub since: Epoch,
 }
 
 impl MemberInfo {
-    pub const NONE: MemberInfo = MemberInfo { site: None, chassis: None };
+    pub const NONE: MemberInfo = MemberInfo { site: None, chassis: None, since: Epoch(0) };
 }
 
 /// A member-set operation that cannot be done.
@@ -48,6 +58,7 @@ pub struct MemberSet {
     bits: u16,
     site: [Option<u8>; NodeId::MAX_NODES],
     chassis: [Option<u8>; NodeId::MAX_NODES],
+    since: [Epoch; NodeId::MAX_NODES],
 }
 
 #[inline]
@@ -62,7 +73,13 @@ fn check(node: NodeId) -> Result<usize, MemberError> {
 impl MemberSet {
     /// No members, at `epoch`.
     pub const fn empty(epoch: Epoch) -> Self {
-        MemberSet { epoch, bits: 0, site: [None; NodeId::MAX_NODES], chassis: [None; NodeId::MAX_NODES] }
+        MemberSet {
+            epoch,
+            bits: 0,
+            site: [None; NodeId::MAX_NODES],
+            chassis: [None; NodeId::MAX_NODES],
+            since: [Epoch(0); NodeId::MAX_NODES],
+        }
     }
 
     /// The given nodes (no site / chassis ids), at `epoch` (not bumped).
@@ -85,6 +102,7 @@ impl MemberSet {
             s.bits |= 1 << i;
             s.site[i] = info.site;
             s.chassis[i] = info.chassis;
+            s.since[i] = info.since;
         }
         Ok(s)
     }
@@ -114,7 +132,21 @@ impl MemberSet {
     #[inline]
     pub fn info(&self, node: NodeId) -> Option<MemberInfo> {
         self.contains(node)
-            .then(|| MemberInfo { site: self.site[node.index()], chassis: self.chassis[node.index()] })
+            .then(|| MemberInfo { site: self.site[node.index()], chassis: self.chassis[node.index()], since: self.since[node.index()] })
+    }
+    /// Members that lost their state since this node ran `older` (bits):
+    /// nodes new in this set, and members whose current incarnation was
+    /// admitted after `older`'s epoch (a restart readmitted without a set
+    /// that left it out). `me` is never in it.
+    pub fn fresh_since(&self, older: &MemberSet, me: NodeId) -> u16 {
+        let mut bits = self.bits & !older.bits;
+        for n in self.iter() {
+            if self.since[n.index()] > older.epoch {
+                bits |= 1 << n.index();
+            }
+        }
+        let mine = if me.index() < NodeId::MAX_NODES { 1u16 << me.index() } else { 0 };
+        bits & !mine
     }
     /// Members in ascending node order.
     #[inline]
@@ -139,6 +171,7 @@ impl MemberSet {
         s.bits |= 1 << i;
         s.site[i] = info.site;
         s.chassis[i] = info.chassis;
+        s.since[i] = info.since;
         s.epoch = next(self.epoch);
         Ok(s)
     }
@@ -152,6 +185,7 @@ impl MemberSet {
             s.bits &= !(1 << i);
             s.site[i] = None;
             s.chassis[i] = None;
+            s.since[i] = Epoch(0);
         }
         s
     }
@@ -170,7 +204,10 @@ impl fmt::Debug for MemberSet {
         let mut l = f.debug_list();
         for n in self.iter() {
             let i = n.index();
-            l.entry(&format_args!("{}(site {:?}, chassis {:?})", n, self.site[i], self.chassis[i]));
+            l.entry(&format_args!(
+                "{}(site {:?}, chassis {:?}, since {})",
+                n, self.site[i], self.chassis[i], self.since[i].0
+            ));
         }
         l.finish()
     }
@@ -260,7 +297,7 @@ mod tests {
 
     #[test]
     fn member_info() {
-        let site_a = MemberInfo { site: Some(1), chassis: Some(10) };
+        let site_a = MemberInfo { site: Some(1), chassis: Some(10), since: Epoch(0) };
         let s = MemberSet::from_members(Epoch(0), [(n(0), site_a), (n(1), MemberInfo::NONE)]).unwrap();
         assert_eq!(s.info(n(0)), Some(site_a));
         let t = s.with(n(0)).unwrap();
@@ -269,6 +306,23 @@ mod tests {
         assert_eq!(t.info(n(0)), Some(MemberInfo::NONE), "leaving clears the ids");
         let t = t.with_member(n(0), site_a).unwrap();
         assert_eq!((t.info(n(0)), t.epoch()), (Some(site_a), Epoch(4)));
-        assert!(format!("{t:?}").contains("node0(site Some(1), chassis Some(10))"));
+        assert!(format!("{t:?}").contains("node0(site Some(1), chassis Some(10), since 0)"));
+    }
+
+    #[test]
+    fn fresh_since_sees_joins_and_readmissions() {
+        let m = |since| MemberInfo { since: Epoch(since), ..MemberInfo::NONE };
+        let old = MemberSet::from_members(Epoch(4), [(n(0), m(1)), (n(1), m(1)), (n(2), m(3))]).unwrap();
+        // Same bits, node 1 readmitted at 5 (a restart), node 3 new.
+        let new = MemberSet::from_members(Epoch(6), [(n(0), m(1)), (n(1), m(5)), (n(2), m(3)), (n(3), m(6))]).unwrap();
+        assert_eq!(new.fresh_since(&old, n(0)), 0b1010);
+        assert_eq!(new.fresh_since(&old, n(1)), 0b1000, "never this node itself");
+        // A node that skipped the set of the readmission still sees it.
+        let skipped = MemberSet::from_members(Epoch(3), [(n(0), m(1)), (n(1), m(1))]).unwrap();
+        assert_eq!(new.fresh_since(&skipped, n(0)), 0b1110);
+        assert_eq!(new.fresh_since(&new, n(0)), 0, "the same set again: nobody");
+        // Admission epochs unknown (0): only new bits count.
+        let plain = MemberSet::from_nodes(Epoch(9), [n(0), n(1), n(2)]).unwrap();
+        assert_eq!(plain.fresh_since(&old, n(0)), 0);
     }
 }

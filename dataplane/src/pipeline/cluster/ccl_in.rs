@@ -5,7 +5,7 @@
 use super::send::Wrap;
 use super::{canonical, idle_for, live, ClusterPath, Link, Record, Role, Version, STATE_NOT_TCP};
 use crate::buf::PacketBuf;
-use crate::ccl::{FlowBatch, FlowOp, ForwardedBatch, Message, OwnerQuery, OwnerReply};
+use crate::ccl::{FlowBatch, FlowOp, ForwardedBatch, Message, OwnerQuery, OwnerReply, FLAG_ORPHAN};
 use crate::conntrack::{ConnTable, FlowState};
 use crate::pipeline::context::{Outcome, Rx};
 use crate::pipeline::ipv4::{transit_l4, Transit};
@@ -101,11 +101,11 @@ impl ClusterPath {
             }
             Message::OwnerReply(r) => Ok(self.on_reply(now, conn, &r)),
             Message::FlowRegister(b) => {
-                self.on_records(now, link, from, &b, true);
+                self.on_records(now, link, conn, from, &b, true);
                 Ok(consumed)
             }
             Message::StateUpdate(b) => {
-                self.on_records(now, link, from, &b, false);
+                self.on_records(now, link, conn, from, &b, false);
                 Ok(consumed)
             }
             Message::ForwardedPacket(f) => {
@@ -156,8 +156,26 @@ impl ClusterPath {
         let owner = if local {
             Some(me)
         } else {
-            let held = self.records.get(&key).filter(|r| live(r, now) && r.owner != me).map(|r| (r.owner, r.owner_left));
+            let held = self
+                .records
+                .get(&key)
+                .filter(|r| live(r, now) && (r.owner != me || r.owner_left))
+                .map(|r| (r.owner, r.owner_left));
+            // Granted to the querier, which asks again before registering:
+            // the transfer was lost on the CCL. Send it again (the same
+            // owner: no second one).
+            let regrant = self.records.get(&key).is_some_and(|r| {
+                live(r, now) && r.owner == from && !r.owner_left && r.state.is_some() && r.version.is_none()
+            });
             match held {
+                Some((o, false)) if o == from && regrant && self.director_of(&t) == me => {
+                    if self.grant(now, link, from, q) {
+                        self.counters.grants_repeated += 1;
+                        self.counters.queries_answered += 1;
+                        return;
+                    }
+                    None
+                }
                 Some((o, false)) if self.members.contains(o) => Some(o),
                 Some(_) if self.orphan_here(&t, now) => {
                     if self.grant(now, link, from, q) {
@@ -178,6 +196,7 @@ impl ClusterPath {
                         version: None,
                         state: None,
                         owner_left: false,
+                        handoff: false,
                     };
                     if self.upsert(key, rec) {
                         self.counters.elections += 1;
@@ -220,6 +239,7 @@ impl ClusterPath {
                 version: None,
                 state: None,
                 owner_left: false,
+                handoff: false,
             };
             if !self.upsert(canonical(&t), rec) {
                 self.counters.record_table_full += 1;
@@ -244,7 +264,15 @@ impl ClusterPath {
     /// ignored (a removed node does not claim flows back); a registration
     /// for a flow whose recorded owner left replaces the record (the new
     /// owner after a takeover). Held queries for the flow are answered.
-    fn on_records(&mut self, now: Timestamp, link: &mut Link<'_>, from: NodeId, batch: &FlowBatch<'_>, register: bool) {
+    fn on_records(
+        &mut self,
+        now: Timestamp,
+        link: &mut Link<'_>,
+        conn: &ConnTable,
+        from: NodeId,
+        batch: &FlowBatch<'_>,
+        register: bool,
+    ) {
         if !self.members.contains(from) {
             self.counters.from_nonmembers += batch.len() as u64;
             return;
@@ -253,6 +281,10 @@ impl ClusterPath {
             let t = r.flow.tuple();
             let key = canonical(&t);
             self.counters.records_received += 1;
+            if r.flags & FLAG_ORPHAN != 0 {
+                self.on_handoff(now, link, conn, &r);
+                continue;
+            }
             if !self.members.contains(r.owner) {
                 self.counters.from_nonmembers += 1;
                 continue;
@@ -288,7 +320,7 @@ impl ClusterPath {
                     // (reordered on the CCL) would undo a newer state.
                     let version = Version::from_record(&r);
                     let stale = match (self.records.get(&key), version) {
-                        (Some(ex), Some(v)) if live(ex, now) && ex.owner == r.owner => {
+                        (Some(ex), Some(v)) if live(ex, now) && ex.owner == r.owner && !ex.owner_left => {
                             ex.version.is_some_and(|held| v.older_than(held))
                         }
                         _ => false,
@@ -316,6 +348,7 @@ impl ClusterPath {
                         version,
                         state,
                         owner_left: false,
+                        handoff: false,
                     };
                     if !self.upsert(key, rec) {
                         self.counters.record_table_full += 1;

@@ -51,7 +51,7 @@ use super::{
     canonical, live, ClusterPath, HeldQuery, Link, OwnerExtra, Role, SyncProgress, Version, MAX_HELD, SYNC_BUDGET,
     SYNC_EPOCHS,
 };
-use crate::ccl::{FlowKey, FlowOp, FlowRecord, FlowTransfer, Message, OwnerQuery, OwnerReply, SyncDone, OPAQUE_LEN};
+use crate::ccl::{FlowKey, FlowOp, FlowRecord, FlowTransfer, Message, OwnerQuery, OwnerReply, SyncDone, FLAG_ORPHAN, OPAQUE_LEN};
 use crate::cluster::flow_hash;
 use crate::conntrack::{ConnTable, FlowState};
 use crate::types::{DropReason, Duration, Epoch, FiveTuple, NodeId, Timestamp};
@@ -103,8 +103,9 @@ impl ClusterPath {
         // Nodes still awaited by a scan cut short stay awaited: they must
         // show this epoch too.
         // (`joined` never holds this node; neither do carried bits.)
-        let carried = if self.sync.running { self.sync.awaiting } else { 0 };
+        let (carried, fresh) = if self.sync.running { (self.sync.awaiting, self.sync.fresh) } else { (0, 0) };
         self.sync.awaiting = (carried | joined) & self.members.bits();
+        self.sync.fresh = (fresh | joined) & self.members.bits();
         self.sync.waited = false;
         self.guard_until = now.saturating_add(self.syn_guard);
         self.sync.epoch = self.members.epoch();
@@ -135,6 +136,9 @@ impl ClusterPath {
         if self.sync.cursor == 0 && !self.sync_may_start(now, conn) {
             return;
         }
+        if self.sync.handoffs != 0 {
+            self.handoff_step(now, link);
+        }
         let cap = conn.capacity();
         let end = self.sync.cursor.saturating_add(SYNC_BUDGET).min(cap);
         for i in self.sync.cursor..end {
@@ -142,11 +146,12 @@ impl ClusterPath {
             self.counters.sync_scanned += 1;
             let hash = flow_hash(&orig);
             let (old, new) = (self.synced.backups(hash, self.me), self.directors.backups(hash, self.me));
-            if old == new {
+            let fresh = self.sync.fresh;
+            if old == new && (fresh == 0 || new.iter().all(|n| fresh >> n.0 & 1 == 0)) {
                 continue;
             }
             let mut to = crate::cluster::Backups::default();
-            for n in new.iter().filter(|&n| !old.contains(n)) {
+            for n in new.iter().filter(|&n| !old.contains(n) || fresh >> n.0 & 1 != 0) {
                 to.push(n);
             }
             if to.is_empty() {
@@ -157,7 +162,9 @@ impl ClusterPath {
             self.queue_to(now, link, record, true, to);
         }
         self.sync.cursor = end;
-        if end < cap {
+        // The markers follow the hand-offs too (more orphans than a scan
+        // has ticks: the scan's end waits).
+        if end < cap || self.sync.handoffs != 0 {
             return;
         }
         // Done: the records first, then the markers on the same channel.
@@ -201,7 +208,7 @@ impl ClusterPath {
         if self.sync.awaiting == 0 {
             return true;
         }
-        if conn.len() == 0 {
+        if conn.len() == 0 && self.sync.handoffs == 0 {
             self.sync.awaiting = 0;
             return true;
         }
@@ -249,6 +256,151 @@ impl ClusterPath {
         (self.sync.running, self.sync.took)
     }
 
+    // --- Orphans: records whose director cannot hold them. ---
+
+    /// After `set_members` (`before`: the director table it replaced,
+    /// `fresh`: the nodes that lost their state): mark for the hand-off
+    /// every orphan record with state (its owner left, or is gone) whose
+    /// director is now another node that cannot hold it — a fresh node, or
+    /// one that was not the director before. Without it the flow's state
+    /// sits at a backup while its director, the only node that decides a
+    /// takeover, knows nothing of it: the flow is lost (a node restarted
+    /// and readmitted within one member set directs again the flows it
+    /// owned and directed; a node that rejoins directs again the orphans
+    /// no packet reached while it was gone).
+    pub(super) fn mark_handoffs(&mut self, now: Timestamp, before: &crate::cluster::DirectorTable, fresh: u16) {
+        let (me, members, directors) = (self.me, self.members, self.directors);
+        let mut n = 0;
+        for r in self.records.values_mut() {
+            let orphan = (r.owner_left || !members.contains(r.owner)) && r.state.is_some() && live(r, now);
+            if !orphan {
+                continue;
+            }
+            let hash = flow_hash(&r.orig);
+            let d = directors.director(hash);
+            if d != me && (fresh >> (d.0 & 15) & 1 != 0 || before.director(hash) != d) {
+                r.handoff = true;
+            }
+            n += usize::from(r.handoff);
+        }
+        self.sync.handoffs = n;
+    }
+
+    /// Send up to `SYNC_BUDGET` marked orphan records to their director
+    /// (`FLAG_ORPHAN`, with the owner's state): from the scan, once the
+    /// fresh nodes applied the set, before the scan's records and markers
+    /// on the same channel.
+    fn handoff_step(&mut self, now: Timestamp, link: &mut Link<'_>) {
+        let (me, members) = (self.me, self.members);
+        let mut batch = [None; SYNC_BUDGET / 2];
+        let mut k = 0;
+        for r in self.records.values_mut().filter(|r| r.handoff) {
+            if k == batch.len() {
+                break;
+            }
+            r.handoff = false;
+            let still = (r.owner_left || !members.contains(r.owner)) && r.state.is_some() && live(r, now);
+            if still {
+                batch[k] = Some(*r);
+                k += 1;
+            }
+        }
+        // Fewer than a batch found: none left (the sweep may have removed
+        // marked records); else at least one more pass.
+        self.sync.handoffs = if k < batch.len() { 0 } else { self.sync.handoffs.saturating_sub(k).max(1) };
+        for r in batch.iter().flatten() {
+            let d = self.director_of(&r.orig);
+            let (Some(state), Ok(flow)) = (r.state, FlowKey::new(r.orig)) else { continue };
+            if d == me || !members.contains(d) {
+                continue;
+            }
+            let mut record = FlowRecord {
+                flow,
+                owner: r.owner,
+                op: FlowOp::Upsert,
+                tcp_state: r.tcp_state,
+                flags: FLAG_ORPHAN,
+                seq_delta: r.seq_delta,
+                idle_timeout_s: r.idle.as_secs().min(u64::from(u32::MAX)) as u32,
+                opaque: [0; OPAQUE_LEN],
+            };
+            if let Some(v) = r.version {
+                v.write(&mut record);
+            }
+            record.set_state(&state.to_bytes());
+            let mut to = crate::cluster::Backups::default();
+            to.push(d);
+            self.counters.handoffs_sent += 1;
+            self.queue_to(now, link, record, true, to);
+        }
+    }
+
+    /// Director: an orphan hand-off (`FLAG_ORPHAN`). Kept as an orphan
+    /// record with its state — this node then decides the takeover
+    /// (`orphan_here`) — unless this node owns the flow or holds a live
+    /// owner's record of it (a takeover already happened: the hand-off is
+    /// late), counted `handoffs_ignored`. Queries held for the flow are
+    /// granted to the first peer asking.
+    pub(super) fn on_handoff(&mut self, now: Timestamp, link: &mut Link<'_>, conn: &ConnTable, r: &FlowRecord) {
+        let t = r.flow.tuple();
+        let key = canonical(&t);
+        let state = r.state().and_then(|b| FlowState::from_bytes(b).ok());
+        let held_live = self
+            .records
+            .get(&key)
+            .is_some_and(|ex| live(ex, now) && self.members.contains(ex.owner) && !ex.owner_left && ex.owner != self.me);
+        let Some(state) = state.filter(|_| r.op == FlowOp::Upsert && !held_live && conn.lookup(&t).is_none()) else {
+            self.counters.handoffs_ignored += 1;
+            return;
+        };
+        let rec = super::Record {
+            role: self.record_role(&t),
+            owner: r.owner,
+            orig: t,
+            tcp_state: r.tcp_state,
+            seq_delta: r.seq_delta,
+            last_seen: now,
+            idle: Duration::from_secs(u64::from(r.idle_timeout_s.max(1))),
+            version: Version::from_record(r),
+            state: Some(state),
+            owner_left: true,
+            handoff: false,
+        };
+        if !self.upsert(key, rec) {
+            self.counters.record_table_full += 1;
+            return;
+        }
+        self.counters.handoffs_received += 1;
+        if self.director_of(&t) != self.me {
+            return;
+        }
+        // Queries held for it: the first peer's is granted, the others
+        // learn that owner.
+        let mut owner = None;
+        let mut i = 0;
+        while i < self.held.len() {
+            let Some(h) = self.held.get(i).copied() else { break };
+            if h.key != key || (owner.is_none() && h.from == self.me) {
+                i += 1;
+                continue;
+            }
+            self.held.swap_remove(i);
+            self.counters.held_answered += 1;
+            match owner {
+                Some(o) => self.answer(now, link, h, Some(o)),
+                None => {
+                    let q = OwnerQuery { query_id: h.query_id, flow: h.flow, elect_if_absent: false };
+                    if self.grant(now, link, h.from, &q) {
+                        self.counters.queries_answered += 1;
+                        owner = Some(h.from);
+                    } else {
+                        self.answer(now, link, h, None);
+                    }
+                }
+            }
+        }
+    }
+
     // --- Takeover. ---
 
     /// Is this a record of a flow whose owner left and whose state this
@@ -257,7 +409,7 @@ impl ClusterPath {
         match self.records.get(&canonical(t)) {
             Some(r)
                 if live(r, now)
-                    && r.owner != self.me
+                    && (r.owner != self.me || r.owner_left)
                     && (!self.members.contains(r.owner) || r.owner_left)
                     && r.state.is_some() =>
             {
@@ -337,6 +489,9 @@ impl ClusterPath {
             // The querier is the owner now; its registration (a new
             // generation of its own) replaces this record.
             r.owner = from;
+            // A live member's now: a second query arriving before its
+            // registration is answered with it, not granted again.
+            r.owner_left = false;
             r.version = None;
             r.last_seen = now;
             r.role = if self.directors.director(flow_hash(&r.orig)) == self.me { Role::Director } else { Role::Backup };

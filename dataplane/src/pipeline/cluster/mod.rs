@@ -243,6 +243,9 @@ pub(crate) struct Record {
     /// back (takeover, no conflict with a live owner's registration)
     /// until the flow's live owner registers it again.
     pub owner_left: bool,
+    /// To be handed to the flow's director (an orphan whose director is a
+    /// node that cannot hold it: `ClusterPath::mark_handoffs`).
+    pub handoff: bool,
 }
 
 const _: () = assert!(FlowState::LEN == crate::ccl::STATE_LEN, "the record's state bytes are conntrack's FlowState");
@@ -400,6 +403,9 @@ pub struct ClusterCounters {
     /// Director: queries about a flow whose owner left, answered with a
     /// `FlowTransfer` electing the querier.
     pub takeovers_granted: u64,
+    /// Director: a grant sent again — its querier asked once more before
+    /// registering (the `FlowTransfer` was lost on the CCL).
+    pub grants_repeated: u64,
     /// Transfers refused: no query pending for them, not addressed to us,
     /// a bad state, the flow table full.
     pub transfers_refused: u64,
@@ -411,6 +417,14 @@ pub struct ClusterCounters {
     pub from_nonmembers: u64,
     /// Records whose flow state did not decode (kept without state).
     pub records_bad_state: u64,
+    /// Orphan hand-off (docs/failover.md, "Orphans"): records of flows
+    /// whose owner left, sent with their state to the flow's director when
+    /// it is a node that (re)joined and cannot hold them; received and
+    /// kept as the director's (the takeover decides there), received and
+    /// ignored (this node owns the flow, or holds a live owner's record).
+    pub handoffs_sent: u64,
+    pub handoffs_received: u64,
+    pub handoffs_ignored: u64,
     /// Re-registration after member-set changes: owned flows visited, and
     /// re-registered because their director or backups moved.
     pub sync_scanned: u64,
@@ -482,10 +496,14 @@ crate::impl_stats!(ClusterCounters {
     counter takeovers,
     counter takeovers_local,
     counter takeovers_granted,
+    counter grants_repeated,
     counter transfers_refused,
     counter dead_owner_records,
     counter from_nonmembers,
     counter records_bad_state,
+    counter handoffs_sent,
+    counter handoffs_received,
+    counter handoffs_ignored,
     counter sync_scanned,
     counter reregistered,
     counter sync_done_sent,
@@ -649,6 +667,14 @@ pub(crate) struct SyncScan {
     pub awaiting: u16,
     /// This scan waited (counted once in `sync_waits`).
     pub waited: bool,
+    /// Bit n: node n lost its state since the last finished scan (new in
+    /// the set, or readmitted after a restart: `MemberSet::fresh_since`):
+    /// owned flows it backs up or directs are registered with it whether
+    /// or not the tables moved.
+    pub fresh: u16,
+    /// Orphan records marked for the hand-off (`Record::handoff`), sent
+    /// before the scan once the fresh nodes applied the set.
+    pub handoffs: usize,
     /// Bit n: the finished scan's marker to node n could not be sent; it
     /// is tried at `next_marker`, until `SYNC_MARKER_FOR` after the scan
     /// ended (`started + took`).
@@ -822,6 +848,8 @@ impl ClusterPath {
                 waited: false,
                 unsent: 0,
                 next_marker: Timestamp::ZERO,
+                fresh: 0,
+                handoffs: 0,
             },
             done_from: [(Epoch(0), 0); SYNC_EPOCHS],
             done_next: 0,
@@ -890,9 +918,9 @@ impl ClusterPath {
     /// (`failover.rs`).
     pub fn set_members(&mut self, now: Timestamp, members: MemberSet) {
         if let Ok(t) = DirectorTable::new(&members) {
-            // Nodes that (re)joined: what the records say they own is from
-            // before their reset.
-            let joined = members.bits() & !self.members.bits();
+            // Nodes that (re)joined or were readmitted after a restart:
+            // what the records say they own is from before their reset.
+            let joined = members.fresh_since(&self.members, self.me);
             for n in members.iter().filter(|n| joined >> n.0 & 1 != 0) {
                 if let Some(e) = self.joined_at.get_mut(n.index()) {
                     *e = members.epoch();
@@ -905,8 +933,10 @@ impl ClusterPath {
                     }
                 }
             }
+            let before = self.directors;
             self.members = members;
             self.directors = t.with_backups(self.directors.backup_owners());
+            self.mark_handoffs(now, &before, joined);
             self.start_sync(now, joined);
         }
     }

@@ -70,7 +70,9 @@ impl ClusterPath {
         //    (no record from here on).
         let mut orphan = false;
         if let Some(r) = self.records.get_mut(&key) {
-            if live(r, now) && r.owner != me {
+            // A record naming this node is an orphan of its previous
+            // incarnation (a hand-off, `owner_left`) or not ours to follow.
+            if live(r, now) && (r.owner != me || r.owner_left) {
                 // `members.contains`, without its range check: a record's
                 // owner is a validated node id (< 16).
                 if self.members.bits() >> (r.owner.0 & 15) & 1 != 0 && !r.owner_left {
@@ -138,6 +140,7 @@ impl ClusterPath {
                                 version: None,
                                 state: None,
                                 owner_left: false,
+                                handoff: false,
                             };
                             if !self.upsert(key, rec) {
                                 return Plan::Drop(DropReason::ClusterRecordTableFull);
