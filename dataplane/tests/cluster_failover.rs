@@ -962,6 +962,29 @@ fn a_chassis_backup_hands_the_orphan_to_a_new_director_that_never_held_it() {
     accounted(&bed);
 }
 
+/// A node that left (its membership reset it: a data link down past the
+/// debounce) is still counted a member by the others until the control
+/// node removes it. It must not answer their owner queries as a director:
+/// with its records gone it would elect the asker, a second owner of a live
+/// flow (the simulator's sweep, seed 1135).
+#[test]
+fn a_node_that_left_answers_no_owner_query() {
+    let mut bed = Bed::new(3, true);
+    let cport = cport_for(3, C);
+    let t = tuple(HOST, cport, SERVER, 80, 6);
+    let delta = connect(&mut bed, cport, A, B);
+    // B forgets its forwarder record (as after an idle sweep), so it asks.
+    let mut fresh = Bed::new(3, true);
+    std::mem::swap(&mut bed.nodes[B], &mut fresh.nodes[B]);
+    let now = bed.now();
+    bed.nodes[C].reset(now);
+    let (seg, _) = server_seg(B, A, cport, delta, 0);
+    assert!(bed.send(B, OUT, seg).is_empty(), "B's frame waits for an answer that does not come");
+    assert_eq!(bed.cluster(C).counters.elections, 0);
+    assert!(bed.cluster(C).counters.from_nonmembers >= 1);
+    assert_eq!(bed.owners_up(&t), vec![A]);
+}
+
 /// C leaves and comes back before any packet of a flow it owned and
 /// directed arrived: while it was gone the backup directed the orphan; back,
 /// C directs it again, and the backup hands it over (without it the flow
@@ -986,12 +1009,6 @@ fn an_orphan_no_packet_reached_while_its_director_was_gone_is_handed_back() {
     accounted(&bed);
 }
 
-/// KNOWN GAP (ignored, docs/failover.md "Known gaps"): a bypass of the
-/// first-owner rule for takeover registrations made this pass, and was
-/// taken back — the simulator's fault sweep (seed 60: a 2|2 partition
-/// healed) showed that rule is also what resolves two takeovers of one
-/// flow granted on the two sides of a heal (the latecomer yields).
-///
 /// A takeover registration reaches a holder still at the epoch where the
 /// old owner is a member (`backups: 2`): A (owner) is removed, C (director) applies the
 /// set first and takes the flow over on the client's next segment, and
@@ -1000,8 +1017,12 @@ fn an_orphan_no_packet_reached_while_its_director_was_gone_is_handed_back() {
 /// second SYN's (`register_conflicts`): nothing would send it again, and
 /// B's record would keep naming A — a stale state to take over from if C
 /// fails next, and a record that wins over the live owner once A rejoins.
+/// C's registration names the owner it replaced (`FLAG_TAKEOVER`), and B's
+/// record names that owner: it is replaced. (A second takeover of the
+/// flow — two directors granting it across a heal — names A too but meets
+/// a record naming the first taker: the first-owner rule stands, the
+/// latecomer yields; the simulator's sweep, seed 60.)
 #[test]
-#[ignore = "known gap: a takeover registration refused at a holder behind (docs/failover.md)"]
 fn a_takeover_registration_replaces_the_record_at_a_holder_behind() {
     // backups: 2, so that B holds a backup record (with one backup the
     // director is the only holder of three).
@@ -1061,10 +1082,35 @@ fn an_unsendable_sync_marker_is_tried_again() {
         assert_eq!(bed.nodes[n].sync_progress(Epoch(2)).done_from, want, "node {n} heard both peers' markers");
         assert_eq!(bed.cluster(n).counters.sync_done_repeated, 2, "node {n}");
     }
+    // Markers that left are repeated too (one may be lost on the CCL),
+    // until SYNC_MARKER_FOR after the scan.
     let before = bed.ccl_count(A, B, MessageKind::SyncDone);
     bed.tick(SYNC_MARKER_EVERY.0 / 1_000_000);
+    assert_eq!(bed.ccl_count(A, B, MessageKind::SyncDone), before + 1, "repeated");
     bed.tick(SYNC_MARKER_FOR.0 / 1_000_000);
-    assert_eq!(bed.ccl_count(A, B, MessageKind::SyncDone), before, "a marker that left is not repeated");
+    let after = bed.ccl_count(A, B, MessageKind::SyncDone);
+    bed.tick(SYNC_MARKER_FOR.0 / 1_000_000);
+    assert_eq!(bed.ccl_count(A, B, MessageKind::SyncDone), after, "the repeats stop");
+}
+
+/// A `SyncDone` lost on the CCL: the joiner gets the next repeat, an
+/// interval later, instead of waiting for its sync timeout.
+#[test]
+fn a_sync_marker_lost_on_the_ccl_is_repeated() {
+    use dataplane::pipeline::SYNC_MARKER_EVERY;
+    let mut bed = Bed::new(3, true);
+    bed.kill(C, 2);
+    bed.tick(1);
+    bed.hold = Some(MessageKind::SyncDone);
+    bed.rejoin(C, 3);
+    for _ in 0..5 {
+        bed.tick(1);
+    }
+    assert_eq!(bed.nodes[C].sync_progress(Epoch(3)).done_from, 0, "every marker to C lost");
+    bed.hold = None;
+    bed.held.clear();
+    bed.tick(SYNC_MARKER_EVERY.0 / 1_000_000);
+    assert_eq!(bed.nodes[C].sync_progress(Epoch(3)).done_from, (1 << A) | (1 << B));
 }
 
 /// A datagram a node sealed before it left, delivered after it rejoined:

@@ -159,6 +159,50 @@ fn fault_sweep() {
     assert!(ok * 2 >= seeds.len() || seeds.len() < 20, "only {ok} of {} runs clean", seeds.len());
 }
 
+/// Double failures with `backups: 2` (issue 10, "Simulator": no
+/// established connection lost on any double failure with `backups: 2`):
+/// 4 nodes, two episodes of two nodes killed or paused together, every
+/// run must pass every invariant — no `MultipleFailure` excuse.
+/// `CFW_SIM_DOUBLE_SEEDS` (default 1..=30).
+#[test]
+fn double_fault_sweep_with_two_backups() {
+    let seeds = match std::env::var("CFW_SIM_DOUBLE_SEEDS") {
+        Ok(v) => sim::parse_seeds(&v).unwrap_or_else(|| panic!("CFW_SIM_DOUBLE_SEEDS={v:?}: expected `1,2,3`, `100..150` or `1000+60`")),
+        Err(_) => (1..=30).collect(),
+    };
+    let t0 = std::time::Instant::now();
+    let (mut ok, mut failed, mut take, mut lost_two) = (0, Vec::new(), Vec::new(), 0);
+    for &seed in &seeds {
+        let mut cfg = SimConfig::double_fault_sweep(seed, 2);
+        cfg.trace_flow = trace_flow();
+        let r = sim::run(cfg).expect("scenario builds");
+        let f = r.faults.as_ref().unwrap();
+        for e in &f.episodes {
+            lost_two += usize::from(e.lost_state.len() >= 2);
+            if let Some(t) = e.takeover_ms() {
+                take.push(t);
+            }
+        }
+        if r.ok() {
+            ok += 1;
+        } else {
+            failed.push(format!("seed {seed}: {:?}\n{}", r.failed_invariants(), r.summary()));
+        }
+    }
+    take.sort_by(f64::total_cmp);
+    let med = take.get(take.len() / 2).copied().unwrap_or(0.0);
+    println!(
+        "double-fault sweep (backups: 2): {} seeds, {ok} clean, {lost_two} episodes with two nodes reset, takeover median {med:.0} ms, {:.1} s wall",
+        seeds.len(),
+        t0.elapsed().as_secs_f64()
+    );
+    for f in &failed {
+        println!("FAILURE {f}");
+    }
+    assert!(lost_two > 0, "the schedules made no double failure");
+    assert!(failed.is_empty(), "{} runs failed: {:?}", failed.len(), failed.iter().map(|f| f.lines().next()).collect::<Vec<_>>());
+}
+
 /// A golden scenario: 3 nodes, `faults`, quiet until `end`.
 fn golden(faults: Vec<FaultAt>, end_ms: u64) -> Report {
     let mut cfg = SimConfig::fault_scenario(7, 3, faults, end_ms * MS);

@@ -281,11 +281,15 @@ fn a_cut_control_node_is_replaced_and_keeps_the_role_on_heal() {
 /// not membership: this scenario gives the same hash with the control
 /// lcores removed from the run (checked when re-pinning), so the new
 /// membership machine (elections, joins, leases) leaves no mark on it.
+/// Re-pinned as `78e6e82448c18006` with CCL v5 and the failover changes
+/// after it (orphan hand-offs, repeated `SyncDone` markers, the takeover
+/// flag): data-plane changes — again the same hash with the control lcores
+/// removed from the run (checked when re-pinning).
 #[test]
 fn control_plane_stays_out_of_the_trace() {
     let cfg = SimConfig::new(11, 3).flows(300, 100).ccl(CclLink::lossy(0.01));
     let r = sim::run(cfg).unwrap();
     let m = r.membership.as_ref().unwrap();
     assert!(m.link.delivered > 0 && m.link.lost > 0, "{:?}", m.link);
-    assert_eq!(r.trace_hash, "e44d109bc5ed25ea", "{}", r.summary());
+    assert_eq!(r.trace_hash, "78e6e82448c18006", "{}", r.summary());
 }

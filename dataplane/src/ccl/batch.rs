@@ -54,6 +54,13 @@ pub const FLAG_STATE: u8 = 0x02;
 /// rejoined); the director keeps it as an orphan and decides the takeover
 /// (docs/failover.md, "Orphans").
 pub const FLAG_ORPHAN: u8 = 0x04;
+/// `FlowRecord::flags` bit: a takeover — the registration of a node that
+/// took the flow over from the owner named in flags bits 4–7
+/// (`FlowRecord::replaces`); a holder whose record still names that owner
+/// (it is behind: the owner is a member in its set) lets it replace the
+/// record (docs/failover.md, "Takeover").
+pub const FLAG_TAKEOVER: u8 = 0x08;
+const REPLACES_SHIFT: u8 = 4;
 
 /// Byte ranges of the opaque state the cluster logic defines.
 mod opaque {
@@ -117,6 +124,19 @@ impl FlowRecord {
     pub fn set_state(&mut self, state: &[u8; STATE_LEN]) {
         self.flags |= FLAG_STATE;
         self.opaque[opaque::STATE].copy_from_slice(state);
+    }
+
+    /// A takeover from `owner` (`FLAG_TAKEOVER`, the owner in bits 4–7).
+    pub fn set_replaces(&mut self, owner: NodeId) {
+        if owner.index() < NodeId::MAX_NODES {
+            self.flags = (self.flags & 0x0f) | FLAG_TAKEOVER | (owner.0 << REPLACES_SHIFT);
+        }
+    }
+
+    /// The owner this registration took the flow over from, if it is a
+    /// takeover.
+    pub fn replaces(&self) -> Option<NodeId> {
+        (self.flags & FLAG_TAKEOVER != 0).then_some(NodeId(self.flags >> REPLACES_SHIFT))
     }
 
     /// Parse one record at the start of `b`; returns it and its length.

@@ -49,6 +49,7 @@ pub struct ClusterParams {
     pub node: usize,
     pub nodes: usize,
     pub seq_randomization: bool,
+    pub backups: u8,
     pub random_seed: u64,
     /// Membership-driven (fault scenarios): the pipeline starts as the
     /// node's does — a member set of itself at epoch 0, fenced (lease 0)
@@ -133,7 +134,7 @@ pub fn configure(cfg: &mut PipelineConfig, p: &ClusterParams) -> Result<(), Stri
             .collect(),
         random_seed: p.random_seed,
         lease: if p.driven { dataplane::Timestamp::ZERO } else { dataplane::Timestamp::MAX },
-        backups: 1,
+        backups: p.backups,
         syn_guard: dataplane::pipeline::DEFAULT_SYN_GUARD,
         director_hold: dataplane::pipeline::DEFAULT_DIRECTOR_HOLD,
     });

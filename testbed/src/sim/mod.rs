@@ -100,6 +100,8 @@ pub struct SimConfig {
     pub split_return: bool,
     /// SPEC R6 sequence-number randomisation (the SYN cookie).
     pub seq_randomization: bool,
+    /// Backup owners per flow (`ClusterSpec::backups`: 1 or 2).
+    pub backups: u8,
     /// The run stops here even if flows are still open.
     pub time_limit_ns: u64,
     /// Frames per `process` burst.
@@ -170,6 +172,7 @@ impl SimConfig {
             symmetric: false,
             split_return: false,
             seq_randomization: true,
+            backups: 1,
             time_limit_ns: 120_000_000_000,
             burst: 32,
             host_link_ns: 50_000,
@@ -564,6 +567,7 @@ pub fn node_config(cfg: &SimConfig, n: usize) -> Result<PipelineConfig, String> 
                 node: n,
                 nodes: cfg.nodes,
                 seq_randomization: cfg.seq_randomization,
+                backups: cfg.backups,
                 random_seed: net::mix64(cfg.seed ^ (0x5eed_0000 + n as u64)),
                 driven: !cfg.faults.is_empty(),
             },

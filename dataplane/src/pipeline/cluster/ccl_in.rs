@@ -302,7 +302,8 @@ impl ClusterPath {
                                 && ex.owner != r.owner
                                 && ex.role != Role::Forwarder
                                 && members.contains(ex.owner)
-                                && !ex.owner_left =>
+                                && !ex.owner_left
+                                && r.replaces() != Some(ex.owner) =>
                         {
                             Some(ex.owner)
                         }

@@ -23,9 +23,10 @@
 //! included) differ between `synced` and the new table is registered with
 //! the nodes it did not have, with its state. When the scan ends the
 //! queued records are flushed and a `SyncDone { epoch }` goes to every
-//! other member, behind them on the same channel; one that could not be
-//! sent (the peer's CCL MAC not resolved yet) is tried again every
-//! `SYNC_MARKER_EVERY` for `SYNC_MARKER_FOR`. A
+//! other member, behind them on the same channel, and again every
+//! `SYNC_MARKER_EVERY` for `SYNC_MARKER_FOR` (one lost on the CCL, or
+//! one that could not be sent — the peer's CCL MAC not resolved yet —
+//! would leave the joiner to its sync timeout). A
 //! change during a scan restarts it from `synced` (some flows are sent
 //! twice; none is missed). A scan whose set gained nodes first waits for
 //! their `SyncDone` of the epoch (at most `SYNC_WAIT` plus the time a scan
@@ -74,6 +75,17 @@ impl ClusterPath {
     /// queued message, open batch, held query and re-send (the caller
     /// clears the flow table). Counters and the CCL endpoint stay.
     pub fn reset(&mut self, now: Timestamp) {
+        // Alone until membership hands over the next set: a node that left
+        // must not answer owner queries as a director with its records gone
+        // (it would elect a second owner of a live flow; the simulator's
+        // sweep, seed 1135: a node leaving after a link went down, still
+        // asked before the others removed it).
+        if let Ok(alone) = crate::cluster::MemberSet::from_nodes(self.members.epoch(), [self.me]) {
+            if let Ok(t) = crate::cluster::DirectorTable::new(&alone) {
+                self.members = alone;
+                self.directors = t.with_backups(self.directors.backup_owners());
+            }
+        }
         self.records.clear();
         self.pool.clear();
         self.fwd_batches = [None; NodeId::MAX_NODES];
@@ -126,9 +138,11 @@ impl ClusterPath {
     pub(super) fn sync_step(&mut self, now: Timestamp, link: &mut Link<'_>, conn: &ConnTable) {
         if !self.sync.running {
             let tries_end = self.sync.started.saturating_add(self.sync.took).saturating_add(super::SYNC_MARKER_FOR);
-            if self.sync.unsent != 0 && now >= self.sync.next_marker && now < tries_end {
+            // Every marker again (one lost on the CCL would leave the joiner
+            // to its sync timeout); one that could not be sent is in there.
+            if now >= self.sync.next_marker && now < tries_end {
                 self.sync.next_marker = now.saturating_add(super::SYNC_MARKER_EVERY);
-                let n = self.send_markers(now, link, self.sync.unsent);
+                let n = self.send_markers(now, link, u16::MAX);
                 self.counters.sync_done_repeated += n;
             }
             return;
@@ -430,7 +444,8 @@ impl ClusterPath {
             },
             _ => return Err(DropReason::ClusterNoRecord),
         };
-        self.adopt(now, link, conn, &orig, state, delta)?;
+        let replaced = self.records.get(&key).map(|r| r.owner);
+        self.adopt(now, link, conn, &orig, state, delta, replaced)?;
         self.counters.takeovers_local += 1;
         Ok(())
     }
@@ -444,6 +459,7 @@ impl ClusterPath {
         orig: &FiveTuple,
         state: FlowState,
         delta: u32,
+        replaced: Option<NodeId>,
     ) -> Result<(), DropReason> {
         let h = conn.install(now, orig, state.resync())?;
         // The owner keeps no record of its own flows.
@@ -454,7 +470,12 @@ impl ClusterPath {
         if let Some(e) = self.extras.get_mut(h.index() as usize) {
             *e = OwnerExtra { delta, sent: now, version, sent_idle: timeout };
         }
-        if let Some(record) = self.owner_record(now, conn, h, orig) {
+        if let Some(mut record) = self.owner_record(now, conn, h, orig) {
+            // Named, so that a holder still counting that owner a member
+            // lets this registration replace its record.
+            if let Some(o) = replaced {
+                record.set_replaces(o);
+            }
             let to = self.directors.backups(flow_hash(orig), self.me);
             self.queue_to(now, link, record, true, to);
         }
@@ -479,6 +500,8 @@ impl ClusterPath {
             opaque: [0; OPAQUE_LEN],
         };
         record.set_state(&state.to_bytes());
+        // The querier's registration names the owner it replaces.
+        record.set_replaces(r.owner);
         let mut bytes = [0u8; FlowRecord::V6_LEN];
         let Ok(n) = record.emit(&mut bytes) else { return false };
         let Ok(x) = FlowTransfer::new(q.query_id, bytes.get(..n).unwrap_or(&[])) else { return false };
@@ -525,7 +548,7 @@ impl ClusterPath {
             return None;
         };
         if conn.lookup(&orig).is_none() {
-            if self.adopt(now, link, conn, &orig, state, r.seq_delta).is_err() {
+            if self.adopt(now, link, conn, &orig, state, r.seq_delta, r.replaces()).is_err() {
                 self.counters.transfers_refused += 1;
                 return None;
             }

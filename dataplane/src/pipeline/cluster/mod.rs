@@ -154,11 +154,13 @@ pub const SYNC_EPOCHS: usize = 8;
 /// reset, but a scan visits every slot). What this covers is the joiner's
 /// control lcore applying the set a few milliseconds after the peers.
 pub const SYNC_WAIT: Duration = Duration::from_millis(250);
-/// After a scan, a `SyncDone` marker that could not be sent (the peer's
-/// CCL MAC not resolved yet when a node boots, `ccl_unresolved`) is tried
-/// again every `SYNC_MARKER_EVERY` for `SYNC_MARKER_FOR`: without it the
-/// joiner waits for its sync timeout with its data ports down. A marker
-/// sent and lost on the wire is not repeated (docs/failover.md, gaps).
+/// After a scan, its `SyncDone` markers are sent again every
+/// `SYNC_MARKER_EVERY` for `SYNC_MARKER_FOR` (while no new scan starts): a
+/// marker lost on the CCL, or one that could not be sent (the peer's CCL
+/// MAC not resolved yet when a node boots, `ccl_unresolved`), would leave
+/// the joiner waiting for its sync timeout with its data ports down. A
+/// repeated marker is harmless: it says again that this node's
+/// re-registration for that epoch is done.
 pub const SYNC_MARKER_EVERY: Duration = Duration::from_millis(50);
 pub const SYNC_MARKER_FOR: Duration = Duration::from_secs(3);
 
