@@ -203,6 +203,57 @@ fn double_fault_sweep_with_two_backups() {
     assert!(failed.is_empty(), "{} runs failed: {:?}", failed.len(), failed.iter().map(|f| f.lines().next()).collect::<Vec<_>>());
 }
 
+/// The sweep's schedules with `split-brain: quorum`: the same invariants
+/// (the same known cases), and no flow is ever owned on two sides of a
+/// partition (`split_owned_checks` 0): a side without a majority of the
+/// last member set shuts its data ports instead of electing its own
+/// control node. `CFW_SIM_QUORUM_SEEDS` (default 1..=30).
+///
+/// KNOWN BUG (ignored, docs/failover.md "Known gaps"): seeds 1–30 give 22
+/// clean runs, no flow owned on two sides, and 7 runs (2, 5, 11, 12, 14,
+/// 20, 29: all of them 4-node clusters) in which most transfers are lost
+/// after a single failure — a kill, a pause, a restart, a link down, a
+/// partition of one node — while the members keep dropping frames as
+/// fenced (`cluster-fenced` in the hundreds): the quorum-backed lease is
+/// not renewed as it should be once a 4-node cluster runs on 3. 3-node
+/// runs are clean. Found by this sweep, not analysed yet.
+#[test]
+#[ignore = "known bug: split-brain quorum with 4 nodes loses flows after a single failure (members stay fenced); docs/failover.md"]
+fn fault_sweep_in_quorum_mode() {
+    let seeds = match std::env::var("CFW_SIM_QUORUM_SEEDS") {
+        Ok(v) => sim::parse_seeds(&v).unwrap_or_else(|| panic!("CFW_SIM_QUORUM_SEEDS={v:?}: expected `1,2,3`, `100..150` or `1000+60`")),
+        Err(_) => (1..=30).collect(),
+    };
+    let t0 = std::time::Instant::now();
+    let (mut ok, mut multiple, mut open, mut unknown, mut split, mut partitions) = (0, Vec::new(), Vec::new(), Vec::new(), 0, 0);
+    for &seed in &seeds {
+        let mut cfg = SimConfig::fault_sweep(seed, 3);
+        cfg.quorum = true;
+        cfg.trace_flow = trace_flow();
+        let r = sim::run(cfg).expect("scenario builds");
+        let f = r.faults.as_ref().unwrap();
+        split += f.split_owned_checks;
+        partitions += f.episodes.iter().filter(|e| e.kind == "partition").count();
+        match classify(&r) {
+            Verdict::Ok => ok += 1,
+            Verdict::PartitionedUdp => open.push(seed),
+            Verdict::MultipleFailure => multiple.push(seed),
+            Verdict::Unknown(why) => unknown.push(format!("seed {seed}: {why}")),
+        }
+    }
+    println!(
+        "quorum-mode sweep: {} seeds, {partitions} partitions, {ok} clean, multiple failures {multiple:?}, partitioned UDP {open:?}, checks with owners on two sides {split}, {:.1} s wall",
+        seeds.len(),
+        t0.elapsed().as_secs_f64()
+    );
+    for u in &unknown {
+        println!("UNKNOWN FAILURE {u}");
+    }
+    assert!(partitions > 0, "no partition drawn");
+    assert_eq!(split, 0, "a flow owned on two sides of a partition in quorum mode");
+    assert!(unknown.is_empty(), "{} runs failed outside the known cases: {:?}", unknown.len(), unknown.iter().map(|u| u.lines().next()).collect::<Vec<_>>());
+}
+
 /// A golden scenario: 3 nodes, `faults`, quiet until `end`.
 fn golden(faults: Vec<FaultAt>, end_ms: u64) -> Report {
     let mut cfg = SimConfig::fault_scenario(7, 3, faults, end_ms * MS);
@@ -412,3 +463,4 @@ fn schedules_are_seeded_single_failures() {
     let cfg = SimConfig::fault_sweep(2, 3);
     assert_eq!(sim::run(cfg.clone()).unwrap().fingerprint(), sim::run(cfg).unwrap().fingerprint());
 }
+

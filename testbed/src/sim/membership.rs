@@ -349,6 +349,7 @@ pub struct ControlPlanes {
     /// pipelines' real sync progress (no fake `Sync`).
     driven: bool,
     nodes_total: usize,
+    quorum: bool,
     partition: Partition,
     loss_burst: Option<(f64, u64)>,
 }
@@ -359,7 +360,7 @@ impl ControlPlanes {
         let mut nodes = Vec::with_capacity(cfg.nodes);
         for n in 0..cfg.nodes {
             nodes.push(ControlNode {
-                membership: cluster::membership(n, cfg.nodes)?,
+                membership: cluster::membership(n, cfg.nodes, cfg.quorum)?,
                 link: cluster::control_link(n)?,
                 tick_gen: 0,
                 tick_at: u64::MAX,
@@ -393,6 +394,7 @@ impl ControlPlanes {
             buf: vec![0u8; MAX_CONTROL_FRAME],
             driven: !cfg.faults.is_empty(),
             nodes_total: cfg.nodes,
+            quorum: cfg.quorum,
             partition: Partition::default(),
             loss_burst: None,
         };
@@ -534,7 +536,7 @@ impl ControlPlanes {
             return Err(format!("node{n}: no such node"));
         }
         let inc = cluster::incarnation(n, restarts);
-        let membership = cluster::membership_with(n, self.nodes_total, inc)?;
+        let membership = cluster::membership_with(n, self.nodes_total, inc, self.quorum)?;
         let link = cluster::control_link_with(n, inc)?;
         let c = &mut self.nodes[n];
         c.membership = membership;

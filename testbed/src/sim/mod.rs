@@ -102,6 +102,8 @@ pub struct SimConfig {
     pub seq_randomization: bool,
     /// Backup owners per flow (`ClusterSpec::backups`: 1 or 2).
     pub backups: u8,
+    /// The membership machines run `split-brain: quorum` (else `elect`).
+    pub quorum: bool,
     /// The run stops here even if flows are still open.
     pub time_limit_ns: u64,
     /// Frames per `process` burst.
@@ -173,6 +175,7 @@ impl SimConfig {
             split_return: false,
             seq_randomization: true,
             backups: 1,
+            quorum: false,
             time_limit_ns: 120_000_000_000,
             burst: 32,
             host_link_ns: 50_000,
