@@ -89,6 +89,14 @@ fn classify(r: &Report) -> Verdict {
     Verdict::Unknown(why())
 }
 
+/// Seeds from `var` (`1,2,3`, `100..150`, `1000+60`), default 1..=30.
+fn seeds_from(var: &str) -> Vec<u64> {
+    match std::env::var(var) {
+        Ok(v) => sim::parse_seeds(&v).unwrap_or_else(|| panic!("{var}={v:?}: expected `1,2,3`, `100..150` or `1000+60`")),
+        Err(_) => (1..=30).collect(),
+    }
+}
+
 fn trace_flow() -> Option<u32> {
     std::env::var("CFW_SIM_TRACE_FLOW").ok().and_then(|v| v.parse().ok())
 }
@@ -166,10 +174,7 @@ fn fault_sweep() {
 /// `CFW_SIM_DOUBLE_SEEDS` (default 1..=30).
 #[test]
 fn double_fault_sweep_with_two_backups() {
-    let seeds = match std::env::var("CFW_SIM_DOUBLE_SEEDS") {
-        Ok(v) => sim::parse_seeds(&v).unwrap_or_else(|| panic!("CFW_SIM_DOUBLE_SEEDS={v:?}: expected `1,2,3`, `100..150` or `1000+60`")),
-        Err(_) => (1..=30).collect(),
-    };
+    let seeds = seeds_from("CFW_SIM_DOUBLE_SEEDS");
     let t0 = std::time::Instant::now();
     let (mut ok, mut failed, mut take, mut lost_two) = (0, Vec::new(), Vec::new(), 0);
     for &seed in &seeds {
@@ -222,10 +227,7 @@ fn double_fault_sweep_with_two_backups() {
 #[test]
 #[ignore = "known bug: split-brain quorum with 4 nodes loses flows after a single failure (members stay fenced); docs/failover.md"]
 fn fault_sweep_in_quorum_mode() {
-    let seeds = match std::env::var("CFW_SIM_QUORUM_SEEDS") {
-        Ok(v) => sim::parse_seeds(&v).unwrap_or_else(|| panic!("CFW_SIM_QUORUM_SEEDS={v:?}: expected `1,2,3`, `100..150` or `1000+60`")),
-        Err(_) => (1..=30).collect(),
-    };
+    let seeds = seeds_from("CFW_SIM_QUORUM_SEEDS");
     let t0 = std::time::Instant::now();
     let (mut ok, mut multiple, mut open, mut unknown, mut split, mut partitions) = (0, Vec::new(), Vec::new(), Vec::new(), 0, 0);
     for &seed in &seeds {

@@ -156,19 +156,15 @@ impl ClusterPath {
         let owner = if local {
             Some(me)
         } else {
-            let held = self
-                .records
-                .get(&key)
-                .filter(|r| live(r, now) && (r.owner != me || r.owner_left))
-                .map(|r| (r.owner, r.owner_left));
-            // Granted to the querier, which asks again before registering:
-            // the transfer was lost on the CCL. Send it again (the same
-            // owner: no second one).
-            let regrant = self.records.get(&key).is_some_and(|r| {
-                live(r, now) && r.owner == from && !r.owner_left && r.state.is_some() && r.version.is_none()
+            // `regrant`: granted to the querier, which asks again before
+            // registering — the transfer was lost on the CCL. Send it again
+            // (the same owner: no second one).
+            let held = self.records.get(&key).filter(|r| live(r, now) && (r.owner != me || r.owner_left)).map(|r| {
+                let regrant = r.owner == from && !r.owner_left && r.state.is_some() && r.version.is_none();
+                (r.owner, r.owner_left, regrant)
             });
             match held {
-                Some((o, false)) if o == from && regrant && self.director_of(&t) == me => {
+                Some((_, false, true)) if self.director_of(&t) == me => {
                     if self.grant(now, link, from, q) {
                         self.counters.grants_repeated += 1;
                         self.counters.queries_answered += 1;
@@ -176,7 +172,7 @@ impl ClusterPath {
                     }
                     None
                 }
-                Some((o, false)) if self.members.contains(o) => Some(o),
+                Some((o, false, _)) if self.members.contains(o) => Some(o),
                 Some(_) if self.orphan_here(&t, now) => {
                     if self.grant(now, link, from, q) {
                         self.counters.queries_answered += 1;

@@ -286,8 +286,7 @@ impl ClusterPath {
         let (me, members, directors) = (self.me, self.members, self.directors);
         let mut n = 0;
         for r in self.records.values_mut() {
-            let orphan = (r.owner_left || !members.contains(r.owner)) && r.state.is_some() && live(r, now);
-            if !orphan {
+            if !orphan_with_state(r, &members, now) {
                 continue;
             }
             let hash = flow_hash(&r.orig);
@@ -313,8 +312,7 @@ impl ClusterPath {
                 break;
             }
             r.handoff = false;
-            let still = (r.owner_left || !members.contains(r.owner)) && r.state.is_some() && live(r, now);
-            if still {
+            if orphan_with_state(r, &members, now) {
                 batch[k] = Some(*r);
                 k += 1;
             }
@@ -324,24 +322,14 @@ impl ClusterPath {
         self.sync.handoffs = if k < batch.len() { 0 } else { self.sync.handoffs.saturating_sub(k).max(1) };
         for r in batch.iter().flatten() {
             let d = self.director_of(&r.orig);
-            let (Some(state), Ok(flow)) = (r.state, FlowKey::new(r.orig)) else { continue };
             if d == me || !members.contains(d) {
                 continue;
             }
-            let mut record = FlowRecord {
-                flow,
-                owner: r.owner,
-                op: FlowOp::Upsert,
-                tcp_state: r.tcp_state,
-                flags: FLAG_ORPHAN,
-                seq_delta: r.seq_delta,
-                idle_timeout_s: r.idle.as_secs().min(u64::from(u32::MAX)) as u32,
-                opaque: [0; OPAQUE_LEN],
-            };
+            let Some(mut record) = held_record(r, r.owner) else { continue };
+            record.flags |= FLAG_ORPHAN;
             if let Some(v) = r.version {
                 v.write(&mut record);
             }
-            record.set_state(&state.to_bytes());
             let mut to = crate::cluster::Backups::default();
             to.push(d);
             self.counters.handoffs_sent += 1;
@@ -421,12 +409,7 @@ impl ClusterPath {
     /// node holds as the flow's director (it decides the takeover)?
     pub(super) fn orphan_here(&self, t: &FiveTuple, now: Timestamp) -> bool {
         match self.records.get(&canonical(t)) {
-            Some(r)
-                if live(r, now)
-                    && (r.owner != self.me || r.owner_left)
-                    && (!self.members.contains(r.owner) || r.owner_left)
-                    && r.state.is_some() =>
-            {
+            Some(r) if (r.owner != self.me || r.owner_left) && orphan_with_state(r, &self.members, now) => {
                 self.director_of(t) == self.me
             }
             _ => false,
@@ -488,18 +471,7 @@ impl ClusterPath {
     pub(super) fn grant(&mut self, now: Timestamp, link: &mut Link<'_>, from: NodeId, q: &OwnerQuery) -> bool {
         let key = canonical(&q.flow.tuple());
         let Some(r) = self.records.get(&key).copied() else { return false };
-        let (Some(state), Ok(flow)) = (r.state, FlowKey::new(r.orig)) else { return false };
-        let mut record = FlowRecord {
-            flow,
-            owner: from,
-            op: FlowOp::Upsert,
-            tcp_state: r.tcp_state,
-            flags: 0,
-            seq_delta: r.seq_delta,
-            idle_timeout_s: r.idle.as_secs().min(u64::from(u32::MAX)) as u32,
-            opaque: [0; OPAQUE_LEN],
-        };
-        record.set_state(&state.to_bytes());
+        let Some(mut record) = held_record(&r, from) else { return false };
         // The querier's registration names the owner it replaces.
         record.set_replaces(r.owner);
         let mut bytes = [0u8; FlowRecord::V6_LEN];
@@ -666,4 +638,28 @@ impl ClusterPath {
             self.answer(now, link, h, None);
         }
     }
+}
+
+/// A held record's owner left (or is gone) and it carries the state: what
+/// a takeover or a hand-off needs.
+fn orphan_with_state(r: &super::Record, members: &crate::cluster::MemberSet, now: Timestamp) -> bool {
+    (r.owner_left || !members.contains(r.owner)) && r.state.is_some() && live(r, now)
+}
+
+/// The flow record of a held record, naming `owner`, with its state (for a
+/// grant's transfer and an orphan hand-off); `None` without state.
+fn held_record(r: &super::Record, owner: NodeId) -> Option<FlowRecord> {
+    let (state, flow) = (r.state?, FlowKey::new(r.orig).ok()?);
+    let mut record = FlowRecord {
+        flow,
+        owner,
+        op: FlowOp::Upsert,
+        tcp_state: r.tcp_state,
+        flags: 0,
+        seq_delta: r.seq_delta,
+        idle_timeout_s: r.idle.as_secs().min(u64::from(u32::MAX)) as u32,
+        opaque: [0; OPAQUE_LEN],
+    };
+    record.set_state(&state.to_bytes());
+    Some(record)
 }
