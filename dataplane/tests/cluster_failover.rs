@@ -1147,3 +1147,95 @@ fn a_datagram_sealed_before_a_rejoin_is_dropped() {
     assert_eq!(bed.owners_up(&t), vec![B]);
     accounted(&bed);
 }
+
+/// A UDP client port whose flow has director `d4` among 4 members and
+/// `d3` among the first 3.
+fn udp_port_with_directors(d4: usize, d3: usize) -> u16 {
+    (1024u16..)
+        .find(|&p| {
+            let t = tuple(HOST, p, SERVER, 5000, 17);
+            director(&t, 4) == d4 && director(&t, 3) == d3
+        })
+        .unwrap()
+}
+
+#[test]
+fn a_new_director_waits_for_the_reregistration_before_electing() {
+    // A owns a UDP flow whose director D fails; C directs it now. A packet
+    // of the flow reaching C, and one reaching B (which asks C to elect
+    // it), before A's re-registration: neither makes a second owner. They
+    // wait at C until the record arrives, then go to A (the quorum sweep,
+    // seed 124: C owned it 30 µs before A's record came).
+    let mut bed = Bed::with(4, with_hold(4, true));
+    let cport = udp_port_with_directors(D, C);
+    let t = tuple(HOST, cport, SERVER, 5000, 17);
+    let out = bed.send(A, IN, from_host(A, SERVER).udp(cport, 5000, b"one"));
+    assert_eq!(one(&out).0, A);
+    assert_eq!(bed.owners(&t), vec![A]);
+    bed.kill(D, 2);
+    assert!(bed.send(C, IN, from_host(C, SERVER).udp(cport, 5000, b"two")).is_empty(), "C holds its own packet");
+    assert!(bed.send(B, IN, from_host(B, SERVER).udp(cport, 5000, b"three")).is_empty(), "B's election is held");
+    assert_eq!(bed.cluster(C).counters.queries_held, 2);
+    assert_eq!(bed.owners(&t), vec![A]);
+    // A's scan runs: its record reaches C, the held packets go to A.
+    let out = bed.tick(1);
+    assert_eq!(out.len(), 2, "{out:?}");
+    assert!(out.iter().all(|(n, p, _)| (*n, *p) == (A, OUT)), "{out:?}");
+    assert_eq!(bed.owners(&t), vec![A]);
+    let c = bed.cluster(C).counters;
+    assert_eq!((c.held_answered, c.held_timeouts, c.elections), (2, 0, 0));
+
+    // A new flow while C settles: its packets wait the hold out, then C
+    // elects as before (B's query), or owns it (its own packet).
+    bed.kill(B, 3);
+    let (p_b, p_c) = {
+        let mut ports = (1024u16..).filter(|&p| director(&tuple(HOST, p, SERVER, 5001, 17), 4) == C && {
+            let s = MemberSet::from_nodes(Epoch(3), [NodeId(0), NodeId(2)]).unwrap();
+            DirectorTable::new(&s).unwrap().director(flow_hash(&tuple(HOST, p, SERVER, 5001, 17))) == NodeId(2)
+        });
+        (ports.next().unwrap(), ports.next().unwrap())
+    };
+    assert!(bed.send(C, IN, from_host(C, SERVER).udp(p_c, 5001, b"new")).is_empty());
+    assert!(bed.send(A, IN, from_host(A, SERVER).udp(p_b, 5001, b"new")).is_empty());
+    let out = bed.tick(DEFAULT_DIRECTOR_HOLD.0 / 1_000_000);
+    let mut from: Vec<usize> = out.iter().map(|o| o.0).collect();
+    from.sort();
+    assert_eq!(from, vec![A, C], "{out:?}");
+    assert_eq!(bed.owners(&tuple(HOST, p_c, SERVER, 5001, 17)), vec![C]);
+    assert_eq!(bed.owners(&tuple(HOST, p_b, SERVER, 5001, 17)), vec![A]);
+    accounted(&bed);
+}
+
+#[test]
+fn a_backup_record_overtaking_the_owner_reply_keeps_its_state() {
+    // C took A's flow over and registers with its backup B; B asked C
+    // who owns it before that record arrived, and the reply comes after
+    // it. B keeps the state: when C fails too, B takes the flow over (the
+    // quorum sweep, seed 93: the reply's forwarder record replaced the
+    // state and the flow died with C).
+    let mut bed = Bed::with(3, with_hold(3, true));
+    let cport = cport_for(3, C);
+    let t = tuple(HOST, cport, SERVER, 80, 6);
+    let delta = connect(&mut bed, cport, A, B);
+    bed.kill(A, 2);
+    bed.hold = Some(MessageKind::FlowRegister);
+    let (seg, want) = server_seg(C, C, cport, delta, 0);
+    let out = bed.send(C, OUT, seg);
+    assert_eq!(one(&out).2, want, "C takes over");
+    assert_eq!(bed.owners_up(&t), vec![C]);
+    let registers = bed.held.len();
+    assert!(registers >= 1, "C's registration with B is in flight");
+    bed.hold = Some(MessageKind::OwnerReply);
+    let (seg, _) = server_seg(B, C, cport, delta, 0);
+    assert!(bed.send(B, OUT, seg).is_empty(), "B asks C");
+    assert_eq!(bed.held.len(), registers + 1);
+    bed.hold = None;
+    let order: Vec<usize> = (0..=registers).collect();
+    let out = bed.release_held(&order);
+    assert_eq!(one(&out).0, C, "B's packet reaches C");
+    bed.kill(C, 3);
+    let (seg, want) = server_seg(B, B, cport, delta, 0);
+    let out = bed.send(B, OUT, seg);
+    assert_eq!(one(&out).2, want, "B holds the state and takes over");
+    assert_eq!(bed.owners_up(&t), vec![B]);
+}

@@ -256,6 +256,11 @@ pub struct Membership {
     ctrl_grant: Option<Timestamp>,
     /// This control node had a grant to give at its last heartbeat.
     granting: bool,
+    /// Quorum mode, control node: the grant its last heartbeat carried,
+    /// and whether a heartbeat since the last timed one was a grant
+    /// update (at most one per interval; `on_heartbeat`).
+    grant_sent: Option<Timestamp>,
+    grant_update: bool,
     ctrl_lost_logged: bool,
     ready: bool,
     ready_at: Option<Timestamp>,
@@ -319,6 +324,8 @@ impl Membership {
             hb_seq: 0,
             sent: VecDeque::with_capacity(SENT_RING),
             hb_now: false,
+            grant_sent: None,
+            grant_update: false,
             last_input: None,
             awake_since: Timestamp::ZERO,
             join: Join { started: Timestamp::ZERO, target: None, target_since: Timestamp::ZERO, last_request: None },
@@ -525,6 +532,7 @@ impl Membership {
         }
         if self.next_hb.is_none_or(|due| now >= due) {
             self.hb_now = true;
+            self.grant_update = false;
         }
         self.end(now);
     }
@@ -809,6 +817,7 @@ impl Membership {
             ..Heartbeat::default()
         };
         self.granting = h.grant_us > 0;
+        self.grant_sent = self.grant(now);
         for n in self.set.iter() {
             let i = self.set.info(n).unwrap_or_default();
             h.member_place[n.index()] = Placement { site: i.site, chassis: i.chassis };
@@ -1646,6 +1655,21 @@ impl Membership {
                     // Members lease only within a grant: announce it now.
                     self.hb_now = true;
                 }
+                if self.quorum_mode() && !self.grant_update {
+                    // The echoes a grant rests on just moved it on:
+                    // announce it at once (once per interval), not an
+                    // interval later. A member converts the grant to its
+                    // own clock from its echoed heartbeat's send time, so
+                    // every moment between that and this node's send is
+                    // lost to its lease (docs/membership.md, "Quorum
+                    // leases").
+                    if let Some(g) = self.grant(now) {
+                        if self.grant_sent.is_none_or(|s| g > s) {
+                            self.hb_now = true;
+                            self.grant_update = true;
+                        }
+                    }
+                }
                 Received::Heartbeat
             }
             State::Data | State::Syncing => {
@@ -1707,6 +1731,16 @@ impl Membership {
     fn control_heard(&mut self, now: Timestamp, h: &Heartbeat) {
         let me = self.cfg.me;
         self.ctrl_heard = Some(now);
+        if self.quorum_mode() && self.next_hb.is_none_or(|due| due <= now.saturating_add(Duration(self.cfg.heartbeat_interval.0 / 2))) {
+            // Answer the control node's timed heartbeat at once (the timer
+            // restarts from here, so the rate stays one per interval; its
+            // grant update half an interval later gets no answer): the
+            // grant rests on the followers' echoes, and a follower
+            // answering on its own phase would age them by up to an
+            // interval, which with hold = 3 × interval leaves no margin
+            // (docs/membership.md, "Quorum leases").
+            self.hb_now = true;
+        }
         if h.echo_bitmap & (1 << me.index()) != 0 {
             if let Some(t) = self.sent_time(h.echoes[me.index()]) {
                 self.ctrl_echo = Some(self.ctrl_echo.map_or(t, |e| e.max(t)));

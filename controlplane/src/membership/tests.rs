@@ -422,6 +422,53 @@ fn quorum_mode_the_minority_goes_inactive_and_the_majority_carries_on() {
     assert!(c.ms.iter().all(|m| m.members().bits() == 0b11111 && m.ready()));
 }
 
+#[test]
+fn quorum_mode_leases_of_four_nodes_never_lapse_with_100_300_timers() {
+    // With 4 configured nodes the control node's grant rests on its
+    // second-newest follower echo. Followers answering on their own phase
+    // aged that echo by up to an interval: with hold = 3 x interval the
+    // members' leases ran out between two heartbeats and they dropped
+    // traffic as fenced (the simulator's quorum sweep, 7 seeds in 30).
+    // They now answer the control node's heartbeat at once, and the
+    // control node announces the grant those answers move on at once.
+    for offsets in [[0u64, 35, 70, 95], [0, 90, 45, 20], [0, 60, 5, 99]] {
+        let q = |me: u8| Membership::new(Config { split_brain: SplitBrain::Quorum, ..cfg(me, 4) }).unwrap();
+        let mut c = Mini::new((0..4).map(q).collect());
+        // Start the nodes out of phase (their heartbeat timers follow).
+        for (n, &off) in offsets.iter().enumerate() {
+            c.alive[n] = off == 0;
+        }
+        for step in 0..=100u64 {
+            for (n, &off) in offsets.iter().enumerate() {
+                if off == step {
+                    c.alive[n] = true;
+                }
+            }
+            c.run(1);
+        }
+        c.run(1500);
+        assert_eq!(c.controls().len(), 1, "{:?}", c.states());
+        let mut lapses = 0;
+        let mut min_margin = u64::MAX;
+        for _ in 0..400 {
+            c.run(5);
+            for n in 0..4 {
+                if c.ms[n].ready() && c.ms[n].lease() <= c.now {
+                    lapses += 1;
+                }
+                if c.ms[n].ready() && c.ms[n].state() == State::Data {
+                    min_margin = min_margin.min(c.ms[n].lease().0.saturating_sub(c.now.0) / MS);
+                }
+            }
+        }
+        assert!(c.ms.iter().all(|m| m.ready()), "{:?}", c.states());
+        assert_eq!(lapses, 0, "offsets {offsets:?}: ready members fenced at {lapses} checks");
+        // Before: 5 ms (one check step) — a lease renewed just in time,
+        // lapsing by the CCL's delay in every interval.
+        assert!(min_margin >= 50, "offsets {offsets:?}: a data node's lease came within {min_margin} ms of lapsing");
+    }
+}
+
 // --- Join, readiness gate, chunked transfer (M6, M7). ---
 
 #[test]

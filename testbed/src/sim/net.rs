@@ -444,6 +444,26 @@ pub fn ccl_records_for(frame: &[u8], t: &FiveTuple) -> Vec<String> {
         return out;
     };
     let kind = MessageKind::from_u8(c.kind());
+    let ours = |ft: FiveTuple| ft == *t || ft == t.reversed();
+    match dataplane::ccl::Message::parse(c.kind(), c.payload()) {
+        Ok(dataplane::ccl::Message::OwnerQuery(q)) if ours(q.flow.tuple()) => {
+            out.push(format!("query {} elect {}", q.query_id, q.elect_if_absent));
+            return out;
+        }
+        Ok(dataplane::ccl::Message::OwnerReply(r)) if ours(r.flow.tuple()) => {
+            out.push(format!("reply {} owner {:?}", r.query_id, r.owner));
+            return out;
+        }
+        Ok(dataplane::ccl::Message::FlowTransfer(x)) => {
+            if let Ok(r) = x.record() {
+                if ours(r.flow.tuple()) {
+                    out.push(format!("transfer {} owner {} flags {:#x}", x.query_id, r.owner, r.flags));
+                }
+            }
+            return out;
+        }
+        _ => {}
+    }
     if !matches!(
         kind,
         Some(MessageKind::FlowRegister | MessageKind::StateUpdate)

@@ -180,31 +180,18 @@ impl ClusterPath {
                     }
                     None
                 }
-                _ if q.elect_if_absent => {
-                    let rec = Record {
-                        role: self.record_role(&t),
-                        owner: from,
-                        orig: t,
-                        tcp_state: STATE_NOT_TCP,
-                        seq_delta: 0,
-                        last_seen: now,
-                        idle: idle_for(&timeouts, t.proto),
-                        version: None,
-                        state: None,
-                        owner_left: false,
-                        handoff: false,
-                    };
-                    if self.upsert(key, rec) {
-                        self.counters.elections += 1;
-                        Some(from)
-                    } else {
-                        self.counters.record_table_full += 1;
-                        None
-                    }
+                _ if q.elect_if_absent && self.settling(now, conn) => {
+                    // Owners are re-registering after a member change: the
+                    // flow may be owned elsewhere, its record on the way.
+                    // Hold the query; the deadline elects the querier.
+                    self.counters.queries_answered += 1;
+                    self.hold(now, link, from, q, &timeouts);
+                    return;
                 }
+                _ if q.elect_if_absent => self.elect(now, from, &t, &timeouts),
                 _ => {
                     self.counters.queries_answered += 1;
-                    self.hold(now, link, from, q);
+                    self.hold(now, link, from, q, &timeouts);
                     return;
                 }
             }
@@ -223,7 +210,16 @@ impl ClusterPath {
         let me = self.me;
         // An owner outside our member set is no owner (R11).
         let owner = r.owner.filter(|&o| o == me || self.members.contains(o));
-        if let Some(o) = owner.filter(|&o| o != me) {
+        let key = canonical(&t);
+        // A record with the owner's state that names the same owner (its
+        // registration overtook the reply: a backup asked before the
+        // record reached it) stays: a forwarder record in its place would
+        // lose the state the next takeover needs (the quorum sweep, seed
+        // 93: the flow died with its owner a few seconds later).
+        let holds_state = |rec: &Record| rec.state.is_some() && Some(rec.owner) == owner && !rec.owner_left;
+        if let Some(rec) = self.records.get_mut(&key).filter(|rec| live(rec, now) && holds_state(rec)) {
+            rec.last_seen = now;
+        } else if let Some(o) = owner.filter(|&o| o != me) {
             let rec = Record {
                 role: Role::Forwarder,
                 owner: o,
@@ -237,7 +233,7 @@ impl ClusterPath {
                 owner_left: false,
                 handoff: false,
             };
-            if !self.upsert(canonical(&t), rec) {
+            if !self.upsert(key, rec) {
                 self.counters.record_table_full += 1;
             }
         }

@@ -54,7 +54,7 @@ use super::{
 };
 use crate::ccl::{FlowKey, FlowOp, FlowRecord, FlowTransfer, Message, OwnerQuery, OwnerReply, SyncDone, FLAG_ORPHAN, OPAQUE_LEN};
 use crate::cluster::flow_hash;
-use crate::conntrack::{ConnTable, FlowState};
+use crate::conntrack::{ConnTable, FlowState, Timeouts};
 use crate::types::{DropReason, Duration, Epoch, FiveTuple, NodeId, Timestamp};
 
 impl ClusterPath {
@@ -531,23 +531,90 @@ impl ClusterPath {
 
     // --- The director's hold (a registration in flight). ---
 
-    /// Hold `q` for `director_hold` (no record, no election asked); full,
-    /// or no hold configured: answer "none" now.
-    pub(super) fn hold(&mut self, now: Timestamp, link: &mut Link<'_>, from: NodeId, q: &OwnerQuery) {
+    /// Hold `q` for `director_hold` (no record; an election asked only
+    /// while `settling`); full, or no hold configured: answer now as the
+    /// deadline would.
+    pub(super) fn hold(&mut self, now: Timestamp, link: &mut Link<'_>, from: NodeId, q: &OwnerQuery, timeouts: &Timeouts) {
         if self.held.iter().any(|h| h.from == from && h.query_id == q.query_id) {
             return; // a duplicate
         }
+        let key = canonical(&q.flow.tuple());
+        let h = HeldQuery {
+            query_id: q.query_id,
+            from,
+            flow: q.flow,
+            key,
+            deadline: now.saturating_add(self.director_hold),
+            elect: q.elect_if_absent,
+        };
         if self.held.len() >= MAX_HELD || self.director_hold == Duration::ZERO {
             if self.director_hold != Duration::ZERO {
                 self.counters.held_full += 1;
             }
-            let reply = Message::OwnerReply(OwnerReply { query_id: q.query_id, flow: q.flow, owner: None });
-            self.send_ccl(now, link, from, &reply);
+            self.unregistered(now, link, h, timeouts);
             return;
         }
-        let key = canonical(&q.flow.tuple());
-        self.held.push(HeldQuery { query_id: q.query_id, from, flow: q.flow, key, deadline: now.saturating_add(self.director_hold) });
+        self.held.push(h);
         self.counters.queries_held += 1;
+    }
+
+    /// A held query whose flow nobody registered: "none", or, if it asked
+    /// for an election, the asker elected (R8; this node itself when it is
+    /// the asker: its frames are released to be owned here).
+    fn unregistered(&mut self, now: Timestamp, link: &mut Link<'_>, h: HeldQuery, timeouts: &Timeouts) {
+        let owner = match h.elect {
+            false => None,
+            true if h.from == self.me => Some(self.me),
+            true => self.elect(now, h.from, &h.flow.tuple(), timeouts),
+        };
+        self.answer(now, link, h, owner);
+    }
+
+    /// Elect `from` the owner of `t` (R8): a record naming it. `None` when
+    /// the record table is full.
+    pub(super) fn elect(&mut self, now: Timestamp, from: NodeId, t: &FiveTuple, timeouts: &Timeouts) -> Option<NodeId> {
+        let rec = super::Record {
+            role: self.record_role(t),
+            owner: from,
+            orig: *t,
+            tcp_state: super::STATE_NOT_TCP,
+            seq_delta: 0,
+            last_seen: now,
+            idle: super::idle_for(timeouts, t.proto),
+            version: None,
+            state: None,
+            owner_left: false,
+            handoff: false,
+        };
+        if self.upsert(canonical(t), rec) {
+            self.counters.elections += 1;
+            Some(from)
+        } else {
+            self.counters.record_table_full += 1;
+            None
+        }
+    }
+
+    /// Are owners re-registering after a member change, so that a flow
+    /// this director has no record of may be owned elsewhere, its record
+    /// on the way? From the change until every other member's `SyncDone`
+    /// for the epoch has arrived (each follows that member's records on
+    /// the same channel), at most `SYNC_WAIT` beyond a scan of a table
+    /// like ours. Meanwhile an election (a query with `elect_if_absent`,
+    /// or this director's own packet that may open a flow) waits in the
+    /// hold instead of making a second owner of a live flow (the quorum
+    /// sweep, seed 124: a UDP packet at the new director 30 µs before the
+    /// owner's re-registration). Needs a hold (`director_hold`).
+    pub(super) fn settling(&self, now: Timestamp, conn: &ConnTable) -> bool {
+        if self.director_hold == Duration::ZERO || !self.syn_guarded(now) {
+            return false;
+        }
+        let others = self.members.bits() & !(1u16 << (self.me.0 & 15));
+        if others & !self.sync_progress(self.members.epoch()).done_from == 0 {
+            return false;
+        }
+        let scan = Duration::from_millis((conn.capacity() / SYNC_BUDGET) as u64);
+        now < self.sync.started.saturating_add(super::SYNC_WAIT).saturating_add(scan)
     }
 
     /// Does a mid-connection TCP segment with no record at this node, its
@@ -563,12 +630,12 @@ impl ClusterPath {
 
     /// The director's own query (`park` with this node as director): held
     /// like a peer's; its answer comes back through `next_local_release`.
-    pub(super) fn hold_local(&mut self, now: Timestamp, query_id: u32, flow: FlowKey, key: FiveTuple) -> bool {
+    pub(super) fn hold_local(&mut self, now: Timestamp, query_id: u32, flow: FlowKey, key: FiveTuple, elect: bool) -> bool {
         if self.held.len() >= MAX_HELD {
             self.counters.held_full += 1;
             return false;
         }
-        self.held.push(HeldQuery { query_id, from: self.me, flow, key, deadline: now.saturating_add(self.director_hold) });
+        self.held.push(HeldQuery { query_id, from: self.me, flow, key, deadline: now.saturating_add(self.director_hold), elect });
         self.counters.queries_held += 1;
         true
     }
@@ -625,7 +692,7 @@ impl ClusterPath {
     }
 
     /// Answer "none" to the held queries past their deadline.
-    pub(super) fn expire_held(&mut self, now: Timestamp, link: &mut Link<'_>) {
+    pub(super) fn expire_held(&mut self, now: Timestamp, link: &mut Link<'_>, timeouts: &Timeouts) {
         let mut i = 0;
         while i < self.held.len() {
             let Some(h) = self.held.get(i).copied() else { break };
@@ -635,7 +702,7 @@ impl ClusterPath {
             }
             self.held.swap_remove(i);
             self.counters.held_timeouts += 1;
-            self.answer(now, link, h, None);
+            self.unregistered(now, link, h, timeouts);
         }
     }
 }

@@ -692,6 +692,10 @@ pub(crate) struct HeldQuery {
     pub flow: crate::ccl::FlowKey,
     pub key: FiveTuple,
     pub deadline: Timestamp,
+    /// The asker may own the flow (`elect_if_absent`): at the deadline,
+    /// with no registration seen, it is elected (R8) instead of told
+    /// "none" (`ClusterPath::settling`).
+    pub elect: bool,
 }
 
 /// A frame waiting for an owner reply (a parked slot of the pool).

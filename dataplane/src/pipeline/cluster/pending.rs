@@ -68,7 +68,7 @@ impl ClusterPath {
                     // This node is the director and has no record yet: it
                     // holds its own query for the registration in flight
                     // (`failover.rs`, "Director hold").
-                    if !self.hold_local(now, query_id, flow, key) {
+                    if !self.hold_local(now, query_id, flow, key, elect) {
                         return Err(DropReason::ClusterPendingFull);
                     }
                 } else {

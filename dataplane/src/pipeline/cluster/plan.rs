@@ -110,6 +110,12 @@ impl ClusterPath {
                         self.counters.syn_guard_queries += 1;
                         return Plan::Query { director, elect: true };
                     }
+                    if local && self.settling(now, conn) {
+                        // The director, while owners re-register: the
+                        // handshake may be owned elsewhere (`settling`).
+                        self.counters.syn_guard_queries += 1;
+                        return Plan::Query { director: me, elect: true };
+                    }
                     return Plan::Own; // R1: the SYN's receiver owns the connection.
                 }
                 if ack && !syn && seg.flags & tcp_flags::RST != 0 && seg.payload_len == 0 && self.seq_randomization {
@@ -179,10 +185,14 @@ impl ClusterPath {
             // May open a flow (R8): the director decides, electing the
             // querier if nobody owns it.
             L4Info::Udp | L4Info::IcmpEchoRequest | L4Info::Other => {
-                if local {
-                    Plan::Own
-                } else {
+                if !local {
                     Plan::Query { director, elect: true }
+                } else if self.settling(now, conn) {
+                    // The director, while owners re-register: wait for a
+                    // record before owning it (`settling`).
+                    Plan::Query { director: me, elect: true }
+                } else {
+                    Plan::Own
                 }
             }
         }

@@ -173,7 +173,7 @@ impl ClusterPath {
     /// resolved.
     pub fn timers(&mut self, now: Timestamp, link: &mut Link<'_>, conn: &ConnTable) {
         self.expire_pending(now);
-        self.expire_held(now, link);
+        self.expire_held(now, link, conn.timeouts());
         self.sync_step(now, link, conn);
         let resent = self.resend_due(now, link, conn);
         if now >= self.next_sweep {
