@@ -463,3 +463,37 @@ fn schedules_are_seeded_single_failures() {
     let cfg = SimConfig::fault_sweep(2, 3);
     assert_eq!(sim::run(cfg.clone()).unwrap().fingerprint(), sim::run(cfg).unwrap().fingerprint());
 }
+
+/// A chassis fails (R4): 4 nodes, two per chassis, both nodes of chassis 0
+/// (node0 the control node) killed at once, back 2 s later. A flow whose owner and backup
+/// owner (its director) share that chassis survives only through the
+/// chassis backup, the first member of its ranking on the other chassis:
+/// with chassis ids every transfer completes; the same schedule without
+/// them loses the flows whose owner and director both sat in chassis 0.
+#[test]
+fn a_chassis_failure_loses_no_flow_with_chassis_ids() {
+    let run = |placement: Vec<(Option<u8>, Option<u8>)>| {
+        let mut cfg = SimConfig::fault_scenario(7, 4, vec![
+                at(2000, FaultKind::Kill(0)),
+                at(2000, FaultKind::Kill(1)),
+                at(4000, FaultKind::Restart(0)),
+                at(4000, FaultKind::Restart(1)),
+            ],
+            8000 * MS,
+        );
+        cfg.placement = placement;
+        cfg.trace_flow = trace_flow();
+        sim::run(cfg).unwrap()
+    };
+    let with = run(vec![(None, Some(0)), (None, Some(0)), (None, Some(1)), (None, Some(1))]);
+    println!("{}", with.summary());
+    assert!(with.ok(), "{}", with.summary());
+    let f = with.faults.as_ref().unwrap();
+    assert!(f.takeovers > 0, "the flows of chassis 0 were taken over");
+    let m = with.membership.as_ref().unwrap();
+    assert!(m.per_node.iter().all(|n| n.members == vec![0, 1, 2, 3]), "{}", m.states());
+    let without = run(Vec::new());
+    let lost = without.failures.iter().filter(|f| f.starts_with("flow ")).count();
+    assert!(lost > 0, "without chassis ids a flow owned and directed in chassis 0 is lost: {}", without.summary());
+    println!("chassis failure: with chassis ids all flows complete ({} takeovers); without, {lost} flows lost", f.takeovers);
+}

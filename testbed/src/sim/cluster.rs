@@ -9,7 +9,7 @@
 
 use super::net;
 use controlplane::membership::{self, ControlLink, Membership, NodeConfig};
-use dataplane::ccl::{CclKey, FramePath};
+use dataplane::ccl::{CclKey, FramePath, Placement};
 use dataplane::cluster::{flow_hash, DirectorTable, MemberSet};
 use dataplane::stats::flatten;
 use dataplane::pipeline::ClusterSpec;
@@ -74,12 +74,18 @@ pub fn incarnation(n: usize, restarts: u32) -> u32 {
 /// (100 ms interval, 300 ms hold time), the node's first incarnation; the
 /// contract's defaults otherwise. It starts joining: the member set forms
 /// over the CCL (election, admissions, a new epoch each).
-pub fn membership(node: usize, nodes: usize, quorum: bool) -> Result<Membership, String> {
-    membership_with(node, nodes, incarnation(node, 0), quorum)
+pub fn membership(node: usize, nodes: usize, quorum: bool, place: Placement) -> Result<Membership, String> {
+    membership_with(node, nodes, incarnation(node, 0), quorum, place)
 }
 
 /// `membership` with the incarnation of a restarted node.
-pub fn membership_with(node: usize, nodes: usize, incarnation: u32, quorum: bool) -> Result<Membership, String> {
+pub fn membership_with(
+    node: usize,
+    nodes: usize,
+    incarnation: u32,
+    quorum: bool,
+    place: Placement,
+) -> Result<Membership, String> {
     let configured = (0..nodes)
         .map(|n| NodeConfig {
             id: NodeId(n as u8),
@@ -91,6 +97,7 @@ pub fn membership_with(node: usize, nodes: usize, incarnation: u32, quorum: bool
         heartbeat_interval: Duration::from_millis(super::membership::HEARTBEAT_INTERVAL_MS),
         hold_time: Duration::from_millis(super::membership::HOLD_TIME_MS),
         split_brain: if quorum { membership::SplitBrain::Quorum } else { membership::SplitBrain::Elect },
+        place,
         ..membership::Config::new(NodeId(node as u8), incarnation, configured)
     })
     .map_err(|e| format!("node{node}: membership: {e}"))

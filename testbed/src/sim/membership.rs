@@ -51,6 +51,7 @@
 //!   delivered copy is counted by the receiving opener (a drop) or machine
 //!   (an outcome).
 
+use dataplane::ccl::Placement;
 use super::cluster;
 use super::net::{self, CclCut, CclLink, Fate, Partition};
 use super::SimConfig;
@@ -350,6 +351,8 @@ pub struct ControlPlanes {
     driven: bool,
     nodes_total: usize,
     quorum: bool,
+    /// Each node's site and chassis (`SimConfig::placement`).
+    places: Vec<Placement>,
     partition: Partition,
     loss_burst: Option<(f64, u64)>,
 }
@@ -360,7 +363,7 @@ impl ControlPlanes {
         let mut nodes = Vec::with_capacity(cfg.nodes);
         for n in 0..cfg.nodes {
             nodes.push(ControlNode {
-                membership: cluster::membership(n, cfg.nodes, cfg.quorum)?,
+                membership: cluster::membership(n, cfg.nodes, cfg.quorum, cfg.place(n))?,
                 link: cluster::control_link(n)?,
                 tick_gen: 0,
                 tick_at: u64::MAX,
@@ -395,6 +398,7 @@ impl ControlPlanes {
             driven: !cfg.faults.is_empty(),
             nodes_total: cfg.nodes,
             quorum: cfg.quorum,
+            places: (0..cfg.nodes).map(|n| cfg.place(n)).collect(),
             partition: Partition::default(),
             loss_burst: None,
         };
@@ -536,7 +540,7 @@ impl ControlPlanes {
             return Err(format!("node{n}: no such node"));
         }
         let inc = cluster::incarnation(n, restarts);
-        let membership = cluster::membership_with(n, self.nodes_total, inc, self.quorum)?;
+        let membership = cluster::membership_with(n, self.nodes_total, inc, self.quorum, self.places[n])?;
         let link = cluster::control_link_with(n, inc)?;
         let c = &mut self.nodes[n];
         c.membership = membership;

@@ -102,6 +102,10 @@ pub struct SimConfig {
     pub seq_randomization: bool,
     /// Backup owners per flow (`ClusterSpec::backups`: 1 or 2).
     pub backups: u8,
+    /// Node n's `(site, chassis)` ids (membership's `place`, carried in
+    /// the member set to every pipeline: chassis and site backups, R4);
+    /// nodes past the end have none.
+    pub placement: Vec<(Option<u8>, Option<u8>)>,
     /// The membership machines run `split-brain: quorum` (else `elect`).
     pub quorum: bool,
     /// The run stops here even if flows are still open.
@@ -153,6 +157,12 @@ pub struct LongLived {
 }
 
 impl SimConfig {
+    /// Node `n`'s placement (`placement`).
+    pub fn place(&self, n: usize) -> dataplane::ccl::Placement {
+        let (site, chassis) = self.placement.get(n).copied().unwrap_or((None, None));
+        dataplane::ccl::Placement { site, chassis }
+    }
+
     /// Defaults: a clean CCL, a cluster, asymmetric routers, 10 ms of
     /// flow starts.
     pub fn new(seed: u64, nodes: usize) -> Self {
@@ -175,6 +185,7 @@ impl SimConfig {
             split_return: false,
             seq_randomization: true,
             backups: 1,
+            placement: Vec::new(),
             quorum: false,
             time_limit_ns: 120_000_000_000,
             burst: 32,
