@@ -284,6 +284,12 @@ pub enum ErrorKind {
         /// Members needed.
         min: usize,
     },
+    /// A setting that needs this node's `cluster.site-id`.
+    #[error("{setting} needs cluster.site-id (this node's site)")]
+    NeedsSiteId {
+        /// The setting.
+        setting: &'static str,
+    },
     /// A string that is not a unicast Ethernet address.
     #[error("invalid MAC address \"{found}\": {reason}")]
     InvalidMac {

@@ -55,6 +55,9 @@ fn example_parses_with_defaults() {
     assert!(cl.tcp_sequence_randomization, "default true");
     let c = parse(&edit(38, "  tcp-sequence-randomization: false"), "x.yaml").unwrap();
     assert!(!c.cluster.unwrap().tcp_sequence_randomization);
+    let c = parse(&src.replace("  split-brain: elect", "  split-brain: elect\n  director-localization: true\n  site-redundancy: true"), "x.yaml").unwrap();
+    let cl = c.cluster.unwrap();
+    assert!(cl.director_localization && cl.site_redundancy);
 }
 
 #[test]
@@ -146,7 +149,7 @@ fn case(what: &'static str, src: String, line: usize, column: usize, field: &'st
 fn cases() -> Vec<Case> {
     vec![
         case("unknown cluster key", edit(38, "  tcp-sequence-random: true"), 38, 3, "cluster.tcp-sequence-random",
-             "unknown field `tcp-sequence-random`, expected one of `name`, `key`, `node-id`, `priority`, `site-id`, `chassis-id`, `tcp-sequence-randomization`, `ccl`, `members`, `heartbeat-interval`, `hold-time`, `backups`, `split-brain`, `interface-debounce`, `sync-timeout`"),
+             "unknown field `tcp-sequence-random`, expected one of `name`, `key`, `node-id`, `priority`, `site-id`, `chassis-id`, `tcp-sequence-randomization`, `ccl`, `members`, `heartbeat-interval`, `hold-time`, `backups`, `split-brain`, `director-localization`, `site-redundancy`, `interface-debounce`, `sync-timeout`"),
         case("missing key", edit(33, ""), 30, 3, "cluster", "missing field `key`"),
         case("missing ccl", EXAMPLE.lines().enumerate().filter(|(i, _)| !(38..43).contains(i)).map(|(_, l)| format!("{l}\n")).collect(),
              30, 3, "cluster", "missing field `ccl`"),
@@ -202,6 +205,10 @@ fn cases() -> Vec<Case> {
              "invalid value \"vote\": expected elect or quorum"),
         case("quorum with two members", edit(62, "  split-brain: quorum").replace("    - id: 3\n      name: n3\n      ccl-address: 198.19.0.13\n", ""),
              59, 16, "cluster.split-brain", "split-brain quorum needs at least 3 members (cluster.members has 2)"),
+        case("director localization without a site id", edit(62, "  director-localization: true"), 62, 26, "cluster.director-localization",
+             "cluster.director-localization needs cluster.site-id (this node's site)"),
+        case("site redundancy without a site id", edit(62, "  site-redundancy: true"), 62, 20, "cluster.site-redundancy",
+             "cluster.site-redundancy needs cluster.site-id (this node's site)"),
         case("debounce over a minute", edit(63, "  interface-debounce: 60001"), 63, 23, "cluster.interface-debounce",
              "value 60001 out of range: expected 0-60000"),
         case("sync timeout 99 ms", edit(64, "  sync-timeout: 99"), 64, 17, "cluster.sync-timeout", "value 99 out of range: expected 100-600000"),

@@ -1239,3 +1239,95 @@ fn a_backup_record_overtaking_the_owner_reply_keeps_its_state() {
     assert_eq!(one(&out).2, want, "B holds the state and takes over");
     assert_eq!(bed.owners_up(&t), vec![B]);
 }
+
+/// Five nodes on two sites (R12): 0, 1, 2 at site 1, 3, 4 at site 2,
+/// director localization on; `up` the nodes in the set.
+fn sited(epoch: u64, up: &[usize]) -> MemberSet {
+    let info = |n: usize| MemberInfo { site: Some(if n < 3 { 1 } else { 2 }), chassis: None, since: Epoch(0) };
+    MemberSet::from_members(Epoch(epoch), up.iter().map(|&n| (NodeId(n as u8), info(n)))).unwrap()
+}
+
+fn localized(n: usize) -> PipelineConfig {
+    let mut c = with_hold(5, true)(n);
+    if let Some(cl) = c.cluster.as_mut() {
+        cl.members = sited(1, &[0, 1, 2, 3, 4]);
+        cl.director_localization = true;
+    }
+    c
+}
+
+/// A client port (server port `sport`) whose flow, among the 5 sited
+/// members, has global director `global` and local directors `l1` at
+/// site 1 and `l2` at site 2 (the global director is its own site's
+/// local director).
+fn sited_port(sport: u16, global: usize, l1: usize, l2: usize) -> u16 {
+    let t = DirectorTable::new(&sited(1, &[0, 1, 2, 3, 4])).unwrap().with_localization(true);
+    (1024u16..u16::MAX)
+        .find(|&p| {
+            let h = flow_hash(&tuple(HOST, p, SERVER, sport, 6));
+            t.director(h) == NodeId(global as u8)
+                && t.local_director(h, 1) == Some(NodeId(l1 as u8))
+                && t.local_director(h, 2) == Some(NodeId(l2 as u8))
+        })
+        .unwrap()
+}
+
+#[test]
+fn director_localization_asks_the_local_director_first() {
+    let mut bed = Bed::with(5, localized);
+    // Flow X: owned at site 1 (A), directed from site 2 (D = 3), its local
+    // director at site 1 is B. A registers with both.
+    let x = sited_port(80, D, B, D);
+    let tx = tuple(HOST, x, SERVER, 80, 6);
+    let delta = connect(&mut bed, x, A, 4);
+    assert_eq!(bed.ccl_count(A, B, MessageKind::FlowRegister), 1, "the local director holds the record");
+    assert_eq!(bed.ccl_count(A, D, MessageKind::FlowRegister), 1, "so does the global director");
+    // C, at site 1, asks B — not D, across the sites — and forwards to A.
+    let (seg, want) = client_seg(C, A, x, delta, b"hi");
+    let out = bed.send(C, IN, seg);
+    let out = later(&mut bed, out);
+    assert_eq!(one(&out), (A, OUT, want));
+    assert_eq!((bed.ccl_count(C, B, MessageKind::OwnerQuery), bed.ccl_count(C, D, MessageKind::OwnerQuery)), (1, 0));
+    assert_eq!(bed.cluster(B).counters.local_answered, 1);
+    assert_eq!(bed.cluster(C).counters.local_fallbacks, 0);
+
+    // Flow Y: owned at site 1, directed there too (B); node 3 at site 2
+    // asks its local director (4), which does not know it, then B.
+    let y = sited_port(81, B, B, 4);
+    let ty = tuple(HOST, y, SERVER, 81, 6);
+    let connect81 = |bed: &mut Bed| {
+        let out = bed.send(A, IN, from_host(A, SERVER).tcp(y, 81, C_ISN, 0, SYN, 64240, &SYN_OPTS, b""));
+        let isn = tcp_fields(&one(&out).2).0;
+        let out = bed.send(C, OUT, from_outside(C, SERVER).tcp(81, y, S_ISN, isn.wrapping_add(1), SYN | ACK, 65535, &SYN_OPTS, b""));
+        assert_eq!(one(&out).0, A);
+        let out = bed.send(A, IN, from_host(A, SERVER).tcp(y, 81, C_ISN + 1, S_ISN + 1, ACK, 502, &[], b""));
+        assert_eq!(one(&out).0, A);
+        isn.wrapping_sub(C_ISN)
+    };
+    let dy = connect81(&mut bed);
+    let seg = from_host(3, SERVER).tcp(y, 81, C_ISN + 1, S_ISN + 1, ACK | PSH, 502, &[], b"yo");
+    let want = to_gw(A, SERVER).tcp(y, 81, (C_ISN + 1).wrapping_add(dy), S_ISN + 1, ACK | PSH, 502, &[], b"yo");
+    let out = bed.send(3, IN, seg);
+    let out = later(&mut bed, out);
+    assert_eq!(one(&out), (A, OUT, want));
+    assert_eq!((bed.ccl_count(3, 4, MessageKind::OwnerQuery), bed.ccl_count(3, B, MessageKind::OwnerQuery)), (1, 1));
+    assert_eq!(bed.cluster(4).counters.local_unknown, 1);
+    assert_eq!(bed.cluster(3).counters.local_fallbacks, 1);
+    assert_eq!(bed.owners(&ty), vec![A]);
+
+    // A fails: C's next segment of X asks B, whose record names a node
+    // that left ("none": the local director never grants), then the
+    // global director D, which holds the state and grants it to C.
+    bed.down[A] = true;
+    bed.set_members_up(sited(2, &[1, 2, 3, 4]));
+    bed.tick(1);
+    let (seg, want) = client_seg(C, C, x, delta, b"after");
+    let out = bed.send(C, IN, seg);
+    let out = later(&mut bed, out);
+    let (n, port, f) = one(&out);
+    assert_eq!((n, port), (C, OUT));
+    assert_eq!(tcp_fields(&f).0, tcp_fields(&want).0);
+    assert_eq!(bed.owners_up(&tx), vec![C]);
+    assert!(bed.cluster(C).counters.local_fallbacks >= 1);
+    accounted(&bed);
+}

@@ -311,6 +311,7 @@ fn bad_ccl_is_dropped_and_counted() {
         query_id: 7,
         flow: FlowKey::new(tuple(HOST, 1234, SERVER, 80, 6)).unwrap(),
         elect_if_absent: false,
+        local: false,
     });
     let send_one = |bed: &mut Bed, f: Vec<u8>| {
         let mut b = VecBuf::new(&f);

@@ -54,7 +54,7 @@ fn seeds() -> Vec<(PortId, Vec<u8>)> {
         (IN, from_host(A, SERVER).udp(5353, 53, b"query")),
         (OUT, from_outside(A, DNS).udp(53, 5353, b"answer")),
         (IN, from_host(A, SERVER).icmp(8, 0, (1, 2), b"ping")),
-        (CCL, seal(&Message::OwnerQuery(OwnerQuery { query_id: 1, flow, elect_if_absent: true }))),
+        (CCL, seal(&Message::OwnerQuery(OwnerQuery { query_id: 1, flow, elect_if_absent: true, local: false }))),
         (CCL, seal(&Message::OwnerReply(OwnerReply { query_id: 1, flow, owner: Some(NodeId(2)) }))),
         (CCL, register),
         (CCL, seal(&Message::ForwardedPacket(ForwardedPacket { ingress_iface: 0, flow_hint: None, frame: &syn }))),

@@ -413,6 +413,8 @@ fn cluster_spec(cl: &config::ClusterConfig, incarnation: u32) -> Result<ClusterS
         backups: cl.backups,
         syn_guard: dataplane::pipeline::DEFAULT_SYN_GUARD,
         director_hold: dataplane::pipeline::DEFAULT_DIRECTOR_HOLD,
+        director_localization: cl.director_localization,
+        site_redundancy: cl.site_redundancy,
     })
 }
 

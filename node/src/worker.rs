@@ -342,6 +342,8 @@ mod tests {
                 backups: 1,
                 syn_guard: dataplane::pipeline::DEFAULT_SYN_GUARD,
                 director_hold: dataplane::pipeline::DEFAULT_DIRECTOR_HOLD,
+                director_localization: false,
+                site_redundancy: false,
             }),
         })
         .unwrap()

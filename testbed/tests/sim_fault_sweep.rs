@@ -97,6 +97,37 @@ fn seeds_from(var: &str) -> Vec<u64> {
     }
 }
 
+/// Runs of the sweep's schedules for `seeds`, each configured by `tweak`
+/// and looked at by `look`, classified.
+#[derive(Default)]
+struct Tally {
+    ok: usize,
+    multiple: Vec<u64>,
+    open: Vec<u64>,
+    unknown: Vec<String>,
+}
+
+fn tally(seeds: &[u64], tweak: impl Fn(&mut SimConfig), mut look: impl FnMut(&Report)) -> Tally {
+    let mut t = Tally::default();
+    for &seed in seeds {
+        let mut cfg = SimConfig::fault_sweep(seed, 3);
+        tweak(&mut cfg);
+        cfg.trace_flow = trace_flow();
+        let r = sim::run(cfg).expect("scenario builds");
+        look(&r);
+        match classify(&r) {
+            Verdict::Ok => t.ok += 1,
+            Verdict::PartitionedUdp => t.open.push(seed),
+            Verdict::MultipleFailure => t.multiple.push(seed),
+            Verdict::Unknown(why) => t.unknown.push(format!("seed {seed}: {why}")),
+        }
+    }
+    for u in &t.unknown {
+        println!("UNKNOWN FAILURE {u}");
+    }
+    t
+}
+
 fn trace_flow() -> Option<u32> {
     std::env::var("CFW_SIM_TRACE_FLOW").ok().and_then(|v| v.parse().ok())
 }
@@ -225,33 +256,23 @@ fn double_fault_sweep_with_two_backups() {
 fn fault_sweep_in_quorum_mode() {
     let seeds = seeds_from("CFW_SIM_QUORUM_SEEDS");
     let t0 = std::time::Instant::now();
-    let (mut ok, mut multiple, mut open, mut unknown, mut split, mut partitions) = (0, Vec::new(), Vec::new(), Vec::new(), 0, 0);
-    for &seed in &seeds {
-        let mut cfg = SimConfig::fault_sweep(seed, 3);
-        cfg.quorum = true;
-        cfg.trace_flow = trace_flow();
-        let r = sim::run(cfg).expect("scenario builds");
+    let (mut split, mut partitions) = (0, 0);
+    let t = tally(&seeds, |c| c.quorum = true, |r| {
         let f = r.faults.as_ref().unwrap();
         split += f.split_owned_checks;
         partitions += f.episodes.iter().filter(|e| e.kind == "partition").count();
-        match classify(&r) {
-            Verdict::Ok => ok += 1,
-            Verdict::PartitionedUdp => open.push(seed),
-            Verdict::MultipleFailure => multiple.push(seed),
-            Verdict::Unknown(why) => unknown.push(format!("seed {seed}: {why}")),
-        }
-    }
+    });
     println!(
-        "quorum-mode sweep: {} seeds, {partitions} partitions, {ok} clean, multiple failures {multiple:?}, partitioned UDP {open:?}, checks with owners on two sides {split}, {:.1} s wall",
+        "quorum-mode sweep: {} seeds, {partitions} partitions, {} clean, multiple failures {:?}, partitioned UDP {:?}, checks with owners on two sides {split}, {:.1} s wall",
         seeds.len(),
+        t.ok,
+        t.multiple,
+        t.open,
         t0.elapsed().as_secs_f64()
     );
-    for u in &unknown {
-        println!("UNKNOWN FAILURE {u}");
-    }
     assert!(partitions > 0, "no partition drawn");
     assert_eq!(split, 0, "a flow owned on two sides of a partition in quorum mode");
-    assert!(unknown.is_empty(), "{} runs failed outside the known cases: {:?}", unknown.len(), unknown.iter().map(|u| u.lines().next()).collect::<Vec<_>>());
+    assert!(t.unknown.is_empty(), "{} runs failed outside the known cases: {:?}", t.unknown.len(), t.unknown.iter().map(|u| u.lines().next()).collect::<Vec<_>>());
 }
 
 /// A golden scenario: 3 nodes, `faults`, quiet until `end`.
@@ -496,4 +517,64 @@ fn a_chassis_failure_loses_no_flow_with_chassis_ids() {
     let lost = without.failures.iter().filter(|f| f.starts_with("flow ")).count();
     assert!(lost > 0, "without chassis ids a flow owned and directed in chassis 0 is lost: {}", without.summary());
     println!("chassis failure: with chassis ids all flows complete ({} takeovers); without, {lost} flows lost", f.takeovers);
+}
+
+/// Director localization (R12): 4 nodes on two sites (0, 1 at site 1;
+/// 2, 3 at site 2), a kill and a restart of node 2. Forwarders ask the
+/// local director of their site first: the lookups it answers never cross
+/// the sites; those it does not know (a flow owned at the other site, an
+/// owner that failed) go on to the global director. Every transfer
+/// completes, one owner throughout, as without localization.
+#[test]
+fn director_localization_on_two_sites() {
+    let mut cfg = SimConfig::fault_scenario(7, 4, vec![at(2000, FaultKind::Kill(2)), at(3500, FaultKind::Restart(2))], 7500 * MS);
+    cfg.placement = vec![(Some(1), None), (Some(1), None), (Some(2), None), (Some(2), None)];
+    cfg.localization = true;
+    cfg.trace_flow = trace_flow();
+    let r = sim::run(cfg).unwrap();
+    println!("{}", r.summary());
+    assert!(r.ok(), "{}", r.summary());
+    let sum = |k: &str| r.per_node.iter().map(|n| n.cluster.as_ref().and_then(|c| c.get(k).copied()).unwrap_or(0)).sum::<u64>();
+    let (sent, answered, unknown, fallbacks) =
+        (sum("local_queries_sent"), sum("local_answered"), sum("local_unknown"), sum("local_fallbacks"));
+    println!(
+        "director localization: {sent} lookups at a local director, {answered} answered there, {unknown} not known there ({fallbacks} asked the global director next); {} owner queries in all",
+        sum("director_queries_sent")
+    );
+    assert!(answered > 0 && fallbacks > 0, "both kinds of lookup happened");
+    // (Not `answered + unknown <= sent`: node2's restart starts a new
+    // pipeline, its counters from before are gone.)
+    assert!(sent > 0 && unknown > 0);
+    assert!(r.faults.as_ref().unwrap().takeovers > 0);
+}
+
+/// The sweep's schedules with two sites and director localization (R12):
+/// the same invariants, the same known cases. `CFW_SIM_LOCAL_SEEDS`
+/// (default 1..=30).
+#[test]
+fn fault_sweep_with_director_localization() {
+    let seeds = seeds_from("CFW_SIM_LOCAL_SEEDS");
+    let t0 = std::time::Instant::now();
+    let mut lookups = (0, 0);
+    let two_sites = |c: &mut SimConfig| {
+        c.placement = (0..c.nodes).map(|n| (Some(1 + (n >= c.nodes / 2) as u8), None)).collect();
+        c.localization = true;
+    };
+    let t = tally(&seeds, two_sites, |r| {
+        let sum = |k: &str| r.per_node.iter().map(|n| n.cluster.as_ref().and_then(|c| c.get(k).copied()).unwrap_or(0)).sum::<u64>();
+        lookups.0 += sum("local_answered");
+        lookups.1 += sum("local_fallbacks");
+    });
+    println!(
+        "localization sweep: {} seeds, {} clean, multiple failures {:?}, partitioned UDP {:?}; lookups answered by a local director {}, sent on to the global one {}, {:.1} s wall",
+        seeds.len(),
+        t.ok,
+        t.multiple,
+        t.open,
+        lookups.0,
+        lookups.1,
+        t0.elapsed().as_secs_f64()
+    );
+    assert!(lookups.0 > 0 && lookups.1 > 0);
+    assert!(t.unknown.is_empty(), "{} runs failed outside the known cases: {:?}", t.unknown.len(), t.unknown.iter().map(|u| u.lines().next()).collect::<Vec<_>>());
 }

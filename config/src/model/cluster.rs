@@ -117,6 +117,13 @@ pub struct ClusterConfig {
     pub backups: u8,
     /// `split-brain`: what a partition does (default `elect`).
     pub split_brain: SplitBrain,
+    /// `director-localization`: a local director per site (SPEC R12;
+    /// default false; needs `site-id`).
+    pub director_localization: bool,
+    /// `site-redundancy`: a flow whose backups all sit at its owner's site
+    /// gets one at another site too (SPEC R4; default false; needs
+    /// `site-id`).
+    pub site_redundancy: bool,
     /// `interface-debounce`: ms a data port may be down before the node
     /// leaves the cluster (0-60000, default 500).
     pub interface_debounce_ms: u64,

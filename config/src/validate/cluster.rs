@@ -24,7 +24,7 @@ use crate::net::Ipv4Net;
 #[serde(
     deny_unknown_fields,
     rename_all = "kebab-case",
-    expecting = "a cluster mapping (name, key, node-id, priority, site-id, chassis-id, tcp-sequence-randomization, ccl, members, heartbeat-interval, hold-time, backups, split-brain, interface-debounce, sync-timeout)"
+    expecting = "a cluster mapping (name, key, node-id, priority, site-id, chassis-id, tcp-sequence-randomization, ccl, members, heartbeat-interval, hold-time, backups, split-brain, director-localization, site-redundancy, interface-debounce, sync-timeout)"
 )]
 pub(crate) struct RawCluster {
     name: String,
@@ -47,6 +47,10 @@ pub(crate) struct RawCluster {
     backups: Option<u64>,
     #[serde(default)]
     split_brain: Option<String>,
+    #[serde(default)]
+    director_localization: Option<bool>,
+    #[serde(default)]
+    site_redundancy: Option<bool>,
     #[serde(default)]
     interface_debounce: Option<u64>,
     #[serde(default)]
@@ -353,6 +357,17 @@ impl Checker<'_> {
                 ErrorKind::QuorumTooFewMembers { members: members.len(), min: MIN_QUORUM_MEMBERS },
             ));
         }
+        // Director localization (R12) and site redundancy (R4) rest on
+        // site ids: this node must have one (the others' arrive with the
+        // member set; a member without one uses the global director only).
+        let director_localization = raw.director_localization.unwrap_or(false);
+        let site_redundancy = raw.site_redundancy.unwrap_or(false);
+        for (on, key) in [(director_localization, "director-localization"), (site_redundancy, "site-redundancy")] {
+            if on && site_id.is_none() {
+                let setting = if key == "site-redundancy" { "cluster.site-redundancy" } else { "cluster.director-localization" };
+                return Err(self.err(&p.key(key), ErrorKind::NeedsSiteId { setting }));
+            }
+        }
         let interface_debounce_ms =
             self.range(&p.key("interface-debounce"), raw.interface_debounce, DEFAULT_DEBOUNCE_MS, 0, MAX_DEBOUNCE_MS)?;
         let sync_timeout_ms = self.range(
@@ -377,6 +392,8 @@ impl Checker<'_> {
             hold_time_ms,
             backups,
             split_brain,
+            director_localization,
+            site_redundancy,
             interface_debounce_ms,
             sync_timeout_ms,
         })

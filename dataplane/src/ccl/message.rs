@@ -103,26 +103,37 @@ fn emit_opt_key(k: &Option<FlowKey>, out: &mut [u8]) -> Result<usize, CclError> 
 }
 
 const ELECT_IF_ABSENT: u8 = 0x01;
+const LOCAL_LOOKUP: u8 = 0x02;
 
 /// Who owns `flow`? Layout: query id (4), flags (1: bit 0 = elect the
-/// querier if the director knows no flow, SPEC R8; other bits zero), flow
-/// key (14/38).
+/// querier if the director knows no flow, SPEC R8; bit 1 = a lookup at the
+/// querier's local director, R12: answered at once from a record naming a
+/// live owner, else "none" — never held, never an election or a grant —
+/// so the querier asks the global director next; the two bits never
+/// together; other bits zero), flow key (14/38).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct OwnerQuery {
     pub query_id: u32,
     pub flow: FlowKey,
     pub elect_if_absent: bool,
+    /// A local-director lookup (R12).
+    pub local: bool,
 }
 
 impl OwnerQuery {
     pub fn parse(b: &[u8]) -> Result<Self, CclError> {
         let id: [u8; 4] = arr(b, 0)?;
         let [flags] = arr::<1>(b, 4)?;
-        if flags & !ELECT_IF_ABSENT != 0 {
+        if flags & !(ELECT_IF_ABSENT | LOCAL_LOOKUP) != 0 || flags == ELECT_IF_ABSENT | LOCAL_LOOKUP {
             return Err(CclError::BadValue { field: "owner-query flags", value: u64::from(flags) });
         }
         let flow = FlowKey::parse(&b[5..])?;
-        Ok(OwnerQuery { query_id: u32::from_be_bytes(id), flow, elect_if_absent: flags != 0 })
+        Ok(OwnerQuery {
+            query_id: u32::from_be_bytes(id),
+            flow,
+            elect_if_absent: flags & ELECT_IF_ABSENT != 0,
+            local: flags & LOCAL_LOOKUP != 0,
+        })
     }
     pub fn wire_len(&self) -> usize {
         5 + self.flow.wire_len()
@@ -133,7 +144,10 @@ impl OwnerQuery {
             return Err(too_small(n, out));
         }
         out[..4].copy_from_slice(&self.query_id.to_be_bytes());
-        out[4] = if self.elect_if_absent { ELECT_IF_ABSENT } else { 0 };
+        if self.elect_if_absent && self.local {
+            return Err(CclError::BadValue { field: "owner-query flags", value: u64::from(ELECT_IF_ABSENT | LOCAL_LOOKUP) });
+        }
+        out[4] = if self.elect_if_absent { ELECT_IF_ABSENT } else { 0 } | if self.local { LOCAL_LOOKUP } else { 0 };
         self.flow.emit(&mut out[5..])?;
         Ok(n)
     }
@@ -613,7 +627,7 @@ mod tests {
 
     #[test]
     fn small_buffers_refused() {
-        let q = OwnerQuery { query_id: 1, flow: v4(), elect_if_absent: true };
+        let q = OwnerQuery { query_id: 1, flow: v4(), elect_if_absent: true, local: false };
         for n in 0..q.wire_len() {
             let mut b = vec![0u8; n];
             assert!(matches!(q.emit(&mut b), Err(CclError::BufferTooSmall { .. })));

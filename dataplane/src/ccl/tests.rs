@@ -113,8 +113,8 @@ fn all_messages<'a>(batch_buf: &'a mut [u8], fr: &'a [u8], fam6: bool) -> Vec<Me
     let batch = FlowBatch::parse(&batch_buf[..n]).unwrap();
     vec![
         Message::Heartbeat(Heartbeat { priority: 10, state: 2, member_bitmap: 0x8007, ..Heartbeat::default() }),
-        Message::OwnerQuery(OwnerQuery { query_id: 77, flow: k, elect_if_absent: true }),
-        Message::OwnerQuery(OwnerQuery { query_id: 78, flow: k, elect_if_absent: false }),
+        Message::OwnerQuery(OwnerQuery { query_id: 77, flow: k, elect_if_absent: true, local: false }),
+        Message::OwnerQuery(OwnerQuery { query_id: 78, flow: k, elect_if_absent: false, local: false }),
         Message::OwnerReply(OwnerReply { query_id: 77, flow: k, owner: Some(NodeId(15)) }),
         Message::OwnerReply(OwnerReply { query_id: 78, flow: k, owner: None }),
         Message::FlowRegister(batch),
@@ -823,7 +823,7 @@ fn control_messages_seal_and_open_on_the_control_lcore_only() {
     assert_eq!(c.rx(MessageKind::TableUpdate), 2);
     assert_eq!(worker.counters().drop(CclDrop::UnknownKind), 6);
     // A data-channel kind on the control lcore: unknown kind, after the MAC.
-    let q = seal(&mut sealer(), &Message::OwnerQuery(OwnerQuery { query_id: 1, flow: v4_key(), elect_if_absent: false }));
+    let q = seal(&mut sealer(), &Message::OwnerQuery(OwnerQuery { query_id: 1, flow: v4_key(), elect_if_absent: false, local: false }));
     assert_eq!(opener().open_control(&q), Err(CclDrop::UnknownKind));
     // The longest chunk fills an MTU-1500 datagram exactly.
     let ch = ControlMessage::SyncChunk(SyncChunk { to: B, to_incarnation: 1, xfer: 1, index: 0, total: 1, data: &data });

@@ -183,16 +183,16 @@ impl Ranking {
 }
 
 /// Most backups one flow can have: two backup owners (`backups: 2`), a
-/// chassis backup and a site backup (R4).
-pub const MAX_BACKUPS: usize = 4;
+/// chassis backup, a site backup (R4) and the local director (R12).
+pub const MAX_BACKUPS: usize = 5;
 
 /// Backup owners per flow a table may be asked for (`backups: 1 | 2`).
 pub const MAX_BACKUP_OWNERS: u8 = 2;
 
 /// The backup owners of one flow, in order: the backup owner(s) (R4; two
 /// with `backups: 2`), then the extra chassis backup, then the extra site
-/// backup, each present only if its rule applies; never the owner, never
-/// twice the same node.
+/// backup, then the local director (R12), each present only if its rule
+/// applies; never the owner, never twice the same node.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct Backups {
     nodes: [NodeId; MAX_BACKUPS],
@@ -254,6 +254,8 @@ pub struct DirectorTable {
     site: [Option<u8>; NodeId::MAX_NODES],
     chassis: [Option<u8>; NodeId::MAX_NODES],
     site_redundancy: bool,
+    /// Director localization (R12, `with_localization`).
+    localization: bool,
     /// Backup owners per flow, 1 or 2 (`with_backups`).
     backup_owners: u8,
 }
@@ -273,6 +275,7 @@ impl DirectorTable {
             site: [None; NodeId::MAX_NODES],
             chassis: [None; NodeId::MAX_NODES],
             site_redundancy: false,
+            localization: false,
             backup_owners: 1,
         };
         for n in set.iter() {
@@ -292,6 +295,56 @@ impl DirectorTable {
     pub fn with_site_redundancy(mut self, on: bool) -> Self {
         self.site_redundancy = on;
         self
+    }
+
+    /// Director localization (R12): every flow also has a local director
+    /// at its owner's site (`local_director`), which holds its record
+    /// like a backup; forwarders ask the local director of their own site
+    /// first. Nodes without a site id have no local director.
+    pub fn with_localization(mut self, on: bool) -> Self {
+        self.localization = on;
+        self
+    }
+
+    /// `next` (a table for a new member set) with this table's rules:
+    /// backup owners, site redundancy, localization.
+    pub fn same_rules(&self, next: DirectorTable) -> DirectorTable {
+        next.with_backups(self.backup_owners)
+            .with_site_redundancy(self.site_redundancy)
+            .with_localization(self.localization)
+    }
+
+    /// Director localization on?
+    #[inline]
+    pub fn localized(&self) -> bool {
+        self.localization
+    }
+
+    /// The site id of member `n` (`None`: none configured, or not a
+    /// member).
+    #[inline]
+    pub fn site_of(&self, n: NodeId) -> Option<u8> {
+        self.site.get(n.index()).copied().flatten()
+    }
+
+    /// The local director of flow hash `h` at `site` (R12): the member of
+    /// highest weight among the members at that site, as the director is
+    /// among all (so it is the director whenever the director is at that
+    /// site). `None` when localization is off or no member is there.
+    #[inline]
+    pub fn local_director(&self, h: u64, site: u8) -> Option<NodeId> {
+        if !self.localization {
+            return None;
+        }
+        let n = usize::from(self.len);
+        let mut best = None;
+        for (&node, &salt) in self.nodes[..n].iter().zip(&self.salts[..n]) {
+            if self.site[node.index()] == Some(site) {
+                let w = packed_weight(h, salt, node);
+                best = Some(best.map_or(w, |b: u64| b.max(w)));
+            }
+        }
+        best.map(|w| NodeId((w & NODE_BITS_MASK) as u8))
     }
 
     /// `backups: 1 | 2`: how many backup owners every flow has (clamped to
@@ -432,6 +485,7 @@ impl DirectorTable {
         let chassis_rule = own_chassis.filter(|&c| all(&|n| self.chassis[n.index()] == Some(c)));
         let site_rule = own_site.filter(|&s| self.site_redundancy && all(&|n| self.site[n.index()] == Some(s)));
         if chassis_rule.is_none() && site_rule.is_none() {
+            self.push_local(&mut out, h, owner, own_site);
             return out; // the common case: no full ranking needed
         }
         let ranking = ranking.unwrap_or_else(|| self.ranking(h));
@@ -445,7 +499,17 @@ impl DirectorTable {
                 out.push_unique(n);
             }
         }
+        self.push_local(&mut out, h, owner, own_site);
         out
+    }
+
+    /// With localization, the local director at the owner's site (R12),
+    /// unless it is the owner (or already a backup).
+    #[inline]
+    fn push_local(&self, out: &mut Backups, h: u64, owner: NodeId, own_site: Option<u8>) {
+        if let Some(l) = own_site.and_then(|s| self.local_director(h, s)).filter(|&l| l != owner) {
+            out.push_unique(l);
+        }
     }
 }
 
@@ -634,6 +698,51 @@ mod tests {
             }
         }
         assert!(chassis_extra > 0 && site_extra > 0 && both > 0, "{chassis_extra} {site_extra} {both}");
+    }
+
+    #[test]
+    fn local_directors() {
+        // Two sites of two and three nodes; node 5 has no site.
+        let m = |site| MemberInfo { site, chassis: None, since: Epoch(0) };
+        let s = MemberSet::from_members(
+            Epoch(3),
+            [(n(0), m(Some(1))), (n(1), m(Some(1))), (n(2), m(Some(2))), (n(3), m(Some(2))), (n(4), m(Some(2))), (n(5), m(None))],
+        )
+        .unwrap();
+        let plain = DirectorTable::new(&s).unwrap();
+        let t = plain.with_localization(true);
+        assert_eq!(plain.local_director(7, 1), None, "off: no local director");
+        assert_eq!(t.local_director(7, 9), None, "no member at site 9");
+        let (mut extra, mut same) = (0, 0);
+        for h in hashes(5_000) {
+            let r = t.ranking(h);
+            for site in [1u8, 2] {
+                let l = t.local_director(h, site).unwrap();
+                // The first of the ranking at that site: the director
+                // whenever the director is there.
+                assert_eq!(Some(l), r.iter().find(|&x| s.info(x).unwrap().site == Some(site)));
+                if s.info(t.director(h)).unwrap().site == Some(site) {
+                    assert_eq!(l, t.director(h));
+                    same += 1;
+                }
+            }
+            for owner in (0..6).map(NodeId) {
+                let (b, bl) = (plain.backups(h, owner), t.backups(h, owner));
+                assert_eq!(&bl.as_slice()[..b.len()], b.as_slice(), "the local director comes last");
+                match s.info(owner).unwrap().site {
+                    Some(site) => {
+                        let l = t.local_director(h, site).unwrap();
+                        assert_eq!(bl.contains(l), l != owner);
+                        if bl.len() > b.len() {
+                            extra += 1;
+                        }
+                    }
+                    None => assert_eq!(bl, b, "an owner without a site has no local director"),
+                }
+                assert!(!bl.contains(owner));
+            }
+        }
+        assert!(extra > 0 && same > 0, "{extra} {same}");
     }
 
     /// Share of flows whose director changes, and the rendezvous property.

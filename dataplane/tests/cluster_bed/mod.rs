@@ -102,6 +102,8 @@ pub fn config(n: usize, nodes: usize, seq_randomization: bool) -> PipelineConfig
             // No director hold: the golden tests assert the immediate
             // "none" of before issue 10; failover tests set it.
             director_hold: Duration::ZERO,
+            director_localization: false,
+            site_redundancy: false,
         }),
     }
 }

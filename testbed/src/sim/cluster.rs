@@ -50,6 +50,8 @@ pub struct ClusterParams {
     pub nodes: usize,
     pub seq_randomization: bool,
     pub backups: u8,
+    /// Director localization (R12).
+    pub localization: bool,
     pub random_seed: u64,
     /// Membership-driven (fault scenarios): the pipeline starts as the
     /// node's does — a member set of itself at epoch 0, fenced (lease 0)
@@ -145,6 +147,8 @@ pub fn configure(cfg: &mut PipelineConfig, p: &ClusterParams) -> Result<(), Stri
         backups: p.backups,
         syn_guard: dataplane::pipeline::DEFAULT_SYN_GUARD,
         director_hold: dataplane::pipeline::DEFAULT_DIRECTOR_HOLD,
+        director_localization: p.localization,
+        site_redundancy: false,
     });
     Ok(())
 }

@@ -106,6 +106,9 @@ pub struct SimConfig {
     /// the member set to every pipeline: chassis and site backups, R4);
     /// nodes past the end have none.
     pub placement: Vec<(Option<u8>, Option<u8>)>,
+    /// Director localization (R12; `ClusterSpec::director_localization`),
+    /// with the sites of `placement`.
+    pub localization: bool,
     /// The membership machines run `split-brain: quorum` (else `elect`).
     pub quorum: bool,
     /// The run stops here even if flows are still open.
@@ -186,6 +189,7 @@ impl SimConfig {
             seq_randomization: true,
             backups: 1,
             placement: Vec::new(),
+            localization: false,
             quorum: false,
             time_limit_ns: 120_000_000_000,
             burst: 32,
@@ -582,6 +586,7 @@ pub fn node_config(cfg: &SimConfig, n: usize) -> Result<PipelineConfig, String> 
                 nodes: cfg.nodes,
                 seq_randomization: cfg.seq_randomization,
                 backups: cfg.backups,
+                localization: cfg.localization,
                 random_seed: net::mix64(cfg.seed ^ (0x5eed_0000 + n as u64)),
                 driven: !cfg.faults.is_empty(),
             },

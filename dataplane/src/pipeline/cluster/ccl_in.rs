@@ -99,7 +99,7 @@ impl ClusterPath {
                 let _ = r;
                 Ok(consumed)
             }
-            Message::OwnerReply(r) => Ok(self.on_reply(now, conn, &r)),
+            Message::OwnerReply(r) => Ok(self.on_reply(now, link, conn, &r)),
             Message::FlowRegister(b) => {
                 self.on_records(now, link, conn, from, &b, true);
                 Ok(consumed)
@@ -153,6 +153,29 @@ impl ClusterPath {
         let timeouts = *conn.timeouts();
         let me = self.me;
         let key = canonical(&t);
+        if q.local {
+            // R12, a lookup at this node as the querier's local director:
+            // an owner only from a live record naming a live member (or
+            // this node's own flow); anything else — no record, an orphan,
+            // an owner that left — is the global director's to decide.
+            let owner = if local {
+                Some(me)
+            } else {
+                self.records
+                    .get(&key)
+                    .filter(|r| live(r, now) && !r.owner_left && r.owner != me && self.members.contains(r.owner))
+                    .map(|r| r.owner)
+            };
+            if owner.is_some() {
+                self.counters.local_answered += 1;
+            } else {
+                self.counters.local_unknown += 1;
+            }
+            self.counters.queries_answered += 1;
+            let reply = Message::OwnerReply(OwnerReply { query_id: q.query_id, flow: q.flow, owner });
+            self.send_ccl(now, link, from, &reply);
+            return;
+        }
         let owner = if local {
             Some(me)
         } else {
@@ -203,7 +226,7 @@ impl ClusterPath {
 
     /// Querier: the director answered. The frames parked for the query are
     /// released by the pipeline (`CclNext::Release`).
-    fn on_reply(&mut self, now: Timestamp, conn: &mut ConnTable, r: &OwnerReply) -> CclNext {
+    fn on_reply(&mut self, now: Timestamp, link: &mut Link<'_>, conn: &mut ConnTable, r: &OwnerReply) -> CclNext {
         let t = r.flow.tuple();
         let timeouts = *conn.timeouts();
         self.counters.replies_received += 1;
@@ -236,6 +259,11 @@ impl ClusterPath {
             if !self.upsert(key, rec) {
                 self.counters.record_table_full += 1;
             }
+        }
+        if owner.is_none() && r.query_id != 0 && self.fall_back(now, link, r.query_id, r.flow) {
+            // R12: the local director did not know it; the global one is
+            // asked now, the frames stay parked.
+            return CclNext::Done(Outcome::Consumed);
         }
         if r.query_id != 0 {
             return CclNext::Release { query_id: r.query_id, owner };

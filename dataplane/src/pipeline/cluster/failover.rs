@@ -83,7 +83,7 @@ impl ClusterPath {
         if let Ok(alone) = crate::cluster::MemberSet::from_nodes(self.members.epoch(), [self.me]) {
             if let Ok(t) = crate::cluster::DirectorTable::new(&alone) {
                 self.members = alone;
-                self.directors = t.with_backups(self.directors.backup_owners());
+                self.directors = self.directors.same_rules(t);
             }
         }
         self.records.clear();
@@ -391,7 +391,7 @@ impl ClusterPath {
             match owner {
                 Some(o) => self.answer(now, link, h, Some(o)),
                 None => {
-                    let q = OwnerQuery { query_id: h.query_id, flow: h.flow, elect_if_absent: false };
+                    let q = OwnerQuery { query_id: h.query_id, flow: h.flow, elect_if_absent: false, local: false };
                     if self.grant(now, link, h.from, &q) {
                         self.counters.queries_answered += 1;
                         owner = Some(h.from);

@@ -126,6 +126,15 @@ pub struct ClusterSpec {
     /// `DEFAULT_DIRECTOR_HOLD`. `Duration::ZERO` answers at once (the
     /// behaviour before issue 10; the golden tests' bed keeps it).
     pub director_hold: Duration,
+    /// Director localization (R12, `cluster.director-localization`): a
+    /// flow's record is also held by the local director at its owner's
+    /// site, and a node asks the local director of its own site before the
+    /// global one (docs/failover.md, "Director localization"). Needs site
+    /// ids; members without one use the global director only.
+    pub director_localization: bool,
+    /// Site redundancy (R4, `cluster.site-redundancy`): a flow whose
+    /// backups all sit at its owner's site gets one at another site too.
+    pub site_redundancy: bool,
 }
 
 /// The SYN guard's default window: the half-open timeout (`tcp_syn`, 30 s:
@@ -458,6 +467,15 @@ pub struct ClusterCounters {
     pub records: u64,
     /// Frames waiting for an owner reply now.
     pub pending: u64,
+    /// R12, querier: owner queries sent to the local director of this
+    /// node's site first, and those it did not know (asked the global
+    /// director next).
+    pub local_queries_sent: u64,
+    pub local_fallbacks: u64,
+    /// R12, local director: lookups answered with an owner, and answered
+    /// "none" at once.
+    pub local_answered: u64,
+    pub local_unknown: u64,
 }
 
 crate::impl_stats!(ClusterCounters {
@@ -523,6 +541,10 @@ crate::impl_stats!(ClusterCounters {
     counter resets,
     gauge records,
     gauge pending,
+    counter local_queries_sent,
+    counter local_fallbacks,
+    counter local_answered,
+    counter local_unknown,
 });
 
 /// `Pipeline::sync_progress` (issue 10 contract): the re-registration for
@@ -712,6 +734,9 @@ pub(crate) struct Pending {
     /// A fragment already accounted for by the reassembler, with its
     /// datagram's L4 header and tuple (`Rx::frag`).
     pub frag: Option<FragNote>,
+    /// R12: the query went to this node's local director; on "none" ask
+    /// this global director, with this election flag.
+    pub fallback: Option<(NodeId, bool)>,
 }
 
 /// A `ForwardedBatch` being filled in a pool slot: its payload starts at
@@ -796,7 +821,9 @@ impl ClusterPath {
         }
         let directors = DirectorTable::new(&spec.members)
             .map_err(|_| ClusterSpecError::NotAMember(spec.node))?
-            .with_backups(spec.backups);
+            .with_backups(spec.backups)
+            .with_localization(spec.director_localization)
+            .with_site_redundancy(spec.site_redundancy);
         let mut peers = [None; NodeId::MAX_NODES];
         for &(n, a) in &spec.peers {
             if n.index() >= NodeId::MAX_NODES {
@@ -941,7 +968,7 @@ impl ClusterPath {
             }
             let before = self.directors;
             self.members = members;
-            self.directors = t.with_backups(self.directors.backup_owners());
+            self.directors = self.directors.same_rules(t);
             self.mark_handoffs(now, &before, joined);
             self.start_sync(now, joined);
         }

@@ -6,6 +6,7 @@
 //! `PENDING_TIMEOUT` drops the rest (`expire_pending`).
 
 use super::{canonical, ClusterPath, Link, Pending, MAX_PENDING, PENDING_TIMEOUT};
+use crate::cluster::flow_hash;
 use crate::buf::PacketBuf;
 use crate::ccl::{FlowKey, Message, OwnerQuery, FRAME_OVERHEAD, TAG_LEN};
 use crate::pipeline::context::{Outcome, Rx};
@@ -56,6 +57,7 @@ impl ClusterPath {
         if self.pending_full() || SLOT_HEADROOM + len + TAG_LEN + FRAME_OVERHEAD > SLOT_LEN {
             return Err(DropReason::ClusterPendingFull);
         }
+        let mut fallback = None;
         let query_id = match self.pending_query(&key) {
             Some(q) => {
                 self.counters.queries_coalesced += 1;
@@ -72,11 +74,28 @@ impl ClusterPath {
                         return Err(DropReason::ClusterPendingFull);
                     }
                 } else {
-                    let q = Message::OwnerQuery(OwnerQuery { query_id, flow, elect_if_absent: elect });
-                    if !self.send_ccl(now, link, director, &q) {
+                    // R12: the local director of this node's site first,
+                    // when it is neither the global director nor this node
+                    // (which knows no owner: it would be asking itself).
+                    let local = self
+                        .directors
+                        .site_of(self.me)
+                        .and_then(|site| self.directors.local_director(flow_hash(tuple), site))
+                        .filter(|&l| l != director && l != self.me);
+                    let (to, q) = match local {
+                        Some(l) => {
+                            fallback = Some((director, elect));
+                            (l, OwnerQuery { query_id, flow, elect_if_absent: false, local: true })
+                        }
+                        None => (director, OwnerQuery { query_id, flow, elect_if_absent: elect, local: false }),
+                    };
+                    if !self.send_ccl(now, link, to, &Message::OwnerQuery(q)) {
                         return Err(DropReason::ClusterPeerUnresolved);
                     }
                     self.counters.director_queries_sent += 1;
+                    if local.is_some() {
+                        self.counters.local_queries_sent += 1;
+                    }
                 }
                 query_id
             }
@@ -93,6 +112,7 @@ impl ClusterPath {
             via: rx.via,
             ifx,
             frag: rx.frag,
+            fallback,
         };
         self.pool.park(i, p);
         if !copied {
@@ -101,6 +121,34 @@ impl ClusterPath {
         }
         self.counters.pending_queued += 1;
         Ok(Outcome::Consumed)
+    }
+
+    /// R12: the local director did not know the flow of `query_id`: ask
+    /// the global director (with the election flag the first query would
+    /// have carried), the frames staying parked with a fresh deadline.
+    /// False when the query had no fallback or it could not be sent (the
+    /// frames are then released without an owner, as before).
+    pub(super) fn fall_back(&mut self, now: Timestamp, link: &mut Link<'_>, query_id: u32, flow: FlowKey) -> bool {
+        if self.pool.parked() == 0 {
+            return false;
+        }
+        let mut target = None;
+        for i in 0..self.pool.len() as u16 {
+            if let Some(mut p) = self.pool.parked_meta(i).filter(|p| p.query_id == query_id) {
+                target = target.or(p.fallback);
+                p.fallback = None;
+                p.deadline = now.saturating_add(PENDING_TIMEOUT);
+                self.pool.park(i, p);
+            }
+        }
+        let Some((director, elect)) = target else { return false };
+        let q = Message::OwnerQuery(OwnerQuery { query_id, flow, elect_if_absent: elect, local: false });
+        if !self.send_ccl(now, link, director, &q) {
+            return false;
+        }
+        self.counters.local_fallbacks += 1;
+        self.counters.director_queries_sent += 1;
+        true
     }
 
     /// The next frame parked under `query_id`, from slot `*from` on, its
