@@ -511,11 +511,16 @@ impl FaultReport {
             .iter()
             .map(|e| {
                 format!(
-                    "{} {} at {} ms (recovery +{} ms): new epoch {}, takeover {}, settled {} after recovery; lost state {:?}",
+                    "{} {} at {} ms (recovery {}): new epoch {}, takeover {}, settled {} after recovery; lost state {:?}",
                     e.kind,
                     e.node.map_or("-".to_string(), |n| format!("node{n}")),
                     e.at_ns / MS,
-                    e.recover_ns.saturating_sub(e.at_ns) / MS,
+                    // A fault never recovered has `u64::MAX`.
+                    if e.recover_ns == u64::MAX {
+                        "never".to_string()
+                    } else {
+                        format!("+{} ms", e.recover_ns.saturating_sub(e.at_ns) / MS)
+                    },
                     f(e.detection_ms()),
                     f(e.takeover_ms()),
                     f(e.settle_ms()),
