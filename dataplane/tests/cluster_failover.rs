@@ -56,17 +56,7 @@ fn cport_for(nodes: usize, want: usize) -> u16 {
 /// The connection of `cport`: SYN on `owner`, SYN-ACK on `fwd` (cookie),
 /// ACK on `owner`, then one data segment each way. Returns the delta.
 fn connect(bed: &mut Bed, cport: u16, owner: usize, fwd: usize) -> u32 {
-    let out = bed.send(owner, IN, from_host(owner, SERVER).tcp(cport, 80, C_ISN, 0, SYN, 64240, &SYN_OPTS, b""));
-    let isn = tcp_fields(&one(&out).2).0;
-    let out = bed.send(
-        fwd,
-        OUT,
-        from_outside(fwd, SERVER).tcp(80, cport, S_ISN, isn.wrapping_add(1), SYN | ACK, 65535, &SYN_OPTS, b""),
-    );
-    assert_eq!(one(&out).0, owner);
-    let out = bed.send(owner, IN, from_host(owner, SERVER).tcp(cport, 80, C_ISN + 1, S_ISN + 1, ACK, 502, &[], b""));
-    assert_eq!(one(&out).0, owner);
-    let delta = isn.wrapping_sub(C_ISN);
+    let delta = handshake(bed, cport, 80, owner, fwd);
     // 100 bytes of request, 1000 of answer: the director's record (sent at
     // ESTABLISHED) has not seen them.
     let out = bed.send(owner, IN, from_host(owner, SERVER).tcp(cport, 80, C_ISN + 1, S_ISN + 1, ACK | PSH, 502, &[], &[b'q'; 100]));
@@ -74,10 +64,26 @@ fn connect(bed: &mut Bed, cport: u16, owner: usize, fwd: usize) -> u32 {
     let out = bed.send(
         owner,
         OUT,
-        from_outside(owner, SERVER).tcp(80, cport, S_ISN + 1, isn.wrapping_add(101), ACK | PSH, 509, &[], &[b'r'; 1000]),
+        from_outside(owner, SERVER).tcp(80, cport, S_ISN + 1, (C_ISN + 101).wrapping_add(delta), ACK | PSH, 509, &[], &[b'r'; 1000]),
     );
     assert_eq!(one(&out).0, owner);
     delta
+}
+
+/// The handshake of `cport` -> server port `sport`: SYN and ACK on
+/// `owner`, SYN-ACK on `fwd` (cookie). Returns the sequence delta.
+fn handshake(bed: &mut Bed, cport: u16, sport: u16, owner: usize, fwd: usize) -> u32 {
+    let out = bed.send(owner, IN, from_host(owner, SERVER).tcp(cport, sport, C_ISN, 0, SYN, 64240, &SYN_OPTS, b""));
+    let isn = tcp_fields(&one(&out).2).0;
+    let out = bed.send(
+        fwd,
+        OUT,
+        from_outside(fwd, SERVER).tcp(sport, cport, S_ISN, isn.wrapping_add(1), SYN | ACK, 65535, &SYN_OPTS, b""),
+    );
+    assert_eq!(one(&out).0, owner);
+    let out = bed.send(owner, IN, from_host(owner, SERVER).tcp(cport, sport, C_ISN + 1, S_ISN + 1, ACK, 502, &[], b""));
+    assert_eq!(one(&out).0, owner);
+    isn.wrapping_sub(C_ISN)
 }
 
 /// The client's next segment (after 100 bytes sent, 1000 received), on
@@ -1295,16 +1301,7 @@ fn director_localization_asks_the_local_director_first() {
     // asks its local director (4), which does not know it, then B.
     let y = sited_port(81, B, B, 4);
     let ty = tuple(HOST, y, SERVER, 81, 6);
-    let connect81 = |bed: &mut Bed| {
-        let out = bed.send(A, IN, from_host(A, SERVER).tcp(y, 81, C_ISN, 0, SYN, 64240, &SYN_OPTS, b""));
-        let isn = tcp_fields(&one(&out).2).0;
-        let out = bed.send(C, OUT, from_outside(C, SERVER).tcp(81, y, S_ISN, isn.wrapping_add(1), SYN | ACK, 65535, &SYN_OPTS, b""));
-        assert_eq!(one(&out).0, A);
-        let out = bed.send(A, IN, from_host(A, SERVER).tcp(y, 81, C_ISN + 1, S_ISN + 1, ACK, 502, &[], b""));
-        assert_eq!(one(&out).0, A);
-        isn.wrapping_sub(C_ISN)
-    };
-    let dy = connect81(&mut bed);
+    let dy = handshake(&mut bed, y, 81, A, C);
     let seg = from_host(3, SERVER).tcp(y, 81, C_ISN + 1, S_ISN + 1, ACK | PSH, 502, &[], b"yo");
     let want = to_gw(A, SERVER).tcp(y, 81, (C_ISN + 1).wrapping_add(dy), S_ISN + 1, ACK | PSH, 502, &[], b"yo");
     let out = bed.send(3, IN, seg);

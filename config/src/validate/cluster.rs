@@ -362,11 +362,12 @@ impl Checker<'_> {
         // member set; a member without one uses the global director only).
         let director_localization = raw.director_localization.unwrap_or(false);
         let site_redundancy = raw.site_redundancy.unwrap_or(false);
-        for (on, key) in [(director_localization, "director-localization"), (site_redundancy, "site-redundancy")] {
-            if on && site_id.is_none() {
-                let setting = if key == "site-redundancy" { "cluster.site-redundancy" } else { "cluster.director-localization" };
-                return Err(self.err(&p.key(key), ErrorKind::NeedsSiteId { setting }));
-            }
+        let sited = [
+            (director_localization, "director-localization", "cluster.director-localization"),
+            (site_redundancy, "site-redundancy", "cluster.site-redundancy"),
+        ];
+        if let Some(&(_, key, setting)) = sited.iter().find(|s| s.0 && site_id.is_none()) {
+            return Err(self.err(&p.key(key), ErrorKind::NeedsSiteId { setting }));
         }
         let interface_debounce_ms =
             self.range(&p.key("interface-debounce"), raw.interface_debounce, DEFAULT_DEBOUNCE_MS, 0, MAX_DEBOUNCE_MS)?;

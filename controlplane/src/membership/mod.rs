@@ -254,11 +254,10 @@ pub struct Membership {
     /// Quorum mode: the latest bound the control node's grant puts on
     /// this node's lease.
     ctrl_grant: Option<Timestamp>,
-    /// This control node had a grant to give at its last heartbeat.
-    granting: bool,
-    /// Quorum mode, control node: the grant its last heartbeat carried,
-    /// and whether a heartbeat since the last timed one was a grant
-    /// update (at most one per interval; `on_heartbeat`).
+    /// Quorum mode, control node: the grant its last heartbeat carried
+    /// (`None`: it had none to give), and whether a heartbeat since the
+    /// last timed one was a grant update (at most one per interval;
+    /// `on_heartbeat`).
     grant_sent: Option<Timestamp>,
     grant_update: bool,
     ctrl_lost_logged: bool,
@@ -315,7 +314,6 @@ impl Membership {
             ctrl_heard: None,
             ctrl_echo: None,
             ctrl_grant: None,
-            granting: false,
             ctrl_lost_logged: false,
             ready: false,
             ready_at: None,
@@ -816,8 +814,7 @@ impl Membership {
             member_bitmap,
             ..Heartbeat::default()
         };
-        self.granting = h.grant_us > 0;
-        self.grant_sent = self.grant(now);
+        self.grant_sent = self.grant(now).filter(|_| h.grant_us > 0);
         for n in self.set.iter() {
             let i = self.set.info(n).unwrap_or_default();
             h.member_place[n.index()] = Placement { site: i.site, chassis: i.chassis };
@@ -1651,23 +1648,19 @@ impl Membership {
                         }
                     }
                 }
-                if !self.granting && self.grant(now).is_some() {
-                    // Members lease only within a grant: announce it now.
-                    self.hb_now = true;
-                }
-                if self.quorum_mode() && !self.grant_update {
-                    // The echoes a grant rests on just moved it on:
-                    // announce it at once (once per interval), not an
-                    // interval later. A member converts the grant to its
-                    // own clock from its echoed heartbeat's send time, so
-                    // every moment between that and this node's send is
-                    // lost to its lease (docs/membership.md, "Quorum
-                    // leases").
-                    if let Some(g) = self.grant(now) {
-                        if self.grant_sent.is_none_or(|s| g > s) {
-                            self.hb_now = true;
-                            self.grant_update = true;
-                        }
+                // Members lease only within a grant: announce a first one
+                // now; and when the echoes a grant rests on just moved it
+                // on, announce that at once too (once per interval), not an
+                // interval later — a member converts the grant to its own
+                // clock from its echoed heartbeat's send time, so every
+                // moment between that and this node's send is lost to its
+                // lease (docs/membership.md, "Quorum leases"). `grant` is
+                // `None` outside quorum mode.
+                if let Some(g) = self.grant(now) {
+                    let moved_on = !self.grant_update && self.grant_sent.is_some_and(|s| g > s);
+                    if self.grant_sent.is_none() || moved_on {
+                        self.hb_now = true;
+                        self.grant_update = true;
                     }
                 }
                 Received::Heartbeat

@@ -314,12 +314,6 @@ impl DirectorTable {
             .with_localization(self.localization)
     }
 
-    /// Director localization on?
-    #[inline]
-    pub fn localized(&self) -> bool {
-        self.localization
-    }
-
     /// The site id of member `n` (`None`: none configured, or not a
     /// member).
     #[inline]

@@ -153,31 +153,17 @@ impl ClusterPath {
         let timeouts = *conn.timeouts();
         let me = self.me;
         let key = canonical(&t);
-        if q.local {
+        let owner = if local {
+            Some(me)
+        } else if q.local {
             // R12, a lookup at this node as the querier's local director:
             // an owner only from a live record naming a live member (or
             // this node's own flow); anything else — no record, an orphan,
             // an owner that left — is the global director's to decide.
-            let owner = if local {
-                Some(me)
-            } else {
-                self.records
-                    .get(&key)
-                    .filter(|r| live(r, now) && !r.owner_left && r.owner != me && self.members.contains(r.owner))
-                    .map(|r| r.owner)
-            };
-            if owner.is_some() {
-                self.counters.local_answered += 1;
-            } else {
-                self.counters.local_unknown += 1;
-            }
-            self.counters.queries_answered += 1;
-            let reply = Message::OwnerReply(OwnerReply { query_id: q.query_id, flow: q.flow, owner });
-            self.send_ccl(now, link, from, &reply);
-            return;
-        }
-        let owner = if local {
-            Some(me)
+            self.records
+                .get(&key)
+                .filter(|r| live(r, now) && !r.owner_left && r.owner != me && self.members.contains(r.owner))
+                .map(|r| r.owner)
         } else {
             // `regrant`: granted to the querier, which asks again before
             // registering — the transfer was lost on the CCL. Send it again
@@ -219,6 +205,13 @@ impl ClusterPath {
                 }
             }
         };
+        if q.local {
+            if owner.is_some() {
+                self.counters.local_answered += 1;
+            } else {
+                self.counters.local_unknown += 1;
+            }
+        }
         self.counters.queries_answered += 1;
         let reply = Message::OwnerReply(OwnerReply { query_id: q.query_id, flow: q.flow, owner });
         self.send_ccl(now, link, from, &reply);
@@ -243,19 +236,7 @@ impl ClusterPath {
         if let Some(rec) = self.records.get_mut(&key).filter(|rec| live(rec, now) && holds_state(rec)) {
             rec.last_seen = now;
         } else if let Some(o) = owner.filter(|&o| o != me) {
-            let rec = Record {
-                role: Role::Forwarder,
-                owner: o,
-                orig: t,
-                tcp_state: STATE_NOT_TCP,
-                seq_delta: 0,
-                last_seen: now,
-                idle: idle_for(&timeouts, t.proto),
-                version: None,
-                state: None,
-                owner_left: false,
-                handoff: false,
-            };
+            let rec = Record::stateless(Role::Forwarder, o, t, STATE_NOT_TCP, now, idle_for(&timeouts, t.proto));
             if !self.upsert(key, rec) {
                 self.counters.record_table_full += 1;
             }

@@ -230,10 +230,7 @@ impl ClusterPath {
         if self.sync.awaiting == 0 {
             return true;
         }
-        // The joiner's marker follows its own scan of its (empty) table:
-        // capacity / SYNC_BUDGET timer ticks of 1 ms, as long as ours.
-        let scan = Duration::from_millis((conn.capacity() / SYNC_BUDGET) as u64);
-        if now >= self.sync.started.saturating_add(super::SYNC_WAIT).saturating_add(scan) {
+        if now >= self.sync_wait_end(conn) {
             self.counters.sync_wait_timeouts += 1;
             self.sync.awaiting = 0;
             return true;
@@ -573,19 +570,7 @@ impl ClusterPath {
     /// Elect `from` the owner of `t` (R8): a record naming it. `None` when
     /// the record table is full.
     pub(super) fn elect(&mut self, now: Timestamp, from: NodeId, t: &FiveTuple, timeouts: &Timeouts) -> Option<NodeId> {
-        let rec = super::Record {
-            role: self.record_role(t),
-            owner: from,
-            orig: *t,
-            tcp_state: super::STATE_NOT_TCP,
-            seq_delta: 0,
-            last_seen: now,
-            idle: super::idle_for(timeouts, t.proto),
-            version: None,
-            state: None,
-            owner_left: false,
-            handoff: false,
-        };
+        let rec = super::Record::stateless(self.record_role(t), from, *t, super::STATE_NOT_TCP, now, super::idle_for(timeouts, t.proto));
         if self.upsert(canonical(t), rec) {
             self.counters.elections += 1;
             Some(from)
@@ -613,8 +598,16 @@ impl ClusterPath {
         if others & !self.sync_progress(self.members.epoch()).done_from == 0 {
             return false;
         }
+        now < self.sync_wait_end(conn)
+    }
+
+    /// The latest a member's `SyncDone` for the current epoch is waited
+    /// for: `SYNC_WAIT` beyond a scan like ours since the change (a
+    /// joiner's marker follows its own scan of its empty table: capacity /
+    /// `SYNC_BUDGET` timer ticks of 1 ms).
+    fn sync_wait_end(&self, conn: &ConnTable) -> Timestamp {
         let scan = Duration::from_millis((conn.capacity() / SYNC_BUDGET) as u64);
-        now < self.sync.started.saturating_add(super::SYNC_WAIT).saturating_add(scan)
+        self.sync.started.saturating_add(super::SYNC_WAIT).saturating_add(scan)
     }
 
     /// Does a mid-connection TCP segment with no record at this node, its

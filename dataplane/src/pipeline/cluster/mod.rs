@@ -259,6 +259,26 @@ pub(crate) struct Record {
     pub handoff: bool,
 }
 
+impl Record {
+    /// A record without the owner's state or version (a forwarder record,
+    /// an election), learned `now`.
+    pub(crate) fn stateless(role: Role, owner: NodeId, orig: FiveTuple, tcp_state: u8, now: Timestamp, idle: Duration) -> Record {
+        Record {
+            role,
+            owner,
+            orig,
+            tcp_state,
+            seq_delta: 0,
+            last_seen: now,
+            idle,
+            version: None,
+            state: None,
+            owner_left: false,
+            handoff: false,
+        }
+    }
+}
+
 const _: () = assert!(FlowState::LEN == crate::ccl::STATE_LEN, "the record's state bytes are conntrack's FlowState");
 
 pub use crate::ccl::FLAG_VERSIONED;

@@ -135,19 +135,14 @@ impl ClusterPath {
                             return Plan::Drop(DropReason::ClusterNoOwnerFlow);
                         }
                         if self.members.contains(o) {
-                            let rec = Record {
-                                role: Role::Forwarder,
-                                owner: o,
-                                orig: tuple.reversed(),
-                                tcp_state: TcpState::SynReceived as u8,
-                                seq_delta: 0,
-                                last_seen: now,
-                                idle: timeouts.tcp_established,
-                                version: None,
-                                state: None,
-                                owner_left: false,
-                                handoff: false,
-                            };
+                            let rec = Record::stateless(
+                                Role::Forwarder,
+                                o,
+                                tuple.reversed(),
+                                TcpState::SynReceived as u8,
+                                now,
+                                timeouts.tcp_established,
+                            );
                             if !self.upsert(key, rec) {
                                 return Plan::Drop(DropReason::ClusterRecordTableFull);
                             }
