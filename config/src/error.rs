@@ -298,6 +298,13 @@ pub enum ErrorKind {
         /// What is wrong with it.
         reason: &'static str,
     },
+    /// A replicated policy gives no security level for one of this node's
+    /// interfaces: the node's interfaces are not the cluster's.
+    #[error("no security level for this node's interface \"{name}\" (every member must have the interfaces the control node has)")]
+    MissingInterface {
+        /// This node's interface the policy does not name.
+        name: String,
+    },
     /// Two interfaces on the same device and VLAN.
     #[error("device \"{device}\"{vlan} is already used by interface \"{other_interface}\"")]
     DuplicateDevice {

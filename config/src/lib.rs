@@ -65,6 +65,33 @@ pub mod cluster {
     pub use crate::model::cluster::*;
 }
 
+pub mod policy {
+    //! The replicated configuration (SPEC M6): the part of a node's file
+    //! that a cluster runs as its control node has it.
+    //!
+    //! Replicated ([`Policy`]): every interface's `security-level` (by
+    //! interface name), `access-rules`, `timeouts`. Everything else stays
+    //! local to the node: the bootstrap settings (`node`, `cluster`: name,
+    //! key, id, priority, site, chassis, CCL, member list and timers), the
+    //! hardware and addressing (`dpdk`, the interfaces' devices, addresses
+    //! and VLANs, `routes` and `neighbors`, whose next hops differ per node
+    //! in individual-interface mode), and the node's own resources
+    //! (`flow-table`, `arp`, `logging`, `control-socket`).
+    //!
+    //! The replicated form is a YAML document of its own
+    //! ([`Policy::to_yaml`], read back by [`crate::parse_policy`]): a person
+    //! can read it in `show config`, the same checks apply as to a node
+    //! file, and its errors name the document, line and field.
+    //!
+    //! Invariants: `to_yaml` is deterministic (equal policies give equal
+    //! bytes, so the digest identifies a policy) and
+    //! `parse_policy(p.to_yaml())` gives back `p` for every policy a
+    //! validated configuration yields; a parsed policy names exactly the
+    //! interfaces of the node it was checked against.
+
+    pub use crate::model::policy::*;
+}
+
 pub mod neighbors {
     //! `neighbors`: static ARP entries.
     //!
@@ -103,4 +130,12 @@ pub fn load(path: &Path) -> Result<Config, ConfigError> {
 /// and stored in [`Config::source_file`].
 pub fn parse(src: &str, file_name: &str) -> Result<Config, ConfigError> {
     validate::parse(src, file_name)
+}
+
+/// Parses and validates a replicated policy document ([`policy`]) for a
+/// node with `interfaces`: the same checks as a node file's sections, and
+/// a security level for exactly these interfaces. `origin` names the
+/// document in errors (e.g. `replicated configuration v3 from n1`).
+pub fn parse_policy(src: &str, origin: &str, interfaces: &[InterfaceConfig]) -> Result<policy::Policy, ConfigError> {
+    validate::parse_policy(src, origin, interfaces)
 }

@@ -64,6 +64,9 @@ impl Topic {
 #[serde(tag = "cmd", rename_all = "kebab-case")]
 pub enum Request {
     Show { topic: Topic },
+    /// Read the configuration file again and run (single node) or publish
+    /// (a cluster's control node) its policy.
+    ConfigReload,
 }
 
 /// The node's answer: `ok` with `data`, or an `error` text.
@@ -203,21 +206,25 @@ mod tests {
             move || {
                 let ok = request(&path, &Request::Show { topic: Topic::Route });
                 let err = request(&path, &Request::Show { topic: Topic::Arp });
-                (ok, err)
+                let reload = request(&path, &Request::ConfigReload);
+                (ok, err, reload)
             }
         });
         let mut served = 0;
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while served < 2 && std::time::Instant::now() < deadline {
+        while served < 3 && std::time::Instant::now() < deadline {
             served += server.poll(|req| match req {
                 Request::Show { topic: Topic::Route } => Ok(serde_json::json!({"routes": 1})),
                 Request::Show { .. } => Err("not here".into()),
+                Request::ConfigReload => Ok(serde_json::json!({"message": "reloaded"})),
             });
             std::thread::sleep(Duration::from_millis(1));
         }
-        let (ok, err) = client.join().unwrap();
+        let (ok, err, reload) = client.join().unwrap();
         assert_eq!(ok.unwrap()["routes"], 1);
         assert!(matches!(err, Err(MgmtError::Refused(ref e)) if e == "not here"));
+        assert_eq!(reload.unwrap()["message"], "reloaded");
+        assert_eq!(serde_json::to_string(&Request::ConfigReload).unwrap(), r#"{"cmd":"config-reload"}"#);
         drop(server);
         assert!(!path.exists(), "socket file removed on drop");
         let _ = std::fs::remove_dir_all(&dir);

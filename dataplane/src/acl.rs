@@ -18,7 +18,8 @@
 //!   the ingress interface). The two defaults have their own hit counters.
 //!
 //! Invariants: `check` does not allocate; rules are compiled once into
-//! host-order masks; the rule list is immutable after `Acl::new`.
+//! host-order masks; the rule list is immutable after `Acl::new` (a new
+//! policy is a new `Acl`, `Pipeline::set_policy`).
 
 use crate::route::{mask, IfIndex};
 use crate::types::{ip_proto, FiveTuple};
@@ -195,6 +196,20 @@ impl Acl {
             Decision::Default { permit: false } => self.default_denies += 1,
         }
         d.permit()
+    }
+
+    /// Take over `old`'s hit counts: of every rule equal to one of
+    /// `old`'s (the first with its name), and of the security-level
+    /// defaults. For a policy replacing `old`.
+    pub fn carry_hits(&mut self, old: &Acl) {
+        for (r, h) in self.rules.iter().zip(self.hits.iter_mut()) {
+            let same = old.rules.iter().zip(&old.hits).find(|(o, _)| o.name == r.name).filter(|(o, _)| *o == r);
+            if let Some((_, &hits)) = same {
+                *h = hits;
+            }
+        }
+        self.default_permits = old.default_permits;
+        self.default_denies = old.default_denies;
     }
 
     pub fn hits(&self) -> &[u64] {

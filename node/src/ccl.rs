@@ -32,7 +32,7 @@
 use crossbeam_queue::ArrayQueue;
 use crate::links::{Change, Links};
 use crate::shared::{push_command, Query};
-use controlplane::membership::{Action, ControlLink, Membership, MAX_CONTROL_FRAME};
+use controlplane::membership::{Action, ControlLink, Membership, ReplicaChange, TableError, MAX_CONTROL_FRAME};
 use dataplane::ccl::{CclCounters, CCL_UDP_PORT, CONTROL_CHANNEL};
 use dataplane::wire::ethernet::{ethertype, EthernetFrame};
 use dataplane::wire::ipv4::Ipv4Packet;
@@ -145,6 +145,9 @@ pub struct CclControl {
     pub ports_opened: u64,
     /// The last sync progress handed to the machine.
     last_sync: u64,
+    /// The replicated configuration changed since `take_replica_change`
+    /// (`Action::Replica`): the node checks which policy to run.
+    replica_changed: bool,
     changes: Vec<Change>,
     rx: MbufBurst,
     tx: MbufBurst,
@@ -177,6 +180,7 @@ impl CclControl {
             ports_shut: 0,
             ports_opened: 0,
             last_sync: u64::MAX,
+            replica_changed: false,
             changes: Vec::new(),
             rx: MbufBurst::new(),
             tx: MbufBurst::new(),
@@ -252,10 +256,38 @@ impl CclControl {
             self.membership.on_sync(now, epoch, done_from, sent);
         }
         self.membership.tick(now);
+        self.act_all();
+        handled
+    }
+
+    /// Whether the replicated configuration changed since the last call.
+    pub fn take_replica_change(&mut self) -> bool {
+        std::mem::take(&mut self.replica_changed)
+    }
+
+    /// The worker runs replicated configuration `version` now.
+    pub fn config_applied(&mut self, now: Timestamp, version: u64) {
+        self.membership.config_applied(now, version);
+        self.act_all();
+    }
+
+    /// This node cannot run replicated configuration `version`: it leaves.
+    pub fn reject_config(&mut self, now: Timestamp, version: u64) {
+        self.membership.reject_config(now, version);
+        self.act_all();
+    }
+
+    /// Publish a new replicated configuration (the control node's reload).
+    pub fn publish_config(&mut self, now: Timestamp, bytes: Vec<u8>) -> Result<u64, TableError> {
+        let v = self.membership.set_config(now, bytes);
+        self.act_all();
+        v
+    }
+
+    fn act_all(&mut self) {
         while let Some(a) = self.membership.poll_action() {
             self.act(a);
         }
-        handled
     }
 
     /// Carry out one action of the membership machine.
@@ -299,7 +331,12 @@ impl CclControl {
                 }
             }
             Action::Event(e) => log::info!("cluster: {}", e.text),
-            Action::Replica(r) => log::debug!("replicated state: {r:?}"),
+            Action::Replica(r) => {
+                log::debug!("replicated state: {r:?}");
+                if matches!(r, ReplicaChange::Config { .. } | ReplicaChange::Replaced { .. }) {
+                    self.replica_changed = true;
+                }
+            }
         }
     }
 

@@ -10,14 +10,18 @@
 
 use crate::ccl::CclControl;
 use crate::clock::Clock;
-use crate::shared::{offer_commands, Query, Reply, Shared};
+use crate::policy::{Follow, Policies, Reload};
+use crate::shared::{offer_commands, push_command, Query, Reply, Shared};
 use dataplane::ccl::MessageKind;
 use anyhow::{Context, Result};
 use config::Config;
+use controlplane::membership::State;
 use controlplane::mgmt::{Request, Server, Topic};
 use controlplane::stats;
 use dpdk_sys::Port;
 use serde_json::{json, Value};
+use std::collections::VecDeque;
+use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -28,19 +32,27 @@ const WORKER_ANSWER_TIMEOUT: Duration = Duration::from_secs(2);
 const SHOW_CONN_MAX: usize = 10_000;
 
 pub struct Control {
-    server: Server,
+    /// The control socket (`None` only while it is being served).
+    server: Option<Server>,
     shared: Arc<Shared>,
     /// (interface names, device name, port) per data port.
     ports: Vec<(String, String, Port)>,
     node_name: String,
-    config_yaml: String,
-    config_json: Value,
     started: Instant,
     /// Cluster mode: the CCL control endpoint (membership) and the
     /// cluster's name.
     ccl: Option<CclControl>,
     cluster_name: Option<String>,
     clock: Clock,
+    /// The running policy and where it came from (`crate::policy`).
+    policies: Policies,
+    /// The configuration file, read again by `config reload`.
+    config_path: PathBuf,
+    /// Policy commands the worker's queue has not taken yet.
+    pending: VecDeque<Query>,
+    /// The replicated configuration version last confirmed to the
+    /// membership machine as running.
+    confirmed: Option<u64>,
 }
 
 impl Control {
@@ -49,21 +61,24 @@ impl Control {
         shared: Arc<Shared>,
         ports: Vec<(String, String, Port)>,
         ccl: Option<CclControl>,
+        policies: Policies,
         clock: Clock,
     ) -> Result<Control> {
         let server = Server::bind(&cfg.control_socket)
             .with_context(|| format!("binding the control socket {}", cfg.control_socket.display()))?;
         Ok(Control {
-            server,
+            server: Some(server),
             shared,
             ports,
             node_name: cfg.node.name.clone(),
-            config_yaml: cfg.source_text.clone(),
-            config_json: serde_json::to_value(cfg).unwrap_or(Value::Null),
             started: Instant::now(),
             ccl,
             cluster_name: cfg.cluster.as_ref().map(|c| c.name.clone()),
             clock,
+            policies,
+            config_path: cfg.source_file.clone(),
+            pending: VecDeque::new(),
+            confirmed: None,
         })
     }
 
@@ -72,20 +87,115 @@ impl Control {
     /// then the control socket. Returns the CCL frames passed on to the
     /// worker (the caller polls faster while there are some).
     pub fn poll(&mut self) -> usize {
+        let now = self.clock.now();
         let handled = match &mut self.ccl {
-            Some(c) => {
-                let n = c.poll(self.clock.now());
-                offer_commands(&self.shared.queries, &mut c.pending);
-                n
-            }
+            Some(c) => c.poll(now),
             None => 0,
         };
-        let server = &self.server;
-        let this = &*self;
-        server.poll(|req| match req {
-            Request::Show { topic } => this.show(*topic),
-        });
+        self.follow_policy(now);
+        if let Some(c) = &mut self.ccl {
+            offer_commands(&self.shared.queries, &mut c.pending);
+        }
+        offer_commands(&self.shared.queries, &mut self.pending);
+        if let Some(server) = self.server.take() {
+            server.poll(|req| match req {
+                Request::Show { topic } => self.show(*topic),
+                Request::ConfigReload => self.reload(),
+            });
+            self.server = Some(server);
+        }
         handled
+    }
+
+    /// Cluster mode: run the replicated configuration the membership
+    /// machine holds (or leave the cluster if this node cannot), and
+    /// confirm to the machine the version the worker runs.
+    fn follow_policy(&mut self, now: dataplane::Timestamp) {
+        let Some(c) = &mut self.ccl else { return };
+        if c.take_replica_change() {
+            match self.policies.follow(c.membership.config()) {
+                Follow::Unchanged => {}
+                Follow::Apply { generation, policy } => {
+                    let r = &self.policies.running;
+                    log::info!(
+                        "policy: running the {} ({} rules{})",
+                        r.source.replace("replicated", "replicated configuration"),
+                        r.policy.access_rules.len(),
+                        if self.policies.same_as_file() { ", as in this node's file" } else { ", not this node's file's" }
+                    );
+                    push_command(&mut self.pending, Query::SetPolicy { generation, policy });
+                }
+                Follow::Reject { version, why } => {
+                    log::error!("policy: cannot run the replicated configuration v{version}: {why}; leaving the cluster");
+                    c.reject_config(now, version);
+                }
+            }
+        }
+        let version = self.policies.running.version;
+        if self.shared.policy_applied.load(Ordering::Relaxed) == self.policies.sent && self.confirmed != Some(version) {
+            self.confirmed = Some(version);
+            c.config_applied(now, version);
+        }
+    }
+
+    /// `config reload`: read the file again and run its policy (a single
+    /// node), or publish it to the cluster (the control node only).
+    fn reload(&mut self) -> Result<Value, String> {
+        let cluster = match &self.ccl {
+            None => false,
+            Some(c) => {
+                let st = c.membership.status();
+                if st.state != State::Control {
+                    let control = st.control.map_or("none".to_string(), |n| format!("n{}", n.0));
+                    return Err(format!(
+                        "{} is {} in cluster {}: the cluster's policy (security levels, access rules, timeouts) \
+                         comes from the control node ({control}; this node runs {}); reload there",
+                        self.node_name,
+                        st.state.as_str(),
+                        self.cluster_name.as_deref().unwrap_or(""),
+                        self.policies.running.source
+                    ));
+                }
+                true
+            }
+        };
+        let path = self.config_path.clone();
+        let outcome = self.policies.reload(&path, cluster).map_err(|e| format!("{e:#}"))?;
+        let now = self.clock.now();
+        let message = match outcome {
+            Reload::Unchanged => format!("{}: the policy is unchanged ({})", path.display(), self.policies.running.source),
+            Reload::Apply { generation, policy } => {
+                push_command(&mut self.pending, Query::SetPolicy { generation, policy });
+                log::info!("policy: reloaded from {}", path.display());
+                format!("{}: new policy applied ({} rules)", path.display(), self.policies.running.policy.access_rules.len())
+            }
+            Reload::Publish(bytes) => {
+                let Some(c) = &mut self.ccl else { return Err("no cluster".into()) };
+                let v = c.publish_config(now, bytes).map_err(|e| format!("not published: {e}"))?;
+                log::info!("policy: {} published as replicated configuration v{v}", path.display());
+                self.follow_policy(now);
+                format!("{}: published as replicated configuration v{v}; every member runs it within a few heartbeat intervals", path.display())
+            }
+        };
+        Ok(json!({ "message": message, "running": self.running_json() }))
+    }
+
+    /// The running policy for `show config` and `config reload`.
+    fn running_json(&self) -> Value {
+        let p = &self.policies;
+        json!({
+            "version": p.running.version,
+            "source": p.running.source,
+            "same_as_file": p.same_as_file(),
+            "rules": p.running.policy.access_rules.len(),
+            "generation_sent": p.sent,
+            "generation_applied": self.shared.policy_applied.load(Ordering::Relaxed),
+            "replicated_applied": p.applied,
+            "replicated_rejected": p.rejected,
+            "reloads": p.reloads,
+            "last_error": p.last_error,
+            "yaml": p.running.yaml,
+        })
     }
 
     /// `show cluster`: identity, this node's membership state (role,
@@ -268,7 +378,11 @@ impl Control {
                 let Reply::Rules(r) = self.ask(Query::Rules)? else { return Err("unexpected reply".into()) };
                 Ok(json!({ "rules": enc(serde_json::to_value(r))? }))
             }
-            Topic::Config => Ok(json!({ "yaml": self.config_yaml, "parsed": self.config_json })),
+            Topic::Config => {
+                let file = self.policies.file();
+                let parsed = serde_json::to_value(file).unwrap_or(Value::Null);
+                Ok(json!({ "yaml": file.source_text, "parsed": parsed, "policy": self.running_json() }))
+            }
             Topic::Cluster => self.show_cluster(),
             Topic::ClusterHistory => self.show_cluster_history(),
         }

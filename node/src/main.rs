@@ -14,6 +14,7 @@ mod ccl;
 mod clock;
 mod control;
 mod links;
+mod policy;
 mod shared;
 mod worker;
 
@@ -23,7 +24,7 @@ use config::Config;
 use controlplane::membership::{self, ControlLink, Membership};
 use dataplane::ccl::{CclKey, FramePath, Placement};
 use dataplane::cluster::MemberSet;
-use dataplane::pipeline::{ClusterSpec, InterfaceSpec, Pipeline, PipelineConfig, RouteSpec, RuleSpec};
+use dataplane::pipeline::{ClusterSpec, InterfaceSpec, Pipeline, PipelineConfig, RouteSpec};
 use dataplane::{Duration, Epoch, NodeId, PortId};
 use dpdk_sys::{Mempool, Port};
 use shared::Shared;
@@ -236,6 +237,7 @@ fn run(cfg: Config, extra: Vec<String>) -> Result<()> {
 
     let incarnation = unix_seconds();
     let cluster = cfg.cluster.as_ref().map(|cl| cluster_spec(cl, incarnation)).transpose()?;
+    let policies = policy::Policies::new(&cfg, specs.clone());
     let mut pcfg = pipeline_config(&cfg, specs);
     pcfg.cluster = cluster;
     let pipeline = Pipeline::new(pcfg).map_err(|e| anyhow::anyhow!("pipeline: {e}"))?;
@@ -247,7 +249,7 @@ fn run(cfg: Config, extra: Vec<String>) -> Result<()> {
             pool: pool.clone(),
             shared: shared.ccl.clone(),
             link: control_link(cl, incarnation, mac)?,
-            membership: membership(cl, incarnation, ccl_idx as u16)?,
+            membership: membership(cl, incarnation, ccl_idx as u16, policies.publish_bytes())?,
             links: links::Links::new(
                 ports.iter().enumerate().map(|(i, p)| (p.port, i as u16, i == ccl_idx, p.device.as_str())),
             ),
@@ -292,6 +294,7 @@ fn run(cfg: Config, extra: Vec<String>) -> Result<()> {
         shared.clone(),
         ports.iter().map(|p| (p.interfaces.clone(), p.name.clone(), p.port)).collect(),
         ccl_control,
+        policies,
         clock,
     )?;
     log::info!("node {} up; control socket {}", cfg.node.name, cfg.control_socket.display());
@@ -372,8 +375,10 @@ fn control_link(cl: &config::ClusterConfig, incarnation: u32, mac: [u8; 6]) -> R
 
 /// The membership machine: every configured member, the YAML's timers,
 /// priority, site and chassis, split-brain mode; `ccl_port` is the CCL
-/// port's index among the ports `links` reports.
-fn membership(cl: &config::ClusterConfig, incarnation: u32, ccl_port: u16) -> Result<Membership> {
+/// port's index among the ports `links` reports; `publish` is the policy
+/// document this node replicates if it forms the cluster (the worker
+/// confirms each replicated configuration it runs: `crate::policy`).
+fn membership(cl: &config::ClusterConfig, incarnation: u32, ccl_port: u16, publish: Vec<u8>) -> Result<Membership> {
     let nodes = cl
         .members
         .iter()
@@ -391,6 +396,8 @@ fn membership(cl: &config::ClusterConfig, incarnation: u32, ccl_port: u16) -> Re
     c.interface_debounce = Duration::from_millis(cl.interface_debounce_ms);
     c.sync_timeout = Duration::from_millis(cl.sync_timeout_ms);
     c.ccl_port = Some(ccl_port);
+    c.publish = Some(publish);
+    c.confirm_config = true;
     Membership::new(c).map_err(|e| anyhow::anyhow!("cluster membership: {e}"))
 }
 
@@ -419,7 +426,6 @@ fn cluster_spec(cl: &config::ClusterConfig, incarnation: u32) -> Result<ClusterS
 }
 
 fn pipeline_config(cfg: &Config, interfaces: Vec<InterfaceSpec>) -> PipelineConfig {
-    let t = &cfg.timeouts;
     PipelineConfig {
         interfaces,
         routes: cfg
@@ -427,32 +433,8 @@ fn pipeline_config(cfg: &Config, interfaces: Vec<InterfaceSpec>) -> PipelineConf
             .iter()
             .map(|r| RouteSpec { destination: r.destination.addr, prefix_len: r.destination.len, via: r.via })
             .collect(),
-        rules: cfg
-            .access_rules
-            .iter()
-            .map(|r| RuleSpec {
-                name: r.name.clone(),
-                permit: matches!(r.action, config::Action::Permit),
-                interface: r.interface.clone(),
-                protocol: match r.protocol {
-                    config::Protocol::Any => None,
-                    config::Protocol::Number(n) => Some(n),
-                },
-                src: (r.source.addr, r.source.len),
-                dst: (r.destination.addr, r.destination.len),
-                src_ports: (r.source_port.lo, r.source_port.hi),
-                dst_ports: (r.destination_port.lo, r.destination_port.hi),
-            })
-            .collect(),
-        timeouts: dataplane::conntrack::Timeouts {
-            tcp_syn: Duration::from_secs(t.tcp_syn),
-            tcp_established: Duration::from_secs(t.tcp_established),
-            tcp_closing: Duration::from_secs(t.tcp_closing),
-            tcp_closed: Duration::from_secs(t.tcp_closed),
-            udp: Duration::from_secs(t.udp),
-            icmp: Duration::from_secs(t.icmp),
-            other: Duration::from_secs(t.other),
-        },
+        rules: policy::rule_specs(&cfg.access_rules),
+        timeouts: policy::timeouts(&cfg.timeouts),
         flow_capacity: cfg.flow_table.capacity as usize,
         arp_capacity: cfg.arp.capacity as usize,
         arp_timeout: Duration::from_secs(cfg.arp.timeout),

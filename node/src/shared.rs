@@ -13,7 +13,7 @@ use dataplane::conntrack::ConnInfo;
 use dataplane::acl::RuleInfo;
 use dataplane::arp::ArpInfo;
 use dataplane::cluster::MemberSet;
-use dataplane::pipeline::{ClusterCountersSnapshot, Counters, FragSnapshot};
+use dataplane::pipeline::{ClusterCountersSnapshot, Counters, FragSnapshot, Policy};
 use dataplane::route::RouteInfo;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::collections::VecDeque;
@@ -29,6 +29,11 @@ pub enum Query {
     /// `Pipeline::reset`. No reply. Queued behind any earlier member set,
     /// so the two apply in the order the machine gave them.
     Reset,
+    /// Command: run this policy (a reload, a replicated configuration;
+    /// `crate::policy`); the worker swaps it in with
+    /// `Pipeline::set_policy`, frees the old one and publishes
+    /// `generation` in `Shared::policy_applied`. No reply.
+    SetPolicy { generation: u64, policy: Box<Policy> },
     Counters,
     Conns { max: usize },
     Routes,
@@ -53,6 +58,9 @@ pub struct Shared {
     /// Packets that could not be queued for TX (full TX ring), published by
     /// the worker once per timer tick.
     pub tx_full_drops: AtomicU64,
+    /// The generation of the last policy the worker applied
+    /// (`Query::SetPolicy`; 0: the one it started with).
+    pub policy_applied: AtomicU64,
     pub queries: ArrayQueue<Query>,
     pub replies: ArrayQueue<Reply>,
     /// CCL hand-off between the worker and the control lcore (unused in
@@ -65,6 +73,7 @@ impl Shared {
         Shared {
             stop: AtomicBool::new(false),
             tx_full_drops: AtomicU64::new(0),
+            policy_applied: AtomicU64::new(0),
             queries: ArrayQueue::new(4),
             replies: ArrayQueue::new(4),
             ccl: Arc::new(CclShared::new()),

@@ -218,7 +218,7 @@ impl Worker {
                 if let Query::SetMembers(m) = &q {
                     epoch = m.epoch();
                 }
-                if let Some(reply) = between_bursts(&mut self.pipeline, now, q) {
+                if let Some(reply) = between_bursts(&mut self.pipeline, now, q, &self.shared) {
                     // The control thread waits for exactly one reply per
                     // query; a full reply queue means it gave up, so drop
                     // the answer.
@@ -259,8 +259,22 @@ impl Worker {
 /// What the worker does between bursts with one item of its query queue:
 /// apply a command (no reply) or answer a query (one reply). Off the packet
 /// path; the pipeline is the worker's own, so nothing is locked.
-pub(crate) fn between_bursts(pipeline: &mut Pipeline, now: Timestamp, q: Query) -> Option<Reply> {
+pub(crate) fn between_bursts(pipeline: &mut Pipeline, now: Timestamp, q: Query, shared: &Shared) -> Option<Reply> {
     Some(match q {
+        Query::SetPolicy { generation, policy } => {
+            match pipeline.set_policy(policy) {
+                // The old policy is freed here, between bursts.
+                Ok(old) => drop(old),
+                // Built from the node's own interface list: never; the
+                // old policy stays and the control lcore waits in vain.
+                Err(_) => {
+                    log::error!("policy {generation} was built for other interfaces: not applied");
+                    return None;
+                }
+            }
+            shared.policy_applied.store(generation, Ordering::Relaxed);
+            return None;
+        }
         Query::SetMembers(members) => {
             pipeline.set_members(now, members);
             return None;
@@ -351,7 +365,7 @@ mod tests {
 
     /// `(epoch, members)` as `show cluster` gets them from the worker.
     fn cluster_view(p: &mut Pipeline, now: Timestamp) -> Option<(u64, Vec<NodeId>)> {
-        match between_bursts(p, now, Query::Cluster) {
+        match between_bursts(p, now, Query::Cluster, &Shared::new()) {
             Some(Reply::Cluster(s)) => s.map(|s| (s.epoch, s.members.clone())),
             _ => panic!("Query::Cluster must get a Reply::Cluster"),
         }
@@ -366,17 +380,55 @@ mod tests {
         let set = MemberSet::from_nodes(Epoch(1), (0..3).map(NodeId)).unwrap();
         // Node 2 left: a command, so no reply (the control thread waits
         // for exactly one reply per query and none per command).
-        assert!(between_bursts(&mut p, now, Query::SetMembers(set.without(NodeId(2)))).is_none());
+        assert!(between_bursts(&mut p, now, Query::SetMembers(set.without(NodeId(2))), &Shared::new()).is_none());
         assert_eq!(cluster_view(&mut p, now), Some((2, vec![NodeId(0), NodeId(1)])));
         // It came back.
         let back = set.without(NodeId(2)).with(NodeId(2)).unwrap();
-        assert!(between_bursts(&mut p, now, Query::SetMembers(back)).is_none());
+        assert!(between_bursts(&mut p, now, Query::SetMembers(back), &Shared::new()).is_none());
         assert_eq!(cluster_view(&mut p, now), Some((3, all)));
         // An empty set cannot build a director table: the pipeline keeps
         // the one it has.
         let empty = MemberSet::from_nodes(Epoch(9), []).unwrap();
-        assert!(between_bursts(&mut p, now, Query::SetMembers(empty)).is_none());
+        assert!(between_bursts(&mut p, now, Query::SetMembers(empty), &Shared::new()).is_none());
         assert_eq!(cluster_view(&mut p, now).map(|v| v.0), Some(3));
+    }
+
+    #[test]
+    fn a_policy_command_is_applied_and_its_generation_published() {
+        use dataplane::pipeline::{Policy, RuleSpec};
+        let mut p = pipeline(1, false);
+        let shared = Shared::new();
+        let now = Timestamp::from_secs(1);
+        let iface = |name: &str, port: u16, net: u8| InterfaceSpec {
+            name: name.into(),
+            port: PortId(port),
+            mac: [0x02, 0, 0, 0, net, 1],
+            addr: Ipv4Addr::new(10, net, 0, 1),
+            prefix_len: 24,
+            security_level: 100,
+            vlan: None,
+        };
+        let rule = RuleSpec {
+            name: "ssh".into(),
+            permit: true,
+            interface: None,
+            protocol: Some(6),
+            src: (Ipv4Addr::UNSPECIFIED, 0),
+            dst: (Ipv4Addr::UNSPECIFIED, 0),
+            src_ports: (0, 65535),
+            dst_ports: (22, 22),
+        };
+        let ifaces = [iface("inside", 0, 1), iface("outside", 1, 2), iface("ccl", 2, 99)];
+        let policy = Box::new(Policy::build(&ifaces, &[rule], Timeouts::default()).unwrap());
+        assert!(between_bursts(&mut p, now, Query::SetPolicy { generation: 7, policy }, &shared).is_none(), "a command");
+        assert_eq!(shared.policy_applied.load(Ordering::Relaxed), 7);
+        let names: Vec<String> = p.rules().into_iter().map(|r| r.name).collect();
+        assert_eq!(names, ["ssh"]);
+        // Built for other interfaces: not applied, not published.
+        let policy = Box::new(Policy::build(&ifaces[..2], &[], Timeouts::default()).unwrap());
+        assert!(between_bursts(&mut p, now, Query::SetPolicy { generation: 8, policy }, &shared).is_none());
+        assert_eq!(shared.policy_applied.load(Ordering::Relaxed), 7);
+        assert_eq!(p.rules().len(), 1);
     }
 
     #[test]
@@ -384,8 +436,8 @@ mod tests {
         let mut p = pipeline(1, false);
         let now = Timestamp::from_secs(1);
         let set = MemberSet::from_nodes(Epoch(5), [NodeId(0), NodeId(1)]).unwrap();
-        assert!(between_bursts(&mut p, now, Query::SetMembers(set)).is_none());
+        assert!(between_bursts(&mut p, now, Query::SetMembers(set), &Shared::new()).is_none());
         assert_eq!(cluster_view(&mut p, now), None);
-        assert!(matches!(between_bursts(&mut p, now, Query::Routes), Some(Reply::Routes(_))));
+        assert!(matches!(between_bursts(&mut p, now, Query::Routes, &Shared::new()), Some(Reply::Routes(_))));
     }
 }

@@ -78,6 +78,17 @@ pub fn ctl_json(bin_dir: &Path, socket: &Path, topic: &str) -> Result<Value> {
         .with_context(|| format!("clusterfw-ctl show {topic} --json printed non-JSON: {out}"))
 }
 
+/// `clusterfw-ctl --socket S config reload --json`, parsed; a refusal is
+/// an error carrying the node's reason. Bounded like [`ctl_json`].
+pub fn ctl_reload(bin_dir: &Path, socket: &Path) -> Result<Value> {
+    let ctl = bin_dir.join("clusterfw-ctl");
+    let out = sys::run(
+        "timeout",
+        &["5", &ctl.to_string_lossy(), "--socket", &socket.to_string_lossy(), "config", "reload", "--json"],
+    )?;
+    serde_json::from_str(&out).with_context(|| format!("clusterfw-ctl config reload --json printed non-JSON: {out}"))
+}
+
 fn plan(topo: &Topology, run_dir: &Path, mode: Mode) -> State {
     State {
         version: STATE_VERSION,

@@ -21,6 +21,7 @@ use crate::net::{Ipv4Net, PortRange, Protocol};
 
 pub(crate) mod cluster;
 pub(crate) mod neighbors;
+pub(crate) mod policy;
 
 use cluster::ClusterConfig;
 use neighbors::NeighborConfig;

@@ -30,6 +30,9 @@ use crate::net::{Ipv4Net, PortRange, Protocol};
 
 mod cluster;
 mod neighbors;
+mod policy;
+
+pub(crate) use policy::parse_policy;
 
 // ---------------------------------------------------------------------------
 // Phase 1: the raw document.
@@ -407,19 +410,7 @@ impl Checker<'_> {
             Some(c) => Some(self.cluster(&root.key("cluster"), c, &name, &interfaces)?),
         };
 
-        let tp = root.key("timeouts");
-        let t = raw.timeouts;
-        let d = Timeouts::default();
-        let secs = |k: &str, v: Option<u64>, def: u64| self.range(&tp.key(k), v, def, 1, u64::MAX);
-        let timeouts = Timeouts {
-            tcp_syn: secs("tcp-syn", t.tcp_syn, d.tcp_syn)?,
-            tcp_established: secs("tcp-established", t.tcp_established, d.tcp_established)?,
-            tcp_closing: secs("tcp-closing", t.tcp_closing, d.tcp_closing)?,
-            tcp_closed: secs("tcp-closed", t.tcp_closed, d.tcp_closed)?,
-            udp: secs("udp", t.udp, d.udp)?,
-            icmp: secs("icmp", t.icmp, d.icmp)?,
-            other: secs("other", t.other, d.other)?,
-        };
+        let timeouts = self.timeouts(&root.key("timeouts"), raw.timeouts)?;
 
         let flow_table = FlowTableConfig {
             capacity: self.range(
@@ -476,6 +467,20 @@ impl Checker<'_> {
                 None => self.src.to_string(),
             },
             cluster,
+        })
+    }
+
+    fn timeouts(&self, tp: &FieldPath, t: RawTimeouts) -> R<Timeouts> {
+        let d = Timeouts::default();
+        let secs = |k: &str, v: Option<u64>, def: u64| self.range(&tp.key(k), v, def, 1, u64::MAX);
+        Ok(Timeouts {
+            tcp_syn: secs("tcp-syn", t.tcp_syn, d.tcp_syn)?,
+            tcp_established: secs("tcp-established", t.tcp_established, d.tcp_established)?,
+            tcp_closing: secs("tcp-closing", t.tcp_closing, d.tcp_closing)?,
+            tcp_closed: secs("tcp-closed", t.tcp_closed, d.tcp_closed)?,
+            udp: secs("udp", t.udp, d.udp)?,
+            icmp: secs("icmp", t.icmp, d.icmp)?,
+            other: secs("other", t.other, d.other)?,
         })
     }
 

@@ -145,6 +145,16 @@ pub struct Config {
     /// The replicated configuration this node holds at start (its own
     /// copy; the control node's replaces it when this node joins).
     pub config: Option<ConfigBlob>,
+    /// The configuration this node publishes when it is the control node
+    /// and holds none (`config` is `None` and no member has one to catch
+    /// up from): a cluster formed from nothing runs its first control
+    /// node's file. A node holding the cluster's copy keeps that one.
+    pub publish: Option<Vec<u8>>,
+    /// The driver confirms the replicated configuration it runs
+    /// (`Membership::config_applied`), and a joiner's readiness gate waits
+    /// for it besides the replicated state and the dataplane's sync (on
+    /// `sync_timeout` it goes ready without, as without the sync).
+    pub confirm_config: bool,
     pub limits: Limits,
 }
 
@@ -167,6 +177,8 @@ impl Config {
             rejoin: Rejoin::default(),
             ccl_port: None,
             config: None,
+            publish: None,
+            confirm_config: false,
             limits: Limits::default(),
         }
     }
@@ -220,9 +232,9 @@ impl Config {
         if l.serving == 0 || l.history == 0 || l.table_entries == 0 || l.transfer_bytes < l.config_bytes {
             return Err(MembershipError::BadLimits);
         }
-        if let Some(c) = &self.config {
-            if c.bytes.len() > l.config_bytes {
-                return Err(MembershipError::ConfigTooLarge { bytes: c.bytes.len(), limit: l.config_bytes });
+        for bytes in self.config.iter().map(|c| c.bytes.len()).chain(self.publish.as_ref().map(Vec::len)) {
+            if bytes > l.config_bytes {
+                return Err(MembershipError::ConfigTooLarge { bytes, limit: l.config_bytes });
             }
         }
         Ok(())

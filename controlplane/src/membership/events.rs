@@ -118,6 +118,9 @@ pub enum Reason {
     /// No admission within two hold times.
     JoinTimeout { control: NodeId },
     TooManyAttempts { attempts: u32 },
+    /// The driver could not run replicated configuration `version`
+    /// (`Membership::reject_config`).
+    ConfigRejected { version: u64 },
     /// The backoff after leaving is over.
     RetryDue,
     /// `enable` was called.
@@ -140,6 +143,10 @@ pub enum EventKind {
     /// The control node heard a member with a newer replicated state and
     /// fetches it before it changes anything (`from`, `version`).
     CatchUp { from: NodeId, version: u64 },
+    /// This joining node dropped its replicated configuration `version`,
+    /// refused by `control` (`verdict`: config-ahead or config-diverged),
+    /// to join with none and take the control node's.
+    ConfigDropped { control: NodeId, version: u64, verdict: JoinVerdict },
 }
 
 /// One event: when, what, and the log line.
@@ -192,6 +199,9 @@ impl Names<'_> {
             }
             Reason::JoinTimeout { control } => format!("no admission by {} within 2 hold times", self.n(control)),
             Reason::TooManyAttempts { attempts } => format!("{attempts} rejoin attempts failed"),
+            Reason::ConfigRejected { version } => {
+                format!("cannot run the replicated configuration v{version} (the node's log says why)")
+            }
             Reason::RetryDue => "rejoin backoff over".into(),
             Reason::Enabled => "enabled by the operator".into(),
         }
@@ -216,6 +226,13 @@ impl Names<'_> {
             EventKind::CatchUp { from, version } => {
                 format!("control node catches up: state version {version} from {}", self.n(*from))
             }
+            EventKind::ConfigDropped { control, version, verdict } => format!(
+                "{} drops its replicated configuration v{version} ({} refused it: {}) and joins to take {}'s",
+                self.n(me),
+                self.n(*control),
+                verdict.as_str(),
+                self.n(*control)
+            ),
         }
     }
 }
@@ -337,6 +354,14 @@ pub struct Counters {
     pub table_changes: u64,
     pub sync_timeouts: u64,
     pub lease_updates: u64,
+    /// Replicated configurations published (`set_config`, and this
+    /// node's own when it formed the cluster).
+    pub configs_published: u64,
+    /// Replicated configurations the driver could not run.
+    pub configs_rejected: u64,
+    /// Copies this node dropped because a control node refused its join
+    /// over them (config-ahead, config-diverged).
+    pub configs_dropped: u64,
 }
 
 impl Counters {
@@ -371,6 +396,9 @@ impl Stats for Counters {
             ("table_changes", self.table_changes),
             ("sync_timeouts", self.sync_timeouts),
             ("lease_updates", self.lease_updates),
+            ("configs_published", self.configs_published),
+            ("configs_rejected", self.configs_rejected),
+            ("configs_dropped", self.configs_dropped),
         ];
         for (name, value) in c {
             v.counter(name, value);

@@ -277,6 +277,9 @@ pub struct Membership {
     pending: [Option<Pending>; NODE_SLOTS],
     quorum_at: Timestamp,
     catching_up: Option<u64>,
+    /// The replicated configuration version the driver says it runs
+    /// (`config_applied`; 0: none yet).
+    config_running: u64,
     lag_since: Option<Timestamp>,
     replica: Replica,
     pull: Option<(Purpose, Pull)>,
@@ -333,6 +336,7 @@ impl Membership {
             pending: [None; NODE_SLOTS],
             quorum_at: Timestamp::ZERO,
             catching_up: None,
+            config_running: 0,
             lag_since: None,
             replica: Replica::new(c.limits, c.config.clone()),
             pull: None,
@@ -589,6 +593,19 @@ impl Membership {
         self.end(now);
     }
 
+    /// The driver runs replicated configuration `version` now (with
+    /// `Config::confirm_config`, a joiner's readiness gate waits for the
+    /// version it received: it takes traffic under the cluster's policy,
+    /// never under its own file's).
+    pub fn config_applied(&mut self, now: Timestamp, version: u64) {
+        let now = self.begin(now);
+        self.config_running = version;
+        if self.state == State::Syncing {
+            self.syncing_tick(now);
+        }
+        self.end(now);
+    }
+
     /// Leave `disabled`: start over (inactive, rejoin at once).
     pub fn enable(&mut self, now: Timestamp) {
         let now = self.begin(now);
@@ -617,16 +634,53 @@ impl Membership {
     }
 
     /// Replace the replicated configuration (control node only); returns
-    /// its new version. Members fetch it when their heartbeats show them
-    /// behind.
+    /// its new version (the current one, unchanged, when `bytes` are what
+    /// it holds). Members fetch it when their heartbeats show them behind.
     pub fn set_config(&mut self, now: Timestamp, bytes: Vec<u8>) -> Result<u64, TableError> {
         self.writable()?;
+        if let Some(c) = self.replica.config().filter(|c| c.bytes == bytes) {
+            return Ok(c.version);
+        }
         let now = self.begin(now);
+        let v = self.publish_config(bytes);
+        self.end(now);
+        v
+    }
+
+    /// The driver cannot run the replicated configuration `version` it
+    /// was handed (`Action::Replica`; e.g. it names an interface this node
+    /// lacks): a node that cannot run the cluster's policy must not take
+    /// the cluster's traffic. It leaves as after a failed join (`Reset`,
+    /// data ports down, `ConfigRejected`), rejoins after the backoff and,
+    /// rejecting again, ends disabled after `rejoin.attempts`. Ignored
+    /// when this node no longer holds `version` or is not a member.
+    pub fn reject_config(&mut self, now: Timestamp, version: u64) {
+        let now = self.begin(now);
+        if self.state.is_member() && self.replica.config_version() == version {
+            self.counters.configs_rejected += 1;
+            self.fail(now, Reason::ConfigRejected { version });
+        }
+        self.end(now);
+    }
+
+    fn publish_config(&mut self, bytes: Vec<u8>) -> Result<u64, TableError> {
         let v = self.replica.set_config(bytes)?;
+        self.counters.configs_published += 1;
         self.actions.push_back(Action::Replica(ReplicaChange::Config { version: v }));
         self.hb_now = true;
-        self.end(now);
         Ok(v)
+    }
+
+    /// A control node that holds no replicated configuration, and is not
+    /// fetching a member's, publishes its own (`Config::publish`).
+    fn publish_own_config(&mut self) {
+        if self.replica.config().is_some() || self.catching_up.is_some() {
+            return;
+        }
+        if let Some(bytes) = self.cfg.publish.clone() {
+            // Its size was checked by `Config::validate`.
+            let _ = self.publish_config(bytes);
+        }
     }
 
     fn writable(&self) -> Result<(), TableError> {
@@ -1173,7 +1227,8 @@ impl Membership {
         }
         let Some(s) = self.sync else { return };
         let waited = now.since(s.started);
-        if s.replica_done && s.dataplane_done {
+        let running = !self.cfg.confirm_config || self.config_running == self.replica.config_version();
+        if s.replica_done && s.dataplane_done && running {
             self.become_data(now, Reason::Synced { waited });
         } else if waited >= self.cfg.sync_timeout {
             if s.replica_done {
@@ -1325,9 +1380,11 @@ impl Membership {
         // A node elected from joining has nothing to wait for.
         self.become_ready(now);
         self.update_catch_up(now);
+        self.publish_own_config();
     }
 
     fn control_tick(&mut self, now: Timestamp) {
+        self.publish_own_config();
         let me = self.cfg.me;
         let hold = self.hold();
         let heard = 1 + self
@@ -1849,6 +1906,19 @@ impl Membership {
             }
             v @ (JoinVerdict::DuplicateId | JoinVerdict::UnknownNode) => {
                 self.disable(now, Reason::JoinRefused { by, verdict: v, detail: r.detail });
+                Received::JoinRefused
+            }
+            v @ (JoinVerdict::ConfigAhead | JoinVerdict::ConfigDiverged) if self.replica.config().is_some() => {
+                // The control node's configuration wins (SPEC M3: the
+                // other side rejoins it; a split brain's two lineages, an
+                // isolated boot that published its own file): drop this
+                // node's copy and ask again at once, with none. The join
+                // then brings the cluster's.
+                let version = self.replica.config_version();
+                self.replica.drop_config();
+                self.counters.configs_dropped += 1;
+                self.event(now, EventKind::ConfigDropped { control: by, version, verdict: v });
+                self.join.last_request = None;
                 Received::JoinRefused
             }
             v @ (JoinVerdict::IdInUse | JoinVerdict::ConfigAhead | JoinVerdict::ConfigDiverged) => {

@@ -221,6 +221,12 @@ impl Replica {
         Ok(version)
     }
 
+    /// Forget the configuration (a joiner whose copy the control node
+    /// refused: it takes the control node's with the join).
+    pub(super) fn drop_config(&mut self) {
+        self.config = None;
+    }
+
     /// A broadcast change from the control node.
     pub(super) fn apply(&mut self, version: u64, table: u8, key: &[u8], value: Option<&[u8]>) -> Applied {
         if version <= self.version {

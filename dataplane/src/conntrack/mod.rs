@@ -454,6 +454,13 @@ impl ConnTable {
         &self.timeouts
     }
 
+    /// New idle timeouts, for every flow from now on (a flow's expiry is
+    /// computed from its last packet and these at each check); returns
+    /// the old ones.
+    pub fn set_timeouts(&mut self, t: Timeouts) -> Timeouts {
+        std::mem::replace(&mut self.timeouts, t)
+    }
+
     pub fn stats(&self) -> ConnStats {
         self.stats
     }

@@ -165,36 +165,58 @@ pub(super) fn build(cfg: &PipelineConfig) -> Result<Built, PipelineError> {
     let statics: Vec<_> = cfg.routes.iter().map(|r| (r.destination, r.prefix_len, r.via)).collect();
     let routes = RouteTable::new(&connected, &statics).map_err(PipelineError::Route)?;
 
-    let mut rules = Vec::with_capacity(cfg.rules.len());
-    for r in &cfg.rules {
-        let iface = match &r.interface {
-            None => None,
-            Some(n) => Some(IfIndex(specs.iter().position(|s| &s.name == n).ok_or_else(|| {
-                PipelineError::UnknownRuleInterface { rule: r.name.clone(), interface: n.clone() }
-            })? as u16)),
-        };
-        if r.src.1 > 32 || r.dst.1 > 32 || r.src_ports.0 > r.src_ports.1 || r.dst_ports.0 > r.dst_ports.1 {
-            return Err(PipelineError::BadRule { rule: r.name.clone() });
-        }
-        rules.push(AclRule {
-            name: r.name.clone(),
-            permit: r.permit,
-            iface,
-            protocol: r.protocol,
-            src: r.src,
-            dst: r.dst,
-            src_ports: r.src_ports,
-            dst_ports: r.dst_ports,
-        });
-    }
-    let acl = Acl::new(rules, specs.iter().map(|s| s.security_level).collect());
+    let policy = Policy::build(specs, &cfg.rules, cfg.timeouts)?;
     let max_port = specs.iter().map(|s| usize::from(s.port.0)).max().unwrap_or(0);
     let list = specs
         .iter()
         .map(|s| Iface { port: s.port, mac: s.mac, addr: s.addr, prefix_len: s.prefix_len, vlan: s.vlan })
         .collect();
     let ifaces = Interfaces::new(list, specs.iter().map(|s| s.name.clone()).collect(), max_port);
-    Ok(Built { ifaces, routes, acl, max_port })
+    Ok(Built { ifaces, routes, acl: policy.acl, max_port })
+}
+
+/// What a running pipeline can replace (`Pipeline::set_policy`): the
+/// access rules compiled against the interfaces with their security
+/// levels, and the idle timeouts. Built aside (off the worker: it
+/// allocates) and swapped in between bursts (SPEC N9's transactional
+/// commit: the packet path sees the old policy or the new one, whole).
+pub struct Policy {
+    pub(super) acl: Acl,
+    pub(super) timeouts: Timeouts,
+    /// How many interfaces the rules were resolved against.
+    pub(super) interfaces: usize,
+}
+
+impl Policy {
+    /// Resolve `rules` against the interfaces `specs` (their names and security
+    /// levels, in the pipeline's interface order) with the same checks as
+    /// `Pipeline::new`.
+    pub fn build(specs: &[InterfaceSpec], rules: &[RuleSpec], timeouts: Timeouts) -> Result<Policy, PipelineError> {
+        let mut acl_rules = Vec::with_capacity(rules.len());
+        for r in rules {
+            let iface = match &r.interface {
+                None => None,
+                Some(n) => Some(IfIndex(specs.iter().position(|s| &s.name == n).ok_or_else(|| {
+                    PipelineError::UnknownRuleInterface { rule: r.name.clone(), interface: n.clone() }
+                })? as u16)),
+            };
+            if r.src.1 > 32 || r.dst.1 > 32 || r.src_ports.0 > r.src_ports.1 || r.dst_ports.0 > r.dst_ports.1 {
+                return Err(PipelineError::BadRule { rule: r.name.clone() });
+            }
+            acl_rules.push(AclRule {
+                name: r.name.clone(),
+                permit: r.permit,
+                iface,
+                protocol: r.protocol,
+                src: r.src,
+                dst: r.dst,
+                src_ports: r.src_ports,
+                dst_ports: r.dst_ports,
+            });
+        }
+        let acl = Acl::new(acl_rules, specs.iter().map(|s| s.security_level).collect());
+        Ok(Policy { acl, timeouts, interfaces: specs.len() })
+    }
 }
 
 /// The CCL interface of a cluster spec: `(index, port, mac, address)`.

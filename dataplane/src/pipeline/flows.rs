@@ -52,6 +52,13 @@ impl Flows {
         Ok(cluster.and_then(|cl| cl.owner_post(now, link, &self.table, tuple, &l4, tracked, pre)))
     }
 
+    /// Put `acl` in place of the current rules (which end up in `acl`);
+    /// rules present in both keep their hit counts.
+    pub fn swap_acl(&mut self, acl: &mut Acl) {
+        acl.carry_hits(&self.acl);
+        std::mem::swap(&mut self.acl, acl);
+    }
+
     pub fn rules(&self, names: &[String]) -> Vec<RuleInfo> {
         self.acl.rules(names)
     }

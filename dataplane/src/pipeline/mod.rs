@@ -71,7 +71,7 @@ pub use cluster::{
     ClusterCounters, ClusterCountersSnapshot, ClusterSpec, ClusterSpecError, Role, SyncProgress,
     DEFAULT_DIRECTOR_HOLD, DEFAULT_SYN_GUARD, SYNC_MARKER_EVERY, SYNC_MARKER_FOR, SYNC_WAIT,
 };
-pub use config::{InterfaceSpec, PipelineConfig, PipelineError, RouteSpec, RuleSpec};
+pub use config::{InterfaceSpec, PipelineConfig, PipelineError, Policy, RouteSpec, RuleSpec};
 pub use context::{FragNote, Verdict};
 pub use counters::{Counters, Ipv6Counters, PortCounters};
 pub use egress::MAX_GENERATED;
@@ -741,6 +741,25 @@ impl Pipeline {
         if let Some(cl) = self.cluster.as_deref_mut() {
             cl.set_lease(until);
         }
+    }
+
+    /// Replace the policy — access rules, security levels, idle timeouts
+    /// — between bursts (a reload, a replicated configuration); returns
+    /// the policy it replaced, so that the caller frees it off the packet
+    /// path. A rule of the new policy equal to one of the old (same name,
+    /// same match, same action) keeps its hit count, as do the
+    /// security-level defaults. Connections already admitted stay: the
+    /// rules decide new connections only, as always. The new timeouts
+    /// apply to every flow from now on, the existing ones included.
+    /// `Err` gives `policy` back when it was built for another number of
+    /// interfaces than this pipeline has.
+    pub fn set_policy(&mut self, mut policy: Box<Policy>) -> Result<Box<Policy>, Box<Policy>> {
+        if policy.interfaces != self.ifaces.names().len() {
+            return Err(policy);
+        }
+        self.flows.swap_acl(&mut policy.acl);
+        policy.timeouts = self.flows.table.set_timeouts(policy.timeouts);
+        Ok(policy)
     }
 
     /// This node left the cluster (membership `Reset`): drop every flow,

@@ -2,7 +2,11 @@
 //!
 //! ```text
 //! clusterfw-ctl [--socket PATH] show {stats|conn|route|arp|rules|config|cluster|cluster history} [--json]
+//! clusterfw-ctl [--socket PATH] config reload [--json]
 //! ```
+//! `config reload` reads the node's configuration file again and runs its
+//! policy (security levels, access rules, timeouts); in a cluster only the
+//! control node takes it, and replicates it to every member.
 //! The socket defaults to `$CLUSTERFW_SOCKET`, else `/run/clusterfw/clusterfw.sock`.
 //! `--json` prints the node's answer as it is (stable for scripts); without
 //! it the answer is laid out as tables.
@@ -35,7 +39,7 @@ fn write_out(args: std::fmt::Arguments<'_>, newline: bool) {
     }
 }
 
-const USAGE: &str = "usage: clusterfw-ctl [--socket PATH] show {stats|conn|route|arp|rules|config|cluster|cluster history} [--json]";
+const USAGE: &str = "usage: clusterfw-ctl [--socket PATH] show {stats|conn|route|arp|rules|config|cluster|cluster history} [--json]\n       clusterfw-ctl [--socket PATH] config reload [--json]";
 
 fn main() -> ExitCode {
     match run() {
@@ -63,6 +67,17 @@ fn run() -> Result<()> {
                 return Ok(());
             }
             _ => words.push(a),
+        }
+    }
+    if let [verb, what] = words.as_slice() {
+        if verb == "config" && what == "reload" {
+            let data = mgmt::request(&socket, &Request::ConfigReload)?;
+            if json {
+                say!("{}", serde_json::to_string_pretty(&data)?);
+            } else {
+                say!("{}", data["message"].as_str().unwrap_or("done"));
+            }
+            return Ok(());
         }
     }
     let topic = match words.as_slice() {
@@ -155,7 +170,20 @@ fn print_human(topic: Topic, data: &Value) {
             }
         }
         Topic::Config => match data.get("yaml").and_then(Value::as_str) {
-            Some(text) => write_out(format_args!("{text}"), false),
+            Some(text) => {
+                write_out(format_args!("{text}"), false);
+                let p = &data["policy"];
+                let source = p["source"].as_str().unwrap_or("?");
+                if p["same_as_file"].as_bool() == Some(false) {
+                    say!("\n# The policy running is not this file's: {source}");
+                    write_out(format_args!("{}", p["yaml"].as_str().unwrap_or("")), false);
+                } else {
+                    say!("\n# The policy running is this file's ({source}).");
+                }
+                if let Some(e) = p["last_error"].as_str() {
+                    say!("# Last replicated configuration rejected: {e}");
+                }
+            }
             None => say!("{}", serde_json::to_string_pretty(data).unwrap_or_default()),
         },
         _ => {

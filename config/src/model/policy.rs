@@ -1,0 +1,170 @@
+//! The replicated part of a configuration (SPEC M6): what every member of a
+//! cluster runs as the control node has it, public as [`crate::policy`]
+//! (whose module essay says what is replicated and what stays local); the
+//! checks that build a [`Policy`] from its own YAML document are in
+//! `validate/policy.rs`.
+
+use std::fmt::Write;
+
+use super::{AccessRule, Action, Config, InterfaceConfig, Timeouts};
+use crate::net::{Ipv4Net, PortRange, Protocol};
+
+/// The cluster-wide policy: each interface's security level (by interface
+/// name), the ordered access rules, the idle timeouts.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Policy {
+    /// `interfaces[].security-level` by interface name, in the order of
+    /// the interfaces of the node that wrote it.
+    pub security_levels: Vec<(String, u8)>,
+    /// `access-rules`, in order.
+    pub access_rules: Vec<AccessRule>,
+    /// `timeouts`.
+    pub timeouts: Timeouts,
+}
+
+/// The first line of every policy document [`Policy::to_yaml`] writes.
+pub const POLICY_HEADER: &str = "# clusterfw replicated configuration: security levels, access rules, timeouts";
+
+/// A string as a YAML double-quoted scalar (JSON's escaping is YAML's).
+fn quoted(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if (c as u32) < 0x20 || c as u32 == 0x7f => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+impl Policy {
+    /// The policy as the YAML document that replicates it: `interfaces`
+    /// (name and security level only), `access-rules` (fields at their
+    /// default left out), `timeouts` (all seven). The same policy always
+    /// gives the same bytes (its digest identifies it), and
+    /// [`crate::parse_policy`] reads it back to an equal `Policy`.
+    pub fn to_yaml(&self) -> String {
+        let mut y = String::new();
+        y.push_str(POLICY_HEADER);
+        y.push_str("\ninterfaces:\n");
+        for (name, level) in &self.security_levels {
+            let _ = writeln!(y, "  - name: {}\n    security-level: {level}", quoted(name));
+        }
+        if self.access_rules.is_empty() {
+            y.push_str("access-rules: []\n");
+        } else {
+            y.push_str("access-rules:\n");
+        }
+        for r in &self.access_rules {
+            let action = match r.action {
+                Action::Permit => "permit",
+                Action::Deny => "deny",
+            };
+            let _ = writeln!(y, "  - name: {}\n    action: {action}", quoted(&r.name));
+            if let Some(i) = &r.interface {
+                let _ = writeln!(y, "    interface: {}", quoted(i));
+            }
+            if r.protocol != Protocol::Any {
+                let _ = writeln!(y, "    protocol: {}", quoted(&r.protocol.to_string()));
+            }
+            for (key, net) in [("source", r.source), ("destination", r.destination)] {
+                if net != Ipv4Net::ANY {
+                    let _ = writeln!(y, "    {key}: {}", quoted(&net.to_string()));
+                }
+            }
+            for (key, ports) in [("source-port", r.source_port), ("destination-port", r.destination_port)] {
+                if ports != PortRange::ANY {
+                    let _ = writeln!(y, "    {key}: {}", quoted(&ports.to_string()));
+                }
+            }
+        }
+        let t = &self.timeouts;
+        let _ = write!(
+            y,
+            "timeouts:\n  tcp-syn: {}\n  tcp-established: {}\n  tcp-closing: {}\n  tcp-closed: {}\n  \
+             udp: {}\n  icmp: {}\n  other: {}\n",
+            t.tcp_syn, t.tcp_established, t.tcp_closing, t.tcp_closed, t.udp, t.icmp, t.other
+        );
+        y
+    }
+
+    /// The security level this policy gives interface `name`.
+    pub fn security_level(&self, name: &str) -> Option<u8> {
+        self.security_levels.iter().find(|(n, _)| n == name).map(|&(_, l)| l)
+    }
+}
+
+impl Config {
+    /// The replicated part of this configuration.
+    pub fn policy(&self) -> Policy {
+        Policy {
+            security_levels: self.interfaces.iter().map(|i| (i.name.clone(), i.security_level)).collect(),
+            access_rules: self.access_rules.clone(),
+            timeouts: self.timeouts,
+        }
+    }
+
+    /// This configuration running `policy` instead of its own (the
+    /// interfaces' security levels, the access rules and the timeouts
+    /// replaced; an interface `policy` does not name keeps its level).
+    pub fn with_policy(&self, policy: &Policy) -> Config {
+        let mut c = self.clone();
+        for i in &mut c.interfaces {
+            if let Some(l) = policy.security_level(&i.name) {
+                i.security_level = l;
+            }
+        }
+        c.access_rules = policy.access_rules.clone();
+        c.timeouts = policy.timeouts;
+        c
+    }
+
+    /// The sections outside the replicated policy in which `other`
+    /// differs from this configuration, by YAML key (`interfaces` for a
+    /// change of anything but a security level). The node reads these
+    /// only at start, so a reload refuses a file that changes them.
+    pub fn local_changes(&self, other: &Config) -> Vec<&'static str> {
+        let iface = |i: &InterfaceConfig| InterfaceConfig { security_level: 0, ..i.clone() };
+        let mut out = Vec::new();
+        let mut differs = |key: &'static str, d: bool| {
+            if d {
+                out.push(key);
+            }
+        };
+        differs("node", self.node != other.node);
+        differs("logging", self.logging != other.logging);
+        differs("control-socket", self.control_socket != other.control_socket);
+        differs("dpdk", self.dpdk != other.dpdk);
+        differs(
+            "interfaces",
+            self.interfaces.len() != other.interfaces.len()
+                || self.interfaces.iter().zip(&other.interfaces).any(|(a, b)| iface(a) != iface(b)),
+        );
+        differs("routes", self.routes != other.routes);
+        differs("flow-table", self.flow_table != other.flow_table);
+        differs("arp", self.arp != other.arp);
+        differs("neighbors", self.neighbors != other.neighbors);
+        differs("cluster", self.cluster != other.cluster);
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strings_are_quoted_as_yaml_reads_them() {
+        assert_eq!(quoted("inside"), "\"inside\"");
+        assert_eq!(quoted("a\"b\\c"), "\"a\\\"b\\\\c\"");
+        assert_eq!(quoted("tab\there"), "\"tab\\u0009here\"");
+        let v: String = serde_yaml::from_str(&quoted("x: \"y\"\n\u{7f}é")).unwrap();
+        assert_eq!(v, "x: \"y\"\n\u{7f}é");
+    }
+}

@@ -1,0 +1,323 @@
+//! The policy a node runs — every interface's security level, the access
+//! rules, the idle timeouts — where it came from, and the two ways a new
+//! one arrives (SPEC M6; docs/config.md, "Replicated configuration"):
+//!
+//! - `clusterfw-ctl config reload`: the file is read and checked again.
+//!   Its local sections must not have changed (they are read at start
+//!   only). A single node runs the new policy at once; in a cluster only
+//!   the control node takes a reload, and publishes the policy as the next
+//!   replicated configuration version;
+//! - the cluster's replicated configuration (the membership machine's
+//!   `Action::Replica`): the policy document is parsed and checked against
+//!   this node's interfaces. A node joining, or following a change, runs
+//!   it whatever its own file says.
+//!
+//! Either way the control lcore builds the pipeline's `Policy` (it
+//! allocates) and hands it to the worker as a command; the worker swaps it
+//! in between bursts and reports the generation it applied. A joiner's
+//! readiness gate waits for that report (`Membership::config_applied`), so
+//! it never takes the cluster's traffic under its own file's policy.
+//!
+//! Invariant: the worker only ever gets a policy that parsed and built
+//! against this node's interfaces. A replicated policy that does not is
+//! rejected (`Membership::reject_config`): the node leaves the cluster
+//! rather than forward under another policy than its peers.
+
+use anyhow::{bail, Result};
+use config::policy::Policy as FilePolicy;
+use config::Config;
+use controlplane::membership::ConfigBlob;
+use dataplane::pipeline::{InterfaceSpec, Policy, RuleSpec};
+use dataplane::Duration;
+use std::path::Path;
+
+/// The policy running now, as `show config` reports it.
+#[derive(Clone, Debug)]
+pub struct Running {
+    /// The replicated configuration version (0: this node's own file,
+    /// never replicated: a single node, or before joining).
+    pub version: u64,
+    /// Where it came from: `file node.yaml`, `replicated v3`.
+    pub source: String,
+    pub policy: FilePolicy,
+    /// The policy document (what the control node replicates).
+    pub yaml: String,
+}
+
+/// What the worker should do about a replicated configuration.
+pub enum Follow {
+    /// Already running it (or none held).
+    Unchanged,
+    /// Swap this in (command generation `generation`).
+    Apply { generation: u64, policy: Box<Policy> },
+    /// This node cannot run version `version`: the reason.
+    Reject { version: u64, why: String },
+}
+
+/// What a reload did.
+pub enum Reload {
+    /// A single node: swap this in.
+    Apply { generation: u64, policy: Box<Policy> },
+    /// A cluster's control node: publish these bytes (the replicated
+    /// configuration); the membership machine's `Action::Replica` brings
+    /// them back through [`Policies::follow`].
+    Publish(Vec<u8>),
+    /// Nothing in the policy changed.
+    Unchanged,
+}
+
+pub struct Policies {
+    /// The file as last read (at start or by a reload).
+    file: Config,
+    /// The pipeline's interfaces (data interfaces, then `ccl`), as built
+    /// at start: the new policy's security levels replace theirs.
+    specs: Vec<InterfaceSpec>,
+    pub running: Running,
+    /// Policy commands sent to the worker (their generation).
+    pub sent: u64,
+    /// Replicated configurations applied, rejected; reloads done.
+    pub applied: u64,
+    pub rejected: u64,
+    pub reloads: u64,
+    /// Why the last replicated configuration was rejected.
+    pub last_error: Option<String>,
+}
+
+impl Policies {
+    pub fn new(file: &Config, specs: Vec<InterfaceSpec>) -> Policies {
+        let policy = file.policy();
+        Policies {
+            running: Running {
+                version: 0,
+                source: format!("file {}", file.source_file.display()),
+                yaml: policy.to_yaml(),
+                policy,
+            },
+            file: file.clone(),
+            specs,
+            sent: 0,
+            applied: 0,
+            rejected: 0,
+            reloads: 0,
+            last_error: None,
+        }
+    }
+
+    /// The configuration file as last read (at start or by a reload).
+    pub fn file(&self) -> &Config {
+        &self.file
+    }
+
+    /// The policy document this node publishes when it forms a cluster.
+    pub fn publish_bytes(&self) -> Vec<u8> {
+        self.file.policy().to_yaml().into_bytes()
+    }
+
+    /// Whether the running policy is the file's.
+    pub fn same_as_file(&self) -> bool {
+        self.running.policy == self.file.policy()
+    }
+
+    /// The pipeline's form of `p` for this node's interfaces.
+    fn build(&self, p: &FilePolicy) -> Result<Box<Policy>, String> {
+        let specs: Vec<InterfaceSpec> = self
+            .specs
+            .iter()
+            .map(|s| InterfaceSpec { security_level: p.security_level(&s.name).unwrap_or(s.security_level), ..s.clone() })
+            .collect();
+        Policy::build(&specs, &rule_specs(&p.access_rules), timeouts(&p.timeouts)).map(Box::new).map_err(|e| e.to_string())
+    }
+
+    fn run(&mut self, version: u64, source: String, policy: FilePolicy, yaml: String) -> Result<(u64, Box<Policy>), String> {
+        let built = self.build(&policy)?;
+        self.running = Running { version, source, policy, yaml };
+        self.sent += 1;
+        Ok((self.sent, built))
+    }
+
+    /// The cluster's replicated configuration `blob` (the membership
+    /// machine's copy) as this node should run it.
+    pub fn follow(&mut self, blob: Option<&ConfigBlob>) -> Follow {
+        let Some(blob) = blob else { return Follow::Unchanged };
+        if blob.version == self.running.version && blob.bytes == self.running.yaml.as_bytes() {
+            return Follow::Unchanged;
+        }
+        let origin = format!("replicated configuration v{}", blob.version);
+        let parsed = std::str::from_utf8(&blob.bytes)
+            .map_err(|e| format!("{origin}: not UTF-8: {e}"))
+            .and_then(|text| {
+                config::parse_policy(text, &origin, &self.file.interfaces)
+                    .map(|p| (p, text.to_string()))
+                    .map_err(|e| e.to_string())
+            });
+        let result = parsed.and_then(|(p, text)| self.run(blob.version, format!("replicated v{}", blob.version), p, text));
+        match result {
+            Ok((generation, policy)) => {
+                self.applied += 1;
+                self.last_error = None;
+                Follow::Apply { generation, policy }
+            }
+            Err(why) => {
+                self.rejected += 1;
+                self.last_error = Some(why.clone());
+                Follow::Reject { version: blob.version, why }
+            }
+        }
+    }
+
+    /// Read `path` again for a reload: the new file must change nothing
+    /// but the policy. `publish`: in a cluster (the caller has checked
+    /// that this is the control node), the policy is published rather
+    /// than applied here.
+    pub fn reload(&mut self, path: &Path, cluster: bool) -> Result<Reload> {
+        let new = config::load(path)?;
+        let local = self.file.local_changes(&new);
+        if !local.is_empty() {
+            bail!(
+                "{}: {} changed; the node reads these at start only: restart it to apply them (nothing was applied)",
+                path.display(),
+                local.join(", ")
+            );
+        }
+        let policy = new.policy();
+        self.file = new;
+        if policy == self.running.policy {
+            return Ok(Reload::Unchanged);
+        }
+        self.reloads += 1;
+        if cluster {
+            return Ok(Reload::Publish(policy.to_yaml().into_bytes()));
+        }
+        let yaml = policy.to_yaml();
+        let source = format!("file {} (reload {})", path.display(), self.reloads);
+        let (generation, policy) = self.run(0, source, policy, yaml).map_err(anyhow::Error::msg)?;
+        Ok(Reload::Apply { generation, policy })
+    }
+}
+
+/// The configuration's access rules as the pipeline's.
+pub fn rule_specs(rules: &[config::AccessRule]) -> Vec<RuleSpec> {
+    rules
+        .iter()
+        .map(|r| RuleSpec {
+            name: r.name.clone(),
+            permit: matches!(r.action, config::Action::Permit),
+            interface: r.interface.clone(),
+            protocol: match r.protocol {
+                config::Protocol::Any => None,
+                config::Protocol::Number(n) => Some(n),
+            },
+            src: (r.source.addr, r.source.len),
+            dst: (r.destination.addr, r.destination.len),
+            src_ports: (r.source_port.lo, r.source_port.hi),
+            dst_ports: (r.destination_port.lo, r.destination_port.hi),
+        })
+        .collect()
+}
+
+/// The configuration's timeouts (seconds) as the pipeline's.
+pub fn timeouts(t: &config::Timeouts) -> dataplane::conntrack::Timeouts {
+    dataplane::conntrack::Timeouts {
+        tcp_syn: Duration::from_secs(t.tcp_syn),
+        tcp_established: Duration::from_secs(t.tcp_established),
+        tcp_closing: Duration::from_secs(t.tcp_closing),
+        tcp_closed: Duration::from_secs(t.tcp_closed),
+        udp: Duration::from_secs(t.udp),
+        icmp: Duration::from_secs(t.icmp),
+        other: Duration::from_secs(t.other),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dataplane::PortId;
+
+    const FILE: &str = include_str!("../../config/examples/cluster-node.yaml");
+
+    fn policies() -> Policies {
+        let cfg = config::parse(FILE, "n1.yaml").unwrap();
+        let specs = cfg
+            .interfaces
+            .iter()
+            .chain(std::iter::once(&cfg.interfaces[0]))
+            .enumerate()
+            .map(|(i, c)| InterfaceSpec {
+                name: if i == cfg.interfaces.len() { "ccl".into() } else { c.name.clone() },
+                port: PortId(i as u16),
+                mac: [2, 0, 0, 0, 0, i as u8 + 1],
+                addr: std::net::Ipv4Addr::new(10, i as u8, 0, 1),
+                prefix_len: 24,
+                security_level: c.security_level,
+                vlan: None,
+            })
+            .collect();
+        Policies::new(&cfg, specs)
+    }
+
+    #[test]
+    fn a_replicated_policy_is_followed_once_and_a_foreign_one_rejected() {
+        let mut p = policies();
+        assert_eq!(p.running.version, 0);
+        assert!(p.same_as_file());
+        assert!(matches!(p.follow(None), Follow::Unchanged));
+        // The cluster's: a rule more, outside's level raised.
+        let mut theirs = p.running.policy.clone();
+        theirs.access_rules.truncate(1);
+        theirs.security_levels[1].1 = 40;
+        let blob = ConfigBlob { version: 3, bytes: theirs.to_yaml().into_bytes() };
+        match p.follow(Some(&blob)) {
+            Follow::Apply { generation, .. } => assert_eq!(generation, 1),
+            _ => panic!("must apply"),
+        }
+        assert_eq!((p.running.version, p.running.source.as_str()), (3, "replicated v3"));
+        assert_eq!(p.running.policy, theirs);
+        assert!(!p.same_as_file());
+        assert!(matches!(p.follow(Some(&blob)), Follow::Unchanged), "already running");
+        // A policy for a node with a `dmz` interface this node lacks.
+        let mut foreign = theirs.clone();
+        foreign.security_levels.push(("dmz".into(), 50));
+        let blob = ConfigBlob { version: 4, bytes: foreign.to_yaml().into_bytes() };
+        match p.follow(Some(&blob)) {
+            Follow::Reject { version, why } => {
+                assert_eq!(version, 4);
+                assert!(why.starts_with("replicated configuration v4:") && why.contains("unknown interface \"dmz\""), "{why}");
+            }
+            _ => panic!("must reject"),
+        }
+        assert_eq!(p.running.version, 3, "still running v3");
+        assert_eq!((p.applied, p.rejected, p.sent), (1, 1, 1));
+        let garbage = ConfigBlob { version: 5, bytes: vec![0xff, 0xfe] };
+        assert!(matches!(p.follow(Some(&garbage)), Follow::Reject { version: 5, .. }));
+    }
+
+    #[test]
+    fn reload_applies_the_policy_and_refuses_local_changes() {
+        let dir = std::env::temp_dir().join(format!("cfw-policy-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("n1.yaml");
+        let mut p = policies();
+        // Unchanged.
+        std::fs::write(&path, FILE).unwrap();
+        assert!(matches!(p.reload(&path, false).unwrap(), Reload::Unchanged));
+        // A policy change: applied on a single node, published by a control node.
+        std::fs::write(&path, FILE.replacen("destination-port: 23", "destination-port: 2323", 1)).unwrap();
+        match p.reload(&path, true).unwrap() {
+            Reload::Publish(b) => assert!(String::from_utf8(b).unwrap().contains("destination-port: \"2323\"")),
+            _ => panic!("a control node publishes"),
+        }
+        std::fs::write(&path, FILE.replacen("destination-port: 23", "destination-port: 2424", 1)).unwrap();
+        assert!(matches!(p.reload(&path, false).unwrap(), Reload::Apply { generation: 1, .. }));
+        assert!(p.running.source.ends_with("(reload 2)"), "{}", p.running.source);
+        // A local change: refused, nothing applied.
+        std::fs::write(&path, FILE.replacen("hold-time: 3000", "hold-time: 6000", 1)).unwrap();
+        let e = p.reload(&path, false).err().unwrap().to_string();
+        assert!(e.contains("cluster changed") && e.contains("restart"), "{e}");
+        assert_eq!(p.sent, 1);
+        // A broken file: its error, line and field.
+        std::fs::write(&path, FILE.replacen("destination-port: 23", "destination-port: 99999", 1)).unwrap();
+        let e = p.reload(&path, false).err().unwrap().to_string();
+        assert!(e.contains("access-rules[1].destination-port"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
