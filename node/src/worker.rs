@@ -319,10 +319,8 @@ mod tests {
     use dataplane::{Duration, Epoch, NodeId};
     use std::net::Ipv4Addr;
 
-    /// A pipeline of node 0 of a `nodes`-node cluster (`cluster: false`: a
-    /// single-node one), built as `main` builds it, without DPDK.
-    fn pipeline(nodes: u8, cluster: bool) -> Pipeline {
-        let iface = |name: &str, port: u16, net: u8| InterfaceSpec {
+    fn iface(name: &str, port: u16, net: u8) -> InterfaceSpec {
+        InterfaceSpec {
             name: name.into(),
             port: PortId(port),
             mac: [0x02, 0, 0, 0, net, 1],
@@ -330,7 +328,12 @@ mod tests {
             prefix_len: 24,
             security_level: 100,
             vlan: None,
-        };
+        }
+    }
+
+    /// A pipeline of node 0 of a `nodes`-node cluster (`cluster: false`: a
+    /// single-node one), built as `main` builds it, without DPDK.
+    fn pipeline(nodes: u8, cluster: bool) -> Pipeline {
         let members = MemberSet::from_nodes(Epoch(1), (0..nodes).map(NodeId)).unwrap();
         Pipeline::new(PipelineConfig {
             interfaces: vec![iface("inside", 0, 1), iface("outside", 1, 2), iface("ccl", 2, 99)],
@@ -399,15 +402,6 @@ mod tests {
         let mut p = pipeline(1, false);
         let shared = Shared::new();
         let now = Timestamp::from_secs(1);
-        let iface = |name: &str, port: u16, net: u8| InterfaceSpec {
-            name: name.into(),
-            port: PortId(port),
-            mac: [0x02, 0, 0, 0, net, 1],
-            addr: Ipv4Addr::new(10, net, 0, 1),
-            prefix_len: 24,
-            security_level: 100,
-            vlan: None,
-        };
         let rule = RuleSpec {
             name: "ssh".into(),
             permit: true,

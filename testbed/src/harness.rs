@@ -188,6 +188,47 @@ impl Drop for BedGuard {
     }
 }
 
+/// A test's own cluster bed, brought up in-process (`bed::up`): the bed
+/// lock held for its life, `down` when dropped (also on panic; armed
+/// before `up`, so a half-made bed is removed as well).
+pub struct TestBed {
+    pub run_dir: PathBuf,
+    pub bin_dir: PathBuf,
+    // Dropped in this order: down, then the lock.
+    _guard: BedGuard,
+    _lock: File,
+}
+
+impl TestBed {
+    /// `nodes` nodes in `$CFW_TESTBED_DIR`, else `default_run_dir`, with
+    /// the binaries of [`test_bin_dir`].
+    pub fn up(nodes: usize, default_run_dir: &str) -> Result<TestBed> {
+        let lock = lock_bed()?;
+        std::env::set_var("CFW_TESTBED_LOCK_HELD", "1");
+        let run_dir = test_run_dir(default_run_dir);
+        let bin_dir = test_bin_dir();
+        let guard = BedGuard { run_dir: run_dir.clone() };
+        crate::bed::up(&crate::bed::UpOptions {
+            nodes,
+            run_dir: run_dir.clone(),
+            kernel_router: false,
+            bin_dir: bin_dir.clone(),
+            ready_timeout: Duration::from_secs(30),
+        })?;
+        Ok(TestBed { run_dir, bin_dir, _guard: guard, _lock: lock })
+    }
+
+    /// Node `k`'s control socket.
+    pub fn socket(&self, k: usize) -> PathBuf {
+        self.run_dir.join(format!("n{k}.sock"))
+    }
+
+    /// `show TOPIC --json` on node `k`.
+    pub fn show(&self, k: usize, topic: &str) -> Result<serde_json::Value> {
+        crate::bed::ctl_json(&self.bin_dir, &self.socket(k), topic)
+    }
+}
+
 /// Where a test-bed test finds `clusterfw` and `clusterfw-ctl`:
 /// `$CLUSTERFW_BIN_DIR`, else the workspace's `target/release`.
 pub fn test_bin_dir() -> PathBuf {

@@ -31,7 +31,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 use testbed::bed;
 use testbed::faults::{self, Fault};
-use testbed::harness::{self, Background, TempDir};
+use testbed::harness::{self, Background, TempDir, TestBed};
 use testbed::sys;
 
 const NODES: usize = 3;
@@ -45,22 +45,18 @@ const CONNECTIONS: usize = 9;
 const DENY_RULE: &str = "access-rules:\n  - name: no-http\n    action: deny\n    protocol: tcp\n    destination-port: 8080\n";
 
 struct Ctx {
-    run_dir: PathBuf,
-    bin_dir: PathBuf,
+    bed: TestBed,
 }
 
 impl Ctx {
-    fn socket(&self, k: usize) -> PathBuf {
-        self.run_dir.join(format!("n{k}.sock"))
-    }
     fn show(&self, k: usize, topic: &str) -> Result<Value> {
-        bed::ctl_json(&self.bin_dir, &self.socket(k), topic)
+        self.bed.show(k, topic)
     }
     fn file(&self, k: usize) -> PathBuf {
-        self.run_dir.join(format!("n{k}.yaml"))
+        self.bed.run_dir.join(format!("n{k}.yaml"))
     }
     fn reload(&self, k: usize) -> Result<Value> {
-        bed::ctl_reload(&self.bin_dir, &self.socket(k))
+        bed::ctl_reload(&self.bed.bin_dir, &self.bed.socket(k))
     }
     /// The control node as node `k` sees it.
     fn control(&self, k: usize) -> Result<usize> {
@@ -169,7 +165,7 @@ fn steps(c: &Ctx) -> Result<()> {
 
     // (d)
     let restarted = data[0];
-    faults::apply(&c.run_dir, &c.bin_dir, &format!("n{restarted}"), Fault::Restart).context("(d) restart")?;
+    faults::apply(&c.bed.run_dir, &c.bed.bin_dir, &format!("n{restarted}"), Fault::Restart).context("(d) restart")?;
     c.wait_version(&all, 2).context("(d) after the restart")?;
     let (_, source, same, _) = c.policy(restarted)?;
     ensure!(source == "replicated v2" && !same, "(d) n{restarted} runs {source}, same as its file: {same}");
@@ -179,7 +175,7 @@ fn steps(c: &Ctx) -> Result<()> {
     eprintln!("step (d) n{restarted} restarted with its own file: runs replicated v2 (not its file's): ok");
 
     // (e)
-    faults::apply(&c.run_dir, &c.bin_dir, &format!("n{control}"), Fault::Kill).context("(e) kill")?;
+    faults::apply(&c.bed.run_dir, &c.bed.bin_dir, &format!("n{control}"), Fault::Kill).context("(e) kill")?;
     let deadline = Instant::now() + Duration::from_secs(10);
     let new_control = loop {
         match c.control(data[0]) {
@@ -223,19 +219,8 @@ fn the_cluster_runs_the_control_nodes_policy() {
         eprintln!("skipped: the test bed needs root (run scripts/test.sh)");
         return;
     }
-    let _lock = harness::lock_bed().expect("test bed lock");
-    std::env::set_var("CFW_TESTBED_LOCK_HELD", "1");
-    let run_dir = harness::test_run_dir("/tmp/cfw-testbed-config");
-    let bin_dir = harness::test_bin_dir();
-    let _guard = harness::BedGuard { run_dir: run_dir.clone() };
-    bed::up(&bed::UpOptions {
-        nodes: NODES,
-        run_dir: run_dir.clone(),
-        kernel_router: false,
-        bin_dir: bin_dir.clone(),
-        ready_timeout: Duration::from_secs(30),
-    })
-    .expect("test bed up");
+    let bed = TestBed::up(NODES, "/tmp/cfw-testbed-config").expect("test bed up");
+    let run_dir = bed.run_dir.clone();
     let www = TempDir::new(&run_dir, "www").expect("www dir");
     std::fs::write(www.0.join("index.html"), "hello\n").expect("index");
     let www_dir = www.0.to_string_lossy().into_owned();
@@ -248,7 +233,7 @@ fn the_cluster_runs_the_control_nodes_policy() {
     )
     .expect("HTTP server");
     http.wait_listening(OUTSIDE, 8080, Duration::from_secs(10)).expect("HTTP server listening");
-    let c = Ctx { run_dir: run_dir.clone(), bin_dir };
+    let c = Ctx { bed };
     if let Err(e) = steps(&c) {
         for k in 1..=NODES {
             eprintln!("--- n{k}.log (tail) ---\n{}", sys::tail(&run_dir.join(format!("n{k}.log")), 30));

@@ -40,7 +40,7 @@ use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 use testbed::bed;
 use testbed::faults::{self, Fault, Link};
-use testbed::harness::{self, Background, TempDir};
+use testbed::harness::{self, Background, TempDir, TestBed};
 use testbed::sys;
 
 const NODES: usize = 3;
@@ -362,19 +362,8 @@ fn downloads_survive_every_single_failure() {
         eprintln!("skipped: the test bed needs root (run scripts/test.sh)");
         return;
     }
-    let _lock = harness::lock_bed().expect("test bed lock");
-    std::env::set_var("CFW_TESTBED_LOCK_HELD", "1");
-    let run_dir = harness::test_run_dir("/tmp/cfw-testbed-failover");
-    let bin_dir = harness::test_bin_dir();
-    let _guard = harness::BedGuard { run_dir: run_dir.clone() };
-    bed::up(&bed::UpOptions {
-        nodes: NODES,
-        run_dir: run_dir.clone(),
-        kernel_router: false,
-        bin_dir: bin_dir.clone(),
-        ready_timeout: Duration::from_secs(30),
-    })
-    .expect("test bed up");
+    let test_bed = TestBed::up(NODES, "/tmp/cfw-testbed-failover").expect("test bed up");
+    let (run_dir, bin_dir) = (test_bed.run_dir.clone(), test_bed.bin_dir.clone());
     // The client's receive buffer capped: the data stays in flight.
     sys::sysctl(INSIDE, "net.ipv4.tcp_rmem", "4096 16384 32768").expect("client receive buffer");
     let www = TempDir::new(&run_dir, "www").expect("www dir");
