@@ -246,6 +246,14 @@ echo "denied as expected: $(cat "$work/denied.err")"
 say "ping the node's inside address ($node_inside) from cfw-inside"
 in_ns cfw-inside ping -c 3 -W 2 "$node_inside" | tail -n 2
 
+say "fragments: ping -s 8000 to the server (each request and reply in 6 fragments)"
+frag_ping=$(in_ns cfw-inside ping -c 3 -i 0.3 -W 2 -s 8000 "$server" | grep -E 'packets transmitted' || true)
+echo "${frag_ping:-no answer}"
+case "$frag_ping" in *" 0 received"*|"") die "fragmented pings got no answer" ;; esac
+
+say "traceroute to the server: the cluster is a hop of its own"
+in_ns cfw-inside traceroute -n -q 1 -w 1 -m 6 "$server" || true
+
 say "summary"
 echo "download: 20 MB in ${dl_time} s; iperf3: ${gbps} Gbit/s"
 [ -n "$failover_summary" ] && echo "$failover_summary"
@@ -260,6 +268,7 @@ else
     jq -r '.ports[] | "  \(.name) (port \(.port)): RX \(.rx_packets) pkts / \(.rx_bytes) B, TX \(.tx_packets) pkts / \(.tx_bytes) B, missed \(.rx_missed), rx errors \(.rx_errors), tx errors \(.tx_errors)"' <<<"$stats"
     echo "  forwarded: $(jq -r '.forwarded // "n/a"' <<<"$stats"), local replies: ARP $(jq -r '.arp_replies // "n/a"' <<<"$stats"), ICMP echo $(jq -r '.icmp_echo_replies // "n/a"' <<<"$stats"); fast path took $(jq -r '.fast_path // "n/a"' <<<"$stats") of $(jq -r '.packets // "n/a"' <<<"$stats") frames"
     echo "  drops (non-zero): $(jq -r '[.drops | to_entries[] | select(.value > 0) | "\(.key) \(.value)"] | if length == 0 then "none" else join(", ") end' <<<"$stats")"
+    echo "  ICMP errors sent: $(jq -r '.icmp_errors | "time exceeded \(.time_exceeded), frag needed \(.frag_needed), unreachable \(.net_unreachable + .port_unreachable + .protocol_unreachable), suppressed by the rate \(.suppressed)"' <<<"$stats"); datagrams split back into fragments (af_packet): $(jq -r '.fragments.split_datagrams' <<<"$stats")"
     flows=$(ctl "$k" show conn --json 2>/dev/null | jq -r '.total // "?"' 2>/dev/null || echo "?")
     echo "  flows in the table (show conn): $flows"
     if [ "$nodes" -gt 1 ]; then

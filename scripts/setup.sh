@@ -10,14 +10,14 @@ export DEBIAN_FRONTEND=noninteractive
 
 # Build: DPDK headers/libs via pkg-config, clang for bindgen.
 # Test bed: iproute2 (ip netns, ss), ethtool (veth offloads), util-linux
-# (setsid), traffic tools and servers (curl, iperf3, ping, python3, scapy,
-# hping3), inspection (tcpdump, jq, procps).
+# (setsid), traffic tools and servers (curl, iperf3, ping, tracepath,
+# traceroute, python3, scapy, hping3), inspection (tcpdump, jq, procps).
 required=(
   build-essential pkg-config clang libclang-dev
   dpdk dpdk-dev libdpdk-dev
   iproute2 ethtool util-linux coreutils procps
   curl ca-certificates iperf3 iputils-ping tcpdump
-  python3 python3-scapy hping3 jq
+  python3 python3-scapy hping3 jq iputils-tracepath traceroute
 )
 # Debugging aid only; a failure to install it does not fail setup.
 optional=(tshark)

@@ -305,6 +305,16 @@ pub enum ErrorKind {
         /// This node's interface the policy does not name.
         name: String,
     },
+    /// A CCL MTU too small to carry the data interfaces' frames.
+    #[error("CCL MTU {found} cannot carry the data interfaces' frames: their largest MTU is {data_mtu}, and the CCL adds 96 bytes of headers; at least {need} required")]
+    CclMtuTooSmall {
+        /// The MTU configured.
+        found: u64,
+        /// The least MTU.
+        need: u64,
+        /// The largest data interface MTU.
+        data_mtu: u64,
+    },
     /// Two interfaces on the same device and VLAN.
     #[error("device \"{device}\"{vlan} is already used by interface \"{other_interface}\"")]
     DuplicateDevice {

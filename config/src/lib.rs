@@ -111,8 +111,8 @@ use std::path::Path;
 pub use cluster::{CclConfig, ClusterConfig, MemberConfig, Secret, SplitBrain};
 pub use error::{ConfigError, ErrorKind};
 pub use model::{
-    AccessRule, Action, ArpConfig, Config, DpdkConfig, FlowTableConfig, InterfaceConfig, LogLevel,
-    LoggingConfig, NodeConfig, RouteConfig, Timeouts,
+    AccessRule, Action, ArpConfig, Config, DpdkConfig, FlowTableConfig, IcmpErrorsConfig, InterfaceConfig,
+    LogLevel, LoggingConfig, NodeConfig, RouteConfig, Timeouts,
 };
 pub use net::{Ipv4Net, PortError, PortRange, PrefixError, Protocol, ProtocolError};
 

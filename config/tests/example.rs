@@ -56,6 +56,7 @@ fn example_parses_with_expected_values() {
                 prefix_len: 24,
                 security_level: 100,
                 vlan: None,
+                mtu: 1500,
             },
             InterfaceConfig {
                 name: "outside".into(),
@@ -64,6 +65,7 @@ fn example_parses_with_expected_values() {
                 prefix_len: 24,
                 security_level: 0,
                 vlan: None,
+                mtu: 1500,
             },
         ]
     );

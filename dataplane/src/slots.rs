@@ -18,8 +18,9 @@
 //! its user fills it and then parks it, queues it (`push_out`) or hands it
 //! back (`give_back`).
 //!
-//! Invariants: all slots and their `SLOT_LEN`-byte boxes are allocated by
-//! `new`, and nothing allocates afterwards (the free list and out queue are
+//! Invariants: all slots and their boxes (`slot_len` bytes each, at least
+//! `SLOT_LEN`) are allocated by `new`, and nothing allocates afterwards
+//! (the free list and out queue are
 //! reserved for every slot); a slot's box is moved out (`take`) only while
 //! its frame is processed and is put back before the slot changes state; no
 //! operation panics on a bad slot index (it is ignored, or `None`).
@@ -27,8 +28,17 @@
 use crate::buf::PacketBuf;
 use crate::types::PortId;
 
-/// Bytes per slot: a 1522-byte frame wrapped in a CCL datagram fits.
+/// Bytes per slot at least: a 1522-byte frame wrapped in a CCL datagram
+/// fits. A pipeline whose interfaces have larger MTUs gives its pools
+/// larger slots (`slot_len_for`).
 pub const SLOT_LEN: usize = 2048;
+
+/// The slot length that holds a frame of `max_frame` bytes (L2 header
+/// included) at `SLOT_HEADROOM` with `tail` more bytes behind it (a
+/// CCL MAC tag), rounded up to 64 bytes: `SLOT_LEN` at least.
+pub fn slot_len_for(max_frame: usize, tail: usize) -> usize {
+    (SLOT_HEADROOM + max_frame + tail).div_ceil(64).saturating_mul(64).max(SLOT_LEN)
+}
 /// Where a slot's frame starts when it is filled: room to wrap it in a CCL
 /// datagram (92 bytes of headers and a few more) or add a VLAN tag.
 pub const SLOT_HEADROOM: usize = 192;
@@ -45,11 +55,11 @@ struct Slot<M> {
     state: SlotState<M>,
     start: usize,
     len: usize,
-    buf: Option<Box<[u8; SLOT_LEN]>>,
+    buf: Option<SlotMem>,
 }
 
 /// A slot's buffer while it is out of the pool (`take` / `put_back`).
-pub(crate) type SlotMem = Box<[u8; SLOT_LEN]>;
+pub(crate) type SlotMem = Box<[u8]>;
 
 pub(crate) struct FramePool<M> {
     slots: Vec<Slot<M>>,
@@ -57,20 +67,28 @@ pub(crate) struct FramePool<M> {
     /// Slots to hand to the driver, in order.
     out: Vec<u16>,
     parked: usize,
+    slot_len: usize,
 }
 
 impl<M: Copy> FramePool<M> {
-    /// `n` slots (at most 65535), all free; slot 0 is handed out first.
-    pub fn new(n: usize) -> Self {
+    /// `n` slots (at most 65535) of `slot_len` bytes (at least
+    /// `SLOT_LEN`), all free; slot 0 is handed out first.
+    pub fn new(n: usize, slot_len: usize) -> Self {
         let n = n.min(usize::from(u16::MAX));
+        let slot_len = slot_len.max(SLOT_LEN);
         FramePool {
             slots: (0..n)
-                .map(|_| Slot { state: SlotState::Free, start: 0, len: 0, buf: Some(Box::new([0u8; SLOT_LEN])) })
+                .map(|_| Slot { state: SlotState::Free, start: 0, len: 0, buf: Some(vec![0u8; slot_len].into_boxed_slice()) })
                 .collect(),
             free: (0..n as u16).rev().collect(),
             out: Vec::with_capacity(n),
             parked: 0,
+            slot_len,
         }
+    }
+    /// Bytes per slot.
+    pub fn slot_len(&self) -> usize {
+        self.slot_len
     }
     /// Number of slots.
     pub fn len(&self) -> usize {
@@ -104,13 +122,14 @@ impl<M: Copy> FramePool<M> {
     }
     /// Slot `i`'s whole buffer, to build a frame in place; `set_frame`
     /// then says where it is.
-    pub fn mem_mut(&mut self, i: u16) -> Option<&mut [u8; SLOT_LEN]> {
+    pub fn mem_mut(&mut self, i: u16) -> Option<&mut [u8]> {
         self.slots.get_mut(usize::from(i))?.buf.as_deref_mut()
     }
-    /// The slot's frame is `len` bytes at `start` (within `SLOT_LEN`).
+    /// The slot's frame is `len` bytes at `start` (within the slot).
     pub fn set_frame(&mut self, i: u16, start: usize, len: usize) {
+        let slot_len = self.slot_len;
         if let Some(s) = self.slots.get_mut(usize::from(i)) {
-            if start.checked_add(len).is_some_and(|e| e <= SLOT_LEN) {
+            if start.checked_add(len).is_some_and(|e| e <= slot_len) {
                 s.start = start;
                 s.len = len;
             }
@@ -230,7 +249,7 @@ impl<M: Copy> FramePool<M> {
     }
     /// Bytes the slots reserve.
     pub fn memory_bytes(&self) -> usize {
-        self.slots.len() * SLOT_LEN
+        self.slots.len() * self.slot_len
     }
 }
 
@@ -291,7 +310,7 @@ mod tests {
 
     #[test]
     fn states_and_counts() {
-        let mut p: FramePool<u32> = FramePool::new(4);
+        let mut p: FramePool<u32> = FramePool::new(4, SLOT_LEN);
         assert_eq!((p.len(), p.free_slots(), p.parked()), (4, 4, 0));
         let a = p.alloc().unwrap();
         assert_eq!(a, 0, "slot 0 first");
@@ -314,7 +333,7 @@ mod tests {
 
     #[test]
     fn bad_indices_and_oversized_frames_are_refused() {
-        let mut p: FramePool<()> = FramePool::new(2);
+        let mut p: FramePool<()> = FramePool::new(2, SLOT_LEN);
         assert!(!p.fill(9, &[0]));
         p.park(9, ());
         p.release(9);
@@ -333,7 +352,7 @@ mod tests {
 
     #[test]
     fn take_and_put_back_move_the_frame() {
-        let mut p: FramePool<()> = FramePool::new(1);
+        let mut p: FramePool<()> = FramePool::new(1, SLOT_LEN);
         let i = p.alloc().unwrap();
         assert!(p.fill(i, &[1, 2, 3, 4]));
         let (mut mem, s, e) = p.take(i).unwrap();

@@ -209,6 +209,12 @@ drop_reasons! {
     /// Packet for one of our addresses that we do not answer.
     LocalUnhandled => "local-unhandled",
     NoRoute => "no-route",
+    /// Larger than the egress MTU with Don't Fragment set (an ICMP
+    /// "fragmentation needed" goes back, RFC 1191).
+    FragNeeded => "frag-needed",
+    /// Larger than the ingress interface's MTU and not something a port
+    /// reassembled (DF set, or a fragment): nothing sane sends it.
+    Ipv4OverMtu => "ipv4-over-mtu",
     // --- IPv6 (classified only) ---
     Ipv6Truncated => "ipv6-truncated",
     Ipv6NotForwarded => "ipv6-not-forwarded",
@@ -290,7 +296,8 @@ drop_reasons! {
     FragTimeout => "frag-timeout",
     /// Every reassembly context is in use: the new datagram is refused.
     FragTableFull => "frag-table-full",
-    /// The fragment byte arena is exhausted: the datagram is discarded.
+    /// The fragment byte arena is exhausted: the datagram is discarded
+    /// (reassembly, or the egress fragments' queue).
     FragNoBuffer => "frag-no-buffer",
     /// Cluster: this node's membership lease ran out (it may have been
     /// removed and its flows taken over): no data frame is processed

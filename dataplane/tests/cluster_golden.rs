@@ -664,3 +664,30 @@ fn lost_state_update_is_resent() {
     assert_eq!(bed.cluster(A).counters.updates_resent, 3);
     accounted(&bed);
 }
+
+/// PMTUD through the cluster (issue 11 point 5): a router beyond the
+/// gateway answers a client segment with "fragmentation needed"; the error
+/// lands on a node that does not own the connection, reaches the owner
+/// (a forwarder's record, or the director's relay) and leaves the owner
+/// towards the client with the quoted segment's sequence number taken back
+/// into the client's space — the client's TCP checks it against its send
+/// window (RFC 5927 §4.1) and would ignore the error otherwise.
+#[test]
+fn frag_needed_for_a_connection_owned_elsewhere_reaches_the_client_in_its_sequence_space() {
+    let mut bed = Bed::new(3, true);
+    let (cport, delta) = handshake(&mut bed);
+    let payload = [0x5au8; 100];
+    // The segment as A sent it (server's view of the sequence) and as the
+    // client sent it.
+    let sent = to_gw(A, SERVER).tcp(cport, 80, (C_ISN + 1).wrapping_add(delta), S_ISN + 1, ACK | PSH, 502, &[], &payload);
+    let own = to_gw(A, SERVER).tcp(cport, 80, C_ISN + 1, S_ISN + 1, ACK | PSH, 502, &[], &payload);
+    let router = std::net::Ipv4Addr::new(203, 0, 113, 1);
+    for via in [B, C] {
+        let err = from_outside(via, router).icmp(3, 4, (0, 1280), &sent[14..]);
+        let out = bed.send(via, OUT, err);
+        let (n, port, f) = one(&out);
+        assert_eq!((n, port), (A, IN), "via node {via}: out of the owner to the client");
+        assert_eq!(hex(&f), hex(&to_host(A, router).icmp(3, 4, (0, 1280), &own[14..])), "via node {via}");
+    }
+    accounted(&bed);
+}

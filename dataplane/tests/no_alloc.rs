@@ -134,3 +134,47 @@ fn packet_path_does_not_allocate() {
     let v = std::hint::black_box(vec![0u8; 16]);
     assert!(allocs() > b && v.len() == 16);
 }
+
+/// Router duties (issue 11): egress fragmentation, "fragmentation needed",
+/// a datagram a port reassembled split back, ICMP errors of every kind and
+/// the rate limit, allocate nothing.
+#[test]
+fn router_duties_do_not_allocate() {
+    let mut cfg = config();
+    cfg.interfaces[0].mtu = 9000;
+    cfg.interfaces[1].mtu = 1400;
+    cfg.interfaces[2].mtu = 1500;
+    cfg.static_neighbors = vec![(HOST, HOST_MAC), (GW, GW_MAC), (DMZ_HOST, DMZ_HOST_MAC)];
+    cfg.icmp_errors.rate = 10;
+    cfg.icmp_errors.burst = 4;
+    let mut p = dataplane::pipeline::Pipeline::new(cfg).unwrap();
+    let nodf = |b: dataplane::wire::build::PacketBuilder| dataplane::wire::build::PacketBuilder { dont_frag: false, ..b };
+    let mut frames: Vec<(PortId, Vec<u8>)> = vec![
+        (IN_PORT, nodf(from_host(SERVER)).udp(5000, 53, &[1u8; 7000])),
+        (IN_PORT, from_host(SERVER).udp(5000, 53, &[2u8; 3000])),
+        (DMZ_PORT, nodf(from_dmz(SERVER)).udp(6000, 53, &[3u8; 4000])),
+        (IN_PORT, from_host(IN_ADDR).udp(1000, 161, b"snmp")),
+        (IN_PORT, from_host(IN_ADDR).ip(47, &[0, 0, 8, 0])),
+    ];
+    for _ in 0..20 {
+        frames.push((IN_PORT, from_host(SERVER).ttl(1).udp(1, 2, b"trace")));
+    }
+    let mut bufs: Vec<VecBuf> = frames.iter().map(|(_, f)| VecBuf::new(f)).collect();
+    let mut seen = 0usize;
+    let before = allocs();
+    for ((port, _), buf) in frames.iter().zip(bufs.iter_mut()) {
+        p.process(Timestamp::from_secs(1), *port, buf);
+    }
+    p.drain_generated(|_, f| seen += f.len());
+    p.poll_timers(Timestamp::from_secs(3600));
+    let after = allocs();
+    assert_eq!(after - before, 0, "allocations on the packet path");
+    let c = p.counters();
+    // The 7028-byte datagram, and two of the DMZ datagram's 1500-byte
+    // pieces, split for the 1400-byte outside.
+    assert_eq!(c.fragmented, 3);
+    assert_eq!(p.frag_counters().split_datagrams, 1, "the DMZ datagram over its MTU split back");
+    assert_eq!((c.icmp_errors.frag_needed, c.icmp_errors.port_unreachable, c.icmp_errors.protocol_unreachable), (1, 1, 1));
+    assert_eq!((c.icmp_errors.time_exceeded, c.icmp_errors.suppressed), (1, 19), "the bucket held 4");
+    assert!(seen > 0);
+}

@@ -101,6 +101,17 @@ fn flat(c: &Counters) -> BTreeMap<String, u64> {
         ("arp_hold_released", c.arp_hold.released),
         ("arp_hold_expired", c.arp_hold.expired),
         ("arp_hold_replaced", c.arp_hold.replaced),
+        ("fragmented", c.fragmented),
+        ("fragments_out", c.fragments_out),
+        ("icmp_time_exceeded", c.icmp_errors.time_exceeded),
+        ("icmp_net_unreachable", c.icmp_errors.net_unreachable),
+        ("icmp_port_unreachable", c.icmp_errors.port_unreachable),
+        ("icmp_protocol_unreachable", c.icmp_errors.protocol_unreachable),
+        ("icmp_frag_needed", c.icmp_errors.frag_needed),
+        ("icmp_admin_prohibited", c.icmp_errors.admin_prohibited),
+        ("icmp_suppressed", c.icmp_errors.suppressed),
+        ("icmp_not_sent", c.icmp_errors.not_sent),
+        ("icmp_no_neighbor", c.icmp_errors.no_neighbor),
         ("ipv6", c.ipv6.packets),
         ("ipv6_icmp", c.ipv6.icmpv6),
         ("rx_unknown_port", c.rx_unknown_port),
@@ -416,11 +427,13 @@ fn golden_table() {
             LocalUnhandled,
         ),
         drop(
-            "UDP to our address",
+            "UDP to our address: port unreachable",
             IN_PORT,
             from_host(IN_ADDR).udp(1000, 161, b"snmp"),
             LocalUnhandled,
-        ),
+        )
+        .generated(IN_PORT, icmp_error_frame(&from_host(IN_ADDR).udp(1000, 161, b"snmp"), IN_MAC, IN_ADDR, HOST_MAC, 3, 3, 0))
+        .delta("icmp_port_unreachable", 1),
         drop(
             "echo reply to our address",
             IN_PORT,
@@ -556,17 +569,21 @@ fn golden_table() {
             Ipv4BadDestination,
         ),
         drop(
-            "TTL 1",
+            "TTL 1: time exceeded",
             IN_PORT,
             from_host(SERVER).ttl(1).udp(1, 2, b""),
             TtlExceeded,
-        ),
+        )
+        .generated(IN_PORT, icmp_error_frame(&from_host(SERVER).ttl(1).udp(1, 2, b""), IN_MAC, IN_ADDR, HOST_MAC, 11, 0, 0))
+        .delta("icmp_time_exceeded", 1),
         drop(
-            "TTL 0",
+            "TTL 0: time exceeded",
             IN_PORT,
             from_host(SERVER).ttl(0).udp(1, 2, b""),
             TtlExceeded,
-        ),
+        )
+        .generated(IN_PORT, icmp_error_frame(&from_host(SERVER).ttl(0).udp(1, 2, b""), IN_MAC, IN_ADDR, HOST_MAC, 11, 0, 0))
+        .delta("icmp_time_exceeded", 1),
         drop(
             "TCP data offset 4",
             IN_PORT,
@@ -981,14 +998,23 @@ fn no_route_without_default() {
     let mut cfg = config();
     cfg.routes.clear();
     let mut p = Pipeline::new(cfg).unwrap();
+    let query = from_host(Ipv4Addr::new(8, 8, 8, 8)).udp(1, 53, b"");
     run(
         &mut p,
-        vec![drop(
-            "no route to 8.8.8.8",
-            IN_PORT,
-            from_host(Ipv4Addr::new(8, 8, 8, 8)).udp(1, 53, b""),
-            DropReason::NoRoute,
-        )],
+        vec![
+            // The host's MAC unknown: the error's ARP request goes out
+            // instead of the error.
+            drop("no route, host unresolved", IN_PORT, query.clone(), DropReason::NoRoute)
+                .generated(IN_PORT, padded(arp_request(IN_MAC, None, IN_MAC, IN_ADDR, HOST)))
+                .delta("arp_requests", 1)
+                .delta("icmp_no_neighbor", 1),
+            row("learn the host", IN_PORT, arp_request(HOST_MAC, None, HOST_MAC, HOST, IN_ADDR), fwd(0))
+                .check(|_| {})
+                .delta("arp_replies", 1),
+            drop("no route: net unreachable", IN_PORT, query.clone(), DropReason::NoRoute)
+                .generated(IN_PORT, icmp_error_frame(&query, IN_MAC, IN_ADDR, HOST_MAC, 3, 0, 0))
+                .delta("icmp_net_unreachable", 1),
+        ],
     );
 }
 

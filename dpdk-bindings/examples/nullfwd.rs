@@ -56,7 +56,7 @@ fn main() -> Result<(), Box<dyn Error>> {
         )?;
         let ports = [Port::by_name("net_null0")?, Port::by_name("net_null1")?];
         for p in ports {
-            p.configure(1, 1, 1024, 1024, &pool)?;
+            p.configure(1, 1, 1024, 1024, &pool, 0)?;
             p.start()?;
         }
 

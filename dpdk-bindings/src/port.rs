@@ -75,6 +75,9 @@ pub struct PortInfo {
     pub max_tx_queues: u16,
     /// RSS hash types the port supports (`RTE_ETH_RSS_*` bits).
     pub rss_offloads: u64,
+    /// The largest MTU `configure` accepts: the device's maximum frame
+    /// (`max_rx_pktlen`) less its L2 overhead, capped by its `max_mtu`.
+    pub max_mtu: u16,
 }
 
 /// RSS hash types requested when a port is configured with more than one
@@ -210,11 +213,21 @@ impl Port {
                 .to_string_lossy()
                 .into_owned()
         };
+        // DPDK's own rule (ethdev `eth_dev_get_overhead_len`): the overhead
+        // is max_rx_pktlen - max_mtu when the device reports both, else
+        // an Ethernet header and CRC.
+        let overhead = if info.max_mtu != u16::MAX && info.max_rx_pktlen > u32::from(info.max_mtu) {
+            info.max_rx_pktlen - u32::from(info.max_mtu)
+        } else {
+            18
+        };
+        let max_mtu = info.max_rx_pktlen.saturating_sub(overhead).min(u32::from(info.max_mtu)) as u16;
         Ok(PortInfo {
             driver_name,
             max_rx_queues: info.max_rx_queues,
             max_tx_queues: info.max_tx_queues,
             rss_offloads: info.flow_type_rss_offloads,
+            max_mtu,
         })
     }
 
@@ -223,7 +236,8 @@ impl Port {
     /// [`RSS_IP_TCP_UDP`] when `nb_rxq > 1` and the port supports it), then
     /// sets up each queue on the port's NUMA socket with `rx_desc`/`tx_desc`
     /// descriptors (clamped to the device's limits by
-    /// `rte_eth_dev_adjust_nb_rx_tx_desc`), RX queues filling from `pool`.
+    /// `rte_eth_dev_adjust_nb_rx_tx_desc`), RX queues filling from `pool`,
+    /// with MTU `mtu` (0: DPDK's default, 1500; at most `PortInfo::max_mtu`).
     /// The port must be stopped.
     pub fn configure(
         self,
@@ -232,9 +246,11 @@ impl Port {
         rx_desc: u16,
         tx_desc: u16,
         pool: &Mempool,
+        mtu: u16,
     ) -> Result<()> {
         let info = self.raw_info()?;
         let mut conf = ffi::rte_eth_conf::default();
+        conf.rxmode.mtu = u32::from(mtu);
         if nb_rxq > 1 {
             let hf = RSS_IP_TCP_UDP & info.flow_type_rss_offloads;
             if hf != 0 {

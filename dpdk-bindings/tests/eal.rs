@@ -95,13 +95,13 @@ fn eal_ports_mbufs_bursts() {
     // More queues than the ring PMD has is a configure error, not a crash.
     let info = ring.info().unwrap();
     let too_many = ring
-        .configure(info.max_rx_queues + 1, 1, 512, 512, &pool)
+        .configure(info.max_rx_queues + 1, 1, 512, 512, &pool, 0)
         .unwrap_err();
     assert_eq!(too_many.func(), "rte_eth_dev_configure");
 
-    ring.configure(1, 1, 512, 512, &pool)
+    ring.configure(1, 1, 512, 512, &pool, 0)
         .expect("configure ring");
-    null.configure(1, 1, 512, 512, &pool)
+    null.configure(1, 1, 512, 512, &pool, 0)
         .expect("configure null");
     ring.start().expect("start ring");
     null.start().expect("start null");
@@ -132,7 +132,7 @@ fn eal_ports_mbufs_bursts() {
     assert_eq!(Port::count_avail(), 3);
     // Several queues: configure asks for RSS where the port supports it.
     null1
-        .configure(2, 2, 256, 256, &pool)
+        .configure(2, 2, 256, 256, &pool, 0)
         .expect("configure 2 queues");
     null1.start().expect("start");
     let mut b = MbufBurst::new();

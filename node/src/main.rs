@@ -16,6 +16,7 @@ mod control;
 mod links;
 mod policy;
 mod shared;
+mod sizing;
 mod worker;
 
 use anyhow::{bail, Context, Result};
@@ -114,7 +115,7 @@ fn eal_args(cfg: &Config, extra: &[String]) -> Vec<String> {
         }
         seen.push(name);
         args.push(if vdev { "--vdev".into() } else { "-a".into() });
-        args.push(device.clone());
+        args.push(if vdev { sizing::vdev_arg(device) } else { device.clone() });
     }
     args.extend(extra.iter().cloned());
     args
@@ -136,8 +137,11 @@ fn run(cfg: Config, extra: Vec<String>) -> Result<()> {
     log::info!("EAL arguments: {}", args.join(" "));
     let eal = dpdk_sys::eal::init(&args).context("EAL init")?;
 
+    // Mbufs hold the largest frame any port hands over (`sizing`).
+    let data_room = sizing::mbuf_data_room(&cfg).map_err(anyhow::Error::msg)?;
+    log::info!("packet pool: {} mbufs of {} bytes", cfg.dpdk.mbufs, data_room);
     let pool = Arc::new(
-        Mempool::new_pktmbuf("cfw_pkts", cfg.dpdk.mbufs, 256, 2048 + 128, dpdk_sys::SOCKET_ID_ANY)
+        Mempool::new_pktmbuf("cfw_pkts", cfg.dpdk.mbufs, 256, data_room, dpdk_sys::SOCKET_ID_ANY)
             .context("creating the packet pool")?,
     );
 
@@ -150,7 +154,8 @@ fn run(cfg: Config, extra: Vec<String>) -> Result<()> {
             Some(idx) => idx,
             None => {
                 let port = Port::by_name(dev).with_context(|| format!("interface {}: device {dev}", i.name))?;
-                port.configure(1, 1, cfg.dpdk.rx_descriptors, cfg.dpdk.tx_descriptors, &pool)
+                let mtu = port_mtu(port, dev, i.mtu)?;
+                port.configure(1, 1, cfg.dpdk.rx_descriptors, cfg.dpdk.tx_descriptors, &pool, mtu)
                     .with_context(|| format!("configuring port {dev}"))?;
                 port.start().with_context(|| format!("starting port {dev}"))?;
                 ports.push(DataPort { name: dev.to_string(), device: i.device.clone(), interfaces: String::new(), port });
@@ -164,13 +169,14 @@ fn run(cfg: Config, extra: Vec<String>) -> Result<()> {
         ifs.push_str(&i.name);
         let mac = ports[idx].port.mac_addr().with_context(|| format!("MAC of {dev}"))?;
         log::info!(
-            "interface {} on {} (port {}): {}/{} mac {} security-level {}",
+            "interface {} on {} (port {}): {}/{} mac {} mtu {} security-level {}",
             i.name,
             dev,
             ports[idx].port.id(),
             i.address,
             i.prefix_len,
             fmt_mac(mac),
+            i.mtu,
             i.security_level
         );
         specs.push(InterfaceSpec {
@@ -181,6 +187,7 @@ fn run(cfg: Config, extra: Vec<String>) -> Result<()> {
             prefix_len: i.prefix_len,
             security_level: i.security_level,
             vlan: i.vlan,
+            mtu: i.mtu,
         });
     }
 
@@ -193,7 +200,8 @@ fn run(cfg: Config, extra: Vec<String>) -> Result<()> {
         let info = port.info().with_context(|| format!("cluster.ccl: device {dev}"))?;
         let two = info.max_rx_queues >= 2 && info.max_tx_queues >= 2;
         let q = if two { 2 } else { 1 };
-        port.configure(q, q, cfg.dpdk.rx_descriptors, cfg.dpdk.tx_descriptors, &pool)
+        let mtu = port_mtu(port, dev, cl.ccl.mtu)?;
+        port.configure(q, q, cfg.dpdk.rx_descriptors, cfg.dpdk.tx_descriptors, &pool, mtu)
             .with_context(|| format!("configuring CCL port {dev} with {q} queue pair(s)"))?;
         port.start().with_context(|| format!("starting CCL port {dev}"))?;
         if !two {
@@ -231,6 +239,7 @@ fn run(cfg: Config, extra: Vec<String>) -> Result<()> {
             prefix_len: cl.ccl.prefix_len,
             security_level: 0,
             vlan: None,
+            mtu: cl.ccl.mtu,
         });
         ccl_setup = Some((idx, port, two, mac));
     }
@@ -332,6 +341,25 @@ fn run(cfg: Config, extra: Vec<String>) -> Result<()> {
     drop(pool);
     drop(eal);
     Ok(())
+}
+
+/// The MTU to configure `port` with: `want`, or the most the device
+/// reports when that is less (af_packet says 1500 whatever its kernel
+/// interface carries: there the kernel interface's MTU decides, and the
+/// pipeline still fragments for `want`; logged).
+fn port_mtu(port: Port, dev: &str, want: u16) -> Result<u16> {
+    let info = port.info().with_context(|| format!("device {dev}"))?;
+    if want <= info.max_mtu {
+        return Ok(want);
+    }
+    log::warn!(
+        "device {dev} ({}): MTU {want} is above the {} it reports; configured with {}: the link's own MTU decides \
+         what it carries (set it on the kernel interface for af_packet)",
+        info.driver_name,
+        info.max_mtu,
+        info.max_mtu
+    );
+    Ok(info.max_mtu)
 }
 
 /// Seconds since the Unix epoch, the CCL incarnation of this boot (it must
@@ -440,6 +468,11 @@ fn pipeline_config(cfg: &Config, interfaces: Vec<InterfaceSpec>) -> PipelineConf
         arp_timeout: Duration::from_secs(cfg.arp.timeout),
         arp_retry: Duration::from_secs(cfg.arp.retry),
         static_neighbors: cfg.neighbors.iter().map(|n| (n.address, n.mac.0)).collect(),
+        icmp_errors: dataplane::pipeline::IcmpErrorConfig {
+            rate: cfg.icmp_errors.rate,
+            burst: cfg.icmp_errors.burst,
+            admin_prohibited: cfg.icmp_errors.unreachable_on_deny,
+        },
         cluster: None,
     }
 }

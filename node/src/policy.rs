@@ -250,6 +250,7 @@ mod tests {
                 prefix_len: 24,
                 security_level: c.security_level,
                 vlan: None,
+                mtu: 1500,
             })
             .collect();
         Policies::new(&cfg, specs)

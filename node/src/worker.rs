@@ -328,6 +328,7 @@ mod tests {
             prefix_len: 24,
             security_level: 100,
             vlan: None,
+            mtu: 1500,
         }
     }
 
@@ -345,6 +346,7 @@ mod tests {
             arp_timeout: Duration::from_secs(300),
             arp_retry: Duration::from_secs(1),
             static_neighbors: vec![],
+            icmp_errors: Default::default(),
             cluster: cluster.then(|| ClusterSpec {
                 node: NodeId(0),
                 members,

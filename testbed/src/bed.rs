@@ -10,7 +10,7 @@
 use crate::nodeconf;
 use crate::state::{HostRecord, Mode, NodeRecord, State, VethRecord, STATE_VERSION};
 use crate::sys;
-use crate::topology::{Endpoint, NodeSpec, Topology, DPDK_PREFIX, NS_PREFIX};
+use crate::topology::{BedMtu, Endpoint, NodeSpec, Topology, DPDK_PREFIX, NS_PREFIX};
 use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
@@ -39,6 +39,8 @@ pub struct UpOptions {
     /// Directory holding `clusterfw` and `clusterfw-ctl`.
     pub bin_dir: PathBuf,
     pub ready_timeout: Duration,
+    /// Link MTUs (`up --mtu`); 1500 everywhere by default.
+    pub mtu: BedMtu,
 }
 
 /// `$CFW_TESTBED_DIR`, else `/tmp/cfw-testbed`.
@@ -157,7 +159,7 @@ pub fn up(o: &UpOptions) -> Result<State> {
             bail!("`{tool}` not found; run scripts/setup.sh");
         }
     }
-    let topo = Topology::new(o.nodes)?;
+    let topo = Topology::new(o.nodes)?.with_mtu(o.mtu);
     topo.validate()?;
     if o.kernel_router && topo.nodes.len() != 1 {
         bail!("--kernel-router is the single-node self-check; it does not combine with --nodes {}", o.nodes);

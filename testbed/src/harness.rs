@@ -203,6 +203,11 @@ impl TestBed {
     /// `nodes` nodes in `$CFW_TESTBED_DIR`, else `default_run_dir`, with
     /// the binaries of [`test_bin_dir`].
     pub fn up(nodes: usize, default_run_dir: &str) -> Result<TestBed> {
+        TestBed::up_with(nodes, default_run_dir, crate::topology::BedMtu::default())
+    }
+
+    /// `up` with the link MTUs `mtu`.
+    pub fn up_with(nodes: usize, default_run_dir: &str, mtu: crate::topology::BedMtu) -> Result<TestBed> {
         let lock = lock_bed()?;
         std::env::set_var("CFW_TESTBED_LOCK_HELD", "1");
         let run_dir = test_run_dir(default_run_dir);
@@ -214,6 +219,7 @@ impl TestBed {
             kernel_router: false,
             bin_dir: bin_dir.clone(),
             ready_timeout: Duration::from_secs(30),
+            mtu,
         })?;
         Ok(TestBed { run_dir, bin_dir, _guard: guard, _lock: lock })
     }

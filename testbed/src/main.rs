@@ -8,7 +8,7 @@ use std::time::Duration;
 use testbed::bed::{self, UpOptions};
 
 const USAGE: &str = "\
-usage: clusterfw-testbed up [--nodes N] [--run-dir DIR] [--kernel-router]
+usage: clusterfw-testbed up [--nodes N] [--mtu MTU] [--run-dir DIR] [--kernel-router]
        clusterfw-testbed down [--run-dir DIR]
        clusterfw-testbed status [--run-dir DIR] [--json]
        clusterfw-testbed kill|pause|resume|restart NODE [--run-dir DIR]
@@ -35,6 +35,10 @@ again with its config. `ccl-cut`/`ccl-heal` take its CCL port's carrier
 away and back, `link-down`/`link-up` one of its data links. `partition`
 splits the CCL segment into groups (no carrier change), `heal` joins it.
 
+  --mtu MTU         link MTUs: one number for every link (9000: jumbo), or
+                    inside=N,outside=N,hosts=N (the nodes' inside and outside
+                    links, the hosts' links to the routers; others 1500); the
+                    nodes' configs get the same `mtu`s
   --run-dir DIR     state, node configs, logs, control sockets
                     (default $CFW_TESTBED_DIR, else /tmp/cfw-testbed)
   --kernel-router   (single node only) test-bed self-check: cfw-n1 is a plain Linux router
@@ -63,6 +67,7 @@ fn run(args: Vec<String>) -> Result<()> {
     let mut run_dir = bed::default_run_dir();
     let mut nodes = 1usize;
     let mut kernel_router = false;
+    let mut mtu = testbed::topology::BedMtu::default();
     let mut json = false;
     let mut operands: Vec<String> = Vec::new();
     let mut it = rest.iter();
@@ -85,6 +90,7 @@ fn run(args: Vec<String>) -> Result<()> {
                     .with_context(|| format!("--nodes {v}: not a number"))?;
             }
             ("up", "--kernel-router") => kernel_router = true,
+            ("up", "--mtu") => mtu = testbed::topology::BedMtu::parse(&value("--mtu")?)?,
             ("status", "--json") => json = true,
             (
                 "kill" | "pause" | "resume" | "restart" | "ccl-cut" | "ccl-heal" | "link-down" | "link-up"
@@ -110,6 +116,7 @@ fn run(args: Vec<String>) -> Result<()> {
                 kernel_router,
                 bin_dir: bed::default_bin_dir()?,
                 ready_timeout: Duration::from_secs(20),
+                mtu,
             };
             let state = bed::up(&o)?;
             let what = if kernel_router {

@@ -73,6 +73,9 @@ pub fn node_yaml(node: &NodeSpec, socket: &str) -> String {
             i.address,
             i.security_level
         );
+        if i.mtu != 1500 {
+            let _ = writeln!(y, "    mtu: {}", i.mtu);
+        }
     }
     if node.routes.is_empty() {
         y.push_str("\n# Connected networks only.\nroutes: []\n");

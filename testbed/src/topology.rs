@@ -121,6 +121,8 @@ pub struct NodeIface {
     /// The node's address on this interface (CIDR).
     pub address: String,
     pub security_level: u8,
+    /// The link's MTU (the node's `interfaces[].mtu`).
+    pub mtu: u16,
 }
 
 /// A member of the cluster as every node's config lists it.
@@ -238,6 +240,61 @@ fn end(namespace: &str, ifname: &str, address: Option<&str>, disable_ipv6: bool)
 /// in a CCL datagram (outer IPv4 + UDP 28, CCL header 34, tag 16) needs
 /// 1596; the vendor's rule of thumb is data MTU + 100.
 pub const CCL_MTU: u32 = 1600;
+
+/// Link MTUs of a bed (`up --mtu`): the hosts' links to their routers
+/// (cluster bed), the nodes' inside links and their outside links (in the
+/// single-node bed, the hosts' links to the node). The CCL links get
+/// `CCL_MTU`, or the largest data MTU + 100 when that is more.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BedMtu {
+    pub hosts: u16,
+    pub inside: u16,
+    pub outside: u16,
+}
+
+impl Default for BedMtu {
+    fn default() -> BedMtu {
+        BedMtu { hosts: 1500, inside: 1500, outside: 1500 }
+    }
+}
+
+impl BedMtu {
+    /// Every link at `mtu`.
+    pub fn all(mtu: u16) -> BedMtu {
+        BedMtu { hosts: mtu, inside: mtu, outside: mtu }
+    }
+
+    /// `9000` (every link) or `inside=1400,outside=1500,hosts=1500` (the
+    /// ones named; the others 1500). 576-9000 each.
+    pub fn parse(s: &str) -> Result<BedMtu> {
+        let num = |v: &str| -> Result<u16> {
+            let m: u16 = v.parse().map_err(|_| anyhow::anyhow!("--mtu {s}: {v:?} is not a number"))?;
+            if !(576..=9000).contains(&m) {
+                bail!("--mtu {s}: {m} is outside 576-9000");
+            }
+            Ok(m)
+        };
+        if !s.contains('=') {
+            return Ok(BedMtu::all(num(s)?));
+        }
+        let mut m = BedMtu::default();
+        for part in s.split(',') {
+            let (k, v) = part.split_once('=').ok_or_else(|| anyhow::anyhow!("--mtu {s}: expected name=value"))?;
+            match k {
+                "hosts" => m.hosts = num(v)?,
+                "inside" => m.inside = num(v)?,
+                "outside" => m.outside = num(v)?,
+                _ => bail!("--mtu {s}: {k:?} is none of hosts, inside, outside"),
+            }
+        }
+        Ok(m)
+    }
+
+    /// The CCL links' MTU.
+    pub fn ccl(&self) -> u32 {
+        CCL_MTU.max(u32::from(self.inside.max(self.outside)) + 100)
+    }
+}
 
 fn default_route(namespace: &str, via: &str) -> RouteSpec {
     RouteSpec {
@@ -384,12 +441,14 @@ impl Topology {
                         ifname: format!("n{k}-in"),
                         address: format!("{inet}.2/24"),
                         security_level: 100,
+                        mtu: 1500,
                     },
                     NodeIface {
                         name: "outside".into(),
                         ifname: format!("n{k}-out"),
                         address: format!("{onet}.2/24"),
                         security_level: 0,
+                        mtu: 1500,
                     },
                 ],
                 routes: vec![
@@ -459,18 +518,56 @@ impl Topology {
                         ifname: "n1-in".into(),
                         address: "198.18.1.1/24".into(),
                         security_level: 100,
+                        mtu: 1500,
                     },
                     NodeIface {
                         name: "outside".into(),
                         ifname: "n1-out".into(),
                         address: "198.18.2.1/24".into(),
                         security_level: 0,
+                        mtu: 1500,
                     },
                 ],
                 routes: vec![],
                 cluster: None,
             }],
         }
+    }
+
+    /// This topology with the link MTUs of `m` (`BedMtu`): on the veths
+    /// (both ends of a link alike) and on the nodes' interfaces.
+    pub fn with_mtu(mut self, m: BedMtu) -> Topology {
+        let ccl = m.ccl();
+        let iface_mtu = |name: &str| if name == "inside" { m.inside } else { m.outside };
+        let node_ifs: Vec<(String, String, u16)> = self
+            .nodes
+            .iter()
+            .flat_map(|n| n.interfaces.iter().map(move |i| (n.namespace.clone(), i.ifname.clone(), iface_mtu(&i.name))))
+            .collect();
+        let ccl_ifs: Vec<(String, String)> = self
+            .nodes
+            .iter()
+            .filter_map(|n| n.cluster.as_ref().map(|c| (n.namespace.clone(), c.ccl_ifname.clone())))
+            .collect();
+        for l in &mut self.links {
+            let is = |e: &Endpoint, ns: &str, ifn: &str| e.namespace == ns && e.ifname == ifn;
+            let data = node_ifs.iter().find(|(ns, ifn, _)| is(&l.a, ns, ifn) || is(&l.b, ns, ifn)).map(|x| u32::from(x.2));
+            let mtu = if ccl_ifs.iter().any(|(ns, ifn)| is(&l.a, ns, ifn) || is(&l.b, ns, ifn)) {
+                ccl
+            } else {
+                data.unwrap_or(u32::from(m.hosts))
+            };
+            // 1500: the kernel's own, left alone.
+            let mtu = Some(mtu).filter(|&v| v != 1500);
+            l.a.mtu = mtu;
+            l.b.mtu = mtu;
+        }
+        for n in &mut self.nodes {
+            for i in &mut n.interfaces {
+                i.mtu = iface_mtu(&i.name);
+            }
+        }
+        self
     }
 
     /// Every veth end, in creation order.
@@ -634,4 +731,28 @@ mod tests {
         t.nodes[0].interfaces[0].ifname = "nope".into();
         assert!(t.validate().is_err());
     }
+
+    #[test]
+    fn link_mtus_reach_the_veths_and_the_node_configs() {
+        assert_eq!(BedMtu::parse("9000").unwrap(), BedMtu::all(9000));
+        let m = BedMtu::parse("inside=1400,hosts=1480").unwrap();
+        assert_eq!(m, BedMtu { hosts: 1480, inside: 1400, outside: 1500 });
+        for bad in ["100", "inside=99999", "left=1400", "inside"] {
+            assert!(BedMtu::parse(bad).is_err(), "{bad}");
+        }
+        let t = Topology::new(3).unwrap().with_mtu(m);
+        let mtu = |ns: &str, ifn: &str| t.endpoints().find(|e| e.namespace == ns && e.ifname == ifn).unwrap().mtu;
+        assert_eq!((mtu("cfw-rin", "rin-n2"), mtu("cfw-n2", "n2-in")), (Some(1400), Some(1400)));
+        assert_eq!((mtu("cfw-rout", "rout-n2"), mtu("cfw-n2", "n2-out")), (None, None), "1500: the kernel's");
+        assert_eq!((mtu("cfw-inside", "eth0"), mtu("cfw-rin", "eth0")), (Some(1480), Some(1480)));
+        assert_eq!(mtu("cfw-ccl", "ccl-n1"), Some(CCL_MTU));
+        assert_eq!(t.nodes[1].interfaces.iter().map(|i| i.mtu).collect::<Vec<_>>(), [1400, 1500]);
+        let j = Topology::new(2).unwrap().with_mtu(BedMtu::all(9000));
+        assert!(j.endpoints().all(|e| e.mtu.is_some_and(|m| m >= 9000)));
+        assert_eq!(j.endpoints().find(|e| e.ifname == "n1-ccl").unwrap().mtu, Some(9100));
+        let s = Topology::new(1).unwrap().with_mtu(BedMtu { outside: 1400, ..BedMtu::default() });
+        assert_eq!(s.endpoints().find(|e| e.ifname == "n1-out").unwrap().mtu, Some(1400));
+        assert_eq!(s.endpoints().find(|e| e.namespace == "cfw-outside").unwrap().mtu, Some(1400), "the same link");
+    }
+
 }

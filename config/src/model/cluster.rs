@@ -168,7 +168,16 @@ pub struct CclConfig {
     pub address: Ipv4Addr,
     /// The prefix length of `address`.
     pub prefix_len: u8,
+    /// `mtu`: the CCL link's MTU; default (and least) the largest data
+    /// interface MTU plus `CCL_OVERHEAD`.
+    pub mtu: u16,
 }
+
+/// Bytes the CCL adds around a forwarded data frame: the frame's Ethernet
+/// header and a VLAN tag (18), and the outer IPv4 (20), UDP (8), CCL
+/// header (34) and MAC tag (16) — 96; a data datagram of the largest data
+/// MTU fits a CCL datagram of that MTU + 96 (docs/ccl-protocol.md).
+pub const CCL_OVERHEAD: u16 = 96;
 
 impl CclConfig {
     /// The CCL subnet.

@@ -51,6 +51,17 @@ pub const DEFAULT_ARP_TIMEOUT: u64 = 300;
 pub const DEFAULT_ARP_RETRY: u64 = 1;
 /// Largest `security-level`.
 pub const MAX_SECURITY_LEVEL: u8 = 100;
+/// Default `interfaces[].mtu` (Ethernet, RFC 894).
+pub const DEFAULT_MTU: u16 = 1500;
+/// Smallest `interfaces[].mtu`: every IPv4 host accepts 576-byte datagrams
+/// (RFC 1122 §3.3.3).
+pub const MIN_MTU: u16 = 576;
+/// Largest `interfaces[].mtu` (jumbo frames).
+pub const MAX_MTU: u16 = 9000;
+/// Default `icmp-errors.rate` (errors per second per worker).
+pub const DEFAULT_ICMP_ERROR_RATE: u32 = 100;
+/// Default `icmp-errors.burst`.
+pub const DEFAULT_ICMP_ERROR_BURST: u32 = 50;
 /// Largest VLAN ID (IEEE 802.1Q: 0 and 4095 are reserved).
 pub const MAX_VLAN: u16 = 4094;
 
@@ -82,6 +93,8 @@ pub struct Config {
     pub arp: ArpConfig,
     /// `neighbors`: static ARP entries (optional, default none).
     pub neighbors: Vec<NeighborConfig>,
+    /// `icmp-errors`: the ICMP errors the node sends.
+    pub icmp_errors: IcmpErrorsConfig,
     /// `cluster`: cluster bootstrap settings; `None` for a single node.
     pub cluster: Option<ClusterConfig>,
     /// The file name the configuration was parsed from (as given).
@@ -93,6 +106,11 @@ pub struct Config {
 }
 
 impl Config {
+    /// The largest MTU of the data interfaces.
+    pub fn max_mtu(&self) -> u16 {
+        self.interfaces.iter().map(|i| i.mtu).max().unwrap_or(DEFAULT_MTU)
+    }
+
     /// The interface called `name`.
     pub fn interface(&self, name: &str) -> Option<&InterfaceConfig> {
         self.interfaces.iter().find(|i| i.name == name)
@@ -223,6 +241,9 @@ pub struct InterfaceConfig {
     pub security_level: u8,
     /// `vlan`: 802.1Q VLAN ID 1-4094, or `None` for untagged.
     pub vlan: Option<u16>,
+    /// `mtu`: the largest IPv4 datagram the link carries, 576-9000;
+    /// default 1500.
+    pub mtu: u16,
 }
 
 impl InterfaceConfig {
@@ -320,6 +341,30 @@ impl Default for Timeouts {
     }
 }
 
+/// `icmp-errors`: the ICMP errors the node originates (time exceeded,
+/// unreachable, fragmentation needed), per worker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct IcmpErrorsConfig {
+    /// `rate`: errors per second at most, 0-1000000 (0: none); default 100.
+    pub rate: u32,
+    /// `burst`: errors back to back at most, 1-1000000; default 50.
+    pub burst: u32,
+    /// `unreachable-on-deny`: answer a connection denied by policy with
+    /// "administratively prohibited" (default false: drop silently).
+    pub unreachable_on_deny: bool,
+}
+
+impl Default for IcmpErrorsConfig {
+    fn default() -> IcmpErrorsConfig {
+        IcmpErrorsConfig {
+            rate: DEFAULT_ICMP_ERROR_RATE,
+            burst: DEFAULT_ICMP_ERROR_BURST,
+            unreachable_on_deny: false,
+        }
+    }
+}
+
 /// `flow-table`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct FlowTableConfig {
@@ -370,6 +415,7 @@ mod tests {
             prefix_len: 24,
             security_level: 0,
             vlan: None,
+            mtu: DEFAULT_MTU,
         }
     }
 

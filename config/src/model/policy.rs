@@ -150,6 +150,7 @@ impl Config {
         differs("flow-table", self.flow_table != other.flow_table);
         differs("arp", self.arp != other.arp);
         differs("neighbors", self.neighbors != other.neighbors);
+        differs("icmp-errors", self.icmp_errors != other.icmp_errors);
         differs("cluster", self.cluster != other.cluster);
         out
     }

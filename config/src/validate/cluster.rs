@@ -12,12 +12,12 @@ use super::Checker;
 use crate::error::{ErrorKind, FieldPath};
 use crate::locate::Locator;
 use crate::model::cluster::{
-    CclConfig, ClusterConfig, MemberConfig, Secret, SplitBrain, CCL_INTERFACE, DEFAULT_DEBOUNCE_MS,
+    CclConfig, ClusterConfig, MemberConfig, Secret, SplitBrain, CCL_INTERFACE, CCL_OVERHEAD, DEFAULT_DEBOUNCE_MS,
     DEFAULT_HEARTBEAT_MS, DEFAULT_HOLD_MS, DEFAULT_SYNC_TIMEOUT_MS, HOLD_HEARTBEATS, MAX_DEBOUNCE_MS,
     MAX_HEARTBEAT_MS, MAX_HOLD_MS, MAX_NODE_ID, MAX_PRIORITY, MAX_SYNC_TIMEOUT_MS, MIN_HEARTBEAT_MS,
     MIN_HOLD_MS, MIN_KEY_LEN, MIN_PRIORITY, MIN_QUORUM_MEMBERS, MIN_SYNC_TIMEOUT_MS, REDACTED,
 };
-use crate::model::InterfaceConfig;
+use crate::model::{InterfaceConfig, DEFAULT_MTU, MAX_MTU, MIN_MTU};
 use crate::net::Ipv4Net;
 
 #[derive(Deserialize)]
@@ -66,6 +66,8 @@ pub(crate) struct RawCluster {
 struct RawCcl {
     device: String,
     address: String,
+    #[serde(default)]
+    mtu: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -157,10 +159,21 @@ impl Checker<'_> {
                 },
             ));
         }
+        // The CCL carries whole data frames wrapped in its headers.
+        let need = u64::from(ifaces.iter().map(|i| i.mtu).max().unwrap_or(DEFAULT_MTU)) + u64::from(CCL_OVERHEAD);
+        let mp = cp.key("mtu");
+        let mtu = self.range(&mp, raw.ccl.mtu, need, u64::from(MIN_MTU), u64::from(MAX_MTU) + u64::from(CCL_OVERHEAD))?;
+        if mtu < need {
+            return Err(self.err(
+                &mp,
+                ErrorKind::CclMtuTooSmall { found: mtu, need, data_mtu: need - u64::from(CCL_OVERHEAD) },
+            ));
+        }
         let ccl = CclConfig {
             device: raw.ccl.device,
             address,
             prefix_len,
+            mtu: mtu as u16,
         };
         let subnet = ccl.subnet();
         if let Some(o) = ifaces.iter().find(|o| o.subnet().overlaps(&subnet)) {

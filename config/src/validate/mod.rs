@@ -73,8 +73,23 @@ struct RawConfig {
     arp: RawArp,
     #[serde(default, deserialize_with = "null_default")]
     neighbors: Vec<neighbors::RawNeighbor>,
+    #[serde(default, deserialize_with = "null_default")]
+    icmp_errors: RawIcmpErrors,
     #[serde(default)]
     cluster: Option<cluster::RawCluster>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(
+    deny_unknown_fields,
+    rename_all = "kebab-case",
+    expecting = "a mapping of icmp-errors settings (rate, burst, unreachable-on-deny)"
+)]
+struct RawIcmpErrors {
+    rate: Option<u64>,
+    burst: Option<u64>,
+    #[serde(default)]
+    unreachable_on_deny: bool,
 }
 
 #[derive(Deserialize)]
@@ -118,7 +133,7 @@ struct RawDpdk {
 #[serde(
     deny_unknown_fields,
     rename_all = "kebab-case",
-    expecting = "an interface mapping (name, device, address, security-level, vlan)"
+    expecting = "an interface mapping (name, device, address, security-level, vlan, mtu)"
 )]
 struct RawInterface {
     name: String,
@@ -127,6 +142,8 @@ struct RawInterface {
     security_level: u64,
     #[serde(default)]
     vlan: Option<u64>,
+    #[serde(default)]
+    mtu: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -405,6 +422,13 @@ impl Checker<'_> {
         let routes = self.routes(&root.key("routes"), raw.routes, &interfaces)?;
         let access_rules = self.rules(&root.key("access-rules"), raw.access_rules, &interfaces)?;
         let neighbors = self.neighbors(&root.key("neighbors"), raw.neighbors, &interfaces)?;
+        let ep = root.key("icmp-errors");
+        let icmp_errors = IcmpErrorsConfig {
+            rate: self.range(&ep.key("rate"), raw.icmp_errors.rate, DEFAULT_ICMP_ERROR_RATE.into(), 0, 1_000_000)? as u32,
+            burst: self.range(&ep.key("burst"), raw.icmp_errors.burst, DEFAULT_ICMP_ERROR_BURST.into(), 1, 1_000_000)?
+                as u32,
+            unreachable_on_deny: raw.icmp_errors.unreachable_on_deny,
+        };
         let cluster = match raw.cluster {
             None => None,
             Some(c) => Some(self.cluster(&root.key("cluster"), c, &name, &interfaces)?),
@@ -461,6 +485,7 @@ impl Checker<'_> {
             flow_table,
             arp,
             neighbors,
+            icmp_errors,
             source_file: PathBuf::from(self.file),
             source_text: match &cluster {
                 Some(c) => cluster::redact(self.src, c.key.expose(), self.locator()),
@@ -614,6 +639,7 @@ impl Checker<'_> {
                 None => None,
                 v => Some(self.range(&ip.key("vlan"), v, 1, 1, MAX_VLAN.into())? as u16),
             };
+            let mtu = self.range(&ip.key("mtu"), r.mtu, DEFAULT_MTU.into(), MIN_MTU.into(), MAX_MTU.into())? as u16;
             let iface = InterfaceConfig {
                 name: r.name,
                 device: r.device,
@@ -621,6 +647,7 @@ impl Checker<'_> {
                 prefix_len,
                 security_level,
                 vlan,
+                mtu,
             };
             if let Some(o) = out
                 .iter()

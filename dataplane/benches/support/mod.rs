@@ -25,7 +25,12 @@ pub const BURST: usize = 32;
 pub const FRAME_LEN: usize = 60;
 
 pub fn pipeline(flows: usize) -> Pipeline {
-    let iface = |name: &str, port, mac, addr, level| InterfaceSpec {
+    pipeline_mtu(flows, 1500, 1500)
+}
+
+/// `pipeline` with the inside and outside MTUs given.
+pub fn pipeline_mtu(flows: usize, in_mtu: u16, out_mtu: u16) -> Pipeline {
+    let iface = |name: &str, port, mac, addr, level, mtu| InterfaceSpec {
         name: name.into(),
         port: PortId(port),
         mac,
@@ -33,11 +38,12 @@ pub fn pipeline(flows: usize) -> Pipeline {
         prefix_len: 24,
         security_level: level,
         vlan: None,
+        mtu,
     };
     let mut p = Pipeline::new(PipelineConfig {
         interfaces: vec![
-            iface("inside", 0, IN_MAC, IN_ADDR, 100),
-            iface("outside", 1, OUT_MAC, OUT_ADDR, 0),
+            iface("inside", 0, IN_MAC, IN_ADDR, 100, in_mtu),
+            iface("outside", 1, OUT_MAC, OUT_ADDR, 0, out_mtu),
         ],
         routes: vec![RouteSpec {
             destination: Ipv4Addr::UNSPECIFIED,
@@ -51,6 +57,7 @@ pub fn pipeline(flows: usize) -> Pipeline {
         arp_timeout: Duration::from_secs(3600),
         arp_retry: Duration::from_secs(1),
         static_neighbors: vec![],
+        icmp_errors: Default::default(),
         cluster: None,
     })
     .unwrap();

@@ -114,6 +114,7 @@ pub fn translate(segment: &mut [u8], dir: Direction, delta: SeqDelta) -> Result<
 }
 
 /// `translate` over an already checked TCP view.
+#[inline]
 pub fn translate_packet<T: AsRef<[u8]> + AsMut<[u8]>>(
     tcp: &mut TcpPacket<T>,
     dir: Direction,
@@ -175,6 +176,41 @@ pub fn translate_packet<T: AsRef<[u8]> + AsMut<[u8]>>(
     }
     tcp.set_checksum(csum);
     out
+}
+
+/// Translate the TCP header an ICMP error quotes (at least its first 8
+/// bytes) on its way to the endpoint that sent the quoted segment, in
+/// place. `dir` is the quoted segment's direction in its flow: a
+/// client-to-server segment (`Original`) was sent on with its `seq` in the
+/// server's view and goes back to the client, so its `seq` returns to the
+/// client's space (RFC 5927 §4.1: hosts check it against their send
+/// window); a server-to-client one (`Reply`) goes back to the server, its
+/// `ack` (if quoted) returns to the server's view. The quoted checksum,
+/// if quoted, is updated too. `false` when fewer than 8 bytes are quoted
+/// (nothing changed). The caller recomputes the ICMP checksum.
+pub fn translate_quoted(quoted: &mut [u8], dir: Direction, delta: SeqDelta) -> bool {
+    let Some(mut t) = tcp::QuotedTcp::new_checked(quoted) else { return false };
+    let csum = t.checksum();
+    let (old, new) = match dir {
+        Direction::Original => {
+            let old = t.seq();
+            let new = delta.to_client(old);
+            t.set_seq(new);
+            (old, new)
+        }
+        Direction::Reply => match t.ack() {
+            Some(old) => {
+                let new = delta.to_server(old);
+                t.set_ack(new);
+                (old, new)
+            }
+            None => return true,
+        },
+    };
+    if let Some(c) = csum {
+        t.set_checksum(checksum::update_u32(c, old, new));
+    }
+    true
 }
 
 /// RFC 1624 update of a 32-bit field that starts at an even (`odd ==

@@ -8,6 +8,9 @@
 //!   reassembles the datagram fully (`Complete`: NAT of ports, L4
 //!   inspection) or releases the held fragments one by one for forwarding
 //!   (`take_held`, shallow mode: policy on the 5-tuple only);
+//! - `split`: a datagram into fragments for a smaller MTU (RFC 791 §2.3),
+//!   for egress fragmentation and for datagrams a port handed over
+//!   reassembled;
 //! - here: the key and per-fragment facts (`FragKey`, `FragInfo`) and the
 //!   classification of IPv4 and IPv6 packets through the wire views.
 //!
@@ -19,6 +22,7 @@
 
 pub mod owner;
 pub mod reasm;
+pub mod split;
 
 #[cfg(test)]
 mod tests;

@@ -27,7 +27,7 @@
 //! allocates after `ArpHold::new`; per frame it is one slot scan (64 slots)
 //! on the unresolved path only, never on the resolved one.
 
-use crate::slots::{FramePool, SLOT_HEADROOM, SLOT_LEN};
+use crate::slots::{FramePool, SLOT_HEADROOM};
 use crate::types::{Duration, PortId, Timestamp};
 use crate::wire::ethernet::EthernetFrame;
 use std::net::Ipv4Addr;
@@ -80,8 +80,9 @@ pub(crate) enum Hold {
 }
 
 impl ArpHold {
-    pub fn new() -> Self {
-        ArpHold { pool: FramePool::new(HOLD_SLOTS), seq: 0 }
+    /// `slot_len`: bytes per held frame's slot (`slots::slot_len_for`).
+    pub fn new(slot_len: usize) -> Self {
+        ArpHold { pool: FramePool::new(HOLD_SLOTS, slot_len), seq: 0 }
     }
 
     /// Frames held now.
@@ -108,7 +109,7 @@ impl ArpHold {
     /// `next_hop` (asked before the frame is rewritten, so that a refused
     /// frame is dropped unchanged).
     pub fn can_hold(&self, next_hop: Ipv4Addr, len: usize) -> bool {
-        if SLOT_HEADROOM + len > SLOT_LEN {
+        if SLOT_HEADROOM + len > self.pool.slot_len() {
             return false;
         }
         self.pool.parked() < self.pool.len() || self.for_hop(next_hop).0 >= HOLD_PER_HOP
@@ -117,7 +118,7 @@ impl ArpHold {
     /// Copy `frame` (everything rewritten but the destination MAC) to wait
     /// for `next_hop`, to leave on `port`; `wait` is how long it may wait.
     pub fn hold(&mut self, now: Timestamp, next_hop: Ipv4Addr, port: PortId, wait: Duration, frame: &[u8]) -> Hold {
-        if SLOT_HEADROOM + frame.len() > SLOT_LEN {
+        if SLOT_HEADROOM + frame.len() > self.pool.slot_len() {
             return Hold::Refused;
         }
         let (n, oldest) = self.for_hop(next_hop);
@@ -179,6 +180,7 @@ impl ArpHold {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::slots::SLOT_LEN;
 
     const HOP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
     const MAC: [u8; 6] = [2, 0, 0, 0, 0, 9];
@@ -198,7 +200,7 @@ mod tests {
 
     #[test]
     fn released_in_order_with_the_mac() {
-        let mut h = ArpHold::new();
+        let mut h = ArpHold::new(SLOT_LEN);
         let t = Timestamp::from_secs(1);
         for k in 0..3 {
             assert_eq!(h.hold(t, HOP, PortId(1), WAIT, &frame(k)), Hold::Held);
@@ -219,7 +221,7 @@ mod tests {
 
     #[test]
     fn per_hop_limit_keeps_the_latest() {
-        let mut h = ArpHold::new();
+        let mut h = ArpHold::new(SLOT_LEN);
         let t = Timestamp::from_secs(1);
         let n = HOLD_PER_HOP as u8;
         for k in 0..n + 2 {
@@ -234,7 +236,7 @@ mod tests {
 
     #[test]
     fn full_pool_refuses_and_expiry_frees() {
-        let mut h = ArpHold::new();
+        let mut h = ArpHold::new(SLOT_LEN);
         let t = Timestamp::from_secs(1);
         for n in 0..HOLD_SLOTS / HOLD_PER_HOP {
             for k in 0..HOLD_PER_HOP {
@@ -259,7 +261,7 @@ mod tests {
 
     #[test]
     fn too_long_for_a_slot_is_refused() {
-        let mut h = ArpHold::new();
+        let mut h = ArpHold::new(SLOT_LEN);
         let big = vec![0u8; SLOT_LEN - SLOT_HEADROOM + 1];
         assert!(!h.can_hold(HOP, big.len()));
         assert_eq!(h.hold(Timestamp::from_secs(1), HOP, PortId(1), WAIT, &big), Hold::Refused);

@@ -24,7 +24,18 @@ pub struct InterfaceSpec {
     pub prefix_len: u8,
     pub security_level: u8,
     pub vlan: Option<u16>,
+    /// The link's MTU: the largest IPv4 datagram it carries, `MIN_MTU` to
+    /// `MAX_MTU` (`DEFAULT_MTU` on Ethernet).
+    pub mtu: u16,
 }
+
+/// The Ethernet MTU (RFC 894).
+pub const DEFAULT_MTU: u16 = 1500;
+/// The smallest MTU an interface may have: every IPv4 host must accept a
+/// 576-byte datagram (RFC 791, RFC 1122 §3.3.3), so no link below it.
+pub const MIN_MTU: u16 = 576;
+/// The largest MTU an interface may have (jumbo frames).
+pub const MAX_MTU: u16 = 9216;
 
 /// A static route.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -64,6 +75,9 @@ pub struct PipelineConfig {
     /// Cluster membership of this node; `None` runs the single-node
     /// pipeline (docs/cluster-design.md).
     pub cluster: Option<ClusterSpec>,
+    /// The ICMP errors this node sends (rate, administratively
+    /// prohibited).
+    pub icmp_errors: super::icmperr::IcmpErrorConfig,
 }
 
 /// Configuration errors, found once by `Pipeline::new`.
@@ -81,6 +95,8 @@ pub enum PipelineError {
     BadAddress { name: String, addr: Ipv4Addr },
     #[error("interface {name}: VLAN {vlan} is outside 1-4094")]
     BadVlan { name: String, vlan: u16 },
+    #[error("interface {name}: MTU {mtu} is outside {MIN_MTU}-{MAX_MTU}")]
+    BadMtu { name: String, mtu: u16 },
     #[error("interfaces {a} and {b} share port and VLAN")]
     DuplicatePortVlan { a: String, b: String },
     #[error("interfaces {a} and {b} have overlapping subnets")]
@@ -134,6 +150,9 @@ pub(super) fn build(cfg: &PipelineConfig) -> Result<Built, PipelineError> {
         if martian_source(s.addr) {
             return Err(PipelineError::BadAddress { name: s.name.clone(), addr: s.addr });
         }
+        if !(MIN_MTU..=MAX_MTU).contains(&s.mtu) {
+            return Err(PipelineError::BadMtu { name: s.name.clone(), mtu: s.mtu });
+        }
         if let Some(v) = s.vlan {
             if v == 0 || v > ethernet::VLAN_ID_MAX {
                 return Err(PipelineError::BadVlan { name: s.name.clone(), vlan: v });
@@ -169,7 +188,7 @@ pub(super) fn build(cfg: &PipelineConfig) -> Result<Built, PipelineError> {
     let max_port = specs.iter().map(|s| usize::from(s.port.0)).max().unwrap_or(0);
     let list = specs
         .iter()
-        .map(|s| Iface { port: s.port, mac: s.mac, addr: s.addr, prefix_len: s.prefix_len, vlan: s.vlan })
+        .map(|s| Iface { port: s.port, mac: s.mac, addr: s.addr, prefix_len: s.prefix_len, vlan: s.vlan, mtu: s.mtu })
         .collect();
     let ifaces = Interfaces::new(list, specs.iter().map(|s| s.name.clone()).collect(), max_port);
     Ok(Built { ifaces, routes, acl: policy.acl, max_port })
@@ -217,6 +236,13 @@ impl Policy {
         let acl = Acl::new(acl_rules, specs.iter().map(|s| s.security_level).collect());
         Ok(Policy { acl, timeouts, interfaces: specs.len() })
     }
+}
+
+/// The longest frame any interface of `cfg` sends or receives: its MTU,
+/// an Ethernet header and one VLAN tag (QinQ frames are dropped).
+pub(super) fn max_frame(cfg: &PipelineConfig) -> usize {
+    let mtu = cfg.interfaces.iter().map(|s| s.mtu).max().unwrap_or(DEFAULT_MTU);
+    usize::from(mtu) + ethernet::HEADER_LEN + ethernet::TAG_LEN
 }
 
 /// The CCL interface of a cluster spec: `(index, port, mac, address)`.

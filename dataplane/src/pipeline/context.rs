@@ -101,4 +101,7 @@ pub struct FragNote {
 pub(crate) struct Xlate {
     pub dir: Direction,
     pub delta: SeqDelta,
+    /// The segment is quoted in an ICMP error (translated back towards its
+    /// sender, `cluster::translate_quoted`), not carried.
+    pub quoted: bool,
 }

@@ -6,6 +6,7 @@
 //! icmp_echo_replies + Σ drops`.
 
 use super::arphold::ArpHoldCounters;
+use super::icmperr::IcmpErrorCounters;
 use crate::stats::{Stats, Visitor};
 use crate::types::{DropReason, PortId};
 
@@ -122,6 +123,13 @@ pub struct Counters {
     /// Frames held for an unresolved next hop (the ARP hold; `held` is
     /// also in `consumed`).
     pub arp_hold: ArpHoldCounters,
+    /// Datagrams split for a smaller egress MTU, and the fragments made
+    /// of them (each datagram's first included; the others leave as
+    /// generated frames).
+    pub fragmented: u64,
+    pub fragments_out: u64,
+    /// ICMP errors sent by kind, and why others were not sent.
+    pub icmp_errors: IcmpErrorCounters,
     pub ipv6: Ipv6Counters,
     /// Indexed by `PortId.0`, for every port up to the highest configured.
     pub ports: Vec<PortCounters>,
@@ -158,10 +166,13 @@ impl Stats for Counters {
             ("generated_dropped", self.generated_dropped),
             ("vlan_tagged", self.vlan_tagged),
             ("fast_path", self.fast_path),
+            ("fragmented", self.fragmented),
+            ("fragments_out", self.fragments_out),
         ] {
             v.counter(name, n);
         }
         v.group("arp_hold", None, &self.arp_hold);
+        v.group("icmp_errors", None, &self.icmp_errors);
         v.group("ipv6", None, &self.ipv6);
         v.counter("dropped", self.dropped());
         v.family("drops", "reason", &mut DropReason::ALL.iter().map(|&r| (r.as_str(), self.drop_count(r))));

@@ -22,6 +22,7 @@
 //! changed only once it is certain to leave (forwarded or held).
 
 use super::arphold::{ArpHold, ArpHoldCounters, Hold};
+use crate::frag::split::{self, Split, SplitError};
 use super::context::{Outcome, Xlate};
 use super::iface::{Iface, Interfaces};
 use crate::arp::{ArpCache, ArpInfo, Resolve};
@@ -30,6 +31,7 @@ use crate::route::IfIndex;
 use crate::types::{DropReason, PortId, Timestamp};
 use crate::wire::arp::{ArpRepr, Operation};
 use crate::wire::ethernet::{self, ethertype, EthernetFrame, BROADCAST, TAG_LEN};
+use crate::wire::icmp::Icmpv4Packet;
 use crate::wire::ipv4::{self, Ipv4Packet};
 use std::net::Ipv4Addr;
 
@@ -40,6 +42,12 @@ pub const MAX_GENERATED: usize = 64;
 /// Room for a generated frame: a tagged ARP request padded to the minimum
 /// Ethernet frame size (IEEE 802.3 §4.4.2).
 const GENERATED_LEN: usize = 64;
+/// Bytes of egress fragments (all but each datagram's first, which leaves
+/// in its own buffer) queued between two `drain_generated` calls: a burst
+/// of 32 full 9000-byte datagrams split for MTU 1500 fits.
+pub const FRAGMENT_QUEUE_BYTES: usize = 320 << 10;
+/// Egress fragments queued at most between two `drain_generated` calls.
+pub const FRAGMENT_QUEUE_FRAMES: usize = 512;
 
 /// Egress counters (`Counters`).
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
@@ -49,6 +57,10 @@ pub(crate) struct EgressCounters {
     /// Generated frames not queued because the queue was full.
     pub generated_dropped: u64,
     pub arp_hold: ArpHoldCounters,
+    /// Datagrams split for a smaller egress MTU, and the fragments made
+    /// (each datagram's first included).
+    pub fragmented: u64,
+    pub fragments: u64,
 }
 
 struct Generated {
@@ -84,17 +96,52 @@ pub(crate) struct Egress {
     static_neighbors: Vec<(Ipv4Addr, [u8; 6])>,
     hold: Box<ArpHold>,
     generated: Vec<Generated>,
+    /// Egress fragments after each datagram's first (`FragmentQueue`).
+    fragments: FragmentQueue,
     memo: Option<NextHopMemo>,
     pub counters: EgressCounters,
 }
 
+/// A fixed byte arena of frames waiting for `drain_generated`.
+struct FragmentQueue {
+    bytes: Box<[u8]>,
+    used: usize,
+    /// (port, start, len) in `bytes`, in order.
+    frames: Vec<(PortId, usize, usize)>,
+}
+
+impl FragmentQueue {
+    fn new() -> Self {
+        FragmentQueue {
+            bytes: vec![0u8; FRAGMENT_QUEUE_BYTES].into_boxed_slice(),
+            used: 0,
+            frames: Vec::with_capacity(FRAGMENT_QUEUE_FRAMES),
+        }
+    }
+    /// Room for `n` more frames of `bytes` in total?
+    fn room(&self, n: usize, bytes: usize) -> bool {
+        self.frames.len() + n <= FRAGMENT_QUEUE_FRAMES && self.used + bytes <= self.bytes.len()
+    }
+    fn drain(&mut self, f: &mut impl FnMut(PortId, &[u8])) {
+        for &(port, start, len) in &self.frames {
+            if let Some(b) = self.bytes.get(start..start + len) {
+                f(port, b);
+            }
+        }
+        self.frames.clear();
+        self.used = 0;
+    }
+}
+
 impl Egress {
-    pub fn new(arp: ArpCache, static_neighbors: Vec<(Ipv4Addr, [u8; 6])>) -> Self {
+    /// `slot_len`: bytes per ARP-held frame's slot.
+    pub fn new(arp: ArpCache, static_neighbors: Vec<(Ipv4Addr, [u8; 6])>, slot_len: usize) -> Self {
         Egress {
             arp,
             static_neighbors,
-            hold: Box::new(ArpHold::new()),
+            hold: Box::new(ArpHold::new(slot_len)),
             generated: Vec::with_capacity(MAX_GENERATED),
+            fragments: FragmentQueue::new(),
             memo: None,
             counters: EgressCounters::default(),
         }
@@ -196,6 +243,20 @@ impl Egress {
         buf: &mut B,
     ) -> Result<Outcome, DropReason> {
         let eg = ifaces.get(r.egress).ok_or(DropReason::NoRoute)?;
+        // Larger than the egress MTU: split (RFC 1812 §5.2.6), or refused
+        // with DF (the caller sends "fragmentation needed").
+        let split = match split::plan(buf.data(), r.l2, usize::from(eg.mtu)) {
+            Ok(s) if s.count > 1 => Some(s),
+            Ok(_) => None,
+            Err(SplitError::DontFragment) => return Err(DropReason::FragNeeded),
+            Err(SplitError::MtuTooSmall) => return Err(DropReason::FragNeeded),
+            Err(SplitError::BadHeader) => return Err(DropReason::Ipv4Truncated),
+        };
+        if let Some(s) = &split {
+            if !self.fragments.room(s.count - 1, s.rest_bytes() + (s.count - 1) * TAG_LEN) {
+                return Err(DropReason::FragNoBuffer);
+            }
+        }
         // Unresolved: rewrite all the same and hold the frame.
         let mac = match self.neighbor(now, r.next_hop, r.egress) {
             Resolve::Mac(m) => Some(m),
@@ -210,12 +271,18 @@ impl Egress {
             Resolve::Wait => None,
             Resolve::Full => return Err(DropReason::ArpCacheFull),
         };
-        if mac.is_none() && !self.hold.can_hold(r.next_hop, buf.data().len() + TAG_LEN) {
+        // A datagram to be split is not held (its fragments would need a
+        // slot each): the ARP request went out, the sender retries.
+        if mac.is_none() && (split.is_some() || !self.hold.can_hold(r.next_hop, buf.data().len() + TAG_LEN)) {
             return Err(DropReason::ArpUnresolved);
         }
         let l2 = retag(buf, r.tags, r.l2, eg.vlan)?;
         if let Some(x) = xlate {
-            apply_xlate(l2, x, buf)?;
+            if x.quoted {
+                apply_quoted(l2, x, buf)?;
+            } else {
+                apply_xlate(l2, x, buf)?;
+            }
         }
         let d = buf.data_mut();
         let Some(l3) = d.get_mut(l2..) else {
@@ -226,6 +293,10 @@ impl Egress {
         }
         Ipv4Packet::new_unchecked(l3).decrement_ttl();
         ethernet::write_macs(d, mac.unwrap_or([0; 6]), eg.mac);
+        if split.is_some() {
+            // Split the rewritten frame (its L2 header may have changed).
+            self.split(l2, eg, buf)?;
+        }
         match mac {
             Some(_) => Ok(Outcome::Forward(eg.port)),
             None => {
@@ -241,6 +312,56 @@ impl Egress {
                 }
                 Ok(Outcome::Consumed)
             }
+        }
+    }
+
+    /// Split the rewritten datagram in `buf` (L2 header of `l2` bytes) for
+    /// `eg`'s MTU: fragments 2.. into the queue, the first stays in `buf`.
+    /// Room was checked by `forward`.
+    fn split<B: PacketBuf>(&mut self, l2: usize, eg: Iface, buf: &mut B) -> Result<(), DropReason> {
+        let s: Split = split::plan(buf.data(), l2, usize::from(eg.mtu)).map_err(|_| DropReason::FragNoBuffer)?;
+        let q = &mut self.fragments;
+        let (frames, used) = (q.frames.len(), q.used);
+        for k in 1..s.count {
+            let start = q.used;
+            let out = q.bytes.get_mut(start..).unwrap_or(&mut []);
+            let Some(n) = split::write_fragment(buf.data(), &s, k, out).filter(|_| q.frames.len() < FRAGMENT_QUEUE_FRAMES)
+            else {
+                // Never after `forward`'s room check; none of it goes out.
+                q.frames.truncate(frames);
+                q.used = used;
+                return Err(DropReason::FragNoBuffer);
+            };
+            q.frames.push((eg.port, start, n));
+            q.used += n;
+        }
+        let len = buf.data().len();
+        let first = split::cut_first(buf.data_mut(), &s).ok_or(DropReason::FragNoBuffer)?;
+        buf.trim_back(len - first);
+        self.counters.fragmented += 1;
+        self.counters.fragments += s.count as u64;
+        Ok(())
+    }
+
+    /// Hand the queued egress fragments to `f`, in order.
+    pub fn drain_fragments(&mut self, f: &mut impl FnMut(PortId, &[u8])) {
+        self.fragments.drain(f);
+    }
+
+    /// The MAC to send to `next_hop` on `ifx` now, if known (a who-has
+    /// goes out otherwise, or a re-confirmation of a stale entry).
+    pub fn resolve(&mut self, now: Timestamp, eg: Iface, next_hop: Ipv4Addr, ifx: IfIndex) -> Option<[u8; 6]> {
+        match self.neighbor(now, next_hop, ifx) {
+            Resolve::Mac(m) => Some(m),
+            Resolve::Refresh(m) => {
+                self.queue_arp_request(eg, next_hop, m);
+                Some(m)
+            }
+            Resolve::SendRequest => {
+                self.queue_arp_request(eg, next_hop, BROADCAST);
+                None
+            }
+            Resolve::Wait | Resolve::Full => None,
         }
     }
 
@@ -327,5 +448,19 @@ pub(crate) fn apply_xlate<B: PacketBuf>(l2: usize, x: Xlate, buf: &mut B) -> Res
     let l3 = buf.data_mut().get_mut(l2..).ok_or(DropReason::EthTruncated)?;
     let mut ip = Ipv4Packet::new_checked(l3).map_err(|_| DropReason::Ipv4Truncated)?;
     crate::cluster::translate(ip.payload_mut(), x.dir, x.delta).map_err(|_| DropReason::L4Truncated)?;
+    Ok(())
+}
+
+/// An ICMP error quoting a translated segment (`Xlate::quoted`): the
+/// quoted header goes back to its sender's sequence space (RFC 5927 §4.1),
+/// the ICMP checksum is computed anew.
+fn apply_quoted<B: PacketBuf>(l2: usize, x: Xlate, buf: &mut B) -> Result<(), DropReason> {
+    let l3 = buf.data_mut().get_mut(l2..).ok_or(DropReason::EthTruncated)?;
+    let mut ip = Ipv4Packet::new_checked(l3).map_err(|_| DropReason::Ipv4Truncated)?;
+    let mut icmp = Icmpv4Packet::new_checked(ip.payload_mut()).map_err(|_| DropReason::L4Truncated)?;
+    let (_, l4) = icmp.embedded_l4_mut().ok_or(DropReason::L4Truncated)?;
+    if crate::cluster::translate_quoted(l4, x.dir, x.delta) {
+        icmp.fill_checksum();
+    }
     Ok(())
 }

@@ -204,7 +204,9 @@ impl FastPath {
         }
         let route = routes.lookup(dst)?;
         let eg = ifaces.get(route.iface)?;
-        if eg.vlan.is_some() {
+        // A tagged egress, or a datagram to split (or refuse): the general
+        // path's.
+        if eg.vlan.is_some() || ip.total_len() > eg.mtu.min(ing.mtu) {
             return None;
         }
         let mac = egress.fresh_neighbor(now, route.next_hop)?;

@@ -57,7 +57,8 @@ use crate::conntrack::{tcp_flags, L4Info, TcpSeg};
 use crate::frag::{
     FragInfo, FragKey, FragResult, L4Head, ReasmConfig, ReasmConfigError, ReasmCounters, ReasmMode, Reassembler,
 };
-use crate::slots::{FramePool, SlotMem, SLOT_HEADROOM, SLOT_LEN};
+use crate::frag::split::{self, Split};
+use crate::slots::{FramePool, SlotMem, SLOT_HEADROOM};
 use crate::stats::{Stats, Visitor};
 use crate::types::{ip_proto, DropReason, PortId, Timestamp};
 use crate::wire::icmp::msg_type;
@@ -117,6 +118,13 @@ pub struct FragCounters {
     /// Fragments addressed to this node: not reassembled, dropped
     /// (`ipv4-fragment`).
     pub local: u64,
+    /// Datagrams larger than their ingress interface's MTU, as a port
+    /// hands them over after the kernel reassembled them (af_packet), split
+    /// back into fragments; and the fragments made (the first included;
+    /// the others are decided like released fragments and counted in
+    /// `released`, `released_parked`, `release_drops`).
+    pub split_datagrams: u64,
+    pub split_fragments: u64,
 }
 
 crate::impl_stats!(FragCounters {
@@ -129,6 +137,8 @@ crate::impl_stats!(FragCounters {
     counter to_flow_owner,
     counter from_fragment_owner,
     counter local,
+    counter split_datagrams,
+    counter split_fragments,
 });
 
 /// `show stats` for fragments (a copy, off the packet path): the path's
@@ -195,6 +205,9 @@ pub(crate) struct FragPath {
     pool: FramePool<()>,
     pub counters: FragCounters,
     release_drops: [u64; DropReason::COUNT],
+    /// Slots of a split datagram's later fragments, waiting to be decided
+    /// (`stage_split`, `next_staged`); capacity reserved for every slot.
+    staged: Vec<u16>,
 }
 
 /// What the reassembler made of a fragment (`FragPath::admit`).
@@ -209,13 +222,15 @@ pub(crate) enum Admit {
 }
 
 impl FragPath {
-    pub fn new(cfg: &FragConfig) -> Result<Self, ReasmConfigError> {
+    /// `slot_len`: bytes per released fragment's slot.
+    pub fn new(cfg: &FragConfig, slot_len: usize) -> Result<Self, ReasmConfigError> {
         let reasm = Reassembler::new(ReasmConfig { mode: ReasmMode::Shallow, ..cfg.reasm })?;
         Ok(FragPath {
             reasm,
-            pool: FramePool::new(cfg.out_slots.max(1)),
+            pool: FramePool::new(cfg.out_slots.max(1), slot_len),
             counters: FragCounters::default(),
             release_drops: [0; DropReason::COUNT],
+            staged: Vec::with_capacity(cfg.out_slots.max(1)),
         })
     }
 
@@ -342,7 +357,7 @@ impl FragPath {
                 continue; // the first fragment: it is the one in hand
             }
             let n = hl + h.data.len();
-            let room = SLOT_HEADROOM + n + TAG_LEN <= SLOT_LEN && SLOT_HEADROOM >= FRAME_OVERHEAD - TAG_LEN;
+            let room = SLOT_HEADROOM + n + TAG_LEN <= pool.slot_len() && SLOT_HEADROOM >= FRAME_OVERHEAD - TAG_LEN;
             let slot = if room { pool.alloc() } else { None };
             let Some(i) = slot else {
                 self.release_drop(DropReason::FragNoBuffer);
@@ -375,7 +390,56 @@ impl FragPath {
         }
     }
 
-    /// File the outcome of a fragment from `next_released`, its frame now
+    /// Stage the later fragments (2.. of `s`) of the datagram in `frame`
+    /// in slots, to be decided as received (`next_staged`), leaving
+    /// `frame` as it is; `false` (nothing staged) when the slots do not
+    /// hold them.
+    pub fn stage_split(&mut self, frame: &[u8], s: &Split) -> bool {
+        self.staged.clear();
+        for k in 1..s.count {
+            let slot = self.pool.alloc();
+            let written = slot.and_then(|i| {
+                let mem = self.pool.mem_mut(i)?.get_mut(SLOT_HEADROOM..)?;
+                split::write_fragment(frame, s, k, mem)
+            });
+            match (slot, written) {
+                (Some(i), Some(n)) if SLOT_HEADROOM + n + TAG_LEN <= self.pool.slot_len() => {
+                    self.pool.set_frame(i, SLOT_HEADROOM, n);
+                    self.staged.push(i);
+                }
+                (slot, _) => {
+                    if let Some(i) = slot {
+                        self.pool.give_back(i);
+                    }
+                    for &i in &self.staged {
+                        self.pool.give_back(i);
+                    }
+                    self.staged.clear();
+                    return false;
+                }
+            }
+        }
+        self.counters.split_datagrams += 1;
+        self.counters.split_fragments += s.count as u64;
+        // Handed out first to last.
+        self.staged.reverse();
+        true
+    }
+
+    /// The next staged fragment of a split datagram, its buffer handed out
+    /// for the pipeline to decide it (`finish_released` takes it back).
+    pub fn next_staged(&mut self) -> Option<(u16, SlotMem, usize, usize)> {
+        loop {
+            let i = self.staged.pop()?;
+            match self.pool.take(i) {
+                Some((b, start, end)) => return Some((i, b, start, end)),
+                None => self.pool.give_back(i),
+            }
+        }
+    }
+
+    /// File the outcome of a fragment from `next_released` or
+    /// `next_staged`, its frame now
     /// at `start..end` of `mem`: queued for output, or its slot freed.
     pub fn finish_released(&mut self, i: u16, mem: SlotMem, start: usize, end: usize, outcome: Outcome) {
         self.pool.put_back(i, mem, start, end);

@@ -19,6 +19,8 @@ pub(crate) struct Iface {
     pub addr: Ipv4Addr,
     pub prefix_len: u8,
     pub vlan: Option<u16>,
+    /// The largest IPv4 datagram the link carries (bytes, L3).
+    pub mtu: u16,
 }
 
 impl Iface {
@@ -78,6 +80,10 @@ impl Interfaces {
     #[inline(always)]
     pub fn is_own(&self, a: Ipv4Addr) -> bool {
         self.own.contains(&a)
+    }
+    /// The directed broadcast of one of our subnets.
+    pub fn is_directed_broadcast(&self, a: Ipv4Addr) -> bool {
+        self.list.iter().any(|i| i.directed_broadcast() == Some(a))
     }
     pub fn names(&self) -> &[String] {
         &self.names

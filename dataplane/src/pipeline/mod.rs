@@ -62,6 +62,7 @@ mod egress;
 mod fast;
 mod flows;
 pub mod frag;
+mod icmperr;
 mod iface;
 mod ingress;
 pub(crate) mod ipv4;
@@ -71,11 +72,14 @@ pub use cluster::{
     ClusterCounters, ClusterCountersSnapshot, ClusterSpec, ClusterSpecError, Role, SyncProgress,
     DEFAULT_DIRECTOR_HOLD, DEFAULT_SYN_GUARD, SYNC_MARKER_EVERY, SYNC_MARKER_FOR, SYNC_WAIT,
 };
-pub use config::{InterfaceSpec, PipelineConfig, PipelineError, Policy, RouteSpec, RuleSpec};
+pub use config::{
+    InterfaceSpec, PipelineConfig, PipelineError, Policy, RouteSpec, RuleSpec, DEFAULT_MTU, MAX_MTU, MIN_MTU,
+};
 pub use context::{FragNote, Verdict};
 pub use counters::{Counters, Ipv6Counters, PortCounters};
 pub use egress::MAX_GENERATED;
 pub use frag::{FragConfig, FragCounters, FragSnapshot};
+pub use icmperr::{IcmpErrorConfig, IcmpErrorCounters};
 
 use crate::acl::RuleInfo;
 use crate::arp::{ArpCache, ArpInfo};
@@ -100,6 +104,7 @@ use egress::{Egress, Route};
 use fast::{Fast, FastPath, Parts};
 use flows::Flows;
 use frag::{frag_track, Admit, FragPath, FragTrack, Release};
+use icmperr::{Back, ErrorKind, IcmpErrors};
 use iface::{Iface, Interfaces};
 use ingress::Ingress;
 use ipv4::{Destination, Transit};
@@ -126,6 +131,8 @@ pub struct Pipeline {
     frag: Box<FragPath>,
     /// Cluster roles; `None` in single-node mode.
     cluster: Option<Box<ClusterPath>>,
+    /// The ICMP errors this node sends (`icmperr`).
+    icmp: Box<IcmpErrors>,
 }
 
 /// Where the IPv4 stage's decision leads.
@@ -159,25 +166,32 @@ impl Pipeline {
     /// `new` with explicit fragment limits (docs/fragments.md).
     pub fn with_fragments(cfg: PipelineConfig, frags: FragConfig) -> Result<Self, PipelineError> {
         let built = config::build(&cfg)?;
+        // Every frame pool's slots hold the longest frame wrapped in a CCL
+        // datagram (2 KiB up to MTU 1500).
+        let slot_len = crate::slots::slot_len_for(
+            config::max_frame(&cfg),
+            2 * crate::ccl::FRAME_OVERHEAD,
+        );
         let cluster = match &cfg.cluster {
             None => None,
             Some(c) => {
                 let ccl = config::ccl_iface(&cfg, c)?;
-                Some(Box::new(ClusterPath::new(c, ccl, cfg.flow_capacity).map_err(PipelineError::Cluster)?))
+                Some(Box::new(ClusterPath::new(c, ccl, cfg.flow_capacity, slot_len).map_err(PipelineError::Cluster)?))
             }
         };
-        let frag = Box::new(FragPath::new(&frags).map_err(PipelineError::Fragments)?);
+        let frag = Box::new(FragPath::new(&frags, slot_len).map_err(PipelineError::Fragments)?);
         let arp = ArpCache::new(cfg.arp_capacity, cfg.arp_timeout, cfg.arp_retry);
         Ok(Pipeline {
             ifaces: built.ifaces,
             routes: built.routes,
             flows: Flows::new(ConnTable::new(cfg.flow_capacity, cfg.timeouts), built.acl),
-            egress: Egress::new(arp, cfg.static_neighbors.clone()),
+            egress: Egress::new(arp, cfg.static_neighbors.clone(), slot_len),
             fast: FastPath::new(),
             ingress: Ingress::new(),
             acct: Accounting::new(built.max_port),
             frag,
             cluster,
+            icmp: Box::new(IcmpErrors::new(cfg.icmp_errors)),
         })
     }
 
@@ -318,12 +332,95 @@ impl Pipeline {
     /// IPv4 input; then, if this frame was the first fragment of a
     /// datagram with fragments held, release them.
     fn ipv4_in<B: PacketBuf>(&mut self, now: Timestamp, at: Arrival, rx: Rx, buf: &mut B) -> Result<Outcome, DropReason> {
+        if rx.via == Via::Port && rx.frag.is_none() {
+            let l3 = buf.data().get(at.l2..).unwrap_or(&[]);
+            if Ipv4Packet::new_checked_header(l3).is_ok_and(|ip| ip.total_len() > at.ing.mtu) {
+                return self.split_oversize(now, at, rx, buf);
+            }
+        }
         let mut release = None;
         let r = self.ipv4_decide(now, at, rx, buf, &mut release);
         if let Some(rel) = release {
             self.release_fragments(now, &rel);
         }
+        if let Err(reason) = r {
+            self.icmp_error(now, &at, rx, reason, buf);
+        }
         r
+    }
+
+    /// A datagram larger than its ingress interface's MTU. Without DF and
+    /// not itself a fragment, it is what a port hands over after the
+    /// kernel reassembled its fragments (DPDK's af_packet PMD joins its
+    /// fanout group with `PACKET_FANOUT_FLAG_DEFRAG`): it is split back
+    /// into fragments of the ingress MTU, as they were on the wire, and
+    /// each is decided as received — the first in `buf`, the others from
+    /// the fragment path's slots — so the cluster and the fragment path
+    /// see what any other port would give them. Anything else that large
+    /// is dropped (`Ipv4OverMtu`).
+    #[cold]
+    fn split_oversize<B: PacketBuf>(&mut self, now: Timestamp, at: Arrival, rx: Rx, buf: &mut B) -> Result<Outcome, DropReason> {
+        let s = {
+            let l3 = buf.data().get(at.l2..).unwrap_or(&[]);
+            let ip = ipv4::parse(l3)?;
+            if ip.dont_frag() || ip.is_fragment() {
+                return Err(DropReason::Ipv4OverMtu);
+            }
+            crate::frag::split::plan(buf.data(), at.l2, usize::from(at.ing.mtu)).map_err(|_| DropReason::Ipv4OverMtu)?
+        };
+        if !self.frag.stage_split(buf.data(), &s) {
+            return Err(DropReason::FragNoBuffer);
+        }
+        let len = buf.data().len();
+        let first = crate::frag::split::cut_first(buf.data_mut(), &s).unwrap_or(len);
+        buf.trim_back(len - first);
+        let outcome = self.ipv4_in(now, at, rx, buf);
+        while let Some((i, mut mem, start, end)) = self.frag.next_staged() {
+            let mut sb = SlotBuf::over(&mut mem, start, end);
+            let o = self.classify(now, at.in_port, &mut sb, rx);
+            let (start, end) = (sb.start, sb.end);
+            self.frag.finish_released(i, mem, start, end, o);
+        }
+        outcome
+    }
+
+    /// A datagram dropped for `reason` (and unchanged): send the ICMP
+    /// error it earns, if any (`icmperr`: which drops, the never-send
+    /// rules, the rate limit).
+    #[cold]
+    fn icmp_error<B: PacketBuf>(&mut self, now: Timestamp, at: &Arrival, rx: Rx, reason: DropReason, buf: &B) {
+        let Some(l3) = buf.data().get(at.l2..) else { return };
+        let Ok(ip) = Ipv4Packet::new_checked_header(l3) else { return };
+        let kind = match reason {
+            DropReason::TtlExceeded => ErrorKind::TimeExceeded,
+            DropReason::NoRoute => ErrorKind::NetUnreachable,
+            DropReason::FragNeeded => {
+                let Some(eg) = self.routes.lookup(ip.dst()).and_then(|r| self.ifaces.get(r.iface)) else { return };
+                ErrorKind::FragNeeded(eg.mtu)
+            }
+            DropReason::AclDenied if self.icmp.config().admin_prohibited => ErrorKind::AdminProhibited,
+            DropReason::LocalUnhandled if rx.via == Via::Port && ip.dst() == at.ing.addr => match ip.protocol() {
+                crate::types::ip_proto::UDP => ErrorKind::PortUnreachable,
+                crate::types::ip_proto::TCP | crate::types::ip_proto::ICMP => return,
+                _ => ErrorKind::ProtocolUnreachable,
+            },
+            _ => return,
+        };
+        let Some(to) = icmperr::may_answer(l3, at.l2_broadcast, &self.ifaces) else {
+            self.icmp.refuse();
+            return;
+        };
+        let Some((ifx, next_hop)) = self.routes.lookup(to).map(|r| (r.iface, r.next_hop)) else {
+            self.icmp.counters.no_route += 1;
+            return;
+        };
+        let Some(eg) = self.ifaces.get(ifx) else { return };
+        let Some(mac) = self.egress.resolve(now, eg, next_hop, ifx) else {
+            self.icmp.counters.no_neighbor += 1;
+            return;
+        };
+        let back = Back { port: eg.port, dst_mac: mac, src_mac: eg.mac, vlan: eg.vlan, addr: eg.addr };
+        self.icmp.send(now, kind, l3, to, back);
     }
 
     /// The IPv4 stage's steps in order (`ipv4.rs`), then the fragment
@@ -436,6 +533,7 @@ impl Pipeline {
                     if self.flows.table.lookup(&tuple).is_none() || tuple.src != IpAddr::V4(dst) {
                         return Err(DropReason::NoFlow);
                     }
+                    xlate = self.cluster.as_deref().and_then(|cl| cl.quoted_xlate(&self.flows.table, &tuple));
                 }
                 // A later piece of a TCP segment without ACK: its flow
                 // must exist, nothing to track.
@@ -682,7 +780,9 @@ impl Pipeline {
 
     /// Hand every frame generated since the last call to `f`, in order: ARP
     /// requests, then (cluster) the burst's sealed CCL frames and released
-    /// pending frames, released fragments, frames released by ARP replies.
+    /// pending frames, released fragments, egress fragments (each
+    /// datagram's but the first), ICMP errors, frames released by ARP
+    /// replies.
     /// Each is counted as transmitted on its port.
     pub fn drain_generated(&mut self, mut f: impl FnMut(PortId, &[u8])) {
         let acct = &mut self.acct;
@@ -696,6 +796,8 @@ impl Pipeline {
             cl.drain(&mut out);
         }
         self.frag.drain(&mut out);
+        self.egress.drain_fragments(&mut out);
+        self.icmp.drain(&mut out);
         self.egress.drain_held(&mut out);
     }
 
@@ -814,6 +916,9 @@ impl Pipeline {
             vlan_tagged: i.vlan_tagged,
             fast_path: self.fast.count,
             arp_hold: e.arp_hold,
+            fragmented: e.fragmented,
+            fragments_out: e.fragments,
+            icmp_errors: self.icmp.counters,
             ipv6: i.ipv6,
             ports: a.ports.clone(),
             rx_unknown_port: a.rx_unknown_port,

@@ -190,6 +190,80 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Icmpv4Packet<T> {
     }
 }
 
+impl<T: AsRef<[u8]> + AsMut<[u8]>> Icmpv4Packet<T> {
+    /// The quoted datagram's L4 bytes (after its IP header) of an error
+    /// message, mutable, with its protocol; `None` if no IP header is
+    /// quoted.
+    pub fn embedded_l4_mut(&mut self) -> Option<(u8, &mut [u8])> {
+        if !self.is_error() {
+            return None;
+        }
+        let body = self.buffer.as_mut().get_mut(field::BODY..)?;
+        let (hl, proto) = {
+            let ip = Ipv4Packet::new_checked_header(&*body).ok()?;
+            (ip.header_len(), ip.protocol())
+        };
+        Some((proto, body.get_mut(hl..)?))
+    }
+}
+
+/// Codes of "destination unreachable" (RFC 792; RFC 1812 §5.2.7.1).
+pub mod unreach_code {
+    pub const NET: u8 = 0;
+    pub const HOST: u8 = 1;
+    pub const PROTOCOL: u8 = 2;
+    pub const PORT: u8 = 3;
+    /// Fragmentation needed and DF set (RFC 1191: the next-hop MTU goes in
+    /// the header's second word).
+    pub const FRAG_NEEDED: u8 = 4;
+    /// Communication administratively prohibited (RFC 1812 §5.2.7.1).
+    pub const ADMIN_PROHIBITED: u8 = 13;
+}
+
+/// Code of "time exceeded" for a TTL that ran out in transit (RFC 792).
+pub const TTL_EXCEEDED_IN_TRANSIT: u8 = 0;
+
+/// The largest ICMP error datagram a router sends: the IP header, the ICMP
+/// header and as much of the offending datagram as fits (RFC 1812
+/// §4.3.2.3).
+pub const MAX_ERROR_DATAGRAM: usize = 576;
+
+/// Whether an ICMP message of `msg_type` is a query or a reply (echo,
+/// timestamp, information, address mask: RFC 792, RFC 950). Every other
+/// type counts as an error for RFC 1122 §3.2.2: no error is ever sent
+/// about it.
+#[inline]
+pub fn is_query(msg_type: u8) -> bool {
+    matches!(msg_type, 0 | 8 | 13 | 14 | 15 | 16 | 17 | 18)
+}
+
+/// An ICMP error message this node originates (value form).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct IcmpErrorRepr {
+    pub msg_type: u8,
+    pub code: u8,
+    /// The low half of the second header word: the next-hop MTU of a
+    /// "fragmentation needed" (RFC 1191 §4), else 0 (unused).
+    pub next_hop_mtu: u16,
+}
+
+impl IcmpErrorRepr {
+    /// Emit the message — header and `quoted` (the start of the offending
+    /// datagram) — into `buf` with its checksum; returns its length, `None`
+    /// when `buf` is too short.
+    pub fn emit(&self, quoted: &[u8], buf: &mut [u8]) -> Option<usize> {
+        let n = HEADER_LEN + quoted.len();
+        let b = buf.get_mut(..n)?;
+        b[field::TYPE] = self.msg_type;
+        b[field::CODE] = self.code;
+        b[field::ECHO_IDENT].copy_from_slice(&[0, 0]);
+        b[field::ECHO_SEQ].copy_from_slice(&self.next_hop_mtu.to_be_bytes());
+        b[field::BODY..].copy_from_slice(quoted);
+        Icmpv4Packet::new_unchecked(b).fill_checksum();
+        Some(n)
+    }
+}
+
 /// Length of an ICMP error carrying `ip_header_len` + 8 quoted bytes.
 pub const fn error_len(ip_header_len: usize) -> usize {
     HEADER_LEN + ip_header_len + 8
@@ -217,6 +291,26 @@ mod tests {
         let c = checksum::checksum(&v);
         v[2..4].copy_from_slice(&c.to_be_bytes());
         v
+    }
+
+    #[test]
+    fn emit_error_golden() {
+        // Fragmentation needed, next-hop MTU 1400, quoting the SYN fixture's
+        // header and first 8 bytes: the same bytes as `port_unreachable`
+        // but for type/code, the MTU word and the checksum.
+        let repr = IcmpErrorRepr { msg_type: msg_type::DEST_UNREACHABLE, code: unreach_code::FRAG_NEEDED, next_hop_mtu: 1400 };
+        let mut buf = [0u8; 64];
+        let n = repr.emit(&TCP_SYN[..28], &mut buf).unwrap();
+        assert_eq!(n, 36);
+        let want_head = [3, 4, 0, 0, 0, 0, 0x05, 0x78];
+        assert_eq!(&buf[4..8], &want_head[4..]);
+        assert_eq!(&buf[..2], &want_head[..2]);
+        assert_eq!(&buf[8..36], &TCP_SYN[..28]);
+        let p = Icmpv4Packet::new_checked(&buf[..n]).unwrap();
+        assert!(p.verify_checksum() && p.is_error());
+        assert_eq!(p.embedded().unwrap().ports(), (50000, 80));
+        assert!(repr.emit(&TCP_SYN[..28], &mut [0u8; 35]).is_none(), "too short: nothing");
+        assert!(is_query(8) && is_query(0) && !is_query(3) && !is_query(11) && !is_query(5) && !is_query(200));
     }
 
     #[test]

@@ -217,6 +217,54 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> TcpPacket<T> {
     }
 }
 
+/// The start of a TCP header as an ICMP error quotes it: at least the
+/// ports and the sequence number (8 bytes, RFC 792), the acknowledgment
+/// number and the checksum when quoted too. Getters and setters for the
+/// fields that are there.
+#[derive(Debug)]
+pub struct QuotedTcp<T: AsRef<[u8]>> {
+    buffer: T,
+}
+
+impl<T: AsRef<[u8]>> QuotedTcp<T> {
+    /// At least 8 bytes, or `None`.
+    pub fn new_checked(buffer: T) -> Option<Self> {
+        (buffer.as_ref().len() >= field::ACK.start).then_some(QuotedTcp { buffer })
+    }
+    pub fn seq(&self) -> u32 {
+        be32(self.buffer.as_ref(), field::SEQ)
+    }
+    /// The acknowledgment number with the ACK flag set, if quoted.
+    pub fn ack(&self) -> Option<u32> {
+        let b = self.buffer.as_ref();
+        let flags = *b.get(field::FLAGS)?;
+        (flags & flags::ACK != 0).then(|| be32(b, field::ACK))
+    }
+    /// The TCP checksum, if quoted.
+    pub fn checksum(&self) -> Option<u16> {
+        let b = self.buffer.as_ref();
+        (b.len() >= field::CHECKSUM.end).then(|| be16(b, field::CHECKSUM))
+    }
+}
+
+impl<T: AsRef<[u8]> + AsMut<[u8]>> QuotedTcp<T> {
+    pub fn set_seq(&mut self, v: u32) {
+        self.buffer.as_mut()[field::SEQ].copy_from_slice(&v.to_be_bytes());
+    }
+    /// Sets the acknowledgment number if it is quoted.
+    pub fn set_ack(&mut self, v: u32) {
+        if let Some(b) = self.buffer.as_mut().get_mut(field::ACK) {
+            b.copy_from_slice(&v.to_be_bytes());
+        }
+    }
+    /// Sets the checksum if it is quoted.
+    pub fn set_checksum(&mut self, v: u16) {
+        if let Some(b) = self.buffer.as_mut().get_mut(field::CHECKSUM) {
+            b.copy_from_slice(&v.to_be_bytes());
+        }
+    }
+}
+
 /// The 32-bit edges of one SACK option's blocks in a segment's option
 /// bytes (RFC 2018 §3: `blocks` left/right pairs starting `body` bytes into
 /// the options), read and written in place: edge `2b` is block `b`'s left

@@ -69,6 +69,7 @@ pub fn config(n: usize, nodes: usize, seq_randomization: bool) -> PipelineConfig
         prefix_len: 24,
         security_level: level,
         vlan: None,
+        mtu: 1500,
     };
     let mut static_neighbors = vec![(GW, GW_MAC), (HOST, HOST_MAC)];
     static_neighbors.extend((0..nodes).filter(|&m| m != n).map(|m| (ccl_addr(m), ccl_mac(m))));
@@ -86,6 +87,7 @@ pub fn config(n: usize, nodes: usize, seq_randomization: bool) -> PipelineConfig
         arp_timeout: Duration::from_secs(300),
         arp_retry: Duration::from_secs(1),
         static_neighbors,
+        icmp_errors: Default::default(),
         cluster: Some(ClusterSpec {
             node: NodeId(n as u8),
             members: members(nodes),

@@ -46,6 +46,7 @@ pub fn config() -> PipelineConfig {
                 prefix_len: 24,
                 security_level: 100,
                 vlan: None,
+                mtu: 1500,
             },
             InterfaceSpec {
                 name: "outside".into(),
@@ -55,6 +56,7 @@ pub fn config() -> PipelineConfig {
                 prefix_len: 24,
                 security_level: 0,
                 vlan: None,
+                mtu: 1500,
             },
             InterfaceSpec {
                 name: "dmz".into(),
@@ -64,6 +66,7 @@ pub fn config() -> PipelineConfig {
                 prefix_len: 24,
                 security_level: 50,
                 vlan: Some(DMZ_VLAN),
+                mtu: 1500,
             },
         ],
         routes: vec![
@@ -106,6 +109,7 @@ pub fn config() -> PipelineConfig {
         arp_timeout: Duration::from_secs(300),
         arp_retry: Duration::from_secs(1),
         static_neighbors: vec![],
+        icmp_errors: Default::default(),
         cluster: None,
     }
 }
@@ -167,4 +171,26 @@ pub fn arp_reply(
         target_mac,
         target_ip,
     )
+}
+
+/// The ICMP error the node sends about `offending` (an untagged Ethernet
+/// frame as it arrived): from `our_ip` / `our_mac` back to the datagram's
+/// source at `to_mac`, TTL 64, DF, identification 0, quoting the datagram
+/// (at most 548 bytes, so the error is at most 576), with `word` as the
+/// header's second word (the next-hop MTU of "fragmentation needed").
+pub fn icmp_error_frame(
+    offending: &[u8],
+    our_mac: [u8; 6],
+    our_ip: Ipv4Addr,
+    to_mac: [u8; 6],
+    msg_type: u8,
+    code: u8,
+    word: u16,
+) -> Vec<u8> {
+    let l3 = &offending[14..];
+    let ip = dataplane::wire::ipv4::Ipv4Packet::new_checked(l3).expect("an IPv4 frame");
+    let quoted = &l3[..usize::from(ip.total_len()).min(548)];
+    let mut b = PacketBuilder::new(our_mac, to_mac, our_ip, ip.src());
+    b.ident = 0;
+    b.icmp(msg_type, code, (0, word), quoted)
 }

@@ -253,7 +253,7 @@ fn open_port(name: Option<&str>, pool: &Mempool) -> Result<Port> {
         Some(n) => Port::by_name(n).with_context(|| format!("port {n}"))?,
         None => *Port::all().first().context("no DPDK port (give --vdev or -a in the EAL arguments)")?,
     };
-    port.configure(1, 1, 1024, 1024, pool).with_context(|| format!("configuring {port}"))?;
+    port.configure(1, 1, 1024, 1024, pool, 0).with_context(|| format!("configuring {port}"))?;
     port.start().with_context(|| format!("starting {port}"))?;
     let _ = port.set_promiscuous(true);
     let _ = port.reset_stats();

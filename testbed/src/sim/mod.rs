@@ -549,6 +549,7 @@ pub fn node_config(cfg: &SimConfig, n: usize) -> Result<PipelineConfig, String> 
         prefix_len: 24,
         security_level: level,
         vlan: None,
+        mtu: 1500,
     };
     let flows = (cfg.tcp_flows + cfg.udp_flows) * 2 + 1024;
     let mut pc = PipelineConfig {
@@ -576,6 +577,7 @@ pub fn node_config(cfg: &SimConfig, n: usize) -> Result<PipelineConfig, String> 
         arp_timeout: Duration::from_secs(3600),
         arp_retry: Duration::from_millis(100),
         static_neighbors: Vec::new(),
+        icmp_errors: Default::default(),
         cluster: None,
     };
     if cfg.cluster {

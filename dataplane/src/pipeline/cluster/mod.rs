@@ -819,12 +819,13 @@ pub fn cookie_key(secret: &str) -> [u8; COOKIE_KEY_LEN] {
 pub const COOKIE_KEY_LEN: usize = 16;
 
 impl ClusterPath {
-    /// `ccl`: the CCL interface (index, port, MAC, address). Reserves
-    /// everything.
+    /// `ccl`: the CCL interface (index, port, MAC, address); `slot_len`:
+    /// bytes per pool slot. Reserves everything.
     pub fn new(
         spec: &ClusterSpec,
         ccl: (IfIndex, PortId, [u8; 6], Ipv4Addr),
         flow_capacity: usize,
+        slot_len: usize,
     ) -> Result<Self, ClusterSpecError> {
         if spec.node.index() >= NodeId::MAX_NODES {
             return Err(ClusterSpecError::BadNode(spec.node));
@@ -876,7 +877,7 @@ impl ClusterPath {
             next_generation: spec.incarnation.wrapping_shl(16),
             next_sweep: Timestamp::ZERO,
             extras: vec![OwnerExtra::default(); flow_capacity],
-            pool: FramePool::new(POOL_SLOTS),
+            pool: FramePool::new(POOL_SLOTS, slot_len),
             updates: Vec::with_capacity(MAX_UPDATES),
             resends: std::collections::VecDeque::with_capacity(MAX_RESENDS.min(flow_capacity.max(64))),
             batch: Some(Box::new([0u8; MAX_PAYLOAD_MTU1500])),

@@ -11,7 +11,7 @@ use crate::buf::PacketBuf;
 use crate::ccl::{FlowKey, Message, OwnerQuery, FRAME_OVERHEAD, TAG_LEN};
 use crate::pipeline::context::{Outcome, Rx};
 use crate::route::IfIndex;
-use crate::slots::{SlotMem, SLOT_HEADROOM, SLOT_LEN};
+use crate::slots::{SlotMem, SLOT_HEADROOM};
 use crate::types::{DropReason, FiveTuple, NodeId, PortId, Timestamp};
 
 /// A parked frame taken out of its slot for release.
@@ -54,7 +54,7 @@ impl ClusterPath {
     ) -> Result<Outcome, DropReason> {
         let key = canonical(tuple);
         let len = buf.data().len();
-        if self.pending_full() || SLOT_HEADROOM + len + TAG_LEN + FRAME_OVERHEAD > SLOT_LEN {
+        if self.pending_full() || SLOT_HEADROOM + len + TAG_LEN + FRAME_OVERHEAD > self.pool.slot_len() {
             return Err(DropReason::ClusterPendingFull);
         }
         let mut fallback = None;

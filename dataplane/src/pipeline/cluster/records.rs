@@ -21,6 +21,19 @@ pub(crate) struct Pre {
 }
 
 impl ClusterPath {
+    /// An ICMP error this owner sends on, quoting a TCP segment of a flow
+    /// whose sequence numbers it translates (R6): the translation that
+    /// takes the quoted header back to the segment's sender
+    /// (`Xlate::quoted`), so its TCP accepts the error (PMTUD).
+    pub fn quoted_xlate(&self, conn: &ConnTable, quoted: &FiveTuple) -> Option<Xlate> {
+        if quoted.proto != crate::types::ip_proto::TCP {
+            return None;
+        }
+        let (handle, dir) = conn.lookup(quoted)?;
+        let delta = self.extras.get(handle.index() as usize)?.delta;
+        (delta != 0).then_some(Xlate { dir, delta: SeqDelta(delta), quoted: true })
+    }
+
     /// Before conntrack, for a packet this node will process as owner: the
     /// flow as it was, and the reply-direction `ack` taken back into the
     /// client's sequence space (conntrack tracks the client's space, R6).
@@ -115,7 +128,7 @@ impl ClusterPath {
                 self.queue_record(now, link, &orig, record, tracked.created || resyn);
             }
         }
-        (delta != 0 && matches!(l4, L4Info::Tcp(_))).then_some(Xlate { dir: tracked.dir, delta: SeqDelta(delta) })
+        (delta != 0 && matches!(l4, L4Info::Tcp(_))).then_some(Xlate { dir: tracked.dir, delta: SeqDelta(delta), quoted: false })
     }
 
     /// The record the owner sends now for its flow `h` (`orig`: the
