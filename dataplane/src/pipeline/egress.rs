@@ -258,19 +258,7 @@ impl Egress {
             }
         }
         // Unresolved: rewrite all the same and hold the frame.
-        let mac = match self.neighbor(now, r.next_hop, r.egress) {
-            Resolve::Mac(m) => Some(m),
-            Resolve::Refresh(m) => {
-                self.queue_arp_request(eg, r.next_hop, m);
-                Some(m)
-            }
-            Resolve::SendRequest => {
-                self.queue_arp_request(eg, r.next_hop, BROADCAST);
-                None
-            }
-            Resolve::Wait => None,
-            Resolve::Full => return Err(DropReason::ArpCacheFull),
-        };
+        let mac = self.resolve(now, eg, r.next_hop, r.egress)?;
         // A datagram to be split is not held (its fragments would need a
         // slot each): the ARP request went out, the sender retries.
         if mac.is_none() && (split.is_some() || !self.hold.can_hold(r.next_hop, buf.data().len() + TAG_LEN)) {
@@ -348,10 +336,12 @@ impl Egress {
         self.fragments.drain(f);
     }
 
-    /// The MAC to send to `next_hop` on `ifx` now, if known (a who-has
-    /// goes out otherwise, or a re-confirmation of a stale entry).
-    pub fn resolve(&mut self, now: Timestamp, eg: Iface, next_hop: Ipv4Addr, ifx: IfIndex) -> Option<[u8; 6]> {
-        match self.neighbor(now, next_hop, ifx) {
+    /// The MAC to send to `next_hop` on `ifx` (out of `eg`) now, if
+    /// known; a who-has goes out when it is not (or a re-confirmation of a
+    /// stale entry, which is still used). `ArpCacheFull` when the cache has
+    /// no room for a pending entry.
+    pub fn resolve(&mut self, now: Timestamp, eg: Iface, next_hop: Ipv4Addr, ifx: IfIndex) -> Result<Option<[u8; 6]>, DropReason> {
+        Ok(match self.neighbor(now, next_hop, ifx) {
             Resolve::Mac(m) => Some(m),
             Resolve::Refresh(m) => {
                 self.queue_arp_request(eg, next_hop, m);
@@ -361,8 +351,9 @@ impl Egress {
                 self.queue_arp_request(eg, next_hop, BROADCAST);
                 None
             }
-            Resolve::Wait | Resolve::Full => None,
-        }
+            Resolve::Wait => None,
+            Resolve::Full => return Err(DropReason::ArpCacheFull),
+        })
     }
 
     /// Queue a who-has for `target` out of `eg`, to `dst` (broadcast, or

@@ -389,6 +389,10 @@ impl Pipeline {
     /// rules, the rate limit).
     #[cold]
     fn icmp_error<B: PacketBuf>(&mut self, now: Timestamp, at: &Arrival, rx: Rx, reason: DropReason, buf: &B) {
+        use DropReason::{AclDenied, FragNeeded, LocalUnhandled, NoRoute, TtlExceeded};
+        if !matches!(reason, TtlExceeded | NoRoute | FragNeeded | AclDenied | LocalUnhandled) {
+            return;
+        }
         let Some(l3) = buf.data().get(at.l2..) else { return };
         let Ok(ip) = Ipv4Packet::new_checked_header(l3) else { return };
         let kind = match reason {
@@ -415,7 +419,7 @@ impl Pipeline {
             return;
         };
         let Some(eg) = self.ifaces.get(ifx) else { return };
-        let Some(mac) = self.egress.resolve(now, eg, next_hop, ifx) else {
+        let Ok(Some(mac)) = self.egress.resolve(now, eg, next_hop, ifx) else {
             self.icmp.counters.no_neighbor += 1;
             return;
         };
