@@ -54,10 +54,11 @@ fn main() {
         )
         .allowlist_function("rte_mempool_(lookup|free|avail_count|in_use_count|full|empty)")
         .allowlist_function("rte_pktmbuf_.*|rte_mbuf_refcnt_.*")
+        .allowlist_function("rte_ring_(create|free|enqueue_burst|dequeue_burst|count)")
         .allowlist_function(
             "rte_eth_(dev_.*|rx_.*|tx_.*|stats_.*|link_get.*|macaddr_get|promiscuous_.*|find_next.*)",
         )
-        .allowlist_var("RTE_(MAX_.*|ETH_.*|MBUF_.*|PKTMBUF_.*|MEMPOOL_.*)|SOCKET_ID_ANY|LCORE_ID_ANY")
+        .allowlist_var("RTE_(MAX_.*|ETH_.*|MBUF_.*|PKTMBUF_.*|MEMPOOL_.*)|RING_F_.*|SOCKET_ID_ANY|LCORE_ID_ANY")
         .opaque_type("rte_l2tpv2_.*|rte_flow_item_l2tpv2")
         .blocklist_function("rte_eth_dev_(.*_reg_info|.*regs|get_module_.*|.*eeprom.*|.*dcb.*|.*_dump_.*)")
         .prepend_enum_name(false)

@@ -10,7 +10,15 @@
 #       (infinite_rx, 1024 UDP flows, 64-byte frames) -> net_pcap, rate from
 #       `clusterfw-ctl show stats --json` over a fixed interval; in the same
 #       run, on the same vdevs and input, dpdk-testpmd --forward-mode=io
-#       (before and after clusterfw; the mean is the framework limit);
+#       (before and after clusterfw; the mean is the framework limit); and
+#       the same node with `dpdk.workers: 2`, each vdev with two queues:
+#       "aligned" (queue i replays the flows worker i owns, split with the
+#       node's own steering by `dataplane/examples/worker_split`: RSS that
+#       agrees with the worker hash, nothing crosses), "mixed" (both queues
+#       replay every flow: half the frames are steered to the other worker)
+#       and "crossed" (queue i replays the other worker's flows: every frame
+#       crosses); aligned over one worker is the scaling, crossed against
+#       aligned the cost of a handoff;
 #   (c) --peers: Open vSwitch's userspace datapath (ovs-vswitchd-dpdk) on the
 #       same vdevs and input with ct(commit) and ct(commit,nat(src=...)), in
 #       a private run directory, rate from the egress port's tx_packets over
@@ -175,6 +183,7 @@ OUT_MAC=02:70:63:61:70:01
 NH_MAC=02:00:00:00:02:0a
 make_pcaps() {
   "$PY" scripts/bench/mkpcap.py udp "$PCAP_IN" --flows 1024 --size 60 --dst-mac "$IN_MAC"
+  cargo run --release -q -p dataplane --example worker_split -- "$PCAP_IN" 2 "${PCAP_IN%.pcap}" >&2
   "$PY" scripts/bench/mkpcap.py arp-reply "$PCAP_ARP" --dst-mac "$OUT_MAC" --sender-mac "$NH_MAC" \
     --sender 198.18.2.10 --target 198.18.2.1
 }
@@ -198,9 +207,18 @@ run_testpmd() { # $1 = label
   say "(b) testpmd ($1): $("$PY" -c 'import json,sys; print("%.2f Mpps" % json.load(open(sys.argv[1])).get("mpps", 0))' "$W/testpmd-$1.json")"
 }
 
-node_yaml() { # $1 = file, $2 = prefix
+node_yaml() { # $1 = file, $2 = prefix, $3 = workers (1 or 2), $4 = aligned|mixed|crossed
+  local workers=${3:-1} vin=$VDEV_IN vout=$VDEV_OUT in=${PCAP_IN%.pcap}
+  if [ "$workers" = 2 ]; then
+    case $4 in
+      aligned) vin="net_pcap0,rx_pcap=$in-w0.pcap,rx_pcap=$in-w1.pcap,infinite_rx=1" ;;
+      crossed) vin="net_pcap0,rx_pcap=$in-w1.pcap,rx_pcap=$in-w0.pcap,infinite_rx=1" ;;
+      *) vin="net_pcap0,rx_pcap=$PCAP_IN,rx_pcap=$PCAP_IN,infinite_rx=1" ;;
+    esac
+    vout="$vout,rx_pcap=$PCAP_ARP"
+  fi
   cat >"$1" <<EOF
-# Written by scripts/bench.sh: one worker lcore, net_pcap in -> net_pcap out.
+# Written by scripts/bench.sh: $workers worker(s), net_pcap in -> net_pcap out.
 node:
   name: bench
 logging:
@@ -210,13 +228,14 @@ dpdk:
   eal-args: ["--no-huge", "-m", "1024", "--no-pci", "--file-prefix", "$2", "-l", "0,1", "--log-level", "lib.eal:warning"]
   mbufs: 16383
   idle-sleep-us: 200
+  workers: $workers
 interfaces:
   - name: inside
-    device: "$VDEV_IN"
+    device: "$vin"
     address: 198.18.1.1/24
     security-level: 100
   - name: outside
-    device: "$VDEV_OUT"
+    device: "$vout"
     address: 198.18.2.1/24
     security-level: 0
 flow-table:
@@ -229,10 +248,10 @@ EOF
 
 ctl() { "$BIN/clusterfw-ctl" --socket "$W/node.sock" "$@"; }
 
-run_clusterfw() { # $1 = label
-  local label=$1 prefix="${TAG}-node-$1" pid i
+run_clusterfw() { # $1 = label, $2 = workers (default 1), $3 = input split (2 workers)
+  local label=$1 workers=${2:-1} split=${3:-} prefix="${TAG}-node-$1" pid i
   PREFIXES+=("$prefix")
-  node_yaml "$W/node.yaml" "$prefix"
+  node_yaml "$W/node.yaml" "$prefix" "$workers" "$split"
   local cmd="$BIN/clusterfw --config $W/node.yaml; clusterfw-ctl show stats --json at +${WARMUP}s and +$((WARMUP + SECS))s"
   say "(b) clusterfw: $cmd"
   rm -f "$W/node.sock"
@@ -249,7 +268,7 @@ run_clusterfw() { # $1 = label
     IN_MAC=$mac
     OUT_MAC=$(grep -o 'on net_pcap1 (port 1): [0-9./]* mac [0-9a-f:]*' "$W/node.log" | awk '{print $NF}')
     make_pcaps
-    run_clusterfw "$label"
+    run_clusterfw "$label" "$workers" "$split"
     return
   fi
   sleep "$WARMUP"
@@ -275,6 +294,7 @@ if [ $SKIP_DPDK = 0 ]; then
   make_pcaps
   run_testpmd before
   run_clusterfw first
+  for split in aligned mixed crossed; do run_clusterfw "w2-$split-first" 2 "$split"; done
 fi
 
 # ---------------------------------------------------------------- (c) OVS
@@ -332,6 +352,7 @@ if [ $PEERS = 1 ] && [ $SKIP_DPDK = 0 ]; then
 fi
 
 if [ $SKIP_DPDK = 0 ]; then
+  for split in crossed mixed aligned; do run_clusterfw "w2-$split-second" 2 "$split"; done
   run_clusterfw second
   run_testpmd after
   "$PY" - "$W" <<'EOF'
@@ -343,7 +364,19 @@ mean = lambda xs: sum(xs) / len(xs) if xs else None
 tp = {"mpps": mean([x["mpps"] for x in (b, a) if "mpps" in x]), "runs": [b, a], "command": b.get("command")}
 cf = {"mpps": mean([c1["mpps"], c2["mpps"]]), "runs": [c1, c2], "command": c1.get("command"),
       "drops_in_interval": [c1["drops_in_interval"], c2["drops_in_interval"]]}
-json.dump({"clusterfw": cf, "testpmd": tp, "ratio": cf["mpps"] / tp["mpps"] if tp["mpps"] else None},
+two = {}
+for split in ("aligned", "mixed", "crossed"):
+    r1, r2 = (json.load(open(f"{w}/clusterfw-w2-{split}-{n}.json")) for n in ("first", "second"))
+    two[split] = {"mpps": mean([r1["mpps"], r2["mpps"]]), "runs": [r1, r2], "command": r1.get("command"),
+                  "steered_share": mean([r["steered_share"] for r in (r1, r2)]),
+                  "handoff_drops_in_interval": [r["handoff_drops_in_interval"] for r in (r1, r2)]}
+a, x = two["aligned"]["mpps"], two["crossed"]["mpps"]
+# CPU per packet over both workers, crossed minus aligned: what a frame
+# that crosses to the other worker costs (the drops of an overloaded ring
+# included).
+handoff_ns = 2e3 / x - 2e3 / a if a and x else None
+json.dump({"clusterfw": cf, "testpmd": tp, "ratio": cf["mpps"] / tp["mpps"] if tp["mpps"] else None,
+           "workers2": two, "workers2_over_1": a / cf["mpps"] if cf["mpps"] else None, "handoff_ns": handoff_ns},
           open(f"{w}/../single.json", "w"), indent=2)
 EOF
 fi

@@ -315,6 +315,12 @@ pub enum ErrorKind {
         /// The largest data interface MTU.
         data_mtu: u64,
     },
+    /// More than one worker on a cluster member.
+    #[error("{workers} workers: a cluster member runs one worker for now (the CCL steering to several workers is not built yet; docs/workers.md)")]
+    ClusterOneWorker {
+        /// The workers configured.
+        workers: u16,
+    },
     /// Two interfaces on the same device and VLAN.
     #[error("device \"{device}\"{vlan} is already used by interface \"{other_interface}\"")]
     DuplicateDevice {

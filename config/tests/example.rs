@@ -44,6 +44,7 @@ fn example_parses_with_expected_values() {
             tx_descriptors: 1024,
             burst: 32,
             idle_sleep_us: 200,
+            workers: 1,
         }
     );
     assert_eq!(

@@ -47,6 +47,38 @@ impl Visitor for Json {
     }
 }
 
+/// Adds `v` into `acc`, the way `show stats` adds up the workers of one
+/// node: numbers add, objects merge key by key (a key only one side has
+/// is kept), arrays add element by element (the longer one's tail kept).
+/// Anything else (a string) keeps the first value seen. `Null` is the
+/// empty sum.
+pub fn add_json(acc: &mut Value, v: &Value) {
+    match (acc, v) {
+        (acc @ Value::Null, v) => *acc = v.clone(),
+        (Value::Number(a), Value::Number(b)) => {
+            if let (Some(x), Some(y)) = (a.as_u64(), b.as_u64()) {
+                *a = x.saturating_add(y).into();
+            } else if let Some(n) = serde_json::Number::from_f64(a.as_f64().unwrap_or(0.0) + b.as_f64().unwrap_or(0.0)) {
+                *a = n;
+            }
+        }
+        (Value::Object(a), Value::Object(b)) => {
+            for (k, bv) in b {
+                add_json(a.entry(k.clone()).or_insert(Value::Null), bv);
+            }
+        }
+        (Value::Array(a), Value::Array(b)) => {
+            for (i, bv) in b.iter().enumerate() {
+                match a.get_mut(i) {
+                    Some(av) => add_json(av, bv),
+                    None => a.push(bv.clone()),
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -76,6 +108,8 @@ mod tests {
             ipv6: Default::default(),
             ports: vec![PortCounters { rx_packets: 5, ..Default::default() }, PortCounters::default()],
             rx_unknown_port: 0,
+            handed_off: 0,
+            handoffs_in: 0,
         }
     }
 
@@ -92,5 +126,22 @@ mod tests {
         assert_eq!(v["ports"].as_array().map(Vec::len), Some(2));
         let keys: Vec<&String> = v.as_object().unwrap().keys().collect();
         assert_eq!(keys.first().map(|k| k.as_str()), Some("packets"), "visit order kept");
+    }
+
+    #[test]
+    fn workers_add_up() {
+        let one = to_json(&counters());
+        let mut sum = Value::Null;
+        for _ in 0..3 {
+            add_json(&mut sum, &one);
+        }
+        assert_eq!(sum["packets"], 15);
+        assert_eq!(sum["drops"]["acl-denied"], 6, "families add by label");
+        assert_eq!(sum["drops"]["no-route"], 0);
+        assert_eq!(sum["ports"][0]["rx_packets"], 15, "arrays add element by element");
+        assert_eq!(sum["ports"].as_array().map(Vec::len), Some(2));
+        let mut s = serde_json::json!({"node": "a", "x": [1], "y": 1.5});
+        add_json(&mut s, &serde_json::json!({"node": "b", "x": [2, 7], "z": 4, "y": 1}));
+        assert_eq!(s, serde_json::json!({"node": "a", "x": [3, 7], "y": 2.5, "z": 4}), "strings keep the first; a tail and a new key are kept");
     }
 }

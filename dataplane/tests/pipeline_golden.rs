@@ -174,6 +174,7 @@ fn run(p: &mut Pipeline, rows: Vec<Row>) {
             Verdict::Drop(d) => add(d.as_str().into(), 1),
             Verdict::Forward(o) => add(format!("tx:{}", o.0), 1),
             Verdict::Consumed => add("consumed".into(), 1),
+            Verdict::Handoff(_) => add("handed_off".into(), 1),
         }
         for (gp, _) in &r.generated {
             add(format!("tx:{}", gp.0), 1);

@@ -55,6 +55,7 @@ pub mod mbuf;
 pub mod mempool;
 pub mod port;
 pub mod queue;
+pub mod ring;
 
 pub use eal::Eal;
 pub use error::{Error, Result};
@@ -62,6 +63,7 @@ pub use mbuf::{Burst, Mbuf, MbufBurst, BURST_SIZE};
 pub use mempool::{Mempool, SOCKET_ID_ANY};
 pub use port::{Link, Port, PortInfo, PortStats};
 pub use queue::{RxQueue, TxQueue};
+pub use ring::{mbuf_ring, RingConsumer, RingProducer};
 
 #[cfg(test)]
 mod tests {

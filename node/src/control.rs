@@ -48,8 +48,8 @@ pub struct Control {
     policies: Policies,
     /// The configuration file, read again by `config reload`.
     config_path: PathBuf,
-    /// Policy commands the worker's queue has not taken yet.
-    pending: VecDeque<Query>,
+    /// Policy commands each worker's queue has not taken yet.
+    pending: Vec<VecDeque<Query>>,
     /// The replicated configuration version last confirmed to the
     /// membership machine as running.
     confirmed: Option<u64>,
@@ -68,7 +68,7 @@ impl Control {
             .with_context(|| format!("binding the control socket {}", cfg.control_socket.display()))?;
         Ok(Control {
             server: Some(server),
-            shared,
+            shared: shared.clone(),
             ports,
             node_name: cfg.node.name.clone(),
             started: Instant::now(),
@@ -77,7 +77,7 @@ impl Control {
             clock,
             policies,
             config_path: cfg.source_file.clone(),
-            pending: VecDeque::new(),
+            pending: shared.workers.iter().map(|_| VecDeque::new()).collect(),
             confirmed: None,
         })
     }
@@ -93,10 +93,13 @@ impl Control {
             None => 0,
         };
         self.follow_policy(now);
+        // Member sets and resets: a cluster node runs one worker.
         if let Some(c) = &mut self.ccl {
-            offer_commands(&self.shared.queries, &mut c.pending);
+            offer_commands(&self.shared.workers[0].queries, &mut c.pending);
         }
-        offer_commands(&self.shared.queries, &mut self.pending);
+        for (w, pending) in self.shared.workers.iter().zip(&mut self.pending) {
+            offer_commands(&w.queries, pending);
+        }
         if let Some(server) = self.server.take() {
             server.poll(|req| match req {
                 Request::Show { topic } => self.show(*topic),
@@ -115,7 +118,7 @@ impl Control {
         if c.take_replica_change() {
             match self.policies.follow(c.membership.config()) {
                 Follow::Unchanged => {}
-                Follow::Apply { generation, policy } => {
+                Follow::Apply { generation, policies } => {
                     let r = &self.policies.running;
                     log::info!(
                         "policy: running the {} ({} rules{})",
@@ -123,7 +126,7 @@ impl Control {
                         r.policy.access_rules.len(),
                         if self.policies.same_as_file() { ", as in this node's file" } else { ", not this node's file's" }
                     );
-                    push_command(&mut self.pending, Query::SetPolicy { generation, policy });
+                    send_policies(&mut self.pending, generation, policies);
                 }
                 Follow::Reject { version, why } => {
                     log::error!("policy: cannot run the replicated configuration v{version}: {why}; leaving the cluster");
@@ -132,7 +135,7 @@ impl Control {
             }
         }
         let version = self.policies.running.version;
-        if self.shared.policy_applied.load(Ordering::Relaxed) == self.policies.sent && self.confirmed != Some(version) {
+        if policy_applied(&self.shared) == self.policies.sent && self.confirmed != Some(version) {
             self.confirmed = Some(version);
             c.config_applied(now, version);
         }
@@ -164,8 +167,8 @@ impl Control {
         let now = self.clock.now();
         let message = match outcome {
             Reload::Unchanged => format!("{}: the policy is unchanged ({})", path.display(), self.policies.running.source),
-            Reload::Apply { generation, policy } => {
-                push_command(&mut self.pending, Query::SetPolicy { generation, policy });
+            Reload::Apply { generation, policies } => {
+                send_policies(&mut self.pending, generation, policies);
                 log::info!("policy: reloaded from {}", path.display());
                 format!("{}: new policy applied ({} rules)", path.display(), self.policies.running.policy.access_rules.len())
             }
@@ -189,7 +192,7 @@ impl Control {
             "same_as_file": p.same_as_file(),
             "rules": p.running.policy.access_rules.len(),
             "generation_sent": p.sent,
-            "generation_applied": self.shared.policy_applied.load(Ordering::Relaxed),
+            "generation_applied": policy_applied(&self.shared),
             "replicated_applied": p.applied,
             "replicated_rejected": p.rejected,
             "reloads": p.reloads,
@@ -313,16 +316,28 @@ impl Control {
         Ok(json!({ "node": self.node_name, "now_ms": now.nanos() / 1_000_000, "events": events }))
     }
 
+    /// Ask worker 0 (what every worker knows alike: routes, the cluster
+    /// of a one-worker cluster node).
     fn ask(&self, q: Query) -> Result<Reply, String> {
-        while self.shared.replies.pop().is_some() {} // stale answers of timed-out queries
-        self.shared.queries.push(q).map_err(|_| "worker query queue full".to_string())?;
+        self.ask_worker(0, q)
+    }
+
+    /// Ask every worker, in worker order.
+    fn ask_all(&self, q: impl Fn() -> Query) -> Result<Vec<Reply>, String> {
+        (0..self.shared.workers.len()).map(|w| self.ask_worker(w, q())).collect()
+    }
+
+    fn ask_worker(&self, w: usize, q: Query) -> Result<Reply, String> {
+        let ws = self.shared.workers.get(w).ok_or("no such worker")?;
+        while ws.replies.pop().is_some() {} // stale answers of timed-out queries
+        ws.queries.push(q).map_err(|_| format!("worker {w}: query queue full"))?;
         let deadline = Instant::now() + WORKER_ANSWER_TIMEOUT;
         loop {
-            if let Some(r) = self.shared.replies.pop() {
+            if let Some(r) = ws.replies.pop() {
                 return Ok(r);
             }
             if Instant::now() > deadline {
-                return Err("the worker did not answer in time".into());
+                return Err(format!("worker {w} did not answer in time"));
             }
             std::thread::sleep(Duration::from_micros(200));
         }
@@ -332,13 +347,39 @@ impl Control {
         let enc = |v: serde_json::Result<Value>| v.map_err(|e| e.to_string());
         match topic {
             Topic::Stats => {
-                let Reply::Counters(c, frag) = self.ask(Query::Counters)? else { return Err("unexpected reply".into()) };
-                let mut counters = stats::to_json(&*c);
+                // Every worker's counters, added up (a gauge too: flows,
+                // memory), and each worker's own under "workers".
+                let mut counters = Value::Null;
+                let mut per_worker = Vec::new();
+                for (w, r) in self.ask_all(|| Query::Counters)?.into_iter().enumerate() {
+                    let Reply::Counters(c, frag) = r else { return Err("unexpected reply".into()) };
+                    let mut v = stats::to_json(&*c);
+                    if let Value::Object(m) = &mut v {
+                        m.insert("fragments".into(), stats::to_json(&*frag));
+                    }
+                    stats::add_json(&mut counters, &v);
+                    let ws = &self.shared.workers[w];
+                    if let Value::Object(m) = &mut v {
+                        m.insert("worker".into(), json!(w));
+                        for (k, a) in [
+                            ("steered_out", &ws.steered_out),
+                            ("handed_out", &ws.handed_out),
+                            ("handoff_drops", &ws.handoff_drops),
+                            ("tx_full_drops", &ws.tx_full_drops),
+                        ] {
+                            m.insert(k.into(), json!(a.load(Ordering::Relaxed)));
+                        }
+                    }
+                    per_worker.push(v);
+                }
+                let port_counter = |i: usize, k: &str| -> u64 {
+                    counters["ports"][i][k].as_u64().unwrap_or(0)
+                };
                 let ports: Vec<Value> = self
                     .ports
                     .iter()
                     .enumerate()
-                    .map(|(i, (name, dev, p))| (name, dev, p, c.ports.get(i).copied().unwrap_or_default()))
+                    .map(|(i, (name, dev, p))| (name, dev, p, (port_counter(i, "rx_packets"), port_counter(i, "tx_packets"))))
                     .map(|(name, dev, p, fw)| match p.stats() {
                         Ok(s) => json!({
                             "name": name, "device": dev, "port": p.id(),
@@ -346,37 +387,73 @@ impl Control {
                             "rx_bytes": s.ibytes, "tx_bytes": s.obytes,
                             "rx_missed": s.imissed, "rx_errors": s.ierrors, "tx_errors": s.oerrors,
                             "rx_nombuf": s.rx_nombuf,
-                            "pipeline_rx_packets": fw.rx_packets, "pipeline_tx_packets": fw.tx_packets,
+                            "pipeline_rx_packets": fw.0, "pipeline_tx_packets": fw.1,
                         }),
                         Err(e) => json!({ "name": name, "device": dev, "port": p.id(), "error": e.to_string() }),
                     })
                     .collect();
+                let sum = |f: fn(&crate::shared::WorkerShared) -> u64| -> u64 { self.shared.workers.iter().map(f).sum() };
                 if let Value::Object(m) = &mut counters {
-                    m.insert("fragments".into(), stats::to_json(&*frag));
                     m.insert("node".into(), json!(self.node_name));
                     m.insert("uptime_s".into(), json!(self.started.elapsed().as_secs()));
-                    m.insert("tx_full_drops".into(), json!(self.shared.tx_full_drops.load(Ordering::Relaxed)));
+                    m.insert("tx_full_drops".into(), json!(sum(|w| w.tx_full_drops.load(Ordering::Relaxed))));
+                    m.insert("steered_out".into(), json!(sum(|w| w.steered_out.load(Ordering::Relaxed))));
+                    m.insert("handoff_drops".into(), json!(sum(|w| w.handoff_drops.load(Ordering::Relaxed))));
                     m.insert("ports".into(), Value::Array(ports));
+                    m.insert("workers".into(), Value::Array(per_worker));
                 }
                 Ok(counters)
             }
             Topic::Conn => {
-                let Reply::Conns(conns, total) = self.ask(Query::Conns { max: SHOW_CONN_MAX })? else {
-                    return Err("unexpected reply".into());
-                };
-                Ok(json!({ "total": total, "shown": conns.len(), "connections": enc(serde_json::to_value(conns))? }))
+                // Each worker's connections, marked with the worker.
+                let (mut all, mut total) = (Vec::new(), 0);
+                for (w, r) in self.ask_all(|| Query::Conns { max: SHOW_CONN_MAX })?.into_iter().enumerate() {
+                    let Reply::Conns(conns, n) = r else { return Err("unexpected reply".into()) };
+                    total += n;
+                    for c in conns.into_iter().take(SHOW_CONN_MAX.saturating_sub(all.len())) {
+                        let mut v = enc(serde_json::to_value(c))?;
+                        if let Value::Object(m) = &mut v {
+                            m.insert("worker".into(), json!(w));
+                        }
+                        all.push(v);
+                    }
+                }
+                Ok(json!({ "total": total, "shown": all.len(), "connections": all }))
             }
             Topic::Route => {
                 let Reply::Routes(r) = self.ask(Query::Routes)? else { return Err("unexpected reply".into()) };
                 Ok(json!({ "routes": enc(serde_json::to_value(r))? }))
             }
             Topic::Arp => {
-                let Reply::Arp(a) = self.ask(Query::Arp)? else { return Err("unexpected reply".into()) };
-                Ok(json!({ "arp": enc(serde_json::to_value(a))? }))
+                // Each worker keeps its own cache: one row per address, a
+                // resolved one first.
+                let mut rows: Vec<dataplane::arp::ArpInfo> = Vec::new();
+                for r in self.ask_all(|| Query::Arp)? {
+                    let Reply::Arp(a) = r else { return Err("unexpected reply".into()) };
+                    for e in a {
+                        match rows.iter_mut().find(|x| x.ip == e.ip && x.interface == e.interface) {
+                            Some(x) if x.mac.is_none() && e.mac.is_some() => *x = e,
+                            Some(_) => {}
+                            None => rows.push(e),
+                        }
+                    }
+                }
+                Ok(json!({ "arp": enc(serde_json::to_value(rows))? }))
             }
             Topic::Rules => {
-                let Reply::Rules(r) = self.ask(Query::Rules)? else { return Err("unexpected reply".into()) };
-                Ok(json!({ "rules": enc(serde_json::to_value(r))? }))
+                // The same rules on every worker: hits added up.
+                let mut rules: Vec<dataplane::acl::RuleInfo> = Vec::new();
+                for r in self.ask_all(|| Query::Rules)? {
+                    let Reply::Rules(r) = r else { return Err("unexpected reply".into()) };
+                    if rules.is_empty() {
+                        rules = r;
+                    } else {
+                        for (a, b) in rules.iter_mut().zip(r) {
+                            a.hits += b.hits;
+                        }
+                    }
+                }
+                Ok(json!({ "rules": enc(serde_json::to_value(rules))? }))
             }
             Topic::Config => {
                 let file = self.policies.file();
@@ -387,4 +464,16 @@ impl Control {
             Topic::ClusterHistory => self.show_cluster_history(),
         }
     }
+}
+
+/// One policy to each worker.
+fn send_policies(pending: &mut [VecDeque<Query>], generation: u64, policies: Vec<Box<dataplane::pipeline::Policy>>) {
+    for (pending, policy) in pending.iter_mut().zip(policies) {
+        push_command(pending, Query::SetPolicy { generation, policy });
+    }
+}
+
+/// The policy generation every worker has applied.
+fn policy_applied(shared: &Shared) -> u64 {
+    shared.workers.iter().map(|w| w.policy_applied.load(Ordering::Relaxed)).min().unwrap_or(0)
 }

@@ -26,7 +26,7 @@ use controlplane::membership::{self, ControlLink, Membership};
 use dataplane::ccl::{CclKey, FramePath, Placement};
 use dataplane::cluster::MemberSet;
 use dataplane::pipeline::{ClusterSpec, InterfaceSpec, Pipeline, PipelineConfig, RouteSpec};
-use dataplane::{Duration, Epoch, NodeId, PortId};
+use dataplane::{Duration, Epoch, NodeId, PortId, WorkerId};
 use dpdk_sys::{Mempool, Port};
 use shared::Shared;
 use std::path::PathBuf;
@@ -115,7 +115,7 @@ fn eal_args(cfg: &Config, extra: &[String]) -> Vec<String> {
         }
         seen.push(name);
         args.push(if vdev { "--vdev".into() } else { "-a".into() });
-        args.push(if vdev { sizing::vdev_arg(device) } else { device.clone() });
+        args.push(if vdev { sizing::vdev_arg(device, cfg.dpdk.workers) } else { device.clone() });
     }
     args.extend(extra.iter().cloned());
     args
@@ -130,6 +130,8 @@ struct DataPort {
     /// The interfaces on this port (several with VLANs), comma-separated.
     interfaces: String,
     port: Port,
+    /// RX queues configured (one per worker where the device has them).
+    rx_queues: u16,
 }
 
 fn run(cfg: Config, extra: Vec<String>) -> Result<()> {
@@ -140,12 +142,27 @@ fn run(cfg: Config, extra: Vec<String>) -> Result<()> {
     // Mbufs hold the largest frame any port hands over (`sizing`).
     let data_room = sizing::mbuf_data_room(&cfg).map_err(anyhow::Error::msg)?;
     log::info!("packet pool: {} mbufs of {} bytes", cfg.dpdk.mbufs, data_room);
+    let want = sizing::mbufs_wanted(&cfg, u64::from(shared::STEER_RING));
+    if u64::from(cfg.dpdk.mbufs) < want {
+        log::warn!(
+            "dpdk.mbufs {} is less than the {want} that every RX and TX ring{} can hold at once; \
+             under load a port may find the pool empty (rx_nombuf)",
+            cfg.dpdk.mbufs,
+            if cfg.dpdk.workers > 1 { " and steering ring" } else { "" }
+        );
+    }
     let pool = Arc::new(
         Mempool::new_pktmbuf("cfw_pkts", cfg.dpdk.mbufs, 256, data_room, dpdk_sys::SOCKET_ID_ANY)
             .context("creating the packet pool")?,
     );
 
     // One DPDK port per distinct device; interfaces (VLANs) map onto them.
+    // Each port gets one RX and one TX queue per worker where it has them
+    // (RSS spreads the RX queues; the workers steer frames to their owner
+    // whatever queue they arrive on, `steer`); a port with fewer RX queues
+    // is polled by the first workers only, one with fewer TX queues cannot
+    // serve every worker (an error).
+    let workers = cfg.dpdk.workers;
     let mut ports: Vec<DataPort> = Vec::new();
     let mut specs = Vec::new();
     for i in &cfg.interfaces {
@@ -155,10 +172,17 @@ fn run(cfg: Config, extra: Vec<String>) -> Result<()> {
             None => {
                 let port = Port::by_name(dev).with_context(|| format!("interface {}: device {dev}", i.name))?;
                 let mtu = port_mtu(port, dev, i.mtu)?;
-                port.configure(1, 1, cfg.dpdk.rx_descriptors, cfg.dpdk.tx_descriptors, &pool, mtu)
-                    .with_context(|| format!("configuring port {dev}"))?;
+                let rxq = port_queues(port, dev, workers)?;
+                port.configure(rxq, workers, cfg.dpdk.rx_descriptors, cfg.dpdk.tx_descriptors, &pool, mtu)
+                    .with_context(|| format!("configuring port {dev} with {rxq} RX / {workers} TX queues"))?;
                 port.start().with_context(|| format!("starting port {dev}"))?;
-                ports.push(DataPort { name: dev.to_string(), device: i.device.clone(), interfaces: String::new(), port });
+                ports.push(DataPort {
+                    name: dev.to_string(),
+                    device: i.device.clone(),
+                    interfaces: String::new(),
+                    port,
+                    rx_queues: rxq,
+                });
                 ports.len() - 1
             }
         };
@@ -230,6 +254,8 @@ fn run(cfg: Config, extra: Vec<String>) -> Result<()> {
             device: cl.ccl.device.clone(),
             interfaces: config::cluster::CCL_INTERFACE.into(),
             port,
+            // The worker polls queue 0; queue 1 is the control lcore's.
+            rx_queues: 1,
         });
         specs.push(InterfaceSpec {
             name: config::cluster::CCL_INTERFACE.into(),
@@ -246,11 +272,34 @@ fn run(cfg: Config, extra: Vec<String>) -> Result<()> {
 
     let incarnation = unix_seconds();
     let cluster = cfg.cluster.as_ref().map(|cl| cluster_spec(cl, incarnation)).transpose()?;
-    let policies = policy::Policies::new(&cfg, specs.clone());
+    let policies = policy::Policies::new(&cfg, specs.clone(), usize::from(cfg.dpdk.workers));
     let mut pcfg = pipeline_config(&cfg, specs);
     pcfg.cluster = cluster;
-    let pipeline = Pipeline::new(pcfg).map_err(|e| anyhow::anyhow!("pipeline: {e}"))?;
-    let shared = Arc::new(Shared::new());
+    // One pipeline per worker, each with its own tables (docs/workers.md);
+    // the ICMP error rate is the node's, shared out.
+    pcfg.icmp_errors.rate = pcfg.icmp_errors.rate.div_ceil(u32::from(workers));
+    pcfg.icmp_errors.burst = pcfg.icmp_errors.burst.div_ceil(u32::from(workers)).max(1);
+    let mut pipelines = Vec::with_capacity(usize::from(workers));
+    for w in 0..workers {
+        let mut p = Pipeline::new(pcfg.clone()).map_err(|e| anyhow::anyhow!("pipeline: {e}"))?;
+        p.set_worker(WorkerId(w), workers).map_err(|e| anyhow::anyhow!("pipeline: {e}"))?;
+        pipelines.push(p);
+    }
+    // Several workers: a steering ring into each (`shared::STEER_RING`).
+    let mut producers = Vec::new();
+    let mut consumers = Vec::new();
+    for w in 0..workers {
+        if workers == 1 {
+            producers.push(None);
+            consumers.push(None);
+            continue;
+        }
+        let (p, c) = dpdk_sys::mbuf_ring(&format!("cfw_steer{w}"), shared::STEER_RING, dpdk_sys::SOCKET_ID_ANY)
+            .with_context(|| format!("worker {w}'s steering ring"))?;
+        producers.push(Some(p));
+        consumers.push(Some(c));
+    }
+    let shared = Arc::new(Shared::new(producers));
     let ccl_control = match (&cfg.cluster, ccl_setup) {
         (Some(cl), Some((ccl_idx, port, two, mac))) => Some(ccl::CclControl::new(ccl::CclControlConfig {
             port,
@@ -276,27 +325,38 @@ fn run(cfg: Config, extra: Vec<String>) -> Result<()> {
             .context("installing signal handlers")?;
     }
 
-    let worker = worker::Worker {
-        pipeline,
-        ports: ports.iter().map(|p| p.port).collect(),
-        pool: pool.clone(),
-        shared: shared.clone(),
-        clock,
-        idle_sleep_us: cfg.dpdk.idle_sleep_us,
-        ccl_port: ccl_setup.map(|(idx, ..)| idx),
-    };
-    let worker_lcore = dpdk_sys::eal::worker_lcores().into_iter().next();
-    let thread = match worker_lcore {
-        Some(lcore) => {
-            log::info!("launching the worker on lcore {lcore}");
-            dpdk_sys::eal::launch(lcore, move || worker.run()).context("launching the worker lcore")?;
-            None
+    let lcores = dpdk_sys::eal::worker_lcores();
+    let mut launched = Vec::new();
+    let mut threads = Vec::new();
+    for (w, (pipeline, steered_in)) in pipelines.into_iter().zip(consumers).enumerate() {
+        let worker = worker::Worker {
+            pipeline,
+            ports: ports.iter().map(|p| p.port).collect(),
+            pool: pool.clone(),
+            shared: shared.clone(),
+            clock,
+            idle_sleep_us: cfg.dpdk.idle_sleep_us,
+            ccl_port: ccl_setup.map(|(idx, ..)| idx),
+            me: WorkerId(w as u16),
+            workers,
+            rx_queues: ports.iter().map(|p| (w < usize::from(p.rx_queues)).then_some(w as u16)).collect(),
+            steered_in,
+        };
+        match lcores.get(w) {
+            Some(&lcore) => {
+                log::info!("launching worker {w} on lcore {lcore}");
+                dpdk_sys::eal::launch(lcore, move || worker.run()).context("launching a worker lcore")?;
+                launched.push(lcore);
+            }
+            None => {
+                log::warn!(
+                    "worker {w}: no worker lcore left in the EAL core list ({} for {workers} workers); running it on a thread",
+                    lcores.len()
+                );
+                threads.push(std::thread::Builder::new().name(format!("worker{w}")).spawn(move || worker.run())?);
+            }
         }
-        None => {
-            log::warn!("no worker lcore in the EAL core list (-l); running the worker on a thread");
-            Some(std::thread::Builder::new().name("worker".into()).spawn(move || worker.run())?)
-        }
-    };
+    }
 
     let mut ctl = control::Control::new(
         &cfg,
@@ -322,15 +382,13 @@ fn run(cfg: Config, extra: Vec<String>) -> Result<()> {
     }
     log::info!("stopping");
     shared.stop.store(true, Ordering::Relaxed);
-    match (worker_lcore, thread) {
-        (Some(lcore), _) => {
-            dpdk_sys::eal::wait_lcore(lcore);
-        }
-        (None, Some(t)) => {
-            let _ = t.join();
-        }
-        (None, None) => {}
+    for lcore in launched {
+        dpdk_sys::eal::wait_lcore(lcore);
     }
+    for t in threads {
+        let _ = t.join();
+    }
+    shared.drain_frames();
     drop(ctl);
     for p in &ports {
         if let Err(e) = p.port.stop() {
@@ -341,6 +399,30 @@ fn run(cfg: Config, extra: Vec<String>) -> Result<()> {
     drop(pool);
     drop(eal);
     Ok(())
+}
+
+/// RX queues for `workers` workers on `port`: one each where the device
+/// has them, else as many as it has (logged). Every worker needs a TX queue
+/// of its own: a port with fewer is an error.
+fn port_queues(port: Port, dev: &str, workers: u16) -> Result<u16> {
+    let info = port.info().with_context(|| format!("device {dev}"))?;
+    if info.max_tx_queues < workers {
+        bail!(
+            "device {dev} ({}) offers {} TX queues, {workers} workers need one each (af_packet: qpairs={workers}, \
+             which the node adds itself unless the device string sets qpairs)",
+            info.driver_name,
+            info.max_tx_queues
+        );
+    }
+    let rx = workers.min(info.max_rx_queues.max(1));
+    if rx < workers {
+        log::warn!(
+            "device {dev} ({}): {rx} RX queue(s) for {workers} workers: workers {rx}.. poll no RX queue of it and get its \
+             frames from the others' steering",
+            info.driver_name
+        );
+    }
+    Ok(rx)
 }
 
 /// The MTU to configure `port` with: `want`, or the most the device

@@ -48,16 +48,16 @@ pub struct Running {
 pub enum Follow {
     /// Already running it (or none held).
     Unchanged,
-    /// Swap this in (command generation `generation`).
-    Apply { generation: u64, policy: Box<Policy> },
+    /// Swap these in, one per worker (command generation `generation`).
+    Apply { generation: u64, policies: Vec<Box<Policy>> },
     /// This node cannot run version `version`: the reason.
     Reject { version: u64, why: String },
 }
 
 /// What a reload did.
 pub enum Reload {
-    /// A single node: swap this in.
-    Apply { generation: u64, policy: Box<Policy> },
+    /// A single node: swap these in, one per worker.
+    Apply { generation: u64, policies: Vec<Box<Policy>> },
     /// A cluster's control node: publish these bytes (the replicated
     /// configuration); the membership machine's `Action::Replica` brings
     /// them back through [`Policies::follow`].
@@ -72,6 +72,8 @@ pub struct Policies {
     /// The pipeline's interfaces (data interfaces, then `ccl`), as built
     /// at start: the new policy's security levels replace theirs.
     specs: Vec<InterfaceSpec>,
+    /// Workers of the node: each gets its own copy of a policy.
+    workers: usize,
     pub running: Running,
     /// Policy commands sent to the worker (their generation).
     pub sent: u64,
@@ -84,7 +86,7 @@ pub struct Policies {
 }
 
 impl Policies {
-    pub fn new(file: &Config, specs: Vec<InterfaceSpec>) -> Policies {
+    pub fn new(file: &Config, specs: Vec<InterfaceSpec>, workers: usize) -> Policies {
         let policy = file.policy();
         Policies {
             running: Running {
@@ -95,6 +97,7 @@ impl Policies {
             },
             file: file.clone(),
             specs,
+            workers: workers.max(1),
             sent: 0,
             applied: 0,
             rejected: 0,
@@ -118,17 +121,19 @@ impl Policies {
         self.running.policy == self.file.policy()
     }
 
-    /// The pipeline's form of `p` for this node's interfaces.
-    fn build(&self, p: &FilePolicy) -> Result<Box<Policy>, String> {
+    /// The pipeline's form of `p` for this node's interfaces, one per
+    /// worker.
+    fn build(&self, p: &FilePolicy) -> Result<Vec<Box<Policy>>, String> {
         let specs: Vec<InterfaceSpec> = self
             .specs
             .iter()
             .map(|s| InterfaceSpec { security_level: p.security_level(&s.name).unwrap_or(s.security_level), ..s.clone() })
             .collect();
-        Policy::build(&specs, &rule_specs(&p.access_rules), timeouts(&p.timeouts)).map(Box::new).map_err(|e| e.to_string())
+        let (rules, t) = (rule_specs(&p.access_rules), timeouts(&p.timeouts));
+        (0..self.workers).map(|_| Policy::build(&specs, &rules, t).map(Box::new).map_err(|e| e.to_string())).collect()
     }
 
-    fn run(&mut self, version: u64, source: String, policy: FilePolicy, yaml: String) -> Result<(u64, Box<Policy>), String> {
+    fn run(&mut self, version: u64, source: String, policy: FilePolicy, yaml: String) -> Result<(u64, Vec<Box<Policy>>), String> {
         let built = self.build(&policy)?;
         self.running = Running { version, source, policy, yaml };
         self.sent += 1;
@@ -152,10 +157,10 @@ impl Policies {
             });
         let result = parsed.and_then(|(p, text)| self.run(blob.version, format!("replicated v{}", blob.version), p, text));
         match result {
-            Ok((generation, policy)) => {
+            Ok((generation, policies)) => {
                 self.applied += 1;
                 self.last_error = None;
-                Follow::Apply { generation, policy }
+                Follow::Apply { generation, policies }
             }
             Err(why) => {
                 self.rejected += 1;
@@ -190,8 +195,8 @@ impl Policies {
         }
         let yaml = policy.to_yaml();
         let source = format!("file {} (reload {})", path.display(), self.reloads);
-        let (generation, policy) = self.run(0, source, policy, yaml).map_err(anyhow::Error::msg)?;
-        Ok(Reload::Apply { generation, policy })
+        let (generation, policies) = self.run(0, source, policy, yaml).map_err(anyhow::Error::msg)?;
+        Ok(Reload::Apply { generation, policies })
     }
 }
 
@@ -253,7 +258,7 @@ mod tests {
                 mtu: 1500,
             })
             .collect();
-        Policies::new(&cfg, specs)
+        Policies::new(&cfg, specs, 1)
     }
 
     #[test]

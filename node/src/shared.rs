@@ -1,8 +1,9 @@
-//! What the control thread and the worker share: a stop flag, a few
-//! counters the worker publishes, and two bounded lock-free queues: queries
-//! and commands (control → worker) and the queries' answers (worker →
-//! control). The worker takes them between bursts (`worker::between_bursts`),
-//! so nothing on its packet path waits for the control thread.
+//! What the control thread and the workers share: a stop flag, and per
+//! worker a few counters it publishes and three bounded lock-free queues:
+//! queries and commands (control → worker), the queries' answers (worker →
+//! control), and the frames other workers hand to it (`Handoff`). A worker
+//! takes queries between bursts (`worker::between_bursts`), so nothing on
+//! its packet path waits for the control thread.
 //!
 //! Invariant: every query gets exactly one reply, a command none (the
 //! control thread waits for one reply per query it sent).
@@ -13,7 +14,9 @@ use dataplane::conntrack::ConnInfo;
 use dataplane::acl::RuleInfo;
 use dataplane::arp::ArpInfo;
 use dataplane::cluster::MemberSet;
-use dataplane::pipeline::{ClusterCountersSnapshot, Counters, FragSnapshot, Policy};
+use dataplane::pipeline::{ClusterCountersSnapshot, Counters, FragNote, FragSnapshot, Policy};
+use dataplane::PortId;
+use dpdk_sys::{Mbuf, RingProducer};
 use dataplane::route::RouteInfo;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::collections::VecDeque;
@@ -53,29 +56,95 @@ pub enum Reply {
     Cluster(Option<Box<ClusterCountersSnapshot>>),
 }
 
-pub struct Shared {
-    pub stop: AtomicBool,
+/// What one worker passes to another besides the frames steered on
+/// receipt (those go in bursts on the receiver's `steer` ring): a fragment
+/// whose connection that worker owns, with what the first worker's
+/// reassembler learnt (`note`), or an ARP frame to learn from.
+pub enum Handoff {
+    Fragment { m: Mbuf, in_port: PortId, note: FragNote },
+    /// A copy of an ARP frame another worker received and answered: learn
+    /// from it (`Pipeline::arp_learn`).
+    Learn { m: Mbuf, in_port: PortId },
+}
+
+/// What the control thread and one worker share.
+pub struct WorkerShared {
+    pub queries: ArrayQueue<Query>,
+    pub replies: ArrayQueue<Reply>,
+    /// Frames other workers steer to this one on receipt, in bursts, the
+    /// receiving port index in the mbuf's `port` (`None` with one worker;
+    /// full: the sender frees what did not fit and counts it in its
+    /// `handoff_drops`). The consuming end is the worker's own.
+    pub steer: Option<RingProducer>,
+    /// Fragments and ARP copies other workers pass to this one (bounded;
+    /// full: as above).
+    pub handoff: ArrayQueue<Handoff>,
     /// Packets that could not be queued for TX (full TX ring), published by
     /// the worker once per timer tick.
     pub tx_full_drops: AtomicU64,
     /// The generation of the last policy the worker applied
     /// (`Query::SetPolicy`; 0: the one it started with).
     pub policy_applied: AtomicU64,
-    pub queries: ArrayQueue<Query>,
-    pub replies: ArrayQueue<Reply>,
+    /// Frames this worker received and passed to the worker that owns
+    /// them, frames it passed on from its own pipeline (fragments), and
+    /// frames it could not pass (the other's ring was full: dropped);
+    /// published once per timer tick.
+    pub steered_out: AtomicU64,
+    pub handed_out: AtomicU64,
+    pub handoff_drops: AtomicU64,
+}
+
+/// Frames a worker's steering ring holds (a power of two).
+pub const STEER_RING: u32 = 4096;
+/// Fragments and ARP copies a worker's handoff queue holds.
+pub const HANDOFF_RING: usize = 1024;
+
+impl WorkerShared {
+    fn new(steer: Option<RingProducer>) -> WorkerShared {
+        WorkerShared {
+            queries: ArrayQueue::new(4),
+            replies: ArrayQueue::new(4),
+            steer,
+            handoff: ArrayQueue::new(HANDOFF_RING),
+            tx_full_drops: AtomicU64::new(0),
+            policy_applied: AtomicU64::new(0),
+            steered_out: AtomicU64::new(0),
+            handed_out: AtomicU64::new(0),
+            handoff_drops: AtomicU64::new(0),
+        }
+    }
+}
+
+pub struct Shared {
+    pub stop: AtomicBool,
+    /// One per worker, in worker order.
+    pub workers: Vec<WorkerShared>,
     /// CCL hand-off between the worker and the control lcore (unused in
     /// single-node mode).
     pub ccl: Arc<CclShared>,
 }
 
 impl Shared {
-    pub fn new() -> Shared {
+    /// Free the frames still on the handoff queues and the CCL queues (the
+    /// workers and the control lcore have stopped): before the mempool and
+    /// the EAL go. (What is left on a steering ring stays there: rings, like
+    /// pools, are never freed.)
+    pub fn drain_frames(&self) {
+        for w in &self.workers {
+            while w.handoff.pop().is_some() {}
+        }
+        for q in [&self.ccl.to_worker, &self.ccl.to_control, &self.ccl.tx_via_worker] {
+            while q.pop().is_some() {}
+        }
+    }
+
+    /// Shared state for one worker per entry of `steer` (its steering
+    /// ring's producing end; `None` with one worker).
+    pub fn new(steer: Vec<Option<RingProducer>>) -> Shared {
+        let steer = if steer.is_empty() { vec![None] } else { steer };
         Shared {
             stop: AtomicBool::new(false),
-            tx_full_drops: AtomicU64::new(0),
-            policy_applied: AtomicU64::new(0),
-            queries: ArrayQueue::new(4),
-            replies: ArrayQueue::new(4),
+            workers: steer.into_iter().map(WorkerShared::new).collect(),
             ccl: Arc::new(CclShared::new()),
         }
     }

@@ -43,14 +43,21 @@ fn arg<'a>(device: &'a str, key: &str) -> Option<&'a str> {
 }
 
 /// `device` as given to EAL: an af_packet device without `framesz` gets
-/// `AF_PACKET_FRAME`-byte frames (and blocks of at least that).
-pub fn vdev_arg(device: &str) -> String {
-    if !is_af_packet(device) || arg(device, "framesz").is_some() {
+/// `AF_PACKET_FRAME`-byte frames (and blocks of at least that), and one
+/// without `qpairs` a queue pair per worker when there are several.
+pub fn vdev_arg(device: &str, workers: u16) -> String {
+    if !is_af_packet(device) {
         return device.to_string();
     }
-    let mut d = format!("{device},framesz={AF_PACKET_FRAME}");
-    if arg(device, "blocksz").is_none() {
-        d.push_str(&format!(",blocksz={AF_PACKET_FRAME}"));
+    let mut d = device.to_string();
+    if arg(device, "framesz").is_none() {
+        d.push_str(&format!(",framesz={AF_PACKET_FRAME}"));
+        if arg(device, "blocksz").is_none() {
+            d.push_str(&format!(",blocksz={AF_PACKET_FRAME}"));
+        }
+    }
+    if workers > 1 && arg(device, "qpairs").is_none() {
+        d.push_str(&format!(",qpairs={workers}"));
     }
     d
 }
@@ -61,7 +68,7 @@ fn largest_frame(device: &str, mtu: u16) -> u32 {
     if !is_af_packet(device) {
         return by_mtu;
     }
-    let frame = arg(&vdev_arg(device), "framesz").and_then(|v| v.parse::<u32>().ok()).unwrap_or(AF_PACKET_FRAME);
+    let frame = arg(&vdev_arg(device, 1), "framesz").and_then(|v| v.parse::<u32>().ok()).unwrap_or(AF_PACKET_FRAME);
     by_mtu.max(frame.saturating_sub(AF_PACKET_FRAME_HEADER))
 }
 
@@ -77,17 +84,53 @@ pub fn mbuf_data_room(cfg: &Config) -> Result<u16, String> {
     })
 }
 
+/// Mbufs that can be held at once: every data port's RX and TX
+/// descriptors for every worker, the workers' steering rings
+/// (`steer_ring` slots each when there are several) and the pool's
+/// per-lcore caches (256 each).
+pub fn mbufs_wanted(cfg: &Config, steer_ring: u64) -> u64 {
+    let workers = u64::from(cfg.dpdk.workers.max(1));
+    let mut devices: Vec<&str> = cfg.interfaces.iter().map(|i| i.device.as_str()).collect();
+    devices.sort_unstable();
+    devices.dedup();
+    let per_queue = u64::from(cfg.dpdk.rx_descriptors) + u64::from(cfg.dpdk.tx_descriptors);
+    let rings = if workers > 1 { workers * steer_ring } else { 0 };
+    devices.len() as u64 * workers * per_queue + rings + (workers + 1) * 256
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn af_packet_devices_get_large_frames_unless_they_say() {
-        assert_eq!(vdev_arg("net_af_packet0,iface=n1-in"), "net_af_packet0,iface=n1-in,framesz=16384,blocksz=16384");
-        assert_eq!(vdev_arg("net_af_packet0,iface=x,framesz=4096"), "net_af_packet0,iface=x,framesz=4096");
-        assert_eq!(vdev_arg("net_af_packet0,iface=x,blocksz=65536"), "net_af_packet0,iface=x,blocksz=65536,framesz=16384");
-        assert_eq!(vdev_arg("net_pcap0,iface=x"), "net_pcap0,iface=x");
-        assert_eq!(vdev_arg("0000:03:00.0"), "0000:03:00.0");
+        assert_eq!(vdev_arg("net_af_packet0,iface=n1-in", 1), "net_af_packet0,iface=n1-in,framesz=16384,blocksz=16384");
+        assert_eq!(vdev_arg("net_af_packet0,iface=x,framesz=4096", 1), "net_af_packet0,iface=x,framesz=4096");
+        assert_eq!(vdev_arg("net_af_packet0,iface=x,blocksz=65536", 1), "net_af_packet0,iface=x,blocksz=65536,framesz=16384");
+        assert_eq!(vdev_arg("net_pcap0,iface=x", 2), "net_pcap0,iface=x");
+        assert_eq!(vdev_arg("0000:03:00.0", 2), "0000:03:00.0");
+        assert_eq!(vdev_arg("net_af_packet0,iface=x,framesz=4096", 2), "net_af_packet0,iface=x,framesz=4096,qpairs=2");
+        assert_eq!(vdev_arg("net_af_packet0,iface=x,framesz=4096,qpairs=4", 2), "net_af_packet0,iface=x,framesz=4096,qpairs=4");
+    }
+
+    #[test]
+    fn mbufs_wanted_counts_queues_rings_and_caches() {
+        let base = include_str!("../../config/examples/node.yaml");
+        let one = config::parse(base, "n.yaml").unwrap();
+        let ports = {
+            let mut d: Vec<&str> = one.interfaces.iter().map(|i| i.device.as_str()).collect();
+            d.sort_unstable();
+            d.dedup();
+            d.len() as u64
+        };
+        let per_queue = u64::from(one.dpdk.rx_descriptors) + u64::from(one.dpdk.tx_descriptors);
+        // One worker: no steering ring, the worker's and the control lcore's caches.
+        assert_eq!(mbufs_wanted(&one, 4096), ports * per_queue + 2 * 256);
+        let two = config::parse(&base.replace("  burst: 32\n", "  burst: 32\n  workers: 2\n"), "n.yaml").unwrap();
+        assert_eq!(two.dpdk.workers, 2);
+        // Two workers: queues per worker, one ring each, three caches.
+        assert_eq!(mbufs_wanted(&two, 4096), 2 * ports * per_queue + 2 * 4096 + 3 * 256);
+        assert!(mbufs_wanted(&two, 4096) > u64::from(two.dpdk.mbufs), "the example's pool is too small for two workers: the node warns");
     }
 
     #[test]

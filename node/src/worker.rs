@@ -22,11 +22,12 @@
 //! one packet resets it to busy polling.
 
 use crate::clock::Clock;
-use crate::shared::{Query, Reply, Shared};
+use crate::shared::{Handoff, Query, Reply, Shared, WorkerShared};
 use dataplane::buf::PacketBuf;
 use dataplane::pipeline::{Pipeline, Verdict};
-use dataplane::{PortId, Timestamp};
-use dpdk_sys::{Mbuf, MbufBurst, Mempool, Port};
+use dataplane::steer::{steer, Steer};
+use dataplane::{PortId, Timestamp, WorkerId};
+use dpdk_sys::{Mbuf, MbufBurst, Mempool, Port, RingConsumer};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -77,26 +78,52 @@ pub struct Worker {
     /// the control lcore passes on what it received for the worker
     /// (`crate::ccl`).
     pub ccl_port: Option<usize>,
+    /// This worker, of `workers` (`dpdk.workers`).
+    pub me: WorkerId,
+    pub workers: u16,
+    /// Per port: the RX queue this worker polls (`None`: the port has
+    /// fewer RX queues than workers; frames reach this worker through the
+    /// others' steering). The TX queue of this worker is `me` on every
+    /// port.
+    pub rx_queues: Vec<Option<u16>>,
+    /// The consuming end of this worker's steering ring (`None` with one
+    /// worker): what the others received for it.
+    pub steered_in: Option<RingConsumer>,
 }
 
-/// TX bursts per port, the batch of mbufs to free, and the TX drop count:
-/// what handling one received frame may touch.
+/// TX bursts per port, the batch of mbufs to free, and the drop and
+/// handoff counts (published in `WorkerShared` once per timer tick, not
+/// per frame): what handling one received frame may touch.
 struct Out {
     tx: Vec<MbufBurst>,
     dead: MbufBurst,
     tx_full_drops: u64,
+    /// Frames steered to their worker on receipt, handed on by the
+    /// pipeline (fragments), lost because the other's ring was full.
+    steered_out: u64,
+    handed_out: u64,
+    handoff_drops: u64,
+    /// This worker's TX queue on every port.
+    txq: u16,
+    /// Per worker: the frames received here that it decides, sent in one
+    /// enqueue per burst (`flush_steered`).
+    steer: Vec<MbufBurst<STEER_BURST>>,
 }
+
+/// Frames steered to one worker per ring enqueue at most.
+const STEER_BURST: usize = 32;
 
 impl Out {
     /// Queue `m` on port `out`'s TX burst (flushing a full burst first).
     fn send(&mut self, ports: &[Port], out: usize, m: Mbuf) {
+        let txq = self.txq;
         let Some(q) = self.tx.get_mut(out) else {
             push_dead(&mut self.dead, m);
             return;
         };
         if let Err(m) = q.push(m) {
             // Flush a full TX burst and retry once.
-            flush(&ports[out], q, &mut self.tx_full_drops);
+            flush(&ports[out], txq, q, &mut self.tx_full_drops);
             if let Err(m) = q.push(m) {
                 self.tx_full_drops += 1;
                 push_dead(&mut self.dead, m);
@@ -109,11 +136,23 @@ impl Worker {
     pub fn run(mut self) -> i32 {
         let nports = self.ports.len();
         let mut rx = MbufBurst::new();
-        let mut out = Out { tx: (0..nports).map(|_| MbufBurst::new()).collect(), dead: MbufBurst::new(), tx_full_drops: 0 };
+        let mut out = Out {
+            tx: (0..nports).map(|_| MbufBurst::new()).collect(),
+            dead: MbufBurst::new(),
+            tx_full_drops: 0,
+            steered_out: 0,
+            handed_out: 0,
+            handoff_drops: 0,
+            txq: self.me.0,
+            steer: (0..self.workers).map(|_| MbufBurst::empty()).collect(),
+        };
+        let mut steered_in = self.steered_in.take();
         let mut empty_polls = 0u32;
         let mut sleep_us = 1u32;
         let mut next_timer = 0u64;
         let ccl = self.shared.ccl.clone();
+        let shared = self.shared.clone();
+        let mine = &shared.workers[usize::from(self.me.0)];
         // The lease applied (cluster mode; the pipeline starts fenced at 0)
         // and the epoch of the member set applied (its sync progress is
         // published for the membership machine).
@@ -125,9 +164,12 @@ impl Worker {
         // until the next send, so the second announcement pushes it out.
         let mut announced = 0u64;
         let mut announce_again = None;
+        let lcore = dpdk_sys::eal::lcore_id();
         log::info!(
-            "worker started on lcore {} with {} ports{}",
-            dpdk_sys::eal::lcore_id(),
+            "worker {} of {} started on {} with {} ports{}",
+            self.me.0,
+            self.workers,
+            if lcore == u32::MAX { "a thread".to_string() } else { format!("lcore {lcore}") },
             nports,
             match self.ccl_port {
                 Some(p) => format!(" (CCL: port index {p})"),
@@ -144,9 +186,38 @@ impl Worker {
                     self.pipeline.set_lease(Timestamp(l));
                 }
             }
+            // What the other workers passed to this one first: they
+            // received it before this poll, and a flow whose frames come
+            // both ways (af_packet's fanout rolls over to another queue
+            // when one is full) stays in order more often.
+            if let Some(ring) = steered_in.as_mut() {
+                if ring.dequeue_burst(&mut rx) > 0 {
+                    received += rx.len();
+                    self.pipeline.prefetch_burst(rx.as_slice().iter().map(|m| m.data()));
+                    for m in rx.drain() {
+                        let in_port = PortId(m.port());
+                        self.handle(now, in_port, m, &mut out);
+                    }
+                }
+                for _ in 0..dpdk_sys::BURST_SIZE {
+                    let Some(h) = mine.handoff.pop() else { break };
+                    received += 1;
+                    match h {
+                        Handoff::Fragment { mut m, in_port, note } => {
+                            let v = self.pipeline.process_handoff(now, in_port, &mut MbufBuf(&mut m), note);
+                            self.verdict(v, m, in_port, &mut out);
+                        }
+                        Handoff::Learn { m, in_port } => {
+                            self.pipeline.arp_learn(now, in_port, m.data());
+                            push_dead(&mut out.dead, m);
+                        }
+                    }
+                }
+            }
             for pi in 0..nports {
+                let Some(q) = self.rx_queues.get(pi).copied().flatten() else { continue };
                 let port = self.ports[pi];
-                let n = port.rx_burst(0, &mut rx);
+                let n = port.rx_burst(q, &mut rx);
                 received += n;
                 let in_port = PortId(pi as u16);
                 let is_ccl = self.ccl_port == Some(pi);
@@ -166,7 +237,21 @@ impl Worker {
                         }
                         continue;
                     }
+                    // Several workers: the frame's own worker decides it.
+                    if self.workers > 1 {
+                        match steer(m.data(), self.workers) {
+                            Steer::Worker(w) if w != self.me => {
+                                self.steer_to(w, in_port, m, &mut out);
+                                continue;
+                            }
+                            Steer::All => self.copy_to_others(in_port, &m, &mut out),
+                            _ => {}
+                        }
+                    }
                     self.handle(now, in_port, m, &mut out);
+                }
+                if self.workers > 1 {
+                    self.flush_steered(&mut out);
                 }
             }
             if let Some(pi) = self.ccl_port {
@@ -182,7 +267,8 @@ impl Worker {
                 }
             }
             // Flow records batched during the burst (cluster mode), then the
-            // frames the pipeline made (ARP requests, CCL messages).
+            // frames the pipeline made (ARP requests, CCL messages), then
+            // the fragments it passes to other workers.
             self.pipeline.flush(now);
             let pool = &self.pool;
             let ports = &self.ports;
@@ -190,9 +276,17 @@ impl Worker {
                 let Some(m) = pool.alloc_from_slice(bytes) else { return };
                 out.send(ports, port.0 as usize, m);
             });
+            if self.workers > 1 {
+                let workers = &shared.workers;
+                self.pipeline.drain_handoffs(|w, in_port, note, bytes| {
+                    let Some(m) = pool.alloc_from_slice(bytes) else { return };
+                    out.handed_out += 1;
+                    pass_to(workers, w, Handoff::Fragment { m, in_port, note: *note }, &mut out);
+                });
+            }
             for (pi, q) in out.tx.iter_mut().enumerate() {
                 if !q.is_empty() {
-                    flush(&self.ports[pi], q, &mut out.tx_full_drops);
+                    flush(&self.ports[pi], out.txq, q, &mut out.tx_full_drops);
                 }
             }
             out.dead.clear();
@@ -200,7 +294,10 @@ impl Worker {
             if now.nanos() >= next_timer {
                 self.pipeline.poll_timers(now);
                 next_timer = now.nanos() + TIMER_PERIOD_NS;
-                self.shared.tx_full_drops.store(out.tx_full_drops, Ordering::Relaxed);
+                mine.tx_full_drops.store(out.tx_full_drops, Ordering::Relaxed);
+                mine.steered_out.store(out.steered_out, Ordering::Relaxed);
+                mine.handed_out.store(out.handed_out, Ordering::Relaxed);
+                mine.handoff_drops.store(out.handoff_drops, Ordering::Relaxed);
                 if self.ccl_port.is_some() {
                     ccl.sync.store(crate::ccl::pack_sync(&self.pipeline.sync_progress(epoch)), Ordering::Relaxed);
                     let a = ccl.announce.load(Ordering::Relaxed);
@@ -214,15 +311,15 @@ impl Worker {
                     }
                 }
             }
-            if let Some(q) = self.shared.queries.pop() {
+            if let Some(q) = mine.queries.pop() {
                 if let Query::SetMembers(m) = &q {
                     epoch = m.epoch();
                 }
-                if let Some(reply) = between_bursts(&mut self.pipeline, now, q, &self.shared) {
+                if let Some(reply) = between_bursts(&mut self.pipeline, now, q, mine) {
                     // The control thread waits for exactly one reply per
                     // query; a full reply queue means it gave up, so drop
                     // the answer.
-                    let _ = self.shared.replies.push(reply);
+                    let _ = mine.replies.push(reply);
                 }
             }
 
@@ -242,24 +339,112 @@ impl Worker {
                 sleep_us = 1;
             }
         }
-        log::info!("worker stopping");
+        log::info!("worker {} stopping", self.me.0);
         0
     }
 
     /// Runs one received frame through the pipeline and acts on the verdict.
     #[inline]
     fn handle(&mut self, now: Timestamp, in_port: PortId, mut m: Mbuf, out: &mut Out) {
-        match self.pipeline.process(now, in_port, &mut MbufBuf(&mut m)) {
+        let v = self.pipeline.process(now, in_port, &mut MbufBuf(&mut m));
+        self.verdict(v, m, in_port, out);
+    }
+
+    #[inline]
+    fn verdict(&mut self, v: Verdict, m: Mbuf, in_port: PortId, out: &mut Out) {
+        match v {
             Verdict::Forward(p) => out.send(&self.ports, p.0 as usize, m),
             Verdict::Drop(_) | Verdict::Consumed => push_dead(&mut out.dead, m),
+            Verdict::Handoff(w) => {
+                out.handed_out += 1;
+                match self.pipeline.handoff_note() {
+                    Some(note) => self.pass(w, Handoff::Fragment { m, in_port, note }, out),
+                    // Without its note the frame is decided from scratch.
+                    None => {
+                        self.steer_to(w, in_port, m, out);
+                        self.flush_steered(out);
+                    }
+                }
+            }
         }
+    }
+
+    /// Stage `m` (received on `in_port`) for worker `w`'s steering ring;
+    /// a full stage goes at once.
+    #[inline]
+    fn steer_to(&self, w: WorkerId, in_port: PortId, mut m: Mbuf, out: &mut Out) {
+        out.steered_out += 1;
+        m.set_port(in_port.0);
+        let Some(stage) = out.steer.get_mut(usize::from(w.0)) else {
+            out.handoff_drops += 1;
+            push_dead(&mut out.dead, m);
+            return;
+        };
+        if let Err(m) = stage.push(m) {
+            self.flush_steered(out);
+            if let Some(Err(m)) = out.steer.get_mut(usize::from(w.0)).map(|s| s.push(m)) {
+                out.handoff_drops += 1;
+                push_dead(&mut out.dead, m);
+            }
+        }
+    }
+
+    /// Enqueue every worker's staged frames on its ring, one burst each;
+    /// what does not fit is freed and counted (`handoff_drops`).
+    fn flush_steered(&self, out: &mut Out) {
+        for (w, stage) in out.steer.iter_mut().enumerate() {
+            if stage.is_empty() {
+                continue;
+            }
+            if let Some(ring) = self.shared.workers.get(w).and_then(|x| x.steer.as_ref()) {
+                ring.enqueue_burst(stage);
+            }
+            out.handoff_drops += stage.len() as u64;
+            for m in stage.drain() {
+                push_dead(&mut out.dead, m);
+            }
+        }
+    }
+
+    /// Put `h` on worker `w`'s ring (full: freed and counted).
+    fn pass(&self, w: WorkerId, h: Handoff, out: &mut Out) {
+        pass_to(&self.shared.workers, w, h, out);
+    }
+
+    /// An ARP frame: every other worker learns from a copy.
+    fn copy_to_others(&self, in_port: PortId, m: &Mbuf, out: &mut Out) {
+        for w in (0..self.workers).map(WorkerId).filter(|&w| w != self.me) {
+            if let Some(c) = self.pool.alloc_from_slice(m.data()) {
+                self.pass(w, Handoff::Learn { m: c, in_port }, out);
+            }
+        }
+    }
+}
+
+/// Put `h` on worker `w`'s ring; a full ring (or no such worker) frees the
+/// frame and counts it on the sender (`handoff_drops`).
+fn pass_to(workers: &[WorkerShared], w: WorkerId, h: Handoff, out: &mut Out) {
+    let h = match workers.get(usize::from(w.0)) {
+        Some(to) => match to.handoff.push(h) {
+            Ok(()) => return,
+            Err(h) => h,
+        },
+        None => h,
+    };
+    out.handoff_drops += 1;
+    drop_handoff(h, &mut out.dead);
+}
+
+fn drop_handoff(h: Handoff, dead: &mut MbufBurst) {
+    match h {
+        Handoff::Fragment { m, .. } | Handoff::Learn { m, .. } => push_dead(dead, m),
     }
 }
 
 /// What the worker does between bursts with one item of its query queue:
 /// apply a command (no reply) or answer a query (one reply). Off the packet
 /// path; the pipeline is the worker's own, so nothing is locked.
-pub(crate) fn between_bursts(pipeline: &mut Pipeline, now: Timestamp, q: Query, shared: &Shared) -> Option<Reply> {
+pub(crate) fn between_bursts(pipeline: &mut Pipeline, now: Timestamp, q: Query, shared: &WorkerShared) -> Option<Reply> {
     Some(match q {
         Query::SetPolicy { generation, policy } => {
             match pipeline.set_policy(policy) {
@@ -300,10 +485,11 @@ fn push_dead(dead: &mut MbufBurst, m: Mbuf) {
     }
 }
 
-/// Send a TX burst; what the port does not take is freed and counted.
-fn flush(port: &Port, q: &mut MbufBurst, tx_full_drops: &mut u64) {
+/// Send a TX burst on queue `txq`; what the port does not take is freed
+/// and counted.
+fn flush(port: &Port, txq: u16, q: &mut MbufBurst, tx_full_drops: &mut u64) {
     let want = q.len();
-    let sent = port.tx_burst(0, q);
+    let sent = port.tx_burst(txq, q);
     if sent < want {
         *tx_full_drops += (want - sent) as u64;
         q.clear();
@@ -318,6 +504,10 @@ mod tests {
     use dataplane::pipeline::{ClusterSpec, InterfaceSpec, PipelineConfig};
     use dataplane::{Duration, Epoch, NodeId};
     use std::net::Ipv4Addr;
+
+    fn ws() -> WorkerShared {
+        Shared::new(vec![None]).workers.remove(0)
+    }
 
     fn iface(name: &str, port: u16, net: u8) -> InterfaceSpec {
         InterfaceSpec {
@@ -370,7 +560,7 @@ mod tests {
 
     /// `(epoch, members)` as `show cluster` gets them from the worker.
     fn cluster_view(p: &mut Pipeline, now: Timestamp) -> Option<(u64, Vec<NodeId>)> {
-        match between_bursts(p, now, Query::Cluster, &Shared::new()) {
+        match between_bursts(p, now, Query::Cluster, &ws()) {
             Some(Reply::Cluster(s)) => s.map(|s| (s.epoch, s.members.clone())),
             _ => panic!("Query::Cluster must get a Reply::Cluster"),
         }
@@ -385,16 +575,16 @@ mod tests {
         let set = MemberSet::from_nodes(Epoch(1), (0..3).map(NodeId)).unwrap();
         // Node 2 left: a command, so no reply (the control thread waits
         // for exactly one reply per query and none per command).
-        assert!(between_bursts(&mut p, now, Query::SetMembers(set.without(NodeId(2))), &Shared::new()).is_none());
+        assert!(between_bursts(&mut p, now, Query::SetMembers(set.without(NodeId(2))), &ws()).is_none());
         assert_eq!(cluster_view(&mut p, now), Some((2, vec![NodeId(0), NodeId(1)])));
         // It came back.
         let back = set.without(NodeId(2)).with(NodeId(2)).unwrap();
-        assert!(between_bursts(&mut p, now, Query::SetMembers(back), &Shared::new()).is_none());
+        assert!(between_bursts(&mut p, now, Query::SetMembers(back), &ws()).is_none());
         assert_eq!(cluster_view(&mut p, now), Some((3, all)));
         // An empty set cannot build a director table: the pipeline keeps
         // the one it has.
         let empty = MemberSet::from_nodes(Epoch(9), []).unwrap();
-        assert!(between_bursts(&mut p, now, Query::SetMembers(empty), &Shared::new()).is_none());
+        assert!(between_bursts(&mut p, now, Query::SetMembers(empty), &ws()).is_none());
         assert_eq!(cluster_view(&mut p, now).map(|v| v.0), Some(3));
     }
 
@@ -402,7 +592,7 @@ mod tests {
     fn a_policy_command_is_applied_and_its_generation_published() {
         use dataplane::pipeline::{Policy, RuleSpec};
         let mut p = pipeline(1, false);
-        let shared = Shared::new();
+        let shared = ws();
         let now = Timestamp::from_secs(1);
         let rule = RuleSpec {
             name: "ssh".into(),
@@ -432,8 +622,8 @@ mod tests {
         let mut p = pipeline(1, false);
         let now = Timestamp::from_secs(1);
         let set = MemberSet::from_nodes(Epoch(5), [NodeId(0), NodeId(1)]).unwrap();
-        assert!(between_bursts(&mut p, now, Query::SetMembers(set), &Shared::new()).is_none());
+        assert!(between_bursts(&mut p, now, Query::SetMembers(set), &ws()).is_none());
         assert_eq!(cluster_view(&mut p, now), None);
-        assert!(matches!(between_bursts(&mut p, now, Query::Routes, &Shared::new()), Some(Reply::Routes(_))));
+        assert!(matches!(between_bursts(&mut p, now, Query::Routes, &ws()), Some(Reply::Routes(_))));
     }
 }

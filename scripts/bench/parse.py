@@ -105,6 +105,11 @@ def ctl_rate(s1, s2, t1, t2):
         "drops_in_interval": drops,
         "flows_created_total": b.get("flows_created"),
         "tx_full_drops_in_interval": b.get("tx_full_drops", 0) - a.get("tx_full_drops", 0),
+        # Several workers: frames steered to their worker, and lost because
+        # its ring was full.
+        "steered_share": (b.get("steered_out", 0) - a.get("steered_out", 0)) / fwd if fwd else 0.0,
+        "handoff_drops_in_interval": b.get("handoff_drops", 0) - a.get("handoff_drops", 0),
+        "workers": len(b.get("workers", [])) or 1,
     }
 
 
@@ -175,6 +180,20 @@ def summary(out):
         tp, None, None, (single.get("testpmd") or {}).get("command"))
     ratio = cfw / tp if cfw and tp else None
     row("clusterfw / testpmd io", ratio, ">= 0.25", None if ratio is None else ratio >= 0.25, "ratio of the two above")
+    two = single.get("workers2") or {}
+    if two:
+        for split, what in [("aligned", "queue i replays worker i's flows: nothing crosses"),
+                            ("mixed", "both queues replay every flow: half cross"),
+                            ("crossed", "queue i replays the other worker's flows: everything crosses")]:
+            t = two.get(split) or {}
+            rr = ", ".join(fmt(r.get("mpps")) for r in t.get("runs", []))
+            row(f"DPDK single node, 2 workers, {split} ({what}; handoff drops {t.get('handoff_drops_in_interval')}; "
+                f"mean of runs {rr}) Mpps", t.get("mpps"), None, None, t.get("command"))
+        r = single.get("workers2_over_1")
+        row("2 workers aligned / 1 worker (2 vCPUs, shared with the control thread)", r, ">= 1.8 on 2 idle cores",
+            None, "ratio of the two, same run")
+        row("handoff cost: CPU ns per packet, crossed minus aligned (2 workers)", single.get("handoff_ns"), None, None,
+            "2000 / crossed Mpps - 2000 / aligned Mpps")
     if ovs:
         for key, label in [("ct_commit", "ct(commit)"), ("ct_commit_nat", "ct(commit,nat(src))")]:
             o = (ovs.get(key) or {}).get("mpps")

@@ -41,6 +41,8 @@ pub struct UpOptions {
     pub ready_timeout: Duration,
     /// Link MTUs (`up --mtu`); 1500 everywhere by default.
     pub mtu: BedMtu,
+    /// Workers of the (single) node (`up --workers`); 1 by default.
+    pub workers: u16,
 }
 
 /// `$CFW_TESTBED_DIR`, else `/tmp/cfw-testbed`.
@@ -159,7 +161,7 @@ pub fn up(o: &UpOptions) -> Result<State> {
             bail!("`{tool}` not found; run scripts/setup.sh");
         }
     }
-    let topo = Topology::new(o.nodes)?.with_mtu(o.mtu);
+    let topo = Topology::new(o.nodes)?.with_mtu(o.mtu).with_workers(o.workers)?;
     topo.validate()?;
     if o.kernel_router && topo.nodes.len() != 1 {
         bail!("--kernel-router is the single-node self-check; it does not combine with --nodes {}", o.nodes);

@@ -188,6 +188,21 @@ impl Drop for BedGuard {
     }
 }
 
+/// What a test's bed differs in from `up`'s defaults.
+#[derive(Debug, Clone, Copy)]
+pub struct Shape {
+    /// Link MTUs (`up --mtu`).
+    pub mtu: crate::topology::BedMtu,
+    /// Workers per node (`up --workers`; single node only).
+    pub workers: u16,
+}
+
+impl Default for Shape {
+    fn default() -> Shape {
+        Shape { mtu: crate::topology::BedMtu::default(), workers: 1 }
+    }
+}
+
 /// A test's own cluster bed, brought up in-process (`bed::up`): the bed
 /// lock held for its life, `down` when dropped (also on panic; armed
 /// before `up`, so a half-made bed is removed as well).
@@ -203,11 +218,11 @@ impl TestBed {
     /// `nodes` nodes in `$CFW_TESTBED_DIR`, else `default_run_dir`, with
     /// the binaries of [`test_bin_dir`].
     pub fn up(nodes: usize, default_run_dir: &str) -> Result<TestBed> {
-        TestBed::up_with(nodes, default_run_dir, crate::topology::BedMtu::default())
+        TestBed::up_with(nodes, default_run_dir, Shape::default())
     }
 
-    /// `up` with the link MTUs `mtu`.
-    pub fn up_with(nodes: usize, default_run_dir: &str, mtu: crate::topology::BedMtu) -> Result<TestBed> {
+    /// `up` with the link MTUs and worker count of `shape`.
+    pub fn up_with(nodes: usize, default_run_dir: &str, shape: Shape) -> Result<TestBed> {
         let lock = lock_bed()?;
         std::env::set_var("CFW_TESTBED_LOCK_HELD", "1");
         let run_dir = test_run_dir(default_run_dir);
@@ -219,7 +234,8 @@ impl TestBed {
             kernel_router: false,
             bin_dir: bin_dir.clone(),
             ready_timeout: Duration::from_secs(30),
-            mtu,
+            mtu: shape.mtu,
+            workers: shape.workers,
         })?;
         Ok(TestBed { run_dir, bin_dir, _guard: guard, _lock: lock })
     }

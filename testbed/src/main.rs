@@ -8,7 +8,7 @@ use std::time::Duration;
 use testbed::bed::{self, UpOptions};
 
 const USAGE: &str = "\
-usage: clusterfw-testbed up [--nodes N] [--mtu MTU] [--run-dir DIR] [--kernel-router]
+usage: clusterfw-testbed up [--nodes N] [--mtu MTU] [--workers N] [--run-dir DIR] [--kernel-router]
        clusterfw-testbed down [--run-dir DIR]
        clusterfw-testbed status [--run-dir DIR] [--json]
        clusterfw-testbed kill|pause|resume|restart NODE [--run-dir DIR]
@@ -39,6 +39,8 @@ splits the CCL segment into groups (no carrier change), `heal` joins it.
                     inside=N,outside=N,hosts=N (the nodes' inside and outside
                     links, the hosts' links to the routers; others 1500); the
                     nodes' configs get the same `mtu`s
+  --workers N       (single node only) the node runs N workers (dpdk.workers;
+                    af_packet with N queue pairs); default 1
   --run-dir DIR     state, node configs, logs, control sockets
                     (default $CFW_TESTBED_DIR, else /tmp/cfw-testbed)
   --kernel-router   (single node only) test-bed self-check: cfw-n1 is a plain Linux router
@@ -68,6 +70,7 @@ fn run(args: Vec<String>) -> Result<()> {
     let mut nodes = 1usize;
     let mut kernel_router = false;
     let mut mtu = testbed::topology::BedMtu::default();
+    let mut workers = 1u16;
     let mut json = false;
     let mut operands: Vec<String> = Vec::new();
     let mut it = rest.iter();
@@ -91,6 +94,10 @@ fn run(args: Vec<String>) -> Result<()> {
             }
             ("up", "--kernel-router") => kernel_router = true,
             ("up", "--mtu") => mtu = testbed::topology::BedMtu::parse(&value("--mtu")?)?,
+            ("up", "--workers") => {
+                let v = value("--workers")?;
+                workers = v.parse().with_context(|| format!("--workers {v}: not a number"))?;
+            }
             ("status", "--json") => json = true,
             (
                 "kill" | "pause" | "resume" | "restart" | "ccl-cut" | "ccl-heal" | "link-down" | "link-up"
@@ -117,6 +124,7 @@ fn run(args: Vec<String>) -> Result<()> {
                 bin_dir: bed::default_bin_dir()?,
                 ready_timeout: Duration::from_secs(20),
                 mtu,
+                workers,
             };
             let state = bed::up(&o)?;
             let what = if kernel_router {

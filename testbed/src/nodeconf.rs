@@ -56,13 +56,16 @@ pub fn node_yaml(node: &NodeSpec, socket: &str) -> String {
          logging:\n  level: info\n\n\
          control-socket: {socket}\n\n\
          dpdk:\n  eal-args: [{eal}]\n  mbufs: 8191\n  rx-descriptors: 1024\n  \
-         tx-descriptors: 1024\n  burst: 32\n  idle-sleep-us: 200\n\n\
-         interfaces:\n",
+         tx-descriptors: 1024\n  burst: 32\n  idle-sleep-us: 200\n",
         name = node.name,
         qname = q(&node.name),
         socket = q(socket),
         eal = eal.join(", "),
     );
+    if node.workers > 1 {
+        let _ = writeln!(y, "  workers: {}", node.workers);
+    }
+    y.push_str("\ninterfaces:\n");
     for (port, i) in node.interfaces.iter().enumerate() {
         let device = data_device(port, &i.ifname);
         let _ = write!(

@@ -158,6 +158,9 @@ pub struct NodeSpec {
     pub routes: Vec<(String, String)>,
     /// `None` for the single-node bed.
     pub cluster: Option<NodeCluster>,
+    /// `dpdk.workers` (`up --workers`; single node only: a cluster node
+    /// runs one).
+    pub workers: u16,
 }
 
 impl NodeSpec {
@@ -433,6 +436,7 @@ impl Topology {
                 b: Endpoint { mtu: Some(CCL_MTU), ..end(&nsn, &format!("n{k}-ccl"), None, true) },
             });
             t.nodes.push(NodeSpec {
+                workers: 1,
                 name: name.clone(),
                 namespace: nsn,
                 interfaces: vec![
@@ -510,6 +514,7 @@ impl Topology {
                 },
             ],
             nodes: vec![NodeSpec {
+                workers: 1,
                 name: "n1".into(),
                 namespace: n1.into(),
                 interfaces: vec![
@@ -568,6 +573,21 @@ impl Topology {
             }
         }
         self
+    }
+
+    /// Every node with `workers` workers (`up --workers`): the single-node
+    /// bed only, a cluster node runs one (issue 12).
+    pub fn with_workers(mut self, workers: u16) -> Result<Topology> {
+        if workers > 1 && self.nodes.len() > 1 {
+            bail!("--workers {workers}: a cluster node runs one worker; several workers need the single-node bed (--nodes 1)");
+        }
+        if !(1..=64).contains(&workers) {
+            bail!("--workers {workers}: 1-64");
+        }
+        for n in &mut self.nodes {
+            n.workers = workers;
+        }
+        Ok(self)
     }
 
     /// Every veth end, in creation order.

@@ -24,7 +24,7 @@ use anyhow::{bail, ensure, Context, Result};
 use serde_json::Value;
 use std::process::Command;
 use std::time::Duration;
-use testbed::harness::{self, Background, TempDir, TestBed};
+use testbed::harness::{self, Background, Shape, TempDir, TestBed};
 use testbed::sys;
 use testbed::topology::BedMtu;
 
@@ -165,7 +165,7 @@ fn payload(bed: &TestBed, bytes: u64) -> Result<(TempDir, String)> {
 
 /// Runs `steps` on a fresh bed; logs every node's tail on failure.
 fn with_bed(nodes: usize, mtu: BedMtu, what: &str, steps: impl FnOnce(&TestBed) -> Result<()>) -> Result<()> {
-    let bed = TestBed::up_with(nodes, "/tmp/cfw-testbed-router", mtu).with_context(|| format!("{what}: bed up"))?;
+    let bed = TestBed::up_with(nodes, "/tmp/cfw-testbed-router", Shape { mtu, ..Shape::default() }).with_context(|| format!("{what}: bed up"))?;
     let r = steps(&bed).with_context(|| what.to_string());
     if r.is_err() {
         for k in 1..=nodes {

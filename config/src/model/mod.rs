@@ -36,6 +36,8 @@ pub const DEFAULT_BURST: u16 = 32;
 pub const MAX_BURST: u16 = 256;
 /// Default `dpdk.idle-sleep-us`.
 pub const DEFAULT_IDLE_SLEEP_US: u32 = 200;
+/// Largest `dpdk.workers`.
+pub const MAX_WORKERS: u16 = 64;
 /// Default `flow-table.capacity` (flows per worker).
 pub const DEFAULT_FLOW_CAPACITY: u32 = 262_144;
 /// Smallest `flow-table.capacity`.
@@ -210,6 +212,8 @@ pub struct DpdkConfig {
     pub burst: u16,
     /// `idle-sleep-us`: longest sleep between empty polls; default 200.
     pub idle_sleep_us: u32,
+    /// `workers`: worker lcores polling the ports, 1-64; default 1.
+    pub workers: u16,
 }
 
 impl Default for DpdkConfig {
@@ -221,6 +225,7 @@ impl Default for DpdkConfig {
             tx_descriptors: DEFAULT_DESCRIPTORS,
             burst: DEFAULT_BURST,
             idle_sleep_us: DEFAULT_IDLE_SLEEP_US,
+            workers: 1,
         }
     }
 }

@@ -127,6 +127,7 @@ struct RawDpdk {
     tx_descriptors: Option<u64>,
     burst: Option<u64>,
     idle_sleep_us: Option<u64>,
+    workers: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -433,6 +434,12 @@ impl Checker<'_> {
             None => None,
             Some(c) => Some(self.cluster(&root.key("cluster"), c, &name, &interfaces)?),
         };
+        if cluster.is_some() && dpdk.workers > 1 {
+            return Err(self.err(
+                &root.key("dpdk").key("workers"),
+                ErrorKind::ClusterOneWorker { workers: dpdk.workers },
+            ));
+        }
 
         let timeouts = self.timeouts(&root.key("timeouts"), raw.timeouts)?;
 
@@ -547,6 +554,7 @@ impl Checker<'_> {
                 0,
                 u32::MAX.into(),
             )? as u32,
+            workers: self.range(&p.key("workers"), raw.workers, 1, 1, MAX_WORKERS.into())? as u16,
         })
     }
 

@@ -115,6 +115,8 @@ pub enum PipelineError {
     Cluster(ClusterSpecError),
     #[error("{0}")]
     Fragments(ReasmConfigError),
+    #[error("worker {me} of {count}: needs 0 <= worker < count, and a cluster node runs one worker")]
+    Workers { me: u16, count: u16 },
 }
 
 impl std::error::Error for RouteError {}

@@ -8,7 +8,7 @@
 use crate::cluster::SeqDelta;
 use crate::frag::L4Head;
 use crate::route::IfIndex;
-use crate::types::{Direction, DropReason, FiveTuple, PortId};
+use crate::types::{Direction, DropReason, FiveTuple, PortId, WorkerId};
 
 /// What to do with the buffer.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -24,6 +24,10 @@ pub enum Verdict {
     /// pending table to wait for an owner reply (counted in
     /// `Counters::consumed`).
     Consumed,
+    /// Another worker of this node decides the frame (a fragment whose
+    /// connection it owns, `steer`): pass the buffer to that worker with
+    /// `Pipeline::handoff_note`, where `Pipeline::process_handoff` takes it.
+    Handoff(WorkerId),
 }
 
 /// What a stage made of a frame; `Pipeline::account` maps it to counters
@@ -35,6 +39,7 @@ pub(crate) enum Outcome {
     ArpReply(PortId),
     EchoReply(PortId),
     Drop(DropReason),
+    Handoff(WorkerId),
 }
 
 impl From<DropReason> for Outcome {
@@ -48,7 +53,7 @@ impl Outcome {
     pub fn port(self) -> Option<PortId> {
         match self {
             Outcome::Forward(p) | Outcome::ArpReply(p) | Outcome::EchoReply(p) => Some(p),
-            Outcome::Consumed | Outcome::Drop(_) => None,
+            Outcome::Consumed | Outcome::Drop(_) | Outcome::Handoff(_) => None,
         }
     }
 }

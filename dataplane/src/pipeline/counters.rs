@@ -45,6 +45,11 @@ pub(crate) struct Accounting {
     pub arp_replies: u64,
     pub icmp_echo_replies: u64,
     pub icmp_errors_forwarded: u64,
+    /// Frames handed to another worker (`Verdict::Handoff`), and frames
+    /// other workers handed to this one (`process_handoff`, also in
+    /// `packets`).
+    pub handed_off: u64,
+    pub handoffs_in: u64,
     pub ports: Vec<PortCounters>,
     pub rx_unknown_port: u64,
 }
@@ -59,6 +64,8 @@ impl Accounting {
             arp_replies: 0,
             icmp_echo_replies: 0,
             icmp_errors_forwarded: 0,
+            handed_off: 0,
+            handoffs_in: 0,
             ports: vec![PortCounters::default(); max_port + 1],
             rx_unknown_port: 0,
         }
@@ -108,6 +115,11 @@ pub struct Counters {
     pub icmp_echo_replies: u64,
     /// ICMP errors passed because they quote a live flow (also in `forwarded`).
     pub icmp_errors_forwarded: u64,
+    /// Frames handed to another worker of the node (`Verdict::Handoff`:
+    /// fragments whose connection it owns), and frames taken from other
+    /// workers (`process_handoff`, also in `packets`).
+    pub handed_off: u64,
+    pub handoffs_in: u64,
     /// Flows created by `process` (conntrack has its own stats too).
     pub flows_created: u64,
     /// ARP requests queued for transmission.
@@ -144,6 +156,11 @@ impl Counters {
     pub fn dropped(&self) -> u64 {
         self.drops.iter().sum()
     }
+    /// Frames whose fate was decided here: every packet but those handed
+    /// to another worker.
+    pub fn decided(&self) -> u64 {
+        self.packets - self.handed_off
+    }
     /// Frames that left `process` with a `Forward` verdict.
     pub fn emitted(&self) -> u64 {
         self.forwarded + self.arp_replies + self.icmp_echo_replies
@@ -161,6 +178,8 @@ impl Stats for Counters {
             ("arp_replies", self.arp_replies),
             ("icmp_echo_replies", self.icmp_echo_replies),
             ("icmp_errors_forwarded", self.icmp_errors_forwarded),
+            ("handed_off", self.handed_off),
+            ("handoffs_in", self.handoffs_in),
             ("flows_created", self.flows_created),
             ("arp_requests", self.arp_requests),
             ("generated_dropped", self.generated_dropped),

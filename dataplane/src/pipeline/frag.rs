@@ -60,7 +60,7 @@ use crate::frag::{
 use crate::frag::split::{self, Split};
 use crate::slots::{FramePool, SlotMem, SLOT_HEADROOM};
 use crate::stats::{Stats, Visitor};
-use crate::types::{ip_proto, DropReason, PortId, Timestamp};
+use crate::types::{ip_proto, DropReason, PortId, Timestamp, WorkerId};
 use crate::wire::icmp::msg_type;
 use crate::wire::ipv4::{Ipv4Packet, FLAG_MF, MIN_HEADER_LEN};
 use crate::wire::tcp::{TcpOptions, TcpPacket};
@@ -118,6 +118,9 @@ pub struct FragCounters {
     /// Fragments addressed to this node: not reassembled, dropped
     /// (`ipv4-fragment`).
     pub local: u64,
+    /// Fragments (held, released or split back) handed to the worker that
+    /// owns their connection (several workers, `steer`).
+    pub handed_off: u64,
     /// Datagrams larger than their ingress interface's MTU, as a port
     /// hands them over after the kernel reassembled them (af_packet), split
     /// back into fragments; and the fragments made (the first included;
@@ -137,6 +140,7 @@ crate::impl_stats!(FragCounters {
     counter to_flow_owner,
     counter from_fragment_owner,
     counter local,
+    counter handed_off,
     counter split_datagrams,
     counter split_fragments,
 });
@@ -198,11 +202,24 @@ impl FragTrack {
     }
 }
 
+/// A fragment in a slot that goes to another worker (`Step::Handoff`):
+/// where, received on which port, with what its reassembler learnt.
+#[derive(Copy, Clone, Debug)]
+pub(crate) struct Handed {
+    pub worker: WorkerId,
+    pub in_port: PortId,
+    pub note: FragNote,
+}
+
 /// One worker's fragment path (`Pipeline`'s fragment stage).
 pub(crate) struct FragPath {
     reasm: Reassembler,
-    /// Released held fragments waiting for `drain` (never parked).
-    pool: FramePool<()>,
+    /// Released held fragments waiting for `drain`; fragments handed to
+    /// another worker are parked (with where they go) until
+    /// `drain_handoffs`.
+    pool: FramePool<Handed>,
+    /// The parked slots in the order they were handed off.
+    handoffs: Vec<u16>,
     pub counters: FragCounters,
     release_drops: [u64; DropReason::COUNT],
     /// Slots of a split datagram's later fragments, waiting to be decided
@@ -231,6 +248,7 @@ impl FragPath {
             counters: FragCounters::default(),
             release_drops: [0; DropReason::COUNT],
             staged: Vec::with_capacity(cfg.out_slots.max(1)),
+            handoffs: Vec::with_capacity(cfg.out_slots.max(1)),
         })
     }
 
@@ -439,11 +457,31 @@ impl FragPath {
     }
 
     /// File the outcome of a fragment from `next_released` or
-    /// `next_staged`, its frame now
-    /// at `start..end` of `mem`: queued for output, or its slot freed.
-    pub fn finish_released(&mut self, i: u16, mem: SlotMem, start: usize, end: usize, outcome: Outcome) {
+    /// `next_staged`, its frame now at `start..end` of `mem`: queued for
+    /// output, parked for another worker (`handed`: its port and note,
+    /// with `Outcome::Handoff`), or its slot freed.
+    pub fn finish_released(
+        &mut self,
+        i: u16,
+        mem: SlotMem,
+        start: usize,
+        end: usize,
+        outcome: Outcome,
+        handed: Option<(PortId, FragNote)>,
+    ) {
         self.pool.put_back(i, mem, start, end);
         match outcome {
+            Outcome::Handoff(worker) => match handed {
+                Some((in_port, note)) => {
+                    self.counters.handed_off += 1;
+                    self.pool.park(i, Handed { worker, in_port, note });
+                    self.handoffs.push(i);
+                }
+                None => {
+                    self.release_drop(DropReason::FragNoBuffer);
+                    self.pool.give_back(i);
+                }
+            },
             Outcome::Forward(p) | Outcome::ArpReply(p) | Outcome::EchoReply(p) => {
                 self.counters.released += 1;
                 self.pool.push_out(i, p);
@@ -462,6 +500,19 @@ impl FragPath {
     /// Hand the released fragments to `f` (from `drain_generated`).
     pub fn drain(&mut self, f: &mut impl FnMut(PortId, &[u8])) {
         self.pool.drain(f);
+    }
+
+    /// Hand the fragments parked for other workers to `f`, in order, and
+    /// free their slots.
+    pub fn drain_handoffs(&mut self, f: &mut impl FnMut(&Handed, &[u8])) {
+        for k in 0..self.handoffs.len() {
+            let Some(&i) = self.handoffs.get(k) else { continue };
+            if let (Some(h), Some(frame)) = (self.pool.parked_meta(i), self.pool.frame_mut(i)) {
+                f(&h, frame);
+            }
+            self.pool.release(i);
+        }
+        self.handoffs.clear();
     }
 
     /// Housekeeping: expire reassembly contexts (bounded).

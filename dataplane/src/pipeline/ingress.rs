@@ -102,23 +102,11 @@ impl Ingress {
         l2: usize,
         buf: &mut B,
     ) -> Outcome {
-        let repr = match ArpPacket::new_checked(buf.data().get(l2..).unwrap_or(&[])) {
-            Ok(p) => ArpRepr::parse(&p),
-            Err(_) => return DropReason::ArpMalformed.into(),
+        let repr = match arp_learn(now, egress, ifx, ing, buf.data().get(l2..).unwrap_or(&[])) {
+            Ok(r) => r,
+            Err(r) => return r.into(),
         };
-        if is_multicast_mac(&repr.sender_mac) || repr.sender_mac == [0; 6] {
-            return DropReason::ArpMalformed.into();
-        }
-        // Learn only plausible neighbours: inside the subnet, not us, not
-        // the probe address 0.0.0.0 (RFC 5227).
-        let plausible = ing.in_subnet(repr.sender_ip)
-            && repr.sender_ip != ing.addr
-            && Some(repr.sender_ip) != ing.directed_broadcast()
-            && !martian_source(repr.sender_ip);
         let for_us = repr.target_ip == ing.addr;
-        if plausible {
-            egress.learn(now, repr.sender_ip, repr.sender_mac, ifx, for_us);
-        }
         if !for_us {
             return DropReason::ArpNotForUs.into();
         }
@@ -148,6 +136,28 @@ impl Ingress {
         }
     }
 
+}
+
+/// What an ARP packet (`body`, after the L2 header) received on interface
+/// `ifx` teaches: a plausible sender — inside the subnet, not us, not the
+/// probe address 0.0.0.0 (RFC 5227) — is learnt (an entry is created only
+/// by ARP addressed to us). Returns the packet, or why it is malformed.
+pub(crate) fn arp_learn(now: Timestamp, egress: &mut Egress, ifx: IfIndex, ing: Iface, body: &[u8]) -> Result<ArpRepr, DropReason> {
+    let repr = ArpPacket::new_checked(body).map(|p| ArpRepr::parse(&p)).map_err(|_| DropReason::ArpMalformed)?;
+    if is_multicast_mac(&repr.sender_mac) || repr.sender_mac == [0; 6] {
+        return Err(DropReason::ArpMalformed);
+    }
+    let plausible = ing.in_subnet(repr.sender_ip)
+        && repr.sender_ip != ing.addr
+        && Some(repr.sender_ip) != ing.directed_broadcast()
+        && !martian_source(repr.sender_ip);
+    if plausible {
+        egress.learn(now, repr.sender_ip, repr.sender_mac, ifx, repr.target_ip == ing.addr);
+    }
+    Ok(repr)
+}
+
+impl Ingress {
     /// IPv6: classified and counted (not forwarded yet).
     pub fn ipv6_in(&mut self, l3: &[u8]) -> DropReason {
         let c = &mut self.counters.ipv6;

@@ -89,7 +89,7 @@ use crate::conntrack::{ConnInfo, ConnTable};
 use crate::frag::ReasmCounters;
 use crate::route::{IfIndex, RouteInfo, RouteTable};
 use crate::slots::SlotBuf;
-use crate::types::{DropReason, Duration, Epoch, FiveTuple, NodeId, PortId, Timestamp};
+use crate::types::{DropReason, Duration, Epoch, FiveTuple, NodeId, PortId, Timestamp, WorkerId};
 use crate::wire::ethernet::{ethertype, EthernetFrame};
 use crate::wire::ipv4::Ipv4Packet;
 use crate::wire::tcp::TcpPacket;
@@ -133,6 +133,11 @@ pub struct Pipeline {
     cluster: Option<Box<ClusterPath>>,
     /// The ICMP errors this node sends (`icmperr`).
     icmp: Box<IcmpErrors>,
+    /// This pipeline is worker `worker` of `workers` (`set_worker`).
+    worker: WorkerId,
+    workers: u16,
+    /// What the last `Handoff` verdict's frame carries to its worker.
+    handoff: Option<FragNote>,
 }
 
 /// Where the IPv4 stage's decision leads.
@@ -143,6 +148,9 @@ enum Step {
     Cluster(Plan, FiveTuple, Rx),
     /// A fragment whose fragment owner is this other node (R10).
     FragOwner(NodeId),
+    /// A fragment whose connection another worker of this node owns: it
+    /// goes there with what this worker's reassembler learnt (`steer`).
+    Handoff(WorkerId, FragNote),
 }
 
 /// What `ipv4_in` was told about the frame by ingress.
@@ -192,6 +200,9 @@ impl Pipeline {
             frag,
             cluster,
             icmp: Box::new(IcmpErrors::new(cfg.icmp_errors)),
+            worker: WorkerId(0),
+            workers: 1,
+            handoff: None,
         })
     }
 
@@ -268,6 +279,10 @@ impl Pipeline {
             Outcome::Consumed => {
                 c.consumed += 1;
                 return Verdict::Consumed;
+            }
+            Outcome::Handoff(w) => {
+                c.handed_off += 1;
+                return Verdict::Handoff(w);
             }
             Outcome::ArpReply(p) => {
                 c.arp_replies += 1;
@@ -375,12 +390,16 @@ impl Pipeline {
         let first = crate::frag::split::cut_first(buf.data_mut(), &s).unwrap_or(len);
         buf.trim_back(len - first);
         let outcome = self.ipv4_in(now, at, rx, buf);
+        // The first piece's handoff note outlives the later pieces'.
+        let first_note = self.handoff.take();
         while let Some((i, mut mem, start, end)) = self.frag.next_staged() {
             let mut sb = SlotBuf::over(&mut mem, start, end);
             let o = self.classify(now, at.in_port, &mut sb, rx);
             let (start, end) = (sb.start, sb.end);
-            self.frag.finish_released(i, mem, start, end, o);
+            let handed = self.handoff.take().map(|n| (at.in_port, n));
+            self.frag.finish_released(i, mem, start, end, o, handed);
         }
+        self.handoff = first_note;
         outcome
     }
 
@@ -496,6 +515,15 @@ impl Pipeline {
                     }
                 }
             }
+            // Several workers: a fragment's datagram is decided by the
+            // worker that owns its connection (this one collected it as the
+            // fragment worker, `steer`).
+            if let (Some(n), true) = (note, self.workers > 1) {
+                let w = crate::steer::worker_of_tuple(&n.tuple, self.workers);
+                if w != self.worker {
+                    break 'decide Step::Handoff(w, n);
+                }
+            }
             let (tuple, l4, lookup_only) = match note {
                 Some(n) => {
                     let (off, more) = piece.unwrap_or((0, false));
@@ -577,6 +605,10 @@ impl Pipeline {
                     self.frag.counters.to_flow_owner += 1;
                 }
                 Ok(outcome)
+            }
+            Step::Handoff(w, n) => {
+                self.handoff = Some(n);
+                Ok(Outcome::Handoff(w))
             }
             Step::FragOwner(fo) => {
                 let Some(cl) = self.cluster.as_deref_mut() else {
@@ -747,13 +779,18 @@ impl Pipeline {
     /// fragment has just been decided): each is rebuilt in a slot and
     /// decided like a packet (`classify` with `Rx::frag`).
     fn release_fragments(&mut self, now: Timestamp, r: &Release) {
+        // The first fragment's handoff note (its `Verdict::Handoff`)
+        // outlives the released ones'.
+        let first_note = self.handoff.take();
         while let Some((i, mut mem, start, end)) = self.frag.next_released(r) {
             let mut sb = SlotBuf::over(&mut mem, start, end);
             let rx = Rx { frag: Some(r.note), force_own: false, ..r.rx };
             let outcome = self.classify(now, r.in_port, &mut sb, rx);
             let (start, end) = (sb.start, sb.end);
-            self.frag.finish_released(i, mem, start, end, outcome);
+            let handed = self.handoff.take().map(|n| (r.in_port, n));
+            self.frag.finish_released(i, mem, start, end, outcome, handed);
         }
+        self.handoff = first_note;
     }
 
     /// Queue a gratuitous ARP (a who-has for its own address, broadcast)
@@ -894,6 +931,59 @@ impl Pipeline {
         self.cluster.as_deref().map(|cl| cl.sync_state())
     }
 
+    /// This pipeline is worker `me` of `count` on its node (default: 0 of
+    /// 1). With several workers the driver steers every received frame to
+    /// its worker (`steer::steer`) and this pipeline hands on the fragments
+    /// it collected to the worker that owns their connection
+    /// (`Verdict::Handoff`, `drain_handoffs`). A cluster node runs one
+    /// worker: `Err` for more (docs/workers.md).
+    pub fn set_worker(&mut self, me: WorkerId, count: u16) -> Result<(), PipelineError> {
+        if count == 0 || me.0 >= count || (count > 1 && self.cluster.is_some()) {
+            return Err(PipelineError::Workers { me: me.0, count });
+        }
+        self.worker = me;
+        self.workers = count;
+        Ok(())
+    }
+
+    /// What the frame of the last `Verdict::Handoff` carries to its
+    /// worker: its datagram's five-tuple and L4 header, as this worker's
+    /// reassembler learnt them. The receiving worker passes it to
+    /// `process_handoff`.
+    pub fn handoff_note(&mut self) -> Option<FragNote> {
+        self.handoff.take()
+    }
+
+    /// A frame another worker of this node handed to this one
+    /// (`Verdict::Handoff`, `drain_handoffs`), with its `note`: decided as
+    /// received on `in_port`, the fragment already accounted for.
+    pub fn process_handoff<B: PacketBuf>(&mut self, now: Timestamp, in_port: PortId, buf: &mut B, note: FragNote) -> Verdict {
+        self.acct.rx(in_port, buf.data().len());
+        self.acct.handoffs_in += 1;
+        let rx = Rx { frag: Some(note), ..Rx::PORT };
+        let outcome = self.classify(now, in_port, buf, rx);
+        self.account(outcome, buf)
+    }
+
+    /// Hand the fragments queued for other workers since the last call to
+    /// `f` (worker, the port they arrived on, their note, the frame), in
+    /// order. After each burst, with `drain_generated`.
+    pub fn drain_handoffs(&mut self, mut f: impl FnMut(WorkerId, PortId, &FragNote, &[u8])) {
+        self.frag.drain_handoffs(&mut |h: &frag::Handed, frame: &[u8]| f(h.worker, h.in_port, &h.note, frame));
+    }
+
+    /// An ARP frame another worker received (and answered): learn from it
+    /// what this worker's own neighbour cache needs (and release the frames
+    /// held for it), answer nothing. Not counted as a packet.
+    pub fn arp_learn(&mut self, now: Timestamp, in_port: PortId, frame: &[u8]) {
+        let Ok(l2) = self.ingress.l2(frame) else { return };
+        let Some((ifx, ing)) = self.ifaces.by_port(in_port, l2.vlan) else { return };
+        if l2.ethertype == ethertype::ARP {
+            // A malformed one was counted by the worker that received it.
+            let _ = ingress::arp_learn(now, &mut self.egress, ifx, ing, frame.get(l2.len..).unwrap_or(&[]));
+        }
+    }
+
     /// Turn the fast path on or off (on by default). Off, every packet
     /// takes the general path: for the equivalence test and for comparing
     /// the two in benchmarks.
@@ -914,6 +1004,8 @@ impl Pipeline {
             arp_replies: a.arp_replies,
             icmp_echo_replies: a.icmp_echo_replies,
             icmp_errors_forwarded: a.icmp_errors_forwarded,
+            handed_off: a.handed_off,
+            handoffs_in: a.handoffs_in,
             flows_created: self.flows.created,
             arp_requests: e.arp_requests,
             generated_dropped: e.generated_dropped,

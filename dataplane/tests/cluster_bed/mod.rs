@@ -270,6 +270,7 @@ impl Bed {
                     }
                     Verdict::Forward(p) => out.push((n, p, buf.to_vec())),
                     Verdict::Drop(_) | Verdict::Consumed => {}
+                    Verdict::Handoff(w) => panic!("node {n} handed a frame to worker {w:?}: cluster nodes run one worker"),
                 }
             }
             let mut generated = vec![];

@@ -1419,6 +1419,8 @@ impl Sim {
                     self.trace.word(0x900);
                     self.nodes[node].stats.consumed += 1;
                 }
+                // A cluster node runs one worker (`Pipeline::set_worker`).
+                Verdict::Handoff(w) => self.trace.word(0xa00 | u64::from(w.0)),
             }
             if traced {
                 let what = match net::frame_tuple(&frame) {

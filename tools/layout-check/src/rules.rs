@@ -32,6 +32,7 @@ pub const DATAPLANE_LEAVES: &[&str] = &[
     "arp",
     "prefetch",
     "slots",
+    "steer",
 ];
 
 /// The module leaves must not use.

@@ -415,6 +415,12 @@ impl ClusterPath {
                 self.pool.push_out(i, p);
             }
             Outcome::Consumed => self.pool.give_back(i),
+            // A cluster node runs one worker (`Pipeline::set_worker`): no
+            // batch frame is handed to another; counted as a drop if ever.
+            Outcome::Handoff(_) => {
+                self.counters.batch_frame_drops += 1;
+                self.pool.give_back(i);
+            }
             Outcome::Drop(r) => {
                 self.counters.batch_frame_drops += 1;
                 if let Some(c) = self.batch_drops.get_mut(r.index()) {

@@ -1,0 +1,217 @@
+//! Which of a node's workers owns a frame (issue 12; docs/workers.md).
+//!
+//! Every worker owns its flow table, reassembler and pending tables, and
+//! takes no lock, so both directions of a connection, and every fragment of
+//! its datagrams, must be decided by one worker. The owning worker is a
+//! pure function of what the frame carries:
+//!
+//! - TCP, UDP, ICMP echo and other protocols: the symmetric flow hash of the
+//!   five-tuple (ICMP echo ports per SPEC R3), with its own seed
+//!   (`WORKER_HASH_SEED`, so the worker choice is independent of the
+//!   director ranking), mapped onto `workers` by multiply-shift;
+//! - an ICMP error: the tuple it quotes, so it meets its connection;
+//! - an IPv4 fragment: the *fragment worker*, a hash of (source,
+//!   destination, identification) — every fragment carries those, only the
+//!   first carries the ports. The fragment worker's reassembler learns the
+//!   datagram's five-tuple from the first fragment and hands each fragment
+//!   on to the flow's worker with that knowledge (`Verdict::Handoff`), as
+//!   the fragment owner does between nodes (R10);
+//! - ARP: every worker (each keeps its own neighbour cache; the worker
+//!   that received the frame answers, the others learn from a copy);
+//! - anything else (IPv6 today, frames too short to tell): any worker — it
+//!   is dropped or answered where it arrived.
+//!
+//! The same function runs on every node, so a peer can tell from a flow's
+//! tuple which worker of another node holds it, whatever that node's
+//! worker count (the receiver maps the hash onto its own count).
+//!
+//! Invariants: `worker_of_tuple(t, n) == worker_of_tuple(&t.reversed(), n)`
+//! and is below `n`; a frame's steering never depends on anything but its
+//! bytes and `n`; nothing allocates or panics on any input.
+
+use crate::cluster::FlowHasher;
+use crate::frag::frag_hash_seeded;
+use crate::types::{ip_proto, FiveTuple, WorkerId};
+use crate::wire::ethernet::{ethertype, EthernetFrame};
+use crate::wire::icmp::{msg_type, Icmpv4Packet};
+use crate::wire::ipv4::Ipv4Packet;
+use crate::wire::{tcp, udp};
+use std::net::IpAddr;
+
+/// Seed of the worker hash (distinct from the director's and the fragment
+/// owner's, so the three choices are independent).
+pub const WORKER_HASH_SEED: u64 = 0x7a3c_51e9_0d24_b86f;
+
+/// Where a received frame is decided.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Steer {
+    /// By this worker.
+    Worker(WorkerId),
+    /// By the receiving worker, every other worker learning from a copy
+    /// (ARP).
+    All,
+    /// By whichever worker received it.
+    Any,
+}
+
+/// `h` mapped onto `0..n` (multiply-shift: no division, uniform).
+#[inline(always)]
+fn pick(h: u64, workers: u16) -> WorkerId {
+    WorkerId(((u128::from(h) * u128::from(workers.max(1))) >> 64) as u16)
+}
+
+/// The worker of `workers` that owns the connection of `t` (either
+/// direction).
+#[inline]
+pub fn worker_of_tuple(t: &FiveTuple, workers: u16) -> WorkerId {
+    if workers <= 1 {
+        return WorkerId(0);
+    }
+    pick(FlowHasher::new(WORKER_HASH_SEED).hash(t), workers)
+}
+
+/// The worker that collects the fragments of datagram (`src`, `dst`,
+/// `ident`).
+#[inline]
+pub fn fragment_worker(src: IpAddr, dst: IpAddr, ident: u32, workers: u16) -> WorkerId {
+    if workers <= 1 {
+        return WorkerId(0);
+    }
+    pick(frag_hash_seeded(WORKER_HASH_SEED, src, dst, ident), workers)
+}
+
+/// Where `frame` (as received on a port) is decided, for a node with
+/// `workers` workers.
+pub fn steer(frame: &[u8], workers: u16) -> Steer {
+    if workers <= 1 {
+        return Steer::Worker(WorkerId(0));
+    }
+    let Ok(eth) = EthernetFrame::new_checked(frame) else { return Steer::Any };
+    match eth.ethertype() {
+        ethertype::ARP => Steer::All,
+        ethertype::IPV4 => ipv4(eth.payload(), workers).map_or(Steer::Any, Steer::Worker),
+        _ => Steer::Any,
+    }
+}
+
+/// The owning worker of an IPv4 datagram, `None` when the header does not
+/// say (the receiving worker drops it).
+pub fn ipv4(l3: &[u8], workers: u16) -> Option<WorkerId> {
+    let ip = Ipv4Packet::new_checked_header(l3).ok()?;
+    let (src, dst, proto) = (IpAddr::V4(ip.src()), IpAddr::V4(ip.dst()), ip.protocol());
+    if ip.is_fragment() {
+        return Some(fragment_worker(src, dst, u32::from(ip.ident()), workers));
+    }
+    let t = |src_port, dst_port| FiveTuple { src, dst, proto, src_port, dst_port };
+    let payload = ip.payload();
+    let tuple = match proto {
+        ip_proto::TCP | ip_proto::UDP => {
+            let (sp, dp) = if proto == ip_proto::TCP {
+                tcp::TcpPacket::new_checked(payload).ok().map(|p| (p.src_port(), p.dst_port()))?
+            } else {
+                udp::ports(payload)?
+            };
+            t(sp, dp)
+        }
+        ip_proto::ICMP => {
+            let i = Icmpv4Packet::new_checked(payload).ok()?;
+            match i.msg_type() {
+                msg_type::ECHO_REQUEST => t(i.echo_ident(), 0),
+                msg_type::ECHO_REPLY => t(0, i.echo_ident()),
+                _ if i.is_error() => {
+                    let e = i.embedded().ok()?;
+                    let (sp, dp) = e.ports();
+                    FiveTuple { src: IpAddr::V4(e.src), dst: IpAddr::V4(e.dst), proto: e.protocol, src_port: sp, dst_port: dp }
+                }
+                _ => t(0, 0),
+            }
+        }
+        _ => t(0, 0),
+    };
+    Some(worker_of_tuple(&tuple, workers))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::build::PacketBuilder;
+    use proptest::prelude::*;
+    use std::net::Ipv4Addr;
+
+    const A: Ipv4Addr = Ipv4Addr::new(198, 18, 1, 10);
+    const B: Ipv4Addr = Ipv4Addr::new(93, 184, 216, 34);
+    const MA: [u8; 6] = [2, 0, 0, 0, 0, 1];
+    const MB: [u8; 6] = [2, 0, 0, 0, 0, 2];
+
+    fn b(src: Ipv4Addr, dst: Ipv4Addr) -> PacketBuilder {
+        PacketBuilder::new(MA, MB, src, dst)
+    }
+
+    #[test]
+    fn both_directions_errors_and_fragments_meet() {
+        for n in [2u16, 3, 4, 8, 32] {
+            let fwd = steer(&b(A, B).tcp(40000, 80, 1, 0, 2, 1024, &[], b""), n);
+            let rev = steer(&b(B, A).tcp(80, 40000, 1, 2, 0x12, 1024, &[], b""), n);
+            assert_eq!(fwd, rev, "{n} workers");
+            let Steer::Worker(w) = fwd else { panic!("a worker") };
+            assert!(w.0 < n);
+            // An error about the client's segment, from a router.
+            let seg = b(A, B).tcp(40000, 80, 1, 0, 2, 1024, &[], b"");
+            let err = b(Ipv4Addr::new(203, 0, 113, 1), A).icmp(3, 4, (0, 1400), &seg[14..42]);
+            assert_eq!(steer(&err, n), fwd, "the error meets its connection");
+            // Echo request and reply (R3 ports).
+            let req = steer(&b(A, B).icmp(8, 0, (77, 1), b""), n);
+            assert_eq!(req, steer(&b(B, A).icmp(0, 0, (77, 1), b""), n));
+            // Every fragment of a datagram to its fragment worker.
+            let mut f1 = PacketBuilder { dont_frag: false, ident: 4242, ..b(A, B) }.udp(5000, 53, &[0; 100]);
+            Ipv4Packet::new_unchecked(&mut f1[14..]).set_flags_frag(crate::wire::ipv4::FLAG_MF, 0);
+            let mut f2 = f1.clone();
+            Ipv4Packet::new_unchecked(&mut f2[14..]).set_flags_frag(0, 64);
+            f2[34..].fill(0xee); // no ports in a later fragment
+            let fw = fragment_worker(IpAddr::V4(A), IpAddr::V4(B), 4242, n);
+            assert_eq!((steer(&f1, n), steer(&f2, n)), (Steer::Worker(fw), Steer::Worker(fw)));
+        }
+    }
+
+    #[test]
+    fn arp_to_all_junk_anywhere_one_worker_always_zero() {
+        let arp = crate::wire::build::arp(MA, [0xff; 6], None, crate::wire::arp::Operation::Request, MA, A, [0; 6], B);
+        assert_eq!(steer(&arp, 4), Steer::All);
+        assert_eq!(steer(&[0u8; 10], 4), Steer::Any);
+        let mut v6 = b(A, B).udp(1, 2, b"");
+        v6[12] = 0x86;
+        v6[13] = 0xdd;
+        assert_eq!(steer(&v6, 4), Steer::Any);
+        assert_eq!(steer(&arp, 1), Steer::Worker(WorkerId(0)));
+        assert_eq!(steer(&[], 1), Steer::Worker(WorkerId(0)));
+    }
+
+    #[test]
+    fn flows_spread_over_the_workers() {
+        let n = 4u16;
+        let mut seen = [0u32; 4];
+        for p in 0..4000u16 {
+            let t = FiveTuple { src: IpAddr::V4(A), dst: IpAddr::V4(B), proto: 6, src_port: 20000 + p, dst_port: 80 };
+            seen[usize::from(worker_of_tuple(&t, n).0)] += 1;
+        }
+        assert!(seen.iter().all(|&c| (850..1150).contains(&c)), "{seen:?}");
+    }
+
+    proptest! {
+        /// Any bytes: a worker below `n` or All/Any, never a panic.
+        #[test]
+        fn any_bytes(bytes in proptest::collection::vec(any::<u8>(), 0..200), n in 1u16..64) {
+            match steer(&bytes, n) {
+                Steer::Worker(w) => prop_assert!(w.0 < n),
+                Steer::All | Steer::Any => {}
+            }
+        }
+
+        /// Symmetric for any tuple.
+        #[test]
+        fn symmetric(a in any::<u32>(), b in any::<u32>(), pa in any::<u16>(), pb in any::<u16>(), proto in any::<u8>(), n in 1u16..64) {
+            let t = FiveTuple { src: IpAddr::V4(a.into()), dst: IpAddr::V4(b.into()), proto, src_port: pa, dst_port: pb };
+            prop_assert_eq!(worker_of_tuple(&t, n), worker_of_tuple(&t.reversed(), n));
+        }
+    }
+}
