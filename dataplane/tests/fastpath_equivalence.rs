@@ -14,7 +14,6 @@ mod common;
 use common::*;
 use dataplane::buf::{PacketBuf, VecBuf};
 use dataplane::conntrack::tcp_flags::{ACK, FIN, PSH, RST, SYN, URG};
-use dataplane::conntrack::Timeouts;
 use dataplane::pipeline::Pipeline;
 use dataplane::wire::build::PacketBuilder;
 use dataplane::{Duration, PortId, Timestamp};
@@ -26,15 +25,7 @@ const FLOWS: usize = 6;
 fn pair() -> (Pipeline, Pipeline) {
     let mut cfg = config();
     cfg.arp_timeout = Duration::from_secs(30);
-    cfg.timeouts = Timeouts {
-        tcp_syn: Duration::from_secs(10),
-        tcp_established: Duration::from_secs(60),
-        tcp_closing: Duration::from_secs(20),
-        tcp_closed: Duration::from_secs(5),
-        udp: Duration::from_secs(20),
-        icmp: Duration::from_secs(5),
-        other: Duration::from_secs(10),
-    };
+    cfg.timeouts = short_timeouts();
     let fast = Pipeline::new(cfg.clone()).unwrap();
     let mut general = Pipeline::new(cfg).unwrap();
     general.set_fast_path(false);

@@ -22,7 +22,6 @@ mod frag_util;
 use common::*;
 use dataplane::buf::VecBuf;
 use dataplane::conntrack::tcp_flags::{ACK, FIN, PSH, SYN};
-use dataplane::conntrack::Timeouts;
 use dataplane::pipeline::{FragNote, Pipeline, Verdict};
 use dataplane::steer::{steer, Steer};
 use dataplane::wire::build::PacketBuilder;
@@ -38,15 +37,7 @@ fn cfg() -> dataplane::pipeline::PipelineConfig {
     // Longer than any run: the neighbours stay resolved here (each worker
     // asks for itself when one expires: `arp_expiry_every_worker_asks`).
     cfg.arp_timeout = Duration::from_secs(4 * 3600);
-    cfg.timeouts = Timeouts {
-        tcp_syn: Duration::from_secs(10),
-        tcp_established: Duration::from_secs(60),
-        tcp_closing: Duration::from_secs(20),
-        tcp_closed: Duration::from_secs(5),
-        udp: Duration::from_secs(20),
-        icmp: Duration::from_secs(5),
-        other: Duration::from_secs(10),
-    };
+    cfg.timeouts = short_timeouts();
     // Every worker answers ICMP errors at its share of the rate: high
     // enough here that neither limit is reached.
     cfg.icmp_errors.rate = 100_000;

@@ -34,6 +34,20 @@ pub const DMZ_HOST_MAC: [u8; 6] = [0x02, 0, 0, 0, 0x03, 0x0a];
 /// Somewhere on the Internet.
 pub const SERVER: Ipv4Addr = Ipv4Addr::new(93, 184, 216, 34);
 
+/// Timeouts short enough for a random run to see flows expire (the
+/// equivalence tests).
+pub fn short_timeouts() -> Timeouts {
+    Timeouts {
+        tcp_syn: Duration::from_secs(10),
+        tcp_established: Duration::from_secs(60),
+        tcp_closing: Duration::from_secs(20),
+        tcp_closed: Duration::from_secs(5),
+        udp: Duration::from_secs(20),
+        icmp: Duration::from_secs(5),
+        other: Duration::from_secs(10),
+    }
+}
+
 pub fn config() -> PipelineConfig {
     let any = (Ipv4Addr::UNSPECIFIED, 0);
     PipelineConfig {
