@@ -315,11 +315,13 @@ pub enum ErrorKind {
         /// The largest data interface MTU.
         data_mtu: u64,
     },
-    /// More than one worker on a cluster member.
-    #[error("{workers} workers: a cluster member runs one worker for now (the CCL steering to several workers is not built yet; docs/workers.md)")]
-    ClusterOneWorker {
+    /// More workers on a cluster member than CCL channels.
+    #[error("{workers} workers: a cluster member runs at most {max} (one CCL channel each; docs/workers.md)")]
+    ClusterWorkers {
         /// The workers configured.
         workers: u16,
+        /// The most a member may run.
+        max: u16,
     },
     /// Two interfaces on the same device and VLAN.
     #[error("device \"{device}\"{vlan} is already used by interface \"{other_interface}\"")]

@@ -262,3 +262,14 @@ fn message(e: &ConfigError) -> String {
     }
     text.strip_prefix(&prefix).map(str::to_string).unwrap_or_else(|| format!("BAD PREFIX: {text}"))
 }
+
+#[test]
+fn a_member_runs_up_to_32_workers() {
+    let with = |n: u16| EXAMPLE.replace("\"0,1\"]\n", &format!("\"0,1\"]\n  workers: {n}\n"));
+    assert_eq!(parse(&with(2), "x.yaml").unwrap().dpdk.workers, 2);
+    assert_eq!(parse(&with(32), "x.yaml").unwrap().dpdk.workers, 32);
+    let e = parse(&with(33), "x.yaml").unwrap_err();
+    assert_eq!((e.line(), e.field()), (12, "dpdk.workers"), "{e}");
+    assert!(matches!(e.kind(), ErrorKind::ClusterWorkers { workers: 33, max: 32 }), "{e}");
+    assert_eq!(message(&e), "33 workers: a cluster member runs at most 32 (one CCL channel each; docs/workers.md)");
+}

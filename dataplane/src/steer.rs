@@ -94,6 +94,27 @@ pub fn steer(frame: &[u8], workers: u16) -> Steer {
     }
 }
 
+/// Where a frame received on the CCL port is decided: a data-channel CCL
+/// datagram by the worker of its header's channel (the sending worker's
+/// index: every member runs the same number of workers and a worker only
+/// sends about connections of its own index, so that worker holds them
+/// here too); anything else as [`steer`] says. The channel is read from
+/// the MAC-covered header, so a replayed datagram always meets the replay
+/// window that saw it first. A channel at or above `workers` (a member
+/// with more workers) goes to the receiving worker, which drops it as
+/// `ccl-wrong-worker`; the control channel likewise (the node hands
+/// control frames to its control lcore before steering).
+pub fn steer_ccl(frame: &[u8], workers: u16) -> Steer {
+    if workers <= 1 {
+        return Steer::Worker(WorkerId(0));
+    }
+    let Ok(d) = crate::ccl::strip_udp(frame) else { return steer(frame, workers) };
+    match crate::ccl::CclPacket::new_checked(d.payload) {
+        Ok(p) if u16::from(p.channel()) < workers => Steer::Worker(WorkerId(u16::from(p.channel()))),
+        _ => Steer::Any,
+    }
+}
+
 /// The owning worker of an IPv4 datagram, `None` when the header does not
 /// say (the receiving worker drops it).
 pub fn ipv4(l3: &[u8], workers: u16) -> Option<WorkerId> {
@@ -184,6 +205,39 @@ mod tests {
         assert_eq!(steer(&v6, 4), Steer::Any);
         assert_eq!(steer(&arp, 1), Steer::Worker(WorkerId(0)));
         assert_eq!(steer(&[], 1), Steer::Worker(WorkerId(0)));
+    }
+
+    #[test]
+    fn ccl_datagrams_go_to_their_channel() {
+        use crate::ccl::{CclKey, FramePath, Message, Sealer, SyncDone, CONTROL_CHANNEL};
+        use crate::{Epoch, NodeId};
+        let key = CclKey::new("lab", "a secret of some length").unwrap();
+        let path = FramePath { src_mac: MA, dst_mac: MB, src_ip: Ipv4Addr::new(10, 9, 0, 1), dst_ip: Ipv4Addr::new(10, 9, 0, 2) };
+        let msg = Message::SyncDone(SyncDone { epoch: Epoch(3) });
+        let frame = |channel: u8| {
+            let mut s = Sealer::new(&key, NodeId(0), channel, 7).unwrap();
+            let mut out = vec![0u8; 256];
+            let n = s.seal_frame(&path, Epoch(3), &msg, &mut out).unwrap();
+            out.truncate(n);
+            out
+        };
+        for ch in 0..4u8 {
+            assert_eq!(steer_ccl(&frame(ch), 4), Steer::Worker(WorkerId(u16::from(ch))));
+            assert_eq!(steer_ccl(&frame(ch), 1), Steer::Worker(WorkerId(0)));
+        }
+        // A member with more workers, the control channel: where it arrived.
+        assert_eq!(steer_ccl(&frame(5), 4), Steer::Any);
+        assert_eq!(steer_ccl(&frame(CONTROL_CHANNEL), 4), Steer::Any);
+        // Not a CCL datagram (ARP, a ping to the CCL address): as `steer`.
+        let arp = crate::wire::build::arp(MA, [0xff; 6], None, crate::wire::arp::Operation::Request, MA, A, [0; 6], B);
+        assert_eq!(steer_ccl(&arp, 4), Steer::All);
+        let ping = b(A, B).icmp(8, 0, (77, 1), b"");
+        assert_eq!(steer_ccl(&ping, 4), steer(&ping, 4));
+        // A CCL datagram whose header is not ours (bad magic): where it
+        // arrived (and dropped there).
+        let mut f = frame(2);
+        f[42] ^= 0xff;
+        assert_eq!(steer_ccl(&f, 4), Steer::Any);
     }
 
     #[test]

@@ -308,6 +308,11 @@ drop_reasons! {
     /// delivered late (an af_packet TX ring flushed when the CCL carrier
     /// returns), from a state the peer has since reset (docs/failover.md).
     CclBeforeRejoin => "ccl-before-rejoin",
+    /// Cluster, several workers: a data-channel CCL datagram sealed by
+    /// another channel than this worker's (the node steers by the channel,
+    /// docs/workers.md: a steering fault, or a member that runs another
+    /// number of workers).
+    CclWrongWorker => "ccl-wrong-worker",
 }
 
 impl fmt::Display for DropReason {

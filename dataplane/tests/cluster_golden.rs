@@ -304,19 +304,44 @@ fn ccl_frame(key: &str, channel: u8, msg: &Message<'_>) -> Vec<u8> {
     out
 }
 
-#[test]
-fn bad_ccl_is_dropped_and_counted() {
-    let mut bed = Bed::new(3, true);
-    let q = Message::OwnerQuery(OwnerQuery {
+/// A CCL frame into node A at t = 2 s.
+fn send_to_a(bed: &mut Bed, f: Vec<u8>) -> Verdict {
+    let mut b = VecBuf::new(&f);
+    bed.nodes[A].process(Timestamp::from_secs(2), CCL, &mut b)
+}
+
+/// An owner query about HOST:1234 -> SERVER:80 (TCP).
+fn host_query() -> Message<'static> {
+    Message::OwnerQuery(OwnerQuery {
         query_id: 7,
         flow: FlowKey::new(tuple(HOST, 1234, SERVER, 80, 6)).unwrap(),
         elect_if_absent: false,
         local: false,
-    });
-    let send_one = |bed: &mut Bed, f: Vec<u8>| {
-        let mut b = VecBuf::new(&f);
-        bed.nodes[A].process(Timestamp::from_secs(2), CCL, &mut b)
-    };
+    })
+}
+
+/// One worker of several takes only its own channel's data messages (the
+/// node steers by channel, docs/workers.md); a lone worker takes any.
+#[test]
+fn a_worker_of_several_takes_its_own_channel_only() {
+    let q = host_query();
+    let send = send_to_a;
+    let mut bed = Bed::new(3, true);
+    bed.nodes[A].set_worker(dataplane::WorkerId(1), 2).unwrap();
+    assert_eq!(send(&mut bed, ccl_frame(KEY, 0, &q)), Verdict::Drop(DropReason::CclWrongWorker));
+    assert_eq!(bed.drops(A, DropReason::CclWrongWorker), 1);
+    assert_eq!(send(&mut bed, ccl_frame(KEY, 1, &q)), Verdict::Consumed);
+    assert_eq!(bed.cluster(A).ccl_rx(MessageKind::OwnerQuery), 2, "opened both, took one");
+    let mut lone = Bed::new(3, true);
+    assert_eq!(send(&mut lone, ccl_frame(KEY, 3, &q)), Verdict::Consumed);
+    assert_eq!(lone.drops(A, DropReason::CclWrongWorker), 0);
+}
+
+#[test]
+fn bad_ccl_is_dropped_and_counted() {
+    let mut bed = Bed::new(3, true);
+    let q = host_query();
+    let send_one = send_to_a;
 
     // Wrong key.
     let v = send_one(&mut bed, ccl_frame("not-the-key", 5, &q));

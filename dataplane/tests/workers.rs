@@ -22,7 +22,7 @@ mod frag_util;
 use common::*;
 use dataplane::buf::VecBuf;
 use dataplane::conntrack::tcp_flags::{ACK, FIN, PSH, SYN};
-use dataplane::pipeline::{FragNote, Pipeline, Verdict};
+use dataplane::pipeline::{HandoffNote, Pipeline, Verdict};
 use dataplane::steer::{steer, Steer};
 use dataplane::wire::build::PacketBuilder;
 use dataplane::{Duration, DropReason, PortId, Timestamp, WorkerId};
@@ -71,7 +71,7 @@ impl Workers {
     /// `frame` received on `port` by the queue of worker `rx`.
     fn receive(&mut self, now: Timestamp, port: PortId, frame: &[u8], rx: usize) -> Out {
         let rx = rx % self.w.len();
-        let mut queue: VecDeque<(usize, PortId, Vec<u8>, Option<FragNote>)> = VecDeque::new();
+        let mut queue: VecDeque<(usize, PortId, Vec<u8>, Option<HandoffNote>)> = VecDeque::new();
         let mut learners = vec![];
         match steer(frame, self.n()) {
             Steer::Worker(w) => queue.push_back((usize::from(w.0), port, frame.to_vec(), None)),

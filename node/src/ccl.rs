@@ -65,9 +65,10 @@ pub struct CclShared {
     /// The membership lease (ns of the node's clock) the worker applies
     /// with `Pipeline::set_lease` (it reads this once per loop): 0 fenced.
     pub lease_ns: AtomicU64,
-    /// The worker's re-registration progress for its current member set
-    /// (`pack_sync`), published once per timer tick for `on_sync`.
-    pub sync: AtomicU64,
+    /// Each worker's re-registration progress for its current member set
+    /// (`pack_sync`), published once per timer tick; the control lcore
+    /// hands the node's (`SyncProgress::of_workers`) to `on_sync`.
+    pub sync: Box<[AtomicU64]>,
     /// Bumped when the data ports come up: the worker announces the node
     /// (gratuitous ARPs, `Pipeline::announce`).
     pub announce: AtomicU64,
@@ -84,7 +85,8 @@ pub fn unpack_sync(w: u64) -> (dataplane::Epoch, u16, bool) {
 }
 
 impl CclShared {
-    pub fn new() -> CclShared {
+    /// For `workers` workers.
+    pub fn new(workers: usize) -> CclShared {
         CclShared {
             to_worker: ArrayQueue::new(HANDOFF_CAPACITY),
             to_control: ArrayQueue::new(HANDOFF_CAPACITY),
@@ -95,7 +97,7 @@ impl CclShared {
             to_worker_frames: AtomicU64::new(0),
             to_control_frames: AtomicU64::new(0),
             lease_ns: AtomicU64::new(0),
-            sync: AtomicU64::new(0),
+            sync: (0..workers.max(1)).map(|_| AtomicU64::new(0)).collect(),
             announce: AtomicU64::new(0),
         }
     }
@@ -127,7 +129,8 @@ pub fn is_control_frame(frame: &[u8]) -> bool {
 /// ports' link state, events as log lines.
 pub struct CclControl {
     port: Port,
-    /// `Some(1)`: the control queue; `None`: one queue, the worker's.
+    /// The control queue (the last: one after the workers'); `None`: one
+    /// queue, the worker's.
     queue: Option<u16>,
     pool: Arc<Mempool>,
     shared: Arc<CclShared>,
@@ -155,7 +158,9 @@ pub struct CclControl {
 
 pub struct CclControlConfig {
     pub port: Port,
-    pub two_queues: bool,
+    /// The control lcore's queue of the CCL port (`None`: the port has
+    /// one queue pair, the worker's).
+    pub control_queue: Option<u16>,
     pub pool: Arc<Mempool>,
     pub shared: Arc<CclShared>,
     pub link: ControlLink,
@@ -168,7 +173,7 @@ impl CclControl {
     pub fn new(c: CclControlConfig) -> CclControl {
         CclControl {
             port: c.port,
-            queue: c.two_queues.then_some(1),
+            queue: c.control_queue,
             pool: c.pool,
             shared: c.shared,
             link: c.link,
@@ -187,13 +192,9 @@ impl CclControl {
         }
     }
 
-    /// Whether the port runs a separate control queue.
+    /// Queue pairs of the CCL port (the workers' and the control lcore's).
     pub fn queues(&self) -> u16 {
-        if self.queue.is_some() {
-            2
-        } else {
-            1
-        }
+        self.queue.map_or(1, |q| q + 1)
     }
 
     /// Counters of the control channel (messages out and in, drops).
@@ -249,7 +250,7 @@ impl CclControl {
             log::info!("port {} ({}) link {}", c.index, if c.ccl { "ccl" } else { "data" }, if c.up { "up" } else { "down" });
             self.membership.on_port(now, c.index, c.up);
         }
-        let sync = self.shared.sync.load(Ordering::Relaxed);
+        let sync = self.node_sync();
         if sync != self.last_sync {
             self.last_sync = sync;
             let (epoch, done_from, sent) = unpack_sync(sync);
@@ -258,6 +259,16 @@ impl CclControl {
         self.membership.tick(now);
         self.act_all();
         handled
+    }
+
+    /// The node's re-registration progress, packed: every worker's
+    /// (`SyncProgress::of_workers`).
+    fn node_sync(&self) -> u64 {
+        let each = self.shared.sync.iter().map(|w| {
+            let (epoch, done_from, sent) = unpack_sync(w.load(Ordering::Relaxed));
+            dataplane::pipeline::SyncProgress { epoch, done_from, sent }
+        });
+        dataplane::pipeline::SyncProgress::of_workers(each).map_or(0, |p| pack_sync(&p))
     }
 
     /// Whether the replicated configuration changed since the last call.

@@ -11,7 +11,7 @@
 use crate::ccl::CclControl;
 use crate::clock::Clock;
 use crate::policy::{Follow, Policies, Reload};
-use crate::shared::{offer_commands, push_command, Query, Reply, Shared};
+use crate::shared::{fan_out, offer_commands, push_command, Query, Reply, Shared};
 use dataplane::ccl::MessageKind;
 use anyhow::{Context, Result};
 use config::Config;
@@ -93,9 +93,10 @@ impl Control {
             None => 0,
         };
         self.follow_policy(now);
-        // Member sets and resets: a cluster node runs one worker.
+        // Member sets and resets: to every worker, in order, behind what
+        // each has pending (`fan_out`).
         if let Some(c) = &mut self.ccl {
-            offer_commands(&self.shared.workers[0].queries, &mut c.pending);
+            fan_out(&mut c.pending, &mut self.pending);
         }
         for (w, pending) in self.shared.workers.iter().zip(&mut self.pending) {
             offer_commands(&w.queries, pending);
@@ -211,7 +212,11 @@ impl Control {
         let Some(ccl) = &self.ccl else {
             return Err("no cluster configured: this node runs alone (no `cluster:` section)".into());
         };
-        let Reply::Cluster(snap) = self.ask(Query::Cluster)? else { return Err("unexpected reply".into()) };
+        let mut snaps = Vec::new();
+        for r in self.ask_all(|| Query::Cluster)? {
+            let Reply::Cluster(snap) = r else { return Err("unexpected reply".into()) };
+            snaps.extend(snap);
+        }
         let now = self.clock.now();
         let m = &ccl.membership;
         let st = m.status();
@@ -238,15 +243,17 @@ impl Control {
                 })
             })
             .collect();
-        // The CCL messages of the worker and of the control lcore, added up.
+        // The CCL messages of the workers and of the control lcore, and
+        // the workers' cluster counters, added up; the oldest member set a
+        // worker runs (they all get every set, between bursts).
         let mut ccl_counters = ccl.counters();
-        let (counters, worker_epoch) = match &snap {
-            Some(s) => {
-                ccl_counters.add(&s.ccl);
-                (stats::to_json(&s.counters), s.epoch)
-            }
-            None => (Value::Null, 0),
-        };
+        let mut counters = Value::Null;
+        for s in &snaps {
+            ccl_counters.add(&s.ccl);
+            stats::add_json(&mut counters, &stats::to_json(&s.counters));
+        }
+        let worker_epoch = snaps.iter().map(|s| s.epoch).min().unwrap_or(0);
+        let worker_epochs: Vec<u64> = snaps.iter().map(|s| s.epoch).collect();
         let kinds: Vec<Value> = MessageKind::ALL
             .iter()
             .map(|&k| json!({ "kind": k.as_str(), "rx": ccl_counters.rx(k), "tx": ccl_counters.tx(k) }))
@@ -272,6 +279,7 @@ impl Control {
             "config_version": st.config_version,
             "state_version": st.state_version,
             "worker_epoch": worker_epoch,
+            "worker_epochs": worker_epochs,
             "ccl_queues": ccl.queues(),
             "heartbeat_interval_ms": m.heartbeat_interval().0 / 1_000_000,
             "hold_time_ms": m.hold_time().0 / 1_000_000,

@@ -108,14 +108,18 @@ fn eal_args(cfg: &Config, extra: &[String]) -> Vec<String> {
     let mut args = vec!["clusterfw".to_string()];
     args.extend(cfg.dpdk.eal_args.iter().cloned());
     let mut seen = Vec::new();
-    let ccl = cfg.cluster.iter().map(|c| (c.ccl.device_name(), c.ccl.is_vdev(), &c.ccl.device));
-    for (name, vdev, device) in cfg.interfaces.iter().map(|i| (i.device_name(), i.is_vdev(), &i.device)).chain(ccl) {
+    // Queue pairs: one per worker on a data port; on the CCL one per
+    // worker and the control lcore's.
+    let workers = cfg.dpdk.workers;
+    let ccl = cfg.cluster.iter().map(|c| (c.ccl.device_name(), c.ccl.is_vdev(), &c.ccl.device, workers + 1));
+    let data = cfg.interfaces.iter().map(|i| (i.device_name(), i.is_vdev(), &i.device, workers));
+    for (name, vdev, device, queues) in data.chain(ccl) {
         if seen.contains(&name) {
             continue;
         }
         seen.push(name);
         args.push(if vdev { "--vdev".into() } else { "-a".into() });
-        args.push(if vdev { sizing::vdev_arg(device, cfg.dpdk.workers) } else { device.clone() });
+        args.push(if vdev { sizing::vdev_arg(device, queues) } else { device.clone() });
     }
     args.extend(extra.iter().cloned());
     args
@@ -215,15 +219,29 @@ fn run(cfg: Config, extra: Vec<String>) -> Result<()> {
         });
     }
 
-    // The CCL port (cluster mode): an extra interface `ccl`, two queue
-    // pairs where the device has them (queue 1: the control lcore's).
+    // The CCL port (cluster mode): an extra interface `ccl`, a queue pair
+    // per worker and one for the control lcore (queue `workers`) where the
+    // device has them. One worker on a port with one queue pair: no
+    // control queue, the worker sends the heartbeats. Several workers need
+    // them all.
     let mut ccl_setup = None;
     if let Some(cl) = &cfg.cluster {
         let dev = cl.ccl.device_name();
         let port = Port::by_name(dev).with_context(|| format!("cluster.ccl: device {dev}"))?;
         let info = port.info().with_context(|| format!("cluster.ccl: device {dev}"))?;
-        let two = info.max_rx_queues >= 2 && info.max_tx_queues >= 2;
-        let q = if two { 2 } else { 1 };
+        let want = workers + 1;
+        let two = info.max_rx_queues >= want && info.max_tx_queues >= want;
+        if !two && workers > 1 {
+            bail!(
+                "CCL device {dev} ({}) offers {} RX / {} TX queues; {workers} workers need {want} queue pairs \
+                 (one each and the control lcore's; af_packet: qpairs={want}, which the node adds itself unless \
+                 the device string sets qpairs)",
+                info.driver_name,
+                info.max_rx_queues,
+                info.max_tx_queues
+            );
+        }
+        let q = if two { want } else { 1 };
         let mtu = port_mtu(port, dev, cl.ccl.mtu)?;
         port.configure(q, q, cfg.dpdk.rx_descriptors, cfg.dpdk.tx_descriptors, &pool, mtu)
             .with_context(|| format!("configuring CCL port {dev} with {q} queue pair(s)"))?;
@@ -254,8 +272,9 @@ fn run(cfg: Config, extra: Vec<String>) -> Result<()> {
             device: cl.ccl.device.clone(),
             interfaces: config::cluster::CCL_INTERFACE.into(),
             port,
-            // The worker polls queue 0; queue 1 is the control lcore's.
-            rx_queues: 1,
+            // Worker w polls queue w; queue `workers` is the control
+            // lcore's.
+            rx_queues: workers,
         });
         specs.push(InterfaceSpec {
             name: config::cluster::CCL_INTERFACE.into(),
@@ -303,7 +322,7 @@ fn run(cfg: Config, extra: Vec<String>) -> Result<()> {
     let ccl_control = match (&cfg.cluster, ccl_setup) {
         (Some(cl), Some((ccl_idx, port, two, mac))) => Some(ccl::CclControl::new(ccl::CclControlConfig {
             port,
-            two_queues: two,
+            control_queue: two.then_some(workers),
             pool: pool.clone(),
             shared: shared.ccl.clone(),
             link: control_link(cl, incarnation, mac)?,

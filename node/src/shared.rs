@@ -14,7 +14,7 @@ use dataplane::conntrack::ConnInfo;
 use dataplane::acl::RuleInfo;
 use dataplane::arp::ArpInfo;
 use dataplane::cluster::MemberSet;
-use dataplane::pipeline::{ClusterCountersSnapshot, Counters, FragNote, FragSnapshot, Policy};
+use dataplane::pipeline::{ClusterCountersSnapshot, Counters, FragSnapshot, HandoffNote, Policy};
 use dataplane::PortId;
 use dpdk_sys::{Mbuf, RingProducer};
 use dataplane::route::RouteInfo;
@@ -61,7 +61,7 @@ pub enum Reply {
 /// whose connection that worker owns, with what the first worker's
 /// reassembler learnt (`note`), or an ARP frame to learn from.
 pub enum Handoff {
-    Fragment { m: Mbuf, in_port: PortId, note: FragNote },
+    Fragment { m: Mbuf, in_port: PortId, note: HandoffNote },
     /// A copy of an ARP frame another worker received and answered: learn
     /// from it (`Pipeline::arp_learn`).
     Learn { m: Mbuf, in_port: PortId },
@@ -142,10 +142,11 @@ impl Shared {
     /// ring's producing end; `None` with one worker).
     pub fn new(steer: Vec<Option<RingProducer>>) -> Shared {
         let steer = if steer.is_empty() { vec![None] } else { steer };
+        let n = steer.len();
         Shared {
             stop: AtomicBool::new(false),
             workers: steer.into_iter().map(WorkerShared::new).collect(),
-            ccl: Arc::new(CclShared::new()),
+            ccl: Arc::new(CclShared::new(n)),
         }
     }
 }
@@ -177,10 +178,52 @@ pub fn push_command(pending: &mut VecDeque<Query>, q: Query) {
     pending.push_back(q);
 }
 
+/// The membership machine's commands (member sets, resets) queued for
+/// the node, copied into every worker's pending queue in order (each
+/// worker holds its own connections' share of the cluster state and
+/// applies every command); `from` ends empty. Other queries are not
+/// commands of the machine and are dropped.
+pub fn fan_out(from: &mut VecDeque<Query>, workers: &mut [VecDeque<Query>]) {
+    while let Some(q) = from.pop_front() {
+        for pending in workers.iter_mut() {
+            match &q {
+                Query::SetMembers(m) => push_command(pending, Query::SetMembers(*m)),
+                Query::Reset => push_command(pending, Query::Reset),
+                _ => {}
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use dataplane::{Epoch, NodeId};
+
+    #[test]
+    fn every_worker_gets_every_command_in_order() {
+        let set = |e: u64| MemberSet::from_nodes(Epoch(e), [NodeId(0), NodeId(1)]).unwrap();
+        let mut from = VecDeque::new();
+        push_command(&mut from, Query::SetMembers(set(2)));
+        push_command(&mut from, Query::Reset);
+        push_command(&mut from, Query::SetMembers(set(3)));
+        let mut workers = vec![VecDeque::new(), VecDeque::new()];
+        // Worker 1 still holds an older set: the new one coalesces with it.
+        push_command(&mut workers[1], Query::SetMembers(set(1)));
+        fan_out(&mut from, &mut workers);
+        assert!(from.is_empty());
+        for w in &workers {
+            let kinds: Vec<String> = w
+                .iter()
+                .map(|q| match q {
+                    Query::SetMembers(m) => format!("set {}", m.epoch().0),
+                    Query::Reset => "reset".into(),
+                    _ => "other".into(),
+                })
+                .collect();
+            assert_eq!(kinds, ["set 2", "reset", "set 3"]);
+        }
+    }
 
     #[test]
     fn commands_wait_for_room_on_the_queue_in_order() {

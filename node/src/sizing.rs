@@ -44,8 +44,9 @@ fn arg<'a>(device: &'a str, key: &str) -> Option<&'a str> {
 
 /// `device` as given to EAL: an af_packet device without `framesz` gets
 /// `AF_PACKET_FRAME`-byte frames (and blocks of at least that), and one
-/// without `qpairs` a queue pair per worker when there are several.
-pub fn vdev_arg(device: &str, workers: u16) -> String {
+/// without `qpairs` `queues` queue pairs when that is more than one (a data
+/// port: one per worker; the CCL: one per worker and the control lcore's).
+pub fn vdev_arg(device: &str, queues: u16) -> String {
     if !is_af_packet(device) {
         return device.to_string();
     }
@@ -56,8 +57,8 @@ pub fn vdev_arg(device: &str, workers: u16) -> String {
             d.push_str(&format!(",blocksz={AF_PACKET_FRAME}"));
         }
     }
-    if workers > 1 && arg(device, "qpairs").is_none() {
-        d.push_str(&format!(",qpairs={workers}"));
+    if queues > 1 && arg(device, "qpairs").is_none() {
+        d.push_str(&format!(",qpairs={queues}"));
     }
     d
 }

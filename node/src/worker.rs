@@ -25,7 +25,7 @@ use crate::clock::Clock;
 use crate::shared::{Handoff, Query, Reply, Shared, WorkerShared};
 use dataplane::buf::PacketBuf;
 use dataplane::pipeline::{Pipeline, Verdict};
-use dataplane::steer::{steer, Steer};
+use dataplane::steer::{steer, steer_ccl, Steer};
 use dataplane::{PortId, Timestamp, WorkerId};
 use dpdk_sys::{Mbuf, MbufBurst, Mempool, Port, RingConsumer};
 use std::sync::atomic::Ordering;
@@ -237,31 +237,25 @@ impl Worker {
                         }
                         continue;
                     }
-                    // Several workers: the frame's own worker decides it.
-                    if self.workers > 1 {
-                        match steer(m.data(), self.workers) {
-                            Steer::Worker(w) if w != self.me => {
-                                self.steer_to(w, in_port, m, &mut out);
-                                continue;
-                            }
-                            Steer::All => self.copy_to_others(in_port, &m, &mut out),
-                            _ => {}
-                        }
-                    }
-                    self.handle(now, in_port, m, &mut out);
+                    self.steer_or_handle(now, in_port, is_ccl, m, &mut out);
                 }
                 if self.workers > 1 {
                     self.flush_steered(&mut out);
                 }
             }
-            if let Some(pi) = self.ccl_port {
-                // CCL frames the control lcore received on its queue.
+            if let Some(pi) = self.ccl_port.filter(|_| self.me.0 == 0) {
+                // CCL frames the control lcore received on its queue
+                // (worker 0 takes them, and passes on the others' as if
+                // received on its own queue).
                 for _ in 0..dpdk_sys::BURST_SIZE {
                     let Some(m) = ccl.to_worker.pop() else { break };
                     received += 1;
-                    self.handle(now, PortId(pi as u16), m, &mut out);
+                    self.steer_or_handle(now, PortId(pi as u16), true, m, &mut out);
                 }
-                // Heartbeats of a single-queue CCL port.
+                if self.workers > 1 {
+                    self.flush_steered(&mut out);
+                }
+                // Heartbeats of a single-queue CCL port (one worker only).
                 while let Some(m) = ccl.tx_via_worker.pop() {
                     out.send(&self.ports, pi, m);
                 }
@@ -299,7 +293,9 @@ impl Worker {
                 mine.handed_out.store(out.handed_out, Ordering::Relaxed);
                 mine.handoff_drops.store(out.handoff_drops, Ordering::Relaxed);
                 if self.ccl_port.is_some() {
-                    ccl.sync.store(crate::ccl::pack_sync(&self.pipeline.sync_progress(epoch)), Ordering::Relaxed);
+                    if let Some(s) = ccl.sync.get(usize::from(self.me.0)) {
+                        s.store(crate::ccl::pack_sync(&self.pipeline.sync_progress(epoch)), Ordering::Relaxed);
+                    }
                     let a = ccl.announce.load(Ordering::Relaxed);
                     if a != announced {
                         announced = a;
@@ -372,6 +368,25 @@ impl Worker {
     /// Stage `m` (received on `in_port`) for worker `w`'s steering ring;
     /// a full stage goes at once.
     #[inline]
+    /// A received frame: decided here, or (several workers) staged for the
+    /// worker that owns it — on the CCL port by its channel
+    /// (`steer_ccl`), elsewhere by its connection (`steer`); ARP is also
+    /// copied to the others.
+    fn steer_or_handle(&mut self, now: Timestamp, in_port: PortId, is_ccl: bool, m: Mbuf, out: &mut Out) {
+        if self.workers > 1 {
+            let s = if is_ccl { steer_ccl(m.data(), self.workers) } else { steer(m.data(), self.workers) };
+            match s {
+                Steer::Worker(w) if w != self.me => {
+                    self.steer_to(w, in_port, m, out);
+                    return;
+                }
+                Steer::All => self.copy_to_others(in_port, &m, out),
+                _ => {}
+            }
+        }
+        self.handle(now, in_port, m, out);
+    }
+
     fn steer_to(&self, w: WorkerId, in_port: PortId, mut m: Mbuf, out: &mut Out) {
         out.steered_out += 1;
         m.set_port(in_port.0);

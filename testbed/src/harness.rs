@@ -193,7 +193,7 @@ impl Drop for BedGuard {
 pub struct Shape {
     /// Link MTUs (`up --mtu`).
     pub mtu: crate::topology::BedMtu,
-    /// Workers per node (`up --workers`; single node only).
+    /// Workers per node (`up --workers`).
     pub workers: u16,
 }
 
@@ -257,6 +257,13 @@ pub fn test_bin_dir() -> PathBuf {
     std::env::var_os("CLUSTERFW_BIN_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/release"))
+}
+
+/// Workers per node for the cluster bed tests: `$CFW_BED_WORKERS` (1 when
+/// unset; `scripts/test.sh` runs the cluster tests once more with 2, issue
+/// 12).
+pub fn bed_workers() -> u16 {
+    std::env::var("CFW_BED_WORKERS").ok().and_then(|v| v.parse().ok()).filter(|&w| w >= 1).unwrap_or(1)
 }
 
 /// A test-bed test's run directory: `$CFW_TESTBED_DIR`, else `default`.

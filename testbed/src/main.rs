@@ -39,8 +39,8 @@ splits the CCL segment into groups (no carrier change), `heal` joins it.
                     inside=N,outside=N,hosts=N (the nodes' inside and outside
                     links, the hosts' links to the routers; others 1500); the
                     nodes' configs get the same `mtu`s
-  --workers N       (single node only) the node runs N workers (dpdk.workers;
-                    af_packet with N queue pairs); default 1
+  --workers N       every node runs N workers (dpdk.workers; af_packet with N
+                    queue pairs, the CCL with N+1); default 1
   --run-dir DIR     state, node configs, logs, control sockets
                     (default $CFW_TESTBED_DIR, else /tmp/cfw-testbed)
   --kernel-router   (single node only) test-bed self-check: cfw-n1 is a plain Linux router

@@ -98,10 +98,12 @@ pub fn node_yaml(node: &NodeSpec, socket: &str) -> String {
          arp:\n  capacity: 4096\n  timeout: 300\n  retry: 1\n"
     );
     if let Some(c) = &node.cluster {
+        // A queue pair per worker and the control lcore's.
         let device = format!(
-            "net_af_packet{},iface={},framecnt=2048,qpairs=2",
+            "net_af_packet{},iface={},framecnt=2048,qpairs={}",
             node.interfaces.len(),
-            c.ccl_ifname
+            c.ccl_ifname,
+            node.workers.max(1) + 1
         );
         let _ = write!(
             y,

@@ -158,8 +158,7 @@ pub struct NodeSpec {
     pub routes: Vec<(String, String)>,
     /// `None` for the single-node bed.
     pub cluster: Option<NodeCluster>,
-    /// `dpdk.workers` (`up --workers`; single node only: a cluster node
-    /// runs one).
+    /// `dpdk.workers` (`up --workers`).
     pub workers: u16,
 }
 
@@ -575,14 +574,12 @@ impl Topology {
         self
     }
 
-    /// Every node with `workers` workers (`up --workers`): the single-node
-    /// bed only, a cluster node runs one (issue 12).
+    /// Every node with `workers` workers (`up --workers`; issue 12): up to
+    /// 64 on the single-node bed, 32 on a cluster member.
     pub fn with_workers(mut self, workers: u16) -> Result<Topology> {
-        if workers > 1 && self.nodes.len() > 1 {
-            bail!("--workers {workers}: a cluster node runs one worker; several workers need the single-node bed (--nodes 1)");
-        }
-        if !(1..=64).contains(&workers) {
-            bail!("--workers {workers}: 1-64");
+        let max = if self.nodes.len() > 1 { 32 } else { 64 };
+        if !(1..=max).contains(&workers) {
+            bail!("--workers {workers}: 1-{max}");
         }
         for n in &mut self.nodes {
             n.workers = workers;

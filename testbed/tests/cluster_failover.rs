@@ -362,7 +362,10 @@ fn downloads_survive_every_single_failure() {
         eprintln!("skipped: the test bed needs root (run scripts/test.sh)");
         return;
     }
-    let test_bed = TestBed::up(NODES, "/tmp/cfw-testbed-failover").expect("test bed up");
+    let workers = harness::bed_workers();
+    eprintln!("{NODES} nodes with {workers} worker(s) each (CFW_BED_WORKERS)");
+    let test_bed = TestBed::up_with(NODES, "/tmp/cfw-testbed-failover", harness::Shape { workers, ..Default::default() })
+        .expect("test bed up");
     let (run_dir, bin_dir) = (test_bed.run_dir.clone(), test_bed.bin_dir.clone());
     // The client's receive buffer capped: the data stays in flight.
     sys::sysctl(INSIDE, "net.ipv4.tcp_rmem", "4096 16384 32768").expect("client receive buffer");

@@ -292,6 +292,31 @@ fn step_e_counters(c: &Ctx) -> Result<String> {
     Ok(detail)
 }
 
+/// Several workers (`CFW_BED_WORKERS`): `show stats --json` of every node
+/// has each worker deciding packets and owning connections, nothing lost
+/// between them, and no CCL datagram at the wrong worker.
+fn step_h_workers(c: &Ctx, workers: u16) -> Result<String> {
+    let mut detail = Vec::new();
+    for k in 1..=NODES {
+        let s = c.show(k, "stats")?;
+        let ws = s["workers"].as_array().cloned().unwrap_or_default();
+        ensure!(ws.len() == usize::from(workers), "n{k}: {} workers in show stats, {workers} configured", ws.len());
+        let packets: Vec<u64> = ws.iter().map(|w| w["packets"].as_u64().unwrap_or(0)).collect();
+        let flows: Vec<u64> = ws.iter().map(|w| w["flows_created"].as_u64().unwrap_or(0)).collect();
+        ensure!(packets.iter().all(|&p| p > 0), "n{k}: a worker decided no packet: {packets:?}");
+        ensure!(flows.iter().all(|&f| f > 0), "n{k}: a worker created no flow: {flows:?}");
+        let lost = s["handoff_drops"].as_u64().unwrap_or(0);
+        ensure!(lost == 0, "n{k}: {lost} frames lost between the workers");
+        let wrong = s["drops"]["ccl-wrong-worker"].as_u64().unwrap_or(0);
+        ensure!(wrong == 0, "n{k}: {wrong} CCL datagrams at the wrong worker");
+        detail.push(format!(
+            "n{k} packets {packets:?} flows {flows:?} steered {}",
+            s["steered_out"].as_u64().unwrap_or(0)
+        ));
+    }
+    Ok(detail.join("; "))
+}
+
 /// tcpdump on the router end of every node link, inbound: what the nodes
 /// sent towards the hosts.
 struct Captures {
@@ -505,8 +530,9 @@ fn cluster_three_nodes_traffic() {
     let bin_dir = harness::test_bin_dir();
     let run_dir = harness::test_run_dir("/tmp/cfw-testbed-cluster-test");
     let _bed = harness::BedGuard { run_dir: run_dir.clone() };
+    let workers = harness::bed_workers();
     let out = Command::new(env!("CARGO_BIN_EXE_clusterfw-testbed"))
-        .args(["up", "--nodes", "3", "--run-dir"])
+        .args(["up", "--nodes", "3", "--workers", &workers.to_string(), "--run-dir"])
         .arg(&run_dir)
         .env("CLUSTERFW_BIN_DIR", &bin_dir)
         .env("CFW_TESTBED_LOCK_HELD", "1")
@@ -514,7 +540,7 @@ fn cluster_three_nodes_traffic() {
         .expect("run clusterfw-testbed up");
     assert!(
         out.status.success(),
-        "step up: `clusterfw-testbed up --nodes 3` failed ({}):\n{}{}",
+        "step up: `clusterfw-testbed up --nodes 3 --workers {workers}` failed ({}):\n{}{}",
         out.status,
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
@@ -556,6 +582,10 @@ fn cluster_three_nodes_traffic() {
     record("(f) every connection reaches the hosts from its owner only", t, step_f_ownership(&c, &mut caps, &conn_owners));
     let t = Instant::now();
     record("(g) wrong key, truncated, replayed CCL messages dropped and counted", t, step_g_bad_ccl(&c));
+    if workers > 1 {
+        let t = Instant::now();
+        record("(h) every worker of every node carried traffic", t, step_h_workers(&c, workers));
+    }
 
     for k in 1..=NODES {
         match c.show(k, "cluster") {

@@ -147,8 +147,10 @@ fn upload(bed: &TestBed, nodes: usize, file: &std::path::Path, sha: &str) -> Res
     );
     sys::ns_run(INSIDE, harness::python(), &["-c", &send])?;
     for _ in 0..100 {
+        // A whole line only: with PYTHONUNBUFFERED the sink's print
+        // reaches the file in pieces (the count, then the digest).
         let text = std::fs::read_to_string(&log).unwrap_or_default();
-        if let Some(line) = text.lines().next() {
+        if let Some((line, _)) = text.split_once('\n') {
             ensure!(line.ends_with(sha), "upload: the server received {line}, sent {sha}");
             return Ok(format!("upload of {} bytes, sha256 matches at the server", line.split(' ').next().unwrap_or("?")));
         }

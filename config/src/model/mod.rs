@@ -38,6 +38,9 @@ pub const MAX_BURST: u16 = 256;
 pub const DEFAULT_IDLE_SLEEP_US: u32 = 200;
 /// Largest `dpdk.workers`.
 pub const MAX_WORKERS: u16 = 64;
+/// Largest `dpdk.workers` of a cluster member: one CCL channel each
+/// (`dataplane::ccl::MAX_WORKER_CHANNELS`).
+pub const MAX_CLUSTER_WORKERS: u16 = 32;
 /// Default `flow-table.capacity` (flows per worker).
 pub const DEFAULT_FLOW_CAPACITY: u32 = 262_144;
 /// Smallest `flow-table.capacity`.

@@ -434,10 +434,10 @@ impl Checker<'_> {
             None => None,
             Some(c) => Some(self.cluster(&root.key("cluster"), c, &name, &interfaces)?),
         };
-        if cluster.is_some() && dpdk.workers > 1 {
+        if cluster.is_some() && dpdk.workers > crate::model::MAX_CLUSTER_WORKERS {
             return Err(self.err(
                 &root.key("dpdk").key("workers"),
-                ErrorKind::ClusterOneWorker { workers: dpdk.workers },
+                ErrorKind::ClusterWorkers { workers: dpdk.workers, max: crate::model::MAX_CLUSTER_WORKERS },
             ));
         }
 

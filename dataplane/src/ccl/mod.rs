@@ -76,8 +76,9 @@ pub const CCL_UDP_PORT: u16 = 31300;
 /// Channel of the control lcore; workers use their index `0..MAX_WORKER_CHANNELS`.
 pub const CONTROL_CHANNEL: u8 = 255;
 /// Workers per node that can each own a CCL sequence space (channels
-/// `0..=30`); with the control channel that is 32 replay windows per node.
-pub const MAX_WORKER_CHANNELS: u8 = 31;
+/// `0..=31`: a clustered node runs at most 32 workers); with the control
+/// channel that is 33 replay windows per node.
+pub const MAX_WORKER_CHANNELS: u8 = 32;
 
 /// Largest payload that fits an outer IPv4 MTU of 1500 bytes:
 /// 1500 − 20 (IPv4) − 8 (UDP) − 34 (header) − 16 (tag) = 1422.
@@ -103,7 +104,7 @@ pub enum CclError {
     MixedFamily,
     #[error("node id {0} out of range (0..=15)")]
     BadNodeId(u8),
-    #[error("channel {0} out of range (0..=30 or 255)")]
+    #[error("channel {0} out of range (0..=31 or 255)")]
     BadChannel(u8),
     #[error("sequence numbers exhausted for this incarnation")]
     SequenceExhausted,
@@ -156,7 +157,7 @@ ccl_drops! {
     UnknownKind => "ccl-unknown-kind",
     /// Authentic, but the payload does not parse.
     MalformedPayload => "ccl-malformed-payload",
-    /// Channel with no replay window (31..=254).
+    /// Channel with no replay window (32..=254).
     TooManyChannels => "ccl-too-many-channels",
     /// Sent by this node (a looped-back broadcast).
     Loopback => "ccl-loopback",

@@ -6,7 +6,7 @@
 //! higher incarnation (the sender restarted) resets the window; a lower one
 //! is refused as stale.
 //!
-//! Invariants: the table is allocated once (16 nodes × 32 channels) and
+//! Invariants: the table is allocated once (16 nodes × 33 channels) and
 //! never grows; `check` never mutates, and the caller `commit`s only after
 //! the MAC verified (RFC 4303 §3.4.3: "the receive window is updated only
 //! if the integrity verification succeeds"), so forged messages cannot
@@ -18,7 +18,7 @@ use crate::NodeId;
 /// Width of the window in sequence numbers.
 pub const WINDOW: u64 = 128;
 
-/// Channels with a window per node: workers 0..=30 and the control lcore.
+/// Channels with a window per node: workers 0..=31 and the control lcore.
 const CHANNELS: usize = MAX_WORKER_CHANNELS as usize + 1;
 
 #[derive(Copy, Clone, Debug, Default)]
@@ -43,7 +43,7 @@ impl Default for ReplayGuard {
 }
 
 impl ReplayGuard {
-    /// Windows for `NodeId::MAX_NODES` senders × 32 channels (≈ 20 KiB).
+    /// Windows for `NodeId::MAX_NODES` senders × 33 channels (≈ 21 KiB).
     pub fn new() -> Self {
         ReplayGuard { windows: vec![Window::default(); NodeId::MAX_NODES * CHANNELS].into_boxed_slice() }
     }
@@ -181,7 +181,8 @@ mod tests {
         g.commit(N, 0, 1, 5).unwrap();
         assert_eq!(g.commit(N, CONTROL_CHANNEL, 1, 5), Ok(()));
         assert_eq!(g.commit(NodeId(3), 0, 1, 5), Ok(()));
-        assert_eq!(g.commit(N, 31, 1, 5), Err(CclDrop::TooManyChannels));
+        assert_eq!(g.commit(N, 31, 1, 5), Ok(()));
+        assert_eq!(g.commit(N, 32, 1, 5), Err(CclDrop::TooManyChannels));
         assert_eq!(g.commit(N, 254, 1, 5), Err(CclDrop::TooManyChannels));
         assert_eq!(g.commit(NodeId(16), 0, 1, 5), Err(CclDrop::BadSender));
         g.forget(N);

@@ -47,7 +47,7 @@ pub struct Sealer {
 }
 
 impl Sealer {
-    /// `channel` is the worker index (0..=30) or [`CONTROL_CHANNEL`];
+    /// `channel` is the worker index (0..=31) or [`CONTROL_CHANNEL`];
     /// `incarnation` must grow across restarts of this node (boot time in
     /// seconds, kept strictly above the last one used).
     pub fn new(key: &CclKey, sender: NodeId, channel: u8, incarnation: u32) -> Result<Self, CclError> {
@@ -58,6 +58,12 @@ impl Sealer {
             return Err(CclError::BadChannel(channel));
         }
         Ok(Sealer { key: key.clone(), sender, channel, incarnation, next_seq: 1, counters: CclCounters::default() })
+    }
+
+    /// The same sender on `channel`, a stream of its own from sequence 1
+    /// (a worker's sealer, made before the worker knew its index).
+    pub fn on_channel(&self, channel: u8) -> Result<Self, CclError> {
+        Sealer::new(&self.key, self.sender, channel, self.incarnation)
     }
 
     #[inline]

@@ -390,8 +390,8 @@ fn framing_drops() {
 #[test]
 fn sealer_refuses_bad_identity_and_small_buffers() {
     assert_eq!(Sealer::new(&key(), NodeId(16), 0, 1).unwrap_err(), CclError::BadNodeId(16));
-    assert_eq!(Sealer::new(&key(), A, 31, 1).unwrap_err(), CclError::BadChannel(31));
-    assert!(Sealer::new(&key(), A, 30, 1).is_ok());
+    assert_eq!(Sealer::new(&key(), A, 32, 1).unwrap_err(), CclError::BadChannel(32));
+    assert!(Sealer::new(&key(), A, 31, 1).is_ok());
     assert!(Sealer::new(&key(), A, CONTROL_CHANNEL, 1).is_ok());
     let mut s = sealer();
     let hb = Message::Heartbeat(Heartbeat { priority: 1, state: 1, member_bitmap: 1, ..Heartbeat::default() });

@@ -115,7 +115,7 @@ pub enum PipelineError {
     Cluster(ClusterSpecError),
     #[error("{0}")]
     Fragments(ReasmConfigError),
-    #[error("worker {me} of {count}: needs 0 <= worker < count, and a cluster node runs one worker")]
+    #[error("worker {me} of {count}: needs 0 <= worker < count (a cluster node: count <= 32, one CCL channel each)")]
     Workers { me: u16, count: u16 },
 }
 

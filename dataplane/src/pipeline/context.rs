@@ -101,6 +101,26 @@ pub struct FragNote {
     pub tuple: FiveTuple,
 }
 
+/// What a frame handed to another worker of the node carries
+/// (`Pipeline::handoff_note`, `drain_handoffs`, `process_handoff`): its
+/// datagram's five-tuple and L4 header as the handing worker's reassembler
+/// learnt them, and how the frame reached the node (a frame unwrapped from
+/// the CCL is decided as received on its original interface, a hinted
+/// fragment as at the owner).
+#[derive(Copy, Clone, Debug)]
+pub struct HandoffNote {
+    /// `rx.frag` holds the note.
+    pub(crate) rx: Rx,
+}
+
+impl HandoffNote {
+    /// The connection of the handed frame (its worker is
+    /// `steer::worker_of_tuple` of it).
+    pub fn tuple(&self) -> Option<FiveTuple> {
+        self.rx.frag.map(|n| n.tuple)
+    }
+}
+
 /// Sequence translation for one owner packet (R6), applied by egress.
 #[derive(Copy, Clone, Debug)]
 pub(crate) struct Xlate {

@@ -51,7 +51,7 @@
 //! `FragCounters::{released, released_parked, release_drops}` or in the
 //! reassembler's drop counters (`ReasmCounters`).
 
-use super::context::{FragNote, Outcome, Rx};
+use super::context::{FragNote, HandoffNote, Outcome, Rx};
 use crate::ccl::{FRAME_OVERHEAD, TAG_LEN};
 use crate::conntrack::{tcp_flags, L4Info, TcpSeg};
 use crate::frag::{
@@ -208,7 +208,7 @@ impl FragTrack {
 pub(crate) struct Handed {
     pub worker: WorkerId,
     pub in_port: PortId,
-    pub note: FragNote,
+    pub note: HandoffNote,
 }
 
 /// One worker's fragment path (`Pipeline`'s fragment stage).
@@ -467,7 +467,7 @@ impl FragPath {
         start: usize,
         end: usize,
         outcome: Outcome,
-        handed: Option<(PortId, FragNote)>,
+        handed: Option<(PortId, HandoffNote)>,
     ) {
         self.pool.put_back(i, mem, start, end);
         match outcome {

@@ -75,7 +75,7 @@ pub use cluster::{
 pub use config::{
     InterfaceSpec, PipelineConfig, PipelineError, Policy, RouteSpec, RuleSpec, DEFAULT_MTU, MAX_MTU, MIN_MTU,
 };
-pub use context::{FragNote, Verdict};
+pub use context::{FragNote, HandoffNote, Verdict};
 pub use counters::{Counters, Ipv6Counters, PortCounters};
 pub use egress::MAX_GENERATED;
 pub use frag::{FragConfig, FragCounters, FragSnapshot};
@@ -137,7 +137,7 @@ pub struct Pipeline {
     worker: WorkerId,
     workers: u16,
     /// What the last `Handoff` verdict's frame carries to its worker.
-    handoff: Option<FragNote>,
+    handoff: Option<HandoffNote>,
 }
 
 /// Where the IPv4 stage's decision leads.
@@ -150,7 +150,7 @@ enum Step {
     FragOwner(NodeId),
     /// A fragment whose connection another worker of this node owns: it
     /// goes there with what this worker's reassembler learnt (`steer`).
-    Handoff(WorkerId, FragNote),
+    Handoff(WorkerId, HandoffNote),
 }
 
 /// What `ipv4_in` was told about the frame by ingress.
@@ -521,7 +521,7 @@ impl Pipeline {
             if let (Some(n), true) = (note, self.workers > 1) {
                 let w = crate::steer::worker_of_tuple(&n.tuple, self.workers);
                 if w != self.worker {
-                    break 'decide Step::Handoff(w, n);
+                    break 'decide Step::Handoff(w, HandoffNote { rx: Rx { frag: Some(n), ..rx } });
                 }
             }
             let (tuple, l4, lookup_only) = match note {
@@ -935,11 +935,18 @@ impl Pipeline {
     /// 1). With several workers the driver steers every received frame to
     /// its worker (`steer::steer`) and this pipeline hands on the fragments
     /// it collected to the worker that owns their connection
-    /// (`Verdict::Handoff`, `drain_handoffs`). A cluster node runs one
-    /// worker: `Err` for more (docs/workers.md).
+    /// (`Verdict::Handoff`, `drain_handoffs`). In a cluster the worker
+    /// seals on CCL channel `me` and takes only that channel's data
+    /// messages: the driver steers CCL datagrams by channel
+    /// (`steer::steer_ccl`), every member running `count` workers
+    /// (docs/workers.md). Before any traffic.
     pub fn set_worker(&mut self, me: WorkerId, count: u16) -> Result<(), PipelineError> {
-        if count == 0 || me.0 >= count || (count > 1 && self.cluster.is_some()) {
+        if count == 0 || me.0 >= count {
             return Err(PipelineError::Workers { me: me.0, count });
+        }
+        if let Some(cl) = self.cluster.as_deref_mut().filter(|_| count > 1) {
+            let channel = u8::try_from(me.0).map_err(|_| PipelineError::Workers { me: me.0, count })?;
+            cl.set_channel(channel).map_err(|_| PipelineError::Workers { me: me.0, count })?;
         }
         self.worker = me;
         self.workers = count;
@@ -950,25 +957,24 @@ impl Pipeline {
     /// worker: its datagram's five-tuple and L4 header, as this worker's
     /// reassembler learnt them. The receiving worker passes it to
     /// `process_handoff`.
-    pub fn handoff_note(&mut self) -> Option<FragNote> {
+    pub fn handoff_note(&mut self) -> Option<HandoffNote> {
         self.handoff.take()
     }
 
     /// A frame another worker of this node handed to this one
     /// (`Verdict::Handoff`, `drain_handoffs`), with its `note`: decided as
     /// received on `in_port`, the fragment already accounted for.
-    pub fn process_handoff<B: PacketBuf>(&mut self, now: Timestamp, in_port: PortId, buf: &mut B, note: FragNote) -> Verdict {
+    pub fn process_handoff<B: PacketBuf>(&mut self, now: Timestamp, in_port: PortId, buf: &mut B, note: HandoffNote) -> Verdict {
         self.acct.rx(in_port, buf.data().len());
         self.acct.handoffs_in += 1;
-        let rx = Rx { frag: Some(note), ..Rx::PORT };
-        let outcome = self.classify(now, in_port, buf, rx);
+        let outcome = self.classify(now, in_port, buf, note.rx);
         self.account(outcome, buf)
     }
 
     /// Hand the fragments queued for other workers since the last call to
     /// `f` (worker, the port they arrived on, their note, the frame), in
     /// order. After each burst, with `drain_generated`.
-    pub fn drain_handoffs(&mut self, mut f: impl FnMut(WorkerId, PortId, &FragNote, &[u8])) {
+    pub fn drain_handoffs(&mut self, mut f: impl FnMut(WorkerId, PortId, &HandoffNote, &[u8])) {
         self.frag.drain_handoffs(&mut |h: &frag::Handed, frame: &[u8]| f(h.worker, h.in_port, &h.note, frame));
     }
 

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use testbed::sim::{self, net::CclLink, SimConfig};
 
 const USAGE: &str = "\
-usage: clusterfw-sim [--nodes 3] [--flows 2000] [--udp-flows N] [--seed 7]
+usage: clusterfw-sim [--nodes 3] [--workers 1] [--flows 2000] [--udp-flows N] [--seed 7]
                      [--loss 0.0] [--latency-us 20] [--jitter-us 0]
                      [--reorder 0.0] [--reorder-us 300] [--symmetric | --split-return]
                      [--no-cluster] [--no-seq-randomization] [--burst 32]
@@ -20,6 +20,8 @@ Simulates N clusterfw nodes (real dataplane pipelines) between an inside and
 an outside ECMP router, with TCP clients/servers and UDP/DNS flows, on a
 virtual clock. The same seed gives the same run, bit for bit.
 
+  --workers N           pipelines per node, frames steered to them as the
+                        node does (docs/workers.md; default 1)
   --flows N             TCP flows (default 2000); --udp-flows defaults to N/4
   --loss P              CCL frame loss probability
   --latency-us/--jitter-us   CCL one-way latency and uniform jitter
@@ -85,6 +87,7 @@ fn run(args: Vec<String>) -> Result<bool, String> {
     while let Some(a) = it.next() {
         match a.as_str() {
             "--nodes" => cfg.nodes = val(&mut it, &a)?,
+            "--workers" => cfg.workers = val(&mut it, &a)?,
             "--flows" => cfg.tcp_flows = val(&mut it, &a)?,
             "--udp-flows" => udp = Some(val(&mut it, &a)?),
             "--seed" => cfg.seed = val(&mut it, &a)?,

@@ -183,6 +183,18 @@ pub fn counters(p: &Pipeline) -> Option<BTreeMap<String, u64>> {
     Some(m)
 }
 
+/// A node's cluster counters: its workers' summed (`counters`).
+pub fn counters_of(workers: &[Pipeline]) -> Option<BTreeMap<String, u64>> {
+    let mut sum: Option<BTreeMap<String, u64>> = None;
+    for m in workers.iter().filter_map(counters) {
+        let s = sum.get_or_insert_with(BTreeMap::new);
+        for (k, v) in m {
+            *s.entry(k).or_insert(0) += v;
+        }
+    }
+    sum
+}
+
 /// Every flow the node holds, with its role. Single-node pipelines report
 /// no roles: their flows count as owned by the node.
 pub fn roles(p: &Pipeline, node: usize, now: Timestamp) -> Vec<FlowRole> {

@@ -29,7 +29,7 @@ use super::report::Invariant;
 use super::{Ev, Sim};
 use crate::sim::cluster;
 use controlplane::membership::State as MState;
-use dataplane::pipeline::{Pipeline, SyncProgress};
+use dataplane::pipeline::SyncProgress;
 use dataplane::types::{Epoch, Timestamp};
 
 /// Frames a frozen node's ring holds; more are lost (a NIC ring).
@@ -273,11 +273,11 @@ impl Sim {
     /// Node `n` starts again: a new pipeline with a higher incarnation.
     fn restart_node(&mut self, n: usize) {
         let restarts = self.nodes[n].life.restarts + 1;
-        let pipeline = match super::node_config(&self.cfg, n).and_then(|mut pc| {
+        let workers = match super::node_config(&self.cfg, n).and_then(|mut pc| {
             if let Some(c) = pc.cluster.as_mut() {
                 c.incarnation = cluster::incarnation(n, restarts);
             }
-            Pipeline::new(pc).map_err(|e| e.to_string())
+            super::node_workers(&self.cfg, pc)
         }) {
             Ok(p) => p,
             Err(e) => {
@@ -287,7 +287,7 @@ impl Sim {
         };
         let was_dead = self.nodes[n].life.dead();
         let node = &mut self.nodes[n];
-        node.pipeline = pipeline;
+        node.workers = workers;
         node.rxq.clear();
         node.poll_pending = false;
         node.life = super::faults::Life { restarts, ports_up: false, ..Default::default() };
@@ -546,23 +546,25 @@ impl Sim {
                 Order::Members(_) if self.cfg.inject == Some(Inject::NoMembers) => {}
                 Order::Reset if self.cfg.inject == Some(Inject::NoReset) => {}
                 Order::Members(m) => {
-                    self.nodes[n].pipeline.set_members(ts, m);
+                    self.nodes[n].workers.each(|p| p.set_members(ts, m));
                     self.nodes[n].drv.epoch = m.epoch();
                     self.watch_epoch(m.epoch().0);
                 }
                 Order::Reset => {
-                    self.nodes[n].pipeline.reset(ts);
+                    self.nodes[n].workers.each(|p| p.reset(ts));
                     self.nodes[n].drv.lost_state_at = Some(self.now);
                     self.note_lost_state(n);
                 }
                 Order::Lease(until) => {
-                    self.nodes[n].pipeline.set_lease(until);
+                    self.nodes[n].workers.each(|p| p.set_lease(until));
                     self.nodes[n].drv.lease = until;
                 }
                 Order::DataPorts(up) => {
                     self.nodes[n].life.ports_up = up;
                     if up {
-                        self.nodes[n].pipeline.announce(ts);
+                        self.nodes[n].workers.each(|p| {
+                            p.announce(ts);
+                        });
                         self.nodes[n].drv.announce_again = Some(self.now + ANNOUNCE_AGAIN_NS);
                         self.drain_node(n);
                     }
@@ -588,10 +590,12 @@ impl Sim {
         let now = self.now;
         if self.nodes[n].drv.announce_again.is_some_and(|t| now >= t) {
             self.nodes[n].drv.announce_again = None;
-            self.nodes[n].pipeline.announce(Timestamp(now));
+            self.nodes[n].workers.each(|p| {
+                p.announce(Timestamp(now));
+            });
             self.drain_node(n);
         }
-        let p = self.nodes[n].pipeline.sync_progress(self.nodes[n].drv.epoch);
+        let p = self.nodes[n].workers.sync_progress(self.nodes[n].drv.epoch);
         if self.nodes[n].drv.last_sync != Some(p) {
             self.nodes[n].drv.last_sync = Some(p);
             if let Some(c) = self.control.as_mut() {
@@ -696,7 +700,7 @@ impl Sim {
     pub(super) fn watch_tx(&mut self, n: usize, f: usize) {
         let t = self.flows[f].tuple;
         let now = self.now;
-        if !self.may_own(n) || !cluster::is_owner(&self.nodes[n].pipeline, &t) {
+        if !self.may_own(n) || !self.nodes[n].workers.holds(&t) {
             self.watch.non_owner_frames += 1;
             if self.watch.non_owner_examples.len() < 5 {
                 let d = self.flow_desc(f);
@@ -706,7 +710,7 @@ impl Sim {
         }
         let others: Vec<usize> = (0..self.nodes.len())
             .filter(|&m| m != n && !self.watch.groups.separates(m, n) && self.may_own(m))
-            .filter(|&m| cluster::is_owner(&self.nodes[m].pipeline, &t))
+            .filter(|&m| self.nodes[m].workers.holds(&t))
             .collect();
         if !others.is_empty() {
             self.watch.double_owner_frames += 1;
@@ -904,7 +908,7 @@ impl Sim {
                 let (mut one, mut none, mut many) = (0, 0, 0);
                 for f in self.flows.iter().filter(|f| f.started && !f.done()) {
                     let o = (0..self.nodes.len())
-                        .filter(|&n| self.may_own(n) && cluster::is_owner(&self.nodes[n].pipeline, &f.tuple))
+                        .filter(|&n| self.may_own(n) && self.nodes[n].workers.holds(&f.tuple))
                         .count();
                     match o {
                         0 => none += 1,

@@ -38,6 +38,7 @@ pub mod host;
 pub mod membership;
 pub mod net;
 pub mod report;
+pub mod workers;
 
 use dataplane::buf::VecBuf;
 use dataplane::conntrack::Timeouts;
@@ -146,6 +147,9 @@ pub struct SimConfig {
     pub long_lived: Option<LongLived>,
     /// A deliberate driver defect (fault scenarios; tests of the checks).
     pub inject: Option<faults::Inject>,
+    /// Workers per node (issue 12; `workers.rs`): each node runs this many
+    /// pipelines, frames steered to them as the node's driver does.
+    pub workers: u16,
 }
 
 /// Long-lived traffic (`SimConfig::long_lived`).
@@ -204,6 +208,7 @@ impl SimConfig {
             flow_start_ns: 0,
             long_lived: None,
             inject: None,
+            workers: 1,
         }
     }
     /// A scenario drawn from the seed (for sweeps): 2-8 nodes (sometimes
@@ -480,7 +485,7 @@ impl Flow {
 }
 
 struct Node {
-    pipeline: Pipeline,
+    workers: workers::NodeWorkers,
     rxq: VecDeque<(PortId, Vec<u8>)>,
     poll_pending: bool,
     stats: NodeReport,
@@ -597,6 +602,14 @@ pub fn node_config(cfg: &SimConfig, n: usize) -> Result<PipelineConfig, String> 
     Ok(pc)
 }
 
+/// A node's workers (`SimConfig::workers`), each a pipeline of `pc`.
+pub(crate) fn node_workers(cfg: &SimConfig, pc: PipelineConfig) -> Result<workers::NodeWorkers, String> {
+    let pipelines = (0..cfg.workers.max(1))
+        .map(|_| Pipeline::new(pc.clone()).map_err(|e| e.to_string()))
+        .collect::<Result<Vec<_>, _>>()?;
+    workers::NodeWorkers::new(pipelines)
+}
+
 impl Sim {
     pub fn new(cfg: SimConfig) -> Result<Self, String> {
         if cfg.nodes == 0 || cfg.nodes > dataplane::types::NodeId::MAX_NODES {
@@ -608,9 +621,9 @@ impl Sim {
         let mut nodes = Vec::with_capacity(cfg.nodes);
         for n in 0..cfg.nodes {
             let pc = node_config(&cfg, n)?;
-            let pipeline = Pipeline::new(pc).map_err(|e| format!("node{n}: {e}"))?;
+            let workers = node_workers(&cfg, pc).map_err(|e| format!("node{n}: {e}"))?;
             nodes.push(Node {
-                pipeline,
+                workers,
                 rxq: VecDeque::new(),
                 poll_pending: false,
                 stats: NodeReport {
@@ -988,7 +1001,7 @@ impl Sim {
                 self.trace.word(0x200 | node as u64);
                 let now = self.ts();
                 let t0 = std::time::Instant::now();
-                self.nodes[node].pipeline.poll_timers(now);
+                self.nodes[node].workers.each(|p| p.poll_timers(now));
                 self.nodes[node].stats.cpu_ns += t0.elapsed().as_nanos() as u64;
                 self.drain_node(node);
                 if self.driven() {
@@ -1403,9 +1416,11 @@ impl Sim {
         let n = &mut self.nodes[node];
         let mut verdicts: Vec<Verdict> = Vec::with_capacity(rx.len());
         let t0 = std::time::Instant::now();
-        n.pipeline.prefetch_burst(rx.iter().map(|(_, _, _, b)| dataplane::buf::PacketBuf::data(b)));
+        if n.workers.count() == 1 {
+            n.workers.each(|p| p.prefetch_burst(rx.iter().map(|(_, _, _, b)| dataplane::buf::PacketBuf::data(b))));
+        }
         for (port, _, _, buf) in rx.iter_mut() {
-            verdicts.push(n.pipeline.process(now, *port, buf));
+            verdicts.push(n.workers.process(now, *port, buf));
         }
         let mut cpu = t0.elapsed().as_nanos() as u64;
         for ((port, frame, traced, buf), v) in rx.into_iter().zip(verdicts) {
@@ -1419,8 +1434,12 @@ impl Sim {
                     self.trace.word(0x900);
                     self.nodes[node].stats.consumed += 1;
                 }
-                // A cluster node runs one worker (`Pipeline::set_worker`).
-                Verdict::Handoff(w) => self.trace.word(0xa00 | u64::from(w.0)),
+                // Followed to its worker by `NodeWorkers::process`: only
+                // a worker number past the node's stays one.
+                Verdict::Handoff(w) => {
+                    self.trace.word(0xa00 | u64::from(w.0));
+                    self.edge_error(format!("node{node}: a frame handed to worker {} of {}", w.0, self.nodes[node].workers.count()));
+                }
             }
             if traced {
                 let what = match net::frame_tuple(&frame) {
@@ -1432,7 +1451,8 @@ impl Sim {
         }
         let n = &mut self.nodes[node];
         let t0 = std::time::Instant::now();
-        cluster::flush(&mut n.pipeline, now);
+        n.workers.each(|p| cluster::flush(p, now));
+        n.workers.drain_handoffs(now, &mut out);
         cpu += t0.elapsed().as_nanos() as u64;
         n.stats.cpu_ns += cpu;
         if n.rxq.is_empty() {
@@ -1448,9 +1468,10 @@ impl Sim {
 
     fn drain_node(&mut self, node: usize) {
         let mut gen: Vec<(PortId, Vec<u8>)> = Vec::new();
-        self.nodes[node]
-            .pipeline
-            .drain_generated(|p, b| gen.push((p, b.to_vec())));
+        let now = self.ts();
+        let n = &mut self.nodes[node];
+        n.workers.drain_handoffs(now, &mut gen);
+        n.workers.drain_generated(|p, b| gen.push((p, b.to_vec())));
         for (p, f) in gen {
             self.trace.word(0xa00 | u64::from(p.0));
             self.node_tx(node, p, f);
@@ -1656,7 +1677,7 @@ impl Sim {
                     return Vec::new();
                 }
                 (0..self.nodes.len())
-                    .filter(|&n| self.may_own(n) && cluster::is_owner(&self.nodes[n].pipeline, &fl.tuple))
+                    .filter(|&n| self.may_own(n) && self.nodes[n].workers.holds(&fl.tuple))
                     .collect()
             })
             .collect()
@@ -1686,6 +1707,18 @@ impl Sim {
         self.checkpoint_count += 1;
         let owners = self.owners(false);
         self.end_checks(&owners, false);
+        // Several workers: a flow lives only on its own worker of a node.
+        if self.cfg.workers > 1 {
+            for f in 0..self.flows.len() {
+                let t = self.flows[f].tuple;
+                for n in 0..self.nodes.len() {
+                    if self.nodes[n].workers.misplaced(&t) > 0 {
+                        let d = self.flow_desc(f);
+                        self.violation(format!("{d}: held on node{n} by a worker that is not its own"));
+                    }
+                }
+            }
+        }
         if self.driven() {
             // Owners change on takeover and are absent until a flow's next
             // packet: the fault scenarios' own checks (`faults::Watch`).
@@ -1783,7 +1816,7 @@ impl Sim {
         };
         self.director_counts.0 += 1;
         let now = self.ts();
-        let seen = cluster::role_at(&self.nodes[d].pipeline, d, &t, now);
+        let seen = cluster::role_at(self.nodes[d].workers.of_tuple(&t), d, &t, now);
         let ok = match seen {
             Some((Role::Director, o)) => o == owner,
             Some((Role::Owner, o)) => d == owner && o == owner,
@@ -1809,15 +1842,20 @@ impl Sim {
         let mut per_node = Vec::new();
         for n in &self.nodes {
             let mut r = n.stats.clone();
-            let c = n.pipeline.counters();
-            r.packets = c.packets;
-            r.flows_created = c.flows_created;
+            let ws = n.workers.all();
+            let cs: Vec<_> = ws.iter().map(|p| p.counters()).collect();
+            // Every worker's frames once: a handed-off fragment is counted
+            // by the worker that handed it on and by the one that took it.
+            r.worker_packets = cs.iter().map(|c| c.packets - c.handed_off).collect();
+            r.packets = r.worker_packets.iter().sum();
+            r.flows_created = cs.iter().map(|c| c.flows_created).sum();
             r.drops = dataplane::types::DropReason::ALL
                 .iter()
-                .filter(|d| c.drop_count(**d) > 0)
-                .map(|d| (d.as_str().to_string(), c.drop_count(*d)))
+                .map(|d| (d, cs.iter().map(|c| c.drop_count(*d)).sum::<u64>()))
+                .filter(|&(_, k)| k > 0)
+                .map(|(d, k)| (d.as_str().to_string(), k))
                 .collect();
-            r.cluster = cluster::counters(&n.pipeline);
+            r.cluster = cluster::counters_of(ws);
             per_node.push(r);
         }
         let mut totals = NodeReport {

@@ -20,6 +20,9 @@ pub struct NodeReport {
     /// Non-zero drop counters by reason.
     pub drops: BTreeMap<String, u64>,
     pub flows_created: u64,
+    /// Frames each worker decided (its `packets` net of handoffs), in
+    /// worker order (`SimConfig::workers`).
+    pub worker_packets: Vec<u64>,
     /// The pipeline's cluster counters, by name (None without a cluster).
     pub cluster: Option<BTreeMap<String, u64>>,
     /// Wall-clock nanoseconds spent in `process`/`flush`/`poll_timers`

@@ -75,6 +75,9 @@ impl ClusterPath {
         let total = data.len();
         let opened = self.opener.open_frame(data).map_err(|_| DropReason::CclMalformed)?;
         let from = opened.sender;
+        if self.own_channel_only && opened.channel != self.sealer.channel() && !matches!(opened.msg, Message::Heartbeat(_)) {
+            return Err(DropReason::CclWrongWorker);
+        }
         if self.joined_at.get(from.index()).is_some_and(|e| opened.epoch.0 < e.0) {
             return Err(DropReason::CclBeforeRejoin);
         }

@@ -203,8 +203,6 @@ pub const RESENDS: u8 = 3;
 pub const MAX_RESENDS: usize = 16 * 1024;
 /// How often `poll_timers` sweeps idle records.
 pub const RECORD_SWEEP: Duration = Duration::from_millis(1000);
-/// The worker's CCL channel (one worker per node for now).
-pub const WORKER_CHANNEL: u8 = 0;
 /// `FlowRecord::tcp_state` of a flow that is not TCP.
 pub const STATE_NOT_TCP: u8 = 0xff;
 
@@ -579,6 +577,24 @@ pub struct SyncProgress {
     pub sent: bool,
 }
 
+impl SyncProgress {
+    /// A node's progress from its workers' (each re-registers its own
+    /// flows and hears its own channel's `SyncDone`s): a peer is done when
+    /// it is done on every worker, the node's scan when every worker's is.
+    /// Workers on different epochs (a member set on its way to them) have
+    /// nothing done yet, at the older epoch.
+    pub fn of_workers(mut workers: impl Iterator<Item = SyncProgress>) -> Option<SyncProgress> {
+        let first = workers.next()?;
+        Some(workers.fold(first, |a, b| {
+            if a.epoch != b.epoch {
+                SyncProgress { epoch: a.epoch.min(b.epoch), done_from: 0, sent: false }
+            } else {
+                SyncProgress { epoch: a.epoch, done_from: a.done_from & b.done_from, sent: a.sent && b.sent }
+            }
+        }))
+    }
+}
+
 /// `show cluster` (a copy, off the packet path): identity, the cluster
 /// counters, the worker's CCL counters by kind and drop reason, the frames
 /// of received batches dropped by reason.
@@ -632,6 +648,9 @@ pub(crate) struct ClusterPath {
     /// CCL address per node id.
     peers: [Option<Ipv4Addr>; NodeId::MAX_NODES],
     sealer: Sealer,
+    /// Several workers: data messages of other channels are not ours
+    /// (`set_channel`).
+    own_channel_only: bool,
     opener: Opener,
     cookies: CookieCodec,
     rng: u64,
@@ -835,7 +854,7 @@ impl ClusterPath {
         }
         let key = CclKey::new(&spec.cluster_name, &spec.key).map_err(ClusterSpecError::Key)?;
         let sealer =
-            Sealer::new(&key, spec.node, WORKER_CHANNEL, spec.incarnation).map_err(ClusterSpecError::Key)?;
+            Sealer::new(&key, spec.node, 0, spec.incarnation).map_err(ClusterSpecError::Key)?;
         let opener = Opener::new(&key, spec.node);
         if !(1..=crate::cluster::MAX_BACKUP_OWNERS).contains(&spec.backups) {
             return Err(ClusterSpecError::BadBackups(spec.backups));
@@ -866,6 +885,7 @@ impl ClusterPath {
             ccl_addr,
             peers,
             sealer,
+            own_channel_only: false,
             opener,
             cookies: CookieCodec::new(cookie_key(&spec.key)),
             rng,
@@ -917,6 +937,18 @@ impl ClusterPath {
 
     /// This node.
     #[inline]
+    /// One worker of several: seal on channel `channel` (the worker's
+    /// index: every message this worker sends concerns connections of its
+    /// own worker index, which the receiving node steers by) and take only
+    /// that channel's data messages (docs/workers.md). A lone worker seals
+    /// on 0 and takes every channel (all connections are its own). Before
+    /// any send.
+    pub fn set_channel(&mut self, channel: u8) -> Result<(), crate::ccl::CclError> {
+        self.sealer = self.sealer.on_channel(channel)?;
+        self.own_channel_only = true;
+        Ok(())
+    }
+
     pub fn me(&self) -> NodeId {
         self.me
     }
