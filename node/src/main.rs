@@ -326,7 +326,7 @@ fn run(cfg: Config, extra: Vec<String>) -> Result<()> {
             pool: pool.clone(),
             shared: shared.ccl.clone(),
             link: control_link(cl, incarnation, mac)?,
-            membership: membership(cl, incarnation, ccl_idx as u16, policies.publish_bytes())?,
+            membership: membership(cl, workers, incarnation, ccl_idx as u16, policies.publish_bytes())?,
             links: links::Links::new(
                 ports.iter().enumerate().map(|(i, p)| (p.port, i as u16, i == ccl_idx, p.device.as_str())),
             ),
@@ -507,7 +507,13 @@ fn control_link(cl: &config::ClusterConfig, incarnation: u32, mac: [u8; 6]) -> R
 /// port's index among the ports `links` reports; `publish` is the policy
 /// document this node replicates if it forms the cluster (the worker
 /// confirms each replicated configuration it runs: `crate::policy`).
-fn membership(cl: &config::ClusterConfig, incarnation: u32, ccl_port: u16, publish: Vec<u8>) -> Result<Membership> {
+fn membership(
+    cl: &config::ClusterConfig,
+    workers: u16,
+    incarnation: u32,
+    ccl_port: u16,
+    publish: Vec<u8>,
+) -> Result<Membership> {
     let nodes = cl
         .members
         .iter()
@@ -516,6 +522,8 @@ fn membership(cl: &config::ClusterConfig, incarnation: u32, ccl_port: u16, publi
     let mut c = membership::Config::new(NodeId(cl.node_id), incarnation, nodes);
     c.priority = cl.priority;
     c.place = Placement { site: cl.site_id, chassis: cl.chassis_id };
+    // At most 32 (config): one CCL channel each.
+    c.workers = u8::try_from(workers).context("dpdk.workers")?;
     c.heartbeat_interval = Duration::from_millis(cl.heartbeat_interval_ms);
     c.hold_time = Duration::from_millis(cl.hold_time_ms);
     c.split_brain = match cl.split_brain {

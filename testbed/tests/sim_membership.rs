@@ -285,11 +285,15 @@ fn a_cut_control_node_is_replaced_and_keeps_the_role_on_heal() {
 /// after it (orphan hand-offs, repeated `SyncDone` markers, the takeover
 /// flag): data-plane changes — again the same hash with the control lcores
 /// removed from the run (checked when re-pinning).
+/// Re-pinned as `1138c03d79349656` with CCL v6 (issue 12): the version byte
+/// of every traced data-plane CCL frame, and so its tag, changed; the
+/// join request's new worker byte travels on the control channel, which
+/// the trace does not see (not re-checked without the control lcores).
 #[test]
 fn control_plane_stays_out_of_the_trace() {
     let cfg = SimConfig::new(11, 3).flows(300, 100).ccl(CclLink::lossy(0.01));
     let r = sim::run(cfg).unwrap();
     let m = r.membership.as_ref().unwrap();
     assert!(m.link.delivered > 0 && m.link.lost > 0, "{:?}", m.link);
-    assert_eq!(r.trace_hash, "78e6e82448c18006", "{}", r.summary());
+    assert_eq!(r.trace_hash, "1138c03d79349656", "{}", r.summary());
 }

@@ -128,6 +128,9 @@ pub struct Config {
     pub priority: u8,
     /// This node's site and chassis (bootstrap settings, local).
     pub place: Placement,
+    /// This node's workers (`dpdk.workers`): a control node admits only
+    /// joiners that run as many (docs/workers.md).
+    pub workers: u8,
     /// Every configured node, this one included, in `show cluster` order.
     pub nodes: Vec<NodeConfig>,
     pub heartbeat_interval: Duration,
@@ -168,6 +171,7 @@ impl Config {
             incarnation,
             priority: 100,
             place: Placement::default(),
+            workers: 1,
             nodes,
             heartbeat_interval: DEFAULT_HEARTBEAT_INTERVAL,
             hold_time: DEFAULT_HOLD_TIME,

@@ -247,6 +247,7 @@ fn verdict_text(v: JoinVerdict, detail: u64) -> String {
         JoinVerdict::ConfigAhead => format!("config-ahead: the control node's configuration is version {detail}"),
         JoinVerdict::ConfigDiverged => format!("config-diverged: same version, control digest {detail:016x}"),
         JoinVerdict::UnknownNode => "unknown-node: this node id is not configured there".into(),
+        JoinVerdict::WorkersMismatch => format!("workers-mismatch: the cluster's members run {detail} worker(s) (dpdk.workers)"),
         JoinVerdict::NotControl => format!("not-control (follows node {detail})"),
         JoinVerdict::Accepted => "accepted".into(),
     }
@@ -307,6 +308,9 @@ outcomes! {
     ConfigDiverged => "config-diverged", "configuration differs at the same version",
     /// A join sent to a node that is not the control node.
     NotControl => "not-control", "this node is not the control node",
+    /// A join from a node running another number of workers than this
+    /// control node (docs/workers.md). Refused.
+    WorkersMismatch => "workers-mismatch", "runs another number of workers",
     /// A heartbeat older than one already heard from the sender (reordered
     /// on the CCL): not recorded.
     Reordered => "reordered", "older than a heartbeat already heard",

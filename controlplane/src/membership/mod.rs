@@ -1196,6 +1196,7 @@ impl Membership {
                         ccl_address: self.peer(self.cfg.me).map_or(std::net::Ipv4Addr::UNSPECIFIED, |p| p.ccl_address),
                         config_version: self.replica.config_version(),
                         config_digest: self.replica.config_digest(),
+                        workers: self.cfg.workers,
                     };
                     self.send(t, Outgoing::JoinRequest(r));
                 }
@@ -1826,6 +1827,11 @@ impl Membership {
             self.bad(now, n, Received::DuplicateId, u64::from(u32::from(r.ccl_address)));
             return Received::DuplicateId;
         }
+        if r.workers != self.cfg.workers {
+            self.reply(n, inc, JoinVerdict::WorkersMismatch, u64::from(self.cfg.workers));
+            self.bad(now, n, Received::WorkersMismatch, u64::from(r.workers));
+            return Received::WorkersMismatch;
+        }
         if let Some(m) = p.member {
             if m.incarnation == inc {
                 self.reply(n, inc, JoinVerdict::Accepted, 0);
@@ -1904,7 +1910,7 @@ impl Membership {
                 }
                 Received::JoinRefused
             }
-            v @ (JoinVerdict::DuplicateId | JoinVerdict::UnknownNode) => {
+            v @ (JoinVerdict::DuplicateId | JoinVerdict::UnknownNode | JoinVerdict::WorkersMismatch) => {
                 self.disable(now, Reason::JoinRefused { by, verdict: v, detail: r.detail });
                 Received::JoinRefused
             }

@@ -656,6 +656,23 @@ fn a_second_node_with_the_same_id_is_refused_and_disabled() {
     assert_eq!((c.ms[1].state(), c.ms[0].members().bits()), (State::Data, 0b111), "{:#?}", c.texts(1));
 }
 
+#[test]
+fn a_joiner_with_another_worker_count_is_refused_and_disabled() {
+    // Two members with 2 workers each form the cluster; the third runs 3.
+    let with = |me: u8, workers: u8| Membership::new(Config { workers, ..cfg(me, 3) }).unwrap();
+    let mut c = Mini::new(vec![with(0, 2), with(1, 2), with(2, 3)]);
+    c.run(1500);
+    assert_eq!(c.ms[2].state(), State::Disabled, "{:#?}", c.texts(2));
+    let why = c.ms[2].status().disabled.unwrap();
+    assert!(why.contains("workers-mismatch: the cluster's members run 2 worker(s)"), "{why}");
+    assert!(c.ms[0].counters().received(Received::WorkersMismatch) > 0);
+    assert_eq!(c.ms[0].members().bits(), 0b011, "the other two formed the cluster");
+    // The same count joins.
+    let mut c = Mini::new(vec![with(0, 2), with(1, 2), with(2, 2)]);
+    c.run(1500);
+    assert_eq!(c.ms[0].members().bits(), 0b111);
+}
+
 // --- Lease (fencing). ---
 
 #[test]
@@ -990,6 +1007,7 @@ fn bad_input_is_counted_by_reason_and_named() {
         ccl_address: Ipv4Addr::new(10, 99, 0, 2),
         config_version: 0,
         config_digest: 0,
+        workers: 1,
     };
     assert_eq!(m.on_message(now, env(1, 1001), &ControlMessage::JoinRequest(req(1))), Received::NotForMe);
     // A live member's id with another incarnation.
@@ -1037,6 +1055,7 @@ fn build(kind: u8, data: &[u8]) -> Option<Outgoing> {
             ccl_address: Ipv4Addr::new(10, 99, 0, 1 + b(2) % 5),
             config_version: u64::from(b(3) % 3),
             config_digest: u64::from(b(4)),
+            workers: 1 + b(5) % 2,
         }),
         2 => Outgoing::JoinReply(JoinReply {
             to: NodeId(b(0) % 4),

@@ -46,6 +46,10 @@ pub struct JoinRequest {
     pub ccl_address: Ipv4Addr,
     pub config_version: u64,
     pub config_digest: u64,
+    /// The joiner's workers (`dpdk.workers`, 1..=32): every member runs
+    /// the same number, because a worker's CCL channel names the worker
+    /// that holds the connections (docs/workers.md).
+    pub workers: u8,
 }
 
 impl JoinRequest {
@@ -53,8 +57,8 @@ impl JoinRequest {
     pub fn parse(b: &[u8]) -> Result<Self, CclError> {
         let a: [u8; Self::LEN] = arr(b, 0)?;
         exact("join request", b, Self::LEN)?;
-        if a[24] != 0 {
-            return Err(CclError::BadValue { field: "join request flags", value: u64::from(a[24]) });
+        if a[24] == 0 || a[24] > super::MAX_WORKER_CHANNELS {
+            return Err(CclError::BadValue { field: "join request workers", value: u64::from(a[24]) });
         }
         let mut ip = [0u8; 4];
         ip.copy_from_slice(&a[4..8]);
@@ -69,6 +73,7 @@ impl JoinRequest {
             ccl_address: Ipv4Addr::from(ip),
             config_version: be64(v),
             config_digest: be64(d),
+            workers: a[24],
         })
     }
     pub fn emit(&self, out: &mut [u8]) -> Result<usize, CclError> {
@@ -79,7 +84,10 @@ impl JoinRequest {
         o[4..8].copy_from_slice(&self.ccl_address.octets());
         o[8..16].copy_from_slice(&self.config_version.to_be_bytes());
         o[16..24].copy_from_slice(&self.config_digest.to_be_bytes());
-        o[24] = 0;
+        if self.workers == 0 || self.workers > super::MAX_WORKER_CHANNELS {
+            return Err(CclError::BadValue { field: "join request workers", value: u64::from(self.workers) });
+        }
+        o[24] = self.workers;
         Ok(Self::LEN)
     }
 }
@@ -123,6 +131,9 @@ verdicts! {
     ConfigDiverged = 5 => "config-diverged",
     /// The node id is not configured on the control node.
     UnknownNode = 6 => "unknown-node",
+    /// The joiner runs another number of workers than the cluster (every
+    /// member runs the same: docs/workers.md); detail: the control node's.
+    WorkersMismatch = 7 => "workers-mismatch",
 }
 
 /// Control node → joiner. Layout: to (1), to-incarnation (4: the
@@ -494,6 +505,7 @@ mod tests {
                 ccl_address: Ipv4Addr::new(10, 99, 0, 5),
                 config_version: 9,
                 config_digest: 0x0123_4567_89ab_cdef,
+                workers: 2,
             }),
             ControlMessage::JoinReply(accepted),
             ControlMessage::JoinReply(JoinReply {

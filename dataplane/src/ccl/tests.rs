@@ -194,7 +194,7 @@ fn fixture_heartbeat() -> Heartbeat {
 #[test]
 fn fixture_sealed_heartbeat() {
     const FIXTURE: [u8; 132] = [
-        0x43, 0x46, 0x05, 0x01, 0x00, 0x01, 0x00, 0x00, // magic, v4, heartbeat, flags, node1, ch0, rsvd
+        0x43, 0x46, 0x06, 0x01, 0x00, 0x01, 0x00, 0x00, // magic, v6, heartbeat, flags, node1, ch0, rsvd
         0xab, 0x20, 0x99, 0xd9, // cluster id of "lab"
         0x65, 0x53, 0xf1, 0x00, // incarnation 1_700_000_000
         0, 0, 0, 0, 0, 0, 0, 1, // seq 1
@@ -213,7 +213,7 @@ fn fixture_sealed_heartbeat() {
         0xff, 0xff, 0, 0, 0, 0, 0, 0, 0, 0, //
         0x00, 0x01, 0, 0, 0, 9, // echo: node0's heartbeat 9
         // tag
-        0x09, 0x60, 0x23, 0x22, 0xd2, 0x1f, 0x53, 0xe6, 0x31, 0x47, 0x8b, 0xc8, 0xbe, 0xc2, 0x47, 0xe6,
+        0x36, 0xe8, 0x50, 0x63, 0x00, 0x54, 0xea, 0xa4, 0x64, 0x76, 0x52, 0x76, 0x6d, 0x68, 0x47, 0x70,
     ];
     let mut s = sealer();
     let d = seal(&mut s, &Message::Heartbeat(fixture_heartbeat()));
@@ -760,6 +760,7 @@ fn control_messages(data: &[u8]) -> Vec<ControlMessage<'_>> {
             ccl_address: Ipv4Addr::new(10, 99, 0, 2),
             config_version: 1,
             config_digest: 2,
+            workers: 1,
         }),
         ControlMessage::JoinReply(accepted),
         ControlMessage::SyncRequest(SyncRequest {
