@@ -159,6 +159,14 @@ impl Drop for TempDir {
 }
 
 /// The sha256 of a file, as `sha256sum` prints it.
+/// Replace the first `from` in the file at `path` with `to` (a node's
+/// configuration before a reload); an error when `from` is not there.
+pub fn edit_file(path: &Path, from: &str, to: &str) -> Result<()> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    anyhow::ensure!(text.contains(from), "{} has no {from:?}", path.display());
+    std::fs::write(path, text.replacen(from, to, 1)).with_context(|| format!("writing {}", path.display()))
+}
+
 pub fn sha256(path: &Path) -> Result<String> {
     let out = sys::run("sha256sum", &[path.to_string_lossy()])?;
     out.split_whitespace().next().map(str::to_string).context("sha256sum printed nothing")

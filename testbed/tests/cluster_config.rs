@@ -26,7 +26,7 @@
 
 use anyhow::{bail, ensure, Context, Result};
 use serde_json::Value;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 use testbed::bed;
@@ -125,12 +125,6 @@ fn http_ok() -> Result<usize> {
     Ok(ok)
 }
 
-fn edit(path: &Path, from: &str, to: &str) -> Result<()> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    ensure!(text.contains(from), "{} has no {from:?}", path.display());
-    std::fs::write(path, text.replacen(from, to, 1)).with_context(|| format!("writing {}", path.display()))
-}
-
 fn steps(c: &Ctx) -> Result<()> {
     let all = [1, 2, 3];
     // (a)
@@ -152,7 +146,7 @@ fn steps(c: &Ctx) -> Result<()> {
     eprintln!("step (b) reload on data node n{} refused: ok", data[0]);
 
     // (c)
-    edit(&c.file(control), "access-rules: []\n", DENY_RULE)?;
+    harness::edit_file(&c.file(control), "access-rules: []\n", DENY_RULE)?;
     let r = c.reload(control).context("(c) reload on the control node")?;
     ensure!(r["running"]["version"] == 2, "(c) reload answered {r}");
     let took = c.wait_version(&all, 2).context("(c)")?;
@@ -195,12 +189,12 @@ fn steps(c: &Ctx) -> Result<()> {
     let file = c.file(new_control);
     let hold = std::fs::read_to_string(&file)?.lines().find(|l| l.trim_start().starts_with("hold-time:")).map(str::to_string);
     let hold = hold.context("(f) no hold-time line")?;
-    edit(&file, &hold, "  hold-time: 900")?;
+    harness::edit_file(&file, &hold, "  hold-time: 900")?;
     let e = c.reload(new_control).err().context("(f) a reload changing the hold time was taken")?;
     let e = format!("{e:#}");
     ensure!(e.contains("cluster changed") && e.contains("restart"), "(f) refusal: {e}");
     ensure!(c.policy(new_control)?.0 == 2, "(f) the version moved");
-    edit(&file, "  hold-time: 900", &hold)?;
+    harness::edit_file(&file, "  hold-time: 900", &hold)?;
     eprintln!("step (f) reload changing cluster.hold-time refused, nothing applied: ok");
 
     // (g)

@@ -25,7 +25,7 @@
 
 use anyhow::{ensure, Context, Result};
 use serde_json::Value;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 use testbed::bed;
@@ -107,12 +107,6 @@ fn counter(v: &Value, k: &str) -> u64 {
     v[k].as_u64().unwrap_or(0)
 }
 
-fn edit(path: &Path, from: &str, to: &str) -> Result<()> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    ensure!(text.contains(from), "{} has no {from:?}", path.display());
-    std::fs::write(path, text.replacen(from, to, 1)).with_context(|| format!("writing {}", path.display()))
-}
-
 fn steps(c: &Ctx) -> Result<()> {
     // (a)
     let s = c.stats()?;
@@ -182,14 +176,14 @@ fn steps(c: &Ctx) -> Result<()> {
     eprintln!("step (e) outside -> inside refused; acl-denied {before} -> {after}");
 
     // (f)
-    edit(&c.file(), "access-rules: []\n", DENY_RULE)?;
+    harness::edit_file(&c.file(), "access-rules: []\n", DENY_RULE)?;
     c.reload().context("(f) reload with the deny rule")?;
     let whole = c.downloads()?;
     ensure!(whole == 0, "(f) {whole} downloads passed the deny rule");
     let rules = c.show("rules")?;
     let hits = rules["rules"].as_array().into_iter().flatten().filter(|r| r["name"] == "no-http").filter_map(|r| r["hits"].as_u64()).sum::<u64>();
     ensure!(hits >= DOWNLOADS as u64, "(f) no-http hits {hits} < {DOWNLOADS}");
-    edit(&c.file(), DENY_RULE, "access-rules: []\n")?;
+    harness::edit_file(&c.file(), DENY_RULE, "access-rules: []\n")?;
     c.reload().context("(f) reload without the rule")?;
     let whole = c.downloads()?;
     ensure!(whole == DOWNLOADS, "(f) {whole} of {DOWNLOADS} downloads after the rule went");
