@@ -100,6 +100,10 @@ pub struct ArpCache {
     /// Bumped by every `&mut self` call (anything that may change an
     /// entry), so a caller can memoize a `fresh` answer (`generation`).
     generation: u64,
+    /// No entry can be removed before this (a lower bound on the earliest
+    /// removal deadline): `age` returns at once until then, so an idle
+    /// worker does not walk the map every timer tick.
+    next_age: Timestamp,
 }
 
 impl ArpCache {
@@ -110,6 +114,7 @@ impl ArpCache {
             timeout,
             retry,
             generation: 0,
+            next_age: Timestamp(0),
         }
     }
     pub fn len(&self) -> usize {
@@ -178,6 +183,7 @@ impl ArpCache {
                         last_request: now,
                         since: now,
                     };
+                    self.next_age = self.next_age.min(now.saturating_add(window));
                     Resolve::SendRequest
                 }
                 ArpState::Pending {
@@ -206,6 +212,7 @@ impl ArpCache {
                         },
                     },
                 );
+                self.next_age = self.next_age.min(now.saturating_add(window));
                 Resolve::SendRequest
             }
             None => Resolve::Full,
@@ -244,10 +251,9 @@ impl ArpCache {
         create: bool,
     ) -> bool {
         self.generation = self.generation.wrapping_add(1);
-        let state = ArpState::Resolved {
-            mac,
-            expires: now.saturating_add(self.timeout),
-        };
+        let expires = now.saturating_add(self.timeout);
+        let state = ArpState::Resolved { mac, expires };
+        self.next_age = self.next_age.min(expires.saturating_add(self.stale_window()));
         if let Some(e) = self.map.get_mut(&ip) {
             *e = Entry { iface, state };
             return true;
@@ -260,18 +266,36 @@ impl ArpCache {
     }
 
     /// Remove expired resolved entries and long-unanswered pending ones.
-    /// Returns the number removed. Does not allocate.
+    /// Returns the number removed. Does not allocate. Before the earliest
+    /// removal deadline (`next_age`) it returns at once: a resolved entry
+    /// goes `timeout` + the stale window after it was learnt, a stale or
+    /// pending one the stale window after `since`, and every change of an
+    /// entry only moves its deadline later (a new or re-requested entry
+    /// lowers `next_age` to its own).
     pub fn age(&mut self, now: Timestamp) -> usize {
-        self.generation = self.generation.wrapping_add(1);
+        if now < self.next_age {
+            return 0;
+        }
         let before = self.map.len();
         let window = self.stale_window();
-        self.map.retain(|_, e| match e.state {
-            ArpState::Resolved { expires, .. } => now < expires || now.since(expires) < window,
-            ArpState::Stale { since, .. } | ArpState::Pending { since, .. } => {
-                now.since(since) < window
+        let mut next = Timestamp(u64::MAX);
+        self.map.retain(|_, e| {
+            let since = match e.state {
+                ArpState::Resolved { expires, .. } => expires,
+                ArpState::Stale { since, .. } | ArpState::Pending { since, .. } => since,
+            };
+            let keep = now < since || now.since(since) < window;
+            if keep {
+                next = next.min(since.saturating_add(window));
             }
+            keep
         });
-        before - self.map.len()
+        self.next_age = next;
+        let removed = before - self.map.len();
+        if removed > 0 {
+            self.generation = self.generation.wrapping_add(1);
+        }
+        removed
     }
 
     /// All entries by address; `names[i]` names interface `IfIndex(i)`.
@@ -400,5 +424,53 @@ mod tests {
         assert_eq!(c.age(Timestamp::from_secs(302)), 0); // stale window
         assert_eq!(c.age(Timestamp::from_secs(303)), 1);
         assert!(c.is_empty());
+    }
+
+    #[test]
+    fn aging_waits_for_the_earliest_deadline_a_new_entry_lowers() {
+        let mut c = cache(8);
+        c.learn(Timestamp::ZERO, IP, MAC, IfIndex(0), true);
+        assert_eq!(c.age(Timestamp::from_secs(10)), 0);
+        assert_eq!(c.next_age, Timestamp::from_secs(303));
+        let g = c.generation();
+        assert_eq!(c.age(Timestamp::from_secs(11)), 0);
+        assert_eq!(c.generation(), g, "an age with nothing due changes nothing");
+        // A pending entry at 100 goes at 103, long before the resolved one.
+        c.resolve(Timestamp::from_secs(100), Ipv4Addr::new(10, 0, 0, 2), IfIndex(0));
+        assert_eq!(c.age(Timestamp::from_millis(102_999)), 0);
+        assert_eq!(c.age(Timestamp::from_secs(103)), 1);
+        assert_ne!(c.generation(), g);
+        assert_eq!(c.len(), 1);
+    }
+
+    /// Skipping `age` until `next_age` removes the same entries at the
+    /// same times as walking the map on every call.
+    #[test]
+    fn skipping_ages_like_walking_every_time() {
+        let short = || ArpCache::new(6, Duration::from_secs(5), Duration::from_secs(1));
+        let (mut fast, mut every) = (short(), short());
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut now = Timestamp::ZERO;
+        for _ in 0..20_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            now = now.saturating_add(Duration::from_millis(x % 700));
+            let ip = Ipv4Addr::new(10, 0, 0, (x >> 8) as u8 % 9);
+            let (port, create) = (IfIndex(0), x >> 20 & 1 == 1);
+            match (x >> 16) % 4 {
+                0 => assert_eq!(fast.resolve(now, ip, port), every.resolve(now, ip, port)),
+                1 => assert_eq!(
+                    fast.learn(now, ip, MAC, port, create),
+                    every.learn(now, ip, MAC, port, create)
+                ),
+                _ => {
+                    every.next_age = Timestamp::ZERO;
+                    assert_eq!(fast.age(now), every.age(now), "at {now:?}");
+                }
+            }
+            assert_eq!(fast.len(), every.len());
+            assert_eq!(fast.lookup(now, ip), every.lookup(now, ip));
+        }
     }
 }

@@ -19,7 +19,8 @@
 //! Idle back-off (SPEC P4): after a few empty polls the worker sleeps, with
 //! the sleep doubling up to `idle_sleep_us`, and up to 1 ms once the node has
 //! been silent for about two seconds, so several nodes can share two cores;
-//! one packet resets it to busy polling.
+//! one packet of data-plane work resets it to busy polling (a heartbeat
+//! passed on to the control lcore does not).
 
 use crate::clock::Clock;
 use crate::shared::{Handoff, Query, Reply, Shared, WorkerShared};
@@ -225,7 +226,10 @@ impl Worker {
                 self.pipeline.prefetch_burst(rx.as_slice().iter().map(|m| m.data()));
                 for m in rx.drain() {
                     if is_ccl && crate::ccl::is_control_frame(m.data()) {
-                        // The control lcore's (heartbeats): hand over.
+                        // The control lcore's (heartbeats): hand over. Not
+                        // work for this worker: a heartbeat every interval
+                        // must not keep an idle worker from backing off.
+                        received -= 1;
                         match ccl.to_control.push(m) {
                             Ok(()) => {
                                 ccl.to_control_frames.fetch_add(1, Ordering::Relaxed);

@@ -710,7 +710,9 @@ impl ConnTable {
     /// were removed.
     pub fn expire(&mut self, now: Timestamp, budget: usize) -> usize {
         let cap = self.slots.len();
-        if cap == 0 {
+        // An empty table has nothing to expire: an idle worker does not
+        // walk its (cold) slab every timer tick.
+        if cap == 0 || self.len == 0 {
             return 0;
         }
         let timeouts = self.timeouts;

@@ -203,6 +203,9 @@ impl ClusterPath {
 
     /// Drop the frames whose query went unanswered for `PENDING_TIMEOUT`.
     pub(super) fn expire_pending(&mut self, now: Timestamp) {
+        if self.pool.parked() == 0 {
+            return;
+        }
         for i in 0..self.pool.len() as u16 {
             if self.pool.parked_meta(i).is_some_and(|p| p.deadline <= now) {
                 self.pool.release(i);
