@@ -268,6 +268,62 @@ pub enum ErrorKind {
         /// The heartbeat interval in effect.
         interval_ms: u64,
     },
+    /// A feature SPEC N8 excludes from a cluster.
+    #[error("{feature} is not supported in a cluster (SPEC N8)")]
+    NotInCluster {
+        /// The feature, as the reference names it.
+        feature: &'static str,
+    },
+    /// A feature clusterfw does not have.
+    #[error("{feature} is not supported by clusterfw")]
+    Unsupported {
+        /// The feature.
+        feature: &'static str,
+    },
+    /// A NAT rule that differs from the first rule using the same pool.
+    #[error("pool \"{pool}\" is also used by rule \"{rule}\" (line {first_line}), which differs in {what}")]
+    NatPoolShared {
+        /// The pool.
+        pool: String,
+        /// The first rule using it.
+        rule: String,
+        /// Line of that rule's name.
+        first_line: usize,
+        /// What differs, and the rule.
+        what: &'static str,
+    },
+    /// A NAT rule without a key its kind needs.
+    #[error("a {kind} rule needs `{key}`")]
+    NatNeeds {
+        /// The rule's kind.
+        kind: &'static str,
+        /// The missing key.
+        key: &'static str,
+    },
+    /// A NAT rule with a key its kind does not use.
+    #[error("`{key}` does not apply to a {kind} rule")]
+    NatNotFor {
+        /// The rule's kind.
+        kind: &'static str,
+        /// The key.
+        key: &'static str,
+    },
+    /// A NAT rule naming a pool that is not configured.
+    #[error("unknown pool \"{found}\": expected one of {known}")]
+    UnknownPool {
+        /// The name as written.
+        found: String,
+        /// The configured pools, comma-separated.
+        known: String,
+    },
+    /// A static rule's prefix of the wrong length.
+    #[error("prefix length /{found}: expected /{expected} (static NAT maps a prefix to one of the same length; static PAT one address)")]
+    NatPrefixLength {
+        /// The length as written.
+        found: u8,
+        /// The length needed.
+        expected: u8,
+    },
     /// A value that must be one of a few words.
     #[error("invalid value \"{found}\": expected {expected}")]
     InvalidChoice {

@@ -70,7 +70,7 @@ pub mod policy {
     //! that a cluster runs as its control node has it.
     //!
     //! Replicated ([`Policy`]): every interface's `security-level` (by
-    //! interface name), `access-rules`, `timeouts`. Everything else stays
+    //! interface name), `access-rules`, `timeouts`, `nat`. Everything else stays
     //! local to the node: the bootstrap settings (`node`, `cluster`: name,
     //! key, id, priority, site, chassis, CCL, member list and timers), the
     //! hardware and addressing (`dpdk`, the interfaces' devices, addresses
@@ -90,6 +90,20 @@ pub mod policy {
     //! interfaces of the node it was checked against.
 
     pub use crate::model::policy::*;
+}
+
+pub mod nat {
+    //! `nat`: address pools and translation rules (SPEC N1–N9), part of the
+    //! replicated policy. Invariants after validation: pool and rule names
+    //! are unique; a pool's addresses are distinct, ascending, at most
+    //! 65 536, and in no other pool; each rule has exactly the keys of its
+    //! kind (a pool for dynamic kinds, a mapped prefix of the source's
+    //! length for static NAT, one mapped address, protocol and ports for
+    //! static PAT); the rules sharing a pool agree on interfaces ("any" or
+    //! specific, N1), kind, block size and reserved ports; nothing N8
+    //! excludes is present.
+
+    pub use crate::model::nat::*;
 }
 
 pub mod neighbors {

@@ -73,7 +73,7 @@ fn cases() -> Vec<Case> {
         case("two documents", format!("{EXAMPLE}---\nnode: {{name: x}}\n"), 81, 1, "",
              "expected a single YAML document, found more than one"),
         case("unknown top-level key", edit(9, "control-sockets: /x"), 9, 1, "control-sockets",
-             "unknown field `control-sockets`, expected one of `node`, `logging`, `control-socket`, `dpdk`, `interfaces`, `routes`, `access-rules`, `timeouts`, `flow-table`, `arp`, `neighbors`, `icmp-errors`, `cluster`"),
+             "unknown field `control-sockets`, expected one of `node`, `logging`, `control-socket`, `dpdk`, `interfaces`, `routes`, `access-rules`, `timeouts`, `flow-table`, `arp`, `neighbors`, `icmp-errors`, `cluster`, `nat`"),
         case("unknown interface key (typo)", edit(26, "    security-levle: 100"), 26, 5, "interfaces[0].security-levle",
              "unknown field `security-levle`, expected one of `name`, `device`, `address`, `security-level`, `vlan`, `mtu`"),
         case("missing interface device", edit(24, "    # no device"), 22, 5, "interfaces[0]", "missing field `device`"),

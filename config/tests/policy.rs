@@ -69,7 +69,12 @@ fn broken_policy_documents_report_line_and_field() {
             "value 101 out of range",
         ),
         (format!("{levels}  - name: inside\n    security-level: 1\n"), 6, "interfaces[2].name", "duplicate interface name"),
-        (format!("{levels}nat: []\n"), 6, "nat", "unknown field `nat`"),
+        (
+            format!("{levels}nat:\n  rules:\n    - name: r\n      kind: dynamic-pat\n      source: 10.0.0.0/8\n      pool: none\n"),
+            11,
+            "nat.rules[0].pool",
+            "unknown pool \"none\"",
+        ),
     ];
     for (src, line, field, msg) in cases {
         let e = parse_policy(&src, "p.yaml", ifs).expect_err(&src);
@@ -152,6 +157,7 @@ proptest! {
             security_levels: vec![("inside".into(), levels.0), ("outside".into(), levels.1)],
             access_rules: rules,
             timeouts: Timeouts { tcp_syn: t[0], tcp_established: t[1], tcp_closing: t[2], tcp_closed: t[3], udp: t[4], icmp: t[5], other: t[6] },
+            nat: Default::default(),
         };
         let y = p.to_yaml();
         let back = parse_policy(&y, "replicated", &c.interfaces);

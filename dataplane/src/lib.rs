@@ -15,6 +15,7 @@ pub mod ccl;
 pub mod cluster;
 pub mod conntrack;
 pub mod frag;
+pub mod nat;
 pub mod pipeline;
 pub mod prefetch;
 pub mod route;

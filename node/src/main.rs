@@ -79,6 +79,10 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if let Some(why) = policy::nat_not_runnable(&cfg.nat) {
+        eprintln!("clusterfw: {}: {why}", cli.config.display());
+        return ExitCode::from(2);
+    }
     if cli.check_only {
         println!("{}: configuration OK", cli.config.display());
         return ExitCode::SUCCESS;

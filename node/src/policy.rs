@@ -124,6 +124,9 @@ impl Policies {
     /// The pipeline's form of `p` for this node's interfaces, one per
     /// worker.
     fn build(&self, p: &FilePolicy) -> Result<Vec<Box<Policy>>, String> {
+        if let Some(why) = nat_not_runnable(&p.nat) {
+            return Err(why);
+        }
         let specs: Vec<InterfaceSpec> = self
             .specs
             .iter()
@@ -185,6 +188,9 @@ impl Policies {
             );
         }
         let policy = new.policy();
+        if let Some(why) = nat_not_runnable(&policy.nat) {
+            bail!("{}: {why} (nothing was applied)", path.display());
+        }
         self.file = new;
         if policy == self.running.policy {
             return Ok(Reload::Unchanged);
@@ -198,6 +204,20 @@ impl Policies {
         let (generation, policies) = self.run(0, source, policy, yaml).map_err(anyhow::Error::msg)?;
         Ok(Reload::Apply { generation, policies })
     }
+}
+
+/// Why this node cannot run `nat`: the section is parsed, checked and
+/// replicated, but the pipeline does not translate yet (issue 13 under
+/// way), and a firewall that forwarded inside addresses untranslated where
+/// the operator asked for NAT would leak them: refused, not ignored.
+pub fn nat_not_runnable(nat: &config::nat::NatConfig) -> Option<String> {
+    (!nat.rules.is_empty()).then(|| {
+        format!(
+            "nat: {} rule(s) configured, but this build does not translate yet (docs/nat.md); \
+             refusing them rather than forwarding untranslated",
+            nat.rules.len()
+        )
+    })
 }
 
 /// The configuration's access rules as the pipeline's.

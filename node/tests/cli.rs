@@ -56,3 +56,21 @@ fn ctl_reports_a_missing_socket_clearly() {
     let out = Command::new(env!("CARGO_BIN_EXE_clusterfw-ctl")).args(["show", "nonsense"]).output().unwrap();
     assert!(!out.status.success());
 }
+
+/// NAT rules are parsed and checked, but this build does not translate:
+/// the node refuses them at start (exit 2, before DPDK) rather than
+/// forwarding inside addresses untranslated; a pool alone is fine.
+#[test]
+fn nat_rules_are_refused_until_the_dataplane_translates() {
+    let pool = "nat:\n  pools:\n    - name: p\n      addresses: [198.51.100.1]\n";
+    let rule = "  rules:\n    - name: r\n      kind: dynamic-pat\n      source: 198.18.1.0/24\n      pool: p\n";
+    let base = GOOD.replace("PREFIX", &std::process::id().to_string());
+    let path = write("nat.yaml", &format!("{base}{pool}{rule}"));
+    let out = Command::new(env!("CARGO_BIN_EXE_clusterfw")).arg("--config").arg(&path).arg("--check").output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("nat: 1 rule(s) configured, but this build does not translate yet"), "{stderr}");
+    let path = write("pool.yaml", &format!("{base}{pool}"));
+    let out = Command::new(env!("CARGO_BIN_EXE_clusterfw")).arg("--config").arg(&path).arg("--check").output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}

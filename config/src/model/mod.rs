@@ -20,10 +20,12 @@ use serde::{Deserialize, Serialize};
 use crate::net::{Ipv4Net, PortRange, Protocol};
 
 pub(crate) mod cluster;
+pub(crate) mod nat;
 pub(crate) mod neighbors;
 pub(crate) mod policy;
 
 use cluster::ClusterConfig;
+use nat::NatConfig;
 use neighbors::NeighborConfig;
 
 /// Default `dpdk.mbufs`.
@@ -102,6 +104,8 @@ pub struct Config {
     pub icmp_errors: IcmpErrorsConfig,
     /// `cluster`: cluster bootstrap settings; `None` for a single node.
     pub cluster: Option<ClusterConfig>,
+    /// `nat`: address pools and translation rules (replicated policy).
+    pub nat: NatConfig,
     /// The file name the configuration was parsed from (as given).
     pub source_file: PathBuf,
     /// The original YAML text, for `show config`, with the value of

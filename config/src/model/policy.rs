@@ -6,6 +6,7 @@
 
 use std::fmt::Write;
 
+use super::nat::{NatConfig, NatKind};
 use super::{AccessRule, Action, Config, InterfaceConfig, Timeouts};
 use crate::net::{Ipv4Net, PortRange, Protocol};
 
@@ -20,6 +21,8 @@ pub struct Policy {
     pub access_rules: Vec<AccessRule>,
     /// `timeouts`.
     pub timeouts: Timeouts,
+    /// `nat`.
+    pub nat: NatConfig,
 }
 
 /// The first line of every policy document [`Policy::to_yaml`] writes.
@@ -91,6 +94,9 @@ impl Policy {
              udp: {}\n  icmp: {}\n  other: {}\n",
             t.tcp_syn, t.tcp_established, t.tcp_closing, t.tcp_closed, t.udp, t.icmp, t.other
         );
+        if !self.nat.is_empty() {
+            nat_yaml(&mut y, &self.nat);
+        }
         y
     }
 
@@ -107,6 +113,7 @@ impl Config {
             security_levels: self.interfaces.iter().map(|i| (i.name.clone(), i.security_level)).collect(),
             access_rules: self.access_rules.clone(),
             timeouts: self.timeouts,
+            nat: self.nat.clone(),
         }
     }
 
@@ -122,6 +129,7 @@ impl Config {
         }
         c.access_rules = policy.access_rules.clone();
         c.timeouts = policy.timeouts;
+        c.nat = policy.nat.clone();
         c
     }
 
@@ -153,6 +161,63 @@ impl Config {
         differs("icmp-errors", self.icmp_errors != other.icmp_errors);
         differs("cluster", self.cluster != other.cluster);
         out
+    }
+}
+
+/// The `nat` section as YAML (keys at their default left out, pools with
+/// their entries as written).
+fn nat_yaml(y: &mut String, nat: &NatConfig) {
+    y.push_str("nat:\n  pools:");
+    y.push_str(if nat.pools.is_empty() { " []\n" } else { "\n" });
+    for p in &nat.pools {
+        let _ = writeln!(y, "    - name: {}\n      addresses:", quoted(&p.name));
+        for e in &p.entries {
+            let _ = writeln!(y, "        - {}", quoted(e));
+        }
+    }
+    y.push_str("  rules:");
+    y.push_str(if nat.rules.is_empty() { " []\n" } else { "\n" });
+    for r in &nat.rules {
+        let _ = writeln!(
+            y,
+            "    - name: {}\n      kind: {}",
+            quoted(&r.name),
+            r.kind.as_str()
+        );
+        for (key, i) in [
+            ("real-interface", &r.real_interface),
+            ("mapped-interface", &r.mapped_interface),
+        ] {
+            let _ = writeln!(y, "      {key}: {}", quoted(i.as_deref().unwrap_or("any")));
+        }
+        let _ = writeln!(y, "      source: {}", quoted(&r.source.to_string()));
+        if let Some(p) = &r.pool {
+            let _ = writeln!(y, "      pool: {}", quoted(p));
+        }
+        if let Some(m) = r.mapped {
+            let _ = writeln!(y, "      mapped: {}", quoted(&m.to_string()));
+        }
+        if let (Some(proto), Some(rp), Some(mp)) = (r.protocol, r.real_port, r.mapped_port) {
+            let _ = writeln!(
+                y,
+                "      protocol: {proto}\n      real-port: {rp}\n      mapped-port: {mp}"
+            );
+        }
+        if r.kind == NatKind::DynamicPat {
+            let _ = writeln!(
+                y,
+                "      block-size: {}\n      include-reserved-ports: {}\n      max-blocks-per-host: {}",
+                r.block_size, r.include_reserved_ports, r.max_blocks_per_host
+            );
+        }
+        if matches!(r.kind, NatKind::DynamicPat | NatKind::StaticPat) {
+            let _ = writeln!(
+                y,
+                "      per-session-tcp: {}\n      per-session-udp: {}",
+                r.per_session_tcp,
+                r.per_session_udp.as_str()
+            );
+        }
     }
 }
 

@@ -29,6 +29,7 @@ use crate::model::*;
 use crate::net::{Ipv4Net, PortRange, Protocol};
 
 mod cluster;
+mod nat;
 mod neighbors;
 mod policy;
 
@@ -77,6 +78,8 @@ struct RawConfig {
     icmp_errors: RawIcmpErrors,
     #[serde(default)]
     cluster: Option<cluster::RawCluster>,
+    #[serde(default, deserialize_with = "null_default")]
+    nat: nat::RawNat,
 }
 
 #[derive(Deserialize, Default)]
@@ -430,6 +433,7 @@ impl Checker<'_> {
                 as u32,
             unreachable_on_deny: raw.icmp_errors.unreachable_on_deny,
         };
+        let nat = self.nat(&root.key("nat"), raw.nat, &interfaces, raw.cluster.is_some())?;
         let cluster = match raw.cluster {
             None => None,
             Some(c) => Some(self.cluster(&root.key("cluster"), c, &name, &interfaces)?),
@@ -499,6 +503,7 @@ impl Checker<'_> {
                 None => self.src.to_string(),
             },
             cluster,
+            nat,
         })
     }
 

@@ -19,7 +19,7 @@ use crate::ConfigError;
 #[serde(
     deny_unknown_fields,
     rename_all = "kebab-case",
-    expecting = "a policy mapping (interfaces, access-rules, timeouts)"
+    expecting = "a policy mapping (interfaces, access-rules, timeouts, nat)"
 )]
 struct RawPolicy {
     #[serde(default, deserialize_with = "null_default")]
@@ -28,6 +28,8 @@ struct RawPolicy {
     access_rules: Vec<RawRule>,
     #[serde(default, deserialize_with = "null_default")]
     timeouts: RawTimeouts,
+    #[serde(default, deserialize_with = "null_default")]
+    nat: super::nat::RawNat,
 }
 
 #[derive(Deserialize)]
@@ -76,7 +78,9 @@ impl Checker<'_> {
         }
         let access_rules = self.rules(&root.key("access-rules"), raw.access_rules, ifaces)?;
         let timeouts = self.timeouts(&root.key("timeouts"), raw.timeouts)?;
-        Ok(Policy { security_levels, access_rules, timeouts })
+        // A replicated policy runs in a cluster: N8's exclusions apply.
+        let nat = self.nat(&root.key("nat"), raw.nat, ifaces, true)?;
+        Ok(Policy { security_levels, access_rules, timeouts, nat })
     }
 }
 

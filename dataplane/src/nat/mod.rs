@@ -1,0 +1,25 @@
+//! NAT and PAT in the cluster (SPEC N1–N9): the leaf pieces the pipeline's
+//! NAT stage is built from.
+//!
+//! - [`blocks`]: a PAT pool's ports cut into blocks, and the block map —
+//!   which node and worker holds each block, how it changes when members
+//!   join and leave, and each block's heir. Any node finds the owner of
+//!   return traffic from (mapped address, port) alone (N5).
+//! - [`alloc`]: one worker's port allocator over the blocks it holds: ports
+//!   per inside host a block at a time, the per-host maximum (N6), separate
+//!   TCP / UDP / ICMP spaces, bindings reserved after a failover.
+//! - [`rewrite`]: one endpoint's address and port rewritten with
+//!   incremental checksums: TCP, UDP (a zero checksum stays zero), ICMP
+//!   echo identifiers, later fragments, and ICMP errors with their quoted
+//!   packet.
+//!
+//! Nothing here knows about packets or the CCL; the pipeline stage and the
+//! control plane drive these types (docs/nat.md).
+
+pub mod alloc;
+pub mod blocks;
+pub mod rewrite;
+
+pub use alloc::{Exhausted, Mapped, PortAllocator, PortClass};
+pub use blocks::{BlockError, BlockMap, BlockRef, Debt, Geometry, Holder};
+pub use rewrite::{rewrite, rewrite_icmp_error, Endpoint, RewriteError};
