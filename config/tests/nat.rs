@@ -22,7 +22,7 @@ interfaces:
 
 const CLUSTER: &str = include_str!("../examples/cluster-node.yaml");
 
-/// A NAT section with every kind (lines 12–41 after `NODE`'s 11).
+/// A NAT section with every kind (from line 12, after `NODE`'s 11).
 const NAT: &str = "\
 nat:
   pools:
@@ -38,6 +38,7 @@ nat:
       source: 10.0.0.0/24
       pool: pat
       block-size: 1024
+      max-blocks-per-host: 2
       per-session-udp: all
     - name: lab-nat
       kind: dynamic-nat
@@ -83,13 +84,14 @@ fn every_kind_parses_with_its_defaults() {
     let r = &n.rules[0];
     assert_eq!(
         (r.kind, r.block_size, r.include_reserved_ports, r.max_blocks_per_host),
-        (NatKind::DynamicPat, 1024, false, 4)
+        (NatKind::DynamicPat, 1024, false, Some(2))
     );
     assert_eq!((r.per_session_tcp, r.per_session_udp), (true, UdpSessions::All));
     assert_eq!((r.real_interface.as_deref(), r.mapped_interface.as_deref()), (Some("inside"), Some("outside")));
     let r = &n.rules[1];
     assert_eq!((r.kind, r.real_interface.as_deref(), r.pool.as_deref()), (NatKind::DynamicNat, None, Some("dyn")));
     assert_eq!(r.block_size, 512, "the default, unused outside PAT");
+    assert_eq!(r.max_blocks_per_host, None, "plain PAT unless asked");
     let r = &n.rules[2];
     assert_eq!((r.protocol, r.real_port, r.mapped_port), (Some(6), Some(8080), Some(80)));
     assert_eq!(r.mapped, Some(Ipv4Net::new(ip("198.51.100.40"), 32).unwrap()));

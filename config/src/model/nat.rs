@@ -12,8 +12,6 @@ pub const DEFAULT_BLOCK_SIZE: u16 = 512;
 pub const MIN_BLOCK_SIZE: u16 = 32;
 /// Largest PAT block: 16 blocks per address, one per possible member.
 pub const MAX_BLOCK_SIZE: u16 = 4096;
-/// The reference's default maximum blocks per inside host (N6).
-pub const DEFAULT_MAX_BLOCKS_PER_HOST: u16 = 4;
 /// Largest maximum blocks per host.
 pub const MAX_BLOCKS_PER_HOST: u16 = 8;
 /// Most addresses in one pool (a /16).
@@ -136,8 +134,11 @@ pub struct NatRule {
     pub block_size: u16,
     /// `include-reserved-ports` (dynamic PAT): blocks from port 1, not 1024.
     pub include_reserved_ports: bool,
-    /// `max-blocks-per-host` (dynamic PAT; per node and worker, N6).
-    pub max_blocks_per_host: u16,
+    /// `max-blocks-per-host` (dynamic PAT): port block allocation, at most
+    /// this many blocks per inside host on each node and worker (N6);
+    /// `None`: plain PAT, any host takes ports from any of the node's
+    /// blocks.
+    pub max_blocks_per_host: Option<u16>,
     /// `per-session-tcp` (PAT): default true (N3).
     pub per_session_tcp: bool,
     /// `per-session-udp` (PAT): default DNS only (N3).

@@ -206,9 +206,12 @@ fn nat_yaml(y: &mut String, nat: &NatConfig) {
         if r.kind == NatKind::DynamicPat {
             let _ = writeln!(
                 y,
-                "      block-size: {}\n      include-reserved-ports: {}\n      max-blocks-per-host: {}",
-                r.block_size, r.include_reserved_ports, r.max_blocks_per_host
+                "      block-size: {}\n      include-reserved-ports: {}",
+                r.block_size, r.include_reserved_ports
             );
+            if let Some(m) = r.max_blocks_per_host {
+                let _ = writeln!(y, "      max-blocks-per-host: {m}");
+            }
         }
         if matches!(r.kind, NatKind::DynamicPat | NatKind::StaticPat) {
             let _ = writeln!(

@@ -405,13 +405,12 @@ impl Checker<'_> {
             MIN_BLOCK_SIZE.into(),
             MAX_BLOCK_SIZE.into(),
         )? as u16;
-        let max_blocks_per_host = self.range(
-            &rp.key("max-blocks-per-host"),
-            r.max_blocks_per_host,
-            DEFAULT_MAX_BLOCKS_PER_HOST.into(),
-            1,
-            MAX_BLOCKS_PER_HOST.into(),
-        )? as u16;
+        let max_blocks_per_host = match r.max_blocks_per_host {
+            None => None,
+            Some(v) => {
+                Some(self.range(&rp.key("max-blocks-per-host"), Some(v), 0, 1, MAX_BLOCKS_PER_HOST.into())? as u16)
+            }
+        };
         Ok(NatRule {
             name: r.name,
             kind,

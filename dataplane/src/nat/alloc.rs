@@ -4,12 +4,14 @@
 //! A worker allocates mapped ports only from blocks it holds
 //! (`BlockMap`'s holder is this node and this worker), so no allocation
 //! takes a lock and no two workers or nodes hand out the same (address,
-//! port). Ports are given to inside hosts a block at a time: a host's
-//! translations use its blocks; when they are full it takes another free
-//! block, up to `max_per_host` (enforced per node and worker, not
-//! cluster-wide, as the reference says: a host balanced over three nodes can
-//! hold three times the maximum). A block whose last translation ended goes
-//! back to the free blocks (and may then be released to a joiner).
+//! port). Plain PAT (no maximum per host) hands out any free port of any
+//! block, a block at a time. With port block allocation, ports are given
+//! to inside hosts a block at a time: a host's translations use its blocks;
+//! when they are full it takes another free block, up to `max_per_host`
+//! (enforced per node and worker, not cluster-wide, as the reference says:
+//! a host balanced over three nodes can hold three times the maximum). A
+//! block whose last translation ended goes back to the free blocks (and
+//! may then be released to a joiner).
 //!
 //! TCP, UDP and ICMP (echo identifiers) are separate port spaces: each
 //! block has a bitmap per protocol class, and a block counts as in use
@@ -158,7 +160,11 @@ pub struct AllocCounters {
 /// One worker's blocks of one pool and the hosts using them.
 pub struct PortAllocator {
     geometry: Geometry,
-    max_per_host: u16,
+    /// `None`: any host takes ports from any block (plain PAT); `Some`:
+    /// port block allocation, at most this many blocks per host.
+    max_per_host: Option<u16>,
+    /// Plain PAT: the block each class allocates from next.
+    current: [usize; CLASSES],
     blocks: Vec<Block>,
     by_ref: HashMap<BlockRef, usize>,
     /// Blocks without a host, as indices into `blocks`.
@@ -169,13 +175,16 @@ pub struct PortAllocator {
 }
 
 impl PortAllocator {
-    /// An allocator without blocks; at most `host_capacity` hosts hold
-    /// blocks at once, each at most `max_per_host` (1..=`MAX_PER_HOST`).
-    pub fn new(geometry: Geometry, max_per_host: u16, host_capacity: usize) -> Self {
-        let max_per_host = max_per_host.clamp(1, MAX_PER_HOST);
+    /// An allocator without blocks. With `max_per_host` (1..=`MAX_PER_HOST`)
+    /// ports go to hosts a block at a time (port block allocation) and at
+    /// most `host_capacity` hosts hold blocks at once; without, every host
+    /// takes ports from any block (plain PAT).
+    pub fn new(geometry: Geometry, max_per_host: Option<u16>, host_capacity: usize) -> Self {
+        let max_per_host = max_per_host.map(|m| m.clamp(1, MAX_PER_HOST));
         PortAllocator {
             geometry,
             max_per_host,
+            current: [0; CLASSES],
             blocks: Vec::new(),
             by_ref: HashMap::new(),
             free: Vec::new(),
@@ -215,6 +224,10 @@ impl PortAllocator {
     pub fn blocks(&self) -> usize {
         self.blocks.len()
     }
+    /// The blocks held, in no particular order.
+    pub fn block_refs(&self) -> impl Iterator<Item = BlockRef> + '_ {
+        self.blocks.iter().map(|b| b.r)
+    }
     /// Blocks with no host.
     pub fn free_blocks(&self) -> usize {
         self.free.len()
@@ -231,6 +244,22 @@ impl PortAllocator {
     /// A mapped port of `class` for inside host `host`: from a block it
     /// holds, else from a free block it takes (up to `max_per_host`).
     pub fn alloc(&mut self, class: PortClass, host: Ipv4Addr) -> Result<Mapped, Exhausted> {
+        let Some(max_per_host) = self.max_per_host else {
+            // Plain PAT: the current block, else the next with a free port.
+            let n = self.blocks.len();
+            let start = self.current[class as usize];
+            for k in 0..n {
+                let i = (start + k) % n;
+                if let Some(off) = self.blocks[i].take(class) {
+                    self.current[class as usize] = i;
+                    self.counters.allocated += 1;
+                    let b = &self.blocks[i];
+                    return Ok(Mapped { block: b.r, addr: b.addr, port: b.first + off });
+                }
+            }
+            self.counters.exhausted_pool += 1;
+            return Err(Exhausted::Pool);
+        };
         if let Some(held) = self.hosts.get(&host) {
             for &i in held.as_slice() {
                 let i = i as usize;
@@ -240,7 +269,7 @@ impl PortAllocator {
                     return Ok(Mapped { block: b.r, addr: b.addr, port: b.first + off });
                 }
             }
-            if u16::from(held.n) >= self.max_per_host {
+            if u16::from(held.n) >= max_per_host {
                 self.counters.exhausted_host += 1;
                 return Err(Exhausted::Host);
             }
@@ -286,7 +315,7 @@ impl PortAllocator {
         }
         b.set(class, off, true);
         b.in_use += 1;
-        if b.host.is_none() {
+        if b.host.is_none() && self.max_per_host.is_some() {
             // An inherited binding: the block serves that host now (it may
             // exceed the host's maximum: the binding exists already; past
             // `MAX_PER_HOST` the block is not allocated from until it
@@ -372,7 +401,7 @@ mod tests {
     #[test]
     fn a_host_fills_its_blocks_then_stops_at_its_maximum() {
         let g = Geometry::new(512, false).unwrap();
-        let mut a = PortAllocator::new(g, 2, 16);
+        let mut a = PortAllocator::new(g, Some(2), 16);
         blocks_for(&mut a, 4);
         let mut seen = std::collections::HashSet::new();
         for _ in 0..1024 {
@@ -395,7 +424,7 @@ mod tests {
     #[test]
     fn freed_ports_come_back_last_and_empty_blocks_return() {
         let g = Geometry::new(64, false).unwrap();
-        let mut a = PortAllocator::new(g, 4, 16);
+        let mut a = PortAllocator::new(g, Some(4), 16);
         blocks_for(&mut a, 2);
         let p: Vec<Mapped> = (0..3).map(|_| a.alloc(PortClass::Udp, H1).unwrap()).collect();
         assert_eq!(p.iter().map(|m| m.port).collect::<Vec<_>>(), [1024, 1025, 1026].map(|x| x + 64));
@@ -412,9 +441,33 @@ mod tests {
     }
 
     #[test]
+    fn plain_pat_hands_out_every_port_once_from_any_block() {
+        let g = Geometry::new(64, false).unwrap();
+        let mut a = PortAllocator::new(g, None, 0);
+        blocks_for(&mut a, 2);
+        let mut seen = std::collections::HashSet::new();
+        for i in 0..128u16 {
+            let host = Ipv4Addr::from(0x0a00_0000 + u32::from(i)); // 128 hosts, no table
+            let m = a.alloc(PortClass::Tcp, host).unwrap();
+            assert!(seen.insert(m.port), "port {} twice", m.port);
+        }
+        assert_eq!(a.alloc(PortClass::Tcp, H1), Err(Exhausted::Pool));
+        assert_eq!(a.host_blocks(H1).count(), 0, "no per-host blocks");
+        // Freeing one port of block 1 makes room; no block is idle yet.
+        a.free(PortClass::Tcp, BlockRef { addr: 0, block: 1 }, 1024 + 64 + 5);
+        assert_eq!(a.alloc(PortClass::Tcp, H2).unwrap().port, 1024 + 64 + 5);
+        assert_eq!(a.take_idle_block(0), None);
+        for p in 1024..1024 + 64 {
+            a.free(PortClass::Tcp, BlockRef { addr: 0, block: 0 }, p);
+        }
+        assert_eq!(a.take_idle_block(0), Some(BlockRef { addr: 0, block: 0 }));
+        assert_eq!(a.counters.exhausted_pool, 1);
+    }
+
+    #[test]
     fn the_hosts_table_is_bounded() {
         let g = Geometry::new(512, false).unwrap();
-        let mut a = PortAllocator::new(g, 1, 2);
+        let mut a = PortAllocator::new(g, Some(1), 2);
         blocks_for(&mut a, 8);
         a.alloc(PortClass::Tcp, H1).unwrap();
         a.alloc(PortClass::Tcp, H2).unwrap();
@@ -425,7 +478,7 @@ mod tests {
     #[test]
     fn reserve_keeps_an_inherited_binding_and_blocks_reuse() {
         let g = Geometry::new(512, false).unwrap();
-        let mut a = PortAllocator::new(g, 1, 16);
+        let mut a = PortAllocator::new(g, Some(1), 16);
         blocks_for(&mut a, 1);
         let r = BlockRef { addr: 0, block: 0 };
         assert!(a.reserve(PortClass::Tcp, r, 1030, H1));
@@ -442,7 +495,7 @@ mod tests {
     #[test]
     fn only_idle_blocks_are_given_up() {
         let g = Geometry::new(512, false).unwrap();
-        let mut a = PortAllocator::new(g, 4, 16);
+        let mut a = PortAllocator::new(g, Some(4), 16);
         blocks_for(&mut a, 3);
         let m = a.alloc(PortClass::Icmp, H1).unwrap();
         let given: Vec<BlockRef> = std::iter::from_fn(|| a.take_idle_block(0)).collect();
