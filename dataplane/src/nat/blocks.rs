@@ -48,7 +48,9 @@
 //!   the released block, from the member that owed it to the one owed;
 //! - heirs: `heir(a, b)` is the holder of `(a, b)` in `without(holder)`;
 //! - lookups neither allocate nor panic (an unknown address or a port below
-//!   `first` is `None`).
+//!   `first` is `None`);
+//! - `decode(encode(m)) == m` (heirs recomputed), and `decode` of any bytes
+//!   is a map satisfying the invariants above or an error, never a panic.
 
 use crate::cluster::MemberSet;
 use crate::types::NodeId;
@@ -494,6 +496,152 @@ impl BlockMap {
     /// Blocks of address `addr` that `node` still owes (0 when none).
     pub fn owed(&self, addr: u32, node: NodeId) -> u16 {
         self.debts.iter().filter(|d| d.addr == addr && d.from == node).map(|d| d.count).sum()
+    }
+
+    /// The map as the bytes the control node publishes (big-endian):
+    ///
+    /// | field | bytes |
+    /// |---|---|
+    /// | format (`MAP_FORMAT`) | 1 |
+    /// | block size, reserved ports (0/1), workers | 2, 1, 1 |
+    /// | members (bitmap), version | 2, 8 |
+    /// | address count A, the addresses ascending | 4, 4·A |
+    /// | per block, address-major: node (high 4 bits) and worker (low 5 bits) of a `u16` | 2 per block |
+    /// | debt count D, per debt: address index, from, to, count | 2, 8·D |
+    ///
+    /// Heirs are not sent: [`BlockMap::decode`] computes them.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(23 + 4 * self.addrs.len() + 2 * self.holders.len() + 8 * self.debts.len());
+        v.push(MAP_FORMAT);
+        v.extend_from_slice(&self.geometry.size.to_be_bytes());
+        v.push(u8::from(self.geometry.first == 1));
+        v.push(self.workers);
+        v.extend_from_slice(&self.members.to_be_bytes());
+        v.extend_from_slice(&self.version.to_be_bytes());
+        v.extend_from_slice(&(self.addrs.len() as u32).to_be_bytes());
+        for a in &self.addrs {
+            v.extend_from_slice(&a.octets());
+        }
+        for h in &self.holders {
+            v.extend_from_slice(&(u16::from(h.node.0) << 5 | u16::from(h.worker)).to_be_bytes());
+        }
+        v.extend_from_slice(&(self.debts.len() as u16).to_be_bytes());
+        for d in &self.debts {
+            v.extend_from_slice(&d.addr.to_be_bytes());
+            v.extend_from_slice(&[d.from.0, d.to.0]);
+            v.extend_from_slice(&d.count.to_be_bytes());
+        }
+        v
+    }
+
+    /// A published map back, checked: the format, the geometry, addresses
+    /// ascending and distinct, every holder a member with a worker in
+    /// range, debts between members that name a real address, nothing
+    /// left over. A peer's bytes are not trusted: any input gives a map
+    /// or an error, never a panic.
+    pub fn decode(b: &[u8]) -> Result<Self, MapDecodeError> {
+        let mut r = Reader(b);
+        if r.u8()? != MAP_FORMAT {
+            return Err(MapDecodeError::Format);
+        }
+        let size = r.u16()?;
+        let reserved = match r.u8()? {
+            0 => false,
+            1 => true,
+            _ => return Err(MapDecodeError::Invalid("reserved-ports flag")),
+        };
+        let geometry = Geometry::new(size, reserved).map_err(|_| MapDecodeError::Invalid("block size"))?;
+        let workers = r.u8()?;
+        if workers == 0 || workers > MAX_WORKERS {
+            return Err(MapDecodeError::Invalid("worker count"));
+        }
+        let members = r.u16()?;
+        if members == 0 {
+            return Err(MapDecodeError::Invalid("no members"));
+        }
+        let version = r.u64()?;
+        let n = r.u32()? as usize;
+        if n == 0 || n > MAX_POOL_ADDRESSES {
+            return Err(MapDecodeError::Invalid("address count"));
+        }
+        let per = usize::from(geometry.blocks);
+        // Every byte the counts promise must be there before anything is
+        // reserved for them.
+        if r.0.len() < n * 4 + n * per * 2 + 2 {
+            return Err(MapDecodeError::Truncated);
+        }
+        let mut addrs = Vec::with_capacity(n);
+        for _ in 0..n {
+            let a = Ipv4Addr::from(r.u32()?);
+            if addrs.last().is_some_and(|&l| l >= a) {
+                return Err(MapDecodeError::Invalid("addresses not ascending"));
+            }
+            addrs.push(a);
+        }
+        let mut holders = Vec::with_capacity(n * per);
+        for _ in 0..n * per {
+            let x = r.u16()?;
+            let (node, worker) = ((x >> 5) as u8, (x & 0x1f) as u8);
+            if x >> 9 != 0 || members >> node & 1 == 0 || worker >= workers {
+                return Err(MapDecodeError::Invalid("holder"));
+            }
+            holders.push(Holder { node: NodeId(node), worker });
+        }
+        let nd = usize::from(r.u16()?);
+        if r.0.len() != nd * 8 {
+            return Err(if r.0.len() < nd * 8 { MapDecodeError::Truncated } else { MapDecodeError::Trailing });
+        }
+        let mut debts = Vec::with_capacity(nd);
+        for _ in 0..nd {
+            let d = Debt { addr: r.u32()?, from: NodeId(r.u8()?), to: NodeId(r.u8()?), count: r.u16()? };
+            let member = |x: NodeId| x.index() < NodeId::MAX_NODES && members >> x.0 & 1 == 1;
+            if d.addr as usize >= n || !member(d.from) || !member(d.to) || d.from == d.to || d.count == 0 {
+                return Err(MapDecodeError::Invalid("debt"));
+            }
+            debts.push(d);
+        }
+        let mut map = BlockMap { geometry, workers, members, addrs, holders, heirs: Vec::new(), debts, version };
+        map.compute_heirs();
+        Ok(map)
+    }
+}
+
+/// The first byte of an encoded map.
+pub const MAP_FORMAT: u8 = 1;
+
+/// Why published map bytes were refused.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum MapDecodeError {
+    #[error("not a block map of format {MAP_FORMAT}")]
+    Format,
+    #[error("block map cut short")]
+    Truncated,
+    #[error("bytes after the block map")]
+    Trailing,
+    #[error("block map: invalid {0}")]
+    Invalid(&'static str),
+}
+
+/// Big-endian reads off the front of a slice.
+struct Reader<'a>(&'a [u8]);
+
+impl Reader<'_> {
+    fn take<const N: usize>(&mut self) -> Result<[u8; N], MapDecodeError> {
+        let (head, rest) = self.0.split_first_chunk::<N>().ok_or(MapDecodeError::Truncated)?;
+        self.0 = rest;
+        Ok(*head)
+    }
+    fn u8(&mut self) -> Result<u8, MapDecodeError> {
+        Ok(self.take::<1>()?[0])
+    }
+    fn u16(&mut self) -> Result<u16, MapDecodeError> {
+        Ok(u16::from_be_bytes(self.take()?))
+    }
+    fn u32(&mut self) -> Result<u32, MapDecodeError> {
+        Ok(u32::from_be_bytes(self.take()?))
+    }
+    fn u64(&mut self) -> Result<u64, MapDecodeError> {
+        Ok(u64::from_be_bytes(self.take()?))
     }
 }
 

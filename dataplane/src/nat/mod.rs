@@ -3,7 +3,9 @@
 //!
 //! - [`blocks`]: a PAT pool's ports cut into blocks, and the block map —
 //!   which node and worker holds each block, how it changes when members
-//!   join and leave, and each block's heir. Any node finds the owner of
+//!   join and leave, each block's heir, and the bytes the control node
+//!   publishes it as (`encode` / `decode`, checked: a peer's bytes are not
+//!   trusted). Any node finds the owner of
 //!   return traffic from (mapped address, port) alone (N5).
 //! - [`alloc`]: one worker's port allocator over the blocks it holds: ports
 //!   per inside host a block at a time, the per-host maximum (N6), separate
@@ -21,5 +23,5 @@ pub mod blocks;
 pub mod rewrite;
 
 pub use alloc::{Exhausted, Mapped, PortAllocator, PortClass};
-pub use blocks::{BlockError, BlockMap, BlockRef, Debt, Geometry, Holder};
+pub use blocks::{BlockError, BlockMap, BlockRef, Debt, Geometry, Holder, MapDecodeError};
 pub use rewrite::{rewrite, rewrite_icmp_error, Endpoint, RewriteError};

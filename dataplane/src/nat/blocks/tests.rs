@@ -268,3 +268,104 @@ fn random_join_leave_sequences_keep_the_invariants() {
         }
     }
 }
+
+#[test]
+fn encoding_golden_bytes() {
+    // One address of 16 4096-port blocks over members 1 and 2, one worker:
+    // block b to member (b mod 2) in id order → nodes 1, 2, 1, 2, …
+    let g = Geometry::new(4096, false).unwrap();
+    let m = BlockMap::deal(
+        g,
+        &[Ipv4Addr::new(198, 51, 100, 7)],
+        &MemberSet::from_nodes(Epoch(1), [NodeId(1), NodeId(2)]).unwrap(),
+        1,
+    )
+    .unwrap();
+    let b = m.encode();
+    let mut want = vec![
+        MAP_FORMAT, 0x10, 0x00, // block size 4096
+        0, 1, // no reserved ports, one worker
+        0x00, 0x06, // members 1 and 2
+        0, 0, 0, 0, 0, 0, 0, 1, // version 1
+        0, 0, 0, 1, 198, 51, 100, 7, // one address
+    ];
+    for b in 0..16u16 {
+        want.extend_from_slice(&(if b % 2 == 0 { 1u16 << 5 } else { 2 << 5 }).to_be_bytes());
+    }
+    want.extend_from_slice(&[0, 0]); // no debts
+    assert_eq!(b, want);
+    assert_eq!(BlockMap::decode(&b).unwrap(), m);
+    // A debt after a join: 16 blocks over 3 members are 6, 5, 5 (the extra
+    // to node 1: among those holding most, the lowest id), so node 1 owes
+    // node 3 two blocks and node 2 three.
+    let j = m.with(NodeId(3)).unwrap();
+    let e = j.encode();
+    assert_eq!(&e[e.len() - 18..], &[0, 2, 0, 0, 0, 0, 1, 3, 0, 2, 0, 0, 0, 0, 2, 3, 0, 3][..], "{:?}", j.debts());
+    assert_eq!(BlockMap::decode(&e).unwrap(), j);
+}
+
+#[test]
+fn every_map_of_a_random_history_reads_back_equal() {
+    let g = Geometry::new(512, true).unwrap();
+    let mut m = BlockMap::deal(g, &pool(3), &members(4), 3).unwrap();
+    for step in 0..40u8 {
+        m = match step % 5 {
+            0 => m.with(NodeId(4 + step / 5)).unwrap(),
+            1 | 2 => {
+                let mut p = m.clone();
+                if let Some(d) = p.debts().first().copied() {
+                    let r = p.blocks_of(d.from).find(|(r, _)| r.addr == d.addr).unwrap().0;
+                    p.release(r, d.from).unwrap();
+                }
+                p
+            }
+            _ => m.without(member_list(m.members()).next().unwrap()).unwrap_or(m),
+        };
+        let b = m.encode();
+        assert_eq!(BlockMap::decode(&b).as_ref(), Ok(&m), "step {step}");
+    }
+}
+
+#[test]
+fn hostile_map_bytes_are_refused_never_panic() {
+    let g = Geometry::new(1024, false).unwrap();
+    let m = BlockMap::deal(g, &pool(2), &members(3), 2).unwrap().with(NodeId(5)).unwrap();
+    let b = m.encode();
+    for n in 0..b.len() {
+        assert!(BlockMap::decode(&b[..n]).is_err(), "a prefix of {n} bytes");
+    }
+    let mut long = b.clone();
+    long.push(0);
+    assert_eq!(BlockMap::decode(&long), Err(MapDecodeError::Trailing));
+    let with = |i: usize, v: u8| {
+        let mut x = b.clone();
+        x[i] = v;
+        BlockMap::decode(&x)
+    };
+    assert_eq!(with(0, 2), Err(MapDecodeError::Format));
+    assert_eq!(with(3, 2), Err(MapDecodeError::Invalid("reserved-ports flag")));
+    assert_eq!(with(4, 0), Err(MapDecodeError::Invalid("worker count")));
+    assert_eq!(with(1, 0), Err(MapDecodeError::Invalid("block size")));
+    // The first holder (after the 19-byte header and two addresses) names
+    // node 15, not a member.
+    let first_holder = 19 + 8;
+    assert_eq!(with(first_holder, 15 << 1), Err(MapDecodeError::Invalid("holder")));
+    // Addresses out of order.
+    assert_eq!(with(19 + 3, 5), Err(MapDecodeError::Invalid("addresses not ascending")));
+    // Random bytes: an answer, never a panic.
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    for len in 0..400 {
+        let v: Vec<u8> = (0..len)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
+        let _ = BlockMap::decode(&v);
+        let mut y = b.clone();
+        y[len % b.len()] ^= x as u8 | 1;
+        let _ = BlockMap::decode(&y);
+    }
+}
