@@ -5,7 +5,9 @@
 #
 #   (a) pipeline microbenchmarks without EAL (criterion): ns/packet and Mpps
 #       for established flows (1k/100k/1M), new connections/s, and bytes per
-#       flow (ConnTable::bytes_per_flow, printed by a conntrack test);
+#       flow (ConnTable::bytes_per_flow, printed by a conntrack test), and
+#       the NAT blocks (`--bench nat`: 10 000 rules compiled, first-match
+#       lookup at 10 and 10 000 rules, PAT rewrite, port alloc + free);
 #   (b) DPDK single node: one clusterfw worker lcore forwarding net_pcap
 #       (infinite_rx, 1024 UDP flows, 64-byte frames) -> net_pcap, rate from
 #       `clusterfw-ctl show stats --json` over a fixed interval; in the same
@@ -153,6 +155,8 @@ if [ $SKIP_MICRO = 0 ]; then
   cargo bench -p dataplane --bench pipeline -- "${crit_args[@]}" 2>&1 | tee "$OUT/micro/criterion.log" >&2
   say "(a) cargo bench -p dataplane --bench cluster_tax -- ${crit_args[*]}"
   cargo bench -p dataplane --bench cluster_tax -- "${crit_args[@]}" 2>&1 | tee -a "$OUT/micro/criterion.log" >&2
+  say "(a) cargo bench -p dataplane --bench nat -- ${crit_args[*]}"
+  cargo bench -p dataplane --bench nat -- "${crit_args[@]}" 2>&1 | tee -a "$OUT/micro/criterion.log" >&2
   bpf_cmd="cargo test --release -p dataplane --lib bytes_per_flow -- --nocapture"
   say "(a) $bpf_cmd"
   cargo test --release -p dataplane --lib bytes_per_flow -- --nocapture >"$OUT/micro/bytes_per_flow.log" 2>&1 || true

@@ -14,6 +14,8 @@
 //!   incremental checksums: TCP, UDP (a zero checksum stays zero), ICMP
 //!   echo identifiers, later fragments, and ICMP errors with their quoted
 //!   packet.
+//! - [`rules`]: the rule table compiled for first-match lookups that do
+//!   not grow with the number of rules (10 000+, N9).
 //!
 //! Nothing here knows about packets or the CCL; the pipeline stage and the
 //! control plane drive these types (docs/nat.md).
@@ -21,7 +23,9 @@
 pub mod alloc;
 pub mod blocks;
 pub mod rewrite;
+pub mod rules;
 
 pub use alloc::{Exhausted, Mapped, PortAllocator, PortClass};
 pub use blocks::{BlockError, BlockMap, BlockRef, Debt, Geometry, Holder, MapDecodeError};
 pub use rewrite::{rewrite, rewrite_icmp_error, Endpoint, RewriteError};
+pub use rules::{RuleKind, RuleSpec, RuleTable};
