@@ -16,6 +16,9 @@
 //!   packet.
 //! - [`rules`]: the rule table compiled for first-match lookups that do
 //!   not grow with the number of rules (10 000+, N9).
+//! - [`xlate`]: one worker's translation table, found from the real and
+//!   the mapped side, per-session and multi-session lifecycles, stale
+//!   xlates visible until reaped (N7).
 //!
 //! Nothing here knows about packets or the CCL; the pipeline stage and the
 //! control plane drive these types (docs/nat.md).
@@ -24,8 +27,10 @@ pub mod alloc;
 pub mod blocks;
 pub mod rewrite;
 pub mod rules;
+pub mod xlate;
 
 pub use alloc::{Exhausted, Mapped, PortAllocator, PortClass};
 pub use blocks::{BlockError, BlockMap, BlockRef, Debt, Geometry, Holder, MapDecodeError};
 pub use rewrite::{rewrite, rewrite_icmp_error, Endpoint, RewriteError};
 pub use rules::{RuleKind, RuleSpec, RuleTable};
+pub use xlate::{Sessions, Xlate, XlateId, XlateInfo, XlateTable};
