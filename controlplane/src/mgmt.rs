@@ -37,11 +37,13 @@ pub enum Topic {
     Cluster,
     /// Every membership transition with its time and reason.
     ClusterHistory,
+    /// NAT translations and the NAT stage's counters.
+    Xlate,
 }
 
 impl Topic {
     pub const ALL: &'static [Topic] =
-        &[Topic::Stats, Topic::Conn, Topic::Route, Topic::Arp, Topic::Config, Topic::Rules, Topic::Cluster, Topic::ClusterHistory];
+        &[Topic::Stats, Topic::Conn, Topic::Route, Topic::Arp, Topic::Config, Topic::Rules, Topic::Cluster, Topic::ClusterHistory, Topic::Xlate];
     pub fn as_str(self) -> &'static str {
         match self {
             Topic::Stats => "stats",
@@ -52,6 +54,7 @@ impl Topic {
             Topic::Rules => "rules",
             Topic::Cluster => "cluster",
             Topic::ClusterHistory => "cluster-history",
+            Topic::Xlate => "xlate",
         }
     }
     pub fn parse(s: &str) -> Option<Topic> {

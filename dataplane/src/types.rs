@@ -313,6 +313,18 @@ drop_reasons! {
     /// docs/workers.md: a steering fault, or a member that runs another
     /// number of workers).
     CclWrongWorker => "ccl-wrong-worker",
+    // --- NAT (pipeline/nat.rs, docs/nat.md) ---
+    /// A datagram to a pool address with no translation: hostile or
+    /// expired return traffic, never guessed.
+    NatNoXlate => "nat-no-xlate",
+    /// No mapped port or address left (pool, per-host maximum, or the
+    /// xlate table): never a reused port.
+    NatExhausted => "nat-exhausted",
+    /// A later fragment to a PAT address: its port is in the first
+    /// fragment (not translated yet).
+    NatFragment => "nat-fragment",
+    /// A protocol without ports or identifiers cannot be PAT'ed.
+    NatProtocol => "nat-protocol",
 }
 
 impl fmt::Display for DropReason {

@@ -469,6 +469,21 @@ impl Control {
                 Ok(json!({ "yaml": file.source_text, "parsed": parsed, "policy": self.running_json() }))
             }
             Topic::Cluster => self.show_cluster(),
+            Topic::Xlate => {
+                let (mut all, mut counters) = (Vec::new(), None);
+                for (w, r) in self.ask_all(|| Query::Xlates { max: SHOW_CONN_MAX })?.into_iter().enumerate() {
+                    let Reply::Xlates(x, c) = r else { return Err("unexpected reply".into()) };
+                    for e in x.into_iter().take(SHOW_CONN_MAX.saturating_sub(all.len())) {
+                        let mut v = enc(serde_json::to_value(e))?;
+                        if let Value::Object(m) = &mut v {
+                            m.insert("worker".into(), json!(w));
+                        }
+                        all.push(v);
+                    }
+                    counters = counters.or(c);
+                }
+                Ok(json!({ "nat": counters.is_some(), "xlates": all, "counters": enc(serde_json::to_value(counters))? }))
+            }
             Topic::ClusterHistory => self.show_cluster_history(),
         }
     }

@@ -79,7 +79,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    if let Some(why) = policy::nat_not_runnable(&cfg.nat) {
+    if let Some(why) = policy::nat_not_runnable(&cfg.nat, cfg.cluster.is_some(), usize::from(cfg.dpdk.workers)) {
         eprintln!("clusterfw: {}: {why}", cli.config.display());
         return ExitCode::from(2);
     }
@@ -306,6 +306,9 @@ fn run(cfg: Config, extra: Vec<String>) -> Result<()> {
     for w in 0..workers {
         let mut p = Pipeline::new(pcfg.clone()).map_err(|e| anyhow::anyhow!("pipeline: {e}"))?;
         p.set_worker(WorkerId(w), workers).map_err(|e| anyhow::anyhow!("pipeline: {e}"))?;
+        if let Some(spec) = policy::nat_spec(&cfg) {
+            p.set_nat(&spec).map_err(|e| anyhow::anyhow!("nat: {e}"))?;
+        }
         pipelines.push(p);
     }
     // Several workers: a steering ring into each (`shared::STEER_RING`).

@@ -27,7 +27,8 @@ use anyhow::{bail, Result};
 use config::policy::Policy as FilePolicy;
 use config::Config;
 use controlplane::membership::ConfigBlob;
-use dataplane::pipeline::{InterfaceSpec, Policy, RuleSpec};
+use dataplane::pipeline::{InterfaceSpec, NatSpec, PatSpec, Policy, PoolSpec, RuleSpec};
+use dataplane::route::IfIndex;
 use dataplane::Duration;
 use std::path::Path;
 
@@ -124,7 +125,7 @@ impl Policies {
     /// The pipeline's form of `p` for this node's interfaces, one per
     /// worker.
     fn build(&self, p: &FilePolicy) -> Result<Vec<Box<Policy>>, String> {
-        if let Some(why) = nat_not_runnable(&p.nat) {
+        if let Some(why) = nat_not_runnable(&p.nat, self.file.cluster.is_some(), self.workers) {
             return Err(why);
         }
         let specs: Vec<InterfaceSpec> = self
@@ -188,8 +189,14 @@ impl Policies {
             );
         }
         let policy = new.policy();
-        if let Some(why) = nat_not_runnable(&policy.nat) {
+        if let Some(why) = nat_not_runnable(&policy.nat, new.cluster.is_some(), self.workers) {
             bail!("{}: {why} (nothing was applied)", path.display());
+        }
+        if policy.nat != self.running.policy.nat {
+            bail!(
+                "{}: nat changed; this build reads nat at start only: restart the node to apply it (nothing was applied)",
+                path.display()
+            );
         }
         self.file = new;
         if policy == self.running.policy {
@@ -206,17 +213,88 @@ impl Policies {
     }
 }
 
-/// Why this node cannot run `nat`: the section is parsed, checked and
-/// replicated, but the pipeline does not translate yet (issue 13 under
-/// way), and a firewall that forwarded inside addresses untranslated where
-/// the operator asked for NAT would leak them: refused, not ignored.
-pub fn nat_not_runnable(nat: &config::nat::NatConfig) -> Option<String> {
-    (!nat.rules.is_empty()).then(|| {
+/// Why this node cannot run `nat`: the pipeline translates on a single
+/// node with one worker; a cluster member or several workers would need
+/// return traffic steered by the block map (docs/nat.md), so NAT rules
+/// there are refused, not ignored — forwarding inside addresses
+/// untranslated where the operator asked for NAT would leak them.
+pub fn nat_not_runnable(nat: &config::nat::NatConfig, cluster: bool, workers: usize) -> Option<String> {
+    if nat.rules.is_empty() {
+        return None;
+    }
+    if cluster {
+        return Some(format!(
+            "nat: {} rule(s) configured, but this build translates on a single node only (a cluster member needs \
+             return traffic steered by the block map, docs/nat.md); refusing them rather than forwarding untranslated",
+            nat.rules.len()
+        ));
+    }
+    (workers > 1).then(|| {
         format!(
-            "nat: {} rule(s) configured, but this build does not translate yet (docs/nat.md); \
-             refusing them rather than forwarding untranslated",
+            "nat: {} rule(s) configured with dpdk.workers {workers}, but this build translates with one worker only \
+             (docs/nat.md); refusing them rather than forwarding untranslated",
             nat.rules.len()
         )
+    })
+}
+
+/// The pipeline's NAT configuration of `cfg` (`None` without rules): rule
+/// interfaces by their position in `interfaces` (the pipeline's
+/// interface indices), pools by their position in `nat.pools`, xlates
+/// kept idle at least as long as any flow.
+pub fn nat_spec(cfg: &Config) -> Option<NatSpec> {
+    use config::nat::NatKind;
+    use dataplane::nat::{RuleKind, RuleSpec};
+    let nat = &cfg.nat;
+    if nat.rules.is_empty() {
+        return None;
+    }
+    let iface = |n: &Option<String>| {
+        n.as_ref().and_then(|n| cfg.interfaces.iter().position(|i| &i.name == n)).map(|i| IfIndex(i as u16))
+    };
+    let rules = nat
+        .rules
+        .iter()
+        .map(|r| RuleSpec {
+            kind: match r.kind {
+                NatKind::StaticNat => RuleKind::StaticNat,
+                NatKind::StaticPat => RuleKind::StaticPat,
+                NatKind::DynamicNat => RuleKind::DynamicNat,
+                NatKind::DynamicPat => RuleKind::DynamicPat,
+            },
+            real_iface: iface(&r.real_interface),
+            mapped_iface: iface(&r.mapped_interface),
+            source: (r.source.addr, r.source.len),
+            mapped: r.mapped.map(|m| (m.addr, m.len)),
+            ports: r.protocol.zip(r.real_port).zip(r.mapped_port).map(|((p, rp), mp)| (p, rp, mp)),
+            pool: r.pool.as_ref().and_then(|p| nat.pools.iter().position(|q| &q.name == p)).map(|i| i as u16),
+        })
+        .collect();
+    let pools = nat
+        .pools
+        .iter()
+        .map(|p| {
+            // The first rule naming the pool gives its kind and blocks
+            // (the configuration makes the others agree).
+            let first = nat.rules.iter().find(|r| r.pool.as_deref() == Some(p.name.as_str()));
+            PoolSpec {
+                addresses: p.addresses.clone(),
+                pat: first.filter(|r| r.kind == NatKind::DynamicPat).map(|r| PatSpec {
+                    block_size: r.block_size,
+                    reserved_ports: r.include_reserved_ports,
+                    max_per_host: r.max_blocks_per_host,
+                }),
+            }
+        })
+        .collect();
+    let t = &cfg.timeouts;
+    let longest = [t.tcp_syn, t.tcp_established, t.tcp_closing, t.tcp_closed, t.udp, t.icmp, t.other].into_iter().max();
+    Some(NatSpec {
+        rules,
+        pools,
+        xlate_capacity: cfg.flow_table.capacity as usize,
+        xlate_timeout: Duration::from_secs(longest.unwrap_or(0).saturating_add(30)),
+        host_capacity: 65_536,
     })
 }
 

@@ -43,6 +43,8 @@ pub enum Query {
     Arp,
     Rules,
     Cluster,
+    /// Up to `max` NAT translations and the NAT counters.
+    Xlates { max: usize },
 }
 
 pub enum Reply {
@@ -54,6 +56,8 @@ pub enum Reply {
     Rules(Vec<RuleInfo>),
     /// `None` in single-node mode.
     Cluster(Option<Box<ClusterCountersSnapshot>>),
+    /// `None` without NAT.
+    Xlates(Vec<dataplane::nat::XlateInfo>, Option<dataplane::pipeline::NatCounters>),
 }
 
 /// What one worker passes to another besides the frames steered on

@@ -57,20 +57,22 @@ fn ctl_reports_a_missing_socket_clearly() {
     assert!(!out.status.success());
 }
 
-/// NAT rules are parsed and checked, but this build does not translate:
-/// the node refuses them at start (exit 2, before DPDK) rather than
-/// forwarding inside addresses untranslated; a pool alone is fine.
+/// NAT runs on a single node with one worker; with several workers (or
+/// in a cluster) this build refuses NAT rules at start (exit 2, before
+/// DPDK) rather than forwarding inside addresses untranslated.
 #[test]
-fn nat_rules_are_refused_until_the_dataplane_translates() {
+fn nat_rules_run_on_one_worker_and_are_refused_with_several() {
     let pool = "nat:\n  pools:\n    - name: p\n      addresses: [198.51.100.1]\n";
     let rule = "  rules:\n    - name: r\n      kind: dynamic-pat\n      source: 198.18.1.0/24\n      pool: p\n";
     let base = GOOD.replace("PREFIX", &std::process::id().to_string());
     let path = write("nat.yaml", &format!("{base}{pool}{rule}"));
     let out = Command::new(env!("CARGO_BIN_EXE_clusterfw")).arg("--config").arg(&path).arg("--check").output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let two = base.replace("dpdk:\n", "dpdk:\n  workers: 2\n");
+    assert_ne!(two, base);
+    let path = write("nat2.yaml", &format!("{two}{pool}{rule}"));
+    let out = Command::new(env!("CARGO_BIN_EXE_clusterfw")).arg("--config").arg(&path).arg("--check").output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
-    assert!(stderr.contains("nat: 1 rule(s) configured, but this build does not translate yet"), "{stderr}");
-    let path = write("pool.yaml", &format!("{base}{pool}"));
-    let out = Command::new(env!("CARGO_BIN_EXE_clusterfw")).arg("--config").arg(&path).arg("--check").output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stderr.contains("nat: 1 rule(s) configured with dpdk.workers 2, but this build translates with one worker only"), "{stderr}");
 }

@@ -43,6 +43,8 @@ pub struct UpOptions {
     pub mtu: BedMtu,
     /// Workers of the (single) node (`up --workers`); 1 by default.
     pub workers: u16,
+    /// The single node translates (`up --nat`).
+    pub nat: bool,
 }
 
 /// `$CFW_TESTBED_DIR`, else `/tmp/cfw-testbed`.
@@ -161,7 +163,7 @@ pub fn up(o: &UpOptions) -> Result<State> {
             bail!("`{tool}` not found; run scripts/setup.sh");
         }
     }
-    let topo = Topology::new(o.nodes)?.with_mtu(o.mtu).with_workers(o.workers)?;
+    let topo = Topology::new(o.nodes)?.with_mtu(o.mtu).with_workers(o.workers)?.with_nat(o.nat)?;
     topo.validate()?;
     if o.kernel_router && topo.nodes.len() != 1 {
         bail!("--kernel-router is the single-node self-check; it does not combine with --nodes {}", o.nodes);

@@ -203,11 +203,13 @@ pub struct Shape {
     pub mtu: crate::topology::BedMtu,
     /// Workers per node (`up --workers`).
     pub workers: u16,
+    /// The single node translates (`up --nat`).
+    pub nat: bool,
 }
 
 impl Default for Shape {
     fn default() -> Shape {
-        Shape { mtu: crate::topology::BedMtu::default(), workers: 1 }
+        Shape { mtu: crate::topology::BedMtu::default(), workers: 1, nat: false }
     }
 }
 
@@ -244,6 +246,7 @@ impl TestBed {
             ready_timeout: Duration::from_secs(30),
             mtu: shape.mtu,
             workers: shape.workers,
+            nat: shape.nat,
         })?;
         Ok(TestBed { run_dir, bin_dir, _guard: guard, _lock: lock })
     }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use testbed::bed::{self, UpOptions};
 
 const USAGE: &str = "\
-usage: clusterfw-testbed up [--nodes N] [--mtu MTU] [--workers N] [--run-dir DIR] [--kernel-router]
+usage: clusterfw-testbed up [--nodes N] [--mtu MTU] [--workers N] [--nat] [--run-dir DIR] [--kernel-router]
        clusterfw-testbed down [--run-dir DIR]
        clusterfw-testbed status [--run-dir DIR] [--json]
        clusterfw-testbed kill|pause|resume|restart NODE [--run-dir DIR]
@@ -41,6 +41,9 @@ splits the CCL segment into groups (no carrier change), `heal` joins it.
                     nodes' configs get the same `mtu`s
   --workers N       every node runs N workers (dpdk.workers; af_packet with N
                     queue pairs, the CCL with N+1); default 1
+  --nat             (single node only) the node PATs the inside network to
+                    198.51.100.7 and maps 198.51.100.80:80 to the inside host's
+                    port 8080 (static PAT); docs/nat.md
   --run-dir DIR     state, node configs, logs, control sockets
                     (default $CFW_TESTBED_DIR, else /tmp/cfw-testbed)
   --kernel-router   (single node only) test-bed self-check: cfw-n1 is a plain Linux router
@@ -71,6 +74,7 @@ fn run(args: Vec<String>) -> Result<()> {
     let mut kernel_router = false;
     let mut mtu = testbed::topology::BedMtu::default();
     let mut workers = 1u16;
+    let mut nat = false;
     let mut json = false;
     let mut operands: Vec<String> = Vec::new();
     let mut it = rest.iter();
@@ -93,6 +97,7 @@ fn run(args: Vec<String>) -> Result<()> {
                     .with_context(|| format!("--nodes {v}: not a number"))?;
             }
             ("up", "--kernel-router") => kernel_router = true,
+            ("up", "--nat") => nat = true,
             ("up", "--mtu") => mtu = testbed::topology::BedMtu::parse(&value("--mtu")?)?,
             ("up", "--workers") => {
                 let v = value("--workers")?;
@@ -125,6 +130,7 @@ fn run(args: Vec<String>) -> Result<()> {
                 ready_timeout: Duration::from_secs(20),
                 mtu,
                 workers,
+                nat,
             };
             let state = bed::up(&o)?;
             let what = if kernel_router {

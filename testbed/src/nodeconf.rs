@@ -45,6 +45,43 @@ pub fn data_device(port: usize, ifname: &str) -> String {
 }
 
 /// The config file of `node`, its control socket at `socket`.
+/// `up --nat`: PAT of the inside network to 198.51.100.7, the inside
+/// host's port 8080 reachable at 198.51.100.80:80 (static PAT; the access
+/// rule names the real address and port: the node checks policy on real
+/// addresses).
+pub const NAT_SECTION: &str = "
+# up --nat: the inside network leaves as 198.51.100.7 (PAT); the outside
+# reaches the inside host's port 8080 at 198.51.100.80:80 (static PAT).
+access-rules:
+  - name: web-in
+    action: permit
+    interface: outside
+    protocol: tcp
+    destination: 198.18.1.2/32
+    destination-port: 8080
+
+nat:
+  pools:
+    - name: pat
+      addresses: [198.51.100.7]
+  rules:
+    - name: web
+      kind: static-pat
+      real-interface: inside
+      mapped-interface: outside
+      source: 198.18.1.2/32
+      mapped: 198.51.100.80
+      protocol: tcp
+      real-port: 8080
+      mapped-port: 80
+    - name: out-pat
+      kind: dynamic-pat
+      real-interface: inside
+      mapped-interface: outside
+      source: 198.18.1.0/24
+      pool: pat
+";
+
 pub fn node_yaml(node: &NodeSpec, socket: &str) -> String {
     let mut y = String::new();
     let eal: Vec<String> = eal_args(node).iter().map(|a| q(a)).collect();
@@ -88,10 +125,17 @@ pub fn node_yaml(node: &NodeSpec, socket: &str) -> String {
             let _ = write!(y, "  - destination: {dst}\n    via: {via}\n");
         }
     }
+    if node.nat {
+        y.push_str(NAT_SECTION);
+    } else {
+        y.push_str(
+            "\n# None: the default applies (higher to lower security level permitted,\n\
+             # lower to higher denied).\naccess-rules: []\n",
+        );
+    }
     let _ = write!(
         y,
-        "\n# None: the default applies (higher to lower security level permitted,\n\
-         # lower to higher denied).\naccess-rules: []\n\n\
+        "\n\
          timeouts:\n  tcp-syn: 30\n  tcp-established: 3600\n  tcp-closing: 120\n  \
          tcp-closed: 10\n  udp: 120\n  icmp: 10\n  other: 60\n\n\
          flow-table:\n  capacity: {FLOW_TABLE_CAPACITY}\n\n\
@@ -192,6 +236,17 @@ mod tests {
         assert_eq!(c.interfaces[1].device_name(), "net_af_packet1");
         assert!(c.access_rules.is_empty() && c.routes.is_empty());
         assert_eq!(c.flow_table.capacity, FLOW_TABLE_CAPACITY);
+    }
+
+    #[test]
+    fn the_nat_bed_config_parses_with_its_rules() {
+        let t = Topology::single_node().with_nat(true).unwrap();
+        let y = node_yaml(&t.nodes[0], "/tmp/cfw-testbed/n1.sock");
+        let c = config::parse(&y, "n1.yaml").unwrap_or_else(|e| panic!("{e}\n{y}"));
+        assert_eq!(c.nat.rules.len(), 2);
+        assert_eq!(c.nat.pools[0].addresses, [std::net::Ipv4Addr::new(198, 51, 100, 7)]);
+        assert_eq!(c.access_rules.len(), 1);
+        assert!(Topology::new(3).unwrap().with_nat(true).is_err(), "single node only");
     }
 
     #[test]

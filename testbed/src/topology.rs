@@ -160,6 +160,8 @@ pub struct NodeSpec {
     pub cluster: Option<NodeCluster>,
     /// `dpdk.workers` (`up --workers`).
     pub workers: u16,
+    /// The single node translates (`up --nat`, `nodeconf::NAT_SECTION`).
+    pub nat: bool,
 }
 
 impl NodeSpec {
@@ -436,6 +438,7 @@ impl Topology {
             });
             t.nodes.push(NodeSpec {
                 workers: 1,
+                nat: false,
                 name: name.clone(),
                 namespace: nsn,
                 interfaces: vec![
@@ -514,6 +517,7 @@ impl Topology {
             ],
             nodes: vec![NodeSpec {
                 workers: 1,
+                nat: false,
                 name: "n1".into(),
                 namespace: n1.into(),
                 interfaces: vec![
@@ -576,6 +580,20 @@ impl Topology {
 
     /// Every node with `workers` workers (`up --workers`; issue 12): up to
     /// 64 on the single-node bed, 32 on a cluster member.
+    /// `up --nat`: the single node PATs the inside network to 198.51.100.7
+    /// and maps 198.51.100.80:80 to the inside host's port 8080
+    /// (`nodeconf::NAT_SECTION`); the outside host reaches 198.51.100.0/24
+    /// by its default route, through the node.
+    pub fn with_nat(mut self, nat: bool) -> Result<Topology> {
+        if nat && self.nodes.len() != 1 {
+            bail!("--nat: the single-node bed only (NAT in a cluster is not built yet, docs/nat.md)");
+        }
+        for n in &mut self.nodes {
+            n.nat = nat;
+        }
+        Ok(self)
+    }
+
     pub fn with_workers(mut self, workers: u16) -> Result<Topology> {
         let max = if self.nodes.len() > 1 { 32 } else { 64 };
         if !(1..=max).contains(&workers) {

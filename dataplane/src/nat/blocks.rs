@@ -513,22 +513,30 @@ impl BlockMap {
     pub fn encode(&self) -> Vec<u8> {
         let mut v = Vec::with_capacity(23 + 4 * self.addrs.len() + 2 * self.holders.len() + 8 * self.debts.len());
         v.push(MAP_FORMAT);
+        // layout: allow(offset) the block-map record's own encoding, not a packet header
         v.extend_from_slice(&self.geometry.size.to_be_bytes());
         v.push(u8::from(self.geometry.first == 1));
         v.push(self.workers);
+        // layout: allow(offset) the block-map record's own encoding, not a packet header
         v.extend_from_slice(&self.members.to_be_bytes());
+        // layout: allow(offset) the block-map record's own encoding, not a packet header
         v.extend_from_slice(&self.version.to_be_bytes());
+        // layout: allow(offset) the block-map record's own encoding, not a packet header
         v.extend_from_slice(&(self.addrs.len() as u32).to_be_bytes());
         for a in &self.addrs {
             v.extend_from_slice(&a.octets());
         }
         for h in &self.holders {
+            // layout: allow(offset) the block-map record's own encoding, not a packet header
             v.extend_from_slice(&(u16::from(h.node.0) << 5 | u16::from(h.worker)).to_be_bytes());
         }
+        // layout: allow(offset) the block-map record's own encoding, not a packet header
         v.extend_from_slice(&(self.debts.len() as u16).to_be_bytes());
         for d in &self.debts {
+            // layout: allow(offset) the block-map record's own encoding, not a packet header
             v.extend_from_slice(&d.addr.to_be_bytes());
             v.extend_from_slice(&[d.from.0, d.to.0]);
+            // layout: allow(offset) the block-map record's own encoding, not a packet header
             v.extend_from_slice(&d.count.to_be_bytes());
         }
         v
@@ -635,12 +643,15 @@ impl Reader<'_> {
         Ok(self.take::<1>()?[0])
     }
     fn u16(&mut self) -> Result<u16, MapDecodeError> {
+        // layout: allow(offset) the block-map record's own encoding, not a packet header
         Ok(u16::from_be_bytes(self.take()?))
     }
     fn u32(&mut self) -> Result<u32, MapDecodeError> {
+        // layout: allow(offset) the block-map record's own encoding, not a packet header
         Ok(u32::from_be_bytes(self.take()?))
     }
     fn u64(&mut self) -> Result<u64, MapDecodeError> {
+        // layout: allow(offset) the block-map record's own encoding, not a packet header
         Ok(u64::from_be_bytes(self.take()?))
     }
 }

@@ -10,10 +10,10 @@
 //! - [`alloc`]: one worker's port allocator over the blocks it holds: ports
 //!   per inside host a block at a time, the per-host maximum (N6), separate
 //!   TCP / UDP / ICMP spaces, bindings reserved after a failover.
-//! - [`rewrite`]: one endpoint's address and port rewritten with
-//!   incremental checksums: TCP, UDP (a zero checksum stays zero), ICMP
-//!   echo identifiers, later fragments, and ICMP errors with their quoted
-//!   packet.
+//! - the rewrite itself is wire-level (`crate::wire::rewrite`, re-exported
+//!   here): one endpoint's address and port with incremental checksums —
+//!   TCP, UDP (a zero checksum stays zero), ICMP echo identifiers, later
+//!   fragments, and ICMP errors with their quoted packet.
 //! - [`rules`]: the rule table compiled for first-match lookups that do
 //!   not grow with the number of rules (10 000+, N9).
 //! - [`xlate`]: one worker's translation table, found from the real and
@@ -25,12 +25,11 @@
 
 pub mod alloc;
 pub mod blocks;
-pub mod rewrite;
 pub mod rules;
 pub mod xlate;
 
 pub use alloc::{Exhausted, Mapped, PortAllocator, PortClass};
 pub use blocks::{BlockError, BlockMap, BlockRef, Debt, Geometry, Holder, MapDecodeError};
-pub use rewrite::{rewrite, rewrite_icmp_error, Endpoint, RewriteError};
+pub use crate::wire::rewrite::{rewrite, rewrite_icmp_error, Endpoint, RewriteError};
 pub use rules::{RuleKind, RuleSpec, RuleTable};
 pub use xlate::{Sessions, Xlate, XlateId, XlateInfo, XlateTable};

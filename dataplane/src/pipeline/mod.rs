@@ -66,6 +66,7 @@ mod icmperr;
 mod iface;
 mod ingress;
 pub(crate) mod ipv4;
+mod nat;
 
 pub use arphold::ArpHoldCounters;
 pub use cluster::{
@@ -80,6 +81,7 @@ pub use counters::{Counters, Ipv6Counters, PortCounters};
 pub use egress::MAX_GENERATED;
 pub use frag::{FragConfig, FragCounters, FragSnapshot};
 pub use icmperr::{IcmpErrorConfig, IcmpErrorCounters};
+pub use nat::{NatCounters, NatSpec, NatSpecError, PatSpec, PoolSpec};
 
 use crate::acl::RuleInfo;
 use crate::arp::{ArpCache, ArpInfo};
@@ -133,6 +135,8 @@ pub struct Pipeline {
     cluster: Option<Box<ClusterPath>>,
     /// The ICMP errors this node sends (`icmperr`).
     icmp: Box<IcmpErrors>,
+    /// NAT (`set_nat`); `None`: no translation, and the fast path runs.
+    nat: Option<Box<nat::NatPath>>,
     /// This pipeline is worker `worker` of `workers` (`set_worker`).
     worker: WorkerId,
     workers: u16,
@@ -143,7 +147,7 @@ pub struct Pipeline {
 /// Where the IPv4 stage's decision leads.
 enum Step {
     /// Route it from here (after conntrack ran, as owner or single node).
-    Route { route: Route, icmp_error: bool, xlate: Option<context::Xlate> },
+    Route { route: Route, icmp_error: bool, xlate: Option<context::Xlate>, snat: Option<nat::Snat> },
     /// Another node owns it, or we must ask first.
     Cluster(Plan, FiveTuple, Rx),
     /// A fragment whose fragment owner is this other node (R10).
@@ -200,6 +204,7 @@ impl Pipeline {
             frag,
             cluster,
             icmp: Box::new(IcmpErrors::new(cfg.icmp_errors)),
+            nat: None,
             worker: WorkerId(0),
             workers: 1,
             handoff: None,
@@ -209,7 +214,7 @@ impl Pipeline {
     /// Process one received frame. No allocation, no panic, no logging.
     pub fn process<B: PacketBuf>(&mut self, now: Timestamp, in_port: PortId, buf: &mut B) -> Verdict {
         self.acct.rx(in_port, buf.data().len());
-        if self.fast.enabled {
+        if self.fast.enabled && self.nat.is_none() {
             let parts = Parts {
                 ifaces: &self.ifaces,
                 routes: &self.routes,
@@ -457,6 +462,16 @@ impl Pipeline {
         release: &mut Option<Release>,
     ) -> Result<Outcome, DropReason> {
         let Arrival { in_port, ifx, ing, l2, tags, l2_broadcast } = at;
+        // NAT inbound: a datagram to a mapped address becomes one to the
+        // real address before anything else looks at it (`nat.rs`).
+        let mut unnatted = false;
+        if let (Some(n), Via::Port) = (self.nat.as_deref_mut(), rx.via) {
+            if let Some(l3) = buf.data_mut().get_mut(l2..) {
+                // Without the link's padding.
+                let end = Ipv4Packet::new_checked_header(&*l3).map_or(l3.len(), |ip| usize::from(ip.total_len()).min(l3.len()));
+                unnatted = n.inbound(now, &mut l3[..end])?;
+            }
+        }
         // --- Parse and decide, holding only a shared borrow of the frame. ---
         let step = 'decide: {
             let ip = ipv4::parse(buf.data().get(l2..).unwrap_or(&[]))?;
@@ -559,6 +574,7 @@ impl Pipeline {
             }
             let icmp_error = l4.is_none();
             let mut xlate = None;
+            let mut snat = None;
             match l4 {
                 // The error must quote a flow and go back to its sender.
                 None => {
@@ -583,12 +599,24 @@ impl Pipeline {
                     if piece.is_some_and(|(off, _)| off != 0) {
                         xlate = None;
                     }
+                    // NAT outbound: the flow is admitted on its real tuple.
+                    if let (Some(n), false) = (self.nat.as_deref_mut(), unnatted) {
+                        snat = n.outbound(now, ifx, egress, &tuple)?;
+                    }
                 }
             }
-            Step::Route { route: Route { next_hop: route.next_hop, egress, tags, l2 }, icmp_error, xlate }
+            Step::Route { route: Route { next_hop: route.next_hop, egress, tags, l2 }, icmp_error, xlate, snat }
         };
         match step {
-            Step::Route { route, icmp_error, xlate } => {
+            Step::Route { route, icmp_error, xlate, snat } => {
+                if let Some((addr, port)) = snat {
+                    let l3 = buf.data_mut().get_mut(l2..).unwrap_or(&mut []);
+                    crate::nat::rewrite(l3, crate::nat::Endpoint::Source, addr, port)
+                        .map_err(|_| DropReason::L4Truncated)?;
+                    if let Some(n) = self.nat.as_deref_mut() {
+                        n.counters.translated_out += 1;
+                    }
+                }
                 let outcome = self.egress.forward(now, &self.ifaces, route, xlate, buf)?;
                 if icmp_error {
                     self.acct.icmp_errors_forwarded += 1;
@@ -856,6 +884,9 @@ impl Pipeline {
     /// path's timers.
     pub fn poll_timers(&mut self, now: Timestamp) {
         self.flows.table.expire(now, EXPIRE_BUDGET);
+        if let Some(n) = self.nat.as_deref_mut() {
+            n.timers(now);
+        }
         self.egress.timers(now);
         if let Some(cl) = self.cluster.as_deref_mut() {
             cl.timers(now, &mut Link { egress: &mut self.egress, ifaces: &self.ifaces }, &self.flows.table);
@@ -896,6 +927,24 @@ impl Pipeline {
     /// apply to every flow from now on, the existing ones included.
     /// `Err` gives `policy` back when it was built for another number of
     /// interfaces than this pipeline has.
+    /// Translate with `spec` from now on (single node, one worker: the node
+    /// refuses NAT elsewhere until return traffic is steered by the block
+    /// map, docs/nat.md). Xlates of a previous configuration are dropped.
+    pub fn set_nat(&mut self, spec: &NatSpec) -> Result<(), NatSpecError> {
+        self.nat = Some(Box::new(nat::NatPath::new(spec, self.ifaces.names().len())?));
+        Ok(())
+    }
+
+    /// The NAT stage's counters (`None` without NAT).
+    pub fn nat_counters(&self) -> Option<NatCounters> {
+        self.nat.as_deref().map(|n| n.counters)
+    }
+
+    /// Up to `max` xlates (`show xlate`).
+    pub fn xlates(&self, now: Timestamp, max: usize) -> Vec<crate::nat::XlateInfo> {
+        self.nat.as_deref().map_or_else(Vec::new, |n| n.xlates(now, max))
+    }
+
     pub fn set_policy(&mut self, mut policy: Box<Policy>) -> Result<Box<Policy>, Box<Policy>> {
         if policy.interfaces != self.ifaces.names().len() {
             return Err(policy);

@@ -14,6 +14,7 @@ pub mod ethernet;
 pub mod icmp;
 pub mod ipv4;
 pub mod ipv6;
+pub mod rewrite;
 pub mod tcp;
 pub mod udp;
 

@@ -39,7 +39,7 @@ fn write_out(args: std::fmt::Arguments<'_>, newline: bool) {
     }
 }
 
-const USAGE: &str = "usage: clusterfw-ctl [--socket PATH] show {stats|conn|route|arp|rules|config|cluster|cluster history} [--json]\n       clusterfw-ctl [--socket PATH] config reload [--json]";
+const USAGE: &str = "usage: clusterfw-ctl [--socket PATH] show {stats|conn|route|arp|rules|config|cluster|cluster history|xlate} [--json]\n       clusterfw-ctl [--socket PATH] config reload [--json]";
 
 fn main() -> ExitCode {
     match run() {

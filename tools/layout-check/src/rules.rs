@@ -33,6 +33,7 @@ pub const DATAPLANE_LEAVES: &[&str] = &[
     "prefetch",
     "slots",
     "steer",
+    "nat",
 ];
 
 /// The module leaves must not use.

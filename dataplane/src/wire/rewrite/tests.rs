@@ -210,3 +210,27 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn endpoints_of_each_kind() {
+    let t = l3(b(INSIDE, SERVER).tcp(40000, 443, 1, 0, 0x02, 100, &[], b""));
+    let e = endpoints(&t).unwrap();
+    assert_eq!(
+        (e.src, e.dst, e.proto, e.sport, e.dport, e.icmp_type, e.later_fragment),
+        (INSIDE, SERVER, 6, 40000, 443, None, false)
+    );
+    let p = l3(b(INSIDE, SERVER).icmp(8, 0, (0x1234, 9), b""));
+    let e = endpoints(&p).unwrap();
+    assert_eq!((e.sport, e.dport, e.icmp_type), (0x1234, 0x1234, Some(8)));
+    let mut f = l3(b(INSIDE, SERVER).udp(1, 2, &[0; 16]));
+    f[7] = 1; // offset 8 bytes: a later fragment
+    let e = endpoints(&f).unwrap();
+    assert_eq!((e.sport, e.dport, e.later_fragment), (0, 0, true));
+    assert_eq!(endpoints(&t[..19]), None);
+    // An ICMP error's quote.
+    let err = l3(b(ROUTER, MAPPED).icmp(3, 3, (0, 0), &t[..28]));
+    let q = icmp_quote(&err).unwrap();
+    assert_eq!(endpoints(q).map(|e| (e.src, e.sport)), Some((INSIDE, 40000)));
+    assert_eq!(icmp_quote(&p), None, "an echo quotes nothing");
+    assert_eq!(icmp_quote(&t), None);
+}

@@ -1,5 +1,8 @@
-//! Rewriting a packet for NAT and PAT: one endpoint's address and port,
-//! checksums updated incrementally (RFC 1624 eqn. 3, `wire::checksum`).
+//! Rewriting one endpoint of an IPv4 packet (what NAT and PAT do), and
+//! reading the endpoints that decide it: the address and port, checksums
+//! updated incrementally (RFC 1624 eqn. 3, `wire::checksum`). Mechanism
+//! only: which endpoint becomes what is the NAT stage's business
+//! (`pipeline/nat.rs`).
 //!
 //! | packet | what changes | checksums |
 //! |---|---|---|
@@ -256,6 +259,55 @@ pub fn rewrite_icmp_error(ip: &mut [u8], ep: Endpoint, addr: Ipv4Addr, port: Opt
     wr16(ip, ihl + 2, checksum::update_u16(c, before, after));
     set_addr(ip, ep, new);
     Ok(())
+}
+
+/// What decides a translation, read from an IPv4 packet: both addresses,
+/// the protocol, the ports (an ICMP echo's identifier as both; 0 for other
+/// protocols and for a later fragment), the ICMP type, and whether this is
+/// a later fragment (its transport header is in the first).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Endpoints {
+    pub src: Ipv4Addr,
+    pub dst: Ipv4Addr,
+    pub proto: u8,
+    pub sport: u16,
+    pub dport: u16,
+    pub icmp_type: Option<u8>,
+    pub later_fragment: bool,
+}
+
+/// The endpoints of the IPv4 packet `ip` (a quote may be cut short after
+/// the first 8 transport bytes); `None` if the header is not whole.
+pub fn endpoints(ip: &[u8]) -> Option<Endpoints> {
+    let (ihl, proto, first) = ipv4(ip).ok()?;
+    let src = Ipv4Addr::from(rd32(ip, 12)?);
+    let dst = Ipv4Addr::from(rd32(ip, 16)?);
+    let l4 = &ip[ihl..];
+    let (mut sport, mut dport, mut icmp_type) = (0, 0, None);
+    if first {
+        match proto {
+            TCP | UDP => {
+                sport = rd16(l4, 0)?;
+                dport = rd16(l4, 2)?;
+            }
+            ICMP => {
+                let t = *l4.first()?;
+                icmp_type = Some(t);
+                if is_echo(t) {
+                    sport = rd16(l4, 4)?;
+                    dport = sport;
+                }
+            }
+            _ => {}
+        }
+    }
+    Some(Endpoints { src, dst, proto, sport, dport, icmp_type, later_fragment: !first })
+}
+
+/// The packet an ICMP error quotes (from its IP header on), if `ip` is one.
+pub fn icmp_quote(ip: &[u8]) -> Option<&[u8]> {
+    let (ihl, proto, first) = ipv4(ip).ok()?;
+    (proto == ICMP && first && ip.get(ihl).is_some_and(|&t| is_error(t))).then(|| ip.get(ihl + 8..)).flatten()
 }
 
 #[cfg(test)]

@@ -1,0 +1,310 @@
+//! NAT through the pipeline (issue 13, single node): PAT, dynamic NAT,
+//! static NAT and static PAT, both directions, ICMP echo and errors,
+//! hostile return traffic, exhaustion — every frame out checked field by
+//! field and by full checksum recompute, and the flow table keyed by the
+//! real addresses (conntrack and the access rules see real addresses).
+
+mod common;
+
+use common::*;
+use dataplane::buf::{PacketBuf, VecBuf};
+use dataplane::conntrack::tcp_flags::{ACK, SYN};
+use dataplane::nat::{RuleKind, RuleSpec as NatRule};
+use dataplane::pipeline::{NatSpec, PatSpec, Pipeline, PoolSpec, Verdict};
+use dataplane::route::IfIndex;
+use dataplane::wire::build::ipv4_offset;
+use dataplane::wire::checksum;
+use dataplane::{DropReason, Duration, PortId, Timestamp};
+use std::net::Ipv4Addr;
+
+const PAT_ADDR: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 7);
+const NAT_ADDR: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 100);
+const WEB_MAPPED: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 80);
+const DB_MAPPED: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 200);
+const DMZ_DB: Ipv4Addr = Ipv4Addr::new(198, 18, 3, 20);
+const INSIDE: IfIndex = IfIndex(0);
+const OUTSIDE: IfIndex = IfIndex(1);
+
+fn rule(kind: RuleKind, source: (Ipv4Addr, u8)) -> NatRule {
+    NatRule {
+        kind,
+        real_iface: Some(INSIDE),
+        mapped_iface: Some(OUTSIDE),
+        source,
+        mapped: None,
+        ports: None,
+        pool: None,
+    }
+}
+
+/// inside 198.18.1.0/24 → PAT on 192.0.2.7; host .11 by dynamic NAT
+/// (192.0.2.100, first in rule order); static PAT 192.0.2.80:8080 →
+/// HOST:80; static NAT of the DMZ host .20 to 192.0.2.200 (any
+/// interface).
+fn pipeline(max_per_host: Option<u16>) -> Pipeline {
+    let mut cfg = config();
+    cfg.static_neighbors = vec![(GW, GW_MAC), (HOST, HOST_MAC), (DMZ_DB, DMZ_HOST_MAC)];
+    cfg.flow_capacity = 8192;
+    // The access rules admit what the tests send.
+    cfg.rules.insert(
+        0,
+        dataplane::pipeline::RuleSpec {
+            name: "db-in".into(),
+            permit: true,
+            interface: Some("outside".into()),
+            protocol: Some(6),
+            src: (Ipv4Addr::UNSPECIFIED, 0),
+            dst: (DMZ_DB, 32),
+            src_ports: (0, 65535),
+            dst_ports: (5432, 5432),
+        },
+    );
+    let mut p = Pipeline::new(cfg).unwrap();
+    let spec = NatSpec {
+        rules: vec![
+            NatRule { pool: Some(1), ..rule(RuleKind::DynamicNat, (Ipv4Addr::new(198, 18, 1, 11), 32)) },
+            NatRule {
+                mapped: Some((WEB_MAPPED, 32)),
+                ports: Some((6, 80, 8080)),
+                ..rule(RuleKind::StaticPat, (HOST, 32))
+            },
+            NatRule { pool: Some(0), ..rule(RuleKind::DynamicPat, (Ipv4Addr::new(198, 18, 1, 0), 24)) },
+            NatRule {
+                real_iface: None,
+                mapped_iface: None,
+                mapped: Some((DB_MAPPED, 32)),
+                ..rule(RuleKind::StaticNat, (DMZ_DB, 32))
+            },
+        ],
+        pools: vec![
+            PoolSpec {
+                addresses: vec![PAT_ADDR],
+                pat: Some(PatSpec { block_size: 4096, reserved_ports: false, max_per_host }),
+            },
+            PoolSpec { addresses: vec![NAT_ADDR], pat: None },
+        ],
+        xlate_capacity: 8192,
+        xlate_timeout: Duration::from_secs(60),
+        host_capacity: 16,
+    };
+    p.set_nat(&spec).unwrap();
+    p
+}
+
+fn run(p: &mut Pipeline, ms: u64, port: PortId, frame: &[u8]) -> (Verdict, Vec<u8>) {
+    let mut b = VecBuf::with_headroom(frame, 64);
+    let v = p.process(Timestamp::from_millis(ms), port, &mut b);
+    (v, b.data().to_vec())
+}
+
+struct Ip<'a>(&'a [u8]);
+impl Ip<'_> {
+    fn l3(&self) -> &[u8] {
+        &self.0[ipv4_offset(self.0).unwrap()..]
+    }
+    fn src(&self) -> Ipv4Addr {
+        let l = self.l3();
+        Ipv4Addr::new(l[12], l[13], l[14], l[15])
+    }
+    fn dst(&self) -> Ipv4Addr {
+        let l = self.l3();
+        Ipv4Addr::new(l[16], l[17], l[18], l[19])
+    }
+    fn ports(&self) -> (u16, u16) {
+        let l = &self.l3()[20..];
+        (u16::from_be_bytes([l[0], l[1]]), u16::from_be_bytes([l[2], l[3]]))
+    }
+    fn echo_id(&self) -> u16 {
+        let l = &self.l3()[20..];
+        u16::from_be_bytes([l[4], l[5]])
+    }
+    /// IPv4, TCP / UDP (pseudo-header) and ICMP checksums by full
+    /// recompute.
+    fn checksums_ok(&self) -> bool {
+        let l = self.l3();
+        let total = usize::from(u16::from_be_bytes([l[2], l[3]]));
+        let l4 = &l[20..total];
+        let src: [u8; 4] = l[12..16].try_into().unwrap();
+        let dst: [u8; 4] = l[16..20].try_into().unwrap();
+        checksum::verify(0, &l[..20])
+            && match l[9] {
+                6 | 17 => checksum::verify(checksum::pseudo_header_v4(src, dst, l[9], l4.len() as u16), l4),
+                1 => checksum::verify(0, l4),
+                _ => true,
+            }
+    }
+}
+
+#[test]
+fn pat_outbound_and_its_return_traffic() {
+    let mut p = pipeline(None);
+    let syn = from_host(SERVER).tcp(40000, 443, 100, 0, SYN, 64240, &SYN_OPTS, b"");
+    let (v, out) = run(&mut p, 0, IN_PORT, &syn);
+    assert_eq!(v, Verdict::Forward(OUT_PORT));
+    let o = Ip(&out);
+    assert_eq!(o.src(), PAT_ADDR, "the outside sees the pool address only");
+    let (mapped_port, dport) = o.ports();
+    assert!((1024..1024 + 4096).contains(&mapped_port), "from block 0: {mapped_port}");
+    assert_eq!(dport, 443);
+    assert!(o.checksums_ok());
+    // The SYN-ACK to the mapped endpoint reaches the host's real one.
+    let synack = from_outside(SERVER, PAT_ADDR).tcp(443, mapped_port, 5000, 101, SYN | ACK, 65535, &SYN_OPTS, b"");
+    let (v, back) = run(&mut p, 1, OUT_PORT, &synack);
+    assert_eq!(v, Verdict::Forward(IN_PORT));
+    let b = Ip(&back);
+    assert_eq!((b.dst(), b.ports()), (HOST, (443, 40000)));
+    assert!(b.checksums_ok());
+    // The connection is tracked on its real addresses.
+    let conns = p.conns(Timestamp::from_millis(1), 16);
+    assert!(conns.iter().any(|c| c.tuple.src == std::net::IpAddr::V4(HOST) && c.tuple.src_port == 40000), "{conns:?}");
+    // The next segment keeps the same mapping.
+    let ack = from_host(SERVER).tcp(40000, 443, 101, 5001, ACK, 64240, &[], b"GET /");
+    let (v, out) = run(&mut p, 2, IN_PORT, &ack);
+    assert_eq!(v, Verdict::Forward(OUT_PORT));
+    assert_eq!((Ip(&out).src(), Ip(&out).ports().0), (PAT_ADDR, mapped_port));
+    let x = p.xlates(Timestamp::from_millis(2), 16);
+    assert_eq!(x.len(), 1);
+    assert_eq!(x[0].real, format!("{HOST}:40000"));
+    assert_eq!(x[0].mapped, format!("{PAT_ADDR}:{mapped_port}"));
+    let c = p.nat_counters().unwrap();
+    assert_eq!((c.translated_out, c.translated_in, c.xlates_created), (2, 1, 1));
+}
+
+#[test]
+fn return_traffic_without_a_translation_is_dropped_and_counted() {
+    let mut p = pipeline(None);
+    for (port, desc) in [(2000u16, "an unmapped port"), (80, "below the blocks")] {
+        let probe = from_outside(SERVER, PAT_ADDR).tcp(443, port, 1, 0, SYN, 1000, &[], b"");
+        let (v, out) = run(&mut p, 0, OUT_PORT, &probe);
+        assert_eq!(v, Verdict::Drop(DropReason::NatNoXlate), "{desc}");
+        assert_eq!(out, probe, "a dropped frame is unchanged");
+    }
+    let udp = from_outside(SERVER, NAT_ADDR).udp(53, 5353, b"x");
+    assert_eq!(run(&mut p, 0, OUT_PORT, &udp).0, Verdict::Drop(DropReason::NatNoXlate));
+    assert_eq!(p.nat_counters().unwrap().no_xlate, 3);
+    assert!(p.xlates(Timestamp::ZERO, 16).is_empty(), "no xlate made by return traffic");
+}
+
+#[test]
+fn udp_and_ping_through_pat() {
+    let mut p = pipeline(None);
+    let q = from_host(SERVER).udp(5353, 53, b"query");
+    let (v, out) = run(&mut p, 0, IN_PORT, &q);
+    assert_eq!(v, Verdict::Forward(OUT_PORT));
+    let (mport, _) = Ip(&out).ports();
+    assert!(Ip(&out).checksums_ok());
+    let a = from_outside(SERVER, PAT_ADDR).udp(53, mport, b"answer");
+    let (v, back) = run(&mut p, 1, OUT_PORT, &a);
+    assert_eq!(v, Verdict::Forward(IN_PORT));
+    assert_eq!((Ip(&back).dst(), Ip(&back).ports().1), (HOST, 5353));
+    assert!(Ip(&back).checksums_ok());
+    // Echo: the identifier is the port.
+    let ping = from_host(SERVER).icmp(8, 0, (0x4242, 1), b"ping");
+    let (v, out) = run(&mut p, 2, IN_PORT, &ping);
+    assert_eq!(v, Verdict::Forward(OUT_PORT));
+    let mid = Ip(&out).echo_id();
+    assert_eq!(Ip(&out).src(), PAT_ADDR);
+    assert!(Ip(&out).checksums_ok());
+    let pong = from_outside(SERVER, PAT_ADDR).icmp(0, 0, (mid, 1), b"ping");
+    let (v, back) = run(&mut p, 3, OUT_PORT, &pong);
+    assert_eq!(v, Verdict::Forward(IN_PORT));
+    assert_eq!((Ip(&back).dst(), Ip(&back).echo_id()), (HOST, 0x4242));
+    assert!(Ip(&back).checksums_ok());
+}
+
+/// A router's "time exceeded" about a PAT'ed datagram, sent to the mapped
+/// address, reaches the host with its quote translated back.
+#[test]
+fn an_icmp_error_about_a_translated_datagram_comes_back_translated() {
+    let mut p = pipeline(None);
+    let q = from_host(SERVER).udp(6000, 33434, b"trace");
+    let (_, out) = run(&mut p, 0, IN_PORT, &q);
+    let sent = Ip(&out).l3().to_vec();
+    let (mport, _) = Ip(&out).ports();
+    let err = from_outside(Ipv4Addr::new(198, 18, 2, 254), PAT_ADDR).icmp(11, 0, (0, 0), &sent);
+    let (v, back) = run(&mut p, 1, OUT_PORT, &err);
+    assert_eq!(v, Verdict::Forward(IN_PORT), "{mport}");
+    let b = Ip(&back);
+    assert_eq!(b.dst(), HOST);
+    assert!(b.checksums_ok(), "outer and ICMP");
+    let quote = &b.l3()[28..];
+    assert_eq!(Ipv4Addr::new(quote[12], quote[13], quote[14], quote[15]), HOST);
+    assert_eq!(u16::from_be_bytes([quote[20], quote[21]]), 6000);
+    assert!(checksum::verify(0, &quote[..20]), "quoted header");
+    assert_eq!(p.nat_counters().unwrap().icmp_errors_in, 1);
+}
+
+#[test]
+fn dynamic_nat_static_pat_and_static_nat() {
+    let mut p = pipeline(None);
+    // Host .11 gets the dynamic NAT address, ports untouched.
+    let from11 = dataplane::wire::build::PacketBuilder::new(HOST_MAC, IN_MAC, Ipv4Addr::new(198, 18, 1, 11), SERVER)
+        .tcp(41000, 443, 1, 0, SYN, 1000, &[], b"");
+    let (v, out) = run(&mut p, 0, IN_PORT, &from11);
+    assert_eq!(v, Verdict::Forward(OUT_PORT));
+    assert_eq!((Ip(&out).src(), Ip(&out).ports().0), (NAT_ADDR, 41000));
+    assert!(Ip(&out).checksums_ok());
+    // Static PAT: the outside reaches HOST:80 at 192.0.2.80:8080.
+    let syn = from_outside(SERVER, WEB_MAPPED).tcp(50000, 8080, 7, 0, SYN, 1000, &SYN_OPTS, b"");
+    let (v, inn) = run(&mut p, 1, OUT_PORT, &syn);
+    assert_eq!(v, Verdict::Forward(IN_PORT));
+    assert_eq!((Ip(&inn).dst(), Ip(&inn).ports().1), (HOST, 80));
+    assert!(Ip(&inn).checksums_ok());
+    let synack = from_host(SERVER).tcp(80, 50000, 900, 8, SYN | ACK, 1000, &SYN_OPTS, b"");
+    let (v, out) = run(&mut p, 2, IN_PORT, &synack);
+    assert_eq!(v, Verdict::Forward(OUT_PORT));
+    assert_eq!((Ip(&out).src(), Ip(&out).ports().0), (WEB_MAPPED, 8080), "the reply leaves as the mapped endpoint");
+    // Another port of the static PAT address is not mapped.
+    let other = from_outside(SERVER, WEB_MAPPED).tcp(50000, 22, 7, 0, SYN, 1000, &[], b"");
+    let (v, _) = run(&mut p, 3, OUT_PORT, &other);
+    assert!(matches!(v, Verdict::Drop(_)), "{v:?}");
+    // Static NAT: the DMZ database at 192.0.2.200 (access rule on the
+    // real address).
+    let db = from_outside(SERVER, DB_MAPPED).tcp(50001, 5432, 7, 0, SYN, 1000, &SYN_OPTS, b"");
+    let (v, inn) = run(&mut p, 4, OUT_PORT, &db);
+    assert_eq!(v, Verdict::Forward(DMZ_PORT));
+    assert_eq!((Ip(&inn).dst(), Ip(&inn).ports().1), (DMZ_DB, 5432));
+    assert!(Ip(&inn).checksums_ok());
+}
+
+/// Port block allocation with one block per host: when the host's block
+/// is full, its next connection is a counted drop, never a reused port.
+#[test]
+fn exhaustion_is_a_counted_drop() {
+    let mut p = pipeline(Some(1));
+    let mut seen = std::collections::HashSet::new();
+    let mut last = None;
+    for i in 0..5000u16 {
+        let s = from_host(SERVER).udp(10000 + i, 53, b"q");
+        let (v, out) = run(&mut p, 0, IN_PORT, &s);
+        if v != Verdict::Forward(OUT_PORT) {
+            last = Some(v);
+            break;
+        }
+        assert!(seen.insert(Ip(&out).ports().0), "a port handed out twice");
+    }
+    assert_eq!(last, Some(Verdict::Drop(DropReason::NatExhausted)));
+    // Every port came from one block, all of it: 4096 ports, or 3072 in
+    // the last block (62464-65535).
+    let blocks: std::collections::HashSet<u16> = seen.iter().map(|p| (p - 1024) / 4096).collect();
+    assert_eq!(blocks.len(), 1);
+    let b = *blocks.iter().next().unwrap();
+    assert_eq!(seen.len(), if b == 15 { 3072 } else { 4096 });
+    assert_eq!(p.nat_counters().unwrap().exhausted, 1);
+}
+
+/// Idle xlates are reaped and their ports come back.
+#[test]
+fn idle_xlates_are_reaped() {
+    let mut p = pipeline(None);
+    let q = from_host(SERVER).udp(5353, 53, b"q");
+    run(&mut p, 0, IN_PORT, &q);
+    assert_eq!(p.xlates(Timestamp::from_secs(1), 8).len(), 1);
+    let t = Timestamp::from_secs(61);
+    assert!(p.xlates(t, 8)[0].stale, "idle beyond the timeout, not reaped yet");
+    for ms in 0..200 {
+        p.poll_timers(Timestamp::from_millis(61_000 + ms));
+    }
+    assert!(p.xlates(t, 8).is_empty());
+    assert_eq!(p.nat_counters().unwrap().xlates_reaped, 1);
+}

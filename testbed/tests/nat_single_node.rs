@@ -1,0 +1,203 @@
+//! NAT on the single-node test bed (issue 13, single node): the bed comes
+//! up with `--nat` (the inside network PAT'ed to 198.51.100.7, the inside
+//! host's port 8080 at 198.51.100.80:80 by static PAT;
+//! `testbed::nodeconf::NAT_SECTION`) and real peers check it:
+//!
+//! (a) an HTTP download inside → outside through PAT, sha256 checked;
+//! (b) ping and a 2 s iperf3 UDP stream inside → outside through PAT;
+//! (c) an HTTP download outside → 198.51.100.80:80, reaching the inside
+//!     host's server on port 8080 (static PAT), sha256 checked;
+//! (d) a TCP connection from outside to an unmapped port of the pool
+//!     address fails and is counted (`nat-no-xlate`);
+//! (e) tcpdump on the outside host's link saw the pool addresses and the
+//!     server, never an inside address;
+//! (f) `show xlate` lists the translations and the stage's counters.
+//!
+//! Needs root, curl, iperf3 and tcpdump (scripts/test.sh installs them).
+//! A guard takes the bed down on every exit path.
+
+use anyhow::{bail, ensure, Context, Result};
+use std::process::Command;
+use std::time::{Duration, Instant};
+use testbed::harness::{self, Background, Shape, TempDir, TestBed};
+use testbed::sys;
+
+const INSIDE: &str = "cfw-inside";
+const OUTSIDE: &str = "cfw-outside";
+const INSIDE_ADDR: &str = "198.18.1.2";
+const OUTSIDE_ADDR: &str = "198.18.2.2";
+const PAT_ADDR: &str = "198.51.100.7";
+const WEB_MAPPED: &str = "198.51.100.80";
+const BYTES: u64 = 4 << 20;
+
+fn wait_log(path: &std::path::Path, needle: &str, what: &str) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if std::fs::read_to_string(path).is_ok_and(|s| s.contains(needle)) {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    bail!("{what} did not start: {}", sys::tail(path, 5))
+}
+
+/// An HTTP download of a random file served in `server_ns` on
+/// `bind:port`, fetched from `client_ns` at `url_host:url_port`.
+fn download(
+    bed: &TestBed,
+    tag: &str,
+    server_ns: &str,
+    bind: &str,
+    port: u16,
+    client_ns: &str,
+    url: &str,
+) -> Result<String> {
+    let www = TempDir::new(&bed.run_dir, &format!("www-{tag}"))?;
+    let file = www.0.join("random.bin");
+    let want = harness::random_file(&file, BYTES)?;
+    let dir = www.0.to_string_lossy().into_owned();
+    let mut server = Background::start(
+        &format!("HTTP server ({tag})"),
+        server_ns,
+        harness::python(),
+        &["-m", "http.server", &port.to_string(), "--bind", bind, "--directory", &dir],
+        &bed.run_dir.join(format!("nat-{tag}-http.log")),
+    )?;
+    server.wait_listening(server_ns, port, Duration::from_secs(10))?;
+    let got = www.0.join("got.bin");
+    sys::ns_run(
+        client_ns,
+        "curl",
+        &["-sS", "--fail", "--connect-timeout", "10", "--max-time", "60", "-o", &got.to_string_lossy(), url],
+    )?;
+    let sum = harness::sha256(&got)?;
+    ensure!(sum == want, "{url}: sha256 {sum}, served {want}");
+    Ok(format!("{BYTES} bytes, sha256 matches"))
+}
+
+fn drops(bed: &TestBed, reason: &str) -> Result<u64> {
+    let s = bed.show(1, "stats")?;
+    Ok(s.get("drops").and_then(|d| d.get(reason)).and_then(serde_json::Value::as_u64).unwrap_or(0))
+}
+
+#[test]
+fn nat_on_a_single_node() {
+    assert!(sys::is_root(), "the NAT test bed test needs root (network namespaces, veths)");
+    for tool in ["curl", "iperf3", "tcpdump"] {
+        assert!(sys::have(tool), "{tool} is not installed (scripts/test.sh installs it)");
+    }
+    let bed = TestBed::up_with(1, "/tmp/cfw-testbed-nat", Shape { nat: true, ..Shape::default() }).expect("bed up");
+    let mut failures = Vec::new();
+    let mut step = |name: &str, r: Result<String>| match r {
+        Ok(d) => eprintln!("step {name}: ok: {d}"),
+        Err(e) => {
+            eprintln!("step {name}: FAILED: {e:#}");
+            failures.push(format!("{name}: {e:#}"));
+        }
+    };
+
+    // The outside host's link, captured for the whole test.
+    let cap_log = bed.run_dir.join("nat-outside-tcpdump.log");
+    let mut cap = Background::start(
+        "tcpdump on the outside host",
+        OUTSIDE,
+        "tcpdump",
+        &["-i", "eth0", "-nn", "-q", "-l", "ip"],
+        &cap_log,
+    )
+    .expect("tcpdump");
+    wait_log(&cap_log, "listening on", "tcpdump").expect("tcpdump listening");
+
+    step(
+        "(a) HTTP inside -> outside through PAT",
+        download(&bed, "a", OUTSIDE, OUTSIDE_ADDR, 8080, INSIDE, &format!("http://{OUTSIDE_ADDR}:8080/random.bin")),
+    );
+    step(
+        "(b) ping and iperf3 UDP through PAT",
+        (|| {
+            let ping = sys::ns_run(INSIDE, "ping", &["-c", "3", "-i", "0.2", "-W", "2", OUTSIDE_ADDR])?;
+            ensure!(ping.contains(" 0% packet loss"), "ping: {ping}");
+            let mut srv = Background::start(
+                "iperf3 server",
+                OUTSIDE,
+                "iperf3",
+                &["-s", "-1", "-B", OUTSIDE_ADDR, "-p", "5201"],
+                &bed.run_dir.join("nat-b-iperf3.log"),
+            )?;
+            srv.wait_listening(OUTSIDE, 5201, Duration::from_secs(10))?;
+            let out = sys::ns_run(
+                INSIDE,
+                "iperf3",
+                &["-c", OUTSIDE_ADDR, "-p", "5201", "-u", "-b", "10M", "-t", "2", "--json"],
+            )?;
+            let v: serde_json::Value = serde_json::from_str(&out).context("iperf3 --json")?;
+            let sum = &v["end"]["sum"];
+            let (packets, lost) =
+                (sum["packets"].as_u64().unwrap_or(0), sum["lost_packets"].as_u64().unwrap_or(u64::MAX));
+            ensure!(packets > 0 && lost * 100 <= packets, "iperf3 UDP: {packets} sent, {lost} lost");
+            Ok(format!("ping 3/3; UDP {packets} datagrams, {lost} lost"))
+        })(),
+    );
+    step(
+        "(c) HTTP outside -> 198.51.100.80:80 (static PAT to the inside host's 8080)",
+        download(&bed, "c", INSIDE, INSIDE_ADDR, 8080, OUTSIDE, &format!("http://{WEB_MAPPED}:80/random.bin")),
+    );
+    step(
+        "(d) outside to an unmapped port of the pool address is dropped and counted",
+        (|| {
+            let before = drops(&bed, "nat-no-xlate")?;
+            let out = Command::new("ip")
+                .args(["netns", "exec", OUTSIDE, "curl", "-sS", "--max-time", "2", "-o", "/dev/null"])
+                .arg(format!("http://{PAT_ADDR}:2000/"))
+                .output()?;
+            ensure!(!out.status.success(), "a connection to an unmapped port of {PAT_ADDR} succeeded");
+            let deadline = Instant::now() + Duration::from_secs(3);
+            loop {
+                let after = drops(&bed, "nat-no-xlate")?;
+                if after > before {
+                    return Ok(format!("nat-no-xlate {before} -> {after}"));
+                }
+                ensure!(Instant::now() < deadline, "nat-no-xlate stayed at {after}");
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        })(),
+    );
+    cap.stop();
+    step(
+        "(e) the outside link saw only the pool addresses and the server",
+        (|| {
+            let text = std::fs::read_to_string(&cap_log)?;
+            let (mut packets, mut pool) = (0, 0);
+            for line in text.lines().filter(|l| l.contains(" IP ")) {
+                packets += 1;
+                ensure!(!line.contains("198.18.1."), "an inside address on the outside link: {line}");
+                if line.contains("198.51.100.") {
+                    pool += 1;
+                }
+            }
+            ensure!(pool > 100, "only {pool} of {packets} captured packets carry a pool address");
+            Ok(format!("{packets} packets captured, {pool} with a pool address, none with an inside address"))
+        })(),
+    );
+    step(
+        "(f) show xlate",
+        (|| {
+            let x = bed.show(1, "xlate")?;
+            let c = &x["counters"];
+            let out = c["translated_out"].as_u64().unwrap_or(0);
+            let inn = c["translated_in"].as_u64().unwrap_or(0);
+            ensure!(out > 0 && inn > 0, "counters: {c}");
+            let n = x["xlates"].as_array().map_or(0, Vec::len);
+            ensure!(n > 0, "no xlate listed: {x}");
+            Ok(format!("{n} xlates; translated out {out}, in {inn}; created {}", c["xlates_created"]))
+        })(),
+    );
+    if !failures.is_empty() {
+        panic!(
+            "{} step(s) failed:\n{}\nnode log:\n{}",
+            failures.len(),
+            failures.join("\n"),
+            sys::tail(&bed.run_dir.join("n1.log"), 30)
+        );
+    }
+}
