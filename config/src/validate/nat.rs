@@ -291,6 +291,11 @@ impl Checker<'_> {
         }
         let needs = |key: &'static str| self.err(rp, ErrorKind::NatNeeds { kind: kind.as_str(), key });
         let not_for = |key: &'static str| self.err(&rp.key(key), ErrorKind::NatNotFor { kind: kind.as_str(), key });
+        // The first key present that the rule's kind does not use.
+        let refuse = |keys: &[(bool, &'static str)]| match keys.iter().find(|(present, _)| *present) {
+            Some(&(_, key)) => Err(not_for(key)),
+            None => Ok(()),
+        };
         let real_interface = self.nat_interface(&rp.key("real-interface"), r.real_interface, ifaces)?;
         let mapped_interface = self.nat_interface(&rp.key("mapped-interface"), r.mapped_interface, ifaces)?;
         let source = match r.source.as_deref() {
@@ -365,38 +370,26 @@ impl Checker<'_> {
             let mport = self.range(&rp.key("mapped-port"), Some(mport), 0, 1, 65_535)? as u16;
             (Some(number), Some(rport), Some(mport))
         } else {
-            for (present, key) in [
+            refuse(&[
                 (r.protocol.is_some(), "protocol"),
                 (r.real_port.is_some(), "real-port"),
                 (r.mapped_port.is_some(), "mapped-port"),
-            ] {
-                if present {
-                    return Err(not_for(key));
-                }
-            }
+            ])?;
             (None, None, None)
         };
         // Block settings: dynamic PAT only.
-        let pat = kind == NatKind::DynamicPat;
-        if !pat {
-            for (present, key) in [
+        if kind != NatKind::DynamicPat {
+            refuse(&[
                 (r.block_size.is_some(), "block-size"),
                 (r.include_reserved_ports.is_some(), "include-reserved-ports"),
                 (r.max_blocks_per_host.is_some(), "max-blocks-per-host"),
-            ] {
-                if present {
-                    return Err(not_for(key));
-                }
-            }
+            ])?;
         }
         if !matches!(kind, NatKind::DynamicPat | NatKind::StaticPat) {
-            for (present, key) in
-                [(r.per_session_tcp.is_some(), "per-session-tcp"), (r.per_session_udp.is_some(), "per-session-udp")]
-            {
-                if present {
-                    return Err(not_for(key));
-                }
-            }
+            refuse(&[
+                (r.per_session_tcp.is_some(), "per-session-tcp"),
+                (r.per_session_udp.is_some(), "per-session-udp"),
+            ])?;
         }
         let block_size = self.range(
             &rp.key("block-size"),

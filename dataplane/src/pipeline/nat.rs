@@ -195,30 +195,39 @@ impl NatPath {
         } else if proto == 1 && icmp_type.is_some_and(|t| !matches!(t, 0 | 8)) {
             return self.icmp_error_in(now, l3, dst, statics);
         }
-        // Static rules first (they own their mapped addresses), then xlates.
+        let (real, port) = self.real_of(now, statics, class_of(proto, icmp_type), dst, dport)?;
+        nat::rewrite(l3, Side::Destination, real, port).map_err(|_| DropReason::L4Truncated)?;
+        self.counters.translated_in += 1;
+        Ok(true)
+    }
+
+    /// The real endpoint behind mapped `(dst, port)`: by its static rule
+    /// (they own their mapped addresses), else by its xlate — with the
+    /// port (PAT) or the address only (dynamic NAT). No xlate is a counted
+    /// drop.
+    fn real_of(
+        &mut self,
+        now: Timestamp,
+        statics: Option<u32>,
+        class: Option<PortClass>,
+        dst: Ipv4Addr,
+        port: u16,
+    ) -> Result<(Ipv4Addr, Option<u16>), DropReason> {
         if let Some(rule) = statics.and_then(|i| self.rules.rule(i)) {
-            let (real, port) = match (rule.kind, rule.ports) {
+            return Ok(match (rule.kind, rule.ports) {
                 (RuleKind::StaticPat, Some((_, rp, _))) => (rule.source.0, Some(rp)),
                 _ => (shift(dst, rule.mapped.unwrap_or(rule.source), rule.source), None),
-            };
-            nat::rewrite(l3, Side::Destination, real, port).map_err(|_| DropReason::L4Truncated)?;
-            self.counters.translated_in += 1;
-            return Ok(true);
+            });
         }
-        let class = class_of(proto, icmp_type);
         let found = class
-            .and_then(|c| self.xlates.by_mapped(c, (dst, dport)).map(|id| (id, true)))
+            .and_then(|c| self.xlates.by_mapped(c, (dst, port)).map(|id| (id, true)))
             .or_else(|| self.xlates.by_mapped(PortClass::Tcp, (dst, 0)).map(|id| (id, false)));
-        let Some((id, with_port)) = found else {
+        let Some((id, x, with_port)) = found.and_then(|(id, w)| self.xlates.get(id).map(|x| (id, *x, w))) else {
             self.counters.no_xlate += 1;
             return Err(DropReason::NatNoXlate);
         };
-        let Some(x) = self.xlates.get(id).copied() else { return Err(DropReason::NatNoXlate) };
-        nat::rewrite(l3, Side::Destination, x.real.0, with_port.then_some(x.real.1))
-            .map_err(|_| DropReason::L4Truncated)?;
         self.xlates.touch(now, id);
-        self.counters.translated_in += 1;
-        Ok(true)
+        Ok((x.real.0, with_port.then_some(x.real.1)))
     }
 
     /// An ICMP error to a mapped address: its quote (a packet the mapped
@@ -235,25 +244,7 @@ impl NatPath {
             self.counters.no_xlate += 1;
             return Err(DropReason::NatNoXlate);
         }
-        let (qproto, qsport, qtype) = (q.proto, q.sport, q.icmp_type);
-        let (real, port) = if let Some(rule) = statics.and_then(|i| self.rules.rule(i)) {
-            match (rule.kind, rule.ports) {
-                (RuleKind::StaticPat, Some((_, rp, _))) => (rule.source.0, Some(rp)),
-                _ => (shift(dst, rule.mapped.unwrap_or(rule.source), rule.source), None),
-            }
-        } else {
-            let class = class_of(qproto, qtype);
-            let found = class
-                .and_then(|c| self.xlates.by_mapped(c, (dst, qsport)).map(|id| (id, true)))
-                .or_else(|| self.xlates.by_mapped(PortClass::Tcp, (dst, 0)).map(|id| (id, false)));
-            let Some((id, with_port)) = found else {
-                self.counters.no_xlate += 1;
-                return Err(DropReason::NatNoXlate);
-            };
-            let Some(x) = self.xlates.get(id).copied() else { return Err(DropReason::NatNoXlate) };
-            self.xlates.touch(now, id);
-            (x.real.0, with_port.then_some(x.real.1))
-        };
+        let (real, port) = self.real_of(now, statics, class_of(q.proto, q.icmp_type), dst, q.sport)?;
         nat::rewrite_icmp_error(l3, Side::Destination, real, port).map_err(|_| DropReason::L4Truncated)?;
         self.counters.icmp_errors_in += 1;
         self.counters.translated_in += 1;
