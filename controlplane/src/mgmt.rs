@@ -39,11 +39,13 @@ pub enum Topic {
     ClusterHistory,
     /// NAT translations and the NAT stage's counters.
     Xlate,
+    /// The NAT pools' use, per worker.
+    NatPool,
 }
 
 impl Topic {
     pub const ALL: &'static [Topic] =
-        &[Topic::Stats, Topic::Conn, Topic::Route, Topic::Arp, Topic::Config, Topic::Rules, Topic::Cluster, Topic::ClusterHistory, Topic::Xlate];
+        &[Topic::Stats, Topic::Conn, Topic::Route, Topic::Arp, Topic::Config, Topic::Rules, Topic::Cluster, Topic::ClusterHistory, Topic::Xlate, Topic::NatPool];
     pub fn as_str(self) -> &'static str {
         match self {
             Topic::Stats => "stats",
@@ -55,6 +57,7 @@ impl Topic {
             Topic::Cluster => "cluster",
             Topic::ClusterHistory => "cluster-history",
             Topic::Xlate => "xlate",
+            Topic::NatPool => "nat-pool",
         }
     }
     pub fn parse(s: &str) -> Option<Topic> {

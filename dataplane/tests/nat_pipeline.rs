@@ -168,6 +168,14 @@ fn pat_outbound_and_its_return_traffic() {
     assert_eq!(x[0].mapped, format!("{PAT_ADDR}:{mapped_port}"));
     let c = p.nat_counters().unwrap();
     assert_eq!((c.translated_out, c.translated_in, c.xlates_created), (2, 1, 1));
+    // show nat pool: the PAT pool's 16 blocks on the one worker, one port in
+    // use; the dynamic NAT pool's address still free.
+    let pools = p.nat_pools();
+    assert_eq!(
+        (pools[0].kind, pools[0].blocks, pools[0].free_blocks, pools[0].ports_in_use),
+        ("dynamic-pat", 16, 15, 1)
+    );
+    assert_eq!((pools[1].kind, pools[1].addresses, pools[1].free_addresses), ("dynamic-nat", 1, 1));
 }
 
 #[test]

@@ -469,6 +469,24 @@ impl Control {
                 Ok(json!({ "yaml": file.source_text, "parsed": parsed, "policy": self.running_json() }))
             }
             Topic::Cluster => self.show_cluster(),
+            Topic::NatPool => {
+                // Each worker's share of each pool, named as in the file.
+                let names: Vec<String> = self.policies.file().nat.pools.iter().map(|p| p.name.clone()).collect();
+                let mut rows = Vec::new();
+                for (w, r) in self.ask_all(|| Query::NatPools)?.into_iter().enumerate() {
+                    let Reply::NatPools(pools) = r else { return Err("unexpected reply".into()) };
+                    for p in pools {
+                        let name = names.get(usize::from(p.pool)).cloned().unwrap_or_default();
+                        let mut v = enc(serde_json::to_value(p))?;
+                        if let Value::Object(m) = &mut v {
+                            m.insert("name".into(), json!(name));
+                            m.insert("worker".into(), json!(w));
+                        }
+                        rows.push(v);
+                    }
+                }
+                Ok(json!({ "pools": rows }))
+            }
             Topic::Xlate => {
                 let (mut all, mut counters) = (Vec::new(), None);
                 for (w, r) in self.ask_all(|| Query::Xlates { max: SHOW_CONN_MAX })?.into_iter().enumerate() {

@@ -45,6 +45,8 @@ pub enum Query {
     Cluster,
     /// Up to `max` NAT translations and the NAT counters.
     Xlates { max: usize },
+    /// The NAT pools' use.
+    NatPools,
 }
 
 pub enum Reply {
@@ -58,6 +60,7 @@ pub enum Reply {
     Cluster(Option<Box<ClusterCountersSnapshot>>),
     /// `None` without NAT.
     Xlates(Vec<dataplane::nat::XlateInfo>, Option<dataplane::pipeline::NatCounters>),
+    NatPools(Vec<dataplane::pipeline::PoolInfo>),
 }
 
 /// What one worker passes to another besides the frames steered on

@@ -496,6 +496,7 @@ pub(crate) fn between_bursts(pipeline: &mut Pipeline, now: Timestamp, q: Query, 
         Query::Rules => Reply::Rules(pipeline.rules()),
         Query::Cluster => Reply::Cluster(pipeline.cluster_counters().map(Box::new)),
         Query::Xlates { max } => Reply::Xlates(pipeline.xlates(now, max), pipeline.nat_counters()),
+        Query::NatPools => Reply::NatPools(pipeline.nat_pools()),
     })
 }
 

@@ -189,7 +189,13 @@ fn nat_on_a_single_node() {
             ensure!(out > 0 && inn > 0, "counters: {c}");
             let n = x["xlates"].as_array().map_or(0, Vec::len);
             ensure!(n > 0, "no xlate listed: {x}");
-            Ok(format!("{n} xlates; translated out {out}, in {inn}; created {}", c["xlates_created"]))
+            let pools = bed.show(1, "nat-pool")?;
+            let p = &pools["pools"][0];
+            ensure!(p["name"] == "pat" && p["kind"] == "dynamic-pat" && p["blocks"] == 126, "show nat pool: {pools}");
+            Ok(format!(
+                "{n} xlates; translated out {out}, in {inn}; created {}; pool \"pat\": {} blocks, {} ports in use",
+                c["xlates_created"], p["blocks"], p["ports_in_use"]
+            ))
         })(),
     );
     if !failures.is_empty() {

@@ -228,9 +228,10 @@ impl PortAllocator {
     pub fn block_refs(&self) -> impl Iterator<Item = BlockRef> + '_ {
         self.blocks.iter().map(|b| b.r)
     }
-    /// Blocks with no host.
+    /// Blocks with no host and no port in use (what could be released to
+    /// a joiner; off the packet path: a walk).
     pub fn free_blocks(&self) -> usize {
-        self.free.len()
+        self.blocks.iter().filter(|b| b.in_use == 0 && b.host.is_none()).count()
     }
     /// Ports in use over every block and class.
     pub fn in_use(&self) -> u64 {

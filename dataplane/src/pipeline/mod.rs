@@ -81,7 +81,7 @@ pub use counters::{Counters, Ipv6Counters, PortCounters};
 pub use egress::MAX_GENERATED;
 pub use frag::{FragConfig, FragCounters, FragSnapshot};
 pub use icmperr::{IcmpErrorConfig, IcmpErrorCounters};
-pub use nat::{NatCounters, NatSpec, NatSpecError, PatSpec, PoolSpec};
+pub use nat::{NatCounters, NatSpec, NatSpecError, PatSpec, PoolInfo, PoolSpec};
 
 use crate::acl::RuleInfo;
 use crate::arp::{ArpCache, ArpInfo};
@@ -943,6 +943,11 @@ impl Pipeline {
     /// Up to `max` xlates (`show xlate`).
     pub fn xlates(&self, now: Timestamp, max: usize) -> Vec<crate::nat::XlateInfo> {
         self.nat.as_deref().map_or_else(Vec::new, |n| n.xlates(now, max))
+    }
+
+    /// The pools' use on this worker (`show nat pool`).
+    pub fn nat_pools(&self) -> Vec<PoolInfo> {
+        self.nat.as_deref().map_or_else(Vec::new, |n| n.pools())
     }
 
     pub fn set_policy(&mut self, mut policy: Box<Policy>) -> Result<Box<Policy>, Box<Policy>> {

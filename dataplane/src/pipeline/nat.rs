@@ -83,6 +83,22 @@ enum Pool {
     Nat { free: Vec<Ipv4Addr> },
 }
 
+/// One pool as `show nat pool` lists it (this worker's share).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct PoolInfo {
+    /// The pool's index in the configuration's `nat.pools`.
+    pub pool: u16,
+    pub kind: &'static str,
+    pub addresses: usize,
+    /// PAT: blocks this worker holds, of them without a host (port block
+    /// allocation) or without a port in use, and ports in use.
+    pub blocks: usize,
+    pub free_blocks: usize,
+    pub ports_in_use: u64,
+    /// Dynamic NAT: addresses not handed out.
+    pub free_addresses: usize,
+}
+
 /// Counters of the NAT stage (`show stats`).
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct NatCounters {
@@ -378,5 +394,35 @@ impl NatPath {
     /// `show xlate`.
     pub fn xlates(&self, now: Timestamp, max: usize) -> Vec<XlateInfo> {
         self.xlates.snapshot(now, max)
+    }
+
+    /// `show nat pool`.
+    pub fn pools(&self) -> Vec<PoolInfo> {
+        self.pools
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let addresses = self.addrs.iter().filter(|a| usize::from(a.1) == i).count();
+                let mut info = PoolInfo {
+                    pool: i as u16,
+                    kind: "dynamic-nat",
+                    addresses,
+                    blocks: 0,
+                    free_blocks: 0,
+                    ports_in_use: 0,
+                    free_addresses: 0,
+                };
+                match p {
+                    Pool::Pat(a) => {
+                        info.kind = "dynamic-pat";
+                        info.blocks = a.blocks();
+                        info.free_blocks = a.free_blocks();
+                        info.ports_in_use = a.in_use();
+                    }
+                    Pool::Nat { free } => info.free_addresses = free.len(),
+                }
+                info
+            })
+            .collect()
     }
 }

@@ -39,7 +39,7 @@ fn write_out(args: std::fmt::Arguments<'_>, newline: bool) {
     }
 }
 
-const USAGE: &str = "usage: clusterfw-ctl [--socket PATH] show {stats|conn|route|arp|rules|config|cluster|cluster history|xlate} [--json]\n       clusterfw-ctl [--socket PATH] config reload [--json]";
+const USAGE: &str = "usage: clusterfw-ctl [--socket PATH] show {stats|conn|route|arp|rules|config|cluster|cluster history|xlate|nat pool} [--json]\n       clusterfw-ctl [--socket PATH] config reload [--json]";
 
 fn main() -> ExitCode {
     match run() {
@@ -83,6 +83,7 @@ fn run() -> Result<()> {
     let topic = match words.as_slice() {
         [verb, what] if verb == "show" => Topic::parse(what).with_context(|| format!("unknown topic {what:?}\n{USAGE}"))?,
         [verb, what, sub] if verb == "show" && what == "cluster" && sub == "history" => Topic::ClusterHistory,
+        [verb, what, sub] if verb == "show" && what == "nat" && sub == "pool" => Topic::NatPool,
         _ => bail!("{USAGE}"),
     };
     let data = mgmt::request(&socket, &Request::Show { topic })?;
