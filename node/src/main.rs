@@ -303,11 +303,12 @@ fn run(cfg: Config, extra: Vec<String>) -> Result<()> {
     pcfg.icmp_errors.rate = pcfg.icmp_errors.rate.div_ceil(u32::from(workers));
     pcfg.icmp_errors.burst = pcfg.icmp_errors.burst.div_ceil(u32::from(workers)).max(1);
     let mut pipelines = Vec::with_capacity(usize::from(workers));
+    let nat = policy::nat_spec(&cfg);
     for w in 0..workers {
         let mut p = Pipeline::new(pcfg.clone()).map_err(|e| anyhow::anyhow!("pipeline: {e}"))?;
         p.set_worker(WorkerId(w), workers).map_err(|e| anyhow::anyhow!("pipeline: {e}"))?;
-        if let Some(spec) = policy::nat_spec(&cfg) {
-            p.set_nat(&spec).map_err(|e| anyhow::anyhow!("nat: {e}"))?;
+        if let Some(spec) = &nat {
+            p.set_nat(spec).map_err(|e| anyhow::anyhow!("nat: {e}"))?;
         }
         pipelines.push(p);
     }

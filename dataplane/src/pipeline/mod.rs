@@ -467,9 +467,12 @@ impl Pipeline {
         let mut unnatted = false;
         if let (Some(n), Via::Port) = (self.nat.as_deref_mut(), rx.via) {
             if let Some(l3) = buf.data_mut().get_mut(l2..) {
-                // Without the link's padding.
-                let end = Ipv4Packet::new_checked_header(&*l3).map_or(l3.len(), |ip| usize::from(ip.total_len()).min(l3.len()));
-                unnatted = n.inbound(now, &mut l3[..end])?;
+                // Only a datagram that passes the IPv4 checks below (the
+                // others are dropped there, untranslated, no xlate touched),
+                // without the link's padding.
+                if let Ok(total) = ipv4::parse(l3).map(|ip| usize::from(ip.total_len())) {
+                    unnatted = n.inbound(now, &mut l3[..total])?;
+                }
             }
         }
         // --- Parse and decide, holding only a shared borrow of the frame. ---
@@ -917,16 +920,6 @@ impl Pipeline {
         }
     }
 
-    /// Replace the policy — access rules, security levels, idle timeouts
-    /// — between bursts (a reload, a replicated configuration); returns
-    /// the policy it replaced, so that the caller frees it off the packet
-    /// path. A rule of the new policy equal to one of the old (same name,
-    /// same match, same action) keeps its hit count, as do the
-    /// security-level defaults. Connections already admitted stay: the
-    /// rules decide new connections only, as always. The new timeouts
-    /// apply to every flow from now on, the existing ones included.
-    /// `Err` gives `policy` back when it was built for another number of
-    /// interfaces than this pipeline has.
     /// Translate with `spec` from now on (single node, one worker: the node
     /// refuses NAT elsewhere until return traffic is steered by the block
     /// map, docs/nat.md). Xlates of a previous configuration are dropped.
@@ -950,6 +943,16 @@ impl Pipeline {
         self.nat.as_deref().map_or_else(Vec::new, |n| n.pools())
     }
 
+    /// Replace the policy — access rules, security levels, idle timeouts
+    /// — between bursts (a reload, a replicated configuration); returns
+    /// the policy it replaced, so that the caller frees it off the packet
+    /// path. A rule of the new policy equal to one of the old (same name,
+    /// same match, same action) keeps its hit count, as do the
+    /// security-level defaults. Connections already admitted stay: the
+    /// rules decide new connections only, as always. The new timeouts
+    /// apply to every flow from now on, the existing ones included.
+    /// `Err` gives `policy` back when it was built for another number of
+    /// interfaces than this pipeline has.
     pub fn set_policy(&mut self, mut policy: Box<Policy>) -> Result<Box<Policy>, Box<Policy>> {
         if policy.interfaces != self.ifaces.names().len() {
             return Err(policy);

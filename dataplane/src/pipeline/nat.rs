@@ -147,8 +147,6 @@ fn shift(addr: Ipv4Addr, from: (Ipv4Addr, u8), to: (Ipv4Addr, u8)) -> Ipv4Addr {
 
 impl NatPath {
     pub fn new(spec: &NatSpec, ifaces: usize) -> Result<Self, NatSpecError> {
-        let me =
-            crate::cluster::MemberSet::from_nodes(Epoch(1), [NodeId(0)]).map_err(|_| NatSpecError::NoPool(0, 0))?;
         let mut pools = Vec::with_capacity(spec.pools.len());
         let mut addrs = Vec::new();
         for (i, p) in spec.pools.iter().enumerate() {
@@ -157,7 +155,10 @@ impl NatPath {
             }
             pools.push(match p.pat {
                 Some(pat) => {
+                    // One node, one worker: the whole map is this worker's.
                     let g = Geometry::new(pat.block_size, pat.reserved_ports).map_err(|e| NatSpecError::Pool(i, e))?;
+                    let me = crate::cluster::MemberSet::from_nodes(Epoch(1), [NodeId(0)])
+                        .map_err(|_| NatSpecError::Pool(i, nat::BlockError::NoMembers))?;
                     let map = BlockMap::deal(g, &p.addresses, &me, 1).map_err(|e| NatSpecError::Pool(i, e))?;
                     let mut alloc = PortAllocator::new(g, pat.max_per_host, spec.host_capacity);
                     for (r, _) in map.blocks_of(NodeId(0)) {
