@@ -379,6 +379,14 @@ pub enum ErrorKind {
         /// The most a member may run.
         max: u16,
     },
+    /// More workers than a NAT pool's block map deals over.
+    #[error("{workers} workers: NAT rules run on at most {max} (a PAT pool's blocks are dealt over the workers; docs/nat.md)")]
+    NatWorkers {
+        /// The workers configured.
+        workers: u16,
+        /// The most NAT runs with.
+        max: u16,
+    },
     /// Two interfaces on the same device and VLAN.
     #[error("device \"{device}\"{vlan} is already used by interface \"{other_interface}\"")]
     DuplicateDevice {

@@ -217,3 +217,16 @@ fn every_truncation_and_line_deletion_of_a_nat_section() {
         }
     }
 }
+
+/// NAT deals a pool's blocks over the node's workers: at most 32 of them
+/// with NAT rules (64 without).
+#[test]
+fn nat_runs_on_up_to_32_workers() {
+    let with = |n: u16, nat: &str| format!("{}dpdk:\n  workers: {n}\n{nat}", NODE);
+    let pat = rule("      kind: dynamic-pat\n      source: 10.0.0.0/24\n      pool: pat\n");
+    assert_eq!(parse(&with(32, &pat), "n.yaml").unwrap().dpdk.workers, 32);
+    assert_eq!(parse(&with(64, ""), "n.yaml").unwrap().dpdk.workers, 64);
+    let e = parse(&with(33, &pat), "n.yaml").unwrap_err();
+    assert_eq!((e.line(), e.field()), (13, "dpdk.workers"), "{e}");
+    assert!(e.to_string().ends_with("33 workers: NAT rules run on at most 32 (a PAT pool's blocks are dealt over the workers; docs/nat.md)"), "{e}");
+}

@@ -21,6 +21,15 @@
 //! - anything else (IPv6 today, frames too short to tell): any worker — it
 //!   is dropped or answered where it arrived.
 //!
+//! With NAT (`steer_nat`, docs/nat.md) a datagram to a mapped address is
+//! decided where its translation lives: one to a PAT pool address by the
+//! worker holding the block of its destination port (an ICMP echo by its
+//! identifier), one to a dynamic-NAT address by that address's worker, one
+//! to a static rule's mapped address by the worker of the real tuple it
+//! translates to; an ICMP error by the packet it quotes, the same way.
+//! The worker that allocated a translation is the worker of the
+//! connection's real tuple, so both directions still meet.
+//!
 //! The same function runs on every node, so a peer can tell from a flow's
 //! tuple which worker of another node holds it, whatever that node's
 //! worker count (the receiver maps the hash onto its own count).
@@ -31,6 +40,7 @@
 
 use crate::cluster::FlowHasher;
 use crate::frag::frag_hash_seeded;
+use crate::nat::plan::{nat_class, NatInbound, NatPlan};
 use crate::types::{ip_proto, FiveTuple, WorkerId};
 use crate::wire::ethernet::{ethertype, EthernetFrame};
 use crate::wire::icmp::{msg_type, Icmpv4Packet};
@@ -83,13 +93,20 @@ pub fn fragment_worker(src: IpAddr, dst: IpAddr, ident: u32, workers: u16) -> Wo
 /// Where `frame` (as received on a port) is decided, for a node with
 /// `workers` workers.
 pub fn steer(frame: &[u8], workers: u16) -> Steer {
+    steer_nat(frame, workers, None)
+}
+
+/// [`steer`] on a node translating with `nat` (the plan its workers share):
+/// traffic to mapped addresses goes where its translation is (module
+/// essay).
+pub fn steer_nat(frame: &[u8], workers: u16, nat: Option<&NatPlan>) -> Steer {
     if workers <= 1 {
         return Steer::Worker(WorkerId(0));
     }
     let Ok(eth) = EthernetFrame::new_checked(frame) else { return Steer::Any };
     match eth.ethertype() {
         ethertype::ARP => Steer::All,
-        ethertype::IPV4 => ipv4(eth.payload(), workers).map_or(Steer::Any, Steer::Worker),
+        ethertype::IPV4 => ipv4_nat(eth.payload(), workers, nat).map_or(Steer::Any, Steer::Worker),
         _ => Steer::Any,
     }
 }
@@ -118,6 +135,31 @@ pub fn steer_ccl(frame: &[u8], workers: u16) -> Steer {
 /// The owning worker of an IPv4 datagram, `None` when the header does not
 /// say (the receiving worker drops it).
 pub fn ipv4(l3: &[u8], workers: u16) -> Option<WorkerId> {
+    ipv4_nat(l3, workers, None)
+}
+
+/// The worker of a connection whose packet has tuple `t` as received
+/// (`quoted`: the tuple of a packet an ICMP error quotes, sent by the
+/// mapped side), on a node translating with `nat`: where its translation
+/// is (module essay).
+fn nat_worker(t: FiveTuple, quoted: bool, nat: Option<&NatPlan>, workers: u16) -> WorkerId {
+    // Inbound the mapped endpoint is the destination; a quoted packet
+    // went out from it.
+    let t = if quoted { t.reversed() } else { t };
+    let IpAddr::V4(dst) = t.dst else { return worker_of_tuple(&t, workers) };
+    let class = nat_class(t.proto);
+    // An echo's identifier is its "port" both ways (R3: in one of the two).
+    let port = if t.proto == ip_proto::ICMP { t.src_port | t.dst_port } else { t.dst_port };
+    match nat.and_then(|n| n.inbound(dst, t.proto, class, port)) {
+        Some(NatInbound::Worker(w)) => WorkerId(w.0.min(workers - 1)),
+        Some(NatInbound::Real(a, p)) => {
+            worker_of_tuple(&FiveTuple { dst: IpAddr::V4(a), dst_port: p.unwrap_or(t.dst_port), ..t }, workers)
+        }
+        None => worker_of_tuple(&t, workers),
+    }
+}
+
+fn ipv4_nat(l3: &[u8], workers: u16, nat: Option<&NatPlan>) -> Option<WorkerId> {
     let ip = Ipv4Packet::new_checked_header(l3).ok()?;
     let (src, dst, proto) = (IpAddr::V4(ip.src()), IpAddr::V4(ip.dst()), ip.protocol());
     if ip.is_fragment() {
@@ -125,31 +167,38 @@ pub fn ipv4(l3: &[u8], workers: u16) -> Option<WorkerId> {
     }
     let t = |src_port, dst_port| FiveTuple { src, dst, proto, src_port, dst_port };
     let payload = ip.payload();
-    let tuple = match proto {
+    let (tuple, quoted) = match proto {
         ip_proto::TCP | ip_proto::UDP => {
             let (sp, dp) = if proto == ip_proto::TCP {
                 tcp::TcpPacket::new_checked(payload).ok().map(|p| (p.src_port(), p.dst_port()))?
             } else {
                 udp::ports(payload)?
             };
-            t(sp, dp)
+            (t(sp, dp), false)
         }
         ip_proto::ICMP => {
             let i = Icmpv4Packet::new_checked(payload).ok()?;
             match i.msg_type() {
-                msg_type::ECHO_REQUEST => t(i.echo_ident(), 0),
-                msg_type::ECHO_REPLY => t(0, i.echo_ident()),
+                msg_type::ECHO_REQUEST => (t(i.echo_ident(), 0), false),
+                msg_type::ECHO_REPLY => (t(0, i.echo_ident()), false),
                 _ if i.is_error() => {
                     let e = i.embedded().ok()?;
                     let (sp, dp) = e.ports();
-                    FiveTuple { src: IpAddr::V4(e.src), dst: IpAddr::V4(e.dst), proto: e.protocol, src_port: sp, dst_port: dp }
+                    let q = FiveTuple {
+                        src: IpAddr::V4(e.src),
+                        dst: IpAddr::V4(e.dst),
+                        proto: e.protocol,
+                        src_port: sp,
+                        dst_port: dp,
+                    };
+                    (q, true)
                 }
-                _ => t(0, 0),
+                _ => (t(0, 0), false),
             }
         }
-        _ => t(0, 0),
+        _ => (t(0, 0), false),
     };
-    Some(worker_of_tuple(&tuple, workers))
+    Some(if nat.is_some() { nat_worker(tuple, quoted, nat, workers) } else { worker_of_tuple(&tuple, workers) })
 }
 
 #[cfg(test)]

@@ -1,11 +1,7 @@
 //! A node with several workers (issue 12) must do what a node with one
-//! does. `Workers` is the node's worker loop without DPDK: each received
-//! frame is steered (`dataplane::steer`) to its worker, a frame steered
-//! to nobody in particular is decided by the worker whose queue received
-//! it (the op says which: RSS may put it anywhere), ARP is answered by
-//! the receiving worker and learnt by the others, and the frames a worker
-//! hands off (`Verdict::Handoff`, `drain_handoffs`) are decided by their
-//! worker with their note, as `node/src/worker.rs` does through its rings.
+//! does. `Workers` (`workers_util`) is the node's worker loop without
+//! DPDK: steering, the receiving queue (the op says which: RSS may put a
+//! frame anywhere), ARP learnt by every worker, handoffs.
 //!
 //! The same random traffic goes to one pipeline and to 2–4 workers: TCP
 //! connections in both directions, UDP, pings, ICMP errors quoting a
@@ -18,16 +14,15 @@
 
 mod common;
 mod frag_util;
+mod workers_util;
 
 use common::*;
-use dataplane::buf::VecBuf;
 use dataplane::conntrack::tcp_flags::{ACK, FIN, PSH, SYN};
-use dataplane::pipeline::{HandoffNote, Pipeline, Verdict};
-use dataplane::steer::{steer, Steer};
+use dataplane::pipeline::Pipeline;
 use dataplane::wire::build::PacketBuilder;
-use dataplane::{Duration, DropReason, PortId, Timestamp, WorkerId};
+use dataplane::{Duration, DropReason, PortId, Timestamp};
 use proptest::prelude::*;
-use std::collections::VecDeque;
+use workers_util::{single, Out, Workers};
 use std::net::Ipv4Addr;
 
 const FLOWS: usize = 8;
@@ -43,101 +38,6 @@ fn cfg() -> dataplane::pipeline::PipelineConfig {
     cfg.icmp_errors.rate = 100_000;
     cfg.icmp_errors.burst = 100_000;
     cfg
-}
-
-type Out = Vec<(PortId, Vec<u8>)>;
-
-/// A node's workers, in one thread.
-struct Workers {
-    w: Vec<Pipeline>,
-}
-
-impl Workers {
-    fn new(n: u16) -> Self {
-        let w = (0..n)
-            .map(|i| {
-                let mut p = Pipeline::new(cfg()).unwrap();
-                p.set_worker(WorkerId(i), n).unwrap();
-                p
-            })
-            .collect();
-        Workers { w }
-    }
-
-    fn n(&self) -> u16 {
-        self.w.len() as u16
-    }
-
-    /// `frame` received on `port` by the queue of worker `rx`.
-    fn receive(&mut self, now: Timestamp, port: PortId, frame: &[u8], rx: usize) -> Out {
-        let rx = rx % self.w.len();
-        let mut queue: VecDeque<(usize, PortId, Vec<u8>, Option<HandoffNote>)> = VecDeque::new();
-        let mut learners = vec![];
-        match steer(frame, self.n()) {
-            Steer::Worker(w) => queue.push_back((usize::from(w.0), port, frame.to_vec(), None)),
-            Steer::All => {
-                queue.push_back((rx, port, frame.to_vec(), None));
-                learners.extend((0..self.w.len()).filter(|&i| i != rx));
-            }
-            Steer::Any => queue.push_back((rx, port, frame.to_vec(), None)),
-        }
-        let mut out = vec![];
-        loop {
-            while let Some((w, port, bytes, note)) = queue.pop_front() {
-                let mut buf = VecBuf::new(&bytes);
-                let p = &mut self.w[w];
-                let v = match note {
-                    Some(note) => p.process_handoff(now, port, &mut buf, note),
-                    None => p.process(now, port, &mut buf),
-                };
-                match v {
-                    Verdict::Forward(o) => out.push((o, buf.to_vec())),
-                    Verdict::Drop(_) | Verdict::Consumed => {}
-                    Verdict::Handoff(t) => {
-                        assert_ne!(usize::from(t.0), w, "a worker hands a frame to itself");
-                        let note = p.handoff_note();
-                        assert!(note.is_some(), "a handoff without its note");
-                        queue.push_back((usize::from(t.0), port, buf.to_vec(), note));
-                    }
-                }
-            }
-            for &i in &learners {
-                self.w[i].arp_learn(now, port, frame);
-            }
-            learners.clear();
-            for p in &mut self.w {
-                p.flush(now);
-                p.drain_generated(|o, f| out.push((o, f.to_vec())));
-                p.drain_handoffs(|t, port, note, f| queue.push_back((usize::from(t.0), port, f.to_vec(), Some(*note))));
-            }
-            if queue.is_empty() {
-                break;
-            }
-        }
-        out
-    }
-
-    fn tick(&mut self, now: Timestamp) -> Out {
-        let mut out = vec![];
-        for p in &mut self.w {
-            p.poll_timers(now);
-            p.drain_generated(|o, f| out.push((o, f.to_vec())));
-        }
-        out
-    }
-}
-
-fn single(p: &mut Pipeline, now: Timestamp, port: PortId, frame: &[u8]) -> Out {
-    let mut buf = VecBuf::new(frame);
-    let mut out = vec![];
-    match p.process(now, port, &mut buf) {
-        Verdict::Forward(o) => out.push((o, buf.to_vec())),
-        Verdict::Handoff(w) => panic!("a single worker handed a frame to {w:?}"),
-        _ => {}
-    }
-    p.flush(now);
-    p.drain_generated(|o, f| out.push((o, f.to_vec())));
-    out
 }
 
 #[derive(Clone, Copy)]
@@ -261,7 +161,7 @@ fn drops(p: &Pipeline) -> Vec<u64> {
 /// Runs `ops` on one pipeline and on `n` workers; returns the number of
 /// frames the workers handed to each other and the flows each holds.
 fn run(n: u16, ops: &[Op]) -> (u64, Vec<usize>) {
-    let mut pair = Pair { one: Pipeline::new(cfg()).unwrap(), many: Workers::new(n), now: Timestamp::from_secs(1), arp: (0, 0) };
+    let mut pair = Pair { one: Pipeline::new(cfg()).unwrap(), many: Workers::new(n, &cfg()), now: Timestamp::from_secs(1), arp: (0, 0) };
     let mut model = [FlowModel { client: 1000, server: 5000 }; FLOWS];
     let arp_host = arp_request(HOST_MAC, None, HOST_MAC, HOST, IN_ADDR);
     let arp_gw = arp_reply(GW_MAC, OUT_MAC, None, GW, OUT_MAC, OUT_ADDR);
@@ -423,7 +323,7 @@ fn work_is_shared_and_fragments_cross() {
 #[test]
 fn arp_expiry_every_worker_asks() {
     let n = 3;
-    let mut many = Workers::new(n);
+    let mut many = Workers::new(n, &cfg());
     let mut now = Timestamp::from_secs(1);
     let arp_gw = arp_reply(GW_MAC, OUT_MAC, None, GW, OUT_MAC, OUT_ADDR);
     many.receive(now, OUT_PORT, &arp_gw, 0);

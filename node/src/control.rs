@@ -498,7 +498,14 @@ impl Control {
                         }
                         all.push(v);
                     }
-                    counters = counters.or(c);
+                    // The node's counters: its workers' summed.
+                    counters = match (counters, c) {
+                        (Some(mut a), Some(b)) => {
+                            a += b;
+                            Some(a)
+                        }
+                        (a, b) => a.or(b),
+                    };
                 }
                 Ok(json!({ "nat": counters.is_some(), "xlates": all, "counters": enc(serde_json::to_value(counters))? }))
             }

@@ -79,7 +79,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    if let Some(why) = policy::nat_not_runnable(&cfg.nat, cfg.cluster.is_some(), usize::from(cfg.dpdk.workers)) {
+    if let Some(why) = policy::nat_not_runnable(&cfg.nat, cfg.cluster.is_some()) {
         eprintln!("clusterfw: {}: {why}", cli.config.display());
         return ExitCode::from(2);
     }
@@ -303,12 +303,27 @@ fn run(cfg: Config, extra: Vec<String>) -> Result<()> {
     pcfg.icmp_errors.rate = pcfg.icmp_errors.rate.div_ceil(u32::from(workers));
     pcfg.icmp_errors.burst = pcfg.icmp_errors.burst.div_ceil(u32::from(workers)).max(1);
     let mut pipelines = Vec::with_capacity(usize::from(workers));
+    // NAT: one plan (rules, block maps over the workers) shared by the
+    // workers and their steering; built by the first worker.
     let nat = policy::nat_spec(&cfg);
+    let mut nat_plan = None;
     for w in 0..workers {
         let mut p = Pipeline::new(pcfg.clone()).map_err(|e| anyhow::anyhow!("pipeline: {e}"))?;
         p.set_worker(WorkerId(w), workers).map_err(|e| anyhow::anyhow!("pipeline: {e}"))?;
-        if let Some(spec) = &nat {
-            p.set_nat(spec).map_err(|e| anyhow::anyhow!("nat: {e}"))?;
+        match (&nat, &nat_plan) {
+            (Some(spec), None) => {
+                p.set_nat(spec).map_err(|e| anyhow::anyhow!("nat: {e}"))?;
+                nat_plan = p.nat_plan();
+                for (pool, idle) in nat_plan.as_ref().map(|n| n.idle_workers()).unwrap_or_default() {
+                    let name = cfg.nat.pools.get(usize::from(pool)).map_or("?", |p| p.name.as_str());
+                    log::warn!(
+                        "nat pool {name}: fewer addresses than workers; {idle} worker(s) hold none and their \
+                         hosts get no dynamic NAT from it (nat-exhausted; docs/nat.md)"
+                    );
+                }
+            }
+            (_, Some(plan)) => p.set_nat_plan(plan.clone()).map_err(|e| anyhow::anyhow!("nat: {e}"))?,
+            (None, None) => {}
         }
         pipelines.push(p);
     }
@@ -368,6 +383,7 @@ fn run(cfg: Config, extra: Vec<String>) -> Result<()> {
             workers,
             rx_queues: ports.iter().map(|p| (w < usize::from(p.rx_queues)).then_some(w as u16)).collect(),
             steered_in,
+            nat: nat_plan.clone(),
         };
         match lcores.get(w) {
             Some(&lcore) => {

@@ -125,7 +125,7 @@ impl Policies {
     /// The pipeline's form of `p` for this node's interfaces, one per
     /// worker.
     fn build(&self, p: &FilePolicy) -> Result<Vec<Box<Policy>>, String> {
-        if let Some(why) = nat_not_runnable(&p.nat, self.file.cluster.is_some(), self.workers) {
+        if let Some(why) = nat_not_runnable(&p.nat, self.file.cluster.is_some()) {
             return Err(why);
         }
         let specs: Vec<InterfaceSpec> = self
@@ -189,7 +189,7 @@ impl Policies {
             );
         }
         let policy = new.policy();
-        if let Some(why) = nat_not_runnable(&policy.nat, new.cluster.is_some(), self.workers) {
+        if let Some(why) = nat_not_runnable(&policy.nat, new.cluster.is_some()) {
             bail!("{}: {why} (nothing was applied)", path.display());
         }
         if policy.nat != self.running.policy.nat {
@@ -214,25 +214,16 @@ impl Policies {
 }
 
 /// Why this node cannot run `nat`: the pipeline translates on a single
-/// node with one worker; a cluster member or several workers would need
-/// return traffic steered by the block map (docs/nat.md), so NAT rules
-/// there are refused, not ignored — forwarding inside addresses
-/// untranslated where the operator asked for NAT would leak them.
-pub fn nat_not_runnable(nat: &config::nat::NatConfig, cluster: bool, workers: usize) -> Option<String> {
-    if nat.rules.is_empty() {
-        return None;
-    }
-    if cluster {
-        return Some(format!(
+/// node (one worker or several, steered by the plan); a cluster member
+/// would need return traffic steered by the block map over the CCL
+/// (docs/nat.md), so NAT rules there are refused, not ignored — forwarding
+/// inside addresses untranslated where the operator asked for NAT would
+/// leak them.
+pub fn nat_not_runnable(nat: &config::nat::NatConfig, cluster: bool) -> Option<String> {
+    (cluster && !nat.rules.is_empty()).then(|| {
+        format!(
             "nat: {} rule(s) configured, but this build translates on a single node only (a cluster member needs \
              return traffic steered by the block map, docs/nat.md); refusing them rather than forwarding untranslated",
-            nat.rules.len()
-        ));
-    }
-    (workers > 1).then(|| {
-        format!(
-            "nat: {} rule(s) configured with dpdk.workers {workers}, but this build translates with one worker only \
-             (docs/nat.md); refusing them rather than forwarding untranslated",
             nat.rules.len()
         )
     })

@@ -25,8 +25,8 @@
 use crate::clock::Clock;
 use crate::shared::{Handoff, Query, Reply, Shared, WorkerShared};
 use dataplane::buf::PacketBuf;
-use dataplane::pipeline::{Pipeline, Verdict};
-use dataplane::steer::{steer, steer_ccl, Steer};
+use dataplane::pipeline::{NatPlan, Pipeline, Verdict};
+use dataplane::steer::{steer_ccl, steer_nat, Steer};
 use dataplane::{PortId, Timestamp, WorkerId};
 use dpdk_sys::{Mbuf, MbufBurst, Mempool, Port, RingConsumer};
 use std::sync::atomic::Ordering;
@@ -90,6 +90,9 @@ pub struct Worker {
     /// The consuming end of this worker's steering ring (`None` with one
     /// worker): what the others received for it.
     pub steered_in: Option<RingConsumer>,
+    /// The NAT plan the workers share: frames to mapped addresses are
+    /// steered where their translation is (`steer_nat`).
+    pub nat: Option<Arc<NatPlan>>,
 }
 
 /// TX bursts per port, the batch of mbufs to free, and the drop and
@@ -374,11 +377,16 @@ impl Worker {
     #[inline]
     /// A received frame: decided here, or (several workers) staged for the
     /// worker that owns it — on the CCL port by its channel
-    /// (`steer_ccl`), elsewhere by its connection (`steer`); ARP is also
+    /// (`steer_ccl`), elsewhere by its connection or its translation
+    /// (`steer_nat`); ARP is also
     /// copied to the others.
     fn steer_or_handle(&mut self, now: Timestamp, in_port: PortId, is_ccl: bool, m: Mbuf, out: &mut Out) {
         if self.workers > 1 {
-            let s = if is_ccl { steer_ccl(m.data(), self.workers) } else { steer(m.data(), self.workers) };
+            let s = if is_ccl {
+                steer_ccl(m.data(), self.workers)
+            } else {
+                steer_nat(m.data(), self.workers, self.nat.as_deref())
+            };
             match s {
                 Steer::Worker(w) if w != self.me => {
                     self.steer_to(w, in_port, m, out);

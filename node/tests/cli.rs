@@ -57,22 +57,26 @@ fn ctl_reports_a_missing_socket_clearly() {
     assert!(!out.status.success());
 }
 
-/// NAT runs on a single node with one worker; with several workers (or
-/// in a cluster) this build refuses NAT rules at start (exit 2, before
-/// DPDK) rather than forwarding inside addresses untranslated.
+/// NAT runs on a single node, with one worker or several (steered by the
+/// plan); in a cluster this build refuses NAT rules at start (exit 2,
+/// before DPDK) rather than forwarding inside addresses untranslated.
 #[test]
-fn nat_rules_run_on_one_worker_and_are_refused_with_several() {
+fn nat_rules_run_on_a_single_node_and_are_refused_in_a_cluster() {
     let pool = "nat:\n  pools:\n    - name: p\n      addresses: [198.51.100.1]\n";
     let rule = "  rules:\n    - name: r\n      kind: dynamic-pat\n      source: 198.18.1.0/24\n      pool: p\n";
     let base = GOOD.replace("PREFIX", &std::process::id().to_string());
-    let path = write("nat.yaml", &format!("{base}{pool}{rule}"));
-    let out = Command::new(env!("CARGO_BIN_EXE_clusterfw")).arg("--config").arg(&path).arg("--check").output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let two = base.replace("dpdk:\n", "dpdk:\n  workers: 2\n");
     assert_ne!(two, base);
-    let path = write("nat2.yaml", &format!("{two}{pool}{rule}"));
+    for (name, text) in [("nat.yaml", &base), ("nat2.yaml", &two)] {
+        let path = write(name, &format!("{text}{pool}{rule}"));
+        let out = Command::new(env!("CARGO_BIN_EXE_clusterfw")).arg("--config").arg(&path).arg("--check").output().unwrap();
+        assert!(out.status.success(), "{name}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let cluster = "cluster:\n  name: c\n  key: \"a secret of some length here\"\n  node-id: 0\n  priority: 1\n  \
+                   ccl: {device: net_null1, address: 10.9.0.1/24}\n  members: [{id: 0, name: cli-test, ccl-address: 10.9.0.1}]\n";
+    let path = write("nat3.yaml", &format!("{base}{cluster}{pool}{rule}"));
     let out = Command::new(env!("CARGO_BIN_EXE_clusterfw")).arg("--config").arg(&path).arg("--check").output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
-    assert!(stderr.contains("nat: 1 rule(s) configured with dpdk.workers 2, but this build translates with one worker only"), "{stderr}");
+    assert!(stderr.contains("nat: 1 rule(s) configured, but this build translates on a single node only"), "{stderr}");
 }

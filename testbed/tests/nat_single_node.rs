@@ -11,7 +11,13 @@
 //!     address fails and is counted (`nat-no-xlate`);
 //! (e) tcpdump on the outside host's link saw the pool addresses and the
 //!     server, never an inside address;
-//! (f) `show xlate` lists the translations and the stage's counters.
+//! (f) `show xlate` lists the translations and the stage's counters,
+//!     `show nat pool` every worker's share of the pool's 126 blocks.
+//!
+//! Run twice: with one worker, and with two (`dpdk.workers: 2`, each
+//! af_packet port with two queue pairs): the return traffic to the pool
+//! address is then steered to the worker holding its port's block
+//! (`steer::steer_nat`), whichever queue it arrived on.
 //!
 //! Needs root, curl, iperf3 and tcpdump (scripts/test.sh installs them).
 //! A guard takes the bed down on every exit path.
@@ -82,11 +88,22 @@ fn drops(bed: &TestBed, reason: &str) -> Result<u64> {
 
 #[test]
 fn nat_on_a_single_node() {
+    nat_bed(1);
+}
+
+#[test]
+fn nat_on_a_single_node_with_two_workers() {
+    nat_bed(2);
+}
+
+fn nat_bed(workers: u16) {
     assert!(sys::is_root(), "the NAT test bed test needs root (network namespaces, veths)");
     for tool in ["curl", "iperf3", "tcpdump"] {
         assert!(sys::have(tool), "{tool} is not installed (scripts/test.sh installs it)");
     }
-    let bed = TestBed::up_with(1, "/tmp/cfw-testbed-nat", Shape { nat: true, ..Shape::default() }).expect("bed up");
+    let shape = Shape { nat: true, workers, ..Shape::default() };
+    let bed = TestBed::up_with(1, "/tmp/cfw-testbed-nat", shape).expect("bed up");
+    eprintln!("NAT bed, {workers} worker(s)");
     let mut failures = Vec::new();
     let mut step = |name: &str, r: Result<String>| match r {
         Ok(d) => eprintln!("step {name}: ok: {d}"),
@@ -189,12 +206,21 @@ fn nat_on_a_single_node() {
             ensure!(out > 0 && inn > 0, "counters: {c}");
             let n = x["xlates"].as_array().map_or(0, Vec::len);
             ensure!(n > 0, "no xlate listed: {x}");
+            // One row per worker and pool: the workers' shares of the
+            // pool's 126 blocks add up.
             let pools = bed.show(1, "nat-pool")?;
-            let p = &pools["pools"][0];
-            ensure!(p["name"] == "pat" && p["kind"] == "dynamic-pat" && p["blocks"] == 126, "show nat pool: {pools}");
+            let rows: Vec<&serde_json::Value> =
+                pools["pools"].as_array().map(|a| a.iter().filter(|p| p["name"] == "pat").collect()).unwrap_or_default();
+            ensure!(rows.len() == usize::from(workers), "a row per worker: {pools}");
+            ensure!(rows.iter().all(|p| p["kind"] == "dynamic-pat"), "show nat pool: {pools}");
+            let blocks: u64 = rows.iter().map(|p| p["blocks"].as_u64().unwrap_or(0)).sum();
+            let ports: Vec<u64> = rows.iter().map(|p| p["ports_in_use"].as_u64().unwrap_or(0)).collect();
+            ensure!(blocks == 126, "blocks over the workers: {pools}");
+            let stats = bed.show(1, "stats")?;
             Ok(format!(
-                "{n} xlates; translated out {out}, in {inn}; created {}; pool \"pat\": {} blocks, {} ports in use",
-                c["xlates_created"], p["blocks"], p["ports_in_use"]
+                "{n} xlates; translated out {out}, in {inn}; created {}; pool \"pat\": {blocks} blocks, ports in use \
+                 per worker {ports:?}; frames steered between workers {}",
+                c["xlates_created"], stats["steered_out"]
             ))
         })(),
     );

@@ -43,6 +43,10 @@ pub const MAX_WORKERS: u16 = 64;
 /// Largest `dpdk.workers` of a cluster member: one CCL channel each
 /// (`dataplane::ccl::MAX_WORKER_CHANNELS`).
 pub const MAX_CLUSTER_WORKERS: u16 = 32;
+
+/// Most workers of a node with NAT rules (a PAT pool's block map is dealt
+/// over the workers: `dataplane::nat::blocks::MAX_WORKERS`).
+pub const MAX_NAT_WORKERS: u16 = 32;
 /// Default `flow-table.capacity` (flows per worker).
 pub const DEFAULT_FLOW_CAPACITY: u32 = 262_144;
 /// Smallest `flow-table.capacity`.

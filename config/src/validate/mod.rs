@@ -445,6 +445,12 @@ impl Checker<'_> {
             ));
         }
 
+        if !nat.rules.is_empty() && dpdk.workers > crate::model::MAX_NAT_WORKERS {
+            return Err(self.err(
+                &root.key("dpdk").key("workers"),
+                ErrorKind::NatWorkers { workers: dpdk.workers, max: crate::model::MAX_NAT_WORKERS },
+            ));
+        }
         let timeouts = self.timeouts(&root.key("timeouts"), raw.timeouts)?;
 
         let flow_table = FlowTableConfig {

@@ -16,15 +16,19 @@
 //!   fragments, and ICMP errors with their quoted packet.
 //! - [`rules`]: the rule table compiled for first-match lookups that do
 //!   not grow with the number of rules (10 000+, N9).
+//! - [`plan`]: what a node's workers share of a NAT configuration, and
+//!   where a datagram to a mapped address is decided (the steering by
+//!   translation).
 //! - [`xlate`]: one worker's translation table, found from the real and
 //!   the mapped side, per-session and multi-session lifecycles, stale
 //!   xlates visible until reaped (N7).
 //!
-//! Nothing here knows about packets or the CCL; the pipeline stage and the
+//! Nothing here knows about packet buffers or the CCL; the pipeline stage and the
 //! control plane drive these types (docs/nat.md).
 
 pub mod alloc;
 pub mod blocks;
+pub mod plan;
 pub mod rules;
 pub mod xlate;
 

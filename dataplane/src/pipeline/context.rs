@@ -85,12 +85,17 @@ pub(crate) struct Rx {
     /// or its `ForwardedPacket` carried a flow hint. It is decided as at
     /// the owner (a local flow or a drop), never sent back.
     pub hinted: bool,
+    /// NAT inbound translated the frame's destination back when it
+    /// arrived (`nat.rs`). A frame handed on to another worker or released
+    /// by the reassembler keeps it: it is neither translated again nor
+    /// source-translated on its way out.
+    pub nat_in: bool,
 }
 
 impl Rx {
-    pub const PORT: Rx = Rx { via: Via::Port, force_own: false, frag: None, hinted: false };
+    pub const PORT: Rx = Rx { via: Via::Port, force_own: false, frag: None, hinted: false, nat_in: false };
     pub const fn ccl(ifx: IfIndex) -> Rx {
-        Rx { via: Via::Ccl(ifx), force_own: false, frag: None, hinted: false }
+        Rx { via: Via::Ccl(ifx), force_own: false, frag: None, hinted: false, nat_in: false }
     }
 }
 

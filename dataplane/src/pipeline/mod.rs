@@ -81,7 +81,7 @@ pub use counters::{Counters, Ipv6Counters, PortCounters};
 pub use egress::MAX_GENERATED;
 pub use frag::{FragConfig, FragCounters, FragSnapshot};
 pub use icmperr::{IcmpErrorConfig, IcmpErrorCounters};
-pub use nat::{NatCounters, NatSpec, NatSpecError, PatSpec, PoolInfo, PoolSpec};
+pub use nat::{NatCounters, NatInbound, NatPlan, NatSpec, NatSpecError, PatSpec, PoolInfo, PoolSpec};
 
 use crate::acl::RuleInfo;
 use crate::arp::{ArpCache, ArpInfo};
@@ -463,15 +463,16 @@ impl Pipeline {
     ) -> Result<Outcome, DropReason> {
         let Arrival { in_port, ifx, ing, l2, tags, l2_broadcast } = at;
         // NAT inbound: a datagram to a mapped address becomes one to the
-        // real address before anything else looks at it (`nat.rs`).
-        let mut unnatted = false;
-        if let (Some(n), Via::Port) = (self.nat.as_deref_mut(), rx.via) {
+        // real address before anything else looks at it (`nat.rs`); a
+        // frame handed on or released went through it on arrival.
+        let mut rx = rx;
+        if let (Some(n), Via::Port, None) = (self.nat.as_deref_mut(), rx.via, rx.frag) {
             if let Some(l3) = buf.data_mut().get_mut(l2..) {
                 // Only a datagram that passes the IPv4 checks below (the
                 // others are dropped there, untranslated, no xlate touched),
                 // without the link's padding.
-                if let Ok(total) = ipv4::parse(l3).map(|ip| usize::from(ip.total_len())) {
-                    unnatted = n.inbound(now, &mut l3[..total])?;
+                if let Ok((total, frag)) = ipv4::parse(l3).map(|ip| (usize::from(ip.total_len()), ip.is_fragment())) {
+                    rx.nat_in = n.inbound(now, &mut l3[..total], frag)?;
                 }
             }
         }
@@ -505,7 +506,6 @@ impl Pipeline {
             // Fragments: find the datagram's L4 header.
             let mut note = rx.frag;
             let mut piece = None;
-            let mut rx = rx;
             if is_frag {
                 let Some(info) = crate::frag::ipv4_fragment(&ip)? else {
                     return Err(DropReason::Ipv4Fragment);
@@ -603,7 +603,7 @@ impl Pipeline {
                         xlate = None;
                     }
                     // NAT outbound: the flow is admitted on its real tuple.
-                    if let (Some(n), false) = (self.nat.as_deref_mut(), unnatted) {
+                    if let (Some(n), false) = (self.nat.as_deref_mut(), rx.nat_in) {
                         snat = n.outbound(now, ifx, egress, &tuple)?;
                     }
                 }
@@ -768,7 +768,7 @@ impl Pipeline {
                     None
                 }
                 Some(o) if o == me => {
-                    let rx = Rx { via: p.meta.via, force_own: true, frag: p.meta.frag, hinted: false };
+                    let rx = Rx { via: p.meta.via, force_own: true, frag: p.meta.frag, hinted: false, nat_in: false };
                     match self.classify(now, p.meta.in_port, &mut sb, rx) {
                         Outcome::Consumed => Some(None),
                         o => o.port().map(Some),
@@ -920,12 +920,38 @@ impl Pipeline {
         }
     }
 
-    /// Translate with `spec` from now on (single node, one worker: the node
-    /// refuses NAT elsewhere until return traffic is steered by the block
-    /// map, docs/nat.md). Xlates of a previous configuration are dropped.
+    /// Translate with `spec` from now on, with this worker's share of it
+    /// (after `set_worker`; a single node: the node refuses NAT in a
+    /// cluster until return traffic is steered by the block map over the
+    /// CCL, docs/nat.md). Xlates of a previous configuration are dropped.
+    /// The node's workers share one plan instead: `set_nat_plan`.
     pub fn set_nat(&mut self, spec: &NatSpec) -> Result<(), NatSpecError> {
-        self.nat = Some(Box::new(nat::NatPath::new(spec, self.ifaces.names().len())?));
+        let plan = NatPlan::new(spec, self.ifaces.names().len(), self.workers)?;
+        self.set_nat_plan(plan)
+    }
+
+    /// Translate with this worker's share of `plan` (built for this node's
+    /// worker count and interfaces; the driver steers with the same plan,
+    /// `steer::steer_nat`).
+    pub fn set_nat_plan(&mut self, plan: std::sync::Arc<NatPlan>) -> Result<(), NatSpecError> {
+        let ifaces = self.ifaces.names().len();
+        if plan.workers() != self.workers || plan.ifaces() != ifaces {
+            return Err(NatSpecError::PlanMismatch {
+                plan_workers: plan.workers(),
+                plan_ifaces: plan.ifaces(),
+                me: self.worker.0,
+                workers: self.workers,
+                ifaces,
+            });
+        }
+        self.nat = Some(Box::new(nat::NatPath::new(plan, self.worker)));
         Ok(())
+    }
+
+    /// The NAT plan this worker translates with (to share with the other
+    /// workers and the driver's steering).
+    pub fn nat_plan(&self) -> Option<std::sync::Arc<NatPlan>> {
+        self.nat.as_deref().map(|n| n.plan().clone())
     }
 
     /// The NAT stage's counters (`None` without NAT).
@@ -996,9 +1022,10 @@ impl Pipeline {
     /// seals on CCL channel `me` and takes only that channel's data
     /// messages: the driver steers CCL datagrams by channel
     /// (`steer::steer_ccl`), every member running `count` workers
-    /// (docs/workers.md). Before any traffic.
+    /// (docs/workers.md). Before any traffic and before `set_nat`.
     pub fn set_worker(&mut self, me: WorkerId, count: u16) -> Result<(), PipelineError> {
-        if count == 0 || me.0 >= count {
+        // NAT's share is dealt by worker: `set_nat` comes after.
+        if count == 0 || me.0 >= count || self.nat.is_some() {
             return Err(PipelineError::Workers { me: me.0, count });
         }
         if let Some(cl) = self.cluster.as_deref_mut().filter(|_| count > 1) {

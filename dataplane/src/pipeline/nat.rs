@@ -1,6 +1,6 @@
-//! The NAT stage (SPEC N1–N7; issue 13): translations on one node with one
-//! worker. Cluster members and several workers are refused by the node
-//! until return traffic is steered by the block map (docs/nat.md).
+//! The NAT stage (SPEC N1–N7; issue 13): translations on one node, with
+//! one worker or several. Cluster members are refused by the node until
+//! return traffic is steered by the block map over the CCL (docs/nat.md).
 //!
 //! Where it sits in `ipv4_decide`:
 //! - **inbound**, right after the IPv4 checks and before the route: a
@@ -11,9 +11,11 @@
 //!   maps by the rule alone; an ICMP error quoting a translated packet
 //!   gets its outer destination and its quote translated back. A datagram
 //!   to a pool address without an xlate is dropped (`nat-no-xlate`:
-//!   hostile or expired return traffic, never guessed), as is a later
-//!   fragment to a PAT address (`nat-fragment`: its port is in the first
-//!   fragment; not translated yet).
+//!   hostile or expired return traffic, never guessed), as is a fragment
+//!   to a pool address (`nat-fragment`: a later fragment carries no port,
+//!   so its datagram cannot be translated; not built yet). A frame handed
+//!   on by another worker, or released by the reassembler, went through
+//!   this step when it arrived (`Rx::nat_in`): never twice.
 //! - **outbound**, after conntrack admitted the packet (the flow exists,
 //!   the ACL saw the real tuple): a packet from a real endpoint with an
 //!   xlate, or matching a rule whose mapped interface is the egress (or
@@ -23,60 +25,35 @@
 //!   (`nat-exhausted`), never a reused port; a protocol without ports
 //!   cannot be PAT'ed (`nat-protocol`).
 //!
+//! **Several workers** share one read-only [`NatPlan`]: the compiled
+//! rules, each PAT pool's block map dealt over the node's workers, and
+//! each dynamic-NAT address's worker. A worker allocates only from its
+//! own blocks and addresses (no lock), and its xlates live in its own
+//! table. An outbound connection is decided by the worker of its real
+//! tuple (`steer`), which allocates from its share; the return traffic to
+//! the mapped (address, port) is steered by the plan to the block's (or
+//! the address's) worker — the same worker, which holds the connection
+//! and the xlate. Traffic to a static rule's mapped address is steered by
+//! the real tuple it translates to, where the inside host's replies meet
+//! it. What this costs: a dynamic-NAT address serves the hosts of one
+//! worker, so a pool needs an address per worker before every worker can
+//! translate (`NatPlan::idle_workers`), and a host talking through
+//! several workers holds an xlate (and, with port block allocation, a
+//! block) on each.
+//!
 //! Xlates are reaped when idle beyond the xlate timeout (the node sets it
 //! above every flow timeout). Every xlate is kept as multi-session for
 //! now: the per-session removal at the connection's end needs conntrack's
 //! end-of-flow events (to come with the cluster part).
 
-use crate::nat::{
-    self, BlockMap, Endpoint as Side, Geometry, PortAllocator, PortClass, RuleKind, RuleSpec, RuleTable, Sessions,
-    Xlate, XlateInfo, XlateTable,
-};
+use crate::nat::plan::{class_of, nat_class, shift, static_real, PlanPool};
+pub use crate::nat::plan::{NatInbound, NatPlan, NatSpec, NatSpecError, PatSpec, PoolSpec};
+use crate::nat::{self, Endpoint as Side, PortAllocator, PortClass, RuleKind, Sessions, Xlate, XlateInfo, XlateTable};
 use crate::route::IfIndex;
-use crate::types::{DropReason, Duration, Epoch, FiveTuple, NodeId, Timestamp};
+use crate::types::{DropReason, FiveTuple, NodeId, Timestamp, WorkerId};
 use crate::wire::rewrite::{endpoints, icmp_quote};
 use std::net::{IpAddr, Ipv4Addr};
-
-/// The NAT configuration of a pipeline (`Pipeline::set_nat`).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct NatSpec {
-    /// In order; `pool` indexes `pools`.
-    pub rules: Vec<RuleSpec>,
-    pub pools: Vec<PoolSpec>,
-    /// Most xlates at once.
-    pub xlate_capacity: usize,
-    /// Multi-session xlates idle this long with no connection are reaped.
-    pub xlate_timeout: Duration,
-    /// Port block allocation: most inside hosts holding blocks at once.
-    pub host_capacity: usize,
-}
-
-/// One pool.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PoolSpec {
-    pub addresses: Vec<Ipv4Addr>,
-    /// `Some`: a PAT pool; `None`: dynamic NAT (whole addresses).
-    pub pat: Option<PatSpec>,
-}
-
-/// A PAT pool's block settings.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub struct PatSpec {
-    pub block_size: u16,
-    pub reserved_ports: bool,
-    pub max_per_host: Option<u16>,
-}
-
-/// Why a NAT configuration cannot run.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum NatSpecError {
-    #[error("pool {0}: {1}")]
-    Pool(usize, nat::BlockError),
-    #[error("rule {0} names pool {1}, which does not exist")]
-    NoPool(usize, u16),
-    #[error("address {0} is in two pools")]
-    SharedAddress(Ipv4Addr),
-}
+use std::sync::Arc;
 
 enum Pool {
     Pat(Box<PortAllocator>),
@@ -116,12 +93,36 @@ pub struct NatCounters {
     pub protocol: u64,
 }
 
-/// The stage (module essay).
+impl std::ops::AddAssign for NatCounters {
+    /// A node's counters are its workers' summed.
+    fn add_assign(&mut self, o: NatCounters) {
+        let NatCounters {
+            translated_out,
+            translated_in,
+            icmp_errors_in,
+            xlates_created,
+            xlates_reaped,
+            no_xlate,
+            exhausted,
+            fragments,
+            protocol,
+        } = o;
+        self.translated_out += translated_out;
+        self.translated_in += translated_in;
+        self.icmp_errors_in += icmp_errors_in;
+        self.xlates_created += xlates_created;
+        self.xlates_reaped += xlates_reaped;
+        self.no_xlate += no_xlate;
+        self.exhausted += exhausted;
+        self.fragments += fragments;
+        self.protocol += protocol;
+    }
+}
+
+/// The stage (module essay): one worker's share of the plan.
 pub(crate) struct NatPath {
-    rules: RuleTable,
+    plan: Arc<NatPlan>,
     pools: Vec<Pool>,
-    /// Every pool address, ascending, with its pool.
-    addrs: Vec<(Ipv4Addr, u16)>,
     xlates: XlateTable,
     pub counters: NatCounters,
 }
@@ -130,86 +131,59 @@ pub(crate) struct NatPath {
 /// static PAT, port.
 pub(crate) type Snat = (Ipv4Addr, Option<u16>);
 
-fn class_of(proto: u8, icmp_type: Option<u8>) -> Option<PortClass> {
-    match (proto, icmp_type) {
-        (6, _) => Some(PortClass::Tcp),
-        (17, _) => Some(PortClass::Udp),
-        (1, Some(0 | 8)) => Some(PortClass::Icmp),
-        _ => None,
-    }
-}
-
-/// `addr` moved from the prefix `from` into the prefix `to` (same length).
-fn shift(addr: Ipv4Addr, from: (Ipv4Addr, u8), to: (Ipv4Addr, u8)) -> Ipv4Addr {
-    let host = if from.1 >= 32 { 0 } else { u32::from(addr) & (u32::MAX >> from.1) };
-    Ipv4Addr::from(u32::from(to.0) | host)
-}
-
 impl NatPath {
-    pub fn new(spec: &NatSpec, ifaces: usize) -> Result<Self, NatSpecError> {
-        let mut pools = Vec::with_capacity(spec.pools.len());
-        let mut addrs = Vec::new();
-        for (i, p) in spec.pools.iter().enumerate() {
-            for &a in &p.addresses {
-                addrs.push((a, i as u16));
-            }
-            pools.push(match p.pat {
-                Some(pat) => {
-                    // One node, one worker: the whole map is this worker's.
-                    let g = Geometry::new(pat.block_size, pat.reserved_ports).map_err(|e| NatSpecError::Pool(i, e))?;
-                    let me = crate::cluster::MemberSet::from_nodes(Epoch(1), [NodeId(0)])
-                        .map_err(|_| NatSpecError::Pool(i, nat::BlockError::NoMembers))?;
-                    let map = BlockMap::deal(g, &p.addresses, &me, 1).map_err(|e| NatSpecError::Pool(i, e))?;
-                    let mut alloc = PortAllocator::new(g, pat.max_per_host, spec.host_capacity);
-                    for (r, _) in map.blocks_of(NodeId(0)) {
-                        if let Some(a) = map.address(r) {
+    /// Worker `me`'s share of `plan`: the blocks and addresses dealt to it.
+    pub fn new(plan: Arc<NatPlan>, me: WorkerId) -> Self {
+        let pools = plan
+            .pools
+            .iter()
+            .map(|p| match p {
+                PlanPool::Pat { map, pat } => {
+                    let mut alloc = PortAllocator::new(map.geometry(), pat.max_per_host, plan.host_capacity);
+                    for (r, h) in map.blocks_of(NodeId(0)) {
+                        if let (Some(a), true) = (map.address(r), u16::from(h.worker) == me.0) {
                             alloc.add_block(r, a);
                         }
                     }
                     Pool::Pat(Box::new(alloc))
                 }
-                None => Pool::Nat { free: p.addresses.iter().rev().copied().collect() },
-            });
-        }
-        addrs.sort_unstable();
-        if let Some(w) = addrs.windows(2).find(|w| w[0].0 == w[1].0) {
-            return Err(NatSpecError::SharedAddress(w[0].0));
-        }
-        for (i, r) in spec.rules.iter().enumerate() {
-            if let Some(p) = r.pool.filter(|&p| usize::from(p) >= pools.len()) {
-                return Err(NatSpecError::NoPool(i, p));
-            }
-        }
-        Ok(NatPath {
-            rules: RuleTable::build(spec.rules.clone(), ifaces),
+                PlanPool::Nat { addresses } => {
+                    Pool::Nat { free: addresses.iter().rev().filter(|(_, w)| *w == me).map(|&(a, _)| a).collect() }
+                }
+            })
+            .collect();
+        NatPath {
+            xlates: XlateTable::new(plan.xlate_capacity, plan.xlate_timeout),
             pools,
-            addrs,
-            xlates: XlateTable::new(spec.xlate_capacity, spec.xlate_timeout),
+            plan,
             counters: NatCounters::default(),
-        })
+        }
+    }
+
+    pub fn plan(&self) -> &Arc<NatPlan> {
+        &self.plan
     }
 
     fn pool_of(&self, a: Ipv4Addr) -> Option<u16> {
-        self.addrs.binary_search_by_key(&a, |e| e.0).ok().map(|i| self.addrs[i].1)
+        self.plan.pool_of(a)
     }
 
     /// Inbound (module essay): translate a datagram to a mapped address
     /// back, in place. `Ok(true)` if it was translated, `Ok(false)` if it
     /// is not NAT's.
-    pub fn inbound(&mut self, now: Timestamp, l3: &mut [u8]) -> Result<bool, DropReason> {
+    pub fn inbound(&mut self, now: Timestamp, l3: &mut [u8], fragment: bool) -> Result<bool, DropReason> {
         let Some(e) = endpoints(l3) else { return Ok(false) };
         let (dst, proto, dport, icmp_type, later) = (e.dst, e.proto, e.dport, e.icmp_type, e.later_fragment);
         let pooled = self.pool_of(dst).is_some();
-        let statics = self.rules.inbound(dst, proto, dport);
+        let statics = self.plan.rules.inbound(dst, proto, dport);
         if !pooled && statics.is_none() {
             return Ok(false);
         }
-        if later {
-            if pooled {
-                self.counters.fragments += 1;
-                return Err(DropReason::NatFragment);
-            }
-        } else if proto == 1 && icmp_type.is_some_and(|t| !matches!(t, 0 | 8)) {
+        if fragment && pooled && statics.is_none() {
+            self.counters.fragments += 1;
+            return Err(DropReason::NatFragment);
+        }
+        if !later && proto == 1 && icmp_type.is_some_and(|t| !matches!(t, 0 | 8)) {
             return self.icmp_error_in(now, l3, dst, statics);
         }
         let (real, port) = self.real_of(now, statics, class_of(proto, icmp_type), dst, dport)?;
@@ -230,11 +204,8 @@ impl NatPath {
         dst: Ipv4Addr,
         port: u16,
     ) -> Result<(Ipv4Addr, Option<u16>), DropReason> {
-        if let Some(rule) = statics.and_then(|i| self.rules.rule(i)) {
-            return Ok(match (rule.kind, rule.ports) {
-                (RuleKind::StaticPat, Some((_, rp, _))) => (rule.source.0, Some(rp)),
-                _ => (shift(dst, rule.mapped.unwrap_or(rule.source), rule.source), None),
-            });
+        if let Some(rule) = statics.and_then(|i| self.plan.rules.rule(i)) {
+            return Ok(static_real(rule, dst));
         }
         let found = class
             .and_then(|c| self.xlates.by_mapped(c, (dst, port)).map(|id| (id, true)))
@@ -280,7 +251,7 @@ impl NatPath {
     ) -> Result<Option<Snat>, DropReason> {
         let IpAddr::V4(src) = tuple.src else { return Ok(None) };
         // A tracked ICMP flow is an echo (errors are not flows).
-        let class = class_of(tuple.proto, Some(8));
+        let class = nat_class(tuple.proto);
         // The echo identifier is the "port" both ways (R3 puts it in one
         // of the two tuple ports).
         let sport = if class == Some(PortClass::Icmp) { tuple.src_port | tuple.dst_port } else { tuple.src_port };
@@ -294,8 +265,8 @@ impl NatPath {
             self.xlates.touch(now, id);
             return Ok(x.map(|x| (x.mapped.0, None)));
         }
-        let Some(i) = self.rules.outbound(ifx, src, tuple.proto, sport) else { return Ok(None) };
-        let Some(rule) = self.rules.rule(i).cloned() else { return Ok(None) };
+        let Some(i) = self.plan.rules.outbound(ifx, src, tuple.proto, sport) else { return Ok(None) };
+        let Some(rule) = self.plan.rules.rule(i).cloned() else { return Ok(None) };
         if rule.mapped_iface.is_some_and(|m| m != egress) {
             return Ok(None);
         }
@@ -403,7 +374,7 @@ impl NatPath {
             .iter()
             .enumerate()
             .map(|(i, p)| {
-                let addresses = self.addrs.iter().filter(|a| usize::from(a.1) == i).count();
+                let addresses = self.plan.addrs.iter().filter(|a| usize::from(a.1) == i).count();
                 let mut info = PoolInfo {
                     pool: i as u16,
                     kind: "dynamic-nat",

@@ -1,0 +1,227 @@
+//! A node's NAT configuration as its workers share it (SPEC N1–N6; issue
+//! 13; docs/nat.md): the compiled rules, each PAT pool's block map dealt
+//! over the node's workers and each dynamic-NAT address's worker — built
+//! once, read-only, held by every worker's NAT stage
+//! (`pipeline::Pipeline::set_nat_plan`) and by the driver's steering
+//! (`steer::steer_nat`), which asks it where a datagram to a mapped
+//! address is decided ([`NatPlan::inbound`]).
+//!
+//! Invariants (`dataplane/tests/nat_workers.rs`): every block and every
+//! dynamic-NAT address has exactly one worker below the plan's count;
+//! `inbound` answers for a mapped endpoint the worker that allocates it,
+//! or for a static rule's mapped address the real endpoint the stage
+//! translates it to (the same `static_real`); it never allocates and
+//! never panics on any input.
+
+use crate::cluster::MemberSet;
+use crate::nat::{BlockError, BlockMap, Geometry, PortClass, RuleKind, RuleSpec, RuleTable};
+use crate::types::{Duration, Epoch, NodeId, WorkerId};
+use std::net::Ipv4Addr;
+use std::sync::Arc;
+
+/// The NAT configuration of a pipeline (`Pipeline::set_nat`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NatSpec {
+    /// In order; `pool` indexes `pools`.
+    pub rules: Vec<RuleSpec>,
+    pub pools: Vec<PoolSpec>,
+    /// Most xlates at once.
+    pub xlate_capacity: usize,
+    /// Multi-session xlates idle this long with no connection are reaped.
+    pub xlate_timeout: Duration,
+    /// Port block allocation: most inside hosts holding blocks at once.
+    pub host_capacity: usize,
+}
+
+/// One pool.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PoolSpec {
+    pub addresses: Vec<Ipv4Addr>,
+    /// `Some`: a PAT pool; `None`: dynamic NAT (whole addresses).
+    pub pat: Option<PatSpec>,
+}
+
+/// A PAT pool's block settings.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct PatSpec {
+    pub block_size: u16,
+    pub reserved_ports: bool,
+    pub max_per_host: Option<u16>,
+}
+
+/// Why a NAT configuration cannot run.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum NatSpecError {
+    #[error("pool {0}: {1}")]
+    Pool(usize, BlockError),
+    #[error("rule {0} names pool {1}, which does not exist")]
+    NoPool(usize, u16),
+    #[error("address {0} is in two pools")]
+    SharedAddress(Ipv4Addr),
+    #[error("a NAT plan for {plan_workers} worker(s) and {plan_ifaces} interface(s) given to worker {me} of {workers} with {ifaces} interface(s)")]
+    PlanMismatch { plan_workers: u16, plan_ifaces: usize, me: u16, workers: u16, ifaces: usize },
+}
+
+/// One pool in the plan.
+pub(crate) enum PlanPool {
+    /// Its block map dealt over the node's workers.
+    Pat { map: BlockMap, pat: PatSpec },
+    /// Dynamic NAT: its addresses, each with its worker.
+    Nat { addresses: Vec<(Ipv4Addr, WorkerId)> },
+}
+
+/// What every worker of a node shares of a NAT configuration, read-only
+/// (module essay, several workers): built once, handed to each worker's
+/// pipeline (`Pipeline::set_nat_plan`) and to the driver's steering
+/// (`steer::steer_nat`).
+pub struct NatPlan {
+    pub(crate) rules: RuleTable,
+    pub(crate) pools: Vec<PlanPool>,
+    /// Every pool address, ascending, with its pool.
+    pub(crate) addrs: Vec<(Ipv4Addr, u16)>,
+    pub(crate) workers: u16,
+    pub(crate) ifaces: usize,
+    pub(crate) xlate_capacity: usize,
+    pub(crate) xlate_timeout: Duration,
+    pub(crate) host_capacity: usize,
+}
+
+/// Where inbound traffic to a mapped address is decided (`NatPlan::inbound`).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum NatInbound {
+    /// By this worker: it holds the block or the address (and so the
+    /// xlate, if there is one).
+    Worker(WorkerId),
+    /// By the worker of the datagram once translated to this real address
+    /// (and port, for static PAT): a static rule's.
+    Real(Ipv4Addr, Option<u16>),
+}
+
+impl NatPlan {
+    /// The plan of `spec` for a node with `workers` workers and `ifaces`
+    /// interfaces (the pipeline's configured interfaces).
+    pub fn new(spec: &NatSpec, ifaces: usize, workers: u16) -> Result<Arc<Self>, NatSpecError> {
+        let w8 = u8::try_from(workers).map_err(|_| NatSpecError::Pool(0, BlockError::Workers(u8::MAX)))?;
+        let mut pools = Vec::with_capacity(spec.pools.len());
+        let mut addrs = Vec::new();
+        for (i, p) in spec.pools.iter().enumerate() {
+            for &a in &p.addresses {
+                addrs.push((a, i as u16));
+            }
+            pools.push(match p.pat {
+                Some(pat) => {
+                    // One node: the whole map is dealt over its workers.
+                    let g = Geometry::new(pat.block_size, pat.reserved_ports).map_err(|e| NatSpecError::Pool(i, e))?;
+                    let me = MemberSet::from_nodes(Epoch(1), [NodeId(0)])
+                        .map_err(|_| NatSpecError::Pool(i, BlockError::NoMembers))?;
+                    let map = BlockMap::deal(g, &p.addresses, &me, w8).map_err(|e| NatSpecError::Pool(i, e))?;
+                    PlanPool::Pat { map, pat }
+                }
+                None => PlanPool::Nat {
+                    addresses: (0..).zip(&p.addresses).map(|(k, &a)| (a, WorkerId(k % workers.max(1)))).collect(),
+                },
+            });
+        }
+        addrs.sort_unstable();
+        if let Some(w) = addrs.windows(2).find(|w| w[0].0 == w[1].0) {
+            return Err(NatSpecError::SharedAddress(w[0].0));
+        }
+        for (i, r) in spec.rules.iter().enumerate() {
+            if let Some(p) = r.pool.filter(|&p| usize::from(p) >= pools.len()) {
+                return Err(NatSpecError::NoPool(i, p));
+            }
+        }
+        Ok(Arc::new(NatPlan {
+            rules: RuleTable::build(spec.rules.clone(), ifaces),
+            pools,
+            addrs,
+            workers: workers.max(1),
+            ifaces,
+            xlate_capacity: spec.xlate_capacity,
+            xlate_timeout: spec.xlate_timeout,
+            host_capacity: spec.host_capacity,
+        }))
+    }
+
+    pub fn workers(&self) -> u16 {
+        self.workers
+    }
+
+    pub fn ifaces(&self) -> usize {
+        self.ifaces
+    }
+
+    pub(crate) fn pool_of(&self, a: Ipv4Addr) -> Option<u16> {
+        self.addrs.binary_search_by_key(&a, |e| e.0).ok().map(|i| self.addrs[i].1)
+    }
+
+    /// Where a datagram to `dst` (protocol, port class and destination
+    /// port or echo identifier as received) is decided; `None` when it is
+    /// not NAT's, or when no worker holds it (a port outside the pool's
+    /// blocks: dropped as `nat-no-xlate` wherever it lands). A static rule
+    /// first, as `NatPath::inbound` translates. No allocation.
+    pub fn inbound(&self, dst: Ipv4Addr, proto: u8, class: Option<PortClass>, port: u16) -> Option<NatInbound> {
+        if let Some(rule) = self.rules.inbound(dst, proto, port).and_then(|i| self.rules.rule(i)) {
+            let (a, p) = static_real(rule, dst);
+            return Some(NatInbound::Real(a, p));
+        }
+        match self.pools.get(usize::from(self.pool_of(dst)?))? {
+            PlanPool::Pat { map, .. } => {
+                class?;
+                map.lookup(dst, port).map(|h| NatInbound::Worker(WorkerId(u16::from(h.worker))))
+            }
+            PlanPool::Nat { addresses } => {
+                addresses.iter().find(|(a, _)| *a == dst).map(|&(_, w)| NatInbound::Worker(w))
+            }
+        }
+    }
+
+    /// Workers that hold no address of a dynamic-NAT pool (its hosts
+    /// steered there are `nat-exhausted`): (pool, workers), for the
+    /// node's start-up warning.
+    pub fn idle_workers(&self) -> Vec<(u16, u16)> {
+        self.pools
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| match p {
+                PlanPool::Nat { addresses } if addresses.len() < usize::from(self.workers) => {
+                    Some((i as u16, self.workers - addresses.len() as u16))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+/// The port space of a tracked flow's protocol (an ICMP flow is an echo);
+/// `None` for a protocol without ports.
+pub(crate) fn nat_class(proto: u8) -> Option<PortClass> {
+    class_of(proto, Some(8))
+}
+
+/// The port space of a protocol (and ICMP type); `None` for a protocol
+/// without ports.
+pub(crate) fn class_of(proto: u8, icmp_type: Option<u8>) -> Option<PortClass> {
+    match (proto, icmp_type) {
+        (6, _) => Some(PortClass::Tcp),
+        (17, _) => Some(PortClass::Udp),
+        (1, Some(0 | 8)) => Some(PortClass::Icmp),
+        _ => None,
+    }
+}
+
+/// The real endpoint a static rule maps mapped address `dst` to: the
+/// address (static NAT: `dst` moved into the real prefix) and, for static
+/// PAT, the real port.
+pub(crate) fn static_real(rule: &RuleSpec, dst: Ipv4Addr) -> (Ipv4Addr, Option<u16>) {
+    match (rule.kind, rule.ports) {
+        (RuleKind::StaticPat, Some((_, rp, _))) => (rule.source.0, Some(rp)),
+        _ => (shift(dst, rule.mapped.unwrap_or(rule.source), rule.source), None),
+    }
+}
+
+/// `addr` moved from the prefix `from` into the prefix `to` (same length).
+pub(crate) fn shift(addr: Ipv4Addr, from: (Ipv4Addr, u8), to: (Ipv4Addr, u8)) -> Ipv4Addr {
+    let host = if from.1 >= 32 { 0 } else { u32::from(addr) & (u32::MAX >> from.1) };
+    Ipv4Addr::from(u32::from(to.0) | host)
+}
