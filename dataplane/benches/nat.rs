@@ -21,6 +21,7 @@ fn rules(n: u32) -> Vec<RuleSpec> {
             mapped: (i % 10 == 0).then(|| (Ipv4Addr::from(0xc000_0000 + i * 256), 24)),
             ports: None,
             pool: (i % 10 != 0).then_some(0),
+            per_session: Default::default(),
         })
         .collect()
 }

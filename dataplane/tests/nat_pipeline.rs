@@ -8,11 +8,11 @@ mod common;
 
 use common::*;
 use dataplane::buf::{PacketBuf, VecBuf};
-use dataplane::conntrack::tcp_flags::{ACK, SYN};
+use dataplane::conntrack::tcp_flags::{ACK, RST, SYN};
 use dataplane::nat::{RuleKind, RuleSpec as NatRule};
 use dataplane::pipeline::{NatSpec, PatSpec, Pipeline, PoolSpec, Verdict};
 use dataplane::route::IfIndex;
-use dataplane::wire::build::ipv4_offset;
+use dataplane::wire::build::{ipv4_offset, PacketBuilder};
 use dataplane::wire::checksum;
 use dataplane::{DropReason, Duration, PortId, Timestamp};
 use std::net::Ipv4Addr;
@@ -22,6 +22,8 @@ const NAT_ADDR: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 100);
 const WEB_MAPPED: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 80);
 const DB_MAPPED: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 200);
 const DMZ_DB: Ipv4Addr = Ipv4Addr::new(198, 18, 3, 20);
+/// An inside host reachable from outside on its real address (ssh-in).
+const SSH_HOST: Ipv4Addr = Ipv4Addr::new(198, 18, 1, 12);
 const INSIDE: IfIndex = IfIndex(0);
 const OUTSIDE: IfIndex = IfIndex(1);
 
@@ -34,6 +36,7 @@ fn rule(kind: RuleKind, source: (Ipv4Addr, u8)) -> NatRule {
         mapped: None,
         ports: None,
         pool: None,
+        per_session: Default::default(),
     }
 }
 
@@ -43,7 +46,7 @@ fn rule(kind: RuleKind, source: (Ipv4Addr, u8)) -> NatRule {
 /// interface).
 fn pipeline(max_per_host: Option<u16>) -> Pipeline {
     let mut cfg = config();
-    cfg.static_neighbors = vec![(GW, GW_MAC), (HOST, HOST_MAC), (DMZ_DB, DMZ_HOST_MAC)];
+    cfg.static_neighbors = vec![(GW, GW_MAC), (HOST, HOST_MAC), (DMZ_DB, DMZ_HOST_MAC), (SSH_HOST, HOST_MAC)];
     cfg.flow_capacity = 8192;
     // The access rules admit what the tests send.
     cfg.rules.insert(
@@ -57,6 +60,19 @@ fn pipeline(max_per_host: Option<u16>) -> Pipeline {
             dst: (DMZ_DB, 32),
             src_ports: (0, 65535),
             dst_ports: (5432, 5432),
+        },
+    );
+    cfg.rules.insert(
+        0,
+        dataplane::pipeline::RuleSpec {
+            name: "ssh-in".into(),
+            permit: true,
+            interface: Some("outside".into()),
+            protocol: Some(6),
+            src: (Ipv4Addr::UNSPECIFIED, 0),
+            dst: (SSH_HOST, 32),
+            src_ports: (0, 65535),
+            dst_ports: (22, 22),
         },
     );
     let mut p = Pipeline::new(cfg).unwrap();
@@ -301,18 +317,93 @@ fn exhaustion_is_a_counted_drop() {
     assert_eq!(p.nat_counters().unwrap().exhausted, 1);
 }
 
-/// Idle xlates are reaped and their ports come back.
+/// Multi-session xlates (UDP other than DNS, ICMP, dynamic NAT) outlive
+/// their connections: released when the flow expires, stale once idle
+/// beyond the xlate timeout (visible), then reaped and their port back.
 #[test]
-fn idle_xlates_are_reaped() {
+fn multi_session_xlates_are_reaped_when_idle() {
     let mut p = pipeline(None);
-    let q = from_host(SERVER).udp(5353, 53, b"q");
+    let q = from_host(SERVER).udp(5353, 123, b"q");
     run(&mut p, 0, IN_PORT, &q);
-    assert_eq!(p.xlates(Timestamp::from_secs(1), 8).len(), 1);
-    let t = Timestamp::from_secs(61);
+    let x = p.xlates(Timestamp::from_secs(1), 8);
+    assert_eq!((x.len(), x[0].refcnt, x[0].sessions), (1, 1, dataplane::nat::Sessions::MultiSession));
+    // The UDP flow (120 s) expires: the xlate is released, not removed.
+    let tick = |p: &mut Pipeline, from_ms: u64| {
+        for ms in 0..300 {
+            p.poll_timers(Timestamp::from_millis(from_ms + ms));
+        }
+    };
+    tick(&mut p, 121_000);
+    let x = p.xlates(Timestamp::from_secs(122), 8);
+    assert_eq!((x.len(), x[0].refcnt, x[0].stale), (1, 0, false), "{x:?}");
+    // Idle 60 s more with no connection: stale, listed, then reaped.
+    let t = Timestamp::from_millis(121_300 + 60_000);
     assert!(p.xlates(t, 8)[0].stale, "idle beyond the timeout, not reaped yet");
-    for ms in 0..200 {
-        p.poll_timers(Timestamp::from_millis(61_000 + ms));
-    }
+    tick(&mut p, 121_300 + 60_000);
     assert!(p.xlates(t, 8).is_empty());
-    assert_eq!(p.nat_counters().unwrap().xlates_reaped, 1);
+    let c = p.nat_counters().unwrap();
+    assert_eq!((c.xlates_reaped, c.xlates_removed), (1, 0));
+    assert_eq!(p.nat_pools()[0].ports_in_use, 0);
+}
+
+/// Per-session xlates (TCP and DNS by default, N3) go with their
+/// connection: removed the moment conntrack removes the flow, their port
+/// back in the pool; two connections from one real endpoint share one
+/// xlate, which goes with the second.
+#[test]
+fn per_session_xlates_go_with_their_connection() {
+    let mut p = pipeline(None);
+    // A DNS query: per-session; the flow expires after 120 s idle.
+    run(&mut p, 0, IN_PORT, &from_host(SERVER).udp(5353, 53, b"q"));
+    let x = p.xlates(Timestamp::from_secs(1), 8);
+    assert_eq!((x[0].refcnt, x[0].sessions), (1, dataplane::nat::Sessions::PerSession));
+    // Two TCP connections from one endpoint to two servers: one xlate.
+    let other = Ipv4Addr::new(93, 184, 216, 35);
+    for (i, srv) in [SERVER, other].into_iter().enumerate() {
+        let syn = from_host(srv).tcp(40000, 443, 100, 0, SYN, 64240, &SYN_OPTS, b"");
+        assert_eq!(run(&mut p, 1 + i as u64, IN_PORT, &syn).0, Verdict::Forward(OUT_PORT));
+    }
+    let tcp: Vec<_> = p.xlates(Timestamp::from_secs(1), 8).into_iter().filter(|x| x.proto == "tcp").collect();
+    assert_eq!((tcp.len(), tcp[0].refcnt), (1, 2), "{tcp:?}");
+    assert_eq!(p.nat_pools()[0].ports_in_use, 2);
+    // The first connection is reset; it lingers closed for 10 s, then goes.
+    let rst = from_host(SERVER).tcp(40000, 443, 101, 0, RST, 0, &[], b"");
+    run(&mut p, 3, IN_PORT, &rst);
+    for ms in (10_000..12_000).step_by(10) {
+        p.poll_timers(Timestamp::from_millis(ms));
+    }
+    let tcp: Vec<_> = p.xlates(Timestamp::from_secs(12), 8).into_iter().filter(|x| x.proto == "tcp").collect();
+    assert_eq!((tcp.len(), tcp[0].refcnt), (1, 1), "the other connection holds it: {tcp:?}");
+    // The second one's SYN times out (30 s): the xlate goes at once.
+    for ms in (30_000..32_000).step_by(10) {
+        p.poll_timers(Timestamp::from_millis(ms));
+    }
+    let x = p.xlates(Timestamp::from_secs(32), 8);
+    assert!(x.iter().all(|x| x.proto != "tcp"), "{x:?}");
+    assert_eq!(p.nat_counters().unwrap().xlates_removed, 1);
+    assert_eq!(p.nat_pools()[0].ports_in_use, 1, "the DNS query's port only");
+    // The DNS flow expires (120 s): its xlate goes too.
+    for ms in (120_000..122_000).step_by(10) {
+        p.poll_timers(Timestamp::from_millis(ms));
+    }
+    assert!(p.xlates(Timestamp::from_secs(122), 8).is_empty());
+    let c = p.nat_counters().unwrap();
+    assert_eq!((c.xlates_removed, c.xlates_reaped), (2, 0));
+    assert_eq!(p.nat_pools()[0].ports_in_use, 0);
+}
+
+/// A dynamic translation is made for a connection's initiator only: an
+/// inside host answering a connection made to its real address answers
+/// from it (no port taken from the pool).
+#[test]
+fn the_responder_of_a_connection_is_not_translated() {
+    let mut p = pipeline(None);
+    let syn = from_outside(SERVER, SSH_HOST).tcp(50000, 22, 1, 0, SYN, 64240, &SYN_OPTS, b"");
+    assert_eq!(run(&mut p, 0, OUT_PORT, &syn).0, Verdict::Forward(IN_PORT));
+    let synack = PacketBuilder::new(HOST_MAC, IN_MAC, SSH_HOST, SERVER).tcp(22, 50000, 9, 2, SYN | ACK, 64240, &SYN_OPTS, b"");
+    let (v, out) = run(&mut p, 1, IN_PORT, &synack);
+    assert_eq!(v, Verdict::Forward(OUT_PORT));
+    assert_eq!((Ip(&out).src(), Ip(&out).ports().0), (SSH_HOST, 22));
+    assert!(p.xlates(Timestamp::from_secs(1), 8).is_empty());
+    assert_eq!(p.nat_pools()[0].ports_in_use, 0);
 }

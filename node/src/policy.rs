@@ -235,7 +235,7 @@ pub fn nat_not_runnable(nat: &config::nat::NatConfig, cluster: bool) -> Option<S
 /// kept idle at least as long as any flow.
 pub fn nat_spec(cfg: &Config) -> Option<NatSpec> {
     use config::nat::NatKind;
-    use dataplane::nat::{RuleKind, RuleSpec};
+    use dataplane::nat::{PerSession, RuleKind, RuleSpec, UdpPerSession};
     let nat = &cfg.nat;
     if nat.rules.is_empty() {
         return None;
@@ -259,6 +259,14 @@ pub fn nat_spec(cfg: &Config) -> Option<NatSpec> {
             mapped: r.mapped.map(|m| (m.addr, m.len)),
             ports: r.protocol.zip(r.real_port).zip(r.mapped_port).map(|((p, rp), mp)| (p, rp, mp)),
             pool: r.pool.as_ref().and_then(|p| nat.pools.iter().position(|q| &q.name == p)).map(|i| i as u16),
+            per_session: PerSession {
+                tcp: r.per_session_tcp,
+                udp: match r.per_session_udp {
+                    config::nat::UdpSessions::Dns => UdpPerSession::Dns,
+                    config::nat::UdpSessions::All => UdpPerSession::All,
+                    config::nat::UdpSessions::None => UdpPerSession::None,
+                },
+            },
         })
         .collect();
     let pools = nat

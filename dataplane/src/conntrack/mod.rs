@@ -34,6 +34,13 @@
 //!   (protocol state, idle age); packet and byte counters start from zero
 //!   (they are statistics, not state). `install` is bounded like `track`'s
 //!   creation step: no allocation, a full table is `FlowTableFull`.
+//! - A flow may carry a caller's **mark** (a `u32`, kept in the slot's
+//!   padding: the slot stays two cache lines): with [`ConnTable::log_ended`]
+//!   on, every marked flow's mark is reported exactly once when the flow is
+//!   removed, whichever way it goes ([`ConnTable::drain_ended`]; the log
+//!   holds one entry per slot, reserved when turned on). An `install` over
+//!   a live flow keeps its mark. The NAT stage marks a flow with the xlate
+//!   it holds and lets go of it when the flow ends.
 
 mod index;
 mod state;
@@ -342,6 +349,9 @@ struct Slot {
     /// The initiator is the key's `lo` endpoint.
     orig_is_lo: bool,
     kind: FlowKind,
+    /// The caller's mark (`set_mark`; 0: none), reported when the flow
+    /// ends (`drain_ended`).
+    mark: u32,
     packets: [u64; 2],
     bytes: [u64; 2],
 }
@@ -350,6 +360,7 @@ const FREE_SLOT: Slot = Slot {
     key: Key { w: [0; 5] },
     live: false,
     orig_is_lo: true,
+    mark: 0,
     kind: FlowKind::Other,
     last_seen: Timestamp::ZERO,
     packets: [0; 2],
@@ -427,6 +438,13 @@ pub struct ConnTable {
     len: usize,
     cursor: usize,
     stats: ConnStats,
+    /// Marks of flows removed since the last `drain_ended` (only with
+    /// `log_ended`; sized to the capacity when enabled).
+    ended: Vec<u32>,
+    log_ended: bool,
+    /// Marks that did not fit `ended` (never expected: it holds one per
+    /// flow slot).
+    pub ended_lost: u64,
 }
 
 impl ConnTable {
@@ -447,6 +465,49 @@ impl ConnTable {
             len: 0,
             cursor: 0,
             stats: ConnStats::default(),
+            ended: Vec::new(),
+            log_ended: false,
+            ended_lost: 0,
+        }
+    }
+
+    /// Report the marks of removed flows (`set_mark`, `drain_ended`): for
+    /// a stage that holds something per flow (NAT: an xlate reference).
+    /// Reserves one entry per flow slot now.
+    pub fn log_ended(&mut self) {
+        if !self.log_ended {
+            self.ended = Vec::with_capacity(self.slots.len());
+            self.log_ended = true;
+        }
+    }
+
+    /// Mark flow `h` with `mark` (non-zero; replaces an earlier mark):
+    /// reported by `drain_ended` when the flow is removed, however that
+    /// happens (expiry, a reopening SYN, `remove_flow`, `clear`). No-op for
+    /// a stale handle.
+    pub fn set_mark(&mut self, h: FlowHandle, mark: u32) {
+        if let Some(s) = self.slots.get_mut(h.0 as usize).filter(|s| s.live) {
+            s.mark = mark;
+        }
+    }
+
+    /// Forget every flow's mark (nothing is reported for them).
+    pub fn clear_marks(&mut self) {
+        for s in &mut self.slots {
+            s.mark = 0;
+        }
+    }
+
+    /// The mark of flow `h` (0: none or no flow).
+    pub fn mark(&self, h: FlowHandle) -> u32 {
+        self.slots.get(h.0 as usize).filter(|s| s.live).map_or(0, |s| s.mark)
+    }
+
+    /// The marks of the flows removed since the last call, in order.
+    /// Never allocates.
+    pub fn drain_ended(&mut self, mut f: impl FnMut(u32)) {
+        for m in self.ended.drain(..) {
+            f(m);
         }
     }
 
@@ -683,6 +744,13 @@ impl ConnTable {
             return;
         }
         let hash = slot.key.hash(&self.seed);
+        if slot.mark != 0 && self.log_ended {
+            if self.ended.len() < self.ended.capacity() {
+                self.ended.push(slot.mark);
+            } else {
+                self.ended_lost += 1;
+            }
+        }
         self.index.remove(hash, i);
         *slot = FREE_SLOT;
         // Cannot exceed capacity: `i` was live, so it is not on the stack.
@@ -753,6 +821,15 @@ impl ConnTable {
 
     /// Remove all flows (keeps the reserved memory).
     pub fn clear(&mut self) {
+        if self.log_ended {
+            for s in self.slots.iter().filter(|s| s.live && s.mark != 0) {
+                if self.ended.len() < self.ended.capacity() {
+                    self.ended.push(s.mark);
+                } else {
+                    self.ended_lost += 1;
+                }
+            }
+        }
         self.index.clear();
         self.slots.fill(FREE_SLOT);
         self.free.clear();
@@ -809,7 +886,9 @@ impl ConnTable {
         let last_seen = Timestamp(now.0.saturating_sub(state.idle.0));
         if let Some(i) = self.find(hash, &key) {
             if let Some(slot) = self.slots.get_mut(i as usize) {
-                *slot = Slot { key, live: true, orig_is_lo: from_lo, kind: state.kind, last_seen, ..FREE_SLOT };
+                // The same flow, new state: it keeps its mark.
+                let mark = slot.mark;
+                *slot = Slot { key, live: true, orig_is_lo: from_lo, kind: state.kind, last_seen, mark, ..FREE_SLOT };
                 return Ok(FlowHandle(i));
             }
         }

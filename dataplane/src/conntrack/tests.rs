@@ -1659,3 +1659,56 @@ fn flow_state_is_small() {
     assert!(core::mem::size_of::<FlowState>() <= 64);
     assert_eq!(FlowState::LEN, 40);
 }
+
+/// A flow's mark is reported once when the flow is removed, however it
+/// goes (expiry, a replacing dead entry, `remove_flow`, `clear`); an
+/// `install` over a live flow keeps it; unmarked flows and a table without
+/// the log report nothing.
+#[test]
+fn marks_are_reported_when_their_flow_ends() {
+    let to = Timeouts::default();
+    let t0 = Timestamp::from_secs(1);
+    let udp = |p: u16| tuple(v4(10, 0, 0, 1), p, v4(10, 0, 0, 2), 53, ip_proto::UDP);
+    let drained = |t: &mut ConnTable| {
+        let mut v = vec![];
+        t.drain_ended(|m| v.push(m));
+        v
+    };
+    let mut t = ConnTable::new(8, to);
+    t.log_ended();
+    let h: Vec<FlowHandle> = (1..=4).map(|p| t.track(t0, &udp(p), &L4Info::Udp, 1, || true).unwrap().handle).collect();
+    for (i, &f) in h.iter().enumerate().take(3) {
+        t.set_mark(f, 10 + i as u32);
+    }
+    assert_eq!(t.mark(h[0]), 10);
+    // A new state for a live flow: the same flow, the same mark.
+    let st = t.export(t0, h[2]).unwrap();
+    assert_eq!(t.install(t0, &udp(3), st).unwrap(), h[2]);
+    assert_eq!(t.mark(h[2]), 12);
+    t.remove_flow(h[1]);
+    assert_eq!(drained(&mut t), [11]);
+    assert_eq!(drained(&mut t), [] as [u32; 0], "once");
+    // Expiry: flow 1 (marked) and flow 4 (not).
+    let late = t0.saturating_add(to.udp);
+    let keep = Timestamp(late.nanos() - 1_000 * MS);
+    assert!(!t.track(keep, &udp(3), &L4Info::Udp, 1, || true).unwrap().created);
+    assert_eq!(t.expire(late, 100), 2);
+    assert_eq!(drained(&mut t), [10]);
+    // A dead flow replaced by a new packet of its tuple.
+    let later = late.saturating_add(to.udp);
+    let again = t.track(later, &udp(3), &L4Info::Udp, 1, || true).unwrap();
+    assert!(again.created);
+    assert_eq!(t.mark(again.handle), 0, "a new flow starts unmarked");
+    assert_eq!(drained(&mut t), [12]);
+    t.set_mark(again.handle, 99);
+    t.clear();
+    assert_eq!(drained(&mut t), [99]);
+    assert_eq!(t.ended_lost, 0);
+    check_invariants(&t);
+    // Without the log: nothing is kept.
+    let mut t = ConnTable::new(8, to);
+    let f = t.track(t0, &udp(1), &L4Info::Udp, 1, || true).unwrap().handle;
+    t.set_mark(f, 5);
+    t.remove_flow(f);
+    assert_eq!(drained(&mut t), [] as [u32; 0]);
+}

@@ -57,6 +57,48 @@ pub struct RuleSpec {
     pub ports: Option<(u8, u16, u16)>,
     /// Dynamic kinds: the pool.
     pub pool: Option<u16>,
+    /// Dynamic PAT: which connections' xlates are per-session (N3).
+    pub per_session: PerSession,
+}
+
+/// Which connections of a PAT rule get per-session xlates (N3): removed
+/// when their connection ends, instead of waiting for the xlate timeout.
+/// ICMP is always multi-session.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct PerSession {
+    pub tcp: bool,
+    pub udp: UdpPerSession,
+}
+
+/// UDP's share of [`PerSession`].
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum UdpPerSession {
+    /// To destination port 53 (DNS) only: the reference's default.
+    Dns,
+    All,
+    None,
+}
+
+impl Default for PerSession {
+    /// The reference's defaults: TCP and DNS per-session.
+    fn default() -> Self {
+        PerSession { tcp: true, udp: UdpPerSession::Dns }
+    }
+}
+
+impl PerSession {
+    /// Is a connection of `proto` to `dst_port` per-session?
+    pub fn applies(&self, proto: u8, dst_port: u16) -> bool {
+        match proto {
+            6 => self.tcp,
+            17 => match self.udp {
+                UdpPerSession::Dns => dst_port == 53,
+                UdpPerSession::All => true,
+                UdpPerSession::None => false,
+            },
+            _ => false,
+        }
+    }
 }
 
 /// A binary trie over prefixes; each node keeps the lowest rule index of

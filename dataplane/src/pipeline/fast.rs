@@ -236,8 +236,8 @@ impl FastPath {
                     }
                 }
                 match flows.track(Some(cl), &mut link, now, &tuple, l4, len, ifx, route.iface) {
-                    Ok(None) => {}
-                    Ok(Some(x)) => {
+                    Ok((None, _)) => {}
+                    Ok((Some(x), _)) => {
                         if let Err(r) = apply_xlate(HEADER_LEN, x, buf) {
                             return Some(Fast::Done(Outcome::Drop(r)));
                         }

@@ -11,7 +11,7 @@ use super::cluster::records::Pre;
 use super::cluster::{ClusterPath, Link};
 use super::context::Xlate;
 use crate::acl::{Acl, RuleInfo};
-use crate::conntrack::{ConnTable, L4Info};
+use crate::conntrack::{ConnTable, L4Info, Tracked};
 use crate::route::IfIndex;
 use crate::types::{DropReason, FiveTuple, Timestamp};
 
@@ -41,7 +41,7 @@ impl Flows {
         len: u32,
         ifx: IfIndex,
         egress: IfIndex,
-    ) -> Result<Option<Xlate>, DropReason> {
+    ) -> Result<(Option<Xlate>, Tracked), DropReason> {
         let mut seen = l4;
         let pre: Option<Pre> = cluster.as_deref().and_then(|cl| cl.owner_pre(&self.table, tuple, &mut seen));
         let acl = &mut self.acl;
@@ -49,7 +49,7 @@ impl Flows {
         if tracked.created {
             self.created += 1;
         }
-        Ok(cluster.and_then(|cl| cl.owner_post(now, link, &self.table, tuple, &l4, tracked, pre)))
+        Ok((cluster.and_then(|cl| cl.owner_post(now, link, &self.table, tuple, &l4, tracked, pre)), tracked))
     }
 
     /// Put `acl` in place of the current rules (which end up in `acl`);

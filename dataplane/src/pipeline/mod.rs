@@ -597,14 +597,19 @@ impl Pipeline {
                     let len = u32::from(ip.total_len());
                     let mut link = Link { egress: &mut self.egress, ifaces: &self.ifaces };
                     let cl = self.cluster.as_deref_mut();
-                    xlate = self.flows.track(cl, &mut link, now, &tuple, l4, len, ifx, egress)?;
+                    let tracked;
+                    (xlate, tracked) = self.flows.track(cl, &mut link, now, &tuple, l4, len, ifx, egress)?;
                     // Only the first fragment carries the TCP header.
                     if piece.is_some_and(|(off, _)| off != 0) {
                         xlate = None;
                     }
-                    // NAT outbound: the flow is admitted on its real tuple.
-                    if let (Some(n), false) = (self.nat.as_deref_mut(), rx.nat_in) {
-                        snat = n.outbound(now, ifx, egress, &tuple)?;
+                    if let Some(n) = self.nat.as_deref_mut() {
+                        // A reopening SYN may have replaced a flow.
+                        n.flows_ended(now, &mut self.flows.table);
+                        // NAT outbound: the flow is admitted on its real tuple.
+                        if !rx.nat_in {
+                            snat = n.outbound(now, ifx, egress, &tuple, &mut self.flows.table, tracked)?;
+                        }
                     }
                 }
             }
@@ -888,6 +893,7 @@ impl Pipeline {
     pub fn poll_timers(&mut self, now: Timestamp) {
         self.flows.table.expire(now, EXPIRE_BUDGET);
         if let Some(n) = self.nat.as_deref_mut() {
+            n.flows_ended(now, &mut self.flows.table);
             n.timers(now);
         }
         self.egress.timers(now);
@@ -944,6 +950,11 @@ impl Pipeline {
                 ifaces,
             });
         }
+        // Flows marked by a previous configuration's xlates hold none of
+        // the new one's.
+        self.flows.table.drain_ended(|_| {});
+        self.flows.table.clear_marks();
+        self.flows.table.log_ended();
         self.nat = Some(Box::new(nat::NatPath::new(plan, self.worker)));
         Ok(())
     }

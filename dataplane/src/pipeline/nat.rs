@@ -41,16 +41,26 @@
 //! several workers holds an xlate (and, with port block allocation, a
 //! block) on each.
 //!
-//! Xlates are reaped when idle beyond the xlate timeout (the node sets it
-//! above every flow timeout). Every xlate is kept as multi-session for
-//! now: the per-session removal at the connection's end needs conntrack's
-//! end-of-flow events (to come with the cluster part).
+//! **Xlate lifecycle (N3, N7).** Every flow that uses a dynamic xlate
+//! holds a reference on it, recorded as the flow's conntrack mark (the
+//! xlate's slot + 1). Conntrack reports the marks of the flows it removes,
+//! however they go (`ConnTable::drain_ended`), and the stage lets go of
+//! them (`flows_ended`): a per-session xlate (PAT for TCP and DNS by
+//! default, the rule's `per-session-*` settings) goes at once and its
+//! port returns to the pool; a multi-session one (other UDP, ICMP,
+//! dynamic NAT) stays until idle beyond the xlate timeout with no
+//! connection (stale, visible in `show xlate`, then reaped). A dynamic
+//! translation is made only for a flow's initiator: the responder of a
+//! connection to its real address answers from it.
 
 use crate::nat::plan::{class_of, nat_class, shift, static_real, PlanPool};
 pub use crate::nat::plan::{NatInbound, NatPlan, NatSpec, NatSpecError, PatSpec, PoolSpec};
-use crate::nat::{self, Endpoint as Side, PortAllocator, PortClass, RuleKind, Sessions, Xlate, XlateInfo, XlateTable};
+use crate::conntrack::{ConnTable, Tracked};
+use crate::nat::{
+    self, Endpoint as Side, PortAllocator, PortClass, RuleKind, Sessions, Xlate, XlateId, XlateInfo, XlateTable,
+};
 use crate::route::IfIndex;
-use crate::types::{DropReason, FiveTuple, NodeId, Timestamp, WorkerId};
+use crate::types::{Direction, DropReason, FiveTuple, NodeId, Timestamp, WorkerId};
 use crate::wire::rewrite::{endpoints, icmp_quote};
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
@@ -86,6 +96,8 @@ pub struct NatCounters {
     /// ICMP errors whose quote was translated back.
     pub icmp_errors_in: u64,
     pub xlates_created: u64,
+    /// Per-session xlates removed when their last connection ended.
+    pub xlates_removed: u64,
     pub xlates_reaped: u64,
     pub no_xlate: u64,
     pub exhausted: u64,
@@ -101,6 +113,7 @@ impl std::ops::AddAssign for NatCounters {
             translated_in,
             icmp_errors_in,
             xlates_created,
+            xlates_removed,
             xlates_reaped,
             no_xlate,
             exhausted,
@@ -111,6 +124,7 @@ impl std::ops::AddAssign for NatCounters {
         self.translated_in += translated_in;
         self.icmp_errors_in += icmp_errors_in;
         self.xlates_created += xlates_created;
+        self.xlates_removed += xlates_removed;
         self.xlates_reaped += xlates_reaped;
         self.no_xlate += no_xlate;
         self.exhausted += exhausted;
@@ -240,14 +254,20 @@ impl NatPath {
     }
 
     /// Outbound (module essay): the source translation of a packet of
-    /// `tuple` that arrived on `ifx` and leaves by `egress`, allocating an
-    /// xlate for a dynamic rule; `None` when no rule applies.
+    /// `tuple` that arrived on `ifx` and leaves by `egress` (its flow
+    /// `tracked` in `flows`), allocating an xlate for a dynamic rule when
+    /// the packet is its flow's initiator; `None` when no rule applies.
+    /// The flow holds a reference on the xlate it uses (its mark), given
+    /// back when it ends (`flows_ended`).
+    #[allow(clippy::too_many_arguments)]
     pub fn outbound(
         &mut self,
         now: Timestamp,
         ifx: IfIndex,
         egress: IfIndex,
         tuple: &FiveTuple,
+        flows: &mut ConnTable,
+        tracked: Tracked,
     ) -> Result<Option<Snat>, DropReason> {
         let IpAddr::V4(src) = tuple.src else { return Ok(None) };
         // A tracked ICMP flow is an echo (errors are not flows).
@@ -255,15 +275,18 @@ impl NatPath {
         // The echo identifier is the "port" both ways (R3 puts it in one
         // of the two tuple ports).
         let sport = if class == Some(PortClass::Icmp) { tuple.src_port | tuple.dst_port } else { tuple.src_port };
-        if let Some(id) = class.and_then(|c| self.xlates.by_real(c, (src, sport))) {
-            let x = self.xlates.get(id).copied();
-            self.xlates.touch(now, id);
-            return Ok(x.map(|x| (x.mapped.0, Some(x.mapped.1))));
-        }
-        if let Some(id) = self.xlates.by_real(PortClass::Tcp, (src, 0)) {
-            let x = self.xlates.get(id).copied();
-            self.xlates.touch(now, id);
-            return Ok(x.map(|x| (x.mapped.0, None)));
+        let found = class
+            .and_then(|c| self.xlates.by_real(c, (src, sport)).map(|id| (id, true)))
+            .or_else(|| self.xlates.by_real(PortClass::Tcp, (src, 0)).map(|id| (id, false)));
+        if let Some((id, with_port)) = found {
+            let Some(x) = self.xlates.get(id).copied() else { return Ok(None) };
+            if flows.mark(tracked.handle) == 0 {
+                self.xlates.acquire(now, id);
+                flows.set_mark(tracked.handle, id.0.wrapping_add(1));
+            } else {
+                self.xlates.touch(now, id);
+            }
+            return Ok(Some((x.mapped.0, with_port.then_some(x.mapped.1))));
         }
         let Some(i) = self.plan.rules.outbound(ifx, src, tuple.proto, sport) else { return Ok(None) };
         let Some(rule) = self.plan.rules.rule(i).cloned() else { return Ok(None) };
@@ -273,6 +296,10 @@ impl NatPath {
         match rule.kind {
             RuleKind::StaticNat => Ok(Some((shift(src, rule.source, rule.mapped.unwrap_or(rule.source)), None))),
             RuleKind::StaticPat => Ok(rule.ports.zip(rule.mapped).map(|((_, _, mp), m)| (m.0, Some(mp)))),
+            // A dynamic translation is made for the connection's initiator
+            // only: the responder of a connection to its real address
+            // answers from it.
+            _ if tracked.dir != Direction::Original => Ok(None),
             RuleKind::DynamicPat => {
                 let Some(class) = class else {
                     self.counters.protocol += 1;
@@ -285,14 +312,13 @@ impl NatPath {
                     self.counters.exhausted += 1;
                     DropReason::NatExhausted
                 })?;
-                let x = Xlate {
-                    class,
-                    real: (src, sport),
-                    mapped: (m.addr, m.port),
-                    sessions: Sessions::MultiSession,
-                    block: Some(m.block),
+                let sessions = if rule.per_session.applies(tuple.proto, tuple.dst_port) {
+                    Sessions::PerSession
+                } else {
+                    Sessions::MultiSession
                 };
-                self.bind(now, x)?;
+                let x = Xlate { class, real: (src, sport), mapped: (m.addr, m.port), sessions, block: Some(m.block) };
+                self.bind(now, x, flows, tracked)?;
                 Ok(Some((m.addr, Some(m.port))))
             }
             RuleKind::DynamicNat => {
@@ -310,18 +336,25 @@ impl NatPath {
                     sessions: Sessions::MultiSession,
                     block: None,
                 };
-                self.bind(now, x)?;
+                self.bind(now, x, flows, tracked)?;
                 Ok(Some((a, None)))
             }
         }
     }
 
-    /// Insert `x` with no connection holding it (reaped when idle); on
-    /// failure its mapping goes back to its pool.
-    fn bind(&mut self, now: Timestamp, x: Xlate) -> Result<(), DropReason> {
+    /// Insert `x`, held by the flow `tracked` (its mark); on failure its
+    /// mapping goes back to its pool.
+    fn bind(&mut self, now: Timestamp, x: Xlate, flows: &mut ConnTable, tracked: Tracked) -> Result<(), DropReason> {
         match self.xlates.insert(now, x) {
             Ok(id) => {
-                self.xlates.release(now, id);
+                if flows.mark(tracked.handle) == 0 {
+                    flows.set_mark(tracked.handle, id.0.wrapping_add(1));
+                } else if let Some(x) = self.xlates.release(now, id) {
+                    // The flow holds another xlate already (it cannot: the
+                    // lookup above found none for its endpoint); never
+                    // leave this one without a holder.
+                    self.give_back(x);
+                }
                 self.counters.xlates_created += 1;
                 Ok(())
             }
@@ -331,6 +364,19 @@ impl NatPath {
                 Err(DropReason::NatExhausted)
             }
         }
+    }
+
+    /// The flows of `flows` removed since the last call let go of their
+    /// xlates: a per-session xlate left without connections goes at once
+    /// and its port back to the pool (N3); a multi-session one waits for
+    /// the xlate timeout. Call after anything that may remove flows.
+    pub fn flows_ended(&mut self, now: Timestamp, flows: &mut ConnTable) {
+        flows.drain_ended(|mark| {
+            if let Some(x) = self.xlates.release(now, XlateId(mark.wrapping_sub(1))) {
+                self.counters.xlates_removed += 1;
+                self.give_back(x);
+            }
+        });
     }
 
     fn give_back(&mut self, x: Xlate) {

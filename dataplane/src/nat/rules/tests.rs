@@ -74,6 +74,7 @@ fn rule() -> impl Strategy<Value = RuleSpec> {
                 mapped,
                 ports: (kind == RuleKind::StaticPat).then_some((proto, rp, mp)),
                 pool: kind.ne(&RuleKind::StaticNat).then_some(0),
+                per_session: Default::default(),
             }
         })
 }
@@ -107,6 +108,7 @@ fn first_match_wins_across_interface_and_any() {
         mapped: None,
         ports: None,
         pool: Some(0),
+        per_session: Default::default(),
     };
     let on0 = |s| RuleSpec { real_iface: Some(IfIndex(0)), ..any(s) };
     let t = RuleTable::build(vec![on0(net(0x0a00_0000, 24)), any(net(0x0a00_0000, 8)), on0(net(0x0a00_0000, 8))], 2);
@@ -130,6 +132,7 @@ fn ten_thousand_rules_answer_like_the_scan() {
             mapped: (i % 10 == 0).then(|| net(0xc000_0000 + i * 256, 24 + (i % 9) as u8)),
             ports: None,
             pool: (i % 10 != 0).then_some(0),
+            per_session: Default::default(),
         })
         .collect();
     let t = RuleTable::build(rules.clone(), 2);
