@@ -21,6 +21,14 @@
 //! iteration, table of 4096; table creation is outside the timing): ACL
 //! evaluation, flow insert, forwarding.
 //!
+//! With PAT (issue 13; `support::pipeline_pat`: the inside /24 to 16 pool
+//! addresses): `established_pat/N` is `established/N` through PAT (the
+//! fast path steps aside with NAT: the general path, NAT rule lookup on
+//! the existing xlate, source rewrite); `new_pat_connections` is
+//! `new_connections` through PAT (rule lookup, port allocation, xlate
+//! insert, flow mark). Same run, same frames: the ratios to the figures
+//! without NAT are the cost of PAT.
+//!
 //! Throughput is in packets (criterion `Throughput::Elements`): criterion
 //! prints it as "elem/s" — Melem/s = Mpps; time / 32 = ns per packet.
 
@@ -39,6 +47,10 @@ use std::hint::black_box;
 fn run_established(g: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>, id: BenchmarkId, n: usize, fast: bool) {
     let mut p: Pipeline = pipeline(n + n / 4);
     p.set_fast_path(fast);
+    run_established_on(g, id, p, n);
+}
+
+fn run_established_on(g: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>, id: BenchmarkId, mut p: Pipeline, n: usize) {
     let frames = established(&mut p, n);
     let stream = arrival_stream(&frames);
     drop(frames);
@@ -80,11 +92,22 @@ fn bench_established(c: &mut Criterion) {
     g.throughput(Throughput::Elements(BURST as u64));
     run_established(&mut g, BenchmarkId::from_parameter(100_000), 100_000, false);
     g.finish();
+    let mut g = c.benchmark_group("established_pat");
+    g.throughput(Throughput::Elements(BURST as u64));
+    for &n in &[1_000usize, 100_000] {
+        run_established_on(&mut g, BenchmarkId::from_parameter(n), pipeline_pat(n + n / 4), n);
+    }
+    g.finish();
 }
 
 fn bench_new_connections(c: &mut Criterion) {
+    new_connections(c, "new_connections", pipeline);
+    new_connections(c, "new_pat_connections", pipeline_pat);
+}
+
+fn new_connections(c: &mut Criterion, group: &str, pipeline: fn(usize) -> Pipeline) {
     const N: usize = 1024;
-    let mut g = c.benchmark_group("new_connections");
+    let mut g = c.benchmark_group(group);
     g.throughput(Throughput::Elements(N as u64));
     let syns: Vec<[u8; FRAME_LEN]> = (0..N)
         .map(|i| {
@@ -101,6 +124,13 @@ fn bench_new_connections(c: &mut Criterion) {
             ))
         })
         .collect();
+    // Every SYN is forwarded (and, with PAT, translated): checked once,
+    // outside the timing.
+    let mut check = pipeline(4096);
+    for f in &syns {
+        let v = check.process(Timestamp::from_secs(2), PortId(0), &mut VecBuf::new(f));
+        assert!(matches!(v, dataplane::pipeline::Verdict::Forward(_)), "{group}: {v:?}");
+    }
     g.bench_function("syn_1024_into_4096", |b| {
         b.iter_batched_ref(
             || (pipeline(4096), VecBuf::new(&syns[0])),

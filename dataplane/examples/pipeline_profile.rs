@@ -3,8 +3,9 @@
 //! `valgrind --tool=callgrind --toggle-collect='*hot_loop*'`, so that only
 //! the forwarding of established flows is counted (not the handshakes).
 //!
-//! `cargo run --release -p dataplane --example pipeline_profile -- FLOWS PACKETS`
-//! (defaults 1000 and 1000000); `CFW_NO_PREFETCH=1` skips
+//! `cargo run --release -p dataplane --example pipeline_profile -- FLOWS PACKETS [pat|general]`
+//! (defaults 1000 and 1000000; `pat`: through PAT, `support::pipeline_pat`;
+//! `general`: without NAT, the fast path off); `CFW_NO_PREFETCH=1` skips
 //! `Pipeline::prefetch_burst`. Prints ns/packet (wall clock, for a rough
 //! look; the criterion bench is the measurement).
 
@@ -44,7 +45,14 @@ fn main() {
     let mut args = std::env::args().skip(1);
     let flows: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(1000);
     let packets: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(1_000_000);
-    let mut p = pipeline(flows + flows / 4);
+    let mode = args.next().unwrap_or_default();
+    let mut p = match mode.as_str() {
+        "pat" => pipeline_pat(flows + flows / 4),
+        _ => pipeline(flows + flows / 4),
+    };
+    if mode == "general" {
+        p.set_fast_path(false);
+    }
     let frames = established(&mut p, flows);
     let stream = arrival_stream(&frames);
     let start = std::time::Instant::now();

@@ -1,10 +1,11 @@
 //! Shared setup for the pipeline benchmark and the `pipeline_profile`
 //! example: a two-interface pipeline (inside 198.18.1.1/24 level 100,
 //! outside 198.18.2.1/24 level 0, default route via 198.18.2.254) with both
-//! neighbours resolved, and N established TCP flows.
+//! neighbours resolved, and N established TCP flows — also through PAT
+//! (`pipeline_pat`, `established_pat`).
 #![allow(dead_code)]
 
-use dataplane::buf::VecBuf;
+use dataplane::buf::{PacketBuf, VecBuf};
 use dataplane::conntrack::tcp_flags::{ACK, SYN};
 use dataplane::conntrack::Timeouts;
 use dataplane::pipeline::{InterfaceSpec, Pipeline, PipelineConfig, RouteSpec, Verdict};
@@ -113,26 +114,59 @@ pub fn established(p: &mut Pipeline, n: usize) -> Vec<[u8; FRAME_LEN]> {
     for i in 0..n {
         let (sport, dst) = flow(i);
         let out = PacketBuilder::new(HOST_MAC, IN_MAC, HOST, dst);
-        let back = PacketBuilder::new(GW_MAC, OUT_MAC, dst, HOST);
+        // The SYN leaves with the source the server answers to: the host's
+        // own, or its mapped one through PAT.
+        buf.reset(&out.tcp(sport, 443, 1000, 0, SYN, 64240, &[], b""), 128);
+        let v = p.process(t, PortId(0), &mut buf);
+        assert!(matches!(v, Verdict::Forward(_)), "SYN of flow {i}: {v:?}");
+        let l3 = &buf.data()[14..];
+        let to = Ipv4Addr::new(l3[12], l3[13], l3[14], l3[15]);
+        let to_port = u16::from_be_bytes([l3[20], l3[21]]);
+        let back = PacketBuilder::new(GW_MAC, OUT_MAC, dst, to);
         for (port, f) in [
-            (0, out.tcp(sport, 443, 1000, 0, SYN, 64240, &[], b"")),
-            (
-                1,
-                back.tcp(443, sport, 9000, 1001, SYN | ACK, 65535, &[], b""),
-            ),
+            (1, back.tcp(443, to_port, 9000, 1001, SYN | ACK, 65535, &[], b"")),
             (0, out.tcp(sport, 443, 1001, 9001, ACK, 64240, &[], b"")),
         ] {
             buf.reset(&f, 128);
             let v = p.process(t, PortId(port), &mut buf);
-            assert!(
-                matches!(v, Verdict::Forward(_)),
-                "handshake of flow {i}: {v:?}"
-            );
+            assert!(matches!(v, Verdict::Forward(_)), "handshake of flow {i}: {v:?}");
         }
         frames.push(pad(out.tcp(sport, 443, 1001, 9001, ACK, 64240, &[], b"")));
     }
     assert_eq!(p.flow_count(), n);
     frames
+}
+
+/// The PAT pool of `pipeline_pat`: 16 addresses, over a million ports.
+pub const PAT_POOL: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 0);
+
+/// `pipeline(flows)` translating the inside /24 by PAT to the 16
+/// addresses from `PAT_POOL` (512-port blocks, plain PAT) on the way out.
+pub fn pipeline_pat(flows: usize) -> Pipeline {
+    use dataplane::nat::{RuleKind, RuleSpec};
+    use dataplane::pipeline::{NatSpec, PatSpec, PoolSpec};
+    let mut p = pipeline(flows);
+    let spec = NatSpec {
+        rules: vec![RuleSpec {
+            kind: RuleKind::DynamicPat,
+            real_iface: Some(dataplane::route::IfIndex(0)),
+            mapped_iface: Some(dataplane::route::IfIndex(1)),
+            source: (Ipv4Addr::new(198, 18, 1, 0), 24),
+            mapped: None,
+            ports: None,
+            pool: Some(0),
+            per_session: Default::default(),
+        }],
+        pools: vec![PoolSpec {
+            addresses: (0..16u32).map(|i| Ipv4Addr::from(u32::from(PAT_POOL) + i)).collect(),
+            pat: Some(PatSpec { block_size: 512, reserved_ports: false, max_per_host: None }),
+        }],
+        xlate_capacity: flows.max(1),
+        xlate_timeout: Duration::from_secs(3600),
+        host_capacity: 16,
+    };
+    p.set_nat(&spec).unwrap();
+    p
 }
 
 

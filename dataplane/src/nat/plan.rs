@@ -15,6 +15,7 @@
 
 use crate::cluster::MemberSet;
 use crate::nat::{BlockError, BlockMap, Geometry, PortClass, RuleKind, RuleSpec, RuleTable};
+use crate::route::IfIndex;
 use crate::types::{Duration, Epoch, NodeId, WorkerId};
 use std::net::Ipv4Addr;
 use std::sync::Arc;
@@ -84,6 +85,9 @@ pub struct NatPlan {
     pub(crate) xlate_capacity: usize,
     pub(crate) xlate_timeout: Duration,
     pub(crate) host_capacity: usize,
+    /// Per interface: a rule's mapped side is there (its mapped interface,
+    /// or any): traffic to mapped addresses can arrive on it.
+    mapped_side: Vec<bool>,
 }
 
 /// Where inbound traffic to a mapped address is decided (`NatPlan::inbound`).
@@ -131,7 +135,19 @@ impl NatPlan {
                 return Err(NatSpecError::NoPool(i, p));
             }
         }
+        let mut mapped_side = vec![false; ifaces];
+        for r in &spec.rules {
+            match r.mapped_iface {
+                Some(i) => {
+                    if let Some(m) = mapped_side.get_mut(usize::from(i.0)) {
+                        *m = true;
+                    }
+                }
+                None => mapped_side.fill(true),
+            }
+        }
         Ok(Arc::new(NatPlan {
+            mapped_side,
             rules: RuleTable::build(spec.rules.clone(), ifaces),
             pools,
             addrs,
@@ -141,6 +157,14 @@ impl NatPlan {
             xlate_timeout: spec.xlate_timeout,
             host_capacity: spec.host_capacity,
         }))
+    }
+
+    /// Can traffic to a mapped address arrive on interface `ifx` (a
+    /// rule's mapped interface, or any)? Elsewhere inbound translation is
+    /// skipped.
+    #[inline]
+    pub fn mapped_side(&self, ifx: IfIndex) -> bool {
+        self.mapped_side.get(usize::from(ifx.0)).copied().unwrap_or(false)
     }
 
     pub fn workers(&self) -> u16 {

@@ -103,15 +103,64 @@ pub struct XlateCounters {
 pub struct XlateTable {
     slots: Vec<Option<Slot>>,
     free: Vec<u32>,
-    by_real: HashMap<(u8, Endpoint), u32>,
-    by_mapped: HashMap<(u8, Endpoint), u32>,
+    by_real: HashMap<u64, u32, KeyHash>,
+    by_mapped: HashMap<u64, u32, KeyHash>,
     timeout: Duration,
     cursor: usize,
     pub counters: XlateCounters,
 }
 
-fn key(class: PortClass, e: Endpoint) -> (u8, Endpoint) {
-    (class as u8, e)
+/// (class, address, port) packed into one word: the index key.
+#[inline(always)]
+fn key(class: PortClass, e: Endpoint) -> u64 {
+    (class as u64) << 48 | u64::from(u32::from(e.0)) << 16 | u64::from(e.1)
+}
+
+/// The indices' hash: one keyed multiply-fold of the packed key (as
+/// conntrack's), seeded per table so that return traffic cannot aim at a
+/// bucket; std's SipHash cost more than the rest of a lookup.
+#[derive(Clone)]
+pub struct KeyHash([u64; 2]);
+
+impl KeyHash {
+    fn random() -> KeyHash {
+        use std::hash::BuildHasher as _;
+        let rs = std::collections::hash_map::RandomState::new();
+        KeyHash([rs.hash_one(1u8) | 1, rs.hash_one(2u8)])
+    }
+}
+
+impl std::hash::BuildHasher for KeyHash {
+    type Hasher = KeyHasher;
+    #[inline(always)]
+    fn build_hasher(&self) -> KeyHasher {
+        KeyHasher { seed: self.0, h: 0 }
+    }
+}
+
+/// [`KeyHash`]'s hasher (only `write_u64` is used: the keys are `u64`).
+pub struct KeyHasher {
+    seed: [u64; 2],
+    h: u64,
+}
+
+impl std::hash::Hasher for KeyHasher {
+    #[inline(always)]
+    fn finish(&self) -> u64 {
+        self.h
+    }
+    #[inline(always)]
+    fn write_u64(&mut self, x: u64) {
+        let p = u128::from(x ^ self.seed[1] ^ self.h) * u128::from(self.seed[0]);
+        self.h = (p as u64) ^ ((p >> 64) as u64);
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for c in bytes.chunks(8) {
+            let mut w = [0u8; 8];
+            w[..c.len()].copy_from_slice(c);
+            self.write_u64(u64::from_le_bytes(w));
+        }
+    }
 }
 
 impl XlateTable {
@@ -121,8 +170,8 @@ impl XlateTable {
         XlateTable {
             slots: vec![None; capacity],
             free: (0..capacity as u32).rev().collect(),
-            by_real: HashMap::with_capacity(capacity),
-            by_mapped: HashMap::with_capacity(capacity),
+            by_real: HashMap::with_capacity_and_hasher(capacity, KeyHash::random()),
+            by_mapped: HashMap::with_capacity_and_hasher(capacity, KeyHash::random()),
             timeout,
             cursor: 0,
             counters: XlateCounters::default(),

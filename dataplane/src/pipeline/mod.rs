@@ -472,7 +472,7 @@ impl Pipeline {
                 // others are dropped there, untranslated, no xlate touched),
                 // without the link's padding.
                 if let Ok((total, frag)) = ipv4::parse(l3).map(|ip| (usize::from(ip.total_len()), ip.is_fragment())) {
-                    rx.nat_in = n.inbound(now, &mut l3[..total], frag)?;
+                    rx.nat_in = n.inbound(now, ifx, &mut l3[..total], frag)?;
                 }
             }
         }

@@ -185,7 +185,11 @@ impl NatPath {
     /// Inbound (module essay): translate a datagram to a mapped address
     /// back, in place. `Ok(true)` if it was translated, `Ok(false)` if it
     /// is not NAT's.
-    pub fn inbound(&mut self, now: Timestamp, l3: &mut [u8], fragment: bool) -> Result<bool, DropReason> {
+    pub fn inbound(&mut self, now: Timestamp, ifx: IfIndex, l3: &mut [u8], fragment: bool) -> Result<bool, DropReason> {
+        // Traffic to mapped addresses arrives on a rule's mapped interface.
+        if !self.plan.mapped_side(ifx) {
+            return Ok(false);
+        }
         let Some(e) = endpoints(l3) else { return Ok(false) };
         let (dst, proto, dport, icmp_type, later) = (e.dst, e.proto, e.dport, e.icmp_type, e.later_fragment);
         let pooled = self.pool_of(dst).is_some();
@@ -275,12 +279,21 @@ impl NatPath {
         // The echo identifier is the "port" both ways (R3 puts it in one
         // of the two tuple ports).
         let sport = if class == Some(PortClass::Icmp) { tuple.src_port | tuple.dst_port } else { tuple.src_port };
+        // An established flow names its xlate (its mark): no index lookup.
+        let mark = flows.mark(tracked.handle);
+        if let Some(x) = self.xlates.get(XlateId(mark.wrapping_sub(1))).filter(|x| {
+            mark != 0 && x.real.0 == src && (x.block.is_none() || (Some(x.class) == class && x.real.1 == sport))
+        }) {
+            let m = (x.mapped.0, x.block.map(|_| x.mapped.1));
+            self.xlates.touch(now, XlateId(mark - 1));
+            return Ok(Some(m));
+        }
         let found = class
             .and_then(|c| self.xlates.by_real(c, (src, sport)).map(|id| (id, true)))
             .or_else(|| self.xlates.by_real(PortClass::Tcp, (src, 0)).map(|id| (id, false)));
         if let Some((id, with_port)) = found {
             let Some(x) = self.xlates.get(id).copied() else { return Ok(None) };
-            if flows.mark(tracked.handle) == 0 {
+            if mark == 0 {
                 self.xlates.acquire(now, id);
                 flows.set_mark(tracked.handle, id.0.wrapping_add(1));
             } else {
