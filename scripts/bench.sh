@@ -20,7 +20,9 @@
 #       replay every flow: half the frames are steered to the other worker)
 #       and "crossed" (queue i replays the other worker's flows: every frame
 #       crosses); aligned over one worker is the scaling, crossed against
-#       aligned the cost of a handoff;
+#       aligned the cost of a handoff; and the one-worker node with PAT of
+#       the inside network (issue 13): its rate against the node without
+#       NAT is the cost of PAT;
 #   (c) --peers: Open vSwitch's userspace datapath (ovs-vswitchd-dpdk) on the
 #       same vdevs and input with ct(commit) and ct(commit,nat(src=...)), in
 #       a private run directory, rate from the egress port's tx_packets over
@@ -211,8 +213,8 @@ run_testpmd() { # $1 = label
   say "(b) testpmd ($1): $("$PY" -c 'import json,sys; print("%.2f Mpps" % json.load(open(sys.argv[1])).get("mpps", 0))' "$W/testpmd-$1.json")"
 }
 
-node_yaml() { # $1 = file, $2 = prefix, $3 = workers (1 or 2), $4 = aligned|mixed|crossed
-  local workers=${3:-1} vin=$VDEV_IN vout=$VDEV_OUT in=${PCAP_IN%.pcap}
+node_yaml() { # $1 = file, $2 = prefix, $3 = workers (1 or 2), $4 = aligned|mixed|crossed, $5 = pat (NAT)
+  local workers=${3:-1} vin=$VDEV_IN vout=$VDEV_OUT in=${PCAP_IN%.pcap} nat=${5:-}
   if [ "$workers" = 2 ]; then
     case $4 in
       aligned) vin="net_pcap0,rx_pcap=$in-w0.pcap,rx_pcap=$in-w1.pcap,infinite_rx=1" ;;
@@ -248,14 +250,30 @@ neighbors:                    # the next hop, so no flow waits for ARP
   - address: 198.18.2.10
     mac: "$NH_MAC"
 EOF
+  # PAT of the inside network to one pool address on the way out (the
+  # 1024 flows take 1024 ports of its blocks).
+  [ "$nat" = pat ] && cat >>"$1" <<EOF
+nat:
+  pools:
+    - name: pat
+      addresses: [198.51.100.7]
+  rules:
+    - name: inside-out
+      kind: dynamic-pat
+      real-interface: inside
+      mapped-interface: outside
+      source: 198.18.1.0/24
+      pool: pat
+EOF
+  return 0
 }
 
 ctl() { "$BIN/clusterfw-ctl" --socket "$W/node.sock" "$@"; }
 
-run_clusterfw() { # $1 = label, $2 = workers (default 1), $3 = input split (2 workers)
-  local label=$1 workers=${2:-1} split=${3:-} prefix="${TAG}-node-$1" pid i
+run_clusterfw() { # $1 = label, $2 = workers (default 1), $3 = input split (2 workers), $4 = pat
+  local label=$1 workers=${2:-1} split=${3:-} nat=${4:-} prefix="${TAG}-node-$1" pid i
   PREFIXES+=("$prefix")
-  node_yaml "$W/node.yaml" "$prefix" "$workers" "$split"
+  node_yaml "$W/node.yaml" "$prefix" "$workers" "$split" "$nat"
   local cmd="$BIN/clusterfw --config $W/node.yaml; clusterfw-ctl show stats --json at +${WARMUP}s and +$((WARMUP + SECS))s"
   say "(b) clusterfw: $cmd"
   rm -f "$W/node.sock"
@@ -272,7 +290,7 @@ run_clusterfw() { # $1 = label, $2 = workers (default 1), $3 = input split (2 wo
     IN_MAC=$mac
     OUT_MAC=$(grep -o 'on net_pcap1 (port 1): [0-9./]* mac [0-9a-f:]*' "$W/node.log" | awk '{print $NF}')
     make_pcaps
-    run_clusterfw "$label" "$workers" "$split"
+    run_clusterfw "$label" "$workers" "$split" "$nat"
     return
   fi
   sleep "$WARMUP"
@@ -298,6 +316,7 @@ if [ $SKIP_DPDK = 0 ]; then
   make_pcaps
   run_testpmd before
   run_clusterfw first
+  run_clusterfw pat-first 1 "" pat
   for split in aligned mixed crossed; do run_clusterfw "w2-$split-first" 2 "$split"; done
 fi
 
@@ -357,6 +376,7 @@ fi
 
 if [ $SKIP_DPDK = 0 ]; then
   for split in crossed mixed aligned; do run_clusterfw "w2-$split-second" 2 "$split"; done
+  run_clusterfw pat-second 1 "" pat
   run_clusterfw second
   run_testpmd after
   "$PY" - "$W" <<'EOF'
@@ -379,7 +399,12 @@ a, x = two["aligned"]["mpps"], two["crossed"]["mpps"]
 # that crosses to the other worker costs (the drops of an overloaded ring
 # included).
 handoff_ns = 2e3 / x - 2e3 / a if a and x else None
-json.dump({"clusterfw": cf, "testpmd": tp, "ratio": cf["mpps"] / tp["mpps"] if tp["mpps"] else None,
+p1, p2 = (json.load(open(f"{w}/clusterfw-pat-{n}.json")) for n in ("first", "second"))
+pat = {"mpps": mean([p1["mpps"], p2["mpps"]]), "runs": [p1, p2], "command": p1.get("command"),
+       "drops_in_interval": [p1["drops_in_interval"], p2["drops_in_interval"]]}
+json.dump({"clusterfw": cf, "clusterfw_pat": pat,
+           "pat_cost_ratio": cf["mpps"] / pat["mpps"] if pat["mpps"] else None,
+           "testpmd": tp, "ratio": cf["mpps"] / tp["mpps"] if tp["mpps"] else None,
            "workers2": two, "workers2_over_1": a / cf["mpps"] if cf["mpps"] else None, "handoff_ns": handoff_ns},
           open(f"{w}/../single.json", "w"), indent=2)
 EOF

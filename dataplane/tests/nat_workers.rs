@@ -18,7 +18,10 @@
 //!   all the workers, PAT ports come from the pool's blocks, dynamic NAT
 //!   keeps the port;
 //! - after the run the same connections, the same drops by reason, the
-//!   same translations counted in and out.
+//!   same translations counted in and out;
+//! - the single pipeline with the fast path on (established translated
+//!   flows handled there, `NatPath::fast`) and with it off agree on every
+//!   frame, byte for byte, and on every counter, xlate and connection.
 
 mod common;
 mod frag_util;
@@ -270,6 +273,10 @@ impl Seen {
 
 struct Pair {
     one: Pipeline,
+    /// `one` with the fast path off: every frame, its bytes out and all
+    /// state must be the same as `one`'s (the fast path's NAT step does
+    /// exactly what the general path's NAT steps do, or nothing).
+    general: Pipeline,
     many: Workers,
     seen: (Seen, Seen),
     now: Timestamp,
@@ -281,8 +288,11 @@ impl Pair {
     fn new(n: u16) -> Pair {
         let mut one = Pipeline::new(cfg()).unwrap();
         one.set_nat(&spec()).unwrap();
+        let mut general = Pipeline::new(cfg()).unwrap();
+        general.set_nat(&spec()).unwrap();
+        general.set_fast_path(false);
         let many = Workers::with_nat(n, &cfg(), &spec());
-        Pair { one, many, seen: Default::default(), now: Timestamp::from_secs(1), static_fragments: 0 }
+        Pair { one, general, many, seen: Default::default(), now: Timestamp::from_secs(1), static_fragments: 0 }
     }
 
     /// The same frame to both; true if it went anywhere.
@@ -294,6 +304,7 @@ impl Pair {
     /// node's own mapped endpoint); how many frames went out.
     fn send2(&mut self, port: PortId, a: &[u8], b: &[u8], rx: u8, flow: Option<usize>) -> usize {
         let x = single(&mut self.one, self.now, port, a);
+        assert_eq!(x, single(&mut self.general, self.now, port, a), "fast path against general path for {a:02x?}");
         let y = self.many.receive(self.now, port, b, usize::from(rx));
         let x = self.seen.0.normalize(x, flow);
         let y = self.seen.1.normalize(y, flow);
@@ -322,8 +333,12 @@ impl Pair {
     fn tick(&mut self, ms: u32) {
         self.now = Timestamp(self.now.nanos() + u64::from(ms) * 1_000_000);
         self.one.poll_timers(self.now);
+        self.general.poll_timers(self.now);
         let mut x = vec![];
         self.one.drain_generated(|o, f| x.push((o, f.to_vec())));
+        let mut g = vec![];
+        self.general.drain_generated(|o, f| g.push((o, f.to_vec())));
+        assert_eq!(x, g, "timers: fast path against general path");
         let y = self.many.tick(self.now);
         let (x, y) = (self.seen.0.normalize(x, None), self.seen.1.normalize(y, None));
         assert_eq!(x, y, "timers");
@@ -459,7 +474,16 @@ fn run(n: u16, ops: &[Op]) -> Pair {
             Op::Tick { ms } => pair.tick(ms),
         }
     }
-    let (one, many, now) = (&pair.one, &pair.many.w, pair.now);
+    let (one, general, many, now) = (&pair.one, &pair.general, &pair.many.w, pair.now);
+    // The fast path changed nothing the general path would not have.
+    let (mut fc, gc) = (one.counters(), general.counters());
+    assert_eq!(gc.fast_path, 0);
+    fc.fast_path = 0;
+    assert_eq!(fc, gc, "counters, fast path against general path");
+    assert_eq!(one.nat_counters(), general.nat_counters());
+    assert_eq!(format!("{:?}", one.xlates(now, 1000)), format!("{:?}", general.xlates(now, 1000)));
+    assert_eq!(format!("{:?}", one.conns(now, 1000)), format!("{:?}", general.conns(now, 1000)));
+    assert_eq!(one.nat_pools(), general.nat_pools());
     let mut a: Vec<String> = one.conns(now, 1000).iter().map(|c| format!("{c:?}")).collect();
     let mut b: Vec<String> = many.iter().flat_map(|p| p.conns(now, 1000)).map(|c| format!("{c:?}")).collect();
     a.sort();
@@ -516,8 +540,17 @@ fn return_traffic_meets_the_worker_of_its_block() {
         ops.push(Op::StaticIn { c, db: true, reply: false, flags: ACK, rx: 0 });
         ops.push(Op::StaticFragments { c, len: 300, first_last: c % 2 == 0, rx: 1 });
     }
+    // Established traffic both ways, through the fast path.
+    for flow in 0..FLOWS {
+        for _ in 0..4 {
+            ops.push(Op::Out { flow, reply: false, flags: ACK | PSH, len: 20, rx: 0 });
+            ops.push(Op::Out { flow, reply: true, flags: ACK, len: 0, rx: 1 });
+        }
+    }
     let pair = run(3, &ops);
     let now = pair.now;
+    let fast = pair.one.counters().fast_path;
+    assert!(fast >= 80, "translated TCP and UDP packets took the fast path: {fast}");
     let plan = pair.many.w[0].nat_plan().unwrap();
     for (w, p) in pair.many.w.iter().enumerate() {
         let x = p.xlates(now, 1000);

@@ -498,6 +498,15 @@ impl ConnTable {
         }
     }
 
+    /// The mark of the flow `track_existing` would find for this packet
+    /// (0: none, or no flow), changing nothing: for a caller that must
+    /// decide before the flow is updated.
+    #[inline]
+    pub fn peek_mark(&self, tuple: &FiveTuple, l4: &L4Info) -> u32 {
+        let (key, _) = Key::new(tuple, Class::of(l4));
+        self.find(key.hash(&self.seed), &key).and_then(|i| self.slots.get(i as usize)).map_or(0, |s| s.mark)
+    }
+
     /// The mark of flow `h` (0: none or no flow).
     pub fn mark(&self, h: FlowHandle) -> u32 {
         self.slots.get(h.0 as usize).filter(|s| s.live).map_or(0, |s| s.mark)

@@ -39,13 +39,15 @@ use super::egress::{apply_xlate, Egress};
 use super::flows::Flows;
 use super::iface::Interfaces;
 use super::ipv4::{martian_source, tcp_seg};
+use super::nat::{FastNat, NatPath};
 use crate::buf::PacketBuf;
 use crate::conntrack::{tcp_flags, L4Info};
 use crate::route::{IfIndex, RouteTable};
-use crate::types::{ip_proto, FiveTuple, PortId, Timestamp};
+use crate::types::{ip_proto, DropReason, FiveTuple, PortId, Timestamp};
 use crate::wire::ethernet::{self, ethertype, EthernetFrame, HEADER_LEN};
 use crate::wire::ipv4::{self, Ipv4Packet};
 use crate::wire::tcp::TcpPacket;
+use crate::wire::rewrite::{rewrite_transport, Endpoint};
 use crate::wire::udp::UdpPacket;
 use std::net::{IpAddr, Ipv4Addr};
 
@@ -63,6 +65,7 @@ pub(crate) struct Parts<'a> {
     pub egress: &'a mut Egress,
     pub flows: &'a mut Flows,
     pub cluster: Option<&'a mut ClusterPath>,
+    pub nat: Option<&'a mut NatPath>,
 }
 
 /// The fast path's switch and counter.
@@ -192,7 +195,7 @@ impl FastPath {
         if !plain_unicast(p.ifaces, src) {
             return None;
         }
-        let Parts { ifaces, routes, egress, flows, cluster } = p;
+        let Parts { ifaces, routes, egress, flows, cluster, nat } = p;
         // A CCL datagram to this node's CCL address, received on a port:
         // where the general path's local-delivery branch would take it.
         if rx.via == Via::Port && ing.addr == dst && cluster.as_deref().is_some_and(|cl| cl.is_ccl_datagram(ifx, &ip)) {
@@ -201,6 +204,18 @@ impl FastPath {
         }
         if ip.ttl() <= 1 || !plain_unicast(ifaces, dst) {
             return None;
+        }
+        if let Some(n) = nat {
+            // NAT is a single node's: a cluster member's packets take the
+            // general path.
+            if cluster.is_some() {
+                return None;
+            }
+            let (tuple, l4) = fast_l4(&ip, src, dst)?;
+            let total = ip.total_len();
+            let o = nat_forward(n, ifaces, routes, egress, flows, now, (ifx, ing.mtu), (tuple, l4, total), buf)?;
+            self.count += 1;
+            return Some(Fast::Done(o));
         }
         let route = routes.lookup(dst)?;
         let eg = ifaces.get(route.iface)?;
@@ -253,11 +268,74 @@ impl FastPath {
                 }
             }
         }
-        let d = buf.data_mut();
-        if let Some(l3) = d.get_mut(HEADER_LEN..) {
-            Ipv4Packet::new_unchecked(l3).decrement_ttl();
-        }
-        ethernet::write_macs(d, mac, eg.mac);
-        Some(Fast::Done(Outcome::Forward(eg.port)))
+        Some(Fast::Done(out(buf, mac, eg.mac, eg.port)))
     }
+}
+
+/// The last step of a forwarded frame: TTL, MAC addresses, the port out.
+#[inline(always)]
+fn out<B: PacketBuf>(buf: &mut B, to: [u8; 6], from: [u8; 6], port: PortId) -> Outcome {
+    let d = buf.data_mut();
+    if let Some(l3) = d.get_mut(HEADER_LEN..) {
+        Ipv4Packet::new_unchecked(l3).decrement_ttl();
+    }
+    ethernet::write_macs(d, to, from);
+    Outcome::Forward(port)
+}
+
+/// The fast path of a single node with NAT, from the route on (the frame
+/// passed the checks in front of it): what the general path's NAT steps
+/// would do when that is simple (`NatPath::fast`) — return traffic
+/// translated back, then routed and tracked on its real destination, as
+/// after `inbound`; a source translated only for a packet conntrack
+/// passed, as by `outbound`. `None`: nothing changed, the general path's.
+#[allow(clippy::too_many_arguments)]
+#[inline(never)]
+fn nat_forward<B: PacketBuf>(
+    n: &mut NatPath,
+    ifaces: &Interfaces,
+    routes: &RouteTable,
+    egress: &mut Egress,
+    flows: &mut Flows,
+    now: Timestamp,
+    (ifx, in_mtu): (IfIndex, u16),
+    (mut tuple, l4, total): (FiveTuple, L4Info, u16),
+    buf: &mut B,
+) -> Option<Outcome> {
+    let what = n.fast(&flows.table, ifx, &tuple, &l4)?;
+    if let FastNat::In(_, real, port) = what {
+        if !plain_unicast(ifaces, real) {
+            return None;
+        }
+        tuple.dst = IpAddr::V4(real);
+        tuple.dst_port = port.unwrap_or(tuple.dst_port);
+    }
+    let IpAddr::V4(rdst) = tuple.dst else { return None };
+    let route = routes.lookup(rdst)?;
+    let eg = ifaces.get(route.iface)?;
+    if eg.vlan.is_some() || total > eg.mtu.min(in_mtu) {
+        return None;
+    }
+    let mac = egress.fresh_neighbor(now, route.next_hop)?;
+    let (len, proto) = (u32::from(total), tuple.proto);
+    let tracked = flows.table.track_existing(now, &tuple, &l4, len)?;
+    let l3 = buf.data_mut().get_mut(HEADER_LEN..).unwrap_or(&mut []);
+    let rewritten = match what {
+        FastNat::In(id, real, port) => {
+            n.fast_done(now, id, true);
+            rewrite_transport(l3, ipv4::MIN_HEADER_LEN, proto, Endpoint::Destination, real, port)
+        }
+        FastNat::Out(id, mapped, port) if tracked.is_ok() => {
+            n.fast_done(now, id, false);
+            rewrite_transport(l3, ipv4::MIN_HEADER_LEN, proto, Endpoint::Source, mapped, port)
+        }
+        _ => Ok(()),
+    };
+    if let Err(r) = tracked {
+        return Some(Outcome::Drop(r));
+    }
+    if rewritten.is_err() {
+        return Some(Outcome::Drop(DropReason::L4Truncated));
+    }
+    Some(out(buf, mac, eg.mac, eg.port))
 }

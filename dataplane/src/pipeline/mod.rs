@@ -214,13 +214,14 @@ impl Pipeline {
     /// Process one received frame. No allocation, no panic, no logging.
     pub fn process<B: PacketBuf>(&mut self, now: Timestamp, in_port: PortId, buf: &mut B) -> Verdict {
         self.acct.rx(in_port, buf.data().len());
-        if self.fast.enabled && self.nat.is_none() {
+        if self.fast.enabled {
             let parts = Parts {
                 ifaces: &self.ifaces,
                 routes: &self.routes,
                 egress: &mut self.egress,
                 flows: &mut self.flows,
                 cluster: self.cluster.as_deref_mut(),
+                nat: self.nat.as_deref_mut(),
             };
             if let Some(f) = self.fast.forward(parts, now, in_port, buf) {
                 let outcome = self.fast_done(now, in_port, f, buf);
@@ -677,6 +678,7 @@ impl Pipeline {
             egress: &mut self.egress,
             flows: &mut self.flows,
             cluster: self.cluster.as_deref_mut(),
+            nat: self.nat.as_deref_mut(),
         };
         match self.fast.ipv4(parts, now, in_port, ifx, rx, buf) {
             Some(f) => self.fast_done(now, in_port, f, buf),

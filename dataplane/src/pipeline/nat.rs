@@ -55,7 +55,7 @@
 
 use crate::nat::plan::{class_of, nat_class, shift, static_real, PlanPool};
 pub use crate::nat::plan::{NatInbound, NatPlan, NatSpec, NatSpecError, PatSpec, PoolSpec};
-use crate::conntrack::{ConnTable, Tracked};
+use crate::conntrack::{ConnTable, L4Info, Tracked};
 use crate::nat::{
     self, Endpoint as Side, PortAllocator, PortClass, RuleKind, Sessions, Xlate, XlateId, XlateInfo, XlateTable,
 };
@@ -144,6 +144,17 @@ pub(crate) struct NatPath {
 /// The source translation `outbound` decided: address and, for PAT or
 /// static PAT, port.
 pub(crate) type Snat = (Ipv4Addr, Option<u16>);
+
+/// What the fast path may do about NAT (`NatPath::fast`).
+#[derive(Copy, Clone, Debug)]
+pub(crate) enum FastNat {
+    /// Nothing to translate.
+    None,
+    /// Return traffic: destination to this real address (and port).
+    In(XlateId, Ipv4Addr, Option<u16>),
+    /// Source to this mapped address (and port).
+    Out(XlateId, Ipv4Addr, Option<u16>),
+}
 
 impl NatPath {
     /// Worker `me`'s share of `plan`: the blocks and addresses dealt to it.
@@ -376,6 +387,62 @@ impl NatPath {
                 self.counters.exhausted += 1;
                 Err(DropReason::NatExhausted)
             }
+        }
+    }
+
+    /// The fast path's question (`fast.rs`) for an eligible TCP/UDP
+    /// datagram of `tuple` received on `ifx`: what the general path's NAT
+    /// steps would do with it, when that is simple — `FastNat::None`: no
+    /// translation either way (not a mapped destination, and no xlate or
+    /// rule for its source); `In`: return traffic to
+    /// a PAT or dynamic-NAT xlate's mapped endpoint, to the real one;
+    /// `Out`: a packet from the real endpoint of its flow's xlate (the
+    /// flow's mark). `None`: anything else (a static rule, no xlate, a
+    /// flow without a mark that may need one) — the general path decides.
+    /// Changes nothing.
+    #[inline]
+    pub fn fast(&self, flows: &ConnTable, ifx: IfIndex, tuple: &FiveTuple, l4: &L4Info) -> Option<FastNat> {
+        let (IpAddr::V4(src), IpAddr::V4(dst)) = (tuple.src, tuple.dst) else { return None };
+        let class = nat_class(tuple.proto)?;
+        if self.plan.mapped_side(ifx) {
+            if self.plan.rules.inbound(dst, tuple.proto, tuple.dst_port).is_some() {
+                return None;
+            }
+            if self.pool_of(dst).is_some() {
+                // As `real_of`: the xlate of (address, port), else the
+                // address's (dynamic NAT).
+                let (id, with_port) = self
+                    .xlates
+                    .by_mapped(class, (dst, tuple.dst_port))
+                    .map(|id| (id, true))
+                    .or_else(|| self.xlates.by_mapped(PortClass::Tcp, (dst, 0)).map(|id| (id, false)))?;
+                let x = self.xlates.get(id)?;
+                return Some(FastNat::In(id, x.real.0, with_port.then_some(x.real.1)));
+            }
+        }
+        let mark = flows.peek_mark(tuple, l4);
+        if mark == 0 {
+            // `outbound` would find no xlate and no rule: untranslated.
+            let untouched = self.xlates.by_real(class, (src, tuple.src_port)).is_none()
+                && self.xlates.by_real(PortClass::Tcp, (src, 0)).is_none()
+                && self.plan.rules.outbound(ifx, src, tuple.proto, tuple.src_port).is_none();
+            return untouched.then_some(FastNat::None);
+        }
+        let id = XlateId(mark - 1);
+        let x = self.xlates.get(id)?;
+        let own = x.real.0 == src && (x.block.is_none() || (x.class == class && x.real.1 == tuple.src_port));
+        own.then(|| FastNat::Out(id, x.mapped.0, x.block.map(|_| x.mapped.1)))
+    }
+
+    /// The fast path translated a packet with xlate `id` (`inbound`:
+    /// return traffic): as the general path counts and touches.
+    #[inline]
+    pub fn fast_done(&mut self, now: Timestamp, id: XlateId, inbound: bool) {
+        self.xlates.touch(now, id);
+        if inbound {
+            self.counters.translated_in += 1;
+        } else {
+            self.counters.translated_out += 1;
         }
     }
 

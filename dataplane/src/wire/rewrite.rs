@@ -222,6 +222,51 @@ pub fn rewrite(ip: &mut [u8], ep: Endpoint, addr: Ipv4Addr, port: Option<u16>) -
     Ok(())
 }
 
+/// [`rewrite`] of a TCP or UDP datagram whose IPv4 header (`ihl` bytes,
+/// not a fragment) and transport header the caller has checked already
+/// (the fast path): the same bytes out, without parsing the packet again —
+/// the address and its header checksum, the port and the transport
+/// checksum (a UDP checksum 0 stays 0), each an RFC 1624 update. `Err`,
+/// the packet unchanged, for another protocol or a packet shorter than
+/// its headers.
+#[inline]
+pub fn rewrite_transport(
+    ip: &mut [u8],
+    ihl: usize,
+    proto: u8,
+    ep: Endpoint,
+    addr: Ipv4Addr,
+    port: Option<u16>,
+) -> Result<(), RewriteError> {
+    let (aoff, poff) = ep.offsets();
+    let (coff, hlen) = match proto {
+        TCP => (16, 20),
+        UDP => (6, 8),
+        _ => return Err(RewriteError::NoPorts),
+    };
+    if ihl < 20 || ip.len() < ihl + hlen {
+        return Err(RewriteError::Truncated);
+    }
+    let (hdr, l4) = ip.split_at_mut(ihl);
+    let old = u32::from_be_bytes([hdr[aoff], hdr[aoff + 1], hdr[aoff + 2], hdr[aoff + 3]]);
+    let new = u32::from(addr);
+    let ipc = u16::from_be_bytes([hdr[10], hdr[11]]);
+    hdr[10..12].copy_from_slice(&checksum::update_u32(ipc, old, new).to_be_bytes());
+    hdr[aoff..aoff + 4].copy_from_slice(&new.to_be_bytes());
+    let old_port = u16::from_be_bytes([l4[poff], l4[poff + 1]]);
+    let new_port = port.unwrap_or(old_port);
+    let c = u16::from_be_bytes([l4[coff], l4[coff + 1]]);
+    if !(proto == UDP && c == 0) {
+        let mut v = checksum::update_u16(checksum::update_u32(c, old, new), old_port, new_port);
+        if proto == UDP && v == 0 {
+            v = 0xffff; // RFC 768: a computed 0 is sent as all ones
+        }
+        l4[coff..coff + 2].copy_from_slice(&v.to_be_bytes());
+    }
+    l4[poff..poff + 2].copy_from_slice(&new_port.to_be_bytes());
+    Ok(())
+}
+
 /// Rewrite an ICMP error about a translated flow: the outer endpoint `ep`
 /// gets `addr`; in the quoted packet (it went the other way) the opposite
 /// endpoint gets `addr` and, with `port`, its port or echo identifier.

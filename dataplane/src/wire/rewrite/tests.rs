@@ -195,6 +195,33 @@ proptest! {
         prop_assert_eq!(p, orig);
     }
 
+    /// The fast path's `rewrite_transport` writes exactly what `rewrite`
+    /// writes, for any TCP or UDP datagram, either endpoint, with or
+    /// without a port (a UDP checksum 0 included).
+    #[test]
+    fn rewrite_transport_is_rewrite(
+        tcp in any::<bool>(), src in any::<u32>(), dst in any::<u32>(), sport in any::<u16>(), dport in any::<u16>(),
+        new_addr in any::<u32>(), new_port in proptest::option::of(any::<u16>()),
+        payload in proptest::collection::vec(any::<u8>(), 0..40), dest_side in any::<bool>(), zero_udp in any::<bool>(),
+    ) {
+        let pb = b(Ipv4Addr::from(src), Ipv4Addr::from(dst));
+        let mut orig = l3(if tcp { pb.tcp(sport, dport, 1, 2, 0x10, 100, &[], &payload) } else { pb.udp(sport, dport, &payload) });
+        if !tcp && zero_udp {
+            orig[26] = 0;
+            orig[27] = 0;
+        }
+        let ep = if dest_side { Endpoint::Destination } else { Endpoint::Source };
+        let (mut a, mut b) = (orig.clone(), orig.clone());
+        rewrite(&mut a, ep, Ipv4Addr::from(new_addr), new_port).unwrap();
+        rewrite_transport(&mut b, 20, if tcp { 6 } else { 17 }, ep, Ipv4Addr::from(new_addr), new_port).unwrap();
+        prop_assert_eq!(a, b);
+        // Too short for its headers, or no ports: refused, unchanged.
+        let mut short = orig[..27].to_vec();
+        prop_assert!(rewrite_transport(&mut short, 20, 6, ep, Ipv4Addr::from(new_addr), new_port).is_err());
+        prop_assert_eq!(&short[..], &orig[..27]);
+        prop_assert!(rewrite_transport(&mut orig.clone(), 20, 1, ep, Ipv4Addr::from(new_addr), new_port).is_err());
+    }
+
     #[test]
     fn any_bytes_never_panic(mut bytes in proptest::collection::vec(any::<u8>(), 0..120), port in proptest::option::of(any::<u16>())) {
         if let Some(v) = bytes.first_mut() {
