@@ -663,6 +663,18 @@ impl ConnTable {
         });
     }
 
+    /// Burst stage 3 (after stage 2): the marks of the slots whose
+    /// signature matches, for a caller that prefetches what they name.
+    #[inline]
+    pub fn slot_marks(&self, hash: u64, mut f: impl FnMut(u32)) {
+        let slots = &self.slots;
+        self.index.candidates(hash, |i| {
+            if let Some(s) = slots.get(i as usize).filter(|s| s.mark != 0) {
+                f(s.mark);
+            }
+        });
+    }
+
     /// `track` for a packet of an existing, live flow that cannot open or
     /// reopen one (not a TCP SYN): the same checks and updates as `track`.
     /// `None` when the packet is a SYN or has invalid flags (nothing

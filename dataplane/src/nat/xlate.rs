@@ -215,6 +215,14 @@ impl XlateTable {
         self.by_mapped.get(&key(class, mapped)).map(|&i| XlateId(i))
     }
 
+    /// Start loading xlate `id` (a burst's prefetch: its flow's mark).
+    #[inline]
+    pub fn prefetch(&self, id: XlateId) {
+        if let Some(s) = self.slots.get(id.0 as usize) {
+            crate::prefetch::prefetch(s);
+        }
+    }
+
     #[inline]
     pub fn get(&self, id: XlateId) -> Option<&Xlate> {
         self.slot(id).map(|s| &s.x)

@@ -235,7 +235,8 @@ impl Pipeline {
     /// A hint before processing a received burst: start loading the flow
     /// table entries its IPv4 TCP/UDP frames will look up, in two passes
     /// over up to 64 frames at a time (every frame's index bucket, then
-    /// every matching slot), so that the cache misses of the whole burst
+    /// every matching slot; with NAT a third, the xlate each matching
+    /// slot's mark names), so that the cache misses of the whole burst
     /// overlap instead of stalling packet after packet. Reads only; changes
     /// nothing; a frame it cannot read is skipped (its `process` call will
     /// say why).
@@ -264,6 +265,12 @@ impl Pipeline {
             }
             for &h in &hashes[..n] {
                 conn.prefetch_slot(h);
+            }
+            // NAT: the xlates the flows name (their marks).
+            if let Some(nat) = self.nat.as_deref() {
+                for &h in &hashes[..n] {
+                    conn.slot_marks(h, |m| nat.prefetch_xlate(m));
+                }
             }
         }
     }

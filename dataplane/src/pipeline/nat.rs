@@ -434,6 +434,12 @@ impl NatPath {
         own.then(|| FastNat::Out(id, x.mapped.0, x.block.map(|_| x.mapped.1)))
     }
 
+    /// Start loading the xlate a flow's `mark` names (`prefetch_burst`).
+    #[inline]
+    pub fn prefetch_xlate(&self, mark: u32) {
+        self.xlates.prefetch(XlateId(mark.wrapping_sub(1)));
+    }
+
     /// The fast path translated a packet with xlate `id` (`inbound`:
     /// return traffic): as the general path counts and touches.
     #[inline]
