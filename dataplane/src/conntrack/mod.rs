@@ -498,13 +498,30 @@ impl ConnTable {
         }
     }
 
-    /// The mark of the flow `track_existing` would find for this packet
-    /// (0: none, or no flow), changing nothing: for a caller that must
-    /// decide before the flow is updated.
+    /// `track_existing`, asking `go` first with the mark of the flow it
+    /// found (0: none): `false` leaves everything unchanged and returns
+    /// `None`, as for no flow. One lookup for a caller that decides by the
+    /// mark (the NAT fast path).
     #[inline]
-    pub fn peek_mark(&self, tuple: &FiveTuple, l4: &L4Info) -> u32 {
-        let (key, _) = Key::new(tuple, Class::of(l4));
-        self.find(key.hash(&self.seed), &key).and_then(|i| self.slots.get(i as usize)).map_or(0, |s| s.mark)
+    pub fn track_existing_if(
+        &mut self,
+        now: Timestamp,
+        tuple: &FiveTuple,
+        l4: &L4Info,
+        len_bytes: u32,
+        go: impl FnOnce(u32) -> bool,
+    ) -> Option<Result<Tracked, DropReason>> {
+        if let L4Info::Tcp(seg) = l4 {
+            if !tcp::flags_valid(seg.flags) || seg.flags & tcp_flags::SYN != 0 {
+                return None;
+            }
+        }
+        let (key, from_lo) = Key::new(tuple, Class::of(l4));
+        let i = self.find(key.hash(&self.seed), &key)?;
+        if !go(self.slots.get(i as usize).map_or(0, |s| s.mark)) {
+            return None;
+        }
+        self.existing_at(i, now, from_lo, l4, len_bytes)
     }
 
     /// The mark of flow `h` (0: none or no flow).
@@ -711,6 +728,18 @@ impl ConnTable {
         len_bytes: u32,
     ) -> Option<Result<Tracked, DropReason>> {
         let i = self.find(hash, key)?;
+        self.existing_at(i, now, from_lo, l4, len_bytes)
+    }
+
+    #[inline(always)]
+    fn existing_at(
+        &mut self,
+        i: u32,
+        now: Timestamp,
+        from_lo: bool,
+        l4: &L4Info,
+        len_bytes: u32,
+    ) -> Option<Result<Tracked, DropReason>> {
         match self.on_existing(i, now, from_lo, l4, len_bytes) {
             Ok(Existing::Tracked(t)) => Some(Ok(t)),
             Ok(Existing::Gone { reopen }) => {

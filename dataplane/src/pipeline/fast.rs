@@ -302,8 +302,8 @@ fn nat_forward<B: PacketBuf>(
     (mut tuple, l4, total): (FiveTuple, L4Info, u16),
     buf: &mut B,
 ) -> Option<Outcome> {
-    let what = n.fast(&flows.table, ifx, &tuple, &l4)?;
-    if let FastNat::In(_, real, port) = what {
+    let inbound = n.fast_in(ifx, &tuple)?;
+    if let Some((_, real, port)) = inbound {
         if !plain_unicast(ifaces, real) {
             return None;
         }
@@ -318,7 +318,18 @@ fn nat_forward<B: PacketBuf>(
     }
     let mac = egress.fresh_neighbor(now, route.next_hop)?;
     let (len, proto) = (u32::from(total), tuple.proto);
-    let tracked = flows.table.track_existing(now, &tuple, &l4, len)?;
+    let (what, tracked) = match inbound {
+        Some((id, real, port)) => (FastNat::In(id, real, port), flows.table.track_existing(now, &tuple, &l4, len)?),
+        None => {
+            // One lookup: the flow's mark decides before it is updated.
+            let mut what = FastNat::None;
+            let n: &NatPath = n;
+            let t = flows.table.track_existing_if(now, &tuple, &l4, len, |mark| {
+                n.fast_out(ifx, &tuple, mark).map(|w| what = w).is_some()
+            })?;
+            (what, t)
+        }
+    };
     let l3 = buf.data_mut().get_mut(HEADER_LEN..).unwrap_or(&mut []);
     let rewritten = match what {
         FastNat::In(id, real, port) => {

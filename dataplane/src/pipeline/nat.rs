@@ -55,7 +55,7 @@
 
 use crate::nat::plan::{class_of, nat_class, shift, static_real, PlanPool};
 pub use crate::nat::plan::{NatInbound, NatPlan, NatSpec, NatSpecError, PatSpec, PoolSpec};
-use crate::conntrack::{ConnTable, L4Info, Tracked};
+use crate::conntrack::{ConnTable, Tracked};
 use crate::nat::{
     self, Endpoint as Side, PortAllocator, PortClass, RuleKind, Sessions, Xlate, XlateId, XlateInfo, XlateTable,
 };
@@ -390,37 +390,47 @@ impl NatPath {
         }
     }
 
-    /// The fast path's question (`fast.rs`) for an eligible TCP/UDP
+    /// The fast path's questions (`fast.rs`) about an eligible TCP/UDP
     /// datagram of `tuple` received on `ifx`: what the general path's NAT
-    /// steps would do with it, when that is simple — `FastNat::None`: no
-    /// translation either way (not a mapped destination, and no xlate or
-    /// rule for its source); `In`: return traffic to
-    /// a PAT or dynamic-NAT xlate's mapped endpoint, to the real one;
-    /// `Out`: a packet from the real endpoint of its flow's xlate (the
-    /// flow's mark). `None`: anything else (a static rule, no xlate, a
-    /// flow without a mark that may need one) — the general path decides.
-    /// Changes nothing.
+    /// steps would do with it, when that is simple. First `fast_in`:
+    /// `Some(Some(..))` for return traffic to a PAT or dynamic-NAT xlate's
+    /// mapped endpoint (translated to the real one, as by `inbound`),
+    /// `Some(None)` when no inbound translation applies, `None` (decline:
+    /// the general path decides) for a static rule's address or a pool
+    /// address without an xlate. Changes nothing.
     #[inline]
-    pub fn fast(&self, flows: &ConnTable, ifx: IfIndex, tuple: &FiveTuple, l4: &L4Info) -> Option<FastNat> {
-        let (IpAddr::V4(src), IpAddr::V4(dst)) = (tuple.src, tuple.dst) else { return None };
+    pub fn fast_in(&self, ifx: IfIndex, tuple: &FiveTuple) -> Option<Option<(XlateId, Ipv4Addr, Option<u16>)>> {
+        let IpAddr::V4(dst) = tuple.dst else { return None };
         let class = nat_class(tuple.proto)?;
-        if self.plan.mapped_side(ifx) {
-            if self.plan.rules.inbound(dst, tuple.proto, tuple.dst_port).is_some() {
-                return None;
-            }
-            if self.pool_of(dst).is_some() {
-                // As `real_of`: the xlate of (address, port), else the
-                // address's (dynamic NAT).
-                let (id, with_port) = self
-                    .xlates
-                    .by_mapped(class, (dst, tuple.dst_port))
-                    .map(|id| (id, true))
-                    .or_else(|| self.xlates.by_mapped(PortClass::Tcp, (dst, 0)).map(|id| (id, false)))?;
-                let x = self.xlates.get(id)?;
-                return Some(FastNat::In(id, x.real.0, with_port.then_some(x.real.1)));
-            }
+        if !self.plan.mapped_side(ifx) {
+            return Some(None);
         }
-        let mark = flows.peek_mark(tuple, l4);
+        if self.plan.rules.inbound(dst, tuple.proto, tuple.dst_port).is_some() {
+            return None;
+        }
+        if self.pool_of(dst).is_none() {
+            return Some(None);
+        }
+        // As `real_of`: the xlate of (address, port), else the address's
+        // (dynamic NAT).
+        let (id, with_port) = self
+            .xlates
+            .by_mapped(class, (dst, tuple.dst_port))
+            .map(|id| (id, true))
+            .or_else(|| self.xlates.by_mapped(PortClass::Tcp, (dst, 0)).map(|id| (id, false)))?;
+        let x = self.xlates.get(id)?;
+        Some(Some((id, x.real.0, with_port.then_some(x.real.1))))
+    }
+
+    /// Then, for a packet `fast_in` left alone, with the `mark` of its
+    /// flow: `Out` — from the real endpoint of the flow's xlate, its
+    /// source translated (as by `outbound`); `None` (the variant) — no
+    /// xlate or rule is its source's, untranslated; `None` (decline) —
+    /// anything else (a flow without a mark that a rule may translate).
+    #[inline]
+    pub fn fast_out(&self, ifx: IfIndex, tuple: &FiveTuple, mark: u32) -> Option<FastNat> {
+        let IpAddr::V4(src) = tuple.src else { return None };
+        let class = nat_class(tuple.proto)?;
         if mark == 0 {
             // `outbound` would find no xlate and no rule: untranslated.
             let untouched = self.xlates.by_real(class, (src, tuple.src_port)).is_none()
