@@ -447,6 +447,17 @@ pub struct ConnTable {
     pub ended_lost: u64,
 }
 
+/// Record an ended flow's mark, within the log's reserved room (`lost`
+/// counts what did not fit: never expected, one entry per slot).
+#[inline]
+fn log_end(ended: &mut Vec<u32>, lost: &mut u64, mark: u32) {
+    if ended.len() < ended.capacity() {
+        ended.push(mark);
+    } else {
+        *lost += 1;
+    }
+}
+
 impl ConnTable {
     /// A table for up to `capacity` flows (at most `u32::MAX`), with all
     /// memory reserved now.
@@ -795,11 +806,7 @@ impl ConnTable {
         }
         let hash = slot.key.hash(&self.seed);
         if slot.mark != 0 && self.log_ended {
-            if self.ended.len() < self.ended.capacity() {
-                self.ended.push(slot.mark);
-            } else {
-                self.ended_lost += 1;
-            }
+            log_end(&mut self.ended, &mut self.ended_lost, slot.mark);
         }
         self.index.remove(hash, i);
         *slot = FREE_SLOT;
@@ -873,11 +880,7 @@ impl ConnTable {
     pub fn clear(&mut self) {
         if self.log_ended {
             for s in self.slots.iter().filter(|s| s.live && s.mark != 0) {
-                if self.ended.len() < self.ended.capacity() {
-                    self.ended.push(s.mark);
-                } else {
-                    self.ended_lost += 1;
-                }
+                log_end(&mut self.ended, &mut self.ended_lost, s.mark);
             }
         }
         self.index.clear();
