@@ -44,7 +44,7 @@ fn rule(kind: RuleKind, source: (Ipv4Addr, u8)) -> NatRule {
 /// (192.0.2.100, first in rule order); static PAT 192.0.2.80:8080 →
 /// HOST:80; static NAT of the DMZ host .20 to 192.0.2.200 (any
 /// interface).
-fn pipeline(max_per_host: Option<u16>) -> Pipeline {
+fn nat_config() -> dataplane::pipeline::PipelineConfig {
     let mut cfg = config();
     cfg.static_neighbors = vec![(GW, GW_MAC), (HOST, HOST_MAC), (DMZ_DB, DMZ_HOST_MAC), (SSH_HOST, HOST_MAC)];
     cfg.flow_capacity = 8192;
@@ -75,8 +75,11 @@ fn pipeline(max_per_host: Option<u16>) -> Pipeline {
             dst_ports: (22, 22),
         },
     );
-    let mut p = Pipeline::new(cfg).unwrap();
-    let spec = NatSpec {
+    cfg
+}
+
+fn spec(max_per_host: Option<u16>) -> NatSpec {
+    NatSpec {
         rules: vec![
             NatRule { pool: Some(1), ..rule(RuleKind::DynamicNat, (Ipv4Addr::new(198, 18, 1, 11), 32)) },
             NatRule {
@@ -102,8 +105,12 @@ fn pipeline(max_per_host: Option<u16>) -> Pipeline {
         xlate_capacity: 8192,
         xlate_timeout: Duration::from_secs(60),
         host_capacity: 16,
-    };
-    p.set_nat(&spec).unwrap();
+    }
+}
+
+fn pipeline(max_per_host: Option<u16>) -> Pipeline {
+    let mut p = Pipeline::new(nat_config()).unwrap();
+    p.set_nat(&spec(max_per_host)).unwrap();
     p
 }
 
@@ -406,4 +413,38 @@ fn the_responder_of_a_connection_is_not_translated() {
     assert_eq!((Ip(&out).src(), Ip(&out).ports().0), (SSH_HOST, 22));
     assert!(p.xlates(Timestamp::from_secs(1), 8).is_empty());
     assert_eq!(p.nat_pools()[0].ports_in_use, 0);
+}
+
+/// New rules over the same pools go in with a policy (N9): the xlates and
+/// their ports stay (an existing connection's return traffic still comes
+/// back), new connections meet the new rules; a plan over other pools
+/// (here another block size) is refused and nothing changes (N6).
+#[test]
+fn new_rules_swap_in_over_the_same_pools() {
+    use dataplane::pipeline::{NatPlan, Policy};
+    let mut p = pipeline(None);
+    let cfg = nat_config();
+    let policy = |plan| Box::new(Policy::build(&cfg.interfaces, &cfg.rules, cfg.timeouts).unwrap().with_nat(plan));
+    // A PAT connection under the old rules.
+    let syn = from_host(SERVER).tcp(40000, 443, 100, 0, SYN, 64240, &SYN_OPTS, b"");
+    let (_, out) = run(&mut p, 0, IN_PORT, &syn);
+    let mapped_port = Ip(&out).ports().0;
+    // New rules: host .11's dynamic NAT rule gone (it is PAT'ed now).
+    let mut new = spec(None);
+    new.rules.remove(0);
+    let ifaces = cfg.interfaces.len();
+    let Ok(old) = p.set_policy(policy(NatPlan::new(&new, ifaces, 1).unwrap())) else { panic!("same pools: taken") };
+    assert!(old.nat_plan().is_some(), "the replaced plan comes back");
+    let synack = from_outside(SERVER, PAT_ADDR).tcp(443, mapped_port, 5000, 101, SYN | ACK, 65535, &SYN_OPTS, b"");
+    assert_eq!(run(&mut p, 1, OUT_PORT, &synack).0, Verdict::Forward(IN_PORT), "the xlate stayed");
+    let eleven = PacketBuilder::new(HOST_MAC, IN_MAC, Ipv4Addr::new(198, 18, 1, 11), SERVER).udp(5000, 123, b"t");
+    let (v, out) = run(&mut p, 2, IN_PORT, &eleven);
+    assert_eq!((v, Ip(&out).src()), (Verdict::Forward(OUT_PORT), PAT_ADDR), "PAT now, not dynamic NAT");
+    // Other pools: refused, the running rules stay.
+    let mut other = spec(None);
+    other.pools[0].pat = Some(PatSpec { block_size: 512, reserved_ports: false, max_per_host: None });
+    let refused = p.set_policy(policy(NatPlan::new(&other, ifaces, 1).unwrap()));
+    assert!(refused.is_err());
+    let twelve = PacketBuilder::new(HOST_MAC, IN_MAC, Ipv4Addr::new(198, 18, 1, 12), SERVER).udp(5001, 123, b"t");
+    assert_eq!(Ip(&run(&mut p, 3, IN_PORT, &twelve).1).src(), PAT_ADDR);
 }

@@ -295,7 +295,7 @@ fn run(cfg: Config, extra: Vec<String>) -> Result<()> {
 
     let incarnation = unix_seconds();
     let cluster = cfg.cluster.as_ref().map(|cl| cluster_spec(cl, incarnation)).transpose()?;
-    let policies = policy::Policies::new(&cfg, specs.clone(), usize::from(cfg.dpdk.workers));
+    let mut policies = policy::Policies::new(&cfg, specs.clone(), usize::from(cfg.dpdk.workers));
     let mut pcfg = pipeline_config(&cfg, specs);
     pcfg.cluster = cluster;
     // One pipeline per worker, each with its own tables (docs/workers.md);
@@ -327,6 +327,8 @@ fn run(cfg: Config, extra: Vec<String>) -> Result<()> {
         }
         pipelines.push(p);
     }
+    // A reload's NAT rules must keep this plan's pools (N6, N9).
+    policies.nat_plan = nat_plan.clone();
     // Several workers: a steering ring into each (`shared::STEER_RING`).
     let mut producers = Vec::new();
     let mut consumers = Vec::new();

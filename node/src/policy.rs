@@ -27,10 +27,11 @@ use anyhow::{bail, Result};
 use config::policy::Policy as FilePolicy;
 use config::Config;
 use controlplane::membership::ConfigBlob;
-use dataplane::pipeline::{InterfaceSpec, NatSpec, PatSpec, Policy, PoolSpec, RuleSpec};
+use dataplane::pipeline::{InterfaceSpec, NatPlan, NatSpec, PatSpec, Policy, PoolSpec, RuleSpec};
 use dataplane::route::IfIndex;
 use dataplane::Duration;
 use std::path::Path;
+use std::sync::Arc;
 
 /// The policy running now, as `show config` reports it.
 #[derive(Clone, Debug)]
@@ -84,6 +85,9 @@ pub struct Policies {
     pub reloads: u64,
     /// Why the last replicated configuration was rejected.
     pub last_error: Option<String>,
+    /// The NAT plan the workers run (`None` without NAT): a new policy's
+    /// NAT rules must keep its pools (N6) to be swapped in (N9).
+    pub nat_plan: Option<Arc<NatPlan>>,
 }
 
 impl Policies {
@@ -104,6 +108,7 @@ impl Policies {
             rejected: 0,
             reloads: 0,
             last_error: None,
+            nat_plan: None,
         }
     }
 
@@ -134,11 +139,50 @@ impl Policies {
             .map(|s| InterfaceSpec { security_level: p.security_level(&s.name).unwrap_or(s.security_level), ..s.clone() })
             .collect();
         let (rules, t) = (rule_specs(&p.access_rules), timeouts(&p.timeouts));
-        (0..self.workers).map(|_| Policy::build(&specs, &rules, t).map(Box::new).map_err(|e| e.to_string())).collect()
+        let nat = self.nat_rules(p)?;
+        (0..self.workers)
+            .map(|_| {
+                let built = Policy::build(&specs, &rules, t).map_err(|e| e.to_string())?;
+                Ok(Box::new(match &nat {
+                    Some(plan) => built.with_nat(plan.clone()),
+                    None => built,
+                }))
+            })
+            .collect()
+    }
+
+    /// The NAT plan of `p`'s rules when they differ from the running ones
+    /// (`None`: unchanged). They are compiled aside here, off the workers
+    /// (N9), and must keep the running pools — addresses, kind, block
+    /// size, reserved ports, blocks per host — since blocks and the
+    /// translations on them cannot move while the node runs (N6); adding
+    /// NAT to a node that started without it, or removing every rule,
+    /// needs a restart too.
+    fn nat_rules(&self, p: &FilePolicy) -> Result<Option<Arc<NatPlan>>, String> {
+        if p.nat == self.running.policy.nat {
+            return Ok(None);
+        }
+        let f = &self.file;
+        let spec = nat_spec_of(&p.nat, &f.interfaces, &p.timeouts, f.flow_table.capacity);
+        let (Some(running), Some(spec)) = (&self.nat_plan, spec) else {
+            return Err("nat: rules added to a node that started without NAT, or every rule removed: restart the node \
+                        to apply it"
+                .into());
+        };
+        let plan = NatPlan::new(&spec, self.specs.len(), running.workers()).map_err(|e| format!("nat: {e}"))?;
+        if !running.same_pools(&plan) {
+            return Err("nat: the pools changed (addresses, kind or block settings): blocks and the translations on \
+                        them cannot move while the node runs (SPEC N6); restart the node to apply it"
+                .into());
+        }
+        Ok(Some(plan))
     }
 
     fn run(&mut self, version: u64, source: String, policy: FilePolicy, yaml: String) -> Result<(u64, Vec<Box<Policy>>), String> {
         let built = self.build(&policy)?;
+        if let Some(plan) = built.first().and_then(|b| b.nat_plan()) {
+            self.nat_plan = Some(plan);
+        }
         self.running = Running { version, source, policy, yaml };
         self.sent += 1;
         Ok((self.sent, built))
@@ -192,12 +236,6 @@ impl Policies {
         if let Some(why) = nat_not_runnable(&policy.nat, new.cluster.is_some()) {
             bail!("{}: {why} (nothing was applied)", path.display());
         }
-        if policy.nat != self.running.policy.nat {
-            bail!(
-                "{}: nat changed; this build reads nat at start only: restart the node to apply it (nothing was applied)",
-                path.display()
-            );
-        }
         self.file = new;
         if policy == self.running.policy {
             return Ok(Reload::Unchanged);
@@ -234,14 +272,24 @@ pub fn nat_not_runnable(nat: &config::nat::NatConfig, cluster: bool) -> Option<S
 /// interface indices), pools by their position in `nat.pools`, xlates
 /// kept idle at least as long as any flow.
 pub fn nat_spec(cfg: &Config) -> Option<NatSpec> {
+    nat_spec_of(&cfg.nat, &cfg.interfaces, &cfg.timeouts, cfg.flow_table.capacity)
+}
+
+/// `nat_spec` of a `nat` section with the node's interfaces, the policy's
+/// timeouts and the flow table's capacity.
+fn nat_spec_of(
+    nat: &config::nat::NatConfig,
+    interfaces: &[config::InterfaceConfig],
+    t: &config::Timeouts,
+    capacity: u32,
+) -> Option<NatSpec> {
     use config::nat::NatKind;
     use dataplane::nat::{PerSession, RuleKind, RuleSpec, UdpPerSession};
-    let nat = &cfg.nat;
     if nat.rules.is_empty() {
         return None;
     }
     let iface = |n: &Option<String>| {
-        n.as_ref().and_then(|n| cfg.interfaces.iter().position(|i| &i.name == n)).map(|i| IfIndex(i as u16))
+        n.as_ref().and_then(|n| interfaces.iter().position(|i| &i.name == n)).map(|i| IfIndex(i as u16))
     };
     let rules = nat
         .rules
@@ -286,12 +334,11 @@ pub fn nat_spec(cfg: &Config) -> Option<NatSpec> {
             }
         })
         .collect();
-    let t = &cfg.timeouts;
     let longest = [t.tcp_syn, t.tcp_established, t.tcp_closing, t.tcp_closed, t.udp, t.icmp, t.other].into_iter().max();
     Some(NatSpec {
         rules,
         pools,
-        xlate_capacity: cfg.flow_table.capacity as usize,
+        xlate_capacity: capacity as usize,
         xlate_timeout: Duration::from_secs(longest.unwrap_or(0).saturating_add(30)),
         host_capacity: 65_536,
     })
@@ -421,6 +468,64 @@ mod tests {
         std::fs::write(&path, FILE.replacen("destination-port: 23", "destination-port: 99999", 1)).unwrap();
         let e = p.reload(&path, false).err().unwrap().to_string();
         assert!(e.contains("access-rules[1].destination-port"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    const NAT_FILE: &str = "node:\n  name: n\ninterfaces:\n  - name: inside\n    device: net_null0\n    \
+        address: 198.18.1.1/24\n    security-level: 100\n  - name: outside\n    device: net_null1\n    \
+        address: 198.51.100.1/24\n    security-level: 0\nnat:\n  pools:\n    - name: pat\n      \
+        addresses: [198.51.100.7]\n  rules:\n    - name: r\n      kind: dynamic-pat\n      \
+        source: 198.18.1.0/24\n      pool: pat\n";
+
+    /// New NAT rules over the running pools are compiled aside and go to
+    /// the workers with the policy (N9); a change of the pools (addresses
+    /// or block settings) is refused while the node runs (N6), as are NAT
+    /// added to a node without it and every rule removed.
+    #[test]
+    fn nat_rules_reload_over_the_same_pools_only() {
+        let dir = std::env::temp_dir().join(format!("cfw-policy-nat-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("nat.yaml");
+        let cfg = config::parse(NAT_FILE, "nat.yaml").unwrap();
+        let specs: Vec<InterfaceSpec> = cfg
+            .interfaces
+            .iter()
+            .enumerate()
+            .map(|(i, c)| InterfaceSpec {
+                name: c.name.clone(),
+                port: PortId(i as u16),
+                mac: [2, 0, 0, 0, 0, i as u8 + 1],
+                addr: c.address,
+                prefix_len: c.prefix_len,
+                security_level: c.security_level,
+                vlan: None,
+                mtu: 1500,
+            })
+            .collect();
+        let mut p = Policies::new(&cfg, specs.clone(), 2);
+        let plan = NatPlan::new(&nat_spec(&cfg).unwrap(), specs.len(), 2).unwrap();
+        p.nat_plan = Some(plan.clone());
+        // Another source prefix, same pool: applied, each worker's policy
+        // with the new plan over the same pools.
+        std::fs::write(&path, NAT_FILE.replace("source: 198.18.1.0/24", "source: 198.18.0.0/16")).unwrap();
+        let Reload::Apply { policies, .. } = p.reload(&path, false).unwrap() else { panic!("applied") };
+        assert_eq!(policies.len(), 2);
+        let new = policies[0].nat_plan().expect("the new rules");
+        assert!(plan.same_pools(&new) && !Arc::ptr_eq(&plan, &new));
+        assert!(Arc::ptr_eq(p.nat_plan.as_ref().unwrap(), &new), "the running plan");
+        // The pools change: refused, nothing applied.
+        for (what, text) in [
+            ("an address", NAT_FILE.replace("[198.51.100.7]", "[198.51.100.8]")),
+            ("the block size", NAT_FILE.replace("pool: pat\n", "pool: pat\n      block-size: 1024\n")),
+        ] {
+            std::fs::write(&path, &text).unwrap();
+            let e = p.reload(&path, false).err().unwrap_or_else(|| panic!("{what}: refused")).to_string();
+            assert!(e.contains("SPEC N6") && e.contains("restart"), "{what}: {e}");
+        }
+        std::fs::write(&path, NAT_FILE.split("nat:").next().unwrap()).unwrap();
+        let e = p.reload(&path, false).err().unwrap().to_string();
+        assert!(e.contains("every rule removed") && e.contains("restart"), "{e}");
+        assert_eq!(p.sent, 1);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

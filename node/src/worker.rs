@@ -318,7 +318,14 @@ impl Worker {
                 if let Query::SetMembers(m) = &q {
                     epoch = m.epoch();
                 }
-                if let Some(reply) = between_bursts(&mut self.pipeline, now, q, mine) {
+                let set_policy = matches!(q, Query::SetPolicy { .. });
+                let reply = between_bursts(&mut self.pipeline, now, q, mine);
+                if set_policy {
+                    // New NAT rules: the steering follows this worker's
+                    // plan (the pools, hence the block map, are the same).
+                    self.nat = self.pipeline.nat_plan();
+                }
+                if let Some(reply) = reply {
                     // The control thread waits for exactly one reply per
                     // query; a full reply queue means it gave up, so drop
                     // the answer.

@@ -12,7 +12,11 @@
 //! (e) tcpdump on the outside host's link saw the pool addresses and the
 //!     server, never an inside address;
 //! (f) `show xlate` lists the translations and the stage's counters,
-//!     `show nat pool` every worker's share of the pool's 126 blocks.
+//!     `show nat pool` every worker's share of the pool's 126 blocks;
+//! (g) a reload that moves the static PAT's mapped port to 81 is applied
+//!     without a restart (N9: an HTTP download through :81, :80 closed);
+//!     one that changes the pool's address is refused (N6) and PAT keeps
+//!     working.
 //!
 //! Run twice: with one worker, and with two (`dpdk.workers: 2`, each
 //! af_packet port with two queue pairs): the return traffic to the pool
@@ -222,6 +226,28 @@ fn nat_bed(workers: u16) {
                  per worker {ports:?}; frames steered between workers {}",
                 c["xlates_created"], stats["steered_out"]
             ))
+        })(),
+    );
+    step(
+        "(g) a reload moves the static PAT to port 81 (N9); one that changes the pool is refused (N6)",
+        (|| {
+            let file = bed.run_dir.join("n1.yaml");
+            harness::edit_file(&file, "      mapped-port: 80\n", "      mapped-port: 81\n")?;
+            let r = testbed::bed::ctl_reload(&bed.bin_dir, &bed.socket(1)).context("reload")?;
+            let moved = download(&bed, "g", INSIDE, INSIDE_ADDR, 8080, OUTSIDE, &format!("http://{WEB_MAPPED}:81/random.bin"))?;
+            let old = Command::new("ip")
+                .args(["netns", "exec", OUTSIDE, "curl", "-sS", "--max-time", "2", "-o", "/dev/null"])
+                .arg(format!("http://{WEB_MAPPED}:80/"))
+                .output()?;
+            ensure!(!old.status.success(), "the old mapped port 80 still answers after the reload");
+            harness::edit_file(&file, "addresses: [198.51.100.7]", "addresses: [198.51.100.9]")?;
+            let e = testbed::bed::ctl_reload(&bed.bin_dir, &bed.socket(1)).err().context("a pool change was taken")?;
+            let e = format!("{e:#}");
+            ensure!(e.contains("SPEC N6") && e.contains("restart"), "refusal: {e}");
+            harness::edit_file(&file, "addresses: [198.51.100.9]", "addresses: [198.51.100.7]")?;
+            let ping = sys::ns_run(INSIDE, "ping", &["-c", "2", "-i", "0.2", "-W", "2", OUTSIDE_ADDR])?;
+            ensure!(ping.contains(" 0% packet loss"), "PAT after the refused reload: {ping}");
+            Ok(format!("reload applied ({}); 198.51.100.80:81 {moved}; :80 refused; pool change refused (N6); PAT still up", r["running"]["source"]))
         })(),
     );
     if !failures.is_empty() {

@@ -85,6 +85,8 @@ pub struct NatPlan {
     pub(crate) xlate_capacity: usize,
     pub(crate) xlate_timeout: Duration,
     pub(crate) host_capacity: usize,
+    /// The pools as configured (`same_pools`).
+    pool_specs: Vec<PoolSpec>,
     /// Per interface: a rule's mapped side is there (its mapped interface,
     /// or any): traffic to mapped addresses can arrive on it.
     mapped_side: Vec<bool>,
@@ -147,6 +149,7 @@ impl NatPlan {
             }
         }
         Ok(Arc::new(NatPlan {
+            pool_specs: spec.pools.clone(),
             mapped_side,
             rules: RuleTable::build(spec.rules.clone(), ifaces),
             pools,
@@ -165,6 +168,14 @@ impl NatPlan {
     #[inline]
     pub fn mapped_side(&self, ifx: IfIndex) -> bool {
         self.mapped_side.get(usize::from(ifx.0)).copied().unwrap_or(false)
+    }
+
+    /// Does `other` translate over the same pools (addresses and block
+    /// settings, in the same order)? Only then can its rules replace this
+    /// plan's while translations exist (N6, N9): the blocks, their
+    /// holders and every xlate stay valid.
+    pub fn same_pools(&self, other: &NatPlan) -> bool {
+        self.pool_specs == other.pool_specs && self.workers == other.workers
     }
 
     pub fn workers(&self) -> u16 {

@@ -206,6 +206,9 @@ pub struct Policy {
     pub(super) timeouts: Timeouts,
     /// How many interfaces the rules were resolved against.
     pub(super) interfaces: usize,
+    /// New NAT rules over the running pools (`with_nat`), swapped in with
+    /// the access rules (N9).
+    pub(super) nat: Option<std::sync::Arc<super::NatPlan>>,
 }
 
 impl Policy {
@@ -236,7 +239,20 @@ impl Policy {
             });
         }
         let acl = Acl::new(acl_rules, specs.iter().map(|s| s.security_level).collect());
-        Ok(Policy { acl, timeouts, interfaces: specs.len() })
+        Ok(Policy { acl, timeouts, interfaces: specs.len(), nat: None })
+    }
+
+    /// The NAT rules of `plan` go in with this policy (`set_policy`): the
+    /// plan must keep the running pools (`NatPlan::same_pools`).
+    pub fn with_nat(mut self, plan: std::sync::Arc<super::NatPlan>) -> Policy {
+        self.nat = Some(plan);
+        self
+    }
+
+    /// The NAT plan this policy carries (`with_nat`; after `set_policy`
+    /// returned it: the replaced one).
+    pub fn nat_plan(&self) -> Option<std::sync::Arc<super::NatPlan>> {
+        self.nat.clone()
     }
 }
 

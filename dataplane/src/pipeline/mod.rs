@@ -1003,6 +1003,20 @@ impl Pipeline {
         if policy.interfaces != self.ifaces.names().len() {
             return Err(policy);
         }
+        // New NAT rules: over the same pools (blocks, addresses and the
+        // xlates on them stay), for the same workers, or nothing changes.
+        if let Some(plan) = policy.nat.take() {
+            let fits = self.nat.as_deref().is_some_and(|n| n.plan().same_pools(&plan))
+                && plan.workers() == self.workers
+                && plan.ifaces() == self.ifaces.names().len();
+            match self.nat.as_deref_mut() {
+                Some(n) if fits => policy.nat = Some(n.swap_plan(plan)),
+                _ => {
+                    policy.nat = Some(plan);
+                    return Err(policy);
+                }
+            }
+        }
         self.flows.swap_acl(&mut policy.acl);
         policy.timeouts = self.flows.table.set_timeouts(policy.timeouts);
         Ok(policy)

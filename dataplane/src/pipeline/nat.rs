@@ -189,6 +189,16 @@ impl NatPath {
         &self.plan
     }
 
+    /// New rules over the same pools (N9; the caller checked
+    /// `NatPlan::same_pools`): the blocks, addresses and xlates stay — a
+    /// translation made under a rule that is gone lives until its
+    /// connections end, as the reference's existing xlates do — and new
+    /// connections meet the new rules. Returns the old plan (freed by the
+    /// caller, off the packet path).
+    pub fn swap_plan(&mut self, plan: Arc<NatPlan>) -> Arc<NatPlan> {
+        std::mem::replace(&mut self.plan, plan)
+    }
+
     fn pool_of(&self, a: Ipv4Addr) -> Option<u16> {
         self.plan.pool_of(a)
     }
