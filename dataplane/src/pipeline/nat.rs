@@ -3,7 +3,8 @@
 //! return traffic is steered by the block map over the CCL (docs/nat.md).
 //!
 //! Where it sits in `ipv4_decide`:
-//! - **inbound**, right after the IPv4 checks and before the route: a
+//! - **inbound**, right after the IPv4 checks and before the route, on a
+//!   rule's mapped interface (or any interface for a rule with "any"): a
 //!   datagram to a mapped address is translated back to the real one, so
 //!   routing, conntrack and the access rules see real addresses (the
 //!   reference's "real IP" policy). Return traffic finds its xlate by the
@@ -52,6 +53,13 @@
 //! connection (stale, visible in `show xlate`, then reaped). A dynamic
 //! translation is made only for a flow's initiator: the responder of a
 //! connection to its real address answers from it.
+//!
+//! **The fast path** (`fast.rs`, `nat_forward`) does these steps for an
+//! established translated flow and its return traffic (`fast_in`,
+//! `fast_out`: what they would do, or a decline before anything changes).
+//! **New rules** (a reload, N9) replace the plan between bursts
+//! (`swap_plan`, through `Pipeline::set_policy`) when the pools stay the
+//! same (N6); blocks, addresses and xlates stay.
 
 use crate::nat::plan::{class_of, nat_class, shift, static_real, PlanPool};
 pub use crate::nat::plan::{NatInbound, NatPlan, NatSpec, NatSpecError, PatSpec, PoolSpec};
