@@ -78,8 +78,8 @@ pub(crate) enum PlanPool {
 pub struct NatPlan {
     pub(crate) rules: RuleTable,
     pub(crate) pools: Vec<PlanPool>,
-    /// Every pool address, ascending, with its pool.
-    pub(crate) addrs: Vec<(Ipv4Addr, u16)>,
+    /// Every pool address, ascending, with its pool and its index there.
+    pub(crate) addrs: Vec<(Ipv4Addr, u16, u32)>,
     pub(crate) workers: u16,
     pub(crate) ifaces: usize,
     pub(crate) xlate_capacity: usize,
@@ -111,8 +111,8 @@ impl NatPlan {
         let mut pools = Vec::with_capacity(spec.pools.len());
         let mut addrs = Vec::new();
         for (i, p) in spec.pools.iter().enumerate() {
-            for &a in &p.addresses {
-                addrs.push((a, i as u16));
+            for (k, &a) in (0u32..).zip(&p.addresses) {
+                addrs.push((a, i as u16, k));
             }
             pools.push(match p.pat {
                 Some(pat) => {
@@ -205,8 +205,10 @@ impl NatPlan {
                 class?;
                 map.lookup(dst, port).map(|h| NatInbound::Worker(WorkerId(u16::from(h.worker))))
             }
+            // Dealt in pool order: the address's index there.
             PlanPool::Nat { addresses } => {
-                addresses.iter().find(|(a, _)| *a == dst).map(|&(_, w)| NatInbound::Worker(w))
+                let i = self.addrs.binary_search_by_key(&dst, |e| e.0).ok()?;
+                addresses.get(self.addrs[i].2 as usize).map(|&(_, w)| NatInbound::Worker(w))
             }
         }
     }

@@ -211,6 +211,34 @@ impl NatPath {
         self.plan.pool_of(a)
     }
 
+    /// The xlate of mapped `(dst, port)` in `class`, else of address `dst`
+    /// alone (dynamic NAT); `true`: found with its port.
+    #[inline]
+    fn by_mapped(&self, class: Option<PortClass>, dst: Ipv4Addr, port: u16) -> Option<(XlateId, bool)> {
+        class
+            .and_then(|c| self.xlates.by_mapped(c, (dst, port)).map(|id| (id, true)))
+            .or_else(|| self.xlates.by_mapped(PortClass::Tcp, (dst, 0)).map(|id| (id, false)))
+    }
+
+    /// The xlate of real `(src, sport)` in `class`, else of address `src`
+    /// alone (dynamic NAT); `true`: found with its port.
+    #[inline]
+    fn by_real(&self, class: Option<PortClass>, src: Ipv4Addr, sport: u16) -> Option<(XlateId, bool)> {
+        class
+            .and_then(|c| self.xlates.by_real(c, (src, sport)).map(|id| (id, true)))
+            .or_else(|| self.xlates.by_real(PortClass::Tcp, (src, 0)).map(|id| (id, false)))
+    }
+
+    /// The xlate a flow's `mark` names, if a packet from `(src, sport)` of
+    /// `class` is from its real endpoint: its id and the source to write.
+    #[inline]
+    fn marked(&self, mark: u32, class: Option<PortClass>, src: Ipv4Addr, sport: u16) -> Option<(XlateId, Snat)> {
+        let id = XlateId(mark.checked_sub(1)?);
+        let x = self.xlates.get(id)?;
+        let own = x.real.0 == src && (x.block.is_none() || (Some(x.class) == class && x.real.1 == sport));
+        own.then(|| (id, (x.mapped.0, x.block.map(|_| x.mapped.1))))
+    }
+
     /// Inbound (module essay): translate a datagram to a mapped address
     /// back, in place. `Ok(true)` if it was translated, `Ok(false)` if it
     /// is not NAT's.
@@ -254,9 +282,7 @@ impl NatPath {
         if let Some(rule) = statics.and_then(|i| self.plan.rules.rule(i)) {
             return Ok(static_real(rule, dst));
         }
-        let found = class
-            .and_then(|c| self.xlates.by_mapped(c, (dst, port)).map(|id| (id, true)))
-            .or_else(|| self.xlates.by_mapped(PortClass::Tcp, (dst, 0)).map(|id| (id, false)));
+        let found = self.by_mapped(class, dst, port);
         let Some((id, x, with_port)) = found.and_then(|(id, w)| self.xlates.get(id).map(|x| (id, *x, w))) else {
             self.counters.no_xlate += 1;
             return Err(DropReason::NatNoXlate);
@@ -310,17 +336,11 @@ impl NatPath {
         let sport = if class == Some(PortClass::Icmp) { tuple.src_port | tuple.dst_port } else { tuple.src_port };
         // An established flow names its xlate (its mark): no index lookup.
         let mark = flows.mark(tracked.handle);
-        if let Some(x) = self.xlates.get(XlateId(mark.wrapping_sub(1))).filter(|x| {
-            mark != 0 && x.real.0 == src && (x.block.is_none() || (Some(x.class) == class && x.real.1 == sport))
-        }) {
-            let m = (x.mapped.0, x.block.map(|_| x.mapped.1));
-            self.xlates.touch(now, XlateId(mark - 1));
+        if let Some((id, m)) = self.marked(mark, class, src, sport) {
+            self.xlates.touch(now, id);
             return Ok(Some(m));
         }
-        let found = class
-            .and_then(|c| self.xlates.by_real(c, (src, sport)).map(|id| (id, true)))
-            .or_else(|| self.xlates.by_real(PortClass::Tcp, (src, 0)).map(|id| (id, false)));
-        if let Some((id, with_port)) = found {
+        if let Some((id, with_port)) = self.by_real(class, src, sport) {
             let Some(x) = self.xlates.get(id).copied() else { return Ok(None) };
             if mark == 0 {
                 self.xlates.acquire(now, id);
@@ -429,13 +449,8 @@ impl NatPath {
         if self.pool_of(dst).is_none() {
             return Some(None);
         }
-        // As `real_of`: the xlate of (address, port), else the address's
-        // (dynamic NAT).
-        let (id, with_port) = self
-            .xlates
-            .by_mapped(class, (dst, tuple.dst_port))
-            .map(|id| (id, true))
-            .or_else(|| self.xlates.by_mapped(PortClass::Tcp, (dst, 0)).map(|id| (id, false)))?;
+        // As `real_of`.
+        let (id, with_port) = self.by_mapped(Some(class), dst, tuple.dst_port)?;
         let x = self.xlates.get(id)?;
         Some(Some((id, x.real.0, with_port.then_some(x.real.1))))
     }
@@ -451,15 +466,12 @@ impl NatPath {
         let class = nat_class(tuple.proto)?;
         if mark == 0 {
             // `outbound` would find no xlate and no rule: untranslated.
-            let untouched = self.xlates.by_real(class, (src, tuple.src_port)).is_none()
-                && self.xlates.by_real(PortClass::Tcp, (src, 0)).is_none()
+            let untouched = self.by_real(Some(class), src, tuple.src_port).is_none()
                 && self.plan.rules.outbound(ifx, src, tuple.proto, tuple.src_port).is_none();
             return untouched.then_some(FastNat::None);
         }
-        let id = XlateId(mark - 1);
-        let x = self.xlates.get(id)?;
-        let own = x.real.0 == src && (x.block.is_none() || (x.class == class && x.real.1 == tuple.src_port));
-        own.then(|| FastNat::Out(id, x.mapped.0, x.block.map(|_| x.mapped.1)))
+        let (id, (mapped, port)) = self.marked(mark, Some(class), src, tuple.src_port)?;
+        Some(FastNat::Out(id, mapped, port))
     }
 
     /// Start loading the xlate a flow's `mark` names (`prefetch_burst`).
