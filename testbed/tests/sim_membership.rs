@@ -289,11 +289,15 @@ fn a_cut_control_node_is_replaced_and_keeps_the_role_on_heal() {
 /// of every traced data-plane CCL frame, and so its tag, changed; the
 /// join request's new worker byte travels on the control channel, which
 /// the trace does not see (not re-checked without the control lcores).
+/// Re-pinned as `821da0406865e9b2` with CCL v7 (issue 13: flow records of
+/// 82/106 bytes carrying a NAT binding): the version byte and the record
+/// size of every traced data-plane CCL frame changed; no NAT runs in this
+/// scenario.
 #[test]
 fn control_plane_stays_out_of_the_trace() {
     let cfg = SimConfig::new(11, 3).flows(300, 100).ccl(CclLink::lossy(0.01));
     let r = sim::run(cfg).unwrap();
     let m = r.membership.as_ref().unwrap();
     assert!(m.link.delivered > 0 && m.link.lost > 0, "{:?}", m.link);
-    assert_eq!(r.trace_hash, "1138c03d79349656", "{}", r.summary());
+    assert_eq!(r.trace_hash, "821da0406865e9b2", "{}", r.summary());
 }

@@ -1,7 +1,7 @@
 //! Batched flow records: the payload of `FlowRegister` and `StateUpdate`.
 //!
 //! Layout: `count` (u16) then `count` records, each fixed-size for its
-//! address family (74 bytes IPv4, 98 bytes IPv6; CCL v4):
+//! address family (82 bytes IPv4, 106 bytes IPv6; CCL v7):
 //!
 //! | off | len | field |
 //! | --- | --- | --- |
@@ -12,7 +12,7 @@
 //! | k+3 | 1 | flags (opaque here) |
 //! | k+4 | 4 | sequence delta (SYN-cookie ISN translation, R6) |
 //! | k+8 | 4 | idle timeout, seconds |
-//! | k+12 | 48 | opaque state (the cluster logic's: version, flow state) |
+//! | k+12 | 56 | opaque state (the cluster logic's: version, flow state, NAT binding) |
 //!
 //! Invariants: `FlowBatch::parse` walks and validates every record once, so
 //! its iterator is infallible and yields exactly `count` records;
@@ -24,8 +24,9 @@ use super::CclError;
 use crate::NodeId;
 
 /// Bytes of per-flow state carried as-is (interpreted by the cluster logic):
-/// the record version (8) and the owner's flow state (`STATE_LEN`).
-pub const OPAQUE_LEN: usize = 48;
+/// the record version (8), the owner's flow state (`STATE_LEN`) and the
+/// flow's NAT binding (8, `NatBinding`).
+pub const OPAQUE_LEN: usize = 56;
 /// Bytes of the owner's flow state in the opaque bytes (`FLAG_STATE`):
 /// conntrack's `FlowState` wire form.
 pub const STATE_LEN: usize = 40;
@@ -70,6 +71,27 @@ mod opaque {
     pub const SEQ: Range<usize> = 4..8;
     /// With `FLAG_STATE`: the flow state.
     pub const STATE: Range<usize> = 8..8 + super::STATE_LEN;
+    /// The NAT binding: mapped address (4), mapped port (2), port class
+    /// (1), kind (1; 0 = none).
+    pub const BINDING: Range<usize> = 48..56;
+}
+
+/// The source translation a translated flow uses (SPEC N2, R9: part of the
+/// flow state a new owner takes over): its mapped address and port (or
+/// echo identifier) in port class `class` (0 TCP, 1 UDP, 2 ICMP echo), and
+/// whether it is shared by the real endpoint's connections
+/// (`multi_session`). The real endpoint is the flow's source.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub struct NatBinding {
+    pub addr: std::net::Ipv4Addr,
+    pub port: u16,
+    pub class: u8,
+    pub multi_session: bool,
+}
+
+impl NatBinding {
+    const PER_SESSION: u8 = 1;
+    const MULTI_SESSION: u8 = 2;
 }
 
 /// One flow's replicated state.
@@ -124,6 +146,34 @@ impl FlowRecord {
     pub fn set_state(&mut self, state: &[u8; STATE_LEN]) {
         self.flags |= FLAG_STATE;
         self.opaque[opaque::STATE].copy_from_slice(state);
+    }
+
+    /// The flow's NAT binding, `None` when it has none or its bytes are
+    /// not one (a hostile record: ignored, as if untranslated).
+    pub fn binding(&self) -> Option<NatBinding> {
+        let b = self.opaque.get(opaque::BINDING)?;
+        let multi_session = match b[7] {
+            NatBinding::PER_SESSION => false,
+            NatBinding::MULTI_SESSION => true,
+            _ => return None,
+        };
+        if b[6] > 2 {
+            return None;
+        }
+        let addr = std::net::Ipv4Addr::new(b[0], b[1], b[2], b[3]);
+        Some(NatBinding { addr, port: u16::from_be_bytes([b[4], b[5]]), class: b[6], multi_session })
+    }
+
+    /// Store the flow's NAT binding (`None`: none).
+    pub fn set_binding(&mut self, binding: Option<NatBinding>) {
+        let b = &mut self.opaque[opaque::BINDING];
+        b.fill(0);
+        if let Some(n) = binding {
+            b[..4].copy_from_slice(&n.addr.octets());
+            b[4..6].copy_from_slice(&n.port.to_be_bytes());
+            b[6] = n.class;
+            b[7] = if n.multi_session { NatBinding::MULTI_SESSION } else { NatBinding::PER_SESSION };
+        }
     }
 
     /// A takeover from `owner` (`FLAG_TAKEOVER`, the owner in bits 4–7).

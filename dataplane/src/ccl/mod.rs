@@ -56,7 +56,7 @@ pub use control::{
     SYNC_CHUNK_DATA, SYNC_CHUNK_HEAD, SYNC_FULL, SYNC_MAX_WINDOW, TABLE_KEY_MAX, TABLE_VALUE_MAX,
 };
 pub use heartbeat::{Heartbeat, Placement, HB_FLAG_QUORUM, HB_STATE_MAX, NODE_SLOTS, NO_NODE, NO_PLACE};
-pub use batch::{BatchWriter, FlowBatch, FlowBatchIter, FlowOp, FlowRecord, FLAG_ORPHAN, FLAG_STATE, FLAG_TAKEOVER, FLAG_VERSIONED, OPAQUE_LEN, STATE_LEN};
+pub use batch::{BatchWriter, FlowBatch, FlowBatchIter, FlowOp, FlowRecord, NatBinding, FLAG_ORPHAN, FLAG_STATE, FLAG_TAKEOVER, FLAG_VERSIONED, OPAQUE_LEN, STATE_LEN};
 pub use header::{CclHeader, CclPacket, HEADER_LEN, MAGIC, VERSION};
 pub use key::FlowKey;
 pub use message::{

@@ -194,7 +194,7 @@ fn fixture_heartbeat() -> Heartbeat {
 #[test]
 fn fixture_sealed_heartbeat() {
     const FIXTURE: [u8; 132] = [
-        0x43, 0x46, 0x06, 0x01, 0x00, 0x01, 0x00, 0x00, // magic, v6, heartbeat, flags, node1, ch0, rsvd
+        0x43, 0x46, 0x07, 0x01, 0x00, 0x01, 0x00, 0x00, // magic, v7, heartbeat, flags, node1, ch0, rsvd
         0xab, 0x20, 0x99, 0xd9, // cluster id of "lab"
         0x65, 0x53, 0xf1, 0x00, // incarnation 1_700_000_000
         0, 0, 0, 0, 0, 0, 0, 1, // seq 1
@@ -213,7 +213,7 @@ fn fixture_sealed_heartbeat() {
         0xff, 0xff, 0, 0, 0, 0, 0, 0, 0, 0, //
         0x00, 0x01, 0, 0, 0, 9, // echo: node0's heartbeat 9
         // tag
-        0x36, 0xe8, 0x50, 0x63, 0x00, 0x54, 0xea, 0xa4, 0x64, 0x76, 0x52, 0x76, 0x6d, 0x68, 0x47, 0x70,
+        0xba, 0x60, 0x9c, 0x96, 0x93, 0x9d, 0xdb, 0x53, 0x75, 0xc7, 0xcf, 0xcf, 0x94, 0x6e, 0x3c, 0x31,
     ];
     let mut s = sealer();
     let d = seal(&mut s, &Message::Heartbeat(fixture_heartbeat()));
@@ -494,11 +494,11 @@ fn batch_writer_fills_to_capacity() {
     }
     assert!(MAX_PAYLOAD_MTU1500 - w.bytes() < FlowRecord::V6_LEN);
     assert_eq!(w.len(), pushed.len());
-    // 1422 bytes: 2 + 5 × 98 (IPv6) + 12 × 74 (IPv4) = 1380, then an
-    // IPv6 record (the 18th) does not fit the 42 bytes left.
-    assert_eq!((FlowRecord::V4_LEN, FlowRecord::V6_LEN), (74, 98));
-    assert_eq!(pushed.len(), 17);
-    assert_eq!(w.bytes(), 2 + 5 * 98 + 12 * 74);
+    // 1422 bytes: 2 + 4 × 106 (IPv6) + 12 × 82 (IPv4) = 1410, then an
+    // IPv6 record (the 17th) does not fit the 12 bytes left.
+    assert_eq!((FlowRecord::V4_LEN, FlowRecord::V6_LEN), (82, 106));
+    assert_eq!(pushed.len(), 16);
+    assert_eq!(w.bytes(), 2 + 4 * 106 + 12 * 82);
     let batch = w.as_batch();
     let mut s = sealer();
     let mut out = [0u8; 1514];
@@ -731,7 +731,7 @@ fn record_version_round_trips_through_the_opaque_bytes() {
     st[STATE_LEN - 1] = 9;
     r.set_state(&st);
     assert_eq!(r.flags, FLAG_VERSIONED | FLAG_STATE);
-    assert_eq!(&r.opaque[8..], &st[..]);
+    assert_eq!(&r.opaque[8..48], &st[..]);
     let n = r.emit(&mut buf).unwrap();
     assert_eq!(n, FlowRecord::V4_LEN);
     let back = FlowRecord::parse(&buf[..n]).unwrap();
@@ -851,5 +851,37 @@ proptest! {
         }
         prop_assert_eq!(o.counters().total_drops() + o.counters().total_rx(), 1);
         let _ = o.open_control_frame(&d);
+    }
+}
+
+#[test]
+fn nat_binding_rides_in_the_record_and_junk_is_none() {
+    use super::NatBinding;
+    let mut r = record(v4_key(), 1);
+    r.opaque = [0; OPAQUE_LEN];
+    assert_eq!(r.binding(), None);
+    let b = NatBinding { addr: Ipv4Addr::new(198, 51, 100, 7), port: 40_961, class: 1, multi_session: true };
+    r.set_binding(Some(b));
+    let mut bytes = [0u8; FlowRecord::V6_LEN];
+    let n = r.emit(&mut bytes).unwrap();
+    assert_eq!(n, FlowRecord::V4_LEN);
+    let back = FlowRecord::parse(&bytes[..n]).unwrap();
+    assert_eq!(back.binding(), Some(b));
+    // The binding takes the last 8 opaque bytes: the version and the flow
+    // state stay where they were.
+    assert_eq!(&back.opaque[48..], &[198, 51, 100, 7, 0xa0, 0x01, 1, 2]);
+    assert!(back.opaque[..48].iter().all(|&x| x == 0));
+    r.set_binding(None);
+    assert_eq!(r.binding(), None);
+    assert!(r.opaque.iter().all(|&x| x == 0));
+    // Any kind or class byte that is not one: no binding (never a panic).
+    for kind in 0..=255u8 {
+        for class in [0u8, 1, 2, 3, 200] {
+            let mut j = record(v4_key(), 2);
+            j.opaque[54] = class;
+            j.opaque[55] = kind;
+            let ok = matches!(kind, 1 | 2) && class <= 2;
+            assert_eq!(j.binding().is_some(), ok, "kind {kind} class {class}");
+        }
     }
 }

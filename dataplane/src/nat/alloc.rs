@@ -41,6 +41,18 @@ pub enum PortClass {
     Icmp = 2,
 }
 
+impl PortClass {
+    /// The class of its code (`as u8`; a flow record's binding byte,
+    /// checked there to be 0..=2): anything above 1 is ICMP.
+    pub fn from_code(c: u8) -> PortClass {
+        match c {
+            0 => PortClass::Tcp,
+            1 => PortClass::Udp,
+            _ => PortClass::Icmp,
+        }
+    }
+}
+
 const CLASSES: usize = 3;
 
 /// Most blocks one host may hold on one worker (the reference's
@@ -114,6 +126,10 @@ struct Block {
     /// Where the next search starts (per class): ports are handed out in
     /// turn, so a just-freed port is the last to be reused.
     cursor: [u16; CLASSES],
+    /// Inherited from a member that left (`add_inherited_block`): its
+    /// ports are only `reserve`d for the bindings taken over, never
+    /// allocated.
+    inherited: bool,
 }
 
 impl Block {
@@ -197,6 +213,25 @@ impl PortAllocator {
     /// Start allocating from block `r` of pool address `addr` (the map
     /// dealt it to this worker). Adding a block twice changes nothing.
     pub fn add_block(&mut self, r: BlockRef, addr: Ipv4Addr) {
+        self.push_block(r, addr, false);
+    }
+
+    /// Hold block `r` of `addr` inherited from a member that left: the
+    /// bindings of its connections taken over here are `reserve`d in it,
+    /// and `free`d when they end; no new port is allocated from it (the
+    /// ports of its connections not taken over yet are unknown here, and
+    /// one of them must never be handed out twice). Adding a block held
+    /// already changes nothing.
+    pub fn add_inherited_block(&mut self, r: BlockRef, addr: Ipv4Addr) {
+        self.push_block(r, addr, true);
+    }
+
+    /// Is block `r` held, and inherited?
+    pub fn holds(&self, r: BlockRef) -> Option<bool> {
+        self.by_ref.get(&r).map(|&i| self.blocks[i].inherited)
+    }
+
+    fn push_block(&mut self, r: BlockRef, addr: Ipv4Addr, inherited: bool) {
         if self.by_ref.contains_key(&r) {
             return;
         }
@@ -214,10 +249,13 @@ impl PortAllocator {
             used: [vec![0; words], vec![0; words], vec![0; words]],
             in_use: 0,
             cursor: [0; CLASSES],
+            inherited,
         });
         let i = self.blocks.len() - 1;
         self.by_ref.insert(r, i);
-        self.free.push(i);
+        if !inherited {
+            self.free.push(i);
+        }
     }
 
     /// Blocks held.
@@ -231,7 +269,7 @@ impl PortAllocator {
     /// Blocks with no host and no port in use (what could be released to
     /// a joiner; off the packet path: a walk).
     pub fn free_blocks(&self) -> usize {
-        self.blocks.iter().filter(|b| b.in_use == 0 && b.host.is_none()).count()
+        self.blocks.iter().filter(|b| b.in_use == 0 && b.host.is_none() && !b.inherited).count()
     }
     /// Ports in use over every block and class.
     pub fn in_use(&self) -> u64 {
@@ -251,6 +289,9 @@ impl PortAllocator {
             let start = self.current[class as usize];
             for k in 0..n {
                 let i = (start + k) % n;
+                if self.blocks[i].inherited {
+                    continue;
+                }
                 if let Some(off) = self.blocks[i].take(class) {
                     self.current[class as usize] = i;
                     self.counters.allocated += 1;
@@ -316,7 +357,7 @@ impl PortAllocator {
         }
         b.set(class, off, true);
         b.in_use += 1;
-        if b.host.is_none() && self.max_per_host.is_some() {
+        if b.host.is_none() && self.max_per_host.is_some() && !b.inherited {
             // An inherited binding: the block serves that host now (it may
             // exceed the host's maximum: the binding exists already; past
             // `MAX_PER_HOST` the block is not allocated from until it
@@ -491,6 +532,35 @@ mod tests {
         }
         assert_eq!(a.alloc(PortClass::Tcp, H1), Err(Exhausted::Host));
         assert!(a.is_used(PortClass::Tcp, r, 1030));
+    }
+
+    #[test]
+    fn inherited_blocks_take_reserves_only() {
+        let g = Geometry::new(512, false).unwrap();
+        for max in [None, Some(2)] {
+            let mut a = PortAllocator::new(g, max, 16);
+            blocks_for(&mut a, 1);
+            let inh = BlockRef { addr: 0, block: 5 };
+            a.add_inherited_block(inh, Ipv4Addr::new(198, 51, 100, 1));
+            assert_eq!((a.holds(inh), a.holds(BlockRef { addr: 0, block: 0 })), (Some(true), Some(false)));
+            let (lo, _) = g.ports(5).unwrap();
+            assert!(a.reserve(PortClass::Udp, inh, lo + 3, H2));
+            assert!(!a.reserve(PortClass::Udp, inh, lo + 3, H1), "in use already");
+            // Every port handed out comes from the dealt block, none from
+            // the inherited one, until the dealt block is exhausted.
+            for _ in 0..512 {
+                let m = a.alloc(PortClass::Udp, H1).unwrap();
+                assert_eq!(m.block.block, 0, "{max:?}");
+            }
+            assert!(a.alloc(PortClass::Udp, H1).is_err(), "{max:?}: the inherited block is not allocated from");
+            assert_eq!(a.free_blocks(), 0);
+            // The binding ends: the port is free, the block still not
+            // allocated from.
+            a.free(PortClass::Udp, inh, lo + 3);
+            assert!(!a.is_used(PortClass::Udp, inh, lo + 3));
+            assert!(a.alloc(PortClass::Udp, H2).is_err(), "{max:?}");
+            assert_eq!(a.counters.bad_free, 0);
+        }
     }
 
     #[test]

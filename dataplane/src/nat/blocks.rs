@@ -25,8 +25,9 @@
 //!   workers round-robin.
 //! - **leave** (`without`): only the leaver's blocks move. Each, in block
 //!   order, goes to the remaining member holding the fewest blocks of that
-//!   address (then fewest in the pool, then lowest id), to that member's
-//!   least-loaded worker. That member is the block's **heir**
+//!   address (then fewest in the pool, then lowest id), to the same
+//!   worker index there (a translation's connection is decided by the
+//!   worker of its real tuple: the same index on every member). That member is the block's **heir**
 //!   (`BlockMap::heir`, precomputed for every block): the owner of a
 //!   translation in a block backs its flow up on the block's heir, so
 //!   after a failure the node that receives the block's return traffic is
@@ -371,7 +372,6 @@ impl BlockMap {
         for h in &self.holders {
             pool[h.node.index()] += 1;
         }
-        let mut loads = self.worker_loads();
         let nodes: Vec<NodeId> = member_list(self.members).filter(|&n| n != gone).collect();
         for a in 0..self.addrs.len() {
             if !self.holders[a * per..(a + 1) * per].iter().any(|h| h.node == gone) {
@@ -385,10 +385,11 @@ impl BlockMap {
                 let Some(&heir) = nodes.iter().min_by_key(|n| (counts[n.index()], pool[n.index()], n.0)) else {
                     return;
                 };
-                let old = self.holders[a * per + b];
-                let worker = self.lightest_worker(&loads, heir);
-                loads[old.node.index() * usize::from(self.workers) + usize::from(old.worker)] -= 1;
-                loads[heir.index() * usize::from(self.workers) + usize::from(worker)] += 1;
+                // The same worker index: every member runs as many
+                // workers, and the connections a block's translations
+                // belong to are decided by the worker of their real tuple,
+                // the same index on the heir as on the holder.
+                let worker = self.holders[a * per + b].worker;
                 counts[heir.index()] += 1;
                 pool[heir.index()] += 1;
                 pool[gone.index()] -= 1;

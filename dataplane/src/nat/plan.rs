@@ -14,7 +14,7 @@
 //! never panics on any input.
 
 use crate::cluster::MemberSet;
-use crate::nat::{BlockError, BlockMap, Geometry, PortClass, RuleKind, RuleSpec, RuleTable};
+use crate::nat::{BlockError, BlockMap, Geometry, Holder, PortClass, RuleKind, RuleSpec, RuleTable};
 use crate::route::IfIndex;
 use crate::types::{Duration, Epoch, NodeId, WorkerId};
 use std::net::Ipv4Addr;
@@ -59,11 +59,14 @@ pub enum NatSpecError {
     NoPool(usize, u16),
     #[error("address {0} is in two pools")]
     SharedAddress(Ipv4Addr),
+    #[error("pool {0}: dynamic NAT (whole addresses) does not run in a cluster yet (SPEC N4: the control node's xlate table); use PAT")]
+    ClusterDynamicNat(usize),
     #[error("a NAT plan for {plan_workers} worker(s) and {plan_ifaces} interface(s) given to worker {me} of {workers} with {ifaces} interface(s)")]
     PlanMismatch { plan_workers: u16, plan_ifaces: usize, me: u16, workers: u16, ifaces: usize },
 }
 
 /// One pool in the plan.
+#[derive(Clone)]
 pub(crate) enum PlanPool {
     /// Its block map dealt over the node's workers.
     Pat { map: BlockMap, pat: PatSpec },
@@ -75,12 +78,17 @@ pub(crate) enum PlanPool {
 /// (module essay, several workers): built once, handed to each worker's
 /// pipeline (`Pipeline::set_nat_plan`) and to the driver's steering
 /// (`steer::steer_nat`).
+#[derive(Clone)]
 pub struct NatPlan {
     pub(crate) rules: RuleTable,
     pub(crate) pools: Vec<PlanPool>,
     /// Every pool address, ascending, with its pool and its index there.
     pub(crate) addrs: Vec<(Ipv4Addr, u16, u32)>,
     pub(crate) workers: u16,
+    /// This node (`NodeId(0)` alone) and whether the blocks are dealt
+    /// over a cluster's members.
+    pub(crate) me: NodeId,
+    pub(crate) cluster: bool,
     pub(crate) ifaces: usize,
     pub(crate) xlate_capacity: usize,
     pub(crate) xlate_timeout: Duration,
@@ -107,6 +115,32 @@ impl NatPlan {
     /// The plan of `spec` for a node with `workers` workers and `ifaces`
     /// interfaces (the pipeline's configured interfaces).
     pub fn new(spec: &NatSpec, ifaces: usize, workers: u16) -> Result<Arc<Self>, NatSpecError> {
+        Self::build(spec, ifaces, workers, None)
+    }
+
+    /// The plan of `spec` for node `me` of a cluster of `members`: each
+    /// PAT pool's blocks dealt over the members, each member's share over
+    /// its `workers` (every member runs as many). Dynamic NAT is refused
+    /// (N4 not built).
+    pub fn for_cluster(
+        spec: &NatSpec,
+        ifaces: usize,
+        workers: u16,
+        me: NodeId,
+        members: &MemberSet,
+    ) -> Result<Arc<Self>, NatSpecError> {
+        if let Some(i) = spec.pools.iter().position(|p| p.pat.is_none()) {
+            return Err(NatSpecError::ClusterDynamicNat(i));
+        }
+        Self::build(spec, ifaces, workers, Some((me, members)))
+    }
+
+    fn build(
+        spec: &NatSpec,
+        ifaces: usize,
+        workers: u16,
+        cluster: Option<(NodeId, &MemberSet)>,
+    ) -> Result<Arc<Self>, NatSpecError> {
         let w8 = u8::try_from(workers).map_err(|_| NatSpecError::Pool(0, BlockError::Workers(u8::MAX)))?;
         let mut pools = Vec::with_capacity(spec.pools.len());
         let mut addrs = Vec::new();
@@ -118,9 +152,10 @@ impl NatPlan {
                 Some(pat) => {
                     // One node: the whole map is dealt over its workers.
                     let g = Geometry::new(pat.block_size, pat.reserved_ports).map_err(|e| NatSpecError::Pool(i, e))?;
-                    let me = MemberSet::from_nodes(Epoch(1), [NodeId(0)])
+                    let alone = MemberSet::from_nodes(Epoch(1), [NodeId(0)])
                         .map_err(|_| NatSpecError::Pool(i, BlockError::NoMembers))?;
-                    let map = BlockMap::deal(g, &p.addresses, &me, w8).map_err(|e| NatSpecError::Pool(i, e))?;
+                    let members = cluster.map_or(&alone, |(_, m)| m);
+                    let map = BlockMap::deal(g, &p.addresses, members, w8).map_err(|e| NatSpecError::Pool(i, e))?;
                     PlanPool::Pat { map, pat }
                 }
                 None => PlanPool::Nat {
@@ -155,6 +190,8 @@ impl NatPlan {
             pools,
             addrs,
             workers: workers.max(1),
+            me: cluster.map_or(NodeId(0), |(me, _)| me),
+            cluster: cluster.is_some(),
             ifaces,
             xlate_capacity: spec.xlate_capacity,
             xlate_timeout: spec.xlate_timeout,
@@ -211,6 +248,80 @@ impl NatPlan {
                 addresses.get(self.addrs[i].2 as usize).map(|&(_, w)| NatInbound::Worker(w))
             }
         }
+    }
+
+    /// This node's id (`NodeId(0)` outside a cluster).
+    pub fn me(&self) -> NodeId {
+        self.me
+    }
+
+    /// Are the blocks dealt over a cluster's members (`for_cluster`)?
+    pub fn is_cluster(&self) -> bool {
+        self.cluster
+    }
+
+    /// Who holds the block of PAT pool address `dst`'s `port` (N5: the
+    /// node and worker return traffic to it goes to); `None` when `dst`
+    /// is not a PAT pool address, or the port is below its blocks or of
+    /// no port class. No allocation.
+    #[inline]
+    pub fn holder(&self, dst: Ipv4Addr, class: Option<PortClass>, port: u16) -> Option<Holder> {
+        class?;
+        match self.pools.get(usize::from(self.pool_of(dst)?))? {
+            PlanPool::Pat { map, .. } => map.lookup(dst, port),
+            PlanPool::Nat { .. } => None,
+        }
+    }
+
+    /// The block map of pool `pool` (`None`: no such PAT pool).
+    pub fn block_map(&self, pool: u16) -> Option<&BlockMap> {
+        match self.pools.get(usize::from(pool))? {
+            PlanPool::Pat { map, .. } => Some(map),
+            PlanPool::Nat { .. } => None,
+        }
+    }
+
+    /// A cluster's plan once every node of its maps that is not in
+    /// `members` has left (`BlockMap::without`, in id order: the heirs
+    /// take their blocks; every node applying the same leaves holds the
+    /// same maps); `None` when no map has a node outside `members`.
+    /// Joiners get no blocks here (the debts of a join are paid by
+    /// releases, docs/nat.md). Off the packet path: it allocates.
+    pub fn after_leaves(&self, members: &MemberSet) -> Option<Arc<NatPlan>> {
+        let mut next = self.clone();
+        let mut changed = false;
+        for p in &mut next.pools {
+            let PlanPool::Pat { map, .. } = p else { continue };
+            for n in (0..NodeId::MAX_NODES as u8).map(NodeId) {
+                if map.members() >> n.0 & 1 == 1 && !members.contains(n) {
+                    if let Ok(m) = map.without(n) {
+                        *map = m;
+                        changed = true;
+                    }
+                }
+            }
+        }
+        changed.then(|| Arc::new(next))
+    }
+
+    /// A cluster's plan after this node itself left (`Pipeline::reset`):
+    /// its blocks are its heirs', as the other members hold them.
+    pub fn without_node(&self, node: NodeId) -> Arc<NatPlan> {
+        let mut next = self.clone();
+        for p in &mut next.pools {
+            if let PlanPool::Pat { map, .. } = p {
+                if let Ok(m) = map.without(node) {
+                    *map = m;
+                }
+            }
+        }
+        Arc::new(next)
+    }
+
+    /// This plan's rules over `running`'s pools and maps (a cluster's
+    /// reload, N9: the block maps in force — after leaves — stay).
+    pub fn with_pools_of(&self, running: &NatPlan) -> Arc<NatPlan> {
+        Arc::new(NatPlan { rules: self.rules.clone(), mapped_side: self.mapped_side.clone(), ..running.clone() })
     }
 
     /// Workers that hold no address of a dynamic-NAT pool (its hosts

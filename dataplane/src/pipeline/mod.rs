@@ -470,11 +470,28 @@ impl Pipeline {
         release: &mut Option<Release>,
     ) -> Result<Outcome, DropReason> {
         let Arrival { in_port, ifx, ing, l2, tags, l2_broadcast } = at;
+        // A cluster member: a datagram to a PAT port whose block another
+        // member holds goes there as it is (N5; no query, no record).
+        if let (Some(n), Some(cl), Via::Port, None) = (self.nat.as_deref(), self.cluster.as_deref_mut(), rx.via, rx.frag) {
+            let l3 = buf.data().get(l2..).unwrap_or(&[]);
+            if let Some(node) = ipv4::parse(l3).ok().and_then(|_| n.holder_elsewhere(ifx, l3)) {
+                let iface = u8::try_from(ifx.0).map_err(|_| DropReason::CclMalformed)?;
+                let mut link = Link { egress: &mut self.egress, ifaces: &self.ifaces };
+                let port = cl.wrap(now, &mut link, buf, Wrap::Forward, iface, node, None)?;
+                if let Some(n) = self.nat.as_deref_mut() {
+                    n.counters.to_holder += 1;
+                }
+                return Ok(Outcome::Forward(port));
+            }
+        }
         // NAT inbound: a datagram to a mapped address becomes one to the
         // real address before anything else looks at it (`nat.rs`); a
-        // frame handed on or released went through it on arrival.
+        // frame handed on or released went through it on arrival. One
+        // from the CCL was not translated by its sender (a datagram to a
+        // mapped endpoint is sent on untranslated, N5; any other's
+        // destination is real already).
         let mut rx = rx;
-        if let (Some(n), Via::Port, None) = (self.nat.as_deref_mut(), rx.via, rx.frag) {
+        if let (Some(n), false, None) = (self.nat.as_deref_mut(), rx.nat_in, rx.frag) {
             if let Some(l3) = buf.data_mut().get_mut(l2..) {
                 // Only a datagram that passes the IPv4 checks below (the
                 // others are dropped there, untranslated, no xlate touched),
@@ -573,6 +590,7 @@ impl Pipeline {
                     Plan::TakeOver => {
                         let mut link = Link { egress: &mut self.egress, ifaces: &self.ifaces };
                         cl.take_over(now, &mut link, &mut self.flows.table, &tuple)?;
+                        self.settle_adopted(now);
                     }
                     Plan::Drop(r) => return Err(r),
                     // A relayed later fragment would carry no ports for
@@ -617,6 +635,13 @@ impl Pipeline {
                         // NAT outbound: the flow is admitted on its real tuple.
                         if !rx.nat_in {
                             snat = n.outbound(now, ifx, egress, &tuple, &mut self.flows.table, tracked)?;
+                            // A cluster member's flow records carry its binding.
+                            if let (Some(cl), Some(_)) = (self.cluster.as_deref_mut(), snat) {
+                                if let Some(b) = n.binding(self.flows.table.mark(tracked.handle)) {
+                                    let orig = if tracked.dir == crate::types::Direction::Original { tuple } else { tuple.reversed() };
+                                    cl.set_binding(tracked.handle, &orig, b);
+                                }
+                            }
                         }
                     }
                 }
@@ -701,6 +726,11 @@ impl Pipeline {
         };
         let mut link = Link { egress: &mut self.egress, ifaces: &self.ifaces };
         let next = cl.ccl_in(now, &mut link, &mut self.flows.table, buf);
+        // A flow transfer may have brought a NAT binding.
+        self.settle_adopted(now);
+        let Some(cl) = self.cluster.as_deref_mut() else {
+            return Err(DropReason::LocalUnhandled);
+        };
         // A record may have answered queries this node held for itself.
         if cl.has_local_release() {
             self.release_local(now);
@@ -923,6 +953,13 @@ impl Pipeline {
     pub fn set_members(&mut self, now: Timestamp, members: MemberSet) {
         if let Some(cl) = self.cluster.as_deref_mut() {
             cl.set_members(now, members);
+            // NAT: the blocks of members that left go to their heirs.
+            if let Some(n) = self.nat.as_deref_mut() {
+                if let Some(plan) = n.plan().after_leaves(&members) {
+                    cl.set_nat_plan(Some(plan.clone()));
+                    n.adopt_plan(plan);
+                }
+            }
         }
     }
 
@@ -936,12 +973,16 @@ impl Pipeline {
     }
 
     /// Translate with `spec` from now on, with this worker's share of it
-    /// (after `set_worker`; a single node: the node refuses NAT in a
-    /// cluster until return traffic is steered by the block map over the
-    /// CCL, docs/nat.md). Xlates of a previous configuration are dropped.
-    /// The node's workers share one plan instead: `set_nat_plan`.
+    /// (after `set_worker`). A cluster member deals the PAT blocks over
+    /// its member set (`NatPlan::for_cluster`; docs/nat.md). Xlates of a
+    /// previous configuration are dropped. The node's workers share one
+    /// plan instead: `set_nat_plan`.
     pub fn set_nat(&mut self, spec: &NatSpec) -> Result<(), NatSpecError> {
-        let plan = NatPlan::new(spec, self.ifaces.names().len(), self.workers)?;
+        let ifaces = self.ifaces.names().len();
+        let plan = match self.cluster.as_deref() {
+            Some(cl) => NatPlan::for_cluster(spec, ifaces, self.workers, cl.me(), &cl.members())?,
+            None => NatPlan::new(spec, ifaces, self.workers)?,
+        };
         self.set_nat_plan(plan)
     }
 
@@ -950,7 +991,12 @@ impl Pipeline {
     /// `steer::steer_nat`).
     pub fn set_nat_plan(&mut self, plan: std::sync::Arc<NatPlan>) -> Result<(), NatSpecError> {
         let ifaces = self.ifaces.names().len();
-        if plan.workers() != self.workers || plan.ifaces() != ifaces {
+        let me = self.cluster.as_deref().map(|cl| cl.me());
+        let node_fits = match me {
+            Some(me) => plan.is_cluster() && plan.me() == me,
+            None => !plan.is_cluster(),
+        };
+        if plan.workers() != self.workers || plan.ifaces() != ifaces || !node_fits {
             return Err(NatSpecError::PlanMismatch {
                 plan_workers: plan.workers(),
                 plan_ifaces: plan.ifaces(),
@@ -964,8 +1010,32 @@ impl Pipeline {
         self.flows.table.drain_ended(|_| {});
         self.flows.table.clear_marks();
         self.flows.table.log_ended();
+        let mut plan = plan;
+        if let Some(cl) = self.cluster.as_deref_mut() {
+            // Members that left before: their blocks are their heirs'.
+            if let Some(p) = plan.after_leaves(&cl.members()) {
+                plan = p;
+            }
+            cl.set_nat_plan(Some(plan.clone()));
+        }
         self.nat = Some(Box::new(nat::NatPath::new(plan, self.worker)));
         Ok(())
+    }
+
+    /// Flows taken over with a NAT binding keep it (R11): the NAT stage
+    /// reserves its mapped port and marks the flow; a flow whose binding
+    /// cannot be kept here is removed, so none of its packets leaves
+    /// untranslated.
+    fn settle_adopted(&mut self, now: Timestamp) {
+        let Some(cl) = self.cluster.as_deref_mut() else { return };
+        let table = &mut self.flows.table;
+        let mut nat = self.nat.as_deref_mut();
+        cl.take_adopted(|h, orig, b| {
+            let kept = nat.as_deref_mut().is_some_and(|n| n.adopt_binding(now, table, h, orig, b));
+            if !kept {
+                table.remove_flow(h);
+            }
+        });
     }
 
     /// The NAT plan this worker translates with (to share with the other
@@ -1029,6 +1099,16 @@ impl Pipeline {
         self.flows.table.clear();
         if let Some(cl) = self.cluster.as_deref_mut() {
             cl.reset(now);
+            // NAT: the other members gave this node's blocks to their
+            // heirs when it left; it comes back holding none (a joiner
+            // gets blocks as the others release them, docs/nat.md) and
+            // with no xlate.
+            if let Some(n) = self.nat.as_deref_mut() {
+                let plan = n.plan().without_node(cl.me());
+                cl.set_nat_plan(Some(plan.clone()));
+                self.flows.table.drain_ended(|_| {});
+                *n = nat::NatPath::new(plan, self.worker);
+            }
         }
     }
 

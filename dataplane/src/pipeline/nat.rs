@@ -63,7 +63,8 @@
 
 use crate::nat::plan::{class_of, nat_class, shift, static_real, PlanPool};
 pub use crate::nat::plan::{NatInbound, NatPlan, NatSpec, NatSpecError, PatSpec, PoolSpec};
-use crate::conntrack::{ConnTable, Tracked};
+use crate::ccl::NatBinding;
+use crate::conntrack::{ConnTable, FlowHandle, Tracked};
 use crate::nat::{
     self, Endpoint as Side, PortAllocator, PortClass, RuleKind, Sessions, Xlate, XlateId, XlateInfo, XlateTable,
 };
@@ -111,6 +112,13 @@ pub struct NatCounters {
     pub exhausted: u64,
     pub fragments: u64,
     pub protocol: u64,
+    /// Cluster (N5): datagrams to a PAT port whose block another member
+    /// holds, sent there untranslated.
+    pub to_holder: u64,
+    /// Cluster (R11): bindings of flows taken over kept here, and those
+    /// that could not be (the flow was removed).
+    pub bindings_adopted: u64,
+    pub bindings_refused: u64,
 }
 
 impl std::ops::AddAssign for NatCounters {
@@ -127,7 +135,13 @@ impl std::ops::AddAssign for NatCounters {
             exhausted,
             fragments,
             protocol,
+            to_holder,
+            bindings_adopted,
+            bindings_refused,
         } = o;
+        self.to_holder += to_holder;
+        self.bindings_adopted += bindings_adopted;
+        self.bindings_refused += bindings_refused;
         self.translated_out += translated_out;
         self.translated_in += translated_in;
         self.icmp_errors_in += icmp_errors_in;
@@ -144,6 +158,7 @@ impl std::ops::AddAssign for NatCounters {
 /// The stage (module essay): one worker's share of the plan.
 pub(crate) struct NatPath {
     plan: Arc<NatPlan>,
+    worker: WorkerId,
     pools: Vec<Pool>,
     xlates: XlateTable,
     pub counters: NatCounters,
@@ -173,7 +188,7 @@ impl NatPath {
             .map(|p| match p {
                 PlanPool::Pat { map, pat } => {
                     let mut alloc = PortAllocator::new(map.geometry(), pat.max_per_host, plan.host_capacity);
-                    for (r, h) in map.blocks_of(NodeId(0)) {
+                    for (r, h) in map.blocks_of(plan.me) {
                         if let (Some(a), true) = (map.address(r), u16::from(h.worker) == me.0) {
                             alloc.add_block(r, a);
                         }
@@ -189,7 +204,116 @@ impl NatPath {
             xlates: XlateTable::new(plan.xlate_capacity, plan.xlate_timeout),
             pools,
             plan,
+            worker: me,
             counters: NatCounters::default(),
+        }
+    }
+
+    /// A cluster member's plan after members left (`NatPlan::after_leaves`,
+    /// from `Pipeline::set_members`): the blocks it inherits for this
+    /// worker are held for the bindings taken over in them
+    /// (`PortAllocator::add_inherited_block`: reserved, never allocated
+    /// from). Blocks it held stay. Off the packet path.
+    pub fn adopt_plan(&mut self, plan: Arc<NatPlan>) {
+        for (p, pool) in plan.pools.iter().zip(self.pools.iter_mut()) {
+            let (PlanPool::Pat { map, .. }, Pool::Pat(alloc)) = (p, pool) else { continue };
+            for (r, h) in map.blocks_of(plan.me) {
+                if let (Some(a), true, None) = (map.address(r), u16::from(h.worker) == self.worker.0, alloc.holds(r)) {
+                    alloc.add_inherited_block(r, a);
+                }
+            }
+        }
+        self.plan = plan;
+    }
+
+    /// N5, on a cluster member: the member holding the block of the PAT
+    /// port a datagram received on `ifx` is addressed to (an ICMP error:
+    /// the port its quote was sent from), when that is another member —
+    /// the datagram goes there untranslated, without a director query or
+    /// a forwarding record. `None`: not a PAT pool's, or ours.
+    pub fn holder_elsewhere(&self, ifx: IfIndex, l3: &[u8]) -> Option<NodeId> {
+        if !self.plan.cluster || !self.plan.mapped_side(ifx) {
+            return None;
+        }
+        let e = endpoints(l3)?;
+        if e.later_fragment || self.plan.rules.inbound(e.dst, e.proto, e.dport).is_some() {
+            return None;
+        }
+        let (class, port) = if e.proto == 1 && e.icmp_type.is_some_and(|t| !matches!(t, 0 | 8)) {
+            let q = icmp_quote(l3).and_then(endpoints).filter(|q| q.src == e.dst)?;
+            (class_of(q.proto, q.icmp_type), q.sport)
+        } else {
+            (class_of(e.proto, e.icmp_type), e.dport)
+        };
+        let h = self.plan.holder(e.dst, class, port)?;
+        (h.node != self.plan.me).then_some(h.node)
+    }
+
+    /// The PAT binding of the flow `mark` names, for its flow records
+    /// (R9: a new owner keeps the mapped address and port).
+    pub fn binding(&self, mark: u32) -> Option<NatBinding> {
+        let x = self.xlates.get(XlateId(mark.checked_sub(1)?))?;
+        x.block?;
+        Some(NatBinding {
+            addr: x.mapped.0,
+            port: x.mapped.1,
+            class: x.class as u8,
+            multi_session: x.sessions == Sessions::MultiSession,
+        })
+    }
+
+    /// A flow taken over (R11) with the binding `b` of its previous owner:
+    /// the flow `h` (original direction `orig`, from the real endpoint)
+    /// holds the same mapped address and port here — an xlate of that
+    /// mapping if one exists for the same real endpoint, else a new one,
+    /// its port reserved in the block this worker holds (dealt or
+    /// inherited). `false` (counted) when it cannot be: the block is not
+    /// ours, the port is bound to another endpoint, or the table is full;
+    /// the caller removes the flow, so no packet of it leaves
+    /// untranslated.
+    pub fn adopt_binding(&mut self, now: Timestamp, flows: &mut ConnTable, h: FlowHandle, orig: &FiveTuple, b: NatBinding) -> bool {
+        let ok = self.try_adopt(now, flows, h, orig, b);
+        if ok {
+            self.counters.bindings_adopted += 1;
+        } else {
+            self.counters.bindings_refused += 1;
+        }
+        ok
+    }
+
+    fn try_adopt(&mut self, now: Timestamp, flows: &mut ConnTable, h: FlowHandle, orig: &FiveTuple, b: NatBinding) -> bool {
+        let IpAddr::V4(src) = orig.src else { return false };
+        let class = PortClass::from_code(b.class);
+        if nat_class(orig.proto) != Some(class) || flows.mark(h) != 0 {
+            return false;
+        }
+        let sport = if class == PortClass::Icmp { orig.src_port | orig.dst_port } else { orig.src_port };
+        let real = (src, sport);
+        if let Some(id) = self.xlates.by_mapped(class, (b.addr, b.port)) {
+            let same = self.xlates.get(id).is_some_and(|x| x.real == real);
+            if same && self.xlates.acquire(now, id) {
+                flows.set_mark(h, id.0.wrapping_add(1));
+            }
+            return same;
+        }
+        let Some(p) = self.pool_of(b.addr) else { return false };
+        let Some(r) = self.plan.block_map(p).and_then(|m| m.block(b.addr, b.port)) else { return false };
+        let Some(Pool::Pat(alloc)) = self.pools.get_mut(usize::from(p)) else { return false };
+        if !alloc.reserve(class, r, b.port, src) {
+            return false;
+        }
+        let sessions = if b.multi_session { Sessions::MultiSession } else { Sessions::PerSession };
+        let x = Xlate { class, real, mapped: (b.addr, b.port), sessions, block: Some(r) };
+        match self.xlates.insert(now, x) {
+            Ok(id) => {
+                flows.set_mark(h, id.0.wrapping_add(1));
+                self.counters.xlates_created += 1;
+                true
+            }
+            Err(_) => {
+                self.give_back(x);
+                false
+            }
         }
     }
 

@@ -146,7 +146,7 @@ impl ClusterPath {
     /// does (R8); hand it the flow if its owner left (R11, `grant`); with
     /// no record and no election asked, hold the query for a registration
     /// in flight (`hold`). Queries from non-members are ignored.
-    fn on_query(&mut self, now: Timestamp, link: &mut Link<'_>, conn: &ConnTable, from: NodeId, q: &OwnerQuery) {
+    fn on_query(&mut self, now: Timestamp, link: &mut Link<'_>, conn: &mut ConnTable, from: NodeId, q: &OwnerQuery) {
         if !self.members.contains(from) {
             self.counters.from_nonmembers += 1;
             return;
@@ -186,11 +186,29 @@ impl ClusterPath {
                 }
                 Some((o, false, _)) if self.members.contains(o) => Some(o),
                 Some(_) if self.orphan_here(&t, now) => {
-                    if self.grant(now, link, from, q) {
-                        self.counters.queries_answered += 1;
-                        return;
+                    // A translated flow is granted only to the member
+                    // holding its binding's block; anyone else is sent
+                    // there (which then asks, and is granted).
+                    let holder = self.records.get(&key).and_then(|r| self.binding_holder(r.binding));
+                    match holder.filter(|&h| h != from) {
+                        // This director holds the block: it takes the flow
+                        // over now and names itself.
+                        Some(h) if h == me => {
+                            self.counters.nat_takeovers_redirected += 1;
+                            self.take_over(now, link, conn, &t).ok().map(|()| me)
+                        }
+                        Some(h) => {
+                            self.counters.nat_takeovers_redirected += 1;
+                            Some(h)
+                        }
+                        None => {
+                            if self.grant(now, link, from, q) {
+                                self.counters.queries_answered += 1;
+                                return;
+                            }
+                            None
+                        }
                     }
-                    None
                 }
                 _ if q.elect_if_absent && self.settling(now, conn) => {
                     // Owners are re-registering after a member change: the
@@ -354,6 +372,7 @@ impl ClusterPath {
                         state,
                         owner_left: false,
                         handoff: false,
+                        binding: r.binding(),
                     };
                     if !self.upsert(key, rec) {
                         self.counters.record_table_full += 1;

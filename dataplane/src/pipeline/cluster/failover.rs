@@ -52,7 +52,9 @@ use super::{
     canonical, live, ClusterPath, HeldQuery, Link, OwnerExtra, Role, SyncProgress, Version, MAX_HELD, SYNC_BUDGET,
     SYNC_EPOCHS,
 };
-use crate::ccl::{FlowKey, FlowOp, FlowRecord, FlowTransfer, Message, OwnerQuery, OwnerReply, SyncDone, FLAG_ORPHAN, OPAQUE_LEN};
+use crate::ccl::{
+    FlowKey, FlowOp, FlowRecord, FlowTransfer, Message, NatBinding, OwnerQuery, OwnerReply, SyncDone, FLAG_ORPHAN, OPAQUE_LEN,
+};
 use crate::cluster::flow_hash;
 use crate::conntrack::{ConnTable, FlowState, Timeouts};
 use crate::types::{DropReason, Duration, Epoch, FiveTuple, NodeId, Timestamp};
@@ -364,6 +366,7 @@ impl ClusterPath {
             state: Some(state),
             owner_left: true,
             handoff: false,
+            binding: r.binding(),
         };
         if !self.upsert(key, rec) {
             self.counters.record_table_full += 1;
@@ -417,15 +420,15 @@ impl ClusterPath {
     /// flow whose owner left, becomes its owner for the packet at hand.
     pub fn take_over(&mut self, now: Timestamp, link: &mut Link<'_>, conn: &mut ConnTable, t: &FiveTuple) -> Result<(), DropReason> {
         let key = canonical(t);
-        let (orig, state, delta) = match self.records.get(&key) {
+        let (orig, state, delta, binding) = match self.records.get(&key) {
             Some(r) if self.orphan_here(t, now) => match r.state {
-                Some(s) => (r.orig, s, r.seq_delta),
+                Some(s) => (r.orig, s, r.seq_delta, r.binding),
                 None => return Err(DropReason::ClusterNoRecord),
             },
             _ => return Err(DropReason::ClusterNoRecord),
         };
         let replaced = self.records.get(&key).map(|r| r.owner);
-        self.adopt(now, link, conn, &orig, state, delta, replaced)?;
+        self.adopt(now, link, conn, &orig, state, delta, replaced, binding)?;
         self.counters.takeovers_local += 1;
         Ok(())
     }
@@ -440,7 +443,12 @@ impl ClusterPath {
         state: FlowState,
         delta: u32,
         replaced: Option<NodeId>,
+        binding: Option<NatBinding>,
     ) -> Result<(), DropReason> {
+        if binding.is_some() && self.adopted.len() >= self.adopted.capacity() {
+            self.counters.bindings_overflow += 1;
+            return Err(DropReason::NatExhausted);
+        }
         let h = conn.install(now, orig, state.resync())?;
         // The owner keeps no record of its own flows.
         self.records.remove(&canonical(orig));
@@ -448,7 +456,13 @@ impl ClusterPath {
         self.next_generation = self.next_generation.wrapping_add(1);
         let timeout = super::state_timeout(conn.timeouts(), state.tcp_state(), orig.proto);
         if let Some(e) = self.extras.get_mut(h.index() as usize) {
-            *e = OwnerExtra { delta, sent: now, version, sent_idle: timeout };
+            *e = OwnerExtra { delta, sent: now, version, sent_idle: timeout, binding };
+        }
+        if let Some(b) = binding {
+            // The NAT stage keeps the binding (`Pipeline::settle_adopted`)
+            // before any packet of the flow is processed here (room was
+            // checked above).
+            self.adopted.push((h, *orig, b));
         }
         if let Some(mut record) = self.owner_record(now, conn, h, orig) {
             // Named, so that a holder still counting that owner a member
@@ -517,7 +531,7 @@ impl ClusterPath {
             return None;
         };
         if conn.lookup(&orig).is_none() {
-            if self.adopt(now, link, conn, &orig, state, r.seq_delta, r.replaces()).is_err() {
+            if self.adopt(now, link, conn, &orig, state, r.seq_delta, r.replaces(), r.binding()).is_err() {
                 self.counters.transfers_refused += 1;
                 return None;
             }
@@ -721,5 +735,6 @@ fn held_record(r: &super::Record, owner: NodeId) -> Option<FlowRecord> {
         opaque: [0; OPAQUE_LEN],
     };
     record.set_state(&state.to_bytes());
+    record.set_binding(r.binding);
     Some(record)
 }

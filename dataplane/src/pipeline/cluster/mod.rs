@@ -194,6 +194,9 @@ pub const PENDING_TIMEOUT: Duration = Duration::from_millis(100);
 /// Flow records queued between two `flush` calls; a full queue is
 /// flushed on the spot.
 pub const MAX_UPDATES: usize = 256;
+/// Flows taken over with a NAT binding between two drains by the pipeline
+/// (`ClusterPath::take_adopted`; one per takeover, drained after each).
+const MAX_ADOPTED: usize = 16;
 /// Delay between the re-sends of a lengthening state change (`Resend`).
 pub const RESEND_DELAY: Duration = Duration::from_millis(2000);
 /// How many times a lengthening state change is re-sent.
@@ -255,6 +258,10 @@ pub(crate) struct Record {
     /// To be handed to the flow's director (an orphan whose director is a
     /// node that cannot hold it: `ClusterPath::mark_handoffs`).
     pub handoff: bool,
+    /// The flow's PAT binding from the owner's record (R9): a new owner
+    /// keeps it, and only the member holding its block may take the flow
+    /// over (its return traffic goes there, N5).
+    pub binding: Option<crate::ccl::NatBinding>,
 }
 
 impl Record {
@@ -273,6 +280,7 @@ impl Record {
             state: None,
             owner_left: false,
             handoff: false,
+            binding: None,
         }
     }
 }
@@ -329,6 +337,8 @@ pub(crate) struct OwnerExtra {
     pub version: Version,
     /// Idle timeout the last flow record carried.
     pub sent_idle: Duration,
+    /// The flow's PAT binding, carried in its records (R9).
+    pub binding: Option<crate::ccl::NatBinding>,
 }
 
 /// A state change that lengthened a flow's record timeout (SYN → ESTABLISHED):
@@ -494,6 +504,12 @@ pub struct ClusterCounters {
     /// "none" at once.
     pub local_answered: u64,
     pub local_unknown: u64,
+    /// NAT (R11, N5): takeovers of translated flows sent to the member
+    /// holding their binding's block (queries answered with it, packets
+    /// forwarded to it), and takeovers refused because the bindings
+    /// waiting for the NAT stage were too many.
+    pub nat_takeovers_redirected: u64,
+    pub bindings_overflow: u64,
 }
 
 crate::impl_stats!(ClusterCounters {
@@ -563,6 +579,8 @@ crate::impl_stats!(ClusterCounters {
     counter local_fallbacks,
     counter local_answered,
     counter local_unknown,
+    counter nat_takeovers_redirected,
+    counter bindings_overflow,
 });
 
 /// `Pipeline::sync_progress` (issue 10 contract): the re-registration for
@@ -638,6 +656,12 @@ impl crate::stats::Stats for ClusterCountersSnapshot {
 /// to `pipeline::cluster`; the rest of the pipeline sees methods.
 pub(crate) struct ClusterPath {
     me: NodeId,
+    /// The NAT plan when the node translates (`set_nat_plan`): where a
+    /// binding's block is, for the takeover of a translated flow.
+    nat: Option<std::sync::Arc<crate::nat::plan::NatPlan>>,
+    /// Flows taken over with a binding, for the NAT stage to keep
+    /// (`take_adopted`), at most `MAX_ADOPTED` between two drains.
+    adopted: Vec<(crate::conntrack::FlowHandle, FiveTuple, crate::ccl::NatBinding)>,
     members: MemberSet,
     directors: DirectorTable,
     seq_randomization: bool,
@@ -877,6 +901,8 @@ impl ClusterPath {
         Ok(ClusterPath {
             me: spec.node,
             members: spec.members,
+            nat: None,
+            adopted: Vec::with_capacity(MAX_ADOPTED),
             directors,
             seq_randomization: spec.seq_randomization,
             ccl_ifx,
@@ -1002,6 +1028,11 @@ impl ClusterPath {
     /// A new member set (epoch-stamped): the director ranking follows it,
     /// the SYN guard opens, and the re-registration scan starts
     /// (`failover.rs`).
+    /// The member set in force.
+    pub fn members(&self) -> MemberSet {
+        self.members
+    }
+
     pub fn set_members(&mut self, now: Timestamp, members: MemberSet) {
         if let Ok(t) = DirectorTable::new(&members) {
             // Nodes that (re)joined or were readmitted after a restart:
@@ -1091,6 +1122,49 @@ impl ClusterPath {
 
     /// Insert or replace a record; `false` when the key is new and the
     /// table is full.
+    /// The NAT plan in force (`Pipeline::set_nat_plan`, after leaves).
+    pub fn set_nat_plan(&mut self, plan: Option<std::sync::Arc<crate::nat::plan::NatPlan>>) {
+        self.nat = plan;
+    }
+
+    /// The flows taken over with a binding since the last call, for the
+    /// NAT stage (`Pipeline::settle_adopted`).
+    pub fn take_adopted(&mut self, mut f: impl FnMut(crate::conntrack::FlowHandle, &FiveTuple, crate::ccl::NatBinding)) {
+        for (h, t, b) in self.adopted.drain(..) {
+            f(h, &t, b);
+        }
+    }
+
+    /// A translated flow this node owns got its binding (the NAT stage
+    /// bound it after conntrack admitted it): it rides in the flow's
+    /// records from now on, and in the ones queued for it this burst.
+    pub fn set_binding(&mut self, h: crate::conntrack::FlowHandle, orig: &FiveTuple, b: crate::ccl::NatBinding) {
+        let Some(e) = self.extras.get_mut(h.index() as usize) else { return };
+        if e.binding == Some(b) {
+            return;
+        }
+        e.binding = Some(b);
+        // The registration was queued by conntrack's verdict, just before.
+        let Ok(key) = crate::ccl::FlowKey::new(*orig) else { return };
+        for u in self.updates.iter_mut().rev().take(2 * crate::cluster::MAX_BACKUPS + 2) {
+            if u.record.flow == key {
+                u.record.set_binding(Some(b));
+            }
+        }
+    }
+
+    /// The member that must own a translated flow taken over (R11): the
+    /// holder of its binding's block under the plan in force (after the
+    /// leaves, the block's heir), where its return traffic goes (N5).
+    /// `None`: no binding, no NAT plan, or the holder is not a member
+    /// (taken over as any flow).
+    pub(super) fn binding_holder(&self, b: Option<crate::ccl::NatBinding>) -> Option<NodeId> {
+        let (b, plan) = (b?, self.nat.as_deref()?);
+        let class = crate::nat::PortClass::from_code(b.class);
+        let h = plan.holder(b.addr, Some(class), b.port)?.node;
+        self.members.contains(h).then_some(h)
+    }
+
     fn upsert(&mut self, key: FiveTuple, rec: Record) -> bool {
         if let Some(r) = self.records.get_mut(&key) {
             *r = rec;

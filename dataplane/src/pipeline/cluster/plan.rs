@@ -87,6 +87,14 @@ impl ClusterPath {
         if orphan {
             self.counters.dead_owner_records += 1;
             if self.orphan_here(tuple, now) {
+                // A translated flow goes to the member holding its
+                // binding's block (its return traffic arrives there), which
+                // asks this director for it.
+                let holder = self.records.get(&key).and_then(|r| self.binding_holder(r.binding));
+                if let Some(h) = holder.filter(|&h| h != me) {
+                    self.counters.nat_takeovers_redirected += 1;
+                    return Plan::Forward(h);
+                }
                 return Plan::TakeOver;
             }
         }

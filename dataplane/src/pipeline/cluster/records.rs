@@ -93,7 +93,7 @@ impl ClusterPath {
             let version = Version { generation: self.next_generation, seq: 0 };
             self.next_generation = self.next_generation.wrapping_add(1);
             if let Some(e) = self.extras.get_mut(idx) {
-                *e = OwnerExtra { delta, sent: now, version, sent_idle: timeout };
+                *e = OwnerExtra { delta, sent: now, version, sent_idle: timeout, binding: None };
             }
         }
         let delta = self.extras.get(idx).map_or(0, |e| e.delta);
@@ -154,6 +154,7 @@ impl ClusterPath {
         if let Some(st) = conn.export(now, h) {
             record.set_state(&st.to_bytes());
         }
+        record.set_binding(e.binding);
         Some(record)
     }
 
