@@ -202,19 +202,49 @@ fn a_translated_flow_survives_its_owner_with_its_mapped_port() {
     }
 }
 
+/// Every mapped endpoint bound on a member that is up, with its members:
+/// none may be bound on two at once.
+fn bound_once(bed: &Bed) {
+    let mut seen = std::collections::HashMap::new();
+    for n in (0..bed.nodes.len()).filter(|&n| !bed.down[n]) {
+        for x in bed.nodes[n].xlates(bed.now(), usize::MAX) {
+            if let Some(m) = seen.insert((x.proto, x.mapped.clone()), n) {
+                panic!("{} {} bound on {m} and {n}", x.proto, x.mapped);
+            }
+        }
+    }
+}
+
 #[test]
-fn a_member_that_comes_back_holds_no_block_and_translates_nothing_new() {
+fn a_member_that_comes_back_holds_its_blocks_again_and_their_taken_over_connections_end() {
     let mut bed = nat_bed(3);
-    let _ = open(&mut bed, 40_200, 0, 1);
-    bed.kill(2, 2);
-    bed.rejoin(2, 3);
-    // Its blocks went to the others when it left; a joiner gets blocks only
-    // as they are released (not built): a SYN it receives is refused,
-    // counted, and no port of anyone else's block is handed out.
-    let syn = from_host(2, SERVER).tcp(40_201, 80, C_ISN, 0, SYN, 64240, &SYN_OPTS, &[]);
-    assert!(bed.send(2, IN, syn).is_empty());
-    assert_eq!(bed.nodes[2].nat_counters().unwrap().exhausted, 1);
-    assert!((1024..=65535u16).all(|p| holder(&bed, p) != 2));
-    // The others still translate.
-    let _ = open(&mut bed, 40_202, 1, 2);
+    let (mport, isn) = open(&mut bed, 40_300, 0, 1);
+    let map = bed.nodes[1].nat_plan().unwrap();
+    let block = map.block_map(0).unwrap().block(POOL, mport).unwrap();
+    let heir = map.block_map(0).unwrap().heir(block).unwrap().index();
+    bed.kill(0, 2);
+    let more = from_host(heir, SERVER).tcp(40_300, 80, C_ISN + 1, S_ISN + 1, ACK, 502, &[], &[]);
+    let (n, _, f) = one(&bed.send(heir, IN, more));
+    assert_eq!((n, tcp_of(&f).1), (heir, mport), "taken over with its binding");
+    bound_once(&bed);
+    // Node 0 comes back: it holds its dealt blocks again (the same map on
+    // every member), so the connection taken over in one of them ends at
+    // the heir — its return traffic goes to node 0 now, which may hand the
+    // port out again.
+    bed.rejoin(0, 3);
+    assert_eq!(holder(&bed, mport), 0);
+    assert_eq!(bed.nodes[heir].nat_counters().unwrap().bindings_returned, 1);
+    assert!(bed.owners_up(&tuple(HOST, 40_300, SERVER, 80, 6)).is_empty());
+    bound_once(&bed);
+    // Its return traffic reaches node 0, which has no xlate for it: dropped,
+    // nothing reaches the client.
+    let data = from_server(heir).tcp(80, mport, S_ISN + 1, isn.wrapping_add(1), ACK, 509, &[], &[1; 10]);
+    assert!(bed.send(heir, OUT, data).is_empty());
+    assert_eq!(bed.drops(0, DropReason::NatNoXlate), 1);
+    // Every member translates new connections from its own blocks again.
+    for (k, owner) in [0usize, 1, 2].into_iter().enumerate() {
+        let (m, _) = open(&mut bed, 40_310 + k as u16, owner, (owner + 1) % 3);
+        assert_eq!(holder(&bed, m), owner);
+        bound_once(&bed);
+    }
 }

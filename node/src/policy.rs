@@ -169,7 +169,7 @@ impl Policies {
                         to apply it"
                 .into());
         };
-        let plan = NatPlan::new(&spec, self.specs.len(), running.workers()).map_err(|e| format!("nat: {e}"))?;
+        let plan = running.rebuilt(&spec, self.specs.len()).map_err(|e| format!("nat: {e}"))?;
         if !running.same_pools(&plan) {
             return Err("nat: the pools changed (addresses, kind or block settings): blocks and the translations on \
                         them cannot move while the node runs (SPEC N6); restart the node to apply it"
@@ -251,18 +251,25 @@ impl Policies {
     }
 }
 
-/// Why this node cannot run `nat`: the pipeline translates on a single
-/// node (one worker or several, steered by the plan); a cluster member
-/// would need return traffic steered by the block map over the CCL
-/// (docs/nat.md), so NAT rules there are refused, not ignored — forwarding
-/// inside addresses untranslated where the operator asked for NAT would
-/// leak them.
+/// Why this node cannot run `nat`: a cluster member runs PAT, static NAT
+/// and static PAT (docs/nat.md, "The cluster"); dynamic NAT hands whole
+/// pool addresses out from the control node's xlate table (SPEC N4), not
+/// built, so its rules are refused there, not ignored — forwarding inside
+/// addresses untranslated where the operator asked for NAT would leak
+/// them.
 pub fn nat_not_runnable(nat: &config::nat::NatConfig, cluster: bool) -> Option<String> {
-    (cluster && !nat.rules.is_empty()).then(|| {
+    let dynamic_nat: Vec<&str> = nat
+        .rules
+        .iter()
+        .filter(|r| r.kind == config::nat::NatKind::DynamicNat)
+        .map(|r| r.name.as_str())
+        .collect();
+    (cluster && !dynamic_nat.is_empty()).then(|| {
         format!(
-            "nat: {} rule(s) configured, but this build translates on a single node only (a cluster member needs \
-             return traffic steered by the block map, docs/nat.md); refusing them rather than forwarding untranslated",
-            nat.rules.len()
+            "nat: dynamic-nat rule(s) {}: a cluster member does not run dynamic NAT yet (whole pool addresses \
+             handed out by the control node, SPEC N4, docs/nat.md); use dynamic-pat, static-nat or static-pat; \
+             refusing them rather than forwarding untranslated",
+            dynamic_nat.join(", ")
         )
     })
 }

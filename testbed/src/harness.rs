@@ -262,6 +262,131 @@ impl TestBed {
     }
 }
 
+/// Child processes killed and reaped on drop (a test's concurrent
+/// clients), also when the test fails half-way.
+pub struct Children(pub Vec<Child>);
+
+impl Drop for Children {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// A 2 s iperf3 stream from `client_ns` to an iperf3 server started in
+/// `server_ns` on `server:5201`: UDP at 10 Mbit/s (at most 1 % lost) or
+/// TCP; returns the figures.
+pub fn iperf3(run_dir: &Path, tag: &str, server_ns: &str, server: &str, client_ns: &str, udp: bool) -> Result<String> {
+    let mut srv = Background::start(
+        "iperf3 server",
+        server_ns,
+        "iperf3",
+        &["-s", "-1", "-B", server, "-p", "5201"],
+        &run_dir.join(format!("{tag}-iperf3.log")),
+    )?;
+    srv.wait_listening(server_ns, 5201, Duration::from_secs(10))?;
+    let mut args = vec!["-c", server, "-p", "5201", "-t", "2", "--json"];
+    if udp {
+        args.extend_from_slice(&["-u", "-b", "10M"]);
+    }
+    let out = sys::ns_run(client_ns, "iperf3", &args)?;
+    let v: serde_json::Value = serde_json::from_str(&out).context("iperf3 --json")?;
+    if udp {
+        let sum = &v["end"]["sum"];
+        let (packets, lost) = (sum["packets"].as_u64().unwrap_or(0), sum["lost_packets"].as_u64().unwrap_or(u64::MAX));
+        anyhow::ensure!(packets > 0 && lost * 100 <= packets, "iperf3 UDP: {packets} sent, {lost} lost");
+        Ok(format!("UDP {packets} datagrams, {lost} lost"))
+    } else {
+        let bps = v["end"]["sum_received"]["bits_per_second"].as_f64().unwrap_or(0.0);
+        anyhow::ensure!(bps > 0.0, "iperf3 TCP: {out}");
+        Ok(format!("TCP {:.0} Mbit/s", bps / 1e6))
+    }
+}
+
+/// tcpdump on `eth0` of namespace `ns` (IPv4, `-nn -q`) into
+/// `run_dir/tag.log`, listening when this returns; stopped when dropped.
+pub fn capture_ip(run_dir: &Path, ns: &str, tag: &str) -> Result<(Background, PathBuf)> {
+    let log = run_dir.join(format!("{tag}.log"));
+    let cap = Background::start(&format!("tcpdump in {ns}"), ns, "tcpdump", &["-i", "eth0", "-nn", "-q", "-l", "ip"], &log)?;
+    wait_log(&log, "listening on", "tcpdump")?;
+    Ok((cap, log))
+}
+
+/// A tcpdump log (`-nn -q`) of a link that must carry no address starting
+/// with `hidden` and at least `min` packets with an address starting
+/// with `pool`: the NAT tests' capture check.
+pub fn capture_shows_only(log: &Path, hidden: &str, pool: &str, min: usize) -> Result<String> {
+    let text = std::fs::read_to_string(log)?;
+    let (mut packets, mut pooled) = (0, 0);
+    for line in text.lines().filter(|l| l.contains(" IP ")) {
+        packets += 1;
+        anyhow::ensure!(!line.contains(hidden), "an address {hidden}* on the captured link: {line}");
+        if line.contains(pool) {
+            pooled += 1;
+        }
+    }
+    anyhow::ensure!(pooled >= min, "only {pooled} of {packets} captured packets carry a pool address");
+    Ok(format!("{packets} packets captured, {pooled} with a pool address, none with an address {hidden}*"))
+}
+
+/// Wait (10 s at most) until the log at `path` contains `needle` (a
+/// background tool printed that it started).
+pub fn wait_log(path: &Path, needle: &str, what: &str) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if std::fs::read_to_string(path).is_ok_and(|s| s.contains(needle)) {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    bail!("{what} did not start: {}", sys::tail(path, 5))
+}
+
+/// A web server in namespace `ns` on `bind:port` serving `dir` (stopped
+/// when dropped), listening when this returns.
+pub fn http_server(run_dir: &Path, tag: &str, ns: &str, bind: &str, port: u16, dir: &Path) -> Result<Background> {
+    let dir = dir.to_string_lossy().into_owned();
+    let mut server = Background::start(
+        &format!("HTTP server ({tag})"),
+        ns,
+        python(),
+        &["-m", "http.server", &port.to_string(), "--bind", bind, "--directory", &dir],
+        &run_dir.join(format!("{tag}-http.log")),
+    )?;
+    server.wait_listening(ns, port, Duration::from_secs(10))?;
+    Ok(server)
+}
+
+/// An HTTP download of a random file of `bytes` served in `server_ns` on
+/// `bind:port`, fetched from `client_ns` at `url` (which names the file
+/// `random.bin`); the sha256 must match.
+#[allow(clippy::too_many_arguments)]
+pub fn http_download(
+    run_dir: &Path,
+    tag: &str,
+    server_ns: &str,
+    bind: &str,
+    port: u16,
+    client_ns: &str,
+    url: &str,
+    bytes: u64,
+) -> Result<String> {
+    let www = TempDir::new(run_dir, &format!("www-{tag}"))?;
+    let want = random_file(&www.0.join("random.bin"), bytes)?;
+    let _server = http_server(run_dir, tag, server_ns, bind, port, &www.0)?;
+    let got = www.0.join("got.bin");
+    sys::ns_run(
+        client_ns,
+        "curl",
+        &["-sS", "--fail", "--connect-timeout", "10", "--max-time", "60", "-o", &got.to_string_lossy(), url],
+    )?;
+    let sum = sha256(&got)?;
+    anyhow::ensure!(sum == want, "{url}: sha256 {sum}, served {want}");
+    Ok(format!("{bytes} bytes, sha256 matches"))
+}
+
 /// Where a test-bed test finds `clusterfw` and `clusterfw-ctl`:
 /// `$CLUSTERFW_BIN_DIR`, else the workspace's `target/release`.
 pub fn test_bin_dir() -> PathBuf {

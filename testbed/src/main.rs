@@ -41,9 +41,10 @@ splits the CCL segment into groups (no carrier change), `heal` joins it.
                     nodes' configs get the same `mtu`s
   --workers N       every node runs N workers (dpdk.workers; af_packet with N
                     queue pairs, the CCL with N+1); default 1
-  --nat             (single node only) the node PATs the inside network to
-                    198.51.100.7 and maps 198.51.100.80:80 to the inside host's
-                    port 8080 (static PAT); docs/nat.md
+  --nat             the node(s) PAT the inside network to 198.51.100.7 and map
+                    198.51.100.80:80 to the inside host's port 8080 (static
+                    PAT); a cluster's outside router spreads 198.51.100.0/24
+                    over the members by ECMP; docs/nat.md
   --run-dir DIR     state, node configs, logs, control sockets
                     (default $CFW_TESTBED_DIR, else /tmp/cfw-testbed)
   --kernel-router   (single node only) test-bed self-check: cfw-n1 is a plain Linux router

@@ -82,6 +82,17 @@ nat:
       pool: pat
 ";
 
+/// `up --nat` on a cluster: `NAT_SECTION` for the cluster's client
+/// (`topology::cluster_addr::CLIENT`) and network.
+pub fn cluster_nat_section() -> String {
+    use crate::topology::cluster_addr as a;
+    NAT_SECTION
+        .replace("198.18.1.2/32", &format!("{}/32", a::CLIENT))
+        .replace("198.18.1.0/24", a::CLIENT_NET)
+        .replace("inside network", "client network")
+        .replace("inside host", "client host")
+}
+
 pub fn node_yaml(node: &NodeSpec, socket: &str) -> String {
     let mut y = String::new();
     let eal: Vec<String> = eal_args(node).iter().map(|a| q(a)).collect();
@@ -125,7 +136,9 @@ pub fn node_yaml(node: &NodeSpec, socket: &str) -> String {
             let _ = write!(y, "  - destination: {dst}\n    via: {via}\n");
         }
     }
-    if node.nat {
+    if node.nat && node.cluster.is_some() {
+        y.push_str(&cluster_nat_section());
+    } else if node.nat {
         y.push_str(NAT_SECTION);
     } else {
         y.push_str(
@@ -246,7 +259,17 @@ mod tests {
         assert_eq!(c.nat.rules.len(), 2);
         assert_eq!(c.nat.pools[0].addresses, [std::net::Ipv4Addr::new(198, 51, 100, 7)]);
         assert_eq!(c.access_rules.len(), 1);
-        assert!(Topology::new(3).unwrap().with_nat(true).is_err(), "single node only");
+        // A cluster: the same rules for its client network, and the outside
+        // router spreads the pool's network over the members.
+        let t = Topology::new(3).unwrap().with_nat(true).unwrap();
+        for node in &t.nodes {
+            let y = node_yaml(node, "/tmp/x.sock");
+            let c = config::parse(&y, "n.yaml").unwrap_or_else(|e| panic!("{e}\n{y}"));
+            assert!(c.cluster.is_some() && c.nat.rules.len() == 2, "{y}");
+            assert!(y.contains("source: 198.18.10.0/24") && y.contains("destination: 198.18.10.2/32"), "{y}");
+        }
+        let pool = t.routes.iter().find(|r| r.destination == crate::topology::NAT_POOL_NET).expect("pool route");
+        assert!(pool.namespace.ends_with("rout") && pool.nexthops.len() == 3, "{pool:?}");
     }
 
     #[test]

@@ -10,7 +10,7 @@
 //! namespace the bed made, never in the root namespace; an interface name is
 //! unique within its namespace.
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 
 /// Prefix of every namespace the test bed makes.
 pub const NS_PREFIX: &str = "cfw-";
@@ -25,6 +25,8 @@ pub const BED_HEARTBEAT_MS: u64 = 100;
 pub const BED_HOLD_MS: u64 = 300;
 /// Most nodes of a cluster bed (the /24 link numbering has room for 9).
 pub const MAX_BED_NODES: usize = 8;
+/// The mapped addresses of `up --nat` (`nodeconf::NAT_SECTION`).
+pub const NAT_POOL_NET: &str = "198.51.100.0/24";
 
 /// A network namespace and its per-namespace sysctls.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -580,16 +582,24 @@ impl Topology {
 
     /// Every node with `workers` workers (`up --workers`; issue 12): up to
     /// 64 on the single-node bed, 32 on a cluster member.
-    /// `up --nat`: the single node PATs the inside network to 198.51.100.7
-    /// and maps 198.51.100.80:80 to the inside host's port 8080
-    /// (`nodeconf::NAT_SECTION`); the outside host reaches 198.51.100.0/24
-    /// by its default route, through the node.
+    /// `up --nat`: the node(s) PAT the inside (client) network to
+    /// 198.51.100.7 and map 198.51.100.80:80 to the inside host's port
+    /// 8080 (`nodeconf::NAT_SECTION`, `cluster_nat_section`); the outside
+    /// host reaches 198.51.100.0/24 by its default route, through the
+    /// node — on a cluster through the outside router, which spreads it
+    /// over the members by ECMP as it does the client network.
     pub fn with_nat(mut self, nat: bool) -> Result<Topology> {
-        if nat && self.nodes.len() != 1 {
-            bail!("--nat: the single-node bed only (NAT in a cluster is not built yet, docs/nat.md)");
-        }
         for n in &mut self.nodes {
             n.nat = nat;
+        }
+        if nat && self.nodes.len() > 1 {
+            let to_clients = self
+                .routes
+                .iter()
+                .find(|r| r.destination == cluster_addr::CLIENT_NET && r.namespace.ends_with("rout"))
+                .cloned()
+                .context("the outside router's route to the client network")?;
+            self.routes.push(RouteSpec { destination: NAT_POOL_NET.into(), ..to_clients });
         }
         Ok(self)
     }

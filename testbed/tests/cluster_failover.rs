@@ -36,11 +36,11 @@
 use anyhow::{bail, ensure, Context, Result};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 use testbed::bed;
 use testbed::faults::{self, Fault, Link};
-use testbed::harness::{self, Background, TempDir, TestBed};
+use testbed::harness::{self, Background, Children, TempDir, TestBed};
 use testbed::sys;
 
 const NODES: usize = 3;
@@ -77,17 +77,6 @@ impl Ctx {
     }
 }
 
-/// Children killed and reaped on drop.
-struct Children(Vec<Child>);
-
-impl Drop for Children {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
 
 const UDP_ECHO: &str = r#"
 import socket, sys

@@ -37,10 +37,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
 use std::net::Ipv4Addr;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use testbed::bed;
-use testbed::harness::{self, Background, TempDir};
+use testbed::harness::{self, Background, Children, TempDir};
 use testbed::sys;
 
 const NODES: usize = 3;
@@ -82,17 +82,6 @@ fn drops(cl: &[Value], reason: &str) -> u64 {
     cl.iter().map(|v| v["ccl_drops"][reason].as_u64().unwrap_or(0)).sum()
 }
 
-/// Children killed and reaped on drop (the concurrent curls).
-struct Children(Vec<Child>);
-
-impl Drop for Children {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
 
 fn wait_membership(c: &Ctx) -> Result<String> {
     let deadline = Instant::now() + Duration::from_secs(10);

@@ -26,10 +26,10 @@
 //! Needs root, curl, iperf3 and tcpdump (scripts/test.sh installs them).
 //! A guard takes the bed down on every exit path.
 
-use anyhow::{bail, ensure, Context, Result};
+use anyhow::{ensure, Context, Result};
 use std::process::Command;
 use std::time::{Duration, Instant};
-use testbed::harness::{self, Background, Shape, TempDir, TestBed};
+use testbed::harness::{self, Shape, TestBed};
 use testbed::sys;
 
 const INSIDE: &str = "cfw-inside";
@@ -40,19 +40,7 @@ const PAT_ADDR: &str = "198.51.100.7";
 const WEB_MAPPED: &str = "198.51.100.80";
 const BYTES: u64 = 4 << 20;
 
-fn wait_log(path: &std::path::Path, needle: &str, what: &str) -> Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < deadline {
-        if std::fs::read_to_string(path).is_ok_and(|s| s.contains(needle)) {
-            return Ok(());
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    bail!("{what} did not start: {}", sys::tail(path, 5))
-}
-
-/// An HTTP download of a random file served in `server_ns` on
-/// `bind:port`, fetched from `client_ns` at `url_host:url_port`.
+/// `harness::http_download` of a `BYTES` file.
 fn download(
     bed: &TestBed,
     tag: &str,
@@ -62,27 +50,7 @@ fn download(
     client_ns: &str,
     url: &str,
 ) -> Result<String> {
-    let www = TempDir::new(&bed.run_dir, &format!("www-{tag}"))?;
-    let file = www.0.join("random.bin");
-    let want = harness::random_file(&file, BYTES)?;
-    let dir = www.0.to_string_lossy().into_owned();
-    let mut server = Background::start(
-        &format!("HTTP server ({tag})"),
-        server_ns,
-        harness::python(),
-        &["-m", "http.server", &port.to_string(), "--bind", bind, "--directory", &dir],
-        &bed.run_dir.join(format!("nat-{tag}-http.log")),
-    )?;
-    server.wait_listening(server_ns, port, Duration::from_secs(10))?;
-    let got = www.0.join("got.bin");
-    sys::ns_run(
-        client_ns,
-        "curl",
-        &["-sS", "--fail", "--connect-timeout", "10", "--max-time", "60", "-o", &got.to_string_lossy(), url],
-    )?;
-    let sum = harness::sha256(&got)?;
-    ensure!(sum == want, "{url}: sha256 {sum}, served {want}");
-    Ok(format!("{BYTES} bytes, sha256 matches"))
+    harness::http_download(&bed.run_dir, &format!("nat-{tag}"), server_ns, bind, port, client_ns, url, BYTES)
 }
 
 fn drops(bed: &TestBed, reason: &str) -> Result<u64> {
@@ -118,16 +86,7 @@ fn nat_bed(workers: u16) {
     };
 
     // The outside host's link, captured for the whole test.
-    let cap_log = bed.run_dir.join("nat-outside-tcpdump.log");
-    let mut cap = Background::start(
-        "tcpdump on the outside host",
-        OUTSIDE,
-        "tcpdump",
-        &["-i", "eth0", "-nn", "-q", "-l", "ip"],
-        &cap_log,
-    )
-    .expect("tcpdump");
-    wait_log(&cap_log, "listening on", "tcpdump").expect("tcpdump listening");
+    let (mut cap, cap_log) = harness::capture_ip(&bed.run_dir, OUTSIDE, "nat-outside-tcpdump").expect("tcpdump");
 
     step(
         "(a) HTTP inside -> outside through PAT",
@@ -138,25 +97,8 @@ fn nat_bed(workers: u16) {
         (|| {
             let ping = sys::ns_run(INSIDE, "ping", &["-c", "3", "-i", "0.2", "-W", "2", OUTSIDE_ADDR])?;
             ensure!(ping.contains(" 0% packet loss"), "ping: {ping}");
-            let mut srv = Background::start(
-                "iperf3 server",
-                OUTSIDE,
-                "iperf3",
-                &["-s", "-1", "-B", OUTSIDE_ADDR, "-p", "5201"],
-                &bed.run_dir.join("nat-b-iperf3.log"),
-            )?;
-            srv.wait_listening(OUTSIDE, 5201, Duration::from_secs(10))?;
-            let out = sys::ns_run(
-                INSIDE,
-                "iperf3",
-                &["-c", OUTSIDE_ADDR, "-p", "5201", "-u", "-b", "10M", "-t", "2", "--json"],
-            )?;
-            let v: serde_json::Value = serde_json::from_str(&out).context("iperf3 --json")?;
-            let sum = &v["end"]["sum"];
-            let (packets, lost) =
-                (sum["packets"].as_u64().unwrap_or(0), sum["lost_packets"].as_u64().unwrap_or(u64::MAX));
-            ensure!(packets > 0 && lost * 100 <= packets, "iperf3 UDP: {packets} sent, {lost} lost");
-            Ok(format!("ping 3/3; UDP {packets} datagrams, {lost} lost"))
+            let udp = harness::iperf3(&bed.run_dir, "nat-b", OUTSIDE, OUTSIDE_ADDR, INSIDE, true)?;
+            Ok(format!("ping 3/3; {udp}"))
         })(),
     );
     step(
@@ -186,19 +128,7 @@ fn nat_bed(workers: u16) {
     cap.stop();
     step(
         "(e) the outside link saw only the pool addresses and the server",
-        (|| {
-            let text = std::fs::read_to_string(&cap_log)?;
-            let (mut packets, mut pool) = (0, 0);
-            for line in text.lines().filter(|l| l.contains(" IP ")) {
-                packets += 1;
-                ensure!(!line.contains("198.18.1."), "an inside address on the outside link: {line}");
-                if line.contains("198.51.100.") {
-                    pool += 1;
-                }
-            }
-            ensure!(pool > 100, "only {pool} of {packets} captured packets carry a pool address");
-            Ok(format!("{packets} packets captured, {pool} with a pool address, none with an inside address"))
-        })(),
+        harness::capture_shows_only(&cap_log, "198.18.1.", "198.51.100.", 100),
     );
     step(
         "(f) show xlate",

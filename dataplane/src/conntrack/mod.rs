@@ -502,6 +502,22 @@ impl ConnTable {
         }
     }
 
+    /// Remove every live flow whose mark `doomed` says so (reported by
+    /// `drain_ended` as any removal); returns how many. A walk of the
+    /// table: off the packet path (a member-set change).
+    pub fn remove_marked(&mut self, mut doomed: impl FnMut(u32) -> bool) -> usize {
+        let victims: Vec<u32> = (0..self.slots.len() as u32)
+            .filter(|&i| {
+                let s = &self.slots[i as usize];
+                s.live && s.mark != 0 && doomed(s.mark)
+            })
+            .collect();
+        for &i in &victims {
+            self.remove(i);
+        }
+        victims.len()
+    }
+
     /// Forget every flow's mark (nothing is reported for them).
     pub fn clear_marks(&mut self) {
         for s in &mut self.slots {

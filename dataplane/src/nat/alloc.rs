@@ -407,8 +407,25 @@ impl PortAllocator {
     pub fn take_idle_block(&mut self, addr: u32) -> Option<BlockRef> {
         let k = self.free.iter().position(|&i| self.blocks[i].r.addr == addr && self.blocks[i].in_use == 0)?;
         let i = self.free.swap_remove(k);
+        Some(self.drop_block(i))
+    }
+
+    /// Stop holding block `r` (the map gave it back to its holder), once
+    /// no port of it is in use; `false` (nothing changes) while one is.
+    pub fn remove_block(&mut self, r: BlockRef) -> bool {
+        let Some(&i) = self.by_ref.get(&r) else { return false };
+        if self.blocks[i].in_use != 0 {
+            return false;
+        }
+        self.free.retain(|&f| f != i);
+        self.drop_block(i);
+        true
+    }
+
+    /// Swap-remove block `i` (not in `free`, no host), fixing the moved
+    /// block's indices.
+    fn drop_block(&mut self, i: usize) -> BlockRef {
         let r = self.blocks[i].r;
-        // Swap-remove the block, fixing the moved block's indices.
         let last = self.blocks.len() - 1;
         self.blocks.swap_remove(i);
         self.by_ref.remove(&r);
@@ -424,7 +441,7 @@ impl PortAllocator {
                 }
             }
         }
-        Some(r)
+        r
     }
 }
 

@@ -89,12 +89,17 @@ pub struct NatPlan {
     /// over a cluster's members.
     pub(crate) me: NodeId,
     pub(crate) cluster: bool,
+    /// A cluster's configured nodes (`for_cluster`).
+    nodes: Option<MemberSet>,
     pub(crate) ifaces: usize,
     pub(crate) xlate_capacity: usize,
     pub(crate) xlate_timeout: Duration,
     pub(crate) host_capacity: usize,
     /// The pools as configured (`same_pools`).
     pool_specs: Vec<PoolSpec>,
+    /// Per pool, the PAT map as dealt over the configured nodes (the
+    /// single node's, or `for_cluster`'s): `for_members` starts from it.
+    dealt: Vec<Option<BlockMap>>,
     /// Per interface: a rule's mapped side is there (its mapped interface,
     /// or any): traffic to mapped addresses can arrive on it.
     mapped_side: Vec<bool>,
@@ -118,21 +123,22 @@ impl NatPlan {
         Self::build(spec, ifaces, workers, None)
     }
 
-    /// The plan of `spec` for node `me` of a cluster of `members`: each
-    /// PAT pool's blocks dealt over the members, each member's share over
-    /// its `workers` (every member runs as many). Dynamic NAT is refused
-    /// (N4 not built).
+    /// The plan of `spec` for node `me` of a cluster whose configured
+    /// nodes are `nodes`: each PAT pool's blocks dealt over them, each
+    /// node's share over its `workers` (every member runs as many); the
+    /// maps in force follow the member set (`for_members`). Dynamic NAT is
+    /// refused (N4 not built).
     pub fn for_cluster(
         spec: &NatSpec,
         ifaces: usize,
         workers: u16,
         me: NodeId,
-        members: &MemberSet,
+        nodes: &MemberSet,
     ) -> Result<Arc<Self>, NatSpecError> {
         if let Some(i) = spec.pools.iter().position(|p| p.pat.is_none()) {
             return Err(NatSpecError::ClusterDynamicNat(i));
         }
-        Self::build(spec, ifaces, workers, Some((me, members)))
+        Self::build(spec, ifaces, workers, Some((me, nodes)))
     }
 
     fn build(
@@ -183,7 +189,15 @@ impl NatPlan {
                 None => mapped_side.fill(true),
             }
         }
+        let dealt = pools
+            .iter()
+            .map(|p| match p {
+                PlanPool::Pat { map, .. } => Some(map.clone()),
+                PlanPool::Nat { .. } => None,
+            })
+            .collect();
         Ok(Arc::new(NatPlan {
+            dealt,
             pool_specs: spec.pools.clone(),
             mapped_side,
             rules: RuleTable::build(spec.rules.clone(), ifaces),
@@ -192,6 +206,7 @@ impl NatPlan {
             workers: workers.max(1),
             me: cluster.map_or(NodeId(0), |(me, _)| me),
             cluster: cluster.is_some(),
+            nodes: cluster.map(|(_, n)| *n),
             ifaces,
             xlate_capacity: spec.xlate_capacity,
             xlate_timeout: spec.xlate_timeout,
@@ -250,6 +265,16 @@ impl NatPlan {
         }
     }
 
+    /// The plan of `spec` for the same node, workers and (in a cluster)
+    /// configured nodes as this one (a reload's new rules, N9), with
+    /// `ifaces` interfaces.
+    pub fn rebuilt(&self, spec: &NatSpec, ifaces: usize) -> Result<Arc<Self>, NatSpecError> {
+        match self.nodes {
+            Some(nodes) => Self::for_cluster(spec, ifaces, self.workers, self.me, &nodes),
+            None => Self::new(spec, ifaces, self.workers),
+        }
+    }
+
     /// This node's id (`NodeId(0)` outside a cluster).
     pub fn me(&self) -> NodeId {
         self.me
@@ -281,41 +306,37 @@ impl NatPlan {
         }
     }
 
-    /// A cluster's plan once every node of its maps that is not in
-    /// `members` has left (`BlockMap::without`, in id order: the heirs
-    /// take their blocks; every node applying the same leaves holds the
-    /// same maps); `None` when no map has a node outside `members`.
-    /// Joiners get no blocks here (the debts of a join are paid by
-    /// releases, docs/nat.md). Off the packet path: it allocates.
-    pub fn after_leaves(&self, members: &MemberSet) -> Option<Arc<NatPlan>> {
+    /// A cluster's plan for the member set `members`: each PAT pool's
+    /// map is its deal over the configured nodes (`for_cluster`) after
+    /// every configured node outside `members` left (`BlockMap::without`,
+    /// in id order) — a pure function of the member set, so every member
+    /// holds the same maps whatever order the changes came in, and a node
+    /// that comes back holds its dealt blocks again. `None` when the maps
+    /// are this plan's already. Off the packet path: it allocates.
+    pub fn for_members(&self, members: &MemberSet) -> Option<Arc<NatPlan>> {
         let mut next = self.clone();
         let mut changed = false;
-        for p in &mut next.pools {
-            let PlanPool::Pat { map, .. } = p else { continue };
+        for (p, dealt) in next.pools.iter_mut().zip(&self.dealt) {
+            let (PlanPool::Pat { map, .. }, Some(dealt)) = (p, dealt) else { continue };
+            let mut m = dealt.clone();
             for n in (0..NodeId::MAX_NODES as u8).map(NodeId) {
-                if map.members() >> n.0 & 1 == 1 && !members.contains(n) {
-                    if let Ok(m) = map.without(n) {
-                        *map = m;
-                        changed = true;
+                if dealt.members() >> n.0 & 1 == 1 && !members.contains(n) {
+                    if let Ok(w) = m.without(n) {
+                        m = w;
                     }
                 }
+            }
+            if m != *map {
+                *map = m;
+                changed = true;
             }
         }
         changed.then(|| Arc::new(next))
     }
 
-    /// A cluster's plan after this node itself left (`Pipeline::reset`):
-    /// its blocks are its heirs', as the other members hold them.
-    pub fn without_node(&self, node: NodeId) -> Arc<NatPlan> {
-        let mut next = self.clone();
-        for p in &mut next.pools {
-            if let PlanPool::Pat { map, .. } = p {
-                if let Ok(m) = map.without(node) {
-                    *map = m;
-                }
-            }
-        }
-        Arc::new(next)
+    /// Pool `pool`'s map as dealt over the configured nodes.
+    pub fn dealt_map(&self, pool: u16) -> Option<&BlockMap> {
+        self.dealt.get(usize::from(pool))?.as_ref()
     }
 
     /// This plan's rules over `running`'s pools and maps (a cluster's

@@ -275,6 +275,23 @@ impl XlateTable {
         Some(s.x)
     }
 
+    /// Remove every xlate `doomed` says so, whatever its references (its
+    /// connections were removed, or are about to be: a block handed back
+    /// to its holder); each goes to `removed` (to free its port). A walk
+    /// of the table: off the packet path.
+    pub fn remove_where(&mut self, mut doomed: impl FnMut(&Xlate) -> bool, mut removed: impl FnMut(Xlate)) -> usize {
+        let ids: Vec<u32> = (0..self.slots.len() as u32)
+            .filter(|&i| self.slots[i as usize].as_ref().is_some_and(|s| doomed(&s.x)))
+            .collect();
+        for &i in &ids {
+            if let Some(x) = self.remove(XlateId(i)) {
+                self.counters.removed += 1;
+                removed(x);
+            }
+        }
+        ids.len()
+    }
+
     fn is_stale(&self, s: &Slot, now: Timestamp) -> bool {
         s.refs == 0 && now.since(s.last_used) >= self.timeout
     }

@@ -953,11 +953,12 @@ impl Pipeline {
     pub fn set_members(&mut self, now: Timestamp, members: MemberSet) {
         if let Some(cl) = self.cluster.as_deref_mut() {
             cl.set_members(now, members);
-            // NAT: the blocks of members that left go to their heirs.
+            // NAT: the blocks of members that left go to their heirs; a
+            // node that came back holds its own again.
             if let Some(n) = self.nat.as_deref_mut() {
-                if let Some(plan) = n.plan().after_leaves(&members) {
+                if let Some(plan) = n.plan().for_members(&members) {
                     cl.set_nat_plan(Some(plan.clone()));
-                    n.adopt_plan(plan);
+                    n.adopt_plan(now, plan, &mut self.flows.table);
                 }
             }
         }
@@ -980,7 +981,7 @@ impl Pipeline {
     pub fn set_nat(&mut self, spec: &NatSpec) -> Result<(), NatSpecError> {
         let ifaces = self.ifaces.names().len();
         let plan = match self.cluster.as_deref() {
-            Some(cl) => NatPlan::for_cluster(spec, ifaces, self.workers, cl.me(), &cl.members())?,
+            Some(cl) => NatPlan::for_cluster(spec, ifaces, self.workers, cl.me(), &cl.configured())?,
             None => NatPlan::new(spec, ifaces, self.workers)?,
         };
         self.set_nat_plan(plan)
@@ -1013,7 +1014,7 @@ impl Pipeline {
         let mut plan = plan;
         if let Some(cl) = self.cluster.as_deref_mut() {
             // Members that left before: their blocks are their heirs'.
-            if let Some(p) = plan.after_leaves(&cl.members()) {
+            if let Some(p) = plan.for_members(&cl.members()) {
                 plan = p;
             }
             cl.set_nat_plan(Some(plan.clone()));
@@ -1080,7 +1081,15 @@ impl Pipeline {
                 && plan.workers() == self.workers
                 && plan.ifaces() == self.ifaces.names().len();
             match self.nat.as_deref_mut() {
-                Some(n) if fits => policy.nat = Some(n.swap_plan(plan)),
+                Some(n) if fits => {
+                    // A cluster member keeps the maps in force (the member
+                    // set's), with the new rules.
+                    let plan = if n.plan().is_cluster() { plan.with_pools_of(n.plan()) } else { plan };
+                    policy.nat = Some(n.swap_plan(plan));
+                    if let Some(cl) = self.cluster.as_deref_mut() {
+                        cl.set_nat_plan(Some(n.plan().clone()));
+                    }
+                }
                 _ => {
                     policy.nat = Some(plan);
                     return Err(policy);
@@ -1099,15 +1108,11 @@ impl Pipeline {
         self.flows.table.clear();
         if let Some(cl) = self.cluster.as_deref_mut() {
             cl.reset(now);
-            // NAT: the other members gave this node's blocks to their
-            // heirs when it left; it comes back holding none (a joiner
-            // gets blocks as the others release them, docs/nat.md) and
-            // with no xlate.
+            // NAT: no xlate survives (every flow is gone); the blocks
+            // follow the next member set.
             if let Some(n) = self.nat.as_deref_mut() {
-                let plan = n.plan().without_node(cl.me());
-                cl.set_nat_plan(Some(plan.clone()));
                 self.flows.table.drain_ended(|_| {});
-                *n = nat::NatPath::new(plan, self.worker);
+                *n = nat::NatPath::new(n.plan().clone(), self.worker);
             }
         }
     }

@@ -66,7 +66,8 @@ pub use crate::nat::plan::{NatInbound, NatPlan, NatSpec, NatSpecError, PatSpec, 
 use crate::ccl::NatBinding;
 use crate::conntrack::{ConnTable, FlowHandle, Tracked};
 use crate::nat::{
-    self, Endpoint as Side, PortAllocator, PortClass, RuleKind, Sessions, Xlate, XlateId, XlateInfo, XlateTable,
+    self, BlockRef, Endpoint as Side, Holder, PortAllocator, PortClass, RuleKind, Sessions, Xlate, XlateId, XlateInfo,
+    XlateTable,
 };
 use crate::route::IfIndex;
 use crate::types::{Direction, DropReason, FiveTuple, NodeId, Timestamp, WorkerId};
@@ -119,6 +120,9 @@ pub struct NatCounters {
     /// that could not be (the flow was removed).
     pub bindings_adopted: u64,
     pub bindings_refused: u64,
+    /// Cluster: connections ended here because the block of their binding
+    /// went back to its node when it came back.
+    pub bindings_returned: u64,
 }
 
 impl std::ops::AddAssign for NatCounters {
@@ -138,7 +142,9 @@ impl std::ops::AddAssign for NatCounters {
             to_holder,
             bindings_adopted,
             bindings_refused,
+            bindings_returned,
         } = o;
+        self.bindings_returned += bindings_returned;
         self.to_holder += to_holder;
         self.bindings_adopted += bindings_adopted;
         self.bindings_refused += bindings_refused;
@@ -152,6 +158,23 @@ impl std::ops::AddAssign for NatCounters {
         self.exhausted += exhausted;
         self.fragments += fragments;
         self.protocol += protocol;
+    }
+}
+
+/// Worker `me`'s blocks of PAT pool `pool` (map `map` of `plan`) that
+/// `alloc` does not hold yet: allocated from when dealt to this node, else
+/// (inherited from a member that left) held for the bindings taken over.
+fn hold_blocks(plan: &NatPlan, pool: u16, map: &crate::nat::BlockMap, me: WorkerId, alloc: &mut PortAllocator) {
+    let dealt = plan.dealt_map(pool);
+    for (r, h) in map.blocks_of(plan.me) {
+        let Some(a) = map.address(r).filter(|_| u16::from(h.worker) == me.0 && alloc.holds(r).is_none()) else {
+            continue;
+        };
+        if dealt.and_then(|d| d.holder(r)).is_none_or(|d| d.node == plan.me) {
+            alloc.add_block(r, a);
+        } else {
+            alloc.add_inherited_block(r, a);
+        }
     }
 }
 
@@ -182,17 +205,12 @@ pub(crate) enum FastNat {
 impl NatPath {
     /// Worker `me`'s share of `plan`: the blocks and addresses dealt to it.
     pub fn new(plan: Arc<NatPlan>, me: WorkerId) -> Self {
-        let pools = plan
-            .pools
-            .iter()
-            .map(|p| match p {
+        let pools = (0u16..)
+            .zip(plan.pools.iter())
+            .map(|(i, p)| match p {
                 PlanPool::Pat { map, pat } => {
                     let mut alloc = PortAllocator::new(map.geometry(), pat.max_per_host, plan.host_capacity);
-                    for (r, h) in map.blocks_of(plan.me) {
-                        if let (Some(a), true) = (map.address(r), u16::from(h.worker) == me.0) {
-                            alloc.add_block(r, a);
-                        }
-                    }
+                    hold_blocks(&plan, i, map, me, &mut alloc);
                     Pool::Pat(Box::new(alloc))
                 }
                 PlanPool::Nat { addresses } => {
@@ -209,21 +227,55 @@ impl NatPath {
         }
     }
 
-    /// A cluster member's plan after members left (`NatPlan::after_leaves`,
-    /// from `Pipeline::set_members`): the blocks it inherits for this
-    /// worker are held for the bindings taken over in them
-    /// (`PortAllocator::add_inherited_block`: reserved, never allocated
-    /// from). Blocks it held stay. Off the packet path.
-    pub fn adopt_plan(&mut self, plan: Arc<NatPlan>) {
-        for (p, pool) in plan.pools.iter().zip(self.pools.iter_mut()) {
+    /// A cluster member's plan for a new member set
+    /// (`NatPlan::for_members`, from `Pipeline::set_members`). Blocks it
+    /// gains for this worker: its own dealt blocks are allocated from
+    /// again, another node's (inherited from a member that left) only
+    /// hold the bindings taken over in them
+    /// (`PortAllocator::add_inherited_block`). Blocks it loses (a node
+    /// that came back holds its dealt blocks again): the connections
+    /// translated in them end here, their xlates go and the blocks are
+    /// given up — the holder may hand those ports out again, and their
+    /// return traffic goes there (docs/nat.md, "Rejoin"). Returns the
+    /// connections ended. Off the packet path.
+    pub fn adopt_plan(&mut self, now: Timestamp, plan: Arc<NatPlan>, flows: &mut ConnTable) -> usize {
+        let mine = Holder { node: plan.me, worker: self.worker.0 as u8 };
+        let mut lost: Vec<(u16, BlockRef)> = Vec::new();
+        for (i, (p, pool)) in (0u16..).zip(plan.pools.iter().zip(self.pools.iter_mut())) {
             let (PlanPool::Pat { map, .. }, Pool::Pat(alloc)) = (p, pool) else { continue };
-            for (r, h) in map.blocks_of(plan.me) {
-                if let (Some(a), true, None) = (map.address(r), u16::from(h.worker) == self.worker.0, alloc.holds(r)) {
-                    alloc.add_inherited_block(r, a);
-                }
-            }
+            lost.extend(alloc.block_refs().filter(|&r| map.holder(r) != Some(mine)).map(|r| (i, r)));
+            hold_blocks(&plan, i, map, self.worker, alloc);
         }
         self.plan = plan;
+        if lost.is_empty() {
+            return 0;
+        }
+        // Pending ends first, as after any packet; then the connections in
+        // the lost blocks, whose ends are not reported (their xlates are
+        // removed right here, whatever their references).
+        self.flows_ended(now, flows);
+        let in_lost = |x: &Xlate, addrs: &NatPlan| {
+            x.block.is_some_and(|b| addrs.pool_of(x.mapped.0).is_some_and(|p| lost.contains(&(p, b))))
+        };
+        let plan = self.plan.clone();
+        let xlates = &self.xlates;
+        let ended = flows.remove_marked(|m| {
+            m.checked_sub(1).and_then(|id| xlates.get(XlateId(id))).is_some_and(|x| in_lost(x, &plan))
+        });
+        flows.drain_ended(|_| {});
+        let mut freed = Vec::new();
+        self.xlates.remove_where(|x| in_lost(x, &plan), |x| freed.push(x));
+        for x in freed {
+            self.give_back(x);
+            self.counters.xlates_removed += 1;
+        }
+        for (p, r) in lost {
+            if let Some(Pool::Pat(alloc)) = self.pools.get_mut(usize::from(p)) {
+                alloc.remove_block(r);
+            }
+        }
+        self.counters.bindings_returned += ended as u64;
+        ended
     }
 
     /// N5, on a cluster member: the member holding the block of the PAT

@@ -1033,6 +1033,12 @@ impl ClusterPath {
         self.members
     }
 
+    /// The configured nodes: this one and every CCL peer.
+    pub fn configured(&self) -> MemberSet {
+        let ids = (0..NodeId::MAX_NODES as u8).map(NodeId).filter(|n| *n == self.me || self.peers[n.index()].is_some());
+        MemberSet::from_nodes(self.members.epoch(), ids).unwrap_or(self.members)
+    }
+
     pub fn set_members(&mut self, now: Timestamp, members: MemberSet) {
         if let Ok(t) = DirectorTable::new(&members) {
             // Nodes that (re)joined or were readmitted after a restart:

@@ -1,0 +1,188 @@
+//! PAT through the three-node test bed (issue 13): the bed comes up with
+//! `--nat` (`nodeconf::cluster_nat_section`: the client network PAT'ed to
+//! 198.51.100.7, the client's port 8080 at 198.51.100.80:80 by static PAT;
+//! the outside router spreads 198.51.100.0/24 over the members by ECMP, as
+//! it does the client network), and real peers check it:
+//!
+//! (a) HTTP downloads client → server through PAT, sha256 checked: their
+//!     connections are owned by different members, each translating from
+//!     its own port blocks;
+//! (b) ping and iperf3 TCP and UDP through PAT;
+//! (c) an HTTP download server → 198.51.100.80:80, reaching the client's
+//!     server on port 8080 (static PAT), sha256 checked;
+//! (d) every member's `show xlate`: translations on more than one member,
+//!     return traffic sent to the block's holder (`to_holder`);
+//! (e) rate-limited downloads through PAT while the member holding the
+//!     most translations is killed: every one completes with its sha256,
+//!     the survivors took translated connections over with their mapped
+//!     ports (`bindings_adopted`);
+//! (f) tcpdump on the server's link saw the pool addresses, never the
+//!     client's.
+//!
+//! Needs root, curl, iperf3 and tcpdump (scripts/test.sh installs them).
+//! A guard takes the bed down on every exit path.
+
+use anyhow::{ensure, Context, Result};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use testbed::faults::{self, Fault};
+use testbed::harness::{self, Children, Shape, TempDir, TestBed};
+use testbed::sys;
+
+const NODES: usize = 3;
+const INSIDE: &str = "cfw-inside";
+const OUTSIDE: &str = "cfw-outside";
+const CLIENT: &str = "198.18.10.2";
+const SERVER: &str = "198.18.20.2";
+const WEB_MAPPED: &str = "198.51.100.80";
+const BYTES: u64 = 2 << 20;
+/// Downloads running while a member is killed, each 2 MiB at 256 KiB/s
+/// (about 8 s); the kill comes `KILL_AFTER` into them.
+const LIVE: usize = 8;
+const KILL_AFTER: Duration = Duration::from_secs(3);
+
+fn counter(v: &serde_json::Value, name: &str) -> u64 {
+    v["counters"][name].as_u64().unwrap_or(0)
+}
+
+/// Per member: (xlates listed, the NAT stage's counters).
+fn xlates(bed: &TestBed, up: &[usize]) -> Result<Vec<(usize, usize, serde_json::Value)>> {
+    up.iter()
+        .map(|&k| {
+            let x = bed.show(k, "xlate")?;
+            Ok((k, x["xlates"].as_array().map_or(0, Vec::len), x))
+        })
+        .collect()
+}
+
+#[test]
+fn pat_through_the_three_node_cluster() {
+    assert!(sys::is_root(), "the NAT test bed test needs root (network namespaces, veths)");
+    for tool in ["curl", "iperf3", "tcpdump"] {
+        assert!(sys::have(tool), "{tool} is not installed (scripts/test.sh installs it)");
+    }
+    let workers = harness::bed_workers();
+    let shape = Shape { nat: true, workers, ..Shape::default() };
+    let bed = TestBed::up_with(NODES, "/tmp/cfw-testbed-natc", shape).expect("bed up");
+    eprintln!("NAT cluster bed, {NODES} nodes, {workers} worker(s) each");
+    let mut failures = Vec::new();
+    let mut step = |name: &str, r: Result<String>| match r {
+        Ok(d) => eprintln!("step {name}: ok: {d}"),
+        Err(e) => {
+            eprintln!("step {name}: FAILED: {e:#}");
+            failures.push(format!("{name}: {e:#}"));
+        }
+    };
+    // The server's link, captured for the whole test.
+    let (mut cap, cap_log) = harness::capture_ip(&bed.run_dir, OUTSIDE, "natc-outside-tcpdump").expect("tcpdump");
+
+    // One file served by the server for (a) and (e).
+    let www = TempDir::new(&bed.run_dir, "natc-www").expect("www");
+    let want = harness::random_file(&www.0.join("random.bin"), BYTES).expect("file");
+    let server = harness::http_server(&bed.run_dir, "natc", OUTSIDE, SERVER, 8080, &www.0).expect("server");
+    let url = format!("http://{SERVER}:8080/random.bin");
+    let fetch = |tag: String, extra: &[&str]| -> Result<Child> {
+        let got = www.0.join(format!("got-{tag}.bin"));
+        let mut args =
+            vec!["netns", "exec", INSIDE, "curl", "-sS", "--fail", "--connect-timeout", "10", "--max-time", "60"];
+        args.extend_from_slice(extra);
+        let got = got.to_string_lossy().into_owned();
+        args.extend_from_slice(&["-o", &got, &url]);
+        Ok(Command::new("ip").args(&args).stdout(Stdio::null()).stderr(Stdio::piped()).spawn()?)
+    };
+    let check = |tag: String, child: Child| -> Result<()> {
+        let out = child.wait_with_output()?;
+        ensure!(out.status.success(), "download {tag}: {}", String::from_utf8_lossy(&out.stderr));
+        let sum = harness::sha256(&www.0.join(format!("got-{tag}.bin")))?;
+        ensure!(sum == want, "download {tag}: sha256 {sum}, served {want}");
+        Ok(())
+    };
+
+    step(
+        "(a) HTTP client -> server through PAT",
+        (|| {
+            for i in 0..6 {
+                check(format!("a{i}"), fetch(format!("a{i}"), &[])?)?;
+            }
+            Ok(format!("6 downloads of {BYTES} bytes, sha256 matches"))
+        })(),
+    );
+    step(
+        "(b) ping, iperf3 TCP and UDP through PAT",
+        (|| {
+            let ping = sys::ns_run(INSIDE, "ping", &["-c", "5", "-i", "0.2", "-W", "2", SERVER])?;
+            ensure!(ping.contains(" 0% packet loss"), "ping: {ping}");
+            let tcp = harness::iperf3(&bed.run_dir, "natc-tcp", OUTSIDE, SERVER, INSIDE, false)?;
+            let udp = harness::iperf3(&bed.run_dir, "natc-udp", OUTSIDE, SERVER, INSIDE, true)?;
+            Ok(format!("ping 5/5; {tcp}; {udp}"))
+        })(),
+    );
+    step(
+        "(c) HTTP server -> 198.51.100.80:80 (static PAT to the client's 8080)",
+        harness::http_download(
+            &bed.run_dir,
+            "natc-c",
+            INSIDE,
+            CLIENT,
+            8080,
+            OUTSIDE,
+            &format!("http://{WEB_MAPPED}:80/random.bin"),
+            BYTES,
+        ),
+    );
+    let all: Vec<usize> = (1..=NODES).collect();
+    step(
+        "(d) translations on the members, return traffic to the block holders",
+        (|| {
+            let x = xlates(&bed, &all)?;
+            let holding = x.iter().filter(|(_, n, v)| *n > 0 || counter(v, "xlates_created") > 0).count();
+            let to_holder: u64 = x.iter().map(|(_, _, v)| counter(v, "to_holder")).sum();
+            let created: Vec<u64> = x.iter().map(|(_, _, v)| counter(v, "xlates_created")).collect();
+            ensure!(holding >= 2, "translations on one member only: created {created:?}");
+            ensure!(to_holder > 0, "no return traffic sent to a block holder: {x:?}");
+            Ok(format!("xlates created per member {created:?}; datagrams sent to the block holder {to_holder}"))
+        })(),
+    );
+    step(
+        "(e) rate-limited downloads through PAT while a member is killed",
+        (|| {
+            let mut children = Children(Vec::new());
+            for i in 0..LIVE {
+                children.0.push(fetch(format!("e{i}"), &["--limit-rate", "256k"])?);
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            std::thread::sleep(KILL_AFTER);
+            let x = xlates(&bed, &all)?;
+            let (victim, held, _) = x.iter().max_by_key(|(_, n, _)| *n).context("no member")?;
+            let victim = *victim;
+            eprintln!("killing n{victim}, which holds {held} xlates");
+            let t0 = Instant::now();
+            faults::apply(&bed.run_dir, &bed.bin_dir, &format!("n{victim}"), Fault::Kill)?;
+            for (i, c) in children.0.drain(..).enumerate() {
+                check(format!("e{i}"), c)?;
+            }
+            let up: Vec<usize> = all.iter().copied().filter(|&k| k != victim).collect();
+            let x = xlates(&bed, &up)?;
+            let adopted: u64 = x.iter().map(|(_, _, v)| counter(v, "bindings_adopted")).sum();
+            let refused: u64 = x.iter().map(|(_, _, v)| counter(v, "bindings_refused")).sum();
+            ensure!(*held == 0 || adopted > 0, "n{victim} held {held} xlates, none taken over: {x:?}");
+            ensure!(refused == 0, "bindings refused: {refused}");
+            Ok(format!(
+                "{LIVE} downloads complete with their sha256 after n{victim} (holding {held} xlates) was killed; \
+                 {adopted} translated connections taken over with their mapped ports; done {:.1} s after the kill",
+                t0.elapsed().as_secs_f64()
+            ))
+        })(),
+    );
+    drop(server);
+    cap.stop();
+    step(
+        "(f) the server's link saw only the pool addresses",
+        harness::capture_shows_only(&cap_log, "198.18.10.", "198.51.100.", 1000),
+    );
+    if !failures.is_empty() {
+        let logs: Vec<String> =
+            (1..=NODES).map(|k| format!("n{k}:\n{}", sys::tail(&bed.run_dir.join(format!("n{k}.log")), 15))).collect();
+        panic!("{} step(s) failed:\n{}\nnode logs:\n{}", failures.len(), failures.join("\n"), logs.join("\n"));
+    }
+}
