@@ -17,12 +17,15 @@
 //!     the survivors took translated connections over with their mapped
 //!     ports (`bindings_adopted`);
 //! (f) tcpdump on the server's link saw the pool addresses, never the
-//!     client's.
+//!     client's;
+//! (g) rate-limited downloads through PAT while the killed member
+//!     restarts and rejoins: every one completes with its sha256 (the
+//!     connections translated in its blocks are handed back to it).
 //!
 //! Needs root, curl, iperf3 and tcpdump (scripts/test.sh installs them).
 //! A guard takes the bed down on every exit path.
 
-use anyhow::{ensure, Context, Result};
+use anyhow::{ensure, Result};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use testbed::faults::{self, Fault};
@@ -143,34 +146,62 @@ fn pat_through_the_three_node_cluster() {
             Ok(format!("xlates created per member {created:?}; datagrams sent to the block holder {to_holder}"))
         })(),
     );
+    // `LIVE` rate-limited downloads, `fault` applied to a member
+    // `KILL_AFTER` into them (`pick`: which, from the members' xlates);
+    // every one must complete with its sha256.
+    let live = |tag: &str,
+                fault: Fault,
+                pick: &dyn Fn(&[(usize, usize, serde_json::Value)]) -> usize|
+     -> Result<(usize, usize, f64)> {
+        let mut children = Children(Vec::new());
+        for i in 0..LIVE {
+            children.0.push(fetch(format!("{tag}{i}"), &["--limit-rate", "256k"])?);
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        std::thread::sleep(KILL_AFTER);
+        // The members that answer (a killed one does not).
+        let x: Vec<_> = all.iter().filter_map(|&k| xlates(&bed, &[k]).ok()).flatten().collect();
+        let node = pick(&x);
+        let held = x.iter().find(|(k, _, _)| *k == node).map_or(0, |(_, n, _)| *n);
+        eprintln!("{fault:?} n{node}, which holds {held} xlates");
+        let t0 = Instant::now();
+        faults::apply(&bed.run_dir, &bed.bin_dir, &format!("n{node}"), fault)?;
+        for (i, c) in children.0.drain(..).enumerate() {
+            check(format!("{tag}{i}"), c)?;
+        }
+        Ok((node, held, t0.elapsed().as_secs_f64()))
+    };
+    let mut victim = 0;
     step(
         "(e) rate-limited downloads through PAT while a member is killed",
         (|| {
-            let mut children = Children(Vec::new());
-            for i in 0..LIVE {
-                children.0.push(fetch(format!("e{i}"), &["--limit-rate", "256k"])?);
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            std::thread::sleep(KILL_AFTER);
-            let x = xlates(&bed, &all)?;
-            let (victim, held, _) = x.iter().max_by_key(|(_, n, _)| *n).context("no member")?;
-            let victim = *victim;
-            eprintln!("killing n{victim}, which holds {held} xlates");
-            let t0 = Instant::now();
-            faults::apply(&bed.run_dir, &bed.bin_dir, &format!("n{victim}"), Fault::Kill)?;
-            for (i, c) in children.0.drain(..).enumerate() {
-                check(format!("e{i}"), c)?;
-            }
-            let up: Vec<usize> = all.iter().copied().filter(|&k| k != victim).collect();
+            let most = |x: &[(usize, usize, serde_json::Value)]| x.iter().max_by_key(|(_, n, _)| *n).map_or(1, |e| e.0);
+            let (node, held, took) = live("e", Fault::Kill, &most)?;
+            victim = node;
+            let up: Vec<usize> = all.iter().copied().filter(|&k| k != node).collect();
             let x = xlates(&bed, &up)?;
             let adopted: u64 = x.iter().map(|(_, _, v)| counter(v, "bindings_adopted")).sum();
             let refused: u64 = x.iter().map(|(_, _, v)| counter(v, "bindings_refused")).sum();
-            ensure!(*held == 0 || adopted > 0, "n{victim} held {held} xlates, none taken over: {x:?}");
+            ensure!(held == 0 || adopted > 0, "n{node} held {held} xlates, none taken over: {x:?}");
             ensure!(refused == 0, "bindings refused: {refused}");
             Ok(format!(
-                "{LIVE} downloads complete with their sha256 after n{victim} (holding {held} xlates) was killed; \
-                 {adopted} translated connections taken over with their mapped ports; done {:.1} s after the kill",
-                t0.elapsed().as_secs_f64()
+                "{LIVE} downloads complete with their sha256 after n{node} (holding {held} xlates) was killed; \
+                 {adopted} translated connections taken over with their mapped ports; done {took:.1} s after the kill"
+            ))
+        })(),
+    );
+    step(
+        "(g) rate-limited downloads through PAT while the killed member comes back",
+        (|| {
+            ensure!(victim != 0, "no member was killed in (e)");
+            let (node, _, took) = live("g", Fault::Restart, &|_| victim)?;
+            let x = xlates(&bed, &all)?;
+            let returned: u64 = x.iter().map(|(_, _, v)| counter(v, "bindings_returned")).sum();
+            let adopted = x.iter().find(|(k, _, _)| *k == node).map_or(0, |(_, _, v)| counter(v, "bindings_adopted"));
+            Ok(format!(
+                "{LIVE} downloads complete with their sha256 while n{node} restarted and rejoined; {returned} \
+                 connections handed back to it with their blocks ({adopted} bindings adopted there); done {took:.1} s \
+                 after the restart"
             ))
         })(),
     );

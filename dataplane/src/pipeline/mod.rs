@@ -958,7 +958,31 @@ impl Pipeline {
             if let Some(n) = self.nat.as_deref_mut() {
                 if let Some(plan) = n.plan().for_members(&members) {
                     cl.set_nat_plan(Some(plan.clone()));
-                    n.adopt_plan(now, plan, &mut self.flows.table);
+                    // Connections translated in blocks that went back to
+                    // their node go there with their state and binding.
+                    let moving = n.adopt_plan(plan, &self.flows.table);
+                    let mut link = Link { egress: &mut self.egress, ifaces: &self.ifaces };
+                    for (h, orig, to) in moving {
+                        cl.hand_over(now, &mut link, &self.flows.table, h, &orig, to);
+                    }
+                    n.end_lost(now, &mut self.flows.table);
+                }
+                // Orphans of a member that left or came back go to their
+                // block's holder (`poll_timers` sends them); this node
+                // takes those of its own blocks over now.
+                let mine = cl.queue_nat_regrants(now);
+                let mut link = Link { egress: &mut self.egress, ifaces: &self.ifaces };
+                for t in &mine {
+                    if cl.take_over(now, &mut link, &mut self.flows.table, t).is_ok() {
+                        cl.count_nat_regrant();
+                    }
+                    // Drained at every takeover (the queue holds a few).
+                    let table = &mut self.flows.table;
+                    cl.take_adopted(|h, orig, b| {
+                        if !n.adopt_binding(now, table, h, orig, b) {
+                            table.remove_flow(h);
+                        }
+                    });
                 }
             }
         }

@@ -120,8 +120,9 @@ pub struct NatCounters {
     /// that could not be (the flow was removed).
     pub bindings_adopted: u64,
     pub bindings_refused: u64,
-    /// Cluster: connections ended here because the block of their binding
-    /// went back to its node when it came back.
+    /// Cluster: connections that left here because the block of their
+    /// binding went back to its node when it came back (handed over to it
+    /// first, `nat_handovers`).
     pub bindings_returned: u64,
 }
 
@@ -182,6 +183,8 @@ fn hold_blocks(plan: &NatPlan, pool: u16, map: &crate::nat::BlockMap, me: Worker
 pub(crate) struct NatPath {
     plan: Arc<NatPlan>,
     worker: WorkerId,
+    /// Blocks `adopt_plan` found lost, until `end_lost`: (pool, block).
+    lost: Vec<(u16, BlockRef)>,
     pools: Vec<Pool>,
     xlates: XlateTable,
     pub counters: NatCounters,
@@ -223,6 +226,7 @@ impl NatPath {
             pools,
             plan,
             worker: me,
+            lost: Vec::new(),
             counters: NatCounters::default(),
         }
     }
@@ -233,38 +237,66 @@ impl NatPath {
     /// again, another node's (inherited from a member that left) only
     /// hold the bindings taken over in them
     /// (`PortAllocator::add_inherited_block`). Blocks it loses (a node
-    /// that came back holds its dealt blocks again): the connections
-    /// translated in them end here, their xlates go and the blocks are
-    /// given up — the holder may hand those ports out again, and their
-    /// return traffic goes there (docs/nat.md, "Rejoin"). Returns the
-    /// connections ended. Off the packet path.
-    pub fn adopt_plan(&mut self, now: Timestamp, plan: Arc<NatPlan>, flows: &mut ConnTable) -> usize {
+    /// that came back holds its dealt blocks again) are given up by
+    /// `end_lost`; returned here, before that, are the connections
+    /// translated in them with the member that holds their block now, for
+    /// the cluster stage to hand them over (docs/nat.md, "Join and
+    /// rejoin"). Off the packet path.
+    pub fn adopt_plan(&mut self, plan: Arc<NatPlan>, flows: &ConnTable) -> Vec<(FlowHandle, FiveTuple, NodeId)> {
         let mine = Holder { node: plan.me, worker: self.worker.0 as u8 };
-        let mut lost: Vec<(u16, BlockRef)> = Vec::new();
+        self.lost.clear();
         for (i, (p, pool)) in (0u16..).zip(plan.pools.iter().zip(self.pools.iter_mut())) {
             let (PlanPool::Pat { map, .. }, Pool::Pat(alloc)) = (p, pool) else { continue };
-            lost.extend(alloc.block_refs().filter(|&r| map.holder(r) != Some(mine)).map(|r| (i, r)));
+            self.lost.extend(alloc.block_refs().filter(|&r| map.holder(r) != Some(mine)).map(|r| (i, r)));
             hold_blocks(&plan, i, map, self.worker, alloc);
         }
         self.plan = plan;
-        if lost.is_empty() {
+        let mut moving = Vec::new();
+        if self.lost.is_empty() {
+            return moving;
+        }
+        for i in 0..flows.capacity() {
+            let Some((h, orig)) = flows.slot(i) else { continue };
+            let Some(x) = flows.mark(h).checked_sub(1).and_then(|id| self.xlates.get(XlateId(id))) else { continue };
+            if self.in_lost(x) {
+                if let Some(to) = self.plan.holder(x.mapped.0, Some(x.class), x.mapped.1) {
+                    moving.push((h, orig, to.node));
+                }
+            }
+        }
+        moving
+    }
+
+    /// Is `x`'s mapping in a block `adopt_plan` found lost?
+    fn in_lost(&self, x: &Xlate) -> bool {
+        x.block.is_some_and(|b| self.plan.pool_of(x.mapped.0).is_some_and(|p| self.lost.contains(&(p, b))))
+    }
+
+    /// After `adopt_plan` (and the hand-overs): the connections translated
+    /// in the lost blocks end here, their xlates go and the blocks are
+    /// given up — their node may hand those ports out again, and their
+    /// return traffic goes there. Returns the connections ended.
+    pub fn end_lost(&mut self, now: Timestamp, flows: &mut ConnTable) -> usize {
+        if self.lost.is_empty() {
             return 0;
         }
         // Pending ends first, as after any packet; then the connections in
         // the lost blocks, whose ends are not reported (their xlates are
         // removed right here, whatever their references).
         self.flows_ended(now, flows);
-        let in_lost = |x: &Xlate, addrs: &NatPlan| {
-            x.block.is_some_and(|b| addrs.pool_of(x.mapped.0).is_some_and(|p| lost.contains(&(p, b))))
-        };
-        let plan = self.plan.clone();
         let xlates = &self.xlates;
+        let this = &*self;
         let ended = flows.remove_marked(|m| {
-            m.checked_sub(1).and_then(|id| xlates.get(XlateId(id))).is_some_and(|x| in_lost(x, &plan))
+            m.checked_sub(1).and_then(|id| xlates.get(XlateId(id))).is_some_and(|x| this.in_lost(x))
         });
         flows.drain_ended(|_| {});
+        let lost = std::mem::take(&mut self.lost);
         let mut freed = Vec::new();
-        self.xlates.remove_where(|x| in_lost(x, &plan), |x| freed.push(x));
+        let plan = self.plan.clone();
+        self.xlates.remove_where(
+            |x| x.block.is_some_and(|b| plan.pool_of(x.mapped.0).is_some_and(|p| lost.contains(&(p, b)))),
+            |x| freed.push(x),
+        );
         for x in freed {
             self.give_back(x);
             self.counters.xlates_removed += 1;

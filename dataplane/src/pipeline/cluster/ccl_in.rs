@@ -90,8 +90,9 @@ impl ClusterPath {
                 Ok(consumed)
             }
             Message::FlowTransfer(x) => Ok(match self.on_transfer(now, link, conn, from, &x) {
-                Some(query_id) => CclNext::Release { query_id, owner: Some(self.me) },
-                None => consumed,
+                // An unasked transfer (0) has no parked frames.
+                Some(query_id) if query_id != 0 => CclNext::Release { query_id, owner: Some(self.me) },
+                _ => consumed,
             }),
             Message::OwnerQuery(q) => {
                 self.on_query(now, link, conn, from, &q);
@@ -197,9 +198,11 @@ impl ClusterPath {
                             self.counters.nat_takeovers_redirected += 1;
                             self.take_over(now, link, conn, &t).ok().map(|()| me)
                         }
+                        // Another member holds it: the flow goes there
+                        // (unasked), the querier is sent there too.
                         Some(h) => {
                             self.counters.nat_takeovers_redirected += 1;
-                            Some(h)
+                            self.grant_to(now, link, h, 0, &key).then_some(h)
                         }
                         None => {
                             if self.grant(now, link, from, q) {

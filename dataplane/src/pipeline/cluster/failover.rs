@@ -59,6 +59,9 @@ use crate::cluster::flow_hash;
 use crate::conntrack::{ConnTable, FlowState, Timeouts};
 use crate::types::{DropReason, Duration, Epoch, FiveTuple, NodeId, Timestamp};
 
+/// Regrants of translated orphans sent per timer call (bounded work).
+const NAT_REGRANTS_PER_TICK: usize = 256;
+
 impl ClusterPath {
     // --- Fencing and reset. ---
 
@@ -434,6 +437,7 @@ impl ClusterPath {
     }
 
     /// Install a flow taken over and register it (both takeover paths).
+    #[allow(clippy::too_many_arguments)]
     fn adopt(
         &mut self,
         now: Timestamp,
@@ -480,14 +484,28 @@ impl ClusterPath {
     /// node holds its state: elect the querier, send it the flow. `false`
     /// when the transfer could not be sent (the record is unchanged).
     pub(super) fn grant(&mut self, now: Timestamp, link: &mut Link<'_>, from: NodeId, q: &OwnerQuery) -> bool {
-        let key = canonical(&q.flow.tuple());
+        self.grant_to(now, link, from, q.query_id, &canonical(&q.flow.tuple()))
+    }
+
+    /// `grant` of the flow `key` to `from`, in a transfer answering its
+    /// query `query_id` — 0: unasked, the holder of a translated flow's
+    /// block (another member asked; `on_transfer` takes it there).
+    pub(super) fn grant_to(
+        &mut self,
+        now: Timestamp,
+        link: &mut Link<'_>,
+        from: NodeId,
+        query_id: u32,
+        key: &FiveTuple,
+    ) -> bool {
+        let key = *key;
         let Some(r) = self.records.get(&key).copied() else { return false };
         let Some(mut record) = held_record(&r, from) else { return false };
         // The querier's registration names the owner it replaces.
         record.set_replaces(r.owner);
         let mut bytes = [0u8; FlowRecord::V6_LEN];
         let Ok(n) = record.emit(&mut bytes) else { return false };
-        let Ok(x) = FlowTransfer::new(q.query_id, bytes.get(..n).unwrap_or(&[])) else { return false };
+        let Ok(x) = FlowTransfer::new(query_id, bytes.get(..n).unwrap_or(&[])) else { return false };
         if !self.send_ccl(now, link, from, &Message::FlowTransfer(x)) {
             return false;
         }
@@ -504,6 +522,86 @@ impl ClusterPath {
         }
         self.counters.takeovers_granted += 1;
         true
+    }
+
+    /// NAT, after a member-set change (and the plan's): the translated
+    /// flows whose owner left and whose state this node holds as their
+    /// director go to the member holding their binding's block now — the
+    /// heir after a failure, the block's node when it came back — before
+    /// any of their packets asks (`nat_regrant_step`): their return
+    /// traffic, which goes there, finds the translation at once, and a
+    /// node that came back reserves their ports before it hands any out.
+    /// Returns those whose block this node holds: the caller takes them
+    /// over here at once (`take_over`).
+    pub fn queue_nat_regrants(&mut self, now: Timestamp) -> Vec<FiveTuple> {
+        self.nat_regrants.clear();
+        if self.nat.is_none() {
+            return Vec::new();
+        }
+        let me = self.me;
+        let mut local = Vec::new();
+        for (k, r) in &self.records {
+            if r.binding.is_none() || !orphan_with_state(r, &self.members, now) || self.director_of(&r.orig) != me {
+                continue;
+            }
+            match self.binding_holder(r.binding) {
+                Some(h) if h == me => local.push(r.orig),
+                Some(_) => self.nat_regrants.push(*k),
+                None => {}
+            }
+        }
+        local
+    }
+
+    /// Send the queued regrants (`queue_nat_regrants`), at most
+    /// `NAT_REGRANTS_PER_TICK` per call; true if any was sent.
+    pub(super) fn nat_regrant_step(&mut self, now: Timestamp, link: &mut Link<'_>) -> bool {
+        let mut sent = false;
+        for _ in 0..NAT_REGRANTS_PER_TICK {
+            let Some(key) = self.nat_regrants.pop() else { break };
+            let holder = match self.records.get(&key) {
+                Some(r) if orphan_with_state(r, &self.members, now) => self.binding_holder(r.binding),
+                _ => None,
+            };
+            if let Some(h) = holder.filter(|&h| h != self.me) {
+                if self.grant_to(now, link, h, 0, &key) {
+                    self.counters.nat_regrants += 1;
+                    sent = true;
+                }
+            }
+        }
+        sent
+    }
+
+    /// A translated flow this node owns whose binding's block went back to
+    /// node `to` (it came back; NAT, docs/nat.md): send it there with its
+    /// state and binding, unasked (`FlowTransfer` with query id 0), as a
+    /// takeover from this node; the caller then ends it here.
+    pub fn hand_over(
+        &mut self,
+        now: Timestamp,
+        link: &mut Link<'_>,
+        conn: &ConnTable,
+        h: crate::conntrack::FlowHandle,
+        orig: &FiveTuple,
+        to: NodeId,
+    ) {
+        let Some(mut record) = self.owner_record(now, conn, h, orig) else { return };
+        if record.binding().is_none() || to == self.me {
+            return;
+        }
+        record.owner = to;
+        record.set_replaces(self.me);
+        let mut bytes = [0u8; FlowRecord::V6_LEN];
+        let Ok(n) = record.emit(&mut bytes) else { return };
+        let Ok(x) = FlowTransfer::new(0, bytes.get(..n).unwrap_or(&[])) else { return };
+        if self.send_ccl(now, link, to, &Message::FlowTransfer(x)) {
+            self.counters.nat_handovers += 1;
+        } else {
+            // The frame pool is full (more hand-overs at once than
+            // `POOL_SLOTS`): the connection ends here, not handed over.
+            self.counters.nat_handovers_failed += 1;
+        }
     }
 
     /// Querier: a `FlowTransfer`. Installs the flow and returns the query
@@ -525,7 +623,13 @@ impl ClusterPath {
         let orig = r.flow.tuple();
         let pending = self.pending_query(&canonical(&orig));
         let state = r.state().and_then(|b| FlowState::from_bytes(b).ok());
-        let ok = r.owner == self.me && r.op == FlowOp::Upsert && self.members.contains(from) && pending == Some(x.query_id);
+        // Unasked (query id 0): a translated flow whose binding's block
+        // this node holds, which the director hands here (NAT, R11).
+        let unasked = x.query_id == 0 && pending.is_none() && self.binding_holder(r.binding()) == Some(self.me);
+        let ok = r.owner == self.me
+            && r.op == FlowOp::Upsert
+            && self.members.contains(from)
+            && (pending == Some(x.query_id) || unasked);
         let (true, Some(state)) = (ok, state) else {
             self.counters.transfers_refused += 1;
             return None;

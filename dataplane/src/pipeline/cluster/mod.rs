@@ -510,6 +510,15 @@ pub struct ClusterCounters {
     /// waiting for the NAT stage were too many.
     pub nat_takeovers_redirected: u64,
     pub bindings_overflow: u64,
+    /// NAT: translated flows handed to the member their binding's block
+    /// went back to (it came back).
+    pub nat_handovers: u64,
+    /// ... and those that could not be sent (the frame pool full: more at
+    /// once than `POOL_SLOTS`); they end.
+    pub nat_handovers_failed: u64,
+    /// NAT: translated orphans this director handed to their block's
+    /// holder after a member change, before any packet asked.
+    pub nat_regrants: u64,
 }
 
 crate::impl_stats!(ClusterCounters {
@@ -581,6 +590,9 @@ crate::impl_stats!(ClusterCounters {
     counter local_unknown,
     counter nat_takeovers_redirected,
     counter bindings_overflow,
+    counter nat_handovers,
+    counter nat_handovers_failed,
+    counter nat_regrants,
 });
 
 /// `Pipeline::sync_progress` (issue 10 contract): the re-registration for
@@ -662,6 +674,9 @@ pub(crate) struct ClusterPath {
     /// Flows taken over with a binding, for the NAT stage to keep
     /// (`take_adopted`), at most `MAX_ADOPTED` between two drains.
     adopted: Vec<(crate::conntrack::FlowHandle, FiveTuple, crate::ccl::NatBinding)>,
+    /// Translated orphans to hand to their block's holder
+    /// (`queue_nat_regrants`).
+    nat_regrants: Vec<FiveTuple>,
     members: MemberSet,
     directors: DirectorTable,
     seq_randomization: bool,
@@ -903,6 +918,7 @@ impl ClusterPath {
             members: spec.members,
             nat: None,
             adopted: Vec::with_capacity(MAX_ADOPTED),
+            nat_regrants: Vec::new(),
             directors,
             seq_randomization: spec.seq_randomization,
             ccl_ifx,
@@ -1131,6 +1147,12 @@ impl ClusterPath {
     /// The NAT plan in force (`Pipeline::set_nat_plan`, after leaves).
     pub fn set_nat_plan(&mut self, plan: Option<std::sync::Arc<crate::nat::plan::NatPlan>>) {
         self.nat = plan;
+    }
+
+    /// A translated orphan taken over here at a member change
+    /// (`queue_nat_regrants`).
+    pub fn count_nat_regrant(&mut self) {
+        self.counters.nat_regrants += 1;
     }
 
     /// The flows taken over with a binding since the last call, for the

@@ -24,6 +24,11 @@ pub(crate) enum Plan {
     /// left: install it (`ClusterPath::take_over`), then run conntrack
     /// here as owner (R11).
     TakeOver,
+    /// This node is the director holding the state of a translated flow
+    /// whose owner left, and another member holds its binding's block:
+    /// hand the flow there (`grant_to`, unasked) and forward the frame
+    /// to it (NAT, R11).
+    HandTo(NodeId),
     Drop(DropReason),
 }
 
@@ -59,11 +64,29 @@ impl ClusterPath {
         // (R8) but its reply to us was lost, so the sender learnt the owner
         // and we did not. Owning it goes through the ACL and registers with
         // the director like any new flow. Anything else is dropped.
-        if rx.via != Via::Port {
-            return if may_open(tuple, l4) { Plan::Own } else { Plan::Drop(DropReason::ClusterNoOwnerFlow) };
-        }
         let me = self.me;
         let key = canonical(tuple);
+        if rx.via != Via::Port {
+            if may_open(tuple, l4) {
+                return Plan::Own;
+            }
+            // NAT: translated flows change owner while the old one lives
+            // (handed to the node their block went back to), so a member
+            // may still hold a record naming the old owner and send a
+            // frame here. The flow's director knows better: its record
+            // decides, as for a frame from a port (takeover or hand-over
+            // of an orphan, else its owner); a node that is not the
+            // director and holds a record asks the director, whose answer
+            // is the owner (no loop: the director never asks).
+            let held = self.records.get(&key).is_some_and(|r| live(r, now) && r.owner != me);
+            if self.nat.is_none() || !held {
+                return Plan::Drop(DropReason::ClusterNoOwnerFlow);
+            }
+            let director = self.director_of(tuple);
+            if director != me {
+                return Plan::Query { director, elect: false };
+            }
+        }
         // 2. A record names another owner: follow it if that owner is a
         //    member. If it left (R11), the flow's director takes the flow
         //    over when it holds the state; anyone else asks the director
@@ -93,7 +116,7 @@ impl ClusterPath {
                 let holder = self.records.get(&key).and_then(|r| self.binding_holder(r.binding));
                 if let Some(h) = holder.filter(|&h| h != me) {
                     self.counters.nat_takeovers_redirected += 1;
-                    return Plan::Forward(h);
+                    return Plan::HandTo(h);
                 }
                 return Plan::TakeOver;
             }
@@ -218,6 +241,18 @@ impl ClusterPath {
     ) -> Result<Outcome, DropReason> {
         let iface = u8::try_from(ifx.0).map_err(|_| DropReason::CclMalformed)?;
         match plan {
+            Plan::HandTo(owner) => {
+                if !self.grant_to(now, link, owner, 0, &canonical(tuple)) {
+                    return Err(DropReason::ClusterOwnerUnknown);
+                }
+                // Behind the transfer (queued first), in this burst's batch
+                // to the new owner: it arrives once the flow is there.
+                if !self.batch_forward(now, link, iface, owner, buf.data()) {
+                    return Err(DropReason::ClusterOwnerUnknown);
+                }
+                self.counters.forwarded_to_owner += 1;
+                Ok(Outcome::Consumed)
+            }
             Plan::Forward(owner) => {
                 // A fragment from its fragment owner to the flow owner goes
                 // without the flow hint (13 bytes would push a full-size

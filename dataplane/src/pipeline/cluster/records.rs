@@ -189,6 +189,7 @@ impl ClusterPath {
         self.expire_pending(now);
         self.expire_held(now, link, conn.timeouts());
         self.sync_step(now, link, conn);
+        self.nat_regrant_step(now, link);
         let resent = self.resend_due(now, link, conn);
         if now >= self.next_sweep {
             let before = self.records.len();
