@@ -21,24 +21,25 @@
 //!   ⌊B/m⌋ or ⌈B/m⌉ blocks of every address (B ≥ 16 blocks per address ≥
 //!   the most members there can be, so each holds at least one), and the
 //!   ⌈⌉ go to the next `B mod m` members address after address: pool
-//!   totals differ by at most one between members. A member's blocks are dealt over its
-//!   workers round-robin.
+//!   totals differ by at most one between members. A member's blocks are
+//!   dealt over its workers round-robin.
 //! - **leave** (`without`): only the leaver's blocks move. Each, in block
 //!   order, goes to the remaining member holding the fewest blocks of that
 //!   address (then fewest in the pool, then lowest id), to the same
 //!   worker index there (a translation's connection is decided by the
-//!   worker of its real tuple: the same index on every member). That member is the block's **heir**
-//!   (`BlockMap::heir`, precomputed for every block): the owner of a
-//!   translation in a block backs its flow up on the block's heir, so
-//!   after a failure the node that receives the block's return traffic is
-//!   the node that holds the connection's state. Live translations are not
-//!   broken: they stay in their block, and the block follows them.
-//! - **join** (`with`): nothing moves at once — a block moved from under a
-//!   live translation would send its return traffic to a node without the
-//!   connection. The map records *debts*: how many blocks of each address
-//!   each over-full member owes the joiner. The owing member releases
-//!   blocks it has no translation in (`release`), each release moving one
-//!   block; a busy block is released when its last translation ends.
+//!   worker of its real tuple: the same index on every member). That
+//!   member is the block's **heir** (`BlockMap::heir`, precomputed for
+//!   every block): the translated connections of a failed member are
+//!   taken over there with their bindings (`pipeline::cluster`), so live
+//!   translations are not broken: the block follows them.
+//! - **join** (`with`): nothing moves at once; the map records *debts*
+//!   (how many blocks of each address each over-full member owes the
+//!   joiner), paid by releasing blocks without translations (`release`).
+//!   The node does not use it: its map in force is the deal over the
+//!   configured nodes after `without` for the absent ones
+//!   (`NatPlan::for_members`), so a node that joins holds its dealt blocks
+//!   at once and the heirs hand their connections in them back to it
+//!   (docs/nat.md, "The cluster").
 //!
 //! Invariants (`tests`):
 //! - every block of every address has exactly one holder, a member, and a
