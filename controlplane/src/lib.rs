@@ -4,6 +4,8 @@
 //!   time and decoded CCL control messages in, actions out): today's
 //!   heartbeats and last-heard tracking; election, hold time and join grow
 //!   here. The node's control lcore and the simulator drive the same code.
+//! - [`natshare`]: dynamic NAT in a cluster (N4), the control node's
+//!   translation table on top of membership's replicated tables.
 //! - [`mgmt`]: the management protocol spoken on the node's control socket.
 //! - [`stats`]: any counter set (`dataplane::stats::Stats`) as the JSON
 //!   the management protocol answers with.
@@ -16,4 +18,5 @@
 
 pub mod membership;
 pub mod mgmt;
+pub mod natshare;
 pub mod stats;

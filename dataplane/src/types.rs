@@ -325,6 +325,10 @@ drop_reasons! {
     NatFragment => "nat-fragment",
     /// A protocol without ports or identifiers cannot be PAT'ed.
     NatProtocol => "nat-protocol",
+    /// Dynamic NAT on a cluster member: the control node has not given
+    /// this host a translation yet (asked; N4). The client's retransmit
+    /// finds it.
+    NatPending => "nat-pending",
 }
 
 impl fmt::Display for DropReason {

@@ -481,3 +481,249 @@ fn ten_thousand_pat_connections_over_five_members_with_kills_and_rejoins() {
     );
     assert!(kills >= 10 && moved >= 100, "the run exercised failover: {kills} kills, {moved} moved");
 }
+
+// --- N3: multi-session PAT at the control node ---
+
+/// A UDP or ICMP frame's (source, source port or echo id, destination,
+/// destination port or echo id).
+fn ports_of(frame: &[u8]) -> (Ipv4Addr, u16, Ipv4Addr, u16) {
+    let ip = Ipv4Packet::new_checked(&frame[14..]).unwrap();
+    let p = ip.payload();
+    match ip.protocol() {
+        17 => (ip.src(), u16::from_be_bytes([p[0], p[1]]), ip.dst(), u16::from_be_bytes([p[2], p[3]])),
+        1 => {
+            let id = u16::from_be_bytes([p[4], p[5]]);
+            (ip.src(), id, ip.dst(), id)
+        }
+        other => panic!("protocol {other}"),
+    }
+}
+
+fn holder_of(bed: &Bed, class: PortClass, port: u16) -> usize {
+    let n = (0..bed.nodes.len()).find(|&n| !bed.down[n]).unwrap();
+    bed.nodes[n].nat_plan().unwrap().holder(POOL, Some(class), port).unwrap().node.index()
+}
+
+/// A bed of three whose control node is `control` (the member set says so,
+/// as the membership machine's does).
+fn bed_with_control(control: u8) -> Bed {
+    let mut bed = nat_bed(3);
+    let set = bed.members_up(2).with_control(Some(NodeId(control)));
+    bed.set_members_up(set);
+    settle(&mut bed);
+    bed
+}
+
+#[test]
+fn multi_session_pat_connections_belong_to_the_control_node() {
+    let mut bed = bed_with_control(1);
+    // Other UDP than DNS, first seen at data node 0: the control node owns
+    // it and translates it from its own blocks.
+    let q = from_host(0, SERVER).udp(5000, 4000, b"one");
+    let (n, port, f) = one(&bed.send(0, IN, q));
+    let (src, mport, dst, dport) = ports_of(&f);
+    assert_eq!((n, port, src, dst, dport), (1, OUT, POOL, SERVER, 4000), "it leaves the control node translated");
+    assert_eq!(holder_of(&bed, PortClass::Udp, mport), 1);
+    assert_eq!(bed.ccl_count(0, 1, MessageKind::ToControl), 1);
+    assert_eq!(bed.owners(&tuple(HOST, 5000, SERVER, 4000, 17)), vec![1]);
+    // Its answer, wherever it lands, goes to the block's holder: the
+    // control node (N5).
+    for at in [2, 0, 1] {
+        let a = from_server(at).udp(4000, mport, b"answer");
+        let (n, port, f) = one(&bed.send(at, OUT, a));
+        assert_eq!((n, port, ports_of(&f)), (1, IN, (SERVER, 4000, HOST, 5000)), "the answer at {at}");
+    }
+    // The same inside endpoint to another destination, at node 2: the
+    // same mapping (one multi-session xlate, at the control node).
+    let q2 = from_host(2, SERVER).udp(5000, 4001, b"two");
+    let (n, _, f) = one(&bed.send(2, IN, q2));
+    assert_eq!((n, ports_of(&f).1), (1, mport), "one mapping for the endpoint, cluster-wide");
+    assert_eq!(bed.ccl_count(2, 1, MessageKind::ToControl), 1);
+    let c1 = bed.nodes[1].nat_counters().unwrap();
+    assert_eq!(c1.xlates_created, 1);
+    // Later packets of the flow from a data node go to the control node
+    // too, without a director query.
+    let before = queries(&bed);
+    for k in 0..3 {
+        let more = from_host(0, SERVER).udp(5000, 4000, &[k; 8]);
+        let (n, _, f) = one(&bed.send(0, IN, more));
+        assert_eq!((n, ports_of(&f).1), (1, mport));
+    }
+    assert_eq!(queries(&bed), before);
+    // ICMP echo is always multi-session: the control node's too.
+    let ping = from_host(2, SERVER).icmp(8, 0, (77, 1), b"ping");
+    let (n, port, f) = one(&bed.send(2, IN, ping));
+    let (src, id, _, _) = ports_of(&f);
+    assert_eq!((n, port, src), (1, OUT, POOL));
+    assert_eq!(holder_of(&bed, PortClass::Icmp, id), 1);
+    let pong = from_server(0).icmp(0, 0, (id, 1), b"ping");
+    let (n, port, f) = one(&bed.send(0, OUT, pong));
+    assert_eq!((n, port, ports_of(&f).2, ports_of(&f).1), (1, IN, HOST, 77), "the echo reply reaches the host");
+    // Per-session connections stay with their first receiver: DNS and TCP.
+    let dns = from_host(0, SERVER).udp(5353, 53, b"query");
+    let (n, _, f) = one(&bed.send(0, IN, dns));
+    assert_eq!((n, holder_of(&bed, PortClass::Udp, ports_of(&f).1)), (0, 0), "DNS is per-session");
+    let (m, _) = open(&mut bed, 40_500, 2, 0);
+    assert_eq!(holder(&bed, m), 2, "TCP is per-session");
+    // (A data node holding a record of the flow — its director or backup —
+    // forwards it to the owner instead.)
+    let sent = bed.cluster(0).counters.to_control_sent + bed.cluster(2).counters.to_control_sent;
+    assert!(sent >= 3, "{sent}");
+    assert_eq!(bed.cluster(1).counters.to_control_received, sent);
+    // The control node itself sends nothing to itself.
+    let own = from_host(1, SERVER).udp(6000, 4000, b"x");
+    let (n, _, _) = one(&bed.send(1, IN, own));
+    assert_eq!(n, 1);
+    assert_eq!(bed.cluster(1).counters.to_control_sent, 0);
+    bound_once(&bed);
+}
+
+#[test]
+fn a_rule_may_make_tcp_multi_session_and_udp_per_session() {
+    let mut spec = nat_spec();
+    spec.rules[0].per_session = dataplane::nat::PerSession { tcp: false, udp: dataplane::nat::UdpPerSession::All };
+    let mut bed = nat_bed(3);
+    for p in &mut bed.nodes {
+        p.set_nat(&spec).unwrap();
+    }
+    let set = bed.members_up(2).with_control(Some(NodeId(2)));
+    bed.set_members_up(set);
+    settle(&mut bed);
+    let syn = from_host(0, SERVER).tcp(40_600, 80, C_ISN, 0, SYN, 64240, &SYN_OPTS, &[]);
+    let (n, _, f) = one(&bed.send(0, IN, syn));
+    assert_eq!((n, holder(&bed, tcp_of(&f).1)), (2, 2), "multi-session TCP at the control node");
+    let u = from_host(0, SERVER).udp(5000, 4000, b"u");
+    let (n, _, f) = one(&bed.send(0, IN, u));
+    assert_eq!((n, holder_of(&bed, PortClass::Udp, ports_of(&f).1)), (0, 0), "per-session UDP at its receiver");
+    let ping = from_host(0, SERVER).icmp(8, 0, (9, 1), b"p");
+    assert_eq!(one(&bed.send(0, IN, ping)).0, 2, "ICMP is always multi-session");
+}
+
+#[test]
+fn multi_session_flows_survive_the_control_node_and_new_ones_go_to_its_successor() {
+    let mut bed = bed_with_control(1);
+    let (n, _, f) = one(&bed.send(0, IN, from_host(0, SERVER).udp(5000, 4000, b"a")));
+    let mport = ports_of(&f).1;
+    assert_eq!(n, 1);
+    // The control node fails; node 0 is elected.
+    bed.kill(1, 3);
+    let set = bed.members_up(3).with_control(Some(NodeId(0)));
+    bed.set_members_up(set);
+    bed.tick(1);
+    settle(&mut bed);
+    let heir = holder_of(&bed, PortClass::Udp, mport);
+    assert_ne!(heir, 1);
+    // The flow's next packets, at either survivor: kept, same mapping, at
+    // the block's heir (the new control node asks the flow's director).
+    for at in [2, 0] {
+        let more = from_host(at, SERVER).udp(5000, 4000, b"b");
+        let (n, port, f) = one(&bed.send(at, IN, more));
+        assert_eq!((n, port, ports_of(&f).0, ports_of(&f).1), (heir, OUT, POOL, mport), "at {at}");
+        let back = from_server(at).udp(4000, mport, b"c");
+        let (n, _, f) = one(&bed.send(at, OUT, back));
+        assert_eq!((n, ports_of(&f).3), (heir, 5000));
+    }
+    assert_eq!(bed.owners_up(&tuple(HOST, 5000, SERVER, 4000, 17)), vec![heir]);
+    // A new multi-session connection goes to the new control node.
+    let (n, _, f) = one(&bed.send(2, IN, from_host(2, SERVER).udp(5100, 4000, b"d")));
+    assert_eq!((n, holder_of(&bed, PortClass::Udp, ports_of(&f).1)), (0, 0));
+    bound_once(&bed);
+}
+
+// --- N4: dynamic NAT, the control node's table replicated to every member ---
+
+const DYN_A: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 50);
+const DYN_B: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 51);
+
+fn dynamic_nat_bed() -> Bed {
+    let mut spec = nat_spec();
+    spec.rules[0].kind = RuleKind::DynamicNat;
+    spec.pools = vec![PoolSpec { addresses: vec![DYN_A, DYN_B], pat: None }];
+    let mut bed = Bed::new(3, true);
+    for p in &mut bed.nodes {
+        p.set_nat(&spec).unwrap();
+    }
+    let set = bed.members_up(2).with_control(Some(NodeId(1)));
+    bed.set_members_up(set);
+    settle(&mut bed);
+    bed
+}
+
+fn requests(bed: &mut Bed, n: usize) -> Vec<dataplane::pipeline::SharedRequest> {
+    let mut v = Vec::new();
+    bed.nodes[n].take_xlate_requests(|r| v.push(r));
+    v
+}
+
+/// What the control node's table does (controlplane::natshare), applied on
+/// every member up.
+fn replicate(bed: &mut Bed, real: Ipv4Addr, mapped: Option<Ipv4Addr>) {
+    let now = bed.now();
+    for n in (0..bed.nodes.len()).filter(|&n| !bed.down[n]) {
+        bed.nodes[n].set_shared_xlate(now, 0, real, mapped);
+    }
+}
+
+#[test]
+fn dynamic_nat_on_members_asks_the_control_node_and_any_member_translates_back() {
+    let mut bed = dynamic_nat_bed();
+    // The first SYN at node 0: no translation yet, dropped, asked once
+    // (the burst's retransmits ask no more).
+    let syn = from_host(0, SERVER).tcp(40_700, 80, C_ISN, 0, SYN, 64240, &SYN_OPTS, &[]);
+    assert!(bed.send(0, IN, syn.clone()).is_empty());
+    assert!(bed.send(0, IN, syn.clone()).is_empty());
+    assert_eq!(bed.drops(0, DropReason::NatPending), 2);
+    let asked = requests(&mut bed, 0);
+    assert_eq!(asked, vec![dataplane::pipeline::SharedRequest { pool: 0, real: HOST, held: None }]);
+    // The control node's answer reaches every member; the retransmitted
+    // SYN leaves node 0 (it owns the connection) with the mapped address,
+    // ports unchanged.
+    replicate(&mut bed, HOST, Some(DYN_B));
+    let (n, port, f) = one(&bed.send(0, IN, syn));
+    let (src, sport, dst, _, isn, _, _) = tcp_of(&f);
+    assert_eq!((n, port, src, sport, dst), (0, OUT, DYN_B, 40_700, SERVER));
+    // The SYN-ACK to the mapped address, at any member: translated there
+    // (every member holds the table) and delivered through the owner.
+    for at in [2, 1, 0] {
+        let synack = PacketBuilder::new(GW_MAC, out_mac(at), SERVER, DYN_B).tcp(
+            80,
+            40_700,
+            S_ISN,
+            isn.wrapping_add(1),
+            SYN | ACK,
+            65160,
+            &SYN_OPTS,
+            &[],
+        );
+        let (n, port, f) = one(&bed.send(at, OUT, synack));
+        let (src, _, dst, dport, _, _, _) = tcp_of(&f);
+        assert_eq!((n, port, src, dst, dport), (0, IN, SERVER, HOST, 40_700), "the SYN-ACK at {at}");
+    }
+    assert_eq!(bed.owners(&tuple(HOST, 40_700, SERVER, 80, 6)), vec![0]);
+    // Another connection of the host, at node 2: the same address, no ask.
+    let syn2 = from_host(2, SERVER).tcp(40_701, 80, C_ISN, 0, SYN, 64240, &SYN_OPTS, &[]);
+    let (n, _, f) = one(&bed.send(2, IN, syn2));
+    assert_eq!((n, tcp_of(&f).0), (2, DYN_B));
+    assert!(requests(&mut bed, 2).is_empty());
+    // Renewals: every third of the xlate timeout (30 s), each member
+    // renews what it uses.
+    bed.tick(10_100);
+    let r = requests(&mut bed, 0);
+    assert_eq!(r, vec![dataplane::pipeline::SharedRequest { pool: 0, real: HOST, held: Some(DYN_B) }]);
+    // A deletion while connections use it: kept, renewed at once.
+    replicate(&mut bed, HOST, None);
+    assert_eq!(requests(&mut bed, 0).len(), 1);
+    let more = from_host(0, SERVER).tcp(40_700, 80, C_ISN + 1, S_ISN + 1, ACK, 502, &[], &[]);
+    assert_eq!(tcp_of(&one(&bed.send(0, IN, more)).2).0, DYN_B, "still translated");
+    // The table gives the host another address: the connections on the old
+    // one end (their packets would carry an address another host may get).
+    replicate(&mut bed, HOST, Some(DYN_A));
+    let c0 = bed.nodes[0].nat_counters().unwrap();
+    assert!(c0.shared_conns_ended >= 1, "{c0:?}");
+    let fresh = from_host(0, SERVER).tcp(40_702, 80, C_ISN, 0, SYN, 64240, &SYN_OPTS, &[]);
+    assert_eq!(tcp_of(&one(&bed.send(0, IN, fresh)).2).0, DYN_A);
+    // Traffic to a pool address nobody holds: dropped, counted.
+    let probe = PacketBuilder::new(GW_MAC, out_mac(1), SERVER, DYN_B).tcp(80, 40_700, 1, 0, SYN, 1024, &[], &[]);
+    assert!(bed.send(1, OUT, probe).is_empty());
+    assert_eq!(bed.drops(1, DropReason::NatNoXlate), 1);
+}

@@ -33,6 +33,7 @@ use crossbeam_queue::ArrayQueue;
 use crate::links::{Change, Links};
 use crate::shared::{push_command, Query};
 use controlplane::membership::{Action, ControlLink, Membership, ReplicaChange, TableError, MAX_CONTROL_FRAME};
+use controlplane::natshare::{self, NatShare};
 use dataplane::ccl::{CclCounters, CCL_UDP_PORT, CONTROL_CHANNEL};
 use dataplane::wire::ethernet::{ethertype, EthernetFrame};
 use dataplane::wire::ipv4::Ipv4Packet;
@@ -151,6 +152,9 @@ pub struct CclControl {
     /// The replicated configuration changed since `take_replica_change`
     /// (`Action::Replica`): the node checks which policy to run.
     replica_changed: bool,
+    /// Dynamic NAT in the cluster (N4): the control node's side, acting
+    /// while this node is the control node.
+    pub natshare: NatShare,
     changes: Vec<Change>,
     rx: MbufBurst,
     tx: MbufBurst,
@@ -167,6 +171,10 @@ pub struct CclControlConfig {
     pub membership: Membership,
     /// Every port the node polls (data ports and the CCL port).
     pub links: Links,
+    /// Dynamic-NAT pools (index in the configuration's pools, addresses)
+    /// and the xlate timeout (N4).
+    pub nat_pools: Vec<(u16, Vec<std::net::Ipv4Addr>)>,
+    pub xlate_timeout: dataplane::Duration,
 }
 
 impl CclControl {
@@ -186,6 +194,7 @@ impl CclControl {
             ports_opened: 0,
             last_sync: u64::MAX,
             replica_changed: false,
+            natshare: NatShare::new(c.nat_pools, c.xlate_timeout),
             changes: Vec::new(),
             rx: MbufBurst::new(),
             tx: MbufBurst::new(),
@@ -257,8 +266,20 @@ impl CclControl {
             self.membership.on_sync(now, epoch, done_from, sent);
         }
         self.membership.tick(now);
-        self.act_all();
+        self.natshare.tick(now, &mut self.membership);
+        self.act_all(now);
         handled
+    }
+
+    /// Dynamic NAT (N4): the workers' requests for the control node
+    /// (new translations, renewals), sent there (or handled here on the
+    /// control node). A request with no control node to ask is dropped:
+    /// the worker asks again.
+    pub fn request_xlates(&mut self, now: Timestamp, reqs: impl IntoIterator<Item = dataplane::pipeline::SharedRequest>) {
+        for r in reqs {
+            self.membership.request_xlate(now, r.pool, r.real, r.held);
+        }
+        self.act_all(now);
     }
 
     /// The node's re-registration progress, packed: every worker's
@@ -279,30 +300,30 @@ impl CclControl {
     /// The worker runs replicated configuration `version` now.
     pub fn config_applied(&mut self, now: Timestamp, version: u64) {
         self.membership.config_applied(now, version);
-        self.act_all();
+        self.act_all(now);
     }
 
     /// This node cannot run replicated configuration `version`: it leaves.
     pub fn reject_config(&mut self, now: Timestamp, version: u64) {
         self.membership.reject_config(now, version);
-        self.act_all();
+        self.act_all(now);
     }
 
     /// Publish a new replicated configuration (the control node's reload).
     pub fn publish_config(&mut self, now: Timestamp, bytes: Vec<u8>) -> Result<u64, TableError> {
         let v = self.membership.set_config(now, bytes);
-        self.act_all();
+        self.act_all(now);
         v
     }
 
-    fn act_all(&mut self) {
+    fn act_all(&mut self, now: Timestamp) {
         while let Some(a) = self.membership.poll_action() {
-            self.act(a);
+            self.act(now, a);
         }
     }
 
     /// Carry out one action of the membership machine.
-    fn act(&mut self, a: Action) {
+    fn act(&mut self, now: Timestamp, a: Action) {
         match a {
             Action::Broadcast { .. } | Action::Send { .. } => {
                 let mut buf = [0u8; MAX_CONTROL_FRAME];
@@ -347,7 +368,39 @@ impl CclControl {
                 if matches!(r, ReplicaChange::Config { .. } | ReplicaChange::Replaced { .. }) {
                     self.replica_changed = true;
                 }
+                self.nat_table_changed(&r);
             }
+            Action::XlateRequest { from, pool, real, held } => {
+                log::debug!("dynamic NAT: n{} asks for {real} in pool {pool} (holds {held:?})", from.0);
+                self.natshare.on_request(now, &mut self.membership, pool, real, held);
+            }
+        }
+    }
+
+    /// The dynamic-NAT table changed (N4): every worker installs or drops
+    /// the translation (after a whole-state transfer, every entry).
+    fn nat_table_changed(&mut self, r: &ReplicaChange) {
+        let m = &self.membership;
+        let mut push = |pool, real, mapped| push_command(&mut self.pending, Query::SharedXlate { pool, real, mapped });
+        match r {
+            ReplicaChange::Entry { table, key, .. } if *table == natshare::NAT_TABLE => {
+                let value = m.table_get(natshare::NAT_TABLE, key);
+                match value.map(|v| natshare::decode(key, v)) {
+                    Some(Some(x)) => push(x.pool, x.real, Some(x.mapped)),
+                    Some(None) => log::warn!("dynamic NAT: table entry {key:02x?} of another layout ignored"),
+                    None => {
+                        if let Some((pool, real)) = natshare::decode_key(key) {
+                            push(pool, real, None);
+                        }
+                    }
+                }
+            }
+            ReplicaChange::Replaced { .. } => {
+                for x in m.table_iter(natshare::NAT_TABLE).filter_map(|(k, v, _)| natshare::decode(k, v)) {
+                    push(x.pool, x.real, Some(x.mapped));
+                }
+            }
+            _ => {}
         }
     }
 

@@ -89,7 +89,12 @@ impl Control {
     pub fn poll(&mut self) -> usize {
         let now = self.clock.now();
         let handled = match &mut self.ccl {
-            Some(c) => c.poll(now),
+            Some(c) => {
+                // Dynamic NAT: the workers' requests for the control node.
+                let reqs = self.shared.workers.iter().flat_map(|w| std::iter::from_fn(|| w.xlate_requests.pop()));
+                c.request_xlates(now, reqs.collect::<Vec<_>>());
+                c.poll(now)
+            }
             None => 0,
         };
         self.follow_policy(now);
@@ -286,6 +291,11 @@ impl Control {
             "members": members,
             "membership": stats::to_json(m.counters()),
             "counters": counters,
+            "nat_share": {
+                "entries": m.table_iter(controlplane::natshare::NAT_TABLE).count(),
+                "counters": ccl.natshare.counters,
+                "requests_dropped": self.shared.workers.iter().map(|w| w.xlate_request_drops.load(Ordering::Relaxed)).sum::<u64>(),
+            },
             "ccl": kinds,
             "ccl_drops": drops,
             "driver": {

@@ -79,7 +79,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    if let Some(why) = policy::nat_not_runnable(&cfg.nat, cfg.cluster.is_some()) {
+    if let Some(why) = policy::nat_not_runnable(&cfg.nat, cfg.cluster.is_some(), usize::from(cfg.dpdk.workers)) {
         eprintln!("clusterfw: {}: {why}", cli.config.display());
         return ExitCode::from(2);
     }
@@ -355,6 +355,10 @@ fn run(cfg: Config, extra: Vec<String>) -> Result<()> {
             links: links::Links::new(
                 ports.iter().enumerate().map(|(i, p)| (p.port, i as u16, i == ccl_idx, p.device.as_str())),
             ),
+            nat_pools: policy::nat_spec(&cfg).map_or_else(Vec::new, |s| {
+                (0u16..).zip(s.pools).filter(|(_, p)| p.pat.is_none()).map(|(i, p)| (i, p.addresses)).collect()
+            }),
+            xlate_timeout: policy::nat_spec(&cfg).map_or(dataplane::Duration::from_secs(30), |s| s.xlate_timeout),
         })),
         _ => None,
     };

@@ -47,6 +47,10 @@ pub enum Query {
     Xlates { max: usize },
     /// The NAT pools' use.
     NatPools,
+    /// Command: the control node's dynamic-NAT table translates `real` in
+    /// `pool` to `mapped` now (`None`: no longer; N4,
+    /// `Pipeline::set_shared_xlate`). No reply.
+    SharedXlate { pool: u16, real: std::net::Ipv4Addr, mapped: Option<std::net::Ipv4Addr> },
 }
 
 pub enum Reply {
@@ -99,6 +103,11 @@ pub struct WorkerShared {
     pub steered_out: AtomicU64,
     pub handed_out: AtomicU64,
     pub handoff_drops: AtomicU64,
+    /// Dynamic NAT on a cluster member (N4): the worker's requests for the
+    /// control node (`Pipeline::take_xlate_requests`), for the control
+    /// lcore; full: dropped and counted (the worker asks again).
+    pub xlate_requests: ArrayQueue<dataplane::pipeline::SharedRequest>,
+    pub xlate_request_drops: AtomicU64,
 }
 
 /// Frames a worker's steering ring holds (a power of two).
@@ -118,6 +127,8 @@ impl WorkerShared {
             steered_out: AtomicU64::new(0),
             handed_out: AtomicU64::new(0),
             handoff_drops: AtomicU64::new(0),
+            xlate_requests: ArrayQueue::new(dataplane::pipeline::SHARED_REQUESTS),
+            xlate_request_drops: AtomicU64::new(0),
         }
     }
 }
@@ -185,7 +196,8 @@ pub fn push_command(pending: &mut VecDeque<Query>, q: Query) {
     pending.push_back(q);
 }
 
-/// The membership machine's commands (member sets, resets) queued for
+/// The membership machine's commands (member sets, resets, the dynamic-NAT
+/// table's changes) queued for
 /// the node, copied into every worker's pending queue in order (each
 /// worker holds its own connections' share of the cluster state and
 /// applies every command); `from` ends empty. Other queries are not
@@ -196,6 +208,9 @@ pub fn fan_out(from: &mut VecDeque<Query>, workers: &mut [VecDeque<Query>]) {
             match &q {
                 Query::SetMembers(m) => push_command(pending, Query::SetMembers(*m)),
                 Query::Reset => push_command(pending, Query::Reset),
+                &Query::SharedXlate { pool, real, mapped } => {
+                    push_command(pending, Query::SharedXlate { pool, real, mapped })
+                }
                 _ => {}
             }
         }

@@ -314,6 +314,13 @@ impl Worker {
                     }
                 }
             }
+            // Dynamic NAT on a cluster member: the requests for the
+            // control node, to the control lcore.
+            self.pipeline.take_xlate_requests(|r| {
+                if mine.xlate_requests.push(r).is_err() {
+                    mine.xlate_request_drops.fetch_add(1, Ordering::Relaxed);
+                }
+            });
             if let Some(q) = mine.queries.pop() {
                 if let Query::SetMembers(m) = &q {
                     epoch = m.epoch();
@@ -500,6 +507,10 @@ pub(crate) fn between_bursts(pipeline: &mut Pipeline, now: Timestamp, q: Query, 
         }
         Query::Reset => {
             pipeline.reset(now);
+            return None;
+        }
+        Query::SharedXlate { pool, real, mapped } => {
+            pipeline.set_shared_xlate(now, pool, real, mapped);
             return None;
         }
         Query::Counters => {

@@ -78,10 +78,16 @@ fn nat_rules_run_on_a_single_node_and_pat_in_a_cluster_dynamic_nat_is_refused_th
     let path = write("nat3.yaml", &format!("{base}{cluster}{pool}{rule}"));
     let out = Command::new(env!("CARGO_BIN_EXE_clusterfw")).arg("--config").arg(&path).arg("--check").output().unwrap();
     assert!(out.status.success(), "PAT in a cluster: {}", String::from_utf8_lossy(&out.stderr));
+    // Dynamic NAT in a cluster: with one worker (the control node's
+    // table, N4); refused with two.
     let dynamic = rule.replace("dynamic-pat", "dynamic-nat");
     let path = write("nat4.yaml", &format!("{base}{cluster}{pool}{dynamic}"));
     let out = Command::new(env!("CARGO_BIN_EXE_clusterfw")).arg("--config").arg(&path).arg("--check").output().unwrap();
+    assert!(out.status.success(), "dynamic NAT in a cluster: {}", String::from_utf8_lossy(&out.stderr));
+    let two = format!("{base}{cluster}{pool}{dynamic}").replacen("dpdk:\n", "dpdk:\n  workers: 2\n", 1);
+    let path = write("nat5.yaml", &two);
+    let out = Command::new(env!("CARGO_BIN_EXE_clusterfw")).arg("--config").arg(&path).arg("--check").output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
-    assert!(stderr.contains("nat: dynamic-nat rule(s) r: a cluster member does not run dynamic NAT yet"), "{stderr}");
+    assert_eq!(out.status.code(), Some(2), "{two}\n{stderr}");
+    assert!(stderr.contains("nat: dynamic-nat rule(s) r: a cluster member runs dynamic NAT with one worker only"), "{stderr}");
 }

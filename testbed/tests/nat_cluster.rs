@@ -20,9 +20,15 @@
 //!     client's;
 //! (g) rate-limited downloads through PAT while the killed member
 //!     restarts and rejoins: every one completes with its sha256 (the
-//!     connections translated in its blocks are handed back to it).
+//!     connections translated in its blocks are handed back to it);
+//! (h) (run after (d)) ping and tracepath through multi-session PAT (ICMP
+//!     and UDP other than DNS, N3): both work — tracepath shows a node
+//!     and the hop behind the cluster, whose ICMP errors come back through
+//!     the translation — and every multi-session xlate is at the control
+//!     node, the data nodes sending such connections there (`to_control`).
 //!
-//! Needs root, curl, iperf3 and tcpdump (scripts/test.sh installs them).
+//! Needs root, curl, iperf3, tcpdump and tracepath (scripts/test.sh
+//! installs them).
 //! A guard takes the bed down on every exit path.
 
 use anyhow::{ensure, Result};
@@ -58,10 +64,48 @@ fn xlates(bed: &TestBed, up: &[usize]) -> Result<Vec<(usize, usize, serde_json::
         .collect()
 }
 
+/// Step (h) (module essay).
+fn multi_session(bed: &TestBed, all: &[usize]) -> Result<String> {
+    let control = bed.show(1, "cluster")?["control_node"].as_u64().unwrap_or(0) as usize;
+    ensure!(all.contains(&control), "no control node: {control}");
+    let ping = sys::ns_run(INSIDE, "ping", &["-c", "5", "-i", "0.2", "-W", "2", SERVER])?;
+    ensure!(ping.contains(" 0% packet loss"), "ping: {ping}");
+    let out = Command::new("ip").args(["netns", "exec", INSIDE, "tracepath", "-n", "-m", "8", SERVER]).output()?;
+    let trace = String::from_utf8_lossy(&out.stdout).to_string();
+    // Hop 2 is a node's inside address (the client's router is hop 1);
+    // the destination answers ("reached"), and some hop between is the
+    // outside router, behind the translation.
+    let hop = |n: &str| {
+        trace.lines().find(|l| l.trim_start().starts_with(&format!("{n}:"))).and_then(|l| l.split_whitespace().nth(1))
+    };
+    let node_hop = hop("2").unwrap_or("");
+    ensure!((1..=NODES).any(|k| node_hop == format!("198.18.1{k}.2")), "hop 2 is {node_hop:?}:\n{trace}");
+    ensure!(trace.contains("reached"), "tracepath did not reach the server:\n{trace}");
+    let behind = hop("3").unwrap_or("");
+    ensure!(!behind.is_empty() && behind != "no" && behind != SERVER, "no hop behind the cluster:\n{trace}");
+    let x = xlates(bed, all)?;
+    let multi = |v: &serde_json::Value| {
+        v["xlates"].as_array().map_or(0, |a| a.iter().filter(|x| x["sessions"] == "multi-session").count())
+    };
+    let per: Vec<(usize, usize)> = x.iter().map(|(k, _, v)| (*k, multi(v))).collect();
+    ensure!(
+        per.iter().all(|&(k, n)| (k == control) == (n > 0)),
+        "multi-session xlates per member {per:?}, control node n{control}"
+    );
+    let cl: Vec<serde_json::Value> = all.iter().map(|&k| bed.show(k, "cluster")).collect::<Result<_>>()?;
+    let sent: u64 = cl.iter().map(|v| counter(v, "to_control_sent")).sum();
+    let received = counter(&cl[control - 1], "to_control_received");
+    ensure!(sent > 0 && received == sent, "frames to the control node: sent {sent}, received {received}");
+    Ok(format!(
+        "ping 5/5; tracepath: node hop {node_hop}, then {behind}, reached; multi-session xlates per member {per:?} \
+         (control n{control}); {sent} frames sent to the control node"
+    ))
+}
+
 #[test]
 fn pat_through_the_three_node_cluster() {
     assert!(sys::is_root(), "the NAT test bed test needs root (network namespaces, veths)");
-    for tool in ["curl", "iperf3", "tcpdump"] {
+    for tool in ["curl", "iperf3", "tcpdump", "tracepath"] {
         assert!(sys::have(tool), "{tool} is not installed (scripts/test.sh installs it)");
     }
     let workers = harness::bed_workers();
@@ -146,6 +190,7 @@ fn pat_through_the_three_node_cluster() {
             Ok(format!("xlates created per member {created:?}; datagrams sent to the block holder {to_holder}"))
         })(),
     );
+    step("(h) ping and tracepath through multi-session PAT, at the control node", multi_session(&bed, &all));
     // `LIVE` rate-limited downloads, `fault` applied to a member
     // `KILL_AFTER` into them (`pick`: which, from the members' xlates);
     // every one must complete with its sha256.

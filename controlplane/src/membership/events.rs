@@ -320,6 +320,9 @@ outcomes! {
     TableDuplicate => "table-duplicate", "already applied",
     /// A table change out of order (a missed one is fetched).
     TableGap => "table-gap", "out of order",
+    /// A dynamic-NAT translation request handed to the NAT share
+    /// (`Action::XlateRequest`; N4).
+    XlateRequest => "xlate-request", "handed to NAT",
     /// A transfer request refused: serving as many as the limit allows.
     ServeBusy => "serve-busy", "too many transfers",
     /// Authentic and addressed here but of no use in this state (a reply

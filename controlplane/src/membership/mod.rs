@@ -60,6 +60,10 @@ mod replica;
 mod transfer;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+pub(crate) mod tests_support {
+    pub(crate) use super::tests::Mini;
+}
 
 pub use config::{
     Config, ConfigBlob, Limits, MembershipError, NodeConfig, Rejoin, SplitBrain, DEFAULT_HEARTBEAT_INTERVAL,
@@ -72,7 +76,7 @@ pub use replica::{ReplicaChange, StreamError, TableError};
 
 use dataplane::ccl::{
     ControlMessage, Heartbeat, JoinReply, JoinRequest, JoinVerdict, OpenedControl, Placement, SyncChunk,
-    SyncRequest, TableOp, TableUpdate, HB_FLAG_QUORUM, NODE_SLOTS,
+    SyncRequest, TableOp, TableUpdate, XlateRequest, HB_FLAG_QUORUM, NODE_SLOTS,
 };
 use dataplane::cluster::{MemberInfo, MemberSet};
 use dataplane::{Duration, Epoch, NodeId, Timestamp};
@@ -91,6 +95,7 @@ pub enum Outgoing {
     SyncRequest(SyncRequest),
     SyncChunk { to: NodeId, to_incarnation: u32, xfer: u32, index: u32, total: u32, data: Vec<u8> },
     TableUpdate { version: u64, table: u8, key: Vec<u8>, value: Option<Vec<u8>> },
+    XlateRequest(XlateRequest),
 }
 
 impl Outgoing {
@@ -115,6 +120,7 @@ impl Outgoing {
                 key,
                 op: value.as_deref().map_or(TableOp::Delete, TableOp::Upsert),
             }),
+            Outgoing::XlateRequest(r) => ControlMessage::XlateRequest(*r),
         }
     }
 }
@@ -129,6 +135,7 @@ pub enum Action {
     /// the payload names its addressee).
     Send { to: NodeId, epoch: Epoch, msg: Outgoing },
     /// The member set changed: hand it to every worker (between bursts).
+    /// It names its control node (`MemberSet::control`).
     Members(MemberSet),
     /// The pipeline is fenced while `now >= until` (`Timestamp(0)`:
     /// fenced now).
@@ -141,6 +148,11 @@ pub enum Action {
     Event(MembershipEvent),
     /// The replicated configuration or a table entry changed.
     Replica(ReplicaChange),
+    /// This node is the control node: a member (`from`, possibly this
+    /// node) asks for the dynamic-NAT translation of `real` in `pool`, or
+    /// renews the one it holds (N4). The NAT share answers through a
+    /// replicated table (`controlplane::natshare`).
+    XlateRequest { from: NodeId, pool: u16, real: std::net::Ipv4Addr, held: Option<std::net::Ipv4Addr> },
 }
 
 /// Where a received message came from: the authenticated header fields
@@ -624,6 +636,35 @@ impl Membership {
         self.table_change(now, table, key, Some(value))
     }
 
+    /// Ask the control node for the dynamic-NAT translation of `real` in
+    /// `pool`, or renew the one this node holds (`held`: its mapped
+    /// address; N4): an `Action::XlateRequest` here when this node is the
+    /// control node, else an `XlateRequest` message to it. `false`: no
+    /// control node to ask (not a member, or none known).
+    pub fn request_xlate(
+        &mut self,
+        now: Timestamp,
+        pool: u16,
+        real: std::net::Ipv4Addr,
+        held: Option<std::net::Ipv4Addr>,
+    ) -> bool {
+        let now = self.begin(now);
+        let me = self.cfg.me;
+        let sent = match (self.state, self.control) {
+            (State::Control, _) => {
+                self.actions.push_back(Action::XlateRequest { from: me, pool, real, held });
+                true
+            }
+            (State::Data | State::Syncing, Some(c)) if c != me => {
+                self.send(c, Outgoing::XlateRequest(XlateRequest { to: c, pool, real, held }));
+                true
+            }
+            _ => false,
+        };
+        self.end(now);
+        sent
+    }
+
     /// Delete an entry (control node only); `Ok(None)` when absent.
     pub fn table_delete(&mut self, now: Timestamp, table: u8, key: &[u8]) -> Result<Option<u64>, TableError> {
         self.writable()?;
@@ -822,7 +863,8 @@ impl Membership {
 
     fn set_members(&mut self, now: Timestamp, set: MemberSet, control: NodeId) {
         self.set = set;
-        self.actions.push_back(Action::Members(set));
+        // The set's users learn the control node with it (N3).
+        self.actions.push_back(Action::Members(set.with_control(Some(control))));
         self.hb_now = true;
         self.event(now, EventKind::Members { epoch: set.epoch(), control, bits: set.bits() });
     }
@@ -1662,6 +1704,10 @@ impl Membership {
                 self.peers[i].heard(now, from.incarnation);
                 self.on_table_update(now, from, u)
             }
+            ControlMessage::XlateRequest(r) => {
+                self.peers[i].heard(now, from.incarnation);
+                self.on_xlate_request(from, r)
+            }
         }
     }
 
@@ -1998,6 +2044,23 @@ impl Membership {
                 Received::Ignored
             }
         }
+    }
+
+    /// A member's dynamic-NAT request: the control node hands it on;
+    /// anyone else, or a request from a non-member, has nothing to do
+    /// with it.
+    fn on_xlate_request(&mut self, from: Envelope, r: &XlateRequest) -> Received {
+        if r.to != self.cfg.me {
+            return Received::NotForMe;
+        }
+        if self.state != State::Control {
+            return Received::NotControl;
+        }
+        if !self.set.contains(from.sender) {
+            return Received::Ignored;
+        }
+        self.actions.push_back(Action::XlateRequest { from: from.sender, pool: r.pool, real: r.real, held: r.held });
+        Received::XlateRequest
     }
 
     fn on_table_update(&mut self, _now: Timestamp, from: Envelope, u: &TableUpdate<'_>) -> Received {

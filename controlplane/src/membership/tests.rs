@@ -41,9 +41,9 @@ fn drain(m: &mut Membership) -> Vec<Action> {
 }
 
 /// A few machines on a perfect, instant CCL with cuts and kills.
-struct Mini {
-    ms: Vec<Membership>,
-    now: Timestamp,
+pub(crate) struct Mini {
+    pub(crate) ms: Vec<Membership>,
+    pub(crate) now: Timestamp,
     alive: Vec<bool>,
     /// `cut[a][b]`: messages from a to b are lost.
     cut: Vec<Vec<bool>>,
@@ -70,7 +70,7 @@ impl Mini {
             chunks: 0,
         }
     }
-    fn of(n: u8) -> Mini {
+    pub(crate) fn of(n: u8) -> Mini {
         Mini::new((0..n).map(|i| machine(i, n)).collect())
     }
     fn partition(&mut self, group: &[usize]) {
@@ -126,7 +126,7 @@ impl Mini {
             }
         }
     }
-    fn run(&mut self, ms: u64) {
+    pub(crate) fn run(&mut self, ms: u64) {
         let end = self.now.0 + ms * MS;
         while self.now.0 < end {
             self.now = Timestamp(self.now.0 + STEP);
@@ -139,7 +139,7 @@ impl Mini {
             }
         }
     }
-    fn states(&self) -> Vec<State> {
+    pub(crate) fn states(&self) -> Vec<State> {
         self.ms.iter().map(Membership::state).collect()
     }
     fn controls(&self) -> Vec<usize> {
@@ -1227,3 +1227,4 @@ fn a_cluster_forms_over_sealed_frames() {
     assert_eq!(ls[0].receive(&mut ms[0], at(1601), &buf[..n]), Err(dataplane::ccl::CclDrop::Replay));
     assert_eq!(ms[0].counters().messages(), before + 1);
 }
+

@@ -394,6 +394,52 @@ impl<'a> TableUpdate<'a> {
     }
 }
 
+/// Member → control node: the dynamic-NAT translation of a real address
+/// in a pool (SPEC N4; docs/nat.md, "Dynamic NAT in a cluster"). The
+/// control node answers through the replicated NAT table (a
+/// `TableUpdate` every member applies), never directly. Layout (12
+/// bytes): to (1: the control node addressed), flags (1: none defined,
+/// 0), pool (2), real address (4), mapped address (4: the translation the
+/// sender holds and uses — a renewal —, or 0.0.0.0 to ask for one).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct XlateRequest {
+    pub to: NodeId,
+    pub pool: u16,
+    pub real: Ipv4Addr,
+    /// A renewal: the mapped address the sender holds.
+    pub held: Option<Ipv4Addr>,
+}
+
+impl XlateRequest {
+    pub const LEN: usize = 12;
+    pub fn parse(b: &[u8]) -> Result<Self, CclError> {
+        let a: [u8; Self::LEN] = arr(b, 0)?;
+        exact("xlate request", b, Self::LEN)?;
+        if a[1] != 0 {
+            return Err(CclError::BadValue { field: "xlate request flags", value: u64::from(a[1]) });
+        }
+        let held = Ipv4Addr::new(a[8], a[9], a[10], a[11]);
+        Ok(XlateRequest {
+            to: dest(a[0])?,
+            pool: u16::from_be_bytes([a[2], a[3]]),
+            real: Ipv4Addr::new(a[4], a[5], a[6], a[7]),
+            held: (!held.is_unspecified()).then_some(held),
+        })
+    }
+    pub fn emit(&self, out: &mut [u8]) -> Result<usize, CclError> {
+        let o = out.get_mut(..Self::LEN).ok_or_else(|| too_small(Self::LEN, &[]))?;
+        if self.held.is_some_and(|h| h.is_unspecified()) {
+            return Err(CclError::BadValue { field: "xlate request held address", value: 0 });
+        }
+        o[0] = dest_byte(self.to)?;
+        o[1] = 0;
+        o[2..4].copy_from_slice(&self.pool.to_be_bytes());
+        o[4..8].copy_from_slice(&self.real.octets());
+        o[8..12].copy_from_slice(&self.held.unwrap_or(Ipv4Addr::UNSPECIFIED).octets());
+        Ok(Self::LEN)
+    }
+}
+
 /// One decoded control-channel message (`Opener::open_control`).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum ControlMessage<'a> {
@@ -403,6 +449,7 @@ pub enum ControlMessage<'a> {
     SyncRequest(SyncRequest),
     SyncChunk(SyncChunk<'a>),
     TableUpdate(TableUpdate<'a>),
+    XlateRequest(XlateRequest),
 }
 
 impl<'a> ControlMessage<'a> {
@@ -414,6 +461,7 @@ impl<'a> ControlMessage<'a> {
             ControlMessage::SyncRequest(_) => MessageKind::SyncRequest,
             ControlMessage::SyncChunk(_) => MessageKind::SyncChunk,
             ControlMessage::TableUpdate(_) => MessageKind::TableUpdate,
+            ControlMessage::XlateRequest(_) => MessageKind::XlateRequest,
         }
     }
 
@@ -427,6 +475,7 @@ impl<'a> ControlMessage<'a> {
             Some(MessageKind::SyncRequest) => ControlMessage::SyncRequest(SyncRequest::parse(payload)?),
             Some(MessageKind::SyncChunk) => ControlMessage::SyncChunk(SyncChunk::parse(payload)?),
             Some(MessageKind::TableUpdate) => ControlMessage::TableUpdate(TableUpdate::parse(payload)?),
+            Some(MessageKind::XlateRequest) => ControlMessage::XlateRequest(XlateRequest::parse(payload)?),
             _ => return Err(CclError::UnknownKind(kind)),
         })
     }
@@ -439,6 +488,7 @@ impl<'a> ControlMessage<'a> {
             ControlMessage::SyncRequest(_) => SyncRequest::LEN,
             ControlMessage::SyncChunk(m) => m.wire_len(),
             ControlMessage::TableUpdate(m) => m.wire_len(),
+            ControlMessage::XlateRequest(_) => XlateRequest::LEN,
         }
     }
 
@@ -451,6 +501,7 @@ impl<'a> ControlMessage<'a> {
             ControlMessage::SyncRequest(m) => m.emit(out),
             ControlMessage::SyncChunk(m) => m.emit(out),
             ControlMessage::TableUpdate(m) => m.emit(out),
+            ControlMessage::XlateRequest(m) => m.emit(out),
         }
     }
 }
@@ -529,6 +580,18 @@ mod tests {
             ControlMessage::SyncChunk(SyncChunk { to: NodeId(2), to_incarnation: 8, xfer: 99, index: 2, total: 3, data }),
             ControlMessage::TableUpdate(TableUpdate { version: 18, table: 1, key: b"k1", op: TableOp::Upsert(data) }),
             ControlMessage::TableUpdate(TableUpdate { version: 19, table: 1, key: b"", op: TableOp::Delete }),
+            ControlMessage::XlateRequest(XlateRequest {
+                to: NodeId(0),
+                pool: 3,
+                real: Ipv4Addr::new(198, 18, 10, 2),
+                held: None,
+            }),
+            ControlMessage::XlateRequest(XlateRequest {
+                to: NodeId(15),
+                pool: 0,
+                real: Ipv4Addr::UNSPECIFIED,
+                held: Some(Ipv4Addr::new(192, 0, 2, 9)),
+            }),
         ]
     }
 
@@ -625,6 +688,24 @@ mod tests {
         let value = [0u8; TABLE_VALUE_MAX + 1];
         let u = TableUpdate { version: 1, table: 0, key: b"k", op: TableOp::Upsert(&value) };
         assert!(u.emit(&mut [0u8; 2000]).is_err());
+        // An xlate request: its bytes; unknown flags, a node above 15.
+        let x = XlateRequest {
+            to: NodeId(2),
+            pool: 0x0102,
+            real: Ipv4Addr::new(198, 18, 10, 2),
+            held: Some(Ipv4Addr::new(192, 0, 2, 7)),
+        };
+        let mut xb = [0u8; XlateRequest::LEN];
+        assert_eq!(x.emit(&mut xb), Ok(12));
+        assert_eq!(xb, [2, 0, 1, 2, 198, 18, 10, 2, 192, 0, 2, 7]);
+        for (at, v) in [(1, 1), (1, 0x80), (0, 16)] {
+            let mut y = xb;
+            y[at] = v;
+            assert!(XlateRequest::parse(&y).is_err(), "byte {at} = {v}");
+        }
+        assert!(XlateRequest::parse(&xb[..11]).is_err());
+        assert!(XlateRequest { to: NodeId(16), ..x }.emit(&mut [0u8; 12]).is_err());
+        assert!(XlateRequest { held: Some(Ipv4Addr::UNSPECIFIED), ..x }.emit(&mut [0u8; 12]).is_err());
         // The longest update fits one datagram.
         let u = TableUpdate {
             version: 1,

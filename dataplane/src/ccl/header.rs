@@ -11,7 +11,8 @@ use crate::{Epoch, NodeId};
 
 /// "CF": the first two bytes of every CCL message, in every version.
 pub const MAGIC: [u8; 2] = [0x43, 0x46];
-/// The protocol version this code speaks (7: flow records of 82/106 bytes,
+/// The protocol version this code speaks (8: the `ToControl` kind, 16;
+/// 7: flow records of 82/106 bytes,
 /// 56 opaque bytes, the last 8 a NAT binding; 6: the join request carries the
 /// joiner's worker count; 5: member tables carry each
 /// member's admission epoch, and the orphan hand-off flag; 4: flow records of 74/98 bytes
@@ -19,7 +20,7 @@ pub const MAGIC: [u8; 2] = [0x43, 0x46];
 /// FlowTransfer and SyncDone kinds; 3 had 32 opaque bytes; the MACs are
 /// v3's — AEGIS-128L / AEGIS-128X4 by message length; 2 had AEGIS-128L
 /// only, 1 BLAKE3).
-pub const VERSION: u8 = 7;
+pub const VERSION: u8 = 8;
 /// Length of the fixed header.
 pub const HEADER_LEN: usize = 34;
 
@@ -225,7 +226,7 @@ mod tests {
     fn emit_parse_round_trip() {
         let mut b = [0u8; HEADER_LEN + 4 + TAG_LEN];
         assert_eq!(sample().emit(&mut b), Some(HEADER_LEN));
-        assert_eq!(&b[..8], &[0x43, 0x46, 7, 1, 0, 3, 255, 0]);
+        assert_eq!(&b[..8], &[0x43, 0x46, 8, 1, 0, 3, 255, 0]);
         let p = CclPacket::new_checked(&b[..]).unwrap();
         assert_eq!(CclHeader::parse(&p), sample());
         assert_eq!(p.payload().len(), 4);
@@ -240,7 +241,7 @@ mod tests {
         assert_eq!(CclPacket::new_checked(&b[..2]).unwrap_err(), CclDrop::Truncated);
         assert_eq!(CclPacket::new_checked(&b[..40]).unwrap_err(), CclDrop::Truncated);
         assert_eq!(CclPacket::new_checked(&b[..53]).unwrap_err(), CclDrop::BadLength);
-        for version in [1, 2, 3, 4, 5, 6, 8] {
+        for version in [1, 2, 3, 4, 5, 6, 7, 9] {
             let mut v = b;
             v[2] = version;
             assert_eq!(CclPacket::new_checked(&v[..]).unwrap_err(), CclDrop::BadVersion);

@@ -72,6 +72,14 @@ kinds! {
     SyncChunk = 14 => "sync-chunk",
     /// Control node → members: one replicated-table change (M8).
     TableUpdate = 15 => "table-update",
+    /// Data node → control node: a frame of a new multi-session PAT
+    /// connection, which the control node owns (N3). Layout as
+    /// [`RelayToOwner`]; the control node decides it as if received on
+    /// its own port.
+    ToControl = 16 => "to-control",
+    /// Member → control node: a dynamic-NAT translation, please (N4;
+    /// control channel).
+    XlateRequest = 17 => "xlate-request",
 }
 
 impl fmt::Display for MessageKind {
@@ -458,6 +466,8 @@ pub enum Message<'a> {
     StateUpdate(FlowBatch<'a>),
     ForwardedPacket(ForwardedPacket<'a>),
     RelayToOwner(RelayToOwner<'a>),
+    /// Same layout as `RelayToOwner`.
+    ToControl(RelayToOwner<'a>),
     ForwardedBatch(ForwardedBatch<'a>),
     FlowTransfer(FlowTransfer<'a>),
     SyncDone(SyncDone),
@@ -473,6 +483,7 @@ impl<'a> Message<'a> {
             Message::StateUpdate(_) => MessageKind::StateUpdate,
             Message::ForwardedPacket(_) => MessageKind::ForwardedPacket,
             Message::RelayToOwner(_) => MessageKind::RelayToOwner,
+            Message::ToControl(_) => MessageKind::ToControl,
             Message::ForwardedBatch(_) => MessageKind::ForwardedBatch,
             Message::FlowTransfer(_) => MessageKind::FlowTransfer,
             Message::SyncDone(_) => MessageKind::SyncDone,
@@ -490,6 +501,7 @@ impl<'a> Message<'a> {
             MessageKind::StateUpdate => Message::StateUpdate(FlowBatch::parse(payload)?),
             MessageKind::ForwardedPacket => Message::ForwardedPacket(ForwardedPacket::parse(payload)?),
             MessageKind::RelayToOwner => Message::RelayToOwner(RelayToOwner::parse(payload)?),
+            MessageKind::ToControl => Message::ToControl(RelayToOwner::parse(payload)?),
             MessageKind::ForwardedBatch => Message::ForwardedBatch(ForwardedBatch::parse(payload)?),
             MessageKind::FlowTransfer => Message::FlowTransfer(FlowTransfer::parse(payload)?),
             MessageKind::SyncDone => Message::SyncDone(SyncDone::parse(payload)?),
@@ -499,7 +511,8 @@ impl<'a> Message<'a> {
             | MessageKind::JoinReply
             | MessageKind::SyncRequest
             | MessageKind::SyncChunk
-            | MessageKind::TableUpdate => return Err(CclError::UnknownKind(kind)),
+            | MessageKind::TableUpdate
+            | MessageKind::XlateRequest => return Err(CclError::UnknownKind(kind)),
         })
     }
 
@@ -511,7 +524,7 @@ impl<'a> Message<'a> {
             Message::OwnerReply(m) => m.wire_len(),
             Message::FlowRegister(b) | Message::StateUpdate(b) => b.wire_len(),
             Message::ForwardedPacket(m) => m.wire_len(),
-            Message::RelayToOwner(m) => m.wire_len(),
+            Message::RelayToOwner(m) | Message::ToControl(m) => m.wire_len(),
             Message::ForwardedBatch(m) => m.wire_len(),
             Message::FlowTransfer(m) => m.wire_len(),
             Message::SyncDone(_) => SyncDone::LEN,
@@ -526,7 +539,7 @@ impl<'a> Message<'a> {
             Message::OwnerReply(m) => m.emit(out),
             Message::FlowRegister(b) | Message::StateUpdate(b) => b.emit(out),
             Message::ForwardedPacket(m) => m.emit(out),
-            Message::RelayToOwner(m) => m.emit(out),
+            Message::RelayToOwner(m) | Message::ToControl(m) => m.emit(out),
             Message::ForwardedBatch(m) => m.emit(out),
             Message::FlowTransfer(m) => m.emit(out),
             Message::SyncDone(m) => m.emit(out),

@@ -184,7 +184,7 @@ impl Sealer {
         self.seal_frame_with(path, epoch, msg.kind(), msg.wire_len(), |p| msg.emit(p), out)
     }
 
-    /// `seal_frame` of a `ForwardedPacket` or `RelayToOwner` whose frame is
+    /// `seal_frame` of a `ForwardedPacket`, `RelayToOwner` or `ToControl` whose frame is
     /// already in `out`, at the end of the payload: `out` is
     /// `FRAME_OVERHEAD + head_len + frame_len` bytes with the frame at
     /// `FRAME_OVERHEAD - TAG_LEN + head_len`; `head` writes the `head_len`
@@ -202,7 +202,7 @@ impl Sealer {
         head: impl FnOnce(&mut [u8]) -> Result<usize, CclError>,
         out: &mut [u8],
     ) -> Result<usize, CclError> {
-        if !matches!(kind, MessageKind::ForwardedPacket | MessageKind::RelayToOwner) {
+        if !matches!(kind, MessageKind::ForwardedPacket | MessageKind::RelayToOwner | MessageKind::ToControl) {
             return Err(CclError::BadValue { field: "in-place kind", value: kind as u64 });
         }
         if frame_len < MIN_FRAME_LEN {

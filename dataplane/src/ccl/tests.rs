@@ -122,6 +122,7 @@ fn all_messages<'a>(batch_buf: &'a mut [u8], fr: &'a [u8], fam6: bool) -> Vec<Me
         Message::ForwardedPacket(ForwardedPacket { ingress_iface: 3, flow_hint: None, frame: fr }),
         Message::ForwardedPacket(ForwardedPacket { ingress_iface: 4, flow_hint: Some(k), frame: fr }),
         Message::RelayToOwner(RelayToOwner { ingress_iface: 1, frame: fr }),
+        Message::ToControl(RelayToOwner { ingress_iface: 2, frame: fr }),
         Message::FlowTransfer(FlowTransfer::new(9, rec_bytes).unwrap()),
         Message::SyncDone(SyncDone { epoch: Epoch(0x0102_0304_0506_0708) }),
     ]
@@ -194,7 +195,7 @@ fn fixture_heartbeat() -> Heartbeat {
 #[test]
 fn fixture_sealed_heartbeat() {
     const FIXTURE: [u8; 132] = [
-        0x43, 0x46, 0x07, 0x01, 0x00, 0x01, 0x00, 0x00, // magic, v7, heartbeat, flags, node1, ch0, rsvd
+        0x43, 0x46, 0x08, 0x01, 0x00, 0x01, 0x00, 0x00, // magic, v8, heartbeat, flags, node1, ch0, rsvd
         0xab, 0x20, 0x99, 0xd9, // cluster id of "lab"
         0x65, 0x53, 0xf1, 0x00, // incarnation 1_700_000_000
         0, 0, 0, 0, 0, 0, 0, 1, // seq 1
@@ -213,7 +214,7 @@ fn fixture_sealed_heartbeat() {
         0xff, 0xff, 0, 0, 0, 0, 0, 0, 0, 0, //
         0x00, 0x01, 0, 0, 0, 9, // echo: node0's heartbeat 9
         // tag
-        0xba, 0x60, 0x9c, 0x96, 0x93, 0x9d, 0xdb, 0x53, 0x75, 0xc7, 0xcf, 0xcf, 0x94, 0x6e, 0x3c, 0x31,
+        0xa2, 0x43, 0xad, 0xa1, 0x9b, 0xbf, 0x8e, 0x25, 0x15, 0x39, 0x71, 0x15, 0xe6, 0x80, 0x69, 0x2e,
     ];
     let mut s = sealer();
     let d = seal(&mut s, &Message::Heartbeat(fixture_heartbeat()));
@@ -606,9 +607,10 @@ fn in_place_sealing_equals_copying() {
     let (mut a, mut b) = (sealer(), sealer());
     for len in [14usize, 60, 61, 1514] {
         let fr: Vec<u8> = (0..len).map(|i| (i * 7 + len) as u8).collect();
-        for (kind, hint) in [(MessageKind::ForwardedPacket, None), (MessageKind::ForwardedPacket, hint), (MessageKind::RelayToOwner, None)] {
+        for (kind, hint) in [(MessageKind::ForwardedPacket, None), (MessageKind::ForwardedPacket, hint), (MessageKind::RelayToOwner, None), (MessageKind::ToControl, None)] {
             let msg = match kind {
                 MessageKind::ForwardedPacket => Message::ForwardedPacket(ForwardedPacket { ingress_iface: 3, flow_hint: hint, frame: &fr }),
+                MessageKind::ToControl => Message::ToControl(RelayToOwner { ingress_iface: 3, frame: &fr }),
                 _ => Message::RelayToOwner(RelayToOwner { ingress_iface: 3, frame: &fr }),
             };
             let mut want = vec![0u8; FRAME_OVERHEAD + msg.wire_len()];

@@ -59,6 +59,11 @@ pub struct MemberSet {
     site: [Option<u8>; NodeId::MAX_NODES],
     chassis: [Option<u8>; NodeId::MAX_NODES],
     since: [Epoch; NodeId::MAX_NODES],
+    /// The control node that made or adopted the set, when known (the
+    /// membership machine's `Action::Members` says; SPEC N3 sends
+    /// multi-session PAT connections there). Not part of the CCL's
+    /// member tables: each node learns it from its own machine.
+    control: Option<NodeId>,
 }
 
 #[inline]
@@ -79,6 +84,7 @@ impl MemberSet {
             site: [None; NodeId::MAX_NODES],
             chassis: [None; NodeId::MAX_NODES],
             since: [Epoch(0); NodeId::MAX_NODES],
+            control: None,
         }
     }
 
@@ -105,6 +111,18 @@ impl MemberSet {
             s.since[i] = info.since;
         }
         Ok(s)
+    }
+
+    /// The control node, when the set says (`with_control`).
+    #[inline]
+    pub const fn control(&self) -> Option<NodeId> {
+        self.control
+    }
+
+    /// A copy naming `control` as the control node (not a member: none),
+    /// at the same epoch.
+    pub fn with_control(&self, control: Option<NodeId>) -> Self {
+        MemberSet { control: control.filter(|&c| self.contains(c)), ..*self }
     }
 
     /// The set as a bitmap: bit `i` set ⇔ `NodeId(i)` is a member.
@@ -186,6 +204,9 @@ impl MemberSet {
             s.site[i] = None;
             s.chassis[i] = None;
             s.since[i] = Epoch(0);
+        }
+        if s.control == Some(node) {
+            s.control = None;
         }
         s
     }
@@ -284,6 +305,18 @@ mod tests {
         // The original is untouched (Copy semantics).
         assert_eq!((s.epoch(), s.len()), (Epoch(1), 1));
         assert_eq!(MemberSet::empty(Epoch(u64::MAX)).with(n(0)).unwrap().epoch(), Epoch(0));
+    }
+
+    #[test]
+    fn control_is_a_member_or_none() {
+        let s = MemberSet::from_nodes(Epoch(3), [n(0), n(2)]).unwrap();
+        assert_eq!(s.control(), None);
+        assert_eq!(s.with_control(Some(n(1))).control(), None, "not a member");
+        let c = s.with_control(Some(n(2)));
+        assert_eq!((c.control(), c.epoch()), (Some(n(2)), Epoch(3)));
+        assert_eq!(c.with(n(5)).unwrap().control(), Some(n(2)));
+        assert_eq!(c.without(n(0)).control(), Some(n(2)));
+        assert_eq!(c.without(n(2)).control(), None, "the control node left");
     }
 
     #[test]

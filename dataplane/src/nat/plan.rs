@@ -59,8 +59,6 @@ pub enum NatSpecError {
     NoPool(usize, u16),
     #[error("address {0} is in two pools")]
     SharedAddress(Ipv4Addr),
-    #[error("pool {0}: dynamic NAT (whole addresses) does not run in a cluster yet (SPEC N4: the control node's xlate table); use PAT")]
-    ClusterDynamicNat(usize),
     #[error("a NAT plan for {plan_workers} worker(s) and {plan_ifaces} interface(s) given to worker {me} of {workers} with {ifaces} interface(s)")]
     PlanMismatch { plan_workers: u16, plan_ifaces: usize, me: u16, workers: u16, ifaces: usize },
 }
@@ -126,8 +124,9 @@ impl NatPlan {
     /// The plan of `spec` for node `me` of a cluster whose configured
     /// nodes are `nodes`: each PAT pool's blocks dealt over them, each
     /// node's share over its `workers` (every member runs as many); the
-    /// maps in force follow the member set (`for_members`). Dynamic NAT is
-    /// refused (N4 not built).
+    /// maps in force follow the member set (`for_members`). Dynamic NAT's
+    /// addresses are the control node's to hand out (N4, `NatPath::
+    /// shared_xlate`): the plan deals them as on one node, unused.
     pub fn for_cluster(
         spec: &NatSpec,
         ifaces: usize,
@@ -135,9 +134,6 @@ impl NatPlan {
         me: NodeId,
         nodes: &MemberSet,
     ) -> Result<Arc<Self>, NatSpecError> {
-        if let Some(i) = spec.pools.iter().position(|p| p.pat.is_none()) {
-            return Err(NatSpecError::ClusterDynamicNat(i));
-        }
         Self::build(spec, ifaces, workers, Some((me, nodes)))
     }
 

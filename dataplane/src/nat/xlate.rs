@@ -15,7 +15,10 @@
 //!   idle beyond the xlate timeout. The reference's **stale** xlate — idle
 //!   beyond the timeout with refcount 0 — is visible in `snapshot` until
 //!   `expire` reaps it (bounded work per call), which hands the mapped
-//!   port back to the caller to free in its allocator.
+//!   port back to the caller to free in its allocator;
+//! - **cluster** xlates (dynamic NAT on a cluster member, N4) are replicas
+//!   of the control node's table: never removed here for idleness or at
+//!   refcount 0, only when the table says (`take`).
 //!
 //! Invariants (`tests`): the two indices always name the same live slots
 //! (no mapped endpoint bound twice, no real endpoint twice per class); a
@@ -39,6 +42,8 @@ pub type Endpoint = (Ipv4Addr, u16);
 pub enum Sessions {
     PerSession,
     MultiSession,
+    /// A replica of the control node's dynamic-NAT table (N4).
+    Cluster,
 }
 
 /// One binding.
@@ -293,7 +298,25 @@ impl XlateTable {
     }
 
     fn is_stale(&self, s: &Slot, now: Timestamp) -> bool {
-        s.refs == 0 && now.since(s.last_used) >= self.timeout
+        s.refs == 0 && now.since(s.last_used) >= self.timeout && s.x.sessions != Sessions::Cluster
+    }
+
+    /// Remove `id` whatever its references (a cluster xlate the control
+    /// node's table no longer has; the caller ends its connections).
+    pub fn take(&mut self, id: XlateId) -> Option<Xlate> {
+        let x = self.remove(id)?;
+        self.counters.removed += 1;
+        Some(x)
+    }
+
+    /// Every live xlate with its references and when it was last used
+    /// (off the packet path).
+    pub fn each(&self, mut f: impl FnMut(XlateId, &Xlate, u32, Timestamp)) {
+        for (i, s) in self.slots.iter().enumerate() {
+            if let Some(s) = s {
+                f(XlateId(i as u32), &s.x, s.refs, s.last_used);
+            }
+        }
     }
 
     /// Reap stale xlates, inspecting at most `budget` slots from where the

@@ -90,12 +90,17 @@ pub(crate) struct Rx {
     /// by the reassembler keeps it: it is neither translated again nor
     /// source-translated on its way out.
     pub nat_in: bool,
+    /// Unwrapped from a `ToControl` (N3): a data node sent the frame of a
+    /// new multi-session PAT connection to this node as the control node.
+    /// The cluster decides it as received on a port; it is never sent to
+    /// the control node again.
+    pub to_control: bool,
 }
 
 impl Rx {
-    pub const PORT: Rx = Rx { via: Via::Port, force_own: false, frag: None, hinted: false, nat_in: false };
+    pub const PORT: Rx = Rx { via: Via::Port, force_own: false, frag: None, hinted: false, nat_in: false, to_control: false };
     pub const fn ccl(ifx: IfIndex) -> Rx {
-        Rx { via: Via::Ccl(ifx), force_own: false, frag: None, hinted: false, nat_in: false }
+        Rx { via: Via::Ccl(ifx), force_own: false, frag: None, hinted: false, nat_in: false, to_control: false }
     }
 }
 

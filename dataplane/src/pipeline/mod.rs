@@ -81,7 +81,10 @@ pub use counters::{Counters, Ipv6Counters, PortCounters};
 pub use egress::MAX_GENERATED;
 pub use frag::{FragConfig, FragCounters, FragSnapshot};
 pub use icmperr::{IcmpErrorConfig, IcmpErrorCounters};
-pub use nat::{NatCounters, NatInbound, NatPlan, NatSpec, NatSpecError, PatSpec, PoolInfo, PoolSpec};
+pub use nat::{
+    NatCounters, NatInbound, NatPlan, NatSpec, NatSpecError, PatSpec, PoolInfo, PoolSpec, SharedRequest,
+    SHARED_REQUESTS,
+};
 
 use crate::acl::RuleInfo;
 use crate::arp::{ArpCache, ArpInfo};
@@ -110,7 +113,7 @@ use icmperr::{Back, ErrorKind, IcmpErrors};
 use iface::{Iface, Interfaces};
 use ingress::Ingress;
 use ipv4::{Destination, Transit};
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr};
 
 /// Budget of flow slots inspected per `poll_timers` call.
 pub const EXPIRE_BUDGET: usize = 1024;
@@ -583,9 +586,26 @@ impl Pipeline {
                 // A fragment at its fragment owner (from a port or the
                 // CCL) is decided as if received on a port; one the
                 // fragment owner sent here with a hint, as at the owner.
-                let prx = if note.is_some() && !rx.hinted { Rx { via: Via::Port, ..rx } } else { rx };
+                // A frame a data node sent to this control node (N3), as
+                // if received here.
+                let as_port = (note.is_some() && !rx.hinted) || rx.to_control;
+                let prx = if as_port { Rx { via: Via::Port, ..rx } } else { rx };
                 let arx = Rx { frag: note, ..rx };
-                match cl.plan(now, &self.flows.table, &tuple, l4.as_ref(), prx) {
+                let mut plan = cl.plan(now, &self.flows.table, &tuple, l4.as_ref(), prx);
+                // N3: a new connection under multi-session PAT received
+                // on a port of a data node goes to the control node, which
+                // owns it — before any election here. (A record here, or
+                // a flow, says otherwise: followed as planned.)
+                if let (Plan::Own | Plan::Query { elect: true, .. }, Via::Port, None, false) =
+                    (plan, rx.via, note, rx.to_control)
+                {
+                    if let (Some(c), Some(n)) = (cl.control_elsewhere(), self.nat.as_deref()) {
+                        if n.multi_session_out(ifx, egress, &tuple) && self.flows.table.lookup(&tuple).is_none() {
+                            plan = Plan::ToControl(c);
+                        }
+                    }
+                }
+                match plan {
                     Plan::Own => {}
                     Plan::TakeOver => {
                         let mut link = Link { egress: &mut self.egress, ifaces: &self.ifaces };
@@ -812,7 +832,7 @@ impl Pipeline {
                     None
                 }
                 Some(o) if o == me => {
-                    let rx = Rx { via: p.meta.via, force_own: true, frag: p.meta.frag, hinted: false, nat_in: false };
+                    let rx = Rx { via: p.meta.via, force_own: true, frag: p.meta.frag, hinted: false, nat_in: false, to_control: false };
                     match self.classify(now, p.meta.in_port, &mut sb, rx) {
                         Outcome::Consumed => Some(None),
                         o => o.port().map(Some),
@@ -1077,6 +1097,24 @@ impl Pipeline {
     /// Up to `max` xlates (`show xlate`).
     pub fn xlates(&self, now: Timestamp, max: usize) -> Vec<crate::nat::XlateInfo> {
         self.nat.as_deref().map_or_else(Vec::new, |n| n.xlates(now, max))
+    }
+
+    /// Dynamic NAT on a cluster member (N4): the requests for the control
+    /// node gathered since the last call (new translations, renewals);
+    /// the driver sends them (`Membership::request_xlate`). Between bursts.
+    pub fn take_xlate_requests(&mut self, f: impl FnMut(SharedRequest)) {
+        if let Some(n) = self.nat.as_deref_mut() {
+            n.take_requests(f);
+        }
+    }
+
+    /// Dynamic NAT on a cluster member (N4): the control node's table now
+    /// translates `real` in `pool` to `mapped` (`None`: no longer).
+    /// Between bursts (`NatPath::shared_xlate`).
+    pub fn set_shared_xlate(&mut self, now: Timestamp, pool: u16, real: Ipv4Addr, mapped: Option<Ipv4Addr>) {
+        if let Some(n) = self.nat.as_deref_mut() {
+            n.shared_xlate(now, &mut self.flows.table, pool, real, mapped);
+        }
     }
 
     /// The pools' use on this worker (`show nat pool`).

@@ -1,6 +1,9 @@
 //! The NAT stage (SPEC N1–N7; issue 13): translations on one node, with
-//! one worker or several. Cluster members are refused by the node until
-//! return traffic is steered by the block map over the CCL (docs/nat.md).
+//! one worker or several, and on cluster members (PAT blocks dealt over
+//! the members, return traffic sent to the block's holder, multi-session
+//! PAT at the control node: docs/nat.md, "The cluster"; the pipeline and
+//! the cluster stage do the steering, this stage answers their questions:
+//! `holder_elsewhere`, `multi_session_out`, `adopt_binding`).
 //!
 //! Where it sits in `ipv4_decide`:
 //! - **inbound**, right after the IPv4 checks and before the route, on a
@@ -70,7 +73,7 @@ use crate::nat::{
     XlateTable,
 };
 use crate::route::IfIndex;
-use crate::types::{Direction, DropReason, FiveTuple, NodeId, Timestamp, WorkerId};
+use crate::types::{Direction, DropReason, Duration, FiveTuple, NodeId, Timestamp, WorkerId};
 use crate::wire::rewrite::{endpoints, icmp_quote};
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
@@ -124,6 +127,18 @@ pub struct NatCounters {
     /// binding went back to its node when it came back (handed over to it
     /// first, `nat_handovers`).
     pub bindings_returned: u64,
+    /// Dynamic NAT on a cluster member (N4): packets dropped while the
+    /// control node was asked for their host's translation, the requests
+    /// and renewals handed to the driver, those that did not fit its
+    /// queue, translations the replicated table brought or took, and the
+    /// connections ended because their translation went or changed.
+    pub pending: u64,
+    pub shared_requests: u64,
+    pub shared_renewals: u64,
+    pub shared_requests_dropped: u64,
+    pub shared_installed: u64,
+    pub shared_removed: u64,
+    pub shared_conns_ended: u64,
 }
 
 impl std::ops::AddAssign for NatCounters {
@@ -144,7 +159,21 @@ impl std::ops::AddAssign for NatCounters {
             bindings_adopted,
             bindings_refused,
             bindings_returned,
+            pending,
+            shared_requests,
+            shared_renewals,
+            shared_requests_dropped,
+            shared_installed,
+            shared_removed,
+            shared_conns_ended,
         } = o;
+        self.pending += pending;
+        self.shared_requests += shared_requests;
+        self.shared_renewals += shared_renewals;
+        self.shared_requests_dropped += shared_requests_dropped;
+        self.shared_installed += shared_installed;
+        self.shared_removed += shared_removed;
+        self.shared_conns_ended += shared_conns_ended;
         self.bindings_returned += bindings_returned;
         self.to_holder += to_holder;
         self.bindings_adopted += bindings_adopted;
@@ -179,10 +208,35 @@ fn hold_blocks(plan: &NatPlan, pool: u16, map: &crate::nat::BlockMap, me: Worker
     }
 }
 
+/// Requests for the control node (dynamic NAT on a cluster member, N4)
+/// waiting for the driver, at most.
+pub const SHARED_REQUESTS: usize = 1024;
+/// Hosts asked for recently, remembered so that a burst of one host's
+/// packets asks once.
+const ASKED: usize = 64;
+/// A host asked for is asked again after this long without an answer.
+const ASK_AGAIN: Duration = Duration::from_millis(250);
+
+/// A request for the control node (`NatPath::take_requests`): the
+/// translation of `real` in `pool`, or the renewal of `held`.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct SharedRequest {
+    pub pool: u16,
+    pub real: Ipv4Addr,
+    pub held: Option<Ipv4Addr>,
+}
+
 /// The stage (module essay): one worker's share of the plan.
 pub(crate) struct NatPath {
     plan: Arc<NatPlan>,
     worker: WorkerId,
+    /// Dynamic NAT on a cluster member: requests for the driver (capacity
+    /// `SHARED_REQUESTS`, never grown), hosts asked for recently (a ring
+    /// of `ASKED`), when the renewals are due.
+    requests: Vec<SharedRequest>,
+    asked: [(u16, Ipv4Addr, Timestamp); ASKED],
+    asked_next: usize,
+    next_renewal: Timestamp,
     /// Blocks `adopt_plan` found lost, until `end_lost`: (pool, block).
     lost: Vec<(u16, BlockRef)>,
     pools: Vec<Pool>,
@@ -226,6 +280,10 @@ impl NatPath {
             pools,
             plan,
             worker: me,
+            requests: Vec::with_capacity(SHARED_REQUESTS),
+            asked: [(u16::MAX, Ipv4Addr::UNSPECIFIED, Timestamp::ZERO); ASKED],
+            asked_next: 0,
+            next_renewal: Timestamp::ZERO,
             lost: Vec::new(),
             counters: NatCounters::default(),
         }
@@ -308,6 +366,25 @@ impl NatPath {
         }
         self.counters.bindings_returned += ended as u64;
         ended
+    }
+
+    /// N3, on a cluster member: would a packet of `tuple` received on
+    /// `ifx` and routed out of `egress` open a multi-session PAT
+    /// translation (a dynamic PAT rule matches its real source, and the
+    /// rule's per-session settings leave its protocol and port out: other
+    /// UDP than DNS and ICMP by default)? Such a connection belongs to the
+    /// control node.
+    pub fn multi_session_out(&self, ifx: IfIndex, egress: IfIndex, tuple: &FiveTuple) -> bool {
+        let (true, IpAddr::V4(src), Some(class)) = (self.plan.cluster, tuple.src, nat_class(tuple.proto)) else {
+            return false;
+        };
+        let sport = if class == PortClass::Icmp { tuple.src_port | tuple.dst_port } else { tuple.src_port };
+        let rules = &self.plan.rules;
+        rules.outbound(ifx, src, tuple.proto, sport).and_then(|i| rules.rule(i)).is_some_and(|r| {
+            r.kind == RuleKind::DynamicPat
+                && r.mapped_iface.is_none_or(|m| m == egress)
+                && !r.per_session.applies(tuple.proto, tuple.dst_port)
+        })
     }
 
     /// N5, on a cluster member: the member holding the block of the PAT
@@ -591,6 +668,13 @@ impl NatPath {
                 self.bind(now, x, flows, tracked)?;
                 Ok(Some((m.addr, Some(m.port))))
             }
+            // A cluster member: the control node's table says (N4).
+            RuleKind::DynamicNat if self.plan.cluster => {
+                let Some(p) = rule.pool else { return Ok(None) };
+                self.ask(now, p, src);
+                self.counters.pending += 1;
+                Err(DropReason::NatPending)
+            }
             RuleKind::DynamicNat => {
                 let Some(Pool::Nat { free }) = rule.pool.and_then(|p| self.pools.get_mut(usize::from(p))) else {
                     return Ok(None);
@@ -608,6 +692,136 @@ impl NatPath {
                 };
                 self.bind(now, x, flows, tracked)?;
                 Ok(Some((a, None)))
+            }
+        }
+    }
+
+    /// Dynamic NAT on a cluster member: ask the control node for `real`'s
+    /// translation in `pool`, unless asked within `ASK_AGAIN`. No
+    /// allocation: the request queue's capacity was reserved.
+    fn ask(&mut self, now: Timestamp, pool: u16, real: Ipv4Addr) {
+        if self.asked.iter().any(|&(p, r, at)| p == pool && r == real && now.since(at) < ASK_AGAIN) {
+            return;
+        }
+        if self.requests.len() >= SHARED_REQUESTS {
+            self.counters.shared_requests_dropped += 1;
+            return;
+        }
+        self.requests.push(SharedRequest { pool, real, held: None });
+        self.counters.shared_requests += 1;
+        self.asked[self.asked_next] = (pool, real, now);
+        self.asked_next = (self.asked_next + 1) % ASKED;
+    }
+
+    /// The requests for the control node gathered since the last call
+    /// (the driver sends them: `Membership::request_xlate`).
+    pub fn take_requests(&mut self, mut f: impl FnMut(SharedRequest)) {
+        for r in self.requests.drain(..) {
+            f(r);
+        }
+    }
+
+    /// The control node's table changed (between bursts): `real` in
+    /// `pool` is now translated to `mapped`, or not at all (`None`).
+    /// A translation this worker holds for the host, or another host's
+    /// for the address, that the table contradicts goes, and the
+    /// connections using it end (their packets would leave with an address
+    /// another host now has). A deletion of a translation connections
+    /// still use keeps it and renews it at once (a renewal was lost; the
+    /// control node puts the entry back while its address is free).
+    pub fn shared_xlate(&mut self, now: Timestamp, flows: &mut ConnTable, pool: u16, real: Ipv4Addr, mapped: Option<Ipv4Addr>) {
+        let mine = self.xlates.by_real(PortClass::Tcp, (real, 0));
+        match mapped {
+            None => {
+                let Some(id) = mine else { return };
+                if self.xlates.refs(id) > 0 {
+                    if let Some(x) = self.xlates.get(id).copied() {
+                        self.renew(pool, &x);
+                    }
+                    return;
+                }
+                if self.xlates.take(id).is_some() {
+                    self.counters.shared_removed += 1;
+                }
+            }
+            Some(a) => {
+                if mine.is_some_and(|id| self.xlates.get(id).is_some_and(|x| x.mapped.0 == a)) {
+                    return;
+                }
+                let other = self.xlates.by_mapped(PortClass::Tcp, (a, 0));
+                for id in [mine, other].into_iter().flatten() {
+                    self.end_xlate(flows, id);
+                }
+                let x = Xlate { class: PortClass::Tcp, real: (real, 0), mapped: (a, 0), sessions: Sessions::Cluster, block: None };
+                if self.xlates.insert(now, x).is_ok() {
+                    self.counters.shared_installed += 1;
+                    self.asked.iter_mut().filter(|e| e.0 == pool && e.1 == real).for_each(|e| e.0 = u16::MAX);
+                } else {
+                    self.counters.exhausted += 1;
+                }
+            }
+        }
+    }
+
+    /// Remove xlate `id` and end the connections holding it.
+    fn end_xlate(&mut self, flows: &mut ConnTable, id: XlateId) {
+        self.flows_ended_quietly(flows);
+        let mark = id.0.wrapping_add(1);
+        let ended = flows.remove_marked(|m| m == mark);
+        flows.drain_ended(|_| {});
+        if let Some(x) = self.xlates.take(id) {
+            self.counters.shared_removed += 1;
+            if x.sessions != Sessions::Cluster {
+                self.give_back(x);
+            }
+        }
+        self.counters.shared_conns_ended += ended as u64;
+    }
+
+    /// Release the references of flows that ended before a forced removal
+    /// (as `flows_ended`, without a time: the xlates they release stay).
+    fn flows_ended_quietly(&mut self, flows: &mut ConnTable) {
+        let xl = &mut self.xlates;
+        let mut freed = Vec::new();
+        flows.drain_ended(|mark| {
+            if let Some(x) = xl.release(Timestamp::ZERO, XlateId(mark.wrapping_sub(1))) {
+                freed.push(x);
+            }
+        });
+        for x in freed {
+            self.counters.xlates_removed += 1;
+            self.give_back(x);
+        }
+    }
+
+    fn renew(&mut self, pool: u16, x: &Xlate) {
+        if self.requests.len() >= SHARED_REQUESTS {
+            self.counters.shared_requests_dropped += 1;
+            return;
+        }
+        self.requests.push(SharedRequest { pool, real: x.real.0, held: Some(x.mapped.0) });
+        self.counters.shared_renewals += 1;
+    }
+
+    /// Dynamic NAT on a cluster member: every third of the xlate timeout,
+    /// renew the translations in use here (held by a connection, or used
+    /// within the timeout) at the control node, which deletes those no
+    /// member renews (controlplane::natshare). Off the packet path.
+    fn renewals(&mut self, now: Timestamp) {
+        if !self.plan.cluster || now < self.next_renewal {
+            return;
+        }
+        let timeout = self.plan.xlate_timeout;
+        self.next_renewal = now.saturating_add(Duration(timeout.0 / 3));
+        let mut due = Vec::new();
+        self.xlates.each(|_, x, refs, last| {
+            if x.sessions == Sessions::Cluster && (refs > 0 || now.since(last) < timeout) {
+                due.push(*x);
+            }
+        });
+        for x in due {
+            if let Some(p) = self.plan.pool_of(x.mapped.0) {
+                self.renew(p, &x);
             }
         }
     }
@@ -726,8 +940,10 @@ impl NatPath {
         }
     }
 
-    /// Reap idle xlates (bounded), returning their mappings to the pools.
+    /// Reap idle xlates (bounded), returning their mappings to the pools;
+    /// renew the cluster's dynamic-NAT translations in use.
     pub fn timers(&mut self, now: Timestamp) {
+        self.renewals(now);
         // At most as many reaped as slots inspected: all fit.
         let mut reaped = [None; 64];
         let mut n = 0;

@@ -119,6 +119,15 @@ impl ClusterPath {
                 self.counters.forwarded_received += 1;
                 Ok(CclNext::Forwarded(Rx { hinted, ..Rx::ccl(IfIndex(u16::from(iface))) }))
             }
+            // N3: decided as if received on one of this node's ports
+            // (`Rx::to_control`): it may open a connection here, or the
+            // director names its owner.
+            Message::ToControl(f) => {
+                let (off, len, iface) = (at(f.frame), f.frame.len(), f.ingress_iface);
+                unwrap_to(buf, off, len, total)?;
+                self.counters.to_control_received += 1;
+                Ok(CclNext::Forwarded(Rx { to_control: true, ..Rx::ccl(IfIndex(u16::from(iface))) }))
+            }
             Message::ForwardedBatch(b) => {
                 self.batch_in(&b);
                 Ok(CclNext::Batch)

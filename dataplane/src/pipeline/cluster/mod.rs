@@ -513,6 +513,10 @@ pub struct ClusterCounters {
     /// NAT: translated flows handed to the member their binding's block
     /// went back to (it came back).
     pub nat_handovers: u64,
+    /// N3: frames of new multi-session PAT connections sent to the
+    /// control node (`ToControl`), and such frames received there.
+    pub to_control_sent: u64,
+    pub to_control_received: u64,
     /// ... and those that could not be sent (the frame pool full: more at
     /// once than `POOL_SLOTS`); they end.
     pub nat_handovers_failed: u64,
@@ -592,6 +596,8 @@ crate::impl_stats!(ClusterCounters {
     counter bindings_overflow,
     counter nat_handovers,
     counter nat_handovers_failed,
+    counter to_control_sent,
+    counter to_control_received,
     counter nat_regrants,
 });
 
@@ -1047,6 +1053,13 @@ impl ClusterPath {
     /// The member set in force.
     pub fn members(&self) -> MemberSet {
         self.members
+    }
+
+    /// N3: the control node, when it is another member (the member set
+    /// names it: `MemberSet::control`).
+    #[inline]
+    pub fn control_elsewhere(&self) -> Option<NodeId> {
+        self.members.control().filter(|&c| c != self.me)
     }
 
     /// The configured nodes: this one and every CCL peer.

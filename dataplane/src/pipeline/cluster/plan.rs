@@ -29,6 +29,9 @@ pub(crate) enum Plan {
     /// hand the flow there (`grant_to`, unasked) and forward the frame
     /// to it (NAT, R11).
     HandTo(NodeId),
+    /// Wrap in a `ToControl` to the control node: a new connection under
+    /// multi-session PAT, which the control node owns (N3).
+    ToControl(NodeId),
     Drop(DropReason),
 }
 
@@ -271,6 +274,11 @@ impl ClusterPath {
             Plan::Relay(director) => {
                 let port = self.wrap(now, link, buf, Wrap::Relay, iface, director, None)?;
                 self.counters.relays_sent += 1;
+                Ok(Outcome::Forward(port))
+            }
+            Plan::ToControl(control) => {
+                let port = self.wrap(now, link, buf, Wrap::ToControl, iface, control, None)?;
+                self.counters.to_control_sent += 1;
                 Ok(Outcome::Forward(port))
             }
             Plan::Query { director, elect } => self.park(now, link, in_port, ifx, rx, tuple, buf, director, elect),

@@ -20,6 +20,8 @@ pub(crate) enum Wrap {
     Forward,
     /// `RelayToOwner`, to the director (R7).
     Relay,
+    /// `ToControl`, to the control node (N3).
+    ToControl,
 }
 
 impl ClusterPath {
@@ -52,6 +54,7 @@ impl ClusterPath {
         let (kind, head_len) = match kind {
             Wrap::Forward => (MessageKind::ForwardedPacket, ForwardedPacket::head_len(key.as_ref())),
             Wrap::Relay => (MessageKind::RelayToOwner, RelayToOwner::HEAD_LEN),
+            Wrap::ToControl => (MessageKind::ToControl, RelayToOwner::HEAD_LEN),
         };
         let front = FRAME_OVERHEAD - TAG_LEN + head_len;
         if !buf.prepend(front) {
