@@ -43,8 +43,8 @@ pub struct UpOptions {
     pub mtu: BedMtu,
     /// Workers of the (single) node (`up --workers`); 1 by default.
     pub workers: u16,
-    /// The single node translates (`up --nat`).
-    pub nat: bool,
+    /// The nodes translate (`up --nat`, `--dynamic-nat`).
+    pub nat: crate::topology::BedNat,
 }
 
 /// `$CFW_TESTBED_DIR`, else `/tmp/cfw-testbed`.

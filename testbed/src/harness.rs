@@ -203,13 +203,13 @@ pub struct Shape {
     pub mtu: crate::topology::BedMtu,
     /// Workers per node (`up --workers`).
     pub workers: u16,
-    /// The single node translates (`up --nat`).
-    pub nat: bool,
+    /// The nodes translate (`up --nat`, `--dynamic-nat`).
+    pub nat: crate::topology::BedNat,
 }
 
 impl Default for Shape {
     fn default() -> Shape {
-        Shape { mtu: crate::topology::BedMtu::default(), workers: 1, nat: false }
+        Shape { mtu: crate::topology::BedMtu::default(), workers: 1, nat: crate::topology::BedNat::Off }
     }
 }
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 use testbed::bed::{self, UpOptions};
 
 const USAGE: &str = "\
-usage: clusterfw-testbed up [--nodes N] [--mtu MTU] [--workers N] [--nat] [--run-dir DIR] [--kernel-router]
+usage: clusterfw-testbed up [--nodes N] [--mtu MTU] [--workers N] [--nat | --dynamic-nat] [--run-dir DIR] [--kernel-router]
        clusterfw-testbed down [--run-dir DIR]
        clusterfw-testbed status [--run-dir DIR] [--json]
        clusterfw-testbed kill|pause|resume|restart NODE [--run-dir DIR]
@@ -45,6 +45,9 @@ splits the CCL segment into groups (no carrier change), `heal` joins it.
                     198.51.100.80:80 to the inside host's port 8080 (static
                     PAT); a cluster's outside router spreads 198.51.100.0/24
                     over the members by ECMP; docs/nat.md
+  --dynamic-nat     as --nat, but each inside host leaves as one of
+                    198.51.100.7-9 (dynamic NAT; a cluster's control node
+                    hands them out, N4); one worker per node
   --run-dir DIR     state, node configs, logs, control sockets
                     (default $CFW_TESTBED_DIR, else /tmp/cfw-testbed)
   --kernel-router   (single node only) test-bed self-check: cfw-n1 is a plain Linux router
@@ -75,7 +78,7 @@ fn run(args: Vec<String>) -> Result<()> {
     let mut kernel_router = false;
     let mut mtu = testbed::topology::BedMtu::default();
     let mut workers = 1u16;
-    let mut nat = false;
+    let mut nat = testbed::topology::BedNat::Off;
     let mut json = false;
     let mut operands: Vec<String> = Vec::new();
     let mut it = rest.iter();
@@ -98,7 +101,8 @@ fn run(args: Vec<String>) -> Result<()> {
                     .with_context(|| format!("--nodes {v}: not a number"))?;
             }
             ("up", "--kernel-router") => kernel_router = true,
-            ("up", "--nat") => nat = true,
+            ("up", "--nat") => nat = testbed::topology::BedNat::Pat,
+            ("up", "--dynamic-nat") => nat = testbed::topology::BedNat::DynamicNat,
             ("up", "--mtu") => mtu = testbed::topology::BedMtu::parse(&value("--mtu")?)?,
             ("up", "--workers") => {
                 let v = value("--workers")?;

@@ -82,11 +82,25 @@ nat:
       pool: pat
 ";
 
+/// `up --dynamic-nat`: `section` with its PAT rule a dynamic-NAT rule over
+/// three pool addresses.
+pub fn dynamic_nat(section: &str) -> String {
+    section
+        .replace("# up --nat: the inside network leaves as 198.51.100.7 (PAT);", "# up --dynamic-nat: each inside host leaves as one of 198.51.100.7-9;")
+        .replace("addresses: [198.51.100.7]", "addresses: [198.51.100.7, 198.51.100.8, 198.51.100.9]")
+        .replace("name: out-pat\n      kind: dynamic-pat", "name: out-nat\n      kind: dynamic-nat")
+}
+
 /// `up --nat` on a cluster: `NAT_SECTION` for the cluster's client
 /// (`topology::cluster_addr::CLIENT`) and network.
 pub fn cluster_nat_section() -> String {
+    cluster_nat(NAT_SECTION)
+}
+
+/// A NAT section for the cluster's client and network.
+fn cluster_nat(section: &str) -> String {
     use crate::topology::cluster_addr as a;
-    NAT_SECTION
+    section
         .replace("198.18.1.2/32", &format!("{}/32", a::CLIENT))
         .replace("198.18.1.0/24", a::CLIENT_NET)
         .replace("inside network", "client network")
@@ -136,10 +150,13 @@ pub fn node_yaml(node: &NodeSpec, socket: &str) -> String {
             let _ = write!(y, "  - destination: {dst}\n    via: {via}\n");
         }
     }
-    if node.nat && node.cluster.is_some() {
-        y.push_str(&cluster_nat_section());
-    } else if node.nat {
-        y.push_str(NAT_SECTION);
+    let section = match node.nat {
+        crate::topology::BedNat::Off => None,
+        crate::topology::BedNat::Pat => Some(NAT_SECTION.to_string()),
+        crate::topology::BedNat::DynamicNat => Some(dynamic_nat(NAT_SECTION)),
+    };
+    if let Some(s) = section {
+        y.push_str(&if node.cluster.is_some() { cluster_nat(&s) } else { s });
     } else {
         y.push_str(
             "\n# None: the default applies (higher to lower security level permitted,\n\
@@ -253,7 +270,7 @@ mod tests {
 
     #[test]
     fn the_nat_bed_config_parses_with_its_rules() {
-        let t = Topology::single_node().with_nat(true).unwrap();
+        let t = Topology::single_node().with_nat(crate::topology::BedNat::Pat).unwrap();
         let y = node_yaml(&t.nodes[0], "/tmp/cfw-testbed/n1.sock");
         let c = config::parse(&y, "n1.yaml").unwrap_or_else(|e| panic!("{e}\n{y}"));
         assert_eq!(c.nat.rules.len(), 2);
@@ -261,7 +278,7 @@ mod tests {
         assert_eq!(c.access_rules.len(), 1);
         // A cluster: the same rules for its client network, and the outside
         // router spreads the pool's network over the members.
-        let t = Topology::new(3).unwrap().with_nat(true).unwrap();
+        let t = Topology::new(3).unwrap().with_nat(crate::topology::BedNat::Pat).unwrap();
         for node in &t.nodes {
             let y = node_yaml(node, "/tmp/x.sock");
             let c = config::parse(&y, "n.yaml").unwrap_or_else(|e| panic!("{e}\n{y}"));
@@ -270,6 +287,13 @@ mod tests {
         }
         let pool = t.routes.iter().find(|r| r.destination == crate::topology::NAT_POOL_NET).expect("pool route");
         assert!(pool.namespace.ends_with("rout") && pool.nexthops.len() == 3, "{pool:?}");
+        // Dynamic NAT: three pool addresses, the client network's rule.
+        let t = Topology::new(3).unwrap().with_nat(crate::topology::BedNat::DynamicNat).unwrap();
+        let y = node_yaml(&t.nodes[0], "/tmp/x.sock");
+        let c = config::parse(&y, "n.yaml").unwrap_or_else(|e| panic!("{e}\n{y}"));
+        assert_eq!(c.nat.pools[0].addresses.len(), 3, "{y}");
+        assert!(c.nat.rules.iter().any(|r| r.kind == config::nat::NatKind::DynamicNat), "{y}");
+        assert!(y.contains("source: 198.18.10.0/24"), "{y}");
     }
 
     #[test]

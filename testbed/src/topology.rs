@@ -162,8 +162,22 @@ pub struct NodeSpec {
     pub cluster: Option<NodeCluster>,
     /// `dpdk.workers` (`up --workers`).
     pub workers: u16,
-    /// The single node translates (`up --nat`, `nodeconf::NAT_SECTION`).
-    pub nat: bool,
+    /// The node translates (`up --nat`, `--dynamic-nat`;
+    /// `nodeconf::NAT_SECTION`).
+    pub nat: BedNat,
+}
+
+/// What the bed's nodes translate (`up --nat`, `up --dynamic-nat`).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub enum BedNat {
+    #[default]
+    Off,
+    /// The inside network PAT'ed to 198.51.100.7, and a static PAT.
+    Pat,
+    /// The inside network's hosts each get an address of 198.51.100.7–9
+    /// (dynamic NAT; on a cluster the control node's table, N4), and the
+    /// same static PAT.
+    DynamicNat,
 }
 
 impl NodeSpec {
@@ -440,7 +454,7 @@ impl Topology {
             });
             t.nodes.push(NodeSpec {
                 workers: 1,
-                nat: false,
+                nat: BedNat::Off,
                 name: name.clone(),
                 namespace: nsn,
                 interfaces: vec![
@@ -519,7 +533,7 @@ impl Topology {
             ],
             nodes: vec![NodeSpec {
                 workers: 1,
-                nat: false,
+                nat: BedNat::Off,
                 name: "n1".into(),
                 namespace: n1.into(),
                 interfaces: vec![
@@ -588,11 +602,11 @@ impl Topology {
     /// host reaches 198.51.100.0/24 by its default route, through the
     /// node — on a cluster through the outside router, which spreads it
     /// over the members by ECMP as it does the client network.
-    pub fn with_nat(mut self, nat: bool) -> Result<Topology> {
+    pub fn with_nat(mut self, nat: BedNat) -> Result<Topology> {
         for n in &mut self.nodes {
             n.nat = nat;
         }
-        if nat && self.nodes.len() > 1 {
+        if nat != BedNat::Off && self.nodes.len() > 1 {
             let to_clients = self
                 .routes
                 .iter()

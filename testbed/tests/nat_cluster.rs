@@ -109,7 +109,7 @@ fn pat_through_the_three_node_cluster() {
         assert!(sys::have(tool), "{tool} is not installed (scripts/test.sh installs it)");
     }
     let workers = harness::bed_workers();
-    let shape = Shape { nat: true, workers, ..Shape::default() };
+    let shape = Shape { nat: testbed::topology::BedNat::Pat, workers, ..Shape::default() };
     let bed = TestBed::up_with(NODES, "/tmp/cfw-testbed-natc", shape).expect("bed up");
     eprintln!("NAT cluster bed, {NODES} nodes, {workers} worker(s) each");
     let mut failures = Vec::new();

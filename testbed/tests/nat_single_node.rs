@@ -73,7 +73,7 @@ fn nat_bed(workers: u16) {
     for tool in ["curl", "iperf3", "tcpdump"] {
         assert!(sys::have(tool), "{tool} is not installed (scripts/test.sh installs it)");
     }
-    let shape = Shape { nat: true, workers, ..Shape::default() };
+    let shape = Shape { nat: testbed::topology::BedNat::Pat, workers, ..Shape::default() };
     let bed = TestBed::up_with(1, "/tmp/cfw-testbed-nat", shape).expect("bed up");
     eprintln!("NAT bed, {workers} worker(s)");
     let mut failures = Vec::new();
