@@ -123,6 +123,25 @@ pub const EXPIRE_BUDGET: usize = 1024;
 /// L2 cache on current server CPUs (2 MiB on the bench host's EPYC).
 pub const PREFETCH_MIN_FLOWS: usize = 8192;
 
+
+/// N3: the control node, when a packet of `tuple` (received on `ifx`,
+/// routed out of `egress`) that opens a multi-session PAT translation and
+/// has no flow here must go there (`None`: this node is the control node,
+/// none is known, or the packet is not such).
+#[cold]
+#[inline(never)]
+fn to_control(
+    cl: &ClusterPath,
+    n: &nat::NatPath,
+    flows: &ConnTable,
+    ifx: IfIndex,
+    egress: IfIndex,
+    tuple: &FiveTuple,
+) -> Option<NodeId> {
+    let c = cl.control_elsewhere()?;
+    (n.multi_session_out(ifx, egress, tuple) && flows.lookup(tuple).is_none()).then_some(c)
+}
+
 /// One worker's pipeline state: its stages.
 pub struct Pipeline {
     ifaces: Interfaces,
@@ -596,11 +615,13 @@ impl Pipeline {
                 // on a port of a data node goes to the control node, which
                 // owns it — before any election here. (A record here, or
                 // a flow, says otherwise: followed as planned.)
-                if let (Plan::Own | Plan::Query { elect: true, .. }, Via::Port, None, false) =
-                    (plan, rx.via, note, rx.to_control)
-                {
-                    if let (Some(c), Some(n)) = (cl.control_elsewhere(), self.nat.as_deref()) {
-                        if n.multi_session_out(ifx, egress, &tuple) && self.flows.table.lookup(&tuple).is_none() {
+                if let Some(n) = self.nat.as_deref() {
+                    let may = matches!(plan, Plan::Own | Plan::Query { elect: true, .. })
+                        && rx.via == Via::Port
+                        && note.is_none()
+                        && !rx.to_control;
+                    if may {
+                        if let Some(c) = to_control(cl, n, &self.flows.table, ifx, egress, &tuple) {
                             plan = Plan::ToControl(c);
                         }
                     }
