@@ -265,6 +265,58 @@ fn an_icmp_error_about_a_translated_datagram_comes_back_translated() {
     assert_eq!(p.nat_counters().unwrap().icmp_errors_in, 1);
 }
 
+/// The quoted packet's (source, destination, source port, destination
+/// port) of an ICMP error (from its IP header on).
+fn quote_of(l3: &[u8]) -> (Ipv4Addr, Ipv4Addr, u16, u16) {
+    let q = &l3[28..];
+    let ihl = usize::from(q[0] & 15) * 4;
+    (
+        Ipv4Addr::new(q[12], q[13], q[14], q[15]),
+        Ipv4Addr::new(q[16], q[17], q[18], q[19]),
+        u16::from_be_bytes([q[ihl], q[ihl + 1]]),
+        u16::from_be_bytes([q[ihl + 2], q[ihl + 3]]),
+    )
+}
+
+#[test]
+fn an_icmp_error_from_the_real_side_leaves_with_the_mapped_endpoint() {
+    let mut p = pipeline(None);
+    // PAT: the host's datagram out, the server's answer in (translated
+    // back), the host's port unreachable about it: it leaves as the pool
+    // address, quoting the mapped endpoint — never the host's address.
+    let (_, out) = run(&mut p, 0, IN_PORT, &from_host(SERVER).udp(6000, 4000, b"q"));
+    let (mport, _) = Ip(&out).ports();
+    let answer = from_outside(SERVER, PAT_ADDR).udp(4000, mport, b"answer");
+    let (v, inn) = run(&mut p, 1, OUT_PORT, &answer);
+    assert_eq!((v, Ip(&inn).dst(), Ip(&inn).ports().1), (Verdict::Forward(IN_PORT), HOST, 6000));
+    let unreachable = from_host(SERVER).icmp(3, 3, (0, 0), Ip(&inn).l3());
+    let (v, err) = run(&mut p, 2, IN_PORT, &unreachable);
+    assert_eq!(v, Verdict::Forward(OUT_PORT));
+    let e = Ip(&err);
+    assert_eq!((e.src(), e.dst()), (PAT_ADDR, SERVER));
+    assert_eq!(quote_of(e.l3()), (SERVER, PAT_ADDR, 4000, mport));
+    assert!(e.checksums_ok(), "outer and ICMP");
+    assert!(checksum::verify(0, &e.l3()[28..48]), "quoted header");
+    assert!(!err.windows(4).any(|w| w == HOST.octets()), "the host's address left");
+    // Static NAT: an error about the database's inbound connection from a
+    // router on its side keeps the router's address, quotes the mapped
+    // one.
+    let db = from_outside(SERVER, DB_MAPPED).tcp(50001, 5432, 7, 0, SYN, 1000, &SYN_OPTS, b"");
+    let (v, inn) = run(&mut p, 3, OUT_PORT, &db);
+    assert_eq!(v, Verdict::Forward(DMZ_PORT));
+    let router = Ipv4Addr::new(198, 18, 3, 254);
+    let l3 = Ip(&inn).l3().to_vec();
+    let err = PacketBuilder::new(DMZ_HOST_MAC, DMZ_MAC, router, SERVER).vlan(Some(DMZ_VLAN)).icmp(3, 1, (0, 0), &l3);
+    let (v, out) = run(&mut p, 4, DMZ_PORT, &err);
+    assert_eq!(v, Verdict::Forward(OUT_PORT));
+    let e = Ip(&out);
+    assert_eq!((e.src(), e.dst()), (router, SERVER), "a router's own error keeps its address");
+    assert_eq!(quote_of(e.l3()), (SERVER, DB_MAPPED, 50001, 5432));
+    assert!(e.checksums_ok());
+    assert!(!out.windows(4).any(|w| w == DMZ_DB.octets()), "the database's address left");
+    assert_eq!(p.nat_counters().unwrap().icmp_errors_out, 2);
+}
+
 #[test]
 fn dynamic_nat_static_pat_and_static_nat() {
     let mut p = pipeline(None);

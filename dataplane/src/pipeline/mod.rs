@@ -652,6 +652,13 @@ impl Pipeline {
                         return Err(DropReason::NoFlow);
                     }
                     xlate = self.cluster.as_deref().and_then(|cl| cl.quoted_xlate(&self.flows.table, &tuple));
+                    // About a packet that came in translated: the error
+                    // leaves with the mapped endpoint (not for an error
+                    // that came in to a mapped address: translated back
+                    // already).
+                    if let (Some(n), false) = (self.nat.as_deref(), rx.nat_in) {
+                        snat = n.icmp_error_out(ifx, egress, &tuple);
+                    }
                 }
                 // A later piece of a TCP segment without ACK: its flow
                 // must exist, nothing to track.
@@ -693,10 +700,15 @@ impl Pipeline {
             Step::Route { route, icmp_error, xlate, snat } => {
                 if let Some((addr, port)) = snat {
                     let l3 = buf.data_mut().get_mut(l2..).unwrap_or(&mut []);
-                    crate::nat::rewrite(l3, crate::nat::Endpoint::Source, addr, port)
-                        .map_err(|_| DropReason::L4Truncated)?;
+                    if icmp_error {
+                        crate::nat::rewrite_icmp_error_out(l3, addr, port)
+                    } else {
+                        crate::nat::rewrite(l3, crate::nat::Endpoint::Source, addr, port)
+                    }
+                    .map_err(|_| DropReason::L4Truncated)?;
                     if let Some(n) = self.nat.as_deref_mut() {
                         n.counters.translated_out += 1;
+                        n.counters.icmp_errors_out += u64::from(icmp_error);
                     }
                 }
                 let outcome = self.egress.forward(now, &self.ifaces, route, xlate, buf)?;

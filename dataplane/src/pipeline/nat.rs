@@ -108,6 +108,9 @@ pub struct NatCounters {
     pub translated_in: u64,
     /// ICMP errors whose quote was translated back.
     pub icmp_errors_in: u64,
+    /// ICMP errors from the real side about translated traffic, sent with
+    /// the mapped endpoint (`icmp_error_out`).
+    pub icmp_errors_out: u64,
     pub xlates_created: u64,
     /// Per-session xlates removed when their last connection ended.
     pub xlates_removed: u64,
@@ -148,6 +151,7 @@ impl std::ops::AddAssign for NatCounters {
             translated_out,
             translated_in,
             icmp_errors_in,
+            icmp_errors_out,
             xlates_created,
             xlates_removed,
             xlates_reaped,
@@ -181,6 +185,7 @@ impl std::ops::AddAssign for NatCounters {
         self.translated_out += translated_out;
         self.translated_in += translated_in;
         self.icmp_errors_in += icmp_errors_in;
+        self.icmp_errors_out += icmp_errors_out;
         self.xlates_created += xlates_created;
         self.xlates_removed += xlates_removed;
         self.xlates_reaped += xlates_reaped;
@@ -823,6 +828,31 @@ impl NatPath {
             if let Some(p) = self.plan.pool_of(x.mapped.0) {
                 self.renew(p, &x);
             }
+        }
+    }
+
+    /// Outbound ICMP error: an error the real side sends about a packet
+    /// that came in translated (its quote's destination, `tuple.dst`, is a
+    /// real endpoint with a translation: an xlate, a static rule) leaves
+    /// with the mapped address (and port) in the quote, and as its source
+    /// when the real endpoint sent it (`rewrite_icmp_error_out`): the real
+    /// addresses stay inside. `None`: that endpoint has no translation.
+    pub fn icmp_error_out(&self, ifx: IfIndex, egress: IfIndex, tuple: &FiveTuple) -> Option<Snat> {
+        let IpAddr::V4(real) = tuple.dst else { return None };
+        let class = nat_class(tuple.proto);
+        let port = if class == Some(PortClass::Icmp) { tuple.src_port | tuple.dst_port } else { tuple.dst_port };
+        if let Some((id, with_port)) = self.by_real(class, real, port) {
+            let x = self.xlates.get(id)?;
+            return Some((x.mapped.0, with_port.then_some(x.mapped.1)));
+        }
+        let rule = self.plan.rules.outbound(ifx, real, tuple.proto, port).and_then(|i| self.plan.rules.rule(i))?;
+        if rule.mapped_iface.is_some_and(|m| m != egress) {
+            return None;
+        }
+        match rule.kind {
+            RuleKind::StaticNat => Some((shift(real, rule.source, rule.mapped.unwrap_or(rule.source)), None)),
+            RuleKind::StaticPat => rule.ports.zip(rule.mapped).map(|((_, _, mp), m)| (m.0, Some(mp))),
+            RuleKind::DynamicPat | RuleKind::DynamicNat => None,
         }
     }
 

@@ -271,6 +271,23 @@ pub fn rewrite_transport(
 /// gets `addr`; in the quoted packet (it went the other way) the opposite
 /// endpoint gets `addr` and, with `port`, its port or echo identifier.
 pub fn rewrite_icmp_error(ip: &mut [u8], ep: Endpoint, addr: Ipv4Addr, port: Option<u16>) -> Result<(), RewriteError> {
+    icmp_error(ip, ep, addr, port, true)
+}
+
+/// An ICMP error a real endpoint's side sends about a translated flow
+/// (outbound): the quoted packet's destination (the real endpoint) gets
+/// `addr` and, with `port`, its port or identifier; the outer source gets
+/// `addr` too when it is that real endpoint (the host answered itself),
+/// and stays when it is not (a router on the way answered: its own
+/// address).
+pub fn rewrite_icmp_error_out(ip: &mut [u8], addr: Ipv4Addr, port: Option<u16>) -> Result<(), RewriteError> {
+    let (ihl, _, _) = ipv4(ip)?;
+    let outer_src = rd32(ip, 12).ok_or(RewriteError::Truncated)?;
+    let quoted_dst = rd32(ip, ihl + 8 + 16).ok_or(RewriteError::Truncated)?;
+    icmp_error(ip, Endpoint::Source, addr, port, outer_src == quoted_dst)
+}
+
+fn icmp_error(ip: &mut [u8], ep: Endpoint, addr: Ipv4Addr, port: Option<u16>, outer: bool) -> Result<(), RewriteError> {
     let (ihl, proto, first) = ipv4(ip)?;
     if proto != ICMP || !first || !ip.get(ihl).is_some_and(|&t| is_error(t)) {
         return Err(RewriteError::NotIcmpError);
@@ -302,7 +319,9 @@ pub fn rewrite_icmp_error(ip: &mut [u8], ep: Endpoint, addr: Ipv4Addr, port: Opt
     let after = checksum::fold(checksum::sum(0, &ip[q0..region_end]));
     let c = rd16(ip, ihl + 2).unwrap_or(0);
     wr16(ip, ihl + 2, checksum::update_u16(c, before, after));
-    set_addr(ip, ep, new);
+    if outer {
+        set_addr(ip, ep, new);
+    }
     Ok(())
 }
 
