@@ -142,6 +142,16 @@ pub fn ipv4(l3: &[u8], workers: u16) -> Option<WorkerId> {
 /// (`quoted`: the tuple of a packet an ICMP error quotes, sent by the
 /// mapped side), on a node translating with `nat`: where its translation
 /// is (module essay).
+/// The worker of the connection of a datagram received with tuple `t`
+/// (its fragments' datagram: the pipeline's fragment hand-off) on a node
+/// translating with `nat`.
+pub fn nat_worker_of(t: &FiveTuple, nat: Option<&NatPlan>, workers: u16) -> WorkerId {
+    if workers <= 1 {
+        return WorkerId(0);
+    }
+    nat_worker(*t, false, nat, workers)
+}
+
 fn nat_worker(t: FiveTuple, quoted: bool, nat: Option<&NatPlan>, workers: u16) -> WorkerId {
     // Inbound the mapped endpoint is the destination; a quoted packet
     // went out from it.

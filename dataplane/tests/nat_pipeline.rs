@@ -5,6 +5,7 @@
 //! real addresses (conntrack and the access rules see real addresses).
 
 mod common;
+mod frag_util;
 
 use common::*;
 use dataplane::buf::{PacketBuf, VecBuf};
@@ -14,6 +15,7 @@ use dataplane::pipeline::{NatSpec, PatSpec, Pipeline, PoolSpec, Verdict};
 use dataplane::route::IfIndex;
 use dataplane::wire::build::{ipv4_offset, PacketBuilder};
 use dataplane::wire::checksum;
+use dataplane::wire::ipv4::Ipv4Packet;
 use dataplane::{DropReason, Duration, PortId, Timestamp};
 use std::net::Ipv4Addr;
 
@@ -315,6 +317,67 @@ fn an_icmp_error_from_the_real_side_leaves_with_the_mapped_endpoint() {
     assert!(e.checksums_ok());
     assert!(!out.windows(4).any(|w| w == DMZ_DB.octets()), "the database's address left");
     assert_eq!(p.nat_counters().unwrap().icmp_errors_out, 2);
+}
+
+/// Frames a burst of `frames` makes leave (forwarded at once, or held and
+/// released through the generated queue).
+fn run_all(p: &mut Pipeline, ms: u64, port: PortId, frames: &[Vec<u8>]) -> Vec<(PortId, Vec<u8>)> {
+    let mut out = vec![];
+    for (i, f) in frames.iter().enumerate() {
+        if let (Verdict::Forward(to), o) = run(p, ms + i as u64, port, f) {
+            out.push((to, o));
+        }
+    }
+    p.drain_generated(|to, f| out.push((to, f.to_vec())));
+    out
+}
+
+#[test]
+fn fragments_to_a_pat_address_are_translated_in_any_order() {
+    let mut p = pipeline(None);
+    let (_, out) = run(&mut p, 0, IN_PORT, &from_host(SERVER).udp(6000, 4000, b"q"));
+    let (mport, _) = Ip(&out).ports();
+    let big: Vec<u8> = (0..3000u32).map(|i| (i * 7) as u8).collect();
+    for (k, order) in [[0usize, 1, 2], [2, 1, 0], [1, 2, 0]].iter().enumerate() {
+        let mut b = from_outside(SERVER, PAT_ADDR);
+        b.ident = 100 + k as u16;
+        let frags = frag_util::fragments(&b.udp(4000, mport, &big), 1480);
+        assert_eq!(frags.len(), 3);
+        let sent: Vec<Vec<u8>> = order.iter().map(|&i| frags[i].clone()).collect();
+        let got = run_all(&mut p, 10 + 10 * k as u64, OUT_PORT, &sent);
+        assert_eq!(got.len(), 3, "order {order:?}: every piece leaves");
+        assert!(got.iter().all(|(to, f)| *to == IN_PORT && Ip(f).dst() == HOST && Ip(f).src() == SERVER));
+        let pieces: Vec<Vec<u8>> = got.into_iter().map(|(_, f)| f).collect();
+        for f in &pieces {
+            frag_util::check_ip(f, 63);
+        }
+        // The datagram as the host gets it: its port, a UDP checksum right
+        // over the whole of it, the payload intact.
+        let first = pieces.iter().find(|f| Ipv4Packet::new_checked(&f[14..]).unwrap().frag_offset() == 0).unwrap();
+        assert_eq!(Ip(first).ports(), (4000, 6000));
+        assert_eq!(frag_util::reassemble_udp(&pieces), big, "order {order:?}");
+    }
+    let c = p.nat_counters().unwrap();
+    assert_eq!((c.fragments_in, c.fragments), (9, 0));
+    // Fragments to a mapped port nobody holds: dropped, counted.
+    let stray = frag_util::fragments(&from_outside(SERVER, PAT_ADDR).udp(4000, mport ^ 1, &big), 1480);
+    assert!(run_all(&mut p, 100, OUT_PORT, &stray).is_empty());
+    assert!(p.nat_counters().unwrap().no_xlate > 0);
+    // An 8000-byte echo reply (ping -s 8000 through PAT).
+    let request = frag_util::fragments(&from_host(SERVER).icmp(8, 0, (0x77, 1), &[0xa5; 8000]), 1480);
+    let out = run_all(&mut p, 200, IN_PORT, &request);
+    assert_eq!(out.len(), request.len(), "the request's pieces leave");
+    let first = out.iter().find(|(_, f)| Ipv4Packet::new_checked(&f[14..]).unwrap().frag_offset() == 0).unwrap();
+    let id = Ip(&first.1).echo_id();
+    assert_ne!(id, 0x77, "translated");
+    let reply = frag_util::fragments(&from_outside(SERVER, PAT_ADDR).icmp(0, 0, (id, 1), &[0xa5; 8000]), 1480);
+    let got = run_all(&mut p, 300, OUT_PORT, &reply);
+    assert_eq!(got.len(), reply.len());
+    let pieces: Vec<Vec<u8>> = got.into_iter().map(|(_, f)| f).collect();
+    let (src, dst, icmp) = frag_util::reassemble(&pieces);
+    assert_eq!((src, dst), (SERVER, HOST));
+    assert_eq!(u16::from_be_bytes([icmp[4], icmp[5]]), 0x77, "the host's identifier");
+    assert!(checksum::verify(0, &icmp), "ICMP checksum over the whole reply");
 }
 
 #[test]

@@ -4,7 +4,8 @@
 //! `testbed::nodeconf::NAT_SECTION`) and real peers check it:
 //!
 //! (a) an HTTP download inside → outside through PAT, sha256 checked;
-//! (b) ping and a 2 s iperf3 UDP stream inside → outside through PAT;
+//! (b) ping (also 8000-byte echoes: fragments to the pool address) and a
+//!     2 s iperf3 UDP stream inside → outside through PAT;
 //! (c) an HTTP download outside → 198.51.100.80:80, reaching the inside
 //!     host's server on port 8080 (static PAT), sha256 checked;
 //! (d) a TCP connection from outside to an unmapped port of the pool
@@ -97,8 +98,12 @@ fn nat_bed(workers: u16) {
         (|| {
             let ping = sys::ns_run(INSIDE, "ping", &["-c", "3", "-i", "0.2", "-W", "2", OUTSIDE_ADDR])?;
             ensure!(ping.contains(" 0% packet loss"), "ping: {ping}");
+            // 8000-byte echoes: both ways in fragments, the replies to the
+            // pool address translated piece by piece.
+            let big = sys::ns_run(INSIDE, "ping", &["-c", "3", "-i", "0.2", "-W", "2", "-s", "8000", OUTSIDE_ADDR])?;
+            ensure!(big.contains(" 0% packet loss"), "ping -s 8000: {big}");
             let udp = harness::iperf3(&bed.run_dir, "nat-b", OUTSIDE, OUTSIDE_ADDR, INSIDE, true)?;
-            Ok(format!("ping 3/3; {udp}"))
+            Ok(format!("ping 3/3, ping -s 8000 3/3; {udp}"))
         })(),
     );
     step(

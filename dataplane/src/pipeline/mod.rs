@@ -169,7 +169,15 @@ pub struct Pipeline {
 /// Where the IPv4 stage's decision leads.
 enum Step {
     /// Route it from here (after conntrack ran, as owner or single node).
-    Route { route: Route, icmp_error: bool, xlate: Option<context::Xlate>, snat: Option<nat::Snat> },
+    /// `dnat`: a fragment to a pool address, translated to its real
+    /// endpoint (`NatPath::fragment_in`).
+    Route {
+        route: Route,
+        icmp_error: bool,
+        xlate: Option<context::Xlate>,
+        snat: Option<nat::Snat>,
+        dnat: Option<nat::Snat>,
+    },
     /// Another node owns it, or we must ask first.
     Cluster(Plan, FiveTuple, Rx),
     /// A fragment whose fragment owner is this other node (R10).
@@ -524,6 +532,7 @@ impl Pipeline {
             }
         }
         // --- Parse and decide, holding only a shared borrow of the frame. ---
+        let mut frag_dnat = None;
         let step = 'decide: {
             let ip = ipv4::parse(buf.data().get(l2..).unwrap_or(&[]))?;
             ipv4::check_source(&ip, &self.ifaces)?;
@@ -548,7 +557,14 @@ impl Pipeline {
                 return Err(DropReason::ClusterFenced);
             }
             let dst = ip.dst();
-            let route = self.routes.lookup(dst).ok_or(DropReason::NoRoute)?;
+            // A fragment to a pool address is routed once translated
+            // (below): its mapped destination needs no route.
+            let pooled_frag = is_frag && self.nat.as_deref().is_some_and(|n| n.plan().pool_of(dst).is_some());
+            let route = match self.routes.lookup(dst) {
+                Some(r) => r,
+                None if pooled_frag => crate::route::RouteResult { iface: ifx, next_hop: dst },
+                None => return Err(DropReason::NoRoute),
+            };
             let egress = route.iface;
             // Fragments: find the datagram's L4 header.
             let mut note = rx.frag;
@@ -584,16 +600,40 @@ impl Pipeline {
             // worker that owns its connection (this one collected it as the
             // fragment worker, `steer`).
             if let (Some(n), true) = (note, self.workers > 1) {
-                let w = crate::steer::worker_of_tuple(&n.tuple, self.workers);
+                // With NAT: the worker holding the translation of a
+                // datagram to a mapped address (`steer`).
+                let plan = self.nat.as_deref().map(|n| &**n.plan());
+                let w = crate::steer::nat_worker_of(&n.tuple, plan, self.workers);
                 if w != self.worker {
                     break 'decide Step::Handoff(w, HandoffNote { rx: Rx { frag: Some(n), ..rx } });
                 }
             }
+            let mut egress = egress;
+            let mut next_hop = route.next_hop;
             let (tuple, l4, lookup_only) = match note {
                 Some(n) => {
                     let (off, more) = piece.unwrap_or((0, false));
                     let t = frag_track(&n.l4, off, ip.payload().len(), more)?;
-                    (n.tuple, Some(*t.l4()), matches!(t, FragTrack::Lookup(_)))
+                    let mut tuple = n.tuple;
+                    // A fragment to a pool address: its datagram's real
+                    // endpoint, now that its ports are known; routed there.
+                    if let (Some(nat), false) = (self.nat.as_deref_mut(), rx.nat_in) {
+                        if let Some((real, port)) = nat.fragment_in(now, ifx, &n.tuple)? {
+                            tuple.dst = IpAddr::V4(real);
+                            tuple.dst_port = port.unwrap_or(tuple.dst_port);
+                            let r = self.routes.lookup(real).ok_or(DropReason::NoRoute)?;
+                            (egress, next_hop) = (r.iface, r.next_hop);
+                            frag_dnat = Some((real, port));
+                            rx.nat_in = true;
+                        }
+                    }
+                    if pooled_frag && !rx.nat_in {
+                        // Not translated (a static rule's address is
+                        // translated on arrival): routed as it is.
+                        let r = self.routes.lookup(dst).ok_or(DropReason::NoRoute)?;
+                        (egress, next_hop) = (r.iface, r.next_hop);
+                    }
+                    (tuple, Some(*t.l4()), matches!(t, FragTrack::Lookup(_)))
                 }
                 None => match ipv4::transit_l4(&ip)? {
                     Transit::Flow(t, l4) => (t, Some(l4), false),
@@ -694,10 +734,15 @@ impl Pipeline {
                     }
                 }
             }
-            Step::Route { route: Route { next_hop: route.next_hop, egress, tags, l2 }, icmp_error, xlate, snat }
+            Step::Route { route: Route { next_hop, egress, tags, l2 }, icmp_error, xlate, snat, dnat: frag_dnat }
         };
         match step {
-            Step::Route { route, icmp_error, xlate, snat } => {
+            Step::Route { route, icmp_error, xlate, snat, dnat } => {
+                if let Some((addr, port)) = dnat {
+                    let l3 = buf.data_mut().get_mut(l2..).unwrap_or(&mut []);
+                    crate::nat::rewrite(l3, crate::nat::Endpoint::Destination, addr, port)
+                        .map_err(|_| DropReason::L4Truncated)?;
+                }
                 if let Some((addr, port)) = snat {
                     let l3 = buf.data_mut().get_mut(l2..).unwrap_or(&mut []);
                     if icmp_error {

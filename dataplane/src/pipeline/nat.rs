@@ -15,11 +15,15 @@
 //!   maps by the rule alone; an ICMP error quoting a translated packet
 //!   gets its outer destination and its quote translated back. A datagram
 //!   to a pool address without an xlate is dropped (`nat-no-xlate`:
-//!   hostile or expired return traffic, never guessed), as is a fragment
-//!   to a pool address (`nat-fragment`: a later fragment carries no port,
-//!   so its datagram cannot be translated; not built yet). A frame handed
-//!   on by another worker, or released by the reassembler, went through
-//!   this step when it arrived (`Rx::nat_in`): never twice.
+//!   hostile or expired return traffic, never guessed). A fragment to a
+//!   pool address waits for the reassembler (a later fragment carries no
+//!   port): once its datagram's first fragment is known, every piece is
+//!   translated to the real endpoint (`fragment_in`; the first one's port
+//!   and transport checksum, the others' address), at the worker holding
+//!   the translation, and routed there; a cluster member still drops them
+//!   (`nat-fragment`). A frame handed on by another worker, or released by
+//!   the reassembler, went through this step when it arrived
+//!   (`Rx::nat_in`): never twice.
 //! - **outbound**, after conntrack admitted the packet (the flow exists,
 //!   the ACL saw the real tuple): a packet from a real endpoint with an
 //!   xlate, or matching a rule whose mapped interface is the egress (or
@@ -117,7 +121,10 @@ pub struct NatCounters {
     pub xlates_reaped: u64,
     pub no_xlate: u64,
     pub exhausted: u64,
+    /// Fragments to a pool address dropped (a cluster member: not built).
     pub fragments: u64,
+    /// Fragments to a pool address translated (`fragment_in`).
+    pub fragments_in: u64,
     pub protocol: u64,
     /// Cluster (N5): datagrams to a PAT port whose block another member
     /// holds, sent there untranslated.
@@ -158,6 +165,7 @@ impl std::ops::AddAssign for NatCounters {
             no_xlate,
             exhausted,
             fragments,
+            fragments_in,
             protocol,
             to_holder,
             bindings_adopted,
@@ -192,6 +200,7 @@ impl std::ops::AddAssign for NatCounters {
         self.no_xlate += no_xlate;
         self.exhausted += exhausted;
         self.fragments += fragments;
+        self.fragments_in += fragments_in;
         self.protocol += protocol;
     }
 }
@@ -545,8 +554,9 @@ impl NatPath {
             return Ok(false);
         }
         if fragment && pooled && statics.is_none() {
-            self.counters.fragments += 1;
-            return Err(DropReason::NatFragment);
+            // A later fragment carries no port: every piece is translated
+            // once the reassembler knows its datagram (`fragment_in`).
+            return Ok(false);
         }
         if !later && proto == 1 && icmp_type.is_some_and(|t| !matches!(t, 0 | 8)) {
             return self.icmp_error_in(now, l3, dst, statics);
@@ -829,6 +839,39 @@ impl NatPath {
                 self.renew(p, &x);
             }
         }
+    }
+
+    /// A fragment to a pool address, once the reassembler knows its
+    /// datagram (`tuple`, from the first fragment, as received): the real
+    /// endpoint every piece goes to — the first one's port and transport
+    /// checksum rewritten, the others' address only. `Ok(None)`: not to a
+    /// pool address (or a static rule's, translated on arrival). A pool
+    /// address without a translation: `nat-no-xlate`. A cluster member
+    /// drops them (`nat-fragment`: the fragment owner is not the block's
+    /// holder; not built).
+    pub fn fragment_in(
+        &mut self,
+        now: Timestamp,
+        ifx: IfIndex,
+        tuple: &FiveTuple,
+    ) -> Result<Option<(Ipv4Addr, Option<u16>)>, DropReason> {
+        let IpAddr::V4(dst) = tuple.dst else { return Ok(None) };
+        if !self.plan.mapped_side(ifx)
+            || self.pool_of(dst).is_none()
+            || self.plan.rules.inbound(dst, tuple.proto, tuple.dst_port).is_some()
+        {
+            return Ok(None);
+        }
+        if self.plan.cluster {
+            self.counters.fragments += 1;
+            return Err(DropReason::NatFragment);
+        }
+        let class = nat_class(tuple.proto);
+        let port = if class == Some(PortClass::Icmp) { tuple.src_port | tuple.dst_port } else { tuple.dst_port };
+        let (real, rport) = self.real_of(now, None, class, dst, port)?;
+        self.counters.fragments_in += 1;
+        self.counters.translated_in += 1;
+        Ok(Some((real, rport)))
     }
 
     /// Outbound ICMP error: an error the real side sends about a packet
