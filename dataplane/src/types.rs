@@ -320,9 +320,6 @@ drop_reasons! {
     /// No mapped port or address left (pool, per-host maximum, or the
     /// xlate table): never a reused port.
     NatExhausted => "nat-exhausted",
-    /// A later fragment to a PAT address: its port is in the first
-    /// fragment (not translated yet).
-    NatFragment => "nat-fragment",
     /// A protocol without ports or identifiers cannot be PAT'ed.
     NatProtocol => "nat-protocol",
     /// Dynamic NAT on a cluster member: the control node has not given

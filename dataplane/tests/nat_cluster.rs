@@ -8,6 +8,7 @@
 //! the connection over with the same mapped address and port.
 
 mod cluster_bed;
+mod frag_util;
 
 use cluster_bed::*;
 use dataplane::ccl::MessageKind;
@@ -726,4 +727,40 @@ fn dynamic_nat_on_members_asks_the_control_node_and_any_member_translates_back()
     let probe = PacketBuilder::new(GW_MAC, out_mac(1), SERVER, DYN_B).tcp(80, 40_700, 1, 0, SYN, 1024, &[], &[]);
     assert!(bed.send(1, OUT, probe).is_empty());
     assert_eq!(bed.drops(1, DropReason::NatNoXlate), 1);
+}
+
+// --- Fragments to a PAT address on a cluster ---
+
+#[test]
+fn fragments_to_a_pat_address_reach_the_block_holder_from_any_member() {
+    let mut bed = nat_bed(3);
+    // A DNS query from the host at node 0 (per-session: node 0 owns it and
+    // translates it from its own blocks).
+    let (n, _, f) = one(&bed.send(0, IN, from_host(0, SERVER).udp(5353, 53, b"query")));
+    let (src, mport, _, _) = ports_of(&f);
+    assert_eq!((n, src, holder_of(&bed, PortClass::Udp, mport)), (0, POOL, 0));
+    // A 3000-byte answer in three fragments, each arriving at another
+    // member, in several orders.
+    let big: Vec<u8> = (0..3000u32).map(|i| (i * 13) as u8).collect();
+    for (k, (order, at)) in [([0usize, 1, 2], [1usize, 2, 0]), ([2, 1, 0], [2, 0, 1]), ([1, 0, 2], [1, 1, 2])].iter().enumerate() {
+        let mut b = from_server(0);
+        b.ident = 500 + k as u16;
+        b.dont_frag = false;
+        let frags = frag_util::fragments(&b.udp(53, mport, &big), 1480);
+        let mut out = vec![];
+        for (&i, &m) in order.iter().zip(at) {
+            let mut f = frags[i].clone();
+            f[..6].copy_from_slice(&out_mac(m));
+            out.extend(bed.send(m, OUT, f));
+        }
+        assert_eq!(out.len(), 3, "order {order:?} at {at:?}: {out:?}");
+        assert!(out.iter().all(|(n, p, _)| (*n, *p) == (0, IN)), "every piece leaves the holder to the host");
+        let pieces: Vec<Vec<u8>> = out.into_iter().map(|(_, _, f)| f).collect();
+        let first = pieces.iter().find(|f| Ipv4Packet::new_checked(&f[14..]).unwrap().frag_offset() == 0).unwrap();
+        assert_eq!(ports_of(first), (SERVER, 53, HOST, 5353));
+        assert_eq!(frag_util::reassemble_udp(&pieces), big, "order {order:?}");
+    }
+    let c0 = bed.nodes[0].nat_counters().unwrap();
+    assert_eq!(c0.fragments_in, 9);
+    bound_once(&bed);
 }

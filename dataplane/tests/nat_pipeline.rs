@@ -358,7 +358,7 @@ fn fragments_to_a_pat_address_are_translated_in_any_order() {
         assert_eq!(frag_util::reassemble_udp(&pieces), big, "order {order:?}");
     }
     let c = p.nat_counters().unwrap();
-    assert_eq!((c.fragments_in, c.fragments), (9, 0));
+    assert_eq!(c.fragments_in, 9);
     // Fragments to a mapped port nobody holds: dropped, counted.
     let stray = frag_util::fragments(&from_outside(SERVER, PAT_ADDR).udp(4000, mport ^ 1, &big), 1480);
     assert!(run_all(&mut p, 100, OUT_PORT, &stray).is_empty());

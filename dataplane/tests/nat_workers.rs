@@ -513,7 +513,7 @@ fn run(n: u16, ops: &[Op]) -> Pair {
     }
     let o = one.nat_counters().unwrap();
     let key =
-        |c: &NatCounters| (c.translated_out, c.translated_in, c.icmp_errors_in, c.no_xlate, c.fragments, c.exhausted);
+        |c: &NatCounters| (c.translated_out, c.translated_in, c.icmp_errors_in, c.no_xlate, c.fragments_in, c.exhausted);
     assert_eq!(key(&c), key(&o), "NAT counters: {c:?} / {o:?}");
     // Multi-session xlates are per worker: a client endpoint whose
     // connections land on two workers holds one on each.

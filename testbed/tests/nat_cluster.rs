@@ -21,7 +21,8 @@
 //! (g) rate-limited downloads through PAT while the killed member
 //!     restarts and rejoins: every one completes with its sha256 (the
 //!     connections translated in its blocks are handed back to it);
-//! (h) (run after (d)) ping and tracepath through multi-session PAT (ICMP
+//! (h) (run after (d)) ping (also 8000-byte echoes, whose replies come
+//!     back in fragments) and tracepath through multi-session PAT (ICMP
 //!     and UDP other than DNS, N3): both work — tracepath shows a node
 //!     and the hop behind the cluster, whose ICMP errors come back through
 //!     the translation — and every multi-session xlate is at the control
@@ -70,6 +71,10 @@ fn multi_session(bed: &TestBed, all: &[usize]) -> Result<String> {
     ensure!(all.contains(&control), "no control node: {control}");
     let ping = sys::ns_run(INSIDE, "ping", &["-c", "5", "-i", "0.2", "-W", "2", SERVER])?;
     ensure!(ping.contains(" 0% packet loss"), "ping: {ping}");
+    // 8000-byte echoes: the replies to the pool address come back in
+    // fragments, which reach the block's holder from any member.
+    let big = sys::ns_run(INSIDE, "ping", &["-c", "3", "-i", "0.2", "-W", "2", "-s", "8000", SERVER])?;
+    ensure!(big.contains(" 0% packet loss"), "ping -s 8000: {big}");
     let out = Command::new("ip").args(["netns", "exec", INSIDE, "tracepath", "-n", "-m", "8", SERVER]).output()?;
     let trace = String::from_utf8_lossy(&out.stdout).to_string();
     // Hop 2 is a node's inside address (the client's router is hop 1);
@@ -97,7 +102,7 @@ fn multi_session(bed: &TestBed, all: &[usize]) -> Result<String> {
     let received = counter(&cl[control - 1], "to_control_received");
     ensure!(sent > 0 && received == sent, "frames to the control node: sent {sent}, received {received}");
     Ok(format!(
-        "ping 5/5; tracepath: node hop {node_hop}, then {behind}, reached; multi-session xlates per member {per:?} \
+        "ping 5/5, ping -s 8000 3/3; tracepath: node hop {node_hop}, then {behind}, reached; multi-session xlates per member {per:?} \
          (control n{control}); {sent} frames sent to the control node"
     ))
 }

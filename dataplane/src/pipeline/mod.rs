@@ -504,7 +504,9 @@ impl Pipeline {
         // member holds goes there as it is (N5; no query, no record).
         if let (Some(n), Some(cl), Via::Port, None) = (self.nat.as_deref(), self.cluster.as_deref_mut(), rx.via, rx.frag) {
             let l3 = buf.data().get(l2..).unwrap_or(&[]);
-            if let Some(node) = ipv4::parse(l3).ok().and_then(|_| n.holder_elsewhere(ifx, l3)) {
+            // (Fragments go to their fragment owner, which learns the
+            // datagram's port: `NatPath::fragment_in`.)
+            if let Some(node) = ipv4::parse(l3).ok().filter(|ip| !ip.is_fragment()).and_then(|_| n.holder_elsewhere(ifx, l3)) {
                 let iface = u8::try_from(ifx.0).map_err(|_| DropReason::CclMalformed)?;
                 let mut link = Link { egress: &mut self.egress, ifaces: &self.ifaces };
                 let port = cl.wrap(now, &mut link, buf, Wrap::Forward, iface, node, None)?;
@@ -618,13 +620,22 @@ impl Pipeline {
                     // A fragment to a pool address: its datagram's real
                     // endpoint, now that its ports are known; routed there.
                     if let (Some(nat), false) = (self.nat.as_deref_mut(), rx.nat_in) {
-                        if let Some((real, port)) = nat.fragment_in(now, ifx, &n.tuple)? {
-                            tuple.dst = IpAddr::V4(real);
-                            tuple.dst_port = port.unwrap_or(tuple.dst_port);
-                            let r = self.routes.lookup(real).ok_or(DropReason::NoRoute)?;
-                            (egress, next_hop) = (r.iface, r.next_hop);
-                            frag_dnat = Some((real, port));
-                            rx.nat_in = true;
+                        match nat.fragment_in(now, ifx, &n.tuple)? {
+                            nat::FragNat::None => {}
+                            nat::FragNat::To(real, port) => {
+                                tuple.dst = IpAddr::V4(real);
+                                tuple.dst_port = port.unwrap_or(tuple.dst_port);
+                                let r = self.routes.lookup(real).ok_or(DropReason::NoRoute)?;
+                                (egress, next_hop) = (r.iface, r.next_hop);
+                                frag_dnat = Some((real, port));
+                                rx.nat_in = true;
+                            }
+                            // A cluster member: the block's holder
+                            // translates it (its flow owner; it admits the
+                            // piece as such, never sends it back).
+                            nat::FragNat::Holder(h) => {
+                                break 'decide Step::Cluster(Plan::Forward(h), tuple, Rx { frag: Some(n), ..rx });
+                            }
                         }
                     }
                     if pooled_frag && !rx.nat_in {

@@ -20,10 +20,10 @@
 //!   port): once its datagram's first fragment is known, every piece is
 //!   translated to the real endpoint (`fragment_in`; the first one's port
 //!   and transport checksum, the others' address), at the worker holding
-//!   the translation, and routed there; a cluster member still drops them
-//!   (`nat-fragment`). A frame handed on by another worker, or released by
-//!   the reassembler, went through this step when it arrived
-//!   (`Rx::nat_in`): never twice.
+//!   the translation, and routed there (a cluster member sends them to
+//!   the block's holder first, `FragNat::Holder`). A frame handed on by
+//!   another worker, or released by the reassembler, went through this
+//!   step when it arrived (`Rx::nat_in`): never twice.
 //! - **outbound**, after conntrack admitted the packet (the flow exists,
 //!   the ACL saw the real tuple): a packet from a real endpoint with an
 //!   xlate, or matching a rule whose mapped interface is the egress (or
@@ -121,8 +121,6 @@ pub struct NatCounters {
     pub xlates_reaped: u64,
     pub no_xlate: u64,
     pub exhausted: u64,
-    /// Fragments to a pool address dropped (a cluster member: not built).
-    pub fragments: u64,
     /// Fragments to a pool address translated (`fragment_in`).
     pub fragments_in: u64,
     pub protocol: u64,
@@ -164,7 +162,6 @@ impl std::ops::AddAssign for NatCounters {
             xlates_reaped,
             no_xlate,
             exhausted,
-            fragments,
             fragments_in,
             protocol,
             to_holder,
@@ -199,7 +196,6 @@ impl std::ops::AddAssign for NatCounters {
         self.xlates_reaped += xlates_reaped;
         self.no_xlate += no_xlate;
         self.exhausted += exhausted;
-        self.fragments += fragments;
         self.fragments_in += fragments_in;
         self.protocol += protocol;
     }
@@ -261,6 +257,17 @@ pub(crate) struct NatPath {
 /// The source translation `outbound` decided: address and, for PAT or
 /// static PAT, port.
 pub(crate) type Snat = (Ipv4Addr, Option<u16>);
+
+/// What becomes of a fragment to a pool address (`NatPath::fragment_in`).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum FragNat {
+    /// Not NAT's.
+    None,
+    /// Translated to this real endpoint.
+    To(Ipv4Addr, Option<u16>),
+    /// Another cluster member holds its PAT block: sent there as it is.
+    Holder(NodeId),
+}
 
 /// What the fast path may do about NAT (`NatPath::fast`).
 #[derive(Copy, Clone, Debug)]
@@ -844,34 +851,30 @@ impl NatPath {
     /// A fragment to a pool address, once the reassembler knows its
     /// datagram (`tuple`, from the first fragment, as received): the real
     /// endpoint every piece goes to — the first one's port and transport
-    /// checksum rewritten, the others' address only. `Ok(None)`: not to a
+    /// checksum rewritten, the others' address only (`FragNat::To`). On a
+    /// cluster member whose PAT block another member holds: that member,
+    /// where the pieces go untranslated (`FragNat::Holder`, N5 for
+    /// fragments; the fragment owner learnt the port). `None`: not to a
     /// pool address (or a static rule's, translated on arrival). A pool
-    /// address without a translation: `nat-no-xlate`. A cluster member
-    /// drops them (`nat-fragment`: the fragment owner is not the block's
-    /// holder; not built).
-    pub fn fragment_in(
-        &mut self,
-        now: Timestamp,
-        ifx: IfIndex,
-        tuple: &FiveTuple,
-    ) -> Result<Option<(Ipv4Addr, Option<u16>)>, DropReason> {
-        let IpAddr::V4(dst) = tuple.dst else { return Ok(None) };
+    /// address without a translation: `nat-no-xlate`.
+    pub fn fragment_in(&mut self, now: Timestamp, ifx: IfIndex, tuple: &FiveTuple) -> Result<FragNat, DropReason> {
+        let IpAddr::V4(dst) = tuple.dst else { return Ok(FragNat::None) };
         if !self.plan.mapped_side(ifx)
             || self.pool_of(dst).is_none()
             || self.plan.rules.inbound(dst, tuple.proto, tuple.dst_port).is_some()
         {
-            return Ok(None);
-        }
-        if self.plan.cluster {
-            self.counters.fragments += 1;
-            return Err(DropReason::NatFragment);
+            return Ok(FragNat::None);
         }
         let class = nat_class(tuple.proto);
         let port = if class == Some(PortClass::Icmp) { tuple.src_port | tuple.dst_port } else { tuple.dst_port };
+        if let Some(h) = self.plan.holder(dst, class, port).filter(|h| self.plan.cluster && h.node != self.plan.me) {
+            self.counters.to_holder += 1;
+            return Ok(FragNat::Holder(h.node));
+        }
         let (real, rport) = self.real_of(now, None, class, dst, port)?;
         self.counters.fragments_in += 1;
         self.counters.translated_in += 1;
-        Ok(Some((real, rport)))
+        Ok(FragNat::To(real, rport))
     }
 
     /// Outbound ICMP error: an error the real side sends about a packet
