@@ -406,3 +406,48 @@ pub fn bed_workers() -> u16 {
 pub fn test_run_dir(default: &str) -> PathBuf {
     std::env::var_os("CFW_TESTBED_DIR").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(default))
 }
+
+/// A bed test's steps: each outcome printed as the step ends, failures
+/// kept so that every step runs, then one panic naming them all with the
+/// tail of each node's log (`finish`).
+#[derive(Default)]
+pub struct Steps(pub Vec<String>);
+
+impl Steps {
+    pub fn step(&mut self, name: &str, r: Result<String>) {
+        match r {
+            Ok(d) => eprintln!("step {name}: ok: {d}"),
+            Err(e) => {
+                eprintln!("step {name}: FAILED: {e:#}");
+                self.0.push(format!("{name}: {e:#}"));
+            }
+        }
+    }
+
+    /// Panic if a step failed, with the last lines of nodes 1..=`nodes`'
+    /// logs in `run_dir`.
+    pub fn finish(self, run_dir: &Path, nodes: usize) {
+        if self.0.is_empty() {
+            return;
+        }
+        let logs: Vec<String> =
+            (1..=nodes).map(|k| format!("n{k}:\n{}", sys::tail(&run_dir.join(format!("n{k}.log")), 15))).collect();
+        panic!("{} step(s) failed:\n{}\nnode logs:\n{}", self.0.len(), self.0.join("\n"), logs.join("\n"));
+    }
+}
+
+/// A file of `bytes` random bytes served over HTTP from `ns` at
+/// `addr:port` (`http_server`): its directory, its sha256 and the server.
+pub fn served_file(
+    run_dir: &Path,
+    tag: &str,
+    ns: &str,
+    addr: &str,
+    port: u16,
+    bytes: u64,
+) -> Result<(TempDir, String, Background)> {
+    let www = TempDir::new(run_dir, &format!("{tag}-www"))?;
+    let sha = random_file(&www.0.join("random.bin"), bytes)?;
+    let server = http_server(run_dir, tag, ns, addr, port, &www.0)?;
+    Ok((www, sha, server))
+}

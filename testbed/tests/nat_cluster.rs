@@ -36,7 +36,7 @@ use anyhow::{ensure, Result};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use testbed::faults::{self, Fault};
-use testbed::harness::{self, Children, Shape, TempDir, TestBed};
+use testbed::harness::{self, Children, Shape, Steps, TestBed};
 use testbed::sys;
 
 const NODES: usize = 3;
@@ -117,21 +117,13 @@ fn pat_through_the_three_node_cluster() {
     let shape = Shape { nat: testbed::topology::BedNat::Pat, workers, ..Shape::default() };
     let bed = TestBed::up_with(NODES, "/tmp/cfw-testbed-natc", shape).expect("bed up");
     eprintln!("NAT cluster bed, {NODES} nodes, {workers} worker(s) each");
-    let mut failures = Vec::new();
-    let mut step = |name: &str, r: Result<String>| match r {
-        Ok(d) => eprintln!("step {name}: ok: {d}"),
-        Err(e) => {
-            eprintln!("step {name}: FAILED: {e:#}");
-            failures.push(format!("{name}: {e:#}"));
-        }
-    };
+    let mut steps = Steps::default();
+    let mut step = |name: &str, r: Result<String>| steps.step(name, r);
     // The server's link, captured for the whole test.
     let (mut cap, cap_log) = harness::capture_ip(&bed.run_dir, OUTSIDE, "natc-outside-tcpdump").expect("tcpdump");
 
     // One file served by the server for (a) and (e).
-    let www = TempDir::new(&bed.run_dir, "natc-www").expect("www");
-    let want = harness::random_file(&www.0.join("random.bin"), BYTES).expect("file");
-    let server = harness::http_server(&bed.run_dir, "natc", OUTSIDE, SERVER, 8080, &www.0).expect("server");
+    let (www, want, server) = harness::served_file(&bed.run_dir, "natc", OUTSIDE, SERVER, 8080, BYTES).expect("server");
     let url = format!("http://{SERVER}:8080/random.bin");
     let fetch = |tag: String, extra: &[&str]| -> Result<Child> {
         let got = www.0.join(format!("got-{tag}.bin"));
@@ -261,9 +253,5 @@ fn pat_through_the_three_node_cluster() {
         "(f) the server's link saw only the pool addresses",
         harness::capture_shows_only(&cap_log, "198.18.10.", "198.51.100.", 1000),
     );
-    if !failures.is_empty() {
-        let logs: Vec<String> =
-            (1..=NODES).map(|k| format!("n{k}:\n{}", sys::tail(&bed.run_dir.join(format!("n{k}.log")), 15))).collect();
-        panic!("{} step(s) failed:\n{}\nnode logs:\n{}", failures.len(), failures.join("\n"), logs.join("\n"));
-    }
+    steps.finish(&bed.run_dir, NODES);
 }

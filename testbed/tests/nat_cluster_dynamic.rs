@@ -27,7 +27,7 @@ use std::collections::BTreeSet;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use testbed::faults::{self, Fault};
-use testbed::harness::{self, Children, Shape, TempDir, TestBed};
+use testbed::harness::{self, Children, Shape, Steps, TestBed};
 use testbed::sys;
 use testbed::topology::BedNat;
 
@@ -68,18 +68,10 @@ fn dynamic_nat_through_the_three_node_cluster() {
     let bed = TestBed::up_with(NODES, "/tmp/cfw-testbed-natd", shape).expect("bed up");
     eprintln!("dynamic NAT cluster bed, {NODES} nodes");
     sys::ns_run(INSIDE, "ip", &["addr", "add", &format!("{}/24", HOSTS[1]), "dev", "eth0"]).expect("second host");
-    let mut failures = Vec::new();
-    let mut step = |name: &str, r: Result<String>| match r {
-        Ok(d) => eprintln!("step {name}: ok: {d}"),
-        Err(e) => {
-            eprintln!("step {name}: FAILED: {e:#}");
-            failures.push(format!("{name}: {e:#}"));
-        }
-    };
+    let mut steps = Steps::default();
+    let mut step = |name: &str, r: Result<String>| steps.step(name, r);
     let (mut cap, cap_log) = harness::capture_ip(&bed.run_dir, OUTSIDE, "natd-outside-tcpdump").expect("tcpdump");
-    let www = TempDir::new(&bed.run_dir, "natd-www").expect("www");
-    let want = harness::random_file(&www.0.join("random.bin"), BYTES).expect("file");
-    let server = harness::http_server(&bed.run_dir, "natd", OUTSIDE, SERVER, 8080, &www.0).expect("server");
+    let (www, want, server) = harness::served_file(&bed.run_dir, "natd", OUTSIDE, SERVER, 8080, BYTES).expect("server");
     let url = format!("http://{SERVER}:8080/random.bin");
     let fetch = |tag: &str, host: &str, extra: &[&str]| -> Result<Child> {
         let got = www.0.join(format!("got-{tag}.bin")).to_string_lossy().into_owned();
@@ -198,9 +190,5 @@ fn dynamic_nat_through_the_three_node_cluster() {
             Ok(format!("pool addresses seen {seen:?}"))
         })(),
     );
-    if !failures.is_empty() {
-        let logs: Vec<String> =
-            (1..=NODES).map(|k| format!("n{k}:\n{}", sys::tail(&bed.run_dir.join(format!("n{k}.log")), 15))).collect();
-        panic!("{} step(s) failed:\n{}\nnode logs:\n{}", failures.len(), failures.join("\n"), logs.join("\n"));
-    }
+    steps.finish(&bed.run_dir, NODES);
 }
