@@ -764,3 +764,43 @@ fn fragments_to_a_pat_address_reach_the_block_holder_from_any_member() {
     assert_eq!(c0.fragments_in, 9);
     bound_once(&bed);
 }
+
+#[test]
+fn a_fragmented_multi_session_datagram_goes_to_the_control_node_too() {
+    let mut bed = bed_with_control(1);
+    // An 8000-byte echo request from the host, in pieces, at data node 0:
+    // its fragment owner sends them to the control node, which owns the
+    // echo and translates every piece from its own block.
+    let mut b = from_host(0, SERVER);
+    b.dont_frag = false;
+    b.ident = 900;
+    let request = frag_util::fragments(&b.icmp(8, 0, (0x55, 1), &[0x5a; 8000]), 1480);
+    let mut out = vec![];
+    for f in &request {
+        out.extend(bed.send(0, IN, f.clone()));
+    }
+    assert_eq!(out.len(), request.len(), "every piece leaves: {out:?}");
+    assert!(out.iter().all(|(n, p, f)| (*n, *p) == (1, OUT) && ports_of(f).0 == POOL), "from the control node");
+    let pieces: Vec<Vec<u8>> = out.into_iter().map(|(_, _, f)| f).collect();
+    let first = pieces.iter().find(|f| Ipv4Packet::new_checked(&f[14..]).unwrap().frag_offset() == 0).unwrap();
+    let id = ports_of(first).1;
+    assert_eq!(holder_of(&bed, PortClass::Icmp, id), 1);
+    // The reply's pieces at members 2, 0, 2, ...: through the control node
+    // to the host.
+    let mut r = from_server(0);
+    r.dont_frag = false;
+    r.ident = 901;
+    let reply = frag_util::fragments(&r.icmp(0, 0, (id, 1), &[0x5a; 8000]), 1480);
+    let mut back = vec![];
+    for (k, f) in reply.iter().enumerate() {
+        let at = [2, 0][k % 2];
+        let mut f = f.clone();
+        f[..6].copy_from_slice(&out_mac(at));
+        back.extend(bed.send(at, OUT, f));
+    }
+    assert_eq!(back.len(), reply.len());
+    assert!(back.iter().all(|(n, p, _)| (*n, *p) == (1, IN)));
+    let (src, dst, icmp) = frag_util::reassemble(&back.into_iter().map(|(_, _, f)| f).collect::<Vec<_>>());
+    assert_eq!((src, dst, u16::from_be_bytes([icmp[4], icmp[5]])), (SERVER, HOST, 0x55));
+    bound_once(&bed);
+}

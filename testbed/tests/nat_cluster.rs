@@ -208,9 +208,23 @@ fn pat_through_the_three_node_cluster() {
         eprintln!("{fault:?} n{node}, which holds {held} xlates");
         let t0 = Instant::now();
         faults::apply(&bed.run_dir, &bed.bin_dir, &format!("n{node}"), fault)?;
+        let mut res = Ok(());
         for (i, c) in children.0.drain(..).enumerate() {
-            check(format!("{tag}{i}"), c)?;
+            if let Err(e) = check(format!("{tag}{i}"), c) {
+                res = Err(e);
+            }
         }
+        if res.is_err() {
+            // What the members made of it, for the failure's diagnosis.
+            for k in &all {
+                for (topic, part) in [("xlate", "counters"), ("cluster", "counters"), ("stats", "drops")] {
+                    if let Ok(v) = bed.show(*k, topic) {
+                        eprintln!("n{k} {topic} {part}: {}", v[part]);
+                    }
+                }
+            }
+        }
+        res?;
         Ok((node, held, t0.elapsed().as_secs_f64()))
     };
     let mut victim = 0;

@@ -666,14 +666,17 @@ impl Pipeline {
                 // on a port of a data node goes to the control node, which
                 // owns it — before any election here. (A record here, or
                 // a flow, says otherwise: followed as planned.)
+                // A fragment at its fragment owner (decided as received on
+                // a port) goes there too, as to its flow owner (the control
+                // node admits it as such and never sends it back).
                 if let Some(n) = self.nat.as_deref() {
                     let may = matches!(plan, Plan::Own | Plan::Query { elect: true, .. })
-                        && rx.via == Via::Port
-                        && note.is_none()
+                        && prx.via == Via::Port
+                        && !rx.hinted
                         && !rx.to_control;
                     if may {
                         if let Some(c) = to_control(cl, n, &self.flows.table, ifx, egress, &tuple) {
-                            plan = Plan::ToControl(c);
+                            plan = if note.is_some() { Plan::Forward(c) } else { Plan::ToControl(c) };
                         }
                     }
                 }

@@ -209,10 +209,13 @@ impl ClusterPath {
                         }
                         // Another member holds it: the flow goes there
                         // (unasked), the querier is sent there too.
-                        Some(h) => {
+                        Some(h) if self.synced(h) => {
                             self.counters.nat_takeovers_redirected += 1;
                             self.grant_to(now, link, h, 0, &key).then_some(h)
                         }
+                        // Not before the holder applied the member set
+                        // (`nat_regrant_step`): the querier asks again.
+                        Some(_) => None,
                         None => {
                             if self.grant(now, link, from, q) {
                                 self.counters.queries_answered += 1;

@@ -557,6 +557,7 @@ impl ClusterPath {
     /// `NAT_REGRANTS_PER_TICK` per call; true if any was sent.
     pub(super) fn nat_regrant_step(&mut self, now: Timestamp, link: &mut Link<'_>) -> bool {
         let mut sent = false;
+        let mut later = 0;
         for _ in 0..NAT_REGRANTS_PER_TICK {
             let Some(key) = self.nat_regrants.pop() else { break };
             let holder = match self.records.get(&key) {
@@ -564,6 +565,17 @@ impl ClusterPath {
                 _ => None,
             };
             if let Some(h) = holder.filter(|&h| h != self.me) {
+                // Not before the holder applied this member set: with the
+                // old one it does not hold the block yet and refuses the
+                // flow (which would then be lost). Its sync marker says.
+                if !self.synced(h) {
+                    self.nat_regrants.insert(0, key);
+                    later += 1;
+                    if later >= self.nat_regrants.len() {
+                        break;
+                    }
+                    continue;
+                }
                 if self.grant_to(now, link, h, 0, &key) {
                     self.counters.nat_regrants += 1;
                     sent = true;
@@ -571,6 +583,13 @@ impl ClusterPath {
             }
         }
         sent
+    }
+
+    /// Has member `n` applied this node's member set (its `SyncDone` of
+    /// the epoch, on this worker's channel, came)? Unasked transfers wait
+    /// for it.
+    pub(super) fn synced(&self, n: NodeId) -> bool {
+        self.sync_progress(self.members.epoch()).done_from >> (n.0 & 15) & 1 != 0
     }
 
     /// A translated flow this node owns whose binding's block went back to

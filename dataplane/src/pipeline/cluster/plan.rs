@@ -118,6 +118,12 @@ impl ClusterPath {
                 // asks this director for it.
                 let holder = self.records.get(&key).and_then(|r| self.binding_holder(r.binding));
                 if let Some(h) = holder.filter(|&h| h != me) {
+                    // Not before the holder applied the member set (it
+                    // would refuse the flow): this packet is lost, the
+                    // regrant follows (`nat_regrant_step`).
+                    if !self.synced(h) {
+                        return Plan::Drop(DropReason::ClusterOwnerUnknown);
+                    }
                     self.counters.nat_takeovers_redirected += 1;
                     return Plan::HandTo(h);
                 }
