@@ -276,3 +276,34 @@ pub fn rdtsc() -> u64 {
         unsafe { ffi::rte_rdtsc() }
     }
 }
+
+mod sched {
+    extern "C" {
+        pub fn setpriority(which: i32, who: u32, prio: i32) -> i32;
+        pub fn getpriority(which: i32, who: u32) -> i32;
+        pub fn gettid() -> i32;
+    }
+    /// `PRIO_PROCESS`: with a thread id, Linux applies it to that thread.
+    pub const PRIO_PROCESS: i32 = 0;
+}
+
+/// Sets the calling thread's nice value (`setpriority(PRIO_PROCESS, gettid(),
+/// nice)`; on Linux it applies to this thread only, and threads it creates
+/// afterwards inherit it). Below 0 needs `CAP_SYS_NICE` (root).
+pub fn set_thread_nice(nice: i32) -> std::io::Result<()> {
+    // SAFETY: gettid has no preconditions; setpriority takes plain integers
+    // and touches no memory of ours.
+    let r = unsafe { sched::setpriority(sched::PRIO_PROCESS, sched::gettid() as u32, nice) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// The calling thread's nice value.
+pub fn thread_nice() -> i32 {
+    // SAFETY: as in set_thread_nice. getpriority's -1 is also a valid
+    // value; errno is not checked: for the calling thread it cannot fail.
+    unsafe { sched::getpriority(sched::PRIO_PROCESS, sched::gettid() as u32) }
+}

@@ -158,6 +158,9 @@ pub struct CclControl {
     changes: Vec<Change>,
     rx: MbufBurst,
     tx: MbufBurst,
+    /// The previous `poll` (this lcore's own stalls).
+    last_poll: Option<Timestamp>,
+    stalled: bool,
 }
 
 pub struct CclControlConfig {
@@ -198,6 +201,8 @@ impl CclControl {
             changes: Vec::new(),
             rx: MbufBurst::new(),
             tx: MbufBurst::new(),
+            last_poll: None,
+            stalled: false,
         }
     }
 
@@ -222,7 +227,8 @@ impl CclControl {
     /// machine's clock advance, carry out its actions. Returns how many
     /// frames it passed on to the worker (data-plane CCL traffic waiting
     /// on this lcore: the caller polls faster while there is some).
-    pub fn poll(&mut self, now: Timestamp) -> usize {
+    pub fn poll(&mut self, now: Timestamp, workers_ran: Timestamp) -> usize {
+        self.watch_stalls(now, workers_ran);
         let mut handled = 0;
         if let Some(q) = self.queue {
             // Drain the queue (bounded: a few bursts per round).
@@ -269,6 +275,36 @@ impl CclControl {
         self.natshare.tick(now, &mut self.membership);
         self.act_all(now);
         handled
+    }
+
+    /// Stalls of the receive path (SPEC M1): after this lcore went
+    /// unscheduled for more than half a heartbeat interval, or while a
+    /// worker (`workers_ran`: the oldest start of a worker loop) has not
+    /// run for that long, heartbeats may wait unread in a queue: the
+    /// membership machine removes nobody for silence until an interval
+    /// after the stall (`Membership::rx_stalled`). A worker silent for
+    /// four hold times is hung, not stalled: no longer reported, so
+    /// removals go on.
+    fn watch_stalls(&mut self, now: Timestamp, workers_ran: Timestamp) {
+        let limit = self.membership.heartbeat_interval().0 / 2;
+        let hung = self.membership.hold_time().0.saturating_mul(4);
+        let own = self.last_poll.map_or(0, |l| now.nanos().saturating_sub(l.nanos()));
+        let worker = if workers_ran.nanos() == 0 { 0 } else { now.nanos().saturating_sub(workers_ran.nanos()) };
+        self.last_poll = Some(now);
+        if own > limit || (worker > limit && worker < hung) {
+            if !self.stalled {
+                log::info!(
+                    "receive path stalled (control lcore not run for {} ms, a worker for {} ms): heartbeats may be late; \
+                     no member is removed for silence until an interval after it",
+                    own / 1_000_000,
+                    worker / 1_000_000
+                );
+            }
+            self.stalled = true;
+            self.membership.rx_stalled(now);
+        } else {
+            self.stalled = false;
+        }
     }
 
     /// Dynamic NAT (N4): the workers' requests for the control node

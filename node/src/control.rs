@@ -93,7 +93,8 @@ impl Control {
                 // Dynamic NAT: the workers' requests for the control node.
                 let reqs = self.shared.workers.iter().flat_map(|w| std::iter::from_fn(|| w.xlate_requests.pop()));
                 c.request_xlates(now, reqs.collect::<Vec<_>>());
-                c.poll(now)
+                let ran = self.shared.workers.iter().map(|w| w.loop_ns.load(Ordering::Relaxed)).min().unwrap_or(0);
+                c.poll(now, dataplane::Timestamp(ran))
             }
             None => 0,
         };
@@ -242,6 +243,7 @@ impl Control {
                     "control_node": v.control.map(|c| c.0),
                     "last_heard_ms": if v.this_node { None } else { v.last_heard_ms() },
                     "heartbeats_rx": v.heartbeats,
+                    "longest_gap_ms": v.longest_gap.map(|d| d.0 / 1_000_000),
                     "incarnation": v.incarnation,
                     "site": v.site,
                     "chassis": v.chassis,

@@ -64,6 +64,9 @@ fn parse_cli() -> Result<Cli> {
     Ok(Cli { config: config.context(USAGE)?, check_only, extra_eal })
 }
 
+/// Nice value of the control lcore's thread (heartbeats, membership).
+const CONTROL_NICE: i32 = -10;
+
 fn main() -> ExitCode {
     let cli = match parse_cli() {
         Ok(c) => c,
@@ -416,6 +419,14 @@ fn run(cfg: Config, extra: Vec<String>) -> Result<()> {
         clock,
     )?;
     log::info!("node {} up; control socket {}", cfg.node.name, cfg.control_socket.display());
+    // The control lcore's heartbeats must not wait behind busy workers or
+    // other programs where cores are shared: it runs at nice -10 (set
+    // after the worker threads were made, so they keep nice 0). It sleeps
+    // most of the time, so this costs the workers nothing.
+    match dpdk_sys::eal::set_thread_nice(CONTROL_NICE) {
+        Ok(()) => log::info!("control lcore at nice {}", dpdk_sys::eal::thread_nice()),
+        Err(e) => log::warn!("control lcore: cannot set nice {CONTROL_NICE} ({e}); heartbeats may be late on shared cores"),
+    }
     // The control lcore: socket, CCL control queue, heartbeats. It polls
     // quickly while the CCL control queue carries frames (the worker's
     // share of them waits here) and backs off to 5 ms when idle.

@@ -108,6 +108,10 @@ pub struct WorkerShared {
     /// lcore; full: dropped and counted (the worker asks again).
     pub xlate_requests: ArrayQueue<dataplane::pipeline::SharedRequest>,
     pub xlate_request_drops: AtomicU64,
+    /// The node clock when the worker last began a loop (0: not yet):
+    /// the control lcore tells a stalled worker, whose CCL queue may
+    /// hold heartbeats unread, from a silent member.
+    pub loop_ns: AtomicU64,
 }
 
 /// Frames a worker's steering ring holds (a power of two).
@@ -129,6 +133,7 @@ impl WorkerShared {
             handoff_drops: AtomicU64::new(0),
             xlate_requests: ArrayQueue::new(dataplane::pipeline::SHARED_REQUESTS),
             xlate_request_drops: AtomicU64::new(0),
+            loop_ns: AtomicU64::new(0),
         }
     }
 }

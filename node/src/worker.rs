@@ -184,6 +184,7 @@ impl Worker {
             let now = self.clock.now();
             let mut received = 0;
             if self.ccl_port.is_some() {
+                mine.loop_ns.store(now.nanos(), Ordering::Relaxed);
                 let l = ccl.lease_ns.load(Ordering::Relaxed);
                 if l != lease {
                     lease = l;

@@ -12,9 +12,18 @@ fn q(s: &str) -> String {
     serde_json::to_string(s).expect("a string always serializes")
 }
 
-/// EAL arguments of a test-bed node: no hugepages, no PCI, both cores, a
-/// per-node file prefix so nodes and other DPDK users never share runtime
-/// files.
+/// EAL arguments of a test-bed node: no hugepages, no PCI, a per-node
+/// file prefix so nodes and other DPDK users never share runtime files, and
+/// two lcores that both float over the two cores (`--lcores (0,1)@(0,1)`).
+/// Several nodes share the two cores, so pinning buys nothing and costs
+/// heartbeats: with `-l 0,1` every node's control lcore (and the worker
+/// threads, which inherit its affinity) queued on core 0 behind a starting
+/// node's EAL initialisation, control lcores went unscheduled for 100-130 ms
+/// at a time and heartbeats arrived up to 276 ms apart against the bed's
+/// 300 ms hold time (a member was removed in CI). Floating: at most 109 ms
+/// apart over a 3-node, 2-worker `up`; under the full traffic of
+/// `cluster_three_nodes` (control lcore at nice -10, `node/src/main.rs`)
+/// the longest gaps of three runs were 131-206 ms.
 pub fn eal_args(node: &NodeSpec) -> Vec<String> {
     [
         "--no-huge",
@@ -23,8 +32,8 @@ pub fn eal_args(node: &NodeSpec) -> Vec<String> {
         "--no-pci",
         "--file-prefix",
         &node.dpdk_prefix(),
-        "-l",
-        "0,1",
+        "--lcores",
+        "(0,1)@(0,1)",
     ]
     .iter()
     .map(|s| s.to_string())
@@ -220,7 +229,7 @@ mod tests {
         let y = node_yaml(&t.nodes[0], "/tmp/cfw-testbed/n1.sock");
         for want in [
             "control-socket: \"/tmp/cfw-testbed/n1.sock\"",
-            "eal-args: [\"--no-huge\", \"-m\", \"256\", \"--no-pci\", \"--file-prefix\", \"cfw-tb-n1\", \"-l\", \"0,1\"]",
+            "eal-args: [\"--no-huge\", \"-m\", \"256\", \"--no-pci\", \"--file-prefix\", \"cfw-tb-n1\", \"--lcores\", \"(0,1)@(0,1)\"]",
             "  - name: \"inside\"\n    device: \"net_af_packet0,iface=n1-in,framecnt=2048\"\n    address: 198.18.1.1/24\n    security-level: 100\n",
             "  - name: \"outside\"\n    device: \"net_af_packet1,iface=n1-out,framecnt=2048\"\n    address: 198.18.2.1/24\n    security-level: 0\n",
             "access-rules: []",

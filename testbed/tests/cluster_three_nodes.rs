@@ -578,7 +578,23 @@ fn cluster_three_nodes_traffic() {
 
     for k in 1..=NODES {
         match c.show(k, "cluster") {
-            Ok(v) => eprintln!("n{k} show cluster: counters {} ccl {} drops {}", v["counters"], v["ccl"], v["ccl_drops"]),
+            Ok(v) => {
+                let gaps: Vec<String> = v["members"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter(|m| m["this_node"] != true)
+                    .map(|m| format!("{} longest gap {} ms", m["name"], m["longest_gap_ms"]))
+                    .collect();
+                eprintln!(
+                    "n{k} show cluster: heartbeats: {}; membership {}; counters {} ccl {} drops {}",
+                    gaps.join(", "),
+                    v["membership"],
+                    v["counters"],
+                    v["ccl"],
+                    v["ccl_drops"]
+                )
+            }
             Err(e) => failures.push(format!("after: n{k} no longer answers: {e:#}")),
         }
     }

@@ -369,6 +369,12 @@ pub struct Counters {
     /// Copies this node dropped because a control node refused its join
     /// over them (config-ahead, config-diverged).
     pub configs_dropped: u64,
+    /// Receive-path stalls the driver reported (`rx_stalled`).
+    pub rx_stalls: u64,
+    /// Removals put off because this node's receive path had stalled
+    /// within a heartbeat interval (the member's heartbeats may wait in
+    /// it, unread): one per member and tick.
+    pub removals_deferred: u64,
 }
 
 impl Counters {
@@ -406,6 +412,8 @@ impl Stats for Counters {
             ("configs_published", self.configs_published),
             ("configs_rejected", self.configs_rejected),
             ("configs_dropped", self.configs_dropped),
+            ("rx_stalls", self.rx_stalls),
+            ("removals_deferred", self.removals_deferred),
         ];
         for (name, value) in c {
             v.counter(name, value);

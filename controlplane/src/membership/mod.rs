@@ -282,6 +282,9 @@ pub struct Membership {
     hb_now: bool,
     last_input: Option<Timestamp>,
     awake_since: Timestamp,
+    /// End of the last receive-path stall the driver reported
+    /// (`rx_stalled`): until an interval after it, silence is no proof.
+    rx_resumed: Option<Timestamp>,
     join: Join,
     retry_at: Option<Timestamp>,
     failures: u32,
@@ -341,6 +344,7 @@ impl Membership {
             grant_update: false,
             last_input: None,
             awake_since: Timestamp::ZERO,
+            rx_resumed: None,
             join: Join { started: Timestamp::ZERO, target: None, target_since: Timestamp::ZERO, last_request: None },
             retry_at: None,
             failures: 0,
@@ -482,6 +486,7 @@ impl Membership {
             priority: if me { Some(self.cfg.priority) } else { hb.map(|h| h.priority) },
             last_heard: if me { None } else { p.last_heard.map(|t| now.since(t)) },
             heartbeats: p.heartbeats,
+            longest_gap: (!me && p.heartbeats > 1).then_some(p.longest_gap),
             incarnation: if me { self.cfg.incarnation } else { p.incarnation },
             epoch: if me { Some(self.set.epoch()) } else { hb.map(|h| h.epoch) },
             control: if me { self.control } else { hb.and_then(|h| h.follows) },
@@ -548,6 +553,21 @@ impl Membership {
             self.hb_now = true;
             self.grant_update = false;
         }
+        self.end(now);
+    }
+
+    /// The driver's receive path (the worker that polls the CCL queue
+    /// the heartbeats may land in, or the control lcore itself) did not
+    /// run until `now`: heartbeats may wait in it, unread. For one
+    /// heartbeat interval from `now` the control node removes no member
+    /// for silence (it hears what waited first); the driver reports a
+    /// stall that lasts only while it is short of a few hold times, so
+    /// a hung worker does not stop removals for good. Safety does not
+    /// rest on removals: a silent member's own lease runs out.
+    pub fn rx_stalled(&mut self, now: Timestamp) {
+        let now = self.begin(now);
+        self.counters.rx_stalls += 1;
+        self.rx_resumed = Some(self.rx_resumed.map_or(now, |r| r.max(now)));
         self.end(now);
     }
 
@@ -1455,7 +1475,9 @@ impl Membership {
             };
             let silent = now.since(m.heard);
             let said = p.hb.filter(|h| p.incarnation == m.incarnation && h.at >= m.admitted).map(|h| h.state);
-            if silent >= hold {
+            if silent >= hold && self.rx_resumed.is_some_and(|r| now.since(r) < self.cfg.heartbeat_interval) {
+                self.counters.removals_deferred += 1;
+            } else if silent >= hold {
                 removed.push((n, Reason::NoHeartbeat { silent }));
             } else if let Some(s @ (State::Inactive | State::Disabled)) = said {
                 removed.push((n, Reason::Left { state: s }));

@@ -55,6 +55,9 @@ pub(super) struct Peer {
     pub(super) ccl_address: Ipv4Addr,
     pub(super) last_heard: Option<Timestamp>,
     pub(super) heartbeats: u64,
+    /// Longest time between two heartbeats of one incarnation received
+    /// in order (jitter, lost heartbeats, stalls on either side).
+    pub(super) longest_gap: Duration,
     /// Highest seen (0: none).
     pub(super) incarnation: u32,
     pub(super) hb: Option<Heard>,
@@ -76,6 +79,7 @@ impl Peer {
             ccl_address: n.ccl_address,
             last_heard: None,
             heartbeats: 0,
+            longest_gap: Duration(0),
             incarnation: 0,
             hb: None,
             rx_seq: 0,
@@ -105,6 +109,9 @@ impl Peer {
             return false;
         }
         self.heartbeats += 1;
+        if let Some(last) = &self.hb {
+            self.longest_gap = self.longest_gap.max(now.since(last.at));
+        }
         self.rx_seq = self.rx_seq.max(h.seq);
         let echo_of_me = (h.echo_bitmap & (1 << me.index()) != 0).then(|| h.echoes[me.index()]);
         let state = State::from_code(h.state).unwrap_or(State::Inactive);
@@ -145,6 +152,9 @@ pub struct MemberView {
     pub last_heard: Option<Duration>,
     /// Heartbeats received from it.
     pub heartbeats: u64,
+    /// Longest time between two of its heartbeats, in order, of one
+    /// incarnation (`None` for this node).
+    pub longest_gap: Option<Duration>,
     /// Incarnation of its last message (0: none heard).
     pub incarnation: u32,
     /// Its member-set epoch (as its last heartbeat said).

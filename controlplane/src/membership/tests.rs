@@ -374,6 +374,59 @@ fn a_silent_member_is_removed_after_the_hold_time_with_a_new_epoch() {
     assert!(removed.text.starts_with("n2 removed: no heartbeat for 30"), "{}", removed.text);
 }
 
+#[test]
+fn a_stalled_receive_path_puts_removals_off_until_it_ran_an_interval() {
+    // Node 2's heartbeats wait, unread, in node 0's stalled worker for
+    // 400 ms (more than the hold time): modelled as node 0 hearing
+    // nothing from node 2 while its driver reports the stall every step.
+    let stall = |report: bool| {
+        let mut c = Mini::of(3);
+        c.run(1000);
+        assert_eq!(c.controls(), vec![0]);
+        c.cut[2][0] = true;
+        for _ in 0..400 * MS / STEP {
+            c.run(STEP / MS);
+            if report {
+                let now = c.now;
+                c.ms[0].rx_stalled(now);
+                c.pump(0);
+            }
+        }
+        c.cut[2][0] = false;
+        c
+    };
+    // Unreported, the stall removes node 2.
+    let mut c = stall(false);
+    c.run(500);
+    assert_eq!(c.ms[0].counters().members_removed, 1);
+    // Reported: what waited is heard first, node 2 stays.
+    let mut c = stall(true);
+    let e = c.ms[0].epoch();
+    c.run(500);
+    assert_eq!((c.ms[0].members().bits(), c.ms[0].epoch()), (0b111, e));
+    assert_eq!(c.ms[0].counters().members_removed, 0);
+    assert!(c.ms[0].counters().removals_deferred > 0);
+    assert_eq!(c.ms[0].counters().rx_stalls, 400 * MS / STEP);
+
+    // A member that is gone is still removed, an interval after the
+    // stall ended at the latest.
+    let mut c = Mini::of(3);
+    c.run(1000);
+    c.alive[2] = false;
+    for _ in 0..400 * MS / STEP {
+        c.run(STEP / MS);
+        let now = c.now;
+        c.ms[0].rx_stalled(now);
+        c.pump(0);
+    }
+    let end = c.now;
+    assert_eq!(c.ms[0].members().bits(), 0b111);
+    c.run(200);
+    assert_eq!(c.ms[0].members().bits(), 0b011);
+    let removed = c.ms[0].history().find(|e| matches!(e.kind, EventKind::Removed { .. })).unwrap();
+    assert!(removed.at.0 - end.0 <= 100 * MS + STEP, "{} ms after the stall", (removed.at.0 - end.0) / MS);
+}
+
 // --- Split brain (M3) and quorum. ---
 
 #[test]
@@ -1022,7 +1075,7 @@ fn bad_input_is_counted_by_reason_and_named() {
     assert_eq!(c0.received(Received::UnknownSender), 2);
     let flat = flatten(&c0);
     assert_eq!(flat["received.unknown-sender"], 2);
-    assert_eq!(flat.values().count(), Received::COUNT + 21);
+    assert_eq!(flat.values().count(), Received::COUNT + 23);
 }
 
 /// Random decoded messages and times into one machine: no panic, one
