@@ -26,7 +26,11 @@
 //! worker holding the block of its destination port (an ICMP echo by its
 //! identifier), one to a dynamic-NAT address by that address's worker, one
 //! to a static rule's mapped address by the worker of the real tuple it
-//! translates to; an ICMP error by the packet it quotes, the same way.
+//! translates to, one to a cluster member's dynamic-NAT address (handed out
+//! by the control node, N4) by the worker of the real tuple the replicated
+//! table translates it to (`real_of`: the receiving worker's own copy of
+//! the table, which every worker holds); an ICMP error by the packet it
+//! quotes, the same way.
 //! The worker that allocated a translation is the worker of the
 //! connection's real tuple, so both directions still meet.
 //!
@@ -36,7 +40,8 @@
 //!
 //! Invariants: `worker_of_tuple(t, n) == worker_of_tuple(&t.reversed(), n)`
 //! and is below `n`; a frame's steering never depends on anything but its
-//! bytes and `n`; nothing allocates or panics on any input.
+//! bytes, `n`, the NAT plan and (dynamic NAT on a cluster member) the
+//! replicated table; nothing allocates or panics on any input.
 
 use crate::cluster::FlowHasher;
 use crate::frag::frag_hash_seeded;
@@ -46,7 +51,7 @@ use crate::wire::ethernet::{ethertype, EthernetFrame};
 use crate::wire::icmp::{msg_type, Icmpv4Packet};
 use crate::wire::ipv4::Ipv4Packet;
 use crate::wire::{tcp, udp};
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr};
 
 /// Seed of the worker hash (distinct from the director's and the fragment
 /// owner's, so the three choices are independent).
@@ -93,20 +98,34 @@ pub fn fragment_worker(src: IpAddr, dst: IpAddr, ident: u32, workers: u16) -> Wo
 /// Where `frame` (as received on a port) is decided, for a node with
 /// `workers` workers.
 pub fn steer(frame: &[u8], workers: u16) -> Steer {
-    steer_nat(frame, workers, None)
+    steer_nat(frame, workers, None, no_shared)
+}
+
+/// A `real_of` for nodes without a replicated dynamic-NAT table.
+pub fn no_shared(_: Ipv4Addr) -> Option<Ipv4Addr> {
+    None
 }
 
 /// [`steer`] on a node translating with `nat` (the plan its workers share):
 /// traffic to mapped addresses goes where its translation is (module
 /// essay).
-pub fn steer_nat(frame: &[u8], workers: u16, nat: Option<&NatPlan>) -> Steer {
+///
+/// `real_of`: the replicated dynamic-NAT table (a cluster member's, N4):
+/// the real address a mapped one is handed to (`Pipeline::shared_real_of`);
+/// [`no_shared`] elsewhere.
+pub fn steer_nat(
+    frame: &[u8],
+    workers: u16,
+    nat: Option<&NatPlan>,
+    real_of: impl Fn(Ipv4Addr) -> Option<Ipv4Addr>,
+) -> Steer {
     if workers <= 1 {
         return Steer::Worker(WorkerId(0));
     }
     let Ok(eth) = EthernetFrame::new_checked(frame) else { return Steer::Any };
     match eth.ethertype() {
         ethertype::ARP => Steer::All,
-        ethertype::IPV4 => ipv4_nat(eth.payload(), workers, nat).map_or(Steer::Any, Steer::Worker),
+        ethertype::IPV4 => ipv4_nat(eth.payload(), workers, nat, &real_of).map_or(Steer::Any, Steer::Worker),
         _ => Steer::Any,
     }
 }
@@ -135,7 +154,7 @@ pub fn steer_ccl(frame: &[u8], workers: u16) -> Steer {
 /// The owning worker of an IPv4 datagram, `None` when the header does not
 /// say (the receiving worker drops it).
 pub fn ipv4(l3: &[u8], workers: u16) -> Option<WorkerId> {
-    ipv4_nat(l3, workers, None)
+    ipv4_nat(l3, workers, None, &no_shared)
 }
 
 /// The worker of a connection whose packet has tuple `t` as received
@@ -145,14 +164,26 @@ pub fn ipv4(l3: &[u8], workers: u16) -> Option<WorkerId> {
 /// The worker of the connection of a datagram received with tuple `t`
 /// (its fragments' datagram: the pipeline's fragment hand-off) on a node
 /// translating with `nat`.
-pub fn nat_worker_of(t: &FiveTuple, nat: Option<&NatPlan>, workers: u16) -> WorkerId {
+/// (`real_of` as for [`steer_nat`].)
+pub fn nat_worker_of(
+    t: &FiveTuple,
+    nat: Option<&NatPlan>,
+    workers: u16,
+    real_of: impl Fn(Ipv4Addr) -> Option<Ipv4Addr>,
+) -> WorkerId {
     if workers <= 1 {
         return WorkerId(0);
     }
-    nat_worker(*t, false, nat, workers)
+    nat_worker(*t, false, nat, workers, &real_of)
 }
 
-fn nat_worker(t: FiveTuple, quoted: bool, nat: Option<&NatPlan>, workers: u16) -> WorkerId {
+fn nat_worker(
+    t: FiveTuple,
+    quoted: bool,
+    nat: Option<&NatPlan>,
+    workers: u16,
+    real_of: &impl Fn(Ipv4Addr) -> Option<Ipv4Addr>,
+) -> WorkerId {
     // Inbound the mapped endpoint is the destination; a quoted packet
     // went out from it.
     let t = if quoted { t.reversed() } else { t };
@@ -165,11 +196,22 @@ fn nat_worker(t: FiveTuple, quoted: bool, nat: Option<&NatPlan>, workers: u16) -
         Some(NatInbound::Real(a, p)) => {
             worker_of_tuple(&FiveTuple { dst: IpAddr::V4(a), dst_port: p.unwrap_or(t.dst_port), ..t }, workers)
         }
+        // Dynamic NAT keeps ports: the address alone. Not (yet) in the
+        // table: where it arrived as, dropped there (`nat-no-xlate`).
+        Some(NatInbound::Shared) => match real_of(dst) {
+            Some(a) => worker_of_tuple(&FiveTuple { dst: IpAddr::V4(a), ..t }, workers),
+            None => worker_of_tuple(&t, workers),
+        },
         None => worker_of_tuple(&t, workers),
     }
 }
 
-fn ipv4_nat(l3: &[u8], workers: u16, nat: Option<&NatPlan>) -> Option<WorkerId> {
+fn ipv4_nat(
+    l3: &[u8],
+    workers: u16,
+    nat: Option<&NatPlan>,
+    real_of: &impl Fn(Ipv4Addr) -> Option<Ipv4Addr>,
+) -> Option<WorkerId> {
     let ip = Ipv4Packet::new_checked_header(l3).ok()?;
     let (src, dst, proto) = (IpAddr::V4(ip.src()), IpAddr::V4(ip.dst()), ip.protocol());
     if ip.is_fragment() {
@@ -208,7 +250,7 @@ fn ipv4_nat(l3: &[u8], workers: u16, nat: Option<&NatPlan>) -> Option<WorkerId> 
         }
         _ => (t(0, 0), false),
     };
-    Some(if nat.is_some() { nat_worker(tuple, quoted, nat, workers) } else { worker_of_tuple(&tuple, workers) })
+    Some(if nat.is_some() { nat_worker(tuple, quoted, nat, workers, real_of) } else { worker_of_tuple(&tuple, workers) })
 }
 
 #[cfg(test)]

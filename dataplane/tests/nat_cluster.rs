@@ -13,13 +13,12 @@ mod frag_util;
 use cluster_bed::*;
 use dataplane::ccl::MessageKind;
 use dataplane::conntrack::tcp_flags::{ACK, PSH, SYN};
-use dataplane::nat::{PortClass, RuleKind, RuleSpec as NatRule};
+use dataplane::nat::{PortClass, RuleKind};
 use dataplane::pipeline::{NatSpec, PatSpec, PoolSpec};
-use dataplane::route::IfIndex;
 use dataplane::wire::build::PacketBuilder;
 use dataplane::wire::ipv4::Ipv4Packet;
 use dataplane::wire::tcp::TcpPacket;
-use dataplane::{DropReason, Duration, NodeId, PortId};
+use dataplane::{DropReason, NodeId, PortId};
 use std::net::Ipv4Addr;
 
 const POOL: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 7);
@@ -29,25 +28,8 @@ const S_ISN: u32 = 5000;
 type Out = Vec<(usize, PortId, Vec<u8>)>;
 
 fn nat_spec() -> NatSpec {
-    NatSpec {
-        rules: vec![NatRule {
-            kind: RuleKind::DynamicPat,
-            real_iface: Some(IfIndex(0)),
-            mapped_iface: Some(IfIndex(1)),
-            source: (Ipv4Addr::new(198, 18, 1, 0), 24),
-            mapped: None,
-            ports: None,
-            pool: Some(0),
-            per_session: Default::default(),
-        }],
-        pools: vec![PoolSpec {
-            addresses: vec![POOL],
-            pat: Some(PatSpec { block_size: 4096, reserved_ports: false, max_per_host: None }),
-        }],
-        xlate_capacity: 1024,
-        xlate_timeout: Duration::from_secs(30),
-        host_capacity: 64,
-    }
+    let pat = Some(PatSpec { block_size: 4096, reserved_ports: false, max_per_host: None });
+    one_rule_nat(RuleKind::DynamicPat, PoolSpec { addresses: vec![POOL], pat })
 }
 
 fn nat_bed(nodes: usize) -> Bed {

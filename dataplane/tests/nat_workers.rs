@@ -637,7 +637,7 @@ proptest! {
             bytes[14] = 0x45;
             bytes[30..34].copy_from_slice(&[PAT[0], DYN[1], WEB_MAPPED, DB_MAPPED][to].octets());
         }
-        match dataplane::steer::steer_nat(&bytes, n, Some(&plan)) {
+        match dataplane::steer::steer_nat(&bytes, n, Some(&plan), dataplane::steer::no_shared) {
             dataplane::steer::Steer::Worker(w) => prop_assert!(w.0 < n),
             _ => {}
         }

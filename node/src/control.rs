@@ -20,7 +20,7 @@ use controlplane::mgmt::{Request, Server, Topic};
 use controlplane::stats;
 use dpdk_sys::Port;
 use serde_json::{json, Value};
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -519,11 +519,50 @@ impl Control {
                         (a, b) => a.or(b),
                     };
                 }
-                Ok(json!({ "nat": counters.is_some(), "xlates": all, "counters": enc(serde_json::to_value(counters))? }))
+                Ok(json!({ "nat": counters.is_some(), "xlates": merge_replicas(all), "counters": enc(serde_json::to_value(counters))? }))
             }
             Topic::ClusterHistory => self.show_cluster_history(),
         }
     }
+}
+
+/// `show xlate`'s rows with the replicas of the control node's dynamic-NAT
+/// table (`sessions: cluster`: every worker of a member holds the whole
+/// table, N4) as one row per translation, its `worker` the list of those
+/// holding it (`clusterfw-ctl` prints `0/1`):
+/// its connections counted over them (`refcnt`), idle since the latest use,
+/// as old as the oldest copy, stale only when every copy is. Other rows
+/// (each in one worker's table) as they are.
+fn merge_replicas(rows: Vec<Value>) -> Vec<Value> {
+    let mut out: Vec<Value> = Vec::with_capacity(rows.len());
+    let mut at: HashMap<(Value, Value, Value), usize> = HashMap::new();
+    for mut r in rows {
+        if r["sessions"] != "cluster" {
+            out.push(r);
+            continue;
+        }
+        let key = (r["proto"].clone(), r["real"].clone(), r["mapped"].clone());
+        let worker = r["worker"].take();
+        match at.get(&key) {
+            None => {
+                r["worker"] = json!([worker]);
+                at.insert(key, out.len());
+                out.push(r);
+            }
+            Some(&i) => {
+                let m = &mut out[i];
+                let n = |v: &Value, k: &str| v[k].as_u64().unwrap_or(0);
+                m["refcnt"] = json!(n(m, "refcnt") + n(&r, "refcnt"));
+                m["idle_ms"] = json!(n(m, "idle_ms").min(n(&r, "idle_ms")));
+                m["age_ms"] = json!(n(m, "age_ms").max(n(&r, "age_ms")));
+                m["stale"] = json!(m["stale"] == true && r["stale"] == true);
+                if let Some(ws) = m["worker"].as_array_mut() {
+                    ws.push(worker);
+                }
+            }
+        }
+    }
+    out
 }
 
 /// One policy to each worker.
@@ -536,4 +575,35 @@ fn send_policies(pending: &mut [VecDeque<Query>], generation: u64, policies: Vec
 /// The policy generation every worker has applied.
 fn policy_applied(shared: &Shared) -> u64 {
     shared.workers.iter().map(|w| w.policy_applied.load(Ordering::Relaxed)).min().unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(w: u16, sessions: &str, real: &str, refcnt: u64, idle: u64, age: u64, stale: bool) -> Value {
+        json!({ "proto": "any", "real": real, "mapped": "198.51.100.7", "sessions": sessions,
+                "refcnt": refcnt, "idle_ms": idle, "age_ms": age, "stale": stale, "worker": w })
+    }
+
+    #[test]
+    fn replicas_of_the_cluster_table_are_one_row_and_other_rows_stay() {
+        let rows = vec![
+            row(0, "cluster", "10.0.0.2", 1, 50, 900, true),
+            row(0, "per-session", "10.0.0.9", 1, 5, 5, false),
+            row(1, "cluster", "10.0.0.2", 2, 20, 800, false),
+            row(1, "cluster", "10.0.0.3", 0, 70, 70, true),
+            row(1, "per-session", "10.0.0.9", 1, 6, 6, false),
+        ];
+        let out = merge_replicas(rows);
+        assert_eq!(out.len(), 4, "{out:?}");
+        let a = &out[0];
+        assert_eq!((a["real"].as_str(), a["worker"].clone()), (Some("10.0.0.2"), json!([0, 1])));
+        assert_eq!((a["refcnt"].as_u64(), a["idle_ms"].as_u64(), a["age_ms"].as_u64()), (Some(3), Some(20), Some(900)));
+        assert_eq!(a["stale"], json!(false));
+        assert_eq!(out[2]["worker"], json!([1]));
+        assert_eq!(out[2]["stale"], json!(true));
+        // Each worker's own translations keep their worker.
+        assert_eq!((out[1]["worker"].clone(), out[3]["worker"].clone()), (json!(0), json!(1)));
+    }
 }

@@ -82,10 +82,6 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    if let Some(why) = policy::nat_not_runnable(&cfg.nat, cfg.cluster.is_some(), usize::from(cfg.dpdk.workers)) {
-        eprintln!("clusterfw: {}: {why}", cli.config.display());
-        return ExitCode::from(2);
-    }
     if cli.check_only {
         println!("{}: configuration OK", cli.config.display());
         return ExitCode::SUCCESS;

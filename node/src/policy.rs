@@ -130,9 +130,6 @@ impl Policies {
     /// The pipeline's form of `p` for this node's interfaces, one per
     /// worker.
     fn build(&self, p: &FilePolicy) -> Result<Vec<Box<Policy>>, String> {
-        if let Some(why) = nat_not_runnable(&p.nat, self.file.cluster.is_some(), self.workers) {
-            return Err(why);
-        }
         let specs: Vec<InterfaceSpec> = self
             .specs
             .iter()
@@ -233,9 +230,6 @@ impl Policies {
             );
         }
         let policy = new.policy();
-        if let Some(why) = nat_not_runnable(&policy.nat, new.cluster.is_some(), self.workers) {
-            bail!("{}: {why} (nothing was applied)", path.display());
-        }
         self.file = new;
         if policy == self.running.policy {
             return Ok(Reload::Unchanged);
@@ -249,30 +243,6 @@ impl Policies {
         let (generation, policies) = self.run(0, source, policy, yaml).map_err(anyhow::Error::msg)?;
         Ok(Reload::Apply { generation, policies })
     }
-}
-
-/// Why this node cannot run `nat`: a cluster member runs PAT, static NAT
-/// and static PAT (docs/nat.md, "The cluster"); dynamic NAT hands whole
-/// pool addresses out from the control node's xlate table (SPEC N4), not
-/// built, so its rules are refused there, not ignored — forwarding inside
-/// addresses untranslated where the operator asked for NAT would leak
-/// them.
-pub fn nat_not_runnable(nat: &config::nat::NatConfig, cluster: bool, workers: usize) -> Option<String> {
-    let dynamic_nat: Vec<&str> = nat
-        .rules
-        .iter()
-        .filter(|r| r.kind == config::nat::NatKind::DynamicNat)
-        .map(|r| r.name.as_str())
-        .collect();
-    (cluster && workers > 1 && !dynamic_nat.is_empty()).then(|| {
-        format!(
-            "nat: dynamic-nat rule(s) {}: a cluster member runs dynamic NAT with one worker only (dpdk.workers: \
-             {workers}; the return traffic to an address the control node handed out cannot be steered to the \
-             worker of its connection yet, docs/nat.md); use dynamic-pat, static-nat or static-pat, or one worker; \
-             refusing them rather than forwarding untranslated",
-            dynamic_nat.join(", ")
-        )
-    })
 }
 
 /// The pipeline's NAT configuration of `cfg` (`None` without rules): rule

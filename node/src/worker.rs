@@ -400,7 +400,7 @@ impl Worker {
             let s = if is_ccl {
                 steer_ccl(m.data(), self.workers)
             } else {
-                steer_nat(m.data(), self.workers, self.nat.as_deref())
+                steer_nat(m.data(), self.workers, self.nat.as_deref(), |a| self.pipeline.shared_real_of(a))
             };
             match s {
                 Steer::Worker(w) if w != self.me => {

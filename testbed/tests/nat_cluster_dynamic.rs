@@ -1,7 +1,7 @@
 //! Dynamic NAT through the three-node test bed (issue 13, SPEC N4): the bed
 //! comes up with `--dynamic-nat` (the client network's hosts each leave as
 //! one of 198.51.100.7–9; the outside router spreads 198.51.100.0/24 over
-//! the members by ECMP), one worker per node. The control node hands the
+//! the members by ECMP), `CFW_BED_WORKERS` workers per node (1 when unset). The control node hands the
 //! addresses out through the replicated NAT table; every member holds it.
 //!
 //! (a) HTTP downloads from the client (198.18.10.2) and from a second
@@ -62,11 +62,13 @@ fn dynamic_nat_through_the_three_node_cluster() {
     for tool in ["curl", "tcpdump", "ping"] {
         assert!(sys::have(tool), "{tool} is not installed (scripts/test.sh installs it)");
     }
-    // One worker per node: a cluster member refuses dynamic NAT with more
-    // (docs/nat.md), so this test ignores CFW_BED_WORKERS.
-    let shape = Shape { nat: BedNat::DynamicNat, workers: 1, ..Shape::default() };
+    // CFW_BED_WORKERS workers per node: with several, the return traffic
+    // to a host's address is steered through the table to the worker of
+    // each connection (`steer::steer_nat`).
+    let workers = harness::bed_workers();
+    let shape = Shape { nat: BedNat::DynamicNat, workers, ..Shape::default() };
     let bed = TestBed::up_with(NODES, "/tmp/cfw-testbed-natd", shape).expect("bed up");
-    eprintln!("dynamic NAT cluster bed, {NODES} nodes");
+    eprintln!("dynamic NAT cluster bed, {NODES} nodes with {workers} worker(s) each (CFW_BED_WORKERS)");
     sys::ns_run(INSIDE, "ip", &["addr", "add", &format!("{}/24", HOSTS[1]), "dev", "eth0"]).expect("second host");
     let mut steps = Steps::default();
     let mut step = |name: &str, r: Result<String>| steps.step(name, r);

@@ -112,6 +112,12 @@ pub enum NatInbound {
     /// By the worker of the datagram once translated to this real address
     /// (and port, for static PAT): a static rule's.
     Real(Ipv4Addr, Option<u16>),
+    /// By the worker of the datagram once translated through the
+    /// replicated dynamic-NAT table (a cluster member's dynamic NAT, N4:
+    /// the control node hands the address to a host; every worker holds
+    /// the table, `NatPath::shared_real_of`): the caller looks the
+    /// address up.
+    Shared,
 }
 
 impl NatPlan {
@@ -126,7 +132,8 @@ impl NatPlan {
     /// node's share over its `workers` (every member runs as many); the
     /// maps in force follow the member set (`for_members`). Dynamic NAT's
     /// addresses are the control node's to hand out (N4, `NatPath::
-    /// shared_xlate`): the plan deals them as on one node, unused.
+    /// shared_xlate`): the plan deals them as on one node, unused; traffic
+    /// to them is steered through the table (`NatInbound::Shared`).
     pub fn for_cluster(
         spec: &NatSpec,
         ifaces: usize,
@@ -253,6 +260,8 @@ impl NatPlan {
                 class?;
                 map.lookup(dst, port).map(|h| NatInbound::Worker(WorkerId(u16::from(h.worker))))
             }
+            // A cluster's: the control node's table says whose it is.
+            PlanPool::Nat { .. } if self.cluster => Some(NatInbound::Shared),
             // Dealt in pool order: the address's index there.
             PlanPool::Nat { addresses } => {
                 let i = self.addrs.binary_search_by_key(&dst, |e| e.0).ok()?;
@@ -343,13 +352,14 @@ impl NatPlan {
 
     /// Workers that hold no address of a dynamic-NAT pool (its hosts
     /// steered there are `nat-exhausted`): (pool, workers), for the
-    /// node's start-up warning.
+    /// node's start-up warning (a single node's: a cluster member asks the
+    /// control node, whatever worker it is on).
     pub fn idle_workers(&self) -> Vec<(u16, u16)> {
         self.pools
             .iter()
             .enumerate()
             .filter_map(|(i, p)| match p {
-                PlanPool::Nat { addresses } if addresses.len() < usize::from(self.workers) => {
+                PlanPool::Nat { addresses } if !self.cluster && addresses.len() < usize::from(self.workers) => {
                     Some((i as u16, self.workers - addresses.len() as u16))
                 }
                 _ => None,

@@ -604,8 +604,7 @@ impl Pipeline {
             if let (Some(n), true) = (note, self.workers > 1) {
                 // With NAT: the worker holding the translation of a
                 // datagram to a mapped address (`steer`).
-                let plan = self.nat.as_deref().map(|n| &**n.plan());
-                let w = crate::steer::nat_worker_of(&n.tuple, plan, self.workers);
+                let w = self.datagram_worker(&n.tuple);
                 if w != self.worker {
                     break 'decide Step::Handoff(w, HandoffNote { rx: Rx { frag: Some(n), ..rx } });
                 }
@@ -1198,6 +1197,24 @@ impl Pipeline {
         if let Some(n) = self.nat.as_deref_mut() {
             n.take_requests(f);
         }
+    }
+
+    /// The worker deciding a reassembled datagram received with tuple `t`
+    /// (several workers; `steer::nat_worker_of`). Out of line: fragments
+    /// are rare and the decision function's hot path stays as it was.
+    #[cold]
+    #[inline(never)]
+    fn datagram_worker(&self, t: &FiveTuple) -> WorkerId {
+        let nat = self.nat.as_deref();
+        let plan = nat.map(|n| &**n.plan());
+        crate::steer::nat_worker_of(t, plan, self.workers, |a| nat.and_then(|n| n.shared_real_of(a)))
+    }
+
+    /// Dynamic NAT on a cluster member (N4): the real address this
+    /// worker's copy of the control node's table hands `mapped` to (the
+    /// driver's steering: `steer::steer_nat`'s `real_of`).
+    pub fn shared_real_of(&self, mapped: Ipv4Addr) -> Option<Ipv4Addr> {
+        self.nat.as_deref().and_then(|n| n.shared_real_of(mapped))
     }
 
     /// Dynamic NAT on a cluster member (N4): the control node's table now

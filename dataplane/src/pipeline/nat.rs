@@ -743,6 +743,15 @@ impl NatPath {
         }
     }
 
+    /// The real address the control node's table hands `mapped` to, as
+    /// this worker holds the table (every worker of a member holds all of
+    /// it): where return traffic to `mapped` is steered
+    /// (`steer::steer_nat`'s `real_of`). No allocation.
+    pub fn shared_real_of(&self, mapped: Ipv4Addr) -> Option<Ipv4Addr> {
+        let x = self.xlates.get(self.xlates.by_mapped(PortClass::Tcp, (mapped, 0))?)?;
+        (x.sessions == Sessions::Cluster).then_some(x.real.0)
+    }
+
     /// The control node's table changed (between bursts): `real` in
     /// `pool` is now translated to `mapped`, or not at all (`None`).
     /// A translation this worker holds for the host, or another host's

@@ -411,3 +411,25 @@ pub fn hex(b: &[u8]) -> String {
         .collect::<Vec<_>>()
         .join("\n")
 }
+
+/// A NAT configuration of one rule of `kind`: 198.18.1.0/24 on the inside
+/// (interface 0) translated through `pool` (pool 0) on the outside
+/// (interface 1).
+pub fn one_rule_nat(kind: dataplane::nat::RuleKind, pool: dataplane::pipeline::PoolSpec) -> dataplane::pipeline::NatSpec {
+    dataplane::pipeline::NatSpec {
+        rules: vec![dataplane::nat::RuleSpec {
+            kind,
+            real_iface: Some(dataplane::route::IfIndex(0)),
+            mapped_iface: Some(dataplane::route::IfIndex(1)),
+            source: (Ipv4Addr::new(198, 18, 1, 0), 24),
+            mapped: None,
+            ports: None,
+            pool: Some(0),
+            per_session: Default::default(),
+        }],
+        pools: vec![pool],
+        xlate_capacity: 1024,
+        xlate_timeout: dataplane::Duration::from_secs(30),
+        host_capacity: 64,
+    }
+}

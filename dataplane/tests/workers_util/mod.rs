@@ -51,6 +51,12 @@ impl Workers {
         me
     }
 
+    /// A node of the pipelines `w` (one per worker, worker `i` at `w[i]`)
+    /// steering with `nat`, the plan they share.
+    pub fn of(w: Vec<Pipeline>, nat: Option<Arc<NatPlan>>) -> Self {
+        Workers { w, nat }
+    }
+
     pub fn n(&self) -> u16 {
         self.w.len() as u16
     }
@@ -60,7 +66,8 @@ impl Workers {
         let rx = rx % self.w.len();
         let mut queue: VecDeque<(usize, PortId, Vec<u8>, Option<HandoffNote>)> = VecDeque::new();
         let mut learners = vec![];
-        match steer_nat(frame, self.n(), self.nat.as_deref()) {
+        let rxw = &self.w[rx];
+        match steer_nat(frame, self.n(), self.nat.as_deref(), |a| rxw.shared_real_of(a)) {
             Steer::Worker(w) => queue.push_back((usize::from(w.0), port, frame.to_vec(), None)),
             Steer::All => {
                 queue.push_back((rx, port, frame.to_vec(), None));
