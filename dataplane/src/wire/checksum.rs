@@ -88,6 +88,14 @@ pub fn update_u32(csum: u16, old: u32, new: u32) -> u16 {
     !fold(acc)
 }
 
+/// The one's-complement sum of a 32-bit field's change from `old` to
+/// `new` (~old + new, 16 bits at a time; below 2^18): add it to `!csum`
+/// and fold, for one or several checksums covering the field.
+#[inline]
+pub fn delta_u32(old: u32, new: u32) -> u32 {
+    u32::from(!(old >> 16) as u16) + u32::from(!(old as u16)) + (new >> 16) + (new & 0xffff)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -154,6 +162,16 @@ mod tests {
         #[test]
         fn wide_sum_matches_naive(data in proptest::collection::vec(any::<u8>(), 0..200), acc in 0u32..0x20000) {
             prop_assert_eq!(fold(sum(acc, &data)), fold(u32::from(naive(&data)) + acc));
+        }
+
+        #[test]
+        fn one_delta_for_two_checksums_equals_the_updates_one_by_one(
+            c in any::<u16>(), old in any::<u32>(), new in any::<u32>(), op in any::<u16>(), np in any::<u16>()) {
+            let d = delta_u32(old, new);
+            prop_assert!(d < 1 << 18);
+            prop_assert_eq!(!fold(u32::from(!c) + d), update_u32(c, old, new));
+            prop_assert_eq!(!fold(u32::from(!c) + d + u32::from(!op) + u32::from(np)),
+                            update_u16(update_u32(c, old, new), op, np));
         }
 
         #[test]

@@ -250,14 +250,20 @@ pub fn rewrite_transport(
     let (hdr, l4) = ip.split_at_mut(ihl);
     let old = u32::from_be_bytes([hdr[aoff], hdr[aoff + 1], hdr[aoff + 2], hdr[aoff + 3]]);
     let new = u32::from(addr);
+    // The address's change (RFC 1624 eqn. 3: ~m + m'), summed once for
+    // both checksums; the results equal `update_u32` then `update_u16`
+    // (one's-complement sums congruent mod 0xffff, never 0 unless every
+    // term is; property `one_delta_for_two_checksums_equals_the_updates_
+    // one_by_one` in `checksum`).
+    let d = checksum::delta_u32(old, new);
     let ipc = u16::from_be_bytes([hdr[10], hdr[11]]);
-    hdr[10..12].copy_from_slice(&checksum::update_u32(ipc, old, new).to_be_bytes());
+    hdr[10..12].copy_from_slice(&(!checksum::fold(u32::from(!ipc) + d)).to_be_bytes());
     hdr[aoff..aoff + 4].copy_from_slice(&new.to_be_bytes());
     let old_port = u16::from_be_bytes([l4[poff], l4[poff + 1]]);
     let new_port = port.unwrap_or(old_port);
     let c = u16::from_be_bytes([l4[coff], l4[coff + 1]]);
     if !(proto == UDP && c == 0) {
-        let mut v = checksum::update_u16(checksum::update_u32(c, old, new), old_port, new_port);
+        let mut v = !checksum::fold(u32::from(!c) + d + u32::from(!old_port) + u32::from(new_port));
         if proto == UDP && v == 0 {
             v = 0xffff; // RFC 768: a computed 0 is sent as all ones
         }
