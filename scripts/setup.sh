@@ -11,13 +11,15 @@ export DEBIAN_FRONTEND=noninteractive
 # Build: DPDK headers/libs via pkg-config, clang for bindgen.
 # Test bed: iproute2 (ip netns, ss), ethtool (veth offloads), util-linux
 # (setsid), traffic tools and servers (curl, iperf3, ping, tracepath,
-# traceroute, python3, scapy, hping3), inspection (tcpdump, jq, procps).
+# traceroute, python3, scapy, hping3), inspection (tcpdump, jq, procps),
+# collectors' checkers (prometheus: its promtool checks the /metrics text).
 required=(
   build-essential pkg-config clang libclang-dev
   dpdk dpdk-dev libdpdk-dev
   iproute2 ethtool util-linux coreutils procps
   curl ca-certificates iperf3 iputils-ping tcpdump
   python3 python3-scapy hping3 jq iputils-tracepath traceroute
+  prometheus
 )
 # Debugging aid only; a failure to install it does not fail setup.
 optional=(tshark)

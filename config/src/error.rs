@@ -111,6 +111,12 @@ pub enum ErrorKind {
         /// The text as written.
         found: String,
     },
+    /// A listening address that is not `a.b.c.d:port` (port 1-65535).
+    #[error("invalid listen address \"{found}\": expected a.b.c.d:port with a port from 1 to 65535")]
+    InvalidListenAddress {
+        /// The text as written.
+        found: String,
+    },
     /// A number outside its permitted range.
     #[error("value {found} out of range: expected {min}-{max}")]
     OutOfRange {

@@ -73,7 +73,7 @@ fn cases() -> Vec<Case> {
         case("two documents", format!("{EXAMPLE}---\nnode: {{name: x}}\n"), 81, 1, "",
              "expected a single YAML document, found more than one"),
         case("unknown top-level key", edit(9, "control-sockets: /x"), 9, 1, "control-sockets",
-             "unknown field `control-sockets`, expected one of `node`, `logging`, `control-socket`, `dpdk`, `interfaces`, `routes`, `access-rules`, `timeouts`, `flow-table`, `arp`, `neighbors`, `icmp-errors`, `cluster`, `nat`"),
+             "unknown field `control-sockets`, expected one of `node`, `logging`, `control-socket`, `metrics`, `dpdk`, `interfaces`, `routes`, `access-rules`, `timeouts`, `flow-table`, `arp`, `neighbors`, `icmp-errors`, `cluster`, `nat`"),
         case("unknown interface key (typo)", edit(26, "    security-levle: 100"), 26, 5, "interfaces[0].security-levle",
              "unknown field `security-levle`, expected one of `name`, `device`, `address`, `security-level`, `vlan`, `mtu`"),
         case("missing interface device", edit(24, "    # no device"), 22, 5, "interfaces[0]", "missing field `device`"),
@@ -99,6 +99,13 @@ fn cases() -> Vec<Case> {
         case("node name with slash", edit(4, "  name: a/b"), 4, 9, "node.name",
              "invalid name \"a/b\": expected letters, digits, '_', '-' or '.'"),
         case("empty control socket", edit(9, "control-socket: \"\""), 9, 17, "control-socket", "must not be empty"),
+        // --- metrics -----------------------------------------------------------
+        case("metrics listen without a port", format!("{MINIMAL}metrics:\n  listen: 127.0.0.1\n"), 9, 11, "metrics.listen",
+             "invalid listen address \"127.0.0.1\": expected a.b.c.d:port with a port from 1 to 65535"),
+        case("metrics listen on port 0", format!("{MINIMAL}metrics:\n  listen: 0.0.0.0:0\n"), 9, 11, "metrics.listen",
+             "invalid listen address \"0.0.0.0:0\": expected a.b.c.d:port with a port from 1 to 65535"),
+        case("metrics: unknown key", format!("{MINIMAL}metrics:\n  port: 9105\n"), 9, 3, "metrics.port",
+             "unknown field `port`, expected `listen`"),
         // --- dpdk ------------------------------------------------------------
         case("burst too large", edit(18, "  burst: 300"), 18, 10, "dpdk.burst", "value 300 out of range: expected 1-256"),
         case("burst zero", edit(18, "  burst: 0"), 18, 10, "dpdk.burst", "value 0 out of range: expected 1-256"),

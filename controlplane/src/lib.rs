@@ -7,6 +7,8 @@
 //! - [`natshare`]: dynamic NAT in a cluster (N4), the control node's
 //!   translation table on top of membership's replicated tables.
 //! - [`mgmt`]: the management protocol spoken on the node's control socket.
+//! - [`metrics`]: any counter set in Prometheus' text exposition format
+//!   (the node's `/metrics`).
 //! - [`stats`]: any counter set (`dataplane::stats::Stats`) as the JSON
 //!   the management protocol answers with.
 //!
@@ -17,6 +19,7 @@
 #![deny(unsafe_code)]
 
 pub mod membership;
+pub mod metrics;
 pub mod mgmt;
 pub mod natshare;
 pub mod stats;

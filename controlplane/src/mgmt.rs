@@ -41,11 +41,14 @@ pub enum Topic {
     Xlate,
     /// The NAT pools' use, per worker.
     NatPool,
+    /// Every counter of `stats` and `cluster` in Prometheus' text format
+    /// (`metrics`), as one JSON string: what the node's `/metrics` serves.
+    Metrics,
 }
 
 impl Topic {
     pub const ALL: &'static [Topic] =
-        &[Topic::Stats, Topic::Conn, Topic::Route, Topic::Arp, Topic::Config, Topic::Rules, Topic::Cluster, Topic::ClusterHistory, Topic::Xlate, Topic::NatPool];
+        &[Topic::Stats, Topic::Conn, Topic::Route, Topic::Arp, Topic::Config, Topic::Rules, Topic::Cluster, Topic::ClusterHistory, Topic::Xlate, Topic::NatPool, Topic::Metrics];
     pub fn as_str(self) -> &'static str {
         match self {
             Topic::Stats => "stats",
@@ -58,6 +61,7 @@ impl Topic {
             Topic::ClusterHistory => "cluster-history",
             Topic::Xlate => "xlate",
             Topic::NatPool => "nat-pool",
+            Topic::Metrics => "metrics",
         }
     }
     pub fn parse(s: &str) -> Option<Topic> {

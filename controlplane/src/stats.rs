@@ -97,6 +97,8 @@ mod tests {
             icmp_echo_replies: 0,
             icmp_errors_forwarded: 0,
             flows_created: 1,
+            flows: 1,
+            flow_capacity: 16,
             arp_requests: 0,
             generated_dropped: 0,
             vlan_tagged: 0,

@@ -16,6 +16,7 @@ use dataplane::ccl::MessageKind;
 use anyhow::{Context, Result};
 use config::Config;
 use controlplane::membership::State;
+use controlplane::metrics::Exposition;
 use controlplane::mgmt::{Request, Server, Topic};
 use controlplane::stats;
 use dpdk_sys::Port;
@@ -214,6 +215,89 @@ impl Control {
     /// node it follows, readiness), the membership counters, the
     /// pipeline's cluster counters, CCL messages by kind and drops by
     /// reason (worker and control lcore added up), hand-off counters.
+    /// The node's metrics in Prometheus' text format (`/metrics`, issue
+    /// 14): every counter of `show stats` (the workers' added up), the
+    /// driver's per-worker queues, the NICs' own counters, and with a
+    /// cluster the membership state and every counter of `show cluster`.
+    /// Names: `controlplane::metrics`.
+    fn metrics(&self) -> Result<String, String> {
+        let mut e = Exposition::new();
+        for (w, r) in self.ask_all(|| Query::Counters)?.into_iter().enumerate() {
+            let Reply::Counters(c, frag) = r else { return Err("unexpected reply".into()) };
+            e.stats("", &[], &*c);
+            e.stats("fragments", &[], &*frag);
+            let ws = &self.shared.workers[w];
+            let wl = w.to_string();
+            for (name, help, a) in [
+                ("worker_steered_out", "frames a worker's receive queue steered to another worker", &ws.steered_out),
+                ("worker_handed_out", "frames a worker handed to another worker after deciding", &ws.handed_out),
+                ("worker_handoff_drops", "frames dropped because another worker's hand-off ring was full", &ws.handoff_drops),
+                ("worker_tx_full_drops", "frames dropped because a transmit queue was full", &ws.tx_full_drops),
+            ] {
+                e.counter(name, help, &[("worker", &wl)], a.load(Ordering::Relaxed));
+            }
+        }
+        for (name, dev, p) in &self.ports {
+            let Ok(s) = p.stats() else { continue };
+            let l = [("port", name.as_str()), ("device", dev.as_str())];
+            for (m, help, v) in [
+                ("nic_rx_packets", "packets the port received (DPDK)", s.ipackets),
+                ("nic_tx_packets", "packets the port sent (DPDK)", s.opackets),
+                ("nic_rx_bytes", "bytes the port received (DPDK)", s.ibytes),
+                ("nic_tx_bytes", "bytes the port sent (DPDK)", s.obytes),
+                ("nic_rx_missed", "packets the port dropped for want of receive descriptors (DPDK imissed)", s.imissed),
+                ("nic_rx_errors", "erroneous packets the port received (DPDK)", s.ierrors),
+                ("nic_tx_errors", "packets the port failed to send (DPDK)", s.oerrors),
+                ("nic_rx_nombuf", "receive mbuf allocation failures (DPDK)", s.rx_nombuf),
+            ] {
+                e.counter(m, help, &l, v);
+            }
+        }
+        e.gauge("uptime_seconds", "seconds since the node started", &[], self.started.elapsed().as_secs());
+        if let Some(ccl) = &self.ccl {
+            let now = self.clock.now();
+            let m = &ccl.membership;
+            let st = m.status();
+            for s in State::ALL {
+                e.gauge("cluster_state", "1 for this node's membership state", &[("state", s.as_str())], u64::from(st.state == s));
+            }
+            e.gauge("cluster_member", "1 while this node is in the member set", &[], u64::from(st.members.contains(m.me())));
+            e.gauge("cluster_ready", "1 once this node's bulk sync is done", &[], u64::from(st.ready));
+            e.gauge("cluster_epoch", "the epoch of the member set in force", &[], st.members.epoch().0);
+            e.gauge("cluster_members", "nodes in the member set", &[], st.members.iter().count() as u64);
+            e.gauge("cluster_node_id", "this node's id", &[], u64::from(m.me().0));
+            if let Some(c) = st.control {
+                e.gauge("cluster_control_node_id", "the control node's id", &[], u64::from(c.0));
+            }
+            e.gauge("cluster_rejoin_failures", "consecutive failed rejoin attempts", &[], u64::from(st.failures));
+            for v in m.snapshot(now).iter().filter(|v| !v.this_node) {
+                e.counter("cluster_peer_heartbeats", "heartbeats received from a peer", &[("peer", &v.name)], v.heartbeats);
+                e.gauge("cluster_peer_member", "1 while the peer is in the member set", &[("peer", &v.name)], u64::from(v.member));
+            }
+            e.stats("cluster_membership", &[], m.counters());
+            let mut ccl_counters = ccl.counters();
+            for r in self.ask_all(|| Query::Cluster)? {
+                let Reply::Cluster(snap) = r else { return Err("unexpected reply".into()) };
+                if let Some(s) = snap {
+                    ccl_counters.add(&s.ccl);
+                    e.stats("cluster", &[], &s.counters);
+                    for d in dataplane::DropReason::ALL {
+                        let n = s.batch_drops.get(d.index()).copied().unwrap_or(0);
+                        e.counter("cluster_batch_drops", "frames of received flow-record batches dropped, by reason", &[("reason", d.as_str())], n);
+                    }
+                }
+            }
+            e.stats("ccl", &[], &ccl_counters);
+            let sh = &self.shared.ccl;
+            e.counter("ccl_to_worker_frames", "CCL frames the control lcore passed to a worker", &[], sh.to_worker_frames.load(Ordering::Relaxed));
+            e.counter("ccl_to_worker_drops", "CCL frames dropped because a worker's ring was full", &[], sh.to_worker_drops.load(Ordering::Relaxed));
+        }
+        if e.conflicts > 0 {
+            log::warn!("metrics: {} value(s) under a name already used with another type", e.conflicts);
+        }
+        Ok(e.render())
+    }
+
     fn show_cluster(&self) -> Result<Value, String> {
         let Some(ccl) = &self.ccl else {
             return Err("no cluster configured: this node runs alone (no `cluster:` section)".into());
@@ -481,6 +565,7 @@ impl Control {
                 Ok(json!({ "yaml": file.source_text, "parsed": parsed, "policy": self.running_json() }))
             }
             Topic::Cluster => self.show_cluster(),
+            Topic::Metrics => self.metrics().map(Value::String),
             Topic::NatPool => {
                 // Each worker's share of each pool, named as in the file.
                 let names: Vec<String> = self.policies.file().nat.pools.iter().map(|p| p.name.clone()).collect();

@@ -14,6 +14,7 @@ mod ccl;
 mod clock;
 mod control;
 mod links;
+mod metrics_http;
 mod policy;
 mod shared;
 mod sizing;
@@ -415,6 +416,12 @@ fn run(cfg: Config, extra: Vec<String>) -> Result<()> {
         clock,
     )?;
     log::info!("node {} up; control socket {}", cfg.node.name, cfg.control_socket.display());
+    // Prometheus' endpoint: a thread of its own (at nice 0, made before
+    // the control lcore's nice), a client of the control socket.
+    let metrics = match cfg.metrics.listen {
+        Some(addr) => Some(metrics_http::spawn(addr, cfg.control_socket.clone(), stop_signal.clone())?),
+        None => None,
+    };
     // The control lcore's heartbeats must not wait behind busy workers or
     // other programs where cores are shared: it runs at nice -10 (set
     // after the worker threads were made, so they keep nice 0). It sleeps
@@ -442,6 +449,9 @@ fn run(cfg: Config, extra: Vec<String>) -> Result<()> {
         dpdk_sys::eal::wait_lcore(lcore);
     }
     for t in threads {
+        let _ = t.join();
+    }
+    if let Some(t) = metrics {
         let _ = t.join();
     }
     shared.drain_frames();

@@ -116,6 +116,10 @@ fn cluster_nat(section: &str) -> String {
         .replace("inside host", "client host")
 }
 
+/// Where every bed node serves Prometheus' `/metrics`: its own
+/// namespace's loopback (`ip netns exec cfw-nK curl http://127.0.0.1:9105/metrics`).
+pub const METRICS_LISTEN: &str = "127.0.0.1:9105";
+
 pub fn node_yaml(node: &NodeSpec, socket: &str) -> String {
     let mut y = String::new();
     let eal: Vec<String> = eal_args(node).iter().map(|a| q(a)).collect();
@@ -126,6 +130,7 @@ pub fn node_yaml(node: &NodeSpec, socket: &str) -> String {
          node:\n  name: {qname}\n\n\
          logging:\n  level: info\n\n\
          control-socket: {socket}\n\n\
+         metrics:\n  listen: {METRICS_LISTEN}\n\n\
          dpdk:\n  eal-args: [{eal}]\n  mbufs: 8191\n  rx-descriptors: 1024\n  \
          tx-descriptors: 1024\n  burst: 32\n  idle-sleep-us: 200\n",
         name = node.name,
@@ -235,6 +240,7 @@ mod tests {
             "access-rules: []",
             "flow-table:\n  capacity: 65536\n",
             "logging:\n  level: info\n",
+            "metrics:\n  listen: 127.0.0.1:9105\n",
         ] {
             assert!(y.contains(want), "missing {want:?} in\n{y}");
         }

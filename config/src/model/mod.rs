@@ -76,6 +76,15 @@ pub const DEFAULT_ICMP_ERROR_BURST: u32 = 50;
 /// Largest VLAN ID (IEEE 802.1Q: 0 and 4095 are reserved).
 pub const MAX_VLAN: u16 = 4094;
 
+/// `metrics`: where the node serves its counters to Prometheus.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct MetricsConfig {
+    /// `metrics.listen`: `a.b.c.d:port` of the HTTP endpoint (`GET
+    /// /metrics`, text format 0.0.4); none (the default): not served.
+    pub listen: Option<std::net::SocketAddrV4>,
+}
+
 /// A whole node configuration. Field names mirror the YAML keys (kebab-case
 /// in YAML and in the JSON produced by `Serialize`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -88,6 +97,9 @@ pub struct Config {
     /// `control-socket`: Unix socket of the control interface; default
     /// `/run/clusterfw/<node name>.sock`.
     pub control_socket: PathBuf,
+    /// `metrics`: the Prometheus endpoint (node-local, like the control
+    /// socket).
+    pub metrics: MetricsConfig,
     /// `dpdk`: EAL and port settings.
     pub dpdk: DpdkConfig,
     /// `interfaces`: at least one.

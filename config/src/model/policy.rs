@@ -148,6 +148,7 @@ impl Config {
         differs("node", self.node != other.node);
         differs("logging", self.logging != other.logging);
         differs("control-socket", self.control_socket != other.control_socket);
+        differs("metrics", self.metrics != other.metrics);
         differs("dpdk", self.dpdk != other.dpdk);
         differs(
             "interfaces",

@@ -60,6 +60,8 @@ struct RawConfig {
     #[serde(default)]
     control_socket: Option<String>,
     #[serde(default, deserialize_with = "null_default")]
+    metrics: RawMetrics,
+    #[serde(default, deserialize_with = "null_default")]
     dpdk: RawDpdk,
     interfaces: Option<Vec<RawInterface>>,
     #[serde(default, deserialize_with = "null_default")]
@@ -114,6 +116,13 @@ struct RawNode {
 struct RawLogging {
     #[serde(default)]
     level: LogLevel,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", expecting = "a mapping of metrics settings")]
+struct RawMetrics {
+    #[serde(default)]
+    listen: Option<String>,
 }
 
 #[derive(Deserialize, Default)]
@@ -421,6 +430,7 @@ impl Checker<'_> {
             None => PathBuf::from(format!("/run/clusterfw/{name}.sock")),
         };
 
+        let metrics = MetricsConfig { listen: self.listen_address(&root.key("metrics").key("listen"), raw.metrics.listen)? };
         let dpdk = self.dpdk(&root.key("dpdk"), raw.dpdk)?;
         let interfaces = self.interfaces(&root.key("interfaces"), raw.interfaces)?;
         let routes = self.routes(&root.key("routes"), raw.routes, &interfaces)?;
@@ -494,6 +504,7 @@ impl Checker<'_> {
                 level: raw.logging.level,
             },
             control_socket,
+            metrics,
             dpdk,
             interfaces,
             routes,
@@ -525,6 +536,15 @@ impl Checker<'_> {
             icmp: secs("icmp", t.icmp, d.icmp)?,
             other: secs("other", t.other, d.other)?,
         })
+    }
+
+    /// `a.b.c.d:port` (port 1-65535), or nothing.
+    fn listen_address(&self, p: &FieldPath, raw: Option<String>) -> R<Option<std::net::SocketAddrV4>> {
+        let Some(text) = raw else { return Ok(None) };
+        match text.trim().parse::<std::net::SocketAddrV4>() {
+            Ok(a) if a.port() != 0 => Ok(Some(a)),
+            _ => Err(self.err(p, ErrorKind::InvalidListenAddress { found: text })),
+        }
     }
 
     fn dpdk(&self, p: &FieldPath, raw: RawDpdk) -> R<DpdkConfig> {

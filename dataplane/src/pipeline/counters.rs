@@ -122,6 +122,9 @@ pub struct Counters {
     pub handoffs_in: u64,
     /// Flows created by `process` (conntrack has its own stats too).
     pub flows_created: u64,
+    /// Gauges: flows in the table now, and the most it holds.
+    pub flows: u64,
+    pub flow_capacity: u64,
     /// ARP requests queued for transmission.
     pub arp_requests: u64,
     /// Generated frames not queued because the queue was full.
@@ -190,6 +193,8 @@ impl Stats for Counters {
         ] {
             v.counter(name, n);
         }
+        v.gauge("flows", self.flows);
+        v.gauge("flow_capacity", self.flow_capacity);
         v.group("arp_hold", None, &self.arp_hold);
         v.group("icmp_errors", None, &self.icmp_errors);
         v.group("ipv6", None, &self.ipv6);

@@ -1387,6 +1387,8 @@ impl Pipeline {
             handed_off: a.handed_off,
             handoffs_in: a.handoffs_in,
             flows_created: self.flows.created,
+            flows: self.flows.table.len() as u64,
+            flow_capacity: self.flows.table.capacity() as u64,
             arp_requests: e.arp_requests,
             generated_dropped: e.generated_dropped,
             vlan_tagged: i.vlan_tagged,

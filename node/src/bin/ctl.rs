@@ -1,7 +1,7 @@
 //! `clusterfw-ctl`: ask a running node what it is doing.
 //!
 //! ```text
-//! clusterfw-ctl [--socket PATH] show {stats|conn|route|arp|rules|config|cluster|cluster history} [--json]
+//! clusterfw-ctl [--socket PATH] show {stats|conn|route|arp|rules|config|cluster|cluster history|xlate|nat pool|metrics} [--json]
 //! clusterfw-ctl [--socket PATH] config reload [--json]
 //! ```
 //! `config reload` reads the node's configuration file again and runs its
@@ -39,7 +39,7 @@ fn write_out(args: std::fmt::Arguments<'_>, newline: bool) {
     }
 }
 
-const USAGE: &str = "usage: clusterfw-ctl [--socket PATH] show {stats|conn|route|arp|rules|config|cluster|cluster history|xlate|nat pool} [--json]\n       clusterfw-ctl [--socket PATH] config reload [--json]";
+const USAGE: &str = "usage: clusterfw-ctl [--socket PATH] show {stats|conn|route|arp|rules|config|cluster|cluster history|xlate|nat pool|metrics} [--json]\n       clusterfw-ctl [--socket PATH] config reload [--json]";
 
 fn main() -> ExitCode {
     match run() {
@@ -159,6 +159,8 @@ fn print_human(topic: Topic, data: &Value) {
             }
         }
         Topic::Cluster => print_cluster(data),
+        // The Prometheus text as the node serves it on `/metrics`.
+        Topic::Metrics => write_out(format_args!("{}", data.as_str().unwrap_or("")), false),
         Topic::ClusterHistory => {
             let events = data.get("events").and_then(Value::as_array).cloned().unwrap_or_default();
             if events.is_empty() {
