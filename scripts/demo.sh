@@ -271,6 +271,9 @@ else
     echo "  ICMP errors sent: $(jq -r '.icmp_errors | "time exceeded \(.time_exceeded), frag needed \(.frag_needed), unreachable \(.net_unreachable + .port_unreachable + .protocol_unreachable), suppressed by the rate \(.suppressed)"' <<<"$stats"); datagrams split back into fragments (af_packet): $(jq -r '.fragments.split_datagrams' <<<"$stats")"
     flows=$(ctl "$k" show conn --json 2>/dev/null | jq -r '.total // "?"' 2>/dev/null || echo "?")
     echo "  flows in the table (show conn): $flows"
+    # Prometheus' view of the same node (metrics.listen in its namespace).
+    metrics=$(in_ns "cfw-n$k" curl -s --max-time 5 http://127.0.0.1:9105/metrics || true)
+    echo "  Prometheus /metrics: $(grep -c '^# TYPE' <<<"$metrics") metrics, clusterfw_forwarded_total $(awk '$1 == "clusterfw_forwarded_total" {print $2}' <<<"$metrics")"
     if [ "$nodes" -gt 1 ]; then
       cl=$(ctl "$k" show cluster --json)
       jq -r '"  cluster: packets processed as owner \(.counters.owner_packets), forwarded to another owner \(.counters.forwarded_to_owner), forwarded packets received as owner \(.counters.forwarded_received)",

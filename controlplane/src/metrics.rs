@@ -42,6 +42,7 @@ pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 pub enum Kind {
     Counter,
     Gauge,
+    Histogram,
 }
 
 impl Kind {
@@ -49,6 +50,39 @@ impl Kind {
         match self {
             Kind::Counter => "counter",
             Kind::Gauge => "gauge",
+            Kind::Histogram => "histogram",
+        }
+    }
+}
+
+/// A sample's value: counts exact as integers, a histogram's sum (in
+/// seconds) as a float.
+#[derive(Copy, Clone, Debug, PartialEq)]
+enum Num {
+    U(u64),
+    F(f64),
+}
+
+impl Num {
+    fn add(self, o: Num) -> Num {
+        match (self, o) {
+            (Num::U(a), Num::U(b)) => Num::U(a.saturating_add(b)),
+            (a, b) => Num::F(a.as_f64() + b.as_f64()),
+        }
+    }
+    fn as_f64(self) -> f64 {
+        match self {
+            Num::U(v) => v as f64,
+            Num::F(v) => v,
+        }
+    }
+}
+
+impl std::fmt::Display for Num {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Num::U(v) => write!(f, "{v}"),
+            Num::F(v) => write!(f, "{v}"),
         }
     }
 }
@@ -57,8 +91,9 @@ struct Metric {
     name: String,
     kind: Kind,
     help: String,
-    /// (rendered label set, value), in first-seen order.
-    samples: Vec<(String, u64)>,
+    /// (rendered label set, value), in first-seen order; a histogram's
+    /// label sets start with their series' suffix (`_bucket{…}`).
+    samples: Vec<(String, Num)>,
     at: HashMap<String, usize>,
 }
 
@@ -91,15 +126,33 @@ impl Exposition {
     /// unless `name` has it).
     pub fn counter(&mut self, name: &str, help: &str, labels: &[(&str, &str)], value: u64) {
         let name = if name.ends_with("_total") { name.to_string() } else { format!("{name}_total") };
-        self.add(&name, Kind::Counter, help, &render_labels(labels.iter().map(|(k, v)| (*k, *v))), value);
+        self.add(&name, Kind::Counter, help, &render_labels(labels.iter().map(|(k, v)| (*k, *v))), Num::U(value));
     }
 
     /// One gauge value: `clusterfw_<name>`.
     pub fn gauge(&mut self, name: &str, help: &str, labels: &[(&str, &str)], value: u64) {
-        self.add(name, Kind::Gauge, help, &render_labels(labels.iter().map(|(k, v)| (*k, *v))), value);
+        self.add(name, Kind::Gauge, help, &render_labels(labels.iter().map(|(k, v)| (*k, *v))), Num::U(value));
     }
 
-    fn add(&mut self, name: &str, kind: Kind, help: &str, labels: &str, value: u64) {
+    /// One histogram: `clusterfw_<name>_bucket{…,le="b"}` (cumulative),
+    /// `_sum` and `_count`. `bounds` are the buckets' upper bounds in
+    /// increasing order; `counts` the observations per bucket, one more
+    /// than `bounds` (the last: beyond every bound); `sum` their total.
+    pub fn histogram(&mut self, name: &str, help: &str, labels: &[(&str, &str)], bounds: &[f64], counts: &[u64], sum: f64) {
+        let base = labels.iter().map(|(k, v)| (*k, *v));
+        let mut total = 0u64;
+        let les: Vec<String> = bounds.iter().map(|b| b.to_string()).chain(["+Inf".to_string()]).collect();
+        for (le, &c) in les.iter().zip(counts.iter().chain(std::iter::repeat(&0))) {
+            total = total.saturating_add(c);
+            let l = render_labels(base.clone().chain([("le", le.as_str())]));
+            self.add(name, Kind::Histogram, help, &format!("_bucket{l}"), Num::U(total));
+        }
+        let l = render_labels(base);
+        self.add(name, Kind::Histogram, help, &format!("_sum{l}"), Num::F(sum));
+        self.add(name, Kind::Histogram, help, &format!("_count{l}"), Num::U(total));
+    }
+
+    fn add(&mut self, name: &str, kind: Kind, help: &str, labels: &str, value: Num) {
         let full = sanitize(&format!("{PREFIX}_{name}"));
         let i = match self.at.get(&full) {
             Some(&i) => i,
@@ -123,7 +176,7 @@ impl Exposition {
         match m.at.get(labels) {
             Some(&j) => {
                 if let Some(s) = m.samples.get_mut(j) {
-                    s.1 = s.1.saturating_add(value);
+                    s.1 = s.1.add(value);
                 }
             }
             None => {
@@ -176,7 +229,7 @@ impl Walk<'_> {
         };
         let labels = render_labels(self.labels.iter().map(|(k, v)| (k.as_str(), v.as_str())).chain(extra));
         let help = self.help(kind.as_str(), leaf);
-        self.out.add(&name, kind, &help, &labels, value);
+        self.out.add(&name, kind, &help, &labels, Num::U(value));
     }
 }
 
@@ -312,6 +365,24 @@ clusterfw_nic_rx_packets_total{port=\"in\\\"side\"} 5
 ";
         assert_eq!(e.render(), want);
         assert_eq!(e.conflicts, 0);
+    }
+
+    #[test]
+    fn histogram_buckets_are_cumulative_with_sum_and_count() {
+        let mut e = Exposition::new();
+        let bounds = [0.001, 0.01];
+        e.histogram("loop_seconds", "loops", &[("worker", "0")], &bounds, &[2, 1, 1], 0.5);
+        e.histogram("loop_seconds", "loops", &[("worker", "0")], &bounds, &[1, 0, 0], 0.25);
+        let want = "\
+# HELP clusterfw_loop_seconds loops
+# TYPE clusterfw_loop_seconds histogram
+clusterfw_loop_seconds_bucket{worker=\"0\",le=\"0.001\"} 3
+clusterfw_loop_seconds_bucket{worker=\"0\",le=\"0.01\"} 4
+clusterfw_loop_seconds_bucket{worker=\"0\",le=\"+Inf\"} 5
+clusterfw_loop_seconds_sum{worker=\"0\"} 0.75
+clusterfw_loop_seconds_count{worker=\"0\"} 5
+";
+        assert_eq!(e.render(), want);
     }
 
     #[test]

@@ -236,6 +236,16 @@ impl Control {
             ] {
                 e.counter(name, help, &[("worker", &wl)], a.load(Ordering::Relaxed));
             }
+            let bounds: Vec<f64> = crate::shared::BURST_BOUNDS_NS.iter().map(|&b| b as f64 / 1e9).collect();
+            let counts: Vec<u64> = ws.burst_counts.iter().map(|a| a.load(Ordering::Relaxed)).collect();
+            e.histogram(
+                "worker_busy_loop_seconds",
+                "durations of a worker's loops that found work: every queue polled, the bursts processed and sent",
+                &[("worker", &wl)],
+                &bounds,
+                &counts,
+                ws.burst_ns.load(Ordering::Relaxed) as f64 / 1e9,
+            );
         }
         for (name, dev, p) in &self.ports {
             let Ok(s) = p.stats() else { continue };

@@ -18,7 +18,7 @@ use dataplane::pipeline::{ClusterCountersSnapshot, Counters, FragSnapshot, Hando
 use dataplane::PortId;
 use dpdk_sys::{Mbuf, RingProducer};
 use dataplane::route::RouteInfo;
-use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::collections::VecDeque;
 use std::sync::Arc;
 
@@ -112,6 +112,45 @@ pub struct WorkerShared {
     /// the control lcore tells a stalled worker, whose CCL queue may
     /// hold heartbeats unread, from a silent member.
     pub loop_ns: AtomicU64,
+    /// The worker's busy loops by duration (`BurstTimes`), published once
+    /// per timer tick: counts per bucket of `BURST_BOUNDS_NS` (the last:
+    /// longer), their total nanoseconds.
+    pub burst_counts: [AtomicU64; BURST_BUCKETS],
+    pub burst_ns: AtomicU64,
+}
+
+/// Upper bounds (ns) of the buckets of a worker's loop durations: one
+/// poll of every queue that found work, its processing and transmission.
+pub const BURST_BOUNDS_NS: [u64; 13] =
+    [1_000, 2_000, 5_000, 10_000, 20_000, 50_000, 100_000, 200_000, 500_000, 1_000_000, 2_000_000, 5_000_000, 10_000_000];
+/// `BURST_BOUNDS_NS` and one for longer.
+pub const BURST_BUCKETS: usize = BURST_BOUNDS_NS.len() + 1;
+
+/// A worker's own histogram of its busy loops' durations (plain counts: it
+/// is the only writer; `publish` copies them to its `WorkerShared`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BurstTimes {
+    pub counts: [u64; BURST_BUCKETS],
+    pub sum_ns: u64,
+}
+
+impl BurstTimes {
+    /// One loop of `ns` nanoseconds: the first bucket whose bound holds it.
+    #[inline]
+    pub fn record(&mut self, ns: u64) {
+        let i = BURST_BOUNDS_NS.iter().position(|&b| ns <= b).unwrap_or(BURST_BOUNDS_NS.len());
+        if let Some(c) = self.counts.get_mut(i) {
+            *c += 1;
+        }
+        self.sum_ns = self.sum_ns.wrapping_add(ns);
+    }
+
+    pub fn publish(&self, to: &WorkerShared) {
+        for (a, &c) in to.burst_counts.iter().zip(&self.counts) {
+            a.store(c, Ordering::Relaxed);
+        }
+        to.burst_ns.store(self.sum_ns, Ordering::Relaxed);
+    }
 }
 
 /// Frames a worker's steering ring holds (a power of two).
@@ -134,6 +173,8 @@ impl WorkerShared {
             xlate_requests: ArrayQueue::new(dataplane::pipeline::SHARED_REQUESTS),
             xlate_request_drops: AtomicU64::new(0),
             loop_ns: AtomicU64::new(0),
+            burst_counts: std::array::from_fn(|_| AtomicU64::new(0)),
+            burst_ns: AtomicU64::new(0),
         }
     }
 }
@@ -226,6 +267,26 @@ pub fn fan_out(from: &mut VecDeque<Query>, workers: &mut [VecDeque<Query>]) {
 mod tests {
     use super::*;
     use dataplane::{Epoch, NodeId};
+
+    #[test]
+    fn burst_times_fall_in_the_first_bucket_that_holds_them() {
+        let mut t = BurstTimes::default();
+        for ns in [0, 1_000, 1_001, 9_999, 10_000_000, 10_000_001, u64::MAX / 2] {
+            t.record(ns);
+        }
+        let mut want = [0u64; BURST_BUCKETS];
+        want[0] = 2; // 0 and 1 000 (bounds are inclusive)
+        want[1] = 1; // 1 001
+        want[3] = 1; // 9 999
+        want[12] = 1; // 10 ms
+        want[13] = 2; // beyond the last bound
+        assert_eq!(t.counts, want);
+        assert_eq!(t.sum_ns, 1_000 + 1_001 + 9_999 + 10_000_000 + 10_000_001 + u64::MAX / 2);
+        let w = WorkerShared::new(None);
+        t.publish(&w);
+        assert_eq!(w.burst_counts[13].load(Ordering::Relaxed), 2);
+        assert_eq!(w.burst_ns.load(Ordering::Relaxed), t.sum_ns);
+    }
 
     #[test]
     fn every_worker_gets_every_command_in_order() {

@@ -154,6 +154,7 @@ impl Worker {
         let mut empty_polls = 0u32;
         let mut sleep_us = 1u32;
         let mut next_timer = 0u64;
+        let mut burst_times = crate::shared::BurstTimes::default();
         let ccl = self.shared.ccl.clone();
         let shared = self.shared.clone();
         let mine = &shared.workers[usize::from(self.me.0)];
@@ -292,6 +293,11 @@ impl Worker {
                 }
             }
             out.dead.clear();
+            // A loop that found work: its duration, for the histogram
+            // (one clock read per busy loop, none when idle).
+            if received > 0 {
+                burst_times.record(self.clock.now().nanos().saturating_sub(now.nanos()));
+            }
 
             if now.nanos() >= next_timer {
                 self.pipeline.poll_timers(now);
@@ -300,6 +306,7 @@ impl Worker {
                 mine.steered_out.store(out.steered_out, Ordering::Relaxed);
                 mine.handed_out.store(out.handed_out, Ordering::Relaxed);
                 mine.handoff_drops.store(out.handoff_drops, Ordering::Relaxed);
+                burst_times.publish(mine);
                 if self.ccl_port.is_some() {
                     if let Some(s) = ccl.sync.get(usize::from(self.me.0)) {
                         s.store(crate::ccl::pack_sync(&self.pipeline.sync_progress(epoch)), Ordering::Relaxed);

@@ -10,7 +10,8 @@
 //!     flows created, fast path, drops by every reason, each NIC's
 //!     received and sent packets, CCL messages by kind) lies between the
 //!     two, the gauges (epoch, state, flow capacity) equal them, and the
-//!     downloads show (forwarded > 0 on some node);
+//!     downloads show (forwarded > 0 on some node); worker 0's busy-loop
+//!     histogram has its 14 cumulative buckets, a count and a sum;
 //! (c) anything but `/metrics` is refused (404), and a scrape answers
 //!     while the downloads run.
 //!
@@ -43,8 +44,9 @@ fn scrape(k: usize, path: &str) -> Result<(String, String)> {
     Ok((code.to_string(), body.to_string()))
 }
 
-/// `name{labels}` → value (labels as written, in order).
-fn samples(text: &str) -> Result<BTreeMap<String, u64>> {
+/// `name{labels}` → value (labels as written, in order; counts exact
+/// below 2^53).
+fn samples(text: &str) -> Result<BTreeMap<String, f64>> {
     let mut m = BTreeMap::new();
     for line in text.lines().filter(|l| !l.starts_with('#') && !l.is_empty()) {
         let (key, v) = line.rsplit_once(' ').with_context(|| format!("sample line {line:?}"))?;
@@ -115,21 +117,30 @@ fn compare(bed: &TestBed, k: usize) -> Result<(usize, u64)> {
     let mut bad = Vec::new();
     for ((key, a), (_, b)) in lo.iter().zip(&hi) {
         match m.get(key) {
-            Some(&x) if *a <= x && x <= *b => {}
+            Some(&x) if *a as f64 <= x && x <= *b as f64 => {}
             got => bad.push(format!("{key}: scraped {got:?}, show said {a} then {b}")),
         }
     }
     ensure!(bad.is_empty(), "n{k}: {} mismatch(es): {}", bad.len(), bad.join("; "));
     // Gauges that stand still while the bed idles.
     let epoch = num(&c0["epoch"]);
-    ensure!(num(&c1["epoch"]) == epoch && m.get("clusterfw_cluster_epoch") == Some(&epoch), "n{k}: epoch {epoch} vs {:?}", m.get("clusterfw_cluster_epoch"));
+    ensure!(num(&c1["epoch"]) == epoch && m.get("clusterfw_cluster_epoch") == Some(&(epoch as f64)), "n{k}: epoch {epoch} vs {:?}", m.get("clusterfw_cluster_epoch"));
     let state = c0["state"].as_str().context("state")?;
     let key = format!("clusterfw_cluster_state{{state=\"{state}\"}}");
-    ensure!(m.get(&key) == Some(&1), "n{k}: {key} is {:?}", m.get(&key));
-    let states = m.iter().filter(|(k, v)| k.starts_with("clusterfw_cluster_state{") && **v == 1).count();
+    ensure!(m.get(&key) == Some(&1.0), "n{k}: {key} is {:?}", m.get(&key));
+    let states = m.iter().filter(|(k, v)| k.starts_with("clusterfw_cluster_state{") && **v == 1.0).count();
     ensure!(states == 1, "n{k}: {states} states at 1");
-    ensure!(m.get("clusterfw_flow_capacity") == s0.get("flow_capacity").and_then(Value::as_u64).as_ref(), "n{k}: flow capacity");
-    Ok((lo.len(), m.get("clusterfw_forwarded_total").copied().unwrap_or(0)))
+    ensure!(m.get("clusterfw_flow_capacity").copied() == s0.get("flow_capacity").and_then(Value::as_u64).map(|c| c as f64), "n{k}: flow capacity");
+    // Worker 0's busy loops: buckets cumulative up to +Inf = count > 0,
+    // a sum in seconds.
+    let h = "clusterfw_worker_busy_loop_seconds";
+    let buckets: Vec<f64> = m.iter().filter(|(key, _)| key.starts_with(&format!("{h}_bucket{{worker=\"0\","))).map(|(_, v)| *v).collect();
+    let count = m.get(&format!("{h}_count{{worker=\"0\"}}")).copied().unwrap_or(0.0);
+    let inf = m.get(&format!("{h}_bucket{{worker=\"0\",le=\"+Inf\"}}")).copied();
+    let sum = m.get(&format!("{h}_sum{{worker=\"0\"}}")).copied().unwrap_or(0.0);
+    ensure!(buckets.len() == 14 && count > 0.0 && inf == Some(count) && sum > 0.0 && buckets.iter().all(|&b| b <= count),
+        "n{k}: busy-loop histogram: buckets {buckets:?}, count {count}, +Inf {inf:?}, sum {sum}");
+    Ok((lo.len(), m.get("clusterfw_forwarded_total").copied().unwrap_or(0.0) as u64))
 }
 
 #[test]
