@@ -125,8 +125,7 @@ impl Exposition {
     /// One counter value: `clusterfw_<name>_total` (`_total` is added
     /// unless `name` has it).
     pub fn counter(&mut self, name: &str, help: &str, labels: &[(&str, &str)], value: u64) {
-        let name = if name.ends_with("_total") { name.to_string() } else { format!("{name}_total") };
-        self.add(&name, Kind::Counter, help, &render_labels(labels.iter().map(|(k, v)| (*k, *v))), Num::U(value));
+        self.add(&total(name), Kind::Counter, help, &render_labels(labels.iter().map(|(k, v)| (*k, *v))), Num::U(value));
     }
 
     /// One gauge value: `clusterfw_<name>`.
@@ -224,7 +223,7 @@ impl Walk<'_> {
 
     fn put(&mut self, leaf: &str, kind: Kind, extra: Option<(&str, &str)>, value: u64) {
         let name = match kind {
-            Kind::Counter if !leaf.ends_with("_total") => format!("{}_total", self.name(leaf)),
+            Kind::Counter => total(&self.name(leaf)),
             _ => self.name(leaf),
         };
         let labels = render_labels(self.labels.iter().map(|(k, v)| (k.as_str(), v.as_str())).chain(extra));
@@ -257,6 +256,15 @@ impl Visitor for Walk<'_> {
         stats.visit(self);
         self.path = saved.0;
         self.labels.truncate(saved.1);
+    }
+}
+
+/// A counter's name: `name` with the suffix `_total` (once).
+fn total(name: &str) -> String {
+    if name.ends_with("_total") {
+        name.to_string()
+    } else {
+        format!("{name}_total")
     }
 }
 

@@ -209,12 +209,17 @@ impl Control {
         })
     }
 
-    /// `show cluster`: identity, this node's membership state (role,
-    /// control node, epoch, readiness, lease), every configured node as
-    /// this node sees it (state, priority, last heartbeat, epoch, control
-    /// node it follows, readiness), the membership counters, the
-    /// pipeline's cluster counters, CCL messages by kind and drops by
-    /// reason (worker and control lcore added up), hand-off counters.
+    /// Every worker's cluster counters (a worker without a cluster stage
+    /// has none).
+    fn cluster_snapshots(&self) -> Result<Vec<dataplane::pipeline::ClusterCountersSnapshot>, String> {
+        let mut snaps = Vec::new();
+        for r in self.ask_all(|| Query::Cluster)? {
+            let Reply::Cluster(snap) = r else { return Err("unexpected reply".into()) };
+            snaps.extend(snap.map(|b| *b));
+        }
+        Ok(snaps)
+    }
+
     /// The node's metrics in Prometheus' text format (`/metrics`, issue
     /// 14): every counter of `show stats` (the workers' added up), the
     /// driver's per-worker queues, the NICs' own counters, and with a
@@ -228,14 +233,7 @@ impl Control {
             e.stats("fragments", &[], &*frag);
             let ws = &self.shared.workers[w];
             let wl = w.to_string();
-            for (name, help, a) in [
-                ("worker_steered_out", "frames a worker's receive queue steered to another worker", &ws.steered_out),
-                ("worker_handed_out", "frames a worker handed to another worker after deciding", &ws.handed_out),
-                ("worker_handoff_drops", "frames dropped because another worker's hand-off ring was full", &ws.handoff_drops),
-                ("worker_tx_full_drops", "frames dropped because a transmit queue was full", &ws.tx_full_drops),
-            ] {
-                e.counter(name, help, &[("worker", &wl)], a.load(Ordering::Relaxed));
-            }
+            e.stats("worker", &[("worker", &wl)], &ws.driver_counters());
             let bounds: Vec<f64> = crate::shared::BURST_BOUNDS_NS.iter().map(|&b| b as f64 / 1e9).collect();
             let counts: Vec<u64> = ws.burst_counts.iter().map(|a| a.load(Ordering::Relaxed)).collect();
             e.histogram(
@@ -249,19 +247,7 @@ impl Control {
         }
         for (name, dev, p) in &self.ports {
             let Ok(s) = p.stats() else { continue };
-            let l = [("port", name.as_str()), ("device", dev.as_str())];
-            for (m, help, v) in [
-                ("nic_rx_packets", "packets the port received (DPDK)", s.ipackets),
-                ("nic_tx_packets", "packets the port sent (DPDK)", s.opackets),
-                ("nic_rx_bytes", "bytes the port received (DPDK)", s.ibytes),
-                ("nic_tx_bytes", "bytes the port sent (DPDK)", s.obytes),
-                ("nic_rx_missed", "packets the port dropped for want of receive descriptors (DPDK imissed)", s.imissed),
-                ("nic_rx_errors", "erroneous packets the port received (DPDK)", s.ierrors),
-                ("nic_tx_errors", "packets the port failed to send (DPDK)", s.oerrors),
-                ("nic_rx_nombuf", "receive mbuf allocation failures (DPDK)", s.rx_nombuf),
-            ] {
-                e.counter(m, help, &l, v);
-            }
+            e.stats("nic", &[("port", name.as_str()), ("device", dev.as_str())], &NicStats(s));
         }
         e.gauge("uptime_seconds", "seconds since the node started", &[], self.started.elapsed().as_secs());
         if let Some(ccl) = &self.ccl {
@@ -286,15 +272,12 @@ impl Control {
             }
             e.stats("cluster_membership", &[], m.counters());
             let mut ccl_counters = ccl.counters();
-            for r in self.ask_all(|| Query::Cluster)? {
-                let Reply::Cluster(snap) = r else { return Err("unexpected reply".into()) };
-                if let Some(s) = snap {
-                    ccl_counters.add(&s.ccl);
-                    e.stats("cluster", &[], &s.counters);
-                    for d in dataplane::DropReason::ALL {
-                        let n = s.batch_drops.get(d.index()).copied().unwrap_or(0);
-                        e.counter("cluster_batch_drops", "frames of received flow-record batches dropped, by reason", &[("reason", d.as_str())], n);
-                    }
+            for s in self.cluster_snapshots()? {
+                ccl_counters.add(&s.ccl);
+                e.stats("cluster", &[], &s.counters);
+                for d in dataplane::DropReason::ALL {
+                    let n = s.batch_drops.get(d.index()).copied().unwrap_or(0);
+                    e.counter("cluster_batch_drops", "frames of received flow-record batches dropped, by reason", &[("reason", d.as_str())], n);
                 }
             }
             e.stats("ccl", &[], &ccl_counters);
@@ -308,15 +291,17 @@ impl Control {
         Ok(e.render())
     }
 
+    /// `show cluster`: identity, this node's membership state (role,
+    /// control node, epoch, readiness, lease), every configured node as
+    /// this node sees it (state, priority, last heartbeat, epoch, control
+    /// node it follows, readiness), the membership counters, the
+    /// pipeline's cluster counters, CCL messages by kind and drops by
+    /// reason (worker and control lcore added up), hand-off counters.
     fn show_cluster(&self) -> Result<Value, String> {
         let Some(ccl) = &self.ccl else {
             return Err("no cluster configured: this node runs alone (no `cluster:` section)".into());
         };
-        let mut snaps = Vec::new();
-        for r in self.ask_all(|| Query::Cluster)? {
-            let Reply::Cluster(snap) = r else { return Err("unexpected reply".into()) };
-            snaps.extend(snap);
-        }
+        let snaps = self.cluster_snapshots()?;
         let now = self.clock.now();
         let m = &ccl.membership;
         let st = m.status();
@@ -472,17 +457,11 @@ impl Control {
                         m.insert("fragments".into(), stats::to_json(&*frag));
                     }
                     stats::add_json(&mut counters, &v);
-                    let ws = &self.shared.workers[w];
-                    if let Value::Object(m) = &mut v {
+                    if let (Value::Object(m), Value::Object(d)) =
+                        (&mut v, stats::to_json(&self.shared.workers[w].driver_counters()))
+                    {
                         m.insert("worker".into(), json!(w));
-                        for (k, a) in [
-                            ("steered_out", &ws.steered_out),
-                            ("handed_out", &ws.handed_out),
-                            ("handoff_drops", &ws.handoff_drops),
-                            ("tx_full_drops", &ws.tx_full_drops),
-                        ] {
-                            m.insert(k.into(), json!(a.load(Ordering::Relaxed)));
-                        }
+                        m.extend(d);
                     }
                     per_worker.push(v);
                 }
@@ -495,14 +474,15 @@ impl Control {
                     .enumerate()
                     .map(|(i, (name, dev, p))| (name, dev, p, (port_counter(i, "rx_packets"), port_counter(i, "tx_packets"))))
                     .map(|(name, dev, p, fw)| match p.stats() {
-                        Ok(s) => json!({
-                            "name": name, "device": dev, "port": p.id(),
-                            "rx_packets": s.ipackets, "tx_packets": s.opackets,
-                            "rx_bytes": s.ibytes, "tx_bytes": s.obytes,
-                            "rx_missed": s.imissed, "rx_errors": s.ierrors, "tx_errors": s.oerrors,
-                            "rx_nombuf": s.rx_nombuf,
-                            "pipeline_rx_packets": fw.0, "pipeline_tx_packets": fw.1,
-                        }),
+                        Ok(s) => {
+                            let mut row = json!({ "name": name, "device": dev, "port": p.id() });
+                            if let (Value::Object(m), Value::Object(n)) = (&mut row, stats::to_json(&NicStats(s))) {
+                                m.extend(n);
+                                m.insert("pipeline_rx_packets".into(), json!(fw.0));
+                                m.insert("pipeline_tx_packets".into(), json!(fw.1));
+                            }
+                            row
+                        }
                         Err(e) => json!({ "name": name, "device": dev, "port": p.id(), "error": e.to_string() }),
                     })
                     .collect();
@@ -617,6 +597,29 @@ impl Control {
                 Ok(json!({ "nat": counters.is_some(), "xlates": merge_replicas(all), "counters": enc(serde_json::to_value(counters))? }))
             }
             Topic::ClusterHistory => self.show_cluster_history(),
+        }
+    }
+}
+
+/// A port's own counters (DPDK `rte_eth_stats`) as `show stats` names
+/// them (`rx_missed`: no receive descriptor free, `rx_nombuf`: no mbuf),
+/// for its JSON and the metrics (`clusterfw_nic_*`).
+struct NicStats(dpdk_sys::PortStats);
+
+impl dataplane::stats::Stats for NicStats {
+    fn visit(&self, v: &mut dyn dataplane::stats::Visitor) {
+        let s = &self.0;
+        for (name, n) in [
+            ("rx_packets", s.ipackets),
+            ("tx_packets", s.opackets),
+            ("rx_bytes", s.ibytes),
+            ("tx_bytes", s.obytes),
+            ("rx_missed", s.imissed),
+            ("rx_errors", s.ierrors),
+            ("tx_errors", s.oerrors),
+            ("rx_nombuf", s.rx_nombuf),
+        ] {
+            v.counter(name, n);
         }
     }
 }

@@ -119,6 +119,34 @@ pub struct WorkerShared {
     pub burst_ns: AtomicU64,
 }
 
+/// A worker's driver counters (`WorkerShared::driver_counters`), as
+/// `show stats` and the metrics name them.
+pub struct DriverCounters {
+    pub steered_out: u64,
+    pub handed_out: u64,
+    pub handoff_drops: u64,
+    pub tx_full_drops: u64,
+}
+
+dataplane::impl_stats!(DriverCounters {
+    counter steered_out,
+    counter handed_out,
+    counter handoff_drops,
+    counter tx_full_drops,
+});
+
+impl WorkerShared {
+    /// What the worker published at its last timer tick.
+    pub fn driver_counters(&self) -> DriverCounters {
+        DriverCounters {
+            steered_out: self.steered_out.load(Ordering::Relaxed),
+            handed_out: self.handed_out.load(Ordering::Relaxed),
+            handoff_drops: self.handoff_drops.load(Ordering::Relaxed),
+            tx_full_drops: self.tx_full_drops.load(Ordering::Relaxed),
+        }
+    }
+}
+
 /// Upper bounds (ns) of the buckets of a worker's loop durations: one
 /// poll of every queue that found work, its processing and transmission.
 pub const BURST_BOUNDS_NS: [u64; 13] =

@@ -1,8 +1,9 @@
 //! Dynamic NAT through the three-node test bed (issue 13, SPEC N4): the bed
 //! comes up with `--dynamic-nat` (the client network's hosts each leave as
 //! one of 198.51.100.7–9; the outside router spreads 198.51.100.0/24 over
-//! the members by ECMP), `CFW_BED_WORKERS` workers per node (1 when unset). The control node hands the
-//! addresses out through the replicated NAT table; every member holds it.
+//! the members by ECMP), `CFW_BED_WORKERS` workers per node (1 when
+//! unset). The control node hands the addresses out through the
+//! replicated NAT table; every member holds it.
 //!
 //! (a) HTTP downloads from the client (198.18.10.2) and from a second
 //!     address of the client's (198.18.10.3, a second host), sha256

@@ -1205,9 +1205,8 @@ impl Pipeline {
     #[cold]
     #[inline(never)]
     fn datagram_worker(&self, t: &FiveTuple) -> WorkerId {
-        let nat = self.nat.as_deref();
-        let plan = nat.map(|n| &**n.plan());
-        crate::steer::nat_worker_of(t, plan, self.workers, |a| nat.and_then(|n| n.shared_real_of(a)))
+        let plan = self.nat.as_deref().map(|n| &**n.plan());
+        crate::steer::nat_worker_of(t, plan, self.workers, |a| self.shared_real_of(a))
     }
 
     /// Dynamic NAT on a cluster member (N4): the real address this
