@@ -26,7 +26,9 @@
 //!     and UDP other than DNS, N3): both work — tracepath shows a node
 //!     and the hop behind the cluster, whose ICMP errors come back through
 //!     the translation — and every multi-session xlate is at the control
-//!     node, the data nodes sending such connections there (`to_control`).
+//!     node, the data nodes sending such connections there (`to_control`;
+//!     32 datagrams from as many source ports make sure some land on a
+//!     data node).
 //!
 //! Needs root, curl, iperf3, tcpdump and tracepath (scripts/test.sh
 //! installs them).
@@ -88,6 +90,16 @@ fn multi_session(bed: &TestBed, all: &[usize]) -> Result<String> {
     ensure!(trace.contains("reached"), "tracepath did not reach the server:\n{trace}");
     let behind = hop("3").unwrap_or("");
     ensure!(!behind.is_empty() && behind != "no" && behind != SERVER, "no hop behind the cluster:\n{trace}");
+    // Datagrams from 32 source ports (UDP other than DNS: multi-session):
+    // the inside router spreads them by their ports, so some land on a
+    // data node, which must send them to the control node. Ping's echoes
+    // alone do not show it — the router hashes ICMP by its addresses, so
+    // all of them may land on the control node — nor do the two or three
+    // probes tracepath sends past the cluster (CI once saw none sent).
+    let spread = "import socket,sys\nfor _ in range(32):\n s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\n \
+                  s.sendto(b'multi-session',(sys.argv[1],9))\n s.close()\n";
+    sys::ns_run(INSIDE, "/usr/bin/python3", &["-c", spread, SERVER])?;
+    std::thread::sleep(Duration::from_millis(300));
     let x = xlates(bed, all)?;
     let multi = |v: &serde_json::Value| {
         v["xlates"].as_array().map_or(0, |a| a.iter().filter(|x| x["sessions"] == "multi-session").count())
@@ -102,7 +114,7 @@ fn multi_session(bed: &TestBed, all: &[usize]) -> Result<String> {
     let received = counter(&cl[control - 1], "to_control_received");
     ensure!(sent > 0 && received == sent, "frames to the control node: sent {sent}, received {received}");
     Ok(format!(
-        "ping 5/5, ping -s 8000 3/3; tracepath: node hop {node_hop}, then {behind}, reached; multi-session xlates per member {per:?} \
+        "ping 5/5, ping -s 8000 3/3; tracepath: node hop {node_hop}, then {behind}, reached; 32 datagrams; multi-session xlates per member {per:?} \
          (control n{control}); {sent} frames sent to the control node"
     ))
 }
