@@ -120,6 +120,28 @@ fi
 py=python3
 [ -x /usr/bin/python3 ] && py=/usr/bin/python3
 
+if [ "$nodes" -gt 1 ]; then
+  # The collectors an operator runs: rsyslog (UDP and TCP) and nfdump's
+  # nfcapd (IPFIX) on the management segment, where the nodes send.
+  say "collectors on the management segment (cfw-mgmt, 192.0.2.1): rsyslog, nfcapd"
+  mkdir -p "$work/flows"
+  cat >"$work/rsyslog.conf" <<CONF
+global(workDirectory="$work")
+module(load="imudp")
+module(load="imtcp")
+template(name="raw" type="string" string="%inputname% %rawmsg%\n")
+ruleset(name="cfw") { action(type="omfile" file="$work/syslog.log" template="raw") }
+input(type="imudp" address="192.0.2.1" port="514" ruleset="cfw")
+input(type="imtcp" address="192.0.2.1" port="514" ruleset="cfw")
+CONF
+  serve cfw-mgmt 514 "$work/rsyslogd.out" rsyslogd -n -f "$work/rsyslog.conf" -i "$work/rsyslog.pid"
+  ip netns exec cfw-mgmt nfcapd -b 192.0.2.1 -p 4739 -w "$work/flows" -t 3600 >"$work/nfcapd.out" 2>&1 9>&- &
+  nfcapd_pid=$!
+  bg_pids+=($nfcapd_pid)
+  # The nodes send their IPFIX templates every template-refresh (2 s on the bed).
+  sleep 3
+fi
+
 say "HTTP: 20 MB download, server in cfw-outside, client in cfw-inside"
 mkdir -p "$work/www"
 head -c $((20 * 1024 * 1024)) /dev/urandom >"$work/www/random.bin"
@@ -282,5 +304,15 @@ else
              "  CCL drops (non-zero): \([.ccl_drops | to_entries[] | select(.value > 0) | "\(.key) \(.value)"] | if length == 0 then "none" else join(", ") end)"' <<<"$cl"
     fi
   done
+fi
+if [ "$nodes" -gt 1 ] && [ -z "$kernel_router" ]; then
+  # Flows still open are exported at their end or active timeout.
+  sleep 2
+  kill "$nfcapd_pid" 2>/dev/null && wait "$nfcapd_pid" 2>/dev/null || true
+  echo "syslog received by rsyslog (UDP / TCP): $(grep -c '^imudp' "$work/syslog.log" || true) / $(grep -c '^imtcp' "$work/syslog.log" || true) messages; by MSGID over UDP:"
+  awk '$1 == "imudp" {n[$7]++} END {for (m in n) printf "  %s %d\n", m, n[m]}' "$work/syslog.log" | sort
+  echo "  e.g.: $(grep -m1 '^imudp.*conn-teardown' "$work/syslog.log" | cut -d' ' -f2- | cut -c1-300)"
+  echo "IPFIX received by nfcapd: $(nfdump -R "$work/flows" -o csv -N 2>/dev/null | awk -F, 'NR > 1 && NF > 10 && $4 ~ /\./' | wc -l) flow records; the largest:"
+  nfdump -R "$work/flows" -O bytes -n 3 -o 'fmt:%sa:%sp -> %da:%dp %pr %pkt packets %byt bytes' -N 2>/dev/null | sed -n '2,4p' | sed 's/^/  /'
 fi
 echo "demo traffic took $(( $(date +%s) - start )) s"

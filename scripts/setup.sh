@@ -12,14 +12,16 @@ export DEBIAN_FRONTEND=noninteractive
 # Test bed: iproute2 (ip netns, ss), ethtool (veth offloads), util-linux
 # (setsid), traffic tools and servers (curl, iperf3, ping, tracepath,
 # traceroute, python3, scapy, hping3), inspection (tcpdump, jq, procps),
-# collectors' checkers (prometheus: its promtool checks the /metrics text).
+# collectors and their checkers (prometheus: its promtool checks the
+# /metrics text; rsyslog receives the nodes' syslog; nfdump's nfcapd
+# receives their IPFIX and nfdump lists it).
 required=(
   build-essential pkg-config clang libclang-dev
   dpdk dpdk-dev libdpdk-dev
   iproute2 ethtool util-linux coreutils procps
   curl ca-certificates iperf3 iputils-ping tcpdump
   python3 python3-scapy hping3 jq iputils-tracepath traceroute
-  prometheus
+  prometheus rsyslog nfdump
 )
 # Debugging aid only; a failure to install it does not fail setup.
 optional=(tshark)

@@ -111,9 +111,10 @@ pub enum ErrorKind {
         /// The text as written.
         found: String,
     },
-    /// A listening address that is not `a.b.c.d:port` (port 1-65535).
-    #[error("invalid listen address \"{found}\": expected a.b.c.d:port with a port from 1 to 65535")]
-    InvalidListenAddress {
+    /// A socket address (to listen on or send to) that is not
+    /// `a.b.c.d:port` (port 1-65535).
+    #[error("invalid address \"{found}\": expected a.b.c.d:port with a port from 1 to 65535")]
+    InvalidSocketAddress {
         /// The text as written.
         found: String,
     },

@@ -9,6 +9,10 @@
 //! - [`mgmt`]: the management protocol spoken on the node's control socket.
 //! - [`metrics`]: any counter set in Prometheus' text exposition format
 //!   (the node's `/metrics`).
+//! - [`ipfix`]: IPFIX (RFC 7011) messages of ended connections, two
+//!   uniflows each (the node's export thread sends them).
+//! - [`syslog`]: RFC 5424 messages of connections and events (the node's
+//!   export thread sends them).
 //! - [`stats`]: any counter set (`dataplane::stats::Stats`) as the JSON
 //!   the management protocol answers with.
 //!
@@ -18,8 +22,10 @@
 //! is the socket server and client — and keeps its I/O timeouts to itself.
 #![deny(unsafe_code)]
 
+pub mod ipfix;
 pub mod membership;
 pub mod metrics;
 pub mod mgmt;
 pub mod natshare;
 pub mod stats;
+pub mod syslog;

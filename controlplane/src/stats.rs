@@ -108,6 +108,7 @@ mod tests {
             fragments_out: 0,
             icmp_errors: Default::default(),
             ipv6: Default::default(),
+            flow_log: Default::default(),
             ports: vec![PortCounters { rx_packets: 5, ..Default::default() }, PortCounters::default()],
             rx_unknown_port: 0,
             handed_off: 0,

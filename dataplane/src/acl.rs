@@ -125,6 +125,8 @@ pub struct Acl {
     levels: Vec<u8>,
     default_permits: u64,
     default_denies: u64,
+    /// What the last `check` decided (the flow log names the rule).
+    last: Decision,
 }
 
 impl Acl {
@@ -155,6 +157,7 @@ impl Acl {
             levels,
             default_permits: 0,
             default_denies: 0,
+            last: Decision::Default { permit: false },
         }
     }
 
@@ -186,6 +189,7 @@ impl Acl {
     #[inline]
     pub fn check(&mut self, ingress: IfIndex, egress: IfIndex, t: &FiveTuple) -> bool {
         let d = self.evaluate(ingress, egress, t);
+        self.last = d;
         match d {
             Decision::Rule { index, .. } => {
                 if let Some(h) = self.hits.get_mut(index) {
@@ -196,6 +200,19 @@ impl Acl {
             Decision::Default { permit: false } => self.default_denies += 1,
         }
         d.permit()
+    }
+
+    /// The rule that decided the last `check`.
+    pub fn last_rule(&self) -> crate::conntrack::RuleRef {
+        match self.last {
+            Decision::Rule { index, .. } => crate::conntrack::RuleRef::Rule(index as u32),
+            Decision::Default { .. } => crate::conntrack::RuleRef::SecurityLevel,
+        }
+    }
+
+    /// The names of the rules, in order (`RuleRef::Rule` indexes them).
+    pub fn rule_names(&self) -> impl Iterator<Item = &str> {
+        self.rules.iter().map(|r| r.name.as_str())
     }
 
     /// Take over `old`'s hit counts: of every rule equal to one of

@@ -161,7 +161,13 @@ pub struct CclControl {
     /// The previous `poll` (this lcore's own stalls).
     last_poll: Option<Timestamp>,
     stalled: bool,
+    /// Membership events for the syslog exporter (`take_events`; at most
+    /// `EVENTS_KEPT`, the oldest dropped beyond).
+    events: VecDeque<controlplane::membership::MembershipEvent>,
 }
+
+/// Membership events kept for the exporter between two control rounds.
+const EVENTS_KEPT: usize = 256;
 
 pub struct CclControlConfig {
     pub port: Port,
@@ -203,7 +209,13 @@ impl CclControl {
             tx: MbufBurst::new(),
             last_poll: None,
             stalled: false,
+            events: VecDeque::new(),
         }
+    }
+
+    /// The membership events since the last call, oldest first.
+    pub fn take_events(&mut self) -> impl Iterator<Item = controlplane::membership::MembershipEvent> + '_ {
+        self.events.drain(..)
     }
 
     /// Queue pairs of the CCL port (the workers' and the control lcore's).
@@ -398,7 +410,13 @@ impl CclControl {
                     log::info!("data ports down ({n} shut): not taking traffic");
                 }
             }
-            Action::Event(e) => log::info!("cluster: {}", e.text),
+            Action::Event(e) => {
+                log::info!("cluster: {}", e.text);
+                if self.events.len() >= EVENTS_KEPT {
+                    self.events.pop_front();
+                }
+                self.events.push_back(e);
+            }
             Action::Replica(r) => {
                 log::debug!("replicated state: {r:?}");
                 if matches!(r, ReplicaChange::Config { .. } | ReplicaChange::Replaced { .. }) {

@@ -54,6 +54,8 @@ pub struct Control {
     /// The replicated configuration version last confirmed to the
     /// membership machine as running.
     confirmed: Option<u64>,
+    /// The export thread's queue (`None`: no exporter configured).
+    export: Option<Arc<crate::export::ExportShared>>,
 }
 
 impl Control {
@@ -64,6 +66,7 @@ impl Control {
         ccl: Option<CclControl>,
         policies: Policies,
         clock: Clock,
+        export: Option<Arc<crate::export::ExportShared>>,
     ) -> Result<Control> {
         let server = Server::bind(&cfg.control_socket)
             .with_context(|| format!("binding the control socket {}", cfg.control_socket.display()))?;
@@ -80,6 +83,7 @@ impl Control {
             config_path: cfg.source_file.clone(),
             pending: shared.workers.iter().map(|_| VecDeque::new()).collect(),
             confirmed: None,
+            export,
         })
     }
 
@@ -100,6 +104,13 @@ impl Control {
             None => 0,
         };
         self.follow_policy(now);
+        // Membership events to the syslog exporter.
+        if let (Some(c), Some(x)) = (&mut self.ccl, &self.export) {
+            for e in c.take_events() {
+                let (severity, msgid) = controlplane::syslog::cluster_event(&e.kind);
+                x.push(crate::export::ExportEvent::Syslog { severity, msgid, text: e.text });
+            }
+        }
         // Member sets and resets: to every worker, in order, behind what
         // each has pending (`fan_out`).
         if let Some(c) = &mut self.ccl {
@@ -135,9 +146,13 @@ impl Control {
                         if self.policies.same_as_file() { ", as in this node's file" } else { ", not this node's file's" }
                     );
                     send_policies(&mut self.pending, generation, policies);
+                    export_rules(&self.export, &self.policies);
                 }
                 Follow::Reject { version, why } => {
                     log::error!("policy: cannot run the replicated configuration v{version}: {why}; leaving the cluster");
+                    export_config_error(&self.export, format!(
+                        "cannot run the replicated configuration v{version}: {why}; leaving the cluster"
+                    ));
                     c.reject_config(now, version);
                 }
             }
@@ -171,12 +186,20 @@ impl Control {
             }
         };
         let path = self.config_path.clone();
-        let outcome = self.policies.reload(&path, cluster).map_err(|e| format!("{e:#}"))?;
+        let outcome = match self.policies.reload(&path, cluster) {
+            Ok(o) => o,
+            Err(e) => {
+                let e = format!("{e:#}");
+                export_config_error(&self.export, format!("config reload refused: {e}"));
+                return Err(e);
+            }
+        };
         let now = self.clock.now();
         let message = match outcome {
             Reload::Unchanged => format!("{}: the policy is unchanged ({})", path.display(), self.policies.running.source),
             Reload::Apply { generation, policies } => {
                 send_policies(&mut self.pending, generation, policies);
+                export_rules(&self.export, &self.policies);
                 log::info!("policy: reloaded from {}", path.display());
                 format!("{}: new policy applied ({} rules)", path.display(), self.policies.running.policy.access_rules.len())
             }
@@ -250,6 +273,9 @@ impl Control {
             e.stats("nic", &[("port", name.as_str()), ("device", dev.as_str())], &NicStats(s));
         }
         e.gauge("uptime_seconds", "seconds since the node started", &[], self.started.elapsed().as_secs());
+        if let Some(x) = &self.export {
+            e.stats("export", &[], &x.stats(&self.shared));
+        }
         if let Some(ccl) = &self.ccl {
             let now = self.clock.now();
             let m = &ccl.membership;
@@ -494,6 +520,9 @@ impl Control {
                     m.insert("steered_out".into(), json!(sum(|w| w.steered_out.load(Ordering::Relaxed))));
                     m.insert("handoff_drops".into(), json!(sum(|w| w.handoff_drops.load(Ordering::Relaxed))));
                     m.insert("ports".into(), Value::Array(ports));
+                    if let Some(x) = &self.export {
+                        m.insert("export".into(), stats::to_json(&x.stats(&self.shared)));
+                    }
                     m.insert("workers".into(), Value::Array(per_worker));
                 }
                 Ok(counters)
@@ -621,6 +650,22 @@ impl dataplane::stats::Stats for NicStats {
         ] {
             v.counter(name, n);
         }
+    }
+}
+
+/// The running policy's rule names to the export thread (its records name
+/// rules by index).
+fn export_rules(export: &Option<Arc<crate::export::ExportShared>>, policies: &Policies) {
+    if let Some(x) = export {
+        let names = policies.running.policy.access_rules.iter().map(|r| r.name.clone()).collect();
+        x.push(crate::export::ExportEvent::Rules(names));
+    }
+}
+
+/// A refused configuration, to syslog (`config-error`).
+fn export_config_error(export: &Option<Arc<crate::export::ExportShared>>, text: String) {
+    if let Some(x) = export {
+        x.push(crate::export::ExportEvent::Syslog { severity: controlplane::syslog::severity::ERROR, msgid: "config-error", text });
     }
 }
 

@@ -14,6 +14,7 @@ mod ccl;
 mod clock;
 mod control;
 mod links;
+mod export;
 mod metrics_http;
 mod policy;
 mod shared;
@@ -325,6 +326,10 @@ fn run(cfg: Config, extra: Vec<String>) -> Result<()> {
             (_, Some(plan)) => p.set_nat_plan(plan.clone()).map_err(|e| anyhow::anyhow!("nat: {e}"))?,
             (None, None) => {}
         }
+        if export::wanted(&cfg) {
+            // Active records only for flow export (syslog has no use for them).
+            p.log_flows(cfg.flow_export.as_ref().map(|f| dataplane::Duration::from_secs(f.active_timeout.into())));
+        }
         pipelines.push(p);
     }
     // A reload's NAT rules must keep this plan's pools (N6, N9).
@@ -343,7 +348,18 @@ fn run(cfg: Config, extra: Vec<String>) -> Result<()> {
         producers.push(Some(p));
         consumers.push(Some(c));
     }
-    let shared = Arc::new(Shared::new(producers));
+    let mut shared = Shared::new(producers);
+    if export::wanted(&cfg) {
+        for w in &mut shared.workers {
+            w.flow_records = Some(crossbeam_queue::ArrayQueue::new(export::FLOW_RECORD_QUEUE));
+        }
+    }
+    let shared = Arc::new(shared);
+    let export_names = controlplane::syslog::Names {
+        interfaces: pipelines.first().map_or_else(Vec::new, |p| p.interface_names().to_vec()),
+        rules: policies.running.policy.access_rules.iter().map(|r| r.name.clone()).collect(),
+        node: cfg.node.name.clone(),
+    };
     let ccl_control = match (&cfg.cluster, ccl_setup) {
         (Some(cl), Some((ccl_idx, port, two, mac))) => Some(ccl::CclControl::new(ccl::CclControlConfig {
             port,
@@ -407,6 +423,16 @@ fn run(cfg: Config, extra: Vec<String>) -> Result<()> {
         }
     }
 
+    // The exporters (syslog, IPFIX): a thread of their own, fed by the
+    // workers' record queues and the control lcore's events.
+    let (export_shared, exporter) = if export::wanted(&cfg) {
+        let x = Arc::new(export::ExportShared::new());
+        let node_id = cfg.cluster.as_ref().map_or(0, |c| u32::from(c.node_id));
+        let e = export::Exporter::new(&cfg, shared.clone(), x.clone(), clock, export_names, node_id);
+        (Some(x), Some(std::thread::Builder::new().name("export".into()).spawn(move || e.run())?))
+    } else {
+        (None, None)
+    };
     let mut ctl = control::Control::new(
         &cfg,
         shared.clone(),
@@ -414,6 +440,7 @@ fn run(cfg: Config, extra: Vec<String>) -> Result<()> {
         ccl_control,
         policies,
         clock,
+        export_shared,
     )?;
     log::info!("node {} up; control socket {}", cfg.node.name, cfg.control_socket.display());
     // Prometheus' endpoint: a thread of its own (at nice 0, made before
@@ -452,6 +479,9 @@ fn run(cfg: Config, extra: Vec<String>) -> Result<()> {
         let _ = t.join();
     }
     if let Some(t) = metrics {
+        let _ = t.join();
+    }
+    if let Some(t) = exporter {
         let _ = t.join();
     }
     shared.drain_frames();

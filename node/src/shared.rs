@@ -117,6 +117,10 @@ pub struct WorkerShared {
     /// longer), their total nanoseconds.
     pub burst_counts: [AtomicU64; BURST_BUCKETS],
     pub burst_ns: AtomicU64,
+    /// The flow log's records for the export thread (`crate::export`;
+    /// `None`: no exporter configured); full: dropped and counted.
+    pub flow_records: Option<ArrayQueue<dataplane::conntrack::FlowRecord>>,
+    pub flow_record_drops: AtomicU64,
 }
 
 /// A worker's driver counters (`WorkerShared::driver_counters`), as
@@ -203,6 +207,8 @@ impl WorkerShared {
             loop_ns: AtomicU64::new(0),
             burst_counts: std::array::from_fn(|_| AtomicU64::new(0)),
             burst_ns: AtomicU64::new(0),
+            flow_records: None,
+            flow_record_drops: AtomicU64::new(0),
         }
     }
 }

@@ -329,6 +329,19 @@ impl Worker {
                     mine.xlate_request_drops.fetch_add(1, Ordering::Relaxed);
                 }
             });
+            // The flow log (an exporter is configured): its records to
+            // the export thread.
+            if let Some(q) = mine.flow_records.as_ref().filter(|_| self.pipeline.flow_log_pending() > 0) {
+                let mut lost = 0;
+                self.pipeline.drain_flow_log(|r| {
+                    if q.push(*r).is_err() {
+                        lost += 1;
+                    }
+                });
+                if lost > 0 {
+                    mine.flow_record_drops.fetch_add(lost, Ordering::Relaxed);
+                }
+            }
             if let Some(q) = mine.queries.pop() {
                 if let Query::SetMembers(m) = &q {
                     epoch = m.epoch();

@@ -295,6 +295,9 @@ fn build(topo: &Topology, state: &mut State, o: &UpOptions) -> Result<()> {
         for m in &b.members {
             sys::ip(&b.namespace, &["link", "set", m, "master", &b.name])?;
         }
+        if let Some(addr) = &b.address {
+            sys::ip(&b.namespace, &["addr", "add", addr, "dev", &b.name])?;
+        }
         sys::ip(&b.namespace, &["link", "set", &b.name, "up"])?;
     }
     for r in &topo.routes {

@@ -79,6 +79,9 @@ pub struct BridgeSpec {
     pub name: String,
     /// Interfaces (in the same namespace) enslaved to the bridge.
     pub members: Vec<String>,
+    /// A kernel address (CIDR) on the bridge itself (the management
+    /// segment's collectors listen there).
+    pub address: Option<String>,
 }
 
 /// A kernel route; more than one next hop makes an ECMP route.
@@ -236,6 +239,15 @@ pub mod cluster_addr {
         format!("198.19.0.{}", 10 + k)
     }
     pub const CCL_PREFIX_LEN: u8 = 24;
+    /// The management segment (TEST-NET-1, RFC 5737): the collectors
+    /// (syslog, IPFIX) at .1 on the bridge, node K at .(10+K).
+    pub const COLLECTOR: &str = "192.0.2.1";
+    pub fn mgmt(k: usize) -> String {
+        format!("192.0.2.{}", 10 + k)
+    }
+    /// Where the collectors listen: syslog (UDP and TCP), IPFIX (UDP).
+    pub const SYSLOG_PORT: u16 = 514;
+    pub const IPFIX_PORT: u16 = 4739;
     /// The test bed's cluster name and key (test traffic only).
     pub const CLUSTER_NAME: &str = "cfw-testbed";
     pub const CLUSTER_KEY: &str = "clusterfw-testbed-ccl-key-0001";
@@ -245,6 +257,12 @@ pub mod cluster_addr {
 pub const CCL_NAMESPACE: &str = "cfw-ccl";
 /// The CCL bridge in [`CCL_NAMESPACE`].
 pub const CCL_BRIDGE: &str = "cfw-ccl";
+/// Namespace of the management segment (a Linux bridge of the same name,
+/// with the collectors' address): each node's kernel interface `nK-mgmt`,
+/// from which it sends syslog and IPFIX, as a real appliance does from its
+/// management port.
+pub const MGMT_NAMESPACE: &str = "cfw-mgmt";
+pub const MGMT_BRIDGE: &str = "cfw-mgmt";
 
 fn end(namespace: &str, ifname: &str, address: Option<&str>, disable_ipv6: bool) -> Endpoint {
     Endpoint {
@@ -394,8 +412,10 @@ impl Topology {
             sysctl("net.ipv6.conf.all.disable_ipv6", "1", false),
             sysctl("net.ipv6.conf.default.disable_ipv6", "1", false),
         ];
+        let mut mgmt = ns(MGMT_NAMESPACE, false);
+        mgmt.sysctls = ccl.sysctls.clone();
         let mut t = Topology {
-            namespaces: vec![ns(inside, false), ns(outside, false), router(rin, "1"), router(rout, "2"), ccl],
+            namespaces: vec![ns(inside, false), ns(outside, false), router(rin, "1"), router(rout, "2"), ccl, mgmt],
             links: vec![
                 VethSpec {
                     a: end(inside, "eth0", Some(&format!("{}/24", a::CLIENT)), false),
@@ -406,11 +426,20 @@ impl Topology {
                     b: end(rout, "eth0", Some(&format!("{}/24", a::ROUT_HOST_SIDE)), true),
                 },
             ],
-            bridges: vec![BridgeSpec {
-                namespace: CCL_NAMESPACE.into(),
-                name: CCL_BRIDGE.into(),
-                members: (1..=n).map(|k| format!("ccl-n{k}")).collect(),
-            }],
+            bridges: vec![
+                BridgeSpec {
+                    namespace: CCL_NAMESPACE.into(),
+                    name: CCL_BRIDGE.into(),
+                    members: (1..=n).map(|k| format!("ccl-n{k}")).collect(),
+                    address: None,
+                },
+                BridgeSpec {
+                    namespace: MGMT_NAMESPACE.into(),
+                    name: MGMT_BRIDGE.into(),
+                    members: (1..=n).map(|k| format!("mgmt-n{k}")).collect(),
+                    address: Some(format!("{}/24", a::COLLECTOR)),
+                },
+            ],
             routes: vec![
                 default_route(inside, a::RIN_HOST_SIDE),
                 default_route(outside, a::ROUT_HOST_SIDE),
@@ -451,6 +480,10 @@ impl Topology {
             t.links.push(VethSpec {
                 a: Endpoint { mtu: Some(CCL_MTU), ..end(CCL_NAMESPACE, &format!("ccl-n{k}"), None, true) },
                 b: Endpoint { mtu: Some(CCL_MTU), ..end(&nsn, &format!("n{k}-ccl"), None, true) },
+            });
+            t.links.push(VethSpec {
+                a: end(MGMT_NAMESPACE, &format!("mgmt-n{k}"), None, true),
+                b: end(&nsn, &format!("n{k}-mgmt"), Some(&format!("{}/24", a::mgmt(k))), true),
             });
             t.nodes.push(NodeSpec {
                 workers: 1,
@@ -746,7 +779,7 @@ mod tests {
         let names: Vec<&str> = t.namespaces.iter().map(|n| n.name.as_str()).collect();
         assert_eq!(
             names,
-            ["cfw-inside", "cfw-outside", "cfw-rin", "cfw-rout", "cfw-ccl", "cfw-n1", "cfw-n2", "cfw-n3"]
+            ["cfw-inside", "cfw-outside", "cfw-rin", "cfw-rout", "cfw-ccl", "cfw-mgmt", "cfw-n1", "cfw-n2", "cfw-n3"]
         );
         let rin = t.routes.iter().find(|r| r.namespace == "cfw-rin").unwrap();
         assert_eq!(rin.destination, "198.18.20.0/24");
@@ -774,10 +807,18 @@ mod tests {
         assert_eq!((c.node_id, c.ccl_ifname.as_str(), c.ccl_address.as_str()), (2, "n2-ccl", "198.19.0.12/24"));
         assert_eq!(c.members.len(), 3);
         assert_eq!(n2.routes, [("198.18.10.0/24".to_string(), "198.18.12.1".to_string()), ("0.0.0.0/0".to_string(), "198.18.22.1".to_string())]);
-        // Node-side ends carry no kernel address and no IPv6.
+        // Node-side ends carry no kernel address and no IPv6, but for the
+        // management port, which the node's kernel sockets use.
         for e in t.endpoints().filter(|e| e.namespace.starts_with("cfw-n")) {
-            assert!(e.address.is_none() && e.disable_ipv6, "{e:?}");
+            let mgmt = e.ifname.ends_with("-mgmt");
+            assert!(e.address.is_some() == mgmt && e.disable_ipv6, "{e:?}");
         }
+        assert_eq!(n2.namespace, "cfw-n2");
+        let m2 = t.endpoints().find(|e| e.ifname == "n2-mgmt").unwrap();
+        assert_eq!(m2.address.as_deref(), Some("192.0.2.12/24"));
+        let mgmt = &t.bridges[1];
+        assert_eq!((mgmt.namespace.as_str(), mgmt.address.as_deref()), (MGMT_NAMESPACE, Some("192.0.2.1/24")));
+        assert_eq!(mgmt.members, ["mgmt-n1", "mgmt-n2", "mgmt-n3"]);
         assert_eq!(t.hosts.iter().filter(|h| h.kind == HostKind::Router).count(), 2);
     }
 

@@ -20,6 +20,7 @@ use serde::{Deserialize, Serialize};
 use crate::net::{Ipv4Net, PortRange, Protocol};
 
 pub(crate) mod cluster;
+pub mod export;
 pub(crate) mod nat;
 pub(crate) mod neighbors;
 pub(crate) mod policy;
@@ -100,6 +101,8 @@ pub struct Config {
     /// `metrics`: the Prometheus endpoint (node-local, like the control
     /// socket).
     pub metrics: MetricsConfig,
+    /// `flow-export`: the IPFIX collector (none: no export; node-local).
+    pub flow_export: Option<export::FlowExportConfig>,
     /// `dpdk`: EAL and port settings.
     pub dpdk: DpdkConfig,
     /// `interfaces`: at least one.
@@ -160,10 +163,22 @@ pub struct NodeConfig {
 }
 
 /// `logging`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
 pub struct LoggingConfig {
     /// `level`: default `info`.
     pub level: LogLevel,
+    /// `syslog`: collectors (none by default).
+    pub syslog: Vec<export::SyslogConfig>,
+    /// `deny-rate`: denied-connection messages per access rule per second
+    /// (0-100000, default 10; 0: none, only the per-second summaries).
+    pub deny_rate: u32,
+}
+
+impl Default for LoggingConfig {
+    fn default() -> Self {
+        LoggingConfig { level: LogLevel::default(), syslog: Vec::new(), deny_rate: export::DEFAULT_DENY_RATE }
+    }
 }
 
 /// A log level, lowest volume first.

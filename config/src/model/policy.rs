@@ -149,6 +149,7 @@ impl Config {
         differs("logging", self.logging != other.logging);
         differs("control-socket", self.control_socket != other.control_socket);
         differs("metrics", self.metrics != other.metrics);
+        differs("flow-export", self.flow_export != other.flow_export);
         differs("dpdk", self.dpdk != other.dpdk);
         differs(
             "interfaces",

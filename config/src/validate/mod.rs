@@ -29,6 +29,7 @@ use crate::model::*;
 use crate::net::{Ipv4Net, PortRange, Protocol};
 
 mod cluster;
+mod export;
 mod nat;
 mod neighbors;
 mod policy;
@@ -61,6 +62,8 @@ struct RawConfig {
     control_socket: Option<String>,
     #[serde(default, deserialize_with = "null_default")]
     metrics: RawMetrics,
+    #[serde(default)]
+    flow_export: Option<export::RawFlowExport>,
     #[serde(default, deserialize_with = "null_default")]
     dpdk: RawDpdk,
     interfaces: Option<Vec<RawInterface>>,
@@ -111,11 +114,14 @@ struct RawNode {
 #[serde(
     deny_unknown_fields,
     rename_all = "kebab-case",
-    expecting = "a mapping with key `level`"
+    expecting = "a mapping of logging settings (level, syslog, deny-rate)"
 )]
 struct RawLogging {
     #[serde(default)]
     level: LogLevel,
+    #[serde(default, deserialize_with = "null_default")]
+    syslog: Vec<export::RawSyslog>,
+    deny_rate: Option<u64>,
 }
 
 #[derive(Deserialize, Default)]
@@ -431,6 +437,19 @@ impl Checker<'_> {
         };
 
         let metrics = MetricsConfig { listen: self.listen_address(&root.key("metrics").key("listen"), raw.metrics.listen)? };
+        let lp = root.key("logging");
+        let logging = LoggingConfig {
+            level: raw.logging.level,
+            syslog: self.syslog(&lp.key("syslog"), raw.logging.syslog)?,
+            deny_rate: self.range(
+                &lp.key("deny-rate"),
+                raw.logging.deny_rate,
+                crate::model::export::DEFAULT_DENY_RATE.into(),
+                0,
+                100_000,
+            )? as u32,
+        };
+        let flow_export = self.flow_export(&root.key("flow-export"), raw.flow_export)?;
         let dpdk = self.dpdk(&root.key("dpdk"), raw.dpdk)?;
         let interfaces = self.interfaces(&root.key("interfaces"), raw.interfaces)?;
         let routes = self.routes(&root.key("routes"), raw.routes, &interfaces)?;
@@ -500,11 +519,10 @@ impl Checker<'_> {
 
         Ok(Config {
             node: NodeConfig { name },
-            logging: LoggingConfig {
-                level: raw.logging.level,
-            },
+            logging,
             control_socket,
             metrics,
+            flow_export,
             dpdk,
             interfaces,
             routes,
@@ -540,10 +558,14 @@ impl Checker<'_> {
 
     /// `a.b.c.d:port` (port 1-65535), or nothing.
     fn listen_address(&self, p: &FieldPath, raw: Option<String>) -> R<Option<std::net::SocketAddrV4>> {
-        let Some(text) = raw else { return Ok(None) };
+        raw.map(|text| self.socket_address(p, text)).transpose()
+    }
+
+    /// `a.b.c.d:port` (port 1-65535).
+    fn socket_address(&self, p: &FieldPath, text: String) -> R<std::net::SocketAddrV4> {
         match text.trim().parse::<std::net::SocketAddrV4>() {
-            Ok(a) if a.port() != 0 => Ok(Some(a)),
-            _ => Err(self.err(p, ErrorKind::InvalidListenAddress { found: text })),
+            Ok(a) if a.port() != 0 => Ok(a),
+            _ => Err(self.err(p, ErrorKind::InvalidSocketAddress { found: text })),
         }
     }
 

@@ -41,7 +41,11 @@
 //!   holds one entry per slot, reserved when turned on). An `install` over
 //!   a live flow keeps its mark. The NAT stage marks a flow with the xlate
 //!   it holds and lets go of it when the flow ends.
+//! - With the flow log on ([`ConnTable::log_flows`], [`flowlog`]), every
+//!   flow marked logged yields exactly one `Ended` record when it is
+//!   removed, whichever way it goes.
 
+pub mod flowlog;
 mod index;
 mod state;
 pub mod tcp;
@@ -49,11 +53,14 @@ pub mod tcp;
 #[cfg(test)]
 mod tests;
 
+use crate::route::IfIndex;
 use crate::types::{Direction, DropReason, Duration, FiveTuple, Timestamp};
 use core::hash::BuildHasher;
 use index::Index;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
+use flowlog::{FlowLog, FlowMeta};
+pub use flowlog::{EndReason, FlowEvent, FlowLogCounters, FlowRecord, RuleRef};
 pub use state::{FlowState, FlowStateError};
 pub use tcp::{SeqNumber, TcpState};
 
@@ -382,6 +389,44 @@ impl Slot {
         }
     }
 
+    fn tcp_state(&self) -> Option<TcpState> {
+        match &self.kind {
+            FlowKind::Tcp(c) => Some(c.state),
+            _ => None,
+        }
+    }
+
+    /// Why the flow ends when it leaves the table `how`.
+    fn end_reason(&self, how: Removal) -> EndReason {
+        match (how, self.tcp_state()) {
+            (Removal::HandedOver, _) => EndReason::HandedOver,
+            (Removal::Cleared, _) => EndReason::Cleared,
+            (Removal::Expired, Some(TcpState::Closed)) => EndReason::Reset,
+            (Removal::Expired, Some(TcpState::FinWait | TcpState::Closing | TcpState::TimeWait)) => EndReason::Fin,
+            (Removal::Expired, _) => EndReason::Idle,
+        }
+    }
+
+    /// The flow log's record of this (live) slot.
+    fn record(&self, event: FlowEvent, meta: &FlowMeta) -> FlowRecord {
+        let from_lo = self.key.tuple_from_lo();
+        FlowRecord {
+            event,
+            tuple: if self.orig_is_lo { from_lo } else { from_lo.reversed() },
+            start: meta.start,
+            last: self.last_seen,
+            packets: self.packets,
+            bytes: self.bytes,
+            reported_packets: meta.reported_packets,
+            reported_bytes: meta.reported_bytes,
+            tcp_flags: flowlog::implied_flags(self.tcp_state()),
+            ingress: meta.ingress,
+            egress: meta.egress,
+            rule: meta.rule,
+            adopted: meta.adopted,
+        }
+    }
+
     /// Idle for at least the state's timeout.
     fn is_dead(&self, now: Timestamp, t: &Timeouts) -> bool {
         now.since(self.last_seen) >= self.timeout(t)
@@ -445,6 +490,19 @@ pub struct ConnTable {
     /// Marks that did not fit `ended` (never expected: it holds one per
     /// flow slot).
     pub ended_lost: u64,
+    /// The exporters' records (`log_flows`; `None`: off).
+    flow_log: Option<Box<FlowLog>>,
+}
+
+/// How a slot leaves the table (`ConnTable::remove`), for the flow log.
+#[derive(Copy, Clone, PartialEq, Eq)]
+enum Removal {
+    /// Dead (idle past its timeout) or replaced by a reopening SYN.
+    Expired,
+    /// Another node owns the connection now.
+    HandedOver,
+    /// `clear`.
+    Cleared,
 }
 
 /// Record an ended flow's mark, within the log's reserved room (`lost`
@@ -479,6 +537,7 @@ impl ConnTable {
             ended: Vec::new(),
             log_ended: false,
             ended_lost: 0,
+            flow_log: None,
         }
     }
 
@@ -490,6 +549,94 @@ impl ConnTable {
             self.ended = Vec::with_capacity(self.slots.len());
             self.log_ended = true;
         }
+    }
+
+    /// Turn the flow log on ([`flowlog`]): reserves its per-slot meta and
+    /// record queues now.
+    /// With `active_timeout`, a connection alive that long gets an
+    /// `Active` record each time (from `expire`'s walk).
+    pub fn log_flows(&mut self, active_timeout: Option<Duration>) {
+        match self.flow_log.as_deref_mut() {
+            None => self.flow_log = Some(Box::new(FlowLog::new(self.slots.len(), active_timeout))),
+            Some(log) => log.active_timeout = active_timeout,
+        }
+    }
+
+    /// The flow log is on.
+    #[inline]
+    pub fn logging_flows(&self) -> bool {
+        self.flow_log.is_some()
+    }
+
+    /// The record of live flow `h` as it stands (event `Built`).
+    fn record_of(&self, h: FlowHandle, meta: &FlowMeta) -> Option<FlowRecord> {
+        let s = self.slots.get(h.0 as usize).filter(|s| s.live)?;
+        Some(Slot::record(s, FlowEvent::Built, meta))
+    }
+
+    /// Flow `h`, just created by `track` for a connection this node owns:
+    /// queue its `Built` record and log its end. No-op with the log off.
+    pub fn log_built(&mut self, now: Timestamp, h: FlowHandle, ingress: IfIndex, egress: IfIndex, rule: RuleRef) {
+        if self.flow_log.is_none() {
+            return;
+        }
+        let meta = FlowMeta::new(now, ingress, egress, rule, false);
+        let Some(r) = self.record_of(h, &meta) else { return };
+        if let Some(log) = self.flow_log.as_deref_mut() {
+            log.built(h.0, meta, r);
+        }
+    }
+
+    /// Flow `h` is a connection this node took over as its owner: log its
+    /// end here (its builder logged `Built`). No-op with the log off.
+    /// Its interfaces and rule are not known here (`flowlog::UNKNOWN_IF`,
+    /// `RuleRef::SecurityLevel`).
+    pub fn log_adopted(&mut self, now: Timestamp, h: FlowHandle) {
+        let live = self.slots.get(h.0 as usize).is_some_and(|s| s.live);
+        if let (Some(log), true) = (self.flow_log.as_deref_mut(), live) {
+            let (ingress, egress, rule) = (flowlog::UNKNOWN_IF, flowlog::UNKNOWN_IF, RuleRef::SecurityLevel);
+            log.adopted(h.0, FlowMeta::new(now, ingress, egress, rule, true));
+        }
+    }
+
+    /// A new connection `tuple` (`len` bytes) refused by `rule`: queue its
+    /// `Denied` record. No-op with the log off.
+    pub fn log_denied(&mut self, now: Timestamp, tuple: &FiveTuple, len: u32, ingress: IfIndex, egress: IfIndex, rule: RuleRef) {
+        if let Some(log) = self.flow_log.as_deref_mut() {
+            log.denied(FlowRecord {
+                event: FlowEvent::Denied,
+                tuple: *tuple,
+                start: now,
+                last: now,
+                packets: [1, 0],
+                bytes: [u64::from(len), 0],
+                reported_packets: [0; 2],
+                reported_bytes: [0; 2],
+                tcp_flags: 0,
+                ingress,
+                egress,
+                rule,
+                adopted: false,
+            });
+        }
+    }
+
+    /// The records queued since the last call (`flowlog::FlowLog::drain`).
+    /// Never allocates.
+    pub fn drain_flow_log(&mut self, f: impl FnMut(&FlowRecord)) {
+        if let Some(log) = self.flow_log.as_deref_mut() {
+            log.drain(f);
+        }
+    }
+
+    /// Records waiting for `drain_flow_log`.
+    pub fn flow_log_pending(&self) -> usize {
+        self.flow_log.as_deref().map_or(0, FlowLog::pending)
+    }
+
+    /// `None` with the log off.
+    pub fn flow_log_counters(&self) -> Option<FlowLogCounters> {
+        self.flow_log.as_deref().map(|l| l.counters)
     }
 
     /// Mark flow `h` with `mark` (non-zero; replaces an earlier mark):
@@ -513,7 +660,7 @@ impl ConnTable {
             })
             .collect();
         for &i in &victims {
-            self.remove(i);
+            self.remove(i, Removal::HandedOver);
         }
         victims.len()
     }
@@ -794,13 +941,13 @@ impl ConnTable {
             return Err(DropReason::FlowTableFull);
         };
         if slot.is_dead(now, &timeouts) {
-            self.remove(i);
+            self.remove(i, Removal::Expired);
             return Ok(Existing::Gone { reopen: false });
         }
         let dir = slot.dir_of(from_lo);
         if let (FlowKind::Tcp(conn), L4Info::Tcp(seg)) = (&mut slot.kind, l4) {
             if conn.on_segment(dir, seg)? == tcp::Accept::Reopen {
-                self.remove(i);
+                self.remove(i, Removal::Expired);
                 return Ok(Existing::Gone { reopen: true });
             }
         }
@@ -815,7 +962,7 @@ impl ConnTable {
     }
 
     /// Forget slot `i` (no-op if it is not live).
-    fn remove(&mut self, i: u32) {
+    fn remove(&mut self, i: u32, how: Removal) {
         let Some(slot) = self.slots.get_mut(i as usize) else { return };
         if !slot.live {
             return;
@@ -823,6 +970,11 @@ impl ConnTable {
         let hash = slot.key.hash(&self.seed);
         if slot.mark != 0 && self.log_ended {
             log_end(&mut self.ended, &mut self.ended_lost, slot.mark);
+        }
+        if let Some(log) = self.flow_log.as_deref_mut() {
+            if let Some(meta) = log.take_logged(i) {
+                log.queue(slot.record(FlowEvent::Ended(slot.end_reason(how)), &meta));
+            }
         }
         self.index.remove(hash, i);
         *slot = FREE_SLOT;
@@ -863,8 +1015,14 @@ impl ConnTable {
             self.cursor = if i + 1 < cap { i + 1 } else { 0 };
             let dead = self.slots.get(i).is_some_and(|s| s.live && s.is_dead(now, &timeouts));
             if dead {
-                self.remove(i as u32);
+                self.remove(i as u32, Removal::Expired);
                 removed += 1;
+            } else if let (Some(log), Some(s)) = (self.flow_log.as_deref_mut(), self.slots.get(i).filter(|s| s.live)) {
+                if let Some(m) = log.active_due(i as u32, now) {
+                    let r = s.record(FlowEvent::Active, m);
+                    (m.reported_packets, m.reported_bytes) = (s.packets, s.bytes);
+                    log.queue(r);
+                }
             }
         }
         self.stats.expired += removed as u64;
@@ -899,6 +1057,14 @@ impl ConnTable {
                 log_end(&mut self.ended, &mut self.ended_lost, s.mark);
             }
         }
+        if let Some(log) = self.flow_log.as_deref_mut() {
+            for (i, s) in self.slots.iter().enumerate().filter(|(_, s)| s.live) {
+                if let Some(meta) = log.take_logged(i as u32) {
+                    log.queue(s.record(FlowEvent::Ended(s.end_reason(Removal::Cleared)), &meta));
+                }
+            }
+            log.forget_all();
+        }
         self.index.clear();
         self.slots.fill(FREE_SLOT);
         self.free.clear();
@@ -922,7 +1088,7 @@ impl ConnTable {
     /// Forget a flow (cluster: this node learnt that another node owns the
     /// connection). No-op for a stale handle. Never allocates.
     pub fn remove_flow(&mut self, h: FlowHandle) {
-        self.remove(h.0);
+        self.remove(h.0, Removal::HandedOver);
     }
 
     /// The flow's state, for handing it to another node (`state.rs`);

@@ -1712,3 +1712,178 @@ fn marks_are_reported_when_their_flow_ends() {
     t.remove_flow(f);
     assert_eq!(drained(&mut t), [] as [u32; 0]);
 }
+
+// --- The flow log (`flowlog`). ---
+
+fn udp_tuple(sp: u16) -> FiveTuple {
+    tuple(v4(10, 0, 0, 1), sp, v4(192, 0, 2, 10), 53, ip_proto::UDP)
+}
+
+/// The records queued so far.
+fn drained(t: &mut ConnTable) -> Vec<FlowRecord> {
+    let mut v = Vec::new();
+    t.drain_flow_log(|r| v.push(*r));
+    v
+}
+
+/// A UDP flow made by `track` and logged as built at `at` ms.
+fn logged_udp(t: &mut ConnTable, sp: u16, at: u64) -> FlowHandle {
+    let tr = t.track(Timestamp(at * MS), &udp_tuple(sp), &L4Info::Udp, 100, || true).unwrap();
+    t.log_built(Timestamp(at * MS), tr.handle, IfIndex(0), IfIndex(1), RuleRef::Rule(3));
+    tr.handle
+}
+
+#[test]
+fn flow_log_off_costs_nothing_and_records_nothing() {
+    let mut t = ConnTable::new(16, Timeouts::default());
+    let h = t.track(Timestamp(0), &udp_tuple(1), &L4Info::Udp, 100, || true).unwrap().handle;
+    t.log_built(Timestamp(0), h, IfIndex(0), IfIndex(1), RuleRef::SecurityLevel);
+    t.log_denied(Timestamp(0), &udp_tuple(2), 60, IfIndex(0), IfIndex(1), RuleRef::SecurityLevel);
+    t.remove_flow(h);
+    assert!(!t.logging_flows() && t.flow_log_pending() == 0 && t.flow_log_counters().is_none());
+    assert!(drained(&mut t).is_empty());
+}
+
+#[test]
+fn flow_log_built_then_ended_with_counts_and_reason() {
+    let to = Timeouts { udp: Duration(10 * 1000 * MS), ..Timeouts::default() };
+    let mut t = ConnTable::new(16, to);
+    t.log_flows(None);
+    let h = logged_udp(&mut t, 1, 0);
+    // A reply and another request.
+    t.track(Timestamp(5 * MS), &udp_tuple(1).reversed(), &L4Info::Udp, 300, || true).unwrap();
+    t.track(Timestamp(7 * MS), &udp_tuple(1), &L4Info::Udp, 100, || true).unwrap();
+    let built = drained(&mut t);
+    assert_eq!(built.len(), 1);
+    assert_eq!((built[0].event, built[0].packets, built[0].rule), (FlowEvent::Built, [1, 0], RuleRef::Rule(3)));
+    // Idle past the timeout: expired, one Ended(Idle) with every count.
+    assert_eq!(t.expire(Timestamp(20_000 * MS), 64), 1);
+    let ended = drained(&mut t);
+    assert_eq!(ended.len(), 1, "{ended:?}");
+    let e = ended[0];
+    assert_eq!(e.event, FlowEvent::Ended(EndReason::Idle));
+    assert_eq!((e.packets, e.bytes), ([2, 1], [200, 300]));
+    assert_eq!((e.start, e.last), (Timestamp(0), Timestamp(7 * MS)));
+    assert_eq!((e.tuple, e.ingress, e.egress, e.tcp_flags), (udp_tuple(1), IfIndex(0), IfIndex(1), 0));
+    assert!(t.slot(h.index() as usize).is_none());
+    assert!(drained(&mut t).is_empty(), "reported once");
+    assert_eq!(t.flow_log_counters().map(|c| (c.records, c.lost)), Some((2, 0)));
+}
+
+#[test]
+fn flow_log_end_reasons_by_how_the_flow_goes() {
+    let mut t = ConnTable::new(64, Timeouts::default());
+    t.log_flows(None);
+    // TCP: a handshake, then a reset.
+    let c = client_tuple();
+    let now = Timestamp(MS);
+    let h = t.track(now, &c, &L4Info::Tcp(syn(SYN, 100, 0, 1000, None)), 60, || true).unwrap().handle;
+    t.log_built(now, h, IfIndex(0), IfIndex(1), RuleRef::SecurityLevel);
+    t.track(now, &c.reversed(), &L4Info::Tcp(syn(SYN | ACK, 500, 101, 1000, None)), 60, || true).unwrap();
+    t.track(now, &c, &L4Info::Tcp(seg(RST, 101, 0, 0)), 40, || true).unwrap();
+    t.expire(Timestamp(3600 * 1000 * MS), 64);
+    // A flow handed over, one cleared, one never logged (another owner's).
+    let a = logged_udp(&mut t, 10, 0);
+    logged_udp(&mut t, 11, 0);
+    t.track(Timestamp(0), &udp_tuple(12), &L4Info::Udp, 100, || true).unwrap();
+    t.remove_flow(a);
+    t.clear();
+    let ends: Vec<FlowEvent> = drained(&mut t).iter().map(|r| r.event).filter(|e| *e != FlowEvent::Built).collect();
+    assert_eq!(
+        ends,
+        [
+            FlowEvent::Ended(EndReason::Reset),
+            FlowEvent::Ended(EndReason::HandedOver),
+            FlowEvent::Ended(EndReason::Cleared)
+        ]
+    );
+}
+
+#[test]
+fn flow_log_queues_are_bounded_and_denied_ones_apart() {
+    let n = flowlog::FLOW_RECORDS + 10;
+    let mut t = ConnTable::new(n, Timeouts::default());
+    t.log_flows(None);
+    for i in 0..n {
+        logged_udp(&mut t, i as u16, 0);
+    }
+    for i in 0..flowlog::DENY_RECORDS + 5 {
+        t.log_denied(Timestamp(0), &udp_tuple(i as u16), 60, IfIndex(1), IfIndex(0), RuleRef::Rule(0));
+    }
+    let c = t.flow_log_counters().unwrap();
+    assert_eq!((c.records, c.lost, c.denied, c.denied_lost), (flowlog::FLOW_RECORDS as u64, 10, flowlog::DENY_RECORDS as u64, 5));
+    let all = drained(&mut t);
+    assert_eq!(all.len(), flowlog::FLOW_RECORDS + flowlog::DENY_RECORDS, "a full built queue leaves the denied one its room");
+    assert_eq!(all.iter().filter(|r| r.event == FlowEvent::Denied).count(), flowlog::DENY_RECORDS);
+}
+
+proptest! {
+    /// Whatever happens to the flows, each logged one ends exactly once
+    /// (nothing is lost while the queue is drained in time), unlogged ones
+    /// never.
+    #[test]
+    fn every_logged_flow_ends_exactly_once(ops in proptest::collection::vec((0u8..5, 0u16..24), 0..200)) {
+        let to = Timeouts { udp: Duration(50 * MS), ..Timeouts::default() };
+        let mut t = ConnTable::new(32, to);
+        t.log_flows(None);
+        let (mut built, mut ended) = (std::collections::HashMap::<u16, i32>::new(), std::collections::HashMap::<u16, i32>::new());
+        let mut now = 0u64;
+        for (op, sp) in ops {
+            now += 10;
+            match op {
+                0 | 1 => {
+                    if let Ok(tr) = t.track(Timestamp(now * MS), &udp_tuple(sp), &L4Info::Udp, 100, || true) {
+                        if tr.created && op == 0 {
+                            t.log_built(Timestamp(now * MS), tr.handle, IfIndex(0), IfIndex(1), RuleRef::SecurityLevel);
+                        }
+                    }
+                }
+                2 => {
+                    if let Some((h, _)) = t.lookup(&udp_tuple(sp)) {
+                        t.remove_flow(h);
+                    }
+                }
+                3 => { t.expire(Timestamp(now * MS), 8); }
+                _ => { if sp == 0 { t.clear(); } }
+            }
+            t.drain_flow_log(|r| {
+                let m = if r.event == FlowEvent::Built { &mut built } else { &mut ended };
+                *m.entry(r.tuple.src_port).or_default() += 1;
+            });
+            check_invariants(&t);
+            // Never more ended than built per tuple, at most one more built.
+            for (sp, b) in &built {
+                let e = ended.get(sp).copied().unwrap_or(0);
+                prop_assert!(e == *b || e + 1 == *b, "port {sp}: built {b}, ended {e}");
+            }
+        }
+        t.clear();
+        t.drain_flow_log(|r| *ended.entry(r.tuple.src_port).or_default() += i32::from(r.event != FlowEvent::Built));
+        prop_assert_eq!(&built, &ended);
+        prop_assert_eq!(t.flow_log_counters().map(|c| c.lost), Some(0));
+    }
+}
+
+#[test]
+fn flow_log_active_records_report_what_is_new() {
+    let to = Timeouts { udp: Duration(100 * 1000 * MS), ..Timeouts::default() };
+    let mut t = ConnTable::new(16, to);
+    t.log_flows(Some(Duration(1000 * MS)));
+    let h = logged_udp(&mut t, 1, 0);
+    assert_eq!(drained(&mut t).len(), 1, "built");
+    t.expire(Timestamp(999 * MS), 64);
+    assert!(drained(&mut t).is_empty(), "not due yet");
+    t.track(Timestamp(1000 * MS), &udp_tuple(1), &L4Info::Udp, 100, || true).unwrap();
+    t.expire(Timestamp(1500 * MS), 64);
+    let a = drained(&mut t);
+    assert_eq!(a.len(), 1);
+    assert_eq!((a[0].event, a[0].packets, a[0].reported_packets, a[0].bytes), (FlowEvent::Active, [2, 0], [0, 0], [200, 0]));
+    t.expire(Timestamp(2000 * MS), 64);
+    assert!(drained(&mut t).is_empty(), "the next one a timeout after the last");
+    t.track(Timestamp(2100 * MS), &udp_tuple(1).reversed(), &L4Info::Udp, 50, || true).unwrap();
+    t.remove_flow(h);
+    let e = drained(&mut t);
+    assert_eq!(e.len(), 1);
+    assert_eq!((e[0].event, e[0].packets, e[0].reported_packets), (FlowEvent::Ended(EndReason::HandedOver), [2, 1], [2, 0]));
+    assert_eq!((e[0].bytes, e[0].reported_bytes), ([200, 50], [200, 0]));
+}

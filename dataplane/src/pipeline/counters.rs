@@ -146,6 +146,8 @@ pub struct Counters {
     /// ICMP errors sent by kind, and why others were not sent.
     pub icmp_errors: IcmpErrorCounters,
     pub ipv6: Ipv6Counters,
+    /// The flow log's records (zero while it is off).
+    pub flow_log: crate::conntrack::FlowLogCounters,
     /// Indexed by `PortId.0`, for every port up to the highest configured.
     pub ports: Vec<PortCounters>,
     /// Frames received on a port beyond the configured ones.
@@ -198,6 +200,7 @@ impl Stats for Counters {
         v.group("arp_hold", None, &self.arp_hold);
         v.group("icmp_errors", None, &self.icmp_errors);
         v.group("ipv6", None, &self.ipv6);
+        v.group("flow_log", None, &self.flow_log);
         v.counter("dropped", self.dropped());
         v.family("drops", "reason", &mut DropReason::ALL.iter().map(|&r| (r.as_str(), self.drop_count(r))));
         for (i, p) in self.ports.iter().enumerate() {

@@ -45,11 +45,36 @@ impl Flows {
         let mut seen = l4;
         let pre: Option<Pre> = cluster.as_deref().and_then(|cl| cl.owner_pre(&self.table, tuple, &mut seen));
         let acl = &mut self.acl;
-        let tracked = self.table.track(now, tuple, &seen, len, || acl.check(ifx, egress, tuple))?;
+        let tracked = self
+            .table
+            .track(now, tuple, &seen, len, || acl.check(ifx, egress, tuple))
+            .map_err(|e| self.refused(now, tuple, len, ifx, egress, e))?;
         if tracked.created {
-            self.created += 1;
+            self.made(now, tracked.handle, ifx, egress);
         }
         Ok((cluster.and_then(|cl| cl.owner_post(now, link, &self.table, tuple, &l4, tracked, pre)), tracked))
+    }
+
+    /// A new flow: counted, and logged for the exporters (out of line:
+    /// established packets never come here).
+    #[cold]
+    #[inline(never)]
+    fn made(&mut self, now: Timestamp, h: crate::conntrack::FlowHandle, ifx: IfIndex, egress: IfIndex) {
+        self.created += 1;
+        if self.table.logging_flows() {
+            self.table.log_built(now, h, ifx, egress, self.acl.last_rule());
+        }
+    }
+
+    /// A packet conntrack refused: a denied connection is logged for the
+    /// exporters. Returns `e`.
+    #[cold]
+    #[inline(never)]
+    fn refused(&mut self, now: Timestamp, tuple: &FiveTuple, len: u32, ifx: IfIndex, egress: IfIndex, e: DropReason) -> DropReason {
+        if e == DropReason::AclDenied {
+            self.table.log_denied(now, tuple, len, ifx, egress, self.acl.last_rule());
+        }
+        e
     }
 
     /// Put `acl` in place of the current rules (which end up in `acl`);
@@ -61,6 +86,9 @@ impl Flows {
 
     pub fn rules(&self, names: &[String]) -> Vec<RuleInfo> {
         self.acl.rules(names)
+    }
+    pub fn rule_names(&self) -> Vec<String> {
+        self.acl.rule_names().map(str::to_string).collect()
     }
     /// (default permits, default denies) of the security-level rule.
     pub fn default_rule_hits(&self) -> (u64, u64) {

@@ -1397,6 +1397,7 @@ impl Pipeline {
             fragments_out: e.fragments,
             icmp_errors: self.icmp.counters,
             ipv6: i.ipv6,
+            flow_log: self.flows.table.flow_log_counters().unwrap_or_default(),
             ports: a.ports.clone(),
             rx_unknown_port: a.rx_unknown_port,
         }
@@ -1407,6 +1408,28 @@ impl Pipeline {
     }
     pub fn conntrack(&self) -> &ConnTable {
         &self.flows.table
+    }
+    /// Turn the flow log on (`conntrack::flowlog`): built, ended and
+    /// denied connections of this worker, for the node's exporters.
+    /// With `active_timeout`, long connections also get `Active` records
+    /// (for flow export) every that long.
+    pub fn log_flows(&mut self, active_timeout: Option<Duration>) {
+        self.flows.table.log_flows(active_timeout);
+    }
+    /// The flow log's records since the last call, oldest first (built
+    /// and ended, then denied). Never allocates.
+    pub fn drain_flow_log(&mut self, f: impl FnMut(&crate::conntrack::FlowRecord)) {
+        self.flows.table.drain_flow_log(f);
+    }
+    /// Records waiting for `drain_flow_log`.
+    #[inline]
+    pub fn flow_log_pending(&self) -> usize {
+        self.flows.table.flow_log_pending()
+    }
+    /// The running policy's rule names, in order (`RuleRef::Rule`
+    /// indexes them).
+    pub fn rule_names(&self) -> Vec<String> {
+        self.flows.rule_names()
     }
     pub fn interface_names(&self) -> &[String] {
         self.ifaces.names()

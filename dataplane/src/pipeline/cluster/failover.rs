@@ -454,6 +454,7 @@ impl ClusterPath {
             return Err(DropReason::NatExhausted);
         }
         let h = conn.install(now, orig, state.resync())?;
+        conn.log_adopted(now, h);
         // The owner keeps no record of its own flows.
         self.records.remove(&canonical(orig));
         let version = Version { generation: self.next_generation, seq: 0 };
