@@ -133,6 +133,11 @@ impl Exposition {
         self.add(name, Kind::Gauge, help, &render_labels(labels.iter().map(|(k, v)| (*k, *v))), Num::U(value));
     }
 
+    /// One gauge with a fractional value (seconds): `clusterfw_<name>`.
+    pub fn gauge_f64(&mut self, name: &str, help: &str, labels: &[(&str, &str)], value: f64) {
+        self.add(name, Kind::Gauge, help, &render_labels(labels.iter().map(|(k, v)| (*k, *v))), Num::F(value));
+    }
+
     /// One histogram: `clusterfw_<name>_bucket{…,le="b"}` (cumulative),
     /// `_sum` and `_count`. `bounds` are the buckets' upper bounds in
     /// increasing order; `counts` the observations per bucket, one more

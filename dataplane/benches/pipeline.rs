@@ -92,6 +92,14 @@ fn bench_established(c: &mut Criterion) {
     g.throughput(Throughput::Elements(BURST as u64));
     run_established(&mut g, BenchmarkId::from_parameter(100_000), 100_000, false);
     g.finish();
+    // The flow log on (a syslog or IPFIX exporter configured): established
+    // packets make no records; against "established" in the same run.
+    let mut g = c.benchmark_group("established_flow_log");
+    g.throughput(Throughput::Elements(BURST as u64));
+    for &n in &[1_000usize, 100_000] {
+        run_established_on(&mut g, BenchmarkId::from_parameter(n), pipeline_logged(n + n / 4), n);
+    }
+    g.finish();
     let mut g = c.benchmark_group("established_pat");
     g.throughput(Throughput::Elements(BURST as u64));
     for &n in &[1_000usize, 100_000] {
@@ -100,8 +108,17 @@ fn bench_established(c: &mut Criterion) {
     g.finish();
 }
 
+/// `pipeline` with the flow log on, active records every 60 s.
+fn pipeline_logged(n: usize) -> Pipeline {
+    let mut p = pipeline(n);
+    p.log_flows(Some(dataplane::Duration::from_secs(60)));
+    p
+}
+
 fn bench_new_connections(c: &mut Criterion) {
     new_connections(c, "new_connections", pipeline);
+    // A built record per connection (the log holds 4096: every one fits).
+    new_connections(c, "new_connections_flow_log", pipeline_logged);
     new_connections(c, "new_pat_connections", pipeline_pat);
 }
 

@@ -56,6 +56,9 @@ pub struct Control {
     confirmed: Option<u64>,
     /// The export thread's queue (`None`: no exporter configured).
     export: Option<Arc<crate::export::ExportShared>>,
+    /// Since when this node's replicated state is behind its control
+    /// node's (`Membership::replica_lag` > 0; `None`: caught up).
+    behind_since: Option<Instant>,
 }
 
 impl Control {
@@ -84,6 +87,7 @@ impl Control {
             pending: shared.workers.iter().map(|_| VecDeque::new()).collect(),
             confirmed: None,
             export,
+            behind_since: None,
         })
     }
 
@@ -104,6 +108,15 @@ impl Control {
             None => 0,
         };
         self.follow_policy(now);
+        // Replication lag: since when this node is behind.
+        if let Some(c) = &self.ccl {
+            let behind = c.membership.replica_lag().is_some_and(|l| l > 0);
+            match (behind, self.behind_since) {
+                (true, None) => self.behind_since = Some(Instant::now()),
+                (false, Some(_)) => self.behind_since = None,
+                _ => {}
+            }
+        }
         // Membership events to the syslog exporter.
         if let (Some(c), Some(x)) = (&mut self.ccl, &self.export) {
             for e in c.take_events() {
@@ -292,6 +305,11 @@ impl Control {
                 e.gauge("cluster_control_node_id", "the control node's id", &[], u64::from(c.0));
             }
             e.gauge("cluster_rejoin_failures", "consecutive failed rejoin attempts", &[], u64::from(st.failures));
+            if let Some(lag) = m.replica_lag() {
+                e.gauge("cluster_replica_versions_behind", "replicated-state versions this node lacks against its control node's", &[], lag);
+                let secs = self.behind_since.map_or(0.0, |t| t.elapsed().as_secs_f64());
+                e.gauge_f64("cluster_replica_lag_seconds", "how long this node's replicated state has been behind its control node's (0: caught up)", &[], secs);
+            }
             for v in m.snapshot(now).iter().filter(|v| !v.this_node) {
                 e.counter("cluster_peer_heartbeats", "heartbeats received from a peer", &[("peer", &v.name)], v.heartbeats);
                 e.gauge("cluster_peer_member", "1 while the peer is in the member set", &[("peer", &v.name)], u64::from(v.member));
@@ -390,6 +408,12 @@ impl Control {
             "disabled": st.disabled,
             "config_version": st.config_version,
             "state_version": st.state_version,
+            // Versions behind the control node's replicated state, and
+            // for how long (null on the control node).
+            "replica_lag": m.replica_lag().map(|l| json!({
+                "versions_behind": l,
+                "seconds": self.behind_since.map_or(0.0, |t| t.elapsed().as_secs_f64()),
+            })),
             "worker_epoch": worker_epoch,
             "worker_epochs": worker_epochs,
             "ccl_queues": ccl.queues(),

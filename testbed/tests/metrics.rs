@@ -11,7 +11,9 @@
 //!     received and sent packets, CCL messages by kind) lies between the
 //!     two, the gauges (epoch, state, flow capacity) equal them, and the
 //!     downloads show (forwarded > 0 on some node); worker 0's busy-loop
-//!     histogram has its 14 cumulative buckets, a count and a sum;
+//!     histogram has its 14 cumulative buckets, a count and a sum; the
+//!     replication lag (versions behind the control node) is there on the
+//!     data nodes, as `show cluster` says, and not on the control node;
 //! (c) anything but `/metrics` is refused (404), and a scrape answers
 //!     while the downloads run.
 //!
@@ -130,6 +132,12 @@ fn compare(bed: &TestBed, k: usize) -> Result<(usize, u64)> {
     ensure!(m.get(&key) == Some(&1.0), "n{k}: {key} is {:?}", m.get(&key));
     let states = m.iter().filter(|(k, v)| k.starts_with("clusterfw_cluster_state{") && **v == 1.0).count();
     ensure!(states == 1, "n{k}: {states} states at 1");
+    // Replication lag: a data node's versions behind (0 on an idle bed),
+    // as show cluster says; none on the control node.
+    let lag = m.get("clusterfw_cluster_replica_versions_behind").copied();
+    let want = c0["replica_lag"]["versions_behind"].as_u64().map(|v| v as f64);
+    let control = c0["control_node"].as_u64() == c0["node_id"].as_u64();
+    ensure!(lag == want && want.is_none() == control, "n{k}: replica versions behind {lag:?}, show cluster {want:?}");
     ensure!(m.get("clusterfw_flow_capacity").copied() == s0.get("flow_capacity").and_then(Value::as_u64).map(|c| c as f64), "n{k}: flow capacity");
     // Worker 0's busy loops: buckets cumulative up to +Inf = count > 0,
     // a sum in seconds.

@@ -519,6 +519,16 @@ impl Membership {
     pub fn state_version(&self) -> u64 {
         self.replica.version()
     }
+    /// Replication lag: how many versions of the replicated state this
+    /// node lacks against its control node's, as the control node's last
+    /// heartbeat said (0: caught up). `None` on the control node itself or
+    /// while no control node's heartbeat has been heard.
+    pub fn replica_lag(&self) -> Option<u64> {
+        let c = self.control.filter(|&c| c != self.cfg.me)?;
+        let h = self.peer(c)?.hb.as_ref()?;
+        Some(h.state_version.saturating_sub(self.replica.version()))
+    }
+
     /// A digest of the replicated state held (copies compare equal).
     pub fn replica_fingerprint(&self) -> u64 {
         self.replica.fingerprint()

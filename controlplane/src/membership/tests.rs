@@ -887,6 +887,31 @@ fn tables_change_on_the_control_node_replicate_and_survive_its_loss() {
 }
 
 #[test]
+fn replica_lag_counts_the_versions_a_member_has_not_fetched() {
+    let mut c = Mini::of(3);
+    c.run(1000);
+    assert_eq!(c.ms[0].control(), Some(NodeId(0)));
+    assert_eq!(c.ms[2].replica_lag(), Some(0));
+    assert_eq!(c.ms[0].replica_lag(), None, "the control node is the reference");
+    // Node 2 misses versions 1 and 2 and, for a while, cannot ask anyone
+    // for them; it hears the control node's heartbeats all along.
+    c.cut[0][2] = true;
+    let now = c.now;
+    c.ms[0].table_upsert(now, 1, b"a", b"1").unwrap();
+    c.ms[0].table_upsert(now, 1, b"b", b"2").unwrap();
+    c.pump(0);
+    c.cut[0][2] = false;
+    c.cut[2][0] = true;
+    c.cut[2][1] = true;
+    c.run(150);
+    assert_eq!(c.ms[2].replica_lag(), Some(2));
+    assert_eq!(c.ms[1].replica_lag(), Some(0));
+    c.heal();
+    c.run(200);
+    assert_eq!(c.ms[2].replica_lag(), Some(0), "fetched");
+}
+
+#[test]
 fn a_new_control_node_that_is_behind_catches_up_before_changing_anything() {
     let mut c = Mini::new(vec![machine(0, 3), machine(1, 3), machine(2, 3)]);
     c.run(1000);
