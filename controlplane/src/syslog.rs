@@ -273,6 +273,11 @@ impl DenyLimiter {
         DenyLimiter { rate, second: 0, buckets: HashMap::new(), passed: 0, suppressed: 0 }
     }
 
+    /// Denied messages per rule and second.
+    pub fn rate(&self) -> u32 {
+        self.rate
+    }
+
     /// May a denied message of `rule` go out at `now_ms`?
     pub fn allow(&mut self, rule: RuleRef, now_ms: u64) -> bool {
         self.refill(now_ms);

@@ -210,11 +210,6 @@ impl Acl {
         }
     }
 
-    /// The names of the rules, in order (`RuleRef::Rule` indexes them).
-    pub fn rule_names(&self) -> impl Iterator<Item = &str> {
-        self.rules.iter().map(|r| r.name.as_str())
-    }
-
     /// Take over `old`'s hit counts: of every rule equal to one of
     /// `old`'s (the first with its name), and of the security-level
     /// defaults. For a policy replacing `old`.

@@ -17,3 +17,8 @@ impl Clock {
         Timestamp(self.origin.elapsed().as_nanos() as u64)
     }
 }
+
+/// Nanoseconds since the Unix epoch (0 if the system clock is before it).
+pub fn unix_ns() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
+}

@@ -245,6 +245,12 @@ impl Control {
         })
     }
 
+    /// How long this node's replicated state has been behind its control
+    /// node's (0: caught up).
+    fn behind_secs(&self) -> f64 {
+        self.behind_since.map_or(0.0, |t| t.elapsed().as_secs_f64())
+    }
+
     /// Every worker's cluster counters (a worker without a cluster stage
     /// has none).
     fn cluster_snapshots(&self) -> Result<Vec<dataplane::pipeline::ClusterCountersSnapshot>, String> {
@@ -307,8 +313,7 @@ impl Control {
             e.gauge("cluster_rejoin_failures", "consecutive failed rejoin attempts", &[], u64::from(st.failures));
             if let Some(lag) = m.replica_lag() {
                 e.gauge("cluster_replica_versions_behind", "replicated-state versions this node lacks against its control node's", &[], lag);
-                let secs = self.behind_since.map_or(0.0, |t| t.elapsed().as_secs_f64());
-                e.gauge_f64("cluster_replica_lag_seconds", "how long this node's replicated state has been behind its control node's (0: caught up)", &[], secs);
+                e.gauge_f64("cluster_replica_lag_seconds", "how long this node's replicated state has been behind its control node's (0: caught up)", &[], self.behind_secs());
             }
             for v in m.snapshot(now).iter().filter(|v| !v.this_node) {
                 e.counter("cluster_peer_heartbeats", "heartbeats received from a peer", &[("peer", &v.name)], v.heartbeats);
@@ -412,7 +417,7 @@ impl Control {
             // for how long (null on the control node).
             "replica_lag": m.replica_lag().map(|l| json!({
                 "versions_behind": l,
-                "seconds": self.behind_since.map_or(0.0, |t| t.elapsed().as_secs_f64()),
+                "seconds": self.behind_secs(),
             })),
             "worker_epoch": worker_epoch,
             "worker_epochs": worker_epochs,

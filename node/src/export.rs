@@ -35,7 +35,7 @@ use std::io::Write;
 use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 /// Records a worker's queue holds for the export thread.
 pub const FLOW_RECORD_QUEUE: usize = 16_384;
@@ -188,10 +188,9 @@ impl SyslogSink {
         }
     }
 
-    /// TCP: connect when due, write what the socket takes. Returns whether
-    /// it wrote anything.
-    fn pump(&mut self, c: &ExportCounters) -> bool {
-        let Transport::Tcp { stream, queue, queued, written, next_try } = &mut self.transport else { return false };
+    /// TCP: connect when due, write what the socket takes.
+    fn pump(&mut self, c: &ExportCounters) {
+        let Transport::Tcp { stream, queue, queued, written, next_try } = &mut self.transport else { return };
         if stream.is_none() && Instant::now() >= *next_try {
             *next_try = Instant::now() + RECONNECT;
             match TcpStream::connect_timeout(&self.server, CONNECT_TIMEOUT) {
@@ -206,12 +205,10 @@ impl SyslogSink {
                 Err(e) => log::debug!("syslog: {} (tcp): {e}", self.server),
             }
         }
-        let Some(s) = stream else { return false };
-        let mut any = false;
+        let Some(s) = stream else { return };
         while let Some(head) = queue.front() {
             match s.write(&head[*written..]) {
                 Ok(n) => {
-                    any |= n > 0;
                     *written += n;
                     if *written == head.len() {
                         *queued -= head.len();
@@ -228,7 +225,6 @@ impl SyslogSink {
                 }
             }
         }
-        any
     }
 }
 
@@ -248,16 +244,11 @@ pub struct Exporter {
     syslog: Vec<SyslogSink>,
     ipfix: Option<IpfixSink>,
     deny: syslog::DenyLimiter,
-    deny_rate: u32,
     /// Unix time (ns) of the node clock's zero.
     unix_ns_at_zero: u64,
     /// Workers' queue drops last reported.
     reported_drops: u64,
     out: Vec<Vec<u8>>,
-}
-
-fn unix_ns() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
 }
 
 /// An unconnected UDP socket for `addr`'s messages (`send_to`): a
@@ -306,7 +297,7 @@ impl Exporter {
             socket: udp_to(SocketAddr::V4(f.collector), "flow-export"),
             encoder: controlplane::ipfix::IpfixEncoder::new(node_id, f.template_refresh, 1400),
         });
-        let unix_ns_at_zero = unix_ns().saturating_sub(clock.now().0);
+        let unix_ns_at_zero = crate::clock::unix_ns().saturating_sub(clock.now().0);
         Exporter {
             shared,
             export,
@@ -315,7 +306,6 @@ impl Exporter {
             syslog,
             ipfix,
             deny: syslog::DenyLimiter::new(cfg.logging.deny_rate),
-            deny_rate: cfg.logging.deny_rate,
             unix_ns_at_zero,
             reported_drops: 0,
             out: Vec::new(),
@@ -356,7 +346,7 @@ impl Exporter {
         let now_ms = self.unix_ms();
         for (rule, n) in self.deny.tick(now_ms) {
             self.export.counters.denied_suppressed.fetch_add(n, Ordering::Relaxed);
-            let m = syslog::suppressed_message(rule, n, self.deny_rate, &self.names);
+            let m = syslog::suppressed_message(rule, n, self.deny.rate(), &self.names);
             self.syslog_all(&m);
         }
         let drops: u64 = self.shared.workers.iter().map(|w| w.flow_record_drops.load(Ordering::Relaxed)).sum();

@@ -304,6 +304,9 @@ fn run(cfg: Config, extra: Vec<String>) -> Result<()> {
     pcfg.icmp_errors.rate = pcfg.icmp_errors.rate.div_ceil(u32::from(workers));
     pcfg.icmp_errors.burst = pcfg.icmp_errors.burst.div_ceil(u32::from(workers)).max(1);
     let mut pipelines = Vec::with_capacity(usize::from(workers));
+    // A syslog or IPFIX collector configured: the workers log flows for
+    // the export thread.
+    let exporting = export::wanted(&cfg);
     // NAT: one plan (rules, block maps over the workers) shared by the
     // workers and their steering; built by the first worker.
     let nat = policy::nat_spec(&cfg);
@@ -326,7 +329,7 @@ fn run(cfg: Config, extra: Vec<String>) -> Result<()> {
             (_, Some(plan)) => p.set_nat_plan(plan.clone()).map_err(|e| anyhow::anyhow!("nat: {e}"))?,
             (None, None) => {}
         }
-        if export::wanted(&cfg) {
+        if exporting {
             // Active records only for flow export (syslog has no use for them).
             p.log_flows(cfg.flow_export.as_ref().map(|f| dataplane::Duration::from_secs(f.active_timeout.into())));
         }
@@ -349,7 +352,7 @@ fn run(cfg: Config, extra: Vec<String>) -> Result<()> {
         consumers.push(Some(c));
     }
     let mut shared = Shared::new(producers);
-    if export::wanted(&cfg) {
+    if exporting {
         for w in &mut shared.workers {
             w.flow_records = Some(crossbeam_queue::ArrayQueue::new(export::FLOW_RECORD_QUEUE));
         }
@@ -425,7 +428,7 @@ fn run(cfg: Config, extra: Vec<String>) -> Result<()> {
 
     // The exporters (syslog, IPFIX): a thread of their own, fed by the
     // workers' record queues and the control lcore's events.
-    let (export_shared, exporter) = if export::wanted(&cfg) {
+    let (export_shared, exporter) = if exporting {
         let x = Arc::new(export::ExportShared::new());
         let node_id = cfg.cluster.as_ref().map_or(0, |c| u32::from(c.node_id));
         let e = export::Exporter::new(&cfg, shared.clone(), x.clone(), clock, export_names, node_id);
@@ -543,10 +546,7 @@ fn port_mtu(port: Port, dev: &str, want: u16) -> Result<u16> {
 /// Seconds since the Unix epoch, the CCL incarnation of this boot (it must
 /// grow across restarts; one restart per second at most).
 fn unix_seconds() -> u32 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as u32)
-        .unwrap_or(1)
+    ((clock::unix_ns() / 1_000_000_000) as u32).max(1)
 }
 
 /// 64 bits from the OS RNG, else from the clock.

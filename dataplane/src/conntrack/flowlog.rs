@@ -6,8 +6,9 @@
 //! (the node does when an exporter is configured); off, the table pays one
 //! `Option` check per flow removal and nothing per packet. On, it keeps per
 //! slot a [`FlowMeta`] (start time, interfaces, the rule that admitted the
-//! flow: 16 bytes beside the 128-byte slot, in a vector of its own so the
-//! slot stays two cache lines) and two bounded queues of [`FlowRecord`]s,
+//! flow, what `Active` records reported: in a vector of its own, so the
+//! 128-byte slot stays two cache lines and established packets never
+//! touch it) and two bounded queues of [`FlowRecord`]s,
 //! reserved when turned on: one for built and ended connections, a smaller
 //! one for denied ones, so a flood of denied attempts never crowds out the
 //! records of real connections.
@@ -289,10 +290,5 @@ impl FlowLog {
 
     pub fn pending(&self) -> usize {
         self.records.len() + self.denied.len()
-    }
-
-    /// Forget every slot's meta (the table was cleared; `ended` ran first).
-    pub fn forget_all(&mut self) {
-        self.meta.fill(NO_META);
     }
 }

@@ -407,12 +407,21 @@ impl Slot {
         }
     }
 
+    /// The flow's tuple in its original direction (the initiator is `src`).
+    fn orig_tuple(&self) -> FiveTuple {
+        let from_lo = self.key.tuple_from_lo();
+        if self.orig_is_lo {
+            from_lo
+        } else {
+            from_lo.reversed()
+        }
+    }
+
     /// The flow log's record of this (live) slot.
     fn record(&self, event: FlowEvent, meta: &FlowMeta) -> FlowRecord {
-        let from_lo = self.key.tuple_from_lo();
         FlowRecord {
             event,
-            tuple: if self.orig_is_lo { from_lo } else { from_lo.reversed() },
+            tuple: self.orig_tuple(),
             start: meta.start,
             last: self.last_seen,
             packets: self.packets,
@@ -505,6 +514,14 @@ enum Removal {
     Cleared,
 }
 
+/// Slot `i` (`s`) leaves the table `how`: its `Ended` record if the flow
+/// log followed it.
+fn log_flow_end(log: &mut FlowLog, i: u32, s: &Slot, how: Removal) {
+    if let Some(meta) = log.take_logged(i) {
+        log.queue(s.record(FlowEvent::Ended(s.end_reason(how)), &meta));
+    }
+}
+
 /// Record an ended flow's mark, within the log's reserved room (`lost`
 /// counts what did not fit: never expected, one entry per slot).
 #[inline]
@@ -568,23 +585,14 @@ impl ConnTable {
         self.flow_log.is_some()
     }
 
-    /// The record of live flow `h` as it stands (event `Built`).
-    fn record_of(&self, h: FlowHandle, meta: &FlowMeta) -> Option<FlowRecord> {
-        let s = self.slots.get(h.0 as usize).filter(|s| s.live)?;
-        Some(Slot::record(s, FlowEvent::Built, meta))
-    }
-
     /// Flow `h`, just created by `track` for a connection this node owns:
     /// queue its `Built` record and log its end. No-op with the log off.
     pub fn log_built(&mut self, now: Timestamp, h: FlowHandle, ingress: IfIndex, egress: IfIndex, rule: RuleRef) {
-        if self.flow_log.is_none() {
+        let (Some(log), Some(s)) = (self.flow_log.as_deref_mut(), self.slots.get(h.0 as usize).filter(|s| s.live)) else {
             return;
-        }
+        };
         let meta = FlowMeta::new(now, ingress, egress, rule, false);
-        let Some(r) = self.record_of(h, &meta) else { return };
-        if let Some(log) = self.flow_log.as_deref_mut() {
-            log.built(h.0, meta, r);
-        }
+        log.built(h.0, meta, s.record(FlowEvent::Built, &meta));
     }
 
     /// Flow `h` is a connection this node took over as its owner: log its
@@ -972,9 +980,7 @@ impl ConnTable {
             log_end(&mut self.ended, &mut self.ended_lost, slot.mark);
         }
         if let Some(log) = self.flow_log.as_deref_mut() {
-            if let Some(meta) = log.take_logged(i) {
-                log.queue(slot.record(FlowEvent::Ended(slot.end_reason(how)), &meta));
-            }
+            log_flow_end(log, i, slot, how);
         }
         self.index.remove(hash, i);
         *slot = FREE_SLOT;
@@ -1034,8 +1040,7 @@ impl ConnTable {
     pub fn snapshot(&self, now: Timestamp, max: usize, out: &mut Vec<ConnInfo>) {
         let t = &self.timeouts;
         for s in self.slots.iter().filter(|s| s.live && !s.is_dead(now, t)).take(max) {
-            let from_lo = s.key.tuple_from_lo();
-            let (tuple, packets, bytes) = (if s.orig_is_lo { from_lo } else { from_lo.reversed() }, s.packets, s.bytes);
+            let (tuple, packets, bytes) = (s.orig_tuple(), s.packets, s.bytes);
             let idle = now.since(s.last_seen);
             out.push(ConnInfo {
                 tuple,
@@ -1058,12 +1063,10 @@ impl ConnTable {
             }
         }
         if let Some(log) = self.flow_log.as_deref_mut() {
+            // Every logged flow's meta goes with its record: none is left.
             for (i, s) in self.slots.iter().enumerate().filter(|(_, s)| s.live) {
-                if let Some(meta) = log.take_logged(i as u32) {
-                    log.queue(s.record(FlowEvent::Ended(s.end_reason(Removal::Cleared)), &meta));
-                }
+                log_flow_end(log, i as u32, s, Removal::Cleared);
             }
-            log.forget_all();
         }
         self.index.clear();
         self.slots.fill(FREE_SLOT);
@@ -1153,8 +1156,7 @@ impl ConnTable {
     /// free slot.
     pub fn slot(&self, i: usize) -> Option<(FlowHandle, FiveTuple)> {
         let s = self.slots.get(i).filter(|s| s.live)?;
-        let from_lo = s.key.tuple_from_lo();
-        Some((FlowHandle(i as u32), if s.orig_is_lo { from_lo } else { from_lo.reversed() }))
+        Some((FlowHandle(i as u32), s.orig_tuple()))
     }
 
     /// The TCP state of a flow (for tests and diagnostics).

@@ -61,9 +61,7 @@ impl Flows {
     #[inline(never)]
     fn made(&mut self, now: Timestamp, h: crate::conntrack::FlowHandle, ifx: IfIndex, egress: IfIndex) {
         self.created += 1;
-        if self.table.logging_flows() {
-            self.table.log_built(now, h, ifx, egress, self.acl.last_rule());
-        }
+        self.table.log_built(now, h, ifx, egress, self.acl.last_rule());
     }
 
     /// A packet conntrack refused: a denied connection is logged for the
@@ -86,9 +84,6 @@ impl Flows {
 
     pub fn rules(&self, names: &[String]) -> Vec<RuleInfo> {
         self.acl.rules(names)
-    }
-    pub fn rule_names(&self) -> Vec<String> {
-        self.acl.rule_names().map(str::to_string).collect()
     }
     /// (default permits, default denies) of the security-level rule.
     pub fn default_rule_hits(&self) -> (u64, u64) {

@@ -1426,11 +1426,6 @@ impl Pipeline {
     pub fn flow_log_pending(&self) -> usize {
         self.flows.table.flow_log_pending()
     }
-    /// The running policy's rule names, in order (`RuleRef::Rule`
-    /// indexes them).
-    pub fn rule_names(&self) -> Vec<String> {
-        self.flows.rule_names()
-    }
     pub fn interface_names(&self) -> &[String] {
         self.ifaces.names()
     }
