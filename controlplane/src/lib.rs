@@ -7,6 +7,8 @@
 //! - [`natshare`]: dynamic NAT in a cluster (N4), the control node's
 //!   translation table on top of membership's replicated tables.
 //! - [`mgmt`]: the management protocol spoken on the node's control socket.
+//! - [`clusterview`]: `cluster show`, one view of every member's answer
+//!   (asked over the CCL by `membership`), merged.
 //! - [`metrics`]: any counter set in Prometheus' text exposition format
 //!   (the node's `/metrics`).
 //! - [`ipfix`]: IPFIX (RFC 7011) messages of ended connections, two
@@ -22,6 +24,7 @@
 //! is the socket server and client — and keeps its I/O timeouts to itself.
 #![deny(unsafe_code)]
 
+pub mod clusterview;
 pub mod ipfix;
 pub mod membership;
 pub mod metrics;

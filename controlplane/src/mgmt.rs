@@ -77,7 +77,16 @@ pub enum Request {
     /// Read the configuration file again and run (single node) or publish
     /// (a cluster's control node) its policy.
     ConfigReload,
+    /// `show topic` of every configured cluster node, asked over the CCL
+    /// and merged (`crate::clusterview`); answered once every node
+    /// answered or after [`CLUSTER_ANSWER_TIMEOUT`].
+    ClusterShow { topic: Topic },
 }
+
+/// How long a node waits for the other members' answers to a `cluster
+/// show` before it answers with what it has, naming the silent ones
+/// (well inside the client's [`IO_TIMEOUT`]).
+pub const CLUSTER_ANSWER_TIMEOUT: Duration = Duration::from_millis(2000);
 
 /// The node's answer: `ok` with `data`, or an `error` text.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -150,15 +159,56 @@ impl Server {
     /// Serve every client that is waiting now; returns how many were served.
     /// `handle` turns a request into data or an error text.
     pub fn poll(&self, mut handle: impl FnMut(&Request) -> Result<serde_json::Value, String>) -> usize {
+        let mut later = Vec::new();
+        let n = self.poll_deferred(|r| Some(handle(r)), &mut later);
+        debug_assert!(later.is_empty());
+        n
+    }
+
+    /// As `poll`, but `handle` may put a request off (`None`): its client
+    /// is appended to `later`, to be answered with [`Responder::answer`]
+    /// (within the client's [`IO_TIMEOUT`]).
+    pub fn poll_deferred(
+        &self,
+        mut handle: impl FnMut(&Request) -> Option<Result<serde_json::Value, String>>,
+        later: &mut Vec<Responder>,
+    ) -> usize {
         let mut served = 0;
         while let Ok((stream, _)) = self.listener.accept() {
             served += 1;
-            if let Err(e) = serve_one(stream, &mut handle) {
-                log::debug!("control socket client: {e}");
+            match serve_one(stream, &mut handle) {
+                Ok(Some(r)) => later.push(r),
+                Ok(None) => {}
+                Err(e) => log::debug!("control socket client: {e}"),
             }
         }
         served
     }
+}
+
+/// A client whose request was put off (`Server::poll_deferred`).
+pub struct Responder {
+    stream: UnixStream,
+}
+
+impl Responder {
+    /// Answer the client (errors writing are the client's: logged).
+    pub fn answer(self, r: Result<serde_json::Value, String>) {
+        if let Err(e) = write_response(&self.stream, r) {
+            log::debug!("control socket client: {e}");
+        }
+    }
+}
+
+fn write_response(stream: &UnixStream, r: Result<serde_json::Value, String>) -> std::io::Result<()> {
+    let resp = match r {
+        Ok(data) => Response { ok: true, error: None, data },
+        Err(e) => Response { ok: false, error: Some(e), data: serde_json::Value::Null },
+    };
+    let mut out = serde_json::to_vec(&resp).unwrap_or_else(|_| b"{\"ok\":false,\"error\":\"encode\"}".to_vec());
+    out.push(b'\n');
+    let mut s = stream;
+    s.write_all(&out)
 }
 
 impl Drop for Server {
@@ -169,24 +219,22 @@ impl Drop for Server {
 
 fn serve_one(
     stream: UnixStream,
-    handle: &mut impl FnMut(&Request) -> Result<serde_json::Value, String>,
-) -> std::io::Result<()> {
+    handle: &mut impl FnMut(&Request) -> Option<Result<serde_json::Value, String>>,
+) -> std::io::Result<Option<Responder>> {
     use std::io::Read;
     stream.set_nonblocking(false)?;
     stream.set_read_timeout(Some(IO_TIMEOUT))?;
     stream.set_write_timeout(Some(IO_TIMEOUT))?;
     let mut line = String::new();
     BufReader::new((&stream).take(MAX_REQUEST)).read_line(&mut line)?;
-    let resp = match serde_json::from_str::<Request>(&line) {
+    let r = match serde_json::from_str::<Request>(&line) {
         Ok(req) => match handle(&req) {
-            Ok(data) => Response { ok: true, error: None, data },
-            Err(e) => Response { ok: false, error: Some(e), data: serde_json::Value::Null },
+            Some(r) => r,
+            None => return Ok(Some(Responder { stream })),
         },
-        Err(e) => Response { ok: false, error: Some(format!("bad request: {e}")), data: serde_json::Value::Null },
+        Err(e) => Err(format!("bad request: {e}")),
     };
-    let mut out = serde_json::to_vec(&resp).unwrap_or_else(|_| b"{\"ok\":false,\"error\":\"encode\"}".to_vec());
-    out.push(b'\n');
-    (&stream).write_all(&out)
+    write_response(&stream, r).map(|()| None)
 }
 
 #[cfg(test)]
@@ -227,6 +275,7 @@ mod tests {
                 Request::Show { topic: Topic::Route } => Ok(serde_json::json!({"routes": 1})),
                 Request::Show { .. } => Err("not here".into()),
                 Request::ConfigReload => Ok(serde_json::json!({"message": "reloaded"})),
+                Request::ClusterShow { .. } => Err("no cluster".into()),
             });
             std::thread::sleep(Duration::from_millis(1));
         }
@@ -237,6 +286,31 @@ mod tests {
         assert_eq!(serde_json::to_string(&Request::ConfigReload).unwrap(), r#"{"cmd":"config-reload"}"#);
         drop(server);
         assert!(!path.exists(), "socket file removed on drop");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_request_put_off_is_answered_later() {
+        let dir = std::env::temp_dir().join(format!("cfw-mgmt-later-{}", std::process::id()));
+        let path = dir.join("ctl.sock");
+        let server = Server::bind(&path).unwrap();
+        let client = std::thread::spawn({
+            let path = path.clone();
+            move || request(&path, &Request::ClusterShow { topic: Topic::Conn })
+        });
+        let mut later = Vec::new();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while later.is_empty() && std::time::Instant::now() < deadline {
+            server.poll_deferred(|_| None, &mut later);
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(later.len(), 1);
+        later.pop().unwrap().answer(Ok(serde_json::json!({"merged": true})));
+        assert_eq!(client.join().unwrap().unwrap()["merged"], true);
+        assert_eq!(
+            serde_json::to_string(&Request::ClusterShow { topic: Topic::Conn }).unwrap(),
+            r#"{"cmd":"cluster-show","topic":"conn"}"#
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 

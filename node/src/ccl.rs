@@ -164,6 +164,18 @@ pub struct CclControl {
     /// Membership events for the syslog exporter (`take_events`; at most
     /// `EVENTS_KEPT`, the oldest dropped beyond).
     events: VecDeque<controlplane::membership::MembershipEvent>,
+    /// Members' cluster-wide queries for this node to answer
+    /// (`take_queries`; the machine bounds them, `ANSWERS_KEPT`).
+    queries: VecDeque<QueryAsked>,
+}
+
+/// A member's query this node answers (`Action::Query`).
+#[derive(Copy, Clone, Debug)]
+pub struct QueryAsked {
+    pub from: dataplane::NodeId,
+    pub incarnation: u32,
+    pub query: u32,
+    pub topic: u8,
 }
 
 /// Membership events kept for the exporter between two control rounds.
@@ -210,7 +222,26 @@ impl CclControl {
             last_poll: None,
             stalled: false,
             events: VecDeque::new(),
+            queries: VecDeque::new(),
         }
+    }
+
+    /// Members' queries to answer, oldest first.
+    pub fn take_queries(&mut self) -> Vec<QueryAsked> {
+        self.queries.drain(..).collect()
+    }
+
+    /// This node's answer to a member's query (`take_queries`).
+    pub fn answer_query(&mut self, now: Timestamp, q: QueryAsked, bytes: Vec<u8>) {
+        self.membership.answer(now, q.from, q.incarnation, q.query, bytes);
+        self.act_all(now);
+    }
+
+    /// Ask every other configured node (`Membership::ask`).
+    pub fn ask(&mut self, now: Timestamp, topic: u8) -> Option<u32> {
+        let id = self.membership.ask(now, topic);
+        self.act_all(now);
+        id
     }
 
     /// The membership events since the last call, oldest first.
@@ -423,6 +454,12 @@ impl CclControl {
                     self.replica_changed = true;
                 }
                 self.nat_table_changed(&r);
+            }
+            Action::Query { from, incarnation, query, topic } => {
+                if self.queries.len() >= 2 * controlplane::membership::ANSWERS_KEPT {
+                    self.queries.pop_front();
+                }
+                self.queries.push_back(QueryAsked { from, incarnation, query, topic });
             }
             Action::XlateRequest { from, pool, real, held } => {
                 log::debug!("dynamic NAT: n{} asks for {real} in pool {pool} (holds {held:?})", from.0);

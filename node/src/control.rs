@@ -17,7 +17,8 @@ use anyhow::{Context, Result};
 use config::Config;
 use controlplane::membership::State;
 use controlplane::metrics::Exposition;
-use controlplane::mgmt::{Request, Server, Topic};
+use controlplane::clusterview::{self, Answer, CLUSTER_CONN_MAX};
+use controlplane::mgmt::{Request, Responder, Server, Topic, CLUSTER_ANSWER_TIMEOUT};
 use controlplane::stats;
 use dpdk_sys::Port;
 use serde_json::{json, Value};
@@ -59,7 +60,23 @@ pub struct Control {
     /// Since when this node's replicated state is behind its control
     /// node's (`Membership::replica_lag` > 0; `None`: caught up).
     behind_since: Option<Instant>,
+    /// `cluster show`: the request being asked of the members, and those
+    /// waiting their turn (at most `CLUSTER_QUEUE`).
+    asking: Option<ClusterAsk>,
+    cluster_queue: VecDeque<(Topic, Responder)>,
 }
+
+/// A `cluster show` in progress: its topic, this node's own answer (made
+/// when the members were asked), the client.
+struct ClusterAsk {
+    topic: Topic,
+    local: Result<Value, String>,
+    responder: Responder,
+}
+
+/// `cluster show` requests waiting behind the one being asked (each may
+/// wait `CLUSTER_ANSWER_TIMEOUT`; more would pass the client's timeout).
+const CLUSTER_QUEUE: usize = 1;
 
 impl Control {
     pub fn new(
@@ -88,6 +105,8 @@ impl Control {
             confirmed: None,
             export,
             behind_since: None,
+            asking: None,
+            cluster_queue: VecDeque::new(),
         })
     }
 
@@ -132,14 +151,97 @@ impl Control {
         for (w, pending) in self.shared.workers.iter().zip(&mut self.pending) {
             offer_commands(&w.queries, pending);
         }
+        // Members' cluster-wide queries: this node's answers.
+        self.answer_queries(now);
         if let Some(server) = self.server.take() {
-            server.poll(|req| match req {
-                Request::Show { topic } => self.show(*topic),
-                Request::ConfigReload => self.reload(),
-            });
+            let (mut asks, mut later) = (Vec::new(), Vec::new());
+            server.poll_deferred(
+                |req| match req {
+                    Request::Show { topic } => Some(self.show(*topic)),
+                    Request::ConfigReload => Some(self.reload()),
+                    Request::ClusterShow { topic } => match (&self.ccl, clusterview::topic_code(*topic)) {
+                        (None, _) => Some(Err("no cluster configured: this node runs alone (no `cluster:` section)".into())),
+                        (_, None) => Some(Err(format!("{} is not asked across the cluster", topic.as_str()))),
+                        _ => {
+                            asks.push(*topic);
+                            None
+                        }
+                    },
+                },
+                &mut later,
+            );
             self.server = Some(server);
+            for (topic, r) in asks.into_iter().zip(later) {
+                if self.cluster_queue.len() > CLUSTER_QUEUE {
+                    r.answer(Err("busy: other cluster-wide requests are waiting; try again".into()));
+                } else {
+                    self.cluster_queue.push_back((topic, r));
+                }
+            }
         }
+        self.cluster_show_round();
         handled
+    }
+
+    /// Render this node's answers to the members' cluster-wide queries.
+    fn answer_queries(&mut self, now: dataplane::Timestamp) {
+        let Some(c) = &mut self.ccl else { return };
+        for q in c.take_queries() {
+            let r = match clusterview::topic_of(q.topic) {
+                Some(t) => self.show_max(t, CLUSTER_CONN_MAX),
+                None => Err(format!("query topic {} unknown to this node", q.topic)),
+            };
+            let bytes = clusterview::encode_answer(r);
+            if let Some(c) = &mut self.ccl {
+                c.answer_query(now, q, bytes);
+            }
+        }
+    }
+
+    /// `cluster show`: answer the request being asked once the members
+    /// answered (or the deadline passed), then ask the next one.
+    fn cluster_show_round(&mut self) {
+        let Some(c) = &mut self.ccl else { return };
+        let now = self.clock.now();
+        let timeout = dataplane::Duration::from_millis(CLUSTER_ANSWER_TIMEOUT.as_millis() as u64);
+        if self.asking.is_some() {
+            let Some(got) = c.membership.poll_answers(now, timeout) else { return };
+            let Some(a) = self.asking.take() else { return };
+            let members: Vec<clusterview::Member> = c
+                .membership
+                .snapshot(now)
+                .into_iter()
+                .map(|v| {
+                    let answer = if v.this_node {
+                        match &a.local {
+                            Ok(d) => Answer::Data(d.clone()),
+                            Err(e) => Answer::Error(e.clone()),
+                        }
+                    } else if let Some((_, b)) = got.answers.iter().find(|(n, _)| *n == v.id) {
+                        Answer::decode(b)
+                    } else if got.aborted.contains(&v.id) {
+                        Answer::Bad
+                    } else {
+                        Answer::Missing
+                    };
+                    clusterview::Member { id: v.id, name: v.name, this_node: v.this_node, answer }
+                })
+                .collect();
+            a.responder.answer(Ok(clusterview::merge(a.topic, &members)));
+        }
+        if let Some((topic, responder)) = self.cluster_queue.pop_front() {
+            // This node's own answer first: the members answer as of now too.
+            let local = self.show_max(topic, CLUSTER_CONN_MAX);
+            let asked = match (&mut self.ccl, clusterview::topic_code(topic)) {
+                (Some(c), Some(code)) => c.ask(now, code).is_some(),
+                _ => false,
+            };
+            if asked {
+                self.asking = Some(ClusterAsk { topic, local, responder });
+            } else {
+                responder.answer(Err(format!("{} cannot be asked across the cluster", topic.as_str())));
+            }
+        }
     }
 
     /// Cluster mode: run the replicated configuration the membership
@@ -498,6 +600,11 @@ impl Control {
     }
 
     fn show(&self, topic: Topic) -> Result<Value, String> {
+        self.show_max(topic, SHOW_CONN_MAX)
+    }
+
+    /// `show topic`, at most `conn_max` connections.
+    fn show_max(&self, topic: Topic, conn_max: usize) -> Result<Value, String> {
         let enc = |v: serde_json::Result<Value>| v.map_err(|e| e.to_string());
         match topic {
             Topic::Stats => {
@@ -559,10 +666,10 @@ impl Control {
             Topic::Conn => {
                 // Each worker's connections, marked with the worker.
                 let (mut all, mut total) = (Vec::new(), 0);
-                for (w, r) in self.ask_all(|| Query::Conns { max: SHOW_CONN_MAX })?.into_iter().enumerate() {
+                for (w, r) in self.ask_all(|| Query::Conns { max: conn_max })?.into_iter().enumerate() {
                     let Reply::Conns(conns, n) = r else { return Err("unexpected reply".into()) };
                     total += n;
-                    for c in conns.into_iter().take(SHOW_CONN_MAX.saturating_sub(all.len())) {
+                    for c in conns.into_iter().take(conn_max.saturating_sub(all.len())) {
                         let mut v = enc(serde_json::to_value(c))?;
                         if let Value::Object(m) = &mut v {
                             m.insert("worker".into(), json!(w));

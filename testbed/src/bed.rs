@@ -84,6 +84,18 @@ pub fn ctl_json(bin_dir: &Path, socket: &Path, topic: &str) -> Result<Value> {
         .with_context(|| format!("clusterfw-ctl show {topic} --json printed non-JSON: {out}"))
 }
 
+/// `clusterfw-ctl --socket S cluster show TOPIC --json`, parsed: the
+/// node's merge of every member's answer (it waits up to 2 s for silent
+/// members; bounded here at 8 s).
+pub fn ctl_cluster_json(bin_dir: &Path, socket: &Path, topic: &str) -> Result<Value> {
+    let ctl = bin_dir.join("clusterfw-ctl");
+    let out = sys::run(
+        "timeout",
+        &["8", &ctl.to_string_lossy(), "--socket", &socket.to_string_lossy(), "cluster", "show", topic, "--json"],
+    )?;
+    serde_json::from_str(&out).with_context(|| format!("clusterfw-ctl cluster show {topic} --json printed non-JSON: {out}"))
+}
+
 /// `clusterfw-ctl --socket S config reload --json`, parsed; a refusal is
 /// an error carrying the node's reason. Bounded like [`ctl_json`].
 pub fn ctl_reload(bin_dir: &Path, socket: &Path) -> Result<Value> {

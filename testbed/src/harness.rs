@@ -56,6 +56,32 @@ class S(http.server.ThreadingHTTPServer):\n    request_queue_size = 256\n    dae
 h = functools.partial(http.server.SimpleHTTPRequestHandler, directory=sys.argv[3])\n\
 S((sys.argv[1], int(sys.argv[2])), h).serve_forever()\n";
 
+/// A paced HTTP/1.0 GET (`python3 -c PACED_GET HOST PORT PATH OUT SECS`):
+/// reads the body at an even rate over SECS seconds through a small
+/// receive buffer, so the server can run at most that far ahead and the
+/// connection lasts SECS on the wire; prints the local port once
+/// connected (flushed) and the byte count at the end. (curl 7.88's
+/// `--limit-rate` paces only its reads: the kernel's auto-tuned receive
+/// buffer took the whole 2 MiB in well under a second about as often as
+/// not, and the connection's packets all fell in one active interval.)
+pub const PACED_GET: &str = "import socket, sys, time\n\
+host, port, path, out, secs = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], float(sys.argv[5])\n\
+s = socket.socket()\n\
+s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)\n\
+s.connect((host, port))\n\
+print(s.getsockname()[1], flush=True)\n\
+s.sendall(('GET %s HTTP/1.0\\r\\nHost: %s\\r\\n\\r\\n' % (path, host)).encode())\n\
+buf = bytearray()\n\
+while b'\\r\\n\\r\\n' not in buf:\n    c = s.recv(4096)\n    assert c, 'no header'\n    buf += c\n\
+head, body = bytes(buf).split(b'\\r\\n\\r\\n', 1)\n\
+total = int([l.split(b':')[1] for l in head.split(b'\\r\\n') if l.lower().startswith(b'content-length:')][0])\n\
+body = bytearray(body)\n\
+t0 = time.monotonic()\n\
+while len(body) < total:\n    c = s.recv(4096)\n    assert c, 'short body'\n    body += c\n    time.sleep(max(0.0, t0 + secs * len(body) / total - time.monotonic()))\n\
+open(out, 'wb').write(body)\n\
+print(len(body))\n\
+s.close()\n";
+
 /// A process running in a namespace for the length of a test step; killed
 /// (SIGTERM, then SIGKILL) and reaped on drop, including on panic.
 pub struct Background {
@@ -259,6 +285,11 @@ impl TestBed {
     /// `show TOPIC --json` on node `k`.
     pub fn show(&self, k: usize, topic: &str) -> Result<serde_json::Value> {
         crate::bed::ctl_json(&self.bin_dir, &self.socket(k), topic)
+    }
+
+    /// `cluster show TOPIC --json` asked of node `k`.
+    pub fn cluster_show(&self, k: usize, topic: &str) -> Result<serde_json::Value> {
+        crate::bed::ctl_cluster_json(&self.bin_dir, &self.socket(k), topic)
     }
 }
 

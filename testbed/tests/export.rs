@@ -47,29 +47,6 @@ const DENY_RATE: usize = 10;
 /// Seconds the paced first download lasts on the wire.
 const SLOW_SECS: &str = "3.5";
 
-/// A paced HTTP/1.0 GET (`python3 -c PACED_GET HOST PORT PATH OUT SECS`):
-/// reads the body at an even rate over SECS seconds through a small
-/// receive buffer, so the server can run at most that far ahead and the
-/// connection lasts SECS on the wire; prints the local port. (curl 7.88's
-/// `--limit-rate` paces only its reads: the kernel's auto-tuned receive
-/// buffer took the whole 2 MiB in well under a second about as often as
-/// not, and the connection's packets all fell in one active interval.)
-const PACED_GET: &str = "import socket, sys, time\n\
-host, port, path, out, secs = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], float(sys.argv[5])\n\
-s = socket.socket()\n\
-s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)\n\
-s.connect((host, port))\n\
-s.sendall(('GET %s HTTP/1.0\\r\\nHost: %s\\r\\n\\r\\n' % (path, host)).encode())\n\
-buf = bytearray()\n\
-while b'\\r\\n\\r\\n' not in buf:\n    c = s.recv(4096)\n    assert c, 'no header'\n    buf += c\n\
-head, body = bytes(buf).split(b'\\r\\n\\r\\n', 1)\n\
-total = int([l.split(b':')[1] for l in head.split(b'\\r\\n') if l.lower().startswith(b'content-length:')][0])\n\
-body = bytearray(body)\n\
-t0 = time.monotonic()\n\
-while len(body) < total:\n    c = s.recv(4096)\n    assert c, 'short body'\n    body += c\n    time.sleep(max(0.0, t0 + secs * len(body) / total - time.monotonic()))\n\
-open(out, 'wb').write(body)\n\
-print(s.getsockname()[1])\n\
-s.close()\n";
 
 /// One received syslog message.
 #[derive(Debug, Clone)]
@@ -241,11 +218,11 @@ fn syslog_and_ipfix_reach_real_collectors() {
             // The first one paced (3.5 s on the wire), to outlive the
             // bed's 1 s active timeout: IPFIX reports it in intervals.
             let port = if i == 0 {
-                sys::ns_run(INSIDE, harness::python(), &["-c", PACED_GET, SERVER, "8080", "/random.bin", &got, SLOW_SECS])
+                sys::ns_run(INSIDE, harness::python(), &["-c", harness::PACED_GET, SERVER, "8080", "/random.bin", &got, SLOW_SECS])
             } else {
                 sys::ns_run(INSIDE, "curl", &["-sS", "--fail", "--max-time", "60", "-o", &got, "-w", "%{local_port}", &url])
             }?;
-            ports.push(port.trim().parse().with_context(|| format!("curl's local port {port:?}"))?);
+            ports.push(port.lines().next().unwrap_or("").trim().parse().with_context(|| format!("curl's local port {port:?}"))?);
             let sum = harness::sha256(Path::new(&got))?;
             ensure!(sum == want, "download {i}: sha256 {sum}, served {want}");
         }

@@ -325,6 +325,14 @@ outcomes! {
     XlateRequest => "xlate-request", "handed to NAT",
     /// A transfer request refused: serving as many as the limit allows.
     ServeBusy => "serve-busy", "too many transfers",
+    /// A member's cluster-wide query answered (or handed to the driver to
+    /// render: `Action::Query`).
+    QueryRequest => "query-request", "answered",
+    /// A chunk of a member's answer to this node's query stored.
+    QueryChunk => "query-chunk", "stored",
+    /// A new query refused: this node renders at most
+    /// `query::RENDERS_PER_SECOND` answers a second.
+    QueryBusy => "query-busy", "too many queries to answer",
     /// Authentic and addressed here but of no use in this state (a reply
     /// to no request, a chunk of no transfer, a change from a node that is
     /// not this node's control node).
@@ -375,6 +383,14 @@ pub struct Counters {
     /// within a heartbeat interval (the member's heartbeats may wait in
     /// it, unread): one per member and tick.
     pub removals_deferred: u64,
+    /// Cluster-wide queries this node started (`Membership::ask`), and
+    /// answers to them complete, aborted or missing at the deadline.
+    pub queries_asked: u64,
+    pub query_answers: u64,
+    pub query_answers_aborted: u64,
+    pub query_answers_missing: u64,
+    /// Answers this node rendered for members (`Action::Query`).
+    pub queries_answered: u64,
 }
 
 impl Counters {
@@ -414,6 +430,11 @@ impl Stats for Counters {
             ("configs_dropped", self.configs_dropped),
             ("rx_stalls", self.rx_stalls),
             ("removals_deferred", self.removals_deferred),
+            ("queries_asked", self.queries_asked),
+            ("query_answers", self.query_answers),
+            ("query_answers_aborted", self.query_answers_aborted),
+            ("query_answers_missing", self.query_answers_missing),
+            ("queries_answered", self.queries_answered),
         ];
         for (name, value) in c {
             v.counter(name, value);

@@ -56,6 +56,7 @@ mod config;
 mod events;
 mod link;
 mod peer;
+mod query;
 mod replica;
 mod transfer;
 #[cfg(test)]
@@ -72,10 +73,11 @@ pub use config::{
 pub use events::{Counters, EventKind, MembershipEvent, Reason, Received, State};
 pub use link::{ControlLink, MAX_CONTROL_FRAME};
 pub use peer::MemberView;
+pub use query::{Answers, ANSWERS_KEPT, QUERY_MAX_BYTES, RENDERS_PER_SECOND};
 pub use replica::{ReplicaChange, StreamError, TableError};
 
 use dataplane::ccl::{
-    ControlMessage, Heartbeat, JoinReply, JoinRequest, JoinVerdict, OpenedControl, Placement, SyncChunk,
+    ControlMessage, Heartbeat, JoinReply, JoinRequest, JoinVerdict, OpenedControl, Placement, QueryRequest, SyncChunk,
     SyncRequest, TableOp, TableUpdate, XlateRequest, HB_FLAG_QUORUM, NODE_SLOTS,
 };
 use dataplane::cluster::{MemberInfo, MemberSet};
@@ -96,6 +98,8 @@ pub enum Outgoing {
     SyncChunk { to: NodeId, to_incarnation: u32, xfer: u32, index: u32, total: u32, data: Vec<u8> },
     TableUpdate { version: u64, table: u8, key: Vec<u8>, value: Option<Vec<u8>> },
     XlateRequest(XlateRequest),
+    QueryRequest(QueryRequest),
+    QueryChunk { to: NodeId, to_incarnation: u32, xfer: u32, index: u32, total: u32, data: Vec<u8> },
 }
 
 impl Outgoing {
@@ -121,6 +125,15 @@ impl Outgoing {
                 op: value.as_deref().map_or(TableOp::Delete, TableOp::Upsert),
             }),
             Outgoing::XlateRequest(r) => ControlMessage::XlateRequest(*r),
+            Outgoing::QueryRequest(r) => ControlMessage::QueryRequest(*r),
+            Outgoing::QueryChunk { to, to_incarnation, xfer, index, total, data } => ControlMessage::QueryChunk(SyncChunk {
+                to: *to,
+                to_incarnation: *to_incarnation,
+                xfer: *xfer,
+                index: *index,
+                total: *total,
+                data,
+            }),
         }
     }
 }
@@ -153,6 +166,10 @@ pub enum Action {
     /// renews the one it holds (N4). The NAT share answers through a
     /// replicated table (`controlplane::natshare`).
     XlateRequest { from: NodeId, pool: u16, real: std::net::Ipv4Addr, held: Option<std::net::Ipv4Addr> },
+    /// Node `from` (boot `incarnation`) asks for this node's answer on
+    /// `topic` to its cluster-wide query `query` (L5): render it and hand
+    /// the bytes to [`Membership::answer`].
+    Query { from: NodeId, incarnation: u32, query: u32, topic: u8 },
 }
 
 /// Where a received message came from: the authenticated header fields
@@ -300,6 +317,10 @@ pub struct Membership {
     pull: Option<(Purpose, Pull)>,
     serving: Serving,
     next_xfer: u32,
+    /// Cluster-wide queries (`query`): the one this node asks, and the
+    /// answers it gives.
+    asking: Option<query::Asking>,
+    answering: query::Answering,
     ports: Vec<PortState>,
     ports_up_at: Timestamp,
     history: History,
@@ -358,6 +379,8 @@ impl Membership {
             pull: None,
             serving: Serving::default(),
             next_xfer: c.incarnation.rotate_left(16),
+            asking: None,
+            answering: query::Answering::default(),
             ports: Vec::new(),
             ports_up_at: Timestamp::ZERO,
             history: History::new(c.limits.history),
@@ -556,6 +579,7 @@ impl Membership {
             State::Disabled => {}
         }
         self.replica_tick(now);
+        self.query_tick(now);
         if self.ready && self.ready_at.is_some_and(|t| now.since(t) >= self.cfg.rejoin.max) {
             self.failures = 0;
         }
@@ -1710,6 +1734,19 @@ impl Membership {
         if from.incarnation < self.peers[i].incarnation {
             return Received::StaleIncarnation;
         }
+        // Cluster-wide queries: answered in every state (a disabled node's
+        // `show cluster` says why it is disabled).
+        match msg {
+            ControlMessage::QueryRequest(r) => {
+                self.peers[i].heard(now, from.incarnation);
+                return self.on_query_request(now, from, r);
+            }
+            ControlMessage::QueryChunk(c) => {
+                self.peers[i].heard(now, from.incarnation);
+                return self.on_query_chunk(now, from, c);
+            }
+            _ => {}
+        }
         if self.state == State::Disabled {
             // Silent and deaf: a disabled node only serves `show cluster`.
             self.peers[i].heard(now, from.incarnation);
@@ -1740,6 +1777,7 @@ impl Membership {
                 self.peers[i].heard(now, from.incarnation);
                 self.on_xlate_request(from, r)
             }
+            ControlMessage::QueryRequest(_) | ControlMessage::QueryChunk(_) => Received::Ignored,
         }
     }
 
@@ -2021,7 +2059,7 @@ impl Membership {
         let replica = &self.replica;
         let (full, since, cfgv) = (r.full, r.since, r.config_version);
         let Some((new, chunks)) =
-            self.serving.on_request(now, from.sender, from.incarnation, r, limit, idle, || replica.encode(full, since, cfgv))
+            self.serving.on_request(now, from.sender, from.incarnation, r.into(), limit, idle, || replica.encode(full, since, cfgv))
         else {
             return Received::ServeBusy;
         };

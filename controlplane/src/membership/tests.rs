@@ -108,7 +108,7 @@ impl Mini {
                         continue;
                     }
                 };
-                if matches!(msg, Outgoing::SyncChunk { .. }) && self.chunk_loss > 0 {
+                if matches!(msg, Outgoing::SyncChunk { .. } | Outgoing::QueryChunk { .. }) && self.chunk_loss > 0 {
                     self.chunks += 1;
                     if self.chunks % self.chunk_loss == 0 {
                         continue;
@@ -1100,14 +1100,14 @@ fn bad_input_is_counted_by_reason_and_named() {
     assert_eq!(c0.received(Received::UnknownSender), 2);
     let flat = flatten(&c0);
     assert_eq!(flat["received.unknown-sender"], 2);
-    assert_eq!(flat.values().count(), Received::COUNT + 23);
+    assert_eq!(flat.values().count(), Received::COUNT + 28);
 }
 
 /// Random decoded messages and times into one machine: no panic, one
 /// control node believed at most, epochs never go back, every message
 /// counted under one outcome, bounded queues.
 fn any_message() -> impl Strategy<Value = (u8, u32, u64, u8, Vec<u8>, u64)> {
-    (0u8..20, 0u32..4, 0u64..6, 0u8..6, proptest::collection::vec(any::<u8>(), 0..64), 0u64..400)
+    (0u8..20, 0u32..4, 0u64..6, 0u8..8, proptest::collection::vec(any::<u8>(), 0..64), 0u64..400)
 }
 
 fn build(kind: u8, data: &[u8]) -> Option<Outgoing> {
@@ -1161,6 +1161,21 @@ fn build(kind: u8, data: &[u8]) -> Option<Outgoing> {
             total: 1 + u32::from(b(3) % 3),
             data: data.get(4..).filter(|d| !d.is_empty()).unwrap_or(&[1]).to_vec(),
         },
+        6 => Outgoing::QueryRequest(QueryRequest {
+            to: NodeId(b(0) % 4),
+            query: u32::from(b(1) % 4),
+            topic: 1 + b(2) % 15,
+            next: u32::from(b(3) % 4),
+            window: 1 + b(4) % 16,
+        }),
+        7 => Outgoing::QueryChunk {
+            to: NodeId(b(0) % 4),
+            to_incarnation: 1000 + u32::from(b(1) % 4),
+            xfer: u32::from(b(2) % 4),
+            index: 0,
+            total: 1 + u32::from(b(3) % 3),
+            data: data.get(4..).filter(|d| !d.is_empty()).unwrap_or(&[1]).to_vec(),
+        },
         _ => Outgoing::TableUpdate {
             version: u64::from(b(0) % 8),
             table: b(1) % 3,
@@ -1195,6 +1210,9 @@ proptest! {
                 let env = Envelope { sender: NodeId(sender % 6), incarnation: 999 + inc, epoch: Epoch(epoch) };
                 let r = m.on_message(now, env, &msg.message());
                 given += 1;
+                if data.get(5).is_some_and(|b| b % 7 == 0) {
+                    let _ = m.ask(now, 1 + data[5] % 15);
+                }
                 prop_assert!(Received::ALL.contains(&r));
             }
             m.tick(now);
@@ -1211,14 +1229,149 @@ proptest! {
             prop_assert!(m.control().is_none() || m.state().is_member(), "a control node believed outside membership");
             prop_assert!(!m.ready() || matches!(m.state(), State::Data | State::Control));
             let mut n = 0;
-            while m.poll_action().is_some() {
+            while let Some(a) = m.poll_action() {
                 n += 1;
+                if let Action::Query { from, incarnation, query, .. } = a {
+                    m.answer(now, from, incarnation, query, data.clone());
+                }
             }
+            let _ = m.poll_answers(now, Duration::from_secs(2));
             prop_assert!(n < 200, "{} actions from one step", n);
             prop_assert!(m.history().count() <= Limits::default().history);
         }
         prop_assert_eq!(m.counters().messages(), given, "every message counted once");
     }
+}
+
+// --- Cluster-wide queries (L5). ---
+
+/// Run `mini` until node `asker`'s query is answered or `timeout` passed,
+/// every node answering a query with `answer(node)`.
+fn gather(mini: &mut Mini, asker: usize, timeout: Duration, answer: &dyn Fn(usize) -> Vec<u8>) -> Answers {
+    let mut answered = vec![0; mini.ms.len()];
+    for _ in 0..2000 {
+        mini.run(5);
+        for n in 0..mini.ms.len() {
+            let asks: Vec<(NodeId, u32, u32)> = mini.log[n][answered[n]..]
+                .iter()
+                .filter_map(|a| match a {
+                    Action::Query { from, incarnation, query, .. } => Some((*from, *incarnation, *query)),
+                    _ => None,
+                })
+                .collect();
+            answered[n] = mini.log[n].len();
+            for (from, inc, q) in asks {
+                let now = mini.now;
+                mini.ms[n].answer(now, from, inc, q, answer(n));
+                mini.pump(n);
+            }
+        }
+        let now = mini.now;
+        if let Some(a) = mini.ms[asker].poll_answers(now, timeout) {
+            return a;
+        }
+    }
+    panic!("no outcome");
+}
+
+#[test]
+fn a_query_gathers_every_members_answer_whole_despite_lost_chunks() {
+    // Node n answers n × 7000 + 1 bytes of its own pattern: 1 to 15
+    // chunks, and with 4 nodes one answer spans two request windows.
+    let answer = |n: usize| (0..n * 17_000 + 1).map(|i| (i * 31 + n) as u8).collect::<Vec<u8>>();
+    for loss in [0, 3] {
+        let mut mini = Mini::of(4);
+        mini.run(1500);
+        assert!(mini.states().iter().all(|s| s.is_member()), "{:?}", mini.states());
+        mini.chunk_loss = loss;
+        let now = mini.now;
+        assert_eq!(mini.ms[1].ask(now, 0), None, "topic 0");
+        assert_eq!(mini.ms[1].ask(now, 16), None, "topic 16");
+        let id = mini.ms[1].ask(now, 3).unwrap();
+        let t0 = mini.now;
+        let got = gather(&mut mini, 1, Duration::from_secs(5), &answer);
+        assert_eq!((got.query, got.topic), (id, 3));
+        assert!(got.missing.is_empty() && got.aborted.is_empty(), "loss 1/{loss}: {got:?}");
+        let mut from: Vec<usize> = got.answers.iter().map(|(n, _)| n.index()).collect();
+        from.sort();
+        assert_eq!(from, [0, 2, 3]);
+        for (n, bytes) in &got.answers {
+            assert!(*bytes == answer(n.index()), "loss 1/{loss}: node {n:?}'s answer differs");
+        }
+        let took = mini.now.since(t0);
+        assert!(took < Duration::from_secs(if loss == 0 { 1 } else { 3 }), "loss 1/{loss}: took {took:?}");
+        let c = mini.ms[1].counters();
+        assert_eq!((c.queries_asked, c.query_answers, c.query_answers_missing), (1, 3, 0));
+        // Each member rendered once, however many windows it served.
+        for n in [0, 2, 3] {
+            assert_eq!(mini.ms[n].counters().queries_answered, 1, "node {n}");
+        }
+    }
+}
+
+#[test]
+fn a_node_that_does_not_answer_is_named_missing_at_the_deadline() {
+    let mut mini = Mini::of(3);
+    mini.run(1500);
+    mini.alive[2] = false;
+    let now = mini.now;
+    mini.ms[0].ask(now, 1).unwrap();
+    let t0 = mini.now;
+    let got = gather(&mut mini, 0, Duration::from_millis(800), &|n| vec![n as u8; 10]);
+    assert_eq!(got.answers, vec![(NodeId(1), vec![1; 10])]);
+    assert_eq!(got.missing, vec![NodeId(2)]);
+    assert!(mini.now.since(t0) >= Duration::from_millis(800));
+    assert_eq!(mini.ms[0].counters().query_answers_missing, 1);
+    // The query is over: nothing more to poll.
+    let now = mini.now;
+    assert_eq!(mini.ms[0].poll_answers(now, Duration::from_millis(800)), None);
+}
+
+#[test]
+fn query_answers_are_bounded_in_size_and_in_renders() {
+    let mut m = machine(0, 3);
+    m.tick(at(1));
+    let env = |inc: u32| Envelope { sender: NodeId(1), incarnation: inc, epoch: Epoch(0) };
+    // Renders: RENDERS_PER_SECOND new queries a second, the next refused.
+    let req = |q: u32| QueryRequest { to: NodeId(0), query: q, topic: 1, next: 0, window: 16 };
+    for q in 0..RENDERS_PER_SECOND {
+        assert_eq!(m.on_message(at(10), env(1001), &ControlMessage::QueryRequest(req(q))), Received::QueryRequest);
+    }
+    assert_eq!(m.on_message(at(10), env(1001), &ControlMessage::QueryRequest(req(99))), Received::QueryBusy);
+    let asked: Vec<u32> = drain(&mut m).iter().filter_map(|a| if let Action::Query { query, .. } = a { Some(*query) } else { None }).collect();
+    assert_eq!(asked.len(), RENDERS_PER_SECOND as usize);
+    // Only the requester's latest query is answered; the others are gone.
+    m.answer(at(20), NodeId(1), 1001, 0, vec![1; 10]);
+    m.answer(at(20), NodeId(1), 1001, RENDERS_PER_SECOND - 1, vec![7; 3000]);
+    let chunks: Vec<(u32, u32)> = drain(&mut m)
+        .iter()
+        .filter_map(|a| match a {
+            Action::Send { msg: Outgoing::QueryChunk { xfer, index, .. }, .. } => Some((*xfer, *index)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(chunks, [(RENDERS_PER_SECOND - 1, 0), (RENDERS_PER_SECOND - 1, 1), (RENDERS_PER_SECOND - 1, 2)]);
+    // A second later the budget is back.
+    assert_eq!(m.on_message(at(1020), env(1001), &ControlMessage::QueryRequest(req(100))), Received::QueryRequest);
+    // Asking: an answer announcing more than QUERY_MAX_BYTES is aborted
+    // before anything is kept; chunks of no query, or to another boot,
+    // are not taken.
+    let id = m.ask(at(1100), 2).unwrap();
+    let chunk = |from: u8, inc: u32, xfer: u32, total: u32| {
+        let c = SyncChunk { to: NodeId(0), to_incarnation: inc, xfer, index: 0, total, data: &[0; 10] };
+        (Envelope { sender: NodeId(from), incarnation: 1000 + u32::from(from), epoch: Epoch(0) }, c)
+    };
+    let huge = (QUERY_MAX_BYTES / dataplane::ccl::SYNC_CHUNK_DATA) as u32 + 2;
+    let (e, c) = chunk(1, 1000, id, huge);
+    assert_eq!(m.on_message(at(1110), e, &ControlMessage::QueryChunk(c)), Received::Ignored);
+    let (e, c) = chunk(2, 1001, id, 1);
+    assert_eq!(m.on_message(at(1110), e, &ControlMessage::QueryChunk(c)), Received::NotForMe);
+    let (e, c) = chunk(2, 1000, id + 1, 1);
+    assert_eq!(m.on_message(at(1110), e, &ControlMessage::QueryChunk(c)), Received::Ignored);
+    let (e, c) = chunk(2, 1000, id, 1);
+    assert_eq!(m.on_message(at(1110), e, &ControlMessage::QueryChunk(c)), Received::QueryChunk);
+    let got = m.poll_answers(at(1120), Duration::from_secs(1)).expect("every node answered or failed");
+    assert_eq!((got.answers, got.aborted, got.missing), (vec![(NodeId(2), vec![0; 10])], vec![NodeId(1)], vec![]));
 }
 
 // --- Observability. ---

@@ -153,6 +153,21 @@ pub(super) struct Serving {
     serves: Vec<Serve>,
 }
 
+/// What a request asks of a transfer: its id, the first chunk wanted and
+/// how many from there (a [`SyncRequest`] or a query request).
+#[derive(Copy, Clone, Debug)]
+pub(super) struct Window {
+    pub(super) xfer: u32,
+    pub(super) next: u32,
+    pub(super) window: u8,
+}
+
+impl From<&SyncRequest> for Window {
+    fn from(r: &SyncRequest) -> Window {
+        Window { xfer: r.xfer, next: r.next, window: r.window }
+    }
+}
+
 /// A chunk to send.
 pub(super) struct ChunkOut {
     pub(super) to: NodeId,
@@ -168,14 +183,21 @@ impl Serving {
         self.serves.len()
     }
 
-    /// Chunks for `req` from `from` (incarnation `inc`); `make` builds the
-    /// stream for a new transfer. `None`: refused, serving the limit.
+    /// Whether transfer `xfer` to `from` (incarnation `inc`) is served.
+    pub(super) fn has(&self, from: NodeId, inc: u32, xfer: u32) -> bool {
+        self.serves.iter().any(|s| s.to == from && s.xfer == xfer && s.to_incarnation == inc)
+    }
+
+    /// Chunks for a request (`req`: transfer id, next chunk, window) from
+    /// `from` (incarnation `inc`); `make` builds the stream for a new
+    /// transfer. `None`: refused, serving the limit.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn on_request(
         &mut self,
         now: Timestamp,
         from: NodeId,
         inc: u32,
-        req: &SyncRequest,
+        req: Window,
         limit: usize,
         idle: Duration,
         make: impl FnOnce() -> Vec<u8>,
@@ -253,7 +275,7 @@ mod tests {
                 continue; // request lost
             }
             let (_, chunks) =
-                s.on_request(Timestamp(t * MS), NodeId(2), 5, &r, 4, Duration::from_secs(1), || stream.clone()).unwrap();
+                s.on_request(Timestamp(t * MS), NodeId(2), 5, (&r).into(), 4, Duration::from_secs(1), || stream.clone()).unwrap();
             for c in chunks {
                 // A third of the chunks lost, pseudo-randomly.
                 lost ^= lost << 13;
@@ -294,10 +316,10 @@ mod tests {
         let r = SyncRequest { to: NodeId(0), xfer: 1, since: 0, config_version: 0, next: 0, window: 4, full: true };
         let idle = Duration::from_millis(100);
         for n in 1..=2u8 {
-            assert!(s.on_request(Timestamp(0), NodeId(n), 1, &r, 2, idle, || vec![1, 2, 3]).is_some());
+            assert!(s.on_request(Timestamp(0), NodeId(n), 1, (&r).into(), 2, idle, || vec![1, 2, 3]).is_some());
         }
-        assert!(s.on_request(Timestamp(50 * MS), NodeId(3), 1, &r, 2, idle, || vec![1, 2, 3]).is_none());
-        let (new, chunks) = s.on_request(Timestamp(150 * MS), NodeId(3), 1, &r, 2, idle, || vec![1, 2, 3]).unwrap();
+        assert!(s.on_request(Timestamp(50 * MS), NodeId(3), 1, (&r).into(), 2, idle, || vec![1, 2, 3]).is_none());
+        let (new, chunks) = s.on_request(Timestamp(150 * MS), NodeId(3), 1, (&r).into(), 2, idle, || vec![1, 2, 3]).unwrap();
         assert!(new);
         assert_eq!((chunks.len(), chunks[0].total, chunks[0].data.len()), (1, 1, 3));
     }

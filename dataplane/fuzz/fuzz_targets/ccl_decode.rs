@@ -16,7 +16,7 @@
 use dataplane::ccl::{
     CclKey, ControlMessage, FlowBatch, FlowKey, FlowRecord, FlowTransfer, ForwardedBatch, ForwardedPacket, FramePath,
     Heartbeat, JoinReply, JoinRequest, Message, Opener, OwnerQuery, OwnerReply, RelayToOwner, Sealer, SyncChunk,
-    SyncDone, SyncRequest, TableUpdate, XlateRequest, CONTROL_CHANNEL,
+    SyncDone, SyncRequest, TableUpdate, XlateRequest, QueryRequest, CONTROL_CHANNEL,
 };
 use dataplane::{Epoch, NodeId};
 use libfuzzer_sys::fuzz_target;
@@ -46,6 +46,7 @@ fuzz_target!(|data: &[u8]| {
     let _ = SyncChunk::parse(data);
     let _ = TableUpdate::parse(data);
     let _ = XlateRequest::parse(data);
+    let _ = QueryRequest::parse(data);
     let _ = OwnerQuery::parse(data);
     let _ = OwnerReply::parse(data);
     let _ = ForwardedPacket::parse(data);

@@ -440,6 +440,61 @@ impl XlateRequest {
     }
 }
 
+/// Topics a [`QueryRequest`] may name (`1..=QUERY_TOPIC_MAX`; what each
+/// is, the control plane decides: `controlplane::clusterview`).
+pub const QUERY_TOPIC_MAX: u8 = 15;
+
+/// Member → member: send (more of) your answer to cluster-wide query
+/// `query` on `topic` (`clusterfw-ctl cluster show`, SPEC L5). Driven by
+/// the requester exactly as a [`SyncRequest`]: a window of chunks from the
+/// first one it lacks; the answer comes back as [`MessageKind::QueryChunk`]
+/// messages (a [`SyncChunk`]'s layout, `xfer` the query id). Layout (11
+/// bytes): to (1), query id (4), topic (1: 1..=15), next chunk (4),
+/// window (1: 1..=64).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct QueryRequest {
+    pub to: NodeId,
+    pub query: u32,
+    pub topic: u8,
+    pub next: u32,
+    pub window: u8,
+}
+
+impl QueryRequest {
+    pub const LEN: usize = 11;
+    fn check(topic: u8, window: u8) -> Result<(), CclError> {
+        if topic == 0 || topic > QUERY_TOPIC_MAX {
+            return Err(CclError::BadValue { field: "query topic", value: u64::from(topic) });
+        }
+        if window == 0 || window > SYNC_MAX_WINDOW {
+            return Err(CclError::BadValue { field: "query window", value: u64::from(window) });
+        }
+        Ok(())
+    }
+    pub fn parse(b: &[u8]) -> Result<Self, CclError> {
+        let a: [u8; Self::LEN] = arr(b, 0)?;
+        exact("query request", b, Self::LEN)?;
+        Self::check(a[5], a[10])?;
+        Ok(QueryRequest {
+            to: dest(a[0])?,
+            query: be32([a[1], a[2], a[3], a[4]]),
+            topic: a[5],
+            next: be32([a[6], a[7], a[8], a[9]]),
+            window: a[10],
+        })
+    }
+    pub fn emit(&self, out: &mut [u8]) -> Result<usize, CclError> {
+        Self::check(self.topic, self.window)?;
+        let o = out.get_mut(..Self::LEN).ok_or_else(|| too_small(Self::LEN, &[]))?;
+        o[0] = dest_byte(self.to)?;
+        o[1..5].copy_from_slice(&self.query.to_be_bytes());
+        o[5] = self.topic;
+        o[6..10].copy_from_slice(&self.next.to_be_bytes());
+        o[10] = self.window;
+        Ok(Self::LEN)
+    }
+}
+
 /// One decoded control-channel message (`Opener::open_control`).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum ControlMessage<'a> {
@@ -450,6 +505,10 @@ pub enum ControlMessage<'a> {
     SyncChunk(SyncChunk<'a>),
     TableUpdate(TableUpdate<'a>),
     XlateRequest(XlateRequest),
+    QueryRequest(QueryRequest),
+    /// A chunk of a member's answer to a [`QueryRequest`] (`xfer`: the
+    /// query id).
+    QueryChunk(SyncChunk<'a>),
 }
 
 impl<'a> ControlMessage<'a> {
@@ -462,6 +521,8 @@ impl<'a> ControlMessage<'a> {
             ControlMessage::SyncChunk(_) => MessageKind::SyncChunk,
             ControlMessage::TableUpdate(_) => MessageKind::TableUpdate,
             ControlMessage::XlateRequest(_) => MessageKind::XlateRequest,
+            ControlMessage::QueryRequest(_) => MessageKind::QueryRequest,
+            ControlMessage::QueryChunk(_) => MessageKind::QueryChunk,
         }
     }
 
@@ -476,6 +537,8 @@ impl<'a> ControlMessage<'a> {
             Some(MessageKind::SyncChunk) => ControlMessage::SyncChunk(SyncChunk::parse(payload)?),
             Some(MessageKind::TableUpdate) => ControlMessage::TableUpdate(TableUpdate::parse(payload)?),
             Some(MessageKind::XlateRequest) => ControlMessage::XlateRequest(XlateRequest::parse(payload)?),
+            Some(MessageKind::QueryRequest) => ControlMessage::QueryRequest(QueryRequest::parse(payload)?),
+            Some(MessageKind::QueryChunk) => ControlMessage::QueryChunk(SyncChunk::parse(payload)?),
             _ => return Err(CclError::UnknownKind(kind)),
         })
     }
@@ -489,6 +552,8 @@ impl<'a> ControlMessage<'a> {
             ControlMessage::SyncChunk(m) => m.wire_len(),
             ControlMessage::TableUpdate(m) => m.wire_len(),
             ControlMessage::XlateRequest(_) => XlateRequest::LEN,
+            ControlMessage::QueryRequest(_) => QueryRequest::LEN,
+            ControlMessage::QueryChunk(m) => m.wire_len(),
         }
     }
 
@@ -502,6 +567,8 @@ impl<'a> ControlMessage<'a> {
             ControlMessage::SyncChunk(m) => m.emit(out),
             ControlMessage::TableUpdate(m) => m.emit(out),
             ControlMessage::XlateRequest(m) => m.emit(out),
+            ControlMessage::QueryRequest(m) => m.emit(out),
+            ControlMessage::QueryChunk(m) => m.emit(out),
         }
     }
 }
@@ -592,6 +659,8 @@ mod tests {
                 real: Ipv4Addr::UNSPECIFIED,
                 held: Some(Ipv4Addr::new(192, 0, 2, 9)),
             }),
+            ControlMessage::QueryRequest(QueryRequest { to: NodeId(3), query: 0x0a0b_0c0d, topic: 2, next: 7, window: 16 }),
+            ControlMessage::QueryChunk(SyncChunk { to: NodeId(1), to_incarnation: 5, xfer: 11, index: 0, total: 1, data }),
         ]
     }
 
@@ -638,7 +707,7 @@ mod tests {
             let mut longer = b.clone();
             longer.push(0);
             // Chunks carry their data to the end: one byte more is more data.
-            if m.kind() != MessageKind::SyncChunk {
+            if !matches!(m.kind(), MessageKind::SyncChunk | MessageKind::QueryChunk) {
                 assert!(ControlMessage::parse(m.kind() as u8, &longer).is_err(), "{m:?}");
             }
         }
@@ -698,6 +767,17 @@ mod tests {
         let mut xb = [0u8; XlateRequest::LEN];
         assert_eq!(x.emit(&mut xb), Ok(12));
         assert_eq!(xb, [2, 0, 1, 2, 198, 18, 10, 2, 192, 0, 2, 7]);
+        // A query request: its bytes; topic and window within their ranges.
+        let q = QueryRequest { to: NodeId(2), query: 0x0102_0304, topic: 3, next: 0x10, window: 16 };
+        let mut qb = [0u8; QueryRequest::LEN];
+        assert_eq!(q.emit(&mut qb), Ok(11));
+        assert_eq!(qb, [2, 1, 2, 3, 4, 3, 0, 0, 0, 0x10, 16]);
+        for (at, v) in [(5, 0), (5, QUERY_TOPIC_MAX + 1), (10, 0), (10, SYNC_MAX_WINDOW + 1), (0, 16)] {
+            let mut x = qb;
+            x[at] = v;
+            assert!(QueryRequest::parse(&x).is_err(), "byte {at} = {v}");
+        }
+        assert!(QueryRequest { topic: 0, ..q }.emit(&mut qb).is_err());
         for (at, v) in [(1, 1), (1, 0x80), (0, 16)] {
             let mut y = xb;
             y[at] = v;

@@ -80,6 +80,11 @@ kinds! {
     /// Member → control node: a dynamic-NAT translation, please (N4;
     /// control channel).
     XlateRequest = 17 => "xlate-request",
+    /// Member → member: your part of a cluster-wide `show`, please (L5;
+    /// control channel).
+    QueryRequest = 18 => "query-request",
+    /// The answer, in chunks (a `SyncChunk`'s layout; control channel).
+    QueryChunk = 19 => "query-chunk",
 }
 
 impl fmt::Display for MessageKind {
@@ -512,7 +517,9 @@ impl<'a> Message<'a> {
             | MessageKind::SyncRequest
             | MessageKind::SyncChunk
             | MessageKind::TableUpdate
-            | MessageKind::XlateRequest => return Err(CclError::UnknownKind(kind)),
+            | MessageKind::XlateRequest
+            | MessageKind::QueryRequest
+            | MessageKind::QueryChunk => return Err(CclError::UnknownKind(kind)),
         })
     }
 

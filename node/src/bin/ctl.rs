@@ -3,7 +3,12 @@
 //! ```text
 //! clusterfw-ctl [--socket PATH] show {stats|conn|route|arp|rules|config|cluster|cluster history|xlate|nat pool|metrics} [--json]
 //! clusterfw-ctl [--socket PATH] config reload [--json]
+//! clusterfw-ctl [--socket PATH] cluster show {conn|stats|cluster|xlate|nat pool|arp|route|rules|cluster history} [--json]
 //! ```
+//! `cluster show` asks the node, which asks every other configured node
+//! over the CCL and merges the answers (`controlplane::clusterview`):
+//! `conn` lists each connection once with its owner, director, backups
+//! and forwarders; members that did not answer within 2 s are named.
 //! `config reload` reads the node's configuration file again and runs its
 //! policy (security levels, access rules, timeouts); in a cluster only the
 //! control node takes it, and replicates it to every member.
@@ -39,7 +44,7 @@ fn write_out(args: std::fmt::Arguments<'_>, newline: bool) {
     }
 }
 
-const USAGE: &str = "usage: clusterfw-ctl [--socket PATH] show {stats|conn|route|arp|rules|config|cluster|cluster history|xlate|nat pool|metrics} [--json]\n       clusterfw-ctl [--socket PATH] config reload [--json]";
+const USAGE: &str = "usage: clusterfw-ctl [--socket PATH] show {stats|conn|route|arp|rules|config|cluster|cluster history|xlate|nat pool|metrics} [--json]\n       clusterfw-ctl [--socket PATH] config reload [--json]\n       clusterfw-ctl [--socket PATH] cluster show {conn|stats|cluster|xlate|nat pool|arp|route|rules|cluster history} [--json]";
 
 fn main() -> ExitCode {
     match run() {
@@ -80,12 +85,26 @@ fn run() -> Result<()> {
             return Ok(());
         }
     }
-    let topic = match words.as_slice() {
+    // `cluster show TOPIC`: the same topic words after `cluster`.
+    let (cluster, words) = match words.split_first() {
+        Some((first, rest)) if first == "cluster" && rest.first().is_some_and(|w| w == "show") => (true, rest),
+        _ => (false, &words[..]),
+    };
+    let topic = match words {
         [verb, what] if verb == "show" => Topic::parse(what).with_context(|| format!("unknown topic {what:?}\n{USAGE}"))?,
         [verb, what, sub] if verb == "show" && what == "cluster" && sub == "history" => Topic::ClusterHistory,
         [verb, what, sub] if verb == "show" && what == "nat" && sub == "pool" => Topic::NatPool,
         _ => bail!("{USAGE}"),
     };
+    if cluster {
+        let data = mgmt::request(&socket, &Request::ClusterShow { topic })?;
+        if json {
+            say!("{}", serde_json::to_string_pretty(&data)?);
+        } else {
+            print_cluster_wide(topic, &data);
+        }
+        return Ok(());
+    }
     let data = mgmt::request(&socket, &Request::Show { topic })?;
     if json {
         say!("{}", serde_json::to_string_pretty(&data)?);
@@ -203,6 +222,54 @@ fn print_human(topic: Topic, data: &Value) {
                 }
             } else {
                 print_table(data);
+            }
+        }
+    }
+}
+
+/// `cluster show`: who answered, then the merged connections (one per
+/// row, with every role's node), the totals, or each node's own answer.
+fn print_cluster_wide(topic: Topic, data: &Value) {
+    if let Some(m) = data.get("members") {
+        say!("Members asked:");
+        print_table(m);
+    }
+    if let Some(silent) = data["not_answering"].as_array().filter(|a| !a.is_empty()) {
+        say!("NOT ANSWERING: {}", silent.iter().map(fmt_cell).collect::<Vec<_>>().join(", "));
+    }
+    match topic {
+        Topic::Conn => {
+            say!("\n{} connections ({} rows reported by the members):", fmt_cell(&data["connections"]), fmt_cell(&data["reported_rows"]));
+            let rows: Vec<Value> = data["rows"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|r| {
+                    let none_if_empty = |v: &Value| if v.as_array().is_some_and(|a| a.is_empty()) { Value::Null } else { v.clone() };
+                    serde_json::json!({
+                        "connection": r["tuple"], "state": r["state"], "owner": r["owner"],
+                        "director": r["director"], "backups": none_if_empty(&r["backups"]), "forwarders": none_if_empty(&r["forwarders"]),
+                        "packets": r["packets"], "bytes": r["bytes"],
+                    })
+                })
+                .collect();
+            print_table(&Value::Array(rows));
+        }
+        Topic::Cluster => {
+            say!("\nAgreement among the members that answered: {}", data["agree"]);
+            for (name, d) in data["nodes"].as_object().into_iter().flatten() {
+                say!("\n== {name} ==");
+                print_cluster(d);
+            }
+        }
+        _ => {
+            if let Some(total) = data.get("total") {
+                say!("\n== cluster total ==");
+                print_human(topic, total);
+            }
+            for (name, d) in data["nodes"].as_object().into_iter().flatten() {
+                say!("\n== {name} ==");
+                print_human(topic, d);
             }
         }
     }

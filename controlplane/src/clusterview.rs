@@ -1,0 +1,331 @@
+//! One view of the whole cluster from any node (SPEC L5; issue 14, item
+//! 4): `clusterfw-ctl cluster show conn|stats|cluster|xlate|…`.
+//!
+//! The node that is asked renders its own `show TOPIC` answer, asks every
+//! other configured node for theirs over the CCL's control channel
+//! (`membership::Membership::ask`: authenticated, chunked, retransmitted)
+//! and merges them here. This module is the part that needs no I/O: the
+//! topics' wire codes, the encoding of one member's answer, and the merge.
+//!
+//! What the merge promises:
+//! - every configured node appears in `members`, with `answered`, `error`
+//!   (it answered with an error, e.g. "no NAT configured"), `not
+//!   answering` (nothing whole by the deadline: down, cut off, or an older
+//!   node that does not know the query) or `bad answer` (undecodable);
+//!   `not_answering` lists the names of the silent ones, so a script can
+//!   test one field;
+//! - `conn`: each connection once, keyed by its original-direction
+//!   5-tuple, with the node of every role any member reported — owner,
+//!   director, backups, forwarders — and the owner's state and counters
+//!   when the owner answered (`owner_answered`); a row whose owner is
+//!   silent still names the owner the other members' records point at;
+//! - `stats`: every node's answer under its name, and `total`, the
+//!   counters added up (per-node fields such as the name, uptime, the
+//!   ports' DPDK numbers and the per-worker breakdown are left out of the
+//!   total);
+//! - `cluster`: every node's answer and `agree`: whether the answering
+//!   members run the same epoch, control node and replicated
+//!   configuration version — the first thing to check in a split-brain;
+//! - other topics: every node's answer under its name.
+
+use crate::mgmt::{Response, Topic};
+use dataplane::NodeId;
+use serde_json::{json, Map, Value};
+use std::collections::BTreeMap;
+
+/// Connections one member puts in its answer to `cluster show conn` (its
+/// own `show conn` allows more): 4096 rows of about 250 bytes are about
+/// 700 CCL chunks, well within `membership::QUERY_MAX_BYTES`.
+pub const CLUSTER_CONN_MAX: usize = 4096;
+
+/// The topics a cluster-wide query carries, with their wire codes
+/// (`QueryRequest::topic`, 1..=15). `metrics` and `config` are not asked
+/// across the cluster (the first is every node's scrape, the second its
+/// file).
+const TOPICS: [(Topic, u8); 9] = [
+    (Topic::Stats, 1),
+    (Topic::Conn, 2),
+    (Topic::Cluster, 3),
+    (Topic::Xlate, 4),
+    (Topic::NatPool, 5),
+    (Topic::Arp, 6),
+    (Topic::Route, 7),
+    (Topic::Rules, 8),
+    (Topic::ClusterHistory, 9),
+];
+
+/// The wire code of a topic a cluster-wide query may ask (`None`: not
+/// asked across the cluster).
+pub fn topic_code(t: Topic) -> Option<u8> {
+    TOPICS.iter().find(|(x, _)| *x == t).map(|(_, c)| *c)
+}
+
+/// The topic of a wire code.
+pub fn topic_of(code: u8) -> Option<Topic> {
+    TOPICS.iter().find(|(_, c)| *c == code).map(|(t, _)| *t)
+}
+
+/// One member's answer as it travels: the management protocol's response
+/// object (`{"ok":true,"data":…}` or `{"ok":false,"error":…}`).
+pub fn encode_answer(r: Result<Value, String>) -> Vec<u8> {
+    let resp = match r {
+        Ok(data) => Response { ok: true, error: None, data },
+        Err(e) => Response { ok: false, error: Some(e), data: Value::Null },
+    };
+    serde_json::to_vec(&resp).unwrap_or_else(|_| br#"{"ok":false,"error":"answer not encoded"}"#.to_vec())
+}
+
+/// What one configured node made of the query.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Answer {
+    /// Its `show` data.
+    Data(Value),
+    /// It answered with an error.
+    Error(String),
+    /// Nothing whole by the deadline.
+    Missing,
+    /// Its bytes are not an answer (or its transfer was aborted).
+    Bad,
+}
+
+impl Answer {
+    /// Decode an answer's bytes.
+    pub fn decode(bytes: &[u8]) -> Answer {
+        match serde_json::from_slice::<Response>(bytes) {
+            Ok(r) if r.ok => Answer::Data(r.data),
+            Ok(r) => Answer::Error(r.error.unwrap_or_else(|| "unknown error".into())),
+            Err(_) => Answer::Bad,
+        }
+    }
+
+    fn status(&self) -> &'static str {
+        match self {
+            Answer::Data(_) => "answered",
+            Answer::Error(_) => "error",
+            Answer::Missing => "not answering",
+            Answer::Bad => "bad answer",
+        }
+    }
+}
+
+/// A configured node and its answer.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Member {
+    pub id: NodeId,
+    pub name: String,
+    pub this_node: bool,
+    pub answer: Answer,
+}
+
+/// Merge the members' answers on `topic` (see the module documentation).
+pub fn merge(topic: Topic, members: &[Member]) -> Value {
+    let list: Vec<Value> = members
+        .iter()
+        .map(|m| {
+            let mut v = json!({ "id": m.id.0, "name": m.name, "this_node": m.this_node, "status": m.answer.status() });
+            if let Answer::Error(e) = &m.answer {
+                v["error"] = json!(e);
+            }
+            v
+        })
+        .collect();
+    let silent: Vec<&str> = members.iter().filter(|m| m.answer == Answer::Missing).map(|m| m.name.as_str()).collect();
+    let answered = || members.iter().filter_map(|m| if let Answer::Data(d) = &m.answer { Some((m, d)) } else { None });
+    let nodes: Map<String, Value> = answered().map(|(m, d)| (m.name.clone(), d.clone())).collect();
+    let mut out = json!({
+        "topic": topic.as_str(),
+        "members": list,
+        "not_answering": silent,
+    });
+    match topic {
+        Topic::Conn => {
+            let (rows, reported) = merge_conns(members);
+            out["connections"] = json!(rows.len());
+            out["reported_rows"] = json!(reported);
+            out["rows"] = Value::Array(rows);
+        }
+        Topic::Stats => {
+            let mut total = Value::Null;
+            for (_, d) in answered() {
+                let mut d = d.clone();
+                if let Value::Object(m) = &mut d {
+                    for k in ["node", "uptime_s", "workers"] {
+                        m.remove(k);
+                    }
+                    // A port's DPDK number is no counter.
+                    for p in m.get_mut("ports").and_then(Value::as_array_mut).into_iter().flatten() {
+                        if let Value::Object(p) = p {
+                            p.remove("port");
+                        }
+                    }
+                }
+                crate::stats::add_json(&mut total, &d);
+            }
+            out["total"] = total;
+            out["nodes"] = Value::Object(nodes);
+        }
+        Topic::Cluster => {
+            let same = |k: &str| {
+                let mut vals = answered().map(|(_, d)| d[k].clone());
+                let first = vals.next();
+                first.is_some() && vals.all(|v| Some(&v) == first.as_ref())
+            };
+            out["agree"] = json!({
+                "epoch": same("epoch"),
+                "control_node": same("control_node"),
+                "config_version": same("config_version"),
+            });
+            out["nodes"] = Value::Object(nodes);
+        }
+        _ => out["nodes"] = Value::Object(nodes),
+    }
+    out
+}
+
+/// `show conn` of every member as one row per connection; also the number
+/// of member rows read.
+fn merge_conns(members: &[Member]) -> (Vec<Value>, usize) {
+    let name_of = |id: u64| -> Value {
+        members.iter().find(|m| u64::from(m.id.0) == id).map_or_else(|| json!(format!("node {id}")), |m| json!(m.name))
+    };
+    // Key: the tuple's JSON text (its fields in a fixed order).
+    let mut by_tuple: BTreeMap<String, Value> = BTreeMap::new();
+    let mut reported = 0;
+    for m in members {
+        let Answer::Data(d) = &m.answer else { continue };
+        let Some(rows) = d["connections"].as_array() else { continue };
+        for r in rows {
+            let Some(t) = r.get("tuple").filter(|t| t.is_object()) else { continue };
+            reported += 1;
+            let key = t.to_string();
+            let e = by_tuple.entry(key).or_insert_with(|| {
+                json!({
+                    "tuple": t,
+                    "owner": Value::Null,
+                    "owner_answered": false,
+                    "director": Value::Null,
+                    "backups": [],
+                    "forwarders": [],
+                })
+            });
+            let me = json!(m.name);
+            if let Some(o) = r["owner"].as_u64() {
+                if e["owner"].is_null() {
+                    e["owner"] = name_of(o);
+                }
+            }
+            match r["role"].as_str() {
+                Some("owner") | None => {
+                    e["owner"] = me;
+                    e["owner_answered"] = json!(true);
+                    for k in ["state", "packets", "bytes", "idle_ms", "expires_in_ms", "worker"] {
+                        if let Some(v) = r.get(k) {
+                            e[k] = v.clone();
+                        }
+                    }
+                }
+                Some("director") => e["director"] = me,
+                Some(role @ ("backup" | "forwarder")) => {
+                    let list = if role == "backup" { "backups" } else { "forwarders" };
+                    if let Some(a) = e[list].as_array_mut() {
+                        if !a.contains(&me) {
+                            a.push(me);
+                        }
+                    }
+                    if e.get("state").is_none() {
+                        if let Some(s) = r.get("state") {
+                            e["state"] = s.clone();
+                        }
+                    }
+                }
+                Some(_) => {}
+            }
+        }
+    }
+    (by_tuple.into_values().collect(), reported)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tuple(sport: u16) -> Value {
+        json!({ "src": "198.18.10.2", "dst": "198.18.20.2", "proto": 6, "src_port": sport, "dst_port": 8080 })
+    }
+
+    fn row(sport: u16, role: &str, owner: u8) -> Value {
+        json!({ "tuple": tuple(sport), "state": "ESTABLISHED", "idle_ms": 1, "expires_in_ms": 2,
+                "packets": [3, 4], "bytes": [5, 6], "role": role, "owner": owner, "worker": 0 })
+    }
+
+    fn member(id: u8, answer: Answer) -> Member {
+        Member { id: NodeId(id), name: format!("n{}", id + 1), this_node: id == 0, answer }
+    }
+
+    fn conns(rows: Vec<Value>) -> Answer {
+        Answer::Data(json!({ "total": rows.len(), "shown": rows.len(), "connections": rows }))
+    }
+
+    #[test]
+    fn topic_codes_round_trip_and_stay_in_the_wire_range() {
+        for (t, c) in TOPICS {
+            assert_eq!(topic_code(t), Some(c));
+            assert_eq!(topic_of(c), Some(t));
+            assert!((1..=dataplane::ccl::QUERY_TOPIC_MAX).contains(&c));
+        }
+        assert_eq!(topic_code(Topic::Metrics), None);
+        assert_eq!(topic_code(Topic::Config), None);
+        assert_eq!(topic_of(0), None);
+    }
+
+    #[test]
+    fn answers_round_trip_and_garbage_is_a_bad_answer() {
+        assert_eq!(Answer::decode(&encode_answer(Ok(json!({"a": 1})))), Answer::Data(json!({"a": 1})));
+        assert_eq!(Answer::decode(&encode_answer(Err("no NAT".into()))), Answer::Error("no NAT".into()));
+        assert_eq!(Answer::decode(b"\xff{not json"), Answer::Bad);
+        assert_eq!(Answer::decode(b""), Answer::Bad);
+    }
+
+    #[test]
+    fn each_connection_once_with_every_role_and_silent_members_named() {
+        // Connection 1000: owner n2 (id 1), director n1, backup n3,
+        // forwarder n1. Connection 2000: owned by n3, which is silent; n1
+        // directs it and says so.
+        let ms = vec![
+            member(0, conns(vec![row(1000, "director", 1), row(1000, "forwarder", 1), row(2000, "director", 2)])),
+            member(1, conns(vec![row(1000, "owner", 1)])),
+            member(2, Answer::Missing),
+            member(3, Answer::Error("disabled".into())),
+        ];
+        let v = merge(Topic::Conn, &ms);
+        assert_eq!(v["not_answering"], json!(["n3"]));
+        assert_eq!(v["members"][3]["status"], "error");
+        assert_eq!(v["members"][3]["error"], "disabled");
+        assert_eq!((v["connections"].as_u64(), v["reported_rows"].as_u64()), (Some(2), Some(4)));
+        let rows = v["rows"].as_array().unwrap();
+        let r = rows.iter().find(|r| r["tuple"]["src_port"] == 1000).unwrap();
+        assert_eq!((&r["owner"], &r["owner_answered"], &r["director"]), (&json!("n2"), &json!(true), &json!("n1")));
+        assert_eq!((&r["backups"], &r["forwarders"]), (&json!([]), &json!(["n1"])));
+        assert_eq!((&r["packets"], &r["state"]), (&json!([3, 4]), &json!("ESTABLISHED")));
+        let r = rows.iter().find(|r| r["tuple"]["src_port"] == 2000).unwrap();
+        assert_eq!((&r["owner"], &r["owner_answered"], &r["director"]), (&json!("n3"), &json!(false), &json!("n1")));
+        assert!(r.get("packets").is_none(), "no counters without the owner");
+    }
+
+    #[test]
+    fn stats_add_up_and_cluster_agreement_is_checked() {
+        let s = |n: u64| json!({ "node": "x", "uptime_s": 5, "rx": n, "ports": [{"port": 3, "rx_packets": n}], "workers": [{"rx": n}] });
+        let ms = vec![member(0, Answer::Data(s(1))), member(1, Answer::Data(s(10))), member(2, Answer::Bad)];
+        let v = merge(Topic::Stats, &ms);
+        assert_eq!(v["total"], json!({ "rx": 11, "ports": [{"rx_packets": 11}] }));
+        assert_eq!(v["nodes"]["n2"]["rx"], 10);
+        assert_eq!(v["members"][2]["status"], "bad answer");
+        assert_eq!(v["not_answering"], json!([]));
+        let c = |epoch: u64| Answer::Data(json!({ "epoch": epoch, "control_node": 0, "config_version": 1 }));
+        let agree = merge(Topic::Cluster, &[member(0, c(3)), member(1, c(3))]);
+        assert_eq!(agree["agree"], json!({ "epoch": true, "control_node": true, "config_version": true }));
+        let split = merge(Topic::Cluster, &[member(0, c(3)), member(1, c(4))]);
+        assert_eq!(split["agree"]["epoch"], false);
+        assert_eq!(merge(Topic::Cluster, &[member(0, Answer::Missing)])["agree"]["epoch"], false);
+    }
+}
