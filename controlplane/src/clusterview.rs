@@ -14,8 +14,8 @@
 //!   node that does not know the query) or `bad answer` (undecodable);
 //!   `not_answering` lists the names of the silent ones, so a script can
 //!   test one field;
-//! - `conn`: each connection once, keyed by its original-direction
-//!   5-tuple, with the node of every role any member reported — owner,
+//! - `conn`: each connection once (whichever direction a member's record
+//!   holds; the row shows the owner's original direction), with the node of every role any member reported — owner,
 //!   director, backups, forwarders — and the owner's state and counters
 //!   when the owner answered (`owner_answered`); a row whose owner is
 //!   silent still names the owner the other members' records point at;
@@ -29,6 +29,7 @@
 //! - other topics: every node's answer under its name.
 
 use crate::mgmt::{Response, Topic};
+use dataplane::pipeline::trace::{TraceFilter, TRACE_MAX_SECS};
 use dataplane::NodeId;
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
@@ -42,7 +43,7 @@ pub const CLUSTER_CONN_MAX: usize = 4096;
 /// (`QueryRequest::topic`, 1..=15). `metrics` and `config` are not asked
 /// across the cluster (the first is every node's scrape, the second its
 /// file).
-const TOPICS: [(Topic, u8); 9] = [
+const TOPICS: [(Topic, u8); 10] = [
     (Topic::Stats, 1),
     (Topic::Conn, 2),
     (Topic::Cluster, 3),
@@ -52,7 +53,29 @@ const TOPICS: [(Topic, u8); 9] = [
     (Topic::Route, 7),
     (Topic::Rules, 8),
     (Topic::ClusterHistory, 9),
+    (Topic::Trace, 10),
 ];
+
+/// The wire code of "start a trace" (`mgmt::Request::TraceStart`), whose
+/// argument is [`trace_arg`].
+pub const TRACE_START: u8 = 11;
+
+/// The argument of a trace start: `SECS FILTER`.
+pub fn trace_arg(secs: u64, filter: &str) -> String {
+    format!("{secs} {filter}")
+}
+
+/// A trace start's seconds and filter (`trace_arg`), checked.
+pub fn parse_trace_arg(arg: &[u8]) -> Result<(u64, TraceFilter), String> {
+    let text = std::str::from_utf8(arg).map_err(|_| "trace argument is not text".to_string())?;
+    let (secs, filter) = text.split_once(' ').ok_or_else(|| format!("trace argument {text:?}: SECS FILTER"))?;
+    let secs: u64 = secs.parse().map_err(|_| format!("trace seconds {secs:?}"))?;
+    if secs == 0 || secs > TRACE_MAX_SECS {
+        return Err(format!("a trace runs 1 to {TRACE_MAX_SECS} s, not {secs}"));
+    }
+    let f = TraceFilter::parse(filter).map_err(|e| format!("trace filter {filter:?}: {e}"))?;
+    Ok((secs, f))
+}
 
 /// The wire code of a topic a cluster-wide query may ask (`None`: not
 /// asked across the cluster).
@@ -119,17 +142,8 @@ pub struct Member {
 
 /// Merge the members' answers on `topic` (see the module documentation).
 pub fn merge(topic: Topic, members: &[Member]) -> Value {
-    let list: Vec<Value> = members
-        .iter()
-        .map(|m| {
-            let mut v = json!({ "id": m.id.0, "name": m.name, "this_node": m.this_node, "status": m.answer.status() });
-            if let Answer::Error(e) = &m.answer {
-                v["error"] = json!(e);
-            }
-            v
-        })
-        .collect();
-    let silent: Vec<&str> = members.iter().filter(|m| m.answer == Answer::Missing).map(|m| m.name.as_str()).collect();
+    let list: Vec<Value> = members.iter().map(member_row).collect();
+    let silent = silent(members);
     let answered = || members.iter().filter_map(|m| if let Answer::Data(d) = &m.answer { Some((m, d)) } else { None });
     let nodes: Map<String, Value> = answered().map(|(m, d)| (m.name.clone(), d.clone())).collect();
     let mut out = json!({
@@ -177,9 +191,62 @@ pub fn merge(topic: Topic, members: &[Member]) -> Value {
             });
             out["nodes"] = Value::Object(nodes);
         }
+        Topic::Trace => {
+            // One timeline: every node's events, each named with its
+            // node, in the order of their (Unix) times.
+            let mut events: Vec<Value> = Vec::new();
+            for (m, d) in answered() {
+                for e in d["events"].as_array().into_iter().flatten() {
+                    let mut e = e.clone();
+                    e["node"] = json!(m.name);
+                    events.push(e);
+                }
+            }
+            events.sort_by_key(|e| e["unix_ns"].as_u64().unwrap_or(0));
+            let summary: Map<String, Value> = answered()
+                .map(|(m, d)| {
+                    let mut d = d.clone();
+                    if let Value::Object(o) = &mut d {
+                        o.remove("events");
+                    }
+                    (m.name.clone(), d)
+                })
+                .collect();
+            out["nodes"] = Value::Object(summary);
+            out["events"] = Value::Array(events);
+        }
         _ => out["nodes"] = Value::Object(nodes),
     }
     out
+}
+
+/// Merge the members' answers to a trace start: who runs it.
+pub fn merge_trace_start(members: &[Member]) -> Value {
+    let list: Vec<Value> = members
+        .iter()
+        .map(|m| {
+            let mut v = member_row(m);
+            if let Answer::Data(d) = &m.answer {
+                v["trace"] = d.clone();
+            }
+            v
+        })
+        .collect();
+    json!({ "topic": "trace-start", "members": list, "not_answering": silent(members) })
+}
+
+/// A member's row in `members`: who, and what it made of the query.
+fn member_row(m: &Member) -> Value {
+    let mut v = json!({ "id": m.id.0, "name": m.name, "this_node": m.this_node, "status": m.answer.status() });
+    if let Answer::Error(e) = &m.answer {
+        v["error"] = json!(e);
+    }
+    v
+}
+
+/// The names of the members that did not answer.
+fn silent(members: &[Member]) -> Vec<&str> {
+    members.iter().filter(|m| m.answer == Answer::Missing).map(|m| m.name.as_str()).collect()
 }
 
 /// `show conn` of every member as one row per connection; also the number
@@ -188,7 +255,15 @@ fn merge_conns(members: &[Member]) -> (Vec<Value>, usize) {
     let name_of = |id: u64| -> Value {
         members.iter().find(|m| u64::from(m.id.0) == id).map_or_else(|| json!(format!("node {id}")), |m| json!(m.name))
     };
-    // Key: the tuple's JSON text (its fields in a fixed order).
+    // Key: the connection whichever way a member saw it first (a
+    // forwarder's record holds the direction it saw first, which may be
+    // the reply's): protocol and the two endpoints in order.
+    let key = |t: &Value| {
+        let end = |a: &str, p: &str| format!("{}:{}", t[a].as_str().unwrap_or(""), t[p]);
+        let (x, y) = (end("src", "src_port"), end("dst", "dst_port"));
+        let (lo, hi) = if x <= y { (x, y) } else { (y, x) };
+        format!("{} {lo} {hi}", t["proto"])
+    };
     let mut by_tuple: BTreeMap<String, Value> = BTreeMap::new();
     let mut reported = 0;
     for m in members {
@@ -197,8 +272,7 @@ fn merge_conns(members: &[Member]) -> (Vec<Value>, usize) {
         for r in rows {
             let Some(t) = r.get("tuple").filter(|t| t.is_object()) else { continue };
             reported += 1;
-            let key = t.to_string();
-            let e = by_tuple.entry(key).or_insert_with(|| {
+            let e = by_tuple.entry(key(t)).or_insert_with(|| {
                 json!({
                     "tuple": t,
                     "owner": Value::Null,
@@ -216,6 +290,8 @@ fn merge_conns(members: &[Member]) -> (Vec<Value>, usize) {
             }
             match r["role"].as_str() {
                 Some("owner") | None => {
+                    // The owner's original direction names the row.
+                    e["tuple"] = t.clone();
                     e["owner"] = me;
                     e["owner_answered"] = json!(true);
                     for k in ["state", "packets", "bytes", "idle_ms", "expires_in_ms", "worker"] {
@@ -274,6 +350,7 @@ mod tests {
             assert!((1..=dataplane::ccl::QUERY_TOPIC_MAX).contains(&c));
         }
         assert_eq!(topic_code(Topic::Metrics), None);
+        assert!(topic_of(TRACE_START).is_none() && TRACE_START <= dataplane::ccl::QUERY_TOPIC_MAX);
         assert_eq!(topic_code(Topic::Config), None);
         assert_eq!(topic_of(0), None);
     }
@@ -296,20 +373,44 @@ mod tests {
             member(1, conns(vec![row(1000, "owner", 1)])),
             member(2, Answer::Missing),
             member(3, Answer::Error("disabled".into())),
+            // n5's forwarder record saw the server's half first.
+            member(4, conns(vec![json!({ "tuple": { "src": "198.18.20.2", "dst": "198.18.10.2", "proto": 6, "src_port": 8080, "dst_port": 1000 },
+                                          "state": "ESTABLISHED", "role": "forwarder", "owner": 1 })])),
         ];
         let v = merge(Topic::Conn, &ms);
         assert_eq!(v["not_answering"], json!(["n3"]));
         assert_eq!(v["members"][3]["status"], "error");
         assert_eq!(v["members"][3]["error"], "disabled");
-        assert_eq!((v["connections"].as_u64(), v["reported_rows"].as_u64()), (Some(2), Some(4)));
+        assert_eq!((v["connections"].as_u64(), v["reported_rows"].as_u64()), (Some(2), Some(5)));
         let rows = v["rows"].as_array().unwrap();
         let r = rows.iter().find(|r| r["tuple"]["src_port"] == 1000).unwrap();
         assert_eq!((&r["owner"], &r["owner_answered"], &r["director"]), (&json!("n2"), &json!(true), &json!("n1")));
-        assert_eq!((&r["backups"], &r["forwarders"]), (&json!([]), &json!(["n1"])));
+        assert_eq!((&r["backups"], &r["forwarders"]), (&json!([]), &json!(["n1", "n5"])));
+        assert_eq!(r["tuple"], tuple(1000), "the owner's direction");
         assert_eq!((&r["packets"], &r["state"]), (&json!([3, 4]), &json!("ESTABLISHED")));
         let r = rows.iter().find(|r| r["tuple"]["src_port"] == 2000).unwrap();
         assert_eq!((&r["owner"], &r["owner_answered"], &r["director"]), (&json!("n3"), &json!(false), &json!("n1")));
         assert!(r.get("packets").is_none(), "no counters without the owner");
+    }
+
+    #[test]
+    fn trace_timelines_merge_in_time_order_and_arguments_are_checked() {
+        let ev = |t: u64, what: &str| json!({ "unix_ns": t, "verdict": what });
+        let d = |evs: Vec<Value>| Answer::Data(json!({ "filter": "10.0.0.1", "lost": 0, "events": evs }));
+        let v = merge(Topic::Trace, &[member(0, d(vec![ev(1, "a"), ev(5, "c")])), member(1, d(vec![ev(3, "b")])), member(2, Answer::Missing)]);
+        let order: Vec<(&str, &str)> =
+            v["events"].as_array().unwrap().iter().map(|e| (e["node"].as_str().unwrap(), e["verdict"].as_str().unwrap())).collect();
+        assert_eq!(order, [("n1", "a"), ("n2", "b"), ("n1", "c")]);
+        assert_eq!(v["nodes"]["n2"], json!({ "filter": "10.0.0.1", "lost": 0 }));
+        assert_eq!(v["not_answering"], json!(["n3"]));
+        let (secs, f) = parse_trace_arg(trace_arg(10, "198.18.10.2 port 80").as_bytes()).unwrap();
+        assert_eq!((secs, f.to_string()), (10, "198.18.10.2 port 80".to_string()));
+        for bad in ["", "10", "0 1.2.3.4", "301 1.2.3.4", "x 1.2.3.4", "10 nothing"] {
+            assert!(parse_trace_arg(bad.as_bytes()).is_err(), "{bad:?}");
+        }
+        assert!(parse_trace_arg(b"\xff 1.2.3.4").is_err());
+        let s = merge_trace_start(&[member(0, Answer::Data(json!({"until": 1}))), member(1, Answer::Error("bad".into()))]);
+        assert_eq!((s["topic"].as_str(), s["members"][0]["trace"]["until"].as_u64(), s["members"][1]["error"].as_str()), (Some("trace-start"), Some(1), Some("bad")));
     }
 
     #[test]

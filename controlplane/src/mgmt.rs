@@ -44,11 +44,13 @@ pub enum Topic {
     /// Every counter of `stats` and `cluster` in Prometheus' text format
     /// (`metrics`), as one JSON string: what the node's `/metrics` serves.
     Metrics,
+    /// The per-connection trace's events (`TraceStart`), oldest first.
+    Trace,
 }
 
 impl Topic {
     pub const ALL: &'static [Topic] =
-        &[Topic::Stats, Topic::Conn, Topic::Route, Topic::Arp, Topic::Config, Topic::Rules, Topic::Cluster, Topic::ClusterHistory, Topic::Xlate, Topic::NatPool, Topic::Metrics];
+        &[Topic::Stats, Topic::Conn, Topic::Route, Topic::Arp, Topic::Config, Topic::Rules, Topic::Cluster, Topic::ClusterHistory, Topic::Xlate, Topic::NatPool, Topic::Metrics, Topic::Trace];
     pub fn as_str(self) -> &'static str {
         match self {
             Topic::Stats => "stats",
@@ -62,6 +64,7 @@ impl Topic {
             Topic::Xlate => "xlate",
             Topic::NatPool => "nat-pool",
             Topic::Metrics => "metrics",
+            Topic::Trace => "trace",
         }
     }
     pub fn parse(s: &str) -> Option<Topic> {
@@ -81,6 +84,12 @@ pub enum Request {
     /// and merged (`crate::clusterview`); answered once every node
     /// answered or after [`CLUSTER_ANSWER_TIMEOUT`].
     ClusterShow { topic: Topic },
+    /// Trace the frames `filter` matches (`dataplane::pipeline::trace`:
+    /// `HOST [PEER] [port N] [proto P]`) for `secs` seconds, on this node
+    /// and, in a cluster, on every other configured node (answered once
+    /// they started, or at `CLUSTER_ANSWER_TIMEOUT`). `show trace` /
+    /// `cluster show trace` give the events.
+    TraceStart { filter: String, secs: u64 },
 }
 
 /// How long a node waits for the other members' answers to a `cluster
@@ -275,7 +284,7 @@ mod tests {
                 Request::Show { topic: Topic::Route } => Ok(serde_json::json!({"routes": 1})),
                 Request::Show { .. } => Err("not here".into()),
                 Request::ConfigReload => Ok(serde_json::json!({"message": "reloaded"})),
-                Request::ClusterShow { .. } => Err("no cluster".into()),
+                Request::ClusterShow { .. } | Request::TraceStart { .. } => Err("no cluster".into()),
             });
             std::thread::sleep(Duration::from_millis(1));
         }

@@ -716,3 +716,54 @@ fn frag_needed_for_a_connection_owned_elsewhere_reaches_the_client_in_its_sequen
     }
     accounted(&bed);
 }
+
+/// A trace on every node (issue 14, item 5): the handshake's frames each
+/// leave one event where they were decided — the SYN at A (owner, out of
+/// OUT), the SYN-ACK at B (forwarder, over the CCL to A) and again at A
+/// (from B, owner, out of IN), the ACK at B (to A) and at A (from B).
+/// Frames of other connections leave none; a trace past its deadline
+/// stops recording and keeps its events.
+#[test]
+fn a_trace_follows_one_connection_across_the_nodes() {
+    use dataplane::pipeline::trace::{TraceFilter, TraceFrom, TraceVerdict};
+    let mut bed = Bed::new(3, true);
+    let until = Timestamp(bed.now().0 + 60_000_000_000);
+    let f = TraceFilter::parse(&format!("{HOST} {SERVER} port 80")).unwrap();
+    for p in &mut bed.nodes {
+        p.trace_start(f, until);
+    }
+    let (cport, _) = handshake(&mut bed);
+    // Another connection: not traced.
+    bed.send(A, IN, from_host(A, SERVER).tcp(cport, 81, C_ISN, 0, SYN, 64240, &SYN_OPTS, b""));
+    let ev = |bed: &Bed, n: usize| bed.nodes[n].trace_events().map(|(_, _, e, lost)| (e, lost)).unwrap();
+    let summary = |n: usize| -> Vec<(TraceFrom, Option<(&'static str, NodeId)>, TraceVerdict, u8)> {
+        ev(&bed, n).0.iter().map(|e| (e.from, e.role, e.verdict, e.tcp_flags)).collect()
+    };
+    let a = NodeId(A as u8);
+    assert_eq!(
+        summary(A),
+        vec![
+            (TraceFrom::Port(IN), Some(("owner", a)), TraceVerdict::Port(OUT), SYN),
+            (TraceFrom::Member(NodeId(B as u8)), Some(("owner", a)), TraceVerdict::Port(IN), SYN | ACK),
+            (TraceFrom::Member(NodeId(B as u8)), Some(("owner", a)), TraceVerdict::Port(OUT), ACK),
+        ]
+    );
+    assert_eq!(
+        summary(B),
+        vec![
+            (TraceFrom::Port(OUT), Some(("forwarder", a)), TraceVerdict::Member(a), SYN | ACK),
+            (TraceFrom::Port(IN), Some(("forwarder", a)), TraceVerdict::Member(a), ACK),
+        ]
+    );
+    assert_eq!(summary(C), vec![], "C only directs: its registrations are no traced frames");
+    assert!(ev(&bed, A).0.iter().all(|e| e.tuple.src_port == cport || e.tuple.dst_port == cport));
+    // Past the deadline: off the packet path, events kept.
+    bed.now_ms += 61_000;
+    for p in &mut bed.nodes {
+        let now = Timestamp(until.0 + 1_000_000_000);
+        p.poll_timers(now);
+    }
+    bed.send(B, IN, from_host(B, SERVER).tcp(cport, 80, C_ISN + 1, S_ISN + 1, ACK, 502, &[], b""));
+    assert_eq!(ev(&bed, B).0.len(), 2, "no event after the deadline");
+    assert_eq!(ev(&bed, A).1, 0, "nothing lost");
+}

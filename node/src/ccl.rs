@@ -170,12 +170,13 @@ pub struct CclControl {
 }
 
 /// A member's query this node answers (`Action::Query`).
-#[derive(Copy, Clone, Debug)]
+#[derive(Clone, Debug)]
 pub struct QueryAsked {
     pub from: dataplane::NodeId,
     pub incarnation: u32,
     pub query: u32,
     pub topic: u8,
+    pub arg: Vec<u8>,
 }
 
 /// Membership events kept for the exporter between two control rounds.
@@ -238,8 +239,8 @@ impl CclControl {
     }
 
     /// Ask every other configured node (`Membership::ask`).
-    pub fn ask(&mut self, now: Timestamp, topic: u8) -> Option<u32> {
-        let id = self.membership.ask(now, topic);
+    pub fn ask(&mut self, now: Timestamp, topic: u8, arg: &[u8]) -> Option<u32> {
+        let id = self.membership.ask(now, topic, arg);
         self.act_all(now);
         id
     }
@@ -455,11 +456,11 @@ impl CclControl {
                 }
                 self.nat_table_changed(&r);
             }
-            Action::Query { from, incarnation, query, topic } => {
+            Action::Query { from, incarnation, query, topic, arg } => {
                 if self.queries.len() >= 2 * controlplane::membership::ANSWERS_KEPT {
                     self.queries.pop_front();
                 }
-                self.queries.push_back(QueryAsked { from, incarnation, query, topic });
+                self.queries.push_back(QueryAsked { from, incarnation, query, topic, arg });
             }
             Action::XlateRequest { from, pool, real, held } => {
                 log::debug!("dynamic NAT: n{} asks for {real} in pool {pool} (holds {held:?})", from.0);

@@ -63,13 +63,32 @@ pub struct Control {
     /// `cluster show`: the request being asked of the members, and those
     /// waiting their turn (at most `CLUSTER_QUEUE`).
     asking: Option<ClusterAsk>,
-    cluster_queue: VecDeque<(Topic, Responder)>,
+    cluster_queue: VecDeque<(ClusterReq, Responder)>,
 }
 
-/// A `cluster show` in progress: its topic, this node's own answer (made
-/// when the members were asked), the client.
+/// What a cluster-wide request asks of every member.
+#[derive(Clone, Debug)]
+enum ClusterReq {
+    /// `cluster show TOPIC`.
+    Show(Topic),
+    /// Start a trace (`clusterview::trace_arg`).
+    TraceStart(String),
+}
+
+impl ClusterReq {
+    /// Its wire topic code and argument.
+    fn code(&self) -> Option<(u8, &[u8])> {
+        match self {
+            ClusterReq::Show(t) => clusterview::topic_code(*t).map(|c| (c, &[][..])),
+            ClusterReq::TraceStart(arg) => Some((clusterview::TRACE_START, arg.as_bytes())),
+        }
+    }
+}
+
+/// A cluster-wide request in progress: what it asks, this node's own
+/// answer (made when the members were asked), the client.
 struct ClusterAsk {
-    topic: Topic,
+    req: ClusterReq,
     local: Result<Value, String>,
     responder: Responder,
 }
@@ -163,19 +182,34 @@ impl Control {
                         (None, _) => Some(Err("no cluster configured: this node runs alone (no `cluster:` section)".into())),
                         (_, None) => Some(Err(format!("{} is not asked across the cluster", topic.as_str()))),
                         _ => {
-                            asks.push(*topic);
+                            asks.push(ClusterReq::Show(*topic));
                             None
                         }
                     },
+                    Request::TraceStart { filter, secs } => {
+                        let arg = clusterview::trace_arg(*secs, filter);
+                        match clusterview::parse_trace_arg(arg.as_bytes()) {
+                            Err(e) => Some(Err(e)),
+                            // Alone: started here, answered now.
+                            Ok(_) if self.ccl.is_none() => Some(self.trace_start(arg.as_bytes())),
+                            Ok(_) if arg.len() > dataplane::ccl::QUERY_ARG_MAX => {
+                                Some(Err(format!("trace filter {filter:?}: too long for the CCL (at most {} bytes with the seconds)", dataplane::ccl::QUERY_ARG_MAX)))
+                            }
+                            Ok(_) => {
+                                asks.push(ClusterReq::TraceStart(arg));
+                                None
+                            }
+                        }
+                    }
                 },
                 &mut later,
             );
             self.server = Some(server);
-            for (topic, r) in asks.into_iter().zip(later) {
+            for (req, r) in asks.into_iter().zip(later) {
                 if self.cluster_queue.len() > CLUSTER_QUEUE {
                     r.answer(Err("busy: other cluster-wide requests are waiting; try again".into()));
                 } else {
-                    self.cluster_queue.push_back((topic, r));
+                    self.cluster_queue.push_back((req, r));
                 }
             }
         }
@@ -189,6 +223,7 @@ impl Control {
         for q in c.take_queries() {
             let r = match clusterview::topic_of(q.topic) {
                 Some(t) => self.show_max(t, CLUSTER_CONN_MAX),
+                None if q.topic == clusterview::TRACE_START => self.trace_start(&q.arg),
                 None => Err(format!("query topic {} unknown to this node", q.topic)),
             };
             let bytes = clusterview::encode_answer(r);
@@ -227,21 +262,100 @@ impl Control {
                     clusterview::Member { id: v.id, name: v.name, this_node: v.this_node, answer }
                 })
                 .collect();
-            a.responder.answer(Ok(clusterview::merge(a.topic, &members)));
+            let merged = match a.req {
+                ClusterReq::Show(topic) => clusterview::merge(topic, &members),
+                ClusterReq::TraceStart(_) => clusterview::merge_trace_start(&members),
+            };
+            a.responder.answer(Ok(merged));
         }
-        if let Some((topic, responder)) = self.cluster_queue.pop_front() {
+        if let Some((req, responder)) = self.cluster_queue.pop_front() {
             // This node's own answer first: the members answer as of now too.
-            let local = self.show_max(topic, CLUSTER_CONN_MAX);
-            let asked = match (&mut self.ccl, clusterview::topic_code(topic)) {
-                (Some(c), Some(code)) => c.ask(now, code).is_some(),
+            let local = match &req {
+                ClusterReq::Show(topic) => self.show_max(*topic, CLUSTER_CONN_MAX),
+                ClusterReq::TraceStart(arg) => self.trace_start(arg.as_bytes()),
+            };
+            let asked = match (&mut self.ccl, req.code()) {
+                (Some(c), Some((code, arg))) => c.ask(now, code, arg).is_some(),
                 _ => false,
             };
             if asked {
-                self.asking = Some(ClusterAsk { topic, local, responder });
+                self.asking = Some(ClusterAsk { req, local, responder });
             } else {
-                responder.answer(Err(format!("{} cannot be asked across the cluster", topic.as_str())));
+                responder.answer(Err(format!("{req:?} cannot be asked across the cluster")));
             }
         }
+    }
+
+    /// Start a trace on every worker (`clusterview::trace_arg`'s
+    /// argument): its filter and end.
+    fn trace_start(&self, arg: &[u8]) -> Result<Value, String> {
+        let (secs, filter) = clusterview::parse_trace_arg(arg)?;
+        let until = dataplane::Timestamp(self.clock.now().0 + secs * 1_000_000_000);
+        self.ask_all(|| Query::TraceStart { filter, until })?;
+        Ok(json!({ "node": self.node_name, "filter": filter.to_string(), "secs": secs, "workers": self.shared.workers.len() }))
+    }
+
+    /// `show trace`: every worker's events in time order, times as Unix
+    /// nanoseconds (comparable across the members as their clocks are).
+    fn show_trace(&self) -> Result<Value, String> {
+        use dataplane::pipeline::trace::{TraceFrom, TraceVerdict};
+        let now = self.clock.now();
+        let unix_at_zero = crate::clock::unix_ns().saturating_sub(now.0);
+        let port_name = |p: dataplane::PortId| -> String {
+            match self.ports.iter().find(|(_, _, x)| x.id() == p.0) {
+                Some((name, _, _)) => name.clone(),
+                None => "ccl".into(),
+            }
+        };
+        let node_name = |n: dataplane::NodeId| -> String {
+            let m = self.ccl.as_ref().map(|c| c.membership.snapshot(now)).unwrap_or_default();
+            m.into_iter().find(|v| v.id == n).map_or_else(|| format!("node {}", n.0), |v| v.name)
+        };
+        let (mut filter, mut until, mut lost, mut events) = (None, None, 0, Vec::new());
+        for r in self.ask_all(|| Query::Trace)? {
+            let Reply::Traced(t) = r else { return Err("unexpected reply".into()) };
+            if let Some(t) = t {
+                let (f, u, ev, l) = *t;
+                (filter, until, lost) = (Some(f), Some(u), lost + l);
+                events.extend(ev);
+            }
+        }
+        events.sort_by_key(|e| e.at);
+        let rows: Vec<Value> = events
+            .iter()
+            .map(|e| {
+                let from = match e.from {
+                    TraceFrom::Port(p) => format!("port {}", port_name(p)),
+                    TraceFrom::Member(n) => node_name(n),
+                    TraceFrom::Parked => "parked here".into(),
+                };
+                let verdict = match e.verdict {
+                    TraceVerdict::Port(p) => format!("out {}", port_name(p)),
+                    TraceVerdict::Member(n) => format!("to {}", node_name(n)),
+                    TraceVerdict::Drop(r) => format!("drop {}", r.as_str()),
+                    TraceVerdict::Kept => "kept".into(),
+                    TraceVerdict::Worker(w) => format!("worker {}", w.0),
+                };
+                json!({
+                    "unix_ns": e.at.0 + unix_at_zero,
+                    "worker": e.worker.0,
+                    "tuple": e.tuple,
+                    "flags": dataplane::pipeline::trace::flag_letters(e.tcp_flags),
+                    "len": e.len,
+                    "from": from,
+                    "role": e.role.map(|(r, _)| r),
+                    "owner": e.role.map(|(_, o)| node_name(o)),
+                    "verdict": verdict,
+                })
+            })
+            .collect();
+        Ok(json!({
+            "filter": filter.map(|f| f.to_string()),
+            "active": until.is_some_and(|u| now < u),
+            "ends_in_ms": until.map(|u| u.0.saturating_sub(now.0) / 1_000_000),
+            "lost": lost,
+            "events": rows,
+        }))
     }
 
     /// Cluster mode: run the replicated configuration the membership
@@ -607,6 +721,7 @@ impl Control {
     fn show_max(&self, topic: Topic, conn_max: usize) -> Result<Value, String> {
         let enc = |v: serde_json::Result<Value>| v.map_err(|e| e.to_string());
         match topic {
+            Topic::Trace => self.show_trace(),
             Topic::Stats => {
                 // Every worker's counters, added up (a gauge too: flows,
                 // memory), and each worker's own under "workers".

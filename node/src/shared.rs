@@ -51,6 +51,11 @@ pub enum Query {
     /// `pool` to `mapped` now (`None`: no longer; N4,
     /// `Pipeline::set_shared_xlate`). No reply.
     SharedXlate { pool: u16, real: std::net::Ipv4Addr, mapped: Option<std::net::Ipv4Addr> },
+    /// Trace the frames `filter` matches until `until`
+    /// (`Pipeline::trace_start`); replies `Traced(None)`.
+    TraceStart { filter: dataplane::pipeline::trace::TraceFilter, until: dataplane::Timestamp },
+    /// The current or last trace (`Pipeline::trace_events`).
+    Trace,
 }
 
 pub enum Reply {
@@ -65,7 +70,14 @@ pub enum Reply {
     /// `None` without NAT.
     Xlates(Vec<dataplane::nat::XlateInfo>, Option<dataplane::pipeline::NatCounters>),
     NatPools(Vec<dataplane::pipeline::PoolInfo>),
+    /// A trace's filter, deadline, events and events lost (`None`: no
+    /// trace, or one just started).
+    Traced(Option<Box<TraceSnapshot>>),
 }
+
+/// What `Pipeline::trace_events` gives.
+pub type TraceSnapshot =
+    (dataplane::pipeline::trace::TraceFilter, dataplane::Timestamp, Vec<dataplane::pipeline::trace::TraceEvent>, u64);
 
 /// What one worker passes to another besides the frames steered on
 /// receipt (those go in bursts on the receiver's `steer` ring): a fragment

@@ -544,6 +544,11 @@ pub(crate) fn between_bursts(pipeline: &mut Pipeline, now: Timestamp, q: Query, 
         Query::Cluster => Reply::Cluster(pipeline.cluster_counters().map(Box::new)),
         Query::Xlates { max } => Reply::Xlates(pipeline.xlates(now, max), pipeline.nat_counters()),
         Query::NatPools => Reply::NatPools(pipeline.nat_pools()),
+        Query::TraceStart { filter, until } => {
+            pipeline.trace_start(filter, until);
+            Reply::Traced(None)
+        }
+        Query::Trace => Reply::Traced(pipeline.trace_events().map(Box::new)),
     })
 }
 

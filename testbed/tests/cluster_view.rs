@@ -4,7 +4,8 @@
 //!
 //! (a) while `DOWNLOADS` paced downloads run (each `PACE_SECS` on the
 //!     wire), `cluster show conn` asked of each node lists each download
-//!     exactly once (none in the reverse orientation), owned by a member
+//!     exactly once (in the client's direction when its owner answered,
+//!     though a forwarder's record holds the direction it saw first), owned by a member
 //!     that answered, its state kept on one more member (the director, or
 //!     a backup when the owner directs it); the owner, director and backups are
 //!     the roles each member's own `show conn` gives the connection, and
@@ -14,7 +15,16 @@
 //!     own `show stats` taken just before and just after;
 //! (c) `cluster show cluster`: the members agree on epoch, control node
 //!     and configuration version;
-//! (d) n3 killed: `cluster show conn` asked of n1 still answers (within
+//! (d) a trace (`clusterfw-ctl trace start … port 8081` on n2, then
+//!     `TRACED` downloads from another server port): every member
+//!     records; only frames of the filter are recorded; a download whose
+//!     server half lands on a non-owner shows the forwarder hop (at the
+//!     forwarder: from a port, role forwarder, `to <owner>`) and the
+//!     owner hop (at the owner: from the forwarder, role owner, out of a
+//!     port) — with `TRACED` downloads the chance that none has a
+//!     forwarder is 3^-8 (the forwarding node may be the connection's
+//!     director: its role then says so);
+//! (e) n3 killed: `cluster show conn` asked of n1 still answers (within
 //!     the 2 s deadline and the client's timeout), names n3 as not
 //!     answering, and lists the downloads that survive the kill.
 //!
@@ -38,6 +48,7 @@ const CLIENT: &str = "198.18.10.2";
 const BYTES: u64 = 2 << 20;
 const DOWNLOADS: usize = 6;
 const PACE_SECS: &str = "14";
+const TRACED: usize = 8;
 
 fn names(v: &Value) -> BTreeSet<String> {
     v.as_array().into_iter().flatten().filter_map(|x| x.as_str().map(String::from)).collect()
@@ -48,24 +59,34 @@ fn local_roles(bed: &TestBed, k: usize) -> Result<BTreeMap<u64, BTreeSet<String>
     let v = bed.show(k, "conn")?;
     let mut out: BTreeMap<u64, BTreeSet<String>> = BTreeMap::new();
     for r in v["connections"].as_array().context("connections")? {
-        let t = &r["tuple"];
-        if t["src"] == CLIENT && t["dst"] == SERVER && t["dst_port"] == 8080 {
-            let port = t["src_port"].as_u64().context("port")?;
+        if let Some(port) = download_port(&r["tuple"]) {
             out.entry(port).or_default().insert(r["role"].as_str().unwrap_or("owner").to_string());
         }
     }
     Ok(out)
 }
 
-/// The merged rows of the downloads, by client port; no row may be a
-/// download seen the other way round.
+/// A download's client port, whichever direction the tuple is in (a
+/// forwarder's record holds the direction it saw first).
+fn download_port(t: &Value) -> Option<u64> {
+    if t["src"] == CLIENT && t["dst"] == SERVER && t["dst_port"] == 8080 {
+        t["src_port"].as_u64()
+    } else if t["src"] == SERVER && t["dst"] == CLIENT && t["src_port"] == 8080 {
+        t["dst_port"].as_u64()
+    } else {
+        None
+    }
+}
+
+/// The merged rows of the downloads, by client port: one row per
+/// download, in whichever direction; a row whose owner answered shows the
+/// client's direction.
 fn merged_rows(v: &Value) -> Result<BTreeMap<u64, Value>> {
     let mut out = BTreeMap::new();
     for r in v["rows"].as_array().context("rows")? {
         let t = &r["tuple"];
-        ensure!(!(t["src"] == SERVER && t["dst"] == CLIENT), "a download seen the other way round: {r}");
-        if t["src"] == CLIENT && t["dst"] == SERVER && t["dst_port"] == 8080 {
-            let port = t["src_port"].as_u64().context("port")?;
+        if let Some(port) = download_port(t) {
+            ensure!(r["owner_answered"] != true || t["src"] == CLIENT, "the owner's row in the reply's direction: {r}");
             ensure!(out.insert(port, r.clone()).is_none(), "port {port} listed twice");
         }
     }
@@ -204,7 +225,71 @@ fn cluster_show_merges_every_members_answer() {
         })(),
     );
     steps.step(
-        "(d) n3 killed: cluster show conn on n1 names it not answering and still lists the downloads",
+        "(d) a trace across the members shows the forwarder and owner hops of a download",
+        (|| {
+            let (www2, want, _server2) = harness::served_file(&bed.run_dir, "view-traced", OUTSIDE, SERVER, 8081, 256 << 10)?;
+            let ctl = bed.bin_dir.join("clusterfw-ctl");
+            let sock = bed.socket(2);
+            let (ctl, sock) = (ctl.to_string_lossy(), sock.to_string_lossy());
+            let started = sys::run("timeout", &["8", &ctl, "--socket", &sock, "trace", "start", CLIENT, SERVER, "port", "8081", "--secs", "30", "--json"])?;
+            let started: Value = serde_json::from_str(&started)?;
+            let statuses: Vec<&str> = started["members"].as_array().context("members")?.iter().filter_map(|m| m["status"].as_str()).collect();
+            ensure!(statuses == ["answered"; NODES], "trace start: {started}");
+            let mut ports = BTreeSet::new();
+            for i in 0..TRACED {
+                let got = www2.0.join(format!("got-{i}.bin")).to_string_lossy().into_owned();
+                let url = format!("http://{SERVER}:8081/random.bin");
+                let p = sys::ns_run(INSIDE, "curl", &["-sS", "--fail", "--max-time", "30", "-o", &got, "-w", "%{local_port}", &url])?;
+                ensure!(harness::sha256(std::path::Path::new(&got))? == want, "traced download {i}: sha256");
+                ports.insert(p.trim().parse::<u64>()?);
+            }
+            let v = bed.cluster_show(1, "trace")?;
+            ensure!(names(&v["not_answering"]).is_empty(), "{}", v["not_answering"]);
+            let events = v["events"].as_array().context("events")?;
+            // Only the filter's frames.
+            for e in events {
+                let t = &e["tuple"];
+                let ours = (t["src"] == CLIENT && t["dst"] == SERVER && t["dst_port"] == 8081) || (t["src"] == SERVER && t["dst"] == CLIENT && t["src_port"] == 8081);
+                ensure!(ours, "an event outside the filter: {e}");
+            }
+            let port_of = |e: &Value| if e["tuple"]["src"] == CLIENT { e["tuple"]["src_port"].as_u64() } else { e["tuple"]["dst_port"].as_u64() };
+            let nodes: BTreeSet<&str> = events.iter().filter_map(|e| e["node"].as_str()).collect();
+            ensure!(nodes.len() == NODES, "events from {nodes:?} only");
+            // Per download: its forwarder and owner hops.
+            let mut shown = None;
+            let mut with_hop = 0;
+            for p in &ports {
+                let mine: Vec<&Value> = events.iter().filter(|e| port_of(e) == Some(*p)).collect();
+                let owner = mine.iter().find(|e| e["role"] == "owner").and_then(|e| e["node"].as_str()).with_context(|| format!("port {p}: no owner event"))?;
+                let to_owner = format!("to {owner}");
+                // The node the server's half lands on forwards it: as a
+                // forwarder, or as the connection's director.
+                let fwd: Vec<&&Value> = mine
+                    .iter()
+                    .filter(|e| e["verdict"] == to_owner.as_str() && (e["role"] == "forwarder" || e["role"] == "director"))
+                    .collect();
+                if let Some(f) = fwd.first() {
+                    let fnode = f["node"].as_str().unwrap_or("?");
+                    let at_owner = mine.iter().filter(|e| e["node"] == owner && e["from"] == fnode && e["role"] == "owner" && e["verdict"].as_str().is_some_and(|v| v.starts_with("out "))).count();
+                    ensure!(at_owner > 0, "port {p}: {} frames from forwarder {fnode} to {owner}, none decided at {owner} as from {fnode}", fwd.len());
+                    with_hop += 1;
+                    if shown.is_none() {
+                        let first = |pred: &dyn Fn(&&&Value) -> bool| mine.iter().find(pred).map(|e| format!("{} {} {} {} {}", e["node"], e["flags"], e["from"], e["role"], e["verdict"]));
+                        shown = Some(format!(
+                            "port {p}: owner {owner}, forwarder {fnode} ({} frames to {owner}, {at_owner} decided at {owner} from {fnode}); e.g. [{}], [{}]",
+                            fwd.len(),
+                            first(&|e| e["node"] == fnode && e["verdict"] == to_owner.as_str()).unwrap_or_default(),
+                            first(&|e| e["node"] == owner && e["from"] == fnode).unwrap_or_default(),
+                        ));
+                    }
+                }
+            }
+            ensure!(with_hop > 0, "none of {} traced downloads had a forwarder", ports.len());
+            Ok(format!("{} events from {nodes:?}; {with_hop} of {} downloads through a forwarder; {}", events.len(), ports.len(), shown.unwrap_or_default()))
+        })(),
+    );
+    steps.step(
+        "(e) n3 killed: cluster show conn on n1 names it not answering and still lists the downloads",
         (|| {
             faults::apply(&bed.run_dir, &bed.bin_dir, "n3", Fault::Kill)?;
             let t0 = Instant::now();

@@ -86,6 +86,7 @@ use events::{History, Names};
 use peer::{MemberRec, Peer};
 use replica::{Applied, Replica};
 use std::collections::VecDeque;
+pub use transfer::ChunkOut;
 use transfer::{Pull, PullEvent, Serving};
 
 /// A message for the driver to seal and send, owning its bytes.
@@ -95,11 +96,11 @@ pub enum Outgoing {
     JoinRequest(JoinRequest),
     JoinReply(JoinReply),
     SyncRequest(SyncRequest),
-    SyncChunk { to: NodeId, to_incarnation: u32, xfer: u32, index: u32, total: u32, data: Vec<u8> },
+    SyncChunk(ChunkOut),
     TableUpdate { version: u64, table: u8, key: Vec<u8>, value: Option<Vec<u8>> },
     XlateRequest(XlateRequest),
     QueryRequest(QueryRequest),
-    QueryChunk { to: NodeId, to_incarnation: u32, xfer: u32, index: u32, total: u32, data: Vec<u8> },
+    QueryChunk(ChunkOut),
 }
 
 impl Outgoing {
@@ -110,14 +111,7 @@ impl Outgoing {
             Outgoing::JoinRequest(r) => ControlMessage::JoinRequest(*r),
             Outgoing::JoinReply(r) => ControlMessage::JoinReply(*r),
             Outgoing::SyncRequest(r) => ControlMessage::SyncRequest(*r),
-            Outgoing::SyncChunk { to, to_incarnation, xfer, index, total, data } => ControlMessage::SyncChunk(SyncChunk {
-                to: *to,
-                to_incarnation: *to_incarnation,
-                xfer: *xfer,
-                index: *index,
-                total: *total,
-                data,
-            }),
+            Outgoing::SyncChunk(c) => ControlMessage::SyncChunk(c.view()),
             Outgoing::TableUpdate { version, table, key, value } => ControlMessage::TableUpdate(TableUpdate {
                 version: *version,
                 table: *table,
@@ -126,14 +120,7 @@ impl Outgoing {
             }),
             Outgoing::XlateRequest(r) => ControlMessage::XlateRequest(*r),
             Outgoing::QueryRequest(r) => ControlMessage::QueryRequest(*r),
-            Outgoing::QueryChunk { to, to_incarnation, xfer, index, total, data } => ControlMessage::QueryChunk(SyncChunk {
-                to: *to,
-                to_incarnation: *to_incarnation,
-                xfer: *xfer,
-                index: *index,
-                total: *total,
-                data,
-            }),
+            Outgoing::QueryChunk(c) => ControlMessage::QueryChunk(c.view()),
         }
     }
 }
@@ -167,9 +154,10 @@ pub enum Action {
     /// replicated table (`controlplane::natshare`).
     XlateRequest { from: NodeId, pool: u16, real: std::net::Ipv4Addr, held: Option<std::net::Ipv4Addr> },
     /// Node `from` (boot `incarnation`) asks for this node's answer on
-    /// `topic` to its cluster-wide query `query` (L5): render it and hand
-    /// the bytes to [`Membership::answer`].
-    Query { from: NodeId, incarnation: u32, query: u32, topic: u8 },
+    /// `topic` (with the topic's argument `arg`) to its cluster-wide query
+    /// `query` (L5): render it and hand the bytes to
+    /// [`Membership::answer`].
+    Query { from: NodeId, incarnation: u32, query: u32, topic: u8, arg: Vec<u8> },
 }
 
 /// Where a received message came from: the authenticated header fields
@@ -2068,17 +2056,7 @@ impl Membership {
         }
         for c in chunks {
             self.counters.chunks_sent += 1;
-            self.send(
-                c.to,
-                Outgoing::SyncChunk {
-                    to: c.to,
-                    to_incarnation: c.to_incarnation,
-                    xfer: c.xfer,
-                    index: c.index,
-                    total: c.total,
-                    data: c.data,
-                },
-            );
+            self.send(c.to, Outgoing::SyncChunk(c));
         }
         Received::SyncRequest
     }

@@ -34,7 +34,7 @@
 
 use super::transfer::{Pull, PullEvent, Serving, Window};
 use super::{Action, Envelope, Membership, Outgoing, Received, Times};
-use dataplane::ccl::{QueryRequest, SyncChunk, QUERY_TOPIC_MAX};
+use dataplane::ccl::{QueryArg, QueryRequest, SyncChunk, QUERY_TOPIC_MAX};
 use dataplane::{Duration, NodeId, Timestamp};
 
 /// Largest answer one member may send to a query (`show conn` of a
@@ -50,6 +50,7 @@ pub const RENDERS_PER_SECOND: u32 = 8;
 pub(super) struct Asking {
     id: u32,
     topic: u8,
+    arg: QueryArg,
     started: Timestamp,
     pulls: Vec<Pull>,
     answers: Vec<(NodeId, Vec<u8>)>,
@@ -82,17 +83,19 @@ pub struct Answers {
 
 impl Membership {
     /// Ask every other configured node for its answer on `topic`
-    /// (`1..=QUERY_TOPIC_MAX`); replaces a query still running. Returns
-    /// the query's id (`None`: topic out of range).
-    pub fn ask(&mut self, now: Timestamp, topic: u8) -> Option<u32> {
+    /// (`1..=QUERY_TOPIC_MAX`) with the topic's argument `arg` (at most
+    /// `QUERY_ARG_MAX` bytes); replaces a query still running. Returns the
+    /// query's id (`None`: topic out of range, argument too long).
+    pub fn ask(&mut self, now: Timestamp, topic: u8, arg: &[u8]) -> Option<u32> {
         if topic == 0 || topic > QUERY_TOPIC_MAX {
             return None;
         }
+        let arg = QueryArg::new(arg)?;
         let id = self.next_xfer;
         self.next_xfer = self.next_xfer.wrapping_add(1);
         let me = self.cfg.me;
         let pulls = self.peers.iter().map(|p| p.id).filter(|&n| n != me).map(|n| Pull::new(now, n, id, false, 0, 0)).collect();
-        self.asking = Some(Asking { id, topic, started: now, pulls, answers: Vec::new(), aborted: Vec::new() });
+        self.asking = Some(Asking { id, topic, arg, started: now, pulls, answers: Vec::new(), aborted: Vec::new() });
         self.counters.queries_asked += 1;
         self.query_tick(now);
         Some(id)
@@ -132,8 +135,8 @@ impl Membership {
         self.answering.serving.expire(now, idle);
         let rto = Duration((self.cfg.heartbeat_interval.0 / 4).max(1));
         let Some(a) = self.asking.as_mut() else { return };
-        let topic = a.topic;
-        let reqs: Vec<QueryRequest> = a.pulls.iter_mut().filter_map(|p| p.request(now, rto)).map(|r| query_request(&r, topic)).collect();
+        let (topic, arg) = (a.topic, a.arg);
+        let reqs: Vec<QueryRequest> = a.pulls.iter_mut().filter_map(|p| p.request(now, rto)).map(|r| query_request(&r, topic, arg)).collect();
         for r in reqs {
             self.send(r.to, Outgoing::QueryRequest(r));
         }
@@ -161,7 +164,7 @@ impl Membership {
         // One query per requester: a new one replaces what it waited for.
         q.waiting.retain(|(wn, _, _)| *wn != n);
         q.waiting.push((n, inc, *r));
-        self.actions.push_back(Action::Query { from: n, incarnation: inc, query: r.query, topic: r.topic });
+        self.actions.push_back(Action::Query { from: n, incarnation: inc, query: r.query, topic: r.topic, arg: r.arg.as_bytes().to_vec() });
         Received::QueryRequest
     }
 
@@ -175,10 +178,7 @@ impl Membership {
             return Received::QueryBusy;
         };
         for c in chunks {
-            self.send(
-                c.to,
-                Outgoing::QueryChunk { to: c.to, to_incarnation: c.to_incarnation, xfer: c.xfer, index: c.index, total: c.total, data: c.data },
-            );
+            self.send(c.to, Outgoing::QueryChunk(c));
         }
         Received::QueryRequest
     }
@@ -192,11 +192,11 @@ impl Membership {
         let Some(i) = a.pulls.iter().position(|p| p.from == from.sender && p.xfer == c.xfer) else {
             return Received::Ignored;
         };
-        let topic = a.topic;
+        let (topic, arg) = (a.topic, a.arg);
         match a.pulls[i].on_chunk(c, QUERY_MAX_BYTES) {
             PullEvent::Stored => {
                 if let Some(r) = a.pulls[i].request(now, rto) {
-                    let r = query_request(&r, topic);
+                    let r = query_request(&r, topic, arg);
                     self.send(r.to, Outgoing::QueryRequest(r));
                 }
                 Received::QueryChunk
@@ -218,7 +218,7 @@ impl Membership {
     }
 }
 
-/// A pull's request as a query request on `topic`.
-fn query_request(r: &dataplane::ccl::SyncRequest, topic: u8) -> QueryRequest {
-    QueryRequest { to: r.to, query: r.xfer, topic, next: r.next, window: r.window }
+/// A pull's request as a query request on `topic` with `arg`.
+fn query_request(r: &dataplane::ccl::SyncRequest, topic: u8, arg: QueryArg) -> QueryRequest {
+    QueryRequest { to: r.to, query: r.xfer, topic, next: r.next, window: r.window, arg }
 }

@@ -108,7 +108,7 @@ impl Mini {
                         continue;
                     }
                 };
-                if matches!(msg, Outgoing::SyncChunk { .. } | Outgoing::QueryChunk { .. }) && self.chunk_loss > 0 {
+                if matches!(msg, Outgoing::SyncChunk(_) | Outgoing::QueryChunk(_)) && self.chunk_loss > 0 {
                     self.chunks += 1;
                     if self.chunks % self.chunk_loss == 0 {
                         continue;
@@ -1110,6 +1110,19 @@ fn any_message() -> impl Strategy<Value = (u8, u32, u64, u8, Vec<u8>, u64)> {
     (0u8..20, 0u32..4, 0u64..6, 0u8..8, proptest::collection::vec(any::<u8>(), 0..64), 0u64..400)
 }
 
+/// A chunk of transfer `xfer` made of `data`'s bytes.
+fn chunk(data: &[u8], xfer: u32) -> ChunkOut {
+    let b = |i: usize| data.get(i).copied().unwrap_or(0);
+    ChunkOut {
+        to: NodeId(b(0) % 4),
+        to_incarnation: 1000 + u32::from(b(1) % 4),
+        xfer,
+        index: 0,
+        total: 1 + u32::from(b(3) % 3),
+        data: data.get(4..).filter(|d| !d.is_empty()).unwrap_or(&[1]).to_vec(),
+    }
+}
+
 fn build(kind: u8, data: &[u8]) -> Option<Outgoing> {
     let b = |i: usize| data.get(i).copied().unwrap_or(0);
     Some(match kind {
@@ -1153,29 +1166,16 @@ fn build(kind: u8, data: &[u8]) -> Option<Outgoing> {
             window: 1 + b(5) % 16,
             full: b(6) % 2 == 0,
         }),
-        4 => Outgoing::SyncChunk {
-            to: NodeId(b(0) % 4),
-            to_incarnation: 1000 + u32::from(b(1) % 4),
-            xfer: u32::from(b(2)),
-            index: 0,
-            total: 1 + u32::from(b(3) % 3),
-            data: data.get(4..).filter(|d| !d.is_empty()).unwrap_or(&[1]).to_vec(),
-        },
+        4 => Outgoing::SyncChunk(chunk(data, u32::from(b(2)))),
         6 => Outgoing::QueryRequest(QueryRequest {
             to: NodeId(b(0) % 4),
             query: u32::from(b(1) % 4),
             topic: 1 + b(2) % 15,
             next: u32::from(b(3) % 4),
             window: 1 + b(4) % 16,
+            arg: dataplane::ccl::QueryArg::new(data.get(5..).unwrap_or(&[])).unwrap_or(dataplane::ccl::QueryArg::EMPTY),
         }),
-        7 => Outgoing::QueryChunk {
-            to: NodeId(b(0) % 4),
-            to_incarnation: 1000 + u32::from(b(1) % 4),
-            xfer: u32::from(b(2) % 4),
-            index: 0,
-            total: 1 + u32::from(b(3) % 3),
-            data: data.get(4..).filter(|d| !d.is_empty()).unwrap_or(&[1]).to_vec(),
-        },
+        7 => Outgoing::QueryChunk(chunk(data, u32::from(b(2) % 4))),
         _ => Outgoing::TableUpdate {
             version: u64::from(b(0) % 8),
             table: b(1) % 3,
@@ -1211,7 +1211,7 @@ proptest! {
                 let r = m.on_message(now, env, &msg.message());
                 given += 1;
                 if data.get(5).is_some_and(|b| b % 7 == 0) {
-                    let _ = m.ask(now, 1 + data[5] % 15);
+                    let _ = m.ask(now, 1 + data[5] % 15, &data);
                 }
                 prop_assert!(Received::ALL.contains(&r));
             }
@@ -1255,7 +1255,10 @@ fn gather(mini: &mut Mini, asker: usize, timeout: Duration, answer: &dyn Fn(usiz
             let asks: Vec<(NodeId, u32, u32)> = mini.log[n][answered[n]..]
                 .iter()
                 .filter_map(|a| match a {
-                    Action::Query { from, incarnation, query, .. } => Some((*from, *incarnation, *query)),
+                    Action::Query { from, incarnation, query, arg, .. } => {
+                        assert_eq!(arg, b"arg", "the argument travels with the query");
+                        Some((*from, *incarnation, *query))
+                    }
                     _ => None,
                 })
                 .collect();
@@ -1285,9 +1288,10 @@ fn a_query_gathers_every_members_answer_whole_despite_lost_chunks() {
         assert!(mini.states().iter().all(|s| s.is_member()), "{:?}", mini.states());
         mini.chunk_loss = loss;
         let now = mini.now;
-        assert_eq!(mini.ms[1].ask(now, 0), None, "topic 0");
-        assert_eq!(mini.ms[1].ask(now, 16), None, "topic 16");
-        let id = mini.ms[1].ask(now, 3).unwrap();
+        assert_eq!(mini.ms[1].ask(now, 0, b""), None, "topic 0");
+        assert_eq!(mini.ms[1].ask(now, 16, b""), None, "topic 16");
+        assert_eq!(mini.ms[1].ask(now, 3, &[b'x'; 65]), None, "argument too long");
+        let id = mini.ms[1].ask(now, 3, b"arg").unwrap();
         let t0 = mini.now;
         let got = gather(&mut mini, 1, Duration::from_secs(5), &answer);
         assert_eq!((got.query, got.topic), (id, 3));
@@ -1315,7 +1319,7 @@ fn a_node_that_does_not_answer_is_named_missing_at_the_deadline() {
     mini.run(1500);
     mini.alive[2] = false;
     let now = mini.now;
-    mini.ms[0].ask(now, 1).unwrap();
+    mini.ms[0].ask(now, 1, b"arg").unwrap();
     let t0 = mini.now;
     let got = gather(&mut mini, 0, Duration::from_millis(800), &|n| vec![n as u8; 10]);
     assert_eq!(got.answers, vec![(NodeId(1), vec![1; 10])]);
@@ -1333,7 +1337,7 @@ fn query_answers_are_bounded_in_size_and_in_renders() {
     m.tick(at(1));
     let env = |inc: u32| Envelope { sender: NodeId(1), incarnation: inc, epoch: Epoch(0) };
     // Renders: RENDERS_PER_SECOND new queries a second, the next refused.
-    let req = |q: u32| QueryRequest { to: NodeId(0), query: q, topic: 1, next: 0, window: 16 };
+    let req = |q: u32| QueryRequest { to: NodeId(0), query: q, topic: 1, next: 0, window: 16, arg: dataplane::ccl::QueryArg::EMPTY };
     for q in 0..RENDERS_PER_SECOND {
         assert_eq!(m.on_message(at(10), env(1001), &ControlMessage::QueryRequest(req(q))), Received::QueryRequest);
     }
@@ -1346,7 +1350,7 @@ fn query_answers_are_bounded_in_size_and_in_renders() {
     let chunks: Vec<(u32, u32)> = drain(&mut m)
         .iter()
         .filter_map(|a| match a {
-            Action::Send { msg: Outgoing::QueryChunk { xfer, index, .. }, .. } => Some((*xfer, *index)),
+            Action::Send { msg: Outgoing::QueryChunk(c), .. } => Some((c.xfer, c.index)),
             _ => None,
         })
         .collect();
@@ -1356,7 +1360,7 @@ fn query_answers_are_bounded_in_size_and_in_renders() {
     // Asking: an answer announcing more than QUERY_MAX_BYTES is aborted
     // before anything is kept; chunks of no query, or to another boot,
     // are not taken.
-    let id = m.ask(at(1100), 2).unwrap();
+    let id = m.ask(at(1100), 2, b"").unwrap();
     let chunk = |from: u8, inc: u32, xfer: u32, total: u32| {
         let c = SyncChunk { to: NodeId(0), to_incarnation: inc, xfer, index: 0, total, data: &[0; 10] };
         (Envelope { sender: NodeId(from), incarnation: 1000 + u32::from(from), epoch: Epoch(0) }, c)

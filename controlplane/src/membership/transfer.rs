@@ -168,14 +168,23 @@ impl From<&SyncRequest> for Window {
     }
 }
 
-/// A chunk to send.
-pub(super) struct ChunkOut {
-    pub(super) to: NodeId,
-    pub(super) to_incarnation: u32,
-    pub(super) xfer: u32,
-    pub(super) index: u32,
-    pub(super) total: u32,
-    pub(super) data: Vec<u8>,
+/// A chunk to send, owning its bytes (`Outgoing::SyncChunk`,
+/// `Outgoing::QueryChunk`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChunkOut {
+    pub to: NodeId,
+    pub to_incarnation: u32,
+    pub xfer: u32,
+    pub index: u32,
+    pub total: u32,
+    pub data: Vec<u8>,
+}
+
+impl ChunkOut {
+    /// The chunk as the codec sees it.
+    pub fn view(&self) -> SyncChunk<'_> {
+        SyncChunk { to: self.to, to_incarnation: self.to_incarnation, xfer: self.xfer, index: self.index, total: self.total, data: &self.data }
+    }
 }
 
 impl Serving {
@@ -284,7 +293,7 @@ mod tests {
                 if lost % 3 == 0 {
                     continue;
                 }
-                let m = SyncChunk { to: c.to, to_incarnation: c.to_incarnation, xfer: c.xfer, index: c.index, total: c.total, data: &c.data };
+                let m = c.view();
                 if let PullEvent::Complete(b) = p.on_chunk(&m, 1 << 20) {
                     got = Some(b);
                 }

@@ -444,13 +444,44 @@ impl XlateRequest {
 /// is, the control plane decides: `controlplane::clusterview`).
 pub const QUERY_TOPIC_MAX: u8 = 15;
 
+/// Most bytes of a [`QueryRequest`]'s argument.
+pub const QUERY_ARG_MAX: usize = 64;
+
+/// A query's argument (a topic's parameter, e.g. a trace filter's text):
+/// 0..=`QUERY_ARG_MAX` bytes, kept inline so a request stays `Copy`.
+#[derive(Copy, Clone, PartialEq, Eq)]
+pub struct QueryArg {
+    len: u8,
+    bytes: [u8; QUERY_ARG_MAX],
+}
+
+impl QueryArg {
+    pub const EMPTY: QueryArg = QueryArg { len: 0, bytes: [0; QUERY_ARG_MAX] };
+    /// `None`: longer than `QUERY_ARG_MAX`.
+    pub fn new(b: &[u8]) -> Option<QueryArg> {
+        let mut a = QueryArg::EMPTY;
+        a.bytes.get_mut(..b.len())?.copy_from_slice(b);
+        a.len = b.len() as u8;
+        Some(a)
+    }
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..usize::from(self.len)]
+    }
+}
+
+impl core::fmt::Debug for QueryArg {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "QueryArg({:?})", String::from_utf8_lossy(self.as_bytes()))
+    }
+}
+
 /// Member → member: send (more of) your answer to cluster-wide query
 /// `query` on `topic` (`clusterfw-ctl cluster show`, SPEC L5). Driven by
 /// the requester exactly as a [`SyncRequest`]: a window of chunks from the
 /// first one it lacks; the answer comes back as [`MessageKind::QueryChunk`]
 /// messages (a [`SyncChunk`]'s layout, `xfer` the query id). Layout (11
-/// bytes): to (1), query id (4), topic (1: 1..=15), next chunk (4),
-/// window (1: 1..=64).
+/// to 75 bytes): to (1), query id (4), topic (1: 1..=15), next chunk (4),
+/// window (1: 1..=64), argument (0..=64 bytes, to the end).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct QueryRequest {
     pub to: NodeId,
@@ -458,10 +489,12 @@ pub struct QueryRequest {
     pub topic: u8,
     pub next: u32,
     pub window: u8,
+    pub arg: QueryArg,
 }
 
 impl QueryRequest {
-    pub const LEN: usize = 11;
+    /// Bytes before the argument.
+    pub const HEAD_LEN: usize = 11;
     fn check(topic: u8, window: u8) -> Result<(), CclError> {
         if topic == 0 || topic > QUERY_TOPIC_MAX {
             return Err(CclError::BadValue { field: "query topic", value: u64::from(topic) });
@@ -472,8 +505,9 @@ impl QueryRequest {
         Ok(())
     }
     pub fn parse(b: &[u8]) -> Result<Self, CclError> {
-        let a: [u8; Self::LEN] = arr(b, 0)?;
-        exact("query request", b, Self::LEN)?;
+        let a: [u8; Self::HEAD_LEN] = arr(b, 0)?;
+        let rest = b.get(Self::HEAD_LEN..).unwrap_or(&[]);
+        let arg = QueryArg::new(rest).ok_or(CclError::BadValue { field: "query argument length", value: rest.len() as u64 })?;
         Self::check(a[5], a[10])?;
         Ok(QueryRequest {
             to: dest(a[0])?,
@@ -481,17 +515,23 @@ impl QueryRequest {
             topic: a[5],
             next: be32([a[6], a[7], a[8], a[9]]),
             window: a[10],
+            arg,
         })
+    }
+    pub fn wire_len(&self) -> usize {
+        Self::HEAD_LEN + self.arg.as_bytes().len()
     }
     pub fn emit(&self, out: &mut [u8]) -> Result<usize, CclError> {
         Self::check(self.topic, self.window)?;
-        let o = out.get_mut(..Self::LEN).ok_or_else(|| too_small(Self::LEN, &[]))?;
+        let n = self.wire_len();
+        let o = out.get_mut(..n).ok_or_else(|| too_small(n, &[]))?;
         o[0] = dest_byte(self.to)?;
         o[1..5].copy_from_slice(&self.query.to_be_bytes());
         o[5] = self.topic;
         o[6..10].copy_from_slice(&self.next.to_be_bytes());
         o[10] = self.window;
-        Ok(Self::LEN)
+        o[Self::HEAD_LEN..].copy_from_slice(self.arg.as_bytes());
+        Ok(n)
     }
 }
 
@@ -552,7 +592,7 @@ impl<'a> ControlMessage<'a> {
             ControlMessage::SyncChunk(m) => m.wire_len(),
             ControlMessage::TableUpdate(m) => m.wire_len(),
             ControlMessage::XlateRequest(_) => XlateRequest::LEN,
-            ControlMessage::QueryRequest(_) => QueryRequest::LEN,
+            ControlMessage::QueryRequest(m) => m.wire_len(),
             ControlMessage::QueryChunk(m) => m.wire_len(),
         }
     }
@@ -659,7 +699,15 @@ mod tests {
                 real: Ipv4Addr::UNSPECIFIED,
                 held: Some(Ipv4Addr::new(192, 0, 2, 9)),
             }),
-            ControlMessage::QueryRequest(QueryRequest { to: NodeId(3), query: 0x0a0b_0c0d, topic: 2, next: 7, window: 16 }),
+            ControlMessage::QueryRequest(QueryRequest { to: NodeId(3), query: 0x0a0b_0c0d, topic: 2, next: 7, window: 16, arg: QueryArg::EMPTY }),
+            ControlMessage::QueryRequest(QueryRequest {
+                to: NodeId(3),
+                query: 1,
+                topic: 10,
+                next: 0,
+                window: 16,
+                arg: QueryArg::new(b"198.18.10.2 port 8080 for 10").unwrap(),
+            }),
             ControlMessage::QueryChunk(SyncChunk { to: NodeId(1), to_incarnation: 5, xfer: 11, index: 0, total: 1, data }),
         ]
     }
@@ -707,7 +755,7 @@ mod tests {
             let mut longer = b.clone();
             longer.push(0);
             // Chunks carry their data to the end: one byte more is more data.
-            if !matches!(m.kind(), MessageKind::SyncChunk | MessageKind::QueryChunk) {
+            if !matches!(m.kind(), MessageKind::SyncChunk | MessageKind::QueryChunk | MessageKind::QueryRequest) {
                 assert!(ControlMessage::parse(m.kind() as u8, &longer).is_err(), "{m:?}");
             }
         }
@@ -767,17 +815,24 @@ mod tests {
         let mut xb = [0u8; XlateRequest::LEN];
         assert_eq!(x.emit(&mut xb), Ok(12));
         assert_eq!(xb, [2, 0, 1, 2, 198, 18, 10, 2, 192, 0, 2, 7]);
-        // A query request: its bytes; topic and window within their ranges.
-        let q = QueryRequest { to: NodeId(2), query: 0x0102_0304, topic: 3, next: 0x10, window: 16 };
-        let mut qb = [0u8; QueryRequest::LEN];
-        assert_eq!(q.emit(&mut qb), Ok(11));
-        assert_eq!(qb, [2, 1, 2, 3, 4, 3, 0, 0, 0, 0x10, 16]);
+        // A query request: its bytes; topic and window within their
+        // ranges; an argument of at most QUERY_ARG_MAX bytes.
+        let q = QueryRequest { to: NodeId(2), query: 0x0102_0304, topic: 3, next: 0x10, window: 16, arg: QueryArg::new(b"ab").unwrap() };
+        let mut qb = [0u8; QueryRequest::HEAD_LEN + 2];
+        assert_eq!(q.emit(&mut qb), Ok(13));
+        assert_eq!(qb, [2, 1, 2, 3, 4, 3, 0, 0, 0, 0x10, 16, b'a', b'b']);
         for (at, v) in [(5, 0), (5, QUERY_TOPIC_MAX + 1), (10, 0), (10, SYNC_MAX_WINDOW + 1), (0, 16)] {
             let mut x = qb;
             x[at] = v;
             assert!(QueryRequest::parse(&x).is_err(), "byte {at} = {v}");
         }
         assert!(QueryRequest { topic: 0, ..q }.emit(&mut qb).is_err());
+        assert_eq!(QueryArg::new(&[0; QUERY_ARG_MAX]).map(|a| a.as_bytes().len()), Some(QUERY_ARG_MAX));
+        assert_eq!(QueryArg::new(&[0; QUERY_ARG_MAX + 1]), None);
+        let mut qlong = vec![0u8; QueryRequest::HEAD_LEN + QUERY_ARG_MAX + 1];
+        assert_eq!(q.emit(&mut qlong), Ok(13));
+        assert!(QueryRequest::parse(&qlong).is_err(), "an argument one byte too long");
+        assert!(QueryRequest::parse(&qlong[..QueryRequest::HEAD_LEN + QUERY_ARG_MAX]).is_ok());
         for (at, v) in [(1, 1), (1, 0x80), (0, 16)] {
             let mut y = xb;
             y[at] = v;

@@ -52,8 +52,8 @@ mod tests;
 
 pub use auth::{ClusterId, CclKey, TAG_LEN};
 pub use control::{
-    ControlMessage, JoinReply, JoinRequest, JoinVerdict, QueryRequest, SyncChunk, SyncRequest, TableOp, TableUpdate, XlateRequest,
-    QUERY_TOPIC_MAX, SYNC_CHUNK_DATA, SYNC_CHUNK_HEAD, SYNC_FULL, SYNC_MAX_WINDOW, TABLE_KEY_MAX, TABLE_VALUE_MAX,
+    ControlMessage, JoinReply, JoinRequest, JoinVerdict, QueryArg, QueryRequest, SyncChunk, SyncRequest, TableOp, TableUpdate, XlateRequest,
+    QUERY_ARG_MAX, QUERY_TOPIC_MAX, SYNC_CHUNK_DATA, SYNC_CHUNK_HEAD, SYNC_FULL, SYNC_MAX_WINDOW, TABLE_KEY_MAX, TABLE_VALUE_MAX,
 };
 pub use heartbeat::{Heartbeat, Placement, HB_FLAG_QUORUM, HB_STATE_MAX, NODE_SLOTS, NO_NODE, NO_PLACE};
 pub use batch::{BatchWriter, FlowBatch, FlowBatchIter, FlowOp, FlowRecord, NatBinding, FLAG_ORPHAN, FLAG_STATE, FLAG_TAKEOVER, FLAG_VERSIONED, OPAQUE_LEN, STATE_LEN};

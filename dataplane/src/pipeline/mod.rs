@@ -67,6 +67,7 @@ mod iface;
 mod ingress;
 pub(crate) mod ipv4;
 mod nat;
+pub mod trace;
 
 pub use arphold::ArpHoldCounters;
 pub use cluster::{
@@ -164,6 +165,11 @@ pub struct Pipeline {
     workers: u16,
     /// What the last `Handoff` verdict's frame carries to its worker.
     handoff: Option<HandoffNote>,
+    /// A running per-connection trace (`trace_start`); `None`: off, and
+    /// `process` takes the untraced path. A finished one waits in
+    /// `trace_done` for `trace_events`.
+    trace: Option<Box<trace::Tracer>>,
+    trace_done: Option<Box<trace::Tracer>>,
 }
 
 /// Where the IPv4 stage's decision leads.
@@ -238,11 +244,85 @@ impl Pipeline {
             worker: WorkerId(0),
             workers: 1,
             handoff: None,
+            trace: None,
+            trace_done: None,
         })
     }
 
     /// Process one received frame. No allocation, no panic, no logging.
     pub fn process<B: PacketBuf>(&mut self, now: Timestamp, in_port: PortId, buf: &mut B) -> Verdict {
+        if self.trace.is_some() {
+            return self.process_traced(now, in_port, buf);
+        }
+        self.process_frame(now, in_port, buf)
+    }
+
+    /// `process` while a trace runs: the frame's event if it matches.
+    #[cold]
+    #[inline(never)]
+    fn process_traced<B: PacketBuf>(&mut self, now: Timestamp, in_port: PortId, buf: &mut B) -> Verdict {
+        let Some(want) = self.trace_wants(now, buf.data()) else {
+            return self.process_frame(now, in_port, buf);
+        };
+        let len = buf.data().len();
+        let v = self.process_frame(now, in_port, buf);
+        let outcome = match v {
+            Verdict::Forward(p) => Outcome::Forward(p),
+            Verdict::Drop(r) => Outcome::Drop(r),
+            Verdict::Consumed => Outcome::Consumed,
+            Verdict::Handoff(w) => Outcome::Handoff(w),
+        };
+        self.trace_record(now, want, len, trace::TraceFrom::Port(in_port), outcome);
+        v
+    }
+
+    /// A trace's interest in a frame: its tuple and TCP flags, the
+    /// cluster's hop note cleared.
+    fn trace_wants(&mut self, now: Timestamp, frame: &[u8]) -> Option<(FiveTuple, u8)> {
+        let want = self.trace.as_deref()?.wants(now, frame)?;
+        if let Some(cl) = self.cluster.as_deref_mut() {
+            cl.trace_to = None;
+        }
+        Some(want)
+    }
+
+    fn trace_record(&mut self, now: Timestamp, (tuple, tcp_flags): (FiveTuple, u8), len: usize, from: trace::TraceFrom, o: Outcome) {
+        use trace::TraceVerdict as V;
+        let hop = self.cluster.as_deref().and_then(|cl| cl.trace_to.map(|to| (cl.ccl_port(), to)));
+        let verdict = match o {
+            Outcome::Forward(p) | Outcome::ArpReply(p) | Outcome::EchoReply(p) => match hop {
+                Some((ccl, to)) if ccl == p => V::Member(to),
+                _ => V::Port(p),
+            },
+            Outcome::Consumed => hop.map_or(V::Kept, |(_, to)| V::Member(to)),
+            Outcome::Drop(r) => V::Drop(r),
+            Outcome::Handoff(w) => V::Worker(w),
+        };
+        let role = self.cluster_role(now, &tuple).map(|(r, o)| (r.as_str(), o));
+        let e = trace::TraceEvent { at: now, worker: self.worker, tuple, len: len.min(usize::from(u16::MAX)) as u16, tcp_flags, from, role, verdict };
+        if let Some(t) = self.trace.as_deref_mut() {
+            t.record(e);
+        }
+    }
+
+    /// Start a trace of the frames `filter` matches until `until`
+    /// (replacing any trace and its events; reserves its event store).
+    pub fn trace_start(&mut self, filter: trace::TraceFilter, until: Timestamp) {
+        self.trace_done = None;
+        self.trace = Some(Box::new(trace::Tracer::new(filter, until)));
+    }
+
+    /// The current or last trace: filter, deadline, events, events lost.
+    pub fn trace_events(&self) -> Option<(trace::TraceFilter, Timestamp, Vec<trace::TraceEvent>, u64)> {
+        let t = self.trace.as_deref().or(self.trace_done.as_deref())?;
+        Some((t.filter, t.until, t.events().to_vec(), t.lost))
+    }
+
+    /// The frame's processing, traced or not: one copy (never inlined), so
+    /// the stages it inlines (the fast path's, `classify`) keep a single
+    /// call site and stay inlined as before the trace existed.
+    #[inline(never)]
+    fn process_frame<B: PacketBuf>(&mut self, now: Timestamp, in_port: PortId, buf: &mut B) -> Verdict {
         self.acct.rx(in_port, buf.data().len());
         if self.fast.enabled {
             let parts = Parts {
@@ -814,6 +894,29 @@ impl Pipeline {
     /// A frame unwrapped from the CCL (or from a batch), as at its ingress
     /// interface `ifx`: the fast path if it takes it, else the general path.
     fn unwrapped<B: PacketBuf>(&mut self, now: Timestamp, in_port: PortId, ifx: IfIndex, rx: Rx, buf: &mut B) -> Outcome {
+        if self.trace.is_some() {
+            return self.unwrapped_traced(now, in_port, ifx, rx, buf);
+        }
+        self.unwrapped_frame(now, in_port, ifx, rx, buf)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn unwrapped_traced<B: PacketBuf>(&mut self, now: Timestamp, in_port: PortId, ifx: IfIndex, rx: Rx, buf: &mut B) -> Outcome {
+        let from = self.cluster.as_deref().map(|cl| cl.trace_from);
+        let Some(want) = self.trace_wants(now, buf.data()) else {
+            return self.unwrapped_frame(now, in_port, ifx, rx, buf);
+        };
+        let len = buf.data().len();
+        let o = self.unwrapped_frame(now, in_port, ifx, rx, buf);
+        let from = from.map_or(trace::TraceFrom::Port(in_port), trace::TraceFrom::Member);
+        self.trace_record(now, want, len, from, o);
+        o
+    }
+
+    /// As `process_frame`: one copy for both paths.
+    #[inline(never)]
+    fn unwrapped_frame<B: PacketBuf>(&mut self, now: Timestamp, in_port: PortId, ifx: IfIndex, rx: Rx, buf: &mut B) -> Outcome {
         // (Fenced: the fast path declines, the general path drops it.)
         let parts = Parts {
             ifaces: &self.ifaces,
@@ -911,11 +1014,20 @@ impl Pipeline {
             let me = cl.me();
             let fenced = cl.fenced(now);
             let mut sb = SlotBuf::over(&mut p.mem, p.start, p.end);
+            // A trace: the released frame's event (a cold path already).
+            let want = self.trace.as_deref().and_then(|t| t.wants(now, sb.data()));
+            if want.is_some() {
+                cl.trace_to = None;
+            }
+            let len = sb.data().len();
+            // What became of it, for the trace.
+            let mut outcome = Outcome::Drop(DropReason::ClusterOwnerUnknown);
             // Some(Some(port)): send it; Some(None): the pipeline kept a
             // copy (held for the next hop's ARP reply); None: dropped.
             let sent = match owner {
                 _ if fenced => {
                     cl.counters.fenced_drops += 1;
+                    outcome = Outcome::Drop(DropReason::ClusterFenced);
                     None
                 }
                 None => {
@@ -924,7 +1036,8 @@ impl Pipeline {
                 }
                 Some(o) if o == me => {
                     let rx = Rx { via: p.meta.via, force_own: true, frag: p.meta.frag, hinted: false, nat_in: false, to_control: false };
-                    match self.classify(now, p.meta.in_port, &mut sb, rx) {
+                    outcome = self.classify(now, p.meta.in_port, &mut sb, rx);
+                    match outcome {
                         Outcome::Consumed => Some(None),
                         o => o.port().map(Some),
                     }
@@ -939,12 +1052,19 @@ impl Pipeline {
                             if p.meta.frag.is_some() {
                                 self.frag.counters.to_flow_owner += 1;
                             }
+                            outcome = Outcome::Forward(port);
                             Some(Some(port))
                         }
-                        Err(_) => None,
+                        Err(e) => {
+                            outcome = Outcome::Drop(e);
+                            None
+                        }
                     }
                 }
             };
+            if let Some(w) = want {
+                self.trace_record(now, w, len, trace::TraceFrom::Parked, outcome);
+            }
             let (start, end) = (sb.start, sb.end);
             if let Some(cl) = self.cluster.as_deref_mut() {
                 cl.finish_parked(p.slot, p.mem, start, end, sent, owner.is_some());
@@ -1042,6 +1162,10 @@ impl Pipeline {
     /// path's timers.
     pub fn poll_timers(&mut self, now: Timestamp) {
         self.flows.table.expire(now, EXPIRE_BUDGET);
+        // A trace past its deadline: off the packet path, its events kept.
+        if self.trace.as_deref().is_some_and(|t| !t.active(now)) {
+            self.trace_done = self.trace.take();
+        }
         if let Some(n) = self.nat.as_deref_mut() {
             n.flows_ended(now, &mut self.flows.table);
             n.timers(now);

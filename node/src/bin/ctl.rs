@@ -9,6 +9,17 @@
 //! over the CCL and merges the answers (`controlplane::clusterview`):
 //! `conn` lists each connection once with its owner, director, backups
 //! and forwarders; members that did not answer within 2 s are named.
+//!
+//! ```text
+//! clusterfw-ctl [--socket PATH] trace HOST [PEER] [port N] [proto P] [--secs N] [--json]
+//! clusterfw-ctl [--socket PATH] trace start HOST [PEER] [port N] [proto P] [--secs N]
+//! clusterfw-ctl [--socket PATH] trace show [--json]
+//! ```
+//! `trace` records, on every member, what the pipeline did with each frame
+//! the filter matches (where it came from, the node's role, out of which
+//! port or to which member, or dropped why) for `--secs` seconds
+//! (default 10), then prints the merged timeline; `trace start` only
+//! starts it, `trace show` prints what was recorded so far.
 //! `config reload` reads the node's configuration file again and runs its
 //! policy (security levels, access rules, timeouts); in a cluster only the
 //! control node takes it, and replicates it to every member.
@@ -44,7 +55,7 @@ fn write_out(args: std::fmt::Arguments<'_>, newline: bool) {
     }
 }
 
-const USAGE: &str = "usage: clusterfw-ctl [--socket PATH] show {stats|conn|route|arp|rules|config|cluster|cluster history|xlate|nat pool|metrics} [--json]\n       clusterfw-ctl [--socket PATH] config reload [--json]\n       clusterfw-ctl [--socket PATH] cluster show {conn|stats|cluster|xlate|nat pool|arp|route|rules|cluster history} [--json]";
+const USAGE: &str = "usage: clusterfw-ctl [--socket PATH] show {stats|conn|route|arp|rules|config|cluster|cluster history|xlate|nat pool|metrics} [--json]\n       clusterfw-ctl [--socket PATH] config reload [--json]\n       clusterfw-ctl [--socket PATH] cluster show {conn|stats|cluster|xlate|nat pool|arp|route|rules|cluster history|trace} [--json]\n       clusterfw-ctl [--socket PATH] trace [start|show] HOST [PEER] [port N] [proto P] [--secs N] [--json]";
 
 fn main() -> ExitCode {
     match run() {
@@ -61,12 +72,14 @@ fn run() -> Result<()> {
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from("/run/clusterfw/clusterfw.sock"));
     let mut json = false;
+    let mut secs: u64 = 10;
     let mut words = Vec::new();
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
             "--socket" | "-s" => socket = args.next().context("--socket needs a path")?.into(),
             "--json" | "-j" => json = true,
+            "--secs" => secs = args.next().and_then(|v| v.parse().ok()).context("--secs needs a number of seconds")?,
             "--help" | "-h" => {
                 say!("{USAGE}");
                 return Ok(());
@@ -84,6 +97,9 @@ fn run() -> Result<()> {
             }
             return Ok(());
         }
+    }
+    if let Some((_, rest)) = words.split_first().filter(|(w, _)| *w == "trace") {
+        return trace(&socket, rest, secs, json);
     }
     // `cluster show TOPIC`: the same topic words after `cluster`.
     let (cluster, words) = match words.split_first() {
@@ -179,6 +195,7 @@ fn print_human(topic: Topic, data: &Value) {
         }
         Topic::Cluster => print_cluster(data),
         // The Prometheus text as the node serves it on `/metrics`.
+        Topic::Trace => print_trace(data),
         Topic::Metrics => write_out(format_args!("{}", data.as_str().unwrap_or("")), false),
         Topic::ClusterHistory => {
             let events = data.get("events").and_then(Value::as_array).cloned().unwrap_or_default();
@@ -227,6 +244,74 @@ fn print_human(topic: Topic, data: &Value) {
     }
 }
 
+/// `trace …`: start a trace (on every member), wait, print the merged
+/// timeline; or only start, or only show.
+fn trace(socket: &std::path::Path, words: &[String], secs: u64, json: bool) -> Result<()> {
+    let (start, show, filter) = match words.split_first() {
+        Some((w, rest)) if w == "start" => (true, false, rest),
+        Some((w, rest)) if w == "show" => (false, true, rest),
+        _ => (true, true, words),
+    };
+    if start {
+        if filter.is_empty() {
+            bail!("trace needs a filter: HOST [PEER] [port N] [proto P]\n{USAGE}");
+        }
+        let data = mgmt::request(socket, &Request::TraceStart { filter: filter.join(" "), secs })?;
+        if !show || !json {
+            if json {
+                say!("{}", serde_json::to_string_pretty(&data)?);
+            } else {
+                let who = data["members"].as_array().map_or_else(
+                    || data["node"].as_str().unwrap_or("this node").to_string(),
+                    |m| m.iter().map(|m| format!("{} {}", fmt_cell(&m["name"]), fmt_cell(&m["status"]))).collect::<Vec<_>>().join(", "),
+                );
+                say!("tracing {} for {secs} s: {who}", filter.join(" "));
+            }
+        }
+        if !show {
+            return Ok(());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(secs * 1000 + 300));
+    }
+    // The cluster's timeline, or this node's alone.
+    let data = match mgmt::request(socket, &Request::ClusterShow { topic: Topic::Trace }) {
+        Err(mgmt::MgmtError::Refused(e)) if e.starts_with("no cluster configured") => mgmt::request(socket, &Request::Show { topic: Topic::Trace })?,
+        r => r?,
+    };
+    if json {
+        say!("{}", serde_json::to_string_pretty(&data)?);
+        return Ok(());
+    }
+    print_trace(&data);
+    Ok(())
+}
+
+/// A trace's timeline, one frame decision per row.
+fn print_trace(data: &Value) {
+    if let Some(silent) = data["not_answering"].as_array().filter(|a| !a.is_empty()) {
+        say!("NOT ANSWERING: {}", silent.iter().map(fmt_cell).collect::<Vec<_>>().join(", "));
+    }
+    let clock = |ns: u64| {
+        let s = ns / 1_000_000_000 % 86_400;
+        format!("{:02}:{:02}:{:02}.{:06}", s / 3600, s / 60 % 60, s % 60, ns / 1000 % 1_000_000)
+    };
+    let rows: Vec<Value> = data["events"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|e| {
+            serde_json::json!({
+                "time (UTC)": clock(e["unix_ns"].as_u64().unwrap_or(0)),
+                "node": e.get("node").cloned().unwrap_or(Value::Null),
+                "w": e["worker"], "connection": e["tuple"], "flags": e["flags"], "len": e["len"],
+                "from": e["from"], "role": e["role"], "owner": e["owner"], "verdict": e["verdict"],
+            })
+        })
+        .collect();
+    say!("{} frame decisions:", rows.len());
+    print_table(&Value::Array(rows));
+}
+
 /// `cluster show`: who answered, then the merged connections (one per
 /// row, with every role's node), the totals, or each node's own answer.
 fn print_cluster_wide(topic: Topic, data: &Value) {
@@ -255,6 +340,7 @@ fn print_cluster_wide(topic: Topic, data: &Value) {
                 .collect();
             print_table(&Value::Array(rows));
         }
+        Topic::Trace => print_trace(data),
         Topic::Cluster => {
             say!("\nAgreement among the members that answered: {}", data["agree"]);
             for (name, d) in data["nodes"].as_object().into_iter().flatten() {

@@ -75,6 +75,7 @@ impl ClusterPath {
         let total = data.len();
         let opened = self.opener.open_frame(data).map_err(|_| DropReason::CclMalformed)?;
         let from = opened.sender;
+        self.trace_from = from;
         if self.own_channel_only && opened.channel != self.sealer.channel() && !matches!(opened.msg, Message::Heartbeat(_)) {
             return Err(DropReason::CclWrongWorker);
         }

@@ -674,6 +674,11 @@ impl crate::stats::Stats for ClusterCountersSnapshot {
 /// to `pipeline::cluster`; the rest of the pipeline sees methods.
 pub(crate) struct ClusterPath {
     me: NodeId,
+    /// For a trace (`pipeline::trace`): the sender of the last CCL
+    /// message opened, and the member the last wrapped or batched frame
+    /// went to (a store each; only a running trace reads them).
+    pub(crate) trace_from: NodeId,
+    pub(crate) trace_to: Option<NodeId>,
     /// The NAT plan when the node translates (`set_nat_plan`): where a
     /// binding's block is, for the takeover of a translated flow.
     nat: Option<std::sync::Arc<crate::nat::plan::NatPlan>>,
@@ -921,6 +926,8 @@ impl ClusterPath {
         let (ccl_ifx, ccl_port, ccl_mac, ccl_addr) = ccl;
         Ok(ClusterPath {
             me: spec.node,
+            trace_from: spec.node,
+            trace_to: None,
             members: spec.members,
             nat: None,
             adopted: Vec::with_capacity(MAX_ADOPTED),

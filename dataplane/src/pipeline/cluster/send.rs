@@ -69,7 +69,10 @@ impl ClusterPath {
             _ => RelayToOwner::emit_head(iface, out),
         };
         match self.sealer.seal_frame_in_place(&path, self.members.epoch(), kind, head_len, len, head, buf.data_mut()) {
-            Ok(_) => Ok(self.ccl_port),
+            Ok(_) => {
+                self.trace_to = Some(to);
+                Ok(self.ccl_port)
+            }
             Err(_) => {
                 buf.trim_front(front);
                 buf.trim_back(TAG_LEN);
@@ -131,6 +134,7 @@ impl ClusterPath {
                 Some(used) => {
                     self.fwd_batches[to.index()] = Some(OpenBatch { used, frames: b.frames + 1, ..b });
                     self.counters.batched_frames += 1;
+                    self.trace_to = Some(to);
                     return true;
                 }
                 // Full (bytes or frames): send it and start another.
