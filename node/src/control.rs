@@ -307,10 +307,9 @@ impl Control {
                 None => "ccl".into(),
             }
         };
-        let node_name = |n: dataplane::NodeId| -> String {
-            let m = self.ccl.as_ref().map(|c| c.membership.snapshot(now)).unwrap_or_default();
-            m.into_iter().find(|v| v.id == n).map_or_else(|| format!("node {}", n.0), |v| v.name)
-        };
+        let names: HashMap<u8, String> =
+            self.ccl.as_ref().map(|c| c.membership.snapshot(now)).unwrap_or_default().into_iter().map(|v| (v.id.0, v.name)).collect();
+        let node_name = |n: dataplane::NodeId| -> String { names.get(&n.0).cloned().unwrap_or_else(|| format!("node {}", n.0)) };
         let (mut filter, mut until, mut lost, mut events) = (None, None, 0, Vec::new());
         for r in self.ask_all(|| Query::Trace)? {
             let Reply::Traced(t) = r else { return Err("unexpected reply".into()) };
