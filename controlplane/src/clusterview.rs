@@ -121,6 +121,14 @@ impl Answer {
         }
     }
 
+    /// This node's own answer, as it would travel.
+    pub fn of(r: &Result<Value, String>) -> Answer {
+        match r {
+            Ok(d) => Answer::Data(d.clone()),
+            Err(e) => Answer::Error(e.clone()),
+        }
+    }
+
     fn status(&self) -> &'static str {
         match self {
             Answer::Data(_) => "answered",

@@ -248,10 +248,7 @@ impl Control {
                 .into_iter()
                 .map(|v| {
                     let answer = if v.this_node {
-                        match &a.local {
-                            Ok(d) => Answer::Data(d.clone()),
-                            Err(e) => Answer::Error(e.clone()),
-                        }
+                        Answer::of(&a.local)
                     } else if let Some((_, b)) = got.answers.iter().find(|(n, _)| *n == v.id) {
                         Answer::decode(b)
                     } else if got.aborted.contains(&v.id) {

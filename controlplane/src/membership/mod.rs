@@ -829,6 +829,12 @@ impl Membership {
 
     // --- Helpers. ---
 
+    /// A transfer's (or a query's) retransmission timeout: a quarter
+    /// heartbeat interval.
+    fn pull_rto(&self) -> Duration {
+        Duration((self.cfg.heartbeat_interval.0 / 4).max(1))
+    }
+
     fn peer_index(&self, id: NodeId) -> Option<usize> {
         self.index.get(id.index()).copied().flatten().map(usize::from)
     }
@@ -1652,7 +1658,7 @@ impl Membership {
                 self.lag_since = None;
             }
         }
-        let rto = Duration((self.cfg.heartbeat_interval.0 / 4).max(1));
+        let rto = self.pull_rto();
         let timeout = self.cfg.sync_timeout;
         let mut req = None;
         let mut abort = false;
@@ -2065,7 +2071,7 @@ impl Membership {
         if c.to != self.cfg.me || c.to_incarnation != self.cfg.incarnation {
             return Received::NotForMe;
         }
-        let max = self.cfg.limits.transfer_bytes;
+        let (max, rto) = (self.cfg.limits.transfer_bytes, self.pull_rto());
         let Some((purpose, p)) = self.pull.as_mut() else { return Received::Ignored };
         if p.from != from.sender || p.xfer != c.xfer {
             return Received::Ignored;
@@ -2073,7 +2079,6 @@ impl Membership {
         let purpose = *purpose;
         match p.on_chunk(c, max) {
             PullEvent::Stored => {
-                let rto = Duration((self.cfg.heartbeat_interval.0 / 4).max(1));
                 if let Some(r) = p.request(now, rto) {
                     let to = p.from;
                     self.send(to, Outgoing::SyncRequest(r));

@@ -133,7 +133,7 @@ impl Membership {
     pub(super) fn query_tick(&mut self, now: Timestamp) {
         let idle = self.hold().times(2);
         self.answering.serving.expire(now, idle);
-        let rto = Duration((self.cfg.heartbeat_interval.0 / 4).max(1));
+        let rto = self.pull_rto();
         let Some(a) = self.asking.as_mut() else { return };
         let (topic, arg) = (a.topic, a.arg);
         let reqs: Vec<QueryRequest> = a.pulls.iter_mut().filter_map(|p| p.request(now, rto)).map(|r| query_request(&r, topic, arg)).collect();
@@ -187,7 +187,7 @@ impl Membership {
         if c.to != self.cfg.me || c.to_incarnation != self.cfg.incarnation {
             return Received::NotForMe;
         }
-        let rto = Duration((self.cfg.heartbeat_interval.0 / 4).max(1));
+        let rto = self.pull_rto();
         let Some(a) = self.asking.as_mut() else { return Received::Ignored };
         let Some(i) = a.pulls.iter().position(|p| p.from == from.sender && p.xfer == c.xfer) else {
             return Received::Ignored;

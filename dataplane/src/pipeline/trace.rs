@@ -21,11 +21,11 @@
 //!   names addresses); the filter matches either direction of a
 //!   connection, so one filter follows both halves.
 
+use super::ipv4::{transit_l4, Transit};
+use crate::conntrack::L4Info;
 use crate::types::{DropReason, FiveTuple, NodeId, PortId, Timestamp, WorkerId};
 use crate::wire::ethernet::{ethertype, EthernetFrame};
 use crate::wire::ipv4::Ipv4Packet;
-use crate::wire::tcp::TcpPacket;
-use crate::wire::udp::UdpPacket;
 use core::fmt;
 use std::net::{IpAddr, Ipv4Addr};
 
@@ -219,33 +219,26 @@ pub fn flag_letters(f: u8) -> String {
     s
 }
 
-/// The IPv4 5-tuple of an Ethernet frame (ports 0 for other protocols
-/// and for fragments after the first) and its TCP flags.
+/// The IPv4 5-tuple of an Ethernet frame as conntrack keys it
+/// (`ipv4::transit_l4`: ICMP echo by its identifier, an ICMP error under
+/// the connection it quotes) and its TCP flags; addresses alone (ports 0)
+/// for fragments after the first and for an L4 header that cannot be
+/// read, so a trace sees those frames too.
 pub fn frame_tuple(f: &[u8]) -> Option<(FiveTuple, u8)> {
     let eth = EthernetFrame::new_checked(f).ok()?;
     if eth.tag_count() > 1 || eth.ethertype() != ethertype::IPV4 {
         return None;
     }
     let ip = Ipv4Packet::new_checked(eth.payload()).ok()?;
-    let first = !ip.is_fragment() || ip.frag_offset() == 0;
-    let (mut src_port, mut dst_port, mut flags) = (0, 0, 0);
-    if first {
-        match ip.protocol() {
-            crate::types::ip_proto::TCP => {
-                if let Ok(t) = TcpPacket::new_checked(ip.payload()) {
-                    (src_port, dst_port, flags) = (t.src_port(), t.dst_port(), t.flags());
-                }
-            }
-            crate::types::ip_proto::UDP => {
-                if let Ok(u) = UdpPacket::new_checked(ip.payload()) {
-                    (src_port, dst_port) = (u.src_port(), u.dst_port());
-                }
-            }
-            _ => {}
-        }
+    let addrs = FiveTuple { src: IpAddr::V4(ip.src()), dst: IpAddr::V4(ip.dst()), proto: ip.protocol(), src_port: 0, dst_port: 0 };
+    if ip.is_fragment() && ip.frag_offset() != 0 {
+        return Some((addrs, 0));
     }
-    let t = FiveTuple { src: IpAddr::V4(ip.src()), dst: IpAddr::V4(ip.dst()), proto: ip.protocol(), src_port, dst_port };
-    Some((t, flags))
+    Some(match transit_l4(&ip) {
+        Ok(Transit::Flow(t, L4Info::Tcp(seg))) => (t, seg.flags),
+        Ok(Transit::Flow(t, _) | Transit::IcmpError(t)) => (t, 0),
+        Err(_) => (addrs, 0),
+    })
 }
 
 #[cfg(test)]
