@@ -199,6 +199,22 @@ pub fn merge(topic: Topic, members: &[Member]) -> Value {
             });
             out["nodes"] = Value::Object(nodes);
         }
+        Topic::Xlate => {
+            let (rows, reported) = merge_xlates(members);
+            out["translations"] = json!(rows.len());
+            out["reported_rows"] = json!(reported);
+            out["xlates"] = Value::Array(rows);
+            // Per member: its NAT counters (its rows are in `xlates`), and
+            // their sum.
+            let mut total = Value::Null;
+            let mut per = Map::new();
+            for (m, d) in answered() {
+                crate::stats::add_json(&mut total, &d["counters"]);
+                per.insert(m.name.clone(), json!({ "nat": d["nat"], "counters": d["counters"] }));
+            }
+            out["counters"] = total;
+            out["nodes"] = Value::Object(per);
+        }
         Topic::Trace => {
             // One timeline: every node's events, each named with its
             // node, in the order of their (Unix) times.
@@ -255,6 +271,41 @@ fn member_row(m: &Member) -> Value {
 /// The names of the members that did not answer.
 fn silent(members: &[Member]) -> Vec<&str> {
     members.iter().filter(|m| m.answer == Answer::Missing).map(|m| m.name.as_str()).collect()
+}
+
+/// `show xlate` of every member as one row per translation (protocol,
+/// real and mapped endpoint), naming the members that hold it: a PAT
+/// translation lives on its connection's owner, a dynamic-NAT one on the
+/// control node and as a replica on every member (N4). References add
+/// up, idle is the least, age the most, stale only if stale everywhere.
+/// Also the number of member rows read.
+fn merge_xlates(members: &[Member]) -> (Vec<Value>, usize) {
+    let mut by_key: BTreeMap<(String, String, String), Value> = BTreeMap::new();
+    let mut reported = 0;
+    for m in members {
+        let Answer::Data(d) = &m.answer else { continue };
+        for x in d["xlates"].as_array().into_iter().flatten() {
+            reported += 1;
+            let text = |k: &str| x[k].as_str().unwrap_or_default().to_string();
+            let e = by_key.entry((text("proto"), text("real"), text("mapped"))).or_insert_with(|| {
+                json!({
+                    "proto": x["proto"], "real": x["real"], "mapped": x["mapped"], "sessions": x["sessions"],
+                    "nodes": [], "refcnt": 0, "idle_ms": x["idle_ms"], "age_ms": 0, "stale": true,
+                })
+            });
+            let n = |v: &Value, k: &str| v[k].as_u64().unwrap_or(0);
+            e["refcnt"] = json!(n(e, "refcnt") + n(x, "refcnt"));
+            e["idle_ms"] = json!(n(e, "idle_ms").min(n(x, "idle_ms")));
+            e["age_ms"] = json!(n(e, "age_ms").max(n(x, "age_ms")));
+            e["stale"] = json!(e["stale"] == true && x["stale"] == true);
+            if let Some(nodes) = e["nodes"].as_array_mut() {
+                if !nodes.iter().any(|v| v == &json!(m.name)) {
+                    nodes.push(json!(m.name));
+                }
+            }
+        }
+    }
+    (by_key.into_values().collect(), reported)
 }
 
 /// `show conn` of every member as one row per connection; also the number
@@ -419,6 +470,38 @@ mod tests {
         assert!(parse_trace_arg(b"\xff 1.2.3.4").is_err());
         let s = merge_trace_start(&[member(0, Answer::Data(json!({"until": 1}))), member(1, Answer::Error("bad".into()))]);
         assert_eq!((s["topic"].as_str(), s["members"][0]["trace"]["until"].as_u64(), s["members"][1]["error"].as_str()), (Some("trace-start"), Some(1), Some("bad")));
+    }
+
+    #[test]
+    fn xlates_merge_into_one_row_per_translation() {
+        let x = |proto: &str, real: &str, mapped: &str, sessions: &str, refcnt: u64, idle: u64, stale: bool| {
+            json!({ "proto": proto, "real": real, "mapped": mapped, "sessions": sessions, "refcnt": refcnt,
+                    "idle_ms": idle, "age_ms": idle * 2, "stale": stale, "worker": 0 })
+        };
+        let d = |xs: Vec<Value>, created: u64| Answer::Data(json!({ "nat": true, "xlates": xs, "counters": { "xlates_created": created } }));
+        // A PAT xlate on its owner n1; a dynamic-NAT one on every member
+        // (control node n2, replicas elsewhere), stale on one only.
+        let dnat = |refcnt, idle, stale| x("tcp", "10.0.0.9:0", "192.0.2.9:0", "cluster", refcnt, idle, stale);
+        let v = merge(
+            Topic::Xlate,
+            &[
+                member(0, d(vec![x("tcp", "10.0.0.1:40000", "192.0.2.7:1024", "per-session", 1, 5, false), dnat(2, 50, true)], 1)),
+                member(1, d(vec![dnat(0, 900, false)], 4)),
+                member(2, Answer::Missing),
+            ],
+        );
+        assert_eq!((v["translations"].as_u64(), v["reported_rows"].as_u64()), (Some(2), Some(3)));
+        let rows = v["xlates"].as_array().unwrap();
+        let pat = rows.iter().find(|r| r["sessions"] == "per-session").unwrap();
+        assert_eq!((&pat["nodes"], &pat["refcnt"], &pat["mapped"]), (&json!(["n1"]), &json!(1), &json!("192.0.2.7:1024")));
+        let shared = rows.iter().find(|r| r["sessions"] == "cluster").unwrap();
+        assert_eq!(
+            (&shared["nodes"], &shared["refcnt"], &shared["idle_ms"], &shared["age_ms"], &shared["stale"]),
+            (&json!(["n1", "n2"]), &json!(2), &json!(50), &json!(1800), &json!(false))
+        );
+        assert_eq!(v["counters"], json!({ "xlates_created": 5 }));
+        assert_eq!(v["nodes"]["n2"], json!({ "nat": true, "counters": { "xlates_created": 4 } }));
+        assert_eq!(v["not_answering"], json!(["n3"]));
     }
 
     #[test]

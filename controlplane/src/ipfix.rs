@@ -30,8 +30,22 @@
 //!   where the caller's `unix_ns_at_zero` is the wall-clock time of the
 //!   node's `Timestamp(0)`.
 //!
-//! Templates ([`V4_TEMPLATE`] 256, [`V6_TEMPLATE`] 257; field lists in
-//! [`V4_FIELDS`], [`V6_FIELDS`]) travel in one template set at the head
+//! **Translated connections (RFC 8158's NAT fields).** A connection the
+//! NAT stage translated (`FlowRecord::nat`, the tuple as the other side
+//! saw it) is exported with template [`V4_NAT_TEMPLATE`] (258): the IPv4
+//! fields and `postNATSourceIPv4Address`, `postNATDestinationIPv4Address`,
+//! `postNAPTSourceTransportPort`, `postNAPTDestinationTransportPort`
+//! (225–228). Each uniflow reads as its packets crossed the firewall:
+//! source and destination as they arrived, the post-NAT fields as they
+//! left — so the sender's address is its real one before and its mapped
+//! one after, the receiver's its mapped one before and its real one after.
+//! Outbound PAT's original direction is `real → server` becoming
+//! `mapped → server`; its reply `server → mapped` becoming `server →
+//! real`. Untranslated connections keep template 256.
+//!
+//! Templates ([`V4_TEMPLATE`] 256, [`V6_TEMPLATE`] 257, [`V4_NAT_TEMPLATE`]
+//! 258; field lists in [`V4_FIELDS`], [`V6_FIELDS`], [`V4_NAT_FIELDS`])
+//! travel in one template set at the head
 //! of the first message of a flush, on the first flush and again once
 //! `template_refresh_secs` have passed since they were last sent
 //! (RFC 7011 §8.4, UDP transport) — with or without data records, so a
@@ -52,7 +66,7 @@
 //!   counted `invalid`; times saturate instead of overflowing.
 
 use dataplane::conntrack::flowlog::{FLOW_RECORDS, UNKNOWN_IF};
-use dataplane::conntrack::{FlowEvent, FlowRecord};
+use dataplane::conntrack::{FlowEvent, FlowNat, FlowRecord};
 use dataplane::route::IfIndex;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -68,6 +82,7 @@ pub const TEMPLATE_SET_ID: u16 = 2;
 /// Template ids of the two record shapes (≥ 256, RFC 7011 §3.4.1).
 pub const V4_TEMPLATE: u16 = 256;
 pub const V6_TEMPLATE: u16 = 257;
+pub const V4_NAT_TEMPLATE: u16 = 258;
 /// A message's length field is 16 bits (RFC 7011 §3.1).
 pub const MAX_MESSAGE: usize = u16::MAX as usize;
 /// Data records that wait between two flushes: one full drain of a
@@ -90,6 +105,10 @@ pub mod ie {
     pub const SOURCE_IPV6_ADDRESS: u16 = 27;
     pub const DESTINATION_IPV6_ADDRESS: u16 = 28;
     pub const FLOW_END_REASON: u16 = 136;
+    pub const POST_NAT_SOURCE_IPV4_ADDRESS: u16 = 225;
+    pub const POST_NAT_DESTINATION_IPV4_ADDRESS: u16 = 226;
+    pub const POST_NAPT_SOURCE_TRANSPORT_PORT: u16 = 227;
+    pub const POST_NAPT_DESTINATION_TRANSPORT_PORT: u16 = 228;
     pub const FLOW_START_MILLISECONDS: u16 = 152;
     pub const FLOW_END_MILLISECONDS: u16 = 153;
 }
@@ -140,6 +159,21 @@ pub const V4_FIELDS: [FieldSpec; 13] = template(f(ie::SOURCE_IPV4_ADDRESS, 4), f
 /// The IPv6 template: the IPv4 one with IPv6 addresses.
 pub const V6_FIELDS: [FieldSpec; 13] = template(f(ie::SOURCE_IPV6_ADDRESS, 16), f(ie::DESTINATION_IPV6_ADDRESS, 16));
 
+/// The translated IPv4 template: the IPv4 one, then the post-NAT fields.
+pub const V4_NAT_FIELDS: [FieldSpec; 17] = {
+    let mut out = [V4_FIELDS[0]; 17];
+    let mut i = 0;
+    while i < V4_FIELDS.len() {
+        out[i] = V4_FIELDS[i];
+        i += 1;
+    }
+    out[13] = f(ie::POST_NAT_SOURCE_IPV4_ADDRESS, 4);
+    out[14] = f(ie::POST_NAT_DESTINATION_IPV4_ADDRESS, 4);
+    out[15] = f(ie::POST_NAPT_SOURCE_TRANSPORT_PORT, 2);
+    out[16] = f(ie::POST_NAPT_DESTINATION_TRANSPORT_PORT, 2);
+    out
+};
+
 const fn record_len(fields: &[FieldSpec]) -> usize {
     let mut n = 0;
     let mut i = 0;
@@ -153,9 +187,13 @@ const fn record_len(fields: &[FieldSpec]) -> usize {
 /// Bytes of one data record of each template.
 pub const V4_RECORD_LEN: usize = record_len(&V4_FIELDS);
 pub const V6_RECORD_LEN: usize = record_len(&V6_FIELDS);
+pub const V4_NAT_RECORD_LEN: usize = record_len(&V4_NAT_FIELDS);
+/// The templates in the order they are sent.
+const TEMPLATES: [(u16, &[FieldSpec]); 3] = [(V4_TEMPLATE, &V4_FIELDS), (V6_TEMPLATE, &V6_FIELDS), (V4_NAT_TEMPLATE, &V4_NAT_FIELDS)];
 /// The template set: its header, then per template its id, field count
 /// and 4 bytes per field (RFC 7011 §3.4.1).
-pub const TEMPLATE_SET_LEN: usize = SET_HEADER_LEN + 4 + 4 * V4_FIELDS.len() + 4 + 4 * V6_FIELDS.len();
+pub const TEMPLATE_SET_LEN: usize =
+    SET_HEADER_LEN + 4 + 4 * V4_FIELDS.len() + 4 + 4 * V6_FIELDS.len() + 4 + 4 * V4_NAT_FIELDS.len();
 /// The smallest `max_message`: a header, the templates and one IPv6 data
 /// record in its set.
 pub const MIN_MESSAGE: usize = HEADER_LEN + TEMPLATE_SET_LEN + SET_HEADER_LEN + V6_RECORD_LEN;
@@ -183,21 +221,15 @@ impl Addrs {
             Addrs::V6 { src, dst } => Addrs::V6 { src: dst, dst: src },
         }
     }
+}
 
-    /// The template that carries these addresses.
-    pub const fn template(self) -> u16 {
-        match self {
-            Addrs::V4 { .. } => V4_TEMPLATE,
-            Addrs::V6 { .. } => V6_TEMPLATE,
-        }
-    }
-
-    const fn record_len(self) -> usize {
-        match self {
-            Addrs::V4 { .. } => V4_RECORD_LEN,
-            Addrs::V6 { .. } => V6_RECORD_LEN,
-        }
-    }
+/// The post-NAT fields of a translated IPv4 uniflow (RFC 8158).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct PostNat {
+    pub src: Ipv4Addr,
+    pub dst: Ipv4Addr,
+    pub src_port: u16,
+    pub dst_port: u16,
 }
 
 /// One uniflow data record, as exported (the values of the template's
@@ -218,6 +250,8 @@ pub struct IpfixRecord {
     pub start_ms: u64,
     pub end_ms: u64,
     pub end_reason: u8,
+    /// A translated IPv4 connection's uniflow: as it left the firewall.
+    pub nat: Option<PostNat>,
 }
 
 /// Why a flow record yields no data record.
@@ -254,11 +288,25 @@ impl IpfixRecord {
             FlowEvent::Active => 0x02,
             FlowEvent::Built | FlowEvent::Denied => return Err(Skip::NotEnded),
         };
-        let addrs = Addrs::new(r.tuple.src, r.tuple.dst).ok_or(Skip::MixedFamily)?;
+        let t = &r.tuple;
+        let real = Addrs::new(t.src, t.dst).ok_or(Skip::MixedFamily)?;
+        // Translated (module essay): each direction arrives with its
+        // sender's real and its receiver's mapped endpoint and leaves with
+        // the sender's mapped and the receiver's real one.
+        let (addrs, nat, reply_addrs, reply_nat) = match (real, r.nat) {
+            (Addrs::V4 { src, dst }, Some(m)) => (
+                Addrs::V4 { src, dst: m.dst },
+                Some(PostNat { src: m.src, dst, src_port: m.src_port, dst_port: t.dst_port }),
+                Addrs::V4 { src: dst, dst: m.src },
+                Some(PostNat { src: m.dst, dst: src, src_port: m.dst_port, dst_port: t.src_port }),
+            ),
+            _ => (real, None, real.reversed(), None),
+        };
+        let mapped = |m: Option<FlowNat>| m.filter(|_| nat.is_some());
         let original = IpfixRecord {
             addrs,
-            src_port: r.tuple.src_port,
-            dst_port: r.tuple.dst_port,
+            src_port: t.src_port,
+            dst_port: mapped(r.nat).map_or(t.dst_port, |m| m.dst_port),
             proto: r.tuple.proto,
             tcp_flags: u16::from(r.tcp_flags),
             ingress: if_number(r.ingress),
@@ -268,11 +316,13 @@ impl IpfixRecord {
             start_ms: unix_ms(r.start.0, unix_ns_at_zero),
             end_ms: unix_ms(r.last.0, unix_ns_at_zero),
             end_reason,
+            nat,
         };
         let reply = IpfixRecord {
-            addrs: addrs.reversed(),
-            src_port: original.dst_port,
-            dst_port: original.src_port,
+            addrs: reply_addrs,
+            src_port: t.dst_port,
+            dst_port: mapped(r.nat).map_or(t.src_port, |m| m.src_port),
+            nat: reply_nat,
             ingress: original.egress,
             egress: original.ingress,
             packets: r.packets[1].saturating_sub(r.reported_packets[1]),
@@ -282,9 +332,22 @@ impl IpfixRecord {
         Ok([original, reply].map(|u| (u.packets > 0).then_some(u)))
     }
 
+    /// The template that carries this record.
+    pub const fn template(&self) -> u16 {
+        match (self.addrs, self.nat) {
+            (Addrs::V4 { .. }, None) => V4_TEMPLATE,
+            (Addrs::V4 { .. }, Some(_)) => V4_NAT_TEMPLATE,
+            (Addrs::V6 { .. }, _) => V6_TEMPLATE,
+        }
+    }
+
     /// Bytes of this record in its data set.
     pub const fn wire_len(&self) -> usize {
-        self.addrs.record_len()
+        match self.template() {
+            V4_TEMPLATE => V4_RECORD_LEN,
+            V4_NAT_TEMPLATE => V4_NAT_RECORD_LEN,
+            _ => V6_RECORD_LEN,
+        }
     }
 
     /// Appends the record in its template's field order ([`V4_FIELDS`],
@@ -311,6 +374,12 @@ impl IpfixRecord {
         out.extend_from_slice(&self.start_ms.to_be_bytes());
         out.extend_from_slice(&self.end_ms.to_be_bytes());
         out.push(self.end_reason);
+        if let (Addrs::V4 { .. }, Some(n)) = (self.addrs, self.nat) {
+            out.extend_from_slice(&n.src.octets());
+            out.extend_from_slice(&n.dst.octets());
+            out.extend_from_slice(&n.src_port.to_be_bytes());
+            out.extend_from_slice(&n.dst_port.to_be_bytes());
+        }
     }
 }
 
@@ -421,7 +490,7 @@ impl IpfixEncoder {
             // (start of the open data set, its template)
             let mut set: Option<(usize, u16)> = None;
             for r in &self.pending[next..] {
-                let id = r.addrs.template();
+                let id = r.template();
                 let opens = set.is_none_or(|(_, open)| open != id);
                 let need = r.wire_len() + if opens { SET_HEADER_LEN } else { 0 };
                 if msg.len() + need > self.max_message {
@@ -472,7 +541,7 @@ fn close_set(msg: &mut [u8], start: usize) {
 fn emit_templates(msg: &mut Vec<u8>) {
     msg.extend_from_slice(&TEMPLATE_SET_ID.to_be_bytes());
     msg.extend_from_slice(&(TEMPLATE_SET_LEN as u16).to_be_bytes());
-    for (id, fields) in [(V4_TEMPLATE, &V4_FIELDS), (V6_TEMPLATE, &V6_FIELDS)] {
+    for (id, fields) in TEMPLATES {
         msg.extend_from_slice(&id.to_be_bytes());
         msg.extend_from_slice(&(fields.len() as u16).to_be_bytes());
         for spec in fields {
@@ -509,6 +578,8 @@ mod tests {
             egress: IfIndex(1),
             rule: RuleRef::Rule(0),
             adopted: false,
+            mark: 0,
+            nat: None,
         }
     }
 
@@ -620,6 +691,16 @@ mod tests {
         let num = |id: u16| v.get(&id).map(|x| be(x)).ok_or(format!("no IE {id}"));
         let v4 = |id: u16| v.get(&id).and_then(|x| <[u8; 4]>::try_from(*x).ok()).map(Ipv4Addr::from);
         let v6 = |id: u16| v.get(&id).and_then(|x| <[u8; 16]>::try_from(*x).ok()).map(Ipv6Addr::from);
+        let nat = match (v4(ie::POST_NAT_SOURCE_IPV4_ADDRESS), v4(ie::POST_NAT_DESTINATION_IPV4_ADDRESS)) {
+            (Some(src), Some(dst)) => Some(PostNat {
+                src,
+                dst,
+                src_port: num(ie::POST_NAPT_SOURCE_TRANSPORT_PORT)? as u16,
+                dst_port: num(ie::POST_NAPT_DESTINATION_TRANSPORT_PORT)? as u16,
+            }),
+            (None, None) => None,
+            other => return Err(format!("post-NAT addresses {other:?}")),
+        };
         let addrs =
             match (v4(ie::SOURCE_IPV4_ADDRESS), v4(ie::DESTINATION_IPV4_ADDRESS), v6(ie::SOURCE_IPV6_ADDRESS), v6(ie::DESTINATION_IPV6_ADDRESS)) {
                 (Some(src), Some(dst), None, None) => Addrs::V4 { src, dst },
@@ -639,6 +720,7 @@ mod tests {
             start_ms: num(ie::FLOW_START_MILLISECONDS)?,
             end_ms: num(ie::FLOW_END_MILLISECONDS)?,
             end_reason: num(ie::FLOW_END_REASON)? as u8,
+            nat,
         })
     }
 
@@ -654,9 +736,22 @@ mod tests {
         let ifn = |i: IfIndex| if i.0 == u16::MAX { 0 } else { i.0 as u32 + 1 };
         let ms = |t: Timestamp| t.0.saturating_add(at_zero) / 1_000_000;
         let mut out = vec![];
-        for (dir, (s, d, sp, dp, i, e)) in [
-            (r.tuple.src, r.tuple.dst, r.tuple.src_port, r.tuple.dst_port, r.ingress, r.egress),
-            (r.tuple.dst, r.tuple.src, r.tuple.dst_port, r.tuple.src_port, r.egress, r.ingress),
+        let t = &r.tuple;
+        // The other side's view: the tuple itself when not translated (or
+        // not IPv4).
+        let v4 = matches!((t.src, t.dst), (IpAddr::V4(_), IpAddr::V4(_)));
+        let m = r.nat.filter(|_| v4);
+        let (m_src, m_dst) = m.map_or((t.src, t.dst), |m| (IpAddr::V4(m.src), IpAddr::V4(m.dst)));
+        let (msp, mdp) = m.map_or((t.src_port, t.dst_port), |m| (m.src_port, m.dst_port));
+        let v4of = |a: IpAddr| match a {
+            IpAddr::V4(a) => a,
+            IpAddr::V6(_) => unreachable!(),
+        };
+        // Sender as it is (real) → receiver as the sender's side sees it;
+        // after: sender as the far side sees it → receiver as it is.
+        for (dir, (s, d, sp, dp, i, e, post)) in [
+            (t.src, m_dst, t.src_port, mdp, r.ingress, r.egress, m.map(|_| PostNat { src: v4of(m_src), dst: v4of(t.dst), src_port: msp, dst_port: t.dst_port })),
+            (t.dst, m_src, t.dst_port, msp, r.egress, r.ingress, m.map(|_| PostNat { src: v4of(m_dst), dst: v4of(t.src), src_port: mdp, dst_port: t.src_port })),
         ]
         .into_iter()
         .enumerate()
@@ -679,6 +774,7 @@ mod tests {
                 start_ms: ms(r.start),
                 end_ms: ms(r.last),
                 end_reason,
+                nat: post,
             });
         }
         out
@@ -701,13 +797,13 @@ mod tests {
         let want: &[u8] = &[
             // -- message header (RFC 7011 §3.1) --
             0x00, 0x0a,             // version 10
-            0x00, 0xc0,             // length 192 = 16 + 116 + 60
+            0x01, 0x08,             // length 264 = 16 + 188 + 60
             0x65, 0x53, 0xf1, 0x0a, // export time 1_700_000_010
             0x00, 0x00, 0x00, 0x00, // sequence number: no record before
             0x00, 0x00, 0x00, 0x07, // observation domain 7
             // -- template set (§3.4.1) --
             0x00, 0x02,             // set id 2: templates
-            0x00, 0x74,             // length 116 = 4 + 2 * (4 + 13 * 4)
+            0x00, 0xbc,             // length 188 = 4 + 2 * (4 + 13 * 4) + 4 + 17 * 4
             0x01, 0x00, 0x00, 0x0d, // template 256, 13 fields
             0x00, 0x08, 0x00, 0x04, // sourceIPv4Address, 4
             0x00, 0x0c, 0x00, 0x04, // destinationIPv4Address, 4
@@ -736,6 +832,24 @@ mod tests {
             0x00, 0x98, 0x00, 0x08,
             0x00, 0x99, 0x00, 0x08,
             0x00, 0x88, 0x00, 0x01,
+            0x01, 0x02, 0x00, 0x11, // template 258, 17 fields: 256's, then
+            0x00, 0x08, 0x00, 0x04,
+            0x00, 0x0c, 0x00, 0x04,
+            0x00, 0x07, 0x00, 0x02,
+            0x00, 0x0b, 0x00, 0x02,
+            0x00, 0x04, 0x00, 0x01,
+            0x00, 0x06, 0x00, 0x02,
+            0x00, 0x0a, 0x00, 0x04,
+            0x00, 0x0e, 0x00, 0x04,
+            0x00, 0x02, 0x00, 0x08,
+            0x00, 0x01, 0x00, 0x08,
+            0x00, 0x98, 0x00, 0x08,
+            0x00, 0x99, 0x00, 0x08,
+            0x00, 0x88, 0x00, 0x01,
+            0x00, 0xe1, 0x00, 0x04, // postNATSourceIPv4Address (225), 4
+            0x00, 0xe2, 0x00, 0x04, // postNATDestinationIPv4Address (226), 4
+            0x00, 0xe3, 0x00, 0x02, // postNAPTSourceTransportPort (227), 2
+            0x00, 0xe4, 0x00, 0x02, // postNAPTDestinationTransportPort (228), 2
             // -- data set of template 256 (§3.3.2) --
             0x01, 0x00,             // set id 256
             0x00, 0x3c,             // length 60 = 4 + 56
@@ -754,10 +868,46 @@ mod tests {
             0x03,                   // flowEndReason: end of flow detected (FINs)
         ];
         assert_eq!(msgs, vec![want.to_vec()]);
-        assert_eq!((TEMPLATE_SET_LEN, V4_RECORD_LEN, V6_RECORD_LEN, MIN_MESSAGE), (116, 56, 80, 216));
+        assert_eq!((TEMPLATE_SET_LEN, V4_RECORD_LEN, V6_RECORD_LEN, V4_NAT_RECORD_LEN, MIN_MESSAGE), (188, 56, 80, 68, 288));
         assert_eq!(e.counters, IpfixCounters { records: 1, messages: 1, templates_sent: 1, dropped: 0, invalid: 0 });
         let m = Collector::default().decode(&msgs[0]).unwrap();
         assert_eq!(m.records, expected(&tcp([10, 0], [1000, 0]), AT_ZERO));
+    }
+
+    #[test]
+    fn golden_translated_record() {
+        // Outbound PAT: 198.18.10.2:40000 left as 198.18.20.100:1024.
+        let nat = FlowNat { src: Ipv4Addr::new(198, 18, 20, 100), src_port: 1024, dst: Ipv4Addr::new(198, 18, 20, 2), dst_port: 80 };
+        let r = FlowRecord { nat: Some(nat), ..tcp([10, 12], [1000, 20000]) };
+        let mut e = IpfixEncoder::new(7, 600, 1400);
+        e.push(&r, AT_ZERO);
+        let msgs = flush(&mut e, 1_700_000_010);
+        let data = &msgs[0][HEADER_LEN + TEMPLATE_SET_LEN..];
+        #[rustfmt::skip]
+        let want: &[u8] = &[
+            0x01, 0x02,             // set id 258
+            0x00, 0x8c,             // length 140 = 4 + 2 * 68
+            // the original direction, as it arrived: real source → server
+            0xc6, 0x12, 0x0a, 0x02, 0xc6, 0x12, 0x14, 0x02, 0x9c, 0x40, 0x00, 0x50,
+            0x06, 0x00, 0x13, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x02,
+            0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x0a, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x03, 0xe8,
+            0x00, 0x00, 0x01, 0x8b, 0xcf, 0xe5, 0x6b, 0xe8, 0x00, 0x00, 0x01, 0x8b, 0xcf, 0xe5, 0x73, 0xb8, 0x03,
+            // … as it left: mapped source 198.18.20.100:1024 → server
+            0xc6, 0x12, 0x14, 0x64, 0xc6, 0x12, 0x14, 0x02, 0x04, 0x00, 0x00, 0x50,
+            // the reply, as it arrived: server → mapped 198.18.20.100:1024
+            0xc6, 0x12, 0x14, 0x02, 0xc6, 0x12, 0x14, 0x64, 0x00, 0x50, 0x04, 0x00,
+            0x06, 0x00, 0x13, 0x00, 0x00, 0x00, 0x02, 0x00, 0x00, 0x00, 0x01,
+            0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x0c, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x4e, 0x20,
+            0x00, 0x00, 0x01, 0x8b, 0xcf, 0xe5, 0x6b, 0xe8, 0x00, 0x00, 0x01, 0x8b, 0xcf, 0xe5, 0x73, 0xb8, 0x03,
+            // … as it left: server → real 198.18.10.2:40000
+            0xc6, 0x12, 0x14, 0x02, 0xc6, 0x12, 0x0a, 0x02, 0x00, 0x50, 0x9c, 0x40,
+        ];
+        assert_eq!(data, want);
+        assert_eq!(Collector::default().decode(&msgs[0]).unwrap().records, expected(&r, AT_ZERO));
+        // An IPv6 connection never carries NAT fields (NAT is IPv4's).
+        let v6 = FlowRecord { nat: Some(nat), ..ended("2001:db8::1", "2001:db8::2", 6, (1, 2), [1, 1], [1, 1]) };
+        let [Some(o), Some(p)] = IpfixRecord::uniflows(&v6, AT_ZERO).unwrap() else { panic!() };
+        assert_eq!((o.nat, p.nat, o.template(), p.template()), (None, None, V6_TEMPLATE, V6_TEMPLATE));
     }
 
     // ---- directions, families, interfaces, time ----
@@ -861,8 +1011,8 @@ mod tests {
         assert_eq!(step(&mut e, 109, 0), [], "idle, not due: nothing");
         assert_eq!(step(&mut e, 110, 0), [(1, 0)], "due while idle: templates alone");
         assert_eq!(step(&mut e, 119, 1), [(0, 1)]);
-        // 1400 bytes: 22 IPv4 records after the templates, 24 without.
-        assert_eq!(step(&mut e, 120, 40), [(1, 22), (0, 18)], "only the first message of a flush");
+        // 1400 bytes: 21 IPv4 records after the templates, 24 without.
+        assert_eq!(step(&mut e, 120, 40), [(1, 21), (0, 19)], "only the first message of a flush");
         assert_eq!(step(&mut e, 50, 1), [(1, 1)], "the clock went back: resend");
         assert_eq!(e.counters.templates_sent, 4);
         let mut every = IpfixEncoder::new(1, 0, 1400);
@@ -955,8 +1105,10 @@ mod tests {
         (
             (event, families, any::<[u8; 16]>(), any::<[u8; 16]>(), any::<u8>(), any::<(u16, u16)>()),
             ([count(), count()], any::<[u64; 2]>(), any::<u8>(), (any::<u16>(), prop_oneof![Just(u16::MAX), any::<u16>()]), any::<(u64, u64)>()),
+            // Some translated (an IPv6 tuple ignores it).
+            proptest::option::weighted(0.3, any::<([u8; 4], [u8; 4], u16, u16)>()),
         )
-            .prop_map(|((event, (fs, fd), s, d, proto, ports), (packets, bytes, flags, (i, o), (start, last)))| FlowRecord {
+            .prop_map(|((event, (fs, fd), s, d, proto, ports), (packets, bytes, flags, (i, o), (start, last)), nat)| FlowRecord {
                 event,
                 tuple: FiveTuple { src: addr(fs, s), dst: addr(fd, d), proto, src_port: ports.0, dst_port: ports.1 },
                 start: Timestamp(start),
@@ -971,6 +1123,8 @@ mod tests {
                 egress: IfIndex(o),
                 rule: RuleRef::SecurityLevel,
                 adopted: false,
+                mark: 0,
+                nat: nat.map(|(a, b, sp, dp)| FlowNat { src: a.into(), dst: b.into(), src_port: sp, dst_port: dp }),
             })
     }
 

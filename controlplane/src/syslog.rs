@@ -38,6 +38,7 @@ use crate::membership::{EventKind, Reason, State};
 use dataplane::conntrack::{EndReason, FlowEvent, FlowRecord, RuleRef};
 use dataplane::route::IfIndex;
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::fmt::Write as _;
 
 /// The structured-data ID of every message.
@@ -195,7 +196,25 @@ pub fn flow_message(r: &FlowRecord, names: &Names) -> Option<Message> {
         ("dport", t.dst_port.to_string()),
     ];
     let (ingress, egress) = (names.iface(r.ingress), names.iface(r.egress));
-    let ends = format!("{}/{} ({ingress}) to {}/{} ({egress})", t.src, t.src_port, t.dst, t.dst_port);
+    // A translated connection: each end the other side saw differently
+    // is followed by that view ("as mapped/port"), and the whole
+    // translated tuple is in the parameters.
+    let (mut src_as, mut dst_as) = (String::new(), String::new());
+    if let Some(m) = r.nat.filter(|_| r.event != FlowEvent::Denied) {
+        if (IpAddr::V4(m.src), m.src_port) != (t.src, t.src_port) {
+            src_as = format!(" as {}/{}", m.src, m.src_port);
+        }
+        if (IpAddr::V4(m.dst), m.dst_port) != (t.dst, t.dst_port) {
+            dst_as = format!(" as {}/{}", m.dst, m.dst_port);
+        }
+        params.extend([
+            ("mapped-src", m.src.to_string()),
+            ("mapped-sport", m.src_port.to_string()),
+            ("mapped-dst", m.dst.to_string()),
+            ("mapped-dport", m.dst_port.to_string()),
+        ]);
+    }
+    let ends = format!("{}/{}{src_as} ({ingress}) to {}/{}{dst_as} ({egress})", t.src, t.src_port, t.dst, t.dst_port);
     Some(match r.event {
         FlowEvent::Built => {
             let rule = names.rule(r.rule);
@@ -370,6 +389,7 @@ pub fn event_message(severity: u8, msgid: &'static str, node: &str, text: String
 #[cfg(test)]
 mod tests {
     use super::*;
+    use dataplane::conntrack::FlowNat;
     use dataplane::types::FiveTuple;
     use dataplane::Timestamp;
     use proptest::prelude::*;
@@ -399,6 +419,8 @@ mod tests {
             egress: IfIndex(1),
             rule: RuleRef::Rule(0),
             adopted: false,
+            mark: 0,
+            nat: None,
         }
     }
 
@@ -437,6 +459,29 @@ mod tests {
             assert_eq!(String::from_utf8(render(&header(), t, &m)).unwrap(), want);
         }
         assert_eq!(flow_message(&record(FlowEvent::Ended(EndReason::HandedOver)), &names()), None);
+    }
+
+    #[test]
+    fn golden_translated_messages() {
+        let t = 1_796_361_045_123;
+        // Outbound PAT: the initiator leaves as 198.18.20.100/1024.
+        let pat = FlowNat { src: "198.18.20.100".parse().unwrap(), src_port: 1024, dst: "198.18.20.2".parse().unwrap(), dst_port: 80 };
+        let r = FlowRecord { nat: Some(pat), ..record(FlowEvent::Ended(EndReason::Fin)) };
+        let want = "<166>1 2026-12-04T05:10:45.123Z n1 clusterfw 4242 conn-teardown [cfw@32473 node=\"n1\" proto=\"tcp\" \
+                    src=\"198.18.10.2\" sport=\"40000\" dst=\"198.18.20.2\" dport=\"80\" mapped-src=\"198.18.20.100\" \
+                    mapped-sport=\"1024\" mapped-dst=\"198.18.20.2\" mapped-dport=\"80\" duration-ms=\"3123\" \
+                    packets-out=\"10\" packets-in=\"12\" bytes-out=\"1000\" bytes-in=\"20000\" reason=\"tcp-fins\"] \
+                    Teardown TCP connection 198.18.10.2/40000 as 198.18.20.100/1024 (inside) to 198.18.20.2/80 (outside) \
+                    duration 0:00:03.123 bytes 21000 (1000 from the initiator, 20000 to it) reason tcp-fins";
+        assert_eq!(String::from_utf8(render(&header(), t, &flow_message(&r, &names()).unwrap())).unwrap(), want);
+        // To a static rule's mapped address: the responder was reached as it.
+        let inbound = FlowNat { dst: "198.18.20.50".parse().unwrap(), ..FlowNat { src_port: 40000, dst_port: 8080, ..pat } };
+        let inbound = FlowNat { src: "198.18.10.2".parse().unwrap(), ..inbound };
+        let m = flow_message(&FlowRecord { nat: Some(inbound), ..record(FlowEvent::Built) }, &names()).unwrap();
+        assert!(m.text.starts_with("Built TCP connection 198.18.10.2/40000 (inside) to 198.18.20.2/80 as 198.18.20.50/8080 (outside)"), "{}", m.text);
+        // A denied attempt never carries one.
+        let m = flow_message(&FlowRecord { nat: Some(pat), ..record(FlowEvent::Denied) }, &names()).unwrap();
+        assert!(!m.params.iter().any(|(k, _)| k.starts_with("mapped")) && !m.text.contains(" as "), "{m:?}");
     }
 
     #[test]

@@ -15,7 +15,7 @@
 
 use controlplane::ipfix::IpfixEncoder;
 use dataplane::conntrack::flowlog::{RuleRef, UNKNOWN_IF};
-use dataplane::conntrack::{tcp_flags, EndReason, FlowEvent, FlowRecord};
+use dataplane::conntrack::{tcp_flags, EndReason, FlowEvent, FlowNat, FlowRecord};
 use dataplane::route::IfIndex;
 use dataplane::{FiveTuple, Timestamp};
 use std::collections::BTreeSet;
@@ -228,7 +228,27 @@ fn record(
         egress: ifs.1,
         rule: RuleRef::Rule(3),
         adopted: false,
+        mark: 0,
+        nat: None,
     }
+}
+
+/// `nfdump -o fmt:` of every row: (source, destination) as it arrived →
+/// its translation (nfdump's NSEL xlate fields, RFC 8158's post-NAT
+/// elements), as text.
+fn nfdump_xlates(file: &Path) -> BTreeSet<(String, String)> {
+    let fmt = "fmt:%sa|%sp|%da|%dp|%xsa|%xsp|%xda|%xdp";
+    let out = Command::new("nfdump").arg("-r").arg(file).args(["-o", fmt, "-q", "-N"]).env("TZ", "UTC").output().expect("run nfdump");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(out.status.success(), "nfdump: {}\n{text}{}", out.status, String::from_utf8_lossy(&out.stderr));
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            let f: Vec<&str> = l.split('|').map(str::trim).collect();
+            assert_eq!(f.len(), 8, "{l:?}");
+            (format!("{}:{} > {}:{}", f[0], f[1], f[2], f[3]), format!("{}:{} > {}:{}", f[4], f[5], f[6], f[7]))
+        })
+        .collect()
 }
 
 #[test]
@@ -243,6 +263,17 @@ fn nfdump_reads_what_the_encoder_sends() {
         record(idle, "198.18.10.3", "198.18.20.53", 17, (5353, 53), [2, 1], [150, 300], (if0, if1)),
         record(idle, "198.18.10.4", "198.18.20.4", 17, (123, 123), [3, 0], [228, 0], (if0, UNKNOWN_IF)),
         record(fin, "2001:db8:10::2", "2001:db8:20::2", 6, (41000, 443), [7, 9], [700, 9000], (if1, if0)),
+        // Outbound PAT: 198.18.10.5:40001 left as 198.18.20.100:1024.
+        FlowRecord {
+            nat: Some(FlowNat { src: "198.18.20.100".parse().unwrap(), src_port: 1024, dst: "198.18.20.2".parse().unwrap(), dst_port: 80 }),
+            ..record(fin, "198.18.10.5", "198.18.20.2", 6, (40001, 80), [4, 5], [400, 5000], (if0, if1))
+        },
+        // In to a static rule's mapped address 198.18.20.50:8053, real
+        // 198.18.10.53:53.
+        FlowRecord {
+            nat: Some(FlowNat { src: "198.18.20.7".parse().unwrap(), src_port: 7777, dst: "198.18.20.50".parse().unwrap(), dst_port: 8053 }),
+            ..record(idle, "198.18.20.7", "198.18.10.53", 17, (7777, 53), [1, 1], [80, 120], (if1, if0))
+        },
         // Not flows for IPFIX: must not show up.
         record(FlowEvent::Built, "198.18.10.9", "198.18.20.9", 6, (1, 2), [1, 0], [60, 0], (if0, if1)),
         record(FlowEvent::Denied, "198.18.10.9", "198.18.20.9", 6, (3, 4), [1, 0], [60, 0], (if0, if1)),
@@ -270,6 +301,11 @@ fn nfdump_reads_what_the_encoder_sends() {
         row("198.18.10.4", "198.18.20.4", 123, 123, "UDP", 3, 228, 1, 0),
         row("2001:db8:10::2", "2001:db8:20::2", 41000, 443, "TCP", 7, 700, 2, 1),
         row("2001:db8:20::2", "2001:db8:10::2", 443, 41000, "TCP", 9, 9000, 1, 2),
+        // Translated: each direction as it arrived.
+        row("198.18.10.5", "198.18.20.2", 40001, 80, "TCP", 4, 400, 1, 2),
+        row("198.18.20.2", "198.18.20.100", 80, 1024, "TCP", 5, 5000, 2, 1),
+        row("198.18.20.7", "198.18.20.50", 7777, 8053, "UDP", 1, 80, 2, 1),
+        row("198.18.10.53", "198.18.20.7", 53, 7777, "UDP", 1, 120, 1, 2),
     ]
     .into_iter()
     .collect();
@@ -299,11 +335,25 @@ fn nfdump_reads_what_the_encoder_sends() {
     let log = nfcapd.log();
     let tally = log.lines().find(|l| l.contains("Sequence Errors")).unwrap_or_else(|| panic!("no tally in nfcapd's log:\n{log}"));
     eprintln!("nfcapd: {tally}");
-    assert!(tally.contains("Flows: 7,") && tally.contains("Sequence Errors: 0,") && tally.contains("Bad Packets: 0"), "{log}");
+    assert!(tally.contains("Flows: 11,") && tally.contains("Sequence Errors: 0,") && tally.contains("Bad Packets: 0"), "{log}");
     let (rows, text) = nfdump_rows(&file);
     eprintln!("{version}, {} messages from the encoder, nfdump -o csv:\n{text}", msgs.len());
     assert_eq!(rows.len(), want.len(), "one row per exported direction:\n{text}\nnfcapd:\n{}", nfcapd.log());
     let got: BTreeSet<Row> = rows.into_iter().collect();
     assert_eq!(got, want, "\n{text}");
     assert_eq!(enc.counters.records, want.len() as u64);
+    // …and how each translated direction left (RFC 8158's post-NAT fields).
+    let xlates = nfdump_xlates(&file);
+    eprintln!("nfdump's xlate fields: {xlates:#?}");
+    let pair = |a: &str, b: &str| (a.to_string(), b.to_string());
+    for want in [
+        pair("198.18.10.5:40001 > 198.18.20.2:80", "198.18.20.100:1024 > 198.18.20.2:80"),
+        pair("198.18.20.2:80 > 198.18.20.100:1024", "198.18.20.2:80 > 198.18.10.5:40001"),
+        pair("198.18.20.7:7777 > 198.18.20.50:8053", "198.18.20.7:7777 > 198.18.10.53:53"),
+        pair("198.18.10.53:53 > 198.18.20.7:7777", "198.18.20.50:8053 > 198.18.20.7:7777"),
+    ] {
+        assert!(xlates.contains(&want), "{want:?} not in nfdump's rows: {xlates:#?}");
+    }
+    let untranslated: Vec<_> = xlates.iter().filter(|(_, x)| x != "0.0.0.0:0 > 0.0.0.0:0").collect();
+    assert_eq!(untranslated.len(), 4, "only the translated rows carry xlate fields: {xlates:#?}");
 }

@@ -563,3 +563,58 @@ fn new_rules_swap_in_over_the_same_pools() {
     let twelve = PacketBuilder::new(HOST_MAC, IN_MAC, Ipv4Addr::new(198, 18, 1, 12), SERVER).udp(5001, 123, b"t");
     assert_eq!(Ip(&run(&mut p, 3, IN_PORT, &twelve).1).src(), PAT_ADDR);
 }
+
+/// The flow log's records carry each connection's translation (RFC 8158's
+/// NAT fields for IPFIX, the mapped endpoints in syslog): outbound PAT and
+/// dynamic NAT by their xlates — still right after a per-session xlate
+/// went with its connection, before the log was drained —, connections to
+/// static PAT and static NAT addresses by their rules, an echo by its
+/// identifier; an untranslated connection carries none.
+#[test]
+fn flow_records_carry_their_translation() {
+    use dataplane::conntrack::{EndReason, FlowEvent, FlowNat, FlowRecord};
+    use std::net::IpAddr;
+    let mut p = pipeline(None);
+    p.log_flows(None);
+    // Outbound PAT, reset at 3 ms: it ends 10 s later.
+    let syn = from_host(SERVER).tcp(40000, 443, 100, 0, SYN, 64240, &SYN_OPTS, b"");
+    let (_, out) = run(&mut p, 0, IN_PORT, &syn);
+    let mport = Ip(&out).ports().0;
+    run(&mut p, 1, OUT_PORT, &from_outside(SERVER, PAT_ADDR).tcp(443, mport, 5000, 101, SYN | ACK, 65535, &SYN_OPTS, b""));
+    run(&mut p, 3, IN_PORT, &from_host(SERVER).tcp(40000, 443, 101, 0, RST, 0, &[], b""));
+    // Dynamic NAT (host .11), static PAT and static NAT inbound, a ping,
+    // and ssh to an inside host's real address.
+    let host11 = Ipv4Addr::new(198, 18, 1, 11);
+    let from11 = PacketBuilder::new(HOST_MAC, IN_MAC, host11, SERVER).tcp(41000, 443, 1, 0, SYN, 1000, &[], b"");
+    assert_eq!(run(&mut p, 4, IN_PORT, &from11).0, Verdict::Forward(OUT_PORT));
+    let web = from_outside(SERVER, WEB_MAPPED).tcp(50000, 8080, 7, 0, SYN, 1000, &SYN_OPTS, b"");
+    assert_eq!(run(&mut p, 5, OUT_PORT, &web).0, Verdict::Forward(IN_PORT));
+    let db = from_outside(SERVER, DB_MAPPED).tcp(50001, 5432, 7, 0, SYN, 1000, &SYN_OPTS, b"");
+    assert_eq!(run(&mut p, 6, OUT_PORT, &db).0, Verdict::Forward(DMZ_PORT));
+    let (v, out) = run(&mut p, 7, IN_PORT, &from_host(SERVER).icmp(8, 0, (0x4242, 1), b"ping"));
+    assert_eq!(v, Verdict::Forward(OUT_PORT));
+    let echo_id = Ip(&out).echo_id();
+    let ssh = from_outside(SERVER, SSH_HOST).tcp(50002, 22, 7, 0, SYN, 1000, &SYN_OPTS, b"");
+    assert_eq!(run(&mut p, 8, OUT_PORT, &ssh).0, Verdict::Forward(IN_PORT));
+    for ms in (10_000..12_000).step_by(10) {
+        p.poll_timers(Timestamp::from_millis(ms));
+    }
+    assert!(p.xlates(Timestamp::from_secs(12), 16).iter().all(|x| x.real != format!("{HOST}:40000")), "the PAT xlate is gone");
+    let mut records: Vec<FlowRecord> = vec![];
+    p.drain_flow_log(|r| records.push(*r));
+    let nat_of = |event: FlowEvent, src: Ipv4Addr, sport: u16| {
+        let r = records.iter().find(|r| r.event == event && r.tuple.src == IpAddr::V4(src) && r.tuple.src_port == sport);
+        r.unwrap_or_else(|| panic!("no {event:?} record of {src}:{sport} in {records:#?}")).nat
+    };
+    let pat = Some(FlowNat { src: PAT_ADDR, src_port: mport, dst: SERVER, dst_port: 443 });
+    assert_eq!(nat_of(FlowEvent::Built, HOST, 40000), pat);
+    assert_eq!(nat_of(FlowEvent::Ended(EndReason::Reset), HOST, 40000), pat, "annotated before its xlate went");
+    assert_eq!(nat_of(FlowEvent::Built, host11, 41000), Some(FlowNat { src: NAT_ADDR, src_port: 41000, dst: SERVER, dst_port: 443 }));
+    assert_eq!(nat_of(FlowEvent::Built, SERVER, 50000), Some(FlowNat { src: SERVER, src_port: 50000, dst: WEB_MAPPED, dst_port: 8080 }));
+    assert_eq!(nat_of(FlowEvent::Built, SERVER, 50001), Some(FlowNat { src: SERVER, src_port: 50001, dst: DB_MAPPED, dst_port: 5432 }));
+    assert_eq!(nat_of(FlowEvent::Built, SERVER, 50002), None, "ssh to a real address: untranslated");
+    let ping = records.iter().find(|r| r.event == FlowEvent::Built && r.tuple.proto == 1).expect("the ping's record");
+    let m = ping.nat.expect("the ping is translated");
+    assert_eq!(m.src, PAT_ADDR);
+    assert_eq!((m.src_port | m.dst_port, ping.tuple.src_port | ping.tuple.dst_port), (echo_id, 0x4242), "the identifier where the tuple has it");
+}

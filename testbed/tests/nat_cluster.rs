@@ -15,7 +15,9 @@
 //! (e) rate-limited downloads through PAT while the member holding the
 //!     most translations is killed: every one completes with its sha256,
 //!     the survivors took translated connections over with their mapped
-//!     ports (`bindings_adopted`);
+//!     ports (`bindings_adopted`); `cluster show xlate` asked of a
+//!     survivor lists each translation once with its holder, the killed
+//!     member as not answering;
 //! (f) tcpdump on the server's link saw the pool addresses, never the
 //!     client's;
 //! (g) rate-limited downloads through PAT while the killed member
@@ -29,17 +31,26 @@
 //!     node, the data nodes sending such connections there (`to_control`;
 //!     32 datagrams from as many source ports make sure some land on a
 //!     data node).
+//! (i) (run after (h)) the members' IPFIX to nfdump's `nfcapd` on the
+//!     management segment: three more downloads, each listed by `nfdump`
+//!     with its translation (RFC 8158's post-NAT fields, nfdump's xlate
+//!     columns) — the original direction leaving from 198.51.100.7 and a
+//!     port the server's link capture shows, the reply reaching the
+//!     client's real address and port — and (c)'s connection to the static
+//!     PAT address reaching the client's 8080.
 //!
-//! Needs root, curl, iperf3, tcpdump and tracepath (scripts/test.sh
+//! Needs root, curl, iperf3, tcpdump, tracepath and nfdump (scripts/test.sh
 //! installs them).
 //! A guard takes the bed down on every exit path.
 
-use anyhow::{ensure, Result};
+use anyhow::{ensure, Context, Result};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use testbed::faults::{self, Fault};
-use testbed::harness::{self, Children, Shape, Steps, TestBed};
+use testbed::harness::{self, Background, Children, Shape, Steps, TestBed};
 use testbed::sys;
+use testbed::topology::{cluster_addr as a, MGMT_NAMESPACE};
 
 const NODES: usize = 3;
 const INSIDE: &str = "cfw-inside";
@@ -47,6 +58,8 @@ const OUTSIDE: &str = "cfw-outside";
 const CLIENT: &str = "198.18.10.2";
 const SERVER: &str = "198.18.20.2";
 const WEB_MAPPED: &str = "198.51.100.80";
+/// The PAT pool's address (`nodeconf::NAT_SECTION`).
+const PAT_ADDR: &str = "198.51.100.7";
 const BYTES: u64 = 2 << 20;
 /// Downloads running while a member is killed, each 2 MiB at 256 KiB/s
 /// (about 8 s); the kill comes `KILL_AFTER` into them.
@@ -119,10 +132,88 @@ fn multi_session(bed: &TestBed, all: &[usize]) -> Result<String> {
     ))
 }
 
+/// nfdump's rows as (source, destination) → (xlate source, xlate
+/// destination, bytes), addresses as `a:p`.
+fn nfdump_xlates(dir: &Path) -> Result<Vec<[String; 5]>> {
+    let fmt = "fmt:%sa|%sp|%da|%dp|%xsa|%xsp|%xda|%xdp|%byt";
+    let out = sys::run("nfdump", &["-R", &dir.to_string_lossy(), "-q", "-N", "-o", fmt])?;
+    out.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            let f: Vec<&str> = l.split('|').map(str::trim).collect();
+            ensure!(f.len() == 9, "nfdump row {l:?}");
+            let ap = |i: usize| format!("{}:{}", f[i], f[i + 1]);
+            Ok([ap(0), ap(2), ap(4), ap(6), f[8].to_string()])
+        })
+        .collect()
+}
+
+/// Step (i) (module essay).
+fn ipfix_translations(bed: &TestBed, nfcapd: &mut Option<Background>, flows: &Path, www: &Path, cap_log: &Path) -> Result<String> {
+    let url = format!("http://{SERVER}:8080/random.bin");
+    let mut ports = Vec::new();
+    for i in 0..3 {
+        let got = www.join(format!("got-i{i}.bin")).to_string_lossy().into_owned();
+        let port = sys::ns_run(INSIDE, "curl", &["-sS", "--fail", "--max-time", "60", "-o", &got, "-w", "%{local_port}", &url])?;
+        ports.push(port.trim().parse::<u16>().with_context(|| format!("curl's local port {port:?}"))?);
+    }
+    // Their flows end (tcp-closed, 10 s on the bed) and the owners export
+    // them (a flush a second).
+    let t0 = Instant::now();
+    loop {
+        let mut live = 0;
+        for k in 1..=NODES {
+            let v = bed.show(k, "conn")?;
+            live += v["connections"].as_array().into_iter().flatten().filter(|c| {
+                let t = &c["tuple"];
+                let port = |k: &str| t[k].as_u64().is_some_and(|p| ports.contains(&(p as u16)));
+                (t["src"] == CLIENT && port("src_port")) || (t["dst"] == CLIENT && port("dst_port"))
+            }).count();
+        }
+        if live == 0 {
+            break;
+        }
+        ensure!(t0.elapsed() < Duration::from_secs(40), "{live} flows of the downloads still listed after 40 s");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    std::thread::sleep(Duration::from_millis(2500));
+    // SIGTERM makes nfcapd write its file out.
+    drop(nfcapd.take());
+    let rows = nfdump_xlates(flows)?;
+    let capture = std::fs::read_to_string(cap_log)?;
+    let mut out = Vec::new();
+    for p in &ports {
+        let me = format!("{CLIENT}:{p}");
+        let orig: Vec<_> = rows.iter().filter(|r| r[0] == me && r[1] == format!("{SERVER}:8080")).collect();
+        ensure!(!orig.is_empty(), "no IPFIX record from {me} ({} rows)", rows.len());
+        let mapped = orig[0][2].clone();
+        ensure!(
+            orig.iter().all(|r| r[2] == mapped && r[3] == format!("{SERVER}:8080")) && mapped.starts_with(&format!("{PAT_ADDR}:")),
+            "{me}: original direction's translations {orig:?}"
+        );
+        let mport = mapped.rsplit(':').next().unwrap_or_default();
+        ensure!(
+            capture.contains(&format!("{PAT_ADDR}.{mport} > {SERVER}.8080")),
+            "{me} left as {mapped} by IPFIX, which the server's link never carried"
+        );
+        let reply: Vec<_> = rows.iter().filter(|r| r[0] == format!("{SERVER}:8080") && r[1] == mapped).collect();
+        ensure!(!reply.is_empty() && reply.iter().all(|r| r[2] == format!("{SERVER}:8080") && r[3] == me), "{me}: replies {reply:?}");
+        let bytes: u64 = reply.iter().filter_map(|r| r[4].parse::<u64>().ok()).sum();
+        ensure!(bytes >= BYTES, "{me}: {bytes} bytes towards the client in IPFIX, the file has {BYTES}");
+        out.push(format!("{me} as {mapped} ({} + {} records, {bytes} bytes back)", orig.len(), reply.len()));
+    }
+    let statics: Vec<_> = rows.iter().filter(|r| r[1] == format!("{WEB_MAPPED}:80")).collect();
+    ensure!(
+        !statics.is_empty() && statics.iter().all(|r| r[3] == format!("{CLIENT}:8080")),
+        "(c)'s connection to {WEB_MAPPED}:80: {statics:?}"
+    );
+    Ok(format!("{}; {} record(s) to {WEB_MAPPED}:80 reaching {CLIENT}:8080", out.join(", "), statics.len()))
+}
+
 #[test]
 fn pat_through_the_three_node_cluster() {
     assert!(sys::is_root(), "the NAT test bed test needs root (network namespaces, veths)");
-    for tool in ["curl", "iperf3", "tcpdump", "tracepath"] {
+    for tool in ["curl", "iperf3", "tcpdump", "tracepath", "nfcapd", "nfdump"] {
         assert!(sys::have(tool), "{tool} is not installed (scripts/test.sh installs it)");
     }
     let workers = harness::bed_workers();
@@ -133,6 +224,13 @@ fn pat_through_the_three_node_cluster() {
     let mut step = |name: &str, r: Result<String>| steps.step(name, r);
     // The server's link, captured for the whole test.
     let (mut cap, cap_log) = harness::capture_ip(&bed.run_dir, OUTSIDE, "natc-outside-tcpdump").expect("tcpdump");
+    // The members' IPFIX collector, for (i).
+    let flows = bed.run_dir.join("nfcapd");
+    let _ = std::fs::remove_dir_all(&flows);
+    std::fs::create_dir_all(&flows).expect("nfcapd dir");
+    let nfcapd_args = ["-b", a::COLLECTOR, "-p", &a::IPFIX_PORT.to_string(), "-w", &flows.to_string_lossy(), "-t", "3600"].map(String::from);
+    let nfcapd_args: Vec<&str> = nfcapd_args.iter().map(String::as_str).collect();
+    let mut nfcapd = Some(Background::start("nfcapd", MGMT_NAMESPACE, "nfcapd", &nfcapd_args, &bed.run_dir.join("nfcapd.out")).expect("nfcapd"));
 
     // One file served by the server for (a) and (e).
     let (www, want, server) = harness::served_file(&bed.run_dir, "natc", OUTSIDE, SERVER, 8080, BYTES).expect("server");
@@ -200,6 +298,10 @@ fn pat_through_the_three_node_cluster() {
         })(),
     );
     step("(h) ping and tracepath through multi-session PAT, at the control node", multi_session(&bed, &all));
+    step(
+        "(i) nfdump lists translated downloads with their post-NAT addresses and ports",
+        ipfix_translations(&bed, &mut nfcapd, &flows, &www.0, &cap_log),
+    );
     // `LIVE` rate-limited downloads, `fault` applied to a member
     // `KILL_AFTER` into them (`pick`: which, from the members' xlates);
     // every one must complete with its sha256.
@@ -252,9 +354,28 @@ fn pat_through_the_three_node_cluster() {
             let refused: u64 = x.iter().map(|(_, _, v)| counter(v, "bindings_refused")).sum();
             ensure!(held == 0 || adopted > 0, "n{node} held {held} xlates, none taken over: {x:?}");
             ensure!(refused == 0, "bindings refused: {refused}");
+            // The cluster-wide view from a survivor: one row per
+            // translation naming its holders, the killed member marked.
+            let v = bed.cluster_show(up[0], "xlate")?;
+            let rows = v["xlates"].as_array().cloned().unwrap_or_default();
+            let per_member: usize = x.iter().map(|(_, n, _)| n).sum();
+            let holders: std::collections::BTreeSet<String> =
+                rows.iter().flat_map(|r| r["nodes"].as_array().cloned().unwrap_or_default()).filter_map(|n| n.as_str().map(String::from)).collect();
+            ensure!(v["not_answering"] == serde_json::json!([format!("n{node}")]), "not answering: {}", v["not_answering"]);
+            ensure!(
+                !rows.is_empty()
+                    && rows.iter().all(|r| r["mapped"].as_str().is_some_and(|m| m.starts_with(PAT_ADDR)))
+                    && rows.iter().filter(|r| r["sessions"] == "per-session").all(|r| r["nodes"].as_array().is_some_and(|n| n.len() == 1))
+                    && !holders.contains(&format!("n{node}")),
+                "cluster show xlate from n{}: {rows:?}",
+                up[0]
+            );
             Ok(format!(
                 "{LIVE} downloads complete with their sha256 after n{node} (holding {held} xlates) was killed; \
-                 {adopted} translated connections taken over with their mapped ports; done {took:.1} s after the kill"
+                 {adopted} translated connections taken over with their mapped ports; done {took:.1} s after the kill; \
+                 cluster show xlate from n{}: {} translations ({per_member} rows in the members' own views) held by {holders:?}, n{node} not answering",
+                up[0],
+                rows.len()
             ))
         })(),
     );

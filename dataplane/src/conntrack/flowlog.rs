@@ -29,10 +29,19 @@
 //!   by `ConnTable::expire`'s walk, so within one walk of the table after
 //!   it is due); each record says what earlier ones reported
 //!   (`reported_*`), so deltas add up to the ended record's totals.
+//! - Address translation (`FlowRecord::nat`) is the NAT stage's to fill
+//!   in, from the slot's **mark** each record carries (a `Built` record
+//!   takes its flow's mark when the flow is marked right after, as the
+//!   NAT stage does for a connection's first packet, so a pass made in
+//!   between holds that record back): it annotates every record queued
+//!   since its last pass ([`super::ConnTable::annotate_flow_log`]) before
+//!   it lets go of the xlates of ended flows, so the mark still names the
+//!   xlate the connection used.
 
 use super::tcp::TcpState;
 use crate::route::IfIndex;
 use crate::types::{FiveTuple, Timestamp};
+use std::net::Ipv4Addr;
 
 /// Records of built and ended connections a worker's log holds between
 /// two drains.
@@ -107,6 +116,20 @@ pub enum FlowEvent {
     Denied,
 }
 
+/// A translated connection as the other side of the firewall sees it
+/// (IPv4 only: NAT is IPv4's): the record's tuple with every translated
+/// endpoint replaced by its mapped one — the initiator's source for
+/// outbound NAT, the responder's destination for a connection to a static
+/// rule's mapped address. Ports are the tuple's where not translated (an
+/// echo identifier sits where the tuple has it).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct FlowNat {
+    pub src: Ipv4Addr,
+    pub src_port: u16,
+    pub dst: Ipv4Addr,
+    pub dst_port: u16,
+}
+
 /// One record for the exporters. `Copy`, fixed size: it crosses to the
 /// control lcore as it is.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -136,6 +159,10 @@ pub struct FlowRecord {
     /// The connection was taken over from another owner (its `start` is
     /// the take-over).
     pub adopted: bool,
+    /// The flow's conntrack mark when the record was made (0: none).
+    pub mark: u32,
+    /// Its address translation, if it had one (module essay).
+    pub nat: Option<FlowNat>,
 }
 
 /// Per slot: what the record needs beyond the slot.
@@ -192,6 +219,10 @@ pub(super) struct FlowLog {
     pub active_timeout: Option<crate::types::Duration>,
     records: Vec<FlowRecord>,
     denied: Vec<FlowRecord>,
+    /// `records[..annotated]` went through `annotate`.
+    annotated: usize,
+    /// The newest record is slot `.0`'s `Built` (`marked`).
+    built: Option<u32>,
     pub counters: FlowLogCounters,
 }
 
@@ -224,11 +255,14 @@ impl FlowLog {
             active_timeout,
             records: Vec::with_capacity(FLOW_RECORDS),
             denied: Vec::with_capacity(DENY_RECORDS),
+            annotated: 0,
+            built: None,
             counters: FlowLogCounters::default(),
         }
     }
 
     pub fn queue(&mut self, r: FlowRecord) {
+        self.built = None;
         if push(&mut self.records, r) {
             self.counters.records += 1;
         } else {
@@ -241,7 +275,40 @@ impl FlowLog {
     pub fn built(&mut self, i: u32, meta: FlowMeta, record: FlowRecord) {
         if let Some(m) = self.meta.get_mut(i as usize) {
             *m = meta;
+            let n = self.records.len();
             self.queue(record);
+            if self.records.len() > n {
+                self.built = Some(i);
+            }
+        }
+    }
+
+    /// Slot `i` was marked `mark`: its `Built` record, if it is the newest,
+    /// takes the mark (a flow is marked right after it is built).
+    pub fn marked(&mut self, i: u32, mark: u32) {
+        if self.built == Some(i) {
+            if let Some(r) = self.records.last_mut() {
+                r.mark = mark;
+            }
+        }
+    }
+
+    /// Records queued since the last pass not annotated yet.
+    pub fn unannotated(&self) -> bool {
+        self.annotated < self.records.len()
+    }
+
+    /// Fill in `nat` of every record queued since the last pass; with
+    /// `hold_built`, not of the newest record if it is a `Built` one (its
+    /// flow may be marked still: the next pass takes it).
+    pub fn annotate(&mut self, hold_built: bool, mut f: impl FnMut(&FlowRecord) -> Option<FlowNat>) {
+        let end = self.records.len() - usize::from(hold_built && self.built.is_some());
+        for r in self.records.get_mut(self.annotated..end).unwrap_or_default() {
+            r.nat = f(r);
+        }
+        self.annotated = self.annotated.max(end);
+        if !hold_built {
+            self.built = None;
         }
     }
 
@@ -283,6 +350,8 @@ impl FlowLog {
     /// Every record queued since the last drain, built and ended first,
     /// then denied ones, oldest first. Never allocates.
     pub fn drain(&mut self, mut f: impl FnMut(&FlowRecord)) {
+        self.annotated = 0;
+        self.built = None;
         for r in self.records.drain(..).chain(self.denied.drain(..)) {
             f(&r);
         }

@@ -60,7 +60,7 @@ use index::Index;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use flowlog::{FlowLog, FlowMeta};
-pub use flowlog::{EndReason, FlowEvent, FlowLogCounters, FlowRecord, RuleRef};
+pub use flowlog::{EndReason, FlowEvent, FlowNat, FlowLogCounters, FlowRecord, RuleRef};
 pub use state::{FlowState, FlowStateError};
 pub use tcp::{SeqNumber, TcpState};
 
@@ -433,6 +433,8 @@ impl Slot {
             egress: meta.egress,
             rule: meta.rule,
             adopted: meta.adopted,
+            mark: self.mark,
+            nat: None,
         }
     }
 
@@ -625,6 +627,8 @@ impl ConnTable {
                 egress,
                 rule,
                 adopted: false,
+                mark: 0,
+                nat: None,
             });
         }
     }
@@ -634,6 +638,23 @@ impl ConnTable {
     pub fn drain_flow_log(&mut self, f: impl FnMut(&FlowRecord)) {
         if let Some(log) = self.flow_log.as_deref_mut() {
             log.drain(f);
+        }
+    }
+
+    /// Records queued since the last pass wait for `annotate_flow_log`
+    /// (`flowlog`'s essay).
+    #[inline]
+    pub fn flow_log_unannotated(&self) -> bool {
+        self.flow_log.as_deref().is_some_and(FlowLog::unannotated)
+    }
+
+    /// Fill in the address translation of every record queued since the
+    /// last pass (`FlowRecord::nat`, from its `mark`); with `hold_built`,
+    /// a `Built` record whose flow may still be marked waits for the next
+    /// pass (`flowlog`'s essay). Never allocates.
+    pub fn annotate_flow_log(&mut self, hold_built: bool, f: impl FnMut(&FlowRecord) -> Option<flowlog::FlowNat>) {
+        if let Some(log) = self.flow_log.as_deref_mut() {
+            log.annotate(hold_built, f);
         }
     }
 
@@ -654,6 +675,9 @@ impl ConnTable {
     pub fn set_mark(&mut self, h: FlowHandle, mark: u32) {
         if let Some(s) = self.slots.get_mut(h.0 as usize).filter(|s| s.live) {
             s.mark = mark;
+            if let Some(log) = self.flow_log.as_deref_mut() {
+                log.marked(h.0, mark);
+            }
         }
     }
 

@@ -1887,3 +1887,45 @@ fn flow_log_active_records_report_what_is_new() {
     assert_eq!((e[0].event, e[0].packets, e[0].reported_packets), (FlowEvent::Ended(EndReason::HandedOver), [2, 1], [2, 0]));
     assert_eq!((e[0].bytes, e[0].reported_bytes), ([200, 50], [200, 0]));
 }
+
+/// Records carry their flow's mark (a `Built` record the mark set right
+/// after it), and an annotation pass fills in `nat` once per record,
+/// holding back a `Built` record whose flow may still be marked.
+#[test]
+fn flow_log_marks_and_annotation_passes() {
+    let mut t = ConnTable::new(16, Timeouts::default());
+    t.log_flows(None);
+    let nat = |r: &FlowRecord| Some(FlowNat { src: Ipv4Addr::new(192, 0, 2, 1), src_port: r.mark as u16, dst: Ipv4Addr::LOCALHOST, dst_port: 0 });
+    let h1 = logged_udp(&mut t, 1, 0);
+    // A pass between the Built record and the mark holds it back.
+    let mut seen = 0;
+    t.annotate_flow_log(true, |r| {
+        seen += 1;
+        nat(r)
+    });
+    assert_eq!(seen, 0);
+    t.set_mark(h1, 7);
+    let h2 = logged_udp(&mut t, 2, 0);
+    t.set_mark(h2, 9);
+    t.annotate_flow_log(true, |r| {
+        seen += 1;
+        nat(r)
+    });
+    assert_eq!(seen, 1, "the first only: the second may be marked again");
+    assert!(t.flow_log_unannotated());
+    t.annotate_flow_log(false, |r| {
+        seen += 1;
+        nat(r)
+    });
+    assert_eq!(seen, 2);
+    assert!(!t.flow_log_unannotated());
+    t.annotate_flow_log(false, |_| panic!("annotated twice"));
+    // The ended record of a marked flow carries its mark.
+    t.remove_flow(h1);
+    let got: Vec<(FlowEvent, u32, Option<u16>)> = drained(&mut t).iter().map(|r| (r.event, r.mark, r.nat.map(|n| n.src_port))).collect();
+    assert_eq!(
+        got,
+        [(FlowEvent::Built, 7, Some(7)), (FlowEvent::Built, 9, Some(9)), (FlowEvent::Ended(EndReason::HandedOver), 7, None)],
+        "the ended record was queued after the last pass"
+    );
+}

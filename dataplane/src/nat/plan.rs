@@ -395,6 +395,17 @@ pub(crate) fn static_real(rule: &RuleSpec, dst: Ipv4Addr) -> (Ipv4Addr, Option<u
     }
 }
 
+/// The mapped endpoint a static rule gives real source `src`: the address
+/// (static NAT: `src` moved into the mapped prefix; the port stays) or,
+/// for static PAT, the mapped address and port. `None`: not a static rule.
+pub(crate) fn static_mapped(rule: &RuleSpec, src: Ipv4Addr) -> Option<(Ipv4Addr, Option<u16>)> {
+    match rule.kind {
+        RuleKind::StaticNat => Some((shift(src, rule.source, rule.mapped.unwrap_or(rule.source)), None)),
+        RuleKind::StaticPat => rule.ports.zip(rule.mapped).map(|((_, _, mp), m)| (m.0, Some(mp))),
+        _ => None,
+    }
+}
+
 /// `addr` moved from the prefix `from` into the prefix `to` (same length).
 pub(crate) fn shift(addr: Ipv4Addr, from: (Ipv4Addr, u8), to: (Ipv4Addr, u8)) -> Ipv4Addr {
     let host = if from.1 >= 32 { 0 } else { u32::from(addr) & (u32::MAX >> from.1) };

@@ -1266,7 +1266,10 @@ impl Pipeline {
             });
         }
         // Flows marked by a previous configuration's xlates hold none of
-        // the new one's.
+        // the new one's (their records learn the old translations first).
+        if let Some(n) = self.nat.as_deref() {
+            n.annotate(&mut self.flows.table, false);
+        }
         self.flows.table.drain_ended(|_| {});
         self.flows.table.clear_marks();
         self.flows.table.log_ended();
@@ -1405,6 +1408,7 @@ impl Pipeline {
             // NAT: no xlate survives (every flow is gone); the blocks
             // follow the next member set.
             if let Some(n) = self.nat.as_deref_mut() {
+                n.annotate(&mut self.flows.table, false);
                 self.flows.table.drain_ended(|_| {});
                 *n = nat::NatPath::new(n.plan().clone(), self.worker);
             }
@@ -1543,6 +1547,9 @@ impl Pipeline {
     /// The flow log's records since the last call, oldest first (built
     /// and ended, then denied). Never allocates.
     pub fn drain_flow_log(&mut self, f: impl FnMut(&crate::conntrack::FlowRecord)) {
+        if let Some(n) = self.nat.as_deref() {
+            n.annotate(&mut self.flows.table, false);
+        }
         self.flows.table.drain_flow_log(f);
     }
     /// Records waiting for `drain_flow_log`.

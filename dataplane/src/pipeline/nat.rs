@@ -68,10 +68,10 @@
 //! (`swap_plan`, through `Pipeline::set_policy`) when the pools stay the
 //! same (N6); blocks, addresses and xlates stay.
 
-use crate::nat::plan::{class_of, nat_class, shift, static_real, PlanPool};
+use crate::nat::plan::{class_of, nat_class, static_mapped, static_real, PlanPool};
 pub use crate::nat::plan::{NatInbound, NatPlan, NatSpec, NatSpecError, PatSpec, PoolSpec};
 use crate::ccl::NatBinding;
-use crate::conntrack::{ConnTable, FlowHandle, Tracked};
+use crate::conntrack::{ConnTable, FlowHandle, FlowNat, FlowRecord, Tracked};
 use crate::nat::{
     self, BlockRef, Endpoint as Side, Holder, PortAllocator, PortClass, RuleKind, Sessions, Xlate, XlateId, XlateInfo,
     XlateTable,
@@ -368,6 +368,7 @@ impl NatPath {
         let ended = flows.remove_marked(|m| {
             m.checked_sub(1).and_then(|id| xlates.get(XlateId(id))).is_some_and(|x| this.in_lost(x))
         });
+        self.annotate(flows, true);
         flows.drain_ended(|_| {});
         let lost = std::mem::take(&mut self.lost);
         let mut freed = Vec::new();
@@ -663,8 +664,7 @@ impl NatPath {
             return Ok(None);
         }
         match rule.kind {
-            RuleKind::StaticNat => Ok(Some((shift(src, rule.source, rule.mapped.unwrap_or(rule.source)), None))),
-            RuleKind::StaticPat => Ok(rule.ports.zip(rule.mapped).map(|((_, _, mp), m)| (m.0, Some(mp)))),
+            RuleKind::StaticNat | RuleKind::StaticPat => Ok(static_mapped(&rule, src)),
             // A dynamic translation is made for the connection's initiator
             // only: the responder of a connection to its real address
             // answers from it.
@@ -799,6 +799,7 @@ impl NatPath {
         self.flows_ended_quietly(flows);
         let mark = id.0.wrapping_add(1);
         let ended = flows.remove_marked(|m| m == mark);
+        self.annotate(flows, true);
         flows.drain_ended(|_| {});
         if let Some(x) = self.xlates.take(id) {
             self.counters.shared_removed += 1;
@@ -812,6 +813,7 @@ impl NatPath {
     /// Release the references of flows that ended before a forced removal
     /// (as `flows_ended`, without a time: the xlates they release stay).
     fn flows_ended_quietly(&mut self, flows: &mut ConnTable) {
+        self.annotate(flows, true);
         let xl = &mut self.xlates;
         let mut freed = Vec::new();
         flows.drain_ended(|mark| {
@@ -900,15 +902,18 @@ impl NatPath {
             let x = self.xlates.get(id)?;
             return Some((x.mapped.0, with_port.then_some(x.mapped.1)));
         }
-        let rule = self.plan.rules.outbound(ifx, real, tuple.proto, port).and_then(|i| self.plan.rules.rule(i))?;
+        self.static_out(ifx, egress, real, tuple.proto, port)
+    }
+
+    /// The mapping a static rule gives real source `(real, port)` of
+    /// protocol `proto` arriving on `ifx` and leaving by `egress` (the
+    /// first rule that matches must be static and allow that egress).
+    fn static_out(&self, ifx: IfIndex, egress: IfIndex, real: Ipv4Addr, proto: u8, port: u16) -> Option<Snat> {
+        let rule = self.plan.rules.outbound(ifx, real, proto, port).and_then(|i| self.plan.rules.rule(i))?;
         if rule.mapped_iface.is_some_and(|m| m != egress) {
             return None;
         }
-        match rule.kind {
-            RuleKind::StaticNat => Some((shift(real, rule.source, rule.mapped.unwrap_or(rule.source)), None)),
-            RuleKind::StaticPat => rule.ports.zip(rule.mapped).map(|((_, _, mp), m)| (m.0, Some(mp))),
-            RuleKind::DynamicPat | RuleKind::DynamicNat => None,
-        }
+        static_mapped(rule, real)
     }
 
     /// Insert `x`, held by the flow `tracked` (its mark); on failure its
@@ -1004,12 +1009,75 @@ impl NatPath {
     /// and its port back to the pool (N3); a multi-session one waits for
     /// the xlate timeout. Call after anything that may remove flows.
     pub fn flows_ended(&mut self, now: Timestamp, flows: &mut ConnTable) {
+        self.annotate(flows, true);
         flows.drain_ended(|mark| {
             if let Some(x) = self.xlates.release(now, XlateId(mark.wrapping_sub(1))) {
                 self.counters.xlates_removed += 1;
                 self.give_back(x);
             }
         });
+    }
+
+    /// The flow log's records since the last pass learn their
+    /// translation (`flow_nat`) while their marks still name the xlates
+    /// they used: called before any xlate is let go of (`hold_built`: a
+    /// connection's first packet may be between its `Built` record and
+    /// its mark), and with `hold_built` off before the log is drained.
+    /// One check when there is nothing to do.
+    #[inline]
+    pub fn annotate(&self, flows: &mut ConnTable, hold_built: bool) {
+        if flows.flow_log_unannotated() {
+            flows.annotate_flow_log(hold_built, |r| self.flow_nat(r));
+        }
+    }
+
+    /// How the other side of the firewall saw the connection of record
+    /// `r` (`FlowNat`; `None`: untranslated): its xlate (the record's
+    /// mark, which the initiator or the responder holds), else a static
+    /// rule translating its initiator (outbound) or its responder (a
+    /// connection to the rule's mapped address).
+    pub fn flow_nat(&self, r: &FlowRecord) -> Option<FlowNat> {
+        let t = &r.tuple;
+        let (IpAddr::V4(src), IpAddr::V4(dst)) = (t.src, t.dst) else { return None };
+        let icmp = nat_class(t.proto) == Some(PortClass::Icmp);
+        // An echo's identifier is both ends' "port" (in one tuple port).
+        let (sport, dport) = if icmp { (t.src_port | t.dst_port, t.src_port | t.dst_port) } else { (t.src_port, t.dst_port) };
+        let mut m = FlowNat { src, src_port: t.src_port, dst, dst_port: t.dst_port };
+        let port = |mine: u16, id: u16| if icmp && mine == 0 { 0 } else { id };
+        let map_src = |m: &mut FlowNat, (a, p): Snat| {
+            m.src = a;
+            if let Some(p) = p {
+                m.src_port = port(t.src_port, p);
+                if icmp && t.dst_port != 0 {
+                    m.dst_port = p;
+                }
+            }
+        };
+        if let Some(x) = r.mark.checked_sub(1).and_then(|id| self.xlates.get(XlateId(id))) {
+            let mapped = (x.mapped.0, x.block.map(|_| x.mapped.1));
+            let holds = |a: Ipv4Addr, p: u16| x.real.0 == a && (x.block.is_none() || x.real.1 == p);
+            if holds(src, sport) {
+                map_src(&mut m, mapped);
+                return Some(m);
+            }
+            if holds(dst, dport) {
+                m.dst = mapped.0;
+                if let Some(p) = mapped.1 {
+                    m.dst_port = p;
+                }
+                return Some(m);
+            }
+        }
+        if let Some(s) = self.static_out(r.ingress, r.egress, src, t.proto, sport) {
+            map_src(&mut m, s);
+            return Some(m);
+        }
+        let (a, p) = self.static_out(r.egress, r.ingress, dst, t.proto, dport)?;
+        m.dst = a;
+        if let Some(p) = p {
+            m.dst_port = p;
+        }
+        Some(m)
     }
 
     fn give_back(&mut self, x: Xlate) {

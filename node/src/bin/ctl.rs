@@ -341,6 +341,13 @@ fn print_cluster_wide(topic: Topic, data: &Value) {
             print_table(&Value::Array(rows));
         }
         Topic::Trace => print_trace(data),
+        Topic::Xlate => {
+            say!("\n{} translations ({} rows reported by the members):", fmt_cell(&data["translations"]), fmt_cell(&data["reported_rows"]));
+            print_table(&data["xlates"]);
+            if let Value::Object(c) = &data["counters"] {
+                print_nonzero("NAT counters, cluster total", c);
+            }
+        }
         Topic::Cluster => {
             say!("\nAgreement among the members that answered: {}", data["agree"]);
             for (name, d) in data["nodes"].as_object().into_iter().flatten() {
