@@ -767,3 +767,39 @@ fn a_trace_follows_one_connection_across_the_nodes() {
     assert_eq!(ev(&bed, B).0.len(), 2, "no event after the deadline");
     assert_eq!(ev(&bed, A).1, 0, "nothing lost");
 }
+
+/// A reply relayed by its director to the owner it names, when the
+/// director is that owner (`RelayedOwn`), is traced there too: B relays
+/// the answer to A, which decides it as the owner and sends it out.
+#[test]
+fn a_trace_records_a_relay_that_reaches_its_owner() {
+    use dataplane::pipeline::trace::{TraceFilter, TraceFrom, TraceVerdict};
+    let mut bed = Bed::new(3, true);
+    let until = Timestamp(bed.now().0 + 60_000_000_000);
+    let f = TraceFilter::parse(&format!("{HOST} {DNS}")).unwrap();
+    for p in &mut bed.nodes {
+        p.trace_start(f, until);
+    }
+    // A query whose director is its owner A, its state kept on C (B
+    // holds no record of it, so B relays the answer to the director).
+    let mut cport = port_with_director(DNS, 53, 17, 3, A);
+    loop {
+        let out = bed.send(A, IN, from_host(A, DNS).udp(cport, 53, b"query"));
+        assert_eq!(one(&out).0, A);
+        if bed.nodes[B].cluster_role(bed.now(), &tuple(HOST, cport, DNS, 53, 17)).is_none() {
+            break;
+        }
+        cport = (cport + 1..65000).find(|&p| director(&tuple(HOST, p, DNS, 53, 17), 3) == A).unwrap();
+    }
+    for p in &mut bed.nodes {
+        p.trace_start(f, until);
+    }
+    let out = bed.send(B, OUT, from_outside(B, DNS).udp(53, cport, b"answer"));
+    assert_eq!((one(&out).0, one(&out).1), (A, IN));
+    assert_eq!((bed.ccl_count(B, A, MessageKind::RelayToOwner), bed.cluster(A).counters.relays_owned), (1, 1));
+    let ev = |n: usize| -> Vec<(TraceFrom, TraceVerdict)> {
+        bed.nodes[n].trace_events().map(|(_, _, e, _)| e.iter().map(|e| (e.from, e.verdict)).collect()).unwrap()
+    };
+    assert_eq!(ev(A), vec![(TraceFrom::Member(NodeId(B as u8)), TraceVerdict::Port(IN))], "(the trace restarted after the queries)");
+    assert_eq!(ev(B), vec![(TraceFrom::Port(OUT), TraceVerdict::Member(NodeId(A as u8)))]);
+}

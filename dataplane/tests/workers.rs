@@ -372,3 +372,45 @@ fn one_worker_hands_nothing() {
         .collect();
     assert_eq!(run(1, &ops).0, 0);
 }
+
+/// A trace on every worker (issue 14, item 5) follows the fragments handed
+/// between workers: each hand-off is recorded by the worker that received
+/// the piece (`Worker`) and by the datagram's worker that decided it (from
+/// its port "via another worker").
+#[test]
+fn a_trace_follows_fragments_handed_between_workers() {
+    use dataplane::pipeline::trace::{TraceFilter, TraceFrom, TraceVerdict};
+    let (cb, _, _, cport, _) = endpoints(0);
+    let f = TraceFilter::parse(&format!("{HOST} {}", server(0))).unwrap();
+    // Pieces are steered by their addresses, the datagram decided by the
+    // worker of its ports: a source port where the two differ.
+    let mut events: Vec<(usize, TraceFrom, TraceVerdict)> = vec![];
+    for cp in 40000..40064 {
+        let mut ws = Workers::new(2, &cfg());
+        for p in &mut ws.w {
+            p.trace_start(f, Timestamp::from_secs(60));
+        }
+        let frags = frag_util::fragments(&cb.udp(cp, 53, &[0x63u8; 300]), 64);
+        assert!(frags.len() >= 4);
+        for (i, fr) in frags.iter().enumerate() {
+            ws.receive(Timestamp::from_millis(i as u64), cport, fr, i);
+        }
+        events = ws
+            .w
+            .iter()
+            .enumerate()
+            .flat_map(|(w, p)| p.trace_events().map(|(_, _, e, _)| e.iter().map(|e| (w, e.from, e.verdict)).collect::<Vec<_>>()).unwrap_or_default())
+            .collect();
+        if events.iter().any(|(_, _, v)| matches!(v, TraceVerdict::Worker(_))) {
+            break;
+        }
+    }
+    let handed = events.iter().filter(|(_, _, v)| matches!(v, TraceVerdict::Worker(_))).count();
+    let taken = events.iter().filter(|(_, from, _)| *from == TraceFrom::Handoff(cport)).count();
+    assert!(handed > 0 && handed == taken, "every hand-off recorded on both sides: {events:?}");
+    let datagram_worker = events.iter().find(|(_, from, _)| *from == TraceFrom::Handoff(cport)).map(|e| e.0);
+    assert!(
+        events.iter().filter(|(_, from, _)| *from == TraceFrom::Handoff(cport)).all(|e| Some(e.0) == datagram_worker),
+        "one worker takes the datagram: {events:?}"
+    );
+}

@@ -324,6 +324,7 @@ impl Control {
                     TraceFrom::Port(p) => format!("port {}", port_name(p)),
                     TraceFrom::Member(n) => node_name(n),
                     TraceFrom::Parked => "parked here".into(),
+                    TraceFrom::Handoff(p) => format!("port {} via another worker", port_name(p)),
                 };
                 let verdict = match e.verdict {
                     TraceVerdict::Port(p) => format!("out {}", port_name(p)),

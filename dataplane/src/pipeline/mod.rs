@@ -903,13 +903,25 @@ impl Pipeline {
     #[cold]
     #[inline(never)]
     fn unwrapped_traced<B: PacketBuf>(&mut self, now: Timestamp, in_port: PortId, ifx: IfIndex, rx: Rx, buf: &mut B) -> Outcome {
-        let from = self.cluster.as_deref().map(|cl| cl.trace_from);
+        let from = self.cluster.as_deref().map_or(trace::TraceFrom::Port(in_port), |cl| trace::TraceFrom::Member(cl.trace_from));
+        self.traced(now, from, buf, |p, b| p.unwrapped_frame(now, in_port, ifx, rx, b))
+    }
+
+    /// `decide(self, buf)`, recorded `from` if the trace wants the frame.
+    #[cold]
+    #[inline(never)]
+    fn traced<B: PacketBuf>(
+        &mut self,
+        now: Timestamp,
+        from: trace::TraceFrom,
+        buf: &mut B,
+        decide: impl FnOnce(&mut Self, &mut B) -> Outcome,
+    ) -> Outcome {
         let Some(want) = self.trace_wants(now, buf.data()) else {
-            return self.unwrapped_frame(now, in_port, ifx, rx, buf);
+            return decide(self, buf);
         };
         let len = buf.data().len();
-        let o = self.unwrapped_frame(now, in_port, ifx, rx, buf);
-        let from = from.map_or(trace::TraceFrom::Port(in_port), trace::TraceFrom::Member);
+        let o = decide(self, buf);
         self.trace_record(now, want, len, from, o);
         o
     }
@@ -959,7 +971,12 @@ impl Pipeline {
                 self.keep_order(o, buf)
             }
             CclNext::RelayedOwn(rx) => {
-                let o = self.classify(now, in_port, buf, rx);
+                let o = if self.trace.is_some() {
+                    let from = self.cluster.as_deref().map_or(trace::TraceFrom::Port(in_port), |cl| trace::TraceFrom::Member(cl.trace_from));
+                    self.traced(now, from, buf, |p, b| p.classify(now, in_port, b, rx))
+                } else {
+                    self.classify(now, in_port, buf, rx)
+                };
                 self.keep_order(o, buf)
             }
             CclNext::Batch => {
@@ -1468,7 +1485,11 @@ impl Pipeline {
     pub fn process_handoff<B: PacketBuf>(&mut self, now: Timestamp, in_port: PortId, buf: &mut B, note: HandoffNote) -> Verdict {
         self.acct.rx(in_port, buf.data().len());
         self.acct.handoffs_in += 1;
-        let outcome = self.classify(now, in_port, buf, note.rx);
+        let outcome = if self.trace.is_some() {
+            self.traced(now, trace::TraceFrom::Handoff(in_port), buf, |p, b| p.classify(now, in_port, b, note.rx))
+        } else {
+            self.classify(now, in_port, buf, note.rx)
+        };
         self.account(outcome, buf)
     }
 

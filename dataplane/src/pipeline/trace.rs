@@ -130,6 +130,10 @@ pub enum TraceFrom {
     /// Released here after waiting for an owner reply (it was recorded
     /// `Kept` when it arrived).
     Parked,
+    /// Handed over by another worker of this node (a fragment whose
+    /// datagram this worker reassembles; it was recorded `Worker` there),
+    /// as received on this port.
+    Handoff(PortId),
 }
 
 /// What became of a traced frame.
