@@ -58,6 +58,7 @@ fn example_parses_with_expected_values() {
                 security_level: 100,
                 vlan: None,
                 mtu: 1500,
+                reverse_path: ReversePath::Strict,
             },
             InterfaceConfig {
                 name: "outside".into(),
@@ -67,6 +68,7 @@ fn example_parses_with_expected_values() {
                 security_level: 0,
                 vlan: None,
                 mtu: 1500,
+                reverse_path: ReversePath::Strict,
             },
         ]
     );
@@ -318,4 +320,16 @@ fn unreadable_file_names_the_file() {
             .starts_with("/nonexistent/cfw.yaml: cannot read configuration: "),
         "{e}"
     );
+}
+
+#[test]
+fn reverse_path_is_strict_unless_set() {
+    let text = std::fs::read_to_string(example_path()).unwrap();
+    let c = parse(&text, "node.yaml").unwrap();
+    assert!(c.interfaces.iter().all(|i| i.reverse_path == ReversePath::Strict));
+    for (mode, want) in [("loose", ReversePath::Loose), ("off", ReversePath::Off), ("strict", ReversePath::Strict)] {
+        let edited = text.replace("    security-level: 0\n", &format!("    security-level: 0\n    reverse-path: {mode}\n"));
+        let c = parse(&edited, "node.yaml").unwrap();
+        assert_eq!((c.interfaces[0].reverse_path, c.interfaces[1].reverse_path), (ReversePath::Strict, want));
+    }
 }

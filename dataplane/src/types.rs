@@ -326,6 +326,11 @@ drop_reasons! {
     /// this host a translation yet (asked; N4). The client's retransmit
     /// finds it.
     NatPending => "nat-pending",
+    // --- flood resistance (docs/flood.md) ---
+    /// Anti-spoofing: the source would not be routed back out of the
+    /// interface the datagram arrived on (strict), or not at all (loose;
+    /// RFC 3704, the interface's `reverse-path`).
+    ReversePath => "reverse-path",
 }
 
 impl fmt::Display for DropReason {

@@ -221,6 +221,11 @@ fn run(cfg: Config, extra: Vec<String>) -> Result<()> {
             security_level: i.security_level,
             vlan: i.vlan,
             mtu: i.mtu,
+            reverse_path: match i.reverse_path {
+                config::model::ReversePath::Strict => dataplane::pipeline::ReversePath::Strict,
+                config::model::ReversePath::Loose => dataplane::pipeline::ReversePath::Loose,
+                config::model::ReversePath::Off => dataplane::pipeline::ReversePath::Off,
+            },
         });
     }
 
@@ -290,6 +295,9 @@ fn run(cfg: Config, extra: Vec<String>) -> Result<()> {
             security_level: 0,
             vlan: None,
             mtu: cl.ccl.mtu,
+            // Only CCL datagrams to this node are taken from it (they are
+            // its own, not transit).
+            reverse_path: dataplane::pipeline::ReversePath::Off,
         });
         ccl_setup = Some((idx, port, two, mac));
     }

@@ -378,6 +378,7 @@ mod tests {
                 security_level: c.security_level,
                 vlan: None,
                 mtu: 1500,
+                reverse_path: dataplane::pipeline::ReversePath::Strict,
             })
             .collect();
         Policies::new(&cfg, specs, 1)
@@ -478,6 +479,7 @@ mod tests {
                 security_level: c.security_level,
                 vlan: None,
                 mtu: 1500,
+                reverse_path: dataplane::pipeline::ReversePath::Strict,
             })
             .collect();
         let mut p = Policies::new(&cfg, specs.clone(), 2);

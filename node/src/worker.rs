@@ -592,6 +592,7 @@ mod tests {
             security_level: 100,
             vlan: None,
             mtu: 1500,
+            reverse_path: dataplane::pipeline::ReversePath::Strict,
         }
     }
 

@@ -268,6 +268,21 @@ impl Default for DpdkConfig {
     }
 }
 
+/// `interfaces[].reverse-path`: anti-spoofing of what the interface
+/// receives (unicast reverse-path forwarding, RFC 3704).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ReversePath {
+    /// A transit datagram's source must be routed back out of the
+    /// interface it arrived on (the default route counts).
+    #[default]
+    Strict,
+    /// Some route must lead back to the source.
+    Loose,
+    /// Not checked.
+    Off,
+}
+
 /// One entry of `interfaces`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -287,6 +302,8 @@ pub struct InterfaceConfig {
     /// `mtu`: the largest IPv4 datagram the link carries, 576-9000;
     /// default 1500.
     pub mtu: u16,
+    /// `reverse-path`: `strict` (default), `loose` or `off`.
+    pub reverse_path: ReversePath,
 }
 
 impl InterfaceConfig {
@@ -459,6 +476,7 @@ mod tests {
             security_level: 0,
             vlan: None,
             mtu: DEFAULT_MTU,
+            reverse_path: ReversePath::Strict,
         }
     }
 

@@ -152,7 +152,7 @@ struct RawDpdk {
 #[serde(
     deny_unknown_fields,
     rename_all = "kebab-case",
-    expecting = "an interface mapping (name, device, address, security-level, vlan, mtu)"
+    expecting = "an interface mapping (name, device, address, security-level, vlan, mtu, reverse-path)"
 )]
 struct RawInterface {
     name: String,
@@ -163,6 +163,8 @@ struct RawInterface {
     vlan: Option<u64>,
     #[serde(default)]
     mtu: Option<u64>,
+    #[serde(default)]
+    reverse_path: ReversePath,
 }
 
 #[derive(Deserialize)]
@@ -709,6 +711,7 @@ impl Checker<'_> {
                 security_level,
                 vlan,
                 mtu,
+                reverse_path: r.reverse_path,
             };
             if let Some(o) = out
                 .iter()

@@ -40,6 +40,7 @@ pub fn pipeline_mtu(flows: usize, in_mtu: u16, out_mtu: u16) -> Pipeline {
         security_level: level,
         vlan: None,
         mtu,
+        reverse_path: dataplane::pipeline::ReversePath::Strict,
     };
     let mut p = Pipeline::new(PipelineConfig {
         interfaces: vec![

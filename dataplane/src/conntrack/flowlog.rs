@@ -76,6 +76,8 @@ pub enum EndReason {
     HandedOver,
     /// This node dropped every flow (it left the cluster, or a reset).
     Cleared,
+    /// Embryonic, evicted for a new connection in a full table.
+    Evicted,
 }
 
 impl EndReason {
@@ -87,16 +89,19 @@ impl EndReason {
             EndReason::Reset => "tcp-reset",
             EndReason::HandedOver => "handed-over",
             EndReason::Cleared => "cleared",
+            EndReason::Evicted => "evicted-embryonic",
         }
     }
 
     /// IPFIX `flowEndReason` (IE 136, RFC 5102 §5.11.3): 0x01 idle
-    /// timeout, 0x03 end of flow detected, 0x04 forced end.
+    /// timeout, 0x03 end of flow detected, 0x04 forced end, 0x05 lack of
+    /// resources.
     pub const fn ipfix(self) -> u8 {
         match self {
             EndReason::Idle => 0x01,
             EndReason::Fin | EndReason::Reset => 0x03,
             EndReason::HandedOver | EndReason::Cleared => 0x04,
+            EndReason::Evicted => 0x05,
         }
     }
 }

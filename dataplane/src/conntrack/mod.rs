@@ -186,9 +186,17 @@ pub struct ConnStats {
     pub reopened: u64,
     /// Flows created by `install` (a connection taken over, R11).
     pub installed: u64,
+    /// Embryonic flows evicted to make room for a new one in a full table
+    /// (`EARLY_DROP_SCAN`).
+    pub evicted_embryonic: u64,
 }
 
-crate::impl_stats!(ConnStats { counter created, counter expired, counter reopened, counter installed });
+crate::impl_stats!(ConnStats { counter created, counter expired, counter reopened, counter installed, counter evicted_embryonic });
+
+/// Slots a full table inspects, from a rotating cursor, for an embryonic
+/// flow to evict in favour of a new one (Linux conntrack's early drop):
+/// bounded work per refused-or-admitted new flow, whatever the table holds.
+pub const EARLY_DROP_SCAN: usize = 64;
 
 /// Which state machine a flow runs; part of the key so that, e.g., an ICMP
 /// error with ports (0, 0) never lands on an echo flow with identifier 0.
@@ -396,9 +404,22 @@ impl Slot {
         }
     }
 
+    /// Embryonic: a TCP connection whose handshake has not completed (the
+    /// reference's half-open connection), another flow that its initiator
+    /// sent to here and that has seen no reply (a flow installed from
+    /// another node's state, counters at zero, is not). Only such a flow
+    /// is ever evicted for a new one.
+    fn embryonic(&self) -> bool {
+        match &self.kind {
+            FlowKind::Tcp(c) => matches!(c.state, TcpState::SynSent | TcpState::SynReceived),
+            _ => self.packets[0] > 0 && self.packets[1] == 0,
+        }
+    }
+
     /// Why the flow ends when it leaves the table `how`.
     fn end_reason(&self, how: Removal) -> EndReason {
         match (how, self.tcp_state()) {
+            (Removal::Evicted, _) => EndReason::Evicted,
             (Removal::HandedOver, _) => EndReason::HandedOver,
             (Removal::Cleared, _) => EndReason::Cleared,
             (Removal::Expired, Some(TcpState::Closed)) => EndReason::Reset,
@@ -493,6 +514,8 @@ pub struct ConnTable {
     timeouts: Timeouts,
     len: usize,
     cursor: usize,
+    /// Where the next early-drop scan starts.
+    drop_cursor: usize,
     stats: ConnStats,
     /// Marks of flows removed since the last `drain_ended` (only with
     /// `log_ended`; sized to the capacity when enabled).
@@ -510,6 +533,8 @@ pub struct ConnTable {
 enum Removal {
     /// Dead (idle past its timeout) or replaced by a reopening SYN.
     Expired,
+    /// Embryonic, evicted for a new flow in a full table.
+    Evicted,
     /// Another node owns the connection now.
     HandedOver,
     /// `clear`.
@@ -552,6 +577,7 @@ impl ConnTable {
             timeouts,
             len: 0,
             cursor: 0,
+            drop_cursor: 0,
             stats: ConnStats::default(),
             ended: Vec::new(),
             log_ended: false,
@@ -816,7 +842,7 @@ impl ConnTable {
         if !admit() {
             return Err(DropReason::AclDenied);
         }
-        if self.len >= self.slots.len() {
+        if self.len >= self.slots.len() && !self.early_drop(now) {
             return Err(DropReason::FlowTableFull);
         }
         let Some(i) = self.free.pop() else {
@@ -994,6 +1020,37 @@ impl ConnTable {
     }
 
     /// Forget slot `i` (no-op if it is not live).
+    /// The table is full: make room by removing a dead flow or evicting the
+    /// embryonic flow idle longest among the next `EARLY_DROP_SCAN` slots
+    /// (established flows are never evicted). `true`: a slot is free.
+    #[cold]
+    #[inline(never)]
+    fn early_drop(&mut self, now: Timestamp) -> bool {
+        let cap = self.slots.len();
+        if cap == 0 {
+            return false;
+        }
+        let start = self.drop_cursor % cap;
+        self.drop_cursor = (start + EARLY_DROP_SCAN) % cap;
+        let mut oldest: Option<(u32, Timestamp)> = None;
+        for k in 0..EARLY_DROP_SCAN.min(cap) {
+            let i = (start + k) % cap;
+            let Some(s) = self.slots.get(i).filter(|s| s.live) else { continue };
+            if s.is_dead(now, &self.timeouts) {
+                self.remove(i as u32, Removal::Expired);
+                self.stats.expired += 1;
+                return true;
+            }
+            if s.embryonic() && oldest.is_none_or(|(_, t)| s.last_seen < t) {
+                oldest = Some((i as u32, s.last_seen));
+            }
+        }
+        let Some((i, _)) = oldest else { return false };
+        self.remove(i, Removal::Evicted);
+        self.stats.evicted_embryonic += 1;
+        true
+    }
+
     fn remove(&mut self, i: u32, how: Removal) {
         let Some(slot) = self.slots.get_mut(i as usize) else { return };
         if !slot.live {
@@ -1154,7 +1211,7 @@ impl ConnTable {
                 return Ok(FlowHandle(i));
             }
         }
-        if self.len >= self.slots.len() {
+        if self.len >= self.slots.len() && !self.early_drop(now) {
             return Err(DropReason::FlowTableFull);
         }
         let Some(i) = self.free.pop() else {

@@ -740,8 +740,10 @@ fn table_full() {
     let mut t = ConnTable::new(3, Timeouts::default());
     let now = Timestamp::from_secs(1);
     let u = |p| tuple(v4(10, 0, 0, 1), p, v4(10, 0, 0, 2), 53, ip_proto::UDP);
+    // Answered flows: none may be evicted for a new one (early drop).
     for p in 0..3 {
         assert!(t.track(now, &u(p), &L4Info::Udp, 1, || true).unwrap().created);
+        assert!(!t.track(now, &u(p).reversed(), &L4Info::Udp, 1, || true).unwrap().created);
     }
     assert_eq!(t.track(now, &u(3), &L4Info::Udp, 1, || true).map(|_| ()), Err(D::FlowTableFull));
     let syn0 = L4Info::Tcp(syn(SYN, 1, 0, 1000, None));
@@ -1928,4 +1930,91 @@ fn flow_log_marks_and_annotation_passes() {
         [(FlowEvent::Built, 7, Some(7)), (FlowEvent::Built, 9, Some(9)), (FlowEvent::Ended(EndReason::HandedOver), 7, None)],
         "the ended record was queued after the last pass"
     );
+}
+
+/// A full table (issue 15, item 2): a new flow evicts the embryonic flow
+/// idle longest among the scanned slots — TCP short of its handshake,
+/// other flows without a reply — and never an established one; with
+/// nothing to evict it is refused. Counted, and logged as evicted.
+#[test]
+fn early_drop_evicts_the_oldest_embryonic_flow_only() {
+    let t_syn = |sp: u16| tuple(v4(10, 0, 0, 1), sp, v4(192, 0, 2, 10), 80, ip_proto::TCP);
+    let opening = L4Info::Tcp(syn(SYN, 1000, 0, 64240, None));
+    let ms = |n: u64| Timestamp(n * MS);
+    let mut t = ConnTable::new(4, Timeouts::default());
+    t.log_flows(None);
+    // `track`, a new flow logged as built.
+    let track = |t: &mut ConnTable, now: Timestamp, tu: &FiveTuple, l4: &L4Info| {
+        let r = t.track(now, tu, l4, 60, || true);
+        if let Some(x) = r.as_ref().ok().filter(|x| x.created) {
+            t.log_built(now, x.handle, IfIndex(0), IfIndex(1), RuleRef::Rule(0));
+        }
+        r
+    };
+    // Slot contents: an established TCP connection, a UDP flow with a
+    // reply, a half-open SYN at 2 ms and a UDP flow without reply at 3 ms.
+    track(&mut t, ms(0), &t_syn(1), &opening).unwrap();
+    track(&mut t, ms(0), &t_syn(1).reversed(), &L4Info::Tcp(syn(SYN | ACK, 5000, 1001, 64240, None))).unwrap();
+    track(&mut t, ms(1), &t_syn(1), &L4Info::Tcp(seg(ACK, 1001, 5001, 502))).unwrap();
+    track(&mut t, ms(1), &udp_tuple(2), &L4Info::Udp).unwrap();
+    track(&mut t, ms(1), &udp_tuple(2).reversed(), &L4Info::Udp).unwrap();
+    track(&mut t, ms(2), &t_syn(3), &opening).unwrap();
+    track(&mut t, ms(3), &udp_tuple(4), &L4Info::Udp).unwrap();
+    assert_eq!(t.len(), 4);
+    drained(&mut t);
+    // Full: the half-open SYN (idle since 2 ms) goes first, then the
+    // unanswered UDP flow.
+    let created = track(&mut t, ms(10), &t_syn(5), &opening).unwrap();
+    assert!(created.created);
+    assert!(t.lookup(&t_syn(3)).is_none() && t.lookup(&udp_tuple(4)).is_some());
+    track(&mut t, ms(11), &udp_tuple(6), &L4Info::Udp).unwrap();
+    assert!(t.lookup(&udp_tuple(4)).is_none());
+    // The flows of 5 and 6 are embryonic too: 5 (older) goes next.
+    track(&mut t, ms(12), &udp_tuple(7), &L4Info::Udp).unwrap();
+    assert!(t.lookup(&t_syn(5)).is_none() && t.lookup(&udp_tuple(6)).is_some());
+    assert_eq!(t.stats().evicted_embryonic, 3);
+    let ended: Vec<(FlowEvent, u16)> = drained(&mut t).iter().filter(|r| r.event != FlowEvent::Built).map(|r| (r.event, r.tuple.src_port)).collect();
+    assert_eq!(ended, [3, 4, 5].map(|p| (FlowEvent::Ended(EndReason::Evicted), p)));
+    // Established and answered flows stay: answer the embryonic ones, and
+    // a new flow is refused.
+    track(&mut t, ms(13), &udp_tuple(6).reversed(), &L4Info::Udp).unwrap();
+    track(&mut t, ms(13), &udp_tuple(7).reversed(), &L4Info::Udp).unwrap();
+    assert_eq!(track(&mut t, ms(14), &udp_tuple(8), &L4Info::Udp).unwrap_err(), D::FlowTableFull);
+    assert!([t_syn(1), udp_tuple(2), udp_tuple(6), udp_tuple(7)].iter().all(|x| t.lookup(x).is_some()));
+    assert_eq!(t.stats().evicted_embryonic, 3);
+    check_invariants(&t);
+}
+
+proptest! {
+    /// A table kept full by random traffic never evicts an established
+    /// flow, and evicts only when a new flow would otherwise be refused.
+    #[test]
+    fn early_drop_never_evicts_an_established_flow(ops in proptest::collection::vec((0u16..40, any::<bool>(), 0u8..3), 1..300)) {
+        let t_of = |sp: u16| tuple(v4(10, 0, 0, 1), 1000 + sp, v4(192, 0, 2, 10), 80, ip_proto::TCP);
+        let mut t = ConnTable::new(8, Timeouts::default());
+        let mut established: std::collections::HashSet<u16> = Default::default();
+        for (k, &(sp, reply, step)) in ops.iter().enumerate() {
+            let now = Timestamp(k as u64 * MS);
+            let before = t.stats().evicted_embryonic;
+            let full = t.len() == 8;
+            let seg_ = match (reply, step) {
+                (false, 0) => L4Info::Tcp(syn(SYN, 1000, 0, 64240, None)),
+                (true, _) => L4Info::Tcp(syn(SYN | ACK, 5000, 1001, 64240, None)),
+                (false, _) => L4Info::Tcp(seg(ACK, 1001, 5001, 502)),
+            };
+            let tu = if reply { t_of(sp).reversed() } else { t_of(sp) };
+            let r = t.track(now, &tu, &seg_, 60, || true);
+            if t.stats().evicted_embryonic > before {
+                prop_assert!(full && r.as_ref().is_ok_and(|x| x.created), "evicted only for a new flow in a full table");
+            }
+            for &e in &established {
+                prop_assert!(t.lookup(&t_of(e)).is_some(), "established flow {} evicted", e);
+            }
+            if let Ok(x) = r {
+                let est = t.tcp_state(x.handle) == Some(TcpState::Established);
+                if est { established.insert(sp); }
+            }
+        }
+        check_invariants(&t);
+    }
 }

@@ -14,6 +14,21 @@ use crate::types::{Duration, PortId};
 use crate::wire::ethernet;
 use std::net::Ipv4Addr;
 
+/// Anti-spoofing on an interface (unicast reverse-path forwarding, RFC
+/// 3704 §2): which sources a datagram received on it may carry.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
+pub enum ReversePath {
+    /// The route back to the source leaves by this interface (RFC 3704
+    /// §2.2). A default route counts: on the interface it leaves by, any
+    /// source not routed elsewhere passes.
+    #[default]
+    Strict,
+    /// Some route leads back to the source, by any interface (§2.3).
+    Loose,
+    /// Not checked.
+    Off,
+}
+
 /// One configured interface.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct InterfaceSpec {
@@ -27,6 +42,8 @@ pub struct InterfaceSpec {
     /// The link's MTU: the largest IPv4 datagram it carries, `MIN_MTU` to
     /// `MAX_MTU` (`DEFAULT_MTU` on Ethernet).
     pub mtu: u16,
+    /// Anti-spoofing of what it receives.
+    pub reverse_path: ReversePath,
 }
 
 /// The Ethernet MTU (RFC 894).
@@ -190,7 +207,15 @@ pub(super) fn build(cfg: &PipelineConfig) -> Result<Built, PipelineError> {
     let max_port = specs.iter().map(|s| usize::from(s.port.0)).max().unwrap_or(0);
     let list = specs
         .iter()
-        .map(|s| Iface { port: s.port, mac: s.mac, addr: s.addr, prefix_len: s.prefix_len, vlan: s.vlan, mtu: s.mtu })
+        .map(|s| Iface {
+            port: s.port,
+            mac: s.mac,
+            addr: s.addr,
+            prefix_len: s.prefix_len,
+            vlan: s.vlan,
+            mtu: s.mtu,
+            reverse_path: s.reverse_path,
+        })
         .collect();
     let ifaces = Interfaces::new(list, specs.iter().map(|s| s.name.clone()).collect(), max_port);
     Ok(Built { ifaces, routes, acl: policy.acl, max_port })

@@ -47,7 +47,7 @@ use super::context::{Outcome, Rx, Via};
 use super::egress::{apply_xlate, Egress};
 use super::flows::Flows;
 use super::iface::Interfaces;
-use super::ipv4::{martian_source, tcp_seg};
+use super::ipv4::{martian_source, reverse_path_ok, tcp_seg};
 use super::nat::{FastNat, NatPath};
 use crate::buf::PacketBuf;
 use crate::conntrack::{tcp_flags, L4Info};
@@ -245,8 +245,13 @@ impl FastPath {
                 if rx.via == Via::Port {
                     self.count += 1;
                 }
+                let plan = match cl.plan_known(now, &flows.table, &tuple, Some(&l4), rx) {
+                    Some(plan) => plan,
+                    None if rx.via == Via::Port && spoofed_source(ifaces, routes, ifx, src) => Plan::Drop(DropReason::ReversePath),
+                    None => cl.plan_new(now, &flows.table, &tuple, Some(&l4)),
+                };
                 let mut link = Link { egress, ifaces };
-                match cl.plan(now, &flows.table, &tuple, Some(&l4), rx) {
+                match plan {
                     Plan::Own => {}
                     Plan::TakeOver => {
                         if let Err(r) = take_over(cl, now, &mut link, flows, &tuple) {
@@ -259,7 +264,7 @@ impl FastPath {
                         return Some(Fast::Done(o.unwrap_or_else(Outcome::Drop)));
                     }
                 }
-                match flows.track(Some(cl), &mut link, now, &tuple, l4, len, ifx, route.iface) {
+                match flows.track(Some(cl), &mut link, now, &tuple, l4, len, ifx, route.iface, || true) {
                     Ok((None, _)) => {}
                     Ok((Some(x), _)) => {
                         if let Err(r) = apply_xlate(HEADER_LEN, x, buf) {
@@ -358,4 +363,12 @@ fn nat_forward<B: PacketBuf>(
         return Some(Outcome::Drop(DropReason::L4Truncated));
     }
     Some(out(buf, mac, eg.mac, eg.port))
+}
+
+/// Does `src`, received on `ifx`, fail the interface's anti-spoofing
+/// check? Out of line: asked only of a connection's first packets.
+#[cold]
+#[inline(never)]
+pub(crate) fn spoofed_source(ifaces: &Interfaces, routes: &RouteTable, ifx: IfIndex, src: Ipv4Addr) -> bool {
+    ifaces.get(ifx).is_some_and(|i| !reverse_path_ok(routes, &i, ifx, src))
 }

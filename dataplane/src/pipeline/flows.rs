@@ -27,9 +27,11 @@ impl Flows {
         Flows { table, acl, created: 0 }
     }
 
-    /// Run conntrack for a packet this node owns, with the ACL as the
-    /// admission check; in cluster mode with the owner's sequence
-    /// translation and flow records around it.
+    /// Run conntrack for a packet this node owns, with anti-spoofing
+    /// (`reverse_path`: does the source pass its ingress interface's
+    /// check) and the ACL as the admission checks of a new flow; in
+    /// cluster mode with the owner's sequence translation and flow records
+    /// around it.
     #[allow(clippy::too_many_arguments)]
     pub fn track(
         &mut self,
@@ -41,14 +43,21 @@ impl Flows {
         len: u32,
         ifx: IfIndex,
         egress: IfIndex,
+        reverse_path: impl FnOnce() -> bool,
     ) -> Result<(Option<Xlate>, Tracked), DropReason> {
         let mut seen = l4;
         let pre: Option<Pre> = cluster.as_deref().and_then(|cl| cl.owner_pre(&self.table, tuple, &mut seen));
         let acl = &mut self.acl;
-        let tracked = self
-            .table
-            .track(now, tuple, &seen, len, || acl.check(ifx, egress, tuple))
-            .map_err(|e| self.refused(now, tuple, len, ifx, egress, e))?;
+        let mut spoofed = false;
+        let admit = || {
+            spoofed = !reverse_path();
+            !spoofed && acl.check(ifx, egress, tuple)
+        };
+        let tracked = match self.table.track(now, tuple, &seen, len, admit) {
+            Ok(t) => t,
+            Err(DropReason::AclDenied) if spoofed => return Err(DropReason::ReversePath),
+            Err(e) => return Err(self.refused(now, tuple, len, ifx, egress, e)),
+        };
         if tracked.created {
             self.made(now, tracked.handle, ifx, egress);
         }

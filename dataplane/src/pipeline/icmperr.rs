@@ -347,6 +347,7 @@ mod tests {
             prefix_len: 24,
             vlan: None,
             mtu: 1500,
+            reverse_path: crate::pipeline::ReversePath::Strict,
         };
         let ifaces = Interfaces::new(vec![iface], vec!["inside".into()], 0);
         let mut syn = crate::wire::ipv4::tests::TCP_SYN;

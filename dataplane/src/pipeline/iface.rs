@@ -21,6 +21,7 @@ pub(crate) struct Iface {
     pub vlan: Option<u16>,
     /// The largest IPv4 datagram the link carries (bytes, L3).
     pub mtu: u16,
+    pub reverse_path: super::ReversePath,
 }
 
 impl Iface {

@@ -6,7 +6,8 @@
 //!    padding ignored), header checksum;
 //! 2. `check_source`: no martian source, none of our addresses; options
 //!    (source routing dropped, RFC 7126 §4.3–4.4; malformed dropped; others
-//!    carried unchanged);
+//!    carried unchanged); then, for a transit datagram received on a port,
+//!    `reverse_path_ok` (the ingress interface's anti-spoofing, RFC 3704);
 //! 3. `destination`: martian destinations dropped, our interface address
 //!    is local, other local addresses and broadcasts are not handled, a
 //!    transit datagram received as a link-layer broadcast is not forwarded
@@ -22,6 +23,8 @@
 //! golden tables pin.
 
 use super::iface::{Iface, Interfaces};
+use super::ReversePath;
+use crate::route::{IfIndex, RouteTable};
 use crate::conntrack::{L4Info, TcpSeg};
 use crate::types::{ip_proto, DropReason, FiveTuple};
 use crate::wire::icmp::{msg_type, Icmpv4Packet};
@@ -76,6 +79,22 @@ pub(crate) fn check_source(ip: &Ipv4Packet<&[u8]>, ifaces: &Interfaces) -> Resul
         }
     }
     Ok(())
+}
+
+/// Anti-spoofing (RFC 3704): may a datagram from `src` arrive on `ifx`
+/// (`ing`)? Strict: the route back to `src` leaves by `ifx` — a source on
+/// the interface's own subnet passes without a lookup; loose: some route
+/// leads back. The route table has one path per prefix (no ECMP): with
+/// equal-cost paths, any of them leaving by `ifx` would pass. Out of
+/// line: asked only for a connection's first packets.
+#[cold]
+#[inline(never)]
+pub(crate) fn reverse_path_ok(routes: &RouteTable, ing: &Iface, ifx: IfIndex, src: Ipv4Addr) -> bool {
+    match ing.reverse_path {
+        ReversePath::Off => true,
+        ReversePath::Strict => ing.in_subnet(src) || routes.lookup(src).is_some_and(|r| r.iface == ifx),
+        ReversePath::Loose => routes.lookup(src).is_some(),
+    }
 }
 
 /// Where a datagram goes (step 3).

@@ -75,7 +75,7 @@ pub use cluster::{
     DEFAULT_DIRECTOR_HOLD, DEFAULT_SYN_GUARD, SYNC_MARKER_EVERY, SYNC_MARKER_FOR, SYNC_WAIT,
 };
 pub use config::{
-    InterfaceSpec, PipelineConfig, PipelineError, Policy, RouteSpec, RuleSpec, DEFAULT_MTU, MAX_MTU, MIN_MTU,
+    InterfaceSpec, PipelineConfig, PipelineError, Policy, ReversePath, RouteSpec, RuleSpec, DEFAULT_MTU, MAX_MTU, MIN_MTU,
 };
 pub use context::{FragNote, HandoffNote, Verdict};
 pub use counters::{Counters, Ipv6Counters, PortCounters};
@@ -638,7 +638,7 @@ impl Pipeline {
             if self.cluster.as_deref().is_some_and(|cl| cl.fenced(now)) {
                 return Err(DropReason::ClusterFenced);
             }
-            let dst = ip.dst();
+            let (src, dst) = (ip.src(), ip.dst());
             // A fragment to a pool address is routed once translated
             // (below): its mapped destination needs no route.
             let pooled_frag = is_frag && self.nat.as_deref().is_some_and(|n| n.plan().pool_of(dst).is_some());
@@ -740,7 +740,13 @@ impl Pipeline {
                 let as_port = (note.is_some() && !rx.hinted) || rx.to_control;
                 let prx = if as_port { Rx { via: Via::Port, ..rx } } else { rx };
                 let arx = Rx { frag: note, ..rx };
-                let mut plan = cl.plan(now, &self.flows.table, &tuple, l4.as_ref(), prx);
+                let mut plan = match cl.plan_known(now, &self.flows.table, &tuple, l4.as_ref(), prx) {
+                    Some(plan) => plan,
+                    None if prx.via == Via::Port && fast::spoofed_source(&self.ifaces, &self.routes, ifx, src) => {
+                        Plan::Drop(DropReason::ReversePath)
+                    }
+                    None => cl.plan_new(now, &self.flows.table, &tuple, l4.as_ref()),
+                };
                 // N3: a new connection under multi-session PAT received
                 // on a port of a data node goes to the control node, which
                 // owns it — before any election here. (A record here, or
@@ -805,7 +811,11 @@ impl Pipeline {
                     let mut link = Link { egress: &mut self.egress, ifaces: &self.ifaces };
                     let cl = self.cluster.as_deref_mut();
                     let tracked;
-                    (xlate, tracked) = self.flows.track(cl, &mut link, now, &tuple, l4, len, ifx, egress)?;
+                    // Anti-spoofing for a new flow (a cluster member's
+                    // plan checked it where the frame entered).
+                    let (routes, ifaces, single) = (&self.routes, &self.ifaces, cl.is_none());
+                    let passes = || !single || rx.via != Via::Port || !fast::spoofed_source(ifaces, routes, ifx, src);
+                    (xlate, tracked) = self.flows.track(cl, &mut link, now, &tuple, l4, len, ifx, egress, passes)?;
                     // Only the first fragment carries the TCP header.
                     if piece.is_some_and(|(off, _)| off != 0) {
                         xlate = None;

@@ -70,6 +70,7 @@ pub fn config(n: usize, nodes: usize, seq_randomization: bool) -> PipelineConfig
         security_level: level,
         vlan: None,
         mtu: 1500,
+        reverse_path: dataplane::pipeline::ReversePath::Strict,
     };
     let mut static_neighbors = vec![(GW, GW_MAC), (HOST, HOST_MAC)];
     static_neighbors.extend((0..nodes).filter(|&m| m != n).map(|m| (ccl_addr(m), ccl_mac(m))));

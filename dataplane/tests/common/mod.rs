@@ -61,6 +61,7 @@ pub fn config() -> PipelineConfig {
                 security_level: 100,
                 vlan: None,
                 mtu: 1500,
+                reverse_path: dataplane::pipeline::ReversePath::Strict,
             },
             InterfaceSpec {
                 name: "outside".into(),
@@ -71,6 +72,7 @@ pub fn config() -> PipelineConfig {
                 security_level: 0,
                 vlan: None,
                 mtu: 1500,
+                reverse_path: dataplane::pipeline::ReversePath::Strict,
             },
             InterfaceSpec {
                 name: "dmz".into(),
@@ -81,6 +83,7 @@ pub fn config() -> PipelineConfig {
                 security_level: 50,
                 vlan: Some(DMZ_VLAN),
                 mtu: 1500,
+                reverse_path: dataplane::pipeline::ReversePath::Strict,
             },
         ],
         routes: vec![

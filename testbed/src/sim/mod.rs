@@ -555,6 +555,7 @@ pub fn node_config(cfg: &SimConfig, n: usize) -> Result<PipelineConfig, String> 
         security_level: level,
         vlan: None,
         mtu: 1500,
+        reverse_path: dataplane::pipeline::ReversePath::Strict,
     };
     let flows = (cfg.tcp_flows + cfg.udp_flows) * 2 + 1024;
     let mut pc = PipelineConfig {

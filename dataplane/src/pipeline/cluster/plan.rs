@@ -47,21 +47,25 @@ fn may_open(tuple: &FiveTuple, l4: Option<&L4Info>) -> bool {
 }
 
 impl ClusterPath {
-    /// Decide who runs conntrack on a transit packet. `l4` is `None` for an
-    /// ICMP error quoting `tuple`.
-    pub fn plan(
+    /// Decide who runs conntrack on a transit packet of a connection this
+    /// node knows — its flow here, a record naming its owner, or a frame
+    /// from the CCL, which a member sent here as to the owner. `None`: not
+    /// known here; `plan_new` decides, after the caller's anti-spoofing
+    /// check of a frame from a port (made of a connection's first packets
+    /// only, docs/flood.md). `l4` is `None` for an ICMP error quoting
+    /// `tuple`.
+    pub fn plan_known(
         &mut self,
         now: Timestamp,
         conn: &ConnTable,
         tuple: &FiveTuple,
         l4: Option<&L4Info>,
         rx: Rx,
-    ) -> Plan {
+    ) -> Option<Plan> {
         // 1. We own it.
         if conn.lookup(tuple).is_some() {
-            return Plan::Own;
+            return Some(Plan::Own);
         }
-        let timeouts: Timeouts = *conn.timeouts();
         // Frames unwrapped from the CCL were sent here as to the owner. If
         // the packet may open a flow, adopt it: the director named us owner
         // (R8) but its reply to us was lost, so the sender learnt the owner
@@ -71,7 +75,7 @@ impl ClusterPath {
         let key = canonical(tuple);
         if rx.via != Via::Port {
             if may_open(tuple, l4) {
-                return Plan::Own;
+                return Some(Plan::Own);
             }
             // NAT: translated flows change owner while the old one lives
             // (handed to the node their block went back to), so a member
@@ -83,11 +87,11 @@ impl ClusterPath {
             // is the owner (no loop: the director never asks).
             let held = self.records.get(&key).is_some_and(|r| live(r, now) && r.owner != me);
             if self.nat.is_none() || !held {
-                return Plan::Drop(DropReason::ClusterNoOwnerFlow);
+                return Some(Plan::Drop(DropReason::ClusterNoOwnerFlow));
             }
             let director = self.director_of(tuple);
             if director != me {
-                return Plan::Query { director, elect: false };
+                return Some(Plan::Query { director, elect: false });
             }
         }
         // 2. A record names another owner: follow it if that owner is a
@@ -105,7 +109,7 @@ impl ClusterPath {
                     if r.role == Role::Forwarder {
                         r.last_seen = now;
                     }
-                    return Plan::Forward(r.owner);
+                    return Some(Plan::Forward(r.owner));
                 }
                 orphan = true;
             }
@@ -122,15 +126,24 @@ impl ClusterPath {
                     // would refuse the flow): this packet is lost, the
                     // regrant follows (`nat_regrant_step`).
                     if !self.synced(h) {
-                        return Plan::Drop(DropReason::ClusterOwnerUnknown);
+                        return Some(Plan::Drop(DropReason::ClusterOwnerUnknown));
                     }
                     self.counters.nat_takeovers_redirected += 1;
-                    return Plan::HandTo(h);
+                    return Some(Plan::HandTo(h));
                 }
-                return Plan::TakeOver;
+                return Some(Plan::TakeOver);
             }
         }
         // 3. No record.
+        None
+    }
+
+    /// `plan_known` found nothing: who runs conntrack on this packet, the
+    /// first of its connection here (R1, R7, R8).
+    pub fn plan_new(&mut self, now: Timestamp, conn: &ConnTable, tuple: &FiveTuple, l4: Option<&L4Info>) -> Plan {
+        let timeouts: Timeouts = *conn.timeouts();
+        let me = self.me;
+        let key = canonical(tuple);
         let director = self.director_of(tuple);
         let local = director == me;
         let Some(l4) = l4 else {
