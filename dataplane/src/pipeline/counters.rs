@@ -122,6 +122,8 @@ pub struct Counters {
     pub handoffs_in: u64,
     /// Flows created by `process` (conntrack has its own stats too).
     pub flows_created: u64,
+    /// Embryonic flows evicted for new ones in a full table (early drop).
+    pub flows_evicted_embryonic: u64,
     /// Gauges: flows in the table now, and the most it holds.
     pub flows: u64,
     pub flow_capacity: u64,
@@ -186,6 +188,7 @@ impl Stats for Counters {
             ("handed_off", self.handed_off),
             ("handoffs_in", self.handoffs_in),
             ("flows_created", self.flows_created),
+            ("flows_evicted_embryonic", self.flows_evicted_embryonic),
             ("arp_requests", self.arp_requests),
             ("generated_dropped", self.generated_dropped),
             ("vlan_tagged", self.vlan_tagged),

@@ -1545,6 +1545,7 @@ impl Pipeline {
             handed_off: a.handed_off,
             handoffs_in: a.handoffs_in,
             flows_created: self.flows.created,
+            flows_evicted_embryonic: self.flows.table.stats().evicted_embryonic,
             flows: self.flows.table.len() as u64,
             flow_capacity: self.flows.table.capacity() as u64,
             arp_requests: e.arp_requests,
