@@ -4,7 +4,7 @@
 //! handle a bad configuration.
 
 use super::cluster::{ClusterSpec, ClusterSpecError};
-use super::iface::{Iface, Interfaces};
+use super::iface::{Iface, Interfaces, ReversePath};
 use super::ipv4::martian_source;
 use crate::acl::{Acl, AclRule};
 use crate::conntrack::Timeouts;
@@ -13,21 +13,6 @@ use crate::route::{contains, IfIndex, RouteError, RouteTable};
 use crate::types::{Duration, PortId};
 use crate::wire::ethernet;
 use std::net::Ipv4Addr;
-
-/// Anti-spoofing on an interface (unicast reverse-path forwarding, RFC
-/// 3704 §2): which sources a datagram received on it may carry.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
-pub enum ReversePath {
-    /// The route back to the source leaves by this interface (RFC 3704
-    /// §2.2). A default route counts: on the interface it leaves by, any
-    /// source not routed elsewhere passes.
-    #[default]
-    Strict,
-    /// Some route leads back to the source, by any interface (§2.3).
-    Loose,
-    /// Not checked.
-    Off,
-}
 
 /// One configured interface.
 #[derive(Clone, Debug, PartialEq, Eq)]

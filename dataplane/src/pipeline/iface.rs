@@ -11,6 +11,21 @@ use crate::route::{contains, mask, IfIndex};
 use crate::types::PortId;
 use std::net::Ipv4Addr;
 
+/// Anti-spoofing on an interface (unicast reverse-path forwarding, RFC
+/// 3704 §2): which sources a datagram received on it may carry.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
+pub enum ReversePath {
+    /// The route back to the source leaves by this interface (RFC 3704
+    /// §2.2). A default route counts: on the interface it leaves by, any
+    /// source not routed elsewhere passes.
+    #[default]
+    Strict,
+    /// Some route leads back to the source, by any interface (§2.3).
+    Loose,
+    /// Not checked.
+    Off,
+}
+
 /// An interface (Copy; the name lives in `Interfaces::names`).
 #[derive(Copy, Clone, Debug)]
 pub(crate) struct Iface {
@@ -21,7 +36,7 @@ pub(crate) struct Iface {
     pub vlan: Option<u16>,
     /// The largest IPv4 datagram the link carries (bytes, L3).
     pub mtu: u16,
-    pub reverse_path: super::ReversePath,
+    pub reverse_path: ReversePath,
 }
 
 impl Iface {

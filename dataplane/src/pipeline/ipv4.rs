@@ -22,8 +22,7 @@
 //! the steps is the order of the drop reasons a frame can get, which the
 //! golden tables pin.
 
-use super::iface::{Iface, Interfaces};
-use super::ReversePath;
+use super::iface::{Iface, Interfaces, ReversePath};
 use crate::route::{IfIndex, RouteTable};
 use crate::conntrack::{L4Info, TcpSeg};
 use crate::types::{ip_proto, DropReason, FiveTuple};

@@ -75,8 +75,9 @@ pub use cluster::{
     DEFAULT_DIRECTOR_HOLD, DEFAULT_SYN_GUARD, SYNC_MARKER_EVERY, SYNC_MARKER_FOR, SYNC_WAIT,
 };
 pub use config::{
-    InterfaceSpec, PipelineConfig, PipelineError, Policy, ReversePath, RouteSpec, RuleSpec, DEFAULT_MTU, MAX_MTU, MIN_MTU,
+    InterfaceSpec, PipelineConfig, PipelineError, Policy, RouteSpec, RuleSpec, DEFAULT_MTU, MAX_MTU, MIN_MTU,
 };
+pub use iface::ReversePath;
 pub use context::{FragNote, HandoffNote, Verdict};
 pub use counters::{Counters, Ipv6Counters, PortCounters};
 pub use egress::MAX_GENERATED;
