@@ -97,6 +97,7 @@ mod tests {
             icmp_echo_replies: 0,
             icmp_errors_forwarded: 0,
             flows_created: 1,
+            flows_evicted_embryonic: 0,
             flows: 1,
             flow_capacity: 16,
             arp_requests: 0,
