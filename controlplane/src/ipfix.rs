@@ -66,7 +66,7 @@
 //!   counted `invalid`; times saturate instead of overflowing.
 
 use dataplane::conntrack::flowlog::{FLOW_RECORDS, UNKNOWN_IF};
-use dataplane::conntrack::{FlowEvent, FlowNat, FlowRecord};
+use dataplane::conntrack::{FlowEvent, FlowRecord};
 use dataplane::route::IfIndex;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -293,20 +293,21 @@ impl IpfixRecord {
         // Translated (module essay): each direction arrives with its
         // sender's real and its receiver's mapped endpoint and leaves with
         // the sender's mapped and the receiver's real one.
-        let (addrs, nat, reply_addrs, reply_nat) = match (real, r.nat) {
+        // (The ports as the other side saw them: the receivers' before.)
+        let (addrs, nat, reply_addrs, reply_nat, (mapped_sport, mapped_dport)) = match (real, r.nat) {
             (Addrs::V4 { src, dst }, Some(m)) => (
                 Addrs::V4 { src, dst: m.dst },
                 Some(PostNat { src: m.src, dst, src_port: m.src_port, dst_port: t.dst_port }),
                 Addrs::V4 { src: dst, dst: m.src },
                 Some(PostNat { src: m.dst, dst: src, src_port: m.dst_port, dst_port: t.src_port }),
+                (m.src_port, m.dst_port),
             ),
-            _ => (real, None, real.reversed(), None),
+            _ => (real, None, real.reversed(), None, (t.src_port, t.dst_port)),
         };
-        let mapped = |m: Option<FlowNat>| m.filter(|_| nat.is_some());
         let original = IpfixRecord {
             addrs,
             src_port: t.src_port,
-            dst_port: mapped(r.nat).map_or(t.dst_port, |m| m.dst_port),
+            dst_port: mapped_dport,
             proto: r.tuple.proto,
             tcp_flags: u16::from(r.tcp_flags),
             ingress: if_number(r.ingress),
@@ -321,7 +322,7 @@ impl IpfixRecord {
         let reply = IpfixRecord {
             addrs: reply_addrs,
             src_port: t.dst_port,
-            dst_port: mapped(r.nat).map_or(t.src_port, |m| m.src_port),
+            dst_port: mapped_sport,
             nat: reply_nat,
             ingress: original.egress,
             egress: original.ingress,
@@ -555,7 +556,7 @@ fn emit_templates(msg: &mut Vec<u8>) {
 mod tests {
     use super::*;
     use dataplane::conntrack::flowlog::RuleRef;
-    use dataplane::conntrack::{tcp_flags, EndReason};
+    use dataplane::conntrack::{tcp_flags, EndReason, FlowNat};
     use dataplane::{FiveTuple, Timestamp};
     use proptest::prelude::*;
     use std::collections::HashMap;

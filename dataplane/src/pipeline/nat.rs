@@ -1039,7 +1039,8 @@ impl NatPath {
     pub fn flow_nat(&self, r: &FlowRecord) -> Option<FlowNat> {
         let t = &r.tuple;
         let (IpAddr::V4(src), IpAddr::V4(dst)) = (t.src, t.dst) else { return None };
-        let icmp = nat_class(t.proto) == Some(PortClass::Icmp);
+        let class = nat_class(t.proto);
+        let icmp = class == Some(PortClass::Icmp);
         // An echo's identifier is both ends' "port" (in one tuple port).
         let (sport, dport) = if icmp { (t.src_port | t.dst_port, t.src_port | t.dst_port) } else { (t.src_port, t.dst_port) };
         let mut m = FlowNat { src, src_port: t.src_port, dst, dst_port: t.dst_port };
@@ -1053,29 +1054,21 @@ impl NatPath {
                 }
             }
         };
-        if let Some(x) = r.mark.checked_sub(1).and_then(|id| self.xlates.get(XlateId(id))) {
-            let mapped = (x.mapped.0, x.block.map(|_| x.mapped.1));
-            let holds = |a: Ipv4Addr, p: u16| x.real.0 == a && (x.block.is_none() || x.real.1 == p);
-            if holds(src, sport) {
-                map_src(&mut m, mapped);
-                return Some(m);
+        let map_dst = |m: &mut FlowNat, (a, p): Snat| {
+            m.dst = a;
+            if let Some(p) = p {
+                m.dst_port = p;
             }
-            if holds(dst, dport) {
-                m.dst = mapped.0;
-                if let Some(p) = mapped.1 {
-                    m.dst_port = p;
-                }
-                return Some(m);
-            }
-        }
-        if let Some(s) = self.static_out(r.ingress, r.egress, src, t.proto, sport) {
+        };
+        // The xlate the record's mark names, held by either end.
+        if let Some((_, s)) = self.marked(r.mark, class, src, sport) {
             map_src(&mut m, s);
-            return Some(m);
-        }
-        let (a, p) = self.static_out(r.egress, r.ingress, dst, t.proto, dport)?;
-        m.dst = a;
-        if let Some(p) = p {
-            m.dst_port = p;
+        } else if let Some((_, d)) = self.marked(r.mark, class, dst, dport) {
+            map_dst(&mut m, d);
+        } else if let Some(s) = self.static_out(r.ingress, r.egress, src, t.proto, sport) {
+            map_src(&mut m, s);
+        } else {
+            map_dst(&mut m, self.static_out(r.egress, r.ingress, dst, t.proto, dport)?);
         }
         Some(m)
     }
