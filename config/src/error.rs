@@ -185,6 +185,9 @@ pub enum ErrorKind {
         /// The rule's protocol as written or defaulted.
         protocol: String,
     },
+    /// `limits` on a deny rule (it permits no connection to limit).
+    #[error("limits apply to the connections a rule permits; this rule denies")]
+    LimitsOnDeny,
     /// A route whose next hop is not in any interface's subnet.
     #[error("next hop {via} is not in a connected subnet (connected: {connected})")]
     NotConnected {

@@ -126,7 +126,7 @@ pub use cluster::{CclConfig, ClusterConfig, MemberConfig, Secret, SplitBrain};
 pub use error::{ConfigError, ErrorKind};
 pub use model::{
     AccessRule, Action, ArpConfig, Config, DpdkConfig, FlowTableConfig, IcmpErrorsConfig, InterfaceConfig,
-    LogLevel, LoggingConfig, NodeConfig, ReversePath, RouteConfig, Timeouts,
+    Limits, LogLevel, LoggingConfig, NodeConfig, ReversePath, RouteConfig, Timeouts,
 };
 pub use net::{Ipv4Net, PortError, PortRange, PrefixError, Protocol, ProtocolError};
 

@@ -99,6 +99,7 @@ fn example_parses_with_expected_values() {
                 destination: net("198.18.1.10/32"),
                 source_port: PortRange::ANY,
                 destination_port: PortRange::single(80),
+                limits: Limits::default(),
             },
             AccessRule {
                 name: "no-telnet".into(),
@@ -109,6 +110,7 @@ fn example_parses_with_expected_values() {
                 destination: Ipv4Net::ANY,
                 source_port: PortRange::ANY,
                 destination_port: PortRange { lo: 23, hi: 23 },
+                limits: Limits::default(),
             },
         ]
     );
@@ -123,6 +125,10 @@ fn example_parses_with_expected_values() {
             icmp: 10,
             other: 60
         }
+    );
+    assert_eq!(
+        c.limits,
+        Limits { max_embryonic: Some(100000), per_client_embryonic_max: Some(1000), ..Limits::default() }
     );
     assert_eq!(c.flow_table.capacity, 262144);
     assert_eq!(
@@ -178,6 +184,7 @@ fn defaults_apply_to_omitted_sections() {
     assert!(c.routes.is_empty());
     assert!(c.access_rules.is_empty());
     assert_eq!(c.timeouts, Timeouts::default());
+    assert!(c.limits.is_empty());
     assert_eq!(
         (
             c.timeouts.tcp_syn,
@@ -332,4 +339,40 @@ fn reverse_path_is_strict_unless_set() {
         let c = parse(&edited, "node.yaml").unwrap();
         assert_eq!((c.interfaces[0].reverse_path, c.interfaces[1].reverse_path), (ReversePath::Strict, want));
     }
+}
+
+/// A permit rule's `limits`, the global ones, and what is refused: a zero,
+/// a value past u32, an unknown key, limits on a deny rule; each error
+/// names its line and field. The policy document carries them both ways.
+#[test]
+fn limits_globally_and_per_rule() {
+    let text = std::fs::read_to_string(example_path()).unwrap();
+    let with_rule = |limits: &str| {
+        text.replace("    # source-port: \"1024-65535\"\n", &format!("    limits:\n{limits}"))
+    };
+    let c = parse(&with_rule("      max-conns: 500\n      per-client-embryonic-max: 5\n"), "node.yaml").unwrap();
+    assert_eq!(
+        c.access_rules[0].limits,
+        Limits { max_conns: Some(500), per_client_embryonic_max: Some(5), ..Limits::default() }
+    );
+    assert!(c.access_rules[1].limits.is_empty());
+    let p = c.policy();
+    let back = parse_policy(&p.to_yaml(), "replicated", &c.interfaces).unwrap();
+    assert_eq!(back, p);
+    assert_eq!(back.access_rules[0].limits.max_conns, Some(500));
+    assert_eq!(back.limits.max_embryonic, Some(100000));
+
+    for (edit, line, field, msg) in [
+        ("      max-conns: 0\n", 51, "access-rules[0].limits.max-conns", "value 0 out of range: expected 1-4294967295"),
+        ("      max-embryonic: 4294967296\n", 51, "access-rules[0].limits.max-embryonic", "out of range"),
+        ("      max-conn: 5\n", 51, "access-rules[0].limits", "unknown field `max-conn`"),
+    ] {
+        let e = parse(&with_rule(edit), "node.yaml").unwrap_err().to_string();
+        assert!(e.contains(&format!("node.yaml:{line}:")) && e.contains(field) && e.contains(msg), "{edit:?}: {e}");
+    }
+    let deny = text.replace("    destination-port: 23\n", "    destination-port: 23\n    limits:\n      max-conns: 5\n");
+    let e = parse(&deny, "node.yaml").unwrap_err().to_string();
+    assert!(e.contains("access-rules[1].limits") && e.contains("this rule denies"), "{e}");
+    let e = parse(&text.replace("  max-embryonic: 100000 ", "  max-embryonic: -1     "), "node.yaml").unwrap_err().to_string();
+    assert!(e.contains("limits.max-embryonic"), "{e}");
 }

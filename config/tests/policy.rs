@@ -5,7 +5,7 @@
 //! `local_changes` tells a reloadable file from one that needs a restart.
 
 use config::policy::{Policy, POLICY_HEADER};
-use config::{parse, parse_policy, AccessRule, Action, Ipv4Net, PortRange, Protocol, Timeouts};
+use config::{parse, parse_policy, AccessRule, Action, Ipv4Net, Limits, PortRange, Protocol, Timeouts};
 use proptest::prelude::*;
 
 const EXAMPLES: [(&str, &str); 2] = [
@@ -104,6 +104,16 @@ fn local_changes_name_the_sections_a_reload_cannot_apply() {
     assert_eq!(c.local_changes(&l), ["interfaces", "cluster"]);
 }
 
+fn limits() -> impl Strategy<Value = Limits> {
+    let one = || prop_oneof![Just(None), (1u32..=u32::MAX).prop_map(Some)];
+    (one(), one(), one(), one()).prop_map(|(a, b, c, d)| Limits {
+        max_conns: a,
+        max_embryonic: b,
+        per_client_max: c,
+        per_client_embryonic_max: d,
+    })
+}
+
 fn rule() -> impl Strategy<Value = AccessRule> {
     let proto = prop_oneof![
         Just(Protocol::Any),
@@ -123,8 +133,9 @@ fn rule() -> impl Strategy<Value = AccessRule> {
         net,
         ports.clone(),
         ports,
+        limits(),
     )
-        .prop_map(|(name, permit, interface, protocol, source, destination, sp, dp)| {
+        .prop_map(|(name, permit, interface, protocol, source, destination, sp, dp, limits)| {
             let l4 = protocol.has_ports();
             AccessRule {
                 name,
@@ -135,6 +146,7 @@ fn rule() -> impl Strategy<Value = AccessRule> {
                 destination,
                 source_port: if l4 { sp } else { PortRange::ANY },
                 destination_port: if l4 { dp } else { PortRange::ANY },
+                limits: if permit { limits } else { Limits::default() },
             }
         })
 }
@@ -146,6 +158,7 @@ proptest! {
         rules in proptest::collection::vec(rule(), 0..6),
         levels in (0u8..=100, 0u8..=100),
         t in proptest::array::uniform7(1u64..=u64::MAX),
+        global in limits(),
     ) {
         let c = parse(EXAMPLES[0].1, "node.yaml").unwrap();
         let mut rules = rules;
@@ -157,6 +170,7 @@ proptest! {
             security_levels: vec![("inside".into(), levels.0), ("outside".into(), levels.1)],
             access_rules: rules,
             timeouts: Timeouts { tcp_syn: t[0], tcp_established: t[1], tcp_closing: t[2], tcp_closed: t[3], udp: t[4], icmp: t[5], other: t[6] },
+            limits: global,
             nat: Default::default(),
         };
         let y = p.to_yaml();

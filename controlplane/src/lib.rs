@@ -6,6 +6,9 @@
 //!   here. The node's control lcore and the simulator drive the same code.
 //! - [`natshare`]: dynamic NAT in a cluster (N4), the control node's
 //!   translation table on top of membership's replicated tables.
+//! - [`limits`]: cluster-wide connection limits by estimate (L1): the
+//!   workers' and the members' counts in, each worker's view of the rest
+//!   of the cluster out.
 //! - [`mgmt`]: the management protocol spoken on the node's control socket.
 //! - [`clusterview`]: `cluster show`, one view of every member's answer
 //!   (asked over the CCL by `membership`), merged.
@@ -26,6 +29,7 @@
 
 pub mod clusterview;
 pub mod ipfix;
+pub mod limits;
 pub mod membership;
 pub mod metrics;
 pub mod mgmt;

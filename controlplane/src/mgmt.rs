@@ -46,11 +46,16 @@ pub enum Topic {
     Metrics,
     /// The per-connection trace's events (`TraceStart`), oldest first.
     Trace,
+    /// Connection limits (L1): per class and client the local count, the
+    /// cluster-wide estimate, the limit, the refusals.
+    Limits,
+    /// Connections here and the cluster-wide estimate.
+    ConnCount,
 }
 
 impl Topic {
     pub const ALL: &'static [Topic] =
-        &[Topic::Stats, Topic::Conn, Topic::Route, Topic::Arp, Topic::Config, Topic::Rules, Topic::Cluster, Topic::ClusterHistory, Topic::Xlate, Topic::NatPool, Topic::Metrics, Topic::Trace];
+        &[Topic::Stats, Topic::Conn, Topic::Route, Topic::Arp, Topic::Config, Topic::Rules, Topic::Cluster, Topic::ClusterHistory, Topic::Xlate, Topic::NatPool, Topic::Metrics, Topic::Trace, Topic::Limits, Topic::ConnCount];
     pub fn as_str(self) -> &'static str {
         match self {
             Topic::Stats => "stats",
@@ -65,6 +70,8 @@ impl Topic {
             Topic::NatPool => "nat-pool",
             Topic::Metrics => "metrics",
             Topic::Trace => "trace",
+            Topic::Limits => "limits",
+            Topic::ConnCount => "conn-count",
         }
     }
     pub fn parse(s: &str) -> Option<Topic> {

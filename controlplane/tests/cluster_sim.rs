@@ -342,7 +342,7 @@ impl Sim {
                         self.report.elections += 1;
                     }
                 }
-                Action::Lease(_) | Action::Reset | Action::Replica(_) | Action::XlateRequest { .. } | Action::Query { .. } => {}
+                Action::Lease(_) | Action::Reset | Action::Replica(_) | Action::XlateRequest { .. } | Action::Query { .. } | Action::LimitReport { .. } => {}
             }
         }
         let w = self.nodes[n].m.next_wakeup().0.max(self.now);

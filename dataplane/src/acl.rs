@@ -161,6 +161,11 @@ impl Acl {
         }
     }
 
+    /// The rules' names, in order.
+    pub fn rule_names(&self) -> Vec<String> {
+        self.rules.iter().map(|r| r.name.clone()).collect()
+    }
+
     /// Evaluate without counting.
     #[inline]
     pub fn evaluate(&self, ingress: IfIndex, egress: IfIndex, t: &FiveTuple) -> Decision {
@@ -203,6 +208,15 @@ impl Acl {
     }
 
     /// The rule that decided the last `check`.
+    /// The index of the rule that made the last decision (`None`: the
+    /// security-level default).
+    pub fn last_index(&self) -> Option<usize> {
+        match self.last {
+            Decision::Rule { index, .. } => Some(index),
+            Decision::Default { .. } => None,
+        }
+    }
+
     pub fn last_rule(&self) -> crate::conntrack::RuleRef {
         match self.last {
             Decision::Rule { index, .. } => crate::conntrack::RuleRef::Rule(index as u32),

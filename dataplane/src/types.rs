@@ -331,6 +331,18 @@ drop_reasons! {
     /// interface the datagram arrived on (strict), or not at all (loose;
     /// RFC 3704, the interface's `reverse-path`).
     ReversePath => "reverse-path",
+    /// A new connection would pass the cluster-wide connection limit of
+    /// its class (`limits.max-conns`, globally or its rule's; SPEC L1).
+    ConnLimit => "conn-limit",
+    /// A new TCP connection would pass its class's embryonic limit
+    /// (`limits.max-embryonic`).
+    EmbryonicLimit => "embryonic-limit",
+    /// A new connection would pass its client's connection limit
+    /// (`limits.per-client-max`).
+    ClientLimit => "per-client-limit",
+    /// A new TCP connection would pass its client's embryonic limit
+    /// (`limits.per-client-embryonic-max`).
+    ClientEmbryonicLimit => "per-client-embryonic-limit",
 }
 
 impl fmt::Display for DropReason {

@@ -167,6 +167,9 @@ pub struct CclControl {
     /// Members' cluster-wide queries for this node to answer
     /// (`take_queries`; the machine bounds them, `ANSWERS_KEPT`).
     queries: VecDeque<QueryAsked>,
+    /// Members' connection counts (`Action::LimitReport`) for the limit
+    /// estimate (`Control`), oldest first; bounded.
+    limit_reports: VecDeque<LimitReportIn>,
 }
 
 /// A member's query this node answers (`Action::Query`).
@@ -178,6 +181,14 @@ pub struct QueryAsked {
     pub topic: u8,
     pub arg: Vec<u8>,
 }
+
+/// A member's connection counts: (member, its report sequence, classes,
+/// clients), as `Action::LimitReport` gives them.
+pub type LimitReportIn = (dataplane::NodeId, u32, Vec<dataplane::ccl::ClassCount>, Vec<dataplane::ccl::ClientCount>);
+
+/// Members' limit reports kept between two control rounds (16 members,
+/// a few rounds of each).
+const LIMIT_REPORTS_KEPT: usize = 64;
 
 /// Membership events kept for the exporter between two control rounds.
 const EVENTS_KEPT: usize = 256;
@@ -224,12 +235,25 @@ impl CclControl {
             stalled: false,
             events: VecDeque::new(),
             queries: VecDeque::new(),
+            limit_reports: VecDeque::new(),
         }
     }
 
     /// Members' queries to answer, oldest first.
     pub fn take_queries(&mut self) -> Vec<QueryAsked> {
         self.queries.drain(..).collect()
+    }
+
+    /// Members' limit reports, oldest first, and the member set now.
+    pub fn take_limit_reports(&mut self) -> (Vec<LimitReportIn>, dataplane::cluster::MemberSet) {
+        (self.limit_reports.drain(..).collect(), self.membership.members())
+    }
+
+    /// Broadcast this node's connection counts (`LimitReport::encode`).
+    pub fn broadcast_limits(&mut self, now: Timestamp, payload: Vec<u8>) -> bool {
+        let sent = self.membership.broadcast_limits(now, payload);
+        self.act_all(now);
+        sent
     }
 
     /// This node's answer to a member's query (`take_queries`).
@@ -461,6 +485,12 @@ impl CclControl {
                     self.queries.pop_front();
                 }
                 self.queries.push_back(QueryAsked { from, incarnation, query, topic, arg });
+            }
+            Action::LimitReport { from, seq, classes, clients } => {
+                if self.limit_reports.len() >= LIMIT_REPORTS_KEPT {
+                    self.limit_reports.pop_front();
+                }
+                self.limit_reports.push_back((from, seq, classes, clients));
             }
             Action::XlateRequest { from, pool, real, held } => {
                 log::debug!("dynamic NAT: n{} asks for {real} in pool {pool} (holds {held:?})", from.0);

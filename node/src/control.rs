@@ -64,6 +64,12 @@ pub struct Control {
     /// waiting their turn (at most `CLUSTER_QUEUE`).
     asking: Option<ClusterAsk>,
     cluster_queue: VecDeque<(ClusterReq, Responder)>,
+    /// Cluster-wide connection limits by estimate (L1): the workers' and
+    /// the members' counts.
+    limits: controlplane::limits::Estimator,
+    /// The class ids of each worker's last limit report (what its remote
+    /// counts are aligned with; empty: no limits there).
+    limit_ids: Vec<Vec<u32>>,
 }
 
 /// What a cluster-wide request asks of every member.
@@ -126,7 +132,52 @@ impl Control {
             behind_since: None,
             asking: None,
             cluster_queue: VecDeque::new(),
+            limits: controlplane::limits::Estimator::new(shared.workers.len()),
+            limit_ids: vec![Vec::new(); shared.workers.len()],
         })
+    }
+
+    /// Connection limits (L1, `controlplane::limits`): take the workers'
+    /// and the members' reports; every report interval, broadcast this
+    /// node's counts and give each worker the rest of the cluster's.
+    fn estimate_limits(&mut self, now: dataplane::Timestamp) {
+        for (w, ws) in self.shared.workers.iter().enumerate() {
+            while let Some(r) = ws.limit_reports.pop() {
+                if let Some(ids) = self.limit_ids.get_mut(w) {
+                    *ids = r.classes.iter().map(|c| c.0).collect();
+                }
+                self.limits.on_worker(w, r);
+            }
+        }
+        if let Some(c) = &mut self.ccl {
+            let (reports, members) = c.take_limit_reports();
+            self.limits.members(members);
+            for (from, seq, classes, clients) in reports {
+                self.limits.on_peer(now, from, seq, classes, clients);
+            }
+        }
+        if !self.limits.due(now) {
+            return;
+        }
+        if self.limit_ids.iter().all(Vec::is_empty) {
+            // No limits configured here: nothing to report or enforce.
+            return;
+        }
+        if let Some(c) = &mut self.ccl {
+            let report = self.limits.node_report();
+            c.broadcast_limits(now, report);
+        }
+        for (w, ids) in self.limit_ids.iter().enumerate() {
+            if ids.is_empty() {
+                continue;
+            }
+            let remote = self.limits.remote_for(w, ids);
+            if let Some(pending) = self.pending.get_mut(w) {
+                // Only the latest view matters: replace one still queued.
+                pending.retain(|q| !matches!(q, Query::RemoteLimits(_)));
+                pending.push_back(Query::RemoteLimits(Box::new(remote)));
+            }
+        }
     }
 
     /// One round of the control lcore: the CCL control queue and the
@@ -170,6 +221,7 @@ impl Control {
         for (w, pending) in self.shared.workers.iter().zip(&mut self.pending) {
             offer_commands(&w.queries, pending);
         }
+        self.estimate_limits(now);
         // Members' cluster-wide queries: this node's answers.
         self.answer_queries(now);
         if let Some(server) = self.server.take() {
@@ -874,7 +926,121 @@ impl Control {
                 Ok(json!({ "nat": counters.is_some(), "xlates": merge_replicas(all), "counters": enc(serde_json::to_value(counters))? }))
             }
             Topic::ClusterHistory => self.show_cluster_history(),
+            Topic::Limits => self.show_limits(),
+            Topic::ConnCount => self.show_conn_count(),
         }
+    }
+
+    /// `show limits`: per class (global, each limited rule) the limits,
+    /// this node's count now (per worker too), each member's last report,
+    /// the cluster-wide estimate (this node now + the members) and the
+    /// connections refused by each limit; the clients with the largest
+    /// counts here or in the members' reports, with their estimate.
+    fn show_limits(&self) -> Result<Value, String> {
+        use dataplane::conntrack::limits::{ClassInfo, Count};
+        let mut classes: Vec<(ClassInfo, Vec<Count>)> = Vec::new();
+        let mut clients: std::collections::BTreeMap<(u32, std::net::IpAddr), Count> = Default::default();
+        let mut untracked = 0;
+        for r in self.ask_all(|| Query::Limits)? {
+            let Reply::Limits(l) = r else { return Err("unexpected reply".into()) };
+            let Some(l) = l else { continue };
+            let (cls, cl, u) = *l;
+            untracked += u;
+            for (i, c) in cls.iter().enumerate() {
+                match classes.iter_mut().find(|(x, _)| x.id == c.id) {
+                    Some((x, w)) => {
+                        x.local = x.local.add(c.local);
+                        for (a, b) in x.refused.iter_mut().zip(c.refused) {
+                            *a += b;
+                        }
+                        w.push(c.local);
+                    }
+                    None => classes.push((c.clone(), vec![c.local])),
+                }
+                let _ = i;
+            }
+            for (class, addr, n) in cl {
+                if let Some(c) = cls.get(usize::from(class)) {
+                    let e = clients.entry((c.id, addr)).or_default();
+                    *e = e.add(n);
+                }
+            }
+        }
+        if classes.is_empty() {
+            return Ok(json!({ "limits": false, "classes": [], "clients": [] }));
+        }
+        let estimates = self.limits.classes();
+        let peer_clients = self.limits.member_clients();
+        let name_of = |id: u32| classes.iter().find(|(c, _)| c.id == id).map(|(c, _)| c.name.clone()).unwrap_or_else(|| format!("{id:#x}"));
+        let rows: Vec<Value> = classes
+            .iter()
+            .map(|(c, workers)| {
+                let members = estimates.iter().find(|e| e.id == c.id).map(|e| e.members.clone()).unwrap_or_default();
+                let estimate = members.values().fold(c.local, |a, &b| a.add(b));
+                let refused: serde_json::Map<String, Value> = dataplane::conntrack::limits::Hit::ALL
+                    .iter()
+                    .map(|h| (h.as_str().to_string(), json!(c.refused[*h as usize])))
+                    .collect();
+                json!({
+                    "name": c.name,
+                    "limits": c.limits,
+                    "local": c.local,
+                    "workers": workers,
+                    "members": members.iter().map(|(n, v)| (format!("n{n}"), json!(v))).collect::<serde_json::Map<_, _>>(),
+                    "estimate": estimate,
+                    "refused": refused,
+                })
+            })
+            .collect();
+        let mut ids: std::collections::BTreeSet<(u32, std::net::IpAddr)> = clients.keys().copied().collect();
+        ids.extend(peer_clients.keys().copied());
+        let mut crow: Vec<(Count, Value)> = ids
+            .into_iter()
+            .map(|k| {
+                let local = clients.get(&k).copied().unwrap_or_default();
+                let estimate = local.add(peer_clients.get(&k).copied().unwrap_or_default());
+                let limits = classes.iter().find(|(c, _)| c.id == k.0).map(|(c, _)| c.limits).unwrap_or_default();
+                (estimate, json!({
+                    "class": name_of(k.0),
+                    "client": k.1.to_string(),
+                    "local": local,
+                    "estimate": estimate,
+                    "per_client_max": limits.per_client_max,
+                    "per_client_embryonic_max": limits.per_client_embryonic_max,
+                }))
+            })
+            .collect();
+        crow.sort_by(|a, b| (b.0.conns, b.0.embryonic).cmp(&(a.0.conns, a.0.embryonic)));
+        crow.truncate(crate::worker::SHOW_LIMIT_CLIENTS);
+        Ok(json!({
+            "limits": true,
+            "report_interval_ms": controlplane::limits::REPORT_INTERVAL.0 / 1_000_000,
+            "members_reporting": self.limits.reporting().iter().map(|n| format!("n{}", n.0)).collect::<Vec<_>>(),
+            "classes": rows,
+            "clients": crow.into_iter().map(|(_, v)| v).collect::<Vec<_>>(),
+            "clients_untracked": untracked,
+            "estimate_counters": self.limits.counters,
+        }))
+    }
+
+    /// `show conn count`: this node's connections (per worker) and, where
+    /// the global limits count them, the cluster-wide estimate.
+    fn show_conn_count(&self) -> Result<Value, String> {
+        let mut workers = Vec::new();
+        for r in self.ask_all(|| Query::Conns { max: 0 })? {
+            let Reply::Conns(_, n) = r else { return Err("unexpected reply".into()) };
+            workers.push(n);
+        }
+        let local: usize = workers.iter().sum();
+        let global = self.limits.classes().into_iter().find(|c| c.id == 0);
+        let members: u64 = global.as_ref().map_or(0, |g| g.members.values().map(|c| u64::from(c.conns)).sum());
+        Ok(json!({
+            "local": local,
+            "workers": workers,
+            // The members' last reports: counted only under global limits.
+            "cluster_estimate": global.as_ref().map(|_| local as u64 + members),
+            "members": global.map(|g| g.members.iter().map(|(n, c)| (format!("n{n}"), json!(c.conns))).collect::<serde_json::Map<_, _>>()),
+        }))
     }
 }
 

@@ -322,6 +322,7 @@ fn run(cfg: Config, extra: Vec<String>) -> Result<()> {
     for w in 0..workers {
         let mut p = Pipeline::new(pcfg.clone()).map_err(|e| anyhow::anyhow!("pipeline: {e}"))?;
         p.set_worker(WorkerId(w), workers).map_err(|e| anyhow::anyhow!("pipeline: {e}"))?;
+        p.set_limits(&policy::limit_spec(&cfg.policy()));
         match (&nat, &nat_plan) {
             (Some(spec), None) => {
                 p.set_nat(spec).map_err(|e| anyhow::anyhow!("nat: {e}"))?;

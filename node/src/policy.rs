@@ -137,9 +137,11 @@ impl Policies {
             .collect();
         let (rules, t) = (rule_specs(&p.access_rules), timeouts(&p.timeouts));
         let nat = self.nat_rules(p)?;
+        let limits = limit_spec(p);
+        let capacity = self.file.flow_table.capacity as usize;
         (0..self.workers)
             .map(|_| {
-                let built = Policy::build(&specs, &rules, t).map_err(|e| e.to_string())?;
+                let built = Policy::build(&specs, &rules, t).map_err(|e| e.to_string())?.with_limits(&limits, capacity);
                 Ok(Box::new(match &nat {
                     Some(plan) => built.with_nat(plan.clone()),
                     None => built,
@@ -323,6 +325,21 @@ fn nat_spec_of(
 }
 
 /// The configuration's access rules as the pipeline's.
+/// The connection limits of a policy (global and its rules'), as the
+/// pipeline takes them.
+pub fn limit_spec(p: &FilePolicy) -> dataplane::conntrack::LimitSpec {
+    let set = |l: &config::Limits| dataplane::conntrack::LimitSet {
+        max_conns: l.max_conns,
+        max_embryonic: l.max_embryonic,
+        per_client_max: l.per_client_max,
+        per_client_embryonic_max: l.per_client_embryonic_max,
+    };
+    dataplane::conntrack::LimitSpec {
+        global: set(&p.limits),
+        rules: p.access_rules.iter().filter(|r| !r.limits.is_empty()).map(|r| (r.name.clone(), set(&r.limits))).collect(),
+    }
+}
+
 pub fn rule_specs(rules: &[config::AccessRule]) -> Vec<RuleSpec> {
     rules
         .iter()

@@ -56,6 +56,13 @@ pub enum Query {
     TraceStart { filter: dataplane::pipeline::trace::TraceFilter, until: dataplane::Timestamp },
     /// The current or last trace (`Pipeline::trace_events`).
     Trace,
+    /// Command: the rest of the cluster's connection counts as the limit
+    /// estimate has them for this worker (`controlplane::limits`;
+    /// `Pipeline::set_remote_limits`). No reply.
+    RemoteLimits(Box<dataplane::conntrack::limits::Remote>),
+    /// The connection limits' classes and the worker's clients with a
+    /// count (`show limits`).
+    Limits,
 }
 
 pub enum Reply {
@@ -73,7 +80,18 @@ pub enum Reply {
     /// A trace's filter, deadline, events and events lost (`None`: no
     /// trace, or one just started).
     Traced(Option<Box<TraceSnapshot>>),
+    /// `None`: no limits configured.
+    Limits(Option<Box<LimitsSnapshot>>),
 }
+
+/// A worker's connection limits for `show limits`: its classes, its
+/// clients with a count (class, address, count), connections admitted
+/// without a per-client count.
+pub type LimitsSnapshot = (
+    Vec<dataplane::conntrack::limits::ClassInfo>,
+    Vec<(u16, std::net::IpAddr, dataplane::conntrack::limits::Count)>,
+    u64,
+);
 
 /// What `Pipeline::trace_events` gives.
 pub type TraceSnapshot =
@@ -133,6 +151,10 @@ pub struct WorkerShared {
     /// `None`: no exporter configured); full: dropped and counted.
     pub flow_records: Option<ArrayQueue<dataplane::conntrack::FlowRecord>>,
     pub flow_record_drops: AtomicU64,
+    /// The worker's connection counts for the limit estimate, every
+    /// `controlplane::limits::REPORT_INTERVAL` while limits are
+    /// configured; full: the older report stays (the next one replaces).
+    pub limit_reports: ArrayQueue<dataplane::conntrack::limits::LimitReport>,
 }
 
 /// A worker's driver counters (`WorkerShared::driver_counters`), as
@@ -221,6 +243,7 @@ impl WorkerShared {
             burst_ns: AtomicU64::new(0),
             flow_records: None,
             flow_record_drops: AtomicU64::new(0),
+            limit_reports: ArrayQueue::new(2),
         }
     }
 }

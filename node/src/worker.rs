@@ -43,6 +43,9 @@ const ANNOUNCE_AGAIN_NS: u64 = 20_000_000;
 /// How often timers (flow expiry, ARP aging) run.
 const TIMER_PERIOD_NS: u64 = 1_000_000;
 
+/// Clients a worker lists for `show limits` at most (its largest counts).
+pub const SHOW_LIMIT_CLIENTS: usize = 64;
+
 /// The pipeline's view of one mbuf.
 struct MbufBuf<'a>(&'a mut Mbuf);
 
@@ -154,6 +157,7 @@ impl Worker {
         let mut empty_polls = 0u32;
         let mut sleep_us = 1u32;
         let mut next_timer = 0u64;
+        let mut next_limit_report = 0u64;
         let mut burst_times = crate::shared::BurstTimes::default();
         let ccl = self.shared.ccl.clone();
         let shared = self.shared.clone();
@@ -307,6 +311,17 @@ impl Worker {
                 mine.handed_out.store(out.handed_out, Ordering::Relaxed);
                 mine.handoff_drops.store(out.handoff_drops, Ordering::Relaxed);
                 burst_times.publish(mine);
+                // Connection limits: this worker's counts for the
+                // estimate (`controlplane::limits`).
+                if now.nanos() >= next_limit_report {
+                    next_limit_report = now.nanos() + controlplane::limits::REPORT_INTERVAL.0;
+                    if let Some(l) = self.pipeline.limits() {
+                        if let Err(r) = mine.limit_reports.push(l.report()) {
+                            let _ = mine.limit_reports.pop();
+                            let _ = mine.limit_reports.push(r);
+                        }
+                    }
+                }
                 if self.ccl_port.is_some() {
                     if let Some(s) = ccl.sync.get(usize::from(self.me.0)) {
                         s.store(crate::ccl::pack_sync(&self.pipeline.sync_progress(epoch)), Ordering::Relaxed);
@@ -549,6 +564,17 @@ pub(crate) fn between_bursts(pipeline: &mut Pipeline, now: Timestamp, q: Query, 
             Reply::Traced(None)
         }
         Query::Trace => Reply::Traced(pipeline.trace_events().map(Box::new)),
+        Query::RemoteLimits(remote) => {
+            pipeline.set_remote_limits(&remote);
+            return None;
+        }
+        Query::Limits => Reply::Limits(pipeline.limits().map(|l| {
+            // Largest counts first; at most what `show limits` lists.
+            let mut clients: Vec<_> = l.clients().collect();
+            clients.sort_unstable_by(|a, b| (b.2.conns, b.2.embryonic).cmp(&(a.2.conns, a.2.embryonic)));
+            clients.truncate(SHOW_LIMIT_CLIENTS);
+            Box::new((l.classes(), clients, l.clients_untracked))
+        })),
     })
 }
 

@@ -113,6 +113,9 @@ pub struct Config {
     pub access_rules: Vec<AccessRule>,
     /// `timeouts`: idle timeouts of flows, seconds.
     pub timeouts: Timeouts,
+    /// `limits`: connection limits over every connection through the
+    /// firewall, cluster-wide (L1; docs/flood.md).
+    pub limits: Limits,
     /// `flow-table`.
     pub flow_table: FlowTableConfig,
     /// `arp`.
@@ -365,6 +368,43 @@ pub struct AccessRule {
     pub source_port: PortRange,
     /// `destination-port`: default any; only for tcp/udp.
     pub destination_port: PortRange,
+    /// `limits`: connection limits over the connections this rule
+    /// permits (permit rules only).
+    pub limits: Limits,
+}
+
+/// `limits` (globally, or of one permit rule): connection limits that hold
+/// cluster-wide by estimate (SPEC L1; docs/flood.md). Each is optional (no
+/// limit) and at least 1. Embryonic: a TCP connection whose handshake has
+/// not completed; a client: a connection's initiating address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct Limits {
+    /// `max-conns`: connections at once.
+    pub max_conns: Option<u32>,
+    /// `max-embryonic`: embryonic connections at once.
+    pub max_embryonic: Option<u32>,
+    /// `per-client-max`: connections at once per client.
+    pub per_client_max: Option<u32>,
+    /// `per-client-embryonic-max`: embryonic connections at once per client.
+    pub per_client_embryonic_max: Option<u32>,
+}
+
+impl Limits {
+    /// No limit set.
+    pub fn is_empty(&self) -> bool {
+        *self == Limits::default()
+    }
+
+    /// `(YAML key, value)` of each limit, in the documented order.
+    pub fn fields(&self) -> [(&'static str, Option<u32>); 4] {
+        [
+            ("max-conns", self.max_conns),
+            ("max-embryonic", self.max_embryonic),
+            ("per-client-max", self.per_client_max),
+            ("per-client-embryonic-max", self.per_client_embryonic_max),
+        ]
+    }
 }
 
 /// `timeouts`: idle timeouts in seconds, each >= 1.

@@ -7,7 +7,7 @@
 use std::fmt::Write;
 
 use super::nat::{NatConfig, NatKind};
-use super::{AccessRule, Action, Config, InterfaceConfig, Timeouts};
+use super::{AccessRule, Action, Config, InterfaceConfig, Limits, Timeouts};
 use crate::net::{Ipv4Net, PortRange, Protocol};
 
 /// The cluster-wide policy: each interface's security level (by interface
@@ -21,6 +21,8 @@ pub struct Policy {
     pub access_rules: Vec<AccessRule>,
     /// `timeouts`.
     pub timeouts: Timeouts,
+    /// `limits` (the global connection limits; a rule's are in the rule).
+    pub limits: Limits,
     /// `nat`.
     pub nat: NatConfig,
 }
@@ -86,6 +88,7 @@ impl Policy {
                     let _ = writeln!(y, "    {key}: {}", quoted(&ports.to_string()));
                 }
             }
+            limits_yaml(&mut y, "    ", &r.limits);
         }
         let t = &self.timeouts;
         let _ = write!(
@@ -94,6 +97,7 @@ impl Policy {
              udp: {}\n  icmp: {}\n  other: {}\n",
             t.tcp_syn, t.tcp_established, t.tcp_closing, t.tcp_closed, t.udp, t.icmp, t.other
         );
+        limits_yaml(&mut y, "", &self.limits);
         if !self.nat.is_empty() {
             nat_yaml(&mut y, &self.nat);
         }
@@ -113,6 +117,7 @@ impl Config {
             security_levels: self.interfaces.iter().map(|i| (i.name.clone(), i.security_level)).collect(),
             access_rules: self.access_rules.clone(),
             timeouts: self.timeouts,
+            limits: self.limits,
             nat: self.nat.clone(),
         }
     }
@@ -129,6 +134,7 @@ impl Config {
         }
         c.access_rules = policy.access_rules.clone();
         c.timeouts = policy.timeouts;
+        c.limits = policy.limits;
         c.nat = policy.nat.clone();
         c
     }
@@ -163,6 +169,20 @@ impl Config {
         differs("icmp-errors", self.icmp_errors != other.icmp_errors);
         differs("cluster", self.cluster != other.cluster);
         out
+    }
+}
+
+/// A `limits` mapping at `indent` (nothing when no limit is set; the
+/// limits set, in the documented order).
+fn limits_yaml(y: &mut String, indent: &str, l: &Limits) {
+    if l.is_empty() {
+        return;
+    }
+    let _ = writeln!(y, "{indent}limits:");
+    for (key, v) in l.fields() {
+        if let Some(v) = v {
+            let _ = writeln!(y, "{indent}  {key}: {v}");
+        }
     }
 }
 

@@ -74,6 +74,8 @@ struct RawConfig {
     #[serde(default, deserialize_with = "null_default")]
     timeouts: RawTimeouts,
     #[serde(default, deserialize_with = "null_default")]
+    limits: RawLimits,
+    #[serde(default, deserialize_with = "null_default")]
     flow_table: RawFlowTable,
     #[serde(default, deserialize_with = "null_default")]
     arp: RawArp,
@@ -182,7 +184,7 @@ struct RawRoute {
 #[serde(
     deny_unknown_fields,
     rename_all = "kebab-case",
-    expecting = "an access rule mapping (name, action, interface, protocol, source, destination, source-port, destination-port)"
+    expecting = "an access rule mapping (name, action, interface, protocol, source, destination, source-port, destination-port, limits)"
 )]
 struct RawRule {
     name: String,
@@ -199,6 +201,21 @@ struct RawRule {
     source_port: Option<IntOrStr>,
     #[serde(default)]
     destination_port: Option<IntOrStr>,
+    #[serde(default, deserialize_with = "null_default")]
+    limits: RawLimits,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(
+    deny_unknown_fields,
+    rename_all = "kebab-case",
+    expecting = "a mapping of connection limits (max-conns, max-embryonic, per-client-max, per-client-embryonic-max)"
+)]
+pub(crate) struct RawLimits {
+    max_conns: Option<u64>,
+    max_embryonic: Option<u64>,
+    per_client_max: Option<u64>,
+    per_client_embryonic_max: Option<u64>,
 }
 
 #[derive(Deserialize, Default)]
@@ -483,6 +500,7 @@ impl Checker<'_> {
             ));
         }
         let timeouts = self.timeouts(&root.key("timeouts"), raw.timeouts)?;
+        let limits = self.limits(&root.key("limits"), raw.limits)?;
 
         let flow_table = FlowTableConfig {
             capacity: self.range(
@@ -530,6 +548,7 @@ impl Checker<'_> {
             routes,
             access_rules,
             timeouts,
+            limits,
             flow_table,
             arp,
             neighbors,
@@ -555,6 +574,19 @@ impl Checker<'_> {
             udp: secs("udp", t.udp, d.udp)?,
             icmp: secs("icmp", t.icmp, d.icmp)?,
             other: secs("other", t.other, d.other)?,
+        })
+    }
+
+    /// `limits` (global or a rule's): each absent or 1..=2^32-1.
+    pub(crate) fn limits(&self, p: &FieldPath, raw: RawLimits) -> R<Limits> {
+        let one = |k: &str, v: Option<u64>| -> R<Option<u32>> {
+            v.map(|v| self.range(&p.key(k), Some(v), 0, 1, u64::from(u32::MAX)).map(|v| v as u32)).transpose()
+        };
+        Ok(Limits {
+            max_conns: one("max-conns", raw.max_conns)?,
+            max_embryonic: one("max-embryonic", raw.max_embryonic)?,
+            per_client_max: one("per-client-max", raw.per_client_max)?,
+            per_client_embryonic_max: one("per-client-embryonic-max", raw.per_client_embryonic_max)?,
         })
     }
 
@@ -857,6 +889,11 @@ impl Checker<'_> {
                     }
                 }
             }
+            let lp = rp.key("limits");
+            let limits = self.limits(&lp, r.limits)?;
+            if !limits.is_empty() && r.action == Action::Deny {
+                return Err(self.err(&lp, ErrorKind::LimitsOnDeny));
+            }
             out.push(AccessRule {
                 name: r.name,
                 action: r.action,
@@ -866,6 +903,7 @@ impl Checker<'_> {
                 destination,
                 source_port,
                 destination_port,
+                limits,
             });
         }
         Ok(out)

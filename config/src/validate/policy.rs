@@ -9,7 +9,7 @@ use std::cell::OnceCell;
 
 use serde::Deserialize;
 
-use super::{null_default, serde_error, Checker, RawRule, RawTimeouts};
+use super::{null_default, serde_error, Checker, RawLimits, RawRule, RawTimeouts};
 use crate::error::{ErrorKind, FieldPath};
 use crate::model::policy::Policy;
 use crate::model::{InterfaceConfig, MAX_SECURITY_LEVEL};
@@ -19,7 +19,7 @@ use crate::ConfigError;
 #[serde(
     deny_unknown_fields,
     rename_all = "kebab-case",
-    expecting = "a policy mapping (interfaces, access-rules, timeouts, nat)"
+    expecting = "a policy mapping (interfaces, access-rules, timeouts, limits, nat)"
 )]
 struct RawPolicy {
     #[serde(default, deserialize_with = "null_default")]
@@ -28,6 +28,8 @@ struct RawPolicy {
     access_rules: Vec<RawRule>,
     #[serde(default, deserialize_with = "null_default")]
     timeouts: RawTimeouts,
+    #[serde(default, deserialize_with = "null_default")]
+    limits: RawLimits,
     #[serde(default, deserialize_with = "null_default")]
     nat: super::nat::RawNat,
 }
@@ -78,9 +80,10 @@ impl Checker<'_> {
         }
         let access_rules = self.rules(&root.key("access-rules"), raw.access_rules, ifaces)?;
         let timeouts = self.timeouts(&root.key("timeouts"), raw.timeouts)?;
+        let limits = self.limits(&root.key("limits"), raw.limits)?;
         // A replicated policy runs in a cluster: N8's exclusions apply.
         let nat = self.nat(&root.key("nat"), raw.nat, ifaces, true)?;
-        Ok(Policy { security_levels, access_rules, timeouts, nat })
+        Ok(Policy { security_levels, access_rules, timeouts, limits, nat })
     }
 }
 

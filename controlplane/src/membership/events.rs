@@ -323,6 +323,9 @@ outcomes! {
     /// A dynamic-NAT translation request handed to the NAT share
     /// (`Action::XlateRequest`; N4).
     XlateRequest => "xlate-request", "handed to NAT",
+    /// A member's connection counts handed to the limit estimate
+    /// (`Action::LimitReport`; L1).
+    LimitReport => "limit-report", "handed to the limit estimate",
     /// A transfer request refused: serving as many as the limit allows.
     ServeBusy => "serve-busy", "too many transfers",
     /// A member's cluster-wide query answered (or handed to the driver to

@@ -77,7 +77,7 @@ pub use query::{Answers, ANSWERS_KEPT, QUERY_MAX_BYTES, RENDERS_PER_SECOND};
 pub use replica::{ReplicaChange, StreamError, TableError};
 
 use dataplane::ccl::{
-    ControlMessage, Heartbeat, JoinReply, JoinRequest, JoinVerdict, OpenedControl, Placement, QueryRequest, SyncChunk,
+    ClassCount, ClientCount, ControlMessage, LimitReport, EMPTY_LIMIT_REPORT, Heartbeat, JoinReply, JoinRequest, JoinVerdict, OpenedControl, Placement, QueryRequest, SyncChunk,
     SyncRequest, TableOp, TableUpdate, XlateRequest, HB_FLAG_QUORUM, NODE_SLOTS,
 };
 use dataplane::cluster::{MemberInfo, MemberSet};
@@ -101,6 +101,8 @@ pub enum Outgoing {
     XlateRequest(XlateRequest),
     QueryRequest(QueryRequest),
     QueryChunk(ChunkOut),
+    /// A `LimitReport` payload, encoded (`LimitReport::encode`).
+    LimitReport(Vec<u8>),
 }
 
 impl Outgoing {
@@ -121,6 +123,11 @@ impl Outgoing {
             Outgoing::XlateRequest(r) => ControlMessage::XlateRequest(*r),
             Outgoing::QueryRequest(r) => ControlMessage::QueryRequest(*r),
             Outgoing::QueryChunk(c) => ControlMessage::QueryChunk(c.view()),
+            // Encoded by `broadcast_limits`, which refuses what does not parse.
+            Outgoing::LimitReport(b) => match LimitReport::parse(b) {
+                Ok(r) => ControlMessage::LimitReport(r),
+                Err(_) => ControlMessage::LimitReport(EMPTY_LIMIT_REPORT),
+            },
         }
     }
 }
@@ -158,6 +165,10 @@ pub enum Action {
     /// `query` (L5): render it and hand the bytes to
     /// [`Membership::answer`].
     Query { from: NodeId, incarnation: u32, query: u32, topic: u8, arg: Vec<u8> },
+    /// Member `from` reports its connection counts (L1): its report `seq`,
+    /// classes (id, connections, embryonic) and busiest clients (class id,
+    /// address, connections, embryonic); for `controlplane::limits`.
+    LimitReport { from: NodeId, seq: u32, classes: Vec<ClassCount>, clients: Vec<ClientCount> },
 }
 
 /// Where a received message came from: the authenticated header fields
@@ -705,6 +716,19 @@ impl Membership {
         };
         self.end(now);
         sent
+    }
+
+    /// Broadcast this node's connection counts to the members (L1;
+    /// `controlplane::limits`): `payload` as `LimitReport::encode` makes
+    /// it. `false`: not a member, or `payload` does not parse (not sent).
+    pub fn broadcast_limits(&mut self, now: Timestamp, payload: Vec<u8>) -> bool {
+        let now = self.begin(now);
+        let ok = matches!(self.state, State::Control | State::Data | State::Syncing) && LimitReport::parse(&payload).is_ok();
+        if ok {
+            self.broadcast(Outgoing::LimitReport(payload));
+        }
+        self.end(now);
+        ok
     }
 
     /// Delete an entry (control node only); `Ok(None)` when absent.
@@ -1771,8 +1795,27 @@ impl Membership {
                 self.peers[i].heard(now, from.incarnation);
                 self.on_xlate_request(from, r)
             }
+            ControlMessage::LimitReport(r) => {
+                self.peers[i].heard(now, from.incarnation);
+                self.on_limit_report(from, r)
+            }
             ControlMessage::QueryRequest(_) | ControlMessage::QueryChunk(_) => Received::Ignored,
         }
+    }
+
+    /// A member's connection counts: handed to the limit estimate; from a
+    /// non-member (or to a node that is not one), ignored.
+    fn on_limit_report(&mut self, from: Envelope, r: &LimitReport<'_>) -> Received {
+        if !self.set.contains(from.sender) || !self.set.contains(self.cfg.me) {
+            return Received::Ignored;
+        }
+        self.actions.push_back(Action::LimitReport {
+            from: from.sender,
+            seq: r.seq,
+            classes: r.classes().collect(),
+            clients: r.clients().collect(),
+        });
+        Received::LimitReport
     }
 
     fn on_heartbeat(&mut self, now: Timestamp, i: usize, from: Envelope, h: &Heartbeat) -> Received {

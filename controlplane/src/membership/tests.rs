@@ -1107,7 +1107,7 @@ fn bad_input_is_counted_by_reason_and_named() {
 /// control node believed at most, epochs never go back, every message
 /// counted under one outcome, bounded queues.
 fn any_message() -> impl Strategy<Value = (u8, u32, u64, u8, Vec<u8>, u64)> {
-    (0u8..20, 0u32..4, 0u64..6, 0u8..8, proptest::collection::vec(any::<u8>(), 0..64), 0u64..400)
+    (0u8..20, 0u32..4, 0u64..6, 0u8..9, proptest::collection::vec(any::<u8>(), 0..64), 0u64..400)
 }
 
 /// A chunk of transfer `xfer` made of `data`'s bytes.
@@ -1176,6 +1176,11 @@ fn build(kind: u8, data: &[u8]) -> Option<Outgoing> {
             arg: dataplane::ccl::QueryArg::new(data.get(5..).unwrap_or(&[])).unwrap_or(dataplane::ccl::QueryArg::EMPTY),
         }),
         7 => Outgoing::QueryChunk(chunk(data, u32::from(b(2) % 4))),
+        8 => Outgoing::LimitReport(dataplane::ccl::LimitReport::encode(
+            u32::from(b(0)),
+            &[(0, u32::from(b(1)), u32::from(b(2)))],
+            &[(u32::from(b(3)), std::net::IpAddr::V4(Ipv4Addr::new(10, 0, 0, b(4))), 1, 1)],
+        )),
         _ => Outgoing::TableUpdate {
             version: u64::from(b(0) % 8),
             table: b(1) % 3,
@@ -1241,6 +1246,33 @@ proptest! {
         }
         prop_assert_eq!(m.counters().messages(), given, "every message counted once");
     }
+}
+
+// --- Connection limits (L1). ---
+
+/// A member's counts reach every other member as an action; a report from
+/// a node that is not a member, or to a node outside the set, is ignored;
+/// a node that is not a member does not send its own.
+#[test]
+fn limit_reports_reach_every_member_and_only_members() {
+    let mut c = Mini::of(3);
+    c.run(3000);
+    assert!(c.states().iter().all(|s| s.is_member()), "{:?}", c.states());
+    let report = dataplane::ccl::LimitReport::encode(4, &[(0, 10, 2)], &[]);
+    let now = c.now;
+    assert!(c.ms[1].broadcast_limits(now, report.clone()));
+    c.pump(1);
+    for n in [0, 2] {
+        let got: Vec<_> = c.log[n].iter().filter(|a| matches!(a, Action::LimitReport { .. })).collect();
+        assert_eq!(got, [&Action::LimitReport { from: NodeId(1), seq: 4, classes: vec![(0, 10, 2)], clients: vec![] }], "n{n}");
+    }
+    assert!(!c.ms[1].broadcast_limits(now, vec![1, 2, 3]), "not a report");
+    // From node 3, configured but not a member: ignored.
+    let mut m = machine(0, 4);
+    let env = Envelope { sender: NodeId(3), incarnation: 1000, epoch: Epoch(1) };
+    let msg = Outgoing::LimitReport(report.clone());
+    assert_eq!(m.on_message(now, env, &msg.message()), Received::Ignored);
+    assert!(!m.broadcast_limits(now, report), "not a member yet");
 }
 
 // --- Cluster-wide queries (L5). ---

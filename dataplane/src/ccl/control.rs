@@ -440,6 +440,131 @@ impl XlateRequest {
     }
 }
 
+/// Classes a [`LimitReport`] carries at most (the global limits and 31
+/// limited rules).
+pub const LIMIT_REPORT_CLASSES: usize = 32;
+/// Clients a [`LimitReport`] carries at most.
+pub const LIMIT_REPORT_CLIENTS: usize = 32;
+
+/// Member → every member, every report interval: this node's connection
+/// counts per limit class and for its busiest clients (SPEC L1; each node
+/// enforces against its own counts plus the others' last reports,
+/// `controlplane::limits`). Layout (8 + 12 × classes + 28 × clients
+/// bytes): sequence (4: the sender's report counter; a report older than
+/// the last one taken is stale), classes (1: ≤ 32), clients (1: ≤ 32),
+/// flags (2: none defined, 0); per class: id (4, `conntrack::limits::
+/// class_id`), connections (4), embryonic (4); per client: class id (4),
+/// address (16: IPv6, IPv4 as its v4-mapped form), connections (4),
+/// embryonic (4). A node reports a class or client it holds nothing of
+/// as zeros, or leaves it out.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct LimitReport<'a> {
+    pub seq: u32,
+    classes: &'a [u8],
+    clients: &'a [u8],
+}
+
+/// A report of nothing (sequence 0).
+pub const EMPTY_LIMIT_REPORT: LimitReport<'static> = LimitReport { seq: 0, classes: &[], clients: &[] };
+
+/// One class of a [`LimitReport`]: (class id, connections, embryonic).
+pub type ClassCount = (u32, u32, u32);
+/// One client of a [`LimitReport`]: (class id, address, connections, embryonic).
+pub type ClientCount = (u32, std::net::IpAddr, u32, u32);
+
+impl<'a> LimitReport<'a> {
+    pub const HEAD_LEN: usize = 8;
+    pub const CLASS_LEN: usize = 12;
+    pub const CLIENT_LEN: usize = 28;
+
+    pub fn parse(b: &'a [u8]) -> Result<Self, CclError> {
+        let a: [u8; 8] = arr(b, 0)?;
+        let (nc, nk) = (usize::from(a[4]), usize::from(a[5]));
+        if nc > LIMIT_REPORT_CLASSES {
+            return Err(CclError::BadValue { field: "limit report classes", value: nc as u64 });
+        }
+        if nk > LIMIT_REPORT_CLIENTS {
+            return Err(CclError::BadValue { field: "limit report clients", value: nk as u64 });
+        }
+        if a[6] != 0 || a[7] != 0 {
+            return Err(CclError::BadValue { field: "limit report flags", value: u64::from(u16::from_be_bytes([a[6], a[7]])) });
+        }
+        let end_c = Self::HEAD_LEN + nc * Self::CLASS_LEN;
+        let end = end_c + nk * Self::CLIENT_LEN;
+        let body = b.get(..end).ok_or_else(|| truncated(end, b))?;
+        exact("limit report", b, end)?;
+        Ok(LimitReport {
+            seq: be32([a[0], a[1], a[2], a[3]]),
+            classes: body.get(Self::HEAD_LEN..end_c).unwrap_or(&[]),
+            clients: body.get(end_c..).unwrap_or(&[]),
+        })
+    }
+
+    /// The classes, in the order sent.
+    pub fn classes(&self) -> impl Iterator<Item = ClassCount> + 'a {
+        self.classes.chunks_exact(Self::CLASS_LEN).map(|c| {
+            let w = |i: usize| be32([c[i], c[i + 1], c[i + 2], c[i + 3]]);
+            (w(0), w(4), w(8))
+        })
+    }
+
+    /// The clients, in the order sent.
+    pub fn clients(&self) -> impl Iterator<Item = ClientCount> + 'a {
+        self.clients.chunks_exact(Self::CLIENT_LEN).map(|c| {
+            let w = |i: usize| be32([c[i], c[i + 1], c[i + 2], c[i + 3]]);
+            let mut a = [0u8; 16];
+            a.copy_from_slice(&c[4..20]);
+            let v6 = std::net::Ipv6Addr::from(a);
+            let addr = v6.to_ipv4_mapped().map_or(std::net::IpAddr::V6(v6), std::net::IpAddr::V4);
+            (w(0), addr, w(20), w(24))
+        })
+    }
+
+    pub fn wire_len(&self) -> usize {
+        Self::HEAD_LEN + self.classes.len() + self.clients.len()
+    }
+
+    pub fn emit(&self, out: &mut [u8]) -> Result<usize, CclError> {
+        let n = self.wire_len();
+        let o = out.get_mut(..n).ok_or_else(|| too_small(n, &[]))?;
+        o[0..4].copy_from_slice(&self.seq.to_be_bytes());
+        o[4] = (self.classes.len() / Self::CLASS_LEN) as u8;
+        o[5] = (self.clients.len() / Self::CLIENT_LEN) as u8;
+        o[6..8].copy_from_slice(&[0, 0]);
+        let end_c = Self::HEAD_LEN + self.classes.len();
+        o[Self::HEAD_LEN..end_c].copy_from_slice(self.classes);
+        o[end_c..].copy_from_slice(self.clients);
+        Ok(n)
+    }
+
+    /// Encode a report (the payload bytes, what `parse` reads): at most
+    /// `LIMIT_REPORT_CLASSES` classes and `LIMIT_REPORT_CLIENTS` clients
+    /// are taken, the rest left out.
+    pub fn encode(seq: u32, classes: &[ClassCount], clients: &[ClientCount]) -> Vec<u8> {
+        let classes = classes.get(..LIMIT_REPORT_CLASSES).unwrap_or(classes);
+        let clients = clients.get(..LIMIT_REPORT_CLIENTS).unwrap_or(clients);
+        let mut v = Vec::with_capacity(Self::HEAD_LEN + classes.len() * Self::CLASS_LEN + clients.len() * Self::CLIENT_LEN);
+        v.extend_from_slice(&seq.to_be_bytes());
+        v.extend_from_slice(&[classes.len() as u8, clients.len() as u8, 0, 0]);
+        for &(id, c, e) in classes {
+            for w in [id, c, e] {
+                v.extend_from_slice(&w.to_be_bytes());
+            }
+        }
+        for &(id, addr, c, e) in clients {
+            v.extend_from_slice(&id.to_be_bytes());
+            let a = match addr {
+                std::net::IpAddr::V4(v4) => v4.to_ipv6_mapped(),
+                std::net::IpAddr::V6(v6) => v6,
+            };
+            v.extend_from_slice(&a.octets());
+            v.extend_from_slice(&c.to_be_bytes());
+            v.extend_from_slice(&e.to_be_bytes());
+        }
+        v
+    }
+}
+
 /// Topics a [`QueryRequest`] may name (`1..=QUERY_TOPIC_MAX`; what each
 /// is, the control plane decides: `controlplane::clusterview`).
 pub const QUERY_TOPIC_MAX: u8 = 15;
@@ -549,6 +674,7 @@ pub enum ControlMessage<'a> {
     /// A chunk of a member's answer to a [`QueryRequest`] (`xfer`: the
     /// query id).
     QueryChunk(SyncChunk<'a>),
+    LimitReport(LimitReport<'a>),
 }
 
 impl<'a> ControlMessage<'a> {
@@ -563,6 +689,7 @@ impl<'a> ControlMessage<'a> {
             ControlMessage::XlateRequest(_) => MessageKind::XlateRequest,
             ControlMessage::QueryRequest(_) => MessageKind::QueryRequest,
             ControlMessage::QueryChunk(_) => MessageKind::QueryChunk,
+            ControlMessage::LimitReport(_) => MessageKind::LimitReport,
         }
     }
 
@@ -579,6 +706,7 @@ impl<'a> ControlMessage<'a> {
             Some(MessageKind::XlateRequest) => ControlMessage::XlateRequest(XlateRequest::parse(payload)?),
             Some(MessageKind::QueryRequest) => ControlMessage::QueryRequest(QueryRequest::parse(payload)?),
             Some(MessageKind::QueryChunk) => ControlMessage::QueryChunk(SyncChunk::parse(payload)?),
+            Some(MessageKind::LimitReport) => ControlMessage::LimitReport(LimitReport::parse(payload)?),
             _ => return Err(CclError::UnknownKind(kind)),
         })
     }
@@ -594,6 +722,7 @@ impl<'a> ControlMessage<'a> {
             ControlMessage::XlateRequest(_) => XlateRequest::LEN,
             ControlMessage::QueryRequest(m) => m.wire_len(),
             ControlMessage::QueryChunk(m) => m.wire_len(),
+            ControlMessage::LimitReport(m) => m.wire_len(),
         }
     }
 
@@ -609,6 +738,7 @@ impl<'a> ControlMessage<'a> {
             ControlMessage::XlateRequest(m) => m.emit(out),
             ControlMessage::QueryRequest(m) => m.emit(out),
             ControlMessage::QueryChunk(m) => m.emit(out),
+            ControlMessage::LimitReport(m) => m.emit(out),
         }
     }
 }
@@ -709,7 +839,43 @@ mod tests {
                 arg: QueryArg::new(b"198.18.10.2 port 8080 for 10").unwrap(),
             }),
             ControlMessage::QueryChunk(SyncChunk { to: NodeId(1), to_incarnation: 5, xfer: 11, index: 0, total: 1, data }),
+            ControlMessage::LimitReport(LimitReport::parse(&LIMIT_REPORT_GOLDEN).unwrap()),
+            ControlMessage::LimitReport(LimitReport::parse(&[0, 0, 0, 0, 0, 0, 0, 0]).unwrap()),
         ]
+    }
+
+    /// Report 7: the global class (10 connections, 3 embryonic) and
+    /// client 10.0.0.1 of class 0x12345678 (2, 1).
+    const LIMIT_REPORT_GOLDEN: [u8; 48] = [
+        0, 0, 0, 7, 1, 1, 0, 0, // seq, classes, clients, flags
+        0, 0, 0, 0, 0, 0, 0, 10, 0, 0, 0, 3, // class 0
+        0x12, 0x34, 0x56, 0x78, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0, 1,
+    ];
+
+    #[test]
+    fn limit_report_golden_and_bounds() {
+        let r = LimitReport::parse(&LIMIT_REPORT_GOLDEN).unwrap();
+        assert_eq!(r.seq, 7);
+        assert_eq!(r.classes().collect::<Vec<_>>(), [(0, 10, 3)]);
+        let client = (0x1234_5678, std::net::IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)), 2, 1);
+        assert_eq!(r.clients().collect::<Vec<_>>(), [client]);
+        assert_eq!(LimitReport::encode(7, &[(0, 10, 3)], &[client]), LIMIT_REPORT_GOLDEN);
+        // IPv6 clients travel as themselves.
+        let v6 = (1, "2001:db8::7".parse().unwrap(), 4, 0);
+        let b = LimitReport::encode(1, &[], &[v6]);
+        assert_eq!(LimitReport::parse(&b).unwrap().clients().collect::<Vec<_>>(), [v6]);
+        // At most 32 of each are encoded; more, or flags, are refused.
+        let many: Vec<ClassCount> = (0..40).map(|i| (i, i, 0)).collect();
+        let b = LimitReport::encode(2, &many, &[]);
+        let r = LimitReport::parse(&b).unwrap();
+        assert_eq!(r.classes().count(), LIMIT_REPORT_CLASSES);
+        assert!(r.wire_len() + LimitReport::CLIENT_LEN * LIMIT_REPORT_CLIENTS <= MAX_PAYLOAD_MTU1500);
+        for (at, v) in [(4, 33u8), (5, 33), (6, 1), (7, 1)] {
+            let mut x = LIMIT_REPORT_GOLDEN;
+            x[at] = v;
+            assert!(LimitReport::parse(&x).is_err(), "byte {at} = {v}");
+        }
+        assert!(LimitReport::parse(&LIMIT_REPORT_GOLDEN[..47]).is_err());
     }
 
     #[test]
@@ -854,7 +1020,7 @@ mod tests {
 
     proptest! {
         #[test]
-        fn random_payloads_never_panic_and_reemit_exactly(kind in 0u8..16, data in proptest::collection::vec(any::<u8>(), 0..1500)) {
+        fn random_payloads_never_panic_and_reemit_exactly(kind in 0u8..24, data in proptest::collection::vec(any::<u8>(), 0..1500)) {
             if let Ok(m) = ControlMessage::parse(kind, &data) {
                 let mut out = vec![0u8; m.wire_len()];
                 prop_assert_eq!(m.emit(&mut out), Ok(data.len()));

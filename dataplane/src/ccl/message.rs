@@ -85,6 +85,9 @@ kinds! {
     QueryRequest = 18 => "query-request",
     /// The answer, in chunks (a `SyncChunk`'s layout; control channel).
     QueryChunk = 19 => "query-chunk",
+    /// Member → every member: connection counts for the cluster-wide
+    /// limits (control channel; `LimitReport`).
+    LimitReport = 20 => "limit-report",
 }
 
 impl fmt::Display for MessageKind {
@@ -519,7 +522,8 @@ impl<'a> Message<'a> {
             | MessageKind::TableUpdate
             | MessageKind::XlateRequest
             | MessageKind::QueryRequest
-            | MessageKind::QueryChunk => return Err(CclError::UnknownKind(kind)),
+            | MessageKind::QueryChunk
+            | MessageKind::LimitReport => return Err(CclError::UnknownKind(kind)),
         })
     }
 

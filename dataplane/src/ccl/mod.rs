@@ -52,7 +52,8 @@ mod tests;
 
 pub use auth::{ClusterId, CclKey, TAG_LEN};
 pub use control::{
-    ControlMessage, JoinReply, JoinRequest, JoinVerdict, QueryArg, QueryRequest, SyncChunk, SyncRequest, TableOp, TableUpdate, XlateRequest,
+    ControlMessage, JoinReply, JoinRequest, JoinVerdict, LimitReport, QueryArg, QueryRequest, SyncChunk, SyncRequest, TableOp, TableUpdate, XlateRequest,
+    ClassCount, ClientCount, EMPTY_LIMIT_REPORT, LIMIT_REPORT_CLASSES, LIMIT_REPORT_CLIENTS,
     QUERY_ARG_MAX, QUERY_TOPIC_MAX, SYNC_CHUNK_DATA, SYNC_CHUNK_HEAD, SYNC_FULL, SYNC_MAX_WINDOW, TABLE_KEY_MAX, TABLE_VALUE_MAX,
 };
 pub use heartbeat::{Heartbeat, Placement, HB_FLAG_QUORUM, HB_STATE_MAX, NODE_SLOTS, NO_NODE, NO_PLACE};

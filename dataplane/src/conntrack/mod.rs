@@ -47,6 +47,7 @@
 
 pub mod flowlog;
 mod index;
+pub mod limits;
 mod state;
 pub mod tcp;
 
@@ -63,6 +64,23 @@ use flowlog::{FlowLog, FlowMeta};
 pub use flowlog::{EndReason, FlowEvent, FlowNat, FlowLogCounters, FlowRecord, RuleRef};
 pub use state::{FlowState, FlowStateError};
 pub use tcp::{SeqNumber, TcpState};
+pub use limits::{LimitSet, LimitSpec, Limits};
+
+/// What the admission check of a new flow decided (`ConnTable::track`'s
+/// `admit`): permitted or not, and by which access rule (its index in the
+/// ACL; `None`: the default rule), for the connection limits. A `bool`
+/// converts to a decision without a rule.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Admission {
+    pub permit: bool,
+    pub rule: Option<usize>,
+}
+
+impl From<bool> for Admission {
+    fn from(permit: bool) -> Admission {
+        Admission { permit, rule: None }
+    }
+}
 
 /// Idle timeouts per state. A flow whose last accepted packet is at least
 /// this old is removed.
@@ -363,6 +381,9 @@ struct Slot {
     live: bool,
     /// The initiator is the key's `lo` endpoint.
     orig_is_lo: bool,
+    /// Which connection-limit counts hold this flow (`limits::tag`; 0:
+    /// none).
+    limit: u16,
     kind: FlowKind,
     /// The caller's mark (`set_mark`; 0: none), reported when the flow
     /// ends (`drain_ended`).
@@ -375,6 +396,7 @@ const FREE_SLOT: Slot = Slot {
     key: Key { w: [0; 5] },
     live: false,
     orig_is_lo: true,
+    limit: 0,
     mark: 0,
     kind: FlowKind::Other,
     last_seen: Timestamp::ZERO,
@@ -414,6 +436,13 @@ impl Slot {
             FlowKind::Tcp(c) => matches!(c.state, TcpState::SynSent | TcpState::SynReceived),
             _ => self.packets[0] > 0 && self.packets[1] == 0,
         }
+    }
+
+    /// Embryonic for the connection limits: a TCP connection short of its
+    /// handshake (SYN-SENT, SYN-RECEIVED).
+    #[inline]
+    fn limits_embryonic(&self) -> bool {
+        matches!(&self.kind, FlowKind::Tcp(c) if matches!(c.state, TcpState::SynSent | TcpState::SynReceived))
     }
 
     /// Why the flow ends when it leaves the table `how`.
@@ -526,6 +555,8 @@ pub struct ConnTable {
     pub ended_lost: u64,
     /// The exporters' records (`log_flows`; `None`: off).
     flow_log: Option<Box<FlowLog>>,
+    /// Connection limits (`set_limits`; `None`: none configured).
+    limits: Option<Box<Limits>>,
 }
 
 /// How a slot leaves the table (`ConnTable::remove`), for the flow log.
@@ -583,7 +614,45 @@ impl ConnTable {
             log_ended: false,
             ended_lost: 0,
             flow_log: None,
+            limits: None,
         }
+    }
+
+    /// Run connection limits `limits` (`None`: none), in place of the
+    /// current ones: every live flow is counted again under them — in the
+    /// rule class of the same name if it had one, else globally — and the
+    /// refusal counters of classes both have carry over. Counting never
+    /// refuses a flow the table holds. Returns the replaced limits.
+    pub fn set_limits(&mut self, limits: Option<Box<Limits>>) -> Option<Box<Limits>> {
+        let mut old = std::mem::replace(&mut self.limits, limits);
+        if let (Some(new), Some(old)) = (self.limits.as_deref_mut(), old.as_deref()) {
+            new.carry_refused(old);
+        }
+        for s in self.slots.iter_mut().filter(|s| s.live) {
+            let class = match (self.limits.as_deref(), old.as_deref()) {
+                (Some(new), Some(old)) => new.retag_class(old, s.limit).unwrap_or(0),
+                _ => 0,
+            };
+            s.limit = match self.limits.as_deref_mut() {
+                Some(l) => l.recount(class, s.orig_tuple().src, s.limits_embryonic()),
+                None => 0,
+            };
+        }
+        if let Some(o) = old.as_deref_mut() {
+            o.clear_counts();
+        }
+        old
+    }
+
+    /// The connection limits with their counts (`None`: none).
+    pub fn limits(&self) -> Option<&Limits> {
+        self.limits.as_deref()
+    }
+
+    /// The connection limits, to set the rest of the cluster's counts
+    /// (`Limits::set_remote`).
+    pub fn limits_mut(&mut self) -> Option<&mut Limits> {
+        self.limits.as_deref_mut()
     }
 
     /// Report the marks of removed flows (`set_mark`, `drain_ended`): for
@@ -809,13 +878,13 @@ impl ConnTable {
     /// admitted flow that does not fit is `FlowTableFull`. Never allocates,
     /// never panics.
     #[inline]
-    pub fn track(
+    pub fn track<A: Into<Admission>>(
         &mut self,
         now: Timestamp,
         tuple: &FiveTuple,
         l4: &L4Info,
         len_bytes: u32,
-        admit: impl FnOnce() -> bool,
+        admit: impl FnOnce() -> A,
     ) -> Result<Tracked, DropReason> {
         if let L4Info::Tcp(seg) = l4 {
             if !tcp::flags_valid(seg.flags) {
@@ -839,13 +908,22 @@ impl ConnTable {
                 _ => DropReason::NoFlow,
             });
         }
-        if !admit() {
+        let admission: Admission = admit().into();
+        if !admission.permit {
             return Err(DropReason::AclDenied);
         }
+        let limit = match self.limits.as_deref_mut() {
+            Some(l) => l
+                .admit(admission.rule, tuple.src, matches!(l4, L4Info::Tcp(_)))
+                .map_err(limits::Hit::drop_reason)?,
+            None => 0,
+        };
         if self.len >= self.slots.len() && !self.early_drop(now) {
+            self.unlimit(limit, tuple.src);
             return Err(DropReason::FlowTableFull);
         }
         let Some(i) = self.free.pop() else {
+            self.unlimit(limit, tuple.src);
             return Err(DropReason::FlowTableFull);
         };
         let kind = match l4 {
@@ -856,18 +934,28 @@ impl ConnTable {
         };
         let Some(slot) = self.slots.get_mut(i as usize) else {
             self.free.push(i);
+            self.unlimit(limit, tuple.src);
             return Err(DropReason::FlowTableFull);
         };
-        *slot = Slot { key, live: true, orig_is_lo: from_lo, kind, ..FREE_SLOT };
+        *slot = Slot { key, live: true, orig_is_lo: from_lo, kind, limit, ..FREE_SLOT };
         slot.count(now, Direction::Original, len_bytes);
         if !self.index.insert(hash, i) {
             *slot = FREE_SLOT;
             self.free.push(i);
+            self.unlimit(limit, tuple.src);
             return Err(DropReason::FlowTableFull);
         }
         self.len += 1;
         self.stats.created += 1;
         Ok(Tracked { handle: FlowHandle(i), dir: Direction::Original, created: true })
+    }
+
+    /// Undo a limit count of a flow that was not created after all.
+    #[cold]
+    fn unlimit(&mut self, limit: u16, client: IpAddr) {
+        if let (Some(l), true) = (self.limits.as_deref_mut(), limit != 0) {
+            l.ended(limit, client);
+        }
     }
 
     /// The class a tuple is tracked under, from its protocol alone (what
@@ -1008,6 +1096,11 @@ impl ConnTable {
                 self.remove(i, Removal::Expired);
                 return Ok(Existing::Gone { reopen: true });
             }
+            if slot.limit & limits::tag::EMBRYONIC != 0 && !slot.limits_embryonic() {
+                if let Some(l) = self.limits.as_deref_mut() {
+                    slot.limit = l.established(slot.limit, slot.orig_tuple().src);
+                }
+            }
         }
         slot.count(now, dir, len_bytes);
         Ok(Existing::Tracked(Tracked { handle: FlowHandle(i), dir, created: false }))
@@ -1062,6 +1155,11 @@ impl ConnTable {
         }
         if let Some(log) = self.flow_log.as_deref_mut() {
             log_flow_end(log, i, slot, how);
+        }
+        if slot.limit != 0 {
+            if let Some(l) = self.limits.as_deref_mut() {
+                l.ended(slot.limit, slot.orig_tuple().src);
+            }
         }
         self.index.remove(hash, i);
         *slot = FREE_SLOT;
@@ -1149,6 +1247,9 @@ impl ConnTable {
                 log_flow_end(log, i as u32, s, Removal::Cleared);
             }
         }
+        if let Some(l) = self.limits.as_deref_mut() {
+            l.clear_counts();
+        }
         self.index.clear();
         self.slots.fill(FREE_SLOT);
         self.free.clear();
@@ -1205,9 +1306,15 @@ impl ConnTable {
         let last_seen = Timestamp(now.0.saturating_sub(state.idle.0));
         if let Some(i) = self.find(hash, &key) {
             if let Some(slot) = self.slots.get_mut(i as usize) {
-                // The same flow, new state: it keeps its mark.
-                let mark = slot.mark;
+                // The same flow, new state: it keeps its mark, and its
+                // limit counts follow the new state.
+                let (mark, limit) = (slot.mark, slot.limit);
                 *slot = Slot { key, live: true, orig_is_lo: from_lo, kind: state.kind, last_seen, mark, ..FREE_SLOT };
+                if let (Some(l), true) = (self.limits.as_deref_mut(), limit != 0) {
+                    let client = slot.orig_tuple().src;
+                    l.ended(limit, client);
+                    slot.limit = l.recount(limit & limits::tag::CLASS_MASK, client, slot.limits_embryonic());
+                }
                 return Ok(FlowHandle(i));
             }
         }
@@ -1226,6 +1333,11 @@ impl ConnTable {
             *slot = FREE_SLOT;
             self.free.push(i);
             return Err(DropReason::FlowTableFull);
+        }
+        if let Some(l) = self.limits.as_deref_mut() {
+            // A connection taken over is counted, globally (its rule is
+            // not part of the state handed over), and never refused.
+            slot.limit = l.recount(0, slot.orig_tuple().src, slot.limits_embryonic());
         }
         self.len += 1;
         self.stats.installed += 1;

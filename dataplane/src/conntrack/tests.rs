@@ -589,9 +589,9 @@ fn udp_icmp_other_pseudo_flows() {
     assert!(t.is_empty());
     let first = t.track(now, &udp, &L4Info::Udp, 60, || true).unwrap();
     assert!(first.created);
-    let back = t.track(now, &udp.reversed(), &L4Info::Udp, 120, || panic!("no admit for a reply")).unwrap();
+    let back = t.track(now, &udp.reversed(), &L4Info::Udp, 120, || -> bool { panic!("no admit for a reply") }).unwrap();
     assert_eq!((back.created, back.dir, back.handle), (false, Reply, first.handle));
-    let again = t.track(now, &udp, &L4Info::Udp, 60, || panic!("no admit")).unwrap();
+    let again = t.track(now, &udp, &L4Info::Udp, 60, || -> bool { panic!("no admit") }).unwrap();
     assert_eq!((again.created, again.dir), (false, Original));
 
     // ICMP echo: id 77. Reply first: no flow.
@@ -600,7 +600,7 @@ fn udp_icmp_other_pseudo_flows() {
     assert_eq!(t.track(now, &rep, &L4Info::IcmpEchoReply, 84, || true).map(|_| ()), Err(D::NoFlow));
     let r1 = t.track(now, &req, &L4Info::IcmpEchoRequest, 84, || true).unwrap();
     assert!(r1.created);
-    let r2 = t.track(now, &rep, &L4Info::IcmpEchoReply, 84, || panic!()).unwrap();
+    let r2 = t.track(now, &rep, &L4Info::IcmpEchoReply, 84, || -> bool { panic!() }).unwrap();
     assert_eq!((r2.created, r2.dir, r2.handle), (false, Reply, r1.handle));
     // An ICMP error with ports (0, 0) between the same hosts is a separate
     // "other" pseudo-flow, never the echo flow.
@@ -612,7 +612,7 @@ fn udp_icmp_other_pseudo_flows() {
     // Other protocol (GRE).
     let gre = tuple(a, 0, b, 0, 47);
     assert!(t.track(now, &gre, &L4Info::Other, 100, || true).unwrap().created);
-    assert_eq!(t.track(now, &gre.reversed(), &L4Info::Other, 100, || panic!()).unwrap().dir, Reply);
+    assert_eq!(t.track(now, &gre.reversed(), &L4Info::Other, 100, || -> bool { panic!() }).unwrap().dir, Reply);
     assert_eq!(t.len(), 4);
     assert_eq!(t.lookup(&udp.reversed()).map(|x| x.1), Some(Reply));
     assert_eq!(t.lookup(&req).map(|x| x.0), Some(r1.handle));
@@ -2016,5 +2016,143 @@ proptest! {
             }
         }
         check_invariants(&t);
+    }
+}
+
+// ---- connection limits (limits.rs) ----
+
+/// The limit counts agree with the table: per class, the live flows tagged
+/// with it (embryonic: those still short of their handshake), per client
+/// likewise.
+fn check_limit_counts(t: &ConnTable) {
+    use limits::{tag, Count};
+    let Some(l) = t.limits() else { return };
+    let mut want = vec![Count::default(); l.local().len()];
+    let mut clients: std::collections::BTreeMap<(u16, String), Count> = Default::default();
+    for s in t.slots.iter().filter(|s| s.live) {
+        let emb = s.limit & tag::EMBRYONIC != 0;
+        assert_eq!(emb, s.limits_embryonic(), "embryonic tag of {:?}", s.kind);
+        let d = Count { conns: 1, embryonic: u32::from(emb) };
+        let class = s.limit & tag::CLASS_MASK;
+        let src = s.orig_tuple().src.to_string();
+        if s.limit & tag::GLOBAL != 0 {
+            want[0] = want[0].add(d);
+        }
+        if s.limit & tag::RULE != 0 {
+            want[usize::from(class)] = want[usize::from(class)].add(d);
+        }
+        for (bit, c) in [(tag::GLOBAL_CLIENT, 0), (tag::RULE_CLIENT, class)] {
+            if s.limit & bit != 0 {
+                let e = clients.entry((c, src.clone())).or_default();
+                *e = e.add(d);
+            }
+        }
+    }
+    assert_eq!(l.local(), &want[..]);
+    let got: std::collections::BTreeMap<(u16, String), Count> = l.clients().map(|(c, a, n)| ((c, a.to_string()), n)).collect();
+    assert_eq!(got, clients);
+}
+
+fn limited_table(spec: &LimitSpec, rules: &[&str]) -> ConnTable {
+    let mut t = ConnTable::new(64, Timeouts::default());
+    let names: Vec<String> = rules.iter().map(|s| s.to_string()).collect();
+    t.set_limits(Some(Box::new(Limits::new(spec, &names, 64))));
+    // A view of the rest of the cluster: nobody else admits.
+    t.limits_mut().unwrap().set_remote(&limits::Remote { places: 1, ..Default::default() });
+    t
+}
+
+/// Golden: a rule's per-client embryonic limit, the global embryonic
+/// limit, a completed handshake freeing its embryonic place, the rest of
+/// the cluster's counts taking the room, flows leaving giving it back.
+#[test]
+fn limits_refuse_at_local_plus_remote_and_follow_the_handshake() {
+    let spec = LimitSpec {
+        global: LimitSet { max_embryonic: Some(2), max_conns: Some(3), ..LimitSet::default() },
+        rules: vec![("web".into(), LimitSet { per_client_embryonic_max: Some(1), ..LimitSet::default() })],
+    };
+    let mut t = limited_table(&spec, &["ssh", "web"]);
+    let opening = L4Info::Tcp(syn(SYN, 1000, 0, 64240, None));
+    let from = |c: u8, sp: u16| tuple(v4(10, 0, 0, c), sp, v4(192, 0, 2, 10), 80, ip_proto::TCP);
+    let web = || Admission { permit: true, rule: Some(1) };
+    let now = Timestamp::from_secs(1);
+    assert!(t.track(now, &from(1, 1), &opening, 60, web).unwrap().created);
+    assert_eq!(t.track(now, &from(1, 2), &opening, 60, web).unwrap_err(), D::ClientEmbryonicLimit);
+    assert!(t.track(now, &from(2, 1), &opening, 60, web).is_ok());
+    // Two embryonic connections: the global limit holds for any rule.
+    assert_eq!(t.track(now, &from(3, 1), &opening, 60, || true).unwrap_err(), D::EmbryonicLimit);
+    check_limit_counts(&t);
+    // Client 1's handshake completes: one embryonic place is free again,
+    // and client 1 may open another.
+    t.track(now, &from(1, 1).reversed(), &L4Info::Tcp(syn(SYN | ACK, 5000, 1001, 64240, None)), 60, || true).unwrap();
+    t.track(now, &from(1, 1), &L4Info::Tcp(seg(ACK, 1001, 5001, 502)), 60, || true).unwrap();
+    check_limit_counts(&t);
+    assert_eq!(t.limits().unwrap().local()[0], limits::Count { conns: 2, embryonic: 1 });
+    assert!(t.track(now, &from(1, 2), &opening, 60, web).is_ok());
+    // Three connections: max-conns holds a UDP flow too.
+    assert_eq!(t.track(now, &udp_tuple(9), &L4Info::Udp, 60, || true).unwrap_err(), D::ConnLimit);
+    let c = &t.limits().unwrap().classes();
+    assert_eq!((c[0].refused, c[1].refused), ([1, 1, 0, 0], [0, 0, 0, 1]));
+    assert_eq!((c[1].name.as_str(), c[1].local), ("web", limits::Count { conns: 3, embryonic: 2 }));
+    // The half-open ones time out: their places come back.
+    let later = Timestamp(now.0 + 31 * 1_000 * MS);
+    t.expire(later, 64);
+    check_limit_counts(&t);
+    assert_eq!(t.limits().unwrap().local()[0], limits::Count { conns: 1, embryonic: 0 });
+    // The rest of the cluster holds two embryonic connections: no room.
+    let remote = limits::Remote { classes: vec![limits::Count { conns: 2, embryonic: 2 }], clients: vec![], places: 1 };
+    t.limits_mut().unwrap().set_remote(&remote);
+    assert_eq!(t.track(later, &from(4, 1), &opening, 60, || true).unwrap_err(), D::ConnLimit);
+    // Another member's count for client 5 in "web" holds that client back.
+    let remote = limits::Remote { classes: vec![], clients: vec![(1, v4(10, 0, 0, 5), limits::Count { conns: 1, embryonic: 1 })], places: 1 };
+    t.limits_mut().unwrap().set_remote(&remote);
+    assert_eq!(t.track(later, &from(5, 1), &opening, 60, web).unwrap_err(), D::ClientEmbryonicLimit);
+    assert!(t.track(later, &from(6, 1), &opening, 60, web).is_ok());
+    check_limit_counts(&t);
+    t.clear();
+    check_limit_counts(&t);
+    assert_eq!(t.limits().unwrap().local()[0], limits::Count::default());
+}
+
+proptest! {
+    /// Any sequence of new connections (two rules and the default,
+    /// several clients), handshakes, resets, timeouts, take-overs and
+    /// limit changes keeps the counts equal to the table's flows; no limit
+    /// is exceeded by local flows while the remote counts are zero.
+    #[test]
+    fn limit_counts_follow_the_table(ops in proptest::collection::vec((0u8..7, 0u8..4, 0u16..6, 0u8..3), 1..250)) {
+        let spec = |k: u32| LimitSpec {
+            global: LimitSet { max_conns: Some(12 + k), max_embryonic: Some(6), per_client_max: Some(5), ..LimitSet::default() },
+            rules: vec![("b".into(), LimitSet { per_client_embryonic_max: Some(2), max_conns: Some(4 + k), ..LimitSet::default() })],
+        };
+        let mut t = limited_table(&spec(0), &["a", "b"]);
+        let mut now = Timestamp::from_secs(1);
+        for &(op, client, sp, rule) in &ops {
+            now = Timestamp(now.0 + MS);
+            let tu = tuple(v4(10, 0, 0, client), 1000 + sp, v4(192, 0, 2, 10), 80, ip_proto::TCP);
+            let adm = Admission { permit: true, rule: [None, Some(0), Some(1)][usize::from(rule)] };
+            match op {
+                0 => { let _ = t.track(now, &tu, &L4Info::Tcp(syn(SYN, 1000, 0, 64240, None)), 60, || adm); }
+                1 => { let _ = t.track(now, &tu.reversed(), &L4Info::Tcp(syn(SYN | ACK, 5000, 1001, 64240, None)), 60, || true); }
+                2 => { let _ = t.track(now, &tu, &L4Info::Tcp(seg(ACK, 1001, 5001, 502)), 60, || true); }
+                3 => { let _ = t.track(now, &tu, &L4Info::Tcp(seg(RST, 1001, 0, 0)), 60, || true); }
+                4 => { now = Timestamp(now.0 + u64::from(sp) * 10 * 1_000 * MS); t.expire(now, 64); }
+                5 => {
+                    if let Some(s) = t.lookup(&tu).and_then(|(h, _)| t.export(now, h)) {
+                        let _ = t.install(now, &tu, s);
+                    } else {
+                        let _ = t.track(now, &udp_tuple(sp), &L4Info::Udp, 60, || adm);
+                    }
+                }
+                _ => {
+                    let names = vec!["b".to_string(), "a".to_string()];
+                    t.set_limits(Some(Box::new(Limits::new(&spec(u32::from(sp)), &names, 64))));
+                }
+            }
+            check_limit_counts(&t);
+            check_invariants(&t);
+        }
+        let l = t.limits().unwrap();
+        prop_assert!(l.local()[0].embryonic <= 6 && l.clients().all(|(c, _, n)| c != 0 || n.conns <= 5));
     }
 }

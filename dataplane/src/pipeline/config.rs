@@ -219,6 +219,10 @@ pub struct Policy {
     /// New NAT rules over the running pools (`with_nat`), swapped in with
     /// the access rules (N9).
     pub(super) nat: Option<std::sync::Arc<super::NatPlan>>,
+    /// Connection limits over these rules (`with_limits`; `None`: the
+    /// running ones stay). Built here, on the caller's thread: the worker
+    /// only swaps them in.
+    pub(super) limits: Option<Option<Box<crate::conntrack::Limits>>>,
 }
 
 impl Policy {
@@ -249,13 +253,25 @@ impl Policy {
             });
         }
         let acl = Acl::new(acl_rules, specs.iter().map(|s| s.security_level).collect());
-        Ok(Policy { acl, timeouts, interfaces: specs.len(), nat: None })
+        Ok(Policy { acl, timeouts, interfaces: specs.len(), nat: None, limits: None })
     }
 
     /// The NAT rules of `plan` go in with this policy (`set_policy`): the
     /// plan must keep the running pools (`NatPlan::same_pools`).
     pub fn with_nat(mut self, plan: std::sync::Arc<super::NatPlan>) -> Policy {
         self.nat = Some(plan);
+        self
+    }
+
+    /// Connection limits `spec` go in with this policy (`set_policy`),
+    /// over its access rules, with room for `max_clients` per-client
+    /// counts (the flow table's capacity). An empty spec removes the
+    /// running limits.
+    pub fn with_limits(mut self, spec: &crate::conntrack::LimitSpec, max_clients: usize) -> Policy {
+        self.limits = Some(
+            (!spec.is_empty())
+                .then(|| Box::new(crate::conntrack::Limits::new(spec, &self.acl.rule_names(), max_clients))),
+        );
         self
     }
 

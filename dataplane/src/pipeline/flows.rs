@@ -11,7 +11,7 @@ use super::cluster::records::Pre;
 use super::cluster::{ClusterPath, Link};
 use super::context::Xlate;
 use crate::acl::{Acl, RuleInfo};
-use crate::conntrack::{ConnTable, L4Info, Tracked};
+use crate::conntrack::{Admission, ConnTable, L4Info, Tracked};
 use crate::route::IfIndex;
 use crate::types::{DropReason, FiveTuple, Timestamp};
 
@@ -51,7 +51,8 @@ impl Flows {
         let mut spoofed = false;
         let admit = || {
             spoofed = !reverse_path();
-            !spoofed && acl.check(ifx, egress, tuple)
+            let permit = !spoofed && acl.check(ifx, egress, tuple);
+            Admission { permit, rule: acl.last_index() }
         };
         let tracked = match self.table.track(now, tuple, &seen, len, admit) {
             Ok(t) => t,
@@ -89,6 +90,10 @@ impl Flows {
     pub fn swap_acl(&mut self, acl: &mut Acl) {
         acl.carry_hits(&self.acl);
         std::mem::swap(&mut self.acl, acl);
+    }
+
+    pub fn rule_names(&self) -> Vec<String> {
+        self.acl.rule_names()
     }
 
     pub fn rules(&self, names: &[String]) -> Vec<RuleInfo> {

@@ -1423,7 +1423,34 @@ impl Pipeline {
         }
         self.flows.swap_acl(&mut policy.acl);
         policy.timeouts = self.flows.table.set_timeouts(policy.timeouts);
+        if let Some(limits) = policy.limits.take() {
+            policy.limits = Some(self.flows.table.set_limits(limits));
+        }
         Ok(policy)
+    }
+
+    /// Run connection limits `spec` over the running access rules (at
+    /// start; a policy change carries its own, `Policy::with_limits`).
+    /// Allocates the per-client counts: not for the packet path.
+    pub fn set_limits(&mut self, spec: &crate::conntrack::LimitSpec) {
+        let limits = (!spec.is_empty()).then(|| {
+            let names = self.flows.rule_names();
+            Box::new(crate::conntrack::Limits::new(spec, &names, self.flows.table.capacity()))
+        });
+        self.flows.table.set_limits(limits);
+    }
+
+    /// The connection limits and their counts (`None`: none configured).
+    pub fn limits(&self) -> Option<&crate::conntrack::Limits> {
+        self.flows.table.limits()
+    }
+
+    /// The rest of the cluster's connection counts, as the control lcore
+    /// estimates them for this worker (`controlplane::limits`).
+    pub fn set_remote_limits(&mut self, remote: &crate::conntrack::limits::Remote) {
+        if let Some(l) = self.flows.table.limits_mut() {
+            l.set_remote(remote);
+        }
     }
 
     /// This node left the cluster (membership `Reset`): drop every flow,

@@ -1,7 +1,7 @@
 //! `clusterfw-ctl`: ask a running node what it is doing.
 //!
 //! ```text
-//! clusterfw-ctl [--socket PATH] show {stats|conn|route|arp|rules|config|cluster|cluster history|xlate|nat pool|metrics} [--json]
+//! clusterfw-ctl [--socket PATH] show {stats|conn|conn count|limits|route|arp|rules|config|cluster|cluster history|xlate|nat pool|metrics} [--json]
 //! clusterfw-ctl [--socket PATH] config reload [--json]
 //! clusterfw-ctl [--socket PATH] cluster show {conn|stats|cluster|xlate|nat pool|arp|route|rules|cluster history} [--json]
 //! ```
@@ -55,7 +55,7 @@ fn write_out(args: std::fmt::Arguments<'_>, newline: bool) {
     }
 }
 
-const USAGE: &str = "usage: clusterfw-ctl [--socket PATH] show {stats|conn|route|arp|rules|config|cluster|cluster history|xlate|nat pool|metrics} [--json]\n       clusterfw-ctl [--socket PATH] config reload [--json]\n       clusterfw-ctl [--socket PATH] cluster show {conn|stats|cluster|xlate|nat pool|arp|route|rules|cluster history|trace} [--json]\n       clusterfw-ctl [--socket PATH] trace [start|show] HOST [PEER] [port N] [proto P] [--secs N] [--json]";
+const USAGE: &str = "usage: clusterfw-ctl [--socket PATH] show {stats|conn|conn count|limits|route|arp|rules|config|cluster|cluster history|xlate|nat pool|metrics} [--json]\n       clusterfw-ctl [--socket PATH] config reload [--json]\n       clusterfw-ctl [--socket PATH] cluster show {conn|stats|cluster|xlate|nat pool|arp|route|rules|cluster history|trace} [--json]\n       clusterfw-ctl [--socket PATH] trace [start|show] HOST [PEER] [port N] [proto P] [--secs N] [--json]";
 
 fn main() -> ExitCode {
     match run() {
@@ -110,6 +110,7 @@ fn run() -> Result<()> {
         [verb, what] if verb == "show" => Topic::parse(what).with_context(|| format!("unknown topic {what:?}\n{USAGE}"))?,
         [verb, what, sub] if verb == "show" && what == "cluster" && sub == "history" => Topic::ClusterHistory,
         [verb, what, sub] if verb == "show" && what == "nat" && sub == "pool" => Topic::NatPool,
+        [verb, what, sub] if verb == "show" && what == "conn" && sub == "count" => Topic::ConnCount,
         _ => bail!("{USAGE}"),
     };
     if cluster {
@@ -194,6 +195,14 @@ fn print_human(topic: Topic, data: &Value) {
             }
         }
         Topic::Cluster => print_cluster(data),
+        Topic::Limits => print_limits(data),
+        Topic::ConnCount => {
+            say!("connections here: {} (workers: {})", data["local"], fmt_cell(&data["workers"]));
+            match data["cluster_estimate"].as_u64() {
+                Some(n) => say!("cluster-wide estimate: {n} (members' last reports: {})", data["members"]),
+                None => say!("cluster-wide estimate: - (counted only under global limits)"),
+            }
+        }
         // The Prometheus text as the node serves it on `/metrics`.
         Topic::Trace => print_trace(data),
         Topic::Metrics => write_out(format_args!("{}", data.as_str().unwrap_or("")), false),
@@ -417,6 +426,51 @@ fn print_cluster(data: &Value) {
             say!("  {k:<28} {}", fmt_cell(v));
         }
     }
+}
+
+/// `show limits`: one row per class, then the busiest clients.
+fn print_limits(data: &Value) {
+    if data["limits"].as_bool() != Some(true) {
+        say!("no connection limits configured");
+        return;
+    }
+    let count = |v: &Value| format!("{}/{}", v["conns"], v["embryonic"]);
+    let lim = |v: &Value| v.as_u64().map_or("-".to_string(), |n| n.to_string());
+    let rows: Vec<Value> = data["classes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|c| {
+            let l = &c["limits"];
+            serde_json::json!({
+                "class": c["name"],
+                "max-conns": lim(&l["max_conns"]),
+                "max-embryonic": lim(&l["max_embryonic"]),
+                "per-client": format!("{}/{}", lim(&l["per_client_max"]), lim(&l["per_client_embryonic_max"])),
+                "local conns/emb": count(&c["local"]),
+                "estimate conns/emb": count(&c["estimate"]),
+                "refused": c["refused"].as_object().map(|m| m.iter().filter(|(_, v)| v.as_u64() != Some(0)).map(|(k, v)| format!("{k} {v}")).collect::<Vec<_>>().join(", ")).unwrap_or_default(),
+            })
+        })
+        .collect();
+    say!("Connection limits (cluster-wide by estimate; members reporting: {}):", fmt_cell(&data["members_reporting"]));
+    print_table(&Value::Array(rows));
+    let clients: Vec<Value> = data["clients"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|c| {
+            serde_json::json!({
+                "class": c["class"],
+                "client": c["client"],
+                "local conns/emb": count(&c["local"]),
+                "estimate conns/emb": count(&c["estimate"]),
+                "limit conns/emb": format!("{}/{}", lim(&c["per_client_max"]), lim(&c["per_client_embryonic_max"])),
+            })
+        })
+        .collect();
+    say!("\nClients with the largest counts:");
+    print_table(&Value::Array(clients));
 }
 
 /// Print an array of flat objects as an aligned table (columns = keys of the

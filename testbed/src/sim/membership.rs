@@ -667,7 +667,7 @@ impl ControlPlanes {
                 Action::Replica(_) => self.nodes[n].actions.replica += 1,
                 // The simulated nodes run no NAT: nothing asks for a
                 // dynamic-NAT translation.
-                Action::XlateRequest { .. } | Action::Query { .. } => {}
+                Action::XlateRequest { .. } | Action::Query { .. } | Action::LimitReport { .. } => {}
             }
         }
         let w = self.nodes[n].membership.next_wakeup().0.max(earliest);

@@ -35,6 +35,7 @@ pub mod cluster;
 pub mod faults;
 pub mod frag;
 pub mod host;
+pub mod limits;
 pub mod membership;
 pub mod net;
 pub mod report;
