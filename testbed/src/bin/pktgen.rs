@@ -45,6 +45,10 @@ usage: clusterfw-pktgen [OPTIONS] [-- EAL-ARGS...]
   --dst-ips N      destination addresses to spread flows over (1); the
                    receiving side answers ARP for all of them
   --sport P        first source port (1024)
+  --rand-source    synflood: each flow from a random unicast address and
+                   port (spoofed, as hping3 --rand-source), not from
+                   --src-ip onwards
+  --seed N         --rand-source: the seed of the sources (1)
   --dport P        destination port (udp 9, tcp 80)
   --dst-mac MAC    next hop's MAC (default: ARP for --gateway, else broadcast)
   --gateway IP     resolve --dst-mac by ARP for this address at start
@@ -99,6 +103,8 @@ struct Opts {
     echo: bool,
     burst: usize,
     json: bool,
+    /// synflood: where the SYNs come from (`--rand-source`, `--seed`).
+    flood_source: packet::FloodSource,
 }
 
 fn parse_mac(s: &str) -> Result<[u8; 6]> {
@@ -136,7 +142,10 @@ fn parse_opts() -> Result<Opts> {
         echo: false,
         burst: 32,
         json: false,
+        flood_source: packet::FloodSource::Sequential,
     };
+    let mut rand_source = false;
+    let mut seed = 1u64;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let mut val = |name: &str| args.next().with_context(|| format!("{name} needs a value\n{USAGE}"));
@@ -172,6 +181,8 @@ fn parse_opts() -> Result<Opts> {
             "--echo" => o.echo = true,
             "--burst" => o.burst = val(&a)?.parse().context("--burst")?,
             "--json" => o.json = true,
+            "--rand-source" => rand_source = true,
+            "--seed" => seed = val(&a)?.parse().context("--seed")?,
             "--" => o.eal.extend(args.by_ref()),
             "-h" | "--help" => {
                 println!("{USAGE}");
@@ -182,6 +193,12 @@ fn parse_opts() -> Result<Opts> {
     }
     if o.flows == 0 {
         bail!("--flows must be at least 1");
+    }
+    if rand_source {
+        if o.mode != Mode::SynFlood {
+            bail!("--rand-source is for --mode synflood");
+        }
+        o.flood_source = packet::FloodSource::Random { seed };
     }
     o.burst = o.burst.clamp(1, dpdk_sys::BURST_SIZE);
     o.dst_ips = o.dst_ips.max(1);
@@ -331,11 +348,7 @@ fn generate(o: &Opts, stop: &AtomicBool) -> Result<Report> {
         }
         Mode::SynFlood => Source::Templates {
             frames: (0..o.flows)
-                .map(|i| {
-                    let src = Ipv4Addr::from(u32::from(o.src_ip).wrapping_add((i / 50_000) as u32));
-                    let e = Endpoints { src, dst: flow_dst(i), ..ep };
-                    packet::tcp_frame(&e, 1024 + (i % 50_000) as u16, o.dport.unwrap_or(80), i as u32 * 7919, 0, packet::SYN, 64240, 0, None)
-                })
+                .map(|i| packet::syn_flood_frame(&Endpoints { dst: flow_dst(i), ..ep }, i, o.dport.unwrap_or(80), o.flood_source))
                 .collect(),
             next: 0,
             stamp_at: None,

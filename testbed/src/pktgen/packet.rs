@@ -347,6 +347,63 @@ pub fn arp_reply_range(frame: &[u8], my_mac: [u8; 6], first: Ipv4Addr, count: u3
 /// The TCP flags a SYN flood sends.
 pub const SYN: u8 = tcp_flags::SYN;
 
+/// Flows per source address of a sequential SYN flood: source ports
+/// 1024..51024 of one address, then the next address.
+pub const SYN_FLOOD_PORTS: usize = 50_000;
+
+/// Where the SYNs of `--mode synflood` come from.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum FloodSource {
+    /// Flow `i` from `ep.src + i / SYN_FLOOD_PORTS`, port `1024 + i %
+    /// SYN_FLOOD_PORTS`: addresses a firewall may well route behind the
+    /// sending interface (not spoofed, or spoofed within the network).
+    Sequential,
+    /// Flow `i` from an address and port drawn from `seed` and `i`
+    /// (splitmix64), anywhere in unicast space but 0/8 and 127/8, as
+    /// `hping3 --rand-source` does: a spoofed flood whose sources no
+    /// reverse-path check of an inside interface lets through.
+    Random { seed: u64 },
+}
+
+/// SplitMix64's output function (Steele, Lea, Flood 2014): a stateless,
+/// well-mixed 64-bit hash of `x`.
+fn splitmix64(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// Source address and port of flow `i` of a random-source flood: a pure
+/// function of `(seed, i)`, so a run repeats.
+pub fn random_source(seed: u64, i: usize) -> (Ipv4Addr, u16) {
+    let mut k = 0u64;
+    loop {
+        let h = splitmix64(seed ^ splitmix64(i as u64) ^ k);
+        let a = Ipv4Addr::from((h >> 32) as u32);
+        let first = a.octets()[0];
+        // Unicast (below 224/4), neither "this network" nor loopback.
+        if first != 0 && first != 127 && first < 224 {
+            return (a, 1024 + (h as u16 % (65535 - 1024)));
+        }
+        k += 1;
+    }
+}
+
+/// Frame `i` of a SYN flood at `ep.dst:dport` from `source` (a checksummed
+/// SYN, Ethernet minimum length; `ep.src` is the sequential base).
+pub fn syn_flood_frame(ep: &Endpoints, i: usize, dport: u16, source: FloodSource) -> Vec<u8> {
+    let (src, sport) = match source {
+        FloodSource::Sequential => (
+            Ipv4Addr::from(u32::from(ep.src).wrapping_add((i / SYN_FLOOD_PORTS) as u32)),
+            1024 + (i % SYN_FLOOD_PORTS) as u16,
+        ),
+        FloodSource::Random { seed } => random_source(seed, i),
+    };
+    let seq = (i as u32).wrapping_mul(7919);
+    tcp_frame(&Endpoints { src, ..*ep }, sport, dport, seq, 0, SYN, 64240, 0, None)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -477,6 +534,58 @@ mod tests {
         assert!(Stamp::read(&b[..15]).is_none());
         assert_eq!(Stamp::read(&b), Some(Stamp { seq: 1, tsc: 2 }));
         let _ = checksum::checksum(&b);
+    }
+
+    fn syn_of(f: &[u8]) -> (Ipv4Addr, u16) {
+        assert_eq!(f.len(), MIN_FRAME);
+        let ip = ip_ok(f);
+        let t = TcpPacket::new_checked(ip.payload()).expect("tcp");
+        assert!(t.verify_checksum(ip.src(), ip.dst()));
+        match parse(f) {
+            Parsed::Tcp { src, dst, sport, dport, flags, payload_len: 0, .. } => {
+                assert_eq!((dst, dport, flags), (ep().dst, 8080, SYN));
+                (src, sport)
+            }
+            p => panic!("{p:?}"),
+        }
+    }
+
+    #[test]
+    fn sequential_syn_flood_walks_ports_then_addresses() {
+        for (i, want) in [
+            (0, (Ipv4Addr::new(198, 18, 1, 10), 1024)),
+            (49_999, (Ipv4Addr::new(198, 18, 1, 10), 51_023)),
+            (50_000, (Ipv4Addr::new(198, 18, 1, 11), 1024)),
+            (120_001, (Ipv4Addr::new(198, 18, 1, 12), 21_025)),
+        ] {
+            assert_eq!(syn_of(&syn_flood_frame(&ep(), i, 8080, FloodSource::Sequential)), want, "flow {i}");
+        }
+    }
+
+    #[test]
+    fn random_syn_flood_spoofs_unicast_sources_and_repeats_per_seed() {
+        let src = FloodSource::Random { seed: 15 };
+        let mut addrs = std::collections::HashSet::new();
+        let mut slash8 = std::collections::HashSet::new();
+        for i in 0..4096 {
+            let f = syn_flood_frame(&ep(), i, 8080, src);
+            let (a, p) = syn_of(&f);
+            let o = a.octets();
+            assert!(o[0] != 0 && o[0] != 127 && o[0] < 224, "flow {i}: {a}");
+            assert!(p >= 1024, "flow {i}: port {p}");
+            assert_eq!(f, syn_flood_frame(&ep(), i, 8080, src), "flow {i} not repeatable");
+            addrs.insert(a);
+            slash8.insert(o[0]);
+        }
+        // Spread over the space (4096 draws of 2^32: collisions are rare),
+        // hardly ever in the sender's own network.
+        assert!(addrs.len() > 4090, "{} distinct sources", addrs.len());
+        assert!(slash8.len() > 200, "{} distinct /8s", slash8.len());
+        let own = addrs.iter().filter(|a| a.octets()[..3] == ep().src.octets()[..3]).count();
+        assert!(own <= 1, "{own} sources in the sender's /24");
+        // Another seed, other sources.
+        let other = syn_flood_frame(&ep(), 0, 8080, FloodSource::Random { seed: 16 });
+        assert_ne!(syn_of(&other), syn_of(&syn_flood_frame(&ep(), 0, 8080, src)));
     }
 
     #[test]
