@@ -1,0 +1,527 @@
+//! Floods of every kind through the three-node test bed with its defaults
+//! (issue 15, item 6; docs/flood.md): SYN, ACK, RST, FIN, UDP and ICMP,
+//! spoofed (`--rand-source`) and not, from inside at the server and from
+//! outside at a published inside host (permitted) and at an unpublished
+//! inside address (denied), each `hping3 --flood` for `FLOOD_SECS` in
+//! turn, in one bed bring-up; then `clusterfw-pktgen --mode synflood
+//! --rand-source` from inside, a second spoofed SYN source. `flood.rs`
+//! holds the longer spoofed SYN flood from inside and its reverse-path
+//! figures.
+//!
+//! Before the floods:
+//!
+//! (0) a reload on the control node publishes the inside host
+//!     (`PUBLISHED`, any protocol, permitted in from outside); the outside
+//!     host downloads from it; a paced download from inside to the server
+//!     starts and runs through every flood at `PACED_RATE` (`PACED_READ`),
+//!     reading the rest at full speed once the floods are over.
+//!
+//! Each flood is a step; during it (1 s in) and right after it:
+//!
+//! - every node's management socket answers `show stats` (how long the
+//!   slowest took is in the step text);
+//! - a new download from inside to the server and one from outside to the
+//!   published host each connect within 1 s (curl's `time_connect`, the
+//!   issue's bound) and complete with their sha256 (from the legitimate
+//!   clients' own addresses `LEGIT_IN`, `LEGIT_OUT`, not the flooders');
+//! - the paced download made progress during the flood.
+//!
+//! The step text gives hping3's summary (packets sent) and the counters
+//! that grew on each member: drops by reason, CCL drops and membership
+//! counters (`show cluster`), receive-ring overflows (`rx_missed`); each
+//! flood's `show stats` and `show cluster` before and after are kept in
+//! the run directory (`flood-kinds-fN-stats.json`). The last step stops the
+//! paced download and checks its sha256: the established flow survived
+//! everything.
+//!
+//! Needs root, curl and hping3 (scripts/setup.sh) and `clusterfw-pktgen` in
+//! the binary directory (`harness::test_bin_dir`). A guard takes the bed
+//! down on every exit path (with every process in its namespaces, the
+//! floods and pktgen among them, and pktgen's DPDK runtime directory,
+//! named under `topology::DPDK_PREFIX`).
+
+use anyhow::{bail, ensure, Context, Result};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+use testbed::harness::{self, Background, Steps, TestBed};
+use testbed::{bed, sys, topology};
+
+const NODES: usize = 3;
+const INSIDE: &str = "cfw-inside";
+const OUTSIDE: &str = "cfw-outside";
+/// The server, outside.
+const SERVER: &str = "198.18.20.2";
+/// The client host, inside, published to the outside by `PERMIT_RULE`.
+const PUBLISHED: &str = "198.18.10.2";
+/// An inside address nothing publishes (and no host holds): floods at it
+/// are denied by the security-level default.
+const DENIED: &str = "198.18.10.3";
+const PORT: &str = "8080";
+/// The legitimate clients: second addresses of the inside and outside
+/// hosts, so that their connections are not the flooder's (a flood not
+/// spoofed comes from the host's own address and walks every source port,
+/// leaving flows whose 5-tuples a client there would reuse at random).
+const LEGIT_IN: &str = "198.18.10.5";
+const LEGIT_OUT: &str = "198.18.20.5";
+/// Each new download, either way.
+const BYTES: u64 = 1 << 20;
+/// The paced download: more than it reads at `PACED_RATE` over all floods.
+const PACED_BYTES: u64 = 32 << 20;
+const PACED_RATE: u64 = 64 << 10;
+const FLOOD_SECS: u64 = 3;
+/// The issue's bound on a new connection's connect time, s.
+const CONNECT_BOUND: f64 = 1.0;
+const PERMIT_RULE: &str = "access-rules:\n  - name: published\n    action: permit\n    interface: outside\n    destination: 198.18.10.2/32\n";
+/// pktgen's DPDK file prefix: under the bed's prefix, so `down` removes its
+/// runtime directory should the test die before it does.
+const PKTGEN_PREFIX: &str = "cfw-tb-flood-pktgen";
+
+/// A paced HTTP/1.0 GET (`python3 -c PACED_READ HOST PORT PATH OUT RATE
+/// STOP SRC`), from address SRC: reads RATE bytes/s through a 4 KiB receive buffer (the server
+/// can run at most that far ahead) until the file STOP exists, then the
+/// rest at full speed; prints its byte count every 0.2 s (flushed) and
+/// writes the body to OUT at the end. Like `harness::PACED_GET`, but its
+/// length on the wire is the test's, not a fixed number of seconds.
+/// (`\x20`: a continuation line's leading spaces are not part of the
+/// string.)
+const PACED_READ: &str = "import os, socket, sys, time\n\
+host, port, path, out, rate, stop = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], float(sys.argv[5]), sys.argv[6]\n\
+s = socket.socket()\n\
+s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)\n\
+s.bind((sys.argv[7], 0))\n\
+s.connect((host, port))\n\
+s.sendall(('GET %s HTTP/1.0\\r\\nHost: %s\\r\\n\\r\\n' % (path, host)).encode())\n\
+buf = bytearray()\n\
+while b'\\r\\n\\r\\n' not in buf:\n    c = s.recv(4096)\n    assert c, 'no header'\n    buf += c\n\
+head, body = bytes(buf).split(b'\\r\\n\\r\\n', 1)\n\
+total = int([l.split(b':')[1] for l in head.split(b'\\r\\n') if l.lower().startswith(b'content-length:')][0])\n\
+body = bytearray(body)\n\
+t0 = last = time.monotonic()\n\
+while len(body) < total:\n    c = s.recv(4096)\n    assert c, 'short body'\n    body += c\n\
+\x20   now = time.monotonic()\n\
+\x20   if now - last >= 0.2:\n        print(len(body), flush=True)\n        last = now\n\
+\x20   if not os.path.exists(stop):\n        time.sleep(max(0.0, t0 + len(body) / rate - now))\n\
+open(out, 'wb').write(body)\n\
+print(len(body), flush=True)\n\
+print('done', flush=True)\n\
+s.close()\n";
+
+/// One flood: who sends what at whom.
+struct Flood {
+    name: String,
+    ns: &'static str,
+    /// hping3's arguments after `-q --flood`.
+    args: Vec<String>,
+}
+
+/// hping3's option and name for each kind.
+const KINDS: [(&str, &str); 6] = [("-S", "SYN"), ("-A", "ACK"), ("-R", "RST"), ("-F", "FIN"), ("--udp", "UDP"), ("--icmp", "ICMP")];
+
+fn floods() -> Vec<Flood> {
+    let mut v = Vec::new();
+    let sides: [(&str, &'static str, &str); 3] =
+        [("from inside at the server", INSIDE, SERVER), ("from outside at the published host", OUTSIDE, PUBLISHED), ("from outside at a denied address", OUTSIDE, DENIED)];
+    for (side, ns, dst) in sides {
+        for spoofed in [true, false] {
+            for (opt, kind) in KINDS {
+                let mut args = vec![opt.to_string()];
+                if opt != "--icmp" {
+                    args.extend(["-p".to_string(), PORT.to_string()]);
+                }
+                if spoofed {
+                    args.push("--rand-source".into());
+                }
+                args.push(dst.into());
+                let name = format!("{kind} flood {side}, {}", if spoofed { "spoofed" } else { "not spoofed" });
+                v.push(Flood { name, ns, args });
+            }
+        }
+    }
+    v
+}
+
+/// Every member's `show stats` (with its `show cluster` under
+/// "cluster"), and how long the slowest answer took.
+fn all_stats(bed: &TestBed) -> Result<(Vec<Value>, Duration)> {
+    let mut out = Vec::new();
+    let mut slowest = Duration::ZERO;
+    for k in 1..=NODES {
+        let t = Instant::now();
+        let mut s = bed.show(k, "stats").with_context(|| format!("n{k}'s management socket"))?;
+        slowest = slowest.max(t.elapsed());
+        s["cluster"] = bed.show(k, "cluster").with_context(|| format!("n{k}'s management socket"))?;
+        out.push(s);
+    }
+    Ok((out, slowest))
+}
+
+/// The counters of the object at `path` (`/drops`, `/cluster/ccl_drops`)
+/// that grew between `before` and `after`, per member: `n1 reverse-path
+/// +123, …`, or "none".
+fn grown(before: &[Value], after: &[Value], path: &str) -> String {
+    let mut parts = Vec::new();
+    for (k, (b, a)) in before.iter().zip(after).enumerate() {
+        for (r, n) in a.pointer(path).and_then(Value::as_object).into_iter().flatten() {
+            let was = b.pointer(path).and_then(|o| o[r].as_u64()).unwrap_or(0);
+            let d = n.as_u64().unwrap_or(0).saturating_sub(was);
+            if d > 0 {
+                parts.push(format!("n{} {r} +{d}", k + 1));
+            }
+        }
+    }
+    if parts.is_empty() {
+        "none".into()
+    } else {
+        parts.join(", ")
+    }
+}
+
+/// Flows held and embryonic flows evicted, summed over the members.
+fn flows_of(stats: &[Value]) -> (u64, u64) {
+    let sum = |f: &str| stats.iter().map(|s| s[f].as_u64().unwrap_or(0)).sum();
+    (sum("flows"), sum("flows_evicted_embryonic"))
+}
+
+/// A curl download from address `from` in `ns` of `url` to `got`: seconds to connect, after
+/// checking the sha256.
+fn download(ns: &str, from: &str, url: &str, got: &Path, want: &str) -> Result<f64> {
+    let got_s = got.to_string_lossy().into_owned();
+    let out = sys::ns_run(
+        ns,
+        "curl",
+        &["-sS", "--fail", "--max-time", "30", "--interface", from, "-o", &got_s, "-w", "%{time_connect}", url],
+    )?;
+    let connect: f64 = out.trim().parse().with_context(|| format!("curl's time_connect {out:?}"))?;
+    let sum = harness::sha256(got)?;
+    let _ = std::fs::remove_file(got);
+    ensure!(sum == want, "{url}: sha256 {sum}, served {want}");
+    Ok(connect)
+}
+
+/// The two new downloads at once (inside to the server, outside from the
+/// published host), each within the connect bound: their connect times.
+struct Legit<'a> {
+    out_dir: &'a Path,
+    out_want: &'a str,
+    in_dir: &'a Path,
+    in_want: &'a str,
+}
+
+impl Legit<'_> {
+    fn check(&self, when: &str) -> Result<(f64, f64)> {
+        let (a, b) = std::thread::scope(|s| {
+            let a = s.spawn(|| {
+                download(INSIDE, LEGIT_IN, &format!("http://{SERVER}:{PORT}/random.bin"), &self.out_dir.join(format!("got-{when}.bin")), self.out_want)
+            });
+            let b = s.spawn(|| {
+                download(OUTSIDE, LEGIT_OUT, &format!("http://{PUBLISHED}:{PORT}/random.bin"), &self.in_dir.join(format!("got-{when}.bin")), self.in_want)
+            });
+            (a.join(), b.join())
+        });
+        let a = a.map_err(|_| anyhow::anyhow!("download thread panicked"))?.context("inside -> server")?;
+        let b = b.map_err(|_| anyhow::anyhow!("download thread panicked"))?.context("outside -> published host")?;
+        ensure!(
+            a < CONNECT_BOUND && b < CONNECT_BOUND,
+            "{when}: connected in {a:.3} s inside -> server, {b:.3} s outside -> published host (bound {CONNECT_BOUND} s)"
+        );
+        Ok((a, b))
+    }
+}
+
+/// The paced download's byte count so far (its last progress line).
+fn progress(log: &Path) -> u64 {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .rev()
+        .find_map(|l| l.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// The last line of hping3's summary that counts packets.
+fn hping_summary(out: &std::process::Output) -> Result<String> {
+    let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    text.lines()
+        .find(|l| l.contains("packets transmitted"))
+        .map(|l| l.trim().to_string())
+        .with_context(|| format!("hping3 did not run: {}", text.trim()))
+}
+
+/// What a flood source is: started, and how to get its summary.
+enum Source {
+    Hping(Option<std::process::Child>),
+    Pktgen(Background, PathBuf),
+}
+
+/// A flood and the checks around it; the step's text.
+fn flood_step(bed: &TestBed, legit: &Legit, paced_log: &Path, tag: &str, source: impl FnOnce() -> Result<Source>) -> Result<String> {
+    let (before, _) = all_stats(bed)?;
+    let p0 = progress(paced_log);
+    let t0 = Instant::now();
+    let mut src = source()?;
+    std::thread::sleep(Duration::from_millis(1000));
+    let during_mgmt = all_stats(bed).context("during the flood");
+    let during = legit.check(&format!("{tag}-during"));
+    let during_at = t0.elapsed().as_secs_f64();
+    let sent = match &mut src {
+        Source::Hping(c) => match c.take() {
+            Some(c) => c.wait_with_output().map_err(anyhow::Error::from).and_then(|o| hping_summary(&o)),
+            None => Err(anyhow::anyhow!("hping3 not started")),
+        },
+        Source::Pktgen(p, log) => {
+            let deadline = Instant::now() + Duration::from_secs(FLOOD_SECS + 15);
+            loop {
+                let text = std::fs::read_to_string(&*log).unwrap_or_default();
+                if let Some(at) = text.find('{') {
+                    if let Ok(v) = serde_json::from_str::<Value>(&text[at..]) {
+                        p.stop();
+                        break Ok(format!(
+                            "pktgen sent {} SYNs in {:.1} s ({:.0} pps), {} refused by the port",
+                            v["counters"]["tx_packets"],
+                            v["duration_s"].as_f64().unwrap_or(0.0),
+                            v["counters"]["tx_packets"].as_f64().unwrap_or(0.0) / v["duration_s"].as_f64().unwrap_or(1.0),
+                            v["counters"]["tx_refused"]
+                        ));
+                    }
+                }
+                if Instant::now() > deadline {
+                    p.stop();
+                    break Err(anyhow::anyhow!("pktgen did not report: {}", sys::tail(log, 10)));
+                }
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        }
+    };
+    let flood_secs = t0.elapsed().as_secs_f64();
+    let p1 = progress(paced_log);
+    let after = legit.check(&format!("{tag}-after"));
+    let (after_stats, slowest_after) = all_stats(bed).context("after the flood")?;
+    let _ = std::fs::write(
+        bed.run_dir.join(format!("flood-kinds-{tag}-stats.json")),
+        serde_json::to_string_pretty(&serde_json::json!({ "before": before, "after": after_stats }))?,
+    );
+    // The figures, whatever failed; then every check, the first failure
+    // first, with the figures.
+    let ms = |r: &Result<(f64, f64)>| match r {
+        Ok((a, b)) => format!("{:.0}/{:.0} ms", a * 1e3, b * 1e3),
+        Err(e) => format!("FAILED ({e:#})"),
+    };
+    let (flows, evicted) = flows_of(&after_stats);
+    let (_, evicted_before) = flows_of(&before);
+    let figures = format!(
+        "{}; connect during (at {during_at:.1} s) {}, after {} (inside->server/outside->published); \
+         management: slowest show stats {} during, {:.0} ms after; paced +{} KiB over {flood_secs:.1} s; \
+         drops grown: {}; CCL drops grown: {}; membership counters grown: {}; rx_missed grown: {}; \
+         {flows} flows held, {} embryonic evicted",
+        sent.as_ref().map(String::as_str).unwrap_or("no summary"),
+        ms(&during),
+        ms(&after),
+        match &during_mgmt {
+            Ok((_, t)) => format!("{:.0} ms", t.as_secs_f64() * 1e3),
+            Err(e) => format!("FAILED ({e:#})"),
+        },
+        slowest_after.as_secs_f64() * 1e3,
+        p1.saturating_sub(p0) >> 10,
+        grown(&before, &after_stats, "/drops"),
+        grown(&before, &after_stats, "/cluster/ccl_drops"),
+        grown(&before, &after_stats, "/cluster/membership"),
+        missed_grown(&before, &after_stats),
+        evicted - evicted_before,
+    );
+    (|| {
+        during_mgmt?;
+        sent?;
+        during?;
+        after?;
+        ensure!(p1 > p0, "the paced download made no progress during the flood (at {p0} bytes before and after)");
+        Ok(())
+    })()
+    .map_err(|e| e.context(format!("figures: {figures}")))?;
+    Ok(figures)
+}
+
+/// Ports whose receive ring overflowed (`rx_missed`, the af_packet ring's
+/// drops) between `before` and `after`, per member.
+fn missed_grown(before: &[Value], after: &[Value]) -> String {
+    let mut parts = Vec::new();
+    for (k, (b, a)) in before.iter().zip(after).enumerate() {
+        for (i, p) in a["ports"].as_array().into_iter().flatten().enumerate() {
+            let d = p["rx_missed"].as_u64().unwrap_or(0).saturating_sub(b["ports"][i]["rx_missed"].as_u64().unwrap_or(0));
+            if d > 0 {
+                parts.push(format!("n{} {} +{d}", k + 1, p["name"].as_str().unwrap_or("?")));
+            }
+        }
+    }
+    if parts.is_empty() {
+        "none".into()
+    } else {
+        parts.join(", ")
+    }
+}
+
+/// The control node publishes `PUBLISHED` (a reload of its file with
+/// `PERMIT_RULE`) and every node runs that policy.
+fn publish(bed: &TestBed) -> Result<String> {
+    let control = bed.show(1, "cluster")?["control_node"].as_u64().context("no control node")? as usize;
+    harness::edit_file(&bed.run_dir.join(format!("n{control}.yaml")), "access-rules: []\n", PERMIT_RULE)?;
+    let r = bed::ctl_reload(&bed.bin_dir, &bed.socket(control))?;
+    let version = r["running"]["version"].as_u64().context("reload answered no version")?;
+    let t0 = Instant::now();
+    loop {
+        let applied = (1..=NODES).all(|k| {
+            bed.show(k, "config").is_ok_and(|v| {
+                v["policy"]["version"].as_u64() == Some(version) && v["policy"]["generation_applied"] == v["policy"]["generation_sent"]
+            })
+        });
+        if applied {
+            return Ok(format!("n{control} reloaded; every node runs v{version} in {} ms", t0.elapsed().as_millis()));
+        }
+        if t0.elapsed() > Duration::from_secs(10) {
+            bail!("not every node runs v{version} after 10 s");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn floods_of_every_kind_leave_the_cluster_up_and_connections_working() {
+    assert!(sys::is_root(), "the flood test bed test needs root (network namespaces, veths)");
+    for tool in ["curl", "hping3"] {
+        assert!(sys::have(tool), "{tool} is not installed (scripts/setup.sh installs it)");
+    }
+    let shape = harness::Shape { workers: harness::bed_workers(), ..harness::Shape::default() };
+    let bed = TestBed::up_with(NODES, "/tmp/cfw-testbed-flood-kinds", shape).expect("bed up");
+    let pktgen = bed.bin_dir.join("clusterfw-pktgen");
+    assert!(pktgen.exists(), "{} is not built (cargo build --release --workspace --bins)", pktgen.display());
+    let run = bed.run_dir.clone();
+    let (out_www, out_want, _server) = harness::served_file(&run, "flood-kinds-out", OUTSIDE, SERVER, 8080, BYTES).expect("server outside");
+    let (in_www, in_want, _published) = harness::served_file(&run, "flood-kinds-in", INSIDE, PUBLISHED, 8080, BYTES).expect("server inside");
+    let paced_want = harness::random_file(&out_www.0.join("paced.bin"), PACED_BYTES).expect("paced file");
+    let legit = Legit { out_dir: &out_www.0, out_want: &out_want, in_dir: &in_www.0, in_want: &in_want };
+    let mut steps = Steps::default();
+    for (ns, a) in [(INSIDE, LEGIT_IN), (OUTSIDE, LEGIT_OUT)] {
+        sys::ip(ns, &["addr", "add", &format!("{a}/24"), "dev", "eth0"]).expect("legitimate client's address");
+    }
+
+    // (0) the published host, the paced download.
+    steps.step(
+        "(0) publish the inside host; downloads both ways",
+        (|| {
+            let p = publish(&bed)?;
+            let (a, b) = legit.check("before")?;
+            Ok(format!("{p}; connected in {:.0} ms inside->server, {:.0} ms outside->published", a * 1e3, b * 1e3))
+        })(),
+    );
+    let paced_out = out_www.0.join("paced-got.bin");
+    let paced_log = run.join("flood-kinds-paced.out");
+    let stop = run.join("flood-kinds-paced.stop");
+    let _ = std::fs::remove_file(&stop);
+    let paced = Background::start(
+        "paced download",
+        INSIDE,
+        harness::python(),
+        &[
+            "-c",
+            PACED_READ,
+            SERVER,
+            PORT,
+            "/paced.bin",
+            &paced_out.to_string_lossy(),
+            &PACED_RATE.to_string(),
+            &stop.to_string_lossy(),
+            LEGIT_IN,
+        ],
+        &paced_log,
+    );
+    std::thread::sleep(Duration::from_millis(1000));
+
+    // (1) the hping3 floods, one after another.
+    let secs = FLOOD_SECS.to_string();
+    for (i, f) in floods().iter().enumerate() {
+        let r = flood_step(&bed, &legit, &paced_log, &format!("f{i}"), || {
+            let mut args = vec!["-s", "INT", &secs, "hping3", "-q", "--flood"];
+            args.extend(f.args.iter().map(String::as_str));
+            let child = sys::ns_command(f.ns, "timeout").args(&args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()?;
+            Ok(Source::Hping(Some(child)))
+        });
+        steps.step(&format!("(1.{}) {}", i + 1, f.name), r);
+    }
+
+    // (2) clusterfw-pktgen's spoofed SYN flood from inside, on the host's
+    //     own interface (af_packet beside the kernel's stack).
+    let r = flood_step(&bed, &legit, &paced_log, "pktgen", || {
+        let log = run.join("flood-kinds-pktgen.out");
+        let dpdk_dir = Path::new("/var/run/dpdk").join(PKTGEN_PREFIX);
+        let _ = std::fs::remove_dir_all(&dpdk_dir);
+        let p = Background::start(
+            "clusterfw-pktgen",
+            INSIDE,
+            &pktgen.to_string_lossy(),
+            &[
+                "--mode",
+                "synflood",
+                "--rand-source",
+                "--flows",
+                "65536",
+                "--port",
+                "net_af_packet0",
+                "--gateway",
+                topology::cluster_addr::RIN_HOST_SIDE,
+                "--ip",
+                PUBLISHED,
+                "--dst-ip",
+                SERVER,
+                "--dport",
+                PORT,
+                "--duration",
+                &secs,
+                "--json",
+                "--",
+                "--no-huge",
+                "-m",
+                "256",
+                "--no-pci",
+                "--file-prefix",
+                PKTGEN_PREFIX,
+                "--lcores",
+                "0@(0,1)",
+                "--log-level",
+                "lib.eal:warning",
+                "--vdev",
+                "net_af_packet0,iface=eth0",
+            ],
+            &log,
+        )?;
+        Ok(Source::Pktgen(p, log))
+    });
+    let _ = std::fs::remove_dir_all(Path::new("/var/run/dpdk").join(PKTGEN_PREFIX));
+    steps.step("(2) clusterfw-pktgen --mode synflood --rand-source from inside", r);
+
+    // (3) the established transfer, through everything.
+    steps.step(
+        "(3) the paced download that ran through every flood",
+        (|| {
+            let mut p = paced?;
+            let got = progress(&paced_log);
+            std::fs::write(&stop, b"")?;
+            let t = Instant::now();
+            while !std::fs::read_to_string(&paced_log).is_ok_and(|s| s.contains("done")) {
+                ensure!(t.elapsed() < Duration::from_secs(60), "the paced download did not finish: {}", sys::tail(&paced_log, 3));
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            p.stop();
+            let sum = harness::sha256(&paced_out)?;
+            ensure!(sum == paced_want, "paced download: sha256 {sum}, served {paced_want}");
+            Ok(format!(
+                "{} KiB read at {} KiB/s through the floods, the rest in {:.1} s; sha256 matches",
+                got >> 10,
+                PACED_RATE >> 10,
+                t.elapsed().as_secs_f64()
+            ))
+        })(),
+    );
+    let _ = std::fs::remove_file(&stop);
+    steps.finish(&run, NODES);
+}
