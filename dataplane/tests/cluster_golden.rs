@@ -81,6 +81,39 @@ fn handshake(bed: &mut Bed) -> (u16, u32) {
     (cport, delta)
 }
 
+/// A forwarder's record made from a SYN-ACK (the owner decoded from the
+/// cookie) idles out as a half-open connection (`tcp-syn`), not as an
+/// established one: SYN-ACKs to the spoofed sources of a SYN flood at a
+/// permitted server must not hold the record table for an hour against
+/// legitimate connections (issue 15). After a longer silence a packet
+/// there finds the owner through the director, whose record the owner
+/// keeps.
+#[test]
+fn a_synack_forwarder_record_idles_out_as_half_open() {
+    let mut bed = Bed::new(3, true);
+    let (cport, delta) = handshake(&mut bed);
+    let t = tuple(HOST, cport, SERVER, 80, 6);
+    let tcp_syn = dataplane::conntrack::Timeouts::default().tcp_syn.0 / 1_000_000;
+    let forwarder = Some((Role::Forwarder, NodeId(A as u8)));
+
+    // The client's ACK at B (the handshake's last step) refreshed it.
+    bed.now_ms += tcp_syn - 10;
+    assert_eq!(bed.nodes[B].cluster_role(bed.now(), &t), forwarder, "live until tcp-syn");
+    bed.now_ms += 20;
+    assert_eq!(bed.nodes[B].cluster_role(bed.now(), &t), None, "idle past tcp-syn");
+    assert_eq!(bed.nodes[C].cluster_role(bed.now(), &t), Some((Role::Director, NodeId(A as u8))));
+
+    // Client data at B: asked of C, forwarded to A, a record again.
+    let out = bed.send(B, IN, from_host(B, SERVER).tcp(cport, 80, C_ISN + 1, S_ISN + 1, ACK | PSH, 502, &[], b"later"));
+    let (n, port, f) = one(&out);
+    assert_eq!((n, port), (A, OUT));
+    let isn = C_ISN.wrapping_add(delta);
+    assert_eq!(hex(&f), hex(&to_gw(A, SERVER).tcp(cport, 80, isn.wrapping_add(1), S_ISN + 1, ACK | PSH, 502, &[], b"later")));
+    assert_eq!(bed.cluster(B).counters.director_queries_sent, 1);
+    assert_eq!(bed.nodes[B].cluster_role(bed.now(), &t), forwarder);
+    accounted(&bed);
+}
+
 #[test]
 fn tcp_cookie_owner_forwarders_and_director() {
     let mut bed = Bed::new(3, true);
@@ -143,28 +176,31 @@ fn tcp_cookie_owner_forwarders_and_director() {
     let conns = bed.nodes[B].conns(now, 16);
     assert_eq!(conns.iter().find(|c| c.tuple.proto == 6).and_then(|c| c.role), Some("forwarder"));
 
-    // Counters: A owned 10 packets (no query anywhere), C saw every state
-    // change (and one refresh) as an update.
+    // Counters: A owned 10 packets, C saw every state change (and one
+    // refresh) as an update. No query but B's FIN after the half hour's
+    // silence: its record from the SYN-ACK had idled out as a half-open
+    // connection's (tcp-syn), C's record answered.
     let a = bed.cluster(A);
     assert_eq!(a.counters.owner_packets, 10);
     assert_eq!(a.counters.forwarded_received, 5);
-    for n in [A, B, C] {
-        assert_eq!(bed.cluster(n).counters.director_queries_sent, 0, "node {n}");
+    for (n, queries) in [(A, 0), (B, 1), (C, 0)] {
+        assert_eq!(bed.cluster(n).counters.director_queries_sent, queries, "node {n}");
         assert_eq!(bed.cluster(n).ccl.total_drops(), 0, "node {n}");
     }
     assert_eq!(bed.ccl_count(A, C, MessageKind::FlowRegister), 1);
     // SYN_RECV, ESTABLISHED, refresh, FIN_WAIT, CLOSING, TIME_WAIT.
     assert_eq!(bed.ccl_count(A, C, MessageKind::StateUpdate), 6);
     assert_eq!(bed.cluster(C).ccl_rx(MessageKind::StateUpdate), 6);
-    // B's three segments each went to A in a batch of one (one burst each).
+    // B's first two segments each went to A in a batch of one (one burst
+    // each); its FIN, released from the pending table by C's answer, alone.
     for k in [MessageKind::ForwardedPacket, MessageKind::ForwardedBatch] {
         assert_eq!(bed.cluster(A).ccl_tx(k), 0);
     }
-    assert_eq!(bed.cluster(B).ccl_tx(MessageKind::ForwardedPacket), 0);
-    assert_eq!(bed.cluster(B).ccl_tx(MessageKind::ForwardedBatch), 3);
-    assert_eq!(bed.cluster(B).counters.batched_frames, 3);
-    // A received every forwarded frame (B's and C's) in a batch of one.
-    assert_eq!(bed.cluster(A).counters.batches_received, a.counters.forwarded_received);
+    assert_eq!(bed.cluster(B).ccl_tx(MessageKind::ForwardedPacket), 1);
+    assert_eq!(bed.cluster(B).ccl_tx(MessageKind::ForwardedBatch), 2);
+    assert_eq!(bed.cluster(B).counters.batched_frames, 2);
+    // A received every other forwarded frame (B's and C's) in a batch of one.
+    assert_eq!(bed.cluster(A).counters.batches_received + 1, a.counters.forwarded_received);
     accounted(&bed);
 }
 

@@ -188,13 +188,21 @@ impl ClusterPath {
                             return Plan::Drop(DropReason::ClusterNoOwnerFlow);
                         }
                         if self.members.contains(o) {
+                            // Idle as a half-open connection (`tcp-syn`),
+                            // not an established one: SYN-ACKs to spoofed
+                            // sources (a SYN flood at a permitted server)
+                            // left an hour of records behind, which filled
+                            // the table against legitimate connections
+                            // (issue 15, flood_kinds). The connection's
+                            // packets keep it alive; after a longer silence
+                            // the director's record answers a query here.
                             let rec = Record::stateless(
                                 Role::Forwarder,
                                 o,
                                 tuple.reversed(),
                                 TcpState::SynReceived as u8,
                                 now,
-                                timeouts.tcp_established,
+                                timeouts.tcp_syn,
                             );
                             if !self.upsert(key, rec) {
                                 return Plan::Drop(DropReason::ClusterRecordTableFull);
