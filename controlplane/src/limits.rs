@@ -41,6 +41,9 @@ use std::net::IpAddr;
 /// How often workers report and the node broadcasts its counts.
 pub const REPORT_INTERVAL: Duration = Duration::from_millis(100);
 
+/// Refusals are summed into one limit event per class at most this often.
+pub const EVENT_INTERVAL: Duration = Duration::from_secs(1);
+
 /// A member's report older than this is forgotten.
 pub const PEER_STALE: Duration = Duration::from_millis(1000);
 
@@ -87,6 +90,11 @@ pub struct Estimator {
     peers: BTreeMap<NodeId, PeerReport>,
     /// Nodes in the member set (`members`; 1: alone).
     nodes: usize,
+    /// Refusals: each worker's last totals per class id, and what they
+    /// grew by since the last limit event, per class id.
+    refused_seen: BTreeMap<(usize, u32), [u64; 4]>,
+    refused_new: BTreeMap<u32, [u64; 4]>,
+    next_event: Timestamp,
     pub counters: EstimateCounters,
 }
 
@@ -102,12 +110,25 @@ impl Estimator {
             workers: vec![None; workers],
             peers: BTreeMap::new(),
             nodes: 1,
+            refused_seen: BTreeMap::new(),
+            refused_new: BTreeMap::new(),
+            next_event: Timestamp::ZERO,
             counters: EstimateCounters::default(),
         }
     }
 
     /// Worker `w`'s latest counts.
     pub fn on_worker(&mut self, w: usize, r: LimitReport) {
+        for &(id, totals) in &r.refused {
+            let seen = self.refused_seen.entry((w, id)).or_default();
+            let new = self.refused_new.entry(id).or_default();
+            for i in 0..4 {
+                // Totals that went down started over (new limits): all new.
+                let grew = if totals[i] >= seen[i] { totals[i] - seen[i] } else { totals[i] };
+                new[i] += grew;
+            }
+            *seen = totals;
+        }
         if let Some(slot) = self.workers.get_mut(w) {
             *slot = Some(r);
         }
@@ -256,6 +277,20 @@ impl Estimator {
         m
     }
 
+    /// The limit events due (at most one per class every
+    /// `EVENT_INTERVAL`): per class id with refusals since the last, how
+    /// many each limit refused (`Hit` order). For syslog (L1: "syslog
+    /// events for limit hits").
+    pub fn take_events(&mut self, now: Timestamp) -> Vec<(u32, [u64; 4])> {
+        if now < self.next_event {
+            return Vec::new();
+        }
+        self.next_event = Timestamp(now.0 + EVENT_INTERVAL.0);
+        let out = self.refused_new.iter().filter(|(_, r)| r.iter().any(|&n| n > 0)).map(|(&id, &r)| (id, r)).collect();
+        self.refused_new.clear();
+        out
+    }
+
     /// Members with a fresh report.
     pub fn reporting(&self) -> Vec<NodeId> {
         self.peers.keys().copied().collect()
@@ -283,8 +318,8 @@ mod tests {
     #[test]
     fn remote_counts_are_everyone_else() {
         let mut e = Estimator::new(2);
-        e.on_worker(0, LimitReport { classes: vec![(0, c(5, 2)), (77, c(1, 1))], clients: vec![(77, ip(1), c(1, 1))] });
-        e.on_worker(1, LimitReport { classes: vec![(0, c(3, 0)), (77, c(2, 0))], clients: vec![(77, ip(1), c(2, 0))] });
+        e.on_worker(0, LimitReport { classes: vec![(0, c(5, 2)), (77, c(1, 1))], clients: vec![(77, ip(1), c(1, 1))], ..Default::default() });
+        e.on_worker(1, LimitReport { classes: vec![(0, c(3, 0)), (77, c(2, 0))], clients: vec![(77, ip(1), c(2, 0))], ..Default::default() });
         assert!(e.on_peer(ms(0), NodeId(2), 1, vec![(0, 10, 4), (99, 1, 1)], vec![(77, ip(1), 4, 4)]));
         assert!(e.on_peer(ms(0), NodeId(3), 9, vec![(0, 1, 1)], vec![]));
         let r = e.remote_for(0, &[0, 77]);
@@ -322,5 +357,23 @@ mod tests {
         assert!(e.reporting().is_empty());
         assert_eq!(e.counters.reports_stale, 1);
         assert_eq!(e.counters.peers_forgotten, 2);
+    }
+
+    /// Refusals become at most one event per class a second, summed over
+    /// the workers; totals that start over (new limits) count whole.
+    #[test]
+    fn refusals_become_one_event_per_class_a_second() {
+        let mut e = Estimator::new(2);
+        let rep = |r: [u64; 4]| LimitReport { refused: vec![(0, r), (9, [0; 4])], ..Default::default() };
+        e.on_worker(0, rep([5, 0, 0, 1]));
+        e.on_worker(1, rep([2, 0, 0, 0]));
+        assert_eq!(e.take_events(ms(0)), vec![(0, [7, 0, 0, 1])]);
+        e.on_worker(0, rep([9, 0, 0, 1]));
+        assert!(e.take_events(ms(500)).is_empty(), "within the second");
+        assert_eq!(e.take_events(ms(1000)), vec![(0, [4, 0, 0, 0])]);
+        e.on_worker(1, rep([1, 0, 0, 0]));
+        e.on_worker(0, rep([9, 0, 0, 1]));
+        assert_eq!(e.take_events(ms(2000)), vec![(0, [1, 0, 0, 0])], "worker 1 started over");
+        assert!(e.take_events(ms(3000)).is_empty());
     }
 }

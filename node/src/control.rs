@@ -156,6 +156,14 @@ impl Control {
                 self.limits.on_peer(now, from, seq, classes, clients);
             }
         }
+        // Limit hits: one syslog event per class a second at most.
+        for (id, refused) in self.limits.take_events(now) {
+            let text = limit_event_text(&self.class_name(id), &refused);
+            log::warn!("{text}");
+            if let Some(x) = &self.export {
+                x.push(crate::export::ExportEvent::Syslog { severity: controlplane::syslog::severity::WARNING, msgid: "conn-limit", text });
+            }
+        }
         if !self.limits.due(now) {
             return;
         }
@@ -178,6 +186,16 @@ impl Control {
                 pending.push_back(Query::RemoteLimits(Box::new(remote)));
             }
         }
+    }
+
+    /// The name of limit class `id` in the running policy ("global", a
+    /// rule's name, or the id when no rule has it any more).
+    fn class_name(&self, id: u32) -> String {
+        if id == 0 {
+            return "global".into();
+        }
+        let rules = &self.policies.running.policy.access_rules;
+        rules.iter().find(|r| dataplane::conntrack::limits::class_id(Some(&r.name)) == id).map_or_else(|| format!("{id:#x}"), |r| r.name.clone())
     }
 
     /// One round of the control lcore: the CCL control queue and the
@@ -1162,5 +1180,28 @@ mod tests {
         assert_eq!(out[2]["stale"], json!(true));
         // Each worker's own translations keep their worker.
         assert_eq!((out[1]["worker"].clone(), out[3]["worker"].clone()), (json!(0), json!(1)));
+    }
+}
+
+/// A limit event's text: "limits global: 145 new connections refused in the
+/// last second (per-client-embryonic-max 145)".
+fn limit_event_text(class: &str, refused: &[u64; 4]) -> String {
+    let total: u64 = refused.iter().sum();
+    let by: Vec<String> = dataplane::conntrack::limits::Hit::ALL
+        .iter()
+        .filter(|h| refused[**h as usize] > 0)
+        .map(|h| format!("{} {}", h.as_str(), refused[*h as usize]))
+        .collect();
+    format!("limits {class}: {total} new connections refused in the last second ({})", by.join(", "))
+}
+
+#[cfg(test)]
+mod limit_event_tests {
+    #[test]
+    fn a_limit_event_names_the_class_and_each_limit_that_refused() {
+        assert_eq!(
+            super::limit_event_text("web-in", &[0, 3, 0, 145]),
+            "limits web-in: 148 new connections refused in the last second (max-embryonic 3, per-client-embryonic-max 145)"
+        );
     }
 }

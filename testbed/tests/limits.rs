@@ -13,6 +13,8 @@
 //!     admits against its own count plus the others' last broadcasts);
 //!     every member refused some of the SYNs, and each member's estimate of
 //!     the client (`show limits`) is near the truth;
+//! (b2) every member logged its refusals as limit events (the syslog
+//!     messages `conn-limit`; one per class a second at most);
 //! (c) `show conn count` answers on every member.
 //!
 //! Needs root and hping3 (scripts/setup.sh). A guard takes the bed down on
@@ -125,6 +127,20 @@ fn a_per_client_embryonic_limit_holds_across_three_nodes() {
     })();
     step("(b) a client's half-open connections through all members held near the cluster-wide limit", half_open);
 
+    step(
+        "(b2) the refusals logged as limit events (one per class a second at most)",
+        (|| {
+            std::thread::sleep(Duration::from_millis(1200));
+            let mut lines = Vec::new();
+            for k in 1..=NODES {
+                let log = std::fs::read_to_string(run.join(format!("n{k}.log")))?;
+                let events: Vec<&str> = log.lines().filter(|l| l.contains("limits global:") && l.contains("per-client-embryonic-max")).collect();
+                ensure!(!events.is_empty(), "n{k} logged no limit event");
+                lines.push(format!("n{k}: {} event(s), first: {}", events.len(), events[0].split("limits global:").nth(1).unwrap_or("").trim()));
+            }
+            Ok(lines.join("; "))
+        })(),
+    );
     step(
         "(c) show conn count on every member",
         (|| {

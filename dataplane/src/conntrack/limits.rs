@@ -347,11 +347,13 @@ pub struct Remote {
 }
 
 /// One worker's report for its control lcore: its classes (id, count)
-/// in order, and its busiest clients (class index, address, count).
+/// in order, its busiest clients (class id, address, count), and each
+/// class's refusals so far by limit (`Hit` order; for the limit events).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct LimitReport {
     pub classes: Vec<(u32, Count)>,
     pub clients: Vec<(u32, IpAddr, Count)>,
+    pub refused: Vec<(u32, [u64; 4])>,
 }
 
 /// One class as `show limits` lists it (local to the worker; the control
@@ -597,7 +599,8 @@ impl Limits {
         }
         busy.sort_unstable_by(|a, b| b.0.cmp(&a.0));
         busy.truncate(REPORT_CLIENTS);
-        LimitReport { classes, clients: busy.into_iter().map(|(_, id, a, c)| (id, a, c)).collect() }
+        let refused = self.ids.iter().zip(&self.refused).map(|(&id, &r)| (id, r)).collect();
+        LimitReport { classes, clients: busy.into_iter().map(|(_, id, a, c)| (id, a, c)).collect(), refused }
     }
 
     /// The classes, for `show limits`.
