@@ -964,7 +964,7 @@ impl Control {
             let Some(l) = l else { continue };
             let (cls, cl, u) = *l;
             untracked += u;
-            for (i, c) in cls.iter().enumerate() {
+            for c in &cls {
                 match classes.iter_mut().find(|(x, _)| x.id == c.id) {
                     Some((x, w)) => {
                         x.local = x.local.add(c.local);
@@ -975,7 +975,6 @@ impl Control {
                     }
                     None => classes.push((c.clone(), vec![c.local])),
                 }
-                let _ = i;
             }
             for (class, addr, n) in cl {
                 if let Some(c) = cls.get(usize::from(class)) {

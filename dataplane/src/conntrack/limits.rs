@@ -464,38 +464,7 @@ impl Limits {
                 return Err(self.refuse(class, h));
             }
         }
-        let d = Count { conns: 1, embryonic: u32::from(embryonic) };
-        let mut t = class & tag::CLASS_MASK;
-        if embryonic {
-            t |= tag::EMBRYONIC;
-        }
-        if !g.is_empty() {
-            t |= tag::GLOBAL;
-            bump(&mut self.local, 0, d);
-            bump(&mut self.since, 0, d);
-            if g.per_client() {
-                if self.clients.add(0, addr, d) {
-                    self.clients.admitted(0, addr, self.epoch, d);
-                    t |= tag::GLOBAL_CLIENT;
-                } else {
-                    self.clients_untracked += 1;
-                }
-            }
-        }
-        if let Some(r) = r {
-            t |= tag::RULE;
-            bump(&mut self.local, usize::from(class), d);
-            bump(&mut self.since, usize::from(class), d);
-            if r.per_client() {
-                if self.clients.add(class, addr, d) {
-                    self.clients.admitted(class, addr, self.epoch, d);
-                    t |= tag::RULE_CLIENT;
-                } else {
-                    self.clients_untracked += 1;
-                }
-            }
-        }
-        Ok(t)
+        Ok(self.count(class, addr, embryonic, true))
     }
 
     fn refuse(&mut self, class: u16, h: Hit) -> Hit {
@@ -671,25 +640,38 @@ impl Limits {
     /// re-counts the table): class `class` (0: global only), embryonic or
     /// not. Never refuses. Returns its tag.
     pub(crate) fn recount(&mut self, class: u16, client: IpAddr, embryonic: bool) -> u16 {
-        let addr = addr_key(client);
+        self.count(class, addr_key(client), embryonic, false)
+    }
+
+    /// Count a flow of `class` (0: global only) from `addr` in every count
+    /// its class has limits for, and return its tag. `admitted`: a new
+    /// flow (`admit`), also counted in this view's admissions and, when
+    /// the client table is full, as untracked; else an existing one
+    /// counted again (`recount`).
+    fn count(&mut self, class: u16, addr: u128, embryonic: bool, admitted: bool) -> u16 {
         let d = Count { conns: 1, embryonic: u32::from(embryonic) };
         let mut t = class & tag::CLASS_MASK;
         if embryonic {
             t |= tag::EMBRYONIC;
         }
         let g = self.sets.first().copied().unwrap_or_default();
-        if !g.is_empty() {
-            t |= tag::GLOBAL;
-            bump(&mut self.local, 0, d);
-            if g.per_client() && self.clients.add(0, addr, d) {
-                t |= tag::GLOBAL_CLIENT;
+        let r = (class != 0).then(|| self.sets.get(usize::from(class)).copied()).flatten();
+        let parts = [(!g.is_empty()).then_some((0, g, tag::GLOBAL, tag::GLOBAL_CLIENT)), r.map(|r| (class, r, tag::RULE, tag::RULE_CLIENT))];
+        for (c, set, counted, per_client) in parts.into_iter().flatten() {
+            t |= counted;
+            bump(&mut self.local, usize::from(c), d);
+            if admitted {
+                bump(&mut self.since, usize::from(c), d);
             }
-        }
-        if let Some(r) = (class != 0).then(|| self.sets.get(usize::from(class)).copied()).flatten() {
-            t |= tag::RULE;
-            bump(&mut self.local, usize::from(class), d);
-            if r.per_client() && self.clients.add(class, addr, d) {
-                t |= tag::RULE_CLIENT;
+            if set.per_client() {
+                if self.clients.add(c, addr, d) {
+                    t |= per_client;
+                    if admitted {
+                        self.clients.admitted(c, addr, self.epoch, d);
+                    }
+                } else if admitted {
+                    self.clients_untracked += 1;
+                }
             }
         }
         t
