@@ -29,6 +29,10 @@
 //! insert, flow mark). Same run, same frames: the ratios to the figures
 //! without NAT are the cost of PAT.
 //!
+//! With connection limits (issue 15; `pipeline_limited`: all four limits
+//! set globally, far above what is opened): `established_limits/N` and
+//! `new_connections_limits` against the same without, same run.
+//!
 //! Throughput is in packets (criterion `Throughput::Elements`): criterion
 //! prints it as "elem/s" — Melem/s = Mpps; time / 32 = ns per packet.
 
@@ -110,6 +114,14 @@ fn bench_established(c: &mut Criterion) {
         run_established_on(&mut g, BenchmarkId::from_parameter(n), pipeline_traced_elsewhere(n + n / 4), n);
     }
     g.finish();
+    // Connection limits configured (issue 15; every limit, none reached):
+    // against "established" in the same run.
+    let mut g = c.benchmark_group("established_limits");
+    g.throughput(Throughput::Elements(BURST as u64));
+    for &n in &[1_000usize, 100_000] {
+        run_established_on(&mut g, BenchmarkId::from_parameter(n), pipeline_limited(n + n / 4), n);
+    }
+    g.finish();
     let mut g = c.benchmark_group("established_pat");
     g.throughput(Throughput::Elements(BURST as u64));
     for &n in &[1_000usize, 100_000] {
@@ -138,6 +150,9 @@ fn bench_new_connections(c: &mut Criterion) {
     // A built record per connection (the log holds 4096: every one fits).
     new_connections(c, "new_connections_flow_log", pipeline_logged);
     new_connections(c, "new_pat_connections", pipeline_pat);
+    // Every connection limit set (none reached): counted per class and per
+    // client on admission (issue 15); against "new_connections".
+    new_connections(c, "new_connections_limits", pipeline_limited);
 }
 
 fn new_connections(c: &mut Criterion, group: &str, pipeline: fn(usize) -> Pipeline) {

@@ -3,10 +3,11 @@
 //! `valgrind --tool=callgrind --toggle-collect='*hot_loop*'`, so that only
 //! the forwarding of established flows is counted (not the handshakes).
 //!
-//! `cargo run --release -p dataplane --example pipeline_profile -- FLOWS PACKETS [pat|general|log]`
+//! `cargo run --release -p dataplane --example pipeline_profile -- FLOWS PACKETS [pat|general|log|limits]`
 //! (defaults 1000 and 1000000; `pat`: through PAT, `support::pipeline_pat`;
 //! `general`: without NAT, the fast path off; `log`: without NAT, the flow
-//! log on, as with a syslog or IPFIX exporter); `CFW_NO_PREFETCH=1` skips
+//! log on, as with a syslog or IPFIX exporter; `limits`: every connection
+//! limit set, none reached, `support::pipeline_limited`); `CFW_NO_PREFETCH=1` skips
 //! `Pipeline::prefetch_burst`. Prints ns/packet (wall clock, for a rough
 //! look; the criterion bench is the measurement).
 
@@ -49,6 +50,7 @@ fn main() {
     let mode = args.next().unwrap_or_default();
     let mut p = match mode.as_str() {
         "pat" => pipeline_pat(flows + flows / 4),
+        "limits" => pipeline_limited(flows + flows / 4),
         _ => pipeline(flows + flows / 4),
     };
     if mode == "general" {

@@ -193,3 +193,14 @@ pub fn shuffled(n: usize) -> Vec<u32> {
 pub fn arrival_stream(frames: &[[u8; FRAME_LEN]]) -> Vec<[u8; FRAME_LEN]> {
     shuffled(frames.len()).into_iter().map(|i| frames[i as usize]).collect()
 }
+
+/// `pipeline` with every connection limit set globally (max-conns,
+/// max-embryonic, per-client-max, per-client-embryonic-max), far above
+/// what the benchmark opens: the counting, never a refusal.
+pub fn pipeline_limited(n: usize) -> Pipeline {
+    let mut p = pipeline(n);
+    let high = Some(1 << 30);
+    let all = dataplane::conntrack::LimitSet { max_conns: high, max_embryonic: high, per_client_max: high, per_client_embryonic_max: high };
+    p.set_limits(&dataplane::conntrack::LimitSpec { global: all, rules: vec![] });
+    p
+}

@@ -92,6 +92,7 @@ impl ClusterPath {
             }
         }
         self.records.clear();
+        self.candidates.clear();
         self.pool.clear();
         self.fwd_batches = [None; NodeId::MAX_NODES];
         self.updates.clear();
@@ -689,8 +690,26 @@ impl ClusterPath {
             self.unregistered(now, link, h, timeouts);
             return;
         }
+        // One peer's share: a flood of packets without a flow (ACK, RST,
+        // FIN, denied UDP) at a member asks about every one; held here for
+        // the whole hold, they would fill its pending table (`MAX_PENDING`)
+        // against the legitimate queries. All directors together hold at
+        // most half of any peer's table; the rest are answered at once.
+        if self.held.iter().filter(|x| x.from == from).count() >= self.held_share() {
+            self.counters.held_share_full += 1;
+            self.unregistered(now, link, h, timeouts);
+            return;
+        }
         self.held.push(h);
         self.counters.queries_held += 1;
+    }
+
+    /// The queries this director holds for one peer at most: half of a
+    /// querier's pending table over the other members (each of them may be
+    /// holding its share), at least 4.
+    pub(super) fn held_share(&self) -> usize {
+        let others = self.members.len().saturating_sub(1).max(1);
+        (super::MAX_PENDING / 2 / others).max(4)
     }
 
     /// A held query whose flow nobody registered: "none", or, if it asked

@@ -204,6 +204,9 @@ pub const RESENDS: u8 = 3;
 /// Most lengthening state changes waiting for a re-send (a full queue
 /// skips the re-send, counted in `resends_skipped`).
 pub const MAX_RESENDS: usize = 16 * 1024;
+/// Early-drop candidates looked at for one new record when the record
+/// table is full (`ClusterPath::early_drop`).
+pub const EVICT_SCAN: usize = 64;
 /// How often `poll_timers` sweeps idle records.
 pub const RECORD_SWEEP: Duration = Duration::from_millis(1000);
 /// `FlowRecord::tcp_state` of a flow that is not TCP.
@@ -265,6 +268,25 @@ pub(crate) struct Record {
 }
 
 impl Record {
+    /// An early-drop candidate (`ClusterPath::early_drop`): every record
+    /// but the director's and backups' of a TCP connection past its
+    /// handshake and not closed (`ESTABLISHED`, `FIN_WAIT`, `CLOSING`),
+    /// what Linux conntrack calls assured. So: a connection in its
+    /// handshake or done with it (a flood's SYNs, answered by the server
+    /// and reset by the spoofed host, end in `CLOSED`), an election whose
+    /// owner has not registered the flow (denied there, or a flood's), any
+    /// UDP, ICMP or other flow (a director cannot tell a flood's
+    /// one-packet flows from a live one: a spoofed ICMP flood at a
+    /// permitted host filled the table with them, flood_kinds), and
+    /// forwarder records (a cache: an evicted one costs its next packet a
+    /// query). A UDP flow whose records were evicted lives on at its
+    /// owner; only if the owner fails too is it created anew from its next
+    /// packet, as policy allows.
+    pub(crate) fn evictable(&self) -> bool {
+        const ASSURED: [u8; 3] = [TcpState::Established as u8, TcpState::FinWait as u8, TcpState::Closing as u8];
+        self.role == Role::Forwarder || !ASSURED.contains(&self.tcp_state)
+    }
+
     /// A record without the owner's state or version (a forwarder record,
     /// an election), learned `now`.
     pub(crate) fn stateless(role: Role, owner: NodeId, orig: FiveTuple, tcp_state: u8, now: Timestamp, idle: Duration) -> Record {
@@ -421,6 +443,11 @@ pub struct ClusterCounters {
     pub record_table_full: u64,
     /// Records removed by their idle timeout.
     pub records_expired: u64,
+    /// Evictable records (`Record::evictable`: a connection in or done
+    /// with its handshake, an election its owner has not confirmed)
+    /// evicted, oldest first, for a new record when the table was full
+    /// (`ClusterPath::early_drop`).
+    pub records_evicted: u64,
     /// Flow records ignored: older than the version held (reordered).
     pub records_stale: u64,
     /// Registrations re-sent for a retransmitted SYN (the first may have
@@ -487,6 +514,9 @@ pub struct ClusterCounters {
     pub held_answered: u64,
     pub held_timeouts: u64,
     pub held_full: u64,
+    /// ... answered at once because the asking peer had its share held
+    /// (`held_share`: a flood of queries from one member).
+    pub held_share_full: u64,
     /// Parked frames dropped because the node was fenced.
     pub fenced_drops: u64,
     /// `Pipeline::reset` calls.
@@ -554,6 +584,7 @@ crate::impl_stats!(ClusterCounters {
     counter ownership_yielded,
     counter record_table_full,
     counter records_expired,
+    counter records_evicted,
     counter records_stale,
     counter registers_resent,
     counter updates_resent,
@@ -584,6 +615,7 @@ crate::impl_stats!(ClusterCounters {
     counter held_answered,
     counter held_timeouts,
     counter held_full,
+    counter held_share_full,
     counter fenced_drops,
     counter resets,
     gauge records,
@@ -707,6 +739,11 @@ pub(crate) struct ClusterPath {
     next_query_id: u32,
     records: HashMap<FiveTuple, Record>,
     record_capacity: usize,
+    /// Keys of records that were evictable when learned or became so,
+    /// oldest first: the early drop's candidates (`early_drop`). Bounded
+    /// by the record capacity; a key whose record grew up, went or was
+    /// replaced is skipped when it comes up.
+    candidates: std::collections::VecDeque<FiveTuple>,
     /// Generation of the next owner flow created here (`Version`).
     next_generation: u32,
     next_sweep: Timestamp,
@@ -947,6 +984,7 @@ impl ClusterPath {
             next_query_id,
             records: HashMap::with_capacity(flow_capacity.saturating_mul(2)),
             record_capacity: flow_capacity,
+            candidates: std::collections::VecDeque::with_capacity(flow_capacity.max(1)),
             // Seconds since boot × 2^16: a restarted owner's generations
             // compare newer than the ones it used before.
             next_generation: spec.incarnation.wrapping_shl(16),
@@ -1213,16 +1251,54 @@ impl ClusterPath {
         self.members.contains(h).then_some(h)
     }
 
+    /// Learn `rec` for `key`; a full table first evicts an evictable
+    /// record (`early_drop`). `false`: full of records of connections
+    /// past their handshake.
     fn upsert(&mut self, key: FiveTuple, rec: Record) -> bool {
+        let evictable = rec.evictable();
         if let Some(r) = self.records.get_mut(&key) {
+            let was = r.evictable();
             *r = rec;
+            if evictable && !was {
+                self.push_candidate(key);
+            }
             return true;
         }
-        if self.records.len() >= self.record_capacity {
+        if self.records.len() >= self.record_capacity && !self.early_drop(rec.last_seen) {
             return false;
         }
         self.records.insert(key, rec);
+        if evictable {
+            self.push_candidate(key);
+        }
         true
+    }
+
+    /// Remember an evictable record's key; a full list forgets its oldest.
+    fn push_candidate(&mut self, key: FiveTuple) {
+        if self.candidates.len() >= self.candidates.capacity() {
+            self.candidates.pop_front();
+        }
+        self.candidates.push_back(key);
+    }
+
+    /// Early drop for the record table (issue 15; Linux conntrack's
+    /// `early_drop`): the oldest record that is still evictable or has
+    /// idled out goes, looking at no more than `EVICT_SCAN` candidates. The
+    /// record of a connection past its handshake and not closed is never
+    /// evicted: a failover needs it.
+    fn early_drop(&mut self, now: Timestamp) -> bool {
+        for _ in 0..EVICT_SCAN {
+            let Some(key) = self.candidates.pop_front() else {
+                return false;
+            };
+            if self.records.get(&key).is_some_and(|r| r.evictable() || !live(r, now)) {
+                self.records.remove(&key);
+                self.counters.records_evicted += 1;
+                return true;
+            }
+        }
+        false
     }
 }
 

@@ -153,6 +153,13 @@ impl ClusterPath {
         };
         match l4 {
             L4Info::Tcp(seg) => {
+                // A flag combination no connection sends (FIN without ACK,
+                // NULL, XMAS, SYN with FIN or RST) is dropped here as the
+                // owner's conntrack would: a flood of them asks no director
+                // (issue 15, flood_kinds).
+                if !crate::conntrack::tcp::flags_valid(seg.flags) {
+                    return Plan::Drop(DropReason::TcpBadFlags);
+                }
                 let (syn, ack) = (seg.flags & tcp_flags::SYN != 0, seg.flags & tcp_flags::ACK != 0);
                 if syn && !ack {
                     if !local && self.syn_guarded(now) {
@@ -204,8 +211,13 @@ impl ClusterPath {
                                 now,
                                 timeouts.tcp_syn,
                             );
+                            // A table full of grown-up records: the
+                            // SYN-ACK still goes to the owner its cookie
+                            // names (the record only spares later packets
+                            // a query); dropping it cost the connection a
+                            // SYN-ACK retransmission (1-3 s, flood_kinds).
                             if !self.upsert(key, rec) {
-                                return Plan::Drop(DropReason::ClusterRecordTableFull);
+                                self.counters.record_table_full += 1;
                             }
                             self.counters.synack_cookie_decoded += 1;
                             return Plan::Forward(o);

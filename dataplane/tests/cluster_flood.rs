@@ -1,0 +1,205 @@
+//! Floods against the cluster's own tables (issue 15, item 6) on the
+//! in-process cluster bed: the director's record table under a SYN flood
+//! (early drop of embryonic records, never of an established one), and the
+//! director's hold under a flood of packets without a flow (one peer gets
+//! its share, the rest are answered at once). Node A = 0, B = 1, C = 2.
+
+mod cluster_bed;
+
+use cluster_bed::*;
+use dataplane::conntrack::tcp_flags::{ACK, PSH, SYN};
+use dataplane::pipeline::{PipelineConfig, Role, DEFAULT_DIRECTOR_HOLD, MAX_PENDING};
+use dataplane::{DropReason, NodeId};
+
+const A: usize = 0;
+const B: usize = 1;
+const C: usize = 2;
+const C_ISN: u32 = 1000;
+const S_ISN: u32 = 5000;
+
+/// Client ports from `from` up whose flow to the server's port 80 has `want`
+/// as director among 3 members.
+fn ports_directed_by(want: usize, from: u16, n: usize) -> Vec<u16> {
+    (from..u16::MAX).filter(|&p| director(&tuple(HOST, p, SERVER, 80, 6), 3) == want).take(n).collect()
+}
+
+/// An established connection from the client's port `cport`: SYN and ACK
+/// on `owner`, the SYN-ACK on `fwd` (its cookie names the owner).
+fn establish(bed: &mut Bed, cport: u16, owner: usize, fwd: usize) {
+    let out = bed.send(owner, IN, from_host(owner, SERVER).tcp(cport, 80, C_ISN, 0, SYN, 64240, &SYN_OPTS, b""));
+    assert_eq!(out.len(), 1, "the SYN leaves");
+    let isn = tcp_fields(&out[0].2).0;
+    let synack = from_outside(fwd, SERVER).tcp(80, cport, S_ISN, isn.wrapping_add(1), SYN | ACK, 65535, &SYN_OPTS, b"");
+    assert_eq!(bed.send(fwd, OUT, synack).len(), 1, "the SYN-ACK reaches the client");
+    let ack = from_host(owner, SERVER).tcp(cport, 80, C_ISN + 1, S_ISN + 1, ACK | PSH, 502, &[], b"GET /");
+    assert_eq!(bed.send(owner, IN, ack).len(), 1, "the request leaves");
+}
+
+fn role_at(bed: &Bed, n: usize, cport: u16) -> Option<(Role, NodeId)> {
+    bed.nodes[n].cluster_role(bed.now(), &tuple(HOST, cport, SERVER, 80, 6))
+}
+
+#[test]
+fn a_syn_flood_evicts_embryonic_records_never_an_established_one() {
+    let mut bed = Bed::new(3, true);
+    // Capacity 256 records per node (the flow capacity). Two established
+    // connections directed by C, owned by A and by B.
+    let est = ports_directed_by(C, 30000, 2);
+    establish(&mut bed, est[0], A, B);
+    establish(&mut bed, est[1], B, A);
+    assert_eq!(role_at(&bed, C, est[0]), Some((Role::Director, NodeId(A as u8))));
+    assert_eq!(role_at(&bed, C, est[1]), Some((Role::Director, NodeId(B as u8))));
+
+    // A SYN flood through A and B whose flows C directs: 3 × its capacity
+    // of half-open registrations (A's and B's own tables early-drop theirs).
+    let flood = ports_directed_by(C, 40000, 768);
+    for (i, &p) in flood.iter().enumerate() {
+        let n = if i % 2 == 0 { A } else { B };
+        bed.tick(1);
+        let out = bed.send(n, IN, from_host(n, SERVER).tcp(p, 80, C_ISN, 0, SYN, 64240, &SYN_OPTS, b""));
+        assert_eq!(out.len(), 1, "SYN {i} leaves");
+    }
+    let c = bed.cluster(C).counters;
+    assert_eq!(c.record_table_full, 0, "no registration refused");
+    assert!(c.records_evicted >= 768 - 256, "evicted {}", c.records_evicted);
+    assert!(c.records <= 256, "records {}", c.records);
+    // The established connections' records survived, the newest flood
+    // flows have theirs, the oldest went first.
+    assert_eq!(role_at(&bed, C, est[0]), Some((Role::Director, NodeId(A as u8))));
+    assert_eq!(role_at(&bed, C, est[1]), Some((Role::Director, NodeId(B as u8))));
+    let last = *flood.last().unwrap();
+    assert_eq!(role_at(&bed, C, last), Some((Role::Director, NodeId(B as u8))));
+    assert_eq!(role_at(&bed, C, flood[0]), None, "the oldest half-open record went first");
+
+    // A new connection through the full table: its SYN-ACK (at B, cookie)
+    // and its records work as before.
+    let fresh = ports_directed_by(C, 20000, 1)[0];
+    establish(&mut bed, fresh, A, B);
+    assert_eq!(role_at(&bed, C, fresh), Some((Role::Director, NodeId(A as u8))));
+    assert_eq!(bed.drops(B, DropReason::ClusterRecordTableFull), 0);
+}
+
+#[test]
+fn a_table_of_established_records_refuses_rather_than_evicts() {
+    let mut bed = Bed::new(3, true);
+    // Fill C's records with established connections only.
+    let est = ports_directed_by(C, 30000, 256);
+    for (i, &p) in est.iter().enumerate() {
+        bed.tick(1);
+        if i % 2 == 0 {
+            establish(&mut bed, p, A, B);
+        } else {
+            establish(&mut bed, p, B, A);
+        }
+    }
+    assert_eq!(bed.cluster(C).counters.records, 256);
+    // One more connection finds nothing to evict at C: its registration is
+    // refused, counted; its SYN-ACK arriving at C (no room for the
+    // forwarder record either) still goes to the owner its cookie names,
+    // and the connection works (its owner has it; the director does not).
+    let extra = ports_directed_by(C, 20000, 1)[0];
+    establish(&mut bed, extra, A, C);
+    let c = bed.cluster(C).counters;
+    assert_eq!(c.records_evicted, 0);
+    assert!(c.record_table_full >= 2, "registration and forwarder record refused: {}", c.record_table_full);
+    assert_eq!(bed.drops(C, DropReason::ClusterRecordTableFull), 0);
+    assert_eq!(role_at(&bed, C, extra), None);
+    for &p in &est {
+        assert!(role_at(&bed, C, p).is_some(), "established record of port {p} kept");
+    }
+}
+
+#[test]
+fn closed_connections_records_are_evicted_too() {
+    let mut bed = Bed::new(3, true);
+    // 256 connections directed by C that the server refused (SYN, then
+    // the server's RST|ACK: CLOSED), then one established connection.
+    let refused = ports_directed_by(C, 30000, 256);
+    for &p in &refused {
+        bed.tick(1);
+        let out = bed.send(A, IN, from_host(A, SERVER).tcp(p, 80, C_ISN, 0, SYN, 64240, &SYN_OPTS, b""));
+        let isn = tcp_fields(&out[0].2).0;
+        let rst = from_outside(A, SERVER).tcp(80, p, 0, isn.wrapping_add(1), dataplane::conntrack::tcp_flags::RST | ACK, 0, &[], b"");
+        assert_eq!(bed.send(A, OUT, rst).len(), 1, "the RST reaches the client");
+    }
+    assert_eq!(bed.cluster(C).counters.records, 256);
+    let fresh = ports_directed_by(C, 20000, 1)[0];
+    establish(&mut bed, fresh, B, A);
+    let c = bed.cluster(C).counters;
+    assert_eq!((c.record_table_full, c.records_evicted), (0, 1));
+    assert_eq!(role_at(&bed, C, fresh), Some((Role::Director, NodeId(B as u8))));
+    assert_eq!(role_at(&bed, C, refused[0]), None, "the oldest closed one went");
+}
+
+fn with_hold(n: usize) -> PipelineConfig {
+    let mut c = config(n, 3, true);
+    if let Some(cl) = c.cluster.as_mut() {
+        cl.director_hold = DEFAULT_DIRECTOR_HOLD;
+    }
+    c
+}
+
+#[test]
+fn a_flood_of_packets_without_a_flow_is_held_up_to_one_peers_share() {
+    let mut bed = Bed::with(3, with_hold);
+    // 200 ACKs of connections nobody has, at B, all directed by C: B asks
+    // C about each; C holds a share, answers the rest "none" at once.
+    let ports = ports_directed_by(C, 40000, 200);
+    for &p in &ports {
+        let ack = from_host(B, SERVER).tcp(p, 80, C_ISN + 1, S_ISN + 1, ACK, 502, &[], b"");
+        assert!(bed.send(B, IN, ack).is_empty());
+    }
+    let share = MAX_PENDING / 2 / 2;
+    let c = bed.cluster(C).counters;
+    assert_eq!(c.queries_held, share as u64, "C holds B's share");
+    assert_eq!(c.held_share_full, (200 - share) as u64);
+    let b = bed.cluster(B).counters;
+    assert_eq!(b.pending, share as u64, "B waits only for the held ones");
+    assert_eq!(b.pending_no_owner, (200 - share) as u64);
+    assert_eq!(bed.drops(B, DropReason::ClusterPendingFull), 0);
+
+    // A FIN without ACK belongs to no connection: dropped where it
+    // arrives, nobody asked.
+    let asked = bed.cluster(B).counters.director_queries_sent;
+    let fin = from_host(B, SERVER).tcp(ports[0], 80, C_ISN + 1, 0, dataplane::conntrack::tcp_flags::FIN, 502, &[], b"");
+    assert!(bed.send(B, IN, fin).is_empty());
+    assert_eq!(bed.drops(B, DropReason::TcpBadFlags), 1);
+    assert_eq!(bed.cluster(B).counters.director_queries_sent, asked);
+
+    // A connection racing its registration meanwhile still gets held at C
+    // from A (A's share is untouched) and completes.
+    let cport = ports_directed_by(C, 20000, 1)[0];
+    establish(&mut bed, cport, A, B);
+
+    // The hold passes: the held ones are answered (or B gave up on them
+    // first: the bed's clock moved 1 ms a frame without timers), nothing is
+    // left anywhere.
+    bed.tick(DEFAULT_DIRECTOR_HOLD.0 / 1_000_000 + 1);
+    let b = bed.cluster(B).counters;
+    assert_eq!(b.pending, 0);
+    assert_eq!(b.pending_no_owner + b.pending_timeouts, 200);
+    assert_eq!(bed.cluster(C).counters.held_timeouts, share as u64);
+}
+
+#[test]
+fn udp_flows_records_make_room_for_a_tcp_connection() {
+    let mut bed = Bed::new(3, true);
+    // 256 UDP flows directed by C, owned by A (a permitted flood of
+    // one-packet flows: C cannot tell them from live ones).
+    let udp: Vec<u16> =
+        (1024..u16::MAX).filter(|&p| director(&tuple(HOST, p, SERVER, 5000, 17), 3) == C).take(256).collect();
+    for &p in &udp {
+        bed.tick(1);
+        assert_eq!(bed.send(A, IN, from_host(A, SERVER).udp(p, 5000, b"x")).len(), 1);
+    }
+    assert_eq!(bed.cluster(C).counters.records, 256);
+    let fresh = ports_directed_by(C, 20000, 1)[0];
+    establish(&mut bed, fresh, B, A);
+    let c = bed.cluster(C).counters;
+    assert_eq!((c.record_table_full, c.records_evicted), (0, 1));
+    assert_eq!(role_at(&bed, C, fresh), Some((Role::Director, NodeId(B as u8))));
+    let oldest = tuple(HOST, udp[0], SERVER, 5000, 17);
+    assert_eq!(bed.nodes[C].cluster_role(bed.now(), &oldest), None, "the oldest UDP record went");
+    // The UDP flow lives on at its owner.
+    assert_eq!(bed.owners(&oldest), vec![A]);
+}
