@@ -63,6 +63,10 @@ pub(crate) type SlotMem = Box<[u8]>;
 
 pub(crate) struct FramePool<M> {
     slots: Vec<Slot<M>>,
+    /// Two tags per slot that its user may give a parked slot
+    /// (`park_tagged`), 0 otherwise: finding the parked slots of one tag
+    /// (`tagged`) scans this dense array, not the slots.
+    tags: Vec<[u32; 2]>,
     free: Vec<u16>,
     /// Slots to hand to the driver, in order.
     out: Vec<u16>,
@@ -80,6 +84,7 @@ impl<M: Copy> FramePool<M> {
             slots: (0..n)
                 .map(|_| Slot { state: SlotState::Free, start: 0, len: 0, buf: Some(vec![0u8; slot_len].into_boxed_slice()) })
                 .collect(),
+            tags: vec![[0; 2]; n],
             free: (0..n as u16).rev().collect(),
             out: Vec::with_capacity(n),
             parked: 0,
@@ -170,6 +175,7 @@ impl<M: Copy> FramePool<M> {
     }
     /// Free a parked or queued slot.
     pub fn release(&mut self, i: u16) {
+        self.untag(i);
         if let Some(s) = self.slots.get_mut(usize::from(i)) {
             if let SlotState::Parked(_) = s.state {
                 self.parked = self.parked.saturating_sub(1);
@@ -180,8 +186,29 @@ impl<M: Copy> FramePool<M> {
             }
         }
     }
-    /// Park slot `i` with `meta` (a parked slot gets new metadata).
+    fn untag(&mut self, i: u16) {
+        if let Some(t) = self.tags.get_mut(usize::from(i)) {
+            *t = [0; 2];
+        }
+    }
+    /// Park slot `i` with `meta` and the tags `tags` (each nonzero to be
+    /// found by `tagged`); a parked slot gets new metadata and tags.
+    pub fn park_tagged(&mut self, i: u16, meta: M, tags: [u32; 2]) {
+        self.park(i, meta);
+        if let (Some(t), Some(SlotState::Parked(_))) = (self.tags.get_mut(usize::from(i)), self.slots.get(usize::from(i)).map(|s| s.state)) {
+            *t = tags;
+        }
+    }
+    /// The parked slots whose tag `which` (0 or 1) is `tag` (nonzero), from
+    /// slot `from` on, in slot order.
+    pub fn tagged(&self, which: usize, tag: u32, from: usize) -> impl Iterator<Item = u16> + '_ {
+        let which = which.min(1);
+        self.tags.iter().enumerate().skip(from).filter(move |(_, t)| tag != 0 && t[which] == tag).map(|(i, _)| i as u16)
+    }
+    /// Park slot `i` with `meta` (a parked slot gets new metadata; its
+    /// tags are cleared).
     pub fn park(&mut self, i: u16, meta: M) {
+        self.untag(i);
         if let Some(s) = self.slots.get_mut(usize::from(i)) {
             if !matches!(s.state, SlotState::Parked(_)) {
                 self.parked += 1;
@@ -205,6 +232,7 @@ impl<M: Copy> FramePool<M> {
     }
     /// Queue slot `i` for output on `port`.
     pub fn push_out(&mut self, i: u16, port: PortId) {
+        self.untag(i);
         if let Some(s) = self.slots.get_mut(usize::from(i)) {
             if let SlotState::Parked(_) = s.state {
                 self.parked = self.parked.saturating_sub(1);
@@ -242,6 +270,7 @@ impl<M: Copy> FramePool<M> {
         for s in &mut self.slots {
             s.state = SlotState::Free;
         }
+        self.tags.fill([0; 2]);
         self.free.clear();
         self.free.extend((0..self.slots.len() as u16).rev());
         self.out.clear();
@@ -329,6 +358,35 @@ mod tests {
         assert_eq!(out, vec![(PortId(3), vec![9]), (PortId(1), vec![1, 2, 3])]);
         assert_eq!(p.free_slots(), 4);
         p.drain(&mut |_, _| panic!("drained twice"));
+    }
+
+    #[test]
+    fn tags_find_parked_slots_until_they_change_state() {
+        let mut p: FramePool<u32> = FramePool::new(6, SLOT_LEN);
+        let s: Vec<u16> = (0..5).map(|_| p.alloc().unwrap()).collect();
+        p.park_tagged(s[0], 1, [7, 100]);
+        p.park_tagged(s[1], 2, [7, 200]);
+        p.park_tagged(s[2], 3, [8, 100]);
+        p.park(s[3], 4);
+        let found = |p: &FramePool<u32>, w, t, from| p.tagged(w, t, from).collect::<Vec<u16>>();
+        assert_eq!(found(&p, 0, 7, 0), vec![s[0], s[1]]);
+        assert_eq!(found(&p, 0, 7, usize::from(s[0]) + 1), vec![s[1]], "from a slot on");
+        assert_eq!(found(&p, 1, 100, 0), vec![s[0], s[2]]);
+        assert!(found(&p, 0, 0, 0).is_empty(), "tag 0 is no tag");
+        // Re-parking untagged clears the tags; released, queued or cleared
+        // slots are found no more; a slot never parked takes no tags.
+        p.park(s[1], 5);
+        assert_eq!(found(&p, 0, 7, 0), vec![s[0]]);
+        p.release(s[0]);
+        assert!(found(&p, 0, 7, 0).is_empty());
+        assert!(p.fill(s[2], &[1]));
+        p.push_out(s[2], PortId(0));
+        assert!(found(&p, 1, 100, 0).is_empty());
+        p.park_tagged(s[1], 6, [9, 9]);
+        p.clear();
+        assert!(found(&p, 0, 9, 0).is_empty());
+        p.park_tagged(9, 1, [1, 1]);
+        assert!(found(&p, 0, 1, 0).is_empty(), "a bad index is ignored");
     }
 
     #[test]

@@ -8,7 +8,7 @@ mod cluster_bed;
 
 use cluster_bed::*;
 use dataplane::conntrack::tcp_flags::{ACK, PSH, SYN};
-use dataplane::pipeline::{PipelineConfig, Role, DEFAULT_DIRECTOR_HOLD, MAX_PENDING};
+use dataplane::pipeline::{PipelineConfig, Role, DEFAULT_DIRECTOR_HOLD, MAX_HELD};
 use dataplane::{DropReason, NodeId};
 
 const A: usize = 0;
@@ -109,6 +109,17 @@ fn a_table_of_established_records_refuses_rather_than_evicts() {
     }
 }
 
+/// C's record table is full (256) of evictable records: a new connection
+/// it directs (owner B) evicts exactly one and has its record.
+fn one_connection_evicts_one_record(bed: &mut Bed) {
+    assert_eq!(bed.cluster(C).counters.records, 256);
+    let fresh = ports_directed_by(C, 20000, 1)[0];
+    establish(bed, fresh, B, A);
+    let c = bed.cluster(C).counters;
+    assert_eq!((c.record_table_full, c.records_evicted), (0, 1));
+    assert_eq!(role_at(bed, C, fresh), Some((Role::Director, NodeId(B as u8))));
+}
+
 #[test]
 fn closed_connections_records_are_evicted_too() {
     let mut bed = Bed::new(3, true);
@@ -122,12 +133,7 @@ fn closed_connections_records_are_evicted_too() {
         let rst = from_outside(A, SERVER).tcp(80, p, 0, isn.wrapping_add(1), dataplane::conntrack::tcp_flags::RST | ACK, 0, &[], b"");
         assert_eq!(bed.send(A, OUT, rst).len(), 1, "the RST reaches the client");
     }
-    assert_eq!(bed.cluster(C).counters.records, 256);
-    let fresh = ports_directed_by(C, 20000, 1)[0];
-    establish(&mut bed, fresh, B, A);
-    let c = bed.cluster(C).counters;
-    assert_eq!((c.record_table_full, c.records_evicted), (0, 1));
-    assert_eq!(role_at(&bed, C, fresh), Some((Role::Director, NodeId(B as u8))));
+    one_connection_evicts_one_record(&mut bed);
     assert_eq!(role_at(&bed, C, refused[0]), None, "the oldest closed one went");
 }
 
@@ -149,7 +155,7 @@ fn a_flood_of_packets_without_a_flow_is_held_up_to_one_peers_share() {
         let ack = from_host(B, SERVER).tcp(p, 80, C_ISN + 1, S_ISN + 1, ACK, 502, &[], b"");
         assert!(bed.send(B, IN, ack).is_empty());
     }
-    let share = MAX_PENDING / 2 / 2;
+    let share = MAX_HELD / 2;
     let c = bed.cluster(C).counters;
     assert_eq!(c.queries_held, share as u64, "C holds B's share");
     assert_eq!(c.held_share_full, (200 - share) as u64);
@@ -192,12 +198,7 @@ fn udp_flows_records_make_room_for_a_tcp_connection() {
         bed.tick(1);
         assert_eq!(bed.send(A, IN, from_host(A, SERVER).udp(p, 5000, b"x")).len(), 1);
     }
-    assert_eq!(bed.cluster(C).counters.records, 256);
-    let fresh = ports_directed_by(C, 20000, 1)[0];
-    establish(&mut bed, fresh, B, A);
-    let c = bed.cluster(C).counters;
-    assert_eq!((c.record_table_full, c.records_evicted), (0, 1));
-    assert_eq!(role_at(&bed, C, fresh), Some((Role::Director, NodeId(B as u8))));
+    one_connection_evicts_one_record(&mut bed);
     let oldest = tuple(HOST, udp[0], SERVER, 5000, 17);
     assert_eq!(bed.nodes[C].cluster_role(bed.now(), &oldest), None, "the oldest UDP record went");
     // The UDP flow lives on at its owner.

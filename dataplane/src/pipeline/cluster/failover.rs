@@ -691,10 +691,11 @@ impl ClusterPath {
             return;
         }
         // One peer's share: a flood of packets without a flow (ACK, RST,
-        // FIN, denied UDP) at a member asks about every one; held here for
-        // the whole hold, they would fill its pending table (`MAX_PENDING`)
+        // denied UDP) at a member asks about every one; held here for the
+        // whole hold, they would fill its pending table (`MAX_PENDING`)
         // against the legitimate queries. All directors together hold at
-        // most half of any peer's table; the rest are answered at once.
+        // most a quarter of any peer's table; the rest are answered at
+        // once.
         if self.held.iter().filter(|x| x.from == from).count() >= self.held_share() {
             self.counters.held_share_full += 1;
             self.unregistered(now, link, h, timeouts);
@@ -704,12 +705,13 @@ impl ClusterPath {
         self.counters.queries_held += 1;
     }
 
-    /// The queries this director holds for one peer at most: half of a
-    /// querier's pending table over the other members (each of them may be
-    /// holding its share), at least 4.
+    /// The queries this director holds for one peer at most: its hold
+    /// table (`MAX_HELD`) shared among the other members, at least 4. A
+    /// querier then has at most `MAX_HELD` queries held by all directors
+    /// together: a quarter of its pending table (`MAX_PENDING`).
     pub(super) fn held_share(&self) -> usize {
         let others = self.members.len().saturating_sub(1).max(1);
-        (super::MAX_PENDING / 2 / others).max(4)
+        (MAX_HELD / others).max(4)
     }
 
     /// A held query whose flow nobody registered: "none", or, if it asked

@@ -174,13 +174,19 @@ pub const SYNC_MARKER_EVERY: Duration = Duration::from_millis(50);
 pub const SYNC_MARKER_FOR: Duration = Duration::from_secs(3);
 
 /// Frames waiting for an owner reply, at most (the rest of the pool is for
-/// generated CCL frames).
-pub const MAX_PENDING: usize = 256;
+/// generated CCL frames). Sized for floods of packets without a flow (ACK,
+/// RST, UDP at a denied address: each asks its director): at 20 k queries
+/// a second per member and a 10 ms CCL round trip under that load, 200
+/// wait for an answer besides the held ones (`ClusterPath::held_share`);
+/// with 256 a spoofed ACK flood kept the table full (flood_kinds). Parked
+/// frames are found by tag (`FramePool::tagged`), not by a scan of the
+/// pool's slots.
+pub const MAX_PENDING: usize = 1024;
 /// Frame slots: pending frames plus generated frames between two
 /// `drain_generated` calls (CCL messages, forwarded batches being filled,
 /// and the frames of received batches: up to `BATCH_MAX_FRAMES` per CCL
 /// datagram of a burst).
-pub const POOL_SLOTS: usize = 1024;
+pub const POOL_SLOTS: usize = 2048;
 /// Frames up to this length are batched (`ForwardedBatch`) on their way to
 /// the owner; a longer one is wrapped alone, in place, unless a batch to
 /// that owner is already open (then it joins the batches, so that frames
@@ -307,6 +313,8 @@ impl Record {
     }
 }
 
+const _: () = assert!(MAX_HELD * 4 <= MAX_PENDING, "the directors hold at most a quarter of a querier's pending table");
+const _: () = assert!(MAX_PENDING < POOL_SLOTS, "pending frames leave pool slots for generated frames");
 const _: () = assert!(FlowState::LEN == crate::ccl::STATE_LEN, "the record's state bytes are conntrack's FlowState");
 
 pub use crate::ccl::FLAG_VERSIONED;

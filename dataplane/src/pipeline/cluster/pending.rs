@@ -34,7 +34,8 @@ impl ClusterPath {
         if self.pool.parked() == 0 {
             return None;
         }
-        self.pool.parked_slots().find_map(|(_, p)| (p.key == *key).then_some(p.query_id))
+        let tag = key_tag(key);
+        self.pool.tagged(1, tag, 0).find_map(|i| self.pool.parked_meta(i).filter(|p| p.key == *key).map(|p| p.query_id))
     }
 
     /// Copy the frame into the pending table and ask the director (unless
@@ -114,7 +115,7 @@ impl ClusterPath {
             frag: rx.frag,
             fallback,
         };
-        self.pool.park(i, p);
+        self.pool.park_tagged(i, p, [query_id, key_tag(&key)]);
         if !copied {
             self.pool.release(i);
             return Err(DropReason::ClusterPendingFull);
@@ -133,12 +134,15 @@ impl ClusterPath {
             return false;
         }
         let mut target = None;
-        for i in 0..self.pool.len() as u16 {
+        let mut from = 0;
+        loop {
+            let Some(i) = self.pool.tagged(0, query_id, from).next() else { break };
+            from = usize::from(i) + 1;
             if let Some(mut p) = self.pool.parked_meta(i).filter(|p| p.query_id == query_id) {
                 target = target.or(p.fallback);
                 p.fallback = None;
                 p.deadline = now.saturating_add(PENDING_TIMEOUT);
-                self.pool.park(i, p);
+                self.pool.park_tagged(i, p, [query_id, key_tag(&p.key)]);
             }
         }
         let Some((director, elect)) = target else { return false };
@@ -156,8 +160,11 @@ impl ClusterPath {
     /// buffer is out (never: nothing else takes parked slots) is freed.
     pub fn take_parked(&mut self, query_id: u32, from: &mut usize) -> Option<Parked> {
         while *from < self.pool.len() {
-            let i = *from as u16;
-            *from += 1;
+            let Some(i) = self.pool.tagged(0, query_id, *from).next() else {
+                *from = self.pool.len();
+                return None;
+            };
+            *from = usize::from(i) + 1;
             let Some(meta) = self.pool.parked_meta(i).filter(|p| p.query_id == query_id) else {
                 continue;
             };
@@ -213,4 +220,11 @@ impl ClusterPath {
             }
         }
     }
+}
+
+/// The parked slot tag of a flow (`FramePool::park_tagged`'s second tag):
+/// its hash folded to 32 bits, never 0.
+fn key_tag(key: &FiveTuple) -> u32 {
+    let h = flow_hash(key);
+    ((h ^ (h >> 32)) as u32) | 1
 }
