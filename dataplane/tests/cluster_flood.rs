@@ -204,3 +204,30 @@ fn udp_flows_records_make_room_for_a_tcp_connection() {
     // The UDP flow lives on at its owner.
     assert_eq!(bed.owners(&oldest), vec![A]);
 }
+
+#[test]
+fn translated_flows_records_are_never_evicted() {
+    use dataplane::nat::RuleKind;
+    use dataplane::pipeline::{PatSpec, PoolSpec};
+    let pool = std::net::Ipv4Addr::new(192, 0, 2, 7);
+    let pat = Some(PatSpec { block_size: 4096, reserved_ports: false, max_per_host: None });
+    let spec = one_rule_nat(RuleKind::DynamicPat, PoolSpec { addresses: vec![pool], pat });
+    let mut bed = Bed::new(3, true);
+    for p in &mut bed.nodes {
+        p.set_nat(&spec).unwrap();
+    }
+    // 300 half-open connections through PAT (per-session for TCP) directed
+    // by C, 150 owned by A, 150 by B: C's table is full of records with
+    // bindings after 256; the rest are refused, none evicted (a second
+    // owner elected for one of them would map it anew).
+    let ports = ports_directed_by(C, 30000, 300);
+    for (i, &p) in ports.iter().enumerate() {
+        let n = if i % 2 == 0 { A } else { B };
+        bed.tick(1);
+        assert_eq!(bed.send(n, IN, from_host(n, SERVER).tcp(p, 80, C_ISN, 0, SYN, 64240, &SYN_OPTS, b"")).len(), 1);
+    }
+    let c = bed.cluster(C).counters;
+    assert_eq!(c.records, 256);
+    assert_eq!((c.records_evicted, c.record_table_full), (0, 300 - 256));
+    assert_eq!(role_at(&bed, C, ports[0]), Some((Role::Director, NodeId(A as u8))));
+}

@@ -285,12 +285,15 @@ impl Record {
     /// one-packet flows from a live one: a spoofed ICMP flood at a
     /// permitted host filled the table with them, flood_kinds), and
     /// forwarder records (a cache: an evicted one costs its next packet a
-    /// query). A UDP flow whose records were evicted lives on at its
-    /// owner; only if the owner fails too is it created anew from its next
-    /// packet, as policy allows.
+    /// query). Never a translated flow's (its binding says where its
+    /// return traffic goes and who may take it over, N5; a second owner
+    /// elected for it would map it anew). The price: a UDP flow whose
+    /// director record was evicted is elected anew where a packet of it
+    /// next meets no forwarder record (its reply direction at another
+    /// node, denied there if policy admits it only as a reply).
     pub(crate) fn evictable(&self) -> bool {
         const ASSURED: [u8; 3] = [TcpState::Established as u8, TcpState::FinWait as u8, TcpState::Closing as u8];
-        self.role == Role::Forwarder || !ASSURED.contains(&self.tcp_state)
+        self.binding.is_none() && (self.role == Role::Forwarder || !ASSURED.contains(&self.tcp_state))
     }
 
     /// A record without the owner's state or version (a forwarder record,
