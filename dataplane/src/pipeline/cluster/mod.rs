@@ -1263,8 +1263,8 @@ impl ClusterPath {
     }
 
     /// Learn `rec` for `key`; a full table first evicts an evictable
-    /// record (`early_drop`). `false`: full of records of connections
-    /// past their handshake.
+    /// record (`early_drop`). `false`: full of records that may not be
+    /// evicted (`Record::evictable`).
     fn upsert(&mut self, key: FiveTuple, rec: Record) -> bool {
         let evictable = rec.evictable();
         if let Some(r) = self.records.get_mut(&key) {
@@ -1296,8 +1296,8 @@ impl ClusterPath {
     /// Early drop for the record table (issue 15; Linux conntrack's
     /// `early_drop`): the oldest record that is still evictable or has
     /// idled out goes, looking at no more than `EVICT_SCAN` candidates. The
-    /// record of a connection past its handshake and not closed is never
-    /// evicted: a failover needs it.
+    /// records a failover needs (an assured TCP connection's, a translated
+    /// flow's) are never evicted.
     fn early_drop(&mut self, now: Timestamp) -> bool {
         for _ in 0..EVICT_SCAN {
             let Some(key) = self.candidates.pop_front() else {
