@@ -285,7 +285,7 @@ impl Estimator {
         if now < self.next_event {
             return Vec::new();
         }
-        self.next_event = Timestamp(now.0 + EVENT_INTERVAL.0);
+        self.next_event = now.saturating_add(EVENT_INTERVAL);
         let out = self.refused_new.iter().filter(|(_, r)| r.iter().any(|&n| n > 0)).map(|(&id, &r)| (id, r)).collect();
         self.refused_new.clear();
         out

@@ -195,7 +195,7 @@ impl<M: Copy> FramePool<M> {
     /// found by `tagged`); a parked slot gets new metadata and tags.
     pub fn park_tagged(&mut self, i: u16, meta: M, tags: [u32; 2]) {
         self.park(i, meta);
-        if let (Some(t), Some(SlotState::Parked(_))) = (self.tags.get_mut(usize::from(i)), self.slots.get(usize::from(i)).map(|s| s.state)) {
+        if let Some(t) = self.tags.get_mut(usize::from(i)) {
             *t = tags;
         }
     }

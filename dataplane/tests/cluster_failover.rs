@@ -106,16 +106,6 @@ fn server_seg(n: usize, owner: usize, cport: u16, delta: u32, acked: u32) -> (Ve
     )
 }
 
-fn with_hold(nodes: usize, seq: bool) -> impl Fn(usize) -> PipelineConfig {
-    move |n| {
-        let mut c = config(n, nodes, seq);
-        if let Some(cl) = c.cluster.as_mut() {
-            cl.director_hold = DEFAULT_DIRECTOR_HOLD;
-        }
-        c
-    }
-}
-
 #[test]
 fn owner_killed_forwarder_takes_over_through_the_director() {
     let mut bed = Bed::new(3, true);

@@ -8,7 +8,7 @@ mod cluster_bed;
 
 use cluster_bed::*;
 use dataplane::conntrack::tcp_flags::{ACK, PSH, SYN};
-use dataplane::pipeline::{PipelineConfig, Role, DEFAULT_DIRECTOR_HOLD, MAX_HELD};
+use dataplane::pipeline::{Role, DEFAULT_DIRECTOR_HOLD, MAX_HELD};
 use dataplane::{DropReason, NodeId};
 
 const A: usize = 0;
@@ -137,17 +137,9 @@ fn closed_connections_records_are_evicted_too() {
     assert_eq!(role_at(&bed, C, refused[0]), None, "the oldest closed one went");
 }
 
-fn with_hold(n: usize) -> PipelineConfig {
-    let mut c = config(n, 3, true);
-    if let Some(cl) = c.cluster.as_mut() {
-        cl.director_hold = DEFAULT_DIRECTOR_HOLD;
-    }
-    c
-}
-
 #[test]
 fn a_flood_of_packets_without_a_flow_is_held_up_to_one_peers_share() {
-    let mut bed = Bed::with(3, with_hold);
+    let mut bed = Bed::with(3, with_hold(3, true));
     // 200 ACKs of connections nobody has, at B, all directed by C: B asks
     // C about each; C holds a share, answers the rest "none" at once.
     let ports = ports_directed_by(C, 40000, 200);

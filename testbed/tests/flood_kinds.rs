@@ -170,9 +170,14 @@ fn all_stats(bed: &TestBed) -> Result<(Vec<Value>, Duration)> {
 /// that grew between `before` and `after`, per member: `n1 reverse-path
 /// +123, …`, or "none".
 fn grown(before: &[Value], after: &[Value], path: &str) -> String {
+    grown_of(before, after, path, |_| true)
+}
+
+/// `grown` of the counters whose name `keep` accepts.
+fn grown_of(before: &[Value], after: &[Value], path: &str, keep: impl Fn(&str) -> bool) -> String {
     let mut parts = Vec::new();
     for (k, (b, a)) in before.iter().zip(after).enumerate() {
-        for (r, n) in a.pointer(path).and_then(Value::as_object).into_iter().flatten() {
+        for (r, n) in a.pointer(path).and_then(Value::as_object).into_iter().flatten().filter(|(r, _)| keep(r)) {
             let was = b.pointer(path).and_then(|o| o[r].as_u64()).unwrap_or(0);
             let d = n.as_u64().unwrap_or(0).saturating_sub(was);
             if d > 0 {
@@ -192,14 +197,7 @@ fn grown(before: &[Value], after: &[Value], path: &str) -> String {
 /// refused, queries held and answered at once), per member, or "none".
 fn cluster_grown(before: &[Value], after: &[Value]) -> String {
     const KEYS: [&str; 5] = ["records_evicted", "record_table_full", "queries_held", "held_full", "held_share_full"];
-    let all = grown(before, after, "/cluster/counters");
-    let parts: Vec<&str> =
-        all.split(", ").filter(|p| p.split_whitespace().nth(1).is_some_and(|k| KEYS.contains(&k))).collect();
-    if parts.is_empty() {
-        "none".into()
-    } else {
-        parts.join(", ")
-    }
+    grown_of(before, after, "/cluster/counters", |k| KEYS.contains(&k))
 }
 
 /// Flows held and embryonic flows evicted, summed over the members.

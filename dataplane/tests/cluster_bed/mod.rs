@@ -111,6 +111,18 @@ pub fn config(n: usize, nodes: usize, seq_randomization: bool) -> PipelineConfig
     }
 }
 
+/// `config` with the director hold at its default (`DEFAULT_DIRECTOR_HOLD`;
+/// `config` has none, for the golden tests' immediate "none").
+pub fn with_hold(nodes: usize, seq_randomization: bool) -> impl Fn(usize) -> PipelineConfig {
+    move |n| {
+        let mut c = config(n, nodes, seq_randomization);
+        if let Some(cl) = c.cluster.as_mut() {
+            cl.director_hold = dataplane::pipeline::DEFAULT_DIRECTOR_HOLD;
+        }
+        c
+    }
+}
+
 /// One CCL datagram seen on the CCL segment.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CclSeen {
