@@ -106,11 +106,12 @@ fn local_changes_name_the_sections_a_reload_cannot_apply() {
 
 fn limits() -> impl Strategy<Value = Limits> {
     let one = || prop_oneof![Just(None), (1u32..=u32::MAX).prop_map(Some)];
-    (one(), one(), one(), one()).prop_map(|(a, b, c, d)| Limits {
+    (one(), one(), one(), one(), any::<bool>()).prop_map(|(a, b, c, d, e)| Limits {
         max_conns: a,
         max_embryonic: b,
         per_client_max: c,
         per_client_embryonic_max: d,
+        syn_proxy: e,
     })
 }
 

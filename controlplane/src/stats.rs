@@ -110,6 +110,7 @@ mod tests {
             icmp_errors: Default::default(),
             ipv6: Default::default(),
             flow_log: Default::default(),
+            syn_proxy: Default::default(),
             ports: vec![PortCounters { rx_packets: 5, ..Default::default() }, PortCounters::default()],
             rx_unknown_port: 0,
             handed_off: 0,

@@ -155,6 +155,17 @@ pub enum Direction {
     Reply,
 }
 
+impl Direction {
+    /// The other direction.
+    #[inline]
+    pub const fn opposite(self) -> Direction {
+        match self {
+            Direction::Original => Direction::Reply,
+            Direction::Reply => Direction::Original,
+        }
+    }
+}
+
 macro_rules! drop_reasons {
     ($( $(#[$doc:meta])* $name:ident => $text:literal, )*) => {
         /// Why a packet was dropped. One counter per reason; the text is
@@ -343,6 +354,14 @@ drop_reasons! {
     /// A new TCP connection would pass its client's embryonic limit
     /// (`limits.per-client-embryonic-max`).
     ClientEmbryonicLimit => "per-client-embryonic-limit",
+    /// A SYN over its class's embryonic limit that the SYN proxy would
+    /// answer with a cookie SYN-ACK (`conntrack::synproxy`) but could not
+    /// (no route back to the client, a frame that cannot be rewritten).
+    SynProxyCookie => "syn-proxy-cookie",
+    /// A client segment of a proxied connection before the server answered
+    /// the proxy's SYN (its retransmission goes through once spliced), or
+    /// a server segment other than SYN-ACK or RST then.
+    SynProxyPending => "syn-proxy-pending",
 }
 
 impl fmt::Display for DropReason {

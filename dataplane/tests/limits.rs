@@ -53,7 +53,8 @@ fn alone() -> Remote {
 fn spec() -> LimitSpec {
     LimitSpec {
         global: LimitSet { max_conns: Some(4), ..LimitSet::default() },
-        rules: vec![("web-in".into(), LimitSet { per_client_embryonic_max: Some(2), max_embryonic: Some(3), ..LimitSet::default() })],
+        // Refused, not answered by the SYN proxy (tests/syn_proxy.rs).
+        rules: vec![("web-in".into(), LimitSet { per_client_embryonic_max: Some(2), max_embryonic: Some(3), syn_proxy: false, ..LimitSet::default() })],
     }
 }
 

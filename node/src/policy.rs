@@ -333,6 +333,7 @@ pub fn limit_spec(p: &FilePolicy) -> dataplane::conntrack::LimitSpec {
         max_embryonic: l.max_embryonic,
         per_client_max: l.per_client_max,
         per_client_embryonic_max: l.per_client_embryonic_max,
+        syn_proxy: l.syn_proxy,
     };
     dataplane::conntrack::LimitSpec {
         global: set(&p.limits),

@@ -377,7 +377,7 @@ pub struct AccessRule {
 /// cluster-wide by estimate (SPEC L1; docs/flood.md). Each is optional (no
 /// limit) and at least 1. Embryonic: a TCP connection whose handshake has
 /// not completed; a client: a connection's initiating address.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub struct Limits {
     /// `max-conns`: connections at once.
@@ -388,12 +388,23 @@ pub struct Limits {
     pub per_client_max: Option<u32>,
     /// `per-client-embryonic-max`: embryonic connections at once per client.
     pub per_client_embryonic_max: Option<u32>,
+    /// `syn-proxy`: a SYN over `max-embryonic` is answered by the SYN proxy
+    /// (TCP intercept: a cookie SYN-ACK; the server sees the connection
+    /// only once the client completed its handshake) instead of dropped.
+    /// Default true.
+    pub syn_proxy: bool,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits { max_conns: None, max_embryonic: None, per_client_max: None, per_client_embryonic_max: None, syn_proxy: true }
+    }
 }
 
 impl Limits {
-    /// No limit set.
+    /// No limit set (`syn-proxy` alone limits nothing).
     pub fn is_empty(&self) -> bool {
-        *self == Limits::default()
+        Limits { syn_proxy: true, ..*self } == Limits::default()
     }
 
     /// `(YAML key, value)` of each limit, in the documented order.

@@ -175,7 +175,7 @@ impl Config {
 /// A `limits` mapping at `indent` (nothing when no limit is set; the
 /// limits set, in the documented order).
 fn limits_yaml(y: &mut String, indent: &str, l: &Limits) {
-    if l.is_empty() {
+    if l.is_empty() && l.syn_proxy {
         return;
     }
     let _ = writeln!(y, "{indent}limits:");
@@ -183,6 +183,9 @@ fn limits_yaml(y: &mut String, indent: &str, l: &Limits) {
         if let Some(v) = v {
             let _ = writeln!(y, "{indent}  {key}: {v}");
         }
+    }
+    if !l.syn_proxy {
+        let _ = writeln!(y, "{indent}  syn-proxy: false");
     }
 }
 

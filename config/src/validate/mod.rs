@@ -209,13 +209,14 @@ struct RawRule {
 #[serde(
     deny_unknown_fields,
     rename_all = "kebab-case",
-    expecting = "a mapping of connection limits (max-conns, max-embryonic, per-client-max, per-client-embryonic-max)"
+    expecting = "a mapping of connection limits (max-conns, max-embryonic, per-client-max, per-client-embryonic-max, syn-proxy)"
 )]
 pub(crate) struct RawLimits {
     max_conns: Option<u64>,
     max_embryonic: Option<u64>,
     per_client_max: Option<u64>,
     per_client_embryonic_max: Option<u64>,
+    syn_proxy: Option<bool>,
 }
 
 #[derive(Deserialize, Default)]
@@ -587,6 +588,7 @@ impl Checker<'_> {
             max_embryonic: one("max-embryonic", raw.max_embryonic)?,
             per_client_max: one("per-client-max", raw.per_client_max)?,
             per_client_embryonic_max: one("per-client-embryonic-max", raw.per_client_embryonic_max)?,
+            syn_proxy: raw.syn_proxy.unwrap_or(true),
         })
     }
 

@@ -200,7 +200,7 @@ pub fn arrival_stream(frames: &[[u8; FRAME_LEN]]) -> Vec<[u8; FRAME_LEN]> {
 pub fn pipeline_limited(n: usize) -> Pipeline {
     let mut p = pipeline(n);
     let high = Some(1 << 30);
-    let all = dataplane::conntrack::LimitSet { max_conns: high, max_embryonic: high, per_client_max: high, per_client_embryonic_max: high };
+    let all = dataplane::conntrack::LimitSet { max_conns: high, max_embryonic: high, per_client_max: high, per_client_embryonic_max: high, syn_proxy: true };
     p.set_limits(&dataplane::conntrack::LimitSpec { global: all, rules: vec![] });
     p
 }

@@ -1,7 +1,7 @@
 //! Batched flow records: the payload of `FlowRegister` and `StateUpdate`.
 //!
 //! Layout: `count` (u16) then `count` records, each fixed-size for its
-//! address family (82 bytes IPv4, 106 bytes IPv6; CCL v7):
+//! address family (86 bytes IPv4, 110 bytes IPv6; CCL v9):
 //!
 //! | off | len | field |
 //! | --- | --- | --- |
@@ -12,7 +12,7 @@
 //! | k+3 | 1 | flags (opaque here) |
 //! | k+4 | 4 | sequence delta (SYN-cookie ISN translation, R6) |
 //! | k+8 | 4 | idle timeout, seconds |
-//! | k+12 | 56 | opaque state (the cluster logic's: version, flow state, NAT binding) |
+//! | k+12 | 60 | opaque state (the cluster logic's: version, flow state, NAT binding) |
 //!
 //! Invariants: `FlowBatch::parse` walks and validates every record once, so
 //! its iterator is infallible and yields exactly `count` records;
@@ -26,10 +26,10 @@ use crate::NodeId;
 /// Bytes of per-flow state carried as-is (interpreted by the cluster logic):
 /// the record version (8), the owner's flow state (`STATE_LEN`) and the
 /// flow's NAT binding (8, `NatBinding`).
-pub const OPAQUE_LEN: usize = 56;
+pub const OPAQUE_LEN: usize = 60;
 /// Bytes of the owner's flow state in the opaque bytes (`FLAG_STATE`):
 /// conntrack's `FlowState` wire form.
-pub const STATE_LEN: usize = 40;
+pub const STATE_LEN: usize = 44;
 /// Record bytes after the flow key.
 const TAIL_LEN: usize = 12 + OPAQUE_LEN;
 
@@ -73,7 +73,7 @@ mod opaque {
     pub const STATE: Range<usize> = 8..8 + super::STATE_LEN;
     /// The NAT binding: mapped address (4), mapped port (2), port class
     /// (1), kind (1; 0 = none).
-    pub const BINDING: Range<usize> = 48..56;
+    pub const BINDING: Range<usize> = 52..60;
 }
 
 /// The source translation a translated flow uses (SPEC N2, R9: part of the

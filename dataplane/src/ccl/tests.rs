@@ -195,7 +195,7 @@ fn fixture_heartbeat() -> Heartbeat {
 #[test]
 fn fixture_sealed_heartbeat() {
     const FIXTURE: [u8; 132] = [
-        0x43, 0x46, 0x08, 0x01, 0x00, 0x01, 0x00, 0x00, // magic, v8, heartbeat, flags, node1, ch0, rsvd
+        0x43, 0x46, 0x09, 0x01, 0x00, 0x01, 0x00, 0x00, // magic, v9, heartbeat, flags, node1, ch0, rsvd
         0xab, 0x20, 0x99, 0xd9, // cluster id of "lab"
         0x65, 0x53, 0xf1, 0x00, // incarnation 1_700_000_000
         0, 0, 0, 0, 0, 0, 0, 1, // seq 1
@@ -214,7 +214,7 @@ fn fixture_sealed_heartbeat() {
         0xff, 0xff, 0, 0, 0, 0, 0, 0, 0, 0, //
         0x00, 0x01, 0, 0, 0, 9, // echo: node0's heartbeat 9
         // tag
-        0xa2, 0x43, 0xad, 0xa1, 0x9b, 0xbf, 0x8e, 0x25, 0x15, 0x39, 0x71, 0x15, 0xe6, 0x80, 0x69, 0x2e,
+        0xfc, 0xbe, 0x09, 0x65, 0x81, 0xca, 0xa8, 0x70, 0x3e, 0x5d, 0x97, 0xb0, 0x32, 0x85, 0x40, 0x5e,
     ];
     let mut s = sealer();
     let d = seal(&mut s, &Message::Heartbeat(fixture_heartbeat()));
@@ -495,11 +495,11 @@ fn batch_writer_fills_to_capacity() {
     }
     assert!(MAX_PAYLOAD_MTU1500 - w.bytes() < FlowRecord::V6_LEN);
     assert_eq!(w.len(), pushed.len());
-    // 1422 bytes: 2 + 4 × 106 (IPv6) + 12 × 82 (IPv4) = 1410, then an
-    // IPv6 record (the 17th) does not fit the 12 bytes left.
-    assert_eq!((FlowRecord::V4_LEN, FlowRecord::V6_LEN), (82, 106));
-    assert_eq!(pushed.len(), 16);
-    assert_eq!(w.bytes(), 2 + 4 * 106 + 12 * 82);
+    // 1422 bytes: 2 + 4 × 110 (IPv6) + 11 × 86 (IPv4) = 1388, then an
+    // IPv4 record (the 16th) does not fit the 34 bytes left.
+    assert_eq!((FlowRecord::V4_LEN, FlowRecord::V6_LEN), (86, 110));
+    assert_eq!(pushed.len(), 15);
+    assert_eq!(w.bytes(), 2 + 4 * 110 + 11 * 86);
     let batch = w.as_batch();
     let mut s = sealer();
     let mut out = [0u8; 1514];
@@ -733,7 +733,7 @@ fn record_version_round_trips_through_the_opaque_bytes() {
     st[STATE_LEN - 1] = 9;
     r.set_state(&st);
     assert_eq!(r.flags, FLAG_VERSIONED | FLAG_STATE);
-    assert_eq!(&r.opaque[8..48], &st[..]);
+    assert_eq!(&r.opaque[8..52], &st[..]);
     let n = r.emit(&mut buf).unwrap();
     assert_eq!(n, FlowRecord::V4_LEN);
     let back = FlowRecord::parse(&buf[..n]).unwrap();
@@ -871,8 +871,8 @@ fn nat_binding_rides_in_the_record_and_junk_is_none() {
     assert_eq!(back.binding(), Some(b));
     // The binding takes the last 8 opaque bytes: the version and the flow
     // state stay where they were.
-    assert_eq!(&back.opaque[48..], &[198, 51, 100, 7, 0xa0, 0x01, 1, 2]);
-    assert!(back.opaque[..48].iter().all(|&x| x == 0));
+    assert_eq!(&back.opaque[52..], &[198, 51, 100, 7, 0xa0, 0x01, 1, 2]);
+    assert!(back.opaque[..52].iter().all(|&x| x == 0));
     r.set_binding(None);
     assert_eq!(r.binding(), None);
     assert!(r.opaque.iter().all(|&x| x == 0));
@@ -880,8 +880,8 @@ fn nat_binding_rides_in_the_record_and_junk_is_none() {
     for kind in 0..=255u8 {
         for class in [0u8, 1, 2, 3, 200] {
             let mut j = record(v4_key(), 2);
-            j.opaque[54] = class;
-            j.opaque[55] = kind;
+            j.opaque[OPAQUE_LEN - 2] = class;
+            j.opaque[OPAQUE_LEN - 1] = kind;
             let ok = matches!(kind, 1 | 2) && class <= 2;
             assert_eq!(j.binding().is_some(), ok, "kind {kind} class {class}");
         }

@@ -47,17 +47,27 @@
 use std::net::IpAddr;
 
 /// One class's limits (`None`: no limit).
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct LimitSet {
     pub max_conns: Option<u32>,
     pub max_embryonic: Option<u32>,
     pub per_client_max: Option<u32>,
     pub per_client_embryonic_max: Option<u32>,
+    /// A SYN over `max_embryonic` is answered by the SYN proxy (a cookie
+    /// SYN-ACK, `synproxy`) instead of refused. On by default.
+    pub syn_proxy: bool,
+}
+
+impl Default for LimitSet {
+    fn default() -> Self {
+        LimitSet { max_conns: None, max_embryonic: None, per_client_max: None, per_client_embryonic_max: None, syn_proxy: true }
+    }
 }
 
 impl LimitSet {
+    /// No limit set (`syn_proxy` alone limits nothing).
     pub fn is_empty(&self) -> bool {
-        *self == LimitSet::default()
+        LimitSet { syn_proxy: true, ..*self } == LimitSet::default()
     }
     fn per_client(&self) -> bool {
         self.per_client_max.is_some() || self.per_client_embryonic_max.is_some()
@@ -116,6 +126,24 @@ impl Hit {
             Hit::Embryonic => DropReason::EmbryonicLimit,
             Hit::Client => DropReason::ClientLimit,
             Hit::ClientEmbryonic => DropReason::ClientEmbryonicLimit,
+        }
+    }
+}
+
+/// Why `Limits::admit` did not admit a new flow.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// Refused by this limit (counted).
+    Hit(Hit),
+    /// A SYN over `max_embryonic` where the SYN proxy answers instead.
+    Proxy,
+}
+
+impl Refusal {
+    pub fn drop_reason(self) -> crate::types::DropReason {
+        match self {
+            Refusal::Hit(h) => h.drop_reason(),
+            Refusal::Proxy => crate::types::DropReason::SynProxyCookie,
         }
     }
 }
@@ -370,6 +398,8 @@ pub struct ClassInfo {
     /// Connections refused, by the limit that refused them
     /// (max-conns, max-embryonic, per-client-max, per-client-embryonic-max).
     pub refused: [u64; 4],
+    /// SYN proxy: cookie SYN-ACKs sent, connections opened to the server.
+    pub syn_proxy: [u64; 2],
 }
 
 /// `places` before the first view of the rest of the cluster (at start,
@@ -392,6 +422,10 @@ pub struct Limits {
     local: Vec<Count>,
     remote: Vec<Count>,
     refused: Vec<[u64; 4]>,
+    /// SYN proxy per class: cookie SYN-ACKs sent for SYNs over
+    /// `max_embryonic`, and connections opened to the server for a client
+    /// ACK that returned a valid cookie.
+    proxied: Vec<[u64; 2]>,
     clients: ClientTable,
     remote_clients: ClientTable,
     /// Connections admitted without a per-client count (client table full).
@@ -437,6 +471,7 @@ impl Limits {
             local: vec![Count::default(); n],
             remote: vec![Count::default(); n],
             refused: vec![[0; 4]; n],
+            proxied: vec![[0; 2]; n],
             clients: ClientTable::new(if per_client { max_clients } else { 0 }),
             remote_clients: ClientTable::new(if per_client { REPORT_CLIENTS * 4 } else { 0 }),
             clients_untracked: 0,
@@ -451,27 +486,46 @@ impl Limits {
     /// rule, or a flow installed from another node) from `client`
     /// (embryonic: a TCP SYN) against local + remote counts; count it
     /// and return its slot tag, or the limit it hits (counted).
-    pub(crate) fn admit(&mut self, rule: Option<usize>, client: IpAddr, embryonic: bool) -> Result<u16, Hit> {
+    ///
+    /// `proxied`: a connection the SYN proxy opens for a client that
+    /// returned a valid cookie — `max_embryonic` does not refuse it (the
+    /// client is real; the other limits do), it is counted as usual.
+    /// A SYN that `max_embryonic` refuses in a class with `syn_proxy` is
+    /// [`Refusal::Proxy`] (counted as a cookie sent, not as refused).
+    pub(crate) fn admit(&mut self, rule: Option<usize>, client: IpAddr, embryonic: bool, proxied: bool) -> Result<u16, Refusal> {
         let class = rule.and_then(|r| self.rule_class.get(r).copied()).unwrap_or(0);
         let addr = addr_key(client);
         let g = self.sets.first().copied().unwrap_or_default();
-        if let Err(h) = self.check(0, &g, addr, embryonic) {
-            return Err(self.refuse(0, h));
+        if let Err(h) = self.check(0, &g, addr, embryonic, proxied) {
+            return Err(self.refuse(0, &g, h));
         }
         let r = if class != 0 { self.sets.get(usize::from(class)).copied() } else { None };
         if let Some(r) = r {
-            if let Err(h) = self.check(class, &r, addr, embryonic) {
-                return Err(self.refuse(class, h));
+            if let Err(h) = self.check(class, &r, addr, embryonic, proxied) {
+                return Err(self.refuse(class, &r, h));
             }
+        }
+        if proxied {
+            self.bump_proxied(class, 1);
         }
         Ok(self.count(class, addr, embryonic, true))
     }
 
-    fn refuse(&mut self, class: u16, h: Hit) -> Hit {
+    fn refuse(&mut self, class: u16, set: &LimitSet, h: Hit) -> Refusal {
+        if h == Hit::Embryonic && set.syn_proxy {
+            self.bump_proxied(class, 0);
+            return Refusal::Proxy;
+        }
         if let Some(r) = self.refused.get_mut(usize::from(class)).and_then(|r| r.get_mut(h as usize)) {
             *r += 1;
         }
-        h
+        Refusal::Hit(h)
+    }
+
+    fn bump_proxied(&mut self, class: u16, which: usize) {
+        if let Some(p) = self.proxied.get_mut(usize::from(class)).and_then(|p| p.get_mut(which)) {
+            *p += 1;
+        }
     }
 
     /// Refuse when `local + remote` has reached a limit, or when this
@@ -482,7 +536,7 @@ impl Limits {
     /// `places − 1` times it. So each place takes at most `room / places`
     /// over the last two view intervals (`since` + `since_prev`), `room`
     /// being the limit less the count as it was before them.
-    fn check(&self, class: u16, set: &LimitSet, addr: u128, embryonic: bool) -> Result<(), Hit> {
+    fn check(&self, class: u16, set: &LimitSet, addr: u128, embryonic: bool, proxied: bool) -> Result<(), Hit> {
         let c = usize::from(class);
         let total = self.local.get(c).copied().unwrap_or_default().add(self.remote.get(c).copied().unwrap_or_default());
         let since = self.since.get(c).copied().unwrap_or_default().add(self.since_prev.get(c).copied().unwrap_or_default());
@@ -490,7 +544,7 @@ impl Limits {
         if over(set.max_conns, total.conns, since.conns, places) {
             return Err(Hit::Conns);
         }
-        if embryonic && over(set.max_embryonic, total.embryonic, since.embryonic, places) {
+        if embryonic && !proxied && over(set.max_embryonic, total.embryonic, since.embryonic, places) {
             return Err(Hit::Embryonic);
         }
         if set.per_client() {
@@ -582,6 +636,7 @@ impl Limits {
                 local: self.local.get(i).copied().unwrap_or_default(),
                 remote: self.remote.get(i).copied().unwrap_or_default(),
                 refused: self.refused.get(i).copied().unwrap_or_default(),
+                syn_proxy: self.proxied.get(i).copied().unwrap_or_default(),
             })
             .collect()
     }
@@ -622,6 +677,9 @@ impl Limits {
         for (i, id) in self.ids.iter().enumerate() {
             if let (Some(j), Some(r)) = (old.ids.iter().position(|x| x == id), self.refused.get_mut(i)) {
                 *r = old.refused.get(j).copied().unwrap_or_default();
+                if let Some(p) = self.proxied.get_mut(i) {
+                    *p = old.proxied.get(j).copied().unwrap_or_default();
+                }
             }
         }
     }

@@ -48,6 +48,8 @@
 pub mod flowlog;
 mod index;
 pub mod limits;
+mod splice;
+pub mod synproxy;
 mod state;
 pub mod tcp;
 
@@ -65,6 +67,8 @@ pub use flowlog::{EndReason, FlowEvent, FlowNat, FlowLogCounters, FlowRecord, Ru
 pub use state::{FlowState, FlowStateError};
 pub use tcp::{SeqNumber, TcpState};
 pub use limits::{LimitSet, LimitSpec, Limits};
+pub use splice::Splice;
+pub use tcp::ProxyStage;
 
 /// What the admission check of a new flow decided (`ConnTable::track`'s
 /// `admit`): permitted or not, and by which access rule (its index in the
@@ -169,6 +173,8 @@ pub struct Tracked {
     pub dir: Direction,
     /// This packet created the flow.
     pub created: bool,
+    /// A connection the SYN proxy spliced: what the packet needs.
+    pub splice: Splice,
 }
 
 /// One line of `show conn`.
@@ -207,9 +213,12 @@ pub struct ConnStats {
     /// Embryonic flows evicted to make room for a new one in a full table
     /// (`EARLY_DROP_SCAN`).
     pub evicted_embryonic: u64,
+    /// Connections the SYN proxy opened for a client that returned a
+    /// valid cookie (`open_proxied`).
+    pub proxied: u64,
 }
 
-crate::impl_stats!(ConnStats { counter created, counter expired, counter reopened, counter installed, counter evicted_embryonic });
+crate::impl_stats!(ConnStats { counter created, counter expired, counter reopened, counter installed, counter evicted_embryonic, counter proxied });
 
 /// Slots a full table inspects, from a rotating cursor, for an embryonic
 /// flow to evict in favour of a new one (Linux conntrack's early drop):
@@ -557,6 +566,10 @@ pub struct ConnTable {
     flow_log: Option<Box<FlowLog>>,
     /// Connection limits (`set_limits`; `None`: none configured).
     limits: Option<Box<Limits>>,
+    /// Per slot, for a connection the SYN proxy opened (`TcpConn::proxy`
+    /// not `None`; meaningless otherwise): the cookie the client was sent
+    /// (connecting), then the server-side sequence delta (spliced).
+    proxy_seq: Vec<u32>,
 }
 
 /// How a slot leaves the table (`ConnTable::remove`), for the flow log.
@@ -615,6 +628,7 @@ impl ConnTable {
             ended_lost: 0,
             flow_log: None,
             limits: None,
+            proxy_seq: vec![0; capacity],
         }
     }
 
@@ -912,10 +926,77 @@ impl ConnTable {
         if !admission.permit {
             return Err(DropReason::AclDenied);
         }
+        self.create(now, hash, key, from_lo, tuple, l4, len_bytes, admission.rule, false)
+    }
+
+    /// Open the connection of a client that returned a valid SYN-proxy
+    /// cookie (`synproxy`): `ack` is its ACK-carrying segment (`tuple`: its
+    /// own tuple, client → server; `ack.ack - 1` the cookie it was sent,
+    /// which carried `mss`), admitted by `admit` (the ACL) and the connection limits but for
+    /// `max_embryonic`. The flow starts as the SYN the proxy now sends the
+    /// server (the client's ISN, its window, no window scaling or SACK:
+    /// the proxy's SYN-ACK offered neither), in `ProxyStage::Connecting`.
+    /// `Err(TcpNoFlow)` if a flow of the tuple exists.
+    #[allow(clippy::too_many_arguments)]
+    pub fn open_proxied<A: Into<Admission>>(
+        &mut self,
+        now: Timestamp,
+        tuple: &FiveTuple,
+        ack: &TcpSeg,
+        mss: u16,
+        len_bytes: u32,
+        admit: impl FnOnce() -> A,
+    ) -> Result<Tracked, DropReason> {
+        let syn = L4Info::Tcp(TcpSeg {
+            flags: tcp_flags::SYN,
+            seq: ack.seq.wrapping_sub(1),
+            ack: 0,
+            window: ack.window,
+            payload_len: 0,
+            wscale: None,
+            sack_permitted: false,
+        });
+        let (key, from_lo) = Key::new(tuple, Class::Tcp);
+        let hash = key.hash(&self.seed);
+        if self.find(hash, &key).is_some() {
+            return Err(DropReason::TcpNoFlow);
+        }
+        let admission: Admission = admit().into();
+        if !admission.permit {
+            return Err(DropReason::AclDenied);
+        }
+        let mut t = self.create(now, hash, key, from_lo, tuple, &syn, len_bytes, admission.rule, true)?;
+        t.splice = Splice::Opened { isn: ack.seq.wrapping_sub(1), window: ack.window, mss };
+        let i = t.handle.0 as usize;
+        if let Some(Slot { kind: FlowKind::Tcp(c), .. }) = self.slots.get_mut(i) {
+            c.proxy = tcp::ProxyStage::Connecting;
+        }
+        if let Some(p) = self.proxy_seq.get_mut(i) {
+            *p = ack.ack.wrapping_sub(1);
+        }
+        self.stats.proxied += 1;
+        Ok(t)
+    }
+
+    /// Create the flow of a packet that may open one and was admitted by
+    /// access rule `rule`: connection limits, room (early drop), slot.
+    #[allow(clippy::too_many_arguments)]
+    fn create(
+        &mut self,
+        now: Timestamp,
+        hash: u64,
+        key: Key,
+        from_lo: bool,
+        tuple: &FiveTuple,
+        l4: &L4Info,
+        len_bytes: u32,
+        rule: Option<usize>,
+        proxied: bool,
+    ) -> Result<Tracked, DropReason> {
         let limit = match self.limits.as_deref_mut() {
             Some(l) => l
-                .admit(admission.rule, tuple.src, matches!(l4, L4Info::Tcp(_)))
-                .map_err(limits::Hit::drop_reason)?,
+                .admit(rule, tuple.src, matches!(l4, L4Info::Tcp(_)), proxied)
+                .map_err(limits::Refusal::drop_reason)?,
             None => 0,
         };
         if self.len >= self.slots.len() && !self.early_drop(now) {
@@ -947,7 +1028,7 @@ impl ConnTable {
         }
         self.len += 1;
         self.stats.created += 1;
-        Ok(Tracked { handle: FlowHandle(i), dir: Direction::Original, created: true })
+        Ok(Tracked { handle: FlowHandle(i), dir: Direction::Original, created: true, splice: Splice::None })
     }
 
     /// Undo a limit count of a flow that was not created after all.
@@ -1091,8 +1172,20 @@ impl ConnTable {
             return Ok(Existing::Gone { reopen: false });
         }
         let dir = slot.dir_of(from_lo);
+        let mut splice = Splice::None;
         if let (FlowKind::Tcp(conn), L4Info::Tcp(seg)) = (&mut slot.kind, l4) {
-            if conn.on_segment(dir, seg)? == tcp::Accept::Reopen {
+            let accept = if conn.proxy == tcp::ProxyStage::None {
+                conn.on_segment(dir, seg)?
+            } else {
+                let mut seq = self.proxy_seq.get(i as usize).copied().unwrap_or(0);
+                let (a, sp) = splice::segment(conn, dir, seg, &mut seq)?;
+                if let Some(p) = self.proxy_seq.get_mut(i as usize) {
+                    *p = seq;
+                }
+                splice = sp;
+                a
+            };
+            if accept == tcp::Accept::Reopen {
                 self.remove(i, Removal::Expired);
                 return Ok(Existing::Gone { reopen: true });
             }
@@ -1103,7 +1196,7 @@ impl ConnTable {
             }
         }
         slot.count(now, dir, len_bytes);
-        Ok(Existing::Tracked(Tracked { handle: FlowHandle(i), dir, created: false }))
+        Ok(Existing::Tracked(Tracked { handle: FlowHandle(i), dir, created: false, splice }))
     }
 
     #[inline]
@@ -1260,12 +1353,14 @@ impl ConnTable {
 
     /// Bytes reserved per flow slot: the slab, the free stack and the
     /// index's whole allocation, divided by the capacity, rounded up. On
-    /// x86_64: a 128-byte slot (two cache lines) + 4 (free stack) + 16..32
-    /// (index: 8 bytes per entry, room for twice the flows rounded up to a
-    /// power of two buckets) = 148..164 bytes.
+    /// x86_64: a 128-byte slot (two cache lines) + 4 (free stack) + 4 (the
+    /// SYN proxy's sequence value) + 16..32 (index: 8 bytes per entry, room
+    /// for twice the flows rounded up to a power of two buckets) =
+    /// 152..168 bytes.
     pub fn bytes_per_flow(&self) -> usize {
         let total = self.slots.capacity() * core::mem::size_of::<Slot>()
             + self.free.capacity() * core::mem::size_of::<u32>()
+            + self.proxy_seq.capacity() * core::mem::size_of::<u32>()
             + self.index.allocation_size();
         total.div_ceil(self.slots.len().max(1))
     }
@@ -1280,7 +1375,9 @@ impl ConnTable {
     /// `None` for a handle that names no live flow.
     pub fn export(&self, now: Timestamp, h: FlowHandle) -> Option<FlowState> {
         let s = self.slots.get(h.0 as usize).filter(|s| s.live)?;
-        Some(FlowState { kind: s.kind, idle: now.since(s.last_seen) })
+        let proxied = matches!(&s.kind, FlowKind::Tcp(c) if c.proxy != tcp::ProxyStage::None);
+        let proxy_seq = if proxied { self.proxy_seq.get(h.0 as usize).copied().unwrap_or(0) } else { 0 };
+        Some(FlowState { kind: s.kind, idle: now.since(s.last_seen), proxy_seq })
     }
 
     /// Create the flow of `tuple` (its original direction: the initiator
@@ -1310,6 +1407,9 @@ impl ConnTable {
                 // limit counts follow the new state.
                 let (mark, limit) = (slot.mark, slot.limit);
                 *slot = Slot { key, live: true, orig_is_lo: from_lo, kind: state.kind, last_seen, mark, ..FREE_SLOT };
+                if let Some(p) = self.proxy_seq.get_mut(i as usize) {
+                    *p = state.proxy_seq;
+                }
                 if let (Some(l), true) = (self.limits.as_deref_mut(), limit != 0) {
                     let client = slot.orig_tuple().src;
                     l.ended(limit, client);
@@ -1329,6 +1429,9 @@ impl ConnTable {
             return Err(DropReason::FlowTableFull);
         };
         *slot = Slot { key, live: true, orig_is_lo: from_lo, kind: state.kind, last_seen, ..FREE_SLOT };
+        if let Some(p) = self.proxy_seq.get_mut(i as usize) {
+            *p = state.proxy_seq;
+        }
         if !self.index.insert(hash, i) {
             *slot = FREE_SLOT;
             self.free.push(i);

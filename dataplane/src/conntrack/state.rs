@@ -12,27 +12,28 @@
 //! cluster installs [`FlowState::resync`]ed states: each TCP direction
 //! re-learns its edges from its first segment (`tcp.rs`, "Resync").
 //!
-//! Wire form ([`FlowState::LEN`] = 40 bytes, network byte order):
+//! Wire form ([`FlowState::LEN`] = 44 bytes, network byte order):
 //!
 //! | off | len | field |
 //! | --- | --- | --- |
 //! | 0 | 1 | class: 0 TCP, 1 UDP, 2 ICMP echo, 3 other |
 //! | 1 | 1 | TCP state (`TcpState as u8`; 0 for other classes) |
-//! | 2 | 1 | flags: bit 0 = simultaneous open; other bits 0 |
+//! | 2 | 1 | flags: bit 0 = simultaneous open; bit 1 = SYN proxy connecting, bit 2 = SYN proxy spliced (not both); other bits 0 |
 //! | 3 | 1 | reserved, 0 |
 //! | 4 | 4 | idle age at export, ms (saturating) |
 //! | 8 | 4 | initiator's ISS |
 //! | 12 | 14 | original-direction peer: end (4), maxend (4), maxwin (4), scale (1), flags (1) |
 //! | 26 | 14 | reply-direction peer, the same |
+//! | 40 | 4 | SYN proxy: the cookie (connecting) or the server-side sequence delta (spliced); 0 if not proxied |
 //!
-//! For a class other than TCP bytes 1..40 but the idle age are 0.
+//! For a class other than TCP bytes 1..44 but the idle age are 0.
 //!
 //! Invariants: `from_bytes(to_bytes(s)) == s` for every state; decoding
 //! checks every field (class, state, flag bits, scale ≤ 14, zero padding),
 //! so bytes from the network either give a state the table could have
 //! produced itself or an error; nothing allocates or panics.
 
-use super::tcp::{self, Peer, SeqNumber, TcpConn, TcpParts, TcpState, MAX_WSCALE};
+use super::tcp::{self, Peer, ProxyStage, SeqNumber, TcpConn, TcpParts, TcpState, MAX_WSCALE};
 use super::{Class, FlowKind};
 use crate::types::Duration;
 
@@ -42,6 +43,10 @@ pub struct FlowState {
     pub(super) kind: FlowKind,
     /// Time since the flow's last accepted packet, at export.
     pub(super) idle: Duration,
+    /// A proxied TCP connection's sequence value (`ConnTable::proxy_seq`:
+    /// the cookie while connecting, the server-side delta once spliced);
+    /// 0 otherwise.
+    pub(super) proxy_seq: u32,
 }
 
 /// Why bytes are not a `FlowState`.
@@ -67,9 +72,14 @@ mod off {
     pub const MAXWIN: usize = 8;
     pub const SCALE: usize = 12;
     pub const PEER_FLAGS: usize = 13;
+    pub const PROXY_SEQ: usize = 40;
 }
 
 const F_SIMULTANEOUS: u8 = 0x01;
+/// The SYN proxy opened the connection and waits for the server.
+const F_PROXY_CONNECTING: u8 = 0x02;
+/// The SYN proxy spliced the connection.
+const F_PROXY_SPLICED: u8 = 0x04;
 
 const TCP_STATES: [TcpState; 7] = [
     TcpState::SynSent,
@@ -101,7 +111,7 @@ fn byte(b: &[u8], at: usize) -> u8 {
 
 impl FlowState {
     /// Bytes of the wire form.
-    pub const LEN: usize = 40;
+    pub const LEN: usize = 44;
 
     /// The TCP state, `None` for a flow of another class.
     pub fn tcp_state(&self) -> Option<TcpState> {
@@ -151,7 +161,15 @@ impl FlowState {
         if let FlowKind::Tcp(c) = &self.kind {
             let p = c.parts();
             out[off::STATE] = p.state as u8;
-            out[off::FLAGS] = if p.simultaneous { F_SIMULTANEOUS } else { 0 };
+            let proxy = match p.proxy {
+                ProxyStage::None => 0,
+                ProxyStage::Connecting => F_PROXY_CONNECTING,
+                ProxyStage::Spliced => F_PROXY_SPLICED,
+            };
+            out[off::FLAGS] = if p.simultaneous { F_SIMULTANEOUS } else { 0 } | proxy;
+            if p.proxy != ProxyStage::None {
+                put32(&mut out, off::PROXY_SEQ, self.proxy_seq);
+            }
             put32(&mut out, off::ISS, p.iss.0);
             for (peer, &at) in p.peers.iter().zip(off::PEERS.iter()) {
                 put32(&mut out, at + off::END, peer.end.0);
@@ -187,16 +205,26 @@ impl FlowState {
             }
             _ => return Err(FlowStateError::Field("class")),
         };
-        Ok(FlowState { kind, idle })
+        let proxy_seq = get32(b, off::PROXY_SEQ);
+        if proxy_seq != 0 && !matches!(&kind, FlowKind::Tcp(c) if c.proxy != ProxyStage::None) {
+            return Err(FlowStateError::Field("proxy sequence without a proxied connection"));
+        }
+        Ok(FlowState { kind, idle, proxy_seq })
     }
 
     fn tcp_from_bytes(b: &[u8]) -> Result<TcpConn, FlowStateError> {
         let code = byte(b, off::STATE);
         let state = *TCP_STATES.iter().find(|s| **s as u8 == code).ok_or(FlowStateError::Field("TCP state"))?;
         let flags = byte(b, off::FLAGS);
-        if flags & !F_SIMULTANEOUS != 0 {
+        if flags & !(F_SIMULTANEOUS | F_PROXY_CONNECTING | F_PROXY_SPLICED) != 0 {
             return Err(FlowStateError::Field("flags"));
         }
+        let proxy = match flags & (F_PROXY_CONNECTING | F_PROXY_SPLICED) {
+            0 => ProxyStage::None,
+            F_PROXY_CONNECTING => ProxyStage::Connecting,
+            F_PROXY_SPLICED => ProxyStage::Spliced,
+            _ => return Err(FlowStateError::Field("proxy stage")),
+        };
         let mut peers = [Peer::default(); 2];
         for (peer, &at) in peers.iter_mut().zip(off::PEERS.iter()) {
             let scale = byte(b, at + off::SCALE);
@@ -218,6 +246,7 @@ impl FlowState {
         Ok(TcpConn::from_parts(TcpParts {
             state,
             simultaneous: flags & F_SIMULTANEOUS != 0,
+            proxy,
             iss: SeqNumber(get32(b, off::ISS)),
             peers,
         }))

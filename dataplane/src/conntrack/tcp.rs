@@ -268,6 +268,9 @@ pub struct TcpConn {
     pub state: TcpState,
     /// Both sides sent a bare SYN (simultaneous open, RFC 9293 §3.5 fig. 8).
     simultaneous: bool,
+    /// A connection the SYN proxy opened, and where its splice is
+    /// (`ConnTable`, `synproxy`). In what was padding: the slot does not grow.
+    pub proxy: ProxyStage,
     /// The initiator's ISS, to accept a SYN-ACK that acknowledges only the
     /// SYN and not its data (TCP Fast Open, RFC 7413 §4.2).
     iss: SeqNumber,
@@ -283,23 +286,44 @@ fn idx(dir: Direction) -> usize {
     }
 }
 
+/// Where a connection the SYN proxy opened stands (`conntrack::synproxy`).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+#[repr(u8)]
+pub enum ProxyStage {
+    /// Not proxied: the endpoints did their own handshake.
+    #[default]
+    None = 0,
+    /// The client completed its handshake with the proxy; the proxy's SYN
+    /// went to the server, which has not answered.
+    Connecting = 1,
+    /// The server answered: the two halves are spliced, the server's
+    /// sequence numbers translated by the table's delta for the flow.
+    Spliced = 2,
+}
+
 /// The private parts of a [`TcpConn`], for the flow-state codec
 /// (`conntrack::state`).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub(super) struct TcpParts {
     pub state: TcpState,
     pub simultaneous: bool,
+    pub proxy: ProxyStage,
     pub iss: SeqNumber,
     pub peers: [Peer; 2],
 }
 
 impl TcpConn {
     pub(super) fn parts(&self) -> TcpParts {
-        TcpParts { state: self.state, simultaneous: self.simultaneous, iss: self.iss, peers: self.peers }
+        TcpParts { state: self.state, simultaneous: self.simultaneous, proxy: self.proxy, iss: self.iss, peers: self.peers }
     }
 
     pub(super) fn from_parts(p: TcpParts) -> TcpConn {
-        TcpConn { state: p.state, simultaneous: p.simultaneous, iss: p.iss, peers: p.peers }
+        TcpConn { state: p.state, simultaneous: p.simultaneous, proxy: p.proxy, iss: p.iss, peers: p.peers }
+    }
+
+    /// The initiator's ISS.
+    pub fn iss(&self) -> u32 {
+        self.iss.0
     }
 
     /// Mark both directions for resync (module docs): the connection was
@@ -315,6 +339,7 @@ impl TcpConn {
         TcpConn {
             state: TcpState::SynSent,
             simultaneous: false,
+            proxy: ProxyStage::None,
             iss: SeqNumber(seg.seq),
             peers: [Peer::from_syn(seg), Peer::default()],
         }

@@ -1654,12 +1654,12 @@ fn flow_state_bytes_are_validated() {
 }
 
 /// `FlowState` stays a small `Copy` value (it rides in every director and
-/// backup record): at most one cache line in memory, 40 bytes on the wire.
+/// backup record): at most one cache line in memory, 44 bytes on the wire.
 #[test]
 fn flow_state_is_small() {
     println!("FlowState: {} bytes in memory, {} on the wire", core::mem::size_of::<FlowState>(), FlowState::LEN);
     assert!(core::mem::size_of::<FlowState>() <= 64);
-    assert_eq!(FlowState::LEN, 40);
+    assert_eq!(FlowState::LEN, 44);
 }
 
 /// A flow's mark is reported once when the flow is removed, however it
@@ -2068,7 +2068,8 @@ fn limited_table(spec: &LimitSpec, rules: &[&str]) -> ConnTable {
 #[test]
 fn limits_refuse_at_local_plus_remote_and_follow_the_handshake() {
     let spec = LimitSpec {
-        global: LimitSet { max_embryonic: Some(2), max_conns: Some(3), ..LimitSet::default() },
+        // Refused, not proxied: `syn_proxy_*` below has the proxy.
+        global: LimitSet { max_embryonic: Some(2), max_conns: Some(3), syn_proxy: false, ..LimitSet::default() },
         rules: vec![("web".into(), LimitSet { per_client_embryonic_max: Some(1), ..LimitSet::default() })],
     };
     let mut t = limited_table(&spec, &["ssh", "web"]);
@@ -2155,4 +2156,100 @@ proptest! {
         let l = t.limits().unwrap();
         prop_assert!(l.local()[0].embryonic <= 6 && l.clients().all(|(c, _, n)| c != 0 || n.conns <= 5));
     }
+}
+
+/// The SYN proxy's conntrack side, golden: a SYN over `max-embryonic` is
+/// `SynProxyCookie` (counted as a cookie, not refused); the client's ACK
+/// of the cookie opens the connection although the embryonic limit is
+/// reached; nothing passes while the server has not answered but a client
+/// RST; the server's SYN-ACK splices (`Answered`: the delta, the last ACK
+/// of the server's handshake); later segments translate both ways and are
+/// window-checked in the client's view; the state survives export/install.
+#[test]
+fn syn_proxy_opens_splices_and_translates() {
+    let spec = LimitSpec { global: LimitSet { max_embryonic: Some(1), ..LimitSet::default() }, rules: vec![] };
+    let mut t = limited_table(&spec, &[]);
+    let now = Timestamp::from_secs(1);
+    let from = |c: u8| tuple(v4(10, 0, 0, c), 40_000, v4(192, 0, 2, 10), 80, ip_proto::TCP);
+    let opening = L4Info::Tcp(syn(SYN, 1000, 0, 64240, Some(7)));
+    assert!(t.track(now, &from(1), &opening, 60, || true).unwrap().created);
+    assert_eq!(t.track(now, &from(2), &opening, 60, || true).unwrap_err(), D::SynProxyCookie);
+    let c = t.limits().unwrap().classes();
+    assert_eq!((c[0].refused, c[0].syn_proxy), ([0; 4], [1, 0]));
+    assert_eq!(t.len(), 1, "a cookie keeps no state");
+    // Client 2 returns cookie C = 0x9000_0000 (isn 5000).
+    const C: u32 = 0x9000_0000;
+    let ack = seg(ACK, 5001, C.wrapping_add(1), 502);
+    let o = t.open_proxied(now, &from(2), &ack, 1460, 54, || true).unwrap();
+    assert!(o.created);
+    assert_eq!(o.splice, Splice::Opened { isn: 5000, window: 502, mss: 1460 });
+    assert_eq!(t.limits().unwrap().local()[0], limits::Count { conns: 2, embryonic: 2 }, "over max-embryonic: the client is real");
+    assert_eq!(t.limits().unwrap().classes()[0].syn_proxy, [1, 1]);
+    assert_eq!(t.open_proxied(now, &from(2), &ack, 1460, 54, || true).unwrap_err(), D::TcpNoFlow, "one flow per tuple");
+    check_limit_counts(&t);
+    // Connecting: the client's data and anything but SYN-ACK/RST from the
+    // server wait (dropped, the senders retransmit), nothing changes.
+    let data = TcpSeg { payload_len: 100, ..seg(ACK | PSH, 5001, C + 1, 502) };
+    assert_eq!(t.track(now, &from(2), &L4Info::Tcp(data), 154, || true).unwrap_err(), D::SynProxyPending);
+    const S: u32 = 0x1234_0000;
+    let early = seg(ACK, S + 1, 5001, 1000);
+    assert_eq!(t.track(now, &from(2).reversed(), &L4Info::Tcp(early), 54, || true).unwrap_err(), D::SynProxyPending);
+    assert_eq!(t.tcp_state(o.handle), Some(SynSent));
+    // The server answers the proxy's SYN (its ack in the client's space,
+    // as the cluster's owner hands it over).
+    let synack = L4Info::Tcp(syn(SYN | ACK, S, 5001, 29200, None));
+    let a = t.track(now, &from(2).reversed(), &synack, 60, || true).unwrap();
+    let delta = C.wrapping_sub(S);
+    assert_eq!((a.dir, a.splice), (Reply, Splice::Answered { delta, seq: 5001, ack: S + 1, window: 502 }));
+    assert_eq!(t.tcp_state(o.handle), Some(Established));
+    assert_eq!(t.limits().unwrap().local()[0], limits::Count { conns: 2, embryonic: 1 });
+    check_limit_counts(&t);
+    // Spliced: the client's retransmitted data, the server's reply (in its
+    // own space: seq S + 1 is the client's C + 1), each with the delta.
+    let d = t.track(now, &from(2), &L4Info::Tcp(data), 154, || true).unwrap();
+    assert_eq!((d.dir, d.splice), (Original, Splice::Xlate(delta)));
+    let reply = TcpSeg { payload_len: 500, ..seg(ACK | PSH, S + 1, 5101, 1000) };
+    let r = t.track(now, &from(2).reversed(), &L4Info::Tcp(reply), 554, || true).unwrap();
+    assert_eq!((r.dir, r.splice), (Reply, Splice::Xlate(delta)));
+    // Out of the server's window in the client's view: refused as ever.
+    let wild = TcpSeg { payload_len: 10, ..seg(ACK, S.wrapping_add(0x4000_0000), 5101, 1000) };
+    assert!(t.track(now, &from(2).reversed(), &L4Info::Tcp(wild), 64, || true).is_err());
+    // Export and install elsewhere: the splice goes with the state.
+    let st = t.export(now, o.handle).unwrap();
+    assert_eq!(FlowState::from_bytes(&st.to_bytes()), Ok(st));
+    let mut u = ConnTable::new(16, Timeouts::default());
+    let h = u.install(now, &from(2), st).unwrap();
+    let more = TcpSeg { payload_len: 500, ..seg(ACK | PSH, S + 501, 5101, 1000) };
+    let r = u.track(now, &from(2).reversed(), &L4Info::Tcp(more), 554, || true).unwrap();
+    assert_eq!((r.handle, r.splice), (h, Splice::Xlate(delta)));
+    // A server that refuses: its RST reaches the client numbered from C + 1.
+    let ack3 = seg(ACK, 7001, C.wrapping_add(1), 502);
+    let o3 = t.open_proxied(now, &from(3), &ack3, 536, 54, || true).unwrap();
+    let rst = L4Info::Tcp(seg(RST | ACK, 0, 7001, 0));
+    let x = t.track(now, &from(3).reversed(), &rst, 54, || true).unwrap();
+    assert_eq!(x.splice, Splice::Xlate(C.wrapping_add(1)));
+    assert_eq!(t.tcp_state(o3.handle), Some(Closed));
+    check_limit_counts(&t);
+}
+
+/// A proxied connection's flow state on the wire: the stage in the flags,
+/// the sequence value after the peers; both stages at once, or a sequence
+/// value without a proxied connection, are refused.
+#[test]
+fn flow_state_carries_the_proxy_stage() {
+    let spec = LimitSpec { global: LimitSet { max_embryonic: Some(1), ..LimitSet::default() }, rules: vec![] };
+    let mut t = limited_table(&spec, &[]);
+    let now = Timestamp::from_secs(1);
+    let tu = tuple(v4(10, 0, 0, 2), 40_000, v4(192, 0, 2, 10), 80, ip_proto::TCP);
+    let o = t.open_proxied(now, &tu, &seg(ACK, 5001, 0xabcd_0001, 502), 1460, 54, || true).unwrap();
+    let b = t.export(now, o.handle).unwrap().to_bytes();
+    assert_eq!((b[2], &b[40..44]), (0x02, &[0xab, 0xcd, 0, 0][..]));
+    let mut both = b;
+    both[2] = 0x06;
+    assert!(FlowState::from_bytes(&both).is_err());
+    let mut stray = b;
+    stray[2] = 0;
+    assert!(FlowState::from_bytes(&stray).is_err(), "a sequence value without a proxied connection");
+    let plain = t.track(now, &tuple(v4(10, 0, 0, 3), 1, v4(192, 0, 2, 10), 80, ip_proto::TCP), &L4Info::Tcp(syn(SYN, 1, 0, 100, None)), 60, || true);
+    assert_eq!(plain.unwrap_err(), D::SynProxyCookie);
 }

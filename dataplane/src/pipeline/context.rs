@@ -139,4 +139,23 @@ pub(crate) struct Xlate {
     /// The segment is quoted in an ICMP error (translated back towards its
     /// sender, `cluster::translate_quoted`), not carried.
     pub quoted: bool,
+    /// The SYN proxy's server-side delta (`conntrack::Splice`; ZERO:
+    /// none): the server's sequence space, translated as `delta` is with
+    /// the directions' roles swapped (a reply's `seq` grows by it, an
+    /// original packet's `ack` and SACK edges shrink by it).
+    pub server: SeqDelta,
+}
+
+impl Xlate {
+    /// The translation of a packet travelling `dir` with the cluster's
+    /// delta `delta` (0: none) and a proxied connection's `splice`; `None`
+    /// when neither applies.
+    #[inline]
+    pub fn of(dir: Direction, delta: u32, splice: crate::conntrack::Splice) -> Option<Xlate> {
+        let server = match splice {
+            crate::conntrack::Splice::Xlate(d) => d,
+            _ => 0,
+        };
+        (delta != 0 || server != 0).then_some(Xlate { dir, delta: SeqDelta(delta), quoted: false, server: SeqDelta(server) })
+    }
 }

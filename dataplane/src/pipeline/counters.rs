@@ -150,6 +150,8 @@ pub struct Counters {
     pub ipv6: Ipv6Counters,
     /// The flow log's records (zero while it is off).
     pub flow_log: crate::conntrack::FlowLogCounters,
+    /// The SYN proxy (`pipeline::synproxy`).
+    pub syn_proxy: super::synproxy::SynProxyCounters,
     /// Indexed by `PortId.0`, for every port up to the highest configured.
     pub ports: Vec<PortCounters>,
     /// Frames received on a port beyond the configured ones.
@@ -204,6 +206,7 @@ impl Stats for Counters {
         v.group("icmp_errors", None, &self.icmp_errors);
         v.group("ipv6", None, &self.ipv6);
         v.group("flow_log", None, &self.flow_log);
+        v.group("syn_proxy", None, &self.syn_proxy);
         v.counter("dropped", self.dropped());
         v.family("drops", "reason", &mut DropReason::ALL.iter().map(|&r| (r.as_str(), self.drop_count(r))));
         for (i, p) in self.ports.iter().enumerate() {

@@ -24,6 +24,7 @@
 use super::arphold::{ArpHold, ArpHoldCounters, Hold};
 use crate::frag::split::{self, Split, SplitError};
 use super::context::{Outcome, Xlate};
+use crate::cluster::SeqDelta;
 use super::iface::{Iface, Interfaces};
 use crate::arp::{ArpCache, ArpInfo, Resolve};
 use crate::buf::PacketBuf;
@@ -438,7 +439,12 @@ fn retag<B: PacketBuf>(buf: &mut B, tags: u8, l2: usize, vlan: Option<u16>) -> R
 pub(crate) fn apply_xlate<B: PacketBuf>(l2: usize, x: Xlate, buf: &mut B) -> Result<(), DropReason> {
     let l3 = buf.data_mut().get_mut(l2..).ok_or(DropReason::EthTruncated)?;
     let mut ip = Ipv4Packet::new_checked(l3).map_err(|_| DropReason::Ipv4Truncated)?;
-    crate::cluster::translate(ip.payload_mut(), x.dir, x.delta).map_err(|_| DropReason::L4Truncated)?;
+    if x.delta != SeqDelta::ZERO {
+        crate::cluster::translate(ip.payload_mut(), x.dir, x.delta).map_err(|_| DropReason::L4Truncated)?;
+    }
+    if x.server != SeqDelta::ZERO {
+        crate::cluster::translate(ip.payload_mut(), x.dir.opposite(), x.server).map_err(|_| DropReason::L4Truncated)?;
+    }
     Ok(())
 }
 
@@ -450,7 +456,9 @@ fn apply_quoted<B: PacketBuf>(l2: usize, x: Xlate, buf: &mut B) -> Result<(), Dr
     let mut ip = Ipv4Packet::new_checked(l3).map_err(|_| DropReason::Ipv4Truncated)?;
     let mut icmp = Icmpv4Packet::new_checked(ip.payload_mut()).map_err(|_| DropReason::L4Truncated)?;
     let (_, l4) = icmp.embedded_l4_mut().ok_or(DropReason::L4Truncated)?;
-    if crate::cluster::translate_quoted(l4, x.dir, x.delta) {
+    let a = x.delta != SeqDelta::ZERO && crate::cluster::translate_quoted(l4, x.dir, x.delta);
+    let b = x.server != SeqDelta::ZERO && crate::cluster::translate_quoted(l4, x.dir.opposite(), x.server);
+    if a || b {
         icmp.fill_checksum();
     }
     Ok(())

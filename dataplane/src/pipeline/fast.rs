@@ -43,14 +43,14 @@
 
 use super::cluster::plan::Plan;
 use super::cluster::{ClusterPath, Link};
-use super::context::{Outcome, Rx, Via};
+use super::context::{Outcome, Rx, Via, Xlate};
 use super::egress::{apply_xlate, Egress};
 use super::flows::Flows;
 use super::iface::Interfaces;
 use super::ipv4::{martian_source, reverse_path_ok, tcp_seg};
 use super::nat::{FastNat, NatPath};
 use crate::buf::PacketBuf;
-use crate::conntrack::{tcp_flags, L4Info};
+use crate::conntrack::{tcp_flags, L4Info, Splice};
 use crate::route::{IfIndex, RouteTable};
 use crate::types::{ip_proto, DropReason, FiveTuple, PortId, Timestamp};
 use crate::wire::ethernet::{self, ethertype, EthernetFrame, HEADER_LEN};
@@ -248,6 +248,9 @@ impl FastPath {
                 let plan = match cl.plan_known(now, &flows.table, &tuple, Some(&l4), rx) {
                     Some(plan) => plan,
                     None if rx.via == Via::Port && spoofed_source(ifaces, routes, ifx, src) => Plan::Drop(DropReason::ReversePath),
+                    // A SYN-proxy cookie's ACK: rewritten into a SYN by
+                    // the general path.
+                    None if flows.proxy.valid(now, &tuple, &l4) => return None,
                     None => cl.plan_new(now, &flows.table, &tuple, Some(&l4)),
                 };
                 let mut link = Link { egress, ifaces };
@@ -277,8 +280,17 @@ impl FastPath {
             None => {
                 let tracked = flows.table.track_existing(now, &tuple, &l4, len)?;
                 self.count += 1;
-                if let Err(r) = tracked {
-                    return Some(Fast::Done(Outcome::Drop(r)));
+                match tracked {
+                    Err(r) => return Some(Fast::Done(Outcome::Drop(r))),
+                    // A connection the SYN proxy spliced.
+                    Ok(t) if t.splice != Splice::None => {
+                        if let Some(x) = Xlate::of(t.dir, 0, t.splice) {
+                            if let Err(r) = apply_xlate(HEADER_LEN, x, buf) {
+                                return Some(Fast::Done(Outcome::Drop(r)));
+                            }
+                        }
+                    }
+                    Ok(_) => {}
                 }
             }
         }

@@ -11,7 +11,8 @@ use super::cluster::records::Pre;
 use super::cluster::{ClusterPath, Link};
 use super::context::Xlate;
 use crate::acl::{Acl, RuleInfo};
-use crate::conntrack::{Admission, ConnTable, L4Info, Tracked};
+use super::synproxy::SynProxy;
+use crate::conntrack::{tcp_flags, Admission, ConnTable, L4Info, TcpSeg, Tracked};
 use crate::route::IfIndex;
 use crate::types::{DropReason, FiveTuple, Timestamp};
 
@@ -20,11 +21,13 @@ pub(crate) struct Flows {
     acl: Acl,
     /// Flows created by `track` (conntrack has its own stats too).
     pub created: u64,
+    /// The SYN proxy's cookies (`synproxy`).
+    pub proxy: SynProxy,
 }
 
 impl Flows {
     pub fn new(table: ConnTable, acl: Acl) -> Self {
-        Flows { table, acl, created: 0 }
+        Flows { table, acl, created: 0, proxy: SynProxy::new() }
     }
 
     /// Run conntrack for a packet this node owns, with anti-spoofing
@@ -43,9 +46,10 @@ impl Flows {
         len: u32,
         ifx: IfIndex,
         egress: IfIndex,
-        reverse_path: impl FnOnce() -> bool,
+        reverse_path: impl Fn() -> bool,
     ) -> Result<(Option<Xlate>, Tracked), DropReason> {
         let mut seen = l4;
+        let mut l4 = l4;
         let pre: Option<Pre> = cluster.as_deref().and_then(|cl| cl.owner_pre(&self.table, tuple, &mut seen));
         let acl = &mut self.acl;
         let mut spoofed = false;
@@ -57,12 +61,62 @@ impl Flows {
         let tracked = match self.table.track(now, tuple, &seen, len, admit) {
             Ok(t) => t,
             Err(DropReason::AclDenied) if spoofed => return Err(DropReason::ReversePath),
+            // No flow: the client's ACK of a SYN-proxy cookie opens one.
+            Err(DropReason::TcpNoFlow) => {
+                let (t, syn) = self.open_proxied(now, tuple, &seen, len, ifx, egress, &reverse_path)?;
+                // The cluster's owner sees the SYN the server gets.
+                l4 = syn;
+                t
+            }
             Err(e) => return Err(self.refused(now, tuple, len, ifx, egress, e)),
         };
         if tracked.created {
             self.made(now, tracked.handle, ifx, egress);
         }
-        Ok((cluster.and_then(|cl| cl.owner_post(now, link, &self.table, tuple, &l4, tracked, pre)), tracked))
+        let xlate = match cluster {
+            Some(cl) => cl.owner_post(now, link, &self.table, tuple, &l4, tracked, pre),
+            None => Xlate::of(tracked.dir, 0, tracked.splice),
+        };
+        Ok((xlate, tracked))
+    }
+
+    /// A TCP segment without a flow: if it is a client's ACK returning a
+    /// valid SYN-proxy cookie, open its connection (`ConnTable::open_proxied`,
+    /// admitted as a SYN would be: reverse path, ACL, limits but the
+    /// embryonic one) and return it with the SYN the server gets; else
+    /// `TcpNoFlow`, as without the proxy.
+    #[cold]
+    #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
+    fn open_proxied(
+        &mut self,
+        now: Timestamp,
+        tuple: &FiveTuple,
+        seen: &L4Info,
+        len: u32,
+        ifx: IfIndex,
+        egress: IfIndex,
+        reverse_path: &impl Fn() -> bool,
+    ) -> Result<(Tracked, L4Info), DropReason> {
+        let (Some(mss), L4Info::Tcp(ack)) = (self.proxy.check(now, tuple, seen), seen) else {
+            return Err(DropReason::TcpNoFlow);
+        };
+        let acl = &mut self.acl;
+        let mut spoofed = false;
+        let admit = || {
+            spoofed = !reverse_path();
+            let permit = !spoofed && acl.check(ifx, egress, tuple);
+            Admission { permit, rule: acl.last_index() }
+        };
+        match self.table.open_proxied(now, tuple, ack, mss, len, admit) {
+            Ok(t) => {
+                self.proxy.counters.opened += 1;
+                let syn = TcpSeg { flags: tcp_flags::SYN, seq: ack.seq.wrapping_sub(1), ack: 0, payload_len: 0, wscale: None, sack_permitted: false, ..*ack };
+                Ok((t, L4Info::Tcp(syn)))
+            }
+            Err(DropReason::AclDenied) if spoofed => Err(DropReason::ReversePath),
+            Err(e) => Err(self.refused(now, tuple, len, ifx, egress, e)),
+        }
     }
 
     /// A new flow: counted, and logged for the exporters (out of line:

@@ -67,6 +67,7 @@ mod iface;
 mod ingress;
 pub(crate) mod ipv4;
 mod nat;
+mod synproxy;
 pub mod trace;
 
 pub use arphold::ArpHoldCounters;
@@ -116,6 +117,18 @@ use iface::{Iface, Interfaces};
 use ingress::Ingress;
 use ipv4::{Destination, Transit};
 use std::net::{IpAddr, Ipv4Addr};
+use crate::cluster::SeqDelta;
+use crate::conntrack::{tcp_flags, Splice};
+use crate::types::Direction;
+use crate::wire::synproxy::Segment;
+use context::Xlate;
+use synproxy::ProxyStep;
+pub use synproxy::SynProxyCounters;
+
+/// The window the SYN proxy's SYN-ACK offers the client (unscaled): what
+/// Linux offers without window scaling (44 segments of 1460 bytes). Until
+/// the server answers the proxy drops the client's data (it retransmits).
+const PROXY_WINDOW: u16 = 64_240;
 
 /// Budget of flow slots inspected per `poll_timers` call.
 pub const EXPIRE_BUDGET: usize = 1024;
@@ -192,6 +205,9 @@ enum Step {
     /// A fragment whose connection another worker of this node owns: it
     /// goes there with what this worker's reassembler learnt (`steer`).
     Handoff(WorkerId, HandoffNote),
+    /// The SYN proxy sends this segment in the frame's place (`synproxy`),
+    /// with the owner's sequence translation.
+    Proxy(ProxyStep, Option<context::Xlate>),
 }
 
 /// What `ipv4_in` was told about the frame by ingress.
@@ -746,6 +762,9 @@ impl Pipeline {
                     None if prx.via == Via::Port && fast::spoofed_source(&self.ifaces, &self.routes, ifx, src) => {
                         Plan::Drop(DropReason::ReversePath)
                     }
+                    // A client's ACK returning this worker's SYN-proxy
+                    // cookie: its connection opens here (`Flows::track`).
+                    None if note.is_none() && l4.as_ref().is_some_and(|l| self.flows.proxy.valid(now, &tuple, l)) => Plan::Own,
                     None => cl.plan_new(now, &self.flows.table, &tuple, l4.as_ref()),
                 };
                 // N3: a new connection under multi-session PAT received
@@ -816,7 +835,35 @@ impl Pipeline {
                     // plan checked it where the frame entered).
                     let (routes, ifaces, single) = (&self.routes, &self.ifaces, cl.is_none());
                     let passes = || !single || rx.via != Via::Port || !fast::spoofed_source(ifaces, routes, ifx, src);
-                    (xlate, tracked) = self.flows.track(cl, &mut link, now, &tuple, l4, len, ifx, egress, passes)?;
+                    let r = self.flows.track(cl, &mut link, now, &tuple, l4, len, ifx, egress, passes);
+                    let route = Route { next_hop, egress, tags, l2 };
+                    (xlate, tracked) = match r {
+                        Ok(v) => v,
+                        // The SYN proxy answers (not with NAT, nor for a
+                        // fragment: refused as over the limit).
+                        Err(DropReason::SynProxyCookie) if self.nat.is_none() && note.is_none() => {
+                            break 'decide Step::Proxy(self.syn_cookie(now, &ip, &tuple, &l4, tags, l2, egress)?, None);
+                        }
+                        Err(DropReason::SynProxyCookie) => return Err(DropReason::EmbryonicLimit),
+                        Err(e) => return Err(e),
+                    };
+                    match tracked.splice {
+                        Splice::Opened { isn, window, mss } => {
+                            let seg = Segment { seq: isn, ack: 0, flags: tcp_flags::SYN, window, mss: Some(mss) };
+                            break 'decide Step::Proxy(ProxyStep::Open { route, seg }, xlate);
+                        }
+                        Splice::Answered { seq, ack, window, .. } => {
+                            // Back to the server, as an original-direction
+                            // packet: the cluster's delta moves its seq.
+                            let r = self.routes.lookup(src).ok_or(DropReason::NoRoute)?;
+                            let route = Route { next_hop: r.next_hop, egress: r.iface, tags, l2 };
+                            let seg = Segment { seq, ack, flags: tcp_flags::ACK, window, mss: None };
+                            let x = xlate.map(|x| Xlate { dir: Direction::Original, server: SeqDelta::ZERO, ..x });
+                            self.flows.proxy.counters.spliced += 1;
+                            break 'decide Step::Proxy(ProxyStep::Answered { route, seg }, x);
+                        }
+                        Splice::None | Splice::Xlate(_) => {}
+                    }
                     // Only the first fragment carries the TCP header.
                     if piece.is_some_and(|(off, _)| off != 0) {
                         xlate = None;
@@ -881,6 +928,10 @@ impl Pipeline {
                 self.handoff = Some(n);
                 Ok(Outcome::Handoff(w))
             }
+            Step::Proxy(p, xlate) => {
+                p.rewrite(l2, buf)?;
+                self.egress.forward(now, &self.ifaces, p.route(), xlate, buf)
+            }
             Step::FragOwner(fo) => {
                 let Some(cl) = self.cluster.as_deref_mut() else {
                     return Err(DropReason::ClusterOwnerUnknown);
@@ -892,6 +943,33 @@ impl Pipeline {
                 Ok(Outcome::Forward(port))
             }
         }
+    }
+
+    /// A SYN over its class's embryonic limit (`SynProxyCookie`): the
+    /// cookie SYN-ACK that answers it, back to the client (`synproxy`).
+    /// It offers the MSS the interface towards the server carries, no
+    /// window scaling, SACK or timestamps (a cookie has no room for them).
+    #[cold]
+    #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
+    fn syn_cookie(
+        &mut self,
+        now: Timestamp,
+        ip: &Ipv4Packet<&[u8]>,
+        tuple: &FiveTuple,
+        l4: &crate::conntrack::L4Info,
+        tags: u8,
+        l2: usize,
+        toward: IfIndex,
+    ) -> Result<ProxyStep, DropReason> {
+        let crate::conntrack::L4Info::Tcp(syn) = l4 else { return Err(DropReason::EmbryonicLimit) };
+        let tcp = TcpPacket::new_checked(ip.payload()).map_err(|_| DropReason::L4Truncated)?;
+        let mss = crate::wire::synproxy::syn_mss(tcp.options());
+        let back = self.routes.lookup(ip.src()).ok_or(DropReason::SynProxyCookie)?;
+        let (cookie, _) = self.flows.proxy.cookie(now, tuple, syn.seq, mss);
+        let ours = self.ifaces.get(toward).map_or(536, |i| i.mtu.saturating_sub(40)).max(536);
+        let seg = Segment { seq: cookie, ack: syn.seq.wrapping_add(1), flags: tcp_flags::SYN | tcp_flags::ACK, window: PROXY_WINDOW, mss: Some(ours) };
+        Ok(ProxyStep::Cookie { route: Route { next_hop: back.next_hop, egress: back.iface, tags, l2 }, seg })
     }
 
     /// What the fast path took: done, or a CCL datagram to open.
@@ -1586,6 +1664,7 @@ impl Pipeline {
             icmp_errors: self.icmp.counters,
             ipv6: i.ipv6,
             flow_log: self.flows.table.flow_log_counters().unwrap_or_default(),
+            syn_proxy: self.flows.proxy.counters,
             ports: a.ports.clone(),
             rx_unknown_port: a.rx_unknown_port,
         }

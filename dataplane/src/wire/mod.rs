@@ -15,6 +15,7 @@ pub mod icmp;
 pub mod ipv4;
 pub mod ipv6;
 pub mod rewrite;
+pub mod synproxy;
 pub mod tcp;
 pub mod udp;
 

@@ -31,7 +31,7 @@ impl ClusterPath {
         }
         let (handle, dir) = conn.lookup(quoted)?;
         let delta = self.extras.get(handle.index() as usize)?.delta;
-        (delta != 0).then_some(Xlate { dir, delta: SeqDelta(delta), quoted: true })
+        (delta != 0).then_some(Xlate { dir, delta: SeqDelta(delta), quoted: true, server: SeqDelta::ZERO })
     }
 
     /// Before conntrack, for a packet this node will process as owner: the
@@ -128,7 +128,10 @@ impl ClusterPath {
                 self.queue_record(now, link, &orig, record, tracked.created || resyn);
             }
         }
-        (delta != 0 && matches!(l4, L4Info::Tcp(_))).then_some(Xlate { dir: tracked.dir, delta: SeqDelta(delta), quoted: false })
+        if !matches!(l4, L4Info::Tcp(_)) {
+            return None;
+        }
+        Xlate::of(tracked.dir, delta, tracked.splice)
     }
 
     /// The record the owner sends now for its flow `h` (`orig`: the
