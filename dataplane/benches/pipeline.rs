@@ -32,6 +32,9 @@
 //! With connection limits (issue 15; `pipeline_limited`: all four limits
 //! set globally, far above what is opened): `established_limits/N` and
 //! `new_connections_limits` against the same without, same run.
+//! `syn_proxy_cookies` is `new_connections` past `max-embryonic` with the
+//! SYN proxy on (`pipeline_proxying`): each SYN answered by a cookie
+//! SYN-ACK, nothing stored — what a SYN flood at a limited rule costs.
 //!
 //! Throughput is in packets (criterion `Throughput::Elements`): criterion
 //! prints it as "elem/s" — Melem/s = Mpps; time / 32 = ns per packet.
@@ -153,6 +156,9 @@ fn bench_new_connections(c: &mut Criterion) {
     // Every connection limit set (none reached): counted per class and per
     // client on admission (issue 15); against "new_connections".
     new_connections(c, "new_connections_limits", pipeline_limited);
+    // Past max-embryonic: every SYN answered by the SYN proxy with a cookie
+    // SYN-ACK (SipHash, the frame rewritten and sent back), no flow made.
+    new_connections(c, "syn_proxy_cookies", pipeline_proxying);
 }
 
 fn new_connections(c: &mut Criterion, group: &str, pipeline: fn(usize) -> Pipeline) {

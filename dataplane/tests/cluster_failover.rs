@@ -14,7 +14,7 @@ use dataplane::ccl::MessageKind;
 use dataplane::cluster::{flow_hash, DirectorTable, MemberInfo, MemberSet};
 use dataplane::conntrack::tcp_flags::{ACK, PSH, RST, SYN};
 use dataplane::pipeline::{PipelineConfig, Role, Verdict, DEFAULT_DIRECTOR_HOLD};
-use dataplane::{DropReason, Duration, Epoch, FiveTuple, NodeId, PortId, Timestamp};
+use dataplane::{DropReason, Duration, Epoch, FiveTuple, NodeId, Timestamp};
 use proptest::prelude::*;
 
 const A: usize = 0;
@@ -24,12 +24,6 @@ const D: usize = 3;
 const C_ISN: u32 = 1000;
 const S_ISN: u32 = 5000;
 
-type Out = Vec<(usize, PortId, Vec<u8>)>;
-
-fn one(out: &Out) -> (usize, PortId, Vec<u8>) {
-    assert_eq!(out.len(), 1, "exactly one frame leaves the cluster: {out:?}");
-    out[0].clone()
-}
 
 fn accounted(bed: &Bed) {
     for (n, p) in bed.nodes.iter().enumerate() {

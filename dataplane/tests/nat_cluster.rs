@@ -18,14 +18,13 @@ use dataplane::pipeline::{NatSpec, PatSpec, PoolSpec};
 use dataplane::wire::build::PacketBuilder;
 use dataplane::wire::ipv4::Ipv4Packet;
 use dataplane::wire::tcp::TcpPacket;
-use dataplane::{DropReason, NodeId, PortId};
+use dataplane::{DropReason, NodeId};
 use std::net::Ipv4Addr;
 
 const POOL: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 7);
 const C_ISN: u32 = 1000;
 const S_ISN: u32 = 5000;
 
-type Out = Vec<(usize, PortId, Vec<u8>)>;
 
 fn nat_spec() -> NatSpec {
     let pat = Some(PatSpec { block_size: 4096, reserved_ports: false, max_per_host: None });
@@ -53,10 +52,6 @@ fn tcp_of(frame: &[u8]) -> (Ipv4Addr, u16, Ipv4Addr, u16, u32, u32, u8) {
     (ip.src(), t.src_port(), ip.dst(), t.dst_port(), t.seq(), t.ack(), t.flags())
 }
 
-fn one(out: &Out) -> (usize, PortId, Vec<u8>) {
-    assert_eq!(out.len(), 1, "exactly one frame leaves the cluster: {out:?}");
-    out[0].clone()
-}
 
 /// The member holding mapped port `port`'s block, as every node's plan
 /// says (they agree).

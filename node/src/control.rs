@@ -971,6 +971,9 @@ impl Control {
                         for (a, b) in x.refused.iter_mut().zip(c.refused) {
                             *a += b;
                         }
+                        for (a, b) in x.syn_proxy.iter_mut().zip(c.syn_proxy) {
+                            *a += b;
+                        }
                         w.push(c.local);
                     }
                     None => classes.push((c.clone(), vec![c.local])),
@@ -1006,6 +1009,7 @@ impl Control {
                     "members": members.iter().map(|(n, v)| (format!("n{n}"), json!(v))).collect::<serde_json::Map<_, _>>(),
                     "estimate": estimate,
                     "refused": refused,
+                    "syn_proxy": { "cookies_sent": c.syn_proxy[0], "opened": c.syn_proxy[1] },
                 })
             })
             .collect();

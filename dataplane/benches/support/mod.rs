@@ -204,3 +204,14 @@ pub fn pipeline_limited(n: usize) -> Pipeline {
     p.set_limits(&dataplane::conntrack::LimitSpec { global: all, rules: vec![] });
     p
 }
+
+/// `pipeline` whose global `max-embryonic` is 1 with the SYN proxy on (the
+/// default), the node alone: past the first SYN every one is answered with
+/// a cookie (`syn_proxy_cookies`).
+pub fn pipeline_proxying(n: usize) -> Pipeline {
+    let mut p = pipeline(n);
+    let set = dataplane::conntrack::LimitSet { max_embryonic: Some(1), ..Default::default() };
+    p.set_limits(&dataplane::conntrack::LimitSpec { global: set, rules: vec![] });
+    p.set_remote_limits(&dataplane::conntrack::limits::Remote { places: 1, ..Default::default() });
+    p
+}

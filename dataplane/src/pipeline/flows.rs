@@ -25,6 +25,15 @@ pub(crate) struct Flows {
     pub proxy: SynProxy,
 }
 
+/// The admission checks of a new flow: anti-spoofing (`reverse_path`:
+/// does the source pass its ingress interface's check; `spoofed` says it
+/// did not), then the ACL.
+fn admission(acl: &mut Acl, ifx: IfIndex, egress: IfIndex, tuple: &FiveTuple, reverse_path: &impl Fn() -> bool, spoofed: &mut bool) -> Admission {
+    *spoofed = !reverse_path();
+    let permit = !*spoofed && acl.check(ifx, egress, tuple);
+    Admission { permit, rule: acl.last_index() }
+}
+
 impl Flows {
     pub fn new(table: ConnTable, acl: Acl) -> Self {
         Flows { table, acl, created: 0, proxy: SynProxy::new() }
@@ -53,11 +62,7 @@ impl Flows {
         let pre: Option<Pre> = cluster.as_deref().and_then(|cl| cl.owner_pre(&self.table, tuple, &mut seen));
         let acl = &mut self.acl;
         let mut spoofed = false;
-        let admit = || {
-            spoofed = !reverse_path();
-            let permit = !spoofed && acl.check(ifx, egress, tuple);
-            Admission { permit, rule: acl.last_index() }
-        };
+        let admit = || admission(acl, ifx, egress, tuple, &reverse_path, &mut spoofed);
         let tracked = match self.table.track(now, tuple, &seen, len, admit) {
             Ok(t) => t,
             Err(DropReason::AclDenied) if spoofed => return Err(DropReason::ReversePath),
@@ -103,11 +108,7 @@ impl Flows {
         };
         let acl = &mut self.acl;
         let mut spoofed = false;
-        let admit = || {
-            spoofed = !reverse_path();
-            let permit = !spoofed && acl.check(ifx, egress, tuple);
-            Admission { permit, rule: acl.last_index() }
-        };
+        let admit = || admission(acl, ifx, egress, tuple, reverse_path, &mut spoofed);
         match self.table.open_proxied(now, tuple, ack, mss, len, admit) {
             Ok(t) => {
                 self.proxy.counters.opened += 1;

@@ -123,6 +123,15 @@ pub fn with_hold(nodes: usize, seq_randomization: bool) -> impl Fn(usize) -> Pip
     }
 }
 
+/// What left the cluster on data ports: `(node, port, frame)`.
+pub type Out = Vec<(usize, PortId, Vec<u8>)>;
+
+/// The one frame that left the cluster.
+pub fn one(out: &Out) -> (usize, PortId, Vec<u8>) {
+    assert_eq!(out.len(), 1, "exactly one frame leaves the cluster: {out:?}");
+    out[0].clone()
+}
+
 /// One CCL datagram seen on the CCL segment.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CclSeen {

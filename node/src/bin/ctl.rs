@@ -450,6 +450,11 @@ fn print_limits(data: &Value) {
                 "local conns/emb": count(&c["local"]),
                 "estimate conns/emb": count(&c["estimate"]),
                 "refused": c["refused"].as_object().map(|m| m.iter().filter(|(_, v)| v.as_u64() != Some(0)).map(|(k, v)| format!("{k} {v}")).collect::<Vec<_>>().join(", ")).unwrap_or_default(),
+                "syn proxy cookies/opened": if l["syn_proxy"].as_bool() == Some(false) {
+                    "off".to_string()
+                } else {
+                    format!("{}/{}", c["syn_proxy"]["cookies_sent"], c["syn_proxy"]["opened"])
+                },
             })
         })
         .collect();

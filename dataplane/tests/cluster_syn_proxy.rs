@@ -1,0 +1,96 @@
+//! The SYN proxy on cluster members (issue 15 item 4; docs/flood.md "SYN
+//! proxy") on the in-process cluster bed: the owner answers a SYN over the
+//! embryonic limit with its cookie, opens the connection to the server on
+//! the client's ACK with the cluster's owner-encoded ISN' (so the server's
+//! SYN-ACK, landing on another member, goes to the owner by its cookie),
+//! splices the two halves with both sequence deltas; and when the owner
+//! dies, the node that takes the connection over keeps the splice (the
+//! proxy stage and the server-side delta ride in the flow state).
+//! Node A = 0, B = 1, C = 2.
+
+mod cluster_bed;
+
+use cluster_bed::*;
+use dataplane::conntrack::limits::Remote;
+use dataplane::conntrack::tcp_flags::{ACK, PSH, SYN};
+use dataplane::conntrack::{LimitSet, LimitSpec};
+use dataplane::pipeline::Role;
+use dataplane::{DropReason, NodeId};
+
+const A: usize = 0;
+const B: usize = 1;
+const C: usize = 2;
+const C_ISN: u32 = 1000;
+const S_ISN: u32 = 5000;
+
+
+/// A 3-node bed whose members allow one embryonic connection each (the
+/// rest of the cluster counting nothing: every node alone).
+fn bed() -> Bed {
+    let mut bed = Bed::new(3, true);
+    for p in bed.nodes.iter_mut() {
+        p.set_limits(&LimitSpec { global: LimitSet { max_embryonic: Some(1), ..LimitSet::default() }, rules: vec![] });
+        p.set_remote_limits(&Remote { places: 1, ..Remote::default() });
+    }
+    bed
+}
+
+#[test]
+fn the_owner_proxies_and_a_takeover_keeps_the_splice() {
+    let mut bed = bed();
+    // A's embryonic place is taken by a half-open connection.
+    let out = bed.send(A, IN, from_host(A, SERVER).tcp(999, 80, 1, 0, SYN, 64240, &SYN_OPTS, b""));
+    assert_eq!(one(&out).1, OUT);
+    // The next SYN at A (a connection C directs) is answered by A itself.
+    let cport = port_with_director(SERVER, 80, 6, 3, C);
+    let t = tuple(HOST, cport, SERVER, 80, 6);
+    let out = bed.send(A, IN, from_host(A, SERVER).tcp(cport, 80, C_ISN, 0, SYN, 64240, &SYN_OPTS, b""));
+    let (n, port, f) = one(&out);
+    assert_eq!((n, port), (A, IN), "the SYN-ACK goes back to the client");
+    let (cookie, ack, flags, _) = tcp_fields(&f);
+    assert_eq!((ack, flags), (C_ISN + 1, SYN | ACK));
+    assert_eq!(bed.nodes[C].cluster_role(bed.now(), &t), None, "nothing registered for a cookie");
+    // The client's ACK: the SYN to the server leaves A with A's owner ISN'.
+    let out = bed.send(A, IN, from_host(A, SERVER).tcp(cport, 80, C_ISN + 1, cookie.wrapping_add(1), ACK, 502, &[], b""));
+    let (n, port, f) = one(&out);
+    assert_eq!((n, port), (A, OUT));
+    let (isn, _, flags, _) = tcp_fields(&f);
+    assert_eq!(flags, SYN);
+    assert_eq!(cookies().decode(isn), Some(NodeId(A as u8)), "the server-side ISN names the owner");
+    let delta = isn.wrapping_sub(C_ISN);
+    assert_eq!(bed.nodes[C].cluster_role(bed.now(), &t), Some((Role::Director, NodeId(A as u8))), "registered on opening");
+    // The server's SYN-ACK lands on B: sent to A by its cookie; A answers
+    // the server with the handshake's last ACK (nothing reaches the client).
+    let synack = from_outside(B, SERVER).tcp(80, cport, S_ISN, isn.wrapping_add(1), SYN | ACK, 29200, &SYN_OPTS, b"");
+    let out = bed.send(B, OUT, synack);
+    let (n, port, f) = one(&out);
+    assert_eq!((n, port), (A, OUT));
+    assert_eq!(f, to_gw(A, SERVER).ttl(63).tcp(cport, 80, isn.wrapping_add(1), S_ISN + 1, ACK, 502, &[], b""), "the last ACK of the server's handshake");
+    let server = cookie.wrapping_sub(S_ISN); // the server-side delta
+    // Spliced: a request and its answer, both spaces translated.
+    let out = bed.send(A, IN, from_host(A, SERVER).tcp(cport, 80, C_ISN + 1, cookie.wrapping_add(1), ACK | PSH, 502, &[], &[b'q'; 100]));
+    assert_eq!(one(&out).2, to_gw(A, SERVER).tcp(cport, 80, (C_ISN + 1).wrapping_add(delta), S_ISN + 1, ACK | PSH, 502, &[], &[b'q'; 100]));
+    let out = bed.send(B, OUT, from_outside(B, SERVER).tcp(80, cport, S_ISN + 1, (C_ISN + 101).wrapping_add(delta), ACK | PSH, 509, &[], &[b'r'; 1000]));
+    let (n, port, f) = one(&out);
+    assert_eq!((n, port), (A, IN));
+    assert_eq!(f, to_host(A, SERVER).tcp(80, cport, (S_ISN + 1).wrapping_add(server), C_ISN + 101, ACK | PSH, 509, &[], &[b'r'; 1000]));
+
+    // A dies. The client's next segment lands on B: B takes the connection
+    // over through C (which holds A's state) and keeps both translations.
+    bed.kill(A, 2);
+    let out = bed.send(B, IN, from_host(B, SERVER).tcp(cport, 80, C_ISN + 101, cookie.wrapping_add(1001), ACK | PSH, 502, &[], b"more"));
+    let (n, port, f) = one(&out);
+    assert_eq!((n, port), (B, OUT));
+    assert_eq!(f, to_gw(B, SERVER).tcp(cport, 80, (C_ISN + 101).wrapping_add(delta), S_ISN + 1001, ACK | PSH, 502, &[], b"more"));
+    assert_eq!(bed.owners_up(&t), vec![B]);
+    // The server's answer, on C: to B, numbered from the cookie.
+    let out = bed.send(C, OUT, from_outside(C, SERVER).tcp(80, cport, S_ISN + 1001, (C_ISN + 105).wrapping_add(delta), ACK, 509, &[], b""));
+    let (n, port, f) = one(&out);
+    assert_eq!((n, port), (B, IN));
+    assert_eq!(f, to_host(B, SERVER).tcp(80, cport, (S_ISN + 1001).wrapping_add(server), C_ISN + 105, ACK, 509, &[], b""));
+    let a = bed.nodes[A].counters().syn_proxy;
+    assert_eq!((a.cookies_sent, a.opened, a.spliced), (1, 1, 1));
+    for n in [B, C] {
+        assert_eq!(bed.drops(n, DropReason::SynProxyPending), 0);
+    }
+}
