@@ -111,6 +111,59 @@ pub mod ie {
     pub const POST_NAPT_DESTINATION_TRANSPORT_PORT: u16 = 228;
     pub const FLOW_START_MILLISECONDS: u16 = 152;
     pub const FLOW_END_MILLISECONDS: u16 = 153;
+    pub const DROPPED_PACKET_DELTA_COUNT: u16 = 133;
+    pub const NAT_EVENT: u16 = 230;
+    pub const OBSERVATION_TIME_MILLISECONDS: u16 = 323;
+    pub const NAT_QUOTA_EXCEEDED_EVENT: u16 = 466;
+    pub const MAX_SESSION_ENTRIES: u16 = 471;
+    pub const MAX_ENTRIES_PER_USER: u16 = 473;
+}
+
+/// Template of the connection-limit events (`IpfixEncoder::limit_message`).
+pub const LIMIT_TEMPLATE: u16 = 259;
+
+/// A limit event's fields (RFC 8158 §4.4's quota-exceeded event):
+/// `observationTimeMilliseconds`, `natEvent` (13, quota exceeded),
+/// `natQuotaExceededEvent` (1: maximum session entries — `max-conns`,
+/// `max-embryonic`; 3: maximum entries per user — the per-client limits),
+/// `maxSessionEntries` or `maxEntriesPerUser` (the limit; the other 0),
+/// `droppedPacketDeltaCount` (the new connections the limit refused since
+/// the last event: each one's packet was dropped).
+pub const LIMIT_FIELDS: [FieldSpec; 6] = [
+    f(ie::OBSERVATION_TIME_MILLISECONDS, 8),
+    f(ie::NAT_EVENT, 1),
+    f(ie::NAT_QUOTA_EXCEEDED_EVENT, 4),
+    f(ie::MAX_SESSION_ENTRIES, 4),
+    f(ie::MAX_ENTRIES_PER_USER, 4),
+    f(ie::DROPPED_PACKET_DELTA_COUNT, 8),
+];
+/// Bytes of one limit event record.
+pub const LIMIT_RECORD_LEN: usize = record_len(&LIMIT_FIELDS);
+
+/// One limit's refusals since the last event, as exported.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct LimitEvent {
+    /// Unix milliseconds.
+    pub time_ms: u64,
+    /// A per-client limit (`per-client-max`, `per-client-embryonic-max`).
+    pub per_client: bool,
+    /// The limit's value.
+    pub limit: u32,
+    /// New connections refused since the last event.
+    pub refused: u64,
+}
+
+impl LimitEvent {
+    fn emit(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.time_ms.to_be_bytes());
+        // natEvent 13: quota exceeded (RFC 8158 §4.4, IANA "NAT Event Type").
+        out.push(13);
+        let (quota, per_session, per_user) = if self.per_client { (3u32, 0, self.limit) } else { (1u32, self.limit, 0) };
+        out.extend_from_slice(&quota.to_be_bytes());
+        out.extend_from_slice(&per_session.to_be_bytes());
+        out.extend_from_slice(&per_user.to_be_bytes());
+        out.extend_from_slice(&self.refused.to_be_bytes());
+    }
 }
 
 /// One field of a template: information element id and length in octets.
@@ -532,6 +585,50 @@ impl IpfixEncoder {
     }
 }
 
+impl IpfixEncoder {
+    /// A message of connection-limit events (`LIMIT_TEMPLATE`, led by its
+    /// own template: events are rare, at most one per limit a second, and
+    /// the flow templates' refresh does not wait for them). The sequence
+    /// number counts them with the flow records. Events beyond one
+    /// message's room are dropped and counted; `None` for no event.
+    pub fn limit_message(&mut self, now_unix_secs: u32, events: &[LimitEvent]) -> Option<Vec<u8>> {
+        if events.is_empty() {
+            return None;
+        }
+        let head = HEADER_LEN + SET_HEADER_LEN + 4 + 4 * LIMIT_FIELDS.len() + SET_HEADER_LEN;
+        let room = (self.max_message - head) / LIMIT_RECORD_LEN;
+        let sent = events.len().min(room);
+        self.counters.dropped += (events.len() - sent) as u64;
+        let mut msg = Vec::with_capacity(head + sent * LIMIT_RECORD_LEN);
+        msg.resize(HEADER_LEN, 0);
+        msg.extend_from_slice(&TEMPLATE_SET_ID.to_be_bytes());
+        msg.extend_from_slice(&((SET_HEADER_LEN + 4 + 4 * LIMIT_FIELDS.len()) as u16).to_be_bytes());
+        msg.extend_from_slice(&LIMIT_TEMPLATE.to_be_bytes());
+        msg.extend_from_slice(&(LIMIT_FIELDS.len() as u16).to_be_bytes());
+        for spec in LIMIT_FIELDS {
+            msg.extend_from_slice(&spec.ie.to_be_bytes());
+            msg.extend_from_slice(&spec.len.to_be_bytes());
+        }
+        let start = msg.len();
+        msg.extend_from_slice(&LIMIT_TEMPLATE.to_be_bytes());
+        msg.extend_from_slice(&[0, 0]);
+        for e in events.iter().take(sent) {
+            e.emit(&mut msg);
+        }
+        close_set(&mut msg, start);
+        let len = msg.len() as u16; // ≤ max_message ≤ MAX_MESSAGE
+        msg[0..2].copy_from_slice(&VERSION.to_be_bytes());
+        msg[2..4].copy_from_slice(&len.to_be_bytes());
+        msg[4..8].copy_from_slice(&now_unix_secs.to_be_bytes());
+        msg[8..12].copy_from_slice(&self.sequence.to_be_bytes());
+        msg[12..16].copy_from_slice(&self.domain.to_be_bytes());
+        self.sequence = self.sequence.wrapping_add(sent as u32);
+        self.counters.records += sent as u64;
+        self.counters.messages += 1;
+        Some(msg)
+    }
+}
+
 /// Writes the length of the set that starts at `start` and runs to the end
 /// of `msg`.
 fn close_set(msg: &mut [u8], start: usize) {
@@ -614,6 +711,27 @@ mod tests {
     }
 
     impl Collector {
+        /// Learn the templates of `msg`, skip its data sets.
+        fn decode_templates_only(&mut self, msg: &[u8]) -> Result<(), String> {
+            let mut rest = msg.get(HEADER_LEN..).ok_or("no header")?;
+            while rest.len() >= SET_HEADER_LEN {
+                let id = be(&rest[0..2]) as u16;
+                let len = be(&rest[2..4]) as usize;
+                if len < SET_HEADER_LEN || len > rest.len() {
+                    return Err(format!("set {id} of length {len}"));
+                }
+                if id == TEMPLATE_SET_ID {
+                    let body = &rest[SET_HEADER_LEN..len];
+                    let tid = be(&body[0..2]) as u16;
+                    let n = be(&body[2..4]) as usize;
+                    let fields = (0..n).map(|i| FieldSpec { ie: be(&body[4 + 4 * i..6 + 4 * i]) as u16, len: be(&body[6 + 4 * i..8 + 4 * i]) as u16 }).collect();
+                    self.templates.insert(tid, fields);
+                }
+                rest = &rest[len..];
+            }
+            Ok(())
+        }
+
         fn decode(&mut self, msg: &[u8]) -> Result<Message, String> {
             if msg.len() < HEADER_LEN {
                 return Err(format!("{} bytes: no header", msg.len()));
@@ -788,6 +906,62 @@ mod tests {
     }
 
     // ---- golden bytes ----
+
+    #[test]
+    fn golden_limit_event_message() {
+        let mut e = IpfixEncoder::new(7, 600, 1400);
+        // One flow record first: the event's sequence number follows it.
+        e.push(&tcp([10, 0], [1000, 0]), AT_ZERO);
+        flush(&mut e, 1_700_000_010);
+        let events = [
+            LimitEvent { time_ms: 1_700_000_011_000, per_client: false, limit: 1000, refused: 148 },
+            LimitEvent { time_ms: 1_700_000_011_000, per_client: true, limit: 60, refused: 3 },
+        ];
+        let m = e.limit_message(1_700_000_011, &events).unwrap();
+        #[rustfmt::skip]
+        let want: &[u8] = &[
+            0x00, 0x0a, 0x00, 0x6e,                         // version 10, length 110
+            0x65, 0x53, 0xf1, 0x0b,                         // export time 1_700_000_011
+            0x00, 0x00, 0x00, 0x01,                         // sequence: 1 record before
+            0x00, 0x00, 0x00, 0x07,                         // observation domain 7
+            0x00, 0x02, 0x00, 0x20,                         // template set, 32 bytes
+            0x01, 0x03, 0x00, 0x06,                         // template 259, 6 fields
+            0x01, 0x43, 0x00, 0x08,                         // observationTimeMilliseconds
+            0x00, 0xe6, 0x00, 0x01,                         // natEvent
+            0x01, 0xd2, 0x00, 0x04,                         // natQuotaExceededEvent
+            0x01, 0xd7, 0x00, 0x04,                         // maxSessionEntries
+            0x01, 0xd9, 0x00, 0x04,                         // maxEntriesPerUser
+            0x00, 0x85, 0x00, 0x08,                         // droppedPacketDeltaCount
+            0x01, 0x03, 0x00, 0x3e,                         // data set 259, 62 bytes
+            0x00, 0x00, 0x01, 0x8b, 0xcf, 0xe5, 0x92, 0xf8, // 1_700_000_011_000 ms
+            0x0d,                                           // quota exceeded
+            0x00, 0x00, 0x00, 0x01,                         // maximum session entries
+            0x00, 0x00, 0x03, 0xe8, 0x00, 0x00, 0x00, 0x00, // 1000, -
+            0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x94, // 148 refused
+            0x00, 0x00, 0x01, 0x8b, 0xcf, 0xe5, 0x92, 0xf8,
+            0x0d,
+            0x00, 0x00, 0x00, 0x03,                         // maximum entries per user
+            0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x3c, // -, 60
+            0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x03, // 3 refused
+        ];
+        assert_eq!(m, want, "{m:02x?}");
+        // The collector reads the template and skips to the data set's end.
+        let mut c = Collector::default();
+        assert!(c.decode_templates_only(&m).is_ok());
+        assert_eq!(c.templates.get(&LIMIT_TEMPLATE).map(Vec::as_slice), Some(&LIMIT_FIELDS[..]));
+        // The next flow message's sequence counts the two events.
+        e.push(&tcp([1, 0], [100, 0]), AT_ZERO);
+        let next = flush(&mut e, 1_700_000_012);
+        assert_eq!(be(&next[0][8..12]), 3);
+        assert_eq!(e.limit_message(1_700_000_012, &[]), None);
+        // Room for 1400 bytes: (1400 - 52) / 29 = 46 events; the rest counted.
+        let many = vec![events[0]; 50];
+        let before = e.counters.dropped;
+        let m = e.limit_message(1_700_000_013, &many).unwrap();
+        assert!(m.len() <= 1400);
+        assert_eq!((m.len() - 52) / LIMIT_RECORD_LEN, 46);
+        assert_eq!(e.counters.dropped - before, 4);
+    }
 
     #[test]
     fn golden_template_set_and_one_ipv4_record() {

@@ -162,6 +162,8 @@ impl Control {
             log::warn!("{text}");
             if let Some(x) = &self.export {
                 x.push(crate::export::ExportEvent::Syslog { severity: controlplane::syslog::severity::WARNING, msgid: "conn-limit", text });
+                let events = limit_events(&self.class_limits(id), &refused, crate::clock::unix_ns() / 1_000_000);
+                x.push(crate::export::ExportEvent::Limits(events));
             }
         }
         if !self.limits.due(now) {
@@ -190,6 +192,15 @@ impl Control {
 
     /// The name of limit class `id` in the running policy ("global", a
     /// rule's name, or the id when no rule has it any more).
+    /// The configured limits of class `id` (0: the global ones).
+    fn class_limits(&self, id: u32) -> config::Limits {
+        let p = &self.policies.running.policy;
+        if id == 0 {
+            return p.limits;
+        }
+        p.access_rules.iter().find(|r| dataplane::conntrack::limits::class_id(Some(&r.name)) == id).map(|r| r.limits).unwrap_or_default()
+    }
+
     fn class_name(&self, id: u32) -> String {
         if id == 0 {
             return "global".into();
@@ -1186,6 +1197,29 @@ mod tests {
     }
 }
 
+/// A limit event as IPFIX records (controlplane::ipfix::LimitEvent, RFC
+/// 8158's quota exceeded): one per limit of the class that refused some,
+/// with its configured value, at Unix time `time_ms`.
+fn limit_events(limits: &config::Limits, refused: &[u64; 4], time_ms: u64) -> Vec<controlplane::ipfix::LimitEvent> {
+    use dataplane::conntrack::limits::Hit;
+    let value = |h: Hit| match h {
+        Hit::Conns => limits.max_conns,
+        Hit::Embryonic => limits.max_embryonic,
+        Hit::Client => limits.per_client_max,
+        Hit::ClientEmbryonic => limits.per_client_embryonic_max,
+    };
+    Hit::ALL
+        .iter()
+        .filter(|h| refused[**h as usize] > 0)
+        .map(|&h| controlplane::ipfix::LimitEvent {
+            time_ms,
+            per_client: matches!(h, Hit::Client | Hit::ClientEmbryonic),
+            limit: value(h).unwrap_or(0),
+            refused: refused[h as usize],
+        })
+        .collect()
+}
+
 /// A limit event's text: "limits global: 145 new connections refused in the
 /// last second (per-client-embryonic-max 145)".
 fn limit_event_text(class: &str, refused: &[u64; 4]) -> String {
@@ -1200,6 +1234,20 @@ fn limit_event_text(class: &str, refused: &[u64; 4]) -> String {
 
 #[cfg(test)]
 mod limit_event_tests {
+    #[test]
+    fn a_limit_event_is_one_ipfix_record_per_limit_that_refused() {
+        let l = config::Limits { max_embryonic: Some(3), per_client_embryonic_max: Some(145), ..config::Limits::default() };
+        let e = super::limit_events(&l, &[0, 3, 0, 145], 7);
+        assert_eq!(
+            e,
+            [
+                controlplane::ipfix::LimitEvent { time_ms: 7, per_client: false, limit: 3, refused: 3 },
+                controlplane::ipfix::LimitEvent { time_ms: 7, per_client: true, limit: 145, refused: 145 },
+            ]
+        );
+        assert!(super::limit_events(&l, &[0; 4], 7).is_empty());
+    }
+
     #[test]
     fn a_limit_event_names_the_class_and_each_limit_that_refused() {
         assert_eq!(

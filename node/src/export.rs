@@ -62,6 +62,8 @@ pub enum ExportEvent {
     /// The rule names of the policy the workers run now (denied and built
     /// records name their rule by index).
     Rules(Vec<String>),
+    /// Connection-limit hits, to the IPFIX collector (template 259).
+    Limits(Vec<controlplane::ipfix::LimitEvent>),
 }
 
 /// The export thread's counters (`show stats` → `export`, the metrics).
@@ -363,6 +365,18 @@ impl Exporter {
         self.flush_ipfix(now_ms);
     }
 
+    /// Connection-limit events: one IPFIX message (they are rare).
+    fn limit_events(&mut self, events: &[controlplane::ipfix::LimitEvent]) {
+        let now_s = (self.unix_ms() / 1000) as u32;
+        let Some(x) = &mut self.ipfix else { return };
+        let Some(m) = x.encoder.limit_message(now_s, events) else { return };
+        let c = &self.export.counters;
+        match x.socket.as_ref().map(|s| s.send_to(&m, x.collector)) {
+            Some(Ok(_)) => c.ipfix_messages.fetch_add(1, Ordering::Relaxed),
+            _ => c.ipfix_dropped.fetch_add(1, Ordering::Relaxed),
+        };
+    }
+
     fn flush_ipfix(&mut self, now_ms: u64) {
         let Some(x) = &mut self.ipfix else { return };
         self.out.clear();
@@ -392,6 +406,7 @@ impl Exporter {
                         self.syslog_all(&m);
                     }
                     ExportEvent::Rules(r) => self.names.rules = r,
+                    ExportEvent::Limits(events) => self.limit_events(&events),
                 }
             }
             let shared = self.shared.clone();
