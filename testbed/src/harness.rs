@@ -193,6 +193,32 @@ pub fn edit_file(path: &Path, from: &str, to: &str) -> Result<()> {
     std::fs::write(path, text.replacen(from, to, 1)).with_context(|| format!("writing {}", path.display()))
 }
 
+/// Reload the control node's configuration with `rule` in place of its
+/// `access-rules: []` and wait (10 s at most) until each of the `nodes`
+/// members runs the new policy version — applied, not only received — and
+/// `also(k)` holds for member `k`. Returns what happened, for a step line.
+pub fn publish_rule(bed: &TestBed, nodes: usize, rule: &str, also: impl Fn(usize) -> bool) -> Result<String> {
+    let control = bed.show(1, "cluster")?["control_node"].as_u64().context("no control node")? as usize;
+    edit_file(&bed.run_dir.join(format!("n{control}.yaml")), "access-rules: []\n", rule)?;
+    let r = crate::bed::ctl_reload(&bed.bin_dir, &bed.socket(control))?;
+    let version = r["running"]["version"].as_u64().context("reload answered no version")?;
+    let t0 = Instant::now();
+    loop {
+        let applied = (1..=nodes).all(|k| {
+            bed.show(k, "config").is_ok_and(|v| {
+                v["policy"]["version"].as_u64() == Some(version) && v["policy"]["generation_applied"] == v["policy"]["generation_sent"]
+            }) && also(k)
+        });
+        if applied {
+            return Ok(format!("n{control} reloaded; every node runs v{version} in {} ms", t0.elapsed().as_millis()));
+        }
+        if t0.elapsed() > Duration::from_secs(10) {
+            bail!("not every node runs v{version} after 10 s");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 pub fn sha256(path: &Path) -> Result<String> {
     let out = sys::run("sha256sum", &[path.to_string_lossy()])?;
     out.split_whitespace().next().map(str::to_string).context("sha256sum printed nothing")

@@ -49,13 +49,13 @@
 //! floods and pktgen among them, and pktgen's DPDK runtime directory,
 //! named under `topology::DPDK_PREFIX`).
 
-use anyhow::{bail, ensure, Context, Result};
+use anyhow::{ensure, Context, Result};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 use testbed::harness::{self, Background, Steps, TestBed};
-use testbed::{bed, sys, topology};
+use testbed::{sys, topology};
 
 const NODES: usize = 3;
 const INSIDE: &str = "cfw-inside";
@@ -387,25 +387,7 @@ fn missed_grown(before: &[Value], after: &[Value]) -> String {
 /// The control node publishes `PUBLISHED` (a reload of its file with
 /// `PERMIT_RULE`) and every node runs that policy.
 fn publish(bed: &TestBed) -> Result<String> {
-    let control = bed.show(1, "cluster")?["control_node"].as_u64().context("no control node")? as usize;
-    harness::edit_file(&bed.run_dir.join(format!("n{control}.yaml")), "access-rules: []\n", PERMIT_RULE)?;
-    let r = bed::ctl_reload(&bed.bin_dir, &bed.socket(control))?;
-    let version = r["running"]["version"].as_u64().context("reload answered no version")?;
-    let t0 = Instant::now();
-    loop {
-        let applied = (1..=NODES).all(|k| {
-            bed.show(k, "config").is_ok_and(|v| {
-                v["policy"]["version"].as_u64() == Some(version) && v["policy"]["generation_applied"] == v["policy"]["generation_sent"]
-            })
-        });
-        if applied {
-            return Ok(format!("n{control} reloaded; every node runs v{version} in {} ms", t0.elapsed().as_millis()));
-        }
-        if t0.elapsed() > Duration::from_secs(10) {
-            bail!("not every node runs v{version} after 10 s");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    harness::publish_rule(bed, NODES, PERMIT_RULE, |_| true)
 }
 
 // Ignored in `scripts/test.sh` until it passes reliably (docs/flood.md,

@@ -47,7 +47,7 @@ use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use testbed::harness::{self, Background, Shape, Steps, TempDir, TestBed};
-use testbed::{bed, sys};
+use testbed::sys;
 
 const NODES: usize = 3;
 const INSIDE: &str = "cfw-inside";
@@ -173,34 +173,15 @@ fn times(gots: &[Got]) -> String {
 /// The control node publishes `PUBLISHED` with its limit (a reload of its
 /// file with `PERMIT_RULE`) and every member runs the class.
 fn publish(bed: &TestBed) -> Result<String> {
-    let control = bed.show(1, "cluster")?["control_node"].as_u64().context("no control node")? as usize;
-    harness::edit_file(&bed.run_dir.join(format!("n{control}.yaml")), "access-rules: []\n", PERMIT_RULE)?;
-    let r = bed::ctl_reload(&bed.bin_dir, &bed.socket(control))?;
-    let version = r["running"]["version"].as_u64().context("reload answered no version")?;
-    let t0 = Instant::now();
-    loop {
-        let applied = (1..=NODES).all(|k| {
-            bed.show(k, "config").is_ok_and(|v| {
-                v["policy"]["version"].as_u64() == Some(version) && v["policy"]["generation_applied"] == v["policy"]["generation_sent"]
-            }) && bed.show(k, "limits").is_ok_and(|v| {
-                v["classes"].as_array().into_iter().flatten().any(|c| {
-                    c["name"] == "published"
-                        && c["limits"]["max_embryonic"].as_u64() == Some(LIMIT)
-                        && c["limits"]["syn_proxy"] == Value::Bool(true)
-                })
+    let class = |k: usize| {
+        bed.show(k, "limits").is_ok_and(|v| {
+            v["classes"].as_array().into_iter().flatten().any(|c| {
+                c["name"] == "published" && c["limits"]["max_embryonic"].as_u64() == Some(LIMIT) && c["limits"]["syn_proxy"] == Value::Bool(true)
             })
-        });
-        if applied {
-            return Ok(format!(
-                "n{control} reloaded; every member runs v{version} with the class `published` (max-embryonic {LIMIT}, syn-proxy) in {} ms",
-                t0.elapsed().as_millis()
-            ));
-        }
-        if t0.elapsed() > Duration::from_secs(10) {
-            bail!("not every member runs v{version} with the class `published` after 10 s");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+        })
+    };
+    let done = harness::publish_rule(bed, NODES, PERMIT_RULE, class)?;
+    Ok(format!("{done}, with the class `published` (max-embryonic {LIMIT}, syn-proxy)"))
 }
 
 /// What the flood step saw.
