@@ -118,12 +118,27 @@ fn over_the_embryonic_limit_the_node_proxies_the_handshake() {
     // its own ISN, the answer reaches the client numbered from the cookie.
     let (v, b) = from_client(&mut p, 2000, 101, cookie.wrapping_add(1), ACK | PSH, b"GET /");
     assert_eq!(v, Verdict::Forward(IN_PORT));
+    let r_frame = b.data().to_vec();
     let r = parse(&b);
     assert_eq!((r.seq, r.ack, r.len), (101, S + 1, 5));
     let (v, b) = from_server(&mut p, 2000, S + 1, 106, ACK | PSH, b"200 OK");
     assert_eq!(v, Verdict::Forward(OUT_PORT));
     let a = parse(&b);
     assert_eq!((a.src, a.dst, a.seq, a.ack, a.len), (HOST, CLIENT, cookie.wrapping_add(1), 106, 6));
+    // A router towards the server cannot pass the request on (PMTUD): its
+    // ICMP error quotes the segment as the server side saw it; the client
+    // gets it quoting the segment as it sent it (ack in the cookie's space).
+    let err = icmp_error_frame(&r_frame, HOST_MAC, Ipv4Addr::new(198, 18, 1, 254), IN_MAC, 3, 4, 1400);
+    let mut eb = VecBuf::new(&err);
+    assert_eq!(p.process(T, IN_PORT, &mut eb), Verdict::Forward(OUT_PORT));
+    let ip = Ipv4Packet::new_checked(&eb.data()[14..]).unwrap();
+    let icmp = dataplane::wire::icmp::Icmpv4Packet::new_checked(ip.payload()).unwrap();
+    assert!(icmp.verify_checksum(), "ICMP checksum");
+    let quoted = Ipv4Packet::new_checked(&ip.payload()[8..]).unwrap();
+    let qt = &quoted.payload()[..8];
+    assert_eq!(u32::from_be_bytes([qt[4], qt[5], qt[6], qt[7]]), 101, "quoted seq: the client's");
+    let qa = &ip.payload()[8 + quoted.header_len() + 8..8 + quoted.header_len() + 12];
+    assert_eq!(u32::from_be_bytes([qa[0], qa[1], qa[2], qa[3]]), cookie.wrapping_add(1), "quoted ack: in the cookie's space");
     // The client's FIN and the server's RST are translated too.
     let (v, b) = from_client(&mut p, 2000, 106, cookie.wrapping_add(7), ACK | dataplane::conntrack::tcp_flags::FIN, b"");
     assert_eq!(v, Verdict::Forward(IN_PORT));

@@ -1455,6 +1455,15 @@ impl ConnTable {
         Some((FlowHandle(i as u32), s.orig_tuple()))
     }
 
+    /// The server-side sequence delta of a connection the SYN proxy
+    /// spliced (`splice`); `None` for any other flow or a stale handle.
+    pub fn proxy_delta(&self, h: FlowHandle) -> Option<u32> {
+        match self.slots.get(h.0 as usize) {
+            Some(Slot { live: true, kind: FlowKind::Tcp(c), .. }) if c.proxy == tcp::ProxyStage::Spliced => self.proxy_seq.get(h.0 as usize).copied(),
+            _ => None,
+        }
+    }
+
     /// The TCP state of a flow (for tests and diagnostics).
     pub fn tcp_state(&self, h: FlowHandle) -> Option<TcpState> {
         match self.slots.get(h.0 as usize) {

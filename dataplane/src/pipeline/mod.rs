@@ -811,6 +811,14 @@ impl Pipeline {
                         return Err(DropReason::NoFlow);
                     }
                     xlate = self.cluster.as_deref().and_then(|cl| cl.quoted_xlate(&self.flows.table, &tuple));
+                    // Quoting a segment of a connection the SYN proxy
+                    // spliced: its server-side sequence numbers go back too.
+                    if let Some((h, dir)) = self.flows.table.lookup(&tuple) {
+                        if let Some(d) = self.flows.table.proxy_delta(h) {
+                            let delta = xlate.map_or(SeqDelta::ZERO, |x| x.delta);
+                            xlate = Some(Xlate { dir, delta, quoted: true, server: SeqDelta(d) });
+                        }
+                    }
                     // About a packet that came in translated: the error
                     // leaves with the mapped endpoint (not for an error
                     // that came in to a mapped address: translated back
