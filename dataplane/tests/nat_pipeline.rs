@@ -618,3 +618,82 @@ fn flow_records_carry_their_translation() {
     assert_eq!(m.src, PAT_ADDR);
     assert_eq!((m.src_port | m.dst_port, ping.tuple.src_port | ping.tuple.dst_port), (echo_id, 0x4242), "the identifier where the tuple has it");
 }
+
+/// (seq, ack, flags) of a TCP frame.
+fn seq_ack(frame: &[u8]) -> (u32, u32, u8) {
+    let l = Ip(frame).l3()[20..].to_vec();
+    (u32::from_be_bytes([l[4], l[5], l[6], l[7]]), u32::from_be_bytes([l[8], l[9], l[10], l[11]]), l[13])
+}
+
+/// The SYN proxy through NAT (docs/flood.md, "SYN proxy"): over the
+/// embryonic limit, a SYN from outside to a static PAT's mapped endpoint is
+/// answered from that mapped endpoint and the server sees only a verified
+/// client; an inside host's SYN under PAT is answered from the server's
+/// address and the proxy's segments to the server leave from the host's
+/// mapped endpoint; both directions translated, every checksum right.
+#[test]
+fn the_syn_proxy_answers_through_nat() {
+    use dataplane::conntrack::limits::Remote;
+    use dataplane::conntrack::{LimitSet, LimitSpec};
+    let mut p = pipeline(None);
+    p.set_limits(&LimitSpec { global: LimitSet { max_embryonic: Some(1), ..LimitSet::default() }, rules: vec![] });
+    p.set_remote_limits(&Remote { places: 1, ..Remote::default() });
+    // One half-open connection takes the embryonic place.
+    let (v, _) = run(&mut p, 0, IN_PORT, &from_host(SERVER).tcp(40000, 443, 100, 0, SYN, 64240, &SYN_OPTS, b""));
+    assert_eq!(v, Verdict::Forward(OUT_PORT));
+
+    // Static PAT inbound: 192.0.2.80:8080 is HOST:80.
+    let syn = from_outside(SERVER, WEB_MAPPED).tcp(50000, 8080, 7, 0, SYN, 1000, &SYN_OPTS, b"");
+    let (v, sa) = run(&mut p, 1, OUT_PORT, &syn);
+    assert_eq!(v, Verdict::Forward(OUT_PORT), "answered by the node");
+    assert_eq!((Ip(&sa).src(), Ip(&sa).ports(), Ip(&sa).dst()), (WEB_MAPPED, (8080, 50000), SERVER), "from the mapped endpoint");
+    assert!(Ip(&sa).checksums_ok());
+    let (cookie, ack, flags) = seq_ack(&sa);
+    assert_eq!((ack, flags), (8, SYN | ACK));
+    let ack = from_outside(SERVER, WEB_MAPPED).tcp(50000, 8080, 8, cookie.wrapping_add(1), ACK, 1000, &[], b"");
+    let (v, s) = run(&mut p, 2, OUT_PORT, &ack);
+    assert_eq!(v, Verdict::Forward(IN_PORT));
+    assert_eq!((Ip(&s).dst(), Ip(&s).ports(), seq_ack(&s).2), (HOST, (50000, 80), SYN), "the SYN to the real server");
+    assert!(Ip(&s).checksums_ok());
+    let synack = from_host(SERVER).tcp(80, 50000, 900, 8, SYN | ACK, 1000, &SYN_OPTS, b"");
+    let (v, last) = run(&mut p, 3, IN_PORT, &synack);
+    assert_eq!(v, Verdict::Forward(IN_PORT), "the handshake's last ACK back to the server");
+    assert_eq!((Ip(&last).src(), Ip(&last).dst(), seq_ack(&last)), (SERVER, HOST, (8, 901, ACK)));
+    assert!(Ip(&last).checksums_ok());
+    let data = from_host(SERVER).tcp(80, 50000, 901, 8, ACK, 1000, &[], b"hello");
+    let (v, out) = run(&mut p, 4, IN_PORT, &data);
+    assert_eq!(v, Verdict::Forward(OUT_PORT));
+    assert_eq!((Ip(&out).src(), Ip(&out).ports().0, seq_ack(&out).0), (WEB_MAPPED, 8080, cookie.wrapping_add(1)));
+    assert!(Ip(&out).checksums_ok());
+
+    // PAT outbound: the inside host's SYN is answered from the server.
+    let syn = from_host(SERVER).tcp(42000, 443, 500, 0, SYN, 64240, &SYN_OPTS, b"");
+    let (v, sa) = run(&mut p, 5, IN_PORT, &syn);
+    assert_eq!(v, Verdict::Forward(IN_PORT));
+    assert_eq!((Ip(&sa).src(), Ip(&sa).dst(), Ip(&sa).ports()), (SERVER, HOST, (443, 42000)));
+    let cookie = seq_ack(&sa).0;
+    let ack = from_host(SERVER).tcp(42000, 443, 501, cookie.wrapping_add(1), ACK, 502, &[], b"");
+    let (v, s) = run(&mut p, 6, IN_PORT, &ack);
+    assert_eq!(v, Verdict::Forward(OUT_PORT));
+    assert_eq!((Ip(&s).src(), seq_ack(&s)), (PAT_ADDR, (500, 0, SYN)), "the SYN leaves from the pool");
+    assert!(Ip(&s).checksums_ok());
+    let mapped = Ip(&s).ports().0;
+    let synack = from_outside(SERVER, PAT_ADDR).tcp(443, mapped, 7000, 501, SYN | ACK, 29200, &SYN_OPTS, b"");
+    let (v, last) = run(&mut p, 7, OUT_PORT, &synack);
+    assert_eq!(v, Verdict::Forward(OUT_PORT));
+    assert_eq!((Ip(&last).src(), Ip(&last).ports(), seq_ack(&last)), (PAT_ADDR, (mapped, 443), (501, 7001, ACK)), "the last ACK from the mapped endpoint");
+    assert!(Ip(&last).checksums_ok());
+    // Spliced through PAT (the NAT fast path): both spaces translated.
+    let req = from_host(SERVER).tcp(42000, 443, 501, cookie.wrapping_add(1), ACK, 502, &[], b"GET");
+    let (v, out) = run(&mut p, 8, IN_PORT, &req);
+    assert_eq!(v, Verdict::Forward(OUT_PORT));
+    assert_eq!((Ip(&out).src(), seq_ack(&out).1), (PAT_ADDR, 7001));
+    assert!(Ip(&out).checksums_ok());
+    let resp = from_outside(SERVER, PAT_ADDR).tcp(443, mapped, 7001, 504, ACK, 29200, &[], b"200");
+    let (v, back) = run(&mut p, 9, OUT_PORT, &resp);
+    assert_eq!(v, Verdict::Forward(IN_PORT));
+    assert_eq!((Ip(&back).dst(), Ip(&back).ports().1, seq_ack(&back).0), (HOST, 42000, cookie.wrapping_add(1)));
+    assert!(Ip(&back).checksums_ok());
+    assert!(p.counters().fast_path > 0);
+    assert_eq!((p.counters().syn_proxy.opened, p.counters().syn_proxy.spliced), (2, 2));
+}

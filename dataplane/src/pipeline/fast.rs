@@ -368,11 +368,18 @@ fn nat_forward<B: PacketBuf>(
         }
         _ => Ok(()),
     };
-    if let Err(r) = tracked {
-        return Some(Outcome::Drop(r));
-    }
+    let t = match tracked {
+        Err(r) => return Some(Outcome::Drop(r)),
+        Ok(t) => t,
+    };
     if rewritten.is_err() {
         return Some(Outcome::Drop(DropReason::L4Truncated));
+    }
+    // A connection the SYN proxy spliced.
+    if let Some(x) = Xlate::of(t.dir, 0, t.splice) {
+        if let Err(r) = apply_xlate(HEADER_LEN, x, buf) {
+            return Some(Outcome::Drop(r));
+        }
     }
     Some(out(buf, mac, eg.mac, eg.port))
 }

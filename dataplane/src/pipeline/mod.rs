@@ -206,8 +206,9 @@ enum Step {
     /// goes there with what this worker's reassembler learnt (`steer`).
     Handoff(WorkerId, HandoffNote),
     /// The SYN proxy sends this segment in the frame's place (`synproxy`),
-    /// with the owner's sequence translation.
-    Proxy(ProxyStep, Option<context::Xlate>),
+    /// with the owner's sequence translation and, through NAT, from the
+    /// sender's mapped endpoint.
+    Proxy(ProxyStep, Option<context::Xlate>, Option<nat::Snat>),
 }
 
 /// What `ipv4_in` was told about the frame by ingress.
@@ -804,6 +805,7 @@ impl Pipeline {
             let icmp_error = l4.is_none();
             let mut xlate = None;
             let mut snat = None;
+            let mut opened = None;
             match l4 {
                 // The error must quote a flow and go back to its sender.
                 None => {
@@ -844,33 +846,39 @@ impl Pipeline {
                     let (routes, ifaces, single) = (&self.routes, &self.ifaces, cl.is_none());
                     let passes = || !single || rx.via != Via::Port || !fast::spoofed_source(ifaces, routes, ifx, src);
                     let r = self.flows.track(cl, &mut link, now, &tuple, l4, len, ifx, egress, passes);
-                    let route = Route { next_hop, egress, tags, l2 };
                     (xlate, tracked) = match r {
                         Ok(v) => v,
-                        // The SYN proxy answers (not with NAT, nor for a
-                        // fragment: refused as over the limit).
-                        Err(DropReason::SynProxyCookie) if self.nat.is_none() && note.is_none() => {
-                            break 'decide Step::Proxy(self.syn_cookie(now, &ip, &tuple, &l4, tags, l2, egress)?, None);
+                        // The SYN proxy answers (not for a fragment:
+                        // refused as over the limit). A SYN that came in
+                        // translated is answered from its mapped endpoint.
+                        Err(DropReason::SynProxyCookie) if note.is_none() => {
+                            let snat = match (self.nat.as_deref(), rx.nat_in) {
+                                (Some(n), true) => Some(n.icmp_error_out(egress, ifx, &tuple).ok_or(DropReason::EmbryonicLimit)?),
+                                _ => None,
+                            };
+                            break 'decide Step::Proxy(self.syn_cookie(now, &ip, &tuple, &l4, tags, l2, egress)?, None, snat);
                         }
                         Err(DropReason::SynProxyCookie) => return Err(DropReason::EmbryonicLimit),
                         Err(e) => return Err(e),
                     };
-                    match tracked.splice {
-                        Splice::Opened { isn, window, mss } => {
-                            let seg = Segment { seq: isn, ack: 0, flags: tcp_flags::SYN, window, mss: Some(mss) };
-                            break 'decide Step::Proxy(ProxyStep::Open { route, seg }, xlate);
-                        }
-                        Splice::Answered { seq, ack, window, .. } => {
-                            // Back to the server, as an original-direction
-                            // packet: the cluster's delta moves its seq.
-                            let r = self.routes.lookup(src).ok_or(DropReason::NoRoute)?;
-                            let route = Route { next_hop: r.next_hop, egress: r.iface, tags, l2 };
-                            let seg = Segment { seq, ack, flags: tcp_flags::ACK, window, mss: None };
-                            let x = xlate.map(|x| Xlate { dir: Direction::Original, server: SeqDelta::ZERO, ..x });
-                            self.flows.proxy.counters.spliced += 1;
-                            break 'decide Step::Proxy(ProxyStep::Answered { route, seg }, x);
-                        }
-                        Splice::None | Splice::Xlate(_) => {}
+                    if let Splice::Answered { seq, ack, window, .. } = tracked.splice {
+                        // Back to the server, as an original-direction
+                        // packet: the cluster's delta moves its seq; a
+                        // client behind PAT (the SYN-ACK came in
+                        // translated) leaves from its mapped endpoint.
+                        let r = self.routes.lookup(src).ok_or(DropReason::NoRoute)?;
+                        let route = Route { next_hop: r.next_hop, egress: r.iface, tags, l2 };
+                        let seg = Segment { seq, ack, flags: tcp_flags::ACK, window, mss: None };
+                        let x = xlate.map(|x| Xlate { dir: Direction::Original, server: SeqDelta::ZERO, ..x });
+                        let snat = match (self.nat.as_deref(), rx.nat_in) {
+                            (Some(n), true) => n.icmp_error_out(ifx, r.iface, &tuple),
+                            _ => None,
+                        };
+                        self.flows.proxy.counters.spliced += 1;
+                        break 'decide Step::Proxy(ProxyStep::Answered { route, seg }, x, snat);
+                    }
+                    if matches!(tracked.splice, Splice::Opened { .. }) {
+                        opened = Some(tracked.splice);
                     }
                     // Only the first fragment carries the TCP header.
                     if piece.is_some_and(|(off, _)| off != 0) {
@@ -892,6 +900,12 @@ impl Pipeline {
                         }
                     }
                 }
+            }
+            // The client's ACK of a SYN-proxy cookie opened the connection:
+            // the server gets the SYN (translated as the flow is).
+            if let Some(Splice::Opened { isn, window, mss }) = opened {
+                let seg = Segment { seq: isn, ack: 0, flags: tcp_flags::SYN, window, mss: Some(mss) };
+                break 'decide Step::Proxy(ProxyStep::Open { route: Route { next_hop, egress, tags, l2 }, seg }, xlate, snat);
             }
             Step::Route { route: Route { next_hop, egress, tags, l2 }, icmp_error, xlate, snat, dnat: frag_dnat }
         };
@@ -936,8 +950,12 @@ impl Pipeline {
                 self.handoff = Some(n);
                 Ok(Outcome::Handoff(w))
             }
-            Step::Proxy(p, xlate) => {
+            Step::Proxy(p, xlate, snat) => {
                 p.rewrite(l2, buf)?;
+                if let Some((addr, port)) = snat {
+                    let l3 = buf.data_mut().get_mut(l2..).unwrap_or(&mut []);
+                    crate::nat::rewrite(l3, crate::nat::Endpoint::Source, addr, port).map_err(|_| DropReason::L4Truncated)?;
+                }
                 self.egress.forward(now, &self.ifaces, p.route(), xlate, buf)
             }
             Step::FragOwner(fo) => {
