@@ -67,7 +67,7 @@ pub use flowlog::{EndReason, FlowEvent, FlowNat, FlowLogCounters, FlowRecord, Ru
 pub use state::{FlowState, FlowStateError};
 pub use tcp::{SeqNumber, TcpState};
 pub use limits::{LimitSet, LimitSpec, Limits};
-pub use splice::Splice;
+pub use splice::{proxy_syn, Splice};
 pub use tcp::ProxyStage;
 
 /// What the admission check of a new flow decided (`ConnTable::track`'s
@@ -947,15 +947,7 @@ impl ConnTable {
         len_bytes: u32,
         admit: impl FnOnce() -> A,
     ) -> Result<Tracked, DropReason> {
-        let syn = L4Info::Tcp(TcpSeg {
-            flags: tcp_flags::SYN,
-            seq: ack.seq.wrapping_sub(1),
-            ack: 0,
-            window: ack.window,
-            payload_len: 0,
-            wscale: None,
-            sack_permitted: false,
-        });
+        let syn = L4Info::Tcp(splice::proxy_syn(ack));
         let (key, from_lo) = Key::new(tuple, Class::Tcp);
         let hash = key.hash(&self.seed);
         if self.find(hash, &key).is_some() {

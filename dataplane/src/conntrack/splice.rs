@@ -59,6 +59,13 @@ pub enum Splice {
     Answered { delta: u32, seq: u32, ack: u32, window: u16 },
 }
 
+/// The SYN the proxy sends the server for a client's ACK of a valid cookie
+/// (`ack`): the client's ISN and window, no window scaling or SACK (the
+/// proxy's SYN-ACK offered neither). The flow starts from it.
+pub fn proxy_syn(ack: &TcpSeg) -> TcpSeg {
+    TcpSeg { flags: SYN, seq: ack.seq.wrapping_sub(1), ack: 0, window: ack.window, payload_len: 0, wscale: None, sack_permitted: false }
+}
+
 /// Feed one segment of a proxied connection (`conn.proxy` not `None`)
 /// travelling in `dir`; `seq` is the table's value for it (the cookie
 /// while connecting, the delta once spliced) and is updated. On `Err`

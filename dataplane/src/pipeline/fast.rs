@@ -284,10 +284,8 @@ impl FastPath {
                     Err(r) => return Some(Fast::Done(Outcome::Drop(r))),
                     // A connection the SYN proxy spliced.
                     Ok(t) if t.splice != Splice::None => {
-                        if let Some(x) = Xlate::of(t.dir, 0, t.splice) {
-                            if let Err(r) = apply_xlate(HEADER_LEN, x, buf) {
-                                return Some(Fast::Done(Outcome::Drop(r)));
-                            }
+                        if let Err(r) = spliced(&t, buf) {
+                            return Some(Fast::Done(Outcome::Drop(r)));
                         }
                     }
                     Ok(_) => {}
@@ -375,13 +373,20 @@ fn nat_forward<B: PacketBuf>(
     if rewritten.is_err() {
         return Some(Outcome::Drop(DropReason::L4Truncated));
     }
-    // A connection the SYN proxy spliced.
-    if let Some(x) = Xlate::of(t.dir, 0, t.splice) {
-        if let Err(r) = apply_xlate(HEADER_LEN, x, buf) {
-            return Some(Outcome::Drop(r));
-        }
+    if let Err(r) = spliced(&t, buf) {
+        return Some(Outcome::Drop(r));
     }
     Some(out(buf, mac, eg.mac, eg.port))
+}
+
+/// A single node's packet of a connection the SYN proxy spliced: its
+/// server-side sequence translation (nothing for any other packet).
+#[inline(always)]
+fn spliced<B: PacketBuf>(t: &crate::conntrack::Tracked, buf: &mut B) -> Result<(), DropReason> {
+    match Xlate::of(t.dir, 0, t.splice) {
+        Some(x) => apply_xlate(HEADER_LEN, x, buf),
+        None => Ok(()),
+    }
 }
 
 /// Does `src`, received on `ifx`, fail the interface's anti-spoofing

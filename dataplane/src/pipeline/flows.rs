@@ -12,7 +12,7 @@ use super::cluster::{ClusterPath, Link};
 use super::context::Xlate;
 use crate::acl::{Acl, RuleInfo};
 use super::synproxy::SynProxy;
-use crate::conntrack::{tcp_flags, Admission, ConnTable, L4Info, TcpSeg, Tracked};
+use crate::conntrack::{Admission, ConnTable, L4Info, Tracked};
 use crate::route::IfIndex;
 use crate::types::{DropReason, FiveTuple, Timestamp};
 
@@ -112,8 +112,7 @@ impl Flows {
         match self.table.open_proxied(now, tuple, ack, mss, len, admit) {
             Ok(t) => {
                 self.proxy.counters.opened += 1;
-                let syn = TcpSeg { flags: tcp_flags::SYN, seq: ack.seq.wrapping_sub(1), ack: 0, payload_len: 0, wscale: None, sack_permitted: false, ..*ack };
-                Ok((t, L4Info::Tcp(syn)))
+                Ok((t, L4Info::Tcp(crate::conntrack::proxy_syn(ack))))
             }
             Err(DropReason::AclDenied) if spoofed => Err(DropReason::ReversePath),
             Err(e) => Err(self.refused(now, tuple, len, ifx, egress, e)),

@@ -809,17 +809,16 @@ impl Pipeline {
             match l4 {
                 // The error must quote a flow and go back to its sender.
                 None => {
-                    if self.flows.table.lookup(&tuple).is_none() || tuple.src != IpAddr::V4(dst) {
+                    let Some((h, dir)) = self.flows.table.lookup(&tuple).filter(|_| tuple.src == IpAddr::V4(dst)) else {
                         return Err(DropReason::NoFlow);
-                    }
-                    xlate = self.cluster.as_deref().and_then(|cl| cl.quoted_xlate(&self.flows.table, &tuple));
-                    // Quoting a segment of a connection the SYN proxy
-                    // spliced: its server-side sequence numbers go back too.
-                    if let Some((h, dir)) = self.flows.table.lookup(&tuple) {
-                        if let Some(d) = self.flows.table.proxy_delta(h) {
-                            let delta = xlate.map_or(SeqDelta::ZERO, |x| x.delta);
-                            xlate = Some(Xlate { dir, delta, quoted: true, server: SeqDelta(d) });
-                        }
+                    };
+                    // A quoted TCP segment goes back to its sender's
+                    // sequence space: the owner's delta (R6), and the
+                    // server-side one of a connection the SYN proxy spliced.
+                    if tuple.proto == crate::types::ip_proto::TCP {
+                        let delta = self.cluster.as_deref().map_or(0, |cl| cl.quoted_delta(h));
+                        let server = self.flows.table.proxy_delta(h).unwrap_or(0);
+                        xlate = (delta != 0 || server != 0).then_some(Xlate { dir, delta: SeqDelta(delta), quoted: true, server: SeqDelta(server) });
                     }
                     // About a packet that came in translated: the error
                     // leaves with the mapped endpoint (not for an error
@@ -875,10 +874,10 @@ impl Pipeline {
                             _ => None,
                         };
                         self.flows.proxy.counters.spliced += 1;
-                        break 'decide Step::Proxy(ProxyStep::Answered { route, seg }, x, snat);
+                        break 'decide Step::Proxy(ProxyStep { route, seg, back: true }, x, snat);
                     }
-                    if matches!(tracked.splice, Splice::Opened { .. }) {
-                        opened = Some(tracked.splice);
+                    if let Splice::Opened { isn, window, mss } = tracked.splice {
+                        opened = Some(Segment { seq: isn, ack: 0, flags: tcp_flags::SYN, window, mss: Some(mss) });
                     }
                     // Only the first fragment carries the TCP header.
                     if piece.is_some_and(|(off, _)| off != 0) {
@@ -903,9 +902,8 @@ impl Pipeline {
             }
             // The client's ACK of a SYN-proxy cookie opened the connection:
             // the server gets the SYN (translated as the flow is).
-            if let Some(Splice::Opened { isn, window, mss }) = opened {
-                let seg = Segment { seq: isn, ack: 0, flags: tcp_flags::SYN, window, mss: Some(mss) };
-                break 'decide Step::Proxy(ProxyStep::Open { route: Route { next_hop, egress, tags, l2 }, seg }, xlate, snat);
+            if let Some(seg) = opened {
+                break 'decide Step::Proxy(ProxyStep { route: Route { next_hop, egress, tags, l2 }, seg, back: false }, xlate, snat);
             }
             Step::Route { route: Route { next_hop, egress, tags, l2 }, icmp_error, xlate, snat, dnat: frag_dnat }
         };
@@ -956,7 +954,7 @@ impl Pipeline {
                     let l3 = buf.data_mut().get_mut(l2..).unwrap_or(&mut []);
                     crate::nat::rewrite(l3, crate::nat::Endpoint::Source, addr, port).map_err(|_| DropReason::L4Truncated)?;
                 }
-                self.egress.forward(now, &self.ifaces, p.route(), xlate, buf)
+                self.egress.forward(now, &self.ifaces, p.route, xlate, buf)
             }
             Step::FragOwner(fo) => {
                 let Some(cl) = self.cluster.as_deref_mut() else {
@@ -995,7 +993,7 @@ impl Pipeline {
         let (cookie, _) = self.flows.proxy.cookie(now, tuple, syn.seq, mss);
         let ours = self.ifaces.get(toward).map_or(536, |i| i.mtu.saturating_sub(40)).max(536);
         let seg = Segment { seq: cookie, ack: syn.seq.wrapping_add(1), flags: tcp_flags::SYN | tcp_flags::ACK, window: PROXY_WINDOW, mss: Some(ours) };
-        Ok(ProxyStep::Cookie { route: Route { next_hop: back.next_hop, egress: back.iface, tags, l2 }, seg })
+        Ok(ProxyStep { route: Route { next_hop: back.next_hop, egress: back.iface, tags, l2 }, seg, back: true })
     }
 
     /// What the fast path took: done, or a CCL datagram to open.

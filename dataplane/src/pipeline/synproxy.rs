@@ -4,12 +4,12 @@
 //!
 //! ```text
 //!  SYN over max-embryonic (conntrack: `SynProxyCookie`)
-//!      → SYN-ACK to the client, seq = cookie, MSS only       (`Step::Cookie`)
+//!      → SYN-ACK to the client, seq = cookie, MSS only
 //!  unknown ACK whose ack − 1 is a valid cookie (`Flows::track`)
 //!      → conntrack `open_proxied`; the ACK becomes the SYN to the server,
-//!        the client's ISN and MSS (the cluster's ISN' on top)  (`Step::Open`)
+//!        the client's ISN and MSS (the cluster's ISN' on top)
 //!  the server's SYN-ACK (`Splice::Answered`)
-//!      → the handshake's last ACK to the server                (`Step::Answered`)
+//!      → the handshake's last ACK to the server
 //!  later packets: `Splice::Xlate` (egress translates both sequence spaces)
 //! ```
 //!
@@ -75,14 +75,7 @@ impl SynProxy {
     /// RST or FIN.
     #[inline]
     pub fn check(&mut self, now: Timestamp, tuple: &FiveTuple, l4: &L4Info) -> Option<u16> {
-        if now >= self.check_until {
-            return None;
-        }
-        let L4Info::Tcp(seg) = l4 else { return None };
-        if seg.flags & (tcp_flags::SYN | tcp_flags::RST | tcp_flags::FIN | tcp_flags::ACK) != tcp_flags::ACK {
-            return None;
-        }
-        let mss = self.cookies.check(tuple, seg.seq, seg.ack, now);
+        let mss = self.returned(now, tuple, l4)?;
         if mss.is_none() {
             self.counters.bad_cookies += 1;
         }
@@ -93,12 +86,21 @@ impl SynProxy {
     /// `Flows::track` opens).
     #[inline]
     pub fn valid(&self, now: Timestamp, tuple: &FiveTuple, l4: &L4Info) -> bool {
+        matches!(self.returned(now, tuple, l4), Some(Some(_)))
+    }
+
+    /// `None`: not a segment to check (no cookie out lately, not a bare
+    /// ACK); else whether its cookie is valid (the MSS it carries).
+    #[inline]
+    fn returned(&self, now: Timestamp, tuple: &FiveTuple, l4: &L4Info) -> Option<Option<u16>> {
         if now >= self.check_until {
-            return false;
+            return None;
         }
-        let L4Info::Tcp(seg) = l4 else { return false };
-        seg.flags & (tcp_flags::SYN | tcp_flags::RST | tcp_flags::FIN | tcp_flags::ACK) == tcp_flags::ACK
-            && self.cookies.check(tuple, seg.seq, seg.ack, now).is_some()
+        let L4Info::Tcp(seg) = l4 else { return None };
+        if seg.flags & (tcp_flags::SYN | tcp_flags::RST | tcp_flags::FIN | tcp_flags::ACK) != tcp_flags::ACK {
+            return None;
+        }
+        Some(self.cookies.check(tuple, seg.seq, seg.ack, now))
     }
 }
 
@@ -114,46 +116,33 @@ fn random_key() -> [u8; 16] {
     k
 }
 
-/// What the proxy sends in place of a frame.
+/// What the proxy sends in place of a frame: `seg`, by `route`; `back`:
+/// to where the frame came from (addresses and ports swapped) — the
+/// cookie SYN-ACK to the client, the last ACK of the server's handshake —
+/// or on (the client's ACK becomes the SYN to the server, `seq` in the
+/// client's space: the cluster's translation, if any, follows).
 #[derive(Copy, Clone, Debug)]
-pub(crate) enum ProxyStep {
-    /// The client's SYN becomes the cookie SYN-ACK, back to the client.
-    Cookie { route: Route, seg: Segment },
-    /// The client's ACK becomes the SYN to the server (`seq` in the
-    /// client's space: the cluster's translation, if any, follows).
-    Open { route: Route, seg: Segment },
-    /// The server's SYN-ACK becomes the last ACK of its handshake, back to
-    /// the server.
-    Answered { route: Route, seg: Segment },
+pub(crate) struct ProxyStep {
+    pub route: Route,
+    pub seg: Segment,
+    pub back: bool,
 }
 
 impl ProxyStep {
-    pub fn route(&self) -> Route {
-        match *self {
-            ProxyStep::Cookie { route, .. } | ProxyStep::Open { route, .. } | ProxyStep::Answered { route, .. } => route,
-        }
-    }
-
     /// Rewrite the frame (its IPv4 datagram at `l2`) into the step's
-    /// segment: resized to it, addresses and ports swapped for the
-    /// segments that go back where the frame came from.
+    /// segment, resized to it.
     pub fn rewrite<B: PacketBuf>(&self, l2: usize, buf: &mut B) -> Result<(), DropReason> {
-        let (reverse, seg) = match *self {
-            ProxyStep::Cookie { seg, .. } => (true, seg),
-            ProxyStep::Open { seg, .. } => (false, seg),
-            ProxyStep::Answered { seg, .. } => (true, seg),
-        };
         let ihl = {
             let l3 = buf.data().get(l2..).ok_or(DropReason::EthTruncated)?;
             Ipv4Packet::new_checked(l3).map_err(|_| DropReason::Ipv4Truncated)?.header_len()
         };
-        let want = l2 + segment_len(ihl, seg.mss.is_some());
+        let want = l2 + segment_len(ihl, self.seg.mss.is_some());
         let have = buf.data().len();
         let resized = if have < want { buf.append(want - have) } else { buf.trim_back(have - want) };
         if !resized {
             return Err(DropReason::SynProxyCookie);
         }
         let l3 = buf.data_mut().get_mut(l2..).ok_or(DropReason::EthTruncated)?;
-        write_segment(l3, reverse, &seg).map_err(|_| DropReason::SynProxyCookie)
+        write_segment(l3, self.back, &self.seg).map_err(|_| DropReason::SynProxyCookie)
     }
 }

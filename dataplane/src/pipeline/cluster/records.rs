@@ -21,17 +21,12 @@ pub(crate) struct Pre {
 }
 
 impl ClusterPath {
-    /// An ICMP error this owner sends on, quoting a TCP segment of a flow
-    /// whose sequence numbers it translates (R6): the translation that
-    /// takes the quoted header back to the segment's sender
-    /// (`Xlate::quoted`), so its TCP accepts the error (PMTUD).
-    pub fn quoted_xlate(&self, conn: &ConnTable, quoted: &FiveTuple) -> Option<Xlate> {
-        if quoted.proto != crate::types::ip_proto::TCP {
-            return None;
-        }
-        let (handle, dir) = conn.lookup(quoted)?;
-        let delta = self.extras.get(handle.index() as usize)?.delta;
-        (delta != 0).then_some(Xlate { dir, delta: SeqDelta(delta), quoted: true, server: SeqDelta::ZERO })
+    /// The sequence delta (R6) of this owner's flow `h` (0: none), for an
+    /// ICMP error it sends on quoting a TCP segment of the flow: the quoted
+    /// header goes back to the segment's sender's space (`Xlate::quoted`),
+    /// so its TCP accepts the error (PMTUD).
+    pub fn quoted_delta(&self, h: FlowHandle) -> u32 {
+        self.extras.get(h.index() as usize).map_or(0, |e| e.delta)
     }
 
     /// Before conntrack, for a packet this node will process as owner: the
