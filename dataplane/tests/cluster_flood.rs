@@ -8,7 +8,8 @@ mod cluster_bed;
 
 use cluster_bed::*;
 use dataplane::conntrack::tcp_flags::{ACK, PSH, SYN};
-use dataplane::pipeline::{Role, DEFAULT_DIRECTOR_HOLD, MAX_HELD};
+use dataplane::ccl::MessageKind;
+use dataplane::pipeline::{Role, DEFAULT_DIRECTOR_HOLD, MAX_HELD, SYN_GUARD_PENDING};
 use dataplane::{DropReason, NodeId};
 
 const A: usize = 0;
@@ -222,4 +223,78 @@ fn translated_flows_records_are_never_evicted() {
     assert_eq!(c.records, 256);
     assert_eq!((c.records_evicted, c.record_table_full), (0, 300 - 256));
     assert_eq!(role_at(&bed, C, ports[0]), Some((Role::Director, NodeId(A as u8))));
+}
+
+#[test]
+fn a_syn_flood_within_the_syn_guard_asks_about_half_a_table_then_owns() {
+    let mut bed = Bed::new(3, true);
+    // A member-set change opens the SYN guard; the director's answers are
+    // slow (here: never delivered), as under a flood on a loaded CCL.
+    bed.set_members_up(members(3).without(NodeId(9)));
+    bed.hold = Some(MessageKind::OwnerQuery);
+    let flood = ports_directed_by(C, 40000, 1000);
+    let mut left = 0;
+    for &p in &flood {
+        left += bed.send(B, IN, from_host(B, SERVER).tcp(p, 80, C_ISN, 0, SYN, 64240, &SYN_OPTS, b"")).len();
+    }
+    let b = bed.cluster(B).counters;
+    assert_eq!(b.syn_guard_queries, SYN_GUARD_PENDING as u64, "B asks while half its pending table is free");
+    assert_eq!(b.syn_guard_skipped, (1000 - SYN_GUARD_PENDING) as u64, "then owns the SYNs at once (R1)");
+    assert_eq!(left, 1000 - SYN_GUARD_PENDING, "the owned SYNs leave");
+    assert_eq!(b.pending, SYN_GUARD_PENDING as u64);
+    assert_eq!(bed.drops(B, DropReason::ClusterPendingFull), 0, "no SYN lost to a full table");
+
+    // A legitimate client's SYN in the middle of it leaves at once.
+    let cport = ports_directed_by(C, 20000, 1)[0];
+    let out = bed.send(B, IN, from_host(B, SERVER).tcp(cport, 80, C_ISN, 0, SYN, 64240, &SYN_OPTS, b""));
+    assert_eq!(one(&out).0, B);
+
+    // The other half is there for queries that have no other way: an ACK
+    // of a connection B does not know is still parked and asked about.
+    let ack_port = ports_directed_by(C, 60000, 1)[0];
+    let ack = from_host(B, SERVER).tcp(ack_port, 80, C_ISN + 1, S_ISN + 1, ACK, 502, &[], b"");
+    assert!(bed.send(B, IN, ack).is_empty());
+    assert_eq!(bed.cluster(B).counters.pending, SYN_GUARD_PENDING as u64 + 1);
+
+    // The answers never come: at the pending timeout the SYNs the guard
+    // asked about are owned by B (R1) and leave, rather than being
+    // dropped for their clients to retransmit a second later; the ACK is
+    // dropped (`pending_timeouts`).
+    bed.hold = None;
+    let out = bed.tick(1_000);
+    assert_eq!(out.len(), SYN_GUARD_PENDING, "every parked SYN leaves");
+    assert!(out.iter().all(|(n, port, _)| (*n, *port) == (B, OUT)));
+    let b = bed.cluster(B).counters;
+    assert_eq!((b.guard_timeouts_owned, b.pending_timeouts, b.pending), (SYN_GUARD_PENDING as u64, 1, 0));
+    for &p in flood.iter().take(3) {
+        assert_eq!(bed.owners(&tuple(HOST, p, SERVER, 80, 6)), vec![B]);
+    }
+
+    // Queries flow again.
+    let cport = ports_directed_by(C, 21000, 1)[0];
+    let before = bed.cluster(B).counters.syn_guard_queries;
+    let out = bed.send(B, IN, from_host(B, SERVER).tcp(cport, 80, C_ISN, 0, SYN, 64240, &SYN_OPTS, b""));
+    assert_eq!(one(&out).0, B, "C elects B (R8)");
+    assert_eq!(bed.cluster(B).counters.syn_guard_queries, before + 1);
+}
+
+#[test]
+fn a_syn_flood_at_a_settling_director_holds_half_its_hold_then_owns() {
+    let mut bed = Bed::with(3, with_hold(3, true));
+    // A member-set change: until the others' `SyncDone` arrive (their
+    // timers have not run), C's own SYNs wait in its hold (`settling`).
+    bed.set_members_up(members(3).without(NodeId(9)));
+    let flood = ports_directed_by(C, 40000, 300);
+    let syns = flood.iter().map(|&p| from_host(C, SERVER).tcp(p, 80, C_ISN, 0, SYN, 64240, &SYN_OPTS, b"")).collect();
+    let mut left = bed.send_burst(C, IN, syns).len();
+    assert_eq!(left, 300 - MAX_HELD / 2, "the owned SYNs leave at once");
+    let c = bed.cluster(C).counters;
+    assert_eq!(c.syn_guard_queries, (MAX_HELD / 2) as u64, "C holds its own SYNs up to half its hold");
+    assert_eq!(c.syn_guard_skipped, (300 - MAX_HELD / 2) as u64, "then owns them at once");
+    assert_eq!(bed.drops(C, DropReason::ClusterPendingFull), 0);
+    assert_eq!(c.held_full, 0);
+    // Every SYN leaves: the owned ones at once, the held ones when their
+    // hold ends (the others' markers or the deadline elect C).
+    left += bed.tick(DEFAULT_DIRECTOR_HOLD.0 / 1_000_000 + 1).len();
+    assert_eq!(left, 300);
 }

@@ -46,6 +46,10 @@ use std::sync::Arc;
 
 /// Capacity of each hand-off queue (mbufs).
 pub const HANDOFF_CAPACITY: usize = 2048;
+/// Frames the worker takes from `to_worker` per loop, at most: four
+/// bursts, so it drains a hand-off four times as fast as one of its own
+/// queues (a loop stays bounded).
+pub const HANDOFF_DRAIN: usize = 4 * dpdk_sys::BURST_SIZE;
 /// The UDP source port of control-channel messages.
 pub const CONTROL_SRC_PORT: u16 = CCL_UDP_PORT + CONTROL_CHANNEL as u16;
 

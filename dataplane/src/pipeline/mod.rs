@@ -73,7 +73,7 @@ pub mod trace;
 pub use arphold::ArpHoldCounters;
 pub use cluster::{
     ClusterCounters, ClusterCountersSnapshot, ClusterSpec, ClusterSpecError, Role, SyncProgress,
-    DEFAULT_DIRECTOR_HOLD, DEFAULT_SYN_GUARD, MAX_HELD, MAX_PENDING, SYNC_MARKER_EVERY, SYNC_MARKER_FOR, SYNC_WAIT,
+    DEFAULT_DIRECTOR_HOLD, DEFAULT_SYN_GUARD, MAX_HELD, MAX_PENDING, SYN_GUARD_PENDING, SYNC_MARKER_EVERY, SYNC_MARKER_FOR, SYNC_WAIT,
 };
 pub use config::{
     InterfaceSpec, PipelineConfig, PipelineError, Policy, RouteSpec, RuleSpec, DEFAULT_MTU, MAX_MTU, MIN_MTU,

@@ -802,6 +802,15 @@ impl ClusterPath {
         self.local_len != 0
     }
 
+    /// Queue an answer for this node's own parked frames (`query_id`);
+    /// false when the queue is full.
+    pub(super) fn push_local_release(&mut self, query_id: u32, owner: Option<NodeId>) -> bool {
+        let Some(slot) = self.local_releases.get_mut(self.local_len) else { return false };
+        *slot = (query_id, owner);
+        self.local_len += 1;
+        true
+    }
+
     #[inline]
     pub fn next_local_release(&mut self) -> Option<(u32, Option<NodeId>)> {
         if self.local_len == 0 {
@@ -815,12 +824,9 @@ impl ClusterPath {
     /// release to ourselves.
     fn answer(&mut self, now: Timestamp, link: &mut Link<'_>, h: HeldQuery, owner: Option<NodeId>) {
         if h.from == self.me {
-            if let Some(slot) = self.local_releases.get_mut(self.local_len) {
-                *slot = (h.query_id, owner);
-                self.local_len += 1;
-            }
-            // Full (never: one per held query of ours, at most a burst's):
-            // the frames wait for their pending timeout.
+            // Full (never: room for every held query of ours): the frames
+            // wait for their pending timeout.
+            self.push_local_release(h.query_id, owner);
             return;
         }
         let reply = Message::OwnerReply(OwnerReply { query_id: h.query_id, flow: h.flow, owner });

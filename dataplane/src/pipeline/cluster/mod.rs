@@ -182,6 +182,16 @@ pub const SYNC_MARKER_FOR: Duration = Duration::from_secs(3);
 /// frames are found by tag (`FramePool::tagged`), not by a scan of the
 /// pool's slots.
 pub const MAX_PENDING: usize = 1024;
+/// Within the SYN guard a SYN is parked and asked about only while fewer
+/// frames than this wait for answers (and fewer than `MAX_HELD / 2` of
+/// the director's own are held): past it, a SYN flood in the window would
+/// fill the table and lose the legitimate SYNs with the flood's
+/// (`cluster-pending-full`, flood_kinds). The SYNs beyond are owned at
+/// once (R1, `syn_guard_skipped`): the guard's protection of a handshake
+/// moved by the change is given up for them, their other half stays for
+/// every other query (ACKs at non-owners, UDP replies).
+pub const SYN_GUARD_PENDING: usize = MAX_PENDING / 2;
+const LOCAL_RELEASES: usize = MAX_HELD + SYN_GUARD_PENDING;
 /// Frame slots: pending frames plus generated frames between two
 /// `drain_generated` calls (CCL messages, forwarded batches being filled,
 /// and the frames of received batches: up to `BATCH_MAX_FRAMES` per CCL
@@ -517,6 +527,13 @@ pub struct ClusterCounters {
     pub sync_done_repeated: u64,
     /// SYNs parked and asked about within the SYN guard window.
     pub syn_guard_queries: u64,
+    /// SYNs within the window owned at once because the pending table (or
+    /// the director's hold) was half full: a SYN flood in the window
+    /// (`SYN_GUARD_PENDING`).
+    pub syn_guard_skipped: u64,
+    /// SYNs the guard asked about whose query went unanswered
+    /// (`PENDING_TIMEOUT`), owned then instead of dropped.
+    pub guard_timeouts_owned: u64,
     /// RST|ACKs whose owner came from the cookie (ack − 1, R6).
     pub rst_cookie_decoded: u64,
     /// Director hold: queries held for a registration in flight, answered
@@ -621,6 +638,8 @@ crate::impl_stats!(ClusterCounters {
     counter sync_wait_timeouts,
     counter sync_done_repeated,
     counter syn_guard_queries,
+    counter syn_guard_skipped,
+    counter guard_timeouts_owned,
     counter rst_cookie_decoded,
     counter queries_held,
     counter held_answered,
@@ -804,7 +823,11 @@ pub(crate) struct ClusterPath {
     held: Vec<HeldQuery>,
     /// Answers to this node's own held queries, for the pipeline to
     /// release (`next_local_release`).
-    local_releases: [(u32, Option<NodeId>); MAX_HELD],
+    /// Answers for this node's own parked frames, released by the
+    /// pipeline (`next_local_release`): its held queries' (at most
+    /// `MAX_HELD`) and its guard SYNs' whose query timed out (at most
+    /// `SYN_GUARD_PENDING`).
+    local_releases: [(u32, Option<NodeId>); LOCAL_RELEASES],
     local_len: usize,
     pub counters: ClusterCounters,
 }
@@ -874,6 +897,9 @@ pub(crate) struct Pending {
     /// R12: the query went to this node's local director; on "none" ask
     /// this global director, with this election flag.
     pub fallback: Option<(NodeId, bool)>,
+    /// A SYN the guard asked about (a TCP election): unanswered at its
+    /// deadline it is owned here rather than dropped (`expire_pending`).
+    pub guard_syn: bool,
 }
 
 /// A `ForwardedBatch` being filled in a pool slot: its payload starts at
@@ -1033,7 +1059,7 @@ impl ClusterPath {
             done_next: 0,
             joined_at: [Epoch(0); NodeId::MAX_NODES],
             held: Vec::with_capacity(MAX_HELD),
-            local_releases: [(0, None); MAX_HELD],
+            local_releases: [(0, None); LOCAL_RELEASES],
             local_len: 0,
             counters: ClusterCounters::default(),
         })

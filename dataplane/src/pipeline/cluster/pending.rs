@@ -114,6 +114,7 @@ impl ClusterPath {
             ifx,
             frag: rx.frag,
             fallback,
+            guard_syn: elect && key.proto == crate::ip_proto::TCP,
         };
         self.pool.park_tagged(i, p, [query_id, key_tag(&key)]);
         if !copied {
@@ -209,14 +210,42 @@ impl ClusterPath {
     }
 
     /// Drop the frames whose query went unanswered for `PENDING_TIMEOUT`.
+    ///
+    /// A SYN the guard asked about is owned instead (R1, as outside the
+    /// guard; `guard_timeouts_owned`): its director did not answer in
+    /// time, most likely because the CCL lost the query or the reply under
+    /// load, and the flow is most likely new; dropped, the client would
+    /// retransmit it a second later. Its frames (all of its query's) are
+    /// released by the pipeline (`next_local_release`, owner: this node).
     pub(super) fn expire_pending(&mut self, now: Timestamp) {
         if self.pool.parked() == 0 {
             return;
         }
         for i in 0..self.pool.len() as u16 {
-            if self.pool.parked_meta(i).is_some_and(|p| p.deadline <= now) {
-                self.pool.release(i);
-                self.counters.pending_timeouts += 1;
+            let Some(p) = self.pool.parked_meta(i).filter(|p| p.deadline <= now) else { continue };
+            if p.guard_syn && self.release_own(p.query_id) {
+                self.counters.guard_timeouts_owned += 1;
+                continue;
+            }
+            self.pool.release(i);
+            self.counters.pending_timeouts += 1;
+        }
+    }
+
+    /// Queue the frames parked under `query_id` for release as this
+    /// node's (their deadlines pushed out meanwhile); false when the
+    /// release queue is full.
+    fn release_own(&mut self, query_id: u32) -> bool {
+        if !self.push_local_release(query_id, Some(self.me)) {
+            return false;
+        }
+        let mut from = 0;
+        loop {
+            let Some(i) = self.pool.tagged(0, query_id, from).next() else { return true };
+            from = usize::from(i) + 1;
+            if let Some(mut p) = self.pool.parked_meta(i).filter(|p| p.query_id == query_id) {
+                p.deadline = Timestamp::MAX;
+                self.pool.park_tagged(i, p, [query_id, key_tag(&p.key)]);
             }
         }
     }

@@ -2,7 +2,7 @@
 //! path"), and carrying out a plan other than owning it.
 
 use super::send::Wrap;
-use super::{canonical, live, ClusterPath, Link, Record, Role};
+use super::{canonical, live, ClusterPath, Link, Record, Role, MAX_HELD, SYN_GUARD_PENDING};
 use crate::buf::PacketBuf;
 use crate::conntrack::{tcp_flags, ConnTable, L4Info, TcpState, Timeouts};
 use crate::pipeline::context::{Outcome, Rx, Via};
@@ -166,13 +166,22 @@ impl ClusterPath {
                         // The SYN guard (docs/failover.md): after a member
                         // change ECMP may have moved a handshake from its
                         // owner; the director says who owns it (or elects
-                        // us, R8) before any cookie ISN leaves.
+                        // us, R8) before any cookie ISN leaves — while the
+                        // pending table has room for it (a flood).
+                        if self.pool.parked() >= SYN_GUARD_PENDING {
+                            self.counters.syn_guard_skipped += 1;
+                            return Plan::Own;
+                        }
                         self.counters.syn_guard_queries += 1;
                         return Plan::Query { director, elect: true };
                     }
                     if local && self.settling(now, conn) {
                         // The director, while owners re-register: the
                         // handshake may be owned elsewhere (`settling`).
+                        if self.held.len() >= MAX_HELD / 2 {
+                            self.counters.syn_guard_skipped += 1;
+                            return Plan::Own;
+                        }
                         self.counters.syn_guard_queries += 1;
                         return Plan::Query { director: me, elect: true };
                     }
