@@ -284,19 +284,21 @@ fn replay_of_same_datagram() {
 fn out_of_order_and_too_old() {
     let mut s = sealer();
     let hb = Message::Heartbeat(Heartbeat { priority: 1, state: 1, member_bitmap: 1, ..Heartbeat::default() });
-    let ds: Vec<Vec<u8>> = (0..200).map(|_| seal(&mut s, &hb)).collect();
+    let n = (crate::ccl::WINDOW + 200) as usize;
+    let ds: Vec<Vec<u8>> = (0..n).map(|_| seal(&mut s, &hb)).collect();
     let mut o = opener();
-    // 1..=50, then 200, then 100 (age 100: inside the window), 60 (age
-    // 140: too old).
+    // 1..=50, then the last (WINDOW + 200), then 300 (inside the window),
+    // 150 (age WINDOW + 50: too old), 201 (age WINDOW − 1: the window's
+    // last slot), 200 (age WINDOW).
     for d in &ds[..50] {
         o.open(d).unwrap();
     }
-    assert_eq!(o.open(&ds[199]).unwrap().seq, 200);
-    assert_eq!(o.open(&ds[99]).unwrap().seq, 100);
-    assert_eq!(o.open(&ds[99]).unwrap_err(), CclDrop::Replay);
-    assert_eq!(o.open(&ds[59]).unwrap_err(), CclDrop::Replay);
-    assert_eq!(o.open(&ds[72]).unwrap().seq, 73); // age 127: the window's last slot
-    assert_eq!(o.open(&ds[71]).unwrap_err(), CclDrop::Replay);
+    assert_eq!(o.open(&ds[n - 1]).unwrap().seq, n as u64);
+    assert_eq!(o.open(&ds[299]).unwrap().seq, 300);
+    assert_eq!(o.open(&ds[299]).unwrap_err(), CclDrop::Replay);
+    assert_eq!(o.open(&ds[149]).unwrap_err(), CclDrop::Replay);
+    assert_eq!(o.open(&ds[200]).unwrap().seq, 201);
+    assert_eq!(o.open(&ds[199]).unwrap_err(), CclDrop::Replay);
 }
 
 #[test]
