@@ -1,12 +1,13 @@
 //! A fixed pool of frame slots, generic over what its user keeps about a
 //! parked frame, plus `SlotBuf`, the `PacketBuf` over one slot.
 //!
-//! Three users on the packet path each own one pool: the cluster path
+//! Four users on the packet path each own one pool: the cluster path
 //! (frames waiting for an owner reply, generated CCL messages, frames of
-//! received batches), the fragment path (released held fragments) and the
-//! ARP hold (frames waiting for their next hop's MAC). Each picks its own
-//! metadata type `M` for a parked slot (`Parked(M)`); the pool knows
-//! nothing about clusters, fragments or ARP.
+//! received batches), the fragment path (released held fragments), the
+//! ARP hold (frames waiting for their next hop's MAC) and the SYN proxy's
+//! hold (client segments waiting for their connection's splice). Each
+//! picks its own metadata type `M` for a parked slot (`Parked(M)`); the
+//! pool knows nothing about clusters, fragments, ARP or the proxy.
 //!
 //! A slot is in exactly one state:
 //! - `Free`: on the free list;

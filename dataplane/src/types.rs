@@ -359,8 +359,10 @@ drop_reasons! {
     /// (no route back to the client, a frame that cannot be rewritten).
     SynProxyCookie => "syn-proxy-cookie",
     /// A client segment of a proxied connection before the server answered
-    /// the proxy's SYN (its retransmission goes through once spliced), or
-    /// a server segment other than SYN-ACK or RST then.
+    /// the proxy's SYN that the SYN proxy could not hold (its connection's
+    /// `HOLD_PER_CONN` or the worker's `HOLD_SLOTS` reached, a fragment;
+    /// its retransmission goes through once spliced), or a server segment
+    /// other than SYN-ACK or RST then.
     SynProxyPending => "syn-proxy-pending",
 }
 

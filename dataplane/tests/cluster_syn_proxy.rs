@@ -94,3 +94,41 @@ fn the_owner_proxies_and_a_takeover_keeps_the_splice() {
         assert_eq!(bed.drops(n, DropReason::SynProxyPending), 0);
     }
 }
+
+/// The client's request sent before the server answered — one segment
+/// reaching the owner, one another member (sent to the owner) — is held
+/// by the owner and follows the handshake's last ACK to the server once
+/// the server's SYN-ACK (landing on a third member) splices the
+/// connection, in arrival order, with both deltas applied.
+#[test]
+fn the_owner_holds_the_early_request_until_the_splice() {
+    let mut bed = bed();
+    let out = bed.send(A, IN, from_host(A, SERVER).tcp(999, 80, 1, 0, SYN, 64240, &SYN_OPTS, b""));
+    assert_eq!(one(&out).1, OUT);
+    let cport = port_with_director(SERVER, 80, 6, 3, C);
+    let out = bed.send(A, IN, from_host(A, SERVER).tcp(cport, 80, C_ISN, 0, SYN, 64240, &SYN_OPTS, b""));
+    let (cookie, _, _, _) = tcp_fields(&one(&out).2);
+    let out = bed.send(A, IN, from_host(A, SERVER).tcp(cport, 80, C_ISN + 1, cookie.wrapping_add(1), ACK, 502, &[], b""));
+    let (isn, _, flags, _) = tcp_fields(&one(&out).2);
+    assert_eq!(flags, SYN);
+    let delta = isn.wrapping_sub(C_ISN);
+    // The request, in two segments: nothing reaches the server yet.
+    let out = bed.send(A, IN, from_host(A, SERVER).tcp(cport, 80, C_ISN + 1, cookie.wrapping_add(1), ACK, 502, &[], b"GET"));
+    assert!(out.is_empty(), "held at the owner: {out:?}");
+    let out = bed.send(B, IN, from_host(B, SERVER).tcp(cport, 80, C_ISN + 4, cookie.wrapping_add(1), ACK | PSH, 502, &[], b" /"));
+    assert!(out.is_empty(), "sent to the owner and held there: {out:?}");
+    assert_eq!(bed.nodes[A].counters().syn_proxy.held, 2);
+    // The server's SYN-ACK lands on C: the last ACK, then the request.
+    let synack = from_outside(C, SERVER).tcp(80, cport, S_ISN, isn.wrapping_add(1), SYN | ACK, 29200, &SYN_OPTS, b"");
+    let out = bed.send(C, OUT, synack);
+    assert_eq!(out.len(), 3, "{out:?}");
+    assert!(out.iter().all(|(n, p, _)| (*n, *p) == (A, OUT)));
+    assert_eq!(out[0].2, to_gw(A, SERVER).ttl(63).tcp(cport, 80, isn.wrapping_add(1), S_ISN + 1, ACK, 502, &[], b""), "the last ACK first");
+    assert_eq!(out[1].2, to_gw(A, SERVER).tcp(cport, 80, (C_ISN + 1).wrapping_add(delta), S_ISN + 1, ACK, 502, &[], b"GET"));
+    assert_eq!(out[2].2, to_gw(A, SERVER).tcp(cport, 80, (C_ISN + 4).wrapping_add(delta), S_ISN + 1, ACK | PSH, 502, &[], b" /"));
+    let a = bed.nodes[A].counters().syn_proxy;
+    assert_eq!((a.opened, a.spliced, a.held, a.released, a.held_dropped), (1, 1, 2, 2, 0));
+    for n in [A, B, C] {
+        assert_eq!(bed.drops(n, DropReason::SynProxyPending), 0);
+    }
+}

@@ -655,11 +655,22 @@ fn the_syn_proxy_answers_through_nat() {
     assert_eq!(v, Verdict::Forward(IN_PORT));
     assert_eq!((Ip(&s).dst(), Ip(&s).ports(), seq_ack(&s).2), (HOST, (50000, 80), SYN), "the SYN to the real server");
     assert!(Ip(&s).checksums_ok());
+    // The client's request before the server answered: held (translated
+    // in already), then sent behind the last ACK.
+    let early = from_outside(SERVER, WEB_MAPPED).tcp(50000, 8080, 8, cookie.wrapping_add(1), ACK, 1000, &[], b"GET");
+    assert_eq!(run(&mut p, 2, OUT_PORT, &early).0, Verdict::Consumed);
     let synack = from_host(SERVER).tcp(80, 50000, 900, 8, SYN | ACK, 1000, &SYN_OPTS, b"");
     let (v, last) = run(&mut p, 3, IN_PORT, &synack);
     assert_eq!(v, Verdict::Forward(IN_PORT), "the handshake's last ACK back to the server");
     assert_eq!((Ip(&last).src(), Ip(&last).dst(), seq_ack(&last)), (SERVER, HOST, (8, 901, ACK)));
     assert!(Ip(&last).checksums_ok());
+    let mut released = vec![];
+    p.drain_generated(|port, f| released.push((port, f.to_vec())));
+    assert_eq!(released.len(), 1);
+    let (port, r) = &released[0];
+    assert_eq!(*port, IN_PORT);
+    assert_eq!((Ip(r).src(), Ip(r).dst(), Ip(r).ports(), seq_ack(r)), (SERVER, HOST, (50000, 80), (8, 901, ACK)), "to the real server, in its space");
+    assert!(Ip(r).checksums_ok());
     let data = from_host(SERVER).tcp(80, 50000, 901, 8, ACK, 1000, &[], b"hello");
     let (v, out) = run(&mut p, 4, IN_PORT, &data);
     assert_eq!(v, Verdict::Forward(OUT_PORT));
@@ -678,11 +689,20 @@ fn the_syn_proxy_answers_through_nat() {
     assert_eq!((Ip(&s).src(), seq_ack(&s)), (PAT_ADDR, (500, 0, SYN)), "the SYN leaves from the pool");
     assert!(Ip(&s).checksums_ok());
     let mapped = Ip(&s).ports().0;
+    let early = from_host(SERVER).tcp(42000, 443, 501, cookie.wrapping_add(1), ACK, 502, &[], b"GET");
+    assert_eq!(run(&mut p, 6, IN_PORT, &early).0, Verdict::Consumed, "held");
     let synack = from_outside(SERVER, PAT_ADDR).tcp(443, mapped, 7000, 501, SYN | ACK, 29200, &SYN_OPTS, b"");
     let (v, last) = run(&mut p, 7, OUT_PORT, &synack);
     assert_eq!(v, Verdict::Forward(OUT_PORT));
     assert_eq!((Ip(&last).src(), Ip(&last).ports(), seq_ack(&last)), (PAT_ADDR, (mapped, 443), (501, 7001, ACK)), "the last ACK from the mapped endpoint");
     assert!(Ip(&last).checksums_ok());
+    let mut released = vec![];
+    p.drain_generated(|port, f| released.push((port, f.to_vec())));
+    assert_eq!(released.len(), 1);
+    let (port, r) = &released[0];
+    assert_eq!(*port, OUT_PORT);
+    assert_eq!((Ip(r).src(), Ip(r).ports(), seq_ack(r)), (PAT_ADDR, (mapped, 443), (501, 7001, ACK)), "from the mapped endpoint, in the server's space");
+    assert!(Ip(r).checksums_ok());
     // Spliced through PAT (the NAT fast path): both spaces translated.
     let req = from_host(SERVER).tcp(42000, 443, 501, cookie.wrapping_add(1), ACK, 502, &[], b"GET");
     let (v, out) = run(&mut p, 8, IN_PORT, &req);
@@ -696,4 +716,5 @@ fn the_syn_proxy_answers_through_nat() {
     assert!(Ip(&back).checksums_ok());
     assert!(p.counters().fast_path > 0);
     assert_eq!((p.counters().syn_proxy.opened, p.counters().syn_proxy.spliced), (2, 2));
+    assert_eq!((p.counters().syn_proxy.held, p.counters().syn_proxy.released), (2, 2));
 }

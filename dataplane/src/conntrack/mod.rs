@@ -1456,6 +1456,19 @@ impl ConnTable {
         }
     }
 
+    /// Whether `tuple`'s flow is a connection the SYN proxy opened that
+    /// still waits for the server's answer (`ProxyStage::Connecting`):
+    /// live, not reset, not idle past its timeout.
+    pub fn proxy_connecting(&self, now: Timestamp, tuple: &FiveTuple) -> bool {
+        let Some((h, _)) = self.lookup(tuple) else { return false };
+        match self.slots.get(h.0 as usize) {
+            Some(s @ Slot { live: true, kind: FlowKind::Tcp(c), .. }) => {
+                c.proxy == tcp::ProxyStage::Connecting && c.state != TcpState::Closed && !s.is_dead(now, &self.timeouts)
+            }
+            _ => false,
+        }
+    }
+
     /// The TCP state of a flow (for tests and diagnostics).
     pub fn tcp_state(&self, h: FlowHandle) -> Option<TcpState> {
         match self.slots.get(h.0 as usize) {

@@ -24,10 +24,13 @@
 //!
 //! Invariants: a segment is checked against a copy of the connection and
 //! nothing changes unless it is accepted (as in `tcp.rs`); while
-//! connecting, the client may only reset (its other segments are dropped
-//! as `syn-proxy-pending` until the server answers: the client retransmits
-//! them) and the server may only answer with SYN-ACK or RST; the stage
-//! only moves forward; nothing allocates or panics.
+//! connecting, the client may only reset (its other segments are refused
+//! as `syn-proxy-pending` until the server answers: the pipeline holds the
+//! first few and decides them again right after the splice,
+//! `pipeline::synproxy`; the client retransmits the rest) and the server
+//! may only answer with SYN-ACK or RST; the stage only moves forward;
+//! nothing allocates or panics. `ConnTable::proxy_connecting` tells the
+//! hold whether a connection still waits.
 //!
 //! [`ConnTable::open_proxied`]: super::ConnTable::open_proxied
 

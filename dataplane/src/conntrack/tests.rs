@@ -2162,7 +2162,7 @@ proptest! {
 /// `SynProxyCookie` (counted as a cookie, not refused); the client's ACK
 /// of the cookie opens the connection although the embryonic limit is
 /// reached; nothing passes while the server has not answered but a client
-/// RST; the server's SYN-ACK splices (`Answered`: the delta, the last ACK
+/// RST (the client's data is refused: the pipeline holds it); the server's SYN-ACK splices (`Answered`: the delta, the last ACK
 /// of the server's handshake); later segments translate both ways and are
 /// window-checked in the client's view; the state survives export/install.
 #[test]
@@ -2188,7 +2188,9 @@ fn syn_proxy_opens_splices_and_translates() {
     assert_eq!(t.open_proxied(now, &from(2), &ack, 1460, 54, || true).unwrap_err(), D::TcpNoFlow, "one flow per tuple");
     check_limit_counts(&t);
     // Connecting: the client's data and anything but SYN-ACK/RST from the
-    // server wait (dropped, the senders retransmit), nothing changes.
+    // server are refused, nothing changes (the pipeline holds the client's
+    // first segments for the splice, `pipeline::synproxy`; the server
+    // retransmits).
     let data = TcpSeg { payload_len: 100, ..seg(ACK | PSH, 5001, C + 1, 502) };
     assert_eq!(t.track(now, &from(2), &L4Info::Tcp(data), 154, || true).unwrap_err(), D::SynProxyPending);
     const S: u32 = 0x1234_0000;

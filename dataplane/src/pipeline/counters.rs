@@ -106,8 +106,9 @@ pub struct Counters {
     /// Routed to an egress port.
     pub forwarded: u64,
     /// `Verdict::Consumed` (frames held for ARP resolution, fragments held
-    /// for their first fragment; cluster mode: CCL control messages
-    /// handled, frames parked in the pending table).
+    /// for their first fragment, a proxied connection's client segments
+    /// held for its splice; cluster mode: CCL control messages handled,
+    /// frames parked in the pending table).
     pub consumed: u64,
     /// ARP requests answered.
     pub arp_replies: u64,

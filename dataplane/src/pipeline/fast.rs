@@ -23,6 +23,9 @@
 //! `ClusterPath::act` or `Flows::track` and the egress rewrite's
 //! `apply_xlate`) with the same arguments. So for every packet the fast
 //! path either does exactly what the general path would do, or nothing.
+//! (A client segment conntrack refuses while the SYN proxy connects,
+//! `syn-proxy-pending`, is held as the general path holds it,
+//! `SynProxy::hold_early`; the NAT fast path declines it instead.)
 //! `tests/fastpath_equivalence.rs` checks that on random traffic against a
 //! pipeline with the fast path off (`Pipeline::set_fast_path`), for a
 //! single node and for a three-node cluster.
@@ -274,6 +277,11 @@ impl FastPath {
                             return Some(Fast::Done(Outcome::Drop(r)));
                         }
                     }
+                    // The client's request while the SYN proxy connects:
+                    // held for the splice, as by the general path.
+                    Err(DropReason::SynProxyPending) => {
+                        return Some(Fast::Done(flows.proxy.hold_early(now, &tuple, in_port, rx, buf.data())));
+                    }
                     Err(r) => return Some(Fast::Done(Outcome::Drop(r))),
                 }
             }
@@ -281,6 +289,9 @@ impl FastPath {
                 let tracked = flows.table.track_existing(now, &tuple, &l4, len)?;
                 self.count += 1;
                 match tracked {
+                    Err(DropReason::SynProxyPending) => {
+                        return Some(Fast::Done(flows.proxy.hold_early(now, &tuple, in_port, rx, buf.data())));
+                    }
                     Err(r) => return Some(Fast::Done(Outcome::Drop(r))),
                     // A connection the SYN proxy spliced.
                     Ok(t) if t.splice != Splice::None => {
@@ -354,21 +365,31 @@ fn nat_forward<B: PacketBuf>(
             (what, t)
         }
     };
+    let t = match tracked {
+        Ok(t) => t,
+        // The client's request while the SYN proxy connects: the general
+        // path holds it (nothing changed yet).
+        Err(DropReason::SynProxyPending) => return None,
+        // Refused: dropped translated back, as by the general path (whose
+        // NAT inbound step comes first).
+        Err(r) => {
+            if let FastNat::In(id, real, port) = what {
+                refused_in(n, now, id, real, port, buf.data_mut().get_mut(HEADER_LEN..).unwrap_or(&mut []));
+            }
+            return Some(Outcome::Drop(r));
+        }
+    };
     let l3 = buf.data_mut().get_mut(HEADER_LEN..).unwrap_or(&mut []);
     let rewritten = match what {
         FastNat::In(id, real, port) => {
             n.fast_done(now, id, true);
             rewrite_transport(l3, ipv4::MIN_HEADER_LEN, proto, Endpoint::Destination, real, port)
         }
-        FastNat::Out(id, mapped, port) if tracked.is_ok() => {
+        FastNat::Out(id, mapped, port) => {
             n.fast_done(now, id, false);
             rewrite_transport(l3, ipv4::MIN_HEADER_LEN, proto, Endpoint::Source, mapped, port)
         }
-        _ => Ok(()),
-    };
-    let t = match tracked {
-        Err(r) => return Some(Outcome::Drop(r)),
-        Ok(t) => t,
+        FastNat::None => Ok(()),
     };
     if rewritten.is_err() {
         return Some(Outcome::Drop(DropReason::L4Truncated));
@@ -377,6 +398,16 @@ fn nat_forward<B: PacketBuf>(
         return Some(Outcome::Drop(r));
     }
     Some(out(buf, mac, eg.mac, eg.port))
+}
+
+/// Return traffic conntrack refused: translated back and touched, as by
+/// the general path's NAT inbound step, before it is dropped. (Out of
+/// line: `rewrite_transport` stays inlined in `nat_forward`.)
+#[cold]
+#[inline(never)]
+fn refused_in(n: &mut NatPath, now: Timestamp, id: crate::nat::XlateId, real: Ipv4Addr, port: Option<u16>, l3: &mut [u8]) {
+    n.fast_done(now, id, true);
+    let _ = crate::nat::rewrite(l3, Endpoint::Destination, real, port);
 }
 
 /// A single node's packet of a connection the SYN proxy spliced: its

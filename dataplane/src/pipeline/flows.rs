@@ -35,8 +35,18 @@ fn admission(acl: &mut Acl, ifx: IfIndex, egress: IfIndex, tuple: &FiveTuple, re
 }
 
 impl Flows {
-    pub fn new(table: ConnTable, acl: Acl) -> Self {
-        Flows { table, acl, created: 0, proxy: SynProxy::new() }
+    /// `slot_len`: bytes per slot of the SYN proxy's hold.
+    pub fn new(table: ConnTable, acl: Acl, slot_len: usize) -> Self {
+        Flows { table, acl, created: 0, proxy: SynProxy::new(slot_len) }
+    }
+
+    /// Free the SYN proxy's held segments whose connection is no longer
+    /// connecting or that waited too long (`poll_timers`).
+    pub fn expire_held(&mut self, now: Timestamp) {
+        if self.proxy.hold.len() > 0 {
+            let table = &self.table;
+            self.proxy.expire_held(now, |t| table.proxy_connecting(now, t));
+        }
     }
 
     /// Run conntrack for a packet this node owns, with anti-spoofing

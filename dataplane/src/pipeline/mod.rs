@@ -35,9 +35,11 @@
 //! (who runs conntrack), conntrack, and egress. Frames that come back out of
 //! a stage to be decided again — a forwarded or relayed frame unwrapped from
 //! the CCL, the frames of a received batch, frames an owner reply releases,
-//! fragments released by their first fragment — are run through the stages
-//! here (`ccl`, `release_parked`, `batch_frames`, `release_fragments`), so
-//! the stages never call each other back.
+//! fragments released by their first fragment, a proxied connection's
+//! early client segments released by the server's SYN-ACK — are run
+//! through the stages here (`ccl`, `release_parked`, `batch_frames`,
+//! `release_fragments`, `release_held`), so the stages never call each
+//! other back.
 //!
 //! Invariants:
 //! - `process` never allocates, locks, logs or panics (slice accesses are
@@ -123,11 +125,12 @@ use crate::types::Direction;
 use crate::wire::synproxy::Segment;
 use context::Xlate;
 use synproxy::ProxyStep;
-pub use synproxy::SynProxyCounters;
+pub use synproxy::{SynProxyCounters, HOLD_PER_CONN, HOLD_SLOTS, HOLD_TIMEOUT};
 
 /// The window the SYN proxy's SYN-ACK offers the client (unscaled): what
 /// Linux offers without window scaling (44 segments of 1460 bytes). Until
-/// the server answers the proxy drops the client's data (it retransmits).
+/// the server answers the proxy holds the client's first few segments
+/// (`synproxy::HOLD_PER_CONN`) and drops the rest (it retransmits).
 const PROXY_WINDOW: u16 = 64_240;
 
 /// Budget of flow slots inspected per `poll_timers` call.
@@ -207,8 +210,9 @@ enum Step {
     Handoff(WorkerId, HandoffNote),
     /// The SYN proxy sends this segment in the frame's place (`synproxy`),
     /// with the owner's sequence translation and, through NAT, from the
-    /// sender's mapped endpoint.
-    Proxy(ProxyStep, Option<context::Xlate>, Option<nat::Snat>),
+    /// sender's mapped endpoint; then, for the server's SYN-ACK, the
+    /// segments held for the client's tuple (`release_held`).
+    Proxy(ProxyStep, Option<context::Xlate>, Option<nat::Snat>, Option<FiveTuple>),
 }
 
 /// What `ipv4_in` was told about the frame by ingress.
@@ -250,7 +254,7 @@ impl Pipeline {
         Ok(Pipeline {
             ifaces: built.ifaces,
             routes: built.routes,
-            flows: Flows::new(ConnTable::new(cfg.flow_capacity, cfg.timeouts), built.acl),
+            flows: Flows::new(ConnTable::new(cfg.flow_capacity, cfg.timeouts), built.acl, slot_len),
             egress: Egress::new(arp, cfg.static_neighbors.clone(), slot_len),
             fast: FastPath::new(),
             ingress: Ingress::new(),
@@ -855,9 +859,17 @@ impl Pipeline {
                                 (Some(n), true) => Some(n.icmp_error_out(egress, ifx, &tuple).ok_or(DropReason::EmbryonicLimit)?),
                                 _ => None,
                             };
-                            break 'decide Step::Proxy(self.syn_cookie(now, &ip, &tuple, &l4, tags, l2, egress)?, None, snat);
+                            break 'decide Step::Proxy(self.syn_cookie(now, &ip, &tuple, &l4, tags, l2, egress)?, None, snat, None);
                         }
                         Err(DropReason::SynProxyCookie) => return Err(DropReason::EmbryonicLimit),
+                        // The client's request while the proxy connects:
+                        // held for the splice (`synproxy`).
+                        Err(DropReason::SynProxyPending) if note.is_none() => {
+                            return match self.flows.proxy.hold_early(now, &tuple, in_port, rx, buf.data()) {
+                                Outcome::Drop(r) => Err(r),
+                                o => Ok(o),
+                            };
+                        }
                         Err(e) => return Err(e),
                     };
                     if let Splice::Answered { seq, ack, window, .. } = tracked.splice {
@@ -874,7 +886,9 @@ impl Pipeline {
                             _ => None,
                         };
                         self.flows.proxy.counters.spliced += 1;
-                        break 'decide Step::Proxy(ProxyStep { route, seg, back: true }, x, snat);
+                        // The client's segments held meanwhile follow it.
+                        let held = (self.flows.proxy.hold.len() > 0).then(|| tuple.reversed());
+                        break 'decide Step::Proxy(ProxyStep { route, seg, back: true }, x, snat, held);
                     }
                     if let Splice::Opened { isn, window, mss } = tracked.splice {
                         opened = Some(Segment { seq: isn, ack: 0, flags: tcp_flags::SYN, window, mss: Some(mss) });
@@ -903,7 +917,7 @@ impl Pipeline {
             // The client's ACK of a SYN-proxy cookie opened the connection:
             // the server gets the SYN (translated as the flow is).
             if let Some(seg) = opened {
-                break 'decide Step::Proxy(ProxyStep { route: Route { next_hop, egress, tags, l2 }, seg, back: false }, xlate, snat);
+                break 'decide Step::Proxy(ProxyStep { route: Route { next_hop, egress, tags, l2 }, seg, back: false }, xlate, snat, None);
             }
             Step::Route { route: Route { next_hop, egress, tags, l2 }, icmp_error, xlate, snat, dnat: frag_dnat }
         };
@@ -948,13 +962,14 @@ impl Pipeline {
                 self.handoff = Some(n);
                 Ok(Outcome::Handoff(w))
             }
-            Step::Proxy(p, xlate, snat) => {
-                p.rewrite(l2, buf)?;
-                if let Some((addr, port)) = snat {
-                    let l3 = buf.data_mut().get_mut(l2..).unwrap_or(&mut []);
-                    crate::nat::rewrite(l3, crate::nat::Endpoint::Source, addr, port).map_err(|_| DropReason::L4Truncated)?;
+            Step::Proxy(p, xlate, snat, held) => {
+                let sent = self.proxy_send(now, l2, p, xlate, snat, buf);
+                // Behind the handshake's last ACK (this frame's verdict):
+                // the client's held segments, now spliced.
+                if let Some(client) = held {
+                    self.release_held(now, &client);
                 }
-                self.egress.forward(now, &self.ifaces, p.route, xlate, buf)
+                sent
             }
             Step::FragOwner(fo) => {
                 let Some(cl) = self.cluster.as_deref_mut() else {
@@ -966,6 +981,49 @@ impl Pipeline {
                 self.frag.counters.to_fragment_owner += 1;
                 Ok(Outcome::Forward(port))
             }
+        }
+    }
+
+    /// Send the SYN proxy's segment in the frame's place: rewritten, from
+    /// the sender's mapped endpoint through NAT (`snat`), out of egress
+    /// with the owner's sequence translation.
+    fn proxy_send<B: PacketBuf>(
+        &mut self,
+        now: Timestamp,
+        l2: usize,
+        p: ProxyStep,
+        xlate: Option<Xlate>,
+        snat: Option<nat::Snat>,
+        buf: &mut B,
+    ) -> Result<Outcome, DropReason> {
+        p.rewrite(l2, buf)?;
+        if let Some((addr, port)) = snat {
+            let l3 = buf.data_mut().get_mut(l2..).unwrap_or(&mut []);
+            crate::nat::rewrite(l3, crate::nat::Endpoint::Source, addr, port).map_err(|_| DropReason::L4Truncated)?;
+        }
+        self.egress.forward(now, &self.ifaces, p.route, xlate, buf)
+    }
+
+    /// The server's SYN-ACK spliced the connection of `client` (its
+    /// client's tuple): decide the client's segments held meanwhile
+    /// (`synproxy::ProxyHold`), oldest first, as they were received — each
+    /// is now tracked and translated like any later segment of the
+    /// connection (the server-side delta, the cluster's, NAT) — and queue
+    /// them for `drain_generated`, behind the handshake's last ACK.
+    #[cold]
+    #[inline(never)]
+    fn release_held(&mut self, now: Timestamp, client: &FiveTuple) {
+        let before = self.flows.proxy.hold.next_seq();
+        while let Some(mut t) = self.flows.proxy.hold.take(client, before) {
+            let (in_port, rx) = (t.in_port, Rx { force_own: true, ..t.rx });
+            let mut sb = SlotBuf::over(&mut t.mem, t.start, t.end);
+            let outcome = if self.trace.is_some() {
+                self.traced(now, trace::TraceFrom::Parked, &mut sb, |p, b| p.classify(now, in_port, b, rx))
+            } else {
+                self.classify(now, in_port, &mut sb, rx)
+            };
+            let (start, end) = (sb.start, sb.end);
+            self.flows.proxy.finish_held(t.slot, t.mem, start, end, outcome);
         }
     }
 
@@ -1257,7 +1315,8 @@ impl Pipeline {
 
     /// Hand every frame generated since the last call to `f`, in order: ARP
     /// requests, then (cluster) the burst's sealed CCL frames and released
-    /// pending frames, released fragments, egress fragments (each
+    /// pending frames, the SYN proxy's released held segments, released
+    /// fragments, egress fragments (each
     /// datagram's but the first), ICMP errors, frames released by ARP
     /// replies.
     /// Each is counted as transmitted on its port.
@@ -1272,6 +1331,7 @@ impl Pipeline {
             cl.end_burst();
             cl.drain(&mut out);
         }
+        self.flows.proxy.hold.drain(&mut out);
         self.frag.drain(&mut out);
         self.egress.drain_fragments(&mut out);
         self.icmp.drain(&mut out);
@@ -1287,11 +1347,12 @@ impl Pipeline {
         }
     }
 
-    /// Periodic work, bounded: expire up to `EXPIRE_BUDGET` flow slots, age
-    /// the ARP cache and the hold queue, the cluster's and the fragment
-    /// path's timers.
+    /// Periodic work, bounded: expire up to `EXPIRE_BUDGET` flow slots and
+    /// the SYN proxy's held segments, age the ARP cache and the hold queue,
+    /// the cluster's and the fragment path's timers.
     pub fn poll_timers(&mut self, now: Timestamp) {
         self.flows.table.expire(now, EXPIRE_BUDGET);
+        self.flows.expire_held(now);
         // A trace past its deadline: off the packet path, its events kept.
         if self.trace.as_deref().is_some_and(|t| !t.active(now)) {
             self.trace_done = self.trace.take();
@@ -1560,6 +1621,7 @@ impl Pipeline {
     /// may own these connections now.
     pub fn reset(&mut self, now: Timestamp) {
         self.flows.table.clear();
+        self.flows.proxy.clear_held();
         if let Some(cl) = self.cluster.as_deref_mut() {
             cl.reset(now);
             // NAT: no xlate survives (every flow is gone); the blocks

@@ -13,16 +13,43 @@
 //!  later packets: `Splice::Xlate` (egress translates both sequence spaces)
 //! ```
 //!
+//! A real client sends its request right behind its ACK, long before the
+//! server's SYN-ACK can come back: while the connection is `Connecting`
+//! conntrack refuses the client's segments (`syn-proxy-pending`) and this
+//! stage *holds* them instead (`ProxyHold`, the ARP hold's and the pending
+//! table's `FramePool` with its own metadata): copied as received (after
+//! NAT inbound, before any other change) into one of `HOLD_SLOTS` slots,
+//! at most `HOLD_PER_CONN` per connection (`Verdict::Consumed`, counted
+//! `held`). When the server's SYN-ACK splices the connection the pipeline
+//! decides them again, oldest first, right after the handshake's last ACK
+//! (`Pipeline::release_held`): now spliced, each is tracked and translated
+//! like any later segment of the connection (the server-side delta, the
+//! cluster's, NAT) and queued for `drain_generated` behind the ACK (the
+//! frame's own verdict) — `released`. A frame that finds no room (pool
+//! full, the connection's bound reached, too long for a slot) is dropped
+//! as before (`syn-proxy-pending`). Held frames whose connection is no
+//! longer connecting (a RST from either side, the flow expired or gone)
+//! or that waited `HOLD_TIMEOUT` are freed by `expire` (`poll_timers`) and
+//! counted `held_dropped` (they were counted `consumed` when held: a drop
+//! reason would count them twice), as are released frames the pipeline
+//! then drops.
+//!
 //! Invariants: no state is kept for a SYN answered with a cookie (a
 //! spoofed flood costs one SipHash and one rewritten frame per SYN); an
 //! unknown ACK is checked against the cookies only while this worker has
 //! sent cookies in the last two cookie periods (`check_until`), so outside
 //! a flood the stage costs the established path nothing; the frame is
 //! resized and rewritten only after every check passed (a failed rewrite
-//! drops it, counted); nothing allocates.
+//! drops it, counted); nothing allocates (the hold's slots are reserved by
+//! `SynProxy::new`), and the hold costs the established path nothing (it
+//! is reached only from conntrack's `syn-proxy-pending` refusal and the
+//! SYN-ACK that splices).
 
+use super::context::{Outcome, Rx};
 use super::egress::Route;
 use crate::buf::PacketBuf;
+use crate::slots::{FramePool, SlotMem, SLOT_HEADROOM};
+use crate::types::{Duration, PortId};
 use crate::conntrack::synproxy::{ProxyCookies, PERIOD};
 use crate::conntrack::{tcp_flags, L4Info};
 use crate::types::{DropReason, FiveTuple, Timestamp};
@@ -43,9 +70,27 @@ pub struct SynProxyCounters {
     /// no valid cookie (dropped as before: `tcp-no-flow`, or asked about in
     /// a cluster).
     pub bad_cookies: u64,
+    /// Client segments held while their connection was connecting
+    /// (`Verdict::Consumed`); each ends in `released` or `held_dropped`.
+    pub held: u64,
+    /// Held segments sent on once the server's SYN-ACK spliced their
+    /// connection (or handed to the ARP hold on their way out).
+    pub released: u64,
+    /// Held segments freed unsent: their connection never spliced within
+    /// `HOLD_TIMEOUT` (server silent), was reset or expired, or the
+    /// pipeline dropped them when they were decided after the splice.
+    pub held_dropped: u64,
 }
 
-crate::impl_stats!(SynProxyCounters { counter cookies_sent, counter opened, counter spliced, counter bad_cookies });
+crate::impl_stats!(SynProxyCounters {
+    counter cookies_sent,
+    counter opened,
+    counter spliced,
+    counter bad_cookies,
+    counter held,
+    counter released,
+    counter held_dropped,
+});
 
 /// One worker's SYN proxy.
 pub(crate) struct SynProxy {
@@ -53,11 +98,54 @@ pub(crate) struct SynProxy {
     /// Unknown ACKs are checked against the cookies until then.
     check_until: Timestamp,
     pub counters: SynProxyCounters,
+    /// Client segments waiting for their connection's splice.
+    pub hold: ProxyHold,
 }
 
 impl SynProxy {
-    pub fn new() -> SynProxy {
-        SynProxy { cookies: ProxyCookies::new(random_key()), check_until: Timestamp::ZERO, counters: SynProxyCounters::default() }
+    /// `slot_len`: bytes per held frame's slot (`slots::slot_len_for`).
+    pub fn new(slot_len: usize) -> SynProxy {
+        SynProxy {
+            cookies: ProxyCookies::new(random_key()),
+            check_until: Timestamp::ZERO,
+            counters: SynProxyCounters::default(),
+            hold: ProxyHold::new(slot_len),
+        }
+    }
+
+    /// A client segment conntrack refused while its connection connects
+    /// (`SynProxyPending`): hold a copy of `frame` (as received on
+    /// `in_port`, `rx`; not a fragment) for the splice — `Consumed` — or,
+    /// without room, drop it as before.
+    #[cold]
+    #[inline(never)]
+    pub fn hold_early(&mut self, now: Timestamp, tuple: &FiveTuple, in_port: PortId, rx: Rx, frame: &[u8]) -> Outcome {
+        if rx.frag.is_some() || !self.hold.hold(now, tuple, in_port, rx, frame) {
+            return Outcome::Drop(DropReason::SynProxyPending);
+        }
+        self.counters.held += 1;
+        Outcome::Consumed
+    }
+
+    /// File the fate of a held frame decided after its splice (`take`),
+    /// its frame now at `start..end` of `mem`.
+    pub fn finish_held(&mut self, slot: u16, mem: SlotMem, start: usize, end: usize, outcome: Outcome) {
+        if self.hold.finish(slot, mem, start, end, outcome) {
+            self.counters.released += 1;
+        } else {
+            self.counters.held_dropped += 1;
+        }
+    }
+
+    /// Free the held frames whose connection is no longer connecting
+    /// (`connecting` says) or whose wait is over.
+    pub fn expire_held(&mut self, now: Timestamp, connecting: impl Fn(&FiveTuple) -> bool) {
+        self.counters.held_dropped += self.hold.expire(now, connecting);
+    }
+
+    /// Free every held frame (the flow table was cleared).
+    pub fn clear_held(&mut self) {
+        self.counters.held_dropped += self.hold.clear();
     }
 
     /// The cookie for a client's SYN of `tuple` (`isn`, its MSS option),
@@ -104,6 +192,172 @@ impl SynProxy {
     }
 }
 
+/// Frame slots for held client segments (2 KiB each: 64 KiB per worker).
+pub const HOLD_SLOTS: usize = 32;
+/// Segments held per connection, at most: what a client sends before the
+/// server could answer is its request (an HTTP GET, a TLS ClientHello: one
+/// or two segments); the rest is dropped as before and retransmitted.
+pub const HOLD_PER_CONN: usize = 4;
+/// How long a held segment waits for its connection's splice: the initial
+/// retransmission timeout (RFC 6298 §2.1, 1 s), after which the client
+/// has sent it again anyway. (Linux starts at 1 s too, 200 ms minimum.)
+pub const HOLD_TIMEOUT: Duration = Duration::from_millis(1000);
+
+/// A held segment: the client tuple of its connection, how it was
+/// received, until when it may wait; `seq` orders the held frames by
+/// arrival.
+#[derive(Copy, Clone, Debug)]
+struct Held {
+    tuple: FiveTuple,
+    in_port: PortId,
+    rx: Rx,
+    deadline: Timestamp,
+    seq: u64,
+}
+
+/// Client segments waiting for their connection's splice: the pool's
+/// parked slots, tagged with their tuple's hash.
+pub(crate) struct ProxyHold {
+    pool: FramePool<Held>,
+    /// Arrival order of held frames (oldest = smallest).
+    seq: u64,
+}
+
+/// A held frame taken out of its slot to be decided (`ProxyHold::take`);
+/// `SynProxy::finish_held` files its fate.
+pub(crate) struct Taken {
+    pub slot: u16,
+    pub in_port: PortId,
+    pub rx: Rx,
+    pub mem: SlotMem,
+    pub start: usize,
+    pub end: usize,
+}
+
+impl ProxyHold {
+    fn new(slot_len: usize) -> Self {
+        ProxyHold { pool: FramePool::new(HOLD_SLOTS, slot_len), seq: 0 }
+    }
+
+    /// Frames held now.
+    pub fn len(&self) -> usize {
+        self.pool.parked()
+    }
+
+    /// The arrival number the next held frame gets (`take` takes the
+    /// frames held before it).
+    pub fn next_seq(&self) -> u64 {
+        self.seq
+    }
+
+    /// How many frames of `tuple`'s connection are held, and the slot of
+    /// the oldest held before `before`.
+    fn of_conn(&self, tuple: &FiveTuple, before: u64) -> (usize, Option<u16>) {
+        let mut n = 0;
+        let mut oldest: Option<(u64, u16)> = None;
+        for i in self.pool.tagged(0, tag(tuple), 0) {
+            let Some(h) = self.pool.parked_meta(i).filter(|h| h.tuple == *tuple) else { continue };
+            n += 1;
+            if h.seq < before && oldest.is_none_or(|(q, _)| h.seq < q) {
+                oldest = Some((h.seq, i));
+            }
+        }
+        (n, oldest.map(|(_, i)| i))
+    }
+
+    /// Copy `frame` of `tuple`'s connection to wait for its splice.
+    /// False (nothing held): no free slot, `HOLD_PER_CONN` frames of the
+    /// connection held already, or too long for a slot.
+    fn hold(&mut self, now: Timestamp, tuple: &FiveTuple, in_port: PortId, rx: Rx, frame: &[u8]) -> bool {
+        if SLOT_HEADROOM + frame.len() > self.pool.slot_len() || self.of_conn(tuple, 0).0 >= HOLD_PER_CONN {
+            return false;
+        }
+        let Some(i) = self.pool.alloc() else { return false };
+        if !self.pool.fill(i, frame) {
+            self.pool.give_back(i);
+            return false;
+        }
+        let held = Held { tuple: *tuple, in_port, rx, deadline: now.saturating_add(HOLD_TIMEOUT), seq: self.seq };
+        self.pool.park_tagged(i, held, [tag(tuple), 0]);
+        self.seq += 1;
+        true
+    }
+
+    /// The oldest frame of `tuple`'s connection held before `before`
+    /// (`next_seq` when the release began: a frame held again while
+    /// released is not taken twice), its buffer moved out of the slot.
+    pub fn take(&mut self, tuple: &FiveTuple, before: u64) -> Option<Taken> {
+        if self.pool.parked() == 0 {
+            return None;
+        }
+        loop {
+            let i = self.of_conn(tuple, before).1?;
+            let h = self.pool.parked_meta(i)?;
+            match self.pool.take(i) {
+                Some((mem, start, end)) => return Some(Taken { slot: i, in_port: h.in_port, rx: h.rx, mem, start, end }),
+                // (Never: nothing else takes a held slot's buffer.)
+                None => self.pool.release(i),
+            }
+        }
+    }
+
+    /// Put a taken frame back and queue it for output (`Forward`) or free
+    /// it (`Consumed`: the pipeline kept a copy, held for its next hop's
+    /// ARP reply; a drop). True unless it was dropped.
+    fn finish(&mut self, slot: u16, mem: SlotMem, start: usize, end: usize, outcome: Outcome) -> bool {
+        self.pool.put_back(slot, mem, start, end);
+        match outcome {
+            Outcome::Forward(p) | Outcome::ArpReply(p) | Outcome::EchoReply(p) => {
+                self.pool.push_out(slot, p);
+                true
+            }
+            Outcome::Consumed => {
+                self.pool.release(slot);
+                true
+            }
+            Outcome::Drop(_) | Outcome::Handoff(_) => {
+                self.pool.release(slot);
+                false
+            }
+        }
+    }
+
+    /// Free the frames whose wait is over or whose connection is no
+    /// longer connecting. Returns how many.
+    fn expire(&mut self, now: Timestamp, connecting: impl Fn(&FiveTuple) -> bool) -> u64 {
+        let mut n = 0;
+        if self.pool.parked() == 0 {
+            return n;
+        }
+        for i in 0..self.pool.len() as u16 {
+            if self.pool.parked_meta(i).is_some_and(|h| h.deadline <= now || !connecting(&h.tuple)) {
+                n += 1;
+                self.pool.release(i);
+            }
+        }
+        n
+    }
+
+    /// Free every held frame. Returns how many.
+    fn clear(&mut self) -> u64 {
+        let n = self.pool.parked() as u64;
+        self.pool.clear();
+        n
+    }
+
+    /// Hand the released frames to `f` (from `drain_generated`).
+    pub fn drain(&mut self, f: &mut impl FnMut(PortId, &[u8])) {
+        self.pool.drain(f);
+    }
+}
+
+/// The slot tag of a connection's held frames (`FramePool::park_tagged`):
+/// its client tuple's hash folded to 32 bits, never 0.
+fn tag(tuple: &FiveTuple) -> u32 {
+    let h = crate::cluster::flow_hash(tuple);
+    ((h ^ (h >> 32)) as u32) | 1
+}
+
 fn random_key() -> [u8; 16] {
     use std::hash::BuildHasher;
     let s = std::collections::hash_map::RandomState::new();
@@ -144,5 +398,89 @@ impl ProxyStep {
         }
         let l3 = buf.data_mut().get_mut(l2..).ok_or(DropReason::EthTruncated)?;
         write_segment(l3, self.back, &self.seg).map_err(|_| DropReason::SynProxyCookie)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::slots::SLOT_LEN;
+    use std::net::{IpAddr, Ipv4Addr};
+
+    const T: Timestamp = Timestamp::from_secs(1);
+
+    fn conn(port: u16) -> FiveTuple {
+        FiveTuple { src: IpAddr::V4(Ipv4Addr::new(192, 0, 2, 8)), dst: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 10)), proto: 6, src_port: port, dst_port: 80 }
+    }
+
+    fn frame(tag: u8) -> Vec<u8> {
+        let mut f = vec![0u8; 60];
+        f[20] = tag;
+        f
+    }
+
+    /// Take every frame of `c` held so far, in order, sent on port 1.
+    fn release(h: &mut ProxyHold, c: &FiveTuple) -> Vec<u8> {
+        let before = h.next_seq();
+        let mut tags = vec![];
+        while let Some(x) = h.take(c, before) {
+            tags.push(x.mem[x.start + 20]);
+            assert!(h.finish(x.slot, x.mem, x.start, x.end, Outcome::Forward(PortId(1))));
+        }
+        tags
+    }
+
+    #[test]
+    fn held_per_connection_in_arrival_order_and_bounded() {
+        let mut h = ProxyHold::new(SLOT_LEN);
+        let n = HOLD_PER_CONN as u8;
+        for k in 0..n + 1 {
+            assert_eq!(h.hold(T, &conn(1), PortId(0), Rx::PORT, &frame(k)), k < n, "conn 1, frame {k}");
+            assert_eq!(h.hold(T, &conn(2), PortId(0), Rx::PORT, &frame(100 + k)), k < n);
+        }
+        assert_eq!(h.len(), 2 * HOLD_PER_CONN);
+        // Free conn 2's: conn 3's frames reuse its slots in another order.
+        assert_eq!(h.expire(T, |c| c.src_port != 2), u64::from(n));
+        for k in 0..n {
+            assert!(h.hold(T, &conn(3), PortId(0), Rx::PORT, &frame(50 + k)));
+        }
+        assert_eq!(release(&mut h, &conn(3)), (50..50 + n).collect::<Vec<_>>());
+        assert_eq!(release(&mut h, &conn(1)), (0..n).collect::<Vec<_>>());
+        assert!(release(&mut h, &conn(1)).is_empty(), "taken once");
+        let mut out = vec![];
+        h.drain(&mut |p, f| out.push((p, f[20])));
+        assert_eq!(out.len(), 2 * HOLD_PER_CONN);
+        assert!(out.iter().all(|(p, _)| *p == PortId(1)));
+        assert_eq!(h.len(), 0);
+    }
+
+    #[test]
+    fn a_frame_held_while_released_waits_for_the_next_release() {
+        let mut h = ProxyHold::new(SLOT_LEN);
+        assert!(h.hold(T, &conn(1), PortId(0), Rx::PORT, &frame(1)));
+        let before = h.next_seq();
+        let x = h.take(&conn(1), before).unwrap();
+        assert!(h.hold(T, &conn(1), PortId(0), Rx::PORT, &frame(2)));
+        assert!(!h.finish(x.slot, x.mem, x.start, x.end, Outcome::Drop(DropReason::TcpOutOfWindow)), "a drop");
+        assert!(h.take(&conn(1), before).is_none());
+        assert_eq!(h.len(), 1);
+    }
+
+    #[test]
+    fn a_full_pool_refuses_and_the_wait_ends() {
+        let mut h = ProxyHold::new(SLOT_LEN);
+        for c in 0..(HOLD_SLOTS / HOLD_PER_CONN) as u16 {
+            for k in 0..HOLD_PER_CONN as u8 {
+                assert!(h.hold(T, &conn(c), PortId(0), Rx::PORT, &frame(k)));
+            }
+        }
+        assert!(!h.hold(T, &conn(999), PortId(0), Rx::PORT, &frame(0)), "no slot left");
+        assert!(!h.hold(T, &conn(999), PortId(0), Rx::PORT, &vec![0u8; SLOT_LEN]), "too long");
+        assert_eq!(h.expire(Timestamp(T.0 + HOLD_TIMEOUT.0 - 1), |_| true), 0);
+        assert_eq!(h.expire(T.saturating_add(HOLD_TIMEOUT), |_| true), HOLD_SLOTS as u64);
+        assert_eq!(h.len(), 0);
+        let mut n = 0;
+        h.drain(&mut |_, _| n += 1);
+        assert_eq!(n, 0, "freed frames never leave");
     }
 }
