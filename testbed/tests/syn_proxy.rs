@@ -23,9 +23,10 @@
 //!     from the outside host run one after another from 1 s into the
 //!     flood to its end, and one right after it: each connects within
 //!     `CONNECT_BOUND` (curl's `time_connect`: the proxy's cookie SYN-ACK)
-//!     and completes with its sha256 (its first request may be dropped as
-//!     `syn-proxy-pending` until the server's handshake completes, then
-//!     retransmitted by the client: in the total time, not bounded);
+//!     and completes with its sha256 (its first request, sent before the
+//!     server's handshake completes, is held by the owner and sent behind
+//!     the handshake's last ACK: `held`/`released`; the total time is
+//!     reported, not bounded);
 //!     every management socket answers during the flood;
 //! (3) the peak SYN-RECV count stayed within `LIMIT + SLACK` (and reached
 //!     at least half the limit: the spoofed SYNs admitted under the limit
@@ -367,6 +368,9 @@ fn a_spoofed_syn_flood_from_outside_at_a_published_server_is_held_off_by_the_syn
             let opened = grown_by(&before, &after, "/syn_proxy", "opened");
             let spliced = grown_by(&before, &after, "/syn_proxy", "spliced");
             let bad = grown_by(&before, &after, "/syn_proxy", "bad_cookies");
+            let held = grown_by(&before, &after, "/syn_proxy", "held");
+            let released = grown_by(&before, &after, "/syn_proxy", "released");
+            let held_dropped = grown_by(&before, &after, "/syn_proxy", "held_dropped");
             let pending = grown_by(&before, &after, "/drops", "syn-proxy-pending");
             let cookie_drops = grown_by(&before, &after, "/drops", "syn-proxy-cookie");
             let full = grown_by(&before, &after, "/drops", "flow-table-full");
@@ -401,7 +405,8 @@ fn a_spoofed_syn_flood_from_outside_at_a_published_server_is_held_off_by_the_syn
                 "SUMMARY hping3 sent {} SYNs; the server's SYN-RECV peak {peak} over {samples} samples (limit {LIMIT}, \
                  slack {SLACK}, listen backlog {BACKLOG}); server kernel syncookies sent +{}, listen overflows +{}, \
                  listen drops +{}; cookies sent per member {cookies:?} (sum {}); opened {opened:?}, spliced {spliced:?}, \
-                 bad cookies {bad:?}; drops syn-proxy-pending {pending:?}, syn-proxy-cookie {cookie_drops:?}, \
+                 bad cookies {bad:?}; early segments held {held:?}, released {released:?}, freed unsent \
+                 {held_dropped:?}; drops syn-proxy-pending {pending:?}, syn-proxy-cookie {cookie_drops:?}, \
                  flow-table-full {full:?}; rx_missed +{missed}; class `published` embryonic after the flood: {}; \
                  downloads proxied {proxied} of {}, connect/total {}",
                 hping_sent.map_or("?".into(), |n| n.to_string()),
