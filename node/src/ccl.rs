@@ -46,10 +46,14 @@ use std::sync::Arc;
 
 /// Capacity of each hand-off queue (mbufs).
 pub const HANDOFF_CAPACITY: usize = 2048;
-/// Frames the worker takes from `to_worker` per loop, at most: four
-/// bursts, so it drains a hand-off four times as fast as one of its own
-/// queues (a loop stays bounded).
-pub const HANDOFF_DRAIN: usize = 4 * dpdk_sys::BURST_SIZE;
+/// Frames the worker takes from `to_worker` per loop, at most: all it
+/// can hold. Frames there were already received (and copied) once, by the
+/// control lcore; a frame left behind is a frame lost when the queue
+/// fills (a query, a reply, a forwarded packet), and one burst (then four)
+/// a loop let it overflow under floods on a starved bed
+/// (`to_worker_drops`, flood_kinds). Bounded by the queue's capacity, so
+/// a loop is too.
+pub const HANDOFF_DRAIN: usize = HANDOFF_CAPACITY;
 /// The UDP source port of control-channel messages.
 pub const CONTROL_SRC_PORT: u16 = CCL_UDP_PORT + CONTROL_CHANNEL as u16;
 

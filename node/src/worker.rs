@@ -259,12 +259,10 @@ impl Worker {
             if let Some(pi) = self.ccl_port.filter(|_| self.me.0 == 0) {
                 // CCL frames the control lcore received on its queue
                 // (worker 0 takes them, and passes on the others' as if
-                // received on its own queue). Up to `HANDOFF_DRAIN` a
-                // loop: the control lcore hands over up to its ring's
-                // worth a round, and the fanout's hash may put a busy
-                // peer's stream on that queue; at one burst a loop a
-                // starved worker let the hand-off overflow under floods
-                // (`to_worker_drops`, flood_kinds).
+                // received on its own queue). All of them
+                // (`HANDOFF_DRAIN`): the control lcore hands over up to
+                // its ring's worth a round, and the fanout's hash may put
+                // a busy peer's stream on that queue.
                 for _ in 0..crate::ccl::HANDOFF_DRAIN {
                     let Some(m) = ccl.to_worker.pop() else { break };
                     received += 1;

@@ -45,6 +45,8 @@ pub struct UpOptions {
     pub workers: u16,
     /// The nodes translate (`up --nat`, `--dynamic-nat`).
     pub nat: crate::topology::BedNat,
+    /// The cluster nodes' membership timers (`up --default-timers`).
+    pub timers: crate::topology::BedTimers,
 }
 
 /// `$CFW_TESTBED_DIR`, else `/tmp/cfw-testbed`.
@@ -175,7 +177,7 @@ pub fn up(o: &UpOptions) -> Result<State> {
             bail!("`{tool}` not found; run scripts/setup.sh");
         }
     }
-    let topo = Topology::new(o.nodes)?.with_mtu(o.mtu).with_workers(o.workers)?.with_nat(o.nat)?;
+    let topo = Topology::new(o.nodes)?.with_mtu(o.mtu).with_workers(o.workers)?.with_nat(o.nat)?.with_timers(o.timers);
     topo.validate()?;
     if o.kernel_router && topo.nodes.len() != 1 {
         bail!("--kernel-router is the single-node self-check; it does not combine with --nodes {}", o.nodes);

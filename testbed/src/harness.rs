@@ -257,11 +257,18 @@ pub struct Shape {
     pub workers: u16,
     /// The nodes translate (`up --nat`, `--dynamic-nat`).
     pub nat: crate::topology::BedNat,
+    /// Membership timers (`up --default-timers`).
+    pub timers: crate::topology::BedTimers,
 }
 
 impl Default for Shape {
     fn default() -> Shape {
-        Shape { mtu: crate::topology::BedMtu::default(), workers: 1, nat: crate::topology::BedNat::Off }
+        Shape {
+            mtu: crate::topology::BedMtu::default(),
+            workers: 1,
+            nat: crate::topology::BedNat::Off,
+            timers: crate::topology::BedTimers::Fast,
+        }
     }
 }
 
@@ -299,6 +306,7 @@ impl TestBed {
             mtu: shape.mtu,
             workers: shape.workers,
             nat: shape.nat,
+            timers: shape.timers,
         })?;
         Ok(TestBed { run_dir, bin_dir, _guard: guard, _lock: lock })
     }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use testbed::bed::{self, UpOptions};
 
 const USAGE: &str = "\
-usage: clusterfw-testbed up [--nodes N] [--mtu MTU] [--workers N] [--nat | --dynamic-nat] [--run-dir DIR] [--kernel-router]
+usage: clusterfw-testbed up [--nodes N] [--mtu MTU] [--workers N] [--nat | --dynamic-nat] [--default-timers] [--run-dir DIR] [--kernel-router]
        clusterfw-testbed down [--run-dir DIR]
        clusterfw-testbed status [--run-dir DIR] [--json]
        clusterfw-testbed kill|pause|resume|restart NODE [--run-dir DIR]
@@ -48,6 +48,9 @@ splits the CCL segment into groups (no carrier change), `heal` joins it.
   --dynamic-nat     as --nat, but each inside host leaves as one of
                     198.51.100.7-9 (dynamic NAT; a cluster's control node
                     hands them out, N4); one worker per node
+  --default-timers  cluster nodes run the configuration's default membership
+                    timers (heartbeat 1 s, hold time 3 s) instead of the
+                    bed's fast 100/300 ms (the flood tests)
   --run-dir DIR     state, node configs, logs, control sockets
                     (default $CFW_TESTBED_DIR, else /tmp/cfw-testbed)
   --kernel-router   (single node only) test-bed self-check: cfw-n1 is a plain Linux router
@@ -79,6 +82,7 @@ fn run(args: Vec<String>) -> Result<()> {
     let mut mtu = testbed::topology::BedMtu::default();
     let mut workers = 1u16;
     let mut nat = testbed::topology::BedNat::Off;
+    let mut timers = testbed::topology::BedTimers::Fast;
     let mut json = false;
     let mut operands: Vec<String> = Vec::new();
     let mut it = rest.iter();
@@ -103,6 +107,7 @@ fn run(args: Vec<String>) -> Result<()> {
             ("up", "--kernel-router") => kernel_router = true,
             ("up", "--nat") => nat = testbed::topology::BedNat::Pat,
             ("up", "--dynamic-nat") => nat = testbed::topology::BedNat::DynamicNat,
+            ("up", "--default-timers") => timers = testbed::topology::BedTimers::Product,
             ("up", "--mtu") => mtu = testbed::topology::BedMtu::parse(&value("--mtu")?)?,
             ("up", "--workers") => {
                 let v = value("--workers")?;
@@ -136,6 +141,7 @@ fn run(args: Vec<String>) -> Result<()> {
                 mtu,
                 workers,
                 nat,
+                timers,
             };
             let state = bed::up(&o)?;
             let what = if kernel_router {

@@ -237,11 +237,14 @@ pub fn node_yaml(node: &NodeSpec, socket: &str) -> String {
             );
         }
         // The bed's fast membership timers (issue 10's evidence runs with
-        // 100 ms heartbeats and a 300 ms hold time).
-        let _ = write!(
-            y,
-            "  heartbeat-interval: {BED_HEARTBEAT_MS}\n  hold-time: {BED_HOLD_MS}\n"
-        );
+        // 100 ms heartbeats and a 300 ms hold time), unless the bed runs
+        // the product's defaults.
+        if c.timers == crate::topology::BedTimers::Fast {
+            let _ = write!(
+                y,
+                "  heartbeat-interval: {BED_HEARTBEAT_MS}\n  hold-time: {BED_HOLD_MS}\n"
+            );
+        }
     }
     y
 }

@@ -151,6 +151,20 @@ pub struct NodeCluster {
     /// The node's CCL address (CIDR).
     pub ccl_address: String,
     pub members: Vec<MemberSpec>,
+    /// The membership timers the node runs (`up --default-timers`).
+    pub timers: BedTimers,
+}
+
+/// Which membership timers the bed's cluster nodes run.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub enum BedTimers {
+    /// `BED_HEARTBEAT_MS` / `BED_HOLD_MS` (100 / 300 ms): the failover
+    /// tests' fast detection (issue 10's evidence).
+    #[default]
+    Fast,
+    /// The configuration's defaults (no `heartbeat-interval` or
+    /// `hold-time` in the YAML: 1 000 / 3 000 ms), what an operator gets.
+    Product,
 }
 
 /// A firewall node: one `clusterfw` process in its own namespace.
@@ -518,6 +532,7 @@ impl Topology {
                     ccl_ifname: format!("n{k}-ccl"),
                     ccl_address: format!("{}/{}", a::ccl(k), a::CCL_PREFIX_LEN),
                     members: members.clone(),
+                    timers: BedTimers::Fast,
                 }),
             });
         }
@@ -635,6 +650,14 @@ impl Topology {
     /// host reaches 198.51.100.0/24 by its default route, through the
     /// node — on a cluster through the outside router, which spreads it
     /// over the members by ECMP as it does the client network.
+    /// Every cluster node with the membership timers `timers`.
+    pub fn with_timers(mut self, timers: BedTimers) -> Topology {
+        for c in self.nodes.iter_mut().filter_map(|n| n.cluster.as_mut()) {
+            c.timers = timers;
+        }
+        self
+    }
+
     pub fn with_nat(mut self, nat: BedNat) -> Result<Topology> {
         for n in &mut self.nodes {
             n.nat = nat;
