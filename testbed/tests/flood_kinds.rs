@@ -346,7 +346,8 @@ fn flood_step(bed: &TestBed, legit: &Legit, paced_log: &Path, tag: &str, source:
     let figures = format!(
         "{}; connect during (at {during_at:.1} s) {}, after {} (inside->server/outside->published); \
          management: slowest show stats {} during, {:.0} ms after; paced +{} KiB over {flood_secs:.1} s; \
-         drops grown: {}; CCL drops grown: {}; CCL hand-off grown: {}; membership counters grown: {}; rx_missed grown: {}; \
+         received on data ports: {}; drops grown: {}; CCL drops grown: {}; CCL hand-off grown: {}; \
+         membership counters grown: {}; rx_missed grown: {}; \
          {flows} flows held, {} embryonic evicted; cluster records and queries grown: {}",
         sent.as_ref().map(String::as_str).unwrap_or("no summary"),
         ms(&during),
@@ -357,6 +358,7 @@ fn flood_step(bed: &TestBed, legit: &Legit, paced_log: &Path, tag: &str, source:
         },
         slowest_after.as_secs_f64() * 1e3,
         p1.saturating_sub(p0) >> 10,
+        rx_grown(&before, &after_stats),
         grown(&before, &after_stats, "/drops"),
         grown(&before, &after_stats, "/cluster/ccl_drops"),
         grown_of(&before, &after_stats, "/cluster/driver", |k| k.starts_with("to_")),
@@ -394,6 +396,27 @@ fn missed_grown(before: &[Value], after: &[Value]) -> String {
     } else {
         parts.join(", ")
     }
+}
+
+/// Packets the members' data ports received during a step, per member
+/// and port (`rx_packets`; the CCL's left out): set beside what the flood
+/// tool sent, it shows how much the bed's kernel path (the routers' ECMP,
+/// the veths, the af_packet rings, whose overflows DPDK 22.11's af_packet
+/// does not report as `rx_missed`) lost before any node saw it — e.g. a
+/// one-flow ICMP flood all on one member.
+fn rx_grown(before: &[Value], after: &[Value]) -> String {
+    let mut parts = Vec::new();
+    for (k, (b, a)) in before.iter().zip(after).enumerate() {
+        for (i, p) in a["ports"].as_array().into_iter().flatten().enumerate() {
+            let name = p["name"].as_str().unwrap_or("?");
+            if name == "ccl" {
+                continue;
+            }
+            let d = p["rx_packets"].as_u64().unwrap_or(0).saturating_sub(b["ports"][i]["rx_packets"].as_u64().unwrap_or(0));
+            parts.push(format!("n{} {name} {d}", k + 1));
+        }
+    }
+    parts.join(", ")
 }
 
 /// The control node publishes `PUBLISHED` (a reload of its file with
