@@ -1481,10 +1481,6 @@ impl Membership {
                 following: None,
                 echo_sent: None,
                 confirmed: false,
-                // A member taking traffic already (an election after the
-                // control node was lost) renews its lease as before; the
-                // immediate echo is for a member's start (formation, join).
-                data_seen: p.hb.is_some_and(|h| h.state == State::Data),
             });
         }
         let set = MemberSet::from_members(epoch, members).unwrap_or(MemberSet::empty(epoch));
@@ -1585,7 +1581,6 @@ impl Membership {
                     following: None,
                     echo_sent: None,
                     confirmed: false,
-                    data_seen: false,
                 });
             }
             self.counters.members_admitted += 1;
@@ -1858,16 +1853,6 @@ impl Membership {
                         peer.follow_seq = peer.follow_seq.max(h.seq);
                         if matches!(st, State::Data | State::Syncing) {
                             m.confirmed = true;
-                        }
-                        // A member just ready (data) holds no lease until
-                        // this node echoes one of its data heartbeats, and
-                        // its data ports are up: echo at once rather than
-                        // an interval later (with the default 1 s
-                        // heartbeats the first connections after a start
-                        // or a rejoin were dropped as `cluster-fenced`).
-                        if st == State::Data && !m.data_seen {
-                            m.data_seen = true;
-                            self.hb_now = true;
                         }
                         if let Some(t) = echo_sent {
                             m.echo_sent = Some(m.echo_sent.map_or(t, |e| e.max(t)));

@@ -46,9 +46,6 @@ pub(super) struct MemberRec {
     pub(super) echo_sent: Option<Timestamp>,
     /// Seen following this control node since admitted.
     pub(super) confirmed: bool,
-    /// Seen following as a data member (ready, taking traffic): its first
-    /// such heartbeat is echoed at once (`on_heartbeat`).
-    pub(super) data_seen: bool,
 }
 
 #[derive(Clone, Debug)]
