@@ -427,9 +427,9 @@ fn publish(bed: &TestBed) -> Result<String> {
 
 // Ignored in `scripts/test.sh` until it passes reliably (docs/flood.md,
 // "On the test bed"). Seven 1-worker runs on 2026-12-05 while the SYN
-// guard, hand-off, replay-window and lease fixes went in: 3, 3, 2, 4, 1,
-// 3 and the baseline before any flood (the lease fix), 2 of 37 floods
-// over the 1 s bound. In the last run no lease lapsed, no CCL frame
+// guard, hand-off and replay-window fixes went in: 3, 3, 2, 4, 1, 3 and
+// the baseline before any flood (a started member's lease gap with the
+// default timers, docs/flood.md), 2 of 37 floods over the 1 s bound. In the last run no lease lapsed, no CCL frame
 // was lost in the hand-off, 2 893 were refused as replays; both failures
 // (a non-spoofed SYN flood from inside within the SYN guard: 1.35 / 2.05 s;
 // a non-spoofed 160 kpps ICMP flood from outside: 1.03 s) lost one
