@@ -314,7 +314,7 @@ mod tests {
         use crate::{Epoch, NodeId};
         let key = CclKey::new("lab", "a secret of some length").unwrap();
         let path = FramePath { src_mac: MA, dst_mac: MB, src_ip: Ipv4Addr::new(10, 9, 0, 1), dst_ip: Ipv4Addr::new(10, 9, 0, 2) };
-        let msg = Message::SyncDone(SyncDone { epoch: Epoch(3) });
+        let msg = Message::SyncDone(SyncDone { epoch: Epoch(3), records: 0, round: 0 });
         let frame = |channel: u8| {
             let mut s = Sealer::new(&key, NodeId(0), channel, 7).unwrap();
             let mut out = vec![0u8; 256];

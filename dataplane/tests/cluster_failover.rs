@@ -1198,6 +1198,41 @@ fn a_new_director_waits_for_the_reregistration_before_electing() {
 }
 
 #[test]
+fn a_lost_reregistration_is_sent_again_before_the_director_elects() {
+    // A owns a UDP flow whose director D fails; C directs it now. A's
+    // re-registration with C is lost on the CCL, its marker arrives: C
+    // counts one record fewer than the marker says, asks A again
+    // (`SyncAgain`), and A's second registration arrives before B's
+    // election — C answers B with A, no second owner (the quorum sweep,
+    // seed 7 after the data-port change: a CCL loss burst took the owner's
+    // registration, the director elected the querier 16 ms later).
+    let mut bed = Bed::with(4, with_hold(4, true));
+    let cport = udp_port_with_directors(D, C);
+    let t = tuple(HOST, cport, SERVER, 5000, 17);
+    let out = bed.send(A, IN, from_host(A, SERVER).udp(cport, 5000, b"one"));
+    assert_eq!(one(&out).0, A);
+    bed.hold = Some(MessageKind::FlowRegister);
+    bed.kill(D, 2);
+    bed.tick(1);
+    let lost = bed.held.iter().filter(|(f, to, _)| (*f, *to) == (A, C)).count();
+    assert!(lost >= 1, "A's re-registration with C was caught: {:?}", bed.held.iter().map(|h| (h.0, h.1)).collect::<Vec<_>>());
+    bed.held.clear();
+    bed.hold = None;
+    let c = bed.cluster(C).counters;
+    assert_eq!((c.sync_short, c.sync_again_sent), (1, 1), "C saw the short marker and asked again");
+    assert_eq!(bed.cluster(A).counters.sync_again_received, 1);
+    // A's scan runs again for C: the record, then a marker that matches.
+    bed.tick(1);
+    assert_eq!(bed.owners(&t), vec![A]);
+    let out = bed.send(B, IN, from_host(B, SERVER).udp(cport, 5000, b"two"));
+    assert_eq!(one(&out).0, A, "B's packet goes to A: {out:?}");
+    assert_eq!(bed.owners(&t), vec![A]);
+    let c = bed.cluster(C).counters;
+    assert_eq!((c.elections, c.sync_short, c.sync_short_accepted), (0, 1, 0));
+    accounted(&bed);
+}
+
+#[test]
 fn a_backup_record_overtaking_the_owner_reply_keeps_its_state() {
     // C took A's flow over and registers with its backup B; B asked C
     // who owns it before that record arrived, and the reply comes after

@@ -300,11 +300,17 @@ fn a_cut_control_node_is_replaced_and_keeps_the_role_on_heal() {
 /// the flow state carrying a proxied connection's stage and delta): the
 /// version byte and the record size of every traced frame; no limit, so
 /// no proxy, runs in this scenario, and every invariant holds as before.
+/// Re-pinned as `be385a1901ce5859` with CCL v10 (issue 15, lost
+/// re-registrations: `SyncDone` counts the flow records before it, a short
+/// one is answered with `SyncAgain`): the version byte of every traced
+/// frame, the markers' length, and the re-sends themselves — with 1 %
+/// loss node 0 asks 5 times in this run (records lost while the markers
+/// repeat are sent again); every invariant holds as before.
 #[test]
 fn control_plane_stays_out_of_the_trace() {
     let cfg = SimConfig::new(11, 3).flows(300, 100).ccl(CclLink::lossy(0.01));
     let r = sim::run(cfg).unwrap();
     let m = r.membership.as_ref().unwrap();
     assert!(m.link.delivered > 0 && m.link.lost > 0, "{:?}", m.link);
-    assert_eq!(r.trace_hash, "cd20249b7e357a2f", "{}", r.summary());
+    assert_eq!(r.trace_hash, "be385a1901ce5859", "{}", r.summary());
 }

@@ -19,8 +19,9 @@ pub const MAGIC: [u8; 2] = [0x43, 0x46];
 /// with 48 opaque bytes carrying the owner's flow state, and the
 /// FlowTransfer and SyncDone kinds; 3 had 32 opaque bytes; the MACs are
 /// v3's — AEGIS-128L / AEGIS-128X4 by message length; 2 had AEGIS-128L
-/// only, 1 BLAKE3).
-pub const VERSION: u8 = 9;
+/// only, 1 BLAKE3). 10: `SyncDone` counts the records before it and the
+/// `SyncAgain` kind (docs/failover.md, "Lost re-registrations").
+pub const VERSION: u8 = 10;
 /// Length of the fixed header.
 pub const HEADER_LEN: usize = 34;
 
@@ -226,7 +227,7 @@ mod tests {
     fn emit_parse_round_trip() {
         let mut b = [0u8; HEADER_LEN + 4 + TAG_LEN];
         assert_eq!(sample().emit(&mut b), Some(HEADER_LEN));
-        assert_eq!(&b[..8], &[0x43, 0x46, 9, 1, 0, 3, 255, 0]);
+        assert_eq!(&b[..8], &[0x43, 0x46, 10, 1, 0, 3, 255, 0]);
         let p = CclPacket::new_checked(&b[..]).unwrap();
         assert_eq!(CclHeader::parse(&p), sample());
         assert_eq!(p.payload().len(), 4);
@@ -241,7 +242,7 @@ mod tests {
         assert_eq!(CclPacket::new_checked(&b[..2]).unwrap_err(), CclDrop::Truncated);
         assert_eq!(CclPacket::new_checked(&b[..40]).unwrap_err(), CclDrop::Truncated);
         assert_eq!(CclPacket::new_checked(&b[..53]).unwrap_err(), CclDrop::BadLength);
-        for version in [1, 2, 3, 4, 5, 6, 7, 8, 10] {
+        for version in [1, 2, 3, 4, 5, 6, 7, 8, 9, 11] {
             let mut v = b;
             v[2] = version;
             assert_eq!(CclPacket::new_checked(&v[..]).unwrap_err(), CclDrop::BadVersion);

@@ -88,6 +88,9 @@ kinds! {
     /// Member → every member: connection counts for the cluster-wide
     /// limits (control channel; `LimitReport`).
     LimitReport = 20 => "limit-report",
+    /// Worker → a member whose `SyncDone` counted more flow records than
+    /// arrived: send your re-registration to me again (v10; `SyncAgain`).
+    SyncAgain = 21 => "sync-again",
 }
 
 impl fmt::Display for MessageKind {
@@ -443,23 +446,58 @@ impl<'a> FlowTransfer<'a> {
 }
 
 /// A worker's sync marker: every flow record of its re-registration scan
-/// for `epoch` was queued before this message, on the same channel.
-/// Layout: epoch (8).
+/// for `epoch` was queued before this message, on the same channel, and
+/// `records` flow records (registrations and state updates, in messages
+/// stamped with `epoch`) went to the receiver on this channel before it;
+/// `round` counts the re-sends the receiver asked for (`SyncAgain`).
+/// Layout: epoch (8), records (4), round (4).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct SyncDone {
     pub epoch: crate::Epoch,
+    pub records: u32,
+    pub round: u32,
 }
 
 impl SyncDone {
-    pub const LEN: usize = 8;
+    pub const LEN: usize = 16;
     pub fn parse(b: &[u8]) -> Result<Self, CclError> {
         let e: [u8; 8] = arr(b, 0)?;
+        let r: [u8; 4] = arr(b, 8)?;
+        let n: [u8; 4] = arr(b, 12)?;
         exact("sync-done", b, Self::LEN)?;
-        Ok(SyncDone { epoch: crate::Epoch(u64::from_be_bytes(e)) })
+        Ok(SyncDone { epoch: crate::Epoch(u64::from_be_bytes(e)), records: u32::from_be_bytes(r), round: u32::from_be_bytes(n) })
     }
     pub fn emit(&self, out: &mut [u8]) -> Result<usize, CclError> {
         let o = out.get_mut(..Self::LEN).ok_or_else(|| too_small(Self::LEN, &[]))?;
-        o.copy_from_slice(&self.epoch.0.to_be_bytes());
+        o[..8].copy_from_slice(&self.epoch.0.to_be_bytes());
+        o[8..12].copy_from_slice(&self.records.to_be_bytes());
+        o[12..].copy_from_slice(&self.round.to_be_bytes());
+        Ok(Self::LEN)
+    }
+}
+
+/// A receiver's request after a short `SyncDone` (fewer flow records
+/// arrived than it counted): register again every flow this node directs
+/// or backs up, as round `round` of `epoch`'s re-registration.
+/// Layout: epoch (8), round (4).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct SyncAgain {
+    pub epoch: crate::Epoch,
+    pub round: u32,
+}
+
+impl SyncAgain {
+    pub const LEN: usize = 12;
+    pub fn parse(b: &[u8]) -> Result<Self, CclError> {
+        let e: [u8; 8] = arr(b, 0)?;
+        let n: [u8; 4] = arr(b, 8)?;
+        exact("sync-again", b, Self::LEN)?;
+        Ok(SyncAgain { epoch: crate::Epoch(u64::from_be_bytes(e)), round: u32::from_be_bytes(n) })
+    }
+    pub fn emit(&self, out: &mut [u8]) -> Result<usize, CclError> {
+        let o = out.get_mut(..Self::LEN).ok_or_else(|| too_small(Self::LEN, &[]))?;
+        o[..8].copy_from_slice(&self.epoch.0.to_be_bytes());
+        o[8..].copy_from_slice(&self.round.to_be_bytes());
         Ok(Self::LEN)
     }
 }
@@ -479,6 +517,7 @@ pub enum Message<'a> {
     ForwardedBatch(ForwardedBatch<'a>),
     FlowTransfer(FlowTransfer<'a>),
     SyncDone(SyncDone),
+    SyncAgain(SyncAgain),
 }
 
 impl<'a> Message<'a> {
@@ -495,6 +534,7 @@ impl<'a> Message<'a> {
             Message::ForwardedBatch(_) => MessageKind::ForwardedBatch,
             Message::FlowTransfer(_) => MessageKind::FlowTransfer,
             Message::SyncDone(_) => MessageKind::SyncDone,
+            Message::SyncAgain(_) => MessageKind::SyncAgain,
         }
     }
 
@@ -513,6 +553,7 @@ impl<'a> Message<'a> {
             MessageKind::ForwardedBatch => Message::ForwardedBatch(ForwardedBatch::parse(payload)?),
             MessageKind::FlowTransfer => Message::FlowTransfer(FlowTransfer::parse(payload)?),
             MessageKind::SyncDone => Message::SyncDone(SyncDone::parse(payload)?),
+            MessageKind::SyncAgain => Message::SyncAgain(SyncAgain::parse(payload)?),
             // Control-channel kinds are `ControlMessage`s: not a kind the
             // data-channel decoder (the workers') handles.
             MessageKind::JoinRequest
@@ -539,6 +580,7 @@ impl<'a> Message<'a> {
             Message::ForwardedBatch(m) => m.wire_len(),
             Message::FlowTransfer(m) => m.wire_len(),
             Message::SyncDone(_) => SyncDone::LEN,
+            Message::SyncAgain(_) => SyncAgain::LEN,
         }
     }
 
@@ -554,6 +596,7 @@ impl<'a> Message<'a> {
             Message::ForwardedBatch(m) => m.emit(out),
             Message::FlowTransfer(m) => m.emit(out),
             Message::SyncDone(m) => m.emit(out),
+            Message::SyncAgain(m) => m.emit(out),
         }
     }
 }

@@ -62,7 +62,7 @@ pub use header::{CclHeader, CclPacket, HEADER_LEN, MAGIC, VERSION};
 pub use key::FlowKey;
 pub use message::{
     FlowTransfer, ForwardedBatch, ForwardedPacket, Message, MessageKind, OwnerQuery, OwnerReply, RelayToOwner,
-    SyncDone, BATCH_MAX_FRAMES,
+    SyncAgain, SyncDone, BATCH_MAX_FRAMES,
 };
 pub use replay::{ReplayGuard, WINDOW};
 pub use seal::{strip_udp, FramePath, Opened, OpenedControl, Opener, Sealer, UdpDatagram, FRAME_OVERHEAD};

@@ -124,7 +124,8 @@ fn all_messages<'a>(batch_buf: &'a mut [u8], fr: &'a [u8], fam6: bool) -> Vec<Me
         Message::RelayToOwner(RelayToOwner { ingress_iface: 1, frame: fr }),
         Message::ToControl(RelayToOwner { ingress_iface: 2, frame: fr }),
         Message::FlowTransfer(FlowTransfer::new(9, rec_bytes).unwrap()),
-        Message::SyncDone(SyncDone { epoch: Epoch(0x0102_0304_0506_0708) }),
+        Message::SyncDone(SyncDone { epoch: Epoch(0x0102_0304_0506_0708), records: 0x0a0b_0c0d, round: 2 }),
+        Message::SyncAgain(SyncAgain { epoch: Epoch(0x0102_0304_0506_0708), round: 3 }),
     ]
 }
 
@@ -195,7 +196,7 @@ fn fixture_heartbeat() -> Heartbeat {
 #[test]
 fn fixture_sealed_heartbeat() {
     const FIXTURE: [u8; 132] = [
-        0x43, 0x46, 0x09, 0x01, 0x00, 0x01, 0x00, 0x00, // magic, v9, heartbeat, flags, node1, ch0, rsvd
+        0x43, 0x46, 0x0a, 0x01, 0x00, 0x01, 0x00, 0x00, // magic, v10, heartbeat, flags, node1, ch0, rsvd
         0xab, 0x20, 0x99, 0xd9, // cluster id of "lab"
         0x65, 0x53, 0xf1, 0x00, // incarnation 1_700_000_000
         0, 0, 0, 0, 0, 0, 0, 1, // seq 1
@@ -214,7 +215,7 @@ fn fixture_sealed_heartbeat() {
         0xff, 0xff, 0, 0, 0, 0, 0, 0, 0, 0, //
         0x00, 0x01, 0, 0, 0, 9, // echo: node0's heartbeat 9
         // tag
-        0xfc, 0xbe, 0x09, 0x65, 0x81, 0xca, 0xa8, 0x70, 0x3e, 0x5d, 0x97, 0xb0, 0x32, 0x85, 0x40, 0x5e,
+        0x3d, 0x31, 0x4f, 0xd9, 0x51, 0xbe, 0x8d, 0x87, 0xd0, 0x78, 0x71, 0xa4, 0xfd, 0x51, 0x20, 0x1d,
     ];
     let mut s = sealer();
     let d = seal(&mut s, &Message::Heartbeat(fixture_heartbeat()));

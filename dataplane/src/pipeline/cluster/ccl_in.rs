@@ -87,7 +87,11 @@ impl ClusterPath {
         match opened.msg {
             Message::Heartbeat(_) => Ok(consumed),
             Message::SyncDone(m) => {
-                self.on_sync_done(from, m.epoch);
+                self.on_sync_done(now, link, from, m);
+                Ok(consumed)
+            }
+            Message::SyncAgain(m) => {
+                self.on_sync_again(from, m);
                 Ok(consumed)
             }
             Message::FlowTransfer(x) => Ok(match self.on_transfer(now, link, conn, from, &x) {
@@ -106,10 +110,12 @@ impl ClusterPath {
             }
             Message::OwnerReply(r) => Ok(self.on_reply(now, link, conn, &r)),
             Message::FlowRegister(b) => {
+                self.count_received(from, opened.epoch, b.len());
                 self.on_records(now, link, conn, from, &b, true);
                 Ok(consumed)
             }
             Message::StateUpdate(b) => {
+                self.count_received(from, opened.epoch, b.len());
                 self.on_records(now, link, conn, from, &b, false);
                 Ok(consumed)
             }

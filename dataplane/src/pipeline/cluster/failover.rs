@@ -49,11 +49,12 @@
 //!   (one compare) and the take-over of a packet's own flow.
 
 use super::{
-    canonical, live, ClusterPath, HeldQuery, Link, OwnerExtra, Role, SyncProgress, Version, MAX_HELD, SYNC_BUDGET,
-    SYNC_EPOCHS,
+    canonical, live, ClusterPath, HeldQuery, Link, OwnerExtra, Received, Role, SyncProgress, Version, MAX_HELD, SYNC_AGAIN_MAX,
+    SYNC_BUDGET, SYNC_EPOCHS,
 };
 use crate::ccl::{
-    FlowKey, FlowOp, FlowRecord, FlowTransfer, Message, NatBinding, OwnerQuery, OwnerReply, SyncDone, FLAG_ORPHAN, OPAQUE_LEN,
+    FlowKey, FlowOp, FlowRecord, FlowTransfer, Message, NatBinding, OwnerQuery, OwnerReply, SyncAgain, SyncDone, FLAG_ORPHAN,
+    OPAQUE_LEN,
 };
 use crate::cluster::flow_hash;
 use crate::conntrack::{ConnTable, FlowState, Timeouts};
@@ -108,6 +109,9 @@ impl ClusterPath {
         self.sync.awaiting = 0;
         self.sync.unsent = 0;
         self.done_from = [(Epoch(0), 0); SYNC_EPOCHS];
+        self.records_in = [Received::EMPTY; SYNC_EPOCHS];
+        self.sent_to = [0; NodeId::MAX_NODES];
+        self.round_to = [0; NodeId::MAX_NODES];
         self.counters.resets += 1;
     }
 
@@ -126,6 +130,9 @@ impl ClusterPath {
         self.sync.fresh = (fresh | joined) & self.members.bits();
         self.sync.waited = false;
         self.guard_until = now.saturating_add(self.syn_guard);
+        if self.sync.epoch != self.members.epoch() {
+            self.round_to = [0; NodeId::MAX_NODES];
+        }
         self.sync.epoch = self.members.epoch();
         self.sync.cursor = 0;
         self.sync.running = true;
@@ -203,11 +210,12 @@ impl ClusterPath {
     /// peer's CCL MAC not resolved yet, `ccl_unresolved`; no pool slot)
     /// stay in `sync.unsent` for the next try.
     fn send_markers(&mut self, now: Timestamp, link: &mut Link<'_>, to: u16) -> u64 {
-        let m = Message::SyncDone(SyncDone { epoch: self.sync.epoch });
-        let (members, me) = (self.members, self.me);
+        let (members, me, epoch) = (self.members, self.me, self.sync.epoch);
         let mut sent = 0;
         self.sync.unsent = 0;
         for n in members.iter().filter(|&n| n != me && to >> n.0 & 1 != 0) {
+            let records = if self.sent_epoch == epoch { self.sent_to[n.index()] } else { 0 };
+            let m = Message::SyncDone(SyncDone { epoch, records, round: self.round_to[n.index()] });
             if self.send_ccl(now, link, n, &m) {
                 sent += 1;
             } else {
@@ -248,9 +256,109 @@ impl ClusterPath {
         false
     }
 
-    /// A peer's `SyncDone`: remember it under its epoch.
-    pub(super) fn on_sync_done(&mut self, from: NodeId, epoch: Epoch) {
+    /// Flow records sent to `to` in a message stamped with this node's
+    /// epoch (what the next `SyncDone` to it counts).
+    pub(super) fn count_sent(&mut self, to: NodeId, records: usize) {
+        let epoch = self.members.epoch();
+        if self.sent_epoch != epoch {
+            self.sent_epoch = epoch;
+            self.sent_to = [0; NodeId::MAX_NODES];
+        }
+        if let Some(c) = self.sent_to.get_mut(to.index()) {
+            *c = c.saturating_add(records as u32);
+        }
+    }
+
+    /// The `received` entry of `epoch`, made (over the oldest) if absent.
+    fn received_of(&mut self, epoch: Epoch) -> &mut Received {
+        let i = match self.records_in.iter().position(|r| r.epoch == epoch) {
+            Some(i) => i,
+            None => {
+                let i = self.records_in_next;
+                self.records_in_next = (i + 1) % SYNC_EPOCHS;
+                self.records_in[i] = Received { epoch, ..Received::EMPTY };
+                i
+            }
+        };
+        &mut self.records_in[i]
+    }
+
+    /// Flow records from `from` in a message stamped `epoch`.
+    pub(super) fn count_received(&mut self, from: NodeId, epoch: Epoch, records: usize) {
+        if let Some(c) = self.received_of(epoch).records.get_mut(from.index()) {
+            *c = c.saturating_add(records as u32);
+        }
+    }
+
+    /// A peer's `SyncDone` (docs/failover.md, "Lost re-registrations"):
+    /// done for its epoch when every flow record it counts has arrived;
+    /// otherwise ask for the re-registration again (`SyncAgain`), at most
+    /// `SYNC_AGAIN_MAX` times per epoch, and start counting afresh. A
+    /// marker of a round before the one asked for is from before the
+    /// request reached the peer — or the request was lost: ask again (the
+    /// peer ignores a round it already started; the markers' repetition
+    /// bounds these).
+    pub(super) fn on_sync_done(&mut self, now: Timestamp, link: &mut Link<'_>, from: NodeId, m: SyncDone) {
         self.counters.sync_done_received += 1;
+        let i = from.index();
+        if i >= NodeId::MAX_NODES {
+            return;
+        }
+        let r = self.received_of(m.epoch);
+        let (got, asked, asks) = (r.records[i], r.round[i], r.asks[i]);
+        if m.round < asked {
+            self.send_sync_again(now, link, from, m.epoch, asked);
+            return;
+        }
+        if got < m.records {
+            self.counters.sync_short += 1;
+            if asks < SYNC_AGAIN_MAX {
+                let round = m.round.saturating_add(1);
+                let r = self.received_of(m.epoch);
+                r.asks[i] += 1;
+                r.round[i] = round;
+                r.records[i] = 0;
+                self.send_sync_again(now, link, from, m.epoch, round);
+                return;
+            }
+            self.counters.sync_short_accepted += 1;
+        }
+        self.mark_done(from, m.epoch);
+    }
+
+    fn send_sync_again(&mut self, now: Timestamp, link: &mut Link<'_>, to: NodeId, epoch: Epoch, round: u32) {
+        if self.send_ccl(now, link, to, &Message::SyncAgain(SyncAgain { epoch, round })) {
+            self.counters.sync_again_sent += 1;
+        }
+    }
+
+    /// A peer's `SyncAgain`: it counted fewer of our records than our
+    /// marker said. Register with it again every owned flow it directs or
+    /// backs up (it is `fresh` for a scan from the first slot), once per
+    /// round; markers follow as after any scan.
+    pub(super) fn on_sync_again(&mut self, from: NodeId, m: SyncAgain) {
+        let i = from.index();
+        if m.epoch != self.sync.epoch || !self.members.contains(from) || i >= NodeId::MAX_NODES || from == self.me {
+            return;
+        }
+        if m.round <= self.round_to[i] {
+            return;
+        }
+        self.counters.sync_again_received += 1;
+        self.round_to[i] = m.round;
+        if self.sent_epoch == m.epoch {
+            self.sent_to[i] = 0;
+        }
+        self.sync.fresh |= 1 << i;
+        self.sync.cursor = 0;
+        if !self.sync.running {
+            self.sync.running = true;
+            self.sync.awaiting = 0;
+        }
+    }
+
+    /// Remember `from`'s marker under its epoch.
+    fn mark_done(&mut self, from: NodeId, epoch: Epoch) {
         let bit = 1u16.checked_shl(u32::from(from.0)).unwrap_or(0);
         if let Some(e) = self.done_from.iter_mut().find(|e| e.0 == epoch && e.1 != 0) {
             e.1 |= bit;

@@ -172,6 +172,10 @@ pub const SYNC_WAIT: Duration = Duration::from_millis(250);
 /// re-registration for that epoch is done.
 pub const SYNC_MARKER_EVERY: Duration = Duration::from_millis(50);
 pub const SYNC_MARKER_FOR: Duration = Duration::from_secs(3);
+/// Re-sends a receiver asks one peer for in one epoch (`SyncAgain`, after
+/// a `SyncDone` that counted more flow records than arrived); then a short
+/// marker is taken as done (`sync_short_accepted`).
+pub const SYNC_AGAIN_MAX: u8 = 3;
 
 /// Frames waiting for an owner reply, at most (the rest of the pool is for
 /// generated CCL frames). Sized for floods of packets without a flow (ACK,
@@ -525,6 +529,15 @@ pub struct ClusterCounters {
     pub sync_wait_timeouts: u64,
     /// `SyncDone` markers sent on a later try (`SYNC_MARKER_EVERY`).
     pub sync_done_repeated: u64,
+    /// Lost re-registrations (docs/failover.md): markers that counted
+    /// more flow records than had arrived (`sync_short`); `SyncAgain`s
+    /// sent for them (again for a marker of an older round: the request
+    /// may be lost); re-sends done for peers' `SyncAgain`; short markers
+    /// taken as done after `SYNC_AGAIN_MAX` requests.
+    pub sync_short: u64,
+    pub sync_again_sent: u64,
+    pub sync_again_received: u64,
+    pub sync_short_accepted: u64,
     /// SYNs parked and asked about within the SYN guard window.
     pub syn_guard_queries: u64,
     /// SYNs within the window owned at once because the pending table (or
@@ -637,6 +650,10 @@ crate::impl_stats!(ClusterCounters {
     counter sync_waits,
     counter sync_wait_timeouts,
     counter sync_done_repeated,
+    counter sync_short,
+    counter sync_again_sent,
+    counter sync_again_received,
+    counter sync_short_accepted,
     counter syn_guard_queries,
     counter syn_guard_skipped,
     counter guard_timeouts_owned,
@@ -813,6 +830,16 @@ pub(crate) struct ClusterPath {
     /// `SyncDone` bitmaps of recent epochs (a ring).
     done_from: [(Epoch, u16); SYNC_EPOCHS],
     done_next: usize,
+    /// Flow records this worker sent each node in messages stamped
+    /// `sent_epoch` (what its `SyncDone` counts), and the re-send round
+    /// each node asked for in `sync.epoch` (`SyncAgain`).
+    sent_epoch: Epoch,
+    sent_to: [u32; NodeId::MAX_NODES],
+    round_to: [u32; NodeId::MAX_NODES],
+    /// Flow records received from each node, by the epoch their messages
+    /// carried (a ring, like `done_from`).
+    records_in: [Received; SYNC_EPOCHS],
+    records_in_next: usize,
     /// Per peer: the epoch of the member set it last (re)joined in, here.
     /// Its datagrams sealed at an older epoch are from before it left
     /// (`DropReason::CclBeforeRejoin`): a control node admits a node at an
@@ -864,6 +891,22 @@ pub(crate) struct SyncScan {
     /// ended (`started + took`).
     pub unsent: u16,
     pub next_marker: Timestamp,
+}
+
+/// Flow records received from each peer in messages stamped `epoch`, since
+/// the round each peer's re-registration is in (`SyncAgain` restarts the
+/// count), and the requests sent to each.
+#[derive(Copy, Clone, Debug)]
+pub(crate) struct Received {
+    pub epoch: Epoch,
+    pub records: [u32; NodeId::MAX_NODES],
+    pub round: [u32; NodeId::MAX_NODES],
+    pub asks: [u8; NodeId::MAX_NODES],
+}
+
+impl Received {
+    const EMPTY: Received =
+        Received { epoch: Epoch(0), records: [0; NodeId::MAX_NODES], round: [0; NodeId::MAX_NODES], asks: [0; NodeId::MAX_NODES] };
 }
 
 /// An owner query a director holds (`DIRECTOR_HOLD`).
@@ -1057,6 +1100,11 @@ impl ClusterPath {
             },
             done_from: [(Epoch(0), 0); SYNC_EPOCHS],
             done_next: 0,
+            sent_epoch: spec.members.epoch(),
+            sent_to: [0; NodeId::MAX_NODES],
+            round_to: [0; NodeId::MAX_NODES],
+            records_in: [Received::EMPTY; SYNC_EPOCHS],
+            records_in_next: 0,
             joined_at: [Epoch(0); NodeId::MAX_NODES],
             held: Vec::with_capacity(MAX_HELD),
             local_releases: [(0, None); LOCAL_RELEASES],

@@ -254,6 +254,8 @@ impl ClusterPath {
 
     fn send_batch(&mut self, now: Timestamp, link: &mut Link<'_>, to: NodeId, register: bool, b: FlowBatch<'_>) {
         let m = if register { Message::FlowRegister(b) } else { Message::StateUpdate(b) };
-        self.send_ccl(now, link, to, &m);
+        if self.send_ccl(now, link, to, &m) {
+            self.count_sent(to, b.len());
+        }
     }
 }
