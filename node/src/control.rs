@@ -701,6 +701,7 @@ impl Control {
             "epoch": st.members.epoch().0,
             "member_ids": st.members.iter().map(|n| n.0).collect::<Vec<_>>(),
             "ready": st.ready,
+            "data_ports_open": st.ports_open,
             "lease_left_ms": lease_left_ms,
             "data_ports_held_down": ccl.data_ports_held(),
             "rejoin_failures": st.failures,

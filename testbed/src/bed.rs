@@ -382,7 +382,7 @@ pub fn wait_cluster_formed(nodes: &[NodeRecord], bin_dir: &Path, timeout: Durati
             .collect();
         let ok: Vec<&Value> = views.iter().filter_map(|v| v.as_ref().ok()).collect();
         if ok.len() == nodes.len() {
-            let ready = ok.iter().all(|v| v["ready"] == true);
+            let ready = ok.iter().all(|v| v["ready"] == true && v["data_ports_open"] == true);
             let control = &ok[0]["control_node"];
             let epoch = &ok[0]["epoch"];
             let same = ok.iter().all(|v| &v["control_node"] == control && &v["epoch"] == epoch);

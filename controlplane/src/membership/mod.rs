@@ -193,6 +193,9 @@ pub struct Status {
     pub members: MemberSet,
     pub control: Option<NodeId>,
     pub ready: bool,
+    /// The data ports are open by this node's order (from the first lease
+    /// after becoming ready).
+    pub ports_open: bool,
     /// The last lease handed to the workers.
     pub lease: Timestamp,
     /// Consecutive failed rejoin attempts.
@@ -321,6 +324,9 @@ pub struct Membership {
     asking: Option<query::Asking>,
     answering: query::Answering,
     ports: Vec<PortState>,
+    /// The data ports are open by this node's order (`DataPorts { up:
+    /// true }`): from the first lease after becoming ready until it stops.
+    ports_open: bool,
     ports_up_at: Timestamp,
     history: History,
     counters: Counters,
@@ -381,6 +387,7 @@ impl Membership {
             asking: None,
             answering: query::Answering::default(),
             ports: Vec::new(),
+            ports_open: false,
             ports_up_at: Timestamp::ZERO,
             history: History::new(c.limits.history),
             counters: Counters::default(),
@@ -467,6 +474,7 @@ impl Membership {
             members: self.set,
             control: self.control,
             ready: self.ready,
+            ports_open: self.ports_open,
             lease: self.lease,
             failures: self.failures,
             retry_at: self.retry_at.filter(|_| self.state == State::Inactive),
@@ -1027,6 +1035,11 @@ impl Membership {
             self.counters.lease_updates += 1;
             self.actions.push_back(Action::Lease(l));
         }
+        if self.ready && !self.ports_open && l > now {
+            self.ports_open = true;
+            self.ports_up_at = now;
+            self.actions.push_back(Action::DataPorts { up: true });
+        }
     }
 
     /// `hold − 2 × interval`: a lone control node's lease step (no follower
@@ -1171,9 +1184,10 @@ impl Membership {
             self.lease = Timestamp::ZERO;
             self.actions.push_back(Action::Reset);
         }
-        if self.ready {
+        if self.ports_open {
             self.actions.push_back(Action::DataPorts { up: false });
         }
+        self.ports_open = false;
         self.ready = false;
         self.ready_at = None;
         self.control = None;
@@ -1195,12 +1209,15 @@ impl Membership {
         self.hb_now = true;
     }
 
+    /// Ready: a member with its state in sync. The data ports open with
+    /// the first lease (`update_lease`), not here: a data member's lease
+    /// waits for its control node's next heartbeat echoing one of its own
+    /// (up to an interval and a round trip), and ports open before it
+    /// would take traffic only to drop it as fenced.
     fn become_ready(&mut self, now: Timestamp) {
         if !self.ready {
             self.ready = true;
             self.ready_at = Some(now);
-            self.ports_up_at = now;
-            self.actions.push_back(Action::DataPorts { up: true });
         }
     }
 
@@ -1236,7 +1253,7 @@ impl Membership {
                 return;
             }
         }
-        if !self.ready {
+        if !self.ports_open {
             // Data ports are down by our own order: their reports say so.
             return;
         }

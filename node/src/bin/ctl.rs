@@ -382,7 +382,7 @@ fn print_cluster_wide(topic: Topic, data: &Value) {
 fn print_cluster(data: &Value) {
     let s = |k: &str| data.get(k).map(fmt_cell).unwrap_or_else(|| "?".into());
     say!(
-        "cluster {}: this node {} (node-id {}), state {}, control node {}, epoch {}, ready {}, lease left {} ms, CCL queues {}",
+        "cluster {}: this node {} (node-id {}), state {}, control node {}, epoch {}, ready {}, data ports open {}, lease left {} ms, CCL queues {}",
         s("cluster"),
         s("node"),
         s("node_id"),
@@ -390,6 +390,7 @@ fn print_cluster(data: &Value) {
         s("control_node_name"),
         s("epoch"),
         s("ready"),
+        s("data_ports_open"),
         s("lease_left_ms"),
         s("ccl_queues")
     );
