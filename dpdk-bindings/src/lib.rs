@@ -6,6 +6,8 @@
 //!   mempool, mbuf, ethdev), plus bindgen's wrappers for DPDK's
 //!   `static inline` functions and a tiny hand-written C shim
 //!   (`csrc/shim.c`: `rte_errno`, queue-checked RX/TX bursts).
+//! - [`afpacket`]: the receive-ring drops of the process's `AF_PACKET`
+//!   sockets, which DPDK's af_packet driver does not report.
 //! - [`eal`], [`mempool`], [`mbuf`], [`port`], [`dev`]: safe wrappers. All
 //!   `unsafe` code of the workspace lives in this crate; each block states
 //!   the check it relies on in a `// SAFETY:` comment.
@@ -48,6 +50,7 @@ pub mod ffi {
     include!(concat!(env!("OUT_DIR"), "/bindings.rs"));
 }
 
+pub mod afpacket;
 pub mod dev;
 pub mod eal;
 mod error;

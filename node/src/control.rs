@@ -581,9 +581,10 @@ impl Control {
                 ws.burst_ns.load(Ordering::Relaxed) as f64 / 1e9,
             );
         }
+        let rings = dpdk_sys::afpacket::ring_totals();
         for (name, dev, p) in &self.ports {
             let Ok(s) = p.stats() else { continue };
-            e.stats("nic", &[("port", name.as_str()), ("device", dev.as_str())], &NicStats(s));
+            e.stats("nic", &[("port", name.as_str()), ("device", dev.as_str())], &NicStats(s, ring_drops(dev, &rings)));
         }
         e.gauge("uptime_seconds", "seconds since the node started", &[], self.started.elapsed().as_secs());
         if let Some(x) = &self.export {
@@ -824,6 +825,7 @@ impl Control {
                 let port_counter = |i: usize, k: &str| -> u64 {
                     counters["ports"][i][k].as_u64().unwrap_or(0)
                 };
+                let rings = dpdk_sys::afpacket::ring_totals();
                 let ports: Vec<Value> = self
                     .ports
                     .iter()
@@ -832,7 +834,7 @@ impl Control {
                     .map(|(name, dev, p, fw)| match p.stats() {
                         Ok(s) => {
                             let mut row = json!({ "name": name, "device": dev, "port": p.id() });
-                            if let (Value::Object(m), Value::Object(n)) = (&mut row, stats::to_json(&NicStats(s))) {
+                            if let (Value::Object(m), Value::Object(n)) = (&mut row, stats::to_json(&NicStats(s, ring_drops(dev, &rings)))) {
                                 m.extend(n);
                                 m.insert("pipeline_rx_packets".into(), json!(fw.0));
                                 m.insert("pipeline_tx_packets".into(), json!(fw.1));
@@ -1079,8 +1081,22 @@ impl Control {
 
 /// A port's own counters (DPDK `rte_eth_stats`) as `show stats` names
 /// them (`rx_missed`: no receive descriptor free, `rx_nombuf`: no mbuf),
-/// for its JSON and the metrics (`clusterfw_nic_*`).
-struct NicStats(dpdk_sys::PortStats);
+/// for its JSON and the metrics (`clusterfw_nic_*`), and on an af_packet
+/// port `rx_ring_drops`: frames the kernel dropped because the port's
+/// receive ring was full (its sockets' `PACKET_STATISTICS`, which the
+/// driver does not report; `dpdk_sys::afpacket`).
+struct NicStats(dpdk_sys::PortStats, u64);
+
+/// The ring drops of `device`'s interface if it is an af_packet device.
+fn ring_drops(device: &str, rings: &std::collections::BTreeMap<i32, (u64, u64)>) -> u64 {
+    if !crate::sizing::is_af_packet(device) {
+        return 0;
+    }
+    crate::sizing::arg(device, "iface")
+        .and_then(dpdk_sys::afpacket::ifindex)
+        .and_then(|i| rings.get(&i))
+        .map_or(0, |t| t.1)
+}
 
 impl dataplane::stats::Stats for NicStats {
     fn visit(&self, v: &mut dyn dataplane::stats::Visitor) {
@@ -1094,6 +1110,7 @@ impl dataplane::stats::Stats for NicStats {
             ("rx_errors", s.ierrors),
             ("tx_errors", s.oerrors),
             ("rx_nombuf", s.rx_nombuf),
+            ("rx_ring_drops", self.1),
         ] {
             v.counter(name, n);
         }

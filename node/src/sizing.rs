@@ -33,12 +33,12 @@ const L2_MAX: u32 = 18;
 pub const MBUF_HEADROOM: u32 = 128;
 
 /// Whether `device` is an af_packet vdev.
-fn is_af_packet(device: &str) -> bool {
+pub fn is_af_packet(device: &str) -> bool {
     device.starts_with("net_af_packet") || device.starts_with("eth_af_packet")
 }
 
 /// The value of `key=` in a device string's arguments.
-fn arg<'a>(device: &'a str, key: &str) -> Option<&'a str> {
+pub fn arg<'a>(device: &'a str, key: &str) -> Option<&'a str> {
     device.split(',').skip(1).find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
 }
 

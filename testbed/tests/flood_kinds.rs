@@ -291,6 +291,7 @@ enum Source {
 /// A flood and the checks around it; the step's text.
 fn flood_step(bed: &TestBed, legit: &Legit, paced_log: &Path, tag: &str, source: impl FnOnce() -> Result<Source>) -> Result<String> {
     let (before, _) = all_stats(bed)?;
+    let backlog0 = softnet_dropped();
     let p0 = progress(paced_log);
     let t0 = Instant::now();
     let mut src = source()?;
@@ -347,7 +348,7 @@ fn flood_step(bed: &TestBed, legit: &Legit, paced_log: &Path, tag: &str, source:
         "{}; connect during (at {during_at:.1} s) {}, after {} (inside->server/outside->published); \
          management: slowest show stats {} during, {:.0} ms after; paced +{} KiB over {flood_secs:.1} s; \
          received on data ports: {}; drops grown: {}; CCL drops grown: {}; CCL hand-off grown: {}; \
-         membership counters grown: {}; rx_missed grown: {}; \
+         membership counters grown: {}; receive losses grown: {}; kernel backlog drops +{}; \
          {flows} flows held, {} embryonic evicted; cluster records and queries grown: {}",
         sent.as_ref().map(String::as_str).unwrap_or("no summary"),
         ms(&during),
@@ -364,6 +365,7 @@ fn flood_step(bed: &TestBed, legit: &Legit, paced_log: &Path, tag: &str, source:
         grown_of(&before, &after_stats, "/cluster/driver", |k| k.starts_with("to_")),
         grown(&before, &after_stats, "/cluster/membership"),
         missed_grown(&before, &after_stats),
+        softnet_dropped().saturating_sub(backlog0),
         evicted - evicted_before,
         cluster_grown(&before, &after_stats),
     );
@@ -379,15 +381,18 @@ fn flood_step(bed: &TestBed, legit: &Legit, paced_log: &Path, tag: &str, source:
     Ok(figures)
 }
 
-/// Ports whose receive ring overflowed (`rx_missed`, the af_packet ring's
-/// drops) between `before` and `after`, per member.
+/// Ports that lost frames on receive between `before` and `after`, per
+/// member: `rx_ring_drops` (the af_packet ring was full: the kernel's
+/// count, which the driver does not report), `rx_missed`, `rx_nombuf`.
 fn missed_grown(before: &[Value], after: &[Value]) -> String {
     let mut parts = Vec::new();
     for (k, (b, a)) in before.iter().zip(after).enumerate() {
         for (i, p) in a["ports"].as_array().into_iter().flatten().enumerate() {
-            let d = p["rx_missed"].as_u64().unwrap_or(0).saturating_sub(b["ports"][i]["rx_missed"].as_u64().unwrap_or(0));
-            if d > 0 {
-                parts.push(format!("n{} {} +{d}", k + 1, p["name"].as_str().unwrap_or("?")));
+            for key in ["rx_ring_drops", "rx_missed", "rx_nombuf"] {
+                let d = p[key].as_u64().unwrap_or(0).saturating_sub(b["ports"][i][key].as_u64().unwrap_or(0));
+                if d > 0 {
+                    parts.push(format!("n{} {} {key} +{d}", k + 1, p["name"].as_str().unwrap_or("?")));
+                }
             }
         }
     }
@@ -398,11 +403,24 @@ fn missed_grown(before: &[Value], after: &[Value]) -> String {
     }
 }
 
+/// Frames the kernel dropped because a CPU's input backlog was full
+/// (`/proc/net/softnet_stat`, second column, every CPU; machine-wide): a
+/// veth hands each frame to the receiving side's backlog, so a flood
+/// through the bed's routers and veths can lose frames there, before any
+/// node's ring.
+fn softnet_dropped() -> u64 {
+    std::fs::read_to_string("/proc/net/softnet_stat")
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(1).and_then(|v| u64::from_str_radix(v, 16).ok()))
+        .sum()
+}
+
 /// Packets the members' data ports received during a step, per member
 /// and port (`rx_packets`; the CCL's left out): set beside what the flood
 /// tool sent, it shows how much the bed's kernel path (the routers' ECMP,
-/// the veths, the af_packet rings, whose overflows DPDK 22.11's af_packet
-/// does not report as `rx_missed`) lost before any node saw it — e.g. a
+/// the veths, the af_packet rings: `rx_ring_drops`) lost before any node
+/// saw it — e.g. a
 /// one-flow ICMP flood all on one member.
 fn rx_grown(before: &[Value], after: &[Value]) -> String {
     let mut parts = Vec::new();

@@ -97,6 +97,7 @@ fn expected(stats: &Value, cluster: &Value) -> Vec<(String, u64)> {
         let l = format!("{{port=\"{}\",device=\"{}\"}}", p["name"].as_str().unwrap_or(""), p["device"].as_str().unwrap_or(""));
         v.push((format!("clusterfw_nic_rx_packets_total{l}"), num(&p["rx_packets"])));
         v.push((format!("clusterfw_nic_tx_packets_total{l}"), num(&p["tx_packets"])));
+        v.push((format!("clusterfw_nic_rx_ring_drops_total{l}"), num(&p["rx_ring_drops"])));
     }
     for k in cluster["ccl"].as_array().into_iter().flatten() {
         let kind = k["kind"].as_str().unwrap_or("");
