@@ -37,8 +37,7 @@ pub struct Control {
     /// The control socket (`None` only while it is being served).
     server: Option<Server>,
     shared: Arc<Shared>,
-    /// (interface names, device name, port) per data port.
-    ports: Vec<(String, String, Port)>,
+    ports: Vec<ControlPort>,
     node_name: String,
     started: Instant,
     /// Cluster mode: the CCL control endpoint (membership) and the
@@ -107,7 +106,7 @@ impl Control {
     pub fn new(
         cfg: &Config,
         shared: Arc<Shared>,
-        ports: Vec<(String, String, Port)>,
+        ports: Vec<ControlPort>,
         ccl: Option<CclControl>,
         policies: Policies,
         clock: Clock,
@@ -380,8 +379,8 @@ impl Control {
         let now = self.clock.now();
         let unix_at_zero = crate::clock::unix_ns().saturating_sub(now.0);
         let port_name = |p: dataplane::PortId| -> String {
-            match self.ports.iter().find(|(_, _, x)| x.id() == p.0) {
-                Some((name, _, _)) => name.clone(),
+            match self.ports.iter().find(|x| x.port.id() == p.0) {
+                Some(c) => c.interfaces.clone(),
                 None => "ccl".into(),
             }
         };
@@ -582,9 +581,9 @@ impl Control {
             );
         }
         let rings = dpdk_sys::afpacket::ring_totals();
-        for (name, dev, p) in &self.ports {
-            let Ok(s) = p.stats() else { continue };
-            e.stats("nic", &[("port", name.as_str()), ("device", dev.as_str())], &NicStats(s, ring_drops(dev, &rings)));
+        for p in &self.ports {
+            let Ok(s) = p.port.stats() else { continue };
+            e.stats("nic", &[("port", p.interfaces.as_str()), ("device", p.device.as_str())], &NicStats(s, p.ring_drops(&rings)));
         }
         e.gauge("uptime_seconds", "seconds since the node started", &[], self.started.elapsed().as_secs());
         if let Some(x) = &self.export {
@@ -830,18 +829,21 @@ impl Control {
                     .ports
                     .iter()
                     .enumerate()
-                    .map(|(i, (name, dev, p))| (name, dev, p, (port_counter(i, "rx_packets"), port_counter(i, "tx_packets"))))
-                    .map(|(name, dev, p, fw)| match p.stats() {
+                    .map(|(i, p)| (p, (port_counter(i, "rx_packets"), port_counter(i, "tx_packets"))))
+                    .map(|(c, fw)| match c.port.stats() {
                         Ok(s) => {
-                            let mut row = json!({ "name": name, "device": dev, "port": p.id() });
-                            if let (Value::Object(m), Value::Object(n)) = (&mut row, stats::to_json(&NicStats(s, ring_drops(dev, &rings)))) {
+                            let mut row = json!({ "name": c.interfaces, "device": c.device, "port": c.port.id() });
+                            if let (Value::Object(m), Value::Object(n)) = (&mut row, stats::to_json(&NicStats(s, c.ring_drops(&rings)))) {
                                 m.extend(n);
                                 m.insert("pipeline_rx_packets".into(), json!(fw.0));
                                 m.insert("pipeline_tx_packets".into(), json!(fw.1));
+                                if let Some(i) = &c.ring_iface {
+                                    m.insert("kernel_interface".into(), json!(i));
+                                }
                             }
                             row
                         }
-                        Err(e) => json!({ "name": name, "device": dev, "port": p.id(), "error": e.to_string() }),
+                        Err(e) => json!({ "name": c.interfaces, "device": c.device, "port": c.port.id(), "error": e.to_string() }),
                     })
                     .collect();
                 let sum = |f: fn(&crate::shared::WorkerShared) -> u64| -> u64 { self.shared.workers.iter().map(f).sum() };
@@ -1087,15 +1089,34 @@ impl Control {
 /// driver does not report; `dpdk_sys::afpacket`).
 struct NicStats(dpdk_sys::PortStats, u64);
 
-/// The ring drops of `device`'s interface if it is an af_packet device.
-fn ring_drops(device: &str, rings: &std::collections::BTreeMap<i32, (u64, u64)>) -> u64 {
-    if !crate::sizing::is_af_packet(device) {
-        return 0;
+/// A data port as the control lcore reports it.
+pub struct ControlPort {
+    /// The names of the interfaces on it, comma-separated.
+    pub interfaces: String,
+    /// Its DPDK device name (`net_af_packet0`).
+    pub device: String,
+    pub port: Port,
+    /// The kernel interface of an af_packet device (its `iface=`).
+    pub ring_iface: Option<String>,
+}
+
+impl ControlPort {
+    /// `device` (as configured, with its arguments) on `port`.
+    pub fn new(interfaces: String, name: String, port: Port, device: &str) -> ControlPort {
+        let ring_iface = crate::sizing::is_af_packet(device)
+            .then(|| crate::sizing::arg(device, "iface").map(str::to_string))
+            .flatten();
+        ControlPort { interfaces, device: name, port, ring_iface }
     }
-    crate::sizing::arg(device, "iface")
-        .and_then(dpdk_sys::afpacket::ifindex)
-        .and_then(|i| rings.get(&i))
-        .map_or(0, |t| t.1)
+
+    /// The receive-ring drops of its af_packet interface (0 otherwise).
+    fn ring_drops(&self, rings: &std::collections::BTreeMap<i32, (u64, u64)>) -> u64 {
+        self.ring_iface
+            .as_deref()
+            .and_then(dpdk_sys::afpacket::ifindex)
+            .and_then(|i| rings.get(&i))
+            .map_or(0, |t| t.1)
+    }
 }
 
 impl dataplane::stats::Stats for NicStats {

@@ -448,7 +448,7 @@ fn run(cfg: Config, extra: Vec<String>) -> Result<()> {
     let mut ctl = control::Control::new(
         &cfg,
         shared.clone(),
-        ports.iter().map(|p| (p.interfaces.clone(), p.name.clone(), p.port)).collect(),
+        ports.iter().map(|p| control::ControlPort::new(p.interfaces.clone(), p.name.clone(), p.port, &p.device)).collect(),
         ccl_control,
         policies,
         clock,
