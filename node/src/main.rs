@@ -154,10 +154,11 @@ fn run(cfg: Config, extra: Vec<String>) -> Result<()> {
     let want = sizing::mbufs_wanted(&cfg, u64::from(shared::STEER_RING));
     if u64::from(cfg.dpdk.mbufs) < want {
         log::warn!(
-            "dpdk.mbufs {} is less than the {want} that every RX and TX ring{} can hold at once; \
+            "dpdk.mbufs {} is less than the {want} that the ports' RX and TX rings{}{} can hold at once; \
              under load a port may find the pool empty (rx_nombuf)",
             cfg.dpdk.mbufs,
-            if cfg.dpdk.workers > 1 { " and steering ring" } else { "" }
+            if cfg.cluster.is_some() { ", the CCL hand-off" } else { "" },
+            if cfg.dpdk.workers > 1 { " and the workers' steering and hand-off rings" } else { "" }
         );
     }
     let pool = Arc::new(

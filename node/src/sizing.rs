@@ -86,17 +86,34 @@ pub fn mbuf_data_room(cfg: &Config) -> Result<u16, String> {
 }
 
 /// Mbufs that can be held at once: every data port's RX and TX
-/// descriptors for every worker, the workers' steering rings
-/// (`steer_ring` slots each when there are several) and the pool's
-/// per-lcore caches (256 each).
+/// descriptors for every worker; in cluster mode the CCL port's (a queue
+/// pair per worker and the control lcore's) and its hand-off queues
+/// between the control lcore and the workers (`ccl::HANDOFF_CAPACITY`
+/// each way, and 64 frames the control lcore sends through a worker);
+/// with several workers their steering rings (`steer_ring` slots each)
+/// and fragment hand-off queues (`shared::HANDOFF_RING`); and the pool's
+/// per-lcore caches (256 each). An af_packet port's descriptors hold no
+/// mbufs: its driver copies each frame out of (into) the kernel's ring
+/// into a new mbuf (and frees the mbuf it sent).
 pub fn mbufs_wanted(cfg: &Config, steer_ring: u64) -> u64 {
     let workers = u64::from(cfg.dpdk.workers.max(1));
     let mut devices: Vec<&str> = cfg.interfaces.iter().map(|i| i.device.as_str()).collect();
     devices.sort_unstable();
     devices.dedup();
-    let per_queue = u64::from(cfg.dpdk.rx_descriptors) + u64::from(cfg.dpdk.tx_descriptors);
-    let rings = if workers > 1 { workers * steer_ring } else { 0 };
-    devices.len() as u64 * workers * per_queue + rings + (workers + 1) * 256
+    let per_queue = |device: &str| {
+        if is_af_packet(device) {
+            0
+        } else {
+            u64::from(cfg.dpdk.rx_descriptors) + u64::from(cfg.dpdk.tx_descriptors)
+        }
+    };
+    let data: u64 = devices.iter().map(|d| workers * per_queue(d)).sum();
+    let rings = if workers > 1 { workers * (steer_ring + crate::shared::HANDOFF_RING as u64) } else { 0 };
+    let ccl = match &cfg.cluster {
+        Some(c) => (workers + 1) * per_queue(&c.ccl.device) + 2 * crate::ccl::HANDOFF_CAPACITY as u64 + 64,
+        None => 0,
+    };
+    data + ccl + rings + (workers + 1) * 256
 }
 
 #[cfg(test)]
@@ -114,24 +131,51 @@ mod tests {
         assert_eq!(vdev_arg("net_af_packet0,iface=x,framesz=4096,qpairs=4", 2), "net_af_packet0,iface=x,framesz=4096,qpairs=4");
     }
 
+    /// `cfg` on NICs: every data interface on its own PCI device, the
+    /// CCL on another (descriptors that hold mbufs).
+    fn on_nics(mut cfg: Config) -> Config {
+        for (k, i) in cfg.interfaces.iter_mut().enumerate() {
+            i.device = format!("0000:0{k}:00.0");
+        }
+        if let Some(c) = &mut cfg.cluster {
+            c.ccl.device = "0000:09:00.0".into();
+        }
+        cfg
+    }
+
     #[test]
     fn mbufs_wanted_counts_queues_rings_and_caches() {
         let base = include_str!("../../config/examples/node.yaml");
-        let one = config::parse(base, "n.yaml").unwrap();
-        let ports = {
-            let mut d: Vec<&str> = one.interfaces.iter().map(|i| i.device.as_str()).collect();
-            d.sort_unstable();
-            d.dedup();
-            d.len() as u64
-        };
+        let one = on_nics(config::parse(base, "n.yaml").unwrap());
+        let ports = one.interfaces.len() as u64;
         let per_queue = u64::from(one.dpdk.rx_descriptors) + u64::from(one.dpdk.tx_descriptors);
         // One worker: no steering ring, the worker's and the control lcore's caches.
         assert_eq!(mbufs_wanted(&one, 4096), ports * per_queue + 2 * 256);
-        let two = config::parse(&base.replace("  burst: 32\n", "  burst: 32\n  workers: 2\n"), "n.yaml").unwrap();
+        let two = on_nics(config::parse(&base.replace("  burst: 32\n", "  burst: 32\n  workers: 2\n"), "n.yaml").unwrap());
         assert_eq!(two.dpdk.workers, 2);
-        // Two workers: queues per worker, one ring each, three caches.
-        assert_eq!(mbufs_wanted(&two, 4096), 2 * ports * per_queue + 2 * 4096 + 3 * 256);
+        // Two workers: queues per worker, a steering ring and a fragment
+        // hand-off queue each, three caches.
+        assert_eq!(mbufs_wanted(&two, 4096), 2 * ports * per_queue + 2 * (4096 + 1024) + 3 * 256);
         assert!(mbufs_wanted(&two, 4096) > u64::from(two.dpdk.mbufs), "the example's pool is too small for two workers: the node warns");
+        // On af_packet (the example's devices) the descriptors hold none.
+        let afp = config::parse(base, "n.yaml").unwrap();
+        assert!(afp.interfaces.iter().all(|i| is_af_packet(&i.device)));
+        assert_eq!(mbufs_wanted(&afp, 4096), 2 * 256);
+    }
+
+    #[test]
+    fn mbufs_wanted_counts_the_ccl_port_and_its_hand_off() {
+        let afp = config::parse(include_str!("../../config/examples/cluster-node.yaml"), "n.yaml").unwrap();
+        let cfg = on_nics(afp.clone());
+        let mut plain = cfg.clone();
+        plain.cluster = None;
+        let per_queue = u64::from(cfg.dpdk.rx_descriptors) + u64::from(cfg.dpdk.tx_descriptors);
+        let workers = u64::from(cfg.dpdk.workers.max(1));
+        // The CCL's queue pairs (each worker's and the control lcore's),
+        // both hand-off queues and the frames sent through a worker.
+        assert_eq!(mbufs_wanted(&cfg, 4096) - mbufs_wanted(&plain, 4096), (workers + 1) * per_queue + 2 * 2048 + 64);
+        // All on af_packet (the example, the test bed): the hand-off only.
+        assert_eq!(mbufs_wanted(&afp, 4096), 2 * 2048 + 64 + (workers + 1) * 256);
     }
 
     #[test]

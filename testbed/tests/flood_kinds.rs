@@ -34,7 +34,7 @@
 //!   rings overran (below);
 //! - every frame the kernel handed a member's af_packet port (its veth's
 //!   `rx_packets`) was read by the node or counted as lost at its ring
-//!   (`rx_ring_drops`), within a slack of 64 frames + 0.1 %: a loss the
+//!   (`rx_ring_drops`), within a slack of 256 frames + 0.5 %: a loss the
 //!   nodes do not count fails the step;
 //! - the paced download made progress during the flood.
 //!
@@ -464,14 +464,13 @@ fn kernel_rx(bed: &TestBed) -> Result<Vec<Vec<(String, u64)>>> {
     let mut out = Vec::new();
     for k in 1..=NODES {
         let s = bed.show(k, "stats").with_context(|| format!("n{k}'s management socket"))?;
-        let mut ports = Vec::new();
-        for p in s["ports"].as_array().into_iter().flatten() {
-            let Some(iface) = p["kernel_interface"].as_str() else { continue };
-            let path = format!("/sys/class/net/{iface}/statistics/rx_packets");
-            let n = sys::ns_run(&format!("cfw-n{k}"), "cat", &[path.as_str()])?;
-            ports.push((iface.to_string(), n.trim().parse().with_context(|| format!("n{k} {path}: {n:?}"))?));
-        }
-        out.push(ports);
+        let ifaces: Vec<&str> = s["ports"].as_array().into_iter().flatten().filter_map(|p| p["kernel_interface"].as_str()).collect();
+        let paths: Vec<String> = ifaces.iter().map(|i| format!("/sys/class/net/{i}/statistics/rx_packets")).collect();
+        // One `cat` for all of a member's ports: close together in time.
+        let text = sys::ns_run(&format!("cfw-n{k}"), "cat", &paths)?;
+        let counts: Vec<u64> = text.split_whitespace().map(|n| n.parse().with_context(|| format!("n{k}: {text:?}"))).collect::<Result<_>>()?;
+        ensure!(counts.len() == ifaces.len(), "n{k}: {} counts for {} interfaces", counts.len(), ifaces.len());
+        out.push(ifaces.iter().map(|i| i.to_string()).zip(counts).collect());
     }
     Ok(out)
 }
@@ -498,7 +497,10 @@ fn unaccounted(before: &[Value], after: &[Value], kernel_before: &[Vec<(String, 
             let read = port(a, "rx_packets").saturating_sub(port(b, "rx_packets"));
             let drops = port(a, "rx_ring_drops").saturating_sub(port(b, "rx_ring_drops"));
             let kernel = k1.saturating_sub(k0);
-            let slack = 64 + kernel / 1000;
+            // Frames that arrived between a member's `show stats` and
+            // its `cat` (the CCL carries heartbeats and the cluster's
+            // backlog after a flood) and frames still in a ring.
+            let slack = 256 + kernel / 200;
             if kernel.abs_diff(read + drops) > slack {
                 bad.push(format!("n{} {iface}: kernel +{kernel}, read +{read}, ring drops +{drops}", k + 1));
             }

@@ -1,12 +1,12 @@
 //! Anti-replay windows, one per (sender node, channel), in the style of
-//! RFC 4303 §3.4.3 with a bitmap of `WINDOW` (4 096) sequence numbers.
+//! RFC 4303 §3.4.3 with a bitmap of `WINDOW` (16 384) sequence numbers.
 //!
 //! Each window remembers the sender's incarnation, the highest sequence
-//! number accepted (`top`) and which of `top − 4095 ..= top` were seen. A
+//! number accepted (`top`) and which of `top − 16383 ..= top` were seen. A
 //! higher incarnation (the sender restarted) resets the window; a lower one
 //! is refused as stale.
 //!
-//! Why 4 096 and not RFC 4303's 64 (or the 128 of versions before): the
+//! Why 16 384 and not RFC 4303's 64 (or the 128 of versions before): the
 //! CCL port's queues reorder a stream. On af_packet (a VM with vdevs, the
 //! test bed) the kernel's fanout is HASH with ROLLOVER: a stream hashed to
 //! the control lcore's queue rolls over to the worker's when that ring is
@@ -15,13 +15,18 @@
 //! node/src/ccl.rs) arrive after later ones. Under floods a 128-wide
 //! window refused tens of thousands of such frames a flood as replays
 //! (`ccl-replay`: lost queries, replies, forwarded packets and
-//! heartbeats; flood_kinds). 4 096 covers one ring plus one hand-off.
+//! heartbeats; flood_kinds). 4 096 covered one ring plus one hand-off;
+//! with two workers per node (9 threads of 3 nodes on 2 cores) a starved
+//! worker or control lcore leaves its share of a stream in its ring while
+//! the other queue's reader moves on, and a 4 096-wide window still
+//! refused 400-3 000 frames in a quarter of the floods (2026-12-05).
+//! 16 384 is four of those; the cost is memory, not time.
 //!
 //! The bitmap is 64 words indexed circularly by `seq % WINDOW` (no shift
-//! of a 4 096-bit value): when `top` advances, the bits of the numbers
+//! of a 16 384-bit value): when `top` advances, the bits of the numbers
 //! skipped are cleared (a word at a time; all of them on a jump of a
 //! window or more), so an in-order message costs a couple of word
-//! operations. 520 bytes a window, 16 nodes × 33 channels: ≈ 270 KiB per
+//! operations. 2 064 bytes a window, 16 nodes × 33 channels: ≈ 1.1 MB per
 //! [`ReplayGuard`] (one per worker and one for the control lcore).
 //!
 //! Invariants: the table is allocated once (16 nodes × 33 channels) and
@@ -37,7 +42,7 @@ use crate::NodeId;
 
 /// Width of the window in sequence numbers: a number more than `WINDOW −
 /// 1` below the highest accepted is refused as a replay.
-pub const WINDOW: u64 = 4096;
+pub const WINDOW: u64 = 16384;
 
 /// Words of the bitmap.
 const WORDS: usize = (WINDOW / 64) as usize;
@@ -127,7 +132,7 @@ impl Default for ReplayGuard {
 }
 
 impl ReplayGuard {
-    /// Windows for `NodeId::MAX_NODES` senders × 33 channels (≈ 270 KiB).
+    /// Windows for `NodeId::MAX_NODES` senders × 33 channels (≈ 1.1 MB).
     pub fn new() -> Self {
         ReplayGuard { windows: vec![Window::default(); NodeId::MAX_NODES * CHANNELS].into_boxed_slice() }
     }
@@ -234,15 +239,15 @@ mod tests {
     #[test]
     fn out_of_order_within_window_once() {
         let mut g = ReplayGuard::new();
-        accept(&mut g, 1, 5000).unwrap();
-        assert_eq!(accept(&mut g, 1, 905), Ok(())); // age 4095: last slot of the window
-        assert_eq!(accept(&mut g, 1, 905), Err(CclDrop::Replay));
-        assert_eq!(accept(&mut g, 1, 904), Err(CclDrop::Replay)); // age 4096: too old
-        assert_eq!(accept(&mut g, 1, 4000), Ok(()));
-        assert_eq!(accept(&mut g, 1, 4000), Err(CclDrop::Replay));
+        accept(&mut g, 1, 20000).unwrap();
+        assert_eq!(accept(&mut g, 1, 3617), Ok(())); // age 16383: last slot of the window
+        assert_eq!(accept(&mut g, 1, 3617), Err(CclDrop::Replay));
+        assert_eq!(accept(&mut g, 1, 3616), Err(CclDrop::Replay)); // age 16384: too old
+        assert_eq!(accept(&mut g, 1, 19000), Ok(()));
+        assert_eq!(accept(&mut g, 1, 19000), Err(CclDrop::Replay));
         // A jump beyond the window clears it.
-        assert_eq!(accept(&mut g, 1, 20000), Ok(()));
-        assert_eq!(accept(&mut g, 1, 19999), Ok(()));
+        assert_eq!(accept(&mut g, 1, 80000), Ok(()));
+        assert_eq!(accept(&mut g, 1, 79999), Ok(()));
         assert_eq!(accept(&mut g, 1, 15904), Err(CclDrop::Replay));
     }
 
