@@ -132,3 +132,56 @@ fn the_owner_holds_the_early_request_until_the_splice() {
         assert_eq!(bed.drops(n, DropReason::SynProxyPending), 0);
     }
 }
+
+/// ECMP moves a proxied handshake between the cookie and the client's ACK
+/// (a member change): the member the ACK reaches validates the cookie
+/// another member sent (the cluster's cookie key and clock), the director
+/// elects it, and it opens and splices the connection — its ISN' names it,
+/// so the server's SYN-ACK, landing on the member that sent the cookie,
+/// finds it. A forged ACK there opens nothing.
+#[test]
+fn a_cookie_sent_by_one_member_opens_the_connection_at_another() {
+    let mut bed = bed();
+    let out = bed.send(A, IN, from_host(A, SERVER).tcp(999, 80, 1, 0, SYN, 64240, &SYN_OPTS, b""));
+    assert_eq!(one(&out).1, OUT);
+    let cport = port_with_director(SERVER, 80, 6, 3, C);
+    let t = tuple(HOST, cport, SERVER, 80, 6);
+    let out = bed.send(A, IN, from_host(A, SERVER).tcp(cport, 80, C_ISN, 0, SYN, 64240, &SYN_OPTS, b""));
+    let (n, port, f) = one(&out);
+    assert_eq!((n, port), (A, IN));
+    let (cookie, _, flags, _) = tcp_fields(&f);
+    assert_eq!(flags, SYN | ACK);
+    // The client's ACK reaches B, which sent no cookie.
+    let out = bed.send(B, IN, from_host(B, SERVER).tcp(cport, 80, C_ISN + 1, cookie.wrapping_add(1), ACK, 502, &[], b""));
+    let (n, port, f) = one(&out);
+    assert_eq!((n, port), (B, OUT), "B opens the connection to the server");
+    let (isn, _, flags, _) = tcp_fields(&f);
+    assert_eq!(flags, SYN);
+    assert_eq!(cookies().decode(isn), Some(NodeId(B as u8)), "the server-side ISN names B");
+    assert_eq!(bed.nodes[C].cluster_role(bed.now(), &t), Some((Role::Director, NodeId(B as u8))), "elected by the director");
+    assert_eq!(bed.owners(&t), vec![B]);
+    // The server's SYN-ACK lands on A: to B by its cookie, which answers
+    // the server with the handshake's last ACK.
+    let out = bed.send(A, OUT, from_outside(A, SERVER).tcp(80, cport, S_ISN, isn.wrapping_add(1), SYN | ACK, 29200, &SYN_OPTS, b""));
+    let (n, port, f) = one(&out);
+    assert_eq!((n, port), (B, OUT));
+    assert_eq!(f, to_gw(B, SERVER).ttl(63).tcp(cport, 80, isn.wrapping_add(1), S_ISN + 1, ACK, 502, &[], b""));
+    // Spliced at B: a request and its answer, both spaces translated.
+    let (delta, server) = (isn.wrapping_sub(C_ISN), cookie.wrapping_sub(S_ISN));
+    let out = bed.send(B, IN, from_host(B, SERVER).tcp(cport, 80, C_ISN + 1, cookie.wrapping_add(1), ACK | PSH, 502, &[], b"GET"));
+    assert_eq!(one(&out), (B, OUT, to_gw(B, SERVER).tcp(cport, 80, (C_ISN + 1).wrapping_add(delta), S_ISN + 1, ACK | PSH, 502, &[], b"GET")));
+    let out = bed.send(C, OUT, from_outside(C, SERVER).tcp(80, cport, S_ISN + 1, (C_ISN + 4).wrapping_add(delta), ACK | PSH, 509, &[], b"OK"));
+    assert_eq!(one(&out), (B, IN, to_host(B, SERVER).tcp(80, cport, (S_ISN + 1).wrapping_add(server), C_ISN + 4, ACK | PSH, 509, &[], b"OK")));
+    let (a, b) = (bed.nodes[A].counters().syn_proxy, bed.nodes[B].counters().syn_proxy);
+    assert_eq!((a.cookies_sent, a.opened, b.cookies_sent, b.opened, b.spliced), (1, 0, 0, 1, 1));
+
+    // A forged ACK at B (the cookie of another connection's SYN, off by
+    // one): nothing opens, nothing reaches the server.
+    let fport = port_with_director(SERVER, 443, 6, 3, C);
+    let out = bed.send(A, IN, from_host(A, SERVER).tcp(fport, 443, C_ISN, 0, SYN, 64240, &SYN_OPTS, b""));
+    let (forged, _, _, _) = tcp_fields(&one(&out).2);
+    let out = bed.send(B, IN, from_host(B, SERVER).tcp(fport, 443, C_ISN + 1, forged.wrapping_add(2), ACK, 502, &[], b""));
+    assert!(out.is_empty(), "{out:?}");
+    assert_eq!(bed.owners(&tuple(HOST, fport, SERVER, 443, 6)), Vec::<usize>::new());
+    assert_eq!(bed.nodes[B].counters().syn_proxy.opened, 1);
+}

@@ -16,6 +16,11 @@ impl Clock {
     pub fn now(&self) -> Timestamp {
         Timestamp(self.origin.elapsed().as_nanos() as u64)
     }
+
+    /// The Unix time, ns, of this clock's origin (`Pipeline::set_wall_clock`).
+    pub fn origin_unix_ns(&self) -> u64 {
+        unix_ns().saturating_sub(self.now().0)
+    }
 }
 
 /// Nanoseconds since the Unix epoch (0 if the system clock is before it).

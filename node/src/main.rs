@@ -405,7 +405,10 @@ fn run(cfg: Config, extra: Vec<String>) -> Result<()> {
     let lcores = dpdk_sys::eal::worker_lcores();
     let mut launched = Vec::new();
     let mut threads = Vec::new();
-    for (w, (pipeline, steered_in)) in pipelines.into_iter().zip(consumers).enumerate() {
+    for (w, (mut pipeline, steered_in)) in pipelines.into_iter().zip(consumers).enumerate() {
+        // SYN-proxy cookie periods on the system clock: members validate
+        // each other's cookies (their clocks agreeing within 64 s).
+        pipeline.set_wall_clock(clock.origin_unix_ns());
         let worker = worker::Worker {
             pipeline,
             ports: ports.iter().map(|p| p.port).collect(),

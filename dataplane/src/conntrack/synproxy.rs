@@ -39,13 +39,13 @@
 //! - No state, no allocation, no panics: `check` is a pure function of
 //!   its arguments and the key.
 //!
-//! The clock. `t` comes from the node's own [`Timestamp`] (monotonic since
-//! the process started; the core reads no clock, the driver passes it in).
-//! A cookie therefore validates only on the node that issued it — or
-//! workers sharing that node's clock — unless the clocks of the issuing
-//! and checking nodes agree (to within the window). The client's ACK has
-//! the same tuple as its SYN, so it reaches the same node and worker by
-//! the same steering as the SYN did.
+//! The clock. `t` comes from the [`Timestamp`] the caller passes (the core
+//! reads no clock): a cookie validates where the key is the same and the
+//! clock agrees to within the window. A single node keys each worker at
+//! random (the client's ACK has the same tuple as its SYN, so it reaches
+//! the same worker by the same steering); cluster members share the
+//! cluster's key and count on the system clock, so any member validates
+//! any member's cookie (`pipeline::synproxy`, `SynProxy::share`).
 //!
 //! Compared with Linux syncookies (`net/ipv4/syncookies.c`): Linux puts a
 //! minute counter in the top 8 bits and hash + MSS index (4 values for

@@ -251,10 +251,15 @@ impl Pipeline {
         };
         let frag = Box::new(FragPath::new(&frags, slot_len).map_err(PipelineError::Fragments)?);
         let arp = ArpCache::new(cfg.arp_capacity, cfg.arp_timeout, cfg.arp_retry);
+        let mut flows = Flows::new(ConnTable::new(cfg.flow_capacity, cfg.timeouts), built.acl, slot_len);
+        if let Some(c) = &cfg.cluster {
+            // Any member validates any member's SYN-proxy cookie.
+            flows.proxy.share(synproxy::proxy_key(&c.key));
+        }
         Ok(Pipeline {
             ifaces: built.ifaces,
             routes: built.routes,
-            flows: Flows::new(ConnTable::new(cfg.flow_capacity, cfg.timeouts), built.acl, slot_len),
+            flows,
             egress: Egress::new(arp, cfg.static_neighbors.clone(), slot_len),
             fast: FastPath::new(),
             ingress: Ingress::new(),
@@ -767,9 +772,13 @@ impl Pipeline {
                     None if prx.via == Via::Port && fast::spoofed_source(&self.ifaces, &self.routes, ifx, src) => {
                         Plan::Drop(DropReason::ReversePath)
                     }
-                    // A client's ACK returning this worker's SYN-proxy
-                    // cookie: its connection opens here (`Flows::track`).
-                    None if note.is_none() && l4.as_ref().is_some_and(|l| self.flows.proxy.valid(now, &tuple, l)) => Plan::Own,
+                    // A client's ACK returning a SYN-proxy cookie (the
+                    // cluster's: this member's or another's): its
+                    // connection opens where the director says
+                    // (`Flows::track` here, if elected).
+                    None if note.is_none() && l4.as_ref().is_some_and(|l| self.flows.proxy.valid(now, &tuple, l)) => {
+                        cl.plan_opening(now, &self.flows.table, &tuple)
+                    }
                     None => cl.plan_new(now, &self.flows.table, &tuple, l4.as_ref()),
                 };
                 // N3: a new connection under multi-session PAT received
@@ -1412,6 +1421,15 @@ impl Pipeline {
                 }
             }
         }
+    }
+
+    /// The Unix time, ns, of the origin of the `now` the driver passes:
+    /// the SYN proxy counts its cookie periods on the system clock, so
+    /// that cluster members validate each other's cookies (their clocks
+    /// agreeing within a period, 64 s). 0 (the default) counts from the
+    /// driver's origin: enough for one node, or for members sharing it.
+    pub fn set_wall_clock(&mut self, origin_unix_ns: u64) {
+        self.flows.proxy.set_wall_clock(origin_unix_ns);
     }
 
     /// A new membership lease: while `now >= until` the pipeline is fenced

@@ -34,11 +34,25 @@
 //! reason would count them twice), as are released frames the pipeline
 //! then drops.
 //!
+//! In a cluster the cookies are the cluster's (`share`): every member and
+//! worker keys them with `proxy_key(cluster secret)` and counts their
+//! periods on the system clock (`set_wall_clock`: members agree as their
+//! clocks do, within a period of 64 s), so the member a client's ACK
+//! reaches can validate a cookie another member sent — after a member
+//! change ECMP may move the handshake between the SYN-ACK and the ACK.
+//! Nothing was stored for the cookie, so whoever validates it may open
+//! the connection; the pipeline asks the director first (an election,
+//! as for a new UDP flow: `ClusterPath::plan_opening`), so that a client
+//! segment reaching a second member while the first opens is sent to it,
+//! not opened twice. Checking every unknown bare ACK costs one SipHash
+//! on a packet that is about to ask a director anyway.
+//!
 //! Invariants: no state is kept for a SYN answered with a cookie (a
 //! spoofed flood costs one SipHash and one rewritten frame per SYN); an
 //! unknown ACK is checked against the cookies only while this worker has
-//! sent cookies in the last two cookie periods (`check_until`), so outside
-//! a flood the stage costs the established path nothing; the frame is
+//! sent cookies in the last two cookie periods (`check_until`) — on a
+//! cluster member always (`share`: below) —, so outside a flood the stage
+//! costs the established path nothing; the frame is
 //! resized and rewritten only after every check passed (a failed rewrite
 //! drops it, counted); nothing allocates (the hold's slots are reserved by
 //! `SynProxy::new`), and the hold costs the established path nothing (it
@@ -97,6 +111,15 @@ pub(crate) struct SynProxy {
     cookies: ProxyCookies,
     /// Unknown ACKs are checked against the cookies until then.
     check_until: Timestamp,
+    /// Cluster mode (`share`): the key is the cluster's, the same on every
+    /// member and worker, and every unknown ACK is checked — after a member
+    /// change ECMP may bring a client's ACK to a member that sent no
+    /// cookie itself.
+    shared: bool,
+    /// Added to `now` for the cookie's period counter (`set_wall_clock`):
+    /// the Unix time of the node clock's origin, so members' periods agree
+    /// as their system clocks do.
+    wall_offset: u64,
     pub counters: SynProxyCounters,
     /// Client segments waiting for their connection's splice.
     pub hold: ProxyHold,
@@ -108,6 +131,8 @@ impl SynProxy {
         SynProxy {
             cookies: ProxyCookies::new(random_key()),
             check_until: Timestamp::ZERO,
+            shared: false,
+            wall_offset: 0,
             counters: SynProxyCounters::default(),
             hold: ProxyHold::new(slot_len),
         }
@@ -148,13 +173,31 @@ impl SynProxy {
         self.counters.held_dropped += self.hold.clear();
     }
 
+    /// Cookies keyed with the cluster's `key` (`proxy_key`), checked on
+    /// every unknown ACK: any member validates another's cookie.
+    pub fn share(&mut self, key: [u8; 16]) {
+        self.cookies = ProxyCookies::new(key);
+        self.shared = true;
+    }
+
+    /// The Unix time, ns, of the clock origin `now` counts from.
+    pub fn set_wall_clock(&mut self, origin_unix_ns: u64) {
+        self.wall_offset = origin_unix_ns;
+    }
+
+    /// `now` on the cookies' clock.
+    #[inline]
+    fn wall(&self, now: Timestamp) -> Timestamp {
+        Timestamp(now.0.saturating_add(self.wall_offset))
+    }
+
     /// The cookie for a client's SYN of `tuple` (`isn`, its MSS option),
     /// and the MSS it encodes; unknown ACKs are checked from now on for
     /// two cookie periods.
     pub fn cookie(&mut self, now: Timestamp, tuple: &FiveTuple, isn: u32, mss: Option<u16>) -> (u32, u16) {
         self.check_until = now.saturating_add(PERIOD).saturating_add(PERIOD);
         self.counters.cookies_sent += 1;
-        self.cookies.encode(tuple, isn, mss, now)
+        self.cookies.encode(tuple, isn, mss, self.wall(now))
     }
 
     /// A TCP segment without a flow: is it a client's ACK returning a
@@ -177,18 +220,19 @@ impl SynProxy {
         matches!(self.returned(now, tuple, l4), Some(Some(_)))
     }
 
-    /// `None`: not a segment to check (no cookie out lately, not a bare
-    /// ACK); else whether its cookie is valid (the MSS it carries).
+    /// `None`: not a segment to check (no cookie out lately here or,
+    /// shared, anywhere; not a bare ACK); else whether its cookie is valid
+    /// (the MSS it carries).
     #[inline]
     fn returned(&self, now: Timestamp, tuple: &FiveTuple, l4: &L4Info) -> Option<Option<u16>> {
-        if now >= self.check_until {
+        if !self.shared && now >= self.check_until {
             return None;
         }
         let L4Info::Tcp(seg) = l4 else { return None };
         if seg.flags & (tcp_flags::SYN | tcp_flags::RST | tcp_flags::FIN | tcp_flags::ACK) != tcp_flags::ACK {
             return None;
         }
-        Some(self.cookies.check(tuple, seg.seq, seg.ack, now))
+        Some(self.cookies.check(tuple, seg.seq, seg.ack, self.wall(now)))
     }
 }
 
@@ -358,6 +402,15 @@ fn tag(tuple: &FiveTuple) -> u32 {
     ((h ^ (h >> 32)) as u32) | 1
 }
 
+/// The SYN proxy's cookie key of a cluster: 16 bytes derived from its
+/// secret, distinct from the CCL MAC key and the ISN cookie key.
+pub fn proxy_key(secret: &str) -> [u8; 16] {
+    let k = blake3::derive_key("clusterfw syn proxy cookie v1", secret.as_bytes());
+    let mut out = [0u8; 16];
+    out.copy_from_slice(&k[..16]);
+    out
+}
+
 fn random_key() -> [u8; 16] {
     use std::hash::BuildHasher;
     let s = std::collections::hash_map::RandomState::new();
@@ -428,6 +481,44 @@ mod tests {
             assert!(h.finish(x.slot, x.mem, x.start, x.end, Outcome::Forward(PortId(1))));
         }
         tags
+    }
+
+    /// The client's ACK of `cookie` for a SYN with ISN 1000.
+    fn ack_of(cookie: u32) -> L4Info {
+        L4Info::Tcp(crate::conntrack::TcpSeg {
+            flags: tcp_flags::ACK,
+            seq: 1001,
+            ack: cookie.wrapping_add(1),
+            window: 502,
+            payload_len: 0,
+            wscale: None,
+            sack_permitted: false,
+        })
+    }
+
+    #[test]
+    fn shared_cookies_validate_on_another_member_whose_clock_agrees() {
+        let key = proxy_key("lab-secret");
+        let (mut a, mut b) = (SynProxy::new(SLOT_LEN), SynProxy::new(SLOT_LEN));
+        // A started 1 000 s after the epoch, B 1 200 s: at A's 300 s and
+        // B's 100 s it is 1 300 s on both system clocks.
+        a.share(key);
+        b.share(key);
+        a.set_wall_clock(1_000_000_000_000);
+        b.set_wall_clock(1_200_000_000_000);
+        let c = conn(4000);
+        let (cookie, _) = a.cookie(Timestamp::from_secs(300), &c, 1000, Some(1460));
+        assert!(b.valid(Timestamp::from_secs(100), &c, &ack_of(cookie)), "B validates A's cookie (B sent none)");
+        assert!(!b.valid(Timestamp::from_secs(100), &conn(4001), &ack_of(cookie)), "bound to the connection");
+        // Without the shared clock B's periods are A's minus 200 s: the
+        // cookie is three periods ahead and refused.
+        b.set_wall_clock(0);
+        assert!(!b.valid(Timestamp::from_secs(100), &c, &ack_of(cookie)));
+        // Without the cluster's key (a node's own random one) never; and
+        // unshared, an ACK is not even checked until cookies went out.
+        let lone = SynProxy::new(SLOT_LEN);
+        assert!(!lone.valid(Timestamp::from_secs(100), &c, &ack_of(cookie)));
+        assert_eq!(lone.returned(Timestamp::from_secs(100), &c, &ack_of(cookie)), None);
     }
 
     #[test]

@@ -261,17 +261,24 @@ impl ClusterPath {
             }
             // May open a flow (R8): the director decides, electing the
             // querier if nobody owns it.
-            L4Info::Udp | L4Info::IcmpEchoRequest | L4Info::Other => {
-                if !local {
-                    Plan::Query { director, elect: true }
-                } else if self.settling(now, conn) {
-                    // The director, while owners re-register: wait for a
-                    // record before owning it (`settling`).
-                    Plan::Query { director: me, elect: true }
-                } else {
-                    Plan::Own
-                }
-            }
+            L4Info::Udp | L4Info::IcmpEchoRequest | L4Info::Other => self.plan_opening(now, conn, tuple),
+        }
+    }
+
+    /// A packet nobody here knows that may open its connection here (R8):
+    /// the director decides, electing this node if nobody owns it — a new
+    /// UDP or ICMP flow, or a client's ACK returning a valid SYN-proxy
+    /// cookie (any member's: the cookie left no state behind).
+    pub fn plan_opening(&mut self, now: Timestamp, conn: &ConnTable, tuple: &FiveTuple) -> Plan {
+        let director = self.director_of(tuple);
+        if director != self.me {
+            Plan::Query { director, elect: true }
+        } else if self.settling(now, conn) {
+            // The director, while owners re-register: wait for a record
+            // before owning it (`settling`).
+            Plan::Query { director: self.me, elect: true }
+        } else {
+            Plan::Own
         }
     }
 
