@@ -80,7 +80,15 @@ pub(super) fn segment(conn: &mut TcpConn, dir: Direction, seg: &TcpSeg, seq: &mu
             if seg.flags & RST == 0 {
                 return Err(DropReason::SynProxyPending);
             }
-            Ok((conn.on_segment(dir, seg)?, Splice::None))
+            // The client's RST carries its next sequence number: past
+            // any request it sent behind its ACK, which the proxy holds
+            // (`pipeline::synproxy`) and conntrack never saw. One within
+            // the window the proxy's SYN-ACK offered (64 KiB at most,
+            // unscaled) resets the connection as if at its first byte; the
+            // frame itself is sent on unchanged.
+            let first = conn.iss().wrapping_add(1);
+            let fed = if seg.seq.wrapping_sub(first) <= u32::from(u16::MAX) { TcpSeg { seq: first, ..*seg } } else { *seg };
+            Ok((conn.on_segment(dir, &fed)?, Splice::None))
         }
         (ProxyStage::Connecting, Direction::Reply) => {
             let cookie = *seq;

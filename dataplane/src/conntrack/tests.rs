@@ -2232,6 +2232,21 @@ fn syn_proxy_opens_splices_and_translates() {
     assert_eq!(x.splice, Splice::Xlate(C.wrapping_add(1)));
     assert_eq!(t.tcp_state(o3.handle), Some(Closed));
     check_limit_counts(&t);
+    // A client that gives up while connecting, after its request (held by
+    // the pipeline, refused here): its RST is numbered past the request
+    // and resets the connection; one beyond the proxy's window does not.
+    let ack4 = seg(ACK, 9001, C.wrapping_add(1), 502);
+    let o4 = t.open_proxied(now, &from(4), &ack4, 1460, 54, || true).unwrap();
+    let req = TcpSeg { payload_len: 300, ..seg(ACK | PSH, 9001, C + 1, 502) };
+    assert_eq!(t.track(now, &from(4), &L4Info::Tcp(req), 354, || true).unwrap_err(), D::SynProxyPending);
+    let wild = L4Info::Tcp(seg(RST, 9001 + 70_000, 0, 0));
+    assert!(t.track(now, &from(4), &wild, 54, || true).is_err(), "a RST beyond the window");
+    assert_eq!(t.tcp_state(o4.handle), Some(SynSent));
+    let rst = L4Info::Tcp(seg(RST, 9301, 0, 0));
+    let x = t.track(now, &from(4), &rst, 54, || true).unwrap();
+    assert_eq!((x.dir, x.splice), (Original, Splice::None));
+    assert_eq!(t.tcp_state(o4.handle), Some(Closed));
+    check_limit_counts(&t);
 }
 
 /// A proxied connection's flow state on the wire: the stage in the flags,
