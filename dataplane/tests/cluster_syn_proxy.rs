@@ -35,21 +35,27 @@ fn bed() -> Bed {
     bed
 }
 
-#[test]
-fn the_owner_proxies_and_a_takeover_keeps_the_splice() {
-    let mut bed = bed();
-    // A's embryonic place is taken by a half-open connection.
+/// A's embryonic place taken by a half-open connection, then a SYN at A
+/// from the client's port `cport` to the server's `dport` (a connection C
+/// directs), which A answers itself: the cookie of its SYN-ACK.
+fn cookie_at_a(bed: &mut Bed, cport: u16, dport: u16) -> u32 {
     let out = bed.send(A, IN, from_host(A, SERVER).tcp(999, 80, 1, 0, SYN, 64240, &SYN_OPTS, b""));
-    assert_eq!(one(&out).1, OUT);
-    // The next SYN at A (a connection C directs) is answered by A itself.
-    let cport = port_with_director(SERVER, 80, 6, 3, C);
-    let t = tuple(HOST, cport, SERVER, 80, 6);
-    let out = bed.send(A, IN, from_host(A, SERVER).tcp(cport, 80, C_ISN, 0, SYN, 64240, &SYN_OPTS, b""));
+    assert_eq!(one(&out).1, OUT, "the first SYN passes (or is the one already passed)");
+    let out = bed.send(A, IN, from_host(A, SERVER).tcp(cport, dport, C_ISN, 0, SYN, 64240, &SYN_OPTS, b""));
     let (n, port, f) = one(&out);
     assert_eq!((n, port), (A, IN), "the SYN-ACK goes back to the client");
     let (cookie, ack, flags, _) = tcp_fields(&f);
     assert_eq!((ack, flags), (C_ISN + 1, SYN | ACK));
-    assert_eq!(bed.nodes[C].cluster_role(bed.now(), &t), None, "nothing registered for a cookie");
+    assert_eq!(bed.nodes[C].cluster_role(bed.now(), &tuple(HOST, cport, SERVER, dport, 6)), None, "nothing registered for a cookie");
+    cookie
+}
+
+#[test]
+fn the_owner_proxies_and_a_takeover_keeps_the_splice() {
+    let mut bed = bed();
+    let cport = port_with_director(SERVER, 80, 6, 3, C);
+    let t = tuple(HOST, cport, SERVER, 80, 6);
+    let cookie = cookie_at_a(&mut bed, cport, 80);
     // The client's ACK: the SYN to the server leaves A with A's owner ISN'.
     let out = bed.send(A, IN, from_host(A, SERVER).tcp(cport, 80, C_ISN + 1, cookie.wrapping_add(1), ACK, 502, &[], b""));
     let (n, port, f) = one(&out);
@@ -103,11 +109,8 @@ fn the_owner_proxies_and_a_takeover_keeps_the_splice() {
 #[test]
 fn the_owner_holds_the_early_request_until_the_splice() {
     let mut bed = bed();
-    let out = bed.send(A, IN, from_host(A, SERVER).tcp(999, 80, 1, 0, SYN, 64240, &SYN_OPTS, b""));
-    assert_eq!(one(&out).1, OUT);
     let cport = port_with_director(SERVER, 80, 6, 3, C);
-    let out = bed.send(A, IN, from_host(A, SERVER).tcp(cport, 80, C_ISN, 0, SYN, 64240, &SYN_OPTS, b""));
-    let (cookie, _, _, _) = tcp_fields(&one(&out).2);
+    let cookie = cookie_at_a(&mut bed, cport, 80);
     let out = bed.send(A, IN, from_host(A, SERVER).tcp(cport, 80, C_ISN + 1, cookie.wrapping_add(1), ACK, 502, &[], b""));
     let (isn, _, flags, _) = tcp_fields(&one(&out).2);
     assert_eq!(flags, SYN);
@@ -142,15 +145,9 @@ fn the_owner_holds_the_early_request_until_the_splice() {
 #[test]
 fn a_cookie_sent_by_one_member_opens_the_connection_at_another() {
     let mut bed = bed();
-    let out = bed.send(A, IN, from_host(A, SERVER).tcp(999, 80, 1, 0, SYN, 64240, &SYN_OPTS, b""));
-    assert_eq!(one(&out).1, OUT);
     let cport = port_with_director(SERVER, 80, 6, 3, C);
     let t = tuple(HOST, cport, SERVER, 80, 6);
-    let out = bed.send(A, IN, from_host(A, SERVER).tcp(cport, 80, C_ISN, 0, SYN, 64240, &SYN_OPTS, b""));
-    let (n, port, f) = one(&out);
-    assert_eq!((n, port), (A, IN));
-    let (cookie, _, flags, _) = tcp_fields(&f);
-    assert_eq!(flags, SYN | ACK);
+    let cookie = cookie_at_a(&mut bed, cport, 80);
     // The client's ACK reaches B, which sent no cookie.
     let out = bed.send(B, IN, from_host(B, SERVER).tcp(cport, 80, C_ISN + 1, cookie.wrapping_add(1), ACK, 502, &[], b""));
     let (n, port, f) = one(&out);
@@ -178,8 +175,7 @@ fn a_cookie_sent_by_one_member_opens_the_connection_at_another() {
     // A forged ACK at B (the cookie of another connection's SYN, off by
     // one): nothing opens, nothing reaches the server.
     let fport = port_with_director(SERVER, 443, 6, 3, C);
-    let out = bed.send(A, IN, from_host(A, SERVER).tcp(fport, 443, C_ISN, 0, SYN, 64240, &SYN_OPTS, b""));
-    let (forged, _, _, _) = tcp_fields(&one(&out).2);
+    let forged = cookie_at_a(&mut bed, fport, 443);
     let out = bed.send(B, IN, from_host(B, SERVER).tcp(fport, 443, C_ISN + 1, forged.wrapping_add(2), ACK, 502, &[], b""));
     assert!(out.is_empty(), "{out:?}");
     assert_eq!(bed.owners(&tuple(HOST, fport, SERVER, 443, 6)), Vec::<usize>::new());
