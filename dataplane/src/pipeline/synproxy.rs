@@ -407,7 +407,9 @@ fn tag(tuple: &FiveTuple) -> u32 {
 pub fn proxy_key(secret: &str) -> [u8; 16] {
     let k = blake3::derive_key("clusterfw syn proxy cookie v1", secret.as_bytes());
     let mut out = [0u8; 16];
-    out.copy_from_slice(&k[..16]);
+    for (d, s) in out.iter_mut().zip(k) {
+        *d = s;
+    }
     out
 }
 
