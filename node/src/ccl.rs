@@ -54,6 +54,9 @@ pub const HANDOFF_CAPACITY: usize = 2048;
 /// (`to_worker_drops`, flood_kinds). Bounded by the queue's capacity, so
 /// a loop is too.
 pub const HANDOFF_DRAIN: usize = HANDOFF_CAPACITY;
+/// Capacity of the queue of frames the control lcore sends through the
+/// worker when the CCL port has one queue (mbufs).
+pub const TX_VIA_WORKER_CAPACITY: usize = 64;
 /// The UDP source port of control-channel messages.
 pub const CONTROL_SRC_PORT: u16 = CCL_UDP_PORT + CONTROL_CHANNEL as u16;
 
@@ -99,7 +102,7 @@ impl CclShared {
         CclShared {
             to_worker: ArrayQueue::new(HANDOFF_CAPACITY),
             to_control: ArrayQueue::new(HANDOFF_CAPACITY),
-            tx_via_worker: ArrayQueue::new(64),
+            tx_via_worker: ArrayQueue::new(TX_VIA_WORKER_CAPACITY),
             to_worker_drops: AtomicU64::new(0),
             to_control_drops: AtomicU64::new(0),
             tx_via_worker_drops: AtomicU64::new(0),

@@ -377,7 +377,7 @@ impl Control {
     fn show_trace(&self) -> Result<Value, String> {
         use dataplane::pipeline::trace::{TraceFrom, TraceVerdict};
         let now = self.clock.now();
-        let unix_at_zero = crate::clock::unix_ns().saturating_sub(now.0);
+        let unix_at_zero = self.clock.origin_unix_ns();
         let port_name = |p: dataplane::PortId| -> String {
             match self.ports.iter().find(|x| x.port.id() == p.0) {
                 Some(c) => c.interfaces.clone(),

@@ -299,7 +299,7 @@ impl Exporter {
             socket: udp_to(SocketAddr::V4(f.collector), "flow-export"),
             encoder: controlplane::ipfix::IpfixEncoder::new(node_id, f.template_refresh, 1400),
         });
-        let unix_ns_at_zero = crate::clock::unix_ns().saturating_sub(clock.now().0);
+        let unix_ns_at_zero = clock.origin_unix_ns();
         Exporter {
             shared,
             export,

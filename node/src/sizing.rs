@@ -89,7 +89,8 @@ pub fn mbuf_data_room(cfg: &Config) -> Result<u16, String> {
 /// descriptors for every worker; in cluster mode the CCL port's (a queue
 /// pair per worker and the control lcore's) and its hand-off queues
 /// between the control lcore and the workers (`ccl::HANDOFF_CAPACITY`
-/// each way, and 64 frames the control lcore sends through a worker);
+/// each way, and `ccl::TX_VIA_WORKER_CAPACITY` frames the control lcore
+/// sends through a worker);
 /// with several workers their steering rings (`steer_ring` slots each)
 /// and fragment hand-off queues (`shared::HANDOFF_RING`); and the pool's
 /// per-lcore caches (256 each). An af_packet port's descriptors hold no
@@ -110,7 +111,11 @@ pub fn mbufs_wanted(cfg: &Config, steer_ring: u64) -> u64 {
     let data: u64 = devices.iter().map(|d| workers * per_queue(d)).sum();
     let rings = if workers > 1 { workers * (steer_ring + crate::shared::HANDOFF_RING as u64) } else { 0 };
     let ccl = match &cfg.cluster {
-        Some(c) => (workers + 1) * per_queue(&c.ccl.device) + 2 * crate::ccl::HANDOFF_CAPACITY as u64 + 64,
+        Some(c) => {
+            (workers + 1) * per_queue(&c.ccl.device)
+                + 2 * crate::ccl::HANDOFF_CAPACITY as u64
+                + crate::ccl::TX_VIA_WORKER_CAPACITY as u64
+        }
         None => 0,
     };
     data + ccl + rings + (workers + 1) * 256

@@ -22,7 +22,7 @@
 //! refused 400-3 000 frames in a quarter of the floods (2026-12-05).
 //! 16 384 is four of those; the cost is memory, not time.
 //!
-//! The bitmap is 64 words indexed circularly by `seq % WINDOW` (no shift
+//! The bitmap is 256 words indexed circularly by `seq % WINDOW` (no shift
 //! of a 16 384-bit value): when `top` advances, the bits of the numbers
 //! skipped are cleared (a word at a time; all of them on a jump of a
 //! window or more), so an in-order message costs a couple of word

@@ -109,13 +109,10 @@ crate::impl_stats!(SynProxyCounters {
 /// One worker's SYN proxy.
 pub(crate) struct SynProxy {
     cookies: ProxyCookies,
-    /// Unknown ACKs are checked against the cookies until then.
+    /// Unknown ACKs are checked against the cookies until then; for ever
+    /// in cluster mode (`share`: after a member change ECMP may bring a
+    /// client's ACK to a member that sent no cookie itself).
     check_until: Timestamp,
-    /// Cluster mode (`share`): the key is the cluster's, the same on every
-    /// member and worker, and every unknown ACK is checked — after a member
-    /// change ECMP may bring a client's ACK to a member that sent no
-    /// cookie itself.
-    shared: bool,
     /// Added to `now` for the cookie's period counter (`set_wall_clock`):
     /// the Unix time of the node clock's origin, so members' periods agree
     /// as their system clocks do.
@@ -131,7 +128,6 @@ impl SynProxy {
         SynProxy {
             cookies: ProxyCookies::new(random_key()),
             check_until: Timestamp::ZERO,
-            shared: false,
             wall_offset: 0,
             counters: SynProxyCounters::default(),
             hold: ProxyHold::new(slot_len),
@@ -177,7 +173,7 @@ impl SynProxy {
     /// every unknown ACK: any member validates another's cookie.
     pub fn share(&mut self, key: [u8; 16]) {
         self.cookies = ProxyCookies::new(key);
-        self.shared = true;
+        self.check_until = Timestamp::MAX;
     }
 
     /// The Unix time, ns, of the clock origin `now` counts from.
@@ -195,7 +191,7 @@ impl SynProxy {
     /// and the MSS it encodes; unknown ACKs are checked from now on for
     /// two cookie periods.
     pub fn cookie(&mut self, now: Timestamp, tuple: &FiveTuple, isn: u32, mss: Option<u16>) -> (u32, u16) {
-        self.check_until = now.saturating_add(PERIOD).saturating_add(PERIOD);
+        self.check_until = self.check_until.max(now.saturating_add(PERIOD).saturating_add(PERIOD));
         self.counters.cookies_sent += 1;
         self.cookies.encode(tuple, isn, mss, self.wall(now))
     }
@@ -220,12 +216,12 @@ impl SynProxy {
         matches!(self.returned(now, tuple, l4), Some(Some(_)))
     }
 
-    /// `None`: not a segment to check (no cookie out lately here or,
-    /// shared, anywhere; not a bare ACK); else whether its cookie is valid
-    /// (the MSS it carries).
+    /// `None`: not a segment to check (outside a cluster no cookie out
+    /// lately; not a bare ACK); else whether its cookie is valid (the MSS
+    /// it carries).
     #[inline]
     fn returned(&self, now: Timestamp, tuple: &FiveTuple, l4: &L4Info) -> Option<Option<u16>> {
-        if !self.shared && now >= self.check_until {
+        if now >= self.check_until {
             return None;
         }
         let L4Info::Tcp(seg) = l4 else { return None };
