@@ -30,8 +30,8 @@
 //!   published host each complete with their sha256 (from the legitimate
 //!   clients' own addresses `LEGIT_IN`, `LEGIT_OUT`, not the flooders'),
 //!   and connect within 1 s (curl's `time_connect`, the bound) —
-//!   right after the flood always, during it unless the members' receive
-//!   rings overran (below);
+//!   during and right after it unless the members' receive rings or,
+//!   with several workers, their steering rings overran then (below);
 //! - every frame the kernel handed a member's af_packet port (its veth's
 //!   `rx_packets`) was read by the node or counted as lost at its ring
 //!   (`rx_ring_drops`), within a slack of 256 frames + 0.5 %: a loss the
@@ -45,13 +45,22 @@
 //! driver never reads). A ring drops whatever arrives when it is full, a
 //! legitimate handshake's packet as well as the flood's, as a NIC does
 //! when its receive ring is full; the handshake then waits for its
-//! retransmission (1 s). In those floods the 1 s bound during the flood is
-//! not applied and the step says so; the downloads must still complete.
+//! retransmission (1 s). With several workers a frame read on one
+//! worker's queue that belongs to another (af_packet's fanout hash is not
+//! the node's symmetric one) crosses a steering ring, which overflows the
+//! same way when the flood's worker is behind (counted: `handoff_drops`;
+//! a one-flow flood is all steered to one worker when the fanout puts it
+//! on the other's queue). In those floods the 1 s bound during the flood
+//! is not applied and the step says so; the downloads must still
+//! complete. The same holds right after a flood when a member was still
+//! losing frames at its rings while those connections were made (a
+//! member behind drains its rings and its CCL backlog: the counters from
+//! the flood's end to after the check).
 //!
 //! The step text gives hping3's summary (packets sent) and the counters
 //! that grew on each member: drops by reason, CCL drops and membership
 //! counters (`show cluster`), receive losses (`rx_ring_drops`,
-//! `rx_missed`, `rx_nombuf`) and the machine's input-backlog drops; each
+//! `rx_missed`, `rx_nombuf`, `handoff_drops`) and the machine's input-backlog drops; each
 //! flood's `show stats` and `show cluster` before and after are kept in
 //! the run directory (`flood-kinds-fN-stats.json`). The last step stops the
 //! paced download and checks its sha256: the established flow survived
@@ -94,6 +103,9 @@ const BYTES: u64 = 1 << 20;
 const PACED_BYTES: u64 = 32 << 20;
 const PACED_RATE: u64 = 64 << 10;
 const FLOOD_SECS: u64 = 3;
+/// How often the frame accounting reads a member again, 300 ms apart,
+/// while frames are still in its rings after a flood.
+const ACCOUNTING_REREADS: usize = 10;
 /// The bound on a new connection's connect time, s.
 const CONNECT_BOUND: f64 = 1.0;
 const PERMIT_RULE: &str = "access-rules:\n  - name: published\n    action: permit\n    interface: outside\n    destination: 198.18.10.2/32\n";
@@ -363,10 +375,28 @@ fn flood_step(bed: &TestBed, legit: &Legit, paced_log: &Path, tag: &str, source:
     };
     let flood_secs = t0.elapsed().as_secs_f64();
     let p1 = progress(paced_log);
+    let (at_end, _) = all_stats(bed).context("as the flood ended")?;
     let after = legit.check(&format!("{tag}-after"));
-    let (after_stats, slowest_after) = all_stats(bed).context("after the flood")?;
-    let kernel_after = kernel_rx(bed)?;
-    let unaccounted = unaccounted(&before, &after_stats, &kernel_before, &kernel_after);
+    let (mut after_stats, slowest_after) = all_stats(bed).context("after the flood")?;
+    // What the members were still losing while the connections right
+    // after the flood were made: receive and steering rings still full of
+    // the flood's frames, the CCL's backlog.
+    let wake = missed_grown(&at_end, &after_stats);
+    let mut kernel_after = kernel_rx(bed)?;
+    let mut unaccounted = unaccounted(&before, &after_stats, &kernel_before, &kernel_after);
+    // Frames still in a ring when the node was asked are the kernel's and
+    // not yet read: a member behind after a flood (its CCL backlog, a
+    // stalled thread) may hold up to a ring per queue. Read again while
+    // it drains; a frame really lost stays missing.
+    for _ in 0..ACCOUNTING_REREADS {
+        if unaccounted.is_empty() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        after_stats = all_stats(bed).context("after the flood, read again")?.0;
+        kernel_after = kernel_rx(bed)?;
+        unaccounted = self::unaccounted(&before, &after_stats, &kernel_before, &kernel_after);
+    }
     let overrun = missed_grown(&before, &after_stats);
     let _ = std::fs::write(
         bed.run_dir.join(format!("flood-kinds-{tag}-stats.json")),
@@ -409,7 +439,7 @@ fn flood_step(bed: &TestBed, legit: &Legit, paced_log: &Path, tag: &str, source:
         during_mgmt?;
         sent?;
         // The bound during the flood holds unless the members' receive
-        // rings overran (the flood offered more than the nodes read on
+        // or steering rings overran (the flood offered more than the nodes read on
         // this bed's 2 shared cores: any frame, a handshake's among
         // them, may have been lost there, counted); the connections must
         // then still open (curl's 30 s) with their sha256.
@@ -418,22 +448,45 @@ fn flood_step(bed: &TestBed, legit: &Legit, paced_log: &Path, tag: &str, source:
         } else {
             during.as_ref().map_err(|e| anyhow::anyhow!("{tag}-during, receive rings overran: {e:#}"))?;
         }
-        within_bound(&format!("{tag}-after"), &after)?;
+        // Right after the flood the bound holds unless the members were
+        // still losing frames at their rings while the connections were
+        // made (the flood's wake: a member behind drains its rings and
+        // its CCL backlog); the connections must then still open.
+        if wake.is_empty() {
+            within_bound(&format!("{tag}-after"), &after)?;
+        } else {
+            after.as_ref().map_err(|e| anyhow::anyhow!("{tag}-after, receive rings still overrunning: {e:#}"))?;
+        }
         ensure!(unaccounted.is_empty(), "frames the kernel gave a member's port that it neither read nor counted as ring drops: {}", unaccounted.join(", "));
         ensure!(p1 > p0, "the paced download made no progress during the flood (at {p0} bytes before and after)");
         Ok(())
     })()
     .map_err(|e| e.context(format!("figures: {figures}")))?;
-    Ok(if overrun.is_empty() { figures } else { format!("{figures}; connect bound during the flood not applied: receive rings overran (counted)") })
+    let mut waived = Vec::new();
+    if !overrun.is_empty() {
+        waived.push("during the flood not applied: receive rings overran (counted)".to_string());
+    }
+    if !wake.is_empty() {
+        waived.push(format!("right after it not applied: rings still overrunning then ({})", listed(&wake)));
+    }
+    Ok(if waived.is_empty() { figures } else { format!("{figures}; connect bound {}", waived.join("; ")) })
 }
 
-/// Ports that lost frames on receive between `before` and `after`, per
-/// member: `rx_ring_drops` (the af_packet ring was full: the kernel's
-/// count, which the driver does not report), `rx_missed`, `rx_nombuf`:
-/// `n1 inside rx_ring_drops +123`, … (empty: none).
+/// Receive queues that lost frames between `before` and `after`, per
+/// member: per port `rx_ring_drops` (the af_packet ring was full: the
+/// kernel's count, which the driver does not report), `rx_missed`,
+/// `rx_nombuf`; and with several workers `handoff_drops` (a worker's
+/// steering ring was full: frames read on one worker's queue that belong
+/// to another, af_packet's fanout hash not being the node's symmetric
+/// one): `n1 inside rx_ring_drops +123`, `n1 handoff_drops +45`, … (empty:
+/// none).
 fn missed_grown(before: &[Value], after: &[Value]) -> Vec<String> {
     let mut parts = Vec::new();
     for (k, (b, a)) in before.iter().zip(after).enumerate() {
+        let d = a["handoff_drops"].as_u64().unwrap_or(0).saturating_sub(b["handoff_drops"].as_u64().unwrap_or(0));
+        if d > 0 {
+            parts.push(format!("n{} handoff_drops +{d}", k + 1));
+        }
         for (i, p) in a["ports"].as_array().into_iter().flatten().enumerate() {
             for key in ["rx_ring_drops", "rx_missed", "rx_nombuf"] {
                 let d = p[key].as_u64().unwrap_or(0).saturating_sub(b["ports"][i][key].as_u64().unwrap_or(0));
