@@ -129,7 +129,7 @@ impl Index {
     }
 
     /// The slot for which `eq` holds among the key's candidates.
-    #[inline]
+    #[inline(always)]
     pub(super) fn find(&self, hash: u64, mut eq: impl FnMut(u32) -> bool) -> Option<u32> {
         let sig = sig_of(hash);
         let b1 = self.primary(hash);

@@ -1191,7 +1191,7 @@ impl ConnTable {
         Ok(Existing::Tracked(Tracked { handle: FlowHandle(i), dir, created: false, splice }))
     }
 
-    #[inline]
+    #[inline(always)]
     fn find(&self, hash: u64, key: &Key) -> Option<u32> {
         let slots = &self.slots;
         self.index.find(hash, |j| slots.get(j as usize).is_some_and(|s| s.key == *key))

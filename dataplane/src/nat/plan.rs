@@ -370,12 +370,14 @@ impl NatPlan {
 
 /// The port space of a tracked flow's protocol (an ICMP flow is an echo);
 /// `None` for a protocol without ports.
+#[inline]
 pub(crate) fn nat_class(proto: u8) -> Option<PortClass> {
     class_of(proto, Some(8))
 }
 
 /// The port space of a protocol (and ICMP type); `None` for a protocol
 /// without ports.
+#[inline]
 pub(crate) fn class_of(proto: u8, icmp_type: Option<u8>) -> Option<PortClass> {
     match (proto, icmp_type) {
         (6, _) => Some(PortClass::Tcp),

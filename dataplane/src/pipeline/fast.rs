@@ -223,9 +223,9 @@ impl FastPath {
             if cluster.is_some() {
                 return None;
             }
-            let (tuple, l4) = fast_l4(&ip, src, dst)?;
+            let (mut tuple, l4) = fast_l4(&ip, src, dst)?;
             let total = ip.total_len();
-            let o = nat_forward(n, ifaces, routes, egress, flows, now, (ifx, ing.mtu), (tuple, l4, total), buf)?;
+            let o = nat_forward(n, ifaces, routes, egress, flows, now, (ifx, ing.mtu), (&mut tuple, &l4, total), buf)?;
             self.count += 1;
             return Some(Fast::Done(o));
         }
@@ -310,7 +310,12 @@ impl FastPath {
 /// The last step of a forwarded frame: TTL, MAC addresses, the port out.
 #[inline(always)]
 fn out<B: PacketBuf>(buf: &mut B, to: [u8; 6], from: [u8; 6], port: PortId) -> Outcome {
-    let d = buf.data_mut();
+    out_frame(buf.data_mut(), to, from, port)
+}
+
+/// `out` on the frame's bytes.
+#[inline(always)]
+fn out_frame(d: &mut [u8], to: [u8; 6], from: [u8; 6], port: PortId) -> Outcome {
     if let Some(l3) = d.get_mut(HEADER_LEN..) {
         Ipv4Packet::new_unchecked(l3).decrement_ttl();
     }
@@ -334,10 +339,10 @@ fn nat_forward<B: PacketBuf>(
     flows: &mut Flows,
     now: Timestamp,
     (ifx, in_mtu): (IfIndex, u16),
-    (mut tuple, l4, total): (FiveTuple, L4Info, u16),
+    (tuple, l4, total): (&mut FiveTuple, &L4Info, u16),
     buf: &mut B,
 ) -> Option<Outcome> {
-    let inbound = n.fast_in(ifx, &tuple)?;
+    let inbound = n.fast_in(ifx, tuple)?;
     if let Some((_, real, port)) = inbound {
         if !plain_unicast(ifaces, real) {
             return None;
@@ -354,13 +359,13 @@ fn nat_forward<B: PacketBuf>(
     let mac = egress.fresh_neighbor(now, route.next_hop)?;
     let (len, proto) = (u32::from(total), tuple.proto);
     let (what, tracked) = match inbound {
-        Some((id, real, port)) => (FastNat::In(id, real, port), flows.table.track_existing(now, &tuple, &l4, len)?),
+        Some((id, real, port)) => (FastNat::In(id, real, port), flows.table.track_existing(now, tuple, l4, len)?),
         None => {
             // One lookup: the flow's mark decides before it is updated.
             let mut what = FastNat::None;
             let n: &NatPath = n;
-            let t = flows.table.track_existing_if(now, &tuple, &l4, len, |mark| {
-                n.fast_out(ifx, &tuple, mark).map(|w| what = w).is_some()
+            let t = flows.table.track_existing_if(now, tuple, l4, len, |mark| {
+                n.fast_out(ifx, tuple, mark).map(|w| what = w).is_some()
             })?;
             (what, t)
         }
@@ -379,20 +384,27 @@ fn nat_forward<B: PacketBuf>(
             return Some(Outcome::Drop(r));
         }
     };
-    let l3 = buf.data_mut().get_mut(HEADER_LEN..).unwrap_or(&mut []);
-    let rewritten = match what {
+    // One call site: `rewrite_transport` is inlined once.
+    let rewrite = match what {
         FastNat::In(id, real, port) => {
             n.fast_done(now, id, true);
-            rewrite_transport(l3, ipv4::MIN_HEADER_LEN, proto, Endpoint::Destination, real, port)
+            Some((Endpoint::Destination, real, port))
         }
         FastNat::Out(id, mapped, port) => {
             n.fast_done(now, id, false);
-            rewrite_transport(l3, ipv4::MIN_HEADER_LEN, proto, Endpoint::Source, mapped, port)
+            Some((Endpoint::Source, mapped, port))
         }
-        FastNat::None => Ok(()),
+        FastNat::None => None,
     };
-    if rewritten.is_err() {
-        return Some(Outcome::Drop(DropReason::L4Truncated));
+    let d = buf.data_mut();
+    if let Some((ep, addr, port)) = rewrite {
+        let l3 = d.get_mut(HEADER_LEN..).unwrap_or(&mut []);
+        if rewrite_transport(l3, ipv4::MIN_HEADER_LEN, proto, ep, addr, port).is_err() {
+            return Some(Outcome::Drop(DropReason::L4Truncated));
+        }
+    }
+    if t.splice == Splice::None {
+        return Some(out_frame(d, mac, eg.mac, eg.port));
     }
     if let Err(r) = spliced(&t, buf) {
         return Some(Outcome::Drop(r));

@@ -951,10 +951,12 @@ impl NatPath {
     #[inline]
     pub fn fast_in(&self, ifx: IfIndex, tuple: &FiveTuple) -> Option<Option<(XlateId, Ipv4Addr, Option<u16>)>> {
         let IpAddr::V4(dst) = tuple.dst else { return None };
-        let class = nat_class(tuple.proto)?;
+        // Not a mapped side: `fast_out` decides (and declines a protocol
+        // without ports, as below).
         if !self.plan.mapped_side(ifx) {
             return Some(None);
         }
+        let class = nat_class(tuple.proto)?;
         if self.plan.rules.inbound(dst, tuple.proto, tuple.dst_port).is_some() {
             return None;
         }

@@ -229,7 +229,7 @@ pub fn rewrite(ip: &mut [u8], ep: Endpoint, addr: Ipv4Addr, port: Option<u16>) -
 /// checksum (a UDP checksum 0 stays 0), each an RFC 1624 update. `Err`,
 /// the packet unchanged, for another protocol or a packet shorter than
 /// its headers.
-#[inline]
+#[inline(always)]
 pub fn rewrite_transport(
     ip: &mut [u8],
     ihl: usize,
