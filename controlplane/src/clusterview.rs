@@ -215,6 +215,10 @@ pub fn merge(topic: Topic, members: &[Member]) -> Value {
             out["counters"] = total;
             out["nodes"] = Value::Object(per);
         }
+        Topic::NatPool => {
+            out["pools"] = Value::Array(merge_pools(members));
+            out["nodes"] = Value::Object(nodes);
+        }
         Topic::Trace => {
             // One timeline: every node's events, each named with its
             // node, in the order of their (Unix) times.
@@ -306,6 +310,38 @@ fn merge_xlates(members: &[Member]) -> (Vec<Value>, usize) {
         }
     }
     (by_key.into_values().collect(), reported)
+}
+
+/// `show nat pool` of every member as one row per pool: the blocks the
+/// members hold, those free and the ports in use added up over every
+/// member and worker (a PAT pool's blocks are dealt over the members, so
+/// with every member answering `blocks` is the pool's whole count), and
+/// each member's share under `nodes`. A dynamic-NAT pool's addresses are
+/// handed out by the control node (N4): its members' free lists are not
+/// added up, each is under `nodes`.
+fn merge_pools(members: &[Member]) -> Vec<Value> {
+    let mut by_pool: BTreeMap<u64, Value> = BTreeMap::new();
+    for m in members {
+        let Answer::Data(d) = &m.answer else { continue };
+        for p in d["pools"].as_array().into_iter().flatten() {
+            let n = |v: &Value, k: &str| v[k].as_u64().unwrap_or(0);
+            let e = by_pool.entry(n(p, "pool")).or_insert_with(|| {
+                json!({ "pool": p["pool"], "name": p["name"], "kind": p["kind"], "addresses": p["addresses"],
+                        "blocks": 0, "free_blocks": 0, "ports_in_use": 0, "nodes": {} })
+            });
+            for k in ["blocks", "free_blocks", "ports_in_use"] {
+                e[k] = json!(n(e, k) + n(p, k));
+            }
+            let mine = &mut e["nodes"][m.name.as_str()];
+            if mine.is_null() {
+                *mine = json!({ "blocks": 0, "free_blocks": 0, "ports_in_use": 0, "free_addresses": 0 });
+            }
+            for k in ["blocks", "free_blocks", "ports_in_use", "free_addresses"] {
+                mine[k] = json!(n(mine, k) + n(p, k));
+            }
+        }
+    }
+    by_pool.into_values().collect()
 }
 
 /// `show conn` of every member as one row per connection; also the number
@@ -502,6 +538,36 @@ mod tests {
         assert_eq!(v["counters"], json!({ "xlates_created": 5 }));
         assert_eq!(v["nodes"]["n2"], json!({ "nat": true, "counters": { "xlates_created": 4 } }));
         assert_eq!(v["not_answering"], json!(["n3"]));
+    }
+
+    #[test]
+    fn nat_pools_merge_into_one_row_per_pool_with_each_members_share() {
+        // Rows as a node gives them: one per worker and pool.
+        let row = |pool: u64, name: &str, kind: &str, blocks: u64, free: u64, ports: u64, worker: u64| {
+            json!({ "pool": pool, "name": name, "kind": kind, "addresses": 2, "blocks": blocks, "free_blocks": free,
+                    "ports_in_use": ports, "free_addresses": 0, "worker": worker })
+        };
+        let d = |rows: Vec<Value>| Answer::Data(json!({ "pools": rows }));
+        let v = merge(
+            Topic::NatPool,
+            &[
+                member(0, d(vec![row(0, "pat", "dynamic-pat", 21, 20, 3, 0), row(0, "pat", "dynamic-pat", 21, 21, 0, 1), row(1, "dyn", "dynamic-nat", 0, 0, 0, 0)])),
+                member(1, d(vec![row(0, "pat", "dynamic-pat", 42, 40, 7, 0), row(1, "dyn", "dynamic-nat", 0, 0, 0, 0)])),
+                member(2, Answer::Error("no NAT configured".into())),
+            ],
+        );
+        let pools = v["pools"].as_array().unwrap();
+        assert_eq!(pools.len(), 2);
+        let pat = &pools[0];
+        assert_eq!(
+            (&pat["name"], &pat["blocks"], &pat["free_blocks"], &pat["ports_in_use"]),
+            (&json!("pat"), &json!(84), &json!(81), &json!(10))
+        );
+        assert_eq!(pat["nodes"]["n1"], json!({ "blocks": 42, "free_blocks": 41, "ports_in_use": 3, "free_addresses": 0 }));
+        assert_eq!(pat["nodes"]["n2"]["blocks"], json!(42));
+        assert!(pat["nodes"].get("n3").is_none(), "an error is no share");
+        assert_eq!((&pools[1]["kind"], &pools[1]["blocks"]), (&json!("dynamic-nat"), &json!(0)));
+        assert_eq!(v["members"][2]["status"], json!("error"));
     }
 
     #[test]

@@ -6,7 +6,7 @@
 //!
 //! ```text
 //!   member's worker: no translation for host H ──▶ Membership::request_xlate
-//!        (its packet dropped, counted nat-pending)        │ XlateRequest over the CCL,
+//!        (its packet held until the answer: pending_held) │ XlateRequest over the CCL,
 //!                                                         ▼ or Action::XlateRequest here
 //!   control node:  NatShare::on_request ──▶ table_upsert(NAT_TABLE, pool|H, A)
 //!                                                         │ TableUpdate to every member

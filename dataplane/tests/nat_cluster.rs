@@ -645,21 +645,27 @@ fn replicate(bed: &mut Bed, real: Ipv4Addr, mapped: Option<Ipv4Addr>) {
 #[test]
 fn dynamic_nat_on_members_asks_the_control_node_and_any_member_translates_back() {
     let mut bed = dynamic_nat_bed();
-    // The first SYN at node 0: no translation yet, dropped, asked once
-    // (the burst's retransmits ask no more).
+    // The first SYN at node 0: no translation yet, held, asked once
+    // (the burst's retransmits ask no more, and are held too).
     let syn = from_host(0, SERVER).tcp(40_700, 80, C_ISN, 0, SYN, 64240, &SYN_OPTS, &[]);
     assert!(bed.send(0, IN, syn.clone()).is_empty());
     assert!(bed.send(0, IN, syn.clone()).is_empty());
-    assert_eq!(bed.drops(0, DropReason::NatPending), 2);
+    assert_eq!(bed.drops(0, DropReason::NatPending), 0);
+    assert_eq!(bed.nodes[0].nat_counters().unwrap().pending_held, 2);
     let asked = requests(&mut bed, 0);
     assert_eq!(asked, vec![dataplane::pipeline::SharedRequest { pool: 0, real: HOST, held: None }]);
-    // The control node's answer reaches every member; the retransmitted
-    // SYN leaves node 0 (it owns the connection) with the mapped address,
-    // ports unchanged.
+    // The control node's answer reaches every member; the held SYNs leave
+    // node 0 (it owns the connection) at once, oldest first, with the
+    // mapped address, ports unchanged — no wait for a retransmission.
     replicate(&mut bed, HOST, Some(DYN_B));
-    let (n, port, f) = one(&bed.send(0, IN, syn));
+    let out = bed.tick(0);
+    assert_eq!(out.len(), 2, "both held SYNs sent");
+    let (n, port, f) = out[0].clone();
     let (src, sport, dst, _, isn, _, _) = tcp_of(&f);
     assert_eq!((n, port, src, sport, dst), (0, OUT, DYN_B, 40_700, SERVER));
+    assert_eq!(tcp_of(&out[1].2), tcp_of(&f), "the retransmission, translated alike");
+    let c = bed.nodes[0].nat_counters().unwrap();
+    assert_eq!((c.pending_held, c.pending_released, c.pending_dropped), (2, 2, 0));
     // The SYN-ACK to the mapped address, at any member: translated there
     // (every member holds the table) and delivered through the owner.
     for at in [2, 1, 0] {
@@ -707,6 +713,43 @@ fn dynamic_nat_on_members_asks_the_control_node_and_any_member_translates_back()
 }
 
 // --- Fragments to a PAT address on a cluster ---
+
+/// The hold of a member's first packets while it asks (N4) is bounded
+/// per host, frees what waited `PENDING_HOLD_TIMEOUT` unanswered (the
+/// client retransmits), and an answer releases only its own host's.
+#[test]
+fn packets_held_for_a_translation_are_bounded_per_host_and_expire_unanswered() {
+    use dataplane::pipeline::{PENDING_HOLD_PER_HOST, PENDING_HOLD_TIMEOUT};
+    let mut bed = dynamic_nat_bed();
+    let other = Ipv4Addr::new(198, 18, 1, 11);
+    let syn_from = |a: Ipv4Addr, port: u16| {
+        PacketBuilder::new(HOST_MAC, in_mac(0), a, SERVER).tcp(port, 80, C_ISN, 0, SYN, 64240, &SYN_OPTS, &[])
+    };
+    let per = PENDING_HOLD_PER_HOST as u16;
+    for p in 0..=per {
+        assert!(bed.send(0, IN, syn_from(HOST, 41_000 + p)).is_empty());
+    }
+    assert!(bed.send(0, IN, syn_from(other, 42_000)).is_empty());
+    // Every packet asked (`pending`); HOST's beyond its bound was
+    // dropped as before (`nat-pending`), the rest held.
+    let c = bed.nodes[0].nat_counters().unwrap();
+    assert_eq!((c.pending, c.pending_held), (u64::from(per) + 2, u64::from(per) + 1));
+    // The other host's answer releases its packet, not HOST's.
+    replicate(&mut bed, other, Some(DYN_A));
+    let out = bed.tick(0);
+    assert_eq!(out.len(), 1);
+    assert_eq!(tcp_of(&out[0].2).0, DYN_A);
+    // HOST's wait ends unanswered: freed, counted; the retransmission is
+    // held again and the late answer sends it.
+    bed.tick(PENDING_HOLD_TIMEOUT.0 / 1_000_000 + 1);
+    let c = bed.nodes[0].nat_counters().unwrap();
+    assert_eq!((c.pending_released, c.pending_dropped), (1, u64::from(per)));
+    assert!(bed.send(0, IN, syn_from(HOST, 41_000)).is_empty());
+    replicate(&mut bed, HOST, Some(DYN_B));
+    let out = bed.tick(0);
+    assert_eq!(out.len(), 1, "only the retransmission: the expired packets stay freed");
+    assert_eq!((tcp_of(&out[0].2).0, tcp_of(&out[0].2).1), (DYN_B, 41_000));
+}
 
 #[test]
 fn fragments_to_a_pat_address_reach_the_block_holder_from_any_member() {

@@ -73,21 +73,28 @@ fn return_traffic_to_a_dynamic_address_reaches_the_worker_of_each_connection() {
     for want in [0, 1] {
         ports.extend((40_000u16..).filter(|&p| worker(p) == want).take(3));
     }
-    // The host's first SYN: no translation yet, dropped where it belongs,
+    // The host's first SYN: no translation yet, held where it belongs,
     // asked for once.
     let syn = |sport| from_host(0, SERVER).tcp(sport, 80, C_ISN, 0, SYN, 64240, &SYN_OPTS, &[]);
     let w0 = worker(ports[0]);
     assert!(node.receive(now, IN, &syn(ports[0]), 1 - w0).is_empty());
-    assert_eq!(node.w[w0].counters().drop_count(DropReason::NatPending), 1);
+    assert_eq!(node.w[w0].counters().drop_count(DropReason::NatPending), 0);
+    assert_eq!(node.w[w0].nat_counters().unwrap().pending_held, 1);
     let mut asked = vec![];
     for p in &mut node.w {
         p.take_xlate_requests(|r| asked.push(r));
     }
     assert_eq!(asked.len(), 1, "{asked:?}");
-    // The control node's answer, installed on every worker.
+    // The control node's answer, installed on every worker: the held SYN
+    // leaves its worker translated.
     for p in &mut node.w {
         p.set_shared_xlate(now, 0, HOST, Some(DYN_B));
     }
+    let released = node.tick(now);
+    assert_eq!(released.len(), 1, "the held SYN");
+    let (src, sp, dst, _, _) = tcp_of(&released[0].1);
+    assert_eq!((released[0].0, src, sp, dst), (OUT, DYN_B, ports[0], SERVER));
+    assert_eq!(node.w[w0].nat_counters().unwrap().pending_released, 1);
     for &sport in &ports {
         let w = worker(sport);
         let out = node.receive(now, IN, &syn(sport), 1 - w);

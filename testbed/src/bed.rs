@@ -70,18 +70,13 @@ pub fn default_bin_dir() -> Result<PathBuf> {
 /// parsed. Bounded by a 5 s timeout so a wedged node cannot hang a caller.
 pub fn ctl_json(bin_dir: &Path, socket: &Path, topic: &str) -> Result<Value> {
     let ctl = bin_dir.join("clusterfw-ctl");
-    let out = sys::run(
-        "timeout",
-        &[
-            "5",
-            &ctl.to_string_lossy(),
-            "--socket",
-            &socket.to_string_lossy(),
-            "show",
-            topic,
-            "--json",
-        ],
-    )?;
+    let (ctl, socket) = (ctl.to_string_lossy(), socket.to_string_lossy());
+    // A topic of several words (`nat pool`, `conn count`) is several
+    // arguments.
+    let mut args = vec!["5", &ctl, "--socket", &socket, "show"];
+    args.extend(topic.split_whitespace());
+    args.push("--json");
+    let out = sys::run("timeout", &args)?;
     serde_json::from_str(&out)
         .with_context(|| format!("clusterfw-ctl show {topic} --json printed non-JSON: {out}"))
 }
@@ -91,10 +86,11 @@ pub fn ctl_json(bin_dir: &Path, socket: &Path, topic: &str) -> Result<Value> {
 /// members; bounded here at 8 s).
 pub fn ctl_cluster_json(bin_dir: &Path, socket: &Path, topic: &str) -> Result<Value> {
     let ctl = bin_dir.join("clusterfw-ctl");
-    let out = sys::run(
-        "timeout",
-        &["8", &ctl.to_string_lossy(), "--socket", &socket.to_string_lossy(), "cluster", "show", topic, "--json"],
-    )?;
+    let (ctl, socket) = (ctl.to_string_lossy(), socket.to_string_lossy());
+    let mut args = vec!["8", &ctl, "--socket", &socket, "cluster", "show"];
+    args.extend(topic.split_whitespace());
+    args.push("--json");
+    let out = sys::run("timeout", &args)?;
     serde_json::from_str(&out).with_context(|| format!("clusterfw-ctl cluster show {topic} --json printed non-JSON: {out}"))
 }
 

@@ -11,7 +11,9 @@
 //! (c) an HTTP download server → 198.51.100.80:80, reaching the client's
 //!     server on port 8080 (static PAT), sha256 checked;
 //! (d) every member's `show xlate`: translations on more than one member,
-//!     return traffic sent to the block's holder (`to_holder`);
+//!     return traffic sent to the block's holder (`to_holder`); `cluster
+//!     show nat pool`: the members' blocks add up to the pool's, each
+//!     member holding some;
 //! (e) rate-limited downloads through PAT while the member holding the
 //!     most translations is killed: every one completes with its sha256,
 //!     the survivors took translated connections over with their mapped
@@ -294,7 +296,22 @@ fn pat_through_the_three_node_cluster() {
             let created: Vec<u64> = x.iter().map(|(_, _, v)| counter(v, "xlates_created")).collect();
             ensure!(holding >= 2, "translations on one member only: created {created:?}");
             ensure!(to_holder > 0, "no return traffic sent to a block holder: {x:?}");
-            Ok(format!("xlates created per member {created:?}; datagrams sent to the block holder {to_holder}"))
+            // The merged pool view: the members' blocks add up to the
+            // pool's (512-port blocks of 1024-65535 per address, the
+            // defaults), every member holding some.
+            let v = bed.cluster_show(1, "nat pool")?;
+            let pat = v["pools"].as_array().and_then(|p| p.iter().find(|p| p["kind"] == "dynamic-pat")).context("no PAT pool in cluster show nat pool")?;
+            let want = pat["addresses"].as_u64().unwrap_or(0) * ((65_536 - 1024) / 512);
+            let shares: Vec<u64> = all.iter().map(|k| pat["nodes"][format!("n{k}")]["blocks"].as_u64().unwrap_or(0)).collect();
+            ensure!(
+                pat["blocks"].as_u64() == Some(want) && shares.iter().all(|&b| b > 0),
+                "cluster show nat pool: {} blocks, members' shares {shares:?} (want {want}, every member some)",
+                pat["blocks"]
+            );
+            Ok(format!(
+                "xlates created per member {created:?}; datagrams sent to the block holder {to_holder}; \
+                 cluster show nat pool: {want} blocks, shares {shares:?}"
+            ))
         })(),
     );
     step("(h) ping and tracepath through multi-session PAT, at the control node", multi_session(&bed, &all));

@@ -7,9 +7,11 @@
 //!
 //! (a) HTTP downloads from the client (198.18.10.2) and from a second
 //!     address of the client's (198.18.10.3, a second host), sha256
-//!     checked: the first connection of each host waits for its
-//!     translation (its SYN dropped as `nat-pending`, the retransmit
-//!     passes);
+//!     checked: the first packets of each host's first connection wait
+//!     for its translation at the member they reached (held, `show
+//!     xlate`'s `pending_held`) and leave when the control node's answer
+//!     comes (`pending_released`), none dropped as `nat-pending` and none
+//!     left to the client's retransmission;
 //! (b) every member lists the same two translations, one address per host,
 //!     and the control node made them (`show cluster`'s `nat_share`);
 //! (c) ping from both hosts, 5/5 each;
@@ -107,12 +109,17 @@ fn dynamic_nat_through_the_three_node_cluster() {
                     check(&tag, fetch(&tag, host, &[])?)?;
                 }
             }
-            let pending: u64 =
-                all.iter().map(|&k| bed.show(k, "xlate").map(|v| counter(&v, "pending"))).sum::<Result<u64>>()?;
+            let sum = |key: &str| all.iter().map(|&k| bed.show(k, "xlate").map(|v| counter(&v, key))).sum::<Result<u64>>();
+            let (pending, held, released, dropped) = (sum("pending")?, sum("pending_held")?, sum("pending_released")?, sum("pending_dropped")?);
             ensure!(pending > 0, "no packet waited for a translation: were they made before?");
+            ensure!(
+                held == pending && released == held && dropped == 0,
+                "of {pending} packet(s) that waited for a translation {held} were held, {released} released, \
+                 {dropped} dropped (every one held and released expected)"
+            );
             Ok(format!(
-                "3 downloads per host of {BYTES} bytes, sha256 matches, in {:.1} s; {pending} packet(s) dropped \
-                 while a host's translation was asked for",
+                "3 downloads per host of {BYTES} bytes, sha256 matches, in {:.1} s; {pending} packet(s) waited \
+                 for a host's translation, held and released when it came",
                 t0.elapsed().as_secs_f64()
             ))
         })(),

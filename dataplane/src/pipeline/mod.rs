@@ -36,10 +36,12 @@
 //! a stage to be decided again — a forwarded or relayed frame unwrapped from
 //! the CCL, the frames of a received batch, frames an owner reply releases,
 //! fragments released by their first fragment, a proxied connection's
-//! early client segments released by the server's SYN-ACK — are run
-//! through the stages here (`ccl`, `release_parked`, `batch_frames`,
-//! `release_fragments`, `release_held`), so the stages never call each
-//! other back.
+//! early client segments released by the server's SYN-ACK, a host's first
+//! packets released by its dynamic-NAT translation (a cluster member, N4)
+//! — are run through the stages here (`ccl`, `release_parked`,
+//! `batch_frames`, `release_fragments`, `release_held`,
+//! `release_nat_held`; the holds' mechanism is `hold::FrameHold`), so the
+//! stages never call each other back.
 //!
 //! Invariants:
 //! - `process` never allocates, locks, logs or panics (slice accesses are
@@ -63,6 +65,7 @@ mod counters;
 mod egress;
 mod fast;
 mod flows;
+mod hold;
 pub mod frag;
 mod icmperr;
 mod iface;
@@ -88,7 +91,7 @@ pub use frag::{FragConfig, FragCounters, FragSnapshot};
 pub use icmperr::{IcmpErrorConfig, IcmpErrorCounters};
 pub use nat::{
     NatCounters, NatInbound, NatPlan, NatSpec, NatSpecError, PatSpec, PoolInfo, PoolSpec, SharedRequest,
-    SHARED_REQUESTS,
+    PENDING_HOLD_PER_HOST, PENDING_HOLD_SLOTS, PENDING_HOLD_TIMEOUT, SHARED_REQUESTS,
 };
 
 use crate::acl::RuleInfo;
@@ -118,6 +121,7 @@ use icmperr::{Back, ErrorKind, IcmpErrors};
 use iface::{Iface, Interfaces};
 use ingress::Ingress;
 use ipv4::{Destination, Transit};
+use nat::nat_pending;
 use std::net::{IpAddr, Ipv4Addr};
 use crate::cluster::SeqDelta;
 use crate::conntrack::{tcp_flags, Splice};
@@ -177,6 +181,12 @@ pub struct Pipeline {
     icmp: Box<IcmpErrors>,
     /// NAT (`set_nat`); `None`: no translation, and the fast path runs.
     nat: Option<Box<nat::NatPath>>,
+    /// Dynamic NAT on a cluster member (N4): a host's first packets, held
+    /// while the control node is asked for its translation, keyed by the
+    /// host (`nat::pending_hold`); `None` off a cluster or without NAT.
+    nat_hold: Option<Box<hold::FrameHold<Ipv4Addr>>>,
+    /// Bytes per frame slot of the stages' frame pools.
+    slot_len: usize,
     /// This pipeline is worker `worker` of `workers` (`set_worker`).
     worker: WorkerId,
     workers: u16,
@@ -268,6 +278,8 @@ impl Pipeline {
             cluster,
             icmp: Box::new(IcmpErrors::new(cfg.icmp_errors)),
             nat: None,
+            nat_hold: None,
+            slot_len,
             worker: WorkerId(0),
             workers: 1,
             handoff: None,
@@ -911,7 +923,14 @@ impl Pipeline {
                         n.flows_ended(now, &mut self.flows.table);
                         // NAT outbound: the flow is admitted on its real tuple.
                         if !rx.nat_in {
-                            snat = n.outbound(now, ifx, egress, &tuple, &mut self.flows.table, tracked)?;
+                            snat = match n.outbound(now, ifx, egress, &tuple, &mut self.flows.table, tracked) {
+                                // Dynamic NAT on a member, the control
+                                // node asked: held for the answer.
+                                Err(DropReason::NatPending) if note.is_none() => {
+                                    return nat_pending(n, self.nat_hold.as_deref_mut(), now, &tuple, in_port, rx, buf.data());
+                                }
+                                r => r?,
+                            };
                             // A cluster member's flow records carry its binding.
                             if let (Some(cl), Some(_)) = (self.cluster.as_deref_mut(), snat) {
                                 if let Some(b) = n.binding(self.flows.table.mark(tracked.handle)) {
@@ -1024,16 +1043,23 @@ impl Pipeline {
     fn release_held(&mut self, now: Timestamp, client: &FiveTuple) {
         let before = self.flows.proxy.hold.next_seq();
         while let Some(mut t) = self.flows.proxy.hold.take(client, before) {
-            let (in_port, rx) = (t.in_port, Rx { force_own: true, ..t.rx });
-            let mut sb = SlotBuf::over(&mut t.mem, t.start, t.end);
-            let outcome = if self.trace.is_some() {
-                self.traced(now, trace::TraceFrom::Parked, &mut sb, |p, b| p.classify(now, in_port, b, rx))
-            } else {
-                self.classify(now, in_port, &mut sb, rx)
-            };
-            let (start, end) = (sb.start, sb.end);
+            let rx = Rx { force_own: true, ..t.rx };
+            let (outcome, start, end) = self.decide_held(now, &mut t, rx);
             self.flows.proxy.finish_held(t.slot, t.mem, start, end, outcome);
         }
+    }
+
+    /// A held frame taken out of its hold (`hold::Taken`), decided again
+    /// as received with `rx`: its outcome and where its bytes are now.
+    fn decide_held(&mut self, now: Timestamp, t: &mut hold::Taken, rx: Rx) -> (Outcome, usize, usize) {
+        let in_port = t.in_port;
+        let mut sb = SlotBuf::over(&mut t.mem, t.start, t.end);
+        let outcome = if self.trace.is_some() {
+            self.traced(now, trace::TraceFrom::Parked, &mut sb, |p, b| p.classify(now, in_port, b, rx))
+        } else {
+            self.classify(now, in_port, &mut sb, rx)
+        };
+        (outcome, sb.start, sb.end)
     }
 
     /// A SYN over its class's embryonic limit (`SynProxyCookie`): the
@@ -1341,6 +1367,9 @@ impl Pipeline {
             cl.drain(&mut out);
         }
         self.flows.proxy.hold.drain(&mut out);
+        if let Some(h) = self.nat_hold.as_deref_mut() {
+            h.drain(&mut out);
+        }
         self.frag.drain(&mut out);
         self.egress.drain_fragments(&mut out);
         self.icmp.drain(&mut out);
@@ -1370,6 +1399,7 @@ impl Pipeline {
             n.flows_ended(now, &mut self.flows.table);
             n.timers(now);
         }
+        self.nat_held_dropped(|h| h.expire(now, |_| true));
         self.egress.timers(now);
         if let Some(cl) = self.cluster.as_deref_mut() {
             cl.timers(now, &mut Link { egress: &mut self.egress, ifaces: &self.ifaces }, &self.flows.table);
@@ -1490,8 +1520,40 @@ impl Pipeline {
             }
             cl.set_nat_plan(Some(plan.clone()));
         }
+        self.nat_held_dropped(|h| h.clear());
+        self.nat_hold = plan.cluster.then(|| Box::new(nat::pending_hold(self.slot_len)));
         self.nat = Some(Box::new(nat::NatPath::new(plan, self.worker)));
         Ok(())
+    }
+
+    /// Count the held first packets `f` freed unsent (`nat_hold`).
+    fn nat_held_dropped(&mut self, f: impl FnOnce(&mut hold::FrameHold<Ipv4Addr>) -> u64) {
+        if let (Some(h), Some(n)) = (self.nat_hold.as_deref_mut(), self.nat.as_deref_mut()) {
+            n.counters.pending_dropped += f(h);
+        }
+    }
+
+    /// Decide again, oldest first, the first packets of host `real` held
+    /// while its translation was asked for (`nat_hold`): its translation
+    /// is here now. Each goes on as the client's retransmission would
+    /// (its flow was created when it was held), queued for
+    /// `drain_generated`.
+    #[cold]
+    #[inline(never)]
+    fn release_nat_held(&mut self, now: Timestamp, real: Ipv4Addr) {
+        let Some(before) = self.nat_hold.as_deref().filter(|h| h.len() > 0).map(|h| h.next_seq()) else { return };
+        while let Some(mut t) = self.nat_hold.as_deref_mut().and_then(|h| h.take(&real, before)) {
+            let rx = t.rx;
+            let (outcome, start, end) = self.decide_held(now, &mut t, rx);
+            let sent = self.nat_hold.as_deref_mut().is_some_and(|h| h.finish(t.slot, t.mem, start, end, outcome));
+            if let Some(n) = self.nat.as_deref_mut() {
+                if sent {
+                    n.counters.pending_released += 1;
+                } else {
+                    n.counters.pending_dropped += 1;
+                }
+            }
+        }
     }
 
     /// Flows taken over with a NAT binding keep it (R11): the NAT stage
@@ -1558,6 +1620,9 @@ impl Pipeline {
     pub fn set_shared_xlate(&mut self, now: Timestamp, pool: u16, real: Ipv4Addr, mapped: Option<Ipv4Addr>) {
         if let Some(n) = self.nat.as_deref_mut() {
             n.shared_xlate(now, &mut self.flows.table, pool, real, mapped);
+        }
+        if mapped.is_some() {
+            self.release_nat_held(now, real);
         }
     }
 
@@ -1640,6 +1705,7 @@ impl Pipeline {
     pub fn reset(&mut self, now: Timestamp) {
         self.flows.table.clear();
         self.flows.proxy.clear_held();
+        self.nat_held_dropped(|h| h.clear());
         if let Some(cl) = self.cluster.as_deref_mut() {
             cl.reset(now);
             // NAT: no xlate survives (every flow is gone); the blocks

@@ -77,7 +77,9 @@ use crate::nat::{
     XlateTable,
 };
 use crate::route::IfIndex;
-use crate::types::{Direction, DropReason, Duration, FiveTuple, NodeId, Timestamp, WorkerId};
+use crate::types::{Direction, DropReason, Duration, FiveTuple, NodeId, PortId, Timestamp, WorkerId};
+use super::context::{Outcome, Rx};
+use super::hold::{FrameHold, HoldLimits};
 use crate::wire::rewrite::{endpoints, icmp_quote};
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
@@ -141,6 +143,14 @@ pub struct NatCounters {
     /// queue, translations the replicated table brought or took, and the
     /// connections ended because their translation went or changed.
     pub pending: u64,
+    /// Of those, held for the answer (`Pipeline::nat_hold`); each ends in
+    /// `pending_released` (decided again when the translation came) or
+    /// `pending_dropped` (no answer within `PENDING_HOLD_TIMEOUT`, freed
+    /// by a reset or reload, or dropped when decided again). The rest
+    /// found no room and were dropped (`nat-pending`).
+    pub pending_held: u64,
+    pub pending_released: u64,
+    pub pending_dropped: u64,
     pub shared_requests: u64,
     pub shared_renewals: u64,
     pub shared_requests_dropped: u64,
@@ -169,6 +179,9 @@ impl std::ops::AddAssign for NatCounters {
             bindings_refused,
             bindings_returned,
             pending,
+            pending_held,
+            pending_released,
+            pending_dropped,
             shared_requests,
             shared_renewals,
             shared_requests_dropped,
@@ -177,6 +190,9 @@ impl std::ops::AddAssign for NatCounters {
             shared_conns_ended,
         } = o;
         self.pending += pending;
+        self.pending_held += pending_held;
+        self.pending_released += pending_released;
+        self.pending_dropped += pending_dropped;
         self.shared_requests += shared_requests;
         self.shared_renewals += shared_renewals;
         self.shared_requests_dropped += shared_requests_dropped;
@@ -216,6 +232,49 @@ fn hold_blocks(plan: &NatPlan, pool: u16, map: &crate::nat::BlockMap, me: Worker
             alloc.add_inherited_block(r, a);
         }
     }
+}
+
+/// Dynamic NAT on a cluster member (N4): frame slots for the first
+/// packets of hosts whose translation the control node was asked for
+/// (2 KiB each: 128 KiB per worker, made only on a cluster member with
+/// NAT). The control node answers within a CCL round trip.
+pub const PENDING_HOLD_SLOTS: usize = 64;
+/// Packets held per host, at most: a host's first connections' first
+/// packets (SYNs, a DNS query); the rest is dropped as before and
+/// retransmitted.
+pub const PENDING_HOLD_PER_HOST: usize = 8;
+/// How long a held packet waits for its host's translation: the initial
+/// retransmission timeout (RFC 6298 §2.1), after which the client has
+/// sent it again anyway.
+pub const PENDING_HOLD_TIMEOUT: Duration = Duration::from_millis(1000);
+
+/// The hold of a cluster member's NAT stage (`Pipeline::nat_hold`).
+pub(crate) fn pending_hold(slot_len: usize) -> FrameHold<Ipv4Addr> {
+    let limits = HoldLimits { slots: PENDING_HOLD_SLOTS, per_key: PENDING_HOLD_PER_HOST, timeout: PENDING_HOLD_TIMEOUT };
+    FrameHold::new(limits, slot_len, |a| u32::from(*a) | 1)
+}
+
+/// A packet whose host's dynamic-NAT translation was just asked for
+/// (`NatPending`; its flow is created): held in `hold` until the answer
+/// (`Pipeline::release_nat_held`) — `Consumed` — or, without room,
+/// dropped as before.
+#[cold]
+#[inline(never)]
+pub(crate) fn nat_pending(
+    n: &mut NatPath,
+    hold: Option<&mut FrameHold<Ipv4Addr>>,
+    now: Timestamp,
+    tuple: &FiveTuple,
+    in_port: PortId,
+    rx: Rx,
+    frame: &[u8],
+) -> Result<Outcome, DropReason> {
+    let IpAddr::V4(real) = tuple.src else { return Err(DropReason::NatPending) };
+    if !hold.is_some_and(|h| h.hold(now, &real, in_port, rx, frame)) {
+        return Err(DropReason::NatPending);
+    }
+    n.counters.pending_held += 1;
+    Ok(Outcome::Consumed)
 }
 
 /// Requests for the control node (dynamic NAT on a cluster member, N4)

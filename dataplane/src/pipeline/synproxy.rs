@@ -62,7 +62,8 @@
 use super::context::{Outcome, Rx};
 use super::egress::Route;
 use crate::buf::PacketBuf;
-use crate::slots::{FramePool, SlotMem, SLOT_HEADROOM};
+use super::hold::{FrameHold, HoldLimits};
+use crate::slots::SlotMem;
 use crate::types::{Duration, PortId};
 use crate::conntrack::synproxy::{ProxyCookies, PERIOD};
 use crate::conntrack::{tcp_flags, L4Info};
@@ -130,7 +131,7 @@ impl SynProxy {
             check_until: Timestamp::ZERO,
             wall_offset: 0,
             counters: SynProxyCounters::default(),
-            hold: ProxyHold::new(slot_len),
+            hold: proxy_hold(slot_len),
         }
     }
 
@@ -243,152 +244,14 @@ pub const HOLD_PER_CONN: usize = 4;
 /// has sent it again anyway. (Linux starts at 1 s too, 200 ms minimum.)
 pub const HOLD_TIMEOUT: Duration = Duration::from_millis(1000);
 
-/// A held segment: the client tuple of its connection, how it was
-/// received, until when it may wait; `seq` orders the held frames by
-/// arrival.
-#[derive(Copy, Clone, Debug)]
-struct Held {
-    tuple: FiveTuple,
-    in_port: PortId,
-    rx: Rx,
-    deadline: Timestamp,
-    seq: u64,
-}
+/// Client segments waiting for their connection's splice
+/// (`hold::FrameHold`), each keyed by its client tuple.
+pub(crate) type ProxyHold = FrameHold<FiveTuple>;
 
-/// Client segments waiting for their connection's splice: the pool's
-/// parked slots, tagged with their tuple's hash.
-pub(crate) struct ProxyHold {
-    pool: FramePool<Held>,
-    /// Arrival order of held frames (oldest = smallest).
-    seq: u64,
-}
-
-/// A held frame taken out of its slot to be decided (`ProxyHold::take`);
-/// `SynProxy::finish_held` files its fate.
-pub(crate) struct Taken {
-    pub slot: u16,
-    pub in_port: PortId,
-    pub rx: Rx,
-    pub mem: SlotMem,
-    pub start: usize,
-    pub end: usize,
-}
-
-impl ProxyHold {
-    fn new(slot_len: usize) -> Self {
-        ProxyHold { pool: FramePool::new(HOLD_SLOTS, slot_len), seq: 0 }
-    }
-
-    /// Frames held now.
-    pub fn len(&self) -> usize {
-        self.pool.parked()
-    }
-
-    /// The arrival number the next held frame gets (`take` takes the
-    /// frames held before it).
-    pub fn next_seq(&self) -> u64 {
-        self.seq
-    }
-
-    /// How many frames of `tuple`'s connection are held, and the slot of
-    /// the oldest held before `before`.
-    fn of_conn(&self, tuple: &FiveTuple, before: u64) -> (usize, Option<u16>) {
-        let mut n = 0;
-        let mut oldest: Option<(u64, u16)> = None;
-        for i in self.pool.tagged(0, tag(tuple), 0) {
-            let Some(h) = self.pool.parked_meta(i).filter(|h| h.tuple == *tuple) else { continue };
-            n += 1;
-            if h.seq < before && oldest.is_none_or(|(q, _)| h.seq < q) {
-                oldest = Some((h.seq, i));
-            }
-        }
-        (n, oldest.map(|(_, i)| i))
-    }
-
-    /// Copy `frame` of `tuple`'s connection to wait for its splice.
-    /// False (nothing held): no free slot, `HOLD_PER_CONN` frames of the
-    /// connection held already, or too long for a slot.
-    fn hold(&mut self, now: Timestamp, tuple: &FiveTuple, in_port: PortId, rx: Rx, frame: &[u8]) -> bool {
-        if SLOT_HEADROOM + frame.len() > self.pool.slot_len() || self.of_conn(tuple, 0).0 >= HOLD_PER_CONN {
-            return false;
-        }
-        let Some(i) = self.pool.alloc() else { return false };
-        if !self.pool.fill(i, frame) {
-            self.pool.give_back(i);
-            return false;
-        }
-        let held = Held { tuple: *tuple, in_port, rx, deadline: now.saturating_add(HOLD_TIMEOUT), seq: self.seq };
-        self.pool.park_tagged(i, held, [tag(tuple), 0]);
-        self.seq += 1;
-        true
-    }
-
-    /// The oldest frame of `tuple`'s connection held before `before`
-    /// (`next_seq` when the release began: a frame held again while
-    /// released is not taken twice), its buffer moved out of the slot.
-    pub fn take(&mut self, tuple: &FiveTuple, before: u64) -> Option<Taken> {
-        if self.pool.parked() == 0 {
-            return None;
-        }
-        loop {
-            let i = self.of_conn(tuple, before).1?;
-            let h = self.pool.parked_meta(i)?;
-            match self.pool.take(i) {
-                Some((mem, start, end)) => return Some(Taken { slot: i, in_port: h.in_port, rx: h.rx, mem, start, end }),
-                // (Never: nothing else takes a held slot's buffer.)
-                None => self.pool.release(i),
-            }
-        }
-    }
-
-    /// Put a taken frame back and queue it for output (`Forward`) or free
-    /// it (`Consumed`: the pipeline kept a copy, held for its next hop's
-    /// ARP reply; a drop). True unless it was dropped.
-    fn finish(&mut self, slot: u16, mem: SlotMem, start: usize, end: usize, outcome: Outcome) -> bool {
-        self.pool.put_back(slot, mem, start, end);
-        match outcome {
-            Outcome::Forward(p) | Outcome::ArpReply(p) | Outcome::EchoReply(p) => {
-                self.pool.push_out(slot, p);
-                true
-            }
-            Outcome::Consumed => {
-                self.pool.release(slot);
-                true
-            }
-            Outcome::Drop(_) | Outcome::Handoff(_) => {
-                self.pool.release(slot);
-                false
-            }
-        }
-    }
-
-    /// Free the frames whose wait is over or whose connection is no
-    /// longer connecting. Returns how many.
-    fn expire(&mut self, now: Timestamp, connecting: impl Fn(&FiveTuple) -> bool) -> u64 {
-        let mut n = 0;
-        if self.pool.parked() == 0 {
-            return n;
-        }
-        for i in 0..self.pool.len() as u16 {
-            if self.pool.parked_meta(i).is_some_and(|h| h.deadline <= now || !connecting(&h.tuple)) {
-                n += 1;
-                self.pool.release(i);
-            }
-        }
-        n
-    }
-
-    /// Free every held frame. Returns how many.
-    fn clear(&mut self) -> u64 {
-        let n = self.pool.parked() as u64;
-        self.pool.clear();
-        n
-    }
-
-    /// Hand the released frames to `f` (from `drain_generated`).
-    pub fn drain(&mut self, f: &mut impl FnMut(PortId, &[u8])) {
-        self.pool.drain(f);
-    }
+/// The SYN proxy's hold: `HOLD_SLOTS` slots, `HOLD_PER_CONN` per
+/// connection, `HOLD_TIMEOUT`, tagged with the tuple's hash.
+fn proxy_hold(slot_len: usize) -> ProxyHold {
+    FrameHold::new(HoldLimits { slots: HOLD_SLOTS, per_key: HOLD_PER_CONN, timeout: HOLD_TIMEOUT }, slot_len, tag)
 }
 
 /// The slot tag of a connection's held frames (`FramePool::park_tagged`):
@@ -521,7 +384,7 @@ mod tests {
 
     #[test]
     fn held_per_connection_in_arrival_order_and_bounded() {
-        let mut h = ProxyHold::new(SLOT_LEN);
+        let mut h = proxy_hold(SLOT_LEN);
         let n = HOLD_PER_CONN as u8;
         for k in 0..n + 1 {
             assert_eq!(h.hold(T, &conn(1), PortId(0), Rx::PORT, &frame(k)), k < n, "conn 1, frame {k}");
@@ -545,7 +408,7 @@ mod tests {
 
     #[test]
     fn a_frame_held_while_released_waits_for_the_next_release() {
-        let mut h = ProxyHold::new(SLOT_LEN);
+        let mut h = proxy_hold(SLOT_LEN);
         assert!(h.hold(T, &conn(1), PortId(0), Rx::PORT, &frame(1)));
         let before = h.next_seq();
         let x = h.take(&conn(1), before).unwrap();
@@ -557,7 +420,7 @@ mod tests {
 
     #[test]
     fn a_full_pool_refuses_and_the_wait_ends() {
-        let mut h = ProxyHold::new(SLOT_LEN);
+        let mut h = proxy_hold(SLOT_LEN);
         for c in 0..(HOLD_SLOTS / HOLD_PER_CONN) as u16 {
             for k in 0..HOLD_PER_CONN as u8 {
                 assert!(h.hold(T, &conn(c), PortId(0), Rx::PORT, &frame(k)));

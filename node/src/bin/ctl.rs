@@ -357,6 +357,38 @@ fn print_cluster_wide(topic: Topic, data: &Value) {
                 print_nonzero("NAT counters, cluster total", c);
             }
         }
+        Topic::NatPool => {
+            say!("\nPools, the members' shares added up:");
+            let rows: Vec<Value> = data["pools"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|p| {
+                    let mut r = p.clone();
+                    if let Value::Object(o) = &mut r {
+                        o.remove("nodes");
+                    }
+                    r
+                })
+                .collect();
+            print_table(&Value::Array(rows));
+            for p in data["pools"].as_array().into_iter().flatten() {
+                say!("\n== pool {} by member ==", fmt_cell(&p["name"]));
+                let rows: Vec<Value> = p["nodes"]
+                    .as_object()
+                    .into_iter()
+                    .flatten()
+                    .map(|(n, v)| {
+                        let mut r = serde_json::json!({ "node": n });
+                        if let (Value::Object(o), Value::Object(x)) = (&mut r, v) {
+                            o.extend(x.clone());
+                        }
+                        r
+                    })
+                    .collect();
+                print_table(&Value::Array(rows));
+            }
+        }
         Topic::Cluster => {
             say!("\nAgreement among the members that answered: {}", data["agree"]);
             for (name, d) in data["nodes"].as_object().into_iter().flatten() {
