@@ -353,8 +353,17 @@ if [ $PEERS = 1 ] && [ $SKIP_DPDK = 0 ]; then
     "${APP[@]}" dpctl/flush-conntrack >/dev/null
     say "(c) OVS $1: flow 'ip,in_port=1,actions=$2,output:2'"
     sleep "$WARMUP"
-    stats() { "$PY" -c 'import json,sys; print(json.dumps({"tx_packets": int(sys.argv[1]), "rx_packets": int(sys.argv[2])}))' \
-      "$("${VS[@]}" get Interface p1 statistics:tx_packets)" "$("${VS[@]}" get Interface p0 statistics:rx_packets)"; }
+    # Live port counters (OpenFlow port stats): the database's
+    # Interface statistics are refreshed only every 5 s
+    # (stats-update-interval, at least 5000 ms), so two readings 4 s apart
+    # (--quick) could see the same numbers and a rate of 0.
+    stats() { "$PY" -c '
+import json, re, sys
+def pkts(text, port, way):
+    m = re.search(r"port\s+%s:\s*rx pkts=(\d+).*?tx pkts=(\d+)" % port, text, re.S)
+    return int(m.group(1 if way == "rx" else 2))
+print(json.dumps({"tx_packets": pkts(sys.argv[1], 2, "tx"), "rx_packets": pkts(sys.argv[2], 1, "rx")}))' \
+      "$(ovs-ofctl dump-ports br0 2)" "$(ovs-ofctl dump-ports br0 1)"; }
     local t1 t2
     "${APP[@]}" dpif-netdev/pmd-stats-clear >/dev/null
     t1=$(date +%s.%N); stats >"$OVSD/$1-s1.json"
