@@ -14,7 +14,14 @@
 //!     target/release/examples/cluster_profile direct 60 20000
 //! valgrind --tool=callgrind --toggle-collect='*hot_via_forwarder*' \
 //!     target/release/examples/cluster_profile via 60 20000
+//! valgrind --tool=callgrind --toggle-collect='*hot_owner_direct*' \
+//!     target/release/examples/cluster_profile out|pat-out|pat-out-general 60 20000
 //! ```
+//!
+//! `out`: client → server segments at the owner A; `pat-out`: the same
+//! with every member PAT'ing the inside network (the member NAT fast
+//! path, `fast::nat_member_out`); `pat-out-general`: through PAT with A's
+//! fast path off.
 //!
 //! Instruction counts are repeatable for one binary, whatever the machine
 //! does meanwhile; divide the collected count by the packet count.
@@ -36,36 +43,55 @@ const BURST: usize = 32;
 const C_ISN: u32 = 1000;
 const S_ISN: u32 = 5000;
 
-/// The bed with `FLOWS` connections; per flow the server → client segment
-/// as it arrives at A and as it arrives at B.
-fn setup(payload: usize) -> (Bed, Vec<Vec<u8>>, Vec<Vec<u8>>) {
+/// The bed with `FLOWS` connections (`pat`: the members PAT the inside
+/// network to `POOL`); per flow the server → client segment as it arrives
+/// at A and as it arrives at B, and the client → server segment as it
+/// arrives at A.
+/// Frames, one per flow.
+type Frames = Vec<Vec<u8>>;
+
+fn setup(payload: usize, pat: bool) -> (Bed, Frames, Frames, Frames) {
     let mut bed = Bed::new(3, true);
     bed.nodes = (0..3)
         .map(|n| {
             let mut c = config(n, 3, true);
             c.flow_capacity = 4 * FLOWS;
-            Pipeline::new(c).expect("pipeline")
+            let mut p = Pipeline::new(c).expect("pipeline");
+            if pat {
+                let spec = dataplane::pipeline::PatSpec { block_size: 4096, reserved_ports: false, max_per_host: None };
+                let pool = dataplane::pipeline::PoolSpec { addresses: vec![POOL], pat: Some(spec) };
+                p.set_nat(&one_rule_nat(dataplane::nat::RuleKind::DynamicPat, pool)).expect("PAT");
+            }
+            p
         })
         .collect();
     let data = vec![0x61u8; payload];
-    let (mut at_a, mut at_b) = (Vec::new(), Vec::new());
+    let (mut at_a, mut at_b, mut out_a) = (Vec::new(), Vec::new(), Vec::new());
     for i in 0..FLOWS {
         let cport = 10_000 + i as u16;
         let out = bed.send(A, IN, from_host(A, SERVER).tcp(cport, 80, C_ISN, 0, SYN, 64240, &SYN_OPTS, b""));
         let isn = tcp_fields(&out[0].2).0;
-        let synack = from_outside(B, SERVER).tcp(80, cport, S_ISN, isn.wrapping_add(1), SYN | ACK, 65535, &SYN_OPTS, b"");
+        // The client's endpoint as the server sees it.
+        let f = &out[0].2;
+        let (caddr, cport_seen) = (std::net::Ipv4Addr::new(f[26], f[27], f[28], f[29]), u16::from_be_bytes([f[34], f[35]]));
+        let to_client = |n| dataplane::wire::build::PacketBuilder::new(GW_MAC, out_mac(n), SERVER, caddr);
+        let synack = to_client(B).tcp(80, cport_seen, S_ISN, isn.wrapping_add(1), SYN | ACK, 65535, &SYN_OPTS, b"");
         assert_eq!(bed.send(B, OUT, synack).len(), 1, "SYN-ACK via B reaches the client");
         let ack = from_host(A, SERVER).tcp(cport, 80, C_ISN + 1, S_ISN + 1, ACK, 502, &[], b"");
         assert_eq!(bed.send(A, IN, ack).len(), 1, "handshake completes at A");
-        let seg = |n| from_outside(n, SERVER).tcp(80, cport, S_ISN + 1, isn.wrapping_add(1), ACK, 502, &[], &data);
+        let seg = |n| to_client(n).tcp(80, cport_seen, S_ISN + 1, isn.wrapping_add(1), ACK, 502, &[], &data);
         at_a.push(seg(A));
         at_b.push(seg(B));
+        out_a.push(from_host(A, SERVER).tcp(cport, 80, C_ISN + 1, S_ISN + 1, ACK, 502, &[], &data));
     }
-    (bed, at_a, at_b)
+    (bed, at_a, at_b, out_a)
 }
 
+/// The pool address of the `pat-out` modes.
+const POOL: std::net::Ipv4Addr = std::net::Ipv4Addr::new(192, 0, 2, 7);
+
 #[inline(never)]
-fn hot_owner_direct(a: &mut Pipeline, now: Timestamp, at_a: &[Vec<u8>], packets: usize) -> u64 {
+fn hot_owner_direct(a: &mut Pipeline, now: Timestamp, at_a: &[Vec<u8>], packets: usize, port: dataplane::PortId) -> u64 {
     let mut bufs: Vec<VecBuf> = (0..BURST).map(|_| VecBuf::with_room(&at_a[0], 256, 256)).collect();
     let mut next = 0usize;
     let mut out = 0u64;
@@ -76,7 +102,7 @@ fn hot_owner_direct(a: &mut Pipeline, now: Timestamp, at_a: &[Vec<u8>], packets:
         }
         a.prefetch_burst(bufs.iter().map(|b| b.data()));
         for buf in bufs.iter_mut() {
-            if matches!(black_box(a.process(now, OUT, buf)), Verdict::Forward(_)) {
+            if matches!(black_box(a.process(now, port, buf)), Verdict::Forward(_)) {
                 out += 1;
             }
         }
@@ -138,15 +164,22 @@ fn main() {
     let size: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(60);
     let packets: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(20_000);
     let payload = size.saturating_sub(66);
-    let (mut bed, at_a, at_b) = setup(payload);
+    let pat = mode.starts_with("pat");
+    let (mut bed, at_a, at_b, out_a) = setup(payload, pat);
+    if mode.ends_with("-general") {
+        bed.nodes[A].set_fast_path(false);
+    }
     let now = bed.now();
     let (a0, b0) = (bed.nodes[A].counters().dropped(), bed.nodes[B].counters().dropped());
     let start = std::time::Instant::now();
     let out = match mode.as_str() {
-        "direct" => hot_owner_direct(&mut bed.nodes[A], now, &at_a, packets),
+        "direct" => hot_owner_direct(&mut bed.nodes[A], now, &at_a, packets, OUT),
         "via" => hot_via_forwarder(&mut bed, now, &at_b, packets),
+        // Client → server at the owner, without NAT and through PAT (the
+        // member NAT fast path, or the general path: `-general`).
+        "out" | "pat-out" | "pat-out-general" => hot_owner_direct(&mut bed.nodes[A], now, &out_a, packets, IN),
         m => {
-            eprintln!("usage: cluster_profile direct|via [SIZE] [PACKETS] (not {m:?})");
+            eprintln!("usage: cluster_profile direct|via|out|pat-out|pat-out-general [SIZE] [PACKETS] (not {m:?})");
             std::process::exit(2);
         }
     };

@@ -254,7 +254,7 @@ impl RouteTable {
 
     /// Longest-prefix match. No allocation; prefix lengths holding at most
     /// `FEW` routes and the default route are compared without hashing.
-    #[inline]
+    #[inline(always)]
     pub fn lookup(&self, dst: Ipv4Addr) -> Option<RouteResult> {
         let a = u32::from(dst);
         let hit = |e: &Entry| RouteResult {

@@ -12,7 +12,9 @@ mod cluster_bed;
 
 use cluster_bed::*;
 use dataplane::conntrack::tcp_flags::{ACK, FIN, PSH, RST, SYN};
+use dataplane::wire::build::PacketBuilder;
 use dataplane::PortId;
+use std::net::Ipv4Addr;
 use proptest::prelude::*;
 
 const FLOWS: usize = 5;
@@ -62,25 +64,48 @@ fn compare(a: &Bed, b: &Bed) {
         assert_eq!(format!("{:?}", a.cluster(n)), format!("{:?}", b.cluster(n)), "node {n} cluster counters");
         let now = a.now();
         assert_eq!(format!("{:?}", a.nodes[n].conns(now, 100)), format!("{:?}", b.nodes[n].conns(now, 100)), "node {n} conns");
+        assert_eq!(format!("{:?}", a.nodes[n].xlates(now, 100)), format!("{:?}", b.nodes[n].xlates(now, 100)), "node {n} xlates");
+        assert_eq!(format!("{:?}", a.nodes[n].nat_counters()), format!("{:?}", b.nodes[n].nat_counters()), "node {n} nat counters");
     }
     assert_eq!(a.ccl, b.ccl, "CCL messages");
 }
 
 fn run(ops: &[Op]) -> u64 {
-    run_full(ops).0
+    run_full(ops, false).0
+}
+
+/// The clusters' PAT (`nat`): the inside network leaves as `POOL`, each
+/// member from its own port blocks.
+const POOL: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 7);
+
+fn pat() -> dataplane::pipeline::NatSpec {
+    let pat = Some(dataplane::pipeline::PatSpec { block_size: 4096, reserved_ports: false, max_per_host: None });
+    one_rule_nat(dataplane::nat::RuleKind::DynamicPat, dataplane::pipeline::PoolSpec { addresses: vec![POOL], pat })
 }
 
 /// `run`, also returning the takeovers of the fast-path cluster (transfers
-/// and local).
-fn run_full(ops: &[Op]) -> (u64, u64) {
+/// and local); `nat`: both clusters PAT the inside network, and the
+/// server answers each flow at the mapped endpoint its last translated
+/// packet left with (before any did: at the client's real address, which
+/// the cluster drops, the same way in both).
+fn run_full(ops: &[Op], nat: bool) -> (u64, u64) {
     let mut a = Bed::new(NODES, true);
     let mut b = Bed::new(NODES, true);
     for p in &mut b.nodes {
         p.set_fast_path(false);
     }
+    if nat {
+        for p in a.nodes.iter_mut().chain(b.nodes.iter_mut()) {
+            p.set_nat(&pat()).unwrap();
+        }
+    }
+    // The endpoint the server sees for each TCP flow, then each UDP flow.
+    let mut seen: [(Ipv4Addr, u16); 2 * FLOWS] =
+        std::array::from_fn(|i| (HOST, if i < FLOWS { 20_000 + i as u16 } else { 30_000 + (i - FLOWS) as u16 }));
     let mut model = [Model { client: 1000, server: 7000, client_isn_seen: None }; FLOWS];
     for op in ops {
         let step = |bed: &mut Bed, op: &Op, m: &[Model; FLOWS]| -> Out {
+            let to_client = |at: usize, i: usize| PacketBuilder::new(GW_MAC, out_mac(at), SERVER, seen[i].0);
             match *op {
                 Op::Tcp { flow, at, reply, flags, skew, len } => {
                     let cport = 20_000 + flow as u16;
@@ -90,7 +115,7 @@ fn run_full(ops: &[Op]) -> (u64, u64) {
                     if reply {
                         let ack = f.client_isn_seen.map_or(f.client, |i| i.wrapping_add(f.client.wrapping_sub(1000)));
                         let seq = f.server.wrapping_add(skew as u32);
-                        bed.send(at, OUT, from_outside(at, SERVER).tcp(80, cport, seq, ack, flags, 502, opts, &payload))
+                        bed.send(at, OUT, to_client(at, flow).tcp(80, seen[flow].1, seq, ack, flags, 502, opts, &payload))
                     } else {
                         let seq = f.client.wrapping_add(skew as u32);
                         bed.send(at, IN, from_host(at, SERVER).tcp(cport, 80, seq, f.server, flags, 502, opts, &payload))
@@ -100,7 +125,7 @@ fn run_full(ops: &[Op]) -> (u64, u64) {
                     let cport = 30_000 + flow as u16;
                     let sport = if dns { 53 } else { 9000 };
                     if reply {
-                        bed.send(at, OUT, from_outside(at, SERVER).udp(sport, cport, b"answer"))
+                        bed.send(at, OUT, to_client(at, FLOWS + flow).udp(sport, seen[FLOWS + flow].1, b"answer"))
                     } else {
                         bed.send(at, IN, from_host(at, SERVER).udp(cport, sport, b"query"))
                     }
@@ -120,6 +145,15 @@ fn run_full(ops: &[Op]) -> (u64, u64) {
         let ob = step(&mut b, op, &model);
         assert_eq!(oa, ob, "frames out after {op:?}");
         compare(&a, &b);
+        // Where the server answers: the source its flow's packets left with.
+        if let (Op::Tcp { flow, reply: false, .. } | Op::Udp { flow, reply: false, .. }, true) = (op, nat) {
+            let i = if matches!(op, Op::Tcp { .. }) { *flow } else { FLOWS + flow };
+            for (_, port, f) in &oa {
+                if *port == OUT {
+                    seen[i] = l4_source(f);
+                }
+            }
+        }
         // Follow what got through, so that later segments are in window.
         if let Op::Tcp { flow, reply, flags, skew: 0, len, .. } = *op {
             let m = &mut model[flow];
@@ -140,12 +174,51 @@ fn run_full(ops: &[Op]) -> (u64, u64) {
     ((0..NODES).map(|n| a.nodes[n].counters().fast_path).sum(), takeovers)
 }
 
+/// The IPv4 source and TCP/UDP source port of a frame.
+fn l4_source(f: &[u8]) -> (Ipv4Addr, u16) {
+    let ihl = usize::from(f[14] & 0x0f) * 4;
+    let at = 14 + ihl;
+    (Ipv4Addr::new(f[26], f[27], f[28], f[29]), u16::from_be_bytes([f[at], f[at + 1]]))
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
     #[test]
     fn cluster_fast_path_equals_general_path(ops in prop::collection::vec(op(), 1..150)) {
         run(&ops);
     }
+
+    /// The same with PAT on every member: translated flows' outbound
+    /// packets take the member NAT fast path (`fast::nat_member_out`).
+    #[test]
+    fn cluster_fast_path_with_pat_equals_general_path(ops in prop::collection::vec(op(), 1..150)) {
+        run_full(&ops, true);
+    }
+}
+
+/// Established translated connections on a PAT cluster: their outbound
+/// segments at the owner take the fast path (at a forwarder, then at the
+/// owner from the CCL), the server's answers to the mapped port the
+/// general path, and both clusters do the same.
+#[test]
+fn established_translated_traffic_takes_the_member_fast_path() {
+    let mut ops = vec![];
+    for flow in [0, 1] {
+        ops.push(Op::Tcp { flow, at: flow, reply: false, flags: SYN, skew: 0, len: 0 });
+        ops.push(Op::Tcp { flow, at: 2, reply: true, flags: SYN | ACK, skew: 0, len: 0 });
+        ops.push(Op::Tcp { flow, at: flow, reply: false, flags: ACK, skew: 0, len: 0 });
+        ops.push(Op::Udp { flow, at: flow, reply: false, dns: true });
+        ops.push(Op::Udp { flow, at: 2, reply: true, dns: true });
+    }
+    for at in [0, 1, 2, 0, 1, 2] {
+        for flow in [0, 1] {
+            ops.push(Op::Tcp { flow, at, reply: false, flags: ACK | PSH, skew: 0, len: 100 });
+            ops.push(Op::Tcp { flow, at: (at + 1) % NODES, reply: true, flags: ACK, skew: 0, len: 0 });
+            ops.push(Op::Udp { flow, at, reply: false, dns: true });
+        }
+    }
+    let (fast, _) = run_full(&ops, true);
+    assert!(fast >= 24, "fast-path packets: {fast}");
 }
 
 /// The cluster fast path takes traffic: established segments landing on
@@ -187,7 +260,7 @@ fn takeover_after_a_failure_is_equivalent() {
             ops.push(Op::Tcp { flow, at, reply: true, flags: ACK, skew: 0, len: 0 });
         }
     }
-    let (fast, takeovers) = run_full(&ops);
+    let (fast, takeovers) = run_full(&ops, false);
     assert!(fast >= 8, "fast-path packets: {fast}");
     assert_eq!(takeovers, 2, "both connections taken over");
 }

@@ -317,7 +317,7 @@ fn words_addr(v6: bool, hi: u64, lo: u64) -> IpAddr {
 impl Key {
     /// The canonical key of `t`, and whether the packet travels from the
     /// key's `lo` endpoint to its `hi` endpoint.
-    #[inline]
+    #[inline(always)]
     fn new(t: &FiveTuple, class: Class) -> (Key, bool) {
         if let (IpAddr::V4(s), IpAddr::V4(d)) = (&t.src, &t.dst) {
             // The common case without the family juggling (same result).
@@ -541,6 +541,14 @@ enum Existing {
     Gone {
         reopen: bool,
     },
+}
+
+/// A flow `ConnTable::find_existing` found for a packet: its slot and the
+/// packet's direction on the key.
+#[derive(Copy, Clone, Debug)]
+pub struct Found {
+    i: u32,
+    from_lo: bool,
 }
 
 /// One worker's connection table. See the module documentation.
@@ -813,19 +821,13 @@ impl ConnTable {
         }
     }
 
-    /// `track_existing`, asking `go` first with the mark of the flow it
-    /// found (0: none): `false` leaves everything unchanged and returns
-    /// `None`, as for no flow. One lookup for a caller that decides by the
-    /// mark (the NAT fast path).
-    #[inline]
-    pub fn track_existing_if(
-        &mut self,
-        now: Timestamp,
-        tuple: &FiveTuple,
-        l4: &L4Info,
-        len_bytes: u32,
-        go: impl FnOnce(u32) -> bool,
-    ) -> Option<Result<Tracked, DropReason>> {
+    /// `track_existing` in two halves, for a caller that decides by the
+    /// flow's mark between them (the NAT fast path): first the flow a
+    /// packet of `tuple` would be tracked on and its mark, nothing changed
+    /// — `None` where `track_existing` returns `None` before changing
+    /// anything (a SYN, invalid flags, no flow) —; then `track_found`.
+    #[inline(always)]
+    pub fn find_existing(&self, tuple: &FiveTuple, l4: &L4Info) -> Option<(Found, u32)> {
         if let L4Info::Tcp(seg) = l4 {
             if !tcp::flags_valid(seg.flags) || seg.flags & tcp_flags::SYN != 0 {
                 return None;
@@ -833,10 +835,14 @@ impl ConnTable {
         }
         let (key, from_lo) = Key::new(tuple, Class::of(l4));
         let i = self.find(key.hash(&self.seed), &key)?;
-        if !go(self.slots.get(i as usize).map_or(0, |s| s.mark)) {
-            return None;
-        }
-        self.existing_at(i, now, from_lo, l4, len_bytes)
+        Some((Found { i, from_lo }, self.slots.get(i as usize).map_or(0, |s| s.mark)))
+    }
+
+    /// The packet `find_existing` found the flow of, tracked on it (as
+    /// `track_existing`), the table not changed in between.
+    #[inline(always)]
+    pub fn track_found(&mut self, f: Found, now: Timestamp, l4: &L4Info, len_bytes: u32) -> Option<Result<Tracked, DropReason>> {
+        self.existing_at(f.i, now, f.from_lo, l4, len_bytes)
     }
 
     /// The mark of flow `h` (0: none or no flow).

@@ -35,9 +35,15 @@
 //! traffic to an xlate's mapped endpoint, routed and tracked on the real
 //! destination, with the xlate touched and counted as the general path's
 //! NAT steps do; `NatPath::fast_in` / `fast_out` decline (nothing
-//! changed) for static rules, flows that may need a new translation, a
-//! cluster member. `tests/nat_workers.rs` compares one pipeline with the
-//! fast path on and off on random NAT traffic, frame by frame.
+//! changed) for static rules and flows that may need a new translation.
+//! `tests/nat_workers.rs` compares one pipeline with the fast path on and
+//! off on random NAT traffic, frame by frame. A cluster member
+//! (`nat_member_out`) takes the outbound packets of flows it owns, with
+//! the cluster's conntrack (`Flows::track`) and the binding kept in the
+//! flow's records; return traffic to a mapped endpoint takes the general
+//! path there (the block holder's hand-off, N5).
+//! `tests/fastpath_cluster_equivalence.rs` runs its random cluster traffic
+//! with PAT on every member too.
 //!
 //! Why it exists: the general path runs ~1,750 instructions per
 //! established packet (cluster, fragment, VLAN and ICMP branches, a 40-byte
@@ -55,7 +61,7 @@ use super::nat::{FastNat, NatPath};
 use crate::buf::PacketBuf;
 use crate::conntrack::{tcp_flags, L4Info, Splice};
 use crate::route::{IfIndex, RouteTable};
-use crate::types::{ip_proto, DropReason, FiveTuple, PortId, Timestamp};
+use crate::types::{ip_proto, Direction, DropReason, FiveTuple, PortId, Timestamp};
 use crate::wire::ethernet::{self, ethertype, EthernetFrame, HEADER_LEN};
 use crate::wire::ipv4::{self, Ipv4Packet};
 use crate::wire::tcp::TcpPacket;
@@ -218,10 +224,16 @@ impl FastPath {
             return None;
         }
         if let Some(n) = nat {
-            // NAT is a single node's: a cluster member's packets take the
-            // general path.
-            if cluster.is_some() {
-                return None;
+            // A cluster member: its translated flows' outbound packets.
+            if let Some(cl) = cluster {
+                let (tuple, l4) = fast_l4(&ip, src, dst)?;
+                let total = ip.total_len();
+                let o = nat_member_out(cl, n, Parts2 { ifaces, routes, egress, flows }, now, (in_port, ifx, ing.mtu, rx), (&tuple, &l4, total), buf)?;
+                // A frame from the CCL was counted with its datagram.
+                if rx.via == Via::Port {
+                    self.count += 1;
+                }
+                return Some(Fast::Done(o));
             }
             let (mut tuple, l4) = fast_l4(&ip, src, dst)?;
             let total = ip.total_len();
@@ -350,24 +362,15 @@ fn nat_forward<B: PacketBuf>(
         tuple.dst = IpAddr::V4(real);
         tuple.dst_port = port.unwrap_or(tuple.dst_port);
     }
-    let IpAddr::V4(rdst) = tuple.dst else { return None };
-    let route = routes.lookup(rdst)?;
-    let eg = ifaces.get(route.iface)?;
-    if eg.vlan.is_some() || total > eg.mtu.min(in_mtu) {
-        return None;
-    }
-    let mac = egress.fresh_neighbor(now, route.next_hop)?;
+    let (_, eg, mac) = resolved(ifaces, routes, egress, now, tuple.dst, (total, in_mtu))?;
     let (len, proto) = (u32::from(total), tuple.proto);
     let (what, tracked) = match inbound {
         Some((id, real, port)) => (FastNat::In(id, real, port), flows.table.track_existing(now, tuple, l4, len)?),
         None => {
             // One lookup: the flow's mark decides before it is updated.
-            let mut what = FastNat::None;
-            let n: &NatPath = n;
-            let t = flows.table.track_existing_if(now, tuple, l4, len, |mark| {
-                n.fast_out(ifx, tuple, mark).map(|w| what = w).is_some()
-            })?;
-            (what, t)
+            let (found, mark) = flows.table.find_existing(tuple, l4)?;
+            let what = n.fast_out(ifx, tuple, mark)?;
+            (what, flows.table.track_found(found, now, l4, len)?)
         }
     };
     let t = match tracked {
@@ -410,6 +413,100 @@ fn nat_forward<B: PacketBuf>(
         return Some(Outcome::Drop(r));
     }
     Some(out(buf, mac, eg.mac, eg.port))
+}
+
+/// The stages `nat_member_out` reads and updates.
+struct Parts2<'a> {
+    ifaces: &'a Interfaces,
+    routes: &'a RouteTable,
+    egress: &'a mut Egress,
+    flows: &'a mut Flows,
+}
+
+/// The fast path of a cluster member with NAT, from the checks on: an
+/// outbound packet of a flow this member owns (the cluster's plan for a
+/// local flow is `Own`, and no multi-session hand-off to the control node
+/// applies to it: `to_control` asks for no flow), translated as its mark
+/// says (`NatPath::fast_out`: an xlate, or none and no rule) — what the
+/// general path does: conntrack with the cluster's state updates
+/// (`Flows::track`), the NAT stage's flows-ended pass, the translation
+/// touched and counted, the binding in the flow's records, the source
+/// rewritten, the owner's sequence translation, TTL and MACs. `None`
+/// (nothing changed): return traffic to a mapped endpoint, a flow not
+/// owned here, one that may need a translation made, a fenced member —
+/// the general path's.
+#[allow(clippy::too_many_arguments)]
+#[inline(never)]
+fn nat_member_out<B: PacketBuf>(
+    cl: &mut ClusterPath,
+    n: &mut NatPath,
+    p: Parts2<'_>,
+    now: Timestamp,
+    (in_port, ifx, in_mtu, rx): (PortId, IfIndex, u16, Rx),
+    (tuple, l4, total): (&FiveTuple, &L4Info, u16),
+    buf: &mut B,
+) -> Option<Outcome> {
+    let Parts2 { ifaces, routes, egress, flows } = p;
+    if cl.fenced(now) || n.fast_in(ifx, tuple)?.is_some() {
+        return None;
+    }
+    let (route, eg, mac) = resolved(ifaces, routes, egress, now, tuple.dst, (total, in_mtu))?;
+    let (_, mark) = flows.table.find_existing(tuple, l4)?;
+    let what = n.fast_out(ifx, tuple, mark)?;
+    let mut link = Link { egress, ifaces };
+    let (x, tracked) = match flows.track(Some(&mut *cl), &mut link, now, tuple, *l4, u32::from(total), ifx, route.iface, || true) {
+        Ok(v) => v,
+        Err(DropReason::SynProxyPending) => return Some(flows.proxy.hold_early(now, tuple, in_port, rx, buf.data())),
+        Err(r) => return Some(Outcome::Drop(r)),
+    };
+    n.flows_ended(now, &mut flows.table);
+    let snat = match what {
+        FastNat::Out(id, mapped, port) => {
+            n.fast_done(now, id, false);
+            if let Some(b) = n.binding(flows.table.mark(tracked.handle)) {
+                let orig = if tracked.dir == Direction::Original { *tuple } else { tuple.reversed() };
+                cl.set_binding(tracked.handle, &orig, b);
+            }
+            Some((mapped, port))
+        }
+        FastNat::None | FastNat::In(..) => None,
+    };
+    if let Some((addr, port)) = snat {
+        let l3 = buf.data_mut().get_mut(HEADER_LEN..).unwrap_or(&mut []);
+        if rewrite_transport(l3, ipv4::MIN_HEADER_LEN, tuple.proto, Endpoint::Source, addr, port).is_err() {
+            return Some(Outcome::Drop(DropReason::L4Truncated));
+        }
+    }
+    if let Some(x) = x {
+        if let Err(r) = apply_xlate(HEADER_LEN, x, buf) {
+            return Some(Outcome::Drop(r));
+        }
+    }
+    Some(out(buf, mac, eg.mac, eg.port))
+}
+
+/// The route of a datagram to `dst` of `total` bytes (received on an
+/// interface of MTU `in_mtu`) that the fast path can send: out of an
+/// untagged interface that carries it whole, to a next hop with a fresh
+/// ARP entry (or a static neighbour) — the route, the egress interface,
+/// the next hop's MAC; `None` for anything else (the general path's).
+#[inline(always)]
+fn resolved(
+    ifaces: &Interfaces,
+    routes: &RouteTable,
+    egress: &mut Egress,
+    now: Timestamp,
+    dst: IpAddr,
+    (total, in_mtu): (u16, u16),
+) -> Option<(crate::route::RouteResult, super::iface::Iface, [u8; 6])> {
+    let IpAddr::V4(dst) = dst else { return None };
+    let route = routes.lookup(dst)?;
+    let eg = ifaces.get(route.iface)?;
+    if eg.vlan.is_some() || total > eg.mtu.min(in_mtu) {
+        return None;
+    }
+    let mac = egress.fresh_neighbor(now, route.next_hop)?;
+    Some((route, eg, mac))
 }
 
 /// Return traffic conntrack refused: translated back and touched, as by

@@ -597,7 +597,7 @@ impl NatPath {
 
     /// The xlate a flow's `mark` names, if a packet from `(src, sport)` of
     /// `class` is from its real endpoint: its id and the source to write.
-    #[inline]
+    #[inline(always)]
     fn marked(&self, mark: u32, class: Option<PortClass>, src: Ipv4Addr, sport: u16) -> Option<(XlateId, Snat)> {
         let id = XlateId(mark.checked_sub(1)?);
         let x = self.xlates.get(id)?;
@@ -1007,7 +1007,7 @@ impl NatPath {
     /// `Some(None)` when no inbound translation applies, `None` (decline:
     /// the general path decides) for a static rule's address or a pool
     /// address without an xlate. Changes nothing.
-    #[inline]
+    #[inline(always)]
     pub fn fast_in(&self, ifx: IfIndex, tuple: &FiveTuple) -> Option<Option<(XlateId, Ipv4Addr, Option<u16>)>> {
         let IpAddr::V4(dst) = tuple.dst else { return None };
         // Not a mapped side: `fast_out` decides (and declines a protocol
@@ -1033,7 +1033,7 @@ impl NatPath {
     /// source translated (as by `outbound`); `None` (the variant) — no
     /// xlate or rule is its source's, untranslated; `None` (decline) —
     /// anything else (a flow without a mark that a rule may translate).
-    #[inline]
+    #[inline(always)]
     pub fn fast_out(&self, ifx: IfIndex, tuple: &FiveTuple, mark: u32) -> Option<FastNat> {
         let IpAddr::V4(src) = tuple.src else { return None };
         let class = nat_class(tuple.proto)?;

@@ -660,6 +660,12 @@ impl ClusterPath {
                 None => {}
             }
         }
+        // In the tuples' order, not the record map's (its hash seed is
+        // the process's): every run of a member change takes the same
+        // connections over in the same order.
+        let order = |t: &FiveTuple| (t.src, t.dst, t.proto, t.src_port, t.dst_port);
+        local.sort_unstable_by_key(order);
+        self.nat_regrants.sort_unstable_by_key(order);
         local
     }
 
