@@ -91,6 +91,11 @@ kinds! {
     /// Worker → a member whose `SyncDone` counted more flow records than
     /// arrived: send your re-registration to me again (v10; `SyncAgain`).
     SyncAgain = 21 => "sync-again",
+    /// Worker → the member that holds a translated flow's port block
+    /// again (it rejoined): take these flows over from me, with their
+    /// state and NAT binding (a flow batch; docs/nat.md, "Join and
+    /// rejoin"). Data channel, added to v10 as a new kind.
+    FlowHandOver = 22 => "flow-hand-over",
 }
 
 impl fmt::Display for MessageKind {
@@ -518,6 +523,7 @@ pub enum Message<'a> {
     FlowTransfer(FlowTransfer<'a>),
     SyncDone(SyncDone),
     SyncAgain(SyncAgain),
+    FlowHandOver(FlowBatch<'a>),
 }
 
 impl<'a> Message<'a> {
@@ -535,6 +541,7 @@ impl<'a> Message<'a> {
             Message::FlowTransfer(_) => MessageKind::FlowTransfer,
             Message::SyncDone(_) => MessageKind::SyncDone,
             Message::SyncAgain(_) => MessageKind::SyncAgain,
+            Message::FlowHandOver(_) => MessageKind::FlowHandOver,
         }
     }
 
@@ -554,6 +561,7 @@ impl<'a> Message<'a> {
             MessageKind::FlowTransfer => Message::FlowTransfer(FlowTransfer::parse(payload)?),
             MessageKind::SyncDone => Message::SyncDone(SyncDone::parse(payload)?),
             MessageKind::SyncAgain => Message::SyncAgain(SyncAgain::parse(payload)?),
+            MessageKind::FlowHandOver => Message::FlowHandOver(FlowBatch::parse(payload)?),
             // Control-channel kinds are `ControlMessage`s: not a kind the
             // data-channel decoder (the workers') handles.
             MessageKind::JoinRequest
@@ -574,7 +582,7 @@ impl<'a> Message<'a> {
             Message::Heartbeat(m) => m.wire_len(),
             Message::OwnerQuery(m) => m.wire_len(),
             Message::OwnerReply(m) => m.wire_len(),
-            Message::FlowRegister(b) | Message::StateUpdate(b) => b.wire_len(),
+            Message::FlowRegister(b) | Message::StateUpdate(b) | Message::FlowHandOver(b) => b.wire_len(),
             Message::ForwardedPacket(m) => m.wire_len(),
             Message::RelayToOwner(m) | Message::ToControl(m) => m.wire_len(),
             Message::ForwardedBatch(m) => m.wire_len(),
@@ -590,7 +598,7 @@ impl<'a> Message<'a> {
             Message::Heartbeat(m) => m.emit(out),
             Message::OwnerQuery(m) => m.emit(out),
             Message::OwnerReply(m) => m.emit(out),
-            Message::FlowRegister(b) | Message::StateUpdate(b) => b.emit(out),
+            Message::FlowRegister(b) | Message::StateUpdate(b) | Message::FlowHandOver(b) => b.emit(out),
             Message::ForwardedPacket(m) => m.emit(out),
             Message::RelayToOwner(m) | Message::ToControl(m) => m.emit(out),
             Message::ForwardedBatch(m) => m.emit(out),

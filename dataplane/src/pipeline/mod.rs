@@ -78,7 +78,8 @@ pub mod trace;
 pub use arphold::ArpHoldCounters;
 pub use cluster::{
     ClusterCounters, ClusterCountersSnapshot, ClusterSpec, ClusterSpecError, Role, SyncProgress,
-    DEFAULT_DIRECTOR_HOLD, DEFAULT_SYN_GUARD, MAX_HELD, MAX_PENDING, SYN_GUARD_PENDING, SYNC_MARKER_EVERY, SYNC_MARKER_FOR, SYNC_WAIT,
+    DEFAULT_DIRECTOR_HOLD, DEFAULT_SYN_GUARD, MAX_HELD, MAX_PENDING, POOL_SLOTS, SYN_GUARD_PENDING, SYNC_MARKER_EVERY,
+    SYNC_MARKER_FOR, SYNC_WAIT,
 };
 pub use config::{
     InterfaceSpec, PipelineConfig, PipelineError, Policy, RouteSpec, RuleSpec, DEFAULT_MTU, MAX_MTU, MIN_MTU,
@@ -1426,9 +1427,8 @@ impl Pipeline {
                     // Connections translated in blocks that went back to
                     // their node go there with their state and binding.
                     let moving = n.adopt_plan(plan, &self.flows.table);
-                    let mut link = Link { egress: &mut self.egress, ifaces: &self.ifaces };
                     for (h, orig, to) in moving {
-                        cl.hand_over(now, &mut link, &self.flows.table, h, &orig, to);
+                        cl.hand_over(now, &self.flows.table, h, &orig, to);
                     }
                     n.end_lost(now, &mut self.flows.table);
                 }

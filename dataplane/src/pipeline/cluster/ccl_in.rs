@@ -99,6 +99,10 @@ impl ClusterPath {
                 Some(query_id) if query_id != 0 => CclNext::Release { query_id, owner: Some(self.me) },
                 _ => consumed,
             }),
+            Message::FlowHandOver(b) => {
+                self.on_handover(now, link, conn, from, &b);
+                Ok(consumed)
+            }
             Message::OwnerQuery(q) => {
                 self.on_query(now, link, conn, from, &q);
                 Ok(consumed)

@@ -62,6 +62,8 @@ use crate::types::{DropReason, Duration, Epoch, FiveTuple, NodeId, Timestamp};
 
 /// Regrants of translated orphans sent per timer call (bounded work).
 const NAT_REGRANTS_PER_TICK: usize = 256;
+/// `FlowHandOver` batches sent per timer call (16 records each).
+const HANDOVER_BATCHES: usize = 32;
 
 impl ClusterPath {
     // --- Fencing and reset. ---
@@ -99,6 +101,7 @@ impl ClusterPath {
         self.updates.clear();
         self.resends.clear();
         self.held.clear();
+        self.handovers.clear();
         self.local_len = 0;
         self.received_len = 0;
         self.pooled_out = false;
@@ -166,6 +169,9 @@ impl ClusterPath {
         if self.sync.handoffs != 0 {
             self.handoff_step(now, link);
         }
+        if !self.handovers.is_empty() {
+            self.handover_step(now, link);
+        }
         let cap = conn.capacity();
         let end = self.sync.cursor.saturating_add(SYNC_BUDGET).min(cap);
         for i in self.sync.cursor..end {
@@ -189,9 +195,9 @@ impl ClusterPath {
             self.queue_to(now, link, record, true, to);
         }
         self.sync.cursor = end;
-        // The markers follow the hand-offs too (more orphans than a scan
-        // has ticks: the scan's end waits).
-        if end < cap || self.sync.handoffs != 0 {
+        // The markers follow the hand-offs and the NAT hand-overs too
+        // (more than a scan has ticks: the scan's end waits).
+        if end < cap || self.sync.handoffs != 0 || !self.handovers.is_empty() {
             return;
         }
         // Done: the records first, then the markers on the same channel.
@@ -236,7 +242,7 @@ impl ClusterPath {
         if self.sync.awaiting == 0 {
             return true;
         }
-        if conn.len() == 0 && self.sync.handoffs == 0 {
+        if conn.is_empty() && self.sync.handoffs == 0 && self.handovers.is_empty() {
             self.sync.awaiting = 0;
             return true;
         }
@@ -709,33 +715,91 @@ impl ClusterPath {
     }
 
     /// A translated flow this node owns whose binding's block went back to
-    /// node `to` (it came back; NAT, docs/nat.md): send it there with its
-    /// state and binding, unasked (`FlowTransfer` with query id 0), as a
-    /// takeover from this node; the caller then ends it here.
-    pub fn hand_over(
-        &mut self,
-        now: Timestamp,
-        link: &mut Link<'_>,
-        conn: &ConnTable,
-        h: crate::conntrack::FlowHandle,
-        orig: &FiveTuple,
-        to: NodeId,
-    ) {
+    /// node `to` (it came back; NAT, docs/nat.md): its record — state and
+    /// binding, owner `to`, a takeover from this node — is queued for a
+    /// `FlowHandOver` batch to `to` (`handover_step`); the caller then
+    /// ends it here. However many go at one member change, every one is
+    /// sent: the scan sends them once `to` applied the member set, as many
+    /// a tick as the frame pool takes, and its markers, which let `to`
+    /// become ready, follow them on the same channel.
+    pub fn hand_over(&mut self, now: Timestamp, conn: &ConnTable, h: crate::conntrack::FlowHandle, orig: &FiveTuple, to: NodeId) {
         let Some(mut record) = self.owner_record(now, conn, h, orig) else { return };
         if record.binding().is_none() || to == self.me {
             return;
         }
         record.owner = to;
         record.set_replaces(self.me);
-        let mut bytes = [0u8; FlowRecord::V6_LEN];
-        let Ok(n) = record.emit(&mut bytes) else { return };
-        let Ok(x) = FlowTransfer::new(0, bytes.get(..n).unwrap_or(&[])) else { return };
-        if self.send_ccl(now, link, to, &Message::FlowTransfer(x)) {
-            self.counters.nat_handovers += 1;
-        } else {
-            // The frame pool is full (more hand-overs at once than
-            // `POOL_SLOTS`): the connection ends here, not handed over.
-            self.counters.nat_handovers_failed += 1;
+        self.handovers.push((to, record));
+    }
+
+    /// Send queued hand-overs (from the scan, once the nodes new in the
+    /// set applied it): one `FlowHandOver` batch per destination at a
+    /// time, up to `HANDOVER_BATCHES` a tick, in the order queued; a batch
+    /// the frame pool cannot take stays queued for the next tick.
+    fn handover_step(&mut self, now: Timestamp, link: &mut Link<'_>) {
+        let Some(mut payload) = self.batch.take() else { return };
+        for _ in 0..HANDOVER_BATCHES {
+            let Some(&(to, _)) = self.handovers.first() else { break };
+            let Ok(mut w) = crate::ccl::BatchWriter::new(&mut payload[..]) else { break };
+            // The first `n` records queued for `to`.
+            let mut n = 0usize;
+            for (_, r) in self.handovers.iter().filter(|(t, _)| *t == to) {
+                if w.push(r).is_err() {
+                    break;
+                }
+                n += 1;
+            }
+            if n == 0 || !self.send_ccl(now, link, to, &Message::FlowHandOver(w.as_batch())) {
+                break;
+            }
+            self.counters.nat_handovers += n as u64;
+            let mut left = n;
+            self.handovers.retain(|(t, _)| {
+                let sent = *t == to && left > 0;
+                left -= usize::from(sent);
+                !sent
+            });
+        }
+        self.batch = Some(payload);
+    }
+
+    /// A `FlowHandOver` from `from`: each record a translated flow whose
+    /// block this node holds again, which `from` owned. Installed as a
+    /// takeover from `from` (the binding reserved in the block by the NAT
+    /// stage, `Pipeline::settle_adopted`, before any packet of it is
+    /// decided here) unless the sender is not a member, the record does
+    /// not name this node as owner and `from` as the owner it replaces,
+    /// its binding's block is not this node's, its state does not decode
+    /// or the flow is here already: counted `nat_handovers_refused`.
+    pub(super) fn on_handover(
+        &mut self,
+        now: Timestamp,
+        link: &mut Link<'_>,
+        conn: &mut ConnTable,
+        from: NodeId,
+        batch: &crate::ccl::FlowBatch<'_>,
+    ) {
+        for r in batch.iter() {
+            let orig = r.flow.tuple();
+            let state = r.state().and_then(|b| FlowState::from_bytes(b).ok());
+            let ok = self.members.contains(from)
+                && from != self.me
+                && r.owner == self.me
+                && r.op == FlowOp::Upsert
+                && r.replaces() == Some(from)
+                && r.binding().is_some()
+                && self.binding_holder(r.binding()) == Some(self.me)
+                && conn.lookup(&orig).is_none();
+            let (true, Some(state)) = (ok, state) else {
+                self.counters.nat_handovers_refused += 1;
+                continue;
+            };
+            if self.adopt(now, link, conn, &orig, state, r.seq_delta, Some(from), r.binding()).is_err() {
+                self.counters.nat_handovers_refused += 1;
+                continue;
+            }
+            self.counters.nat_handovers_received += 1;
+            self.counters.takeovers += 1;
         }
     }
 

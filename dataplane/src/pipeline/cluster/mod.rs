@@ -215,8 +215,9 @@ pub const PENDING_TIMEOUT: Duration = Duration::from_millis(100);
 /// flushed on the spot.
 pub const MAX_UPDATES: usize = 256;
 /// Flows taken over with a NAT binding between two drains by the pipeline
-/// (`ClusterPath::take_adopted`; one per takeover, drained after each).
-const MAX_ADOPTED: usize = 16;
+/// (`ClusterPath::take_adopted`; drained after each takeover and after
+/// each CCL datagram): a `FlowHandOver` batch's records fit.
+const MAX_ADOPTED: usize = crate::ccl::MAX_PAYLOAD_MTU1500 / crate::ccl::FlowRecord::V4_LEN + 1;
 /// Delay between the re-sends of a lengthening state change (`Resend`).
 pub const RESEND_DELAY: Duration = Duration::from_millis(2000);
 /// How many times a lengthening state change is re-sent.
@@ -582,15 +583,19 @@ pub struct ClusterCounters {
     pub nat_takeovers_redirected: u64,
     pub bindings_overflow: u64,
     /// NAT: translated flows handed to the member their binding's block
-    /// went back to (it came back).
+    /// went back to (it came back): records sent in `FlowHandOver`
+    /// batches, and such records taken over here.
     pub nat_handovers: u64,
+    pub nat_handovers_received: u64,
     /// N3: frames of new multi-session PAT connections sent to the
     /// control node (`ToControl`), and such frames received there.
     pub to_control_sent: u64,
     pub to_control_received: u64,
-    /// ... and those that could not be sent (the frame pool full: more at
-    /// once than `POOL_SLOTS`); they end.
+    /// ... hand-overs dropped because their member left before they were
+    /// sent, and hand-over records refused here (not this node's block,
+    /// the sender not a member, a bad state, the flow already here).
     pub nat_handovers_failed: u64,
+    pub nat_handovers_refused: u64,
     /// NAT: translated orphans this director handed to their block's
     /// holder after a member change, before any packet asked.
     pub nat_regrants: u64,
@@ -675,6 +680,8 @@ crate::impl_stats!(ClusterCounters {
     counter bindings_overflow,
     counter nat_handovers,
     counter nat_handovers_failed,
+    counter nat_handovers_received,
+    counter nat_handovers_refused,
     counter to_control_sent,
     counter to_control_received,
     counter nat_regrants,
@@ -767,6 +774,10 @@ pub(crate) struct ClusterPath {
     /// Translated orphans to hand to their block's holder
     /// (`queue_nat_regrants`).
     nat_regrants: Vec<FiveTuple>,
+    /// Translated flows going to the member that holds their block again
+    /// (`hand_over`): their records, sent in `FlowHandOver` batches by the
+    /// re-registration scan (`handover_step`), ahead of its markers.
+    handovers: Vec<(NodeId, crate::ccl::FlowRecord)>,
     members: MemberSet,
     directors: DirectorTable,
     seq_randomization: bool,
@@ -1049,6 +1060,7 @@ impl ClusterPath {
             nat: None,
             adopted: Vec::with_capacity(MAX_ADOPTED),
             nat_regrants: Vec::new(),
+            handovers: Vec::new(),
             directors,
             seq_randomization: spec.seq_randomization,
             ccl_ifx,
@@ -1219,6 +1231,10 @@ impl ClusterPath {
             self.members = members;
             self.directors = self.directors.same_rules(t);
             self.mark_handoffs(now, &before, joined);
+            // Hand-overs to a member that left again go nowhere.
+            let queued = self.handovers.len();
+            self.handovers.retain(|(to, _)| members.contains(*to));
+            self.counters.nat_handovers_failed += (queued - self.handovers.len()) as u64;
             self.start_sync(now, joined);
         }
     }
