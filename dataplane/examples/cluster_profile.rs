@@ -16,12 +16,17 @@
 //!     target/release/examples/cluster_profile via 60 20000
 //! valgrind --tool=callgrind --toggle-collect='*hot_owner_direct*' \
 //!     target/release/examples/cluster_profile out|pat-out|pat-out-general 60 20000
+//! valgrind --tool=callgrind --toggle-collect='*hot_owner_direct*' \
+//!     target/release/examples/cluster_profile pat-direct|pat-direct-general 60 20000
+//! valgrind --tool=callgrind --toggle-collect='*hot_via_forwarder*' \
+//!     target/release/examples/cluster_profile pat-via 60 20000
 //! ```
 //!
 //! `out`: client → server segments at the owner A; `pat-out`: the same
 //! with every member PAT'ing the inside network (the member NAT fast
-//! path, `fast::nat_member_out`); `pat-out-general`: through PAT with A's
-//! fast path off.
+//! path, `fast::nat_member`); `pat-direct`, `pat-via`: the server's
+//! segments to the mapped endpoint through PAT, at A or handed to A by B
+//! (N5: A holds the port's block); `-general`: with A's fast path off.
 //!
 //! Instruction counts are repeatable for one binary, whatever the machine
 //! does meanwhile; divide the collected count by the packet count.
@@ -87,7 +92,7 @@ fn setup(payload: usize, pat: bool) -> (Bed, Frames, Frames, Frames) {
     (bed, at_a, at_b, out_a)
 }
 
-/// The pool address of the `pat-out` modes.
+/// The pool address of the `pat-` modes.
 const POOL: std::net::Ipv4Addr = std::net::Ipv4Addr::new(192, 0, 2, 7);
 
 #[inline(never)]
@@ -173,13 +178,15 @@ fn main() {
     let (a0, b0) = (bed.nodes[A].counters().dropped(), bed.nodes[B].counters().dropped());
     let start = std::time::Instant::now();
     let out = match mode.as_str() {
-        "direct" => hot_owner_direct(&mut bed.nodes[A], now, &at_a, packets, OUT),
-        "via" => hot_via_forwarder(&mut bed, now, &at_b, packets),
+        "direct" | "pat-direct" | "pat-direct-general" => hot_owner_direct(&mut bed.nodes[A], now, &at_a, packets, OUT),
+        "via" | "pat-via" | "pat-via-general" => hot_via_forwarder(&mut bed, now, &at_b, packets),
         // Client → server at the owner, without NAT and through PAT (the
         // member NAT fast path, or the general path: `-general`).
         "out" | "pat-out" | "pat-out-general" => hot_owner_direct(&mut bed.nodes[A], now, &out_a, packets, IN),
         m => {
-            eprintln!("usage: cluster_profile direct|via|out|pat-out|pat-out-general [SIZE] [PACKETS] (not {m:?})");
+            eprintln!(
+                "usage: cluster_profile direct|via|out|pat-out|pat-direct|pat-via[-general] [SIZE] [PACKETS] (not {m:?})"
+            );
             std::process::exit(2);
         }
     };

@@ -181,13 +181,18 @@ fn a_translated_flow_survives_its_owner_with_its_mapped_port() {
 }
 
 /// Every mapped endpoint bound on a member that is up, with its members:
-/// none may be bound on two at once.
+/// none may be bound on two at once, and each only on the member holding
+/// its block (what the member fast path for return traffic relies on: an
+/// xlate found there needs no hand-off to another member, N5).
 fn bound_once(bed: &Bed) {
     let mut seen = std::collections::HashMap::new();
     for n in (0..bed.nodes.len()).filter(|&n| !bed.down[n]) {
         for x in bed.nodes[n].xlates(bed.now(), usize::MAX) {
             if let Some(m) = seen.insert((x.proto, x.mapped.clone()), n) {
                 panic!("{} {} bound on {m} and {n}", x.proto, x.mapped);
+            }
+            if let Some(port) = x.mapped.strip_prefix(&format!("{POOL}:")).and_then(|p| p.parse::<u16>().ok()) {
+                assert_eq!(holder(bed, port), n, "{} {} bound on {n}, not its block's holder", x.proto, x.mapped);
             }
         }
     }

@@ -38,10 +38,10 @@
 //! changed) for static rules and flows that may need a new translation.
 //! `tests/nat_workers.rs` compares one pipeline with the fast path on and
 //! off on random NAT traffic, frame by frame. A cluster member
-//! (`nat_member_out`) takes the outbound packets of flows it owns, with
-//! the cluster's conntrack (`Flows::track`) and the binding kept in the
-//! flow's records; return traffic to a mapped endpoint takes the general
-//! path there (the block holder's hand-off, N5).
+//! (`nat_member`) takes the packets of flows it owns, with the cluster's
+//! conntrack (`Flows::track`): outbound ones (the binding kept in the
+//! flow's records) and return traffic to a mapped endpoint whose xlate it
+//! holds (received, or handed over by the member it landed on, N5).
 //! `tests/fastpath_cluster_equivalence.rs` runs its random cluster traffic
 //! with PAT on every member too.
 //!
@@ -224,11 +224,11 @@ impl FastPath {
             return None;
         }
         if let Some(n) = nat {
-            // A cluster member: its translated flows' outbound packets.
+            // A cluster member: the packets of its translated flows.
             if let Some(cl) = cluster {
-                let (tuple, l4) = fast_l4(&ip, src, dst)?;
+                let (mut tuple, l4) = fast_l4(&ip, src, dst)?;
                 let total = ip.total_len();
-                let o = nat_member_out(cl, n, Parts2 { ifaces, routes, egress, flows }, now, (in_port, ifx, ing.mtu, rx), (&tuple, &l4, total), buf)?;
+                let o = nat_member(cl, n, Parts2 { ifaces, routes, egress, flows }, now, (in_port, ifx, ing.mtu, rx), (&mut tuple, &l4, total), buf)?;
                 // A frame from the CCL was counted with its datagram.
                 if rx.via == Via::Port {
                     self.count += 1;
@@ -415,7 +415,7 @@ fn nat_forward<B: PacketBuf>(
     Some(out(buf, mac, eg.mac, eg.port))
 }
 
-/// The stages `nat_member_out` reads and updates.
+/// The stages `nat_member` reads and updates.
 struct Parts2<'a> {
     ifaces: &'a Interfaces,
     routes: &'a RouteTable,
@@ -423,57 +423,90 @@ struct Parts2<'a> {
     flows: &'a mut Flows,
 }
 
-/// The fast path of a cluster member with NAT, from the checks on: an
-/// outbound packet of a flow this member owns (the cluster's plan for a
-/// local flow is `Own`, and no multi-session hand-off to the control node
-/// applies to it: `to_control` asks for no flow), translated as its mark
-/// says (`NatPath::fast_out`: an xlate, or none and no rule) — what the
-/// general path does: conntrack with the cluster's state updates
+/// The fast path of a cluster member with NAT, from the checks on: a
+/// packet of a flow this member owns (the cluster's plan for a local flow
+/// is `Own`, and no multi-session hand-off to the control node applies to
+/// it: `to_control` asks for no flow) —
+/// - outbound, translated as its mark says (`NatPath::fast_out`: an
+///   xlate, or none and no rule), the binding in the flow's records;
+/// - return traffic to a mapped endpoint this member's xlate holds
+///   (`NatPath::fast_in`), received on a port or handed to it by another
+///   member (N5), translated back and tracked on its real destination —
+///
+/// as the general path does: conntrack with the cluster's state updates
 /// (`Flows::track`), the NAT stage's flows-ended pass, the translation
-/// touched and counted, the binding in the flow's records, the source
-/// rewritten, the owner's sequence translation, TTL and MACs. `None`
-/// (nothing changed): return traffic to a mapped endpoint, a flow not
-/// owned here, one that may need a translation made, a fenced member —
-/// the general path's.
+/// touched and counted, the address rewritten, the owner's sequence
+/// translation, TTL and MACs. `None` (nothing changed): a datagram to a
+/// mapped endpoint without an xlate here (another member's block: N5), a
+/// flow not owned here, one that may need a translation made, a fenced
+/// member — the general path's.
 #[allow(clippy::too_many_arguments)]
 #[inline(never)]
-fn nat_member_out<B: PacketBuf>(
+fn nat_member<B: PacketBuf>(
     cl: &mut ClusterPath,
     n: &mut NatPath,
     p: Parts2<'_>,
     now: Timestamp,
     (in_port, ifx, in_mtu, rx): (PortId, IfIndex, u16, Rx),
-    (tuple, l4, total): (&FiveTuple, &L4Info, u16),
+    (tuple, l4, total): (&mut FiveTuple, &L4Info, u16),
     buf: &mut B,
 ) -> Option<Outcome> {
     let Parts2 { ifaces, routes, egress, flows } = p;
-    if cl.fenced(now) || n.fast_in(ifx, tuple)?.is_some() {
+    if cl.fenced(now) {
         return None;
     }
+    // An xlate found here is in a block this member holds (an xlate lives
+    // only on its block's holder: `NatPath::end_lost` removes those of the
+    // blocks given up at the member change that gives them up), so N5's
+    // hand-off to another member (`holder_elsewhere`) does not apply.
+    let inbound = n.fast_in(ifx, tuple)?;
+    if let Some((_, real, port)) = inbound {
+        if !plain_unicast(ifaces, real) {
+            return None;
+        }
+        tuple.dst = IpAddr::V4(real);
+        tuple.dst_port = port.unwrap_or(tuple.dst_port);
+    }
+    let tuple = &*tuple;
     let (route, eg, mac) = resolved(ifaces, routes, egress, now, tuple.dst, (total, in_mtu))?;
     let (_, mark) = flows.table.find_existing(tuple, l4)?;
-    let what = n.fast_out(ifx, tuple, mark)?;
+    let what = match inbound {
+        Some((id, real, port)) => FastNat::In(id, real, port),
+        None => n.fast_out(ifx, tuple, mark)?,
+    };
     let mut link = Link { egress, ifaces };
     let (x, tracked) = match flows.track(Some(&mut *cl), &mut link, now, tuple, *l4, u32::from(total), ifx, route.iface, || true) {
         Ok(v) => v,
         Err(DropReason::SynProxyPending) => return Some(flows.proxy.hold_early(now, tuple, in_port, rx, buf.data())),
-        Err(r) => return Some(Outcome::Drop(r)),
+        Err(r) => {
+            // Refused: dropped translated back, as by the general path
+            // (whose NAT inbound step comes first).
+            if let FastNat::In(id, real, port) = what {
+                refused_in(n, now, id, real, port, buf.data_mut().get_mut(HEADER_LEN..).unwrap_or(&mut []));
+            }
+            return Some(Outcome::Drop(r));
+        }
     };
     n.flows_ended(now, &mut flows.table);
-    let snat = match what {
+    // One call site: `rewrite_transport` is inlined once.
+    let rewrite = match what {
         FastNat::Out(id, mapped, port) => {
             n.fast_done(now, id, false);
             if let Some(b) = n.binding(flows.table.mark(tracked.handle)) {
                 let orig = if tracked.dir == Direction::Original { *tuple } else { tuple.reversed() };
                 cl.set_binding(tracked.handle, &orig, b);
             }
-            Some((mapped, port))
+            Some((Endpoint::Source, mapped, port))
         }
-        FastNat::None | FastNat::In(..) => None,
+        FastNat::In(id, real, port) => {
+            n.fast_done(now, id, true);
+            Some((Endpoint::Destination, real, port))
+        }
+        FastNat::None => None,
     };
-    if let Some((addr, port)) = snat {
+    if let Some((ep, addr, port)) = rewrite {
         let l3 = buf.data_mut().get_mut(HEADER_LEN..).unwrap_or(&mut []);
-        if rewrite_transport(l3, ipv4::MIN_HEADER_LEN, tuple.proto, Endpoint::Source, addr, port).is_err() {
+        if rewrite_transport(l3, ipv4::MIN_HEADER_LEN, tuple.proto, ep, addr, port).is_err() {
             return Some(Outcome::Drop(DropReason::L4Truncated));
         }
     }
