@@ -63,8 +63,10 @@ impl Compiled {
         }
         let (src, dst) = match (t.src, t.dst) {
             (IpAddr::V4(s), IpAddr::V4(d)) => (u32::from(s), u32::from(d)),
-            // IPv6 is not forwarded; only all-address rules could match.
-            _ => return self.src_mask == 0 && self.dst_mask == 0 && self.ports_any,
+            // IPv6: a rule without addresses applies (its protocol and
+            // ports as for IPv4); one with IPv4 prefixes does not.
+            _ if self.src_mask == 0 && self.dst_mask == 0 => (0, 0),
+            _ => return false,
         };
         if src & self.src_mask != self.src_net || dst & self.dst_mask != self.dst_net {
             return false;

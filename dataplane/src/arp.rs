@@ -30,7 +30,8 @@
 use crate::route::IfIndex;
 use crate::types::{Duration, Timestamp};
 use hashbrown::HashMap;
-use std::net::Ipv4Addr;
+use std::hash::Hash;
+use std::net::{Ipv4Addr, Ipv6Addr};
 
 /// Unanswered retry intervals after which a pending entry is dropped.
 pub const PENDING_RETRIES: u64 = 3;
@@ -75,8 +76,8 @@ pub enum Resolve {
 
 /// An entry as shown by `show arp`.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
-pub struct ArpInfo {
-    pub ip: Ipv4Addr,
+pub struct ArpInfo<A = Ipv4Addr> {
+    pub ip: A,
     /// `aa:bb:cc:dd:ee:ff`, or `None` while pending.
     pub mac: Option<String>,
     pub interface: String,
@@ -92,8 +93,11 @@ pub fn format_mac(m: [u8; 6]) -> String {
     )
 }
 
-pub struct ArpCache {
-    map: HashMap<Ipv4Addr, Entry>,
+/// The cache of one address family: ARP's (`ArpCache`) and IPv6
+/// Neighbor Discovery's (`NdCache`, RFC 4861 §7.3: the same states —
+/// INCOMPLETE is `Pending`, REACHABLE `Resolved`, STALE/PROBE `Stale`).
+pub struct NeighborCache<A = Ipv4Addr> {
+    map: HashMap<A, Entry>,
     capacity: usize,
     timeout: Duration,
     retry: Duration,
@@ -106,9 +110,14 @@ pub struct ArpCache {
     next_age: Timestamp,
 }
 
-impl ArpCache {
+/// The ARP cache.
+pub type ArpCache = NeighborCache<Ipv4Addr>;
+/// The IPv6 neighbour cache (issue 16).
+pub type NdCache = NeighborCache<Ipv6Addr>;
+
+impl<A: Copy + Eq + Hash + Ord> NeighborCache<A> {
     pub fn new(capacity: usize, timeout: Duration, retry: Duration) -> Self {
-        ArpCache {
+        NeighborCache {
             map: HashMap::with_capacity(capacity.saturating_mul(2)),
             capacity,
             timeout,
@@ -119,6 +128,11 @@ impl ArpCache {
     }
     pub fn len(&self) -> usize {
         self.map.len()
+    }
+    /// An empty cache of another address family with the same capacity,
+    /// timeout and retry interval (the ND cache beside the ARP cache).
+    pub fn same_settings<B: Copy + Eq + Hash + Ord>(&self) -> NeighborCache<B> {
+        NeighborCache::new(self.capacity, self.timeout, self.retry)
     }
     pub fn is_empty(&self) -> bool {
         self.map.is_empty()
@@ -131,7 +145,7 @@ impl ArpCache {
     /// expires (what `resolve` answers with `Resolve::Mac` and no change
     /// while `now < expires`); `None` for anything else.
     #[inline]
-    pub fn fresh(&self, now: Timestamp, ip: Ipv4Addr) -> Option<([u8; 6], Timestamp)> {
+    pub fn fresh(&self, now: Timestamp, ip: A) -> Option<([u8; 6], Timestamp)> {
         match self.map.get(&ip)?.state {
             ArpState::Resolved { mac, expires } if now < expires => Some((mac, expires)),
             _ => None,
@@ -145,7 +159,7 @@ impl ArpCache {
     }
 
     /// Find the MAC of `ip` for a packet leaving through `iface`.
-    pub fn resolve(&mut self, now: Timestamp, ip: Ipv4Addr, iface: IfIndex) -> Resolve {
+    pub fn resolve(&mut self, now: Timestamp, ip: A, iface: IfIndex) -> Resolve {
         self.generation = self.generation.wrapping_add(1);
         let retry = self.retry;
         let window = self.stale_window();
@@ -220,7 +234,7 @@ impl ArpCache {
     }
 
     /// The MAC of `ip` if resolved and not expired (stale entries excluded).
-    pub fn lookup(&self, now: Timestamp, ip: Ipv4Addr) -> Option<[u8; 6]> {
+    pub fn lookup(&self, now: Timestamp, ip: A) -> Option<[u8; 6]> {
         match self.map.get(&ip)?.state {
             ArpState::Resolved { mac, expires } if now < expires => Some(mac),
             _ => None,
@@ -245,7 +259,7 @@ impl ArpCache {
     pub fn learn(
         &mut self,
         now: Timestamp,
-        ip: Ipv4Addr,
+        ip: A,
         mac: [u8; 6],
         iface: IfIndex,
         create: bool,
@@ -299,9 +313,9 @@ impl ArpCache {
     }
 
     /// All entries by address; `names[i]` names interface `IfIndex(i)`.
-    pub fn entries(&self, now: Timestamp, names: &[String]) -> Vec<ArpInfo> {
+    pub fn entries(&self, now: Timestamp, names: &[String]) -> Vec<ArpInfo<A>> {
         let name = |i: IfIndex| names.get(usize::from(i.0)).cloned().unwrap_or_default();
-        let mut v: Vec<ArpInfo> = self
+        let mut v: Vec<ArpInfo<A>> = self
             .map
             .iter()
             .map(|(&ip, e)| match e.state {

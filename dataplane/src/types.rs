@@ -364,6 +364,23 @@ drop_reasons! {
     /// its retransmission goes through once spliced), or a server segment
     /// other than SYN-ACK or RST then.
     SynProxyPending => "syn-proxy-pending",
+    // --- IPv6 (issue 16; docs/ipv6.md) ---
+    /// A neighbour solicitation or advertisement refused (hop limit not
+    /// 255, malformed, a target that is not ours; RFC 4861 §7.1).
+    NdInvalid => "nd-invalid",
+    /// A neighbour advertisement read (learnt or ignored): consumed.
+    NdConsumed => "nd-consumed",
+    /// The neighbour cache has no room for the next hop.
+    NdUnresolved => "nd-unresolved",
+    /// An IPv6 fragment: not reassembled on this node yet.
+    Ipv6Fragment => "ipv6-fragment",
+    /// A routing header of type 0 (RFC 5095: deprecated, dropped).
+    Ipv6RoutingType0 => "ipv6-routing-type0",
+    /// A multicast or unspecified IPv6 source, or one of our addresses.
+    Ipv6BadSource => "ipv6-bad-source",
+    /// A multicast (not ours), link-local or otherwise unroutable IPv6
+    /// destination.
+    Ipv6BadDestination => "ipv6-bad-destination",
 }
 
 impl fmt::Display for DropReason {

@@ -94,9 +94,8 @@ fn open(bed: &mut Bed, cport: u16, owner: usize, synack_at: usize) -> (u16, u32)
 #[test]
 fn return_traffic_goes_to_the_block_holder_and_both_directions_meet_there() {
     let mut bed = nat_bed(3);
-    let delta_isn;
     let (mport, isn) = open(&mut bed, 40_001, 0, 1);
-    delta_isn = isn;
+    let delta_isn = isn;
     assert!(bed.ccl.iter().any(|c| c.from == 1 && c.to == 0 && c.kind == MessageKind::ForwardedPacket));
     assert_eq!(bed.nodes[1].nat_counters().unwrap().to_holder, 1);
     // The client's ACK and request at node 2, the server's answer at node 1

@@ -30,7 +30,7 @@
 use crate::slots::{FramePool, SLOT_HEADROOM};
 use crate::types::{Duration, PortId, Timestamp};
 use crate::wire::ethernet::EthernetFrame;
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 
 /// Frame slots for held frames (2 KiB each: 128 KiB per worker).
 pub const HOLD_SLOTS: usize = 64;
@@ -56,7 +56,8 @@ crate::impl_stats!(ArpHoldCounters { counter held, counter released, counter exp
 /// orders the held frames by arrival.
 #[derive(Copy, Clone, Debug)]
 struct Held {
-    next_hop: Ipv4Addr,
+    /// An IPv4 next hop (ARP) or an IPv6 one (Neighbor Discovery).
+    next_hop: IpAddr,
     port: PortId,
     deadline: Timestamp,
     seq: u64,
@@ -91,7 +92,7 @@ impl ArpHold {
     }
 
     /// How many frames wait for `next_hop`, and the slot of the oldest.
-    fn for_hop(&self, next_hop: Ipv4Addr) -> (usize, Option<u16>) {
+    fn for_hop(&self, next_hop: IpAddr) -> (usize, Option<u16>) {
         let mut n = 0;
         let mut oldest: Option<(u64, u16)> = None;
         for (i, h) in self.pool.parked_slots() {
@@ -108,19 +109,20 @@ impl ArpHold {
     /// Whether `hold` will take a frame of up to `len` bytes for
     /// `next_hop` (asked before the frame is rewritten, so that a refused
     /// frame is dropped unchanged).
-    pub fn can_hold(&self, next_hop: Ipv4Addr, len: usize) -> bool {
+    pub fn can_hold(&self, next_hop: impl Into<IpAddr>, len: usize) -> bool {
         if SLOT_HEADROOM + len > self.pool.slot_len() {
             return false;
         }
-        self.pool.parked() < self.pool.len() || self.for_hop(next_hop).0 >= HOLD_PER_HOP
+        self.pool.parked() < self.pool.len() || self.for_hop(next_hop.into()).0 >= HOLD_PER_HOP
     }
 
     /// Copy `frame` (everything rewritten but the destination MAC) to wait
     /// for `next_hop`, to leave on `port`; `wait` is how long it may wait.
-    pub fn hold(&mut self, now: Timestamp, next_hop: Ipv4Addr, port: PortId, wait: Duration, frame: &[u8]) -> Hold {
+    pub fn hold(&mut self, now: Timestamp, next_hop: impl Into<IpAddr>, port: PortId, wait: Duration, frame: &[u8]) -> Hold {
         if SLOT_HEADROOM + frame.len() > self.pool.slot_len() {
             return Hold::Refused;
         }
+        let next_hop = next_hop.into();
         let (n, oldest) = self.for_hop(next_hop);
         let mut done = Hold::Held;
         if let Some(i) = oldest.filter(|_| n >= HOLD_PER_HOP) {
@@ -141,7 +143,8 @@ impl ArpHold {
 
     /// `next_hop` is at `mac` now: queue its frames for output, oldest
     /// first. Returns how many.
-    pub fn release(&mut self, next_hop: Ipv4Addr, mac: [u8; 6]) -> u64 {
+    pub fn release(&mut self, next_hop: impl Into<IpAddr>, mac: [u8; 6]) -> u64 {
+        let next_hop = next_hop.into();
         let mut n = 0;
         while let (_, Some(i)) = self.for_hop(next_hop) {
             let Some(h) = self.pool.parked_meta(i) else {
@@ -180,6 +183,7 @@ impl ArpHold {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::Ipv4Addr;
     use crate::slots::SLOT_LEN;
 
     const HOP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);

@@ -21,7 +21,7 @@ pub struct PortCounters {
 
 crate::impl_stats!(PortCounters { counter rx_packets, counter rx_bytes, counter tx_packets, counter tx_bytes });
 
-/// IPv6 classification counts (IPv6 is parsed but not forwarded).
+/// IPv6 classification counts, and the IPv6 stage's (`set_ipv6`).
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub struct Ipv6Counters {
     pub packets: u64,
@@ -30,11 +30,24 @@ pub struct Ipv6Counters {
     pub icmpv6: u64,
     pub fragments: u64,
     pub other: u64,
+    pub path: super::ipv6::Ipv6PathCounters,
 }
 
-crate::impl_stats!(Ipv6Counters {
-    counter packets, counter tcp, counter udp, counter icmpv6, counter fragments, counter other
-});
+impl Stats for Ipv6Counters {
+    fn visit(&self, v: &mut dyn Visitor) {
+        for (name, n) in [
+            ("packets", self.packets),
+            ("tcp", self.tcp),
+            ("udp", self.udp),
+            ("icmpv6", self.icmpv6),
+            ("fragments", self.fragments),
+            ("other", self.other),
+        ] {
+            v.counter(name, n);
+        }
+        self.path.visit(v);
+    }
+}
 
 /// What `Pipeline::process` counts itself: frames in and how each ended.
 pub(crate) struct Accounting {

@@ -332,6 +332,34 @@ impl Egress {
         Ok(())
     }
 
+    /// The ARP cache (the ND cache copies its settings).
+    pub fn arp(&self) -> &ArpCache {
+        &self.arp
+    }
+
+    /// Hold `frame` (rewritten but for its destination MAC) for an IPv6
+    /// next hop being solicited (the ARP hold, shared); `Consumed`, or
+    /// `NdUnresolved` without room.
+    pub fn hold_v6(&mut self, now: Timestamp, next_hop: std::net::Ipv6Addr, port: PortId, wait: crate::types::Duration, frame: &[u8]) -> Result<Outcome, DropReason> {
+        let c = &mut self.counters.arp_hold;
+        match self.hold.hold(now, next_hop, port, wait, frame) {
+            Hold::Held => c.held += 1,
+            Hold::Replaced => {
+                c.held += 1;
+                c.replaced += 1;
+            }
+            Hold::Refused => return Err(DropReason::NdUnresolved),
+        }
+        Ok(Outcome::Consumed)
+    }
+
+    /// An IPv6 neighbour is known now: its held frames leave.
+    pub fn release_v6(&mut self, ip: std::net::Ipv6Addr, mac: [u8; 6]) {
+        if self.hold.len() > 0 {
+            self.counters.arp_hold.released += self.hold.release(ip, mac);
+        }
+    }
+
     /// Hand the queued egress fragments to `f`, in order.
     pub fn drain_fragments(&mut self, f: &mut impl FnMut(PortId, &[u8])) {
         self.fragments.drain(f);
@@ -408,7 +436,7 @@ impl Egress {
 /// Add, remove or rewrite the VLAN tag for an egress interface with VLAN
 /// `vlan`; returns the new L2 header length. The only rewrite step that can
 /// fail, and it fails before anything changed.
-fn retag<B: PacketBuf>(buf: &mut B, tags: u8, l2: usize, vlan: Option<u16>) -> Result<usize, DropReason> {
+pub(crate) fn retag<B: PacketBuf>(buf: &mut B, tags: u8, l2: usize, vlan: Option<u16>) -> Result<usize, DropReason> {
     match (tags, vlan) {
         (0, None) => Ok(l2),
         (0, Some(v)) => {

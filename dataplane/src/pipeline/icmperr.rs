@@ -219,7 +219,7 @@ impl IcmpErrors {
     }
 
     /// Take a token at `now` (refilled since the last take); `false`: none.
-    fn take_token(&mut self, now: Timestamp) -> bool {
+    pub(crate) fn take_token(&mut self, now: Timestamp) -> bool {
         if self.cfg.rate == 0 {
             return false;
         }

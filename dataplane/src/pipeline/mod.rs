@@ -71,6 +71,7 @@ mod icmperr;
 mod iface;
 mod ingress;
 pub(crate) mod ipv4;
+pub(crate) mod ipv6;
 mod nat;
 mod synproxy;
 pub mod trace;
@@ -85,6 +86,7 @@ pub use config::{
     InterfaceSpec, PipelineConfig, PipelineError, Policy, RouteSpec, RuleSpec, DEFAULT_MTU, MAX_MTU, MIN_MTU,
 };
 pub use iface::ReversePath;
+pub use ipv6::{Ipv6PathCounters, Ipv6Spec, Ipv6SpecError, Route6Spec};
 pub use context::{FragNote, HandoffNote, Verdict};
 pub use counters::{Counters, Ipv6Counters, PortCounters};
 pub use egress::MAX_GENERATED;
@@ -186,6 +188,8 @@ pub struct Pipeline {
     /// while the control node is asked for its translation, keyed by the
     /// host (`nat::pending_hold`); `None` off a cluster or without NAT.
     nat_hold: Option<Box<hold::FrameHold<Ipv4Addr>>>,
+    /// IPv6 forwarding (`set_ipv6`; single node, issue 16).
+    ipv6: Option<Box<ipv6::Ipv6Path>>,
     /// Bytes per frame slot of the stages' frame pools.
     slot_len: usize,
     /// This pipeline is worker `worker` of `workers` (`set_worker`).
@@ -280,6 +284,7 @@ impl Pipeline {
             icmp: Box::new(IcmpErrors::new(cfg.icmp_errors)),
             nat: None,
             nat_hold: None,
+            ipv6: None,
             slot_len,
             worker: WorkerId(0),
             workers: 1,
@@ -493,7 +498,12 @@ impl Pipeline {
         let Some((ifx, ing)) = self.ifaces.by_port(in_port, l2.vlan) else {
             return DropReason::NoInterface.into();
         };
-        if l2.dst != ing.mac && !l2.broadcast() {
+        // IPv6 multicast groups (33:33:…): ND's solicited-node and
+        // all-nodes groups, for an interface that speaks IPv6.
+        let v6_group = l2.ethertype == ethertype::IPV6
+            && crate::wire::icmpv6::is_multicast_mac(l2.dst)
+            && self.ipv6.as_deref().is_some_and(|v| v.on(ifx));
+        if l2.dst != ing.mac && !l2.broadcast() && !v6_group {
             return DropReason::EthNotForUs.into();
         }
         match l2.ethertype {
@@ -502,7 +512,16 @@ impl Pipeline {
                 let at = Arrival { in_port, ifx, ing, l2: l2.len, tags: l2.tags, l2_broadcast: l2.broadcast() };
                 self.ipv4_in(now, at, rx, buf).unwrap_or_else(Outcome::Drop)
             }
-            ethertype::IPV6 => self.ingress.ipv6_in(buf.data().get(l2.len..).unwrap_or(&[])).into(),
+            ethertype::IPV6 => {
+                // Classified and counted; checked far enough for the
+                // IPv6 stage (header, payload length, the bounded walk).
+                let r = self.ingress.ipv6_in(buf.data().get(l2.len..).unwrap_or(&[]));
+                if r != DropReason::Ipv6NotForwarded || self.cluster.is_some() || self.ipv6.is_none() {
+                    return r.into();
+                }
+                let at = Arrival { in_port, ifx, ing, l2: l2.len, tags: l2.tags, l2_broadcast: l2.broadcast() };
+                self.ipv6_in(now, at, buf).unwrap_or_else(Outcome::Drop)
+            }
             _ => DropReason::EthUnsupportedType.into(),
         }
     }
@@ -1374,6 +1393,9 @@ impl Pipeline {
         self.frag.drain(&mut out);
         self.egress.drain_fragments(&mut out);
         self.icmp.drain(&mut out);
+        if let Some(v) = self.ipv6.as_deref_mut() {
+            v.drain(&mut out);
+        }
         self.egress.drain_held(&mut out);
     }
 
@@ -1402,6 +1424,9 @@ impl Pipeline {
         }
         self.nat_held_dropped(|h| h.expire(now, |_| true));
         self.egress.timers(now);
+        if let Some(v) = self.ipv6.as_deref_mut() {
+            v.timers(now);
+        }
         if let Some(cl) = self.cluster.as_deref_mut() {
             cl.timers(now, &mut Link { egress: &mut self.egress, ifaces: &self.ifaces }, &self.flows.table);
         }
@@ -1469,6 +1494,22 @@ impl Pipeline {
         if let Some(cl) = self.cluster.as_deref_mut() {
             cl.set_lease(until);
         }
+    }
+
+    /// IPv6 on this node (issue 16; docs/ipv6.md): the interfaces'
+    /// global addresses (link-local ones derived from their MACs) and
+    /// static routes. Without any address IPv6 stays dropped, counted.
+    /// A cluster member drops IPv6 (`ipv6-not-forwarded`) whatever this
+    /// says: its roles, records and CCL do not carry IPv6 flows yet.
+    pub fn set_ipv6(&mut self, spec: &Ipv6Spec) -> Result<(), Ipv6SpecError> {
+        let nd = self.egress.arp().same_settings();
+        self.ipv6 = ipv6::Ipv6Path::new(spec, &self.ifaces, nd)?.map(Box::new);
+        Ok(())
+    }
+
+    /// The IPv6 neighbour cache (`show nd`).
+    pub fn nd_entries(&self, now: Timestamp) -> Vec<crate::arp::ArpInfo<std::net::Ipv6Addr>> {
+        self.ipv6.as_deref().map(|v| v.entries(now, self.ifaces.names())).unwrap_or_default()
     }
 
     /// Translate with `spec` from now on, with this worker's share of it
@@ -1832,7 +1873,7 @@ impl Pipeline {
             fragmented: e.fragmented,
             fragments_out: e.fragments,
             icmp_errors: self.icmp.counters,
-            ipv6: i.ipv6,
+            ipv6: Ipv6Counters { path: self.ipv6.as_deref().map(|v| v.counters).unwrap_or_default(), ..i.ipv6 },
             flow_log: self.flows.table.flow_log_counters().unwrap_or_default(),
             syn_proxy: self.flows.proxy.counters,
             ports: a.ports.clone(),

@@ -70,6 +70,8 @@ pub struct UpperLayer {
     pub offset: usize,
     /// `(offset in bytes, more fragments, identification)` from a Fragment header.
     pub fragment: Option<(u16, bool, u32)>,
+    /// `(routing type, segments left)` of the first Routing header.
+    pub routing: Option<(u8, u8)>,
 }
 
 #[derive(Debug, Clone)]
@@ -136,6 +138,7 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
         let mut nh = self.next_header();
         let mut off = 0usize;
         let mut fragment = None;
+        let mut routing = None;
         for _ in 0..=MAX_EXT_HEADERS {
             let len = match nh {
                 next_header::HOP_BY_HOP
@@ -161,6 +164,7 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
                             protocol: h[0],
                             offset: off + 8,
                             fragment,
+                            routing,
                         });
                     }
                     8
@@ -170,11 +174,15 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
                         protocol: nh,
                         offset: off,
                         fragment,
+                        routing,
                     })
                 }
             };
             if off + len > p.len() {
                 return Err(Error::ExtTruncated);
+            }
+            if nh == next_header::ROUTING && routing.is_none() {
+                routing = Some((p[off + 2], p[off + 3]));
             }
             nh = p[off];
             off += len;
@@ -240,7 +248,8 @@ mod tests {
             UpperLayer {
                 protocol: 58,
                 offset: 16,
-                fragment: Some((0, true, 0x01020304))
+                fragment: Some((0, true, 0x01020304)),
+                routing: None,
             }
         );
     }
