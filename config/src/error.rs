@@ -8,7 +8,7 @@
 
 use std::fmt;
 
-use crate::net::{PortError, PrefixError, ProtocolError};
+use crate::net::{PortError, Prefix6Error, PrefixError, ProtocolError};
 
 /// One step of a [`FieldPath`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -96,6 +96,33 @@ pub enum ErrorKind {
         found: String,
         /// What is wrong with it.
         reason: PrefixError,
+    },
+    /// A string is not an `address/len` IPv6 prefix (or has host bits set
+    /// where a network is required).
+    #[error("invalid IPv6 prefix \"{found}\": {reason}")]
+    InvalidPrefix6 {
+        /// The text as written.
+        found: String,
+        /// What is wrong with it.
+        reason: Prefix6Error,
+    },
+    /// A string is not an IPv6 address.
+    #[error("invalid IPv6 address \"{found}\": expected an address like 2001:db8::1")]
+    InvalidAddress6 {
+        /// The text as written.
+        found: String,
+    },
+    /// A route whose next hop is not of its destination's address family.
+    #[error("next hop {via} is {via_family} but destination {destination} is {destination_family}: a route's next hop must be of its destination's family")]
+    RouteFamilyMismatch {
+        /// The next hop as written.
+        via: String,
+        /// `IPv4` or `IPv6`.
+        via_family: &'static str,
+        /// The destination as written.
+        destination: String,
+        /// `IPv4` or `IPv6`.
+        destination_family: &'static str,
     },
     /// An interface address that is not a usable unicast host address.
     #[error("invalid interface address \"{found}\": {reason}")]
@@ -211,6 +238,32 @@ pub enum ErrorKind {
         subnet: crate::net::Ipv4Net,
         /// The earlier interface's subnet.
         other: crate::net::Ipv4Net,
+        /// The earlier interface's name.
+        other_interface: String,
+    },
+    /// An IPv6 route whose next hop is not in any interface's IPv6 subnet.
+    #[error("next hop {via} is not in a connected IPv6 subnet (connected: {connected})")]
+    NotConnected6 {
+        /// The next hop.
+        via: std::net::Ipv6Addr,
+        /// The interfaces' IPv6 subnets, comma-separated, or `none`.
+        connected: String,
+    },
+    /// An IPv6 route whose next hop is one of this node's own addresses.
+    #[error("next hop {via} is the address of interface \"{interface}\"")]
+    NextHopIsLocal6 {
+        /// The next hop.
+        via: std::net::Ipv6Addr,
+        /// The interface that owns it.
+        interface: String,
+    },
+    /// Two interfaces whose IPv6 subnets overlap.
+    #[error("subnet {subnet} overlaps {other} of interface \"{other_interface}\"")]
+    OverlappingSubnets6 {
+        /// This interface's IPv6 subnet.
+        subnet: crate::net::Ipv6Net,
+        /// The earlier interface's IPv6 subnet.
+        other: crate::net::Ipv6Net,
         /// The earlier interface's name.
         other_interface: String,
     },

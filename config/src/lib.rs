@@ -126,9 +126,9 @@ pub use cluster::{CclConfig, ClusterConfig, MemberConfig, Secret, SplitBrain};
 pub use error::{ConfigError, ErrorKind};
 pub use model::{
     AccessRule, Action, ArpConfig, Config, DpdkConfig, FlowTableConfig, IcmpErrorsConfig, InterfaceConfig,
-    Limits, LogLevel, LoggingConfig, NodeConfig, ReversePath, RouteConfig, Timeouts,
+    Limits, LogLevel, LoggingConfig, NodeConfig, ReversePath, Route6Config, RouteConfig, Timeouts,
 };
-pub use net::{Ipv4Net, PortError, PortRange, PrefixError, Protocol, ProtocolError};
+pub use net::{Ipv4Net, Ipv6Host, Ipv6Net, PortError, PortRange, Prefix6Error, PrefixError, Protocol, ProtocolError};
 
 /// Reads and parses the configuration file at `path`.
 ///

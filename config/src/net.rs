@@ -6,9 +6,16 @@
 //! has `lo <= hi`. Parsers accept only the canonical text forms (decimal
 //! digits, no sign, no leading zeros in addresses) so that what is printed
 //! parses back to the same value.
+//!
+//! The IPv6 types follow the same rules: an [`Ipv6Net`] has `len <= 128`
+//! and, built by [`Ipv6Net::new`] or parsed, no host bit set; an
+//! [`Ipv6Host`] has `len <= 128`. IPv6 addresses are read by std's
+//! `Ipv6Addr::from_str` (any of the RFC 4291 §2.2 forms, either case; no
+//! zone index) and printed in the RFC 5952 form std's `Display` gives, which
+//! parses back to the same value.
 
 use std::fmt;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::str::FromStr;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -155,6 +162,192 @@ impl<'de> Deserialize<'de> for Ipv4Net {
         let s = String::deserialize(d)?;
         s.parse()
             .map_err(|e| serde::de::Error::custom(format!("invalid IPv4 prefix \"{s}\": {e}")))
+    }
+}
+
+/// Why a string is not a valid `address/len` IPv6 prefix.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Prefix6Error {
+    /// No `/` separating address and length.
+    #[error("expected \"address/len\", like 2001:db8::/32")]
+    MissingLength,
+    /// The part before `/` is not an IPv6 address.
+    #[error("invalid IPv6 address \"{0}\"")]
+    BadAddress(String),
+    /// The part after `/` is not a decimal number.
+    #[error("prefix length \"{0}\" is not a number")]
+    BadLength(String),
+    /// The length is larger than 128.
+    #[error("prefix length must be 0-128")]
+    LengthTooLong,
+    /// Bits beyond the prefix length are set (only where a network is
+    /// expected, not for interface addresses).
+    #[error("host bits are set (did you mean {0}?)")]
+    HostBitsSet(Ipv6Net),
+}
+
+/// An IPv6 prefix (network address and length), e.g. `2001:db8:9::/48`.
+///
+/// Serialized as its text form.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Ipv6Net {
+    /// The network address; host bits are zero.
+    pub addr: Ipv6Addr,
+    /// The prefix length, 0-128.
+    pub len: u8,
+}
+
+impl Ipv6Net {
+    /// `::/0`, matching every address.
+    pub const ANY: Ipv6Net = Ipv6Net {
+        addr: Ipv6Addr::UNSPECIFIED,
+        len: 0,
+    };
+
+    /// A prefix from a network address and length; `Err` if `len > 128` or
+    /// a host bit is set.
+    pub fn new(addr: Ipv6Addr, len: u8) -> Result<Ipv6Net, Prefix6Error> {
+        if len > 128 {
+            return Err(Prefix6Error::LengthTooLong);
+        }
+        let net = Ipv6Net::containing(addr, len);
+        if net.addr != addr {
+            return Err(Prefix6Error::HostBitsSet(net));
+        }
+        Ok(net)
+    }
+
+    /// The prefix of length `len` (clamped to 128) that contains `addr`:
+    /// host bits are cleared.
+    pub fn containing(addr: Ipv6Addr, len: u8) -> Ipv6Net {
+        let len = len.min(128);
+        Ipv6Net {
+            addr: Ipv6Addr::from(u128::from(addr) & mask6(len)),
+            len,
+        }
+    }
+
+    /// The netmask as an integer (`/64` gives the upper 64 bits set).
+    pub fn mask(&self) -> u128 {
+        mask6(self.len)
+    }
+
+    /// Whether `ip` lies in this prefix.
+    pub fn contains(&self, ip: Ipv6Addr) -> bool {
+        (u128::from(ip) & self.mask()) == (u128::from(self.addr) & self.mask())
+    }
+
+    /// Whether the two prefixes share at least one address.
+    pub fn overlaps(&self, other: &Ipv6Net) -> bool {
+        let m = mask6(self.len.min(other.len));
+        (u128::from(self.addr) & m) == (u128::from(other.addr) & m)
+    }
+
+    /// Parses `address/len` without requiring host bits to be zero, as
+    /// written for interface addresses; returns the address and length.
+    pub fn parse_host(s: &str) -> Result<(Ipv6Addr, u8), Prefix6Error> {
+        let (a, l) = s.split_once('/').ok_or(Prefix6Error::MissingLength)?;
+        let addr = Ipv6Addr::from_str(a).map_err(|_| Prefix6Error::BadAddress(a.to_string()))?;
+        if l.is_empty() || l.len() > 3 || !l.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(Prefix6Error::BadLength(l.to_string()));
+        }
+        let len: u32 = l
+            .parse()
+            .map_err(|_| Prefix6Error::BadLength(l.to_string()))?;
+        if len > 128 {
+            return Err(Prefix6Error::LengthTooLong);
+        }
+        Ok((addr, len as u8))
+    }
+}
+
+fn mask6(len: u8) -> u128 {
+    match len {
+        0 => 0,
+        l if l >= 128 => u128::MAX,
+        l => u128::MAX << (128 - u32::from(l)),
+    }
+}
+
+impl FromStr for Ipv6Net {
+    type Err = Prefix6Error;
+
+    /// Parses `address/len`; host bits must be zero.
+    fn from_str(s: &str) -> Result<Ipv6Net, Prefix6Error> {
+        let (addr, len) = Ipv6Net::parse_host(s)?;
+        Ipv6Net::new(addr, len)
+    }
+}
+
+impl fmt::Display for Ipv6Net {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.addr, self.len)
+    }
+}
+
+impl Serialize for Ipv6Net {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Ipv6Net {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Ipv6Net, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse()
+            .map_err(|e| serde::de::Error::custom(format!("invalid IPv6 prefix \"{s}\": {e}")))
+    }
+}
+
+/// An IPv6 interface address: the host address and the length of its
+/// on-link prefix, written `2001:db8:1::1/64` (host bits expected).
+///
+/// Serialized as its text form. Parsing (`FromStr`) checks only the form
+/// and `len <= 128`; whether the address is a usable unicast host address
+/// is checked by the configuration's validation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Ipv6Host {
+    /// The host address.
+    pub addr: Ipv6Addr,
+    /// The on-link prefix length, 0-128 (1-128 in a validated
+    /// configuration).
+    pub len: u8,
+}
+
+impl Ipv6Host {
+    /// The on-link prefix (the address with host bits cleared).
+    pub fn subnet(&self) -> Ipv6Net {
+        Ipv6Net::containing(self.addr, self.len)
+    }
+}
+
+impl FromStr for Ipv6Host {
+    type Err = Prefix6Error;
+
+    /// Parses `address/len`; host bits may be set.
+    fn from_str(s: &str) -> Result<Ipv6Host, Prefix6Error> {
+        Ipv6Net::parse_host(s).map(|(addr, len)| Ipv6Host { addr, len })
+    }
+}
+
+impl fmt::Display for Ipv6Host {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.addr, self.len)
+    }
+}
+
+impl Serialize for Ipv6Host {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Ipv6Host {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Ipv6Host, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse()
+            .map_err(|e| serde::de::Error::custom(format!("invalid IPv6 address \"{s}\": {e}")))
     }
 }
 
@@ -413,6 +606,68 @@ mod tests {
             Ipv4Net::containing(ip("10.1.2.3"), 8).to_string(),
             "10.0.0.0/8"
         );
+    }
+
+    fn ip6(s: &str) -> Ipv6Addr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn prefix6_parse_and_display() {
+        let n: Ipv6Net = "2001:db8:9::/48".parse().unwrap();
+        assert_eq!(n, Ipv6Net { addr: ip6("2001:db8:9::"), len: 48 });
+        assert_eq!(n.to_string(), "2001:db8:9::/48");
+        assert_eq!("::/0".parse::<Ipv6Net>().unwrap(), Ipv6Net::ANY);
+        assert_eq!("2001:db8::1/128".parse::<Ipv6Net>().unwrap().len, 128);
+        // Non-canonical forms are read; the canonical one is printed and
+        // parses back to the same value.
+        let m: Ipv6Net = "2001:0DB8:0009:0:0::/48".parse().unwrap();
+        assert_eq!(m, n);
+        assert_eq!(m.to_string().parse::<Ipv6Net>().unwrap(), m);
+        assert_eq!(serde_json::to_string(&n).unwrap(), "\"2001:db8:9::/48\"");
+        let back: Ipv6Net = serde_json::from_str("\"2001:db8:9::/48\"").unwrap();
+        assert_eq!(back, n);
+    }
+
+    #[test]
+    fn prefix6_errors() {
+        assert_eq!("2001:db8::".parse::<Ipv6Net>(), Err(Prefix6Error::MissingLength));
+        assert_eq!("2001:db8::g/64".parse::<Ipv6Net>(), Err(Prefix6Error::BadAddress("2001:db8::g".into())));
+        assert_eq!("10.0.0.0/8".parse::<Ipv6Net>(), Err(Prefix6Error::BadAddress("10.0.0.0".into())));
+        assert_eq!("fe80::1%eth0/64".parse::<Ipv6Net>(), Err(Prefix6Error::BadAddress("fe80::1%eth0".into())));
+        assert_eq!("::/x".parse::<Ipv6Net>(), Err(Prefix6Error::BadLength("x".into())));
+        assert_eq!("::/+8".parse::<Ipv6Net>(), Err(Prefix6Error::BadLength("+8".into())));
+        assert_eq!("::/".parse::<Ipv6Net>(), Err(Prefix6Error::BadLength("".into())));
+        assert_eq!("::/1280".parse::<Ipv6Net>(), Err(Prefix6Error::BadLength("1280".into())));
+        assert_eq!("::/129".parse::<Ipv6Net>(), Err(Prefix6Error::LengthTooLong));
+        assert_eq!(Ipv6Net::new(ip6("::"), 129), Err(Prefix6Error::LengthTooLong));
+        let e = "2001:db8:9::1/48".parse::<Ipv6Net>().unwrap_err();
+        assert_eq!(e.to_string(), "host bits are set (did you mean 2001:db8:9::/48?)");
+        assert_eq!(Ipv6Net::parse_host("2001:db8:1::1/64"), Ok((ip6("2001:db8:1::1"), 64)));
+    }
+
+    #[test]
+    fn prefix6_contains_and_overlaps() {
+        let n: Ipv6Net = "2001:db8::/32".parse().unwrap();
+        assert!(n.contains(ip6("2001:db8:ffff:ffff:ffff:ffff:ffff:ffff")));
+        assert!(!n.contains(ip6("2001:db9::")));
+        assert!(Ipv6Net::ANY.contains(ip6("ffff::1")));
+        let m: Ipv6Net = "2001:db8:1::/48".parse().unwrap();
+        assert!(n.overlaps(&m) && m.overlaps(&n));
+        assert!(!m.overlaps(&"2001:db8:2::/48".parse().unwrap()));
+        assert_eq!(Ipv6Net::containing(ip6("2001:db8:1:2:3:4:5:6"), 64).to_string(), "2001:db8:1:2::/64");
+        assert_eq!(Ipv6Net::containing(ip6("2001:db8::1"), 200).len, 128);
+        assert_eq!(Ipv6Net::containing(ip6("2001:db8::1"), 0), Ipv6Net::ANY);
+    }
+
+    #[test]
+    fn ipv6_host() {
+        let h: Ipv6Host = "2001:db8:1::1/64".parse().unwrap();
+        assert_eq!(h, Ipv6Host { addr: ip6("2001:db8:1::1"), len: 64 });
+        assert_eq!(h.to_string(), "2001:db8:1::1/64");
+        assert_eq!(h.subnet().to_string(), "2001:db8:1::/64");
+        assert_eq!(serde_json::to_string(&h).unwrap(), "\"2001:db8:1::1/64\"");
+        assert_eq!("2001:db8::1/129".parse::<Ipv6Host>(), Err(Prefix6Error::LengthTooLong));
     }
 
     #[test]

@@ -34,6 +34,44 @@ interfaces:
     security-level: 50
 ";
 
+/// A dual-stack file: `address6` on lines 7 and 12 (column 15), IPv6
+/// routes with destinations on lines 15 and 17 (column 18) and `via` on
+/// lines 16 and 18 (column 10).
+const DUAL: &str = "\
+node:
+  name: n
+interfaces:
+  - name: lan
+    device: net_tap0
+    address: 10.0.0.1/24
+    address6: 2001:db8:1::1/64
+    security-level: 50
+  - name: wan
+    device: net_tap1
+    address: 10.0.1.1/24
+    address6: 2001:db8:2::1/64
+    security-level: 0
+routes:
+  - destination: ::/0
+    via: 2001:db8:2::fe
+  - destination: 2001:db8:9::/48
+    via: 2001:db8:1::fe
+";
+
+/// DUAL with line `n` (1-based) replaced by `text`.
+fn dual(n: usize, text: &str) -> String {
+    let mut lines: Vec<&str> = DUAL.lines().collect();
+    lines[n - 1] = text;
+    let mut s = lines.join("\n");
+    s.push('\n');
+    s
+}
+
+/// DUAL with `interfaces[0].address6` (line 7, column 15) set to `a`.
+fn address6(a: &str) -> String {
+    dual(7, &format!("    address6: {a}"))
+}
+
 struct Case {
     what: &'static str,
     src: String,
@@ -75,14 +113,14 @@ fn cases() -> Vec<Case> {
         case("unknown top-level key", edit(9, "control-sockets: /x"), 9, 1, "control-sockets",
              "unknown field `control-sockets`, expected one of `node`, `logging`, `control-socket`, `metrics`, `flow-export`, `dpdk`, `interfaces`, `routes`, `access-rules`, `timeouts`, `limits`, `flow-table`, `arp`, `neighbors`, `icmp-errors`, `cluster`, `nat`"),
         case("unknown interface key (typo)", edit(26, "    security-levle: 100"), 26, 5, "interfaces[0].security-levle",
-             "unknown field `security-levle`, expected one of `name`, `device`, `address`, `security-level`, `vlan`, `mtu`, `reverse-path`"),
+             "unknown field `security-levle`, expected one of `name`, `device`, `address`, `address6`, `security-level`, `vlan`, `mtu`, `reverse-path`"),
         case("missing interface device", edit(24, "    # no device"), 22, 5, "interfaces[0]", "missing field `device`"),
         case("missing rule action", edit(52, "    # no action"), 51, 5, "access-rules[1]", "missing field `action`"),
         case("missing node name", edit(4, "  {}"), 4, 3, "node", "missing field `name`"),
         case("node without a value", edit(4, ""), 3, 6, "node",
              "missing field `name`"),
         case("interface as a scalar", edit(22, "  - 5").lines().take(22).collect::<Vec<_>>().join("\n"), 22, 5, "interfaces[0]",
-             "invalid type: integer `5`, expected an interface mapping (name, device, address, security-level, vlan, mtu, reverse-path)"),
+             "invalid type: integer `5`, expected an interface mapping (name, device, address, address6, security-level, vlan, mtu, reverse-path)"),
         case("duplicate key", edit(19, "  burst: 64"), 19, 3, "dpdk.burst", "duplicate field `burst`"),
         case("string for a number", edit(18, "  burst: many"), 18, 10, "dpdk.burst",
              "invalid type: string \"many\", expected u64"),
@@ -234,6 +272,66 @@ fn cases() -> Vec<Case> {
              11, 14, "neighbors[1].address", "duplicate neighbor address \"10.0.0.254\" (first at line 9)"),
         case("neighbor unknown key", format!("{MINIMAL}neighbors:\n  - address: 10.0.0.254\n    macc: 02:00:00:00:00:01\n"),
              10, 5, "neighbors[0].macc", "unknown field `macc`, expected `address` or `mac`"),
+        // --- IPv6: interfaces[].address6 ------------------------------------
+        case("address6 prefix length 129", address6("2001:db8:1::1/129"), 7, 15, "interfaces[0].address6",
+             "invalid IPv6 prefix \"2001:db8:1::1/129\": prefix length must be 0-128"),
+        case("address6 without length", address6("2001:db8:1::1"), 7, 15, "interfaces[0].address6",
+             "invalid IPv6 prefix \"2001:db8:1::1\": expected \"address/len\", like 2001:db8::/32"),
+        case("address6 is IPv4", address6("10.0.0.1/24"), 7, 15, "interfaces[0].address6",
+             "invalid IPv6 prefix \"10.0.0.1/24\": invalid IPv6 address \"10.0.0.1\""),
+        case("address6 with a zone index", address6("\"fe80::1%eth0/64\""), 7, 15, "interfaces[0].address6",
+             "invalid IPv6 prefix \"fe80::1%eth0/64\": invalid IPv6 address \"fe80::1%eth0\""),
+        case("address6 prefix length 0", address6("2001:db8:1::1/0"), 7, 15, "interfaces[0].address6",
+             "invalid interface address \"2001:db8:1::1/0\": prefix length must be 1-128"),
+        case("address6 unspecified", address6("::/128"), 7, 15, "interfaces[0].address6",
+             "invalid interface address \"::/128\": not a unicast address"),
+        case("address6 loopback", address6("::1/128"), 7, 15, "interfaces[0].address6",
+             "invalid interface address \"::1/128\": the loopback address ::1 is not an interface address"),
+        case("address6 multicast", address6("ff02::1/64"), 7, 15, "interfaces[0].address6",
+             "invalid interface address \"ff02::1/64\": not a unicast address"),
+        case("address6 link-local", address6("fe80::1/64"), 7, 15, "interfaces[0].address6",
+             "invalid interface address \"fe80::1/64\": a link-local address (fe80::/10) is not configured: the interface's link-local address is derived from its port's MAC (EUI-64)"),
+        case("address6 link-local, upper end of fe80::/10", address6("febf::1/64"), 7, 15, "interfaces[0].address6",
+             "invalid interface address \"febf::1/64\": a link-local address (fe80::/10) is not configured: the interface's link-local address is derived from its port's MAC (EUI-64)"),
+        case("address6 IPv4-mapped", address6("::ffff:10.0.0.1/120"), 7, 15, "interfaces[0].address6",
+             "invalid interface address \"::ffff:10.0.0.1/120\": an IPv4-mapped address (::ffff:0:0/96) is not an IPv6 interface address"),
+        case("address6 subnet-router anycast", address6("2001:db8:1::/64"), 7, 15, "interfaces[0].address6",
+             "invalid interface address \"2001:db8:1::/64\": this is the subnet-router anycast address (host bits all zero)"),
+        case("address6 subnet-router anycast of a /126", address6("2001:db8:1::4/126"), 7, 15, "interfaces[0].address6",
+             "invalid interface address \"2001:db8:1::4/126\": this is the subnet-router anycast address (host bits all zero)"),
+        case("address6 used twice", dual(12, "    address6: 2001:db8:1::1/64"), 12, 15, "interfaces[1].address6",
+             "duplicate interface address6 \"2001:db8:1::1\" (first at line 7)"),
+        case("address6 used twice, written differently", dual(12, "    address6: 2001:DB8:1:0::1/80"), 12, 15, "interfaces[1].address6",
+             "duplicate interface address6 \"2001:db8:1::1\" (first at line 7)"),
+        case("overlapping IPv6 subnets", dual(12, "    address6: 2001:db8:1::2/48"), 12, 15, "interfaces[1].address6",
+             "subnet 2001:db8:1::/48 overlaps 2001:db8:1::/64 of interface \"lan\""),
+        case("address6 not a string", address6("[1, 2]"), 7, 15, "interfaces[0].address6",
+             "invalid type: sequence, expected a string"),
+        // --- IPv6: routes ------------------------------------------------------
+        case("IPv6 route destination host bits", dual(17, "  - destination: 2001:db8:9::1/48"), 17, 18, "routes[1].destination",
+             "invalid IPv6 prefix \"2001:db8:9::1/48\": host bits are set (did you mean 2001:db8:9::/48?)"),
+        case("IPv6 route destination length 129", dual(17, "  - destination: 2001:db8:9::/129"), 17, 18, "routes[1].destination",
+             "invalid IPv6 prefix \"2001:db8:9::/129\": prefix length must be 0-128"),
+        case("IPv6 route destination not an address", dual(17, "  - destination: 2001:db8:9:::/48"), 17, 18, "routes[1].destination",
+             "invalid IPv6 prefix \"2001:db8:9:::/48\": invalid IPv6 address \"2001:db8:9:::\""),
+        case("duplicate IPv6 route", dual(17, "  - destination: 0:0::0/0"), 17, 18, "routes[1].destination",
+             "duplicate route destination \"::/0\" (first at line 15)"),
+        case("IPv6 route via an IPv4 address", dual(16, "    via: 10.0.1.254"), 16, 10, "routes[0].via",
+             "next hop 10.0.1.254 is IPv4 but destination ::/0 is IPv6: a route's next hop must be of its destination's family"),
+        case("IPv4 route via an IPv6 address", format!("{DUAL}  - destination: 0.0.0.0/0\n    via: 2001:db8:2::fe\n"), 20, 10, "routes[2].via",
+             "next hop 2001:db8:2::fe is IPv6 but destination 0.0.0.0/0 is IPv4: a route's next hop must be of its destination's family"),
+        case("IPv6 route via not an address", dual(16, "    via: 2001:db8:2::zz"), 16, 10, "routes[0].via",
+             "invalid IPv6 address \"2001:db8:2::zz\": expected an address like 2001:db8::1"),
+        case("IPv6 route via not connected", dual(16, "    via: 2001:db8:3::fe"), 16, 10, "routes[0].via",
+             "next hop 2001:db8:3::fe is not in a connected IPv6 subnet (connected: 2001:db8:1::/64, 2001:db8:2::/64)"),
+        case("IPv6 route via a link-local address", dual(18, "    via: fe80::1"), 18, 10, "routes[1].via",
+             "next hop fe80::1 is not in a connected IPv6 subnet (connected: 2001:db8:1::/64, 2001:db8:2::/64)"),
+        case("IPv6 route via own address", dual(16, "    via: 2001:db8:2::1"), 16, 10, "routes[0].via",
+             "next hop 2001:db8:2::1 is the address of interface \"wan\""),
+        case("IPv6 route without any address6", format!("{MINIMAL}routes:\n  - destination: ::/0\n    via: 2001:db8::1\n"), 10, 10, "routes[0].via",
+             "next hop 2001:db8::1 is not in a connected IPv6 subnet (connected: none, no interface has an address6)"),
+        case("flow-style IPv6 route", format!("{MINIMAL}routes: [{{destination: \"2001:db8::/32\", via: \"10.0.0.254\"}}]\n"), 8, 46, "routes[0].via",
+             "next hop 10.0.0.254 is IPv4 but destination 2001:db8::/32 is IPv6: a route's next hop must be of its destination's family"),
         // --- the minimal file's own positions -------------------------------
         case("flow-style interface", format!("{MINIMAL}  - {{name: wan, device: net_tap1, address: 10.0.0.9/24, security-level: 0}}\n"),
              8, 44, "interfaces[1].address", "subnet 10.0.0.0/24 overlaps 10.0.0.0/24 of interface \"lan\""),
@@ -320,6 +418,15 @@ fn kinds_are_structured_for_programs() {
     );
     let e = parse(&edit(37, "    via: 10.9.9.9"), "node.yaml").unwrap_err();
     assert!(matches!(e.kind(), ErrorKind::NotConnected { .. }), "{e:?}");
+    let e = parse(&dual(16, "    via: 2001:db8:3::fe"), "node.yaml").unwrap_err();
+    assert!(matches!(e.kind(), ErrorKind::NotConnected6 { .. }), "{e:?}");
+    let e = parse(&dual(12, "    address6: 2001:db8:1::2/48"), "node.yaml").unwrap_err();
+    assert!(matches!(e.kind(), ErrorKind::OverlappingSubnets6 { .. }), "{e:?}");
+    let e = parse(&dual(16, "    via: 10.0.1.254"), "node.yaml").unwrap_err();
+    assert!(
+        matches!(e.kind(), ErrorKind::RouteFamilyMismatch { via_family: "IPv4", destination_family: "IPv6", .. }),
+        "{e:?}"
+    );
     let e = parse(&edit(4, "\tname: x"), "node.yaml").unwrap_err();
     assert!(matches!(e.kind(), ErrorKind::Syntax(_)), "{e:?}");
     let e = parse(&edit(9, "control-sockets: /x"), "node.yaml").unwrap_err();

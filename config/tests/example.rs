@@ -1,7 +1,7 @@
 //! The shipped example parses to the expected values; omitted sections get
 //! their defaults; the parsed struct serializes for `show config`.
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::path::{Path, PathBuf};
 
 use config::*;
@@ -59,6 +59,7 @@ fn example_parses_with_expected_values() {
                 vlan: None,
                 mtu: 1500,
                 reverse_path: ReversePath::Strict,
+                address6: None,
             },
             InterfaceConfig {
                 name: "outside".into(),
@@ -69,6 +70,7 @@ fn example_parses_with_expected_values() {
                 vlan: None,
                 mtu: 1500,
                 reverse_path: ReversePath::Strict,
+                address6: None,
             },
         ]
     );
@@ -313,6 +315,9 @@ fn serializes_to_json_with_yaml_names() {
     assert_eq!(j["timeouts"]["tcp-established"], 3600);
     assert_eq!(j["flow-table"]["capacity"], 262144);
     assert!(j.get("source-text").is_none());
+    // IPv4-only: no IPv6 keys at all.
+    assert!(j["interfaces"][0].get("address6").is_none());
+    assert!(j.get("routes6").is_none());
     assert!(j["source-file"].as_str().unwrap().ends_with("node.yaml"));
 }
 
@@ -375,4 +380,106 @@ fn limits_globally_and_per_rule() {
     assert!(e.contains("access-rules[1].limits") && e.contains("this rule denies"), "{e}");
     let e = parse(&text.replace("  max-embryonic: 100000 ", "  max-embryonic: -1     "), "node.yaml").unwrap_err().to_string();
     assert!(e.contains("limits.max-embryonic"), "{e}");
+}
+
+fn ip6(s: &str) -> Ipv6Addr {
+    s.parse().unwrap()
+}
+
+fn net6(s: &str) -> Ipv6Net {
+    s.parse().unwrap()
+}
+
+/// Issue 16: `address6` on interfaces and IPv6 destinations in `routes`,
+/// mixed with IPv4 routes in one list.
+const DUAL_STACK: &str = "\
+node: {name: ds}
+interfaces:
+  - name: inside
+    device: net_tap0
+    address: 10.0.0.1/24
+    address6: 2001:db8:1::1/64
+    security-level: 100
+  - name: outside
+    device: net_tap1
+    address: 10.0.1.1/24
+    address6: \"2001:DB8:2:0::1/64\"
+    security-level: 0
+  - name: dmz
+    device: net_tap2
+    address: 10.0.2.1/24
+    security-level: 50
+  - {name: p2p, device: net_tap3, address: 10.0.3.1/30, address6: 2001:db8:3::1/127, security-level: 10}
+  - {name: host, device: net_tap4, address: 10.0.4.1/30, address6: \"2001:db8:4::/128\", security-level: 10}
+routes:
+  - destination: ::/0
+    via: 2001:db8:2::fe
+  - destination: 0.0.0.0/0
+    via: 10.0.1.254
+  - destination: 2001:db8:9::/48
+    via: 2001:db8:1::fe
+  - destination: 2001:db8:3::/127
+    via: \"2001:db8:3::\"   # quoted: a plain YAML scalar cannot end in ':'
+";
+
+#[test]
+fn dual_stack_parses() {
+    let c = parse(DUAL_STACK, "ds.yaml").unwrap_or_else(|e| panic!("{e}"));
+    let a6: Vec<Option<Ipv6Host>> = c.interfaces.iter().map(|i| i.address6).collect();
+    assert_eq!(
+        a6,
+        vec![
+            Some(Ipv6Host { addr: ip6("2001:db8:1::1"), len: 64 }),
+            Some(Ipv6Host { addr: ip6("2001:db8:2::1"), len: 64 }),
+            None,
+            // /127 (RFC 6164) and /128 have no subnet-router anycast address.
+            Some(Ipv6Host { addr: ip6("2001:db8:3::1"), len: 127 }),
+            Some(Ipv6Host { addr: ip6("2001:db8:4::"), len: 128 }),
+        ]
+    );
+    assert_eq!(c.interfaces[1].subnet6(), Some(net6("2001:db8:2::/64")));
+    assert_eq!(c.interfaces[2].subnet6(), None);
+    // The IPv4 routes and the IPv6 ones, each in the order written.
+    assert_eq!(
+        c.routes,
+        vec![RouteConfig { destination: Ipv4Net::ANY, via: ip("10.0.1.254") }]
+    );
+    assert_eq!(
+        c.routes6,
+        vec![
+            Route6Config { destination: Ipv6Net::ANY, via: ip6("2001:db8:2::fe") },
+            Route6Config { destination: net6("2001:db8:9::/48"), via: ip6("2001:db8:1::fe") },
+            Route6Config { destination: net6("2001:db8:3::/127"), via: ip6("2001:db8:3::") },
+        ]
+    );
+    assert_eq!(
+        c.connected_interface6(ip6("2001:db8:1::fe")).map(|i| i.name.as_str()),
+        Some("inside")
+    );
+    assert!(c.connected_interface6(ip6("2001:db8:9::1")).is_none());
+
+    // `show config`: the canonical text forms; address6 only where set.
+    let j: serde_json::Value = serde_json::to_value(&c).unwrap();
+    assert_eq!(j["interfaces"][1]["address6"], "2001:db8:2::1/64");
+    assert!(j["interfaces"][2].get("address6").is_none());
+    assert_eq!(j["routes6"][0]["destination"], "::/0");
+    assert_eq!(j["routes6"][0]["via"], "2001:db8:2::fe");
+    assert_eq!(j["routes6"][1]["destination"], "2001:db8:9::/48");
+    assert_eq!(j["routes"][0]["destination"], "0.0.0.0/0");
+
+    // A reload sees a change of either as a local change.
+    let other = parse(&DUAL_STACK.replace("2001:db8:9::/48", "2001:db8:8::/48"), "ds.yaml").unwrap();
+    assert_eq!(c.local_changes(&other), vec!["routes"]);
+    let other = parse(&DUAL_STACK.replace("2001:db8:1::1/64", "2001:db8:1::2/64"), "ds.yaml").unwrap();
+    assert_eq!(c.local_changes(&other), vec!["interfaces"]);
+}
+
+#[test]
+fn shipped_examples_still_parse() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
+    for name in ["node.yaml", "cluster-node.yaml"] {
+        let c = load(&dir.join(name)).unwrap_or_else(|e| panic!("{e}"));
+        assert!(c.interfaces.iter().all(|i| i.address6.is_none()), "{name}");
+        assert!(c.routes6.is_empty(), "{name}");
+    }
 }

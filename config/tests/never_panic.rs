@@ -57,6 +57,56 @@ fn every_single_line_deletion_of_the_example() {
     }
 }
 
+/// A dual-stack file (issue 16): `address6` and IPv6 routes.
+const DUAL: &str = "\
+node: {name: ds}
+interfaces:
+  - name: lan
+    device: net_tap0
+    address: 10.0.0.1/24
+    address6: 2001:db8:1::1/64
+    security-level: 50
+  - {name: wan, device: net_tap1, address: 10.0.1.1/24, address6: \"2001:db8:2::1/64\", security-level: 0}
+routes:
+  - destination: ::/0
+    via: 2001:db8:2::fe
+  - destination: 0.0.0.0/0
+    via: 10.0.1.254
+  - destination: 2001:db8:9::/48
+    via: 2001:db8:1::fe
+";
+
+#[test]
+fn every_truncation_and_line_deletion_of_a_dual_stack_file() {
+    assert!(check(DUAL));
+    for n in 0..=DUAL.len() {
+        check(&DUAL[..n]);
+    }
+    let lines: Vec<&str> = DUAL.lines().collect();
+    for i in 0..lines.len() {
+        let mut v = lines.clone();
+        v.remove(i);
+        check(&v.join("\n"));
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 1000, ..ProptestConfig::default() })]
+
+    /// Any text as `address6` or as an IPv6 route's `via` or destination.
+    #[test]
+    fn ipv6_fields_accept_any_text(v in "[0-9a-fA-F:./%]{0,45}", line in prop::sample::select(vec![6usize, 10, 11, 15])) {
+        let mut lines: Vec<String> = DUAL.lines().map(str::to_string).collect();
+        let l = &mut lines[line - 1];
+        let key = l.split(": ").next().unwrap_or("").to_string();
+        *l = format!("{key}: \"{v}\"");
+        let src = lines.join("\n");
+        // The error may concern another line (a duplicate, an overlap, a
+        // next hop no longer connected): it has a position, within the file.
+        check(&src);
+    }
+}
+
 /// YAML fragments that tend to reach deep into the parsers.
 const TOKENS: &[&str] = &[
     ":",

@@ -31,6 +31,8 @@ pub enum Topic {
     Conn,
     Route,
     Arp,
+    /// The IPv6 neighbour cache (issue 16).
+    Nd,
     Config,
     Rules,
     /// Cluster members, this node's role, cluster and CCL counters.
@@ -55,13 +57,14 @@ pub enum Topic {
 
 impl Topic {
     pub const ALL: &'static [Topic] =
-        &[Topic::Stats, Topic::Conn, Topic::Route, Topic::Arp, Topic::Config, Topic::Rules, Topic::Cluster, Topic::ClusterHistory, Topic::Xlate, Topic::NatPool, Topic::Metrics, Topic::Trace, Topic::Limits, Topic::ConnCount];
+        &[Topic::Stats, Topic::Conn, Topic::Route, Topic::Arp, Topic::Nd, Topic::Config, Topic::Rules, Topic::Cluster, Topic::ClusterHistory, Topic::Xlate, Topic::NatPool, Topic::Metrics, Topic::Trace, Topic::Limits, Topic::ConnCount];
     pub fn as_str(self) -> &'static str {
         match self {
             Topic::Stats => "stats",
             Topic::Conn => "conn",
             Topic::Route => "route",
             Topic::Arp => "arp",
+            Topic::Nd => "nd",
             Topic::Config => "config",
             Topic::Rules => "rules",
             Topic::Cluster => "cluster",

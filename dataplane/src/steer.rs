@@ -18,8 +18,12 @@
 //!   the fragment owner does between nodes (R10);
 //! - ARP: every worker (each keeps its own neighbour cache; the worker
 //!   that received the frame answers, the others learn from a copy);
-//! - anything else (IPv6 today, frames too short to tell): any worker — it
-//!   is dropped or answered where it arrived.
+//! - IPv6 (docs/ipv6.md): a connection's datagrams by the same tuple hash
+//!   (an ICMPv6 error by the tuple it quotes); neighbour solicitations and
+//!   advertisements to every worker, as ARP; fragments where they arrive
+//!   (dropped there: not reassembled yet);
+//! - anything else (frames too short to tell): any worker — it is dropped
+//!   or answered where it arrived.
 //!
 //! With NAT (`steer_nat`, docs/nat.md) a datagram to a mapped address is
 //! decided where its translation lives: one to a PAT pool address by the
@@ -126,6 +130,7 @@ pub fn steer_nat(
     match eth.ethertype() {
         ethertype::ARP => Steer::All,
         ethertype::IPV4 => ipv4_nat(eth.payload(), workers, nat, &real_of).map_or(Steer::Any, Steer::Worker),
+        ethertype::IPV6 => ipv6(eth.payload(), workers),
         _ => Steer::Any,
     }
 }
@@ -149,6 +154,32 @@ pub fn steer_ccl(frame: &[u8], workers: u16) -> Steer {
         Ok(p) if u16::from(p.channel()) < workers => Steer::Worker(WorkerId(u16::from(p.channel()))),
         _ => Steer::Any,
     }
+}
+
+/// Where an IPv6 datagram is decided (module essay).
+fn ipv6(l3: &[u8], workers: u16) -> Steer {
+    use crate::wire::icmpv6::{self, msg_type as t6};
+    let Ok(p) = crate::wire::ipv6::Ipv6Packet::new_checked(l3) else { return Steer::Any };
+    let Ok(u) = p.upper_layer() else { return Steer::Any };
+    if u.fragment.is_some() {
+        return Steer::Any;
+    }
+    let (src, dst, proto) = (IpAddr::V6(p.src()), IpAddr::V6(p.dst()), u.protocol);
+    let l4 = p.payload().get(u.offset..).unwrap_or(&[]);
+    let t = |src_port, dst_port| FiveTuple { src, dst, proto, src_port, dst_port };
+    let tuple = match proto {
+        ip_proto::TCP => tcp::TcpPacket::new_checked(l4).ok().map(|p| t(p.src_port(), p.dst_port())),
+        ip_proto::UDP => udp::ports(l4).map(|(s, d)| t(s, d)),
+        ip_proto::ICMPV6 => match icmpv6::type_and_ident(l4) {
+            Some((t6::NEIGHBOR_SOLICIT | t6::NEIGHBOR_ADVERT, _)) => return Steer::All,
+            Some((t6::ECHO_REQUEST, id)) => Some(t(id, 0)),
+            Some((t6::ECHO_REPLY, id)) => Some(t(0, id)),
+            Some((k, _)) if icmpv6::is_error(k) => icmpv6::quoted_tuple(l4),
+            _ => None,
+        },
+        _ => Some(t(0, 0)),
+    };
+    tuple.map_or(Steer::Any, |t| Steer::Worker(worker_of_tuple(&t, workers)))
 }
 
 /// The owning worker of an IPv4 datagram, `None` when the header does not
@@ -292,6 +323,58 @@ mod tests {
             f2[34..].fill(0xee); // no ports in a later fragment
             let fw = fragment_worker(IpAddr::V4(A), IpAddr::V4(B), 4242, n);
             assert_eq!((steer(&f1, n), steer(&f2, n)), (Steer::Worker(fw), Steer::Worker(fw)));
+        }
+    }
+
+    /// An Ethernet + IPv6 frame `src` → `dst` around `payload`.
+    fn v6(src: &str, dst: &str, nh: u8, payload: &[u8]) -> Vec<u8> {
+        let (s, d): (std::net::Ipv6Addr, std::net::Ipv6Addr) = (src.parse().unwrap(), dst.parse().unwrap());
+        let mut f = vec![0u8; 54];
+        f[0..6].copy_from_slice(&MB);
+        f[6..12].copy_from_slice(&MA);
+        f[12..14].copy_from_slice(&[0x86, 0xdd]);
+        let mut p = crate::wire::ipv6::Ipv6Packet::new_unchecked(&mut f[14..54]);
+        p.set_ver_tc_flow(0, 0);
+        p.set_payload_len(payload.len() as u16);
+        p.set_next_header(nh);
+        p.set_hop_limit(64);
+        p.set_src(s);
+        p.set_dst(d);
+        f.extend_from_slice(payload);
+        f
+    }
+
+    #[test]
+    fn ipv6_connections_errors_and_echoes_meet_neighbour_discovery_goes_to_all() {
+        let tcp = |sp: u16, dp: u16| {
+            let mut t = vec![0u8; 20];
+            t[0..2].copy_from_slice(&sp.to_be_bytes());
+            t[2..4].copy_from_slice(&dp.to_be_bytes());
+            t[12] = 0x50;
+            t
+        };
+        let (a, b) = ("2001:db8:1::10", "2001:db8:99::80");
+        for n in [2u16, 3, 4, 8, 32] {
+            let fwd = steer(&v6(a, b, 6, &tcp(40000, 80)), n);
+            assert_eq!(fwd, steer(&v6(b, a, 6, &tcp(80, 40000)), n), "{n} workers");
+            assert!(matches!(fwd, Steer::Worker(w) if w.0 < n));
+            // Packet too big from a router, quoting the client's segment.
+            let seg = v6(a, b, 6, &tcp(40000, 80));
+            let mut err = vec![2, 0, 0, 0, 0, 0, 5, 0x78];
+            err.extend_from_slice(&seg[14..]);
+            assert_eq!(steer(&v6("2001:db8:2::fe", a, 58, &err), n), fwd, "the error meets its connection");
+            // Echo request and reply.
+            let echo = |t: u8| vec![t, 0, 0, 0, 0, 77, 0, 1];
+            assert_eq!(steer(&v6(a, b, 58, &echo(128)), n), steer(&v6(b, a, 58, &echo(129)), n));
+            // Solicitations and advertisements: every worker learns.
+            let mut ns = vec![0u8; 24];
+            ns[0] = 135;
+            assert_eq!(steer(&v6(a, "ff02::1:ff00:1", 58, &ns), n), Steer::All);
+            ns[0] = 136;
+            assert_eq!(steer(&v6(a, "2001:db8:1::1", 58, &ns), n), Steer::All);
+            // A fragment, a cut header: where they arrived.
+            assert_eq!(steer(&v6(a, b, 44, &[6, 0, 0, 1, 0, 0, 0, 9]), n), Steer::Any);
+            assert_eq!(steer(&v6(a, b, 6, &[0, 1]), n), Steer::Any);
         }
     }
 

@@ -897,6 +897,21 @@ impl Control {
                 }
                 Ok(json!({ "arp": enc(serde_json::to_value(rows))? }))
             }
+            Topic::Nd => {
+                // As `arp`: one row per address, a resolved one first.
+                let mut rows: Vec<dataplane::arp::ArpInfo<std::net::Ipv6Addr>> = Vec::new();
+                for r in self.ask_all(|| Query::Nd)? {
+                    let Reply::Nd(a) = r else { return Err("unexpected reply".into()) };
+                    for e in a {
+                        match rows.iter_mut().find(|x| x.ip == e.ip && x.interface == e.interface) {
+                            Some(x) if x.mac.is_none() && e.mac.is_some() => *x = e,
+                            Some(_) => {}
+                            None => rows.push(e),
+                        }
+                    }
+                }
+                Ok(json!({ "nd": enc(serde_json::to_value(rows))? }))
+            }
             Topic::Rules => {
                 // The same rules on every worker: hits added up.
                 let mut rules: Vec<dataplane::acl::RuleInfo> = Vec::new();

@@ -324,6 +324,7 @@ fn run(cfg: Config, extra: Vec<String>) -> Result<()> {
         let mut p = Pipeline::new(pcfg.clone()).map_err(|e| anyhow::anyhow!("pipeline: {e}"))?;
         p.set_worker(WorkerId(w), workers).map_err(|e| anyhow::anyhow!("pipeline: {e}"))?;
         p.set_limits(&policy::limit_spec(&cfg.policy()));
+        p.set_ipv6(&ipv6_spec(&cfg)).map_err(|e| anyhow::anyhow!("ipv6: {e}"))?;
         match (&nat, &nat_plan) {
             (Some(spec), None) => {
                 p.set_nat(spec).map_err(|e| anyhow::anyhow!("nat: {e}"))?;
@@ -650,6 +651,19 @@ fn cluster_spec(cl: &config::ClusterConfig, incarnation: u32) -> Result<ClusterS
         director_localization: cl.director_localization,
         site_redundancy: cl.site_redundancy,
     })
+}
+
+/// The interfaces' IPv6 addresses and the IPv6 routes (docs/ipv6.md): a
+/// single node forwards IPv6; a cluster member drops it, counted.
+fn ipv6_spec(cfg: &Config) -> dataplane::pipeline::Ipv6Spec {
+    dataplane::pipeline::Ipv6Spec {
+        addresses: cfg.interfaces.iter().filter_map(|i| i.address6.map(|h| (i.name.clone(), h.addr, h.len))).collect(),
+        routes: cfg
+            .routes6
+            .iter()
+            .map(|r| dataplane::pipeline::Route6Spec { destination: r.destination.addr, prefix_len: r.destination.len, via: r.via })
+            .collect(),
+    }
 }
 
 fn pipeline_config(cfg: &Config, interfaces: Vec<InterfaceSpec>) -> PipelineConfig {

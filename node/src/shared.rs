@@ -41,6 +41,8 @@ pub enum Query {
     Conns { max: usize },
     Routes,
     Arp,
+    /// The IPv6 neighbour cache.
+    Nd,
     Rules,
     Cluster,
     /// Up to `max` NAT translations and the NAT counters.
@@ -71,6 +73,7 @@ pub enum Reply {
     Conns(Vec<ConnInfo>, usize),
     Routes(Vec<RouteInfo>),
     Arp(Vec<ArpInfo>),
+    Nd(Vec<ArpInfo<std::net::Ipv6Addr>>),
     Rules(Vec<RuleInfo>),
     /// `None` in single-node mode.
     Cluster(Option<Box<ClusterCountersSnapshot>>),

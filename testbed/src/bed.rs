@@ -298,6 +298,10 @@ fn build(topo: &Topology, state: &mut State, o: &UpOptions) -> Result<()> {
         if let Some(addr) = kernel_address(topo, e, state.mode) {
             sys::ip(&e.namespace, &["addr", "add", &addr, "dev", &e.ifname])?;
         }
+        if let Some(addr) = &e.address6 {
+            // No DAD: the address is usable as soon as the link is up.
+            sys::ip(&e.namespace, &["-6", "addr", "add", addr, "dev", &e.ifname, "nodad"])?;
+        }
         sys::ip(&e.namespace, &["link", "set", &e.ifname, "up"])?;
     }
     for b in &topo.bridges {
@@ -311,7 +315,12 @@ fn build(topo: &Topology, state: &mut State, o: &UpOptions) -> Result<()> {
         sys::ip(&b.namespace, &["link", "set", &b.name, "up"])?;
     }
     for r in &topo.routes {
-        let mut args = vec!["route", "add", r.destination.as_str()];
+        let v6 = r.nexthops.iter().any(|h| h.contains(':'));
+        // The kernel-router self-check forwards IPv4 only.
+        if v6 && state.mode == Mode::KernelRouter {
+            continue;
+        }
+        let mut args = if v6 { vec!["-6", "route", "add", r.destination.as_str()] } else { vec!["route", "add", r.destination.as_str()] };
         match r.nexthops.as_slice() {
             [one] => args.extend(["via", one.as_str()]),
             many => many

@@ -175,6 +175,9 @@ pub fn node_yaml(node: &NodeSpec, socket: &str) -> String {
         if i.mtu != 1500 {
             let _ = writeln!(y, "    mtu: {}", i.mtu);
         }
+        if let Some(a6) = &i.address6 {
+            let _ = writeln!(y, "    address6: {a6}");
+        }
     }
     if node.routes.is_empty() {
         y.push_str("\n# Connected networks only.\nroutes: []\n");
@@ -261,8 +264,8 @@ mod tests {
         for want in [
             "control-socket: \"/tmp/cfw-testbed/n1.sock\"",
             "eal-args: [\"--no-huge\", \"-m\", \"256\", \"--no-pci\", \"--file-prefix\", \"cfw-tb-n1\", \"--lcores\", \"(0,1)@(0,1)\"]",
-            "  - name: \"inside\"\n    device: \"net_af_packet0,iface=n1-in,framecnt=2048\"\n    address: 198.18.1.1/24\n    security-level: 100\n",
-            "  - name: \"outside\"\n    device: \"net_af_packet1,iface=n1-out,framecnt=2048\"\n    address: 198.18.2.1/24\n    security-level: 0\n",
+            "  - name: \"inside\"\n    device: \"net_af_packet0,iface=n1-in,framecnt=2048\"\n    address: 198.18.1.1/24\n    security-level: 100\n    address6: 2001:db8:1::1/64\n",
+            "  - name: \"outside\"\n    device: \"net_af_packet1,iface=n1-out,framecnt=2048\"\n    address: 198.18.2.1/24\n    security-level: 0\n    address6: 2001:db8:2::1/64\n",
             "access-rules: []",
             "flow-table:\n  capacity: 65536\n",
             "logging:\n  level: info\n",

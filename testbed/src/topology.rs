@@ -63,6 +63,9 @@ pub struct Endpoint {
     pub disable_ipv6: bool,
     /// Link MTU; `None` keeps the kernel's 1500.
     pub mtu: Option<u32>,
+    /// Kernel IPv6 address (CIDR; added without DAD), on the dual-stack
+    /// single-node bed's hosts.
+    pub address6: Option<String>,
 }
 
 /// A veth pair between two namespaces.
@@ -128,6 +131,9 @@ pub struct NodeIface {
     pub security_level: u8,
     /// The link's MTU (the node's `interfaces[].mtu`).
     pub mtu: u16,
+    /// The node's IPv6 address on it (`interfaces[].address6`; the
+    /// single-node bed).
+    pub address6: Option<String>,
 }
 
 /// A member of the cluster as every node's config lists it.
@@ -267,6 +273,16 @@ pub mod cluster_addr {
     pub const CLUSTER_KEY: &str = "clusterfw-testbed-ccl-key-0001";
 }
 
+/// The single-node bed's IPv6 addresses (issue 16; RFC 3849's
+/// documentation prefix): the hosts and the node on 2001:db8:1::/64
+/// (inside) and 2001:db8:2::/64 (outside).
+pub mod single_addr6 {
+    pub const INSIDE_HOST: &str = "2001:db8:1::2/64";
+    pub const OUTSIDE_HOST: &str = "2001:db8:2::2/64";
+    pub const INSIDE_NODE: &str = "2001:db8:1::1";
+    pub const OUTSIDE_NODE: &str = "2001:db8:2::1";
+}
+
 /// Namespace of the CCL segment (a Linux bridge of the same name).
 pub const CCL_NAMESPACE: &str = "cfw-ccl";
 /// The CCL bridge in [`CCL_NAMESPACE`].
@@ -285,6 +301,7 @@ fn end(namespace: &str, ifname: &str, address: Option<&str>, disable_ipv6: bool)
         address: address.map(str::to_string),
         disable_ipv6,
         mtu: None,
+        address6: None,
     }
 }
 
@@ -511,6 +528,7 @@ impl Topology {
                         address: format!("{inet}.2/24"),
                         security_level: 100,
                         mtu: 1500,
+                        address6: None,
                     },
                     NodeIface {
                         name: "outside".into(),
@@ -518,6 +536,7 @@ impl Topology {
                         address: format!("{onet}.2/24"),
                         security_level: 0,
                         mtu: 1500,
+                        address6: None,
                     },
                 ],
                 routes: vec![
@@ -552,11 +571,11 @@ impl Topology {
             namespaces: vec![ns(inside, false), ns(outside, false), ns(n1, false)],
             links: vec![
                 VethSpec {
-                    a: end(inside, "eth0", Some("198.18.1.2/24"), false),
+                    a: Endpoint { address6: Some(single_addr6::INSIDE_HOST.into()), ..end(inside, "eth0", Some("198.18.1.2/24"), false) },
                     b: end(n1, "n1-in", None, true),
                 },
                 VethSpec {
-                    a: end(outside, "eth0", Some("198.18.2.2/24"), false),
+                    a: Endpoint { address6: Some(single_addr6::OUTSIDE_HOST.into()), ..end(outside, "eth0", Some("198.18.2.2/24"), false) },
                     b: end(n1, "n1-out", None, true),
                 },
             ],
@@ -564,6 +583,8 @@ impl Topology {
             routes: vec![
                 default_route(inside, "198.18.1.1"),
                 default_route(outside, "198.18.2.1"),
+                default_route(inside, single_addr6::INSIDE_NODE),
+                default_route(outside, single_addr6::OUTSIDE_NODE),
             ],
             hosts: vec![
                 HostSpec {
@@ -591,6 +612,7 @@ impl Topology {
                         address: "198.18.1.1/24".into(),
                         security_level: 100,
                         mtu: 1500,
+                        address6: Some(format!("{}/64", single_addr6::INSIDE_NODE)),
                     },
                     NodeIface {
                         name: "outside".into(),
@@ -598,6 +620,7 @@ impl Topology {
                         address: "198.18.2.1/24".into(),
                         security_level: 0,
                         mtu: 1500,
+                        address6: Some(format!("{}/64", single_addr6::OUTSIDE_NODE)),
                     },
                 ],
                 routes: vec![],

@@ -6,18 +6,23 @@
 //! there is at least one interface; interface names are unique, match
 //! `[a-z0-9_-]+` and are not `any`; interface subnets do not overlap; every
 //! route's `via` lies in exactly one interface subnet and is not an interface
-//! address; every access rule's `interface` names a configured interface;
+//! address; the same holds for IPv6: an interface's `address6` is a global
+//! unicast host address with a prefix length of 1-128, no two interfaces'
+//! IPv6 subnets overlap, and every [`Route6Config`]'s `via` lies in exactly
+//! one interface's IPv6 subnet and is not an interface address; route
+//! destinations (IPv4 and IPv6 each) are unique; every access rule's
+//! `interface` names a configured interface;
 //! port ranges other than [`PortRange::ANY`] appear only on tcp/udp rules;
 //! every number lies in the range documented on its field. Values built in
 //! code (e.g. by a simulator) with `Default` satisfy the same ranges.
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::path::PathBuf;
 use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-use crate::net::{Ipv4Net, PortRange, Protocol};
+use crate::net::{Ipv4Net, Ipv6Host, Ipv6Net, PortRange, Protocol};
 
 pub(crate) mod cluster;
 pub mod export;
@@ -107,8 +112,14 @@ pub struct Config {
     pub dpdk: DpdkConfig,
     /// `interfaces`: at least one.
     pub interfaces: Vec<InterfaceConfig>,
-    /// `routes`: static routes; connected subnets are implicit.
+    /// `routes` with an IPv4 destination: static routes; connected subnets
+    /// are implicit.
     pub routes: Vec<RouteConfig>,
+    /// `routes` with an IPv6 destination, in the order written (the IPv4
+    /// and IPv6 entries of `routes` are split, each keeping its order).
+    /// Omitted from the serialized form when empty.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub routes6: Vec<Route6Config>,
     /// `access-rules`: ordered, first match wins.
     pub access_rules: Vec<AccessRule>,
     /// `timeouts`: idle timeouts of flows, seconds.
@@ -155,6 +166,14 @@ impl Config {
     /// The interface whose subnet holds `ip` (subnets do not overlap).
     pub fn connected_interface(&self, ip: Ipv4Addr) -> Option<&InterfaceConfig> {
         self.interfaces.iter().find(|i| i.subnet().contains(ip))
+    }
+
+    /// The interface whose IPv6 subnet holds `ip` (IPv6 subnets do not
+    /// overlap); `None` also for an interface without `address6`.
+    pub fn connected_interface6(&self, ip: Ipv6Addr) -> Option<&InterfaceConfig> {
+        self.interfaces
+            .iter()
+            .find(|i| i.subnet6().is_some_and(|s| s.contains(ip)))
     }
 }
 
@@ -307,6 +326,13 @@ pub struct InterfaceConfig {
     pub mtu: u16,
     /// `reverse-path`: `strict` (default), `loose` or `off`.
     pub reverse_path: ReversePath,
+    /// `address6: 2001:db8:1::1/64`: the interface's global IPv6 address
+    /// and on-link prefix length (1-128), or `None` (the default): the
+    /// interface does not speak IPv6. Its link-local address is not
+    /// configured; it is derived from the port's MAC (EUI-64). Omitted from
+    /// the serialized form when `None`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub address6: Option<Ipv6Host>,
 }
 
 impl InterfaceConfig {
@@ -326,6 +352,11 @@ impl InterfaceConfig {
     pub fn subnet(&self) -> Ipv4Net {
         Ipv4Net::containing(self.address, self.prefix_len)
     }
+
+    /// The connected IPv6 subnet of `address6`, if any.
+    pub fn subnet6(&self) -> Option<Ipv6Net> {
+        self.address6.map(|a| a.subnet())
+    }
 }
 
 /// One entry of `routes`.
@@ -335,6 +366,17 @@ pub struct RouteConfig {
     pub destination: Ipv4Net,
     /// `via`: next hop, inside a connected subnet.
     pub via: Ipv4Addr,
+}
+
+/// One entry of `routes` whose destination is an IPv6 prefix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Route6Config {
+    /// `destination`: an IPv6 prefix with host bits zero (`::/0` is the
+    /// default route).
+    pub destination: Ipv6Net,
+    /// `via`: next hop, inside the IPv6 subnet of an interface's
+    /// `address6`.
+    pub via: Ipv6Addr,
 }
 
 /// What a matching access rule does to a new connection.
@@ -528,6 +570,7 @@ mod tests {
             vlan: None,
             mtu: DEFAULT_MTU,
             reverse_path: ReversePath::Strict,
+            address6: None,
         }
     }
 
@@ -541,6 +584,9 @@ mod tests {
         assert!(!p.is_vdev());
         assert_eq!(p.device_name(), "0000:03:00.0");
         assert_eq!(p.subnet().to_string(), "10.0.0.0/24");
+        assert_eq!(p.subnet6(), None);
+        let d = InterfaceConfig { address6: Some("2001:db8:1::1/64".parse().unwrap()), ..p };
+        assert_eq!(d.subnet6().map(|s| s.to_string()).as_deref(), Some("2001:db8:1::/64"));
     }
 
     #[test]

@@ -162,7 +162,7 @@ impl Config {
             self.interfaces.len() != other.interfaces.len()
                 || self.interfaces.iter().zip(&other.interfaces).any(|(a, b)| iface(a) != iface(b)),
         );
-        differs("routes", self.routes != other.routes);
+        differs("routes", self.routes != other.routes || self.routes6 != other.routes6);
         differs("flow-table", self.flow_table != other.flow_table);
         differs("arp", self.arp != other.arp);
         differs("neighbors", self.neighbors != other.neighbors);

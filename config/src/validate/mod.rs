@@ -16,7 +16,7 @@
 use std::cell::OnceCell;
 use std::collections::HashMap;
 use std::fmt;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::path::PathBuf;
 use std::str::FromStr;
 
@@ -26,7 +26,7 @@ use serde::Deserialize;
 use crate::error::{ConfigError, ErrorKind, FieldPath};
 use crate::locate::Locator;
 use crate::model::*;
-use crate::net::{Ipv4Net, PortRange, Protocol};
+use crate::net::{Ipv4Net, Ipv6Host, Ipv6Net, PortRange, Protocol};
 
 mod cluster;
 mod export;
@@ -154,12 +154,14 @@ struct RawDpdk {
 #[serde(
     deny_unknown_fields,
     rename_all = "kebab-case",
-    expecting = "an interface mapping (name, device, address, security-level, vlan, mtu, reverse-path)"
+    expecting = "an interface mapping (name, device, address, address6, security-level, vlan, mtu, reverse-path)"
 )]
 struct RawInterface {
     name: String,
     device: String,
     address: String,
+    #[serde(default)]
+    address6: Option<String>,
     security_level: u64,
     #[serde(default)]
     vlan: Option<u64>,
@@ -472,7 +474,7 @@ impl Checker<'_> {
         let flow_export = self.flow_export(&root.key("flow-export"), raw.flow_export)?;
         let dpdk = self.dpdk(&root.key("dpdk"), raw.dpdk)?;
         let interfaces = self.interfaces(&root.key("interfaces"), raw.interfaces)?;
-        let routes = self.routes(&root.key("routes"), raw.routes, &interfaces)?;
+        let (routes, routes6) = self.routes(&root.key("routes"), raw.routes, &interfaces)?;
         let access_rules = self.rules(&root.key("access-rules"), raw.access_rules, &interfaces)?;
         let neighbors = self.neighbors(&root.key("neighbors"), raw.neighbors, &interfaces)?;
         let ep = root.key("icmp-errors");
@@ -547,6 +549,7 @@ impl Checker<'_> {
             dpdk,
             interfaces,
             routes,
+            routes6,
             access_rules,
             timeouts,
             limits,
@@ -725,6 +728,10 @@ impl Checker<'_> {
                     },
                 ));
             }
+            let address6 = match &r.address6 {
+                None => None,
+                Some(text) => Some(self.interface_address6(&ip.key("address6"), text, p, &out)?),
+            };
             let security_level = self.range(
                 &ip.key("security-level"),
                 Some(r.security_level),
@@ -746,6 +753,7 @@ impl Checker<'_> {
                 vlan,
                 mtu,
                 reverse_path: r.reverse_path,
+                address6,
             };
             if let Some(o) = out
                 .iter()
@@ -765,17 +773,154 @@ impl Checker<'_> {
         Ok(out)
     }
 
+    /// `interfaces[i].address6` (at `ap`), checked against the interfaces
+    /// before it (`earlier`, listed at `list`): a global unicast host
+    /// address, and neither it nor its subnet taken by another interface.
+    fn interface_address6(
+        &self,
+        ap: &FieldPath,
+        text: &str,
+        list: &FieldPath,
+        earlier: &[InterfaceConfig],
+    ) -> R<Ipv6Host> {
+        let host = Ipv6Host::from_str(text).map_err(|reason| {
+            self.err(
+                ap,
+                ErrorKind::InvalidPrefix6 {
+                    found: text.to_string(),
+                    reason,
+                },
+            )
+        })?;
+        if let Some(reason) = host6_problem(host.addr, host.len) {
+            return Err(self.err(
+                ap,
+                ErrorKind::InvalidHostAddress {
+                    found: text.to_string(),
+                    reason,
+                },
+            ));
+        }
+        if let Some(j) = earlier
+            .iter()
+            .position(|o| o.address6.is_some_and(|a| a.addr == host.addr))
+        {
+            return Err(self.err(
+                ap,
+                ErrorKind::Duplicate {
+                    what: "interface address6",
+                    name: host.addr.to_string(),
+                    first_line: self.line_of(&list.index(j).key("address6")),
+                },
+            ));
+        }
+        let subnet = host.subnet();
+        if let Some((o, other)) = earlier
+            .iter()
+            .filter_map(|o| o.subnet6().map(|s| (o, s)))
+            .find(|(_, s)| s.overlaps(&subnet))
+        {
+            return Err(self.err(
+                ap,
+                ErrorKind::OverlappingSubnets6 {
+                    subnet,
+                    other,
+                    other_interface: o.name.clone(),
+                },
+            ));
+        }
+        Ok(host)
+    }
+
+    /// `routes`, split by the destination's family (a destination with a
+    /// `:` is IPv6), each keeping the order written.
     fn routes(
         &self,
         p: &FieldPath,
         raw: Vec<RawRoute>,
         ifaces: &[InterfaceConfig],
-    ) -> R<Vec<RouteConfig>> {
+    ) -> R<(Vec<RouteConfig>, Vec<Route6Config>)> {
         let mut out: Vec<RouteConfig> = Vec::with_capacity(raw.len());
+        let mut out6: Vec<Route6Config> = Vec::new();
         let mut seen: HashMap<Ipv4Net, usize> = HashMap::new();
+        let mut seen6: HashMap<Ipv6Net, usize> = HashMap::new();
         for (i, r) in raw.into_iter().enumerate() {
             let rp = p.index(i);
             let dp = rp.key("destination");
+            let vp = rp.key("via");
+            let mismatch = |via_family, destination_family| {
+                self.err(
+                    &vp,
+                    ErrorKind::RouteFamilyMismatch {
+                        via: r.via.clone(),
+                        via_family,
+                        destination: r.destination.clone(),
+                        destination_family,
+                    },
+                )
+            };
+            if r.destination.contains(':') {
+                let destination = Ipv6Net::from_str(&r.destination).map_err(|reason| {
+                    self.err(
+                        &dp,
+                        ErrorKind::InvalidPrefix6 {
+                            found: r.destination.clone(),
+                            reason,
+                        },
+                    )
+                })?;
+                if let Some(&j) = seen6.get(&destination) {
+                    return Err(self.err(
+                        &dp,
+                        ErrorKind::Duplicate {
+                            what: "route destination",
+                            name: destination.to_string(),
+                            first_line: self.line_of(&p.index(j).key("destination")),
+                        },
+                    ));
+                }
+                seen6.insert(destination, i);
+                let via = match Ipv6Addr::from_str(&r.via) {
+                    Ok(v) => v,
+                    Err(_) if Ipv4Addr::from_str(&r.via).is_ok() => return Err(mismatch("IPv4", "IPv6")),
+                    Err(_) => {
+                        return Err(self.err(
+                            &vp,
+                            ErrorKind::InvalidAddress6 {
+                                found: r.via.clone(),
+                            },
+                        ))
+                    }
+                };
+                if let Some(o) = ifaces
+                    .iter()
+                    .find(|o| o.address6.is_some_and(|a| a.addr == via))
+                {
+                    return Err(self.err(
+                        &vp,
+                        ErrorKind::NextHopIsLocal6 {
+                            via,
+                            interface: o.name.clone(),
+                        },
+                    ));
+                }
+                if !ifaces
+                    .iter()
+                    .any(|o| o.subnet6().is_some_and(|s| s.contains(via)))
+                {
+                    let mut connected = ifaces
+                        .iter()
+                        .filter_map(|o| o.subnet6().map(|s| s.to_string()))
+                        .collect::<Vec<_>>()
+                        .join(", ");
+                    if connected.is_empty() {
+                        connected = "none, no interface has an address6".to_string();
+                    }
+                    return Err(self.err(&vp, ErrorKind::NotConnected6 { via, connected }));
+                }
+                out6.push(Route6Config { destination, via });
+                continue;
+            }
             let destination = self.prefix(&dp, Some(&r.destination))?;
             if let Some(&j) = seen.get(&destination) {
                 return Err(self.err(
@@ -788,15 +933,18 @@ impl Checker<'_> {
                 ));
             }
             seen.insert(destination, i);
-            let vp = rp.key("via");
-            let via = Ipv4Addr::from_str(&r.via).map_err(|_| {
-                self.err(
-                    &vp,
-                    ErrorKind::InvalidAddress {
-                        found: r.via.clone(),
-                    },
-                )
-            })?;
+            let via = match Ipv4Addr::from_str(&r.via) {
+                Ok(v) => v,
+                Err(_) if Ipv6Addr::from_str(&r.via).is_ok() => return Err(mismatch("IPv6", "IPv4")),
+                Err(_) => {
+                    return Err(self.err(
+                        &vp,
+                        ErrorKind::InvalidAddress {
+                            found: r.via.clone(),
+                        },
+                    ))
+                }
+            };
             if let Some(o) = ifaces.iter().find(|o| o.address == via) {
                 return Err(self.err(
                     &vp,
@@ -816,7 +964,7 @@ impl Checker<'_> {
             }
             out.push(RouteConfig { destination, via });
         }
-        Ok(out)
+        Ok((out, out6))
     }
 
     fn rules(
@@ -910,6 +1058,33 @@ impl Checker<'_> {
         }
         Ok(out)
     }
+}
+
+/// Why `addr/len` is not usable as an interface's IPv6 address, if it is
+/// not: the length must be 1-128 and the address global unicast (not
+/// unspecified, loopback, multicast, link-local or IPv4-mapped), and for
+/// lengths up to /126 not the subnet-router anycast address (RFC 4291
+/// §2.6.1: the subnet prefix with the host bits zero).
+pub(crate) fn host6_problem(addr: Ipv6Addr, len: u8) -> Option<&'static str> {
+    if len == 0 {
+        return Some("prefix length must be 1-128");
+    }
+    if addr.is_unspecified() || addr.is_multicast() {
+        return Some("not a unicast address");
+    }
+    if addr.is_loopback() {
+        return Some("the loopback address ::1 is not an interface address");
+    }
+    if Ipv6Net::containing(Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 0), 10).contains(addr) {
+        return Some("a link-local address (fe80::/10) is not configured: the interface's link-local address is derived from its port's MAC (EUI-64)");
+    }
+    if Ipv6Net::containing(Ipv6Addr::new(0, 0, 0, 0, 0, 0xffff, 0, 0), 96).contains(addr) {
+        return Some("an IPv4-mapped address (::ffff:0:0/96) is not an IPv6 interface address");
+    }
+    if len <= 126 && Ipv6Net::containing(addr, len).addr == addr {
+        return Some("this is the subnet-router anycast address (host bits all zero)");
+    }
+    None
 }
 
 /// See [`crate::parse`].

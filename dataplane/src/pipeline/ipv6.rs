@@ -302,12 +302,11 @@ impl Ipv6Path {
                 Transit6::Flow(tuple(u.src_port(), u.dst_port()), L4Info::Udp)
             }
             ip_proto::ICMPV6 => {
-                let h = l4.get(..icmpv6::HEADER_LEN).ok_or(DropReason::L4Truncated)?;
-                let id = u16::from_be_bytes([h[4], h[5]]);
-                match h[0] {
+                let (t, id) = icmpv6::type_and_ident(l4).ok_or(DropReason::L4Truncated)?;
+                match t {
                     msg_type::ECHO_REQUEST => Transit6::Flow(tuple(id, 0), L4Info::IcmpEchoRequest),
                     msg_type::ECHO_REPLY => Transit6::Flow(tuple(0, id), L4Info::IcmpEchoReply),
-                    t if icmpv6::is_error(t) => Transit6::Error(quoted_tuple(&l4[icmpv6::HEADER_LEN..])?),
+                    t if icmpv6::is_error(t) => Transit6::Error(icmpv6::quoted_tuple(l4).ok_or(DropReason::L4Truncated)?),
                     _ => Transit6::Flow(tuple(0, 0), L4Info::Other),
                 }
             }
@@ -406,6 +405,27 @@ impl Ipv6Path {
             }
             _ => Err(DropReason::LocalUnhandled),
         }
+    }
+
+    /// A copy of a neighbour solicitation or advertisement another worker
+    /// received (and answered, counted): learn from it as `local_in` does,
+    /// nothing else. Returns the neighbour learnt.
+    pub fn learn_copy(&mut self, now: Timestamp, ifx: IfIndex, l2: usize, data: &[u8]) -> Option<(Ipv6Addr, [u8; 6])> {
+        let f = self.iface(ifx)?;
+        let p = Ipv6Packet::new_checked(data.get(l2..)?).ok()?;
+        let (src, dst) = (p.src(), p.dst());
+        let u = p.upper_layer().ok()?;
+        let body = p.payload().get(u.offset..)?;
+        if u.protocol != ip_proto::ICMPV6 || p.hop_limit() != ND_HOP_LIMIT || !self.local(ifx, dst) || !icmpv6::verify(src, dst, body) {
+            return None;
+        }
+        let nd = icmpv6::parse_nd(body).ok()?;
+        let (ip, mac, create) = match nd.msg_type {
+            msg_type::NEIGHBOR_SOLICIT if f.owns(nd.target) && !src.is_unspecified() => (src, nd.lladdr?, true),
+            msg_type::NEIGHBOR_ADVERT => (nd.target, nd.lladdr?, false),
+            _ => return None,
+        };
+        self.nd.learn(now, ip, mac, ifx, create).then_some((ip, mac))
     }
 
     /// Queue a neighbour solicitation for `target` out of `eg` (`ifx`), to
@@ -534,34 +554,6 @@ impl Stats for Ipv6Path {
     fn visit(&self, v: &mut dyn crate::stats::Visitor) {
         self.counters.visit(v);
     }
-}
-
-/// The tuple an ICMPv6 error quotes (the original packet's), in the
-/// direction it was sent.
-fn quoted_tuple(q: &[u8]) -> Result<FiveTuple, DropReason> {
-    // The quote may be cut: parse the fixed header and the ports only.
-    let h = q.get(..ipv6::HEADER_LEN).ok_or(DropReason::L4Truncated)?;
-    let addr = |b: &[u8]| {
-        let mut o = [0u8; 16];
-        o.copy_from_slice(b);
-        IpAddr::V6(Ipv6Addr::from(o))
-    };
-    let (src, dst, proto) = (addr(&h[8..24]), addr(&h[24..40]), h[6]);
-    let l4 = q.get(ipv6::HEADER_LEN..).unwrap_or(&[]);
-    let ports = l4.get(..4).map(|p| (u16::from_be_bytes([p[0], p[1]]), u16::from_be_bytes([p[2], p[3]])));
-    let (src_port, dst_port) = match proto {
-        ip_proto::TCP | ip_proto::UDP => ports.ok_or(DropReason::L4Truncated)?,
-        ip_proto::ICMPV6 => {
-            let id = l4.get(4..6).map(|b| u16::from_be_bytes([b[0], b[1]])).ok_or(DropReason::L4Truncated)?;
-            match l4.first() {
-                Some(&msg_type::ECHO_REQUEST) => (id, 0),
-                Some(&msg_type::ECHO_REPLY) => (0, id),
-                _ => (0, 0),
-            }
-        }
-        _ => (0, 0),
-    };
-    Ok(FiveTuple { src, dst, proto, src_port, dst_port })
 }
 
 /// Write an IPv6 header for `payload` bytes of ICMPv6.
@@ -741,8 +733,8 @@ impl super::Pipeline {
         }
         let mac = v6.resolve(now, eg, route.egress, route.next_hop)?;
         let l2 = super::egress::retag(buf, tags, l2, eg.vlan)?;
-        if let Some(h) = buf.data_mut().get_mut(l2 + 7) {
-            *h -= 1;
+        if let Some(l3) = buf.data_mut().get_mut(l2..) {
+            Ipv6Packet::new_unchecked(l3).set_hop_limit(hlim - 1);
         }
         ethernet::write_macs(buf.data_mut(), mac.unwrap_or([0; 6]), eg.mac);
         match mac {

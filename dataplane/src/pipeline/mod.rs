@@ -1837,6 +1837,13 @@ impl Pipeline {
             // A malformed one was counted by the worker that received it.
             let _ = ingress::arp_learn(now, &mut self.egress, ifx, ing, frame.get(l2.len..).unwrap_or(&[]));
         }
+        // A neighbour solicitation or advertisement (several workers: each
+        // keeps its own neighbour cache).
+        if l2.ethertype == ethertype::IPV6 {
+            if let Some((ip, mac)) = self.ipv6.as_deref_mut().and_then(|v| v.learn_copy(now, ifx, l2.len, frame)) {
+                self.egress.release_v6(ip, mac);
+            }
+        }
     }
 
     /// Turn the fast path on or off (on by default). Off, every packet

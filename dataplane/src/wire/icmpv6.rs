@@ -240,6 +240,47 @@ pub fn emit_error(
     Some(len)
 }
 
+/// The type of the ICMPv6 message `body` (type on) and bytes 4-5 (an
+/// echo's identifier).
+pub fn type_and_ident(body: &[u8]) -> Option<(u8, u16)> {
+    let h = body.get(..HEADER_LEN)?;
+    Some((h[0], u16::from_be_bytes([h[4], h[5]])))
+}
+
+/// The five-tuple of the packet the ICMPv6 error `body` (type on) quotes,
+/// in the direction it was sent (ports as conntrack keys them: an echo
+/// request `(id, 0)`, a reply `(0, id)`); the quote may be cut after the
+/// ports. `None` when too short for them.
+pub fn quoted_tuple(body: &[u8]) -> Option<crate::types::FiveTuple> {
+    use crate::types::ip_proto;
+    use std::net::IpAddr;
+    let q = body.get(HEADER_LEN..)?;
+    let h = q.get(..super::ipv6::HEADER_LEN)?;
+    let addr = |b: &[u8]| {
+        let mut o = [0u8; 16];
+        o.copy_from_slice(b);
+        IpAddr::V6(Ipv6Addr::from(o))
+    };
+    let (src, dst, proto) = (addr(&h[8..24]), addr(&h[24..40]), h[6]);
+    let l4 = q.get(super::ipv6::HEADER_LEN..).unwrap_or(&[]);
+    let (src_port, dst_port) = match proto {
+        ip_proto::TCP | ip_proto::UDP => {
+            let p = l4.get(..4)?;
+            (u16::from_be_bytes([p[0], p[1]]), u16::from_be_bytes([p[2], p[3]]))
+        }
+        ip_proto::ICMPV6 => {
+            let id = l4.get(4..6).map(|b| u16::from_be_bytes([b[0], b[1]]))?;
+            match l4.first() {
+                Some(&msg_type::ECHO_REQUEST) => (id, 0),
+                Some(&msg_type::ECHO_REPLY) => (0, id),
+                _ => (0, 0),
+            }
+        }
+        _ => (0, 0),
+    };
+    Some(crate::types::FiveTuple { src, dst, proto, src_port, dst_port })
+}
+
 /// Is `msg_type` an error message (RFC 4443 §2.1: types 0-127)?
 pub fn is_error(msg_type: u8) -> bool {
     msg_type < 128
