@@ -884,31 +884,19 @@ impl Control {
             Topic::Arp => {
                 // Each worker keeps its own cache: one row per address, a
                 // resolved one first.
-                let mut rows: Vec<dataplane::arp::ArpInfo> = Vec::new();
+                let mut rows = Vec::new();
                 for r in self.ask_all(|| Query::Arp)? {
                     let Reply::Arp(a) = r else { return Err("unexpected reply".into()) };
-                    for e in a {
-                        match rows.iter_mut().find(|x| x.ip == e.ip && x.interface == e.interface) {
-                            Some(x) if x.mac.is_none() && e.mac.is_some() => *x = e,
-                            Some(_) => {}
-                            None => rows.push(e),
-                        }
-                    }
+                    merge_neighbours(&mut rows, a);
                 }
                 Ok(json!({ "arp": enc(serde_json::to_value(rows))? }))
             }
             Topic::Nd => {
                 // As `arp`: one row per address, a resolved one first.
-                let mut rows: Vec<dataplane::arp::ArpInfo<std::net::Ipv6Addr>> = Vec::new();
+                let mut rows = Vec::new();
                 for r in self.ask_all(|| Query::Nd)? {
                     let Reply::Nd(a) = r else { return Err("unexpected reply".into()) };
-                    for e in a {
-                        match rows.iter_mut().find(|x| x.ip == e.ip && x.interface == e.interface) {
-                            Some(x) if x.mac.is_none() && e.mac.is_some() => *x = e,
-                            Some(_) => {}
-                            None => rows.push(e),
-                        }
-                    }
+                    merge_neighbours(&mut rows, a);
                 }
                 Ok(json!({ "nd": enc(serde_json::to_value(rows))? }))
             }
@@ -1220,6 +1208,19 @@ fn policy_applied(shared: &Shared) -> u64 {
     shared.workers.iter().map(|w| w.policy_applied.load(Ordering::Relaxed)).min().unwrap_or(0)
 }
 
+/// One worker's neighbour-cache rows into the node's: one row per address
+/// and interface, a resolved one over a pending one (`show arp`, `show
+/// nd`).
+fn merge_neighbours<A: PartialEq>(rows: &mut Vec<dataplane::arp::ArpInfo<A>>, worker: Vec<dataplane::arp::ArpInfo<A>>) {
+    for e in worker {
+        match rows.iter_mut().find(|x| x.ip == e.ip && x.interface == e.interface) {
+            Some(x) if x.mac.is_none() && e.mac.is_some() => *x = e,
+            Some(_) => {}
+            None => rows.push(e),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1310,3 +1311,4 @@ mod limit_event_tests {
         );
     }
 }
+

@@ -848,6 +848,17 @@ impl Checker<'_> {
             let rp = p.index(i);
             let dp = rp.key("destination");
             let vp = rp.key("via");
+            // The same destination as route `j`'s.
+            let dup = |j: usize, name: String| {
+                self.err(
+                    &dp,
+                    ErrorKind::Duplicate {
+                        what: "route destination",
+                        name,
+                        first_line: self.line_of(&p.index(j).key("destination")),
+                    },
+                )
+            };
             let mismatch = |via_family, destination_family| {
                 self.err(
                     &vp,
@@ -870,14 +881,7 @@ impl Checker<'_> {
                     )
                 })?;
                 if let Some(&j) = seen6.get(&destination) {
-                    return Err(self.err(
-                        &dp,
-                        ErrorKind::Duplicate {
-                            what: "route destination",
-                            name: destination.to_string(),
-                            first_line: self.line_of(&p.index(j).key("destination")),
-                        },
-                    ));
+                    return Err(dup(j, destination.to_string()));
                 }
                 seen6.insert(destination, i);
                 let via = match Ipv6Addr::from_str(&r.via) {
@@ -923,14 +927,7 @@ impl Checker<'_> {
             }
             let destination = self.prefix(&dp, Some(&r.destination))?;
             if let Some(&j) = seen.get(&destination) {
-                return Err(self.err(
-                    &dp,
-                    ErrorKind::Duplicate {
-                        what: "route destination",
-                        name: destination.to_string(),
-                        first_line: self.line_of(&p.index(j).key("destination")),
-                    },
-                ));
+                return Err(dup(j, destination.to_string()));
             }
             seen.insert(destination, i);
             let via = match Ipv4Addr::from_str(&r.via) {

@@ -290,18 +290,32 @@ impl Egress {
             Some(_) => Ok(Outcome::Forward(eg.port)),
             None => {
                 let wait = self.arp.give_up_after();
-                let c = &mut self.counters.arp_hold;
-                match self.hold.hold(now, r.next_hop, eg.port, wait, buf.data()) {
-                    Hold::Held => c.held += 1,
-                    Hold::Replaced => {
-                        c.held += 1;
-                        c.replaced += 1;
-                    }
-                    Hold::Refused => return Err(DropReason::ArpUnresolved),
-                }
-                Ok(Outcome::Consumed)
+                self.hold_frame(now, r.next_hop.into(), eg.port, wait, buf.data(), DropReason::ArpUnresolved)
             }
         }
+    }
+
+    /// Hold `frame` for `next_hop` (counted); `refused` when there is no
+    /// room.
+    fn hold_frame(
+        &mut self,
+        now: Timestamp,
+        next_hop: std::net::IpAddr,
+        port: PortId,
+        wait: crate::types::Duration,
+        frame: &[u8],
+        refused: DropReason,
+    ) -> Result<Outcome, DropReason> {
+        let c = &mut self.counters.arp_hold;
+        match self.hold.hold(now, next_hop, port, wait, frame) {
+            Hold::Held => c.held += 1,
+            Hold::Replaced => {
+                c.held += 1;
+                c.replaced += 1;
+            }
+            Hold::Refused => return Err(refused),
+        }
+        Ok(Outcome::Consumed)
     }
 
     /// Split the rewritten datagram in `buf` (L2 header of `l2` bytes) for
@@ -341,16 +355,7 @@ impl Egress {
     /// next hop being solicited (the ARP hold, shared); `Consumed`, or
     /// `NdUnresolved` without room.
     pub fn hold_v6(&mut self, now: Timestamp, next_hop: std::net::Ipv6Addr, port: PortId, wait: crate::types::Duration, frame: &[u8]) -> Result<Outcome, DropReason> {
-        let c = &mut self.counters.arp_hold;
-        match self.hold.hold(now, next_hop, port, wait, frame) {
-            Hold::Held => c.held += 1,
-            Hold::Replaced => {
-                c.held += 1;
-                c.replaced += 1;
-            }
-            Hold::Refused => return Err(DropReason::NdUnresolved),
-        }
-        Ok(Outcome::Consumed)
+        self.hold_frame(now, next_hop.into(), port, wait, frame, DropReason::NdUnresolved)
     }
 
     /// An IPv6 neighbour is known now: its held frames leave.

@@ -354,14 +354,7 @@ fn nat_forward<B: PacketBuf>(
     (tuple, l4, total): (&mut FiveTuple, &L4Info, u16),
     buf: &mut B,
 ) -> Option<Outcome> {
-    let inbound = n.fast_in(ifx, tuple)?;
-    if let Some((_, real, port)) = inbound {
-        if !plain_unicast(ifaces, real) {
-            return None;
-        }
-        tuple.dst = IpAddr::V4(real);
-        tuple.dst_port = port.unwrap_or(tuple.dst_port);
-    }
+    let inbound = to_real(n, ifaces, ifx, tuple)?;
     let (_, eg, mac) = resolved(ifaces, routes, egress, now, tuple.dst, (total, in_mtu))?;
     let (len, proto) = (u32::from(total), tuple.proto);
     let (what, tracked) = match inbound {
@@ -415,6 +408,27 @@ fn nat_forward<B: PacketBuf>(
     Some(out(buf, mac, eg.mac, eg.port))
 }
 
+/// `NatPath::fast_in`, and return traffic's tuple turned to its real
+/// destination; `None` (decline) also for a real address that is not
+/// plain unicast.
+#[inline(always)]
+fn to_real(
+    n: &NatPath,
+    ifaces: &Interfaces,
+    ifx: IfIndex,
+    tuple: &mut FiveTuple,
+) -> Option<Option<(crate::nat::XlateId, Ipv4Addr, Option<u16>)>> {
+    let inbound = n.fast_in(ifx, tuple)?;
+    if let Some((_, real, port)) = inbound {
+        if !plain_unicast(ifaces, real) {
+            return None;
+        }
+        tuple.dst = IpAddr::V4(real);
+        tuple.dst_port = port.unwrap_or(tuple.dst_port);
+    }
+    Some(inbound)
+}
+
 /// The stages `nat_member` reads and updates.
 struct Parts2<'a> {
     ifaces: &'a Interfaces,
@@ -459,14 +473,7 @@ fn nat_member<B: PacketBuf>(
     // only on its block's holder: `NatPath::end_lost` removes those of the
     // blocks given up at the member change that gives them up), so N5's
     // hand-off to another member (`holder_elsewhere`) does not apply.
-    let inbound = n.fast_in(ifx, tuple)?;
-    if let Some((_, real, port)) = inbound {
-        if !plain_unicast(ifaces, real) {
-            return None;
-        }
-        tuple.dst = IpAddr::V4(real);
-        tuple.dst_port = port.unwrap_or(tuple.dst_port);
-    }
+    let inbound = to_real(n, ifaces, ifx, tuple)?;
     let tuple = &*tuple;
     let (route, eg, mac) = resolved(ifaces, routes, egress, now, tuple.dst, (total, in_mtu))?;
     let (_, mark) = flows.table.find_existing(tuple, l4)?;
