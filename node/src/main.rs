@@ -320,6 +320,9 @@ fn run(cfg: Config, extra: Vec<String>) -> Result<()> {
     // workers and their steering; built by the first worker.
     let nat = policy::nat_spec(&cfg);
     let mut nat_plan = None;
+    if cfg.cluster.is_some() && cfg.interfaces.iter().any(|i| i.address6.is_some()) {
+        log::warn!("ipv6: a cluster member does not forward IPv6 yet; its IPv6 frames are dropped (ipv6-not-forwarded; docs/ipv6.md)");
+    }
     for w in 0..workers {
         let mut p = Pipeline::new(pcfg.clone()).map_err(|e| anyhow::anyhow!("pipeline: {e}"))?;
         p.set_worker(WorkerId(w), workers).map_err(|e| anyhow::anyhow!("pipeline: {e}"))?;
