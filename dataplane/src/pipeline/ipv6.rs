@@ -119,10 +119,10 @@ pub struct Ipv6PathCounters {
     pub forwarded: u64,
     pub local: u64,
     pub echo_replies: u64,
-    pub ns_received: u64,
-    pub na_received: u64,
-    pub ns_sent: u64,
-    pub na_sent: u64,
+    pub solicitations_received: u64,
+    pub advertisements_received: u64,
+    pub solicitations_sent: u64,
+    pub advertisements_sent: u64,
     /// ND messages refused (hop limit not 255, bad checksum, malformed,
     /// target not ours) or ignored (an advertisement nobody asked for).
     pub nd_invalid: u64,
@@ -141,8 +141,8 @@ pub struct Ipv6PathCounters {
 }
 
 crate::impl_stats!(Ipv6PathCounters {
-    counter forwarded, counter local, counter echo_replies, counter ns_received, counter na_received,
-    counter ns_sent, counter na_sent, counter nd_invalid, counter nd_ignored, counter router_messages_ignored,
+    counter forwarded, counter local, counter echo_replies, counter solicitations_received, counter advertisements_received,
+    counter solicitations_sent, counter advertisements_sent, counter nd_invalid, counter nd_ignored, counter router_messages_ignored,
     counter time_exceeded_sent, counter unreachable_sent, counter too_big_sent, counter errors_not_sent,
     counter errors_forwarded, counter held, counter generated_dropped
 });
@@ -356,7 +356,7 @@ impl Ipv6Path {
                 Ok(Answer { from: dst, to: src, to_mac: eth_src, na: false })
             }
             Some(msg_type::NEIGHBOR_SOLICIT) => {
-                self.counters.ns_received += 1;
+                self.counters.solicitations_received += 1;
                 let nd = match icmpv6::parse_nd(body) {
                     Ok(nd) if hlim == ND_HOP_LIMIT && f.owns(nd.target) => nd,
                     _ => {
@@ -376,11 +376,11 @@ impl Ipv6Path {
                 // DAD's goes to all nodes (RFC 4861 §7.2.4).
                 let to = if src.is_unspecified() { icmpv6::ALL_NODES } else { src };
                 let to_mac = if src.is_unspecified() { icmpv6::multicast_mac(to) } else { nd.lladdr.unwrap_or(eth_src) };
-                self.counters.na_sent += 1;
+                self.counters.advertisements_sent += 1;
                 Ok(Answer { from: nd.target, to, to_mac, na: true })
             }
             Some(msg_type::NEIGHBOR_ADVERT) => {
-                self.counters.na_received += 1;
+                self.counters.advertisements_received += 1;
                 let nd: Nd = match icmpv6::parse_nd(body) {
                     Ok(nd) if hlim == ND_HOP_LIMIT => nd,
                     _ => {
@@ -445,7 +445,7 @@ impl Ipv6Path {
         g.port = eg.port;
         g.len = (l2 + ipv6::HEADER_LEN + n).max(ethernet::MIN_FRAME_LEN);
         self.gen_len += 1;
-        self.counters.ns_sent += 1;
+        self.counters.solicitations_sent += 1;
     }
 
     /// Queue an ICMPv6 error (`kind`: type, code, parameter) about the
