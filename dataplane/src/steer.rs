@@ -10,7 +10,7 @@
 //!   (`WORKER_HASH_SEED`, so the worker choice is independent of the
 //!   director ranking), mapped onto `workers` by multiply-shift;
 //! - an ICMP error: the tuple it quotes, so it meets its connection;
-//! - an IPv4 fragment: the *fragment worker*, a hash of (source,
+//! - an IPv4 or IPv6 fragment: the *fragment worker*, a hash of (source,
 //!   destination, identification) — every fragment carries those, only the
 //!   first carries the ports. The fragment worker's reassembler learns the
 //!   datagram's five-tuple from the first fragment and hands each fragment
@@ -20,8 +20,8 @@
 //!   that received the frame answers, the others learn from a copy);
 //! - IPv6 (docs/ipv6.md): a connection's datagrams by the same tuple hash
 //!   (an ICMPv6 error by the tuple it quotes); neighbour solicitations and
-//!   advertisements to every worker, as ARP; fragments where they arrive
-//!   (dropped there: not reassembled yet);
+//!   advertisements to every worker, as ARP; fragments to their fragment
+//!   worker, as IPv4's (an atomic fragment is a whole packet);
 //! - anything else (frames too short to tell): any worker — it is dropped
 //!   or answered where it arrived.
 //!
@@ -161,8 +161,10 @@ fn ipv6(l3: &[u8], workers: u16) -> Steer {
     use crate::wire::icmpv6::{self, msg_type as t6};
     let Ok(p) = crate::wire::ipv6::Ipv6Packet::new_checked(l3) else { return Steer::Any };
     let Ok(u) = p.upper_layer() else { return Steer::Any };
-    if u.fragment.is_some() {
-        return Steer::Any;
+    // A fragment (not an atomic one, RFC 6946): its fragment worker, as
+    // IPv4's (only the first fragment carries the ports).
+    if let Some((_, _, ident)) = u.fragment.filter(|&(o, m, _)| o != 0 || m) {
+        return Steer::Worker(fragment_worker(IpAddr::V6(p.src()), IpAddr::V6(p.dst()), ident, workers));
     }
     let (src, dst, proto) = (IpAddr::V6(p.src()), IpAddr::V6(p.dst()), u.protocol);
     let l4 = p.payload().get(u.offset..).unwrap_or(&[]);
@@ -372,8 +374,18 @@ mod tests {
             assert_eq!(steer(&v6(a, "ff02::1:ff00:1", 58, &ns), n), Steer::All);
             ns[0] = 136;
             assert_eq!(steer(&v6(a, "2001:db8:1::1", 58, &ns), n), Steer::All);
-            // A fragment, a cut header: where they arrived.
-            assert_eq!(steer(&v6(a, b, 44, &[6, 0, 0, 1, 0, 0, 0, 9]), n), Steer::Any);
+            // Every fragment of a datagram to its fragment worker (only
+            // the first carries the ports); an atomic fragment as a whole
+            // packet; a cut header where it arrived.
+            let (ia, ib) = (IpAddr::V6(a.parse().unwrap()), IpAddr::V6(b.parse().unwrap()));
+            let fw = Steer::Worker(fragment_worker(ia, ib, 9, n));
+            let mut first = vec![6, 0, 0, 1, 0, 0, 0, 9];
+            first.extend_from_slice(&tcp(40000, 80));
+            assert_eq!(steer(&v6(a, b, 44, &first), n), fw);
+            assert_eq!(steer(&v6(a, b, 44, &[6, 0, 0, 0x19, 0, 0, 0, 9, 0xee, 0xee]), n), fw);
+            let mut atomic = vec![6, 0, 0, 0, 0, 0, 0, 9];
+            atomic.extend_from_slice(&tcp(40000, 80));
+            assert_eq!(steer(&v6(a, b, 44, &atomic), n), fwd);
             assert_eq!(steer(&v6(a, b, 6, &[0, 1]), n), Steer::Any);
         }
     }

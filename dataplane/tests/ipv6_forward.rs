@@ -5,8 +5,10 @@
 //! Frames are built byte by byte here and checked byte by byte.
 
 mod common;
+mod v6util;
 
 use common::*;
+use v6util::*;
 use dataplane::buf::VecBuf;
 use dataplane::conntrack::tcp_flags::{ACK, SYN};
 use dataplane::pipeline::{Ipv6Spec, Pipeline, PipelineConfig, Route6Spec, Verdict};
@@ -15,9 +17,6 @@ use dataplane::{DropReason, PortId, Timestamp};
 use proptest::prelude::*;
 use std::net::Ipv6Addr;
 
-fn a(s: &str) -> Ipv6Addr {
-    s.parse().unwrap()
-}
 
 fn in6() -> Ipv6Addr {
     a("2001:db8:1::1")
@@ -48,64 +47,6 @@ fn v6_pipeline(cfg: PipelineConfig, spec: &Ipv6Spec) -> Pipeline {
     p
 }
 
-/// An Ethernet + IPv6 frame around `payload` (next header `nh`).
-fn frame(src_mac: [u8; 6], dst_mac: [u8; 6], src: Ipv6Addr, dst: Ipv6Addr, hlim: u8, nh: u8, payload: &[u8]) -> Vec<u8> {
-    let mut f = Vec::with_capacity(54 + payload.len());
-    f.extend_from_slice(&dst_mac);
-    f.extend_from_slice(&src_mac);
-    f.extend_from_slice(&[0x86, 0xdd]);
-    f.extend_from_slice(&[0x60, 0, 0, 0]);
-    f.extend_from_slice(&(payload.len() as u16).to_be_bytes());
-    f.extend_from_slice(&[nh, hlim]);
-    f.extend_from_slice(&src.octets());
-    f.extend_from_slice(&dst.octets());
-    f.extend_from_slice(payload);
-    f
-}
-
-/// ICMPv6 `body` (type on) with its checksum for `src` → `dst`.
-fn icmp(src: Ipv6Addr, dst: Ipv6Addr, mut body: Vec<u8>) -> Vec<u8> {
-    icmpv6::fill_checksum(src, dst, &mut body);
-    body
-}
-
-fn echo(id: u16, seq: u16, data: &[u8]) -> Vec<u8> {
-    let mut b = vec![msg_type::ECHO_REQUEST, 0, 0, 0];
-    b.extend_from_slice(&id.to_be_bytes());
-    b.extend_from_slice(&seq.to_be_bytes());
-    b.extend_from_slice(data);
-    b
-}
-
-/// A TCP segment (20-byte header) with its checksum.
-fn tcp(src: Ipv6Addr, dst: Ipv6Addr, sport: u16, dport: u16, seq: u32, ack: u32, flags: u8) -> Vec<u8> {
-    let mut t = vec![0u8; 20];
-    t[0..2].copy_from_slice(&sport.to_be_bytes());
-    t[2..4].copy_from_slice(&dport.to_be_bytes());
-    t[4..8].copy_from_slice(&seq.to_be_bytes());
-    t[8..12].copy_from_slice(&ack.to_be_bytes());
-    t[12] = 5 << 4;
-    t[13] = flags;
-    t[14..16].copy_from_slice(&64240u16.to_be_bytes());
-    let acc = icmpv6::pseudo_header(src, dst, t.len(), 6);
-    let c = !dataplane::wire::checksum::fold(dataplane::wire::checksum::sum(acc, &t));
-    t[16..18].copy_from_slice(&c.to_be_bytes());
-    t
-}
-
-fn ns(from: Ipv6Addr, from_mac: [u8; 6], target: Ipv6Addr) -> Vec<u8> {
-    let dst = icmpv6::solicited_node(target);
-    let mut b = vec![0u8; 32];
-    icmpv6::emit_ns(&mut b, from, dst, target, from_mac).unwrap();
-    frame(from_mac, icmpv6::multicast_mac(dst), from, dst, 255, 58, &b)
-}
-
-fn na(from: Ipv6Addr, from_mac: [u8; 6], to: Ipv6Addr, to_mac: [u8; 6]) -> Vec<u8> {
-    let mut b = vec![0u8; 32];
-    icmpv6::emit_na(&mut b, from, to, from, from_mac, icmpv6::NA_SOLICITED | icmpv6::NA_OVERRIDE).unwrap();
-    frame(from_mac, to_mac, from, to, 255, 58, &b)
-}
-
 fn run(p: &mut Pipeline, port: PortId, f: &[u8]) -> (Verdict, Vec<u8>) {
     let mut b = VecBuf::with_room(f, 64, 64);
     let v = p.process(Timestamp::from_secs(10), port, &mut b);
@@ -116,15 +57,6 @@ fn generated(p: &mut Pipeline) -> Vec<(PortId, Vec<u8>)> {
     let mut g = vec![];
     p.drain_generated(|port, f| g.push((port, f.to_vec())));
     g
-}
-
-/// (src, dst, hop limit, next header) of an Ethernet + IPv6 frame, and its
-/// payload.
-fn ip6(f: &[u8]) -> (Ipv6Addr, Ipv6Addr, u8, u8, &[u8]) {
-    let addr = |b: &[u8]| Ipv6Addr::from(<[u8; 16]>::try_from(b).unwrap());
-    assert_eq!(f[12..14], [0x86, 0xdd]);
-    let plen = usize::from(u16::from_be_bytes([f[18], f[19]]));
-    (addr(&f[22..38]), addr(&f[38..54]), f[21], f[20], &f[54..54 + plen])
 }
 
 #[test]
@@ -293,6 +225,145 @@ fn errors_go_back_for_hop_limit_no_route_and_packet_too_big() {
     assert_eq!((c.time_exceeded_sent, c.unreachable_sent, c.too_big_sent), (1, 1, 1));
 }
 
+/// An error the node does not send (its neighbour unknown) spends no
+/// token of the shared rate limit: the never-send rules come first, as
+/// for IPv4.
+#[test]
+fn an_error_not_sent_spends_no_token() {
+    let mut cfg = config();
+    cfg.icmp_errors = dataplane::pipeline::IcmpErrorConfig { rate: 1, burst: 1, admin_prohibited: false };
+    let mut p = v6_pipeline(cfg, &spec());
+    let expiring = frame(HOST_MAC, IN_MAC, host6(), server6(), 1, 17, &[0x9c, 0x40, 0, 53, 0, 8, 0, 0]);
+    assert_eq!(run(&mut p, IN_PORT, &expiring).0, Verdict::Drop(DropReason::TtlExceeded));
+    assert!(generated(&mut p).is_empty(), "the host is not a known neighbour yet");
+    assert_eq!(p.counters().ipv6.path.errors_not_sent, 1);
+    run(&mut p, IN_PORT, &ns(host6(), HOST_MAC, in6()));
+    generated(&mut p);
+    // The one token of the bucket is still there.
+    assert_eq!(run(&mut p, IN_PORT, &expiring).0, Verdict::Drop(DropReason::TtlExceeded));
+    let g = generated(&mut p);
+    assert_eq!(g.len(), 1);
+    assert_eq!(ip6(&g[0].1).4[0], msg_type::TIME_EXCEEDED);
+    // And now it is spent.
+    run(&mut p, IN_PORT, &expiring);
+    assert!(generated(&mut p).is_empty());
+    assert_eq!(p.counters().ipv6.path.errors_not_sent, 2);
+}
+
+/// Strict anti-spoofing (RFC 3704) for IPv6 as for IPv4: a new
+/// connection whose source's route back leaves by another interface is
+/// dropped; an established one is not asked again.
+#[test]
+fn a_source_whose_route_back_is_elsewhere_is_dropped() {
+    let mut p = v6_pipeline(config(), &spec());
+    run(&mut p, IN_PORT, &ns(host6(), HOST_MAC, in6()));
+    generated(&mut p);
+    let spoofed = frame(HOST_MAC, IN_MAC, server6(), a("2001:db8:98::1"), 64, 6, &tcp(server6(), a("2001:db8:98::1"), 80, 40000, 1, 0, SYN));
+    assert_eq!(run(&mut p, IN_PORT, &spoofed).0, Verdict::Drop(DropReason::ReversePath));
+    assert_eq!(p.flow_count(), 0);
+    let fine = frame(HOST_MAC, IN_MAC, host6(), server6(), 64, 6, &tcp(host6(), server6(), 40000, 80, 1, 0, SYN));
+    assert!(matches!(run(&mut p, IN_PORT, &fine).0, Verdict::Forward(_) | Verdict::Consumed));
+}
+
+/// Fragments (RFC 8200 §4.5): a datagram whose first fragment comes
+/// last is held, then forwarded whole — every fragment as it came (hop
+/// limit one less, a Fragment header naming the datagram); overlapping
+/// fragments (RFC 5722) drop the datagram; a first fragment without the
+/// whole upper-layer header (RFC 7112) is dropped; an atomic fragment
+/// (RFC 6946) passes as a packet.
+#[test]
+fn fragments_are_forwarded_after_their_first_and_hostile_ones_dropped() {
+    let mut p = v6_pipeline(config(), &spec());
+    run(&mut p, IN_PORT, &ns(host6(), HOST_MAC, in6()));
+    run(&mut p, OUT_PORT, &ns(gw6(), GW_MAC, out6()));
+    generated(&mut p);
+    let data: Vec<u8> = (0..1200u32).map(|i| i as u8).collect();
+    let dgram = udp(host6(), server6(), 40000, 53, &data);
+    let pieces = fragments(17, 0xabcd, &dgram, &[0, 512, 1024]);
+    let frames: Vec<Vec<u8>> = pieces.iter().map(|f| frame(HOST_MAC, IN_MAC, host6(), server6(), 64, 44, f)).collect();
+    // The later two first: held.
+    assert_eq!(run(&mut p, IN_PORT, &frames[1]).0, Verdict::Consumed);
+    assert_eq!(run(&mut p, IN_PORT, &frames[2]).0, Verdict::Consumed);
+    let (v, first) = run(&mut p, IN_PORT, &frames[0]);
+    assert_eq!(v, Verdict::Forward(OUT_PORT));
+    let released = generated(&mut p);
+    assert_eq!(released.len(), 2, "the held fragments follow their first");
+    let mut got = vec![first];
+    got.extend(released.into_iter().map(|(port, f)| {
+        assert_eq!(port, OUT_PORT);
+        f
+    }));
+    let mut whole = vec![0u8; dgram.len()];
+    for f in &got {
+        assert_eq!(&f[0..12], &[GW_MAC, OUT_MAC].concat()[..]);
+        let (src, dst, hlim, nh, pl) = ip6(f);
+        assert_eq!((src, dst, hlim, nh), (host6(), server6(), 63, 44));
+        assert_eq!((pl[0], u32::from_be_bytes(pl[4..8].try_into().unwrap())), (17, 0xabcd));
+        let off = usize::from(u16::from_be_bytes([pl[2], pl[3]]) & 0xfff8);
+        whole[off..off + pl.len() - 8].copy_from_slice(&pl[8..]);
+    }
+    assert_eq!(whole, dgram, "the datagram's bytes all went through, each at its offset");
+    assert_eq!(p.flow_count(), 1);
+
+    // Overlapping fragments: the datagram is dropped (its last fragment
+    // is held, the overlapping one drops both).
+    let pieces = fragments(17, 7, &dgram, &[0, 512, 1024]);
+    let mut lap = pieces[1].clone();
+    lap[2..4].copy_from_slice(&((520u16) | 1).to_be_bytes());
+    assert_eq!(run(&mut p, IN_PORT, &frame(HOST_MAC, IN_MAC, host6(), server6(), 64, 44, &pieces[2])).0, Verdict::Consumed);
+    let v = run(&mut p, IN_PORT, &frame(HOST_MAC, IN_MAC, host6(), server6(), 64, 44, &lap)).0;
+    assert_eq!(v, Verdict::Drop(DropReason::FragOverlap));
+    // The held last fragment went with it: a first fragment now starts
+    // afresh and releases nothing.
+    assert_eq!(run(&mut p, IN_PORT, &frame(HOST_MAC, IN_MAC, host6(), server6(), 64, 44, &pieces[0])).0, Verdict::Forward(OUT_PORT));
+    assert!(generated(&mut p).is_empty(), "nothing was left to release");
+
+    // A tiny first fragment: 8 bytes of a TCP header.
+    let seg = tcp(host6(), server6(), 40001, 80, 1, 0, SYN);
+    let tiny = fragments(6, 8, &seg, &[0, 8]);
+    let v = run(&mut p, IN_PORT, &frame(HOST_MAC, IN_MAC, host6(), server6(), 64, 44, &tiny[0])).0;
+    assert_eq!(v, Verdict::Drop(DropReason::FragTinyFirst));
+    // Destination options between the Fragment header and the upper layer.
+    let mut opts = vec![60, 0, 0, 1, 0, 0, 0, 9, 17, 0, 1, 4, 0, 0, 0, 0];
+    opts.extend_from_slice(&dgram[..504]);
+    let v = run(&mut p, IN_PORT, &frame(HOST_MAC, IN_MAC, host6(), server6(), 64, 44, &opts)).0;
+    assert_eq!(v, Verdict::Drop(DropReason::Ipv6Fragment));
+    // An atomic fragment: a whole packet.
+    let mut atomic = vec![6, 0, 0, 0, 0, 0, 0, 10];
+    atomic.extend_from_slice(&seg);
+    let v = run(&mut p, IN_PORT, &frame(HOST_MAC, IN_MAC, host6(), server6(), 64, 44, &atomic)).0;
+    assert_eq!(v, Verdict::Forward(OUT_PORT));
+    let c = p.counters();
+    assert_eq!(c.packets, c.emitted() + c.consumed + c.dropped());
+}
+
+/// A fragmented echo (`ping -6 -s 8000`): the request's fragments go out,
+/// the reply's come back in, on the echo's connection.
+#[test]
+fn a_fragmented_echo_goes_out_and_its_reply_comes_back() {
+    let mut p = v6_pipeline(config(), &spec());
+    run(&mut p, IN_PORT, &ns(host6(), HOST_MAC, in6()));
+    run(&mut p, OUT_PORT, &ns(gw6(), GW_MAC, out6()));
+    generated(&mut p);
+    let payload = vec![0x5a; 3000];
+    let req = icmp(host6(), server6(), echo(77, 1, &payload));
+    for f in fragments(58, 1, &req, &[0, 1232, 2464]) {
+        assert_eq!(run(&mut p, IN_PORT, &frame(HOST_MAC, IN_MAC, host6(), server6(), 64, 44, &f)).0, Verdict::Forward(OUT_PORT));
+    }
+    let mut rep = echo(77, 1, &payload);
+    rep[0] = msg_type::ECHO_REPLY;
+    let rep = icmp(server6(), host6(), rep);
+    for f in fragments(58, 2, &rep, &[0, 1232, 2464]) {
+        assert_eq!(run(&mut p, OUT_PORT, &frame(GW_MAC, OUT_MAC, server6(), host6(), 64, 44, &f)).0, Verdict::Forward(IN_PORT));
+    }
+    // An unsolicited fragmented echo reply from outside: denied.
+    let mut stray = echo(78, 1, &payload);
+    stray[0] = msg_type::ECHO_REPLY;
+    let stray = icmp(server6(), host6(), stray);
+    let first = fragments(58, 3, &stray, &[0, 1232])[0].clone();
+    assert!(matches!(run(&mut p, OUT_PORT, &frame(GW_MAC, OUT_MAC, server6(), host6(), 64, 44, &first)).0, Verdict::Drop(_)));
+}
+
 #[test]
 fn hostile_headers_sources_and_destinations_are_dropped() {
     let mut p = v6_pipeline(config(), &spec());
@@ -305,10 +376,6 @@ fn hostile_headers_sources_and_destinations_are_dropped() {
     rh0.extend_from_slice(&server6().octets());
     rh0.extend_from_slice(&udp);
     assert_eq!(send(&mut p, host6(), server6(), 43, &rh0), Verdict::Drop(DropReason::Ipv6RoutingType0));
-    // A fragment (not reassembled here yet), a first one too.
-    let mut frag = vec![17, 0, 0, 1, 0, 0, 0, 9];
-    frag.extend_from_slice(&udp);
-    assert_eq!(send(&mut p, host6(), server6(), 44, &frag), Verdict::Drop(DropReason::Ipv6Fragment));
     // 100 chained destination options headers.
     let mut chain = vec![];
     for _ in 0..99 {
@@ -333,7 +400,7 @@ fn hostile_headers_sources_and_destinations_are_dropped() {
 }
 
 #[test]
-fn without_addresses_or_in_a_cluster_ipv6_stays_dropped() {
+fn without_addresses_ipv6_stays_dropped() {
     let mut p = pipeline();
     p.set_ipv6(&Ipv6Spec::default()).unwrap();
     let f = frame(HOST_MAC, IN_MAC, host6(), server6(), 64, 17, &[0x9c, 0x40, 0, 53, 0, 8, 0, 0]);

@@ -320,9 +320,6 @@ fn run(cfg: Config, extra: Vec<String>) -> Result<()> {
     // workers and their steering; built by the first worker.
     let nat = policy::nat_spec(&cfg);
     let mut nat_plan = None;
-    if cfg.cluster.is_some() && cfg.interfaces.iter().any(|i| i.address6.is_some()) {
-        log::warn!("ipv6: a cluster member does not forward IPv6 yet; its IPv6 frames are dropped (ipv6-not-forwarded; docs/ipv6.md)");
-    }
     for w in 0..workers {
         let mut p = Pipeline::new(pcfg.clone()).map_err(|e| anyhow::anyhow!("pipeline: {e}"))?;
         p.set_worker(WorkerId(w), workers).map_err(|e| anyhow::anyhow!("pipeline: {e}"))?;
@@ -656,8 +653,7 @@ fn cluster_spec(cl: &config::ClusterConfig, incarnation: u32) -> Result<ClusterS
     })
 }
 
-/// The interfaces' IPv6 addresses and the IPv6 routes (docs/ipv6.md): a
-/// single node forwards IPv6; a cluster member drops it, counted.
+/// The interfaces' IPv6 addresses and the IPv6 routes (docs/ipv6.md).
 fn ipv6_spec(cfg: &Config) -> dataplane::pipeline::Ipv6Spec {
     dataplane::pipeline::Ipv6Spec {
         addresses: cfg.interfaces.iter().filter_map(|i| i.address6.map(|h| (i.name.clone(), h.addr, h.len))).collect(),

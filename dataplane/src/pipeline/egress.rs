@@ -481,6 +481,36 @@ pub(crate) fn apply_xlate<B: PacketBuf>(l2: usize, x: Xlate, buf: &mut B) -> Res
     Ok(())
 }
 
+/// The owner's sequence translation of an IPv6 packet at `l2` whose
+/// upper-layer header is at `off` in its payload (the extension chain was
+/// walked on arrival): the TCP segment carried, or (`Xlate::quoted`) the
+/// TCP header an ICMPv6 error quotes, whose checksum is then computed anew
+/// (RFC 4443 §2.3: it covers the pseudo header).
+pub(crate) fn apply_xlate6<B: PacketBuf>(l2: usize, off: usize, x: Xlate, buf: &mut B) -> Result<(), DropReason> {
+    use crate::wire::{icmpv6, ipv6::Ipv6Packet};
+    let l3 = buf.data_mut().get_mut(l2..).ok_or(DropReason::EthTruncated)?;
+    let mut ip = Ipv6Packet::new_checked(l3).map_err(|_| DropReason::Ipv6Truncated)?;
+    let (src, dst) = (ip.src(), ip.dst());
+    let l4 = ip.payload_mut().get_mut(off..).ok_or(DropReason::L4Truncated)?;
+    let steps = [(x.dir, x.delta), (x.dir.opposite(), x.server)];
+    if !x.quoted {
+        for (dir, delta) in steps.into_iter().filter(|s| s.1 != SeqDelta::ZERO) {
+            crate::cluster::translate(l4, dir, delta).map_err(|_| DropReason::L4Truncated)?;
+        }
+        return Ok(());
+    }
+    let mut changed = false;
+    if let Some(q) = icmpv6::quoted_tcp_mut(l4) {
+        for (dir, delta) in steps.into_iter().filter(|s| s.1 != SeqDelta::ZERO) {
+            changed |= crate::cluster::translate_quoted(q, dir, delta);
+        }
+    }
+    if changed {
+        icmpv6::fill_checksum(src, dst, l4);
+    }
+    Ok(())
+}
+
 /// An ICMP error quoting a translated segment (`Xlate::quoted`): the
 /// quoted header goes back to its sender's sequence space (RFC 5927 §4.1),
 /// the ICMP checksum is computed anew.

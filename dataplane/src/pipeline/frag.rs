@@ -62,6 +62,7 @@ use crate::slots::{FramePool, SlotMem, SLOT_HEADROOM};
 use crate::stats::{Stats, Visitor};
 use crate::types::{ip_proto, DropReason, PortId, Timestamp, WorkerId};
 use crate::wire::icmp::msg_type;
+use crate::wire::icmpv6;
 use crate::wire::ipv4::{Ipv4Packet, FLAG_MF, MIN_HEADER_LEN};
 use crate::wire::tcp::{TcpOptions, TcpPacket};
 
@@ -288,6 +289,10 @@ impl FragPath {
     }
 }
 
+/// Longest L3 header of a template: IPv6's and a Fragment header (an
+/// IPv4 template uses the first 20 bytes).
+const MAX_L3_TMPL: usize = crate::wire::ipv6::HEADER_LEN + crate::wire::ipv6::FRAGMENT_HEADER_LEN;
+
 /// The first fragment of a datagram, whose held fragments are released
 /// once it has been decided (`FragPath::next_released`).
 #[derive(Copy, Clone, Debug)]
@@ -296,19 +301,40 @@ pub(crate) struct Release {
     pub note: FragNote,
     pub in_port: PortId,
     pub rx: Rx,
-    /// The first fragment's L2 header and 20-byte IPv4 header, as received.
-    pub tmpl: [u8; MAX_L2 + MIN_HEADER_LEN],
+    /// The first fragment's L2 header and its 20-byte IPv4 header as
+    /// received; or (`v6`) its IPv6 header, then a Fragment header of the
+    /// datagram (the unfragmentable extension headers are not repeated).
+    pub tmpl: [u8; MAX_L2 + MAX_L3_TMPL],
     pub l2: usize,
+    pub v6: bool,
 }
 
 impl Release {
     /// `None` when the L2 header is longer than one VLAN tag (never
     /// reached: QinQ frames are dropped earlier).
     pub fn new(key: FragKey, note: FragNote, in_port: PortId, rx: Rx, frame: &[u8], l2: usize) -> Option<Self> {
-        let mut tmpl = [0u8; MAX_L2 + MIN_HEADER_LEN];
+        let mut tmpl = [0u8; MAX_L2 + MAX_L3_TMPL];
         let src = frame.get(..l2 + MIN_HEADER_LEN).filter(|_| l2 <= MAX_L2)?;
         tmpl.get_mut(..src.len())?.copy_from_slice(src);
-        Some(Release { key, note, in_port, rx, tmpl, l2 })
+        Some(Release { key, note, in_port, rx, tmpl, l2, v6: false })
+    }
+
+    /// The same for an IPv6 datagram: its first fragment's L2 and IPv6
+    /// headers, and a Fragment header naming the datagram (`key`).
+    pub fn new_v6(key: FragKey, note: FragNote, in_port: PortId, rx: Rx, frame: &[u8], l2: usize) -> Option<Self> {
+        use crate::wire::ipv6::{self, Ipv6Packet};
+        let mut tmpl = [0u8; MAX_L2 + MAX_L3_TMPL];
+        let src = frame.get(..l2 + ipv6::HEADER_LEN).filter(|_| l2 <= MAX_L2)?;
+        tmpl.get_mut(..src.len())?.copy_from_slice(src);
+        Ipv6Packet::new_unchecked(tmpl.get_mut(l2..l2 + ipv6::HEADER_LEN)?).set_next_header(ipv6::next_header::FRAGMENT);
+        let fh = tmpl.get_mut(l2 + ipv6::HEADER_LEN..l2 + MAX_L3_TMPL)?;
+        ipv6::emit_fragment_header(fh, key.proto, 0, false, key.ident);
+        Some(Release { key, note, in_port, rx, tmpl, l2, v6: true })
+    }
+
+    /// The template's length: L2 and L3 headers.
+    fn header_len(&self) -> usize {
+        self.l2 + if self.v6 { MAX_L3_TMPL } else { MIN_HEADER_LEN }
     }
 }
 
@@ -356,6 +382,12 @@ pub(crate) fn frag_track(l4: &L4Head, offset: u16, len: usize, more: bool) -> Re
             }
             _ => FragTrack::Track(L4Info::Other),
         },
+        ip_proto::ICMPV6 => match l4.bytes().first().copied() {
+            Some(icmpv6::msg_type::ECHO_REQUEST) => FragTrack::Track(L4Info::IcmpEchoRequest),
+            Some(icmpv6::msg_type::ECHO_REPLY) => FragTrack::Track(L4Info::IcmpEchoReply),
+            Some(t) if icmpv6::is_error(t) => return Err(DropReason::NoFlow),
+            _ => FragTrack::Track(L4Info::Other),
+        },
         _ => FragTrack::Track(L4Info::Other),
     })
 }
@@ -367,7 +399,7 @@ impl FragPath {
     /// back. Fragments that cannot be rebuilt are counted and skipped;
     /// `None` when none is left.
     pub fn next_released(&mut self, r: &Release) -> Option<(u16, SlotMem, usize, usize)> {
-        let hl = r.l2 + MIN_HEADER_LEN;
+        let hl = r.header_len();
         loop {
             let FragPath { reasm, pool, .. } = self;
             let h = reasm.take_held(&r.key)?;
@@ -387,11 +419,18 @@ impl FragPath {
                 .map(|f| {
                     f[..hl].copy_from_slice(&r.tmpl[..hl]);
                     f[hl..].copy_from_slice(h.data);
-                    let mut ip = Ipv4Packet::new_unchecked(&mut f[r.l2..hl]);
-                    ip.set_version_ihl(MIN_HEADER_LEN);
-                    ip.set_total_len((MIN_HEADER_LEN + h.data.len()) as u16);
-                    ip.set_flags_frag(if h.more { FLAG_MF } else { 0 }, h.offset);
-                    ip.fill_checksum();
+                    if r.v6 {
+                        use crate::wire::ipv6::{self, Ipv6Packet};
+                        let (ip, fh) = f[r.l2..hl].split_at_mut(ipv6::HEADER_LEN);
+                        Ipv6Packet::new_unchecked(ip).set_payload_len((MAX_L3_TMPL - ipv6::HEADER_LEN + h.data.len()) as u16);
+                        ipv6::emit_fragment_header(fh, r.key.proto, h.offset, h.more, r.key.ident);
+                    } else {
+                        let mut ip = Ipv4Packet::new_unchecked(&mut f[r.l2..hl]);
+                        ip.set_version_ihl(MIN_HEADER_LEN);
+                        ip.set_total_len((MIN_HEADER_LEN + h.data.len()) as u16);
+                        ip.set_flags_frag(if h.more { FLAG_MF } else { 0 }, h.offset);
+                        ip.fill_checksum();
+                    }
                 })
                 .is_some();
             if !built {

@@ -11,8 +11,9 @@
 //!   stage, which owns the ARP cache) when the packet is addressed to us
 //!   and the sender is inside the interface subnet; others only refresh
 //!   existing entries (`ArpMalformed`, `ArpConsumed`, `ArpNotForUs`).
-//! - **IPv6** is classified and counted, not forwarded
-//!   (`Ipv6NotForwarded`).
+//! - **IPv6** is classified and counted, its header checked and its
+//!   extension chain walked once (`Ipv6Truncated`, `Ipv6Malformed`); the
+//!   IPv6 stage (`ipv6.rs`) takes it from there.
 //! - **Local delivery**: ICMP echo requests to the ingress interface's
 //!   address are answered in place (addresses and MACs swapped, TTL 64,
 //!   type 0); everything else for us is `LocalUnhandled`.
@@ -33,7 +34,7 @@ use crate::wire::checksum;
 use crate::wire::ethernet::{self, EthernetFrame, BROADCAST};
 use crate::wire::icmp::{msg_type, Icmpv4Packet};
 use crate::wire::ipv4::{self, Ipv4Packet};
-use crate::wire::ipv6::{self, Ipv6Packet};
+use crate::wire::ipv6::{self, Ipv6Packet, UpperLayer};
 
 /// Ingress counters (`Counters`).
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
@@ -158,31 +159,35 @@ pub(crate) fn arp_learn(now: Timestamp, egress: &mut Egress, ifx: IfIndex, ing: 
 }
 
 impl Ingress {
-    /// IPv6: classified and counted (not forwarded yet).
-    pub fn ipv6_in(&mut self, l3: &[u8]) -> DropReason {
+    /// IPv6: classified and counted; the header and its extension chain
+    /// checked far enough for the IPv6 stage (`ipv6.rs`), which takes the
+    /// walk's result from here (the chain is walked once per packet).
+    pub fn ipv6_in(&mut self, l3: &[u8]) -> Result<UpperLayer, DropReason> {
         let c = &mut self.counters.ipv6;
         c.packets += 1;
-        let p = match Ipv6Packet::new_checked(l3) {
-            Ok(p) => p,
-            Err(ipv6::Error::Truncated) | Err(ipv6::Error::BadPayloadLen) => return DropReason::Ipv6Truncated,
-            Err(_) => return DropReason::Ipv6Malformed,
-        };
-        match p.upper_layer() {
-            Ok(u) => {
-                if u.fragment.is_some() {
-                    c.fragments += 1;
-                }
-                match u.protocol {
-                    ip_proto::TCP => c.tcp += 1,
-                    ip_proto::UDP => c.udp += 1,
-                    ip_proto::ICMPV6 => c.icmpv6 += 1,
-                    _ => c.other += 1,
-                }
-                DropReason::Ipv6NotForwarded
-            }
-            Err(_) => DropReason::Ipv6Malformed,
+        let u = upper_layer(l3)?;
+        if u.fragment.is_some() {
+            c.fragments += 1;
         }
+        match u.protocol {
+            ip_proto::TCP => c.tcp += 1,
+            ip_proto::UDP => c.udp += 1,
+            ip_proto::ICMPV6 => c.icmpv6 += 1,
+            _ => c.other += 1,
+        }
+        Ok(u)
     }
+}
+
+/// The IPv6 header of `l3` checked (version, payload length within the
+/// frame) and its extension chain walked (`Ipv6Packet::upper_layer`).
+pub(crate) fn upper_layer(l3: &[u8]) -> Result<UpperLayer, DropReason> {
+    let p = match Ipv6Packet::new_checked(l3) {
+        Ok(p) => p,
+        Err(ipv6::Error::Truncated) | Err(ipv6::Error::BadPayloadLen) => return Err(DropReason::Ipv6Truncated),
+        Err(_) => return Err(DropReason::Ipv6Malformed),
+    };
+    p.upper_layer().map_err(|_| DropReason::Ipv6Malformed)
 }
 
 /// Answer an ICMP echo request to the ingress interface's address, in

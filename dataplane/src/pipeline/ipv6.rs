@@ -1,21 +1,35 @@
-//! IPv6 on a single node (issue 16, first part; docs/ipv6.md): the
-//! interfaces' IPv6 addresses, static routes with longest-prefix match,
-//! Neighbor Discovery (RFC 4861) for our addresses and our next hops,
-//! ICMPv6 echo to our addresses, and forwarding — hop limit, the
-//! extension-header chain walked with a bound, routing header type 0
-//! dropped (RFC 5095), connection tracking and the access policy as for
-//! IPv4 (`Flows::track`: the same state machine, timeouts and security
-//! levels; rules without addresses apply, rules with IPv4 prefixes do not),
-//! ICMPv6 errors (time exceeded, no route, packet too big: routers never
-//! fragment IPv6, so path-MTU discovery depends on it) under the IPv4
-//! errors' rate limit, and ICMPv6 errors in transit matched to their
-//! connection.
+//! IPv6 (issue 16; docs/ipv6.md): the interfaces' IPv6 addresses, static
+//! routes with longest-prefix match, Neighbor Discovery (RFC 4861) for
+//! our addresses and our next hops, ICMPv6 echo to our addresses, and
+//! forwarding — hop limit, the extension-header chain walked once with a
+//! bound (by the classification, `ingress::upper_layer`), routing header
+//! type 0 dropped (RFC 5095), anti-spoofing by the interface's mode as for
+//! IPv4, fragments, the cluster's roles, connection tracking and the access
+//! policy as for IPv4 (`Flows::track`: the same state machine, timeouts
+//! and security levels), ICMPv6 errors (time exceeded, no route, packet
+//! too big: routers never fragment IPv6, so path-MTU discovery depends on
+//! it) under the IPv4 errors' rate limit, and ICMPv6 errors in transit
+//! matched to their connection.
 //!
-//! Not here yet (docs/ipv6.md): IPv6 fragments (dropped, counted
-//! `ipv6-fragment`), IPv6 in a cluster (dropped, `ipv6-not-forwarded`),
-//! anti-spoofing of IPv6 sources, NAT, access rules with IPv6 prefixes,
-//! DAD (our addresses are configured, not autoconfigured: a duplicate is
-//! the operator's to see in the neighbour's logs).
+//! Fragments (RFC 8200 §4.5) go the IPv4 fragments' way (`frag.rs`): the
+//! fragment owner over (source, destination, 32-bit identification) in a
+//! cluster, the shallow reassembler (overlaps drop the datagram, RFC 5722;
+//! a first fragment must hold the whole upper-layer header, RFC 7112, and
+//! carry it right after its Fragment header), held fragments released
+//! behind their first one, each decided with the datagram's ports; an
+//! atomic fragment (RFC 6946) is a packet. Released fragments are rebuilt
+//! without the unfragmentable extension headers the first one had.
+//!
+//! In a cluster (docs/ipv6.md "In a cluster") an IPv6 connection has the
+//! roles of an IPv4 one (`ClusterPath::plan_known`, `plan_new`, `act`):
+//! cookie ISN and sequence translation at the owner (`apply_xlate6`),
+//! SYN-ACKs forwarded by their cookie, the director, backups, takeover;
+//! the CCL (IPv4 itself) carries the IPv6 frames and flow records.
+//!
+//! Not here: NAT and the SYN proxy (IPv4 only: an IPv6 SYN the proxy
+//! would answer is refused as over the embryonic limit), fragments to the
+//! node itself, DAD (our addresses are configured, not autoconfigured: a
+//! duplicate is the operator's to see in the neighbour's logs).
 //!
 //! Invariants: `Ipv6Path::new` allocates everything (the neighbour cache,
 //! the generated-frame queue of `GEN_QUEUE` frames); nothing on the packet
@@ -27,15 +41,21 @@
 //! only when it exists (an unsolicited advertisement for an unknown
 //! target is ignored, counted).
 
+use super::cluster::plan::Plan;
+use super::cluster::Link;
+use super::cluster::send::Wrap;
+use super::context::{HandoffNote, Rx, Via, Xlate};
+use super::frag::{frag_track, Admit, FragTrack, Release};
 use super::iface::{Iface, Interfaces};
 use crate::arp::{NdCache, Resolve};
+use crate::cluster::SeqDelta;
 use crate::conntrack::L4Info;
 use crate::route::IfIndex;
 use crate::stats::Stats;
 use crate::types::{ip_proto, DropReason, Duration, FiveTuple, PortId, Timestamp};
 use crate::wire::ethernet;
 use crate::wire::icmpv6::{self, msg_type, Nd};
-use crate::wire::ipv6::{self, Ipv6Packet};
+use crate::wire::ipv6::{self, Ipv6Packet, UpperLayer};
 use crate::wire::tcp::TcpPacket;
 use crate::wire::udp::UdpPacket;
 use std::net::{IpAddr, Ipv6Addr};
@@ -314,53 +334,73 @@ impl Ipv6Path {
         })
     }
 
-    /// A frame for this node (`local`): an echo request to one of our
-    /// addresses or a neighbour solicitation for one is to be answered
-    /// (`Answer`, by `answer_in_place`); an advertisement is learnt from;
-    /// anything else is dropped, counted.
+    /// A frame for this node (`local`; `u`: its extension chain): an echo
+    /// request to one of our addresses or a neighbour solicitation for one
+    /// is to be answered (`Answer`, by `answer_in_place`); an advertisement
+    /// is learnt from; anything else is dropped, counted.
     /// A neighbour learnt from the message (a solicitation's sender, an
     /// advertised target) is returned too, for the frames held for it.
-    pub fn local_in(&mut self, now: Timestamp, ifx: IfIndex, l2: usize, data: &[u8]) -> Local6 {
+    pub fn local_in(&mut self, now: Timestamp, ifx: IfIndex, l2: usize, u: UpperLayer, data: &[u8]) -> Local6 {
         let mut learnt = None;
-        let r = self.local_inner(now, ifx, l2, data, &mut learnt);
+        let mut counters = self.counters;
+        let r = self.local_inner(now, ifx, l2, u, data, &mut counters, &mut learnt);
+        self.counters = counters;
         Local6 { answer: r, learnt }
     }
 
+    /// A copy of a neighbour solicitation or advertisement another worker
+    /// received (and answered, counted): learn from it as `local_in` does,
+    /// nothing else (nothing counted). Returns the neighbour learnt.
+    pub fn learn_copy(&mut self, now: Timestamp, ifx: IfIndex, l2: usize, data: &[u8]) -> Option<(Ipv6Addr, [u8; 6])> {
+        let l3 = data.get(l2..)?;
+        let u = super::ingress::upper_layer(l3).ok()?;
+        if !ipv6_dst(l3).is_some_and(|d| self.local(ifx, d)) {
+            return None;
+        }
+        let mut learnt = None;
+        let _ = self.local_inner(now, ifx, l2, u, data, &mut Ipv6PathCounters::default(), &mut learnt);
+        learnt
+    }
+
+    /// `local_in`'s checks and learning, counting in `c` (the stage's
+    /// counters, or a scratch copy for a copy another worker counted).
+    #[allow(clippy::too_many_arguments)]
     fn local_inner(
         &mut self,
         now: Timestamp,
         ifx: IfIndex,
         l2: usize,
+        u: UpperLayer,
         data: &[u8],
+        c: &mut Ipv6PathCounters,
         learnt: &mut Option<(Ipv6Addr, [u8; 6])>,
     ) -> Result<Answer, DropReason> {
-        self.counters.local += 1;
+        c.local += 1;
         let f = self.iface(ifx).ok_or(DropReason::Ipv6NotForwarded)?;
         let eth_src = ethernet::EthernetFrame::new_checked(data).map(|e| e.src()).map_err(|_| DropReason::EthTruncated)?;
         let p = Ipv6Packet::new_checked(data.get(l2..).unwrap_or(&[])).map_err(|_| DropReason::Ipv6Truncated)?;
         let (src, dst, hlim) = (p.src(), p.dst(), p.hop_limit());
-        let u = p.upper_layer().map_err(|_| DropReason::Ipv6Malformed)?;
         if u.protocol != ip_proto::ICMPV6 || u.fragment.is_some() {
             return Err(DropReason::LocalUnhandled);
         }
         let body = p.payload().get(u.offset..).unwrap_or(&[]);
         if !icmpv6::verify(src, dst, body) {
             if matches!(body.first(), Some(&(msg_type::NEIGHBOR_SOLICIT | msg_type::NEIGHBOR_ADVERT))) {
-                self.counters.nd_invalid += 1;
+                c.nd_invalid += 1;
             }
             return Err(DropReason::IcmpBadChecksum);
         }
         match body.first().copied() {
             Some(msg_type::ECHO_REQUEST) if f.owns(dst) && !src.is_unspecified() => {
-                self.counters.echo_replies += 1;
+                c.echo_replies += 1;
                 Ok(Answer { from: dst, to: src, to_mac: eth_src, na: false })
             }
             Some(msg_type::NEIGHBOR_SOLICIT) => {
-                self.counters.solicitations_received += 1;
+                c.solicitations_received += 1;
                 let nd = match icmpv6::parse_nd(body) {
                     Ok(nd) if hlim == ND_HOP_LIMIT && f.owns(nd.target) => nd,
                     _ => {
-                        self.counters.nd_invalid += 1;
+                        c.nd_invalid += 1;
                         return Err(DropReason::NdInvalid);
                     }
                 };
@@ -376,15 +416,15 @@ impl Ipv6Path {
                 // DAD's goes to all nodes (RFC 4861 §7.2.4).
                 let to = if src.is_unspecified() { icmpv6::ALL_NODES } else { src };
                 let to_mac = if src.is_unspecified() { icmpv6::multicast_mac(to) } else { nd.lladdr.unwrap_or(eth_src) };
-                self.counters.advertisements_sent += 1;
+                c.advertisements_sent += 1;
                 Ok(Answer { from: nd.target, to, to_mac, na: true })
             }
             Some(msg_type::NEIGHBOR_ADVERT) => {
-                self.counters.advertisements_received += 1;
+                c.advertisements_received += 1;
                 let nd: Nd = match icmpv6::parse_nd(body) {
                     Ok(nd) if hlim == ND_HOP_LIMIT => nd,
                     _ => {
-                        self.counters.nd_invalid += 1;
+                        c.nd_invalid += 1;
                         return Err(DropReason::NdInvalid);
                     }
                 };
@@ -394,38 +434,32 @@ impl Ipv6Path {
                         Err(DropReason::NdConsumed)
                     }
                     _ => {
-                        self.counters.nd_ignored += 1;
+                        c.nd_ignored += 1;
                         Err(DropReason::NdConsumed)
                     }
                 }
             }
             Some(msg_type::ROUTER_SOLICIT | msg_type::ROUTER_ADVERT | msg_type::REDIRECT) => {
-                self.counters.router_messages_ignored += 1;
+                c.router_messages_ignored += 1;
                 Err(DropReason::LocalUnhandled)
             }
             _ => Err(DropReason::LocalUnhandled),
         }
     }
 
-    /// A copy of a neighbour solicitation or advertisement another worker
-    /// received (and answered, counted): learn from it as `local_in` does,
-    /// nothing else. Returns the neighbour learnt.
-    pub fn learn_copy(&mut self, now: Timestamp, ifx: IfIndex, l2: usize, data: &[u8]) -> Option<(Ipv6Addr, [u8; 6])> {
-        let f = self.iface(ifx)?;
-        let p = Ipv6Packet::new_checked(data.get(l2..)?).ok()?;
-        let (src, dst) = (p.src(), p.dst());
-        let u = p.upper_layer().ok()?;
-        let body = p.payload().get(u.offset..)?;
-        if u.protocol != ip_proto::ICMPV6 || p.hop_limit() != ND_HOP_LIMIT || !self.local(ifx, dst) || !icmpv6::verify(src, dst, body) {
-            return None;
+    /// Anti-spoofing (RFC 3704) of an IPv6 source arriving on `ifx`
+    /// (`ing`), by the interface's mode as for IPv4 (`ipv4::reverse_path_ok`):
+    /// strict, the route back to `src` leaves by `ifx` (a connected
+    /// subnet's route included); loose, some route leads back. Asked only
+    /// for a connection's first packets.
+    #[cold]
+    #[inline(never)]
+    pub fn reverse_path_ok(&self, ing: &Iface, ifx: IfIndex, src: Ipv6Addr) -> bool {
+        match ing.reverse_path {
+            super::iface::ReversePath::Off => true,
+            super::iface::ReversePath::Strict => self.lookup(src).is_some_and(|r| r.egress == ifx),
+            super::iface::ReversePath::Loose => self.lookup(src).is_some(),
         }
-        let nd = icmpv6::parse_nd(body).ok()?;
-        let (ip, mac, create) = match nd.msg_type {
-            msg_type::NEIGHBOR_SOLICIT if f.owns(nd.target) && !src.is_unspecified() => (src, nd.lladdr?, true),
-            msg_type::NEIGHBOR_ADVERT => (nd.target, nd.lladdr?, false),
-            _ => return None,
-        };
-        self.nd.learn(now, ip, mac, ifx, create).then_some((ip, mac))
     }
 
     /// Queue a neighbour solicitation for `target` out of `eg` (`ifx`), to
@@ -452,16 +486,17 @@ impl Ipv6Path {
     /// packet `l3` (received on `ifx`), back to its source along our route
     /// to it, from our address on the interface it leaves by. Not about an
     /// error or a packet to or from a multicast or unspecified address
-    /// (RFC 4443 §2.4 (e)); `token` is the shared rate limit's answer.
+    /// (RFC 4443 §2.4 (e)); `token` takes the shared rate limit's token,
+    /// asked only once the error is certain to be sent.
     /// The next hop's MAC must be known (an error never waits for ND).
-    pub fn error(&mut self, now: Timestamp, ifaces: &Interfaces, kind: (u8, u8, u32), l3: &[u8], token: bool) {
+    pub fn error(&mut self, now: Timestamp, ifaces: &Interfaces, kind: (u8, u8, u32), l3: &[u8], token: impl FnOnce() -> bool) {
         let Ok(p) = Ipv6Packet::new_checked(l3) else { return };
         let (src, dst) = (p.src(), p.dst());
         let about_error = p.upper_layer().is_ok_and(|u| {
             u.protocol == ip_proto::ICMPV6
                 && p.payload().get(u.offset).is_some_and(|&t| icmpv6::is_error(t) || t == msg_type::REDIRECT)
         });
-        if about_error || src.is_unspecified() || src.is_multicast() || dst.is_multicast() || self.is_own(src) || !token {
+        if about_error || src.is_unspecified() || src.is_multicast() || dst.is_multicast() || self.is_own(src) {
             self.counters.errors_not_sent += 1;
             return;
         }
@@ -477,6 +512,12 @@ impl Ipv6Path {
             self.counters.errors_not_sent += 1;
             return;
         };
+        // The rate limit's token last: a frame no error is sent for
+        // spends none (as `IcmpErrors::send`).
+        if self.gen_len >= self.gen.len() || !token() {
+            self.counters.errors_not_sent += 1;
+            return;
+        }
         let Some(g) = self.gen_slot() else { return };
         let frame = &mut g.frame[..];
         let l2 = ethernet::emit_header(frame, mac, eg.mac, eg.vlan, ethernet::ethertype::IPV6);
@@ -631,43 +672,60 @@ pub(crate) fn answer_in_place<B: crate::buf::PacketBuf>(
 }
 
 impl super::Pipeline {
-    /// An IPv6 frame on an interface (not from the CCL), past the
-    /// classification's checks: for this node (ND, echo), or forwarded —
-    /// the checks of the module essay in order, conntrack and the policy,
-    /// the neighbour, out. An error goes back for `ttl-exceeded`,
+    /// An IPv6 frame past the classification's checks (`u`: its extension
+    /// chain, walked once there), from a port or unwrapped from the CCL
+    /// (`rx`): for this node (ND, echo), or forwarded — the checks of the
+    /// module essay in order, the cluster's roles, conntrack and the
+    /// policy, the neighbour, out. An error goes back for `ttl-exceeded`,
     /// `no-route` and `frag-needed` (packet too big).
     pub(super) fn ipv6_in<B: crate::buf::PacketBuf>(
         &mut self,
         now: Timestamp,
         at: super::Arrival,
+        rx: Rx,
+        u: UpperLayer,
         buf: &mut B,
     ) -> Result<super::Outcome, DropReason> {
-        let r = self.ipv6_decide(now, at, buf);
+        let mut release = None;
+        let r = self.ipv6_decide(now, at, rx, u, buf, &mut release);
+        if let Some(rel) = release {
+            self.release_fragments(now, &rel);
+        }
         if let Err(reason) = r {
-            let kind = match reason {
-                DropReason::TtlExceeded => Some((msg_type::TIME_EXCEEDED, 0, 0)),
-                DropReason::NoRoute => Some((msg_type::DEST_UNREACHABLE, icmpv6::unreach_code::NO_ROUTE, 0)),
-                DropReason::FragNeeded => {
-                    let mtu = self.ipv6.as_deref().zip(ipv6_dst(buf.data().get(at.l2..).unwrap_or(&[]))).and_then(|(v, d)| {
-                        v.lookup(d).and_then(|r| self.ifaces.get(r.egress)).map(|e| u32::from(e.mtu))
-                    });
-                    mtu.map(|m| (msg_type::PACKET_TOO_BIG, 0, m))
-                }
-                _ => None,
-            };
-            if let (Some(kind), Some(v)) = (kind, self.ipv6.as_deref_mut()) {
-                let token = self.icmp.take_token(now);
-                v.error(now, &self.ifaces, kind, buf.data().get(at.l2..).unwrap_or(&[]), token);
-            }
+            self.icmpv6_error(now, &at, reason, buf.data());
         }
         r
+    }
+
+    /// The ICMPv6 error a drop for `reason` earns, if any (the never-send
+    /// rules before the shared rate limit's token, as for IPv4).
+    #[cold]
+    fn icmpv6_error(&mut self, now: Timestamp, at: &super::Arrival, reason: DropReason, frame: &[u8]) {
+        let l3 = frame.get(at.l2..).unwrap_or(&[]);
+        let kind = match reason {
+            DropReason::TtlExceeded => (msg_type::TIME_EXCEEDED, 0, 0),
+            DropReason::NoRoute => (msg_type::DEST_UNREACHABLE, icmpv6::unreach_code::NO_ROUTE, 0),
+            DropReason::FragNeeded => {
+                let v = self.ipv6.as_deref();
+                let mtu = v.zip(ipv6_dst(l3)).and_then(|(v, d)| v.lookup(d)).and_then(|r| self.ifaces.get(r.egress));
+                let Some(eg) = mtu else { return };
+                (msg_type::PACKET_TOO_BIG, 0, u32::from(eg.mtu))
+            }
+            _ => return,
+        };
+        let Some(v) = self.ipv6.as_deref_mut() else { return };
+        let icmp = &mut self.icmp;
+        v.error(now, &self.ifaces, kind, l3, || icmp.take_token(now));
     }
 
     fn ipv6_decide<B: crate::buf::PacketBuf>(
         &mut self,
         now: Timestamp,
         at: super::Arrival,
+        rx: Rx,
+        u: UpperLayer,
         buf: &mut B,
+        release: &mut Option<Release>,
     ) -> Result<super::Outcome, DropReason> {
         use super::Outcome;
         let super::Arrival { in_port, ifx, ing, l2, tags, .. } = at;
@@ -675,10 +733,10 @@ impl super::Pipeline {
         if !v6.on(ifx) {
             return Err(DropReason::Ipv6NotForwarded);
         }
-        let (src, dst, hlim, total, u) = {
+        // The chain was walked on arrival (`u`); the fixed header again.
+        let (src, dst, hlim, total) = {
             let p = Ipv6Packet::new_checked(buf.data().get(l2..).unwrap_or(&[])).map_err(|_| DropReason::Ipv6Truncated)?;
-            let u = p.upper_layer().map_err(|_| DropReason::Ipv6Malformed)?;
-            (p.src(), p.dst(), p.hop_limit(), ipv6::HEADER_LEN + usize::from(p.payload_len()), u)
+            (p.src(), p.dst(), p.hop_limit(), ipv6::HEADER_LEN + usize::from(p.payload_len()))
         };
         if u.routing.is_some_and(|(kind, _)| kind == 0) {
             return Err(DropReason::Ipv6RoutingType0);
@@ -687,7 +745,11 @@ impl super::Pipeline {
             return Err(DropReason::Ipv6BadSource);
         }
         if v6.local(ifx, dst) {
-            let l = v6.local_in(now, ifx, l2, buf.data());
+            // (A frame from the CCL is never for this node.)
+            if rx.via != Via::Port {
+                return Err(DropReason::LocalUnhandled);
+            }
+            let l = v6.local_in(now, ifx, l2, u, buf.data());
             if let Some((ip, mac)) = l.learnt {
                 self.egress.release_v6(ip, mac);
             }
@@ -703,36 +765,180 @@ impl super::Pipeline {
         if src.is_unspecified() || link_local(src) {
             return Err(DropReason::Ipv6BadSource);
         }
-        if u.fragment.is_some() {
-            return Err(DropReason::Ipv6Fragment);
+        // A frame from the CCL, released or held while fenced (data ports
+        // are fenced in `classify`).
+        if self.cluster.as_deref().is_some_and(|cl| cl.fenced(now)) {
+            return Err(DropReason::ClusterFenced);
         }
         if hlim <= 1 {
             return Err(DropReason::TtlExceeded);
         }
         let route = v6.lookup(dst).ok_or(DropReason::NoRoute)?;
         let eg = self.ifaces.get(route.egress).ok_or(DropReason::NoRoute)?;
+        // Routers never fragment IPv6: packet too big (a fragment too).
         if total > usize::from(eg.mtu) {
             return Err(DropReason::FragNeeded);
         }
-        let transit = {
-            let p = Ipv6Packet::new_checked(buf.data().get(l2..).unwrap_or(&[])).map_err(|_| DropReason::Ipv6Truncated)?;
-            Ipv6Path::transit(&p, u.protocol, u.offset)?
-        };
-        match transit {
-            Transit6::Flow(tuple, l4) => {
-                let mut link = super::cluster::Link { egress: &mut self.egress, ifaces: &self.ifaces };
-                self.flows.track(None, &mut link, now, &tuple, l4, total as u32, ifx, route.egress, || true)?;
-            }
-            Transit6::Error(quoted) => {
-                // About a connection we pass, in either direction.
-                if self.flows.table.lookup(&quoted).is_none() {
-                    return Err(DropReason::NoFlow);
+        // Fragments (RFC 8200 §4.5; docs/ipv6.md "Fragments"), as IPv4's
+        // (`ipv4_decide`): to the fragment owner, into the reassembler,
+        // then decided with their datagram's L4 header.
+        let mut rx = rx;
+        let mut note = rx.frag;
+        let mut piece = None;
+        if u.fragment.is_some() {
+            let (info, at) = {
+                let p = Ipv6Packet::new_checked(buf.data().get(l2..).unwrap_or(&[])).map_err(|_| DropReason::Ipv6Truncated)?;
+                crate::frag::ipv6_fragment(&p)?.ok_or(DropReason::Ipv6Malformed)?
+            };
+            let frag_len = (total - ipv6::HEADER_LEN).saturating_sub(at);
+            // An atomic fragment (RFC 6946) is a whole packet.
+            if !info.is_atomic() {
+                // A first fragment carries the upper-layer header right
+                // after the Fragment header (RFC 7112: the whole chain in
+                // the first fragment; destination options between the two
+                // are not taken), whole (`FragTinyFirst`, by the
+                // reassembler).
+                if info.offset == 0 && u.protocol != info.key.proto {
+                    return Err(DropReason::Ipv6Fragment);
                 }
-                v6.counters.errors_forwarded += 1;
+                if usize::from(info.offset) + frag_len > crate::frag::MAX_DATAGRAM {
+                    return Err(DropReason::FragTooBig);
+                }
+                piece = Some((info.offset, info.more, frag_len));
+                if note.is_none() {
+                    // A fragment received on a port goes to its fragment
+                    // owner; one from the CCL is ours to handle (R10).
+                    if let Some(fo) = self.cluster.as_deref().and_then(|cl| cl.other_fragment_owner(&info.key)) {
+                        if rx.via == Via::Port {
+                            let cl = self.cluster.as_deref_mut().ok_or(DropReason::ClusterOwnerUnknown)?;
+                            let iface = u8::try_from(ifx.0).map_err(|_| DropReason::CclMalformed)?;
+                            let mut link = Link { egress: &mut self.egress, ifaces: &self.ifaces };
+                            let port = cl.wrap(now, &mut link, buf, Wrap::Forward, iface, fo, None)?;
+                            self.frag.counters.to_fragment_owner += 1;
+                            return Ok(Outcome::Forward(port));
+                        }
+                        rx.hinted = true;
+                    }
+                    let admitted = {
+                        let p = Ipv6Packet::new_checked(buf.data().get(l2..).unwrap_or(&[])).map_err(|_| DropReason::Ipv6Truncated)?;
+                        self.frag.admit(now, &info, p.payload().get(at..).unwrap_or(&[]), rx.hinted)?
+                    };
+                    match admitted {
+                        Admit::Held => return Ok(Outcome::Consumed),
+                        Admit::First(n) => {
+                            *release = Release::new_v6(info.key, n, in_port, rx, buf.data(), l2);
+                            note = Some(n);
+                        }
+                        Admit::Later(n) => note = Some(n),
+                    }
+                }
+                // Several workers: the worker of the datagram's connection
+                // decides it (this one collected it as the fragment worker).
+                if let (Some(n), true) = (note, self.workers > 1) {
+                    let w = self.datagram_worker(&n.tuple);
+                    if w != self.worker {
+                        self.handoff = Some(HandoffNote { rx: Rx { frag: Some(n), ..rx } });
+                        return Ok(Outcome::Handoff(w));
+                    }
+                }
             }
         }
+        let (tuple, l4, lookup_only) = match (note, piece) {
+            (Some(n), Some((off, more, len))) => {
+                let t = frag_track(&n.l4, off, len, more)?;
+                (n.tuple, Some(*t.l4()), matches!(t, FragTrack::Lookup(_)))
+            }
+            _ => {
+                let p = Ipv6Packet::new_checked(buf.data().get(l2..).unwrap_or(&[])).map_err(|_| DropReason::Ipv6Truncated)?;
+                match Ipv6Path::transit(&p, u.protocol, u.offset)? {
+                    Transit6::Flow(t, l4) => (t, Some(l4), false),
+                    Transit6::Error(quoted) => (quoted, None, false),
+                }
+            }
+        };
+        // Cluster roles: who runs conntrack on this packet? (As for IPv4,
+        // `ipv4_decide`; the SYN proxy and NAT are IPv4's only.)
+        if let Some(cl) = self.cluster.as_deref_mut().filter(|_| !rx.force_own) {
+            // A fragment at its fragment owner (from a port or the CCL) is
+            // decided as if received on a port; one the fragment owner
+            // sent here with a hint, as at the owner.
+            let prx = if note.is_some() && !rx.hinted { Rx { via: Via::Port, ..rx } } else { rx };
+            let arx = Rx { frag: note, ..rx };
+            let v6 = self.ipv6.as_deref();
+            let plan = match cl.plan_known(now, &self.flows.table, &tuple, l4.as_ref(), prx) {
+                Some(plan) => plan,
+                None if prx.via == Via::Port && v6.is_some_and(|v| !v.reverse_path_ok(&ing, ifx, src)) => {
+                    Plan::Drop(DropReason::ReversePath)
+                }
+                None => cl.plan_new(now, &self.flows.table, &tuple, l4.as_ref()),
+            };
+            let mut link = Link { egress: &mut self.egress, ifaces: &self.ifaces };
+            match plan {
+                Plan::Own => {}
+                Plan::TakeOver => {
+                    cl.take_over(now, &mut link, &mut self.flows.table, &tuple)?;
+                    self.settle_adopted(now);
+                }
+                Plan::Drop(r) => return Err(r),
+                plan => {
+                    // A relayed later fragment would carry no ports for
+                    // the director to read: ask it instead.
+                    let plan = match plan {
+                        Plan::Relay(director) if note.is_some() => Plan::Query { director, elect: false },
+                        plan => plan,
+                    };
+                    let outcome = cl.act(now, &mut link, in_port, ifx, arx, plan, &tuple, buf)?;
+                    if matches!(plan, Plan::Forward(_)) && note.is_some() {
+                        self.frag.counters.to_flow_owner += 1;
+                    }
+                    return Ok(outcome);
+                }
+            }
+        }
+        let xlate = match l4 {
+            // A later piece of a TCP segment without ACK: its flow must
+            // exist, nothing to track.
+            Some(_) if lookup_only => {
+                self.flows.table.lookup(&tuple).ok_or(DropReason::TcpNoFlow)?;
+                None
+            }
+            Some(l4) => {
+                // Anti-spoofing for a new flow (a cluster member's plan
+                // checked it where the frame entered).
+                let (v6, single) = (self.ipv6.as_deref(), self.cluster.is_none());
+                let passes = || !single || rx.via != Via::Port || v6.is_none_or(|v| v.reverse_path_ok(&ing, ifx, src));
+                let mut link = Link { egress: &mut self.egress, ifaces: &self.ifaces };
+                let cl = self.cluster.as_deref_mut();
+                match self.flows.track(cl, &mut link, now, &tuple, l4, total as u32, ifx, route.egress, passes) {
+                    // Only the first fragment carries the TCP header.
+                    Ok((xlate, _)) => xlate.filter(|_| piece.is_none_or(|(off, _, _)| off == 0)),
+                    // The SYN proxy answers IPv4 SYNs only: an IPv6 SYN it
+                    // would answer is refused as over the limit.
+                    Err(DropReason::SynProxyCookie | DropReason::SynProxyPending) => {
+                        return Err(DropReason::EmbryonicLimit);
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            // An error about a connection we pass, in either direction; a
+            // quoted TCP segment goes back to its sender's sequence space.
+            None => {
+                let (h, dir) = self.flows.table.lookup(&tuple).ok_or(DropReason::NoFlow)?;
+                if let Some(v) = self.ipv6.as_deref_mut() {
+                    v.counters.errors_forwarded += 1;
+                }
+                let delta = self.cluster.as_deref().map_or(0, |cl| cl.quoted_delta(h));
+                let server = self.flows.table.proxy_delta(h).unwrap_or(0);
+                (tuple.proto == ip_proto::TCP && (delta != 0 || server != 0))
+                    .then_some(Xlate { dir, delta: SeqDelta(delta), quoted: true, server: SeqDelta(server) })
+            }
+        };
+        let v6 = self.ipv6.as_deref_mut().ok_or(DropReason::Ipv6NotForwarded)?;
         let mac = v6.resolve(now, eg, route.egress, route.next_hop)?;
         let l2 = super::egress::retag(buf, tags, l2, eg.vlan)?;
+        if let Some(x) = xlate {
+            super::egress::apply_xlate6(l2, u.offset, x, buf)?;
+        }
         if let Some(l3) = buf.data_mut().get_mut(l2..) {
             Ipv6Packet::new_unchecked(l3).set_hop_limit(hlim - 1);
         }

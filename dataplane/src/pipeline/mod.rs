@@ -468,7 +468,7 @@ impl Pipeline {
     /// The general path for one frame. `rx` says how the frame came: from
     /// a port (normal), or unwrapped from a CCL message (processed as
     /// received on the named interface: no L2 destination check, no ARP,
-    /// IPv4 only).
+    /// IPv4 or IPv6).
     fn classify<B: PacketBuf>(&mut self, now: Timestamp, in_port: PortId, buf: &mut B, rx: Rx) -> Outcome {
         if let Some(cl) = self.cluster.as_deref() {
             // Fenced (the lease ran out): no data-port frame, before any
@@ -489,11 +489,15 @@ impl Pipeline {
             let Some(ing) = self.ifaces.get(ifx) else {
                 return DropReason::CclMalformed.into();
             };
-            if l2.ethertype != ethertype::IPV4 {
-                return DropReason::CclMalformed.into();
-            }
             let at = Arrival { in_port, ifx, ing, l2: l2.len, tags: l2.tags, l2_broadcast: false };
-            return self.ipv4_in(now, at, rx, buf).unwrap_or_else(Outcome::Drop);
+            return match l2.ethertype {
+                ethertype::IPV4 => self.ipv4_in(now, at, rx, buf),
+                // (Checked again: the sender's checks are not trusted.)
+                ethertype::IPV6 => ingress::upper_layer(buf.data().get(l2.len..).unwrap_or(&[]))
+                    .and_then(|u| self.ipv6_in(now, at, rx, u, buf)),
+                _ => Err(DropReason::CclMalformed),
+            }
+            .unwrap_or_else(Outcome::Drop);
         }
         let Some((ifx, ing)) = self.ifaces.by_port(in_port, l2.vlan) else {
             return DropReason::NoInterface.into();
@@ -515,12 +519,12 @@ impl Pipeline {
             ethertype::IPV6 => {
                 // Classified and counted; checked far enough for the
                 // IPv6 stage (header, payload length, the bounded walk).
-                let r = self.ingress.ipv6_in(buf.data().get(l2.len..).unwrap_or(&[]));
-                if r != DropReason::Ipv6NotForwarded || self.cluster.is_some() || self.ipv6.is_none() {
-                    return r.into();
-                }
+                let u = match self.ingress.ipv6_in(buf.data().get(l2.len..).unwrap_or(&[])) {
+                    Ok(u) => u,
+                    Err(r) => return r.into(),
+                };
                 let at = Arrival { in_port, ifx, ing, l2: l2.len, tags: l2.tags, l2_broadcast: l2.broadcast() };
-                self.ipv6_in(now, at, buf).unwrap_or_else(Outcome::Drop)
+                self.ipv6_in(now, at, rx, u, buf).unwrap_or_else(Outcome::Drop)
             }
             _ => DropReason::EthUnsupportedType.into(),
         }
@@ -1499,8 +1503,8 @@ impl Pipeline {
     /// IPv6 on this node (issue 16; docs/ipv6.md): the interfaces'
     /// global addresses (link-local ones derived from their MACs) and
     /// static routes. Without any address IPv6 stays dropped, counted.
-    /// A cluster member drops IPv6 (`ipv6-not-forwarded`) whatever this
-    /// says: its roles, records and CCL do not carry IPv6 flows yet.
+    /// A cluster member runs its roles for IPv6 connections as for IPv4's
+    /// (the CCL, itself IPv4, carries IPv6 frames and records).
     pub fn set_ipv6(&mut self, spec: &Ipv6Spec) -> Result<(), Ipv6SpecError> {
         let nd = self.egress.arp().same_settings();
         self.ipv6 = ipv6::Ipv6Path::new(spec, &self.ifaces, nd)?.map(Box::new);

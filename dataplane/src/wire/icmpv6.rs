@@ -281,6 +281,18 @@ pub fn quoted_tuple(body: &[u8]) -> Option<crate::types::FiveTuple> {
     Some(crate::types::FiveTuple { src, dst, proto, src_port, dst_port })
 }
 
+/// The quoted packet's TCP header of an ICMPv6 error `body` (from the
+/// ICMPv6 header on): present when the quoted IPv6 header's next header is
+/// TCP (no extension headers quoted), from the TCP header to the end of
+/// the quote.
+pub fn quoted_tcp_mut(body: &mut [u8]) -> Option<&mut [u8]> {
+    let at = HEADER_LEN + super::ipv6::HEADER_LEN;
+    if *body.get(HEADER_LEN + 6)? != crate::types::ip_proto::TCP {
+        return None;
+    }
+    body.get_mut(at..)
+}
+
 /// Is `msg_type` an error message (RFC 4443 §2.1: types 0-127)?
 pub fn is_error(msg_type: u8) -> bool {
     msg_type < 128

@@ -14,6 +14,8 @@ use crate::slots::SlotMem;
 use crate::types::{DropReason, Duration, FiveTuple, NodeId, Timestamp};
 use crate::wire::ethernet::{ethertype, EthernetFrame};
 use crate::wire::ipv4::Ipv4Packet;
+use crate::wire::ipv6::Ipv6Packet;
+use crate::pipeline::ipv6::{Ipv6Path, Transit6};
 
 /// What the pipeline does after `ccl_in` opened a datagram.
 #[derive(Copy, Clone, Debug)]
@@ -40,12 +42,21 @@ pub(crate) enum CclNext {
 /// error, the tuple it quotes.
 fn frame_tuple(frame: &[u8]) -> Option<FiveTuple> {
     let e = EthernetFrame::new_checked(frame).ok()?;
-    if e.ethertype() != ethertype::IPV4 {
-        return None;
-    }
-    let ip = Ipv4Packet::new_checked(e.payload()).ok()?;
-    match transit_l4(&ip).ok()? {
-        Transit::Flow(t, _) | Transit::IcmpError(t) => Some(t),
+    match e.ethertype() {
+        ethertype::IPV4 => {
+            let ip = Ipv4Packet::new_checked(e.payload()).ok()?;
+            match transit_l4(&ip).ok()? {
+                Transit::Flow(t, _) | Transit::IcmpError(t) => Some(t),
+            }
+        }
+        ethertype::IPV6 => {
+            let ip = Ipv6Packet::new_checked(e.payload()).ok()?;
+            let u = ip.upper_layer().ok()?;
+            match Ipv6Path::transit(&ip, u.protocol, u.offset).ok()? {
+                Transit6::Flow(t, _) | Transit6::Error(t) => Some(t),
+            }
+        }
+        _ => None,
     }
 }
 
