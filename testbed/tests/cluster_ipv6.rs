@@ -347,8 +347,8 @@ fn step_h_failover(c: &Ctx) -> Result<String> {
     }
     let start = Instant::now();
     let mut size = vec![0u64; FAILOVER_DOWNLOADS];
-    let mut grown = vec![start; FAILOVER_DOWNLOADS];
-    let mut stall = vec![Duration::ZERO; FAILOVER_DOWNLOADS];
+    let mut grown = [start; FAILOVER_DOWNLOADS];
+    let mut stall = [Duration::ZERO; FAILOVER_DOWNLOADS];
     let mut killed: Option<Result<Vec<u64>>> = None;
     loop {
         let now = Instant::now();
