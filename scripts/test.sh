@@ -55,6 +55,7 @@ cargo test --release -p testbed --no-fail-fast -- --test-threads=1 --nocapture |
 say "cluster test bed tests again, 2 workers per node (issue 12)"
 CFW_BED_WORKERS=2 cargo test --release -p testbed --no-fail-fast --test cluster_three_nodes --test cluster_failover --test nat_cluster \
   --test nat_cluster_dynamic --test metrics --test export --test cluster_view --test flood --test flood_kinds --test limits --test syn_proxy \
+  --test cluster_ipv6 \
   -- --test-threads=1 --nocapture || failed+=("cluster test bed tests with 2 workers")
 
 if [ "${#failed[@]}" -gt 0 ]; then

@@ -51,8 +51,10 @@ pub fn python() -> &'static str {
 /// listens with a backlog of 5: twenty clients connecting at once lose
 /// SYNs at the server and wait out a 1 s retransmission, which a test of
 /// the firewall would misread as its own stall.
-pub const HTTP_SERVER: &str = "import functools, http.server, sys\n\
+/// An IPv6 ADDR (one with a colon) makes it an IPv6 server.
+pub const HTTP_SERVER: &str = "import functools, http.server, socket, sys\n\
 class S(http.server.ThreadingHTTPServer):\n    request_queue_size = 256\n    daemon_threads = True\n\
+if ':' in sys.argv[1]:\n    S.address_family = socket.AF_INET6\n\
 h = functools.partial(http.server.SimpleHTTPRequestHandler, directory=sys.argv[3])\n\
 S((sys.argv[1], int(sys.argv[2])), h).serve_forever()\n";
 

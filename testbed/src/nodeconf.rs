@@ -179,11 +179,11 @@ pub fn node_yaml(node: &NodeSpec, socket: &str) -> String {
             let _ = writeln!(y, "    address6: {a6}");
         }
     }
-    if node.routes.is_empty() {
+    if node.routes.is_empty() && node.routes6.is_empty() {
         y.push_str("\n# Connected networks only.\nroutes: []\n");
     } else {
         y.push_str("\nroutes:\n");
-        for (dst, via) in &node.routes {
+        for (dst, via) in node.routes.iter().chain(&node.routes6) {
             let _ = write!(y, "  - destination: {dst}\n    via: {via}\n");
         }
     }
@@ -356,6 +356,13 @@ mod tests {
             assert_eq!(cl.ccl.address.to_string(), format!("198.19.0.{}", 11 + k));
             assert_eq!(c.routes.len(), 2);
             assert!(!c.source_text.contains(crate::topology::cluster_addr::CLUSTER_KEY));
+            // Dual-stack: both data interfaces have an IPv6 address, and the
+            // node routes the client network and the rest over IPv6 as it
+            // does over IPv4; the CCL stays IPv4.
+            let a6: Vec<String> = c.interfaces.iter().filter_map(|i| i.address6.map(|a| a.to_string())).collect();
+            assert_eq!(a6, [format!("2001:db8:{}::2/64", 11 + k), format!("2001:db8:{}::2/64", 21 + k)], "{y}");
+            let r6: Vec<String> = c.routes6.iter().map(|r| format!("{} via {}", r.destination, r.via)).collect();
+            assert_eq!(r6, [format!("2001:db8:10::/64 via 2001:db8:{}::1", 11 + k), format!("::/0 via 2001:db8:{}::1", 21 + k)], "{y}");
         }
         // The single-node file has no cluster section.
         let y = node_yaml(&Topology::single_node().nodes[0], "/tmp/x.sock");

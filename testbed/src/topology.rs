@@ -63,8 +63,8 @@ pub struct Endpoint {
     pub disable_ipv6: bool,
     /// Link MTU; `None` keeps the kernel's 1500.
     pub mtu: Option<u32>,
-    /// Kernel IPv6 address (CIDR; added without DAD), on the dual-stack
-    /// single-node bed's hosts.
+    /// Kernel IPv6 address (CIDR; added without DAD): the hosts' and the
+    /// routers' ends (both beds are dual-stack).
     pub address6: Option<String>,
 }
 
@@ -116,6 +116,9 @@ pub struct HostSpec {
     /// Address (without prefix length) other hosts use to reach it; for a
     /// router, its address on the host side.
     pub address: String,
+    /// Its IPv6 address (without prefix length; the router's on the host
+    /// side): both beds are dual-stack (issue 16).
+    pub address6: Option<String>,
     pub kind: HostKind,
 }
 
@@ -131,8 +134,7 @@ pub struct NodeIface {
     pub security_level: u8,
     /// The link's MTU (the node's `interfaces[].mtu`).
     pub mtu: u16,
-    /// The node's IPv6 address on it (`interfaces[].address6`; the
-    /// single-node bed).
+    /// The node's IPv6 address on it (CIDR, `interfaces[].address6`).
     pub address6: Option<String>,
 }
 
@@ -181,6 +183,9 @@ pub struct NodeSpec {
     pub interfaces: Vec<NodeIface>,
     /// Static routes of the node: (destination CIDR, next hop).
     pub routes: Vec<(String, String)>,
+    /// Static IPv6 routes of the node, the same way (written into the
+    /// YAML's `routes:` after the IPv4 ones).
+    pub routes6: Vec<(String, String)>,
     /// `None` for the single-node bed.
     pub cluster: Option<NodeCluster>,
     /// `dpdk.workers` (`up --workers`).
@@ -271,6 +276,38 @@ pub mod cluster_addr {
     /// The test bed's cluster name and key (test traffic only).
     pub const CLUSTER_NAME: &str = "cfw-testbed";
     pub const CLUSTER_KEY: &str = "clusterfw-testbed-ccl-key-0001";
+}
+
+/// IPv6 addresses of the multi-node bed (issue 16; RFC 3849's
+/// documentation prefix), numbered as the IPv4 ones: the third group is
+/// the IPv4 address's third octet read as hex digits, so 198.18.12.0/24
+/// is 2001:db8:12::/64. The CCL and the management segment stay IPv4.
+pub mod cluster_addr6 {
+    /// Client host and its router side: 2001:db8:10::/64.
+    pub const CLIENT: &str = "2001:db8:10::2";
+    pub const CLIENT_NET: &str = "2001:db8:10::/64";
+    pub const RIN_HOST_SIDE: &str = "2001:db8:10::1";
+    /// Server host and its router side: 2001:db8:20::/64.
+    pub const SERVER: &str = "2001:db8:20::2";
+    pub const SERVER_NET: &str = "2001:db8:20::/64";
+    pub const ROUT_HOST_SIDE: &str = "2001:db8:20::1";
+    pub const PREFIX_LEN: u8 = 64;
+    /// Node K's inside link: 2001:db8:(10+K)::/64, router ::1, node ::2.
+    pub fn inside_net(k: usize) -> String {
+        format!("2001:db8:{}::", 10 + k)
+    }
+    /// Node K's outside link: 2001:db8:(20+K)::/64, router ::1, node ::2.
+    pub fn outside_net(k: usize) -> String {
+        format!("2001:db8:{}::", 20 + k)
+    }
+    /// Node K's address on its inside link (the inside router's next hop).
+    pub fn node_inside(k: usize) -> String {
+        format!("{}2", inside_net(k))
+    }
+    /// Node K's address on its outside link (the outside router's).
+    pub fn node_outside(k: usize) -> String {
+        format!("{}2", outside_net(k))
+    }
 }
 
 /// The single-node bed's IPv6 addresses (issue 16; RFC 3849's
@@ -365,6 +402,11 @@ impl BedMtu {
     }
 }
 
+/// `2001:db8:1::2/64` → `2001:db8:1::2`.
+fn host6(cidr: &str) -> String {
+    cidr.split('/').next().unwrap_or(cidr).to_string()
+}
+
 fn default_route(namespace: &str, via: &str) -> RouteSpec {
     RouteSpec {
         namespace: namespace.to_string(),
@@ -407,8 +449,23 @@ impl Topology {
     /// (rout rotated by one), so the two directions of a connection pick
     /// their node independently — also on kernels whose L4 hash is
     /// symmetric and seeded the same in every namespace.
+    ///
+    /// Dual-stack (issue 16): every host, router and node data link also
+    /// has an IPv6 subnet ([`cluster_addr6`]: 2001:db8:10::/64 for the
+    /// client, 2001:db8:1K::/64 for node K's inside link, and so on), the
+    /// hosts an IPv6 default route to their router, the routers the same
+    /// ECMP routes for IPv6 (`net.ipv6.fib_multipath_hash_policy=1`, 3 with
+    /// fields 0x37 where the kernel has it: the flow label is left out of
+    /// the hash, as a TCP sender changes it with its hash on a
+    /// retransmission timeout), the nodes `address6` on their data
+    /// interfaces and IPv6 routes. The CCL and the management segment stay
+    /// IPv4 (the CCL carries IPv6 frames inside IPv4 datagrams). The
+    /// routers run no DAD (their addresses are planned) and keep their
+    /// IPv6 addresses while a link is down (`keep_addr_on_down`: the
+    /// harness takes router-side links down and up for its faults).
     pub fn cluster(n: usize) -> Topology {
         use cluster_addr as a;
+        use cluster_addr6 as a6;
         let (inside, outside, rin, rout) = ("cfw-inside", "cfw-outside", "cfw-rin", "cfw-rout");
         let router = |name: &str, seed: &str| {
             let mut r = ns(name, true);
@@ -433,8 +490,23 @@ impl Topology {
                 // went out: no reverse-path filtering.
                 sysctl("net.ipv4.conf.all.rp_filter", "0", false),
                 sysctl("net.ipv4.conf.default.rp_filter", "0", false),
-                sysctl("net.ipv6.conf.all.disable_ipv6", "1", false),
-                sysctl("net.ipv6.conf.default.disable_ipv6", "1", false),
+                // IPv6: the same router. Set before any interface exists,
+                // so `default.*` reaches every one.
+                sysctl("net.ipv6.conf.all.disable_ipv6", "0", false),
+                sysctl("net.ipv6.conf.default.disable_ipv6", "0", false),
+                sysctl("net.ipv6.conf.all.forwarding", "1", false),
+                sysctl("net.ipv6.conf.default.forwarding", "1", false),
+                sysctl("net.ipv6.conf.all.accept_dad", "0", false),
+                sysctl("net.ipv6.conf.default.accept_dad", "0", false),
+                sysctl("net.ipv6.conf.all.keep_addr_on_down", "1", false),
+                sysctl("net.ipv6.conf.default.keep_addr_on_down", "1", false),
+                sysctl("net.ipv6.conf.all.ignore_routes_with_linkdown", "1", false),
+                sysctl("net.ipv6.conf.default.ignore_routes_with_linkdown", "1", false),
+                // The L4 hash, as for IPv4 (the flow label left out: see
+                // above). IPv6 shares IPv4's seed.
+                sysctl("net.ipv6.fib_multipath_hash_policy", "1", false),
+                sysctl("net.ipv6.fib_multipath_hash_fields", "0x0037", true),
+                sysctl("net.ipv6.fib_multipath_hash_policy", "3", true),
             ];
             r
         };
@@ -445,16 +517,17 @@ impl Topology {
         ];
         let mut mgmt = ns(MGMT_NAMESPACE, false);
         mgmt.sysctls = ccl.sysctls.clone();
+        let v6 = |e: Endpoint, addr: &str| Endpoint { address6: Some(format!("{addr}/{}", a6::PREFIX_LEN)), ..e };
         let mut t = Topology {
             namespaces: vec![ns(inside, false), ns(outside, false), router(rin, "1"), router(rout, "2"), ccl, mgmt],
             links: vec![
                 VethSpec {
-                    a: end(inside, "eth0", Some(&format!("{}/24", a::CLIENT)), false),
-                    b: end(rin, "eth0", Some(&format!("{}/24", a::RIN_HOST_SIDE)), true),
+                    a: v6(end(inside, "eth0", Some(&format!("{}/24", a::CLIENT)), false), a6::CLIENT),
+                    b: v6(end(rin, "eth0", Some(&format!("{}/24", a::RIN_HOST_SIDE)), false), a6::RIN_HOST_SIDE),
                 },
                 VethSpec {
-                    a: end(outside, "eth0", Some(&format!("{}/24", a::SERVER)), false),
-                    b: end(rout, "eth0", Some(&format!("{}/24", a::ROUT_HOST_SIDE)), true),
+                    a: v6(end(outside, "eth0", Some(&format!("{}/24", a::SERVER)), false), a6::SERVER),
+                    b: v6(end(rout, "eth0", Some(&format!("{}/24", a::ROUT_HOST_SIDE)), false), a6::ROUT_HOST_SIDE),
                 },
             ],
             bridges: vec![
@@ -484,12 +557,48 @@ impl Topology {
                     destination: a::CLIENT_NET.into(),
                     nexthops: (1..=n).map(|k| format!("{}.2", a::outside_net(k % n + 1))).collect(),
                 },
+                default_route(inside, a6::RIN_HOST_SIDE),
+                default_route(outside, a6::ROUT_HOST_SIDE),
+                RouteSpec {
+                    namespace: rin.into(),
+                    destination: a6::SERVER_NET.into(),
+                    nexthops: (1..=n).map(a6::node_inside).collect(),
+                },
+                RouteSpec {
+                    namespace: rout.into(),
+                    destination: a6::CLIENT_NET.into(),
+                    nexthops: (1..=n).map(|k| a6::node_outside(k % n + 1)).collect(),
+                },
             ],
             hosts: vec![
-                HostSpec { name: "inside".into(), namespace: inside.into(), address: a::CLIENT.into(), kind: HostKind::Host },
-                HostSpec { name: "outside".into(), namespace: outside.into(), address: a::SERVER.into(), kind: HostKind::Host },
-                HostSpec { name: "rin".into(), namespace: rin.into(), address: a::RIN_HOST_SIDE.into(), kind: HostKind::Router },
-                HostSpec { name: "rout".into(), namespace: rout.into(), address: a::ROUT_HOST_SIDE.into(), kind: HostKind::Router },
+                HostSpec {
+                    name: "inside".into(),
+                    namespace: inside.into(),
+                    address: a::CLIENT.into(),
+                    address6: Some(a6::CLIENT.into()),
+                    kind: HostKind::Host,
+                },
+                HostSpec {
+                    name: "outside".into(),
+                    namespace: outside.into(),
+                    address: a::SERVER.into(),
+                    address6: Some(a6::SERVER.into()),
+                    kind: HostKind::Host,
+                },
+                HostSpec {
+                    name: "rin".into(),
+                    namespace: rin.into(),
+                    address: a::RIN_HOST_SIDE.into(),
+                    address6: Some(a6::RIN_HOST_SIDE.into()),
+                    kind: HostKind::Router,
+                },
+                HostSpec {
+                    name: "rout".into(),
+                    namespace: rout.into(),
+                    address: a::ROUT_HOST_SIDE.into(),
+                    address6: Some(a6::ROUT_HOST_SIDE.into()),
+                    kind: HostKind::Router,
+                },
             ],
             nodes: vec![],
         };
@@ -499,13 +608,14 @@ impl Topology {
         for k in 1..=n {
             let (name, nsn) = (format!("n{k}"), format!("cfw-n{k}"));
             let (inet, onet) = (a::inside_net(k), a::outside_net(k));
+            let (inet6, onet6) = (a6::inside_net(k), a6::outside_net(k));
             t.namespaces.push(ns(&nsn, false));
             t.links.push(VethSpec {
-                a: end(rin, &format!("rin-n{k}"), Some(&format!("{inet}.1/24")), true),
+                a: v6(end(rin, &format!("rin-n{k}"), Some(&format!("{inet}.1/24")), false), &format!("{inet6}1")),
                 b: end(&nsn, &format!("n{k}-in"), None, true),
             });
             t.links.push(VethSpec {
-                a: end(rout, &format!("rout-n{k}"), Some(&format!("{onet}.1/24")), true),
+                a: v6(end(rout, &format!("rout-n{k}"), Some(&format!("{onet}.1/24")), false), &format!("{onet6}1")),
                 b: end(&nsn, &format!("n{k}-out"), None, true),
             });
             t.links.push(VethSpec {
@@ -528,7 +638,7 @@ impl Topology {
                         address: format!("{inet}.2/24"),
                         security_level: 100,
                         mtu: 1500,
-                        address6: None,
+                        address6: Some(format!("{}/{}", a6::node_inside(k), a6::PREFIX_LEN)),
                     },
                     NodeIface {
                         name: "outside".into(),
@@ -536,12 +646,16 @@ impl Topology {
                         address: format!("{onet}.2/24"),
                         security_level: 0,
                         mtu: 1500,
-                        address6: None,
+                        address6: Some(format!("{}/{}", a6::node_outside(k), a6::PREFIX_LEN)),
                     },
                 ],
                 routes: vec![
                     (a::CLIENT_NET.into(), format!("{inet}.1")),
                     ("0.0.0.0/0".into(), format!("{onet}.1")),
+                ],
+                routes6: vec![
+                    (a6::CLIENT_NET.into(), format!("{inet6}1")),
+                    ("::/0".into(), format!("{onet6}1")),
                 ],
                 cluster: Some(NodeCluster {
                     cluster_name: a::CLUSTER_NAME.into(),
@@ -591,12 +705,14 @@ impl Topology {
                     name: "inside".into(),
                     namespace: inside.into(),
                     address: "198.18.1.2".into(),
+                    address6: Some(host6(single_addr6::INSIDE_HOST)),
                     kind: HostKind::Host,
                 },
                 HostSpec {
                     name: "outside".into(),
                     namespace: outside.into(),
                     address: "198.18.2.2".into(),
+                    address6: Some(host6(single_addr6::OUTSIDE_HOST)),
                     kind: HostKind::Host,
                 },
             ],
@@ -624,6 +740,7 @@ impl Topology {
                     },
                 ],
                 routes: vec![],
+                routes6: vec![],
                 cluster: None,
             }],
         }
@@ -720,6 +837,14 @@ impl Topology {
         let mut out = String::from("127.0.0.1\tlocalhost\n::1\tlocalhost\n");
         for h in &self.hosts {
             out += &format!("{}\t{}\n", h.address, h.name);
+        }
+        // IPv6 under names of their own (`outside6`): a name with both
+        // families would turn the IPv4 tests' `curl http://outside` into
+        // IPv6.
+        for h in &self.hosts {
+            if let Some(a6) = &h.address6 {
+                out += &format!("{a6}\t{}6\n", h.name);
+            }
         }
         for n in &self.nodes {
             for i in &n.interfaces {
@@ -866,6 +991,96 @@ mod tests {
         assert_eq!((mgmt.namespace.as_str(), mgmt.address.as_deref()), (MGMT_NAMESPACE, Some("192.0.2.1/24")));
         assert_eq!(mgmt.members, ["mgmt-n1", "mgmt-n2", "mgmt-n3"]);
         assert_eq!(t.hosts.iter().filter(|h| h.kind == HostKind::Router).count(), 2);
+    }
+
+    #[test]
+    fn cluster_bed_is_dual_stack() {
+        let t = Topology::new(3).unwrap();
+        let end = |ns: &str, ifn: &str| t.endpoints().find(|e| e.namespace == ns && e.ifname == ifn).unwrap();
+        // Hosts and routers: an IPv6 address on every data link, IPv6 on.
+        for (ns, ifn, want) in [
+            ("cfw-inside", "eth0", "2001:db8:10::2/64"),
+            ("cfw-rin", "eth0", "2001:db8:10::1/64"),
+            ("cfw-outside", "eth0", "2001:db8:20::2/64"),
+            ("cfw-rout", "eth0", "2001:db8:20::1/64"),
+            ("cfw-rin", "rin-n1", "2001:db8:11::1/64"),
+            ("cfw-rin", "rin-n3", "2001:db8:13::1/64"),
+            ("cfw-rout", "rout-n2", "2001:db8:22::1/64"),
+        ] {
+            let e = end(ns, ifn);
+            assert_eq!(e.address6.as_deref(), Some(want), "{e:?}");
+            assert!(!e.disable_ipv6, "{e:?}");
+        }
+        // The nodes' ends stay silent (the DPDK port speaks for them); the
+        // CCL and the management segment stay IPv4.
+        for e in t.endpoints().filter(|e| e.namespace.starts_with("cfw-n") || e.ifname.contains("ccl") || e.ifname.contains("mgmt")) {
+            assert!(e.address6.is_none() && e.disable_ipv6, "{e:?}");
+        }
+        // Default routes of the hosts, ECMP over the nodes on the routers
+        // (rout's next hops rotated by one, as for IPv4).
+        let route = |ns: &str, dst: &str| {
+            t.routes.iter().find(|r| r.namespace == ns && r.destination == dst).map(|r| r.nexthops.clone()).unwrap_or_default()
+        };
+        let defaults: Vec<&RouteSpec> = t.routes.iter().filter(|r| r.destination == "default").collect();
+        assert_eq!(defaults.len(), 4, "{defaults:?}");
+        assert!(defaults.iter().any(|r| r.namespace == "cfw-inside" && r.nexthops == ["2001:db8:10::1"]));
+        assert!(defaults.iter().any(|r| r.namespace == "cfw-outside" && r.nexthops == ["2001:db8:20::1"]));
+        assert_eq!(route("cfw-rin", "2001:db8:20::/64"), ["2001:db8:11::2", "2001:db8:12::2", "2001:db8:13::2"]);
+        assert_eq!(route("cfw-rout", "2001:db8:10::/64"), ["2001:db8:22::2", "2001:db8:23::2", "2001:db8:21::2"]);
+        // IPv4 exactly as before: the first route of each router.
+        assert_eq!(t.routes.iter().find(|r| r.namespace == "cfw-rin").unwrap().destination, "198.18.20.0/24");
+        // The routers forward IPv6 and hash it on L4 (policy 1, refined to
+        // header fields where the kernel allows), without DAD, keeping
+        // their addresses across the harness's link faults.
+        for r in ["cfw-rin", "cfw-rout"] {
+            let ns = t.namespaces.iter().find(|n| n.name == r).unwrap();
+            let val = |k: &str| ns.sysctls.iter().filter(|s| s.key == k).map(|s| (s.value.as_str(), s.optional)).collect::<Vec<_>>();
+            assert_eq!(val("net.ipv6.fib_multipath_hash_policy"), [("1", false), ("3", true)]);
+            assert_eq!(val("net.ipv6.fib_multipath_hash_fields"), [("0x0037", true)]);
+            for k in ["forwarding", "keep_addr_on_down", "ignore_routes_with_linkdown"] {
+                assert_eq!(val(&format!("net.ipv6.conf.all.{k}")), [("1", false)], "{k}");
+                assert_eq!(val(&format!("net.ipv6.conf.default.{k}")), [("1", false)], "{k}");
+            }
+            assert_eq!(val("net.ipv6.conf.default.accept_dad"), [("0", false)]);
+            assert_eq!(val("net.ipv6.conf.default.disable_ipv6"), [("0", false)]);
+        }
+        // The nodes: address6 on both data interfaces, IPv6 routes to the
+        // client network and by default out.
+        let n2 = &t.nodes[1];
+        let a6: Vec<Option<&str>> = n2.interfaces.iter().map(|i| i.address6.as_deref()).collect();
+        assert_eq!(a6, [Some("2001:db8:12::2/64"), Some("2001:db8:22::2/64")]);
+        assert_eq!(
+            n2.routes6,
+            [("2001:db8:10::/64".to_string(), "2001:db8:12::1".to_string()), ("::/0".to_string(), "2001:db8:22::1".to_string())]
+        );
+        for n in &t.nodes {
+            for i in &n.interfaces {
+                let a = i.address6.as_deref().unwrap();
+                let k = &n.name[1..];
+                let first = if i.name == "inside" { format!("2001:db8:1{k}::") } else { format!("2001:db8:2{k}::") };
+                assert!(a.starts_with(&first), "{n:?}");
+            }
+        }
+        // Names: IPv6 under `<host>6`, the IPv4 names unchanged.
+        let h = t.hosts_file();
+        assert!(h.contains("198.18.20.2\toutside\n") && h.contains("2001:db8:20::2\toutside6\n"), "{h}");
+        assert!(!h.contains("2001:db8:20::2\toutside\n"), "{h}");
+        // `--nat` adds its IPv4 pool route only.
+        let nat = Topology::new(3).unwrap().with_nat(BedNat::Pat).unwrap();
+        assert_eq!(nat.routes.len(), t.routes.len() + 1);
+        // Any size of cluster: one IPv6 next hop per node on each router.
+        for n in 2..=MAX_BED_NODES {
+            let t = Topology::new(n).unwrap();
+            assert_eq!(t.routes.iter().filter(|r| r.nexthops.len() == n && r.nexthops[0].contains(':')).count(), 2);
+        }
+    }
+
+    #[test]
+    fn single_node_hosts_have_their_ipv6_addresses() {
+        let t = Topology::single_node();
+        let a6: Vec<Option<&str>> = t.hosts.iter().map(|h| h.address6.as_deref()).collect();
+        assert_eq!(a6, [Some("2001:db8:1::2"), Some("2001:db8:2::2")]);
+        assert!(t.nodes[0].routes6.is_empty(), "connected networks only");
     }
 
     #[test]
