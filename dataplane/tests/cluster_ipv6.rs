@@ -207,6 +207,21 @@ fn an_ipv6_connection_in_is_denied_and_a_spoofed_source_dropped() {
     assert_eq!(bed.drops(C, DropReason::ReversePath), 1);
     assert_eq!(bed.last_verdict(C), Some(Verdict::Drop(DropReason::ReversePath)));
     accounted(&bed, &[DropReason::AclDenied, DropReason::ReversePath]);
+
+    // After a member change the SYN guard holds a SYN at a node that is
+    // not its director for the director's word; elected, the node denies
+    // it: counted in `show cluster` release drops (it was `consumed`
+    // when parked).
+    bed.set_members_up(bed.members_up(2));
+    let denied_before = bed.drops(B, DropReason::AclDenied);
+    let t = FiveTuple { src: IpAddr::V6(server6()), dst: IpAddr::V6(host6()), proto: 6, src_port: 0, dst_port: 22 };
+    let sport = (1024..).find(|&p| director(&FiveTuple { src_port: p, ..t }, 3) == A).unwrap();
+    let syn = frame(GW_MAC, out_mac(B), server6(), host6(), 64, 6, &tcp(server6(), host6(), sport, 22, 77, 0, SYN));
+    assert!(bed.send(B, OUT, syn).is_empty());
+    let b = bed.cluster(B);
+    assert_eq!(b.counters.director_queries_sent, 1, "the SYN guard asked the director");
+    assert_eq!(b.release_drops[DropReason::AclDenied.index()], 1);
+    assert_eq!(bed.drops(B, DropReason::AclDenied), denied_before, "not a drop of `process`: consumed when parked");
 }
 
 /// The fragments of an IPv6 datagram landing on three nodes meet at its

@@ -621,6 +621,8 @@ impl Control {
                 for d in dataplane::DropReason::ALL {
                     let n = s.batch_drops.get(d.index()).copied().unwrap_or(0);
                     e.counter("cluster_batch_drops", "frames of received flow-record batches dropped, by reason", &[("reason", d.as_str())], n);
+                    let n = s.release_drops.get(d.index()).copied().unwrap_or(0);
+                    e.counter("cluster_release_drops", "parked frames dropped when their owner reply released them, by reason", &[("reason", d.as_str())], n);
                 }
             }
             e.stats("ccl", &[], &ccl_counters);
@@ -688,9 +690,20 @@ impl Control {
             .map(|&k| json!({ "kind": k.as_str(), "rx": ccl_counters.rx(k), "tx": ccl_counters.tx(k) }))
             .collect();
         let drops = stats::to_json(&ccl_counters)["drops"].take();
+        // Frames the workers dropped that `show stats` drops do not count
+        // (their datagram or their parking was counted `consumed`), by
+        // reason, added up.
+        let by_reason = |f: fn(&dataplane::pipeline::ClusterCountersSnapshot) -> &[u64; dataplane::DropReason::COUNT]| {
+            let m: serde_json::Map<String, Value> = dataplane::DropReason::ALL
+                .iter()
+                .map(|d| (d.as_str().to_string(), json!(snaps.iter().map(|s| f(s)[d.index()]).sum::<u64>())))
+                .collect();
+            Value::Object(m)
+        };
+        let (batch_drops, release_drops) = (by_reason(|s| &s.batch_drops), by_reason(|s| &s.release_drops));
         let sh = &self.shared.ccl;
         let lease_left_ms = st.lease.nanos().saturating_sub(now.nanos()) / 1_000_000;
-        Ok(json!({
+        let mut v = json!({
             "cluster": self.cluster_name,
             "node": self.node_name,
             "node_id": m.me().0,
@@ -741,7 +754,10 @@ impl Control {
                 "to_control_drops": sh.to_control_drops.load(Ordering::Relaxed),
                 "tx_via_worker_drops": sh.tx_via_worker_drops.load(Ordering::Relaxed),
             },
-        }))
+        });
+        v["batch_drops"] = batch_drops;
+        v["release_drops"] = release_drops;
+        Ok(v)
     }
 
     /// `show cluster-history`: every membership transition this node saw,

@@ -19,7 +19,8 @@
 //! - (e) `ping -6 -s 8000`: the client fragments each request (and the
 //!   server each reply; routers never fragment IPv6), 5 of 5;
 //! - (f) an IPv6 TCP connection outside → inside fails, and the nodes'
-//!   `acl-denied` drops rise;
+//!   policy denials rise (`acl-denied` drops, or `show cluster`
+//!   `release_drops` for a SYN the SYN guard held for its director);
 //! - (g) `tracepath -6` inside → outside shows a node (its inside address)
 //!   as a hop — its ICMPv6 time exceeded — and reaches the server;
 //! - (h) failover: `FAILOVER_DOWNLOADS` rate-limited `curl -6` downloads
@@ -260,8 +261,15 @@ fn step_f_denied(c: &Ctx) -> Result<String> {
     let url = format!("http://[{}]:8087/", a6::CLIENT);
     sys::ns_run(INSIDE, "curl", &["-6", "-g", "-sS", "--fail", "--max-time", "3", "-o", "/dev/null", &url])
         .context("the listener does not answer even inside its own host")?;
-    let denied = |v: &[Value]| v.iter().map(|s| drop_count(s, "acl-denied")).sum::<u64>();
-    let before = denied(&c.stats()?);
+    // Denied where it landed (`acl-denied`), or — a SYN the SYN guard
+    // held for its director after the cluster formed (35 s) — when the
+    // director's answer released it (`show cluster` release drops).
+    let denied = |v: &[Value]| -> Result<u64> {
+        let released: u64 = c.clusters(&[1, 2, 3])?.iter().map(|s| s["release_drops"]["acl-denied"].as_u64().unwrap_or(0)).sum();
+        Ok(v.iter().map(|s| drop_count(s, "acl-denied")).sum::<u64>() + released)
+    };
+    let before_all = c.stats()?;
+    let before = denied(&before_all)?;
     let out = Command::new("ip")
         .args(["netns", "exec", OUTSIDE, "curl", "-6", "-g", "-sS", "--max-time", "3", "-o", "/dev/null", &url])
         .output()?;
@@ -272,12 +280,22 @@ fn step_f_denied(c: &Ctx) -> Result<String> {
     }
     let deadline = Instant::now() + Duration::from_secs(3);
     loop {
-        let after = denied(&c.stats()?);
+        let after = denied(&c.stats()?)?;
         if after > before {
-            return Ok(format!("connection failed ({}); acl-denied (all nodes) {before} -> {after}", String::from_utf8_lossy(&out.stderr).trim()));
+            return Ok(format!("connection failed ({}); denied by policy (all nodes, acl-denied and release drops) {before} -> {after}", String::from_utf8_lossy(&out.stderr).trim()));
         }
         if Instant::now() > deadline {
-            bail!("connection failed but acl-denied (all nodes) stayed at {after} (was {before})");
+            let now = c.stats()?;
+            let moved: Vec<String> = (0..NODES)
+                .flat_map(|k| {
+                    let (b, a) = (&before_all[k]["drops"], &now[k]["drops"]);
+                    a.as_object().into_iter().flatten().filter_map(move |(r, v)| {
+                        let d = v.as_u64().unwrap_or(0).saturating_sub(b[r].as_u64().unwrap_or(0));
+                        (d > 0).then(|| format!("n{} {r} +{d}", k + 1))
+                    })
+                })
+                .collect();
+            bail!("connection failed but acl-denied (all nodes) stayed at {after} (was {before}); drops meanwhile: {moved:?}");
         }
         std::thread::sleep(Duration::from_millis(200));
     }

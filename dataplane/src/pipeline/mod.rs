@@ -1314,6 +1314,9 @@ impl Pipeline {
             }
             let (start, end) = (sb.start, sb.end);
             if let Some(cl) = self.cluster.as_deref_mut() {
+                if let (None, Some(_), false, Outcome::Drop(r)) = (sent, owner, fenced, outcome) {
+                    cl.release_dropped(r);
+                }
                 cl.finish_parked(p.slot, p.mem, start, end, sent, owner.is_some());
             }
         }

@@ -729,6 +729,10 @@ pub struct ClusterCountersSnapshot {
     pub ccl: CclCounters,
     /// By `DropReason::index()`.
     pub batch_drops: [u64; DropReason::COUNT],
+    /// Parked frames dropped when their owner reply released them (a SYN
+    /// the SYN guard held, then denied by policy here), by reason: they
+    /// were counted `consumed` when parked, so not in the drops.
+    pub release_drops: [u64; DropReason::COUNT],
 }
 
 impl ClusterCountersSnapshot {
@@ -751,6 +755,8 @@ impl crate::stats::Stats for ClusterCountersSnapshot {
         v.group("ccl", None, &self.ccl);
         let b = &self.batch_drops;
         v.family("batch_drops", "reason", &mut DropReason::ALL.iter().map(|&d| (d.as_str(), b.get(d.index()).copied().unwrap_or(0))));
+        let r = &self.release_drops;
+        v.family("release_drops", "reason", &mut DropReason::ALL.iter().map(|&d| (d.as_str(), r.get(d.index()).copied().unwrap_or(0))));
         v.gauge("epoch", self.epoch);
         v.gauge("members", self.members.len() as u64);
     }
@@ -828,6 +834,8 @@ pub(crate) struct ClusterPath {
     /// Frames of received batches dropped, by `DropReason::index()` (the
     /// carrying datagram is `consumed`; its frames are counted here).
     batch_drops: [u64; DropReason::COUNT],
+    /// Released parked frames dropped, by reason (`release_dropped`).
+    release_drops: [u64; DropReason::COUNT],
     /// Failover state (`failover.rs`).
     lease: Timestamp,
     syn_guard: Duration,
@@ -1091,6 +1099,7 @@ impl ClusterPath {
             received: [(0, 0); BATCH_MAX_FRAMES],
             received_len: 0,
             batch_drops: [0; DropReason::COUNT],
+            release_drops: [0; DropReason::COUNT],
             lease: spec.lease,
             syn_guard: spec.syn_guard,
             director_hold: spec.director_hold,
@@ -1179,6 +1188,14 @@ impl ClusterPath {
             counters,
             ccl: self.ccl_counters(),
             batch_drops: self.batch_drops,
+            release_drops: self.release_drops,
+        }
+    }
+
+    /// A parked frame its owner reply released was dropped here for `r`.
+    pub fn release_dropped(&mut self, r: DropReason) {
+        if let Some(c) = self.release_drops.get_mut(r.index()) {
+            *c += 1;
         }
     }
 
