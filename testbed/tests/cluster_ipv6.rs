@@ -17,12 +17,18 @@
 //! - (c) a 5 s `iperf3 -6` TCP run inside → outside;
 //! - (d) `ping -6` inside → outside through the cluster, 5 of 5;
 //! - (e) `ping -6 -s 8000`: the client fragments each request (and the
-//!   server each reply; routers never fragment IPv6), 5 of 5;
+//!   server each reply; routers never fragment IPv6), 5 of 5 — but the
+//!   first, whose 1 500-byte fragments a node answers with packet too big
+//!   (the outside links are 1 400 bytes, see (i));
 //! - (f) an IPv6 TCP connection outside → inside fails, and the nodes'
 //!   policy denials rise (`acl-denied` drops, or `show cluster`
 //!   `release_drops` for a SYN the SYN guard held for its director);
 //! - (g) `tracepath -6` inside → outside shows a node (its inside address)
 //!   as a hop — its ICMPv6 time exceeded — and reaches the server;
+//! - (i) (run before (h)) path-MTU discovery: the nodes' outside links are
+//!   1 400 bytes, the server advertises an MSS for 1 500, a node answers
+//!   the client's full segments with ICMPv6 packet too big, the client's
+//!   path MTU drops to 1 400 and an iperf3 -6 upload completes;
 //! - (h) failover: `FAILOVER_DOWNLOADS` rate-limited `curl -6` downloads
 //!   (the client's receive buffer capped, so the data is in flight), the
 //!   control node killed `FAULT_AFTER` into them (`faults::apply`, as
@@ -245,8 +251,15 @@ fn step_e_ping_8000(c: &Ctx) -> Result<String> {
     let frags = deltas(&before, &after, |s| ipv6_counter(s, "fragments"));
     let frag_drops = deltas(&before, &after, |s| drop_count(s, "ipv6-fragment"));
     let out = out.with_context(|| format!("per node IPv6 fragments received {frags:?}, dropped ipv6-fragment {frag_drops:?}"))?;
-    ensure!(loss_line(&out).contains(" 0% packet loss"), "{out}");
-    Ok(format!("{}; per node IPv6 fragments received {frags:?}", loss_line(&out)))
+    // The nodes' outside links are 1 400 bytes (step (i)): the host's first
+    // 1 500-byte fragments earn a packet too big from a node, and its
+    // echo is lost; the host then fragments for 1 400 and every later echo
+    // is answered.
+    let nodes: Vec<String> = (1..=NODES).map(a6::node_inside).collect();
+    let too_big = out.lines().filter(|l| l.contains("Packet too big: mtu=1400") && nodes.iter().any(|n| l.contains(&format!("From {n} ")))).count();
+    let received = out.lines().filter(|l| l.starts_with("8008 bytes from")).count();
+    ensure!(received + too_big == 5 && too_big <= 1, "5 echoes: {received} answered, {too_big} packet too big from a node:\n{out}");
+    Ok(format!("{}; {too_big} packet too big from a node first; per node IPv6 fragments received {frags:?}", loss_line(&out)))
 }
 
 fn step_f_denied(c: &Ctx) -> Result<String> {
@@ -313,6 +326,46 @@ fn step_g_tracepath(c: &Ctx) -> Result<String> {
     let sent: u64 = c.stats()?.iter().map(|s| ipv6_counter(s, "time_exceeded_sent")).sum();
     ensure!(sent > 0, "no node counted a time exceeded sent");
     Ok(format!("hop `{hop}`, reached {}; time_exceeded_sent (all nodes) {sent}", a6::SERVER))
+}
+
+/// (i) Path-MTU discovery through the cluster: the nodes' outside links
+/// are 1 400 bytes (the bed is up with `--mtu outside=1400`); the server
+/// advertises an MSS for 1 500 (`advmss 1440` on its route back), so the
+/// client's full segments are too big where they leave a node: the node
+/// answers ICMPv6 packet too big, the client's kernel lowers its path MTU
+/// to 1 400 and a 3 s iperf3 -6 upload completes.
+fn step_i_packet_too_big(c: &Ctx) -> Result<String> {
+    sys::ip(OUTSIDE, &["-6", "route", "replace", a6::CLIENT_NET, "via", a6::ROUT_HOST_SIDE, "dev", "eth0", "advmss", "1440"])?;
+    // Forget the path MTU tracepath (g) may have learnt.
+    sys::ip(INSIDE, &["-6", "route", "flush", "cache"])?;
+    let fresh = sys::ns_run(INSIDE, "ip", &["-6", "route", "get", a6::SERVER])?;
+    ensure!(!fresh.contains("mtu 1400"), "the client still knows the path MTU: {fresh}");
+    let mut server = Background::start(
+        "iperf3 server (IPv6, packet too big)",
+        OUTSIDE,
+        "iperf3",
+        &["-s", "-B", a6::SERVER, "-p", "5207"],
+        &c.bed.run_dir.join("v6-i-iperf3-server.log"),
+    )?;
+    server.wait_listening(OUTSIDE, 5207, Duration::from_secs(10))?;
+    let too_big = |v: &[Value]| v.iter().map(|s| ipv6_counter(s, "too_big_sent")).sum::<u64>();
+    let before = too_big(&c.stats()?);
+    let out = Command::new("timeout")
+        .args(["40", "ip", "netns", "exec", INSIDE, "iperf3", "-6", "-c", a6::SERVER, "-p", "5207", "-t", "3", "--json", "--connect-timeout", "10000"])
+        .output()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let v: Value = serde_json::from_str(&text)
+        .with_context(|| format!("iperf3 -6 ({}) printed no JSON: {text} {}", out.status, String::from_utf8_lossy(&out.stderr)))?;
+    if let Some(e) = v.get("error") {
+        bail!("iperf3 -6 ({}): {e}", out.status);
+    }
+    let received = v["end"]["sum_received"]["bytes"].as_u64().unwrap_or(0);
+    ensure!(out.status.success() && received > 0, "iperf3 -6 moved nothing ({})", out.status);
+    let after = too_big(&c.stats()?);
+    ensure!(after > before, "no node sent a packet too big ({before} -> {after})");
+    let route = sys::ns_run(INSIDE, "ip", &["-6", "route", "get", a6::SERVER])?;
+    ensure!(route.contains("mtu 1400"), "the client's path MTU was not lowered: {route}");
+    Ok(format!("{received} B uploaded; too_big_sent (all nodes) {before} -> {after}; client route: {}", route.trim()))
 }
 
 /// The member set, control node and epoch each of `live` reports, once
@@ -441,7 +494,10 @@ fn ipv6_through_the_cluster() {
     assert!(sys::is_root(), "the cluster test bed test needs root (network namespaces, veths); run scripts/test.sh as root");
     let workers = harness::bed_workers();
     eprintln!("{NODES} nodes with {workers} worker(s) each (CFW_BED_WORKERS)");
-    let bed = TestBed::up_with(NODES, "/tmp/cfw-testbed-cluster-ipv6", harness::Shape { workers, ..Default::default() })
+    // The nodes' outside links 1 400 bytes: step (i)'s path-MTU discovery
+    // (the other steps' segments keep within it by MSS and PMTUD).
+    let mtu = testbed::topology::BedMtu { outside: 1400, ..Default::default() };
+    let bed = TestBed::up_with(NODES, "/tmp/cfw-testbed-cluster-ipv6", harness::Shape { workers, mtu, ..Default::default() })
         .expect("test bed up");
     let c = Ctx { bed: &bed };
     let mut steps = Steps::default();
@@ -456,6 +512,7 @@ fn ipv6_through_the_cluster() {
     steps.step("(e) ping -6 -s 8000 (fragmented by the hosts)", timed(&step_e_ping_8000));
     steps.step("(f) IPv6 TCP outside->inside denied, acl-denied counted", timed(&step_f_denied));
     steps.step("(g) tracepath -6 shows a node as a hop", timed(&step_g_tracepath));
+    steps.step("(i) IPv6 upload through 1400-byte outside links by packet too big", timed(&step_i_packet_too_big));
     steps.step("(h) failover: the control node killed during rate-limited curl -6 downloads", timed(&step_h_failover));
     for k in 1..=NODES {
         match bed.show(k, "stats") {
