@@ -34,7 +34,7 @@ use crate::wire::checksum;
 use crate::wire::ethernet::{self, EthernetFrame, BROADCAST};
 use crate::wire::icmp::{msg_type, Icmpv4Packet};
 use crate::wire::ipv4::{self, Ipv4Packet};
-use crate::wire::ipv6::{self, Ipv6Packet, UpperLayer};
+use crate::wire::ipv6::UpperLayer;
 
 /// Ingress counters (`Counters`).
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
@@ -165,7 +165,7 @@ impl Ingress {
     pub fn ipv6_in(&mut self, l3: &[u8]) -> Result<UpperLayer, DropReason> {
         let c = &mut self.counters.ipv6;
         c.packets += 1;
-        let u = upper_layer(l3)?;
+        let u = super::transit6::upper_layer(l3)?;
         if u.fragment.is_some() {
             c.fragments += 1;
         }
@@ -177,17 +177,6 @@ impl Ingress {
         }
         Ok(u)
     }
-}
-
-/// The IPv6 header of `l3` checked (version, payload length within the
-/// frame) and its extension chain walked (`Ipv6Packet::upper_layer`).
-pub(crate) fn upper_layer(l3: &[u8]) -> Result<UpperLayer, DropReason> {
-    let p = match Ipv6Packet::new_checked(l3) {
-        Ok(p) => p,
-        Err(ipv6::Error::Truncated) | Err(ipv6::Error::BadPayloadLen) => return Err(DropReason::Ipv6Truncated),
-        Err(_) => return Err(DropReason::Ipv6Malformed),
-    };
-    p.upper_layer().map_err(|_| DropReason::Ipv6Malformed)
 }
 
 /// Answer an ICMP echo request to the ingress interface's address, in

@@ -47,18 +47,16 @@ use super::cluster::send::Wrap;
 use super::context::{HandoffNote, Rx, Via, Xlate};
 use super::frag::{frag_track, Admit, FragTrack, Release};
 use super::iface::{Iface, Interfaces};
+use super::transit6::{self, Transit6};
 use crate::arp::{NdCache, Resolve};
 use crate::cluster::SeqDelta;
-use crate::conntrack::L4Info;
 use crate::route::IfIndex;
 use crate::stats::Stats;
-use crate::types::{ip_proto, DropReason, Duration, FiveTuple, PortId, Timestamp};
+use crate::types::{ip_proto, DropReason, Duration, PortId, Timestamp};
 use crate::wire::ethernet;
 use crate::wire::icmpv6::{self, msg_type, Nd};
 use crate::wire::ipv6::{self, Ipv6Packet, UpperLayer};
-use crate::wire::tcp::TcpPacket;
-use crate::wire::udp::UdpPacket;
-use std::net::{IpAddr, Ipv6Addr};
+use std::net::Ipv6Addr;
 
 /// Generated frames (solicitations, errors) queued between two
 /// `drain_generated` calls at most; more are counted and dropped.
@@ -183,13 +181,6 @@ pub(crate) struct Ipv6Path {
     pub counters: Ipv6PathCounters,
 }
 
-/// What the stage decided for a transit packet: track `tuple` with `l4`,
-/// or forward an ICMPv6 error whose quoted connection exists.
-pub(crate) enum Transit6 {
-    Flow(FiveTuple, L4Info),
-    Error(FiveTuple),
-}
-
 /// The answer `local_in` decided: from our address `from` to `to` at
 /// `to_mac`; an advertisement (`na`) or an echo reply.
 #[derive(Copy, Clone, Debug)]
@@ -303,37 +294,6 @@ impl Ipv6Path {
         Some(if (to.segments()[0] & 0xffc0) == 0xfe80 { f.link_local } else { f.global })
     }
 
-    /// The conntrack view of a transit packet whose upper-layer header is
-    /// at `off` in the payload.
-    pub fn transit(p: &Ipv6Packet<&[u8]>, proto: u8, off: usize) -> Result<Transit6, DropReason> {
-        let (src, dst) = (IpAddr::V6(p.src()), IpAddr::V6(p.dst()));
-        let tuple = |sp, dp| FiveTuple { src, dst, proto, src_port: sp, dst_port: dp };
-        let l4 = p.payload().get(off..).unwrap_or(&[]);
-        Ok(match proto {
-            ip_proto::TCP => {
-                let t = TcpPacket::new_checked(l4).map_err(|e| match e {
-                    crate::wire::tcp::Error::BadHeaderLen => DropReason::TcpBadHeaderLen,
-                    _ => DropReason::L4Truncated,
-                })?;
-                Transit6::Flow(tuple(t.src_port(), t.dst_port()), L4Info::Tcp(super::ipv4::tcp_seg(&t)))
-            }
-            ip_proto::UDP => {
-                let u = UdpPacket::new_checked(l4).map_err(|_| DropReason::L4Truncated)?;
-                Transit6::Flow(tuple(u.src_port(), u.dst_port()), L4Info::Udp)
-            }
-            ip_proto::ICMPV6 => {
-                let (t, id) = icmpv6::type_and_ident(l4).ok_or(DropReason::L4Truncated)?;
-                match t {
-                    msg_type::ECHO_REQUEST => Transit6::Flow(tuple(id, 0), L4Info::IcmpEchoRequest),
-                    msg_type::ECHO_REPLY => Transit6::Flow(tuple(0, id), L4Info::IcmpEchoReply),
-                    t if icmpv6::is_error(t) => Transit6::Error(icmpv6::quoted_tuple(l4).ok_or(DropReason::L4Truncated)?),
-                    _ => Transit6::Flow(tuple(0, 0), L4Info::Other),
-                }
-            }
-            _ => Transit6::Flow(tuple(0, 0), L4Info::Other),
-        })
-    }
-
     /// A frame for this node (`local`; `u`: its extension chain): an echo
     /// request to one of our addresses or a neighbour solicitation for one
     /// is to be answered (`Answer`, by `answer_in_place`); an advertisement
@@ -353,7 +313,7 @@ impl Ipv6Path {
     /// nothing else (nothing counted). Returns the neighbour learnt.
     pub fn learn_copy(&mut self, now: Timestamp, ifx: IfIndex, l2: usize, data: &[u8]) -> Option<(Ipv6Addr, [u8; 6])> {
         let l3 = data.get(l2..)?;
-        let u = super::ingress::upper_layer(l3).ok()?;
+        let u = transit6::upper_layer(l3).ok()?;
         if !ipv6_dst(l3).is_some_and(|d| self.local(ifx, d)) {
             return None;
         }
@@ -850,7 +810,7 @@ impl super::Pipeline {
             }
             _ => {
                 let p = Ipv6Packet::new_checked(buf.data().get(l2..).unwrap_or(&[])).map_err(|_| DropReason::Ipv6Truncated)?;
-                match Ipv6Path::transit(&p, u.protocol, u.offset)? {
+                match transit6::transit(&p, u.protocol, u.offset)? {
                     Transit6::Flow(t, l4) => (t, Some(l4), false),
                     Transit6::Error(quoted) => (quoted, None, false),
                 }

@@ -72,6 +72,7 @@ mod iface;
 mod ingress;
 pub(crate) mod ipv4;
 pub(crate) mod ipv6;
+mod transit6;
 mod nat;
 mod synproxy;
 pub mod trace;
@@ -493,7 +494,7 @@ impl Pipeline {
             return match l2.ethertype {
                 ethertype::IPV4 => self.ipv4_in(now, at, rx, buf),
                 // (Checked again: the sender's checks are not trusted.)
-                ethertype::IPV6 => ingress::upper_layer(buf.data().get(l2.len..).unwrap_or(&[]))
+                ethertype::IPV6 => transit6::upper_layer(buf.data().get(l2.len..).unwrap_or(&[]))
                     .and_then(|u| self.ipv6_in(now, at, rx, u, buf)),
                 _ => Err(DropReason::CclMalformed),
             }

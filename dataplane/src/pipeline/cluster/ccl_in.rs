@@ -15,7 +15,7 @@ use crate::types::{DropReason, Duration, FiveTuple, NodeId, Timestamp};
 use crate::wire::ethernet::{ethertype, EthernetFrame};
 use crate::wire::ipv4::Ipv4Packet;
 use crate::wire::ipv6::Ipv6Packet;
-use crate::pipeline::ipv6::{Ipv6Path, Transit6};
+use crate::pipeline::transit6::{self, Transit6};
 
 /// What the pipeline does after `ccl_in` opened a datagram.
 #[derive(Copy, Clone, Debug)]
@@ -52,7 +52,7 @@ fn frame_tuple(frame: &[u8]) -> Option<FiveTuple> {
         ethertype::IPV6 => {
             let ip = Ipv6Packet::new_checked(e.payload()).ok()?;
             let u = ip.upper_layer().ok()?;
-            match Ipv6Path::transit(&ip, u.protocol, u.offset).ok()? {
+            match transit6::transit(&ip, u.protocol, u.offset).ok()? {
                 Transit6::Flow(t, _) | Transit6::Error(t) => Some(t),
             }
         }
