@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every clusterfw benchmark and writes target/bench/summary.{json,md}.
 #
-#   scripts/bench.sh [--peers] [--quick] [--skip-micro] [--skip-dpdk] [--skip-testbed]
+#   scripts/bench.sh [--peers] [--quick] [--skip-micro] [--skip-dpdk] [--skip-tax] [--skip-testbed]
 #
 #   (a) pipeline microbenchmarks without EAL (criterion): ns/packet and Mpps
 #       for established flows (1k/100k/1M), new connections/s, and bytes per
@@ -20,9 +20,12 @@
 #       replay every flow: half the frames are steered to the other worker)
 #       and "crossed" (queue i replays the other worker's flows: every frame
 #       crosses); aligned over one worker is the scaling, crossed against
-#       aligned the cost of a handoff; and the one-worker node with PAT of
+#       aligned the cost of a handoff; the one-worker node with PAT of
 #       the inside network (issue 13): its rate against the node without
-#       NAT is the cost of PAT;
+#       NAT is the cost of PAT; and the one-worker node forwarding the same
+#       1024 flows over IPv6 (issue 16: 62-byte UDP/IPv6 frames, the next
+#       hop learnt from its neighbour solicitation in the outside pcap):
+#       IPv6 Mpps next to IPv4's, same run;
 #   (c) --peers: Open vSwitch's userspace datapath (ovs-vswitchd-dpdk) on the
 #       same vdevs and input with ct(commit) and ct(commit,nat(src=...)), in
 #       a private run directory, rate from the egress port's tx_packets over
@@ -51,6 +54,7 @@ QUICK=0
 SKIP_MICRO=0
 SKIP_DPDK=0
 SKIP_TESTBED=0
+SKIP_TAX=0
 for a in "$@"; do
   case "$a" in
     --peers) PEERS=1 ;;
@@ -58,7 +62,8 @@ for a in "$@"; do
     --skip-micro) SKIP_MICRO=1 ;;
     --skip-dpdk) SKIP_DPDK=1 ;;
     --skip-testbed) SKIP_TESTBED=1 ;;
-    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+    --skip-tax) SKIP_TAX=1 ;;
+    -h|--help) sed -n '2,47p' "$0"; exit 0 ;;
     *) echo "bench: unknown argument $a" >&2; exit 2 ;;
   esac
 done
@@ -184,6 +189,13 @@ fi
 W="$OUT/single"
 PCAP_IN="$W/udp-1024flows-64B.pcap"
 PCAP_ARP="$W/arp-reply.pcap"
+# IPv6 (issue 16): the same 1024 flows, 2001:db8:1::10:1024-2047 ->
+# 2001:db8:2::10:9, 62-byte frames (the smallest UDP/IPv6 frame: 14 + 40 +
+# 8); the outside port reads the ARP reply and a neighbour solicitation
+# from 2001:db8:2::10 for the node's 2001:db8:2::1 (source link-layer
+# address NH_MAC), which the node answers and learns the next hop from.
+PCAP_IN6="$W/udp6-1024flows-66B.pcap"
+PCAP_ND="$W/arp-reply-ns6.pcap"
 IN_MAC=02:70:63:61:70:00
 OUT_MAC=02:70:63:61:70:01
 NH_MAC=02:00:00:00:02:0a
@@ -192,6 +204,9 @@ make_pcaps() {
   cargo run --release -q -p dataplane --example worker_split -- "$PCAP_IN" 2 "${PCAP_IN%.pcap}" >&2
   "$PY" scripts/bench/mkpcap.py arp-reply "$PCAP_ARP" --dst-mac "$OUT_MAC" --sender-mac "$NH_MAC" \
     --sender 198.18.2.10 --target 198.18.2.1
+  "$PY" scripts/bench/mkpcap.py udp6 "$PCAP_IN6" --flows 1024 --size 62 --dst-mac "$IN_MAC"
+  "$PY" scripts/bench/mkpcap.py arp-reply "$PCAP_ND" --dst-mac "$OUT_MAC" --sender-mac "$NH_MAC" \
+    --sender 198.18.2.10 --target 198.18.2.1 --ns6-sender 2001:db8:2::10 --ns6-target 2001:db8:2::1
 }
 VDEV_IN="net_pcap0,rx_pcap=$PCAP_IN,infinite_rx=1"
 VDEV_OUT="net_pcap1,rx_pcap=$PCAP_ARP"
@@ -213,8 +228,14 @@ run_testpmd() { # $1 = label
   say "(b) testpmd ($1): $("$PY" -c 'import json,sys; print("%.2f Mpps" % json.load(open(sys.argv[1])).get("mpps", 0))' "$W/testpmd-$1.json")"
 }
 
-node_yaml() { # $1 = file, $2 = prefix, $3 = workers (1 or 2), $4 = aligned|mixed|crossed, $5 = pat (NAT)
-  local workers=${3:-1} vin=$VDEV_IN vout=$VDEV_OUT in=${PCAP_IN%.pcap} nat=${5:-}
+node_yaml() { # $1 = file, $2 = prefix, $3 = workers (1 or 2), $4 = aligned|mixed|crossed, $5 = pat (NAT), $6 = v6 (IPv6 input)
+  local workers=${3:-1} vin=$VDEV_IN vout=$VDEV_OUT in=${PCAP_IN%.pcap} nat=${5:-} v6=${6:-} a6_in="" a6_out=""
+  if [ "$v6" = v6 ]; then
+    vin="net_pcap0,rx_pcap=$PCAP_IN6,infinite_rx=1"
+    vout="net_pcap1,rx_pcap=$PCAP_ND"
+    a6_in=$'\n    address6: 2001:db8:1::1/64'
+    a6_out=$'\n    address6: 2001:db8:2::1/64'
+  fi
   if [ "$workers" = 2 ]; then
     case $4 in
       aligned) vin="net_pcap0,rx_pcap=$in-w0.pcap,rx_pcap=$in-w1.pcap,infinite_rx=1" ;;
@@ -238,11 +259,11 @@ dpdk:
 interfaces:
   - name: inside
     device: "$vin"
-    address: 198.18.1.1/24
+    address: 198.18.1.1/24$a6_in
     security-level: 100
   - name: outside
     device: "$vout"
-    address: 198.18.2.1/24
+    address: 198.18.2.1/24$a6_out
     security-level: 0
 flow-table:
   capacity: 65536
@@ -270,10 +291,10 @@ EOF
 
 ctl() { "$BIN/clusterfw-ctl" --socket "$W/node.sock" "$@"; }
 
-run_clusterfw() { # $1 = label, $2 = workers (default 1), $3 = input split (2 workers), $4 = pat
-  local label=$1 workers=${2:-1} split=${3:-} nat=${4:-} prefix="${TAG}-node-$1" pid i
+run_clusterfw() { # $1 = label, $2 = workers (default 1), $3 = input split (2 workers), $4 = pat, $5 = v6
+  local label=$1 workers=${2:-1} split=${3:-} nat=${4:-} v6=${5:-} prefix="${TAG}-node-$1" pid i
   PREFIXES+=("$prefix")
-  node_yaml "$W/node.yaml" "$prefix" "$workers" "$split" "$nat"
+  node_yaml "$W/node.yaml" "$prefix" "$workers" "$split" "$nat" "$v6"
   local cmd="$BIN/clusterfw --config $W/node.yaml; clusterfw-ctl show stats --json at +${WARMUP}s and +$((WARMUP + SECS))s"
   say "(b) clusterfw: $cmd"
   rm -f "$W/node.sock"
@@ -290,7 +311,7 @@ run_clusterfw() { # $1 = label, $2 = workers (default 1), $3 = input split (2 wo
     IN_MAC=$mac
     OUT_MAC=$(grep -o 'on net_pcap1 (port 1): [0-9./]* mac [0-9a-f:]*' "$W/node.log" | awk '{print $NF}')
     make_pcaps
-    run_clusterfw "$label" "$workers" "$split" "$nat"
+    run_clusterfw "$label" "$workers" "$split" "$nat" "$v6"
     return
   fi
   sleep "$WARMUP"
@@ -316,6 +337,7 @@ if [ $SKIP_DPDK = 0 ]; then
   make_pcaps
   run_testpmd before
   run_clusterfw first
+  run_clusterfw v6-first 1 "" "" v6
   run_clusterfw pat-first 1 "" pat
   for split in aligned mixed crossed; do run_clusterfw "w2-$split-first" 2 "$split"; done
 fi
@@ -386,6 +408,7 @@ fi
 if [ $SKIP_DPDK = 0 ]; then
   for split in crossed mixed aligned; do run_clusterfw "w2-$split-second" 2 "$split"; done
   run_clusterfw pat-second 1 "" pat
+  run_clusterfw v6-second 1 "" "" v6
   run_clusterfw second
   run_testpmd after
   "$PY" - "$W" <<'EOF'
@@ -411,8 +434,12 @@ handoff_ns = 2e3 / x - 2e3 / a if a and x else None
 p1, p2 = (json.load(open(f"{w}/clusterfw-pat-{n}.json")) for n in ("first", "second"))
 pat = {"mpps": mean([p1["mpps"], p2["mpps"]]), "runs": [p1, p2], "command": p1.get("command"),
        "drops_in_interval": [p1["drops_in_interval"], p2["drops_in_interval"]]}
+s1, s2 = (json.load(open(f"{w}/clusterfw-v6-{n}.json")) for n in ("first", "second"))
+v6 = {"mpps": mean([s1["mpps"], s2["mpps"]]), "runs": [s1, s2], "command": s1.get("command"),
+      "drops_in_interval": [s1["drops_in_interval"], s2["drops_in_interval"]]}
 json.dump({"clusterfw": cf, "clusterfw_pat": pat,
            "pat_cost_ratio": cf["mpps"] / pat["mpps"] if pat["mpps"] else None,
+           "clusterfw_v6": v6, "v6_over_v4": v6["mpps"] / cf["mpps"] if cf["mpps"] else None,
            "testpmd": tp, "ratio": cf["mpps"] / tp["mpps"] if tp["mpps"] else None,
            "workers2": two, "workers2_over_1": a / cf["mpps"] if cf["mpps"] else None, "handoff_ns": handoff_ns},
           open(f"{w}/../single.json", "w"), indent=2)
@@ -428,7 +455,9 @@ SIM="${BIN:-$TARGET_DIR/release}/clusterfw-sim"
 if [ ! -x "$SIM" ] && [ -z "${CFW_BENCH_BIN:-}" ]; then
   cargo build --release -p testbed --bin clusterfw-sim >&2 2>/dev/null || true
 fi
-if [ -x "$SIM" ] && "$SIM" --help 2>&1 | grep -q -- '--symmetric'; then
+if [ $SKIP_TAX = 1 ]; then
+  echo '{"available": false, "note": "skipped (--skip-tax)"}' >"$OUT/cluster_tax.json"
+elif [ -x "$SIM" ] && "$SIM" --help 2>&1 | grep -q -- '--symmetric'; then
   say "(d) cluster tax: $SIM --json --split-return vs --symmetric"
   if ! "$PY" scripts/bench/cluster_tax.py "$SIM" "$([ $QUICK = 1 ] && echo 3 || echo 7)" >"$OUT/cluster_tax.json" 2>"$OUT/cluster_tax.log"; then
     echo '{"available": false, "note": "clusterfw-sim failed; see cluster_tax.log"}' >"$OUT/cluster_tax.json"

@@ -124,6 +124,43 @@ pub enum ErrorKind {
         /// `IPv4` or `IPv6`.
         destination_family: &'static str,
     },
+    /// An access rule whose source and destination are of different
+    /// address families (it could match no packet).
+    #[error("source {src} is {source_family} but destination {destination} is {destination_family}: a rule's addresses must be of one family (leave one out to match any address)")]
+    RuleFamilyMismatch {
+        /// The source as written (not `source`: thiserror's name for a
+        /// cause).
+        src: String,
+        /// `IPv4` or `IPv6`.
+        source_family: &'static str,
+        /// The destination as written.
+        destination: String,
+        /// `IPv4` or `IPv6`.
+        destination_family: &'static str,
+    },
+    /// An access rule with the other family's ICMP as its protocol (it
+    /// could match no packet): `icmp` (1) on an IPv6 rule, `icmp6` (58)
+    /// on an IPv4 one.
+    #[error("protocol {protocol} is {protocol_family}'s ICMP but the rule's addresses are {family}: use {instead}")]
+    RuleIcmpFamily {
+        /// `icmp` or `icmp6`.
+        protocol: &'static str,
+        /// The family whose ICMP that is.
+        protocol_family: &'static str,
+        /// The family of the rule's addresses.
+        family: &'static str,
+        /// What to write instead.
+        instead: &'static str,
+    },
+    /// An interface with an IPv6 address whose MTU is below IPv6's
+    /// minimum link MTU.
+    #[error("MTU {mtu} is below {min}, the smallest link MTU IPv6 allows (RFC 8200 §5), and this interface has an address6")]
+    Ipv6MtuTooSmall {
+        /// The MTU written.
+        mtu: u16,
+        /// 1280.
+        min: u16,
+    },
     /// An interface address that is not a usable unicast host address.
     #[error("invalid interface address \"{found}\": {reason}")]
     InvalidHostAddress {

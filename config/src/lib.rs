@@ -128,7 +128,7 @@ pub use model::{
     AccessRule, Action, ArpConfig, Config, DpdkConfig, FlowTableConfig, IcmpErrorsConfig, InterfaceConfig,
     Limits, LogLevel, LoggingConfig, NodeConfig, ReversePath, Route6Config, RouteConfig, Timeouts,
 };
-pub use net::{Ipv4Net, Ipv6Host, Ipv6Net, PortError, PortRange, Prefix6Error, PrefixError, Protocol, ProtocolError};
+pub use net::{IpNet, Ipv4Net, Ipv6Host, Ipv6Net, PortError, PortRange, Prefix6Error, PrefixError, Protocol, ProtocolError};
 
 /// Reads and parses the configuration file at `path`.
 ///

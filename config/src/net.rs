@@ -13,9 +13,13 @@
 //! `Ipv6Addr::from_str` (any of the RFC 4291 §2.2 forms, either case; no
 //! zone index) and printed in the RFC 5952 form std's `Display` gives, which
 //! parses back to the same value.
+//!
+//! An [`IpNet`] is either family's prefix, as an access rule's `source` and
+//! `destination` take them: the text decides the family (a `:` makes it
+//! IPv6), and the family decides which packets it can match.
 
 use std::fmt;
-use std::net::{Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::str::FromStr;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -351,6 +355,79 @@ impl<'de> Deserialize<'de> for Ipv6Host {
     }
 }
 
+/// An IPv4 or an IPv6 prefix (an access rule's `source` or
+/// `destination`). Serialized as its text form.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum IpNet {
+    /// `a.b.c.d/len`.
+    V4(Ipv4Net),
+    /// `address/len` with a `:` in the address.
+    V6(Ipv6Net),
+}
+
+impl IpNet {
+    /// `"IPv4"` or `"IPv6"`, as messages name the family.
+    pub fn family(&self) -> &'static str {
+        match self {
+            IpNet::V4(_) => "IPv4",
+            IpNet::V6(_) => "IPv6",
+        }
+    }
+
+    /// The network address (host bits zero).
+    pub fn addr(&self) -> IpAddr {
+        match self {
+            IpNet::V4(n) => IpAddr::V4(n.addr),
+            IpNet::V6(n) => IpAddr::V6(n.addr),
+        }
+    }
+
+    /// The prefix length (0-32 or 0-128).
+    pub fn prefix_len(&self) -> u8 {
+        match self {
+            IpNet::V4(n) => n.len,
+            IpNet::V6(n) => n.len,
+        }
+    }
+
+    /// Whether `ip` lies in this prefix: never for an address of the other
+    /// family (`::/0` holds no IPv4 address, `0.0.0.0/0` no IPv6 one).
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        match (self, ip) {
+            (IpNet::V4(n), IpAddr::V4(a)) => n.contains(a),
+            (IpNet::V6(n), IpAddr::V6(a)) => n.contains(a),
+            _ => false,
+        }
+    }
+}
+
+impl From<Ipv4Net> for IpNet {
+    fn from(n: Ipv4Net) -> IpNet {
+        IpNet::V4(n)
+    }
+}
+
+impl From<Ipv6Net> for IpNet {
+    fn from(n: Ipv6Net) -> IpNet {
+        IpNet::V6(n)
+    }
+}
+
+impl fmt::Display for IpNet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            IpNet::V4(n) => n.fmt(f),
+            IpNet::V6(n) => n.fmt(f),
+        }
+    }
+}
+
+impl Serialize for IpNet {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
 /// Why a string is not a valid port or port range.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -461,7 +538,7 @@ pub enum Protocol {
 
 /// Why a string is not a valid protocol.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("expected tcp, udp, icmp, any or a number 0-255")]
+#[error("expected tcp, udp, icmp, icmp6, any or a number 0-255")]
 pub struct ProtocolError;
 
 impl Protocol {
@@ -471,6 +548,8 @@ impl Protocol {
     pub const TCP: Protocol = Protocol::Number(6);
     /// UDP, protocol 17 (RFC 768).
     pub const UDP: Protocol = Protocol::Number(17);
+    /// ICMPv6, next header 58 (RFC 4443).
+    pub const ICMP6: Protocol = Protocol::Number(58);
 
     /// Whether a packet of IP protocol `proto` matches.
     pub fn matches(&self, proto: u8) -> bool {
@@ -495,6 +574,7 @@ impl FromStr for Protocol {
             "tcp" => Ok(Protocol::TCP),
             "udp" => Ok(Protocol::UDP),
             "icmp" => Ok(Protocol::ICMP),
+            "icmp6" => Ok(Protocol::ICMP6),
             n if !n.is_empty() && n.len() <= 3 && n.bytes().all(|b| b.is_ascii_digit()) => {
                 n.parse().map(Protocol::Number).map_err(|_| ProtocolError)
             }
@@ -510,16 +590,18 @@ impl fmt::Display for Protocol {
             Protocol::TCP => f.write_str("tcp"),
             Protocol::UDP => f.write_str("udp"),
             Protocol::ICMP => f.write_str("icmp"),
+            Protocol::ICMP6 => f.write_str("icmp6"),
             Protocol::Number(n) => write!(f, "{n}"),
         }
     }
 }
 
-/// Serialized as `"any"`, `"tcp"`, `"udp"`, `"icmp"` or an integer.
+/// Serialized as `"any"`, `"tcp"`, `"udp"`, `"icmp"`, `"icmp6"` or an
+/// integer.
 impl Serialize for Protocol {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         match *self {
-            Protocol::Number(n) if !self.has_ports() && *self != Protocol::ICMP => {
+            Protocol::Number(n) if !self.has_ports() && *self != Protocol::ICMP && *self != Protocol::ICMP6 => {
                 s.serialize_u8(n)
             }
             _ => s.collect_str(self),
@@ -671,6 +753,23 @@ mod tests {
     }
 
     #[test]
+    fn either_family() {
+        let v4 = IpNet::from("10.0.0.0/8".parse::<Ipv4Net>().unwrap());
+        let v6 = IpNet::from("2001:db8::/32".parse::<Ipv6Net>().unwrap());
+        assert_eq!((v4.family(), v4.prefix_len(), v4.to_string()), ("IPv4", 8, "10.0.0.0/8".to_string()));
+        assert_eq!((v6.family(), v6.prefix_len(), v6.to_string()), ("IPv6", 32, "2001:db8::/32".to_string()));
+        assert!(v4.contains(IpAddr::V4(ip("10.9.9.9"))) && !v4.contains(IpAddr::V4(ip("11.0.0.0"))));
+        assert!(v6.contains(IpAddr::V6(ip6("2001:db8::1"))) && !v6.contains(IpAddr::V6(ip6("2001:db9::"))));
+        // Never across families, not even the "every address" prefixes.
+        let any4 = IpNet::V4(Ipv4Net::ANY);
+        let any6 = IpNet::V6(Ipv6Net::ANY);
+        assert!(!any4.contains(IpAddr::V6(ip6("::"))) && !any6.contains(IpAddr::V4(ip("0.0.0.0"))));
+        assert!(!v6.contains(IpAddr::V4(ip("32.1.13.184"))), "2001:db8:: is 32.1.13.184 in its first word");
+        assert_eq!(serde_json::to_string(&v6).unwrap(), "\"2001:db8::/32\"");
+        assert_eq!(v6.addr(), IpAddr::V6(ip6("2001:db8::")));
+    }
+
+    #[test]
     fn ports() {
         assert_eq!("80".parse::<PortRange>(), Ok(PortRange::single(80)));
         assert_eq!(
@@ -699,6 +798,10 @@ mod tests {
         assert_eq!("tcp".parse(), Ok(Protocol::TCP));
         assert_eq!("udp".parse(), Ok(Protocol::UDP));
         assert_eq!("icmp".parse(), Ok(Protocol::ICMP));
+        assert_eq!("icmp6".parse(), Ok(Protocol::ICMP6));
+        assert_eq!("58".parse(), Ok(Protocol::ICMP6));
+        assert_eq!(Protocol::ICMP6.to_string(), "icmp6");
+        assert_eq!(serde_json::to_string(&Protocol::ICMP6).unwrap(), "\"icmp6\"");
         assert_eq!("any".parse(), Ok(Protocol::Any));
         assert_eq!("47".parse(), Ok(Protocol::Number(47)));
         assert_eq!("6".parse(), Ok(Protocol::TCP));

@@ -97,8 +97,8 @@ fn example_parses_with_expected_values() {
                 action: Action::Permit,
                 interface: Some("outside".into()),
                 protocol: Protocol::TCP,
-                source: Ipv4Net::ANY,
-                destination: net("198.18.1.10/32"),
+                source: Some(IpNet::V4(Ipv4Net::ANY)),
+                destination: Some(net("198.18.1.10/32").into()),
                 source_port: PortRange::ANY,
                 destination_port: PortRange::single(80),
                 limits: Limits::default(),
@@ -108,8 +108,8 @@ fn example_parses_with_expected_values() {
                 action: Action::Deny,
                 interface: None,
                 protocol: Protocol::Number(6),
-                source: Ipv4Net::ANY,
-                destination: Ipv4Net::ANY,
+                source: None,
+                destination: None,
                 source_port: PortRange::ANY,
                 destination_port: PortRange { lo: 23, hi: 23 },
                 limits: Limits::default(),
@@ -264,7 +264,9 @@ fn rule_field_forms() {
     let r = &c.access_rules;
     assert_eq!(r[0].interface, None);
     assert_eq!(r[0].protocol, Protocol::UDP);
-    assert_eq!(r[0].source, net("10.0.0.0/8"));
+    assert_eq!(r[0].source, Some(net("10.0.0.0/8").into()));
+    assert_eq!((r[0].destination, r[0].family()), (None, Some("IPv4")));
+    assert_eq!(r[1].family(), None);
     assert_eq!(
         r[0].source_port,
         PortRange {
@@ -279,6 +281,57 @@ fn rule_field_forms() {
     assert_eq!(r[2].protocol, Protocol::ICMP);
     assert_eq!(r[3].protocol, Protocol::Any);
     assert!(r[4].destination_port.is_any());
+}
+
+/// Access rules with IPv6 prefixes (issue 16): a /64, a host (/128), in
+/// any RFC 4291 form; `any` or no address; `icmp6`. The family of a rule
+/// is its addresses'; `show config` prints the canonical forms and `any`.
+#[test]
+fn ipv6_rule_forms() {
+    let src = format!(
+        "{MINIMAL}access-rules:
+  - name: v6-net
+    action: permit
+    source: 2001:DB8:1:0::/64
+    destination: \"2001:db8:2::80/128\"
+    protocol: tcp
+    destination-port: 443
+  - name: v6-only
+    action: deny
+    source: ::/0
+  - name: v4-only
+    action: deny
+    destination: 0.0.0.0/0
+  - name: both
+    action: permit
+    source: any
+    destination: any
+    protocol: icmp6
+  - name: mapped
+    action: deny
+    source: ::ffff:192.0.2.0/120
+"
+    );
+    let c = parse(&src, "r.yaml").unwrap();
+    let r = &c.access_rules;
+    let n6 = |s: &str| Some(IpNet::V6(s.parse().unwrap()));
+    assert_eq!((r[0].source, r[0].destination), (n6("2001:db8:1::/64"), n6("2001:db8:2::80/128")));
+    assert_eq!(r[0].family(), Some("IPv6"));
+    assert_eq!((r[1].source, r[1].destination, r[1].family()), (n6("::/0"), None, Some("IPv6")));
+    assert_eq!((r[2].source, r[2].family()), (None, Some("IPv4")));
+    assert_eq!((r[3].source, r[3].destination, r[3].family(), r[3].protocol), (None, None, None, Protocol::ICMP6));
+    assert_eq!(r[4].source, n6("::ffff:192.0.2.0/120"));
+    let j: serde_json::Value = serde_json::to_value(&c).unwrap();
+    assert_eq!(j["access-rules"][0]["source"], "2001:db8:1::/64");
+    assert_eq!(j["access-rules"][0]["destination"], "2001:db8:2::80/128");
+    assert_eq!(j["access-rules"][1]["destination"], "any");
+    assert_eq!(j["access-rules"][2]["destination"], "0.0.0.0/0");
+    assert_eq!(j["access-rules"][3]["protocol"], "icmp6");
+    // The replicated document carries them and reads back equal.
+    let p = c.policy();
+    let y = p.to_yaml();
+    assert!(y.contains("    source: \"2001:db8:1::/64\"\n") && y.contains("    destination: \"0.0.0.0/0\"\n"), "{y}");
+    assert_eq!(config::parse_policy(&y, "replicated", &c.interfaces).unwrap(), p);
 }
 
 #[test]

@@ -41,3 +41,19 @@ fn out_of_range_and_too_small_name_the_field() {
     let e = err(&NODE.replace("  unreachable-on-deny: false", "  unreachable-on-deny: maybe"));
     assert!(e.contains("icmp-errors.unreachable-on-deny"), "{e}");
 }
+
+/// IPv6 needs 1280-byte links (RFC 8200 §5): an interface with `address6`
+/// takes an MTU of 1280 or more; one without keeps IPv4's 576 floor.
+#[test]
+fn ipv6_interfaces_need_1280() {
+    let dual = NODE.replacen("    address: 198.18.2.1/24\n", "    address: 198.18.2.1/24\n    address6: 2001:db8:2::1/64\n", 1);
+    let with = |mtu: u16| dual.replacen("    security-level: 0\n", &format!("    security-level: 0\n    mtu: {mtu}\n"), 1);
+    let c = parse(&with(1280), "n.yaml").unwrap();
+    assert_eq!((c.interfaces[1].mtu, c.interfaces[1].address6.is_some()), (1280, true));
+    let e = err(&with(1279));
+    assert!(e.starts_with("n.yaml:32:10: interfaces[1].mtu: MTU 1279 is below 1280"), "{e}");
+    // The IPv4-only interface next to it may stay small.
+    let small4 = with(1280).replacen("    security-level: 100\n", "    security-level: 100\n    mtu: 576\n", 1);
+    let c = parse(&small4, "n.yaml").unwrap();
+    assert_eq!((c.interfaces[0].mtu, c.interfaces[0].address6), (576, None));
+}

@@ -5,7 +5,7 @@
 //! `local_changes` tells a reloadable file from one that needs a restart.
 
 use config::policy::{Policy, POLICY_HEADER};
-use config::{parse, parse_policy, AccessRule, Action, Ipv4Net, Limits, PortRange, Protocol, Timeouts};
+use config::{parse, parse_policy, AccessRule, Action, IpNet, Ipv4Net, Ipv6Net, Limits, PortRange, Protocol, Timeouts};
 use proptest::prelude::*;
 
 const EXAMPLES: [(&str, &str); 2] = [
@@ -121,23 +121,42 @@ fn rule() -> impl Strategy<Value = AccessRule> {
         Just(Protocol::TCP),
         Just(Protocol::UDP),
         Just(Protocol::ICMP),
+        Just(Protocol::ICMP6),
         (0u8..=255).prop_map(Protocol::Number)
     ];
-    let net = (any::<u32>(), 0u8..=32).prop_map(|(a, l)| Ipv4Net::containing(a.into(), l));
+    // A rule's addresses: none, IPv4 or IPv6 (one family per rule), each
+    // of the two present or not.
+    let nets = (0u8..3, any::<bool>(), any::<bool>(), any::<(u32, u32, u128, u128)>(), 0u8..=128, 0u8..=128).prop_map(
+        |(family, has_src, has_dst, (s4, d4, s6, d6), sl, dl)| {
+            let v4 = |a: u32, l: u8| IpNet::V4(Ipv4Net::containing(a.into(), l.min(32)));
+            let v6 = |a: u128, l: u8| IpNet::V6(Ipv6Net::containing(a.into(), l));
+            match family {
+                0 => (None, None),
+                1 => (has_src.then(|| v4(s4, sl)), has_dst.then(|| v4(d4, dl))),
+                _ => (has_src.then(|| v6(s6, sl)), has_dst.then(|| v6(d6, dl))),
+            }
+        },
+    );
     let ports = (any::<u16>(), any::<u16>()).prop_map(|(a, b)| format!("{}-{}", a.min(b), a.max(b)).parse::<PortRange>().unwrap());
     (
         "[a-zA-Z0-9 _\"\\\\:#é-]{1,12}",
         any::<bool>(),
         prop_oneof![Just(None), Just(Some("inside".to_string())), Just(Some("outside".to_string()))],
         proto,
-        net.clone(),
-        net,
+        nets,
         ports.clone(),
         ports,
         limits(),
     )
-        .prop_map(|(name, permit, interface, protocol, source, destination, sp, dp, limits)| {
+        .prop_map(|(name, permit, interface, protocol, (source, destination), sp, dp, limits)| {
             let l4 = protocol.has_ports();
+            // The other family's ICMP is refused: swap it for this one's.
+            let family = source.or(destination).map(|n| n.family());
+            let protocol = match (protocol, family) {
+                (Protocol::ICMP, Some("IPv6")) => Protocol::ICMP6,
+                (Protocol::ICMP6, Some("IPv4")) => Protocol::ICMP,
+                (p, _) => p,
+            };
             AccessRule {
                 name,
                 action: if permit { Action::Permit } else { Action::Deny },

@@ -352,8 +352,8 @@ pub fn rule_specs(rules: &[config::AccessRule]) -> Vec<RuleSpec> {
                 config::Protocol::Any => None,
                 config::Protocol::Number(n) => Some(n),
             },
-            src: (r.source.addr, r.source.len),
-            dst: (r.destination.addr, r.destination.len),
+            src: r.source.map(|n| (n.addr(), n.prefix_len())),
+            dst: r.destination.map(|n| (n.addr(), n.prefix_len())),
             src_ports: (r.source_port.lo, r.source_port.hi),
             dst_ports: (r.destination_port.lo, r.destination_port.hi),
         })

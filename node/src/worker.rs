@@ -703,8 +703,8 @@ mod tests {
             permit: true,
             interface: None,
             protocol: Some(6),
-            src: (Ipv4Addr::UNSPECIFIED, 0),
-            dst: (Ipv4Addr::UNSPECIFIED, 0),
+            src: None,
+            dst: None,
             src_ports: (0, 65535),
             dst_ports: (22, 22),
         };

@@ -187,6 +187,11 @@ def summary(out):
         r = single.get("pat_cost_ratio")
         row("cost of PAT: clusterfw without NAT / with PAT (Mpps ratio, same run)", r, "<= 1.15",
             None if r is None else r <= 1.15, "ratio of the two")
+    if single.get("clusterfw_v6"):
+        v6 = single["clusterfw_v6"]
+        row(f"DPDK single node: clusterfw IPv6 Mpps (the same 1024 flows over IPv6, 62-byte frames; mean of runs {runs('clusterfw_v6')}; "
+            f"drops in interval {v6.get('drops_in_interval')})", v6.get("mpps"), None, None, v6.get("command"))
+        row("IPv6 / IPv4 Mpps, same run (issue 16)", single.get("v6_over_v4"), None, None, "ratio of the two")
     for key, label in [("established/1000", "1k"), ("established/100000", "100k")]:
         a, b = c.get(key, {}).get("mpps"), c.get(key.replace("established", "established_pat"), {}).get("mpps")
         if a and b:

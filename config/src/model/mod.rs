@@ -11,7 +11,10 @@
 //! IPv6 subnets overlap, and every [`Route6Config`]'s `via` lies in exactly
 //! one interface's IPv6 subnet and is not an interface address; route
 //! destinations (IPv4 and IPv6 each) are unique; every access rule's
-//! `interface` names a configured interface;
+//! `interface` names a configured interface; an access rule's `source`
+//! and `destination`, where both are given, are of one family, and its
+//! protocol is not the other family's ICMP (`icmp` on an IPv6 rule,
+//! `icmp6` on an IPv4 one);
 //! port ranges other than [`PortRange::ANY`] appear only on tcp/udp rules;
 //! every number lies in the range documented on its field. Values built in
 //! code (e.g. by a simulator) with `Default` satisfy the same ranges.
@@ -22,7 +25,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-use crate::net::{Ipv4Net, Ipv6Host, Ipv6Net, PortRange, Protocol};
+use crate::net::{IpNet, Ipv4Net, Ipv6Host, Ipv6Net, PortRange, Protocol};
 
 pub(crate) mod cluster;
 pub mod export;
@@ -73,6 +76,9 @@ pub const DEFAULT_MTU: u16 = 1500;
 /// Smallest `interfaces[].mtu`: every IPv4 host accepts 576-byte datagrams
 /// (RFC 1122 §3.3.3).
 pub const MIN_MTU: u16 = 576;
+/// Smallest `interfaces[].mtu` of an interface with an `address6`: every
+/// IPv6 link carries 1280-byte packets (RFC 8200 §5).
+pub const MIN_MTU6: u16 = 1280;
 /// Largest `interfaces[].mtu` (jumbo frames).
 pub const MAX_MTU: u16 = 9000;
 /// Default `icmp-errors.rate` (errors per second per worker).
@@ -402,10 +408,13 @@ pub struct AccessRule {
     pub interface: Option<String>,
     /// `protocol`: default any.
     pub protocol: Protocol,
-    /// `source`: default `0.0.0.0/0`.
-    pub source: Ipv4Net,
-    /// `destination`: default `0.0.0.0/0`.
-    pub destination: Ipv4Net,
+    /// `source`: an IPv4 or IPv6 prefix; `None` (left out or written
+    /// `any`) matches any address of either family.
+    #[serde(serialize_with = "any_or_prefix")]
+    pub source: Option<IpNet>,
+    /// `destination`: as `source`.
+    #[serde(serialize_with = "any_or_prefix")]
+    pub destination: Option<IpNet>,
     /// `source-port`: default any; only for tcp/udp.
     pub source_port: PortRange,
     /// `destination-port`: default any; only for tcp/udp.
@@ -413,6 +422,22 @@ pub struct AccessRule {
     /// `limits`: connection limits over the connections this rule
     /// permits (permit rules only).
     pub limits: Limits,
+}
+
+impl AccessRule {
+    /// The family the rule's addresses restrict it to: `None` for a rule
+    /// without addresses (it matches IPv4 and IPv6 packets alike).
+    pub fn family(&self) -> Option<&'static str> {
+        self.source.or(self.destination).map(|n| n.family())
+    }
+}
+
+/// An access rule's address as `show config` prints it: `"any"` for none.
+fn any_or_prefix<S: serde::Serializer>(net: &Option<IpNet>, s: S) -> Result<S::Ok, S::Error> {
+    match net {
+        None => s.serialize_str("any"),
+        Some(n) => n.serialize(s),
+    }
 }
 
 /// `limits` (globally, or of one permit rule): connection limits that hold

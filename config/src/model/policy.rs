@@ -8,7 +8,7 @@ use std::fmt::Write;
 
 use super::nat::{NatConfig, NatKind};
 use super::{AccessRule, Action, Config, InterfaceConfig, Limits, Timeouts};
-use crate::net::{Ipv4Net, PortRange, Protocol};
+use crate::net::{PortRange, Protocol};
 
 /// The cluster-wide policy: each interface's security level (by interface
 /// name), the ordered access rules, the idle timeouts.
@@ -79,7 +79,7 @@ impl Policy {
                 let _ = writeln!(y, "    protocol: {}", quoted(&r.protocol.to_string()));
             }
             for (key, net) in [("source", r.source), ("destination", r.destination)] {
-                if net != Ipv4Net::ANY {
+                if let Some(net) = net {
                     let _ = writeln!(y, "    {key}: {}", quoted(&net.to_string()));
                 }
             }

@@ -26,7 +26,7 @@ use serde::Deserialize;
 use crate::error::{ConfigError, ErrorKind, FieldPath};
 use crate::locate::Locator;
 use crate::model::*;
-use crate::net::{Ipv4Net, Ipv6Host, Ipv6Net, PortRange, Protocol};
+use crate::net::{IpNet, Ipv4Net, Ipv6Host, Ipv6Net, PortRange, Protocol};
 
 mod cluster;
 mod export;
@@ -414,6 +414,25 @@ impl Checker<'_> {
         }
     }
 
+    /// An access rule's `source` or `destination`: left out or `any` is
+    /// `None` (any address of either family); with a `:` an IPv6 prefix,
+    /// else an IPv4 one; host bits zero.
+    fn rule_prefix(&self, path: &FieldPath, s: Option<&str>) -> R<Option<IpNet>> {
+        match s {
+            None | Some("any") => Ok(None),
+            Some(s) if s.contains(':') => Ipv6Net::from_str(s).map(|n| Some(IpNet::V6(n))).map_err(|reason| {
+                self.err(
+                    path,
+                    ErrorKind::InvalidPrefix6 {
+                        found: s.to_string(),
+                        reason,
+                    },
+                )
+            }),
+            Some(s) => self.prefix(path, Some(s)).map(|n| Some(IpNet::V4(n))),
+        }
+    }
+
     fn ports(&self, path: &FieldPath, s: Option<&IntOrStr>) -> R<PortRange> {
         match s {
             None => Ok(PortRange::ANY),
@@ -744,6 +763,9 @@ impl Checker<'_> {
                 v => Some(self.range(&ip.key("vlan"), v, 1, 1, MAX_VLAN.into())? as u16),
             };
             let mtu = self.range(&ip.key("mtu"), r.mtu, DEFAULT_MTU.into(), MIN_MTU.into(), MAX_MTU.into())? as u16;
+            if address6.is_some() && mtu < MIN_MTU6 {
+                return Err(self.err(&ip.key("mtu"), ErrorKind::Ipv6MtuTooSmall { mtu, min: MIN_MTU6 }));
+            }
             let iface = InterfaceConfig {
                 name: r.name,
                 device: r.device,
@@ -1015,8 +1037,34 @@ impl Checker<'_> {
                     )
                 })?,
             };
-            let source = self.prefix(&rp.key("source"), r.source.as_deref())?;
-            let destination = self.prefix(&rp.key("destination"), r.destination.as_deref())?;
+            let source = self.rule_prefix(&rp.key("source"), r.source.as_deref())?;
+            let dp = rp.key("destination");
+            let destination = self.rule_prefix(&dp, r.destination.as_deref())?;
+            if let (Some(s), Some(d)) = (source, destination) {
+                if s.family() != d.family() {
+                    return Err(self.err(
+                        &dp,
+                        ErrorKind::RuleFamilyMismatch {
+                            src: r.source.clone().unwrap_or_default(),
+                            source_family: s.family(),
+                            destination: r.destination.clone().unwrap_or_default(),
+                            destination_family: d.family(),
+                        },
+                    ));
+                }
+            }
+            let family = source.or(destination).map(|n| n.family());
+            let icmp = match (protocol, family) {
+                (Protocol::ICMP, Some("IPv6")) => Some(("icmp", "IPv4", "IPv6", "icmp6 (58)")),
+                (Protocol::ICMP6, Some("IPv4")) => Some(("icmp6", "IPv6", "IPv4", "icmp (1)")),
+                _ => None,
+            };
+            if let Some((protocol, protocol_family, family, instead)) = icmp {
+                return Err(self.err(
+                    &rp.key("protocol"),
+                    ErrorKind::RuleIcmpFamily { protocol, protocol_family, family, instead },
+                ));
+            }
             let spp = rp.key("source-port");
             let dpp = rp.key("destination-port");
             let source_port = self.ports(&spp, r.source_port.as_ref())?;

@@ -6,7 +6,7 @@
 use super::cluster::{ClusterSpec, ClusterSpecError};
 use super::iface::{Iface, Interfaces, ReversePath};
 use super::ipv4::martian_source;
-use crate::acl::{Acl, AclRule};
+use crate::acl::{Acl, AclRule, RulePrefix};
 use crate::conntrack::Timeouts;
 use crate::frag::ReasmConfigError;
 use crate::route::{contains, IfIndex, RouteError, RouteTable};
@@ -54,8 +54,11 @@ pub struct RuleSpec {
     pub permit: bool,
     pub interface: Option<String>,
     pub protocol: Option<u8>,
-    pub src: (Ipv4Addr, u8),
-    pub dst: (Ipv4Addr, u8),
+    /// An IPv4 or IPv6 prefix (an IPv4 one matches only IPv4 packets, an
+    /// IPv6 one only IPv6 packets), `None` for any address of both; the
+    /// source and destination of one rule are of one family.
+    pub src: RulePrefix,
+    pub dst: RulePrefix,
     pub src_ports: (u16, u16),
     pub dst_ports: (u16, u16),
 }
@@ -109,7 +112,7 @@ pub enum PipelineError {
     Route(RouteError),
     #[error("access rule {rule}: unknown interface {interface:?}")]
     UnknownRuleInterface { rule: String, interface: String },
-    #[error("access rule {rule}: bad prefix length or port range (low above high)")]
+    #[error("access rule {rule}: bad prefix length, source and destination of two address families, or port range (low above high)")]
     BadRule { rule: String },
     #[error("{0} must be above zero")]
     ZeroCapacity(&'static str),
@@ -238,7 +241,9 @@ impl Policy {
                     PipelineError::UnknownRuleInterface { rule: r.name.clone(), interface: n.clone() }
                 })? as u16)),
             };
-            if r.src.1 > 32 || r.dst.1 > 32 || r.src_ports.0 > r.src_ports.1 || r.dst_ports.0 > r.dst_ports.1 {
+            let too_long = |p: RulePrefix| p.is_some_and(|(a, len)| len > if a.is_ipv6() { 128 } else { 32 });
+            let mixed = matches!((r.src, r.dst), (Some((s, _)), Some((d, _))) if s.is_ipv6() != d.is_ipv6());
+            if too_long(r.src) || too_long(r.dst) || mixed || r.src_ports.0 > r.src_ports.1 || r.dst_ports.0 > r.dst_ports.1 {
                 return Err(PipelineError::BadRule { rule: r.name.clone() });
             }
             acl_rules.push(AclRule {

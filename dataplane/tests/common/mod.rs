@@ -49,7 +49,7 @@ pub fn short_timeouts() -> Timeouts {
 }
 
 pub fn config() -> PipelineConfig {
-    let any = (Ipv4Addr::UNSPECIFIED, 0);
+    let any = None;
     PipelineConfig {
         interfaces: vec![
             InterfaceSpec {
@@ -105,7 +105,7 @@ pub fn config() -> PipelineConfig {
                 interface: Some("outside".into()),
                 protocol: Some(6),
                 src: any,
-                dst: (HOST, 32),
+                dst: Some((HOST.into(), 32)),
                 src_ports: (0, 65535),
                 dst_ports: (80, 80),
             },

@@ -16,11 +16,12 @@
 
 use anyhow::{bail, Context, Result};
 use dpdk_sys::{eal, mempool, Burst, Mbuf, MbufBurst, Mempool, Port};
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use testbed::pktgen::hist::Histogram;
 use testbed::pktgen::packet::{self, Endpoints, Parsed, Stamp};
+use testbed::pktgen::packet6::{self, Endpoints6, Parsed6};
 use testbed::pktgen::report::{Counters, Latency, Report};
 use testbed::pktgen::responder::{Answer, Responder};
 use testbed::pktgen::tcpgen::{ClientConfig, Mode as TcpMode, TcpClient};
@@ -55,6 +56,13 @@ usage: clusterfw-pktgen [OPTIONS] [-- EAL-ARGS...]
   --ip IP          our address on --port, answered in ARP (default --src-ip)
   --rx-ip IP       our address on --rx-port (default --dst-ip)
   --echo           responder: send UDP datagrams back (round-trip latency)
+  --ipv6           udp: the flows over IPv6 (UDP checksum set, stamped
+                   frames at least 78 bytes); ND answered for --src-ip6 on
+                   --port and --dst-ip6 (and --dst-ips after it) on --rx-port
+  --src-ip6 A      IPv6 source (2001:db8:1::10)
+  --dst-ip6 A      IPv6 destination (2001:db8:2::10); --dst-ips spreads
+                   flows over the addresses after it
+  --gateway6 IP    --ipv6: resolve --dst-mac by neighbour solicitation
   --burst N        packets per TX burst (32)
   --json           print the report as JSON on stdout";
 
@@ -105,6 +113,11 @@ struct Opts {
     json: bool,
     /// synflood: where the SYNs come from (`--rand-source`, `--seed`).
     flood_source: packet::FloodSource,
+    /// `--ipv6`: the udp flows over IPv6, from `src_ip6` to `dst_ip6`.
+    ipv6: bool,
+    src_ip6: Ipv6Addr,
+    dst_ip6: Ipv6Addr,
+    gateway6: Option<Ipv6Addr>,
 }
 
 fn parse_mac(s: &str) -> Result<[u8; 6]> {
@@ -143,6 +156,10 @@ fn parse_opts() -> Result<Opts> {
         burst: 32,
         json: false,
         flood_source: packet::FloodSource::Sequential,
+        ipv6: false,
+        src_ip6: Ipv6Addr::new(0x2001, 0xdb8, 1, 0, 0, 0, 0, 0x10),
+        dst_ip6: Ipv6Addr::new(0x2001, 0xdb8, 2, 0, 0, 0, 0, 0x10),
+        gateway6: None,
     };
     let mut rand_source = false;
     let mut seed = 1u64;
@@ -183,6 +200,10 @@ fn parse_opts() -> Result<Opts> {
             "--json" => o.json = true,
             "--rand-source" => rand_source = true,
             "--seed" => seed = val(&a)?.parse().context("--seed")?,
+            "--ipv6" => o.ipv6 = true,
+            "--src-ip6" => o.src_ip6 = val(&a)?.parse().context("--src-ip6")?,
+            "--dst-ip6" => o.dst_ip6 = val(&a)?.parse().context("--dst-ip6")?,
+            "--gateway6" => o.gateway6 = Some(val(&a)?.parse().context("--gateway6")?),
             "--" => o.eal.extend(args.by_ref()),
             "-h" | "--help" => {
                 println!("{USAGE}");
@@ -199,6 +220,9 @@ fn parse_opts() -> Result<Opts> {
             bail!("--rand-source is for --mode synflood");
         }
         o.flood_source = packet::FloodSource::Random { seed };
+    }
+    if o.ipv6 && !matches!(o.mode, Mode::Udp | Mode::Responder) {
+        bail!("--ipv6 is for --mode udp (and a responder answering neighbour discovery)");
     }
     o.burst = o.burst.clamp(1, dpdk_sys::BURST_SIZE);
     o.dst_ips = o.dst_ips.max(1);
@@ -232,6 +256,9 @@ struct PortRole {
     ip: Ipv4Addr,
     /// ARP is answered for `ip` and the `ip_count - 1` addresses after it.
     ip_count: u32,
+    /// `--ipv6`: neighbour solicitations are answered for this address and
+    /// the `ip_count - 1` after it.
+    ip6: Option<Ipv6Addr>,
     /// Answers TCP/UDP as the responder.
     responder: Option<Responder>,
     replies: Burst,
@@ -279,8 +306,9 @@ fn open_port(name: Option<&str>, pool: &Mempool) -> Result<Port> {
 
 /// What the TX side sends.
 enum Source {
-    /// Prebuilt frames, sent round-robin; `stamp_at` = stamp offset, if any.
-    Templates { frames: Vec<Vec<u8>>, next: usize, stamp_at: Option<usize>, frag_ident: bool },
+    /// Prebuilt frames, sent round-robin; `stamp_at` = stamp offset, if
+    /// any; `udp6`: UDP/IPv6, whose checksum covers the stamp.
+    Templates { frames: Vec<Vec<u8>>, next: usize, stamp_at: Option<usize>, frag_ident: bool, udp6: bool },
     Tcp(Box<TcpClient>, Vec<u8>),
     Nothing,
 }
@@ -295,6 +323,7 @@ fn generate(o: &Opts, stop: &AtomicBool) -> Result<Report> {
         mac: tx_mac,
         ip: o.ip.unwrap_or(if o.mode == Mode::Responder { o.dst_ip } else { o.src_ip }),
         ip_count: if o.mode == Mode::Responder { o.dst_ips } else { 1 },
+        ip6: o.ipv6.then_some(if o.mode == Mode::Responder { o.dst_ip6 } else { o.src_ip6 }),
         responder: None,
         replies: MbufBurst::new(),
     }];
@@ -306,7 +335,8 @@ fn generate(o: &Opts, stop: &AtomicBool) -> Result<Report> {
         let mac = p.mac_addr()?;
         let ip = o.rx_ip.unwrap_or(o.dst_ip);
         let responder = matches!(o.mode, Mode::Tcp | Mode::Cps).then_some(Responder { mac, ip, ip_count: o.dst_ips, echo_udp: o.echo });
-        roles.push(PortRole { port: p, mac, ip, ip_count: o.dst_ips, responder, replies: MbufBurst::new() });
+        let ip6 = o.ipv6.then_some(o.dst_ip6);
+        roles.push(PortRole { port: p, mac, ip, ip_count: o.dst_ips, ip6, responder, replies: MbufBurst::new() });
     }
     let hz = eal::tsc_hz();
     let mut counters = Counters::default();
@@ -314,6 +344,9 @@ fn generate(o: &Opts, stop: &AtomicBool) -> Result<Report> {
     // The next hop's MAC.
     let dst_mac = match (o.dst_mac, o.gateway) {
         (Some(m), _) => m,
+        (None, _) if o.ipv6 && o.gateway6.is_some() && o.mode != Mode::Responder => {
+            resolve6(&pool, &mut roles, o.gateway6.unwrap_or(o.dst_ip6), hz, &mut counters)?
+        }
         (None, Some(gw)) if o.mode != Mode::Responder => resolve(&pool, &mut roles, gw, hz, &mut counters)?,
         _ => [0xff; 6],
     };
@@ -322,7 +355,18 @@ fn generate(o: &Opts, stop: &AtomicBool) -> Result<Report> {
     let flow_sport = |i: usize| o.sport.wrapping_add(((i / o.dst_ips as usize) % (65536 - o.sport as usize)) as u16);
     let udp_dport = o.dport.unwrap_or(9);
     let frame_len = o.size.unwrap_or(64);
+    let ep6 = Endpoints6 { src_mac: tx_mac, dst_mac, src: o.src_ip6, dst: o.dst_ip6 };
+    let flow_dst6 = |i: usize| Ipv6Addr::from(u128::from(o.dst_ip6).wrapping_add(u128::from((i as u32) % o.dst_ips)));
     let mut source = match o.mode {
+        Mode::Udp if o.ipv6 => Source::Templates {
+            frames: (0..o.flows)
+                .map(|i| packet6::udp6_frame(&Endpoints6 { dst: flow_dst6(i), ..ep6 }, flow_sport(i), udp_dport, frame_len))
+                .collect(),
+            next: 0,
+            stamp_at: Some(packet6::L4_OFFSET6 + 8),
+            frag_ident: false,
+            udp6: true,
+        },
         Mode::Udp => Source::Templates {
             frames: (0..o.flows)
                 .map(|i| packet::udp_frame(&Endpoints { dst: flow_dst(i), ..ep }, flow_sport(i), udp_dport, frame_len))
@@ -330,6 +374,7 @@ fn generate(o: &Opts, stop: &AtomicBool) -> Result<Report> {
             next: 0,
             stamp_at: Some(packet::L4_OFFSET + 8),
             frag_ident: false,
+            udp6: false,
         },
         Mode::Frag => {
             let mut frames = Vec::new();
@@ -344,7 +389,7 @@ fn generate(o: &Opts, stop: &AtomicBool) -> Result<Report> {
                     Stamp { seq: 0, tsc: 0 },
                 ));
             }
-            Source::Templates { frames, next: 0, stamp_at: Some(packet::L4_OFFSET + 8), frag_ident: true }
+            Source::Templates { frames, next: 0, stamp_at: Some(packet::L4_OFFSET + 8), frag_ident: true, udp6: false }
         }
         Mode::SynFlood => Source::Templates {
             frames: (0..o.flows)
@@ -353,6 +398,7 @@ fn generate(o: &Opts, stop: &AtomicBool) -> Result<Report> {
             next: 0,
             stamp_at: None,
             frag_ident: false,
+            udp6: false,
         },
         Mode::Tcp | Mode::Cps => Source::Tcp(
             Box::new(TcpClient::new(ClientConfig {
@@ -446,6 +492,25 @@ fn generate(o: &Opts, stop: &AtomicBool) -> Result<Report> {
                             hist.record(now - s.tsc);
                         }
                     }
+                    Parsed::Other if role.ip6.is_some() => match packet6::parse6(data) {
+                        Parsed6::Nd { .. } => {
+                            let first = role.ip6.unwrap_or(Ipv6Addr::UNSPECIFIED);
+                            if let Some(r) = packet6::nd_answer(data, role.mac, first, role.ip_count) {
+                                if let Some(mb) = pool.alloc_from_slice(&r) {
+                                    let _ = role.replies.push(mb);
+                                    counters.arp_replies_sent += 1;
+                                }
+                            }
+                            continue;
+                        }
+                        Parsed6::Udp { stamp: Some(s), .. } => {
+                            counters.rx_stamped += 1;
+                            if s.tsc <= now && s.tsc >= start {
+                                hist.record(now - s.tsc);
+                            }
+                        }
+                        _ => {}
+                    },
                     _ => {}
                 }
                 if let Some(resp) = &role.responder {
@@ -536,7 +601,7 @@ fn fill(
     counters: &mut Counters,
 ) {
     match source {
-        Source::Templates { frames, next, stamp_at, frag_ident } => {
+        Source::Templates { frames, next, stamp_at, frag_ident, udp6 } => {
             if !pool.alloc_bulk(tx, want) {
                 counters.tx_nombuf += want as u64;
                 return;
@@ -564,7 +629,12 @@ fn fill(
                 }
                 if let Some(at) = *stamp_at {
                     *seq = seq.wrapping_add(1);
-                    Stamp { seq: *seq, tsc: now }.write(&mut buf[at..]);
+                    let stamp = Stamp { seq: *seq, tsc: now };
+                    if *udp6 {
+                        packet6::stamp_udp6(buf, stamp);
+                    } else {
+                        stamp.write(&mut buf[at..]);
+                    }
                     *stamped_sent += 1;
                 }
             }
@@ -583,6 +653,42 @@ fn fill(
         }
         Source::Nothing => {}
     }
+}
+
+/// Neighbour solicitations for `gw` on the first port until it
+/// advertises itself (3 s at most); solicitations for our own IPv6
+/// address are answered meanwhile.
+fn resolve6(pool: &Mempool, roles: &mut [PortRole], gw: Ipv6Addr, hz: u64, counters: &mut Counters) -> Result<[u8; 6]> {
+    let role = &mut roles[0];
+    let me = role.ip6.context("--gateway6 needs --ipv6")?;
+    let ns = packet6::nd_solicit(role.mac, me, gw);
+    let deadline = eal::rdtsc() + 3 * hz;
+    let mut next_ns = 0;
+    let mut rx: Burst = MbufBurst::new();
+    while eal::rdtsc() < deadline {
+        if eal::rdtsc() >= next_ns {
+            if let Some(m) = pool.alloc_from_slice(&ns) {
+                let _ = role.replies.push(m);
+                flush_replies(role, counters);
+            }
+            next_ns = eal::rdtsc() + hz / 5;
+        }
+        role.port.rx_burst(0, &mut rx);
+        for m in rx.drain() {
+            let data = m.data();
+            if let Some(mac) = packet6::nd_advertised(data, gw) {
+                return Ok(mac);
+            }
+            if let Some(r) = packet6::nd_answer(data, role.mac, me, 1) {
+                if let Some(mb) = pool.alloc_from_slice(&r) {
+                    let _ = role.replies.push(mb);
+                }
+            }
+        }
+        flush_replies(role, counters);
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    bail!("no neighbour advertisement from {gw} within 3 s (give --dst-mac)")
 }
 
 /// ARP for `gw` on the first port until it answers (3 s at most).
