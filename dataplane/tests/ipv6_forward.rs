@@ -412,6 +412,10 @@ fn without_addresses_ipv6_stays_dropped() {
     let mut bad = spec();
     bad.routes[0].via = a("2001:db8:5::1");
     assert!(Pipeline::new(config()).unwrap().set_ipv6(&bad).is_err(), "next hop off-link");
+    let mut small = config();
+    small.interfaces[1].mtu = 1279;
+    let e = Pipeline::new(small).unwrap().set_ipv6(&spec()).unwrap_err();
+    assert!(e.to_string().contains("below IPv6's minimum of 1280"), "{e}");
 }
 
 proptest! {

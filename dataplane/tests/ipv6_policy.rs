@@ -5,21 +5,19 @@
 //! prefix drops a connection the levels would permit (`acl-denied`);
 //! IPv4 rules — even `0.0.0.0/0` — never decide an IPv6 connection and
 //! IPv6 rules never an IPv4 one; a rule without addresses decides both.
-//! Frames are built byte by byte as in `ipv6_forward.rs`.
+//! Frames are built byte by byte (`v6util`).
 
 mod common;
+mod v6util;
 
 use common::*;
+use v6util::{a, frame, ns, tcp};
 use dataplane::buf::VecBuf;
 use dataplane::conntrack::tcp_flags::{ACK, SYN};
 use dataplane::pipeline::{Ipv6Spec, Pipeline, PipelineConfig, Policy, Route6Spec, RuleSpec, Verdict};
-use dataplane::wire::icmpv6;
 use dataplane::{DropReason, PortId, Timestamp};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-fn a(s: &str) -> Ipv6Addr {
-    s.parse().unwrap()
-}
 
 const IN6: &str = "2001:db8:1::1";
 const OUT6: &str = "2001:db8:2::1";
@@ -85,54 +83,15 @@ fn pipeline6() -> Pipeline {
     p
 }
 
-/// An Ethernet + IPv6 frame around `payload` (next header `nh`).
-fn frame(src_mac: [u8; 6], dst_mac: [u8; 6], src: Ipv6Addr, dst: Ipv6Addr, nh: u8, payload: &[u8]) -> Vec<u8> {
-    let mut f = Vec::with_capacity(54 + payload.len());
-    f.extend_from_slice(&dst_mac);
-    f.extend_from_slice(&src_mac);
-    f.extend_from_slice(&[0x86, 0xdd, 0x60, 0, 0, 0]);
-    f.extend_from_slice(&(payload.len() as u16).to_be_bytes());
-    f.extend_from_slice(&[nh, 64]);
-    f.extend_from_slice(&src.octets());
-    f.extend_from_slice(&dst.octets());
-    f.extend_from_slice(payload);
-    f
-}
-
-/// A TCP segment (20-byte header) with its checksum.
-fn tcp(src: Ipv6Addr, dst: Ipv6Addr, sport: u16, dport: u16, seq: u32, ack: u32, flags: u8) -> Vec<u8> {
-    let mut t = vec![0u8; 20];
-    t[0..2].copy_from_slice(&sport.to_be_bytes());
-    t[2..4].copy_from_slice(&dport.to_be_bytes());
-    t[4..8].copy_from_slice(&seq.to_be_bytes());
-    t[8..12].copy_from_slice(&ack.to_be_bytes());
-    t[12] = 5 << 4;
-    t[13] = flags;
-    t[14..16].copy_from_slice(&64240u16.to_be_bytes());
-    let acc = icmpv6::pseudo_header(src, dst, t.len(), 6);
-    let c = !dataplane::wire::checksum::fold(dataplane::wire::checksum::sum(acc, &t));
-    t[16..18].copy_from_slice(&c.to_be_bytes());
-    t
-}
-
 /// A TCP segment from outside (through the gateway) to an inside host.
 fn seg_in(src: &str, dst: &str, sport: u16, dport: u16, seq: u32, ack: u32, flags: u8) -> Vec<u8> {
-    frame(GW_MAC, OUT_MAC, a(src), a(dst), 6, &tcp(a(src), a(dst), sport, dport, seq, ack, flags))
+    frame(GW_MAC, OUT_MAC, a(src), a(dst), 64, 6, &tcp(a(src), a(dst), sport, dport, seq, ack, flags))
 }
 
 /// A TCP segment from an inside host (`mac`) to anywhere.
 #[allow(clippy::too_many_arguments)]
 fn seg_out(mac: [u8; 6], src: &str, dst: &str, sport: u16, dport: u16, seq: u32, ack: u32, flags: u8) -> Vec<u8> {
-    frame(mac, IN_MAC, a(src), a(dst), 6, &tcp(a(src), a(dst), sport, dport, seq, ack, flags))
-}
-
-fn ns(from: Ipv6Addr, from_mac: [u8; 6], target: Ipv6Addr) -> Vec<u8> {
-    let dst = icmpv6::solicited_node(target);
-    let mut b = vec![0u8; 32];
-    icmpv6::emit_ns(&mut b, from, dst, target, from_mac).unwrap();
-    let mut f = frame(from_mac, icmpv6::multicast_mac(dst), from, dst, 58, &b);
-    f[21] = 255;
-    f
+    frame(mac, IN_MAC, a(src), a(dst), 64, 6, &tcp(a(src), a(dst), sport, dport, seq, ack, flags))
 }
 
 fn run(p: &mut Pipeline, port: PortId, f: &[u8]) -> (Verdict, Vec<u8>) {

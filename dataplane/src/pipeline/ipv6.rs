@@ -99,6 +99,8 @@ pub enum Ipv6SpecError {
     BadRoute(Ipv6Addr, u8),
     #[error("ipv6: route {0}/{1}: next hop {2} is not in a connected IPv6 subnet")]
     NextHopNotConnected(Ipv6Addr, u8, Ipv6Addr),
+    #[error("ipv6: interface {0}: MTU {1} is below IPv6's minimum of 1280 (RFC 8200 §5)")]
+    MtuTooSmall(String, u16),
 }
 
 /// One interface's IPv6 side.
@@ -231,7 +233,11 @@ impl Ipv6Path {
                     }
                 }
             }
-            let mac = ifaces.get(IfIndex(i as u16)).map(|f| f.mac).unwrap_or_default();
+            let iface = ifaces.get(IfIndex(i as u16));
+            if let Some(f) = iface.filter(|f| usize::from(f.mtu) < icmpv6::MIN_MTU) {
+                return Err(Ipv6SpecError::MtuTooSmall(name.clone(), f.mtu));
+            }
+            let mac = iface.map(|f| f.mac).unwrap_or_default();
             ifs[i] = Some(If6 { global: *addr, prefix_len: *len, link_local: icmpv6::link_local(mac) });
         }
         let mut routes: Vec<Route6> = Vec::new();
