@@ -688,7 +688,7 @@ impl super::Pipeline {
         &mut self,
         now: Timestamp,
         at: super::Arrival,
-        rx: Rx,
+        mut rx: Rx,
         u: UpperLayer,
         buf: &mut B,
         release: &mut Option<Release>,
@@ -748,10 +748,11 @@ impl super::Pipeline {
         // Fragments (RFC 8200 §4.5; docs/ipv6.md "Fragments"), as IPv4's
         // (`ipv4_decide`): to the fragment owner, into the reassembler,
         // then decided with their datagram's L4 header.
-        let mut rx = rx;
-        let mut note = rx.frag;
+        // (Only a fragment carries a note: `rx.frag`, `Admit`.)
+        let mut note = None;
         let mut piece = None;
         if u.fragment.is_some() {
+            note = rx.frag;
             let (info, at) = {
                 let p = Ipv6Packet::new_checked(buf.data().get(l2..).unwrap_or(&[])).map_err(|_| DropReason::Ipv6Truncated)?;
                 crate::frag::ipv6_fragment(&p)?.ok_or(DropReason::Ipv6Malformed)?
@@ -809,7 +810,7 @@ impl super::Pipeline {
                 }
             }
         }
-        let (tuple, l4, lookup_only) = match (note, piece) {
+        let (tuple, l4, lookup_only) = match (note.as_ref(), piece) {
             (Some(n), Some((off, more, len))) => {
                 let t = frag_track(&n.l4, off, len, more)?;
                 (n.tuple, Some(*t.l4()), matches!(t, FragTrack::Lookup(_)))
