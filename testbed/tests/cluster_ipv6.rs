@@ -212,17 +212,20 @@ fn step_b_downloads(c: &Ctx) -> Result<String> {
     Ok(format!("{got}; {counters}"))
 }
 
-fn step_c_iperf3(c: &Ctx) -> Result<String> {
+/// An iperf3 -6 upload of `secs` seconds from the client to a server on
+/// `port` (started here, stopped on return): its JSON summary.
+fn iperf3_upload(c: &Ctx, port: u16, secs: u32) -> Result<(Value, std::process::ExitStatus)> {
+    let port_s = port.to_string();
     let mut server = Background::start(
         "iperf3 server (IPv6)",
         OUTSIDE,
         "iperf3",
-        &["-s", "-B", a6::SERVER, "-p", "5206"],
-        &c.bed.run_dir.join("v6-c-iperf3-server.log"),
+        &["-s", "-B", a6::SERVER, "-p", &port_s],
+        &c.bed.run_dir.join(format!("v6-iperf3-server-{port}.log")),
     )?;
-    server.wait_listening(OUTSIDE, 5206, Duration::from_secs(10))?;
+    server.wait_listening(OUTSIDE, port, Duration::from_secs(10))?;
     let out = Command::new("timeout")
-        .args(["40", "ip", "netns", "exec", INSIDE, "iperf3", "-6", "-c", a6::SERVER, "-p", "5206", "-t", "5", "--json", "--connect-timeout", "10000"])
+        .args(["40", "ip", "netns", "exec", INSIDE, "iperf3", "-6", "-c", a6::SERVER, "-p", &port_s, "-t", &secs.to_string(), "--json", "--connect-timeout", "10000"])
         .output()?;
     let text = String::from_utf8_lossy(&out.stdout);
     let v: Value = serde_json::from_str(&text)
@@ -230,11 +233,16 @@ fn step_c_iperf3(c: &Ctx) -> Result<String> {
     if let Some(e) = v.get("error") {
         bail!("iperf3 -6 ({}): {e}", out.status);
     }
+    Ok((v, out.status))
+}
+
+fn step_c_iperf3(c: &Ctx) -> Result<String> {
+    let (v, status) = iperf3_upload(c, 5206, 5)?;
     let sent = v["end"]["sum_sent"]["bytes"].as_u64().unwrap_or(0);
     let received = v["end"]["sum_received"]["bytes"].as_u64().unwrap_or(0);
     let bps = v["end"]["sum_received"]["bits_per_second"].as_f64().unwrap_or(0.0);
     let retrans = v["end"]["sum_sent"]["retransmits"].as_u64().unwrap_or(0);
-    ensure!(out.status.success() && sent > 0 && received > 0, "iperf3 -6 moved nothing ({}): sent {sent} B, received {received} B", out.status);
+    ensure!(status.success() && sent > 0 && received > 0, "iperf3 -6 moved nothing ({status}): sent {sent} B, received {received} B");
     Ok(format!("sent {sent} B, received {received} B, {:.3} Gbit/s, {retrans} retransmits", bps / 1e9))
 }
 
@@ -340,27 +348,11 @@ fn step_i_packet_too_big(c: &Ctx) -> Result<String> {
     sys::ip(INSIDE, &["-6", "route", "flush", "cache"])?;
     let fresh = sys::ns_run(INSIDE, "ip", &["-6", "route", "get", a6::SERVER])?;
     ensure!(!fresh.contains("mtu 1400"), "the client still knows the path MTU: {fresh}");
-    let mut server = Background::start(
-        "iperf3 server (IPv6, packet too big)",
-        OUTSIDE,
-        "iperf3",
-        &["-s", "-B", a6::SERVER, "-p", "5207"],
-        &c.bed.run_dir.join("v6-i-iperf3-server.log"),
-    )?;
-    server.wait_listening(OUTSIDE, 5207, Duration::from_secs(10))?;
     let too_big = |v: &[Value]| v.iter().map(|s| ipv6_counter(s, "too_big_sent")).sum::<u64>();
     let before = too_big(&c.stats()?);
-    let out = Command::new("timeout")
-        .args(["40", "ip", "netns", "exec", INSIDE, "iperf3", "-6", "-c", a6::SERVER, "-p", "5207", "-t", "3", "--json", "--connect-timeout", "10000"])
-        .output()?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    let v: Value = serde_json::from_str(&text)
-        .with_context(|| format!("iperf3 -6 ({}) printed no JSON: {text} {}", out.status, String::from_utf8_lossy(&out.stderr)))?;
-    if let Some(e) = v.get("error") {
-        bail!("iperf3 -6 ({}): {e}", out.status);
-    }
+    let (v, status) = iperf3_upload(c, 5207, 3)?;
     let received = v["end"]["sum_received"]["bytes"].as_u64().unwrap_or(0);
-    ensure!(out.status.success() && received > 0, "iperf3 -6 moved nothing ({})", out.status);
+    ensure!(status.success() && received > 0, "iperf3 -6 moved nothing ({status})");
     let after = too_big(&c.stats()?);
     ensure!(after > before, "no node sent a packet too big ({before} -> {after})");
     let route = sys::ns_run(INSIDE, "ip", &["-6", "route", "get", a6::SERVER])?;
