@@ -1,7 +1,9 @@
 //! Randomised sweep: one scenario per seed (`SimConfig::randomized`: 2-8
 //! or 16 nodes, clean / jittery / lossy CCL, burst size, start window,
 //! sequence randomisation), 300 TCP and 100 UDP flows each; every invariant
-//! must hold for every seed.
+//! must hold for every seed. A quarter of each kind of flow is IPv6
+//! (`sim::DEFAULT_IPV6_SHARE`: 75 TCP and their reused tuples, 25 UDP, 7
+//! ICMPv6 echo per seed), checked per seed.
 //!
 //! Seeds: `CFW_SIM_SEEDS` (`1,2,3`, `100..150` or `1000+60`), default
 //! 1000..1100. Each seed is printed; a failing seed says how to rerun it
@@ -13,23 +15,38 @@ use testbed::sim::{self, SimConfig};
 fn randomized_sweep() {
     let seeds = sim::seeds_from_env(1000, 100);
     let mut failed = Vec::new();
+    let mut done = [0usize; 2];
     for &seed in &seeds {
         let cfg = SimConfig::randomized(seed);
         let r = sim::run(cfg).unwrap();
         let c = &r.config;
+        // The IPv6 share ran: exactly a quarter of each kind.
+        let dual = r.ipv6.tcp_flows >= 75 && r.ipv6.udp_flows == 25 + 7 && r.ipv6.icmp_flows == 7;
+        done[0] += r.ipv4.completed();
+        done[1] += r.ipv6.completed();
         println!(
-            "seed {seed}: {} nodes, loss {:.3}, jitter {} µs, reorder {:.2}, seq-randomization {}, burst {}: {} ({} events, {} ms virtual)",
+            "seed {seed}: {} nodes, loss {:.3}, jitter {} µs, reorder {:.2}, seq-randomization {}, burst {}: {} ({} events, {} ms virtual; completed IPv4 {}/{}, IPv6 {}/{})",
             r.nodes,
             c.ccl.loss,
             c.ccl.jitter_ns / 1000,
             c.ccl.reorder,
             c.seq_randomization,
             c.burst,
-            if r.ok() { "ok".to_string() } else { format!("FAILED {:?}", r.failed_invariants()) },
+            if !dual {
+                format!("FAILED: IPv6 flows {:?}", r.ipv6)
+            } else if r.ok() {
+                "ok".to_string()
+            } else {
+                format!("FAILED {:?}", r.failed_invariants())
+            },
             r.events,
-            r.virtual_ms
+            r.virtual_ms,
+            r.ipv4.completed(),
+            r.ipv4.flows(),
+            r.ipv6.completed(),
+            r.ipv6.flows()
         );
-        if !r.ok() {
+        if !r.ok() || !dual {
             println!("{}", r.summary());
             println!(
                 "rerun alone: CFW_SIM_SEEDS={seed} cargo test --release -p testbed --test sim_sweep -- --nocapture\n\
@@ -38,5 +55,6 @@ fn randomized_sweep() {
             failed.push(seed);
         }
     }
+    println!("sweep: {} seeds, flows completed: IPv4 {}, IPv6 {}", seeds.len(), done[0], done[1]);
     assert!(failed.is_empty(), "seeds {failed:?} failed; rerun one with CFW_SIM_SEEDS=<seed> cargo test --release -p testbed --test sim_sweep -- --nocapture");
 }
