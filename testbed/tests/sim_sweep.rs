@@ -3,7 +3,8 @@
 //! sequence randomisation), 300 TCP and 100 UDP flows each; every invariant
 //! must hold for every seed. A quarter of each kind of flow is IPv6
 //! (`sim::DEFAULT_IPV6_SHARE`: 75 TCP and their reused tuples, 25 UDP, 7
-//! ICMPv6 echo per seed), checked per seed.
+//! ICMPv6 echo per seed), checked per seed; `CFW_SIM_IPV6_SHARE` (0-1)
+//! runs another share (1: IPv6 only).
 //!
 //! Seeds: `CFW_SIM_SEEDS` (`1,2,3`, `100..150` or `1000+60`), default
 //! 1000..1100. Each seed is printed; a failing seed says how to rerun it
@@ -16,12 +17,16 @@ fn randomized_sweep() {
     let seeds = sim::seeds_from_env(1000, 100);
     let mut failed = Vec::new();
     let mut done = [0usize; 2];
+    let share = std::env::var("CFW_SIM_IPV6_SHARE").ok().and_then(|v| v.parse().ok()).unwrap_or(sim::DEFAULT_IPV6_SHARE);
+    // Of 300 TCP, 100 UDP and 30 echo flows: by default 75, 25 and 7.
+    let of = |n: usize| (0..n).filter(|&k| sim::ipv6_flow(k, share)).count();
     for &seed in &seeds {
-        let cfg = SimConfig::randomized(seed);
+        let cfg = SimConfig::randomized(seed).ipv6_share(share);
         let r = sim::run(cfg).unwrap();
         let c = &r.config;
-        // The IPv6 share ran: exactly a quarter of each kind.
-        let dual = r.ipv6.tcp_flows >= 75 && r.ipv6.udp_flows == 25 + 7 && r.ipv6.icmp_flows == 7;
+        // The IPv6 share ran: exactly that share of each kind (TCP: and
+        // the IPv6 flows' reused tuples).
+        let dual = r.ipv6.tcp_flows >= of(300) && r.ipv6.udp_flows == of(100) + of(30) && r.ipv6.icmp_flows == of(30);
         done[0] += r.ipv4.completed();
         done[1] += r.ipv6.completed();
         println!(
