@@ -5,7 +5,9 @@
 //! routers, for fixed seeds, on a clean CCL,
 //! a CCL with latency, jitter and reordering, and a CCL that also loses
 //! frames (the hosts' retransmissions recover). Every invariant of
-//! `testbed::sim` must hold.
+//! `testbed::sim` must hold. A quarter of the flows of each kind run over
+//! IPv6 (`sim::DEFAULT_IPV6_SHARE`); every scenario checks that they ran
+//! and completed.
 //!
 //! A failing scenario prints its report; rerun one alone with
 //! `clusterfw-sim --nodes N --flows 2000 --udp-flows 500 --mixed --seed S [link flags]`
@@ -22,6 +24,10 @@ fn run(cfg: SimConfig, rerun: &str) -> Report {
         r.failed_invariants(),
         r.summary()
     );
+    // The IPv6 quarter ran and completed (with the IPv4 flows: `ok`).
+    let v6 = &r.ipv6;
+    assert!(v6.tcp_flows >= r.tcp_flows / 5 && v6.udp_flows >= r.udp_flows / 5, "IPv6 flows ran: {v6:?}\n{}", r.summary());
+    assert!(v6.all_completed() && v6.host_packets > 0, "{v6:?}");
     r
 }
 
@@ -45,6 +51,10 @@ fn scenarios(link: CclLink, flags: &str) {
                 "{}",
                 r.summary()
             );
+            // A quarter of each kind over IPv6, exactly: 500 of the 2000
+            // TCP flows (and their reused tuples), 125 UDP, 31 echo.
+            assert!(r.ipv6.tcp_flows >= 500 && r.ipv6.tcp_flows < 600, "{:?}", r.ipv6);
+            assert_eq!((r.ipv6.udp_flows, r.ipv6.icmp_flows), (125 + 31, 31), "{:?}", r.ipv6);
             // Both directions of most flows entered different nodes, and
             // the cluster did its work: forwarding, cookies, queries.
             assert!(r.split_flows > 2500 / 2, "{}", r.summary());

@@ -10,7 +10,11 @@
 //! and every checkpoint), one control node per connected partition (bound
 //! `DUAL_CONTROL_BOUND_NS`), settled after each fault within its quiet
 //! interval and after a heal within `HEAL_BOUND_NS`, every transfer
-//! complete with intact data.
+//! complete with intact data. A quarter of the flows are IPv6
+//! (`sim::DEFAULT_IPV6_SHARE`: 4 of the 16 downloads, 1 of the 6 UDP
+//! flows), every run checks they are there (`dual_stack`), and the sweep
+//! that IPv6 flows were taken over and completed. `CFW_SIM_IPV6_SHARE`
+//! (0-1) runs the sweeps with another share (1: IPv6 only, 0: IPv4 only).
 //!
 //! Seeds: `CFW_SIM_SEEDS` (`1,2,3`, `100..150`, `1000+60`), default 1..=100.
 //! Known cases are `Verdict`s with their signature (a multiple failure,
@@ -34,7 +38,8 @@ const FLOW_LOSS: [&str; 4] = ["flows-complete", "flows-timely", "director-knows-
 #[derive(Debug, PartialEq, Eq)]
 enum Verdict {
     Ok,
-    /// OPEN CASE (not analysed): a UDP flow whose packets enter the node
+    /// OPEN CASE (not analysed): a UDP flow (either family: the same seeds
+    /// 41 and 91 with IPv6 only) whose packets enter the node
     /// cut off by a partition of 1.5 s or more goes unanswered until the
     /// UDP client gives up (8 tries, 2 s): the cut node leaves and elects
     /// itself rather than serving the flow as its own side's.
@@ -79,7 +84,7 @@ fn classify(r: &Report) -> Verdict {
     let long_partition = r.faults.as_ref().is_some_and(|f| {
         f.episodes.iter().any(|e| e.kind == "partition" && e.recover_ns - e.at_ns >= 1500 * MS)
     });
-    if failed == ["flows-complete"] && long_partition && !lost.is_empty() && lost.iter().all(|f| f.contains("(udp ") && f.contains("unanswered")) {
+    if failed == ["flows-complete"] && long_partition && !lost.is_empty() && lost.iter().all(|f| (f.contains("(udp ") || f.contains("(udp6 ")) && f.contains("unanswered")) {
         return Verdict::PartitionedUdp;
     }
     let faults = r.faults.as_ref().expect("a fault scenario reports its faults");
@@ -87,6 +92,44 @@ fn classify(r: &Report) -> Verdict {
         return Verdict::MultipleFailure;
     }
     Verdict::Unknown(why())
+}
+
+/// The sweeps' share of IPv6 flows: `CFW_SIM_IPV6_SHARE`, else the
+/// default (a quarter).
+fn ipv6_share() -> f64 {
+    std::env::var("CFW_SIM_IPV6_SHARE").ok().and_then(|v| v.parse().ok()).unwrap_or(sim::DEFAULT_IPV6_SHARE)
+}
+
+/// The run's IPv6 share is there: by default 4 of the 16 downloads and 1
+/// of the 6 UDP flows (`SimConfig::fault_scenario`), and frames reached
+/// their hosts.
+fn dual_stack(r: &Report) {
+    let s = r.config.ipv6_share;
+    let of = |n: usize| (0..n).filter(|&k| sim::ipv6_flow(k, s)).count();
+    assert_eq!((r.ipv6.tcp_flows, r.ipv6.udp_flows), (of(16), of(6)), "seed {}: {:?}", r.seed, r.ipv6);
+    assert!(r.ipv6.host_packets > 0 || s == 0.0, "seed {}: {:?}", r.seed, r.ipv6);
+}
+
+/// IPv6 flows of the runs: completed of all, taken over and completed of
+/// those taken over.
+#[derive(Default, Debug)]
+struct V6 {
+    flows: usize,
+    completed: usize,
+    taken_over: u64,
+    taken_over_completed: u64,
+}
+
+impl V6 {
+    fn add(&mut self, r: &Report) {
+        dual_stack(r);
+        self.flows += r.ipv6.flows();
+        self.completed += r.ipv6.completed();
+        if let Some(f) = &r.faults {
+            self.taken_over += f.ipv6_flows_taken_over;
+            self.taken_over_completed += f.ipv6_flows_taken_over_completed;
+        }
+    }
 }
 
 /// Seeds from `var` (`1,2,3`, `100..150`, `1000+60`), default 1..=30.
@@ -110,11 +153,12 @@ struct Tally {
 fn tally(seeds: &[u64], tweak: impl Fn(&mut SimConfig), mut look: impl FnMut(&Report)) -> Tally {
     let mut t = Tally::default();
     for &seed in seeds {
-        let mut cfg = SimConfig::fault_sweep(seed, 3);
+        let mut cfg = SimConfig::fault_sweep(seed, 3).ipv6_share(ipv6_share());
         tweak(&mut cfg);
         cfg.trace_flow = trace_flow();
         let r = sim::run(cfg).expect("scenario builds");
         look(&r);
+        dual_stack(&r);
         match classify(&r) {
             Verdict::Ok => t.ok += 1,
             Verdict::PartitionedUdp => t.open.push(seed),
@@ -140,10 +184,14 @@ fn fault_sweep() {
     let (mut det, mut take, mut settle_heal, mut stalls) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut episodes = 0;
     let mut kinds = std::collections::BTreeMap::new();
+    let mut v6 = V6::default();
+    let mut v4 = (0, 0);
     for &seed in &seeds {
-        let mut cfg = SimConfig::fault_sweep(seed, 3);
+        let mut cfg = SimConfig::fault_sweep(seed, 3).ipv6_share(ipv6_share());
         cfg.trace_flow = trace_flow();
         let r = sim::run(cfg).expect("scenario builds");
+        v6.add(&r);
+        v4 = (v4.0 + r.ipv4.completed(), v4.1 + r.ipv4.flows());
         let f = r.faults.as_ref().unwrap();
         for e in &f.episodes {
             episodes += 1;
@@ -187,6 +235,10 @@ fn fault_sweep() {
     println!("  takeover (fault -> first packet of a taken-over flow): {}", stat(&mut take));
     println!("  heal -> settled: {}", stat(&mut settle_heal));
     println!("  worst stall per run: {}", stat(&mut stalls));
+    println!(
+        "  flows completed: IPv4 {}/{}, IPv6 {}/{}; IPv6 flows taken over {} ({} of them completed)",
+        v4.0, v4.1, v6.completed, v6.flows, v6.taken_over, v6.taken_over_completed
+    );
     println!("  clean {ok}; multiple failures (several nodes reset in one episode, flows may be lost) {multiple:?}");
     println!("  OPEN CASE partitioned UDP flow unanswered: {open:?}");
     for u in &unknown {
@@ -196,6 +248,11 @@ fn fault_sweep() {
     // The sweep must mostly be clean: a generator gone degenerate (every
     // run a known case) would test nothing.
     assert!(ok * 2 >= seeds.len() || seeds.len() < 20, "only {ok} of {} runs clean", seeds.len());
+    // Failover for IPv6 flows as for IPv4's: some were taken over, and
+    // (outside the known cases' lost flows) they completed.
+    let few = seeds.len() < 20 || ipv6_share() == 0.0;
+    assert!(v6.taken_over > 0 || few, "no IPv6 flow was taken over: {v6:?}");
+    assert!(v6.taken_over_completed > 0 || few, "{v6:?}");
 }
 
 /// Double failures with `backups: 2` (issue 10, "Simulator": no
@@ -208,10 +265,12 @@ fn double_fault_sweep_with_two_backups() {
     let seeds = seeds_from("CFW_SIM_DOUBLE_SEEDS");
     let t0 = std::time::Instant::now();
     let (mut ok, mut failed, mut take, mut lost_two) = (0, Vec::new(), Vec::new(), 0);
+    let mut v6 = V6::default();
     for &seed in &seeds {
-        let mut cfg = SimConfig::double_fault_sweep(seed, 2);
+        let mut cfg = SimConfig::double_fault_sweep(seed, 2).ipv6_share(ipv6_share());
         cfg.trace_flow = trace_flow();
         let r = sim::run(cfg).expect("scenario builds");
+        v6.add(&r);
         let f = r.faults.as_ref().unwrap();
         for e in &f.episodes {
             lost_two += usize::from(e.lost_state.len() >= 2);
@@ -232,11 +291,16 @@ fn double_fault_sweep_with_two_backups() {
         seeds.len(),
         t0.elapsed().as_secs_f64()
     );
+    println!("  IPv6: {v6:?}");
     for f in &failed {
         println!("FAILURE {f}");
     }
     assert!(lost_two > 0, "the schedules made no double failure");
     assert!(failed.is_empty(), "{} runs failed: {:?}", failed.len(), failed.iter().map(|f| f.lines().next()).collect::<Vec<_>>());
+    // Every run passes every invariant: every IPv6 flow completed, those
+    // taken over among them.
+    assert!(v6.completed == v6.flows && v6.taken_over_completed == v6.taken_over, "{v6:?}");
+    assert!(v6.taken_over > 0 || seeds.len() < 10 || ipv6_share() == 0.0, "no IPv6 flow was taken over: {v6:?}");
 }
 
 /// The sweep's schedules with `split-brain: quorum`: the same invariants

@@ -1,5 +1,6 @@
 //! The simulator's checks bite: routers that damage frames on purpose
-//! (`sim::Fault`) must make the run fail, with the host's diagnosis.
+//! (`sim::Fault`) must make the run fail, with the host's diagnosis — for
+//! the IPv6 flows (a quarter, `sim::DEFAULT_IPV6_SHARE`) as for IPv4's.
 
 use testbed::sim::{self, Fault, SimConfig};
 
@@ -28,6 +29,13 @@ fn untranslated_synack_ack_is_caught() {
         "{}",
         r.summary()
     );
+    assert!(ipv6_caught(&r, "not translated back"), "{}", r.summary());
+}
+
+/// An IPv6 TCP flow failed with `diagnosis` (flow descriptions name the
+/// kind: "(tcp6 …").
+fn ipv6_caught(r: &sim::report::Report, diagnosis: &str) -> bool {
+    r.ipv6.tcp_completed < r.ipv6.tcp_flows && r.failures.iter().any(|f| f.contains("(tcp6 ") && f.contains(diagnosis))
 }
 
 #[test]
@@ -39,6 +47,7 @@ fn corrupted_payload_is_caught() {
         "{}",
         r.summary()
     );
+    assert!(ipv6_caught(&r, "payload corrupted"), "{}", r.summary());
 }
 
 #[test]
@@ -51,4 +60,5 @@ fn untranslated_sack_is_caught() {
         "{}",
         r.summary()
     );
+    assert!(ipv6_caught(&r, "SACK not translated"), "{}", r.summary());
 }

@@ -12,6 +12,11 @@
 //!     from the owner only, every datagram is reassembled correctly;
 //! (c) both over a CCL with latency, jitter and reordering.
 //!
+//! A quarter of the fragmented flows (and of the plain ones) are IPv6
+//! (`sim::DEFAULT_IPV6_SHARE`): their hosts cut datagrams with a Fragment
+//! header (RFC 8200 §4.5, a 32-bit identification), the fragment owner is
+//! over (src, dst, 32-bit id) as the dataplane computes it.
+//!
 //! Every invariant of `testbed::sim` must hold, plus `fragments-valid`,
 //! `fragments-from-owner` and `fragment-owner-owns-new-flow`. Plain TCP and
 //! UDP flows run alongside. A failing run prints its report; rerun a sweep
@@ -72,7 +77,12 @@ fn run(cfg: SimConfig, what: &str) -> Report {
     if r.config.ccl.loss == 0.0 {
         assert_eq!(f.fragments_delivered, f.fragments_sent, "{what}: {f:?}");
         assert_eq!(f.datagrams_reassembled, f.datagrams_sent, "{what}: {f:?}");
+        assert_eq!(f.ipv6_datagrams_reassembled, f.ipv6_datagrams_sent, "{what}: {f:?}");
     }
+    // IPv6 datagrams were fragmented and reassembled too, and the IPv6
+    // flows (fragmented and plain) completed.
+    assert!(f.ipv6_datagrams_sent > 0 && f.ipv6_datagrams_reassembled > 0, "{what}: {f:?}");
+    assert!(r.ipv6.udp_flows > 0 && r.ipv6.all_completed(), "{what}: {:?}", r.ipv6);
     r
 }
 

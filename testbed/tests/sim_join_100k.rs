@@ -48,11 +48,16 @@ fn join_with_100k_live_connections() {
         (ready - admitted) as f64 / 1e6,
         t0.elapsed().as_secs_f64()
     );
-    println!("open connections at the end (one owner, none, several): {:?}; records held {records}", f.open_owned_at_end);
+    println!(
+        "open connections at the end (one owner, none, several): {:?}, of them IPv6 {}; records held {records}",
+        f.open_owned_at_end, r.ipv6.tcp_flows
+    );
     for n in &r.per_node {
         println!("node{}: flows created {} cluster {:?}", n.node, n.flows_created, n.cluster.as_ref().map(|c| (c.get("registers_sent"), c.get("sync_scans"))));
     }
     assert!(how.contains("synced in"), "through the readiness gate, not the sync timeout: {how}");
+    // A quarter of the connections are IPv6 (`DEFAULT_IPV6_SHARE`).
+    assert_eq!(r.ipv6.tcp_flows, flows / 4, "{:?}", r.ipv6);
     let (one, none, many) = f.open_owned_at_end;
     assert_eq!((one, none, many), (flows as u64, 0, 0), "{}", r.summary());
     let established = r.invariant("one-owner-while-running").unwrap();

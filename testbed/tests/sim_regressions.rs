@@ -26,6 +26,8 @@ fn run(seed: u64) -> sim::report::Report {
         r.failed_invariants(),
         r.summary()
     );
+    // The sweep's IPv6 quarter ran and completed.
+    assert!(r.ipv6.tcp_flows >= 75 && r.ipv6.udp_flows == 32 && r.ipv6.all_completed(), "seed {seed}: {:?}", r.ipv6);
     r
 }
 

@@ -22,6 +22,8 @@ fn run(cfg: SimConfig, what: &str) -> Report {
 
 fn check_workers(r: &Report, workers: usize, what: &str) {
     assert!(r.ok(), "{what}: invariants failed ({:?})\n{}", r.failed_invariants(), r.summary());
+    // The IPv6 quarter of the flows ran and completed over the workers.
+    assert!(r.ipv6.tcp_flows > 0 && r.ipv6.udp_flows > 0 && r.ipv6.all_completed(), "{what}: {:?}", r.ipv6);
     for n in &r.per_node {
         assert_eq!(n.worker_packets.len(), workers, "{what}: node{}", n.node);
         assert!(n.worker_packets.iter().all(|&p| p > 0), "{what}: node{} workers' packets {:?}", n.node, n.worker_packets);
@@ -55,6 +57,9 @@ fn fragments_over_several_workers() {
             let i = r.invariant(name).unwrap_or_else(|| panic!("{what}: no {name}"));
             assert_eq!(i.ok, Some(true), "{what}: {name}: {}", i.detail);
         }
+        // A quarter of the fragmented flows are IPv6 (Fragment headers).
+        let f = &r.fragments;
+        assert!(f.ipv6_datagrams_sent > 0 && f.ipv6_datagrams_reassembled == f.ipv6_datagrams_sent, "{what}: {f:?}");
     }
 }
 

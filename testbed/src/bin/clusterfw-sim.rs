@@ -14,7 +14,8 @@ usage: clusterfw-sim [--nodes 3] [--workers 1] [--flows 2000] [--udp-flows N] [-
                      [--start-ms 500] [--json] [--trace-flow ID]
                      [--mixed] [--icmp-flows N] [--reuse P] [--idle-share P]
                      [--idle-max-s S] [--ccl-cut NODE:FROM_MS[:UNTIL_MS]] [--run-ms MS]
-       clusterfw-sim --seed S --randomized [--json]
+                     [--ipv6-share P]
+       clusterfw-sim --seed S --randomized [--ipv6-share P] [--json]
 
 Simulates N clusterfw nodes (real dataplane pipelines) between an inside and
 an outside ECMP router, with TCP clients/servers and UDP/DNS flows, on a
@@ -39,6 +40,9 @@ virtual clock. The same seed gives the same run, bit for bit.
   --icmp-flows N        ICMP echo flows
   --reuse P             share of TCP tuples reused by a second connection
   --idle-share P, --idle-max-s S   flows that idle mid-way, and for how long
+  --ipv6-share P        share of the connections of each kind run over IPv6
+                        (2001:db8::/32; default 0.25; 0: IPv4 only, as the
+                        simulator ran before it was dual-stack)
   --randomized          the sweep's scenario for --seed (nodes, CCL impairments,
                         burst size, ... drawn from the seed; put it last)
   --randomized-any      the same (it once skipped known issues; none are left)
@@ -76,6 +80,7 @@ fn run(args: Vec<String>) -> Result<bool, String> {
     let mut trace: Option<u32> = None;
     let mut mixed = false;
     let mut icmp: Option<usize> = None;
+    let mut ipv6_share: Option<f64> = None;
     let mut it = args.into_iter();
     fn val<T: std::str::FromStr>(
         it: &mut impl Iterator<Item = String>,
@@ -114,6 +119,7 @@ fn run(args: Vec<String>) -> Result<bool, String> {
                 randomized = true;
             }
             "--trace-flow" => trace = Some(val(&mut it, &a)?),
+            "--ipv6-share" => ipv6_share = Some(val(&mut it, &a)?),
             "--run-ms" => cfg.min_run_ns = val::<u64>(&mut it, &a)? * 1_000_000,
             "--ccl-cut" => {
                 let v: String = val(&mut it, &a)?;
@@ -136,6 +142,13 @@ fn run(args: Vec<String>) -> Result<bool, String> {
     }
     if !(0.0..=1.0).contains(&link.loss) || !(0.0..=1.0).contains(&link.reorder) {
         return Err("--loss and --reorder are probabilities (0-1)".into());
+    }
+    if let Some(s) = ipv6_share {
+        if !(0.0..=1.0).contains(&s) {
+            return Err("--ipv6-share is a share (0-1)".into());
+        }
+        // Wherever it stands (also before --randomized).
+        cfg.ipv6_share = s;
     }
     if !randomized {
         cfg.udp_flows = udp.unwrap_or(cfg.tcp_flows / 4);

@@ -277,7 +277,7 @@ impl Sim {
             if let Some(c) = pc.cluster.as_mut() {
                 c.incarnation = cluster::incarnation(n, restarts);
             }
-            super::node_workers(&self.cfg, pc)
+            super::node_workers(&self.cfg, n, pc)
         }) {
             Ok(p) => p,
             Err(e) => {
@@ -460,6 +460,10 @@ pub struct Watch {
     /// Last node that sent each flow's frames to a host.
     last_tx: Vec<Option<u8>>,
     pub takeovers_seen: u64,
+    /// Of them, frames of IPv6 flows.
+    pub takeovers_seen_ipv6: u64,
+    /// IPv6 flows whose transmitter changed (taken over), by flow.
+    taken_over_ipv6: std::collections::BTreeSet<usize>,
     pub double_owner_frames: u64,
     pub double_owner_examples: Vec<String>,
     pub non_owner_frames: u64,
@@ -479,6 +483,12 @@ pub struct Watch {
 pub struct FaultReport {
     pub episodes: Vec<Episode>,
     pub takeovers: u64,
+    /// IPv6 flows (`SimConfig::ipv6_share`) among them: transmitter
+    /// changes of IPv6 frames, and the distinct IPv6 flows taken over and
+    /// how many of those completed.
+    pub takeovers_ipv6: u64,
+    pub ipv6_flows_taken_over: u64,
+    pub ipv6_flows_taken_over_completed: u64,
     pub split_owned_checks: u64,
     pub lost_at_link: u64,
     pub lost_at_node: u64,
@@ -727,6 +737,10 @@ impl Sim {
         let prev = self.watch.last_tx[f].replace(n as u8);
         if prev.is_some_and(|p| usize::from(p) != n) {
             self.watch.takeovers_seen += 1;
+            if self.flows[f].v6() {
+                self.watch.takeovers_seen_ipv6 += 1;
+                self.watch.taken_over_ipv6.insert(f);
+            }
             if let Some(e) = self.current_episode() {
                 if e.takeover_ns.is_none() && now >= e.at_ns {
                     e.takeover_ns = Some(now);
@@ -891,6 +905,14 @@ impl Sim {
         FaultReport {
             episodes: self.watch.episodes.clone(),
             takeovers: self.watch.takeovers_seen,
+            takeovers_ipv6: self.watch.takeovers_seen_ipv6,
+            ipv6_flows_taken_over: self.watch.taken_over_ipv6.len() as u64,
+            ipv6_flows_taken_over_completed: self
+                .watch
+                .taken_over_ipv6
+                .iter()
+                .filter(|&&f| self.flows[f].done() && self.flows[f].failures().is_empty())
+                .count() as u64,
             split_owned_checks: self.watch.split_owned_checks,
             lost_at_link: self.faulted.lost_at_link,
             lost_at_node: self.faulted.lost_at_node,

@@ -4,9 +4,12 @@
 //! the receiving host.
 //!
 //! - **Hosts.** A datagram larger than `HOST_MTU` is cut into fragments of
-//!   at most `HOST_MTU` bytes (1480 data bytes, a multiple of 8), each with
-//!   the datagram's identification (a per (source, destination) counter),
-//!   its offset, MF on all but the last and a fresh header checksum. The
+//!   at most `HOST_MTU` bytes (IPv4: 1480 data bytes, a multiple of 8),
+//!   each with the datagram's identification (a per (source, destination)
+//!   counter), its offset, MF on all but the last and a fresh header
+//!   checksum; an IPv6 datagram (`SimConfig::ipv6_share` of the fragmented
+//!   flows) gets a Fragment header (RFC 8200 §4.5: 1448 data bytes per
+//!   fragment, a 32-bit identification, the M flag). The
 //!   receiving host collects the fragments of a datagram, rebuilds it once
 //!   it has every byte, and hands it to the UDP model, which verifies the
 //!   UDP checksum and every payload byte.
@@ -33,12 +36,12 @@ use super::{cluster, Flow, FlowKind, Sim, SimConfig, WARMUP_NS};
 use dataplane::cluster::DirectorTable;
 use dataplane::frag::fragment_owner;
 use dataplane::types::{ip_proto, FiveTuple};
-use dataplane::wire::ethernet::EthernetFrame;
 use dataplane::wire::ipv4::Ipv4Packet;
+use dataplane::wire::ipv6::{self, Ipv6Packet};
 use rand::rngs::ChaCha8Rng;
 use rand::{RngExt, SeedableRng};
 use std::collections::{BTreeMap, HashMap};
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::IpAddr;
 
 /// The hosts' IP MTU.
 pub const HOST_MTU: usize = 1500;
@@ -50,6 +53,8 @@ pub const FRAME_MTU: usize = ETH_HDR + HOST_MTU;
 pub const FRAG_PORT_BASE: u16 = 7000;
 /// IPv4 fragment bit.
 const FLAG_MF: u16 = 0x2000;
+/// IPv6 header and Fragment header.
+const IPV6_FRAG_HDRS: usize = ipv6::HEADER_LEN + ipv6::FRAGMENT_HEADER_LEN;
 
 /// The fragmented flows of a scenario.
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
@@ -90,6 +95,10 @@ pub struct FragReport {
     pub fragments_delivered: u64,
     /// Datagrams the hosts rebuilt from fragments.
     pub datagrams_reassembled: u64,
+    /// Of `datagrams_sent` and `datagrams_reassembled`, IPv6 ones
+    /// (Fragment header).
+    pub ipv6_datagrams_sent: u64,
+    pub ipv6_datagrams_reassembled: u64,
     /// Fragments over the MTU, duplicated, overlapping or of no datagram.
     pub bad_fragments: u64,
     /// Datagrams a host still had in pieces at the end.
@@ -100,7 +109,7 @@ pub struct FragReport {
 }
 
 /// (src, dst, proto, ident): one datagram.
-type DgKey = (Ipv4Addr, Ipv4Addr, u8, u16);
+type DgKey = (IpAddr, IpAddr, u8, u32);
 
 fn dg_key(h: &FragHeader) -> DgKey {
     (h.src, h.dst, h.proto, h.ident)
@@ -114,7 +123,8 @@ struct Datagram {
 
 #[derive(Default)]
 struct Partial {
-    /// Ethernet + IPv4 header of the first fragment.
+    /// Ethernet + IP header of the first fragment (IPv6: without its
+    /// Fragment header).
     header: Option<Vec<u8>>,
     pieces: BTreeMap<u16, Vec<u8>>,
     /// Payload length, once the last fragment arrived.
@@ -124,7 +134,7 @@ struct Partial {
 /// The simulator's fragment bookkeeping.
 #[derive(Default)]
 pub(super) struct FragState {
-    next_ident: HashMap<(Ipv4Addr, Ipv4Addr), u16>,
+    next_ident: HashMap<(IpAddr, IpAddr), u32>,
     datagrams: HashMap<DgKey, Datagram>,
     /// Flow → the client's datagrams of its first exchange (the first
     /// try and any retries), when that exchange is fragmented.
@@ -156,13 +166,17 @@ impl Sim {
         }
         let mut rng = ChaCha8Rng::seed_from_u64(net::mix64(self.cfg.seed ^ 0xf7a9));
         for i in 0..sc.flows {
-            let client = net::client_addr(rng.random_range(0..net::CLIENT_HOSTS));
-            let server = net::server_addr(rng.random_range(0..net::SERVER_HOSTS));
+            let (ci, si) = (rng.random_range(0..net::CLIENT_HOSTS), rng.random_range(0..net::SERVER_HOSTS));
+            let (client, server) = if super::ipv6_flow(i, self.cfg.ipv6_share) {
+                (IpAddr::V6(net::client_addr6(ci)), IpAddr::V6(net::server_addr6(si)))
+            } else {
+                (IpAddr::V4(net::client_addr(ci)), IpAddr::V4(net::server_addr(si)))
+            };
             let dport = FRAG_PORT_BASE + (i % 10) as u16;
             let tuple = loop {
                 let t = FiveTuple {
-                    src: IpAddr::V4(client),
-                    dst: IpAddr::V4(server),
+                    src: client,
+                    dst: server,
                     proto: ip_proto::UDP,
                     src_port: rng.random_range(1024..=65535u16),
                     dst_port: dport,
@@ -234,41 +248,53 @@ impl Sim {
         let Some(&flow) = self.by_tuple.get(&key) else {
             return Vec::new();
         };
-        let Ok(eth) = EthernetFrame::new_checked(frame) else {
+        let Some(ip) = net::frame_ip(frame) else {
             return Vec::new();
         };
-        let l2 = eth.header_len();
-        let Ok(ip) = Ipv4Packet::new_checked(eth.payload()) else {
-            return Vec::new();
-        };
-        let hl = ip.header_len();
-        let (src, dst, proto) = (ip.src(), ip.dst(), ip.protocol());
-        let data = ip.payload();
+        let (l2, src, dst, proto, data, ip_v6) = (ip.l3_at, ip.src, ip.dst, ip.proto, ip.l4, ip.is_v6());
         // The UDP model's exchange number (after the UDP header and the
         // 4-byte flow number).
         let xchg = data.get(12..14).map(|b| u16::from_be_bytes([b[0], b[1]]));
         let ctr = self.frag.next_ident.entry((src, dst)).or_insert(0x4000);
         *ctr = ctr.wrapping_add(1);
         let ident = *ctr;
-        let step = (HOST_MTU - hl) & !7;
         let mut out = Vec::new();
         let mut off = 0usize;
-        while off < data.len() {
-            let end = (off + step).min(data.len());
-            let mut f = Vec::with_capacity(l2 + hl + end - off);
-            f.extend_from_slice(&frame[..l2 + hl]);
-            f.extend_from_slice(&data[off..end]);
-            {
-                let mut p = Ipv4Packet::new_unchecked(&mut f[l2..]);
-                p.set_total_len((hl + end - off) as u16);
-                p.set_ident(ident);
-                let more = if end < data.len() { FLAG_MF } else { 0 };
-                p.set_flags_frag(more, off as u16);
-                p.fill_checksum();
+        if ip.is_v6() {
+            let (IpAddr::V6(s6), IpAddr::V6(d6)) = (src, dst) else {
+                return Vec::new();
+            };
+            let step = (HOST_MTU - IPV6_FRAG_HDRS) & !7;
+            while off < data.len() {
+                let end = (off + step).min(data.len());
+                let mut body = vec![0u8; ipv6::FRAGMENT_HEADER_LEN];
+                ipv6::emit_fragment_header(&mut body, proto, off as u16, end < data.len(), ident);
+                body.extend_from_slice(&data[off..end]);
+                out.push(net::ipv6_frame(s6, d6, ipv6::next_header::FRAGMENT, net::HOST_HOP_LIMIT, &body));
+                off = end;
             }
-            out.push(f);
-            off = end;
+        } else {
+            let hl = ip.l4_at - l2;
+            let step = (HOST_MTU - hl) & !7;
+            while off < data.len() {
+                let end = (off + step).min(data.len());
+                let mut f = Vec::with_capacity(l2 + hl + end - off);
+                f.extend_from_slice(&frame[..l2 + hl]);
+                f.extend_from_slice(&data[off..end]);
+                {
+                    let mut p = Ipv4Packet::new_unchecked(&mut f[l2..]);
+                    p.set_total_len((hl + end - off) as u16);
+                    p.set_ident(ident as u16);
+                    let more = if end < data.len() { FLAG_MF } else { 0 };
+                    p.set_flags_frag(more, off as u16);
+                    p.fill_checksum();
+                }
+                out.push(f);
+                off = end;
+            }
         }
+        // IPv4's identification is 16 bits (the counter's low ones).
+        let ident = if ip_v6 { ident } else { u32::from(ident as u16) };
         let k = (src, dst, proto, ident);
         self.frag.datagrams.insert(k, Datagram { flow, entry: 0 });
         if side == Side::Inside && xchg == Some(0) {
@@ -280,12 +306,13 @@ impl Sim {
                 .frag
                 .exchanges
                 .first()
-                .is_some_and(|&(r, _)| r as usize + super::host::UDP_HDR + 8 + 20 > HOST_MTU);
+                .is_some_and(|&(r, _)| r as usize + super::host::UDP_HDR + 8 + if ip_v6 { 40 } else { 20 } > HOST_MTU);
             if first_big {
                 self.frag.first.entry(flow).or_default().push(k);
             }
         }
         self.frag.report.datagrams_sent += 1;
+        self.frag.report.ipv6_datagrams_sent += u64::from(ip_v6);
         self.frag.report.fragments_sent += out.len() as u64;
         out
     }
@@ -317,11 +344,12 @@ impl Sim {
     /// once every byte is there.
     pub(super) fn host_reassemble(&mut self, from: usize, frame: &[u8]) -> Option<Vec<u8>> {
         let now = self.now;
-        let h = net::frame_fragment(frame)?;
-        let eth = EthernetFrame::new_checked(frame).ok()?;
-        let l2 = eth.header_len();
-        let ip = Ipv4Packet::new_checked(eth.payload()).ok()?;
-        let hl = ip.header_len();
+        let ip = net::frame_ip(frame)?;
+        let h = ip.fragment?;
+        // The IP header alone (IPv6: without the Fragment header, which
+        // the rebuilt datagram does not keep).
+        let l3 = ip.l3_at;
+        let hl = if ip.is_v6() { ipv6::HEADER_LEN } else { ip.l4_at - l3 };
         let key = dg_key(&h);
         if !self.frag.datagrams.contains_key(&key) {
             self.frag.bad(
@@ -331,19 +359,19 @@ impl Sim {
             return None;
         }
         self.frag.report.fragments_delivered += 1;
-        if usize::from(ip.total_len()) > HOST_MTU {
+        if ip.ip_len > HOST_MTU {
             self.frag.bad(
                 now,
                 format!(
                     "node{from}: fragment of {} bytes (MTU {HOST_MTU})",
-                    ip.total_len()
+                    ip.ip_len
                 ),
             );
         }
-        let data = ip.payload().to_vec();
+        let data = ip.l4.to_vec();
         let p = self.frag.partial.entry(key).or_default();
         if h.offset == 0 {
-            p.header = Some(frame[..l2 + hl].to_vec());
+            p.header = Some(frame[..l3 + hl].to_vec());
         }
         if !h.more {
             p.total = Some(usize::from(h.offset) + data.len());
@@ -389,13 +417,18 @@ impl Sim {
         for d in p.pieces.values() {
             whole.extend_from_slice(d);
         }
-        {
-            let mut ip = Ipv4Packet::new_unchecked(&mut whole[l2..]);
+        if h.src.is_ipv6() {
+            let mut ip = Ipv6Packet::new_unchecked(&mut whole[l3..]);
+            ip.set_payload_len(total as u16);
+            ip.set_next_header(h.proto);
+        } else {
+            let mut ip = Ipv4Packet::new_unchecked(&mut whole[l3..]);
             ip.set_total_len((hl + total) as u16);
             ip.set_flags_frag(0, 0);
             ip.fill_checksum();
         }
         self.frag.report.datagrams_reassembled += 1;
+        self.frag.report.ipv6_datagrams_reassembled += u64::from(h.src.is_ipv6());
         Some(whole)
     }
 
@@ -479,7 +512,7 @@ impl Sim {
                     let fos: Vec<usize> = keys
                         .iter()
                         .map(|k| {
-                            fragment_owner(IpAddr::V4(k.0), IpAddr::V4(k.1), u32::from(k.3), &table)
+                            fragment_owner(k.0, k.1, k.3, &table)
                                 .index()
                         })
                         .collect();
@@ -531,12 +564,11 @@ impl Sim {
         if self.frag.flows.is_empty() {
             return false;
         }
-        // Look for an inner Ethernet/IPv4 fragment at any offset past the
-        // outer headers (cheap enough for traces only).
+        // Look for an inner Ethernet/IPv4 or IPv6 fragment at any offset
+        // past the outer headers (cheap enough for traces only).
         (42..frame.len().saturating_sub(34)).any(|at| {
-            frame[at + 12..at + 14] == [0x08, 0x00]
-                && frame[at + 14] == 0x45
-                && self.frag_traced(f, &frame[at..])
+            let (et, v) = (&frame[at + 12..at + 14], frame[at + 14]);
+            ((et == [0x08, 0x00] && v == 0x45) || (et == [0x86, 0xdd] && v >> 4 == 6)) && self.frag_traced(f, &frame[at..])
         })
     }
 }

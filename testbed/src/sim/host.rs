@@ -28,7 +28,7 @@
 
 use super::net::mix64;
 use dataplane::wire::tcp::{flags, TcpOptions};
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 
 /// Segment size of the models.
 pub const MSS: u32 = 1000;
@@ -47,9 +47,12 @@ pub const MAX_RETRIES: u32 = 10;
 /// A segment this far from where it should be is a translation error.
 const SEQ_SANITY: u32 = 1 << 22;
 
-/// SYN / SYN-ACK options: MSS 1460, NOP, WSCALE, NOP, NOP, SACK-permitted.
-pub fn syn_options() -> Vec<u8> {
-    vec![2, 4, 0x05, 0xb4, 1, 3, 3, WSCALE, 1, 1, 4, 2]
+/// SYN / SYN-ACK options: MSS (1460 for IPv4, 1440 for IPv6: a 1500-byte
+/// MTU less the headers), NOP, WSCALE, NOP, NOP, SACK-permitted.
+pub fn syn_options(v6: bool) -> Vec<u8> {
+    let mss: u16 = if v6 { 1440 } else { 1460 };
+    let m = mss.to_be_bytes();
+    vec![2, 4, m[0], m[1], 1, 3, 3, WSCALE, 1, 1, 4, 2]
 }
 
 /// NOP, NOP, SACK with one block.
@@ -122,8 +125,8 @@ pub enum TcpState {
 pub struct TcpEnd {
     pub flow: u32,
     pub client: bool,
-    pub local: (Ipv4Addr, u16),
-    pub remote: (Ipv4Addr, u16),
+    pub local: (IpAddr, u16),
+    pub remote: (IpAddr, u16),
     pub state: TcpState,
     iss: u32,
     snd_una: u32,
@@ -178,8 +181,8 @@ impl TcpEnd {
     #[allow(clippy::too_many_arguments)]
     pub fn client(
         flow: u32,
-        local: (Ipv4Addr, u16),
-        remote: (Ipv4Addr, u16),
+        local: (IpAddr, u16),
+        remote: (IpAddr, u16),
         iss: u32,
         request: u32,
         response: u32,
@@ -189,8 +192,8 @@ impl TcpEnd {
     /// A listening server that answers `request` bytes with `response`.
     pub fn server(
         flow: u32,
-        local: (Ipv4Addr, u16),
-        remote: (Ipv4Addr, u16),
+        local: (IpAddr, u16),
+        remote: (IpAddr, u16),
         iss: u32,
         request: u32,
         response: u32,
@@ -200,8 +203,8 @@ impl TcpEnd {
     fn new(
         flow: u32,
         client: bool,
-        local: (Ipv4Addr, u16),
-        remote: (Ipv4Addr, u16),
+        local: (IpAddr, u16),
+        remote: (IpAddr, u16),
         iss: u32,
         send: u32,
         expect: u32,
@@ -339,7 +342,7 @@ impl TcpEnd {
             ack: 0,
             flags: flags::SYN,
             window: 65535,
-            options: syn_options(),
+            options: syn_options(self.local.0.is_ipv6()),
             payload: Vec::new(),
         }
     }
@@ -349,7 +352,7 @@ impl TcpEnd {
             ack: self.rcv_nxt,
             flags: flags::SYN | flags::ACK,
             window: 65535,
-            options: syn_options(),
+            options: syn_options(self.local.0.is_ipv6()),
             payload: Vec::new(),
         }
     }
@@ -758,8 +761,8 @@ pub fn check_udp_payload(p: &[u8]) -> Result<(u32, u16, u8), String> {
 #[derive(Clone, Debug)]
 pub struct UdpClient {
     pub flow: u32,
-    pub local: (Ipv4Addr, u16),
-    pub remote: (Ipv4Addr, u16),
+    pub local: (IpAddr, u16),
+    pub remote: (IpAddr, u16),
     pub exchanges: u16,
     pub next: u16,
     pub request_len: u32,
@@ -790,8 +793,8 @@ impl UdpClient {
     }
     pub fn new(
         flow: u32,
-        local: (Ipv4Addr, u16),
-        remote: (Ipv4Addr, u16),
+        local: (IpAddr, u16),
+        remote: (IpAddr, u16),
         exchanges: u16,
         request_len: u32,
         response_len: u32,
@@ -965,8 +968,8 @@ mod tests {
     /// Run a client and a server against each other over a perfect wire
     /// (optionally mangling the server's first reply) until quiet.
     fn converse(mangle_synack_ack: bool, drop_every: usize) -> (TcpEnd, TcpEnd) {
-        let a = (Ipv4Addr::new(198, 18, 64, 1), 40000);
-        let b = (Ipv4Addr::new(198, 18, 128, 1), 80);
+        let a = (IpAddr::from([198, 18, 64, 1]), 40000);
+        let b = (IpAddr::from([198, 18, 128, 1]), 80);
         let mut c = TcpEnd::client(7, a, b, 0xffff_fff0, 4321, 2500);
         let mut s = TcpEnd::server(7, b, a, 1234, 4321, 2500);
         let mut now = 0;

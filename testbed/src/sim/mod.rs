@@ -4,13 +4,32 @@
 //!
 //! ```text
 //!  clients 198.18.64.0/24          servers 198.18.128.0/24
+//!          2001:db8:64::/64                2001:db8:128::/64
 //!        │                                  │
 //!  inside router 198.18.1.1        outside router 198.18.2.1
+//!                2001:db8:1::1                    2001:db8:2::1
 //!   (L4 hash, seed A)               (L4 hash, seed B)
 //!    │    │    │                     │    │    │
 //!   p0   p0   p0  ── node0..N-1 ──  p1   p1   p1
 //!          p2 (CCL 198.19.0.0/24, latency/jitter/loss/reorder)
 //! ```
+//!
+//! Dual stack (issue 16): `SimConfig::ipv6_share` of the connections of
+//! each kind (TCP, UDP, ICMP echo, fragmented UDP) run between IPv6
+//! clients and servers — every 1/share-th flow of its kind, so the count
+//! is exact whatever the seed — through the same routers and the same
+//! pipelines, each configured with its IPv6 addresses and routes
+//! (`Pipeline::set_ipv6`: 2001:db8:1::(10+n) inside, 2001:db8:2::(10+n)
+//! outside, the client network via the inside router, `::/0` via the
+//! outside one). Neighbour discovery mirrors ARP: at start each router
+//! solicits every node's address (the node answers and learns the router
+//! from the solicitation's source link-layer option, as it learns it from
+//! an ARP request), and a router answers a node's solicitation for its
+//! address (a restarted node resolves its next hops that way). The host
+//! models are the same for both families; the report counts flows and
+//! completions per family (`Report::ipv4` / `ipv6`) and the ND exchanges
+//! (`Report::nd`). With `ipv6_share` 0 a scenario replays the IPv4-only
+//! simulator bit for bit (same trace hash).
 //!
 //! Invariants of the simulator itself:
 //! - **Determinism.** All randomness comes from ChaCha generators seeded
@@ -43,13 +62,13 @@ pub mod workers;
 
 use dataplane::buf::VecBuf;
 use dataplane::conntrack::Timeouts;
-use dataplane::pipeline::{InterfaceSpec, Pipeline, PipelineConfig, RouteSpec, Verdict};
+use dataplane::pipeline::{InterfaceSpec, Ipv6Spec, Pipeline, PipelineConfig, Route6Spec, RouteSpec, Verdict};
 use dataplane::types::{ip_proto, Duration, FiveTuple, PortId, Timestamp};
 use dataplane::wire::arp::{ArpPacket, ArpRepr, Operation};
-use dataplane::wire::build::{self, PacketBuilder};
+use dataplane::wire::build;
 use dataplane::wire::ethernet::{ethertype, EthernetFrame, BROADCAST};
 use dataplane::wire::icmp::{msg_type, Icmpv4Packet};
-use dataplane::wire::ipv4::Ipv4Packet;
+use dataplane::wire::icmpv6::msg_type as msg6;
 use dataplane::wire::tcp::{TcpOptions, TcpPacket};
 use dataplane::wire::udp::UdpPacket;
 use host::{RxSeg, TcpEnd, TcpState, TxSeg, UdpClient, UdpServer};
@@ -59,7 +78,7 @@ use rand::{Rng, RngExt, SeedableRng};
 use report::{Invariant, NodeReport, Report};
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv6Addr};
 
 pub use cluster::Role;
 
@@ -151,6 +170,22 @@ pub struct SimConfig {
     /// Workers per node (issue 12; `workers.rs`): each node runs this many
     /// pipelines, frames steered to them as the node's driver does.
     pub workers: u16,
+    /// Share of the connections of each kind that run over IPv6 (issue 16;
+    /// 0-1): flow k of its kind is IPv6 when ⌊(k+1)·share⌋ > ⌊k·share⌋, so
+    /// a kind with n flows has ⌊n·share⌋ IPv6 ones whatever the seed. A
+    /// reused tuple stays in its family. Drawing the family takes nothing
+    /// from the traffic stream: an IPv6 flow is its IPv4 twin's draw with
+    /// the twin addresses (`net::client_addr6`, `server_addr6`).
+    pub ipv6_share: f64,
+}
+
+/// Default `SimConfig::ipv6_share`: a quarter of the connections.
+pub const DEFAULT_IPV6_SHARE: f64 = 0.25;
+
+/// Whether flow `k` of its kind runs over IPv6 (`SimConfig::ipv6_share`).
+pub fn ipv6_flow(k: usize, share: f64) -> bool {
+    let share = share.clamp(0.0, 1.0);
+    ((k + 1) as f64 * share).floor() > (k as f64 * share).floor()
 }
 
 /// Long-lived traffic (`SimConfig::long_lived`).
@@ -210,6 +245,7 @@ impl SimConfig {
             long_lived: None,
             inject: None,
             workers: 1,
+            ipv6_share: DEFAULT_IPV6_SHARE,
         }
     }
     /// A scenario drawn from the seed (for sweeps): 2-8 nodes (sometimes
@@ -292,6 +328,10 @@ impl SimConfig {
     }
     pub fn symmetric(mut self, on: bool) -> Self {
         self.symmetric = on;
+        self
+    }
+    pub fn ipv6_share(mut self, share: f64) -> Self {
+        self.ipv6_share = share;
         self
     }
 }
@@ -475,13 +515,22 @@ impl Flow {
         }
     }
     fn kind_name(&self) -> &'static str {
-        match (&self.kind, self.dns, self.icmp) {
-            (FlowKind::Tcp { .. }, _, _) if self.after.is_some() => "tcp (reused tuple)",
-            (FlowKind::Tcp { .. }, _, _) => "tcp",
-            (FlowKind::Udp { .. }, _, true) => "icmp",
-            (FlowKind::Udp { .. }, true, _) => "dns",
-            (FlowKind::Udp { .. }, false, _) => "udp",
+        match (&self.kind, self.dns, self.icmp, self.v6()) {
+            (FlowKind::Tcp { .. }, _, _, false) if self.after.is_some() => "tcp (reused tuple)",
+            (FlowKind::Tcp { .. }, _, _, true) if self.after.is_some() => "tcp6 (reused tuple)",
+            (FlowKind::Tcp { .. }, _, _, false) => "tcp",
+            (FlowKind::Tcp { .. }, _, _, true) => "tcp6",
+            (FlowKind::Udp { .. }, _, true, false) => "icmp",
+            (FlowKind::Udp { .. }, _, true, true) => "icmp6",
+            (FlowKind::Udp { .. }, true, _, false) => "dns",
+            (FlowKind::Udp { .. }, true, _, true) => "dns6",
+            (FlowKind::Udp { .. }, false, _, false) => "udp",
+            (FlowKind::Udp { .. }, false, _, true) => "udp6",
         }
+    }
+    /// An IPv6 connection.
+    fn v6(&self) -> bool {
+        self.tuple.src.is_ipv6()
     }
 }
 
@@ -507,6 +556,21 @@ struct EdgeErrors {
     bad_ip_checksum: u64,
     bad_l4_checksum: u64,
     examples: Vec<String>,
+}
+
+/// Neighbour discovery between the routers and the nodes (`Report::nd`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct NdStats {
+    /// Solicitations the routers sent to the nodes (warm-up).
+    pub router_solicitations: u64,
+    /// Advertisements the nodes sent the routers (answers).
+    pub node_advertisements: u64,
+    /// Solicitations the nodes sent for a router's address.
+    pub node_solicitations: u64,
+    /// Advertisements the routers sent back.
+    pub router_advertisements: u64,
+    /// ND frames from a node that were neither (or invalid).
+    pub unexpected: u64,
 }
 
 /// A simulation run.
@@ -543,6 +607,7 @@ pub struct Sim {
     /// Fault scenarios: the invariants checked as the run goes and what
     /// was measured (`faults::Watch`).
     watch: faults::Watch,
+    nd: NdStats,
 }
 
 /// Build a node's pipeline configuration.
@@ -604,11 +669,41 @@ pub fn node_config(cfg: &SimConfig, n: usize) -> Result<PipelineConfig, String> 
     Ok(pc)
 }
 
-/// A node's workers (`SimConfig::workers`), each a pipeline of `pc`.
-pub(crate) fn node_workers(cfg: &SimConfig, pc: PipelineConfig) -> Result<workers::NodeWorkers, String> {
+/// Node `n`'s IPv6 configuration: its address on the inside and outside
+/// links, the client network via the inside router, the rest (`::/0`) via
+/// the outside one. The CCL stays IPv4.
+pub fn node_ipv6(n: usize) -> Ipv6Spec {
+    Ipv6Spec {
+        addresses: vec![
+            ("inside".into(), net::node_addr6(n, Side::Inside), net::LINK6_PREFIX),
+            ("outside".into(), net::node_addr6(n, Side::Outside), net::LINK6_PREFIX),
+        ],
+        routes: vec![
+            Route6Spec {
+                destination: net::CLIENT_NET6.0,
+                prefix_len: net::CLIENT_NET6.1,
+                via: net::INSIDE_ROUTER_IP6,
+            },
+            Route6Spec {
+                destination: Ipv6Addr::UNSPECIFIED,
+                prefix_len: 0,
+                via: net::OUTSIDE_ROUTER_IP6,
+            },
+        ],
+    }
+}
+
+/// Node `n`'s workers (`SimConfig::workers`), each a pipeline of `pc` with
+/// the node's IPv6 configuration (`node_ipv6`).
+pub(crate) fn node_workers(cfg: &SimConfig, n: usize, pc: PipelineConfig) -> Result<workers::NodeWorkers, String> {
+    let v6 = node_ipv6(n);
     let pipelines = (0..cfg.workers.max(1))
-        .map(|_| Pipeline::new(pc.clone()).map_err(|e| e.to_string()))
-        .collect::<Result<Vec<_>, _>>()?;
+        .map(|_| {
+            let mut p = Pipeline::new(pc.clone()).map_err(|e| e.to_string())?;
+            p.set_ipv6(&v6).map_err(|e| e.to_string())?;
+            Ok(p)
+        })
+        .collect::<Result<Vec<_>, String>>()?;
     workers::NodeWorkers::new(pipelines)
 }
 
@@ -623,7 +718,7 @@ impl Sim {
         let mut nodes = Vec::with_capacity(cfg.nodes);
         for n in 0..cfg.nodes {
             let pc = node_config(&cfg, n)?;
-            let workers = node_workers(&cfg, pc).map_err(|e| format!("node{n}: {e}"))?;
+            let workers = node_workers(&cfg, n, pc).map_err(|e| format!("node{n}: {e}"))?;
             nodes.push(Node {
                 workers,
                 rxq: VecDeque::new(),
@@ -682,6 +777,7 @@ impl Sim {
             control: None,
             faulted: faults::FaultState::default(),
             watch: faults::Watch::default(),
+            nd: NdStats::default(),
         };
         if sim.cfg.cluster {
             sim.control = Some(membership::ControlPlanes::new(&sim.cfg)?);
@@ -708,9 +804,22 @@ impl Sim {
         for i in 0..total {
             let tcp = i < self.cfg.tcp_flows;
             let icmp = i >= self.cfg.tcp_flows + self.cfg.udp_flows;
+            // The flow's number within its kind decides its family.
+            let k = if tcp {
+                i
+            } else if icmp {
+                i - self.cfg.tcp_flows - self.cfg.udp_flows
+            } else {
+                i - self.cfg.tcp_flows
+            };
+            let v6 = ipv6_flow(k, self.cfg.ipv6_share);
             let rng = &mut self.traffic_rng;
-            let client = net::client_addr(rng.random_range(0..net::CLIENT_HOSTS));
-            let server = net::server_addr(rng.random_range(0..net::SERVER_HOSTS));
+            let (ci, si) = (rng.random_range(0..net::CLIENT_HOSTS), rng.random_range(0..net::SERVER_HOSTS));
+            let (client, server) = if v6 {
+                (IpAddr::V6(net::client_addr6(ci)), IpAddr::V6(net::server_addr6(si)))
+            } else {
+                (IpAddr::V4(net::client_addr(ci)), IpAddr::V4(net::server_addr(si)))
+            };
             let dns = !tcp && !icmp && rng.random_bool(self.cfg.dns_share);
             let dport = if icmp {
                 0
@@ -724,10 +833,12 @@ impl Sim {
             let tuple = loop {
                 let sport = rng.random_range(1024..=65535u16);
                 let t = FiveTuple {
-                    src: IpAddr::V4(client),
-                    dst: IpAddr::V4(server),
+                    src: client,
+                    dst: server,
                     proto: if tcp {
                         ip_proto::TCP
+                    } else if icmp && v6 {
+                        ip_proto::ICMPV6
                     } else if icmp {
                         ip_proto::ICMP
                     } else {
@@ -873,8 +984,12 @@ impl Sim {
     }
 
     /// Routers ARP for every node at start, so the nodes learn their next
-    /// hops (an ARP request addressed to us creates the entry).
+    /// hops (an ARP request addressed to us creates the entry); when there
+    /// is IPv6 traffic they also solicit every node's IPv6 address (the
+    /// solicitation's source link-layer address teaches the node its
+    /// router, as the ARP request does).
     fn warmup(&mut self) {
+        let v6 = self.flows.iter().any(|f| f.v6());
         for n in 0..self.cfg.nodes {
             for side in [Side::Inside, Side::Outside] {
                 let f = build::arp(
@@ -895,6 +1010,20 @@ impl Sim {
                         frame: f,
                     },
                 );
+            }
+            if v6 {
+                for side in [Side::Inside, Side::Outside] {
+                    let f = net::neighbor_solicitation(side.router_mac(), side.router_ip6(), net::node_addr6(n, side));
+                    self.nd.router_solicitations += 1;
+                    self.schedule(
+                        ARP_LINK_NS * (1 + n as u64) + ARP_LINK_NS / 2,
+                        Ev::NodeRx {
+                            node: n,
+                            port: side.port(),
+                            frame: f,
+                        },
+                    );
+                }
             }
             // The first timer run ARPs for the CCL peers.
             self.schedule(1_000_000 + n as u64, Ev::NodeTimers(n));
@@ -1095,11 +1224,7 @@ impl Sim {
         let (local, remote) = (e.local, e.remote);
         let frames: Vec<Vec<u8>> = segs
             .iter()
-            .map(|t| {
-                PacketBuilder::new([0; 6], [0; 6], local.0, remote.0).tcp(
-                    local.1, remote.1, t.seq, t.ack, t.flags, t.window, &t.options, &t.payload,
-                )
-            })
+            .map(|t| net::tcp_frame(local, remote, t.seq, t.ack, t.flags, t.window, &t.options, &t.payload))
             .collect();
         if let Some((at, gen)) = timer {
             self.schedule(
@@ -1137,11 +1262,10 @@ impl Sim {
             self.schedule(at, Ev::UdpApp { flow: f });
         }
         if let Some(p) = payload {
-            let b = PacketBuilder::new([0; 6], [0; 6], local.0, remote.0);
             let fr = if icmp {
-                b.icmp(msg_type::ECHO_REQUEST, 0, (local.1, xchg), &p)
+                net::echo_frame(local.0, remote.0, true, local.1, xchg, &p)
             } else {
-                b.udp(local.1, remote.1, &p)
+                net::udp_frame(local.0, remote.0, local.1, remote.1, &p)
             };
             self.host_send(Side::Inside, fr);
         }
@@ -1260,18 +1384,15 @@ impl Sim {
                 tcp_summary(frame)
             ));
         }
-        let Ok(eth) = EthernetFrame::new_checked(frame) else {
+        let Some(ip) = net::frame_ip(frame) else {
             return;
         };
-        let Ok(ip) = Ipv4Packet::new_checked(eth.payload()) else {
-            return;
-        };
-        if !ip.verify_checksum() {
+        if !ip.header_ok {
             self.edge.bad_ip_checksum += 1;
             self.edge_error(format!("node{from}: bad IPv4 checksum"));
             return;
         }
-        if ip.is_fragment() {
+        if ip.fragment.is_some() {
             if let Some(whole) = self.host_reassemble(from, frame) {
                 self.host_rx(side, from, &whole);
             }
@@ -1290,16 +1411,16 @@ impl Sim {
             self.edge_error(format!("node{from}: frame {t} of no flow reached a host"));
             return;
         };
-        let (src, dst) = (ip.src(), ip.dst());
+        let (src, dst, l4) = (ip.src, ip.dst, ip.l4);
         let now = self.now;
         let dir = if side == Side::Outside { 0 } else { 1 };
         self.flows[f as usize].delivered[dir] += 1;
-        match ip.protocol() {
+        match ip.proto {
             ip_proto::TCP => {
-                let Ok(tcp) = TcpPacket::new_checked(ip.payload()) else {
+                let Ok(tcp) = TcpPacket::new_checked(l4) else {
                     return;
                 };
-                if !tcp.verify_checksum(src, dst) {
+                if !net::l4_checksum_ok(src, dst, ip_proto::TCP, l4) {
                     self.edge.bad_l4_checksum += 1;
                     self.edge_error(format!("node{from}: bad TCP checksum on {t}"));
                     return;
@@ -1322,10 +1443,10 @@ impl Sim {
                 self.tcp_out(f, client, out);
             }
             ip_proto::UDP => {
-                let Ok(udp) = UdpPacket::new_checked(ip.payload()) else {
+                let Ok(udp) = UdpPacket::new_checked(l4) else {
                     return;
                 };
-                if !udp.verify_checksum(src, dst) {
+                if !net::l4_checksum_ok(src, dst, ip_proto::UDP, l4) {
                     self.edge.bad_l4_checksum += 1;
                     self.edge_error(format!("node{from}: bad UDP checksum on {t}"));
                     return;
@@ -1337,8 +1458,7 @@ impl Sim {
                         FlowKind::Tcp { .. } => return,
                     };
                     if let Some(r) = reply {
-                        let fr = PacketBuilder::new([0; 6], [0; 6], dst, src)
-                            .udp(t.dst_port, t.src_port, &r);
+                        let fr = net::udp_frame(dst, src, t.dst_port, t.src_port, &r);
                         self.host_send(Side::Outside, fr);
                     }
                 } else {
@@ -1349,25 +1469,36 @@ impl Sim {
                     self.udp_client_out(f, next);
                 }
             }
-            ip_proto::ICMP => {
-                let Ok(icmp) = Icmpv4Packet::new_checked(ip.payload()) else {
-                    return;
+            ip_proto::ICMP | ip_proto::ICMPV6 => {
+                // (type, ident, seq, data) of an echo with a right
+                // checksum, in either family's numbering.
+                let echo = if ip.is_v6() {
+                    net::echo6(src, dst, l4).map(|(ty, i, q, d)| {
+                        let ty = match ty {
+                            msg6::ECHO_REQUEST => msg_type::ECHO_REQUEST,
+                            msg6::ECHO_REPLY => msg_type::ECHO_REPLY,
+                            other => other,
+                        };
+                        (ty, i, q, d.to_vec())
+                    })
+                } else {
+                    Icmpv4Packet::new_checked(l4)
+                        .ok()
+                        .filter(|i| i.verify_checksum())
+                        .map(|i| (i.msg_type(), i.echo_ident(), i.echo_seq(), i.body().to_vec()))
                 };
-                if !icmp.verify_checksum() {
+                let Some((ty, ident, seq, payload)) = echo else {
                     self.edge.bad_l4_checksum += 1;
                     self.edge_error(format!("node{from}: bad ICMP checksum on {t}"));
                     return;
-                }
-                let payload = icmp.body().to_vec();
-                let (ty, ident, seq) = (icmp.msg_type(), icmp.echo_ident(), icmp.echo_seq());
+                };
                 if side == Side::Outside && ty == msg_type::ECHO_REQUEST {
                     let ok = match &mut self.flows[f as usize].kind {
                         FlowKind::Udp { s, .. } => s.on_request(&payload).is_some(),
                         FlowKind::Tcp { .. } => return,
                     };
                     if ok {
-                        let b = PacketBuilder::new([0; 6], [0; 6], dst, src);
-                        let fr = b.icmp(msg_type::ECHO_REPLY, 0, (ident, seq), &payload);
+                        let fr = net::echo_frame(dst, src, false, ident, seq, &payload);
                         self.host_send(Side::Outside, fr);
                     }
                 } else if side == Side::Inside && ty == msg_type::ECHO_REPLY {
@@ -1530,23 +1661,25 @@ impl Sim {
                     );
                 }
             }
-            ethertype::IPV4 => {
+            ethertype::IPV6 if net::frame_nd(&frame).is_some() => self.router_nd(side, node, &frame),
+            ethertype::IPV4 | ethertype::IPV6 => {
+                let v = if eth.ethertype() == ethertype::IPV4 { "IPv4" } else { "IPv6" };
                 if eth.dst() != side.router_mac() {
                     self.edge.bad_dst_mac += 1;
                     self.edge_error(format!(
-                        "node{node}: IPv4 frame to MAC {:02x?} on the {side:?} link",
+                        "node{node}: {v} frame to MAC {:02x?} on the {side:?} link",
                         eth.dst()
                     ));
                     return;
                 }
-                let Ok(ip) = Ipv4Packet::new_checked(eth.payload()) else {
+                let Some(ip) = net::frame_ip(&frame) else {
                     return;
                 };
-                if !net::in_net(ip.dst(), side.host_net()) {
+                if !side.hosts(ip.dst) {
                     self.edge.unroutable += 1;
                     self.edge_error(format!(
-                        "node{node}: IPv4 to {} on the {side:?} link",
-                        ip.dst()
+                        "node{node}: {v} to {} on the {side:?} link",
+                        ip.dst
                     ));
                     return;
                 }
@@ -1580,6 +1713,40 @@ impl Sim {
                 );
             }
             _ => {}
+        }
+    }
+
+    /// A router received a neighbour solicitation or advertisement from
+    /// node `node`: it answers a solicitation for its own address (as it
+    /// answers ARP); an advertisement answers its warm-up solicitation.
+    fn router_nd(&mut self, side: Side, node: usize, frame: &[u8]) {
+        let Some((src, nd)) = net::frame_nd(frame) else {
+            return;
+        };
+        match nd.msg_type {
+            msg6::NEIGHBOR_SOLICIT if nd.target == side.router_ip6() => {
+                self.nd.node_solicitations += 1;
+                // To the solicitation's source at its link-layer address
+                // (the node sends its own; a DAD probe has neither).
+                let (Some(mac), false) = (nd.lladdr, src.is_unspecified()) else {
+                    self.nd.unexpected += 1;
+                    return;
+                };
+                let na = net::neighbor_advertisement(side.router_mac(), side.router_ip6(), mac, src);
+                self.nd.router_advertisements += 1;
+                self.schedule(
+                    self.now + ARP_LINK_NS,
+                    Ev::NodeRx {
+                        node,
+                        port: side.port(),
+                        frame: na,
+                    },
+                );
+            }
+            msg6::NEIGHBOR_ADVERT if nd.target == net::node_addr6(node, side) && nd.lladdr == Some(net::node_mac(node, side.port())) => {
+                self.nd.node_advertisements += 1;
+            }
+            _ => self.nd.unexpected += 1,
         }
     }
 
@@ -1895,20 +2062,29 @@ impl Sim {
         let icmp = self.flows.iter().filter(|f| f.icmp).count();
         let idle = self.flows.iter().filter(|f| f.planned_idle_ns > 0).count();
         let (mut tcp_rtx, mut udp_rtx, mut sacks) = (0, 0, 0);
+        let mut family = [report::FamilyCounts::default(), report::FamilyCounts::default()];
         for (f, fl) in self.flows.iter().enumerate() {
             let fails = fl.failures();
+            let fam = &mut family[usize::from(fl.v6())];
+            let ok = fl.done() && fails.is_empty();
+            fam.host_packets += fl.delivered[0] + fl.delivered[1];
             match &fl.kind {
                 FlowKind::Tcp { c, s } => {
                     tcp_rtx += c.retransmissions + s.retransmissions;
                     sacks += c.sacks_sent + s.sacks_sent;
-                    if fl.done() && fails.is_empty() {
+                    fam.tcp_flows += 1;
+                    if ok {
                         tcp_done += 1;
+                        fam.tcp_completed += 1;
                     }
                 }
                 FlowKind::Udp { c, .. } => {
                     udp_rtx += c.retransmissions;
-                    if fl.done() && fails.is_empty() {
+                    fam.udp_flows += 1;
+                    fam.icmp_flows += usize::from(fl.icmp);
+                    if ok {
                         udp_done += 1;
+                        fam.udp_completed += 1;
                     }
                 }
             }
@@ -1935,7 +2111,8 @@ impl Sim {
             name: "flows-complete",
             ok: Some(bad == 0),
             detail: format!(
-                "tcp {tcp_done}/{tcp_flows} ({reused} on reused tuples) udp+icmp {udp_done}/{udp_flows} ({icmp} icmp) complete and verified; {idle} idled"
+                "tcp {tcp_done}/{tcp_flows} ({reused} on reused tuples) udp+icmp {udp_done}/{udp_flows} ({icmp} icmp) complete and verified; {idle} idled; of them IPv6: tcp {}/{} udp+icmp {}/{}",
+                family[1].tcp_completed, family[1].tcp_flows, family[1].udp_completed, family[1].udp_flows
             ),
         });
 
@@ -2160,6 +2337,9 @@ impl Sim {
             udp_flows,
             tcp_completed: tcp_done,
             udp_completed: udp_done,
+            ipv4: family[0].clone(),
+            ipv6: family[1].clone(),
+            nd: self.nd.clone(),
             split_flows: split,
             tcp_retransmissions: tcp_rtx,
             udp_retransmissions: udp_rtx,
@@ -2195,24 +2375,19 @@ pub enum Fault {
     ShiftServerSack,
 }
 
-/// Apply `fault` to a frame the router delivers to a host on `side`.
+/// Apply `fault` to a frame the router delivers to a host on `side`
+/// (either family).
 fn inject(fault: Fault, side: Side, frame: &mut [u8]) {
-    // Where the TCP payload starts (read-only views first).
-    let payload_at = {
-        let Ok(eth) = EthernetFrame::new_checked(&frame[..]) else {
-            return;
-        };
-        let l2 = eth.header_len();
-        let Ok(ip) = Ipv4Packet::new_checked(eth.payload()) else {
-            return;
-        };
-        if ip.protocol() != ip_proto::TCP {
-            return;
-        }
-        let Ok(t) = TcpPacket::new_checked(ip.payload()) else {
-            return;
-        };
-        (!t.payload().is_empty()).then(|| l2 + ip.header_len() + t.header_len())
+    // Where the TCP segment and its payload start (read-only views first).
+    let Some((tcp_at, tcp_end, payload_at)) = net::frame_ip(frame)
+        .filter(|ip| ip.proto == ip_proto::TCP && ip.fragment.is_none())
+        .and_then(|ip| {
+            let t = TcpPacket::new_checked(ip.l4).ok()?;
+            let payload = (!t.payload().is_empty()).then(|| ip.l4_at + t.header_len());
+            Some((ip.l4_at, ip.l4_at + ip.l4.len(), payload))
+        })
+    else {
+        return;
     };
     if fault == Fault::FlipServerPayload {
         match payload_at {
@@ -2220,14 +2395,7 @@ fn inject(fault: Fault, side: Side, frame: &mut [u8]) {
             _ => return,
         }
     }
-    let Ok(mut eth) = EthernetFrame::new_checked(&mut frame[..]) else {
-        return;
-    };
-    let Ok(mut ip) = Ipv4Packet::new_checked(eth.payload_mut()) else {
-        return;
-    };
-    let (src, dst) = (ip.src(), ip.dst());
-    let Ok(mut t) = TcpPacket::new_checked(ip.payload_mut()) else {
+    let Ok(mut t) = TcpPacket::new_checked(&mut frame[tcp_at..tcp_end]) else {
         return;
     };
     let f = t.flags();
@@ -2265,18 +2433,15 @@ fn inject(fault: Fault, side: Side, frame: &mut [u8]) {
         }
         _ => return,
     }
-    t.fill_checksum(src, dst);
+    net::refill_tcp_checksum(frame);
 }
 
 /// "SYN seq=… ack=…" for a TCP frame (flow traces), empty otherwise.
 fn tcp_summary(frame: &[u8]) -> String {
-    let Ok(eth) = EthernetFrame::new_checked(frame) else {
+    let Some(ip) = net::frame_ip(frame).filter(|ip| ip.proto == ip_proto::TCP && ip.fragment.is_none()) else {
         return String::new();
     };
-    let Ok(ip) = Ipv4Packet::new_checked(eth.payload()) else {
-        return String::new();
-    };
-    let Ok(t) = TcpPacket::new_checked(ip.payload()) else {
+    let Ok(t) = TcpPacket::new_checked(ip.l4) else {
         return String::new();
     };
     let f = t.flags();
@@ -2336,6 +2501,45 @@ pub fn parse_seeds(s: &str) -> Option<Vec<u64>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_ipv6_share_is_exact_and_spread() {
+        let pick = |n: usize, s: f64| (0..n).filter(|&k| ipv6_flow(k, s)).collect::<Vec<_>>();
+        assert_eq!(pick(12, 0.25), vec![3, 7, 11]);
+        assert_eq!(pick(10, 0.0), Vec::<usize>::new());
+        assert_eq!(pick(5, 1.0), vec![0, 1, 2, 3, 4]);
+        assert_eq!(pick(2000, 0.25).len(), 500);
+        assert_eq!(pick(6, 0.25).len(), 1);
+        assert_eq!(pick(1000, 0.1).len(), 100);
+        // Out-of-range shares are clamped.
+        assert_eq!(pick(4, 7.0).len(), 4);
+    }
+
+    #[test]
+    fn the_ipv6_flows_are_the_ipv4_draws_with_twin_addresses() {
+        let mk = |share| {
+            let mut c = SimConfig::new(9, 3).flows(40, 12);
+            c.icmp_flows = 8;
+            c.ipv6_share = share;
+            Sim::new(c).unwrap()
+        };
+        let (a, b) = (mk(0.0), mk(0.25));
+        assert_eq!(a.flows.len(), b.flows.len());
+        let mut v6 = 0;
+        for (x, y) in a.flows.iter().zip(&b.flows) {
+            assert_eq!((x.start_ns, x.tuple.src_port, x.tuple.dst_port), (y.start_ns, y.tuple.src_port, y.tuple.dst_port));
+            if y.v6() {
+                v6 += 1;
+                let IpAddr::V4(c4) = x.tuple.src else { panic!() };
+                let k = u32::from(c4) - u32::from(net::CLIENT_NET.0) - 1;
+                assert_eq!(y.tuple.src, IpAddr::V6(net::client_addr6(k)));
+                assert_eq!(y.tuple.proto == ip_proto::ICMPV6, x.tuple.proto == ip_proto::ICMP);
+            } else {
+                assert_eq!(x.tuple, y.tuple);
+            }
+        }
+        assert_eq!(v6, 10 + 3 + 2);
+    }
 
     #[test]
     fn seed_lists() {

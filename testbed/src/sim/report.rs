@@ -30,6 +30,35 @@ pub struct NodeReport {
     pub cpu_ns: u64,
 }
 
+/// One address family's flows (`Report::ipv4`, `Report::ipv6`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct FamilyCounts {
+    /// TCP flows (reused tuples included) and those complete and verified.
+    pub tcp_flows: usize,
+    pub tcp_completed: usize,
+    /// UDP and ICMP echo flows (fragmented ones included), and those
+    /// complete and verified.
+    pub udp_flows: usize,
+    pub udp_completed: usize,
+    /// Of `udp_flows`, ICMP (ICMPv6) echo flows.
+    pub icmp_flows: usize,
+    /// Frames delivered to the family's hosts.
+    pub host_packets: u64,
+}
+
+impl FamilyCounts {
+    pub fn flows(&self) -> usize {
+        self.tcp_flows + self.udp_flows
+    }
+    pub fn completed(&self) -> usize {
+        self.tcp_completed + self.udp_completed
+    }
+    /// Every flow of the family completed.
+    pub fn all_completed(&self) -> bool {
+        self.completed() == self.flows()
+    }
+}
+
 /// One invariant's verdict.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct Invariant {
@@ -54,6 +83,11 @@ pub struct Report {
     pub udp_flows: usize,
     pub tcp_completed: usize,
     pub udp_completed: usize,
+    /// The IPv4 and the IPv6 flows apart (`SimConfig::ipv6_share`).
+    pub ipv4: FamilyCounts,
+    pub ipv6: FamilyCounts,
+    /// Neighbour discovery between the routers and the nodes.
+    pub nd: super::NdStats,
     /// Flows whose two directions entered at different nodes.
     pub split_flows: usize,
     pub tcp_retransmissions: u64,
@@ -124,7 +158,7 @@ impl Report {
         let mut s = String::new();
         let _ = writeln!(
             s,
-            "seed {} nodes {} cluster {} symmetric {}: tcp {}/{} udp {}/{} complete, {} split, {} events, {} ms virtual, trace {}",
+            "seed {} nodes {} cluster {} symmetric {}: tcp {}/{} udp {}/{} complete (ipv6 {}/{}), {} split, {} events, {} ms virtual, trace {}",
             self.seed,
             self.nodes,
             self.cluster,
@@ -133,22 +167,48 @@ impl Report {
             self.tcp_flows,
             self.udp_completed,
             self.udp_flows,
+            self.ipv6.completed(),
+            self.ipv6.flows(),
             self.split_flows,
             self.events,
             self.virtual_ms,
             self.trace_hash
         );
+        let (a, b) = (&self.ipv4, &self.ipv6);
+        let _ = writeln!(
+            s,
+            "  ipv4: tcp {}/{} udp+icmp {}/{} ({} icmp), {} host frames; ipv6: tcp {}/{} udp+icmp {}/{} ({} icmp6), {} host frames; nd: routers solicited {} answered {}, nodes solicited {} answered {}, unexpected {}",
+            a.tcp_completed,
+            a.tcp_flows,
+            a.udp_completed,
+            a.udp_flows,
+            a.icmp_flows,
+            a.host_packets,
+            b.tcp_completed,
+            b.tcp_flows,
+            b.udp_completed,
+            b.udp_flows,
+            b.icmp_flows,
+            b.host_packets,
+            self.nd.router_solicitations,
+            self.nd.node_advertisements,
+            self.nd.node_solicitations,
+            self.nd.router_advertisements,
+            self.nd.unexpected
+        );
         let f = &self.fragments;
         if f.flows > 0 {
             let _ = writeln!(
                 s,
-                "  fragments: {} flows, {} datagrams in {} fragments sent, {} spread over nodes, {} fragments delivered, {} datagrams reassembled, {} bad, {} in pieces at the end",
+                "  fragments: {} flows, {} datagrams ({} IPv6) in {} fragments sent, {} spread over nodes, {} fragments delivered, {} datagrams reassembled ({} IPv6), {} bad, {} in pieces at the end",
                 f.flows,
                 f.datagrams_sent,
+                f.ipv6_datagrams_sent,
                 f.fragments_sent,
                 f.datagrams_spread,
                 f.fragments_delivered,
                 f.datagrams_reassembled,
+                f.ipv6_datagrams_reassembled,
                 f.bad_fragments,
                 f.partial_at_end
             );
@@ -238,8 +298,8 @@ impl Report {
         if let Some(f) = &self.faults {
             let _ = writeln!(
                 s,
-                "  faults: {} takeovers seen, owners on two sides {} checks; lost at a down link {}, at a dead/frozen node {}, no next hop {}, CCL partitioned {}",
-                f.takeovers, f.split_owned_checks, f.lost_at_link, f.lost_at_node, f.no_next_hop, f.ccl_partitioned
+                "  faults: {} takeovers seen ({} of IPv6 frames: {} IPv6 flows taken over, {} of them completed), owners on two sides {} checks; lost at a down link {}, at a dead/frozen node {}, no next hop {}, CCL partitioned {}",
+                f.takeovers, f.takeovers_ipv6, f.ipv6_flows_taken_over, f.ipv6_flows_taken_over_completed, f.split_owned_checks, f.lost_at_link, f.lost_at_node, f.no_next_hop, f.ccl_partitioned
             );
             let (med, worst) = f.stall_median_worst();
             let _ = writeln!(s, "  faults: longest stall per TCP flow: median {med:.0} ms, worst {worst:.0} ms ({:?})", f.worst_stall);
