@@ -459,7 +459,9 @@ if [ $SKIP_TAX = 1 ]; then
   echo '{"available": false, "note": "skipped (--skip-tax)"}' >"$OUT/cluster_tax.json"
 elif [ -x "$SIM" ] && "$SIM" --help 2>&1 | grep -q -- '--symmetric'; then
   say "(d) cluster tax: $SIM --json --split-return vs --symmetric"
-  if ! "$PY" scripts/bench/cluster_tax.py "$SIM" "$([ $QUICK = 1 ] && echo 3 || echo 7)" >"$OUT/cluster_tax.json" 2>"$OUT/cluster_tax.log"; then
+  # IPv4 only (`--ipv6-share 0`): comparable with the figures before the
+  # simulator went dual-stack (its default sends a quarter over IPv6).
+  if ! "$PY" scripts/bench/cluster_tax.py "$SIM" "$([ $QUICK = 1 ] && echo 3 || echo 7)" --ipv6-share 0 >"$OUT/cluster_tax.json" 2>"$OUT/cluster_tax.log"; then
     echo '{"available": false, "note": "clusterfw-sim failed; see cluster_tax.log"}' >"$OUT/cluster_tax.json"
   fi
 else
