@@ -323,6 +323,11 @@ impl TestBed {
         crate::bed::ctl_json(&self.bin_dir, &self.socket(k), topic)
     }
 
+    /// `show TOPIC --json` on nodes 1 to `nodes`, in order.
+    pub fn show_each(&self, nodes: usize, topic: &str) -> Result<Vec<serde_json::Value>> {
+        (1..=nodes).map(|k| self.show(k, topic).with_context(|| format!("n{k}'s management socket"))).collect()
+    }
+
     /// `cluster show TOPIC --json` asked of node `k`.
     pub fn cluster_show(&self, k: usize, topic: &str) -> Result<serde_json::Value> {
         crate::bed::ctl_cluster_json(&self.bin_dir, &self.socket(k), topic)

@@ -38,6 +38,7 @@
 pub mod bed;
 pub mod faults;
 pub mod harness;
+pub mod losses;
 pub mod nodeconf;
 pub mod sim;
 pub mod pktgen;

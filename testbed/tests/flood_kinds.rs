@@ -1,9 +1,9 @@
 //! Floods of every kind through the three-node test bed with its defaults
-//! (issue 15, item 6; docs/flood.md): SYN, ACK, RST, FIN, UDP and ICMP,
-//! spoofed (`--rand-source`) and not, from inside at the server and from
-//! outside at a published inside host (permitted) and at an unpublished
-//! inside address (denied), each `hping3 --flood` for `FLOOD_SECS` in
-//! turn, in one bed bring-up; then `clusterfw-pktgen --mode synflood
+//! (docs/flood.md): SYN, ACK, RST, FIN, UDP and ICMP, spoofed
+//! (`--rand-source`) and not, from inside at the server and from outside
+//! at a published inside host (permitted) and at an unpublished inside
+//! address (denied), each `hping3 --flood` for `FLOOD_SECS` in turn, in
+//! one bed bring-up; then `clusterfw-pktgen --mode synflood
 //! --rand-source` from inside, a second spoofed SYN source. `flood.rs`
 //! holds the longer spoofed SYN flood from inside and its reverse-path
 //! figures.
@@ -21,41 +21,85 @@
 //! set), as a flood right after a member change would: within it a SYN at
 //! a non-director asks the director while half the pending table is free,
 //! then is owned at once (`SYN_GUARD_PENDING`, `syn_guard_skipped`).
-
-//! Each flood is a step; during it (1 s in) and right after it:
+//!
+//! # What each flood proves about the firewall
+//!
+//! - spoofed, from inside (1.1-1.6): anti-spoofing on the inside
+//!   interface (strict `reverse-path` by default) drops the flood where
+//!   it arrives, counted, with no flow, record or CCL message made for it;
+//! - not spoofed, from inside at the server (1.7-1.12): permitted traffic
+//!   from a real host; SYNs become flows and half-open connections the
+//!   server answers (the SYN guard's queries and skips, the record
+//!   table's early drop), ACK/RST without a flow are parked and asked
+//!   about at their director (the pending table and the director's hold
+//!   share bound the work), FIN without ACK is `tcp-bad-flags` where it
+//!   lands, UDP becomes flows elected at their directors, ICMP one flow;
+//! - from outside at the published host (1.13-1.24): the same, permitted
+//!   by a rule; the spoofed SYN flood (1.13) **fills every member's flow
+//!   table** and runs on until it has (at most `FILL_LIMIT`): its checks
+//!   are made while the tables are full, and it fails unless the
+//!   **early drop** evicted embryonic flows to make room for the
+//!   legitimate connections (with the early drop off, the legitimate
+//!   connections are refused `flow-table-full` and the step fails);
+//! - from outside at a denied address (1.25-1.36): the policy's default
+//!   denies the flood at whichever member owns each packet, with no flow
+//!   kept;
+//! - pktgen (2): a second SYN source, faster than hping3 (af_packet beside
+//!   the host's kernel), at the same anti-spoofing.
+//!
+//! During each flood (1 s in, or 1 s after the tables filled) and right
+//! after it:
 //!
 //! - every node's management socket answers `show stats` (how long the
-//!   slowest took is in the step text);
+//!   slowest took is in the step text): the control lcore is not starved;
 //! - a new download from inside to the server and one from outside to the
 //!   published host each complete with their sha256 (from the legitimate
 //!   clients' own addresses `LEGIT_IN`, `LEGIT_OUT`, not the flooders'),
-//!   and connect within 1 s (curl's `time_connect`, the issue's bound) —
-//!   during and right after it unless the members' receive rings or,
-//!   with several workers, their steering rings overran then (below);
+//!   and connect within 1 s (curl's `time_connect`, the flood's bound on
+//!   a new connection) — unless frames were lost before the nodes, below;
 //! - every frame the kernel handed a member's af_packet port (its veth's
 //!   `rx_packets`) was read by the node or counted as lost at its ring
 //!   (`rx_ring_drops`), within a slack of 256 frames + 0.5 %: a loss the
 //!   nodes do not count fails the step;
-//! - the paced download made progress during the flood.
+//! - the paced download (an established connection) made progress during
+//!   the flood — unless its own frames were lost before the nodes, below
+//!   — and in every case resumes after it (within `RESUME_LIMIT`): the
+//!   firewall neither dropped nor reset it.
 //!
-//! Receive-ring overruns. On this bed 3 nodes, the flood tool, the hosts'
-//! and routers' kernels share 2 cores; many floods offer the members more
-//! frames than they read, and the af_packet rings overflow (counted:
+//! # What the bed cannot prove: frames lost before the firewall
+//!
+//! On this bed 3 nodes, the flood tool, the hosts' and routers' kernels
+//! share 2 cores, and the nodes' ports are af_packet sockets on veths: how
+//! many frames a second reach a node is the kernel's and the host's
+//! speed, not the firewall's. Many floods offer the members more frames
+//! than they read, and the af_packet rings overflow (counted:
 //! `rx_ring_drops`, the sockets' `PACKET_STATISTICS`, which DPDK 22.11's
 //! driver never reads). A ring drops whatever arrives when it is full, a
-//! legitimate handshake's packet as well as the flood's, as a NIC does
-//! when its receive ring is full; the handshake then waits for its
-//! retransmission (1 s). With several workers a frame read on one
-//! worker's queue that belongs to another (af_packet's fanout hash is not
-//! the node's symmetric one) crosses a steering ring, which overflows the
-//! same way when the flood's worker is behind (counted: `handoff_drops`;
-//! a one-flow flood is all steered to one worker when the fanout puts it
-//! on the other's queue). In those floods the 1 s bound during the flood
-//! is not applied and the step says so; the downloads must still
-//! complete. The same holds right after a flood when a member was still
-//! losing frames at its rings while those connections were made (a
-//! member behind drains its rings and its CCL backlog: the counters from
-//! the flood's end to after the check).
+//! legitimate handshake's or the paced transfer's frame as well as the
+//! flood's, as a NIC does when its receive ring is full; TCP then waits
+//! for its retransmission (1 s for a SYN; a backed-off timer for the
+//! paced transfer). With several workers a frame read on one worker's
+//! queue that belongs to another (af_packet's fanout hash is not the
+//! node's symmetric one) crosses a steering ring, which overflows the
+//! same way when the flood's worker is behind (counted: `handoff_drops`).
+//! So the bounds that measure time are applied only where no frame was
+//! lost before the firewall (`testbed::losses`):
+//!
+//! - the 1 s connect bound during a flood, where no member's receive or
+//!   steering ring overran during the step; right after it, where none
+//!   was still overrunning while those connections were made (a member
+//!   behind drains its rings and its CCL backlog);
+//! - the paced download's progress during a flood, where nothing was lost
+//!   on its own path: the two ports its directions arrive on (the routers'
+//!   ECMP choice for its 5-tuple, asked of their kernels), those members'
+//!   CCL ports and steering rings, and the machine's input backlog.
+//!
+//! A waived bound is named in the step's text after `WAIVED:`, with the
+//! losses that waived it; the downloads must still complete with their
+//! sha256 and the paced one must resume. What the bed cannot show at all:
+//! the rate a member sustains (`scripts/bench.sh` measures that on
+//! in-memory ports), and how a real NIC's RSS queues and drop counters
+//! behave under a flood.
 //!
 //! The step text gives hping3's summary (packets sent) and the counters
 //! that grew on each member: drops by reason, CCL drops and membership
@@ -78,7 +122,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 use testbed::harness::{self, Background, Steps, TestBed};
-use testbed::{sys, topology};
+use testbed::{losses, sys, topology};
 
 const NODES: usize = 3;
 const INSIDE: &str = "cfw-inside";
@@ -108,6 +152,15 @@ const FLOOD_SECS: u64 = 3;
 const ACCOUNTING_REREADS: usize = 10;
 /// The issue's bound on a new connection's connect time, s.
 const CONNECT_BOUND: f64 = 1.0;
+/// How long the paced download may take to make progress again after a
+/// flood: TCP's retransmission timer, doubled at each loss in a row from
+/// 200 ms, is at most 6.4 s after a 3-4 s flood took every retransmission.
+const RESUME_LIMIT: Duration = Duration::from_secs(15);
+/// How long a filling flood may take to fill every member's flow table:
+/// below the SYN timeout (30 s), after which its first flows expire.
+const FILL_LIMIT: Duration = Duration::from_secs(25);
+/// A member's flow table is full at this share of its capacity.
+const FULL: f64 = 0.98;
 const PERMIT_RULE: &str = "access-rules:\n  - name: published\n    action: permit\n    interface: outside\n    destination: 198.18.10.2/32\n";
 /// pktgen's DPDK file prefix: under the bed's prefix, so `down` removes its
 /// runtime directory should the test die before it does.
@@ -116,8 +169,9 @@ const PKTGEN_PREFIX: &str = "cfw-tb-flood-pktgen";
 /// A paced HTTP/1.0 GET (`python3 -c PACED_READ HOST PORT PATH OUT RATE
 /// STOP SRC`), from address SRC: reads RATE bytes/s through a 4 KiB receive buffer (the server
 /// can run at most that far ahead) until the file STOP exists, then the
-/// rest at full speed; prints its byte count every 0.2 s (flushed) and
-/// writes the body to OUT at the end. Like `harness::PACED_GET`, but its
+/// rest at full speed; prints its local port once connected (`port N`),
+/// then its byte count every 0.2 s (flushed), and writes the body to OUT
+/// at the end. Like `harness::PACED_GET`, but its
 /// length on the wire is the test's, not a fixed number of seconds.
 /// (`\x20`: a continuation line's leading spaces are not part of the
 /// string.)
@@ -127,6 +181,7 @@ s = socket.socket()\n\
 s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)\n\
 s.bind((sys.argv[7], 0))\n\
 s.connect((host, port))\n\
+print('port', s.getsockname()[1], flush=True)\n\
 s.sendall(('GET %s HTTP/1.0\\r\\nHost: %s\\r\\n\\r\\n' % (path, host)).encode())\n\
 buf = bytearray()\n\
 while b'\\r\\n\\r\\n' not in buf:\n    c = s.recv(4096)\n    assert c, 'no header'\n    buf += c\n\
@@ -149,6 +204,10 @@ struct Flood {
     ns: &'static str,
     /// hping3's arguments after `-q --flood`.
     args: Vec<String>,
+    /// The flood runs until every member's flow table is full (at most
+    /// `FILL_LIMIT`), then `FLOOD_SECS` more, its checks made while the
+    /// tables are full: the early drop's steps.
+    fill: bool,
 }
 
 /// hping3's option and name for each kind.
@@ -170,7 +229,10 @@ fn floods() -> Vec<Flood> {
                 }
                 args.push(dst.into());
                 let name = format!("{kind} flood {side}, {}", if spoofed { "spoofed" } else { "not spoofed" });
-                v.push(Flood { name, ns, args });
+                // Spoofed SYNs at a permitted host: each one a new
+                // embryonic flow the policy admits.
+                let fill = spoofed && opt == "-S" && dst == PUBLISHED;
+                v.push(Flood { name, ns, args, fill });
             }
         }
     }
@@ -328,25 +390,101 @@ fn hping_summary(out: &std::process::Output) -> Result<String> {
 
 /// What a flood source is: started, and how to get its summary.
 enum Source {
+    /// `timeout -s INT SECS hping3 …`: its summary comes when it ends.
     Hping(Option<std::process::Child>),
     Pktgen(Background, PathBuf),
 }
 
+/// The paced download that runs through every flood: where its log is,
+/// and the members its frames reach.
+struct Paced {
+    log: PathBuf,
+    path: losses::FlowPath,
+}
+
+impl Paced {
+    /// Once the paced download has said its local port: its path through
+    /// the bed (the routers' ECMP choice for its 5-tuple).
+    fn connected(log: PathBuf) -> Result<Paced> {
+        let t = Instant::now();
+        let port = loop {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            if let Some(p) = text.lines().find_map(|l| l.strip_prefix("port ").and_then(|p| p.trim().parse::<u16>().ok())) {
+                break p;
+            }
+            ensure!(t.elapsed() < Duration::from_secs(10), "the paced download did not connect: {}", sys::tail(&log, 3));
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        let path = losses::FlowPath::of_tcp(LEGIT_IN, port, SERVER, PORT.parse()?)?;
+        Ok(Paced { log, path })
+    }
+
+    /// Waits until the byte count passes `from`, at most `RESUME_LIMIT`:
+    /// how long that took.
+    fn resumed_after(&self, from: u64) -> Result<Duration> {
+        let t = Instant::now();
+        while progress(&self.log) <= from {
+            ensure!(
+                t.elapsed() < RESUME_LIMIT,
+                "the paced download made no progress for {} s after the flood (at {from} bytes)",
+                RESUME_LIMIT.as_secs()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Ok(t.elapsed())
+    }
+}
+
+/// Every member's flow table full: each holds at least `FULL` of its
+/// capacity (several workers' tables fill unevenly).
+fn tables_full(stats: &[Value]) -> bool {
+    stats.iter().all(|s| {
+        let (flows, cap) = (s["flows"].as_u64().unwrap_or(0), s["flow_capacity"].as_u64().unwrap_or(u64::MAX));
+        flows as f64 >= FULL * cap as f64
+    })
+}
+
+/// For a filling flood: waits until every member's flow table is full,
+/// at most `FILL_LIMIT`; the seconds it took.
+fn fill(bed: &TestBed, t0: Instant) -> Result<f64> {
+    loop {
+        let (stats, _) = all_stats(bed).context("while the tables fill")?;
+        if tables_full(&stats) {
+            return Ok(t0.elapsed().as_secs_f64());
+        }
+        let held: Vec<String> = stats.iter().map(|s| format!("{}/{}", s["flows"], s["flow_capacity"])).collect();
+        ensure!(t0.elapsed() < FILL_LIMIT, "the flow tables did not fill in {} s: {}", FILL_LIMIT.as_secs(), held.join(", "));
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
 /// A flood and the checks around it; the step's text.
-fn flood_step(bed: &TestBed, legit: &Legit, paced_log: &Path, tag: &str, source: impl FnOnce() -> Result<Source>) -> Result<String> {
+fn flood_step(bed: &TestBed, legit: &Legit, paced: &Paced, tag: &str, filling: bool, source: impl FnOnce() -> Result<Source>) -> Result<String> {
     let kernel_before = kernel_rx(bed)?;
     let (before, _) = all_stats(bed)?;
-    let backlog0 = softnet_dropped();
-    let p0 = progress(paced_log);
+    let backlog0 = losses::softnet_dropped();
+    let p0 = progress(&paced.log);
     let t0 = Instant::now();
     let mut src = source()?;
+    // A filling flood is judged once the tables are full, and runs
+    // `FLOOD_SECS` from then.
+    let filled = if filling { Some(fill(bed, t0)) } else { None };
+    let flood_from = t0.elapsed();
     std::thread::sleep(Duration::from_millis(1000));
     let during_mgmt = all_stats(bed).context("during the flood");
     let during = legit.check(&format!("{tag}-during"));
     let during_at = t0.elapsed().as_secs_f64();
     let sent = match &mut src {
         Source::Hping(c) => match c.take() {
-            Some(c) => c.wait_with_output().map_err(anyhow::Error::from).and_then(|o| hping_summary(&o)),
+            Some(c) => {
+                if filling {
+                    std::thread::sleep((flood_from + Duration::from_secs(FLOOD_SECS)).saturating_sub(t0.elapsed()));
+                    // `timeout` hands the signal on to hping3, which prints
+                    // its summary.
+                    sys::signal(c.id(), "INT");
+                }
+                c.wait_with_output().map_err(anyhow::Error::from).and_then(|o| hping_summary(&o))
+            }
             None => Err(anyhow::anyhow!("hping3 not started")),
         },
         Source::Pktgen(p, log) => {
@@ -374,14 +512,14 @@ fn flood_step(bed: &TestBed, legit: &Legit, paced_log: &Path, tag: &str, source:
         }
     };
     let flood_secs = t0.elapsed().as_secs_f64();
-    let p1 = progress(paced_log);
+    let p1 = progress(&paced.log);
     let (at_end, _) = all_stats(bed).context("as the flood ended")?;
     let after = legit.check(&format!("{tag}-after"));
     let (mut after_stats, slowest_after) = all_stats(bed).context("after the flood")?;
     // What the members were still losing while the connections right
     // after the flood were made: receive and steering rings still full of
     // the flood's frames, the CCL's backlog.
-    let wake = missed_grown(&at_end, &after_stats);
+    let wake = losses::grown(&at_end, &after_stats);
     let mut kernel_after = kernel_rx(bed)?;
     let mut unaccounted = unaccounted(&before, &after_stats, &kernel_before, &kernel_after);
     // Frames still in a ring when the node was asked are the kernel's and
@@ -397,7 +535,16 @@ fn flood_step(bed: &TestBed, legit: &Legit, paced_log: &Path, tag: &str, source:
         kernel_after = kernel_rx(bed)?;
         unaccounted = self::unaccounted(&before, &after_stats, &kernel_before, &kernel_after);
     }
-    let overrun = missed_grown(&before, &after_stats);
+    let overrun = losses::grown(&before, &after_stats);
+    let backlog = losses::softnet_dropped().saturating_sub(backlog0);
+    // The paced download's own frames met a loss: the losses on its path,
+    // and any in the machine's input backlog (which has no port).
+    let mut paced_met: Vec<String> = paced.path.met(&overrun).iter().map(|l| l.to_string()).collect();
+    if backlog > 0 {
+        paced_met.push(format!("kernel backlog drops +{backlog}"));
+    }
+    // However the flood went, the established transfer goes on after it.
+    let resumed = paced.resumed_after(p1);
     let _ = std::fs::write(
         bed.run_dir.join(format!("flood-kinds-{tag}-stats.json")),
         serde_json::to_string_pretty(&serde_json::json!({ "before": before, "after": after_stats }))?,
@@ -410,11 +557,16 @@ fn flood_step(bed: &TestBed, legit: &Legit, paced_log: &Path, tag: &str, source:
     };
     let (flows, evicted) = flows_of(&after_stats);
     let (_, evicted_before) = flows_of(&before);
+    let filled_text = match &filled {
+        Some(Ok(s)) => format!("every flow table full {s:.1} s in; "),
+        Some(Err(e)) => format!("FAILED to fill ({e:#}); "),
+        None => String::new(),
+    };
     let figures = format!(
-        "{}; connect during (at {during_at:.1} s) {}, after {} (inside->server/outside->published); \
-         management: slowest show stats {} during, {:.0} ms after; paced +{} KiB over {flood_secs:.1} s; \
+        "{}; {filled_text}connect during (at {during_at:.1} s) {}, after {} (inside->server/outside->published); \
+         management: slowest show stats {} during, {:.0} ms after; paced +{} KiB over {flood_secs:.1} s ({}), {}; \
          received on data ports: {}; drops grown: {}; CCL drops grown: {}; CCL hand-off grown: {}; \
-         membership counters grown: {}; receive losses grown: {}; kernel backlog drops +{}; \
+         membership counters grown: {}; receive losses grown: {}; kernel backlog drops +{backlog}; \
          {flows} flows held, {} embryonic evicted; cluster records and queries grown: {}",
         sent.as_ref().map(String::as_str).unwrap_or("no summary"),
         ms(&during),
@@ -425,24 +577,35 @@ fn flood_step(bed: &TestBed, legit: &Legit, paced_log: &Path, tag: &str, source:
         },
         slowest_after.as_secs_f64() * 1e3,
         p1.saturating_sub(p0) >> 10,
+        paced.path,
+        match &resumed {
+            Ok(t) if p1 > p0 => format!("on after it ({:.0} ms to the next progress)", t.as_secs_f64() * 1e3),
+            Ok(t) => format!("resumed {:.1} s after the flood", t.as_secs_f64()),
+            Err(e) => format!("FAILED ({e:#})"),
+        },
         rx_grown(&before, &after_stats),
         grown(&before, &after_stats, "/drops"),
         grown(&before, &after_stats, "/cluster/ccl_drops"),
         grown_of(&before, &after_stats, "/cluster/driver", |k| k.starts_with("to_")),
         grown(&before, &after_stats, "/cluster/membership"),
-        listed(&overrun),
-        softnet_dropped().saturating_sub(backlog0),
+        losses::listed(&overrun),
         evicted - evicted_before,
         cluster_grown(&before, &after_stats),
     );
     (|| {
         during_mgmt?;
         sent?;
+        if let Some(f) = filled {
+            f?;
+            // The early drop made room for the connections above while
+            // the tables were full.
+            ensure!(evicted > evicted_before, "the flow tables were full and no embryonic flow was evicted");
+        }
         // The bound during the flood holds unless the members' receive
-        // or steering rings overran (the flood offered more than the nodes read on
-        // this bed's 2 shared cores: any frame, a handshake's among
-        // them, may have been lost there, counted); the connections must
-        // then still open (curl's 30 s) with their sha256.
+        // or steering rings overran (the flood offered more than the nodes read on this
+        // bed's 2 shared cores: any frame, a handshake's among them, may
+        // have been lost there, counted); the connections must then still
+        // open (curl's 30 s) with their sha256.
         if overrun.is_empty() {
             within_bound(&format!("{tag}-during"), &during)?;
         } else {
@@ -458,58 +621,28 @@ fn flood_step(bed: &TestBed, legit: &Legit, paced_log: &Path, tag: &str, source:
             after.as_ref().map_err(|e| anyhow::anyhow!("{tag}-after, receive rings still overrunning: {e:#}"))?;
         }
         ensure!(unaccounted.is_empty(), "frames the kernel gave a member's port that it neither read nor counted as ring drops: {}", unaccounted.join(", "));
-        ensure!(p1 > p0, "the paced download made no progress during the flood (at {p0} bytes before and after)");
+        // Progress during the flood is judged where the paced
+        // download's own frames met no loss; where they did, TCP backs
+        // off as it would behind any full NIC ring, and the download must
+        // resume after the flood.
+        if paced_met.is_empty() {
+            ensure!(p1 > p0, "the paced download made no progress during the flood (at {p0} bytes before and after), and lost no frame on its path ({})", paced.path);
+        }
+        resumed?;
         Ok(())
     })()
     .map_err(|e| e.context(format!("figures: {figures}")))?;
     let mut waived = Vec::new();
     if !overrun.is_empty() {
-        waived.push("during the flood not applied: receive rings overran (counted)".to_string());
+        waived.push("connect bound during the flood not applied: receive rings overran (counted)".to_string());
     }
     if !wake.is_empty() {
-        waived.push(format!("right after it not applied: rings still overrunning then ({})", listed(&wake)));
+        waived.push(format!("connect bound right after it not applied: rings still overrunning then ({})", losses::listed(&wake)));
     }
-    Ok(if waived.is_empty() { figures } else { format!("{figures}; connect bound {}", waived.join("; ")) })
-}
-
-/// Receive queues that lost frames between `before` and `after`, per
-/// member: per port `rx_ring_drops` (the af_packet ring was full: the
-/// kernel's count, which the driver does not report), `rx_missed`,
-/// `rx_nombuf`; and with several workers `handoff_drops` (a worker's
-/// steering ring was full: frames read on one worker's queue that belong
-/// to another, af_packet's fanout hash not being the node's symmetric
-/// one): `n1 inside rx_ring_drops +123`, `n1 handoff_drops +45`, … (empty:
-/// none).
-fn missed_grown(before: &[Value], after: &[Value]) -> Vec<String> {
-    let mut parts = Vec::new();
-    for (k, (b, a)) in before.iter().zip(after).enumerate() {
-        let d = a["handoff_drops"].as_u64().unwrap_or(0).saturating_sub(b["handoff_drops"].as_u64().unwrap_or(0));
-        if d > 0 {
-            parts.push(format!("n{} handoff_drops +{d}", k + 1));
-        }
-        for (i, p) in a["ports"].as_array().into_iter().flatten().enumerate() {
-            for key in ["rx_ring_drops", "rx_missed", "rx_nombuf"] {
-                let d = p[key].as_u64().unwrap_or(0).saturating_sub(b["ports"][i][key].as_u64().unwrap_or(0));
-                if d > 0 {
-                    parts.push(format!("n{} {} {key} +{d}", k + 1, p["name"].as_str().unwrap_or("?")));
-                }
-            }
-        }
+    if !paced_met.is_empty() {
+        waived.push(format!("paced progress during the flood not judged: its path lost frames ({})", paced_met.join(", ")));
     }
-    parts
-}
-
-/// Frames the kernel dropped because a CPU's input backlog was full
-/// (`/proc/net/softnet_stat`, second column, every CPU; machine-wide): a
-/// veth hands each frame to the receiving side's backlog, so a flood
-/// through the bed's routers and veths can lose frames there, before any
-/// node's ring.
-fn softnet_dropped() -> u64 {
-    std::fs::read_to_string("/proc/net/softnet_stat")
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| l.split_whitespace().nth(1).and_then(|v| u64::from_str_radix(v, 16).ok()))
-        .sum()
+    Ok(if waived.is_empty() { figures } else { format!("{figures}; WAIVED: {}", waived.join("; ")) })
 }
 
 /// Each member's af_packet ports as the kernel counts them: (kernel
@@ -638,7 +771,7 @@ fn floods_of_every_kind_leave_the_cluster_up_and_connections_working() {
     let paced_log = run.join("flood-kinds-paced.out");
     let stop = run.join("flood-kinds-paced.stop");
     let _ = std::fs::remove_file(&stop);
-    let paced = Background::start(
+    let paced_run = Background::start(
         "paced download",
         INSIDE,
         harness::python(),
@@ -655,12 +788,15 @@ fn floods_of_every_kind_leave_the_cluster_up_and_connections_working() {
         ],
         &paced_log,
     );
+    let paced = Paced::connected(paced_log.clone()).expect("the paced download's path");
     std::thread::sleep(Duration::from_millis(1000));
 
     // (1) the hping3 floods, one after another.
     let secs = FLOOD_SECS.to_string();
     for (i, f) in floods().iter().enumerate() {
-        let r = flood_step(&bed, &legit, &paced_log, &format!("f{i}"), || {
+        let r = flood_step(&bed, &legit, &paced, &format!("f{i}"), f.fill, || {
+            // A filling flood runs until the tables are full, then stops.
+            let secs = if f.fill { (FILL_LIMIT.as_secs() + FLOOD_SECS + 10).to_string() } else { secs.clone() };
             let mut args = vec!["-s", "INT", &secs, "hping3", "-q", "--flood"];
             args.extend(f.args.iter().map(String::as_str));
             let child = sys::ns_command(f.ns, "timeout").args(&args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()?;
@@ -671,7 +807,7 @@ fn floods_of_every_kind_leave_the_cluster_up_and_connections_working() {
 
     // (2) clusterfw-pktgen's spoofed SYN flood from inside, on the host's
     //     own interface (af_packet beside the kernel's stack).
-    let r = flood_step(&bed, &legit, &paced_log, "pktgen", || {
+    let r = flood_step(&bed, &legit, &paced, "pktgen", false, || {
         let log = run.join("flood-kinds-pktgen.out");
         let dpdk_dir = Path::new("/var/run/dpdk").join(PKTGEN_PREFIX);
         let _ = std::fs::remove_dir_all(&dpdk_dir);
@@ -723,7 +859,7 @@ fn floods_of_every_kind_leave_the_cluster_up_and_connections_working() {
     steps.step(
         "(3) the paced download that ran through every flood",
         (|| {
-            let mut p = paced?;
+            let mut p = paced_run?;
             let got = progress(&paced_log);
             std::fs::write(&stop, b"")?;
             let t = Instant::now();

