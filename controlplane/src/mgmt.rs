@@ -2,20 +2,20 @@
 //!
 //! One request per connection: the client writes one JSON object and a
 //! newline, the node answers with one JSON object and a newline, then closes.
-//! The node serves the socket from its control thread and never blocks on a
-//! slow client for longer than [`IO_TIMEOUT`]. Requests are plain data, so
+//! The node serves the socket from its control thread without ever waiting
+//! on a client (`Server`), and drops one that takes longer than
+//! [`IO_TIMEOUT`] to send its request or read its answer. Requests are plain data, so
 //! the protocol is easy to drive from scripts (`socat`, `nc -U`).
 //!
 //! Invariant: a malformed request gets an error response, never a panic or a
 //! stuck control thread.
 
 use serde::{Deserialize, Serialize};
-use std::io::{BufRead, BufReader, Write};
+use std::cell::RefCell;
+use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-// `core::time::Duration` (the type `std::time` re-exports): the socket
-// timeouts are plain durations; nothing here reads a clock.
-use core::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How long the server waits for a client's request or for its reply to be
 /// read, and how long the client waits for the node.
@@ -148,9 +148,43 @@ pub fn request(socket: &Path, req: &Request) -> Result<serde_json::Value, MgmtEr
 }
 
 /// The node's side: a non-blocking listener polled by the control thread.
+///
+/// Nothing here waits on a client: a request line is read as it arrives,
+/// over as many polls as it takes, and an answer is written as the client
+/// reads it. The control thread also sends the heartbeats; a client that
+/// connected and then said nothing (or a `clusterfw-ctl` descheduled on a
+/// busy core between its connect and its write) must not hold it for a
+/// moment. A client is dropped when its request or the reading of its
+/// answer takes longer than [`IO_TIMEOUT`].
 pub struct Server {
     listener: UnixListener,
     path: PathBuf,
+    reading: RefCell<Vec<Reading>>,
+    writing: RefCell<Vec<Writing>>,
+}
+
+/// A client whose request line has not arrived whole.
+struct Reading {
+    stream: UnixStream,
+    line: Vec<u8>,
+    since: Instant,
+}
+
+/// An answer its client has not read whole.
+struct Writing {
+    stream: UnixStream,
+    out: Vec<u8>,
+    at: usize,
+    since: Instant,
+}
+
+/// What one non-blocking read of a client's request gave.
+enum Progress {
+    /// The request line, without its newline.
+    Line(Vec<u8>),
+    Waiting,
+    TooLong,
+    Closed,
 }
 
 impl Server {
@@ -168,15 +202,15 @@ impl Server {
         }
         let listener = UnixListener::bind(path)?;
         listener.set_nonblocking(true)?;
-        Ok(Server { listener, path: path.to_owned() })
+        Ok(Server { listener, path: path.to_owned(), reading: RefCell::default(), writing: RefCell::default() })
     }
 
     pub fn path(&self) -> &Path {
         &self.path
     }
 
-    /// Serve every client that is waiting now; returns how many were served.
-    /// `handle` turns a request into data or an error text.
+    /// Serve every request that has arrived whole; returns how many were
+    /// served. `handle` turns a request into data or an error text.
     pub fn poll(&self, mut handle: impl FnMut(&Request) -> Result<serde_json::Value, String>) -> usize {
         let mut later = Vec::new();
         let n = self.poll_deferred(|r| Some(handle(r)), &mut later);
@@ -192,17 +226,112 @@ impl Server {
         mut handle: impl FnMut(&Request) -> Option<Result<serde_json::Value, String>>,
         later: &mut Vec<Responder>,
     ) -> usize {
-        let mut served = 0;
+        let now = Instant::now();
+        let mut reading = self.reading.borrow_mut();
         while let Ok((stream, _)) = self.listener.accept() {
-            served += 1;
-            match serve_one(stream, &mut handle) {
-                Ok(Some(r)) => later.push(r),
-                Ok(None) => {}
+            match stream.set_nonblocking(true) {
+                Ok(()) => reading.push(Reading { stream, line: Vec::new(), since: now }),
                 Err(e) => log::debug!("control socket client: {e}"),
             }
         }
+        let mut served = 0;
+        let mut i = 0;
+        while i < reading.len() {
+            let r = match read_some(&mut reading[i]) {
+                Progress::Waiting if now.duration_since(reading[i].since) <= IO_TIMEOUT => {
+                    i += 1;
+                    continue;
+                }
+                Progress::Waiting => {
+                    log::debug!("control socket client: no request in {} s; dropped", IO_TIMEOUT.as_secs());
+                    reading.swap_remove(i);
+                    continue;
+                }
+                Progress::Closed => {
+                    reading.swap_remove(i);
+                    continue;
+                }
+                Progress::TooLong => Some(Err(format!("bad request: longer than {MAX_REQUEST} bytes"))),
+                Progress::Line(line) => match serde_json::from_slice::<Request>(&line) {
+                    Ok(req) => handle(&req),
+                    Err(e) => Some(Err(format!("bad request: {e}"))),
+                },
+            };
+            served += 1;
+            let client = reading.swap_remove(i);
+            match r {
+                Some(r) => self.writing.borrow_mut().push(Writing { stream: client.stream, out: response_line(r), at: 0, since: now }),
+                None => match deferred(client.stream) {
+                    Ok(d) => later.push(d),
+                    Err(e) => log::debug!("control socket client: {e}"),
+                },
+            }
+        }
+        drop(reading);
+        self.flush(now);
         served
     }
+
+    /// Write what the clients can take now; drop those done, gone, or
+    /// too slow to read.
+    fn flush(&self, now: Instant) {
+        self.writing.borrow_mut().retain_mut(|w| {
+            loop {
+                match (&w.stream).write(&w.out[w.at..]) {
+                    Ok(0) => return false,
+                    Ok(n) => {
+                        w.at += n;
+                        if w.at == w.out.len() {
+                            return false;
+                        }
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                        let alive = now.duration_since(w.since) <= IO_TIMEOUT;
+                        if !alive {
+                            log::debug!("control socket client: answer not read in {} s; dropped", IO_TIMEOUT.as_secs());
+                        }
+                        return alive;
+                    }
+                    Err(e) => {
+                        log::debug!("control socket client: {e}");
+                        return false;
+                    }
+                }
+            }
+        });
+    }
+}
+
+/// Read what the client has sent so far, up to its request's newline.
+fn read_some(r: &mut Reading) -> Progress {
+    let mut buf = [0u8; 4096];
+    loop {
+        match (&r.stream).read(&mut buf) {
+            Ok(0) => return Progress::Closed,
+            Ok(n) => {
+                r.line.extend_from_slice(&buf[..n]);
+                if let Some(end) = r.line.iter().position(|&b| b == b'\n') {
+                    r.line.truncate(end);
+                    return Progress::Line(std::mem::take(&mut r.line));
+                }
+                if r.line.len() as u64 > MAX_REQUEST {
+                    return Progress::TooLong;
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Progress::Waiting,
+            Err(_) => return Progress::Closed,
+        }
+    }
+}
+
+/// A put-off client, its answer to be written in one go (small: a
+/// cluster-wide merge) with the write timeout.
+fn deferred(stream: UnixStream) -> std::io::Result<Responder> {
+    stream.set_nonblocking(false)?;
+    stream.set_write_timeout(Some(IO_TIMEOUT))?;
+    Ok(Responder { stream })
 }
 
 /// A client whose request was put off (`Server::poll_deferred`).
@@ -213,47 +342,27 @@ pub struct Responder {
 impl Responder {
     /// Answer the client (errors writing are the client's: logged).
     pub fn answer(self, r: Result<serde_json::Value, String>) {
-        if let Err(e) = write_response(&self.stream, r) {
+        if let Err(e) = (&self.stream).write_all(&response_line(r)) {
             log::debug!("control socket client: {e}");
         }
     }
 }
 
-fn write_response(stream: &UnixStream, r: Result<serde_json::Value, String>) -> std::io::Result<()> {
+/// The answer `r` as its line on the wire.
+fn response_line(r: Result<serde_json::Value, String>) -> Vec<u8> {
     let resp = match r {
         Ok(data) => Response { ok: true, error: None, data },
         Err(e) => Response { ok: false, error: Some(e), data: serde_json::Value::Null },
     };
     let mut out = serde_json::to_vec(&resp).unwrap_or_else(|_| b"{\"ok\":false,\"error\":\"encode\"}".to_vec());
     out.push(b'\n');
-    let mut s = stream;
-    s.write_all(&out)
+    out
 }
 
 impl Drop for Server {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.path);
     }
-}
-
-fn serve_one(
-    stream: UnixStream,
-    handle: &mut impl FnMut(&Request) -> Option<Result<serde_json::Value, String>>,
-) -> std::io::Result<Option<Responder>> {
-    use std::io::Read;
-    stream.set_nonblocking(false)?;
-    stream.set_read_timeout(Some(IO_TIMEOUT))?;
-    stream.set_write_timeout(Some(IO_TIMEOUT))?;
-    let mut line = String::new();
-    BufReader::new((&stream).take(MAX_REQUEST)).read_line(&mut line)?;
-    let r = match serde_json::from_str::<Request>(&line) {
-        Ok(req) => match handle(&req) {
-            Some(r) => r,
-            None => return Ok(Some(Responder { stream })),
-        },
-        Err(e) => Err(format!("bad request: {e}")),
-    };
-    write_response(&stream, r).map(|()| None)
 }
 
 #[cfg(test)]
@@ -330,6 +439,49 @@ mod tests {
             serde_json::to_string(&Request::ClusterShow { topic: Topic::Conn }).unwrap(),
             r#"{"cmd":"cluster-show","topic":"conn"}"#
         );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_client_that_has_not_finished_its_request_holds_nobody_up() {
+        let dir = std::env::temp_dir().join(format!("cfw-mgmt-slow-{}", std::process::id()));
+        let path = dir.join("ctl.sock");
+        let server = Server::bind(&path).unwrap();
+        // Accepted first, with half a request: a server that waited for
+        // its line would sit here (this thread is the client) until the
+        // timeout and then drop it.
+        let mut slow = UnixStream::connect(&path).unwrap();
+        slow.write_all(br#"{"cmd":"show","#).unwrap();
+        let handle = |req: &Request| match req {
+            Request::Show { topic } => Ok(serde_json::json!({ "topic": topic.as_str() })),
+            _ => Err("no".to_string()),
+        };
+        assert_eq!(server.poll(handle), 0, "nothing whole yet");
+        let quick = std::thread::spawn({
+            let path = path.clone();
+            move || request(&path, &Request::Show { topic: Topic::Stats })
+        });
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let mut served = 0;
+        while served == 0 && std::time::Instant::now() < deadline {
+            served += server.poll(handle);
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(served, 1);
+        assert_eq!(quick.join().unwrap().unwrap()["topic"], "stats");
+        // The slow client is still there: the rest of its line, a byte at
+        // a time, then its answer.
+        for b in br#""topic":"route"}"#.iter().chain(b"\n") {
+            slow.write_all(&[*b]).unwrap();
+            served += server.poll(handle);
+        }
+        while served == 1 && std::time::Instant::now() < deadline {
+            served += server.poll(handle);
+        }
+        let mut reply = String::new();
+        BufReader::new(slow).read_line(&mut reply).unwrap();
+        let reply: Response = serde_json::from_str(&reply).unwrap();
+        assert_eq!(reply.data["topic"], "route");
         let _ = std::fs::remove_dir_all(&dir);
     }
 

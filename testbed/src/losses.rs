@@ -37,6 +37,16 @@ pub struct Loss {
     pub grown: u64,
 }
 
+impl Loss {
+    /// The member and the port (or the steering rings) it grew at.
+    pub fn node_port(&self) -> String {
+        match &self.port {
+            Some(p) => format!("n{} {p}", self.node),
+            None => format!("n{} steering", self.node),
+        }
+    }
+}
+
 impl fmt::Display for Loss {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.port {
@@ -95,6 +105,29 @@ pub fn softnet_dropped() -> u64 {
         .lines()
         .filter_map(|l| l.split_whitespace().nth(1).and_then(|v| u64::from_str_radix(v, 16).ok()))
         .sum()
+}
+
+/// One counter of `/proc/net/snmp` as namespace `ns`'s kernel keeps it
+/// (`group` "Udp", "Ip", ...; `field` "RcvbufErrors", ...), 0 when absent:
+/// where a host of the bed lost what the firewall had delivered (a UDP
+/// receiver's full socket buffer, a datagram the host could not
+/// reassemble).
+pub fn snmp(ns: &str, group: &str, field: &str) -> u64 {
+    sys::ns_run(ns, "cat", &["/proc/net/snmp"]).map(|t| snmp_field(&t, group, field)).unwrap_or(0)
+}
+
+/// `field` of `group` in the text of `/proc/net/snmp` (a header line of
+/// names, then a line of values, both prefixed `Group:`).
+fn snmp_field(text: &str, group: &str, field: &str) -> u64 {
+    let prefix = format!("{group}:");
+    let mut lines = text.lines().filter(|l| l.starts_with(&prefix));
+    let (Some(names), Some(values)) = (lines.next(), lines.next()) else { return 0 };
+    names
+        .split_whitespace()
+        .zip(values.split_whitespace())
+        .find(|(n, _)| *n == field)
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or(0)
 }
 
 /// The members one TCP connection's frames reach on the cluster bed:
@@ -177,6 +210,15 @@ mod tests {
                 {"name": "ccl", "rx_ring_drops": ring[2]},
             ]
         })
+    }
+
+    #[test]
+    fn snmp_field_reads_the_value_under_its_name() {
+        let text = "Ip: Forwarding DefaultTTL ReasmFails\nIp: 1 64 3\nUdp: InDatagrams NoPorts InErrors OutDatagrams RcvbufErrors\nUdp: 10 0 2 9 7\n";
+        assert_eq!(snmp_field(text, "Udp", "RcvbufErrors"), 7);
+        assert_eq!(snmp_field(text, "Ip", "ReasmFails"), 3);
+        assert_eq!(snmp_field(text, "Udp", "Missing"), 0);
+        assert_eq!(snmp_field(text, "Tcp", "RtoMin"), 0);
     }
 
     #[test]
