@@ -15,7 +15,10 @@ use std::cell::RefCell;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+// `core::time::Duration` (the type `std::time` re-exports): the socket
+// timeouts are plain durations. Time comes in as a `Timestamp`.
+use core::time::Duration;
+use dataplane::Timestamp;
 
 /// How long the server waits for a client's request or for its reply to be
 /// read, and how long the client waits for the node.
@@ -167,7 +170,7 @@ pub struct Server {
 struct Reading {
     stream: UnixStream,
     line: Vec<u8>,
-    since: Instant,
+    since: Timestamp,
 }
 
 /// An answer its client has not read whole.
@@ -175,7 +178,7 @@ struct Writing {
     stream: UnixStream,
     out: Vec<u8>,
     at: usize,
-    since: Instant,
+    since: Timestamp,
 }
 
 /// What one non-blocking read of a client's request gave.
@@ -211,9 +214,9 @@ impl Server {
 
     /// Serve every request that has arrived whole; returns how many were
     /// served. `handle` turns a request into data or an error text.
-    pub fn poll(&self, mut handle: impl FnMut(&Request) -> Result<serde_json::Value, String>) -> usize {
+    pub fn poll(&self, now: Timestamp, mut handle: impl FnMut(&Request) -> Result<serde_json::Value, String>) -> usize {
         let mut later = Vec::new();
-        let n = self.poll_deferred(|r| Some(handle(r)), &mut later);
+        let n = self.poll_deferred(now, |r| Some(handle(r)), &mut later);
         debug_assert!(later.is_empty());
         n
     }
@@ -223,10 +226,10 @@ impl Server {
     /// (within the client's [`IO_TIMEOUT`]).
     pub fn poll_deferred(
         &self,
+        now: Timestamp,
         mut handle: impl FnMut(&Request) -> Option<Result<serde_json::Value, String>>,
         later: &mut Vec<Responder>,
     ) -> usize {
-        let now = Instant::now();
         let mut reading = self.reading.borrow_mut();
         while let Ok((stream, _)) = self.listener.accept() {
             match stream.set_nonblocking(true) {
@@ -238,7 +241,7 @@ impl Server {
         let mut i = 0;
         while i < reading.len() {
             let r = match read_some(&mut reading[i]) {
-                Progress::Waiting if now.duration_since(reading[i].since) <= IO_TIMEOUT => {
+                Progress::Waiting if !expired(now, reading[i].since) => {
                     i += 1;
                     continue;
                 }
@@ -274,7 +277,7 @@ impl Server {
 
     /// Write what the clients can take now; drop those done, gone, or
     /// too slow to read.
-    fn flush(&self, now: Instant) {
+    fn flush(&self, now: Timestamp) {
         self.writing.borrow_mut().retain_mut(|w| {
             loop {
                 match (&w.stream).write(&w.out[w.at..]) {
@@ -287,7 +290,7 @@ impl Server {
                     }
                     Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                     Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                        let alive = now.duration_since(w.since) <= IO_TIMEOUT;
+                        let alive = !expired(now, w.since);
                         if !alive {
                             log::debug!("control socket client: answer not read in {} s; dropped", IO_TIMEOUT.as_secs());
                         }
@@ -301,6 +304,11 @@ impl Server {
             }
         });
     }
+}
+
+/// True once [`IO_TIMEOUT`] has passed since `since`.
+fn expired(now: Timestamp, since: Timestamp) -> bool {
+    now.0.saturating_sub(since.0) > IO_TIMEOUT.as_nanos() as u64
 }
 
 /// Read what the client has sent so far, up to its request's newline.
@@ -369,6 +377,12 @@ impl Drop for Server {
 mod tests {
     use super::*;
 
+    /// The tests' clock: the time since the first call.
+    fn now() -> Timestamp {
+        static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+        Timestamp(START.get_or_init(std::time::Instant::now).elapsed().as_nanos() as u64)
+    }
+
     #[test]
     fn request_wire_format_is_stable() {
         let r = Request::Show { topic: Topic::Stats };
@@ -399,7 +413,7 @@ mod tests {
         let mut served = 0;
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         while served < 3 && std::time::Instant::now() < deadline {
-            served += server.poll(|req| match req {
+            served += server.poll(now(), |req| match req {
                 Request::Show { topic: Topic::Route } => Ok(serde_json::json!({"routes": 1})),
                 Request::Show { .. } => Err("not here".into()),
                 Request::ConfigReload => Ok(serde_json::json!({"message": "reloaded"})),
@@ -429,7 +443,7 @@ mod tests {
         let mut later = Vec::new();
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         while later.is_empty() && std::time::Instant::now() < deadline {
-            server.poll_deferred(|_| None, &mut later);
+            server.poll_deferred(now(), |_| None, &mut later);
             std::thread::sleep(Duration::from_millis(1));
         }
         assert_eq!(later.len(), 1);
@@ -456,7 +470,7 @@ mod tests {
             Request::Show { topic } => Ok(serde_json::json!({ "topic": topic.as_str() })),
             _ => Err("no".to_string()),
         };
-        assert_eq!(server.poll(handle), 0, "nothing whole yet");
+        assert_eq!(server.poll(now(), handle), 0, "nothing whole yet");
         let quick = std::thread::spawn({
             let path = path.clone();
             move || request(&path, &Request::Show { topic: Topic::Stats })
@@ -464,7 +478,7 @@ mod tests {
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         let mut served = 0;
         while served == 0 && std::time::Instant::now() < deadline {
-            served += server.poll(handle);
+            served += server.poll(now(), handle);
             std::thread::sleep(Duration::from_millis(1));
         }
         assert_eq!(served, 1);
@@ -473,15 +487,34 @@ mod tests {
         // a time, then its answer.
         for b in br#""topic":"route"}"#.iter().chain(b"\n") {
             slow.write_all(&[*b]).unwrap();
-            served += server.poll(handle);
+            served += server.poll(now(), handle);
         }
         while served == 1 && std::time::Instant::now() < deadline {
-            served += server.poll(handle);
+            served += server.poll(now(), handle);
         }
         let mut reply = String::new();
         BufReader::new(slow).read_line(&mut reply).unwrap();
         let reply: Response = serde_json::from_str(&reply).unwrap();
         assert_eq!(reply.data["topic"], "route");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_client_silent_past_the_timeout_is_dropped() {
+        let dir = std::env::temp_dir().join(format!("cfw-mgmt-silent-{}", std::process::id()));
+        let path = dir.join("ctl.sock");
+        let server = Server::bind(&path).unwrap();
+        let mut silent = UnixStream::connect(&path).unwrap();
+        let t0 = Timestamp(1_000);
+        let at = |d: Duration| Timestamp(t0.0 + d.as_nanos() as u64);
+        assert_eq!(server.poll(t0, |_| Ok(serde_json::Value::Null)), 0);
+        assert_eq!(server.reading.borrow().len(), 1, "accepted, waiting for its line");
+        assert_eq!(server.poll(at(IO_TIMEOUT), |_| Ok(serde_json::Value::Null)), 0);
+        assert_eq!(server.reading.borrow().len(), 1, "kept up to the timeout");
+        server.poll(at(IO_TIMEOUT + Duration::from_millis(1)), |_| Ok(serde_json::Value::Null));
+        assert!(server.reading.borrow().is_empty(), "dropped after it");
+        let mut rest = Vec::new();
+        assert_eq!(silent.read_to_end(&mut rest).unwrap(), 0, "the node closed the connection");
         let _ = std::fs::remove_dir_all(&dir);
     }
 
@@ -501,7 +534,7 @@ mod tests {
             }
         });
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while server.poll(|_| Ok(serde_json::Value::Null)) == 0 && std::time::Instant::now() < deadline {
+        while server.poll(now(), |_| Ok(serde_json::Value::Null)) == 0 && std::time::Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(1));
         }
         let reply: Response = serde_json::from_str(&client.join().unwrap()).unwrap();

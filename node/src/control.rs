@@ -256,6 +256,7 @@ impl Control {
         if let Some(server) = self.server.take() {
             let (mut asks, mut later) = (Vec::new(), Vec::new());
             server.poll_deferred(
+                now,
                 |req| match req {
                     Request::Show { topic } => Some(self.show(*topic)),
                     Request::ConfigReload => Some(self.reload()),
