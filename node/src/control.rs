@@ -22,7 +22,6 @@ use controlplane::mgmt::{Request, Responder, Server, Topic, CLUSTER_ANSWER_TIMEO
 use controlplane::stats;
 use dpdk_sys::Port;
 use serde_json::{json, Value};
-use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
@@ -43,7 +42,7 @@ pub struct Control {
     started: Instant,
     /// Cluster mode: the CCL control endpoint (membership) and the
     /// cluster's name.
-    ccl: RefCell<Option<CclControl>>,
+    ccl: Option<CclControl>,
     cluster_name: Option<String>,
     clock: Clock,
     /// The running policy and where it came from (`crate::policy`).
@@ -121,7 +120,7 @@ impl Control {
             ports,
             node_name: cfg.node.name.clone(),
             started: Instant::now(),
-            ccl: RefCell::new(ccl),
+            ccl,
             cluster_name: cfg.cluster.as_ref().map(|c| c.name.clone()),
             clock,
             policies,
@@ -149,7 +148,7 @@ impl Control {
                 self.limits.on_worker(w, r);
             }
         }
-        if let Some(c) = self.ccl.get_mut() {
+        if let Some(c) = &mut self.ccl {
             let (reports, members) = c.take_limit_reports();
             self.limits.members(members);
             for (from, seq, classes, clients) in reports {
@@ -173,7 +172,7 @@ impl Control {
             // No limits configured here: nothing to report or enforce.
             return;
         }
-        if let Some(c) = self.ccl.get_mut() {
+        if let Some(c) = &mut self.ccl {
             let report = self.limits.node_report();
             c.broadcast_limits(now, report);
         }
@@ -215,7 +214,7 @@ impl Control {
     /// worker (the caller polls faster while there are some).
     pub fn poll(&mut self) -> usize {
         let now = self.clock.now();
-        let handled = match self.ccl.get_mut() {
+        let handled = match &mut self.ccl {
             Some(c) => {
                 // Dynamic NAT: the workers' requests for the control node.
                 let reqs = self.shared.workers.iter().flat_map(|w| std::iter::from_fn(|| w.xlate_requests.pop()));
@@ -227,7 +226,7 @@ impl Control {
         };
         self.follow_policy(now);
         // Replication lag: since when this node is behind.
-        if let Some(c) = self.ccl.get_mut() {
+        if let Some(c) = &self.ccl {
             let behind = c.membership.replica_lag().is_some_and(|l| l > 0);
             match (behind, self.behind_since) {
                 (true, None) => self.behind_since = Some(Instant::now()),
@@ -236,7 +235,7 @@ impl Control {
             }
         }
         // Membership events to the syslog exporter.
-        if let (Some(c), Some(x)) = (self.ccl.get_mut(), &self.export) {
+        if let (Some(c), Some(x)) = (&mut self.ccl, &self.export) {
             for e in c.take_events() {
                 let (severity, msgid) = controlplane::syslog::cluster_event(&e.kind);
                 x.push(crate::export::ExportEvent::Syslog { severity, msgid, text: e.text });
@@ -244,7 +243,7 @@ impl Control {
         }
         // Member sets and resets: to every worker, in order, behind what
         // each has pending (`fan_out`).
-        if let Some(c) = self.ccl.get_mut() {
+        if let Some(c) = &mut self.ccl {
             fan_out(&mut c.pending, &mut self.pending);
         }
         for (w, pending) in self.shared.workers.iter().zip(&mut self.pending) {
@@ -260,7 +259,7 @@ impl Control {
                 |req| match req {
                     Request::Show { topic } => Some(self.show(*topic)),
                     Request::ConfigReload => Some(self.reload()),
-                    Request::ClusterShow { topic } => match (self.ccl.borrow().as_ref(), clusterview::topic_code(*topic)) {
+                    Request::ClusterShow { topic } => match (&self.ccl, clusterview::topic_code(*topic)) {
                         (None, _) => Some(Err("no cluster configured: this node runs alone (no `cluster:` section)".into())),
                         (_, None) => Some(Err(format!("{} is not asked across the cluster", topic.as_str()))),
                         _ => {
@@ -273,7 +272,7 @@ impl Control {
                         match clusterview::parse_trace_arg(arg.as_bytes()) {
                             Err(e) => Some(Err(e)),
                             // Alone: started here, answered now.
-                            Ok(_) if self.ccl.borrow().is_none() => Some(self.trace_start(arg.as_bytes())),
+                            Ok(_) if self.ccl.is_none() => Some(self.trace_start(arg.as_bytes())),
                             Ok(_) if arg.len() > dataplane::ccl::QUERY_ARG_MAX => {
                                 Some(Err(format!("trace filter {filter:?}: too long for the CCL (at most {} bytes with the seconds)", dataplane::ccl::QUERY_ARG_MAX)))
                             }
@@ -301,7 +300,7 @@ impl Control {
 
     /// Render this node's answers to the members' cluster-wide queries.
     fn answer_queries(&mut self, now: dataplane::Timestamp) {
-        let Some(c) = self.ccl.get_mut() else { return };
+        let Some(c) = &mut self.ccl else { return };
         for q in c.take_queries() {
             let r = match clusterview::topic_of(q.topic) {
                 Some(t) => self.show_max(t, CLUSTER_CONN_MAX),
@@ -309,7 +308,7 @@ impl Control {
                 None => Err(format!("query topic {} unknown to this node", q.topic)),
             };
             let bytes = clusterview::encode_answer(r);
-            if let Some(c) = self.ccl.get_mut() {
+            if let Some(c) = &mut self.ccl {
                 c.answer_query(now, q, bytes);
             }
         }
@@ -318,7 +317,7 @@ impl Control {
     /// `cluster show`: answer the request being asked once the members
     /// answered (or the deadline passed), then ask the next one.
     fn cluster_show_round(&mut self) {
-        let Some(c) = self.ccl.get_mut() else { return };
+        let Some(c) = &mut self.ccl else { return };
         let now = self.clock.now();
         let timeout = dataplane::Duration::from_millis(CLUSTER_ANSWER_TIMEOUT.as_millis() as u64);
         if self.asking.is_some() {
@@ -353,7 +352,7 @@ impl Control {
                 ClusterReq::Show(topic) => self.show_max(*topic, CLUSTER_CONN_MAX),
                 ClusterReq::TraceStart(arg) => self.trace_start(arg.as_bytes()),
             };
-            let asked = match (self.ccl.get_mut(), req.code()) {
+            let asked = match (&mut self.ccl, req.code()) {
                 (Some(c), Some((code, arg))) => c.ask(now, code, arg).is_some(),
                 _ => false,
             };
@@ -387,7 +386,7 @@ impl Control {
             }
         };
         let names: HashMap<u8, String> =
-            self.ccl.borrow().as_ref().map(|c| c.membership.snapshot(now)).unwrap_or_default().into_iter().map(|v| (v.id.0, v.name)).collect();
+            self.ccl.as_ref().map(|c| c.membership.snapshot(now)).unwrap_or_default().into_iter().map(|v| (v.id.0, v.name)).collect();
         let node_name = |n: dataplane::NodeId| -> String { names.get(&n.0).cloned().unwrap_or_else(|| format!("node {}", n.0)) };
         let (mut filter, mut until, mut lost, mut events) = (None, None, 0, Vec::new());
         for r in self.ask_all(|| Query::Trace)? {
@@ -441,7 +440,7 @@ impl Control {
     /// machine holds (or leave the cluster if this node cannot), and
     /// confirm to the machine the version the worker runs.
     fn follow_policy(&mut self, now: dataplane::Timestamp) {
-        let Some(c) = self.ccl.get_mut() else { return };
+        let Some(c) = &mut self.ccl else { return };
         if c.take_replica_change() {
             match self.policies.follow(c.membership.config()) {
                 Follow::Unchanged => {}
@@ -475,7 +474,7 @@ impl Control {
     /// `config reload`: read the file again and run its policy (a single
     /// node), or publish it to the cluster (the control node only).
     fn reload(&mut self) -> Result<Value, String> {
-        let cluster = match self.ccl.get_mut() {
+        let cluster = match &self.ccl {
             None => false,
             Some(c) => {
                 let st = c.membership.status();
@@ -512,7 +511,7 @@ impl Control {
                 format!("{}: new policy applied ({} rules)", path.display(), self.policies.running.policy.access_rules.len())
             }
             Reload::Publish(bytes) => {
-                let Some(c) = self.ccl.get_mut() else { return Err("no cluster".into()) };
+                let Some(c) = &mut self.ccl else { return Err("no cluster".into()) };
                 let v = c.publish_config(now, bytes).map_err(|e| format!("not published: {e}"))?;
                 log::info!("policy: {} published as replicated configuration v{v}", path.display());
                 self.follow_policy(now);
@@ -591,7 +590,7 @@ impl Control {
         if let Some(x) = &self.export {
             e.stats("export", &[], &x.stats(&self.shared));
         }
-        if let Some(ccl) = self.ccl.borrow().as_ref() {
+        if let Some(ccl) = &self.ccl {
             let now = self.clock.now();
             let m = &ccl.membership;
             let st = m.status();
@@ -645,14 +644,10 @@ impl Control {
     /// pipeline's cluster counters, CCL messages by kind and drops by
     /// reason (worker and control lcore added up), hand-off counters.
     fn show_cluster(&self) -> Result<Value, String> {
-        if self.ccl.borrow().is_none() {
+        let Some(ccl) = &self.ccl else {
             return Err("no cluster configured: this node runs alone (no `cluster:` section)".into());
-        }
-        // The workers first: while one is slow to answer, `keep_alive`
-        // runs the heartbeat path, which needs the CCL free.
+        };
         let snaps = self.cluster_snapshots()?;
-        let guard = self.ccl.borrow();
-        let Some(ccl) = guard.as_ref() else { return Err("no cluster configured".into()) };
         let now = self.clock.now();
         let m = &ccl.membership;
         let st = m.status();
@@ -769,8 +764,7 @@ impl Control {
     /// `show cluster-history`: every membership transition this node saw,
     /// oldest first, with its time (ms since this node started, and ago).
     fn show_cluster_history(&self) -> Result<Value, String> {
-        let guard = self.ccl.borrow();
-        let Some(ccl) = guard.as_ref() else {
+        let Some(ccl) = &self.ccl else {
             return Err("no cluster configured: this node runs alone (no `cluster:` section)".into());
         };
         let now = self.clock.now();
@@ -799,20 +793,6 @@ impl Control {
         (0..self.shared.workers.len()).map(|w| self.ask_worker(w, q())).collect()
     }
 
-    /// The heartbeat path while a request waits for a worker: the CCL
-    /// control queue, the membership machine's heartbeats and lease. A
-    /// worker whose core is shared with busy threads can take hundreds of
-    /// milliseconds to answer; the control lcore must not fall silent
-    /// for that long, or the members remove this node for a management
-    /// request. Skipped (never blocking) when the caller holds the CCL.
-    fn keep_alive(&self) {
-        let Ok(mut ccl) = self.ccl.try_borrow_mut() else { return };
-        if let Some(c) = ccl.as_mut() {
-            let ran = self.shared.workers.iter().map(|w| w.loop_ns.load(Ordering::Relaxed)).min().unwrap_or(0);
-            c.poll(self.clock.now(), dataplane::Timestamp(ran));
-        }
-    }
-
     fn ask_worker(&self, w: usize, q: Query) -> Result<Reply, String> {
         let ws = self.shared.workers.get(w).ok_or("no such worker")?;
         while ws.replies.pop().is_some() {} // stale answers of timed-out queries
@@ -825,7 +805,6 @@ impl Control {
             if Instant::now() > deadline {
                 return Err(format!("worker {w} did not answer in time"));
             }
-            self.keep_alive();
             std::thread::sleep(Duration::from_micros(200));
         }
     }
