@@ -8,8 +8,6 @@
 //!   (`csrc/shim.c`: `rte_errno`, queue-checked RX/TX bursts).
 //! - [`afpacket`]: the receive-ring drops of the process's `AF_PACKET`
 //!   sockets, which DPDK's af_packet driver does not report.
-//! - [`netdev`]: whether a kernel interface is up with a carrier, asked
-//!   without waiting on the kernel's RTNL lock.
 //! - [`eal`], [`mempool`], [`mbuf`], [`port`], [`dev`]: safe wrappers. All
 //!   `unsafe` code of the workspace lives in this crate; each block states
 //!   the check it relies on in a `// SAFETY:` comment.
@@ -53,7 +51,6 @@ pub mod ffi {
 }
 
 pub mod afpacket;
-pub mod netdev;
 pub mod dev;
 pub mod eal;
 mod error;

@@ -170,11 +170,10 @@ pub fn af_packet_iface(device: &str) -> Option<String> {
     parts.find_map(|p| p.strip_prefix("iface=")).filter(|i| !i.is_empty()).map(str::to_string)
 }
 
-/// Carrier of a kernel interface: up and running. Asked with an ioctl,
-/// not `/sys/class/net/<if>/carrier`, which waits on the kernel's RTNL
-/// lock (`dpdk_sys::netdev`): this runs on the control lcore.
+/// Carrier of a kernel interface: `carrier` reads `1`. An interface that
+/// is administratively down (the file cannot be read) or gone has none.
 fn kernel_carrier(iface: &str) -> bool {
-    dpdk_sys::netdev::oper_up(iface)
+    std::fs::read_to_string(format!("/sys/class/net/{iface}/carrier")).is_ok_and(|s| s.trim() == "1")
 }
 
 /// `ip link set dev IFACE up|down`.
