@@ -11,7 +11,6 @@
 //! stuck control thread.
 
 use serde::{Deserialize, Serialize};
-use std::cell::RefCell;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -162,8 +161,8 @@ pub fn request(socket: &Path, req: &Request) -> Result<serde_json::Value, MgmtEr
 pub struct Server {
     listener: UnixListener,
     path: PathBuf,
-    reading: RefCell<Vec<Reading>>,
-    writing: RefCell<Vec<Writing>>,
+    reading: Vec<Reading>,
+    writing: Vec<Writing>,
 }
 
 /// A client whose request line has not arrived whole.
@@ -205,7 +204,7 @@ impl Server {
         }
         let listener = UnixListener::bind(path)?;
         listener.set_nonblocking(true)?;
-        Ok(Server { listener, path: path.to_owned(), reading: RefCell::default(), writing: RefCell::default() })
+        Ok(Server { listener, path: path.to_owned(), reading: Vec::new(), writing: Vec::new() })
     }
 
     pub fn path(&self) -> &Path {
@@ -214,7 +213,7 @@ impl Server {
 
     /// Serve every request that has arrived whole; returns how many were
     /// served. `handle` turns a request into data or an error text.
-    pub fn poll(&self, now: Timestamp, mut handle: impl FnMut(&Request) -> Result<serde_json::Value, String>) -> usize {
+    pub fn poll(&mut self, now: Timestamp, mut handle: impl FnMut(&Request) -> Result<serde_json::Value, String>) -> usize {
         let mut later = Vec::new();
         let n = self.poll_deferred(now, |r| Some(handle(r)), &mut later);
         debug_assert!(later.is_empty());
@@ -225,12 +224,12 @@ impl Server {
     /// is appended to `later`, to be answered with [`Responder::answer`]
     /// (within the client's [`IO_TIMEOUT`]).
     pub fn poll_deferred(
-        &self,
+        &mut self,
         now: Timestamp,
         mut handle: impl FnMut(&Request) -> Option<Result<serde_json::Value, String>>,
         later: &mut Vec<Responder>,
     ) -> usize {
-        let mut reading = self.reading.borrow_mut();
+        let reading = &mut self.reading;
         while let Ok((stream, _)) = self.listener.accept() {
             match stream.set_nonblocking(true) {
                 Ok(()) => reading.push(Reading { stream, line: Vec::new(), since: now }),
@@ -263,22 +262,21 @@ impl Server {
             served += 1;
             let client = reading.swap_remove(i);
             match r {
-                Some(r) => self.writing.borrow_mut().push(Writing { stream: client.stream, out: response_line(r), at: 0, since: now }),
+                Some(r) => self.writing.push(Writing { stream: client.stream, out: response_line(r), at: 0, since: now }),
                 None => match deferred(client.stream) {
                     Ok(d) => later.push(d),
                     Err(e) => log::debug!("control socket client: {e}"),
                 },
             }
         }
-        drop(reading);
         self.flush(now);
         served
     }
 
     /// Write what the clients can take now; drop those done, gone, or
     /// too slow to read.
-    fn flush(&self, now: Timestamp) {
-        self.writing.borrow_mut().retain_mut(|w| {
+    fn flush(&mut self, now: Timestamp) {
+        self.writing.retain_mut(|w| {
             loop {
                 match (&w.stream).write(&w.out[w.at..]) {
                     Ok(0) => return false,
@@ -318,8 +316,10 @@ fn read_some(r: &mut Reading) -> Progress {
         match (&r.stream).read(&mut buf) {
             Ok(0) => return Progress::Closed,
             Ok(n) => {
+                // Only the new bytes can hold the newline.
+                let newline = buf[..n].iter().position(|&b| b == b'\n').map(|i| r.line.len() + i);
                 r.line.extend_from_slice(&buf[..n]);
-                if let Some(end) = r.line.iter().position(|&b| b == b'\n') {
+                if let Some(end) = newline {
                     r.line.truncate(end);
                     return Progress::Line(std::mem::take(&mut r.line));
                 }
@@ -377,6 +377,15 @@ impl Drop for Server {
 mod tests {
     use super::*;
 
+    /// A server bound in a scratch directory of its own (`name`): the
+    /// directory, the socket path, the server.
+    fn bound(name: &str) -> (std::path::PathBuf, std::path::PathBuf, Server) {
+        let dir = std::env::temp_dir().join(format!("cfw-mgmt-{name}-{}", std::process::id()));
+        let path = dir.join("ctl.sock");
+        let server = Server::bind(&path).unwrap();
+        (dir, path, server)
+    }
+
     /// The tests' clock: the time since the first call.
     fn now() -> Timestamp {
         static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
@@ -398,9 +407,7 @@ mod tests {
 
     #[test]
     fn round_trip_over_a_socket() {
-        let dir = std::env::temp_dir().join(format!("cfw-mgmt-test-{}", std::process::id()));
-        let path = dir.join("ctl.sock");
-        let server = Server::bind(&path).unwrap();
+        let (dir, path, mut server) = bound("test");
         let client = std::thread::spawn({
             let path = path.clone();
             move || {
@@ -433,9 +440,7 @@ mod tests {
 
     #[test]
     fn a_request_put_off_is_answered_later() {
-        let dir = std::env::temp_dir().join(format!("cfw-mgmt-later-{}", std::process::id()));
-        let path = dir.join("ctl.sock");
-        let server = Server::bind(&path).unwrap();
+        let (dir, path, mut server) = bound("later");
         let client = std::thread::spawn({
             let path = path.clone();
             move || request(&path, &Request::ClusterShow { topic: Topic::Conn })
@@ -458,9 +463,7 @@ mod tests {
 
     #[test]
     fn a_client_that_has_not_finished_its_request_holds_nobody_up() {
-        let dir = std::env::temp_dir().join(format!("cfw-mgmt-slow-{}", std::process::id()));
-        let path = dir.join("ctl.sock");
-        let server = Server::bind(&path).unwrap();
+        let (dir, path, mut server) = bound("slow");
         // Accepted first, with half a request: a server that waited for
         // its line would sit here (this thread is the client) until the
         // timeout and then drop it.
@@ -501,18 +504,16 @@ mod tests {
 
     #[test]
     fn a_client_silent_past_the_timeout_is_dropped() {
-        let dir = std::env::temp_dir().join(format!("cfw-mgmt-silent-{}", std::process::id()));
-        let path = dir.join("ctl.sock");
-        let server = Server::bind(&path).unwrap();
+        let (dir, path, mut server) = bound("silent");
         let mut silent = UnixStream::connect(&path).unwrap();
         let t0 = Timestamp(1_000);
         let at = |d: Duration| Timestamp(t0.0 + d.as_nanos() as u64);
         assert_eq!(server.poll(t0, |_| Ok(serde_json::Value::Null)), 0);
-        assert_eq!(server.reading.borrow().len(), 1, "accepted, waiting for its line");
+        assert_eq!(server.reading.len(), 1, "accepted, waiting for its line");
         assert_eq!(server.poll(at(IO_TIMEOUT), |_| Ok(serde_json::Value::Null)), 0);
-        assert_eq!(server.reading.borrow().len(), 1, "kept up to the timeout");
+        assert_eq!(server.reading.len(), 1, "kept up to the timeout");
         server.poll(at(IO_TIMEOUT + Duration::from_millis(1)), |_| Ok(serde_json::Value::Null));
-        assert!(server.reading.borrow().is_empty(), "dropped after it");
+        assert!(server.reading.is_empty(), "dropped after it");
         let mut rest = Vec::new();
         assert_eq!(silent.read_to_end(&mut rest).unwrap(), 0, "the node closed the connection");
         let _ = std::fs::remove_dir_all(&dir);
@@ -520,9 +521,7 @@ mod tests {
 
     #[test]
     fn garbage_request_gets_an_error_not_a_hang() {
-        let dir = std::env::temp_dir().join(format!("cfw-mgmt-garbage-{}", std::process::id()));
-        let path = dir.join("ctl.sock");
-        let server = Server::bind(&path).unwrap();
+        let (dir, path, mut server) = bound("garbage");
         let client = std::thread::spawn({
             let path = path.clone();
             move || {

@@ -37,16 +37,6 @@ pub struct Loss {
     pub grown: u64,
 }
 
-impl Loss {
-    /// The member and the port (or the steering rings) it grew at.
-    pub fn node_port(&self) -> String {
-        match &self.port {
-            Some(p) => format!("n{} {p}", self.node),
-            None => format!("n{} steering", self.node),
-        }
-    }
-}
-
 impl fmt::Display for Loss {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.port {

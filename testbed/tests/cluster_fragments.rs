@@ -349,14 +349,11 @@ fn step_b_iperf3_udp(c: &Ctx) -> Result<String> {
     let ooo = s["out_of_order"].as_u64().unwrap_or(0);
     let bps = s["bits_per_second"].as_f64().unwrap_or(0.0);
     ensure!(packets > 0, "iperf3 -u -l 8000 sent no datagrams: {v}");
-    let outside = HostLosses::now(c)?.since(&host_before);
-    let counted: u64 = outside.iter().map(|(_, n)| n).sum();
-    let listed = outside.iter().map(|(w, n)| format!("{w} +{n}")).collect::<Vec<_>>().join(", ");
+    let (counted, listed) = HostLosses::now(c)?.since(&host_before);
     let figures = format!(
         "{packets} datagrams of 8000 B at {:.1} Mbit/s, {lost} lost ({pct:.3} %), {ooo} out of order; \
-         frames lost outside the firewall's pipeline: {}",
+         frames lost outside the firewall's pipeline: {listed}",
         bps / 1e6,
-        if listed.is_empty() { "none".into() } else { listed }
     );
     // A frame lost before the firewall read it (a ring that overran
     // while the host's cores were busy elsewhere) or after it delivered
@@ -395,20 +392,25 @@ impl HostLosses {
         })
     }
 
-    /// What grew since `before`, by where.
-    fn since(&self, before: &HostLosses) -> Vec<(String, u64)> {
-        let mut out: Vec<(String, u64)> =
-            losses::grown(&before.stats, &self.stats).iter().map(|l| (format!("{} {}", l.node_port(), l.counter), l.grown)).collect();
+    /// The frames lost since `before`, and where (a list, or "none").
+    fn since(&self, before: &HostLosses) -> (u64, String) {
+        let rings = losses::grown(&before.stats, &self.stats);
+        let mut total: u64 = rings.iter().map(|l| l.grown).sum();
+        let mut listed = Vec::new();
+        if !rings.is_empty() {
+            listed.push(losses::listed(&rings));
+        }
         for (what, b, a) in [
             ("kernel backlog drops", before.backlog, self.backlog),
             ("server UDP RcvbufErrors", before.server_rcvbuf, self.server_rcvbuf),
             ("client UDP SndbufErrors", before.client_sndbuf, self.client_sndbuf),
         ] {
             if a > b {
-                out.push((what.to_string(), a - b));
+                total += a - b;
+                listed.push(format!("{what} +{}", a - b));
             }
         }
-        out
+        (total, if listed.is_empty() { "none".into() } else { listed.join(", ") })
     }
 }
 
