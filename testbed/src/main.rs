@@ -16,6 +16,7 @@ usage: clusterfw-testbed up [--nodes N] [--mtu MTU] [--workers N] [--nat | --dyn
        clusterfw-testbed link-down|link-up NODE inside|outside [--run-dir DIR]
        clusterfw-testbed partition GROUP GROUP... [--run-dir DIR]   (GROUP: n1,n2)
        clusterfw-testbed heal [--run-dir DIR]
+       clusterfw-testbed stall|unstall [--run-dir DIR]
 
 --nodes 1 (default): namespaces cfw-inside (client, 198.18.1.2), cfw-outside
 (server, 198.18.2.2) and cfw-n1 (node: clusterfw on veths n1-in / n1-out,
@@ -34,6 +35,8 @@ routes, ignore_routes_with_linkdown). `restart` kills and starts the node
 again with its config. `ccl-cut`/`ccl-heal` take its CCL port's carrier
 away and back, `link-down`/`link-up` one of its data links. `partition`
 splits the CCL segment into groups (no carrier change), `heal` joins it.
+`stall`/`unstall` stop and continue every node together and leave the links
+alone: a stall of the whole host, after which no node should leave.
 
   --mtu MTU         link MTUs: one number for every link (9000: jumbo), or
                     inside=N,outside=N,hosts=N (the nodes' inside and outside
@@ -111,12 +114,14 @@ fn run(args: Vec<String>) -> Result<()> {
             ("up", "--mtu") => mtu = testbed::topology::BedMtu::parse(&value("--mtu")?)?,
             ("up", "--workers") => {
                 let v = value("--workers")?;
-                workers = v.parse().with_context(|| format!("--workers {v}: not a number"))?;
+                workers = v
+                    .parse()
+                    .with_context(|| format!("--workers {v}: not a number"))?;
             }
             ("status", "--json") => json = true,
             (
-                "kill" | "pause" | "resume" | "restart" | "ccl-cut" | "ccl-heal" | "link-down" | "link-up"
-                | "partition",
+                "kill" | "pause" | "resume" | "restart" | "ccl-cut" | "ccl-heal" | "link-down"
+                | "link-up" | "partition",
                 _,
             ) if !a.starts_with('-') => operands.push(a.clone()),
             _ => bail!("{cmd}: unexpected argument {a}\n{USAGE}"),
@@ -214,11 +219,15 @@ fn run(args: Vec<String>) -> Result<()> {
             }
             Ok(())
         }
-        "kill" | "pause" | "resume" | "restart" | "ccl-cut" | "ccl-heal" | "link-down" | "link-up" => {
+        "kill" | "pause" | "resume" | "restart" | "ccl-cut" | "ccl-heal" | "link-down"
+        | "link-up" => {
             use testbed::faults::{self, Fault, Link};
             let want = if cmd.starts_with("link-") { 2 } else { 1 };
             if operands.len() != want {
-                bail!("{cmd} needs {}\n{USAGE}", if want == 2 { "NODE and a link" } else { "NODE" });
+                bail!(
+                    "{cmd} needs {}\n{USAGE}",
+                    if want == 2 { "NODE and a link" } else { "NODE" }
+                );
             }
             let fault = match cmd.as_str() {
                 "kill" => Fault::Kill,
@@ -234,9 +243,29 @@ fn run(args: Vec<String>) -> Result<()> {
             println!("{cmd} {}: done", operands.join(" "));
             Ok(())
         }
+        "stall" | "unstall" => {
+            use testbed::faults::{self, Fault};
+            let fault = if cmd == "stall" {
+                Fault::Stall
+            } else {
+                Fault::Unstall
+            };
+            faults::apply(&run_dir, &bed::default_bin_dir()?, "n1", fault)?;
+            println!(
+                "{cmd}: every node {}",
+                if cmd == "stall" {
+                    "stopped"
+                } else {
+                    "continued"
+                }
+            );
+            Ok(())
+        }
         "partition" => {
-            let groups: Vec<Vec<String>> =
-                operands.iter().map(|g| g.split(',').map(str::to_string).collect()).collect();
+            let groups: Vec<Vec<String>> = operands
+                .iter()
+                .map(|g| g.split(',').map(str::to_string).collect())
+                .collect();
             testbed::faults::partition(&run_dir, &groups)?;
             println!("CCL partitioned: {}", operands.join(" | "));
             Ok(())

@@ -71,8 +71,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 use testbed::bed;
-use testbed::losses;
 use testbed::harness::{self, Background};
+use testbed::losses;
 use testbed::sys;
 
 const NODES: usize = 3;
@@ -230,7 +230,10 @@ fn step_d_no_arp_drops(c: &Ctx) -> Result<String> {
         "arp-unresolved per node {unresolved:?}; held/released/expired per node {}",
         hold.join(", ")
     );
-    ensure!(unresolved.iter().all(|&n| n == 0), "frames dropped for an unresolved next hop: {detail}");
+    ensure!(
+        unresolved.iter().all(|&n| n == 0),
+        "frames dropped for an unresolved next hop: {detail}"
+    );
     Ok(detail)
 }
 
@@ -402,15 +405,30 @@ impl HostLosses {
         }
         for (what, b, a) in [
             ("kernel backlog drops", before.backlog, self.backlog),
-            ("server UDP RcvbufErrors", before.server_rcvbuf, self.server_rcvbuf),
-            ("client UDP SndbufErrors", before.client_sndbuf, self.client_sndbuf),
+            (
+                "server UDP RcvbufErrors",
+                before.server_rcvbuf,
+                self.server_rcvbuf,
+            ),
+            (
+                "client UDP SndbufErrors",
+                before.client_sndbuf,
+                self.client_sndbuf,
+            ),
         ] {
             if a > b {
                 total += a - b;
                 listed.push(format!("{what} +{}", a - b));
             }
         }
-        (total, if listed.is_empty() { "none".into() } else { listed.join(", ") })
+        (
+            total,
+            if listed.is_empty() {
+                "none".into()
+            } else {
+                listed.join(", ")
+            },
+        )
     }
 }
 
