@@ -22,7 +22,7 @@ fn q(s: &str) -> String {
 /// at a time and heartbeats arrived up to 276 ms apart against the bed's
 /// 300 ms hold time (a member was removed in CI). Floating: at most 109 ms
 /// apart over a 3-node, 2-worker `up`; under the full traffic of
-/// `cluster_three_nodes` (control lcore at nice -10, `node/src/main.rs`)
+/// `cluster_three_nodes` (control lcore then at nice -10, now real-time, `node/src/main.rs`)
 /// the longest gaps of three runs were 131-206 ms.
 pub fn eal_args(node: &NodeSpec) -> Vec<String> {
     [
