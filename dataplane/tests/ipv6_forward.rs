@@ -367,9 +367,9 @@ fn errors_go_back_for_hop_limit_no_route_and_packet_too_big() {
     );
 }
 
-/// An error the node does not send (its neighbour unknown) spends no
-/// token of the shared rate limit: the never-send rules come first, as
-/// for IPv4.
+/// An error the node does not send (here: about an ICMPv6 error, RFC
+/// 4443 §2.4 (e)) spends no token of the shared rate limit: the
+/// never-send rules come first, as for IPv4.
 #[test]
 fn an_error_not_sent_spends_no_token() {
     let mut cfg = config();
@@ -379,6 +379,26 @@ fn an_error_not_sent_spends_no_token() {
         admin_prohibited: false,
     };
     let mut p = v6_pipeline(cfg, &spec());
+    run(&mut p, IN_PORT, &ns(host6(), HOST_MAC, in6()));
+    generated(&mut p);
+    // A packet too big in transit, its hop limit used up.
+    let mut body = vec![msg_type::PACKET_TOO_BIG, 0, 0, 0, 0, 0, 5, 0];
+    body.extend_from_slice(&[0u8; 48]);
+    let about_error = frame(
+        HOST_MAC,
+        IN_MAC,
+        host6(),
+        server6(),
+        1,
+        58,
+        &icmp(host6(), server6(), body),
+    );
+    assert_eq!(
+        run(&mut p, IN_PORT, &about_error).0,
+        Verdict::Drop(DropReason::TtlExceeded)
+    );
+    assert!(generated(&mut p).is_empty(), "no error about an error");
+    assert_eq!(p.counters().ipv6.path.errors_not_sent, 1);
     let expiring = frame(
         HOST_MAC,
         IN_MAC,
@@ -388,17 +408,6 @@ fn an_error_not_sent_spends_no_token() {
         17,
         &[0x9c, 0x40, 0, 53, 0, 8, 0, 0],
     );
-    assert_eq!(
-        run(&mut p, IN_PORT, &expiring).0,
-        Verdict::Drop(DropReason::TtlExceeded)
-    );
-    assert!(
-        generated(&mut p).is_empty(),
-        "the host is not a known neighbour yet"
-    );
-    assert_eq!(p.counters().ipv6.path.errors_not_sent, 1);
-    run(&mut p, IN_PORT, &ns(host6(), HOST_MAC, in6()));
-    generated(&mut p);
     // The one token of the bucket is still there.
     assert_eq!(
         run(&mut p, IN_PORT, &expiring).0,
@@ -411,6 +420,66 @@ fn an_error_not_sent_spends_no_token() {
     run(&mut p, IN_PORT, &expiring);
     assert!(generated(&mut p).is_empty());
     assert_eq!(p.counters().ipv6.path.errors_not_sent, 2);
+}
+
+/// An error to a source whose next hop this worker has not resolved (with
+/// several workers each has its own neighbour cache): the neighbour is
+/// solicited and the error waits in the ARP hold, then leaves with the
+/// advertisement — the first packet too big of a path-MTU discovery is
+/// not lost.
+#[test]
+fn an_error_to_an_unknown_neighbour_waits_for_its_advertisement() {
+    let mut cfg = config();
+    cfg.interfaces[1].mtu = 1280;
+    let mut p = v6_pipeline(cfg, &spec());
+    let big = frame(
+        HOST_MAC,
+        IN_MAC,
+        host6(),
+        server6(),
+        64,
+        17,
+        &vec![0u8; 1300],
+    );
+    assert_eq!(
+        run(&mut p, IN_PORT, &big).0,
+        Verdict::Drop(DropReason::FragNeeded)
+    );
+    let g = generated(&mut p);
+    assert_eq!(g.len(), 1, "a solicitation, the error held: {g:?}");
+    let (port, f) = &g[0];
+    assert_eq!(*port, IN_PORT);
+    let (_, dst, _, _, body) = ip6(f);
+    assert_eq!(dst, icmpv6::solicited_node(host6()));
+    assert_eq!(icmpv6::parse_nd(body).unwrap().target, host6());
+    assert_eq!(p.counters().arp_hold.held, 1);
+    assert_eq!(
+        run(&mut p, IN_PORT, &na(host6(), HOST_MAC, in6(), IN_MAC)).0,
+        Verdict::Drop(DropReason::NdConsumed)
+    );
+    let g = generated(&mut p);
+    assert_eq!(g.len(), 1, "the held error: {g:?}");
+    let (port, f) = &g[0];
+    assert_eq!(
+        (*port, f[0..6].to_vec(), f[6..12].to_vec()),
+        (IN_PORT, HOST_MAC.to_vec(), IN_MAC.to_vec())
+    );
+    let (src, dst, _, nh, b) = ip6(f);
+    assert_eq!((src, dst, nh), (in6(), host6(), 58));
+    assert!(icmpv6::verify(src, dst, b));
+    assert_eq!(
+        (b[0], u32::from_be_bytes([b[4], b[5], b[6], b[7]])),
+        (msg_type::PACKET_TOO_BIG, 1280)
+    );
+    let c = p.counters();
+    assert_eq!(
+        (
+            c.ipv6.path.too_big_sent,
+            c.ipv6.path.errors_not_sent,
+            c.arp_hold.released
+        ),
+        (1, 0, 1)
+    );
 }
 
 /// Strict anti-spoofing (RFC 3704) for IPv6 as for IPv4: a new

@@ -562,8 +562,14 @@ impl Ipv6Path {
     /// to it, from our address on the interface it leaves by. Not about an
     /// error or a packet to or from a multicast or unspecified address
     /// (RFC 4443 §2.4 (e)); `token` takes the shared rate limit's token,
-    /// asked only once the error is certain to be sent.
-    /// The next hop's MAC must be known (an error never waits for ND).
+    /// asked only once the error is certain to be sent. An unknown next
+    /// hop is solicited and the error waits for it in the ARP hold like a
+    /// forwarded frame (`hold`: next hop, port, wait, the frame but for its
+    /// destination MAC; false without room): with several workers each
+    /// keeps its own neighbour cache, and a worker that never forwarded
+    /// towards a source (a fragment's worker goes by the datagram's
+    /// identification) would otherwise drop every error to it unsent,
+    /// the first packet too big of a path-MTU discovery among them.
     pub fn error(
         &mut self,
         now: Timestamp,
@@ -571,6 +577,7 @@ impl Ipv6Path {
         kind: (u8, u8, u32),
         l3: &[u8],
         token: impl FnOnce() -> bool,
+        hold: impl FnOnce(Ipv6Addr, PortId, Duration, &[u8]) -> bool,
     ) {
         let Ok(p) = Ipv6Packet::new_checked(l3) else {
             return;
@@ -599,7 +606,7 @@ impl Ipv6Path {
             self.counters.errors_not_sent += 1;
             return;
         };
-        let Some(mac) = self.nd.lookup(now, r.next_hop) else {
+        let Ok(mac) = self.resolve(now, eg, r.egress, r.next_hop) else {
             self.counters.errors_not_sent += 1;
             return;
         };
@@ -609,9 +616,16 @@ impl Ipv6Path {
             self.counters.errors_not_sent += 1;
             return;
         }
+        let wait = self.hold_wait();
         let Some(g) = self.gen_slot() else { return };
         let frame = &mut g.frame[..];
-        let l2 = ethernet::emit_header(frame, mac, eg.mac, eg.vlan, ethernet::ethertype::IPV6);
+        let l2 = ethernet::emit_header(
+            frame,
+            mac.unwrap_or_default(),
+            eg.mac,
+            eg.vlan,
+            ethernet::ethertype::IPV6,
+        );
         let quoted = l3
             .get(..ipv6::HEADER_LEN + usize::from(p.payload_len()))
             .unwrap_or(l3);
@@ -622,9 +636,15 @@ impl Ipv6Path {
             return;
         };
         emit_ipv6_header(&mut frame[l2..], from, src, HOP_LIMIT, n);
-        g.port = eg.port;
-        g.len = (l2 + ipv6::HEADER_LEN + n).max(ethernet::MIN_FRAME_LEN);
-        self.gen_len += 1;
+        let len = (l2 + ipv6::HEADER_LEN + n).max(ethernet::MIN_FRAME_LEN);
+        if mac.is_some() {
+            g.port = eg.port;
+            g.len = len;
+            self.gen_len += 1;
+        } else if !hold(r.next_hop, eg.port, wait, &g.frame[..len]) {
+            self.counters.errors_not_sent += 1;
+            return;
+        }
         match kind.0 {
             msg_type::TIME_EXCEEDED => self.counters.time_exceeded_sent += 1,
             msg_type::PACKET_TOO_BIG => self.counters.too_big_sent += 1,
@@ -842,8 +862,15 @@ impl super::Pipeline {
         let Some(v) = self.ipv6.as_deref_mut() else {
             return;
         };
-        let icmp = &mut self.icmp;
-        v.error(now, &self.ifaces, kind, l3, || icmp.take_token(now));
+        let (icmp, egress) = (&mut self.icmp, &mut self.egress);
+        v.error(
+            now,
+            &self.ifaces,
+            kind,
+            l3,
+            || icmp.take_token(now),
+            |hop, port, wait, f| egress.hold_v6(now, hop, port, wait, f).is_ok(),
+        );
     }
 
     fn ipv6_decide<B: crate::buf::PacketBuf>(
