@@ -9,7 +9,8 @@
 //! as well as the flood's — as a NIC drops what finds its receive ring
 //! full. The nodes count those losses (`rx_ring_drops`, `rx_missed`,
 //! `rx_nombuf` per port; with several workers `handoff_drops` at the
-//! steering rings), and the flood tests judge a timing bound only where
+//! steering rings; `tx_full_drops` where the kernel did not empty a
+//! port's transmit ring in time), and the flood tests judge a timing bound only where
 //! nothing was lost on the path of the traffic it bounds: what the host
 //! is too slow to carry is the bed's limit, not the firewall's. A waived
 //! bound always says so in the step's text, with the losses that waived
@@ -48,20 +49,26 @@ impl fmt::Display for Loss {
 
 /// The per-port counters of a frame lost before the node's pipeline.
 const PORT_LOSSES: [&str; 3] = ["rx_ring_drops", "rx_missed", "rx_nombuf"];
+/// The node-wide counters of a frame lost outside the pipeline: at a
+/// full steering ring (several workers), or after it at a full transmit
+/// ring the kernel did not empty in time (per node, not per port).
+const NODE_LOSSES: [&str; 2] = ["handoff_drops", "tx_full_drops"];
 
 /// The receive losses that grew between `before` and `after`, every
 /// member's `show stats --json` in member order.
 pub fn grown(before: &[Value], after: &[Value]) -> Vec<Loss> {
     let mut out = Vec::new();
     for (k, (b, a)) in before.iter().zip(after).enumerate() {
-        let d = count(a, "handoff_drops").saturating_sub(count(b, "handoff_drops"));
-        if d > 0 {
-            out.push(Loss {
-                node: k + 1,
-                port: None,
-                counter: "handoff_drops",
-                grown: d,
-            });
+        for counter in NODE_LOSSES {
+            let d = count(a, counter).saturating_sub(count(b, counter));
+            if d > 0 {
+                out.push(Loss {
+                    node: k + 1,
+                    port: None,
+                    counter,
+                    grown: d,
+                });
+            }
         }
         for (i, p) in a["ports"].as_array().into_iter().flatten().enumerate() {
             for counter in PORT_LOSSES {
@@ -112,6 +119,35 @@ pub fn softnet_dropped() -> u64 {
                 .nth(1)
                 .and_then(|v| u64::from_str_radix(v, 16).ok())
         })
+        .sum()
+}
+
+/// Frames the kernel's interfaces dropped in namespace `ns` (`rx_dropped`
+/// + `tx_dropped` of every link, `ip -s -j link`): a veth whose peer's
+/// queue was full, a router's interface.
+pub fn link_drops(ns: &str) -> u64 {
+    let Ok(text) = sys::ns_run(ns, "ip", &["-s", "-j", "link", "show"]) else {
+        return 0;
+    };
+    let Ok(Value::Array(links)) = serde_json::from_str::<Value>(&text) else {
+        return 0;
+    };
+    links
+        .iter()
+        .map(|l| {
+            let s = &l["stats64"];
+            count(&s["rx"], "dropped") + count(&s["tx"], "dropped")
+        })
+        .sum()
+}
+
+/// `link_drops` summed over every namespace of the test bed.
+pub fn bed_link_drops() -> u64 {
+    sys::namespaces()
+        .unwrap_or_default()
+        .iter()
+        .filter(|n| n.starts_with(crate::topology::NS_PREFIX))
+        .map(|n| link_drops(n))
         .sum()
 }
 
@@ -258,6 +294,13 @@ mod tests {
         let l = grown(&before, &after);
         assert_eq!(listed(&l), "n1 outside rx_ring_drops +4, n2 handoff_drops +1, n2 inside rx_ring_drops +7, n2 ccl rx_ring_drops +1");
         assert_eq!(listed(&grown(&before, &before)), "none");
+        // A transmit ring the kernel did not empty: node-wide.
+        let mut tx = member(4, [7, 0, 1]);
+        tx["tx_full_drops"] = json!(5);
+        assert_eq!(
+            listed(&grown(&[after[1].clone()], &[tx])),
+            "n1 tx_full_drops +5"
+        );
     }
 
     #[test]

@@ -22,8 +22,11 @@
 //! - (b) iperf3 UDP with 8000-byte datagrams (`-u -l 8000 -b 20M -t 5`)
 //!   inside → outside: zero datagrams lost, unless the host itself lost
 //!   frames outside the firewall meanwhile (a node's receive ring that
-//!   overran while the shared cores ran something else, the kernel's
-//!   backlog, the server's socket buffer: `HostLosses`). Each such frame
+//!   overran while the shared cores ran something else, a transmit ring
+//!   the kernel did not empty, a veth's queue, the kernel's backlog, the
+//!   server's socket buffer; or a member fenced because the host held a
+//!   receive path past half a heartbeat interval, `rx_stalls`, and its
+//!   lease lapsed: `HostLosses`). Each such frame
 //!   costs at most one datagram, so the step then still fails when more
 //!   datagrams were lost than those frames, and says `WAIVED` when it
 //!   does not judge zero loss;
@@ -374,13 +377,20 @@ fn step_b_iperf3_udp(c: &Ctx) -> Result<String> {
     Ok(figures)
 }
 
-/// Where the bed's hosts and the nodes' receive paths lose frames
-/// outside the firewall's pipeline: every member's receive losses
-/// (`testbed::losses`), the kernel's input backlog, the server's UDP
-/// socket buffer, the client's send buffer.
+/// Where the bed's hosts and the nodes' ports lose frames outside the
+/// firewall's pipeline: every member's ring losses (`testbed::losses`:
+/// receive, steering and transmit rings), the kernel's input backlog, the
+/// bed's interfaces (veths, routers), the server's UDP socket buffer, the
+/// client's send buffer; and the frames the members dropped fenced
+/// (`cluster-fenced`) while the host held a member's receive path (its
+/// control lcore or a worker unscheduled past half a heartbeat interval,
+/// `rx_stalls`): a lease that lapsed because the host delayed the
+/// heartbeats' echoes, the product's safety, not a loss of its own.
 struct HostLosses {
     stats: Vec<Value>,
+    clusters: Vec<Value>,
     backlog: u64,
+    links: u64,
     server_rcvbuf: u64,
     client_sndbuf: u64,
 }
@@ -389,7 +399,9 @@ impl HostLosses {
     fn now(c: &Ctx) -> Result<HostLosses> {
         Ok(HostLosses {
             stats: c.stats()?,
+            clusters: c.clusters()?,
             backlog: losses::softnet_dropped(),
+            links: losses::bed_link_drops(),
             server_rcvbuf: losses::snmp(&c.outside_ns, "Udp", "RcvbufErrors"),
             client_sndbuf: losses::snmp(&c.inside_ns, "Udp", "SndbufErrors"),
         })
@@ -403,8 +415,25 @@ impl HostLosses {
         if !rings.is_empty() {
             listed.push(losses::listed(&rings));
         }
+        let stalls = |v: &[Value]| -> u64 {
+            v.iter()
+                .map(|c| c["membership"]["rx_stalls"].as_u64().unwrap_or(0))
+                .sum()
+        };
+        let stalled = stalls(&self.clusters).saturating_sub(stalls(&before.clusters));
+        if stalled > 0 {
+            for (k, (b, a)) in before.stats.iter().zip(&self.stats).enumerate() {
+                let fenced = drop_count(a, DropReason::ClusterFenced)
+                    .saturating_sub(drop_count(b, DropReason::ClusterFenced));
+                if fenced > 0 {
+                    total += fenced;
+                    listed.push(format!("n{} cluster-fenced +{fenced} (receive paths stalled: rx_stalls +{stalled})", k + 1));
+                }
+            }
+        }
         for (what, b, a) in [
             ("kernel backlog drops", before.backlog, self.backlog),
+            ("bed interface drops", before.links, self.links),
             (
                 "server UDP RcvbufErrors",
                 before.server_rcvbuf,
