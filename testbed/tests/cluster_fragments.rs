@@ -903,6 +903,25 @@ fn cluster_fragments() {
         }
         Err(e) => failures.push(format!("after: a node no longer answers show stats: {e:#}")),
     }
+    // The CCL's own drops (a forwarded fragment refused as a replay, a
+    // bad MAC, ...) and what each node sent and received on it: where a
+    // datagram went missing between members.
+    if let Ok(all) = c.clusters() {
+        for (k, v) in all.iter().enumerate() {
+            let ccl_drops: BTreeMap<&str, u64> = v["ccl_drops"]
+                .as_object()
+                .into_iter()
+                .flatten()
+                .filter(|(_, v)| v.as_u64() != Some(0))
+                .map(|(n, v)| (n.as_str(), v.as_u64().unwrap_or(0)))
+                .collect();
+            eprintln!(
+                "n{} CCL drops (every non-zero reason): {ccl_drops:?}; ccl {}",
+                k + 1,
+                v["ccl"]
+            );
+        }
+    }
     if !failures.is_empty() {
         let logs: String = (1..=NODES)
             .map(|k| {
