@@ -915,8 +915,23 @@ fn cluster_fragments() {
                 .filter(|(_, v)| v.as_u64() != Some(0))
                 .map(|(n, v)| (n.as_str(), v.as_u64().unwrap_or(0)))
                 .collect();
+            // The cluster's own give-ups: a parked packet or held query
+            // that timed out, a full table.
+            let gave_up: BTreeMap<&str, u64> = v["counters"]
+                .as_object()
+                .into_iter()
+                .flatten()
+                .filter(|(n, v)| {
+                    (n.contains("timeout")
+                        || n.contains("drops")
+                        || n.contains("full")
+                        || n.contains("failed"))
+                        && v.as_u64().is_some_and(|x| x > 0)
+                })
+                .map(|(n, v)| (n.as_str(), v.as_u64().unwrap_or(0)))
+                .collect();
             eprintln!(
-                "n{} CCL drops (every non-zero reason): {ccl_drops:?}; ccl {}",
+                "n{} CCL drops (every non-zero reason): {ccl_drops:?}; cluster give-ups: {gave_up:?}; ccl {}",
                 k + 1,
                 v["ccl"]
             );
