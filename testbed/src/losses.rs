@@ -122,9 +122,9 @@ pub fn softnet_dropped() -> u64 {
         .sum()
 }
 
-/// Frames the kernel's interfaces dropped in namespace `ns` (`rx_dropped`
-/// + `tx_dropped` of every link, `ip -s -j link`): a veth whose peer's
-/// queue was full, a router's interface.
+/// Frames the kernel's interfaces dropped in namespace `ns`: the sum of
+/// `rx_dropped` and `tx_dropped` of every link (`ip -s -j link`), a veth
+/// whose peer's queue was full, a router's interface.
 pub fn link_drops(ns: &str) -> u64 {
     let Ok(text) = sys::ns_run(ns, "ip", &["-s", "-j", "link", "show"]) else {
         return 0;
