@@ -125,14 +125,10 @@ use std::path::Path;
 pub use cluster::{CclConfig, ClusterConfig, MemberConfig, Secret, SplitBrain};
 pub use error::{ConfigError, ErrorKind};
 pub use model::{
-    AccessRule, Action, ArpConfig, Config, DpdkConfig, FlowTableConfig, IcmpErrorsConfig,
-    InterfaceConfig, Limits, LogLevel, LoggingConfig, NodeConfig, ReversePath, Route6Config,
-    RouteConfig, Timeouts,
+    AccessRule, Action, ArpConfig, Config, DpdkConfig, FlowTableConfig, IcmpErrorsConfig, InterfaceConfig,
+    Limits, LogLevel, LoggingConfig, NodeConfig, ReversePath, Route6Config, RouteConfig, Timeouts,
 };
-pub use net::{
-    IpNet, Ipv4Net, Ipv6Host, Ipv6Net, PortError, PortRange, Prefix6Error, PrefixError, Protocol,
-    ProtocolError,
-};
+pub use net::{IpNet, Ipv4Net, Ipv6Host, Ipv6Net, PortError, PortRange, Prefix6Error, PrefixError, Protocol, ProtocolError};
 
 /// Reads and parses the configuration file at `path`.
 ///
@@ -154,10 +150,6 @@ pub fn parse(src: &str, file_name: &str) -> Result<Config, ConfigError> {
 /// node with `interfaces`: the same checks as a node file's sections, and
 /// a security level for exactly these interfaces. `origin` names the
 /// document in errors (e.g. `replicated configuration v3 from n1`).
-pub fn parse_policy(
-    src: &str,
-    origin: &str,
-    interfaces: &[InterfaceConfig],
-) -> Result<policy::Policy, ConfigError> {
+pub fn parse_policy(src: &str, origin: &str, interfaces: &[InterfaceConfig]) -> Result<policy::Policy, ConfigError> {
     validate::parse_policy(src, origin, interfaces)
 }

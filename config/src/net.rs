@@ -601,9 +601,7 @@ impl fmt::Display for Protocol {
 impl Serialize for Protocol {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         match *self {
-            Protocol::Number(n)
-                if !self.has_ports() && *self != Protocol::ICMP && *self != Protocol::ICMP6 =>
-            {
+            Protocol::Number(n) if !self.has_ports() && *self != Protocol::ICMP && *self != Protocol::ICMP6 => {
                 s.serialize_u8(n)
             }
             _ => s.collect_str(self),
@@ -699,13 +697,7 @@ mod tests {
     #[test]
     fn prefix6_parse_and_display() {
         let n: Ipv6Net = "2001:db8:9::/48".parse().unwrap();
-        assert_eq!(
-            n,
-            Ipv6Net {
-                addr: ip6("2001:db8:9::"),
-                len: 48
-            }
-        );
+        assert_eq!(n, Ipv6Net { addr: ip6("2001:db8:9::"), len: 48 });
         assert_eq!(n.to_string(), "2001:db8:9::/48");
         assert_eq!("::/0".parse::<Ipv6Net>().unwrap(), Ipv6Net::ANY);
         assert_eq!("2001:db8::1/128".parse::<Ipv6Net>().unwrap().len, 128);
@@ -721,55 +713,19 @@ mod tests {
 
     #[test]
     fn prefix6_errors() {
-        assert_eq!(
-            "2001:db8::".parse::<Ipv6Net>(),
-            Err(Prefix6Error::MissingLength)
-        );
-        assert_eq!(
-            "2001:db8::g/64".parse::<Ipv6Net>(),
-            Err(Prefix6Error::BadAddress("2001:db8::g".into()))
-        );
-        assert_eq!(
-            "10.0.0.0/8".parse::<Ipv6Net>(),
-            Err(Prefix6Error::BadAddress("10.0.0.0".into()))
-        );
-        assert_eq!(
-            "fe80::1%eth0/64".parse::<Ipv6Net>(),
-            Err(Prefix6Error::BadAddress("fe80::1%eth0".into()))
-        );
-        assert_eq!(
-            "::/x".parse::<Ipv6Net>(),
-            Err(Prefix6Error::BadLength("x".into()))
-        );
-        assert_eq!(
-            "::/+8".parse::<Ipv6Net>(),
-            Err(Prefix6Error::BadLength("+8".into()))
-        );
-        assert_eq!(
-            "::/".parse::<Ipv6Net>(),
-            Err(Prefix6Error::BadLength("".into()))
-        );
-        assert_eq!(
-            "::/1280".parse::<Ipv6Net>(),
-            Err(Prefix6Error::BadLength("1280".into()))
-        );
-        assert_eq!(
-            "::/129".parse::<Ipv6Net>(),
-            Err(Prefix6Error::LengthTooLong)
-        );
-        assert_eq!(
-            Ipv6Net::new(ip6("::"), 129),
-            Err(Prefix6Error::LengthTooLong)
-        );
+        assert_eq!("2001:db8::".parse::<Ipv6Net>(), Err(Prefix6Error::MissingLength));
+        assert_eq!("2001:db8::g/64".parse::<Ipv6Net>(), Err(Prefix6Error::BadAddress("2001:db8::g".into())));
+        assert_eq!("10.0.0.0/8".parse::<Ipv6Net>(), Err(Prefix6Error::BadAddress("10.0.0.0".into())));
+        assert_eq!("fe80::1%eth0/64".parse::<Ipv6Net>(), Err(Prefix6Error::BadAddress("fe80::1%eth0".into())));
+        assert_eq!("::/x".parse::<Ipv6Net>(), Err(Prefix6Error::BadLength("x".into())));
+        assert_eq!("::/+8".parse::<Ipv6Net>(), Err(Prefix6Error::BadLength("+8".into())));
+        assert_eq!("::/".parse::<Ipv6Net>(), Err(Prefix6Error::BadLength("".into())));
+        assert_eq!("::/1280".parse::<Ipv6Net>(), Err(Prefix6Error::BadLength("1280".into())));
+        assert_eq!("::/129".parse::<Ipv6Net>(), Err(Prefix6Error::LengthTooLong));
+        assert_eq!(Ipv6Net::new(ip6("::"), 129), Err(Prefix6Error::LengthTooLong));
         let e = "2001:db8:9::1/48".parse::<Ipv6Net>().unwrap_err();
-        assert_eq!(
-            e.to_string(),
-            "host bits are set (did you mean 2001:db8:9::/48?)"
-        );
-        assert_eq!(
-            Ipv6Net::parse_host("2001:db8:1::1/64"),
-            Ok((ip6("2001:db8:1::1"), 64))
-        );
+        assert_eq!(e.to_string(), "host bits are set (did you mean 2001:db8:9::/48?)");
+        assert_eq!(Ipv6Net::parse_host("2001:db8:1::1/64"), Ok((ip6("2001:db8:1::1"), 64)));
     }
 
     #[test]
@@ -781,10 +737,7 @@ mod tests {
         let m: Ipv6Net = "2001:db8:1::/48".parse().unwrap();
         assert!(n.overlaps(&m) && m.overlaps(&n));
         assert!(!m.overlaps(&"2001:db8:2::/48".parse().unwrap()));
-        assert_eq!(
-            Ipv6Net::containing(ip6("2001:db8:1:2:3:4:5:6"), 64).to_string(),
-            "2001:db8:1:2::/64"
-        );
+        assert_eq!(Ipv6Net::containing(ip6("2001:db8:1:2:3:4:5:6"), 64).to_string(), "2001:db8:1:2::/64");
         assert_eq!(Ipv6Net::containing(ip6("2001:db8::1"), 200).len, 128);
         assert_eq!(Ipv6Net::containing(ip6("2001:db8::1"), 0), Ipv6Net::ANY);
     }
@@ -792,49 +745,26 @@ mod tests {
     #[test]
     fn ipv6_host() {
         let h: Ipv6Host = "2001:db8:1::1/64".parse().unwrap();
-        assert_eq!(
-            h,
-            Ipv6Host {
-                addr: ip6("2001:db8:1::1"),
-                len: 64
-            }
-        );
+        assert_eq!(h, Ipv6Host { addr: ip6("2001:db8:1::1"), len: 64 });
         assert_eq!(h.to_string(), "2001:db8:1::1/64");
         assert_eq!(h.subnet().to_string(), "2001:db8:1::/64");
         assert_eq!(serde_json::to_string(&h).unwrap(), "\"2001:db8:1::1/64\"");
-        assert_eq!(
-            "2001:db8::1/129".parse::<Ipv6Host>(),
-            Err(Prefix6Error::LengthTooLong)
-        );
+        assert_eq!("2001:db8::1/129".parse::<Ipv6Host>(), Err(Prefix6Error::LengthTooLong));
     }
 
     #[test]
     fn either_family() {
         let v4 = IpNet::from("10.0.0.0/8".parse::<Ipv4Net>().unwrap());
         let v6 = IpNet::from("2001:db8::/32".parse::<Ipv6Net>().unwrap());
-        assert_eq!(
-            (v4.family(), v4.prefix_len(), v4.to_string()),
-            ("IPv4", 8, "10.0.0.0/8".to_string())
-        );
-        assert_eq!(
-            (v6.family(), v6.prefix_len(), v6.to_string()),
-            ("IPv6", 32, "2001:db8::/32".to_string())
-        );
-        assert!(
-            v4.contains(IpAddr::V4(ip("10.9.9.9"))) && !v4.contains(IpAddr::V4(ip("11.0.0.0")))
-        );
-        assert!(
-            v6.contains(IpAddr::V6(ip6("2001:db8::1")))
-                && !v6.contains(IpAddr::V6(ip6("2001:db9::")))
-        );
+        assert_eq!((v4.family(), v4.prefix_len(), v4.to_string()), ("IPv4", 8, "10.0.0.0/8".to_string()));
+        assert_eq!((v6.family(), v6.prefix_len(), v6.to_string()), ("IPv6", 32, "2001:db8::/32".to_string()));
+        assert!(v4.contains(IpAddr::V4(ip("10.9.9.9"))) && !v4.contains(IpAddr::V4(ip("11.0.0.0"))));
+        assert!(v6.contains(IpAddr::V6(ip6("2001:db8::1"))) && !v6.contains(IpAddr::V6(ip6("2001:db9::"))));
         // Never across families, not even the "every address" prefixes.
         let any4 = IpNet::V4(Ipv4Net::ANY);
         let any6 = IpNet::V6(Ipv6Net::ANY);
         assert!(!any4.contains(IpAddr::V6(ip6("::"))) && !any6.contains(IpAddr::V4(ip("0.0.0.0"))));
-        assert!(
-            !v6.contains(IpAddr::V4(ip("32.1.13.184"))),
-            "2001:db8:: is 32.1.13.184 in its first word"
-        );
+        assert!(!v6.contains(IpAddr::V4(ip("32.1.13.184"))), "2001:db8:: is 32.1.13.184 in its first word");
         assert_eq!(serde_json::to_string(&v6).unwrap(), "\"2001:db8::/32\"");
         assert_eq!(v6.addr(), IpAddr::V6(ip6("2001:db8::")));
     }
@@ -871,10 +801,7 @@ mod tests {
         assert_eq!("icmp6".parse(), Ok(Protocol::ICMP6));
         assert_eq!("58".parse(), Ok(Protocol::ICMP6));
         assert_eq!(Protocol::ICMP6.to_string(), "icmp6");
-        assert_eq!(
-            serde_json::to_string(&Protocol::ICMP6).unwrap(),
-            "\"icmp6\""
-        );
+        assert_eq!(serde_json::to_string(&Protocol::ICMP6).unwrap(), "\"icmp6\"");
         assert_eq!("any".parse(), Ok(Protocol::Any));
         assert_eq!("47".parse(), Ok(Protocol::Number(47)));
         assert_eq!("6".parse(), Ok(Protocol::TCP));

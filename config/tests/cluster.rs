@@ -46,14 +46,8 @@ fn example_parses_with_defaults() {
 
     // Optional fields and defaults.
     let src = EXAMPLE
-        .replace(
-            "  # site-id: 1                # optional, 1-255",
-            "  site-id: 2",
-        )
-        .replace(
-            "  # chassis-id: 1             # optional, 1-255",
-            "  chassis-id: 7",
-        )
+        .replace("  # site-id: 1                # optional, 1-255", "  site-id: 2")
+        .replace("  # chassis-id: 1             # optional, 1-255", "  chassis-id: 7")
         .replace("  tcp-sequence-randomization: true\n", "");
     let c = parse(&src, "x.yaml").unwrap_or_else(|e| panic!("{e}"));
     let cl = c.cluster.unwrap();
@@ -61,14 +55,7 @@ fn example_parses_with_defaults() {
     assert!(cl.tcp_sequence_randomization, "default true");
     let c = parse(&edit(38, "  tcp-sequence-randomization: false"), "x.yaml").unwrap();
     assert!(!c.cluster.unwrap().tcp_sequence_randomization);
-    let c = parse(
-        &src.replace(
-            "  split-brain: elect",
-            "  split-brain: elect\n  director-localization: true\n  site-redundancy: true",
-        ),
-        "x.yaml",
-    )
-    .unwrap();
+    let c = parse(&src.replace("  split-brain: elect", "  split-brain: elect\n  director-localization: true\n  site-redundancy: true"), "x.yaml").unwrap();
     let cl = c.cluster.unwrap();
     assert!(cl.director_localization && cl.site_redundancy);
 }
@@ -83,40 +70,16 @@ fn membership_settings_and_their_defaults() {
     let bare: String = EXAMPLE.lines().take(53).map(|l| format!("{l}\n")).collect();
     let d = parse(&bare, "x.yaml").unwrap().cluster.unwrap();
     assert_eq!(
-        (
-            d.heartbeat_interval_ms,
-            d.hold_time_ms,
-            d.backups,
-            d.split_brain,
-            d.interface_debounce_ms,
-            d.sync_timeout_ms
-        ),
+        (d.heartbeat_interval_ms, d.hold_time_ms, d.backups, d.split_brain, d.interface_debounce_ms, d.sync_timeout_ms),
         (1000, 3000, 1, config::SplitBrain::Elect, 500, 5000)
     );
     // The test bed's fast timers and the other choices.
     let src = edit(59, "  heartbeat-interval: 100");
-    let src = src.replace(
-        "  hold-time: 3000             # ms, 150-60000",
-        "  hold-time: 300",
-    );
+    let src = src.replace("  hold-time: 3000             # ms, 150-60000", "  hold-time: 300");
     let src = src.replace("  backups: 1                  # 1 or 2", "  backups: 2");
-    let src = src.replace(
-        "  split-brain: elect          # elect | quorum (3 or more members)",
-        "  split-brain: quorum",
-    );
-    let f = parse(&src, "x.yaml")
-        .unwrap_or_else(|e| panic!("{e}"))
-        .cluster
-        .unwrap();
-    assert_eq!(
-        (
-            f.heartbeat_interval_ms,
-            f.hold_time_ms,
-            f.backups,
-            f.split_brain
-        ),
-        (100, 300, 2, config::SplitBrain::Quorum)
-    );
+    let src = src.replace("  split-brain: elect          # elect | quorum (3 or more members)", "  split-brain: quorum");
+    let f = parse(&src, "x.yaml").unwrap_or_else(|e| panic!("{e}")).cluster.unwrap();
+    assert_eq!((f.heartbeat_interval_ms, f.hold_time_ms, f.backups, f.split_brain), (100, 300, 2, config::SplitBrain::Quorum));
 }
 
 #[test]
@@ -130,11 +93,7 @@ fn the_key_is_never_printed_back() {
     let c = parse(EXAMPLE, "cluster-node.yaml").unwrap();
     let json = serde_json::to_string(&c).unwrap();
     let debug = format!("{c:?}");
-    for (what, text) in [
-        ("json", &json),
-        ("debug", &debug),
-        ("source_text", &c.source_text),
-    ] {
+    for (what, text) in [("json", &json), ("debug", &debug), ("source_text", &c.source_text)] {
         assert!(!text.contains(KEY), "{what} shows the key: {text}");
         assert!(text.contains("<redacted>"), "{what}: {text}");
     }
@@ -144,39 +103,20 @@ fn the_key_is_never_printed_back() {
         .zip(c.source_text.lines())
         .filter(|(a, b)| a != b)
         .collect();
-    assert_eq!(
-        changed,
-        [(
-            format!("  key: \"{KEY}\"").as_str(),
-            "  key: \"<redacted>\""
-        )]
-    );
+    assert_eq!(changed, [(format!("  key: \"{KEY}\"").as_str(), "  key: \"<redacted>\"")]);
     assert_eq!(EXAMPLE.lines().count(), c.source_text.lines().count());
 
     // Other spellings: plain, single-quoted, a block scalar, flow style.
     let secret = "0123456789abcdefXYZ";
     for (how, src) in [
         ("plain", edit(33, &format!("  key: {secret}"))),
-        (
-            "single-quoted",
-            edit(33, &format!("  key: '{secret}'   # comment")),
-        ),
-        (
-            "block scalar",
-            edit(33, &format!("  key: |\n    {secret}\n    more-{secret}")),
-        ),
-        (
-            "folded over lines",
-            edit(33, &format!("  key:\n    {secret}\n\n    {secret}")),
-        ),
+        ("single-quoted", edit(33, &format!("  key: '{secret}'   # comment"))),
+        ("block scalar", edit(33, &format!("  key: |\n    {secret}\n    more-{secret}"))),
+        ("folded over lines", edit(33, &format!("  key:\n    {secret}\n\n    {secret}"))),
     ] {
         let c = parse(&src, "x.yaml").unwrap_or_else(|e| panic!("{how}: {e}"));
         assert!(!c.source_text.contains(secret), "{how}: {}", c.source_text);
-        assert!(
-            c.source_text.contains("  node-id: 1"),
-            "{how}: {}",
-            c.source_text
-        );
+        assert!(c.source_text.contains("  node-id: 1"), "{how}: {}", c.source_text);
         assert!(c.cluster.unwrap().key.expose().contains(secret), "{how}");
     }
     let flow = format!(
@@ -186,11 +126,7 @@ fn the_key_is_never_printed_back() {
     );
     let c = parse(&flow, "flow.yaml").unwrap_or_else(|e| panic!("{e}"));
     assert!(!c.source_text.contains(secret), "{}", c.source_text);
-    assert!(
-        c.source_text.contains("members: [{id: 0"),
-        "{}",
-        c.source_text
-    );
+    assert!(c.source_text.contains("members: [{id: 0"), "{}", c.source_text);
     // A short key is an error that does not show the key either.
     let e = parse(&edit(33, "  key: short-secret"), "x.yaml").unwrap_err();
     assert!(!e.to_string().contains("short-secret"), "{e}");
@@ -205,22 +141,8 @@ struct Case {
     message: &'static str,
 }
 
-fn case(
-    what: &'static str,
-    src: String,
-    line: usize,
-    column: usize,
-    field: &'static str,
-    message: &'static str,
-) -> Case {
-    Case {
-        what,
-        src,
-        line,
-        column,
-        field,
-        message,
-    }
+fn case(what: &'static str, src: String, line: usize, column: usize, field: &'static str, message: &'static str) -> Case {
+    Case { what, src, line, column, field, message }
 }
 
 #[rustfmt::skip]
@@ -311,13 +233,7 @@ fn broken_cluster_sections_report_line_field_and_message() {
             }
         }
     }
-    assert!(
-        failures.is_empty(),
-        "{} of {} cases differ:\n{}",
-        failures.len(),
-        all.len(),
-        failures.join("\n")
-    );
+    assert!(failures.is_empty(), "{} of {} cases differ:\n{}", failures.len(), all.len(), failures.join("\n"));
     let mut srcs: Vec<&String> = all.iter().map(|c| &c.src).collect();
     srcs.sort();
     srcs.dedup();
@@ -332,26 +248,9 @@ fn another_member_claiming_this_nodes_address() {
         "    - id: 2\n      name: n2\n      ccl-address: 198.19.0.11\n    - id: 1\n      name: n1\n      ccl-address: 198.19.0.12\n",
     );
     let e = parse(&src, "n1.yaml").unwrap_err();
-    assert_eq!(
-        (e.line(), e.column(), e.field()),
-        (47, 20, "cluster.members[0].ccl-address"),
-        "{e}"
-    );
-    assert!(
-        matches!(
-            e.kind(),
-            ErrorKind::CclAddressOfThisNode {
-                node_id: 1,
-                id: 2,
-                ..
-            }
-        ),
-        "{e}"
-    );
-    assert_eq!(
-        message(&e),
-        "198.19.0.11 is this node's CCL address (cluster.ccl.address, node-id 1), not member 2's"
-    );
+    assert_eq!((e.line(), e.column(), e.field()), (47, 20, "cluster.members[0].ccl-address"), "{e}");
+    assert!(matches!(e.kind(), ErrorKind::CclAddressOfThisNode { node_id: 1, id: 2, .. }), "{e}");
+    assert_eq!(message(&e), "198.19.0.11 is this node's CCL address (cluster.ccl.address, node-id 1), not member 2's");
 }
 
 fn message(e: &ConfigError) -> String {
@@ -361,9 +260,7 @@ fn message(e: &ConfigError) -> String {
         prefix.push_str(e.field());
         prefix.push_str(": ");
     }
-    text.strip_prefix(&prefix)
-        .map(str::to_string)
-        .unwrap_or_else(|| format!("BAD PREFIX: {text}"))
+    text.strip_prefix(&prefix).map(str::to_string).unwrap_or_else(|| format!("BAD PREFIX: {text}"))
 }
 
 #[test]
@@ -373,18 +270,6 @@ fn a_member_runs_up_to_32_workers() {
     assert_eq!(parse(&with(32), "x.yaml").unwrap().dpdk.workers, 32);
     let e = parse(&with(33), "x.yaml").unwrap_err();
     assert_eq!((e.line(), e.field()), (12, "dpdk.workers"), "{e}");
-    assert!(
-        matches!(
-            e.kind(),
-            ErrorKind::ClusterWorkers {
-                workers: 33,
-                max: 32
-            }
-        ),
-        "{e}"
-    );
-    assert_eq!(
-        message(&e),
-        "33 workers: a cluster member runs at most 32 (one CCL channel each; docs/workers.md)"
-    );
+    assert!(matches!(e.kind(), ErrorKind::ClusterWorkers { workers: 33, max: 32 }), "{e}");
+    assert_eq!(message(&e), "33 workers: a cluster member runs at most 32 (one CCL channel each; docs/workers.md)");
 }

@@ -446,20 +446,10 @@ fn kinds_are_structured_for_programs() {
     let e = parse(&dual(16, "    via: 2001:db8:3::fe"), "node.yaml").unwrap_err();
     assert!(matches!(e.kind(), ErrorKind::NotConnected6 { .. }), "{e:?}");
     let e = parse(&dual(12, "    address6: 2001:db8:1::2/48"), "node.yaml").unwrap_err();
-    assert!(
-        matches!(e.kind(), ErrorKind::OverlappingSubnets6 { .. }),
-        "{e:?}"
-    );
+    assert!(matches!(e.kind(), ErrorKind::OverlappingSubnets6 { .. }), "{e:?}");
     let e = parse(&dual(16, "    via: 10.0.1.254"), "node.yaml").unwrap_err();
     assert!(
-        matches!(
-            e.kind(),
-            ErrorKind::RouteFamilyMismatch {
-                via_family: "IPv4",
-                destination_family: "IPv6",
-                ..
-            }
-        ),
+        matches!(e.kind(), ErrorKind::RouteFamilyMismatch { via_family: "IPv4", destination_family: "IPv6", .. }),
         "{e:?}"
     );
     let e = parse(&edit(4, "\tname: x"), "node.yaml").unwrap_err();

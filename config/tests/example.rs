@@ -130,11 +130,7 @@ fn example_parses_with_expected_values() {
     );
     assert_eq!(
         c.limits,
-        Limits {
-            max_embryonic: Some(100000),
-            per_client_embryonic_max: Some(1000),
-            ..Limits::default()
-        }
+        Limits { max_embryonic: Some(100000), per_client_embryonic_max: Some(1000), ..Limits::default() }
     );
     assert_eq!(c.flow_table.capacity, 262144);
     assert_eq!(
@@ -319,20 +315,11 @@ fn ipv6_rule_forms() {
     let c = parse(&src, "r.yaml").unwrap();
     let r = &c.access_rules;
     let n6 = |s: &str| Some(IpNet::V6(s.parse().unwrap()));
-    assert_eq!(
-        (r[0].source, r[0].destination),
-        (n6("2001:db8:1::/64"), n6("2001:db8:2::80/128"))
-    );
+    assert_eq!((r[0].source, r[0].destination), (n6("2001:db8:1::/64"), n6("2001:db8:2::80/128")));
     assert_eq!(r[0].family(), Some("IPv6"));
-    assert_eq!(
-        (r[1].source, r[1].destination, r[1].family()),
-        (n6("::/0"), None, Some("IPv6"))
-    );
+    assert_eq!((r[1].source, r[1].destination, r[1].family()), (n6("::/0"), None, Some("IPv6")));
     assert_eq!((r[2].source, r[2].family()), (None, Some("IPv4")));
-    assert_eq!(
-        (r[3].source, r[3].destination, r[3].family(), r[3].protocol),
-        (None, None, None, Protocol::ICMP6)
-    );
+    assert_eq!((r[3].source, r[3].destination, r[3].family(), r[3].protocol), (None, None, None, Protocol::ICMP6));
     assert_eq!(r[4].source, n6("::ffff:192.0.2.0/120"));
     let j: serde_json::Value = serde_json::to_value(&c).unwrap();
     assert_eq!(j["access-rules"][0]["source"], "2001:db8:1::/64");
@@ -343,15 +330,8 @@ fn ipv6_rule_forms() {
     // The replicated document carries them and reads back equal.
     let p = c.policy();
     let y = p.to_yaml();
-    assert!(
-        y.contains("    source: \"2001:db8:1::/64\"\n")
-            && y.contains("    destination: \"0.0.0.0/0\"\n"),
-        "{y}"
-    );
-    assert_eq!(
-        config::parse_policy(&y, "replicated", &c.interfaces).unwrap(),
-        p
-    );
+    assert!(y.contains("    source: \"2001:db8:1::/64\"\n") && y.contains("    destination: \"0.0.0.0/0\"\n"), "{y}");
+    assert_eq!(config::parse_policy(&y, "replicated", &c.interfaces).unwrap(), p);
 }
 
 #[test]
@@ -411,24 +391,11 @@ fn unreadable_file_names_the_file() {
 fn reverse_path_is_strict_unless_set() {
     let text = std::fs::read_to_string(example_path()).unwrap();
     let c = parse(&text, "node.yaml").unwrap();
-    assert!(c
-        .interfaces
-        .iter()
-        .all(|i| i.reverse_path == ReversePath::Strict));
-    for (mode, want) in [
-        ("loose", ReversePath::Loose),
-        ("off", ReversePath::Off),
-        ("strict", ReversePath::Strict),
-    ] {
-        let edited = text.replace(
-            "    security-level: 0\n",
-            &format!("    security-level: 0\n    reverse-path: {mode}\n"),
-        );
+    assert!(c.interfaces.iter().all(|i| i.reverse_path == ReversePath::Strict));
+    for (mode, want) in [("loose", ReversePath::Loose), ("off", ReversePath::Off), ("strict", ReversePath::Strict)] {
+        let edited = text.replace("    security-level: 0\n", &format!("    security-level: 0\n    reverse-path: {mode}\n"));
         let c = parse(&edited, "node.yaml").unwrap();
-        assert_eq!(
-            (c.interfaces[0].reverse_path, c.interfaces[1].reverse_path),
-            (ReversePath::Strict, want)
-        );
+        assert_eq!((c.interfaces[0].reverse_path, c.interfaces[1].reverse_path), (ReversePath::Strict, want));
     }
 }
 
@@ -439,23 +406,12 @@ fn reverse_path_is_strict_unless_set() {
 fn limits_globally_and_per_rule() {
     let text = std::fs::read_to_string(example_path()).unwrap();
     let with_rule = |limits: &str| {
-        text.replace(
-            "    # source-port: \"1024-65535\"\n",
-            &format!("    limits:\n{limits}"),
-        )
+        text.replace("    # source-port: \"1024-65535\"\n", &format!("    limits:\n{limits}"))
     };
-    let c = parse(
-        &with_rule("      max-conns: 500\n      per-client-embryonic-max: 5\n"),
-        "node.yaml",
-    )
-    .unwrap();
+    let c = parse(&with_rule("      max-conns: 500\n      per-client-embryonic-max: 5\n"), "node.yaml").unwrap();
     assert_eq!(
         c.access_rules[0].limits,
-        Limits {
-            max_conns: Some(500),
-            per_client_embryonic_max: Some(5),
-            ..Limits::default()
-        }
+        Limits { max_conns: Some(500), per_client_embryonic_max: Some(5), ..Limits::default() }
     );
     assert!(c.access_rules[1].limits.is_empty());
     let p = c.policy();
@@ -465,48 +421,17 @@ fn limits_globally_and_per_rule() {
     assert_eq!(back.limits.max_embryonic, Some(100000));
 
     for (edit, line, field, msg) in [
-        (
-            "      max-conns: 0\n",
-            51,
-            "access-rules[0].limits.max-conns",
-            "value 0 out of range: expected 1-4294967295",
-        ),
-        (
-            "      max-embryonic: 4294967296\n",
-            51,
-            "access-rules[0].limits.max-embryonic",
-            "out of range",
-        ),
-        (
-            "      max-conn: 5\n",
-            51,
-            "access-rules[0].limits",
-            "unknown field `max-conn`",
-        ),
+        ("      max-conns: 0\n", 51, "access-rules[0].limits.max-conns", "value 0 out of range: expected 1-4294967295"),
+        ("      max-embryonic: 4294967296\n", 51, "access-rules[0].limits.max-embryonic", "out of range"),
+        ("      max-conn: 5\n", 51, "access-rules[0].limits", "unknown field `max-conn`"),
     ] {
-        let e = parse(&with_rule(edit), "node.yaml")
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains(&format!("node.yaml:{line}:")) && e.contains(field) && e.contains(msg),
-            "{edit:?}: {e}"
-        );
+        let e = parse(&with_rule(edit), "node.yaml").unwrap_err().to_string();
+        assert!(e.contains(&format!("node.yaml:{line}:")) && e.contains(field) && e.contains(msg), "{edit:?}: {e}");
     }
-    let deny = text.replace(
-        "    destination-port: 23\n",
-        "    destination-port: 23\n    limits:\n      max-conns: 5\n",
-    );
+    let deny = text.replace("    destination-port: 23\n", "    destination-port: 23\n    limits:\n      max-conns: 5\n");
     let e = parse(&deny, "node.yaml").unwrap_err().to_string();
-    assert!(
-        e.contains("access-rules[1].limits") && e.contains("this rule denies"),
-        "{e}"
-    );
-    let e = parse(
-        &text.replace("  max-embryonic: 100000 ", "  max-embryonic: -1     "),
-        "node.yaml",
-    )
-    .unwrap_err()
-    .to_string();
+    assert!(e.contains("access-rules[1].limits") && e.contains("this rule denies"), "{e}");
+    let e = parse(&text.replace("  max-embryonic: 100000 ", "  max-embryonic: -1     "), "node.yaml").unwrap_err().to_string();
     assert!(e.contains("limits.max-embryonic"), "{e}");
 }
 
@@ -557,24 +482,12 @@ fn dual_stack_parses() {
     assert_eq!(
         a6,
         vec![
-            Some(Ipv6Host {
-                addr: ip6("2001:db8:1::1"),
-                len: 64
-            }),
-            Some(Ipv6Host {
-                addr: ip6("2001:db8:2::1"),
-                len: 64
-            }),
+            Some(Ipv6Host { addr: ip6("2001:db8:1::1"), len: 64 }),
+            Some(Ipv6Host { addr: ip6("2001:db8:2::1"), len: 64 }),
             None,
             // /127 (RFC 6164) and /128 have no subnet-router anycast address.
-            Some(Ipv6Host {
-                addr: ip6("2001:db8:3::1"),
-                len: 127
-            }),
-            Some(Ipv6Host {
-                addr: ip6("2001:db8:4::"),
-                len: 128
-            }),
+            Some(Ipv6Host { addr: ip6("2001:db8:3::1"), len: 127 }),
+            Some(Ipv6Host { addr: ip6("2001:db8:4::"), len: 128 }),
         ]
     );
     assert_eq!(c.interfaces[1].subnet6(), Some(net6("2001:db8:2::/64")));
@@ -582,31 +495,18 @@ fn dual_stack_parses() {
     // The IPv4 routes and the IPv6 ones, each in the order written.
     assert_eq!(
         c.routes,
-        vec![RouteConfig {
-            destination: Ipv4Net::ANY,
-            via: ip("10.0.1.254")
-        }]
+        vec![RouteConfig { destination: Ipv4Net::ANY, via: ip("10.0.1.254") }]
     );
     assert_eq!(
         c.routes6,
         vec![
-            Route6Config {
-                destination: Ipv6Net::ANY,
-                via: ip6("2001:db8:2::fe")
-            },
-            Route6Config {
-                destination: net6("2001:db8:9::/48"),
-                via: ip6("2001:db8:1::fe")
-            },
-            Route6Config {
-                destination: net6("2001:db8:3::/127"),
-                via: ip6("2001:db8:3::")
-            },
+            Route6Config { destination: Ipv6Net::ANY, via: ip6("2001:db8:2::fe") },
+            Route6Config { destination: net6("2001:db8:9::/48"), via: ip6("2001:db8:1::fe") },
+            Route6Config { destination: net6("2001:db8:3::/127"), via: ip6("2001:db8:3::") },
         ]
     );
     assert_eq!(
-        c.connected_interface6(ip6("2001:db8:1::fe"))
-            .map(|i| i.name.as_str()),
+        c.connected_interface6(ip6("2001:db8:1::fe")).map(|i| i.name.as_str()),
         Some("inside")
     );
     assert!(c.connected_interface6(ip6("2001:db8:9::1")).is_none());
@@ -621,17 +521,9 @@ fn dual_stack_parses() {
     assert_eq!(j["routes"][0]["destination"], "0.0.0.0/0");
 
     // A reload sees a change of either as a local change.
-    let other = parse(
-        &DUAL_STACK.replace("2001:db8:9::/48", "2001:db8:8::/48"),
-        "ds.yaml",
-    )
-    .unwrap();
+    let other = parse(&DUAL_STACK.replace("2001:db8:9::/48", "2001:db8:8::/48"), "ds.yaml").unwrap();
     assert_eq!(c.local_changes(&other), vec!["routes"]);
-    let other = parse(
-        &DUAL_STACK.replace("2001:db8:1::1/64", "2001:db8:1::2/64"),
-        "ds.yaml",
-    )
-    .unwrap();
+    let other = parse(&DUAL_STACK.replace("2001:db8:1::1/64", "2001:db8:1::2/64"), "ds.yaml").unwrap();
     assert_eq!(c.local_changes(&other), vec!["interfaces"]);
 }
 

@@ -83,43 +83,19 @@ fn every_kind_parses_with_its_defaults() {
     assert_eq!(n.pool("dyn").unwrap().addresses.len(), 16);
     let r = &n.rules[0];
     assert_eq!(
-        (
-            r.kind,
-            r.block_size,
-            r.include_reserved_ports,
-            r.max_blocks_per_host
-        ),
+        (r.kind, r.block_size, r.include_reserved_ports, r.max_blocks_per_host),
         (NatKind::DynamicPat, 1024, false, Some(2))
     );
-    assert_eq!(
-        (r.per_session_tcp, r.per_session_udp),
-        (true, UdpSessions::All)
-    );
-    assert_eq!(
-        (r.real_interface.as_deref(), r.mapped_interface.as_deref()),
-        (Some("inside"), Some("outside"))
-    );
+    assert_eq!((r.per_session_tcp, r.per_session_udp), (true, UdpSessions::All));
+    assert_eq!((r.real_interface.as_deref(), r.mapped_interface.as_deref()), (Some("inside"), Some("outside")));
     let r = &n.rules[1];
-    assert_eq!(
-        (r.kind, r.real_interface.as_deref(), r.pool.as_deref()),
-        (NatKind::DynamicNat, None, Some("dyn"))
-    );
+    assert_eq!((r.kind, r.real_interface.as_deref(), r.pool.as_deref()), (NatKind::DynamicNat, None, Some("dyn")));
     assert_eq!(r.block_size, 512, "the default, unused outside PAT");
     assert_eq!(r.max_blocks_per_host, None, "plain PAT unless asked");
     let r = &n.rules[2];
-    assert_eq!(
-        (r.protocol, r.real_port, r.mapped_port),
-        (Some(6), Some(8080), Some(80))
-    );
-    assert_eq!(
-        r.mapped,
-        Some(Ipv4Net::new(ip("198.51.100.40"), 32).unwrap())
-    );
-    assert_eq!(
-        r.per_session_udp,
-        UdpSessions::Dns,
-        "the reference's default"
-    );
+    assert_eq!((r.protocol, r.real_port, r.mapped_port), (Some(6), Some(8080), Some(80)));
+    assert_eq!(r.mapped, Some(Ipv4Net::new(ip("198.51.100.40"), 32).unwrap()));
+    assert_eq!(r.per_session_udp, UdpSessions::Dns, "the reference's default");
     assert_eq!(n.rules[3].mapped.map(|m| m.len), Some(28));
     // The replicated document carries it and reads back equal.
     let p = c.policy();
@@ -191,33 +167,19 @@ fn broken_nat_sections_name_line_and_field() {
 /// node file and in a replicated policy document.
 #[test]
 fn a_cluster_refuses_what_n8_excludes() {
-    let nat =
-        "nat:\n  pools:\n    - name: p\n      addresses: [198.51.100.1]\n      round-robin: true\n";
+    let nat = "nat:\n  pools:\n    - name: p\n      addresses: [198.51.100.1]\n      round-robin: true\n";
     let src = format!("{CLUSTER}{nat}");
     let e = parse(&src, "c.yaml").expect_err("round-robin");
     assert_eq!(e.field(), "nat.pools[0].round-robin");
-    assert!(
-        e.to_string()
-            .ends_with("PAT pool round-robin is not supported in a cluster (SPEC N8)"),
-        "{e}"
-    );
-    for (key, feature) in [
-        ("extended: true", "extended PAT"),
-        (
-            "interface-pat: true",
-            "interface PAT on individual interfaces",
-        ),
-    ] {
+    assert!(e.to_string().ends_with("PAT pool round-robin is not supported in a cluster (SPEC N8)"), "{e}");
+    for (key, feature) in
+        [("extended: true", "extended PAT"), ("interface-pat: true", "interface PAT on individual interfaces")]
+    {
         let src = format!(
             "{CLUSTER}nat:\n  pools:\n    - name: p\n      addresses: [198.51.100.1]\n  rules:\n    - name: r\n      kind: dynamic-pat\n      source: 10.0.0.0/8\n      pool: p\n      {key}\n"
         );
         let e = parse(&src, "c.yaml").expect_err(key);
-        assert!(
-            e.to_string().ends_with(&format!(
-                "{feature} is not supported in a cluster (SPEC N8)"
-            )),
-            "{e}"
-        );
+        assert!(e.to_string().ends_with(&format!("{feature} is not supported in a cluster (SPEC N8)")), "{e}");
     }
     let c = parse(CLUSTER, "c.yaml").unwrap();
     let levels = "interfaces:\n  - name: inside\n    security-level: 100\n  - name: outside\n    security-level: 0\n";
@@ -226,11 +188,7 @@ fn a_cluster_refuses_what_n8_excludes() {
     );
     let e = parse_policy(&doc, "replicated", &c.interfaces).expect_err("tftp");
     assert_eq!((e.line(), e.field()), (15, "nat.rules[0].inspect[0]"));
-    assert!(
-        e.to_string()
-            .ends_with("is not supported in a cluster (SPEC N8)"),
-        "{e}"
-    );
+    assert!(e.to_string().ends_with("is not supported in a cluster (SPEC N8)"), "{e}");
 }
 
 /// A hostile or broken section never panics: every truncation and every
@@ -243,11 +201,7 @@ fn every_truncation_and_line_deletion_of_a_nat_section() {
     let doc = c.policy().to_yaml();
     for (src, policy) in [(full.as_str(), false), (doc.as_str(), true)] {
         let check = |s: &str| {
-            let r = if policy {
-                parse_policy(s, "p", &c.interfaces).map(|_| ())
-            } else {
-                parse(s, "p").map(|_| ())
-            };
+            let r = if policy { parse_policy(s, "p", &c.interfaces).map(|_| ()) } else { parse(s, "p").map(|_| ()) };
             if let Err(e) = r {
                 assert!(e.line() >= 1 && e.column() >= 1, "{e}");
             }

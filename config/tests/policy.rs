@@ -5,18 +5,12 @@
 //! `local_changes` tells a reloadable file from one that needs a restart.
 
 use config::policy::{Policy, POLICY_HEADER};
-use config::{
-    parse, parse_policy, AccessRule, Action, IpNet, Ipv4Net, Ipv6Net, Limits, PortRange, Protocol,
-    Timeouts,
-};
+use config::{parse, parse_policy, AccessRule, Action, IpNet, Ipv4Net, Ipv6Net, Limits, PortRange, Protocol, Timeouts};
 use proptest::prelude::*;
 
 const EXAMPLES: [(&str, &str); 2] = [
     ("node.yaml", include_str!("../examples/node.yaml")),
-    (
-        "cluster-node.yaml",
-        include_str!("../examples/cluster-node.yaml"),
-    ),
+    ("cluster-node.yaml", include_str!("../examples/cluster-node.yaml")),
 ];
 
 #[test]
@@ -28,15 +22,10 @@ fn the_examples_policies_read_back_equal() {
         assert!(!p.access_rules.is_empty(), "{name} has rules to carry");
         let y = p.to_yaml();
         assert!(y.starts_with(POLICY_HEADER), "{y}");
-        let back = parse_policy(&y, "replicated", &c.interfaces)
-            .unwrap_or_else(|e| panic!("{name}: {e}\n{y}"));
+        let back = parse_policy(&y, "replicated", &c.interfaces).unwrap_or_else(|e| panic!("{name}: {e}\n{y}"));
         assert_eq!(back, p, "{name}:\n{y}");
         assert_eq!(back.to_yaml(), y, "deterministic");
-        assert_eq!(
-            c.with_policy(&back),
-            c,
-            "a node running its own policy runs its file"
-        );
+        assert_eq!(c.with_policy(&back), c, "a node running its own policy runs its file");
     }
 }
 
@@ -45,26 +34,11 @@ fn a_policy_for_other_interfaces_is_refused_naming_the_field() {
     let c = parse(EXAMPLES[0].1, "node.yaml").unwrap();
     let y = c.policy().to_yaml();
     // A node without the `outside` interface: the policy names it.
-    let fewer: Vec<_> = c
-        .interfaces
-        .iter()
-        .filter(|i| i.name != "outside")
-        .cloned()
-        .collect();
+    let fewer: Vec<_> = c.interfaces.iter().filter(|i| i.name != "outside").cloned().collect();
     let e = parse_policy(&y, "replicated configuration v3 from n1", &fewer).unwrap_err();
-    assert!(
-        e.to_string()
-            .starts_with("replicated configuration v3 from n1:"),
-        "{e}"
-    );
-    assert!(
-        e.field().starts_with("interfaces[") && e.field().ends_with("].name"),
-        "{e}"
-    );
-    assert!(
-        e.to_string().contains("unknown interface \"outside\""),
-        "{e}"
-    );
+    assert!(e.to_string().starts_with("replicated configuration v3 from n1:"), "{e}");
+    assert!(e.field().starts_with("interfaces[") && e.field().ends_with("].name"), "{e}");
+    assert!(e.to_string().contains("unknown interface \"outside\""), "{e}");
     // A node with one more interface than the policy names.
     let mut more = c.interfaces.clone();
     let mut dmz = more[0].clone();
@@ -72,11 +46,7 @@ fn a_policy_for_other_interfaces_is_refused_naming_the_field() {
     more.push(dmz);
     let e = parse_policy(&y, "replicated", &more).unwrap_err();
     assert_eq!(e.field(), "interfaces", "{e}");
-    assert!(
-        e.to_string()
-            .contains("no security level for this node's interface \"dmz\""),
-        "{e}"
-    );
+    assert!(e.to_string().contains("no security level for this node's interface \"dmz\""), "{e}");
 }
 
 #[test]
@@ -156,15 +126,8 @@ fn rule() -> impl Strategy<Value = AccessRule> {
     ];
     // A rule's addresses: none, IPv4 or IPv6 (one family per rule), each
     // of the two present or not.
-    let nets = (
-        0u8..3,
-        any::<bool>(),
-        any::<bool>(),
-        any::<(u32, u32, u128, u128)>(),
-        0u8..=128,
-        0u8..=128,
-    )
-        .prop_map(|(family, has_src, has_dst, (s4, d4, s6, d6), sl, dl)| {
+    let nets = (0u8..3, any::<bool>(), any::<bool>(), any::<(u32, u32, u128, u128)>(), 0u8..=128, 0u8..=128).prop_map(
+        |(family, has_src, has_dst, (s4, d4, s6, d6), sl, dl)| {
             let v4 = |a: u32, l: u8| IpNet::V4(Ipv4Net::containing(a.into(), l.min(32)));
             let v6 = |a: u128, l: u8| IpNet::V6(Ipv6Net::containing(a.into(), l));
             match family {
@@ -172,49 +135,40 @@ fn rule() -> impl Strategy<Value = AccessRule> {
                 1 => (has_src.then(|| v4(s4, sl)), has_dst.then(|| v4(d4, dl))),
                 _ => (has_src.then(|| v6(s6, sl)), has_dst.then(|| v6(d6, dl))),
             }
-        });
-    let ports = (any::<u16>(), any::<u16>()).prop_map(|(a, b)| {
-        format!("{}-{}", a.min(b), a.max(b))
-            .parse::<PortRange>()
-            .unwrap()
-    });
+        },
+    );
+    let ports = (any::<u16>(), any::<u16>()).prop_map(|(a, b)| format!("{}-{}", a.min(b), a.max(b)).parse::<PortRange>().unwrap());
     (
         "[a-zA-Z0-9 _\"\\\\:#é-]{1,12}",
         any::<bool>(),
-        prop_oneof![
-            Just(None),
-            Just(Some("inside".to_string())),
-            Just(Some("outside".to_string()))
-        ],
+        prop_oneof![Just(None), Just(Some("inside".to_string())), Just(Some("outside".to_string()))],
         proto,
         nets,
         ports.clone(),
         ports,
         limits(),
     )
-        .prop_map(
-            |(name, permit, interface, protocol, (source, destination), sp, dp, limits)| {
-                let l4 = protocol.has_ports();
-                // The other family's ICMP is refused: swap it for this one's.
-                let family = source.or(destination).map(|n| n.family());
-                let protocol = match (protocol, family) {
-                    (Protocol::ICMP, Some("IPv6")) => Protocol::ICMP6,
-                    (Protocol::ICMP6, Some("IPv4")) => Protocol::ICMP,
-                    (p, _) => p,
-                };
-                AccessRule {
-                    name,
-                    action: if permit { Action::Permit } else { Action::Deny },
-                    interface,
-                    protocol,
-                    source,
-                    destination,
-                    source_port: if l4 { sp } else { PortRange::ANY },
-                    destination_port: if l4 { dp } else { PortRange::ANY },
-                    limits: if permit { limits } else { Limits::default() },
-                }
-            },
-        )
+        .prop_map(|(name, permit, interface, protocol, (source, destination), sp, dp, limits)| {
+            let l4 = protocol.has_ports();
+            // The other family's ICMP is refused: swap it for this one's.
+            let family = source.or(destination).map(|n| n.family());
+            let protocol = match (protocol, family) {
+                (Protocol::ICMP, Some("IPv6")) => Protocol::ICMP6,
+                (Protocol::ICMP6, Some("IPv4")) => Protocol::ICMP,
+                (p, _) => p,
+            };
+            AccessRule {
+                name,
+                action: if permit { Action::Permit } else { Action::Deny },
+                interface,
+                protocol,
+                source,
+                destination,
+                source_port: if l4 { sp } else { PortRange::ANY },
+                destination_port: if l4 { dp } else { PortRange::ANY },
+                limits: if permit { limits } else { Limits::default() },
+            }
+        })
 }
 
 proptest! {
@@ -261,9 +215,7 @@ fn every_truncation_and_line_deletion_of_a_policy_document() {
             false
         }
     };
-    let ok = (0..=doc.len())
-        .filter(|&n| doc.is_char_boundary(n) && check(&doc[..n]))
-        .count();
+    let ok = (0..=doc.len()).filter(|&n| doc.is_char_boundary(n) && check(&doc[..n])).count();
     assert!(ok > 10, "{ok} truncations parsed");
     let lines: Vec<&str> = doc.lines().collect();
     for i in 0..lines.len() {

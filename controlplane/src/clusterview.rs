@@ -68,12 +68,8 @@ pub fn trace_arg(secs: u64, filter: &str) -> String {
 /// A trace start's seconds and filter (`trace_arg`), checked.
 pub fn parse_trace_arg(arg: &[u8]) -> Result<(u64, TraceFilter), String> {
     let text = std::str::from_utf8(arg).map_err(|_| "trace argument is not text".to_string())?;
-    let (secs, filter) = text
-        .split_once(' ')
-        .ok_or_else(|| format!("trace argument {text:?}: SECS FILTER"))?;
-    let secs: u64 = secs
-        .parse()
-        .map_err(|_| format!("trace seconds {secs:?}"))?;
+    let (secs, filter) = text.split_once(' ').ok_or_else(|| format!("trace argument {text:?}: SECS FILTER"))?;
+    let secs: u64 = secs.parse().map_err(|_| format!("trace seconds {secs:?}"))?;
     if secs == 0 || secs > TRACE_MAX_SECS {
         return Err(format!("a trace runs 1 to {TRACE_MAX_SECS} s, not {secs}"));
     }
@@ -96,19 +92,10 @@ pub fn topic_of(code: u8) -> Option<Topic> {
 /// object (`{"ok":true,"data":…}` or `{"ok":false,"error":…}`).
 pub fn encode_answer(r: Result<Value, String>) -> Vec<u8> {
     let resp = match r {
-        Ok(data) => Response {
-            ok: true,
-            error: None,
-            data,
-        },
-        Err(e) => Response {
-            ok: false,
-            error: Some(e),
-            data: Value::Null,
-        },
+        Ok(data) => Response { ok: true, error: None, data },
+        Err(e) => Response { ok: false, error: Some(e), data: Value::Null },
     };
-    serde_json::to_vec(&resp)
-        .unwrap_or_else(|_| br#"{"ok":false,"error":"answer not encoded"}"#.to_vec())
+    serde_json::to_vec(&resp).unwrap_or_else(|_| br#"{"ok":false,"error":"answer not encoded"}"#.to_vec())
 }
 
 /// What one configured node made of the query.
@@ -165,18 +152,8 @@ pub struct Member {
 pub fn merge(topic: Topic, members: &[Member]) -> Value {
     let list: Vec<Value> = members.iter().map(member_row).collect();
     let silent = silent(members);
-    let answered = || {
-        members.iter().filter_map(|m| {
-            if let Answer::Data(d) = &m.answer {
-                Some((m, d))
-            } else {
-                None
-            }
-        })
-    };
-    let nodes: Map<String, Value> = answered()
-        .map(|(m, d)| (m.name.clone(), d.clone()))
-        .collect();
+    let answered = || members.iter().filter_map(|m| if let Answer::Data(d) = &m.answer { Some((m, d)) } else { None });
+    let nodes: Map<String, Value> = answered().map(|(m, d)| (m.name.clone(), d.clone())).collect();
     let mut out = json!({
         "topic": topic.as_str(),
         "members": list,
@@ -198,12 +175,7 @@ pub fn merge(topic: Topic, members: &[Member]) -> Value {
                         m.remove(k);
                     }
                     // A port's DPDK number is no counter.
-                    for p in m
-                        .get_mut("ports")
-                        .and_then(Value::as_array_mut)
-                        .into_iter()
-                        .flatten()
-                    {
+                    for p in m.get_mut("ports").and_then(Value::as_array_mut).into_iter().flatten() {
                         if let Value::Object(p) = p {
                             p.remove("port");
                         }
@@ -238,10 +210,7 @@ pub fn merge(topic: Topic, members: &[Member]) -> Value {
             let mut per = Map::new();
             for (m, d) in answered() {
                 crate::stats::add_json(&mut total, &d["counters"]);
-                per.insert(
-                    m.name.clone(),
-                    json!({ "nat": d["nat"], "counters": d["counters"] }),
-                );
+                per.insert(m.name.clone(), json!({ "nat": d["nat"], "counters": d["counters"] }));
             }
             out["counters"] = total;
             out["nodes"] = Value::Object(per);
@@ -305,11 +274,7 @@ fn member_row(m: &Member) -> Value {
 
 /// The names of the members that did not answer.
 fn silent(members: &[Member]) -> Vec<&str> {
-    members
-        .iter()
-        .filter(|m| m.answer == Answer::Missing)
-        .map(|m| m.name.as_str())
-        .collect()
+    members.iter().filter(|m| m.answer == Answer::Missing).map(|m| m.name.as_str()).collect()
 }
 
 /// `show xlate` of every member as one row per translation (protocol,
@@ -383,10 +348,7 @@ fn merge_pools(members: &[Member]) -> Vec<Value> {
 /// of member rows read.
 fn merge_conns(members: &[Member]) -> (Vec<Value>, usize) {
     let name_of = |id: u64| -> Value {
-        members
-            .iter()
-            .find(|m| u64::from(m.id.0) == id)
-            .map_or_else(|| json!(format!("node {id}")), |m| json!(m.name))
+        members.iter().find(|m| u64::from(m.id.0) == id).map_or_else(|| json!(format!("node {id}")), |m| json!(m.name))
     };
     // Key: the connection whichever way a member saw it first (a
     // forwarder's record holds the direction it saw first, which may be
@@ -401,13 +363,9 @@ fn merge_conns(members: &[Member]) -> (Vec<Value>, usize) {
     let mut reported = 0;
     for m in members {
         let Answer::Data(d) = &m.answer else { continue };
-        let Some(rows) = d["connections"].as_array() else {
-            continue;
-        };
+        let Some(rows) = d["connections"].as_array() else { continue };
         for r in rows {
-            let Some(t) = r.get("tuple").filter(|t| t.is_object()) else {
-                continue;
-            };
+            let Some(t) = r.get("tuple").filter(|t| t.is_object()) else { continue };
             reported += 1;
             let e = by_tuple.entry(key(t)).or_insert_with(|| {
                 json!({
@@ -431,14 +389,7 @@ fn merge_conns(members: &[Member]) -> (Vec<Value>, usize) {
                     e["tuple"] = t.clone();
                     e["owner"] = me;
                     e["owner_answered"] = json!(true);
-                    for k in [
-                        "state",
-                        "packets",
-                        "bytes",
-                        "idle_ms",
-                        "expires_in_ms",
-                        "worker",
-                    ] {
+                    for k in ["state", "packets", "bytes", "idle_ms", "expires_in_ms", "worker"] {
                         if let Some(v) = r.get(k) {
                             e[k] = v.clone();
                         }
@@ -446,11 +397,7 @@ fn merge_conns(members: &[Member]) -> (Vec<Value>, usize) {
                 }
                 Some("director") => e["director"] = me,
                 Some(role @ ("backup" | "forwarder")) => {
-                    let list = if role == "backup" {
-                        "backups"
-                    } else {
-                        "forwarders"
-                    };
+                    let list = if role == "backup" { "backups" } else { "forwarders" };
                     if let Some(a) = e[list].as_array_mut() {
                         if !a.contains(&me) {
                             a.push(me);
@@ -483,12 +430,7 @@ mod tests {
     }
 
     fn member(id: u8, answer: Answer) -> Member {
-        Member {
-            id: NodeId(id),
-            name: format!("n{}", id + 1),
-            this_node: id == 0,
-            answer,
-        }
+        Member { id: NodeId(id), name: format!("n{}", id + 1), this_node: id == 0, answer }
     }
 
     fn conns(rows: Vec<Value>) -> Answer {
@@ -510,14 +452,8 @@ mod tests {
 
     #[test]
     fn answers_round_trip_and_garbage_is_a_bad_answer() {
-        assert_eq!(
-            Answer::decode(&encode_answer(Ok(json!({"a": 1})))),
-            Answer::Data(json!({"a": 1}))
-        );
-        assert_eq!(
-            Answer::decode(&encode_answer(Err("no NAT".into()))),
-            Answer::Error("no NAT".into())
-        );
+        assert_eq!(Answer::decode(&encode_answer(Ok(json!({"a": 1})))), Answer::Data(json!({"a": 1})));
+        assert_eq!(Answer::decode(&encode_answer(Err("no NAT".into()))), Answer::Error("no NAT".into()));
         assert_eq!(Answer::decode(b"\xff{not json"), Answer::Bad);
         assert_eq!(Answer::decode(b""), Answer::Bad);
     }
@@ -528,219 +464,86 @@ mod tests {
         // forwarder n1. Connection 2000: owned by n3, which is silent; n1
         // directs it and says so.
         let ms = vec![
-            member(
-                0,
-                conns(vec![
-                    row(1000, "director", 1),
-                    row(1000, "forwarder", 1),
-                    row(2000, "director", 2),
-                ]),
-            ),
+            member(0, conns(vec![row(1000, "director", 1), row(1000, "forwarder", 1), row(2000, "director", 2)])),
             member(1, conns(vec![row(1000, "owner", 1)])),
             member(2, Answer::Missing),
             member(3, Answer::Error("disabled".into())),
             // n5's forwarder record saw the server's half first.
-            member(
-                4,
-                conns(vec![
-                    json!({ "tuple": { "src": "198.18.20.2", "dst": "198.18.10.2", "proto": 6, "src_port": 8080, "dst_port": 1000 },
-                                          "state": "ESTABLISHED", "role": "forwarder", "owner": 1 }),
-                ]),
-            ),
+            member(4, conns(vec![json!({ "tuple": { "src": "198.18.20.2", "dst": "198.18.10.2", "proto": 6, "src_port": 8080, "dst_port": 1000 },
+                                          "state": "ESTABLISHED", "role": "forwarder", "owner": 1 })])),
         ];
         let v = merge(Topic::Conn, &ms);
         assert_eq!(v["not_answering"], json!(["n3"]));
         assert_eq!(v["members"][3]["status"], "error");
         assert_eq!(v["members"][3]["error"], "disabled");
-        assert_eq!(
-            (v["connections"].as_u64(), v["reported_rows"].as_u64()),
-            (Some(2), Some(5))
-        );
+        assert_eq!((v["connections"].as_u64(), v["reported_rows"].as_u64()), (Some(2), Some(5)));
         let rows = v["rows"].as_array().unwrap();
-        let r = rows
-            .iter()
-            .find(|r| r["tuple"]["src_port"] == 1000)
-            .unwrap();
-        assert_eq!(
-            (&r["owner"], &r["owner_answered"], &r["director"]),
-            (&json!("n2"), &json!(true), &json!("n1"))
-        );
-        assert_eq!(
-            (&r["backups"], &r["forwarders"]),
-            (&json!([]), &json!(["n1", "n5"]))
-        );
+        let r = rows.iter().find(|r| r["tuple"]["src_port"] == 1000).unwrap();
+        assert_eq!((&r["owner"], &r["owner_answered"], &r["director"]), (&json!("n2"), &json!(true), &json!("n1")));
+        assert_eq!((&r["backups"], &r["forwarders"]), (&json!([]), &json!(["n1", "n5"])));
         assert_eq!(r["tuple"], tuple(1000), "the owner's direction");
-        assert_eq!(
-            (&r["packets"], &r["state"]),
-            (&json!([3, 4]), &json!("ESTABLISHED"))
-        );
-        let r = rows
-            .iter()
-            .find(|r| r["tuple"]["src_port"] == 2000)
-            .unwrap();
-        assert_eq!(
-            (&r["owner"], &r["owner_answered"], &r["director"]),
-            (&json!("n3"), &json!(false), &json!("n1"))
-        );
+        assert_eq!((&r["packets"], &r["state"]), (&json!([3, 4]), &json!("ESTABLISHED")));
+        let r = rows.iter().find(|r| r["tuple"]["src_port"] == 2000).unwrap();
+        assert_eq!((&r["owner"], &r["owner_answered"], &r["director"]), (&json!("n3"), &json!(false), &json!("n1")));
         assert!(r.get("packets").is_none(), "no counters without the owner");
     }
 
     #[test]
     fn trace_timelines_merge_in_time_order_and_arguments_are_checked() {
         let ev = |t: u64, what: &str| json!({ "unix_ns": t, "verdict": what });
-        let d = |evs: Vec<Value>| {
-            Answer::Data(json!({ "filter": "10.0.0.1", "lost": 0, "events": evs }))
-        };
-        let v = merge(
-            Topic::Trace,
-            &[
-                member(0, d(vec![ev(1, "a"), ev(5, "c")])),
-                member(1, d(vec![ev(3, "b")])),
-                member(2, Answer::Missing),
-            ],
-        );
-        let order: Vec<(&str, &str)> = v["events"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|e| (e["node"].as_str().unwrap(), e["verdict"].as_str().unwrap()))
-            .collect();
+        let d = |evs: Vec<Value>| Answer::Data(json!({ "filter": "10.0.0.1", "lost": 0, "events": evs }));
+        let v = merge(Topic::Trace, &[member(0, d(vec![ev(1, "a"), ev(5, "c")])), member(1, d(vec![ev(3, "b")])), member(2, Answer::Missing)]);
+        let order: Vec<(&str, &str)> =
+            v["events"].as_array().unwrap().iter().map(|e| (e["node"].as_str().unwrap(), e["verdict"].as_str().unwrap())).collect();
         assert_eq!(order, [("n1", "a"), ("n2", "b"), ("n1", "c")]);
         assert_eq!(v["nodes"]["n2"], json!({ "filter": "10.0.0.1", "lost": 0 }));
         assert_eq!(v["not_answering"], json!(["n3"]));
         let (secs, f) = parse_trace_arg(trace_arg(10, "198.18.10.2 port 80").as_bytes()).unwrap();
-        assert_eq!(
-            (secs, f.to_string()),
-            (10, "198.18.10.2 port 80".to_string())
-        );
-        for bad in [
-            "",
-            "10",
-            "0 1.2.3.4",
-            "301 1.2.3.4",
-            "x 1.2.3.4",
-            "10 nothing",
-        ] {
+        assert_eq!((secs, f.to_string()), (10, "198.18.10.2 port 80".to_string()));
+        for bad in ["", "10", "0 1.2.3.4", "301 1.2.3.4", "x 1.2.3.4", "10 nothing"] {
             assert!(parse_trace_arg(bad.as_bytes()).is_err(), "{bad:?}");
         }
         assert!(parse_trace_arg(b"\xff 1.2.3.4").is_err());
-        let s = merge_trace_start(&[
-            member(0, Answer::Data(json!({"until": 1}))),
-            member(1, Answer::Error("bad".into())),
-        ]);
-        assert_eq!(
-            (
-                s["topic"].as_str(),
-                s["members"][0]["trace"]["until"].as_u64(),
-                s["members"][1]["error"].as_str()
-            ),
-            (Some("trace-start"), Some(1), Some("bad"))
-        );
+        let s = merge_trace_start(&[member(0, Answer::Data(json!({"until": 1}))), member(1, Answer::Error("bad".into()))]);
+        assert_eq!((s["topic"].as_str(), s["members"][0]["trace"]["until"].as_u64(), s["members"][1]["error"].as_str()), (Some("trace-start"), Some(1), Some("bad")));
     }
 
     #[test]
     fn xlates_merge_into_one_row_per_translation() {
-        let x = |proto: &str,
-                 real: &str,
-                 mapped: &str,
-                 sessions: &str,
-                 refcnt: u64,
-                 idle: u64,
-                 stale: bool| {
+        let x = |proto: &str, real: &str, mapped: &str, sessions: &str, refcnt: u64, idle: u64, stale: bool| {
             json!({ "proto": proto, "real": real, "mapped": mapped, "sessions": sessions, "refcnt": refcnt,
                     "idle_ms": idle, "age_ms": idle * 2, "stale": stale, "worker": 0 })
         };
-        let d = |xs: Vec<Value>, created: u64| {
-            Answer::Data(
-                json!({ "nat": true, "xlates": xs, "counters": { "xlates_created": created } }),
-            )
-        };
+        let d = |xs: Vec<Value>, created: u64| Answer::Data(json!({ "nat": true, "xlates": xs, "counters": { "xlates_created": created } }));
         // A PAT xlate on its owner n1; a dynamic-NAT one on every member
         // (control node n2, replicas elsewhere), stale on one only.
-        let dnat = |refcnt, idle, stale| {
-            x(
-                "tcp",
-                "10.0.0.9:0",
-                "192.0.2.9:0",
-                "cluster",
-                refcnt,
-                idle,
-                stale,
-            )
-        };
+        let dnat = |refcnt, idle, stale| x("tcp", "10.0.0.9:0", "192.0.2.9:0", "cluster", refcnt, idle, stale);
         let v = merge(
             Topic::Xlate,
             &[
-                member(
-                    0,
-                    d(
-                        vec![
-                            x(
-                                "tcp",
-                                "10.0.0.1:40000",
-                                "192.0.2.7:1024",
-                                "per-session",
-                                1,
-                                5,
-                                false,
-                            ),
-                            dnat(2, 50, true),
-                        ],
-                        1,
-                    ),
-                ),
+                member(0, d(vec![x("tcp", "10.0.0.1:40000", "192.0.2.7:1024", "per-session", 1, 5, false), dnat(2, 50, true)], 1)),
                 member(1, d(vec![dnat(0, 900, false)], 4)),
                 member(2, Answer::Missing),
             ],
         );
-        assert_eq!(
-            (v["translations"].as_u64(), v["reported_rows"].as_u64()),
-            (Some(2), Some(3))
-        );
+        assert_eq!((v["translations"].as_u64(), v["reported_rows"].as_u64()), (Some(2), Some(3)));
         let rows = v["xlates"].as_array().unwrap();
-        let pat = rows
-            .iter()
-            .find(|r| r["sessions"] == "per-session")
-            .unwrap();
-        assert_eq!(
-            (&pat["nodes"], &pat["refcnt"], &pat["mapped"]),
-            (&json!(["n1"]), &json!(1), &json!("192.0.2.7:1024"))
-        );
+        let pat = rows.iter().find(|r| r["sessions"] == "per-session").unwrap();
+        assert_eq!((&pat["nodes"], &pat["refcnt"], &pat["mapped"]), (&json!(["n1"]), &json!(1), &json!("192.0.2.7:1024")));
         let shared = rows.iter().find(|r| r["sessions"] == "cluster").unwrap();
         assert_eq!(
-            (
-                &shared["nodes"],
-                &shared["refcnt"],
-                &shared["idle_ms"],
-                &shared["age_ms"],
-                &shared["stale"]
-            ),
-            (
-                &json!(["n1", "n2"]),
-                &json!(2),
-                &json!(50),
-                &json!(1800),
-                &json!(false)
-            )
+            (&shared["nodes"], &shared["refcnt"], &shared["idle_ms"], &shared["age_ms"], &shared["stale"]),
+            (&json!(["n1", "n2"]), &json!(2), &json!(50), &json!(1800), &json!(false))
         );
         assert_eq!(v["counters"], json!({ "xlates_created": 5 }));
-        assert_eq!(
-            v["nodes"]["n2"],
-            json!({ "nat": true, "counters": { "xlates_created": 4 } })
-        );
+        assert_eq!(v["nodes"]["n2"], json!({ "nat": true, "counters": { "xlates_created": 4 } }));
         assert_eq!(v["not_answering"], json!(["n3"]));
     }
 
     #[test]
     fn nat_pools_merge_into_one_row_per_pool_with_each_members_share() {
         // Rows as a node gives them: one per worker and pool.
-        let row = |pool: u64,
-                   name: &str,
-                   kind: &str,
-                   blocks: u64,
-                   free: u64,
-                   ports: u64,
-                   worker: u64| {
+        let row = |pool: u64, name: &str, kind: &str, blocks: u64, free: u64, ports: u64, worker: u64| {
             json!({ "pool": pool, "name": name, "kind": kind, "addresses": 2, "blocks": blocks, "free_blocks": free,
                     "ports_in_use": ports, "free_addresses": 0, "worker": worker })
         };
@@ -748,21 +551,8 @@ mod tests {
         let v = merge(
             Topic::NatPool,
             &[
-                member(
-                    0,
-                    d(vec![
-                        row(0, "pat", "dynamic-pat", 21, 20, 3, 0),
-                        row(0, "pat", "dynamic-pat", 21, 21, 0, 1),
-                        row(1, "dyn", "dynamic-nat", 0, 0, 0, 0),
-                    ]),
-                ),
-                member(
-                    1,
-                    d(vec![
-                        row(0, "pat", "dynamic-pat", 42, 40, 7, 0),
-                        row(1, "dyn", "dynamic-nat", 0, 0, 0, 0),
-                    ]),
-                ),
+                member(0, d(vec![row(0, "pat", "dynamic-pat", 21, 20, 3, 0), row(0, "pat", "dynamic-pat", 21, 21, 0, 1), row(1, "dyn", "dynamic-nat", 0, 0, 0, 0)])),
+                member(1, d(vec![row(0, "pat", "dynamic-pat", 42, 40, 7, 0), row(1, "dyn", "dynamic-nat", 0, 0, 0, 0)])),
                 member(2, Answer::Error("no NAT configured".into())),
             ],
         );
@@ -770,56 +560,30 @@ mod tests {
         assert_eq!(pools.len(), 2);
         let pat = &pools[0];
         assert_eq!(
-            (
-                &pat["name"],
-                &pat["blocks"],
-                &pat["free_blocks"],
-                &pat["ports_in_use"]
-            ),
+            (&pat["name"], &pat["blocks"], &pat["free_blocks"], &pat["ports_in_use"]),
             (&json!("pat"), &json!(84), &json!(81), &json!(10))
         );
-        assert_eq!(
-            pat["nodes"]["n1"],
-            json!({ "blocks": 42, "free_blocks": 41, "ports_in_use": 3, "free_addresses": 0 })
-        );
+        assert_eq!(pat["nodes"]["n1"], json!({ "blocks": 42, "free_blocks": 41, "ports_in_use": 3, "free_addresses": 0 }));
         assert_eq!(pat["nodes"]["n2"]["blocks"], json!(42));
         assert!(pat["nodes"].get("n3").is_none(), "an error is no share");
-        assert_eq!(
-            (&pools[1]["kind"], &pools[1]["blocks"]),
-            (&json!("dynamic-nat"), &json!(0))
-        );
+        assert_eq!((&pools[1]["kind"], &pools[1]["blocks"]), (&json!("dynamic-nat"), &json!(0)));
         assert_eq!(v["members"][2]["status"], json!("error"));
     }
 
     #[test]
     fn stats_add_up_and_cluster_agreement_is_checked() {
         let s = |n: u64| json!({ "node": "x", "uptime_s": 5, "rx": n, "ports": [{"port": 3, "rx_packets": n}], "workers": [{"rx": n}] });
-        let ms = vec![
-            member(0, Answer::Data(s(1))),
-            member(1, Answer::Data(s(10))),
-            member(2, Answer::Bad),
-        ];
+        let ms = vec![member(0, Answer::Data(s(1))), member(1, Answer::Data(s(10))), member(2, Answer::Bad)];
         let v = merge(Topic::Stats, &ms);
-        assert_eq!(
-            v["total"],
-            json!({ "rx": 11, "ports": [{"rx_packets": 11}] })
-        );
+        assert_eq!(v["total"], json!({ "rx": 11, "ports": [{"rx_packets": 11}] }));
         assert_eq!(v["nodes"]["n2"]["rx"], 10);
         assert_eq!(v["members"][2]["status"], "bad answer");
         assert_eq!(v["not_answering"], json!([]));
-        let c = |epoch: u64| {
-            Answer::Data(json!({ "epoch": epoch, "control_node": 0, "config_version": 1 }))
-        };
+        let c = |epoch: u64| Answer::Data(json!({ "epoch": epoch, "control_node": 0, "config_version": 1 }));
         let agree = merge(Topic::Cluster, &[member(0, c(3)), member(1, c(3))]);
-        assert_eq!(
-            agree["agree"],
-            json!({ "epoch": true, "control_node": true, "config_version": true })
-        );
+        assert_eq!(agree["agree"], json!({ "epoch": true, "control_node": true, "config_version": true }));
         let split = merge(Topic::Cluster, &[member(0, c(3)), member(1, c(4))]);
         assert_eq!(split["agree"]["epoch"], false);
-        assert_eq!(
-            merge(Topic::Cluster, &[member(0, Answer::Missing)])["agree"]["epoch"],
-            false
-        );
+        assert_eq!(merge(Topic::Cluster, &[member(0, Answer::Missing)])["agree"]["epoch"], false);
     }
 }

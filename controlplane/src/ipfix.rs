@@ -158,11 +158,7 @@ impl LimitEvent {
         out.extend_from_slice(&self.time_ms.to_be_bytes());
         // natEvent 13: quota exceeded (RFC 8158 §4.4, IANA "NAT Event Type").
         out.push(13);
-        let (quota, per_session, per_user) = if self.per_client {
-            (3u32, 0, self.limit)
-        } else {
-            (1u32, self.limit, 0)
-        };
+        let (quota, per_session, per_user) = if self.per_client { (3u32, 0, self.limit) } else { (1u32, self.limit, 0) };
         out.extend_from_slice(&quota.to_be_bytes());
         out.extend_from_slice(&per_session.to_be_bytes());
         out.extend_from_slice(&per_user.to_be_bytes());
@@ -211,16 +207,10 @@ const fn template(src: FieldSpec, dst: FieldSpec) -> [FieldSpec; 13] {
 }
 
 /// The IPv4 template's fields, in record order.
-pub const V4_FIELDS: [FieldSpec; 13] = template(
-    f(ie::SOURCE_IPV4_ADDRESS, 4),
-    f(ie::DESTINATION_IPV4_ADDRESS, 4),
-);
+pub const V4_FIELDS: [FieldSpec; 13] = template(f(ie::SOURCE_IPV4_ADDRESS, 4), f(ie::DESTINATION_IPV4_ADDRESS, 4));
 
 /// The IPv6 template: the IPv4 one with IPv6 addresses.
-pub const V6_FIELDS: [FieldSpec; 13] = template(
-    f(ie::SOURCE_IPV6_ADDRESS, 16),
-    f(ie::DESTINATION_IPV6_ADDRESS, 16),
-);
+pub const V6_FIELDS: [FieldSpec; 13] = template(f(ie::SOURCE_IPV6_ADDRESS, 16), f(ie::DESTINATION_IPV6_ADDRESS, 16));
 
 /// The translated IPv4 template: the IPv4 one, then the post-NAT fields.
 pub const V4_NAT_FIELDS: [FieldSpec; 17] = {
@@ -252,20 +242,11 @@ pub const V4_RECORD_LEN: usize = record_len(&V4_FIELDS);
 pub const V6_RECORD_LEN: usize = record_len(&V6_FIELDS);
 pub const V4_NAT_RECORD_LEN: usize = record_len(&V4_NAT_FIELDS);
 /// The templates in the order they are sent.
-const TEMPLATES: [(u16, &[FieldSpec]); 3] = [
-    (V4_TEMPLATE, &V4_FIELDS),
-    (V6_TEMPLATE, &V6_FIELDS),
-    (V4_NAT_TEMPLATE, &V4_NAT_FIELDS),
-];
+const TEMPLATES: [(u16, &[FieldSpec]); 3] = [(V4_TEMPLATE, &V4_FIELDS), (V6_TEMPLATE, &V6_FIELDS), (V4_NAT_TEMPLATE, &V4_NAT_FIELDS)];
 /// The template set: its header, then per template its id, field count
 /// and 4 bytes per field (RFC 7011 §3.4.1).
-pub const TEMPLATE_SET_LEN: usize = SET_HEADER_LEN
-    + 4
-    + 4 * V4_FIELDS.len()
-    + 4
-    + 4 * V6_FIELDS.len()
-    + 4
-    + 4 * V4_NAT_FIELDS.len();
+pub const TEMPLATE_SET_LEN: usize =
+    SET_HEADER_LEN + 4 + 4 * V4_FIELDS.len() + 4 + 4 * V6_FIELDS.len() + 4 + 4 * V4_NAT_FIELDS.len();
 /// The smallest `max_message`: a header, the templates and one IPv6 data
 /// record in its set.
 pub const MIN_MESSAGE: usize = HEADER_LEN + TEMPLATE_SET_LEN + SET_HEADER_LEN + V6_RECORD_LEN;
@@ -353,10 +334,7 @@ pub fn unix_ms(ts_ns: u64, unix_ns_at_zero: u64) -> u64 {
 impl IpfixRecord {
     /// The data records of an ended connection: `[original, reply]`, a
     /// direction without packets `None`.
-    pub fn uniflows(
-        r: &FlowRecord,
-        unix_ns_at_zero: u64,
-    ) -> Result<[Option<IpfixRecord>; 2], Skip> {
+    pub fn uniflows(r: &FlowRecord, unix_ns_at_zero: u64) -> Result<[Option<IpfixRecord>; 2], Skip> {
         let end_reason = match r.event {
             FlowEvent::Ended(reason) => reason.ipfix(),
             // flowEndReason 2: active timeout (RFC 5102 §5.11.3).
@@ -369,26 +347,12 @@ impl IpfixRecord {
         // sender's real and its receiver's mapped endpoint and leaves with
         // the sender's mapped and the receiver's real one.
         // (The ports as the other side saw them: the receivers' before.)
-        let (addrs, nat, reply_addrs, reply_nat, (mapped_sport, mapped_dport)) = match (real, r.nat)
-        {
+        let (addrs, nat, reply_addrs, reply_nat, (mapped_sport, mapped_dport)) = match (real, r.nat) {
             (Addrs::V4 { src, dst }, Some(m)) => (
                 Addrs::V4 { src, dst: m.dst },
-                Some(PostNat {
-                    src: m.src,
-                    dst,
-                    src_port: m.src_port,
-                    dst_port: t.dst_port,
-                }),
-                Addrs::V4 {
-                    src: dst,
-                    dst: m.src,
-                },
-                Some(PostNat {
-                    src: m.dst,
-                    dst: src,
-                    src_port: m.dst_port,
-                    dst_port: t.src_port,
-                }),
+                Some(PostNat { src: m.src, dst, src_port: m.src_port, dst_port: t.dst_port }),
+                Addrs::V4 { src: dst, dst: m.src },
+                Some(PostNat { src: m.dst, dst: src, src_port: m.dst_port, dst_port: t.src_port }),
                 (m.src_port, m.dst_port),
             ),
             _ => (real, None, real.reversed(), None, (t.src_port, t.dst_port)),
@@ -514,11 +478,7 @@ impl IpfixEncoder {
     /// [`MIN_MESSAGE`]..=[`MAX_MESSAGE`]. Over UDP a message should fit
     /// the path MTU (RFC 7011 §10.3.3): 1400 leaves room for the IP and
     /// UDP headers on Ethernet.
-    pub fn new(
-        observation_domain: u32,
-        template_refresh_secs: u32,
-        max_message: usize,
-    ) -> IpfixEncoder {
+    pub fn new(observation_domain: u32, template_refresh_secs: u32, max_message: usize) -> IpfixEncoder {
         IpfixEncoder {
             domain: observation_domain,
             refresh_secs: template_refresh_secs,
@@ -562,8 +522,7 @@ impl IpfixEncoder {
 
     fn templates_due(&self, now_unix_secs: u32) -> bool {
         // A clock that went back wraps to a large age: resend.
-        self.templates_at
-            .is_none_or(|t| now_unix_secs.wrapping_sub(t) >= self.refresh_secs)
+        self.templates_at.is_none_or(|t| now_unix_secs.wrapping_sub(t) >= self.refresh_secs)
     }
 
     /// Appends to `out` the messages carrying every pending record, the
@@ -643,9 +602,7 @@ impl IpfixEncoder {
         let mut msg = Vec::with_capacity(head + sent * LIMIT_RECORD_LEN);
         msg.resize(HEADER_LEN, 0);
         msg.extend_from_slice(&TEMPLATE_SET_ID.to_be_bytes());
-        msg.extend_from_slice(
-            &((SET_HEADER_LEN + 4 + 4 * LIMIT_FIELDS.len()) as u16).to_be_bytes(),
-        );
+        msg.extend_from_slice(&((SET_HEADER_LEN + 4 + 4 * LIMIT_FIELDS.len()) as u16).to_be_bytes());
         msg.extend_from_slice(&LIMIT_TEMPLATE.to_be_bytes());
         msg.extend_from_slice(&(LIMIT_FIELDS.len() as u16).to_be_bytes());
         for spec in LIMIT_FIELDS {
@@ -704,34 +661,17 @@ mod tests {
     /// 2023-11-14T22:13:20Z, the node's `Timestamp(0)` in the tests.
     const AT_ZERO: u64 = 1_700_000_000 * 1_000_000_000;
 
-    fn ended(
-        src: &str,
-        dst: &str,
-        proto: u8,
-        ports: (u16, u16),
-        packets: [u64; 2],
-        bytes: [u64; 2],
-    ) -> FlowRecord {
+    fn ended(src: &str, dst: &str, proto: u8, ports: (u16, u16), packets: [u64; 2], bytes: [u64; 2]) -> FlowRecord {
         FlowRecord {
             event: FlowEvent::Ended(EndReason::Fin),
-            tuple: FiveTuple {
-                src: src.parse().unwrap(),
-                dst: dst.parse().unwrap(),
-                proto,
-                src_port: ports.0,
-                dst_port: ports.1,
-            },
+            tuple: FiveTuple { src: src.parse().unwrap(), dst: dst.parse().unwrap(), proto, src_port: ports.0, dst_port: ports.1 },
             start: Timestamp::from_secs(1),
             last: Timestamp::from_secs(3),
             packets,
             bytes,
             reported_packets: [0; 2],
             reported_bytes: [0; 2],
-            tcp_flags: if proto == 6 {
-                tcp_flags::SYN | tcp_flags::ACK | tcp_flags::FIN
-            } else {
-                0
-            },
+            tcp_flags: if proto == 6 { tcp_flags::SYN | tcp_flags::ACK | tcp_flags::FIN } else { 0 },
             ingress: IfIndex(0),
             egress: IfIndex(1),
             rule: RuleRef::Rule(0),
@@ -784,12 +724,7 @@ mod tests {
                     let body = &rest[SET_HEADER_LEN..len];
                     let tid = be(&body[0..2]) as u16;
                     let n = be(&body[2..4]) as usize;
-                    let fields = (0..n)
-                        .map(|i| FieldSpec {
-                            ie: be(&body[4 + 4 * i..6 + 4 * i]) as u16,
-                            len: be(&body[6 + 4 * i..8 + 4 * i]) as u16,
-                        })
-                        .collect();
+                    let fields = (0..n).map(|i| FieldSpec { ie: be(&body[4 + 4 * i..6 + 4 * i]) as u16, len: be(&body[6 + 4 * i..8 + 4 * i]) as u16 }).collect();
                     self.templates.insert(tid, fields);
                 }
                 rest = &rest[len..];
@@ -805,11 +740,7 @@ mod tests {
                 return Err(format!("version {}", be(&msg[0..2])));
             }
             if be(&msg[2..4]) != msg.len() as u64 {
-                return Err(format!(
-                    "header length {} for {} bytes",
-                    be(&msg[2..4]),
-                    msg.len()
-                ));
+                return Err(format!("header length {} for {} bytes", be(&msg[2..4]), msg.len()));
             }
             let mut m = Message {
                 export_time: be(&msg[4..8]) as u32,
@@ -841,10 +772,7 @@ mod tests {
                             let fields = (0..n)
                                 .map(|i| {
                                     let at = 4 + 4 * i;
-                                    FieldSpec {
-                                        ie: be(&body[at..at + 2]) as u16,
-                                        len: be(&body[at + 2..at + 4]) as u16,
-                                    }
+                                    FieldSpec { ie: be(&body[at..at + 2]) as u16, len: be(&body[at + 2..at + 4]) as u16 }
                                 })
                                 .collect::<Vec<_>>();
                             if fields.iter().any(|s| s.ie & 0x8000 != 0) {
@@ -855,10 +783,7 @@ mod tests {
                         }
                     }
                     256.. => {
-                        let fields = self
-                            .templates
-                            .get(&id)
-                            .ok_or(format!("data set {id} before its template"))?;
+                        let fields = self.templates.get(&id).ok_or(format!("data set {id} before its template"))?;
                         let rlen: usize = fields.iter().map(|s| s.len as usize).sum();
                         m.data_sets.push(id);
                         // What is left shorter than a record is padding (RFC 7011 §3.3.1).
@@ -883,20 +808,9 @@ mod tests {
             b = rest;
         }
         let num = |id: u16| v.get(&id).map(|x| be(x)).ok_or(format!("no IE {id}"));
-        let v4 = |id: u16| {
-            v.get(&id)
-                .and_then(|x| <[u8; 4]>::try_from(*x).ok())
-                .map(Ipv4Addr::from)
-        };
-        let v6 = |id: u16| {
-            v.get(&id)
-                .and_then(|x| <[u8; 16]>::try_from(*x).ok())
-                .map(Ipv6Addr::from)
-        };
-        let nat = match (
-            v4(ie::POST_NAT_SOURCE_IPV4_ADDRESS),
-            v4(ie::POST_NAT_DESTINATION_IPV4_ADDRESS),
-        ) {
+        let v4 = |id: u16| v.get(&id).and_then(|x| <[u8; 4]>::try_from(*x).ok()).map(Ipv4Addr::from);
+        let v6 = |id: u16| v.get(&id).and_then(|x| <[u8; 16]>::try_from(*x).ok()).map(Ipv6Addr::from);
+        let nat = match (v4(ie::POST_NAT_SOURCE_IPV4_ADDRESS), v4(ie::POST_NAT_DESTINATION_IPV4_ADDRESS)) {
             (Some(src), Some(dst)) => Some(PostNat {
                 src,
                 dst,
@@ -906,16 +820,12 @@ mod tests {
             (None, None) => None,
             other => return Err(format!("post-NAT addresses {other:?}")),
         };
-        let addrs = match (
-            v4(ie::SOURCE_IPV4_ADDRESS),
-            v4(ie::DESTINATION_IPV4_ADDRESS),
-            v6(ie::SOURCE_IPV6_ADDRESS),
-            v6(ie::DESTINATION_IPV6_ADDRESS),
-        ) {
-            (Some(src), Some(dst), None, None) => Addrs::V4 { src, dst },
-            (None, None, Some(src), Some(dst)) => Addrs::V6 { src, dst },
-            other => return Err(format!("addresses {other:?}")),
-        };
+        let addrs =
+            match (v4(ie::SOURCE_IPV4_ADDRESS), v4(ie::DESTINATION_IPV4_ADDRESS), v6(ie::SOURCE_IPV6_ADDRESS), v6(ie::DESTINATION_IPV6_ADDRESS)) {
+                (Some(src), Some(dst), None, None) => Addrs::V4 { src, dst },
+                (None, None, Some(src), Some(dst)) => Addrs::V6 { src, dst },
+                other => return Err(format!("addresses {other:?}")),
+            };
         Ok(IpfixRecord {
             addrs,
             src_port: num(ie::SOURCE_TRANSPORT_PORT)? as u16,
@@ -959,45 +869,14 @@ mod tests {
         // Sender as it is (real) → receiver as the sender's side sees it;
         // after: sender as the far side sees it → receiver as it is.
         for (dir, (s, d, sp, dp, i, e, post)) in [
-            (
-                t.src,
-                m_dst,
-                t.src_port,
-                mdp,
-                r.ingress,
-                r.egress,
-                m.map(|_| PostNat {
-                    src: v4of(m_src),
-                    dst: v4of(t.dst),
-                    src_port: msp,
-                    dst_port: t.dst_port,
-                }),
-            ),
-            (
-                t.dst,
-                m_src,
-                t.dst_port,
-                msp,
-                r.egress,
-                r.ingress,
-                m.map(|_| PostNat {
-                    src: v4of(m_dst),
-                    dst: v4of(t.src),
-                    src_port: mdp,
-                    dst_port: t.src_port,
-                }),
-            ),
+            (t.src, m_dst, t.src_port, mdp, r.ingress, r.egress, m.map(|_| PostNat { src: v4of(m_src), dst: v4of(t.dst), src_port: msp, dst_port: t.dst_port })),
+            (t.dst, m_src, t.dst_port, msp, r.egress, r.ingress, m.map(|_| PostNat { src: v4of(m_dst), dst: v4of(t.src), src_port: mdp, dst_port: t.src_port })),
         ]
         .into_iter()
         .enumerate()
         {
-            let Some(addrs) = Addrs::new(s, d) else {
-                return vec![];
-            };
-            let (packets, bytes) = (
-                r.packets[dir] - r.reported_packets[dir],
-                r.bytes[dir] - r.reported_bytes[dir],
-            );
+            let Some(addrs) = Addrs::new(s, d) else { return vec![] };
+            let (packets, bytes) = (r.packets[dir] - r.reported_packets[dir], r.bytes[dir] - r.reported_bytes[dir]);
             if packets == 0 {
                 continue;
             }
@@ -1035,18 +914,8 @@ mod tests {
         e.push(&tcp([10, 0], [1000, 0]), AT_ZERO);
         flush(&mut e, 1_700_000_010);
         let events = [
-            LimitEvent {
-                time_ms: 1_700_000_011_000,
-                per_client: false,
-                limit: 1000,
-                refused: 148,
-            },
-            LimitEvent {
-                time_ms: 1_700_000_011_000,
-                per_client: true,
-                limit: 60,
-                refused: 3,
-            },
+            LimitEvent { time_ms: 1_700_000_011_000, per_client: false, limit: 1000, refused: 148 },
+            LimitEvent { time_ms: 1_700_000_011_000, per_client: true, limit: 60, refused: 3 },
         ];
         let m = e.limit_message(1_700_000_011, &events).unwrap();
         #[rustfmt::skip]
@@ -1079,10 +948,7 @@ mod tests {
         // The collector reads the template and skips to the data set's end.
         let mut c = Collector::default();
         assert!(c.decode_templates_only(&m).is_ok());
-        assert_eq!(
-            c.templates.get(&LIMIT_TEMPLATE).map(Vec::as_slice),
-            Some(&LIMIT_FIELDS[..])
-        );
+        assert_eq!(c.templates.get(&LIMIT_TEMPLATE).map(Vec::as_slice), Some(&LIMIT_FIELDS[..]));
         // The next flow message's sequence counts the two events.
         e.push(&tcp([1, 0], [100, 0]), AT_ZERO);
         let next = flush(&mut e, 1_700_000_012);
@@ -1177,26 +1043,8 @@ mod tests {
             0x03,                   // flowEndReason: end of flow detected (FINs)
         ];
         assert_eq!(msgs, vec![want.to_vec()]);
-        assert_eq!(
-            (
-                TEMPLATE_SET_LEN,
-                V4_RECORD_LEN,
-                V6_RECORD_LEN,
-                V4_NAT_RECORD_LEN,
-                MIN_MESSAGE
-            ),
-            (188, 56, 80, 68, 288)
-        );
-        assert_eq!(
-            e.counters,
-            IpfixCounters {
-                records: 1,
-                messages: 1,
-                templates_sent: 1,
-                dropped: 0,
-                invalid: 0
-            }
-        );
+        assert_eq!((TEMPLATE_SET_LEN, V4_RECORD_LEN, V6_RECORD_LEN, V4_NAT_RECORD_LEN, MIN_MESSAGE), (188, 56, 80, 68, 288));
+        assert_eq!(e.counters, IpfixCounters { records: 1, messages: 1, templates_sent: 1, dropped: 0, invalid: 0 });
         let m = Collector::default().decode(&msgs[0]).unwrap();
         assert_eq!(m.records, expected(&tcp([10, 0], [1000, 0]), AT_ZERO));
     }
@@ -1204,16 +1052,8 @@ mod tests {
     #[test]
     fn golden_translated_record() {
         // Outbound PAT: 198.18.10.2:40000 left as 198.18.20.100:1024.
-        let nat = FlowNat {
-            src: Ipv4Addr::new(198, 18, 20, 100),
-            src_port: 1024,
-            dst: Ipv4Addr::new(198, 18, 20, 2),
-            dst_port: 80,
-        };
-        let r = FlowRecord {
-            nat: Some(nat),
-            ..tcp([10, 12], [1000, 20000])
-        };
+        let nat = FlowNat { src: Ipv4Addr::new(198, 18, 20, 100), src_port: 1024, dst: Ipv4Addr::new(198, 18, 20, 2), dst_port: 80 };
+        let r = FlowRecord { nat: Some(nat), ..tcp([10, 12], [1000, 20000]) };
         let mut e = IpfixEncoder::new(7, 600, 1400);
         e.push(&r, AT_ZERO);
         let msgs = flush(&mut e, 1_700_000_010);
@@ -1238,22 +1078,11 @@ mod tests {
             0xc6, 0x12, 0x14, 0x02, 0xc6, 0x12, 0x0a, 0x02, 0x00, 0x50, 0x9c, 0x40,
         ];
         assert_eq!(data, want);
-        assert_eq!(
-            Collector::default().decode(&msgs[0]).unwrap().records,
-            expected(&r, AT_ZERO)
-        );
+        assert_eq!(Collector::default().decode(&msgs[0]).unwrap().records, expected(&r, AT_ZERO));
         // An IPv6 connection never carries NAT fields (NAT is IPv4's).
-        let v6 = FlowRecord {
-            nat: Some(nat),
-            ..ended("2001:db8::1", "2001:db8::2", 6, (1, 2), [1, 1], [1, 1])
-        };
-        let [Some(o), Some(p)] = IpfixRecord::uniflows(&v6, AT_ZERO).unwrap() else {
-            panic!()
-        };
-        assert_eq!(
-            (o.nat, p.nat, o.template(), p.template()),
-            (None, None, V6_TEMPLATE, V6_TEMPLATE)
-        );
+        let v6 = FlowRecord { nat: Some(nat), ..ended("2001:db8::1", "2001:db8::2", 6, (1, 2), [1, 1], [1, 1]) };
+        let [Some(o), Some(p)] = IpfixRecord::uniflows(&v6, AT_ZERO).unwrap() else { panic!() };
+        assert_eq!((o.nat, p.nat, o.template(), p.template()), (None, None, V6_TEMPLATE, V6_TEMPLATE));
     }
 
     // ---- directions, families, interfaces, time ----
@@ -1264,45 +1093,19 @@ mod tests {
         let mut e = IpfixEncoder::new(1, 600, 1400);
         e.push(&tcp([10, 12], [1000, 20000]), AT_ZERO);
         let m = c.decode(&flush(&mut e, 100)[0]).unwrap();
-        let got: Vec<_> = m
-            .records
-            .iter()
-            .map(|r| {
-                (
-                    r.addrs, r.src_port, r.dst_port, r.packets, r.bytes, r.ingress, r.egress,
-                )
-            })
-            .collect();
-        let (a, b) = (
-            "198.18.10.2".parse().unwrap(),
-            "198.18.20.2".parse().unwrap(),
-        );
+        let got: Vec<_> = m.records.iter().map(|r| (r.addrs, r.src_port, r.dst_port, r.packets, r.bytes, r.ingress, r.egress)).collect();
+        let (a, b) = ("198.18.10.2".parse().unwrap(), "198.18.20.2".parse().unwrap());
         assert_eq!(
             got,
-            [
-                (Addrs::V4 { src: a, dst: b }, 40000, 80, 10, 1000, 1, 2),
-                (Addrs::V4 { src: b, dst: a }, 80, 40000, 12, 20000, 2, 1)
-            ],
+            [(Addrs::V4 { src: a, dst: b }, 40000, 80, 10, 1000, 1, 2), (Addrs::V4 { src: b, dst: a }, 80, 40000, 12, 20000, 2, 1)],
             "original then reply: addresses, ports and interfaces swapped"
         );
-        for (packets, want) in [
-            ([0, 5], vec![(80, 5)]),
-            ([5, 0], vec![(40000, 5)]),
-            ([0, 0], vec![]),
-        ] {
+        for (packets, want) in [([0, 5], vec![(80, 5)]), ([5, 0], vec![(40000, 5)]), ([0, 0], vec![])] {
             e.push(&tcp(packets, [0, 300]), AT_ZERO);
             let msgs = flush(&mut e, 101);
-            let got: Vec<_> = msgs
-                .iter()
-                .flat_map(|m| c.decode(m).unwrap().records)
-                .map(|r| (r.src_port, r.packets))
-                .collect();
+            let got: Vec<_> = msgs.iter().flat_map(|m| c.decode(m).unwrap().records).map(|r| (r.src_port, r.packets)).collect();
             assert_eq!(got, want, "packets {packets:?}");
-            assert_eq!(
-                msgs.len(),
-                usize::from(!want.is_empty()),
-                "nothing to send, no message"
-            );
+            assert_eq!(msgs.len(), usize::from(!want.is_empty()), "nothing to send, no message");
         }
         assert_eq!(e.counters.records, 4);
     }
@@ -1313,36 +1116,15 @@ mod tests {
         let mut e = IpfixEncoder::new(1, 600, 1400);
         assert_eq!(c.decode(&flush(&mut e, 100)[0]).unwrap().template_sets, 1);
         for event in [FlowEvent::Built, FlowEvent::Denied] {
-            e.push(
-                &FlowRecord {
-                    event,
-                    ..tcp([1, 0], [60, 0])
-                },
-                AT_ZERO,
-            );
+            e.push(&FlowRecord { event, ..tcp([1, 0], [60, 0]) }, AT_ZERO);
         }
         assert_eq!(e.pending(), 0);
         assert!(flush(&mut e, 101).is_empty());
-        for (reason, code) in [
-            (EndReason::Idle, 1),
-            (EndReason::Fin, 3),
-            (EndReason::Reset, 3),
-            (EndReason::HandedOver, 4),
-            (EndReason::Cleared, 4),
-        ] {
-            e.push(
-                &FlowRecord {
-                    event: FlowEvent::Ended(reason),
-                    ..tcp([1, 0], [60, 0])
-                },
-                AT_ZERO,
-            );
+        for (reason, code) in [(EndReason::Idle, 1), (EndReason::Fin, 3), (EndReason::Reset, 3), (EndReason::HandedOver, 4), (EndReason::Cleared, 4)]
+        {
+            e.push(&FlowRecord { event: FlowEvent::Ended(reason), ..tcp([1, 0], [60, 0]) }, AT_ZERO);
             let m = c.decode(&flush(&mut e, 102)[0]).unwrap();
-            assert_eq!(
-                m.records.iter().map(|r| r.end_reason).collect::<Vec<_>>(),
-                [code],
-                "{reason:?}"
-            );
+            assert_eq!(m.records.iter().map(|r| r.end_reason).collect::<Vec<_>>(), [code], "{reason:?}");
         }
         assert_eq!((e.counters.records, e.counters.invalid), (5, 0));
     }
@@ -1351,44 +1133,19 @@ mod tests {
     fn ipv6_records_use_their_template() {
         let mut c = Collector::default();
         let mut e = IpfixEncoder::new(1, 600, 1400);
-        let v6 = ended(
-            "2001:db8:10::2",
-            "2001:db8:20::2",
-            17,
-            (5353, 53),
-            [3, 2],
-            [300, 500],
-        );
+        let v6 = ended("2001:db8:10::2", "2001:db8:20::2", 17, (5353, 53), [3, 2], [300, 500]);
         e.push(&tcp([1, 1], [60, 40]), AT_ZERO);
         e.push(&v6, AT_ZERO);
         e.push(&tcp([1, 0], [60, 0]), AT_ZERO);
         let msgs = flush(&mut e, 100);
         assert_eq!(msgs.len(), 1);
-        assert_eq!(
-            msgs[0].len(),
-            HEADER_LEN
-                + TEMPLATE_SET_LEN
-                + 3 * SET_HEADER_LEN
-                + 3 * V4_RECORD_LEN
-                + 2 * V6_RECORD_LEN
-        );
+        assert_eq!(msgs[0].len(), HEADER_LEN + TEMPLATE_SET_LEN + 3 * SET_HEADER_LEN + 3 * V4_RECORD_LEN + 2 * V6_RECORD_LEN);
         let m = c.decode(&msgs[0]).unwrap();
-        assert_eq!(
-            m.data_sets,
-            [V4_TEMPLATE, V6_TEMPLATE, V4_TEMPLATE],
-            "a set per run of one family, in push order"
-        );
+        assert_eq!(m.data_sets, [V4_TEMPLATE, V6_TEMPLATE, V4_TEMPLATE], "a set per run of one family, in push order");
         assert_eq!(m.records[2..4], expected(&v6, AT_ZERO)[..]);
-        let Addrs::V6 { src, dst } = m.records[3].addrs else {
-            panic!("{:?}", m.records[3])
-        };
+        let Addrs::V6 { src, dst } = m.records[3].addrs else { panic!("{:?}", m.records[3]) };
         assert_eq!(
-            (
-                src.to_string(),
-                dst.to_string(),
-                m.records[3].src_port,
-                m.records[3].packets
-            ),
+            (src.to_string(), dst.to_string(), m.records[3].src_port, m.records[3].packets),
             ("2001:db8:20::2".into(), "2001:db8:10::2".into(), 53, 2)
         );
     }
@@ -1396,45 +1153,19 @@ mod tests {
     #[test]
     fn mixed_families_are_invalid() {
         let mut e = IpfixEncoder::new(1, 600, 1400);
-        e.push(
-            &ended("198.18.10.2", "2001:db8::1", 6, (1, 2), [1, 1], [1, 1]),
-            AT_ZERO,
-        );
+        e.push(&ended("198.18.10.2", "2001:db8::1", 6, (1, 2), [1, 1], [1, 1]), AT_ZERO);
         assert_eq!((e.pending(), e.counters.invalid), (0, 1));
     }
 
     #[test]
     fn interfaces_and_times() {
-        assert_eq!(
-            [IfIndex(0), IfIndex(7), IfIndex(u16::MAX - 1), UNKNOWN_IF].map(if_number),
-            [1, 8, 65535, 0]
-        );
-        assert_eq!(
-            unix_ms(1_999_999, 1_000_000_000),
-            1001,
-            "truncated to the millisecond"
-        );
-        assert_eq!(
-            unix_ms(u64::MAX, u64::MAX),
-            u64::MAX / 1_000_000,
-            "saturates"
-        );
-        let r = FlowRecord {
-            ingress: UNKNOWN_IF,
-            egress: IfIndex(3),
-            ..tcp([1, 1], [1, 1])
-        };
-        let [Some(o), Some(p)] = IpfixRecord::uniflows(&r, AT_ZERO).unwrap() else {
-            panic!()
-        };
-        assert_eq!(
-            [(o.ingress, o.egress), (p.ingress, p.egress)],
-            [(0, 4), (4, 0)]
-        );
-        assert_eq!(
-            (o.start_ms, o.end_ms),
-            (1_700_000_001_000, 1_700_000_003_000)
-        );
+        assert_eq!([IfIndex(0), IfIndex(7), IfIndex(u16::MAX - 1), UNKNOWN_IF].map(if_number), [1, 8, 65535, 0]);
+        assert_eq!(unix_ms(1_999_999, 1_000_000_000), 1001, "truncated to the millisecond");
+        assert_eq!(unix_ms(u64::MAX, u64::MAX), u64::MAX / 1_000_000, "saturates");
+        let r = FlowRecord { ingress: UNKNOWN_IF, egress: IfIndex(3), ..tcp([1, 1], [1, 1]) };
+        let [Some(o), Some(p)] = IpfixRecord::uniflows(&r, AT_ZERO).unwrap() else { panic!() };
+        assert_eq!([(o.ingress, o.egress), (p.ingress, p.egress)], [(0, 4), (4, 0)]);
+        assert_eq!((o.start_ms, o.end_ms), (1_700_000_001_000, 1_700_000_003_000));
     }
 
     // ---- templates, sequence, bounds ----
@@ -1448,31 +1179,15 @@ mod tests {
                 e.push(&tcp([1, 0], [60, 0]), AT_ZERO);
             }
             // (template sets, data records) per message
-            flush(e, now)
-                .iter()
-                .map(|m| c.decode(m).map(|d| (d.template_sets, d.records.len())))
-                .collect::<Result<Vec<_>, _>>()
-                .unwrap()
+            flush(e, now).iter().map(|m| c.decode(m).map(|d| (d.template_sets, d.records.len()))).collect::<Result<Vec<_>, _>>().unwrap()
         };
-        assert_eq!(
-            step(&mut e, 100, 1),
-            [(1, 1)],
-            "the first message carries them"
-        );
+        assert_eq!(step(&mut e, 100, 1), [(1, 1)], "the first message carries them");
         assert_eq!(step(&mut e, 105, 1), [(0, 1)]);
         assert_eq!(step(&mut e, 109, 0), [], "idle, not due: nothing");
-        assert_eq!(
-            step(&mut e, 110, 0),
-            [(1, 0)],
-            "due while idle: templates alone"
-        );
+        assert_eq!(step(&mut e, 110, 0), [(1, 0)], "due while idle: templates alone");
         assert_eq!(step(&mut e, 119, 1), [(0, 1)]);
         // 1400 bytes: 21 IPv4 records after the templates, 24 without.
-        assert_eq!(
-            step(&mut e, 120, 40),
-            [(1, 21), (0, 19)],
-            "only the first message of a flush"
-        );
+        assert_eq!(step(&mut e, 120, 40), [(1, 21), (0, 19)], "only the first message of a flush");
         assert_eq!(step(&mut e, 50, 1), [(1, 1)], "the clock went back: resend");
         assert_eq!(e.counters.templates_sent, 4);
         let mut every = IpfixEncoder::new(1, 0, 1400);
@@ -1489,19 +1204,10 @@ mod tests {
         }
         e.push(&tcp([1, 1], [60, 40]), AT_ZERO);
         e.push(&tcp([0, 1], [0, 40]), AT_ZERO);
-        assert_eq!(
-            (e.pending(), e.counters.dropped),
-            (PENDING_RECORDS, 3),
-            "both directions of a connection that does not fit"
-        );
+        assert_eq!((e.pending(), e.counters.dropped), (PENDING_RECORDS, 3), "both directions of a connection that does not fit");
         let msgs = flush(&mut e, 100);
         let per_msg = (1400 - HEADER_LEN - SET_HEADER_LEN) / V4_RECORD_LEN;
-        assert_eq!(
-            msgs.len(),
-            1 + (PENDING_RECORDS
-                - (1400 - HEADER_LEN - TEMPLATE_SET_LEN - SET_HEADER_LEN) / V4_RECORD_LEN)
-                .div_ceil(per_msg)
-        );
+        assert_eq!(msgs.len(), 1 + (PENDING_RECORDS - (1400 - HEADER_LEN - TEMPLATE_SET_LEN - SET_HEADER_LEN) / V4_RECORD_LEN).div_ceil(per_msg));
         let mut seen = 0u32;
         for m in &msgs {
             assert!(m.len() <= 1400);
@@ -1524,10 +1230,7 @@ mod tests {
         for _ in 0..3 {
             e.push(&tcp([1, 0], [60, 0]), AT_ZERO);
         }
-        let seqs: Vec<u32> = flush(&mut e, 1)
-            .iter()
-            .map(|m| c.decode(m).unwrap().sequence)
-            .collect();
+        let seqs: Vec<u32> = flush(&mut e, 1).iter().map(|m| c.decode(m).unwrap().sequence).collect();
         assert_eq!(seqs, [u32::MAX - 1, u32::MAX, 0, 1][..seqs.len()]);
         assert_eq!(e.sequence, 1);
     }
@@ -1535,43 +1238,19 @@ mod tests {
     #[test]
     fn max_message_is_clamped() {
         assert_eq!(IpfixEncoder::new(1, 600, 0).max_message(), MIN_MESSAGE);
-        assert_eq!(
-            IpfixEncoder::new(1, 600, 1 << 20).max_message(),
-            MAX_MESSAGE
-        );
+        assert_eq!(IpfixEncoder::new(1, 600, 1 << 20).max_message(), MAX_MESSAGE);
         let mut e = IpfixEncoder::new(1, 600, 0);
-        e.push(
-            &ended("2001:db8::1", "2001:db8::2", 6, (1, 2), [1, 1], [1, 1]),
-            AT_ZERO,
-        );
+        e.push(&ended("2001:db8::1", "2001:db8::2", 6, (1, 2), [1, 1], [1, 1]), AT_ZERO);
         let msgs = flush(&mut e, 1);
-        assert_eq!(
-            msgs.iter().map(Vec::len).collect::<Vec<_>>(),
-            [MIN_MESSAGE, HEADER_LEN + SET_HEADER_LEN + V6_RECORD_LEN]
-        );
+        assert_eq!(msgs.iter().map(Vec::len).collect::<Vec<_>>(), [MIN_MESSAGE, HEADER_LEN + SET_HEADER_LEN + V6_RECORD_LEN]);
     }
 
     #[test]
     fn counters_are_stats() {
-        let c = IpfixCounters {
-            records: 1,
-            messages: 2,
-            templates_sent: 3,
-            dropped: 4,
-            invalid: 5,
-        };
+        let c = IpfixCounters { records: 1, messages: 2, templates_sent: 3, dropped: 4, invalid: 5 };
         let flat = dataplane::stats::flatten(&c);
         let got: Vec<(&str, u64)> = flat.iter().map(|(k, v)| (k.as_str(), *v)).collect();
-        assert_eq!(
-            got,
-            [
-                ("dropped", 4),
-                ("invalid", 5),
-                ("messages", 2),
-                ("records", 1),
-                ("templates_sent", 3)
-            ]
-        );
+        assert_eq!(got, [("dropped", 4), ("invalid", 5), ("messages", 2), ("records", 1), ("templates_sent", 3)]);
     }
 
     // ---- every message decodes to what went in ----
@@ -1599,59 +1278,29 @@ mod tests {
         // Families: mostly IPv4, some IPv6, a few mixed (invalid).
         let families = prop_oneof![6 => Just((0u8, 0u8)), 3 => Just((1, 1)), 1 => Just((0, 1))];
         (
-            (
-                event,
-                families,
-                any::<[u8; 16]>(),
-                any::<[u8; 16]>(),
-                any::<u8>(),
-                any::<(u16, u16)>(),
-            ),
-            (
-                [count(), count()],
-                any::<[u64; 2]>(),
-                any::<u8>(),
-                (any::<u16>(), prop_oneof![Just(u16::MAX), any::<u16>()]),
-                any::<(u64, u64)>(),
-            ),
+            (event, families, any::<[u8; 16]>(), any::<[u8; 16]>(), any::<u8>(), any::<(u16, u16)>()),
+            ([count(), count()], any::<[u64; 2]>(), any::<u8>(), (any::<u16>(), prop_oneof![Just(u16::MAX), any::<u16>()]), any::<(u64, u64)>()),
             // Some translated (an IPv6 tuple ignores it).
             proptest::option::weighted(0.3, any::<([u8; 4], [u8; 4], u16, u16)>()),
         )
-            .prop_map(
-                |(
-                    (event, (fs, fd), s, d, proto, ports),
-                    (packets, bytes, flags, (i, o), (start, last)),
-                    nat,
-                )| FlowRecord {
-                    event,
-                    tuple: FiveTuple {
-                        src: addr(fs, s),
-                        dst: addr(fd, d),
-                        proto,
-                        src_port: ports.0,
-                        dst_port: ports.1,
-                    },
-                    start: Timestamp(start),
-                    last: Timestamp(last),
-                    packets,
-                    bytes,
-                    // Earlier active records reported some of it (at most all).
-                    reported_packets: packets.map(|p| p / 3),
-                    reported_bytes: bytes.map(|b| b / 2),
-                    tcp_flags: flags,
-                    ingress: IfIndex(i),
-                    egress: IfIndex(o),
-                    rule: RuleRef::SecurityLevel,
-                    adopted: false,
-                    mark: 0,
-                    nat: nat.map(|(a, b, sp, dp)| FlowNat {
-                        src: a.into(),
-                        dst: b.into(),
-                        src_port: sp,
-                        dst_port: dp,
-                    }),
-                },
-            )
+            .prop_map(|((event, (fs, fd), s, d, proto, ports), (packets, bytes, flags, (i, o), (start, last)), nat)| FlowRecord {
+                event,
+                tuple: FiveTuple { src: addr(fs, s), dst: addr(fd, d), proto, src_port: ports.0, dst_port: ports.1 },
+                start: Timestamp(start),
+                last: Timestamp(last),
+                packets,
+                bytes,
+                // Earlier active records reported some of it (at most all).
+                reported_packets: packets.map(|p| p / 3),
+                reported_bytes: bytes.map(|b| b / 2),
+                tcp_flags: flags,
+                ingress: IfIndex(i),
+                egress: IfIndex(o),
+                rule: RuleRef::SecurityLevel,
+                adopted: false,
+                mark: 0,
+                nat: nat.map(|(a, b, sp, dp)| FlowNat { src: a.into(), dst: b.into(), src_port: sp, dst_port: dp }),
+            })
     }
 
     proptest! {

@@ -124,11 +124,7 @@ impl Estimator {
             let new = self.refused_new.entry(id).or_default();
             for i in 0..4 {
                 // Totals that went down started over (new limits): all new.
-                let grew = if totals[i] >= seen[i] {
-                    totals[i] - seen[i]
-                } else {
-                    totals[i]
-                };
+                let grew = if totals[i] >= seen[i] { totals[i] - seen[i] } else { totals[i] };
                 new[i] += grew;
             }
             *seen = totals;
@@ -139,14 +135,7 @@ impl Estimator {
     }
 
     /// A member's report (`Action::LimitReport`). `false`: stale, dropped.
-    pub fn on_peer(
-        &mut self,
-        now: Timestamp,
-        from: NodeId,
-        seq: u32,
-        classes: Vec<ClassCount>,
-        clients: Vec<ClientCount>,
-    ) -> bool {
+    pub fn on_peer(&mut self, now: Timestamp, from: NodeId, seq: u32, classes: Vec<ClassCount>, clients: Vec<ClientCount>) -> bool {
         if let Some(p) = self.peers.get(&from) {
             let newer = seq.wrapping_sub(p.seq) as i32 > 0;
             if !newer && now.since(p.at) < PEER_STALE {
@@ -155,15 +144,7 @@ impl Estimator {
             }
         }
         self.counters.reports_taken += 1;
-        self.peers.insert(
-            from,
-            PeerReport {
-                seq,
-                at: now,
-                classes,
-                clients,
-            },
-        );
+        self.peers.insert(from, PeerReport { seq, at: now, classes, clients });
         true
     }
 
@@ -200,9 +181,7 @@ impl Estimator {
         for r in self.workers.iter().flatten() {
             for &(id, c) in &r.classes {
                 match classes.iter_mut().find(|x| x.0 == id) {
-                    Some(x) => {
-                        (x.1, x.2) = (x.1.saturating_add(c.conns), x.2.saturating_add(c.embryonic))
-                    }
+                    Some(x) => (x.1, x.2) = (x.1.saturating_add(c.conns), x.2.saturating_add(c.embryonic)),
                     None => classes.push((id, c.conns, c.embryonic)),
                 }
             }
@@ -211,10 +190,7 @@ impl Estimator {
                 *e = (e.0.saturating_add(c.conns), e.1.saturating_add(c.embryonic));
             }
         }
-        let mut busy: Vec<ClientCount> = clients
-            .into_iter()
-            .map(|((id, a), (c, e))| (id, a, c, e))
-            .collect();
+        let mut busy: Vec<ClientCount> = clients.into_iter().map(|((id, a), (c, e))| (id, a, c, e)).collect();
         busy.sort_unstable_by(|a, b| (b.2.max(b.3), b.0, b.1).cmp(&(a.2.max(a.3), a.0, a.1)));
         busy.truncate(LIMIT_REPORT_CLIENTS);
         self.seq = self.seq.wrapping_add(1);
@@ -230,9 +206,7 @@ impl Estimator {
         let mut clients: HashMap<(u16, IpAddr), Count> = HashMap::new();
         let index = |id: u32| ids.iter().position(|&x| x == id);
         for (v, r) in self.workers.iter().enumerate() {
-            let Some(r) = r.as_ref().filter(|_| v != w) else {
-                continue;
-            };
+            let Some(r) = r.as_ref().filter(|_| v != w) else { continue };
             for &(id, c) in &r.classes {
                 if let Some(i) = index(id) {
                     classes[i] = classes[i].add(c);
@@ -258,33 +232,21 @@ impl Estimator {
                 }
             }
         }
-        let mut clients: Vec<(u16, IpAddr, Count)> =
-            clients.into_iter().map(|((c, a), n)| (c, a, n)).collect();
-        clients.sort_unstable_by(|a, b| {
-            (b.2.conns.max(b.2.embryonic), b.0, b.1).cmp(&(a.2.conns.max(a.2.embryonic), a.0, a.1))
-        });
+        let mut clients: Vec<(u16, IpAddr, Count)> = clients.into_iter().map(|((c, a), n)| (c, a, n)).collect();
+        clients.sort_unstable_by(|a, b| (b.2.conns.max(b.2.embryonic), b.0, b.1).cmp(&(a.2.conns.max(a.2.embryonic), a.0, a.1)));
         clients.truncate(REMOTE_CLIENTS);
         // Every member runs as many workers as this node (the join checks
         // it): each member is that many places, whether it reported yet
         // or not.
         let workers = self.workers.len().max(1);
         let places = (workers * self.nodes.max(1 + self.peers.len())) as u32;
-        Remote {
-            classes,
-            clients,
-            places,
-        }
+        Remote { classes, clients, places }
     }
 
     /// The estimate per class id, for `show limits`.
     pub fn classes(&self) -> Vec<ClassEstimate> {
         let mut out: BTreeMap<u32, ClassEstimate> = BTreeMap::new();
-        let fresh = |id: u32| ClassEstimate {
-            id,
-            local: Count::default(),
-            members: BTreeMap::new(),
-            estimate: Count::default(),
-        };
+        let fresh = |id: u32| ClassEstimate { id, local: Count::default(), members: BTreeMap::new(), estimate: Count::default() };
         for r in self.workers.iter().flatten() {
             for &(id, c) in &r.classes {
                 let e = out.entry(id).or_insert_with(|| fresh(id));
@@ -324,12 +286,7 @@ impl Estimator {
             return Vec::new();
         }
         self.next_event = now.saturating_add(EVENT_INTERVAL);
-        let out = self
-            .refused_new
-            .iter()
-            .filter(|(_, r)| r.iter().any(|&n| n > 0))
-            .map(|(&id, &r)| (id, r))
-            .collect();
+        let out = self.refused_new.iter().filter(|(_, r)| r.iter().any(|&n| n > 0)).map(|(&id, &r)| (id, r)).collect();
         self.refused_new.clear();
         out
     }
@@ -361,29 +318,9 @@ mod tests {
     #[test]
     fn remote_counts_are_everyone_else() {
         let mut e = Estimator::new(2);
-        e.on_worker(
-            0,
-            LimitReport {
-                classes: vec![(0, c(5, 2)), (77, c(1, 1))],
-                clients: vec![(77, ip(1), c(1, 1))],
-                ..Default::default()
-            },
-        );
-        e.on_worker(
-            1,
-            LimitReport {
-                classes: vec![(0, c(3, 0)), (77, c(2, 0))],
-                clients: vec![(77, ip(1), c(2, 0))],
-                ..Default::default()
-            },
-        );
-        assert!(e.on_peer(
-            ms(0),
-            NodeId(2),
-            1,
-            vec![(0, 10, 4), (99, 1, 1)],
-            vec![(77, ip(1), 4, 4)]
-        ));
+        e.on_worker(0, LimitReport { classes: vec![(0, c(5, 2)), (77, c(1, 1))], clients: vec![(77, ip(1), c(1, 1))], ..Default::default() });
+        e.on_worker(1, LimitReport { classes: vec![(0, c(3, 0)), (77, c(2, 0))], clients: vec![(77, ip(1), c(2, 0))], ..Default::default() });
+        assert!(e.on_peer(ms(0), NodeId(2), 1, vec![(0, 10, 4), (99, 1, 1)], vec![(77, ip(1), 4, 4)]));
         assert!(e.on_peer(ms(0), NodeId(3), 9, vec![(0, 1, 1)], vec![]));
         let r = e.remote_for(0, &[0, 77]);
         assert_eq!(r.classes, vec![c(3 + 10 + 1, 0 + 4 + 1), c(2, 0)]);
@@ -396,10 +333,7 @@ mod tests {
         assert_eq!(w.classes().collect::<Vec<_>>(), vec![(0, 8, 2), (77, 3, 1)]);
         assert_eq!(w.clients().collect::<Vec<_>>(), vec![(77, ip(1), 3, 1)]);
         let cl = e.classes();
-        assert_eq!(
-            cl.iter().map(|x| (x.id, x.estimate)).collect::<Vec<_>>(),
-            vec![(0, c(19, 7)), (77, c(3, 1)), (99, c(1, 1))]
-        );
+        assert_eq!(cl.iter().map(|x| (x.id, x.estimate)).collect::<Vec<_>>(), vec![(0, c(19, 7)), (77, c(3, 1)), (99, c(1, 1))]);
     }
 
     /// Reports: an older sequence is stale, unless the sender was silent
@@ -412,18 +346,12 @@ mod tests {
         assert!(!e.on_peer(ms(50), NodeId(2), 4, vec![(0, 99, 0)], vec![]));
         assert!(e.on_peer(ms(60), NodeId(2), 6, vec![(0, 7, 0)], vec![]));
         assert_eq!(e.remote_for(0, &[0]).classes, vec![c(7, 0)]);
-        assert!(
-            e.on_peer(ms(60 + 1000), NodeId(2), 1, vec![(0, 3, 0)], vec![]),
-            "a restarted sender"
-        );
+        assert!(e.on_peer(ms(60 + 1000), NodeId(2), 1, vec![(0, 3, 0)], vec![]), "a restarted sender");
         assert_eq!(e.remote_for(0, &[0]).classes, vec![c(3, 0)]);
         assert!(e.due(ms(1100)));
         assert!(!e.due(ms(1150)));
         assert!(e.due(ms(2100)), "due again after an interval");
-        assert!(
-            e.remote_for(0, &[0]).classes == vec![c(0, 0)],
-            "silent for a second: forgotten"
-        );
+        assert!(e.remote_for(0, &[0]).classes == vec![c(0, 0)], "silent for a second: forgotten");
         e.on_peer(ms(2100), NodeId(3), 1, vec![(0, 3, 0)], vec![]);
         e.members(MemberSet::from_nodes(dataplane::Epoch(2), [NodeId(0), NodeId(1)]).unwrap());
         assert!(e.reporting().is_empty());
@@ -436,10 +364,7 @@ mod tests {
     #[test]
     fn refusals_become_one_event_per_class_a_second() {
         let mut e = Estimator::new(2);
-        let rep = |r: [u64; 4]| LimitReport {
-            refused: vec![(0, r), (9, [0; 4])],
-            ..Default::default()
-        };
+        let rep = |r: [u64; 4]| LimitReport { refused: vec![(0, r), (9, [0; 4])], ..Default::default() };
         e.on_worker(0, rep([5, 0, 0, 1]));
         e.on_worker(1, rep([2, 0, 0, 0]));
         assert_eq!(e.take_events(ms(0)), vec![(0, [7, 0, 0, 1])]);
@@ -448,11 +373,7 @@ mod tests {
         assert_eq!(e.take_events(ms(1000)), vec![(0, [4, 0, 0, 0])]);
         e.on_worker(1, rep([1, 0, 0, 0]));
         e.on_worker(0, rep([9, 0, 0, 1]));
-        assert_eq!(
-            e.take_events(ms(2000)),
-            vec![(0, [1, 0, 0, 0])],
-            "worker 1 started over"
-        );
+        assert_eq!(e.take_events(ms(2000)), vec![(0, [1, 0, 0, 0])], "worker 1 started over");
         assert!(e.take_events(ms(3000)).is_empty());
     }
 }

@@ -117,10 +117,7 @@ impl Exposition {
         let mut v = Walk {
             out: self,
             path: prefix.to_string(),
-            labels: labels
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
+            labels: labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
         };
         s.visit(&mut v);
     }
@@ -128,83 +125,35 @@ impl Exposition {
     /// One counter value: `clusterfw_<name>_total` (`_total` is added
     /// unless `name` has it).
     pub fn counter(&mut self, name: &str, help: &str, labels: &[(&str, &str)], value: u64) {
-        self.add(
-            &total(name),
-            Kind::Counter,
-            help,
-            &render_labels(labels.iter().map(|(k, v)| (*k, *v))),
-            Num::U(value),
-        );
+        self.add(&total(name), Kind::Counter, help, &render_labels(labels.iter().map(|(k, v)| (*k, *v))), Num::U(value));
     }
 
     /// One gauge value: `clusterfw_<name>`.
     pub fn gauge(&mut self, name: &str, help: &str, labels: &[(&str, &str)], value: u64) {
-        self.add(
-            name,
-            Kind::Gauge,
-            help,
-            &render_labels(labels.iter().map(|(k, v)| (*k, *v))),
-            Num::U(value),
-        );
+        self.add(name, Kind::Gauge, help, &render_labels(labels.iter().map(|(k, v)| (*k, *v))), Num::U(value));
     }
 
     /// One gauge with a fractional value (seconds): `clusterfw_<name>`.
     pub fn gauge_f64(&mut self, name: &str, help: &str, labels: &[(&str, &str)], value: f64) {
-        self.add(
-            name,
-            Kind::Gauge,
-            help,
-            &render_labels(labels.iter().map(|(k, v)| (*k, *v))),
-            Num::F(value),
-        );
+        self.add(name, Kind::Gauge, help, &render_labels(labels.iter().map(|(k, v)| (*k, *v))), Num::F(value));
     }
 
     /// One histogram: `clusterfw_<name>_bucket{…,le="b"}` (cumulative),
     /// `_sum` and `_count`. `bounds` are the buckets' upper bounds in
     /// increasing order; `counts` the observations per bucket, one more
     /// than `bounds` (the last: beyond every bound); `sum` their total.
-    pub fn histogram(
-        &mut self,
-        name: &str,
-        help: &str,
-        labels: &[(&str, &str)],
-        bounds: &[f64],
-        counts: &[u64],
-        sum: f64,
-    ) {
+    pub fn histogram(&mut self, name: &str, help: &str, labels: &[(&str, &str)], bounds: &[f64], counts: &[u64], sum: f64) {
         let base = labels.iter().map(|(k, v)| (*k, *v));
         let mut total = 0u64;
-        let les: Vec<String> = bounds
-            .iter()
-            .map(|b| b.to_string())
-            .chain(["+Inf".to_string()])
-            .collect();
+        let les: Vec<String> = bounds.iter().map(|b| b.to_string()).chain(["+Inf".to_string()]).collect();
         for (le, &c) in les.iter().zip(counts.iter().chain(std::iter::repeat(&0))) {
             total = total.saturating_add(c);
             let l = render_labels(base.clone().chain([("le", le.as_str())]));
-            self.add(
-                name,
-                Kind::Histogram,
-                help,
-                &format!("_bucket{l}"),
-                Num::U(total),
-            );
+            self.add(name, Kind::Histogram, help, &format!("_bucket{l}"), Num::U(total));
         }
         let l = render_labels(base);
-        self.add(
-            name,
-            Kind::Histogram,
-            help,
-            &format!("_sum{l}"),
-            Num::F(sum),
-        );
-        self.add(
-            name,
-            Kind::Histogram,
-            help,
-            &format!("_count{l}"),
-            Num::U(total),
-        );
+        self.add(name, Kind::Histogram, help, &format!("_sum{l}"), Num::F(sum));
+        self.add(name, Kind::Histogram, help, &format!("_count{l}"), Num::U(total));
     }
 
     fn add(&mut self, name: &str, kind: Kind, help: &str, labels: &str, value: Num) {
@@ -223,9 +172,7 @@ impl Exposition {
                 self.metrics.len() - 1
             }
         };
-        let Some(m) = self.metrics.get_mut(i) else {
-            return;
-        };
+        let Some(m) = self.metrics.get_mut(i) else { return };
         if m.kind != kind {
             self.conflicts += 1;
             return;
@@ -284,12 +231,7 @@ impl Walk<'_> {
             Kind::Counter => total(&self.name(leaf)),
             _ => self.name(leaf),
         };
-        let labels = render_labels(
-            self.labels
-                .iter()
-                .map(|(k, v)| (k.as_str(), v.as_str()))
-                .chain(extra),
-        );
+        let labels = render_labels(self.labels.iter().map(|(k, v)| (k.as_str(), v.as_str())).chain(extra));
         let help = self.help(kind.as_str(), leaf);
         self.out.add(&name, kind, &help, &labels, Num::U(value));
     }
@@ -304,23 +246,13 @@ impl Visitor for Walk<'_> {
         self.put(name, Kind::Gauge, None, value);
     }
 
-    fn family(
-        &mut self,
-        name: &'static str,
-        label: &'static str,
-        entries: &mut dyn Iterator<Item = (&'static str, u64)>,
-    ) {
+    fn family(&mut self, name: &'static str, label: &'static str, entries: &mut dyn Iterator<Item = (&'static str, u64)>) {
         for (k, v) in entries {
             self.put(name, Kind::Counter, Some((label, k)), v);
         }
     }
 
-    fn group(
-        &mut self,
-        name: &'static str,
-        index: Option<(&'static str, usize)>,
-        stats: &dyn Stats,
-    ) {
+    fn group(&mut self, name: &'static str, index: Option<(&'static str, usize)>, stats: &dyn Stats) {
         let saved = (self.path.clone(), self.labels.len());
         self.path = self.name(name);
         if let Some((label, i)) = index {
@@ -366,16 +298,8 @@ fn render_labels<'a>(labels: impl Iterator<Item = (&'a str, &'a str)>) -> String
 
 /// A metric or label name: `[a-zA-Z_][a-zA-Z0-9_]*` (anything else `_`).
 fn sanitize(name: &str) -> String {
-    let mut s: String = name
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '_' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
+    let mut s: String =
+        name.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' }).collect();
     if s.is_empty() || s.starts_with(|c: char| c.is_ascii_digit()) {
         s.insert(0, '_');
     }
@@ -404,11 +328,7 @@ mod tests {
         fn visit(&self, v: &mut dyn Visitor) {
             v.counter("rx_packets", self.0);
             v.gauge("flows", 2);
-            v.family(
-                "drops",
-                "reason",
-                &mut [("no-route", 1), ("acl", 0)].into_iter(),
-            );
+            v.family("drops", "reason", &mut [("no-route", 1), ("acl", 0)].into_iter());
             v.group("arp_hold", None, &Hold(7));
             for i in 0..2 {
                 v.group("ports", Some(("port", i)), &Hold(10 + i as u64));
@@ -423,12 +343,7 @@ mod tests {
         e.stats("", &[], &Node(3));
         e.stats("", &[], &Node(4));
         e.gauge("cluster_epoch", "the member set's epoch", &[], 9);
-        e.counter(
-            "nic_rx_packets",
-            "packets the NIC received",
-            &[("port", "in\"side")],
-            5,
-        );
+        e.counter("nic_rx_packets", "packets the NIC received", &[("port", "in\"side")], 5);
         let want = "\
 # HELP clusterfw_rx_packets_total counter rx packets (as in show stats / show cluster)
 # TYPE clusterfw_rx_packets_total counter
@@ -469,22 +384,8 @@ clusterfw_nic_rx_packets_total{port=\"in\\\"side\"} 5
     fn histogram_buckets_are_cumulative_with_sum_and_count() {
         let mut e = Exposition::new();
         let bounds = [0.001, 0.01];
-        e.histogram(
-            "loop_seconds",
-            "loops",
-            &[("worker", "0")],
-            &bounds,
-            &[2, 1, 1],
-            0.5,
-        );
-        e.histogram(
-            "loop_seconds",
-            "loops",
-            &[("worker", "0")],
-            &bounds,
-            &[1, 0, 0],
-            0.25,
-        );
+        e.histogram("loop_seconds", "loops", &[("worker", "0")], &bounds, &[2, 1, 1], 0.5);
+        e.histogram("loop_seconds", "loops", &[("worker", "0")], &bounds, &[1, 0, 0], 0.25);
         let want = "\
 # HELP clusterfw_loop_seconds loops
 # TYPE clusterfw_loop_seconds histogram
@@ -511,14 +412,8 @@ clusterfw_loop_seconds_count{worker=\"0\"} 5
         let mut e = Exposition::new();
         e.stats("cluster", &[("worker", "1")], &Node(1));
         let r = e.render();
-        assert!(
-            r.contains("clusterfw_cluster_ports_held_total{worker=\"1\",port=\"0\"} 10\n"),
-            "{r}"
-        );
-        assert!(
-            r.contains("clusterfw_cluster_drops_total{worker=\"1\",reason=\"no-route\"} 1\n"),
-            "{r}"
-        );
+        assert!(r.contains("clusterfw_cluster_ports_held_total{worker=\"1\",port=\"0\"} 10\n"), "{r}");
+        assert!(r.contains("clusterfw_cluster_drops_total{worker=\"1\",reason=\"no-route\"} 1\n"), "{r}");
     }
 
     proptest! {

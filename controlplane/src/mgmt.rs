@@ -58,23 +58,8 @@ pub enum Topic {
 }
 
 impl Topic {
-    pub const ALL: &'static [Topic] = &[
-        Topic::Stats,
-        Topic::Conn,
-        Topic::Route,
-        Topic::Arp,
-        Topic::Nd,
-        Topic::Config,
-        Topic::Rules,
-        Topic::Cluster,
-        Topic::ClusterHistory,
-        Topic::Xlate,
-        Topic::NatPool,
-        Topic::Metrics,
-        Topic::Trace,
-        Topic::Limits,
-        Topic::ConnCount,
-    ];
+    pub const ALL: &'static [Topic] =
+        &[Topic::Stats, Topic::Conn, Topic::Route, Topic::Arp, Topic::Nd, Topic::Config, Topic::Rules, Topic::Cluster, Topic::ClusterHistory, Topic::Xlate, Topic::NatPool, Topic::Metrics, Topic::Trace, Topic::Limits, Topic::ConnCount];
     pub fn as_str(self) -> &'static str {
         match self {
             Topic::Stats => "stats",
@@ -103,27 +88,20 @@ impl Topic {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "cmd", rename_all = "kebab-case")]
 pub enum Request {
-    Show {
-        topic: Topic,
-    },
+    Show { topic: Topic },
     /// Read the configuration file again and run (single node) or publish
     /// (a cluster's control node) its policy.
     ConfigReload,
     /// `show topic` of every configured cluster node, asked over the CCL
     /// and merged (`crate::clusterview`); answered once every node
     /// answered or after [`CLUSTER_ANSWER_TIMEOUT`].
-    ClusterShow {
-        topic: Topic,
-    },
+    ClusterShow { topic: Topic },
     /// Trace the frames `filter` matches (`dataplane::pipeline::trace`:
     /// `HOST [PEER] [port N] [proto P]`) for `secs` seconds, on this node
     /// and, in a cluster, on every other configured node (answered once
     /// they started, or at `CLUSTER_ANSWER_TIMEOUT`). `show trace` /
     /// `cluster show trace` give the events.
-    TraceStart {
-        filter: String,
-        secs: u64,
-    },
+    TraceStart { filter: String, secs: u64 },
 }
 
 /// How long a node waits for the other members' answers to a `cluster
@@ -144,25 +122,16 @@ pub struct Response {
 #[derive(Debug, thiserror::Error)]
 pub enum MgmtError {
     #[error("control socket {path}: {source}")]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Io { path: PathBuf, source: std::io::Error },
     #[error("control socket {path}: bad reply: {source}")]
-    BadReply {
-        path: PathBuf,
-        source: serde_json::Error,
-    },
+    BadReply { path: PathBuf, source: serde_json::Error },
     #[error("node refused the request: {0}")]
     Refused(String),
 }
 
 /// Send one request and wait for the answer.
 pub fn request(socket: &Path, req: &Request) -> Result<serde_json::Value, MgmtError> {
-    let io = |source| MgmtError::Io {
-        path: socket.to_owned(),
-        source,
-    };
+    let io = |source| MgmtError::Io { path: socket.to_owned(), source };
     let mut stream = UnixStream::connect(socket).map_err(io)?;
     stream.set_read_timeout(Some(IO_TIMEOUT)).map_err(io)?;
     stream.set_write_timeout(Some(IO_TIMEOUT)).map_err(io)?;
@@ -171,16 +140,12 @@ pub fn request(socket: &Path, req: &Request) -> Result<serde_json::Value, MgmtEr
     stream.write_all(&line).map_err(io)?;
     let mut reply = String::new();
     BufReader::new(stream).read_line(&mut reply).map_err(io)?;
-    let resp: Response = serde_json::from_str(&reply).map_err(|source| MgmtError::BadReply {
-        path: socket.to_owned(),
-        source,
-    })?;
+    let resp: Response =
+        serde_json::from_str(&reply).map_err(|source| MgmtError::BadReply { path: socket.to_owned(), source })?;
     if resp.ok {
         Ok(resp.data)
     } else {
-        Err(MgmtError::Refused(
-            resp.error.unwrap_or_else(|| "unknown error".into()),
-        ))
+        Err(MgmtError::Refused(resp.error.unwrap_or_else(|| "unknown error".into())))
     }
 }
 
@@ -239,12 +204,7 @@ impl Server {
         }
         let listener = UnixListener::bind(path)?;
         listener.set_nonblocking(true)?;
-        Ok(Server {
-            listener,
-            path: path.to_owned(),
-            reading: Vec::new(),
-            writing: Vec::new(),
-        })
+        Ok(Server { listener, path: path.to_owned(), reading: Vec::new(), writing: Vec::new() })
     }
 
     pub fn path(&self) -> &Path {
@@ -253,11 +213,7 @@ impl Server {
 
     /// Serve every request that has arrived whole; returns how many were
     /// served. `handle` turns a request into data or an error text.
-    pub fn poll(
-        &mut self,
-        now: Timestamp,
-        mut handle: impl FnMut(&Request) -> Result<serde_json::Value, String>,
-    ) -> usize {
+    pub fn poll(&mut self, now: Timestamp, mut handle: impl FnMut(&Request) -> Result<serde_json::Value, String>) -> usize {
         let mut later = Vec::new();
         let n = self.poll_deferred(now, |r| Some(handle(r)), &mut later);
         debug_assert!(later.is_empty());
@@ -276,11 +232,7 @@ impl Server {
         let reading = &mut self.reading;
         while let Ok((stream, _)) = self.listener.accept() {
             match stream.set_nonblocking(true) {
-                Ok(()) => reading.push(Reading {
-                    stream,
-                    line: Vec::new(),
-                    since: now,
-                }),
+                Ok(()) => reading.push(Reading { stream, line: Vec::new(), since: now }),
                 Err(e) => log::debug!("control socket client: {e}"),
             }
         }
@@ -293,10 +245,7 @@ impl Server {
                     continue;
                 }
                 Progress::Waiting => {
-                    log::debug!(
-                        "control socket client: no request in {} s; dropped",
-                        IO_TIMEOUT.as_secs()
-                    );
+                    log::debug!("control socket client: no request in {} s; dropped", IO_TIMEOUT.as_secs());
                     reading.swap_remove(i);
                     continue;
                 }
@@ -304,9 +253,7 @@ impl Server {
                     reading.swap_remove(i);
                     continue;
                 }
-                Progress::TooLong => {
-                    Some(Err(format!("bad request: longer than {MAX_REQUEST} bytes")))
-                }
+                Progress::TooLong => Some(Err(format!("bad request: longer than {MAX_REQUEST} bytes"))),
                 Progress::Line(line) => match serde_json::from_slice::<Request>(&line) {
                     Ok(req) => handle(&req),
                     Err(e) => Some(Err(format!("bad request: {e}"))),
@@ -315,12 +262,7 @@ impl Server {
             served += 1;
             let client = reading.swap_remove(i);
             match r {
-                Some(r) => self.writing.push(Writing {
-                    stream: client.stream,
-                    out: response_line(r),
-                    at: 0,
-                    since: now,
-                }),
+                Some(r) => self.writing.push(Writing { stream: client.stream, out: response_line(r), at: 0, since: now }),
                 None => match deferred(client.stream) {
                     Ok(d) => later.push(d),
                     Err(e) => log::debug!("control socket client: {e}"),
@@ -334,29 +276,28 @@ impl Server {
     /// Write what the clients can take now; drop those done, gone, or
     /// too slow to read.
     fn flush(&mut self, now: Timestamp) {
-        self.writing.retain_mut(|w| loop {
-            match (&w.stream).write(&w.out[w.at..]) {
-                Ok(0) => return false,
-                Ok(n) => {
-                    w.at += n;
-                    if w.at == w.out.len() {
+        self.writing.retain_mut(|w| {
+            loop {
+                match (&w.stream).write(&w.out[w.at..]) {
+                    Ok(0) => return false,
+                    Ok(n) => {
+                        w.at += n;
+                        if w.at == w.out.len() {
+                            return false;
+                        }
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                        let alive = !expired(now, w.since);
+                        if !alive {
+                            log::debug!("control socket client: answer not read in {} s; dropped", IO_TIMEOUT.as_secs());
+                        }
+                        return alive;
+                    }
+                    Err(e) => {
+                        log::debug!("control socket client: {e}");
                         return false;
                     }
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    let alive = !expired(now, w.since);
-                    if !alive {
-                        log::debug!(
-                            "control socket client: answer not read in {} s; dropped",
-                            IO_TIMEOUT.as_secs()
-                        );
-                    }
-                    return alive;
-                }
-                Err(e) => {
-                    log::debug!("control socket client: {e}");
-                    return false;
                 }
             }
         });
@@ -376,10 +317,7 @@ fn read_some(r: &mut Reading) -> Progress {
             Ok(0) => return Progress::Closed,
             Ok(n) => {
                 // Only the new bytes can hold the newline.
-                let newline = buf[..n]
-                    .iter()
-                    .position(|&b| b == b'\n')
-                    .map(|i| r.line.len() + i);
+                let newline = buf[..n].iter().position(|&b| b == b'\n').map(|i| r.line.len() + i);
                 r.line.extend_from_slice(&buf[..n]);
                 if let Some(end) = newline {
                     r.line.truncate(end);
@@ -421,19 +359,10 @@ impl Responder {
 /// The answer `r` as its line on the wire.
 fn response_line(r: Result<serde_json::Value, String>) -> Vec<u8> {
     let resp = match r {
-        Ok(data) => Response {
-            ok: true,
-            error: None,
-            data,
-        },
-        Err(e) => Response {
-            ok: false,
-            error: Some(e),
-            data: serde_json::Value::Null,
-        },
+        Ok(data) => Response { ok: true, error: None, data },
+        Err(e) => Response { ok: false, error: Some(e), data: serde_json::Value::Null },
     };
-    let mut out = serde_json::to_vec(&resp)
-        .unwrap_or_else(|_| b"{\"ok\":false,\"error\":\"encode\"}".to_vec());
+    let mut out = serde_json::to_vec(&resp).unwrap_or_else(|_| b"{\"ok\":false,\"error\":\"encode\"}".to_vec());
     out.push(b'\n');
     out
 }
@@ -460,32 +389,17 @@ mod tests {
     /// The tests' clock: the time since the first call.
     fn now() -> Timestamp {
         static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
-        Timestamp(
-            START
-                .get_or_init(std::time::Instant::now)
-                .elapsed()
-                .as_nanos() as u64,
-        )
+        Timestamp(START.get_or_init(std::time::Instant::now).elapsed().as_nanos() as u64)
     }
 
     #[test]
     fn request_wire_format_is_stable() {
-        let r = Request::Show {
-            topic: Topic::Stats,
-        };
-        assert_eq!(
-            serde_json::to_string(&r).unwrap(),
-            r#"{"cmd":"show","topic":"stats"}"#
-        );
+        let r = Request::Show { topic: Topic::Stats };
+        assert_eq!(serde_json::to_string(&r).unwrap(), r#"{"cmd":"show","topic":"stats"}"#);
         assert_eq!(Topic::parse("conn"), Some(Topic::Conn));
         assert_eq!(Topic::parse("nope"), None);
-        let c = Request::Show {
-            topic: Topic::Cluster,
-        };
-        assert_eq!(
-            serde_json::to_string(&c).unwrap(),
-            r#"{"cmd":"show","topic":"cluster"}"#
-        );
+        let c = Request::Show { topic: Topic::Cluster };
+        assert_eq!(serde_json::to_string(&c).unwrap(), r#"{"cmd":"show","topic":"cluster"}"#);
         for t in Topic::ALL {
             assert_eq!(Topic::parse(t.as_str()), Some(*t));
         }
@@ -497,12 +411,7 @@ mod tests {
         let client = std::thread::spawn({
             let path = path.clone();
             move || {
-                let ok = request(
-                    &path,
-                    &Request::Show {
-                        topic: Topic::Route,
-                    },
-                );
+                let ok = request(&path, &Request::Show { topic: Topic::Route });
                 let err = request(&path, &Request::Show { topic: Topic::Arp });
                 let reload = request(&path, &Request::ConfigReload);
                 (ok, err, reload)
@@ -512,14 +421,10 @@ mod tests {
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         while served < 3 && std::time::Instant::now() < deadline {
             served += server.poll(now(), |req| match req {
-                Request::Show {
-                    topic: Topic::Route,
-                } => Ok(serde_json::json!({"routes": 1})),
+                Request::Show { topic: Topic::Route } => Ok(serde_json::json!({"routes": 1})),
                 Request::Show { .. } => Err("not here".into()),
                 Request::ConfigReload => Ok(serde_json::json!({"message": "reloaded"})),
-                Request::ClusterShow { .. } | Request::TraceStart { .. } => {
-                    Err("no cluster".into())
-                }
+                Request::ClusterShow { .. } | Request::TraceStart { .. } => Err("no cluster".into()),
             });
             std::thread::sleep(Duration::from_millis(1));
         }
@@ -527,10 +432,7 @@ mod tests {
         assert_eq!(ok.unwrap()["routes"], 1);
         assert!(matches!(err, Err(MgmtError::Refused(ref e)) if e == "not here"));
         assert_eq!(reload.unwrap()["message"], "reloaded");
-        assert_eq!(
-            serde_json::to_string(&Request::ConfigReload).unwrap(),
-            r#"{"cmd":"config-reload"}"#
-        );
+        assert_eq!(serde_json::to_string(&Request::ConfigReload).unwrap(), r#"{"cmd":"config-reload"}"#);
         drop(server);
         assert!(!path.exists(), "socket file removed on drop");
         let _ = std::fs::remove_dir_all(&dir);
@@ -550,10 +452,7 @@ mod tests {
             std::thread::sleep(Duration::from_millis(1));
         }
         assert_eq!(later.len(), 1);
-        later
-            .pop()
-            .unwrap()
-            .answer(Ok(serde_json::json!({"merged": true})));
+        later.pop().unwrap().answer(Ok(serde_json::json!({"merged": true})));
         assert_eq!(client.join().unwrap().unwrap()["merged"], true);
         assert_eq!(
             serde_json::to_string(&Request::ClusterShow { topic: Topic::Conn }).unwrap(),
@@ -577,14 +476,7 @@ mod tests {
         assert_eq!(server.poll(now(), handle), 0, "nothing whole yet");
         let quick = std::thread::spawn({
             let path = path.clone();
-            move || {
-                request(
-                    &path,
-                    &Request::Show {
-                        topic: Topic::Stats,
-                    },
-                )
-            }
+            move || request(&path, &Request::Show { topic: Topic::Stats })
         });
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         let mut served = 0;
@@ -618,21 +510,12 @@ mod tests {
         let at = |d: Duration| Timestamp(t0.0 + d.as_nanos() as u64);
         assert_eq!(server.poll(t0, |_| Ok(serde_json::Value::Null)), 0);
         assert_eq!(server.reading.len(), 1, "accepted, waiting for its line");
-        assert_eq!(
-            server.poll(at(IO_TIMEOUT), |_| Ok(serde_json::Value::Null)),
-            0
-        );
+        assert_eq!(server.poll(at(IO_TIMEOUT), |_| Ok(serde_json::Value::Null)), 0);
         assert_eq!(server.reading.len(), 1, "kept up to the timeout");
-        server.poll(at(IO_TIMEOUT + Duration::from_millis(1)), |_| {
-            Ok(serde_json::Value::Null)
-        });
+        server.poll(at(IO_TIMEOUT + Duration::from_millis(1)), |_| Ok(serde_json::Value::Null));
         assert!(server.reading.is_empty(), "dropped after it");
         let mut rest = Vec::new();
-        assert_eq!(
-            silent.read_to_end(&mut rest).unwrap(),
-            0,
-            "the node closed the connection"
-        );
+        assert_eq!(silent.read_to_end(&mut rest).unwrap(), 0, "the node closed the connection");
         let _ = std::fs::remove_dir_all(&dir);
     }
 
@@ -650,9 +533,7 @@ mod tests {
             }
         });
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while server.poll(now(), |_| Ok(serde_json::Value::Null)) == 0
-            && std::time::Instant::now() < deadline
-        {
+        while server.poll(now(), |_| Ok(serde_json::Value::Null)) == 0 && std::time::Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(1));
         }
         let reply: Response = serde_json::from_str(&client.join().unwrap()).unwrap();

@@ -66,23 +66,15 @@ pub fn key(pool: u16, real: Ipv4Addr) -> [u8; 6] {
 
 /// An entry's key as (pool, real address); `None` for another length.
 pub fn decode_key(key: &[u8]) -> Option<(u16, Ipv4Addr)> {
-    let &[p0, p1, a, b, c, d] = key else {
-        return None;
-    };
+    let &[p0, p1, a, b, c, d] = key else { return None };
     Some((u16::from_be_bytes([p0, p1]), Ipv4Addr::new(a, b, c, d)))
 }
 
 /// An entry of [`NAT_TABLE`] (value: the mapped address, 4 bytes);
 /// `None` for any other length.
 pub fn decode(key: &[u8], value: &[u8]) -> Option<SharedXlate> {
-    let ((pool, real), &[e, f, g, h]) = (decode_key(key)?, value) else {
-        return None;
-    };
-    Some(SharedXlate {
-        pool,
-        real,
-        mapped: Ipv4Addr::new(e, f, g, h),
-    })
+    let ((pool, real), &[e, f, g, h]) = (decode_key(key)?, value) else { return None };
+    Some(SharedXlate { pool, real, mapped: Ipv4Addr::new(e, f, g, h) })
 }
 
 /// What the share did (`show cluster`).
@@ -205,12 +197,8 @@ impl NatShare {
         if now < self.next_sweep {
             return;
         }
-        self.next_sweep =
-            now.saturating_add(Duration(self.timeout.0 / 8).max(Duration::from_millis(100)));
-        let keys: Vec<[u8; 6]> = m
-            .table_iter(NAT_TABLE)
-            .filter_map(|(k, _, _)| <[u8; 6]>::try_from(k).ok())
-            .collect();
+        self.next_sweep = now.saturating_add(Duration(self.timeout.0 / 8).max(Duration::from_millis(100)));
+        let keys: Vec<[u8; 6]> = m.table_iter(NAT_TABLE).filter_map(|(k, _, _)| <[u8; 6]>::try_from(k).ok()).collect();
         self.renewed.retain(|k, _| keys.contains(k));
         for k in keys {
             let since = *self.renewed.entry(k).or_insert(now);
@@ -247,22 +235,13 @@ mod tests {
     }
 
     fn entries(m: &Membership) -> Vec<SharedXlate> {
-        m.table_iter(NAT_TABLE)
-            .filter_map(|(k, v, _)| decode(k, v))
-            .collect()
+        m.table_iter(NAT_TABLE).filter_map(|(k, v, _)| decode(k, v)).collect()
     }
 
     #[test]
     fn key_and_value_bytes() {
         assert_eq!(key(0x0102, H2), [1, 2, 198, 18, 10, 2]);
-        assert_eq!(
-            decode(&key(7, H1), &A.octets()),
-            Some(SharedXlate {
-                pool: 7,
-                real: H1,
-                mapped: A
-            })
-        );
+        assert_eq!(decode(&key(7, H1), &A.octets()), Some(SharedXlate { pool: 7, real: H1, mapped: A }));
         assert_eq!(decode(&key(7, H1)[..5], &A.octets()), None);
         assert_eq!(decode(&key(7, H1), &[1, 2, 3]), None);
     }
@@ -277,24 +256,10 @@ mod tests {
         s.on_request(t, m, 2, H2, None);
         s.on_request(t, m, 2, H3, None);
         s.on_request(t, m, 9, H3, None);
-        let want = vec![
-            SharedXlate {
-                pool: 2,
-                real: H1,
-                mapped: A,
-            },
-            SharedXlate {
-                pool: 2,
-                real: H2,
-                mapped: B,
-            },
-        ];
+        let want = vec![SharedXlate { pool: 2, real: H1, mapped: A }, SharedXlate { pool: 2, real: H2, mapped: B }];
         assert_eq!(entries(m), want);
         let c0 = s.counters;
-        assert_eq!(
-            (c0.allocated, c0.renewals, c0.exhausted, c0.unknown_pool),
-            (2, 1, 1, 1)
-        );
+        assert_eq!((c0.allocated, c0.renewals, c0.exhausted, c0.unknown_pool), (2, 1, 1, 1));
         // Every member holds the same table.
         c.run(100);
         assert_eq!(entries(&c.ms[1]), want);
@@ -313,42 +278,20 @@ mod tests {
             s.on_request(c.now, &mut c.ms[0], 2, H1, Some(A));
             s.tick(c.now, &mut c.ms[0]);
         }
-        assert_eq!(
-            entries(&c.ms[0]),
-            vec![SharedXlate {
-                pool: 2,
-                real: H1,
-                mapped: A
-            }]
-        );
+        assert_eq!(entries(&c.ms[0]), vec![SharedXlate { pool: 2, real: H1, mapped: A }]);
         assert_eq!(s.counters.expired, 1);
         c.run(100);
-        assert_eq!(
-            entries(&c.ms[1]),
-            entries(&c.ms[0]),
-            "the deletion replicated"
-        );
+        assert_eq!(entries(&c.ms[1]), entries(&c.ms[0]), "the deletion replicated");
         // H2's member still held B and renews it: B is free, it comes back.
         s.on_request(c.now, &mut c.ms[0], 2, H2, Some(B));
-        assert!(entries(&c.ms[0]).contains(&SharedXlate {
-            pool: 2,
-            real: H2,
-            mapped: B
-        }));
+        assert!(entries(&c.ms[0]).contains(&SharedXlate { pool: 2, real: H2, mapped: B }));
         assert_eq!(s.counters.restored, 1);
         // A renewal naming an address another host has gets a free one.
         let mut c2 = cluster();
         let mut s2 = share(30_000);
         s2.on_request(c2.now, &mut c2.ms[0], 2, H1, None);
         s2.on_request(c2.now, &mut c2.ms[0], 2, H2, Some(A));
-        assert_eq!(
-            entries(&c2.ms[0])[1],
-            SharedXlate {
-                pool: 2,
-                real: H2,
-                mapped: B
-            }
-        );
+        assert_eq!(entries(&c2.ms[0])[1], SharedXlate { pool: 2, real: H2, mapped: B });
     }
 
     #[test]
@@ -393,17 +336,9 @@ mod tests {
             let mut mapped: Vec<Ipv4Addr> = e.iter().map(|x| x.mapped).collect();
             mapped.sort();
             mapped.dedup();
-            assert_eq!(
-                mapped.len(),
-                e.len(),
-                "an address mapped twice at step {step}: {e:?}"
-            );
+            assert_eq!(mapped.len(), e.len(), "an address mapped twice at step {step}: {e:?}");
             assert!(e.iter().all(|x| pool.contains(&x.mapped)));
         }
-        assert!(
-            s.counters.expired > 0 && s.counters.exhausted > 0,
-            "{:?}",
-            s.counters
-        );
+        assert!(s.counters.expired > 0 && s.counters.exhausted > 0, "{:?}", s.counters);
     }
 }

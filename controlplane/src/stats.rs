@@ -29,33 +29,17 @@ impl Visitor for Json {
     fn gauge(&mut self, name: &'static str, value: u64) {
         self.obj.insert(name.into(), value.into());
     }
-    fn family(
-        &mut self,
-        name: &'static str,
-        _label: &'static str,
-        entries: &mut dyn Iterator<Item = (&'static str, u64)>,
-    ) {
-        let m: Map<String, Value> = entries
-            .map(|(k, v)| (k.to_string(), Value::from(v)))
-            .collect();
+    fn family(&mut self, name: &'static str, _label: &'static str, entries: &mut dyn Iterator<Item = (&'static str, u64)>) {
+        let m: Map<String, Value> = entries.map(|(k, v)| (k.to_string(), Value::from(v))).collect();
         self.obj.insert(name.into(), Value::Object(m));
     }
-    fn group(
-        &mut self,
-        name: &'static str,
-        index: Option<(&'static str, usize)>,
-        stats: &dyn Stats,
-    ) {
+    fn group(&mut self, name: &'static str, index: Option<(&'static str, usize)>, stats: &dyn Stats) {
         let v = to_json(stats);
         match index {
             None => {
                 self.obj.insert(name.into(), v);
             }
-            Some(_) => match self
-                .obj
-                .entry(name)
-                .or_insert_with(|| Value::Array(Vec::new()))
-            {
+            Some(_) => match self.obj.entry(name).or_insert_with(|| Value::Array(Vec::new())) {
                 Value::Array(a) => a.push(v),
                 other => *other = Value::Array(vec![v]),
             },
@@ -74,9 +58,7 @@ pub fn add_json(acc: &mut Value, v: &Value) {
         (Value::Number(a), Value::Number(b)) => {
             if let (Some(x), Some(y)) = (a.as_u64(), b.as_u64()) {
                 *a = x.saturating_add(y).into();
-            } else if let Some(n) =
-                serde_json::Number::from_f64(a.as_f64().unwrap_or(0.0) + b.as_f64().unwrap_or(0.0))
-            {
+            } else if let Some(n) = serde_json::Number::from_f64(a.as_f64().unwrap_or(0.0) + b.as_f64().unwrap_or(0.0)) {
                 *a = n;
             }
         }
@@ -129,13 +111,7 @@ mod tests {
             ipv6: Default::default(),
             flow_log: Default::default(),
             syn_proxy: Default::default(),
-            ports: vec![
-                PortCounters {
-                    rx_packets: 5,
-                    ..Default::default()
-                },
-                PortCounters::default(),
-            ],
+            ports: vec![PortCounters { rx_packets: 5, ..Default::default() }, PortCounters::default()],
             rx_unknown_port: 0,
             handed_off: 0,
             handoffs_in: 0,
@@ -149,20 +125,12 @@ mod tests {
         assert_eq!(v["fast_path"], 2);
         assert_eq!(v["dropped"], 2);
         assert_eq!(v["drops"]["acl-denied"], 2, "drops by reason as an object");
-        assert_eq!(
-            v["drops"].as_object().map(|m| m.len()),
-            Some(DropReason::COUNT),
-            "every reason"
-        );
+        assert_eq!(v["drops"].as_object().map(|m| m.len()), Some(DropReason::COUNT), "every reason");
         assert_eq!(v["arp_hold"]["held"], 0, "a group is a nested object");
         assert_eq!(v["ports"][0]["rx_packets"], 5, "listed groups are an array");
         assert_eq!(v["ports"].as_array().map(Vec::len), Some(2));
         let keys: Vec<&String> = v.as_object().unwrap().keys().collect();
-        assert_eq!(
-            keys.first().map(|k| k.as_str()),
-            Some("packets"),
-            "visit order kept"
-        );
+        assert_eq!(keys.first().map(|k| k.as_str()), Some("packets"), "visit order kept");
     }
 
     #[test]
@@ -175,20 +143,10 @@ mod tests {
         assert_eq!(sum["packets"], 15);
         assert_eq!(sum["drops"]["acl-denied"], 6, "families add by label");
         assert_eq!(sum["drops"]["no-route"], 0);
-        assert_eq!(
-            sum["ports"][0]["rx_packets"], 15,
-            "arrays add element by element"
-        );
+        assert_eq!(sum["ports"][0]["rx_packets"], 15, "arrays add element by element");
         assert_eq!(sum["ports"].as_array().map(Vec::len), Some(2));
         let mut s = serde_json::json!({"node": "a", "x": [1], "y": 1.5});
-        add_json(
-            &mut s,
-            &serde_json::json!({"node": "b", "x": [2, 7], "z": 4, "y": 1}),
-        );
-        assert_eq!(
-            s,
-            serde_json::json!({"node": "a", "x": [3, 7], "y": 2.5, "z": 4}),
-            "strings keep the first; a tail and a new key are kept"
-        );
+        add_json(&mut s, &serde_json::json!({"node": "b", "x": [2, 7], "z": 4, "y": 1}));
+        assert_eq!(s, serde_json::json!({"node": "a", "x": [3, 7], "y": 2.5, "z": 4}), "strings keep the first; a tail and a new key are kept");
     }
 }

@@ -38,8 +38,8 @@ use crate::membership::{EventKind, Reason, State};
 use dataplane::conntrack::{EndReason, FlowEvent, FlowRecord, RuleRef};
 use dataplane::route::IfIndex;
 use std::collections::HashMap;
-use std::fmt::Write as _;
 use std::net::IpAddr;
+use std::fmt::Write as _;
 
 /// The structured-data ID of every message.
 pub const SD_ID: &str = "cfw@32473";
@@ -118,11 +118,7 @@ fn push_field(s: &mut String, f: &str, max: usize) {
         s.push('-');
         return;
     }
-    s.extend(
-        f.chars()
-            .take(max)
-            .map(|c| if ('!'..='~').contains(&c) { c } else { '_' }),
-    );
+    s.extend(f.chars().take(max).map(|c| if ('!'..='~').contains(&c) { c } else { '_' }));
 }
 
 /// `YYYY-MM-DDTHH:MM:SS.mmmZ` of a Unix time in milliseconds.
@@ -130,12 +126,7 @@ pub fn rfc3339_ms(unix_ms: u64) -> String {
     let (secs, ms) = (unix_ms / 1000, unix_ms % 1000);
     let (days, rem) = (secs / 86_400, secs % 86_400);
     let (y, mo, d) = civil_from_days(days as i64);
-    format!(
-        "{y:04}-{mo:02}-{d:02}T{:02}:{:02}:{:02}.{ms:03}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
+    format!("{y:04}-{mo:02}-{d:02}T{:02}:{:02}:{:02}.{ms:03}Z", rem / 3600, rem % 3600 / 60, rem % 60)
 }
 
 /// The proleptic Gregorian date of a day count since 1970-01-01 (Howard
@@ -164,17 +155,11 @@ pub struct Names {
 
 impl Names {
     fn iface(&self, i: IfIndex) -> &str {
-        self.interfaces
-            .get(usize::from(i.0))
-            .map_or("-", String::as_str)
+        self.interfaces.get(usize::from(i.0)).map_or("-", String::as_str)
     }
     fn rule(&self, r: RuleRef) -> String {
         match r {
-            RuleRef::Rule(i) => self
-                .rules
-                .get(i as usize)
-                .cloned()
-                .unwrap_or_else(|| format!("#{i}")),
+            RuleRef::Rule(i) => self.rules.get(i as usize).cloned().unwrap_or_else(|| format!("#{i}")),
             RuleRef::SecurityLevel => "security-level".into(),
         }
     }
@@ -193,13 +178,7 @@ fn proto_name(p: u8) -> String {
 /// `h:mm:ss.mmm`.
 fn duration(ns: u64) -> String {
     let ms = ns / 1_000_000;
-    format!(
-        "{}:{:02}:{:02}.{:03}",
-        ms / 3_600_000,
-        ms / 60_000 % 60,
-        ms / 1000 % 60,
-        ms % 1000
-    )
+    format!("{}:{:02}:{:02}.{:03}", ms / 3_600_000, ms / 60_000 % 60, ms / 1000 % 60, ms % 1000)
 }
 
 /// The message of a flow record (`None`: not logged — a connection handed
@@ -235,18 +214,11 @@ pub fn flow_message(r: &FlowRecord, names: &Names) -> Option<Message> {
             ("mapped-dport", m.dst_port.to_string()),
         ]);
     }
-    let ends = format!(
-        "{}/{}{src_as} ({ingress}) to {}/{}{dst_as} ({egress})",
-        t.src, t.src_port, t.dst, t.dst_port
-    );
+    let ends = format!("{}/{}{src_as} ({ingress}) to {}/{}{dst_as} ({egress})", t.src, t.src_port, t.dst, t.dst_port);
     Some(match r.event {
         FlowEvent::Built => {
             let rule = names.rule(r.rule);
-            params.extend([
-                ("in", ingress.to_string()),
-                ("out", egress.to_string()),
-                ("rule", rule.clone()),
-            ]);
+            params.extend([("in", ingress.to_string()), ("out", egress.to_string()), ("rule", rule.clone())]);
             Message {
                 severity: severity::INFORMATIONAL,
                 msgid: "conn-built",
@@ -317,13 +289,7 @@ pub struct DenyLimiter {
 
 impl DenyLimiter {
     pub fn new(rate: u32) -> DenyLimiter {
-        DenyLimiter {
-            rate,
-            second: 0,
-            buckets: HashMap::new(),
-            passed: 0,
-            suppressed: 0,
-        }
+        DenyLimiter { rate, second: 0, buckets: HashMap::new(), passed: 0, suppressed: 0 }
     }
 
     /// Denied messages per rule and second.
@@ -335,10 +301,7 @@ impl DenyLimiter {
     pub fn allow(&mut self, rule: RuleRef, now_ms: u64) -> bool {
         self.refill(now_ms);
         let rate = self.rate;
-        let b = self.buckets.entry(rule).or_insert(Bucket {
-            tokens: rate,
-            suppressed: 0,
-        });
+        let b = self.buckets.entry(rule).or_insert(Bucket { tokens: rate, suppressed: 0 });
         if b.tokens > 0 {
             b.tokens -= 1;
             self.passed += 1;
@@ -389,14 +352,8 @@ pub fn suppressed_message(rule: RuleRef, n: u64, rate: u32, names: &Names) -> Me
     Message {
         severity: severity::WARNING,
         msgid: "conn-denied-suppressed",
-        params: vec![
-            ("node", names.node.clone()),
-            ("rule", rule.clone()),
-            ("suppressed", n.to_string()),
-        ],
-        text: format!(
-            "{n} denied connections of rule {rule} not logged (rate limit {rate}/s per rule)"
-        ),
+        params: vec![("node", names.node.clone()), ("rule", rule.clone()), ("suppressed", n.to_string())],
+        text: format!("{n} denied connections of rule {rule} not logged (rate limit {rate}/s per rule)"),
     }
 }
 
@@ -411,27 +368,11 @@ pub fn suppressed_message(rule: RuleRef, n: u64, rate: u32, names: &Names) -> Me
 pub fn cluster_event(kind: &EventKind) -> (u8, &'static str) {
     use severity::*;
     match *kind {
-        EventKind::State {
-            to: State::Control,
-            reason: Reason::Elected { .. },
-            ..
-        } => (NOTICE, "cluster-election"),
-        EventKind::State {
-            reason: Reason::BetterControl { .. },
-            ..
-        } => (WARNING, "cluster-split-brain"),
-        EventKind::State {
-            reason: Reason::Resumed { .. },
-            ..
-        } => (WARNING, "cluster-stall"),
-        EventKind::State {
-            reason: Reason::Synced { .. } | Reason::SyncTimeout { .. },
-            ..
-        } => (NOTICE, "cluster-ready"),
-        EventKind::State {
-            to: State::Inactive | State::Disabled,
-            ..
-        } => (WARNING, "cluster-state"),
+        EventKind::State { to: State::Control, reason: Reason::Elected { .. }, .. } => (NOTICE, "cluster-election"),
+        EventKind::State { reason: Reason::BetterControl { .. }, .. } => (WARNING, "cluster-split-brain"),
+        EventKind::State { reason: Reason::Resumed { .. }, .. } => (WARNING, "cluster-stall"),
+        EventKind::State { reason: Reason::Synced { .. } | Reason::SyncTimeout { .. }, .. } => (NOTICE, "cluster-ready"),
+        EventKind::State { to: State::Inactive | State::Disabled, .. } => (WARNING, "cluster-state"),
         EventKind::State { .. } => (NOTICE, "cluster-state"),
         EventKind::Members { .. } => (INFORMATIONAL, "cluster-members"),
         EventKind::Admitted { .. } => (NOTICE, "cluster-join"),
@@ -443,12 +384,7 @@ pub fn cluster_event(kind: &EventKind) -> (u8, &'static str) {
 
 /// A plain event message (cluster, configuration, exporter).
 pub fn event_message(severity: u8, msgid: &'static str, node: &str, text: String) -> Message {
-    Message {
-        severity,
-        msgid,
-        params: vec![("node", node.to_string())],
-        text,
-    }
+    Message { severity, msgid, params: vec![("node", node.to_string())], text }
 }
 
 #[cfg(test)]
@@ -460,11 +396,7 @@ mod tests {
     use proptest::prelude::*;
 
     fn header() -> Header {
-        Header {
-            facility: 20,
-            hostname: "n1".into(),
-            procid: 4242,
-        }
+        Header { facility: 20, hostname: "n1".into(), procid: 4242 }
     }
 
     fn record(event: FlowEvent) -> FlowRecord {
@@ -494,11 +426,7 @@ mod tests {
     }
 
     fn names() -> Names {
-        Names {
-            interfaces: vec!["inside".into(), "outside".into()],
-            rules: vec!["web".into()],
-            node: "n1".into(),
-        }
+        Names { interfaces: vec!["inside".into(), "outside".into()], rules: vec!["web".into()], node: "n1".into() }
     }
 
     #[test]
@@ -531,71 +459,30 @@ mod tests {
             let m = flow_message(&record(event), &names()).unwrap();
             assert_eq!(String::from_utf8(render(&header(), t, &m)).unwrap(), want);
         }
-        assert_eq!(
-            flow_message(&record(FlowEvent::Ended(EndReason::HandedOver)), &names()),
-            None
-        );
+        assert_eq!(flow_message(&record(FlowEvent::Ended(EndReason::HandedOver)), &names()), None);
     }
 
     #[test]
     fn golden_translated_messages() {
         let t = 1_796_361_045_123;
         // Outbound PAT: the initiator leaves as 198.18.20.100/1024.
-        let pat = FlowNat {
-            src: "198.18.20.100".parse().unwrap(),
-            src_port: 1024,
-            dst: "198.18.20.2".parse().unwrap(),
-            dst_port: 80,
-        };
-        let r = FlowRecord {
-            nat: Some(pat),
-            ..record(FlowEvent::Ended(EndReason::Fin))
-        };
+        let pat = FlowNat { src: "198.18.20.100".parse().unwrap(), src_port: 1024, dst: "198.18.20.2".parse().unwrap(), dst_port: 80 };
+        let r = FlowRecord { nat: Some(pat), ..record(FlowEvent::Ended(EndReason::Fin)) };
         let want = "<166>1 2026-12-04T05:10:45.123Z n1 clusterfw 4242 conn-teardown [cfw@32473 node=\"n1\" proto=\"tcp\" \
                     src=\"198.18.10.2\" sport=\"40000\" dst=\"198.18.20.2\" dport=\"80\" mapped-src=\"198.18.20.100\" \
                     mapped-sport=\"1024\" mapped-dst=\"198.18.20.2\" mapped-dport=\"80\" duration-ms=\"3123\" \
                     packets-out=\"10\" packets-in=\"12\" bytes-out=\"1000\" bytes-in=\"20000\" reason=\"tcp-fins\"] \
                     Teardown TCP connection 198.18.10.2/40000 as 198.18.20.100/1024 (inside) to 198.18.20.2/80 (outside) \
                     duration 0:00:03.123 bytes 21000 (1000 from the initiator, 20000 to it) reason tcp-fins";
-        assert_eq!(
-            String::from_utf8(render(&header(), t, &flow_message(&r, &names()).unwrap())).unwrap(),
-            want
-        );
+        assert_eq!(String::from_utf8(render(&header(), t, &flow_message(&r, &names()).unwrap())).unwrap(), want);
         // To a static rule's mapped address: the responder was reached as it.
-        let inbound = FlowNat {
-            dst: "198.18.20.50".parse().unwrap(),
-            ..FlowNat {
-                src_port: 40000,
-                dst_port: 8080,
-                ..pat
-            }
-        };
-        let inbound = FlowNat {
-            src: "198.18.10.2".parse().unwrap(),
-            ..inbound
-        };
-        let m = flow_message(
-            &FlowRecord {
-                nat: Some(inbound),
-                ..record(FlowEvent::Built)
-            },
-            &names(),
-        )
-        .unwrap();
+        let inbound = FlowNat { dst: "198.18.20.50".parse().unwrap(), ..FlowNat { src_port: 40000, dst_port: 8080, ..pat } };
+        let inbound = FlowNat { src: "198.18.10.2".parse().unwrap(), ..inbound };
+        let m = flow_message(&FlowRecord { nat: Some(inbound), ..record(FlowEvent::Built) }, &names()).unwrap();
         assert!(m.text.starts_with("Built TCP connection 198.18.10.2/40000 (inside) to 198.18.20.2/80 as 198.18.20.50/8080 (outside)"), "{}", m.text);
         // A denied attempt never carries one.
-        let m = flow_message(
-            &FlowRecord {
-                nat: Some(pat),
-                ..record(FlowEvent::Denied)
-            },
-            &names(),
-        )
-        .unwrap();
-        assert!(
-            !m.params.iter().any(|(k, _)| k.starts_with("mapped")) && !m.text.contains(" as "),
-            "{m:?}"
-        );
+        let m = flow_message(&FlowRecord { nat: Some(pat), ..record(FlowEvent::Denied) }, &names()).unwrap();
+        assert!(!m.params.iter().any(|(k, _)| k.starts_with("mapped")) && !m.text.contains(" as "), "{m:?}");
     }
 
     #[test]
@@ -612,33 +499,13 @@ mod tests {
 
     #[test]
     fn header_fields_and_values_are_escaped() {
-        let h = Header {
-            facility: 99,
-            hostname: "a b\u{e9}".into(),
-            procid: 1,
-        };
-        let m = Message {
-            severity: 9,
-            msgid: "x",
-            params: vec![("k", "a\"b]c\\".into())],
-            text: String::new(),
-        };
+        let h = Header { facility: 99, hostname: "a b\u{e9}".into(), procid: 1 };
+        let m = Message { severity: 9, msgid: "x", params: vec![("k", "a\"b]c\\".into())], text: String::new() };
         let s = String::from_utf8(render(&h, 0, &m)).unwrap();
-        assert_eq!(
-            s,
-            "<191>1 1970-01-01T00:00:00.000Z a_b_ clusterfw 1 x [cfw@32473 k=\"a\\\"b\\]c\\\\\"]"
-        );
-        let h = Header {
-            hostname: String::new(),
-            ..h
-        };
-        let m = Message {
-            params: vec![],
-            ..m
-        };
-        assert!(String::from_utf8(render(&h, 0, &m))
-            .unwrap()
-            .ends_with(" - clusterfw 1 x -"));
+        assert_eq!(s, "<191>1 1970-01-01T00:00:00.000Z a_b_ clusterfw 1 x [cfw@32473 k=\"a\\\"b\\]c\\\\\"]");
+        let h = Header { hostname: String::new(), ..h };
+        let m = Message { params: vec![], ..m };
+        assert!(String::from_utf8(render(&h, 0, &m)).unwrap().ends_with(" - clusterfw 1 x -"));
     }
 
     #[test]
@@ -646,66 +513,12 @@ mod tests {
         use dataplane::{Epoch, NodeId};
         let st = |from, to, reason| EventKind::State { from, to, reason };
         let cases = [
-            (
-                st(
-                    State::Joining,
-                    State::Control,
-                    Reason::Elected { candidates: 2 },
-                ),
-                "cluster-election",
-                5,
-            ),
-            (
-                st(
-                    State::Syncing,
-                    State::Data,
-                    Reason::Synced {
-                        waited: dataplane::Duration(0),
-                    },
-                ),
-                "cluster-ready",
-                5,
-            ),
-            (
-                st(
-                    State::Data,
-                    State::Inactive,
-                    Reason::Removed {
-                        control: NodeId(1),
-                        epoch: Epoch(3),
-                    },
-                ),
-                "cluster-state",
-                4,
-            ),
-            (
-                st(
-                    State::Control,
-                    State::Data,
-                    Reason::BetterControl { control: NodeId(1) },
-                ),
-                "cluster-split-brain",
-                4,
-            ),
-            (
-                EventKind::Admitted {
-                    node: NodeId(2),
-                    epoch: Epoch(4),
-                },
-                "cluster-join",
-                5,
-            ),
-            (
-                EventKind::Removed {
-                    node: NodeId(2),
-                    epoch: Epoch(5),
-                    reason: Reason::NoHeartbeat {
-                        silent: dataplane::Duration(0),
-                    },
-                },
-                "cluster-leave",
-                4,
-            ),
+            (st(State::Joining, State::Control, Reason::Elected { candidates: 2 }), "cluster-election", 5),
+            (st(State::Syncing, State::Data, Reason::Synced { waited: dataplane::Duration(0) }), "cluster-ready", 5),
+            (st(State::Data, State::Inactive, Reason::Removed { control: NodeId(1), epoch: Epoch(3) }), "cluster-state", 4),
+            (st(State::Control, State::Data, Reason::BetterControl { control: NodeId(1) }), "cluster-split-brain", 4),
+            (EventKind::Admitted { node: NodeId(2), epoch: Epoch(4) }, "cluster-join", 5),
+            (EventKind::Removed { node: NodeId(2), epoch: Epoch(5), reason: Reason::NoHeartbeat { silent: dataplane::Duration(0) } }, "cluster-leave", 4),
         ];
         for (kind, msgid, sev) in cases {
             assert_eq!(cluster_event(&kind), (sev, msgid), "{kind:?}");
@@ -714,10 +527,7 @@ mod tests {
 
     #[test]
     fn octet_counting() {
-        assert_eq!(
-            frame_octet_counted(b"<14>1 - - - - - -"),
-            b"17 <14>1 - - - - - -".to_vec()
-        );
+        assert_eq!(frame_octet_counted(b"<14>1 - - - - - -"), b"17 <14>1 - - - - - -".to_vec());
     }
 
     #[test]
@@ -729,17 +539,10 @@ mod tests {
         assert!(l.allow(b, 5_100), "another rule has its own budget");
         assert_eq!(l.tick(5_900), vec![(a, 7)]);
         assert_eq!(l.tick(5_950), vec![], "reported once");
-        assert_eq!(
-            (0..10).filter(|_| l.allow(a, 6_000)).count(),
-            3,
-            "refilled the next second"
-        );
+        assert_eq!((0..10).filter(|_| l.allow(a, 6_000)).count(), 3, "refilled the next second");
         assert_eq!(l.tick(7_000), vec![(a, 7)]);
         assert_eq!((l.passed, l.suppressed), (7, 14));
-        assert!(
-            l.tick(8_000).is_empty() && l.buckets.is_empty(),
-            "idle rules are forgotten"
-        );
+        assert!(l.tick(8_000).is_empty() && l.buckets.is_empty(), "idle rules are forgotten");
         let mut none = DenyLimiter::new(0);
         assert!(!none.allow(a, 0), "rate 0: summaries only");
     }

@@ -25,8 +25,7 @@
 //! `--nocapture` prints the report.
 
 use controlplane::membership::{
-    Action, Config, ControlLink, Membership, NodeConfig, Outgoing, SplitBrain, State,
-    MAX_CONTROL_FRAME,
+    Action, Config, ControlLink, Membership, NodeConfig, Outgoing, SplitBrain, State, MAX_CONTROL_FRAME,
 };
 use dataplane::ccl::{CclKey, FramePath};
 use dataplane::{Duration, Epoch, NodeId, Timestamp};
@@ -73,13 +72,7 @@ fn addr(n: usize) -> Ipv4Addr {
 }
 
 fn configured(n: usize) -> Vec<NodeConfig> {
-    (0..n)
-        .map(|i| NodeConfig {
-            id: NodeId(i as u8),
-            name: format!("n{i}"),
-            ccl_address: addr(i),
-        })
-        .collect()
+    (0..n).map(|i| NodeConfig { id: NodeId(i as u8), name: format!("n{i}"), ccl_address: addr(i) }).collect()
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -105,22 +98,10 @@ struct Frame {
 }
 
 enum Ev {
-    Tick {
-        node: usize,
-        gen: u64,
-    },
+    Tick { node: usize, gen: u64 },
     Deliver(Frame),
-    Sync {
-        node: usize,
-        inc: u32,
-        epoch: Epoch,
-        bits: u16,
-    },
-    Port {
-        node: usize,
-        inc: u32,
-        up: bool,
-    },
+    Sync { node: usize, inc: u32, epoch: Epoch, bits: u16 },
+    Port { node: usize, inc: u32, up: bool },
     Fault(Fault),
 }
 
@@ -233,11 +214,7 @@ fn new_node(setup: Setup, n: usize, inc: u32) -> Node {
         priority: 10 + (n as u8 * 7) % 5,
         heartbeat_interval: Duration(INTERVAL),
         hold_time: Duration(HOLD),
-        split_brain: if setup.quorum {
-            SplitBrain::Quorum
-        } else {
-            SplitBrain::Elect
-        },
+        split_brain: if setup.quorum { SplitBrain::Quorum } else { SplitBrain::Elect },
         sync_timeout: Duration::from_millis(2000),
         ..Config::new(NodeId(n as u8), inc, configured(setup.nodes))
     };
@@ -292,11 +269,7 @@ impl Sim {
 
     fn push(&mut self, at: u64, ev: Ev) {
         self.seq += 1;
-        self.q.push(Reverse(Queued {
-            at,
-            seq: self.seq,
-            ev,
-        }));
+        self.q.push(Reverse(Queued { at, seq: self.seq, ev }));
     }
 
     fn schedule_tick(&mut self, n: usize, at: u64) {
@@ -316,11 +289,7 @@ impl Sim {
 
     fn violation(&mut self, what: String) {
         if self.report.violations.len() < 20 {
-            self.report.violations.push(format!(
-                "seed {} at {} ms: {what}",
-                self.seed,
-                self.now / MS
-            ));
+            self.report.violations.push(format!("seed {} at {} ms: {what}", self.seed, self.now / MS));
         }
     }
 
@@ -335,24 +304,15 @@ impl Sim {
                         _ => None,
                     };
                     let hb = matches!(msg, Outgoing::Heartbeat(_));
-                    let meta = Meta {
-                        from: n,
-                        from_inc: self.nodes[n].inc,
-                        hb,
-                        sent: self.now,
-                    };
+                    let meta = Meta { from: n, from_inc: self.nodes[n].inc, hb, sent: self.now };
                     let len = match self.nodes[n].link.seal_action(&a, &mut buf) {
                         Some(Ok(len)) => len,
                         other => {
-                            self.violation(format!(
-                                "n{n} could not seal {:?}: {other:?}",
-                                msg.message().kind()
-                            ));
+                            self.violation(format!("n{n} could not seal {:?}: {other:?}", msg.message().kind()));
                             continue;
                         }
                     };
-                    for t in (0..self.nodes.len()).filter(|&t| t != n && to.is_none_or(|x| x == t))
-                    {
+                    for t in (0..self.nodes.len()).filter(|&t| t != n && to.is_none_or(|x| x == t)) {
                         self.report.frames += 1;
                         let loss = self.setup.loss.max(self.burst);
                         if self.part[t] != self.part[n] || self.rng.chance(loss) {
@@ -360,26 +320,14 @@ impl Sim {
                             continue;
                         }
                         let delay = self.rng.range(20_000, 2 * MS);
-                        let f = Frame {
-                            to: t,
-                            bytes: buf[..len].to_vec(),
-                            meta: meta.clone(),
-                        };
+                        let f = Frame { to: t, bytes: buf[..len].to_vec(), meta: meta.clone() };
                         self.push(self.now + delay, Ev::Deliver(f));
                     }
                 }
                 Action::Members(set) => {
                     let me = set.bits() & !(1 << n);
                     let inc = self.nodes[n].inc;
-                    self.push(
-                        self.now + SYNC_DELAY,
-                        Ev::Sync {
-                            node: n,
-                            inc,
-                            epoch: set.epoch(),
-                            bits: me,
-                        },
-                    );
+                    self.push(self.now + SYNC_DELAY, Ev::Sync { node: n, inc, epoch: set.epoch(), bits: me });
                 }
                 Action::DataPorts { up } => {
                     self.nodes[n].ports_up = *up;
@@ -387,26 +335,14 @@ impl Sim {
                     // when raised unless the cable is broken.
                     let carrier = *up && !self.nodes[n].port_broken;
                     let inc = self.nodes[n].inc;
-                    self.push(
-                        self.now + MS,
-                        Ev::Port {
-                            node: n,
-                            inc,
-                            up: carrier,
-                        },
-                    );
+                    self.push(self.now + MS, Ev::Port { node: n, inc, up: carrier });
                 }
                 Action::Event(e) => {
                     if e.text.contains("-> control") {
                         self.report.elections += 1;
                     }
                 }
-                Action::Lease(_)
-                | Action::Reset
-                | Action::Replica(_)
-                | Action::XlateRequest { .. }
-                | Action::Query { .. }
-                | Action::LimitReport { .. } => {}
+                Action::Lease(_) | Action::Reset | Action::Replica(_) | Action::XlateRequest { .. } | Action::Query { .. } | Action::LimitReport { .. } => {}
             }
         }
         let w = self.nodes[n].m.next_wakeup().0.max(self.now);
@@ -440,10 +376,7 @@ impl Sim {
     }
 
     fn fault(&mut self, f: Fault) {
-        self.trace.push(format!(
-            "{:>8.1} ms  FAULT {f:?}",
-            self.now as f64 / MS as f64
-        ));
+        self.trace.push(format!("{:>8.1} ms  FAULT {f:?}", self.now as f64 / MS as f64));
         self.last_change = self.now;
         let ended = |k| Some((0u64, k));
         let end = match &f {
@@ -517,33 +450,17 @@ impl Sim {
     }
 
     fn step(&mut self) -> bool {
-        let Some(Reverse(q)) = self.q.pop() else {
-            return false;
-        };
-        if std::env::var("CLUSTER_SIM_STORM").is_ok()
-            && self.report.events % 1_000_000 == 0
-            && self.report.events > 0
-        {
+        let Some(Reverse(q)) = self.q.pop() else { return false };
+        if std::env::var("CLUSTER_SIM_STORM").is_ok() && self.report.events % 1_000_000 == 0 && self.report.events > 0 {
             let kind = match &q.ev {
                 Ev::Tick { node, .. } => format!("tick n{node}"),
-                Ev::Deliver(f) => {
-                    format!("frame n{}->n{} {} bytes", f.meta.from, f.to, f.bytes.len())
-                }
+                Ev::Deliver(f) => format!("frame n{}->n{} {} bytes", f.meta.from, f.to, f.bytes.len()),
                 Ev::Sync { node, .. } => format!("sync n{node}"),
                 Ev::Port { node, up, .. } => format!("port n{node} {up}"),
                 Ev::Fault(f) => format!("{f:?}"),
             };
-            let st: Vec<String> = self
-                .nodes
-                .iter()
-                .map(|n| format!("{}:{}", n.m.state(), n.m.next_wakeup().0 / MS))
-                .collect();
-            eprintln!(
-                "events {} at {} ms: {kind} {st:?} q={}",
-                self.report.events,
-                self.now / MS,
-                self.q.len()
-            );
+            let st: Vec<String> = self.nodes.iter().map(|n| format!("{}:{}", n.m.state(), n.m.next_wakeup().0 / MS)).collect();
+            eprintln!("events {} at {} ms: {kind} {st:?} q={}", self.report.events, self.now / MS, self.q.len());
         }
         self.now = self.now.max(q.at);
         self.report.events += 1;
@@ -557,12 +474,7 @@ impl Sim {
                 }
             }
             Ev::Deliver(f) => self.deliver(f),
-            Ev::Sync {
-                node,
-                inc,
-                epoch,
-                bits,
-            } => {
+            Ev::Sync { node, inc, epoch, bits } => {
                 if self.running(node) && self.nodes[node].inc == inc {
                     let now = Timestamp(self.now);
                     self.nodes[node].m.on_sync(now, epoch, bits, true);
@@ -630,11 +542,7 @@ impl Sim {
                 if let Some(k) = m.control().map(|k| k.index()) {
                     let kn = &self.nodes[k];
                     let km = &kn.m;
-                    if kn.alive
-                        && km.state() == State::Control
-                        && km.epoch() > m.epoch()
-                        && !km.members().contains(NodeId(n as u8))
-                    {
+                    if kn.alive && km.state() == State::Control && km.epoch() > m.epoch() && !km.members().contains(NodeId(n as u8)) {
                         v.push(format!(
                             "n{n} unfenced (lease {} ms) while n{k} removed it (epoch {})",
                             lease / MS,
@@ -677,11 +585,7 @@ impl Sim {
         if settled {
             for p in 0..2u8 {
                 let c: Vec<usize> = (0..self.nodes.len())
-                    .filter(|&n| {
-                        self.running(n)
-                            && self.part[n] == p
-                            && self.nodes[n].m.state() == State::Control
-                    })
+                    .filter(|&n| self.running(n) && self.part[n] == p && self.nodes[n].m.state() == State::Control)
                     .collect();
                 if c.len() > 1 {
                     v.push(format!("partition {p}: {} control nodes {c:?}", c.len()));
@@ -698,11 +602,8 @@ impl Sim {
                     v.push(format!("heal took {ms} ms, bound {} ms", SETTLE / MS));
                 }
             } else if now - since > 30_000 * MS {
-                let states: Vec<(State, Epoch, Option<NodeId>)> = self
-                    .nodes
-                    .iter()
-                    .map(|n| (n.m.state(), n.m.epoch(), n.m.control()))
-                    .collect();
+                let states: Vec<(State, Epoch, Option<NodeId>)> =
+                    self.nodes.iter().map(|n| (n.m.state(), n.m.epoch(), n.m.control())).collect();
                 v.push(format!("no convergence 30 s after {kind}: {states:?}"));
                 self.pending = None;
             }
@@ -723,20 +624,10 @@ impl Sim {
             .iter()
             .filter(|n| n.alive && n.paused.is_none() && n.m.state() != State::Disabled)
             .collect();
-        let controls: Vec<&&Node> = live
-            .iter()
-            .filter(|n| n.m.state() == State::Control)
-            .collect();
-        let [c] = controls.as_slice() else {
-            return false;
-        };
+        let controls: Vec<&&Node> = live.iter().filter(|n| n.m.state() == State::Control).collect();
+        let [c] = controls.as_slice() else { return false };
         let (e, id) = (c.m.epoch(), c.m.me());
-        live.iter().all(|n| {
-            n.m.ready()
-                && n.m.epoch() == e
-                && n.m.control() == Some(id)
-                && c.m.members().contains(n.m.me())
-        })
+        live.iter().all(|n| n.m.ready() && n.m.epoch() == e && n.m.control() == Some(id) && c.m.members().contains(n.m.me()))
     }
 
     fn replicas_equal(&self) -> bool {
@@ -759,19 +650,13 @@ impl Sim {
     /// Write to the replicated tables on whichever node is control.
     fn write(&mut self) {
         let now = Timestamp(self.now);
-        let Some(c) = (0..self.nodes.len())
-            .find(|&n| self.running(n) && self.nodes[n].m.state() == State::Control)
-        else {
+        let Some(c) = (0..self.nodes.len()).find(|&n| self.running(n) && self.nodes[n].m.state() == State::Control) else {
             return;
         };
         let k = [self.rng.below(20) as u8];
         let v = self.rng.next().to_be_bytes();
         let m = &mut self.nodes[c].m;
-        let _ = if self.rng.chance(200) {
-            m.table_delete(now, 1, &k).map(|_| 0)
-        } else {
-            m.table_upsert(now, 1, &k, &v)
-        };
+        let _ = if self.rng.chance(200) { m.table_delete(now, 1, &k).map(|_| 0) } else { m.table_upsert(now, 1, &k, &v) };
         self.actions(c);
     }
 }
@@ -808,17 +693,7 @@ fn run(seed: u64, setup: Setup, episodes: usize) -> Report {
         let d = s.rng.range(200, 2500) * MS;
         let (start, stop) = match s.rng.below(6) {
             0 => (Fault::Kill(n), Fault::Restart(n)),
-            1 => (
-                Fault::Pause(
-                    n,
-                    if s.rng.chance(500) {
-                        Pause::Queue
-                    } else {
-                        Pause::Lose
-                    },
-                ),
-                Fault::Resume(n),
-            ),
+            1 => (Fault::Pause(n, if s.rng.chance(500) { Pause::Queue } else { Pause::Lose }), Fault::Resume(n)),
             2 | 3 => {
                 let mut g: Vec<usize> = (0..setup.nodes).filter(|_| s.rng.chance(500)).collect();
                 if g.is_empty() || g.len() == setup.nodes {
@@ -846,35 +721,15 @@ fn run(seed: u64, setup: Setup, episodes: usize) -> Report {
         let states: Vec<String> = s
             .nodes
             .iter()
-            .map(|n| {
-                format!(
-                    "{}/{}/e{}/{:?}/ready={}",
-                    n.m.state(),
-                    n.alive,
-                    n.m.epoch().0,
-                    n.m.control(),
-                    n.m.ready()
-                )
-            })
+            .map(|n| format!("{}/{}/e{}/{:?}/ready={}", n.m.state(), n.alive, n.m.epoch().0, n.m.control(), n.m.ready()))
             .collect();
-        s.violation(format!(
-            "{k} at {} ms never converged: {states:?}",
-            since / MS
-        ));
+        s.violation(format!("{k} at {} ms never converged: {states:?}", since / MS));
     }
     if !s.replicas_equal() {
         s.violation("replicated tables differ at the end".into());
     }
-    s.report.disabled = s
-        .nodes
-        .iter()
-        .filter(|n| n.alive && n.m.state() == State::Disabled)
-        .count() as u64;
-    if std::env::var("CLUSTER_SIM_TRACE")
-        .ok()
-        .and_then(|v| v.parse::<u64>().ok())
-        == Some(seed)
-    {
+    s.report.disabled = s.nodes.iter().filter(|n| n.alive && n.m.state() == State::Disabled).count() as u64;
+    if std::env::var("CLUSTER_SIM_TRACE").ok().and_then(|v| v.parse::<u64>().ok()) == Some(seed) {
         for n in &s.nodes {
             for e in n.m.history() {
                 println!("{:>8.1} ms  {}", e.at.0 as f64 / MS as f64, e.text);
@@ -889,31 +744,19 @@ fn run(seed: u64, setup: Setup, episodes: usize) -> Report {
 
 fn setup_for(seed: u64) -> Setup {
     let nodes = 3 + (seed % 3) as usize;
-    Setup {
-        nodes,
-        quorum: seed % 4 == 3,
-        loss: [0, 5, 20][(seed % 5 % 3) as usize],
-    }
+    Setup { nodes, quorum: seed % 4 == 3, loss: [0, 5, 20][(seed % 5 % 3) as usize] }
 }
 
 fn percentile(v: &mut [u64], p: usize) -> u64 {
     v.sort_unstable();
-    v.get((v.len().saturating_sub(1)) * p / 100)
-        .copied()
-        .unwrap_or(0)
+    v.get((v.len().saturating_sub(1)) * p / 100).copied().unwrap_or(0)
 }
 
 #[test]
 fn randomized_fault_schedules_keep_the_invariants() {
-    let seeds: u64 = std::env::var("CLUSTER_SIM_SEEDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(200);
+    let seeds: u64 = std::env::var("CLUSTER_SIM_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(200);
     let mut all = Report::default();
-    let first: u64 = std::env::var("CLUSTER_SIM_FIRST")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
+    let first: u64 = std::env::var("CLUSTER_SIM_FIRST").ok().and_then(|s| s.parse().ok()).unwrap_or(0);
     for seed in first..first + seeds {
         if std::env::var("CLUSTER_SIM_DEBUG").is_ok() {
             eprintln!("seed {seed}");
@@ -934,29 +777,14 @@ fn randomized_fault_schedules_keep_the_invariants() {
         "cluster_sim: {seeds} seeds, {} fault episodes, {} events, {} frames ({} lost), {} elections",
         all.episodes, all.events, all.frames, all.lost, all.elections
     );
-    println!(
-        "  nodes disabled at the end (five failed rejoins): {}",
-        all.disabled
-    );
+    println!("  nodes disabled at the end (five failed rejoins): {}", all.disabled);
     println!(
         "  node-time taking traffic beside a second control node of its partition: elect {} ms, quorum {} ms",
         all.split_unfenced_elect / MS,
         all.split_unfenced_quorum / MS
     );
-    for kind in [
-        "formation",
-        "partition heal",
-        "restart",
-        "resume",
-        "loss burst",
-        "port up",
-    ] {
-        let mut v: Vec<u64> = all
-            .convergence
-            .iter()
-            .filter(|(k, _)| *k == kind)
-            .map(|(_, ms)| *ms)
-            .collect();
+    for kind in ["formation", "partition heal", "restart", "resume", "loss burst", "port up"] {
+        let mut v: Vec<u64> = all.convergence.iter().filter(|(k, _)| *k == kind).map(|(_, ms)| *ms).collect();
         if !v.is_empty() {
             let n = v.len();
             println!(
@@ -967,12 +795,7 @@ fn randomized_fault_schedules_keep_the_invariants() {
             );
         }
     }
-    assert!(
-        all.violations.is_empty(),
-        "{} violation(s):\n{}",
-        all.violations.len(),
-        all.violations.join("\n")
-    );
+    assert!(all.violations.is_empty(), "{} violation(s):\n{}", all.violations.len(), all.violations.join("\n"));
     // Quorum mode: never two serving sides (static majority + grant).
     assert_eq!(all.split_unfenced_quorum, 0);
     assert!(all.episodes >= seeds * 4, "faults ended: {}", all.episodes);
@@ -983,10 +806,7 @@ fn randomized_fault_schedules_keep_the_invariants() {
 fn a_seed_repeats() {
     let a = run(7, setup_for(7), 3);
     let b = run(7, setup_for(7), 3);
-    assert_eq!(
-        (a.events, a.frames, a.lost, a.convergence.clone()),
-        (b.events, b.frames, b.lost, b.convergence)
-    );
+    assert_eq!((a.events, a.frames, a.lost, a.convergence.clone()), (b.events, b.frames, b.lost, b.convergence));
 }
 
 /// Detection (a data node's last heartbeat → the control node's new
@@ -999,27 +819,14 @@ fn detection_and_election_times() {
     let mut elect = Vec::new();
     let mut adopt = Vec::new();
     for seed in 0..50u64 {
-        let setup = Setup {
-            nodes: 4,
-            quorum: false,
-            loss: 0,
-        };
+        let setup = Setup { nodes: 4, quorum: false, loss: 0 };
         // Detection: kill a data node.
         let mut s = Sim::new(seed, setup);
         let jitter = s.rng.below(INTERVAL);
         s.run_until(2000 * MS + jitter);
-        let c = (0..4)
-            .find(|&n| s.nodes[n].m.state() == State::Control)
-            .unwrap();
+        let c = (0..4).find(|&n| s.nodes[n].m.state() == State::Control).unwrap();
         let victim = (c + 1 + seed as usize % 3) % 4;
-        let last = s.now
-            - s.nodes[c]
-                .m
-                .member(NodeId(victim as u8), Timestamp(s.now))
-                .unwrap()
-                .last_heard
-                .unwrap()
-                .0;
+        let last = s.now - s.nodes[c].m.member(NodeId(victim as u8), Timestamp(s.now)).unwrap().last_heard.unwrap().0;
         s.nodes[victim].alive = false;
         let e0 = s.nodes[c].m.epoch();
         while s.nodes[c].m.epoch() == e0 && s.now < 5000 * MS {
@@ -1031,35 +838,21 @@ fn detection_and_election_times() {
         let mut s = Sim::new(seed, setup);
         let jitter = s.rng.below(INTERVAL);
         s.run_until(2000 * MS + jitter);
-        let c = (0..4)
-            .find(|&n| s.nodes[n].m.state() == State::Control)
-            .unwrap();
+        let c = (0..4).find(|&n| s.nodes[n].m.state() == State::Control).unwrap();
         let other = (c + 1) % 4;
-        let last = s.now
-            - s.nodes[other]
-                .m
-                .member(NodeId(c as u8), Timestamp(s.now))
-                .unwrap()
-                .last_heard
-                .unwrap()
-                .0;
+        let last = s.now - s.nodes[other].m.member(NodeId(c as u8), Timestamp(s.now)).unwrap().last_heard.unwrap().0;
         s.nodes[c].alive = false;
         let survivors: Vec<usize> = (0..4).filter(|&n| n != c).collect();
         let mut elected = None;
         while s.now < 5000 * MS {
             s.step();
-            let w = survivors
-                .iter()
-                .find(|&&n| s.nodes[n].m.state() == State::Control)
-                .copied();
+            let w = survivors.iter().find(|&&n| s.nodes[n].m.state() == State::Control).copied();
             if let (None, Some(w)) = (elected, w) {
                 elected = Some((w, s.now));
             }
             if let Some((w, _)) = elected {
                 let e = s.nodes[w].m.epoch();
-                if survivors.iter().all(|&n| {
-                    s.nodes[n].m.epoch() == e && s.nodes[n].m.control() == Some(NodeId(w as u8))
-                }) {
+                if survivors.iter().all(|&n| s.nodes[n].m.epoch() == e && s.nodes[n].m.control() == Some(NodeId(w as u8))) {
                     break;
                 }
             }
@@ -1067,10 +860,7 @@ fn detection_and_election_times() {
         let (_, at) = elected.expect("a new control node");
         elect.push((at - last) / 1000);
         adopt.push((s.now - last) / 1000);
-        assert!(
-            survivors.iter().all(|&n| s.nodes[n].m.state().is_member()),
-            "seed {seed}"
-        );
+        assert!(survivors.iter().all(|&n| s.nodes[n].m.state().is_member()), "seed {seed}");
     }
     let show = |name: &str, v: &mut Vec<u64>| {
         println!(
@@ -1082,14 +872,8 @@ fn detection_and_election_times() {
         );
     };
     show("detection (last heartbeat -> new epoch)", &mut detect);
-    show(
-        "election (control's last heartbeat -> new control)",
-        &mut elect,
-    );
-    show(
-        "election (control's last heartbeat -> all survivors at its epoch)",
-        &mut adopt,
-    );
+    show("election (control's last heartbeat -> new control)", &mut elect);
+    show("election (control's last heartbeat -> all survivors at its epoch)", &mut adopt);
     // Hold time + one tick resolution (interval / 4) + latency.
     assert!(percentile(&mut detect, 100) <= (HOLD + INTERVAL / 4 + 2 * MS) / 1000);
     // Hold time + the slowest survivor's own detection + one heartbeat.

@@ -18,10 +18,7 @@ const FORBIDDEN: &[&str] = &[
 ];
 
 fn code_lines(text: &str) -> impl Iterator<Item = (usize, &str)> {
-    text.lines()
-        .enumerate()
-        .filter(|(_, l)| !l.trim_start().starts_with("//"))
-        .map(|(i, l)| (i + 1, l))
+    text.lines().enumerate().filter(|(_, l)| !l.trim_start().starts_with("//")).map(|(i, l)| (i + 1, l))
 }
 
 #[test]
@@ -52,34 +49,16 @@ fn membership_reads_no_clock_and_does_no_io() {
             }
         }
     }
-    assert!(
-        files >= 3,
-        "membership's files were not found in {}",
-        dir.display()
-    );
-    assert!(
-        found.is_empty(),
-        "membership must stay sans-IO:\n{}",
-        found.join("\n")
-    );
+    assert!(files >= 3, "membership's files were not found in {}", dir.display());
+    assert!(found.is_empty(), "membership must stay sans-IO:\n{}", found.join("\n"));
 }
 
 #[test]
 fn no_dpdk_below_the_control_plane() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    for manifest in [
-        root.join("Cargo.toml"),
-        root.join("../dataplane/Cargo.toml"),
-    ] {
+    for manifest in [root.join("Cargo.toml"), root.join("../dataplane/Cargo.toml")] {
         let text = std::fs::read_to_string(&manifest).unwrap();
-        let deps: Vec<&str> = code_lines(&text)
-            .map(|(_, l)| l)
-            .filter(|l| l.contains("dpdk"))
-            .collect();
-        assert!(
-            deps.is_empty(),
-            "{} names DPDK: {deps:?}",
-            manifest.display()
-        );
+        let deps: Vec<&str> = code_lines(&text).map(|(_, l)| l).filter(|l| l.contains("dpdk")).collect();
+        assert!(deps.is_empty(), "{} names DPDK: {deps:?}", manifest.display());
     }
 }

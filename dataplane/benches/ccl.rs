@@ -43,11 +43,7 @@ fn bench(c: &mut Criterion) {
                     } else {
                         s.seal(Epoch(1), &m, &mut out).unwrap()
                     };
-                    let r = if framed {
-                        o.open_frame(&out[..n])
-                    } else {
-                        o.open(&out[..n])
-                    };
+                    let r = if framed { o.open_frame(&out[..n]) } else { o.open(&out[..n]) };
                     black_box(r.unwrap().seq)
                 })
             });

@@ -54,41 +54,13 @@ fn setup(payload: usize) -> (Bed, Vec<Vec<u8>>, Vec<Vec<u8>>) {
     let (mut at_a, mut at_b) = (Vec::new(), Vec::new());
     for i in 0..FLOWS {
         let cport = 10_000 + i as u16;
-        let out = bed.send(
-            A,
-            IN,
-            from_host(A, SERVER).tcp(cport, 80, C_ISN, 0, SYN, 64240, &SYN_OPTS, b""),
-        );
+        let out = bed.send(A, IN, from_host(A, SERVER).tcp(cport, 80, C_ISN, 0, SYN, 64240, &SYN_OPTS, b""));
         let isn = tcp_fields(&out[0].2).0;
-        let synack = from_outside(B, SERVER).tcp(
-            80,
-            cport,
-            S_ISN,
-            isn.wrapping_add(1),
-            SYN | ACK,
-            65535,
-            &SYN_OPTS,
-            b"",
-        );
-        assert_eq!(
-            bed.send(B, OUT, synack).len(),
-            1,
-            "SYN-ACK via B reaches the client"
-        );
+        let synack = from_outside(B, SERVER).tcp(80, cport, S_ISN, isn.wrapping_add(1), SYN | ACK, 65535, &SYN_OPTS, b"");
+        assert_eq!(bed.send(B, OUT, synack).len(), 1, "SYN-ACK via B reaches the client");
         let ack = from_host(A, SERVER).tcp(cport, 80, C_ISN + 1, S_ISN + 1, ACK, 502, &[], b"");
         assert_eq!(bed.send(A, IN, ack).len(), 1, "handshake completes at A");
-        let seg = |n| {
-            from_outside(n, SERVER).tcp(
-                80,
-                cport,
-                S_ISN + 1,
-                isn.wrapping_add(1),
-                ACK,
-                502,
-                &[],
-                &data,
-            )
-        };
+        let seg = |n| from_outside(n, SERVER).tcp(80, cport, S_ISN + 1, isn.wrapping_add(1), ACK, 502, &[], &data);
         at_a.push(seg(A));
         at_b.push(seg(B));
     }
@@ -102,14 +74,9 @@ fn bench(c: &mut Criterion) {
         let size = 54 + payload.max(6);
         let (mut bed, at_a, at_b) = setup(payload);
         let now = bed.now();
-        let mut bufs: Vec<VecBuf> = (0..BURST)
-            .map(|_| VecBuf::with_room(&at_a[0], 256, 256))
-            .collect();
+        let mut bufs: Vec<VecBuf> = (0..BURST).map(|_| VecBuf::with_room(&at_a[0], 256, 256)).collect();
         let mut next = 0usize;
-        let (a_before, b_before) = (
-            bed.nodes[A].counters().dropped(),
-            bed.nodes[B].counters().dropped(),
-        );
+        let (a_before, b_before) = (bed.nodes[A].counters().dropped(), bed.nodes[B].counters().dropped());
         g.bench_function(BenchmarkId::new("owner_direct", size), |bch| {
             bch.iter(|| {
                 let a = &mut bed.nodes[A];
@@ -129,15 +96,11 @@ fn bench(c: &mut Criterion) {
         });
         // B's CCL datagrams for A: the frames it wrapped in place, then the
         // batches it sealed when drained (as a driver would send them).
-        let mut carriers: Vec<VecBuf> = (0..2 * BURST)
-            .map(|_| VecBuf::with_room(&[0u8; 2048], 256, 256))
-            .collect();
+        let mut carriers: Vec<VecBuf> = (0..2 * BURST).map(|_| VecBuf::with_room(&[0u8; 2048], 256, 256)).collect();
         let mut in_place = [false; BURST];
         g.bench_function(BenchmarkId::new("via_forwarder", size), |bch| {
             bch.iter(|| {
-                let [a, b, _] = &mut bed.nodes[..] else {
-                    unreachable!()
-                };
+                let [a, b, _] = &mut bed.nodes[..] else { unreachable!() };
                 for buf in bufs.iter_mut() {
                     buf.reset(&at_b[next], 256);
                     next = (next + 1) % FLOWS;
@@ -189,20 +152,8 @@ fn bench(c: &mut Criterion) {
                 });
             })
         });
-        assert_eq!(
-            bed.nodes[A].counters().dropped(),
-            a_before,
-            "owner drops: {:?}",
-            dataplane::stats::flatten(&bed.nodes[A].counters())
-                .into_iter()
-                .filter(|(k, n)| k.starts_with("drops.") && *n > 0)
-                .collect::<Vec<_>>()
-        );
-        assert_eq!(
-            bed.nodes[B].counters().dropped(),
-            b_before,
-            "forwarder drops"
-        );
+        assert_eq!(bed.nodes[A].counters().dropped(), a_before, "owner drops: {:?}", dataplane::stats::flatten(&bed.nodes[A].counters()).into_iter().filter(|(k, n)| k.starts_with("drops.") && *n > 0).collect::<Vec<_>>());
+        assert_eq!(bed.nodes[B].counters().dropped(), b_before, "forwarder drops");
     }
     g.finish();
 }

@@ -23,8 +23,7 @@ fn tuples_v4() -> Vec<FiveTuple> {
 fn tuples_v6() -> Vec<FiveTuple> {
     (0..BATCH as u128)
         .map(|i| FiveTuple {
-            src: Ipv6Addr::from(0x2001_0db8_u128 << 96 | i.wrapping_mul(0x9e37_79b9_7f4a_7c15))
-                .into(),
+            src: Ipv6Addr::from(0x2001_0db8_u128 << 96 | i.wrapping_mul(0x9e37_79b9_7f4a_7c15)).into(),
             dst: Ipv6Addr::from(0x2001_0db8_ffff_u128 << 80 | 0x80).into(),
             proto: 6,
             src_port: 1024 + i as u16,
@@ -50,32 +49,17 @@ fn bench(c: &mut Criterion) {
         let set = MemberSet::from_nodes(Epoch(1), (0..n).map(NodeId)).unwrap();
         let t = DirectorTable::new(&set).unwrap();
         g.bench_with_input(BenchmarkId::new("director", n), &t, |b, t| {
-            b.iter(|| {
-                hashes
-                    .iter()
-                    .fold(0u8, |acc, &h| acc ^ t.director(black_box(h)).0)
-            })
+            b.iter(|| hashes.iter().fold(0u8, |acc, &h| acc ^ t.director(black_box(h)).0))
         });
         g.bench_with_input(BenchmarkId::new("ranking", n), &t, |b, t| {
-            b.iter(|| {
-                hashes
-                    .iter()
-                    .fold(0u8, |acc, &h| acc ^ t.ranking(black_box(h)).as_slice()[0].0)
-            })
+            b.iter(|| hashes.iter().fold(0u8, |acc, &h| acc ^ t.ranking(black_box(h)).as_slice()[0].0))
         });
         g.bench_with_input(BenchmarkId::new("backups", n), &t, |b, t| {
-            b.iter(|| {
-                hashes.iter().fold(0usize, |acc, &h| {
-                    acc ^ t.backups(black_box(h), NodeId(0)).len()
-                })
-            })
+            b.iter(|| hashes.iter().fold(0usize, |acc, &h| acc ^ t.backups(black_box(h), NodeId(0)).len()))
         });
         g.bench_with_input(BenchmarkId::new("hash+director", n), &t, |b, t| {
             let ts = tuples_v4();
-            b.iter(|| {
-                ts.iter()
-                    .fold(0u8, |acc, tu| acc ^ t.director(flow_hash(black_box(tu))).0)
-            })
+            b.iter(|| ts.iter().fold(0u8, |acc, tu| acc ^ t.director(flow_hash(black_box(tu))).0))
         });
     }
     g.finish();
@@ -86,10 +70,7 @@ fn bench(c: &mut Criterion) {
     g.bench_function("encode+decode", |b| {
         b.iter(|| {
             (0..BATCH as u32).fold(0u8, |acc, i| {
-                let isn = codec.encode(
-                    NodeId((i & 15) as u8),
-                    black_box(i.wrapping_mul(2_654_435_761)),
-                );
+                let isn = codec.encode(NodeId((i & 15) as u8), black_box(i.wrapping_mul(2_654_435_761)));
                 acc ^ codec.decode(isn).map_or(0, |n| n.0)
             })
         })

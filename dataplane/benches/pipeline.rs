@@ -47,27 +47,17 @@ use dataplane::conntrack::tcp_flags::SYN;
 use dataplane::pipeline::Pipeline;
 use dataplane::wire::build::PacketBuilder;
 use dataplane::{PortId, Timestamp};
-use std::hint::black_box;
 use support::*;
+use std::hint::black_box;
 
 /// One group member: `n` flows, fast path on or off.
-fn run_established(
-    g: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
-    id: BenchmarkId,
-    n: usize,
-    fast: bool,
-) {
+fn run_established(g: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>, id: BenchmarkId, n: usize, fast: bool) {
     let mut p: Pipeline = pipeline(n + n / 4);
     p.set_fast_path(fast);
     run_established_on(g, id, p, n);
 }
 
-fn run_established_on(
-    g: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
-    id: BenchmarkId,
-    mut p: Pipeline,
-    n: usize,
-) {
+fn run_established_on(g: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>, id: BenchmarkId, mut p: Pipeline, n: usize) {
     let frames = established(&mut p, n);
     let stream = arrival_stream(&frames);
     drop(frames);
@@ -90,11 +80,7 @@ fn run_established_on(
             }
         })
     });
-    assert_eq!(
-        p.counters().dropped(),
-        dropped_before,
-        "established frames must all be forwarded"
-    );
+    assert_eq!(p.counters().dropped(), dropped_before, "established frames must all be forwarded");
 }
 
 fn bench_established(c: &mut Criterion) {
@@ -118,12 +104,7 @@ fn bench_established(c: &mut Criterion) {
     let mut g = c.benchmark_group("established_flow_log");
     g.throughput(Throughput::Elements(BURST as u64));
     for &n in &[1_000usize, 100_000] {
-        run_established_on(
-            &mut g,
-            BenchmarkId::from_parameter(n),
-            pipeline_logged(n + n / 4),
-            n,
-        );
+        run_established_on(&mut g, BenchmarkId::from_parameter(n), pipeline_logged(n + n / 4), n);
     }
     g.finish();
     // A trace running for another host (issue 14, item 5): every packet
@@ -133,12 +114,7 @@ fn bench_established(c: &mut Criterion) {
     let mut g = c.benchmark_group("established_traced_elsewhere");
     g.throughput(Throughput::Elements(BURST as u64));
     for &n in &[1_000usize, 100_000] {
-        run_established_on(
-            &mut g,
-            BenchmarkId::from_parameter(n),
-            pipeline_traced_elsewhere(n + n / 4),
-            n,
-        );
+        run_established_on(&mut g, BenchmarkId::from_parameter(n), pipeline_traced_elsewhere(n + n / 4), n);
     }
     g.finish();
     // Connection limits configured (issue 15; every limit, none reached):
@@ -146,23 +122,13 @@ fn bench_established(c: &mut Criterion) {
     let mut g = c.benchmark_group("established_limits");
     g.throughput(Throughput::Elements(BURST as u64));
     for &n in &[1_000usize, 100_000] {
-        run_established_on(
-            &mut g,
-            BenchmarkId::from_parameter(n),
-            pipeline_limited(n + n / 4),
-            n,
-        );
+        run_established_on(&mut g, BenchmarkId::from_parameter(n), pipeline_limited(n + n / 4), n);
     }
     g.finish();
     let mut g = c.benchmark_group("established_pat");
     g.throughput(Throughput::Elements(BURST as u64));
     for &n in &[1_000usize, 100_000] {
-        run_established_on(
-            &mut g,
-            BenchmarkId::from_parameter(n),
-            pipeline_pat(n + n / 4),
-            n,
-        );
+        run_established_on(&mut g, BenchmarkId::from_parameter(n), pipeline_pat(n + n / 4), n);
     }
     g.finish();
 }
@@ -219,10 +185,7 @@ fn new_connections(c: &mut Criterion, group: &str, pipeline: fn(usize) -> Pipeli
     let mut check = pipeline(4096);
     for f in &syns {
         let v = check.process(Timestamp::from_secs(2), PortId(0), &mut VecBuf::new(f));
-        assert!(
-            matches!(v, dataplane::pipeline::Verdict::Forward(_)),
-            "{group}: {v:?}"
-        );
+        assert!(matches!(v, dataplane::pipeline::Verdict::Forward(_)), "{group}: {v:?}");
     }
     g.bench_function("syn_1024_into_4096", |b| {
         b.iter_batched_ref(
@@ -251,26 +214,15 @@ fn bench_fragmentation(c: &mut Criterion) {
     let mut g = c.benchmark_group("fragmentation");
     let mut p = pipeline_mtu(64, 9000, 1500);
     let dgram = |len: usize| {
-        PacketBuilder {
-            dont_frag: false,
-            ..PacketBuilder::new(
-                HOST_MAC,
-                IN_MAC,
-                HOST,
-                std::net::Ipv4Addr::new(198, 18, 30, 1),
-            )
-        }
-        .udp(5000, 53, &vec![0x42; len - 28])
+        PacketBuilder { dont_frag: false, ..PacketBuilder::new(HOST_MAC, IN_MAC, HOST, std::net::Ipv4Addr::new(198, 18, 30, 1)) }
+            .udp(5000, 53, &vec![0x42; len - 28])
     };
     let t = Timestamp::from_secs(2);
     // (The set-up's ARP reply is counted as `arp-consumed`.)
     let dropped_before = p.counters().dropped();
     // The flow, created by the first datagram.
     black_box(p.process(t, PortId(0), &mut VecBuf::new(&dgram(100))));
-    for (name, size, frames) in [
-        ("whole_1500", 1500usize, 1u64),
-        ("split_8000_into_6", 8000, 6),
-    ] {
+    for (name, size, frames) in [("whole_1500", 1500usize, 1u64), ("split_8000_into_6", 8000, 6)] {
         let f = dgram(size);
         let mut buf = VecBuf::new(&f);
         g.throughput(Throughput::Elements(frames));
@@ -284,18 +236,9 @@ fn bench_fragmentation(c: &mut Criterion) {
         });
         black_box(out);
     }
-    assert_eq!(
-        p.counters().dropped(),
-        dropped_before,
-        "every datagram forwarded"
-    );
+    assert_eq!(p.counters().dropped(), dropped_before, "every datagram forwarded");
     g.finish();
 }
 
-criterion_group!(
-    benches,
-    bench_established,
-    bench_new_connections,
-    bench_fragmentation
-);
+criterion_group!(benches, bench_established, bench_new_connections, bench_fragmentation);
 criterion_main!(benches);

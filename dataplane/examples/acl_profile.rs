@@ -31,24 +31,11 @@ fn rules(v6: usize) -> Vec<AclRule> {
         dst_ports: (80, 80),
     };
     let mut r: Vec<AclRule> = (0..v6 as u16)
-        .map(|i| {
-            rule(
-                format!("v6-{i}"),
-                Some((
-                    IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, i, 0, 0, 0, 0, 0)),
-                    48,
-                )),
-                None,
-            )
-        })
+        .map(|i| rule(format!("v6-{i}"), Some((IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, i, 0, 0, 0, 0, 0)), 48)), None))
         .collect();
     r.extend((0..16u32).map(|i| {
         let src = Some((IpAddr::V4(Ipv4Addr::from(0x0a00_0000 + (i << 16))), 16));
-        rule(
-            format!("v4-{i}"),
-            src,
-            Some((IpAddr::V4(Ipv4Addr::new(198, 18, 1, 10)), 32)),
-        )
+        rule(format!("v4-{i}"), src, Some((IpAddr::V4(Ipv4Addr::new(198, 18, 1, 10)), 32)))
     }));
     r
 }
@@ -57,10 +44,7 @@ fn rules(v6: usize) -> Vec<AclRule> {
 fn hot_acl(acl: &Acl, tuples: &[FiveTuple], n: usize) -> usize {
     let mut permits = 0;
     for i in 0..n {
-        if acl
-            .evaluate(IfIndex(0), IfIndex(1), black_box(&tuples[i % tuples.len()]))
-            .permit()
-        {
+        if acl.evaluate(IfIndex(0), IfIndex(1), black_box(&tuples[i % tuples.len()])).permit() {
             permits += 1;
         }
     }
@@ -75,33 +59,14 @@ fn main() {
     let tuples: Vec<FiveTuple> = (0..8u16)
         .map(|i| {
             let (src, dst) = if ipv6 {
-                (
-                    IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 0x99, 0, 0, 0, 0, i)),
-                    IpAddr::V6(Ipv6Addr::LOCALHOST),
-                )
+                (IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 0x99, 0, 0, 0, 0, i)), IpAddr::V6(Ipv6Addr::LOCALHOST))
             } else {
-                (
-                    IpAddr::V4(Ipv4Addr::new(192, 0, 2, i as u8)),
-                    IpAddr::V4(Ipv4Addr::new(198, 18, 1, 10)),
-                )
+                (IpAddr::V4(Ipv4Addr::new(192, 0, 2, i as u8)), IpAddr::V4(Ipv4Addr::new(198, 18, 1, 10)))
             };
-            FiveTuple {
-                src,
-                dst,
-                proto: 6,
-                src_port: 1000,
-                dst_port: 80,
-            }
+            FiveTuple { src, dst, proto: 6, src_port: 1000, dst_port: 80 }
         })
         .collect();
     let permits = hot_acl(&acl, &tuples, EVALUATIONS);
-    assert_eq!(
-        permits, 0,
-        "no rule matches: every evaluation scans the whole table"
-    );
-    println!(
-        "{EVALUATIONS} evaluations, {} rules ({v6} IPv6), {} tuples",
-        acl.rule_names().len(),
-        if ipv6 { "IPv6" } else { "IPv4" }
-    );
+    assert_eq!(permits, 0, "no rule matches: every evaluation scans the whole table");
+    println!("{EVALUATIONS} evaluations, {} rules ({v6} IPv6), {} tuples", acl.rule_names().len(), if ipv6 { "IPv6" } else { "IPv4" });
 }

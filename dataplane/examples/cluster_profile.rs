@@ -63,17 +63,9 @@ fn setup(payload: usize, pat: bool) -> (Bed, Frames, Frames, Frames) {
             c.flow_capacity = 4 * FLOWS;
             let mut p = Pipeline::new(c).expect("pipeline");
             if pat {
-                let spec = dataplane::pipeline::PatSpec {
-                    block_size: 4096,
-                    reserved_ports: false,
-                    max_per_host: None,
-                };
-                let pool = dataplane::pipeline::PoolSpec {
-                    addresses: vec![POOL],
-                    pat: Some(spec),
-                };
-                p.set_nat(&one_rule_nat(dataplane::nat::RuleKind::DynamicPat, pool))
-                    .expect("PAT");
+                let spec = dataplane::pipeline::PatSpec { block_size: 4096, reserved_ports: false, max_per_host: None };
+                let pool = dataplane::pipeline::PoolSpec { addresses: vec![POOL], pat: Some(spec) };
+                p.set_nat(&one_rule_nat(dataplane::nat::RuleKind::DynamicPat, pool)).expect("PAT");
             }
             p
         })
@@ -82,49 +74,17 @@ fn setup(payload: usize, pat: bool) -> (Bed, Frames, Frames, Frames) {
     let (mut at_a, mut at_b, mut out_a) = (Vec::new(), Vec::new(), Vec::new());
     for i in 0..FLOWS {
         let cport = 10_000 + i as u16;
-        let out = bed.send(
-            A,
-            IN,
-            from_host(A, SERVER).tcp(cport, 80, C_ISN, 0, SYN, 64240, &SYN_OPTS, b""),
-        );
+        let out = bed.send(A, IN, from_host(A, SERVER).tcp(cport, 80, C_ISN, 0, SYN, 64240, &SYN_OPTS, b""));
         let isn = tcp_fields(&out[0].2).0;
         // The client's endpoint as the server sees it.
         let f = &out[0].2;
-        let (caddr, cport_seen) = (
-            std::net::Ipv4Addr::new(f[26], f[27], f[28], f[29]),
-            u16::from_be_bytes([f[34], f[35]]),
-        );
-        let to_client =
-            |n| dataplane::wire::build::PacketBuilder::new(GW_MAC, out_mac(n), SERVER, caddr);
-        let synack = to_client(B).tcp(
-            80,
-            cport_seen,
-            S_ISN,
-            isn.wrapping_add(1),
-            SYN | ACK,
-            65535,
-            &SYN_OPTS,
-            b"",
-        );
-        assert_eq!(
-            bed.send(B, OUT, synack).len(),
-            1,
-            "SYN-ACK via B reaches the client"
-        );
+        let (caddr, cport_seen) = (std::net::Ipv4Addr::new(f[26], f[27], f[28], f[29]), u16::from_be_bytes([f[34], f[35]]));
+        let to_client = |n| dataplane::wire::build::PacketBuilder::new(GW_MAC, out_mac(n), SERVER, caddr);
+        let synack = to_client(B).tcp(80, cport_seen, S_ISN, isn.wrapping_add(1), SYN | ACK, 65535, &SYN_OPTS, b"");
+        assert_eq!(bed.send(B, OUT, synack).len(), 1, "SYN-ACK via B reaches the client");
         let ack = from_host(A, SERVER).tcp(cport, 80, C_ISN + 1, S_ISN + 1, ACK, 502, &[], b"");
         assert_eq!(bed.send(A, IN, ack).len(), 1, "handshake completes at A");
-        let seg = |n| {
-            to_client(n).tcp(
-                80,
-                cport_seen,
-                S_ISN + 1,
-                isn.wrapping_add(1),
-                ACK,
-                502,
-                &[],
-                &data,
-            )
-        };
+        let seg = |n| to_client(n).tcp(80, cport_seen, S_ISN + 1, isn.wrapping_add(1), ACK, 502, &[], &data);
         at_a.push(seg(A));
         at_b.push(seg(B));
         out_a.push(from_host(A, SERVER).tcp(cport, 80, C_ISN + 1, S_ISN + 1, ACK, 502, &[], &data));
@@ -136,16 +96,8 @@ fn setup(payload: usize, pat: bool) -> (Bed, Frames, Frames, Frames) {
 const POOL: std::net::Ipv4Addr = std::net::Ipv4Addr::new(192, 0, 2, 7);
 
 #[inline(never)]
-fn hot_owner_direct(
-    a: &mut Pipeline,
-    now: Timestamp,
-    at_a: &[Vec<u8>],
-    packets: usize,
-    port: dataplane::PortId,
-) -> u64 {
-    let mut bufs: Vec<VecBuf> = (0..BURST)
-        .map(|_| VecBuf::with_room(&at_a[0], 256, 256))
-        .collect();
+fn hot_owner_direct(a: &mut Pipeline, now: Timestamp, at_a: &[Vec<u8>], packets: usize, port: dataplane::PortId) -> u64 {
+    let mut bufs: Vec<VecBuf> = (0..BURST).map(|_| VecBuf::with_room(&at_a[0], 256, 256)).collect();
     let mut next = 0usize;
     let mut out = 0u64;
     for _ in 0..packets / BURST {
@@ -169,15 +121,9 @@ fn hot_owner_direct(
 
 #[inline(never)]
 fn hot_via_forwarder(bed: &mut Bed, now: Timestamp, at_b: &[Vec<u8>], packets: usize) -> u64 {
-    let [a, b, _] = &mut bed.nodes[..] else {
-        panic!("three nodes")
-    };
-    let mut bufs: Vec<VecBuf> = (0..BURST)
-        .map(|_| VecBuf::with_room(&at_b[0], 256, 256))
-        .collect();
-    let mut carriers: Vec<VecBuf> = (0..2 * BURST)
-        .map(|_| VecBuf::with_room(&[0u8; 2048], 256, 256))
-        .collect();
+    let [a, b, _] = &mut bed.nodes[..] else { panic!("three nodes") };
+    let mut bufs: Vec<VecBuf> = (0..BURST).map(|_| VecBuf::with_room(&at_b[0], 256, 256)).collect();
+    let mut carriers: Vec<VecBuf> = (0..2 * BURST).map(|_| VecBuf::with_room(&[0u8; 2048], 256, 256)).collect();
     let mut in_place = [false; BURST];
     let mut next = 0usize;
     let mut out = 0u64;
@@ -229,21 +175,14 @@ fn main() {
         bed.nodes[A].set_fast_path(false);
     }
     let now = bed.now();
-    let (a0, b0) = (
-        bed.nodes[A].counters().dropped(),
-        bed.nodes[B].counters().dropped(),
-    );
+    let (a0, b0) = (bed.nodes[A].counters().dropped(), bed.nodes[B].counters().dropped());
     let start = std::time::Instant::now();
     let out = match mode.as_str() {
-        "direct" | "pat-direct" | "pat-direct-general" => {
-            hot_owner_direct(&mut bed.nodes[A], now, &at_a, packets, OUT)
-        }
+        "direct" | "pat-direct" | "pat-direct-general" => hot_owner_direct(&mut bed.nodes[A], now, &at_a, packets, OUT),
         "via" | "pat-via" | "pat-via-general" => hot_via_forwarder(&mut bed, now, &at_b, packets),
         // Client → server at the owner, without NAT and through PAT (the
         // member NAT fast path, or the general path: `-general`).
-        "out" | "pat-out" | "pat-out-general" => {
-            hot_owner_direct(&mut bed.nodes[A], now, &out_a, packets, IN)
-        }
+        "out" | "pat-out" | "pat-out-general" => hot_owner_direct(&mut bed.nodes[A], now, &out_a, packets, IN),
         m => {
             eprintln!(
                 "usage: cluster_profile direct|via|out|pat-out|pat-direct|pat-via[-general] [SIZE] [PACKETS] (not {m:?})"
@@ -254,8 +193,5 @@ fn main() {
     let ns = start.elapsed().as_nanos() as f64 / packets as f64;
     assert_eq!(bed.nodes[A].counters().dropped(), a0, "owner drops");
     assert_eq!(bed.nodes[B].counters().dropped(), b0, "forwarder drops");
-    println!(
-        "{mode} {} B x {packets}: {out} frames out, {ns:.1} ns/packet (wall clock, rough)",
-        54 + payload.max(6)
-    );
+    println!("{mode} {} B x {packets}: {out} frames out, {ns:.1} ns/packet (wall clock, rough)", 54 + payload.max(6));
 }

@@ -24,17 +24,12 @@ use dataplane::conntrack::tcp_flags::{ACK, SYN};
 use dataplane::pipeline::{Ipv6Spec, Pipeline, Route6Spec, Verdict};
 use dataplane::wire::{checksum, icmpv6};
 use dataplane::{PortId, Timestamp};
+use support::*;
 use std::hint::black_box;
 use std::net::Ipv6Addr;
-use support::*;
 
 #[inline(never)]
-fn hot_loop<const N: usize>(
-    p: &mut Pipeline,
-    stream: &[[u8; N]],
-    packets: usize,
-    prefetch: bool,
-) -> usize {
+fn hot_loop<const N: usize>(p: &mut Pipeline, stream: &[[u8; N]], packets: usize, prefetch: bool) -> usize {
     let t = Timestamp::from_secs(2);
     let mut bufs: Vec<VecBuf> = (0..BURST).map(|_| VecBuf::new(&stream[0])).collect();
     let mut forwarded = 0;
@@ -42,11 +37,7 @@ fn hot_loop<const N: usize>(
     for _ in 0..packets / BURST {
         for buf in bufs.iter_mut() {
             buf.reset(&stream[next], 128);
-            next = if next + 1 == stream.len() {
-                0
-            } else {
-                next + 1
-            };
+            next = if next + 1 == stream.len() { 0 } else { next + 1 };
         }
         if prefetch {
             p.prefetch_burst(bufs.iter().map(|b| b.data()));
@@ -70,17 +61,7 @@ const GW6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 2, 0, 0, 0, 0, 0xfe);
 /// A TCP segment (no options, no payload) in Ethernet and IPv6, with its
 /// checksum.
 #[allow(clippy::too_many_arguments)]
-fn tcp6(
-    src_mac: [u8; 6],
-    dst_mac: [u8; 6],
-    src: Ipv6Addr,
-    dst: Ipv6Addr,
-    sport: u16,
-    dport: u16,
-    seq: u32,
-    ack: u32,
-    flags: u8,
-) -> [u8; FRAME6_LEN] {
+fn tcp6(src_mac: [u8; 6], dst_mac: [u8; 6], src: Ipv6Addr, dst: Ipv6Addr, sport: u16, dport: u16, seq: u32, ack: u32, flags: u8) -> [u8; FRAME6_LEN] {
     let mut f = [0u8; FRAME6_LEN];
     f[0..6].copy_from_slice(&dst_mac);
     f[6..12].copy_from_slice(&src_mac);
@@ -110,11 +91,7 @@ fn pipeline6(capacity: usize) -> Pipeline {
     let mut p = pipeline(capacity);
     p.set_ipv6(&Ipv6Spec {
         addresses: vec![("inside".into(), IN6, 64), ("outside".into(), OUT6, 64)],
-        routes: vec![Route6Spec {
-            destination: Ipv6Addr::UNSPECIFIED,
-            prefix_len: 0,
-            via: GW6,
-        }],
+        routes: vec![Route6Spec { destination: Ipv6Addr::UNSPECIFIED, prefix_len: 0, via: GW6 }],
     })
     .unwrap();
     for (port, ip, mac, ours) in [(0u16, HOST6, HOST_MAC, IN6), (1, GW6, GW_MAC, OUT6)] {
@@ -131,10 +108,7 @@ fn pipeline6(capacity: usize) -> Pipeline {
         f[38..54].copy_from_slice(&group.octets());
         icmpv6::emit_ns(&mut f[54..], ip, group, ours, mac).unwrap();
         let v = p.process(Timestamp::from_secs(1), PortId(port), &mut VecBuf::new(&f));
-        assert!(
-            matches!(v, Verdict::Forward(_)),
-            "solicitation from {ip}: {v:?}"
-        );
+        assert!(matches!(v, Verdict::Forward(_)), "solicitation from {ip}: {v:?}");
     }
     p.drain_generated(|_, _| {});
     p
@@ -143,10 +117,7 @@ fn pipeline6(capacity: usize) -> Pipeline {
 /// Flow i over IPv6: the host's port 1024 + i % 60000 to
 /// 2001:db8:99::(i / 60000), port 443.
 fn flow6(i: usize) -> (u16, Ipv6Addr) {
-    (
-        1024 + (i % 60_000) as u16,
-        Ipv6Addr::new(0x2001, 0xdb8, 0x99, 0, 0, 0, 0, (i / 60_000) as u16),
-    )
+    (1024 + (i % 60_000) as u16, Ipv6Addr::new(0x2001, 0xdb8, 0x99, 0, 0, 0, 0, (i / 60_000) as u16))
 }
 
 /// Open `n` IPv6 flows (full handshakes); one established ACK per flow.
@@ -156,38 +127,14 @@ fn established6(p: &mut Pipeline, n: usize) -> Vec<[u8; FRAME6_LEN]> {
     for i in 0..n {
         let (sport, dst) = flow6(i);
         for (port, f) in [
-            (
-                0,
-                tcp6(HOST_MAC, IN_MAC, HOST6, dst, sport, 443, 1000, 0, SYN),
-            ),
-            (
-                1,
-                tcp6(
-                    GW_MAC,
-                    OUT_MAC,
-                    dst,
-                    HOST6,
-                    443,
-                    sport,
-                    9000,
-                    1001,
-                    SYN | ACK,
-                ),
-            ),
-            (
-                0,
-                tcp6(HOST_MAC, IN_MAC, HOST6, dst, sport, 443, 1001, 9001, ACK),
-            ),
+            (0, tcp6(HOST_MAC, IN_MAC, HOST6, dst, sport, 443, 1000, 0, SYN)),
+            (1, tcp6(GW_MAC, OUT_MAC, dst, HOST6, 443, sport, 9000, 1001, SYN | ACK)),
+            (0, tcp6(HOST_MAC, IN_MAC, HOST6, dst, sport, 443, 1001, 9001, ACK)),
         ] {
             let v = p.process(t, PortId(port), &mut VecBuf::new(&f));
-            assert!(
-                matches!(v, Verdict::Forward(_)),
-                "handshake of IPv6 flow {i}: {v:?}"
-            );
+            assert!(matches!(v, Verdict::Forward(_)), "handshake of IPv6 flow {i}: {v:?}");
         }
-        frames.push(tcp6(
-            HOST_MAC, IN_MAC, HOST6, dst, sport, 443, 1001, 9001, ACK,
-        ));
+        frames.push(tcp6(HOST_MAC, IN_MAC, HOST6, dst, sport, 443, 1001, 9001, ACK));
     }
     assert_eq!(p.flow_count(), n);
     frames
@@ -196,26 +143,17 @@ fn established6(p: &mut Pipeline, n: usize) -> Vec<[u8; FRAME6_LEN]> {
 fn main() {
     let mut args = std::env::args().skip(1);
     let flows: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(1000);
-    let packets: usize = args
-        .next()
-        .and_then(|a| a.parse().ok())
-        .unwrap_or(1_000_000);
+    let packets: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(1_000_000);
     let mode = args.next().unwrap_or_default();
     let prefetch = std::env::var_os("CFW_NO_PREFETCH").is_none();
     if mode == "ipv6" {
         let mut p = pipeline6(flows + flows / 4);
         let frames = established6(&mut p, flows);
-        let stream: Vec<[u8; FRAME6_LEN]> = shuffled(frames.len())
-            .into_iter()
-            .map(|i| frames[i as usize])
-            .collect();
+        let stream: Vec<[u8; FRAME6_LEN]> = shuffled(frames.len()).into_iter().map(|i| frames[i as usize]).collect();
         let start = std::time::Instant::now();
         let fwd = hot_loop(&mut p, &stream, packets, prefetch);
         let ns = start.elapsed().as_nanos() as f64 / packets as f64;
-        println!(
-            "ipv6 flows {flows} packets {packets} forwarded {fwd}: {ns:.1} ns/packet ({:.2} Mpps)",
-            1e3 / ns
-        );
+        println!("ipv6 flows {flows} packets {packets} forwarded {fwd}: {ns:.1} ns/packet ({:.2} Mpps)", 1e3 / ns);
         assert_eq!(fwd, packets / BURST * BURST, "every IPv6 packet forwarded");
         return;
     }
@@ -237,8 +175,5 @@ fn main() {
     let start = std::time::Instant::now();
     let fwd = hot_loop(&mut p, &stream, packets, prefetch);
     let ns = start.elapsed().as_nanos() as f64 / packets as f64;
-    println!(
-        "flows {flows} packets {packets} forwarded {fwd}: {ns:.1} ns/packet ({:.2} Mpps)",
-        1e3 / ns
-    );
+    println!("flows {flows} packets {packets} forwarded {fwd}: {ns:.1} ns/packet ({:.2} Mpps)", 1e3 / ns);
 }

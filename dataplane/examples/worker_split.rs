@@ -81,11 +81,7 @@ fn parse(data: &[u8]) -> Result<Vec<&[u8]>, String> {
     };
     let u32_at = |at: usize| -> Option<u32> {
         let b: [u8; 4] = data.get(at..at + 4)?.try_into().ok()?;
-        Some(if be {
-            u32::from_be_bytes(b)
-        } else {
-            u32::from_le_bytes(b)
-        })
+        Some(if be { u32::from_be_bytes(b) } else { u32::from_le_bytes(b) })
     };
     let mut frames = Vec::new();
     let mut at = 24;

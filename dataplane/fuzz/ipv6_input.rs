@@ -44,8 +44,7 @@
 use dataplane::buf::{PacketBuf, VecBuf};
 use dataplane::conntrack::Timeouts;
 use dataplane::pipeline::{
-    InterfaceSpec, Ipv6Spec, Pipeline, PipelineConfig, ReversePath, Route6Spec, RouteSpec,
-    RuleSpec, Verdict,
+    InterfaceSpec, Ipv6Spec, Pipeline, PipelineConfig, ReversePath, Route6Spec, RouteSpec, RuleSpec, Verdict,
 };
 use dataplane::wire::{checksum, icmpv6};
 use dataplane::{DropReason, Duration, PortId, Timestamp};
@@ -114,11 +113,7 @@ pub fn pipeline() -> Pipeline {
         mtu,
         reverse_path: ReversePath::Strict,
     };
-    let rule = |name: &str,
-                permit,
-                src: Option<(&str, u8)>,
-                dst: Option<(&str, u8)>,
-                ports: (u16, u16)| RuleSpec {
+    let rule = |name: &str, permit, src: Option<(&str, u8)>, dst: Option<(&str, u8)>, ports: (u16, u16)| RuleSpec {
         name: name.into(),
         permit,
         interface: None,
@@ -134,20 +129,10 @@ pub fn pipeline() -> Pipeline {
             iface("outside", 1, OUT_MAC, 2, 0, None, 1280),
             iface("dmz", 2, DMZ_MAC, 3, 50, Some(10), 1500),
         ],
-        routes: vec![RouteSpec {
-            destination: Ipv4Addr::UNSPECIFIED,
-            prefix_len: 0,
-            via: Ipv4Addr::new(198, 18, 2, 254),
-        }],
+        routes: vec![RouteSpec { destination: Ipv4Addr::UNSPECIFIED, prefix_len: 0, via: Ipv4Addr::new(198, 18, 2, 254) }],
         rules: vec![
             rule("bad6", false, Some(("2001:db8:66::", 48)), None, (0, 65535)),
-            rule(
-                "web6",
-                true,
-                Some(("2001:db8:77::", 48)),
-                Some(("2001:db8:1::80", 128)),
-                (443, 443),
-            ),
+            rule("web6", true, Some(("2001:db8:77::", 48)), Some(("2001:db8:1::80", 128)), (443, 443)),
             rule("web4", true, None, Some(("198.18.1.10", 32)), (80, 80)),
             rule("no-telnet", false, None, None, (23, 23)),
         ],
@@ -162,21 +147,10 @@ pub fn pipeline() -> Pipeline {
     })
     .expect("valid config");
     p.set_ipv6(&Ipv6Spec {
-        addresses: vec![
-            ("inside".into(), v6("2001:db8:1::1"), 64),
-            ("outside".into(), v6("2001:db8:2::1"), 64),
-        ],
+        addresses: vec![("inside".into(), v6("2001:db8:1::1"), 64), ("outside".into(), v6("2001:db8:2::1"), 64)],
         routes: vec![
-            Route6Spec {
-                destination: Ipv6Addr::UNSPECIFIED,
-                prefix_len: 0,
-                via: v6("2001:db8:2::fe"),
-            },
-            Route6Spec {
-                destination: v6("2001:db8:9::"),
-                prefix_len: 48,
-                via: v6("2001:db8:1::fe"),
-            },
+            Route6Spec { destination: Ipv6Addr::UNSPECIFIED, prefix_len: 0, via: v6("2001:db8:2::fe") },
+            Route6Spec { destination: v6("2001:db8:9::"), prefix_len: 48, via: v6("2001:db8:1::fe") },
         ],
     })
     .expect("valid IPv6 spec");
@@ -220,9 +194,7 @@ const PORTS: [u16; 6] = [443, 80, 22, 23, 8080, 53];
 /// and the first next header.
 fn chain(b: &mut Bytes, src: Ipv6Addr, dst: Ipv6Addr, fill: bool) -> (u8, Vec<u8>) {
     let n = usize::from(b.u8() % 13);
-    let mut kinds: Vec<u8> = (0..n)
-        .map(|_| NEXT[usize::from(b.u8()) % NEXT.len()])
-        .collect();
+    let mut kinds: Vec<u8> = (0..n).map(|_| NEXT[usize::from(b.u8()) % NEXT.len()]).collect();
     // The upper layer, if the chain did not end in one.
     if !matches!(kinds.last(), Some(6 | 17 | 58 | 59 | 50 | 0xfd)) {
         kinds.push([6, 17, 58][usize::from(b.u8() % 3)]);
@@ -265,10 +237,7 @@ fn chain(b: &mut Bytes, src: Ipv6Addr, dst: Ipv6Addr, fill: bool) -> (u8, Vec<u8
                 t[14..16].copy_from_slice(&8192u16.to_be_bytes());
                 t.extend(b.rest());
                 if fill {
-                    let c = !checksum::fold(checksum::sum(
-                        icmpv6::pseudo_header(src, dst, t.len(), 6),
-                        &t,
-                    ));
+                    let c = !checksum::fold(checksum::sum(icmpv6::pseudo_header(src, dst, t.len(), 6), &t));
                     t[16..18].copy_from_slice(&c.to_be_bytes());
                 }
                 out.extend(t);
@@ -281,10 +250,7 @@ fn chain(b: &mut Bytes, src: Ipv6Addr, dst: Ipv6Addr, fill: bool) -> (u8, Vec<u8
                 let len = u.len() as u16;
                 u[4..6].copy_from_slice(&len.to_be_bytes());
                 if fill {
-                    let c = !checksum::fold(checksum::sum(
-                        icmpv6::pseudo_header(src, dst, u.len(), 17),
-                        &u,
-                    ));
+                    let c = !checksum::fold(checksum::sum(icmpv6::pseudo_header(src, dst, u.len(), 17), &u));
                     u[6..8].copy_from_slice(&c.to_be_bytes());
                 }
                 out.extend(u);
@@ -337,9 +303,7 @@ fn chain(b: &mut Bytes, src: Ipv6Addr, dst: Ipv6Addr, fill: bool) -> (u8, Vec<u8
 pub fn frame(ctl: u8, body: &[u8]) -> Vec<u8> {
     let port = port(ctl);
     let dst_mac = if ctl & 0x80 != 0 {
-        icmpv6::multicast_mac(icmpv6::solicited_node(
-            addresses()[usize::from(body.first().copied().unwrap_or(0)) % 16],
-        ))
+        icmpv6::multicast_mac(icmpv6::solicited_node(addresses()[usize::from(body.first().copied().unwrap_or(0)) % 16]))
     } else {
         [IN_MAC, OUT_MAC, DMZ_MAC, PEER_MAC][usize::from(port)]
     };
@@ -365,10 +329,7 @@ pub fn frame(ctl: u8, body: &[u8]) -> Vec<u8> {
             (group, icmpv6::emit_ns(&mut m, host, group, ours, PEER_MAC))
         } else {
             let flags = icmpv6::NA_SOLICITED | icmpv6::NA_OVERRIDE;
-            (
-                ours,
-                icmpv6::emit_na(&mut m, host, ours, host, PEER_MAC, flags),
-            )
+            (ours, icmpv6::emit_na(&mut m, host, ours, host, PEER_MAC, flags))
         };
         let m = m.get(..n.unwrap_or(0)).unwrap_or(&[]);
         f[0..6].copy_from_slice(&icmpv6::multicast_mac(dst));
@@ -386,11 +347,7 @@ pub fn frame(ctl: u8, body: &[u8]) -> Vec<u8> {
     let flow = b.u16();
     let bad_len = b.u16();
     let (nh, payload) = chain(&mut b, src, dst, ctl & 0x40 == 0);
-    let len = if ctl & 0x20 != 0 {
-        bad_len
-    } else {
-        payload.len() as u16
-    };
+    let len = if ctl & 0x20 != 0 { bad_len } else { payload.len() as u16 };
     f.extend_from_slice(&[0x60, 0, (flow >> 8) as u8, flow as u8]);
     f.extend_from_slice(&len.to_be_bytes());
     f.extend_from_slice(&[nh, hop_limit]);
@@ -402,11 +359,7 @@ pub fn frame(ctl: u8, body: &[u8]) -> Vec<u8> {
 
 fn check_generated(_: PortId, g: &[u8]) {
     assert!(g.len() >= 54, "a generated frame of {} bytes", g.len());
-    assert_eq!(
-        g.get(12..14),
-        Some(&[0x86, 0xdd][..]),
-        "only IPv6 comes in, only IPv6 goes out"
-    );
+    assert_eq!(g.get(12..14), Some(&[0x86, 0xdd][..]), "only IPv6 comes in, only IPv6 goes out");
 }
 
 /// Run one input (see the module essay) through a fresh pipeline and check
@@ -427,10 +380,7 @@ pub fn run(data: &[u8]) {
         let now = Timestamp::from_millis(n * 250);
         match p.process(now, PortId(port(*ctl)), &mut buf) {
             Verdict::Forward(_) => {
-                assert!(
-                    buf.data().len() >= 14,
-                    "a forwarded frame keeps its Ethernet header"
-                );
+                assert!(buf.data().len() >= 14, "a forwarded frame keeps its Ethernet header");
                 forward += 1;
             }
             Verdict::Consumed => consumed += 1,
@@ -446,15 +396,7 @@ pub fn run(data: &[u8]) {
     }
     let c = p.counters();
     assert_eq!(c.packets, n);
-    assert_eq!(
-        c.packets,
-        c.forwarded + c.consumed + c.arp_replies + c.icmp_echo_replies + c.dropped(),
-        "{c:?}"
-    );
+    assert_eq!(c.packets, c.forwarded + c.consumed + c.arp_replies + c.icmp_echo_replies + c.dropped(), "{c:?}");
     assert_eq!((forward, consumed), (c.emitted(), c.consumed));
-    assert_eq!(
-        &drops[..],
-        &c.drops[..],
-        "drops by reason: verdicts against counters"
-    );
+    assert_eq!(&drops[..], &c.drops[..], "drops by reason: verdicts against counters");
 }

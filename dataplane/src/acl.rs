@@ -132,28 +132,17 @@ impl Compiled {
     /// for every rule (an IPv6 rule's pair is `NEVER4`).
     #[inline(always)]
     fn matches4(&self, ingress: IfIndex, t: &FiveTuple, src: u32, dst: u32) -> bool {
-        src & self.src_mask == self.src_net
-            && dst & self.dst_mask == self.dst_net
-            && self.matches_l4(ingress, t)
+        src & self.src_mask == self.src_net && dst & self.dst_mask == self.dst_net && self.matches_l4(ingress, t)
     }
 
     /// An IPv6 tuple's addresses: any (a rule without addresses), none (an
     /// IPv4 rule), or the rule's prefixes in the side table.
     #[inline(always)]
-    fn matches6(
-        &self,
-        ingress: IfIndex,
-        t: &FiveTuple,
-        src: u128,
-        dst: u128,
-        v6: &[Compiled6],
-    ) -> bool {
+    fn matches6(&self, ingress: IfIndex, t: &FiveTuple, src: u128, dst: u128, v6: &[Compiled6]) -> bool {
         let addresses = match self.v6 {
             V6_ANY => true,
             V6_NONE => false,
-            i => v6
-                .get(i as usize)
-                .is_some_and(|p| src & p.src_mask == p.src_net && dst & p.dst_mask == p.dst_net),
+            i => v6.get(i as usize).is_some_and(|p| src & p.src_mask == p.src_net && dst & p.dst_mask == p.dst_net),
         };
         addresses && self.matches_l4(ingress, t)
     }
@@ -223,25 +212,17 @@ impl Acl {
                     _ => (0, 0),
                 };
                 let family = |p: RulePrefix| p.map(|(a, _)| a.is_ipv6());
-                let ((src_net, src_mask), (dst_net, dst_mask), v6_index) =
-                    match (family(r.src), family(r.dst)) {
-                        (None, None) => ((0, 0), (0, 0), V6_ANY),
-                        (Some(false), None) | (None, Some(false)) | (Some(false), Some(false)) => {
-                            (v4(r.src), v4(r.dst), V6_NONE)
-                        }
-                        (Some(true), None) | (None, Some(true)) | (Some(true), Some(true)) => {
-                            let ((sn, sm), (dn, dm)) = (v6_of(r.src), v6_of(r.dst));
-                            v6.push(Compiled6 {
-                                src_net: sn,
-                                src_mask: sm,
-                                dst_net: dn,
-                                dst_mask: dm,
-                            });
-                            (NEVER4, (0, 0), (v6.len() - 1) as u32)
-                        }
-                        // Of two families: neither test passes.
-                        (Some(_), Some(_)) => (NEVER4, (0, 0), V6_NONE),
-                    };
+                let ((src_net, src_mask), (dst_net, dst_mask), v6_index) = match (family(r.src), family(r.dst)) {
+                    (None, None) => ((0, 0), (0, 0), V6_ANY),
+                    (Some(false), None) | (None, Some(false)) | (Some(false), Some(false)) => (v4(r.src), v4(r.dst), V6_NONE),
+                    (Some(true), None) | (None, Some(true)) | (Some(true), Some(true)) => {
+                        let ((sn, sm), (dn, dm)) = (v6_of(r.src), v6_of(r.dst));
+                        v6.push(Compiled6 { src_net: sn, src_mask: sm, dst_net: dn, dst_mask: dm });
+                        (NEVER4, (0, 0), (v6.len() - 1) as u32)
+                    }
+                    // Of two families: neither test passes.
+                    (Some(_), Some(_)) => (NEVER4, (0, 0), V6_NONE),
+                };
                 Compiled {
                     permit: r.permit,
                     iface: r.iface,
@@ -282,24 +263,17 @@ impl Acl {
         let hit = match (t.src, t.dst) {
             (IpAddr::V4(s), IpAddr::V4(d)) => {
                 let (s, d) = (u32::from(s), u32::from(d));
-                self.compiled
-                    .iter()
-                    .position(|r| r.matches4(ingress, t, s, d))
+                self.compiled.iter().position(|r| r.matches4(ingress, t, s, d))
             }
             (IpAddr::V6(s), IpAddr::V6(d)) => {
                 let (s, d) = (u128::from(s), u128::from(d));
-                self.compiled
-                    .iter()
-                    .position(|r| r.matches6(ingress, t, s, d, &self.v6))
+                self.compiled.iter().position(|r| r.matches6(ingress, t, s, d, &self.v6))
             }
             // A packet's tuple is of one family.
             _ => None,
         };
         if let Some((index, r)) = hit.and_then(|i| self.compiled.get(i).map(|r| (i, r))) {
-            return Decision::Rule {
-                index,
-                permit: r.permit,
-            };
+            return Decision::Rule { index, permit: r.permit };
         }
         let lin = self
             .levels
@@ -353,12 +327,7 @@ impl Acl {
     /// defaults. For a policy replacing `old`.
     pub fn carry_hits(&mut self, old: &Acl) {
         for (r, h) in self.rules.iter().zip(self.hits.iter_mut()) {
-            let same = old
-                .rules
-                .iter()
-                .zip(&old.hits)
-                .find(|(o, _)| o.name == r.name)
-                .filter(|(o, _)| *o == r);
+            let same = old.rules.iter().zip(&old.hits).find(|(o, _)| o.name == r.name).filter(|(o, _)| *o == r);
             if let Some((_, &hits)) = same {
                 *h = hits;
             }
@@ -377,8 +346,7 @@ impl Acl {
 
     /// Rules with hit counts; `names[i]` names interface `IfIndex(i)`.
     pub fn rules(&self, names: &[String]) -> Vec<RuleInfo> {
-        let prefix =
-            |p: RulePrefix| p.map_or_else(|| "any".to_string(), |(a, len)| format!("{a}/{len}"));
+        let prefix = |p: RulePrefix| p.map_or_else(|| "any".to_string(), |(a, len)| format!("{a}/{len}"));
         let ports = |p: (u16, u16)| {
             if p.0 == p.1 {
                 p.0.to_string()
@@ -438,14 +406,7 @@ mod tests {
     }
     const ANY: (u16, u16) = (0, u16::MAX);
 
-    fn rule(
-        name: &str,
-        permit: bool,
-        protocol: Option<u8>,
-        src: &str,
-        dst: &str,
-        dst_ports: (u16, u16),
-    ) -> AclRule {
+    fn rule(name: &str, permit: bool, protocol: Option<u8>, src: &str, dst: &str, dst_ports: (u16, u16)) -> AclRule {
         AclRule {
             name: name.into(),
             permit,
@@ -514,14 +475,8 @@ mod tests {
         assert_eq!(info[1].interface, "any");
         assert_eq!(info[0].destination_ports, "80");
         assert_eq!(info[1].action, "deny");
-        assert_eq!(
-            (info[0].source.as_str(), info[0].destination.as_str()),
-            ("0.0.0.0/0", "198.18.1.10/32")
-        );
-        assert_eq!(
-            (info[1].source.as_str(), info[1].destination.as_str()),
-            ("any", "any")
-        );
+        assert_eq!((info[0].source.as_str(), info[0].destination.as_str()), ("0.0.0.0/0", "198.18.1.10/32"));
+        assert_eq!((info[1].source.as_str(), info[1].destination.as_str()), ("any", "any"));
     }
 
     /// The essay's sizes: the index of the IPv6 side table made a compiled
@@ -529,21 +484,12 @@ mod tests {
     /// 64 bytes beside it.
     #[test]
     fn compiled_sizes() {
-        assert_eq!(
-            (
-                std::mem::size_of::<Compiled>(),
-                std::mem::size_of::<Compiled6>()
-            ),
-            (36, 64)
-        );
+        assert_eq!((std::mem::size_of::<Compiled>(), std::mem::size_of::<Compiled6>()), (36, 64));
     }
 
     #[test]
     fn port_rules_skip_icmp() {
-        let acl = Acl::new(
-            vec![rule("r", true, None, "any", "any", (0, 10))],
-            vec![0, 0],
-        );
+        let acl = Acl::new(vec![rule("r", true, None, "any", "any", (0, 10))], vec![0, 0]);
         assert_eq!(
             acl.evaluate(IfIndex(0), IfIndex(1), &t("1.1.1.1", "2.2.2.2", 1, 0, 0)),
             Decision::Default { permit: false }
@@ -557,20 +503,10 @@ mod tests {
         );
         // ICMPv6 (58) is no port protocol either; UDP over IPv6 is.
         assert_eq!(
-            acl.evaluate(
-                IfIndex(0),
-                IfIndex(1),
-                &t("2001:db8::1", "2001:db8::2", 58, 0, 0)
-            ),
+            acl.evaluate(IfIndex(0), IfIndex(1), &t("2001:db8::1", "2001:db8::2", 58, 0, 0)),
             Decision::Default { permit: false }
         );
-        assert!(acl
-            .evaluate(
-                IfIndex(0),
-                IfIndex(1),
-                &t("2001:db8::1", "2001:db8::2", 17, 0, 5)
-            )
-            .permit());
+        assert!(acl.evaluate(IfIndex(0), IfIndex(1), &t("2001:db8::1", "2001:db8::2", 17, 0, 5)).permit());
     }
 
     /// Golden table: each rule alone (permit; the default, from level 0 to
@@ -617,14 +553,7 @@ mod tests {
         for (what, src, dst, pkt, want) in rows {
             let acl = Acl::new(vec![rule("r", true, None, src, dst, ANY)], vec![0, 0]);
             let got = acl.evaluate(IfIndex(0), IfIndex(1), pkt);
-            let want_d = if *want {
-                Decision::Rule {
-                    index: 0,
-                    permit: true,
-                }
-            } else {
-                Decision::Default { permit: false }
-            };
+            let want_d = if *want { Decision::Rule { index: 0, permit: true } } else { Decision::Default { permit: false } };
             assert_eq!(got, want_d, "{what}: rule {src} -> {dst}, packet {pkt:?}");
         }
     }
@@ -635,14 +564,7 @@ mod tests {
     fn mixed_table_first_match_per_family() {
         let mut acl = Acl::new(
             vec![
-                rule(
-                    "deny-v6-host",
-                    false,
-                    Some(6),
-                    "2001:db8:1::66/128",
-                    "any",
-                    ANY,
-                ),
+                rule("deny-v6-host", false, Some(6), "2001:db8:1::66/128", "any", ANY),
                 rule("deny-v4-net", false, Some(6), "192.0.2.0/24", "any", ANY),
                 rule("web6", true, Some(6), "any", "2001:db8:2::80/128", (80, 80)),
                 rule("web4", true, Some(6), "any", "198.51.100.80/32", (80, 80)),
@@ -651,66 +573,32 @@ mod tests {
             vec![0, 0],
         );
         let (i, o) = (IfIndex(0), IfIndex(1));
-        assert!(
-            !acl.check(i, o, &t("2001:db8:1::66", "2001:db8:2::80", 6, 1, 80)),
-            "denied host first"
-        );
-        assert!(
-            acl.check(i, o, &t("2001:db8:1::67", "2001:db8:2::80", 6, 1, 80)),
-            "web6"
-        );
-        assert!(
-            !acl.check(i, o, &t("192.0.2.5", "198.51.100.80", 6, 1, 80)),
-            "denied net first"
-        );
-        assert!(
-            acl.check(i, o, &t("192.0.3.5", "198.51.100.80", 6, 1, 80)),
-            "web4"
-        );
-        assert!(
-            !acl.check(i, o, &t("2001:db8:1::67", "2001:db8:2::81", 6, 1, 23)),
-            "telnet, IPv6"
-        );
-        assert!(
-            !acl.check(i, o, &t("192.0.3.5", "198.51.100.81", 6, 1, 23)),
-            "telnet, IPv4"
-        );
-        assert!(
-            !acl.check(i, o, &t("2001:db8:1::67", "2001:db8:2::81", 6, 1, 22)),
-            "default"
-        );
+        assert!(!acl.check(i, o, &t("2001:db8:1::66", "2001:db8:2::80", 6, 1, 80)), "denied host first");
+        assert!(acl.check(i, o, &t("2001:db8:1::67", "2001:db8:2::80", 6, 1, 80)), "web6");
+        assert!(!acl.check(i, o, &t("192.0.2.5", "198.51.100.80", 6, 1, 80)), "denied net first");
+        assert!(acl.check(i, o, &t("192.0.3.5", "198.51.100.80", 6, 1, 80)), "web4");
+        assert!(!acl.check(i, o, &t("2001:db8:1::67", "2001:db8:2::81", 6, 1, 23)), "telnet, IPv6");
+        assert!(!acl.check(i, o, &t("192.0.3.5", "198.51.100.81", 6, 1, 23)), "telnet, IPv4");
+        assert!(!acl.check(i, o, &t("2001:db8:1::67", "2001:db8:2::81", 6, 1, 22)), "default");
         assert_eq!(acl.hits(), &[1, 1, 1, 1, 2]);
         assert_eq!(acl.default_hits(), (0, 1));
         assert_eq!(acl.last_index(), None);
         let info = acl.rules(&["a".into(), "b".into()]);
-        assert_eq!(
-            (info[0].source.as_str(), info[2].destination.as_str()),
-            ("2001:db8:1::66/128", "2001:db8:2::80/128")
-        );
+        assert_eq!((info[0].source.as_str(), info[2].destination.as_str()), ("2001:db8:1::66/128", "2001:db8:2::80/128"));
     }
 
     /// The reference: a prefix of `len` bits containing `addr`, bit by bit
     /// (no masks), and only within its own family.
     fn contains(prefix: RulePrefix, addr: IpAddr) -> bool {
-        let Some((net, len)) = prefix else {
-            return true;
-        };
+        let Some((net, len)) = prefix else { return true };
         let bits = |a: IpAddr| -> Vec<bool> {
             let bytes = match a {
                 IpAddr::V4(a) => a.octets().to_vec(),
                 IpAddr::V6(a) => a.octets().to_vec(),
             };
-            bytes
-                .iter()
-                .flat_map(|b| (0..8).rev().map(move |i| b >> i & 1 == 1))
-                .collect()
+            bytes.iter().flat_map(|b| (0..8).rev().map(move |i| b >> i & 1 == 1)).collect()
         };
-        net.is_ipv6() == addr.is_ipv6()
-            && bits(net)
-                .iter()
-                .zip(bits(addr))
-                .take(usize::from(len))
-                .all(|(a, b)| *a == b)
+        net.is_ipv6() == addr.is_ipv6() && bits(net).iter().zip(bits(addr)).take(usize::from(len)).all(|(a, b)| *a == b)
     }
 
     /// An address of either family, often inside `near`'s first bits so

@@ -267,9 +267,7 @@ impl<A: Copy + Eq + Hash + Ord> NeighborCache<A> {
         self.generation = self.generation.wrapping_add(1);
         let expires = now.saturating_add(self.timeout);
         let state = ArpState::Resolved { mac, expires };
-        self.next_age = self
-            .next_age
-            .min(expires.saturating_add(self.stale_window()));
+        self.next_age = self.next_age.min(expires.saturating_add(self.stale_window()));
         if let Some(e) = self.map.get_mut(&ip) {
             *e = Entry { iface, state };
             return true;
@@ -452,11 +450,7 @@ mod tests {
         assert_eq!(c.age(Timestamp::from_secs(11)), 0);
         assert_eq!(c.generation(), g, "an age with nothing due changes nothing");
         // A pending entry at 100 goes at 103, long before the resolved one.
-        c.resolve(
-            Timestamp::from_secs(100),
-            Ipv4Addr::new(10, 0, 0, 2),
-            IfIndex(0),
-        );
+        c.resolve(Timestamp::from_secs(100), Ipv4Addr::new(10, 0, 0, 2), IfIndex(0));
         assert_eq!(c.age(Timestamp::from_millis(102_999)), 0);
         assert_eq!(c.age(Timestamp::from_secs(103)), 1);
         assert_ne!(c.generation(), g);

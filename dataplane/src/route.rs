@@ -225,18 +225,8 @@ impl RouteTable {
             .lens
             .iter()
             .map(|&l| {
-                let none = (
-                    0,
-                    Entry {
-                        iface: IfIndex(0),
-                        target: Target::Connected,
-                    },
-                );
-                let mut lv = Level {
-                    mask: mask(l),
-                    n: None,
-                    few: [none; FEW],
-                };
+                let none = (0, Entry { iface: IfIndex(0), target: Target::Connected });
+                let mut lv = Level { mask: mask(l), n: None, few: [none; FEW] };
                 if let Some(m) = &t.by_len[usize::from(l)] {
                     if m.len() <= FEW {
                         for (slot, (&k, &e)) in lv.few.iter_mut().zip(m.iter()) {
@@ -278,17 +268,12 @@ impl RouteTable {
             let key = a & lv.mask;
             match lv.n {
                 Some(n) => {
-                    if let Some((_, e)) =
-                        lv.few.iter().take(usize::from(n)).find(|(k, _)| *k == key)
-                    {
+                    if let Some((_, e)) = lv.few.iter().take(usize::from(n)).find(|(k, _)| *k == key) {
                         return Some(hit(e));
                     }
                 }
                 None => {
-                    if let Some(e) = self.by_len[usize::from(len)]
-                        .as_ref()
-                        .and_then(|map| map.get(&key))
-                    {
+                    if let Some(e) = self.by_len[usize::from(len)].as_ref().and_then(|map| map.get(&key)) {
                         return Some(hit(e));
                     }
                 }

@@ -38,10 +38,7 @@ pub const SLOT_LEN: usize = 2048;
 /// included) at `SLOT_HEADROOM` with `tail` more bytes behind it (a
 /// CCL MAC tag), rounded up to 64 bytes: `SLOT_LEN` at least.
 pub fn slot_len_for(max_frame: usize, tail: usize) -> usize {
-    (SLOT_HEADROOM + max_frame + tail)
-        .div_ceil(64)
-        .saturating_mul(64)
-        .max(SLOT_LEN)
+    (SLOT_HEADROOM + max_frame + tail).div_ceil(64).saturating_mul(64).max(SLOT_LEN)
 }
 /// Where a slot's frame starts when it is filled: room to wrap it in a CCL
 /// datagram (92 bytes of headers and a few more) or add a VLAN tag.
@@ -86,12 +83,7 @@ impl<M: Copy> FramePool<M> {
         let slot_len = slot_len.max(SLOT_LEN);
         FramePool {
             slots: (0..n)
-                .map(|_| Slot {
-                    state: SlotState::Free,
-                    start: 0,
-                    len: 0,
-                    buf: Some(vec![0u8; slot_len].into_boxed_slice()),
-                })
+                .map(|_| Slot { state: SlotState::Free, start: 0, len: 0, buf: Some(vec![0u8; slot_len].into_boxed_slice()) })
                 .collect(),
             tags: vec![[0; 2]; n],
             free: (0..n as u16).rev().collect(),
@@ -126,11 +118,7 @@ impl<M: Copy> FramePool<M> {
         let Some(s) = self.slots.get_mut(usize::from(i)) else {
             return false;
         };
-        let Some(dst) = s
-            .buf
-            .as_deref_mut()
-            .and_then(|b| b.get_mut(SLOT_HEADROOM..SLOT_HEADROOM + frame.len()))
-        else {
+        let Some(dst) = s.buf.as_deref_mut().and_then(|b| b.get_mut(SLOT_HEADROOM..SLOT_HEADROOM + frame.len())) else {
             return false;
         };
         dst.copy_from_slice(frame);
@@ -182,11 +170,7 @@ impl<M: Copy> FramePool<M> {
     }
     /// Return a slot from `alloc` that was never parked or queued.
     pub fn give_back(&mut self, i: u16) {
-        if self
-            .slots
-            .get(usize::from(i))
-            .is_some_and(|s| matches!(s.state, SlotState::Free))
-        {
+        if self.slots.get(usize::from(i)).is_some_and(|s| matches!(s.state, SlotState::Free)) {
             self.free.push(i);
         }
     }
@@ -220,12 +204,7 @@ impl<M: Copy> FramePool<M> {
     /// slot `from` on, in slot order.
     pub fn tagged(&self, which: usize, tag: u32, from: usize) -> impl Iterator<Item = u16> + '_ {
         let which = which.min(1);
-        self.tags
-            .iter()
-            .enumerate()
-            .skip(from)
-            .filter(move |(_, t)| tag != 0 && t[which] == tag)
-            .map(|(i, _)| i as u16)
+        self.tags.iter().enumerate().skip(from).filter(move |(_, t)| tag != 0 && t[which] == tag).map(|(i, _)| i as u16)
     }
     /// Park slot `i` with `meta` (a parked slot gets new metadata; its
     /// tags are cleared).
@@ -247,13 +226,10 @@ impl<M: Copy> FramePool<M> {
     }
     /// Every parked slot with its metadata, in slot order.
     pub fn parked_slots(&self) -> impl Iterator<Item = (u16, M)> + '_ {
-        self.slots
-            .iter()
-            .enumerate()
-            .filter_map(|(i, s)| match s.state {
-                SlotState::Parked(m) => Some((i as u16, m)),
-                _ => None,
-            })
+        self.slots.iter().enumerate().filter_map(|(i, s)| match s.state {
+            SlotState::Parked(m) => Some((i as u16, m)),
+            _ => None,
+        })
     }
     /// Queue slot `i` for output on `port`.
     pub fn push_out(&mut self, i: u16, port: PortId) {
@@ -317,11 +293,7 @@ pub(crate) struct SlotBuf<'a> {
 impl<'a> SlotBuf<'a> {
     /// The frame of a buffer taken out of a pool (`FramePool::take`).
     pub fn over(mem: &'a mut SlotMem, start: usize, end: usize) -> Self {
-        SlotBuf {
-            mem: &mut mem[..],
-            start,
-            end,
-        }
+        SlotBuf { mem: &mut mem[..], start, end }
     }
 }
 
@@ -399,11 +371,7 @@ mod tests {
         p.park(s[3], 4);
         let found = |p: &FramePool<u32>, w, t, from| p.tagged(w, t, from).collect::<Vec<u16>>();
         assert_eq!(found(&p, 0, 7, 0), vec![s[0], s[1]]);
-        assert_eq!(
-            found(&p, 0, 7, usize::from(s[0]) + 1),
-            vec![s[1]],
-            "from a slot on"
-        );
+        assert_eq!(found(&p, 0, 7, usize::from(s[0]) + 1), vec![s[1]], "from a slot on");
         assert_eq!(found(&p, 1, 100, 0), vec![s[0], s[2]]);
         assert!(found(&p, 0, 0, 0).is_empty(), "tag 0 is no tag");
         // Re-parking untagged clears the tags; released, queued or cleared
@@ -435,11 +403,7 @@ mod tests {
         assert!(!p.fill(i, &[0u8; SLOT_LEN - SLOT_HEADROOM + 1]));
         assert!(p.fill(i, &[0u8; SLOT_LEN - SLOT_HEADROOM]));
         p.set_frame(i, SLOT_LEN, 1);
-        assert_eq!(
-            p.frame(i).map(<[u8]>::len),
-            Some(SLOT_LEN - SLOT_HEADROOM),
-            "out-of-range bounds ignored"
-        );
+        assert_eq!(p.frame(i).map(<[u8]>::len), Some(SLOT_LEN - SLOT_HEADROOM), "out-of-range bounds ignored");
         p.give_back(i);
         assert_eq!(p.free_slots(), 2);
         p.drain(&mut |_, _| panic!("nothing queued"));

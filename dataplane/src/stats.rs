@@ -29,19 +29,9 @@ pub trait Visitor {
     fn counter(&mut self, name: &'static str, value: u64);
     fn gauge(&mut self, name: &'static str, value: u64);
     /// `name{label=key}` for each entry.
-    fn family(
-        &mut self,
-        name: &'static str,
-        label: &'static str,
-        entries: &mut dyn Iterator<Item = (&'static str, u64)>,
-    );
+    fn family(&mut self, name: &'static str, label: &'static str, entries: &mut dyn Iterator<Item = (&'static str, u64)>);
     /// A nested set; `index` is `(label, position)` for one of a list.
-    fn group(
-        &mut self,
-        name: &'static str,
-        index: Option<(&'static str, usize)>,
-        stats: &dyn Stats,
-    );
+    fn group(&mut self, name: &'static str, index: Option<(&'static str, usize)>, stats: &dyn Stats);
 }
 
 /// `impl Stats` for a struct of plain `u64` fields, each a `counter` or a
@@ -77,22 +67,12 @@ pub fn flatten(s: &dyn Stats) -> BTreeMap<String, u64> {
         fn gauge(&mut self, name: &'static str, value: u64) {
             self.put(name, value);
         }
-        fn family(
-            &mut self,
-            name: &'static str,
-            _: &'static str,
-            entries: &mut dyn Iterator<Item = (&'static str, u64)>,
-        ) {
+        fn family(&mut self, name: &'static str, _: &'static str, entries: &mut dyn Iterator<Item = (&'static str, u64)>) {
             for (k, v) in entries {
                 self.put(&format!("{name}.{k}"), v);
             }
         }
-        fn group(
-            &mut self,
-            name: &'static str,
-            index: Option<(&'static str, usize)>,
-            stats: &dyn Stats,
-        ) {
+        fn group(&mut self, name: &'static str, index: Option<(&'static str, usize)>, stats: &dyn Stats) {
             let saved = self.prefix.clone();
             self.prefix = match index {
                 None => format!("{saved}{name}."),
@@ -102,10 +82,7 @@ pub fn flatten(s: &dyn Stats) -> BTreeMap<String, u64> {
             self.prefix = saved;
         }
     }
-    let mut f = Flat {
-        prefix: String::new(),
-        out: BTreeMap::new(),
-    };
+    let mut f = Flat { prefix: String::new(), out: BTreeMap::new() };
     s.visit(&mut f);
     f.out
 }

@@ -126,14 +126,10 @@ pub fn steer_nat(
     if workers <= 1 {
         return Steer::Worker(WorkerId(0));
     }
-    let Ok(eth) = EthernetFrame::new_checked(frame) else {
-        return Steer::Any;
-    };
+    let Ok(eth) = EthernetFrame::new_checked(frame) else { return Steer::Any };
     match eth.ethertype() {
         ethertype::ARP => Steer::All,
-        ethertype::IPV4 => {
-            ipv4_nat(eth.payload(), workers, nat, &real_of).map_or(Steer::Any, Steer::Worker)
-        }
+        ethertype::IPV4 => ipv4_nat(eth.payload(), workers, nat, &real_of).map_or(Steer::Any, Steer::Worker),
         ethertype::IPV6 => ipv6(eth.payload(), workers),
         _ => Steer::Any,
     }
@@ -153,13 +149,9 @@ pub fn steer_ccl(frame: &[u8], workers: u16) -> Steer {
     if workers <= 1 {
         return Steer::Worker(WorkerId(0));
     }
-    let Ok(d) = crate::ccl::strip_udp(frame) else {
-        return steer(frame, workers);
-    };
+    let Ok(d) = crate::ccl::strip_udp(frame) else { return steer(frame, workers) };
     match crate::ccl::CclPacket::new_checked(d.payload) {
-        Ok(p) if u16::from(p.channel()) < workers => {
-            Steer::Worker(WorkerId(u16::from(p.channel())))
-        }
+        Ok(p) if u16::from(p.channel()) < workers => Steer::Worker(WorkerId(u16::from(p.channel()))),
         _ => Steer::Any,
     }
 }
@@ -167,35 +159,18 @@ pub fn steer_ccl(frame: &[u8], workers: u16) -> Steer {
 /// Where an IPv6 datagram is decided (module essay).
 fn ipv6(l3: &[u8], workers: u16) -> Steer {
     use crate::wire::icmpv6::{self, msg_type as t6};
-    let Ok(p) = crate::wire::ipv6::Ipv6Packet::new_checked(l3) else {
-        return Steer::Any;
-    };
-    let Ok(u) = p.upper_layer() else {
-        return Steer::Any;
-    };
+    let Ok(p) = crate::wire::ipv6::Ipv6Packet::new_checked(l3) else { return Steer::Any };
+    let Ok(u) = p.upper_layer() else { return Steer::Any };
     // A fragment (not an atomic one, RFC 6946): its fragment worker, as
     // IPv4's (only the first fragment carries the ports).
     if let Some((_, _, ident)) = u.fragment.filter(|&(o, m, _)| o != 0 || m) {
-        return Steer::Worker(fragment_worker(
-            IpAddr::V6(p.src()),
-            IpAddr::V6(p.dst()),
-            ident,
-            workers,
-        ));
+        return Steer::Worker(fragment_worker(IpAddr::V6(p.src()), IpAddr::V6(p.dst()), ident, workers));
     }
     let (src, dst, proto) = (IpAddr::V6(p.src()), IpAddr::V6(p.dst()), u.protocol);
     let l4 = p.payload().get(u.offset..).unwrap_or(&[]);
-    let t = |src_port, dst_port| FiveTuple {
-        src,
-        dst,
-        proto,
-        src_port,
-        dst_port,
-    };
+    let t = |src_port, dst_port| FiveTuple { src, dst, proto, src_port, dst_port };
     let tuple = match proto {
-        ip_proto::TCP => tcp::TcpPacket::new_checked(l4)
-            .ok()
-            .map(|p| t(p.src_port(), p.dst_port())),
+        ip_proto::TCP => tcp::TcpPacket::new_checked(l4).ok().map(|p| t(p.src_port(), p.dst_port())),
         ip_proto::UDP => udp::ports(l4).map(|(s, d)| t(s, d)),
         ip_proto::ICMPV6 => match icmpv6::type_and_ident(l4) {
             Some((t6::NEIGHBOR_SOLICIT | t6::NEIGHBOR_ADVERT, _)) => return Steer::All,
@@ -245,36 +220,19 @@ fn nat_worker(
     // Inbound the mapped endpoint is the destination; a quoted packet
     // went out from it.
     let t = if quoted { t.reversed() } else { t };
-    let IpAddr::V4(dst) = t.dst else {
-        return worker_of_tuple(&t, workers);
-    };
+    let IpAddr::V4(dst) = t.dst else { return worker_of_tuple(&t, workers) };
     let class = nat_class(t.proto);
     // An echo's identifier is its "port" both ways (R3: in one of the two).
-    let port = if t.proto == ip_proto::ICMP {
-        t.src_port | t.dst_port
-    } else {
-        t.dst_port
-    };
+    let port = if t.proto == ip_proto::ICMP { t.src_port | t.dst_port } else { t.dst_port };
     match nat.and_then(|n| n.inbound(dst, t.proto, class, port)) {
         Some(NatInbound::Worker(w)) => WorkerId(w.0.min(workers - 1)),
-        Some(NatInbound::Real(a, p)) => worker_of_tuple(
-            &FiveTuple {
-                dst: IpAddr::V4(a),
-                dst_port: p.unwrap_or(t.dst_port),
-                ..t
-            },
-            workers,
-        ),
+        Some(NatInbound::Real(a, p)) => {
+            worker_of_tuple(&FiveTuple { dst: IpAddr::V4(a), dst_port: p.unwrap_or(t.dst_port), ..t }, workers)
+        }
         // Dynamic NAT keeps ports: the address alone. Not (yet) in the
         // table: where it arrived as, dropped there (`nat-no-xlate`).
         Some(NatInbound::Shared) => match real_of(dst) {
-            Some(a) => worker_of_tuple(
-                &FiveTuple {
-                    dst: IpAddr::V4(a),
-                    ..t
-                },
-                workers,
-            ),
+            Some(a) => worker_of_tuple(&FiveTuple { dst: IpAddr::V4(a), ..t }, workers),
             None => worker_of_tuple(&t, workers),
         },
         None => worker_of_tuple(&t, workers),
@@ -292,20 +250,12 @@ fn ipv4_nat(
     if ip.is_fragment() {
         return Some(fragment_worker(src, dst, u32::from(ip.ident()), workers));
     }
-    let t = |src_port, dst_port| FiveTuple {
-        src,
-        dst,
-        proto,
-        src_port,
-        dst_port,
-    };
+    let t = |src_port, dst_port| FiveTuple { src, dst, proto, src_port, dst_port };
     let payload = ip.payload();
     let (tuple, quoted) = match proto {
         ip_proto::TCP | ip_proto::UDP => {
             let (sp, dp) = if proto == ip_proto::TCP {
-                tcp::TcpPacket::new_checked(payload)
-                    .ok()
-                    .map(|p| (p.src_port(), p.dst_port()))?
+                tcp::TcpPacket::new_checked(payload).ok().map(|p| (p.src_port(), p.dst_port()))?
             } else {
                 udp::ports(payload)?
             };
@@ -333,11 +283,7 @@ fn ipv4_nat(
         }
         _ => (t(0, 0), false),
     };
-    Some(if nat.is_some() {
-        nat_worker(tuple, quoted, nat, workers, real_of)
-    } else {
-        worker_of_tuple(&tuple, workers)
-    })
+    Some(if nat.is_some() { nat_worker(tuple, quoted, nat, workers, real_of) } else { worker_of_tuple(&tuple, workers) })
 }
 
 #[cfg(test)]
@@ -362,9 +308,7 @@ mod tests {
             let fwd = steer(&b(A, B).tcp(40000, 80, 1, 0, 2, 1024, &[], b""), n);
             let rev = steer(&b(B, A).tcp(80, 40000, 1, 2, 0x12, 1024, &[], b""), n);
             assert_eq!(fwd, rev, "{n} workers");
-            let Steer::Worker(w) = fwd else {
-                panic!("a worker")
-            };
+            let Steer::Worker(w) = fwd else { panic!("a worker") };
             assert!(w.0 < n);
             // An error about the client's segment, from a router.
             let seg = b(A, B).tcp(40000, 80, 1, 0, 2, 1024, &[], b"");
@@ -374,28 +318,19 @@ mod tests {
             let req = steer(&b(A, B).icmp(8, 0, (77, 1), b""), n);
             assert_eq!(req, steer(&b(B, A).icmp(0, 0, (77, 1), b""), n));
             // Every fragment of a datagram to its fragment worker.
-            let mut f1 = PacketBuilder {
-                dont_frag: false,
-                ident: 4242,
-                ..b(A, B)
-            }
-            .udp(5000, 53, &[0; 100]);
+            let mut f1 = PacketBuilder { dont_frag: false, ident: 4242, ..b(A, B) }.udp(5000, 53, &[0; 100]);
             Ipv4Packet::new_unchecked(&mut f1[14..]).set_flags_frag(crate::wire::ipv4::FLAG_MF, 0);
             let mut f2 = f1.clone();
             Ipv4Packet::new_unchecked(&mut f2[14..]).set_flags_frag(0, 64);
             f2[34..].fill(0xee); // no ports in a later fragment
             let fw = fragment_worker(IpAddr::V4(A), IpAddr::V4(B), 4242, n);
-            assert_eq!(
-                (steer(&f1, n), steer(&f2, n)),
-                (Steer::Worker(fw), Steer::Worker(fw))
-            );
+            assert_eq!((steer(&f1, n), steer(&f2, n)), (Steer::Worker(fw), Steer::Worker(fw)));
         }
     }
 
     /// An Ethernet + IPv6 frame `src` → `dst` around `payload`.
     fn v6(src: &str, dst: &str, nh: u8, payload: &[u8]) -> Vec<u8> {
-        let (s, d): (std::net::Ipv6Addr, std::net::Ipv6Addr) =
-            (src.parse().unwrap(), dst.parse().unwrap());
+        let (s, d): (std::net::Ipv6Addr, std::net::Ipv6Addr) = (src.parse().unwrap(), dst.parse().unwrap());
         let mut f = vec![0u8; 54];
         f[0..6].copy_from_slice(&MB);
         f[6..12].copy_from_slice(&MA);
@@ -429,17 +364,10 @@ mod tests {
             let seg = v6(a, b, 6, &tcp(40000, 80));
             let mut err = vec![2, 0, 0, 0, 0, 0, 5, 0x78];
             err.extend_from_slice(&seg[14..]);
-            assert_eq!(
-                steer(&v6("2001:db8:2::fe", a, 58, &err), n),
-                fwd,
-                "the error meets its connection"
-            );
+            assert_eq!(steer(&v6("2001:db8:2::fe", a, 58, &err), n), fwd, "the error meets its connection");
             // Echo request and reply.
             let echo = |t: u8| vec![t, 0, 0, 0, 0, 77, 0, 1];
-            assert_eq!(
-                steer(&v6(a, b, 58, &echo(128)), n),
-                steer(&v6(b, a, 58, &echo(129)), n)
-            );
+            assert_eq!(steer(&v6(a, b, 58, &echo(128)), n), steer(&v6(b, a, 58, &echo(129)), n));
             // Solicitations and advertisements: every worker learns.
             let mut ns = vec![0u8; 24];
             ns[0] = 135;
@@ -449,18 +377,12 @@ mod tests {
             // Every fragment of a datagram to its fragment worker (only
             // the first carries the ports); an atomic fragment as a whole
             // packet; a cut header where it arrived.
-            let (ia, ib) = (
-                IpAddr::V6(a.parse().unwrap()),
-                IpAddr::V6(b.parse().unwrap()),
-            );
+            let (ia, ib) = (IpAddr::V6(a.parse().unwrap()), IpAddr::V6(b.parse().unwrap()));
             let fw = Steer::Worker(fragment_worker(ia, ib, 9, n));
             let mut first = vec![6, 0, 0, 1, 0, 0, 0, 9];
             first.extend_from_slice(&tcp(40000, 80));
             assert_eq!(steer(&v6(a, b, 44, &first), n), fw);
-            assert_eq!(
-                steer(&v6(a, b, 44, &[6, 0, 0, 0x19, 0, 0, 0, 9, 0xee, 0xee]), n),
-                fw
-            );
+            assert_eq!(steer(&v6(a, b, 44, &[6, 0, 0, 0x19, 0, 0, 0, 9, 0xee, 0xee]), n), fw);
             let mut atomic = vec![6, 0, 0, 0, 0, 0, 0, 9];
             atomic.extend_from_slice(&tcp(40000, 80));
             assert_eq!(steer(&v6(a, b, 44, &atomic), n), fwd);
@@ -470,16 +392,7 @@ mod tests {
 
     #[test]
     fn arp_to_all_junk_anywhere_one_worker_always_zero() {
-        let arp = crate::wire::build::arp(
-            MA,
-            [0xff; 6],
-            None,
-            crate::wire::arp::Operation::Request,
-            MA,
-            A,
-            [0; 6],
-            B,
-        );
+        let arp = crate::wire::build::arp(MA, [0xff; 6], None, crate::wire::arp::Operation::Request, MA, A, [0; 6], B);
         assert_eq!(steer(&arp, 4), Steer::All);
         assert_eq!(steer(&[0u8; 10], 4), Steer::Any);
         let mut v6 = b(A, B).udp(1, 2, b"");
@@ -495,17 +408,8 @@ mod tests {
         use crate::ccl::{CclKey, FramePath, Message, Sealer, SyncDone, CONTROL_CHANNEL};
         use crate::{Epoch, NodeId};
         let key = CclKey::new("lab", "a secret of some length").unwrap();
-        let path = FramePath {
-            src_mac: MA,
-            dst_mac: MB,
-            src_ip: Ipv4Addr::new(10, 9, 0, 1),
-            dst_ip: Ipv4Addr::new(10, 9, 0, 2),
-        };
-        let msg = Message::SyncDone(SyncDone {
-            epoch: Epoch(3),
-            records: 0,
-            round: 0,
-        });
+        let path = FramePath { src_mac: MA, dst_mac: MB, src_ip: Ipv4Addr::new(10, 9, 0, 1), dst_ip: Ipv4Addr::new(10, 9, 0, 2) };
+        let msg = Message::SyncDone(SyncDone { epoch: Epoch(3), records: 0, round: 0 });
         let frame = |channel: u8| {
             let mut s = Sealer::new(&key, NodeId(0), channel, 7).unwrap();
             let mut out = vec![0u8; 256];
@@ -514,26 +418,14 @@ mod tests {
             out
         };
         for ch in 0..4u8 {
-            assert_eq!(
-                steer_ccl(&frame(ch), 4),
-                Steer::Worker(WorkerId(u16::from(ch)))
-            );
+            assert_eq!(steer_ccl(&frame(ch), 4), Steer::Worker(WorkerId(u16::from(ch))));
             assert_eq!(steer_ccl(&frame(ch), 1), Steer::Worker(WorkerId(0)));
         }
         // A member with more workers, the control channel: where it arrived.
         assert_eq!(steer_ccl(&frame(5), 4), Steer::Any);
         assert_eq!(steer_ccl(&frame(CONTROL_CHANNEL), 4), Steer::Any);
         // Not a CCL datagram (ARP, a ping to the CCL address): as `steer`.
-        let arp = crate::wire::build::arp(
-            MA,
-            [0xff; 6],
-            None,
-            crate::wire::arp::Operation::Request,
-            MA,
-            A,
-            [0; 6],
-            B,
-        );
+        let arp = crate::wire::build::arp(MA, [0xff; 6], None, crate::wire::arp::Operation::Request, MA, A, [0; 6], B);
         assert_eq!(steer_ccl(&arp, 4), Steer::All);
         let ping = b(A, B).icmp(8, 0, (77, 1), b"");
         assert_eq!(steer_ccl(&ping, 4), steer(&ping, 4));
@@ -549,13 +441,7 @@ mod tests {
         let n = 4u16;
         let mut seen = [0u32; 4];
         for p in 0..4000u16 {
-            let t = FiveTuple {
-                src: IpAddr::V4(A),
-                dst: IpAddr::V4(B),
-                proto: 6,
-                src_port: 20000 + p,
-                dst_port: 80,
-            };
+            let t = FiveTuple { src: IpAddr::V4(A), dst: IpAddr::V4(B), proto: 6, src_port: 20000 + p, dst_port: 80 };
             seen[usize::from(worker_of_tuple(&t, n).0)] += 1;
         }
         assert!(seen.iter().all(|&c| (850..1150).contains(&c)), "{seen:?}");

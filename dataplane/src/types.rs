@@ -17,9 +17,7 @@ pub struct WorkerId(pub u16);
 
 /// A cluster member's identity, 0..=15 (SPEC: up to 16 nodes). Travels in
 /// SYN cookies (4 bits) and CCL headers.
-#[derive(
-    Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
-)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 pub struct NodeId(pub u8);
 
 impl NodeId {
@@ -39,19 +37,7 @@ impl fmt::Display for NodeId {
 /// Version of the member set. Every membership change bumps it; tables
 /// derived from the member set (director ranking, fragment owner) carry the
 /// epoch they were built for.
-#[derive(
-    Copy,
-    Clone,
-    Debug,
-    Default,
-    PartialEq,
-    Eq,
-    Hash,
-    PartialOrd,
-    Ord,
-    serde::Serialize,
-    serde::Deserialize,
-)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 pub struct Epoch(pub u64);
 
 /// Monotonic time in nanoseconds since an arbitrary origin. The core never
@@ -142,10 +128,7 @@ impl core::hash::Hash for FiveTuple {
             }
         }
         h.write_u64(
-            u64::from(self.src_port)
-                | u64::from(self.dst_port) << 16
-                | u64::from(self.proto) << 32
-                | fam << 40,
+            u64::from(self.src_port) | u64::from(self.dst_port) << 16 | u64::from(self.proto) << 32 | fam << 40,
         );
     }
 }
@@ -153,23 +136,13 @@ impl core::hash::Hash for FiveTuple {
 impl FiveTuple {
     /// The same connection seen from the other direction.
     pub fn reversed(&self) -> Self {
-        FiveTuple {
-            src: self.dst,
-            dst: self.src,
-            proto: self.proto,
-            src_port: self.dst_port,
-            dst_port: self.src_port,
-        }
+        FiveTuple { src: self.dst, dst: self.src, proto: self.proto, src_port: self.dst_port, dst_port: self.src_port }
     }
 }
 
 impl fmt::Display for FiveTuple {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{} {}:{} -> {}:{}",
-            self.proto, self.src, self.src_port, self.dst, self.dst_port
-        )
+        write!(f, "{} {}:{} -> {}:{}", self.proto, self.src, self.src_port, self.dst, self.dst_port)
     }
 }
 

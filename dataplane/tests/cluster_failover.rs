@@ -24,36 +24,22 @@ const D: usize = 3;
 const C_ISN: u32 = 1000;
 const S_ISN: u32 = 5000;
 
+
 fn accounted(bed: &Bed) {
     for (n, p) in bed.nodes.iter().enumerate() {
         let c = p.counters();
-        assert_eq!(
-            c.packets,
-            c.emitted() + c.consumed + c.dropped(),
-            "node {n}: every packet accounted for"
-        );
+        assert_eq!(c.packets, c.emitted() + c.consumed + c.dropped(), "node {n}: every packet accounted for");
     }
 }
 
 /// Drops on node `n`, all reasons (data-port verdicts, then batch frames).
 fn no_drops(bed: &Bed, n: usize) {
     let c = bed.nodes[n].counters();
-    let drops: Vec<(&str, u64)> = DropReason::ALL
-        .iter()
-        .map(|r| (r.as_str(), c.drop_count(*r)))
-        .filter(|d| d.1 != 0)
-        .collect();
+    let drops: Vec<(&str, u64)> =
+        DropReason::ALL.iter().map(|r| (r.as_str(), c.drop_count(*r))).filter(|d| d.1 != 0).collect();
     assert!(drops.is_empty(), "node {n} dropped {drops:?}");
     let cl = bed.cluster(n).counters;
-    assert_eq!(
-        (
-            cl.batch_frame_drops,
-            cl.pending_no_owner,
-            cl.pending_timeouts
-        ),
-        (0, 0, 0),
-        "node {n}"
-    );
+    assert_eq!((cl.batch_frame_drops, cl.pending_no_owner, cl.pending_timeouts), (0, 0, 0), "node {n}");
 }
 
 /// Client port whose flow has director `want` among `nodes` members.
@@ -67,34 +53,12 @@ fn connect(bed: &mut Bed, cport: u16, owner: usize, fwd: usize) -> u32 {
     let delta = handshake(bed, cport, 80, owner, fwd);
     // 100 bytes of request, 1000 of answer: the director's record (sent at
     // ESTABLISHED) has not seen them.
-    let out = bed.send(
-        owner,
-        IN,
-        from_host(owner, SERVER).tcp(
-            cport,
-            80,
-            C_ISN + 1,
-            S_ISN + 1,
-            ACK | PSH,
-            502,
-            &[],
-            &[b'q'; 100],
-        ),
-    );
+    let out = bed.send(owner, IN, from_host(owner, SERVER).tcp(cport, 80, C_ISN + 1, S_ISN + 1, ACK | PSH, 502, &[], &[b'q'; 100]));
     assert_eq!(one(&out).0, owner);
     let out = bed.send(
         owner,
         OUT,
-        from_outside(owner, SERVER).tcp(
-            80,
-            cport,
-            S_ISN + 1,
-            (C_ISN + 101).wrapping_add(delta),
-            ACK | PSH,
-            509,
-            &[],
-            &[b'r'; 1000],
-        ),
+        from_outside(owner, SERVER).tcp(80, cport, S_ISN + 1, (C_ISN + 101).wrapping_add(delta), ACK | PSH, 509, &[], &[b'r'; 1000]),
     );
     assert_eq!(one(&out).0, owner);
     delta
@@ -103,32 +67,15 @@ fn connect(bed: &mut Bed, cport: u16, owner: usize, fwd: usize) -> u32 {
 /// The handshake of `cport` -> server port `sport`: SYN and ACK on
 /// `owner`, SYN-ACK on `fwd` (cookie). Returns the sequence delta.
 fn handshake(bed: &mut Bed, cport: u16, sport: u16, owner: usize, fwd: usize) -> u32 {
-    let out = bed.send(
-        owner,
-        IN,
-        from_host(owner, SERVER).tcp(cport, sport, C_ISN, 0, SYN, 64240, &SYN_OPTS, b""),
-    );
+    let out = bed.send(owner, IN, from_host(owner, SERVER).tcp(cport, sport, C_ISN, 0, SYN, 64240, &SYN_OPTS, b""));
     let isn = tcp_fields(&one(&out).2).0;
     let out = bed.send(
         fwd,
         OUT,
-        from_outside(fwd, SERVER).tcp(
-            sport,
-            cport,
-            S_ISN,
-            isn.wrapping_add(1),
-            SYN | ACK,
-            65535,
-            &SYN_OPTS,
-            b"",
-        ),
+        from_outside(fwd, SERVER).tcp(sport, cport, S_ISN, isn.wrapping_add(1), SYN | ACK, 65535, &SYN_OPTS, b""),
     );
     assert_eq!(one(&out).0, owner);
-    let out = bed.send(
-        owner,
-        IN,
-        from_host(owner, SERVER).tcp(cport, sport, C_ISN + 1, S_ISN + 1, ACK, 502, &[], b""),
-    );
+    let out = bed.send(owner, IN, from_host(owner, SERVER).tcp(cport, sport, C_ISN + 1, S_ISN + 1, ACK, 502, &[], b""));
     assert_eq!(one(&out).0, owner);
     isn.wrapping_sub(C_ISN)
 }
@@ -139,16 +86,7 @@ fn client_seg(n: usize, owner: usize, cport: u16, delta: u32, data: &[u8]) -> (V
     let seq = C_ISN + 101;
     (
         from_host(n, SERVER).tcp(cport, 80, seq, S_ISN + 1001, ACK | PSH, 502, &[], data),
-        to_gw(owner, SERVER).tcp(
-            cport,
-            80,
-            seq.wrapping_add(delta),
-            S_ISN + 1001,
-            ACK | PSH,
-            502,
-            &[],
-            data,
-        ),
+        to_gw(owner, SERVER).tcp(cport, 80, seq.wrapping_add(delta), S_ISN + 1001, ACK | PSH, 502, &[], data),
     )
 }
 
@@ -157,16 +95,7 @@ fn client_seg(n: usize, owner: usize, cport: u16, delta: u32, data: &[u8]) -> (V
 fn server_seg(n: usize, owner: usize, cport: u16, delta: u32, acked: u32) -> (Vec<u8>, Vec<u8>) {
     let ack = C_ISN + 101 + acked;
     (
-        from_outside(n, SERVER).tcp(
-            80,
-            cport,
-            S_ISN + 1001,
-            ack.wrapping_add(delta),
-            ACK,
-            509,
-            &[],
-            b"",
-        ),
+        from_outside(n, SERVER).tcp(80, cport, S_ISN + 1001, ack.wrapping_add(delta), ACK, 509, &[], b""),
         to_host(owner, SERVER).tcp(80, cport, S_ISN + 1001, ack, ACK, 509, &[], b""),
     )
 }
@@ -177,10 +106,7 @@ fn owner_killed_forwarder_takes_over_through_the_director() {
     let cport = cport_for(3, C);
     let t = tuple(HOST, cport, SERVER, 80, 6);
     let delta = connect(&mut bed, cport, A, B);
-    assert_eq!(
-        bed.nodes[C].cluster_role(bed.now(), &t),
-        Some((Role::Director, NodeId(A as u8)))
-    );
+    assert_eq!(bed.nodes[C].cluster_role(bed.now(), &t), Some((Role::Director, NodeId(A as u8))));
 
     // A dies. The client's next segment lands on B, whose forwarder record
     // names A: B asks C, C holds A's state and elects B, B installs the
@@ -192,28 +118,13 @@ fn owner_killed_forwarder_takes_over_through_the_director() {
     assert_eq!((n, port), (B, OUT));
     assert_eq!(hex(&f), hex(&want));
     let (b, c) = (bed.cluster(B).counters, bed.cluster(C).counters);
-    assert_eq!(
-        (
-            b.dead_owner_records,
-            b.director_queries_sent,
-            b.takeovers,
-            b.pending_released
-        ),
-        (1, 1, 1, 1)
-    );
+    assert_eq!((b.dead_owner_records, b.director_queries_sent, b.takeovers, b.pending_released), (1, 1, 1, 1));
     assert_eq!((c.takeovers_granted, c.takeovers_local), (1, 0));
     assert_eq!(bed.ccl_count(B, C, MessageKind::OwnerQuery), 1);
     assert_eq!(bed.ccl_count(C, B, MessageKind::FlowTransfer), 1);
-    assert_eq!(
-        bed.ccl_count(B, C, MessageKind::FlowRegister),
-        1,
-        "the new owner registers"
-    );
+    assert_eq!(bed.ccl_count(B, C, MessageKind::FlowRegister), 1, "the new owner registers");
     assert_eq!(bed.owners_up(&t), vec![B]);
-    assert_eq!(
-        bed.nodes[C].cluster_role(bed.now(), &t),
-        Some((Role::Director, NodeId(B as u8)))
-    );
+    assert_eq!(bed.nodes[C].cluster_role(bed.now(), &t), Some((Role::Director, NodeId(B as u8))));
     assert_eq!(bed.nodes[B].conntrack().stats().installed, 1);
 
     // The server's answer lands on C (forwarded to B) and on B itself.
@@ -230,16 +141,7 @@ fn owner_killed_forwarder_takes_over_through_the_director() {
         let seq = C_ISN + 105;
         (
             from_host(C, SERVER).tcp(cport, 80, seq, S_ISN + 1001, ACK | PSH, 502, &[], b"again"),
-            to_gw(B, SERVER).tcp(
-                cport,
-                80,
-                seq.wrapping_add(delta),
-                S_ISN + 1001,
-                ACK | PSH,
-                502,
-                &[],
-                b"again",
-            ),
+            to_gw(B, SERVER).tcp(cport, 80, seq.wrapping_add(delta), S_ISN + 1001, ACK | PSH, 502, &[], b"again"),
         )
     };
     drop(seg);
@@ -269,16 +171,10 @@ fn owner_killed_director_takes_over_locally() {
     assert_eq!(bed.cluster(C).counters.takeovers_local, 1);
     assert_eq!(bed.owners_up(&t), vec![C]);
     // C registers with its backup (it is director and owner now).
-    let backup = DirectorTable::new(&bed.members_up(2))
-        .unwrap()
-        .backup(flow_hash(&t), NodeId(C as u8))
-        .unwrap();
+    let backup = DirectorTable::new(&bed.members_up(2)).unwrap().backup(flow_hash(&t), NodeId(C as u8)).unwrap();
     assert_eq!(backup, NodeId(B as u8));
     assert_eq!(bed.ccl_count(C, B, MessageKind::FlowRegister), 1);
-    assert_eq!(
-        bed.nodes[B].cluster_role(bed.now(), &t),
-        Some((Role::Backup, NodeId(C as u8)))
-    );
+    assert_eq!(bed.nodes[B].cluster_role(bed.now(), &t), Some((Role::Backup, NodeId(C as u8))));
     // The client's segment on B: B's record (now a backup record) names C.
     let (seg, want) = client_seg(B, C, cport, delta, b"data");
     let out = bed.send(B, IN, seg);
@@ -303,20 +199,12 @@ fn owner_killed_node_without_record_asks_the_director() {
     assert_eq!(n, D);
     assert_eq!(hex(&f), hex(&want));
     assert_eq!(bed.cluster(D).counters.takeovers, 1);
-    assert_eq!(
-        bed.cluster(D).counters.dead_owner_records,
-        0,
-        "D had no record"
-    );
+    assert_eq!(bed.cluster(D).counters.dead_owner_records, 0, "D had no record");
     // B (forwarder record naming A) asks C, which names D now.
     let (seg, want) = server_seg(B, D, cport, delta, 5);
     let out = bed.send(B, OUT, seg);
     assert_eq!(hex(&one(&out).2), hex(&want));
-    assert_eq!(
-        bed.cluster(C).counters.takeovers_granted,
-        1,
-        "one grant: the second query got D"
-    );
+    assert_eq!(bed.cluster(C).counters.takeovers_granted, 1, "one grant: the second query got D");
     assert_eq!(bed.owners_up(&t), vec![D]);
     for n in [B, C, D] {
         no_drops(&bed, n);
@@ -334,11 +222,7 @@ fn director_killed_owner_reregisters_and_new_director_answers() {
     let left = bed.members_up(2);
     let table = DirectorTable::new(&left).unwrap();
     let newdir = table.director(flow_hash(&t)).index();
-    let holders: Vec<usize> = table
-        .backups(flow_hash(&t), NodeId(A as u8))
-        .iter()
-        .map(|n| n.index())
-        .collect();
+    let holders: Vec<usize> = table.backups(flow_hash(&t), NodeId(A as u8)).iter().map(|n| n.index()).collect();
     // The owner's scan runs in its timers: the flow's director moved, so A
     // registers it with the node(s) it did not have, then sends SyncDone to
     // every other member.
@@ -346,27 +230,16 @@ fn director_killed_owner_reregisters_and_new_director_answers() {
     bed.tick(1);
     assert_eq!(bed.cluster(A).counters.reregistered, 1);
     for &h in &holders {
-        assert_eq!(
-            bed.nodes[h].cluster_role(bed.now(), &t).map(|r| r.1),
-            Some(NodeId(A as u8)),
-            "holder {h}"
-        );
+        assert_eq!(bed.nodes[h].cluster_role(bed.now(), &t).map(|r| r.1), Some(NodeId(A as u8)), "holder {h}");
     }
-    assert!(
-        bed.ccl_count(A, holders[0], MessageKind::FlowRegister)
-            > if holders[0] == newdir { regs } else { 0 }
-    );
+    assert!(bed.ccl_count(A, holders[0], MessageKind::FlowRegister) > if holders[0] == newdir { regs } else { 0 });
     for n in [A, B, D] {
         for m in [A, B, D].into_iter().filter(|&m| m != n) {
             assert_eq!(bed.ccl_count(n, m, MessageKind::SyncDone), 1, "{n} -> {m}");
         }
         let p = bed.nodes[n].sync_progress(Epoch(2));
         assert!(p.sent, "node {n}");
-        let others: u16 = [A, B, D]
-            .iter()
-            .filter(|&&m| m != n)
-            .map(|&m| 1u16 << m)
-            .sum();
+        let others: u16 = [A, B, D].iter().filter(|&&m| m != n).map(|&m| 1u16 << m).sum();
         assert_eq!(p.done_from, others, "node {n}");
     }
     assert_eq!(bed.nodes[A].sync_progress(Epoch(1)).done_from, 0);
@@ -400,17 +273,10 @@ fn reregistration_of_many_flows_is_bounded_and_measured() {
     });
     let mut moved = 0;
     let after = MemberSet::from_nodes(Epoch(2), [0u8, 1, 2].map(NodeId)).unwrap();
-    let (t0, t1) = (
-        DirectorTable::new(&members(4)).unwrap(),
-        DirectorTable::new(&after).unwrap(),
-    );
+    let (t0, t1) = (DirectorTable::new(&members(4)).unwrap(), DirectorTable::new(&after).unwrap());
     for i in 0..FLOWS {
         let cport = 10_000 + i as u16;
-        let out = bed.send(
-            A,
-            IN,
-            from_host(A, SERVER).tcp(cport, 80, C_ISN, 0, SYN, 64240, &SYN_OPTS, b""),
-        );
+        let out = bed.send(A, IN, from_host(A, SERVER).tcp(cport, 80, C_ISN, 0, SYN, 64240, &SYN_OPTS, b""));
         assert_eq!(one(&out).0, A);
         let h = flow_hash(&tuple(HOST, cport, SERVER, 80, 6));
         if t0.backups(h, NodeId(0)) != t1.backups(h, NodeId(0)) {
@@ -447,11 +313,7 @@ fn reregistration_of_many_flows_is_bounded_and_measured() {
         let t = tuple(HOST, 10_000 + i as u16, SERVER, 80, 6);
         let d = t1.director(flow_hash(&t)).index();
         if d != A {
-            assert_eq!(
-                bed.nodes[d].cluster_role(bed.now(), &t).map(|r| r.1),
-                Some(NodeId(0)),
-                "flow {i}"
-            );
+            assert_eq!(bed.nodes[d].cluster_role(bed.now(), &t).map(|r| r.1), Some(NodeId(0)), "flow {i}");
         }
     }
 }
@@ -469,35 +331,23 @@ fn backups_two_survive_every_double_failure() {
         let cport = cport_for(4, C);
         let t = tuple(HOST, cport, SERVER, 80, 6);
         let delta = connect(&mut bed, cport, A, B);
-        let holders = DirectorTable::new(&members(4))
-            .unwrap()
-            .with_backups(2)
-            .backups(flow_hash(&t), NodeId(0));
+        let holders = DirectorTable::new(&members(4)).unwrap().with_backups(2).backups(flow_hash(&t), NodeId(0));
         assert_eq!(holders.len(), 2);
         for &h in holders.as_slice() {
-            assert_eq!(
-                bed.nodes[h.index()]
-                    .cluster_role(bed.now(), &t)
-                    .map(|r| r.1),
-                Some(NodeId(0))
-            );
+            assert_eq!(bed.nodes[h.index()].cluster_role(bed.now(), &t).map(|r| r.1), Some(NodeId(0)));
         }
         bed.down[pair.0] = true;
         bed.down[pair.1] = true;
         let set = bed.members_up(2);
         bed.set_members_up(set);
         bed.tick(5); // re-registration, if the owner survived
-                     // A client segment and the server's answer at each survivor.
+        // A client segment and the server's answer at each survivor.
         let survivors: Vec<usize> = (0..4).filter(|n| !bed.down[*n]).collect();
         let mut acked = 0;
         for &at in &survivors {
             let data = [b'x'; 3];
             let seq = C_ISN + 101 + acked;
-            let out = bed.send(
-                at,
-                IN,
-                from_host(at, SERVER).tcp(cport, 80, seq, S_ISN + 1001, ACK | PSH, 502, &[], &data),
-            );
+            let out = bed.send(at, IN, from_host(at, SERVER).tcp(cport, 80, seq, S_ISN + 1001, ACK | PSH, 502, &[], &data));
             let (n, port, f) = one(&out);
             assert_eq!(port, OUT, "failed {pair:?}, at {at}");
             assert_eq!(tcp_fields(&f).0, seq.wrapping_add(delta));
@@ -528,10 +378,7 @@ fn backups_one_loses_the_flow_when_owner_and_director_fail_together() {
     let (seg, _) = client_seg(D, D, cport, delta, b"x");
     assert!(bed.send(D, IN, seg).is_empty());
     // D asked the new director (B: "none"), or is it and knows nothing.
-    assert_eq!(
-        bed.cluster(D).counters.pending_no_owner + bed.drops(D, DropReason::TcpNoFlow),
-        1
-    );
+    assert_eq!(bed.cluster(D).counters.pending_no_owner + bed.drops(D, DropReason::TcpNoFlow), 1);
 }
 
 #[test]
@@ -555,10 +402,7 @@ fn paused_owner_is_fenced_reset_and_never_a_second_owner() {
     let (seg, _) = server_seg(A, A, cport, delta, 1);
     let out = bed.send(A, OUT, seg);
     assert!(out.is_empty());
-    assert_eq!(
-        bed.last_verdict(A),
-        Some(Verdict::Drop(DropReason::ClusterFenced))
-    );
+    assert_eq!(bed.last_verdict(A), Some(Verdict::Drop(DropReason::ClusterFenced)));
     assert_eq!(bed.drops(A, DropReason::ClusterFenced), 1);
     assert_eq!(bed.nodes[A].conntrack().stats(), before);
     // Its timers still send records (a refresh, re-sends): the others
@@ -567,10 +411,7 @@ fn paused_owner_is_fenced_reset_and_never_a_second_owner() {
     bed.tick(1);
     let ignored = bed.cluster(B).counters.from_nonmembers + bed.cluster(C).counters.from_nonmembers;
     assert!(ignored > 0, "A's records were ignored");
-    assert_eq!(
-        bed.nodes[C].cluster_role(bed.now(), &t).map(|r| r.1),
-        Some(NodeId(B as u8))
-    );
+    assert_eq!(bed.nodes[C].cluster_role(bed.now(), &t).map(|r| r.1), Some(NodeId(B as u8)));
     // Membership resets A; it rejoins (a new epoch with it) and gets a lease.
     let now = bed.now();
     bed.nodes[A].reset(now);
@@ -603,11 +444,7 @@ fn fenced_node_opens_ccl_but_forwards_nothing() {
     assert_eq!(a.batch_drops[DropReason::ClusterFenced.index()], 1);
     assert_eq!(bed.nodes[A].flow_count(), flows);
     // A new SYN on A: dropped too.
-    let out = bed.send(
-        A,
-        IN,
-        from_host(A, SERVER).tcp(cport + 1, 80, 1, 0, SYN, 64240, &[], b""),
-    );
+    let out = bed.send(A, IN, from_host(A, SERVER).tcp(cport + 1, 80, 1, 0, SYN, 64240, &[], b""));
     assert!(out.is_empty());
     assert_eq!(bed.nodes[A].flow_count(), flows);
     // A new lease: back to work.
@@ -633,24 +470,13 @@ fn syn_guard_sends_a_moved_syn_to_its_owner() {
     assert_eq!((n, port), (A, OUT));
     assert_eq!(tcp_fields(&f).0, isn, "one ISN towards the server");
     let b = bed.cluster(B).counters;
-    assert_eq!(
-        (
-            b.syn_guard_queries,
-            b.director_queries_sent,
-            b.forwarded_to_owner
-        ),
-        (1, 1, 1)
-    );
+    assert_eq!((b.syn_guard_queries, b.director_queries_sent, b.forwarded_to_owner), (1, 1, 1));
     assert_eq!(bed.owners(&t), vec![A]);
     assert_eq!(bed.cluster(C).counters.register_conflicts, 0);
     // A new connection's SYN on B within the guard: C elects B (R8).
     let cport2 = port_with_director(SERVER, 443, 6, 3, C);
     let t2 = tuple(HOST, cport2, SERVER, 443, 6);
-    let out = bed.send(
-        B,
-        IN,
-        from_host(B, SERVER).tcp(cport2, 443, 9, 0, SYN, 64240, &SYN_OPTS, b""),
-    );
+    let out = bed.send(B, IN, from_host(B, SERVER).tcp(cport2, 443, 9, 0, SYN, 64240, &SYN_OPTS, b""));
     assert_eq!(one(&out).0, B);
     assert_eq!(bed.cluster(C).counters.elections, 1);
     assert_eq!(bed.owners(&t2), vec![B]);
@@ -658,11 +484,7 @@ fn syn_guard_sends_a_moved_syn_to_its_owner() {
     bed.now_ms += dataplane::pipeline::DEFAULT_SYN_GUARD.0 / 1_000_000;
     let q = bed.cluster(B).counters.director_queries_sent;
     let cport3 = port_with_director(SERVER, 8080, 6, 3, C);
-    let out = bed.send(
-        B,
-        IN,
-        from_host(B, SERVER).tcp(cport3, 8080, 9, 0, SYN, 64240, &SYN_OPTS, b""),
-    );
+    let out = bed.send(B, IN, from_host(B, SERVER).tcp(cport3, 8080, 9, 0, SYN, 64240, &SYN_OPTS, b""));
     assert_eq!(one(&out).0, B);
     assert_eq!(bed.cluster(B).counters.director_queries_sent, q);
     accounted(&bed);
@@ -675,30 +497,15 @@ fn rst_ack_cookie_reaches_the_owner_before_its_registration() {
     let mut bed = Bed::new(3, true);
     let cport = cport_for(3, C);
     bed.hold = Some(MessageKind::FlowRegister);
-    let out = bed.send(
-        A,
-        IN,
-        from_host(A, SERVER).tcp(cport, 81, C_ISN, 0, SYN, 1024, &[], b""),
-    );
+    let out = bed.send(A, IN, from_host(A, SERVER).tcp(cport, 81, C_ISN, 0, SYN, 1024, &[], b""));
     let isn = tcp_fields(&one(&out).2).0;
-    let rst =
-        from_outside(B, SERVER).tcp(81, cport, 0, isn.wrapping_add(1), RST | ACK, 0, &[], b"");
+    let rst = from_outside(B, SERVER).tcp(81, cport, 0, isn.wrapping_add(1), RST | ACK, 0, &[], b"");
     let out = bed.send(B, OUT, rst);
     let (n, port, f) = one(&out);
     assert_eq!((n, port), (A, IN));
-    assert_eq!(
-        hex(&f),
-        hex(&to_host(A, SERVER).tcp(81, cport, 0, C_ISN + 1, RST | ACK, 0, &[], b""))
-    );
+    assert_eq!(hex(&f), hex(&to_host(A, SERVER).tcp(81, cport, 0, C_ISN + 1, RST | ACK, 0, &[], b"")));
     let b = bed.cluster(B).counters;
-    assert_eq!(
-        (
-            b.rst_cookie_decoded,
-            b.director_queries_sent,
-            b.pending_no_owner
-        ),
-        (1, 0, 0)
-    );
+    assert_eq!((b.rst_cookie_decoded, b.director_queries_sent, b.pending_no_owner), (1, 0, 0));
     assert_eq!(bed.drops(B, DropReason::TcpNoFlow), 0);
     accounted(&bed);
 }
@@ -711,48 +518,17 @@ fn director_holds_a_query_for_the_registration_in_flight() {
     let cport = cport_for(3, C);
     let t = tuple(HOST, cport, SERVER, 80, 6);
     bed.hold = Some(MessageKind::FlowRegister);
-    assert_eq!(
-        one(&bed.send(
-            A,
-            IN,
-            from_host(A, SERVER).tcp(cport, 80, C_ISN, 0, SYN, 64240, &SYN_OPTS, b"")
-        ))
-        .0,
-        A
-    );
+    assert_eq!(one(&bed.send(A, IN, from_host(A, SERVER).tcp(cport, 80, C_ISN, 0, SYN, 64240, &SYN_OPTS, b""))).0, A);
     bed.hold = None;
-    let synack = from_outside(B, SERVER).tcp(
-        80,
-        cport,
-        S_ISN,
-        C_ISN + 1,
-        SYN | ACK,
-        65535,
-        &SYN_OPTS,
-        b"",
-    );
+    let synack = from_outside(B, SERVER).tcp(80, cport, S_ISN, C_ISN + 1, SYN | ACK, 65535, &SYN_OPTS, b"");
     assert!(bed.send(B, OUT, synack).is_empty());
     assert_eq!(bed.cluster(C).counters.queries_held, 1);
     // The registration arrives: C answers the held query, B forwards.
-    let to_c: Vec<usize> = (0..bed.held.len())
-        .filter(|&i| bed.held[i].1 == C)
-        .collect();
+    let to_c: Vec<usize> = (0..bed.held.len()).filter(|&i| bed.held[i].1 == C).collect();
     let out = bed.release_held(&to_c);
     let (n, port, f) = one(&out);
     assert_eq!((n, port), (A, IN));
-    assert_eq!(
-        hex(&f),
-        hex(&to_host(A, SERVER).tcp(
-            80,
-            cport,
-            S_ISN,
-            C_ISN + 1,
-            SYN | ACK,
-            65535,
-            &SYN_OPTS,
-            b""
-        ))
-    );
+    assert_eq!(hex(&f), hex(&to_host(A, SERVER).tcp(80, cport, S_ISN, C_ISN + 1, SYN | ACK, 65535, &SYN_OPTS, b"")));
     let c = bed.cluster(C).counters;
     assert_eq!((c.held_answered, c.held_timeouts), (1, 0));
     assert_eq!(bed.cluster(B).counters.pending_no_owner, 0);
@@ -761,23 +537,10 @@ fn director_holds_a_query_for_the_registration_in_flight() {
     // A registration that never comes: "none" at the hold's deadline.
     let cport2 = port_with_director(SERVER, 81, 6, 3, C);
     bed.hold = Some(MessageKind::FlowRegister);
-    bed.send(
-        A,
-        IN,
-        from_host(A, SERVER).tcp(cport2, 81, C_ISN, 0, SYN, 64240, &SYN_OPTS, b""),
-    );
+    bed.send(A, IN, from_host(A, SERVER).tcp(cport2, 81, C_ISN, 0, SYN, 64240, &SYN_OPTS, b""));
     bed.held.clear();
     bed.hold = None;
-    let synack = from_outside(B, SERVER).tcp(
-        81,
-        cport2,
-        S_ISN,
-        C_ISN + 1,
-        SYN | ACK,
-        65535,
-        &SYN_OPTS,
-        b"",
-    );
+    let synack = from_outside(B, SERVER).tcp(81, cport2, S_ISN, C_ISN + 1, SYN | ACK, 65535, &SYN_OPTS, b"");
     assert!(bed.send(B, OUT, synack).is_empty());
     bed.tick(DEFAULT_DIRECTOR_HOLD.0 / 1_000_000 - 2);
     assert_eq!(bed.cluster(C).counters.held_timeouts, 0);
@@ -790,21 +553,14 @@ fn director_holds_a_query_for_the_registration_in_flight() {
 #[test]
 fn hostile_transfers_and_records_change_nothing() {
     use dataplane::buf::VecBuf;
-    use dataplane::ccl::{
-        CclKey, FlowKey, FlowOp, FlowRecord, FlowTransfer, FramePath, Message, Sealer, OPAQUE_LEN,
-    };
+    use dataplane::ccl::{CclKey, FlowKey, FlowOp, FlowRecord, FlowTransfer, FramePath, Message, Sealer, OPAQUE_LEN};
     let mut bed = Bed::new(3, true);
     let cport = cport_for(3, C);
     let t = tuple(HOST, cport, SERVER, 80, 6);
     connect(&mut bed, cport, A, B);
     let k = CclKey::new(NAME, KEY).unwrap();
     let mut s = Sealer::new(&k, NodeId(2), 9, 5000).unwrap();
-    let path = FramePath {
-        src_mac: ccl_mac(2),
-        dst_mac: ccl_mac(1),
-        src_ip: ccl_addr(2),
-        dst_ip: ccl_addr(1),
-    };
+    let path = FramePath { src_mac: ccl_mac(2), dst_mac: ccl_mac(1), src_ip: ccl_addr(2), dst_ip: ccl_addr(1) };
     let mut record = FlowRecord {
         flow: FlowKey::new(t).unwrap(),
         owner: NodeId(1),
@@ -830,22 +586,10 @@ fn hostile_transfers_and_records_change_nothing() {
     // state that does not decode.
     let mut buf = [0u8; 128];
     let (q, n) = transfer(77, &record, &mut buf);
-    assert_eq!(
-        send(
-            &mut bed,
-            &Message::FlowTransfer(FlowTransfer::new(q, &buf[..n]).unwrap())
-        ),
-        Verdict::Consumed
-    );
+    assert_eq!(send(&mut bed, &Message::FlowTransfer(FlowTransfer::new(q, &buf[..n]).unwrap())), Verdict::Consumed);
     record.set_state(&[0xee; dataplane::ccl::STATE_LEN]);
     let (q, n) = transfer(78, &record, &mut buf);
-    assert_eq!(
-        send(
-            &mut bed,
-            &Message::FlowTransfer(FlowTransfer::new(q, &buf[..n]).unwrap())
-        ),
-        Verdict::Consumed
-    );
+    assert_eq!(send(&mut bed, &Message::FlowTransfer(FlowTransfer::new(q, &buf[..n]).unwrap())), Verdict::Consumed);
     let b = bed.cluster(B).counters;
     assert_eq!((b.transfers_refused, b.takeovers), (2, 0));
     assert_eq!(bed.owners(&t), vec![A]);
@@ -945,17 +689,10 @@ fn takeover_updates_every_backup_then_a_second_failure_keeps_the_owner() {
     for n in [C, D] {
         if let Some((role, owner)) = bed.nodes[n].cluster_role(bed.now(), &t) {
             assert_ne!(role, Role::Forwarder, "node {n}");
-            assert_eq!(
-                owner,
-                NodeId(B as u8),
-                "node {n} holds a record naming the new owner"
-            );
+            assert_eq!(owner, NodeId(B as u8), "node {n} holds a record naming the new owner");
         }
     }
-    assert_eq!(
-        bed.cluster(D).counters.register_conflicts + bed.cluster(C).counters.register_conflicts,
-        0
-    );
+    assert_eq!(bed.cluster(D).counters.register_conflicts + bed.cluster(C).counters.register_conflicts, 0);
     bed.kill(C, 3);
     bed.tick(1);
     let (seg, want) = server_seg(D, B, cport, delta, 1);
@@ -984,11 +721,7 @@ fn records_naming_a_rejoined_node_are_orphans() {
     let delta = connect(&mut bed, cport, A, B);
     bed.kill(A, 2);
     bed.rejoin(A, 3);
-    assert_eq!(
-        bed.owners_up(&t),
-        Vec::<usize>::new(),
-        "A owns nothing after its reset"
-    );
+    assert_eq!(bed.owners_up(&t), Vec::<usize>::new(), "A owns nothing after its reset");
     let (seg, want) = client_seg(B, B, cport, delta, b"after");
     let out = bed.send(B, IN, seg);
     let (n, port, frame) = one(&out);
@@ -1025,10 +758,7 @@ fn a_rejoining_director_gets_its_records_after_it_applied_the_set() {
     bed.now_ms += 1_000;
     let now = bed.now();
     bed.nodes[C].reset(now);
-    bed.nodes[C].set_members(
-        now,
-        MemberSet::from_nodes(Epoch(2), [NodeId(C as u8)]).unwrap(),
-    );
+    bed.nodes[C].set_members(now, MemberSet::from_nodes(Epoch(2), [NodeId(C as u8)]).unwrap());
     bed.down[C] = false;
     bed.tick(1);
     // The admission: A and B apply the set with C; C is a few ticks late.
@@ -1046,23 +776,12 @@ fn a_rejoining_director_gets_its_records_after_it_applied_the_set() {
     for _ in 0..40 {
         bed.tick(1);
     }
-    assert_eq!(
-        bed.cluster(C).counters.from_nonmembers,
-        0,
-        "nothing reached C before it applied the set"
-    );
-    assert_eq!(
-        bed.nodes[C].cluster_role(bed.now(), &t),
-        Some((Role::Director, NodeId(A as u8)))
-    );
+    assert_eq!(bed.cluster(C).counters.from_nonmembers, 0, "nothing reached C before it applied the set");
+    assert_eq!(bed.nodes[C].cluster_role(bed.now(), &t), Some((Role::Director, NodeId(A as u8))));
     let a = bed.cluster(A).counters;
     assert_eq!((a.sync_waits, a.sync_wait_timeouts), (1, 0));
     let p = bed.nodes[C].sync_progress(Epoch(3));
-    assert_eq!(
-        p.done_from,
-        (1 << A) | (1 << B),
-        "C is ready: both peers' markers came after their records"
-    );
+    assert_eq!(p.done_from, (1 << A) | (1 << B), "C is ready: both peers' markers came after their records");
     // The server's answer lands on C: forwarded to A, the owner.
     let (seg, want) = server_seg(C, A, cport, delta, 0);
     let out = bed.send(C, OUT, seg);
@@ -1083,51 +802,26 @@ fn restart_within_one_set(bed: &mut Bed) -> (u16, FiveTuple, u32, usize) {
     let delta = connect(bed, cport, C, A);
     let backup = [A, B]
         .into_iter()
-        .find(|&n| {
-            bed.nodes[n].cluster_role(bed.now(), &t) == Some((Role::Backup, NodeId(C as u8)))
-        })
+        .find(|&n| bed.nodes[n].cluster_role(bed.now(), &t) == Some((Role::Backup, NodeId(C as u8))))
         .expect("one backup");
     bed.now_ms += 500;
     let now = bed.now();
     bed.nodes[C].reset(now);
-    bed.nodes[C].set_members(
-        now,
-        MemberSet::from_nodes(Epoch(0), [NodeId(C as u8)]).unwrap(),
-    );
+    bed.nodes[C].set_members(now, MemberSet::from_nodes(Epoch(0), [NodeId(C as u8)]).unwrap());
     bed.tick(1);
-    let m = |since| MemberInfo {
-        since: Epoch(since),
-        ..MemberInfo::NONE
-    };
-    let back = MemberSet::from_members(
-        Epoch(2),
-        [
-            (NodeId(A as u8), m(1)),
-            (NodeId(B as u8), m(1)),
-            (NodeId(C as u8), m(2)),
-        ],
-    )
-    .unwrap();
+    let m = |since| MemberInfo { since: Epoch(since), ..MemberInfo::NONE };
+    let back = MemberSet::from_members(Epoch(2), [(NodeId(A as u8), m(1)), (NodeId(B as u8), m(1)), (NodeId(C as u8), m(2))])
+        .unwrap();
     bed.set_members_up(back);
     // The scans (C's of its empty table, then the others') and the hand-off.
     for _ in 0..40 {
         bed.tick(1);
     }
     let b = bed.cluster(backup).counters;
-    assert_eq!(
-        b.handoffs_sent, 1,
-        "the backup hands the orphan to its director"
-    );
+    assert_eq!(b.handoffs_sent, 1, "the backup hands the orphan to its director");
     let c = bed.cluster(C).counters;
-    assert_eq!(
-        (c.handoffs_received, c.handoffs_ignored, c.from_nonmembers),
-        (1, 0, 0)
-    );
-    assert_eq!(
-        bed.cluster(C).ccl.total_drops(),
-        0,
-        "no datagram of C's new incarnation dropped"
-    );
+    assert_eq!((c.handoffs_received, c.handoffs_ignored, c.from_nonmembers), (1, 0, 0));
+    assert_eq!(bed.cluster(C).ccl.total_drops(), 0, "no datagram of C's new incarnation dropped");
     (cport, t, delta, backup)
 }
 
@@ -1143,10 +837,7 @@ fn a_node_restarted_within_one_member_set_takes_back_the_orphan_it_directs() {
     assert_eq!(bed.owners_up(&t), vec![C]);
     bed.tick(1);
     // The backup follows the new incarnation's registration.
-    assert_eq!(
-        bed.nodes[backup].cluster_role(bed.now(), &t),
-        Some((Role::Backup, NodeId(C as u8)))
-    );
+    assert_eq!(bed.nodes[backup].cluster_role(bed.now(), &t), Some((Role::Backup, NodeId(C as u8))));
     no_drops(&bed, C);
     accounted(&bed);
 }
@@ -1159,13 +850,7 @@ fn a_node_restarted_within_one_member_set_grants_its_orphan_to_a_querier() {
     let (seg, want) = server_seg(B, B, cport, delta, 0);
     let out = bed.send(B, OUT, seg);
     assert_eq!(hex(&one(&out).2), hex(&want));
-    assert_eq!(
-        (
-            bed.cluster(C).counters.takeovers_granted,
-            bed.cluster(B).counters.takeovers
-        ),
-        (1, 1)
-    );
+    assert_eq!((bed.cluster(C).counters.takeovers_granted, bed.cluster(B).counters.takeovers), (1, 1));
     assert_eq!(bed.owners_up(&t), vec![B]);
     no_drops(&bed, B);
     accounted(&bed);
@@ -1182,20 +867,13 @@ fn a_query_before_the_granted_owners_registration_is_answered_not_granted() {
     let (seg, want) = server_seg(B, B, cport, delta, 0);
     assert_eq!(hex(&one(&bed.send(B, OUT, seg)).2), hex(&want));
     let (seg, want) = client_seg(A, B, cport, delta, b"x");
-    assert_eq!(
-        hex(&one(&bed.send(A, IN, seg)).2),
-        hex(&want),
-        "A forwards to B"
-    );
+    assert_eq!(hex(&one(&bed.send(A, IN, seg)).2), hex(&want), "A forwards to B");
     assert_eq!(bed.cluster(C).counters.takeovers_granted, 1);
     assert_eq!(bed.owners_up(&t), vec![B]);
     bed.hold = None;
     let n = bed.held.len();
     bed.release_held(&(0..n).collect::<Vec<_>>());
-    assert_eq!(
-        bed.nodes[C].cluster_role(bed.now(), &t),
-        Some((Role::Director, NodeId(B as u8)))
-    );
+    assert_eq!(bed.nodes[C].cluster_role(bed.now(), &t), Some((Role::Director, NodeId(B as u8))));
     accounted(&bed);
 }
 
@@ -1209,10 +887,7 @@ fn a_grant_lost_on_the_ccl_is_sent_again() {
     let (cport, t, delta, _) = restart_within_one_set(&mut bed);
     bed.hold = Some(MessageKind::FlowTransfer);
     let (seg, _) = server_seg(B, B, cport, delta, 0);
-    assert!(
-        bed.send(B, OUT, seg).is_empty(),
-        "parked, waiting for the transfer"
-    );
+    assert!(bed.send(B, OUT, seg).is_empty(), "parked, waiting for the transfer");
     bed.hold = None;
     bed.held.clear();
     for _ in 0..120 {
@@ -1240,15 +915,7 @@ fn a_chassis_backup_hands_the_orphan_to_a_new_director_that_never_held_it() {
     let set = |epoch: u64, nodes: &[usize]| {
         MemberSet::from_members(
             Epoch(epoch),
-            nodes.iter().map(|&n| {
-                (
-                    NodeId(n as u8),
-                    MemberInfo {
-                        chassis: Some(chassis(n)),
-                        ..MemberInfo::NONE
-                    },
-                )
-            }),
+            nodes.iter().map(|&n| (NodeId(n as u8), MemberInfo { chassis: Some(chassis(n)), ..MemberInfo::NONE })),
         )
         .unwrap()
     };
@@ -1259,9 +926,7 @@ fn a_chassis_backup_hands_the_orphan_to_a_new_director_that_never_held_it() {
         .find(|&p| {
             let h = flow_hash(&tuple(HOST, p, SERVER, 80, 6));
             let b: Vec<NodeId> = table.backups(h, NodeId(A as u8)).iter().collect();
-            table.director(h) == NodeId(B as u8)
-                && b.contains(&NodeId(C as u8))
-                && after.director(h) == NodeId(E as u8)
+            table.director(h) == NodeId(B as u8) && b.contains(&NodeId(C as u8)) && after.director(h) == NodeId(E as u8)
         })
         .expect("a port with that ranking");
     let t = tuple(HOST, cport, SERVER, 80, 6);
@@ -1269,10 +934,7 @@ fn a_chassis_backup_hands_the_orphan_to_a_new_director_that_never_held_it() {
     bed.set_members_up(all);
     bed.tick(1);
     let delta = connect(&mut bed, cport, A, D);
-    assert_eq!(
-        bed.nodes[C].cluster_role(bed.now(), &t),
-        Some((Role::Backup, NodeId(A as u8)))
-    );
+    assert_eq!(bed.nodes[C].cluster_role(bed.now(), &t), Some((Role::Backup, NodeId(A as u8))));
     assert_eq!(bed.nodes[E].cluster_role(bed.now(), &t), None);
     bed.down[A] = true;
     bed.down[B] = true;
@@ -1308,10 +970,7 @@ fn a_node_that_left_answers_no_owner_query() {
     let now = bed.now();
     bed.nodes[C].reset(now);
     let (seg, _) = server_seg(B, A, cport, delta, 0);
-    assert!(
-        bed.send(B, OUT, seg).is_empty(),
-        "B's frame waits for an answer that does not come"
-    );
+    assert!(bed.send(B, OUT, seg).is_empty(), "B's frame waits for an answer that does not come");
     assert_eq!(bed.cluster(C).counters.elections, 0);
     assert!(bed.cluster(C).counters.from_nonmembers >= 1);
     assert_eq!(bed.owners_up(&t), vec![A]);
@@ -1368,10 +1027,7 @@ fn a_takeover_registration_replaces_the_record_at_a_holder_behind() {
     let cport = cport_for(3, C);
     let t = tuple(HOST, cport, SERVER, 80, 6);
     let delta = connect(&mut bed, cport, A, B);
-    assert_eq!(
-        bed.nodes[B].cluster_role(bed.now(), &t),
-        Some((Role::Backup, NodeId(A as u8)))
-    );
+    assert_eq!(bed.nodes[B].cluster_role(bed.now(), &t), Some((Role::Backup, NodeId(A as u8))));
     bed.down[A] = true;
     let without_a = bed.members_up(2);
     let now = bed.now();
@@ -1380,17 +1036,11 @@ fn a_takeover_registration_replaces_the_record_at_a_holder_behind() {
     assert_eq!(hex(&one(&bed.send(C, IN, seg)).2), hex(&want));
     assert_eq!(bed.cluster(C).counters.takeovers_local, 1);
     assert_eq!(bed.cluster(B).counters.register_conflicts, 0);
-    assert_eq!(
-        bed.nodes[B].cluster_role(bed.now(), &t),
-        Some((Role::Backup, NodeId(C as u8)))
-    );
+    assert_eq!(bed.nodes[B].cluster_role(bed.now(), &t), Some((Role::Backup, NodeId(C as u8))));
     let now = bed.now();
     bed.nodes[B].set_members(now, without_a);
     bed.tick(1);
-    assert_eq!(
-        bed.nodes[B].cluster_role(bed.now(), &t),
-        Some((Role::Backup, NodeId(C as u8)))
-    );
+    assert_eq!(bed.nodes[B].cluster_role(bed.now(), &t), Some((Role::Backup, NodeId(C as u8))));
     // C fails next: B takes over from C's record (not from A's older one).
     bed.kill(C, 3);
     let (seg, want) = server_seg(B, B, cport, delta, 1);
@@ -1414,40 +1064,24 @@ fn an_unsendable_sync_marker_is_tried_again() {
     bed.set_members_up(set);
     bed.tick(1);
     for n in 0..3 {
-        assert_eq!(
-            bed.nodes[n].sync_progress(Epoch(2)).done_from,
-            0,
-            "node {n}: no marker could leave"
-        );
+        assert_eq!(bed.nodes[n].sync_progress(Epoch(2)).done_from, 0, "node {n}: no marker could leave");
         assert!(bed.cluster(n).counters.ccl_unresolved >= 2, "node {n}");
     }
     bed.tick(SYNC_MARKER_EVERY.0 / 1_000_000);
     for n in 0..3 {
         let want = 0b111 & !(1 << n);
-        assert_eq!(
-            bed.nodes[n].sync_progress(Epoch(2)).done_from,
-            want,
-            "node {n} heard both peers' markers"
-        );
+        assert_eq!(bed.nodes[n].sync_progress(Epoch(2)).done_from, want, "node {n} heard both peers' markers");
         assert_eq!(bed.cluster(n).counters.sync_done_repeated, 2, "node {n}");
     }
     // Markers that left are repeated too (one may be lost on the CCL),
     // until SYNC_MARKER_FOR after the scan.
     let before = bed.ccl_count(A, B, MessageKind::SyncDone);
     bed.tick(SYNC_MARKER_EVERY.0 / 1_000_000);
-    assert_eq!(
-        bed.ccl_count(A, B, MessageKind::SyncDone),
-        before + 1,
-        "repeated"
-    );
+    assert_eq!(bed.ccl_count(A, B, MessageKind::SyncDone), before + 1, "repeated");
     bed.tick(SYNC_MARKER_FOR.0 / 1_000_000);
     let after = bed.ccl_count(A, B, MessageKind::SyncDone);
     bed.tick(SYNC_MARKER_FOR.0 / 1_000_000);
-    assert_eq!(
-        bed.ccl_count(A, B, MessageKind::SyncDone),
-        after,
-        "the repeats stop"
-    );
+    assert_eq!(bed.ccl_count(A, B, MessageKind::SyncDone), after, "the repeats stop");
 }
 
 /// A `SyncDone` lost on the CCL: the joiner gets the next repeat, an
@@ -1463,18 +1097,11 @@ fn a_sync_marker_lost_on_the_ccl_is_repeated() {
     for _ in 0..5 {
         bed.tick(1);
     }
-    assert_eq!(
-        bed.nodes[C].sync_progress(Epoch(3)).done_from,
-        0,
-        "every marker to C lost"
-    );
+    assert_eq!(bed.nodes[C].sync_progress(Epoch(3)).done_from, 0, "every marker to C lost");
     bed.hold = None;
     bed.held.clear();
     bed.tick(SYNC_MARKER_EVERY.0 / 1_000_000);
-    assert_eq!(
-        bed.nodes[C].sync_progress(Epoch(3)).done_from,
-        (1 << A) | (1 << B)
-    );
+    assert_eq!(bed.nodes[C].sync_progress(Epoch(3)).done_from, (1 << A) | (1 << B));
 }
 
 /// A datagram a node sealed before it left, delivered after it rejoined:
@@ -1495,30 +1122,17 @@ fn a_datagram_sealed_before_a_rejoin_is_dropped() {
     let delta = connect(&mut bed, cport, A, B);
     bed.hold = Some(MessageKind::StateUpdate);
     bed.tick(2_000);
-    let stale: Vec<usize> = (0..bed.held.len())
-        .filter(|&i| bed.held[i].0 == A && bed.held[i].1 == C)
-        .collect();
-    assert_eq!(
-        stale.len(),
-        1,
-        "A re-sent its record to C (RESEND_DELAY): {:?}",
-        bed.held.len()
-    );
+    let stale: Vec<usize> = (0..bed.held.len()).filter(|&i| bed.held[i].0 == A && bed.held[i].1 == C).collect();
+    assert_eq!(stale.len(), 1, "A re-sent its record to C (RESEND_DELAY): {:?}", bed.held.len());
     bed.hold = None;
     bed.kill(A, 2);
     let (seg, want) = client_seg(B, B, cport, delta, b"x");
     assert_eq!(hex(&one(&bed.send(B, IN, seg)).2), hex(&want));
-    assert_eq!(
-        bed.nodes[C].cluster_role(bed.now(), &t),
-        Some((Role::Director, NodeId(B as u8)))
-    );
+    assert_eq!(bed.nodes[C].cluster_role(bed.now(), &t), Some((Role::Director, NodeId(B as u8))));
     bed.rejoin(A, 3);
     bed.release_held(&stale);
     assert_eq!(bed.drops(C, DropReason::CclBeforeRejoin), 1);
-    assert_eq!(
-        bed.nodes[C].cluster_role(bed.now(), &t),
-        Some((Role::Director, NodeId(B as u8)))
-    );
+    assert_eq!(bed.nodes[C].cluster_role(bed.now(), &t), Some((Role::Director, NodeId(B as u8))));
     let (seg, want) = server_seg(C, B, cport, delta, 1);
     assert_eq!(hex(&one(&bed.send(C, OUT, seg)).2), hex(&want));
     assert_eq!(bed.owners_up(&t), vec![B]);
@@ -1550,16 +1164,8 @@ fn a_new_director_waits_for_the_reregistration_before_electing() {
     assert_eq!(one(&out).0, A);
     assert_eq!(bed.owners(&t), vec![A]);
     bed.kill(D, 2);
-    assert!(
-        bed.send(C, IN, from_host(C, SERVER).udp(cport, 5000, b"two"))
-            .is_empty(),
-        "C holds its own packet"
-    );
-    assert!(
-        bed.send(B, IN, from_host(B, SERVER).udp(cport, 5000, b"three"))
-            .is_empty(),
-        "B's election is held"
-    );
+    assert!(bed.send(C, IN, from_host(C, SERVER).udp(cport, 5000, b"two")).is_empty(), "C holds its own packet");
+    assert!(bed.send(B, IN, from_host(B, SERVER).udp(cport, 5000, b"three")).is_empty(), "B's election is held");
     assert_eq!(bed.cluster(C).counters.queries_held, 2);
     assert_eq!(bed.owners(&t), vec![A]);
     // A's scan runs: its record reaches C, the held packets go to A.
@@ -1574,23 +1180,14 @@ fn a_new_director_waits_for_the_reregistration_before_electing() {
     // elects as before (B's query), or owns it (its own packet).
     bed.kill(B, 3);
     let (p_b, p_c) = {
-        let mut ports = (1024u16..).filter(|&p| {
-            director(&tuple(HOST, p, SERVER, 5001, 17), 4) == C && {
-                let s = MemberSet::from_nodes(Epoch(3), [NodeId(0), NodeId(2)]).unwrap();
-                DirectorTable::new(&s)
-                    .unwrap()
-                    .director(flow_hash(&tuple(HOST, p, SERVER, 5001, 17)))
-                    == NodeId(2)
-            }
+        let mut ports = (1024u16..).filter(|&p| director(&tuple(HOST, p, SERVER, 5001, 17), 4) == C && {
+            let s = MemberSet::from_nodes(Epoch(3), [NodeId(0), NodeId(2)]).unwrap();
+            DirectorTable::new(&s).unwrap().director(flow_hash(&tuple(HOST, p, SERVER, 5001, 17))) == NodeId(2)
         });
         (ports.next().unwrap(), ports.next().unwrap())
     };
-    assert!(bed
-        .send(C, IN, from_host(C, SERVER).udp(p_c, 5001, b"new"))
-        .is_empty());
-    assert!(bed
-        .send(A, IN, from_host(A, SERVER).udp(p_b, 5001, b"new"))
-        .is_empty());
+    assert!(bed.send(C, IN, from_host(C, SERVER).udp(p_c, 5001, b"new")).is_empty());
+    assert!(bed.send(A, IN, from_host(A, SERVER).udp(p_b, 5001, b"new")).is_empty());
     let out = bed.tick(DEFAULT_DIRECTOR_HOLD.0 / 1_000_000);
     let mut from: Vec<usize> = out.iter().map(|o| o.0).collect();
     from.sort();
@@ -1617,24 +1214,12 @@ fn a_lost_reregistration_is_sent_again_before_the_director_elects() {
     bed.hold = Some(MessageKind::FlowRegister);
     bed.kill(D, 2);
     bed.tick(1);
-    let lost = bed
-        .held
-        .iter()
-        .filter(|(f, to, _)| (*f, *to) == (A, C))
-        .count();
-    assert!(
-        lost >= 1,
-        "A's re-registration with C was caught: {:?}",
-        bed.held.iter().map(|h| (h.0, h.1)).collect::<Vec<_>>()
-    );
+    let lost = bed.held.iter().filter(|(f, to, _)| (*f, *to) == (A, C)).count();
+    assert!(lost >= 1, "A's re-registration with C was caught: {:?}", bed.held.iter().map(|h| (h.0, h.1)).collect::<Vec<_>>());
     bed.held.clear();
     bed.hold = None;
     let c = bed.cluster(C).counters;
-    assert_eq!(
-        (c.sync_short, c.sync_again_sent),
-        (1, 1),
-        "C saw the short marker and asked again"
-    );
+    assert_eq!((c.sync_short, c.sync_again_sent), (1, 1), "C saw the short marker and asked again");
     assert_eq!(bed.cluster(A).counters.sync_again_received, 1);
     // A's scan runs again for C: the record, then a marker that matches.
     bed.tick(1);
@@ -1643,10 +1228,7 @@ fn a_lost_reregistration_is_sent_again_before_the_director_elects() {
     assert_eq!(one(&out).0, A, "B's packet goes to A: {out:?}");
     assert_eq!(bed.owners(&t), vec![A]);
     let c = bed.cluster(C).counters;
-    assert_eq!(
-        (c.elections, c.sync_short, c.sync_short_accepted),
-        (0, 1, 0)
-    );
+    assert_eq!((c.elections, c.sync_short, c.sync_short_accepted), (0, 1, 0));
     accounted(&bed);
 }
 
@@ -1687,11 +1269,7 @@ fn a_backup_record_overtaking_the_owner_reply_keeps_its_state() {
 /// Five nodes on two sites (R12): 0, 1, 2 at site 1, 3, 4 at site 2,
 /// director localization on; `up` the nodes in the set.
 fn sited(epoch: u64, up: &[usize]) -> MemberSet {
-    let info = |n: usize| MemberInfo {
-        site: Some(if n < 3 { 1 } else { 2 }),
-        chassis: None,
-        since: Epoch(0),
-    };
+    let info = |n: usize| MemberInfo { site: Some(if n < 3 { 1 } else { 2 }), chassis: None, since: Epoch(0) };
     MemberSet::from_members(Epoch(epoch), up.iter().map(|&n| (NodeId(n as u8), info(n)))).unwrap()
 }
 
@@ -1709,9 +1287,7 @@ fn localized(n: usize) -> PipelineConfig {
 /// site 1 and `l2` at site 2 (the global director is its own site's
 /// local director).
 fn sited_port(sport: u16, global: usize, l1: usize, l2: usize) -> u16 {
-    let t = DirectorTable::new(&sited(1, &[0, 1, 2, 3, 4]))
-        .unwrap()
-        .with_localization(true);
+    let t = DirectorTable::new(&sited(1, &[0, 1, 2, 3, 4])).unwrap().with_localization(true);
     (1024u16..u16::MAX)
         .find(|&p| {
             let h = flow_hash(&tuple(HOST, p, SERVER, sport, 6));
@@ -1730,28 +1306,14 @@ fn director_localization_asks_the_local_director_first() {
     let x = sited_port(80, D, B, D);
     let tx = tuple(HOST, x, SERVER, 80, 6);
     let delta = connect(&mut bed, x, A, 4);
-    assert_eq!(
-        bed.ccl_count(A, B, MessageKind::FlowRegister),
-        1,
-        "the local director holds the record"
-    );
-    assert_eq!(
-        bed.ccl_count(A, D, MessageKind::FlowRegister),
-        1,
-        "so does the global director"
-    );
+    assert_eq!(bed.ccl_count(A, B, MessageKind::FlowRegister), 1, "the local director holds the record");
+    assert_eq!(bed.ccl_count(A, D, MessageKind::FlowRegister), 1, "so does the global director");
     // C, at site 1, asks B — not D, across the sites — and forwards to A.
     let (seg, want) = client_seg(C, A, x, delta, b"hi");
     let out = bed.send(C, IN, seg);
     let out = later(&mut bed, out);
     assert_eq!(one(&out), (A, OUT, want));
-    assert_eq!(
-        (
-            bed.ccl_count(C, B, MessageKind::OwnerQuery),
-            bed.ccl_count(C, D, MessageKind::OwnerQuery)
-        ),
-        (1, 0)
-    );
+    assert_eq!((bed.ccl_count(C, B, MessageKind::OwnerQuery), bed.ccl_count(C, D, MessageKind::OwnerQuery)), (1, 0));
     assert_eq!(bed.cluster(B).counters.local_answered, 1);
     assert_eq!(bed.cluster(C).counters.local_fallbacks, 0);
 
@@ -1761,26 +1323,11 @@ fn director_localization_asks_the_local_director_first() {
     let ty = tuple(HOST, y, SERVER, 81, 6);
     let dy = handshake(&mut bed, y, 81, A, C);
     let seg = from_host(3, SERVER).tcp(y, 81, C_ISN + 1, S_ISN + 1, ACK | PSH, 502, &[], b"yo");
-    let want = to_gw(A, SERVER).tcp(
-        y,
-        81,
-        (C_ISN + 1).wrapping_add(dy),
-        S_ISN + 1,
-        ACK | PSH,
-        502,
-        &[],
-        b"yo",
-    );
+    let want = to_gw(A, SERVER).tcp(y, 81, (C_ISN + 1).wrapping_add(dy), S_ISN + 1, ACK | PSH, 502, &[], b"yo");
     let out = bed.send(3, IN, seg);
     let out = later(&mut bed, out);
     assert_eq!(one(&out), (A, OUT, want));
-    assert_eq!(
-        (
-            bed.ccl_count(3, 4, MessageKind::OwnerQuery),
-            bed.ccl_count(3, B, MessageKind::OwnerQuery)
-        ),
-        (1, 1)
-    );
+    assert_eq!((bed.ccl_count(3, 4, MessageKind::OwnerQuery), bed.ccl_count(3, B, MessageKind::OwnerQuery)), (1, 1));
     assert_eq!(bed.cluster(4).counters.local_unknown, 1);
     assert_eq!(bed.cluster(3).counters.local_fallbacks, 1);
     assert_eq!(bed.owners(&ty), vec![A]);

@@ -26,25 +26,15 @@ const C: usize = 2;
 
 /// An IPv4 identification whose fragment owner among 3 members is `want`.
 fn ident_with_fragment_owner(src: Ipv4Addr, dst: Ipv4Addr, want: usize) -> u16 {
-    let t =
-        DirectorTable::new(&MemberSet::from_nodes(Epoch(1), (0..3).map(NodeId)).unwrap()).unwrap();
-    (1..u16::MAX)
-        .find(|&id| fragment_owner(src.into(), dst.into(), u32::from(id), &t).index() == want)
-        .unwrap()
+    let t = DirectorTable::new(&MemberSet::from_nodes(Epoch(1), (0..3).map(NodeId)).unwrap()).unwrap();
+    (1..u16::MAX).find(|&id| fragment_owner(src.into(), dst.into(), u32::from(id), &t).index() == want).unwrap()
 }
 
 fn accounted(bed: &Bed) {
     for (n, p) in bed.nodes.iter().enumerate() {
         let c = p.counters();
-        assert_eq!(
-            c.packets,
-            c.emitted() + c.consumed + c.dropped(),
-            "node {n}: every packet accounted for"
-        );
-        assert!(
-            p.reasm_counters().accounted(p.frag_in_progress().1),
-            "node {n}: reassembler conservation"
-        );
+        assert_eq!(c.packets, c.emitted() + c.consumed + c.dropped(), "node {n}: every packet accounted for");
+        assert!(p.reasm_counters().accounted(p.frag_in_progress().1), "node {n}: reassembler conservation");
     }
 }
 
@@ -59,23 +49,8 @@ fn new_connection_fragment_owner_becomes_owner() {
     let t = tuple(HOST, cport, SERVER, 5000, 17);
     let ident = ident_with_fragment_owner(HOST, SERVER, B);
     let payload: Vec<u8> = (0..200u8).collect();
-    let frame = |n: usize| {
-        PacketBuilder {
-            dont_frag: false,
-            ident,
-            ..from_host(n, SERVER)
-        }
-        .udp(cport, 5000, &payload)
-    };
-    let want = fragments(
-        &PacketBuilder {
-            dont_frag: false,
-            ident,
-            ..to_gw(B, SERVER)
-        }
-        .udp(cport, 5000, &payload),
-        64,
-    );
+    let frame = |n: usize| PacketBuilder { dont_frag: false, ident, ..from_host(n, SERVER) }.udp(cport, 5000, &payload);
+    let want = fragments(&PacketBuilder { dont_frag: false, ident, ..to_gw(B, SERVER) }.udp(cport, 5000, &payload), 64);
     assert_eq!(want.len(), 4);
     let (fa, fc) = (fragments(&frame(A), 64), fragments(&frame(C), 64));
 
@@ -101,10 +76,7 @@ fn new_connection_fragment_owner_becomes_owner() {
     let mut exp: Vec<String> = want.iter().map(|f| hex(f)).collect();
     got.sort();
     exp.sort();
-    assert_eq!(
-        got, exp,
-        "each fragment as sent, TTL 63, MACs of B's outside"
-    );
+    assert_eq!(got, exp, "each fragment as sent, TTL 63, MACs of B's outside");
     for (_, _, f) in &out {
         check_ip(f, 63);
     }
@@ -112,10 +84,7 @@ fn new_connection_fragment_owner_becomes_owner() {
     assert_eq!(reassemble_udp(&frames), payload);
 
     assert_eq!(bed.owners(&t), vec![B], "the fragment owner is the owner");
-    assert_eq!(
-        bed.nodes[C].cluster_role(bed.now(), &t),
-        Some((Role::Director, NodeId(B as u8)))
-    );
+    assert_eq!(bed.nodes[C].cluster_role(bed.now(), &t), Some((Role::Director, NodeId(B as u8))));
     assert_eq!(bed.ccl_count(B, C, MessageKind::OwnerQuery), 1);
     assert_eq!(bed.ccl_count(B, C, MessageKind::FlowRegister), 1);
     assert_eq!(bed.cluster(C).counters.elections, 1);
@@ -123,53 +92,27 @@ fn new_connection_fragment_owner_becomes_owner() {
     assert_eq!((fb.inserted, fb.held, fb.released_parked), (4, 3, 3));
     assert_eq!(bed.nodes[B].frag_in_progress(), (0, 0));
     let cb = bed.cluster(B);
-    assert_eq!(
-        (cb.counters.pending_queued, cb.counters.pending_released),
-        (4, 4)
-    );
+    assert_eq!((cb.counters.pending_queued, cb.counters.pending_released), (4, 4));
 
     // The server's reply, fragmented, lands on C: it goes to its fragment
     // owner and from there to B, which sends it to the client.
     let rident = ident_with_fragment_owner(SERVER, HOST, A);
-    let rep = |n: usize| {
-        PacketBuilder {
-            dont_frag: false,
-            ident: rident,
-            ..from_outside(n, SERVER)
-        }
-        .udp(5000, cport, &payload)
-    };
+    let rep = |n: usize| PacketBuilder { dont_frag: false, ident: rident, ..from_outside(n, SERVER) }.udp(5000, cport, &payload);
     let mut back = vec![];
     for (i, f) in fragments(&rep(C), 64).into_iter().enumerate().rev() {
         let lands = [C, A, B, C][i];
-        let f = if lands == C {
-            f
-        } else {
-            fragments(&rep(lands), 64)[i].clone()
-        };
+        let f = if lands == C { f } else { fragments(&rep(lands), 64)[i].clone() };
         back.extend(bed.send(lands, OUT, f));
     }
     assert_eq!(back.len(), 4);
     for (n, port, f) in &back {
-        assert_eq!(
-            (*n, *port),
-            (B, IN),
-            "the client gets every fragment from the owner"
-        );
+        assert_eq!((*n, *port), (B, IN), "the client gets every fragment from the owner");
         check_ip(f, 63);
     }
     let frames: Vec<Vec<u8>> = back.iter().map(|(_, _, f)| f.clone()).collect();
     assert_eq!(reassemble_udp(&frames), payload);
-    assert_eq!(
-        bed.nodes[B].frag_counters().from_fragment_owner,
-        4,
-        "A sent them with the flow hint"
-    );
-    assert_eq!(
-        bed.nodes[B].frag_counters().to_fragment_owner,
-        1,
-        "B's own landing went to A"
-    );
+    assert_eq!(bed.nodes[B].frag_counters().from_fragment_owner, 4, "A sent them with the flow hint");
+    assert_eq!(bed.nodes[B].frag_counters().to_fragment_owner, 1, "B's own landing went to A");
     accounted(&bed);
 }
 
@@ -189,23 +132,8 @@ fn existing_connection_fragments_forwarded_to_owner() {
 
     let ident = ident_with_fragment_owner(SERVER, HOST, B);
     let payload: Vec<u8> = (0..=255u8).cycle().take(1400).collect();
-    let rep = |n: usize| {
-        PacketBuilder {
-            dont_frag: false,
-            ident,
-            ..from_outside(n, SERVER)
-        }
-        .udp(5001, cport, &payload)
-    };
-    let want = fragments(
-        &PacketBuilder {
-            dont_frag: false,
-            ident,
-            ..to_host(A, SERVER)
-        }
-        .udp(5001, cport, &payload),
-        512,
-    );
+    let rep = |n: usize| PacketBuilder { dont_frag: false, ident, ..from_outside(n, SERVER) }.udp(5001, cport, &payload);
+    let want = fragments(&PacketBuilder { dont_frag: false, ident, ..to_host(A, SERVER) }.udp(5001, cport, &payload), 512);
     assert_eq!(want.len(), 3);
     let f = |n: usize, i: usize| fragments(&rep(n), 512)[i].clone();
 
@@ -228,35 +156,16 @@ fn existing_connection_fragments_forwarded_to_owner() {
     let frames: Vec<Vec<u8>> = out.iter().map(|(_, _, f)| f.clone()).collect();
     assert_eq!(reassemble_udp(&frames), payload);
 
-    let (fa, fb, fc) = (
-        *bed.nodes[A].frag_counters(),
-        *bed.nodes[B].frag_counters(),
-        *bed.nodes[C].frag_counters(),
-    );
-    assert_eq!(
-        (
-            fc.to_fragment_owner,
-            fa.to_fragment_owner,
-            fb.to_fragment_owner
-        ),
-        (1, 1, 0)
-    );
+    let (fa, fb, fc) = (*bed.nodes[A].frag_counters(), *bed.nodes[B].frag_counters(), *bed.nodes[C].frag_counters());
+    assert_eq!((fc.to_fragment_owner, fa.to_fragment_owner, fb.to_fragment_owner), (1, 1, 0));
     assert_eq!(fb.inserted, 3, "B collected all three");
     assert_eq!(fb.to_flow_owner, 3, "and forwarded all three to A");
     assert_eq!(fa.from_fragment_owner, 3);
-    assert_eq!(
-        bed.ccl_count(A, B, MessageKind::ForwardedPacket),
-        1,
-        "A never sent B's fragments back"
-    );
+    assert_eq!(bed.ccl_count(A, B, MessageKind::ForwardedPacket), 1, "A never sent B's fragments back");
     assert_eq!(bed.ccl_count(B, A, MessageKind::ForwardedPacket), 3);
     assert_eq!(bed.owners(&t), vec![A], "still one owner");
     for n in [A, B, C] {
-        assert_eq!(
-            bed.nodes[n].frag_in_progress(),
-            (0, 0),
-            "node {n}: nothing left in reassembly"
-        );
+        assert_eq!(bed.nodes[n].frag_in_progress(), (0, 0), "node {n}: nothing left in reassembly");
     }
     accounted(&bed);
 }
@@ -269,14 +178,7 @@ fn denied_fragmented_datagram_never_leaves() {
     let mut bed = Bed::new(3, true);
     let ident = ident_with_fragment_owner(SERVER, HOST, C);
     let payload = [3u8; 300];
-    let rep = |n: usize| {
-        PacketBuilder {
-            dont_frag: false,
-            ident,
-            ..from_outside(n, SERVER)
-        }
-        .udp(5002, 40999, &payload)
-    };
+    let rep = |n: usize| PacketBuilder { dont_frag: false, ident, ..from_outside(n, SERVER) }.udp(5002, 40999, &payload);
     let mut out = vec![];
     for (i, n) in [(2, A), (1, B), (0, C)] {
         out.extend(bed.send(n, OUT, fragments(&rep(n), 128)[i].clone()));
@@ -302,22 +204,14 @@ fn full_size_fragment_fits_the_ccl_mtu() {
     use dataplane::pipeline::Verdict;
     let mut bed = Bed::new(3, true);
     let ident = ident_with_fragment_owner(HOST, SERVER, B);
-    let frame = PacketBuilder {
-        dont_frag: false,
-        ident,
-        ..from_host(A, SERVER)
-    }
-    .udp(40500, 5000, &[0u8; 4000]);
+    let frame = PacketBuilder { dont_frag: false, ident, ..from_host(A, SERVER) }.udp(40500, 5000, &[0u8; 4000]);
     let frags = fragments(&frame, 1480);
     assert_eq!(frags[0].len(), 1514);
     let mut buf = VecBuf::new(&frags[0]);
     let v = bed.nodes[A].process(dataplane::Timestamp::from_millis(2_000), IN, &mut buf);
     assert_eq!(v, Verdict::Forward(CCL));
     assert_eq!(buf.data().len(), 1514 + 94);
-    assert!(
-        buf.data().len() - 14 <= 1600,
-        "outer IPv4 packet within the CCL MTU"
-    );
+    assert!(buf.data().len() - 14 <= 1600, "outer IPv4 packet within the CCL MTU");
 }
 
 mod props {
@@ -393,52 +287,18 @@ fn fragmented_tcp_segment_with_sequence_translation() {
     let mut bed = Bed::new(3, true);
     let cport = port_with_director(SERVER, 80, 6, 3, C);
     let (c_isn, s_isn) = (1000u32, 5000u32);
-    let out = bed.send(
-        A,
-        IN,
-        from_host(A, SERVER).tcp(cport, 80, c_isn, 0, SYN, 64240, &SYN_OPTS, b""),
-    );
+    let out = bed.send(A, IN, from_host(A, SERVER).tcp(cport, 80, c_isn, 0, SYN, 64240, &SYN_OPTS, b""));
     let isn = tcp_fields(&out[0].2).0;
     assert_ne!(isn, c_isn);
-    let synack = from_outside(B, SERVER).tcp(
-        80,
-        cport,
-        s_isn,
-        isn.wrapping_add(1),
-        SYN | ACK,
-        65535,
-        &SYN_OPTS,
-        b"",
-    );
+    let synack = from_outside(B, SERVER).tcp(80, cport, s_isn, isn.wrapping_add(1), SYN | ACK, 65535, &SYN_OPTS, b"");
     assert_eq!(bed.send(B, OUT, synack).len(), 1);
-    assert_eq!(
-        bed.send(
-            B,
-            IN,
-            from_host(B, SERVER).tcp(cport, 80, c_isn + 1, s_isn + 1, ACK, 502, &[], b"")
-        )
-        .len(),
-        1
-    );
+    assert_eq!(bed.send(B, IN, from_host(B, SERVER).tcp(cport, 80, c_isn + 1, s_isn + 1, ACK, 502, &[], b"")).len(), 1);
 
     let ident = ident_with_fragment_owner(HOST, SERVER, C);
     let payload: Vec<u8> = (0..600u32).map(|i| (i % 251) as u8).collect();
     let seg = |n: usize| {
-        PacketBuilder {
-            dont_frag: false,
-            ident,
-            ..from_host(n, SERVER)
-        }
-        .tcp(
-            cport,
-            80,
-            c_isn + 1,
-            s_isn + 1,
-            ACK | PSH,
-            502,
-            &[],
-            &payload,
-        )
+        PacketBuilder { dont_frag: false, ident, ..from_host(n, SERVER) }
+            .tcp(cport, 80, c_isn + 1, s_isn + 1, ACK | PSH, 502, &[], &payload)
     };
     let mut out = vec![];
     for (i, n) in [(2, B), (0, C), (1, A), (3, B)] {
@@ -452,30 +312,14 @@ fn fragmented_tcp_segment_with_sequence_translation() {
     let frames: Vec<Vec<u8>> = out.iter().map(|(_, _, f)| f.clone()).collect();
     let (src, dst, data) = reassemble(&frames);
     let t = TcpPacket::new_checked(&data[..]).unwrap();
-    assert_eq!(
-        t.seq(),
-        isn.wrapping_add(1),
-        "seq translated into the cookie space"
-    );
-    assert!(
-        t.verify_checksum(src, dst),
-        "checksum of the whole segment still right"
-    );
+    assert_eq!(t.seq(), isn.wrapping_add(1), "seq translated into the cookie space");
+    assert!(t.verify_checksum(src, dst), "checksum of the whole segment still right");
     assert_eq!(t.payload(), &payload[..]);
     assert_eq!(bed.nodes[C].frag_counters().to_flow_owner, 4);
 
     // The server acknowledges the 600 bytes (landing on C): in window on
     // A, and translated back into the client's space.
-    let ack = from_outside(C, SERVER).tcp(
-        80,
-        cport,
-        s_isn + 1,
-        isn.wrapping_add(601),
-        ACK,
-        509,
-        &[],
-        b"",
-    );
+    let ack = from_outside(C, SERVER).tcp(80, cport, s_isn + 1, isn.wrapping_add(601), ACK, 509, &[], b"");
     let out = bed.send(C, OUT, ack);
     assert_eq!(out.len(), 1);
     assert_eq!((out[0].0, out[0].1), (A, IN));

@@ -10,8 +10,7 @@ mod cluster_bed;
 use cluster_bed::*;
 use dataplane::buf::VecBuf;
 use dataplane::ccl::{
-    CclDrop, CclKey, FlowKey, ForwardedBatch, ForwardedPacket, FramePath, Message, MessageKind,
-    OwnerQuery, Sealer,
+    CclDrop, CclKey, FlowKey, ForwardedBatch, ForwardedPacket, FramePath, Message, MessageKind, OwnerQuery, Sealer,
 };
 use dataplane::conntrack::tcp_flags::{ACK, FIN, PSH, SYN};
 use dataplane::pipeline::{Role, Verdict};
@@ -25,26 +24,15 @@ const C_ISN: u32 = 1000;
 const S_ISN: u32 = 5000;
 
 fn one(out: &[(usize, dataplane::PortId, Vec<u8>)]) -> (usize, dataplane::PortId, Vec<u8>) {
-    assert_eq!(
-        out.len(),
-        1,
-        "exactly one frame leaves the cluster: {out:?}"
-    );
+    assert_eq!(out.len(), 1, "exactly one frame leaves the cluster: {out:?}");
     out[0].clone()
 }
 
 fn accounted(bed: &Bed) {
     for (n, p) in bed.nodes.iter().enumerate() {
         let c = p.counters();
-        assert_eq!(
-            c.packets,
-            c.emitted() + c.consumed + c.dropped(),
-            "node {n}: every packet accounted for"
-        );
-        assert!(
-            c.fast_path <= c.packets,
-            "node {n}: the fast path counts frames given to process"
-        );
+        assert_eq!(c.packets, c.emitted() + c.consumed + c.dropped(), "node {n}: every packet accounted for");
+        assert!(c.fast_path <= c.packets, "node {n}: the fast path counts frames given to process");
     }
 }
 
@@ -54,95 +42,41 @@ fn handshake(bed: &mut Bed) -> (u16, u32) {
     let t = tuple(HOST, cport, SERVER, 80, 6);
 
     // 1. SYN lands on A: A owns it, puts a cookie ISN in, registers with C.
-    let out = bed.send(
-        A,
-        IN,
-        from_host(A, SERVER).tcp(cport, 80, C_ISN, 0, SYN, 64240, &SYN_OPTS, b""),
-    );
+    let out = bed.send(A, IN, from_host(A, SERVER).tcp(cport, 80, C_ISN, 0, SYN, 64240, &SYN_OPTS, b""));
     let (n, port, f) = one(&out);
     assert_eq!((n, port), (A, OUT));
     let (isn, _, _, _) = tcp_fields(&f);
     assert_ne!(isn, C_ISN, "the ISN is replaced");
-    assert_eq!(
-        cookies().decode(isn),
-        Some(NodeId(A as u8)),
-        "the cookie names A"
-    );
-    assert_eq!(
-        hex(&f),
-        hex(&to_gw(A, SERVER).tcp(cport, 80, isn, 0, SYN, 64240, &SYN_OPTS, b""))
-    );
+    assert_eq!(cookies().decode(isn), Some(NodeId(A as u8)), "the cookie names A");
+    assert_eq!(hex(&f), hex(&to_gw(A, SERVER).tcp(cport, 80, isn, 0, SYN, 64240, &SYN_OPTS, b"")));
     let delta = isn.wrapping_sub(C_ISN);
     assert_eq!(bed.ccl_count(A, C, MessageKind::FlowRegister), 1);
-    assert_eq!(
-        bed.nodes[C].cluster_role(bed.now(), &t),
-        Some((Role::Director, NodeId(A as u8)))
-    );
+    assert_eq!(bed.nodes[C].cluster_role(bed.now(), &t), Some((Role::Director, NodeId(A as u8))));
     assert_eq!(bed.cluster(A).counters.owner_packets, 1);
 
     // 2. SYN-ACK lands on B: the owner comes from the cookie, no query.
-    let synack = from_outside(B, SERVER).tcp(
-        80,
-        cport,
-        S_ISN,
-        isn.wrapping_add(1),
-        SYN | ACK,
-        65535,
-        &SYN_OPTS,
-        b"",
-    );
+    let synack = from_outside(B, SERVER).tcp(80, cport, S_ISN, isn.wrapping_add(1), SYN | ACK, 65535, &SYN_OPTS, b"");
     let out = bed.send(B, OUT, synack);
     let (n, port, f) = one(&out);
     assert_eq!((n, port), (A, IN));
     assert_eq!(
         hex(&f),
-        hex(&to_host(A, SERVER).tcp(
-            80,
-            cport,
-            S_ISN,
-            C_ISN + 1,
-            SYN | ACK,
-            65535,
-            &SYN_OPTS,
-            b""
-        )),
+        hex(&to_host(A, SERVER).tcp(80, cport, S_ISN, C_ISN + 1, SYN | ACK, 65535, &SYN_OPTS, b"")),
         "ack translated back to the client's ISN + 1"
     );
     let b = bed.cluster(B);
-    assert_eq!(
-        (
-            b.counters.synack_cookie_decoded,
-            b.counters.director_queries_sent
-        ),
-        (1, 0)
-    );
+    assert_eq!((b.counters.synack_cookie_decoded, b.counters.director_queries_sent), (1, 0));
     assert_eq!(b.counters.forwarded_to_owner, 1);
     assert_eq!(bed.cluster(A).counters.forwarded_received, 1);
-    assert_eq!(
-        bed.nodes[B].cluster_role(bed.now(), &t),
-        Some((Role::Forwarder, NodeId(A as u8)))
-    );
+    assert_eq!(bed.nodes[B].cluster_role(bed.now(), &t), Some((Role::Forwarder, NodeId(A as u8))));
 
     // 3. The client's ACK lands on B: forwarded on the record, seq translated.
-    let out = bed.send(
-        B,
-        IN,
-        from_host(B, SERVER).tcp(cport, 80, C_ISN + 1, S_ISN + 1, ACK, 502, &[], b""),
-    );
+    let out = bed.send(B, IN, from_host(B, SERVER).tcp(cport, 80, C_ISN + 1, S_ISN + 1, ACK, 502, &[], b""));
     let (n, port, f) = one(&out);
     assert_eq!((n, port), (A, OUT));
     assert_eq!(
         hex(&f),
-        hex(&to_gw(A, SERVER).tcp(
-            cport,
-            80,
-            isn.wrapping_add(1),
-            S_ISN + 1,
-            ACK,
-            502,
-            &[],
-            b""
-        ))
+        hex(&to_gw(A, SERVER).tcp(cport, 80, isn.wrapping_add(1), S_ISN + 1, ACK, 502, &[], b""))
     );
     (cport, delta)
 }
@@ -164,53 +98,17 @@ fn a_synack_forwarder_record_idles_out_as_half_open() {
 
     // The client's ACK at B (the handshake's last step) refreshed it.
     bed.now_ms += tcp_syn - 10;
-    assert_eq!(
-        bed.nodes[B].cluster_role(bed.now(), &t),
-        forwarder,
-        "live until tcp-syn"
-    );
+    assert_eq!(bed.nodes[B].cluster_role(bed.now(), &t), forwarder, "live until tcp-syn");
     bed.now_ms += 20;
-    assert_eq!(
-        bed.nodes[B].cluster_role(bed.now(), &t),
-        None,
-        "idle past tcp-syn"
-    );
-    assert_eq!(
-        bed.nodes[C].cluster_role(bed.now(), &t),
-        Some((Role::Director, NodeId(A as u8)))
-    );
+    assert_eq!(bed.nodes[B].cluster_role(bed.now(), &t), None, "idle past tcp-syn");
+    assert_eq!(bed.nodes[C].cluster_role(bed.now(), &t), Some((Role::Director, NodeId(A as u8))));
 
     // Client data at B: asked of C, forwarded to A, a record again.
-    let out = bed.send(
-        B,
-        IN,
-        from_host(B, SERVER).tcp(
-            cport,
-            80,
-            C_ISN + 1,
-            S_ISN + 1,
-            ACK | PSH,
-            502,
-            &[],
-            b"later",
-        ),
-    );
+    let out = bed.send(B, IN, from_host(B, SERVER).tcp(cport, 80, C_ISN + 1, S_ISN + 1, ACK | PSH, 502, &[], b"later"));
     let (n, port, f) = one(&out);
     assert_eq!((n, port), (A, OUT));
     let isn = C_ISN.wrapping_add(delta);
-    assert_eq!(
-        hex(&f),
-        hex(&to_gw(A, SERVER).tcp(
-            cport,
-            80,
-            isn.wrapping_add(1),
-            S_ISN + 1,
-            ACK | PSH,
-            502,
-            &[],
-            b"later"
-        ))
-    );
+    assert_eq!(hex(&f), hex(&to_gw(A, SERVER).tcp(cport, 80, isn.wrapping_add(1), S_ISN + 1, ACK | PSH, 502, &[], b"later")));
     assert_eq!(bed.cluster(B).counters.director_queries_sent, 1);
     assert_eq!(bed.nodes[B].cluster_role(bed.now(), &t), forwarder);
     accounted(&bed);
@@ -225,169 +123,58 @@ fn tcp_cookie_owner_forwarders_and_director() {
     let s_view = |n: u32| C_ISN.wrapping_add(n).wrapping_add(delta);
 
     // 4. Client data lands on C, the director: it forwards to the owner.
-    let out = bed.send(
-        C,
-        IN,
-        from_host(C, SERVER).tcp(
-            cport,
-            80,
-            c_seq(1),
-            S_ISN + 1,
-            ACK | PSH,
-            502,
-            &[],
-            b"hello",
-        ),
-    );
+    let out = bed.send(C, IN, from_host(C, SERVER).tcp(cport, 80, c_seq(1), S_ISN + 1, ACK | PSH, 502, &[], b"hello"));
     let (n, port, f) = one(&out);
     assert_eq!((n, port), (A, OUT));
-    assert_eq!(
-        hex(&f),
-        hex(&to_gw(A, SERVER).tcp(
-            cport,
-            80,
-            s_view(1),
-            S_ISN + 1,
-            ACK | PSH,
-            502,
-            &[],
-            b"hello"
-        ))
-    );
+    assert_eq!(hex(&f), hex(&to_gw(A, SERVER).tcp(cport, 80, s_view(1), S_ISN + 1, ACK | PSH, 502, &[], b"hello")));
     assert_eq!(bed.cluster(C).counters.forwarded_to_owner, 1);
 
     // 5. Server data lands on A, the owner: ack translated.
-    let out = bed.send(
-        A,
-        OUT,
-        from_outside(A, SERVER).tcp(
-            80,
-            cport,
-            S_ISN + 1,
-            s_view(6),
-            ACK | PSH,
-            509,
-            &[],
-            b"world",
-        ),
-    );
+    let out = bed.send(A, OUT, from_outside(A, SERVER).tcp(80, cport, S_ISN + 1, s_view(6), ACK | PSH, 509, &[], b"world"));
     let (n, port, f) = one(&out);
     assert_eq!((n, port), (A, IN));
-    assert_eq!(
-        hex(&f),
-        hex(&to_host(A, SERVER).tcp(
-            80,
-            cport,
-            S_ISN + 1,
-            c_seq(6),
-            ACK | PSH,
-            509,
-            &[],
-            b"world"
-        ))
-    );
+    assert_eq!(hex(&f), hex(&to_host(A, SERVER).tcp(80, cport, S_ISN + 1, c_seq(6), ACK | PSH, 509, &[], b"world")));
 
     // An active flow without state changes refreshes the director's record
     // after half its idle timeout (ESTABLISHED: 3600 s).
     let updates = bed.ccl_count(A, C, MessageKind::StateUpdate);
     bed.now_ms += 1_800_000;
-    let out = bed.send(
-        A,
-        OUT,
-        from_outside(A, SERVER).tcp(80, cport, S_ISN + 6, s_view(6), ACK, 509, &[], b""),
-    );
+    let out = bed.send(A, OUT, from_outside(A, SERVER).tcp(80, cport, S_ISN + 6, s_view(6), ACK, 509, &[], b""));
     assert_eq!(one(&out).0, A);
-    assert_eq!(
-        bed.ccl_count(A, C, MessageKind::StateUpdate),
-        updates + 1,
-        "refresh"
-    );
-    let out = bed.send(
-        A,
-        OUT,
-        from_outside(A, SERVER).tcp(80, cport, S_ISN + 6, s_view(6), ACK, 509, &[], b""),
-    );
+    assert_eq!(bed.ccl_count(A, C, MessageKind::StateUpdate), updates + 1, "refresh");
+    let out = bed.send(A, OUT, from_outside(A, SERVER).tcp(80, cport, S_ISN + 6, s_view(6), ACK, 509, &[], b""));
     assert_eq!(one(&out).0, A);
-    assert_eq!(
-        bed.ccl_count(A, C, MessageKind::StateUpdate),
-        updates + 1,
-        "no second refresh"
-    );
+    assert_eq!(bed.ccl_count(A, C, MessageKind::StateUpdate), updates + 1, "no second refresh");
 
     // 6. Client FIN on B, server FIN on C, last ACK on A.
-    let out = bed.send(
-        B,
-        IN,
-        from_host(B, SERVER).tcp(cport, 80, c_seq(6), S_ISN + 6, FIN | ACK, 502, &[], b""),
-    );
+    let out = bed.send(B, IN, from_host(B, SERVER).tcp(cport, 80, c_seq(6), S_ISN + 6, FIN | ACK, 502, &[], b""));
     let (n, _, f) = one(&out);
     assert_eq!(n, A);
-    assert_eq!(
-        hex(&f),
-        hex(&to_gw(A, SERVER).tcp(cport, 80, s_view(6), S_ISN + 6, FIN | ACK, 502, &[], b""))
-    );
-    let out = bed.send(
-        C,
-        OUT,
-        from_outside(C, SERVER).tcp(80, cport, S_ISN + 6, s_view(7), FIN | ACK, 509, &[], b""),
-    );
+    assert_eq!(hex(&f), hex(&to_gw(A, SERVER).tcp(cport, 80, s_view(6), S_ISN + 6, FIN | ACK, 502, &[], b"")));
+    let out = bed.send(C, OUT, from_outside(C, SERVER).tcp(80, cport, S_ISN + 6, s_view(7), FIN | ACK, 509, &[], b""));
     let (n, _, f) = one(&out);
     assert_eq!(n, A);
-    assert_eq!(
-        hex(&f),
-        hex(&to_host(A, SERVER).tcp(80, cport, S_ISN + 6, c_seq(7), FIN | ACK, 509, &[], b""))
-    );
-    let out = bed.send(
-        A,
-        IN,
-        from_host(A, SERVER).tcp(cport, 80, c_seq(7), S_ISN + 7, ACK, 502, &[], b""),
-    );
+    assert_eq!(hex(&f), hex(&to_host(A, SERVER).tcp(80, cport, S_ISN + 6, c_seq(7), FIN | ACK, 509, &[], b"")));
+    let out = bed.send(A, IN, from_host(A, SERVER).tcp(cport, 80, c_seq(7), S_ISN + 7, ACK, 502, &[], b""));
     let (n, _, f) = one(&out);
     assert_eq!(n, A);
-    assert_eq!(
-        hex(&f),
-        hex(&to_gw(A, SERVER).tcp(cport, 80, s_view(7), S_ISN + 7, ACK, 502, &[], b""))
-    );
+    assert_eq!(hex(&f), hex(&to_gw(A, SERVER).tcp(cport, 80, s_view(7), S_ISN + 7, ACK, 502, &[], b"")));
 
     // Exactly one owner; the director's record names it, with the state
     // the owner's updates carried.
     assert_eq!(bed.owners(&t), vec![A]);
-    assert_eq!(
-        bed.nodes[A].cluster_role(bed.now(), &t),
-        Some((Role::Owner, NodeId(0)))
-    );
-    assert_eq!(
-        bed.nodes[C].cluster_role(bed.now(), &t),
-        Some((Role::Director, NodeId(0)))
-    );
-    assert_eq!(
-        bed.nodes[B].cluster_role(bed.now(), &t),
-        Some((Role::Forwarder, NodeId(0)))
-    );
+    assert_eq!(bed.nodes[A].cluster_role(bed.now(), &t), Some((Role::Owner, NodeId(0))));
+    assert_eq!(bed.nodes[C].cluster_role(bed.now(), &t), Some((Role::Director, NodeId(0))));
+    assert_eq!(bed.nodes[B].cluster_role(bed.now(), &t), Some((Role::Forwarder, NodeId(0))));
     let now = bed.now();
     let conns = bed.nodes[C].conns(now, 16);
-    let d = conns
-        .iter()
-        .find(|c| c.tuple == t)
-        .expect("director record in show conn");
-    assert_eq!(
-        (d.role, d.owner, d.state),
-        (Some("director"), Some(NodeId(0)), "TIME_WAIT")
-    );
+    let d = conns.iter().find(|c| c.tuple == t).expect("director record in show conn");
+    assert_eq!((d.role, d.owner, d.state), (Some("director"), Some(NodeId(0)), "TIME_WAIT"));
     let conns = bed.nodes[A].conns(now, 16);
     let o = conns.iter().find(|c| c.tuple == t).unwrap();
-    assert_eq!(
-        (o.role, o.owner, o.state),
-        (Some("owner"), Some(NodeId(0)), "TIME_WAIT")
-    );
+    assert_eq!((o.role, o.owner, o.state), (Some("owner"), Some(NodeId(0)), "TIME_WAIT"));
     let conns = bed.nodes[B].conns(now, 16);
-    assert_eq!(
-        conns
-            .iter()
-            .find(|c| c.tuple.proto == 6)
-            .and_then(|c| c.role),
-        Some("forwarder")
-    );
+    assert_eq!(conns.iter().find(|c| c.tuple.proto == 6).and_then(|c| c.role), Some("forwarder"));
 
     // Counters: A owned 10 packets, C saw every state change (and one
     // refresh) as an update. No query but B's FIN after the half hour's
@@ -397,11 +184,7 @@ fn tcp_cookie_owner_forwarders_and_director() {
     assert_eq!(a.counters.owner_packets, 10);
     assert_eq!(a.counters.forwarded_received, 5);
     for (n, queries) in [(A, 0), (B, 1), (C, 0)] {
-        assert_eq!(
-            bed.cluster(n).counters.director_queries_sent,
-            queries,
-            "node {n}"
-        );
+        assert_eq!(bed.cluster(n).counters.director_queries_sent, queries, "node {n}");
         assert_eq!(bed.cluster(n).ccl.total_drops(), 0, "node {n}");
     }
     assert_eq!(bed.ccl_count(A, C, MessageKind::FlowRegister), 1);
@@ -417,10 +200,7 @@ fn tcp_cookie_owner_forwarders_and_director() {
     assert_eq!(bed.cluster(B).ccl_tx(MessageKind::ForwardedBatch), 2);
     assert_eq!(bed.cluster(B).counters.batched_frames, 2);
     // A received every other forwarded frame (B's and C's) in a batch of one.
-    assert_eq!(
-        bed.cluster(A).counters.batches_received + 1,
-        a.counters.forwarded_received
-    );
+    assert_eq!(bed.cluster(A).counters.batches_received + 1, a.counters.forwarded_received);
     accounted(&bed);
 }
 
@@ -437,26 +217,13 @@ fn tcp_sack_blocks_translated() {
     };
     // A duplicate ACK from the server, with a SACK block, lands on B.
     let opts = sack(s_view(101), s_view(201));
-    let out = bed.send(
-        B,
-        OUT,
-        from_outside(B, SERVER).tcp(80, cport, S_ISN + 1, s_view(1), ACK, 509, &opts, b""),
-    );
+    let out = bed.send(B, OUT, from_outside(B, SERVER).tcp(80, cport, S_ISN + 1, s_view(1), ACK, 509, &opts, b""));
     let (n, port, f) = one(&out);
     assert_eq!((n, port), (A, IN));
     let (_, ack, _, blocks) = tcp_fields(&f);
     assert_eq!(ack, C_ISN + 1);
     assert_eq!(blocks, vec![(C_ISN + 101, C_ISN + 201)]);
-    let want = to_host(A, SERVER).tcp(
-        80,
-        cport,
-        S_ISN + 1,
-        C_ISN + 1,
-        ACK,
-        509,
-        &sack(C_ISN + 101, C_ISN + 201),
-        b"",
-    );
+    let want = to_host(A, SERVER).tcp(80, cport, S_ISN + 1, C_ISN + 1, ACK, 509, &sack(C_ISN + 101, C_ISN + 201), b"");
     assert_eq!(hex(&f), hex(&want));
     accounted(&bed);
 }
@@ -466,61 +233,19 @@ fn tcp_without_seq_randomization_queries_the_director() {
     let mut bed = Bed::new(3, false);
     let cport = port_with_director(SERVER, 80, 6, 3, C);
     let t = tuple(HOST, cport, SERVER, 80, 6);
-    let out = bed.send(
-        A,
-        IN,
-        from_host(A, SERVER).tcp(cport, 80, C_ISN, 0, SYN, 64240, &SYN_OPTS, b""),
-    );
+    let out = bed.send(A, IN, from_host(A, SERVER).tcp(cport, 80, C_ISN, 0, SYN, 64240, &SYN_OPTS, b""));
     let (_, _, f) = one(&out);
-    assert_eq!(
-        hex(&f),
-        hex(&to_gw(A, SERVER).tcp(cport, 80, C_ISN, 0, SYN, 64240, &SYN_OPTS, b"")),
-        "ISN kept"
-    );
+    assert_eq!(hex(&f), hex(&to_gw(A, SERVER).tcp(cport, 80, C_ISN, 0, SYN, 64240, &SYN_OPTS, b"")), "ISN kept");
 
     // SYN-ACK on B: B parks it and asks C, C answers A, B forwards.
-    let out = bed.send(
-        B,
-        OUT,
-        from_outside(B, SERVER).tcp(
-            80,
-            cport,
-            S_ISN,
-            C_ISN + 1,
-            SYN | ACK,
-            65535,
-            &SYN_OPTS,
-            b"",
-        ),
-    );
+    let out = bed.send(B, OUT, from_outside(B, SERVER).tcp(80, cport, S_ISN, C_ISN + 1, SYN | ACK, 65535, &SYN_OPTS, b""));
     let (n, port, f) = one(&out);
     assert_eq!((n, port), (A, IN));
-    assert_eq!(
-        hex(&f),
-        hex(&to_host(A, SERVER).tcp(
-            80,
-            cport,
-            S_ISN,
-            C_ISN + 1,
-            SYN | ACK,
-            65535,
-            &SYN_OPTS,
-            b""
-        ))
-    );
-    assert_eq!(
-        bed.verdicts.iter().find(|(n, _)| *n == B).map(|v| v.1),
-        Some(Verdict::Consumed)
-    );
+    assert_eq!(hex(&f), hex(&to_host(A, SERVER).tcp(80, cport, S_ISN, C_ISN + 1, SYN | ACK, 65535, &SYN_OPTS, b"")));
+    assert_eq!(bed.verdicts.iter().find(|(n, _)| *n == B).map(|v| v.1), Some(Verdict::Consumed));
     let b = bed.cluster(B).counters;
     assert_eq!(
-        (
-            b.synack_cookie_decoded,
-            b.director_queries_sent,
-            b.pending_queued,
-            b.pending_released,
-            b.forwarded_to_owner
-        ),
+        (b.synack_cookie_decoded, b.director_queries_sent, b.pending_queued, b.pending_released, b.forwarded_to_owner),
         (0, 1, 1, 1, 1)
     );
     assert_eq!(bed.ccl_count(B, C, MessageKind::OwnerQuery), 1);
@@ -529,17 +254,10 @@ fn tcp_without_seq_randomization_queries_the_director() {
     assert_eq!(bed.cluster(C).counters.elections, 0);
 
     // The ACK on B goes straight to A on the record the reply installed.
-    let out = bed.send(
-        B,
-        IN,
-        from_host(B, SERVER).tcp(cport, 80, C_ISN + 1, S_ISN + 1, ACK, 502, &[], b""),
-    );
+    let out = bed.send(B, IN, from_host(B, SERVER).tcp(cport, 80, C_ISN + 1, S_ISN + 1, ACK, 502, &[], b""));
     let (n, _, f) = one(&out);
     assert_eq!(n, A);
-    assert_eq!(
-        hex(&f),
-        hex(&to_gw(A, SERVER).tcp(cport, 80, C_ISN + 1, S_ISN + 1, ACK, 502, &[], b""))
-    );
+    assert_eq!(hex(&f), hex(&to_gw(A, SERVER).tcp(cport, 80, C_ISN + 1, S_ISN + 1, ACK, 502, &[], b"")));
     assert_eq!(bed.cluster(B).counters.director_queries_sent, 1);
     assert_eq!(bed.owners(&t), vec![A]);
     accounted(&bed);
@@ -558,15 +276,8 @@ fn udp_director_elects_first_receiver() {
     assert_eq!(hex(&f), hex(&to_gw(B, SERVER).udp(cport, 5000, b"ping")));
     assert_eq!(bed.cluster(C).counters.elections, 1);
     assert_eq!(bed.ccl_count(B, C, MessageKind::OwnerQuery), 1);
-    assert_eq!(
-        bed.ccl_count(B, C, MessageKind::FlowRegister),
-        1,
-        "the owner registers (R8)"
-    );
-    assert_eq!(
-        bed.nodes[C].cluster_role(bed.now(), &t),
-        Some((Role::Director, NodeId(B as u8)))
-    );
+    assert_eq!(bed.ccl_count(B, C, MessageKind::FlowRegister), 1, "the owner registers (R8)");
+    assert_eq!(bed.nodes[C].cluster_role(bed.now(), &t), Some((Role::Director, NodeId(B as u8))));
 
     // The reply lands on A: A asks C, C names B, A forwards to B.
     let out = bed.send(A, OUT, from_outside(A, SERVER).udp(5000, cport, b"pong"));
@@ -576,10 +287,7 @@ fn udp_director_elects_first_receiver() {
     assert_eq!(bed.ccl_count(A, C, MessageKind::OwnerQuery), 1);
     assert_eq!(bed.ccl_count(A, B, MessageKind::ForwardedPacket), 1);
     assert_eq!(bed.cluster(C).counters.elections, 1, "no second election");
-    assert_eq!(
-        bed.nodes[A].cluster_role(bed.now(), &t),
-        Some((Role::Forwarder, NodeId(B as u8)))
-    );
+    assert_eq!(bed.nodes[A].cluster_role(bed.now(), &t), Some((Role::Forwarder, NodeId(B as u8))));
     assert_eq!(bed.owners(&t), vec![B]);
 
     // More replies on A go straight to B.
@@ -596,10 +304,7 @@ fn dns_reply_on_non_owner_is_relayed_by_the_director() {
     let t = tuple(HOST, cport, DNS, 53, 17);
     let out = bed.send(A, IN, from_host(A, DNS).udp(cport, 53, b"query"));
     assert_eq!(one(&out).0, A);
-    assert_eq!(
-        bed.nodes[C].cluster_role(bed.now(), &t),
-        Some((Role::Director, NodeId(A as u8)))
-    );
+    assert_eq!(bed.nodes[C].cluster_role(bed.now(), &t), Some((Role::Director, NodeId(A as u8))));
 
     // The answer lands on B: no query, a relay to C, which forwards to A.
     let out = bed.send(B, OUT, from_outside(B, DNS).udp(53, cport, b"answer"));
@@ -628,12 +333,7 @@ fn dns_reply_on_non_owner_is_relayed_by_the_director() {
 fn ccl_frame(key: &str, channel: u8, msg: &Message<'_>) -> Vec<u8> {
     let k = CclKey::new(NAME, key).unwrap();
     let mut s = Sealer::new(&k, NodeId(1), channel, 1001).unwrap();
-    let path = FramePath {
-        src_mac: ccl_mac(1),
-        dst_mac: ccl_mac(0),
-        src_ip: ccl_addr(1),
-        dst_ip: ccl_addr(0),
-    };
+    let path = FramePath { src_mac: ccl_mac(1), dst_mac: ccl_mac(0), src_ip: ccl_addr(1), dst_ip: ccl_addr(0) };
     let mut out = vec![0u8; 2048];
     let n = s.seal_frame(&path, Epoch(1), msg, &mut out).unwrap();
     out.truncate(n);
@@ -664,17 +364,10 @@ fn a_worker_of_several_takes_its_own_channel_only() {
     let send = send_to_a;
     let mut bed = Bed::new(3, true);
     bed.nodes[A].set_worker(dataplane::WorkerId(1), 2).unwrap();
-    assert_eq!(
-        send(&mut bed, ccl_frame(KEY, 0, &q)),
-        Verdict::Drop(DropReason::CclWrongWorker)
-    );
+    assert_eq!(send(&mut bed, ccl_frame(KEY, 0, &q)), Verdict::Drop(DropReason::CclWrongWorker));
     assert_eq!(bed.drops(A, DropReason::CclWrongWorker), 1);
     assert_eq!(send(&mut bed, ccl_frame(KEY, 1, &q)), Verdict::Consumed);
-    assert_eq!(
-        bed.cluster(A).ccl_rx(MessageKind::OwnerQuery),
-        2,
-        "opened both, took one"
-    );
+    assert_eq!(bed.cluster(A).ccl_rx(MessageKind::OwnerQuery), 2, "opened both, took one");
     let mut lone = Bed::new(3, true);
     assert_eq!(send(&mut lone, ccl_frame(KEY, 3, &q)), Verdict::Consumed);
     assert_eq!(lone.drops(A, DropReason::CclWrongWorker), 0);
@@ -695,37 +388,24 @@ fn bad_ccl_is_dropped_and_counted() {
     let good = ccl_frame(KEY, 5, &q);
     assert_eq!(send_one(&mut bed, good.clone()), Verdict::Consumed);
     assert_eq!(bed.cluster(A).ccl_rx(MessageKind::OwnerQuery), 1);
-    assert_eq!(
-        send_one(&mut bed, good.clone()),
-        Verdict::Drop(DropReason::CclMalformed)
-    );
+    assert_eq!(send_one(&mut bed, good.clone()), Verdict::Drop(DropReason::CclMalformed));
     assert_eq!(bed.cluster(A).ccl_drop(CclDrop::Replay), 1);
 
     // Truncated: the CCL datagram cut short inside well-formed UDP/IPv4.
     let ccl = &good[42..];
     let udp = |payload: &[u8]| {
-        PacketBuilder::new(ccl_mac(1), ccl_mac(0), ccl_addr(1), ccl_addr(0))
-            .udp(31300, 31300, payload)
+        PacketBuilder::new(ccl_mac(1), ccl_mac(0), ccl_addr(1), ccl_addr(0)).udp(31300, 31300, payload)
     };
-    assert_eq!(
-        send_one(&mut bed, udp(&ccl[..ccl.len() - 5])),
-        Verdict::Drop(DropReason::CclMalformed)
-    );
+    assert_eq!(send_one(&mut bed, udp(&ccl[..ccl.len() - 5])), Verdict::Drop(DropReason::CclMalformed));
     assert_eq!(bed.cluster(A).ccl_drop(CclDrop::BadLength), 1);
-    assert_eq!(
-        send_one(&mut bed, udp(&ccl[..20])),
-        Verdict::Drop(DropReason::CclMalformed)
-    );
+    assert_eq!(send_one(&mut bed, udp(&ccl[..20])), Verdict::Drop(DropReason::CclMalformed));
     assert_eq!(bed.cluster(A).ccl_drop(CclDrop::Truncated), 1);
     // Flipped payload byte (of a fresh message, or it would be a replay):
     // fails the MAC.
     let fresh = ccl_frame(KEY, 6, &q);
     let mut flipped = fresh[42..].to_vec();
     flipped[40] ^= 1;
-    assert_eq!(
-        send_one(&mut bed, udp(&flipped)),
-        Verdict::Drop(DropReason::CclMalformed)
-    );
+    assert_eq!(send_one(&mut bed, udp(&flipped)), Verdict::Drop(DropReason::CclMalformed));
     assert_eq!(bed.cluster(A).ccl_drop(CclDrop::BadMac), 2);
 
     assert_eq!(bed.drops(A, DropReason::CclMalformed), 5);
@@ -738,35 +418,17 @@ fn second_syn_on_another_node_yields_to_the_first_owner() {
     let mut bed = Bed::new(3, true);
     let cport = port_with_director(SERVER, 80, 6, 3, C);
     let t = tuple(HOST, cport, SERVER, 80, 6);
-    bed.send(
-        A,
-        IN,
-        from_host(A, SERVER).tcp(cport, 80, C_ISN, 0, SYN, 64240, &SYN_OPTS, b""),
-    );
+    bed.send(A, IN, from_host(A, SERVER).tcp(cport, 80, C_ISN, 0, SYN, 64240, &SYN_OPTS, b""));
     // The same SYN (a retransmission on another path) lands on B: B takes
     // it, registers, C keeps A and tells B, B becomes a forwarder.
-    bed.send(
-        B,
-        IN,
-        from_host(B, SERVER).tcp(cport, 80, C_ISN, 0, SYN, 64240, &SYN_OPTS, b""),
-    );
+    bed.send(B, IN, from_host(B, SERVER).tcp(cport, 80, C_ISN, 0, SYN, 64240, &SYN_OPTS, b""));
     assert_eq!(bed.cluster(C).counters.register_conflicts, 1);
     assert_eq!(bed.cluster(B).counters.ownership_yielded, 1);
     assert_eq!(bed.owners(&t), vec![A]);
-    assert_eq!(
-        bed.nodes[B].cluster_role(bed.now(), &t),
-        Some((Role::Forwarder, NodeId(A as u8)))
-    );
-    assert_eq!(
-        bed.nodes[C].cluster_role(bed.now(), &t),
-        Some((Role::Director, NodeId(A as u8)))
-    );
+    assert_eq!(bed.nodes[B].cluster_role(bed.now(), &t), Some((Role::Forwarder, NodeId(A as u8))));
+    assert_eq!(bed.nodes[C].cluster_role(bed.now(), &t), Some((Role::Director, NodeId(A as u8))));
     // The next SYN on B goes to A.
-    let out = bed.send(
-        B,
-        IN,
-        from_host(B, SERVER).tcp(cport, 80, C_ISN, 0, SYN, 64240, &SYN_OPTS, b""),
-    );
+    let out = bed.send(B, IN, from_host(B, SERVER).tcp(cport, 80, C_ISN, 0, SYN, 64240, &SYN_OPTS, b""));
     assert_eq!(one(&out).0, A);
     accounted(&bed);
 }
@@ -776,45 +438,15 @@ fn owner_that_is_director_registers_with_a_backup() {
     let mut bed = Bed::new(3, true);
     let cport = port_with_director(SERVER, 80, 6, 3, A);
     let t = tuple(HOST, cport, SERVER, 80, 6);
-    bed.send(
-        A,
-        IN,
-        from_host(A, SERVER).tcp(cport, 80, C_ISN, 0, SYN, 64240, &SYN_OPTS, b""),
-    );
-    let backup = (0..3)
-        .find(|&n| n != A && bed.ccl_count(A, n, MessageKind::FlowRegister) == 1)
-        .expect("a backup");
+    bed.send(A, IN, from_host(A, SERVER).tcp(cport, 80, C_ISN, 0, SYN, 64240, &SYN_OPTS, b""));
+    let backup = (0..3).find(|&n| n != A && bed.ccl_count(A, n, MessageKind::FlowRegister) == 1).expect("a backup");
     assert_eq!(bed.ccl.len(), 1, "one registration, to the backup only");
-    assert_eq!(
-        bed.nodes[backup].cluster_role(bed.now(), &t),
-        Some((Role::Backup, NodeId(A as u8)))
-    );
+    assert_eq!(bed.nodes[backup].cluster_role(bed.now(), &t), Some((Role::Backup, NodeId(A as u8))));
     // The SYN-ACK on the backup goes to A (cookie), the one on the third
     // node too.
-    let isn = tcp_fields(
-        &bed.send(
-            A,
-            IN,
-            from_host(A, SERVER).tcp(cport, 80, C_ISN, 0, SYN, 64240, &SYN_OPTS, b""),
-        )[0]
-        .2,
-    )
-    .0;
+    let isn = tcp_fields(&bed.send(A, IN, from_host(A, SERVER).tcp(cport, 80, C_ISN, 0, SYN, 64240, &SYN_OPTS, b""))[0].2).0;
     let other = 3 - backup - A;
-    let out = bed.send(
-        other,
-        OUT,
-        from_outside(other, SERVER).tcp(
-            80,
-            cport,
-            S_ISN,
-            isn.wrapping_add(1),
-            SYN | ACK,
-            65535,
-            &SYN_OPTS,
-            b"",
-        ),
-    );
+    let out = bed.send(other, OUT, from_outside(other, SERVER).tcp(80, cport, S_ISN, isn.wrapping_add(1), SYN | ACK, 65535, &SYN_OPTS, b""));
     assert_eq!(one(&out).0, A);
     assert_eq!(bed.owners(&t), vec![A]);
     accounted(&bed);
@@ -824,9 +456,7 @@ fn owner_that_is_director_registers_with_a_backup() {
 fn icmp_echo_request_elects_reply_is_relayed() {
     let mut bed = Bed::new(3, true);
     // Echo request (id, 0) and reply (0, id) hash alike (R3).
-    let id = (1u16..)
-        .find(|&i| director(&tuple(HOST, i, SERVER, 0, 1), 3) == C)
-        .unwrap();
+    let id = (1u16..).find(|&i| director(&tuple(HOST, i, SERVER, 0, 1), 3) == C).unwrap();
     let out = bed.send(A, IN, from_host(A, SERVER).icmp(8, 0, (id, 1), b"ping"));
     let (n, port, f) = one(&out);
     assert_eq!((n, port), (A, OUT));
@@ -835,10 +465,7 @@ fn icmp_echo_request_elects_reply_is_relayed() {
     let out = bed.send(B, OUT, from_outside(B, SERVER).icmp(0, 0, (id, 1), b"ping"));
     let (n, port, f) = one(&out);
     assert_eq!((n, port), (A, IN));
-    assert_eq!(
-        hex(&f),
-        hex(&to_host(A, SERVER).icmp(0, 0, (id, 1), b"ping"))
-    );
+    assert_eq!(hex(&f), hex(&to_host(A, SERVER).icmp(0, 0, (id, 1), b"ping")));
     assert_eq!(bed.cluster(B).counters.relays_sent, 1);
     assert_eq!(bed.cluster(C).counters.relays_relayed, 1);
     accounted(&bed);
@@ -857,11 +484,7 @@ fn ccl_peers_resolved_by_arp() {
     bed.tick(1_000);
     for n in 0..3 {
         let now = bed.now();
-        let learnt = bed.nodes[n]
-            .arp_entries(now)
-            .iter()
-            .filter(|e| e.interface == "ccl" && e.mac.is_some())
-            .count();
+        let learnt = bed.nodes[n].arp_entries(now).iter().filter(|e| e.interface == "ccl" && e.mac.is_some()).count();
         assert_eq!(learnt, 2, "node {n} knows both peers");
     }
     let out = bed.send(B, IN, from_host(B, SERVER).udp(cport, 5000, b"later"));
@@ -884,50 +507,21 @@ fn burst_to_one_owner_goes_in_batches_in_order() {
     let (mut sent, mut want) = (vec![], vec![]);
     for k in 0..20u8 {
         let data = vec![b'a' + k; if k == 17 { 400 } else { 10 }];
-        sent.push(from_host(B, SERVER).tcp(
-            cport,
-            80,
-            C_ISN + off,
-            S_ISN + 1,
-            ACK,
-            502,
-            &[],
-            &data,
-        ));
-        want.push(hex(&to_gw(A, SERVER).tcp(
-            cport,
-            80,
-            isn.wrapping_add(off),
-            S_ISN + 1,
-            ACK,
-            502,
-            &[],
-            &data,
-        )));
+        sent.push(from_host(B, SERVER).tcp(cport, 80, C_ISN + off, S_ISN + 1, ACK, 502, &[], &data));
+        want.push(hex(&to_gw(A, SERVER).tcp(cport, 80, isn.wrapping_add(off), S_ISN + 1, ACK, 502, &[], &data)));
         off += data.len() as u32;
     }
-    let (batches, packets) = (
-        bed.ccl_count(B, A, MessageKind::ForwardedBatch),
-        bed.ccl_count(B, A, MessageKind::ForwardedPacket),
-    );
+    let (batches, packets) =
+        (bed.ccl_count(B, A, MessageKind::ForwardedBatch), bed.ccl_count(B, A, MessageKind::ForwardedPacket));
     let sent_before = bed.cluster(B).counters.batches_sent;
     let out = bed.send_burst(B, IN, sent);
-    let got: Vec<String> = out
-        .iter()
-        .map(|(n, p, f)| {
-            assert_eq!((*n, *p), (A, OUT));
-            hex(f)
-        })
-        .collect();
+    let got: Vec<String> = out.iter().map(|(n, p, f)| {
+        assert_eq!((*n, *p), (A, OUT));
+        hex(f)
+    }).collect();
     assert_eq!(got, want, "every segment, in order");
-    assert_eq!(
-        bed.ccl_count(B, A, MessageKind::ForwardedBatch) - batches,
-        2
-    );
-    assert_eq!(
-        bed.ccl_count(B, A, MessageKind::ForwardedPacket) - packets,
-        0
-    );
+    assert_eq!(bed.ccl_count(B, A, MessageKind::ForwardedBatch) - batches, 2);
+    assert_eq!(bed.ccl_count(B, A, MessageKind::ForwardedPacket) - packets, 0);
     let (a, b) = (bed.cluster(A), bed.cluster(B));
     assert_eq!(b.counters.batches_sent - sent_before, 2);
     assert_eq!(a.counters.batch_frame_drops, 0);
@@ -943,45 +537,22 @@ fn owner_keeps_batch_then_single_in_order() {
     let mut bed = Bed::new(3, true);
     let (cport, delta) = handshake(&mut bed);
     let isn = C_ISN.wrapping_add(delta);
-    let seg = |off: u32, data: &[u8]| {
-        from_host(B, SERVER).tcp(cport, 80, C_ISN + off, S_ISN + 1, ACK, 502, &[], data)
-    };
+    let seg = |off: u32, data: &[u8]| from_host(B, SERVER).tcp(cport, 80, C_ISN + off, S_ISN + 1, ACK, 502, &[], data);
     let (one_, two) = (seg(1, b"first"), seg(6, b"second"));
     let mut payload = vec![0u8; 256];
     let used = ForwardedBatch::push(&mut payload, 0, 0, &one_).unwrap();
     let batch = ForwardedBatch::parse(&payload[..used]).unwrap();
-    let fp = ForwardedPacket {
-        ingress_iface: 0,
-        flow_hint: None,
-        frame: &two,
-    };
+    let fp = ForwardedPacket { ingress_iface: 0, flow_hint: None, frame: &two };
     // Two channels of node B: each sealer starts at sequence 1.
-    let frames = vec![
-        ccl_frame(KEY, 7, &Message::ForwardedBatch(batch)),
-        ccl_frame(KEY, 8, &Message::ForwardedPacket(fp)),
-    ];
+    let frames = vec![ccl_frame(KEY, 7, &Message::ForwardedBatch(batch)), ccl_frame(KEY, 8, &Message::ForwardedPacket(fp))];
     let out = bed.send_burst(A, CCL, frames);
-    let got: Vec<String> = out
-        .iter()
-        .map(|(n, p, f)| {
-            assert_eq!((*n, *p), (A, OUT));
-            hex(f)
-        })
-        .collect();
+    let got: Vec<String> = out.iter().map(|(n, p, f)| {
+        assert_eq!((*n, *p), (A, OUT));
+        hex(f)
+    }).collect();
     let want: Vec<String> = [(1u32, &b"first"[..]), (6, &b"second"[..])]
         .iter()
-        .map(|&(off, d)| {
-            hex(&to_gw(A, SERVER).tcp(
-                cport,
-                80,
-                isn.wrapping_add(off),
-                S_ISN + 1,
-                ACK,
-                502,
-                &[],
-                d,
-            ))
-        })
+        .map(|&(off, d)| hex(&to_gw(A, SERVER).tcp(cport, 80, isn.wrapping_add(off), S_ISN + 1, ACK, 502, &[], d)))
         .collect();
     assert_eq!(got, want, "segment 1 leaves before segment 2");
     accounted(&bed);
@@ -994,30 +565,19 @@ fn forwarded_frame_without_owner_flow_is_dropped() {
     let mut bed = Bed::new(3, true);
     let (cport, _) = handshake(&mut bed);
     bed.nodes[A] = dataplane::pipeline::Pipeline::new(config(A, 3, true)).unwrap();
-    let out = bed.send(
-        C,
-        IN,
-        from_host(C, SERVER).tcp(cport, 80, C_ISN + 1, S_ISN + 1, ACK, 502, &[], b"x"),
-    );
+    let out = bed.send(C, IN, from_host(C, SERVER).tcp(cport, 80, C_ISN + 1, S_ISN + 1, ACK, 502, &[], b"x"));
     assert!(out.is_empty());
     // It came in a batch: the datagram was consumed, its frame's drop is
     // counted with the batch's frames (`show cluster`).
     let a = bed.cluster(A);
     assert_eq!(a.counters.batch_frame_drops, 1);
-    let nonzero: Vec<(&str, u64)> = DropReason::ALL
-        .iter()
-        .map(|r| (r.as_str(), a.batch_drops[r.index()]))
-        .filter(|d| d.1 != 0)
-        .collect();
+    let nonzero: Vec<(&str, u64)> =
+        DropReason::ALL.iter().map(|r| (r.as_str(), a.batch_drops[r.index()])).filter(|d| d.1 != 0).collect();
     assert_eq!(nonzero, vec![(DropReason::ClusterNoOwnerFlow.as_str(), 1)]);
     // A frame too long to be batched goes alone and is dropped as the
     // datagram's verdict.
     let big = vec![0x61u8; 400];
-    let out = bed.send(
-        C,
-        IN,
-        from_host(C, SERVER).tcp(cport, 80, C_ISN + 2, S_ISN + 1, ACK, 502, &[], &big),
-    );
+    let out = bed.send(C, IN, from_host(C, SERVER).tcp(cport, 80, C_ISN + 2, S_ISN + 1, ACK, 502, &[], &big));
     assert!(out.is_empty());
     assert_eq!(bed.drops(A, DropReason::ClusterNoOwnerFlow), 1);
     accounted(&bed);
@@ -1035,10 +595,7 @@ fn pending_query_times_out() {
     let mut buf = VecBuf::new(&from_host(A, SERVER).udp(cport, 5000, b"y"));
     assert_eq!(bed.nodes[A].process(now, IN, &mut buf), Verdict::Consumed);
     let c = bed.cluster(A).counters;
-    assert_eq!(
-        (c.director_queries_sent, c.queries_coalesced, c.pending),
-        (1, 1, 2)
-    );
+    assert_eq!((c.director_queries_sent, c.queries_coalesced, c.pending), (1, 1, 2));
     bed.nodes[A].poll_timers(Timestamp(now.0 + 50_000_000));
     assert_eq!(bed.cluster(A).counters.pending, 2);
     bed.nodes[A].poll_timers(Timestamp(now.0 + 100_000_000));
@@ -1056,18 +613,7 @@ fn lost_registration_is_resent_on_syn_retransmission() {
     let cport = port_with_director(SERVER, 80, 6, 3, C);
     let t = tuple(HOST, cport, SERVER, 80, 6);
     let syn = || from_host(A, SERVER).tcp(cport, 80, C_ISN, 0, SYN, 64240, &SYN_OPTS, b"");
-    let synack = || {
-        from_outside(B, SERVER).tcp(
-            80,
-            cport,
-            S_ISN,
-            C_ISN + 1,
-            SYN | ACK,
-            65535,
-            &SYN_OPTS,
-            b"",
-        )
-    };
+    let synack = || from_outside(B, SERVER).tcp(80, cport, S_ISN, C_ISN + 1, SYN | ACK, 65535, &SYN_OPTS, b"");
 
     // The SYN's registration is lost on the CCL.
     bed.hold = Some(MessageKind::FlowRegister);
@@ -1087,34 +633,16 @@ fn lost_registration_is_resent_on_syn_retransmission() {
     let out = bed.send(A, IN, syn());
     let (n, port, f) = one(&out);
     assert_eq!((n, port), (A, OUT));
-    assert_eq!(
-        hex(&f),
-        hex(&to_gw(A, SERVER).tcp(cport, 80, C_ISN, 0, SYN, 64240, &SYN_OPTS, b""))
-    );
+    assert_eq!(hex(&f), hex(&to_gw(A, SERVER).tcp(cport, 80, C_ISN, 0, SYN, 64240, &SYN_OPTS, b"")));
     assert_eq!(bed.cluster(A).counters.registers_resent, 1);
     assert_eq!(bed.ccl_count(A, C, MessageKind::FlowRegister), 1);
-    assert_eq!(
-        bed.nodes[C].cluster_role(bed.now(), &t),
-        Some((Role::Director, NodeId(A as u8)))
-    );
+    assert_eq!(bed.nodes[C].cluster_role(bed.now(), &t), Some((Role::Director, NodeId(A as u8))));
 
     // The server's retransmitted SYN-ACK on B now finds the owner.
     let out = bed.send(B, OUT, synack());
     let (n, port, f) = one(&out);
     assert_eq!((n, port), (A, IN));
-    assert_eq!(
-        hex(&f),
-        hex(&to_host(A, SERVER).tcp(
-            80,
-            cport,
-            S_ISN,
-            C_ISN + 1,
-            SYN | ACK,
-            65535,
-            &SYN_OPTS,
-            b""
-        ))
-    );
+    assert_eq!(hex(&f), hex(&to_host(A, SERVER).tcp(80, cport, S_ISN, C_ISN + 1, SYN | ACK, 65535, &SYN_OPTS, b"")));
     assert_eq!(bed.owners(&t), vec![A]);
     accounted(&bed);
 }
@@ -1130,14 +658,8 @@ fn reordered_state_updates_keep_the_newer_state() {
     let (cport, _) = handshake(&mut bed);
     bed.hold = None;
     let t = tuple(HOST, cport, SERVER, 80, 6);
-    let to_c: Vec<usize> = (0..bed.held.len())
-        .filter(|&i| bed.held[i].1 == C)
-        .collect();
-    assert_eq!(
-        to_c.len(),
-        2,
-        "SYN_RECV then ESTABLISHED updates to the director"
-    );
+    let to_c: Vec<usize> = (0..bed.held.len()).filter(|&i| bed.held[i].1 == C).collect();
+    assert_eq!(to_c.len(), 2, "SYN_RECV then ESTABLISHED updates to the director");
     // Deliver them to C in reverse order (the backup's are lost).
     bed.release_held(&[to_c[1], to_c[0]]);
     assert_eq!(bed.cluster(C).counters.records_stale, 1);
@@ -1149,10 +671,7 @@ fn reordered_state_updates_keep_the_newer_state() {
     // Idle past the SYN timeout: the director still knows the owner.
     bed.tick(31_000);
     bed.tick(1_000);
-    assert_eq!(
-        bed.nodes[C].cluster_role(bed.now(), &t),
-        Some((Role::Director, NodeId(A as u8)))
-    );
+    assert_eq!(bed.nodes[C].cluster_role(bed.now(), &t), Some((Role::Director, NodeId(A as u8))));
     assert_eq!(bed.cluster(C).counters.records_expired, 0);
     accounted(&bed);
 }
@@ -1184,9 +703,7 @@ fn lost_state_update_is_resent() {
     bed.hold = Some(MessageKind::StateUpdate);
     let (cport, _) = handshake(&mut bed);
     let t = tuple(HOST, cport, SERVER, 80, 6);
-    let to_c: Vec<usize> = (0..bed.held.len())
-        .filter(|&i| bed.held[i].1 == C)
-        .collect();
+    let to_c: Vec<usize> = (0..bed.held.len()).filter(|&i| bed.held[i].1 == C).collect();
     assert_eq!(to_c.len(), 2);
     bed.release_held(&[to_c[0]]); // SYN_RECV arrives, ESTABLISHED is lost.
     let state = |bed: &Bed| {
@@ -1202,10 +719,7 @@ fn lost_state_update_is_resent() {
     // Idle past the SYN timeout: the director still knows the owner.
     bed.tick(31_000);
     bed.tick(1_000);
-    assert_eq!(
-        bed.nodes[C].cluster_role(bed.now(), &t),
-        Some((Role::Director, NodeId(A as u8)))
-    );
+    assert_eq!(bed.nodes[C].cluster_role(bed.now(), &t), Some((Role::Director, NodeId(A as u8))));
     // Two more re-sends, then none.
     bed.tick(10_000);
     assert_eq!(bed.cluster(A).counters.updates_resent, 3);
@@ -1226,41 +740,15 @@ fn frag_needed_for_a_connection_owned_elsewhere_reaches_the_client_in_its_sequen
     let payload = [0x5au8; 100];
     // The segment as A sent it (server's view of the sequence) and as the
     // client sent it.
-    let sent = to_gw(A, SERVER).tcp(
-        cport,
-        80,
-        (C_ISN + 1).wrapping_add(delta),
-        S_ISN + 1,
-        ACK | PSH,
-        502,
-        &[],
-        &payload,
-    );
-    let own = to_gw(A, SERVER).tcp(
-        cport,
-        80,
-        C_ISN + 1,
-        S_ISN + 1,
-        ACK | PSH,
-        502,
-        &[],
-        &payload,
-    );
+    let sent = to_gw(A, SERVER).tcp(cport, 80, (C_ISN + 1).wrapping_add(delta), S_ISN + 1, ACK | PSH, 502, &[], &payload);
+    let own = to_gw(A, SERVER).tcp(cport, 80, C_ISN + 1, S_ISN + 1, ACK | PSH, 502, &[], &payload);
     let router = std::net::Ipv4Addr::new(203, 0, 113, 1);
     for via in [B, C] {
         let err = from_outside(via, router).icmp(3, 4, (0, 1280), &sent[14..]);
         let out = bed.send(via, OUT, err);
         let (n, port, f) = one(&out);
-        assert_eq!(
-            (n, port),
-            (A, IN),
-            "via node {via}: out of the owner to the client"
-        );
-        assert_eq!(
-            hex(&f),
-            hex(&to_host(A, router).icmp(3, 4, (0, 1280), &own[14..])),
-            "via node {via}"
-        );
+        assert_eq!((n, port), (A, IN), "via node {via}: out of the owner to the client");
+        assert_eq!(hex(&f), hex(&to_host(A, router).icmp(3, 4, (0, 1280), &own[14..])), "via node {via}");
     }
     accounted(&bed);
 }
@@ -1282,85 +770,36 @@ fn a_trace_follows_one_connection_across_the_nodes() {
     }
     let (cport, _) = handshake(&mut bed);
     // Another connection: not traced.
-    bed.send(
-        A,
-        IN,
-        from_host(A, SERVER).tcp(cport, 81, C_ISN, 0, SYN, 64240, &SYN_OPTS, b""),
-    );
-    let ev = |bed: &Bed, n: usize| {
-        bed.nodes[n]
-            .trace_events()
-            .map(|(_, _, e, lost)| (e, lost))
-            .unwrap()
-    };
+    bed.send(A, IN, from_host(A, SERVER).tcp(cport, 81, C_ISN, 0, SYN, 64240, &SYN_OPTS, b""));
+    let ev = |bed: &Bed, n: usize| bed.nodes[n].trace_events().map(|(_, _, e, lost)| (e, lost)).unwrap();
     let summary = |n: usize| -> Vec<(TraceFrom, Option<(&'static str, NodeId)>, TraceVerdict, u8)> {
-        ev(&bed, n)
-            .0
-            .iter()
-            .map(|e| (e.from, e.role, e.verdict, e.tcp_flags))
-            .collect()
+        ev(&bed, n).0.iter().map(|e| (e.from, e.role, e.verdict, e.tcp_flags)).collect()
     };
     let a = NodeId(A as u8);
     assert_eq!(
         summary(A),
         vec![
-            (
-                TraceFrom::Port(IN),
-                Some(("owner", a)),
-                TraceVerdict::Port(OUT),
-                SYN
-            ),
-            (
-                TraceFrom::Member(NodeId(B as u8)),
-                Some(("owner", a)),
-                TraceVerdict::Port(IN),
-                SYN | ACK
-            ),
-            (
-                TraceFrom::Member(NodeId(B as u8)),
-                Some(("owner", a)),
-                TraceVerdict::Port(OUT),
-                ACK
-            ),
+            (TraceFrom::Port(IN), Some(("owner", a)), TraceVerdict::Port(OUT), SYN),
+            (TraceFrom::Member(NodeId(B as u8)), Some(("owner", a)), TraceVerdict::Port(IN), SYN | ACK),
+            (TraceFrom::Member(NodeId(B as u8)), Some(("owner", a)), TraceVerdict::Port(OUT), ACK),
         ]
     );
     assert_eq!(
         summary(B),
         vec![
-            (
-                TraceFrom::Port(OUT),
-                Some(("forwarder", a)),
-                TraceVerdict::Member(a),
-                SYN | ACK
-            ),
-            (
-                TraceFrom::Port(IN),
-                Some(("forwarder", a)),
-                TraceVerdict::Member(a),
-                ACK
-            ),
+            (TraceFrom::Port(OUT), Some(("forwarder", a)), TraceVerdict::Member(a), SYN | ACK),
+            (TraceFrom::Port(IN), Some(("forwarder", a)), TraceVerdict::Member(a), ACK),
         ]
     );
-    assert_eq!(
-        summary(C),
-        vec![],
-        "C only directs: its registrations are no traced frames"
-    );
-    assert!(ev(&bed, A)
-        .0
-        .iter()
-        .all(|e| e.tuple.src_port == cport || e.tuple.dst_port == cport));
+    assert_eq!(summary(C), vec![], "C only directs: its registrations are no traced frames");
+    assert!(ev(&bed, A).0.iter().all(|e| e.tuple.src_port == cport || e.tuple.dst_port == cport));
     // Past the deadline: off the packet path, events kept.
     bed.now_ms += 61_000;
     for p in &mut bed.nodes {
         let now = Timestamp(until.0 + 1_000_000_000);
         p.poll_timers(now);
     }
-    bed.send(
-        B,
-        IN,
-        from_host(B, SERVER).tcp(cport, 80, C_ISN + 1, S_ISN + 1, ACK, 502, &[], b""),
-    );
+    bed.send(B, IN, from_host(B, SERVER).tcp(cport, 80, C_ISN + 1, S_ISN + 1, ACK, 502, &[], b""));
     assert_eq!(ev(&bed, B).0.len(), 2, "no event after the deadline");
     assert_eq!(ev(&bed, A).1, 0, "nothing lost");
 }
@@ -1383,41 +822,20 @@ fn a_trace_records_a_relay_that_reaches_its_owner() {
     loop {
         let out = bed.send(A, IN, from_host(A, DNS).udp(cport, 53, b"query"));
         assert_eq!(one(&out).0, A);
-        if bed.nodes[B]
-            .cluster_role(bed.now(), &tuple(HOST, cport, DNS, 53, 17))
-            .is_none()
-        {
+        if bed.nodes[B].cluster_role(bed.now(), &tuple(HOST, cport, DNS, 53, 17)).is_none() {
             break;
         }
-        cport = (cport + 1..65000)
-            .find(|&p| director(&tuple(HOST, p, DNS, 53, 17), 3) == A)
-            .unwrap();
+        cport = (cport + 1..65000).find(|&p| director(&tuple(HOST, p, DNS, 53, 17), 3) == A).unwrap();
     }
     for p in &mut bed.nodes {
         p.trace_start(f, until);
     }
     let out = bed.send(B, OUT, from_outside(B, DNS).udp(53, cport, b"answer"));
     assert_eq!((one(&out).0, one(&out).1), (A, IN));
-    assert_eq!(
-        (
-            bed.ccl_count(B, A, MessageKind::RelayToOwner),
-            bed.cluster(A).counters.relays_owned
-        ),
-        (1, 1)
-    );
+    assert_eq!((bed.ccl_count(B, A, MessageKind::RelayToOwner), bed.cluster(A).counters.relays_owned), (1, 1));
     let ev = |n: usize| -> Vec<(TraceFrom, TraceVerdict)> {
-        bed.nodes[n]
-            .trace_events()
-            .map(|(_, _, e, _)| e.iter().map(|e| (e.from, e.verdict)).collect())
-            .unwrap()
+        bed.nodes[n].trace_events().map(|(_, _, e, _)| e.iter().map(|e| (e.from, e.verdict)).collect()).unwrap()
     };
-    assert_eq!(
-        ev(A),
-        vec![(TraceFrom::Member(NodeId(B as u8)), TraceVerdict::Port(IN))],
-        "(the trace restarted after the queries)"
-    );
-    assert_eq!(
-        ev(B),
-        vec![(TraceFrom::Port(OUT), TraceVerdict::Member(NodeId(A as u8)))]
-    );
+    assert_eq!(ev(A), vec![(TraceFrom::Member(NodeId(B as u8)), TraceVerdict::Port(IN))], "(the trace restarted after the queries)");
+    assert_eq!(ev(B), vec![(TraceFrom::Port(OUT), TraceVerdict::Member(NodeId(A as u8)))]);
 }

@@ -45,26 +45,13 @@ fn server6() -> Ipv6Addr {
 
 fn spec(n: usize) -> Ipv6Spec {
     Ipv6Spec {
-        addresses: vec![
-            ("inside".into(), in6(n), 64),
-            ("outside".into(), out6(n), 64),
-        ],
-        routes: vec![Route6Spec {
-            destination: Ipv6Addr::UNSPECIFIED,
-            prefix_len: 0,
-            via: gw6(),
-        }],
+        addresses: vec![("inside".into(), in6(n), 64), ("outside".into(), out6(n), 64)],
+        routes: vec![Route6Spec { destination: Ipv6Addr::UNSPECIFIED, prefix_len: 0, via: gw6() }],
     }
 }
 
 fn tuple6(sp: u16, dp: u16) -> FiveTuple {
-    FiveTuple {
-        src: IpAddr::V6(host6()),
-        dst: IpAddr::V6(server6()),
-        proto: 6,
-        src_port: sp,
-        dst_port: dp,
-    }
+    FiveTuple { src: IpAddr::V6(host6()), dst: IpAddr::V6(server6()), proto: 6, src_port: sp, dst_port: dp }
 }
 
 /// A three-node bed speaking IPv6: every node has learnt the host and the
@@ -76,10 +63,7 @@ fn bed6() -> Bed {
         bed.nodes[n].set_ipv6(&spec(n)).unwrap();
     }
     for n in 0..3 {
-        for (port, from, mac, target) in [
-            (IN, host6(), HOST_MAC, in6(n)),
-            (OUT, gw6(), GW_MAC, out6(n)),
-        ] {
+        for (port, from, mac, target) in [(IN, host6(), HOST_MAC, in6(n)), (OUT, gw6(), GW_MAC, out6(n))] {
             let out = bed.send(n, port, ns(from, mac, target));
             let (m, p, f) = one(&out);
             assert_eq!((m, p), (n, port), "node {n} advertises itself");
@@ -91,33 +75,15 @@ fn bed6() -> Bed {
 
 /// A client port whose connection has `want` as its director.
 fn cport_for(want: usize) -> u16 {
-    (40_000..)
-        .find(|&p| director(&tuple6(p, 80), 3) == want)
-        .unwrap()
+    (40_000..).find(|&p| director(&tuple6(p, 80), 3) == want).unwrap()
 }
 
 fn client(at: usize, seq: u32, ack: u32, flags: u8, cport: u16) -> Vec<u8> {
-    frame(
-        HOST_MAC,
-        in_mac(at),
-        host6(),
-        server6(),
-        64,
-        6,
-        &tcp(host6(), server6(), cport, 80, seq, ack, flags),
-    )
+    frame(HOST_MAC, in_mac(at), host6(), server6(), 64, 6, &tcp(host6(), server6(), cport, 80, seq, ack, flags))
 }
 
 fn server(at: usize, seq: u32, ack: u32, flags: u8, cport: u16) -> Vec<u8> {
-    frame(
-        GW_MAC,
-        out_mac(at),
-        server6(),
-        host6(),
-        64,
-        6,
-        &tcp(server6(), host6(), 80, cport, seq, ack, flags),
-    )
+    frame(GW_MAC, out_mac(at), server6(), host6(), 64, 6, &tcp(server6(), host6(), 80, cport, seq, ack, flags))
 }
 
 /// The frame left node `n` on `port`, to the right neighbour, from the
@@ -125,11 +91,7 @@ fn server(at: usize, seq: u32, ack: u32, flags: u8, cport: u16) -> Vec<u8> {
 fn left(out: &[(usize, PortId, Vec<u8>)], n: usize, port: PortId) -> Vec<u8> {
     let (m, p, f) = one(&out.to_vec());
     assert_eq!((m, p), (n, port), "left node {n} on port {port:?}");
-    let (dst_mac, src_mac) = if port == OUT {
-        (GW_MAC, out_mac(n))
-    } else {
-        (HOST_MAC, in_mac(n))
-    };
+    let (dst_mac, src_mac) = if port == OUT { (GW_MAC, out_mac(n)) } else { (HOST_MAC, in_mac(n)) };
     assert_eq!((&f[0..6], &f[6..12]), (&dst_mac[..], &src_mac[..]));
     assert_eq!(ip6(&f).2, 63, "hop limit decremented once");
     f
@@ -140,17 +102,10 @@ fn left(out: &[(usize, PortId, Vec<u8>)], n: usize, port: PortId) -> Vec<u8> {
 fn accounted(bed: &Bed, allowed: &[DropReason]) {
     for (n, p) in bed.nodes.iter().enumerate() {
         let c = p.counters();
-        assert_eq!(
-            c.packets,
-            c.emitted() + c.consumed + c.dropped(),
-            "node {n}: every packet accounted for"
-        );
+        assert_eq!(c.packets, c.emitted() + c.consumed + c.dropped(), "node {n}: every packet accounted for");
         for (i, &k) in c.drops.iter().enumerate() {
             let r = DropReason::ALL[i];
-            assert!(
-                k == 0 || allowed.contains(&r),
-                "node {n} dropped {k} frames for {r:?}"
-            );
+            assert!(k == 0 || allowed.contains(&r), "node {n} dropped {k} frames for {r:?}");
         }
     }
 }
@@ -166,54 +121,17 @@ fn handshake(bed: &mut Bed) -> (u16, u32) {
     assert!(ok, "checksum right after the ISN changed");
     assert_eq!(flags, SYN);
     assert_ne!(isn, C_ISN, "the ISN is replaced");
-    assert_eq!(
-        cookies().decode(isn),
-        Some(NodeId(A as u8)),
-        "the cookie names A"
-    );
-    assert_eq!(
-        bed.ccl_count(A, C, MessageKind::FlowRegister),
-        1,
-        "A registers the IPv6 flow with its director"
-    );
-    assert_eq!(
-        bed.nodes[C].cluster_role(bed.now(), &t),
-        Some((Role::Director, NodeId(A as u8)))
-    );
+    assert_eq!(cookies().decode(isn), Some(NodeId(A as u8)), "the cookie names A");
+    assert_eq!(bed.ccl_count(A, C, MessageKind::FlowRegister), 1, "A registers the IPv6 flow with its director");
+    assert_eq!(bed.nodes[C].cluster_role(bed.now(), &t), Some((Role::Director, NodeId(A as u8))));
 
-    let f = left(
-        &bed.send(
-            B,
-            OUT,
-            server(B, S_ISN, isn.wrapping_add(1), SYN | ACK, cport),
-        ),
-        A,
-        IN,
-    );
-    assert_eq!(
-        tcp6(&f),
-        (S_ISN, C_ISN + 1, SYN | ACK, true),
-        "ack back in the client's space"
-    );
+    let f = left(&bed.send(B, OUT, server(B, S_ISN, isn.wrapping_add(1), SYN | ACK, cport)), A, IN);
+    assert_eq!(tcp6(&f), (S_ISN, C_ISN + 1, SYN | ACK, true), "ack back in the client's space");
     let b = bed.cluster(B).counters;
-    assert_eq!(
-        (
-            b.synack_cookie_decoded,
-            b.director_queries_sent,
-            b.forwarded_to_owner
-        ),
-        (1, 0, 1)
-    );
-    assert_eq!(
-        bed.nodes[B].cluster_role(bed.now(), &t),
-        Some((Role::Forwarder, NodeId(A as u8)))
-    );
+    assert_eq!((b.synack_cookie_decoded, b.director_queries_sent, b.forwarded_to_owner), (1, 0, 1));
+    assert_eq!(bed.nodes[B].cluster_role(bed.now(), &t), Some((Role::Forwarder, NodeId(A as u8))));
 
-    let f = left(
-        &bed.send(B, IN, client(B, C_ISN + 1, S_ISN + 1, ACK, cport)),
-        A,
-        OUT,
-    );
+    let f = left(&bed.send(B, IN, client(B, C_ISN + 1, S_ISN + 1, ACK, cport)), A, OUT);
     assert_eq!(tcp6(&f), (isn.wrapping_add(1), S_ISN + 1, ACK, true));
     assert_eq!(bed.owners(&t), vec![A]);
     (cport, isn.wrapping_sub(C_ISN))
@@ -224,23 +142,12 @@ fn an_ipv6_connection_has_one_owner_whatever_node_its_packets_land_on() {
     let mut bed = bed6();
     let (cport, delta) = handshake(&mut bed);
     // The server's segment on C, the director: forwarded to A.
-    let f = left(
-        &bed.send(C, OUT, server(C, S_ISN + 1, C_ISN + 1 + delta, ACK, cport)),
-        A,
-        IN,
-    );
+    let f = left(&bed.send(C, OUT, server(C, S_ISN + 1, C_ISN + 1 + delta, ACK, cport)), A, IN);
     assert_eq!(tcp6(&f), (S_ISN + 1, C_ISN + 1, ACK, true));
     // The client's segment on A itself.
-    let f = left(
-        &bed.send(A, IN, client(A, C_ISN + 1, S_ISN + 1, ACK, cport)),
-        A,
-        OUT,
-    );
+    let f = left(&bed.send(A, IN, client(A, C_ISN + 1, S_ISN + 1, ACK, cport)), A, OUT);
     assert_eq!(tcp6(&f).0, C_ISN + 1 + delta);
-    assert!(
-        bed.cluster(A).counters.forwarded_received >= 3,
-        "frames came to A over the CCL"
-    );
+    assert!(bed.cluster(A).counters.forwarded_received >= 3, "frames came to A over the CCL");
     accounted(&bed, &[]);
 }
 
@@ -251,34 +158,15 @@ fn an_icmpv6_error_about_the_connection_reaches_the_owner_with_its_quote_transla
     // A router beyond the gateway says the client's segment (as the
     // server's side saw it: seq translated) was too big; it lands on B.
     let router = a("2001:db8:99::1");
-    let seg = tcp(
-        host6(),
-        server6(),
-        cport,
-        80,
-        C_ISN + 1 + delta,
-        S_ISN + 1,
-        ACK,
-    );
+    let seg = tcp(host6(), server6(), cport, 80, C_ISN + 1 + delta, S_ISN + 1, ACK);
     let quoted = frame([0; 6], [0; 6], host6(), server6(), 60, 6, &seg)[14..].to_vec();
     let mut body = vec![msg_type::PACKET_TOO_BIG, 0, 0, 0, 0, 0, 0x05, 0x00];
     body.extend_from_slice(&quoted);
-    let err = frame(
-        GW_MAC,
-        out_mac(B),
-        router,
-        host6(),
-        64,
-        58,
-        &icmp(router, host6(), body),
-    );
+    let err = frame(GW_MAC, out_mac(B), router, host6(), 64, 58, &icmp(router, host6(), body));
     let f = left(&bed.send(B, OUT, err), A, IN);
     let (src, dst, _, nh, body) = ip6(&f);
     assert_eq!((src, dst, nh), (router, host6(), 58));
-    assert!(
-        icmpv6::verify(src, dst, body),
-        "ICMPv6 checksum computed anew"
-    );
+    assert!(icmpv6::verify(src, dst, body), "ICMPv6 checksum computed anew");
     let q_seq = u32::from_be_bytes(body[8 + 40 + 4..8 + 40 + 8].try_into().unwrap());
     assert_eq!(q_seq, C_ISN + 1, "the quoted seq is the client's again");
     accounted(&bed, &[]);
@@ -292,30 +180,14 @@ fn an_ipv6_connection_survives_its_owner() {
     // A dies. The client's next segment lands on B, whose forwarder record
     // names A: B asks C (the director holding A's state) and takes over.
     bed.kill(A, 2);
-    let f = left(
-        &bed.send(B, IN, client(B, C_ISN + 1, S_ISN + 1, ACK, cport)),
-        B,
-        OUT,
-    );
-    assert_eq!(
-        tcp6(&f),
-        (C_ISN + 1 + delta, S_ISN + 1, ACK, true),
-        "the same translation at the new owner"
-    );
+    let f = left(&bed.send(B, IN, client(B, C_ISN + 1, S_ISN + 1, ACK, cport)), B, OUT);
+    assert_eq!(tcp6(&f), (C_ISN + 1 + delta, S_ISN + 1, ACK, true), "the same translation at the new owner");
     let b = bed.cluster(B).counters;
     assert_eq!((b.dead_owner_records, b.takeovers), (1, 1));
-    assert_eq!(
-        bed.ccl_count(C, B, MessageKind::FlowTransfer),
-        1,
-        "the IPv6 flow record crossed the CCL"
-    );
+    assert_eq!(bed.ccl_count(C, B, MessageKind::FlowTransfer), 1, "the IPv6 flow record crossed the CCL");
     assert_eq!(bed.owners_up(&t), vec![B]);
     // The server's answer lands on C: forwarded to B, ack translated back.
-    let f = left(
-        &bed.send(C, OUT, server(C, S_ISN + 1, C_ISN + 1 + delta, ACK, cport)),
-        B,
-        IN,
-    );
+    let f = left(&bed.send(C, OUT, server(C, S_ISN + 1, C_ISN + 1 + delta, ACK, cport)), B, IN);
     assert_eq!(tcp6(&f), (S_ISN + 1, C_ISN + 1, ACK, true));
     accounted(&bed, &[]);
 }
@@ -324,35 +196,16 @@ fn an_ipv6_connection_survives_its_owner() {
 fn an_ipv6_connection_in_is_denied_and_a_spoofed_source_dropped() {
     let mut bed = bed6();
     // Outside → inside, a new connection: nothing leaves the cluster.
-    let syn = frame(
-        GW_MAC,
-        out_mac(B),
-        server6(),
-        host6(),
-        64,
-        6,
-        &tcp(server6(), host6(), 443, 22, 77, 0, SYN),
-    );
+    let syn = frame(GW_MAC, out_mac(B), server6(), host6(), 64, 6, &tcp(server6(), host6(), 443, 22, 77, 0, SYN));
     assert!(bed.send(B, OUT, syn).is_empty());
     let denied: u64 = (0..3).map(|n| bed.drops(n, DropReason::AclDenied)).sum();
     assert_eq!(denied, 1);
     // An outside address as the source of a SYN from the inside: the
     // route back leaves by the outside (strict anti-spoofing).
-    let spoof = frame(
-        HOST_MAC,
-        in_mac(C),
-        server6(),
-        a("2001:db8:98::1"),
-        64,
-        6,
-        &tcp(server6(), a("2001:db8:98::1"), 1, 2, 3, 0, SYN),
-    );
+    let spoof = frame(HOST_MAC, in_mac(C), server6(), a("2001:db8:98::1"), 64, 6, &tcp(server6(), a("2001:db8:98::1"), 1, 2, 3, 0, SYN));
     assert!(bed.send(C, IN, spoof).is_empty());
     assert_eq!(bed.drops(C, DropReason::ReversePath), 1);
-    assert_eq!(
-        bed.last_verdict(C),
-        Some(Verdict::Drop(DropReason::ReversePath))
-    );
+    assert_eq!(bed.last_verdict(C), Some(Verdict::Drop(DropReason::ReversePath)));
     accounted(&bed, &[DropReason::AclDenied, DropReason::ReversePath]);
 
     // After a member change the SYN guard holds a SYN at a node that is
@@ -361,37 +214,14 @@ fn an_ipv6_connection_in_is_denied_and_a_spoofed_source_dropped() {
     // when parked).
     bed.set_members_up(bed.members_up(2));
     let denied_before = bed.drops(B, DropReason::AclDenied);
-    let t = FiveTuple {
-        src: IpAddr::V6(server6()),
-        dst: IpAddr::V6(host6()),
-        proto: 6,
-        src_port: 0,
-        dst_port: 22,
-    };
-    let sport = (1024..)
-        .find(|&p| director(&FiveTuple { src_port: p, ..t }, 3) == A)
-        .unwrap();
-    let syn = frame(
-        GW_MAC,
-        out_mac(B),
-        server6(),
-        host6(),
-        64,
-        6,
-        &tcp(server6(), host6(), sport, 22, 77, 0, SYN),
-    );
+    let t = FiveTuple { src: IpAddr::V6(server6()), dst: IpAddr::V6(host6()), proto: 6, src_port: 0, dst_port: 22 };
+    let sport = (1024..).find(|&p| director(&FiveTuple { src_port: p, ..t }, 3) == A).unwrap();
+    let syn = frame(GW_MAC, out_mac(B), server6(), host6(), 64, 6, &tcp(server6(), host6(), sport, 22, 77, 0, SYN));
     assert!(bed.send(B, OUT, syn).is_empty());
     let b = bed.cluster(B);
-    assert_eq!(
-        b.counters.director_queries_sent, 1,
-        "the SYN guard asked the director"
-    );
+    assert_eq!(b.counters.director_queries_sent, 1, "the SYN guard asked the director");
     assert_eq!(b.release_drops[DropReason::AclDenied.index()], 1);
-    assert_eq!(
-        bed.drops(B, DropReason::AclDenied),
-        denied_before,
-        "not a drop of `process`: consumed when parked"
-    );
+    assert_eq!(bed.drops(B, DropReason::AclDenied), denied_before, "not a drop of `process`: consumed when parked");
 }
 
 /// The fragments of an IPv6 datagram landing on three nodes meet at its
@@ -407,11 +237,7 @@ fn the_fragments_of_an_ipv6_datagram_meet_at_one_owner_wherever_they_land() {
     let pieces = fragments(17, 0x1234_5678, &dgram, &[0, 512, 1024]);
     let mut out = vec![];
     for (k, at) in [(2, A), (1, B), (0, C)] {
-        out.extend(bed.send(
-            at,
-            IN,
-            frame(HOST_MAC, in_mac(at), host6(), server6(), 64, 44, &pieces[k]),
-        ));
+        out.extend(bed.send(at, IN, frame(HOST_MAC, in_mac(at), host6(), server6(), 64, 44, &pieces[k])));
     }
     assert_eq!(out.len(), 3, "every fragment leaves once: {out:?}");
     let owner = out[0].0;
@@ -424,32 +250,13 @@ fn the_fragments_of_an_ipv6_datagram_meet_at_one_owner_wherever_they_land() {
         whole[off..off + pl.len() - 8].copy_from_slice(&pl[8..]);
     }
     assert_eq!(whole, dgram);
-    let t = FiveTuple {
-        src: IpAddr::V6(host6()),
-        dst: IpAddr::V6(server6()),
-        proto: 17,
-        src_port: 40000,
-        dst_port: 53,
-    };
+    let t = FiveTuple { src: IpAddr::V6(host6()), dst: IpAddr::V6(server6()), proto: 17, src_port: 40000, dst_port: 53 };
     assert_eq!(bed.owners(&t), vec![owner]);
-    let to_fo: u64 = (0..3)
-        .map(|n| bed.nodes[n].frag_counters().to_fragment_owner)
-        .sum();
-    assert!(
-        to_fo >= 1,
-        "fragments crossed the CCL to their fragment owner"
-    );
+    let to_fo: u64 = (0..3).map(|n| bed.nodes[n].frag_counters().to_fragment_owner).sum();
+    assert!(to_fo >= 1, "fragments crossed the CCL to their fragment owner");
     // The answer, not fragmented, lands on another node: to the host.
     let other = (owner + 1) % 3;
-    let answer = frame(
-        GW_MAC,
-        out_mac(other),
-        server6(),
-        host6(),
-        64,
-        17,
-        &udp(server6(), host6(), 53, 40000, b"ok"),
-    );
+    let answer = frame(GW_MAC, out_mac(other), server6(), host6(), 64, 17, &udp(server6(), host6(), 53, 40000, b"ok"));
     let f = left(&bed.send(other, OUT, answer), owner, IN);
     assert_eq!(ip6(&f).4[8..], b"ok"[..]);
     accounted(&bed, &[]);

@@ -10,8 +10,8 @@ mod cluster_bed;
 use cluster_bed::*;
 use dataplane::buf::{PacketBuf, VecBuf};
 use dataplane::ccl::{
-    BatchWriter, CclKey, FlowKey, FlowOp, FlowRecord, ForwardedPacket, FramePath, Message,
-    OwnerQuery, OwnerReply, RelayToOwner, Sealer, OPAQUE_LEN,
+    BatchWriter, CclKey, FlowKey, FlowOp, FlowRecord, ForwardedPacket, FramePath, Message, OwnerQuery, OwnerReply,
+    RelayToOwner, Sealer, OPAQUE_LEN,
 };
 use dataplane::conntrack::tcp_flags::{ACK, SYN};
 use dataplane::pipeline::{Pipeline, Verdict};
@@ -23,12 +23,7 @@ const A: usize = 0;
 fn seeds() -> Vec<(PortId, Vec<u8>)> {
     let key = CclKey::new(NAME, KEY).unwrap();
     let mut s = Sealer::new(&key, NodeId(1), 3, 1001).unwrap();
-    let path = FramePath {
-        src_mac: ccl_mac(1),
-        dst_mac: ccl_mac(0),
-        src_ip: ccl_addr(1),
-        dst_ip: ccl_addr(0),
-    };
+    let path = FramePath { src_mac: ccl_mac(1), dst_mac: ccl_mac(0), src_ip: ccl_addr(1), dst_ip: ccl_addr(0) };
     let mut seal = |m: &Message<'_>| {
         let mut out = vec![0u8; 2048];
         let n = s.seal_frame(&path, Epoch(1), m, &mut out).unwrap();
@@ -54,67 +49,21 @@ fn seeds() -> Vec<(PortId, Vec<u8>)> {
     .unwrap();
     let register = seal(&Message::FlowRegister(w.as_batch()));
     vec![
-        (
-            IN,
-            from_host(A, SERVER).tcp(40000, 80, 1000, 0, SYN, 64240, &[], b""),
-        ),
-        (
-            OUT,
-            from_outside(A, SERVER).tcp(80, 40001, 5000, 77, SYN | ACK, 65535, &[], b""),
-        ),
+        (IN, from_host(A, SERVER).tcp(40000, 80, 1000, 0, SYN, 64240, &[], b"")),
+        (OUT, from_outside(A, SERVER).tcp(80, 40001, 5000, 77, SYN | ACK, 65535, &[], b"")),
         (IN, from_host(A, SERVER).udp(5353, 53, b"query")),
         (OUT, from_outside(A, DNS).udp(53, 5353, b"answer")),
         (IN, from_host(A, SERVER).icmp(8, 0, (1, 2), b"ping")),
-        (
-            CCL,
-            seal(&Message::OwnerQuery(OwnerQuery {
-                query_id: 1,
-                flow,
-                elect_if_absent: true,
-                local: false,
-            })),
-        ),
-        (
-            CCL,
-            seal(&Message::OwnerReply(OwnerReply {
-                query_id: 1,
-                flow,
-                owner: Some(NodeId(2)),
-            })),
-        ),
+        (CCL, seal(&Message::OwnerQuery(OwnerQuery { query_id: 1, flow, elect_if_absent: true, local: false }))),
+        (CCL, seal(&Message::OwnerReply(OwnerReply { query_id: 1, flow, owner: Some(NodeId(2)) }))),
         (CCL, register),
-        (
-            CCL,
-            seal(&Message::ForwardedPacket(ForwardedPacket {
-                ingress_iface: 0,
-                flow_hint: None,
-                frame: &syn,
-            })),
-        ),
-        (
-            CCL,
-            seal(&Message::ForwardedPacket(ForwardedPacket {
-                ingress_iface: 9,
-                flow_hint: None,
-                frame: &synack,
-            })),
-        ),
-        (
-            CCL,
-            seal(&Message::RelayToOwner(RelayToOwner {
-                ingress_iface: 1,
-                frame: &synack,
-            })),
-        ),
+        (CCL, seal(&Message::ForwardedPacket(ForwardedPacket { ingress_iface: 0, flow_hint: None, frame: &syn }))),
+        (CCL, seal(&Message::ForwardedPacket(ForwardedPacket { ingress_iface: 9, flow_hint: None, frame: &synack }))),
+        (CCL, seal(&Message::RelayToOwner(RelayToOwner { ingress_iface: 1, frame: &synack }))),
     ]
 }
 
-fn check_one(
-    p: &mut Pipeline,
-    now: Timestamp,
-    port: PortId,
-    frame: &[u8],
-) -> Result<(), TestCaseError> {
+fn check_one(p: &mut Pipeline, now: Timestamp, port: PortId, frame: &[u8]) -> Result<(), TestCaseError> {
     let mut buf = VecBuf::new(frame);
     let v = p.process(now, port, &mut buf);
     if let Verdict::Drop(r) = v {

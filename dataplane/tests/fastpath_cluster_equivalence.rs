@@ -14,8 +14,8 @@ use cluster_bed::*;
 use dataplane::conntrack::tcp_flags::{ACK, FIN, PSH, RST, SYN};
 use dataplane::wire::build::PacketBuilder;
 use dataplane::PortId;
-use proptest::prelude::*;
 use std::net::Ipv4Addr;
+use proptest::prelude::*;
 
 const FLOWS: usize = 5;
 const NODES: usize = 3;
@@ -24,46 +24,19 @@ const NODES: usize = 3;
 enum Op {
     /// A TCP segment of flow `flow` arriving at node `at`; `reply`: server
     /// → client.
-    Tcp {
-        flow: usize,
-        at: usize,
-        reply: bool,
-        flags: u8,
-        skew: i32,
-        len: u8,
-    },
-    Udp {
-        flow: usize,
-        at: usize,
-        reply: bool,
-        dns: bool,
-    },
-    Tick {
-        ms: u64,
-    },
+    Tcp { flow: usize, at: usize, reply: bool, flags: u8, skew: i32, len: u8 },
+    Udp { flow: usize, at: usize, reply: bool, dns: bool },
+    Tick { ms: u64 },
     /// Node `node` fails: the others get the member set without it, and
     /// its owned connections are taken over (issue 10).
-    Kill {
-        node: usize,
-    },
+    Kill { node: usize },
     /// The failed node comes back (reset, readmitted): with PAT, the
     /// connections translated in its blocks are handed back to it.
     Rejoin,
 }
 
 fn op() -> impl Strategy<Value = Op> {
-    let flags = prop::sample::select(vec![
-        SYN,
-        SYN | ACK,
-        ACK,
-        ACK,
-        ACK,
-        ACK | PSH,
-        ACK | PSH,
-        FIN | ACK,
-        RST | ACK,
-        RST,
-    ]);
+    let flags = prop::sample::select(vec![SYN, SYN | ACK, ACK, ACK, ACK, ACK | PSH, ACK | PSH, FIN | ACK, RST | ACK, RST]);
     let skew = prop_oneof![8 => Just(0i32), 1 => -3000i32..3000];
     prop_oneof![
         10 => (0..FLOWS, 0..NODES, any::<bool>(), flags, skew, 0u8..=120).prop_map(|(flow, at, reply, flags, skew, len)| Op::Tcp { flow, at, reply, flags, skew, len }),
@@ -92,27 +65,11 @@ fn compare(a: &Bed, b: &Bed) {
         assert_eq!(sb.fast_path, 0);
         sa.fast_path = 0;
         assert_eq!(sa, sb, "node {n} counters");
-        assert_eq!(
-            format!("{:?}", a.cluster(n)),
-            format!("{:?}", b.cluster(n)),
-            "node {n} cluster counters"
-        );
+        assert_eq!(format!("{:?}", a.cluster(n)), format!("{:?}", b.cluster(n)), "node {n} cluster counters");
         let now = a.now();
-        assert_eq!(
-            format!("{:?}", a.nodes[n].conns(now, 100)),
-            format!("{:?}", b.nodes[n].conns(now, 100)),
-            "node {n} conns"
-        );
-        assert_eq!(
-            format!("{:?}", a.nodes[n].xlates(now, 100)),
-            format!("{:?}", b.nodes[n].xlates(now, 100)),
-            "node {n} xlates"
-        );
-        assert_eq!(
-            format!("{:?}", a.nodes[n].nat_counters()),
-            format!("{:?}", b.nodes[n].nat_counters()),
-            "node {n} nat counters"
-        );
+        assert_eq!(format!("{:?}", a.nodes[n].conns(now, 100)), format!("{:?}", b.nodes[n].conns(now, 100)), "node {n} conns");
+        assert_eq!(format!("{:?}", a.nodes[n].xlates(now, 100)), format!("{:?}", b.nodes[n].xlates(now, 100)), "node {n} xlates");
+        assert_eq!(format!("{:?}", a.nodes[n].nat_counters()), format!("{:?}", b.nodes[n].nat_counters()), "node {n} nat counters");
     }
     assert_eq!(a.ccl, b.ccl, "CCL messages");
 }
@@ -126,18 +83,8 @@ fn run(ops: &[Op]) -> u64 {
 const POOL: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 7);
 
 fn pat() -> dataplane::pipeline::NatSpec {
-    let pat = Some(dataplane::pipeline::PatSpec {
-        block_size: 4096,
-        reserved_ports: false,
-        max_per_host: None,
-    });
-    one_rule_nat(
-        dataplane::nat::RuleKind::DynamicPat,
-        dataplane::pipeline::PoolSpec {
-            addresses: vec![POOL],
-            pat,
-        },
-    )
+    let pat = Some(dataplane::pipeline::PatSpec { block_size: 4096, reserved_ports: false, max_per_host: None });
+    one_rule_nat(dataplane::nat::RuleKind::DynamicPat, dataplane::pipeline::PoolSpec { addresses: vec![POOL], pat })
 }
 
 /// `run`, also returning the takeovers of the fast-path cluster (transfers
@@ -157,85 +104,36 @@ fn run_full(ops: &[Op], nat: bool) -> (u64, u64) {
         }
     }
     // The endpoint the server sees for each TCP flow, then each UDP flow.
-    let mut seen: [(Ipv4Addr, u16); 2 * FLOWS] = std::array::from_fn(|i| {
-        (
-            HOST,
-            if i < FLOWS {
-                20_000 + i as u16
-            } else {
-                30_000 + (i - FLOWS) as u16
-            },
-        )
-    });
-    let mut model = [Model {
-        client: 1000,
-        server: 7000,
-        client_isn_seen: None,
-    }; FLOWS];
+    let mut seen: [(Ipv4Addr, u16); 2 * FLOWS] =
+        std::array::from_fn(|i| (HOST, if i < FLOWS { 20_000 + i as u16 } else { 30_000 + (i - FLOWS) as u16 }));
+    let mut model = [Model { client: 1000, server: 7000, client_isn_seen: None }; FLOWS];
     let mut epoch = 1;
     for op in ops {
         if matches!(op, Op::Kill { .. } | Op::Rejoin) {
             epoch += 1;
         }
         let step = |bed: &mut Bed, op: &Op, m: &[Model; FLOWS]| -> Out {
-            let to_client =
-                |at: usize, i: usize| PacketBuilder::new(GW_MAC, out_mac(at), SERVER, seen[i].0);
+            let to_client = |at: usize, i: usize| PacketBuilder::new(GW_MAC, out_mac(at), SERVER, seen[i].0);
             match *op {
-                Op::Tcp {
-                    flow,
-                    at,
-                    reply,
-                    flags,
-                    skew,
-                    len,
-                } => {
+                Op::Tcp { flow, at, reply, flags, skew, len } => {
                     let cport = 20_000 + flow as u16;
                     let f = &m[flow];
                     let payload = vec![0x62u8; usize::from(len)];
                     let opts: &[u8] = if flags & SYN != 0 { &SYN_OPTS } else { &[] };
                     if reply {
-                        let ack = f
-                            .client_isn_seen
-                            .map_or(f.client, |i| i.wrapping_add(f.client.wrapping_sub(1000)));
+                        let ack = f.client_isn_seen.map_or(f.client, |i| i.wrapping_add(f.client.wrapping_sub(1000)));
                         let seq = f.server.wrapping_add(skew as u32);
-                        bed.send(
-                            at,
-                            OUT,
-                            to_client(at, flow).tcp(
-                                80,
-                                seen[flow].1,
-                                seq,
-                                ack,
-                                flags,
-                                502,
-                                opts,
-                                &payload,
-                            ),
-                        )
+                        bed.send(at, OUT, to_client(at, flow).tcp(80, seen[flow].1, seq, ack, flags, 502, opts, &payload))
                     } else {
                         let seq = f.client.wrapping_add(skew as u32);
-                        bed.send(
-                            at,
-                            IN,
-                            from_host(at, SERVER)
-                                .tcp(cport, 80, seq, f.server, flags, 502, opts, &payload),
-                        )
+                        bed.send(at, IN, from_host(at, SERVER).tcp(cport, 80, seq, f.server, flags, 502, opts, &payload))
                     }
                 }
-                Op::Udp {
-                    flow,
-                    at,
-                    reply,
-                    dns,
-                } => {
+                Op::Udp { flow, at, reply, dns } => {
                     let cport = 30_000 + flow as u16;
                     let sport = if dns { 53 } else { 9000 };
                     if reply {
-                        bed.send(
-                            at,
-                            OUT,
-                            to_client(at, FLOWS + flow).udp(sport, seen[FLOWS + flow].1, b"answer"),
-                        )
+                        bed.send(at, OUT, to_client(at, FLOWS + flow).udp(sport, seen[FLOWS + flow].1, b"answer"))
                     } else {
                         bed.send(at, IN, from_host(at, SERVER).udp(cport, sport, b"query"))
                     }
@@ -263,21 +161,8 @@ fn run_full(ops: &[Op], nat: bool) -> (u64, u64) {
         assert_eq!(oa, ob, "frames out after {op:?}");
         compare(&a, &b);
         // Where the server answers: the source its flow's packets left with.
-        if let (
-            Op::Tcp {
-                flow, reply: false, ..
-            }
-            | Op::Udp {
-                flow, reply: false, ..
-            },
-            true,
-        ) = (op, nat)
-        {
-            let i = if matches!(op, Op::Tcp { .. }) {
-                *flow
-            } else {
-                FLOWS + flow
-            };
+        if let (Op::Tcp { flow, reply: false, .. } | Op::Udp { flow, reply: false, .. }, true) = (op, nat) {
+            let i = if matches!(op, Op::Tcp { .. }) { *flow } else { FLOWS + flow };
             for (_, port, f) in &oa {
                 if *port == OUT {
                     seen[i] = l4_source(f);
@@ -285,15 +170,7 @@ fn run_full(ops: &[Op], nat: bool) -> (u64, u64) {
             }
         }
         // Follow what got through, so that later segments are in window.
-        if let Op::Tcp {
-            flow,
-            reply,
-            flags,
-            skew: 0,
-            len,
-            ..
-        } = *op
-        {
+        if let Op::Tcp { flow, reply, flags, skew: 0, len, .. } = *op {
             let m = &mut model[flow];
             let adv = u32::from(len) + u32::from(flags & (SYN | FIN) != 0);
             for (_, port, f) in &oa {
@@ -308,24 +185,15 @@ fn run_full(ops: &[Op], nat: bool) -> (u64, u64) {
             }
         }
     }
-    let takeovers = (0..NODES)
-        .map(|n| a.cluster(n).counters)
-        .map(|c| c.takeovers + c.takeovers_local)
-        .sum();
-    (
-        (0..NODES).map(|n| a.nodes[n].counters().fast_path).sum(),
-        takeovers,
-    )
+    let takeovers = (0..NODES).map(|n| a.cluster(n).counters).map(|c| c.takeovers + c.takeovers_local).sum();
+    ((0..NODES).map(|n| a.nodes[n].counters().fast_path).sum(), takeovers)
 }
 
 /// The IPv4 source and TCP/UDP source port of a frame.
 fn l4_source(f: &[u8]) -> (Ipv4Addr, u16) {
     let ihl = usize::from(f[14] & 0x0f) * 4;
     let at = 14 + ihl;
-    (
-        Ipv4Addr::new(f[26], f[27], f[28], f[29]),
-        u16::from_be_bytes([f[at], f[at + 1]]),
-    )
+    (Ipv4Addr::new(f[26], f[27], f[28], f[29]), u16::from_be_bytes([f[at], f[at + 1]]))
 }
 
 proptest! {
@@ -352,73 +220,18 @@ proptest! {
 fn established_translated_traffic_takes_the_member_fast_path() {
     let mut ops = vec![];
     for flow in [0, 1] {
-        ops.push(Op::Tcp {
-            flow,
-            at: flow,
-            reply: false,
-            flags: SYN,
-            skew: 0,
-            len: 0,
-        });
-        ops.push(Op::Tcp {
-            flow,
-            at: 2,
-            reply: true,
-            flags: SYN | ACK,
-            skew: 0,
-            len: 0,
-        });
-        ops.push(Op::Tcp {
-            flow,
-            at: flow,
-            reply: false,
-            flags: ACK,
-            skew: 0,
-            len: 0,
-        });
-        ops.push(Op::Udp {
-            flow,
-            at: flow,
-            reply: false,
-            dns: true,
-        });
-        ops.push(Op::Udp {
-            flow,
-            at: 2,
-            reply: true,
-            dns: true,
-        });
+        ops.push(Op::Tcp { flow, at: flow, reply: false, flags: SYN, skew: 0, len: 0 });
+        ops.push(Op::Tcp { flow, at: 2, reply: true, flags: SYN | ACK, skew: 0, len: 0 });
+        ops.push(Op::Tcp { flow, at: flow, reply: false, flags: ACK, skew: 0, len: 0 });
+        ops.push(Op::Udp { flow, at: flow, reply: false, dns: true });
+        ops.push(Op::Udp { flow, at: 2, reply: true, dns: true });
     }
     for at in [0, 1, 2, 0, 1, 2] {
         for flow in [0, 1] {
-            ops.push(Op::Tcp {
-                flow,
-                at,
-                reply: false,
-                flags: ACK | PSH,
-                skew: 0,
-                len: 100,
-            });
-            ops.push(Op::Tcp {
-                flow,
-                at,
-                reply: true,
-                flags: ACK,
-                skew: 0,
-                len: 0,
-            });
-            ops.push(Op::Udp {
-                flow,
-                at,
-                reply: false,
-                dns: true,
-            });
-            ops.push(Op::Udp {
-                flow,
-                at,
-                reply: true,
-                dns: true,
-            });
+            ops.push(Op::Tcp { flow, at, reply: false, flags: ACK | PSH, skew: 0, len: 100 });
+            ops.push(Op::Tcp { flow, at, reply: true, flags: ACK, skew: 0, len: 0 });
+            ops.push(Op::Udp { flow, at, reply: false, dns: true });
+            ops.push(Op::Udp { flow, at, reply: true, dns: true });
         }
     }
     let (fast, _) = run_full(&ops, true);
@@ -435,48 +248,13 @@ fn established_translated_traffic_takes_the_member_fast_path() {
 #[test]
 fn established_cluster_traffic_takes_the_fast_path() {
     let mut ops = vec![
-        Op::Tcp {
-            flow: 0,
-            at: 0,
-            reply: false,
-            flags: SYN,
-            skew: 0,
-            len: 0,
-        },
-        Op::Tcp {
-            flow: 0,
-            at: 1,
-            reply: true,
-            flags: SYN | ACK,
-            skew: 0,
-            len: 0,
-        },
-        Op::Tcp {
-            flow: 0,
-            at: 0,
-            reply: false,
-            flags: ACK,
-            skew: 0,
-            len: 0,
-        },
+        Op::Tcp { flow: 0, at: 0, reply: false, flags: SYN, skew: 0, len: 0 },
+        Op::Tcp { flow: 0, at: 1, reply: true, flags: SYN | ACK, skew: 0, len: 0 },
+        Op::Tcp { flow: 0, at: 0, reply: false, flags: ACK, skew: 0, len: 0 },
     ];
     for at in [0, 1, 2, 0, 1, 2] {
-        ops.push(Op::Tcp {
-            flow: 0,
-            at,
-            reply: false,
-            flags: ACK | PSH,
-            skew: 0,
-            len: 100,
-        });
-        ops.push(Op::Tcp {
-            flow: 0,
-            at,
-            reply: true,
-            flags: ACK,
-            skew: 0,
-            len: 0,
-        });
+        ops.push(Op::Tcp { flow: 0, at, reply: false, flags: ACK | PSH, skew: 0, len: 100 });
+        ops.push(Op::Tcp { flow: 0, at, reply: true, flags: ACK, skew: 0, len: 0 });
     }
     let fast = run(&ops);
     assert!(fast >= 12, "fast-path packets: {fast}");
@@ -489,74 +267,18 @@ fn established_cluster_traffic_takes_the_fast_path() {
 #[test]
 fn takeover_after_a_failure_is_equivalent() {
     let mut ops = vec![
-        Op::Tcp {
-            flow: 0,
-            at: 0,
-            reply: false,
-            flags: SYN,
-            skew: 0,
-            len: 0,
-        },
-        Op::Tcp {
-            flow: 0,
-            at: 1,
-            reply: true,
-            flags: SYN | ACK,
-            skew: 0,
-            len: 0,
-        },
-        Op::Tcp {
-            flow: 0,
-            at: 0,
-            reply: false,
-            flags: ACK,
-            skew: 0,
-            len: 0,
-        },
-        Op::Tcp {
-            flow: 1,
-            at: 0,
-            reply: false,
-            flags: SYN,
-            skew: 0,
-            len: 0,
-        },
-        Op::Tcp {
-            flow: 1,
-            at: 2,
-            reply: true,
-            flags: SYN | ACK,
-            skew: 0,
-            len: 0,
-        },
-        Op::Tcp {
-            flow: 1,
-            at: 0,
-            reply: false,
-            flags: ACK,
-            skew: 0,
-            len: 0,
-        },
+        Op::Tcp { flow: 0, at: 0, reply: false, flags: SYN, skew: 0, len: 0 },
+        Op::Tcp { flow: 0, at: 1, reply: true, flags: SYN | ACK, skew: 0, len: 0 },
+        Op::Tcp { flow: 0, at: 0, reply: false, flags: ACK, skew: 0, len: 0 },
+        Op::Tcp { flow: 1, at: 0, reply: false, flags: SYN, skew: 0, len: 0 },
+        Op::Tcp { flow: 1, at: 2, reply: true, flags: SYN | ACK, skew: 0, len: 0 },
+        Op::Tcp { flow: 1, at: 0, reply: false, flags: ACK, skew: 0, len: 0 },
         Op::Kill { node: 0 },
     ];
     for at in [1, 2, 1, 2] {
         for flow in [0, 1] {
-            ops.push(Op::Tcp {
-                flow,
-                at,
-                reply: false,
-                flags: ACK | PSH,
-                skew: 0,
-                len: 100,
-            });
-            ops.push(Op::Tcp {
-                flow,
-                at,
-                reply: true,
-                flags: ACK,
-                skew: 0,
-                len: 0,
-            });
+            ops.push(Op::Tcp { flow, at, reply: false, flags: ACK | PSH, skew: 0, len: 100 });
+            ops.push(Op::Tcp { flow, at, reply: true, flags: ACK, skew: 0, len: 0 });
         }
     }
     let (fast, takeovers) = run_full(&ops, false);

@@ -44,29 +44,13 @@ struct FlowModel {
 enum Op {
     /// A TCP segment of flow `flow` (inside host → SERVER:80 + flow, or
     /// the DMZ host for flows ≥ 4), `reply` = server → client.
-    Tcp {
-        flow: usize,
-        reply: bool,
-        flags: u8,
-        skew: i32,
-        len: u8,
-    },
-    Udp {
-        flow: usize,
-        reply: bool,
-    },
+    Tcp { flow: usize, reply: bool, flags: u8, skew: i32, len: u8 },
+    Udp { flow: usize, reply: bool },
     /// An otherwise plain inside → outside TCP ACK of flow `flow`, mangled.
-    Mangled {
-        flow: usize,
-        how: u8,
-    },
+    Mangled { flow: usize, how: u8 },
     /// The gateway (or the inside host) answers ARP / asks for us.
-    Arp {
-        gateway: bool,
-    },
-    Tick {
-        ms: u32,
-    },
+    Arp { gateway: bool },
+    Tick { ms: u32 },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -104,23 +88,9 @@ fn server(flow: usize) -> Ipv4Addr {
 fn endpoints(flow: usize) -> (PacketBuilder, PacketBuilder, u16, u16, PortId, PortId) {
     let srv = server(flow);
     if flow >= 4 {
-        (
-            from_dmz(srv),
-            from_outside(srv, DMZ_HOST),
-            41000 + flow as u16,
-            80,
-            DMZ_PORT,
-            OUT_PORT,
-        )
+        (from_dmz(srv), from_outside(srv, DMZ_HOST), 41000 + flow as u16, 80, DMZ_PORT, OUT_PORT)
     } else {
-        (
-            from_host(srv),
-            from_outside(srv, HOST),
-            40000 + flow as u16,
-            80,
-            IN_PORT,
-            OUT_PORT,
-        )
+        (from_host(srv), from_outside(srv, HOST), 40000 + flow as u16, 80, IN_PORT, OUT_PORT)
     }
 }
 
@@ -199,42 +169,24 @@ fn compare(a: &Pipeline, b: &Pipeline, now: Timestamp) {
     assert_eq!(a.conntrack().stats(), b.conntrack().stats());
     let (ca, cb) = (a.conns(now, 100), b.conns(now, 100));
     assert_eq!(format!("{ca:?}"), format!("{cb:?}"));
-    assert_eq!(
-        format!("{:?}", a.arp_entries(now)),
-        format!("{:?}", b.arp_entries(now))
-    );
+    assert_eq!(format!("{:?}", a.arp_entries(now)), format!("{:?}", b.arp_entries(now)));
 }
 
 /// Runs `ops`; returns the fast pipeline's (forwarded, fast-path) counts.
 fn run(ops: &[Op]) -> (u64, u64) {
     let (mut a, mut b) = pair();
     let mut now = Timestamp::from_secs(1);
-    let mut model = [FlowModel {
-        client: 1000,
-        server: 5000,
-    }; FLOWS];
+    let mut model = [FlowModel { client: 1000, server: 5000 }; FLOWS];
     // Resolve both neighbours first, as a running network would have.
     let arp_host = arp_request(HOST_MAC, None, HOST_MAC, HOST, IN_ADDR);
     let arp_gw = arp_reply(GW_MAC, OUT_MAC, None, GW, OUT_MAC, OUT_ADDR);
-    let arp_dmz = arp_request(
-        DMZ_HOST_MAC,
-        Some(DMZ_VLAN),
-        DMZ_HOST_MAC,
-        DMZ_HOST,
-        DMZ_ADDR,
-    );
+    let arp_dmz = arp_request(DMZ_HOST_MAC, Some(DMZ_VLAN), DMZ_HOST_MAC, DMZ_HOST, DMZ_ADDR);
     send(&mut a, &mut b, now, IN_PORT, &arp_host);
     send(&mut a, &mut b, now, OUT_PORT, &arp_gw);
     send(&mut a, &mut b, now, DMZ_PORT, &arp_dmz);
     for op in ops {
         match *op {
-            Op::Tcp {
-                flow,
-                reply,
-                flags,
-                skew,
-                len,
-            } => {
+            Op::Tcp { flow, reply, flags, skew, len } => {
                 let (cb, sb, cp, sp, cport, sport) = endpoints(flow);
                 let m = &mut model[flow];
                 if flags == SYN && !reply {
@@ -244,11 +196,7 @@ fn run(ops: &[Op]) -> (u64, u64) {
                     m.server = m.server.wrapping_add(100_000);
                 }
                 let payload = vec![0x61u8; usize::from(len)];
-                let (seq, ack) = if reply {
-                    (m.server, m.client)
-                } else {
-                    (m.client, m.server)
-                };
+                let (seq, ack) = if reply { (m.server, m.client) } else { (m.client, m.server) };
                 let seq = seq.wrapping_add(skew as u32);
                 let opts: &[u8] = if flags & SYN != 0 { &SYN_OPTS } else { &[] };
                 let frame = if reply {
@@ -318,43 +266,13 @@ proptest! {
 #[test]
 fn established_traffic_takes_the_fast_path() {
     let mut ops = vec![
-        Op::Tcp {
-            flow: 0,
-            reply: false,
-            flags: SYN,
-            skew: 0,
-            len: 0,
-        },
-        Op::Tcp {
-            flow: 0,
-            reply: true,
-            flags: SYN | ACK,
-            skew: 0,
-            len: 0,
-        },
-        Op::Tcp {
-            flow: 0,
-            reply: false,
-            flags: ACK,
-            skew: 0,
-            len: 0,
-        },
+        Op::Tcp { flow: 0, reply: false, flags: SYN, skew: 0, len: 0 },
+        Op::Tcp { flow: 0, reply: true, flags: SYN | ACK, skew: 0, len: 0 },
+        Op::Tcp { flow: 0, reply: false, flags: ACK, skew: 0, len: 0 },
     ];
     for _ in 0..20 {
-        ops.push(Op::Tcp {
-            flow: 0,
-            reply: false,
-            flags: ACK | PSH,
-            skew: 0,
-            len: 100,
-        });
-        ops.push(Op::Tcp {
-            flow: 0,
-            reply: true,
-            flags: ACK,
-            skew: 0,
-            len: 0,
-        });
+        ops.push(Op::Tcp { flow: 0, reply: false, flags: ACK | PSH, skew: 0, len: 100 });
+        ops.push(Op::Tcp { flow: 0, reply: true, flags: ACK, skew: 0, len: 0 });
     }
     // The third segment (SYN_RECV → ESTABLISHED) may take it too: the flow
     // exists and it carries no SYN.

@@ -50,35 +50,24 @@ fn snap(p: &Pipeline) -> BTreeMap<String, u64> {
     for &d in DropReason::ALL {
         m.insert(format!("drop:{}", d.as_str()), c.drop_count(d));
         m.insert(format!("reasm-drop:{}", d.as_str()), r.dropped(d));
-        m.insert(
-            format!("release-drop:{}", d.as_str()),
-            p.frag_release_drops(d),
-        );
+        m.insert(format!("release-drop:{}", d.as_str()), p.frag_release_drops(d));
     }
     m
 }
 
 impl Node {
     fn new() -> Self {
-        let mut n = Node {
-            p: pipeline(),
-            now_ms: 1_000,
-        };
+        let mut n = Node { p: pipeline(), now_ms: 1_000 };
         // Learn the gateway and the host.
         n.send(OUT_PORT, &arp_request(GW_MAC, None, GW_MAC, GW, OUT_ADDR));
-        n.send(
-            IN_PORT,
-            &arp_request(HOST_MAC, None, HOST_MAC, HOST, IN_ADDR),
-        );
+        n.send(IN_PORT, &arp_request(HOST_MAC, None, HOST_MAC, HOST, IN_ADDR));
         n.gen();
         n
     }
     fn send(&mut self, port: PortId, f: &[u8]) -> (Verdict, Vec<u8>) {
         self.now_ms += 1;
         let mut b = VecBuf::new(f);
-        let v = self
-            .p
-            .process(Timestamp::from_millis(self.now_ms), port, &mut b);
+        let v = self.p.process(Timestamp::from_millis(self.now_ms), port, &mut b);
         (v, b.data().to_vec())
     }
     fn gen(&mut self) -> Vec<(PortId, Vec<u8>)> {
@@ -97,24 +86,11 @@ impl Node {
             assert!(after.contains_key(*k), "unknown counter {k}");
         }
         for (k, a) in &after {
-            assert_eq!(
-                a - before[k],
-                want.get(k.as_str()).copied().unwrap_or(0),
-                "counter {k}"
-            );
+            assert_eq!(a - before[k], want.get(k.as_str()).copied().unwrap_or(0), "counter {k}");
         }
         let c = self.p.counters();
-        assert_eq!(
-            c.packets,
-            c.emitted() + c.consumed + c.dropped(),
-            "every packet accounted for"
-        );
-        assert!(
-            self.p
-                .reasm_counters()
-                .accounted(self.p.frag_in_progress().1),
-            "reassembler conservation"
-        );
+        assert_eq!(c.packets, c.emitted() + c.consumed + c.dropped(), "every packet accounted for");
+        assert!(self.p.reasm_counters().accounted(self.p.frag_in_progress().1), "reassembler conservation");
         r
     }
 }
@@ -123,27 +99,13 @@ impl Node {
 /// of 24, 24 and 16 bytes.
 fn inside_udp(sport: u16, ident: u16) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
     let payload: Vec<u8> = (0..56u8).collect();
-    let b = PacketBuilder {
-        dont_frag: false,
-        ident,
-        ..from_host(SERVER)
-    };
-    let out = PacketBuilder {
-        dont_frag: false,
-        ident,
-        ..PacketBuilder::new(OUT_MAC, GW_MAC, HOST, SERVER).ttl(63)
-    };
-    (
-        fragments(&b.udp(sport, 5000, &payload), 24),
-        fragments(&out.udp(sport, 5000, &payload), 24),
-    )
+    let b = PacketBuilder { dont_frag: false, ident, ..from_host(SERVER) };
+    let out = PacketBuilder { dont_frag: false, ident, ..PacketBuilder::new(OUT_MAC, GW_MAC, HOST, SERVER).ttl(63) };
+    (fragments(&b.udp(sport, 5000, &payload), 24), fragments(&out.udp(sport, 5000, &payload), 24))
 }
 
 fn hex(b: &[u8]) -> String {
-    b.iter()
-        .map(|x| format!("{x:02x}"))
-        .collect::<Vec<_>>()
-        .join(" ")
+    b.iter().map(|x| format!("{x:02x}")).collect::<Vec<_>>().join(" ")
 }
 
 #[test]
@@ -170,12 +132,7 @@ fn udp_in_order_each_fragment_forwarded() {
     assert!(n.gen().is_empty());
     // The others pass as they come, unchanged but for TTL and MACs.
     let (v, out) = n.step(
-        &[
-            ("packets", 1),
-            ("forwarded", 1),
-            ("frag.inserted", 1),
-            ("reasm.forwarded", 1),
-        ],
+        &[("packets", 1), ("forwarded", 1), ("frag.inserted", 1), ("reasm.forwarded", 1)],
         |n| n.send(IN_PORT, &frags[1]),
     );
     assert_eq!((v, hex(&out)), (Verdict::Forward(OUT_PORT), hex(&want[1])));
@@ -231,11 +188,7 @@ fn udp_reversed_held_then_released() {
     assert_eq!((v, hex(&out)), (Verdict::Forward(OUT_PORT), hex(&want[0])));
     let g = n.gen();
     assert_eq!(g.len(), 2);
-    assert_eq!(
-        (g[0].0, hex(&g[0].1)),
-        (OUT_PORT, hex(&want[1])),
-        "lowest offset first"
-    );
+    assert_eq!((g[0].0, hex(&g[0].1)), (OUT_PORT, hex(&want[1])), "lowest offset first");
     assert_eq!((g[1].0, hex(&g[1].1)), (OUT_PORT, hex(&want[2])));
     for (_, f) in &g {
         check_ip(f, 63);
@@ -250,21 +203,11 @@ fn udp_reversed_held_then_released() {
 #[test]
 fn unsolicited_outside_datagram_dropped_every_fragment() {
     let mut n = Node::new();
-    let b = PacketBuilder {
-        dont_frag: false,
-        ident: 0x3333,
-        ..from_outside(SERVER, HOST)
-    };
+    let b = PacketBuilder { dont_frag: false, ident: 0x3333, ..from_outside(SERVER, HOST) };
     let frags = fragments(&b.udp(53, 40002, &[7u8; 56]), 24);
     // Middle first: held.
     let (v, _) = n.step(
-        &[
-            ("packets", 1),
-            ("consumed", 1),
-            ("frag.inserted", 1),
-            ("frag.held", 1),
-            ("reasm.datagrams", 1),
-        ],
+        &[("packets", 1), ("consumed", 1), ("frag.inserted", 1), ("frag.held", 1), ("reasm.datagrams", 1)],
         |n| n.send(OUT_PORT, &frags[1]),
     );
     assert_eq!(v, Verdict::Consumed);
@@ -304,23 +247,12 @@ fn unsolicited_outside_datagram_dropped_every_fragment() {
 #[test]
 fn overlapping_fragments_drop_the_datagram() {
     let mut n = Node::new();
-    let b = PacketBuilder {
-        dont_frag: false,
-        ident: 0x4444,
-        ..from_host(SERVER)
-    };
+    let b = PacketBuilder { dont_frag: false, ident: 0x4444, ..from_host(SERVER) };
     let frame = b.udp(40003, 5000, &[1u8; 56]);
     // [24, 48) held, then [16, 40) overlaps it: both dropped (teardrop).
-    n.step(
-        &[
-            ("packets", 1),
-            ("consumed", 1),
-            ("frag.inserted", 1),
-            ("frag.held", 1),
-            ("reasm.datagrams", 1),
-        ],
-        |n| n.send(IN_PORT, &raw_fragment(&frame, 24, 24, true)),
-    );
+    n.step(&[("packets", 1), ("consumed", 1), ("frag.inserted", 1), ("frag.held", 1), ("reasm.datagrams", 1)], |n| {
+        n.send(IN_PORT, &raw_fragment(&frame, 24, 24, true))
+    });
     let (v, _) = n.step(
         &[
             ("packets", 1),
@@ -354,11 +286,7 @@ fn overlapping_fragments_drop_the_datagram() {
 #[test]
 fn oversize_and_malformed_fragments_dropped() {
     let mut n = Node::new();
-    let b = PacketBuilder {
-        dont_frag: false,
-        ident: 0x5555,
-        ..from_host(SERVER)
-    };
+    let b = PacketBuilder { dont_frag: false, ident: 0x5555, ..from_host(SERVER) };
     let frame = b.udp(40004, 5000, &[1u8; 56]);
     // Offset 65528 + 16 bytes + header > 65535: the ping of death.
     let (v, _) = n.step(&[("packets", 1), ("drop:frag-too-big", 1)], |n| {
@@ -367,24 +295,14 @@ fn oversize_and_malformed_fragments_dropped() {
     assert_eq!(v, Verdict::Drop(DropReason::FragTooBig));
     // A non-last fragment of 12 bytes.
     let (v, _) = n.step(
-        &[
-            ("packets", 1),
-            ("drop:frag-bad-length", 1),
-            ("frag.inserted", 1),
-            ("reasm-drop:frag-bad-length", 1),
-        ],
+        &[("packets", 1), ("drop:frag-bad-length", 1), ("frag.inserted", 1), ("reasm-drop:frag-bad-length", 1)],
         |n| n.send(IN_PORT, &raw_fragment(&frame, 24, 12, true)),
     );
     assert_eq!(v, Verdict::Drop(DropReason::FragBadLength));
     // A zero-length first fragment.
     let tiny = raw_fragment(&frame, 0, 0, true);
     let (v, _) = n.step(
-        &[
-            ("packets", 1),
-            ("drop:frag-bad-length", 1),
-            ("frag.inserted", 1),
-            ("reasm-drop:frag-bad-length", 1),
-        ],
+        &[("packets", 1), ("drop:frag-bad-length", 1), ("frag.inserted", 1), ("reasm-drop:frag-bad-length", 1)],
         |n| n.send(IN_PORT, &tiny),
     );
     assert_eq!(v, Verdict::Drop(DropReason::FragBadLength));
@@ -398,17 +316,11 @@ fn held_fragments_time_out_in_poll_timers() {
     n.send(IN_PORT, &frags[2]);
     n.send(IN_PORT, &frags[1]);
     assert_eq!(n.p.frag_in_progress(), (1, 2));
-    n.step(&[], |n| {
-        n.p.poll_timers(Timestamp::from_millis(n.now_ms + 1_000))
-    });
+    n.step(&[], |n| n.p.poll_timers(Timestamp::from_millis(n.now_ms + 1_000)));
     assert_eq!(n.p.frag_in_progress(), (1, 2), "not yet");
-    n.step(
-        &[
-            ("reasm-drop:frag-timeout", 2),
-            ("reasm.datagrams_dropped", 1),
-        ],
-        |n| n.p.poll_timers(Timestamp::from_millis(n.now_ms + 2_000)),
-    );
+    n.step(&[("reasm-drop:frag-timeout", 2), ("reasm.datagrams_dropped", 1)], |n| {
+        n.p.poll_timers(Timestamp::from_millis(n.now_ms + 2_000))
+    });
     assert_eq!(n.p.frag_in_progress(), (0, 0));
     assert!(n.gen().is_empty());
 }
@@ -417,18 +329,11 @@ fn held_fragments_time_out_in_poll_timers() {
 fn fragments_to_the_node_itself_are_counted_and_dropped() {
     let mut n = Node::new();
     // ping -s 8000 to the inside address: not reassembled locally.
-    let b = PacketBuilder {
-        dont_frag: false,
-        ident: 0x7777,
-        ..from_host(IN_ADDR)
-    };
+    let b = PacketBuilder { dont_frag: false, ident: 0x7777, ..from_host(IN_ADDR) };
     let frags = fragments(&b.icmp(8, 0, (1, 1), &[0u8; 8000]), 1480);
     assert_eq!(frags.len(), 6);
     for f in &frags {
-        let (v, _) = n.step(
-            &[("packets", 1), ("drop:ipv4-fragment", 1), ("frag.local", 1)],
-            |n| n.send(IN_PORT, f),
-        );
+        let (v, _) = n.step(&[("packets", 1), ("drop:ipv4-fragment", 1), ("frag.local", 1)], |n| n.send(IN_PORT, f));
         assert_eq!(v, Verdict::Drop(DropReason::Ipv4Fragment));
     }
 }
@@ -436,12 +341,7 @@ fn fragments_to_the_node_itself_are_counted_and_dropped() {
 #[test]
 fn ping_8000_through_both_ways() {
     let mut n = Node::new();
-    let req = PacketBuilder {
-        dont_frag: false,
-        ident: 0x0101,
-        ..from_host(SERVER)
-    }
-    .icmp(8, 0, (7, 1), &[9u8; 8000]);
+    let req = PacketBuilder { dont_frag: false, ident: 0x0101, ..from_host(SERVER) }.icmp(8, 0, (7, 1), &[9u8; 8000]);
     let frags = fragments(&req, 1480);
     let mut out = vec![];
     for f in frags.iter().rev() {
@@ -452,12 +352,7 @@ fn ping_8000_through_both_ways() {
     }
     out.extend(n.gen().into_iter().map(|(_, f)| f));
     assert_eq!(out.len(), 6, "every fragment of the request leaves");
-    let rep = PacketBuilder {
-        dont_frag: false,
-        ident: 0x0202,
-        ..from_outside(SERVER, HOST)
-    }
-    .icmp(0, 0, (7, 1), &[9u8; 8000]);
+    let rep = PacketBuilder { dont_frag: false, ident: 0x0202, ..from_outside(SERVER, HOST) }.icmp(0, 0, (7, 1), &[9u8; 8000]);
     let mut back = 0;
     for f in fragments(&rep, 1480) {
         if let (Verdict::Forward(p), _) = n.send(OUT_PORT, &f) {
@@ -478,31 +373,16 @@ fn fragmented_tcp_segment_tracked_whole() {
     let (c, s) = (1000u32, 5000u32);
     let opts = SYN_OPTS;
     let go = |n: &mut Node, port, f: Vec<u8>| n.send(port, &f).0;
-    assert!(matches!(
-        go(
-            &mut n,
-            IN_PORT,
-            from_host(SERVER).tcp(40006, 80, c, 0, SYN, 64240, &opts, b"")
-        ),
-        Verdict::Forward(_)
-    ));
+    assert!(matches!(go(&mut n, IN_PORT, from_host(SERVER).tcp(40006, 80, c, 0, SYN, 64240, &opts, b"")), Verdict::Forward(_)));
     let synack = from_outside(SERVER, HOST).tcp(80, 40006, s, c + 1, SYN | ACK, 65535, &opts, b"");
     assert!(matches!(go(&mut n, OUT_PORT, synack), Verdict::Forward(_)));
     assert!(matches!(
-        go(
-            &mut n,
-            IN_PORT,
-            from_host(SERVER).tcp(40006, 80, c + 1, s + 1, ACK, 502, &[], b"")
-        ),
+        go(&mut n, IN_PORT, from_host(SERVER).tcp(40006, 80, c + 1, s + 1, ACK, 502, &[], b"")),
         Verdict::Forward(_)
     ));
     // 300 bytes of data in fragments of 48 bytes of IP payload.
-    let data = PacketBuilder {
-        dont_frag: false,
-        ident: 0x0303,
-        ..from_host(SERVER)
-    }
-    .tcp(40006, 80, c + 1, s + 1, ACK | PSH, 502, &[], &[5u8; 300]);
+    let data = PacketBuilder { dont_frag: false, ident: 0x0303, ..from_host(SERVER) }
+        .tcp(40006, 80, c + 1, s + 1, ACK | PSH, 502, &[], &[5u8; 300]);
     let frags = fragments(&data, 48);
     assert_eq!(frags.len(), 7);
     for f in frags.iter().rev() {
@@ -585,37 +465,17 @@ mod props {
 #[test]
 fn tagged_fragments_released_untagged() {
     let mut n = Node::new();
-    n.send(
-        DMZ_PORT,
-        &arp_request(
-            DMZ_HOST_MAC,
-            Some(DMZ_VLAN),
-            DMZ_HOST_MAC,
-            DMZ_HOST,
-            DMZ_ADDR,
-        ),
-    );
+    n.send(DMZ_PORT, &arp_request(DMZ_HOST_MAC, Some(DMZ_VLAN), DMZ_HOST_MAC, DMZ_HOST, DMZ_ADDR));
     n.gen();
     let payload = [6u8; 100];
-    let b = PacketBuilder {
-        dont_frag: false,
-        ident: 0x0404,
-        ..from_dmz(SERVER)
-    };
+    let b = PacketBuilder { dont_frag: false, ident: 0x0404, ..from_dmz(SERVER) };
     let frags = fragments(&b.udp(41500, 5000, &payload), 56);
-    let out = PacketBuilder {
-        dont_frag: false,
-        ident: 0x0404,
-        ..PacketBuilder::new(OUT_MAC, GW_MAC, DMZ_HOST, SERVER).ttl(63)
-    };
+    let out = PacketBuilder { dont_frag: false, ident: 0x0404, ..PacketBuilder::new(OUT_MAC, GW_MAC, DMZ_HOST, SERVER).ttl(63) };
     let want = fragments(&out.udp(41500, 5000, &payload), 56);
     assert_eq!(frags.len(), 2);
     assert_eq!(n.send(DMZ_PORT, &frags[1]).0, Verdict::Consumed);
     let (v, first) = n.send(DMZ_PORT, &frags[0]);
-    assert_eq!(
-        (v, hex(&first)),
-        (Verdict::Forward(OUT_PORT), hex(&want[0]))
-    );
+    assert_eq!((v, hex(&first)), (Verdict::Forward(OUT_PORT), hex(&want[0])));
     let g = n.gen();
     assert_eq!(g.len(), 1);
     assert_eq!((g[0].0, hex(&g[0].1)), (OUT_PORT, hex(&want[1])));

@@ -14,11 +14,7 @@ use proptest::prelude::*;
 
 /// Records as the fuzz target reads them: `[ctl][len][len bytes]`.
 fn records() -> impl Strategy<Value = Vec<u8>> {
-    prop::collection::vec(
-        (any::<u8>(), prop::collection::vec(any::<u8>(), 0..120)),
-        1..48,
-    )
-    .prop_map(|rs| {
+    prop::collection::vec((any::<u8>(), prop::collection::vec(any::<u8>(), 0..120)), 1..48).prop_map(|rs| {
         let mut data = Vec::new();
         for (ctl, body) in rs {
             data.push(ctl);
@@ -54,9 +50,7 @@ fn structured_records_make_well_formed_ipv6() {
     // ctl 0x08: port 0, structured, lengths and checksums right; bytes:
     // source and destination (hosts), hop limit 64, flow label, length
     // (ignored), 3 headers: hop-by-hop, fragment, UDP.
-    let body = [
-        2, 5, 0, 0, 0, 0, 0, 3, 0, 2, 8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 9,
-    ];
+    let body = [2, 5, 0, 0, 0, 0, 0, 3, 0, 2, 8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 9];
     let f = ipv6_input::frame(0x08, &body);
     assert_eq!(f[12..14], [0x86, 0xdd]);
     assert_eq!(f[14] >> 4, 6);

@@ -42,9 +42,7 @@ struct Cluster {
 impl Cluster {
     fn allocator(&mut self, h: Holder) -> &mut PortAllocator {
         let (g, m) = (self.geometry, self.max_per_host);
-        self.alloc
-            .entry((h.node.0, h.worker))
-            .or_insert_with(|| PortAllocator::new(g, m, 4096))
+        self.alloc.entry((h.node.0, h.worker)).or_insert_with(|| PortAllocator::new(g, m, 4096))
     }
 
     fn give(&mut self, r: BlockRef) {
@@ -54,10 +52,7 @@ impl Cluster {
     }
 
     fn live(&self) -> Vec<NodeId> {
-        (0..16)
-            .filter(|i| self.map.members() >> i & 1 == 1)
-            .map(NodeId)
-            .collect()
+        (0..16).filter(|i| self.map.members() >> i & 1 == 1).map(NodeId).collect()
     }
 
     /// Pay what can be paid of the debts with idle blocks.
@@ -65,11 +60,9 @@ impl Cluster {
         let debts: Vec<_> = self.map.debts().to_vec();
         for d in debts {
             for _ in 0..d.count {
-                let Some(r) = (0..WORKERS).find_map(|w| {
-                    self.alloc
-                        .get_mut(&(d.from.0, w))
-                        .and_then(|a| a.take_idle_block(d.addr))
-                }) else {
+                let Some(r) = (0..WORKERS)
+                    .find_map(|w| self.alloc.get_mut(&(d.from.0, w)).and_then(|a| a.take_idle_block(d.addr)))
+                else {
                     break;
                 };
                 let h = self.map.release(r, d.from).unwrap();
@@ -84,11 +77,7 @@ impl Cluster {
         self.map = old.without(x).unwrap();
         // The dead node's blocks go to their heirs (idle ones too).
         for (r, _) in old.blocks_of(x) {
-            assert_eq!(
-                Some(self.map.holder(r).unwrap().node),
-                old.heir(r),
-                "{r:?} went to its heir"
-            );
+            assert_eq!(Some(self.map.holder(r).unwrap().node), old.heir(r), "{r:?} went to its heir");
             self.give(r);
         }
         for w in 0..WORKERS {
@@ -99,50 +88,24 @@ impl Cluster {
             let h = self.map.holder(b.mapped.block).unwrap();
             b.owner = h;
             let (g, m) = (self.geometry, self.max_per_host);
-            let a = self
-                .alloc
-                .entry((h.node.0, h.worker))
-                .or_insert_with(|| PortAllocator::new(g, m, 4096));
-            assert!(
-                a.reserve(b.class, b.mapped.block, b.mapped.port, b.host),
-                "{:?} reserved by the heir",
-                b.mapped
-            );
+            let a = self.alloc.entry((h.node.0, h.worker)).or_insert_with(|| PortAllocator::new(g, m, 4096));
+            assert!(a.reserve(b.class, b.mapped.block, b.mapped.port, b.host), "{:?} reserved by the heir", b.mapped);
         }
     }
 
     fn check(&self) {
         let mut used = HashSet::new();
         for b in &self.bindings {
-            assert!(
-                used.insert((b.mapped.addr, b.mapped.port, b.class as u8)),
-                "{:?} bound twice",
-                b.mapped
-            );
+            assert!(used.insert((b.mapped.addr, b.mapped.port, b.class as u8)), "{:?} bound twice", b.mapped);
             let h = self.map.lookup(b.mapped.addr, b.mapped.port).unwrap();
-            assert_eq!(
-                h, b.owner,
-                "return traffic to {:?} reaches its owner",
-                b.mapped
-            );
-            assert!(self.alloc[&(h.node.0, h.worker)].is_used(
-                b.class,
-                b.mapped.block,
-                b.mapped.port
-            ));
+            assert_eq!(h, b.owner, "return traffic to {:?} reaches its owner", b.mapped);
+            assert!(self.alloc[&(h.node.0, h.worker)].is_used(b.class, b.mapped.block, b.mapped.port));
         }
         let mut seen = HashSet::new();
         for (&(n, w), a) in &self.alloc {
             for r in a.block_refs() {
                 assert!(seen.insert(r), "{r:?} in two allocators");
-                assert_eq!(
-                    self.map.holder(r),
-                    Some(Holder {
-                        node: NodeId(n),
-                        worker: w
-                    }),
-                    "{r:?}"
-                );
+                assert_eq!(self.map.holder(r), Some(Holder { node: NodeId(n), worker: w }), "{r:?}");
             }
         }
         let total = self.map.addresses().len() * usize::from(self.geometry.blocks());
@@ -154,10 +117,7 @@ impl Cluster {
 #[test]
 fn ten_thousand_pat_connections_over_five_nodes_with_kills_and_rejoins() {
     let (exhausted, _) = play(2, 500, None, 0x0123_4567_89ab_cdef);
-    assert_eq!(
-        exhausted, 0,
-        "a pool of 2 × 126 blocks does not run out here"
-    );
+    assert_eq!(exhausted, 0, "a pool of 2 × 126 blocks does not run out here");
 }
 
 /// Port block allocation, at most 4 blocks per host per worker: every host
@@ -175,18 +135,10 @@ fn ten_thousand_connections_with_port_block_allocation() {
 /// allocators' summed exhaustion counters.
 fn play(addresses: u8, hosts: u64, max_per_host: Option<u16>, seed: u64) -> (u32, String) {
     let geometry = Geometry::new(512, false).unwrap();
-    let pool: Vec<Ipv4Addr> = (1..=addresses)
-        .map(|i| Ipv4Addr::new(198, 51, 100, i))
-        .collect();
+    let pool: Vec<Ipv4Addr> = (1..=addresses).map(|i| Ipv4Addr::new(198, 51, 100, i)).collect();
     let members = MemberSet::from_nodes(Epoch(1), (0..NODES).map(NodeId)).unwrap();
     let map = BlockMap::deal(geometry, &pool, &members, WORKERS).unwrap();
-    let mut c = Cluster {
-        map,
-        alloc: HashMap::new(),
-        bindings: Vec::new(),
-        geometry,
-        max_per_host,
-    };
+    let mut c = Cluster { map, alloc: HashMap::new(), bindings: Vec::new(), geometry, max_per_host };
     for a in 0..pool.len() as u32 {
         for b in 0..geometry.blocks() {
             c.give(BlockRef { addr: a, block: b });
@@ -200,8 +152,7 @@ fn play(addresses: u8, hosts: u64, max_per_host: Option<u16>, seed: u64) -> (u32
         x ^= x << 17;
         x % n
     };
-    let (mut opened, mut exhausted, mut kills, mut joins, mut failovers) =
-        (0u32, 0u32, 0u32, 0u32, 0usize);
+    let (mut opened, mut exhausted, mut kills, mut joins, mut failovers) = (0u32, 0u32, 0u32, 0u32, 0usize);
     let mut step = 0u32;
     while opened < 10_000 {
         step += 1;
@@ -216,40 +167,27 @@ fn play(addresses: u8, hosts: u64, max_per_host: Option<u16>, seed: u64) -> (u32
             }
             // A node (re)joins.
             3..=5 if c.live().len() < usize::from(NODES) => {
-                let absent: Vec<NodeId> = (0..NODES)
-                    .map(NodeId)
-                    .filter(|n| !c.live().contains(n))
-                    .collect();
+                let absent: Vec<NodeId> = (0..NODES).map(NodeId).filter(|n| !c.live().contains(n)).collect();
                 let j = absent[rnd(absent.len() as u64) as usize];
                 c.map = c.map.with(j).unwrap();
                 joins += 1;
             }
             // Close a connection.
             6..=300 if !c.bindings.is_empty() => {
-                let b = c
-                    .bindings
-                    .swap_remove(rnd(c.bindings.len() as u64) as usize);
-                c.allocator(b.owner)
-                    .free(b.class, b.mapped.block, b.mapped.port);
+                let b = c.bindings.swap_remove(rnd(c.bindings.len() as u64) as usize);
+                c.allocator(b.owner).free(b.class, b.mapped.block, b.mapped.port);
             }
             // Open one: a random first receiver and worker, a host of 500.
             _ => {
                 let live = c.live();
-                let owner = Holder {
-                    node: live[rnd(live.len() as u64) as usize],
-                    worker: rnd(u64::from(WORKERS)) as u8,
-                };
+                let owner =
+                    Holder { node: live[rnd(live.len() as u64) as usize], worker: rnd(u64::from(WORKERS)) as u8 };
                 let h = rnd(hosts) as u32;
                 let host = Ipv4Addr::from(0x0a00_0100 + h);
                 let class = [PortClass::Tcp, PortClass::Udp, PortClass::Icmp][rnd(3) as usize];
                 match c.allocator(owner).alloc(class, host) {
                     Ok(mapped) => {
-                        c.bindings.push(Binding {
-                            host,
-                            class,
-                            mapped,
-                            owner,
-                        });
+                        c.bindings.push(Binding { host, class, mapped, owner });
                         opened += 1;
                     }
                     Err(_) => exhausted += 1,
@@ -259,10 +197,7 @@ fn play(addresses: u8, hosts: u64, max_per_host: Option<u16>, seed: u64) -> (u32
         c.pay_debts();
         c.check();
     }
-    assert!(
-        kills >= 5 && joins >= 5,
-        "kills {kills}, joins {joins} in {step} steps"
-    );
+    assert!(kills >= 5 && joins >= 5, "kills {kills}, joins {joins} in {step} steps");
     assert!(failovers > 100, "{failovers} translations moved to heirs");
     eprintln!(
         "{opened} connections opened in {step} steps, {} open at the end; {kills} kills, {joins} joins, \

@@ -29,13 +29,7 @@ const C_ISN: u32 = 1000;
 const S_ISN: u32 = 5000;
 
 fn spec() -> NatSpec {
-    one_rule_nat(
-        RuleKind::DynamicNat,
-        PoolSpec {
-            addresses: vec![DYN_A, DYN_B],
-            pat: None,
-        },
-    )
+    one_rule_nat(RuleKind::DynamicNat, PoolSpec { addresses: vec![DYN_A, DYN_B], pat: None })
 }
 
 /// Node 0, the control node of a one-member cluster, with `n` workers
@@ -99,10 +93,7 @@ fn return_traffic_to_a_dynamic_address_reaches_the_worker_of_each_connection() {
     let released = node.tick(now);
     assert_eq!(released.len(), 1, "the held SYN");
     let (src, sp, dst, _, _) = tcp_of(&released[0].1);
-    assert_eq!(
-        (released[0].0, src, sp, dst),
-        (OUT, DYN_B, ports[0], SERVER)
-    );
+    assert_eq!((released[0].0, src, sp, dst), (OUT, DYN_B, ports[0], SERVER));
     assert_eq!(node.w[w0].nat_counters().unwrap().pending_released, 1);
     for &sport in &ports {
         let w = worker(sport);
@@ -124,14 +115,8 @@ fn return_traffic_to_a_dynamic_address_reaches_the_worker_of_each_connection() {
                 &[],
             );
             let rxw = &node.w[rx];
-            let steered = steer_nat(&synack, 2, rxw.nat_plan().as_deref(), |a| {
-                rxw.shared_real_of(a)
-            });
-            assert_eq!(
-                steered,
-                Steer::Worker(WorkerId(w as u16)),
-                "port {sport} at worker {rx}"
-            );
+            let steered = steer_nat(&synack, 2, rxw.nat_plan().as_deref(), |a| rxw.shared_real_of(a));
+            assert_eq!(steered, Steer::Worker(WorkerId(w as u16)), "port {sport} at worker {rx}");
             let out = node.receive(now, OUT, &synack, rx);
             assert_eq!(out.len(), 1, "the SYN-ACK to port {sport} at worker {rx}");
             let (src, _, dst, dp, _) = tcp_of(&out[0].1);
@@ -139,31 +124,11 @@ fn return_traffic_to_a_dynamic_address_reaches_the_worker_of_each_connection() {
         }
         // An ICMP error from a router about the translated SYN: by the
         // packet it quotes, to the same worker, quote translated back.
-        let quoted = PacketBuilder::new(GW_MAC, out_mac(0), DYN_B, SERVER).tcp(
-            sport,
-            80,
-            C_ISN,
-            0,
-            SYN,
-            64240,
-            &[],
-            &[],
-        );
-        let err = PacketBuilder::new(GW_MAC, out_mac(0), ROUTER, DYN_B).icmp(
-            3,
-            4,
-            (0, 1400),
-            &quoted[14..42],
-        );
+        let quoted = PacketBuilder::new(GW_MAC, out_mac(0), DYN_B, SERVER).tcp(sport, 80, C_ISN, 0, SYN, 64240, &[], &[]);
+        let err = PacketBuilder::new(GW_MAC, out_mac(0), ROUTER, DYN_B).icmp(3, 4, (0, 1400), &quoted[14..42]);
         let rxw = &node.w[1 - w];
-        let steered = steer_nat(&err, 2, rxw.nat_plan().as_deref(), |a| {
-            rxw.shared_real_of(a)
-        });
-        assert_eq!(
-            steered,
-            Steer::Worker(WorkerId(w as u16)),
-            "the error about port {sport}"
-        );
+        let steered = steer_nat(&err, 2, rxw.nat_plan().as_deref(), |a| rxw.shared_real_of(a));
+        assert_eq!(steered, Steer::Worker(WorkerId(w as u16)), "the error about port {sport}");
         let out = node.receive(now, OUT, &err, 1 - w);
         assert_eq!(out.len(), 1, "the error about port {sport}");
         let ip = Ipv4Packet::new_checked(&out[0].1[14..]).unwrap();
@@ -175,27 +140,11 @@ fn return_traffic_to_a_dynamic_address_reaches_the_worker_of_each_connection() {
     for p in &mut node.w {
         p.set_shared_xlate(now, 0, HOST, Some(DYN_A));
     }
-    assert!(node
-        .w
-        .iter()
-        .all(|p| p.shared_real_of(DYN_A) == Some(HOST) && p.shared_real_of(DYN_B).is_none()));
+    assert!(node.w.iter().all(|p| p.shared_real_of(DYN_A) == Some(HOST) && p.shared_real_of(DYN_B).is_none()));
     // Traffic to a pool address nobody holds: dropped where it lands,
     // counted.
-    let probe = PacketBuilder::new(GW_MAC, out_mac(0), SERVER, DYN_B).tcp(
-        80,
-        ports[0],
-        1,
-        0,
-        SYN,
-        1024,
-        &[],
-        &[],
-    );
+    let probe = PacketBuilder::new(GW_MAC, out_mac(0), SERVER, DYN_B).tcp(80, ports[0], 1, 0, SYN, 1024, &[], &[]);
     assert!(node.receive(now, OUT, &probe, 0).is_empty());
-    let dropped: u64 = node
-        .w
-        .iter()
-        .map(|p| p.counters().drop_count(DropReason::NatNoXlate))
-        .sum();
+    let dropped: u64 = node.w.iter().map(|p| p.counters().drop_count(DropReason::NatNoXlate)).sum();
     assert_eq!(dropped, 1);
 }

@@ -31,9 +31,7 @@ mod workers_util;
 use common::*;
 use dataplane::conntrack::tcp_flags::{ACK, FIN, PSH, SYN};
 use dataplane::nat::{Endpoint, RuleKind, RuleSpec as NatRule};
-use dataplane::pipeline::{
-    NatCounters, NatInbound, NatSpec, PatSpec, Pipeline, PipelineConfig, PoolSpec,
-};
+use dataplane::pipeline::{NatCounters, NatInbound, NatSpec, PatSpec, Pipeline, PipelineConfig, PoolSpec};
 use dataplane::route::IfIndex;
 use dataplane::wire::build::{ipv4_offset, PacketBuilder};
 use dataplane::{DropReason, Duration, PortId, Timestamp, WorkerId};
@@ -53,12 +51,8 @@ const WEB_MAPPED: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 80);
 const DB_MAPPED: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 200);
 const ROUTER: Ipv4Addr = Ipv4Addr::new(93, 184, 216, 1);
 /// Inside hosts; the second is translated by dynamic NAT, the others by PAT.
-const HOSTS: [Ipv4Addr; 4] = [
-    HOST,
-    Ipv4Addr::new(198, 18, 1, 11),
-    Ipv4Addr::new(198, 18, 1, 12),
-    Ipv4Addr::new(198, 18, 1, 13),
-];
+const HOSTS: [Ipv4Addr; 4] =
+    [HOST, Ipv4Addr::new(198, 18, 1, 11), Ipv4Addr::new(198, 18, 1, 12), Ipv4Addr::new(198, 18, 1, 13)];
 const DYN_HOST: usize = 1;
 /// Outbound flows: `i` and `i + 8` share host and protocol and differ in
 /// port and server. (Connections from one real endpoint that land on
@@ -80,8 +74,7 @@ fn cfg() -> PipelineConfig {
     cfg.icmp_errors.rate = 100_000;
     cfg.icmp_errors.burst = 100_000;
     cfg.static_neighbors = (0..HOSTS.len()).map(|h| (HOSTS[h], host_mac(h))).collect();
-    cfg.static_neighbors
-        .extend([(GW, GW_MAC), (DMZ_HOST, DMZ_HOST_MAC)]);
+    cfg.static_neighbors.extend([(GW, GW_MAC), (DMZ_HOST, DMZ_HOST_MAC)]);
     cfg.rules.insert(
         0,
         dataplane::pipeline::RuleSpec {
@@ -114,19 +107,13 @@ fn spec() -> NatSpec {
     };
     NatSpec {
         rules: vec![
-            NatRule {
-                pool: Some(1),
-                ..rule(RuleKind::DynamicNat, (HOSTS[DYN_HOST], 32))
-            },
+            NatRule { pool: Some(1), ..rule(RuleKind::DynamicNat, (HOSTS[DYN_HOST], 32)) },
             NatRule {
                 mapped: Some((WEB_MAPPED, 32)),
                 ports: Some((6, 80, 8080)),
                 ..rule(RuleKind::StaticPat, (HOST, 32))
             },
-            NatRule {
-                pool: Some(0),
-                ..rule(RuleKind::DynamicPat, (Ipv4Addr::new(198, 18, 1, 0), 24))
-            },
+            NatRule { pool: Some(0), ..rule(RuleKind::DynamicPat, (Ipv4Addr::new(198, 18, 1, 0), 24)) },
             NatRule {
                 real_iface: None,
                 mapped_iface: None,
@@ -137,16 +124,9 @@ fn spec() -> NatSpec {
         pools: vec![
             PoolSpec {
                 addresses: PAT.to_vec(),
-                pat: Some(PatSpec {
-                    block_size: 512,
-                    reserved_ports: false,
-                    max_per_host: None,
-                }),
+                pat: Some(PatSpec { block_size: 512, reserved_ports: false, max_per_host: None }),
             },
-            PoolSpec {
-                addresses: DYN.to_vec(),
-                pat: None,
-            },
+            PoolSpec { addresses: DYN.to_vec(), pat: None },
         ],
         xlate_capacity: 4096,
         // Longer than any run: a mapped port is never reused for another
@@ -159,12 +139,7 @@ fn spec() -> NatSpec {
 /// (host index, protocol, client port or echo id, server) of flow `i`.
 fn flow(i: usize) -> (usize, u8, u16, Ipv4Addr) {
     let k = i % 8;
-    (
-        k / 2,
-        [6, 17, 1][k % 3],
-        40000 + i as u16,
-        Ipv4Addr::new(93, 184, 216, 30 + (i / 8) as u8),
-    )
+    (k / 2, [6, 17, 1][k % 3], 40000 + i as u16, Ipv4Addr::new(93, 184, 216, 30 + (i / 8) as u8))
 }
 
 fn client(c: usize) -> (Ipv4Addr, u16) {
@@ -225,15 +200,7 @@ enum Op {
 }
 
 fn op() -> impl Strategy<Value = Op> {
-    let flags = prop::sample::select(vec![
-        SYN,
-        SYN | ACK,
-        ACK,
-        ACK,
-        ACK | PSH,
-        ACK | PSH,
-        FIN | ACK,
-    ]);
+    let flags = prop::sample::select(vec![SYN, SYN | ACK, ACK, ACK, ACK | PSH, ACK | PSH, FIN | ACK]);
     prop_oneof![
         12 => (0..FLOWS, any::<bool>(), flags.clone(), 0u8..=120, any::<u8>())
             .prop_map(|(flow, reply, flags, len, rx)| Op::Out { flow, reply, flags, len, rx }),
@@ -290,15 +257,9 @@ impl Seen {
             let (h, _, cp, _) = flow(i);
             let ms = sport(f);
             if PAT.contains(&s) {
-                assert!(
-                    h != DYN_HOST && ms >= 1024,
-                    "PAT from the blocks: {s}:{ms} for host {h}"
-                );
+                assert!(h != DYN_HOST && ms >= 1024, "PAT from the blocks: {s}:{ms} for host {h}");
             } else {
-                assert!(
-                    h == DYN_HOST && ms == cp,
-                    "dynamic NAT keeps the port: {s}:{ms}"
-                );
+                assert!(h == DYN_HOST && ms == cp, "dynamic NAT keeps the port: {s}:{ms}");
             }
             self.mapped.insert(i, (s, ms));
             self.last_out.insert(i, f.clone());
@@ -332,14 +293,7 @@ impl Pair {
         general.set_nat(&spec()).unwrap();
         general.set_fast_path(false);
         let many = Workers::with_nat(n, &cfg(), &spec());
-        Pair {
-            one,
-            general,
-            many,
-            seen: Default::default(),
-            now: Timestamp::from_secs(1),
-            static_fragments: 0,
-        }
+        Pair { one, general, many, seen: Default::default(), now: Timestamp::from_secs(1), static_fragments: 0 }
     }
 
     /// The same frame to both; true if it went anywhere.
@@ -351,11 +305,7 @@ impl Pair {
     /// node's own mapped endpoint); how many frames went out.
     fn send2(&mut self, port: PortId, a: &[u8], b: &[u8], rx: u8, flow: Option<usize>) -> usize {
         let x = single(&mut self.one, self.now, port, a);
-        assert_eq!(
-            x,
-            single(&mut self.general, self.now, port, a),
-            "fast path against general path for {a:02x?}"
-        );
+        assert_eq!(x, single(&mut self.general, self.now, port, a), "fast path against general path for {a:02x?}");
         let y = self.many.receive(self.now, port, b, usize::from(rx));
         let x = self.seen.0.normalize(x, flow);
         let y = self.seen.1.normalize(y, flow);
@@ -371,9 +321,7 @@ impl Pair {
         let mut seen = std::collections::HashMap::new();
         for (w, p) in self.many.w.iter().enumerate() {
             for x in p.xlates(self.now, 10_000) {
-                if let Some((other, real)) =
-                    seen.insert((x.proto, x.mapped.clone()), (w, x.real.clone()))
-                {
+                if let Some((other, real)) = seen.insert((x.proto, x.mapped.clone()), (w, x.real.clone())) {
                     panic!(
                         "{} {} bound on worker {other} to {real} and on worker {w} to {}",
                         x.proto, x.mapped, x.real
@@ -393,10 +341,7 @@ impl Pair {
         self.general.drain_generated(|o, f| g.push((o, f.to_vec())));
         assert_eq!(x, g, "timers: fast path against general path");
         let y = self.many.tick(self.now);
-        let (x, y) = (
-            self.seen.0.normalize(x, None),
-            self.seen.1.normalize(y, None),
-        );
+        let (x, y) = (self.seen.0.normalize(x, None), self.seen.1.normalize(y, None));
         assert_eq!(x, y, "timers");
         self.one_binding_per_mapped_endpoint();
     }
@@ -404,10 +349,7 @@ impl Pair {
 
 fn drops(p: &Pipeline) -> Vec<u64> {
     let c = p.counters();
-    DropReason::ALL
-        .iter()
-        .map(|&r| c.drops[r.index()] + p.frag_release_drops(r))
-        .collect()
+    DropReason::ALL.iter().map(|&r| c.drops[r.index()] + p.frag_release_drops(r)).collect()
 }
 
 /// Runs `ops` on one pipeline and `n` workers; returns the pair.
@@ -420,13 +362,7 @@ fn run(n: u16, ops: &[Op]) -> Pair {
     let mut ident = 77u16;
     for op in ops {
         match *op {
-            Op::Out {
-                flow: i,
-                reply,
-                flags,
-                len,
-                rx,
-            } => {
+            Op::Out { flow: i, reply, flags, len, rx } => {
                 let (h, proto, cp, server) = flow(i);
                 let s = &mut seq[i];
                 if flags == SYN && !reply {
@@ -447,9 +383,7 @@ fn run(n: u16, ops: &[Op]) -> Pair {
                     };
                     pair.send(IN_PORT, &f, rx, Some(i))
                 } else {
-                    let (Some(&ma), Some(&mb)) =
-                        (pair.seen.0.mapped.get(&i), pair.seen.1.mapped.get(&i))
-                    else {
+                    let (Some(&ma), Some(&mb)) = (pair.seen.0.mapped.get(&i), pair.seen.1.mapped.get(&i)) else {
                         assert_eq!(pair.seen.0.mapped.get(&i), pair.seen.1.mapped.get(&i));
                         continue;
                     };
@@ -470,22 +404,12 @@ fn run(n: u16, ops: &[Op]) -> Pair {
                 }
             }
             Op::IcmpError { flow: i, rx } => {
-                let (Some(a), Some(b)) =
-                    (pair.seen.0.last_out.get(&i), pair.seen.1.last_out.get(&i))
-                else {
-                    continue;
-                };
+                let (Some(a), Some(b)) = (pair.seen.0.last_out.get(&i), pair.seen.1.last_out.get(&i)) else { continue };
                 let err = |f: &[u8]| icmp_error_frame(f, GW_MAC, ROUTER, OUT_MAC, 3, 4, 1280);
                 let (a, b) = (err(a), err(b));
                 pair.send2(OUT_PORT, &a, &b, rx, None);
             }
-            Op::StaticIn {
-                c,
-                db,
-                reply,
-                flags,
-                rx,
-            } => {
+            Op::StaticIn { c, db, reply, flags, rx } => {
                 let (ca, cp) = client(c);
                 let s = &mut seq[FLOWS + 2 * c + usize::from(db)];
                 if flags == SYN && !reply {
@@ -496,22 +420,14 @@ fn run(n: u16, ops: &[Op]) -> Pair {
                 }
                 let opts: &[u8] = if flags & SYN != 0 { &SYN_OPTS } else { &[] };
                 let (frame, port) = match (db, reply) {
-                    (false, false) => (
-                        from_outside(ca, WEB_MAPPED).tcp(cp, 8080, s.0, s.1, flags, 502, opts, b""),
-                        OUT_PORT,
-                    ),
-                    (true, false) => (
-                        from_outside(ca, DB_MAPPED).tcp(cp, 5432, s.0, s.1, flags, 502, opts, b""),
-                        OUT_PORT,
-                    ),
-                    (false, true) => (
-                        from_host(ca).tcp(80, cp, s.1, s.0, flags, 502, opts, b""),
-                        IN_PORT,
-                    ),
-                    (true, true) => (
-                        from_dmz(ca).tcp(5432, cp, s.1, s.0, flags, 502, opts, b""),
-                        DMZ_PORT,
-                    ),
+                    (false, false) => {
+                        (from_outside(ca, WEB_MAPPED).tcp(cp, 8080, s.0, s.1, flags, 502, opts, b""), OUT_PORT)
+                    }
+                    (true, false) => {
+                        (from_outside(ca, DB_MAPPED).tcp(cp, 5432, s.0, s.1, flags, 502, opts, b""), OUT_PORT)
+                    }
+                    (false, true) => (from_host(ca).tcp(80, cp, s.1, s.0, flags, 502, opts, b""), IN_PORT),
+                    (true, true) => (from_dmz(ca).tcp(5432, cp, s.1, s.0, flags, 502, opts, b""), DMZ_PORT),
                 };
                 if pair.send(port, &frame, rx, None) {
                     let adv = u32::from(flags & (SYN | FIN) != 0);
@@ -519,22 +435,10 @@ fn run(n: u16, ops: &[Op]) -> Pair {
                     *side = side.wrapping_add(adv);
                 }
             }
-            Op::Probe {
-                addr,
-                port,
-                udp,
-                rx,
-            } => {
+            Op::Probe { addr, port, udp, rx } => {
                 let b = from_outside(Ipv4Addr::new(93, 184, 216, 66), PAT[addr]);
-                let f = if udp {
-                    b.udp(4444, port, b"probe")
-                } else {
-                    b.tcp(4444, port, 1, 0, SYN, 1024, &[], b"")
-                };
-                assert!(
-                    !pair.send(OUT_PORT, &f, rx, None),
-                    "a probe of an unmapped port went through"
-                );
+                let f = if udp { b.udp(4444, port, b"probe") } else { b.tcp(4444, port, 1, 0, SYN, 1024, &[], b"") };
+                assert!(!pair.send(OUT_PORT, &f, rx, None), "a probe of an unmapped port went through");
             }
             Op::Fragments { flow: i, len, rx } => {
                 let (_, proto, _, server) = flow(i);
@@ -544,18 +448,10 @@ fn run(n: u16, ops: &[Op]) -> Pair {
                 if proto != 17 {
                     continue;
                 }
-                let (Some(&ma), Some(&mb)) =
-                    (pair.seen.0.mapped.get(&i), pair.seen.1.mapped.get(&i))
-                else {
-                    continue;
-                };
+                let (Some(&ma), Some(&mb)) = (pair.seen.0.mapped.get(&i), pair.seen.1.mapped.get(&i)) else { continue };
                 ident = ident.wrapping_add(1);
                 let frags = |(a, p): (Ipv4Addr, u16)| {
-                    let b = PacketBuilder {
-                        dont_frag: false,
-                        ident,
-                        ..from_outside(server, a)
-                    };
+                    let b = PacketBuilder { dont_frag: false, ident, ..from_outside(server, a) };
                     frag_util::fragments(&b.udp(53, p, &vec![0x63; usize::from(len)]), 64)
                 };
                 // Translated to the flow's real endpoint when it is a UDP
@@ -566,32 +462,12 @@ fn run(n: u16, ops: &[Op]) -> Pair {
                     pair.send2(OUT_PORT, a, &b, rx.wrapping_add(k as u8), Some(i));
                 }
             }
-            Op::StaticFragments {
-                c,
-                len,
-                first_last,
-                rx,
-            } => {
+            Op::StaticFragments { c, len, first_last, rx } => {
                 let (ca, cp) = client(c);
                 let s = seq[FLOWS + 2 * c + 1];
-                let b = PacketBuilder {
-                    dont_frag: false,
-                    ident: 99 + c as u16,
-                    ..from_outside(ca, DB_MAPPED)
-                };
-                let mut frags = frag_util::fragments(
-                    &b.tcp(
-                        cp,
-                        5432,
-                        s.0,
-                        s.1,
-                        ACK,
-                        502,
-                        &[],
-                        &vec![0x64; usize::from(len)],
-                    ),
-                    64,
-                );
+                let b = PacketBuilder { dont_frag: false, ident: 99 + c as u16, ..from_outside(ca, DB_MAPPED) };
+                let mut frags =
+                    frag_util::fragments(&b.tcp(cp, 5432, s.0, s.1, ACK, 502, &[], &vec![0x64; usize::from(len)]), 64);
                 if first_last {
                     frags.rotate_left(1);
                 }
@@ -616,25 +492,11 @@ fn run(n: u16, ops: &[Op]) -> Pair {
     fc.fast_path = 0;
     assert_eq!(fc, gc, "counters, fast path against general path");
     assert_eq!(one.nat_counters(), general.nat_counters());
-    assert_eq!(
-        format!("{:?}", one.xlates(now, 1000)),
-        format!("{:?}", general.xlates(now, 1000))
-    );
-    assert_eq!(
-        format!("{:?}", one.conns(now, 1000)),
-        format!("{:?}", general.conns(now, 1000))
-    );
+    assert_eq!(format!("{:?}", one.xlates(now, 1000)), format!("{:?}", general.xlates(now, 1000)));
+    assert_eq!(format!("{:?}", one.conns(now, 1000)), format!("{:?}", general.conns(now, 1000)));
     assert_eq!(one.nat_pools(), general.nat_pools());
-    let mut a: Vec<String> = one
-        .conns(now, 1000)
-        .iter()
-        .map(|c| format!("{c:?}"))
-        .collect();
-    let mut b: Vec<String> = many
-        .iter()
-        .flat_map(|p| p.conns(now, 1000))
-        .map(|c| format!("{c:?}"))
-        .collect();
+    let mut a: Vec<String> = one.conns(now, 1000).iter().map(|c| format!("{c:?}")).collect();
+    let mut b: Vec<String> = many.iter().flat_map(|p| p.conns(now, 1000)).map(|c| format!("{c:?}")).collect();
     a.sort();
     b.sort();
     assert_eq!(a, b, "connections (real tuples)");
@@ -650,16 +512,8 @@ fn run(n: u16, ops: &[Op]) -> Pair {
         c += p.nat_counters().unwrap();
     }
     let o = one.nat_counters().unwrap();
-    let key = |c: &NatCounters| {
-        (
-            c.translated_out,
-            c.translated_in,
-            c.icmp_errors_in,
-            c.no_xlate,
-            c.fragments_in,
-            c.exhausted,
-        )
-    };
+    let key =
+        |c: &NatCounters| (c.translated_out, c.translated_in, c.icmp_errors_in, c.no_xlate, c.fragments_in, c.exhausted);
     assert_eq!(key(&c), key(&o), "NAT counters: {c:?} / {o:?}");
     // Multi-session xlates are per worker: a client endpoint whose
     // connections land on two workers holds one on each.
@@ -684,86 +538,30 @@ proptest! {
 fn return_traffic_meets_the_worker_of_its_block() {
     let mut ops = vec![];
     for flow in 0..FLOWS {
-        ops.push(Op::Out {
-            flow,
-            reply: false,
-            flags: SYN,
-            len: 0,
-            rx: 0,
-        });
-        ops.push(Op::Out {
-            flow,
-            reply: true,
-            flags: SYN | ACK,
-            len: 0,
-            rx: 1,
-        });
-        ops.push(Op::Out {
-            flow,
-            reply: false,
-            flags: ACK,
-            len: 10,
-            rx: 2,
-        });
+        ops.push(Op::Out { flow, reply: false, flags: SYN, len: 0, rx: 0 });
+        ops.push(Op::Out { flow, reply: true, flags: SYN | ACK, len: 0, rx: 1 });
+        ops.push(Op::Out { flow, reply: false, flags: ACK, len: 10, rx: 2 });
         ops.push(Op::IcmpError { flow, rx: 0 });
     }
     for c in 0..CLIENTS {
         for db in [false, true] {
-            ops.push(Op::StaticIn {
-                c,
-                db,
-                reply: false,
-                flags: SYN,
-                rx: 0,
-            });
-            ops.push(Op::StaticIn {
-                c,
-                db,
-                reply: true,
-                flags: SYN | ACK,
-                rx: 0,
-            });
+            ops.push(Op::StaticIn { c, db, reply: false, flags: SYN, rx: 0 });
+            ops.push(Op::StaticIn { c, db, reply: true, flags: SYN | ACK, rx: 0 });
         }
-        ops.push(Op::StaticIn {
-            c,
-            db: true,
-            reply: false,
-            flags: ACK,
-            rx: 0,
-        });
-        ops.push(Op::StaticFragments {
-            c,
-            len: 300,
-            first_last: c % 2 == 0,
-            rx: 1,
-        });
+        ops.push(Op::StaticIn { c, db: true, reply: false, flags: ACK, rx: 0 });
+        ops.push(Op::StaticFragments { c, len: 300, first_last: c % 2 == 0, rx: 1 });
     }
     // Established traffic both ways, through the fast path.
     for flow in 0..FLOWS {
         for _ in 0..4 {
-            ops.push(Op::Out {
-                flow,
-                reply: false,
-                flags: ACK | PSH,
-                len: 20,
-                rx: 0,
-            });
-            ops.push(Op::Out {
-                flow,
-                reply: true,
-                flags: ACK,
-                len: 0,
-                rx: 1,
-            });
+            ops.push(Op::Out { flow, reply: false, flags: ACK | PSH, len: 20, rx: 0 });
+            ops.push(Op::Out { flow, reply: true, flags: ACK, len: 0, rx: 1 });
         }
     }
     let pair = run(3, &ops);
     let now = pair.now;
     let fast = pair.one.counters().fast_path;
-    assert!(
-        fast >= 80,
-        "translated TCP and UDP packets took the fast path: {fast}"
-    );
+    assert!(fast >= 80, "translated TCP and UDP packets took the fast path: {fast}");
     let plan = pair.many.w[0].nat_plan().unwrap();
     for (w, p) in pair.many.w.iter().enumerate() {
         let x = p.xlates(now, 1000);
@@ -796,28 +594,18 @@ fn return_traffic_meets_the_worker_of_its_block() {
     assert_eq!(pair.seen.1.mapped.len(), FLOWS);
     // A 320-byte segment (header and 300 bytes) in 64-byte pieces: 5
     // fragments per client.
-    assert_eq!(
-        pair.static_fragments,
-        5 * CLIENTS,
-        "fragments through static NAT, handed to their worker"
-    );
+    assert_eq!(pair.static_fragments, 5 * CLIENTS, "fragments through static NAT, handed to their worker");
     let pat_workers: std::collections::HashSet<u16> = pair
         .seen
         .1
         .mapped
         .values()
-        .filter_map(
-            |&(a, p)| match plan.inbound(a, 6, Some(dataplane::nat::PortClass::Tcp), p) {
-                Some(NatInbound::Worker(w)) if PAT.contains(&a) => Some(w.0),
-                _ => None,
-            },
-        )
+        .filter_map(|&(a, p)| match plan.inbound(a, 6, Some(dataplane::nat::PortClass::Tcp), p) {
+            Some(NatInbound::Worker(w)) if PAT.contains(&a) => Some(w.0),
+            _ => None,
+        })
         .collect();
-    assert_eq!(
-        pat_workers.len(),
-        3,
-        "PAT flows on every worker: {pat_workers:?}"
-    );
+    assert_eq!(pat_workers.len(), 3, "PAT flows on every worker: {pat_workers:?}");
 }
 
 /// A dynamic-NAT pool's addresses are dealt over the workers: the plan
@@ -829,24 +617,12 @@ fn dynamic_nat_addresses_are_dealt_over_the_workers() {
     let mut w = Workers::with_nat(3, &cfg(), &s);
     let plan = w.w[0].nat_plan().unwrap();
     assert_eq!(plan.idle_workers(), vec![(1, 1)]);
-    let owners: Vec<_> = DYN[..2]
-        .iter()
-        .map(|&a| plan.inbound(a, 17, None, 0))
-        .collect();
-    assert_eq!(
-        owners,
-        [
-            Some(NatInbound::Worker(WorkerId(0))),
-            Some(NatInbound::Worker(WorkerId(1)))
-        ]
-    );
+    let owners: Vec<_> = DYN[..2].iter().map(|&a| plan.inbound(a, 17, None, 0)).collect();
+    assert_eq!(owners, [Some(NatInbound::Worker(WorkerId(0))), Some(NatInbound::Worker(WorkerId(1)))]);
     // The plan is the workers' own: a mismatched one is refused.
     let other = dataplane::pipeline::NatPlan::new(&s, 3, 2).unwrap();
     assert!(w.w[1].set_nat_plan(other).is_err());
-    assert!(
-        w.w[2].set_worker(WorkerId(0), 2).is_err(),
-        "set_worker after set_nat"
-    );
+    assert!(w.w[2].set_worker(WorkerId(0), 2).is_err(), "set_worker after set_nat");
     let _ = w.tick(Timestamp::from_secs(2));
 }
 
@@ -875,38 +651,15 @@ proptest! {
 fn a_shared_endpoint_holds_an_xlate_per_worker() {
     let mut pair = Pair::new(3);
     for k in 0..12u8 {
-        let f = PacketBuilder::new(
-            host_mac(0),
-            IN_MAC,
-            HOST,
-            Ipv4Addr::new(93, 184, 216, 40 + k),
-        )
-        .udp(40000, 123, b"t");
+        let f =
+            PacketBuilder::new(host_mac(0), IN_MAC, HOST, Ipv4Addr::new(93, 184, 216, 40 + k)).udp(40000, 123, b"t");
         // From flow 0's client endpoint (HOST:40000), UDP to many servers.
         pair.send(IN_PORT, &f, 0, Some(0));
     }
     let real = format!("{HOST}:40000");
-    let one = pair
-        .one
-        .xlates(pair.now, 100)
-        .into_iter()
-        .filter(|x| x.real == real)
-        .count();
-    let per: Vec<usize> = pair
-        .many
-        .w
-        .iter()
-        .map(|p| {
-            p.xlates(pair.now, 100)
-                .into_iter()
-                .filter(|x| x.real == real)
-                .count()
-        })
-        .collect();
+    let one = pair.one.xlates(pair.now, 100).into_iter().filter(|x| x.real == real).count();
+    let per: Vec<usize> =
+        pair.many.w.iter().map(|p| p.xlates(pair.now, 100).into_iter().filter(|x| x.real == real).count()).collect();
     assert_eq!(one, 1);
-    assert_eq!(
-        per,
-        [1, 1, 1],
-        "12 servers over 3 workers: an xlate on each"
-    );
+    assert_eq!(per, [1, 1, 1], "12 servers over 3 workers: an xlate on each");
 }

@@ -92,38 +92,17 @@ fn packet_path_does_not_allocate() {
     // Fragments: a datagram in reverse (held, then released through
     // drain_generated), an unsolicited one (denied), an overlap, an
     // oversize one, and one left to time out in poll_timers.
-    let dg =
-        |ident, b: dataplane::wire::build::PacketBuilder| dataplane::wire::build::PacketBuilder {
-            dont_frag: false,
-            ident,
-            ..b
-        };
+    let dg = |ident, b: dataplane::wire::build::PacketBuilder| {
+        dataplane::wire::build::PacketBuilder { dont_frag: false, ident, ..b }
+    };
     let out_udp = dg(0x0a0a, from_host(SERVER)).udp(40100, 5000, &[4u8; 200]);
-    frames.extend(
-        frag_util::fragments(&out_udp, 64)
-            .into_iter()
-            .rev()
-            .map(|f| (IN_PORT, f)),
-    );
+    frames.extend(frag_util::fragments(&out_udp, 64).into_iter().rev().map(|f| (IN_PORT, f)));
     let in_udp = dg(0x0b0b, from_outside(SERVER, HOST)).udp(5000, 40101, &[5u8; 200]);
-    frames.extend(
-        frag_util::fragments(&in_udp, 64)
-            .into_iter()
-            .rev()
-            .map(|f| (OUT_PORT, f)),
-    );
+    frames.extend(frag_util::fragments(&in_udp, 64).into_iter().rev().map(|f| (OUT_PORT, f)));
     frames.push((IN_PORT, frag_util::raw_fragment(&out_udp, 24, 24, true)));
     frames.push((IN_PORT, frag_util::raw_fragment(&out_udp, 16, 24, true)));
     frames.push((IN_PORT, frag_util::raw_fragment(&out_udp, 65528, 16, false)));
-    frames.push((
-        IN_PORT,
-        frag_util::raw_fragment(
-            &dg(0x0c0c, from_host(SERVER)).udp(1, 2, &[0; 64]),
-            64,
-            8,
-            false,
-        ),
-    ));
+    frames.push((IN_PORT, frag_util::raw_fragment(&dg(0x0c0c, from_host(SERVER)).udp(1, 2, &[0; 64]), 64, 8, false)));
     // Many unresolved next hops: fills the ARP cache and the generated queue.
     for i in 0..80u8 {
         frames.push((
@@ -145,19 +124,11 @@ fn packet_path_does_not_allocate() {
     let c = p.counters();
     assert!(c.forwarded >= 4 && c.arp_replies == 2 && c.icmp_echo_replies == 1);
     assert!(c.drop_count(dataplane::DropReason::ArpCacheFull) > 0);
-    assert_eq!(
-        p.frag_counters().released,
-        3,
-        "the reversed datagram's held fragments"
-    );
+    assert_eq!(p.frag_counters().released, 3, "the reversed datagram's held fragments");
     assert!(c.drop_count(dataplane::DropReason::AclDenied) >= 1);
     assert_eq!(c.drop_count(dataplane::DropReason::FragOverlap), 1);
     assert_eq!(c.drop_count(dataplane::DropReason::FragTooBig), 1);
-    assert_eq!(
-        p.reasm_counters()
-            .dropped(dataplane::DropReason::FragTimeout),
-        1
-    );
+    assert_eq!(p.reasm_counters().dropped(dataplane::DropReason::FragTimeout), 1);
     // Control: the counter does see allocations on this thread.
     let b = allocs();
     let v = std::hint::black_box(vec![0u8; 16]);
@@ -177,10 +148,7 @@ fn router_duties_do_not_allocate() {
     cfg.icmp_errors.rate = 10;
     cfg.icmp_errors.burst = 4;
     let mut p = dataplane::pipeline::Pipeline::new(cfg).unwrap();
-    let nodf = |b: dataplane::wire::build::PacketBuilder| dataplane::wire::build::PacketBuilder {
-        dont_frag: false,
-        ..b
-    };
+    let nodf = |b: dataplane::wire::build::PacketBuilder| dataplane::wire::build::PacketBuilder { dont_frag: false, ..b };
     let mut frames: Vec<(PortId, Vec<u8>)> = vec![
         (IN_PORT, nodf(from_host(SERVER)).udp(5000, 53, &[1u8; 7000])),
         (IN_PORT, from_host(SERVER).udp(5000, 53, &[2u8; 3000])),
@@ -205,23 +173,8 @@ fn router_duties_do_not_allocate() {
     // The 7028-byte datagram, and two of the DMZ datagram's 1500-byte
     // pieces, split for the 1400-byte outside.
     assert_eq!(c.fragmented, 3);
-    assert_eq!(
-        p.frag_counters().split_datagrams,
-        1,
-        "the DMZ datagram over its MTU split back"
-    );
-    assert_eq!(
-        (
-            c.icmp_errors.frag_needed,
-            c.icmp_errors.port_unreachable,
-            c.icmp_errors.protocol_unreachable
-        ),
-        (1, 1, 1)
-    );
-    assert_eq!(
-        (c.icmp_errors.time_exceeded, c.icmp_errors.suppressed),
-        (1, 19),
-        "the bucket held 4"
-    );
+    assert_eq!(p.frag_counters().split_datagrams, 1, "the DMZ datagram over its MTU split back");
+    assert_eq!((c.icmp_errors.frag_needed, c.icmp_errors.port_unreachable, c.icmp_errors.protocol_unreachable), (1, 1, 1));
+    assert_eq!((c.icmp_errors.time_exceeded, c.icmp_errors.suppressed), (1, 19), "the bucket held 4");
     assert!(seen > 0);
 }

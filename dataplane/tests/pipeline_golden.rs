@@ -58,9 +58,7 @@ fn drop(desc: &'static str, port: PortId, frame: Vec<u8>, r: DropReason) -> Row 
 /// to free, its bytes do not matter; the frame comes out when the ARP reply
 /// arrives (a later row's `generated`).
 fn held(desc: &'static str, port: PortId, frame: Vec<u8>) -> Row {
-    row(desc, port, frame, Verdict::Consumed)
-        .check(|_| {})
-        .delta("arp_held", 1)
+    row(desc, port, frame, Verdict::Consumed).check(|_| {}).delta("arp_held", 1)
 }
 impl Row {
     fn bytes(mut self, b: Vec<u8>) -> Self {
@@ -108,10 +106,7 @@ fn flat(c: &Counters) -> BTreeMap<String, u64> {
         ("icmp_time_exceeded", c.icmp_errors.time_exceeded),
         ("icmp_net_unreachable", c.icmp_errors.net_unreachable),
         ("icmp_port_unreachable", c.icmp_errors.port_unreachable),
-        (
-            "icmp_protocol_unreachable",
-            c.icmp_errors.protocol_unreachable,
-        ),
+        ("icmp_protocol_unreachable", c.icmp_errors.protocol_unreachable),
         ("icmp_frag_needed", c.icmp_errors.frag_needed),
         ("icmp_admin_prohibited", c.icmp_errors.admin_prohibited),
         ("icmp_suppressed", c.icmp_errors.suppressed),
@@ -438,18 +433,7 @@ fn golden_table() {
             from_host(IN_ADDR).udp(1000, 161, b"snmp"),
             LocalUnhandled,
         )
-        .generated(
-            IN_PORT,
-            icmp_error_frame(
-                &from_host(IN_ADDR).udp(1000, 161, b"snmp"),
-                IN_MAC,
-                IN_ADDR,
-                HOST_MAC,
-                3,
-                3,
-                0,
-            ),
-        )
+        .generated(IN_PORT, icmp_error_frame(&from_host(IN_ADDR).udp(1000, 161, b"snmp"), IN_MAC, IN_ADDR, HOST_MAC, 3, 3, 0))
         .delta("icmp_port_unreachable", 1),
         drop(
             "echo reply to our address",
@@ -591,18 +575,7 @@ fn golden_table() {
             from_host(SERVER).ttl(1).udp(1, 2, b""),
             TtlExceeded,
         )
-        .generated(
-            IN_PORT,
-            icmp_error_frame(
-                &from_host(SERVER).ttl(1).udp(1, 2, b""),
-                IN_MAC,
-                IN_ADDR,
-                HOST_MAC,
-                11,
-                0,
-                0,
-            ),
-        )
+        .generated(IN_PORT, icmp_error_frame(&from_host(SERVER).ttl(1).udp(1, 2, b""), IN_MAC, IN_ADDR, HOST_MAC, 11, 0, 0))
         .delta("icmp_time_exceeded", 1),
         drop(
             "TTL 0: time exceeded",
@@ -610,18 +583,7 @@ fn golden_table() {
             from_host(SERVER).ttl(0).udp(1, 2, b""),
             TtlExceeded,
         )
-        .generated(
-            IN_PORT,
-            icmp_error_frame(
-                &from_host(SERVER).ttl(0).udp(1, 2, b""),
-                IN_MAC,
-                IN_ADDR,
-                HOST_MAC,
-                11,
-                0,
-                0,
-            ),
-        )
+        .generated(IN_PORT, icmp_error_frame(&from_host(SERVER).ttl(0).udp(1, 2, b""), IN_MAC, IN_ADDR, HOST_MAC, 11, 0, 0))
         .delta("icmp_time_exceeded", 1),
         drop(
             "TCP data offset 4",
@@ -1043,37 +1005,16 @@ fn no_route_without_default() {
         vec![
             // The host's MAC unknown: the error's ARP request goes out
             // instead of the error.
-            drop(
-                "no route, host unresolved",
-                IN_PORT,
-                query.clone(),
-                DropReason::NoRoute,
-            )
-            .generated(
-                IN_PORT,
-                padded(arp_request(IN_MAC, None, IN_MAC, IN_ADDR, HOST)),
-            )
-            .delta("arp_requests", 1)
-            .delta("icmp_no_neighbor", 1),
-            row(
-                "learn the host",
-                IN_PORT,
-                arp_request(HOST_MAC, None, HOST_MAC, HOST, IN_ADDR),
-                fwd(0),
-            )
-            .check(|_| {})
-            .delta("arp_replies", 1),
-            drop(
-                "no route: net unreachable",
-                IN_PORT,
-                query.clone(),
-                DropReason::NoRoute,
-            )
-            .generated(
-                IN_PORT,
-                icmp_error_frame(&query, IN_MAC, IN_ADDR, HOST_MAC, 3, 0, 0),
-            )
-            .delta("icmp_net_unreachable", 1),
+            drop("no route, host unresolved", IN_PORT, query.clone(), DropReason::NoRoute)
+                .generated(IN_PORT, padded(arp_request(IN_MAC, None, IN_MAC, IN_ADDR, HOST)))
+                .delta("arp_requests", 1)
+                .delta("icmp_no_neighbor", 1),
+            row("learn the host", IN_PORT, arp_request(HOST_MAC, None, HOST_MAC, HOST, IN_ADDR), fwd(0))
+                .check(|_| {})
+                .delta("arp_replies", 1),
+            drop("no route: net unreachable", IN_PORT, query.clone(), DropReason::NoRoute)
+                .generated(IN_PORT, icmp_error_frame(&query, IN_MAC, IN_ADDR, HOST_MAC, 3, 0, 0))
+                .delta("icmp_net_unreachable", 1),
         ],
     );
 }
@@ -1103,11 +1044,7 @@ fn no_headroom_for_tag() {
     let mut buf = VecBuf::with_headroom(&f, 0);
     let v = p.process(Timestamp::from_secs(2), IN_PORT, &mut buf);
     assert_eq!(v, Verdict::Drop(DropReason::NoHeadroom));
-    assert_eq!(
-        buf.data(),
-        &f[..],
-        "a NoHeadroom drop leaves the frame untouched"
-    );
+    assert_eq!(buf.data(), &f[..], "a NoHeadroom drop leaves the frame untouched");
 }
 
 #[test]
@@ -1117,11 +1054,7 @@ fn arp_cache_full_and_expiry() {
     let mut p = Pipeline::new(cfg).unwrap();
     let t = Timestamp::from_secs(1);
     let mut b = VecBuf::new(&from_host(SERVER).udp(1, 2, b""));
-    assert_eq!(
-        p.process(t, IN_PORT, &mut b),
-        Verdict::Consumed,
-        "held for the gateway"
-    );
+    assert_eq!(p.process(t, IN_PORT, &mut b), Verdict::Consumed, "held for the gateway");
     let mut b = VecBuf::new(&from_host(Ipv4Addr::new(198, 18, 2, 9)).udp(1, 2, b""));
     assert_eq!(
         p.process(t, IN_PORT, &mut b),
@@ -1366,62 +1299,32 @@ fn announce_sends_one_gratuitous_arp_per_interface_and_resolves_gateways() {
     // The gateways' requests: ARP, target the gateway, sender our address.
     for gw in &gateways {
         assert!(
-            got.iter()
-                .any(|(_, f)| f[12..14] == [0x08, 0x06] && f[14 + 24..14 + 28] == gw.octets()),
+            got.iter().any(|(_, f)| f[12..14] == [0x08, 0x06] && f[14 + 24..14 + 28] == gw.octets()),
             "who-has {gw}"
         );
     }
-    assert_eq!(
-        p.arp_entries(t)
-            .iter()
-            .filter(|e| e.state == "pending")
-            .count(),
-        gateways.len()
-    );
-    assert_eq!(
-        p.announce(t),
-        3,
-        "pending gateways are not asked again at once"
-    );
+    assert_eq!(p.arp_entries(t).iter().filter(|e| e.state == "pending").count(), gateways.len());
+    assert_eq!(p.announce(t), 3, "pending gateways are not asked again at once");
     p.drain_generated(|_, _| {});
-    let got: Vec<_> = got
-        .into_iter()
-        .filter(|(_, f)| {
-            let arp = if f[12..14] == [0x81, 0x00] {
-                &f[18..]
-            } else {
-                &f[14..]
-            };
-            arp[14..18] == arp[24..28]
-        })
-        .collect();
+    let got: Vec<_> = got.into_iter().filter(|(_, f)| {
+        let arp = if f[12..14] == [0x81, 0x00] { &f[18..] } else { &f[14..] };
+        arp[14..18] == arp[24..28]
+    }).collect();
     assert_eq!(got.len(), 3);
-    for (port, mac, addr, vlan) in [
-        (IN_PORT, IN_MAC, IN_ADDR, None),
-        (OUT_PORT, OUT_MAC, OUT_ADDR, None),
-        (DMZ_PORT, DMZ_MAC, DMZ_ADDR, Some(DMZ_VLAN)),
-    ] {
-        let (_, f) = got
-            .iter()
-            .find(|(p, _)| *p == port)
-            .expect("one frame per interface");
+    for (port, mac, addr, vlan) in
+        [(IN_PORT, IN_MAC, IN_ADDR, None), (OUT_PORT, OUT_MAC, OUT_ADDR, None), (DMZ_PORT, DMZ_MAC, DMZ_ADDR, Some(DMZ_VLAN))]
+    {
+        let (_, f) = got.iter().find(|(p, _)| *p == port).expect("one frame per interface");
         assert_eq!(&f[..6], &[0xff; 6], "broadcast");
         assert_eq!(&f[6..12], &mac, "from the interface's MAC");
         let arp = match vlan {
             Some(v) => {
-                assert_eq!(
-                    (&f[12..14], u16::from_be_bytes([f[14], f[15]]) & 0x0fff),
-                    (&[0x81, 0x00][..], v)
-                );
+                assert_eq!((&f[12..14], u16::from_be_bytes([f[14], f[15]]) & 0x0fff), (&[0x81, 0x00][..], v));
                 &f[18..]
             }
             None => &f[14..],
         };
-        assert_eq!(
-            &f[12 + if vlan.is_some() { 4 } else { 0 }..][..2],
-            &[0x08, 0x06],
-            "ARP"
-        );
+        assert_eq!(&f[12 + if vlan.is_some() { 4 } else { 0 }..][..2], &[0x08, 0x06], "ARP");
         assert_eq!(u16::from_be_bytes([arp[6], arp[7]]), 1, "a request");
         assert_eq!(&arp[14..18], &addr.octets(), "sender: its own address");
         assert_eq!(&arp[24..28], &addr.octets(), "target: its own address");

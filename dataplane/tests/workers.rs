@@ -20,10 +20,10 @@ use common::*;
 use dataplane::conntrack::tcp_flags::{ACK, FIN, PSH, SYN};
 use dataplane::pipeline::Pipeline;
 use dataplane::wire::build::PacketBuilder;
-use dataplane::{DropReason, Duration, PortId, Timestamp};
+use dataplane::{Duration, DropReason, PortId, Timestamp};
 use proptest::prelude::*;
-use std::net::Ipv4Addr;
 use workers_util::{single, Out, Workers};
+use std::net::Ipv4Addr;
 
 const FLOWS: usize = 8;
 
@@ -55,67 +55,25 @@ enum First {
 
 #[derive(Clone, Debug)]
 enum Op {
-    Tcp {
-        flow: usize,
-        reply: bool,
-        flags: u8,
-        len: u8,
-        rx: u8,
-    },
-    Udp {
-        flow: usize,
-        reply: bool,
-        rx: u8,
-    },
-    Ping {
-        flow: usize,
-        reply: bool,
-        rx: u8,
-    },
+    Tcp { flow: usize, reply: bool, flags: u8, len: u8, rx: u8 },
+    Udp { flow: usize, reply: bool, rx: u8 },
+    Ping { flow: usize, reply: bool, rx: u8 },
     /// The outside router's "fragmentation needed" about flow `flow`'s
     /// client's segment.
-    IcmpError {
-        flow: usize,
-        rx: u8,
-    },
+    IcmpError { flow: usize, rx: u8 },
     /// A client's segment with TTL 1: the node's own ICMP error.
-    Ttl1 {
-        flow: usize,
-        rx: u8,
-    },
+    Ttl1 { flow: usize, rx: u8 },
     /// A UDP datagram of flow `flow` (`reply`: from the server) of `len`
     /// bytes, cut into 64-byte fragments delivered in the order `order`
     /// picks (a permutation seed), then the first one (`first_last`: held
     /// until then) or never (`drop_first`).
-    Fragments {
-        flow: usize,
-        reply: bool,
-        len: u16,
-        order: u64,
-        first: First,
-        ident: u16,
-        rx: u8,
-    },
-    Arp {
-        gateway: bool,
-        rx: u8,
-    },
-    Tick {
-        ms: u32,
-    },
+    Fragments { flow: usize, reply: bool, len: u16, order: u64, first: First, ident: u16, rx: u8 },
+    Arp { gateway: bool, rx: u8 },
+    Tick { ms: u32 },
 }
 
 fn op() -> impl Strategy<Value = Op> {
-    let flags = prop::sample::select(vec![
-        SYN,
-        SYN | ACK,
-        ACK,
-        ACK,
-        ACK | PSH,
-        ACK | PSH,
-        FIN | ACK,
-        0,
-    ]);
+    let flags = prop::sample::select(vec![SYN, SYN | ACK, ACK, ACK, ACK | PSH, ACK | PSH, FIN | ACK, 0]);
     prop_oneof![
         10 => (0..FLOWS, any::<bool>(), flags, 0u8..=200, any::<u8>())
             .prop_map(|(flow, reply, flags, len, rx)| Op::Tcp { flow, reply, flags, len, rx }),
@@ -142,30 +100,16 @@ fn server(flow: usize) -> Ipv4Addr {
 fn endpoints(flow: usize) -> (PacketBuilder, PacketBuilder, u16, PortId, PortId) {
     let srv = server(flow);
     if flow >= 6 {
-        (
-            from_dmz(srv),
-            from_outside(srv, DMZ_HOST),
-            41000 + flow as u16,
-            DMZ_PORT,
-            OUT_PORT,
-        )
+        (from_dmz(srv), from_outside(srv, DMZ_HOST), 41000 + flow as u16, DMZ_PORT, OUT_PORT)
     } else {
-        (
-            from_host(srv),
-            from_outside(srv, HOST),
-            40000 + flow as u16,
-            IN_PORT,
-            OUT_PORT,
-        )
+        (from_host(srv), from_outside(srv, HOST), 40000 + flow as u16, IN_PORT, OUT_PORT)
     }
 }
 
 /// `v` in a random order drawn from `seed` (Fisher–Yates on an LCG).
 fn shuffle<T>(v: &mut [T], mut seed: u64) {
     for i in (1..v.len()).rev() {
-        seed = seed
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
+        seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
         v.swap(i, (seed >> 33) as usize % (i + 1));
     }
 }
@@ -194,11 +138,7 @@ impl Pair {
     /// asks (`run` checks the totals).
     fn same(&mut self, mut a: Out, mut b: Out, what: &[u8]) -> Out {
         let is_request = |(_, f): &(PortId, Vec<u8>)| {
-            let l2 = if f.get(12..14) == Some(&[0x81, 0]) {
-                18
-            } else {
-                14
-            };
+            let l2 = if f.get(12..14) == Some(&[0x81, 0]) { 18 } else { 14 };
             f.get(l2 - 2..l2) == Some(&[8, 6]) && f.get(l2 + 6..l2 + 8) == Some(&[0, 1])
         };
         self.arp.0 += a.iter().filter(|f| is_request(f)).count();
@@ -215,46 +155,23 @@ impl Pair {
 /// Drops by reason, the fragment path's release drops included.
 fn drops(p: &Pipeline) -> Vec<u64> {
     let c = p.counters();
-    DropReason::ALL
-        .iter()
-        .map(|&r| c.drops[r.index()] + p.frag_release_drops(r))
-        .collect()
+    DropReason::ALL.iter().map(|&r| c.drops[r.index()] + p.frag_release_drops(r)).collect()
 }
 
 /// Runs `ops` on one pipeline and on `n` workers; returns the number of
 /// frames the workers handed to each other and the flows each holds.
 fn run(n: u16, ops: &[Op]) -> (u64, Vec<usize>) {
-    let mut pair = Pair {
-        one: Pipeline::new(cfg()).unwrap(),
-        many: Workers::new(n, &cfg()),
-        now: Timestamp::from_secs(1),
-        arp: (0, 0),
-    };
-    let mut model = [FlowModel {
-        client: 1000,
-        server: 5000,
-    }; FLOWS];
+    let mut pair = Pair { one: Pipeline::new(cfg()).unwrap(), many: Workers::new(n, &cfg()), now: Timestamp::from_secs(1), arp: (0, 0) };
+    let mut model = [FlowModel { client: 1000, server: 5000 }; FLOWS];
     let arp_host = arp_request(HOST_MAC, None, HOST_MAC, HOST, IN_ADDR);
     let arp_gw = arp_reply(GW_MAC, OUT_MAC, None, GW, OUT_MAC, OUT_ADDR);
-    let arp_dmz = arp_request(
-        DMZ_HOST_MAC,
-        Some(DMZ_VLAN),
-        DMZ_HOST_MAC,
-        DMZ_HOST,
-        DMZ_ADDR,
-    );
+    let arp_dmz = arp_request(DMZ_HOST_MAC, Some(DMZ_VLAN), DMZ_HOST_MAC, DMZ_HOST, DMZ_ADDR);
     pair.send(IN_PORT, &arp_host, 0);
     pair.send(OUT_PORT, &arp_gw, 1);
     pair.send(DMZ_PORT, &arp_dmz, 2);
     for op in ops {
         match *op {
-            Op::Tcp {
-                flow,
-                reply,
-                flags,
-                len,
-                rx,
-            } => {
+            Op::Tcp { flow, reply, flags, len, rx } => {
                 let (cb, sb, cp, cport, sport) = endpoints(flow);
                 let m = &mut model[flow];
                 if flags == SYN && !reply {
@@ -266,15 +183,9 @@ fn run(n: u16, ops: &[Op]) -> (u64, Vec<usize>) {
                 let payload = vec![0x61u8; usize::from(len)];
                 let opts: &[u8] = if flags & SYN != 0 { &SYN_OPTS } else { &[] };
                 let (frame, port) = if reply {
-                    (
-                        sb.tcp(80, cp, m.server, m.client, flags, 502, opts, &payload),
-                        sport,
-                    )
+                    (sb.tcp(80, cp, m.server, m.client, flags, 502, opts, &payload), sport)
                 } else {
-                    (
-                        cb.tcp(cp, 80, m.client, m.server, flags, 502, opts, &payload),
-                        cport,
-                    )
+                    (cb.tcp(cp, 80, m.client, m.server, flags, 502, opts, &payload), cport)
                 };
                 if pair.send(port, &frame, rx) {
                     let adv = u32::from(len) + u32::from(flags & (SYN | FIN) != 0);
@@ -284,20 +195,13 @@ fn run(n: u16, ops: &[Op]) -> (u64, Vec<usize>) {
             }
             Op::Udp { flow, reply, rx } => {
                 let (cb, sb, cp, cport, sport) = endpoints(flow);
-                let (frame, port) = if reply {
-                    (sb.udp(53, cp, b"answer"), sport)
-                } else {
-                    (cb.udp(cp, 53, b"query"), cport)
-                };
+                let (frame, port) = if reply { (sb.udp(53, cp, b"answer"), sport) } else { (cb.udp(cp, 53, b"query"), cport) };
                 pair.send(port, &frame, rx);
             }
             Op::Ping { flow, reply, rx } => {
                 let (cb, sb, cp, cport, sport) = endpoints(flow);
-                let (frame, port) = if reply {
-                    (sb.icmp(0, 0, (cp, 1), b"ping"), sport)
-                } else {
-                    (cb.icmp(8, 0, (cp, 1), b"ping"), cport)
-                };
+                let (frame, port) =
+                    if reply { (sb.icmp(0, 0, (cp, 1), b"ping"), sport) } else { (cb.icmp(8, 0, (cp, 1), b"ping"), cport) };
                 pair.send(port, &frame, rx);
             }
             Op::IcmpError { flow, rx } => {
@@ -306,46 +210,22 @@ fn run(n: u16, ops: &[Op]) -> (u64, Vec<usize>) {
                 let client = if flow >= 6 { DMZ_HOST } else { HOST };
                 let (_, _, cp, _, sport) = endpoints(flow);
                 let m = model[flow];
-                let seen = PacketBuilder::new(OUT_MAC, GW_MAC, client, server(flow))
-                    .ttl(63)
-                    .tcp(cp, 80, m.client, m.server, ACK, 502, &[], &[0x62; 40]);
-                let e = icmp_error_frame(
-                    &seen,
-                    GW_MAC,
-                    Ipv4Addr::new(93, 184, 216, 1),
-                    OUT_MAC,
-                    3,
-                    4,
-                    1280,
-                );
+                let seen = PacketBuilder::new(OUT_MAC, GW_MAC, client, server(flow)).ttl(63).tcp(cp, 80, m.client, m.server, ACK, 502, &[], &[0x62; 40]);
+                let e = icmp_error_frame(&seen, GW_MAC, Ipv4Addr::new(93, 184, 216, 1), OUT_MAC, 3, 4, 1280);
                 pair.send(sport, &e, rx);
             }
             Op::Ttl1 { flow, rx } => {
                 let (cb, _, cp, cport, _) = endpoints(flow);
                 let m = model[flow];
-                let frame = cb
-                    .ttl(1)
-                    .tcp(cp, 80, m.client, m.server, ACK, 502, &[], b"");
+                let frame = cb.ttl(1).tcp(cp, 80, m.client, m.server, ACK, 502, &[], b"");
                 pair.send(cport, &frame, rx);
             }
-            Op::Fragments {
-                flow,
-                reply,
-                len,
-                order,
-                first,
-                ident,
-                rx,
-            } => {
+            Op::Fragments { flow, reply, len, order, first, ident, rx } => {
                 let (mut cb, mut sb, cp, cport, sport) = endpoints(flow);
                 cb.ident = ident;
                 sb.ident = ident;
                 let data = vec![0x63u8; usize::from(len)];
-                let (frame, port) = if reply {
-                    (sb.udp(53, cp, &data), sport)
-                } else {
-                    (cb.udp(cp, 53, &data), cport)
-                };
+                let (frame, port) = if reply { (sb.udp(53, cp, &data), sport) } else { (cb.udp(cp, 53, &data), cport) };
                 let mut frags = frag_util::fragments(&frame, 64);
                 match first {
                     First::Anywhere => shuffle(&mut frags, order),
@@ -382,36 +262,17 @@ fn run(n: u16, ops: &[Op]) -> (u64, Vec<usize>) {
     }
     let (one, many, now) = (&pair.one, &pair.many.w, pair.now);
     // The same connections, each on one worker.
-    let mut a: Vec<String> = one
-        .conns(now, 1000)
-        .iter()
-        .map(|c| format!("{c:?}"))
-        .collect();
-    let mut b: Vec<String> = many
-        .iter()
-        .flat_map(|p| p.conns(now, 1000))
-        .map(|c| format!("{c:?}"))
-        .collect();
+    let mut a: Vec<String> = one.conns(now, 1000).iter().map(|c| format!("{c:?}")).collect();
+    let mut b: Vec<String> = many.iter().flat_map(|p| p.conns(now, 1000)).map(|c| format!("{c:?}")).collect();
     a.sort();
     b.sort();
     assert_eq!(a, b, "connections");
     let sum = |f: &dyn Fn(&Pipeline) -> u64| -> u64 { many.iter().map(f).sum() };
-    assert_eq!(
-        sum(&|p| p.counters().flows_created),
-        one.counters().flows_created
-    );
+    assert_eq!(sum(&|p| p.counters().flows_created), one.counters().flows_created);
     // Every frame is decided once: a handed-off one counts where it went.
     let handed = sum(&|p| p.counters().handed_off + p.frag_counters().handed_off);
-    assert_eq!(
-        sum(&|p| p.counters().handoffs_in),
-        handed,
-        "every handoff taken"
-    );
-    assert_eq!(
-        sum(&|p| p.counters().packets) - handed,
-        one.counters().packets,
-        "packets"
-    );
+    assert_eq!(sum(&|p| p.counters().handoffs_in), handed, "every handoff taken");
+    assert_eq!(sum(&|p| p.counters().packets) - handed, one.counters().packets, "packets");
     let mut d = vec![0; DropReason::COUNT];
     for p in many {
         for (x, y) in d.iter_mut().zip(drops(p)) {
@@ -420,22 +281,9 @@ fn run(n: u16, ops: &[Op]) -> (u64, Vec<usize>) {
     }
     assert_eq!(d, drops(one), "drops by reason");
     let (ra, rb) = pair.arp;
-    assert!(
-        ra <= rb && rb <= ra * many.len(),
-        "ARP requests: {ra} from one pipeline, {rb} from the workers"
-    );
-    assert_eq!(
-        (
-            one.counters().arp_requests,
-            sum(&|p| p.counters().arp_requests)
-        ),
-        (ra as u64, rb as u64),
-        "ARP requests counted, sent"
-    );
-    (
-        handed,
-        many.iter().map(|p| p.conns(now, 1000).len()).collect(),
-    )
+    assert!(ra <= rb && rb <= ra * many.len(), "ARP requests: {ra} from one pipeline, {rb} from the workers");
+    assert_eq!((one.counters().arp_requests, sum(&|p| p.counters().arp_requests)), (ra as u64, rb as u64), "ARP requests counted, sent");
+    (handed, many.iter().map(|p| p.conns(now, 1000).len()).collect())
 }
 
 proptest! {
@@ -454,55 +302,18 @@ proptest! {
 fn work_is_shared_and_fragments_cross() {
     let mut ops = vec![];
     for flow in 0..FLOWS {
-        ops.push(Op::Tcp {
-            flow,
-            reply: false,
-            flags: SYN,
-            len: 0,
-            rx: 0,
-        });
-        ops.push(Op::Tcp {
-            flow,
-            reply: true,
-            flags: SYN | ACK,
-            len: 0,
-            rx: 0,
-        });
-        ops.push(Op::Tcp {
-            flow,
-            reply: false,
-            flags: ACK,
-            len: 0,
-            rx: 0,
-        });
+        ops.push(Op::Tcp { flow, reply: false, flags: SYN, len: 0, rx: 0 });
+        ops.push(Op::Tcp { flow, reply: true, flags: SYN | ACK, len: 0, rx: 0 });
+        ops.push(Op::Tcp { flow, reply: false, flags: ACK, len: 0, rx: 0 });
         for ident in 0..4 {
-            let first = if ident % 2 == 0 {
-                First::Anywhere
-            } else {
-                First::Last
-            };
-            ops.push(Op::Fragments {
-                flow,
-                reply: false,
-                len: 300,
-                order: 7,
-                first,
-                ident,
-                rx: 1,
-            });
+            let first = if ident % 2 == 0 { First::Anywhere } else { First::Last };
+            ops.push(Op::Fragments { flow, reply: false, len: 300, order: 7, first, ident, rx: 1 });
         }
     }
     let (handed, per_worker) = run(3, &ops);
     assert!(handed >= 8, "fragments handed across: {handed}");
-    assert!(
-        per_worker.iter().all(|&n| n > 0),
-        "connections on every worker: {per_worker:?}"
-    );
-    assert_eq!(
-        per_worker.iter().sum::<usize>(),
-        2 * FLOWS,
-        "a TCP and a UDP connection per flow"
-    );
+    assert!(per_worker.iter().all(|&n| n > 0), "connections on every worker: {per_worker:?}");
+    assert_eq!(per_worker.iter().sum::<usize>(), 2 * FLOWS, "a TCP and a UDP connection per flow");
 }
 
 /// When the gateway's entry is gone, each worker that needs it asks (its
@@ -533,17 +344,9 @@ fn arp_expiry_every_worker_asks() {
         let w = usize::from(dataplane::steer::worker_of_tuple(&t, n).0);
         flows[w].get_or_insert((cb, cp));
     }
-    let flows: Vec<_> = flows
-        .into_iter()
-        .map(|f| f.expect("a flow for every worker among 6"))
-        .collect();
+    let flows: Vec<_> = flows.into_iter().map(|f| f.expect("a flow for every worker among 6")).collect();
     for (cb, cp) in &flows {
-        assert_eq!(
-            many.receive(now, IN_PORT, &cb.udp(*cp, 53, b"one"), 0)
-                .len(),
-            1,
-            "resolved: forwarded"
-        );
+        assert_eq!(many.receive(now, IN_PORT, &cb.udp(*cp, 53, b"one"), 0).len(), 1, "resolved: forwarded");
     }
     // Past the entry's life and its stale window: a miss.
     now = Timestamp(now.nanos() + (4 * 3600 + 120) * 1_000_000_000);
@@ -557,29 +360,15 @@ fn arp_expiry_every_worker_asks() {
     }
     assert_eq!(requests, n);
     let out = many.receive(now, OUT_PORT, &arp_gw, 2);
-    assert_eq!(
-        out.len(),
-        usize::from(n),
-        "every worker's held frame released: {out:02x?}"
-    );
-    assert!(out
-        .iter()
-        .all(|(p, f)| *p == OUT_PORT && f[..6] == GW_MAC && f.ends_with(b"two")));
+    assert_eq!(out.len(), usize::from(n), "every worker's held frame released: {out:02x?}");
+    assert!(out.iter().all(|(p, f)| *p == OUT_PORT && f[..6] == GW_MAC && f.ends_with(b"two")));
 }
 
 /// With one worker there is nothing to steer or hand off.
 #[test]
 fn one_worker_hands_nothing() {
     let ops: Vec<Op> = (0..FLOWS)
-        .map(|flow| Op::Fragments {
-            flow,
-            reply: false,
-            len: 300,
-            order: 7,
-            first: First::Last,
-            ident: 9,
-            rx: 0,
-        })
+        .map(|flow| Op::Fragments { flow, reply: false, len: 300, order: 7, first: First::Last, ident: 9, rx: 0 })
         .collect();
     assert_eq!(run(1, &ops).0, 0);
 }
@@ -606,45 +395,22 @@ fn a_trace_follows_fragments_handed_between_workers() {
         for (i, fr) in frags.iter().enumerate() {
             ws.receive(Timestamp::from_millis(i as u64), cport, fr, i);
         }
-        events =
-            ws.w.iter()
-                .enumerate()
-                .flat_map(|(w, p)| {
-                    p.trace_events()
-                        .map(|(_, _, e, _)| {
-                            e.iter().map(|e| (w, e.from, e.verdict)).collect::<Vec<_>>()
-                        })
-                        .unwrap_or_default()
-                })
-                .collect();
-        if events
+        events = ws
+            .w
             .iter()
-            .any(|(_, _, v)| matches!(v, TraceVerdict::Worker(_)))
-        {
+            .enumerate()
+            .flat_map(|(w, p)| p.trace_events().map(|(_, _, e, _)| e.iter().map(|e| (w, e.from, e.verdict)).collect::<Vec<_>>()).unwrap_or_default())
+            .collect();
+        if events.iter().any(|(_, _, v)| matches!(v, TraceVerdict::Worker(_))) {
             break;
         }
     }
-    let handed = events
-        .iter()
-        .filter(|(_, _, v)| matches!(v, TraceVerdict::Worker(_)))
-        .count();
-    let taken = events
-        .iter()
-        .filter(|(_, from, _)| *from == TraceFrom::Handoff(cport))
-        .count();
+    let handed = events.iter().filter(|(_, _, v)| matches!(v, TraceVerdict::Worker(_))).count();
+    let taken = events.iter().filter(|(_, from, _)| *from == TraceFrom::Handoff(cport)).count();
+    assert!(handed > 0 && handed == taken, "every hand-off recorded on both sides: {events:?}");
+    let datagram_worker = events.iter().find(|(_, from, _)| *from == TraceFrom::Handoff(cport)).map(|e| e.0);
     assert!(
-        handed > 0 && handed == taken,
-        "every hand-off recorded on both sides: {events:?}"
-    );
-    let datagram_worker = events
-        .iter()
-        .find(|(_, from, _)| *from == TraceFrom::Handoff(cport))
-        .map(|e| e.0);
-    assert!(
-        events
-            .iter()
-            .filter(|(_, from, _)| *from == TraceFrom::Handoff(cport))
-            .all(|e| Some(e.0) == datagram_worker),
+        events.iter().filter(|(_, from, _)| *from == TraceFrom::Handoff(cport)).all(|e| Some(e.0) == datagram_worker),
         "one worker takes the datagram: {events:?}"
     );
 }

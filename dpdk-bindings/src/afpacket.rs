@@ -32,8 +32,7 @@ const SOL_PACKET: c_int = 263;
 const PACKET_STATISTICS: c_int = 6;
 
 extern "C" {
-    fn getsockopt(fd: c_int, level: c_int, name: c_int, value: *mut c_void, len: *mut u32)
-        -> c_int;
+    fn getsockopt(fd: c_int, level: c_int, name: c_int, value: *mut c_void, len: *mut u32) -> c_int;
     fn getsockname(fd: c_int, addr: *mut c_void, len: *mut u32) -> c_int;
 }
 
@@ -70,15 +69,7 @@ fn read_socket(fd: c_int) -> Option<(i32, u64, u64)> {
     let mut len = std::mem::size_of::<c_int>() as u32;
     // SAFETY: domain and len are valid out-pointers of the sizes given;
     // any fd value is accepted by the kernel (EBADF/ENOTSOCK otherwise).
-    let r = unsafe {
-        getsockopt(
-            fd,
-            SOL_SOCKET,
-            SO_DOMAIN,
-            (&mut domain as *mut c_int).cast(),
-            &mut len,
-        )
-    };
+    let r = unsafe { getsockopt(fd, SOL_SOCKET, SO_DOMAIN, (&mut domain as *mut c_int).cast(), &mut len) };
     if r != 0 || domain != AF_PACKET {
         return None;
     }
@@ -94,15 +85,7 @@ fn read_socket(fd: c_int) -> Option<(i32, u64, u64)> {
     let mut len = std::mem::size_of::<TpacketStats>() as u32;
     // SAFETY: st is a writable tpacket_stats_v3 of `len` bytes; the kernel
     // copies at most `len` (8 bytes for a TPACKET_V2 socket).
-    let r = unsafe {
-        getsockopt(
-            fd,
-            SOL_PACKET,
-            PACKET_STATISTICS,
-            (&mut st as *mut TpacketStats).cast(),
-            &mut len,
-        )
-    };
+    let r = unsafe { getsockopt(fd, SOL_PACKET, PACKET_STATISTICS, (&mut st as *mut TpacketStats).cast(), &mut len) };
     if r != 0 {
         return None;
     }
@@ -119,11 +102,8 @@ pub fn ring_totals() -> BTreeMap<i32, (u64, u64)> {
     };
     if let Ok(dir) = std::fs::read_dir("/proc/self/fd") {
         for e in dir.flatten() {
-            let Some(fd) = e.file_name().to_str().and_then(|n| n.parse::<c_int>().ok()) else {
-                continue;
-            };
-            let is_socket = std::fs::read_link(e.path())
-                .is_ok_and(|l| l.to_string_lossy().starts_with("socket:"));
+            let Some(fd) = e.file_name().to_str().and_then(|n| n.parse::<c_int>().ok()) else { continue };
+            let is_socket = std::fs::read_link(e.path()).is_ok_and(|l| l.to_string_lossy().starts_with("socket:"));
             if !is_socket {
                 continue;
             }
@@ -142,11 +122,7 @@ pub fn ifindex(ifname: &str) -> Option<i32> {
     if ifname.is_empty() || ifname.contains('/') {
         return None;
     }
-    std::fs::read_to_string(format!("/sys/class/net/{ifname}/ifindex"))
-        .ok()?
-        .trim()
-        .parse()
-        .ok()
+    std::fs::read_to_string(format!("/sys/class/net/{ifname}/ifindex")).ok()?.trim().parse().ok()
 }
 
 #[cfg(test)]
@@ -155,13 +131,7 @@ mod tests {
 
     extern "C" {
         fn socket(domain: c_int, ty: c_int, protocol: c_int) -> c_int;
-        fn setsockopt(
-            fd: c_int,
-            level: c_int,
-            name: c_int,
-            value: *const c_void,
-            len: u32,
-        ) -> c_int;
+        fn setsockopt(fd: c_int, level: c_int, name: c_int, value: *const c_void, len: u32) -> c_int;
         fn bind(fd: c_int, addr: *const c_void, len: u32) -> c_int;
         fn close(fd: c_int) -> c_int;
     }
@@ -182,32 +152,11 @@ mod tests {
         }
         let lo = ifindex("lo").unwrap();
         let small: c_int = 1;
-        let sa = SockaddrLl {
-            family: AF_PACKET as u16,
-            protocol: 0x0003u16.to_be(),
-            ifindex: lo,
-            ..SockaddrLl::default()
-        };
+        let sa = SockaddrLl { family: AF_PACKET as u16, protocol: 0x0003u16.to_be(), ifindex: lo, ..SockaddrLl::default() };
         // SAFETY: valid pointers and lengths for this socket.
         unsafe {
-            assert_eq!(
-                setsockopt(
-                    fd,
-                    SOL_SOCKET,
-                    SO_RCVBUF,
-                    (&small as *const c_int).cast(),
-                    4
-                ),
-                0
-            );
-            assert_eq!(
-                bind(
-                    fd,
-                    (&sa as *const SockaddrLl).cast(),
-                    std::mem::size_of::<SockaddrLl>() as u32
-                ),
-                0
-            );
+            assert_eq!(setsockopt(fd, SOL_SOCKET, SO_RCVBUF, (&small as *const c_int).cast(), 4), 0);
+            assert_eq!(bind(fd, (&sa as *const SockaddrLl).cast(), std::mem::size_of::<SockaddrLl>() as u32), 0);
         }
         let before = ring_totals().get(&lo).copied().unwrap_or((0, 0));
         let rx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
@@ -219,10 +168,7 @@ mod tests {
         // SAFETY: the descriptor is this test's and not used after.
         unsafe { close(fd) };
         assert!(after.1 > before.1, "drops counted: {before:?} -> {after:?}");
-        assert!(
-            after.0 - before.0 >= after.1 - before.1,
-            "packets include the drops"
-        );
+        assert!(after.0 - before.0 >= after.1 - before.1, "packets include the drops");
         // Read again: the kernel's counters were reset, the totals kept.
         assert!(ring_totals().get(&lo).copied().unwrap_or((0, 0)).1 >= after.1);
     }

@@ -300,16 +300,13 @@ mod sched {
 /// `priority` (1-99): it runs ahead of every ordinary thread, whatever
 /// their nice values or session groups (`sched_setscheduler(0, SCHED_RR)`:
 /// pid 0 is the calling thread); threads it creates afterwards are
-/// ordinary (`SCHED_RESET_ON_FORK`). Needs `CAP_SYS_NICE` and an `RLIMIT_RTPRIO`
-/// or root; a thread that never sleeps would take its core (the kernel's
+/// ordinary (`SCHED_RESET_ON_FORK`). Needs `CAP_SYS_NICE` and an
+/// `RLIMIT_RTPRIO` or root; a thread that never sleeps would take its core (the kernel's
 /// real-time throttling leaves others 5 %).
 pub fn set_thread_realtime(priority: i32) -> std::io::Result<()> {
-    let p = sched::Param {
-        sched_priority: priority,
-    };
+    let p = sched::Param { sched_priority: priority };
     // SAFETY: `p` lives across the call, which only reads it.
-    let r =
-        unsafe { sched::sched_setscheduler(0, sched::SCHED_RR | sched::SCHED_RESET_ON_FORK, &p) };
+    let r = unsafe { sched::sched_setscheduler(0, sched::SCHED_RR | sched::SCHED_RESET_ON_FORK, &p) };
     if r == 0 {
         Ok(())
     } else {

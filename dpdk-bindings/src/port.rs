@@ -221,10 +221,7 @@ impl Port {
         } else {
             18
         };
-        let max_mtu = info
-            .max_rx_pktlen
-            .saturating_sub(overhead)
-            .min(u32::from(info.max_mtu)) as u16;
+        let max_mtu = info.max_rx_pktlen.saturating_sub(overhead).min(u32::from(info.max_mtu)) as u16;
         Ok(PortInfo {
             driver_name,
             max_rx_queues: info.max_rx_queues,
@@ -363,17 +360,13 @@ impl Port {
     /// peer sees no carrier. Queues keep working, the peer stops sending.
     pub fn set_link_down(self) -> Result<()> {
         // SAFETY: valid port.
-        ok("rte_eth_dev_set_link_down", unsafe {
-            ffi::rte_eth_dev_set_link_down(self.id)
-        })
+        ok("rte_eth_dev_set_link_down", unsafe { ffi::rte_eth_dev_set_link_down(self.id) })
     }
 
     /// Brings the link up again (`rte_eth_dev_set_link_up`).
     pub fn set_link_up(self) -> Result<()> {
         // SAFETY: valid port.
-        ok("rte_eth_dev_set_link_up", unsafe {
-            ffi::rte_eth_dev_set_link_up(self.id)
-        })
+        ok("rte_eth_dev_set_link_up", unsafe { ffi::rte_eth_dev_set_link_up(self.id) })
     }
 
     /// Current link state, without waiting (`rte_eth_link_get_nowait`).

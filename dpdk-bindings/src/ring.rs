@@ -53,23 +53,15 @@ pub fn mbuf_ring(name: &str, count: u32, socket: i32) -> Result<(RingProducer, R
     const F: &str = "rte_ring_create";
     eal::require(F)?;
     if !count.is_power_of_two() || count < 2 {
-        return Err(Error::new(F, 22).with_detail(format!(
-            "ring {name:?}: {count} slots is not a power of two >= 2"
-        )));
+        return Err(Error::new(F, 22).with_detail(format!("ring {name:?}: {count} slots is not a power of two >= 2")));
     }
     let cname = c_name(F, name)?;
     // SAFETY: EAL is up; cname is a valid C string that DPDK copies.
     let raw = unsafe { ffi::rte_ring_create(cname.as_ptr(), count, socket, ffi::RING_F_SC_DEQ) };
-    let raw = NonNull::new(raw).map(|r| Arc::new(Raw(r))).ok_or_else(|| {
-        Error::from_rte_errno(F).with_detail(format!("ring {name:?} of {count} slots"))
-    })?;
-    Ok((
-        RingProducer {
-            raw: raw.clone(),
-            capacity: count as usize - 1,
-        },
-        RingConsumer { raw },
-    ))
+    let raw = NonNull::new(raw)
+        .map(|r| Arc::new(Raw(r)))
+        .ok_or_else(|| Error::from_rte_errno(F).with_detail(format!("ring {name:?} of {count} slots")))?;
+    Ok((RingProducer { raw: raw.clone(), capacity: count as usize - 1 }, RingConsumer { raw }))
 }
 
 impl RingProducer {
@@ -84,14 +76,7 @@ impl RingProducer {
         let head = burst.head_raw();
         // SAFETY: the ring is valid (never freed); `head` points at `n`
         // owned mbuf pointers; multi-producer enqueue is thread-safe.
-        let done = unsafe {
-            ffi::rte_ring_enqueue_burst(
-                self.raw.0.as_ptr(),
-                head.cast(),
-                n as u32,
-                std::ptr::null_mut(),
-            )
-        };
+        let done = unsafe { ffi::rte_ring_enqueue_burst(self.raw.0.as_ptr(), head.cast(), n as u32, std::ptr::null_mut()) };
         let done = (done as usize).min(n);
         // SAFETY: the first `done` mbufs now belong to the ring.
         unsafe { burst.consume_front(done) };
@@ -115,14 +100,7 @@ impl RingConsumer {
         }
         // SAFETY: the ring is valid; `tail` has `free` writable slots; this
         // is the ring's only consumer (`&mut self`, not Clone).
-        let n = unsafe {
-            ffi::rte_ring_dequeue_burst(
-                self.raw.0.as_ptr(),
-                tail.cast(),
-                free as u32,
-                std::ptr::null_mut(),
-            )
-        };
+        let n = unsafe { ffi::rte_ring_dequeue_burst(self.raw.0.as_ptr(), tail.cast(), free as u32, std::ptr::null_mut()) };
         let n = (n as usize).min(free);
         // SAFETY: the ring held n owned, valid mbufs, now in those slots.
         unsafe { burst.commit_tail(n) };

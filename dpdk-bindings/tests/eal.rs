@@ -199,27 +199,14 @@ fn lcores_and_launch() {
 /// leaves the rest with the producer, bytes survive, and a producer on
 /// another lcore meets the consumer here.
 fn mbuf_rings(pool: &Mempool) {
-    assert_eq!(
-        dpdk_sys::mbuf_ring("cfwtest_bad", 100, mempool::SOCKET_ID_ANY)
-            .unwrap_err()
-            .errno(),
-        22
-    );
-    let (tx, mut rx) =
-        dpdk_sys::mbuf_ring("cfwtest_ring", 64, mempool::SOCKET_ID_ANY).expect("ring");
-    assert_eq!(
-        dpdk_sys::mbuf_ring("cfwtest_ring", 64, mempool::SOCKET_ID_ANY)
-            .unwrap_err()
-            .func(),
-        "rte_ring_create"
-    );
+    assert_eq!(dpdk_sys::mbuf_ring("cfwtest_bad", 100, mempool::SOCKET_ID_ANY).unwrap_err().errno(), 22);
+    let (tx, mut rx) = dpdk_sys::mbuf_ring("cfwtest_ring", 64, mempool::SOCKET_ID_ANY).expect("ring");
+    assert_eq!(dpdk_sys::mbuf_ring("cfwtest_ring", 64, mempool::SOCKET_ID_ANY).unwrap_err().func(), "rte_ring_create");
     assert_eq!(tx.capacity(), 63);
     assert!(rx.is_empty());
     let fill = |k: usize, b: &mut MbufBurst<32>| {
         for i in 0..b.capacity() {
-            let m = pool
-                .alloc_from_slice(&payload(k * 100 + i, 60))
-                .expect("alloc");
+            let m = pool.alloc_from_slice(&payload(k * 100 + i, 60)).expect("alloc");
             assert!(b.push(m).is_ok());
         }
     };
@@ -231,11 +218,7 @@ fn mbuf_rings(pool: &Mempool) {
     assert!(a.is_empty());
     assert_eq!(tx.enqueue_burst(&mut b), 31, "63 usable slots");
     assert_eq!(b.len(), 1);
-    assert_eq!(
-        b[0].data(),
-        &payload(131, 60)[..],
-        "the one that did not fit is the last"
-    );
+    assert_eq!(b[0].data(), &payload(131, 60)[..], "the one that did not fit is the last");
     assert_eq!(rx.len(), 63);
     let mut out = MbufBurst::<32>::empty();
     for k in 0..2 {
@@ -244,11 +227,7 @@ fn mbuf_rings(pool: &Mempool) {
         assert_eq!(n, if k == 0 { 32 } else { 31 });
         for (i, m) in out.iter().enumerate() {
             let j = k * 32 + i;
-            assert_eq!(
-                m.data(),
-                &payload((j / 32) * 100 + j % 32, 60)[..],
-                "order kept"
-            );
+            assert_eq!(m.data(), &payload((j / 32) * 100 + j % 32, 60)[..], "order kept");
         }
     }
     out.clear();
@@ -263,10 +242,7 @@ fn mbuf_rings(pool: &Mempool) {
         for k in 0..10 {
             let mut b = MbufBurst::<32>::empty();
             for i in 0..32 {
-                let _ = b.push(
-                    p.alloc_from_slice(&payload(k * 100 + i, 60))
-                        .expect("alloc"),
-                );
+                let _ = b.push(p.alloc_from_slice(&payload(k * 100 + i, 60)).expect("alloc"));
             }
             while !b.is_empty() {
                 sent += tx2.enqueue_burst(&mut b);

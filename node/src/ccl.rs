@@ -29,21 +29,19 @@
 //! Invariant: the worker never blocks on, and never allocates for, the
 //! hand-off; the control lcore only touches queue 1 of the CCL port.
 
+use crossbeam_queue::ArrayQueue;
 use crate::links::{Change, Links};
 use crate::shared::{push_command, Query};
-use controlplane::membership::{
-    Action, ControlLink, Membership, ReplicaChange, TableError, MAX_CONTROL_FRAME,
-};
+use controlplane::membership::{Action, ControlLink, Membership, ReplicaChange, TableError, MAX_CONTROL_FRAME};
 use controlplane::natshare::{self, NatShare};
-use crossbeam_queue::ArrayQueue;
 use dataplane::ccl::{CclCounters, CCL_UDP_PORT, CONTROL_CHANNEL};
 use dataplane::wire::ethernet::{ethertype, EthernetFrame};
 use dataplane::wire::ipv4::Ipv4Packet;
 use dataplane::wire::udp;
 use dataplane::{ip_proto, Timestamp};
 use dpdk_sys::{Mbuf, MbufBurst, Mempool, Port};
-use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 /// Capacity of each hand-off queue (mbufs).
@@ -123,15 +121,11 @@ impl CclShared {
 /// present (this only routes the frame; the `Opener` checks it); a frame
 /// too short to tell is not (the worker's pipeline then counts it).
 pub fn is_control_frame(frame: &[u8]) -> bool {
-    let Ok(eth) = EthernetFrame::new_checked(frame) else {
-        return false;
-    };
+    let Ok(eth) = EthernetFrame::new_checked(frame) else { return false };
     if eth.ethertype() != ethertype::IPV4 {
         return false;
     }
-    let Ok(ip) = Ipv4Packet::new_checked_header(eth.payload()) else {
-        return false;
-    };
+    let Ok(ip) = Ipv4Packet::new_checked_header(eth.payload()) else { return false };
     if ip.protocol() != ip_proto::UDP {
         return false;
     }
@@ -201,12 +195,7 @@ pub struct QueryAsked {
 
 /// A member's connection counts: (member, its report sequence, classes,
 /// clients), as `Action::LimitReport` gives them.
-pub type LimitReportIn = (
-    dataplane::NodeId,
-    u32,
-    Vec<dataplane::ccl::ClassCount>,
-    Vec<dataplane::ccl::ClientCount>,
-);
+pub type LimitReportIn = (dataplane::NodeId, u32, Vec<dataplane::ccl::ClassCount>, Vec<dataplane::ccl::ClientCount>);
 
 /// Members' limit reports kept between two control rounds (16 members,
 /// a few rounds of each).
@@ -268,10 +257,7 @@ impl CclControl {
 
     /// Members' limit reports, oldest first, and the member set now.
     pub fn take_limit_reports(&mut self) -> (Vec<LimitReportIn>, dataplane::cluster::MemberSet) {
-        (
-            self.limit_reports.drain(..).collect(),
-            self.membership.members(),
-        )
+        (self.limit_reports.drain(..).collect(), self.membership.members())
     }
 
     /// Broadcast this node's connection counts (`LimitReport::encode`).
@@ -283,8 +269,7 @@ impl CclControl {
 
     /// This node's answer to a member's query (`take_queries`).
     pub fn answer_query(&mut self, now: Timestamp, q: QueryAsked, bytes: Vec<u8>) {
-        self.membership
-            .answer(now, q.from, q.incarnation, q.query, bytes);
+        self.membership.answer(now, q.from, q.incarnation, q.query, bytes);
         self.act_all(now);
     }
 
@@ -296,9 +281,7 @@ impl CclControl {
     }
 
     /// The membership events since the last call, oldest first.
-    pub fn take_events(
-        &mut self,
-    ) -> impl Iterator<Item = controlplane::membership::MembershipEvent> + '_ {
+    pub fn take_events(&mut self) -> impl Iterator<Item = controlplane::membership::MembershipEvent> + '_ {
         self.events.drain(..)
     }
 
@@ -358,12 +341,7 @@ impl CclControl {
         }
         self.links.poll(now.nanos(), &mut self.changes);
         for c in std::mem::take(&mut self.changes) {
-            log::info!(
-                "port {} ({}) link {}",
-                c.index,
-                if c.ccl { "ccl" } else { "data" },
-                if c.up { "up" } else { "down" }
-            );
+            log::info!("port {} ({}) link {}", c.index, if c.ccl { "ccl" } else { "data" }, if c.up { "up" } else { "down" });
             self.membership.on_port(now, c.index, c.up);
         }
         let sync = self.node_sync();
@@ -389,14 +367,8 @@ impl CclControl {
     fn watch_stalls(&mut self, now: Timestamp, workers_ran: Timestamp) {
         let limit = self.membership.heartbeat_interval().0 / 2;
         let hung = self.membership.hold_time().0.saturating_mul(4);
-        let own = self
-            .last_poll
-            .map_or(0, |l| now.nanos().saturating_sub(l.nanos()));
-        let worker = if workers_ran.nanos() == 0 {
-            0
-        } else {
-            now.nanos().saturating_sub(workers_ran.nanos())
-        };
+        let own = self.last_poll.map_or(0, |l| now.nanos().saturating_sub(l.nanos()));
+        let worker = if workers_ran.nanos() == 0 { 0 } else { now.nanos().saturating_sub(workers_ran.nanos()) };
         self.last_poll = Some(now);
         if own > limit || (worker > limit && worker < hung) {
             if !self.stalled {
@@ -418,11 +390,7 @@ impl CclControl {
     /// (new translations, renewals), sent there (or handled here on the
     /// control node). A request with no control node to ask is dropped:
     /// the worker asks again.
-    pub fn request_xlates(
-        &mut self,
-        now: Timestamp,
-        reqs: impl IntoIterator<Item = dataplane::pipeline::SharedRequest>,
-    ) {
+    pub fn request_xlates(&mut self, now: Timestamp, reqs: impl IntoIterator<Item = dataplane::pipeline::SharedRequest>) {
         for r in reqs {
             self.membership.request_xlate(now, r.pool, r.real, r.held);
         }
@@ -434,11 +402,7 @@ impl CclControl {
     fn node_sync(&self) -> u64 {
         let each = self.shared.sync.iter().map(|w| {
             let (epoch, done_from, sent) = unpack_sync(w.load(Ordering::Relaxed));
-            dataplane::pipeline::SyncProgress {
-                epoch,
-                done_from,
-                sent,
-            }
+            dataplane::pipeline::SyncProgress { epoch, done_from, sent }
         });
         dataplane::pipeline::SyncProgress::of_workers(each).map_or(0, |p| pack_sync(&p))
     }
@@ -498,9 +462,7 @@ impl CclControl {
                 push_command(&mut self.pending, Query::SetMembers(m));
             }
             Action::Reset => {
-                log::warn!(
-                    "left the cluster: dropping every flow and record (other members own them now)"
-                );
+                log::warn!("left the cluster: dropping every flow and record (other members own them now)");
                 push_command(&mut self.pending, Query::Reset);
             }
             Action::Lease(until) => self.shared.lease_ns.store(until.nanos(), Ordering::Relaxed),
@@ -524,55 +486,26 @@ impl CclControl {
             }
             Action::Replica(r) => {
                 log::debug!("replicated state: {r:?}");
-                if matches!(
-                    r,
-                    ReplicaChange::Config { .. } | ReplicaChange::Replaced { .. }
-                ) {
+                if matches!(r, ReplicaChange::Config { .. } | ReplicaChange::Replaced { .. }) {
                     self.replica_changed = true;
                 }
                 self.nat_table_changed(&r);
             }
-            Action::Query {
-                from,
-                incarnation,
-                query,
-                topic,
-                arg,
-            } => {
+            Action::Query { from, incarnation, query, topic, arg } => {
                 if self.queries.len() >= 2 * controlplane::membership::ANSWERS_KEPT {
                     self.queries.pop_front();
                 }
-                self.queries.push_back(QueryAsked {
-                    from,
-                    incarnation,
-                    query,
-                    topic,
-                    arg,
-                });
+                self.queries.push_back(QueryAsked { from, incarnation, query, topic, arg });
             }
-            Action::LimitReport {
-                from,
-                seq,
-                classes,
-                clients,
-            } => {
+            Action::LimitReport { from, seq, classes, clients } => {
                 if self.limit_reports.len() >= LIMIT_REPORTS_KEPT {
                     self.limit_reports.pop_front();
                 }
                 self.limit_reports.push_back((from, seq, classes, clients));
             }
-            Action::XlateRequest {
-                from,
-                pool,
-                real,
-                held,
-            } => {
-                log::debug!(
-                    "dynamic NAT: n{} asks for {real} in pool {pool} (holds {held:?})",
-                    from.0
-                );
-                self.natshare
-                    .on_request(now, &mut self.membership, pool, real, held);
+            Action::XlateRequest { from, pool, real, held } => {
+                log::debug!("dynamic NAT: n{} asks for {real} in pool {pool} (holds {held:?})", from.0);
+                self.natshare.on_request(now, &mut self.membership, pool, real, held);
             }
         }
     }
@@ -581,17 +514,13 @@ impl CclControl {
     /// the translation (after a whole-state transfer, every entry).
     fn nat_table_changed(&mut self, r: &ReplicaChange) {
         let m = &self.membership;
-        let mut push = |pool, real, mapped| {
-            push_command(&mut self.pending, Query::SharedXlate { pool, real, mapped })
-        };
+        let mut push = |pool, real, mapped| push_command(&mut self.pending, Query::SharedXlate { pool, real, mapped });
         match r {
             ReplicaChange::Entry { table, key, .. } if *table == natshare::NAT_TABLE => {
                 let value = m.table_get(natshare::NAT_TABLE, key);
                 match value.map(|v| natshare::decode(key, v)) {
                     Some(Some(x)) => push(x.pool, x.real, Some(x.mapped)),
-                    Some(None) => {
-                        log::warn!("dynamic NAT: table entry {key:02x?} of another layout ignored")
-                    }
+                    Some(None) => log::warn!("dynamic NAT: table entry {key:02x?} of another layout ignored"),
                     None => {
                         if let Some((pool, real)) = natshare::decode_key(key) {
                             push(pool, real, None);
@@ -600,10 +529,7 @@ impl CclControl {
                 }
             }
             ReplicaChange::Replaced { .. } => {
-                for x in m
-                    .table_iter(natshare::NAT_TABLE)
-                    .filter_map(|(k, v, _)| natshare::decode(k, v))
-                {
+                for x in m.table_iter(natshare::NAT_TABLE).filter_map(|(k, v, _)| natshare::decode(k, v)) {
                     push(x.pool, x.real, Some(x.mapped));
                 }
             }
@@ -635,9 +561,7 @@ impl CclControl {
             }
             None => {
                 if let Err(m) = self.shared.tx_via_worker.push(m) {
-                    self.shared
-                        .tx_via_worker_drops
-                        .fetch_add(1, Ordering::Relaxed);
+                    self.shared.tx_via_worker_drops.fetch_add(1, Ordering::Relaxed);
                     drop(m);
                     return false;
                 }
@@ -657,9 +581,7 @@ mod tests {
             f.extend_from_slice(&[0x81, 0x00, 0, 5]);
         }
         f.extend_from_slice(&[0x08, 0x00]);
-        let mut ip = vec![
-            0x45, 0, 0, 28, 0, 0, 0, 0, 64, 17, 0, 0, 198, 19, 0, 11, 198, 19, 0, 255,
-        ];
+        let mut ip = vec![0x45, 0, 0, 28, 0, 0, 0, 0, 64, 17, 0, 0, 198, 19, 0, 11, 198, 19, 0, 255];
         f.append(&mut ip);
         f.extend_from_slice(&src_port.to_be_bytes());
         f.extend_from_slice(&dst_port.to_be_bytes());
@@ -671,10 +593,7 @@ mod tests {
     fn control_frames_are_told_apart() {
         assert!(is_control_frame(&frame(31555, 31300, false)));
         assert!(is_control_frame(&frame(31555, 31300, true)));
-        assert!(
-            !is_control_frame(&frame(31300, 31300, false)),
-            "worker channel 0"
-        );
+        assert!(!is_control_frame(&frame(31300, 31300, false)), "worker channel 0");
         assert!(!is_control_frame(&frame(31555, 53, false)));
         let mut tcp = frame(31555, 31300, false);
         tcp[14 + 9] = 6;

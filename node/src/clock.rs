@@ -11,9 +11,7 @@ pub struct Clock {
 
 impl Clock {
     pub fn new() -> Clock {
-        Clock {
-            origin: Instant::now(),
-        }
+        Clock { origin: Instant::now() }
     }
     pub fn now(&self) -> Timestamp {
         Timestamp(self.origin.elapsed().as_nanos() as u64)
@@ -27,7 +25,5 @@ impl Clock {
 
 /// Nanoseconds since the Unix epoch (0 if the system clock is before it).
 pub fn unix_ns() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64)
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
 }

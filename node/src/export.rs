@@ -58,11 +58,7 @@ const IPFIX_BATCH: usize = 512;
 /// What the control lcore tells the export thread.
 pub enum ExportEvent {
     /// A message to every syslog collector.
-    Syslog {
-        severity: u8,
-        msgid: &'static str,
-        text: String,
-    },
+    Syslog { severity: u8, msgid: &'static str, text: String },
     /// The rule names of the policy the workers run now (denied and built
     /// records name their rule by index).
     Rules(Vec<String>),
@@ -108,10 +104,7 @@ pub struct ExportShared {
 
 impl ExportShared {
     pub fn new() -> ExportShared {
-        ExportShared {
-            events: ArrayQueue::new(EVENT_QUEUE),
-            counters: ExportCounters::default(),
-        }
+        ExportShared { events: ArrayQueue::new(EVENT_QUEUE), counters: ExportCounters::default() }
     }
 
     /// Queue `e`; full: dropped and counted.
@@ -178,9 +171,7 @@ impl SyslogSink {
         }
         let bytes = syslog::render(&self.header, unix_ms, m);
         let ok = match &mut self.transport {
-            Transport::Udp(sock) => sock
-                .as_ref()
-                .is_some_and(|s| s.send_to(&bytes, self.server).is_ok()),
+            Transport::Udp(sock) => sock.as_ref().is_some_and(|s| s.send_to(&bytes, self.server).is_ok()),
             Transport::Tcp { queue, queued, .. } => {
                 let framed = syslog::frame_octet_counted(&bytes);
                 if *queued + framed.len() > TCP_BACKLOG {
@@ -201,16 +192,7 @@ impl SyslogSink {
 
     /// TCP: connect when due, write what the socket takes.
     fn pump(&mut self, c: &ExportCounters) {
-        let Transport::Tcp {
-            stream,
-            queue,
-            queued,
-            written,
-            next_try,
-        } = &mut self.transport
-        else {
-            return;
-        };
+        let Transport::Tcp { stream, queue, queued, written, next_try } = &mut self.transport else { return };
         if stream.is_none() && Instant::now() >= *next_try {
             *next_try = Instant::now() + RECONNECT;
             match TcpStream::connect_timeout(&self.server, CONNECT_TIMEOUT) {
@@ -287,14 +269,7 @@ fn udp_to(addr: SocketAddr, what: &str) -> Option<UdpSocket> {
 }
 
 impl Exporter {
-    pub fn new(
-        cfg: &Config,
-        shared: Arc<Shared>,
-        export: Arc<ExportShared>,
-        clock: Clock,
-        names: Names,
-        node_id: u32,
-    ) -> Exporter {
+    pub fn new(cfg: &Config, shared: Arc<Shared>, export: Arc<ExportShared>, clock: Clock, names: Names, node_id: u32) -> Exporter {
         let host = |d: DeviceId| match (d, &cfg.cluster) {
             (DeviceId::Cluster, Some(c)) => c.name.clone(),
             _ => cfg.node.name.clone(),
@@ -305,16 +280,10 @@ impl Exporter {
             .iter()
             .map(|s| SyslogSink {
                 server: SocketAddr::V4(s.server),
-                header: Header {
-                    facility: s.facility.code(),
-                    hostname: host(s.device_id),
-                    procid: std::process::id(),
-                },
+                header: Header { facility: s.facility.code(), hostname: host(s.device_id), procid: std::process::id() },
                 severity: s.severity.code(),
                 transport: match s.transport {
-                    SyslogTransport::Udp => {
-                        Transport::Udp(udp_to(SocketAddr::V4(s.server), "syslog"))
-                    }
+                    SyslogTransport::Udp => Transport::Udp(udp_to(SocketAddr::V4(s.server), "syslog")),
                     SyslogTransport::Tcp => Transport::Tcp {
                         stream: None,
                         queue: VecDeque::new(),
@@ -378,28 +347,17 @@ impl Exporter {
     fn tick(&mut self) {
         let now_ms = self.unix_ms();
         for (rule, n) in self.deny.tick(now_ms) {
-            self.export
-                .counters
-                .denied_suppressed
-                .fetch_add(n, Ordering::Relaxed);
+            self.export.counters.denied_suppressed.fetch_add(n, Ordering::Relaxed);
             let m = syslog::suppressed_message(rule, n, self.deny.rate(), &self.names);
             self.syslog_all(&m);
         }
-        let drops: u64 = self
-            .shared
-            .workers
-            .iter()
-            .map(|w| w.flow_record_drops.load(Ordering::Relaxed))
-            .sum();
+        let drops: u64 = self.shared.workers.iter().map(|w| w.flow_record_drops.load(Ordering::Relaxed)).sum();
         if drops > self.reported_drops {
             let m = syslog::event_message(
                 syslog::severity::WARNING,
                 "export-lost",
                 &self.names.node,
-                format!(
-                    "{} flow records lost: the workers' export queues were full",
-                    drops - self.reported_drops
-                ),
+                format!("{} flow records lost: the workers' export queues were full", drops - self.reported_drops),
             );
             self.reported_drops = drops;
             self.syslog_all(&m);
@@ -411,9 +369,7 @@ impl Exporter {
     fn limit_events(&mut self, events: &[controlplane::ipfix::LimitEvent]) {
         let now_s = (self.unix_ms() / 1000) as u32;
         let Some(x) = &mut self.ipfix else { return };
-        let Some(m) = x.encoder.limit_message(now_s, events) else {
-            return;
-        };
+        let Some(m) = x.encoder.limit_message(now_s, events) else { return };
         let c = &self.export.counters;
         match x.socket.as_ref().map(|s| s.send_to(&m, x.collector)) {
             Some(Ok(_)) => c.ipfix_messages.fetch_add(1, Ordering::Relaxed),
@@ -434,8 +390,7 @@ impl Exporter {
         }
         let e = &x.encoder.counters;
         c.ipfix_records.store(e.records, Ordering::Relaxed);
-        c.ipfix_records_dropped
-            .store(e.dropped + e.invalid, Ordering::Relaxed);
+        c.ipfix_records_dropped.store(e.dropped + e.invalid, Ordering::Relaxed);
     }
 
     /// Until the node stops.
@@ -446,11 +401,7 @@ impl Exporter {
             while let Some(e) = self.export.events.pop() {
                 work += 1;
                 match e {
-                    ExportEvent::Syslog {
-                        severity,
-                        msgid,
-                        text,
-                    } => {
+                    ExportEvent::Syslog { severity, msgid, text } => {
                         let m = syslog::event_message(severity, msgid, &self.names.node, text);
                         self.syslog_all(&m);
                     }

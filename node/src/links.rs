@@ -106,11 +106,7 @@ impl Links {
             };
             if w.up != Some(up) {
                 if w.up.is_some() {
-                    out.push(Change {
-                        index: w.index,
-                        ccl: w.ccl,
-                        up,
-                    });
+                    out.push(Change { index: w.index, ccl: w.ccl, up });
                 }
                 w.up = Some(up);
                 if up && self.down_wanted && !w.ccl {
@@ -138,11 +134,7 @@ impl Links {
             }
             match set_link(w, up) {
                 Ok(()) => done += 1,
-                Err(e) => log::warn!(
-                    "port {}: link {}: {e}",
-                    w.index,
-                    if up { "up" } else { "down" }
-                ),
+                Err(e) => log::warn!("port {}: link {}: {e}", w.index, if up { "up" } else { "down" }),
             }
         }
         done
@@ -175,17 +167,13 @@ pub fn af_packet_iface(device: &str) -> Option<String> {
     if !parts.next()?.starts_with("net_af_packet") {
         return None;
     }
-    parts
-        .find_map(|p| p.strip_prefix("iface="))
-        .filter(|i| !i.is_empty())
-        .map(str::to_string)
+    parts.find_map(|p| p.strip_prefix("iface=")).filter(|i| !i.is_empty()).map(str::to_string)
 }
 
 /// Carrier of a kernel interface: `carrier` reads `1`. An interface that
 /// is administratively down (the file cannot be read) or gone has none.
 fn kernel_carrier(iface: &str) -> bool {
-    std::fs::read_to_string(format!("/sys/class/net/{iface}/carrier"))
-        .is_ok_and(|s| s.trim() == "1")
+    std::fs::read_to_string(format!("/sys/class/net/{iface}/carrier")).is_ok_and(|s| s.trim() == "1")
 }
 
 /// `ip link set dev IFACE up|down`.
@@ -199,10 +187,7 @@ fn kernel_set_link(iface: &str, up: bool) -> Result<(), String> {
     if st.success() {
         Ok(())
     } else {
-        Err(format!(
-            "ip link set dev {iface} {}: {st}",
-            if up { "up" } else { "down" }
-        ))
+        Err(format!("ip link set dev {iface} {}: {st}", if up { "up" } else { "down" }))
     }
 }
 
@@ -212,14 +197,8 @@ mod tests {
 
     #[test]
     fn the_kernel_interface_of_an_af_packet_device() {
-        assert_eq!(
-            af_packet_iface("net_af_packet0,iface=n1-in,framecnt=2048").as_deref(),
-            Some("n1-in")
-        );
-        assert_eq!(
-            af_packet_iface("net_af_packet3,framecnt=2048,iface=ccl0,qpairs=2").as_deref(),
-            Some("ccl0")
-        );
+        assert_eq!(af_packet_iface("net_af_packet0,iface=n1-in,framecnt=2048").as_deref(), Some("n1-in"));
+        assert_eq!(af_packet_iface("net_af_packet3,framecnt=2048,iface=ccl0,qpairs=2").as_deref(), Some("ccl0"));
         assert_eq!(af_packet_iface("net_af_packet0").as_deref(), None);
         assert_eq!(af_packet_iface("net_af_packet0,iface=").as_deref(), None);
         assert_eq!(af_packet_iface("net_pcap0,iface=eth0").as_deref(), None);
@@ -230,8 +209,6 @@ mod tests {
     #[test]
     fn a_missing_interface_has_no_carrier() {
         assert!(!kernel_carrier("cfw-no-such-interface"));
-        assert!(
-            kernel_carrier("lo") || !std::path::Path::new("/sys/class/net/lo/carrier").exists()
-        );
+        assert!(kernel_carrier("lo") || !std::path::Path::new("/sys/class/net/lo/carrier").exists());
     }
 }

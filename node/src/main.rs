@@ -13,8 +13,8 @@
 mod ccl;
 mod clock;
 mod control;
-mod export;
 mod links;
+mod export;
 mod metrics_http;
 mod policy;
 mod shared;
@@ -51,9 +51,7 @@ fn parse_cli() -> Result<Cli> {
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
-            "--config" | "-c" => {
-                config = Some(PathBuf::from(args.next().context("--config needs a file")?))
-            }
+            "--config" | "-c" => config = Some(PathBuf::from(args.next().context("--config needs a file")?)),
             "--check" => check_only = true,
             "--" => {
                 extra_eal.extend(args.by_ref());
@@ -65,11 +63,7 @@ fn parse_cli() -> Result<Cli> {
             other => bail!("unexpected argument {other:?}\n{USAGE}"),
         }
     }
-    Ok(Cli {
-        config: config.context(USAGE)?,
-        check_only,
-        extra_eal,
-    })
+    Ok(Cli { config: config.context(USAGE)?, check_only, extra_eal })
 }
 
 /// Nice value of the control lcore's thread (heartbeats, membership).
@@ -125,29 +119,15 @@ fn eal_args(cfg: &Config, extra: &[String]) -> Vec<String> {
     // Queue pairs: one per worker on a data port; on the CCL one per
     // worker and the control lcore's.
     let workers = cfg.dpdk.workers;
-    let ccl = cfg.cluster.iter().map(|c| {
-        (
-            c.ccl.device_name(),
-            c.ccl.is_vdev(),
-            &c.ccl.device,
-            workers + 1,
-        )
-    });
-    let data = cfg
-        .interfaces
-        .iter()
-        .map(|i| (i.device_name(), i.is_vdev(), &i.device, workers));
+    let ccl = cfg.cluster.iter().map(|c| (c.ccl.device_name(), c.ccl.is_vdev(), &c.ccl.device, workers + 1));
+    let data = cfg.interfaces.iter().map(|i| (i.device_name(), i.is_vdev(), &i.device, workers));
     for (name, vdev, device, queues) in data.chain(ccl) {
         if seen.contains(&name) {
             continue;
         }
         seen.push(name);
         args.push(if vdev { "--vdev".into() } else { "-a".into() });
-        args.push(if vdev {
-            sizing::vdev_arg(device, queues)
-        } else {
-            device.clone()
-        });
+        args.push(if vdev { sizing::vdev_arg(device, queues) } else { device.clone() });
     }
     args.extend(extra.iter().cloned());
     args
@@ -173,11 +153,7 @@ fn run(cfg: Config, extra: Vec<String>) -> Result<()> {
 
     // Mbufs hold the largest frame any port hands over (`sizing`).
     let data_room = sizing::mbuf_data_room(&cfg).map_err(anyhow::Error::msg)?;
-    log::info!(
-        "packet pool: {} mbufs of {} bytes",
-        cfg.dpdk.mbufs,
-        data_room
-    );
+    log::info!("packet pool: {} mbufs of {} bytes", cfg.dpdk.mbufs, data_room);
     let want = sizing::mbufs_wanted(&cfg, u64::from(shared::STEER_RING));
     if u64::from(cfg.dpdk.mbufs) < want {
         log::warn!(
@@ -189,14 +165,8 @@ fn run(cfg: Config, extra: Vec<String>) -> Result<()> {
         );
     }
     let pool = Arc::new(
-        Mempool::new_pktmbuf(
-            "cfw_pkts",
-            cfg.dpdk.mbufs,
-            256,
-            data_room,
-            dpdk_sys::SOCKET_ID_ANY,
-        )
-        .context("creating the packet pool")?,
+        Mempool::new_pktmbuf("cfw_pkts", cfg.dpdk.mbufs, 256, data_room, dpdk_sys::SOCKET_ID_ANY)
+            .context("creating the packet pool")?,
     );
 
     // One DPDK port per distinct device; interfaces (VLANs) map onto them.
@@ -213,23 +183,12 @@ fn run(cfg: Config, extra: Vec<String>) -> Result<()> {
         let idx = match ports.iter().position(|p| p.name == dev) {
             Some(idx) => idx,
             None => {
-                let port = Port::by_name(dev)
-                    .with_context(|| format!("interface {}: device {dev}", i.name))?;
+                let port = Port::by_name(dev).with_context(|| format!("interface {}: device {dev}", i.name))?;
                 let mtu = port_mtu(port, dev, i.mtu)?;
                 let rxq = port_queues(port, dev, workers)?;
-                port.configure(
-                    rxq,
-                    workers,
-                    cfg.dpdk.rx_descriptors,
-                    cfg.dpdk.tx_descriptors,
-                    &pool,
-                    mtu,
-                )
-                .with_context(|| {
-                    format!("configuring port {dev} with {rxq} RX / {workers} TX queues")
-                })?;
-                port.start()
-                    .with_context(|| format!("starting port {dev}"))?;
+                port.configure(rxq, workers, cfg.dpdk.rx_descriptors, cfg.dpdk.tx_descriptors, &pool, mtu)
+                    .with_context(|| format!("configuring port {dev} with {rxq} RX / {workers} TX queues"))?;
+                port.start().with_context(|| format!("starting port {dev}"))?;
                 ports.push(DataPort {
                     name: dev.to_string(),
                     device: i.device.clone(),
@@ -245,10 +204,7 @@ fn run(cfg: Config, extra: Vec<String>) -> Result<()> {
             ifs.push(',');
         }
         ifs.push_str(&i.name);
-        let mac = ports[idx]
-            .port
-            .mac_addr()
-            .with_context(|| format!("MAC of {dev}"))?;
+        let mac = ports[idx].port.mac_addr().with_context(|| format!("MAC of {dev}"))?;
         log::info!(
             "interface {} on {} (port {}): {}/{} mac {} mtu {} security-level {}",
             i.name,
@@ -286,9 +242,7 @@ fn run(cfg: Config, extra: Vec<String>) -> Result<()> {
     if let Some(cl) = &cfg.cluster {
         let dev = cl.ccl.device_name();
         let port = Port::by_name(dev).with_context(|| format!("cluster.ccl: device {dev}"))?;
-        let info = port
-            .info()
-            .with_context(|| format!("cluster.ccl: device {dev}"))?;
+        let info = port.info().with_context(|| format!("cluster.ccl: device {dev}"))?;
         let want = workers + 1;
         let two = info.max_rx_queues >= want && info.max_tx_queues >= want;
         if !two && workers > 1 {
@@ -303,17 +257,9 @@ fn run(cfg: Config, extra: Vec<String>) -> Result<()> {
         }
         let q = if two { want } else { 1 };
         let mtu = port_mtu(port, dev, cl.ccl.mtu)?;
-        port.configure(
-            q,
-            q,
-            cfg.dpdk.rx_descriptors,
-            cfg.dpdk.tx_descriptors,
-            &pool,
-            mtu,
-        )
-        .with_context(|| format!("configuring CCL port {dev} with {q} queue pair(s)"))?;
-        port.start()
-            .with_context(|| format!("starting CCL port {dev}"))?;
+        port.configure(q, q, cfg.dpdk.rx_descriptors, cfg.dpdk.tx_descriptors, &pool, mtu)
+            .with_context(|| format!("configuring CCL port {dev} with {q} queue pair(s)"))?;
+        port.start().with_context(|| format!("starting CCL port {dev}"))?;
         if !two {
             log::warn!(
                 "CCL port {dev} ({}) offers {} RX / {} TX queues: no control queue, the worker receives \
@@ -361,11 +307,7 @@ fn run(cfg: Config, extra: Vec<String>) -> Result<()> {
     }
 
     let incarnation = unix_seconds();
-    let cluster = cfg
-        .cluster
-        .as_ref()
-        .map(|cl| cluster_spec(cl, incarnation))
-        .transpose()?;
+    let cluster = cfg.cluster.as_ref().map(|cl| cluster_spec(cl, incarnation)).transpose()?;
     let mut policies = policy::Policies::new(&cfg, specs.clone(), usize::from(cfg.dpdk.workers));
     let mut pcfg = pipeline_config(&cfg, specs);
     pcfg.cluster = cluster;
@@ -383,43 +325,27 @@ fn run(cfg: Config, extra: Vec<String>) -> Result<()> {
     let mut nat_plan = None;
     for w in 0..workers {
         let mut p = Pipeline::new(pcfg.clone()).map_err(|e| anyhow::anyhow!("pipeline: {e}"))?;
-        p.set_worker(WorkerId(w), workers)
-            .map_err(|e| anyhow::anyhow!("pipeline: {e}"))?;
+        p.set_worker(WorkerId(w), workers).map_err(|e| anyhow::anyhow!("pipeline: {e}"))?;
         p.set_limits(&policy::limit_spec(&cfg.policy()));
-        p.set_ipv6(&ipv6_spec(&cfg))
-            .map_err(|e| anyhow::anyhow!("ipv6: {e}"))?;
+        p.set_ipv6(&ipv6_spec(&cfg)).map_err(|e| anyhow::anyhow!("ipv6: {e}"))?;
         match (&nat, &nat_plan) {
             (Some(spec), None) => {
                 p.set_nat(spec).map_err(|e| anyhow::anyhow!("nat: {e}"))?;
                 nat_plan = p.nat_plan();
-                for (pool, idle) in nat_plan
-                    .as_ref()
-                    .map(|n| n.idle_workers())
-                    .unwrap_or_default()
-                {
-                    let name = cfg
-                        .nat
-                        .pools
-                        .get(usize::from(pool))
-                        .map_or("?", |p| p.name.as_str());
+                for (pool, idle) in nat_plan.as_ref().map(|n| n.idle_workers()).unwrap_or_default() {
+                    let name = cfg.nat.pools.get(usize::from(pool)).map_or("?", |p| p.name.as_str());
                     log::warn!(
                         "nat pool {name}: fewer addresses than workers; {idle} worker(s) hold none and their \
                          hosts get no dynamic NAT from it (nat-exhausted; docs/nat.md)"
                     );
                 }
             }
-            (_, Some(plan)) => p
-                .set_nat_plan(plan.clone())
-                .map_err(|e| anyhow::anyhow!("nat: {e}"))?,
+            (_, Some(plan)) => p.set_nat_plan(plan.clone()).map_err(|e| anyhow::anyhow!("nat: {e}"))?,
             (None, None) => {}
         }
         if exporting {
             // Active records only for flow export (syslog has no use for them).
-            p.log_flows(
-                cfg.flow_export
-                    .as_ref()
-                    .map(|f| dataplane::Duration::from_secs(f.active_timeout.into())),
-            );
+            p.log_flows(cfg.flow_export.as_ref().map(|f| dataplane::Duration::from_secs(f.active_timeout.into())));
         }
         pipelines.push(p);
     }
@@ -434,12 +360,8 @@ fn run(cfg: Config, extra: Vec<String>) -> Result<()> {
             consumers.push(None);
             continue;
         }
-        let (p, c) = dpdk_sys::mbuf_ring(
-            &format!("cfw_steer{w}"),
-            shared::STEER_RING,
-            dpdk_sys::SOCKET_ID_ANY,
-        )
-        .with_context(|| format!("worker {w}'s steering ring"))?;
+        let (p, c) = dpdk_sys::mbuf_ring(&format!("cfw_steer{w}"), shared::STEER_RING, dpdk_sys::SOCKET_ID_ANY)
+            .with_context(|| format!("worker {w}'s steering ring"))?;
         producers.push(Some(p));
         consumers.push(Some(c));
     }
@@ -451,50 +373,26 @@ fn run(cfg: Config, extra: Vec<String>) -> Result<()> {
     }
     let shared = Arc::new(shared);
     let export_names = controlplane::syslog::Names {
-        interfaces: pipelines
-            .first()
-            .map_or_else(Vec::new, |p| p.interface_names().to_vec()),
-        rules: policies
-            .running
-            .policy
-            .access_rules
-            .iter()
-            .map(|r| r.name.clone())
-            .collect(),
+        interfaces: pipelines.first().map_or_else(Vec::new, |p| p.interface_names().to_vec()),
+        rules: policies.running.policy.access_rules.iter().map(|r| r.name.clone()).collect(),
         node: cfg.node.name.clone(),
     };
     let ccl_control = match (&cfg.cluster, ccl_setup) {
-        (Some(cl), Some((ccl_idx, port, two, mac))) => {
-            Some(ccl::CclControl::new(ccl::CclControlConfig {
-                port,
-                control_queue: two.then_some(workers),
-                pool: pool.clone(),
-                shared: shared.ccl.clone(),
-                link: control_link(cl, incarnation, mac)?,
-                membership: membership(
-                    cl,
-                    workers,
-                    incarnation,
-                    ccl_idx as u16,
-                    policies.publish_bytes(),
-                )?,
-                links: links::Links::new(
-                    ports
-                        .iter()
-                        .enumerate()
-                        .map(|(i, p)| (p.port, i as u16, i == ccl_idx, p.device.as_str())),
-                ),
-                nat_pools: policy::nat_spec(&cfg).map_or_else(Vec::new, |s| {
-                    (0u16..)
-                        .zip(s.pools)
-                        .filter(|(_, p)| p.pat.is_none())
-                        .map(|(i, p)| (i, p.addresses))
-                        .collect()
-                }),
-                xlate_timeout: policy::nat_spec(&cfg)
-                    .map_or(dataplane::Duration::from_secs(30), |s| s.xlate_timeout),
-            }))
-        }
+        (Some(cl), Some((ccl_idx, port, two, mac))) => Some(ccl::CclControl::new(ccl::CclControlConfig {
+            port,
+            control_queue: two.then_some(workers),
+            pool: pool.clone(),
+            shared: shared.ccl.clone(),
+            link: control_link(cl, incarnation, mac)?,
+            membership: membership(cl, workers, incarnation, ccl_idx as u16, policies.publish_bytes())?,
+            links: links::Links::new(
+                ports.iter().enumerate().map(|(i, p)| (p.port, i as u16, i == ccl_idx, p.device.as_str())),
+            ),
+            nat_pools: policy::nat_spec(&cfg).map_or_else(Vec::new, |s| {
+                (0u16..).zip(s.pools).filter(|(_, p)| p.pat.is_none()).map(|(i, p)| (i, p.addresses)).collect()
+            }),
+            xlate_timeout: policy::nat_spec(&cfg).map_or(dataplane::Duration::from_secs(30), |s| s.xlate_timeout),
+        })),
         _ => None,
     };
     // One clock for the worker and the control lcore: their timestamps
@@ -525,18 +423,14 @@ fn run(cfg: Config, extra: Vec<String>) -> Result<()> {
             ccl_port: ccl_setup.map(|(idx, ..)| idx),
             me: WorkerId(w as u16),
             workers,
-            rx_queues: ports
-                .iter()
-                .map(|p| (w < usize::from(p.rx_queues)).then_some(w as u16))
-                .collect(),
+            rx_queues: ports.iter().map(|p| (w < usize::from(p.rx_queues)).then_some(w as u16)).collect(),
             steered_in,
             nat: nat_plan.clone(),
         };
         match lcores.get(w) {
             Some(&lcore) => {
                 log::info!("launching worker {w} on lcore {lcore}");
-                dpdk_sys::eal::launch(lcore, move || worker.run())
-                    .context("launching a worker lcore")?;
+                dpdk_sys::eal::launch(lcore, move || worker.run()).context("launching a worker lcore")?;
                 launched.push(lcore);
             }
             None => {
@@ -544,11 +438,7 @@ fn run(cfg: Config, extra: Vec<String>) -> Result<()> {
                     "worker {w}: no worker lcore left in the EAL core list ({} for {workers} workers); running it on a thread",
                     lcores.len()
                 );
-                threads.push(
-                    std::thread::Builder::new()
-                        .name(format!("worker{w}"))
-                        .spawn(move || worker.run())?,
-                );
+                threads.push(std::thread::Builder::new().name(format!("worker{w}")).spawn(move || worker.run())?);
             }
         }
     }
@@ -558,52 +448,25 @@ fn run(cfg: Config, extra: Vec<String>) -> Result<()> {
     let (export_shared, exporter) = if exporting {
         let x = Arc::new(export::ExportShared::new());
         let node_id = cfg.cluster.as_ref().map_or(0, |c| u32::from(c.node_id));
-        let e = export::Exporter::new(
-            &cfg,
-            shared.clone(),
-            x.clone(),
-            clock,
-            export_names,
-            node_id,
-        );
-        (
-            Some(x),
-            Some(
-                std::thread::Builder::new()
-                    .name("export".into())
-                    .spawn(move || e.run())?,
-            ),
-        )
+        let e = export::Exporter::new(&cfg, shared.clone(), x.clone(), clock, export_names, node_id);
+        (Some(x), Some(std::thread::Builder::new().name("export".into()).spawn(move || e.run())?))
     } else {
         (None, None)
     };
     let mut ctl = control::Control::new(
         &cfg,
         shared.clone(),
-        ports
-            .iter()
-            .map(|p| {
-                control::ControlPort::new(p.interfaces.clone(), p.name.clone(), p.port, &p.device)
-            })
-            .collect(),
+        ports.iter().map(|p| control::ControlPort::new(p.interfaces.clone(), p.name.clone(), p.port, &p.device)).collect(),
         ccl_control,
         policies,
         clock,
         export_shared,
     )?;
-    log::info!(
-        "node {} up; control socket {}",
-        cfg.node.name,
-        cfg.control_socket.display()
-    );
+    log::info!("node {} up; control socket {}", cfg.node.name, cfg.control_socket.display());
     // Prometheus' endpoint: a thread of its own (at nice 0, made before
     // the control lcore's nice), a client of the control socket.
     let metrics = match cfg.metrics.listen {
-        Some(addr) => Some(metrics_http::spawn(
-            addr,
-            cfg.control_socket.clone(),
-            stop_signal.clone(),
-        )?),
+        Some(addr) => Some(metrics_http::spawn(addr, cfg.control_socket.clone(), stop_signal.clone())?),
         None => None,
     };
     // The control lcore's heartbeats must not wait behind busy workers or
@@ -734,21 +597,15 @@ fn random_seed() -> u64 {
 /// epoch 0, fenced (lease 0) until the membership machine admits it and
 /// grants a lease; its first member set replaces this one.
 fn initial_members(cl: &config::ClusterConfig) -> Result<MemberSet> {
-    MemberSet::from_nodes(Epoch(0), [NodeId(cl.node_id)])
-        .map_err(|e| anyhow::anyhow!("cluster.node-id: {e}"))
+    MemberSet::from_nodes(Epoch(0), [NodeId(cl.node_id)]).map_err(|e| anyhow::anyhow!("cluster.node-id: {e}"))
 }
 
 /// The control lcore's CCL endpoint: control channel, this boot's
 /// incarnation, broadcasts from the CCL port's MAC and address.
 fn control_link(cl: &config::ClusterConfig, incarnation: u32, mac: [u8; 6]) -> Result<ControlLink> {
-    let key =
-        CclKey::new(&cl.name, cl.key.expose()).map_err(|e| anyhow::anyhow!("cluster key: {e}"))?;
-    let broadcast = FramePath {
-        src_mac: mac,
-        dst_mac: [0xff; 6],
-        src_ip: cl.ccl.address,
-        dst_ip: cl.ccl.subnet().broadcast(),
-    };
+    let key = CclKey::new(&cl.name, cl.key.expose()).map_err(|e| anyhow::anyhow!("cluster key: {e}"))?;
+    let broadcast =
+        FramePath { src_mac: mac, dst_mac: [0xff; 6], src_ip: cl.ccl.address, dst_ip: cl.ccl.subnet().broadcast() };
     ControlLink::new(&key, NodeId(cl.node_id), incarnation, broadcast)
         .map_err(|e| anyhow::anyhow!("CCL control endpoint: {e}"))
 }
@@ -768,18 +625,11 @@ fn membership(
     let nodes = cl
         .members
         .iter()
-        .map(|m| membership::NodeConfig {
-            id: NodeId(m.id),
-            name: m.name.clone(),
-            ccl_address: m.ccl_address,
-        })
+        .map(|m| membership::NodeConfig { id: NodeId(m.id), name: m.name.clone(), ccl_address: m.ccl_address })
         .collect();
     let mut c = membership::Config::new(NodeId(cl.node_id), incarnation, nodes);
     c.priority = cl.priority;
-    c.place = Placement {
-        site: cl.site_id,
-        chassis: cl.chassis_id,
-    };
+    c.place = Placement { site: cl.site_id, chassis: cl.chassis_id };
     // At most 32 (config): one CCL channel each.
     c.workers = u8::try_from(workers).context("dpdk.workers")?;
     c.heartbeat_interval = Duration::from_millis(cl.heartbeat_interval_ms);
@@ -823,19 +673,11 @@ fn cluster_spec(cl: &config::ClusterConfig, incarnation: u32) -> Result<ClusterS
 /// The interfaces' IPv6 addresses and the IPv6 routes (docs/ipv6.md).
 fn ipv6_spec(cfg: &Config) -> dataplane::pipeline::Ipv6Spec {
     dataplane::pipeline::Ipv6Spec {
-        addresses: cfg
-            .interfaces
-            .iter()
-            .filter_map(|i| i.address6.map(|h| (i.name.clone(), h.addr, h.len)))
-            .collect(),
+        addresses: cfg.interfaces.iter().filter_map(|i| i.address6.map(|h| (i.name.clone(), h.addr, h.len))).collect(),
         routes: cfg
             .routes6
             .iter()
-            .map(|r| dataplane::pipeline::Route6Spec {
-                destination: r.destination.addr,
-                prefix_len: r.destination.len,
-                via: r.via,
-            })
+            .map(|r| dataplane::pipeline::Route6Spec { destination: r.destination.addr, prefix_len: r.destination.len, via: r.via })
             .collect(),
     }
 }
@@ -846,11 +688,7 @@ fn pipeline_config(cfg: &Config, interfaces: Vec<InterfaceSpec>) -> PipelineConf
         routes: cfg
             .routes
             .iter()
-            .map(|r| RouteSpec {
-                destination: r.destination.addr,
-                prefix_len: r.destination.len,
-                via: r.via,
-            })
+            .map(|r| RouteSpec { destination: r.destination.addr, prefix_len: r.destination.len, via: r.via })
             .collect(),
         rules: policy::rule_specs(&cfg.access_rules),
         timeouts: policy::timeouts(&cfg.timeouts),
@@ -869,8 +707,5 @@ fn pipeline_config(cfg: &Config, interfaces: Vec<InterfaceSpec>) -> PipelineConf
 }
 
 pub fn fmt_mac(m: [u8; 6]) -> String {
-    format!(
-        "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
-        m[0], m[1], m[2], m[3], m[4], m[5]
-    )
+    format!("{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}", m[0], m[1], m[2], m[3], m[4], m[5])
 }

@@ -30,13 +30,8 @@ const ACCEPT_POLL: Duration = Duration::from_millis(50);
 
 /// Binds `addr` now (an address in use is an error at start, naming it)
 /// and serves it on a thread until `stop`.
-pub fn spawn(
-    addr: SocketAddrV4,
-    socket: PathBuf,
-    stop: Arc<AtomicBool>,
-) -> Result<std::thread::JoinHandle<()>> {
-    let listener =
-        TcpListener::bind(addr).with_context(|| format!("metrics.listen {addr}: binding"))?;
+pub fn spawn(addr: SocketAddrV4, socket: PathBuf, stop: Arc<AtomicBool>) -> Result<std::thread::JoinHandle<()>> {
+    let listener = TcpListener::bind(addr).with_context(|| format!("metrics.listen {addr}: binding"))?;
     listener.set_nonblocking(true).context("metrics listener")?;
     log::info!("metrics: http://{addr}/metrics");
     let t = std::thread::Builder::new()
@@ -74,19 +69,9 @@ fn serve(mut conn: TcpStream, socket: &std::path::Path) -> std::io::Result<()> {
         }
         head.extend_from_slice(buf.get(..n).unwrap_or(&[]));
     }
-    let answer = respond(&head, || {
-        match mgmt::request(
-            socket,
-            &Request::Show {
-                topic: Topic::Metrics,
-            },
-        ) {
-            Ok(v) => v
-                .as_str()
-                .map(str::to_string)
-                .ok_or_else(|| "the node's answer is not text".to_string()),
-            Err(e) => Err(e.to_string()),
-        }
+    let answer = respond(&head, || match mgmt::request(socket, &Request::Show { topic: Topic::Metrics }) {
+        Ok(v) => v.as_str().map(str::to_string).ok_or_else(|| "the node's answer is not text".to_string()),
+        Err(e) => Err(e.to_string()),
     });
     conn.write_all(&answer)?;
     conn.flush()
@@ -99,47 +84,23 @@ pub fn respond(head: &[u8], fetch: impl FnOnce() -> Result<String, String>) -> V
     let line = String::from_utf8_lossy(line);
     let mut words = line.split_whitespace();
     let (method, target, version) = (words.next(), words.next(), words.next());
-    let complete =
-        head.windows(4).any(|w| w == b"\r\n\r\n") || head.windows(2).any(|w| w == b"\n\n");
+    let complete = head.windows(4).any(|w| w == b"\r\n\r\n") || head.windows(2).any(|w| w == b"\n\n");
     let (status, ctype, body, head_only) = match (method, target, version) {
         (Some(m), Some(t), Some(v)) if complete && v.starts_with("HTTP/1.") => {
             let path = t.split('?').next().unwrap_or("");
             match (m, path) {
                 ("GET" | "HEAD", "/metrics") => match fetch() {
                     Ok(text) => ("200 OK", CONTENT_TYPE, text, m == "HEAD"),
-                    Err(e) => (
-                        "503 Service Unavailable",
-                        "text/plain",
-                        format!("clusterfw: {e}\n"),
-                        m == "HEAD",
-                    ),
+                    Err(e) => ("503 Service Unavailable", "text/plain", format!("clusterfw: {e}\n"), m == "HEAD"),
                 },
-                ("GET" | "HEAD", "/") => (
-                    "200 OK",
-                    "text/plain",
-                    "clusterfw: metrics at /metrics\n".to_string(),
-                    m == "HEAD",
-                ),
-                ("GET" | "HEAD", _) => (
-                    "404 Not Found",
-                    "text/plain",
-                    "not found: try /metrics\n".to_string(),
-                    m == "HEAD",
-                ),
-                _ => (
-                    "405 Method Not Allowed",
-                    "text/plain",
-                    "GET or HEAD only\n".to_string(),
-                    false,
-                ),
+                ("GET" | "HEAD", "/") => {
+                    ("200 OK", "text/plain", "clusterfw: metrics at /metrics\n".to_string(), m == "HEAD")
+                }
+                ("GET" | "HEAD", _) => ("404 Not Found", "text/plain", "not found: try /metrics\n".to_string(), m == "HEAD"),
+                _ => ("405 Method Not Allowed", "text/plain", "GET or HEAD only\n".to_string(), false),
             }
         }
-        _ => (
-            "400 Bad Request",
-            "text/plain",
-            "bad request\n".to_string(),
-            false,
-        ),
+        _ => ("400 Bad Request", "text/plain", "bad request\n".to_string(), false),
     };
     let mut out = format!(
         "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n{}\r\n",
@@ -163,23 +124,14 @@ mod tests {
 
     #[test]
     fn get_metrics_serves_the_text_with_its_length() {
-        let a = text(respond(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n", || {
-            Ok("clusterfw_up 1\n".into())
-        }));
+        let a = text(respond(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n", || Ok("clusterfw_up 1\n".into())));
         assert_eq!(
             a,
             "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\nContent-Length: 15\r\nConnection: close\r\n\r\nclusterfw_up 1\n"
         );
         // A query string is ignored; HEAD has the length and no body.
-        let h = text(respond(b"HEAD /metrics?x=1 HTTP/1.0\r\n\r\n", || {
-            Ok("abc".into())
-        }));
-        assert!(
-            h.starts_with("HTTP/1.1 200 OK\r\n")
-                && h.contains("Content-Length: 3\r\n")
-                && h.ends_with("\r\n\r\n"),
-            "{h}"
-        );
+        let h = text(respond(b"HEAD /metrics?x=1 HTTP/1.0\r\n\r\n", || Ok("abc".into())));
+        assert!(h.starts_with("HTTP/1.1 200 OK\r\n") && h.contains("Content-Length: 3\r\n") && h.ends_with("\r\n\r\n"), "{h}");
     }
 
     #[test]
@@ -194,22 +146,13 @@ mod tests {
             (b"\xff\xfe garbage", "400 Bad Request"),
         ] {
             let a = text(respond(req, never));
-            assert!(
-                a.starts_with(&format!("HTTP/1.1 {status}\r\n")),
-                "{req:?}: {a}"
-            );
+            assert!(a.starts_with(&format!("HTTP/1.1 {status}\r\n")), "{req:?}: {a}");
         }
     }
 
     #[test]
     fn a_node_that_does_not_answer_is_503() {
-        let a = text(respond(b"GET /metrics HTTP/1.1\r\n\r\n", || {
-            Err("control socket: timed out".into())
-        }));
-        assert!(
-            a.starts_with("HTTP/1.1 503 Service Unavailable\r\n")
-                && a.ends_with("clusterfw: control socket: timed out\n"),
-            "{a}"
-        );
+        let a = text(respond(b"GET /metrics HTTP/1.1\r\n\r\n", || Err("control socket: timed out".into())));
+        assert!(a.starts_with("HTTP/1.1 503 Service Unavailable\r\n") && a.ends_with("clusterfw: control socket: timed out\n"), "{a}");
     }
 }

@@ -51,10 +51,7 @@ pub enum Follow {
     /// Already running it (or none held).
     Unchanged,
     /// Swap these in, one per worker (command generation `generation`).
-    Apply {
-        generation: u64,
-        policies: Vec<Box<Policy>>,
-    },
+    Apply { generation: u64, policies: Vec<Box<Policy>> },
     /// This node cannot run version `version`: the reason.
     Reject { version: u64, why: String },
 }
@@ -62,10 +59,7 @@ pub enum Follow {
 /// What a reload did.
 pub enum Reload {
     /// A single node: swap these in, one per worker.
-    Apply {
-        generation: u64,
-        policies: Vec<Box<Policy>>,
-    },
+    Apply { generation: u64, policies: Vec<Box<Policy>> },
     /// A cluster's control node: publish these bytes (the replicated
     /// configuration); the membership machine's `Action::Replica` brings
     /// them back through [`Policies::follow`].
@@ -139,10 +133,7 @@ impl Policies {
         let specs: Vec<InterfaceSpec> = self
             .specs
             .iter()
-            .map(|s| InterfaceSpec {
-                security_level: p.security_level(&s.name).unwrap_or(s.security_level),
-                ..s.clone()
-            })
+            .map(|s| InterfaceSpec { security_level: p.security_level(&s.name).unwrap_or(s.security_level), ..s.clone() })
             .collect();
         let (rules, t) = (rule_specs(&p.access_rules), timeouts(&p.timeouts));
         let nat = self.nat_rules(p)?;
@@ -150,9 +141,7 @@ impl Policies {
         let capacity = self.file.flow_table.capacity as usize;
         (0..self.workers)
             .map(|_| {
-                let built = Policy::build(&specs, &rules, t)
-                    .map_err(|e| e.to_string())?
-                    .with_limits(&limits, capacity);
+                let built = Policy::build(&specs, &rules, t).map_err(|e| e.to_string())?.with_limits(&limits, capacity);
                 Ok(Box::new(match &nat {
                     Some(plan) => built.with_nat(plan.clone()),
                     None => built,
@@ -179,9 +168,7 @@ impl Policies {
                         to apply it"
                 .into());
         };
-        let plan = running
-            .rebuilt(&spec, self.specs.len())
-            .map_err(|e| format!("nat: {e}"))?;
+        let plan = running.rebuilt(&spec, self.specs.len()).map_err(|e| format!("nat: {e}"))?;
         if !running.same_pools(&plan) {
             return Err("nat: the pools changed (addresses, kind or block settings): blocks and the translations on \
                         them cannot move while the node runs (SPEC N6); restart the node to apply it"
@@ -190,23 +177,12 @@ impl Policies {
         Ok(Some(plan))
     }
 
-    fn run(
-        &mut self,
-        version: u64,
-        source: String,
-        policy: FilePolicy,
-        yaml: String,
-    ) -> Result<(u64, Vec<Box<Policy>>), String> {
+    fn run(&mut self, version: u64, source: String, policy: FilePolicy, yaml: String) -> Result<(u64, Vec<Box<Policy>>), String> {
         let built = self.build(&policy)?;
         if let Some(plan) = built.first().and_then(|b| b.nat_plan()) {
             self.nat_plan = Some(plan);
         }
-        self.running = Running {
-            version,
-            source,
-            policy,
-            yaml,
-        };
+        self.running = Running { version, source, policy, yaml };
         self.sent += 1;
         Ok((self.sent, built))
     }
@@ -214,9 +190,7 @@ impl Policies {
     /// The cluster's replicated configuration `blob` (the membership
     /// machine's copy) as this node should run it.
     pub fn follow(&mut self, blob: Option<&ConfigBlob>) -> Follow {
-        let Some(blob) = blob else {
-            return Follow::Unchanged;
-        };
+        let Some(blob) = blob else { return Follow::Unchanged };
         if blob.version == self.running.version && blob.bytes == self.running.yaml.as_bytes() {
             return Follow::Unchanged;
         }
@@ -228,30 +202,17 @@ impl Policies {
                     .map(|p| (p, text.to_string()))
                     .map_err(|e| e.to_string())
             });
-        let result = parsed.and_then(|(p, text)| {
-            self.run(
-                blob.version,
-                format!("replicated v{}", blob.version),
-                p,
-                text,
-            )
-        });
+        let result = parsed.and_then(|(p, text)| self.run(blob.version, format!("replicated v{}", blob.version), p, text));
         match result {
             Ok((generation, policies)) => {
                 self.applied += 1;
                 self.last_error = None;
-                Follow::Apply {
-                    generation,
-                    policies,
-                }
+                Follow::Apply { generation, policies }
             }
             Err(why) => {
                 self.rejected += 1;
                 self.last_error = Some(why.clone());
-                Follow::Reject {
-                    version: blob.version,
-                    why,
-                }
+                Follow::Reject { version: blob.version, why }
             }
         }
     }
@@ -281,13 +242,8 @@ impl Policies {
         }
         let yaml = policy.to_yaml();
         let source = format!("file {} (reload {})", path.display(), self.reloads);
-        let (generation, policies) = self
-            .run(0, source, policy, yaml)
-            .map_err(anyhow::Error::msg)?;
-        Ok(Reload::Apply {
-            generation,
-            policies,
-        })
+        let (generation, policies) = self.run(0, source, policy, yaml).map_err(anyhow::Error::msg)?;
+        Ok(Reload::Apply { generation, policies })
     }
 }
 
@@ -296,12 +252,7 @@ impl Policies {
 /// interface indices), pools by their position in `nat.pools`, xlates
 /// kept idle at least as long as any flow.
 pub fn nat_spec(cfg: &Config) -> Option<NatSpec> {
-    nat_spec_of(
-        &cfg.nat,
-        &cfg.interfaces,
-        &cfg.timeouts,
-        cfg.flow_table.capacity,
-    )
+    nat_spec_of(&cfg.nat, &cfg.interfaces, &cfg.timeouts, cfg.flow_table.capacity)
 }
 
 /// `nat_spec` of a `nat` section with the node's interfaces, the policy's
@@ -318,9 +269,7 @@ fn nat_spec_of(
         return None;
     }
     let iface = |n: &Option<String>| {
-        n.as_ref()
-            .and_then(|n| interfaces.iter().position(|i| &i.name == n))
-            .map(|i| IfIndex(i as u16))
+        n.as_ref().and_then(|n| interfaces.iter().position(|i| &i.name == n)).map(|i| IfIndex(i as u16))
     };
     let rules = nat
         .rules
@@ -336,16 +285,8 @@ fn nat_spec_of(
             mapped_iface: iface(&r.mapped_interface),
             source: (r.source.addr, r.source.len),
             mapped: r.mapped.map(|m| (m.addr, m.len)),
-            ports: r
-                .protocol
-                .zip(r.real_port)
-                .zip(r.mapped_port)
-                .map(|((p, rp), mp)| (p, rp, mp)),
-            pool: r
-                .pool
-                .as_ref()
-                .and_then(|p| nat.pools.iter().position(|q| &q.name == p))
-                .map(|i| i as u16),
+            ports: r.protocol.zip(r.real_port).zip(r.mapped_port).map(|((p, rp), mp)| (p, rp, mp)),
+            pool: r.pool.as_ref().and_then(|p| nat.pools.iter().position(|q| &q.name == p)).map(|i| i as u16),
             per_session: PerSession {
                 tcp: r.per_session_tcp,
                 udp: match r.per_session_udp {
@@ -362,33 +303,18 @@ fn nat_spec_of(
         .map(|p| {
             // The first rule naming the pool gives its kind and blocks
             // (the configuration makes the others agree).
-            let first = nat
-                .rules
-                .iter()
-                .find(|r| r.pool.as_deref() == Some(p.name.as_str()));
+            let first = nat.rules.iter().find(|r| r.pool.as_deref() == Some(p.name.as_str()));
             PoolSpec {
                 addresses: p.addresses.clone(),
-                pat: first
-                    .filter(|r| r.kind == NatKind::DynamicPat)
-                    .map(|r| PatSpec {
-                        block_size: r.block_size,
-                        reserved_ports: r.include_reserved_ports,
-                        max_per_host: r.max_blocks_per_host,
-                    }),
+                pat: first.filter(|r| r.kind == NatKind::DynamicPat).map(|r| PatSpec {
+                    block_size: r.block_size,
+                    reserved_ports: r.include_reserved_ports,
+                    max_per_host: r.max_blocks_per_host,
+                }),
             }
         })
         .collect();
-    let longest = [
-        t.tcp_syn,
-        t.tcp_established,
-        t.tcp_closing,
-        t.tcp_closed,
-        t.udp,
-        t.icmp,
-        t.other,
-    ]
-    .into_iter()
-    .max();
+    let longest = [t.tcp_syn, t.tcp_established, t.tcp_closing, t.tcp_closed, t.udp, t.icmp, t.other].into_iter().max();
     Some(NatSpec {
         rules,
         pools,
@@ -411,12 +337,7 @@ pub fn limit_spec(p: &FilePolicy) -> dataplane::conntrack::LimitSpec {
     };
     dataplane::conntrack::LimitSpec {
         global: set(&p.limits),
-        rules: p
-            .access_rules
-            .iter()
-            .filter(|r| !r.limits.is_empty())
-            .map(|r| (r.name.clone(), set(&r.limits)))
-            .collect(),
+        rules: p.access_rules.iter().filter(|r| !r.limits.is_empty()).map(|r| (r.name.clone(), set(&r.limits))).collect(),
     }
 }
 
@@ -467,11 +388,7 @@ mod tests {
             .chain(std::iter::once(&cfg.interfaces[0]))
             .enumerate()
             .map(|(i, c)| InterfaceSpec {
-                name: if i == cfg.interfaces.len() {
-                    "ccl".into()
-                } else {
-                    c.name.clone()
-                },
+                name: if i == cfg.interfaces.len() { "ccl".into() } else { c.name.clone() },
                 port: PortId(i as u16),
                 mac: [2, 0, 0, 0, 0, i as u8 + 1],
                 addr: std::net::Ipv4Addr::new(10, i as u8, 0, 1),
@@ -495,52 +412,30 @@ mod tests {
         let mut theirs = p.running.policy.clone();
         theirs.access_rules.truncate(1);
         theirs.security_levels[1].1 = 40;
-        let blob = ConfigBlob {
-            version: 3,
-            bytes: theirs.to_yaml().into_bytes(),
-        };
+        let blob = ConfigBlob { version: 3, bytes: theirs.to_yaml().into_bytes() };
         match p.follow(Some(&blob)) {
             Follow::Apply { generation, .. } => assert_eq!(generation, 1),
             _ => panic!("must apply"),
         }
-        assert_eq!(
-            (p.running.version, p.running.source.as_str()),
-            (3, "replicated v3")
-        );
+        assert_eq!((p.running.version, p.running.source.as_str()), (3, "replicated v3"));
         assert_eq!(p.running.policy, theirs);
         assert!(!p.same_as_file());
-        assert!(
-            matches!(p.follow(Some(&blob)), Follow::Unchanged),
-            "already running"
-        );
+        assert!(matches!(p.follow(Some(&blob)), Follow::Unchanged), "already running");
         // A policy for a node with a `dmz` interface this node lacks.
         let mut foreign = theirs.clone();
         foreign.security_levels.push(("dmz".into(), 50));
-        let blob = ConfigBlob {
-            version: 4,
-            bytes: foreign.to_yaml().into_bytes(),
-        };
+        let blob = ConfigBlob { version: 4, bytes: foreign.to_yaml().into_bytes() };
         match p.follow(Some(&blob)) {
             Follow::Reject { version, why } => {
                 assert_eq!(version, 4);
-                assert!(
-                    why.starts_with("replicated configuration v4:")
-                        && why.contains("unknown interface \"dmz\""),
-                    "{why}"
-                );
+                assert!(why.starts_with("replicated configuration v4:") && why.contains("unknown interface \"dmz\""), "{why}");
             }
             _ => panic!("must reject"),
         }
         assert_eq!(p.running.version, 3, "still running v3");
         assert_eq!((p.applied, p.rejected, p.sent), (1, 1, 1));
-        let garbage = ConfigBlob {
-            version: 5,
-            bytes: vec![0xff, 0xfe],
-        };
-        assert!(matches!(
-            p.follow(Some(&garbage)),
-            Follow::Reject { version: 5, .. }
-        ));
+        let garbage = ConfigBlob { version: 5, bytes: vec![0xff, 0xfe] };
+        assert!(matches!(p.follow(Some(&garbage)), Follow::Reject { version: 5, .. }));
     }
 
     #[test]
@@ -553,49 +448,21 @@ mod tests {
         std::fs::write(&path, FILE).unwrap();
         assert!(matches!(p.reload(&path, false).unwrap(), Reload::Unchanged));
         // A policy change: applied on a single node, published by a control node.
-        std::fs::write(
-            &path,
-            FILE.replacen("destination-port: 23", "destination-port: 2323", 1),
-        )
-        .unwrap();
+        std::fs::write(&path, FILE.replacen("destination-port: 23", "destination-port: 2323", 1)).unwrap();
         match p.reload(&path, true).unwrap() {
-            Reload::Publish(b) => assert!(String::from_utf8(b)
-                .unwrap()
-                .contains("destination-port: \"2323\"")),
+            Reload::Publish(b) => assert!(String::from_utf8(b).unwrap().contains("destination-port: \"2323\"")),
             _ => panic!("a control node publishes"),
         }
-        std::fs::write(
-            &path,
-            FILE.replacen("destination-port: 23", "destination-port: 2424", 1),
-        )
-        .unwrap();
-        assert!(matches!(
-            p.reload(&path, false).unwrap(),
-            Reload::Apply { generation: 1, .. }
-        ));
-        assert!(
-            p.running.source.ends_with("(reload 2)"),
-            "{}",
-            p.running.source
-        );
+        std::fs::write(&path, FILE.replacen("destination-port: 23", "destination-port: 2424", 1)).unwrap();
+        assert!(matches!(p.reload(&path, false).unwrap(), Reload::Apply { generation: 1, .. }));
+        assert!(p.running.source.ends_with("(reload 2)"), "{}", p.running.source);
         // A local change: refused, nothing applied.
-        std::fs::write(
-            &path,
-            FILE.replacen("hold-time: 3000", "hold-time: 6000", 1),
-        )
-        .unwrap();
+        std::fs::write(&path, FILE.replacen("hold-time: 3000", "hold-time: 6000", 1)).unwrap();
         let e = p.reload(&path, false).err().unwrap().to_string();
-        assert!(
-            e.contains("cluster changed") && e.contains("restart"),
-            "{e}"
-        );
+        assert!(e.contains("cluster changed") && e.contains("restart"), "{e}");
         assert_eq!(p.sent, 1);
         // A broken file: its error, line and field.
-        std::fs::write(
-            &path,
-            FILE.replacen("destination-port: 23", "destination-port: 99999", 1),
-        )
-        .unwrap();
+        std::fs::write(&path, FILE.replacen("destination-port: 23", "destination-port: 99999", 1)).unwrap();
         let e = p.reload(&path, false).err().unwrap().to_string();
         assert!(e.contains("access-rules[1].destination-port"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
@@ -638,49 +505,24 @@ mod tests {
         p.nat_plan = Some(plan.clone());
         // Another source prefix, same pool: applied, each worker's policy
         // with the new plan over the same pools.
-        std::fs::write(
-            &path,
-            NAT_FILE.replace("source: 198.18.1.0/24", "source: 198.18.0.0/16"),
-        )
-        .unwrap();
-        let Reload::Apply { policies, .. } = p.reload(&path, false).unwrap() else {
-            panic!("applied")
-        };
+        std::fs::write(&path, NAT_FILE.replace("source: 198.18.1.0/24", "source: 198.18.0.0/16")).unwrap();
+        let Reload::Apply { policies, .. } = p.reload(&path, false).unwrap() else { panic!("applied") };
         assert_eq!(policies.len(), 2);
         let new = policies[0].nat_plan().expect("the new rules");
         assert!(plan.same_pools(&new) && !Arc::ptr_eq(&plan, &new));
-        assert!(
-            Arc::ptr_eq(p.nat_plan.as_ref().unwrap(), &new),
-            "the running plan"
-        );
+        assert!(Arc::ptr_eq(p.nat_plan.as_ref().unwrap(), &new), "the running plan");
         // The pools change: refused, nothing applied.
         for (what, text) in [
-            (
-                "an address",
-                NAT_FILE.replace("[198.51.100.7]", "[198.51.100.8]"),
-            ),
-            (
-                "the block size",
-                NAT_FILE.replace("pool: pat\n", "pool: pat\n      block-size: 1024\n"),
-            ),
+            ("an address", NAT_FILE.replace("[198.51.100.7]", "[198.51.100.8]")),
+            ("the block size", NAT_FILE.replace("pool: pat\n", "pool: pat\n      block-size: 1024\n")),
         ] {
             std::fs::write(&path, &text).unwrap();
-            let e = p
-                .reload(&path, false)
-                .err()
-                .unwrap_or_else(|| panic!("{what}: refused"))
-                .to_string();
-            assert!(
-                e.contains("SPEC N6") && e.contains("restart"),
-                "{what}: {e}"
-            );
+            let e = p.reload(&path, false).err().unwrap_or_else(|| panic!("{what}: refused")).to_string();
+            assert!(e.contains("SPEC N6") && e.contains("restart"), "{what}: {e}");
         }
         std::fs::write(&path, NAT_FILE.split("nat:").next().unwrap()).unwrap();
         let e = p.reload(&path, false).err().unwrap().to_string();
-        assert!(
-            e.contains("every rule removed") && e.contains("restart"),
-            "{e}"
-        );
+        assert!(e.contains("every rule removed") && e.contains("restart"), "{e}");
         assert_eq!(p.sent, 1);
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -10,16 +10,16 @@
 
 use crate::ccl::CclShared;
 use crossbeam_queue::ArrayQueue;
+use dataplane::conntrack::ConnInfo;
 use dataplane::acl::RuleInfo;
 use dataplane::arp::ArpInfo;
 use dataplane::cluster::MemberSet;
-use dataplane::conntrack::ConnInfo;
 use dataplane::pipeline::{ClusterCountersSnapshot, Counters, FragSnapshot, HandoffNote, Policy};
-use dataplane::route::RouteInfo;
 use dataplane::PortId;
 use dpdk_sys::{Mbuf, RingProducer};
-use std::collections::VecDeque;
+use dataplane::route::RouteInfo;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 pub enum Query {
@@ -36,14 +36,9 @@ pub enum Query {
     /// `crate::policy`); the worker swaps it in with
     /// `Pipeline::set_policy`, frees the old one and publishes
     /// `generation` in `Shared::policy_applied`. No reply.
-    SetPolicy {
-        generation: u64,
-        policy: Box<Policy>,
-    },
+    SetPolicy { generation: u64, policy: Box<Policy> },
     Counters,
-    Conns {
-        max: usize,
-    },
+    Conns { max: usize },
     Routes,
     Arp,
     /// The IPv6 neighbour cache.
@@ -51,25 +46,16 @@ pub enum Query {
     Rules,
     Cluster,
     /// Up to `max` NAT translations and the NAT counters.
-    Xlates {
-        max: usize,
-    },
+    Xlates { max: usize },
     /// The NAT pools' use.
     NatPools,
     /// Command: the control node's dynamic-NAT table translates `real` in
     /// `pool` to `mapped` now (`None`: no longer; N4,
     /// `Pipeline::set_shared_xlate`). No reply.
-    SharedXlate {
-        pool: u16,
-        real: std::net::Ipv4Addr,
-        mapped: Option<std::net::Ipv4Addr>,
-    },
+    SharedXlate { pool: u16, real: std::net::Ipv4Addr, mapped: Option<std::net::Ipv4Addr> },
     /// Trace the frames `filter` matches until `until`
     /// (`Pipeline::trace_start`); replies `Traced(None)`.
-    TraceStart {
-        filter: dataplane::pipeline::trace::TraceFilter,
-        until: dataplane::Timestamp,
-    },
+    TraceStart { filter: dataplane::pipeline::trace::TraceFilter, until: dataplane::Timestamp },
     /// The current or last trace (`Pipeline::trace_events`).
     Trace,
     /// Command: the rest of the cluster's connection counts as the limit
@@ -92,10 +78,7 @@ pub enum Reply {
     /// `None` in single-node mode.
     Cluster(Option<Box<ClusterCountersSnapshot>>),
     /// `None` without NAT.
-    Xlates(
-        Vec<dataplane::nat::XlateInfo>,
-        Option<dataplane::pipeline::NatCounters>,
-    ),
+    Xlates(Vec<dataplane::nat::XlateInfo>, Option<dataplane::pipeline::NatCounters>),
     NatPools(Vec<dataplane::pipeline::PoolInfo>),
     /// A trace's filter, deadline, events and events lost (`None`: no
     /// trace, or one just started).
@@ -114,23 +97,15 @@ pub type LimitsSnapshot = (
 );
 
 /// What `Pipeline::trace_events` gives.
-pub type TraceSnapshot = (
-    dataplane::pipeline::trace::TraceFilter,
-    dataplane::Timestamp,
-    Vec<dataplane::pipeline::trace::TraceEvent>,
-    u64,
-);
+pub type TraceSnapshot =
+    (dataplane::pipeline::trace::TraceFilter, dataplane::Timestamp, Vec<dataplane::pipeline::trace::TraceEvent>, u64);
 
 /// What one worker passes to another besides the frames steered on
 /// receipt (those go in bursts on the receiver's `steer` ring): a fragment
 /// whose connection that worker owns, with what the first worker's
 /// reassembler learnt (`note`), or an ARP frame to learn from.
 pub enum Handoff {
-    Fragment {
-        m: Mbuf,
-        in_port: PortId,
-        note: HandoffNote,
-    },
+    Fragment { m: Mbuf, in_port: PortId, note: HandoffNote },
     /// A copy of an ARP frame another worker received and answered: learn
     /// from it (`Pipeline::arp_learn`).
     Learn { m: Mbuf, in_port: PortId },
@@ -215,10 +190,8 @@ impl WorkerShared {
 
 /// Upper bounds (ns) of the buckets of a worker's loop durations: one
 /// poll of every queue that found work, its processing and transmission.
-pub const BURST_BOUNDS_NS: [u64; 13] = [
-    1_000, 2_000, 5_000, 10_000, 20_000, 50_000, 100_000, 200_000, 500_000, 1_000_000, 2_000_000,
-    5_000_000, 10_000_000,
-];
+pub const BURST_BOUNDS_NS: [u64; 13] =
+    [1_000, 2_000, 5_000, 10_000, 20_000, 50_000, 100_000, 200_000, 500_000, 1_000_000, 2_000_000, 5_000_000, 10_000_000];
 /// `BURST_BOUNDS_NS` and one for longer.
 pub const BURST_BUCKETS: usize = BURST_BOUNDS_NS.len() + 1;
 
@@ -234,10 +207,7 @@ impl BurstTimes {
     /// One loop of `ns` nanoseconds: the first bucket whose bound holds it.
     #[inline]
     pub fn record(&mut self, ns: u64) {
-        let i = BURST_BOUNDS_NS
-            .iter()
-            .position(|&b| ns <= b)
-            .unwrap_or(BURST_BOUNDS_NS.len());
+        let i = BURST_BOUNDS_NS.iter().position(|&b| ns <= b).unwrap_or(BURST_BOUNDS_NS.len());
         if let Some(c) = self.counts.get_mut(i) {
             *c += 1;
         }
@@ -299,11 +269,7 @@ impl Shared {
         for w in &self.workers {
             while w.handoff.pop().is_some() {}
         }
-        for q in [
-            &self.ccl.to_worker,
-            &self.ccl.to_control,
-            &self.ccl.tx_via_worker,
-        ] {
+        for q in [&self.ccl.to_worker, &self.ccl.to_control, &self.ccl.tx_via_worker] {
             while q.pop().is_some() {}
         }
     }
@@ -387,10 +353,7 @@ mod tests {
         want[12] = 1; // 10 ms
         want[13] = 2; // beyond the last bound
         assert_eq!(t.counts, want);
-        assert_eq!(
-            t.sum_ns,
-            1_000 + 1_001 + 9_999 + 10_000_000 + 10_000_001 + u64::MAX / 2
-        );
+        assert_eq!(t.sum_ns, 1_000 + 1_001 + 9_999 + 10_000_000 + 10_000_001 + u64::MAX / 2);
         let w = WorkerShared::new(None);
         t.publish(&w);
         assert_eq!(w.burst_counts[13].load(Ordering::Relaxed), 2);
@@ -434,11 +397,7 @@ mod tests {
         push_command(&mut pending, Query::SetMembers(set(3)));
         push_command(&mut pending, Query::Reset);
         push_command(&mut pending, Query::SetMembers(set(4)));
-        assert_eq!(
-            pending.len(),
-            3,
-            "set 2 replaced by set 3; the reset separates set 4"
-        );
+        assert_eq!(pending.len(), 3, "set 2 replaced by set 3; the reset separates set 4");
         assert_eq!(offer_commands(&q, &mut pending), 1, "one free slot");
         assert_eq!(pending.len(), 2, "kept for the next try");
         assert!(matches!(q.pop(), Some(Query::Counters)));

@@ -39,10 +39,7 @@ pub fn is_af_packet(device: &str) -> bool {
 
 /// The value of `key=` in a device string's arguments.
 pub fn arg<'a>(device: &'a str, key: &str) -> Option<&'a str> {
-    device
-        .split(',')
-        .skip(1)
-        .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
+    device.split(',').skip(1).find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
 }
 
 /// `device` as given to EAL: an af_packet device without `framesz` gets
@@ -72,23 +69,15 @@ fn largest_frame(device: &str, mtu: u16) -> u32 {
     if !is_af_packet(device) {
         return by_mtu;
     }
-    let frame = arg(&vdev_arg(device, 1), "framesz")
-        .and_then(|v| v.parse::<u32>().ok())
-        .unwrap_or(AF_PACKET_FRAME);
+    let frame = arg(&vdev_arg(device, 1), "framesz").and_then(|v| v.parse::<u32>().ok()).unwrap_or(AF_PACKET_FRAME);
     by_mtu.max(frame.saturating_sub(AF_PACKET_FRAME_HEADER))
 }
 
 /// The mbuf data room (headroom included) for `cfg`'s ports: every data
 /// interface at its MTU, the CCL at its; at least 2048 + headroom.
 pub fn mbuf_data_room(cfg: &Config) -> Result<u16, String> {
-    let data = cfg
-        .interfaces
-        .iter()
-        .map(|i| largest_frame(&i.device, i.mtu));
-    let ccl = cfg
-        .cluster
-        .iter()
-        .map(|c| largest_frame(&c.ccl.device, c.ccl.mtu));
+    let data = cfg.interfaces.iter().map(|i| largest_frame(&i.device, i.mtu));
+    let ccl = cfg.cluster.iter().map(|c| largest_frame(&c.ccl.device, c.ccl.mtu));
     let frame = data.chain(ccl).max().unwrap_or(0).max(2048);
     let room = frame + MBUF_HEADROOM;
     u16::try_from(room).map_err(|_| {
@@ -120,11 +109,7 @@ pub fn mbufs_wanted(cfg: &Config, steer_ring: u64) -> u64 {
         }
     };
     let data: u64 = devices.iter().map(|d| workers * per_queue(d)).sum();
-    let rings = if workers > 1 {
-        workers * (steer_ring + crate::shared::HANDOFF_RING as u64)
-    } else {
-        0
-    };
+    let rings = if workers > 1 { workers * (steer_ring + crate::shared::HANDOFF_RING as u64) } else { 0 };
     let ccl = match &cfg.cluster {
         Some(c) => {
             (workers + 1) * per_queue(&c.ccl.device)
@@ -142,28 +127,13 @@ mod tests {
 
     #[test]
     fn af_packet_devices_get_large_frames_unless_they_say() {
-        assert_eq!(
-            vdev_arg("net_af_packet0,iface=n1-in", 1),
-            "net_af_packet0,iface=n1-in,framesz=16384,blocksz=16384"
-        );
-        assert_eq!(
-            vdev_arg("net_af_packet0,iface=x,framesz=4096", 1),
-            "net_af_packet0,iface=x,framesz=4096"
-        );
-        assert_eq!(
-            vdev_arg("net_af_packet0,iface=x,blocksz=65536", 1),
-            "net_af_packet0,iface=x,blocksz=65536,framesz=16384"
-        );
+        assert_eq!(vdev_arg("net_af_packet0,iface=n1-in", 1), "net_af_packet0,iface=n1-in,framesz=16384,blocksz=16384");
+        assert_eq!(vdev_arg("net_af_packet0,iface=x,framesz=4096", 1), "net_af_packet0,iface=x,framesz=4096");
+        assert_eq!(vdev_arg("net_af_packet0,iface=x,blocksz=65536", 1), "net_af_packet0,iface=x,blocksz=65536,framesz=16384");
         assert_eq!(vdev_arg("net_pcap0,iface=x", 2), "net_pcap0,iface=x");
         assert_eq!(vdev_arg("0000:03:00.0", 2), "0000:03:00.0");
-        assert_eq!(
-            vdev_arg("net_af_packet0,iface=x,framesz=4096", 2),
-            "net_af_packet0,iface=x,framesz=4096,qpairs=2"
-        );
-        assert_eq!(
-            vdev_arg("net_af_packet0,iface=x,framesz=4096,qpairs=4", 2),
-            "net_af_packet0,iface=x,framesz=4096,qpairs=4"
-        );
+        assert_eq!(vdev_arg("net_af_packet0,iface=x,framesz=4096", 2), "net_af_packet0,iface=x,framesz=4096,qpairs=2");
+        assert_eq!(vdev_arg("net_af_packet0,iface=x,framesz=4096,qpairs=4", 2), "net_af_packet0,iface=x,framesz=4096,qpairs=4");
     }
 
     /// `cfg` on NICs: every data interface on its own PCI device, the
@@ -186,24 +156,12 @@ mod tests {
         let per_queue = u64::from(one.dpdk.rx_descriptors) + u64::from(one.dpdk.tx_descriptors);
         // One worker: no steering ring, the worker's and the control lcore's caches.
         assert_eq!(mbufs_wanted(&one, 4096), ports * per_queue + 2 * 256);
-        let two = on_nics(
-            config::parse(
-                &base.replace("  burst: 32\n", "  burst: 32\n  workers: 2\n"),
-                "n.yaml",
-            )
-            .unwrap(),
-        );
+        let two = on_nics(config::parse(&base.replace("  burst: 32\n", "  burst: 32\n  workers: 2\n"), "n.yaml").unwrap());
         assert_eq!(two.dpdk.workers, 2);
         // Two workers: queues per worker, a steering ring and a fragment
         // hand-off queue each, three caches.
-        assert_eq!(
-            mbufs_wanted(&two, 4096),
-            2 * ports * per_queue + 2 * (4096 + 1024) + 3 * 256
-        );
-        assert!(
-            mbufs_wanted(&two, 4096) > u64::from(two.dpdk.mbufs),
-            "the example's pool is too small for two workers: the node warns"
-        );
+        assert_eq!(mbufs_wanted(&two, 4096), 2 * ports * per_queue + 2 * (4096 + 1024) + 3 * 256);
+        assert!(mbufs_wanted(&two, 4096) > u64::from(two.dpdk.mbufs), "the example's pool is too small for two workers: the node warns");
         // On af_packet (the example's devices) the descriptors hold none.
         let afp = config::parse(base, "n.yaml").unwrap();
         assert!(afp.interfaces.iter().all(|i| is_af_packet(&i.device)));
@@ -212,11 +170,7 @@ mod tests {
 
     #[test]
     fn mbufs_wanted_counts_the_ccl_port_and_its_hand_off() {
-        let afp = config::parse(
-            include_str!("../../config/examples/cluster-node.yaml"),
-            "n.yaml",
-        )
-        .unwrap();
+        let afp = config::parse(include_str!("../../config/examples/cluster-node.yaml"), "n.yaml").unwrap();
         let cfg = on_nics(afp.clone());
         let mut plain = cfg.clone();
         plain.cluster = None;
@@ -224,15 +178,9 @@ mod tests {
         let workers = u64::from(cfg.dpdk.workers.max(1));
         // The CCL's queue pairs (each worker's and the control lcore's),
         // both hand-off queues and the frames sent through a worker.
-        assert_eq!(
-            mbufs_wanted(&cfg, 4096) - mbufs_wanted(&plain, 4096),
-            (workers + 1) * per_queue + 2 * 2048 + 64
-        );
+        assert_eq!(mbufs_wanted(&cfg, 4096) - mbufs_wanted(&plain, 4096), (workers + 1) * per_queue + 2 * 2048 + 64);
         // All on af_packet (the example, the test bed): the hand-off only.
-        assert_eq!(
-            mbufs_wanted(&afp, 4096),
-            2 * 2048 + 64 + (workers + 1) * 256
-        );
+        assert_eq!(mbufs_wanted(&afp, 4096), 2 * 2048 + 64 + (workers + 1) * 256);
     }
 
     #[test]
@@ -242,38 +190,16 @@ mod tests {
         // af_packet everywhere: 16 KiB ring frames.
         assert_eq!(mbuf_data_room(&cfg), Ok((16384 - 32 + 128) as u16));
         // PCI ports: the MTU decides; 2 KiB at least.
-        let pci = base
-            .replace(
-                "\"net_af_packet0,iface=n1-in,framecnt=2048\"",
-                "\"0000:03:00.0\"",
-            )
-            .replace(
-                "\"net_af_packet1,iface=n1-out,framecnt=2048\"",
-                "\"0000:03:00.1\"",
-            )
-            .replace(
-                "\"net_af_packet2,iface=n1-ccl,framecnt=2048,qpairs=2\"",
-                "\"0000:04:00.0\"",
-            );
+        let pci = base.replace("\"net_af_packet0,iface=n1-in,framecnt=2048\"", "\"0000:03:00.0\"")
+            .replace("\"net_af_packet1,iface=n1-out,framecnt=2048\"", "\"0000:03:00.1\"")
+            .replace("\"net_af_packet2,iface=n1-ccl,framecnt=2048,qpairs=2\"", "\"0000:04:00.0\"");
         let cfg = config::parse(&pci, "n.yaml").unwrap();
         assert_eq!(mbuf_data_room(&cfg), Ok(2048 + 128));
-        let jumbo = pci.replace(
-            "    security-level: 0\n",
-            "    security-level: 0\n    mtu: 9000\n",
-        );
+        let jumbo = pci.replace("    security-level: 0\n", "    security-level: 0\n    mtu: 9000\n");
         let cfg = config::parse(&jumbo, "n.yaml").unwrap();
-        assert_eq!(
-            mbuf_data_room(&cfg),
-            Ok((9096 + 18 + 128) as u16),
-            "the CCL's 9096 + L2"
-        );
-        let huge = base.replace(
-            "framecnt=2048\"",
-            "framecnt=64,framesz=65536,blocksz=65536\"",
-        );
+        assert_eq!(mbuf_data_room(&cfg), Ok((9096 + 18 + 128) as u16), "the CCL's 9096 + L2");
+        let huge = base.replace("framecnt=2048\"", "framecnt=64,framesz=65536,blocksz=65536\"");
         let cfg = config::parse(&huge, "n.yaml").unwrap();
-        assert!(mbuf_data_room(&cfg)
-            .unwrap_err()
-            .contains("do not fit an mbuf"));
+        assert!(mbuf_data_room(&cfg).unwrap_err().contains("do not fit an mbuf"));
     }
 }

@@ -57,19 +57,13 @@ impl PacketBuf for MbufBuf<'_> {
         self.0.data_mut()
     }
     fn prepend(&mut self, n: usize) -> bool {
-        u16::try_from(n)
-            .ok()
-            .and_then(|n| self.0.prepend(n))
-            .is_some()
+        u16::try_from(n).ok().and_then(|n| self.0.prepend(n)).is_some()
     }
     fn trim_front(&mut self, n: usize) -> bool {
         u16::try_from(n).map(|n| self.0.adj(n)).unwrap_or(false)
     }
     fn append(&mut self, n: usize) -> bool {
-        u16::try_from(n)
-            .ok()
-            .and_then(|n| self.0.append(n))
-            .is_some()
+        u16::try_from(n).ok().and_then(|n| self.0.append(n)).is_some()
     }
     fn trim_back(&mut self, n: usize) -> bool {
         u16::try_from(n).map(|n| self.0.trim(n)).unwrap_or(false)
@@ -184,11 +178,7 @@ impl Worker {
             "worker {} of {} started on {} with {} ports{}",
             self.me.0,
             self.workers,
-            if lcore == u32::MAX {
-                "a thread".to_string()
-            } else {
-                format!("lcore {lcore}")
-            },
+            if lcore == u32::MAX { "a thread".to_string() } else { format!("lcore {lcore}") },
             nports,
             match self.ccl_port {
                 Some(p) => format!(" (CCL: port index {p})"),
@@ -213,8 +203,7 @@ impl Worker {
             if let Some(ring) = steered_in.as_mut() {
                 if ring.dequeue_burst(&mut rx) > 0 {
                     received += rx.len();
-                    self.pipeline
-                        .prefetch_burst(rx.as_slice().iter().map(|m| m.data()));
+                    self.pipeline.prefetch_burst(rx.as_slice().iter().map(|m| m.data()));
                     for m in rx.drain() {
                         let in_port = PortId(m.port());
                         self.handle(now, in_port, m, &mut out);
@@ -224,17 +213,8 @@ impl Worker {
                     let Some(h) = mine.handoff.pop() else { break };
                     received += 1;
                     match h {
-                        Handoff::Fragment {
-                            mut m,
-                            in_port,
-                            note,
-                        } => {
-                            let v = self.pipeline.process_handoff(
-                                now,
-                                in_port,
-                                &mut MbufBuf(&mut m),
-                                note,
-                            );
+                        Handoff::Fragment { mut m, in_port, note } => {
+                            let v = self.pipeline.process_handoff(now, in_port, &mut MbufBuf(&mut m), note);
                             self.verdict(v, m, in_port, &mut out);
                         }
                         Handoff::Learn { m, in_port } => {
@@ -245,17 +225,14 @@ impl Worker {
                 }
             }
             for pi in 0..nports {
-                let Some(q) = self.rx_queues.get(pi).copied().flatten() else {
-                    continue;
-                };
+                let Some(q) = self.rx_queues.get(pi).copied().flatten() else { continue };
                 let port = self.ports[pi];
                 let n = port.rx_burst(q, &mut rx);
                 received += n;
                 let in_port = PortId(pi as u16);
                 let is_ccl = self.ccl_port == Some(pi);
                 // Start the flow-table loads of the whole burst first.
-                self.pipeline
-                    .prefetch_burst(rx.as_slice().iter().map(|m| m.data()));
+                self.pipeline.prefetch_burst(rx.as_slice().iter().map(|m| m.data()));
                 for m in rx.drain() {
                     if is_ccl && crate::ccl::is_control_frame(m.data()) {
                         // The control lcore's (heartbeats): hand over. Not
@@ -306,28 +283,15 @@ impl Worker {
             let pool = &self.pool;
             let ports = &self.ports;
             self.pipeline.drain_generated(|port, bytes| {
-                let Some(m) = pool.alloc_from_slice(bytes) else {
-                    return;
-                };
+                let Some(m) = pool.alloc_from_slice(bytes) else { return };
                 out.send(ports, port.0 as usize, m);
             });
             if self.workers > 1 {
                 let workers = &shared.workers;
                 self.pipeline.drain_handoffs(|w, in_port, note, bytes| {
-                    let Some(m) = pool.alloc_from_slice(bytes) else {
-                        return;
-                    };
+                    let Some(m) = pool.alloc_from_slice(bytes) else { return };
                     out.handed_out += 1;
-                    pass_to(
-                        workers,
-                        w,
-                        Handoff::Fragment {
-                            m,
-                            in_port,
-                            note: *note,
-                        },
-                        &mut out,
-                    );
+                    pass_to(workers, w, Handoff::Fragment { m, in_port, note: *note }, &mut out);
                 });
             }
             for (pi, q) in out.tx.iter_mut().enumerate() {
@@ -345,12 +309,10 @@ impl Worker {
             if now.nanos() >= next_timer {
                 self.pipeline.poll_timers(now);
                 next_timer = now.nanos() + TIMER_PERIOD_NS;
-                mine.tx_full_drops
-                    .store(out.tx_full_drops, Ordering::Relaxed);
+                mine.tx_full_drops.store(out.tx_full_drops, Ordering::Relaxed);
                 mine.steered_out.store(out.steered_out, Ordering::Relaxed);
                 mine.handed_out.store(out.handed_out, Ordering::Relaxed);
-                mine.handoff_drops
-                    .store(out.handoff_drops, Ordering::Relaxed);
+                mine.handoff_drops.store(out.handoff_drops, Ordering::Relaxed);
                 burst_times.publish(mine);
                 // Connection limits: this worker's counts for the
                 // estimate (`controlplane::limits`).
@@ -365,10 +327,7 @@ impl Worker {
                 }
                 if self.ccl_port.is_some() {
                     if let Some(s) = ccl.sync.get(usize::from(self.me.0)) {
-                        s.store(
-                            crate::ccl::pack_sync(&self.pipeline.sync_progress(epoch)),
-                            Ordering::Relaxed,
-                        );
+                        s.store(crate::ccl::pack_sync(&self.pipeline.sync_progress(epoch)), Ordering::Relaxed);
                     }
                     let a = ccl.announce.load(Ordering::Relaxed);
                     if a != announced {
@@ -390,11 +349,7 @@ impl Worker {
             });
             // The flow log (an exporter is configured): its records to
             // the export thread.
-            if let Some(q) = mine
-                .flow_records
-                .as_ref()
-                .filter(|_| self.pipeline.flow_log_pending() > 0)
-            {
+            if let Some(q) = mine.flow_records.as_ref().filter(|_| self.pipeline.flow_log_pending() > 0) {
                 let mut lost = 0;
                 self.pipeline.drain_flow_log(|r| {
                     if q.push(*r).is_err() {
@@ -478,21 +433,12 @@ impl Worker {
     /// (`steer_ccl`), elsewhere by its connection or its translation
     /// (`steer_nat`); ARP is also
     /// copied to the others.
-    fn steer_or_handle(
-        &mut self,
-        now: Timestamp,
-        in_port: PortId,
-        is_ccl: bool,
-        m: Mbuf,
-        out: &mut Out,
-    ) {
+    fn steer_or_handle(&mut self, now: Timestamp, in_port: PortId, is_ccl: bool, m: Mbuf, out: &mut Out) {
         if self.workers > 1 {
             let s = if is_ccl {
                 steer_ccl(m.data(), self.workers)
             } else {
-                steer_nat(m.data(), self.workers, self.nat.as_deref(), |a| {
-                    self.pipeline.shared_real_of(a)
-                })
+                steer_nat(m.data(), self.workers, self.nat.as_deref(), |a| self.pipeline.shared_real_of(a))
             };
             match s {
                 Steer::Worker(w) if w != self.me => {
@@ -578,12 +524,7 @@ fn drop_handoff(h: Handoff, dead: &mut MbufBurst) {
 /// What the worker does between bursts with one item of its query queue:
 /// apply a command (no reply) or answer a query (one reply). Off the packet
 /// path; the pipeline is the worker's own, so nothing is locked.
-pub(crate) fn between_bursts(
-    pipeline: &mut Pipeline,
-    now: Timestamp,
-    q: Query,
-    shared: &WorkerShared,
-) -> Option<Reply> {
+pub(crate) fn between_bursts(pipeline: &mut Pipeline, now: Timestamp, q: Query, shared: &WorkerShared) -> Option<Reply> {
     Some(match q {
         Query::SetPolicy { generation, policy } => {
             match pipeline.set_policy(policy) {
@@ -611,10 +552,9 @@ pub(crate) fn between_bursts(
             pipeline.set_shared_xlate(now, pool, real, mapped);
             return None;
         }
-        Query::Counters => Reply::Counters(
-            Box::new(pipeline.counters()),
-            Box::new(pipeline.frag_snapshot()),
-        ),
+        Query::Counters => {
+            Reply::Counters(Box::new(pipeline.counters()), Box::new(pipeline.frag_snapshot()))
+        }
         Query::Conns { max } => Reply::Conns(pipeline.conns(now, max), pipeline.flow_count()),
         Query::Routes => Reply::Routes(pipeline.routes()),
         Query::Arp => Reply::Arp(pipeline.arp_entries(now)),
@@ -635,9 +575,7 @@ pub(crate) fn between_bursts(
         Query::Limits => Reply::Limits(pipeline.limits().map(|l| {
             // Largest counts first; at most what `show limits` lists.
             let mut clients: Vec<_> = l.clients().collect();
-            clients.sort_unstable_by(|a, b| {
-                (b.2.conns, b.2.embryonic).cmp(&(a.2.conns, a.2.embryonic))
-            });
+            clients.sort_unstable_by(|a, b| (b.2.conns, b.2.embryonic).cmp(&(a.2.conns, a.2.embryonic)));
             clients.truncate(SHOW_LIMIT_CLIENTS);
             Box::new((l.classes(), clients, l.clients_untracked))
         })),
@@ -693,11 +631,7 @@ mod tests {
     fn pipeline(nodes: u8, cluster: bool) -> Pipeline {
         let members = MemberSet::from_nodes(Epoch(1), (0..nodes).map(NodeId)).unwrap();
         Pipeline::new(PipelineConfig {
-            interfaces: vec![
-                iface("inside", 0, 1),
-                iface("outside", 1, 2),
-                iface("ccl", 2, 99),
-            ],
+            interfaces: vec![iface("inside", 0, 1), iface("outside", 1, 2), iface("ccl", 2, 99)],
             routes: vec![],
             rules: vec![],
             timeouts: Timeouts::default(),
@@ -715,9 +649,7 @@ mod tests {
                 incarnation: 1000,
                 seq_randomization: true,
                 ccl_iface: "ccl".into(),
-                peers: (1..nodes)
-                    .map(|m| (NodeId(m), Ipv4Addr::new(10, 99, 0, 1 + m)))
-                    .collect(),
+                peers: (1..nodes).map(|m| (NodeId(m), Ipv4Addr::new(10, 99, 0, 1 + m))).collect(),
                 random_seed: 7,
                 lease: Timestamp::MAX,
                 backups: 1,
@@ -747,17 +679,8 @@ mod tests {
         let set = MemberSet::from_nodes(Epoch(1), (0..3).map(NodeId)).unwrap();
         // Node 2 left: a command, so no reply (the control thread waits
         // for exactly one reply per query and none per command).
-        assert!(between_bursts(
-            &mut p,
-            now,
-            Query::SetMembers(set.without(NodeId(2))),
-            &ws()
-        )
-        .is_none());
-        assert_eq!(
-            cluster_view(&mut p, now),
-            Some((2, vec![NodeId(0), NodeId(1)]))
-        );
+        assert!(between_bursts(&mut p, now, Query::SetMembers(set.without(NodeId(2))), &ws()).is_none());
+        assert_eq!(cluster_view(&mut p, now), Some((2, vec![NodeId(0), NodeId(1)])));
         // It came back.
         let back = set.without(NodeId(2)).with(NodeId(2)).unwrap();
         assert!(between_bursts(&mut p, now, Query::SetMembers(back), &ws()).is_none());
@@ -785,40 +708,15 @@ mod tests {
             src_ports: (0, 65535),
             dst_ports: (22, 22),
         };
-        let ifaces = [
-            iface("inside", 0, 1),
-            iface("outside", 1, 2),
-            iface("ccl", 2, 99),
-        ];
+        let ifaces = [iface("inside", 0, 1), iface("outside", 1, 2), iface("ccl", 2, 99)];
         let policy = Box::new(Policy::build(&ifaces, &[rule], Timeouts::default()).unwrap());
-        assert!(
-            between_bursts(
-                &mut p,
-                now,
-                Query::SetPolicy {
-                    generation: 7,
-                    policy
-                },
-                &shared
-            )
-            .is_none(),
-            "a command"
-        );
+        assert!(between_bursts(&mut p, now, Query::SetPolicy { generation: 7, policy }, &shared).is_none(), "a command");
         assert_eq!(shared.policy_applied.load(Ordering::Relaxed), 7);
         let names: Vec<String> = p.rules().into_iter().map(|r| r.name).collect();
         assert_eq!(names, ["ssh"]);
         // Built for other interfaces: not applied, not published.
         let policy = Box::new(Policy::build(&ifaces[..2], &[], Timeouts::default()).unwrap());
-        assert!(between_bursts(
-            &mut p,
-            now,
-            Query::SetPolicy {
-                generation: 8,
-                policy
-            },
-            &shared
-        )
-        .is_none());
+        assert!(between_bursts(&mut p, now, Query::SetPolicy { generation: 8, policy }, &shared).is_none());
         assert_eq!(shared.policy_applied.load(Ordering::Relaxed), 7);
         assert_eq!(p.rules().len(), 1);
     }
@@ -830,9 +728,6 @@ mod tests {
         let set = MemberSet::from_nodes(Epoch(5), [NodeId(0), NodeId(1)]).unwrap();
         assert!(between_bursts(&mut p, now, Query::SetMembers(set), &ws()).is_none());
         assert_eq!(cluster_view(&mut p, now), None);
-        assert!(matches!(
-            between_bursts(&mut p, now, Query::Routes, &ws()),
-            Some(Reply::Routes(_))
-        ));
+        assert!(matches!(between_bursts(&mut p, now, Query::Routes, &ws()), Some(Reply::Routes(_))));
     }
 }

@@ -17,61 +17,31 @@ const GOOD: &str = "node:\n  name: cli-test\ndpdk:\n  eal-args: [\"--no-huge\", 
 #[test]
 fn config_error_names_file_line_field_and_exits_before_dpdk() {
     let prefix = format!("cfw-cli-test-{}", std::process::id());
-    let bad = GOOD
-        .replace("PREFIX", &std::process::id().to_string())
-        .replace("198.18.1.1/24", "198.18.1.1/33");
+    let bad = GOOD.replace("PREFIX", &std::process::id().to_string()).replace("198.18.1.1/24", "198.18.1.1/33");
     let path = write("bad.yaml", &bad);
-    let out = Command::new(env!("CARGO_BIN_EXE_clusterfw"))
-        .arg("--config")
-        .arg(&path)
-        .output()
-        .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_clusterfw")).arg("--config").arg(&path).output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "exit status; stderr: {stderr}");
-    assert!(
-        stderr.contains("bad.yaml:8:14:"),
-        "file and line in: {stderr}"
-    );
-    assert!(
-        stderr.contains("interfaces[0].address"),
-        "field in: {stderr}"
-    );
-    assert!(
-        !std::path::Path::new("/var/run/dpdk").join(&prefix).exists(),
-        "EAL must not have started"
-    );
+    assert!(stderr.contains("bad.yaml:8:14:"), "file and line in: {stderr}");
+    assert!(stderr.contains("interfaces[0].address"), "field in: {stderr}");
+    assert!(!std::path::Path::new("/var/run/dpdk").join(&prefix).exists(), "EAL must not have started");
 }
 
 #[test]
 fn check_mode_validates_without_dpdk() {
     let good = GOOD.replace("PREFIX", &std::process::id().to_string());
     let path = write("good.yaml", &good);
-    let out = Command::new(env!("CARGO_BIN_EXE_clusterfw"))
-        .arg("--config")
-        .arg(&path)
-        .arg("--check")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = Command::new(env!("CARGO_BIN_EXE_clusterfw")).arg("--config").arg(&path).arg("--check").output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(String::from_utf8_lossy(&out.stdout).contains("configuration OK"));
 }
 
 #[test]
 fn missing_file_and_bad_arguments_exit_2() {
-    let out = Command::new(env!("CARGO_BIN_EXE_clusterfw"))
-        .args(["--config", "/nonexistent/cfw.yaml"])
-        .output()
-        .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_clusterfw")).args(["--config", "/nonexistent/cfw.yaml"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/cfw.yaml"));
-    let out = Command::new(env!("CARGO_BIN_EXE_clusterfw"))
-        .arg("--bogus")
-        .output()
-        .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_clusterfw")).arg("--bogus").output().unwrap();
     assert_eq!(out.status.code(), Some(2));
 }
 
@@ -83,10 +53,7 @@ fn ctl_reports_a_missing_socket_clearly() {
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/cfw.sock"));
-    let out = Command::new(env!("CARGO_BIN_EXE_clusterfw-ctl"))
-        .args(["show", "nonsense"])
-        .output()
-        .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_clusterfw-ctl")).args(["show", "nonsense"]).output().unwrap();
     assert!(!out.status.success());
 }
 
@@ -103,32 +70,14 @@ fn nat_rules_run_on_a_single_node_and_in_a_cluster_with_any_worker_count() {
     assert_ne!(two, base);
     for (name, text) in [("nat.yaml", &base), ("nat2.yaml", &two)] {
         let path = write(name, &format!("{text}{pool}{rule}"));
-        let out = Command::new(env!("CARGO_BIN_EXE_clusterfw"))
-            .arg("--config")
-            .arg(&path)
-            .arg("--check")
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{name}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let out = Command::new(env!("CARGO_BIN_EXE_clusterfw")).arg("--config").arg(&path).arg("--check").output().unwrap();
+        assert!(out.status.success(), "{name}: {}", String::from_utf8_lossy(&out.stderr));
     }
     let cluster = "cluster:\n  name: c\n  key: \"a secret of some length here\"\n  node-id: 0\n  priority: 1\n  \
                    ccl: {device: net_null1, address: 10.9.0.1/24}\n  members: [{id: 0, name: cli-test, ccl-address: 10.9.0.1}]\n";
     let path = write("nat3.yaml", &format!("{base}{cluster}{pool}{rule}"));
-    let out = Command::new(env!("CARGO_BIN_EXE_clusterfw"))
-        .arg("--config")
-        .arg(&path)
-        .arg("--check")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "PAT in a cluster: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = Command::new(env!("CARGO_BIN_EXE_clusterfw")).arg("--config").arg(&path).arg("--check").output().unwrap();
+    assert!(out.status.success(), "PAT in a cluster: {}", String::from_utf8_lossy(&out.stderr));
     // Dynamic NAT in a cluster (the control node's table, N4): one worker
     // and two.
     let dynamic = rule.replace("dynamic-pat", "dynamic-nat");
@@ -137,16 +86,7 @@ fn nat_rules_run_on_a_single_node_and_in_a_cluster_with_any_worker_count() {
     assert_ne!(one, two);
     for (name, text) in [("nat4.yaml", &one), ("nat5.yaml", &two)] {
         let path = write(name, text);
-        let out = Command::new(env!("CARGO_BIN_EXE_clusterfw"))
-            .arg("--config")
-            .arg(&path)
-            .arg("--check")
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "dynamic NAT in a cluster, {name}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let out = Command::new(env!("CARGO_BIN_EXE_clusterfw")).arg("--config").arg(&path).arg("--check").output().unwrap();
+        assert!(out.status.success(), "dynamic NAT in a cluster, {name}: {}", String::from_utf8_lossy(&out.stderr));
     }
 }

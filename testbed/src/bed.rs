@@ -91,9 +91,7 @@ pub fn ctl_cluster_json(bin_dir: &Path, socket: &Path, topic: &str) -> Result<Va
     args.extend(topic.split_whitespace());
     args.push("--json");
     let out = sys::run("timeout", &args)?;
-    serde_json::from_str(&out).with_context(|| {
-        format!("clusterfw-ctl cluster show {topic} --json printed non-JSON: {out}")
-    })
+    serde_json::from_str(&out).with_context(|| format!("clusterfw-ctl cluster show {topic} --json printed non-JSON: {out}"))
 }
 
 /// `clusterfw-ctl --socket S config reload --json`, parsed; a refusal is
@@ -102,18 +100,9 @@ pub fn ctl_reload(bin_dir: &Path, socket: &Path) -> Result<Value> {
     let ctl = bin_dir.join("clusterfw-ctl");
     let out = sys::run(
         "timeout",
-        &[
-            "5",
-            &ctl.to_string_lossy(),
-            "--socket",
-            &socket.to_string_lossy(),
-            "config",
-            "reload",
-            "--json",
-        ],
+        &["5", &ctl.to_string_lossy(), "--socket", &socket.to_string_lossy(), "config", "reload", "--json"],
     )?;
-    serde_json::from_str(&out)
-        .with_context(|| format!("clusterfw-ctl config reload --json printed non-JSON: {out}"))
+    serde_json::from_str(&out).with_context(|| format!("clusterfw-ctl config reload --json printed non-JSON: {out}"))
 }
 
 fn plan(topo: &Topology, run_dir: &Path, mode: Mode) -> State {
@@ -184,17 +173,10 @@ pub fn up(o: &UpOptions) -> Result<State> {
             bail!("`{tool}` not found; run scripts/setup.sh");
         }
     }
-    let topo = Topology::new(o.nodes)?
-        .with_mtu(o.mtu)
-        .with_workers(o.workers)?
-        .with_nat(o.nat)?
-        .with_timers(o.timers);
+    let topo = Topology::new(o.nodes)?.with_mtu(o.mtu).with_workers(o.workers)?.with_nat(o.nat)?.with_timers(o.timers);
     topo.validate()?;
     if o.kernel_router && topo.nodes.len() != 1 {
-        bail!(
-            "--kernel-router is the single-node self-check; it does not combine with --nodes {}",
-            o.nodes
-        );
+        bail!("--kernel-router is the single-node self-check; it does not combine with --nodes {}", o.nodes);
     }
     let mode = if o.kernel_router {
         Mode::KernelRouter
@@ -276,10 +258,7 @@ fn build(topo: &Topology, state: &mut State, o: &UpOptions) -> Result<()> {
             match sys::sysctl(&n.name, &c.key, &c.value) {
                 Ok(()) => {}
                 Err(e) if c.optional => {
-                    eprintln!(
-                        "clusterfw-testbed: {}: optional sysctl {} not set: {e:#}",
-                        n.name, c.key
-                    )
+                    eprintln!("clusterfw-testbed: {}: optional sysctl {} not set: {e:#}", n.name, c.key)
                 }
                 Err(e) => return Err(e),
             }
@@ -314,20 +293,14 @@ fn build(topo: &Topology, state: &mut State, o: &UpOptions) -> Result<()> {
         args.extend_from_slice(&ETHTOOL_OFF);
         sys::ns_run(&e.namespace, "ethtool", &args)?;
         if let Some(mtu) = e.mtu {
-            sys::ip(
-                &e.namespace,
-                &["link", "set", "dev", &e.ifname, "mtu", &mtu.to_string()],
-            )?;
+            sys::ip(&e.namespace, &["link", "set", "dev", &e.ifname, "mtu", &mtu.to_string()])?;
         }
         if let Some(addr) = kernel_address(topo, e, state.mode) {
             sys::ip(&e.namespace, &["addr", "add", &addr, "dev", &e.ifname])?;
         }
         if let Some(addr) = &e.address6 {
             // No DAD: the address is usable as soon as the link is up.
-            sys::ip(
-                &e.namespace,
-                &["-6", "addr", "add", addr, "dev", &e.ifname, "nodad"],
-            )?;
+            sys::ip(&e.namespace, &["-6", "addr", "add", addr, "dev", &e.ifname, "nodad"])?;
         }
         sys::ip(&e.namespace, &["link", "set", &e.ifname, "up"])?;
     }
@@ -347,11 +320,7 @@ fn build(topo: &Topology, state: &mut State, o: &UpOptions) -> Result<()> {
         if v6 && state.mode == Mode::KernelRouter {
             continue;
         }
-        let mut args = if v6 {
-            vec!["-6", "route", "add", r.destination.as_str()]
-        } else {
-            vec!["route", "add", r.destination.as_str()]
-        };
+        let mut args = if v6 { vec!["-6", "route", "add", r.destination.as_str()] } else { vec!["route", "add", r.destination.as_str()] };
         match r.nexthops.as_slice() {
             [one] => args.extend(["via", one.as_str()]),
             many => many
@@ -406,11 +375,7 @@ fn build(topo: &Topology, state: &mut State, o: &UpOptions) -> Result<()> {
 /// (data or control, data ports up), one control node, one epoch, every
 /// node a member. Returns a one-line summary; errors after `timeout` with
 /// what each node said last.
-pub fn wait_cluster_formed(
-    nodes: &[NodeRecord],
-    bin_dir: &Path,
-    timeout: Duration,
-) -> Result<String> {
+pub fn wait_cluster_formed(nodes: &[NodeRecord], bin_dir: &Path, timeout: Duration) -> Result<String> {
     let start = Instant::now();
     loop {
         let views: Vec<Result<Value>> = nodes
@@ -422,19 +387,11 @@ pub fn wait_cluster_formed(
             .collect();
         let ok: Vec<&Value> = views.iter().filter_map(|v| v.as_ref().ok()).collect();
         if ok.len() == nodes.len() {
-            let ready = ok
-                .iter()
-                .all(|v| v["ready"] == true && v["data_ports_open"] == true);
+            let ready = ok.iter().all(|v| v["ready"] == true && v["data_ports_open"] == true);
             let control = &ok[0]["control_node"];
             let epoch = &ok[0]["epoch"];
-            let same = ok
-                .iter()
-                .all(|v| &v["control_node"] == control && &v["epoch"] == epoch);
-            let all_members = ok.iter().all(|v| {
-                v["member_ids"]
-                    .as_array()
-                    .is_some_and(|m| m.len() == nodes.len())
-            });
+            let same = ok.iter().all(|v| &v["control_node"] == control && &v["epoch"] == epoch);
+            let all_members = ok.iter().all(|v| v["member_ids"].as_array().is_some_and(|m| m.len() == nodes.len()));
             if ready && same && all_members && !control.is_null() {
                 return Ok(format!(
                     "{} nodes ready, control node {} ({}), epoch {epoch}, after {:.1} s",
@@ -452,20 +409,12 @@ pub fn wait_cluster_formed(
                 .map(|(n, v)| match v {
                     Ok(v) => format!(
                         "{}: state {} ready {} control {} epoch {} members {}",
-                        n.name,
-                        v["state"],
-                        v["ready"],
-                        v["control_node"],
-                        v["epoch"],
-                        v["member_ids"]
+                        n.name, v["state"], v["ready"], v["control_node"], v["epoch"], v["member_ids"]
                     ),
                     Err(e) => format!("{}: {e:#}", n.name),
                 })
                 .collect();
-            bail!(
-                "the cluster did not form within {timeout:?}: {}",
-                said.join("; ")
-            );
+            bail!("the cluster did not form within {timeout:?}: {}", said.join("; "));
         }
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -529,12 +478,7 @@ fn wait_ready(rec: &NodeRecord, pid: u32, o: &UpOptions) -> Result<()> {
 }
 
 /// Polls `show stats` until the node answers, it dies, or `timeout`.
-pub fn wait_node_ready(
-    rec: &NodeRecord,
-    pid: u32,
-    bin_dir: &Path,
-    timeout: Duration,
-) -> Result<()> {
+pub fn wait_node_ready(rec: &NodeRecord, pid: u32, bin_dir: &Path, timeout: Duration) -> Result<()> {
     let (Some(socket), Some(log)) = (&rec.control_socket, &rec.log) else {
         bail!("node {} has no control socket in its record", rec.name);
     };

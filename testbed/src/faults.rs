@@ -89,29 +89,18 @@ pub enum Fault {
 /// The loaded state of a cluster bed and the record of node `name` (`n2`
 /// or `2`), with its number K.
 fn node<'a>(state: &'a State, name: &str) -> Result<(&'a NodeRecord, usize)> {
-    let want = if name.starts_with('n') {
-        name.to_string()
-    } else {
-        format!("n{name}")
-    };
+    let want = if name.starts_with('n') { name.to_string() } else { format!("n{name}") };
     let rec = state
         .nodes
         .iter()
         .find(|n| n.name == want)
         .with_context(|| format!("no node {name:?} in this bed (nodes: {})", names(state)))?;
-    let k: usize = want[1..]
-        .parse()
-        .with_context(|| format!("node name {want:?} is not nK"))?;
+    let k: usize = want[1..].parse().with_context(|| format!("node name {want:?} is not nK"))?;
     Ok((rec, k))
 }
 
 fn names(state: &State) -> String {
-    state
-        .nodes
-        .iter()
-        .map(|n| n.name.as_str())
-        .collect::<Vec<_>>()
-        .join(", ")
+    state.nodes.iter().map(|n| n.name.as_str()).collect::<Vec<_>>().join(", ")
 }
 
 fn load(run_dir: &Path) -> Result<State> {
@@ -123,11 +112,7 @@ fn load(run_dir: &Path) -> Result<State> {
 }
 
 fn set_link(ns: &str, ifname: &str, up: bool) -> Result<()> {
-    sys::ip(
-        ns,
-        &["link", "set", "dev", ifname, if up { "up" } else { "down" }],
-    )
-    .map(|_| ())
+    sys::ip(ns, &["link", "set", "dev", ifname, if up { "up" } else { "down" }]).map(|_| ())
 }
 
 /// Both router-side links of node K up or down.
@@ -178,8 +163,7 @@ pub fn apply(run_dir: &Path, bin_dir: &Path, name: &str, fault: Fault) -> Result
             if let Some(prefix) = &rec.dpdk_prefix {
                 let dir = Path::new(bed::DPDK_RUNTIME_DIR).join(prefix);
                 if dir.exists() {
-                    std::fs::remove_dir_all(&dir)
-                        .with_context(|| format!("cannot remove {}", dir.display()))?;
+                    std::fs::remove_dir_all(&dir).with_context(|| format!("cannot remove {}", dir.display()))?;
                 }
             }
             let pid = bed::start_node(&rec, bin_dir)?;
@@ -198,13 +182,8 @@ pub fn apply(run_dir: &Path, bin_dir: &Path, name: &str, fault: Fault) -> Result
             set_link(ns, &ifname, matches!(fault, Fault::LinkUp(_)))?;
         }
         Fault::Stall | Fault::Unstall => {
-            let pids: Vec<u32> = state.nodes.iter().filter_map(live_pid).collect();
-            let sig = if fault == Fault::Stall {
-                "STOP"
-            } else {
-                "CONT"
-            };
-            for pid in pids {
+            let sig = if fault == Fault::Stall { "STOP" } else { "CONT" };
+            for pid in state.nodes.iter().filter_map(live_pid) {
                 sys::signal(pid, sig);
             }
         }
@@ -223,11 +202,7 @@ pub fn partition(run_dir: &Path, groups: &[Vec<String>]) -> Result<()> {
     heal(run_dir)?;
     let mut seen = Vec::new();
     for (g, members) in groups.iter().enumerate() {
-        let bridge = if g == 0 {
-            CCL_BRIDGE.to_string()
-        } else {
-            format!("{PARTITION_BRIDGE}{g}")
-        };
+        let bridge = if g == 0 { CCL_BRIDGE.to_string() } else { format!("{PARTITION_BRIDGE}{g}") };
         if g > 0 {
             sys::ip(CCL_NAMESPACE, &["link", "add", &bridge, "type", "bridge"])?;
             sys::ip(CCL_NAMESPACE, &["link", "set", &bridge, "up"])?;
@@ -238,17 +213,7 @@ pub fn partition(run_dir: &Path, groups: &[Vec<String>]) -> Result<()> {
                 bail!("node {m} is in two groups");
             }
             seen.push(k);
-            sys::ip(
-                CCL_NAMESPACE,
-                &[
-                    "link",
-                    "set",
-                    "dev",
-                    &format!("ccl-n{k}"),
-                    "master",
-                    &bridge,
-                ],
-            )?;
+            sys::ip(CCL_NAMESPACE, &["link", "set", "dev", &format!("ccl-n{k}"), "master", &bridge])?;
         }
     }
     Ok(())
@@ -260,17 +225,7 @@ pub fn heal(run_dir: &Path) -> Result<()> {
     let state = load(run_dir)?;
     for n in &state.nodes {
         let (_, k) = node(&state, &n.name)?;
-        sys::ip(
-            CCL_NAMESPACE,
-            &[
-                "link",
-                "set",
-                "dev",
-                &format!("ccl-n{k}"),
-                "master",
-                CCL_BRIDGE,
-            ],
-        )?;
+        sys::ip(CCL_NAMESPACE, &["link", "set", "dev", &format!("ccl-n{k}"), "master", CCL_BRIDGE])?;
     }
     for g in 1..=state.nodes.len() {
         let bridge = format!("{PARTITION_BRIDGE}{g}");
@@ -287,14 +242,8 @@ mod tests {
 
     #[test]
     fn links_name_the_router_ends() {
-        assert_eq!(
-            Link::parse("inside").unwrap().router_end(2),
-            ("cfw-rin", "rin-n2".to_string())
-        );
-        assert_eq!(
-            Link::parse("out").unwrap().router_end(3),
-            ("cfw-rout", "rout-n3".to_string())
-        );
+        assert_eq!(Link::parse("inside").unwrap().router_end(2), ("cfw-rin", "rin-n2".to_string()));
+        assert_eq!(Link::parse("out").unwrap().router_end(3), ("cfw-rout", "rout-n3".to_string()));
         assert!(Link::parse("ccl").is_err());
     }
 }

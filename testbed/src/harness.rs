@@ -190,48 +190,29 @@ impl Drop for TempDir {
 /// Replace the first `from` in the file at `path` with `to` (a node's
 /// configuration before a reload); an error when `from` is not there.
 pub fn edit_file(path: &Path, from: &str, to: &str) -> Result<()> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     anyhow::ensure!(text.contains(from), "{} has no {from:?}", path.display());
-    std::fs::write(path, text.replacen(from, to, 1))
-        .with_context(|| format!("writing {}", path.display()))
+    std::fs::write(path, text.replacen(from, to, 1)).with_context(|| format!("writing {}", path.display()))
 }
 
 /// Reload the control node's configuration with `rule` in place of its
 /// `access-rules: []` and wait (10 s at most) until each of the `nodes`
 /// members runs the new policy version — applied, not only received — and
 /// `also(k)` holds for member `k`. Returns what happened, for a step line.
-pub fn publish_rule(
-    bed: &TestBed,
-    nodes: usize,
-    rule: &str,
-    also: impl Fn(usize) -> bool,
-) -> Result<String> {
-    let control = bed.show(1, "cluster")?["control_node"]
-        .as_u64()
-        .context("no control node")? as usize;
-    edit_file(
-        &bed.run_dir.join(format!("n{control}.yaml")),
-        "access-rules: []\n",
-        rule,
-    )?;
+pub fn publish_rule(bed: &TestBed, nodes: usize, rule: &str, also: impl Fn(usize) -> bool) -> Result<String> {
+    let control = bed.show(1, "cluster")?["control_node"].as_u64().context("no control node")? as usize;
+    edit_file(&bed.run_dir.join(format!("n{control}.yaml")), "access-rules: []\n", rule)?;
     let r = crate::bed::ctl_reload(&bed.bin_dir, &bed.socket(control))?;
-    let version = r["running"]["version"]
-        .as_u64()
-        .context("reload answered no version")?;
+    let version = r["running"]["version"].as_u64().context("reload answered no version")?;
     let t0 = Instant::now();
     loop {
         let applied = (1..=nodes).all(|k| {
             bed.show(k, "config").is_ok_and(|v| {
-                v["policy"]["version"].as_u64() == Some(version)
-                    && v["policy"]["generation_applied"] == v["policy"]["generation_sent"]
+                v["policy"]["version"].as_u64() == Some(version) && v["policy"]["generation_applied"] == v["policy"]["generation_sent"]
             }) && also(k)
         });
         if applied {
-            return Ok(format!(
-                "n{control} reloaded; every node runs v{version} in {} ms",
-                t0.elapsed().as_millis()
-            ));
+            return Ok(format!("n{control} reloaded; every node runs v{version} in {} ms", t0.elapsed().as_millis()));
         }
         if t0.elapsed() > Duration::from_secs(10) {
             bail!("not every node runs v{version} after 10 s");
@@ -242,10 +223,7 @@ pub fn publish_rule(
 
 pub fn sha256(path: &Path) -> Result<String> {
     let out = sys::run("sha256sum", &[path.to_string_lossy()])?;
-    out.split_whitespace()
-        .next()
-        .map(str::to_string)
-        .context("sha256sum printed nothing")
+    out.split_whitespace().next().map(str::to_string).context("sha256sum printed nothing")
 }
 
 /// Write `bytes` random bytes (from /dev/urandom) to `path`; returns their
@@ -320,9 +298,7 @@ impl TestBed {
         std::env::set_var("CFW_TESTBED_LOCK_HELD", "1");
         let run_dir = test_run_dir(default_run_dir);
         let bin_dir = test_bin_dir();
-        let guard = BedGuard {
-            run_dir: run_dir.clone(),
-        };
+        let guard = BedGuard { run_dir: run_dir.clone() };
         crate::bed::up(&crate::bed::UpOptions {
             nodes,
             run_dir: run_dir.clone(),
@@ -334,12 +310,7 @@ impl TestBed {
             nat: shape.nat,
             timers: shape.timers,
         })?;
-        Ok(TestBed {
-            run_dir,
-            bin_dir,
-            _guard: guard,
-            _lock: lock,
-        })
+        Ok(TestBed { run_dir, bin_dir, _guard: guard, _lock: lock })
     }
 
     /// Node `k`'s control socket.
@@ -354,12 +325,7 @@ impl TestBed {
 
     /// `show TOPIC --json` on nodes 1 to `nodes`, in order.
     pub fn show_each(&self, nodes: usize, topic: &str) -> Result<Vec<serde_json::Value>> {
-        (1..=nodes)
-            .map(|k| {
-                self.show(k, topic)
-                    .with_context(|| format!("n{k}'s management socket"))
-            })
-            .collect()
+        (1..=nodes).map(|k| self.show(k, topic).with_context(|| format!("n{k}'s management socket"))).collect()
     }
 
     /// `cluster show TOPIC --json` asked of node `k`.
@@ -384,14 +350,7 @@ impl Drop for Children {
 /// A 2 s iperf3 stream from `client_ns` to an iperf3 server started in
 /// `server_ns` on `server:5201`: UDP at 10 Mbit/s (at most 1 % lost) or
 /// TCP; returns the figures.
-pub fn iperf3(
-    run_dir: &Path,
-    tag: &str,
-    server_ns: &str,
-    server: &str,
-    client_ns: &str,
-    udp: bool,
-) -> Result<String> {
+pub fn iperf3(run_dir: &Path, tag: &str, server_ns: &str, server: &str, client_ns: &str, udp: bool) -> Result<String> {
     let mut srv = Background::start(
         "iperf3 server",
         server_ns,
@@ -408,19 +367,11 @@ pub fn iperf3(
     let v: serde_json::Value = serde_json::from_str(&out).context("iperf3 --json")?;
     if udp {
         let sum = &v["end"]["sum"];
-        let (packets, lost) = (
-            sum["packets"].as_u64().unwrap_or(0),
-            sum["lost_packets"].as_u64().unwrap_or(u64::MAX),
-        );
-        anyhow::ensure!(
-            packets > 0 && lost * 100 <= packets,
-            "iperf3 UDP: {packets} sent, {lost} lost"
-        );
+        let (packets, lost) = (sum["packets"].as_u64().unwrap_or(0), sum["lost_packets"].as_u64().unwrap_or(u64::MAX));
+        anyhow::ensure!(packets > 0 && lost * 100 <= packets, "iperf3 UDP: {packets} sent, {lost} lost");
         Ok(format!("UDP {packets} datagrams, {lost} lost"))
     } else {
-        let bps = v["end"]["sum_received"]["bits_per_second"]
-            .as_f64()
-            .unwrap_or(0.0);
+        let bps = v["end"]["sum_received"]["bits_per_second"].as_f64().unwrap_or(0.0);
         anyhow::ensure!(bps > 0.0, "iperf3 TCP: {out}");
         Ok(format!("TCP {:.0} Mbit/s", bps / 1e6))
     }
@@ -430,13 +381,7 @@ pub fn iperf3(
 /// `run_dir/tag.log`, listening when this returns; stopped when dropped.
 pub fn capture_ip(run_dir: &Path, ns: &str, tag: &str) -> Result<(Background, PathBuf)> {
     let log = run_dir.join(format!("{tag}.log"));
-    let cap = Background::start(
-        &format!("tcpdump in {ns}"),
-        ns,
-        "tcpdump",
-        &["-i", "eth0", "-nn", "-q", "-l", "ip"],
-        &log,
-    )?;
+    let cap = Background::start(&format!("tcpdump in {ns}"), ns, "tcpdump", &["-i", "eth0", "-nn", "-q", "-l", "ip"], &log)?;
     wait_log(&log, "listening on", "tcpdump")?;
     Ok((cap, log))
 }
@@ -449,21 +394,13 @@ pub fn capture_shows_only(log: &Path, hidden: &str, pool: &str, min: usize) -> R
     let (mut packets, mut pooled) = (0, 0);
     for line in text.lines().filter(|l| l.contains(" IP ")) {
         packets += 1;
-        anyhow::ensure!(
-            !line.contains(hidden),
-            "an address {hidden}* on the captured link: {line}"
-        );
+        anyhow::ensure!(!line.contains(hidden), "an address {hidden}* on the captured link: {line}");
         if line.contains(pool) {
             pooled += 1;
         }
     }
-    anyhow::ensure!(
-        pooled >= min,
-        "only {pooled} of {packets} captured packets carry a pool address"
-    );
-    Ok(format!(
-        "{packets} packets captured, {pooled} with a pool address, none with an address {hidden}*"
-    ))
+    anyhow::ensure!(pooled >= min, "only {pooled} of {packets} captured packets carry a pool address");
+    Ok(format!("{packets} packets captured, {pooled} with a pool address, none with an address {hidden}*"))
 }
 
 /// Wait (10 s at most) until the log at `path` contains `needle` (a
@@ -481,28 +418,13 @@ pub fn wait_log(path: &Path, needle: &str, what: &str) -> Result<()> {
 
 /// A web server in namespace `ns` on `bind:port` serving `dir` (stopped
 /// when dropped), listening when this returns.
-pub fn http_server(
-    run_dir: &Path,
-    tag: &str,
-    ns: &str,
-    bind: &str,
-    port: u16,
-    dir: &Path,
-) -> Result<Background> {
+pub fn http_server(run_dir: &Path, tag: &str, ns: &str, bind: &str, port: u16, dir: &Path) -> Result<Background> {
     let dir = dir.to_string_lossy().into_owned();
     let mut server = Background::start(
         &format!("HTTP server ({tag})"),
         ns,
         python(),
-        &[
-            "-m",
-            "http.server",
-            &port.to_string(),
-            "--bind",
-            bind,
-            "--directory",
-            &dir,
-        ],
+        &["-m", "http.server", &port.to_string(), "--bind", bind, "--directory", &dir],
         &run_dir.join(format!("{tag}-http.log")),
     )?;
     server.wait_listening(ns, port, Duration::from_secs(10))?;
@@ -530,17 +452,7 @@ pub fn http_download(
     sys::ns_run(
         client_ns,
         "curl",
-        &[
-            "-sS",
-            "--fail",
-            "--connect-timeout",
-            "10",
-            "--max-time",
-            "60",
-            "-o",
-            &got.to_string_lossy(),
-            url,
-        ],
+        &["-sS", "--fail", "--connect-timeout", "10", "--max-time", "60", "-o", &got.to_string_lossy(), url],
     )?;
     let sum = sha256(&got)?;
     anyhow::ensure!(sum == want, "{url}: sha256 {sum}, served {want}");
@@ -559,18 +471,12 @@ pub fn test_bin_dir() -> PathBuf {
 /// unset; `scripts/test.sh` runs the cluster tests once more with 2, issue
 /// 12).
 pub fn bed_workers() -> u16 {
-    std::env::var("CFW_BED_WORKERS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .filter(|&w| w >= 1)
-        .unwrap_or(1)
+    std::env::var("CFW_BED_WORKERS").ok().and_then(|v| v.parse().ok()).filter(|&w| w >= 1).unwrap_or(1)
 }
 
 /// A test-bed test's run directory: `$CFW_TESTBED_DIR`, else `default`.
 pub fn test_run_dir(default: &str) -> PathBuf {
-    std::env::var_os("CFW_TESTBED_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(default))
+    std::env::var_os("CFW_TESTBED_DIR").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(default))
 }
 
 /// A bed test's steps: each outcome printed as the step ends, failures
@@ -596,20 +502,9 @@ impl Steps {
         if self.0.is_empty() {
             return;
         }
-        let logs: Vec<String> = (1..=nodes)
-            .map(|k| {
-                format!(
-                    "n{k}:\n{}",
-                    sys::tail(&run_dir.join(format!("n{k}.log")), 15)
-                )
-            })
-            .collect();
-        panic!(
-            "{} step(s) failed:\n{}\nnode logs:\n{}",
-            self.0.len(),
-            self.0.join("\n"),
-            logs.join("\n")
-        );
+        let logs: Vec<String> =
+            (1..=nodes).map(|k| format!("n{k}:\n{}", sys::tail(&run_dir.join(format!("n{k}.log")), 15))).collect();
+        panic!("{} step(s) failed:\n{}\nnode logs:\n{}", self.0.len(), self.0.join("\n"), logs.join("\n"));
     }
 }
 

@@ -10,7 +10,8 @@
 //! full. The nodes count those losses (`rx_ring_drops`, `rx_missed`,
 //! `rx_nombuf` per port; with several workers `handoff_drops` at the
 //! steering rings; `tx_full_drops` where the kernel did not empty a
-//! port's transmit ring in time), and the flood tests judge a timing bound only where
+//! port's transmit ring in time), and the flood tests judge a timing
+//! bound only where
 //! nothing was lost on the path of the traffic it bounds: what the host
 //! is too slow to carry is the bed's limit, not the firewall's. A waived
 //! bound always says so in the step's text, with the losses that waived
@@ -62,12 +63,7 @@ pub fn grown(before: &[Value], after: &[Value]) -> Vec<Loss> {
         for counter in NODE_LOSSES {
             let d = count(a, counter).saturating_sub(count(b, counter));
             if d > 0 {
-                out.push(Loss {
-                    node: k + 1,
-                    port: None,
-                    counter,
-                    grown: d,
-                });
+                out.push(Loss { node: k + 1, port: None, counter, grown: d });
             }
         }
         for (i, p) in a["ports"].as_array().into_iter().flatten().enumerate() {
@@ -75,12 +71,7 @@ pub fn grown(before: &[Value], after: &[Value]) -> Vec<Loss> {
                 let d = count(p, counter).saturating_sub(count(&b["ports"][i], counter));
                 if d > 0 {
                     let port = p["name"].as_str().unwrap_or("?").to_string();
-                    out.push(Loss {
-                        node: k + 1,
-                        port: Some(port),
-                        counter,
-                        grown: d,
-                    });
+                    out.push(Loss { node: k + 1, port: Some(port), counter, grown: d });
                 }
             }
         }
@@ -97,11 +88,7 @@ pub fn listed(losses: &[Loss]) -> String {
     if losses.is_empty() {
         "none".into()
     } else {
-        losses
-            .iter()
-            .map(Loss::to_string)
-            .collect::<Vec<_>>()
-            .join(", ")
+        losses.iter().map(Loss::to_string).collect::<Vec<_>>().join(", ")
     }
 }
 
@@ -114,11 +101,7 @@ pub fn softnet_dropped() -> u64 {
     std::fs::read_to_string("/proc/net/softnet_stat")
         .unwrap_or_default()
         .lines()
-        .filter_map(|l| {
-            l.split_whitespace()
-                .nth(1)
-                .and_then(|v| u64::from_str_radix(v, 16).ok())
-        })
+        .filter_map(|l| l.split_whitespace().nth(1).and_then(|v| u64::from_str_radix(v, 16).ok()))
         .sum()
 }
 
@@ -157,9 +140,7 @@ pub fn bed_link_drops() -> u64 {
 /// receiver's full socket buffer, a datagram the host could not
 /// reassemble).
 pub fn snmp(ns: &str, group: &str, field: &str) -> u64 {
-    sys::ns_run(ns, "cat", &["/proc/net/snmp"])
-        .map(|t| snmp_field(&t, group, field))
-        .unwrap_or(0)
+    sys::ns_run(ns, "cat", &["/proc/net/snmp"]).map(|t| snmp_field(&t, group, field)).unwrap_or(0)
 }
 
 /// `field` of `group` in the text of `/proc/net/snmp` (a header line of
@@ -167,9 +148,7 @@ pub fn snmp(ns: &str, group: &str, field: &str) -> u64 {
 fn snmp_field(text: &str, group: &str, field: &str) -> u64 {
     let prefix = format!("{group}:");
     let mut lines = text.lines().filter(|l| l.starts_with(&prefix));
-    let (Some(names), Some(values)) = (lines.next(), lines.next()) else {
-        return 0;
-    };
+    let (Some(names), Some(values)) = (lines.next(), lines.next()) else { return 0 };
     names
         .split_whitespace()
         .zip(values.split_whitespace())
@@ -225,24 +204,10 @@ impl fmt::Display for FlowPath {
 /// The node router `ns` forwards a TCP segment `src:sport` → `dst:dport`
 /// to, arriving on its host side (`eth0`): the K of the `PREFIX`K
 /// interface its route lookup names.
-fn next_node(
-    ns: &str,
-    prefix: &str,
-    src: &str,
-    sport: u16,
-    dst: &str,
-    dport: u16,
-) -> Result<usize> {
+fn next_node(ns: &str, prefix: &str, src: &str, sport: u16, dst: &str, dport: u16) -> Result<usize> {
     let (sport, dport) = (sport.to_string(), dport.to_string());
-    let out = sys::ip(
-        ns,
-        &[
-            "route", "get", dst, "from", src, "iif", "eth0", "ipproto", "tcp", "sport", &sport,
-            "dport", &dport,
-        ],
-    )?;
-    node_of_route(&out, prefix)
-        .with_context(|| format!("{ns}: route to {dst} from {src}: {}", out.trim()))
+    let out = sys::ip(ns, &["route", "get", dst, "from", src, "iif", "eth0", "ipproto", "tcp", "sport", &sport, "dport", &dport])?;
+    node_of_route(&out, prefix).with_context(|| format!("{ns}: route to {dst} from {src}: {}", out.trim()))
 }
 
 /// The K of `dev PREFIXK` in an `ip route get` answer.
@@ -250,11 +215,7 @@ fn node_of_route(out: &str, prefix: &str) -> Result<usize> {
     let mut words = out.split_whitespace();
     while let Some(w) = words.next() {
         if w == "dev" {
-            if let Some(k) = words
-                .next()
-                .and_then(|d| d.strip_prefix(prefix))
-                .and_then(|k| k.parse().ok())
-            {
+            if let Some(k) = words.next().and_then(|d| d.strip_prefix(prefix)).and_then(|k| k.parse().ok()) {
                 return Ok(k);
             }
         }
@@ -297,29 +258,15 @@ mod tests {
         // A transmit ring the kernel did not empty: node-wide.
         let mut tx = member(4, [7, 0, 1]);
         tx["tx_full_drops"] = json!(5);
-        assert_eq!(
-            listed(&grown(&[after[1].clone()], &[tx])),
-            "n1 tx_full_drops +5"
-        );
+        assert_eq!(listed(&grown(&[after[1].clone()], &[tx])), "n1 tx_full_drops +5");
     }
 
     #[test]
     fn a_path_meets_its_ingress_ports_and_its_members_ccl_and_steering() {
-        let before = [
-            member(0, [0, 0, 0]),
-            member(0, [0, 0, 0]),
-            member(0, [0, 0, 0]),
-        ];
-        let after = [
-            member(2, [1, 1, 1]),
-            member(2, [1, 1, 1]),
-            member(2, [1, 1, 1]),
-        ];
+        let before = [member(0, [0, 0, 0]), member(0, [0, 0, 0]), member(0, [0, 0, 0])];
+        let after = [member(2, [1, 1, 1]), member(2, [1, 1, 1]), member(2, [1, 1, 1])];
         let l = grown(&before, &after);
-        let path = FlowPath {
-            inside: 1,
-            outside: 2,
-        };
+        let path = FlowPath { inside: 1, outside: 2 };
         let met: Vec<String> = path.met(&l).iter().map(|l| l.to_string()).collect();
         assert_eq!(
             met,
@@ -332,17 +279,13 @@ mod tests {
                 "n2 ccl rx_ring_drops +1"
             ]
         );
-        let same = FlowPath {
-            inside: 3,
-            outside: 3,
-        };
+        let same = FlowPath { inside: 3, outside: 3 };
         assert_eq!(same.met(&l).len(), 4);
     }
 
     #[test]
     fn the_node_is_read_from_the_route_answer() {
-        let out =
-            "198.18.10.5 from 198.18.20.2 via 198.18.22.2 dev rout-n2 \n    cache iif eth0 \n";
+        let out = "198.18.10.5 from 198.18.20.2 via 198.18.22.2 dev rout-n2 \n    cache iif eth0 \n";
         assert_eq!(node_of_route(out, "rout-n").unwrap(), 2);
         assert!(node_of_route("198.18.10.5 dev eth0", "rout-n").is_err());
     }

@@ -114,14 +114,12 @@ fn run(args: Vec<String>) -> Result<()> {
             ("up", "--mtu") => mtu = testbed::topology::BedMtu::parse(&value("--mtu")?)?,
             ("up", "--workers") => {
                 let v = value("--workers")?;
-                workers = v
-                    .parse()
-                    .with_context(|| format!("--workers {v}: not a number"))?;
+                workers = v.parse().with_context(|| format!("--workers {v}: not a number"))?;
             }
             ("status", "--json") => json = true,
             (
-                "kill" | "pause" | "resume" | "restart" | "ccl-cut" | "ccl-heal" | "link-down"
-                | "link-up" | "partition",
+                "kill" | "pause" | "resume" | "restart" | "ccl-cut" | "ccl-heal" | "link-down" | "link-up"
+                | "partition",
                 _,
             ) if !a.starts_with('-') => operands.push(a.clone()),
             _ => bail!("{cmd}: unexpected argument {a}\n{USAGE}"),
@@ -219,15 +217,11 @@ fn run(args: Vec<String>) -> Result<()> {
             }
             Ok(())
         }
-        "kill" | "pause" | "resume" | "restart" | "ccl-cut" | "ccl-heal" | "link-down"
-        | "link-up" => {
+        "kill" | "pause" | "resume" | "restart" | "ccl-cut" | "ccl-heal" | "link-down" | "link-up" => {
             use testbed::faults::{self, Fault, Link};
             let want = if cmd.starts_with("link-") { 2 } else { 1 };
             if operands.len() != want {
-                bail!(
-                    "{cmd} needs {}\n{USAGE}",
-                    if want == 2 { "NODE and a link" } else { "NODE" }
-                );
+                bail!("{cmd} needs {}\n{USAGE}", if want == 2 { "NODE and a link" } else { "NODE" });
             }
             let fault = match cmd.as_str() {
                 "kill" => Fault::Kill,
@@ -245,27 +239,14 @@ fn run(args: Vec<String>) -> Result<()> {
         }
         "stall" | "unstall" => {
             use testbed::faults::{self, Fault};
-            let fault = if cmd == "stall" {
-                Fault::Stall
-            } else {
-                Fault::Unstall
-            };
+            let (fault, done) = if cmd == "stall" { (Fault::Stall, "stopped") } else { (Fault::Unstall, "continued") };
             faults::apply(&run_dir, &bed::default_bin_dir()?, "n1", fault)?;
-            println!(
-                "{cmd}: every node {}",
-                if cmd == "stall" {
-                    "stopped"
-                } else {
-                    "continued"
-                }
-            );
+            println!("{cmd}: every node {done}");
             Ok(())
         }
         "partition" => {
-            let groups: Vec<Vec<String>> = operands
-                .iter()
-                .map(|g| g.split(',').map(str::to_string).collect())
-                .collect();
+            let groups: Vec<Vec<String>> =
+                operands.iter().map(|g| g.split(',').map(str::to_string).collect()).collect();
             testbed::faults::partition(&run_dir, &groups)?;
             println!("CCL partitioned: {}", operands.join(" | "));
             Ok(())

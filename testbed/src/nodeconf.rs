@@ -95,18 +95,9 @@ nat:
 /// three pool addresses.
 pub fn dynamic_nat(section: &str) -> String {
     section
-        .replace(
-            "# up --nat: the inside network leaves as 198.51.100.7 (PAT);",
-            "# up --dynamic-nat: each inside host leaves as one of 198.51.100.7-9;",
-        )
-        .replace(
-            "addresses: [198.51.100.7]",
-            "addresses: [198.51.100.7, 198.51.100.8, 198.51.100.9]",
-        )
-        .replace(
-            "name: out-pat\n      kind: dynamic-pat",
-            "name: out-nat\n      kind: dynamic-nat",
-        )
+        .replace("# up --nat: the inside network leaves as 198.51.100.7 (PAT);", "# up --dynamic-nat: each inside host leaves as one of 198.51.100.7-9;")
+        .replace("addresses: [198.51.100.7]", "addresses: [198.51.100.7, 198.51.100.8, 198.51.100.9]")
+        .replace("name: out-pat\n      kind: dynamic-pat", "name: out-nat\n      kind: dynamic-nat")
 }
 
 /// `up --nat` on a cluster: `NAT_SECTION` for the cluster's client
@@ -145,11 +136,7 @@ fn cluster_syslog() -> String {
 /// A cluster bed node's IPFIX collector (nfcapd on the management segment).
 fn cluster_flow_export() -> String {
     use crate::topology::cluster_addr as a;
-    format!(
-        "\nflow-export:\n  collector: {}:{}\n  template-refresh: 2\n  active-timeout: 1\n",
-        a::COLLECTOR,
-        a::IPFIX_PORT
-    )
+    format!("\nflow-export:\n  collector: {}:{}\n  template-refresh: 2\n  active-timeout: 1\n", a::COLLECTOR, a::IPFIX_PORT)
 }
 
 pub fn node_yaml(node: &NodeSpec, socket: &str) -> String {
@@ -169,11 +156,7 @@ pub fn node_yaml(node: &NodeSpec, socket: &str) -> String {
         qname = q(&node.name),
         socket = q(socket),
         eal = eal.join(", "),
-        syslog = if node.cluster.is_some() {
-            cluster_syslog()
-        } else {
-            String::new()
-        },
+        syslog = if node.cluster.is_some() { cluster_syslog() } else { String::new() },
     );
     if node.workers > 1 {
         let _ = writeln!(y, "  workers: {}", node.workers);
@@ -210,11 +193,7 @@ pub fn node_yaml(node: &NodeSpec, socket: &str) -> String {
         crate::topology::BedNat::DynamicNat => Some(dynamic_nat(NAT_SECTION)),
     };
     if let Some(s) = section {
-        y.push_str(&if node.cluster.is_some() {
-            cluster_nat(&s)
-        } else {
-            s
-        });
+        y.push_str(&if node.cluster.is_some() { cluster_nat(&s) } else { s });
     } else {
         y.push_str(
             "\n# None: the default applies (higher to lower security level permitted,\n\
@@ -335,56 +314,29 @@ mod tests {
 
     #[test]
     fn the_nat_bed_config_parses_with_its_rules() {
-        let t = Topology::single_node()
-            .with_nat(crate::topology::BedNat::Pat)
-            .unwrap();
+        let t = Topology::single_node().with_nat(crate::topology::BedNat::Pat).unwrap();
         let y = node_yaml(&t.nodes[0], "/tmp/cfw-testbed/n1.sock");
         let c = config::parse(&y, "n1.yaml").unwrap_or_else(|e| panic!("{e}\n{y}"));
         assert_eq!(c.nat.rules.len(), 2);
-        assert_eq!(
-            c.nat.pools[0].addresses,
-            [std::net::Ipv4Addr::new(198, 51, 100, 7)]
-        );
+        assert_eq!(c.nat.pools[0].addresses, [std::net::Ipv4Addr::new(198, 51, 100, 7)]);
         assert_eq!(c.access_rules.len(), 1);
         // A cluster: the same rules for its client network, and the outside
         // router spreads the pool's network over the members.
-        let t = Topology::new(3)
-            .unwrap()
-            .with_nat(crate::topology::BedNat::Pat)
-            .unwrap();
+        let t = Topology::new(3).unwrap().with_nat(crate::topology::BedNat::Pat).unwrap();
         for node in &t.nodes {
             let y = node_yaml(node, "/tmp/x.sock");
             let c = config::parse(&y, "n.yaml").unwrap_or_else(|e| panic!("{e}\n{y}"));
             assert!(c.cluster.is_some() && c.nat.rules.len() == 2, "{y}");
-            assert!(
-                y.contains("source: 198.18.10.0/24") && y.contains("destination: 198.18.10.2/32"),
-                "{y}"
-            );
+            assert!(y.contains("source: 198.18.10.0/24") && y.contains("destination: 198.18.10.2/32"), "{y}");
         }
-        let pool = t
-            .routes
-            .iter()
-            .find(|r| r.destination == crate::topology::NAT_POOL_NET)
-            .expect("pool route");
-        assert!(
-            pool.namespace.ends_with("rout") && pool.nexthops.len() == 3,
-            "{pool:?}"
-        );
+        let pool = t.routes.iter().find(|r| r.destination == crate::topology::NAT_POOL_NET).expect("pool route");
+        assert!(pool.namespace.ends_with("rout") && pool.nexthops.len() == 3, "{pool:?}");
         // Dynamic NAT: three pool addresses, the client network's rule.
-        let t = Topology::new(3)
-            .unwrap()
-            .with_nat(crate::topology::BedNat::DynamicNat)
-            .unwrap();
+        let t = Topology::new(3).unwrap().with_nat(crate::topology::BedNat::DynamicNat).unwrap();
         let y = node_yaml(&t.nodes[0], "/tmp/x.sock");
         let c = config::parse(&y, "n.yaml").unwrap_or_else(|e| panic!("{e}\n{y}"));
         assert_eq!(c.nat.pools[0].addresses.len(), 3, "{y}");
-        assert!(
-            c.nat
-                .rules
-                .iter()
-                .any(|r| r.kind == config::nat::NatKind::DynamicNat),
-            "{y}"
-        );
+        assert!(c.nat.rules.iter().any(|r| r.kind == config::nat::NatKind::DynamicNat), "{y}");
         assert!(y.contains("source: 198.18.10.0/24"), "{y}");
     }
 
@@ -403,38 +355,14 @@ mod tests {
             );
             assert_eq!(cl.ccl.address.to_string(), format!("198.19.0.{}", 11 + k));
             assert_eq!(c.routes.len(), 2);
-            assert!(!c
-                .source_text
-                .contains(crate::topology::cluster_addr::CLUSTER_KEY));
+            assert!(!c.source_text.contains(crate::topology::cluster_addr::CLUSTER_KEY));
             // Dual-stack: both data interfaces have an IPv6 address, and the
             // node routes the client network and the rest over IPv6 as it
             // does over IPv4; the CCL stays IPv4.
-            let a6: Vec<String> = c
-                .interfaces
-                .iter()
-                .filter_map(|i| i.address6.map(|a| a.to_string()))
-                .collect();
-            assert_eq!(
-                a6,
-                [
-                    format!("2001:db8:{}::2/64", 11 + k),
-                    format!("2001:db8:{}::2/64", 21 + k)
-                ],
-                "{y}"
-            );
-            let r6: Vec<String> = c
-                .routes6
-                .iter()
-                .map(|r| format!("{} via {}", r.destination, r.via))
-                .collect();
-            assert_eq!(
-                r6,
-                [
-                    format!("2001:db8:10::/64 via 2001:db8:{}::1", 11 + k),
-                    format!("::/0 via 2001:db8:{}::1", 21 + k)
-                ],
-                "{y}"
-            );
+            let a6: Vec<String> = c.interfaces.iter().filter_map(|i| i.address6.map(|a| a.to_string())).collect();
+            assert_eq!(a6, [format!("2001:db8:{}::2/64", 11 + k), format!("2001:db8:{}::2/64", 21 + k)], "{y}");
+            let r6: Vec<String> = c.routes6.iter().map(|r| format!("{} via {}", r.destination, r.via)).collect();
+            assert_eq!(r6, [format!("2001:db8:10::/64 via 2001:db8:{}::1", 11 + k), format!("::/0 via 2001:db8:{}::1", 21 + k)], "{y}");
         }
         // The single-node file has no cluster section.
         let y = node_yaml(&Topology::single_node().nodes[0], "/tmp/x.sock");

@@ -360,31 +360,21 @@ pub struct BedMtu {
 
 impl Default for BedMtu {
     fn default() -> BedMtu {
-        BedMtu {
-            hosts: 1500,
-            inside: 1500,
-            outside: 1500,
-        }
+        BedMtu { hosts: 1500, inside: 1500, outside: 1500 }
     }
 }
 
 impl BedMtu {
     /// Every link at `mtu`.
     pub fn all(mtu: u16) -> BedMtu {
-        BedMtu {
-            hosts: mtu,
-            inside: mtu,
-            outside: mtu,
-        }
+        BedMtu { hosts: mtu, inside: mtu, outside: mtu }
     }
 
     /// `9000` (every link) or `inside=1400,outside=1500,hosts=1500` (the
     /// ones named; the others 1500). 576-9000 each.
     pub fn parse(s: &str) -> Result<BedMtu> {
         let num = |v: &str| -> Result<u16> {
-            let m: u16 = v
-                .parse()
-                .map_err(|_| anyhow::anyhow!("--mtu {s}: {v:?} is not a number"))?;
+            let m: u16 = v.parse().map_err(|_| anyhow::anyhow!("--mtu {s}: {v:?} is not a number"))?;
             if !(576..=9000).contains(&m) {
                 bail!("--mtu {s}: {m} is outside 576-9000");
             }
@@ -395,9 +385,7 @@ impl BedMtu {
         }
         let mut m = BedMtu::default();
         for part in s.split(',') {
-            let (k, v) = part
-                .split_once('=')
-                .ok_or_else(|| anyhow::anyhow!("--mtu {s}: expected name=value"))?;
+            let (k, v) = part.split_once('=').ok_or_else(|| anyhow::anyhow!("--mtu {s}: expected name=value"))?;
             match k {
                 "hosts" => m.hosts = num(v)?,
                 "inside" => m.inside = num(v)?,
@@ -497,11 +485,7 @@ impl Topology {
                 // its data ports, or a link the harness took down) leaves
                 // the ECMP routes, as a router with BFD or link loss does.
                 sysctl("net.ipv4.conf.all.ignore_routes_with_linkdown", "1", false),
-                sysctl(
-                    "net.ipv4.conf.default.ignore_routes_with_linkdown",
-                    "1",
-                    false,
-                ),
+                sysctl("net.ipv4.conf.default.ignore_routes_with_linkdown", "1", false),
                 // Replies come back over another node than the request
                 // went out: no reverse-path filtering.
                 sysctl("net.ipv4.conf.all.rp_filter", "0", false),
@@ -517,11 +501,7 @@ impl Topology {
                 sysctl("net.ipv6.conf.all.keep_addr_on_down", "1", false),
                 sysctl("net.ipv6.conf.default.keep_addr_on_down", "1", false),
                 sysctl("net.ipv6.conf.all.ignore_routes_with_linkdown", "1", false),
-                sysctl(
-                    "net.ipv6.conf.default.ignore_routes_with_linkdown",
-                    "1",
-                    false,
-                ),
+                sysctl("net.ipv6.conf.default.ignore_routes_with_linkdown", "1", false),
                 // The L4 hash, as for IPv4 (the flow label left out: see
                 // above). IPv6 shares IPv4's seed.
                 sysctl("net.ipv6.fib_multipath_hash_policy", "1", false),
@@ -537,49 +517,17 @@ impl Topology {
         ];
         let mut mgmt = ns(MGMT_NAMESPACE, false);
         mgmt.sysctls = ccl.sysctls.clone();
-        let v6 = |e: Endpoint, addr: &str| Endpoint {
-            address6: Some(format!("{addr}/{}", a6::PREFIX_LEN)),
-            ..e
-        };
+        let v6 = |e: Endpoint, addr: &str| Endpoint { address6: Some(format!("{addr}/{}", a6::PREFIX_LEN)), ..e };
         let mut t = Topology {
-            namespaces: vec![
-                ns(inside, false),
-                ns(outside, false),
-                router(rin, "1"),
-                router(rout, "2"),
-                ccl,
-                mgmt,
-            ],
+            namespaces: vec![ns(inside, false), ns(outside, false), router(rin, "1"), router(rout, "2"), ccl, mgmt],
             links: vec![
                 VethSpec {
-                    a: v6(
-                        end(inside, "eth0", Some(&format!("{}/24", a::CLIENT)), false),
-                        a6::CLIENT,
-                    ),
-                    b: v6(
-                        end(
-                            rin,
-                            "eth0",
-                            Some(&format!("{}/24", a::RIN_HOST_SIDE)),
-                            false,
-                        ),
-                        a6::RIN_HOST_SIDE,
-                    ),
+                    a: v6(end(inside, "eth0", Some(&format!("{}/24", a::CLIENT)), false), a6::CLIENT),
+                    b: v6(end(rin, "eth0", Some(&format!("{}/24", a::RIN_HOST_SIDE)), false), a6::RIN_HOST_SIDE),
                 },
                 VethSpec {
-                    a: v6(
-                        end(outside, "eth0", Some(&format!("{}/24", a::SERVER)), false),
-                        a6::SERVER,
-                    ),
-                    b: v6(
-                        end(
-                            rout,
-                            "eth0",
-                            Some(&format!("{}/24", a::ROUT_HOST_SIDE)),
-                            false,
-                        ),
-                        a6::ROUT_HOST_SIDE,
-                    ),
+                    a: v6(end(outside, "eth0", Some(&format!("{}/24", a::SERVER)), false), a6::SERVER),
+                    b: v6(end(rout, "eth0", Some(&format!("{}/24", a::ROUT_HOST_SIDE)), false), a6::ROUT_HOST_SIDE),
                 },
             ],
             bridges: vec![
@@ -607,9 +555,7 @@ impl Topology {
                 RouteSpec {
                     namespace: rout.into(),
                     destination: a::CLIENT_NET.into(),
-                    nexthops: (1..=n)
-                        .map(|k| format!("{}.2", a::outside_net(k % n + 1)))
-                        .collect(),
+                    nexthops: (1..=n).map(|k| format!("{}.2", a::outside_net(k % n + 1))).collect(),
                 },
                 default_route(inside, a6::RIN_HOST_SIDE),
                 default_route(outside, a6::ROUT_HOST_SIDE),
@@ -657,11 +603,7 @@ impl Topology {
             nodes: vec![],
         };
         let members: Vec<MemberSpec> = (1..=n)
-            .map(|k| MemberSpec {
-                id: k as u8,
-                name: format!("n{k}"),
-                ccl_address: a::ccl(k),
-            })
+            .map(|k| MemberSpec { id: k as u8, name: format!("n{k}"), ccl_address: a::ccl(k) })
             .collect();
         for k in 1..=n {
             let (name, nsn) = (format!("n{k}"), format!("cfw-n{k}"));
@@ -669,47 +611,20 @@ impl Topology {
             let (inet6, onet6) = (a6::inside_net(k), a6::outside_net(k));
             t.namespaces.push(ns(&nsn, false));
             t.links.push(VethSpec {
-                a: v6(
-                    end(
-                        rin,
-                        &format!("rin-n{k}"),
-                        Some(&format!("{inet}.1/24")),
-                        false,
-                    ),
-                    &format!("{inet6}1"),
-                ),
+                a: v6(end(rin, &format!("rin-n{k}"), Some(&format!("{inet}.1/24")), false), &format!("{inet6}1")),
                 b: end(&nsn, &format!("n{k}-in"), None, true),
             });
             t.links.push(VethSpec {
-                a: v6(
-                    end(
-                        rout,
-                        &format!("rout-n{k}"),
-                        Some(&format!("{onet}.1/24")),
-                        false,
-                    ),
-                    &format!("{onet6}1"),
-                ),
+                a: v6(end(rout, &format!("rout-n{k}"), Some(&format!("{onet}.1/24")), false), &format!("{onet6}1")),
                 b: end(&nsn, &format!("n{k}-out"), None, true),
             });
             t.links.push(VethSpec {
-                a: Endpoint {
-                    mtu: Some(CCL_MTU),
-                    ..end(CCL_NAMESPACE, &format!("ccl-n{k}"), None, true)
-                },
-                b: Endpoint {
-                    mtu: Some(CCL_MTU),
-                    ..end(&nsn, &format!("n{k}-ccl"), None, true)
-                },
+                a: Endpoint { mtu: Some(CCL_MTU), ..end(CCL_NAMESPACE, &format!("ccl-n{k}"), None, true) },
+                b: Endpoint { mtu: Some(CCL_MTU), ..end(&nsn, &format!("n{k}-ccl"), None, true) },
             });
             t.links.push(VethSpec {
                 a: end(MGMT_NAMESPACE, &format!("mgmt-n{k}"), None, true),
-                b: end(
-                    &nsn,
-                    &format!("n{k}-mgmt"),
-                    Some(&format!("{}/24", a::mgmt(k))),
-                    true,
-                ),
+                b: end(&nsn, &format!("n{k}-mgmt"), Some(&format!("{}/24", a::mgmt(k))), true),
             });
             t.nodes.push(NodeSpec {
                 workers: 1,
@@ -770,17 +685,11 @@ impl Topology {
             namespaces: vec![ns(inside, false), ns(outside, false), ns(n1, false)],
             links: vec![
                 VethSpec {
-                    a: Endpoint {
-                        address6: Some(single_addr6::INSIDE_HOST.into()),
-                        ..end(inside, "eth0", Some("198.18.1.2/24"), false)
-                    },
+                    a: Endpoint { address6: Some(single_addr6::INSIDE_HOST.into()), ..end(inside, "eth0", Some("198.18.1.2/24"), false) },
                     b: end(n1, "n1-in", None, true),
                 },
                 VethSpec {
-                    a: Endpoint {
-                        address6: Some(single_addr6::OUTSIDE_HOST.into()),
-                        ..end(outside, "eth0", Some("198.18.2.2/24"), false)
-                    },
+                    a: Endpoint { address6: Some(single_addr6::OUTSIDE_HOST.into()), ..end(outside, "eth0", Some("198.18.2.2/24"), false) },
                     b: end(n1, "n1-out", None, true),
                 },
             ],
@@ -841,41 +750,21 @@ impl Topology {
     /// (both ends of a link alike) and on the nodes' interfaces.
     pub fn with_mtu(mut self, m: BedMtu) -> Topology {
         let ccl = m.ccl();
-        let iface_mtu = |name: &str| {
-            if name == "inside" {
-                m.inside
-            } else {
-                m.outside
-            }
-        };
+        let iface_mtu = |name: &str| if name == "inside" { m.inside } else { m.outside };
         let node_ifs: Vec<(String, String, u16)> = self
             .nodes
             .iter()
-            .flat_map(|n| {
-                n.interfaces
-                    .iter()
-                    .map(move |i| (n.namespace.clone(), i.ifname.clone(), iface_mtu(&i.name)))
-            })
+            .flat_map(|n| n.interfaces.iter().map(move |i| (n.namespace.clone(), i.ifname.clone(), iface_mtu(&i.name))))
             .collect();
         let ccl_ifs: Vec<(String, String)> = self
             .nodes
             .iter()
-            .filter_map(|n| {
-                n.cluster
-                    .as_ref()
-                    .map(|c| (n.namespace.clone(), c.ccl_ifname.clone()))
-            })
+            .filter_map(|n| n.cluster.as_ref().map(|c| (n.namespace.clone(), c.ccl_ifname.clone())))
             .collect();
         for l in &mut self.links {
             let is = |e: &Endpoint, ns: &str, ifn: &str| e.namespace == ns && e.ifname == ifn;
-            let data = node_ifs
-                .iter()
-                .find(|(ns, ifn, _)| is(&l.a, ns, ifn) || is(&l.b, ns, ifn))
-                .map(|x| u32::from(x.2));
-            let mtu = if ccl_ifs
-                .iter()
-                .any(|(ns, ifn)| is(&l.a, ns, ifn) || is(&l.b, ns, ifn))
-            {
+            let data = node_ifs.iter().find(|(ns, ifn, _)| is(&l.a, ns, ifn) || is(&l.b, ns, ifn)).map(|x| u32::from(x.2));
+            let mtu = if ccl_ifs.iter().any(|(ns, ifn)| is(&l.a, ns, ifn) || is(&l.b, ns, ifn)) {
                 ccl
             } else {
                 data.unwrap_or(u32::from(m.hosts))
@@ -917,15 +806,10 @@ impl Topology {
             let to_clients = self
                 .routes
                 .iter()
-                .find(|r| {
-                    r.destination == cluster_addr::CLIENT_NET && r.namespace.ends_with("rout")
-                })
+                .find(|r| r.destination == cluster_addr::CLIENT_NET && r.namespace.ends_with("rout"))
                 .cloned()
                 .context("the outside router's route to the client network")?;
-            self.routes.push(RouteSpec {
-                destination: NAT_POOL_NET.into(),
-                ..to_clients
-            });
+            self.routes.push(RouteSpec { destination: NAT_POOL_NET.into(), ..to_clients });
         }
         Ok(self)
     }
@@ -1013,11 +897,7 @@ impl Topology {
             }
             for m in &b.members {
                 if !seen.contains(&(b.namespace.as_str(), m.as_str())) {
-                    bail!(
-                        "bridge {} member {m} has no veth in {}",
-                        b.name,
-                        b.namespace
-                    );
+                    bail!("bridge {} member {m} has no veth in {}", b.name, b.namespace);
                 }
             }
         }
@@ -1070,17 +950,7 @@ mod tests {
         let names: Vec<&str> = t.namespaces.iter().map(|n| n.name.as_str()).collect();
         assert_eq!(
             names,
-            [
-                "cfw-inside",
-                "cfw-outside",
-                "cfw-rin",
-                "cfw-rout",
-                "cfw-ccl",
-                "cfw-mgmt",
-                "cfw-n1",
-                "cfw-n2",
-                "cfw-n3"
-            ]
+            ["cfw-inside", "cfw-outside", "cfw-rin", "cfw-rout", "cfw-ccl", "cfw-mgmt", "cfw-n1", "cfw-n2", "cfw-n3"]
         );
         let rin = t.routes.iter().find(|r| r.namespace == "cfw-rin").unwrap();
         assert_eq!(rin.destination, "198.18.20.0/24");
@@ -1091,26 +961,10 @@ mod tests {
         for r in ["cfw-rin", "cfw-rout"] {
             let ns = t.namespaces.iter().find(|n| n.name == r).unwrap();
             assert!(ns.ip_forward);
-            assert!(ns
-                .sysctls
-                .iter()
-                .any(|s| s.key == "net.ipv4.fib_multipath_hash_policy"
-                    && s.value == "1"
-                    && !s.optional));
-            let last = ns
-                .sysctls
-                .iter()
-                .rposition(|s| s.key == "net.ipv4.fib_multipath_hash_policy")
-                .unwrap();
-            let fields = ns
-                .sysctls
-                .iter()
-                .position(|s| s.key == "net.ipv4.fib_multipath_hash_fields")
-                .unwrap();
-            assert!(
-                fields < last && ns.sysctls[last].value == "3",
-                "fields before the custom policy"
-            );
+            assert!(ns.sysctls.iter().any(|s| s.key == "net.ipv4.fib_multipath_hash_policy" && s.value == "1" && !s.optional));
+            let last = ns.sysctls.iter().rposition(|s| s.key == "net.ipv4.fib_multipath_hash_policy").unwrap();
+            let fields = ns.sysctls.iter().position(|s| s.key == "net.ipv4.fib_multipath_hash_fields").unwrap();
+            assert!(fields < last && ns.sysctls[last].value == "3", "fields before the custom policy");
         }
         assert_eq!(t.bridges[0].members, ["ccl-n1", "ccl-n2", "ccl-n3"]);
         for e in t.endpoints() {
@@ -1121,18 +975,9 @@ mod tests {
         let n2 = &t.nodes[1];
         assert_eq!(n2.dpdk_prefix(), "cfw-tb-n2");
         let c = n2.cluster.as_ref().unwrap();
-        assert_eq!(
-            (c.node_id, c.ccl_ifname.as_str(), c.ccl_address.as_str()),
-            (2, "n2-ccl", "198.19.0.12/24")
-        );
+        assert_eq!((c.node_id, c.ccl_ifname.as_str(), c.ccl_address.as_str()), (2, "n2-ccl", "198.19.0.12/24"));
         assert_eq!(c.members.len(), 3);
-        assert_eq!(
-            n2.routes,
-            [
-                ("198.18.10.0/24".to_string(), "198.18.12.1".to_string()),
-                ("0.0.0.0/0".to_string(), "198.18.22.1".to_string())
-            ]
-        );
+        assert_eq!(n2.routes, [("198.18.10.0/24".to_string(), "198.18.12.1".to_string()), ("0.0.0.0/0".to_string(), "198.18.22.1".to_string())]);
         // Node-side ends carry no kernel address and no IPv6, but for the
         // management port, which the node's kernel sockets use.
         for e in t.endpoints().filter(|e| e.namespace.starts_with("cfw-n")) {
@@ -1143,28 +988,15 @@ mod tests {
         let m2 = t.endpoints().find(|e| e.ifname == "n2-mgmt").unwrap();
         assert_eq!(m2.address.as_deref(), Some("192.0.2.12/24"));
         let mgmt = &t.bridges[1];
-        assert_eq!(
-            (mgmt.namespace.as_str(), mgmt.address.as_deref()),
-            (MGMT_NAMESPACE, Some("192.0.2.1/24"))
-        );
+        assert_eq!((mgmt.namespace.as_str(), mgmt.address.as_deref()), (MGMT_NAMESPACE, Some("192.0.2.1/24")));
         assert_eq!(mgmt.members, ["mgmt-n1", "mgmt-n2", "mgmt-n3"]);
-        assert_eq!(
-            t.hosts
-                .iter()
-                .filter(|h| h.kind == HostKind::Router)
-                .count(),
-            2
-        );
+        assert_eq!(t.hosts.iter().filter(|h| h.kind == HostKind::Router).count(), 2);
     }
 
     #[test]
     fn cluster_bed_is_dual_stack() {
         let t = Topology::new(3).unwrap();
-        let end = |ns: &str, ifn: &str| {
-            t.endpoints()
-                .find(|e| e.namespace == ns && e.ifname == ifn)
-                .unwrap()
-        };
+        let end = |ns: &str, ifn: &str| t.endpoints().find(|e| e.namespace == ns && e.ifname == ifn).unwrap();
         // Hosts and routers: an IPv6 address on every data link, IPv6 on.
         for (ns, ifn, want) in [
             ("cfw-inside", "eth0", "2001:db8:10::2/64"),
@@ -1181,86 +1013,33 @@ mod tests {
         }
         // The nodes' ends stay silent (the DPDK port speaks for them); the
         // CCL and the management segment stay IPv4.
-        for e in t.endpoints().filter(|e| {
-            e.namespace.starts_with("cfw-n")
-                || e.ifname.contains("ccl")
-                || e.ifname.contains("mgmt")
-        }) {
+        for e in t.endpoints().filter(|e| e.namespace.starts_with("cfw-n") || e.ifname.contains("ccl") || e.ifname.contains("mgmt")) {
             assert!(e.address6.is_none() && e.disable_ipv6, "{e:?}");
         }
         // Default routes of the hosts, ECMP over the nodes on the routers
         // (rout's next hops rotated by one, as for IPv4).
         let route = |ns: &str, dst: &str| {
-            t.routes
-                .iter()
-                .find(|r| r.namespace == ns && r.destination == dst)
-                .map(|r| r.nexthops.clone())
-                .unwrap_or_default()
+            t.routes.iter().find(|r| r.namespace == ns && r.destination == dst).map(|r| r.nexthops.clone()).unwrap_or_default()
         };
-        let defaults: Vec<&RouteSpec> = t
-            .routes
-            .iter()
-            .filter(|r| r.destination == "default")
-            .collect();
+        let defaults: Vec<&RouteSpec> = t.routes.iter().filter(|r| r.destination == "default").collect();
         assert_eq!(defaults.len(), 4, "{defaults:?}");
-        assert!(defaults
-            .iter()
-            .any(|r| r.namespace == "cfw-inside" && r.nexthops == ["2001:db8:10::1"]));
-        assert!(defaults
-            .iter()
-            .any(|r| r.namespace == "cfw-outside" && r.nexthops == ["2001:db8:20::1"]));
-        assert_eq!(
-            route("cfw-rin", "2001:db8:20::/64"),
-            ["2001:db8:11::2", "2001:db8:12::2", "2001:db8:13::2"]
-        );
-        assert_eq!(
-            route("cfw-rout", "2001:db8:10::/64"),
-            ["2001:db8:22::2", "2001:db8:23::2", "2001:db8:21::2"]
-        );
+        assert!(defaults.iter().any(|r| r.namespace == "cfw-inside" && r.nexthops == ["2001:db8:10::1"]));
+        assert!(defaults.iter().any(|r| r.namespace == "cfw-outside" && r.nexthops == ["2001:db8:20::1"]));
+        assert_eq!(route("cfw-rin", "2001:db8:20::/64"), ["2001:db8:11::2", "2001:db8:12::2", "2001:db8:13::2"]);
+        assert_eq!(route("cfw-rout", "2001:db8:10::/64"), ["2001:db8:22::2", "2001:db8:23::2", "2001:db8:21::2"]);
         // IPv4 exactly as before: the first route of each router.
-        assert_eq!(
-            t.routes
-                .iter()
-                .find(|r| r.namespace == "cfw-rin")
-                .unwrap()
-                .destination,
-            "198.18.20.0/24"
-        );
+        assert_eq!(t.routes.iter().find(|r| r.namespace == "cfw-rin").unwrap().destination, "198.18.20.0/24");
         // The routers forward IPv6 and hash it on L4 (policy 1, refined to
         // header fields where the kernel allows), without DAD, keeping
         // their addresses across the harness's link faults.
         for r in ["cfw-rin", "cfw-rout"] {
             let ns = t.namespaces.iter().find(|n| n.name == r).unwrap();
-            let val = |k: &str| {
-                ns.sysctls
-                    .iter()
-                    .filter(|s| s.key == k)
-                    .map(|s| (s.value.as_str(), s.optional))
-                    .collect::<Vec<_>>()
-            };
-            assert_eq!(
-                val("net.ipv6.fib_multipath_hash_policy"),
-                [("1", false), ("3", true)]
-            );
-            assert_eq!(
-                val("net.ipv6.fib_multipath_hash_fields"),
-                [("0x0037", true)]
-            );
-            for k in [
-                "forwarding",
-                "keep_addr_on_down",
-                "ignore_routes_with_linkdown",
-            ] {
-                assert_eq!(
-                    val(&format!("net.ipv6.conf.all.{k}")),
-                    [("1", false)],
-                    "{k}"
-                );
-                assert_eq!(
-                    val(&format!("net.ipv6.conf.default.{k}")),
-                    [("1", false)],
-                    "{k}"
-                );
+            let val = |k: &str| ns.sysctls.iter().filter(|s| s.key == k).map(|s| (s.value.as_str(), s.optional)).collect::<Vec<_>>();
+            assert_eq!(val("net.ipv6.fib_multipath_hash_policy"), [("1", false), ("3", true)]);
+            assert_eq!(val("net.ipv6.fib_multipath_hash_fields"), [("0x0037", true)]);
+            for k in ["forwarding", "keep_addr_on_down", "ignore_routes_with_linkdown"] {
+                assert_eq!(val(&format!("net.ipv6.conf.all.{k}")), [("1", false)], "{k}");
+                assert_eq!(val(&format!("net.ipv6.conf.default.{k}")), [("1", false)], "{k}");
             }
             assert_eq!(val("net.ipv6.conf.default.accept_dad"), [("0", false)]);
             assert_eq!(val("net.ipv6.conf.default.disable_ipv6"), [("0", false)]);
@@ -1268,37 +1047,23 @@ mod tests {
         // The nodes: address6 on both data interfaces, IPv6 routes to the
         // client network and by default out.
         let n2 = &t.nodes[1];
-        let a6: Vec<Option<&str>> = n2
-            .interfaces
-            .iter()
-            .map(|i| i.address6.as_deref())
-            .collect();
+        let a6: Vec<Option<&str>> = n2.interfaces.iter().map(|i| i.address6.as_deref()).collect();
         assert_eq!(a6, [Some("2001:db8:12::2/64"), Some("2001:db8:22::2/64")]);
         assert_eq!(
             n2.routes6,
-            [
-                ("2001:db8:10::/64".to_string(), "2001:db8:12::1".to_string()),
-                ("::/0".to_string(), "2001:db8:22::1".to_string())
-            ]
+            [("2001:db8:10::/64".to_string(), "2001:db8:12::1".to_string()), ("::/0".to_string(), "2001:db8:22::1".to_string())]
         );
         for n in &t.nodes {
             for i in &n.interfaces {
                 let a = i.address6.as_deref().unwrap();
                 let k = &n.name[1..];
-                let first = if i.name == "inside" {
-                    format!("2001:db8:1{k}::")
-                } else {
-                    format!("2001:db8:2{k}::")
-                };
+                let first = if i.name == "inside" { format!("2001:db8:1{k}::") } else { format!("2001:db8:2{k}::") };
                 assert!(a.starts_with(&first), "{n:?}");
             }
         }
         // Names: IPv6 under `<host>6`, the IPv4 names unchanged.
         let h = t.hosts_file();
-        assert!(
-            h.contains("198.18.20.2\toutside\n") && h.contains("2001:db8:20::2\toutside6\n"),
-            "{h}"
-        );
+        assert!(h.contains("198.18.20.2\toutside\n") && h.contains("2001:db8:20::2\toutside6\n"), "{h}");
         assert!(!h.contains("2001:db8:20::2\toutside\n"), "{h}");
         // `--nat` adds its IPv4 pool route only.
         let nat = Topology::new(3).unwrap().with_nat(BedNat::Pat).unwrap();
@@ -1306,13 +1071,7 @@ mod tests {
         // Any size of cluster: one IPv6 next hop per node on each router.
         for n in 2..=MAX_BED_NODES {
             let t = Topology::new(n).unwrap();
-            assert_eq!(
-                t.routes
-                    .iter()
-                    .filter(|r| r.nexthops.len() == n && r.nexthops[0].contains(':'))
-                    .count(),
-                2
-            );
+            assert_eq!(t.routes.iter().filter(|r| r.nexthops.len() == n && r.nexthops[0].contains(':')).count(), 2);
         }
     }
 
@@ -1338,67 +1097,23 @@ mod tests {
     fn link_mtus_reach_the_veths_and_the_node_configs() {
         assert_eq!(BedMtu::parse("9000").unwrap(), BedMtu::all(9000));
         let m = BedMtu::parse("inside=1400,hosts=1480").unwrap();
-        assert_eq!(
-            m,
-            BedMtu {
-                hosts: 1480,
-                inside: 1400,
-                outside: 1500
-            }
-        );
+        assert_eq!(m, BedMtu { hosts: 1480, inside: 1400, outside: 1500 });
         for bad in ["100", "inside=99999", "left=1400", "inside"] {
             assert!(BedMtu::parse(bad).is_err(), "{bad}");
         }
         let t = Topology::new(3).unwrap().with_mtu(m);
-        let mtu = |ns: &str, ifn: &str| {
-            t.endpoints()
-                .find(|e| e.namespace == ns && e.ifname == ifn)
-                .unwrap()
-                .mtu
-        };
-        assert_eq!(
-            (mtu("cfw-rin", "rin-n2"), mtu("cfw-n2", "n2-in")),
-            (Some(1400), Some(1400))
-        );
-        assert_eq!(
-            (mtu("cfw-rout", "rout-n2"), mtu("cfw-n2", "n2-out")),
-            (None, None),
-            "1500: the kernel's"
-        );
-        assert_eq!(
-            (mtu("cfw-inside", "eth0"), mtu("cfw-rin", "eth0")),
-            (Some(1480), Some(1480))
-        );
+        let mtu = |ns: &str, ifn: &str| t.endpoints().find(|e| e.namespace == ns && e.ifname == ifn).unwrap().mtu;
+        assert_eq!((mtu("cfw-rin", "rin-n2"), mtu("cfw-n2", "n2-in")), (Some(1400), Some(1400)));
+        assert_eq!((mtu("cfw-rout", "rout-n2"), mtu("cfw-n2", "n2-out")), (None, None), "1500: the kernel's");
+        assert_eq!((mtu("cfw-inside", "eth0"), mtu("cfw-rin", "eth0")), (Some(1480), Some(1480)));
         assert_eq!(mtu("cfw-ccl", "ccl-n1"), Some(CCL_MTU));
-        assert_eq!(
-            t.nodes[1]
-                .interfaces
-                .iter()
-                .map(|i| i.mtu)
-                .collect::<Vec<_>>(),
-            [1400, 1500]
-        );
+        assert_eq!(t.nodes[1].interfaces.iter().map(|i| i.mtu).collect::<Vec<_>>(), [1400, 1500]);
         let j = Topology::new(2).unwrap().with_mtu(BedMtu::all(9000));
         assert!(j.endpoints().all(|e| e.mtu.is_some_and(|m| m >= 9000)));
-        assert_eq!(
-            j.endpoints().find(|e| e.ifname == "n1-ccl").unwrap().mtu,
-            Some(9100)
-        );
-        let s = Topology::new(1).unwrap().with_mtu(BedMtu {
-            outside: 1400,
-            ..BedMtu::default()
-        });
-        assert_eq!(
-            s.endpoints().find(|e| e.ifname == "n1-out").unwrap().mtu,
-            Some(1400)
-        );
-        assert_eq!(
-            s.endpoints()
-                .find(|e| e.namespace == "cfw-outside")
-                .unwrap()
-                .mtu,
-            Some(1400),
-            "the same link"
-        );
+        assert_eq!(j.endpoints().find(|e| e.ifname == "n1-ccl").unwrap().mtu, Some(9100));
+        let s = Topology::new(1).unwrap().with_mtu(BedMtu { outside: 1400, ..BedMtu::default() });
+        assert_eq!(s.endpoints().find(|e| e.ifname == "n1-out").unwrap().mtu, Some(1400));
+        assert_eq!(s.endpoints().find(|e| e.namespace == "cfw-outside").unwrap().mtu, Some(1400), "the same link");
     }
+
 }

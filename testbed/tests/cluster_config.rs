@@ -61,10 +61,7 @@ impl Ctx {
     /// The control node as node `k` sees it.
     fn control(&self, k: usize) -> Result<usize> {
         let v = self.show(k, "cluster")?;
-        v["control_node"]
-            .as_u64()
-            .map(|c| c as usize)
-            .context("no control node")
+        v["control_node"].as_u64().map(|c| c as usize).context("no control node")
     }
     /// (version, source, same_as_file, document) of the policy node `k` runs.
     fn policy(&self, k: usize) -> Result<(u64, String, bool, String)> {
@@ -81,27 +78,16 @@ impl Ctx {
     fn wait_version(&self, live: &[usize], version: u64) -> Result<Duration> {
         let t0 = Instant::now();
         loop {
-            let views: Vec<_> = live
-                .iter()
-                .map(|&k| self.policy(k))
-                .collect::<Result<_>>()?;
+            let views: Vec<_> = live.iter().map(|&k| self.policy(k)).collect::<Result<_>>()?;
             let applied = live.iter().all(|&k| {
-                self.show(k, "config").is_ok_and(|v| {
-                    v["policy"]["generation_applied"] == v["policy"]["generation_sent"]
-                })
+                self.show(k, "config").is_ok_and(|v| v["policy"]["generation_applied"] == v["policy"]["generation_sent"])
             });
             if applied && views.iter().all(|v| v.0 == version && v.3 == views[0].3) {
                 return Ok(t0.elapsed());
             }
             if t0.elapsed() > Duration::from_secs(10) {
-                let seen: Vec<String> = views
-                    .iter()
-                    .map(|v| format!("v{} ({})", v.0, v.1))
-                    .collect();
-                bail!(
-                    "not every node runs v{version} after 10 s: {}",
-                    seen.join(", ")
-                );
+                let seen: Vec<String> = views.iter().map(|v| format!("v{} ({})", v.0, v.1)).collect();
+                bail!("not every node runs v{version} after 10 s: {}", seen.join(", "));
             }
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -111,13 +97,7 @@ impl Ctx {
         let mut n = 0;
         for &k in live {
             let rules = self.show(k, "rules")?;
-            n += rules["rules"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter(|r| r["name"] == name)
-                .filter_map(|r| r["hits"].as_u64())
-                .sum::<u64>();
+            n += rules["rules"].as_array().into_iter().flatten().filter(|r| r["name"] == name).filter_map(|r| r["hits"].as_u64()).sum::<u64>();
         }
         Ok(n)
     }
@@ -130,16 +110,7 @@ fn http_ok() -> Result<usize> {
     let children: Vec<_> = (0..CONNECTIONS)
         .map(|_| {
             sys::ns_command(INSIDE, "curl")
-                .args([
-                    "-s",
-                    "-o",
-                    "/dev/null",
-                    "-m",
-                    "2",
-                    "-w",
-                    "%{http_code}",
-                    &url,
-                ])
+                .args(["-s", "-o", "/dev/null", "-m", "2", "-w", "%{http_code}", &url])
                 .stdout(Stdio::piped())
                 .stderr(Stdio::null())
                 .spawn()
@@ -162,85 +133,43 @@ fn steps(c: &Ctx) -> Result<()> {
     let data: Vec<usize> = all.iter().copied().filter(|&k| k != control).collect();
     for &k in &all {
         let (_, source, same, _) = c.policy(k)?;
-        ensure!(
-            source == "replicated v1" && same,
-            "(a) n{k} runs {source}, same as its file: {same}"
-        );
+        ensure!(source == "replicated v1" && same, "(a) n{k} runs {source}, same as its file: {same}");
     }
     let ok = http_ok()?;
-    ensure!(
-        ok == CONNECTIONS,
-        "(a) {ok} of {CONNECTIONS} connections passed before any rule"
-    );
+    ensure!(ok == CONNECTIONS, "(a) {ok} of {CONNECTIONS} connections passed before any rule");
     eprintln!("step (a) formed: every node runs replicated v1 (control n{control}); {ok}/{CONNECTIONS} connections pass");
 
     // (b)
-    let e = c
-        .reload(data[0])
-        .err()
-        .context("(b) a data node took a reload")?;
+    let e = c.reload(data[0]).err().context("(b) a data node took a reload")?;
     let e = format!("{e:#}");
-    ensure!(
-        e.contains(&format!("comes from the control node (n{control}")),
-        "(b) refusal: {e}"
-    );
+    ensure!(e.contains(&format!("comes from the control node (n{control}")), "(b) refusal: {e}");
     eprintln!("step (b) reload on data node n{} refused: ok", data[0]);
 
     // (c)
     harness::edit_file(&c.file(control), "access-rules: []\n", DENY_RULE)?;
-    let r = c
-        .reload(control)
-        .context("(c) reload on the control node")?;
+    let r = c.reload(control).context("(c) reload on the control node")?;
     ensure!(r["running"]["version"] == 2, "(c) reload answered {r}");
     let took = c.wait_version(&all, 2).context("(c)")?;
     let ok = http_ok()?;
-    ensure!(
-        ok == 0,
-        "(c) {ok} of {CONNECTIONS} connections passed the deny rule"
-    );
+    ensure!(ok == 0, "(c) {ok} of {CONNECTIONS} connections passed the deny rule");
     let hits = c.hits(&all, "no-http")?;
-    ensure!(
-        hits >= CONNECTIONS as u64,
-        "(c) no-http hits {hits} < {CONNECTIONS}"
-    );
-    let per: Vec<u64> = all
-        .iter()
-        .map(|&k| c.hits(&[k], "no-http").unwrap_or(0))
-        .collect();
+    ensure!(hits >= CONNECTIONS as u64, "(c) no-http hits {hits} < {CONNECTIONS}");
+    let per: Vec<u64> = all.iter().map(|&k| c.hits(&[k], "no-http").unwrap_or(0)).collect();
     eprintln!("step (c) reload on n{control} -> v2 on every node in {} ms; 0/{CONNECTIONS} connections pass; no-http hits per node {per:?}", took.as_millis());
 
     // (d)
     let restarted = data[0];
-    faults::apply(
-        &c.bed.run_dir,
-        &c.bed.bin_dir,
-        &format!("n{restarted}"),
-        Fault::Restart,
-    )
-    .context("(d) restart")?;
+    faults::apply(&c.bed.run_dir, &c.bed.bin_dir, &format!("n{restarted}"), Fault::Restart).context("(d) restart")?;
     c.wait_version(&all, 2).context("(d) after the restart")?;
     let (_, source, same, _) = c.policy(restarted)?;
-    ensure!(
-        source == "replicated v2" && !same,
-        "(d) n{restarted} runs {source}, same as its file: {same}"
-    );
-    ensure!(
-        c.hits(&[restarted], "no-http").is_ok()
-            && c.show(restarted, "rules")?["rules"][0]["name"] == "no-http",
-        "(d) rule missing"
-    );
+    ensure!(source == "replicated v2" && !same, "(d) n{restarted} runs {source}, same as its file: {same}");
+    ensure!(c.hits(&[restarted], "no-http").is_ok() && c.show(restarted, "rules")?["rules"][0]["name"] == "no-http", "(d) rule missing");
     let ok = http_ok()?;
     ensure!(ok == 0, "(d) {ok} connections passed after the restart");
     eprintln!("step (d) n{restarted} restarted with its own file: runs replicated v2 (not its file's): ok");
 
     // (e)
-    faults::apply(
-        &c.bed.run_dir,
-        &c.bed.bin_dir,
-        &format!("n{control}"),
-        Fault::Kill,
-    )
-    .context("(e) kill")?;
+    faults::apply(&c.bed.run_dir, &c.bed.bin_dir, &format!("n{control}"), Fault::Kill).context("(e) kill")?;
     let deadline = Instant::now() + Duration::from_secs(10);
     let new_control = loop {
         match c.control(data[0]) {
@@ -251,50 +180,29 @@ fn steps(c: &Ctx) -> Result<()> {
     };
     c.wait_version(&data, 2).context("(e) after the kill")?;
     let st = c.show(new_control, "cluster")?;
-    ensure!(
-        st["config_version"] == 2,
-        "(e) new control node's config_version {}",
-        st["config_version"]
-    );
+    ensure!(st["config_version"] == 2, "(e) new control node's config_version {}", st["config_version"]);
     let ok = http_ok()?;
-    ensure!(
-        ok == 0,
-        "(e) {ok} connections passed after the control node's loss"
-    );
+    ensure!(ok == 0, "(e) {ok} connections passed after the control node's loss");
     eprintln!("step (e) n{control} killed: new control node n{new_control} keeps v2; 0/{CONNECTIONS} pass: ok");
 
     // (f)
     let file = c.file(new_control);
-    let hold = std::fs::read_to_string(&file)?
-        .lines()
-        .find(|l| l.trim_start().starts_with("hold-time:"))
-        .map(str::to_string);
+    let hold = std::fs::read_to_string(&file)?.lines().find(|l| l.trim_start().starts_with("hold-time:")).map(str::to_string);
     let hold = hold.context("(f) no hold-time line")?;
     harness::edit_file(&file, &hold, "  hold-time: 900")?;
-    let e = c
-        .reload(new_control)
-        .err()
-        .context("(f) a reload changing the hold time was taken")?;
+    let e = c.reload(new_control).err().context("(f) a reload changing the hold time was taken")?;
     let e = format!("{e:#}");
-    ensure!(
-        e.contains("cluster changed") && e.contains("restart"),
-        "(f) refusal: {e}"
-    );
+    ensure!(e.contains("cluster changed") && e.contains("restart"), "(f) refusal: {e}");
     ensure!(c.policy(new_control)?.0 == 2, "(f) the version moved");
     harness::edit_file(&file, "  hold-time: 900", &hold)?;
     eprintln!("step (f) reload changing cluster.hold-time refused, nothing applied: ok");
 
     // (g)
-    let r = c
-        .reload(new_control)
-        .context("(g) reload of the new control node's own file")?;
+    let r = c.reload(new_control).context("(g) reload of the new control node's own file")?;
     ensure!(r["running"]["version"] == 3, "(g) reload answered {r}");
     c.wait_version(&data, 3).context("(g)")?;
     let ok = http_ok()?;
-    ensure!(
-        ok == CONNECTIONS,
-        "(g) {ok} of {CONNECTIONS} connections passed after the rule went"
-    );
+    ensure!(ok == CONNECTIONS, "(g) {ok} of {CONNECTIONS} connections passed after the rule went");
     eprintln!("step (g) n{new_control} reloads its own file: v3 everywhere, {ok}/{CONNECTIONS} pass again: ok");
     Ok(())
 }
@@ -318,15 +226,11 @@ fn the_cluster_runs_the_control_nodes_policy() {
         &run_dir.join("config-http.log"),
     )
     .expect("HTTP server");
-    http.wait_listening(OUTSIDE, 8080, Duration::from_secs(10))
-        .expect("HTTP server listening");
+    http.wait_listening(OUTSIDE, 8080, Duration::from_secs(10)).expect("HTTP server listening");
     let c = Ctx { bed };
     if let Err(e) = steps(&c) {
         for k in 1..=NODES {
-            eprintln!(
-                "--- n{k}.log (tail) ---\n{}",
-                sys::tail(&run_dir.join(format!("n{k}.log")), 30)
-            );
+            eprintln!("--- n{k}.log (tail) ---\n{}", sys::tail(&run_dir.join(format!("n{k}.log")), 30));
         }
         panic!("{e:#}");
     }

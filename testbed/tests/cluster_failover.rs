@@ -25,11 +25,11 @@
 //! - afterwards every live node's `show cluster` names the same members
 //!   and the same control node;
 //! - kills: detection (fault → a new epoch at a survivor) and takeover
-//!   (fault → the first flow taken over) times, printed.
-//!
+//!   (fault → the first flow taken over) times, printed;
 //! - a stall of the whole host (every node stopped together for
-//!   `FAULT_FOR`, links left up): the stall bounds count from its end plus
-//!   TCP's backoff over an outage that long (another `FAULT_FOR`), and
+//!   `FAULT_FOR`, links left up): the stall figures count from its end,
+//!   the bounds allow TCP's backoff over an outage that long (another
+//!   `FAULT_FOR`) on top, and
 //!   no node may leave — the epoch and every node's flow-table resets
 //!   unchanged (docs/membership.md, "Pauses").
 //!
@@ -83,6 +83,7 @@ impl Ctx {
         bed::ctl_json(&self.bin_dir, &self.socket(k), topic)
     }
 }
+
 
 const UDP_ECHO: &str = r#"
 import socket, sys
@@ -142,39 +143,20 @@ fn median(v: &mut [Duration]) -> Duration {
 fn agreement(c: &Ctx, live: &[usize]) -> Result<String> {
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
-        let views: Vec<Value> = live
-            .iter()
-            .map(|&k| c.show(k, "cluster"))
-            .collect::<Result<_>>()?;
+        let views: Vec<Value> = live.iter().map(|&k| c.show(k, "cluster")).collect::<Result<_>>()?;
         // This node's member set, the control node it follows, its epoch,
         // and whether it takes traffic (ready: data or control, ports up).
         let key = |v: &Value| {
-            let members: Vec<u64> = v["member_ids"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(Value::as_u64)
-                .collect();
-            (
-                members,
-                v["control_node"].clone(),
-                v["epoch"].clone(),
-                v["ready"].clone(),
-            )
+            let members: Vec<u64> = v["member_ids"].as_array().into_iter().flatten().filter_map(Value::as_u64).collect();
+            (members, v["control_node"].clone(), v["epoch"].clone(), v["ready"].clone())
         };
         let first = key(&views[0]);
         if views.iter().all(|v| key(v) == first) && first.0.len() == live.len() && first.3 == true {
-            return Ok(format!(
-                "members {:?}, control node {}, epoch {}",
-                first.0, first.1, first.2
-            ));
+            return Ok(format!("members {:?}, control node {}, epoch {}", first.0, first.1, first.2));
         }
         if Instant::now() > deadline {
             let all: Vec<String> = views.iter().map(|v| format!("{:?}", key(v))).collect();
-            bail!(
-                "nodes disagree on members / control node after 15 s: {}",
-                all.join(" vs ")
-            );
+            bail!("nodes disagree on members / control node after 15 s: {}", all.join(" vs "));
         }
         std::thread::sleep(Duration::from_millis(200));
     }
@@ -182,18 +164,16 @@ fn agreement(c: &Ctx, live: &[usize]) -> Result<String> {
 
 /// The highest epoch any of `live` reports.
 fn epoch(c: &Ctx, live: &[usize]) -> u64 {
-    live.iter()
-        .filter_map(|&k| c.show(k, "cluster").ok())
-        .filter_map(|v| v["epoch"].as_u64())
-        .max()
-        .unwrap_or(0)
+    live.iter().filter_map(|&k| c.show(k, "cluster").ok()).filter_map(|v| v["epoch"].as_u64()).max().unwrap_or(0)
 }
 
-/// Flows taken over, summed over `live`.
-fn takeovers(c: &Ctx, live: &[usize]) -> u64 {
+/// A cluster counter (`show cluster` → `counters`: `takeovers`, flows
+/// taken over; `resets`, flow tables dropped on leaving), summed over
+/// `live`.
+fn cluster_counter(c: &Ctx, live: &[usize], name: &str) -> u64 {
     live.iter()
         .filter_map(|&k| c.show(k, "cluster").ok())
-        .filter_map(|v| v["counters"]["takeovers"].as_u64())
+        .filter_map(|v| v["counters"][name].as_u64())
         .sum()
 }
 
@@ -205,28 +185,13 @@ fn apply_in_thread(c: &Ctx, node: &str, f: Fault) -> std::thread::JoinHandle<Res
 
 fn round(c: &Ctx, name: &str, node: &str, fault: Fault, undo: Option<Fault>) -> Result<Round> {
     let dl = TempDir::new(&c.run_dir, &format!("dl-{name}"))?;
-    let url = format!(
-        "http://{SERVER}:8080/{}",
-        c.file.file_name().and_then(|f| f.to_str()).unwrap_or("f")
-    );
+    let url = format!("http://{SERVER}:8080/{}", c.file.file_name().and_then(|f| f.to_str()).unwrap_or("f"));
     let mut kids = Children(Vec::new());
-    let outs: Vec<PathBuf> = (0..DOWNLOADS)
-        .map(|i| dl.0.join(format!("d{i}.bin")))
-        .collect();
+    let outs: Vec<PathBuf> = (0..DOWNLOADS).map(|i| dl.0.join(format!("d{i}.bin"))).collect();
     for out in &outs {
         kids.0.push(
             sys::ns_command(INSIDE, "curl")
-                .args([
-                    "-sS",
-                    "--fail",
-                    "--limit-rate",
-                    RATE,
-                    "--connect-timeout",
-                    "10",
-                    "--max-time",
-                    "120",
-                    "-o",
-                ])
+                .args(["-sS", "--fail", "--limit-rate", RATE, "--connect-timeout", "10", "--max-time", "120", "-o"])
                 .arg(out)
                 .arg(&url)
                 .stdin(Stdio::null())
@@ -249,7 +214,7 @@ fn round(c: &Ctx, name: &str, node: &str, fault: Fault, undo: Option<Fault>) -> 
     let k: usize = node.trim_start_matches('n').parse()?;
     let survivors: Vec<usize> = all.iter().copied().filter(|&n| n != k).collect();
     let epoch0 = epoch(c, &all);
-    let takeovers0 = takeovers(c, &survivors);
+    let takeovers0 = cluster_counter(c, &survivors, "takeovers");
 
     // Detection and takeover are watched from a thread of their own (each
     // look is a few `clusterfw-ctl` runs), so the loop below samples the
@@ -263,22 +228,15 @@ fn round(c: &Ctx, name: &str, node: &str, fault: Fault, undo: Option<Fault>) -> 
         let (run_dir, bin_dir) = (c.run_dir.clone(), c.bin_dir.clone());
         let survivors = survivors.clone();
         std::thread::spawn(move || {
-            let c = Ctx {
-                run_dir,
-                bin_dir,
-                file: PathBuf::new(),
-                sha: String::new(),
-            };
+            let c = Ctx { run_dir, bin_dir, file: PathBuf::new(), sha: String::new() };
             let (mut detection, mut takeover) = (None, None);
-            while !stop.load(std::sync::atomic::Ordering::Relaxed)
-                && (detection.is_none() || takeover.is_none())
-            {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) && (detection.is_none() || takeover.is_none()) {
                 let t0 = *fault_at.lock().unwrap();
                 if let (true, Some(t0)) = (watch_kill, t0) {
                     if detection.is_none() && epoch(&c, &survivors) > epoch0 {
                         detection = Some(t0.elapsed());
                     }
-                    if takeover.is_none() && takeovers(&c, &survivors) > takeovers0 {
+                    if takeover.is_none() && cluster_counter(&c, &survivors, "takeovers") > takeovers0 {
                         takeover = Some(t0.elapsed());
                     }
                 }
@@ -337,8 +295,7 @@ fn round(c: &Ctx, name: &str, node: &str, fault: Fault, undo: Option<Fault>) -> 
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let (detection, takeover) = watcher.join().unwrap_or((None, None));
     for a in appliers {
-        a.join()
-            .map_err(|_| anyhow::anyhow!("fault thread panicked"))??;
+        a.join().map_err(|_| anyhow::anyhow!("fault thread panicked"))??;
     }
     let mut failed = Vec::new();
     for (i, kid) in kids.0.iter_mut().enumerate() {
@@ -349,79 +306,38 @@ fn round(c: &Ctx, name: &str, node: &str, fault: Fault, undo: Option<Fault>) -> 
                     failed.push(format!("download {i}: sha256 {got}, served {}", c.sha));
                 }
             }
-            Some(s) => failed.push(format!(
-                "download {i}: curl {s} after {} of {FILE_BYTES} bytes",
-                size[i]
-            )),
-            None => failed.push(format!(
-                "download {i}: hung at {} of {FILE_BYTES} bytes",
-                size[i]
-            )),
+            Some(s) => failed.push(format!("download {i}: curl {s} after {} of {FILE_BYTES} bytes", size[i])),
+            None => failed.push(format!("download {i}: hung at {} of {FILE_BYTES} bytes", size[i])),
         }
     }
     kids.0.clear();
     let out = udp.wait_with_output()?;
     let udp = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    let udp = match udp
-        .split_whitespace()
-        .map(|x| x.parse::<u64>().unwrap_or(0))
-        .collect::<Vec<_>>()[..]
-    {
+    let udp = match udp.split_whitespace().map(|x| x.parse::<u64>().unwrap_or(0)).collect::<Vec<_>>()[..] {
         [sent, got, gap] => format!("UDP {got}/{sent} echoed, longest gap {gap} ms"),
         _ => format!("UDP stream printed {udp:?}"),
     };
-    Ok(Round {
-        stalls: stall,
-        failed,
-        udp,
-        detection,
-        takeover,
-    })
+    Ok(Round { stalls: stall, failed, udp, detection, takeover })
 }
 
-/// Flow-table resets (a node that left dropped its flows), summed over `live`.
-fn resets(c: &Ctx, live: &[usize]) -> u64 {
-    live.iter()
-        .filter_map(|&k| c.show(k, "cluster").ok())
-        .filter_map(|v| v["counters"]["resets"].as_u64())
-        .sum()
-}
-
-fn run_round(
-    c: &Ctx,
-    name: &str,
-    node: &str,
-    fault: Fault,
-    undo: Option<Fault>,
-    live_after: &[usize],
-) -> Result<String> {
+fn run_round(c: &Ctx, name: &str, node: &str, fault: Fault, undo: Option<Fault>, live_after: &[usize]) -> Result<String> {
     // A stall of the whole host stops every transfer for the stall
     // itself, and TCP's retransmission timer, doubled at each loss from
     // 200 ms, backs off during it: the first retransmission after an
     // outage of FAULT_FOR can come up to about FAULT_FOR after its end
     // (3.46 s after a 3 s stall in one suite run, one transfer of 20).
-    // The bounds apply to what comes after that; nobody may leave.
+    // The figures are what came after the stall; the bounds allow that
+    // backoff on top; nobody may leave.
     let whole_host = fault == Fault::Stall;
-    let before = whole_host.then(|| (epoch(c, live_after), resets(c, live_after)));
+    let before = whole_host.then(|| (epoch(c, live_after), cluster_counter(c, live_after, "resets")));
     let r = round(c, name, node, fault, undo)?;
-    let own = if whole_host {
-        FAULT_FOR * 2
-    } else {
-        Duration::ZERO
-    };
+    let (own, backoff) = if whole_host { (FAULT_FOR, FAULT_FOR) } else { (Duration::ZERO, Duration::ZERO) };
     let stalls: Vec<Duration> = r.stalls.iter().map(|s| s.saturating_sub(own)).collect();
     let r = Round { stalls, ..r };
     let worst = r.stalls.iter().max().copied().unwrap_or_default();
     let med = median(&mut r.stalls.clone());
-    let stalls: Vec<String> = r
-        .stalls
-        .iter()
-        .map(|s| format!("{}", s.as_millis()))
-        .collect();
-    eprintln!(
-        "  {name}: longest stall per transfer (ms): {}",
-        stalls.join(" ")
-    );
+    let stalls: Vec<String> = r.stalls.iter().map(|s| format!("{}", s.as_millis())).collect();
+    eprintln!("  {name}: longest stall per transfer (ms): {}", stalls.join(" "));
     let agree = agreement(c, live_after);
     let times = match (r.detection, r.takeover) {
         (None, None) => String::new(),
@@ -431,32 +347,22 @@ fn run_round(
             t.map_or("-".into(), |t| t.as_millis().to_string())
         ),
     };
-    ensure!(
-        r.failed.is_empty(),
-        "{} of {DOWNLOADS} downloads lost:\n    {}",
-        r.failed.len(),
-        r.failed.join("\n    ")
-    );
+    ensure!(r.failed.is_empty(), "{} of {DOWNLOADS} downloads lost:\n    {}", r.failed.len(), r.failed.join("\n    "));
     let agree = agree?;
     if let Some((epoch0, resets0)) = before {
-        let (epoch1, resets1) = (epoch(c, live_after), resets(c, live_after));
+        let (epoch1, resets1) = (epoch(c, live_after), cluster_counter(c, live_after, "resets"));
         ensure!(
             (epoch1, resets1) == (epoch0, resets0),
             "a node left after the stall: epoch {epoch0} -> {epoch1}, flow-table resets {resets0} -> {resets1}"
         );
     }
-    ensure!(
-        worst <= HARD_STALL,
-        "worst stall {} ms over {} ms (median {} ms)",
-        worst.as_millis(),
-        HARD_STALL.as_millis(),
-        med.as_millis()
-    );
-    if worst > MAX_STALL {
+    let hard = HARD_STALL + backoff;
+    ensure!(worst <= hard, "worst stall {} ms over {} ms (median {} ms)", worst.as_millis(), hard.as_millis(), med.as_millis());
+    if worst > MAX_STALL + backoff {
         eprintln!(
             "  OVER THE BAR {name}: worst stall {} ms over the issue's {} ms (median {} ms)",
             worst.as_millis(),
-            MAX_STALL.as_millis(),
+            (MAX_STALL + backoff).as_millis(),
             med.as_millis()
         );
     }
@@ -476,15 +382,8 @@ fn downloads_survive_every_single_failure() {
     }
     let workers = harness::bed_workers();
     eprintln!("{NODES} nodes with {workers} worker(s) each (CFW_BED_WORKERS)");
-    let test_bed = TestBed::up_with(
-        NODES,
-        "/tmp/cfw-testbed-failover",
-        harness::Shape {
-            workers,
-            ..Default::default()
-        },
-    )
-    .expect("test bed up");
+    let test_bed = TestBed::up_with(NODES, "/tmp/cfw-testbed-failover", harness::Shape { workers, ..Default::default() })
+        .expect("test bed up");
     let (run_dir, bin_dir) = (test_bed.run_dir.clone(), test_bed.bin_dir.clone());
     // The client's receive buffer capped: the data stays in flight.
     sys::sysctl(INSIDE, "net.ipv4.tcp_rmem", "4096 16384 32768").expect("client receive buffer");
@@ -500,8 +399,7 @@ fn downloads_survive_every_single_failure() {
         &run_dir.join("failover-http.log"),
     )
     .expect("HTTP server");
-    http.wait_listening(OUTSIDE, 8080, Duration::from_secs(10))
-        .expect("HTTP server listening");
+    http.wait_listening(OUTSIDE, 8080, Duration::from_secs(10)).expect("HTTP server listening");
     let echo_py = run_dir.join("udp-echo.py");
     std::fs::write(&echo_py, UDP_ECHO).expect("udp echo script");
     let echo_path = echo_py.to_string_lossy().into_owned();
@@ -513,15 +411,8 @@ fn downloads_survive_every_single_failure() {
         &run_dir.join("failover-udp-echo.log"),
     )
     .expect("UDP echo");
-    let c = Ctx {
-        run_dir: run_dir.clone(),
-        bin_dir,
-        file,
-        sha,
-    };
-    agreement(&c, &[1, 2, 3])
-        .map(|a| eprintln!("cluster formed: {a}"))
-        .ok();
+    let c = Ctx { run_dir: run_dir.clone(), bin_dir, file, sha };
+    agreement(&c, &[1, 2, 3]).map(|a| eprintln!("cluster formed: {a}")).ok();
 
     // A round with a known defect: its figures are printed, its failure
     // does not fail the test. Say why here and in the issue's note; remove
@@ -530,54 +421,24 @@ fn downloads_survive_every_single_failure() {
     let rounds: Vec<(&str, &str, Fault, Option<Fault>, Vec<usize>)> = vec![
         ("kill the control node", "n1", Fault::Kill, None, vec![2, 3]),
         ("restart it", "n1", Fault::Restart, None, vec![1, 2, 3]),
-        (
-            "pause then resume",
-            "n2",
-            Fault::Pause,
-            Some(Fault::Resume),
-            vec![1, 2, 3],
-        ),
-        (
-            "ccl-cut then heal",
-            "n3",
-            Fault::CclCut,
-            Some(Fault::CclHeal),
-            vec![1, 2, 3],
-        ),
-        (
-            "link-down then up",
-            "n2",
-            Fault::LinkDown(Link::Outside),
-            Some(Fault::LinkUp(Link::Outside)),
-            vec![1, 2, 3],
-        ),
-        (
-            "stall of the whole host",
-            "n1",
-            Fault::Stall,
-            Some(Fault::Unstall),
-            vec![1, 2, 3],
-        ),
+        ("pause then resume", "n2", Fault::Pause, Some(Fault::Resume), vec![1, 2, 3]),
+        ("ccl-cut then heal", "n3", Fault::CclCut, Some(Fault::CclHeal), vec![1, 2, 3]),
+        ("link-down then up", "n2", Fault::LinkDown(Link::Outside), Some(Fault::LinkUp(Link::Outside)), vec![1, 2, 3]),
+        ("stall of the whole host", "n1", Fault::Stall, Some(Fault::Unstall), vec![1, 2, 3]),
     ];
     // CFW_FAILOVER_ROUNDS=kill,pause runs only the rounds whose name holds
     // one of the words (for investigating one kind of fault; CI runs all).
-    let only: Option<Vec<String>> = std::env::var("CFW_FAILOVER_ROUNDS")
-        .ok()
-        .map(|v| v.split(',').map(str::to_string).collect());
+    let only: Option<Vec<String>> =
+        std::env::var("CFW_FAILOVER_ROUNDS").ok().map(|v| v.split(',').map(str::to_string).collect());
     let mut failures = Vec::new();
     for (name, node, fault, undo, live) in rounds {
-        if only
-            .as_ref()
-            .is_some_and(|o| !o.iter().any(|w| name.contains(w.as_str())))
-        {
+        if only.as_ref().is_some_and(|o| !o.iter().any(|w| name.contains(w.as_str()))) {
             continue;
         }
         match run_round(&c, name, node, fault, undo, &live) {
             Ok(s) => eprintln!("ok   {name} ({node}): {s}"),
             Err(e) => match known.iter().find(|k| k.0 == name) {
-                Some((_, why)) => {
-                    eprintln!("KNOWN FAILURE {name} ({node}): {e:#}\n    (not counted: {why})")
-                }
+                Some((_, why)) => eprintln!("KNOWN FAILURE {name} ({node}): {e:#}\n    (not counted: {why})"),
                 None => {
                     eprintln!("FAIL {name} ({node}): {e:#}");
                     failures.push(format!("{name}: {e:#}"));
@@ -590,10 +451,6 @@ fn downloads_survive_every_single_failure() {
             let log: &Path = &run_dir.join(format!("n{k}.log"));
             eprintln!("--- n{k}.log (tail) ---\n{}", sys::tail(log, 30));
         }
-        panic!(
-            "{} round(s) failed:\n  {}",
-            failures.len(),
-            failures.join("\n  ")
-        );
+        panic!("{} round(s) failed:\n  {}", failures.len(), failures.join("\n  "));
     }
 }

@@ -74,8 +74,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 use testbed::bed;
-use testbed::harness::{self, Background};
 use testbed::losses;
+use testbed::harness::{self, Background};
 use testbed::sys;
 
 const NODES: usize = 3;
@@ -169,6 +169,16 @@ impl Ctx {
     }
 }
 
+/// The non-zero counters of a JSON object whose names `keep` accepts.
+fn nonzero(v: &Value, keep: impl Fn(&str) -> bool) -> BTreeMap<&str, u64> {
+    v.as_object()
+        .into_iter()
+        .flatten()
+        .filter(|(n, v)| keep(n) && v.as_u64() != Some(0))
+        .map(|(n, v)| (n.as_str(), v.as_u64().unwrap_or(0)))
+        .collect()
+}
+
 /// A node's drop counter by reason (`show stats` → `drops`).
 fn drop_count(stats: &Value, reason: DropReason) -> u64 {
     stats["drops"][reason.as_str()].as_u64().unwrap_or(0)
@@ -233,10 +243,7 @@ fn step_d_no_arp_drops(c: &Ctx) -> Result<String> {
         "arp-unresolved per node {unresolved:?}; held/released/expired per node {}",
         hold.join(", ")
     );
-    ensure!(
-        unresolved.iter().all(|&n| n == 0),
-        "frames dropped for an unresolved next hop: {detail}"
-    );
+    ensure!(unresolved.iter().all(|&n| n == 0), "frames dropped for an unresolved next hop: {detail}");
     Ok(detail)
 }
 
@@ -415,16 +422,11 @@ impl HostLosses {
         if !rings.is_empty() {
             listed.push(losses::listed(&rings));
         }
-        let stalls = |v: &[Value]| -> u64 {
-            v.iter()
-                .map(|c| c["membership"]["rx_stalls"].as_u64().unwrap_or(0))
-                .sum()
-        };
+        let stalls = |v: &[Value]| -> u64 { v.iter().map(|c| c["membership"]["rx_stalls"].as_u64().unwrap_or(0)).sum() };
         let stalled = stalls(&self.clusters).saturating_sub(stalls(&before.clusters));
         if stalled > 0 {
             for (k, (b, a)) in before.stats.iter().zip(&self.stats).enumerate() {
-                let fenced = drop_count(a, DropReason::ClusterFenced)
-                    .saturating_sub(drop_count(b, DropReason::ClusterFenced));
+                let fenced = drop_count(a, DropReason::ClusterFenced).saturating_sub(drop_count(b, DropReason::ClusterFenced));
                 if fenced > 0 {
                     total += fenced;
                     listed.push(format!("n{} cluster-fenced +{fenced} (receive paths stalled: rx_stalls +{stalled})", k + 1));
@@ -434,30 +436,15 @@ impl HostLosses {
         for (what, b, a) in [
             ("kernel backlog drops", before.backlog, self.backlog),
             ("bed interface drops", before.links, self.links),
-            (
-                "server UDP RcvbufErrors",
-                before.server_rcvbuf,
-                self.server_rcvbuf,
-            ),
-            (
-                "client UDP SndbufErrors",
-                before.client_sndbuf,
-                self.client_sndbuf,
-            ),
+            ("server UDP RcvbufErrors", before.server_rcvbuf, self.server_rcvbuf),
+            ("client UDP SndbufErrors", before.client_sndbuf, self.client_sndbuf),
         ] {
             if a > b {
                 total += a - b;
                 listed.push(format!("{what} +{}", a - b));
             }
         }
-        (
-            total,
-            if listed.is_empty() {
-                "none".into()
-            } else {
-                listed.join(", ")
-            },
-        )
+        (total, if listed.is_empty() { "none".into() } else { listed.join(", ") })
     }
 }
 
@@ -890,13 +877,7 @@ fn cluster_fragments() {
     match c.stats() {
         Ok(all) => {
             for (k, s) in all.iter().enumerate() {
-                let drops: BTreeMap<&str, u64> = s["drops"]
-                    .as_object()
-                    .into_iter()
-                    .flatten()
-                    .filter(|(_, v)| v.as_u64() != Some(0))
-                    .map(|(n, v)| (n.as_str(), v.as_u64().unwrap_or(0)))
-                    .collect();
+                let drops = nonzero(&s["drops"], |_| true);
                 eprintln!("n{} drops (every non-zero reason): {drops:?}", k + 1);
                 eprintln!("n{} fragments: {}", k + 1, s["fragments"]);
             }
@@ -908,33 +889,11 @@ fn cluster_fragments() {
     // datagram went missing between members.
     if let Ok(all) = c.clusters() {
         for (k, v) in all.iter().enumerate() {
-            let ccl_drops: BTreeMap<&str, u64> = v["ccl_drops"]
-                .as_object()
-                .into_iter()
-                .flatten()
-                .filter(|(_, v)| v.as_u64() != Some(0))
-                .map(|(n, v)| (n.as_str(), v.as_u64().unwrap_or(0)))
-                .collect();
+            let ccl_drops = nonzero(&v["ccl_drops"], |_| true);
             // The cluster's own give-ups: a parked packet or held query
             // that timed out, a full table.
-            let gave_up: BTreeMap<&str, u64> = v["counters"]
-                .as_object()
-                .into_iter()
-                .flatten()
-                .filter(|(n, v)| {
-                    (n.contains("timeout")
-                        || n.contains("drops")
-                        || n.contains("full")
-                        || n.contains("failed"))
-                        && v.as_u64().is_some_and(|x| x > 0)
-                })
-                .map(|(n, v)| (n.as_str(), v.as_u64().unwrap_or(0)))
-                .collect();
-            eprintln!(
-                "n{} CCL drops (every non-zero reason): {ccl_drops:?}; cluster give-ups: {gave_up:?}; ccl {}",
-                k + 1,
-                v["ccl"]
-            );
+            let gave_up = nonzero(&v["counters"], |n| ["timeout", "drops", "full", "failed"].iter().any(|w| n.contains(w)));
+            eprintln!("n{} CCL drops (every non-zero reason): {ccl_drops:?}; cluster give-ups: {gave_up:?}; ccl {}", k + 1, v["ccl"]);
         }
     }
     if !failures.is_empty() {

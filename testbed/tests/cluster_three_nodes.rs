@@ -79,26 +79,19 @@ fn sum(cl: &[Value], name: &str) -> u64 {
 }
 
 fn drops(cl: &[Value], reason: &str) -> u64 {
-    cl.iter()
-        .map(|v| v["ccl_drops"][reason].as_u64().unwrap_or(0))
-        .sum()
+    cl.iter().map(|v| v["ccl_drops"][reason].as_u64().unwrap_or(0)).sum()
 }
+
 
 fn wait_membership(c: &Ctx) -> Result<String> {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let cl = c.clusters()?;
-        let heard = cl.iter().all(|v| {
-            v["members"].as_array().is_some_and(|m| {
-                m.iter()
-                    .all(|p| p["this_node"] == true || !p["last_heard_ms"].is_null())
-            })
-        });
+        let heard = cl
+            .iter()
+            .all(|v| v["members"].as_array().is_some_and(|m| m.iter().all(|p| p["this_node"] == true || !p["last_heard_ms"].is_null())));
         if heard {
-            return Ok(format!(
-                "every node hears the other {} (heartbeats)",
-                NODES - 1
-            ));
+            return Ok(format!("every node hears the other {} (heartbeats)", NODES - 1));
         }
         if Instant::now() > deadline {
             bail!("heartbeats not heard by every node after 10 s: {cl:?}");
@@ -117,15 +110,7 @@ fn step_a_http(c: &Ctx) -> Result<String> {
         "HTTP server",
         OUTSIDE,
         harness::python(),
-        &[
-            "-m",
-            "http.server",
-            "8080",
-            "--bind",
-            SERVER,
-            "--directory",
-            &www_dir,
-        ],
+        &["-m", "http.server", "8080", "--bind", SERVER, "--directory", &www_dir],
         &c.run_dir.join("step-a-http.log"),
     )?;
     server.wait_listening(OUTSIDE, 8080, Duration::from_secs(10))?;
@@ -136,15 +121,7 @@ fn step_a_http(c: &Ctx) -> Result<String> {
         let out = dl.0.join(format!("d{i}.bin"));
         kids.0.push(
             sys::ns_command(INSIDE, "curl")
-                .args([
-                    "-sS",
-                    "--fail",
-                    "--connect-timeout",
-                    "10",
-                    "--max-time",
-                    "90",
-                    "-o",
-                ])
+                .args(["-sS", "--fail", "--connect-timeout", "10", "--max-time", "90", "-o"])
                 .arg(&out)
                 .arg(&url)
                 .stdin(Stdio::null())
@@ -176,43 +153,17 @@ fn step_a_http(c: &Ctx) -> Result<String> {
             }
         }
     }
-    ensure!(
-        failed.is_empty(),
-        "{} of {DOWNLOADS} downloads failed:\n  {}",
-        failed.len(),
-        failed.join("\n  ")
-    );
-    Ok(format!(
-        "{DOWNLOADS} x {} KiB in {secs:.1} s, every sha256 matches",
-        FILE_BYTES >> 10
-    ))
+    ensure!(failed.is_empty(), "{} of {DOWNLOADS} downloads failed:\n  {}", failed.len(), failed.join("\n  "));
+    Ok(format!("{DOWNLOADS} x {} KiB in {secs:.1} s, every sha256 matches", FILE_BYTES >> 10))
 }
 
 fn iperf3(args: &[&str]) -> Result<Value> {
-    let mut full = vec![
-        "60",
-        "ip",
-        "netns",
-        "exec",
-        INSIDE,
-        "iperf3",
-        "-c",
-        SERVER,
-        "-p",
-        "5201",
-        "--json",
-        "--connect-timeout",
-        "10000",
-    ];
+    let mut full = vec!["60", "ip", "netns", "exec", INSIDE, "iperf3", "-c", SERVER, "-p", "5201", "--json", "--connect-timeout", "10000"];
     full.extend_from_slice(args);
     let out = Command::new("timeout").args(&full).output()?;
     let text = String::from_utf8_lossy(&out.stdout);
     let v: Value = serde_json::from_str(&text).with_context(|| {
-        format!(
-            "iperf3 ({}) printed no JSON: {text} {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        )
+        format!("iperf3 ({}) printed no JSON: {text} {}", out.status, String::from_utf8_lossy(&out.stderr))
     })?;
     if let Some(e) = v.get("error") {
         bail!("iperf3 ({}): {e}", out.status);
@@ -233,18 +184,10 @@ fn step_b_iperf3_tcp(c: &Ctx) -> Result<String> {
     let v = iperf3(&["-t", "10"])?;
     let sent = v["end"]["sum_sent"]["bytes"].as_u64().unwrap_or(0);
     let received = v["end"]["sum_received"]["bytes"].as_u64().unwrap_or(0);
-    let bps = v["end"]["sum_received"]["bits_per_second"]
-        .as_f64()
-        .unwrap_or(0.0);
+    let bps = v["end"]["sum_received"]["bits_per_second"].as_f64().unwrap_or(0.0);
     let retrans = v["end"]["sum_sent"]["retransmits"].as_u64().unwrap_or(0);
-    ensure!(
-        sent > 0 && received > 0,
-        "iperf3 moved nothing: sent {sent} B, received {received} B"
-    );
-    Ok(format!(
-        "sent {sent} B, received {received} B, {:.3} Gbit/s, {retrans} retransmits",
-        bps / 1e9
-    ))
+    ensure!(sent > 0 && received > 0, "iperf3 moved nothing: sent {sent} B, received {received} B");
+    Ok(format!("sent {sent} B, received {received} B, {:.3} Gbit/s, {retrans} retransmits", bps / 1e9))
 }
 
 fn step_c_iperf3_udp(c: &Ctx) -> Result<String> {
@@ -261,13 +204,8 @@ fn step_c_iperf3_udp(c: &Ctx) -> Result<String> {
     let lost = v["end"]["sum"]["lost_packets"].as_u64().unwrap_or(0);
     let pct = v["end"]["sum"]["lost_percent"].as_f64().unwrap_or(100.0);
     ensure!(packets > 0, "iperf3 -u sent no packets: {v}");
-    ensure!(
-        pct < 5.0,
-        "iperf3 -u lost {lost} of {packets} datagrams ({pct:.2} %)"
-    );
-    Ok(format!(
-        "{packets} datagrams at 20 Mbit/s, {lost} lost ({pct:.3} %)"
-    ))
+    ensure!(pct < 5.0, "iperf3 -u lost {lost} of {packets} datagrams ({pct:.2} %)");
+    Ok(format!("{packets} datagrams at 20 Mbit/s, {lost} lost ({pct:.3} %)"))
 }
 
 const UDP_ECHO: &str = r#"
@@ -315,43 +253,20 @@ fn step_d_udp_echo(c: &Ctx) -> Result<String> {
     )?;
     // Wait for the UDP socket.
     let deadline = Instant::now() + Duration::from_secs(10);
-    while sys::ns_run(OUTSIDE, "ss", &["-Hlun", "( sport = :53 )"])
-        .unwrap_or_default()
-        .trim()
-        .is_empty()
-    {
-        ensure!(
-            Instant::now() < deadline,
-            "UDP echo not listening after 10 s"
-        );
+    while sys::ns_run(OUTSIDE, "ss", &["-Hlun", "( sport = :53 )"]).unwrap_or_default().trim().is_empty() {
+        ensure!(Instant::now() < deadline, "UDP echo not listening after 10 s");
         std::thread::sleep(Duration::from_millis(100));
     }
-    let out = sys::ns_run(
-        INSIDE,
-        harness::python(),
-        &[&client_py.to_string_lossy(), SERVER, "53", "50"],
-    )?;
-    let f: Vec<u64> = out
-        .split_whitespace()
-        .filter_map(|w| w.parse().ok())
-        .collect();
-    let [ok, n, tries] = f[..] else {
-        bail!("UDP client printed {out:?}")
-    };
+    let out = sys::ns_run(INSIDE, harness::python(), &[&client_py.to_string_lossy(), SERVER, "53", "50"])?;
+    let f: Vec<u64> = out.split_whitespace().filter_map(|w| w.parse().ok()).collect();
+    let [ok, n, tries] = f[..] else { bail!("UDP client printed {out:?}") };
     ensure!(ok == n, "{ok} of {n} requests answered ({tries} sent)");
-    Ok(format!(
-        "{ok} of {n} DNS-like requests to port 53 answered ({tries} datagrams sent)"
-    ))
+    Ok(format!("{ok} of {n} DNS-like requests to port 53 answered ({tries} datagrams sent)"))
 }
 
 fn step_e_counters(c: &Ctx) -> Result<String> {
     let cl = c.clusters()?;
-    let per = |name: &str| {
-        cl.iter()
-            .map(|v| counter(v, name).to_string())
-            .collect::<Vec<_>>()
-            .join("+")
-    };
+    let per = |name: &str| cl.iter().map(|v| counter(v, name).to_string()).collect::<Vec<_>>().join("+");
     let cookies = sum(&cl, "synack_cookie_decoded");
     let fwd = sum(&cl, "forwarded_to_owner");
     let detail = format!(
@@ -361,10 +276,7 @@ fn step_e_counters(c: &Ctx) -> Result<String> {
         per("synack_cookie_decoded"),
         per("director_queries_sent"),
     );
-    ensure!(
-        cookies > 0,
-        "no SYN-ACK owner decoded from a cookie: {detail}"
-    );
+    ensure!(cookies > 0, "no SYN-ACK owner decoded from a cookie: {detail}");
     ensure!(fwd > 0, "no packet forwarded to another owner: {detail}");
     Ok(detail)
 }
@@ -377,34 +289,15 @@ fn step_h_workers(c: &Ctx, workers: u16) -> Result<String> {
     for k in 1..=NODES {
         let s = c.show(k, "stats")?;
         let ws = s["workers"].as_array().cloned().unwrap_or_default();
-        ensure!(
-            ws.len() == usize::from(workers),
-            "n{k}: {} workers in show stats, {workers} configured",
-            ws.len()
-        );
-        let packets: Vec<u64> = ws
-            .iter()
-            .map(|w| w["packets"].as_u64().unwrap_or(0))
-            .collect();
-        let flows: Vec<u64> = ws
-            .iter()
-            .map(|w| w["flows_created"].as_u64().unwrap_or(0))
-            .collect();
-        ensure!(
-            packets.iter().all(|&p| p > 0),
-            "n{k}: a worker decided no packet: {packets:?}"
-        );
-        ensure!(
-            flows.iter().all(|&f| f > 0),
-            "n{k}: a worker created no flow: {flows:?}"
-        );
+        ensure!(ws.len() == usize::from(workers), "n{k}: {} workers in show stats, {workers} configured", ws.len());
+        let packets: Vec<u64> = ws.iter().map(|w| w["packets"].as_u64().unwrap_or(0)).collect();
+        let flows: Vec<u64> = ws.iter().map(|w| w["flows_created"].as_u64().unwrap_or(0)).collect();
+        ensure!(packets.iter().all(|&p| p > 0), "n{k}: a worker decided no packet: {packets:?}");
+        ensure!(flows.iter().all(|&f| f > 0), "n{k}: a worker created no flow: {flows:?}");
         let lost = s["handoff_drops"].as_u64().unwrap_or(0);
         ensure!(lost == 0, "n{k}: {lost} frames lost between the workers");
         let wrong = s["drops"]["ccl-wrong-worker"].as_u64().unwrap_or(0);
-        ensure!(
-            wrong == 0,
-            "n{k}: {wrong} CCL datagrams at the wrong worker"
-        );
+        ensure!(wrong == 0, "n{k}: {wrong} CCL datagrams at the wrong worker");
         detail.push(format!(
             "n{k} packets {packets:?} flows {flows:?} steered {}",
             s["steered_out"].as_u64().unwrap_or(0)
@@ -424,10 +317,7 @@ fn start_captures(c: &Ctx) -> Result<Captures> {
     let mut procs = Vec::new();
     let mut files = Vec::new();
     for k in 1..=NODES {
-        for (ns, ifname) in [
-            ("cfw-rin", format!("rin-n{k}")),
-            ("cfw-rout", format!("rout-n{k}")),
-        ] {
+        for (ns, ifname) in [("cfw-rin", format!("rin-n{k}")), ("cfw-rout", format!("rout-n{k}"))] {
             let file = c.run_dir.join(format!("cap-{ifname}.pcap"));
             let _ = std::fs::remove_file(&file);
             let f = file.to_string_lossy().into_owned();
@@ -435,21 +325,7 @@ fn start_captures(c: &Ctx) -> Result<Captures> {
                 &format!("tcpdump on {ifname}"),
                 ns,
                 "tcpdump",
-                &[
-                    "-i",
-                    &ifname,
-                    "-Q",
-                    "in",
-                    "-nn",
-                    "-s",
-                    "80",
-                    "-B",
-                    "16384",
-                    "-U",
-                    "-w",
-                    &f,
-                    "tcp or udp",
-                ],
+                &["-i", &ifname, "-Q", "in", "-nn", "-s", "80", "-B", "16384", "-U", "-w", &f, "tcp or udp"],
                 &c.run_dir.join(format!("cap-{ifname}.log")),
             )?);
             files.push((k, file));
@@ -460,15 +336,8 @@ fn start_captures(c: &Ctx) -> Result<Captures> {
     for k in 1..=NODES {
         for ifname in [format!("rin-n{k}"), format!("rout-n{k}")] {
             let log = c.run_dir.join(format!("cap-{ifname}.log"));
-            while !std::fs::read_to_string(&log)
-                .unwrap_or_default()
-                .contains("listening on")
-            {
-                ensure!(
-                    Instant::now() < deadline,
-                    "tcpdump on {ifname} did not start: {}",
-                    sys::tail(&log, 5)
-                );
+            while !std::fs::read_to_string(&log).unwrap_or_default().contains("listening on") {
+                ensure!(Instant::now() < deadline, "tcpdump on {ifname} did not start: {}", sys::tail(&log, 5));
                 std::thread::sleep(Duration::from_millis(100));
             }
         }
@@ -512,14 +381,8 @@ fn conn_key(row: &Value) -> Option<ConnKey> {
     Some(endpoint_key(proto, &a, &b))
 }
 
-fn step_f_ownership(
-    _c: &Ctx,
-    caps: &mut Option<Captures>,
-    owners: &BTreeMap<ConnKey, BTreeSet<usize>>,
-) -> Result<String> {
-    let Some(mut caps) = caps.take() else {
-        bail!("no captures were started")
-    };
+fn step_f_ownership(_c: &Ctx, caps: &mut Option<Captures>, owners: &BTreeMap<ConnKey, BTreeSet<usize>>) -> Result<String> {
+    let Some(mut caps) = caps.take() else { bail!("no captures were started") };
     std::thread::sleep(Duration::from_millis(500));
     for p in &mut caps.procs {
         p.stop();
@@ -539,16 +402,10 @@ fn step_f_ownership(
     let mut bad = Vec::new();
     for (key, nodes) in &senders {
         if nodes.len() != 1 {
-            bad.push(format!(
-                "{} {} <-> {} sent by nodes {nodes:?}",
-                key.0, key.1, key.2
-            ));
+            bad.push(format!("{} {} <-> {} sent by nodes {nodes:?}", key.0, key.1, key.2));
         } else if let Some(own) = owners.get(key) {
             if own != nodes {
-                bad.push(format!(
-                    "{} {} <-> {} sent by node {nodes:?}, owner per show conn {own:?}",
-                    key.0, key.1, key.2
-                ));
+                bad.push(format!("{} {} <-> {} sent by node {nodes:?}, owner per show conn {own:?}", key.0, key.1, key.2));
             }
         }
     }
@@ -564,11 +421,7 @@ fn step_f_ownership(
         "{} of {} connections reached the hosts from a node that does not own them:\n  {}",
         bad.len(),
         senders.len(),
-        bad.iter()
-            .take(20)
-            .cloned()
-            .collect::<Vec<_>>()
-            .join("\n  ")
+        bad.iter().take(20).cloned().collect::<Vec<_>>().join("\n  ")
     );
     Ok(format!(
         "{packets} packets of {} connections towards the hosts, each connection from one node; {checked} matched against show conn owners",
@@ -617,17 +470,10 @@ print("injected: wrong key %d B, truncated %d B, replay %d B" % (len(wrong_hex) 
 /// A heartbeat claiming to come from node 2, sealed with a key that is not
 /// the cluster's, as an Ethernet broadcast frame.
 fn wrong_key_frame() -> Result<Vec<u8>> {
-    let key = CclKey::new(
-        testbed::topology::cluster_addr::CLUSTER_NAME,
-        "not-the-cluster-key-at-all",
-    )
-    .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let inc = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)?
-        .as_secs() as u32
-        + 3600;
-    let mut s =
-        Sealer::new(&key, NodeId(2), CONTROL_CHANNEL, inc).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let key = CclKey::new(testbed::topology::cluster_addr::CLUSTER_NAME, "not-the-cluster-key-at-all")
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let inc = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_secs() as u32 + 3600;
+    let mut s = Sealer::new(&key, NodeId(2), CONTROL_CHANNEL, inc).map_err(|e| anyhow::anyhow!("{e}"))?;
     let path = FramePath {
         src_mac: [0x02, 0, 0, 0, 0, 0x02],
         dst_mac: [0xff; 6],
@@ -635,15 +481,8 @@ fn wrong_key_frame() -> Result<Vec<u8>> {
         dst_ip: Ipv4Addr::new(198, 19, 0, 255),
     };
     let mut buf = [0u8; 256];
-    let msg = Message::Heartbeat(Heartbeat {
-        priority: 20,
-        state: 0,
-        member_bitmap: 0b1110,
-        ..Heartbeat::default()
-    });
-    let n = s
-        .seal_frame(&path, Epoch(1), &msg, &mut buf)
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let msg = Message::Heartbeat(Heartbeat { priority: 20, state: 0, member_bitmap: 0b1110, ..Heartbeat::default() });
+    let n = s.seal_frame(&path, Epoch(1), &msg, &mut buf).map_err(|e| anyhow::anyhow!("{e}"))?;
     Ok(buf[..n].to_vec())
 }
 
@@ -652,32 +491,19 @@ fn step_g_bad_ccl(c: &Ctx) -> Result<String> {
     let before = c.clusters()?;
     let script = c.run_dir.join("inject.py");
     std::fs::write(&script, INJECT)?;
-    let hex: String = wrong_key_frame()?
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
-    let out = sys::ns_run(
-        CCL_NS,
-        "/usr/bin/python3",
-        &[&script.to_string_lossy(), CCL_BRIDGE, &hex],
-    )
-    .context("scapy injection on the CCL bridge (needs python3-scapy for /usr/bin/python3)")?;
+    let hex: String = wrong_key_frame()?.iter().map(|b| format!("{b:02x}")).collect();
+    let out = sys::ns_run(CCL_NS, "/usr/bin/python3", &[&script.to_string_lossy(), CCL_BRIDGE, &hex])
+        .context("scapy injection on the CCL bridge (needs python3-scapy for /usr/bin/python3)")?;
     let deadline = Instant::now() + Duration::from_secs(3);
     loop {
         let after = c.clusters()?;
-        let delta: Vec<(&str, u64)> = reasons
-            .iter()
-            .map(|r| (*r, drops(&after, r) - drops(&before, r)))
-            .collect();
+        let delta: Vec<(&str, u64)> = reasons.iter().map(|r| (*r, drops(&after, r) - drops(&before, r))).collect();
         if delta.iter().all(|(_, d)| *d > 0) {
             let all: Vec<String> = delta.iter().map(|(r, d)| format!("{r} +{d}")).collect();
             return Ok(format!("{}; drops: {}", out.trim(), all.join(", ")));
         }
         if Instant::now() > deadline {
-            bail!(
-                "after injecting ({}) the CCL drop counters moved only by {delta:?}",
-                out.trim()
-            );
+            bail!("after injecting ({}) the CCL drop counters moved only by {delta:?}", out.trim());
         }
         std::thread::sleep(Duration::from_millis(200));
     }
@@ -692,19 +518,10 @@ fn cluster_three_nodes_traffic() {
     let _lock = harness::lock_bed().expect("test-bed lock");
     let bin_dir = harness::test_bin_dir();
     let run_dir = harness::test_run_dir("/tmp/cfw-testbed-cluster-test");
-    let _bed = harness::BedGuard {
-        run_dir: run_dir.clone(),
-    };
+    let _bed = harness::BedGuard { run_dir: run_dir.clone() };
     let workers = harness::bed_workers();
     let out = Command::new(env!("CARGO_BIN_EXE_clusterfw-testbed"))
-        .args([
-            "up",
-            "--nodes",
-            "3",
-            "--workers",
-            &workers.to_string(),
-            "--run-dir",
-        ])
+        .args(["up", "--nodes", "3", "--workers", &workers.to_string(), "--run-dir"])
         .arg(&run_dir)
         .env("CLUSTERFW_BIN_DIR", &bin_dir)
         .env("CFW_TESTBED_LOCK_HELD", "1")
@@ -718,17 +535,11 @@ fn cluster_three_nodes_traffic() {
         String::from_utf8_lossy(&out.stderr)
     );
     eprint!("{}", String::from_utf8_lossy(&out.stdout));
-    let c = Ctx {
-        run_dir: run_dir.clone(),
-        bin_dir,
-    };
+    let c = Ctx { run_dir: run_dir.clone(), bin_dir };
 
     let mut failures = Vec::new();
     let mut record = |name: &str, start: Instant, r: Result<String>| match r {
-        Ok(detail) => eprintln!(
-            "step {name}: ok in {:.1} s: {detail}",
-            start.elapsed().as_secs_f64()
-        ),
+        Ok(detail) => eprintln!("step {name}: ok in {:.1} s: {detail}", start.elapsed().as_secs_f64()),
         Err(e) => {
             eprintln!("step {name}: FAILED: {e:#}");
             failures.push(format!("step {name}: {e:#}"));
@@ -745,48 +556,24 @@ fn cluster_three_nodes_traffic() {
         }
     };
     let t = Instant::now();
-    record(
-        "(a) 50 concurrent HTTP downloads, sha256 checked",
-        t,
-        step_a_http(&c),
-    );
+    record("(a) 50 concurrent HTTP downloads, sha256 checked", t, step_a_http(&c));
     // Owners of the HTTP connections while they are still in the tables.
     let conn_owners = owners(&c).unwrap_or_default();
     let t = Instant::now();
-    record(
-        "(b) 10 s iperf3 TCP inside->outside",
-        t,
-        step_b_iperf3_tcp(&c),
-    );
+    record("(b) 10 s iperf3 TCP inside->outside", t, step_b_iperf3_tcp(&c));
     let t = Instant::now();
     record("(c) iperf3 UDP 20 Mbit/s", t, step_c_iperf3_udp(&c));
     let t = Instant::now();
     record("(d) DNS-like UDP echo on port 53", t, step_d_udp_echo(&c));
     let t = Instant::now();
-    record(
-        "(e) cookies decoded and packets forwarded",
-        t,
-        step_e_counters(&c),
-    );
+    record("(e) cookies decoded and packets forwarded", t, step_e_counters(&c));
     let t = Instant::now();
-    record(
-        "(f) every connection reaches the hosts from its owner only",
-        t,
-        step_f_ownership(&c, &mut caps, &conn_owners),
-    );
+    record("(f) every connection reaches the hosts from its owner only", t, step_f_ownership(&c, &mut caps, &conn_owners));
     let t = Instant::now();
-    record(
-        "(g) wrong key, truncated, replayed CCL messages dropped and counted",
-        t,
-        step_g_bad_ccl(&c),
-    );
+    record("(g) wrong key, truncated, replayed CCL messages dropped and counted", t, step_g_bad_ccl(&c));
     if workers > 1 {
         let t = Instant::now();
-        record(
-            "(h) every worker of every node carried traffic",
-            t,
-            step_h_workers(&c, workers),
-        );
+        record("(h) every worker of every node carried traffic", t, step_h_workers(&c, workers));
     }
 
     for k in 1..=NODES {
@@ -813,18 +600,9 @@ fn cluster_three_nodes_traffic() {
     }
     if !failures.is_empty() {
         let logs: String = (1..=NODES)
-            .map(|k| {
-                format!(
-                    "\n--- n{k} log tail ---\n{}",
-                    sys::tail(&run_dir.join(format!("n{k}.log")), 15)
-                )
-            })
+            .map(|k| format!("\n--- n{k} log tail ---\n{}", sys::tail(&run_dir.join(format!("n{k}.log")), 15)))
             .collect();
-        panic!(
-            "{} step(s) failed:\n{}{logs}",
-            failures.len(),
-            failures.join("\n")
-        );
+        panic!("{} step(s) failed:\n{}{logs}", failures.len(), failures.join("\n"));
     }
 }
 
@@ -834,13 +612,10 @@ mod unit {
 
     #[test]
     fn capture_lines_parse_to_sorted_endpoints() {
-        let a = parse_line("12:00:00.000001 IP 198.18.20.2.8080 > 198.18.10.2.41234: tcp 1448")
-            .unwrap();
-        let b =
-            parse_line("12:00:00.000002 IP 198.18.10.2.41234 > 198.18.20.2.8080: tcp 0").unwrap();
+        let a = parse_line("12:00:00.000001 IP 198.18.20.2.8080 > 198.18.10.2.41234: tcp 1448").unwrap();
+        let b = parse_line("12:00:00.000002 IP 198.18.10.2.41234 > 198.18.20.2.8080: tcp 0").unwrap();
         assert_eq!(a, b);
-        let u =
-            parse_line("12:00:00.1 IP 198.18.10.2.5000 > 198.18.20.2.53: UDP, length 32").unwrap();
+        let u = parse_line("12:00:00.1 IP 198.18.10.2.5000 > 198.18.20.2.53: UDP, length 32").unwrap();
         assert_eq!(u.0, "udp");
         assert!(parse_line("12:00:00.1 ARP, Request who-has 198.18.11.2").is_none());
         let row = serde_json::json!({"tuple": {"src": "198.18.10.2", "dst": "198.18.20.2", "proto": 6, "src_port": 41234, "dst_port": 8080}});
@@ -850,15 +625,8 @@ mod unit {
     #[test]
     fn wrong_key_frame_is_a_heartbeat_the_cluster_key_rejects() {
         let f = wrong_key_frame().unwrap();
-        let right = CclKey::new(
-            testbed::topology::cluster_addr::CLUSTER_NAME,
-            testbed::topology::cluster_addr::CLUSTER_KEY,
-        )
-        .unwrap();
+        let right = CclKey::new(testbed::topology::cluster_addr::CLUSTER_NAME, testbed::topology::cluster_addr::CLUSTER_KEY).unwrap();
         let mut o = dataplane::ccl::Opener::new(&right, NodeId(1));
-        assert_eq!(
-            o.open_frame(&f).unwrap_err(),
-            dataplane::ccl::CclDrop::BadMac
-        );
+        assert_eq!(o.open_frame(&f).unwrap_err(), dataplane::ccl::CclDrop::BadMac);
     }
 }

@@ -51,11 +51,7 @@ const PACE_SECS: &str = "14";
 const TRACED: usize = 8;
 
 fn names(v: &Value) -> BTreeSet<String> {
-    v.as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|x| x.as_str().map(String::from))
-        .collect()
+    v.as_array().into_iter().flatten().filter_map(|x| x.as_str().map(String::from)).collect()
 }
 
 /// Node `k`'s roles per download (by client port) in its own `show conn`.
@@ -64,9 +60,7 @@ fn local_roles(bed: &TestBed, k: usize) -> Result<BTreeMap<u64, BTreeSet<String>
     let mut out: BTreeMap<u64, BTreeSet<String>> = BTreeMap::new();
     for r in v["connections"].as_array().context("connections")? {
         if let Some(port) = download_port(&r["tuple"]) {
-            out.entry(port)
-                .or_default()
-                .insert(r["role"].as_str().unwrap_or("owner").to_string());
+            out.entry(port).or_default().insert(r["role"].as_str().unwrap_or("owner").to_string());
         }
     }
     Ok(out)
@@ -92,14 +86,8 @@ fn merged_rows(v: &Value) -> Result<BTreeMap<u64, Value>> {
     for r in v["rows"].as_array().context("rows")? {
         let t = &r["tuple"];
         if let Some(port) = download_port(t) {
-            ensure!(
-                r["owner_answered"] != true || t["src"] == CLIENT,
-                "the owner's row in the reply's direction: {r}"
-            );
-            ensure!(
-                out.insert(port, r.clone()).is_none(),
-                "port {port} listed twice"
-            );
+            ensure!(r["owner_answered"] != true || t["src"] == CLIENT, "the owner's row in the reply's direction: {r}");
+            ensure!(out.insert(port, r.clone()).is_none(), "port {port} listed twice");
         }
     }
     Ok(out)
@@ -129,53 +117,26 @@ fn forwarded(v: &Value) -> u64 {
 
 #[test]
 fn cluster_show_merges_every_members_answer() {
-    assert!(
-        sys::is_root(),
-        "the cluster view test bed test needs root (network namespaces, veths)"
-    );
-    let shape = Shape {
-        workers: harness::bed_workers(),
-        ..Shape::default()
-    };
+    assert!(sys::is_root(), "the cluster view test bed test needs root (network namespaces, veths)");
+    let shape = Shape { workers: harness::bed_workers(), ..Shape::default() };
     let bed = TestBed::up_with(NODES, "/tmp/cfw-testbed-view", shape).expect("bed up");
     let mut steps = Steps::default();
-    let (www, _want, _server) =
-        harness::served_file(&bed.run_dir, "view", OUTSIDE, SERVER, 8080, BYTES).expect("server");
+    let (www, _want, _server) = harness::served_file(&bed.run_dir, "view", OUTSIDE, SERVER, 8080, BYTES).expect("server");
     // The paced downloads: each prints its port once connected.
     let mut kids = Children(Vec::new());
     let mut ports = Vec::new();
     let started = (|| -> Result<()> {
         for i in 0..DOWNLOADS {
-            let got = www
-                .0
-                .join(format!("got-{i}.bin"))
-                .to_string_lossy()
-                .into_owned();
+            let got = www.0.join(format!("got-{i}.bin")).to_string_lossy().into_owned();
             let mut c = Command::new("ip")
-                .args([
-                    "netns",
-                    "exec",
-                    INSIDE,
-                    harness::python(),
-                    "-c",
-                    harness::PACED_GET,
-                    SERVER,
-                    "8080",
-                    "/random.bin",
-                    &got,
-                    PACE_SECS,
-                ])
+                .args(["netns", "exec", INSIDE, harness::python(), "-c", harness::PACED_GET, SERVER, "8080", "/random.bin", &got, PACE_SECS])
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())
                 .spawn()?;
             let mut line = String::new();
             use std::io::BufRead;
             std::io::BufReader::new(c.stdout.as_mut().context("stdout")?).read_line(&mut line)?;
-            ports.push(
-                line.trim()
-                    .parse::<u64>()
-                    .with_context(|| format!("download {i}: port {line:?}"))?,
-            );
+            ports.push(line.trim().parse::<u64>().with_context(|| format!("download {i}: port {line:?}"))?);
             kids.0.push(c);
         }
         // Registrations and backups settle.
@@ -243,28 +204,14 @@ fn cluster_show_merges_every_members_answer() {
     steps.step(
         "(b) cluster show stats: every member answered; the total between the members' own shows",
         (|| {
-            let before: u64 = (1..=NODES)
-                .map(|k| bed.show(k, "stats").map(|v| forwarded(&v)))
-                .sum::<Result<u64>>()?;
+            let before: u64 = (1..=NODES).map(|k| bed.show(k, "stats").map(|v| forwarded(&v))).sum::<Result<u64>>()?;
             let v = bed.cluster_show(2, "stats")?;
-            let after: u64 = (1..=NODES)
-                .map(|k| bed.show(k, "stats").map(|v| forwarded(&v)))
-                .sum::<Result<u64>>()?;
-            let statuses: Vec<&str> = v["members"]
-                .as_array()
-                .context("members")?
-                .iter()
-                .filter_map(|m| m["status"].as_str())
-                .collect();
+            let after: u64 = (1..=NODES).map(|k| bed.show(k, "stats").map(|v| forwarded(&v))).sum::<Result<u64>>()?;
+            let statuses: Vec<&str> = v["members"].as_array().context("members")?.iter().filter_map(|m| m["status"].as_str()).collect();
             ensure!(statuses == ["answered"; NODES], "statuses {statuses:?}");
             let total = forwarded(&v["total"]);
-            let per: u64 = (1..=NODES)
-                .map(|k| forwarded(&v["nodes"][format!("n{k}")]))
-                .sum();
-            ensure!(
-                before <= total && total <= after && per == total,
-                "forwarded: members {before} then {after}, cluster total {total}, nodes {per}"
-            );
+            let per: u64 = (1..=NODES).map(|k| forwarded(&v["nodes"][format!("n{k}")])).sum();
+            ensure!(before <= total && total <= after && per == total, "forwarded: members {before} then {after}, cluster total {total}, nodes {per}");
             Ok(format!("forwarded {before} <= {total} <= {after}"))
         })(),
     );

@@ -47,6 +47,7 @@ const DENY_RATE: usize = 10;
 /// Seconds the paced first download lasts on the wire.
 const SLOW_SECS: &str = "3.5";
 
+
 /// One received syslog message.
 #[derive(Debug, Clone)]
 struct Syslog {
@@ -68,12 +69,7 @@ fn parse_line(line: &str) -> Result<Syslog> {
     let rest = raw.strip_prefix('<').context("PRI")?;
     let (pri, rest) = rest.split_once(">1 ").context("version")?;
     let mut f = rest.splitn(5, ' ');
-    let (ts, host, _app, _pid) = (
-        f.next().context("ts")?,
-        f.next().context("host")?,
-        f.next(),
-        f.next(),
-    );
+    let (ts, host, _app, _pid) = (f.next().context("ts")?, f.next().context("host")?, f.next(), f.next());
     let rest = f.next().context("msgid")?;
     let (msgid, rest) = rest.split_once(' ').context("sd")?;
     let mut sd = BTreeMap::new();
@@ -101,10 +97,7 @@ fn parse_line(line: &str) -> Result<Syslog> {
 
 fn read_log(path: &Path) -> Result<Vec<Syslog>> {
     let text = std::fs::read_to_string(path).unwrap_or_default();
-    text.lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| parse_line(l).with_context(|| format!("line {l:?}")))
-        .collect()
+    text.lines().filter(|l| !l.trim().is_empty()).map(|l| parse_line(l).with_context(|| format!("line {l:?}"))).collect()
 }
 
 fn rsyslog_conf(run: &Path, out: &Path) -> String {
@@ -140,20 +133,14 @@ fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> Result<bool>
 /// (Not the `acl-denied` drops: a SYN the SYN guard held for the director
 /// is denied when released and counted as a release drop instead.)
 fn denied(bed: &TestBed, k: usize) -> Result<u64> {
-    Ok(bed.show(k, "stats")?["flow_log"]["denied"]
-        .as_u64()
-        .unwrap_or(0))
+    Ok(bed.show(k, "stats")?["flow_log"]["denied"].as_u64().unwrap_or(0))
 }
 
 /// Every node's drops by reason, added up.
 fn drops(bed: &TestBed) -> Result<BTreeMap<String, u64>> {
     let mut m = BTreeMap::new();
     for k in 1..=NODES {
-        for (r, n) in bed.show(k, "stats")?["drops"]
-            .as_object()
-            .into_iter()
-            .flatten()
-        {
+        for (r, n) in bed.show(k, "stats")?["drops"].as_object().into_iter().flatten() {
             *m.entry(r.clone()).or_default() += n.as_u64().unwrap_or(0);
         }
     }
@@ -165,40 +152,20 @@ fn nfdump_rows(dir: &Path) -> Result<Vec<BTreeMap<String, String>>> {
     // -N: plain numbers (no "2.1 M").
     let out = sys::run("nfdump", &["-R", &dir.to_string_lossy(), "-o", "csv", "-N"])?;
     let mut lines = out.lines().filter(|l| !l.trim().is_empty());
-    let header: Vec<String> = lines
-        .next()
-        .context("nfdump printed nothing")?
-        .split(',')
-        .map(str::to_string)
-        .collect();
+    let header: Vec<String> = lines.next().context("nfdump printed nothing")?.split(',').map(str::to_string).collect();
     Ok(lines
         .filter(|l| l.contains(','))
-        .map(|l| {
-            header
-                .iter()
-                .cloned()
-                .zip(l.split(',').map(|v| v.trim().to_string()))
-                .collect()
-        })
+        .map(|l| header.iter().cloned().zip(l.split(',').map(|v| v.trim().to_string())).collect())
         .collect())
 }
 
 #[test]
 fn syslog_and_ipfix_reach_real_collectors() {
-    assert!(
-        sys::is_root(),
-        "the export test bed test needs root (network namespaces, veths)"
-    );
+    assert!(sys::is_root(), "the export test bed test needs root (network namespaces, veths)");
     for tool in ["curl", "hping3", "rsyslogd", "nfcapd", "nfdump"] {
-        assert!(
-            sys::have(tool),
-            "{tool} is not installed (scripts/setup.sh installs it)"
-        );
+        assert!(sys::have(tool), "{tool} is not installed (scripts/setup.sh installs it)");
     }
-    let shape = Shape {
-        workers: harness::bed_workers(),
-        ..Shape::default()
-    };
+    let shape = Shape { workers: harness::bed_workers(), ..Shape::default() };
     let bed = TestBed::up_with(NODES, "/tmp/cfw-testbed-export", shape).expect("bed up");
     let run = bed.run_dir.clone();
     let log = run.join("syslog.log");
@@ -214,9 +181,7 @@ fn syslog_and_ipfix_reach_real_collectors() {
         &run.join("rsyslogd.out"),
     )
     .expect("rsyslogd");
-    rsyslog
-        .wait_listening(MGMT_NAMESPACE, a::SYSLOG_PORT, Duration::from_secs(10))
-        .expect("rsyslog listening");
+    rsyslog.wait_listening(MGMT_NAMESPACE, a::SYSLOG_PORT, Duration::from_secs(10)).expect("rsyslog listening");
     let flows: PathBuf = run.join("nfcapd");
     let _ = std::fs::remove_dir_all(&flows);
     std::fs::create_dir_all(&flows).expect("nfcapd dir");
@@ -225,93 +190,39 @@ fn syslog_and_ipfix_reach_real_collectors() {
             "nfcapd",
             MGMT_NAMESPACE,
             "nfcapd",
-            &[
-                "-b",
-                a::COLLECTOR,
-                "-p",
-                &a::IPFIX_PORT.to_string(),
-                "-w",
-                &flows.to_string_lossy(),
-                "-t",
-                "3600",
-            ],
+            &["-b", a::COLLECTOR, "-p", &a::IPFIX_PORT.to_string(), "-w", &flows.to_string_lossy(), "-t", "3600"],
             &run.join("nfcapd.out"),
         )
         .expect("nfcapd"),
     );
     let mut steps = Steps::default();
     let mut step = |name: &str, r: Result<String>| steps.step(name, r);
-    let (www, want, _server) =
-        harness::served_file(&run, "export", OUTSIDE, SERVER, 8080, BYTES).expect("server");
+    let (www, want, _server) = harness::served_file(&run, "export", OUTSIDE, SERVER, 8080, BYTES).expect("server");
 
     // A collector started after the exporters learns their templates at
     // the next refresh (`template-refresh`, 2 s on the bed; RFC 7011
     // §8.4): records before that are lost to it, as to any collector.
     std::thread::sleep(Duration::from_secs(3));
     // Every node's TCP collector connected (it retries every 2 s).
-    let connected = wait_until(
-        "every node connected to the TCP collector",
-        Duration::from_secs(10),
-        || {
-            Ok((1..=NODES).all(|k| {
-                bed.show(k, "stats")
-                    .is_ok_and(|s| s["export"]["syslog_connects"].as_u64() >= Some(1))
-            }))
-        },
-    );
+    let connected = wait_until("every node connected to the TCP collector", Duration::from_secs(10), || {
+        Ok((1..=NODES).all(|k| bed.show(k, "stats").is_ok_and(|s| s["export"]["syslog_connects"].as_u64() >= Some(1))))
+    });
 
     // (a) downloads, their client ports.
     let mut ports: Vec<u16> = Vec::new();
     let downloads = (|| {
         connected?;
         for i in 0..DOWNLOADS {
-            let got = www
-                .0
-                .join(format!("got-{i}.bin"))
-                .to_string_lossy()
-                .into_owned();
+            let got = www.0.join(format!("got-{i}.bin")).to_string_lossy().into_owned();
             let url = format!("http://{SERVER}:8080/random.bin");
             // The first one paced (3.5 s on the wire), to outlive the
             // bed's 1 s active timeout: IPFIX reports it in intervals.
             let port = if i == 0 {
-                sys::ns_run(
-                    INSIDE,
-                    harness::python(),
-                    &[
-                        "-c",
-                        harness::PACED_GET,
-                        SERVER,
-                        "8080",
-                        "/random.bin",
-                        &got,
-                        SLOW_SECS,
-                    ],
-                )
+                sys::ns_run(INSIDE, harness::python(), &["-c", harness::PACED_GET, SERVER, "8080", "/random.bin", &got, SLOW_SECS])
             } else {
-                sys::ns_run(
-                    INSIDE,
-                    "curl",
-                    &[
-                        "-sS",
-                        "--fail",
-                        "--max-time",
-                        "60",
-                        "-o",
-                        &got,
-                        "-w",
-                        "%{local_port}",
-                        &url,
-                    ],
-                )
+                sys::ns_run(INSIDE, "curl", &["-sS", "--fail", "--max-time", "60", "-o", &got, "-w", "%{local_port}", &url])
             }?;
-            ports.push(
-                port.lines()
-                    .next()
-                    .unwrap_or("")
-                    .trim()
-                    .parse()
-                    .with_context(|| format!("curl's local port {port:?}"))?,
-            );
+            ports.push(port.lines().next().unwrap_or("").trim().parse().with_context(|| format!("curl's local port {port:?}"))?);
             let sum = harness::sha256(Path::new(&got))?;
             ensure!(sum == want, "download {i}: sha256 {sum}, served {want}");
         }
@@ -324,46 +235,23 @@ fn syslog_and_ipfix_reach_real_collectors() {
     let drops_before = drops(&bed);
     // hping3 exits 1 when nothing answers (the point here).
     let flood = sys::ns_command(OUTSIDE, "hping3")
-        .args([
-            "-q",
-            "-S",
-            "-p",
-            "22",
-            "-c",
-            &SYNS.to_string(),
-            "-i",
-            "u5000",
-            CLIENT,
-        ])
+        .args(["-q", "-S", "-p", "22", "-c", &SYNS.to_string(), "-i", "u5000", CLIENT])
         .output()
         .map_err(anyhow::Error::from)
         .and_then(|o| {
-            let text = String::from_utf8_lossy(&o.stdout).into_owned()
-                + &String::from_utf8_lossy(&o.stderr);
-            ensure!(
-                text.contains(&format!("{SYNS} packets transmitted")),
-                "hping3: {text}"
-            );
+            let text = String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr);
+            ensure!(text.contains(&format!("{SYNS} packets transmitted")), "hping3: {text}");
             Ok(())
         });
 
     // Teardowns of the downloads in both collectors.
     let torn = downloads.and_then(|()| {
-        wait_until(
-            "the downloads' teardowns in both collectors",
-            Duration::from_secs(30),
-            || {
-                let l = read_log(&log)?;
-                Ok(ports.iter().all(|p| {
-                    l.iter()
-                        .filter(|m| {
-                            m.msgid == "conn-teardown" && m.sd.get("sport") == Some(&p.to_string())
-                        })
-                        .count()
-                        >= 2
-                }))
-            },
-        )
+        wait_until("the downloads' teardowns in both collectors", Duration::from_secs(30), || {
+            let l = read_log(&log)?;
+            Ok(ports.iter().all(|p| {
+                l.iter().filter(|m| m.msgid == "conn-teardown" && m.sd.get("sport") == Some(&p.to_string())).count() >= 2
+            }))
+        })
     });
     step(
         "(a) one built and one teardown per connection and collector, bytes and hosts right",
@@ -373,78 +261,27 @@ fn syslog_and_ipfix_reach_real_collectors() {
             let mut out = Vec::new();
             for p in &ports {
                 let of = |id: &str, input: &str| -> Vec<&Syslog> {
-                    l.iter()
-                        .filter(|m| {
-                            m.msgid == id
-                                && m.input == input
-                                && m.sd.get("sport") == Some(&p.to_string())
-                        })
-                        .collect()
+                    l.iter().filter(|m| m.msgid == id && m.input == input && m.sd.get("sport") == Some(&p.to_string())).collect()
                 };
                 let mut counts = Vec::new();
                 for input in ["imudp", "imtcp"] {
                     let (b, t) = (of("conn-built", input), of("conn-teardown", input));
-                    ensure!(
-                        b.len() == 1 && t.len() == 1,
-                        "port {p} over {input}: {} built, {} teardown",
-                        b.len(),
-                        t.len()
-                    );
+                    ensure!(b.len() == 1 && t.len() == 1, "port {p} over {input}: {} built, {} teardown", b.len(), t.len());
                     let (b, t) = (b[0], t[0]);
                     let node = t.sd.get("node").cloned().unwrap_or_default();
-                    ensure!(
-                        b.sd.get("node") == Some(&node),
-                        "port {p}: built by {:?}, torn down by {node}",
-                        b.sd.get("node")
-                    );
-                    let host = if input == "imudp" {
-                        node.clone()
-                    } else {
-                        a::CLUSTER_NAME.to_string()
-                    };
-                    ensure!(
-                        b.host == host && t.host == host,
-                        "port {p} over {input}: host {} / {}, want {host}",
-                        b.host,
-                        t.host
-                    );
-                    ensure!(
-                        b.pri == 20 * 8 + 6 && t.pri == 20 * 8 + 6,
-                        "PRI {} {}",
-                        b.pri,
-                        t.pri
-                    );
-                    ensure!(
-                        t.sd.get("dst").map(String::as_str) == Some(SERVER)
-                            && t.sd.get("dport").map(String::as_str) == Some("8080"),
-                        "{t:?}"
-                    );
+                    ensure!(b.sd.get("node") == Some(&node), "port {p}: built by {:?}, torn down by {node}", b.sd.get("node"));
+                    let host = if input == "imudp" { node.clone() } else { a::CLUSTER_NAME.to_string() };
+                    ensure!(b.host == host && t.host == host, "port {p} over {input}: host {} / {}, want {host}", b.host, t.host);
+                    ensure!(b.pri == 20 * 8 + 6 && t.pri == 20 * 8 + 6, "PRI {} {}", b.pri, t.pri);
+                    ensure!(t.sd.get("dst").map(String::as_str) == Some(SERVER) && t.sd.get("dport").map(String::as_str) == Some("8080"), "{t:?}");
                     let n = |k: &str| t.sd.get(k).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-                    counts.push((
-                        n("packets-out"),
-                        n("packets-in"),
-                        n("bytes-out"),
-                        n("bytes-in"),
-                        node,
-                        t.sd["reason"].clone(),
-                    ));
+                    counts.push((n("packets-out"), n("packets-in"), n("bytes-out"), n("bytes-in"), node, t.sd["reason"].clone()));
                 }
-                ensure!(
-                    counts[0] == counts[1],
-                    "port {p}: UDP and TCP teardowns differ: {counts:?}"
-                );
+                ensure!(counts[0] == counts[1], "port {p}: UDP and TCP teardowns differ: {counts:?}");
                 let (po, pi, bo, bi, node, reason) = counts.swap_remove(0);
-                ensure!(
-                    bi >= BYTES && bi <= BYTES + pi * 100,
-                    "port {p}: {bi} bytes in {pi} packets to the client for a {BYTES}-byte file"
-                );
-                ensure!(
-                    po > 0 && bo > 0 && reason == "tcp-fins",
-                    "port {p}: out {po} packets {bo} bytes, reason {reason}"
-                );
-                out.push(format!(
-                    "port {p}: owner {node}, {po}/{pi} packets, {bo}/{bi} bytes, {reason}"
-                ));
+                ensure!(bi >= BYTES && bi <= BYTES + pi * 100, "port {p}: {bi} bytes in {pi} packets to the client for a {BYTES}-byte file");
+                ensure!(po > 0 && bo > 0 && reason == "tcp-fins", "port {p}: out {po} packets {bo} bytes, reason {reason}");
+                out.push(format!("port {p}: owner {node}, {po}/{pi} packets, {bo}/{bi} bytes, {reason}"));
             }
             Ok(out.join("; "))
         })(),
@@ -498,69 +335,29 @@ fn syslog_and_ipfix_reach_real_collectors() {
         (|| {
             // The downloads' IPFIX records out first (sent once a second;
             // a killed node's unsent ones are lost with it).
-            wait_until(
-                "the downloads' IPFIX records sent",
-                Duration::from_secs(5),
-                || {
-                    let sent: u64 = (1..=NODES)
-                        .map(|k| {
-                            bed.show(k, "stats")
-                                .map(|s| s["export"]["ipfix_records"].as_u64().unwrap_or(0))
-                        })
-                        .sum::<Result<u64>>()?;
-                    Ok(sent >= 2 * DOWNLOADS as u64)
-                },
-            )?;
-            let control = bed.show(1, "cluster")?["control_node"]
-                .as_u64()
-                .unwrap_or(0) as usize;
-            let victim = (1..=NODES)
-                .rev()
-                .find(|&k| k != control)
-                .context("a data node")?;
-            faults::apply(
-                &bed.run_dir,
-                &bed.bin_dir,
-                &format!("n{victim}"),
-                Fault::Kill,
-            )?;
+            wait_until("the downloads' IPFIX records sent", Duration::from_secs(5), || {
+                let sent: u64 = (1..=NODES)
+                    .map(|k| bed.show(k, "stats").map(|s| s["export"]["ipfix_records"].as_u64().unwrap_or(0)))
+                    .sum::<Result<u64>>()?;
+                Ok(sent >= 2 * DOWNLOADS as u64)
+            })?;
+            let control = bed.show(1, "cluster")?["control_node"].as_u64().unwrap_or(0) as usize;
+            let victim = (1..=NODES).rev().find(|&k| k != control).context("a data node")?;
+            faults::apply(&bed.run_dir, &bed.bin_dir, &format!("n{victim}"), Fault::Kill)?;
             let name = format!("n{victim}");
-            wait_until(
-                "the control node's cluster-leave",
-                Duration::from_secs(10),
-                || {
-                    Ok(read_log(&log)?
-                        .iter()
-                        .any(|m| m.msgid == "cluster-leave" && m.text.contains(&name)))
-                },
-            )?;
+            wait_until("the control node's cluster-leave", Duration::from_secs(10), || {
+                Ok(read_log(&log)?.iter().any(|m| m.msgid == "cluster-leave" && m.text.contains(&name)))
+            })?;
             faults::apply(&bed.run_dir, &bed.bin_dir, &name, Fault::Restart)?;
-            wait_until(
-                "cluster-join and cluster-ready",
-                Duration::from_secs(20),
-                || {
-                    let l = read_log(&log)?;
-                    Ok(l.iter()
-                        .any(|m| m.msgid == "cluster-join" && m.text.contains(&name))
-                        && l.iter().any(|m| {
-                            m.msgid == "cluster-ready" && m.input == "imudp" && m.host == name
-                        }))
-                },
-            )?;
+            wait_until("cluster-join and cluster-ready", Duration::from_secs(20), || {
+                let l = read_log(&log)?;
+                Ok(l.iter().any(|m| m.msgid == "cluster-join" && m.text.contains(&name))
+                    && l.iter().any(|m| m.msgid == "cluster-ready" && m.input == "imudp" && m.host == name))
+            })?;
             let l = read_log(&log)?;
-            let ids: BTreeSet<&str> = l
-                .iter()
-                .filter(|m| m.msgid.starts_with("cluster-"))
-                .map(|m| m.msgid.as_str())
-                .collect();
-            let leave = l
-                .iter()
-                .find(|m| m.msgid == "cluster-leave")
-                .map(|m| format!("{} ({}): {}", m.host, m.input, m.text));
-            Ok(format!(
-                "n{victim} killed and back; cluster MSGIDs seen {ids:?}; {}",
-                leave.unwrap_or_default()
-            ))
+            let ids: BTreeSet<&str> = l.iter().filter(|m| m.msgid.starts_with("cluster-")).map(|m| m.msgid.as_str()).collect();
+            let leave = l.iter().find(|m| m.msgid == "cluster-leave").map(|m| format!("{} ({}): {}", m.host, m.input, m.text));
+            Ok(format!("n{victim} killed and back; cluster MSGIDs seen {ids:?}; {}", leave.unwrap_or_default()))
         })(),
     );
     step(
@@ -574,11 +371,7 @@ fn syslog_and_ipfix_reach_real_collectors() {
             for p in &ports {
                 let t = l
                     .iter()
-                    .find(|m| {
-                        m.msgid == "conn-teardown"
-                            && m.input == "imudp"
-                            && m.sd.get("sport") == Some(&p.to_string())
-                    })
+                    .find(|m| m.msgid == "conn-teardown" && m.input == "imudp" && m.sd.get("sport") == Some(&p.to_string()))
                     .context("teardown")?;
                 let n = |k: &str| t.sd.get(k).cloned().unwrap_or_default();
                 // (rows, packets, bytes) of one direction: its records'
@@ -593,11 +386,7 @@ fn syslog_and_ipfix_reach_real_collectors() {
                                 && r.get("dp").map(String::as_str) == Some(dp)
                         })
                         .collect();
-                    let sum = |k: &str| {
-                        mine.iter()
-                            .filter_map(|r| r.get(k)?.parse::<u64>().ok())
-                            .sum::<u64>()
-                    };
+                    let sum = |k: &str| mine.iter().filter_map(|r| r.get(k)?.parse::<u64>().ok()).sum::<u64>();
                     (mine.len(), sum("ipkt").to_string(), sum("ibyt").to_string())
                 };
                 let ps = p.to_string();
@@ -613,18 +402,10 @@ fn syslog_and_ipfix_reach_real_collectors() {
                     rows.len()
                 );
                 // The slow download outlived the active timeout.
-                ensure!(
-                    *p != ports[0] || reply.0 >= 2,
-                    "port {p}: {} record(s) towards the client",
-                    reply.0
-                );
+                ensure!(*p != ports[0] || reply.0 >= 2, "port {p}: {} record(s) towards the client", reply.0);
                 out.push(format!("{p}: {orig:?} {reply:?}"));
             }
-            Ok(format!(
-                "{} rows; (records, packets, bytes) per download and direction {}",
-                rows.len(),
-                out.join(", ")
-            ))
+            Ok(format!("{} rows; (records, packets, bytes) per download and direction {}", rows.len(), out.join(", ")))
         })(),
     );
     rsyslog.stop();

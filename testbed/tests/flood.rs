@@ -63,25 +63,8 @@ fn drop_of(d: &serde_json::Map<String, serde_json::Value>, r: &str) -> u64 {
 fn download(got: &Path, want: &str) -> Result<f64> {
     let url = format!("http://{SERVER}:8080/random.bin");
     let got_s = got.to_string_lossy().into_owned();
-    let out = sys::ns_run(
-        INSIDE,
-        "curl",
-        &[
-            "-sS",
-            "--fail",
-            "--max-time",
-            "30",
-            "-o",
-            &got_s,
-            "-w",
-            "%{time_connect}",
-            &url,
-        ],
-    )?;
-    let connect: f64 = out
-        .trim()
-        .parse()
-        .with_context(|| format!("curl's time_connect {out:?}"))?;
+    let out = sys::ns_run(INSIDE, "curl", &["-sS", "--fail", "--max-time", "30", "-o", &got_s, "-w", "%{time_connect}", &url])?;
+    let connect: f64 = out.trim().parse().with_context(|| format!("curl's time_connect {out:?}"))?;
     let sum = harness::sha256(got)?;
     ensure!(sum == want, "sha256 {sum}, served {want}");
     Ok(connect)
@@ -89,24 +72,14 @@ fn download(got: &Path, want: &str) -> Result<f64> {
 
 #[test]
 fn a_spoofed_syn_flood_from_inside_leaves_new_connections_working() {
-    assert!(
-        sys::is_root(),
-        "the flood test bed test needs root (network namespaces, veths)"
-    );
+    assert!(sys::is_root(), "the flood test bed test needs root (network namespaces, veths)");
     for tool in ["curl", "hping3"] {
-        assert!(
-            sys::have(tool),
-            "{tool} is not installed (scripts/setup.sh installs it)"
-        );
+        assert!(sys::have(tool), "{tool} is not installed (scripts/setup.sh installs it)");
     }
-    let shape = Shape {
-        workers: harness::bed_workers(),
-        ..Shape::default()
-    };
+    let shape = Shape { workers: harness::bed_workers(), ..Shape::default() };
     let bed = TestBed::up_with(NODES, "/tmp/cfw-testbed-flood", shape).expect("bed up");
     let run = bed.run_dir.clone();
-    let (www, want, _server) =
-        harness::served_file(&run, "flood", OUTSIDE, SERVER, 8080, BYTES).expect("server");
+    let (www, want, _server) = harness::served_file(&run, "flood", OUTSIDE, SERVER, 8080, BYTES).expect("server");
     let mut steps = Steps::default();
     let mut step = |name: &str, r: Result<String>| steps.step(name, r);
     let before = tally(&bed);
@@ -117,15 +90,7 @@ fn a_spoofed_syn_flood_from_inside_leaves_new_connections_working() {
         "paced download",
         INSIDE,
         harness::python(),
-        &[
-            "-c",
-            harness::PACED_GET,
-            SERVER,
-            "8080",
-            "/random.bin",
-            &paced_out.to_string_lossy(),
-            "8",
-        ],
+        &["-c", harness::PACED_GET, SERVER, "8080", "/random.bin", &paced_out.to_string_lossy(), "8"],
         &run.join("flood-paced.out"),
     );
     std::thread::sleep(Duration::from_millis(500));
@@ -134,19 +99,7 @@ fn a_spoofed_syn_flood_from_inside_leaves_new_connections_working() {
     let t0 = Instant::now();
     let s0 = bed.show_each(NODES, "stats");
     let flood = sys::ns_command(INSIDE, "timeout")
-        .args([
-            "-s",
-            "INT",
-            &FLOOD_SECS.to_string(),
-            "hping3",
-            "-q",
-            "-S",
-            "--flood",
-            "--rand-source",
-            "-p",
-            "8080",
-            SERVER,
-        ])
+        .args(["-s", "INT", &FLOOD_SECS.to_string(), "hping3", "-q", "-S", "--flood", "--rand-source", "-p", "8080", SERVER])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -155,51 +108,29 @@ fn a_spoofed_syn_flood_from_inside_leaves_new_connections_working() {
     let during = download(&www.0.join("during.bin"), &want);
     let during_at = t0.elapsed().as_secs_f64();
     let s1 = bed.show_each(NODES, "stats");
-    let flood_out = flood
-        .map_err(anyhow::Error::from)
-        .and_then(|c| Ok(c.wait_with_output()?));
+    let flood_out = flood.map_err(anyhow::Error::from).and_then(|c| Ok(c.wait_with_output()?));
     let s2 = bed.show_each(NODES, "stats");
     let after = download(&www.0.join("after.bin"), &want);
     let s3 = bed.show_each(NODES, "stats");
-    let sent = flood_out.as_ref().ok().map(|o| {
-        String::from_utf8_lossy(&o.stdout).to_string() + &String::from_utf8_lossy(&o.stderr)
-    });
+    let sent = flood_out.as_ref().ok().map(|o| String::from_utf8_lossy(&o.stdout).to_string() + &String::from_utf8_lossy(&o.stderr));
     step(
         "(b) new downloads during and right after a spoofed SYN flood from inside",
         (|| {
             let (d, a) = (during?, after?);
             let sent = sent.clone().unwrap_or_default();
-            ensure!(
-                sent.contains("packets transmitted"),
-                "hping3 did not run: {sent}"
-            );
+            ensure!(sent.contains("packets transmitted"), "hping3 did not run: {sent}");
             let (s0, s1, s2, s3) = (s0?, s1?, s2?, s3?);
-            let line = sent
-                .lines()
-                .find(|l| l.contains("packets transmitted"))
-                .unwrap_or("")
-                .trim()
-                .to_string();
+            let line = sent.lines().find(|l| l.contains("packets transmitted")).unwrap_or("").trim().to_string();
             let mut waived = Vec::new();
-            for (when, t, lost) in [
-                ("during the flood", d, losses::grown(&s0, &s1)),
-                ("after it", a, losses::grown(&s2, &s3)),
-            ] {
+            for (when, t, lost) in [("during the flood", d, losses::grown(&s0, &s1)), ("after it", a, losses::grown(&s2, &s3))] {
                 if lost.is_empty() {
                     ensure!(t < 1.0, "connected in {t:.3} s {when} (bound 1 s; no receive loss on any member): hping3: {line}");
                 } else {
-                    waived.push(format!(
-                        "1 s bound {when} not applied: receive rings overran ({})",
-                        losses::listed(&lost)
-                    ));
+                    waived.push(format!("1 s bound {when} not applied: receive rings overran ({})", losses::listed(&lost)));
                 }
             }
             let text = format!("hping3: {line}; connected in {d:.3} s during (started 2 s into the flood, done {during_at:.1} s in), {a:.3} s after; both sha256 match");
-            Ok(if waived.is_empty() {
-                text
-            } else {
-                format!("{text}; WAIVED: {}", waived.join("; "))
-            })
+            Ok(if waived.is_empty() { text } else { format!("{text}; WAIVED: {}", waived.join("; ")) })
         })(),
     );
     step(
@@ -208,10 +139,7 @@ fn a_spoofed_syn_flood_from_inside_leaves_new_connections_working() {
             let mut p = paced?;
             let t = Instant::now();
             while !std::fs::metadata(&paced_out).is_ok_and(|m| m.len() == BYTES) {
-                ensure!(
-                    t.elapsed() < Duration::from_secs(30),
-                    "the paced download did not finish"
-                );
+                ensure!(t.elapsed() < Duration::from_secs(30), "the paced download did not finish");
                 std::thread::sleep(Duration::from_millis(200));
             }
             p.stop();

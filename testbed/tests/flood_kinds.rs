@@ -221,22 +221,12 @@ struct Flood {
 }
 
 /// hping3's option and name for each kind.
-const KINDS: [(&str, &str); 6] = [
-    ("-S", "SYN"),
-    ("-A", "ACK"),
-    ("-R", "RST"),
-    ("-F", "FIN"),
-    ("--udp", "UDP"),
-    ("--icmp", "ICMP"),
-];
+const KINDS: [(&str, &str); 6] = [("-S", "SYN"), ("-A", "ACK"), ("-R", "RST"), ("-F", "FIN"), ("--udp", "UDP"), ("--icmp", "ICMP")];
 
 fn floods() -> Vec<Flood> {
     let mut v = Vec::new();
-    let sides: [(&str, &'static str, &str); 3] = [
-        ("from inside at the server", INSIDE, SERVER),
-        ("from outside at the published host", OUTSIDE, PUBLISHED),
-        ("from outside at a denied address", OUTSIDE, DENIED),
-    ];
+    let sides: [(&str, &'static str, &str); 3] =
+        [("from inside at the server", INSIDE, SERVER), ("from outside at the published host", OUTSIDE, PUBLISHED), ("from outside at a denied address", OUTSIDE, DENIED)];
     for (side, ns, dst) in sides {
         for spoofed in [true, false] {
             for (opt, kind) in KINDS {
@@ -248,19 +238,11 @@ fn floods() -> Vec<Flood> {
                     args.push("--rand-source".into());
                 }
                 args.push(dst.into());
-                let name = format!(
-                    "{kind} flood {side}, {}",
-                    if spoofed { "spoofed" } else { "not spoofed" }
-                );
+                let name = format!("{kind} flood {side}, {}", if spoofed { "spoofed" } else { "not spoofed" });
                 // Spoofed SYNs at a permitted host: each one a new
                 // embryonic flow the policy admits.
                 let fill = spoofed && opt == "-S" && dst == PUBLISHED;
-                v.push(Flood {
-                    name,
-                    ns,
-                    args,
-                    fill,
-                });
+                v.push(Flood { name, ns, args, fill });
             }
         }
     }
@@ -274,13 +256,9 @@ fn all_stats(bed: &TestBed) -> Result<(Vec<Value>, Duration)> {
     let mut slowest = Duration::ZERO;
     for k in 1..=NODES {
         let t = Instant::now();
-        let mut s = bed
-            .show(k, "stats")
-            .with_context(|| format!("n{k}'s management socket"))?;
+        let mut s = bed.show(k, "stats").with_context(|| format!("n{k}'s management socket"))?;
         slowest = slowest.max(t.elapsed());
-        s["cluster"] = bed
-            .show(k, "cluster")
-            .with_context(|| format!("n{k}'s management socket"))?;
+        s["cluster"] = bed.show(k, "cluster").with_context(|| format!("n{k}'s management socket"))?;
         out.push(s);
     }
     Ok((out, slowest))
@@ -297,13 +275,7 @@ fn grown(before: &[Value], after: &[Value], path: &str) -> String {
 fn grown_of(before: &[Value], after: &[Value], path: &str, keep: impl Fn(&str) -> bool) -> String {
     let mut parts = Vec::new();
     for (k, (b, a)) in before.iter().zip(after).enumerate() {
-        for (r, n) in a
-            .pointer(path)
-            .and_then(Value::as_object)
-            .into_iter()
-            .flatten()
-            .filter(|(r, _)| keep(r))
-        {
+        for (r, n) in a.pointer(path).and_then(Value::as_object).into_iter().flatten().filter(|(r, _)| keep(r)) {
             let was = b.pointer(path).and_then(|o| o[r].as_u64()).unwrap_or(0);
             let d = n.as_u64().unwrap_or(0).saturating_sub(was);
             if d > 0 {
@@ -358,24 +330,9 @@ fn download(ns: &str, from: &str, url: &str, got: &Path, want: &str) -> Result<f
     let out = sys::ns_run(
         ns,
         "curl",
-        &[
-            "-sS",
-            "--fail",
-            "--max-time",
-            "30",
-            "--interface",
-            from,
-            "-o",
-            &got_s,
-            "-w",
-            "%{time_connect}",
-            url,
-        ],
+        &["-sS", "--fail", "--max-time", "30", "--interface", from, "-o", &got_s, "-w", "%{time_connect}", url],
     )?;
-    let connect: f64 = out
-        .trim()
-        .parse()
-        .with_context(|| format!("curl's time_connect {out:?}"))?;
+    let connect: f64 = out.trim().parse().with_context(|| format!("curl's time_connect {out:?}"))?;
     let sum = harness::sha256(got)?;
     let _ = std::fs::remove_file(got);
     ensure!(sum == want, "{url}: sha256 {sum}, served {want}");
@@ -395,31 +352,15 @@ impl Legit<'_> {
     fn check(&self, when: &str) -> Result<(f64, f64)> {
         let (a, b) = std::thread::scope(|s| {
             let a = s.spawn(|| {
-                download(
-                    INSIDE,
-                    LEGIT_IN,
-                    &format!("http://{SERVER}:{PORT}/random.bin"),
-                    &self.out_dir.join(format!("got-{when}.bin")),
-                    self.out_want,
-                )
+                download(INSIDE, LEGIT_IN, &format!("http://{SERVER}:{PORT}/random.bin"), &self.out_dir.join(format!("got-{when}.bin")), self.out_want)
             });
             let b = s.spawn(|| {
-                download(
-                    OUTSIDE,
-                    LEGIT_OUT,
-                    &format!("http://{PUBLISHED}:{PORT}/random.bin"),
-                    &self.in_dir.join(format!("got-{when}.bin")),
-                    self.in_want,
-                )
+                download(OUTSIDE, LEGIT_OUT, &format!("http://{PUBLISHED}:{PORT}/random.bin"), &self.in_dir.join(format!("got-{when}.bin")), self.in_want)
             });
             (a.join(), b.join())
         });
-        let a = a
-            .map_err(|_| anyhow::anyhow!("download thread panicked"))?
-            .context("inside -> server")?;
-        let b = b
-            .map_err(|_| anyhow::anyhow!("download thread panicked"))?
-            .context("outside -> published host")?;
+        let a = a.map_err(|_| anyhow::anyhow!("download thread panicked"))?.context("inside -> server")?;
+        let b = b.map_err(|_| anyhow::anyhow!("download thread panicked"))?.context("outside -> published host")?;
         Ok((a, b))
     }
 }
@@ -450,8 +391,7 @@ fn progress(log: &Path) -> u64 {
 
 /// The last line of hping3's summary that counts packets.
 fn hping_summary(out: &std::process::Output) -> Result<String> {
-    let text =
-        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
     text.lines()
         .find(|l| l.contains("packets transmitted"))
         .map(|l| l.trim().to_string())
@@ -479,17 +419,10 @@ impl Paced {
         let t = Instant::now();
         let port = loop {
             let text = std::fs::read_to_string(&log).unwrap_or_default();
-            if let Some(p) = text.lines().find_map(|l| {
-                l.strip_prefix("port ")
-                    .and_then(|p| p.trim().parse::<u16>().ok())
-            }) {
+            if let Some(p) = text.lines().find_map(|l| l.strip_prefix("port ").and_then(|p| p.trim().parse::<u16>().ok())) {
                 break p;
             }
-            ensure!(
-                t.elapsed() < Duration::from_secs(10),
-                "the paced download did not connect: {}",
-                sys::tail(&log, 3)
-            );
+            ensure!(t.elapsed() < Duration::from_secs(10), "the paced download did not connect: {}", sys::tail(&log, 3));
             std::thread::sleep(Duration::from_millis(100));
         };
         let path = losses::FlowPath::of_tcp(LEGIT_IN, port, SERVER, PORT.parse()?)?;
@@ -516,10 +449,7 @@ impl Paced {
 /// capacity (several workers' tables fill unevenly).
 fn tables_full(stats: &[Value]) -> bool {
     stats.iter().all(|s| {
-        let (flows, cap) = (
-            s["flows"].as_u64().unwrap_or(0),
-            s["flow_capacity"].as_u64().unwrap_or(u64::MAX),
-        );
+        let (flows, cap) = (s["flows"].as_u64().unwrap_or(0), s["flow_capacity"].as_u64().unwrap_or(u64::MAX));
         flows as f64 >= FULL * cap as f64
     })
 }
@@ -532,29 +462,14 @@ fn fill(bed: &TestBed, t0: Instant) -> Result<f64> {
         if tables_full(&stats) {
             return Ok(t0.elapsed().as_secs_f64());
         }
-        let held: Vec<String> = stats
-            .iter()
-            .map(|s| format!("{}/{}", s["flows"], s["flow_capacity"]))
-            .collect();
-        ensure!(
-            t0.elapsed() < FILL_LIMIT,
-            "the flow tables did not fill in {} s: {}",
-            FILL_LIMIT.as_secs(),
-            held.join(", ")
-        );
+        let held: Vec<String> = stats.iter().map(|s| format!("{}/{}", s["flows"], s["flow_capacity"])).collect();
+        ensure!(t0.elapsed() < FILL_LIMIT, "the flow tables did not fill in {} s: {}", FILL_LIMIT.as_secs(), held.join(", "));
         std::thread::sleep(Duration::from_millis(250));
     }
 }
 
 /// A flood and the checks around it; the step's text.
-fn flood_step(
-    bed: &TestBed,
-    legit: &Legit,
-    paced: &Paced,
-    tag: &str,
-    filling: bool,
-    source: impl FnOnce() -> Result<Source>,
-) -> Result<String> {
+fn flood_step(bed: &TestBed, legit: &Legit, paced: &Paced, tag: &str, filling: bool, source: impl FnOnce() -> Result<Source>) -> Result<String> {
     let kernel_before = kernel_rx(bed)?;
     let (before, _) = all_stats(bed)?;
     let backlog0 = losses::softnet_dropped();
@@ -573,16 +488,12 @@ fn flood_step(
         Source::Hping(c) => match c.take() {
             Some(c) => {
                 if filling {
-                    std::thread::sleep(
-                        (flood_from + Duration::from_secs(FLOOD_SECS)).saturating_sub(t0.elapsed()),
-                    );
+                    std::thread::sleep((flood_from + Duration::from_secs(FLOOD_SECS)).saturating_sub(t0.elapsed()));
                     // `timeout` hands the signal on to hping3, which prints
                     // its summary.
                     sys::signal(c.id(), "INT");
                 }
-                c.wait_with_output()
-                    .map_err(anyhow::Error::from)
-                    .and_then(|o| hping_summary(&o))
+                c.wait_with_output().map_err(anyhow::Error::from).and_then(|o| hping_summary(&o))
             }
             None => Err(anyhow::anyhow!("hping3 not started")),
         },
@@ -597,18 +508,14 @@ fn flood_step(
                             "pktgen sent {} SYNs in {:.1} s ({:.0} pps), {} refused by the port",
                             v["counters"]["tx_packets"],
                             v["duration_s"].as_f64().unwrap_or(0.0),
-                            v["counters"]["tx_packets"].as_f64().unwrap_or(0.0)
-                                / v["duration_s"].as_f64().unwrap_or(1.0),
+                            v["counters"]["tx_packets"].as_f64().unwrap_or(0.0) / v["duration_s"].as_f64().unwrap_or(1.0),
                             v["counters"]["tx_refused"]
                         ));
                     }
                 }
                 if Instant::now() > deadline {
                     p.stop();
-                    break Err(anyhow::anyhow!(
-                        "pktgen did not report: {}",
-                        sys::tail(log, 10)
-                    ));
+                    break Err(anyhow::anyhow!("pktgen did not report: {}", sys::tail(log, 10)));
                 }
                 std::thread::sleep(Duration::from_millis(200));
             }
@@ -642,12 +549,7 @@ fn flood_step(
     let backlog = losses::softnet_dropped().saturating_sub(backlog0);
     // The paced download's own frames met a loss: the losses on its path,
     // and any in the machine's input backlog (which has no port).
-    let mut paced_met: Vec<String> = paced
-        .path
-        .met(&overrun)
-        .iter()
-        .map(|l| l.to_string())
-        .collect();
+    let mut paced_met: Vec<String> = paced.path.met(&overrun).iter().map(|l| l.to_string()).collect();
     if backlog > 0 {
         paced_met.push(format!("kernel backlog drops +{backlog}"));
     }
@@ -655,9 +557,7 @@ fn flood_step(
     let resumed = paced.resumed_after(p1);
     let _ = std::fs::write(
         bed.run_dir.join(format!("flood-kinds-{tag}-stats.json")),
-        serde_json::to_string_pretty(
-            &serde_json::json!({ "before": before, "after": after_stats }),
-        )?,
+        serde_json::to_string_pretty(&serde_json::json!({ "before": before, "after": after_stats }))?,
     );
     // The figures, whatever failed; then every check, the first failure
     // first, with the figures.
@@ -744,28 +644,15 @@ fn flood_step(
     .map_err(|e| e.context(format!("figures: {figures}")))?;
     let mut waived = Vec::new();
     if !overrun.is_empty() {
-        waived.push(
-            "connect bound during the flood not applied: receive rings overran (counted)"
-                .to_string(),
-        );
+        waived.push("connect bound during the flood not applied: receive rings overran (counted)".to_string());
     }
     if !wake.is_empty() {
-        waived.push(format!(
-            "connect bound right after it not applied: rings still overrunning then ({})",
-            losses::listed(&wake)
-        ));
+        waived.push(format!("connect bound right after it not applied: rings still overrunning then ({})", losses::listed(&wake)));
     }
     if !paced_met.is_empty() {
-        waived.push(format!(
-            "paced progress during the flood not judged: its path lost frames ({})",
-            paced_met.join(", ")
-        ));
+        waived.push(format!("paced progress during the flood not judged: its path lost frames ({})", paced_met.join(", ")));
     }
-    Ok(if waived.is_empty() {
-        figures
-    } else {
-        format!("{figures}; WAIVED: {}", waived.join("; "))
-    })
+    Ok(if waived.is_empty() { figures } else { format!("{figures}; WAIVED: {}", waived.join("; ")) })
 }
 
 /// Each member's af_packet ports as the kernel counts them: (kernel
@@ -775,31 +662,13 @@ fn flood_step(
 fn kernel_rx(bed: &TestBed) -> Result<Vec<Vec<(String, u64)>>> {
     let mut out = Vec::new();
     for k in 1..=NODES {
-        let s = bed
-            .show(k, "stats")
-            .with_context(|| format!("n{k}'s management socket"))?;
-        let ifaces: Vec<&str> = s["ports"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|p| p["kernel_interface"].as_str())
-            .collect();
-        let paths: Vec<String> = ifaces
-            .iter()
-            .map(|i| format!("/sys/class/net/{i}/statistics/rx_packets"))
-            .collect();
+        let s = bed.show(k, "stats").with_context(|| format!("n{k}'s management socket"))?;
+        let ifaces: Vec<&str> = s["ports"].as_array().into_iter().flatten().filter_map(|p| p["kernel_interface"].as_str()).collect();
+        let paths: Vec<String> = ifaces.iter().map(|i| format!("/sys/class/net/{i}/statistics/rx_packets")).collect();
         // One `cat` for all of a member's ports: close together in time.
         let text = sys::ns_run(&format!("cfw-n{k}"), "cat", &paths)?;
-        let counts: Vec<u64> = text
-            .split_whitespace()
-            .map(|n| n.parse().with_context(|| format!("n{k}: {text:?}")))
-            .collect::<Result<_>>()?;
-        ensure!(
-            counts.len() == ifaces.len(),
-            "n{k}: {} counts for {} interfaces",
-            counts.len(),
-            ifaces.len()
-        );
+        let counts: Vec<u64> = text.split_whitespace().map(|n| n.parse().with_context(|| format!("n{k}: {text:?}"))).collect::<Result<_>>()?;
+        ensure!(counts.len() == ifaces.len(), "n{k}: {} counts for {} interfaces", counts.len(), ifaces.len());
         out.push(ifaces.iter().map(|i| i.to_string()).zip(counts).collect());
     }
     Ok(out)
@@ -811,19 +680,9 @@ fn kernel_rx(bed: &TestBed) -> Result<Vec<Vec<(String, u64)>>> {
 /// what it counted as lost at its rings (`rx_ring_drops`), beyond a
 /// slack for frames that arrived between the readings: `n1 n1-in: kernel
 /// +N, read +R, ring drops +D`. Empty when every frame is accounted for.
-fn unaccounted(
-    before: &[Value],
-    after: &[Value],
-    kernel_before: &[Vec<(String, u64)>],
-    kernel_after: &[Vec<(String, u64)>],
-) -> Vec<String> {
+fn unaccounted(before: &[Value], after: &[Value], kernel_before: &[Vec<(String, u64)>], kernel_after: &[Vec<(String, u64)>]) -> Vec<String> {
     let mut bad = Vec::new();
-    for (k, ((b, a), (kb, ka))) in before
-        .iter()
-        .zip(after)
-        .zip(kernel_before.iter().zip(kernel_after))
-        .enumerate()
-    {
+    for (k, ((b, a), (kb, ka))) in before.iter().zip(after).zip(kernel_before.iter().zip(kernel_after)).enumerate() {
         for (iface, k1) in ka {
             let k0 = kb.iter().find(|(i, _)| i == iface).map_or(0, |x| x.1);
             let port = |v: &Value, key: &str| -> u64 {
@@ -842,10 +701,7 @@ fn unaccounted(
             // backlog after a flood) and frames still in a ring.
             let slack = 256 + kernel / 200;
             if kernel.abs_diff(read + drops) > slack {
-                bad.push(format!(
-                    "n{} {iface}: kernel +{kernel}, read +{read}, ring drops +{drops}",
-                    k + 1
-                ));
+                bad.push(format!("n{} {iface}: kernel +{kernel}, read +{read}, ring drops +{drops}", k + 1));
             }
         }
     }
@@ -866,10 +722,7 @@ fn rx_grown(before: &[Value], after: &[Value]) -> String {
             if name == "ccl" {
                 continue;
             }
-            let d = p["rx_packets"]
-                .as_u64()
-                .unwrap_or(0)
-                .saturating_sub(b["ports"][i]["rx_packets"].as_u64().unwrap_or(0));
+            let d = p["rx_packets"].as_u64().unwrap_or(0).saturating_sub(b["ports"][i]["rx_packets"].as_u64().unwrap_or(0));
             parts.push(format!("n{} {name} {d}", k + 1));
         }
     }
@@ -880,11 +733,7 @@ fn rx_grown(before: &[Value], after: &[Value]) -> String {
 /// `PERMIT_RULE` and `SYN_TIMEOUT`) and every node runs that policy.
 fn publish(bed: &TestBed) -> Result<String> {
     for k in 1..=NODES {
-        harness::edit_file(
-            &bed.run_dir.join(format!("n{k}.yaml")),
-            "  tcp-syn: 30\n",
-            SYN_TIMEOUT,
-        )?;
+        harness::edit_file(&bed.run_dir.join(format!("n{k}.yaml")), "  tcp-syn: 30\n", SYN_TIMEOUT)?;
     }
     harness::publish_rule(bed, NODES, PERMIT_RULE, |_| true)
 }
@@ -896,15 +745,9 @@ fn publish(bed: &TestBed) -> Result<String> {
 // `rx_ring_drops` (docs/flood.md, "On the test bed").
 #[test]
 fn floods_of_every_kind_leave_the_cluster_up_and_connections_working() {
-    assert!(
-        sys::is_root(),
-        "the flood test bed test needs root (network namespaces, veths)"
-    );
+    assert!(sys::is_root(), "the flood test bed test needs root (network namespaces, veths)");
     for tool in ["curl", "hping3"] {
-        assert!(
-            sys::have(tool),
-            "{tool} is not installed (scripts/setup.sh installs it)"
-        );
+        assert!(sys::have(tool), "{tool} is not installed (scripts/setup.sh installs it)");
     }
     // The product's membership timers (1 s heartbeats, 3 s hold time), not
     // the bed's fast 100/300 ms: this test is about the defaults, and on
@@ -917,30 +760,15 @@ fn floods_of_every_kind_leave_the_cluster_up_and_connections_working() {
     };
     let bed = TestBed::up_with(NODES, "/tmp/cfw-testbed-flood-kinds", shape).expect("bed up");
     let pktgen = bed.bin_dir.join("clusterfw-pktgen");
-    assert!(
-        pktgen.exists(),
-        "{} is not built (cargo build --release --workspace --bins)",
-        pktgen.display()
-    );
+    assert!(pktgen.exists(), "{} is not built (cargo build --release --workspace --bins)", pktgen.display());
     let run = bed.run_dir.clone();
-    let (out_www, out_want, _server) =
-        harness::served_file(&run, "flood-kinds-out", OUTSIDE, SERVER, 8080, BYTES)
-            .expect("server outside");
-    let (in_www, in_want, _published) =
-        harness::served_file(&run, "flood-kinds-in", INSIDE, PUBLISHED, 8080, BYTES)
-            .expect("server inside");
-    let paced_want =
-        harness::random_file(&out_www.0.join("paced.bin"), PACED_BYTES).expect("paced file");
-    let legit = Legit {
-        out_dir: &out_www.0,
-        out_want: &out_want,
-        in_dir: &in_www.0,
-        in_want: &in_want,
-    };
+    let (out_www, out_want, _server) = harness::served_file(&run, "flood-kinds-out", OUTSIDE, SERVER, 8080, BYTES).expect("server outside");
+    let (in_www, in_want, _published) = harness::served_file(&run, "flood-kinds-in", INSIDE, PUBLISHED, 8080, BYTES).expect("server inside");
+    let paced_want = harness::random_file(&out_www.0.join("paced.bin"), PACED_BYTES).expect("paced file");
+    let legit = Legit { out_dir: &out_www.0, out_want: &out_want, in_dir: &in_www.0, in_want: &in_want };
     let mut steps = Steps::default();
     for (ns, a) in [(INSIDE, LEGIT_IN), (OUTSIDE, LEGIT_OUT)] {
-        sys::ip(ns, &["addr", "add", &format!("{a}/24"), "dev", "eth0"])
-            .expect("legitimate client's address");
+        sys::ip(ns, &["addr", "add", &format!("{a}/24"), "dev", "eth0"]).expect("legitimate client's address");
     }
 
     // (0) the published host, the paced download.
@@ -949,11 +777,7 @@ fn floods_of_every_kind_leave_the_cluster_up_and_connections_working() {
         (|| {
             let p = publish(&bed)?;
             let (a, b) = legit.check("before")?;
-            Ok(format!(
-                "{p}; connected in {:.0} ms inside->server, {:.0} ms outside->published",
-                a * 1e3,
-                b * 1e3
-            ))
+            Ok(format!("{p}; connected in {:.0} ms inside->server, {:.0} ms outside->published", a * 1e3, b * 1e3))
         })(),
     );
     let paced_out = out_www.0.join("paced-got.bin");
@@ -985,19 +809,10 @@ fn floods_of_every_kind_leave_the_cluster_up_and_connections_working() {
     for (i, f) in floods().iter().enumerate() {
         let r = flood_step(&bed, &legit, &paced, &format!("f{i}"), f.fill, || {
             // A filling flood runs until the tables are full, then stops.
-            let secs = if f.fill {
-                (FILL_LIMIT.as_secs() + FLOOD_SECS + 10).to_string()
-            } else {
-                secs.clone()
-            };
+            let secs = if f.fill { (FILL_LIMIT.as_secs() + FLOOD_SECS + 10).to_string() } else { secs.clone() };
             let mut args = vec!["-s", "INT", &secs, "hping3", "-q", "--flood"];
             args.extend(f.args.iter().map(String::as_str));
-            let child = sys::ns_command(f.ns, "timeout")
-                .args(&args)
-                .stdin(Stdio::null())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()?;
+            let child = sys::ns_command(f.ns, "timeout").args(&args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()?;
             Ok(Source::Hping(Some(child)))
         });
         steps.step(&format!("(1.{}) {}", i + 1, f.name), r);
@@ -1051,10 +866,7 @@ fn floods_of_every_kind_leave_the_cluster_up_and_connections_working() {
         Ok(Source::Pktgen(p, log))
     });
     let _ = std::fs::remove_dir_all(Path::new("/var/run/dpdk").join(PKTGEN_PREFIX));
-    steps.step(
-        "(2) clusterfw-pktgen --mode synflood --rand-source from inside",
-        r,
-    );
+    steps.step("(2) clusterfw-pktgen --mode synflood --rand-source from inside", r);
 
     // (3) the established transfer, through everything.
     steps.step(
@@ -1065,19 +877,12 @@ fn floods_of_every_kind_leave_the_cluster_up_and_connections_working() {
             std::fs::write(&stop, b"")?;
             let t = Instant::now();
             while !std::fs::read_to_string(&paced_log).is_ok_and(|s| s.contains("done")) {
-                ensure!(
-                    t.elapsed() < Duration::from_secs(60),
-                    "the paced download did not finish: {}",
-                    sys::tail(&paced_log, 3)
-                );
+                ensure!(t.elapsed() < Duration::from_secs(60), "the paced download did not finish: {}", sys::tail(&paced_log, 3));
                 std::thread::sleep(Duration::from_millis(200));
             }
             p.stop();
             let sum = harness::sha256(&paced_out)?;
-            ensure!(
-                sum == paced_want,
-                "paced download: sha256 {sum}, served {paced_want}"
-            );
+            ensure!(sum == paced_want, "paced download: sha256 {sum}, served {paced_want}");
             Ok(format!(
                 "{} KiB read at {} KiB/s through the floods, the rest in {:.1} s; sha256 matches",
                 got >> 10,

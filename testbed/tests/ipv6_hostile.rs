@@ -136,62 +136,14 @@ struct Kind {
 }
 
 const KINDS: &[Kind] = &[
-    Kind {
-        name: "rh0",
-        label: 0xcf601,
-        drops: &[("ipv6-routing-type0", 1, false)],
-        ipv6: &[],
-        reasm: &[],
-    },
-    Kind {
-        name: "chain100",
-        label: 0xcf602,
-        drops: &[("ipv6-malformed", 1, false)],
-        ipv6: &[],
-        reasm: &[],
-    },
-    Kind {
-        name: "hop-limit",
-        label: 0xcf603,
-        drops: &[("ttl-exceeded", 2, false)],
-        ipv6: &[],
-        reasm: &[],
-    },
-    Kind {
-        name: "payload-long",
-        label: 0xcf604,
-        drops: &[("ipv6-truncated", 1, false)],
-        ipv6: &[],
-        reasm: &[],
-    },
-    Kind {
-        name: "payload-short",
-        label: 0xcf605,
-        drops: &[("l4-truncated", 1, false)],
-        ipv6: &[],
-        reasm: &[],
-    },
-    Kind {
-        name: "overlap",
-        label: 0xcf606,
-        drops: &[("frag-overlap", 1, false)],
-        ipv6: &[],
-        reasm: &[("frag-overlap", 2)],
-    },
-    Kind {
-        name: "tiny-first",
-        label: 0xcf607,
-        drops: &[("frag-tiny-first", 1, false)],
-        ipv6: &[],
-        reasm: &[],
-    },
-    Kind {
-        name: "ns-foreign",
-        label: 0xcf608,
-        drops: &[("nd-invalid", 1, false)],
-        ipv6: &[("nd_invalid", 1)],
-        reasm: &[],
-    },
+    Kind { name: "rh0", label: 0xcf601, drops: &[("ipv6-routing-type0", 1, false)], ipv6: &[], reasm: &[] },
+    Kind { name: "chain100", label: 0xcf602, drops: &[("ipv6-malformed", 1, false)], ipv6: &[], reasm: &[] },
+    Kind { name: "hop-limit", label: 0xcf603, drops: &[("ttl-exceeded", 2, false)], ipv6: &[], reasm: &[] },
+    Kind { name: "payload-long", label: 0xcf604, drops: &[("ipv6-truncated", 1, false)], ipv6: &[], reasm: &[] },
+    Kind { name: "payload-short", label: 0xcf605, drops: &[("l4-truncated", 1, false)], ipv6: &[], reasm: &[] },
+    Kind { name: "overlap", label: 0xcf606, drops: &[("frag-overlap", 1, false)], ipv6: &[], reasm: &[("frag-overlap", 2)] },
+    Kind { name: "tiny-first", label: 0xcf607, drops: &[("frag-tiny-first", 1, false)], ipv6: &[], reasm: &[] },
+    Kind { name: "ns-foreign", label: 0xcf608, drops: &[("nd-invalid", 1, false)], ipv6: &[("nd_invalid", 1)], reasm: &[] },
     Kind {
         name: "na-unsolicited",
         label: 0xcf609,
@@ -277,31 +229,19 @@ fn hostile(c: &Ctx, k: &Kind) -> Result<String> {
     // Expected rises, as (what, path in show stats, want, at least).
     let mut want: Vec<(String, Vec<&str>, u64, bool)> = Vec::new();
     for (r, per, at_least) in k.drops {
-        want.push((
-            format!("drops {r}"),
-            vec!["drops", r],
-            per * COUNT,
-            *at_least,
-        ));
+        want.push((format!("drops {r}"), vec!["drops", r], per * COUNT, *at_least));
     }
     for (n, per) in k.ipv6 {
         want.push((format!("ipv6.{n}"), vec!["ipv6", n], per * COUNT, false));
     }
     for (r, per) in k.reasm {
-        want.push((
-            format!("fragments.reasm_drops.{r}"),
-            vec!["fragments", "reasm_drops", r],
-            per * COUNT,
-            false,
-        ));
+        want.push((format!("fragments.reasm_drops.{r}"), vec!["fragments", "reasm_drops", r], per * COUNT, false));
     }
     let deadline = Instant::now() + Duration::from_secs(3);
     let mut after;
     loop {
         after = c.stats()?;
-        let done = want
-            .iter()
-            .all(|(_, p, n, _)| count_at(&after, p).saturating_sub(count_at(&before, p)) >= *n);
+        let done = want.iter().all(|(_, p, n, _)| count_at(&after, p).saturating_sub(count_at(&before, p)) >= *n);
         if done || Instant::now() > deadline {
             break;
         }
@@ -315,22 +255,14 @@ fn hostile(c: &Ctx, k: &Kind) -> Result<String> {
     for (what, p, n, at_least) in &want {
         let d = count_at(&after, p).saturating_sub(count_at(&before, p));
         let ok = if *at_least { d >= *n } else { d == *n };
-        let line = format!(
-            "{what} +{d} (want {}{n})",
-            if *at_least { ">= " } else { "" }
-        );
+        let line = format!("{what} +{d} (want {}{n})", if *at_least { ">= " } else { "" });
         if ok {
             good.push(line);
         } else {
             bad.push(line);
         }
     }
-    ensure!(
-        bad.is_empty(),
-        "sent {sent}; {}; every drop that moved: {}",
-        bad.join(", "),
-        moved(&before, &after)
-    );
+    ensure!(bad.is_empty(), "sent {sent}; {}; every drop that moved: {}", bad.join(", "), moved(&before, &after));
     Ok(format!("sent {sent}; {}", good.join(", ")))
 }
 
@@ -349,18 +281,7 @@ fn start_capture(run_dir: &Path) -> Result<(Background, PathBuf)> {
         // for up to tcpdump's 1 s buffer timeout, and one that arrived
         // just before the stop is counted "received by filter" but never
         // written.
-        &[
-            "-i",
-            "eth0",
-            "-Q",
-            "in",
-            "-nn",
-            "-U",
-            "--immediate-mode",
-            "-w",
-            &pcap.to_string_lossy(),
-            &filter,
-        ],
+        &["-i", "eth0", "-Q", "in", "-nn", "-U", "--immediate-mode", "-w", &pcap.to_string_lossy(), &filter],
         &log,
     )?;
     harness::wait_log(&log, "listening on", "tcpdump")?;
@@ -374,10 +295,7 @@ fn captured_labels(pcap: &Path) -> Result<BTreeMap<u32, usize>> {
     let mut m = BTreeMap::new();
     for l in out.lines() {
         if let Some(i) = l.find("flowlabel 0x") {
-            let hex: String = l[i + 12..]
-                .chars()
-                .take_while(|c| c.is_ascii_hexdigit())
-                .collect();
+            let hex: String = l[i + 12..].chars().take_while(|c| c.is_ascii_hexdigit()).collect();
             if let Ok(v) = u32::from_str_radix(&hex, 16) {
                 *m.entry(v).or_default() += 1;
             }
@@ -397,24 +315,14 @@ fn step_capture(c: &Ctx, cap: &mut Option<(Background, PathBuf)>) -> Result<Stri
     sys::ns_run(INSIDE, harness::python(), &["-c", &opener])?;
     let sent = c.send("control", CONTROL_LABEL, 1)?;
     std::thread::sleep(Duration::from_millis(1000));
-    let Some((mut proc, pcap)) = cap.take() else {
-        bail!("no capture was started")
-    };
+    let Some((mut proc, pcap)) = cap.take() else { bail!("no capture was started") };
     proc.stop();
     let labels = captured_labels(&pcap)?;
     let hostile: Vec<String> = KINDS
         .iter()
-        .filter_map(|k| {
-            labels
-                .get(&k.label)
-                .map(|n| format!("{} ({n} frames, label {:#x})", k.name, k.label))
-        })
+        .filter_map(|k| labels.get(&k.label).map(|n| format!("{} ({n} frames, label {:#x})", k.name, k.label)))
         .collect();
-    ensure!(
-        hostile.is_empty(),
-        "hostile frames reached the inside host: {}",
-        hostile.join(", ")
-    );
+    ensure!(hostile.is_empty(), "hostile frames reached the inside host: {}", hostile.join(", "));
     let control = labels.get(&CONTROL_LABEL).copied().unwrap_or(0);
     ensure!(control >= 1, "the control datagram ({sent}) did not reach the inside host: the capture shows nothing (labels seen: {labels:x?})");
     let total: usize = labels.values().sum();
@@ -434,46 +342,24 @@ fn step_nd_learnt_nothing(c: &Ctx) -> Result<String> {
     for host in [INSIDE6, OUTSIDE6] {
         ensure!(ips.contains(&host), "show nd does not list {host}: {nd}");
     }
-    Ok(format!(
-        "show nd: {ips:?}, none of the advertised or solicited foreign targets"
-    ))
+    Ok(format!("show nd: {ips:?}, none of the advertised or solicited foreign targets"))
 }
 
 fn step_still_forwards(c: &Ctx) -> Result<String> {
     let before = count_at(&c.stats()?, &["ipv6", "forwarded"]);
     let www = TempDir::new(&c.bed.run_dir, "ipv6-hostile-www")?;
     let want = harness::random_file(&www.0.join("random.bin"), 2 << 20)?;
-    let _server = harness::http_server(
-        &c.bed.run_dir,
-        "ipv6-hostile",
-        OUTSIDE,
-        OUTSIDE6,
-        8086,
-        &www.0,
-    )?;
+    let _server = harness::http_server(&c.bed.run_dir, "ipv6-hostile", OUTSIDE, OUTSIDE6, 8086, &www.0)?;
     let got = www.0.join("got.bin");
     sys::ns_run(
         INSIDE,
         "curl",
-        &[
-            "-6",
-            "-g",
-            "-sS",
-            "--fail",
-            "--max-time",
-            "60",
-            "-o",
-            &got.to_string_lossy(),
-            &format!("http://[{OUTSIDE6}]:8086/random.bin"),
-        ],
+        &["-6", "-g", "-sS", "--fail", "--max-time", "60", "-o", &got.to_string_lossy(), &format!("http://[{OUTSIDE6}]:8086/random.bin")],
     )?;
     let sum = harness::sha256(&got)?;
     ensure!(sum == want, "sha256 {sum}, served {want}");
     let after = count_at(&c.stats()?, &["ipv6", "forwarded"]);
-    ensure!(
-        after > before + 1000,
-        "ipv6.forwarded {before} -> {after}: the download did not go through the node's IPv6 path"
-    );
+    ensure!(after > before + 1000, "ipv6.forwarded {before} -> {after}: the download did not go through the node's IPv6 path");
     Ok(format!("2 MiB curl -6 download inside->outside, sha256 matches; ipv6.forwarded {before} -> {after}"))
 }
 
@@ -481,56 +367,21 @@ fn step_still_forwards(c: &Ctx) -> Result<String> {
 /// neighbour cache after a ping -6 of the node (which also checks that
 /// the node answers over IPv6).
 fn node_mac() -> Result<String> {
-    sys::ns_run(
-        OUTSIDE,
-        "ping",
-        &["-6", "-c", "2", "-W", "2", single_addr6::OUTSIDE_NODE],
-    )?;
+    sys::ns_run(OUTSIDE, "ping", &["-6", "-c", "2", "-W", "2", single_addr6::OUTSIDE_NODE])?;
     sys::ns_run(INSIDE, "ping", &["-6", "-c", "2", "-W", "2", OUTSIDE6])?;
-    let out = sys::ip(
-        OUTSIDE,
-        &[
-            "-6",
-            "neigh",
-            "show",
-            single_addr6::OUTSIDE_NODE,
-            "dev",
-            "eth0",
-        ],
-    )?;
-    let mac = out
-        .split_whitespace()
-        .skip_while(|w| *w != "lladdr")
-        .nth(1)
-        .map(str::to_string);
-    mac.with_context(|| {
-        format!(
-            "the outside host has no MAC for {}: {out}",
-            single_addr6::OUTSIDE_NODE
-        )
-    })
+    let out = sys::ip(OUTSIDE, &["-6", "neigh", "show", single_addr6::OUTSIDE_NODE, "dev", "eth0"])?;
+    let mac = out.split_whitespace().skip_while(|w| *w != "lladdr").nth(1).map(str::to_string);
+    mac.with_context(|| format!("the outside host has no MAC for {}: {out}", single_addr6::OUTSIDE_NODE))
 }
 
 #[test]
 fn hostile_ipv6_is_dropped_counted_and_kept_out() {
-    assert!(
-        sys::is_root(),
-        "the test bed test needs root (network namespaces, veths); run scripts/test.sh as root"
-    );
-    let bed = TestBed::up_with(
-        1,
-        "/tmp/cfw-testbed-ipv6-hostile",
-        harness::Shape::default(),
-    )
-    .expect("test bed up");
+    assert!(sys::is_root(), "the test bed test needs root (network namespaces, veths); run scripts/test.sh as root");
+    let bed = TestBed::up_with(1, "/tmp/cfw-testbed-ipv6-hostile", harness::Shape::default()).expect("test bed up");
     let node_mac = node_mac().expect("the node's MAC on the outside link");
     let script = bed.run_dir.join("ipv6-hostile-send.py");
     std::fs::write(&script, SEND).expect("sender script");
-    let c = Ctx {
-        bed: &bed,
-        script,
-        node_mac,
-    };
+    let c = Ctx { bed: &bed, script, node_mac };
     eprintln!("node n1's outside MAC {}", c.node_mac);
     let mut steps = Steps::default();
     let mut cap = match start_capture(&bed.run_dir) {
@@ -543,14 +394,8 @@ fn hostile_ipv6_is_dropped_counted_and_kept_out() {
     for k in KINDS {
         steps.step(&format!("{} dropped and counted", k.name), hostile(&c, k));
     }
-    steps.step(
-        "nothing hostile reached the inside host (the control did)",
-        step_capture(&c, &mut cap),
-    );
-    steps.step(
-        "the neighbour cache learnt nothing from the hostile ND",
-        step_nd_learnt_nothing(&c),
-    );
+    steps.step("nothing hostile reached the inside host (the control did)", step_capture(&c, &mut cap));
+    steps.step("the neighbour cache learnt nothing from the hostile ND", step_nd_learnt_nothing(&c));
     steps.step("the node still forwards IPv6", step_still_forwards(&c));
     if let Ok(s) = c.stats() {
         eprintln!("node drops after the set: {:?}", drops(&s));

@@ -37,68 +37,34 @@ const LIMIT: u64 = 60;
 /// The client's row of node `k`'s `show limits`: (local embryonic,
 /// estimate embryonic).
 fn client_row(v: &Value) -> (u64, u64) {
-    let row = v["clients"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|c| c["client"] == CLIENT && c["class"] == "global");
-    row.map_or((0, 0), |c| {
-        (
-            c["local"]["embryonic"].as_u64().unwrap_or(0),
-            c["estimate"]["embryonic"].as_u64().unwrap_or(0),
-        )
-    })
+    let row = v["clients"].as_array().into_iter().flatten().find(|c| c["client"] == CLIENT && c["class"] == "global");
+    row.map_or((0, 0), |c| (c["local"]["embryonic"].as_u64().unwrap_or(0), c["estimate"]["embryonic"].as_u64().unwrap_or(0)))
 }
 
 fn reload_limits(bed: &TestBed) -> Result<String> {
-    let control = bed.show(1, "cluster")?["control_node"]
-        .as_u64()
-        .context("no control node")? as usize;
+    let control = bed.show(1, "cluster")?["control_node"].as_u64().context("no control node")? as usize;
     let limits = format!("access-rules: []\nlimits:\n  per-client-embryonic-max: {LIMIT}\n");
-    harness::edit_file(
-        &bed.run_dir.join(format!("n{control}.yaml")),
-        "access-rules: []\n",
-        &limits,
-    )?;
+    harness::edit_file(&bed.run_dir.join(format!("n{control}.yaml")), "access-rules: []\n", &limits)?;
     let r = bed::ctl_reload(&bed.bin_dir, &bed.socket(control))?;
-    let version = r["running"]["version"]
-        .as_u64()
-        .context("reload answered no version")?;
+    let version = r["running"]["version"].as_u64().context("reload answered no version")?;
     let t0 = Instant::now();
     loop {
         let running = (1..=NODES).all(|k| {
-            bed.show(k, "limits").is_ok_and(|v| {
-                v["classes"][0]["limits"]["per_client_embryonic_max"].as_u64() == Some(LIMIT)
-            })
+            bed.show(k, "limits").is_ok_and(|v| v["classes"][0]["limits"]["per_client_embryonic_max"].as_u64() == Some(LIMIT))
         });
         if running {
-            return Ok(format!(
-                "n{control} reloaded (v{version}); every member runs the limit after {} ms",
-                t0.elapsed().as_millis()
-            ));
+            return Ok(format!("n{control} reloaded (v{version}); every member runs the limit after {} ms", t0.elapsed().as_millis()));
         }
-        ensure!(
-            t0.elapsed() < Duration::from_secs(10),
-            "not every member runs the limit after 10 s"
-        );
+        ensure!(t0.elapsed() < Duration::from_secs(10), "not every member runs the limit after 10 s");
         std::thread::sleep(Duration::from_millis(100));
     }
 }
 
 #[test]
 fn a_per_client_embryonic_limit_holds_across_three_nodes() {
-    assert!(
-        sys::is_root(),
-        "the limits test bed test needs root (network namespaces, veths)"
-    );
-    assert!(
-        sys::have("hping3"),
-        "hping3 is not installed (scripts/setup.sh installs it)"
-    );
-    let shape = Shape {
-        workers: harness::bed_workers(),
-        ..Shape::default()
-    };
+    assert!(sys::is_root(), "the limits test bed test needs root (network namespaces, veths)");
+    assert!(sys::have("hping3"), "hping3 is not installed (scripts/setup.sh installs it)");
+    let shape = Shape { workers: harness::bed_workers(), ..Shape::default() };
     let bed = TestBed::up_with(NODES, "/tmp/cfw-testbed-limits", shape).expect("bed up");
     let run = bed.run_dir.clone();
     let mut steps = Steps::default();
@@ -120,39 +86,26 @@ fn a_per_client_embryonic_limit_holds_across_three_nodes() {
         let (mut peak, mut samples, mut worst_est) = (0u64, 0, 0u64);
         let mut last = Vec::new();
         while t0.elapsed() < Duration::from_secs(6) {
-            let rows: Vec<(u64, u64)> = (1..=NODES)
-                .map(|k| bed.show(k, "limits").map(|v| client_row(&v)))
-                .collect::<Result<_>>()?;
+            let rows: Vec<(u64, u64)> = (1..=NODES).map(|k| bed.show(k, "limits").map(|v| client_row(&v))).collect::<Result<_>>()?;
             let truth: u64 = rows.iter().map(|r| r.0).sum();
             peak = peak.max(truth);
             samples += 1;
             if t0.elapsed() > Duration::from_secs(4) {
                 // Settled: every member's estimate against the truth.
-                worst_est =
-                    worst_est.max(rows.iter().map(|r| r.1.abs_diff(truth)).max().unwrap_or(0));
+                worst_est = worst_est.max(rows.iter().map(|r| r.1.abs_diff(truth)).max().unwrap_or(0));
             }
             last = rows;
             std::thread::sleep(Duration::from_millis(200));
         }
         let out = flood.wait_with_output()?;
-        let sent = String::from_utf8_lossy(&out.stdout).to_string()
-            + &String::from_utf8_lossy(&out.stderr);
-        let line = sent
-            .lines()
-            .find(|l| l.contains("packets transmitted"))
-            .unwrap_or("?")
-            .trim()
-            .to_string();
+        let sent = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+        let line = sent.lines().find(|l| l.contains("packets transmitted")).unwrap_or("?").trim().to_string();
         let mut refused = Vec::new();
         let mut created = 0;
         let mut drops: std::collections::BTreeMap<String, u64> = Default::default();
         for k in 1..=NODES {
             let s = bed.show(k, "stats")?;
-            refused.push(
-                s["drops"]["per-client-embryonic-limit"]
-                    .as_u64()
-                    .unwrap_or(0),
-            );
+            refused.push(s["drops"]["per-client-embryonic-limit"].as_u64().unwrap_or(0));
             created += s["flows_created"].as_u64().unwrap_or(0);
             for (r, n) in s["drops"].as_object().into_iter().flatten() {
                 *drops.entry(r.clone()).or_default() += n.as_u64().unwrap_or(0);
@@ -160,22 +113,10 @@ fn a_per_client_embryonic_limit_holds_across_three_nodes() {
         }
         drops.retain(|_, n| *n > 0);
         let held: Vec<u64> = last.iter().map(|r| r.0).collect();
-        ensure!(
-            peak >= LIMIT * 9 / 10,
-            "the client never came near its limit: peak {peak} (members hold {held:?})"
-        );
-        ensure!(
-            peak <= LIMIT * 5 / 4,
-            "held at {peak} half-open connections, limit {LIMIT} (members hold {held:?})"
-        );
-        ensure!(
-            refused.iter().all(|&r| r > 0),
-            "refusals per member {refused:?}"
-        );
-        ensure!(
-            worst_est <= LIMIT / 5,
-            "a member's estimate was {worst_est} off the truth"
-        );
+        ensure!(peak >= LIMIT * 9 / 10, "the client never came near its limit: peak {peak} (members hold {held:?})");
+        ensure!(peak <= LIMIT * 5 / 4, "held at {peak} half-open connections, limit {LIMIT} (members hold {held:?})");
+        ensure!(refused.iter().all(|&r| r > 0), "refusals per member {refused:?}");
+        ensure!(worst_est <= LIMIT / 5, "a member's estimate was {worst_est} off the truth");
         Ok(format!(
             "hping3: {line}; the client's half-open connections, summed over the members' own counts every 200 ms \
              ({samples} samples): peak {peak} against the limit {LIMIT} (overshoot {}), held per member {held:?}; \
@@ -184,10 +125,7 @@ fn a_per_client_embryonic_limit_holds_across_three_nodes() {
             peak.saturating_sub(LIMIT)
         ))
     })();
-    step(
-        "(b) a client's half-open connections through all members held near the cluster-wide limit",
-        half_open,
-    );
+    step("(b) a client's half-open connections through all members held near the cluster-wide limit", half_open);
 
     step(
         "(b2) the refusals logged as limit events (one per class a second at most)",
@@ -196,22 +134,9 @@ fn a_per_client_embryonic_limit_holds_across_three_nodes() {
             let mut lines = Vec::new();
             for k in 1..=NODES {
                 let log = std::fs::read_to_string(run.join(format!("n{k}.log")))?;
-                let events: Vec<&str> = log
-                    .lines()
-                    .filter(|l| {
-                        l.contains("limits global:") && l.contains("per-client-embryonic-max")
-                    })
-                    .collect();
+                let events: Vec<&str> = log.lines().filter(|l| l.contains("limits global:") && l.contains("per-client-embryonic-max")).collect();
                 ensure!(!events.is_empty(), "n{k} logged no limit event");
-                lines.push(format!(
-                    "n{k}: {} event(s), first: {}",
-                    events.len(),
-                    events[0]
-                        .split("limits global:")
-                        .nth(1)
-                        .unwrap_or("")
-                        .trim()
-                ));
+                lines.push(format!("n{k}: {} event(s), first: {}", events.len(), events[0].split("limits global:").nth(1).unwrap_or("").trim()));
             }
             Ok(lines.join("; "))
         })(),

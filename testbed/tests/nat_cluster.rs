@@ -84,56 +84,27 @@ fn xlates(bed: &TestBed, up: &[usize]) -> Result<Vec<(usize, usize, serde_json::
 
 /// Step (h) (module essay).
 fn multi_session(bed: &TestBed, all: &[usize]) -> Result<String> {
-    let control = bed.show(1, "cluster")?["control_node"]
-        .as_u64()
-        .unwrap_or(0) as usize;
+    let control = bed.show(1, "cluster")?["control_node"].as_u64().unwrap_or(0) as usize;
     ensure!(all.contains(&control), "no control node: {control}");
     let ping = sys::ns_run(INSIDE, "ping", &["-c", "5", "-i", "0.2", "-W", "2", SERVER])?;
     ensure!(ping.contains(" 0% packet loss"), "ping: {ping}");
     // 8000-byte echoes: the replies to the pool address come back in
     // fragments, which reach the block's holder from any member.
-    let big = sys::ns_run(
-        INSIDE,
-        "ping",
-        &["-c", "3", "-i", "0.2", "-W", "2", "-s", "8000", SERVER],
-    )?;
+    let big = sys::ns_run(INSIDE, "ping", &["-c", "3", "-i", "0.2", "-W", "2", "-s", "8000", SERVER])?;
     ensure!(big.contains(" 0% packet loss"), "ping -s 8000: {big}");
-    let out = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            INSIDE,
-            "tracepath",
-            "-n",
-            "-m",
-            "8",
-            SERVER,
-        ])
-        .output()?;
+    let out = Command::new("ip").args(["netns", "exec", INSIDE, "tracepath", "-n", "-m", "8", SERVER]).output()?;
     let trace = String::from_utf8_lossy(&out.stdout).to_string();
     // Hop 2 is a node's inside address (the client's router is hop 1);
     // the destination answers ("reached"), and some hop between is the
     // outside router, behind the translation.
     let hop = |n: &str| {
-        trace
-            .lines()
-            .find(|l| l.trim_start().starts_with(&format!("{n}:")))
-            .and_then(|l| l.split_whitespace().nth(1))
+        trace.lines().find(|l| l.trim_start().starts_with(&format!("{n}:"))).and_then(|l| l.split_whitespace().nth(1))
     };
     let node_hop = hop("2").unwrap_or("");
-    ensure!(
-        (1..=NODES).any(|k| node_hop == format!("198.18.1{k}.2")),
-        "hop 2 is {node_hop:?}:\n{trace}"
-    );
-    ensure!(
-        trace.contains("reached"),
-        "tracepath did not reach the server:\n{trace}"
-    );
+    ensure!((1..=NODES).any(|k| node_hop == format!("198.18.1{k}.2")), "hop 2 is {node_hop:?}:\n{trace}");
+    ensure!(trace.contains("reached"), "tracepath did not reach the server:\n{trace}");
     let behind = hop("3").unwrap_or("");
-    ensure!(
-        !behind.is_empty() && behind != "no" && behind != SERVER,
-        "no hop behind the cluster:\n{trace}"
-    );
+    ensure!(!behind.is_empty() && behind != "no" && behind != SERVER, "no hop behind the cluster:\n{trace}");
     // Datagrams from 32 source ports (UDP other than DNS: multi-session):
     // the inside router spreads them by their ports, so some land on a
     // data node, which must send them to the control node. Ping's echoes
@@ -146,27 +117,17 @@ fn multi_session(bed: &TestBed, all: &[usize]) -> Result<String> {
     std::thread::sleep(Duration::from_millis(300));
     let x = xlates(bed, all)?;
     let multi = |v: &serde_json::Value| {
-        v["xlates"].as_array().map_or(0, |a| {
-            a.iter()
-                .filter(|x| x["sessions"] == "multi-session")
-                .count()
-        })
+        v["xlates"].as_array().map_or(0, |a| a.iter().filter(|x| x["sessions"] == "multi-session").count())
     };
     let per: Vec<(usize, usize)> = x.iter().map(|(k, _, v)| (*k, multi(v))).collect();
     ensure!(
         per.iter().all(|&(k, n)| (k == control) == (n > 0)),
         "multi-session xlates per member {per:?}, control node n{control}"
     );
-    let cl: Vec<serde_json::Value> = all
-        .iter()
-        .map(|&k| bed.show(k, "cluster"))
-        .collect::<Result<_>>()?;
+    let cl: Vec<serde_json::Value> = all.iter().map(|&k| bed.show(k, "cluster")).collect::<Result<_>>()?;
     let sent: u64 = cl.iter().map(|v| counter(v, "to_control_sent")).sum();
     let received = counter(&cl[control - 1], "to_control_received");
-    ensure!(
-        sent > 0 && received == sent,
-        "frames to the control node: sent {sent}, received {received}"
-    );
+    ensure!(sent > 0 && received == sent, "frames to the control node: sent {sent}, received {received}");
     Ok(format!(
         "ping 5/5, ping -s 8000 3/3; tracepath: node hop {node_hop}, then {behind}, reached; 32 datagrams; multi-session xlates per member {per:?} \
          (control n{control}); {sent} frames sent to the control node"
@@ -177,10 +138,7 @@ fn multi_session(bed: &TestBed, all: &[usize]) -> Result<String> {
 /// destination, bytes), addresses as `a:p`.
 fn nfdump_xlates(dir: &Path) -> Result<Vec<[String; 5]>> {
     let fmt = "fmt:%sa|%sp|%da|%dp|%xsa|%xsp|%xda|%xdp|%byt";
-    let out = sys::run(
-        "nfdump",
-        &["-R", &dir.to_string_lossy(), "-q", "-N", "-o", fmt],
-    )?;
+    let out = sys::run("nfdump", &["-R", &dir.to_string_lossy(), "-q", "-N", "-o", fmt])?;
     out.lines()
         .filter(|l| !l.trim().is_empty())
         .map(|l| {
@@ -193,40 +151,13 @@ fn nfdump_xlates(dir: &Path) -> Result<Vec<[String; 5]>> {
 }
 
 /// Step (i) (module essay).
-fn ipfix_translations(
-    bed: &TestBed,
-    nfcapd: &mut Option<Background>,
-    flows: &Path,
-    www: &Path,
-    cap_log: &Path,
-) -> Result<String> {
+fn ipfix_translations(bed: &TestBed, nfcapd: &mut Option<Background>, flows: &Path, www: &Path, cap_log: &Path) -> Result<String> {
     let url = format!("http://{SERVER}:8080/random.bin");
     let mut ports = Vec::new();
     for i in 0..3 {
-        let got = www
-            .join(format!("got-i{i}.bin"))
-            .to_string_lossy()
-            .into_owned();
-        let port = sys::ns_run(
-            INSIDE,
-            "curl",
-            &[
-                "-sS",
-                "--fail",
-                "--max-time",
-                "60",
-                "-o",
-                &got,
-                "-w",
-                "%{local_port}",
-                &url,
-            ],
-        )?;
-        ports.push(
-            port.trim()
-                .parse::<u16>()
-                .with_context(|| format!("curl's local port {port:?}"))?,
-        );
+        let got = www.join(format!("got-i{i}.bin")).to_string_lossy().into_owned();
+        let port = sys::ns_run(INSIDE, "curl", &["-sS", "--fail", "--max-time", "60", "-o", &got, "-w", "%{local_port}", &url])?;
+        ports.push(port.trim().parse::<u16>().with_context(|| format!("curl's local port {port:?}"))?);
     }
     // Their flows end (tcp-closed, 10 s on the bed) and the owners export
     // them (a flush a second).
@@ -235,25 +166,16 @@ fn ipfix_translations(
         let mut live = 0;
         for k in 1..=NODES {
             let v = bed.show(k, "conn")?;
-            live += v["connections"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter(|c| {
-                    let t = &c["tuple"];
-                    let port = |k: &str| t[k].as_u64().is_some_and(|p| ports.contains(&(p as u16)));
-                    (t["src"] == CLIENT && port("src_port"))
-                        || (t["dst"] == CLIENT && port("dst_port"))
-                })
-                .count();
+            live += v["connections"].as_array().into_iter().flatten().filter(|c| {
+                let t = &c["tuple"];
+                let port = |k: &str| t[k].as_u64().is_some_and(|p| ports.contains(&(p as u16)));
+                (t["src"] == CLIENT && port("src_port")) || (t["dst"] == CLIENT && port("dst_port"))
+            }).count();
         }
         if live == 0 {
             break;
         }
-        ensure!(
-            t0.elapsed() < Duration::from_secs(40),
-            "{live} flows of the downloads still listed after 40 s"
-        );
+        ensure!(t0.elapsed() < Duration::from_secs(40), "{live} flows of the downloads still listed after 40 s");
         std::thread::sleep(Duration::from_millis(500));
     }
     std::thread::sleep(Duration::from_millis(2500));
@@ -264,20 +186,11 @@ fn ipfix_translations(
     let mut out = Vec::new();
     for p in &ports {
         let me = format!("{CLIENT}:{p}");
-        let orig: Vec<_> = rows
-            .iter()
-            .filter(|r| r[0] == me && r[1] == format!("{SERVER}:8080"))
-            .collect();
-        ensure!(
-            !orig.is_empty(),
-            "no IPFIX record from {me} ({} rows)",
-            rows.len()
-        );
+        let orig: Vec<_> = rows.iter().filter(|r| r[0] == me && r[1] == format!("{SERVER}:8080")).collect();
+        ensure!(!orig.is_empty(), "no IPFIX record from {me} ({} rows)", rows.len());
         let mapped = orig[0][2].clone();
         ensure!(
-            orig.iter()
-                .all(|r| r[2] == mapped && r[3] == format!("{SERVER}:8080"))
-                && mapped.starts_with(&format!("{PAT_ADDR}:")),
+            orig.iter().all(|r| r[2] == mapped && r[3] == format!("{SERVER}:8080")) && mapped.starts_with(&format!("{PAT_ADDR}:")),
             "{me}: original direction's translations {orig:?}"
         );
         let mport = mapped.rsplit(':').next().unwrap_or_default();
@@ -285,129 +198,57 @@ fn ipfix_translations(
             capture.contains(&format!("{PAT_ADDR}.{mport} > {SERVER}.8080")),
             "{me} left as {mapped} by IPFIX, which the server's link never carried"
         );
-        let reply: Vec<_> = rows
-            .iter()
-            .filter(|r| r[0] == format!("{SERVER}:8080") && r[1] == mapped)
-            .collect();
-        ensure!(
-            !reply.is_empty()
-                && reply
-                    .iter()
-                    .all(|r| r[2] == format!("{SERVER}:8080") && r[3] == me),
-            "{me}: replies {reply:?}"
-        );
+        let reply: Vec<_> = rows.iter().filter(|r| r[0] == format!("{SERVER}:8080") && r[1] == mapped).collect();
+        ensure!(!reply.is_empty() && reply.iter().all(|r| r[2] == format!("{SERVER}:8080") && r[3] == me), "{me}: replies {reply:?}");
         let bytes: u64 = reply.iter().filter_map(|r| r[4].parse::<u64>().ok()).sum();
-        ensure!(
-            bytes >= BYTES,
-            "{me}: {bytes} bytes towards the client in IPFIX, the file has {BYTES}"
-        );
-        out.push(format!(
-            "{me} as {mapped} ({} + {} records, {bytes} bytes back)",
-            orig.len(),
-            reply.len()
-        ));
+        ensure!(bytes >= BYTES, "{me}: {bytes} bytes towards the client in IPFIX, the file has {BYTES}");
+        out.push(format!("{me} as {mapped} ({} + {} records, {bytes} bytes back)", orig.len(), reply.len()));
     }
-    let statics: Vec<_> = rows
-        .iter()
-        .filter(|r| r[1] == format!("{WEB_MAPPED}:80"))
-        .collect();
+    let statics: Vec<_> = rows.iter().filter(|r| r[1] == format!("{WEB_MAPPED}:80")).collect();
     ensure!(
         !statics.is_empty() && statics.iter().all(|r| r[3] == format!("{CLIENT}:8080")),
         "(c)'s connection to {WEB_MAPPED}:80: {statics:?}"
     );
-    Ok(format!(
-        "{}; {} record(s) to {WEB_MAPPED}:80 reaching {CLIENT}:8080",
-        out.join(", "),
-        statics.len()
-    ))
+    Ok(format!("{}; {} record(s) to {WEB_MAPPED}:80 reaching {CLIENT}:8080", out.join(", "), statics.len()))
 }
 
 #[test]
 fn pat_through_the_three_node_cluster() {
-    assert!(
-        sys::is_root(),
-        "the NAT test bed test needs root (network namespaces, veths)"
-    );
+    assert!(sys::is_root(), "the NAT test bed test needs root (network namespaces, veths)");
     for tool in ["curl", "iperf3", "tcpdump", "tracepath", "nfcapd", "nfdump"] {
-        assert!(
-            sys::have(tool),
-            "{tool} is not installed (scripts/test.sh installs it)"
-        );
+        assert!(sys::have(tool), "{tool} is not installed (scripts/test.sh installs it)");
     }
     let workers = harness::bed_workers();
-    let shape = Shape {
-        nat: testbed::topology::BedNat::Pat,
-        workers,
-        ..Shape::default()
-    };
+    let shape = Shape { nat: testbed::topology::BedNat::Pat, workers, ..Shape::default() };
     let bed = TestBed::up_with(NODES, "/tmp/cfw-testbed-natc", shape).expect("bed up");
     eprintln!("NAT cluster bed, {NODES} nodes, {workers} worker(s) each");
     let mut steps = Steps::default();
     let mut step = |name: &str, r: Result<String>| steps.step(name, r);
     // The server's link, captured for the whole test.
-    let (mut cap, cap_log) =
-        harness::capture_ip(&bed.run_dir, OUTSIDE, "natc-outside-tcpdump").expect("tcpdump");
+    let (mut cap, cap_log) = harness::capture_ip(&bed.run_dir, OUTSIDE, "natc-outside-tcpdump").expect("tcpdump");
     // The members' IPFIX collector, for (i).
     let flows = bed.run_dir.join("nfcapd");
     let _ = std::fs::remove_dir_all(&flows);
     std::fs::create_dir_all(&flows).expect("nfcapd dir");
-    let nfcapd_args = [
-        "-b",
-        a::COLLECTOR,
-        "-p",
-        &a::IPFIX_PORT.to_string(),
-        "-w",
-        &flows.to_string_lossy(),
-        "-t",
-        "3600",
-    ]
-    .map(String::from);
+    let nfcapd_args = ["-b", a::COLLECTOR, "-p", &a::IPFIX_PORT.to_string(), "-w", &flows.to_string_lossy(), "-t", "3600"].map(String::from);
     let nfcapd_args: Vec<&str> = nfcapd_args.iter().map(String::as_str).collect();
-    let mut nfcapd = Some(
-        Background::start(
-            "nfcapd",
-            MGMT_NAMESPACE,
-            "nfcapd",
-            &nfcapd_args,
-            &bed.run_dir.join("nfcapd.out"),
-        )
-        .expect("nfcapd"),
-    );
+    let mut nfcapd = Some(Background::start("nfcapd", MGMT_NAMESPACE, "nfcapd", &nfcapd_args, &bed.run_dir.join("nfcapd.out")).expect("nfcapd"));
 
     // One file served by the server for (a) and (e).
-    let (www, want, server) =
-        harness::served_file(&bed.run_dir, "natc", OUTSIDE, SERVER, 8080, BYTES).expect("server");
+    let (www, want, server) = harness::served_file(&bed.run_dir, "natc", OUTSIDE, SERVER, 8080, BYTES).expect("server");
     let url = format!("http://{SERVER}:8080/random.bin");
     let fetch = |tag: String, extra: &[&str]| -> Result<Child> {
         let got = www.0.join(format!("got-{tag}.bin"));
-        let mut args = vec![
-            "netns",
-            "exec",
-            INSIDE,
-            "curl",
-            "-sS",
-            "--fail",
-            "--connect-timeout",
-            "10",
-            "--max-time",
-            "60",
-        ];
+        let mut args =
+            vec!["netns", "exec", INSIDE, "curl", "-sS", "--fail", "--connect-timeout", "10", "--max-time", "60"];
         args.extend_from_slice(extra);
         let got = got.to_string_lossy().into_owned();
         args.extend_from_slice(&["-o", &got, &url]);
-        Ok(Command::new("ip")
-            .args(&args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()?)
+        Ok(Command::new("ip").args(&args).stdout(Stdio::null()).stderr(Stdio::piped()).spawn()?)
     };
     let check = |tag: String, child: Child| -> Result<()> {
         let out = child.wait_with_output()?;
-        ensure!(
-            out.status.success(),
-            "download {tag}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        ensure!(out.status.success(), "download {tag}: {}", String::from_utf8_lossy(&out.stderr));
         let sum = harness::sha256(&www.0.join(format!("got-{tag}.bin")))?;
         ensure!(sum == want, "download {tag}: sha256 {sum}, served {want}");
         Ok(())
@@ -450,40 +291,18 @@ fn pat_through_the_three_node_cluster() {
         "(d) translations on the members, return traffic to the block holders",
         (|| {
             let x = xlates(&bed, &all)?;
-            let holding = x
-                .iter()
-                .filter(|(_, n, v)| *n > 0 || counter(v, "xlates_created") > 0)
-                .count();
+            let holding = x.iter().filter(|(_, n, v)| *n > 0 || counter(v, "xlates_created") > 0).count();
             let to_holder: u64 = x.iter().map(|(_, _, v)| counter(v, "to_holder")).sum();
-            let created: Vec<u64> = x
-                .iter()
-                .map(|(_, _, v)| counter(v, "xlates_created"))
-                .collect();
-            ensure!(
-                holding >= 2,
-                "translations on one member only: created {created:?}"
-            );
-            ensure!(
-                to_holder > 0,
-                "no return traffic sent to a block holder: {x:?}"
-            );
+            let created: Vec<u64> = x.iter().map(|(_, _, v)| counter(v, "xlates_created")).collect();
+            ensure!(holding >= 2, "translations on one member only: created {created:?}");
+            ensure!(to_holder > 0, "no return traffic sent to a block holder: {x:?}");
             // The merged pool view: the members' blocks add up to the
             // pool's (512-port blocks of 1024-65535 per address, the
             // defaults), every member holding some.
             let v = bed.cluster_show(1, "nat pool")?;
-            let pat = v["pools"]
-                .as_array()
-                .and_then(|p| p.iter().find(|p| p["kind"] == "dynamic-pat"))
-                .context("no PAT pool in cluster show nat pool")?;
+            let pat = v["pools"].as_array().and_then(|p| p.iter().find(|p| p["kind"] == "dynamic-pat")).context("no PAT pool in cluster show nat pool")?;
             let want = pat["addresses"].as_u64().unwrap_or(0) * ((65_536 - 1024) / 512);
-            let shares: Vec<u64> = all
-                .iter()
-                .map(|k| {
-                    pat["nodes"][format!("n{k}")]["blocks"]
-                        .as_u64()
-                        .unwrap_or(0)
-                })
-                .collect();
+            let shares: Vec<u64> = all.iter().map(|k| pat["nodes"][format!("n{k}")]["blocks"].as_u64().unwrap_or(0)).collect();
             ensure!(
                 pat["blocks"].as_u64() == Some(want) && shares.iter().all(|&b| b > 0),
                 "cluster show nat pool: {} blocks, members' shares {shares:?} (want {want}, every member some)",
@@ -495,10 +314,7 @@ fn pat_through_the_three_node_cluster() {
             ))
         })(),
     );
-    step(
-        "(h) ping and tracepath through multi-session PAT, at the control node",
-        multi_session(&bed, &all),
-    );
+    step("(h) ping and tracepath through multi-session PAT, at the control node", multi_session(&bed, &all));
     step(
         "(i) nfdump lists translated downloads with their post-NAT addresses and ports",
         ipfix_translations(&bed, &mut nfcapd, &flows, &www.0, &cap_log),
@@ -512,23 +328,14 @@ fn pat_through_the_three_node_cluster() {
      -> Result<(usize, usize, f64)> {
         let mut children = Children(Vec::new());
         for i in 0..LIVE {
-            children
-                .0
-                .push(fetch(format!("{tag}{i}"), &["--limit-rate", "256k"])?);
+            children.0.push(fetch(format!("{tag}{i}"), &["--limit-rate", "256k"])?);
             std::thread::sleep(Duration::from_millis(50));
         }
         std::thread::sleep(KILL_AFTER);
         // The members that answer (a killed one does not).
-        let x: Vec<_> = all
-            .iter()
-            .filter_map(|&k| xlates(&bed, &[k]).ok())
-            .flatten()
-            .collect();
+        let x: Vec<_> = all.iter().filter_map(|&k| xlates(&bed, &[k]).ok()).flatten().collect();
         let node = pick(&x);
-        let held = x
-            .iter()
-            .find(|(k, _, _)| *k == node)
-            .map_or(0, |(_, n, _)| *n);
+        let held = x.iter().find(|(k, _, _)| *k == node).map_or(0, |(_, n, _)| *n);
         eprintln!("{fault:?} n{node}, which holds {held} xlates");
         let t0 = Instant::now();
         faults::apply(&bed.run_dir, &bed.bin_dir, &format!("n{node}"), fault)?;
@@ -541,11 +348,7 @@ fn pat_through_the_three_node_cluster() {
         if res.is_err() {
             // What the members made of it, for the failure's diagnosis.
             for k in &all {
-                for (topic, part) in [
-                    ("xlate", "counters"),
-                    ("cluster", "counters"),
-                    ("stats", "drops"),
-                ] {
+                for (topic, part) in [("xlate", "counters"), ("cluster", "counters"), ("stats", "drops")] {
                     if let Ok(v) = bed.show(*k, topic) {
                         eprintln!("n{k} {topic} {part}: {}", v[part]);
                     }
@@ -559,50 +362,27 @@ fn pat_through_the_three_node_cluster() {
     step(
         "(e) rate-limited downloads through PAT while a member is killed",
         (|| {
-            let most = |x: &[(usize, usize, serde_json::Value)]| {
-                x.iter().max_by_key(|(_, n, _)| *n).map_or(1, |e| e.0)
-            };
+            let most = |x: &[(usize, usize, serde_json::Value)]| x.iter().max_by_key(|(_, n, _)| *n).map_or(1, |e| e.0);
             let (node, held, took) = live("e", Fault::Kill, &most)?;
             victim = node;
             let up: Vec<usize> = all.iter().copied().filter(|&k| k != node).collect();
             let x = xlates(&bed, &up)?;
-            let adopted: u64 = x
-                .iter()
-                .map(|(_, _, v)| counter(v, "bindings_adopted"))
-                .sum();
-            let refused: u64 = x
-                .iter()
-                .map(|(_, _, v)| counter(v, "bindings_refused"))
-                .sum();
-            ensure!(
-                held == 0 || adopted > 0,
-                "n{node} held {held} xlates, none taken over: {x:?}"
-            );
+            let adopted: u64 = x.iter().map(|(_, _, v)| counter(v, "bindings_adopted")).sum();
+            let refused: u64 = x.iter().map(|(_, _, v)| counter(v, "bindings_refused")).sum();
+            ensure!(held == 0 || adopted > 0, "n{node} held {held} xlates, none taken over: {x:?}");
             ensure!(refused == 0, "bindings refused: {refused}");
             // The cluster-wide view from a survivor: one row per
             // translation naming its holders, the killed member marked.
             let v = bed.cluster_show(up[0], "xlate")?;
             let rows = v["xlates"].as_array().cloned().unwrap_or_default();
             let per_member: usize = x.iter().map(|(_, n, _)| n).sum();
-            let holders: std::collections::BTreeSet<String> = rows
-                .iter()
-                .flat_map(|r| r["nodes"].as_array().cloned().unwrap_or_default())
-                .filter_map(|n| n.as_str().map(String::from))
-                .collect();
-            ensure!(
-                v["not_answering"] == serde_json::json!([format!("n{node}")]),
-                "not answering: {}",
-                v["not_answering"]
-            );
+            let holders: std::collections::BTreeSet<String> =
+                rows.iter().flat_map(|r| r["nodes"].as_array().cloned().unwrap_or_default()).filter_map(|n| n.as_str().map(String::from)).collect();
+            ensure!(v["not_answering"] == serde_json::json!([format!("n{node}")]), "not answering: {}", v["not_answering"]);
             ensure!(
                 !rows.is_empty()
-                    && rows.iter().all(|r| r["mapped"]
-                        .as_str()
-                        .is_some_and(|m| m.starts_with(PAT_ADDR)))
-                    && rows
-                        .iter()
-                        .filter(|r| r["sessions"] == "per-session")
-                        .all(|r| r["nodes"].as_array().is_some_and(|n| n.len() == 1))
+                    && rows.iter().all(|r| r["mapped"].as_str().is_some_and(|m| m.starts_with(PAT_ADDR)))
+                    && rows.iter().filter(|r| r["sessions"] == "per-session").all(|r| r["nodes"].as_array().is_some_and(|n| n.len() == 1))
                     && !holders.contains(&format!("n{node}")),
                 "cluster show xlate from n{}: {rows:?}",
                 up[0]
@@ -622,14 +402,8 @@ fn pat_through_the_three_node_cluster() {
             ensure!(victim != 0, "no member was killed in (e)");
             let (node, _, took) = live("g", Fault::Restart, &|_| victim)?;
             let x = xlates(&bed, &all)?;
-            let returned: u64 = x
-                .iter()
-                .map(|(_, _, v)| counter(v, "bindings_returned"))
-                .sum();
-            let adopted = x
-                .iter()
-                .find(|(k, _, _)| *k == node)
-                .map_or(0, |(_, _, v)| counter(v, "bindings_adopted"));
+            let returned: u64 = x.iter().map(|(_, _, v)| counter(v, "bindings_returned")).sum();
+            let adopted = x.iter().find(|(k, _, _)| *k == node).map_or(0, |(_, _, v)| counter(v, "bindings_adopted"));
             Ok(format!(
                 "{LIVE} downloads complete with their sha256 while n{node} restarted and rejoined; {returned} \
                  connections handed back to it with their blocks ({adopted} bindings adopted there); done {took:.1} s \

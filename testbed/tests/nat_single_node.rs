@@ -51,24 +51,12 @@ fn download(
     client_ns: &str,
     url: &str,
 ) -> Result<String> {
-    harness::http_download(
-        &bed.run_dir,
-        &format!("nat-{tag}"),
-        server_ns,
-        bind,
-        port,
-        client_ns,
-        url,
-        BYTES,
-    )
+    harness::http_download(&bed.run_dir, &format!("nat-{tag}"), server_ns, bind, port, client_ns, url, BYTES)
 }
 
 fn drops(bed: &TestBed, reason: &str) -> Result<u64> {
     let s = bed.show(1, "stats")?;
-    Ok(s.get("drops")
-        .and_then(|d| d.get(reason))
-        .and_then(serde_json::Value::as_u64)
-        .unwrap_or(0))
+    Ok(s.get("drops").and_then(|d| d.get(reason)).and_then(serde_json::Value::as_u64).unwrap_or(0))
 }
 
 #[test]
@@ -82,21 +70,11 @@ fn nat_on_a_single_node_with_two_workers() {
 }
 
 fn nat_bed(workers: u16) {
-    assert!(
-        sys::is_root(),
-        "the NAT test bed test needs root (network namespaces, veths)"
-    );
+    assert!(sys::is_root(), "the NAT test bed test needs root (network namespaces, veths)");
     for tool in ["curl", "iperf3", "tcpdump"] {
-        assert!(
-            sys::have(tool),
-            "{tool} is not installed (scripts/test.sh installs it)"
-        );
+        assert!(sys::have(tool), "{tool} is not installed (scripts/test.sh installs it)");
     }
-    let shape = Shape {
-        nat: testbed::topology::BedNat::Pat,
-        workers,
-        ..Shape::default()
-    };
+    let shape = Shape { nat: testbed::topology::BedNat::Pat, workers, ..Shape::default() };
     let bed = TestBed::up_with(1, "/tmp/cfw-testbed-nat", shape).expect("bed up");
     eprintln!("NAT bed, {workers} worker(s)");
     let mut failures = Vec::new();
@@ -109,47 +87,20 @@ fn nat_bed(workers: u16) {
     };
 
     // The outside host's link, captured for the whole test.
-    let (mut cap, cap_log) =
-        harness::capture_ip(&bed.run_dir, OUTSIDE, "nat-outside-tcpdump").expect("tcpdump");
+    let (mut cap, cap_log) = harness::capture_ip(&bed.run_dir, OUTSIDE, "nat-outside-tcpdump").expect("tcpdump");
 
     step(
         "(a) HTTP inside -> outside through PAT",
-        download(
-            &bed,
-            "a",
-            OUTSIDE,
-            OUTSIDE_ADDR,
-            8080,
-            INSIDE,
-            &format!("http://{OUTSIDE_ADDR}:8080/random.bin"),
-        ),
+        download(&bed, "a", OUTSIDE, OUTSIDE_ADDR, 8080, INSIDE, &format!("http://{OUTSIDE_ADDR}:8080/random.bin")),
     );
     step(
         "(b) ping and iperf3 UDP through PAT",
         (|| {
-            let ping = sys::ns_run(
-                INSIDE,
-                "ping",
-                &["-c", "3", "-i", "0.2", "-W", "2", OUTSIDE_ADDR],
-            )?;
+            let ping = sys::ns_run(INSIDE, "ping", &["-c", "3", "-i", "0.2", "-W", "2", OUTSIDE_ADDR])?;
             ensure!(ping.contains(" 0% packet loss"), "ping: {ping}");
             // 8000-byte echoes: both ways in fragments, the replies to the
             // pool address translated piece by piece.
-            let big = sys::ns_run(
-                INSIDE,
-                "ping",
-                &[
-                    "-c",
-                    "3",
-                    "-i",
-                    "0.2",
-                    "-W",
-                    "2",
-                    "-s",
-                    "8000",
-                    OUTSIDE_ADDR,
-                ],
-            )?;
+            let big = sys::ns_run(INSIDE, "ping", &["-c", "3", "-i", "0.2", "-W", "2", "-s", "8000", OUTSIDE_ADDR])?;
             ensure!(big.contains(" 0% packet loss"), "ping -s 8000: {big}");
             let udp = harness::iperf3(&bed.run_dir, "nat-b", OUTSIDE, OUTSIDE_ADDR, INSIDE, true)?;
             Ok(format!("ping 3/3, ping -s 8000 3/3; {udp}"))
@@ -157,38 +108,17 @@ fn nat_bed(workers: u16) {
     );
     step(
         "(c) HTTP outside -> 198.51.100.80:80 (static PAT to the inside host's 8080)",
-        download(
-            &bed,
-            "c",
-            INSIDE,
-            INSIDE_ADDR,
-            8080,
-            OUTSIDE,
-            &format!("http://{WEB_MAPPED}:80/random.bin"),
-        ),
+        download(&bed, "c", INSIDE, INSIDE_ADDR, 8080, OUTSIDE, &format!("http://{WEB_MAPPED}:80/random.bin")),
     );
     step(
         "(d) outside to an unmapped port of the pool address is dropped and counted",
         (|| {
             let before = drops(&bed, "nat-no-xlate")?;
             let out = Command::new("ip")
-                .args([
-                    "netns",
-                    "exec",
-                    OUTSIDE,
-                    "curl",
-                    "-sS",
-                    "--max-time",
-                    "2",
-                    "-o",
-                    "/dev/null",
-                ])
+                .args(["netns", "exec", OUTSIDE, "curl", "-sS", "--max-time", "2", "-o", "/dev/null"])
                 .arg(format!("http://{PAT_ADDR}:2000/"))
                 .output()?;
-            ensure!(
-                !out.status.success(),
-                "a connection to an unmapped port of {PAT_ADDR} succeeded"
-            );
+            ensure!(!out.status.success(), "a connection to an unmapped port of {PAT_ADDR} succeeded");
             let deadline = Instant::now() + Duration::from_secs(3);
             loop {
                 let after = drops(&bed, "nat-no-xlate")?;
@@ -218,23 +148,12 @@ fn nat_bed(workers: u16) {
             // One row per worker and pool: the workers' shares of the
             // pool's 126 blocks add up.
             let pools = bed.show(1, "nat-pool")?;
-            let rows: Vec<&serde_json::Value> = pools["pools"]
-                .as_array()
-                .map(|a| a.iter().filter(|p| p["name"] == "pat").collect())
-                .unwrap_or_default();
-            ensure!(
-                rows.len() == usize::from(workers),
-                "a row per worker: {pools}"
-            );
-            ensure!(
-                rows.iter().all(|p| p["kind"] == "dynamic-pat"),
-                "show nat pool: {pools}"
-            );
+            let rows: Vec<&serde_json::Value> =
+                pools["pools"].as_array().map(|a| a.iter().filter(|p| p["name"] == "pat").collect()).unwrap_or_default();
+            ensure!(rows.len() == usize::from(workers), "a row per worker: {pools}");
+            ensure!(rows.iter().all(|p| p["kind"] == "dynamic-pat"), "show nat pool: {pools}");
             let blocks: u64 = rows.iter().map(|p| p["blocks"].as_u64().unwrap_or(0)).sum();
-            let ports: Vec<u64> = rows
-                .iter()
-                .map(|p| p["ports_in_use"].as_u64().unwrap_or(0))
-                .collect();
+            let ports: Vec<u64> = rows.iter().map(|p| p["ports_in_use"].as_u64().unwrap_or(0)).collect();
             ensure!(blocks == 126, "blocks over the workers: {pools}");
             let stats = bed.show(1, "stats")?;
             Ok(format!(

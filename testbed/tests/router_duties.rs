@@ -49,32 +49,12 @@ fn stat(bed: &TestBed, nodes: usize, path: &[&str]) -> u64 {
 }
 
 fn ping(ns: &str, args: &[&str]) -> Result<String> {
-    let out = Command::new("ip")
-        .args(["netns", "exec", ns, "ping"])
-        .args(args)
-        .output()?;
-    Ok(format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    ))
+    let out = Command::new("ip").args(["netns", "exec", ns, "ping"]).args(args).output()?;
+    Ok(format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
 }
 
 fn big_ping(nodes: usize) -> Result<String> {
-    let out = ping(
-        INSIDE,
-        &[
-            "-c",
-            "5",
-            "-i",
-            "0.3",
-            "-W",
-            "2",
-            "-s",
-            "8000",
-            server(nodes),
-        ],
-    )?;
+    let out = ping(INSIDE, &["-c", "5", "-i", "0.3", "-W", "2", "-s", "8000", server(nodes)])?;
     ensure!(out.contains("5 received"), "ping -s 8000: {out}");
     Ok("ping -s 8000: 5/5 replies".into())
 }
@@ -89,80 +69,30 @@ fn udp_8000(bed: &TestBed, nodes: usize) -> Result<String> {
     )?;
     srv.wait_listening(OUTSIDE, 5201, Duration::from_secs(10))?;
     let out = Command::new("timeout")
-        .args([
-            "60",
-            "ip",
-            "netns",
-            "exec",
-            INSIDE,
-            "iperf3",
-            "-c",
-            server(nodes),
-            "-p",
-            "5201",
-            "--json",
-        ])
+        .args(["60", "ip", "netns", "exec", INSIDE, "iperf3", "-c", server(nodes), "-p", "5201", "--json"])
         .args(["-u", "-l", "8000", "-b", "20M", "-t", "5"])
         .output()?;
     let v: Value = serde_json::from_slice(&out.stdout).context("iperf3 printed no JSON")?;
     let s = &v["end"]["sum"];
-    let (lost, total) = (
-        s["lost_packets"].as_u64().unwrap_or(u64::MAX),
-        s["packets"].as_u64().unwrap_or(0),
-    );
-    ensure!(
-        total > 1000,
-        "iperf3 moved {total} datagrams: {}",
-        String::from_utf8_lossy(&out.stdout)
-    );
-    ensure!(
-        lost * 100 < total,
-        "iperf3 UDP 8000-byte datagrams: {lost} of {total} lost"
-    );
-    Ok(format!(
-        "iperf3 UDP 8000-byte datagrams 20 Mbit/s 5 s: {lost} of {total} lost"
-    ))
+    let (lost, total) = (s["lost_packets"].as_u64().unwrap_or(u64::MAX), s["packets"].as_u64().unwrap_or(0));
+    ensure!(total > 1000, "iperf3 moved {total} datagrams: {}", String::from_utf8_lossy(&out.stdout));
+    ensure!(lost * 100 < total, "iperf3 UDP 8000-byte datagrams: {lost} of {total} lost");
+    Ok(format!("iperf3 UDP 8000-byte datagrams 20 Mbit/s 5 s: {lost} of {total} lost"))
 }
 
 /// traceroute inside -> outside: the hop after the client's first router
 /// (or the first hop, single node) is a node's inside address.
 fn traceroute(nodes: usize) -> Result<String> {
     let out = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            INSIDE,
-            "traceroute",
-            "-n",
-            "-q",
-            "1",
-            "-w",
-            "1",
-            "-m",
-            "6",
-            server(nodes),
-        ])
+        .args(["netns", "exec", INSIDE, "traceroute", "-n", "-q", "1", "-w", "1", "-m", "6", server(nodes)])
         .output()?;
     let text = String::from_utf8_lossy(&out.stdout).to_string();
     let hop = if nodes == 1 { 1 } else { 2 };
-    let line = text
-        .lines()
-        .find(|l| l.split_whitespace().next() == Some(&hop.to_string()))
-        .unwrap_or("");
+    let line = text.lines().find(|l| l.split_whitespace().next() == Some(&hop.to_string())).unwrap_or("");
     let addr = line.split_whitespace().nth(1).unwrap_or("");
-    let is_node = if nodes == 1 {
-        addr == "198.18.1.1"
-    } else {
-        (1..=nodes).any(|k| addr == format!("198.18.1{k}.2"))
-    };
-    ensure!(
-        is_node,
-        "hop {hop} is {addr:?}, not a node's inside address:\n{text}"
-    );
-    ensure!(
-        text.contains(server(nodes)),
-        "traceroute did not reach the server:\n{text}"
-    );
+    let is_node = if nodes == 1 { addr == "198.18.1.1" } else { (1..=nodes).any(|k| addr == format!("198.18.1{k}.2")) };
+    ensure!(is_node, "hop {hop} is {addr:?}, not a node's inside address:\n{text}");
+    ensure!(text.contains(server(nodes)), "traceroute did not reach the server:\n{text}");
     Ok(format!("traceroute hop {hop}: {addr}"))
 }
 
@@ -185,20 +115,7 @@ fn http_server(bed: &TestBed, ns: &str, addr: &str, dir: &TempDir) -> Result<Bac
 fn download(bed: &TestBed, nodes: usize, sha: &str) -> Result<String> {
     let got = bed.run_dir.join("router-download.bin");
     let url = format!("http://{}:8080/file.bin", server(nodes));
-    let out = sys::ns_run(
-        INSIDE,
-        "curl",
-        &[
-            "-s",
-            "-m",
-            "60",
-            "-o",
-            &got.to_string_lossy(),
-            "-w",
-            "%{http_code} %{size_download}",
-            &url,
-        ],
-    )?;
+    let out = sys::ns_run(INSIDE, "curl", &["-s", "-m", "60", "-o", &got.to_string_lossy(), "-w", "%{http_code} %{size_download}", &url])?;
     let have = harness::sha256(&got)?;
     ensure!(have == sha, "download ({out}): sha256 {have}, served {sha}");
     Ok(format!("download {out} bytes, sha256 matches"))
@@ -221,13 +138,7 @@ print(n, h.hexdigest(), flush=True)
 /// Upload `file` (sha256 `sha`) from the client to the server's sink.
 fn upload(bed: &TestBed, nodes: usize, file: &std::path::Path, sha: &str) -> Result<String> {
     let log = bed.run_dir.join("router-sink.log");
-    let mut sink = Background::start(
-        "sha sink",
-        OUTSIDE,
-        harness::python(),
-        &["-c", SHA_SINK, server(nodes), "9000"],
-        &log,
-    )?;
+    let mut sink = Background::start("sha sink", OUTSIDE, harness::python(), &["-c", SHA_SINK, server(nodes), "9000"], &log)?;
     sink.wait_listening(OUTSIDE, 9000, Duration::from_secs(10))?;
     let send = format!(
         "import socket,sys; s=socket.create_connection(('{}',9000),timeout=60); s.sendall(open('{}','rb').read()); s.close()",
@@ -240,14 +151,8 @@ fn upload(bed: &TestBed, nodes: usize, file: &std::path::Path, sha: &str) -> Res
         // reaches the file in pieces (the count, then the digest).
         let text = std::fs::read_to_string(&log).unwrap_or_default();
         if let Some((line, _)) = text.split_once('\n') {
-            ensure!(
-                line.ends_with(sha),
-                "upload: the server received {line}, sent {sha}"
-            );
-            return Ok(format!(
-                "upload of {} bytes, sha256 matches at the server",
-                line.split(' ').next().unwrap_or("?")
-            ));
+            ensure!(line.ends_with(sha), "upload: the server received {line}, sent {sha}");
+            return Ok(format!("upload of {} bytes, sha256 matches at the server", line.split(' ').next().unwrap_or("?")));
         }
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -261,28 +166,12 @@ fn payload(bed: &TestBed, bytes: u64) -> Result<(TempDir, String)> {
 }
 
 /// Runs `steps` on a fresh bed; logs every node's tail on failure.
-fn with_bed(
-    nodes: usize,
-    mtu: BedMtu,
-    what: &str,
-    steps: impl FnOnce(&TestBed) -> Result<()>,
-) -> Result<()> {
-    let bed = TestBed::up_with(
-        nodes,
-        "/tmp/cfw-testbed-router",
-        Shape {
-            mtu,
-            ..Shape::default()
-        },
-    )
-    .with_context(|| format!("{what}: bed up"))?;
+fn with_bed(nodes: usize, mtu: BedMtu, what: &str, steps: impl FnOnce(&TestBed) -> Result<()>) -> Result<()> {
+    let bed = TestBed::up_with(nodes, "/tmp/cfw-testbed-router", Shape { mtu, ..Shape::default() }).with_context(|| format!("{what}: bed up"))?;
     let r = steps(&bed).with_context(|| what.to_string());
     if r.is_err() {
         for k in 1..=nodes {
-            eprintln!(
-                "--- n{k}.log (tail) ---\n{}",
-                sys::tail(&bed.run_dir.join(format!("n{k}.log")), 25)
-            );
+            eprintln!("--- n{k}.log (tail) ---\n{}", sys::tail(&bed.run_dir.join(format!("n{k}.log")), 25));
         }
     }
     r
@@ -310,95 +199,53 @@ fn router_duties_on_af_packet_ports() {
                 let te = stat(bed, nodes, &["icmp_errors", "time_exceeded"]);
                 ensure!(te > 0, "no time-exceeded counted");
                 let split = stat(bed, nodes, &["fragments", "split_datagrams"]);
-                ensure!(
-                    split > 0,
-                    "no reassembled datagram split back: did af_packet deliver fragments?"
-                );
-                eprintln!(
-                    "{name}: time-exceeded sent {te}, datagrams split back into fragments {split}"
-                );
+                ensure!(split > 0, "no reassembled datagram split back: did af_packet deliver fragments?");
+                eprintln!("{name}: time-exceeded sent {te}, datagrams split back into fragments {split}");
                 Ok(())
             })?;
         }
         let name = "3 nodes, outside links MTU 1400";
-        with_bed(
-            3,
-            BedMtu {
-                outside: 1400,
-                ..BedMtu::default()
-            },
-            name,
-            |bed| {
-                // The upload first: the client's path MTU is not known yet.
-                let (www, sha) = payload(bed, 3 << 20)?;
-                say(name, upload(bed, 3, &www.0.join("file.bin"), &sha))?;
-                let fnd = stat(bed, 3, &["icmp_errors", "frag_needed"]);
-                ensure!(fnd > 0, "the upload completed without a frag-needed error");
-                eprintln!("{name}: frag-needed sent during the upload {fnd}");
-                // The client's route cache now says 1400: flush it, then a DF
-                // ping of 1478 bytes.
-                sys::ns_run(INSIDE, "ip", &["route", "flush", "cache"])?;
-                let out = ping(
-                    INSIDE,
-                    &["-c", "1", "-W", "2", "-M", "do", "-s", "1450", server(3)],
-                )?;
-                let from_node = (1..=3).any(|k| out.contains(&format!("From 198.18.1{k}.2")));
-                ensure!(
-                    out.contains("mtu = 1400") && from_node,
-                    "DF ping of 1478 bytes: {out}"
-                );
-                say(
-                    name,
-                    Ok("DF ping of 1478 bytes: frag needed, mtu = 1400, from a node".into()),
-                )?;
-                Ok(())
-            },
-        )?;
+        with_bed(3, BedMtu { outside: 1400, ..BedMtu::default() }, name, |bed| {
+            // The upload first: the client's path MTU is not known yet.
+            let (www, sha) = payload(bed, 3 << 20)?;
+            say(name, upload(bed, 3, &www.0.join("file.bin"), &sha))?;
+            let fnd = stat(bed, 3, &["icmp_errors", "frag_needed"]);
+            ensure!(fnd > 0, "the upload completed without a frag-needed error");
+            eprintln!("{name}: frag-needed sent during the upload {fnd}");
+            // The client's route cache now says 1400: flush it, then a DF
+            // ping of 1478 bytes.
+            sys::ns_run(INSIDE, "ip", &["route", "flush", "cache"])?;
+            let out = ping(INSIDE, &["-c", "1", "-W", "2", "-M", "do", "-s", "1450", server(3)])?;
+            let from_node = (1..=3).any(|k| out.contains(&format!("From 198.18.1{k}.2")));
+            ensure!(out.contains("mtu = 1400") && from_node, "DF ping of 1478 bytes: {out}");
+            say(name, Ok("DF ping of 1478 bytes: frag needed, mtu = 1400, from a node".into()))?;
+            Ok(())
+        })?;
         let name = "3 nodes, inside links MTU 1400";
-        with_bed(
-            3,
-            BedMtu {
-                inside: 1400,
-                ..BedMtu::default()
-            },
-            name,
-            |bed| {
-                let (www, sha) = payload(bed, 5 << 20)?;
-                let _http = http_server(bed, OUTSIDE, server(3), &www)?;
-                say(name, download(bed, 3, &sha))?;
-                let fnd = stat(bed, 3, &["icmp_errors", "frag_needed"]);
-                ensure!(fnd > 0, "no frag-needed counted");
-                eprintln!("{name}: frag-needed sent {fnd}");
-                Ok(())
-            },
-        )?;
+        with_bed(3, BedMtu { inside: 1400, ..BedMtu::default() }, name, |bed| {
+            let (www, sha) = payload(bed, 5 << 20)?;
+            let _http = http_server(bed, OUTSIDE, server(3), &www)?;
+            say(name, download(bed, 3, &sha))?;
+            let fnd = stat(bed, 3, &["icmp_errors", "frag_needed"]);
+            ensure!(fnd > 0, "no frag-needed counted");
+            eprintln!("{name}: frag-needed sent {fnd}");
+            Ok(())
+        })?;
         let name = "3 nodes, every link MTU 9000";
         with_bed(3, BedMtu::all(9000), name, |bed| {
             let (www, sha) = payload(bed, 5 << 20)?;
             let _http = http_server(bed, OUTSIDE, server(3), &www)?;
             say(name, download(bed, 3, &sha))?;
-            let out = ping(
-                INSIDE,
-                &["-c", "3", "-W", "2", "-M", "do", "-s", "8972", server(3)],
-            )?;
+            let out = ping(INSIDE, &["-c", "3", "-W", "2", "-M", "do", "-s", "8972", server(3)])?;
             ensure!(out.contains("3 received"), "DF ping of 9000 bytes: {out}");
-            let (fragd, split) = (
-                stat(bed, 3, &["fragmented"]),
-                stat(bed, 3, &["fragments", "split_datagrams"]),
-            );
-            ensure!(
-                fragd == 0 && split == 0,
-                "fragmented {fragd}, split {split}: jumbo frames should pass whole"
-            );
+            let (fragd, split) = (stat(bed, 3, &["fragmented"]), stat(bed, 3, &["fragments", "split_datagrams"]));
+            ensure!(fragd == 0 && split == 0, "fragmented {fragd}, split {split}: jumbo frames should pass whole");
             // The node that carried the download sent its frames at ~9000 bytes.
             let biggest = (1..=3)
                 .filter_map(|k| bed.show(k, "stats").ok())
                 .flat_map(|v| v["ports"].as_array().cloned().unwrap_or_default())
                 .filter(|p| p["name"] == "inside")
-                .map(|p| {
-                    p["tx_bytes"].as_u64().unwrap_or(0)
-                        / p["tx_packets"].as_u64().unwrap_or(1).max(1)
-                })
+                .map(|p| p["tx_bytes"].as_u64().unwrap_or(0) / p["tx_packets"].as_u64().unwrap_or(1).max(1))
                 .max()
                 .unwrap_or(0);
             ensure!(biggest > 8000, "largest mean inside frame {biggest} bytes");

@@ -22,12 +22,7 @@ fn symmetric_single_node_firewalls_pass() {
         assert!(r.ok(), "seed {seed}: {}", r.summary());
         assert_eq!((r.tcp_completed, r.udp_completed), (2000, 500));
         // A quarter of them over IPv6 (a single-node firewall speaks it too).
-        assert_eq!(
-            (r.ipv6.tcp_completed, r.ipv6.udp_completed),
-            (500, 125),
-            "{:?}",
-            r.ipv6
-        );
+        assert_eq!((r.ipv6.tcp_completed, r.ipv6.udp_completed), (500, 125), "{:?}", r.ipv6);
         assert_eq!(r.split_flows, 0);
         assert_eq!(r.totals.ccl_tx, 0);
         // Every node carried traffic.

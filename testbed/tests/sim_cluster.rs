@@ -26,11 +26,7 @@ fn run(cfg: SimConfig, rerun: &str) -> Report {
     );
     // The IPv6 quarter ran and completed (with the IPv4 flows: `ok`).
     let v6 = &r.ipv6;
-    assert!(
-        v6.tcp_flows >= r.tcp_flows / 5 && v6.udp_flows >= r.udp_flows / 5,
-        "IPv6 flows ran: {v6:?}\n{}",
-        r.summary()
-    );
+    assert!(v6.tcp_flows >= r.tcp_flows / 5 && v6.udp_flows >= r.udp_flows / 5, "IPv6 flows ran: {v6:?}\n{}", r.summary());
     assert!(v6.all_completed() && v6.host_packets > 0, "{v6:?}");
     r
 }
@@ -57,17 +53,8 @@ fn scenarios(link: CclLink, flags: &str) {
             );
             // A quarter of each kind over IPv6, exactly: 500 of the 2000
             // TCP flows (and their reused tuples), 125 UDP, 31 echo.
-            assert!(
-                r.ipv6.tcp_flows >= 500 && r.ipv6.tcp_flows < 600,
-                "{:?}",
-                r.ipv6
-            );
-            assert_eq!(
-                (r.ipv6.udp_flows, r.ipv6.icmp_flows),
-                (125 + 31, 31),
-                "{:?}",
-                r.ipv6
-            );
+            assert!(r.ipv6.tcp_flows >= 500 && r.ipv6.tcp_flows < 600, "{:?}", r.ipv6);
+            assert_eq!((r.ipv6.udp_flows, r.ipv6.icmp_flows), (125 + 31, 31), "{:?}", r.ipv6);
             // Both directions of most flows entered different nodes, and
             // the cluster did its work: forwarding, cookies, queries.
             assert!(r.split_flows > 2500 / 2, "{}", r.summary());
@@ -176,16 +163,8 @@ fn split_return_routers() {
         let mut cfg = SimConfig::new(4, nodes).flows(2000, 500);
         cfg.split_return = true;
         let r = run(cfg, &format!("clusterfw-sim --nodes {nodes} --flows 2000 --udp-flows 500 --seed 4 --split-return"));
-        assert_eq!(
-            (r.tcp_completed, r.udp_completed),
-            (r.tcp_flows, r.udp_flows)
-        );
-        let share =
-            r.cluster_total(cluster::names::FORWARDED_TO_OWNER) as f64 / r.host_packets as f64;
-        assert!(
-            share > 0.4,
-            "non-owner arrivals {share:.3}\n{}",
-            r.summary()
-        );
+        assert_eq!((r.tcp_completed, r.udp_completed), (r.tcp_flows, r.udp_flows));
+        let share = r.cluster_total(cluster::names::FORWARDED_TO_OWNER) as f64 / r.host_packets as f64;
+        assert!(share > 0.4, "non-owner arrivals {share:.3}\n{}", r.summary());
     }
 }

@@ -20,11 +20,7 @@ fn same_seed_same_run() {
     let b = sim::run(scenario(11)).unwrap();
     assert!(a.events > 10_000, "{}", a.summary());
     // The IPv6 flows are part of what repeats.
-    assert!(
-        a.ipv6.tcp_flows == 75 && a.ipv6.udp_flows == 25 && a.ipv6.completed() > 0,
-        "{:?}",
-        a.ipv6
-    );
+    assert!(a.ipv6.tcp_flows == 75 && a.ipv6.udp_flows == 25 && a.ipv6.completed() > 0, "{:?}", a.ipv6);
     assert_eq!(a.trace_hash, b.trace_hash);
     assert_eq!(a.fingerprint(), b.fingerprint());
 }

@@ -32,12 +32,7 @@ const INTERVAL: u64 = HEARTBEAT_INTERVAL_MS * MS;
 const HOLD: u64 = HOLD_TIME_MS * MS;
 
 /// Invariants a lost flow fails (and nothing else).
-const FLOW_LOSS: [&str; 4] = [
-    "flows-complete",
-    "flows-timely",
-    "director-knows-owner",
-    "one-owner-at-end",
-];
+const FLOW_LOSS: [&str; 4] = ["flows-complete", "flows-timely", "director-knows-owner", "one-owner-at-end"];
 
 /// What a failing run is.
 #[derive(Debug, PartialEq, Eq)]
@@ -59,30 +54,17 @@ enum Verdict {
 /// Node `n` restarted at `at` and every member set a surviving node
 /// adopted from then until `n` was ready again contains `n`.
 fn restarted_within_one_set(r: &Report, n: usize, at: u64) -> bool {
-    let Some(m) = r.membership.as_ref() else {
-        return false;
-    };
-    let Some(me) = m.per_node.get(n) else {
-        return false;
-    };
+    let Some(m) = r.membership.as_ref() else { return false };
+    let Some(me) = m.per_node.get(n) else { return false };
     let ready = me
         .transitions
         .iter()
-        .find(|t| {
-            t.at_ns >= at
-                && matches!(
-                    t.to,
-                    controlplane::membership::State::Data
-                        | controlplane::membership::State::Control
-                )
-        })
+        .find(|t| t.at_ns >= at && matches!(t.to, controlplane::membership::State::Data | controlplane::membership::State::Control))
         .map_or(u64::MAX, |t| t.at_ns);
-    m.per_node.iter().filter(|o| o.node != n).all(|o| {
-        o.member_sets
-            .iter()
-            .filter(|s| s.at_ns >= at && s.at_ns <= ready)
-            .all(|s| s.contains(n))
-    })
+    m.per_node
+        .iter()
+        .filter(|o| o.node != n)
+        .all(|o| o.member_sets.iter().filter(|s| s.at_ns >= at && s.at_ns <= ready).all(|s| s.contains(n)))
 }
 
 fn classify(r: &Report) -> Verdict {
@@ -92,38 +74,20 @@ fn classify(r: &Report) -> Verdict {
     }
     let why = || format!("{failed:?}\n{}", r.summary());
     const OWNERS: [&str; 2] = ["single-transmitter", "one-owner-while-running"];
-    if !failed
-        .iter()
-        .all(|f| FLOW_LOSS.contains(f) || OWNERS.contains(f))
-    {
+    if !failed.iter().all(|f| FLOW_LOSS.contains(f) || OWNERS.contains(f)) {
         return Verdict::Unknown(why());
     }
     if failed.iter().any(|f| OWNERS.contains(f)) {
         return Verdict::Unknown(why());
     }
-    let lost: Vec<&String> = r
-        .failures
-        .iter()
-        .filter(|f| f.starts_with("flow "))
-        .collect();
+    let lost: Vec<&String> = r.failures.iter().filter(|f| f.starts_with("flow ")).collect();
     let long_partition = r.faults.as_ref().is_some_and(|f| {
-        f.episodes
-            .iter()
-            .any(|e| e.kind == "partition" && e.recover_ns - e.at_ns >= 1500 * MS)
+        f.episodes.iter().any(|e| e.kind == "partition" && e.recover_ns - e.at_ns >= 1500 * MS)
     });
-    if failed == ["flows-complete"]
-        && long_partition
-        && !lost.is_empty()
-        && lost
-            .iter()
-            .all(|f| (f.contains("(udp ") || f.contains("(udp6 ")) && f.contains("unanswered"))
-    {
+    if failed == ["flows-complete"] && long_partition && !lost.is_empty() && lost.iter().all(|f| (f.contains("(udp ") || f.contains("(udp6 ")) && f.contains("unanswered")) {
         return Verdict::PartitionedUdp;
     }
-    let faults = r
-        .faults
-        .as_ref()
-        .expect("a fault scenario reports its faults");
+    let faults = r.faults.as_ref().expect("a fault scenario reports its faults");
     if faults.episodes.iter().any(|e| e.lost_state.len() >= 2) {
         return Verdict::MultipleFailure;
     }
@@ -133,10 +97,7 @@ fn classify(r: &Report) -> Verdict {
 /// The sweeps' share of IPv6 flows: `CFW_SIM_IPV6_SHARE`, else the
 /// default (a quarter).
 fn ipv6_share() -> f64 {
-    std::env::var("CFW_SIM_IPV6_SHARE")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(sim::DEFAULT_IPV6_SHARE)
+    std::env::var("CFW_SIM_IPV6_SHARE").ok().and_then(|v| v.parse().ok()).unwrap_or(sim::DEFAULT_IPV6_SHARE)
 }
 
 /// The run's IPv6 share is there: by default 4 of the 16 downloads and 1
@@ -145,19 +106,8 @@ fn ipv6_share() -> f64 {
 fn dual_stack(r: &Report) {
     let s = r.config.ipv6_share;
     let of = |n: usize| (0..n).filter(|&k| sim::ipv6_flow(k, s)).count();
-    assert_eq!(
-        (r.ipv6.tcp_flows, r.ipv6.udp_flows),
-        (of(16), of(6)),
-        "seed {}: {:?}",
-        r.seed,
-        r.ipv6
-    );
-    assert!(
-        r.ipv6.host_packets > 0 || s == 0.0,
-        "seed {}: {:?}",
-        r.seed,
-        r.ipv6
-    );
+    assert_eq!((r.ipv6.tcp_flows, r.ipv6.udp_flows), (of(16), of(6)), "seed {}: {:?}", r.seed, r.ipv6);
+    assert!(r.ipv6.host_packets > 0 || s == 0.0, "seed {}: {:?}", r.seed, r.ipv6);
 }
 
 /// IPv6 flows of the runs: completed of all, taken over and completed of
@@ -185,8 +135,7 @@ impl V6 {
 /// Seeds from `var` (`1,2,3`, `100..150`, `1000+60`), default 1..=30.
 fn seeds_from(var: &str) -> Vec<u64> {
     match std::env::var(var) {
-        Ok(v) => sim::parse_seeds(&v)
-            .unwrap_or_else(|| panic!("{var}={v:?}: expected `1,2,3`, `100..150` or `1000+60`")),
+        Ok(v) => sim::parse_seeds(&v).unwrap_or_else(|| panic!("{var}={v:?}: expected `1,2,3`, `100..150` or `1000+60`")),
         Err(_) => (1..=30).collect(),
     }
 }
@@ -224,9 +173,7 @@ fn tally(seeds: &[u64], tweak: impl Fn(&mut SimConfig), mut look: impl FnMut(&Re
 }
 
 fn trace_flow() -> Option<u32> {
-    std::env::var("CFW_SIM_TRACE_FLOW")
-        .ok()
-        .and_then(|v| v.parse().ok())
+    std::env::var("CFW_SIM_TRACE_FLOW").ok().and_then(|v| v.parse().ok())
 }
 
 #[test]
@@ -234,8 +181,7 @@ fn fault_sweep() {
     let seeds = sim::seeds_from_env(1, 100);
     let t0 = std::time::Instant::now();
     let (mut ok, mut multiple, mut unknown, mut open) = (0, Vec::new(), Vec::new(), Vec::new());
-    let (mut det, mut take, mut settle_heal, mut stalls) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut det, mut take, mut settle_heal, mut stalls) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut episodes = 0;
     let mut kinds = std::collections::BTreeMap::new();
     let mut v6 = V6::default();
@@ -250,10 +196,7 @@ fn fault_sweep() {
         for e in &f.episodes {
             episodes += 1;
             *kinds.entry(e.kind).or_insert(0) += 1;
-            if let Some(d) = e
-                .detection_ms()
-                .filter(|_| matches!(e.kind, "kill" | "pause" | "partition"))
-            {
+            if let Some(d) = e.detection_ms().filter(|_| matches!(e.kind, "kill" | "pause" | "partition")) {
                 det.push(d);
             }
             if let Some(t) = e.takeover_ms() {
@@ -281,27 +224,15 @@ fn fault_sweep() {
         if v.is_empty() {
             return "n=0".to_string();
         }
-        format!(
-            "n={} median {:.0} ms, p95 {:.0} ms, max {:.0} ms",
-            v.len(),
-            v[v.len() / 2],
-            v[v.len() * 95 / 100],
-            v[v.len() - 1]
-        )
+        format!("n={} median {:.0} ms, p95 {:.0} ms, max {:.0} ms", v.len(), v[v.len() / 2], v[v.len() * 95 / 100], v[v.len() - 1])
     };
     println!(
         "fault sweep: {} seeds, {episodes} episodes {kinds:?}, {:.1} s wall",
         seeds.len(),
         t0.elapsed().as_secs_f64()
     );
-    println!(
-        "  detection (fault -> new epoch; kill, pause, partition): {}",
-        stat(&mut det)
-    );
-    println!(
-        "  takeover (fault -> first packet of a taken-over flow): {}",
-        stat(&mut take)
-    );
+    println!("  detection (fault -> new epoch; kill, pause, partition): {}", stat(&mut det));
+    println!("  takeover (fault -> first packet of a taken-over flow): {}", stat(&mut take));
     println!("  heal -> settled: {}", stat(&mut settle_heal));
     println!("  worst stall per run: {}", stat(&mut stalls));
     println!(
@@ -313,26 +244,14 @@ fn fault_sweep() {
     for u in &unknown {
         println!("UNKNOWN FAILURE {u}");
     }
-    assert!(
-        unknown.is_empty(),
-        "{} runs failed outside the known cases: {:?}",
-        unknown.len(),
-        unknown.iter().map(|u| u.lines().next()).collect::<Vec<_>>()
-    );
+    assert!(unknown.is_empty(), "{} runs failed outside the known cases: {:?}", unknown.len(), unknown.iter().map(|u| u.lines().next()).collect::<Vec<_>>());
     // The sweep must mostly be clean: a generator gone degenerate (every
     // run a known case) would test nothing.
-    assert!(
-        ok * 2 >= seeds.len() || seeds.len() < 20,
-        "only {ok} of {} runs clean",
-        seeds.len()
-    );
+    assert!(ok * 2 >= seeds.len() || seeds.len() < 20, "only {ok} of {} runs clean", seeds.len());
     // Failover for IPv6 flows as for IPv4's: some were taken over, and
     // (outside the known cases' lost flows) they completed.
     let few = seeds.len() < 20 || ipv6_share() == 0.0;
-    assert!(
-        v6.taken_over > 0 || few,
-        "no IPv6 flow was taken over: {v6:?}"
-    );
+    assert!(v6.taken_over > 0 || few, "no IPv6 flow was taken over: {v6:?}");
     assert!(v6.taken_over_completed > 0 || few, "{v6:?}");
 }
 
@@ -362,11 +281,7 @@ fn double_fault_sweep_with_two_backups() {
         if r.ok() {
             ok += 1;
         } else {
-            failed.push(format!(
-                "seed {seed}: {:?}\n{}",
-                r.failed_invariants(),
-                r.summary()
-            ));
+            failed.push(format!("seed {seed}: {:?}\n{}", r.failed_invariants(), r.summary()));
         }
     }
     take.sort_by(f64::total_cmp);
@@ -381,22 +296,11 @@ fn double_fault_sweep_with_two_backups() {
         println!("FAILURE {f}");
     }
     assert!(lost_two > 0, "the schedules made no double failure");
-    assert!(
-        failed.is_empty(),
-        "{} runs failed: {:?}",
-        failed.len(),
-        failed.iter().map(|f| f.lines().next()).collect::<Vec<_>>()
-    );
+    assert!(failed.is_empty(), "{} runs failed: {:?}", failed.len(), failed.iter().map(|f| f.lines().next()).collect::<Vec<_>>());
     // Every run passes every invariant: every IPv6 flow completed, those
     // taken over among them.
-    assert!(
-        v6.completed == v6.flows && v6.taken_over_completed == v6.taken_over,
-        "{v6:?}"
-    );
-    assert!(
-        v6.taken_over > 0 || seeds.len() < 10 || ipv6_share() == 0.0,
-        "no IPv6 flow was taken over: {v6:?}"
-    );
+    assert!(v6.completed == v6.flows && v6.taken_over_completed == v6.taken_over, "{v6:?}");
+    assert!(v6.taken_over > 0 || seeds.len() < 10 || ipv6_share() == 0.0, "no IPv6 flow was taken over: {v6:?}");
 }
 
 /// The sweep's schedules with `split-brain: quorum`: the same invariants
@@ -417,15 +321,11 @@ fn fault_sweep_in_quorum_mode() {
     let seeds = seeds_from("CFW_SIM_QUORUM_SEEDS");
     let t0 = std::time::Instant::now();
     let (mut split, mut partitions) = (0, 0);
-    let t = tally(
-        &seeds,
-        |c| c.quorum = true,
-        |r| {
-            let f = r.faults.as_ref().unwrap();
-            split += f.split_owned_checks;
-            partitions += f.episodes.iter().filter(|e| e.kind == "partition").count();
-        },
-    );
+    let t = tally(&seeds, |c| c.quorum = true, |r| {
+        let f = r.faults.as_ref().unwrap();
+        split += f.split_owned_checks;
+        partitions += f.episodes.iter().filter(|e| e.kind == "partition").count();
+    });
     println!(
         "quorum-mode sweep: {} seeds, {partitions} partitions, {} clean, multiple failures {:?}, partitioned UDP {:?}, checks with owners on two sides {split}, {:.1} s wall",
         seeds.len(),
@@ -435,19 +335,8 @@ fn fault_sweep_in_quorum_mode() {
         t0.elapsed().as_secs_f64()
     );
     assert!(partitions > 0, "no partition drawn");
-    assert_eq!(
-        split, 0,
-        "a flow owned on two sides of a partition in quorum mode"
-    );
-    assert!(
-        t.unknown.is_empty(),
-        "{} runs failed outside the known cases: {:?}",
-        t.unknown.len(),
-        t.unknown
-            .iter()
-            .map(|u| u.lines().next())
-            .collect::<Vec<_>>()
-    );
+    assert_eq!(split, 0, "a flow owned on two sides of a partition in quorum mode");
+    assert!(t.unknown.is_empty(), "{} runs failed outside the known cases: {:?}", t.unknown.len(), t.unknown.iter().map(|u| u.lines().next()).collect::<Vec<_>>());
 }
 
 /// A golden scenario: 3 nodes, `faults`, quiet until `end`.
@@ -460,16 +349,11 @@ fn golden(faults: Vec<FaultAt>, end_ms: u64) -> Report {
 }
 
 fn at(ms: u64, fault: FaultKind) -> FaultAt {
-    FaultAt {
-        at_ns: ms * MS,
-        fault,
-    }
+    FaultAt { at_ns: ms * MS, fault }
 }
 
 fn history(r: &Report, n: usize) -> String {
-    r.membership.as_ref().unwrap().per_node[n]
-        .history
-        .join("\n")
+    r.membership.as_ref().unwrap().per_node[n].history.join("\n")
 }
 
 #[test]
@@ -478,48 +362,20 @@ fn golden_kill_the_control_node() {
     // at 3.5 s. node1 is elected a hold time (+ a tick) after node0's last
     // heartbeat, the flows node0 owned are taken over, node0 rejoins as a
     // data node (node1 keeps the role: a joiner does not take over).
-    let r = golden(
-        vec![
-            at(2000, FaultKind::Kill(0)),
-            at(3500, FaultKind::Restart(0)),
-        ],
-        7500,
-    );
+    let r = golden(vec![at(2000, FaultKind::Kill(0)), at(3500, FaultKind::Restart(0))], 7500);
     assert!(r.ok(), "{}", r.summary());
     let f = r.faults.as_ref().unwrap();
     let e = &f.episodes[0];
-    assert_eq!(
-        (e.kind, e.node, e.lost_state.as_slice()),
-        ("kill", Some(0), &[0][..])
-    );
+    assert_eq!((e.kind, e.node, e.lost_state.as_slice()), ("kill", Some(0), &[0][..]));
     let d = e.new_epoch_ns.unwrap() - e.at_ns;
-    assert!(
-        (HOLD - INTERVAL..=HOLD + INTERVAL).contains(&d),
-        "detection {} ms",
-        d / MS
-    );
+    assert!((HOLD - INTERVAL..=HOLD + INTERVAL).contains(&d), "detection {} ms", d / MS);
     let t = e.takeover_ns.unwrap() - e.at_ns;
-    assert!(
-        t >= d && t <= d + 2 * INTERVAL,
-        "takeover {} ms after detection {} ms",
-        t / MS,
-        d / MS
-    );
+    assert!(t >= d && t <= d + 2 * INTERVAL, "takeover {} ms after detection {} ms", t / MS, d / MS);
     assert!(f.takeovers > 0);
     let m = r.membership.as_ref().unwrap();
     assert_eq!(m.control_nodes(), vec![1], "{}", m.states());
-    assert!(
-        m.per_node
-            .iter()
-            .all(|n| n.epoch == m.per_node[1].epoch && n.members == vec![0, 1, 2]),
-        "{}",
-        m.states()
-    );
-    assert!(
-        history(&r, 1).contains("data -> control"),
-        "{}",
-        history(&r, 1)
-    );
+    assert!(m.per_node.iter().all(|n| n.epoch == m.per_node[1].epoch && n.members == vec![0, 1, 2]), "{}", m.states());
+    assert!(history(&r, 1).contains("data -> control"), "{}", history(&r, 1));
     assert!(e.settle_ms().unwrap() <= 1000.0, "{:?}", e.settle_ms());
     assert_eq!(f.open_owned_at_end, (0, 0, 0));
 }
@@ -530,38 +386,19 @@ fn golden_pause_a_data_node_past_the_hold_time() {
     // a hold time after its last heartbeat; on resume its machine sees the
     // gap, leaves (`Paused`: reset, ports down — fenced since its lease ran
     // out), rejoins after the 1 s backoff and takes traffic again.
-    let r = golden(
-        vec![
-            at(2000, FaultKind::Pause(2)),
-            at(3000, FaultKind::Resume(2)),
-        ],
-        8000,
-    );
+    let r = golden(vec![at(2000, FaultKind::Pause(2)), at(3000, FaultKind::Resume(2))], 8000);
     assert!(r.ok(), "{}", r.summary());
     let e = &r.faults.as_ref().unwrap().episodes[0];
     let d = e.new_epoch_ns.unwrap() - e.at_ns;
-    assert!(
-        (HOLD - INTERVAL..=HOLD + INTERVAL).contains(&d),
-        "detection {} ms",
-        d / MS
-    );
+    assert!((HOLD - INTERVAL..=HOLD + INTERVAL).contains(&d), "detection {} ms", d / MS);
     assert_eq!(e.lost_state, vec![2]);
     let h = history(&r, 2);
-    assert!(
-        h.contains("not run for")
-            || h.contains("paused")
-            || h.contains("Paused")
-            || h.contains("inactive"),
-        "{h}"
-    );
+    assert!(h.contains("not run for") || h.contains("paused") || h.contains("Paused") || h.contains("inactive"), "{h}");
     let m = r.membership.as_ref().unwrap();
     assert_eq!(m.control_nodes(), vec![0], "{}", m.states());
     // Back within the backoff (1 s) and a join.
     let s = e.settle_ms().unwrap();
-    assert!(
-        (1000.0..=2000.0).contains(&s),
-        "settled {s} ms after the resume"
-    );
+    assert!((1000.0..=2000.0).contains(&s), "settled {s} ms after the resume");
     assert!(m.per_node[2].actions.resets >= 1);
 }
 
@@ -571,27 +408,12 @@ fn golden_pause_of_the_control_node_past_the_hold_time() {
     // and takes node0's flows over; node0 comes back claiming the control
     // role of its old epoch (marked resumed): node1 keeps the role and the
     // flows, node0 leaves (`Paused`) and rejoins.
-    let r = golden(
-        vec![
-            at(2000, FaultKind::Pause(0)),
-            at(3000, FaultKind::Resume(0)),
-        ],
-        8000,
-    );
+    let r = golden(vec![at(2000, FaultKind::Pause(0)), at(3000, FaultKind::Resume(0))], 8000);
     assert!(r.ok(), "{}", r.summary());
     let m = r.membership.as_ref().unwrap();
     assert_eq!(m.control_nodes(), vec![1], "{}", m.states());
-    assert!(
-        history(&r, 0).contains("control -> inactive: not run for"),
-        "{}",
-        history(&r, 0)
-    );
-    assert_eq!(
-        (m.per_node[1].actions.resets, m.per_node[2].actions.resets),
-        (0, 0),
-        "{}",
-        m.states()
-    );
+    assert!(history(&r, 0).contains("control -> inactive: not run for"), "{}", history(&r, 0));
+    assert_eq!((m.per_node[1].actions.resets, m.per_node[2].actions.resets), (0, 0), "{}", m.states());
 }
 
 #[test]
@@ -599,33 +421,15 @@ fn golden_a_stall_of_the_whole_host_costs_no_flow() {
     // Every node frozen 2.0-3.0 s, resumed a few ms apart (a stalled
     // host): nobody is removed, nobody resets, no new epoch; each resumes
     // fenced and is confirmed by the others' next heartbeats.
-    let r = golden(
-        vec![
-            at(2000, FaultKind::Pause(0)),
-            at(2000, FaultKind::Pause(1)),
-            at(2000, FaultKind::Pause(2)),
-            at(3000, FaultKind::Resume(2)),
-            at(3004, FaultKind::Resume(1)),
-            at(3008, FaultKind::Resume(0)),
-        ],
-        7000,
-    );
+    let pauses = (0..3).map(|n| at(2000, FaultKind::Pause(n)));
+    let resumes = [(2, 3000), (1, 3004), (0, 3008)].map(|(n, t)| at(t, FaultKind::Resume(n)));
+    let r = golden(pauses.chain(resumes).collect(), 7000);
     assert!(r.ok(), "{}", r.summary());
     let m = r.membership.as_ref().unwrap();
     assert_eq!(m.control_nodes(), vec![0], "{}", m.states());
     for n in 0..3 {
-        assert_eq!(
-            m.per_node[n].actions.resets,
-            0,
-            "node{n}: {}",
-            history(&r, n)
-        );
-        assert_eq!(
-            m.per_node[n].member_sets.len(),
-            m.per_node[0].member_sets.len(),
-            "{}",
-            m.states()
-        );
+        assert_eq!(m.per_node[n].actions.resets, 0, "node{n}: {}", history(&r, n));
+        assert_eq!(m.per_node[n].member_sets.len(), m.per_node[0].member_sets.len(), "{}", m.states());
         assert!(history(&r, n).contains("fenced"), "{}", history(&r, n));
     }
     for e in &r.faults.as_ref().unwrap().episodes {
@@ -636,13 +440,7 @@ fn golden_a_stall_of_the_whole_host_costs_no_flow() {
 #[test]
 fn golden_pause_below_the_hold_time_changes_nothing() {
     // 150 ms frozen: not removed, no reset, no new epoch.
-    let r = golden(
-        vec![
-            at(2000, FaultKind::Pause(1)),
-            at(2150, FaultKind::Resume(1)),
-        ],
-        6200,
-    );
+    let r = golden(vec![at(2000, FaultKind::Pause(1)), at(2150, FaultKind::Resume(1))], 6200);
     assert!(r.ok(), "{}", r.summary());
     let e = &r.faults.as_ref().unwrap().episodes[0];
     assert_eq!((e.new_epoch_ns, e.lost_state.len()), (None, 0), "{e:?}");
@@ -653,13 +451,7 @@ fn golden_partition_one_node_away_then_heal() {
     // node2 cut off on the CCL 2.0-3.5 s: each side elects its own control
     // node (split-brain `elect`); after the heal node0 keeps the role and
     // node2 rejoins within HEAL_BOUND_NS.
-    let r = golden(
-        vec![
-            at(2000, FaultKind::Partition(vec![0, 0, 1])),
-            at(3500, FaultKind::Heal),
-        ],
-        7500,
-    );
+    let r = golden(vec![at(2000, FaultKind::Partition(vec![0, 0, 1])), at(3500, FaultKind::Heal)], 7500);
     assert!(r.ok(), "{}", r.summary());
     let e = &r.faults.as_ref().unwrap().episodes[0];
     assert!(history(&r, 2).contains("-> control"), "{}", history(&r, 2));
@@ -667,11 +459,7 @@ fn golden_partition_one_node_away_then_heal() {
     assert!(s <= HEAL_BOUND_NS, "settled {} ms after the heal", s / MS);
     let m = r.membership.as_ref().unwrap();
     assert_eq!(m.control_nodes(), vec![0], "{}", m.states());
-    assert!(
-        history(&r, 2).contains("node0 keeps the control role"),
-        "{}",
-        history(&r, 2)
-    );
+    assert!(history(&r, 2).contains("node0 keeps the control role"), "{}", history(&r, 2));
 }
 
 #[test]
@@ -679,36 +467,20 @@ fn golden_link_down_then_up() {
     // node1's outside link down 2.0-3.5 s: after the 500 ms debounce the
     // machine leaves (`PortDown`), the others take its flows; link up, it
     // rejoins after the backoff.
-    let r = golden(
-        vec![
-            at(2000, FaultKind::LinkDown(1, sim::net::Side::Outside)),
-            at(3500, FaultKind::LinkUp(1, sim::net::Side::Outside)),
-        ],
-        8500,
-    );
+    let r = golden(vec![at(2000, FaultKind::LinkDown(1, sim::net::Side::Outside)), at(3500, FaultKind::LinkUp(1, sim::net::Side::Outside))], 8500);
     assert!(r.ok(), "{}", r.summary());
     let e = &r.faults.as_ref().unwrap().episodes[0];
     let d = e.new_epoch_ns.unwrap() - e.at_ns;
     // Debounce (500 ms), then the leave is heard at once (its heartbeat
     // says inactive) — within an interval.
-    assert!(
-        (500 * MS..=500 * MS + 2 * INTERVAL).contains(&d),
-        "detection {} ms",
-        d / MS
-    );
+    assert!((500 * MS..=500 * MS + 2 * INTERVAL).contains(&d), "detection {} ms", d / MS);
     assert_eq!(e.lost_state, vec![1]);
 }
 
 #[test]
 fn golden_kill_and_restart_after_removal() {
     // A data node killed, restarted after it was removed: a clean rejoin.
-    let r = golden(
-        vec![
-            at(2000, FaultKind::Kill(2)),
-            at(3000, FaultKind::Restart(2)),
-        ],
-        7000,
-    );
+    let r = golden(vec![at(2000, FaultKind::Kill(2)), at(3000, FaultKind::Restart(2))], 7000);
     assert!(r.ok(), "{}", r.summary());
     let e = &r.faults.as_ref().unwrap().episodes[0];
     assert!(e.settle_ms().unwrap() <= 1000.0, "{:?}", e.settle_ms());
@@ -723,17 +495,10 @@ fn golden_kill_and_restart_after_removal() {
 fn restart_within_one_set(faults: Vec<FaultAt>, node: usize) {
     let r = golden(faults, 6000);
     assert!(r.ok(), "{}", r.summary());
-    assert!(
-        restarted_within_one_set(&r, node, 2000 * MS),
-        "the scenario is a readmission within one set"
-    );
+    assert!(restarted_within_one_set(&r, node, 2000 * MS), "the scenario is a readmission within one set");
     let m = r.membership.as_ref().unwrap();
     let other = (node + 1) % 3;
-    let sets: Vec<_> = m.per_node[other]
-        .member_sets
-        .iter()
-        .map(|s| (s.epoch, s.members.clone()))
-        .collect();
+    let sets: Vec<_> = m.per_node[other].member_sets.iter().map(|s| (s.epoch, s.members.clone())).collect();
     assert!(sets.iter().all(|(_, s)| s == &vec![0, 1, 2]), "{sets:?}");
     assert!(sets.len() >= 2, "a new epoch for the readmission: {sets:?}");
 }
@@ -751,13 +516,7 @@ fn golden_restart_of_a_data_node_within_one_member_set() {
     // node2 crashes and is back 200 ms later (below the 300 ms hold time,
     // as a fast reboot): the control node readmits its new incarnation (the
     // old one silent for two intervals) before the hold time removes it.
-    restart_within_one_set(
-        vec![
-            at(2000, FaultKind::Kill(2)),
-            at(2200, FaultKind::Restart(2)),
-        ],
-        2,
-    );
+    restart_within_one_set(vec![at(2000, FaultKind::Kill(2)), at(2200, FaultKind::Restart(2))], 2);
 }
 
 // --- The checks bite. ---
@@ -767,22 +526,12 @@ fn ignoring_resets_makes_a_second_owner_that_is_caught() {
     // A paused node that keeps its flows (its driver ignores `Reset`)
     // owns them again once readmitted, beside the nodes that took them
     // over.
-    let mut cfg = SimConfig::fault_scenario(
-        7,
-        3,
-        vec![
-            at(2000, FaultKind::Pause(2)),
-            at(3000, FaultKind::Resume(2)),
-        ],
-        8000 * MS,
-    );
+    let mut cfg = SimConfig::fault_scenario(7, 3, vec![at(2000, FaultKind::Pause(2)), at(3000, FaultKind::Resume(2))], 8000 * MS);
     cfg.inject = Some(Inject::NoReset);
     let r = sim::run(cfg).unwrap();
     let failed = r.failed_invariants();
     assert!(
-        failed.contains(&"single-transmitter")
-            || failed.contains(&"one-owner-while-running")
-            || failed.contains(&"one-owner-at-end"),
+        failed.contains(&"single-transmitter") || failed.contains(&"one-owner-while-running") || failed.contains(&"one-owner-at-end"),
         "{failed:?}\n{}",
         r.summary()
     );
@@ -792,23 +541,11 @@ fn ignoring_resets_makes_a_second_owner_that_is_caught() {
 fn disabled_takeover_is_caught() {
     // The pipelines never learn a member set: a killed owner's flows are
     // never taken over.
-    let mut cfg = SimConfig::fault_scenario(
-        7,
-        3,
-        vec![
-            at(2000, FaultKind::Kill(1)),
-            at(3000, FaultKind::Restart(1)),
-        ],
-        7000 * MS,
-    );
+    let mut cfg = SimConfig::fault_scenario(7, 3, vec![at(2000, FaultKind::Kill(1)), at(3000, FaultKind::Restart(1))], 7000 * MS);
     cfg.inject = Some(Inject::NoMembers);
     let r = sim::run(cfg).unwrap();
     let failed = r.failed_invariants();
-    assert!(
-        failed.contains(&"flows-complete"),
-        "{failed:?}\n{}",
-        r.summary()
-    );
+    assert!(failed.contains(&"flows-complete"), "{failed:?}\n{}", r.summary());
     assert!(failed.contains(&"settles-after-each-fault"), "{failed:?}");
 }
 
@@ -816,22 +553,10 @@ fn disabled_takeover_is_caught() {
 fn two_control_nodes_on_one_side_are_caught() {
     // With the partition's sides ignored by the checks, the two sides'
     // control nodes count as two on one side.
-    let mut cfg = SimConfig::fault_scenario(
-        7,
-        3,
-        vec![
-            at(2000, FaultKind::Partition(vec![0, 0, 1])),
-            at(3500, FaultKind::Heal),
-        ],
-        7500 * MS,
-    );
+    let mut cfg = SimConfig::fault_scenario(7, 3, vec![at(2000, FaultKind::Partition(vec![0, 0, 1])), at(3500, FaultKind::Heal)], 7500 * MS);
     cfg.inject = Some(Inject::OneSide);
     let r = sim::run(cfg).unwrap();
-    assert!(
-        r.failed_invariants().contains(&"one-control-per-partition"),
-        "{}",
-        r.summary()
-    );
+    assert!(r.failed_invariants().contains(&"one-control-per-partition"), "{}", r.summary());
 }
 
 #[test]
@@ -847,10 +572,7 @@ fn schedules_are_seeded_single_failures() {
         for e in 0..4 {
             let (f, _) = schedule::draw(nodes as u64, nodes, e);
             assert!(f.iter().all(|f| match &f.fault {
-                FaultKind::Kill(n)
-                | FaultKind::Pause(n)
-                | FaultKind::Resume(n)
-                | FaultKind::Restart(n) => *n < nodes,
+                FaultKind::Kill(n) | FaultKind::Pause(n) | FaultKind::Resume(n) | FaultKind::Restart(n) => *n < nodes,
                 FaultKind::LinkDown(n, _) | FaultKind::LinkUp(n, _) => *n < nodes,
                 FaultKind::Partition(g) => g.len() == nodes,
                 _ => true,
@@ -859,10 +581,7 @@ fn schedules_are_seeded_single_failures() {
     }
     // Same seed, same run.
     let cfg = SimConfig::fault_sweep(2, 3);
-    assert_eq!(
-        sim::run(cfg.clone()).unwrap().fingerprint(),
-        sim::run(cfg).unwrap().fingerprint()
-    );
+    assert_eq!(sim::run(cfg.clone()).unwrap().fingerprint(), sim::run(cfg).unwrap().fingerprint());
 }
 
 /// A chassis fails (R4): 4 nodes, two per chassis, both nodes of chassis 0
@@ -874,10 +593,7 @@ fn schedules_are_seeded_single_failures() {
 #[test]
 fn a_chassis_failure_loses_no_flow_with_chassis_ids() {
     let run = |placement: Vec<(Option<u8>, Option<u8>)>| {
-        let mut cfg = SimConfig::fault_scenario(
-            7,
-            4,
-            vec![
+        let mut cfg = SimConfig::fault_scenario(7, 4, vec![
                 at(2000, FaultKind::Kill(0)),
                 at(2000, FaultKind::Kill(1)),
                 at(4000, FaultKind::Restart(0)),
@@ -889,33 +605,16 @@ fn a_chassis_failure_loses_no_flow_with_chassis_ids() {
         cfg.trace_flow = trace_flow();
         sim::run(cfg).unwrap()
     };
-    let with = run(vec![
-        (None, Some(0)),
-        (None, Some(0)),
-        (None, Some(1)),
-        (None, Some(1)),
-    ]);
+    let with = run(vec![(None, Some(0)), (None, Some(0)), (None, Some(1)), (None, Some(1))]);
     println!("{}", with.summary());
     assert!(with.ok(), "{}", with.summary());
     let f = with.faults.as_ref().unwrap();
     assert!(f.takeovers > 0, "the flows of chassis 0 were taken over");
     let m = with.membership.as_ref().unwrap();
-    assert!(
-        m.per_node.iter().all(|n| n.members == vec![0, 1, 2, 3]),
-        "{}",
-        m.states()
-    );
+    assert!(m.per_node.iter().all(|n| n.members == vec![0, 1, 2, 3]), "{}", m.states());
     let without = run(Vec::new());
-    let lost = without
-        .failures
-        .iter()
-        .filter(|f| f.starts_with("flow "))
-        .count();
-    assert!(
-        lost > 0,
-        "without chassis ids a flow owned and directed in chassis 0 is lost: {}",
-        without.summary()
-    );
+    let lost = without.failures.iter().filter(|f| f.starts_with("flow ")).count();
+    assert!(lost > 0, "without chassis ids a flow owned and directed in chassis 0 is lost: {}", without.summary());
     println!("chassis failure: with chassis ids all flows complete ({} takeovers); without, {lost} flows lost", f.takeovers);
 }
 
@@ -927,51 +626,21 @@ fn a_chassis_failure_loses_no_flow_with_chassis_ids() {
 /// completes, one owner throughout, as without localization.
 #[test]
 fn director_localization_on_two_sites() {
-    let mut cfg = SimConfig::fault_scenario(
-        7,
-        4,
-        vec![
-            at(2000, FaultKind::Kill(2)),
-            at(3500, FaultKind::Restart(2)),
-        ],
-        7500 * MS,
-    );
-    cfg.placement = vec![
-        (Some(1), None),
-        (Some(1), None),
-        (Some(2), None),
-        (Some(2), None),
-    ];
+    let mut cfg = SimConfig::fault_scenario(7, 4, vec![at(2000, FaultKind::Kill(2)), at(3500, FaultKind::Restart(2))], 7500 * MS);
+    cfg.placement = vec![(Some(1), None), (Some(1), None), (Some(2), None), (Some(2), None)];
     cfg.localization = true;
     cfg.trace_flow = trace_flow();
     let r = sim::run(cfg).unwrap();
     println!("{}", r.summary());
     assert!(r.ok(), "{}", r.summary());
-    let sum = |k: &str| {
-        r.per_node
-            .iter()
-            .map(|n| {
-                n.cluster
-                    .as_ref()
-                    .and_then(|c| c.get(k).copied())
-                    .unwrap_or(0)
-            })
-            .sum::<u64>()
-    };
-    let (sent, answered, unknown, fallbacks) = (
-        sum("local_queries_sent"),
-        sum("local_answered"),
-        sum("local_unknown"),
-        sum("local_fallbacks"),
-    );
+    let sum = |k: &str| r.per_node.iter().map(|n| n.cluster.as_ref().and_then(|c| c.get(k).copied()).unwrap_or(0)).sum::<u64>();
+    let (sent, answered, unknown, fallbacks) =
+        (sum("local_queries_sent"), sum("local_answered"), sum("local_unknown"), sum("local_fallbacks"));
     println!(
         "director localization: {sent} lookups at a local director, {answered} answered there, {unknown} not known there ({fallbacks} asked the global director next); {} owner queries in all",
         sum("director_queries_sent")
     );
-    assert!(
-        answered > 0 && fallbacks > 0,
-        "both kinds of lookup happened"
-    );
+    assert!(answered > 0 && fallbacks > 0, "both kinds of lookup happened");
     // (Not `answered + unknown <= sent`: node2's restart starts a new
     // pipeline, its counters from before are gone.)
     assert!(sent > 0 && unknown > 0);
@@ -987,23 +656,11 @@ fn fault_sweep_with_director_localization() {
     let t0 = std::time::Instant::now();
     let mut lookups = (0, 0);
     let two_sites = |c: &mut SimConfig| {
-        c.placement = (0..c.nodes)
-            .map(|n| (Some(1 + (n >= c.nodes / 2) as u8), None))
-            .collect();
+        c.placement = (0..c.nodes).map(|n| (Some(1 + (n >= c.nodes / 2) as u8), None)).collect();
         c.localization = true;
     };
     let t = tally(&seeds, two_sites, |r| {
-        let sum = |k: &str| {
-            r.per_node
-                .iter()
-                .map(|n| {
-                    n.cluster
-                        .as_ref()
-                        .and_then(|c| c.get(k).copied())
-                        .unwrap_or(0)
-                })
-                .sum::<u64>()
-        };
+        let sum = |k: &str| r.per_node.iter().map(|n| n.cluster.as_ref().and_then(|c| c.get(k).copied()).unwrap_or(0)).sum::<u64>();
         lookups.0 += sum("local_answered");
         lookups.1 += sum("local_fallbacks");
     });
@@ -1018,13 +675,5 @@ fn fault_sweep_with_director_localization() {
         t0.elapsed().as_secs_f64()
     );
     assert!(lookups.0 > 0 && lookups.1 > 0);
-    assert!(
-        t.unknown.is_empty(),
-        "{} runs failed outside the known cases: {:?}",
-        t.unknown.len(),
-        t.unknown
-            .iter()
-            .map(|u| u.lines().next())
-            .collect::<Vec<_>>()
-    );
+    assert!(t.unknown.is_empty(), "{} runs failed outside the known cases: {:?}", t.unknown.len(), t.unknown.iter().map(|u| u.lines().next()).collect::<Vec<_>>());
 }

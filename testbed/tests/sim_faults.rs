@@ -35,10 +35,7 @@ fn untranslated_synack_ack_is_caught() {
 /// An IPv6 TCP flow failed with `diagnosis` (flow descriptions name the
 /// kind: "(tcp6 …").
 fn ipv6_caught(r: &sim::report::Report, diagnosis: &str) -> bool {
-    r.ipv6.tcp_completed < r.ipv6.tcp_flows
-        && r.failures
-            .iter()
-            .any(|f| f.contains("(tcp6 ") && f.contains(diagnosis))
+    r.ipv6.tcp_completed < r.ipv6.tcp_flows && r.failures.iter().any(|f| f.contains("(tcp6 ") && f.contains(diagnosis))
 }
 
 #[test]

@@ -77,22 +77,12 @@ fn run(cfg: SimConfig, what: &str) -> Report {
     if r.config.ccl.loss == 0.0 {
         assert_eq!(f.fragments_delivered, f.fragments_sent, "{what}: {f:?}");
         assert_eq!(f.datagrams_reassembled, f.datagrams_sent, "{what}: {f:?}");
-        assert_eq!(
-            f.ipv6_datagrams_reassembled, f.ipv6_datagrams_sent,
-            "{what}: {f:?}"
-        );
+        assert_eq!(f.ipv6_datagrams_reassembled, f.ipv6_datagrams_sent, "{what}: {f:?}");
     }
     // IPv6 datagrams were fragmented and reassembled too, and the IPv6
     // flows (fragmented and plain) completed.
-    assert!(
-        f.ipv6_datagrams_sent > 0 && f.ipv6_datagrams_reassembled > 0,
-        "{what}: {f:?}"
-    );
-    assert!(
-        r.ipv6.udp_flows > 0 && r.ipv6.all_completed(),
-        "{what}: {:?}",
-        r.ipv6
-    );
+    assert!(f.ipv6_datagrams_sent > 0 && f.ipv6_datagrams_reassembled > 0, "{what}: {f:?}");
+    assert!(r.ipv6.udp_flows > 0 && r.ipv6.all_completed(), "{what}: {:?}", r.ipv6);
     r
 }
 
@@ -297,10 +287,5 @@ fn lost_owner_reply_to_a_fragment_owner() {
     let mut cfg = scenario(seed, 5, NEW, CclLink::lossy(0.01));
     cfg.burst = 8;
     let r = sim::run(cfg).unwrap();
-    assert!(
-        r.ok() && r.udp_completed == r.udp_flows,
-        "{:?}\n{}",
-        r.failed_invariants(),
-        r.summary()
-    );
+    assert!(r.ok() && r.udp_completed == r.udp_flows, "{:?}\n{}", r.failed_invariants(), r.summary());
 }

@@ -35,28 +35,12 @@ fn check_all_ipv6(r: &Report, what: &str) {
 }
 
 fn check_ipv6_flows(r: &Report, what: &str) {
-    assert!(
-        r.ok(),
-        "{what}: invariants failed ({:?})\n{}",
-        r.failed_invariants(),
-        r.summary()
-    );
+    assert!(r.ok(), "{what}: invariants failed ({:?})\n{}", r.failed_invariants(), r.summary());
     assert_eq!(r.ipv4.flows(), 0, "{what}: every flow IPv6");
-    assert!(
-        r.ipv6.tcp_flows > 0 && r.ipv6.udp_flows > 0,
-        "{what}\n{}",
-        r.summary()
-    );
+    assert!(r.ipv6.tcp_flows > 0 && r.ipv6.udp_flows > 0, "{what}\n{}", r.summary());
     assert!(r.ipv6.all_completed(), "{what}\n{}", r.summary());
-    assert_eq!(
-        (r.ipv6.tcp_flows, r.ipv6.udp_flows),
-        (r.tcp_flows, r.udp_flows),
-        "{what}"
-    );
-    assert!(
-        r.ipv6.host_packets > 0 && r.ipv6.host_packets == r.host_packets,
-        "{what}"
-    );
+    assert_eq!((r.ipv6.tcp_flows, r.ipv6.udp_flows), (r.tcp_flows, r.udp_flows), "{what}");
+    assert!(r.ipv6.host_packets > 0 && r.ipv6.host_packets == r.host_packets, "{what}");
     assert_eq!(r.nd.unexpected, 0, "{what}: {:?}", r.nd);
     // The nodes forwarded only IPv6 to the hosts: every frame they sent
     // there is one of the IPv6 hosts' frames.
@@ -68,64 +52,24 @@ fn ipv6_only_clusters_keep_every_invariant() {
     for (nodes, workers, link, flags) in [
         (3usize, 1u16, CclLink::default(), ""),
         (5, 1, CclLink::jittery(), "--jitter-us 30 --reorder 0.05"),
-        (
-            3,
-            1,
-            CclLink::lossy(0.01),
-            "--jitter-us 30 --reorder 0.05 --loss 0.01",
-        ),
-        (
-            3,
-            2,
-            CclLink::jittery(),
-            "--jitter-us 30 --reorder 0.05 --workers 2",
-        ),
+        (3, 1, CclLink::lossy(0.01), "--jitter-us 30 --reorder 0.05 --loss 0.01"),
+        (3, 2, CclLink::jittery(), "--jitter-us 30 --reorder 0.05 --workers 2"),
     ] {
         for seed in [1, 2] {
-            let mut cfg = SimConfig::new(seed, nodes)
-                .flows(600, 160)
-                .mixed()
-                .ccl(link.clone())
-                .ipv6_share(1.0);
+            let mut cfg = SimConfig::new(seed, nodes).flows(600, 160).mixed().ccl(link.clone()).ipv6_share(1.0);
             cfg.workers = workers;
             let what = format!("clusterfw-sim --ipv6-share 1 --nodes {nodes} --flows 600 --udp-flows 160 --mixed --seed {seed} {flags}");
             let r = sim::run(cfg).unwrap();
-            println!(
-                "{what}: {}",
-                r.summary().lines().take(2).collect::<Vec<_>>().join(" |")
-            );
+            println!("{what}: {}", r.summary().lines().take(2).collect::<Vec<_>>().join(" |"));
             check_all_ipv6(&r, &what);
-            assert!(
-                r.ipv6.icmp_flows == 40,
-                "{what}: ICMPv6 echo flows ran: {:?}",
-                r.ipv6
-            );
-            assert!(
-                r.split_flows > r.ipv6.flows() / 2,
-                "{what}: most flows split over two nodes"
-            );
-            assert!(
-                r.cluster_total(cluster::names::FORWARDED_TO_OWNER) > 0,
-                "{what}"
-            );
-            assert!(
-                r.cluster_total(cluster::names::SYNACK_COOKIE_DECODED) > 0,
-                "{what}"
-            );
-            assert!(
-                r.cluster_total(cluster::names::DIRECTOR_QUERIES_SENT) > 0,
-                "{what}"
-            );
-            assert_eq!(
-                r.cluster_total(cluster::names::OWNER_PACKETS),
-                r.totals.host_tx,
-                "{what}"
-            );
+            assert!(r.ipv6.icmp_flows == 40, "{what}: ICMPv6 echo flows ran: {:?}", r.ipv6);
+            assert!(r.split_flows > r.ipv6.flows() / 2, "{what}: most flows split over two nodes");
+            assert!(r.cluster_total(cluster::names::FORWARDED_TO_OWNER) > 0, "{what}");
+            assert!(r.cluster_total(cluster::names::SYNACK_COOKIE_DECODED) > 0, "{what}");
+            assert!(r.cluster_total(cluster::names::DIRECTOR_QUERIES_SENT) > 0, "{what}");
+            assert_eq!(r.cluster_total(cluster::names::OWNER_PACKETS), r.totals.host_tx, "{what}");
             if link.loss > 0.0 {
-                assert!(
-                    r.ccl.lost > 0 && r.tcp_retransmissions > 0,
-                    "{what}: the loss was recovered"
-                );
+                assert!(r.ccl.lost > 0 && r.tcp_retransmissions > 0, "{what}: the loss was recovered");
             }
         }
     }
@@ -135,42 +79,20 @@ fn ipv6_only_clusters_keep_every_invariant() {
 fn ipv6_flows_are_taken_over_when_their_owner_dies() {
     // node0 (the control node) dies at 2 s with the downloads running and
     // comes back at 3.5 s (the fault sweep's golden case, IPv6 only).
-    let faults = vec![
-        FaultAt {
-            at_ns: 2000 * MS,
-            fault: FaultKind::Kill(0),
-        },
-        FaultAt {
-            at_ns: 3500 * MS,
-            fault: FaultKind::Restart(0),
-        },
-    ];
+    let faults = vec![FaultAt { at_ns: 2000 * MS, fault: FaultKind::Kill(0) }, FaultAt { at_ns: 3500 * MS, fault: FaultKind::Restart(0) }];
     let cfg = SimConfig::fault_scenario(7, 3, faults, 7500 * MS).ipv6_share(1.0);
     let r = sim::run(cfg).unwrap();
     println!("{}", r.summary());
     check_ipv6_flows(&r, "kill and restart node0");
     let f = r.faults.as_ref().unwrap();
-    assert!(
-        f.takeovers_ipv6 > 0 && f.takeovers_ipv6 == f.takeovers,
-        "{}",
-        r.summary()
-    );
+    assert!(f.takeovers_ipv6 > 0 && f.takeovers_ipv6 == f.takeovers, "{}", r.summary());
     assert!(f.ipv6_flows_taken_over > 0, "{}", r.summary());
-    assert_eq!(
-        f.ipv6_flows_taken_over_completed,
-        f.ipv6_flows_taken_over,
-        "{}",
-        r.summary()
-    );
+    assert_eq!(f.ipv6_flows_taken_over_completed, f.ipv6_flows_taken_over, "{}", r.summary());
     // The warm-up solicitations found the ports down: the nodes solicited
     // their routers when they had IPv6 to forward, and were answered.
     assert_eq!(r.nd.node_advertisements, 0, "{:?}", r.nd);
     assert!(r.nd.node_solicitations > 0, "{:?}", r.nd);
-    assert_eq!(
-        r.nd.router_advertisements, r.nd.node_solicitations,
-        "{:?}",
-        r.nd
-    );
+    assert_eq!(r.nd.router_advertisements, r.nd.node_solicitations, "{:?}", r.nd);
 }
 
 #[test]
@@ -179,9 +101,5 @@ fn share_zero_is_the_ipv4_only_simulator() {
     assert!(r.ok(), "{}", r.summary());
     assert_eq!(r.ipv6.flows(), 0);
     assert!(r.ipv4.all_completed() && r.ipv4.flows() == r.tcp_flows + r.udp_flows);
-    assert_eq!(
-        r.nd,
-        sim::NdStats::default(),
-        "no neighbour discovery without IPv6 traffic"
-    );
+    assert_eq!(r.nd, sim::NdStats::default(), "no neighbour discovery without IPv6 traffic");
 }

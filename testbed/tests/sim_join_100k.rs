@@ -19,21 +19,9 @@ const MS: u64 = 1_000_000;
 
 #[test]
 fn join_with_100k_live_connections() {
-    let flows = std::env::var("CFW_SIM_JOIN_FLOWS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(100_000usize);
+    let flows = std::env::var("CFW_SIM_JOIN_FLOWS").ok().and_then(|v| v.parse().ok()).unwrap_or(100_000usize);
     let restart = 6_000 * MS;
-    let faults = vec![
-        FaultAt {
-            at_ns: 800 * MS,
-            fault: FaultKind::Kill(2),
-        },
-        FaultAt {
-            at_ns: restart,
-            fault: FaultKind::Restart(2),
-        },
-    ];
+    let faults = vec![FaultAt { at_ns: 800 * MS, fault: FaultKind::Kill(2) }, FaultAt { at_ns: restart, fault: FaultKind::Restart(2) }];
     let mut cfg = SimConfig::new(3, 3).flows(flows, 0);
     cfg.faults = faults;
     cfg.flow_start_ns = 1_000 * MS;
@@ -51,13 +39,7 @@ fn join_with_100k_live_connections() {
     let n2 = &m.per_node[2];
     let admitted = n2.reached(State::Syncing, restart).expect("node2 admitted");
     let ready = n2.reached(State::Data, restart).expect("node2 ready");
-    let how = n2
-        .history
-        .iter()
-        .rev()
-        .find(|h| h.contains("syncing -> data"))
-        .cloned()
-        .unwrap_or_default();
+    let how = n2.history.iter().rev().find(|h| h.contains("syncing -> data")).cloned().unwrap_or_default();
     let f = r.faults.as_ref().unwrap();
     let records: u64 = r.cluster_total("records");
     println!(
@@ -71,19 +53,9 @@ fn join_with_100k_live_connections() {
         f.open_owned_at_end, r.ipv6.tcp_flows
     );
     for n in &r.per_node {
-        println!(
-            "node{}: flows created {} cluster {:?}",
-            n.node,
-            n.flows_created,
-            n.cluster
-                .as_ref()
-                .map(|c| (c.get("registers_sent"), c.get("sync_scans")))
-        );
+        println!("node{}: flows created {} cluster {:?}", n.node, n.flows_created, n.cluster.as_ref().map(|c| (c.get("registers_sent"), c.get("sync_scans"))));
     }
-    assert!(
-        how.contains("synced in"),
-        "through the readiness gate, not the sync timeout: {how}"
-    );
+    assert!(how.contains("synced in"), "through the readiness gate, not the sync timeout: {how}");
     // A quarter of the connections are IPv6 (`DEFAULT_IPV6_SHARE`).
     assert_eq!(r.ipv6.tcp_flows, flows / 4, "{:?}", r.ipv6);
     let (one, none, many) = f.open_owned_at_end;

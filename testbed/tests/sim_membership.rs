@@ -11,9 +11,7 @@
 
 use controlplane::membership::{Received, State};
 use testbed::sim::cluster;
-use testbed::sim::membership::{
-    MembershipReport, NodeMembership, HEARTBEAT_INTERVAL_MS, HOLD_TIME_MS,
-};
+use testbed::sim::membership::{MembershipReport, NodeMembership, HEARTBEAT_INTERVAL_MS, HOLD_TIME_MS};
 use testbed::sim::net::{CclCut, CclLink};
 use testbed::sim::{self, SimConfig};
 
@@ -31,12 +29,7 @@ fn idle(seed: u64, nodes: usize, ms: u64) -> SimConfig {
 fn membership(cfg: SimConfig) -> (MembershipReport, u64) {
     let r = sim::run(cfg).unwrap();
     assert!(r.ok(), "{}", r.summary());
-    (
-        r.membership
-            .clone()
-            .expect("a cluster run reports membership"),
-        r.virtual_ms,
-    )
+    (r.membership.clone().expect("a cluster run reports membership"), r.virtual_ms)
 }
 
 /// Outcomes that mean a message was refused or made no sense: none on a
@@ -56,53 +49,22 @@ const REFUSALS: [Received; 11] = [
 ];
 
 fn refusals(n: &NodeMembership) -> Vec<(&'static str, u64)> {
-    REFUSALS
-        .iter()
-        .map(|&r| (r.as_str(), n.counters.received(r)))
-        .filter(|&(_, c)| c > 0)
-        .collect()
+    REFUSALS.iter().map(|&r| (r.as_str(), n.counters.received(r))).filter(|&(_, c)| c > 0).collect()
 }
 
 /// Every copy ends cut, lost, delivered or in flight; every delivered copy
 /// was counted by its opener (a drop) or its machine (one outcome).
 fn check_accounting(m: &MembershipReport) {
     let l = &m.link;
-    assert_eq!(
-        l.copies,
-        l.delivered + l.lost + l.cut + l.in_flight,
-        "{l:?}"
-    );
-    assert_eq!(
-        l.frames,
-        m.per_node
-            .iter()
-            .map(|n| n.heartbeats_sent + n.messages_sent)
-            .sum::<u64>()
-    );
-    assert_eq!(
-        l.heartbeats,
-        m.per_node.iter().map(|n| n.heartbeats_sent).sum::<u64>()
-    );
-    assert_eq!(
-        l.delivered,
-        m.per_node.iter().map(|n| n.received).sum::<u64>()
-    );
+    assert_eq!(l.copies, l.delivered + l.lost + l.cut + l.in_flight, "{l:?}");
+    assert_eq!(l.frames, m.per_node.iter().map(|n| n.heartbeats_sent + n.messages_sent).sum::<u64>());
+    assert_eq!(l.heartbeats, m.per_node.iter().map(|n| n.heartbeats_sent).sum::<u64>());
+    assert_eq!(l.delivered, m.per_node.iter().map(|n| n.received).sum::<u64>());
     for n in &m.per_node {
-        assert_eq!(
-            n.received,
-            n.counters.messages() + n.dropped(),
-            "node{}: {:?}",
-            n.node,
-            n.counters
-        );
+        assert_eq!(n.received, n.counters.messages() + n.dropped(), "node{}: {:?}", n.node, n.counters);
         // Every recorded heartbeat is one peer's count.
         let heard: u64 = n.peers.iter().map(|p| p.heartbeats).sum();
-        assert_eq!(
-            heard,
-            n.counters.received(Received::Heartbeat),
-            "node{}",
-            n.node
-        );
+        assert_eq!(heard, n.counters.received(Received::Heartbeat), "node{}", n.node);
         assert_eq!(n.send_failures, 0, "node{}", n.node);
     }
 }
@@ -116,26 +78,12 @@ fn check_formed(m: &MembershipReport, nodes: usize, control: usize) {
     let all: Vec<u8> = (0..nodes as u8).collect();
     for n in &m.per_node {
         assert!(n.is_member() && n.ready, "node{}: {}", n.node, m.states());
-        let want = if n.node == control {
-            State::Control
-        } else {
-            State::Data
-        };
+        let want = if n.node == control { State::Control } else { State::Data };
         assert_eq!(n.state, want, "{}", m.states());
-        assert_eq!(
-            (n.epoch, n.control, &n.members),
-            (epoch, Some(control as u8), &all),
-            "{}",
-            m.states()
-        );
+        assert_eq!((n.epoch, n.control, &n.members), (epoch, Some(control as u8), &all), "{}", m.states());
         assert!(n.data_ports_up, "node{}", n.node);
         for p in n.peers.iter().filter(|p| !p.this_node) {
-            assert!(
-                p.last_heard_ms
-                    .is_some_and(|a| a <= HEARTBEAT_INTERVAL_MS + 5),
-                "node{} about {p:?}",
-                n.node
-            );
+            assert!(p.last_heard_ms.is_some_and(|a| a <= HEARTBEAT_INTERVAL_MS + 5), "node{} about {p:?}", n.node);
             assert_eq!(p.incarnation, cluster::incarnation(usize::from(p.id), 0));
             assert!(p.member, "node{} about {p:?}", n.node);
             assert_eq!(p.epoch, Some(epoch), "node{} about {p:?}", n.node);
@@ -158,68 +106,30 @@ fn four_nodes_form_one_cluster_within_a_second() {
     for n in &m.per_node {
         // Formed: no node heard a control node for a hold time, node0 won
         // the election, then admitted the others.
-        let ready_at = n
-            .reached(
-                if n.node == 0 {
-                    State::Control
-                } else {
-                    State::Data
-                },
-                0,
-            )
-            .unwrap();
+        let ready_at = n.reached(if n.node == 0 { State::Control } else { State::Data }, 0).unwrap();
         formed = formed.max(ready_at);
         assert_eq!(n.peers.len(), 4);
         assert!(n.ccl_drops.is_empty(), "node{}: {:?}", n.node, n.ccl_drops);
         assert!(refusals(n).is_empty(), "node{}: {:?}", n.node, refusals(n));
         assert_eq!(n.counters.joins_refused, 0);
         // One member set each, and no one left.
-        assert_eq!(
-            n.member_sets.len(),
-            1,
-            "node{}: {:?}",
-            n.node,
-            n.member_sets
-        );
-        assert_eq!(
-            (n.actions.members, n.actions.resets, n.counters.leaves),
-            (1, 0, 0),
-            "node{}",
-            n.node
-        );
+        assert_eq!(n.member_sets.len(), 1, "node{}: {:?}", n.node, n.member_sets);
+        assert_eq!((n.actions.members, n.actions.resets, n.counters.leaves), (1, 0, 0), "node{}", n.node);
         // Leased past now (not fenced), renewed all along.
-        assert!(
-            n.last_lease_ns.is_some_and(|l| l > now),
-            "node{}: {:?} at {now}",
-            n.node,
-            n.last_lease_ns
-        );
+        assert!(n.last_lease_ns.is_some_and(|l| l > now), "node{}: {:?} at {now}", n.node, n.last_lease_ns);
         assert!(n.actions.leases >= 5, "node{}: {:?}", n.node, n.actions);
         // About one heartbeat per interval (the first when the machine
         // starts, one more at each state change): 10 intervals in 1 s.
-        assert!(
-            (10..=14).contains(&n.heartbeats_sent),
-            "node{}: {}",
-            n.node,
-            n.heartbeats_sent
-        );
+        assert!((10..=14).contains(&n.heartbeats_sent), "node{}: {}", n.node, n.heartbeats_sent);
         // Every recorded heartbeat of a peer, and no more than it sent.
         for p in n.peers.iter().filter(|p| !p.this_node) {
             let sent = m.per_node[usize::from(p.id)].heartbeats_sent;
-            assert!(
-                p.heartbeats <= sent && p.heartbeats + 1 >= sent,
-                "node{} about {p:?}: sent {sent}",
-                n.node
-            );
+            assert!(p.heartbeats <= sent && p.heartbeats + 1 >= sent, "node{} about {p:?}: sent {sent}", n.node);
         }
     }
     println!("formation: every node ready {} ms after start", formed / MS);
     // Election after a hold time, admission and sync after that.
-    assert!(
-        (HOLD..=HOLD + 2 * INTERVAL).contains(&formed),
-        "{} ms",
-        formed / MS
-    );
+    assert!((HOLD..=HOLD + 2 * INTERVAL).contains(&formed), "{} ms", formed / MS);
     let l = &m.link;
     assert_eq!((l.lost, l.cut, l.reordered), (0, 0, 0), "{l:?}");
 }
@@ -249,11 +159,7 @@ fn a_cut_node_is_removed_within_the_hold_time_and_an_interval() {
     const CUT_AT: u64 = 1000 * MS;
     let cut = |ms| {
         let mut c = idle(2, 4, ms);
-        c.ccl_cut = Some(CclCut {
-            node: 2,
-            from_ns: CUT_AT,
-            until_ns: u64::MAX,
-        });
+        c.ccl_cut = Some(CclCut { node: 2, from_ns: CUT_AT, until_ns: u64::MAX });
         membership(c)
     };
     let (early, t1) = cut(1500);
@@ -264,12 +170,7 @@ fn a_cut_node_is_removed_within_the_hold_time_and_an_interval() {
         let c = &m.per_node[0];
         assert_eq!(c.state, State::Control, "{}", m.states());
         // Formed with node2, then a new epoch without it.
-        let before = c
-            .member_sets
-            .iter()
-            .rev()
-            .find(|s| s.at_ns < CUT_AT)
-            .unwrap();
+        let before = c.member_sets.iter().rev().find(|s| s.at_ns < CUT_AT).unwrap();
         assert!(before.contains(2), "{before:?}");
         let removal = c.set_without(2, CUT_AT).expect("node2 removed");
         assert!(removal.epoch > before.epoch, "{removal:?} after {before:?}");
@@ -278,40 +179,18 @@ fn a_cut_node_is_removed_within_the_hold_time_and_an_interval() {
         // cut; the control node notices within a tick (interval / 4) of
         // the hold time after it.
         let took = removal.at_ns - CUT_AT;
-        println!(
-            "removal: epoch {} -> {} {} ms after the cut",
-            before.epoch,
-            removal.epoch,
-            took / MS
-        );
-        assert!(
-            (HOLD - INTERVAL..=HOLD + INTERVAL).contains(&took),
-            "{} ms",
-            took / MS
-        );
+        println!("removal: epoch {} -> {} {} ms after the cut", before.epoch, removal.epoch, took / MS);
+        assert!((HOLD - INTERVAL..=HOLD + INTERVAL).contains(&took), "{} ms", took / MS);
         assert_eq!(c.counters.members_removed, 1);
         // The others follow the new epoch, and keep hearing each other.
         for n in [1, 3] {
             let v = &m.per_node[n];
-            assert_eq!(
-                (v.state, v.epoch, v.control),
-                (State::Data, removal.epoch, Some(0)),
-                "{}",
-                m.states()
-            );
+            assert_eq!((v.state, v.epoch, v.control), (State::Data, removal.epoch, Some(0)), "{}", m.states());
             assert_eq!(v.members, removal.members);
             let s = v.set_without(2, CUT_AT).unwrap();
-            assert!(
-                s.at_ns - removal.at_ns <= 5 * MS,
-                "node{n} adopted at {} ms",
-                s.at_ns / MS
-            );
+            assert!(s.at_ns - removal.at_ns <= 5 * MS, "node{n} adopted at {} ms", s.at_ns / MS);
             let b = m.view(n, 0).unwrap();
-            assert!(
-                b.last_heard_ms
-                    .is_some_and(|a| a <= HEARTBEAT_INTERVAL_MS + 5),
-                "{b:?}"
-            );
+            assert!(b.last_heard_ms.is_some_and(|a| a <= HEARTBEAT_INTERVAL_MS + 5), "{b:?}");
         }
         // The cut node hears no one: with split-brain `elect` it elects
         // itself control of a set of its own (fenced from the others'
@@ -321,17 +200,11 @@ fn a_cut_node_is_removed_within_the_hold_time_and_an_interval() {
         for (n, p) in [(0, 2), (2, 0), (2, 1)] {
             let a = m.view(n, p).unwrap().last_heard_ms.unwrap();
             // Last heard between one interval before the cut and the cut.
-            assert!(
-                a + 1000 + 1 >= t && a + 900 <= t + 1,
-                "node{n} about node{p}: {a} ms at {t} ms"
-            );
+            assert!(a + 1000 + 1 >= t && a + 900 <= t + 1, "node{n} about node{p}: {a} ms at {t} ms");
         }
     }
     let age = |m: &MembershipReport| m.view(0, 2).unwrap().last_heard_ms.unwrap();
-    assert!(
-        age(&late) >= age(&early) + 990,
-        "the age grows with the cut"
-    );
+    assert!(age(&late) >= age(&early) + 990, "the age grows with the cut");
 }
 
 #[test]
@@ -346,20 +219,14 @@ fn a_healed_node_is_heard_again_and_rejoins() {
     let mut worst = 0;
     for seed in 4..9 {
         let mut c = idle(seed, 3, 2500);
-        c.ccl_cut = Some(CclCut {
-            node: 1,
-            from_ns: FROM,
-            until_ns: HEAL,
-        });
+        c.ccl_cut = Some(CclCut { node: 1, from_ns: FROM, until_ns: HEAL });
         let (m, _) = membership(c);
         check_accounting(&m);
         check_formed(&m, 3, 0);
         let ctl = &m.per_node[0];
         let removed = ctl.set_without(1, FROM).expect("node1 removed");
         assert!(removed.at_ns < HEAL, "{removed:?}");
-        let back = ctl
-            .set_with(1, removed.at_ns)
-            .expect("node1 admitted again");
+        let back = ctl.set_with(1, removed.at_ns).expect("node1 admitted again");
         assert!(back.epoch > removed.epoch, "{back:?}");
         let node1 = &m.per_node[1];
         let ready = node1.reached(State::Data, HEAL).expect("node1 data again");
@@ -368,18 +235,11 @@ fn a_healed_node_is_heard_again_and_rejoins() {
             "seed {seed}: node1 removed at epoch {}, member again (epoch {}) {member_ms} ms, ready {ready_ms} ms after the heal",
             removed.epoch, back.epoch
         );
-        assert!(
-            back.at_ns > HEAL && back.at_ns - HEAL <= HOLD + INTERVAL,
-            "{member_ms} ms"
-        );
+        assert!(back.at_ns > HEAL && back.at_ns - HEAL <= HOLD + INTERVAL, "{member_ms} ms");
         assert!(ready - HEAL <= HOLD + INTERVAL, "{ready_ms} ms");
         worst = worst.max(ready - HEAL);
         // It left its own partition's cluster once (reset, rejoined).
-        assert!(
-            node1.actions.resets >= 1 && node1.counters.leaves >= 1,
-            "{:?}",
-            node1.actions
-        );
+        assert!(node1.actions.resets >= 1 && node1.counters.leaves >= 1, "{:?}", node1.actions);
         assert_eq!(ctl.counters.members_removed, 1);
     }
     println!("rejoin: ready at most {} ms after the heal", worst / MS);
@@ -392,36 +252,18 @@ fn a_cut_control_node_is_replaced_and_keeps_the_role_on_heal() {
     // node (node0: equal priority, lower id) keeps the role and the
     // others rejoin it.
     let mut c = idle(6, 4, 3000);
-    c.ccl_cut = Some(CclCut {
-        node: 0,
-        from_ns: 1000 * MS,
-        until_ns: 1800 * MS,
-    });
+    c.ccl_cut = Some(CclCut { node: 0, from_ns: 1000 * MS, until_ns: 1800 * MS });
     let (m, _) = membership(c);
     check_accounting(&m);
     let n1 = &m.per_node[1];
-    let elected = n1
-        .reached(State::Control, 1000 * MS)
-        .expect("node1 elected");
-    println!(
-        "election: node1 control {} ms after the cut",
-        (elected - 1000 * MS) / MS
-    );
-    assert!(
-        elected - 1000 * MS <= 2 * HOLD,
-        "{} ms",
-        (elected - 1000 * MS) / MS
-    );
+    let elected = n1.reached(State::Control, 1000 * MS).expect("node1 elected");
+    println!("election: node1 control {} ms after the cut", (elected - 1000 * MS) / MS);
+    assert!(elected - 1000 * MS <= 2 * HOLD, "{} ms", (elected - 1000 * MS) / MS);
     let set = n1.set_without(0, 1000 * MS).unwrap();
     assert_eq!(set.members, vec![1, 2, 3]);
     check_formed(&m, 4, 0);
-    let back = n1
-        .reached(State::Data, 1800 * MS)
-        .expect("node1 follows node0 again");
-    println!(
-        "heal: node1 data under node0 {} ms after the heal",
-        (back - 1800 * MS) / MS
-    );
+    let back = n1.reached(State::Data, 1800 * MS).expect("node1 follows node0 again");
+    println!("heal: node1 data under node0 {} ms after the heal", (back - 1800 * MS) / MS);
     assert!(back - 1800 * MS <= HOLD + 2 * INTERVAL);
 }
 
@@ -471,22 +313,13 @@ fn a_cut_control_node_is_replaced_and_keeps_the_role_on_heal() {
 /// (at the simulator's change, dataplane unchanged).
 #[test]
 fn control_plane_stays_out_of_the_trace() {
-    let cfg = SimConfig::new(11, 3)
-        .flows(300, 100)
-        .ccl(CclLink::lossy(0.01))
-        .ipv6_share(0.0);
+    let cfg = SimConfig::new(11, 3).flows(300, 100).ccl(CclLink::lossy(0.01)).ipv6_share(0.0);
     let r = sim::run(cfg).unwrap();
     let m = r.membership.as_ref().unwrap();
     assert!(m.link.delivered > 0 && m.link.lost > 0, "{:?}", m.link);
     assert_eq!(r.trace_hash, "be385a1901ce5859", "{}", r.summary());
-    let cfg = SimConfig::new(11, 3)
-        .flows(300, 100)
-        .ccl(CclLink::lossy(0.01));
+    let cfg = SimConfig::new(11, 3).flows(300, 100).ccl(CclLink::lossy(0.01));
     let r = sim::run(cfg).unwrap();
-    assert!(
-        r.ipv6.flows() == 100 && r.ipv6.all_completed(),
-        "{:?}",
-        r.ipv6
-    );
+    assert!(r.ipv6.flows() == 100 && r.ipv6.all_completed(), "{:?}", r.ipv6);
     assert_eq!(r.trace_hash, "7da40906405a3095", "{}", r.summary());
 }

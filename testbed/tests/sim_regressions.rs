@@ -27,11 +27,7 @@ fn run(seed: u64) -> sim::report::Report {
         r.summary()
     );
     // The sweep's IPv6 quarter ran and completed.
-    assert!(
-        r.ipv6.tcp_flows >= 75 && r.ipv6.udp_flows == 32 && r.ipv6.all_completed(),
-        "seed {seed}: {:?}",
-        r.ipv6
-    );
+    assert!(r.ipv6.tcp_flows >= 75 && r.ipv6.udp_flows == 32 && r.ipv6.all_completed(), "seed {seed}: {:?}", r.ipv6);
     r
 }
 
@@ -40,26 +36,16 @@ fn lost_registration_seeds_2_and_324() {
     for seed in [2, 324] {
         let r = run(seed);
         assert!(r.config.ccl.loss > 0.0);
-        assert!(
-            r.cluster_total("registers_resent") > 0,
-            "seed {seed}: {}",
-            r.summary()
-        );
+        assert!(r.cluster_total("registers_resent") > 0, "seed {seed}: {}", r.summary());
     }
-    assert!(
-        !SimConfig::randomized(324).seq_randomization,
-        "seed 324 runs without cookies"
-    );
+    assert!(!SimConfig::randomized(324).seq_randomization, "seed 324 runs without cookies");
 }
 
 #[test]
 fn reordered_state_update_seed_123() {
     let r = run(123);
     assert_eq!(r.config.ccl.loss, 0.0);
-    assert!(
-        r.config.idle_ns.1 > 30_000_000_000,
-        "idle periods past the SYN timeout"
-    );
+    assert!(r.config.idle_ns.1 > 30_000_000_000, "idle periods past the SYN timeout");
     assert!(r.cluster_total("records_stale") > 0, "{}", r.summary());
 }
 
@@ -68,10 +54,6 @@ fn lost_state_update_seeds_187_and_262() {
     for seed in [187, 262] {
         let r = run(seed);
         assert!(r.config.ccl.loss > 0.0);
-        assert!(
-            r.cluster_total("updates_resent") > 0,
-            "seed {seed}: {}",
-            r.summary()
-        );
+        assert!(r.cluster_total("updates_resent") > 0, "seed {seed}: {}", r.summary());
     }
 }

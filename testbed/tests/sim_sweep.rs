@@ -17,10 +17,7 @@ fn randomized_sweep() {
     let seeds = sim::seeds_from_env(1000, 100);
     let mut failed = Vec::new();
     let mut done = [0usize; 2];
-    let share = std::env::var("CFW_SIM_IPV6_SHARE")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(sim::DEFAULT_IPV6_SHARE);
+    let share = std::env::var("CFW_SIM_IPV6_SHARE").ok().and_then(|v| v.parse().ok()).unwrap_or(sim::DEFAULT_IPV6_SHARE);
     // Of 300 TCP, 100 UDP and 30 echo flows: by default 75, 25 and 7.
     let of = |n: usize| (0..n).filter(|&k| sim::ipv6_flow(k, share)).count();
     for &seed in &seeds {
@@ -29,9 +26,7 @@ fn randomized_sweep() {
         let c = &r.config;
         // The IPv6 share ran: exactly that share of each kind (TCP: and
         // the IPv6 flows' reused tuples).
-        let dual = r.ipv6.tcp_flows >= of(300)
-            && r.ipv6.udp_flows == of(100) + of(30)
-            && r.ipv6.icmp_flows == of(30);
+        let dual = r.ipv6.tcp_flows >= of(300) && r.ipv6.udp_flows == of(100) + of(30) && r.ipv6.icmp_flows == of(30);
         done[0] += r.ipv4.completed();
         done[1] += r.ipv6.completed();
         println!(
@@ -65,11 +60,6 @@ fn randomized_sweep() {
             failed.push(seed);
         }
     }
-    println!(
-        "sweep: {} seeds, flows completed: IPv4 {}, IPv6 {}",
-        seeds.len(),
-        done[0],
-        done[1]
-    );
+    println!("sweep: {} seeds, flows completed: IPv4 {}, IPv6 {}", seeds.len(), done[0], done[1]);
     assert!(failed.is_empty(), "seeds {failed:?} failed; rerun one with CFW_SIM_SEEDS=<seed> cargo test --release -p testbed --test sim_sweep -- --nocapture");
 }

@@ -274,9 +274,7 @@ fn step_d_ping_node(_c: &Ctx) -> Result<String> {
 /// The IPv6 steps need clusterfw (the kernel-router self-check forwards
 /// IPv4 only): `Some(line)` says why a step is skipped.
 fn v6_skipped(c: &Ctx) -> Option<String> {
-    c.socket
-        .is_none()
-        .then(|| "skipped: kernel-router mode forwards IPv4 only".to_string())
+    c.socket.is_none().then(|| "skipped: kernel-router mode forwards IPv4 only".to_string())
 }
 
 fn step_e_http_download_v6(c: &Ctx) -> Result<String> {
@@ -292,15 +290,7 @@ fn step_e_http_download_v6(c: &Ctx) -> Result<String> {
         "HTTP server (IPv6)",
         OUTSIDE,
         harness::python(),
-        &[
-            "-m",
-            "http.server",
-            "8086",
-            "--bind",
-            OUTSIDE_ADDR6,
-            "--directory",
-            &www_dir,
-        ],
+        &["-m", "http.server", "8086", "--bind", OUTSIDE_ADDR6, "--directory", &www_dir],
         &c.run_dir.join("step-e-http6.log"),
     )?;
     server.wait_listening(OUTSIDE, 8086, Duration::from_secs(10))?;
@@ -310,66 +300,26 @@ fn step_e_http_download_v6(c: &Ctx) -> Result<String> {
     sys::ns_run(
         INSIDE,
         "curl",
-        &[
-            "-6",
-            "-g",
-            "-sS",
-            "--fail",
-            "--connect-timeout",
-            "10",
-            "--max-time",
-            "60",
-            "-o",
-            &got_path.to_string_lossy(),
-            &url,
-        ],
+        &["-6", "-g", "-sS", "--fail", "--connect-timeout", "10", "--max-time", "60", "-o", &got_path.to_string_lossy(), &url],
     )?;
     let secs = start.elapsed().as_secs_f64();
     let got = harness::sha256(&got_path)?;
     let len = std::fs::metadata(&got_path)?.len();
-    ensure!(
-        got == want,
-        "downloaded {len} bytes with sha256 {got}, served file has {want}"
-    );
-    let fwd = c
-        .stats()?
-        .map(|s| s["ipv6"]["forwarded"].as_u64().unwrap_or(0))
-        .unwrap_or(0);
-    ensure!(
-        fwd > 1000,
-        "the node's ipv6.forwarded is {fwd}: the download did not go through its IPv6 path"
-    );
-    Ok(format!(
-        "{len} bytes in {secs:.2} s over IPv6, sha256 matches; ipv6.forwarded {fwd}"
-    ))
+    ensure!(got == want, "downloaded {len} bytes with sha256 {got}, served file has {want}");
+    let fwd = c.stats()?.map(|s| s["ipv6"]["forwarded"].as_u64().unwrap_or(0)).unwrap_or(0);
+    ensure!(fwd > 1000, "the node's ipv6.forwarded is {fwd}: the download did not go through its IPv6 path");
+    Ok(format!("{len} bytes in {secs:.2} s over IPv6, sha256 matches; ipv6.forwarded {fwd}"))
 }
 
 fn step_f_ping_v6(c: &Ctx) -> Result<String> {
     if let Some(s) = v6_skipped(c) {
         return Ok(s);
     }
-    let node = sys::ns_run(
-        INSIDE,
-        "ping",
-        &["-6", "-c", "3", "-W", "2", NODE_INSIDE_ADDR6],
-    )?;
+    let node = sys::ns_run(INSIDE, "ping", &["-6", "-c", "3", "-W", "2", NODE_INSIDE_ADDR6])?;
     let through = sys::ns_run(INSIDE, "ping", &["-6", "-c", "3", "-W", "2", OUTSIDE_ADDR6])?;
-    let line = |o: &str| {
-        o.lines()
-            .find(|l| l.contains("received"))
-            .unwrap_or("")
-            .trim()
-            .to_string()
-    };
-    ensure!(
-        line(&node).contains(" 0% packet loss") && line(&through).contains(" 0% packet loss"),
-        "{node}\n{through}"
-    );
-    Ok(format!(
-        "node: {}; outside host through the node: {}",
-        line(&node),
-        line(&through)
-    ))
+    let line = |o: &str| o.lines().find(|l| l.contains("received")).unwrap_or("").trim().to_string();
+    ensure!(line(&node).contains(" 0% packet loss") && line(&through).contains(" 0% packet loss"), "{node}\n{through}");
+    Ok(format!("node: {}; outside host through the node: {}", line(&node), line(&through)))
 }
 
 fn step_g_outside_to_inside_denied_v6(c: &Ctx) -> Result<String> {
@@ -385,48 +335,16 @@ fn step_g_outside_to_inside_denied_v6(c: &Ctx) -> Result<String> {
     )?;
     listener.wait_listening(INSIDE, 8087, Duration::from_secs(10))?;
     let url = format!("http://[{INSIDE_ADDR6}]:8087/");
-    sys::ns_run(
-        INSIDE,
-        "curl",
-        &[
-            "-6",
-            "-g",
-            "-sS",
-            "--fail",
-            "--max-time",
-            "3",
-            "-o",
-            "/dev/null",
-            &url,
-        ],
-    )
-    .context("the listener does not answer even inside its own host")?;
+    sys::ns_run(INSIDE, "curl", &["-6", "-g", "-sS", "--fail", "--max-time", "3", "-o", "/dev/null", &url])
+        .context("the listener does not answer even inside its own host")?;
     let before = c.acl_denied()?.unwrap_or(0);
     let out = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            OUTSIDE,
-            "curl",
-            "-6",
-            "-g",
-            "-sS",
-            "--max-time",
-            "3",
-            "-o",
-            "/dev/null",
-            &url,
-        ])
+        .args(["netns", "exec", OUTSIDE, "curl", "-6", "-g", "-sS", "--max-time", "3", "-o", "/dev/null", &url])
         .output()?;
     match out.status.code() {
         Some(7 | 28) => {}
-        Some(0) => {
-            bail!("outside reached the inside listener over IPv6: the connection was not denied")
-        }
-        other => bail!(
-            "curl -6 from outside failed oddly ({other:?}): {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        ),
+        Some(0) => bail!("outside reached the inside listener over IPv6: the connection was not denied"),
+        other => bail!("curl -6 from outside failed oddly ({other:?}): {}", String::from_utf8_lossy(&out.stderr).trim()),
     }
     let deadline = Instant::now() + Duration::from_secs(3);
     loop {
@@ -446,25 +364,12 @@ fn step_h_tracepath_v6(c: &Ctx) -> Result<String> {
         return Ok(s);
     }
     let out = sys::ns_run(INSIDE, "tracepath", &["-6", "-n", "-m", "5", OUTSIDE_ADDR6])?;
-    let hop1 = out
-        .lines()
-        .find(|l| l.trim_start().starts_with("1:") && l.contains(NODE_INSIDE_ADDR6));
-    ensure!(
-        hop1.is_some(),
-        "tracepath -6 shows no hop 1 at the node ({NODE_INSIDE_ADDR6}):\n{out}"
-    );
-    ensure!(
-        out.contains("reached"),
-        "tracepath -6 did not reach {OUTSIDE_ADDR6}:\n{out}"
-    );
-    let sent = c
-        .stats()?
-        .map(|s| s["ipv6"]["time_exceeded_sent"].as_u64().unwrap_or(0))
-        .unwrap_or(0);
+    let hop1 = out.lines().find(|l| l.trim_start().starts_with("1:") && l.contains(NODE_INSIDE_ADDR6));
+    ensure!(hop1.is_some(), "tracepath -6 shows no hop 1 at the node ({NODE_INSIDE_ADDR6}):\n{out}");
+    ensure!(out.contains("reached"), "tracepath -6 did not reach {OUTSIDE_ADDR6}:\n{out}");
+    let sent = c.stats()?.map(|s| s["ipv6"]["time_exceeded_sent"].as_u64().unwrap_or(0)).unwrap_or(0);
     ensure!(sent > 0, "the node counted no time exceeded sent");
-    Ok(format!(
-        "hop 1 {NODE_INSIDE_ADDR6}, reached {OUTSIDE_ADDR6}; time_exceeded_sent {sent}"
-    ))
+    Ok(format!("hop 1 {NODE_INSIDE_ADDR6}, reached {OUTSIDE_ADDR6}; time_exceeded_sent {sent}"))
 }
 
 fn step_i_packet_too_big_v6(c: &Ctx) -> Result<String> {
@@ -473,28 +378,11 @@ fn step_i_packet_too_big_v6(c: &Ctx) -> Result<String> {
     }
     // The server advertises an MSS for a 1500-byte path back to the
     // client (its own link is 1400): the client's full segments need PTB.
-    sys::ip(
-        OUTSIDE,
-        &[
-            "-6",
-            "route",
-            "replace",
-            "2001:db8:1::/64",
-            "via",
-            "2001:db8:2::1",
-            "dev",
-            "eth0",
-            "advmss",
-            "1440",
-        ],
-    )?;
+    sys::ip(OUTSIDE, &["-6", "route", "replace", "2001:db8:1::/64", "via", "2001:db8:2::1", "dev", "eth0", "advmss", "1440"])?;
     // Forget the path MTU tracepath (h) learnt: this transfer learns it.
     sys::ip(INSIDE, &["-6", "route", "flush", "cache"])?;
     let fresh = sys::ns_run(INSIDE, "ip", &["-6", "route", "get", OUTSIDE_ADDR6])?;
-    ensure!(
-        !fresh.contains("mtu 1400"),
-        "the client still knows the path MTU: {fresh}"
-    );
+    ensure!(!fresh.contains("mtu 1400"), "the client still knows the path MTU: {fresh}");
     let mut server = Background::start(
         "iperf3 server (IPv6)",
         OUTSIDE,
@@ -503,64 +391,23 @@ fn step_i_packet_too_big_v6(c: &Ctx) -> Result<String> {
         &c.run_dir.join("step-i-iperf3-server.log"),
     )?;
     server.wait_listening(OUTSIDE, 5206, Duration::from_secs(10))?;
-    let before = c
-        .stats()?
-        .map(|s| s["ipv6"]["too_big_sent"].as_u64().unwrap_or(0))
-        .unwrap_or(0);
+    let before = c.stats()?.map(|s| s["ipv6"]["too_big_sent"].as_u64().unwrap_or(0)).unwrap_or(0);
     let out = Command::new("timeout")
-        .args([
-            "40",
-            "ip",
-            "netns",
-            "exec",
-            INSIDE,
-            "iperf3",
-            "-6",
-            "-c",
-            OUTSIDE_ADDR6,
-            "-p",
-            "5206",
-            "-t",
-            "3",
-            "--json",
-            "--connect-timeout",
-            "10000",
-        ])
+        .args(["40", "ip", "netns", "exec", INSIDE, "iperf3", "-6", "-c", OUTSIDE_ADDR6, "-p", "5206", "-t", "3", "--json", "--connect-timeout", "10000"])
         .output()?;
     let text = String::from_utf8_lossy(&out.stdout);
-    let v: Value = serde_json::from_str(&text).with_context(|| {
-        format!(
-            "iperf3 -6 ({}) printed no JSON: {text} {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        )
-    })?;
+    let v: Value = serde_json::from_str(&text)
+        .with_context(|| format!("iperf3 -6 ({}) printed no JSON: {text} {}", out.status, String::from_utf8_lossy(&out.stderr)))?;
     if let Some(e) = v.get("error") {
         bail!("iperf3 -6 ({}): {e}", out.status);
     }
     let received = v["end"]["sum_received"]["bytes"].as_u64().unwrap_or(0);
-    ensure!(
-        out.status.success() && received > 0,
-        "iperf3 -6 moved nothing ({})",
-        out.status
-    );
-    let after = c
-        .stats()?
-        .map(|s| s["ipv6"]["too_big_sent"].as_u64().unwrap_or(0))
-        .unwrap_or(0);
-    ensure!(
-        after > before,
-        "the node sent no packet too big ({before} -> {after})"
-    );
+    ensure!(out.status.success() && received > 0, "iperf3 -6 moved nothing ({})", out.status);
+    let after = c.stats()?.map(|s| s["ipv6"]["too_big_sent"].as_u64().unwrap_or(0)).unwrap_or(0);
+    ensure!(after > before, "the node sent no packet too big ({before} -> {after})");
     let route = sys::ns_run(INSIDE, "ip", &["-6", "route", "get", OUTSIDE_ADDR6])?;
-    ensure!(
-        route.contains("mtu 1400"),
-        "the client's path MTU was not lowered: {route}"
-    );
-    Ok(format!(
-        "{received} B uploaded; too_big_sent {before} -> {after}; client route: {}",
-        route.trim()
-    ))
+    ensure!(route.contains("mtu 1400"), "the client's path MTU was not lowered: {route}");
+    Ok(format!("{received} B uploaded; too_big_sent {before} -> {after}; client route: {}", route.trim()))
 }
 
 /// A step: its outcome in one line, or why it failed.
@@ -618,26 +465,11 @@ fn single_node_traffic() {
             step_c_outside_to_inside_denied,
         ),
         ("(d) ping node inside address 198.18.1.1", step_d_ping_node),
-        (
-            "(e) 5 MB HTTP download over IPv6 (curl -6), sha256 checked",
-            step_e_http_download_v6,
-        ),
-        (
-            "(f) ping -6 of the node and of the outside host through it",
-            step_f_ping_v6,
-        ),
-        (
-            "(g) IPv6 TCP outside->inside denied, acl-denied counted",
-            step_g_outside_to_inside_denied_v6,
-        ),
-        (
-            "(h) tracepath -6 shows the node as hop 1",
-            step_h_tracepath_v6,
-        ),
-        (
-            "(i) IPv6 upload through a 1400-byte link by packet too big",
-            step_i_packet_too_big_v6,
-        ),
+        ("(e) 5 MB HTTP download over IPv6 (curl -6), sha256 checked", step_e_http_download_v6),
+        ("(f) ping -6 of the node and of the outside host through it", step_f_ping_v6),
+        ("(g) IPv6 TCP outside->inside denied, acl-denied counted", step_g_outside_to_inside_denied_v6),
+        ("(h) tracepath -6 shows the node as hop 1", step_h_tracepath_v6),
+        ("(i) IPv6 upload through a 1400-byte link by packet too big", step_i_packet_too_big_v6),
     ];
     let mut failures = Vec::new();
     for (name, step) in steps {

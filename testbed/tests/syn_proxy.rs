@@ -89,10 +89,7 @@ fn all_stats(bed: &TestBed) -> Result<(Vec<Value>, Duration)> {
     let mut slowest = Duration::ZERO;
     for k in 1..=NODES {
         let t = Instant::now();
-        out.push(
-            bed.show(k, "stats")
-                .with_context(|| format!("n{k}'s management socket"))?,
-        );
+        out.push(bed.show(k, "stats").with_context(|| format!("n{k}'s management socket"))?);
         slowest = slowest.max(t.elapsed());
     }
     Ok((out, slowest))
@@ -101,18 +98,11 @@ fn all_stats(bed: &TestBed) -> Result<(Vec<Value>, Duration)> {
 /// Counter `name` of `show stats` group `group` (`/syn_proxy`, `/drops`),
 /// per member.
 fn per_member(stats: &[Value], group: &str, name: &str) -> Vec<u64> {
-    stats
-        .iter()
-        .map(|s| s.pointer(group).and_then(|g| g[name].as_u64()).unwrap_or(0))
-        .collect()
+    stats.iter().map(|s| s.pointer(group).and_then(|g| g[name].as_u64()).unwrap_or(0)).collect()
 }
 
 fn grown_by(before: &[Value], after: &[Value], group: &str, name: &str) -> Vec<u64> {
-    per_member(after, group, name)
-        .into_iter()
-        .zip(per_member(before, group, name))
-        .map(|(a, b)| a.saturating_sub(b))
-        .collect()
+    per_member(after, group, name).into_iter().zip(per_member(before, group, name)).map(|(a, b)| a.saturating_sub(b)).collect()
 }
 
 /// `syn_proxy.opened` summed over the members.
@@ -132,23 +122,11 @@ fn syn_recv() -> Result<u64> {
 fn listen_counters() -> Result<(u64, u64, u64)> {
     let text = sys::ns_run(INSIDE, "cat", &["/proc/net/netstat"])?;
     let mut lines = text.lines().filter(|l| l.starts_with("TcpExt:"));
-    let (names, values) = (
-        lines.next().context("no TcpExt names")?,
-        lines.next().context("no TcpExt values")?,
-    );
+    let (names, values) = (lines.next().context("no TcpExt names")?, lines.next().context("no TcpExt values")?);
     let get = |key: &str| {
-        names
-            .split_whitespace()
-            .zip(values.split_whitespace())
-            .find(|(n, _)| *n == key)
-            .and_then(|(_, v)| v.parse().ok())
-            .unwrap_or(0)
+        names.split_whitespace().zip(values.split_whitespace()).find(|(n, _)| *n == key).and_then(|(_, v)| v.parse().ok()).unwrap_or(0)
     };
-    Ok((
-        get("SyncookiesSent"),
-        get("ListenOverflows"),
-        get("ListenDrops"),
-    ))
+    Ok((get("SyncookiesSent"), get("ListenOverflows"), get("ListenDrops")))
 }
 
 /// One download from the outside host.
@@ -169,22 +147,8 @@ fn download(bed: &TestBed, dir: &Path, tag: &str, want: &str) -> Result<Got> {
     let got = dir.join(format!("got-{tag}.bin"));
     let got_s = got.to_string_lossy().into_owned();
     let url = format!("http://{PUBLISHED}:{PORT}/random.bin");
-    let out = sys::ns_run(
-        OUTSIDE,
-        "curl",
-        &[
-            "-sS",
-            "--fail",
-            "--max-time",
-            "30",
-            "-o",
-            &got_s,
-            "-w",
-            "%{time_connect} %{time_total}",
-            &url,
-        ],
-    )
-    .with_context(|| format!("download {tag}"))?;
+    let out = sys::ns_run(OUTSIDE, "curl", &["-sS", "--fail", "--max-time", "30", "-o", &got_s, "-w", "%{time_connect} %{time_total}", &url])
+        .with_context(|| format!("download {tag}"))?;
     let mut t = out.split_whitespace().map(str::parse::<f64>);
     let (connect, total) = match (t.next(), t.next()) {
         (Some(Ok(c)), Some(Ok(t))) => (c, t),
@@ -195,13 +159,7 @@ fn download(bed: &TestBed, dir: &Path, tag: &str, want: &str) -> Result<Got> {
     ensure!(sum == want, "download {tag}: sha256 {sum}, served {want}");
     let after = all_stats(bed)?.0;
     let opened = opened(&after).saturating_sub(opened(&before));
-    Ok(Got {
-        tag: tag.to_string(),
-        connect,
-        total,
-        opened,
-        lost: losses::grown(&before, &after),
-    })
+    Ok(Got { tag: tag.to_string(), connect, total, opened, lost: losses::grown(&before, &after) })
 }
 
 fn times(gots: &[Got]) -> String {
@@ -216,10 +174,7 @@ fn times(gots: &[Got]) -> String {
                 if g.lost.is_empty() {
                     String::new()
                 } else {
-                    format!(
-                        " (WAIVED: connect bound not applied, receive rings overran: {})",
-                        losses::listed(&g.lost)
-                    )
+                    format!(" (WAIVED: connect bound not applied, receive rings overran: {})", losses::listed(&g.lost))
                 }
             )
         })
@@ -233,16 +188,12 @@ fn publish(bed: &TestBed) -> Result<String> {
     let class = |k: usize| {
         bed.show(k, "limits").is_ok_and(|v| {
             v["classes"].as_array().into_iter().flatten().any(|c| {
-                c["name"] == "published"
-                    && c["limits"]["max_embryonic"].as_u64() == Some(LIMIT)
-                    && c["limits"]["syn_proxy"] == Value::Bool(true)
+                c["name"] == "published" && c["limits"]["max_embryonic"].as_u64() == Some(LIMIT) && c["limits"]["syn_proxy"] == Value::Bool(true)
             })
         })
     };
     let done = harness::publish_rule(bed, NODES, PERMIT_RULE, class)?;
-    Ok(format!(
-        "{done}, with the class `published` (max-embryonic {LIMIT}, syn-proxy)"
-    ))
+    Ok(format!("{done}, with the class `published` (max-embryonic {LIMIT}, syn-proxy)"))
 }
 
 /// What the flood step saw.
@@ -292,36 +243,13 @@ fn flood(bed: &TestBed, dir: &Path, want: &str) -> Result<Flooded> {
     });
     let (gots, errs, during, sent, (after, slowest_after)) = r?;
     let listen1 = listen_counters()?;
-    ensure!(
-        samples >= 10,
-        "only {samples} SYN-RECV samples ({sample_errors} failed)"
-    );
-    ensure!(
-        errs.is_empty(),
-        "download(s) failed: {}; the others: {}",
-        errs.join("; "),
-        times(&gots)
-    );
+    ensure!(samples >= 10, "only {samples} SYN-RECV samples ({sample_errors} failed)");
+    ensure!(errs.is_empty(), "download(s) failed: {}; the others: {}", errs.join("; "), times(&gots));
     let slowest_during = during?.1;
-    Ok(Flooded {
-        before,
-        after,
-        peak,
-        samples,
-        gots,
-        sent,
-        slowest: (slowest_during, slowest_after),
-        listen: [listen0, listen1],
-    })
+    Ok(Flooded { before, after, peak, samples, gots, sent, slowest: (slowest_during, slowest_after), listen: [listen0, listen1] })
 }
 
-type Downloads = (
-    Vec<Got>,
-    Vec<String>,
-    Result<(Vec<Value>, Duration)>,
-    String,
-    (Vec<Value>, Duration),
-);
+type Downloads = (Vec<Got>, Vec<String>, Result<(Vec<Value>, Duration)>, String, (Vec<Value>, Duration));
 
 /// hping3 for `FLOOD_SECS`, downloads one after another from 1 s into it
 /// until its end and one right after it; returns a second after the
@@ -330,19 +258,7 @@ type Downloads = (
 fn flood_and_downloads(bed: &TestBed, dir: &Path, want: &str, t0: Instant) -> Result<Downloads> {
     let secs = FLOOD_SECS.to_string();
     let hping = sys::ns_command(OUTSIDE, "timeout")
-        .args([
-            "-s",
-            "INT",
-            &secs,
-            "hping3",
-            "-q",
-            "-S",
-            "--flood",
-            "--rand-source",
-            "-p",
-            &PORT.to_string(),
-            PUBLISHED,
-        ])
+        .args(["-s", "INT", &secs, "hping3", "-q", "-S", "--flood", "--rand-source", "-p", &PORT.to_string(), PUBLISHED])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -357,12 +273,7 @@ fn flood_and_downloads(bed: &TestBed, dir: &Path, want: &str, t0: Instant) -> Re
     // The last may end after the flood.
     while t0.elapsed() < Duration::from_secs(FLOOD_SECS) - Duration::from_millis(500) {
         i += 1;
-        match download(
-            bed,
-            dir,
-            &format!("during{i}@{:.1}s", t0.elapsed().as_secs_f64()),
-            want,
-        ) {
+        match download(bed, dir, &format!("during{i}@{:.1}s", t0.elapsed().as_secs_f64()), want) {
             Ok(g) => gots.push(g),
             Err(e) => {
                 errs.push(format!("{e:#}"));
@@ -371,8 +282,7 @@ fn flood_and_downloads(bed: &TestBed, dir: &Path, want: &str, t0: Instant) -> Re
         }
     }
     let out = hping.0.pop().context("hping3 gone")?.wait_with_output()?;
-    let text =
-        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
     let sent = text
         .lines()
         .find(|l| l.contains("packets transmitted"))
@@ -383,36 +293,22 @@ fn flood_and_downloads(bed: &TestBed, dir: &Path, want: &str, t0: Instant) -> Re
         Ok(g) => gots.push(g),
         Err(e) => errs.push(format!("{e:#}")),
     }
-    std::thread::sleep(
-        Duration::from_secs(FLOOD_SECS + 1)
-            .saturating_sub(t0.elapsed())
-            .max(Duration::from_millis(1000)),
-    );
+    std::thread::sleep(Duration::from_secs(FLOOD_SECS + 1).saturating_sub(t0.elapsed()).max(Duration::from_millis(1000)));
     let after = all_stats(bed).context("after the flood")?;
     Ok((gots, errs, during, sent, after))
 }
 
 #[test]
 fn a_spoofed_syn_flood_from_outside_at_a_published_server_is_held_off_by_the_syn_proxy() {
-    assert!(
-        sys::is_root(),
-        "the SYN proxy test bed test needs root (network namespaces, veths)"
-    );
+    assert!(sys::is_root(), "the SYN proxy test bed test needs root (network namespaces, veths)");
     for tool in ["curl", "hping3", "ss"] {
-        assert!(
-            sys::have(tool),
-            "{tool} is not installed (scripts/setup.sh installs it)"
-        );
+        assert!(sys::have(tool), "{tool} is not installed (scripts/setup.sh installs it)");
     }
     let started = Instant::now();
-    let shape = Shape {
-        workers: harness::bed_workers(),
-        ..Shape::default()
-    };
+    let shape = Shape { workers: harness::bed_workers(), ..Shape::default() };
     let bed = TestBed::up_with(NODES, "/tmp/cfw-testbed-syn-proxy", shape).expect("bed up");
     // The member set is final now: the SYN guard closes a window after.
-    let guard_closes =
-        Instant::now() + Duration::from_secs(dataplane::pipeline::DEFAULT_SYN_GUARD.as_secs() + 1);
+    let guard_closes = Instant::now() + Duration::from_secs(dataplane::pipeline::DEFAULT_SYN_GUARD.as_secs() + 1);
     let run = bed.run_dir.clone();
     let www = TempDir::new(&run, "syn-proxy-www").expect("www");
     let want = harness::random_file(&www.0.join("random.bin"), BYTES).expect("served file");
@@ -420,50 +316,30 @@ fn a_spoofed_syn_flood_from_outside_at_a_published_server_is_held_off_by_the_syn
         "HTTP server (backlog 256)",
         INSIDE,
         harness::python(),
-        &[
-            "-c",
-            harness::HTTP_SERVER,
-            PUBLISHED,
-            &PORT.to_string(),
-            &www.0.to_string_lossy(),
-        ],
+        &["-c", harness::HTTP_SERVER, PUBLISHED, &PORT.to_string(), &www.0.to_string_lossy()],
         &run.join("syn-proxy-http.log"),
     )
     .expect("server");
-    server
-        .wait_listening(INSIDE, PORT, Duration::from_secs(10))
-        .expect("server listening");
+    server.wait_listening(INSIDE, PORT, Duration::from_secs(10)).expect("server listening");
     let mut steps = Steps::default();
 
     // (0) the published server and its limit.
     let published = publish(&bed);
     let ok = published.is_ok();
-    steps.step(
-        "(0) publish the inside server with max-embryonic and the SYN proxy",
-        published,
-    );
+    steps.step("(0) publish the inside server with max-embryonic and the SYN proxy", published);
 
     // (1) baseline.
     let baseline = (|| {
         ensure!(ok, "no limit running");
         let g = download(&bed, &www.0, "baseline", &want)?;
         let held = syn_recv()?;
-        ensure!(
-            g.connect < CONNECT_BOUND,
-            "connected in {:.3} s (bound {CONNECT_BOUND} s)",
-            g.connect
-        );
+        ensure!(g.connect < CONNECT_BOUND, "connected in {:.3} s (bound {CONNECT_BOUND} s)", g.connect);
         Ok((g, held))
     })();
     let base_ok = baseline.is_ok();
     steps.step(
         "(1) baseline download from outside; the server's SYN backlog",
-        baseline.map(|(g, held)| {
-            format!(
-                "{}; sha256 matches; {held} SYN-RECV socket(s) at the server",
-                times(&[g])
-            )
-        }),
+        baseline.map(|(g, held)| format!("{}; sha256 matches; {held} SYN-RECV socket(s) at the server", times(&[g]))),
     );
 
     // (2) the flood, after the SYN guard. Within it (no wait) the test
@@ -473,17 +349,10 @@ fn a_spoofed_syn_flood_from_outside_at_a_published_server_is_held_off_by_the_syn
     // test waits the guard out (docs/flood.md).
     let now = Instant::now();
     if now < guard_closes {
-        eprintln!(
-            "waiting {:.1} s for the SYN guard of the bed's formation to close",
-            (guard_closes - now).as_secs_f64()
-        );
+        eprintln!("waiting {:.1} s for the SYN guard of the bed's formation to close", (guard_closes - now).as_secs_f64());
         std::thread::sleep(guard_closes - now);
     }
-    let flooded = if base_ok {
-        flood(&bed, &www.0, &want)
-    } else {
-        Err(anyhow::anyhow!("no baseline"))
-    };
+    let flooded = if base_ok { flood(&bed, &www.0, &want) } else { Err(anyhow::anyhow!("no baseline")) };
     let flooded = flooded.and_then(|f| {
         // The bound is the proxy's where no frame was lost before it: a
         // download during which a member's receive rings overran (the
@@ -589,9 +458,6 @@ fn a_spoofed_syn_flood_from_outside_at_a_published_server_is_held_off_by_the_syn
         })(),
     );
     server.stop();
-    eprintln!(
-        "syn_proxy test: {:.1} s from the start to the bed's teardown",
-        started.elapsed().as_secs_f64()
-    );
+    eprintln!("syn_proxy test: {:.1} s from the start to the bed's teardown", started.elapsed().as_secs_f64());
     steps.finish(&run, NODES);
 }

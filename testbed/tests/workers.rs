@@ -61,20 +61,14 @@ impl Ctx {
     /// `config reload`, then wait until every worker applied it.
     fn reload(&self) -> Result<()> {
         let r = bed::ctl_reload(&self.bed.bin_dir, &self.bed.socket(1))?;
-        ensure!(
-            r["message"].as_str().is_some_and(|m| m.contains("applied")),
-            "reload answered {r}"
-        );
+        ensure!(r["message"].as_str().is_some_and(|m| m.contains("applied")), "reload answered {r}");
         let t0 = Instant::now();
         loop {
             let p = self.show("config")?["policy"].take();
             if p["generation_applied"] == p["generation_sent"] {
                 return Ok(());
             }
-            ensure!(
-                t0.elapsed() < Duration::from_secs(5),
-                "workers did not apply the reload: {p}"
-            );
+            ensure!(t0.elapsed() < Duration::from_secs(5), "workers did not apply the reload: {p}");
             std::thread::sleep(Duration::from_millis(50));
         }
     }
@@ -117,15 +111,9 @@ fn steps(c: &Ctx) -> Result<()> {
     // (a)
     let s = c.stats()?;
     let workers = s["workers"].as_array().map_or(0, Vec::len);
-    ensure!(
-        workers == usize::from(WORKERS),
-        "(a) show stats lists {workers} workers: {s}"
-    );
+    ensure!(workers == usize::from(WORKERS), "(a) show stats lists {workers} workers: {s}");
     let log = std::fs::read_to_string(c.bed.run_dir.join("n1.log"))?;
-    ensure!(
-        log.contains("worker 1 of 2 started"),
-        "(a) no second worker in the log"
-    );
+    ensure!(log.contains("worker 1 of 2 started"), "(a) no second worker in the log");
     eprintln!("step (a) two workers running (worker 0 on lcore 1, worker 1 on a thread)");
 
     // (b)
@@ -133,38 +121,18 @@ fn steps(c: &Ctx) -> Result<()> {
     let t0 = Instant::now();
     let whole = c.downloads()?;
     let secs = t0.elapsed().as_secs_f64();
-    ensure!(
-        whole == DOWNLOADS,
-        "(b) {whole} of {DOWNLOADS} downloads arrived whole"
-    );
+    ensure!(whole == DOWNLOADS, "(b) {whole} of {DOWNLOADS} downloads arrived whole");
     let conns = c.show("conn")?;
     let on = |w: u64| {
-        conns["connections"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter(|x| x["worker"] == w && x["tuple"]["dst_port"] == 8080)
-            .count()
+        conns["connections"].as_array().into_iter().flatten().filter(|x| x["worker"] == w && x["tuple"]["dst_port"] == 8080).count()
     };
     let per_worker: Vec<usize> = (0..u64::from(WORKERS)).map(on).collect();
-    ensure!(
-        per_worker.iter().sum::<usize>() >= DOWNLOADS,
-        "(b) show conn: {per_worker:?} HTTP connections, {conns}"
-    );
-    ensure!(
-        per_worker.iter().all(|&n| n > 0),
-        "(b) HTTP connections per worker {per_worker:?}: one worker holds none"
-    );
+    ensure!(per_worker.iter().sum::<usize>() >= DOWNLOADS, "(b) show conn: {per_worker:?} HTTP connections, {conns}");
+    ensure!(per_worker.iter().all(|&n| n > 0), "(b) HTTP connections per worker {per_worker:?}: one worker holds none");
     let after = c.stats()?;
-    let delta =
-        |w: usize, k: &str| counter(&after["workers"][w], k) - counter(&before["workers"][w], k);
-    let decided: Vec<u64> = (0..usize::from(WORKERS))
-        .map(|w| delta(w, "packets"))
-        .collect();
-    ensure!(
-        decided.iter().all(|&n| n > 100),
-        "(b) packets per worker {decided:?}"
-    );
+    let delta = |w: usize, k: &str| counter(&after["workers"][w], k) - counter(&before["workers"][w], k);
+    let decided: Vec<u64> = (0..usize::from(WORKERS)).map(|w| delta(w, "packets")).collect();
+    ensure!(decided.iter().all(|&n| n > 100), "(b) packets per worker {decided:?}");
     let steered = counter(&after, "steered_out") - counter(&before, "steered_out");
     ensure!(steered > 0, "(b) no frame steered between the workers: the kernel's fanout and the flow hash agreed on every frame?");
     let lost = counter(&after, "handoff_drops");
@@ -176,18 +144,10 @@ fn steps(c: &Ctx) -> Result<()> {
 
     // (c)
     let before = c.stats()?;
-    let out = sys::ns_run(
-        INSIDE,
-        "timeout",
-        &[
-            "30", "iperf3", "-c", SERVER, "-p", "5201", "-P", "8", "-t", "3", "-J",
-        ],
-    )
-    .context("(c) iperf3")?;
+    let out = sys::ns_run(INSIDE, "timeout", &["30", "iperf3", "-c", SERVER, "-p", "5201", "-P", "8", "-t", "3", "-J"])
+        .context("(c) iperf3")?;
     let j: Value = serde_json::from_str(&out).context("(c) iperf3 -J output")?;
-    let bps = j["end"]["sum_received"]["bits_per_second"]
-        .as_f64()
-        .unwrap_or(0.0);
+    let bps = j["end"]["sum_received"]["bits_per_second"].as_f64().unwrap_or(0.0);
     let retr = j["end"]["sum_sent"]["retransmits"].as_u64().unwrap_or(0);
     ensure!(bps > 0.0, "(c) iperf3 moved nothing: {}", j["end"]);
     let after = c.stats()?;
@@ -202,24 +162,14 @@ fn steps(c: &Ctx) -> Result<()> {
     );
 
     // (d)
-    let out = sys::ns_run(
-        INSIDE,
-        "ping",
-        &["-c", "5", "-i", "0.2", "-W", "2", "-s", "4000", SERVER],
-    )
-    .context("(d) ping -s 4000")?;
+    let out = sys::ns_run(INSIDE, "ping", &["-c", "5", "-i", "0.2", "-W", "2", "-s", "4000", SERVER]).context("(d) ping -s 4000")?;
     ensure!(out.contains("5 received"), "(d) {out}");
     eprintln!("step (d) ping -s 4000 (three fragments each way): 5/5 answered");
 
     // (e)
     let denied = |v: &Value| v["drops"]["acl-denied"].as_u64().unwrap_or(0);
     let before = denied(&c.stats()?);
-    let refused = sys::ns_run(
-        OUTSIDE,
-        "curl",
-        &["-s", "-m", "2", &format!("http://{CLIENT}:22/")],
-    )
-    .is_err();
+    let refused = sys::ns_run(OUTSIDE, "curl", &["-s", "-m", "2", &format!("http://{CLIENT}:22/")]).is_err();
     ensure!(refused, "(e) a connection outside -> inside passed");
     let after = denied(&c.stats()?);
     ensure!(after > before, "(e) acl-denied {before} -> {after}");
@@ -231,24 +181,12 @@ fn steps(c: &Ctx) -> Result<()> {
     let whole = c.downloads()?;
     ensure!(whole == 0, "(f) {whole} downloads passed the deny rule");
     let rules = c.show("rules")?;
-    let hits = rules["rules"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|r| r["name"] == "no-http")
-        .filter_map(|r| r["hits"].as_u64())
-        .sum::<u64>();
-    ensure!(
-        hits >= DOWNLOADS as u64,
-        "(f) no-http hits {hits} < {DOWNLOADS}"
-    );
+    let hits = rules["rules"].as_array().into_iter().flatten().filter(|r| r["name"] == "no-http").filter_map(|r| r["hits"].as_u64()).sum::<u64>();
+    ensure!(hits >= DOWNLOADS as u64, "(f) no-http hits {hits} < {DOWNLOADS}");
     harness::edit_file(&c.file(), DENY_RULE, "access-rules: []\n")?;
     c.reload().context("(f) reload without the rule")?;
     let whole = c.downloads()?;
-    ensure!(
-        whole == DOWNLOADS,
-        "(f) {whole} of {DOWNLOADS} downloads after the rule went"
-    );
+    ensure!(whole == DOWNLOADS, "(f) {whole} of {DOWNLOADS} downloads after the rule went");
     eprintln!("step (f) reload: both workers deny (0/{DOWNLOADS}, {hits} hits), rule removed: {whole}/{DOWNLOADS} again");
     Ok(())
 }
@@ -259,15 +197,8 @@ fn one_node_two_workers() {
         eprintln!("skipped: the test bed needs root (run scripts/test.sh)");
         return;
     }
-    let bed = TestBed::up_with(
-        1,
-        "/tmp/cfw-testbed-workers",
-        Shape {
-            workers: WORKERS,
-            ..Shape::default()
-        },
-    )
-    .expect("test bed up");
+    let bed = TestBed::up_with(1, "/tmp/cfw-testbed-workers", Shape { workers: WORKERS, ..Shape::default() })
+        .expect("test bed up");
     let run_dir = bed.run_dir.clone();
     let www = TempDir::new(&run_dir, "www").expect("www dir");
     let dl = TempDir::new(&run_dir, "download").expect("download dir");
@@ -281,29 +212,13 @@ fn one_node_two_workers() {
         &run_dir.join("workers-http.log"),
     )
     .expect("HTTP server");
-    http.wait_listening(OUTSIDE, 8080, Duration::from_secs(10))
-        .expect("HTTP server listening");
-    let mut iperf = Background::start(
-        "iperf3 server",
-        OUTSIDE,
-        "iperf3",
-        &["-s", "-B", SERVER, "-p", "5201"],
-        &run_dir.join("workers-iperf3.log"),
-    )
-    .expect("iperf3 server");
-    iperf
-        .wait_listening(OUTSIDE, 5201, Duration::from_secs(10))
-        .expect("iperf3 listening");
-    let c = Ctx {
-        bed,
-        dl: dl.0.clone(),
-        want,
-    };
+    http.wait_listening(OUTSIDE, 8080, Duration::from_secs(10)).expect("HTTP server listening");
+    let mut iperf = Background::start("iperf3 server", OUTSIDE, "iperf3", &["-s", "-B", SERVER, "-p", "5201"], &run_dir.join("workers-iperf3.log"))
+        .expect("iperf3 server");
+    iperf.wait_listening(OUTSIDE, 5201, Duration::from_secs(10)).expect("iperf3 listening");
+    let c = Ctx { bed, dl: dl.0.clone(), want };
     if let Err(e) = steps(&c) {
-        eprintln!(
-            "--- n1.log (tail) ---\n{}",
-            sys::tail(&run_dir.join("n1.log"), 30)
-        );
+        eprintln!("--- n1.log (tail) ---\n{}", sys::tail(&run_dir.join("n1.log"), 30));
         panic!("{e:#}");
     }
 }

@@ -31,26 +31,8 @@ pub enum SyslogTransport {
 #[serde(rename_all = "lowercase")]
 #[allow(missing_docs)]
 pub enum Facility {
-    Kern,
-    User,
-    Mail,
-    Daemon,
-    Auth,
-    Syslog,
-    Lpr,
-    News,
-    Uucp,
-    Cron,
-    Authpriv,
-    Ftp,
-    Local0,
-    Local1,
-    Local2,
-    Local3,
-    Local4,
-    Local5,
-    Local6,
-    Local7,
+    Kern, User, Mail, Daemon, Auth, Syslog, Lpr, News, Uucp, Cron, Authpriv, Ftp,
+    Local0, Local1, Local2, Local3, Local4, Local5, Local6, Local7,
 }
 
 impl Facility {
@@ -58,25 +40,9 @@ impl Facility {
     pub fn code(self) -> u8 {
         use Facility::*;
         match self {
-            Kern => 0,
-            User => 1,
-            Mail => 2,
-            Daemon => 3,
-            Auth => 4,
-            Syslog => 5,
-            Lpr => 6,
-            News => 7,
-            Uucp => 8,
-            Cron => 9,
-            Authpriv => 10,
-            Ftp => 11,
-            Local0 => 16,
-            Local1 => 17,
-            Local2 => 18,
-            Local3 => 19,
-            Local4 => 20,
-            Local5 => 21,
-            Local6 => 22,
+            Kern => 0, User => 1, Mail => 2, Daemon => 3, Auth => 4, Syslog => 5, Lpr => 6, News => 7,
+            Uucp => 8, Cron => 9, Authpriv => 10, Ftp => 11,
+            Local0 => 16, Local1 => 17, Local2 => 18, Local3 => 19, Local4 => 20, Local5 => 21, Local6 => 22,
             Local7 => 23,
         }
     }
@@ -87,14 +53,7 @@ impl Facility {
 #[serde(rename_all = "lowercase")]
 #[allow(missing_docs)]
 pub enum Severity {
-    Emergency,
-    Alert,
-    Critical,
-    Error,
-    Warning,
-    Notice,
-    Informational,
-    Debug,
+    Emergency, Alert, Critical, Error, Warning, Notice, Informational, Debug,
 }
 
 impl Severity {

@@ -156,11 +156,7 @@ pub struct Config {
 impl Config {
     /// The largest MTU of the data interfaces.
     pub fn max_mtu(&self) -> u16 {
-        self.interfaces
-            .iter()
-            .map(|i| i.mtu)
-            .max()
-            .unwrap_or(DEFAULT_MTU)
+        self.interfaces.iter().map(|i| i.mtu).max().unwrap_or(DEFAULT_MTU)
     }
 
     /// The interface called `name`.
@@ -209,11 +205,7 @@ pub struct LoggingConfig {
 
 impl Default for LoggingConfig {
     fn default() -> Self {
-        LoggingConfig {
-            level: LogLevel::default(),
-            syslog: Vec::new(),
-            deny_rate: export::DEFAULT_DENY_RATE,
-        }
+        LoggingConfig { level: LogLevel::default(), syslog: Vec::new(), deny_rate: export::DEFAULT_DENY_RATE }
     }
 }
 
@@ -472,23 +464,14 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits {
-            max_conns: None,
-            max_embryonic: None,
-            per_client_max: None,
-            per_client_embryonic_max: None,
-            syn_proxy: true,
-        }
+        Limits { max_conns: None, max_embryonic: None, per_client_max: None, per_client_embryonic_max: None, syn_proxy: true }
     }
 }
 
 impl Limits {
     /// No limit set (`syn-proxy` alone limits nothing).
     pub fn is_empty(&self) -> bool {
-        Limits {
-            syn_proxy: true,
-            ..*self
-        } == Limits::default()
+        Limits { syn_proxy: true, ..*self } == Limits::default()
     }
 
     /// `(YAML key, value)` of each limit, in the documented order.
@@ -627,14 +610,8 @@ mod tests {
         assert_eq!(p.device_name(), "0000:03:00.0");
         assert_eq!(p.subnet().to_string(), "10.0.0.0/24");
         assert_eq!(p.subnet6(), None);
-        let d = InterfaceConfig {
-            address6: Some("2001:db8:1::1/64".parse().unwrap()),
-            ..p
-        };
-        assert_eq!(
-            d.subnet6().map(|s| s.to_string()).as_deref(),
-            Some("2001:db8:1::/64")
-        );
+        let d = InterfaceConfig { address6: Some("2001:db8:1::1/64".parse().unwrap()), ..p };
+        assert_eq!(d.subnet6().map(|s| s.to_string()).as_deref(), Some("2001:db8:1::/64"));
     }
 
     #[test]

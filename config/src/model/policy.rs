@@ -28,8 +28,7 @@ pub struct Policy {
 }
 
 /// The first line of every policy document [`Policy::to_yaml`] writes.
-pub const POLICY_HEADER: &str =
-    "# clusterfw replicated configuration: security levels, access rules, timeouts";
+pub const POLICY_HEADER: &str = "# clusterfw replicated configuration: security levels, access rules, timeouts";
 
 /// A string as a YAML double-quoted scalar (JSON's escaping is YAML's).
 fn quoted(s: &str) -> String {
@@ -84,10 +83,7 @@ impl Policy {
                     let _ = writeln!(y, "    {key}: {}", quoted(&net.to_string()));
                 }
             }
-            for (key, ports) in [
-                ("source-port", r.source_port),
-                ("destination-port", r.destination_port),
-            ] {
+            for (key, ports) in [("source-port", r.source_port), ("destination-port", r.destination_port)] {
                 if ports != PortRange::ANY {
                     let _ = writeln!(y, "    {key}: {}", quoted(&ports.to_string()));
                 }
@@ -110,10 +106,7 @@ impl Policy {
 
     /// The security level this policy gives interface `name`.
     pub fn security_level(&self, name: &str) -> Option<u8> {
-        self.security_levels
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|&(_, l)| l)
+        self.security_levels.iter().find(|(n, _)| n == name).map(|&(_, l)| l)
     }
 }
 
@@ -121,11 +114,7 @@ impl Config {
     /// The replicated part of this configuration.
     pub fn policy(&self) -> Policy {
         Policy {
-            security_levels: self
-                .interfaces
-                .iter()
-                .map(|i| (i.name.clone(), i.security_level))
-                .collect(),
+            security_levels: self.interfaces.iter().map(|i| (i.name.clone(), i.security_level)).collect(),
             access_rules: self.access_rules.clone(),
             timeouts: self.timeouts,
             limits: self.limits,
@@ -155,10 +144,7 @@ impl Config {
     /// change of anything but a security level). The node reads these
     /// only at start, so a reload refuses a file that changes them.
     pub fn local_changes(&self, other: &Config) -> Vec<&'static str> {
-        let iface = |i: &InterfaceConfig| InterfaceConfig {
-            security_level: 0,
-            ..i.clone()
-        };
+        let iface = |i: &InterfaceConfig| InterfaceConfig { security_level: 0, ..i.clone() };
         let mut out = Vec::new();
         let mut differs = |key: &'static str, d: bool| {
             if d {
@@ -167,26 +153,16 @@ impl Config {
         };
         differs("node", self.node != other.node);
         differs("logging", self.logging != other.logging);
-        differs(
-            "control-socket",
-            self.control_socket != other.control_socket,
-        );
+        differs("control-socket", self.control_socket != other.control_socket);
         differs("metrics", self.metrics != other.metrics);
         differs("flow-export", self.flow_export != other.flow_export);
         differs("dpdk", self.dpdk != other.dpdk);
         differs(
             "interfaces",
             self.interfaces.len() != other.interfaces.len()
-                || self
-                    .interfaces
-                    .iter()
-                    .zip(&other.interfaces)
-                    .any(|(a, b)| iface(a) != iface(b)),
+                || self.interfaces.iter().zip(&other.interfaces).any(|(a, b)| iface(a) != iface(b)),
         );
-        differs(
-            "routes",
-            self.routes != other.routes || self.routes6 != other.routes6,
-        );
+        differs("routes", self.routes != other.routes || self.routes6 != other.routes6);
         differs("flow-table", self.flow_table != other.flow_table);
         differs("arp", self.arp != other.arp);
         differs("neighbors", self.neighbors != other.neighbors);

@@ -12,11 +12,10 @@ use super::Checker;
 use crate::error::{ErrorKind, FieldPath};
 use crate::locate::Locator;
 use crate::model::cluster::{
-    CclConfig, ClusterConfig, MemberConfig, Secret, SplitBrain, CCL_INTERFACE, CCL_OVERHEAD,
-    DEFAULT_DEBOUNCE_MS, DEFAULT_HEARTBEAT_MS, DEFAULT_HOLD_MS, DEFAULT_SYNC_TIMEOUT_MS,
-    HOLD_HEARTBEATS, MAX_DEBOUNCE_MS, MAX_HEARTBEAT_MS, MAX_HOLD_MS, MAX_NODE_ID, MAX_PRIORITY,
-    MAX_SYNC_TIMEOUT_MS, MIN_HEARTBEAT_MS, MIN_HOLD_MS, MIN_KEY_LEN, MIN_PRIORITY,
-    MIN_QUORUM_MEMBERS, MIN_SYNC_TIMEOUT_MS, REDACTED,
+    CclConfig, ClusterConfig, MemberConfig, Secret, SplitBrain, CCL_INTERFACE, CCL_OVERHEAD, DEFAULT_DEBOUNCE_MS,
+    DEFAULT_HEARTBEAT_MS, DEFAULT_HOLD_MS, DEFAULT_SYNC_TIMEOUT_MS, HOLD_HEARTBEATS, MAX_DEBOUNCE_MS,
+    MAX_HEARTBEAT_MS, MAX_HOLD_MS, MAX_NODE_ID, MAX_PRIORITY, MAX_SYNC_TIMEOUT_MS, MIN_HEARTBEAT_MS,
+    MIN_HOLD_MS, MIN_KEY_LEN, MIN_PRIORITY, MIN_QUORUM_MEMBERS, MIN_SYNC_TIMEOUT_MS, REDACTED,
 };
 use crate::model::{InterfaceConfig, DEFAULT_MTU, MAX_MTU, MIN_MTU};
 use crate::net::Ipv4Net;
@@ -119,13 +118,7 @@ impl Checker<'_> {
                 },
             ));
         }
-        let node_id = self.range(
-            &p.key("node-id"),
-            Some(raw.node_id),
-            0,
-            0,
-            MAX_NODE_ID.into(),
-        )? as u8;
+        let node_id = self.range(&p.key("node-id"), Some(raw.node_id), 0, 0, MAX_NODE_ID.into())? as u8;
         let priority = self.range(
             &p.key("priority"),
             Some(raw.priority),
@@ -167,24 +160,13 @@ impl Checker<'_> {
             ));
         }
         // The CCL carries whole data frames wrapped in its headers.
-        let need = u64::from(ifaces.iter().map(|i| i.mtu).max().unwrap_or(DEFAULT_MTU))
-            + u64::from(CCL_OVERHEAD);
+        let need = u64::from(ifaces.iter().map(|i| i.mtu).max().unwrap_or(DEFAULT_MTU)) + u64::from(CCL_OVERHEAD);
         let mp = cp.key("mtu");
-        let mtu = self.range(
-            &mp,
-            raw.ccl.mtu,
-            need,
-            u64::from(MIN_MTU),
-            u64::from(MAX_MTU) + u64::from(CCL_OVERHEAD),
-        )?;
+        let mtu = self.range(&mp, raw.ccl.mtu, need, u64::from(MIN_MTU), u64::from(MAX_MTU) + u64::from(CCL_OVERHEAD))?;
         if mtu < need {
             return Err(self.err(
                 &mp,
-                ErrorKind::CclMtuTooSmall {
-                    found: mtu,
-                    need,
-                    data_mtu: need - u64::from(CCL_OVERHEAD),
-                },
+                ErrorKind::CclMtuTooSmall { found: mtu, need, data_mtu: need - u64::from(CCL_OVERHEAD) },
             ));
         }
         let ccl = CclConfig {
@@ -359,13 +341,7 @@ impl Checker<'_> {
             MAX_HEARTBEAT_MS,
         )?;
         let hp = p.key("hold-time");
-        let hold_time_ms = self.range(
-            &hp,
-            raw.hold_time,
-            DEFAULT_HOLD_MS,
-            MIN_HOLD_MS,
-            MAX_HOLD_MS,
-        )?;
+        let hold_time_ms = self.range(&hp, raw.hold_time, DEFAULT_HOLD_MS, MIN_HOLD_MS, MAX_HOLD_MS)?;
         if hold_time_ms < HOLD_HEARTBEATS * heartbeat_interval_ms {
             return Err(self.err(
                 &hp,
@@ -384,20 +360,14 @@ impl Checker<'_> {
             Some(other) => {
                 return Err(self.err(
                     &sp,
-                    ErrorKind::InvalidChoice {
-                        found: other.to_string(),
-                        expected: "elect or quorum",
-                    },
+                    ErrorKind::InvalidChoice { found: other.to_string(), expected: "elect or quorum" },
                 ))
             }
         };
         if split_brain == SplitBrain::Quorum && members.len() < MIN_QUORUM_MEMBERS {
             return Err(self.err(
                 &sp,
-                ErrorKind::QuorumTooFewMembers {
-                    members: members.len(),
-                    min: MIN_QUORUM_MEMBERS,
-                },
+                ErrorKind::QuorumTooFewMembers { members: members.len(), min: MIN_QUORUM_MEMBERS },
             ));
         }
         // Director localization (R12) and site redundancy (R4) rest on
@@ -406,27 +376,14 @@ impl Checker<'_> {
         let director_localization = raw.director_localization.unwrap_or(false);
         let site_redundancy = raw.site_redundancy.unwrap_or(false);
         let sited = [
-            (
-                director_localization,
-                "director-localization",
-                "cluster.director-localization",
-            ),
-            (
-                site_redundancy,
-                "site-redundancy",
-                "cluster.site-redundancy",
-            ),
+            (director_localization, "director-localization", "cluster.director-localization"),
+            (site_redundancy, "site-redundancy", "cluster.site-redundancy"),
         ];
         if let Some(&(_, key, setting)) = sited.iter().find(|s| s.0 && site_id.is_none()) {
             return Err(self.err(&p.key(key), ErrorKind::NeedsSiteId { setting }));
         }
-        let interface_debounce_ms = self.range(
-            &p.key("interface-debounce"),
-            raw.interface_debounce,
-            DEFAULT_DEBOUNCE_MS,
-            0,
-            MAX_DEBOUNCE_MS,
-        )?;
+        let interface_debounce_ms =
+            self.range(&p.key("interface-debounce"), raw.interface_debounce, DEFAULT_DEBOUNCE_MS, 0, MAX_DEBOUNCE_MS)?;
         let sync_timeout_ms = self.range(
             &p.key("sync-timeout"),
             raw.sync_timeout,

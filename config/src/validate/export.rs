@@ -39,11 +39,7 @@ pub(crate) struct RawFlowExport {
 }
 
 impl Checker<'_> {
-    pub(crate) fn syslog(
-        &self,
-        p: &FieldPath,
-        raw: Vec<RawSyslog>,
-    ) -> Result<Vec<SyslogConfig>, crate::ConfigError> {
+    pub(crate) fn syslog(&self, p: &FieldPath, raw: Vec<RawSyslog>) -> Result<Vec<SyslogConfig>, crate::ConfigError> {
         let mut out = Vec::with_capacity(raw.len());
         for (i, r) in raw.into_iter().enumerate() {
             let e = p.index(i);

@@ -127,11 +127,7 @@ struct RawLogging {
 }
 
 #[derive(Deserialize, Default)]
-#[serde(
-    deny_unknown_fields,
-    rename_all = "kebab-case",
-    expecting = "a mapping of metrics settings"
-)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", expecting = "a mapping of metrics settings")]
 struct RawMetrics {
     #[serde(default)]
     listen: Option<String>,
@@ -424,19 +420,15 @@ impl Checker<'_> {
     fn rule_prefix(&self, path: &FieldPath, s: Option<&str>) -> R<Option<IpNet>> {
         match s {
             None | Some("any") => Ok(None),
-            Some(s) if s.contains(':') => {
-                Ipv6Net::from_str(s)
-                    .map(|n| Some(IpNet::V6(n)))
-                    .map_err(|reason| {
-                        self.err(
-                            path,
-                            ErrorKind::InvalidPrefix6 {
-                                found: s.to_string(),
-                                reason,
-                            },
-                        )
-                    })
-            }
+            Some(s) if s.contains(':') => Ipv6Net::from_str(s).map(|n| Some(IpNet::V6(n))).map_err(|reason| {
+                self.err(
+                    path,
+                    ErrorKind::InvalidPrefix6 {
+                        found: s.to_string(),
+                        reason,
+                    },
+                )
+            }),
             Some(s) => self.prefix(path, Some(s)).map(|n| Some(IpNet::V4(n))),
         }
     }
@@ -485,9 +477,7 @@ impl Checker<'_> {
             None => PathBuf::from(format!("/run/clusterfw/{name}.sock")),
         };
 
-        let metrics = MetricsConfig {
-            listen: self.listen_address(&root.key("metrics").key("listen"), raw.metrics.listen)?,
-        };
+        let metrics = MetricsConfig { listen: self.listen_address(&root.key("metrics").key("listen"), raw.metrics.listen)? };
         let lp = root.key("logging");
         let logging = LoggingConfig {
             level: raw.logging.level,
@@ -508,28 +498,12 @@ impl Checker<'_> {
         let neighbors = self.neighbors(&root.key("neighbors"), raw.neighbors, &interfaces)?;
         let ep = root.key("icmp-errors");
         let icmp_errors = IcmpErrorsConfig {
-            rate: self.range(
-                &ep.key("rate"),
-                raw.icmp_errors.rate,
-                DEFAULT_ICMP_ERROR_RATE.into(),
-                0,
-                1_000_000,
-            )? as u32,
-            burst: self.range(
-                &ep.key("burst"),
-                raw.icmp_errors.burst,
-                DEFAULT_ICMP_ERROR_BURST.into(),
-                1,
-                1_000_000,
-            )? as u32,
+            rate: self.range(&ep.key("rate"), raw.icmp_errors.rate, DEFAULT_ICMP_ERROR_RATE.into(), 0, 1_000_000)? as u32,
+            burst: self.range(&ep.key("burst"), raw.icmp_errors.burst, DEFAULT_ICMP_ERROR_BURST.into(), 1, 1_000_000)?
+                as u32,
             unreachable_on_deny: raw.icmp_errors.unreachable_on_deny,
         };
-        let nat = self.nat(
-            &root.key("nat"),
-            raw.nat,
-            &interfaces,
-            raw.cluster.is_some(),
-        )?;
+        let nat = self.nat(&root.key("nat"), raw.nat, &interfaces, raw.cluster.is_some())?;
         let cluster = match raw.cluster {
             None => None,
             Some(c) => Some(self.cluster(&root.key("cluster"), c, &name, &interfaces)?),
@@ -537,20 +511,14 @@ impl Checker<'_> {
         if cluster.is_some() && dpdk.workers > crate::model::MAX_CLUSTER_WORKERS {
             return Err(self.err(
                 &root.key("dpdk").key("workers"),
-                ErrorKind::ClusterWorkers {
-                    workers: dpdk.workers,
-                    max: crate::model::MAX_CLUSTER_WORKERS,
-                },
+                ErrorKind::ClusterWorkers { workers: dpdk.workers, max: crate::model::MAX_CLUSTER_WORKERS },
             ));
         }
 
         if !nat.rules.is_empty() && dpdk.workers > crate::model::MAX_NAT_WORKERS {
             return Err(self.err(
                 &root.key("dpdk").key("workers"),
-                ErrorKind::NatWorkers {
-                    workers: dpdk.workers,
-                    max: crate::model::MAX_NAT_WORKERS,
-                },
+                ErrorKind::NatWorkers { workers: dpdk.workers, max: crate::model::MAX_NAT_WORKERS },
             ));
         }
         let timeouts = self.timeouts(&root.key("timeouts"), raw.timeouts)?;
@@ -635,30 +603,19 @@ impl Checker<'_> {
     /// `limits` (global or a rule's): each absent or 1..=2^32-1.
     pub(crate) fn limits(&self, p: &FieldPath, raw: RawLimits) -> R<Limits> {
         let one = |k: &str, v: Option<u64>| -> R<Option<u32>> {
-            v.map(|v| {
-                self.range(&p.key(k), Some(v), 0, 1, u64::from(u32::MAX))
-                    .map(|v| v as u32)
-            })
-            .transpose()
+            v.map(|v| self.range(&p.key(k), Some(v), 0, 1, u64::from(u32::MAX)).map(|v| v as u32)).transpose()
         };
         Ok(Limits {
             max_conns: one("max-conns", raw.max_conns)?,
             max_embryonic: one("max-embryonic", raw.max_embryonic)?,
             per_client_max: one("per-client-max", raw.per_client_max)?,
-            per_client_embryonic_max: one(
-                "per-client-embryonic-max",
-                raw.per_client_embryonic_max,
-            )?,
+            per_client_embryonic_max: one("per-client-embryonic-max", raw.per_client_embryonic_max)?,
             syn_proxy: raw.syn_proxy.unwrap_or(true),
         })
     }
 
     /// `a.b.c.d:port` (port 1-65535), or nothing.
-    fn listen_address(
-        &self,
-        p: &FieldPath,
-        raw: Option<String>,
-    ) -> R<Option<std::net::SocketAddrV4>> {
+    fn listen_address(&self, p: &FieldPath, raw: Option<String>) -> R<Option<std::net::SocketAddrV4>> {
         raw.map(|text| self.socket_address(p, text)).transpose()
     }
 
@@ -805,18 +762,9 @@ impl Checker<'_> {
                 None => None,
                 v => Some(self.range(&ip.key("vlan"), v, 1, 1, MAX_VLAN.into())? as u16),
             };
-            let mtu = self.range(
-                &ip.key("mtu"),
-                r.mtu,
-                DEFAULT_MTU.into(),
-                MIN_MTU.into(),
-                MAX_MTU.into(),
-            )? as u16;
+            let mtu = self.range(&ip.key("mtu"), r.mtu, DEFAULT_MTU.into(), MIN_MTU.into(), MAX_MTU.into())? as u16;
             if address6.is_some() && mtu < MIN_MTU6 {
-                return Err(self.err(
-                    &ip.key("mtu"),
-                    ErrorKind::Ipv6MtuTooSmall { mtu, min: MIN_MTU6 },
-                ));
+                return Err(self.err(&ip.key("mtu"), ErrorKind::Ipv6MtuTooSmall { mtu, min: MIN_MTU6 }));
             }
             let iface = InterfaceConfig {
                 name: r.name,
@@ -960,9 +908,7 @@ impl Checker<'_> {
                 seen6.insert(destination, i);
                 let via = match Ipv6Addr::from_str(&r.via) {
                     Ok(v) => v,
-                    Err(_) if Ipv4Addr::from_str(&r.via).is_ok() => {
-                        return Err(mismatch("IPv4", "IPv6"))
-                    }
+                    Err(_) if Ipv4Addr::from_str(&r.via).is_ok() => return Err(mismatch("IPv4", "IPv6")),
                     Err(_) => {
                         return Err(self.err(
                             &vp,
@@ -1008,9 +954,7 @@ impl Checker<'_> {
             seen.insert(destination, i);
             let via = match Ipv4Addr::from_str(&r.via) {
                 Ok(v) => v,
-                Err(_) if Ipv6Addr::from_str(&r.via).is_ok() => {
-                    return Err(mismatch("IPv6", "IPv4"))
-                }
+                Err(_) if Ipv6Addr::from_str(&r.via).is_ok() => return Err(mismatch("IPv6", "IPv4")),
                 Err(_) => {
                     return Err(self.err(
                         &vp,
@@ -1118,12 +1062,7 @@ impl Checker<'_> {
             if let Some((protocol, protocol_family, family, instead)) = icmp {
                 return Err(self.err(
                     &rp.key("protocol"),
-                    ErrorKind::RuleIcmpFamily {
-                        protocol,
-                        protocol_family,
-                        family,
-                        instead,
-                    },
+                    ErrorKind::RuleIcmpFamily { protocol, protocol_family, family, instead },
                 ));
             }
             let spp = rp.key("source-port");

@@ -23,11 +23,7 @@ use std::net::Ipv4Addr;
 use std::str::FromStr;
 
 #[derive(Deserialize, Default)]
-#[serde(
-    deny_unknown_fields,
-    rename_all = "kebab-case",
-    expecting = "a nat mapping (pools, rules)"
-)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", expecting = "a nat mapping (pools, rules)")]
 pub(super) struct RawNat {
     #[serde(default, deserialize_with = "super::null_default")]
     pools: Vec<RawPool>,
@@ -36,11 +32,7 @@ pub(super) struct RawNat {
 }
 
 #[derive(Deserialize)]
-#[serde(
-    deny_unknown_fields,
-    rename_all = "kebab-case",
-    expecting = "a pool mapping (name, addresses)"
-)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", expecting = "a pool mapping (name, addresses)")]
 struct RawPool {
     name: String,
     #[serde(default, deserialize_with = "super::null_default")]
@@ -68,11 +60,7 @@ enum RawUdpSessions {
 }
 
 #[derive(Deserialize)]
-#[serde(
-    deny_unknown_fields,
-    rename_all = "kebab-case",
-    expecting = "a nat rule mapping"
-)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", expecting = "a nat rule mapping")]
 struct RawNatRule {
     name: String,
     kind: RawKind,
@@ -103,10 +91,7 @@ struct RawNatRule {
 /// One pool entry: an address, a prefix (every address in it) or `a-b`.
 fn entry_addresses(s: &str) -> Option<(u32, u32)> {
     if let Some((a, b)) = s.split_once('-') {
-        let (a, b) = (
-            Ipv4Addr::from_str(a.trim()).ok()?,
-            Ipv4Addr::from_str(b.trim()).ok()?,
-        );
+        let (a, b) = (Ipv4Addr::from_str(a.trim()).ok()?, Ipv4Addr::from_str(b.trim()).ok()?);
         return (a <= b).then(|| (u32::from(a), u32::from(b)));
     }
     if s.contains('/') {
@@ -115,28 +100,17 @@ fn entry_addresses(s: &str) -> Option<(u32, u32)> {
         let size = 1u64 << (32 - u32::from(n.len));
         return Some((lo, (u64::from(lo) + size - 1) as u32));
     }
-    Ipv4Addr::from_str(s)
-        .ok()
-        .map(|a| (u32::from(a), u32::from(a)))
+    Ipv4Addr::from_str(s).ok().map(|a| (u32::from(a), u32::from(a)))
 }
 
 impl Checker<'_> {
-    fn nat_interface(
-        &self,
-        path: &FieldPath,
-        v: Option<String>,
-        ifaces: &[InterfaceConfig],
-    ) -> R<Option<String>> {
+    fn nat_interface(&self, path: &FieldPath, v: Option<String>, ifaces: &[InterfaceConfig]) -> R<Option<String>> {
         match v {
             None => Ok(None),
             Some(n) if n == "any" => Ok(None),
             Some(n) if ifaces.iter().any(|o| o.name == n) => Ok(Some(n)),
             Some(n) => {
-                let known = ifaces
-                    .iter()
-                    .map(|o| o.name.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ");
+                let known = ifaces.iter().map(|o| o.name.as_str()).collect::<Vec<_>>().join(", ");
                 Err(self.err(path, ErrorKind::UnknownInterface { found: n, known }))
             }
         }
@@ -151,13 +125,7 @@ impl Checker<'_> {
         }
     }
 
-    pub(super) fn nat(
-        &self,
-        p: &FieldPath,
-        raw: RawNat,
-        ifaces: &[InterfaceConfig],
-        cluster: bool,
-    ) -> R<NatConfig> {
+    pub(super) fn nat(&self, p: &FieldPath, raw: RawNat, ifaces: &[InterfaceConfig], cluster: bool) -> R<NatConfig> {
         let pools = self.nat_pools(&p.key("pools"), raw.pools, cluster)?;
         let rp = p.key("rules");
         let mut rules: Vec<NatRule> = Vec::with_capacity(raw.rules.len());
@@ -175,22 +143,13 @@ impl Checker<'_> {
             }
             // Rules sharing a pool (N1, one block map per pool).
             if let Some(pool) = &rule.pool {
-                if let Some((j, first)) = rules
-                    .iter()
-                    .enumerate()
-                    .find(|(_, o)| o.pool.as_ref() == Some(pool))
-                {
+                if let Some((j, first)) = rules.iter().enumerate().find(|(_, o)| o.pool.as_ref() == Some(pool)) {
                     let first_line = self.line_of(&rp.index(j).key("name"));
                     // At the rule's `pool`: what differs may be a default.
                     let mismatch = |what: &'static str| {
                         self.err(
                             &rp.index(i).key("pool"),
-                            ErrorKind::NatPoolShared {
-                                pool: pool.clone(),
-                                rule: first.name.clone(),
-                                first_line,
-                                what,
-                            },
+                            ErrorKind::NatPoolShared { pool: pool.clone(), rule: first.name.clone(), first_line, what },
                         )
                     };
                     if first.specific_interfaces() != rule.specific_interfaces() {
@@ -199,9 +158,7 @@ impl Checker<'_> {
                         ));
                     }
                     if first.kind != rule.kind {
-                        return Err(mismatch(
-                            "its kind: a pool is for dynamic NAT or for dynamic PAT",
-                        ));
+                        return Err(mismatch("its kind: a pool is for dynamic NAT or for dynamic PAT"));
                     }
                     if first.block_size != rule.block_size {
                         return Err(mismatch("block-size: one pool, one block size"));
@@ -234,19 +191,10 @@ impl Checker<'_> {
                 ));
             }
             if r.round_robin {
-                return Err(self.unsupported(
-                    &pp.key("round-robin"),
-                    "PAT pool round-robin",
-                    cluster,
-                ));
+                return Err(self.unsupported(&pp.key("round-robin"), "PAT pool round-robin", cluster));
             }
             if r.addresses.is_empty() {
-                return Err(self.err(
-                    &pp.key("addresses"),
-                    ErrorKind::NoEntries {
-                        what: "pool address",
-                    },
-                ));
+                return Err(self.err(&pp.key("addresses"), ErrorKind::NoEntries { what: "pool address" }));
             }
             let mut addresses: Vec<Ipv4Addr> = Vec::new();
             for (k, e) in r.addresses.iter().enumerate() {
@@ -275,10 +223,7 @@ impl Checker<'_> {
             addresses.sort_unstable();
             let dup = addresses.windows(2).find(|w| w[0] == w[1]).map(|w| w[0]);
             let elsewhere = out.iter().find_map(|o| {
-                addresses
-                    .iter()
-                    .find(|a| o.addresses.binary_search(a).is_ok())
-                    .map(|a| (o.name.clone(), *a))
+                addresses.iter().find(|a| o.addresses.binary_search(a).is_ok()).map(|a| (o.name.clone(), *a))
             });
             if let Some(a) = dup {
                 return Err(self.err(
@@ -301,11 +246,7 @@ impl Checker<'_> {
                     },
                 ));
             }
-            out.push(NatPool {
-                name: r.name,
-                addresses,
-                entries: r.addresses,
-            });
+            out.push(NatPool { name: r.name, addresses, entries: r.addresses });
         }
         Ok(out)
     }
@@ -332,16 +273,11 @@ impl Checker<'_> {
             return Err(self.unsupported(&rp.key("extended"), "extended PAT", cluster));
         }
         if r.interface_pat {
-            return Err(self.unsupported(
-                &rp.key("interface-pat"),
-                "interface PAT on individual interfaces",
-                cluster,
-            ));
+            return Err(self.unsupported(&rp.key("interface-pat"), "interface PAT on individual interfaces", cluster));
         }
         if let Some(name) = r.inspect.first() {
             let n = name.to_ascii_lowercase();
-            let listed =
-                ["ftp", "pptp", "rsh", "sqlnet", "tftp", "xdmcp", "sip"].contains(&n.as_str());
+            let listed = ["ftp", "pptp", "rsh", "sqlnet", "tftp", "xdmcp", "sip"].contains(&n.as_str());
             let path = rp.key("inspect").index(0);
             return Err(if kind == NatKind::StaticPat && listed {
                 self.unsupported(
@@ -350,42 +286,18 @@ impl Checker<'_> {
                     cluster,
                 )
             } else {
-                self.err(
-                    &path,
-                    ErrorKind::Unsupported {
-                        feature: "application inspection",
-                    },
-                )
+                self.err(&path, ErrorKind::Unsupported { feature: "application inspection" })
             });
         }
-        let needs = |key: &'static str| {
-            self.err(
-                rp,
-                ErrorKind::NatNeeds {
-                    kind: kind.as_str(),
-                    key,
-                },
-            )
-        };
-        let not_for = |key: &'static str| {
-            self.err(
-                &rp.key(key),
-                ErrorKind::NatNotFor {
-                    kind: kind.as_str(),
-                    key,
-                },
-            )
-        };
+        let needs = |key: &'static str| self.err(rp, ErrorKind::NatNeeds { kind: kind.as_str(), key });
+        let not_for = |key: &'static str| self.err(&rp.key(key), ErrorKind::NatNotFor { kind: kind.as_str(), key });
         // The first key present that the rule's kind does not use.
-        let refuse = |keys: &[(bool, &'static str)]| match keys.iter().find(|(present, _)| *present)
-        {
+        let refuse = |keys: &[(bool, &'static str)]| match keys.iter().find(|(present, _)| *present) {
             Some(&(_, key)) => Err(not_for(key)),
             None => Ok(()),
         };
-        let real_interface =
-            self.nat_interface(&rp.key("real-interface"), r.real_interface, ifaces)?;
-        let mapped_interface =
-            self.nat_interface(&rp.key("mapped-interface"), r.mapped_interface, ifaces)?;
+        let real_interface = self.nat_interface(&rp.key("real-interface"), r.real_interface, ifaces)?;
+        let mapped_interface = self.nat_interface(&rp.key("mapped-interface"), r.mapped_interface, ifaces)?;
         let source = match r.source.as_deref() {
             None => return Err(needs("source")),
             Some(s) => self.prefix(&rp.key("source"), Some(s))?,
@@ -398,15 +310,8 @@ impl Checker<'_> {
                 return Err(needs("pool"));
             };
             if !pools.iter().any(|p| p.name == name) {
-                let known = pools
-                    .iter()
-                    .map(|p| p.name.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ");
-                return Err(self.err(
-                    &rp.key("pool"),
-                    ErrorKind::UnknownPool { found: name, known },
-                ));
+                let known = pools.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(", ");
+                return Err(self.err(&rp.key("pool"), ErrorKind::UnknownPool { found: name, known }));
             }
             (Some(name), None)
         } else {
@@ -419,41 +324,19 @@ impl Checker<'_> {
             let m = if m.contains('/') {
                 self.prefix(&rp.key("mapped"), Some(m))?
             } else {
-                let a = Ipv4Addr::from_str(m).map_err(|_| {
-                    self.err(
-                        &rp.key("mapped"),
-                        ErrorKind::InvalidAddress {
-                            found: m.to_string(),
-                        },
-                    )
-                })?;
+                let a = Ipv4Addr::from_str(m)
+                    .map_err(|_| self.err(&rp.key("mapped"), ErrorKind::InvalidAddress { found: m.to_string() }))?;
                 Ipv4Net::new(a, 32).map_err(|reason| {
-                    self.err(
-                        &rp.key("mapped"),
-                        ErrorKind::InvalidPrefix {
-                            found: m.to_string(),
-                            reason,
-                        },
-                    )
+                    self.err(&rp.key("mapped"), ErrorKind::InvalidPrefix { found: m.to_string(), reason })
                 })?
             };
             if kind == NatKind::StaticPat && source.len != 32 {
-                return Err(self.err(
-                    &rp.key("source"),
-                    ErrorKind::NatPrefixLength {
-                        found: source.len,
-                        expected: 32,
-                    },
-                ));
+                return Err(self.err(&rp.key("source"), ErrorKind::NatPrefixLength { found: source.len, expected: 32 }));
             }
             if m.len != source.len {
-                return Err(self.err(
-                    &rp.key("mapped"),
-                    ErrorKind::NatPrefixLength {
-                        found: m.len,
-                        expected: source.len,
-                    },
-                ));
+                return Err(
+                    self.err(&rp.key("mapped"), ErrorKind::NatPrefixLength { found: m.len, expected: source.len })
+                );
             }
             (None, Some(m))
         };
@@ -462,13 +345,7 @@ impl Checker<'_> {
             let proto = match &r.protocol {
                 None => return Err(needs("protocol")),
                 Some(IntOrStr(s)) => Protocol::from_str(s).map_err(|reason| {
-                    self.err(
-                        &rp.key("protocol"),
-                        ErrorKind::InvalidProtocol {
-                            found: s.clone(),
-                            reason,
-                        },
-                    )
+                    self.err(&rp.key("protocol"), ErrorKind::InvalidProtocol { found: s.clone(), reason })
                 })?,
             };
             let number = match proto {
@@ -523,13 +400,9 @@ impl Checker<'_> {
         )? as u16;
         let max_blocks_per_host = match r.max_blocks_per_host {
             None => None,
-            Some(v) => Some(self.range(
-                &rp.key("max-blocks-per-host"),
-                Some(v),
-                0,
-                1,
-                MAX_BLOCKS_PER_HOST.into(),
-            )? as u16),
+            Some(v) => {
+                Some(self.range(&rp.key("max-blocks-per-host"), Some(v), 0, 1, MAX_BLOCKS_PER_HOST.into())? as u16)
+            }
         };
         Ok(NatRule {
             name: r.name,

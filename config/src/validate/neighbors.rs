@@ -33,14 +33,8 @@ impl Checker<'_> {
         let mut out: Vec<NeighborConfig> = Vec::with_capacity(raw.len());
         for (i, r) in raw.into_iter().enumerate() {
             let ap = p.index(i).key("address");
-            let address = Ipv4Addr::from_str(&r.address).map_err(|_| {
-                self.err(
-                    &ap,
-                    ErrorKind::InvalidAddress {
-                        found: r.address.clone(),
-                    },
-                )
-            })?;
+            let address = Ipv4Addr::from_str(&r.address)
+                .map_err(|_| self.err(&ap, ErrorKind::InvalidAddress { found: r.address.clone() }))?;
             if let Some(j) = out.iter().position(|o| o.address == address) {
                 return Err(self.err(
                     &ap,
@@ -54,36 +48,17 @@ impl Checker<'_> {
             if let Some(o) = ifaces.iter().find(|o| o.address == address) {
                 return Err(self.err(
                     &ap,
-                    ErrorKind::NextHopIsLocal {
-                        via: address,
-                        interface: o.name.clone(),
-                    },
+                    ErrorKind::NextHopIsLocal { via: address, interface: o.name.clone() },
                 ));
             }
             if !ifaces.iter().any(|o| o.subnet().contains(address)) {
-                let connected = ifaces
-                    .iter()
-                    .map(|o| o.subnet().to_string())
-                    .collect::<Vec<_>>()
-                    .join(", ");
-                return Err(self.err(
-                    &ap,
-                    ErrorKind::NotConnected {
-                        via: address,
-                        connected,
-                    },
-                ));
+                let connected =
+                    ifaces.iter().map(|o| o.subnet().to_string()).collect::<Vec<_>>().join(", ");
+                return Err(self.err(&ap, ErrorKind::NotConnected { via: address, connected }));
             }
             let mp = p.index(i).key("mac");
-            let mac = MacAddr::from_str(r.mac.trim()).map_err(|reason| {
-                self.err(
-                    &mp,
-                    ErrorKind::InvalidMac {
-                        found: r.mac.clone(),
-                        reason,
-                    },
-                )
-            })?;
+            let mac = MacAddr::from_str(r.mac.trim())
+                .map_err(|reason| self.err(&mp, ErrorKind::InvalidMac { found: r.mac.clone(), reason }))?;
             out.push(NeighborConfig { address, mac });
         }
         Ok(out)

@@ -49,24 +49,12 @@ impl Checker<'_> {
     fn policy(&self, raw: RawPolicy, ifaces: &[InterfaceConfig]) -> Result<Policy, ConfigError> {
         let root = FieldPath::root();
         let ip = root.key("interfaces");
-        let known = || {
-            ifaces
-                .iter()
-                .map(|o| o.name.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
+        let known = || ifaces.iter().map(|o| o.name.as_str()).collect::<Vec<_>>().join(", ");
         let mut security_levels: Vec<(String, u8)> = Vec::with_capacity(raw.interfaces.len());
         for (i, r) in raw.interfaces.into_iter().enumerate() {
             let np = ip.index(i).key("name");
             if !ifaces.iter().any(|o| o.name == r.name) {
-                return Err(self.err(
-                    &np,
-                    ErrorKind::UnknownInterface {
-                        found: r.name,
-                        known: known(),
-                    },
-                ));
+                return Err(self.err(&np, ErrorKind::UnknownInterface { found: r.name, known: known() }));
             }
             if let Some(j) = security_levels.iter().position(|(n, _)| *n == r.name) {
                 return Err(self.err(
@@ -87,45 +75,21 @@ impl Checker<'_> {
             )? as u8;
             security_levels.push((r.name, level));
         }
-        if let Some(missing) = ifaces
-            .iter()
-            .find(|o| !security_levels.iter().any(|(n, _)| *n == o.name))
-        {
-            return Err(self.err(
-                &ip,
-                ErrorKind::MissingInterface {
-                    name: missing.name.clone(),
-                },
-            ));
+        if let Some(missing) = ifaces.iter().find(|o| !security_levels.iter().any(|(n, _)| *n == o.name)) {
+            return Err(self.err(&ip, ErrorKind::MissingInterface { name: missing.name.clone() }));
         }
         let access_rules = self.rules(&root.key("access-rules"), raw.access_rules, ifaces)?;
         let timeouts = self.timeouts(&root.key("timeouts"), raw.timeouts)?;
         let limits = self.limits(&root.key("limits"), raw.limits)?;
         // A replicated policy runs in a cluster: N8's exclusions apply.
         let nat = self.nat(&root.key("nat"), raw.nat, ifaces, true)?;
-        Ok(Policy {
-            security_levels,
-            access_rules,
-            timeouts,
-            limits,
-            nat,
-        })
+        Ok(Policy { security_levels, access_rules, timeouts, limits, nat })
     }
 }
 
 /// See [`crate::parse_policy`].
-pub(crate) fn parse_policy(
-    src: &str,
-    origin: &str,
-    ifaces: &[InterfaceConfig],
-) -> Result<Policy, ConfigError> {
+pub(crate) fn parse_policy(src: &str, origin: &str, ifaces: &[InterfaceConfig]) -> Result<Policy, ConfigError> {
     let de = serde_yaml::Deserializer::from_str(src);
-    let raw: RawPolicy =
-        serde_path_to_error::deserialize(de).map_err(|e| serde_error(src, origin, e))?;
-    Checker {
-        src,
-        file: origin,
-        locator: OnceCell::new(),
-    }
-    .policy(raw, ifaces)
+    let raw: RawPolicy = serde_path_to_error::deserialize(de).map_err(|e| serde_error(src, origin, e))?;
+    Checker { src, file: origin, locator: OnceCell::new() }.policy(raw, ifaces)
 }

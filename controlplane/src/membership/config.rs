@@ -62,11 +62,7 @@ impl Default for Rejoin {
     /// change and a re-registration every try, and its data ports stay
     /// shut for the operator.
     fn default() -> Rejoin {
-        Rejoin {
-            initial: Duration::from_secs(1),
-            max: Duration::from_secs(60),
-            attempts: 5,
-        }
+        Rejoin { initial: Duration::from_secs(1), max: Duration::from_secs(60), attempts: 5 }
     }
 }
 
@@ -116,9 +112,7 @@ impl ConfigBlob {
 }
 
 pub(super) fn fnv1a(b: &[u8]) -> u64 {
-    b.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &x| {
-        (h ^ u64::from(x)).wrapping_mul(0x0100_0000_01b3)
-    })
+    b.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &x| (h ^ u64::from(x)).wrapping_mul(0x0100_0000_01b3))
 }
 
 /// Everything the machine starts from. Build with [`Config::new`] and
@@ -203,29 +197,17 @@ impl Config {
             return Err(MembershipError::HoldTooShort { ms: ms(h) });
         }
         if h.0 < i.0.saturating_mul(3) {
-            return Err(MembershipError::HoldBelowThreeIntervals {
-                hold_ms: ms(h),
-                interval_ms: ms(i),
-            });
+            return Err(MembershipError::HoldBelowThreeIntervals { hold_ms: ms(h), interval_ms: ms(i) });
         }
         let mut seen = [false; NodeId::MAX_NODES];
         for (k, n) in self.nodes.iter().enumerate() {
-            let s = seen
-                .get_mut(n.id.index())
-                .ok_or(MembershipError::NodeOutOfRange(n.id.0))?;
+            let s = seen.get_mut(n.id.index()).ok_or(MembershipError::NodeOutOfRange(n.id.0))?;
             if *s {
                 return Err(MembershipError::DuplicateNode(n.id));
             }
             *s = true;
-            if let Some(o) = self.nodes[..k]
-                .iter()
-                .find(|o| o.ccl_address == n.ccl_address)
-            {
-                return Err(MembershipError::DuplicateAddress {
-                    address: n.ccl_address,
-                    a: o.id,
-                    b: n.id,
-                });
+            if let Some(o) = self.nodes[..k].iter().find(|o| o.ccl_address == n.ccl_address) {
+                return Err(MembershipError::DuplicateAddress { address: n.ccl_address, a: o.id, b: n.id });
             }
         }
         if !seen.get(self.me.index()).copied().unwrap_or(false) {
@@ -251,24 +233,12 @@ impl Config {
             });
         }
         let l = self.limits;
-        if l.serving == 0
-            || l.history == 0
-            || l.table_entries == 0
-            || l.transfer_bytes < l.config_bytes
-        {
+        if l.serving == 0 || l.history == 0 || l.table_entries == 0 || l.transfer_bytes < l.config_bytes {
             return Err(MembershipError::BadLimits);
         }
-        for bytes in self
-            .config
-            .iter()
-            .map(|c| c.bytes.len())
-            .chain(self.publish.as_ref().map(Vec::len))
-        {
+        for bytes in self.config.iter().map(|c| c.bytes.len()).chain(self.publish.as_ref().map(Vec::len)) {
             if bytes > l.config_bytes {
-                return Err(MembershipError::ConfigTooLarge {
-                    bytes,
-                    limit: l.config_bytes,
-                });
+                return Err(MembershipError::ConfigTooLarge { bytes, limit: l.config_bytes });
             }
         }
         Ok(())
@@ -293,11 +263,7 @@ pub enum MembershipError {
     #[error("{0} is configured twice")]
     DuplicateNode(NodeId),
     #[error("{a} and {b} are both configured with CCL address {address}")]
-    DuplicateAddress {
-        address: Ipv4Addr,
-        a: NodeId,
-        b: NodeId,
-    },
+    DuplicateAddress { address: Ipv4Addr, a: NodeId, b: NodeId },
     #[error("this node ({0}) is not among the configured nodes")]
     MeNotConfigured(NodeId),
     #[error("cluster.split-brain: quorum needs 3 or more configured nodes, {0} configured")]
@@ -307,11 +273,7 @@ pub enum MembershipError {
     #[error("cluster.sync-timeout must be above zero")]
     ZeroSyncTimeout,
     #[error("cluster.rejoin: initial {initial_ms} ms, max {max_ms} ms, {attempts} attempts: need initial > 0, max ≥ initial, attempts ≥ 1")]
-    BadRejoin {
-        initial_ms: u64,
-        max_ms: u64,
-        attempts: u32,
-    },
+    BadRejoin { initial_ms: u64, max_ms: u64, attempts: u32 },
     #[error("membership limits must be above zero (and the transfer limit at least the configuration limit)")]
     BadLimits,
     #[error("the replicated configuration is {bytes} bytes, above the {limit}-byte limit")]

@@ -37,14 +37,8 @@ pub enum State {
 }
 
 impl State {
-    pub const ALL: [State; 6] = [
-        State::Joining,
-        State::Syncing,
-        State::Data,
-        State::Control,
-        State::Inactive,
-        State::Disabled,
-    ];
+    pub const ALL: [State; 6] =
+        [State::Joining, State::Syncing, State::Data, State::Control, State::Inactive, State::Disabled];
     /// Heartbeat `state` byte.
     pub const fn code(self) -> u8 {
         match self {
@@ -86,101 +80,52 @@ impl fmt::Display for State {
 pub enum Reason {
     Boot,
     /// Won an election among `candidates` nodes heard (this one included).
-    Elected {
-        candidates: u8,
-    },
+    Elected { candidates: u8 },
     /// Admitted by the control node.
-    Admitted {
-        control: NodeId,
-    },
+    Admitted { control: NodeId },
     /// The readiness gate opened: replicated state and dataplane sync done.
-    Synced {
-        waited: Duration,
-    },
+    Synced { waited: Duration },
     /// The readiness gate opened on `sync_timeout` (dataplane sync incomplete).
-    SyncTimeout {
-        waited: Duration,
-    },
+    SyncTimeout { waited: Duration },
     /// The replicated state did not arrive within `sync_timeout`.
-    ReplicaTimeout {
-        waited: Duration,
-    },
+    ReplicaTimeout { waited: Duration },
     /// The control node followed was not heard for `silent`.
-    ControlLost {
-        control: NodeId,
-        silent: Duration,
-    },
+    ControlLost { control: NodeId, silent: Duration },
     /// Removal: a member not heard within the hold time.
-    NoHeartbeat {
-        silent: Duration,
-    },
+    NoHeartbeat { silent: Duration },
     /// Removal: the member announced it is no longer one.
-    Left {
-        state: State,
-    },
+    Left { state: State },
     /// Removal: admitted but never followed this control node.
     NeverFollowed,
     /// This node heard a newer member set without itself.
-    Removed {
-        control: NodeId,
-        epoch: Epoch,
-    },
+    Removed { control: NodeId, epoch: Epoch },
     /// A new control node's set does not include this node.
-    NotIncluded {
-        control: NodeId,
-    },
+    NotIncluded { control: NodeId },
     /// Split brain healed: a better control node keeps the role.
-    BetterControl {
-        control: NodeId,
-    },
+    BetterControl { control: NodeId },
     /// The control node followed stepped down.
-    SteppedDown {
-        control: NodeId,
-    },
+    SteppedDown { control: NodeId },
     /// No control node renewed the lease for this long past its expiry.
-    LeaseExpired {
-        by: Duration,
-    },
+    LeaseExpired { by: Duration },
     /// The machine was not run for this long (paused longer than the hold time).
-    Paused {
-        gap: Duration,
-    },
+    Paused { gap: Duration },
     /// Back from such a pause as a member: fenced until confirmed.
-    Resumed {
-        gap: Duration,
-    },
+    Resumed { gap: Duration },
     /// A resumed member's lease renewed after `fenced`: the others did not
     /// move on.
-    Confirmed {
-        fenced: Duration,
-    },
-    PortDown {
-        port: u16,
-    },
+    Confirmed { fenced: Duration },
+    PortDown { port: u16 },
     CclDown,
     /// Quorum mode: `heard` of `of` nodes of the last member set.
-    NoQuorum {
-        heard: u8,
-        of: u8,
-    },
+    NoQuorum { heard: u8, of: u8 },
     /// This node's join was refused.
-    JoinRefused {
-        by: NodeId,
-        verdict: JoinVerdict,
-        detail: u64,
-    },
+    JoinRefused { by: NodeId, verdict: JoinVerdict, detail: u64 },
     /// No admission within two hold times.
-    JoinTimeout {
-        control: NodeId,
-    },
-    TooManyAttempts {
-        attempts: u32,
-    },
+    JoinTimeout { control: NodeId },
+    TooManyAttempts { attempts: u32 },
     /// The driver could not run replicated configuration `version`
     /// (`Membership::reject_config`).
-    ConfigRejected {
-        version: u64,
-    },
+    ConfigRejected { version: u64 },
     /// The backoff after leaving is over.
     RetryDue,
     /// `enable` was called.
@@ -191,42 +136,22 @@ pub enum Reason {
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum EventKind {
     /// This node changed state.
-    State {
-        from: State,
-        to: State,
-        reason: Reason,
-    },
+    State { from: State, to: State, reason: Reason },
     /// This node adopted or created member set `epoch`.
-    Members {
-        epoch: Epoch,
-        control: NodeId,
-        bits: u16,
-    },
+    Members { epoch: Epoch, control: NodeId, bits: u16 },
     /// The control node (this one) removed `node`.
-    Removed {
-        node: NodeId,
-        epoch: Epoch,
-        reason: Reason,
-    },
+    Removed { node: NodeId, epoch: Epoch, reason: Reason },
     /// The control node (this one) admitted `node`.
     Admitted { node: NodeId, epoch: Epoch },
     /// A message from `peer` was refused or dropped as bad input.
-    Refused {
-        peer: NodeId,
-        what: Received,
-        detail: u64,
-    },
+    Refused { peer: NodeId, what: Received, detail: u64 },
     /// The control node heard a member with a newer replicated state and
     /// fetches it before it changes anything (`from`, `version`).
     CatchUp { from: NodeId, version: u64 },
     /// This joining node dropped its replicated configuration `version`,
     /// refused by `control` (`verdict`: config-ahead or config-diverged),
     /// to join with none and take the control node's.
-    ConfigDropped {
-        control: NodeId,
-        version: u64,
-        verdict: JoinVerdict,
-    },
+    ConfigDropped { control: NodeId, version: u64, verdict: JoinVerdict },
 }
 
 /// One event: when, what, and the log line.
@@ -255,71 +180,36 @@ impl Names<'_> {
             Reason::Elected { candidates } => format!("elected among {candidates} node(s) heard"),
             Reason::Admitted { control } => format!("admitted by {}", self.n(control)),
             Reason::Synced { waited } => format!("synced in {} ms", ms(waited)),
-            Reason::SyncTimeout { waited } => format!(
-                "sync timeout after {} ms (dataplane sync incomplete)",
-                ms(waited)
-            ),
-            Reason::ReplicaTimeout { waited } => {
-                format!("replicated state not received in {} ms", ms(waited))
-            }
+            Reason::SyncTimeout { waited } => format!("sync timeout after {} ms (dataplane sync incomplete)", ms(waited)),
+            Reason::ReplicaTimeout { waited } => format!("replicated state not received in {} ms", ms(waited)),
             Reason::ControlLost { control, silent } => {
-                format!(
-                    "control node {} not heard for {} ms",
-                    self.n(control),
-                    ms(silent)
-                )
+                format!("control node {} not heard for {} ms", self.n(control), ms(silent))
             }
             Reason::NoHeartbeat { silent } => format!("no heartbeat for {} ms", ms(silent)),
             Reason::Left { state } => format!("it announced {state}"),
             Reason::NeverFollowed => "admitted but never followed".into(),
             Reason::Removed { control, epoch } => {
-                format!(
-                    "removed by {} (epoch {} without this node)",
-                    self.n(control),
-                    epoch.0
-                )
+                format!("removed by {} (epoch {} without this node)", self.n(control), epoch.0)
             }
-            Reason::NotIncluded { control } => format!(
-                "new control node {} did not include this node",
-                self.n(control)
-            ),
-            Reason::BetterControl { control } => format!(
-                "split brain healed: {} keeps the control role",
-                self.n(control)
-            ),
-            Reason::SteppedDown { control } => {
-                format!("control node {} stepped down", self.n(control))
-            }
+            Reason::NotIncluded { control } => format!("new control node {} did not include this node", self.n(control)),
+            Reason::BetterControl { control } => format!("split brain healed: {} keeps the control role", self.n(control)),
+            Reason::SteppedDown { control } => format!("control node {} stepped down", self.n(control)),
             Reason::LeaseExpired { by } => format!("lease expired {} ms ago, not renewed", ms(by)),
             Reason::Paused { gap } => format!("not run for {} ms (paused)", ms(gap)),
-            Reason::Confirmed { fenced } => {
-                format!("still a member after the pause (fenced {} ms)", ms(fenced))
-            }
+            Reason::Confirmed { fenced } => format!("still a member after the pause (fenced {} ms)", ms(fenced)),
             Reason::Resumed { gap } => {
                 format!("not run for {} ms (paused): fenced until a member confirms the cluster did not move on", ms(gap))
             }
             Reason::PortDown { port } => format!("data port {port} down"),
             Reason::CclDown => "CCL port down".into(),
             Reason::NoQuorum { heard, of } => format!("no quorum: {heard} of {of} nodes heard"),
-            Reason::JoinRefused {
-                by,
-                verdict,
-                detail,
-            } => {
-                format!(
-                    "join refused by {}: {}",
-                    self.n(by),
-                    verdict_text(verdict, detail)
-                )
+            Reason::JoinRefused { by, verdict, detail } => {
+                format!("join refused by {}: {}", self.n(by), verdict_text(verdict, detail))
             }
-            Reason::JoinTimeout { control } => {
-                format!("no admission by {} within 2 hold times", self.n(control))
-            }
+            Reason::JoinTimeout { control } => format!("no admission by {} within 2 hold times", self.n(control)),
             Reason::TooManyAttempts { attempts } => format!("{attempts} rejoin attempts failed"),
             Reason::ConfigRejected { version } => {
-                format!(
-                    "cannot run the replicated configuration v{version} (the node's log says why)"
-                )
+                format!("cannot run the replicated configuration v{version} (the node's log says why)")
             }
             Reason::RetryDue => "rejoin backoff over".into(),
             Reason::Enabled => "enabled by the operator".into(),
@@ -362,19 +252,11 @@ fn verdict_text(v: JoinVerdict, detail: u64) -> String {
             "duplicate-id: this node id is configured for CCL address {}",
             std::net::Ipv4Addr::from(detail as u32)
         ),
-        JoinVerdict::IdInUse => {
-            format!("id-in-use: a live member has this id (incarnation {detail})")
-        }
-        JoinVerdict::ConfigAhead => {
-            format!("config-ahead: the control node's configuration is version {detail}")
-        }
-        JoinVerdict::ConfigDiverged => {
-            format!("config-diverged: same version, control digest {detail:016x}")
-        }
+        JoinVerdict::IdInUse => format!("id-in-use: a live member has this id (incarnation {detail})"),
+        JoinVerdict::ConfigAhead => format!("config-ahead: the control node's configuration is version {detail}"),
+        JoinVerdict::ConfigDiverged => format!("config-diverged: same version, control digest {detail:016x}"),
         JoinVerdict::UnknownNode => "unknown-node: this node id is not configured there".into(),
-        JoinVerdict::WorkersMismatch => {
-            format!("workers-mismatch: the cluster's members run {detail} worker(s) (dpdk.workers)")
-        }
+        JoinVerdict::WorkersMismatch => format!("workers-mismatch: the cluster's members run {detail} worker(s) (dpdk.workers)"),
         JoinVerdict::NotControl => format!("not-control (follows node {detail})"),
         JoinVerdict::Accepted => "accepted".into(),
     }
@@ -535,13 +417,7 @@ impl Counters {
 
 impl Stats for Counters {
     fn visit(&self, v: &mut dyn Visitor) {
-        v.family(
-            "received",
-            "outcome",
-            &mut Received::ALL
-                .iter()
-                .map(|&r| (r.as_str(), self.received(r))),
-        );
+        v.family("received", "outcome", &mut Received::ALL.iter().map(|&r| (r.as_str(), self.received(r))));
         let c = [
             ("heartbeats_queued", self.heartbeats_queued),
             ("messages_queued", self.messages_queued),
@@ -587,10 +463,7 @@ pub(super) struct History {
 
 impl History {
     pub(super) fn new(cap: usize) -> History {
-        History {
-            cap,
-            ring: VecDeque::with_capacity(cap.min(64)),
-        }
+        History { cap, ring: VecDeque::with_capacity(cap.min(64)) }
     }
     pub(super) fn push(&mut self, e: MembershipEvent) {
         if self.ring.len() >= self.cap {

@@ -22,8 +22,7 @@
 
 use super::{Action, Envelope, Membership, Received};
 use dataplane::ccl::{
-    CclCounters, CclDrop, CclError, CclKey, ControlMessage, FramePath, Opener, Sealer,
-    CONTROL_CHANNEL,
+    CclCounters, CclDrop, CclError, CclKey, ControlMessage, FramePath, Opener, Sealer, CONTROL_CHANNEL,
 };
 use dataplane::{Epoch, NodeId, Timestamp};
 use std::net::Ipv4Addr;
@@ -45,12 +44,7 @@ pub struct ControlLink {
 impl ControlLink {
     /// `incarnation` as for every `Sealer` of this boot (it must grow
     /// across restarts).
-    pub fn new(
-        key: &CclKey,
-        me: NodeId,
-        incarnation: u32,
-        broadcast: FramePath,
-    ) -> Result<ControlLink, CclError> {
+    pub fn new(key: &CclKey, me: NodeId, incarnation: u32, broadcast: FramePath) -> Result<ControlLink, CclError> {
         Ok(ControlLink {
             sealer: Sealer::new(key, me, CONTROL_CHANNEL, incarnation)?,
             opener: Opener::new(key, me),
@@ -59,14 +53,8 @@ impl ControlLink {
     }
 
     /// Seal `msg` as a broadcast frame into `out`; returns the frame length.
-    pub fn seal_broadcast(
-        &mut self,
-        epoch: Epoch,
-        msg: &ControlMessage<'_>,
-        out: &mut [u8],
-    ) -> Result<usize, CclError> {
-        self.sealer
-            .seal_control_frame(&self.broadcast, epoch, msg, out)
+    pub fn seal_broadcast(&mut self, epoch: Epoch, msg: &ControlMessage<'_>, out: &mut [u8]) -> Result<usize, CclError> {
+        self.sealer.seal_control_frame(&self.broadcast, epoch, msg, out)
     }
 
     /// Seal `msg` to one peer (its CCL MAC and address); a driver without
@@ -80,11 +68,7 @@ impl ControlLink {
         dst_ip: Ipv4Addr,
         out: &mut [u8],
     ) -> Result<usize, CclError> {
-        let path = FramePath {
-            dst_mac,
-            dst_ip,
-            ..self.broadcast
-        };
+        let path = FramePath { dst_mac, dst_ip, ..self.broadcast };
         self.sealer.seal_control_frame(&path, epoch, msg, out)
     }
 
@@ -101,12 +85,7 @@ impl ControlLink {
 
     /// Open a control-channel frame received at `now` and give it to `m`.
     /// `Err`: the opener dropped it (and counted why).
-    pub fn receive(
-        &mut self,
-        m: &mut Membership,
-        now: Timestamp,
-        frame: &[u8],
-    ) -> Result<Received, CclDrop> {
+    pub fn receive(&mut self, m: &mut Membership, now: Timestamp, frame: &[u8]) -> Result<Received, CclDrop> {
         let o = self.opener.open_control_frame(frame)?;
         let r = m.on_message(now, Envelope::from(&o), &o.msg);
         if matches!(r, Received::DuplicateId | Received::IdInUse) {

@@ -58,18 +58,17 @@ mod link;
 mod peer;
 mod query;
 mod replica;
+mod transfer;
 #[cfg(test)]
 mod tests;
-mod transfer;
 #[cfg(test)]
 pub(crate) mod tests_support {
     pub(crate) use super::tests::Mini;
 }
 
 pub use config::{
-    Config, ConfigBlob, Limits, MembershipError, NodeConfig, Rejoin, SplitBrain,
-    DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_HOLD_TIME, DEFAULT_INTERFACE_DEBOUNCE,
-    DEFAULT_SYNC_TIMEOUT, MIN_HEARTBEAT_INTERVAL, MIN_HOLD_TIME,
+    Config, ConfigBlob, Limits, MembershipError, NodeConfig, Rejoin, SplitBrain, DEFAULT_HEARTBEAT_INTERVAL,
+    DEFAULT_HOLD_TIME, DEFAULT_INTERFACE_DEBOUNCE, DEFAULT_SYNC_TIMEOUT, MIN_HEARTBEAT_INTERVAL, MIN_HOLD_TIME,
 };
 pub use events::{Counters, EventKind, MembershipEvent, Reason, Received, State};
 pub use link::{ControlLink, MAX_CONTROL_FRAME};
@@ -78,9 +77,8 @@ pub use query::{Answers, ANSWERS_KEPT, QUERY_MAX_BYTES, RENDERS_PER_SECOND};
 pub use replica::{ReplicaChange, StreamError, TableError};
 
 use dataplane::ccl::{
-    ClassCount, ClientCount, ControlMessage, Heartbeat, JoinReply, JoinRequest, JoinVerdict,
-    LimitReport, OpenedControl, Placement, QueryRequest, SyncChunk, SyncRequest, TableOp,
-    TableUpdate, XlateRequest, EMPTY_LIMIT_REPORT, HB_FLAG_QUORUM, HB_FLAG_RESUMED, NODE_SLOTS,
+    ClassCount, ClientCount, ControlMessage, LimitReport, EMPTY_LIMIT_REPORT, Heartbeat, JoinReply, JoinRequest, JoinVerdict, OpenedControl, Placement, QueryRequest, SyncChunk,
+    SyncRequest, TableOp, TableUpdate, XlateRequest, HB_FLAG_QUORUM, HB_FLAG_RESUMED, NODE_SLOTS,
 };
 use dataplane::cluster::{MemberInfo, MemberSet};
 use dataplane::{Duration, Epoch, NodeId, Timestamp};
@@ -99,12 +97,7 @@ pub enum Outgoing {
     JoinReply(JoinReply),
     SyncRequest(SyncRequest),
     SyncChunk(ChunkOut),
-    TableUpdate {
-        version: u64,
-        table: u8,
-        key: Vec<u8>,
-        value: Option<Vec<u8>>,
-    },
+    TableUpdate { version: u64, table: u8, key: Vec<u8>, value: Option<Vec<u8>> },
     XlateRequest(XlateRequest),
     QueryRequest(QueryRequest),
     QueryChunk(ChunkOut),
@@ -121,12 +114,7 @@ impl Outgoing {
             Outgoing::JoinReply(r) => ControlMessage::JoinReply(*r),
             Outgoing::SyncRequest(r) => ControlMessage::SyncRequest(*r),
             Outgoing::SyncChunk(c) => ControlMessage::SyncChunk(c.view()),
-            Outgoing::TableUpdate {
-                version,
-                table,
-                key,
-                value,
-            } => ControlMessage::TableUpdate(TableUpdate {
+            Outgoing::TableUpdate { version, table, key, value } => ControlMessage::TableUpdate(TableUpdate {
                 version: *version,
                 table: *table,
                 key,
@@ -152,11 +140,7 @@ pub enum Action {
     Broadcast { epoch: Epoch, msg: Outgoing },
     /// Seal `msg` and send it to node `to` (a broadcast frame also works:
     /// the payload names its addressee).
-    Send {
-        to: NodeId,
-        epoch: Epoch,
-        msg: Outgoing,
-    },
+    Send { to: NodeId, epoch: Epoch, msg: Outgoing },
     /// The member set changed: hand it to every worker (between bursts).
     /// It names its control node (`MemberSet::control`).
     Members(MemberSet),
@@ -175,32 +159,16 @@ pub enum Action {
     /// node) asks for the dynamic-NAT translation of `real` in `pool`, or
     /// renews the one it holds (N4). The NAT share answers through a
     /// replicated table (`controlplane::natshare`).
-    XlateRequest {
-        from: NodeId,
-        pool: u16,
-        real: std::net::Ipv4Addr,
-        held: Option<std::net::Ipv4Addr>,
-    },
+    XlateRequest { from: NodeId, pool: u16, real: std::net::Ipv4Addr, held: Option<std::net::Ipv4Addr> },
     /// Node `from` (boot `incarnation`) asks for this node's answer on
     /// `topic` (with the topic's argument `arg`) to its cluster-wide query
     /// `query` (L5): render it and hand the bytes to
     /// [`Membership::answer`].
-    Query {
-        from: NodeId,
-        incarnation: u32,
-        query: u32,
-        topic: u8,
-        arg: Vec<u8>,
-    },
+    Query { from: NodeId, incarnation: u32, query: u32, topic: u8, arg: Vec<u8> },
     /// Member `from` reports its connection counts (L1): its report `seq`,
     /// classes (id, connections, embryonic) and busiest clients (class id,
     /// address, connections, embryonic); for `controlplane::limits`.
-    LimitReport {
-        from: NodeId,
-        seq: u32,
-        classes: Vec<ClassCount>,
-        clients: Vec<ClientCount>,
-    },
+    LimitReport { from: NodeId, seq: u32, classes: Vec<ClassCount>, clients: Vec<ClientCount> },
 }
 
 /// Where a received message came from: the authenticated header fields
@@ -214,11 +182,7 @@ pub struct Envelope {
 
 impl From<&OpenedControl<'_>> for Envelope {
     fn from(o: &OpenedControl<'_>) -> Envelope {
-        Envelope {
-            sender: o.sender,
-            incarnation: o.incarnation,
-            epoch: o.epoch,
-        }
+        Envelope { sender: o.sender, incarnation: o.incarnation, epoch: o.epoch }
     }
 }
 
@@ -418,12 +382,7 @@ impl Membership {
             rx_resumed: None,
             resumed: None,
             resumed_at: Timestamp::ZERO,
-            join: Join {
-                started: Timestamp::ZERO,
-                target: None,
-                target_since: Timestamp::ZERO,
-                last_request: None,
-            },
+            join: Join { started: Timestamp::ZERO, target: None, target_since: Timestamp::ZERO, last_request: None },
             retry_at: None,
             failures: 0,
             sync: None,
@@ -505,9 +464,7 @@ impl Membership {
     /// a `tick` it is always later than that tick's time, so a driver
     /// that sleeps until it never spins.
     pub fn next_wakeup(&self) -> Timestamp {
-        let Some(last) = self.last_input else {
-            return Timestamp::ZERO;
-        };
+        let Some(last) = self.last_input else { return Timestamp::ZERO };
         if self.pending.iter().any(Option::is_some) || self.hb_now {
             return last;
         }
@@ -566,54 +523,18 @@ impl Membership {
             name: p.name.clone(),
             ccl_address: p.ccl_address,
             this_node: me,
-            state: if me {
-                Some(self.state)
-            } else {
-                hb.map(|h| h.state)
-            },
-            priority: if me {
-                Some(self.cfg.priority)
-            } else {
-                hb.map(|h| h.priority)
-            },
-            last_heard: if me {
-                None
-            } else {
-                p.last_heard.map(|t| now.since(t))
-            },
+            state: if me { Some(self.state) } else { hb.map(|h| h.state) },
+            priority: if me { Some(self.cfg.priority) } else { hb.map(|h| h.priority) },
+            last_heard: if me { None } else { p.last_heard.map(|t| now.since(t)) },
             heartbeats: p.heartbeats,
             longest_gap: (!me && p.heartbeats > 1).then_some(p.longest_gap),
-            incarnation: if me {
-                self.cfg.incarnation
-            } else {
-                p.incarnation
-            },
-            epoch: if me {
-                Some(self.set.epoch())
-            } else {
-                hb.map(|h| h.epoch)
-            },
-            control: if me {
-                self.control
-            } else {
-                hb.and_then(|h| h.follows)
-            },
-            ready: if me {
-                self.ready
-            } else {
-                hb.is_some_and(|h| matches!(h.state, State::Data | State::Control))
-            },
+            incarnation: if me { self.cfg.incarnation } else { p.incarnation },
+            epoch: if me { Some(self.set.epoch()) } else { hb.map(|h| h.epoch) },
+            control: if me { self.control } else { hb.and_then(|h| h.follows) },
+            ready: if me { self.ready } else { hb.is_some_and(|h| matches!(h.state, State::Data | State::Control)) },
             member: self.set.contains(p.id),
-            site: if me {
-                self.cfg.place.site
-            } else {
-                hb.and_then(|h| h.place.site)
-            },
-            chassis: if me {
-                self.cfg.place.chassis
-            } else {
-                hb.and_then(|h| h.place.chassis)
-            },
+            site: if me { self.cfg.place.site } else { hb.and_then(|h| h.place.site) },
+            chassis: if me { self.cfg.place.chassis } else { hb.and_then(|h| h.place.chassis) },
         }
     }
 
@@ -677,11 +598,7 @@ impl Membership {
         }
         self.replica_tick(now);
         self.query_tick(now);
-        if self.ready
-            && self
-                .ready_at
-                .is_some_and(|t| now.since(t) >= self.cfg.rejoin.max)
-        {
+        if self.ready && self.ready_at.is_some_and(|t| now.since(t) >= self.cfg.rejoin.max) {
             self.failures = 0;
         }
         if self.next_hb.is_none_or(|due| now >= due) {
@@ -708,12 +625,7 @@ impl Membership {
 
     /// A control-channel message arrived at `now` (authenticated and
     /// fresh: opened with [`ControlLink`] or `Opener::open_control`).
-    pub fn on_message(
-        &mut self,
-        now: Timestamp,
-        from: Envelope,
-        msg: &ControlMessage<'_>,
-    ) -> Received {
+    pub fn on_message(&mut self, now: Timestamp, from: Envelope, msg: &ControlMessage<'_>) -> Received {
         let now = self.begin(now);
         let r = self.receive(now, from, msg);
         self.counters.received[r.index()] += 1;
@@ -734,11 +646,7 @@ impl Membership {
                     p.since = now;
                 }
             }
-            None if self.ports.len() < MAX_PORTS => self.ports.push(PortState {
-                port,
-                up,
-                since: now,
-            }),
+            None if self.ports.len() < MAX_PORTS => self.ports.push(PortState { port, up, since: now }),
             None => {}
         }
         self.ports_tick(now);
@@ -796,13 +704,7 @@ impl Membership {
 
     /// Set a replicated-table entry (control node only). Returns its
     /// version; every member receives it (`Action::Replica` there and here).
-    pub fn table_upsert(
-        &mut self,
-        now: Timestamp,
-        table: u8,
-        key: &[u8],
-        value: &[u8],
-    ) -> Result<u64, TableError> {
+    pub fn table_upsert(&mut self, now: Timestamp, table: u8, key: &[u8], value: &[u8]) -> Result<u64, TableError> {
         self.table_change(now, table, key, Some(value))
     }
 
@@ -822,24 +724,11 @@ impl Membership {
         let me = self.cfg.me;
         let sent = match (self.state, self.control) {
             (State::Control, _) => {
-                self.actions.push_back(Action::XlateRequest {
-                    from: me,
-                    pool,
-                    real,
-                    held,
-                });
+                self.actions.push_back(Action::XlateRequest { from: me, pool, real, held });
                 true
             }
             (State::Data | State::Syncing, Some(c)) if c != me => {
-                self.send(
-                    c,
-                    Outgoing::XlateRequest(XlateRequest {
-                        to: c,
-                        pool,
-                        real,
-                        held,
-                    }),
-                );
+                self.send(c, Outgoing::XlateRequest(XlateRequest { to: c, pool, real, held }));
                 true
             }
             _ => false,
@@ -853,8 +742,7 @@ impl Membership {
     /// it. `false`: not a member, or `payload` does not parse (not sent).
     pub fn broadcast_limits(&mut self, now: Timestamp, payload: Vec<u8>) -> bool {
         let now = self.begin(now);
-        let ok = matches!(self.state, State::Control | State::Data | State::Syncing)
-            && LimitReport::parse(&payload).is_ok();
+        let ok = matches!(self.state, State::Control | State::Data | State::Syncing) && LimitReport::parse(&payload).is_ok();
         if ok {
             self.broadcast(Outgoing::LimitReport(payload));
         }
@@ -863,12 +751,7 @@ impl Membership {
     }
 
     /// Delete an entry (control node only); `Ok(None)` when absent.
-    pub fn table_delete(
-        &mut self,
-        now: Timestamp,
-        table: u8,
-        key: &[u8],
-    ) -> Result<Option<u64>, TableError> {
+    pub fn table_delete(&mut self, now: Timestamp, table: u8, key: &[u8]) -> Result<Option<u64>, TableError> {
         self.writable()?;
         if self.replica.get(table, key).is_none() {
             return Ok(None);
@@ -909,8 +792,7 @@ impl Membership {
     fn publish_config(&mut self, bytes: Vec<u8>) -> Result<u64, TableError> {
         let v = self.replica.set_config(bytes)?;
         self.counters.configs_published += 1;
-        self.actions
-            .push_back(Action::Replica(ReplicaChange::Config { version: v }));
+        self.actions.push_back(Action::Replica(ReplicaChange::Config { version: v }));
         self.hb_now = true;
         Ok(v)
     }
@@ -929,9 +811,7 @@ impl Membership {
 
     fn writable(&self) -> Result<(), TableError> {
         if self.state != State::Control {
-            return Err(TableError::NotControl {
-                control: self.control,
-            });
+            return Err(TableError::NotControl { control: self.control });
         }
         if let Some(want) = self.catching_up {
             return Err(TableError::CatchingUp { want });
@@ -939,30 +819,18 @@ impl Membership {
         Ok(())
     }
 
-    fn table_change(
-        &mut self,
-        now: Timestamp,
-        table: u8,
-        key: &[u8],
-        value: Option<&[u8]>,
-    ) -> Result<u64, TableError> {
+    fn table_change(&mut self, now: Timestamp, table: u8, key: &[u8], value: Option<&[u8]>) -> Result<u64, TableError> {
         self.writable()?;
         let now = self.begin(now);
         let v = self.replica.local_change(table, key, value)?;
         self.counters.table_changes += 1;
-        self.actions
-            .push_back(Action::Replica(ReplicaChange::Entry {
-                table,
-                key: key.to_vec(),
-                version: v,
-                deleted: value.is_none(),
-            }));
-        let msg = Outgoing::TableUpdate {
-            version: v,
+        self.actions.push_back(Action::Replica(ReplicaChange::Entry {
             table,
             key: key.to_vec(),
-            value: value.map(<[u8]>::to_vec),
-        };
+            version: v,
+            deleted: value.is_none(),
+        }));
+        let msg = Outgoing::TableUpdate { version: v, table, key: key.to_vec(), value: value.map(<[u8]>::to_vec) };
         self.broadcast(msg);
         self.end(now);
         Ok(v)
@@ -978,14 +846,7 @@ impl Membership {
             self.join.started = now;
             self.actions.push_back(Action::DataPorts { up: false });
             self.actions.push_back(Action::Lease(Timestamp::ZERO));
-            self.event(
-                now,
-                EventKind::State {
-                    from: State::Joining,
-                    to: State::Joining,
-                    reason: Reason::Boot,
-                },
-            );
+            self.event(now, EventKind::State { from: State::Joining, to: State::Joining, reason: Reason::Boot });
         }
         if let Some(last) = self.last_input {
             let gap = now.since(last);
@@ -1024,23 +885,19 @@ impl Membership {
     fn resume(&mut self, now: Timestamp, gap: Duration) {
         self.resumed_at = now;
         self.resumed = Some((now, gap));
-        self.same_state_event(now, Reason::Resumed { gap });
+        self.same_state_event(now, Reason::Resumed { gap }, "");
     }
 
-    /// An event that keeps the state (the text names the node, not a
-    /// transition).
-    fn same_state_event(&mut self, now: Timestamp, reason: Reason) {
+    /// An event that keeps the state (the text names the node and the
+    /// reason, then `then`, not a transition).
+    fn same_state_event(&mut self, now: Timestamp, reason: Reason, then: &str) {
         let s = self.state;
         let names = |id: NodeId| self.name(id);
         let text = Names(&names).reason(&reason);
         let e = MembershipEvent {
             at: now,
-            kind: EventKind::State {
-                from: s,
-                to: s,
-                reason,
-            },
-            text: format!("{}: {text}", self.name(self.cfg.me)),
+            kind: EventKind::State { from: s, to: s, reason },
+            text: format!("{}: {text}{then}", self.name(self.cfg.me)),
         };
         self.history.push(e.clone());
         self.actions.push_back(Action::Event(e));
@@ -1063,11 +920,7 @@ impl Membership {
     }
 
     fn peer_index(&self, id: NodeId) -> Option<usize> {
-        self.index
-            .get(id.index())
-            .copied()
-            .flatten()
-            .map(usize::from)
+        self.index.get(id.index()).copied().flatten().map(usize::from)
     }
     fn peer(&self, id: NodeId) -> Option<&Peer> {
         self.peer_index(id).map(|i| &self.peers[i])
@@ -1076,8 +929,7 @@ impl Membership {
         self.peer_index(id).map(|i| &mut self.peers[i])
     }
     fn name(&self, id: NodeId) -> String {
-        self.peer(id)
-            .map_or_else(|| id.to_string(), |p| p.name.clone())
+        self.peer(id).map_or_else(|| id.to_string(), |p| p.name.clone())
     }
     fn hold(&self) -> Duration {
         self.cfg.hold_time
@@ -1094,29 +946,17 @@ impl Membership {
         if id == self.cfg.me {
             return (self.cfg.priority, id.0);
         }
-        (
-            self.peer(id)
-                .and_then(|p| p.hb.as_ref())
-                .map_or(u8::MAX, |h| h.priority),
-            id.0,
-        )
+        (self.peer(id).and_then(|p| p.hb.as_ref()).map_or(u8::MAX, |h| h.priority), id.0)
     }
 
     fn event(&mut self, now: Timestamp, kind: EventKind) {
         let names = |id: NodeId| self.name(id);
         let text = Names(&names).kind(self.cfg.me, &kind);
         let text = match kind {
-            EventKind::State {
-                reason: Reason::Boot,
-                ..
-            } => format!("{} started (joining)", self.name(self.cfg.me)),
+            EventKind::State { reason: Reason::Boot, .. } => format!("{} started (joining)", self.name(self.cfg.me)),
             _ => text,
         };
-        let e = MembershipEvent {
-            at: now,
-            kind,
-            text,
-        };
+        let e = MembershipEvent { at: now, kind, text };
         self.history.push(e.clone());
         self.actions.push_back(Action::Event(e));
     }
@@ -1131,13 +971,7 @@ impl Membership {
     /// A refused or bad message: an event at most once per hold time per
     /// peer and outcome.
     fn bad(&mut self, now: Timestamp, peer: NodeId, what: Received, detail: u64) {
-        let Some(slot) = self
-            .bad_at
-            .get_mut(what.index())
-            .and_then(|a| a.get_mut(peer.index()))
-        else {
-            return;
-        };
+        let Some(slot) = self.bad_at.get_mut(what.index()).and_then(|a| a.get_mut(peer.index())) else { return };
         if slot.is_some_and(|t| now.since(t) < self.cfg.hold_time) {
             return;
         }
@@ -1151,57 +985,28 @@ impl Membership {
         } else {
             self.counters.messages_queued += 1;
         }
-        self.actions.push_back(Action::Broadcast {
-            epoch: self.set.epoch(),
-            msg,
-        });
+        self.actions.push_back(Action::Broadcast { epoch: self.set.epoch(), msg });
     }
 
     fn send(&mut self, to: NodeId, msg: Outgoing) {
         self.counters.messages_queued += 1;
-        self.actions.push_back(Action::Send {
-            to,
-            epoch: self.set.epoch(),
-            msg,
-        });
+        self.actions.push_back(Action::Send { to, epoch: self.set.epoch(), msg });
     }
 
     fn set_members(&mut self, now: Timestamp, set: MemberSet, control: NodeId) {
         self.set = set;
         // The set's users learn the control node with it (N3).
-        self.actions
-            .push_back(Action::Members(set.with_control(Some(control))));
+        self.actions.push_back(Action::Members(set.with_control(Some(control))));
         self.hb_now = true;
-        self.event(
-            now,
-            EventKind::Members {
-                epoch: set.epoch(),
-                control,
-                bits: set.bits(),
-            },
-        );
+        self.event(now, EventKind::Members { epoch: set.epoch(), control, bits: set.bits() });
     }
 
     /// The member set of a heartbeat or reply.
-    fn set_from(
-        epoch: Epoch,
-        bits: u16,
-        place: &[Placement; NODE_SLOTS],
-        since: &[Epoch; NODE_SLOTS],
-    ) -> MemberSet {
-        let members = (0..NODE_SLOTS as u8)
-            .filter(|i| bits & (1 << i) != 0)
-            .map(|i| {
-                let (p, since) = (place[usize::from(i)], since[usize::from(i)]);
-                (
-                    NodeId(i),
-                    MemberInfo {
-                        site: p.site,
-                        chassis: p.chassis,
-                        since,
-                    },
-                )
-            });
+    fn set_from(epoch: Epoch, bits: u16, place: &[Placement; NODE_SLOTS], since: &[Epoch; NODE_SLOTS]) -> MemberSet {
+        let members = (0..NODE_SLOTS as u8).filter(|i| bits & (1 << i) != 0).map(|i| {
+            let (p, since) = (place[usize::from(i)], since[usize::from(i)]);
+            (NodeId(i), MemberInfo { site: p.site, chassis: p.chassis, since })
+        });
         // Node ids below 16 only: `from_members` cannot fail here.
         MemberSet::from_members(epoch, members).unwrap_or(MemberSet::empty(epoch))
     }
@@ -1222,44 +1027,26 @@ impl Membership {
             State::Data | State::Syncing if !self.control_lost(now) => self.control,
             _ => None,
         };
-        let member_bitmap = if self.state.is_member() {
-            self.set.bits()
-        } else {
-            0
-        };
+        let member_bitmap = if self.state.is_member() { self.set.bits() } else { 0 };
         let mut h = Heartbeat {
             priority: self.cfg.priority,
             state: self.state.code(),
             follows,
-            flags: if self.quorum_mode() {
-                HB_FLAG_QUORUM
-            } else {
-                0
-            } | if self.state == State::Control && self.resumed.is_some() {
-                HB_FLAG_RESUMED
-            } else {
-                0
-            },
+            flags: if self.quorum_mode() { HB_FLAG_QUORUM } else { 0 }
+                | if self.state == State::Control && self.resumed.is_some() { HB_FLAG_RESUMED } else { 0 },
             place: self.cfg.place,
-            ccl_address: self
-                .peer(me)
-                .map_or(std::net::Ipv4Addr::UNSPECIFIED, |p| p.ccl_address),
+            ccl_address: self.peer(me).map_or(std::net::Ipv4Addr::UNSPECIFIED, |p| p.ccl_address),
             seq: self.hb_seq,
             config_version: self.replica.config_version(),
             state_version: self.replica.version(),
-            grant_us: self.grant(now).map_or(0, |g| {
-                u32::try_from(g.since(now).0 / 1000).unwrap_or(u32::MAX)
-            }),
+            grant_us: self.grant(now).map_or(0, |g| u32::try_from(g.since(now).0 / 1000).unwrap_or(u32::MAX)),
             member_bitmap,
             ..Heartbeat::default()
         };
         self.grant_sent = self.grant(now).filter(|_| h.grant_us > 0);
         for n in self.set.iter() {
             let i = self.set.info(n).unwrap_or_default();
-            h.member_place[n.index()] = Placement {
-                site: i.site,
-                chassis: i.chassis,
-            };
+            h.member_place[n.index()] = Placement { site: i.site, chassis: i.chassis };
             h.member_since[n.index()] = i.since;
         }
         let echo_for: u16 = match self.state {
@@ -1298,12 +1085,7 @@ impl Membership {
         };
         if let (true, Some((at, _))) = (l > now, self.resumed) {
             self.resumed = None;
-            self.same_state_event(
-                now,
-                Reason::Confirmed {
-                    fenced: now.since(at),
-                },
-            );
+            self.same_state_event(now, Reason::Confirmed { fenced: now.since(at) }, "");
         }
         if l != self.lease {
             self.lease = l;
@@ -1320,12 +1102,7 @@ impl Membership {
     /// `hold − 2 × interval`: a lone control node's lease step (no follower
     /// to echo it), and the reference point of the lease-expired reason.
     fn lease_span(&self) -> Duration {
-        Duration(
-            self.cfg
-                .hold_time
-                .0
-                .saturating_sub(self.cfg.heartbeat_interval.0.saturating_mul(2)),
-        )
+        Duration(self.cfg.hold_time.0.saturating_sub(self.cfg.heartbeat_interval.0.saturating_mul(2)))
     }
 
     fn member_lease(&self) -> Timestamp {
@@ -1358,17 +1135,10 @@ impl Membership {
             .set
             .iter()
             .filter(|&n| n != me)
-            .filter_map(|n| {
-                self.peer(n)
-                    .and_then(|p| p.member)
-                    .and_then(|m| m.echo_sent)
-            })
+            .filter_map(|n| self.peer(n).and_then(|p| p.member).and_then(|m| m.echo_sent))
             .collect();
         echoes.sort_unstable_by(|a, b| b.cmp(a));
-        echoes
-            .get(need - 1)
-            .map(|e| e.saturating_add(self.hold()))
-            .filter(|g| *g > now)
+        echoes.get(need - 1).map(|e| e.saturating_add(self.hold())).filter(|g| *g > now)
     }
 
     /// The control node renews its lease while it hears members that
@@ -1376,17 +1146,9 @@ impl Membership {
     /// itself), or alone when it is the only member.
     fn control_lease(&self, now: Timestamp) -> Timestamp {
         let me = self.cfg.me;
-        let others: Vec<MemberRec> = self
-            .set
-            .iter()
-            .filter(|&n| n != me)
-            .filter_map(|n| self.peer(n).and_then(|p| p.member))
-            .collect();
-        let need = if self.quorum_mode() {
-            self.configured_count() / 2
-        } else {
-            usize::from(!others.is_empty())
-        };
+        let others: Vec<MemberRec> =
+            self.set.iter().filter(|&n| n != me).filter_map(|n| self.peer(n).and_then(|p| p.member)).collect();
+        let need = if self.quorum_mode() { self.configured_count() / 2 } else { usize::from(!others.is_empty()) };
         if need == 0 {
             return now.saturating_add(self.lease_span());
         }
@@ -1407,22 +1169,12 @@ impl Membership {
     /// Ready (taking traffic) since less than `rejoin.max`: leaving now
     /// counts as a failed rejoin.
     fn recent_rejoin(&self, now: Timestamp) -> bool {
-        self.ready
-            && self
-                .ready_at
-                .is_some_and(|t| now.since(t) < self.cfg.rejoin.max)
+        self.ready && self.ready_at.is_some_and(|t| now.since(t) < self.cfg.rejoin.max)
     }
 
     fn backoff(&self) -> Duration {
         let shift = self.failures.saturating_sub(1).min(30);
-        Duration(
-            self.cfg
-                .rejoin
-                .initial
-                .0
-                .saturating_mul(1 << shift)
-                .min(self.cfg.rejoin.max.0),
-        )
+        Duration(self.cfg.rejoin.initial.0.saturating_mul(1 << shift).min(self.cfg.rejoin.max.0))
     }
 
     /// Stop being a member: fence, reset, data ports down; inactive until
@@ -1511,12 +1263,7 @@ impl Membership {
         if !self.set.is_empty() {
             self.set = MemberSet::empty(self.set.epoch());
         }
-        self.join = Join {
-            started: now,
-            target: None,
-            target_since: now,
-            last_request: None,
-        };
+        self.join = Join { started: now, target: None, target_since: now, last_request: None };
         self.hb_now = true;
     }
 
@@ -1535,24 +1282,20 @@ impl Membership {
     // --- Ports. ---
 
     fn port_down_for(&self, now: Timestamp, port: u16, from: Timestamp) -> bool {
-        self.ports.iter().any(|p| {
-            p.port == port && !p.up && now.since(p.since.max(from)) >= self.cfg.interface_debounce
-        })
+        self.ports
+            .iter()
+            .any(|p| p.port == port && !p.up && now.since(p.since.max(from)) >= self.cfg.interface_debounce)
     }
 
     /// The CCL port reports no carrier (however briefly).
     fn ccl_carrier_lost(&self) -> bool {
-        let Some(c) = self.cfg.ccl_port else {
-            return false;
-        };
+        let Some(c) = self.cfg.ccl_port else { return false };
         self.ports.iter().any(|p| p.port == c && !p.up)
     }
 
     /// The CCL has carrier (debounced), or no CCL reports are configured.
     fn ccl_usable(&self, now: Timestamp) -> bool {
-        let Some(c) = self.cfg.ccl_port else {
-            return true;
-        };
+        let Some(c) = self.cfg.ccl_port else { return true };
         self.ports
             .iter()
             .find(|p| p.port == c)
@@ -1561,10 +1304,8 @@ impl Membership {
 
     fn ports_tick(&mut self, now: Timestamp) {
         if let Some(c) = self.cfg.ccl_port {
-            if matches!(
-                self.state,
-                State::Joining | State::Syncing | State::Data | State::Control
-            ) && self.port_down_for(now, c, Timestamp::ZERO)
+            if matches!(self.state, State::Joining | State::Syncing | State::Data | State::Control)
+                && self.port_down_for(now, c, Timestamp::ZERO)
             {
                 self.leave(now, Reason::CclDown, false);
                 return;
@@ -1578,11 +1319,7 @@ impl Membership {
         let down = self
             .ports
             .iter()
-            .find(|p| {
-                Some(p.port) != ccl
-                    && !p.up
-                    && now.since(p.since.max(self.ports_up_at)) >= self.cfg.interface_debounce
-            })
+            .find(|p| Some(p.port) != ccl && !p.up && now.since(p.since.max(self.ports_up_at)) >= self.cfg.interface_debounce)
             .map(|p| p.port);
         if let Some(port) = down {
             let failed = self.recent_rejoin(now);
@@ -1599,12 +1336,7 @@ impl Membership {
         if self.retry_at.is_some_and(|t| now >= t) {
             self.retry_at = None;
             self.counters.rejoin_attempts += 1;
-            self.join = Join {
-                started: now,
-                target: None,
-                target_since: now,
-                last_request: None,
-            };
+            self.join = Join { started: now, target: None, target_since: now, last_request: None };
             self.transition(now, State::Joining, Reason::RetryDue);
         }
     }
@@ -1618,10 +1350,7 @@ impl Membership {
             .peers
             .iter()
             .filter(|p| p.id != me)
-            .filter(|p| {
-                p.fresh(now, hold)
-                    .is_some_and(|h| h.state == State::Control)
-            })
+            .filter(|p| p.fresh(now, hold).is_some_and(|h| h.state == State::Control))
             .map(|p| p.id)
             .min_by_key(|&id| self.rank(id));
         direct.or_else(|| {
@@ -1647,19 +1376,13 @@ impl Membership {
                     self.fail(now, Reason::JoinTimeout { control: t });
                     return;
                 }
-                if self
-                    .join
-                    .last_request
-                    .is_none_or(|l| now.since(l) >= self.cfg.heartbeat_interval)
-                {
+                if self.join.last_request.is_none_or(|l| now.since(l) >= self.cfg.heartbeat_interval) {
                     self.join.last_request = Some(now);
                     let r = JoinRequest {
                         to: t,
                         priority: self.cfg.priority,
                         place: self.cfg.place,
-                        ccl_address: self
-                            .peer(self.cfg.me)
-                            .map_or(std::net::Ipv4Addr::UNSPECIFIED, |p| p.ccl_address),
+                        ccl_address: self.peer(self.cfg.me).map_or(std::net::Ipv4Addr::UNSPECIFIED, |p| p.ccl_address),
                         config_version: self.replica.config_version(),
                         config_digest: self.replica.config_digest(),
                         workers: self.cfg.workers,
@@ -1668,14 +1391,9 @@ impl Membership {
                 }
             }
             None => {
-                let listened = now.since(self.awake_since) >= self.hold()
-                    && now.since(self.join.started) >= self.hold();
+                let listened = now.since(self.awake_since) >= self.hold() && now.since(self.join.started) >= self.hold();
                 if listened {
-                    if let Vote::Win {
-                        include,
-                        candidates,
-                    } = self.election(now)
-                    {
+                    if let Vote::Win { include, candidates } = self.election(now) {
                         self.become_control(now, include, candidates);
                     }
                 }
@@ -1688,28 +1406,18 @@ impl Membership {
     }
 
     fn control_lost(&self, now: Timestamp) -> bool {
-        self.control.is_some()
-            && self.control != Some(self.cfg.me)
-            && self.control_silent(now) >= self.hold()
+        self.control.is_some() && self.control != Some(self.cfg.me) && self.control_silent(now) >= self.hold()
     }
 
     fn syncing_tick(&mut self, now: Timestamp) {
         if self.control_lost(now) {
             let control = self.control.unwrap_or(self.cfg.me);
-            self.leave(
-                now,
-                Reason::ControlLost {
-                    control,
-                    silent: self.control_silent(now),
-                },
-                false,
-            );
+            self.leave(now, Reason::ControlLost { control, silent: self.control_silent(now) }, false);
             return;
         }
         let Some(s) = self.sync else { return };
         let waited = now.since(s.started);
-        let running =
-            !self.cfg.confirm_config || self.config_running == self.replica.config_version();
+        let running = !self.cfg.confirm_config || self.config_running == self.replica.config_version();
         if s.replica_done && s.dataplane_done && running {
             self.become_data(now, Reason::Synced { waited });
         } else if waited >= self.cfg.sync_timeout {
@@ -1736,19 +1444,7 @@ impl Membership {
         if !self.ctrl_lost_logged {
             self.ctrl_lost_logged = true;
             let control = self.control.unwrap_or(self.cfg.me);
-            let names = |id: NodeId| self.name(id);
-            let text = Names(&names).reason(&Reason::ControlLost { control, silent });
-            let e = MembershipEvent {
-                at: now,
-                kind: EventKind::State {
-                    from: State::Data,
-                    to: State::Data,
-                    reason: Reason::ControlLost { control, silent },
-                },
-                text: format!("{}: {text}; electing", self.name(self.cfg.me)),
-            };
-            self.history.push(e.clone());
-            self.actions.push_back(Action::Event(e));
+            self.same_state_event(now, Reason::ControlLost { control, silent }, "; electing");
             self.hb_now = true;
         }
         if silent >= self.hold().times(2) {
@@ -1761,10 +1457,7 @@ impl Membership {
             return;
         }
         match self.election(now) {
-            Vote::Win {
-                include,
-                candidates,
-            } => self.become_control(now, include, candidates),
+            Vote::Win { include, candidates } => self.become_control(now, include, candidates),
             Vote::NoQuorum { heard, of } => self.leave(now, Reason::NoQuorum { heard, of }, false),
             Vote::Wait => {}
         }
@@ -1791,9 +1484,7 @@ impl Membership {
         }
         let mut include = 0u16;
         for p in self.peers.iter().filter(|p| p.id != me) {
-            let Some(h) = p.fresh(now, hold) else {
-                continue;
-            };
+            let Some(h) = p.fresh(now, hold) else { continue };
             if h.state == State::Control || h.follows.is_some() {
                 return Vote::Wait;
             }
@@ -1823,10 +1514,7 @@ impl Membership {
         let winner = pool.iter().min().copied();
         let candidates = (data.len() + joiners.len()) as u8;
         if winner == Some(mine) {
-            Vote::Win {
-                include,
-                candidates,
-            }
+            Vote::Win { include, candidates }
         } else {
             Vote::Wait
         }
@@ -1835,13 +1523,7 @@ impl Membership {
     fn become_control(&mut self, now: Timestamp, include: u16, candidates: u8) {
         let me = self.cfg.me;
         let hold = self.hold();
-        let top = self
-            .peers
-            .iter()
-            .filter_map(|p| p.fresh(now, hold))
-            .map(|h| h.epoch)
-            .max()
-            .unwrap_or(Epoch(0));
+        let top = self.peers.iter().filter_map(|p| p.fresh(now, hold)).map(|h| h.epoch).max().unwrap_or(Epoch(0));
         let epoch = Epoch(self.set.epoch().max(top).0.saturating_add(1));
         // Admission epochs (`MemberInfo::since`): a member of the set this
         // node ran that still runs keeps its own; a node that joins (new,
@@ -1854,29 +1536,11 @@ impl Membership {
             _ => epoch,
         };
         let mine = kept(me, self.state == State::Joining);
-        let mut members = vec![(
-            me,
-            MemberInfo {
-                site: self.cfg.place.site,
-                chassis: self.cfg.place.chassis,
-                since: mine,
-            },
-        )];
-        for p in self
-            .peers
-            .iter_mut()
-            .filter(|p| include & (1 << p.id.index()) != 0)
-        {
+        let mut members = vec![(me, MemberInfo { site: self.cfg.place.site, chassis: self.cfg.place.chassis, since: mine })];
+        for p in self.peers.iter_mut().filter(|p| include & (1 << p.id.index()) != 0) {
             let place = p.hb.map(|h| h.place).unwrap_or_default();
             let since = kept(p.id, p.hb.is_none_or(|h| h.state == State::Joining));
-            members.push((
-                p.id,
-                MemberInfo {
-                    site: place.site,
-                    chassis: place.chassis,
-                    since,
-                },
-            ));
+            members.push((p.id, MemberInfo { site: place.site, chassis: place.chassis, since }));
             p.member = Some(MemberRec {
                 incarnation: p.incarnation,
                 admitted: now,
@@ -1917,11 +1581,7 @@ impl Membership {
             .set
             .iter()
             .filter(|&n| n != me)
-            .filter(|&n| {
-                self.peer(n)
-                    .and_then(|p| p.member)
-                    .is_some_and(|m| now.since(m.heard.max(self.resumed_at)) < hold)
-            })
+            .filter(|&n| self.peer(n).and_then(|p| p.member).is_some_and(|m| now.since(m.heard.max(self.resumed_at)) < hold))
             .count();
         let quorum = heard * 2 > self.configured_count();
         if self.quorum_mode() {
@@ -1941,14 +1601,8 @@ impl Membership {
                 continue;
             };
             let silent = now.since(m.heard.max(self.resumed_at));
-            let said =
-                p.hb.filter(|h| p.incarnation == m.incarnation && h.at >= m.admitted)
-                    .map(|h| h.state);
-            if silent >= hold
-                && self
-                    .rx_resumed
-                    .is_some_and(|r| now.since(r) < self.cfg.heartbeat_interval)
-            {
+            let said = p.hb.filter(|h| p.incarnation == m.incarnation && h.at >= m.admitted).map(|h| h.state);
+            if silent >= hold && self.rx_resumed.is_some_and(|r| now.since(r) < self.cfg.heartbeat_interval) {
                 self.counters.removals_deferred += 1;
             } else if silent >= hold {
                 removed.push((n, Reason::NoHeartbeat { silent }));
@@ -1963,9 +1617,8 @@ impl Membership {
         if self.quorum_mode() && !quorum {
             removed.clear();
         }
-        let admit: Vec<(NodeId, Pending)> = (0..NODE_SLOTS as u8)
-            .filter_map(|i| self.pending[usize::from(i)].map(|p| (NodeId(i), p)))
-            .collect();
+        let admit: Vec<(NodeId, Pending)> =
+            (0..NODE_SLOTS as u8).filter_map(|i| self.pending[usize::from(i)].map(|p| (NodeId(i), p))).collect();
         self.pending = [None; NODE_SLOTS];
         if !removed.is_empty() || !admit.is_empty() {
             self.change_set(now, &removed, &admit);
@@ -1973,12 +1626,7 @@ impl Membership {
     }
 
     /// A new epoch without `removed` and with `admit`.
-    fn change_set(
-        &mut self,
-        now: Timestamp,
-        removed: &[(NodeId, Reason)],
-        admit: &[(NodeId, Pending)],
-    ) {
+    fn change_set(&mut self, now: Timestamp, removed: &[(NodeId, Reason)], admit: &[(NodeId, Pending)]) {
         let me = self.cfg.me;
         let top = admit.iter().map(|(_, p)| p.epoch).max().unwrap_or(Epoch(0));
         let epoch = Epoch(self.set.epoch().max(top).0.saturating_add(1));
@@ -1993,27 +1641,13 @@ impl Membership {
                 p.member = None;
             }
             self.counters.members_removed += 1;
-            self.event(
-                now,
-                EventKind::Removed {
-                    node: *n,
-                    epoch,
-                    reason: *reason,
-                },
-            );
+            self.event(now, EventKind::Removed { node: *n, epoch, reason: *reason });
         }
         for (n, pend) in admit {
             members.retain(|(m, _)| m != n);
             // Admitted now, also a member readmitted after a restart (its
             // state is gone: `MemberInfo::since`).
-            members.push((
-                *n,
-                MemberInfo {
-                    site: pend.place.site,
-                    chassis: pend.place.chassis,
-                    since: epoch,
-                },
-            ));
+            members.push((*n, MemberInfo { site: pend.place.site, chassis: pend.place.chassis, since: epoch }));
             if let Some(p) = self.peer_mut(*n) {
                 p.member = Some(MemberRec {
                     incarnation: pend.incarnation,
@@ -2049,10 +1683,7 @@ impl Membership {
         if accepted {
             for n in self.set.iter() {
                 let i = self.set.info(n).unwrap_or_default();
-                r.member_place[n.index()] = Placement {
-                    site: i.site,
-                    chassis: i.chassis,
-                };
+                r.member_place[n.index()] = Placement { site: i.site, chassis: i.chassis };
                 r.member_since[n.index()] = i.since;
             }
             self.send(to, Outgoing::JoinReply(r));
@@ -2068,14 +1699,7 @@ impl Membership {
 
     fn start_pull(&mut self, now: Timestamp, purpose: Purpose, from: NodeId, full: bool) {
         self.next_xfer = self.next_xfer.wrapping_add(1);
-        let p = Pull::new(
-            now,
-            from,
-            self.next_xfer,
-            full,
-            self.replica.version(),
-            self.replica.config_version(),
-        );
+        let p = Pull::new(now, from, self.next_xfer, full, self.replica.version(), self.replica.config_version());
         self.pull = Some((purpose, p));
     }
 
@@ -2093,11 +1717,7 @@ impl Membership {
             .filter(|&n| n != self.cfg.me)
             .filter_map(|n| self.peer(n))
             .filter(|p| p.member.is_some_and(|m| m.incarnation == p.incarnation))
-            .filter_map(|p| {
-                p.fresh(now, hold)
-                    .filter(|h| h.state == State::Data)
-                    .map(|h| (p.id, h))
-            })
+            .filter_map(|p| p.fresh(now, hold).filter(|h| h.state == State::Data).map(|h| (p.id, h)))
             .filter(|(_, h)| h.state_version > mine || h.config_version > mine_cfg)
             .max_by_key(|(id, h)| (h.state_version, h.config_version, std::cmp::Reverse(id.0)))
             .map(|(id, h)| (id, h.state_version));
@@ -2105,13 +1725,7 @@ impl Membership {
             None => self.catching_up = None,
             Some((from, want)) => {
                 if self.catching_up != Some(want) {
-                    self.event(
-                        now,
-                        EventKind::CatchUp {
-                            from,
-                            version: want,
-                        },
-                    );
+                    self.event(now, EventKind::CatchUp { from, version: want });
                 }
                 self.catching_up = Some(want);
                 if self.pull.is_none() {
@@ -2126,21 +1740,13 @@ impl Membership {
         if self.state == State::Control {
             self.update_catch_up(now);
         }
-        if let (State::Data | State::Syncing, Some(k), None) =
-            (self.state, self.control, &self.pull)
-        {
+        if let (State::Data | State::Syncing, Some(k), None) = (self.state, self.control, &self.pull) {
             let synced = self.state == State::Data || self.sync.is_some_and(|s| s.replica_done);
             let ahead = self
                 .peer(k)
-                .and_then(|p| {
-                    p.fresh(now, self.hold())
-                        .filter(|_| p.incarnation == self.ctrl_inc)
-                })
+                .and_then(|p| p.fresh(now, self.hold()).filter(|_| p.incarnation == self.ctrl_inc))
                 .filter(|h| h.state == State::Control)
-                .is_some_and(|h| {
-                    h.state_version > self.replica.version()
-                        || h.config_version > self.replica.config_version()
-                });
+                .is_some_and(|h| h.state_version > self.replica.version() || h.config_version > self.replica.config_version());
             if synced && ahead {
                 let since = *self.lag_since.get_or_insert(now);
                 if now.since(since) >= Duration(self.cfg.heartbeat_interval.0 / 2) {
@@ -2287,13 +1893,7 @@ impl Membership {
         Received::LimitReport
     }
 
-    fn on_heartbeat(
-        &mut self,
-        now: Timestamp,
-        i: usize,
-        from: Envelope,
-        h: &Heartbeat,
-    ) -> Received {
+    fn on_heartbeat(&mut self, now: Timestamp, i: usize, from: Envelope, h: &Heartbeat) -> Received {
         let p = &self.peers[i];
         if h.ccl_address != p.ccl_address {
             let detail = u64::from(u32::from(h.ccl_address));
@@ -2331,18 +1931,10 @@ impl Membership {
                     return Received::Heartbeat;
                 }
                 let echo = h.echo_bitmap & (1 << me.index()) != 0;
-                let echo_sent = if echo {
-                    self.sent_time(h.echoes[me.index()])
-                } else {
-                    None
-                };
+                let echo_sent = if echo { self.sent_time(h.echoes[me.index()]) } else { None };
                 let my_epoch = self.set.epoch();
                 let peer = &mut self.peers[i];
-                if let Some(m) = peer
-                    .member
-                    .as_mut()
-                    .filter(|m| m.incarnation == from.incarnation)
-                {
+                if let Some(m) = peer.member.as_mut().filter(|m| m.incarnation == from.incarnation) {
                     if h.follows == Some(me) && from.epoch == my_epoch {
                         m.following = Some(now);
                         // Echoed from now on (`send_heartbeat`): it follows
@@ -2381,14 +1973,7 @@ impl Membership {
                     }
                     if from.epoch > self.set.epoch() && !includes_me {
                         let failed = self.recent_rejoin(now) && !self.control_lost(now);
-                        self.leave(
-                            now,
-                            Reason::Removed {
-                                control: p_id,
-                                epoch: from.epoch,
-                            },
-                            failed,
-                        );
+                        self.leave(now, Reason::Removed { control: p_id, epoch: from.epoch }, failed);
                         return Received::Heartbeat;
                     }
                     self.ctrl_seen = self.ctrl_seen.max(now);
@@ -2397,30 +1982,20 @@ impl Membership {
                         self.hb_now = true;
                     }
                     if from.epoch > self.set.epoch() {
-                        let set = Self::set_from(
-                            from.epoch,
-                            h.member_bitmap,
-                            &h.member_place,
-                            &h.member_since,
-                        );
+                        let set = Self::set_from(from.epoch, h.member_bitmap, &h.member_place, &h.member_since);
                         self.counters.epochs_adopted += 1;
                         self.set_members(now, set, p_id);
                     }
                     self.control_heard(now, h);
                     return Received::Heartbeat;
                 }
-                if st == State::Control && resumed_control {
-                    // Not followed by this node: it claims nothing here.
-                } else if st == State::Control {
+                // A resumed control node this node does not follow claims
+                // nothing here.
+                if st == State::Control && !resumed_control {
                     if self.state == State::Data && from.epoch > self.set.epoch() && includes_me {
                         // A new control node (elected after ours was lost)
                         // counts this node among its members.
-                        let set = Self::set_from(
-                            from.epoch,
-                            h.member_bitmap,
-                            &h.member_place,
-                            &h.member_since,
-                        );
+                        let set = Self::set_from(from.epoch, h.member_bitmap, &h.member_place, &h.member_since);
                         self.control = Some(p_id);
                         self.ctrl_inc = from.incarnation;
                         self.ctrl_seen = now;
@@ -2451,11 +2026,7 @@ impl Membership {
     fn control_heard(&mut self, now: Timestamp, h: &Heartbeat) {
         let me = self.cfg.me;
         self.ctrl_heard = Some(now);
-        if self.quorum_mode()
-            && self.next_hb.is_none_or(|due| {
-                due <= now.saturating_add(Duration(self.cfg.heartbeat_interval.0 / 2))
-            })
-        {
+        if self.quorum_mode() && self.next_hb.is_none_or(|due| due <= now.saturating_add(Duration(self.cfg.heartbeat_interval.0 / 2))) {
             // Answer the control node's timed heartbeat at once (the timer
             // restarts from here, so the rate stays one per interval; its
             // grant update half an interval later gets no answer): the
@@ -2479,51 +2050,29 @@ impl Membership {
         }
     }
 
-    fn on_join_request(
-        &mut self,
-        now: Timestamp,
-        i: usize,
-        from: Envelope,
-        r: &JoinRequest,
-    ) -> Received {
+    fn on_join_request(&mut self, now: Timestamp, i: usize, from: Envelope, r: &JoinRequest) -> Received {
         let me = self.cfg.me;
         let (n, inc) = (from.sender, from.incarnation);
         if r.to != me {
             return Received::NotForMe;
         }
-        if r.ccl_address == self.peers[i].ccl_address
-            && self.peers[i].member.is_none_or(|m| m.incarnation == inc)
-        {
+        if r.ccl_address == self.peers[i].ccl_address && self.peers[i].member.is_none_or(|m| m.incarnation == inc) {
             self.peers[i].heard(now, inc);
         }
         if self.state != State::Control {
-            let detail = self
-                .control
-                .map_or(u64::from(dataplane::ccl::NO_NODE), |c| u64::from(c.0));
+            let detail = self.control.map_or(u64::from(dataplane::ccl::NO_NODE), |c| u64::from(c.0));
             self.reply(n, inc, JoinVerdict::NotControl, detail);
             return Received::NotControl;
         }
-        let Some(p) = self.peer(n) else {
-            return Received::UnknownSender;
-        };
+        let Some(p) = self.peer(n) else { return Received::UnknownSender };
         if r.ccl_address != p.ccl_address {
             let detail = u64::from(u32::from(p.ccl_address));
             self.reply(n, inc, JoinVerdict::DuplicateId, detail);
-            self.bad(
-                now,
-                n,
-                Received::DuplicateId,
-                u64::from(u32::from(r.ccl_address)),
-            );
+            self.bad(now, n, Received::DuplicateId, u64::from(u32::from(r.ccl_address)));
             return Received::DuplicateId;
         }
         if r.workers != self.cfg.workers {
-            self.reply(
-                n,
-                inc,
-                JoinVerdict::WorkersMismatch,
-                u64::from(self.cfg.workers),
-            );
+            self.reply(n, inc, JoinVerdict::WorkersMismatch, u64::from(self.cfg.workers));
             self.bad(now, n, Received::WorkersMismatch, u64::from(r.workers));
             return Received::WorkersMismatch;
         }
@@ -2552,11 +2101,7 @@ impl Membership {
             self.bad(now, n, Received::ConfigDiverged, r.config_digest);
             return Received::ConfigDiverged;
         }
-        self.pending[n.index()] = Some(Pending {
-            incarnation: inc,
-            epoch: from.epoch,
-            place: r.place,
-        });
+        self.pending[n.index()] = Some(Pending { incarnation: inc, epoch: from.epoch, place: r.place });
         Received::JoinRequest
     }
 
@@ -2577,12 +2122,7 @@ impl Membership {
                 if r.member_bitmap & (1 << me.index()) == 0 {
                     return Received::Ignored;
                 }
-                let set = Self::set_from(
-                    from.epoch,
-                    r.member_bitmap,
-                    &r.member_place,
-                    &r.member_since,
-                );
+                let set = Self::set_from(from.epoch, r.member_bitmap, &r.member_place, &r.member_since);
                 self.control = Some(by);
                 self.ctrl_inc = from.incarnation;
                 self.ctrl_seen = now;
@@ -2614,22 +2154,11 @@ impl Membership {
                 }
                 Received::JoinRefused
             }
-            v @ (JoinVerdict::DuplicateId
-            | JoinVerdict::UnknownNode
-            | JoinVerdict::WorkersMismatch) => {
-                self.disable(
-                    now,
-                    Reason::JoinRefused {
-                        by,
-                        verdict: v,
-                        detail: r.detail,
-                    },
-                );
+            v @ (JoinVerdict::DuplicateId | JoinVerdict::UnknownNode | JoinVerdict::WorkersMismatch) => {
+                self.disable(now, Reason::JoinRefused { by, verdict: v, detail: r.detail });
                 Received::JoinRefused
             }
-            v @ (JoinVerdict::ConfigAhead | JoinVerdict::ConfigDiverged)
-                if self.replica.config().is_some() =>
-            {
+            v @ (JoinVerdict::ConfigAhead | JoinVerdict::ConfigDiverged) if self.replica.config().is_some() => {
                 // The control node's configuration wins (SPEC M3: the
                 // other side rejoins it; a split brain's two lineages, an
                 // isolated boot that published its own file): drop this
@@ -2638,26 +2167,12 @@ impl Membership {
                 let version = self.replica.config_version();
                 self.replica.drop_config();
                 self.counters.configs_dropped += 1;
-                self.event(
-                    now,
-                    EventKind::ConfigDropped {
-                        control: by,
-                        version,
-                        verdict: v,
-                    },
-                );
+                self.event(now, EventKind::ConfigDropped { control: by, version, verdict: v });
                 self.join.last_request = None;
                 Received::JoinRefused
             }
             v @ (JoinVerdict::IdInUse | JoinVerdict::ConfigAhead | JoinVerdict::ConfigDiverged) => {
-                self.fail(
-                    now,
-                    Reason::JoinRefused {
-                        by,
-                        verdict: v,
-                        detail: r.detail,
-                    },
-                );
+                self.fail(now, Reason::JoinRefused { by, verdict: v, detail: r.detail });
                 Received::JoinRefused
             }
         }
@@ -2671,15 +2186,9 @@ impl Membership {
         let limit = self.cfg.limits.serving;
         let replica = &self.replica;
         let (full, since, cfgv) = (r.full, r.since, r.config_version);
-        let Some((new, chunks)) = self.serving.on_request(
-            now,
-            from.sender,
-            from.incarnation,
-            r.into(),
-            limit,
-            idle,
-            || replica.encode(full, since, cfgv),
-        ) else {
+        let Some((new, chunks)) =
+            self.serving.on_request(now, from.sender, from.incarnation, r.into(), limit, idle, || replica.encode(full, since, cfgv))
+        else {
             return Received::ServeBusy;
         };
         if new {
@@ -2697,9 +2206,7 @@ impl Membership {
             return Received::NotForMe;
         }
         let (max, rto) = (self.cfg.limits.transfer_bytes, self.pull_rto());
-        let Some((purpose, p)) = self.pull.as_mut() else {
-            return Received::Ignored;
-        };
+        let Some((purpose, p)) = self.pull.as_mut() else { return Received::Ignored };
         if p.from != from.sender || p.xfer != c.xfer {
             return Received::Ignored;
         }
@@ -2739,21 +2246,11 @@ impl Membership {
         if !self.set.contains(from.sender) {
             return Received::Ignored;
         }
-        self.actions.push_back(Action::XlateRequest {
-            from: from.sender,
-            pool: r.pool,
-            real: r.real,
-            held: r.held,
-        });
+        self.actions.push_back(Action::XlateRequest { from: from.sender, pool: r.pool, real: r.real, held: r.held });
         Received::XlateRequest
     }
 
-    fn on_table_update(
-        &mut self,
-        _now: Timestamp,
-        from: Envelope,
-        u: &TableUpdate<'_>,
-    ) -> Received {
+    fn on_table_update(&mut self, _now: Timestamp, from: Envelope, u: &TableUpdate<'_>) -> Received {
         let ours = Some(from.sender) == self.control && from.incarnation == self.ctrl_inc;
         let synced = self.state == State::Data || self.sync.is_some_and(|s| s.replica_done);
         if !ours || !synced || !matches!(self.state, State::Data | State::Syncing) {

@@ -104,13 +104,7 @@ impl Peer {
 
     /// Record a heartbeat; `false` (nothing recorded) for one older than
     /// a heartbeat already heard from this incarnation (reordered).
-    pub(super) fn heartbeat(
-        &mut self,
-        now: Timestamp,
-        epoch: Epoch,
-        h: &Heartbeat,
-        me: NodeId,
-    ) -> bool {
+    pub(super) fn heartbeat(&mut self, now: Timestamp, epoch: Epoch, h: &Heartbeat, me: NodeId) -> bool {
         if self.hb.is_some() && h.seq < self.rx_seq {
             return false;
         }

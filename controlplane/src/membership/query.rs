@@ -94,22 +94,8 @@ impl Membership {
         let id = self.next_xfer;
         self.next_xfer = self.next_xfer.wrapping_add(1);
         let me = self.cfg.me;
-        let pulls = self
-            .peers
-            .iter()
-            .map(|p| p.id)
-            .filter(|&n| n != me)
-            .map(|n| Pull::new(now, n, id, false, 0, 0))
-            .collect();
-        self.asking = Some(Asking {
-            id,
-            topic,
-            arg,
-            started: now,
-            pulls,
-            answers: Vec::new(),
-            aborted: Vec::new(),
-        });
+        let pulls = self.peers.iter().map(|p| p.id).filter(|&n| n != me).map(|n| Pull::new(now, n, id, false, 0, 0)).collect();
+        self.asking = Some(Asking { id, topic, arg, started: now, pulls, answers: Vec::new(), aborted: Vec::new() });
         self.counters.queries_asked += 1;
         self.query_tick(now);
         Some(id)
@@ -126,31 +112,14 @@ impl Membership {
         let a = self.asking.take()?;
         let missing: Vec<NodeId> = a.pulls.iter().map(|p| p.from).collect();
         self.counters.query_answers_missing += missing.len() as u64;
-        Some(Answers {
-            query: a.id,
-            topic: a.topic,
-            answers: a.answers,
-            aborted: a.aborted,
-            missing,
-        })
+        Some(Answers { query: a.id, topic: a.topic, answers: a.answers, aborted: a.aborted, missing })
     }
 
     /// The driver's answer to `Action::Query { from, incarnation, query,
     /// .. }`: kept for the requester, whose first window goes out now.
-    pub fn answer(
-        &mut self,
-        now: Timestamp,
-        from: NodeId,
-        incarnation: u32,
-        query: u32,
-        bytes: Vec<u8>,
-    ) {
+    pub fn answer(&mut self, now: Timestamp, from: NodeId, incarnation: u32, query: u32, bytes: Vec<u8>) {
         let q = &mut self.answering;
-        let Some(at) = q
-            .waiting
-            .iter()
-            .position(|(n, inc, r)| *n == from && *inc == incarnation && r.query == query)
-        else {
+        let Some(at) = q.waiting.iter().position(|(n, inc, r)| *n == from && *inc == incarnation && r.query == query) else {
             return;
         };
         let (_, _, req) = q.waiting.swap_remove(at);
@@ -165,27 +134,15 @@ impl Membership {
         let idle = self.hold().times(2);
         self.answering.serving.expire(now, idle);
         let rto = self.pull_rto();
-        let Some(a) = self.asking.as_mut() else {
-            return;
-        };
+        let Some(a) = self.asking.as_mut() else { return };
         let (topic, arg) = (a.topic, a.arg);
-        let reqs: Vec<QueryRequest> = a
-            .pulls
-            .iter_mut()
-            .filter_map(|p| p.request(now, rto))
-            .map(|r| query_request(&r, topic, arg))
-            .collect();
+        let reqs: Vec<QueryRequest> = a.pulls.iter_mut().filter_map(|p| p.request(now, rto)).map(|r| query_request(&r, topic, arg)).collect();
         for r in reqs {
             self.send(r.to, Outgoing::QueryRequest(r));
         }
     }
 
-    pub(super) fn on_query_request(
-        &mut self,
-        now: Timestamp,
-        from: Envelope,
-        r: &QueryRequest,
-    ) -> Received {
+    pub(super) fn on_query_request(&mut self, now: Timestamp, from: Envelope, r: &QueryRequest) -> Received {
         if r.to != self.cfg.me {
             return Received::NotForMe;
         }
@@ -194,10 +151,7 @@ impl Membership {
         if q.serving.has(n, inc, r.query) {
             return self.serve_query(now, n, inc, r, None);
         }
-        if q.waiting
-            .iter()
-            .any(|(wn, wi, w)| (*wn, *wi, w.query) == (n, inc, r.query))
-        {
+        if q.waiting.iter().any(|(wn, wi, w)| (*wn, *wi, w.query) == (n, inc, r.query)) {
             return Received::QueryRequest;
         }
         if now.since(q.window.0) >= Duration::from_secs(1) {
@@ -210,38 +164,16 @@ impl Membership {
         // One query per requester: a new one replaces what it waited for.
         q.waiting.retain(|(wn, _, _)| *wn != n);
         q.waiting.push((n, inc, *r));
-        self.actions.push_back(Action::Query {
-            from: n,
-            incarnation: inc,
-            query: r.query,
-            topic: r.topic,
-            arg: r.arg.as_bytes().to_vec(),
-        });
+        self.actions.push_back(Action::Query { from: n, incarnation: inc, query: r.query, topic: r.topic, arg: r.arg.as_bytes().to_vec() });
         Received::QueryRequest
     }
 
     /// Send the window `r` asks for of the answer to `n` (`bytes`: a new
     /// answer to keep).
-    fn serve_query(
-        &mut self,
-        now: Timestamp,
-        n: NodeId,
-        inc: u32,
-        r: &QueryRequest,
-        bytes: Option<Vec<u8>>,
-    ) -> Received {
+    fn serve_query(&mut self, now: Timestamp, n: NodeId, inc: u32, r: &QueryRequest, bytes: Option<Vec<u8>>) -> Received {
         let idle = self.hold().times(2);
-        let w = Window {
-            xfer: r.query,
-            next: r.next,
-            window: r.window,
-        };
-        let Some((_, chunks)) =
-            self.answering
-                .serving
-                .on_request(now, n, inc, w, ANSWERS_KEPT, idle, || {
-                    bytes.unwrap_or_default()
-                })
+        let w = Window { xfer: r.query, next: r.next, window: r.window };
+        let Some((_, chunks)) = self.answering.serving.on_request(now, n, inc, w, ANSWERS_KEPT, idle, || bytes.unwrap_or_default())
         else {
             return Received::QueryBusy;
         };
@@ -251,24 +183,13 @@ impl Membership {
         Received::QueryRequest
     }
 
-    pub(super) fn on_query_chunk(
-        &mut self,
-        now: Timestamp,
-        from: Envelope,
-        c: &SyncChunk<'_>,
-    ) -> Received {
+    pub(super) fn on_query_chunk(&mut self, now: Timestamp, from: Envelope, c: &SyncChunk<'_>) -> Received {
         if c.to != self.cfg.me || c.to_incarnation != self.cfg.incarnation {
             return Received::NotForMe;
         }
         let rto = self.pull_rto();
-        let Some(a) = self.asking.as_mut() else {
-            return Received::Ignored;
-        };
-        let Some(i) = a
-            .pulls
-            .iter()
-            .position(|p| p.from == from.sender && p.xfer == c.xfer)
-        else {
+        let Some(a) = self.asking.as_mut() else { return Received::Ignored };
+        let Some(i) = a.pulls.iter().position(|p| p.from == from.sender && p.xfer == c.xfer) else {
             return Received::Ignored;
         };
         let (topic, arg) = (a.topic, a.arg);
@@ -299,12 +220,5 @@ impl Membership {
 
 /// A pull's request as a query request on `topic` with `arg`.
 fn query_request(r: &dataplane::ccl::SyncRequest, topic: u8, arg: QueryArg) -> QueryRequest {
-    QueryRequest {
-        to: r.to,
-        query: r.xfer,
-        topic,
-        next: r.next,
-        window: r.window,
-        arg,
-    }
+    QueryRequest { to: r.to, query: r.xfer, topic, next: r.next, window: r.window, arg }
 }

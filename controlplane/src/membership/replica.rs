@@ -35,12 +35,7 @@ pub enum ReplicaChange {
     /// `Membership::config`).
     Config { version: u64 },
     /// An entry was set or deleted at state version `version`.
-    Entry {
-        table: u8,
-        key: Vec<u8>,
-        version: u64,
-        deleted: bool,
-    },
+    Entry { table: u8, key: Vec<u8>, version: u64, deleted: bool },
     /// The whole state was replaced by a transfer (a joiner): every table
     /// may have changed; read them again.
     Replaced { version: u64 },
@@ -51,9 +46,7 @@ pub enum ReplicaChange {
 pub enum TableError {
     #[error("tables change on the control node only (this node follows {control:?})")]
     NotControl { control: Option<dataplane::NodeId> },
-    #[error(
-        "the control node is fetching a newer replicated state (version {want}) from a member"
-    )]
+    #[error("the control node is fetching a newer replicated state (version {want}) from a member")]
     CatchingUp { want: u64 },
     #[error("key of {0} bytes, at most 255")]
     KeyTooLong(usize),
@@ -147,9 +140,7 @@ impl Replica {
 
     /// Highest entry version of `table` (0: never changed).
     pub(super) fn table_version(&self, table: u8) -> u64 {
-        self.tables
-            .get(&table)
-            .map_or(0, |t| t.values().map(|e| e.version).max().unwrap_or(0))
+        self.tables.get(&table).map_or(0, |t| t.values().map(|e| e.version).max().unwrap_or(0))
     }
 
     pub(super) fn check(key: &[u8], value: Option<&[u8]>) -> Result<(), TableError> {
@@ -198,13 +189,9 @@ impl Replica {
     fn gc(&mut self) {
         let budget = (self.limits.table_entries / 4).max(1);
         while self.tombstones.len() > budget {
-            let Some((v, (table, key))) = self.tombstones.pop_first() else {
-                break;
-            };
+            let Some((v, (table, key))) = self.tombstones.pop_first() else { break };
             if let Some(t) = self.tables.get_mut(&table) {
-                if t.get(&key)
-                    .is_some_and(|e| e.version == v && e.value.is_none())
-                {
+                if t.get(&key).is_some_and(|e| e.version == v && e.value.is_none()) {
                     t.remove(&key);
                 }
             }
@@ -213,12 +200,7 @@ impl Replica {
     }
 
     /// The control node's own change: the next version.
-    pub(super) fn local_change(
-        &mut self,
-        table: u8,
-        key: &[u8],
-        value: Option<&[u8]>,
-    ) -> Result<u64, TableError> {
+    pub(super) fn local_change(&mut self, table: u8, key: &[u8], value: Option<&[u8]>) -> Result<u64, TableError> {
         Self::check(key, value)?;
         if self.would_overflow(table, key, value) {
             return Err(TableError::Full(self.limits.table_entries));
@@ -232,10 +214,7 @@ impl Replica {
     /// The control node's new configuration: the next configuration version.
     pub(super) fn set_config(&mut self, bytes: Vec<u8>) -> Result<u64, TableError> {
         if bytes.len() > self.limits.config_bytes {
-            return Err(TableError::ConfigTooLarge {
-                bytes: bytes.len(),
-                limit: self.limits.config_bytes,
-            });
+            return Err(TableError::ConfigTooLarge { bytes: bytes.len(), limit: self.limits.config_bytes });
         }
         let version = self.config_version().saturating_add(1);
         self.config = Some(ConfigBlob { version, bytes });
@@ -249,13 +228,7 @@ impl Replica {
     }
 
     /// A broadcast change from the control node.
-    pub(super) fn apply(
-        &mut self,
-        version: u64,
-        table: u8,
-        key: &[u8],
-        value: Option<&[u8]>,
-    ) -> Applied {
+    pub(super) fn apply(&mut self, version: u64, table: u8, key: &[u8], value: Option<&[u8]>) -> Applied {
         if version <= self.version {
             return Applied::Duplicate;
         }
@@ -267,36 +240,21 @@ impl Replica {
         }
         self.put(table, key, version, value.map(<[u8]>::to_vec));
         self.version = version;
-        Applied::Change(ReplicaChange::Entry {
-            table,
-            key: key.to_vec(),
-            version,
-            deleted: value.is_none(),
-        })
+        Applied::Change(ReplicaChange::Entry { table, key: key.to_vec(), version, deleted: value.is_none() })
     }
 
     /// The stream for a requester holding state version `since` and
     /// configuration version `config_version` (`full`: the whole state).
     pub(super) fn encode(&self, full: bool, since: u64, config_version: u64) -> Vec<u8> {
         let full = full || since < self.gc_floor || since > self.version;
-        let config = self
-            .config
-            .as_ref()
-            .filter(|c| full || c.version != config_version);
+        let config = self.config.as_ref().filter(|c| full || c.version != config_version);
         let entries: Vec<(u8, &[u8], &Entry)> = self
             .tables
             .iter()
             .flat_map(|(&t, m)| m.iter().map(move |(k, e)| (t, k.as_slice(), e)))
-            .filter(|(_, _, e)| {
-                if full {
-                    e.value.is_some()
-                } else {
-                    e.version > since
-                }
-            })
+            .filter(|(_, _, e)| if full { e.value.is_some() } else { e.version > since })
             .collect();
-        let mut out =
-            Vec::with_capacity(32 + config.map_or(0, |c| c.bytes.len() + 20) + entries.len() * 32);
+        let mut out = Vec::with_capacity(32 + config.map_or(0, |c| c.bytes.len() + 20) + entries.len() * 32);
         out.extend_from_slice(STREAM_MAGIC);
         out.push(STREAM_FORMAT);
         out.push(u8::from(full) | if config.is_some() { FLAG_CONFIG } else { 0 });
@@ -326,10 +284,7 @@ impl Replica {
     pub(super) fn apply_stream(&mut self, bytes: &[u8]) -> Result<Vec<ReplicaChange>, StreamError> {
         let s = Stream::decode(bytes, &self.limits)?;
         if !s.full && s.since > self.version {
-            return Err(StreamError::Gap {
-                since: s.since,
-                have: self.version,
-            });
+            return Err(StreamError::Gap { since: s.since, have: self.version });
         }
         let mut changes = Vec::new();
         if s.full {
@@ -351,22 +306,14 @@ impl Replica {
                     continue;
                 }
                 if self.put(*t, k, *v, value.map(<[u8]>::to_vec)) {
-                    changes.push(ReplicaChange::Entry {
-                        table: *t,
-                        key: k.to_vec(),
-                        version: *v,
-                        deleted: value.is_none(),
-                    });
+                    changes.push(ReplicaChange::Entry { table: *t, key: k.to_vec(), version: *v, deleted: value.is_none() });
                 }
             }
             self.version = self.version.max(s.version);
         }
         if let Some((version, blob)) = s.config {
             if s.full || version > self.config_version() {
-                self.config = Some(ConfigBlob {
-                    version,
-                    bytes: blob.to_vec(),
-                });
+                self.config = Some(ConfigBlob { version, bytes: blob.to_vec() });
                 changes.push(ReplicaChange::Config { version });
             }
         }
@@ -423,10 +370,7 @@ struct Reader<'a> {
 
 impl<'a> Reader<'a> {
     fn take(&mut self, n: usize) -> Result<&'a [u8], StreamError> {
-        let s = self
-            .b
-            .get(self.at..self.at.saturating_add(n))
-            .ok_or(StreamError::Malformed(self.at))?;
+        let s = self.b.get(self.at..self.at.saturating_add(n)).ok_or(StreamError::Malformed(self.at))?;
         self.at += n;
         Ok(s)
     }
@@ -500,13 +444,7 @@ impl<'a> Stream<'a> {
         if r.at != b.len() {
             return Err(StreamError::Malformed(r.at));
         }
-        Ok(Stream {
-            full,
-            version,
-            since,
-            config,
-            entries,
-        })
+        Ok(Stream { full, version, since, config, entries })
     }
 }
 
@@ -516,13 +454,7 @@ mod tests {
     use proptest::prelude::*;
 
     fn replica() -> Replica {
-        Replica::new(
-            Limits {
-                table_entries: 8,
-                ..Limits::default()
-            },
-            None,
-        )
+        Replica::new(Limits { table_entries: 8, ..Limits::default() }, None)
     }
 
     #[test]
@@ -531,34 +463,16 @@ mod tests {
         assert_eq!(c.local_change(1, b"a", Some(b"1")), Ok(1));
         assert_eq!(c.local_change(1, b"b", Some(b"2")), Ok(2));
         assert_eq!(c.local_change(1, b"a", None), Ok(3));
-        assert_eq!(
-            (c.get(1, b"a"), c.get(1, b"b")),
-            (None, Some((2, &b"2"[..])))
-        );
-        assert_eq!(
-            (c.table_version(1), c.table_version(2), c.version()),
-            (3, 0, 3)
-        );
+        assert_eq!((c.get(1, b"a"), c.get(1, b"b")), (None, Some((2, &b"2"[..]))));
+        assert_eq!((c.table_version(1), c.table_version(2), c.version()), (3, 0, 3));
         let mut m = replica();
         assert_eq!(m.apply(2, 1, b"b", Some(b"2")), Applied::Gap);
-        assert!(matches!(
-            m.apply(1, 1, b"a", Some(b"1")),
-            Applied::Change(_)
-        ));
+        assert!(matches!(m.apply(1, 1, b"a", Some(b"1")), Applied::Change(_)));
         assert_eq!(m.apply(1, 1, b"a", Some(b"1")), Applied::Duplicate);
-        assert!(matches!(
-            m.apply(2, 1, b"b", Some(b"2")),
-            Applied::Change(_)
-        ));
-        assert!(matches!(
-            m.apply(3, 1, b"a", None),
-            Applied::Change(ReplicaChange::Entry { deleted: true, .. })
-        ));
+        assert!(matches!(m.apply(2, 1, b"b", Some(b"2")), Applied::Change(_)));
+        assert!(matches!(m.apply(3, 1, b"a", None), Applied::Change(ReplicaChange::Entry { deleted: true, .. })));
         assert_eq!(m.fingerprint(), c.fingerprint());
-        assert_eq!(
-            m.iter(1).collect::<Vec<_>>(),
-            vec![(&b"b"[..], &b"2"[..], 2)]
-        );
+        assert_eq!(m.iter(1).collect::<Vec<_>>(), vec![(&b"b"[..], &b"2"[..], 2)]);
         assert_eq!(m.tombstones(), 1);
     }
 
@@ -578,31 +492,20 @@ mod tests {
         let changes = m.apply_stream(&c.encode(false, 3, 0)).unwrap();
         assert_eq!(m.fingerprint(), c.fingerprint());
         assert!(changes.contains(&ReplicaChange::Config { version: 1 }));
-        assert!(changes.contains(&ReplicaChange::Entry {
-            table: 0,
-            key: vec![2],
-            version: 7,
-            deleted: true
-        }));
+        assert!(changes.contains(&ReplicaChange::Entry { table: 0, key: vec![2], version: 7, deleted: true }));
         // A joiner with another lineage's copy takes the whole state.
         let mut j = replica();
         j.local_change(9, b"stale", Some(b"x")).unwrap();
         for _ in 0..10 {
             j.local_change(9, b"y", Some(b"z")).unwrap();
         }
-        assert_eq!(
-            j.apply_stream(&c.encode(true, 0, 0)).unwrap()[0],
-            ReplicaChange::Replaced { version: 7 }
-        );
+        assert_eq!(j.apply_stream(&c.encode(true, 0, 0)).unwrap()[0], ReplicaChange::Replaced { version: 7 });
         assert_eq!(j.fingerprint(), c.fingerprint());
         assert_eq!(j.get(9, b"stale"), None);
         // A delta from beyond this copy is refused, nothing applied.
         let mut behind = replica();
         let before = behind.fingerprint();
-        assert_eq!(
-            behind.apply_stream(&c.encode(false, 5, 0)),
-            Err(StreamError::Gap { since: 5, have: 0 })
-        );
+        assert_eq!(behind.apply_stream(&c.encode(false, 5, 0)), Err(StreamError::Gap { since: 5, have: 0 }));
         assert_eq!(behind.fingerprint(), before);
     }
 
@@ -612,22 +515,10 @@ mod tests {
         for i in 0..8u8 {
             c.local_change(0, &[i], Some(b"v")).unwrap();
         }
-        assert_eq!(
-            c.local_change(0, &[9], Some(b"v")),
-            Err(TableError::Full(8))
-        );
-        assert!(
-            c.local_change(0, &[1], Some(b"w")).is_ok(),
-            "an update of a live key is no new entry"
-        );
-        assert_eq!(
-            c.local_change(0, &[0; 256], None),
-            Err(TableError::KeyTooLong(256))
-        );
-        assert_eq!(
-            c.local_change(0, b"k", Some(&[0; 1025])),
-            Err(TableError::ValueTooLong(1025))
-        );
+        assert_eq!(c.local_change(0, &[9], Some(b"v")), Err(TableError::Full(8)));
+        assert!(c.local_change(0, &[1], Some(b"w")).is_ok(), "an update of a live key is no new entry");
+        assert_eq!(c.local_change(0, &[0; 256], None), Err(TableError::KeyTooLong(256)));
+        assert_eq!(c.local_change(0, b"k", Some(&[0; 1025])), Err(TableError::ValueTooLong(1025)));
         // Tombstones: at most a quarter of the limit, oldest dropped, and a
         // delta from before the dropped ones is sent whole.
         for i in 0..8u8 {
@@ -637,13 +528,7 @@ mod tests {
         let s = c.encode(false, 1, 0);
         let d = Stream::decode(&s, &c.limits).unwrap();
         assert!(d.full && d.entries.is_empty());
-        assert_eq!(
-            c.set_config(vec![0; (1 << 20) + 1]),
-            Err(TableError::ConfigTooLarge {
-                bytes: (1 << 20) + 1,
-                limit: 1 << 20
-            })
-        );
+        assert_eq!(c.set_config(vec![0; (1 << 20) + 1]), Err(TableError::ConfigTooLarge { bytes: (1 << 20) + 1, limit: 1 << 20 }));
     }
 
     #[test]

@@ -56,14 +56,7 @@ pub(super) enum PullEvent {
 }
 
 impl Pull {
-    pub(super) fn new(
-        now: Timestamp,
-        from: NodeId,
-        xfer: u32,
-        full: bool,
-        since: u64,
-        config_version: u64,
-    ) -> Pull {
+    pub(super) fn new(now: Timestamp, from: NodeId, xfer: u32, full: bool, since: u64, config_version: u64) -> Pull {
         Pull {
             from,
             xfer,
@@ -136,9 +129,7 @@ impl Pull {
         }
         let window_end = (self.next + u32::from(WINDOW)).min(total);
         if (self.next..window_end).all(|k| self.have[k as usize]) {
-            self.next = (window_end..total)
-                .find(|&k| !self.have[k as usize])
-                .unwrap_or(total);
+            self.next = (window_end..total).find(|&k| !self.have[k as usize]).unwrap_or(total);
             self.due = true;
         }
         PullEvent::Stored
@@ -173,11 +164,7 @@ pub(super) struct Window {
 
 impl From<&SyncRequest> for Window {
     fn from(r: &SyncRequest) -> Window {
-        Window {
-            xfer: r.xfer,
-            next: r.next,
-            window: r.window,
-        }
+        Window { xfer: r.xfer, next: r.next, window: r.window }
     }
 }
 
@@ -196,14 +183,7 @@ pub struct ChunkOut {
 impl ChunkOut {
     /// The chunk as the codec sees it.
     pub fn view(&self) -> SyncChunk<'_> {
-        SyncChunk {
-            to: self.to,
-            to_incarnation: self.to_incarnation,
-            xfer: self.xfer,
-            index: self.index,
-            total: self.total,
-            data: &self.data,
-        }
+        SyncChunk { to: self.to, to_incarnation: self.to_incarnation, xfer: self.xfer, index: self.index, total: self.total, data: &self.data }
     }
 }
 
@@ -214,9 +194,7 @@ impl Serving {
 
     /// Whether transfer `xfer` to `from` (incarnation `inc`) is served.
     pub(super) fn has(&self, from: NodeId, inc: u32, xfer: u32) -> bool {
-        self.serves
-            .iter()
-            .any(|s| s.to == from && s.xfer == xfer && s.to_incarnation == inc)
+        self.serves.iter().any(|s| s.to == from && s.xfer == xfer && s.to_incarnation == inc)
     }
 
     /// Chunks for a request (`req`: transfer id, next chunk, window) from
@@ -234,11 +212,7 @@ impl Serving {
         make: impl FnOnce() -> Vec<u8>,
     ) -> Option<(bool, Vec<ChunkOut>)> {
         let mut new = false;
-        let at = match self
-            .serves
-            .iter()
-            .position(|s| s.to == from && s.xfer == req.xfer && s.to_incarnation == inc)
-        {
+        let at = match self.serves.iter().position(|s| s.to == from && s.xfer == req.xfer && s.to_incarnation == inc) {
             Some(i) => i,
             None => {
                 // One transfer per requester: a new one replaces its old.
@@ -252,14 +226,7 @@ impl Serving {
                 }
                 let stream = make();
                 let total = stream.len().div_ceil(SYNC_CHUNK_DATA).max(1) as u32;
-                self.serves.push(Serve {
-                    to: from,
-                    to_incarnation: inc,
-                    xfer: req.xfer,
-                    stream,
-                    total,
-                    last: now,
-                });
+                self.serves.push(Serve { to: from, to_incarnation: inc, xfer: req.xfer, stream, total, last: now });
                 new = true;
                 self.serves.len() - 1
             }
@@ -304,9 +271,7 @@ mod tests {
     /// losing a third of the chunks and every other one of the first requests.
     #[test]
     fn lossy_transfer_completes_and_reassembles() {
-        let stream: Vec<u8> = (0..(SYNC_CHUNK_DATA * 40 + 123))
-            .map(|i| (i * 31 % 251) as u8)
-            .collect();
+        let stream: Vec<u8> = (0..(SYNC_CHUNK_DATA * 40 + 123)).map(|i| (i * 31 % 251) as u8).collect();
         let mut p = Pull::new(Timestamp(0), NodeId(1), 7, true, 0, 0);
         let mut s = Serving::default();
         let mut got = None;
@@ -318,17 +283,8 @@ mod tests {
             if requests % 2 == 0 && requests < 10 {
                 continue; // request lost
             }
-            let (_, chunks) = s
-                .on_request(
-                    Timestamp(t * MS),
-                    NodeId(2),
-                    5,
-                    (&r).into(),
-                    4,
-                    Duration::from_secs(1),
-                    || stream.clone(),
-                )
-                .unwrap();
+            let (_, chunks) =
+                s.on_request(Timestamp(t * MS), NodeId(2), 5, (&r).into(), 4, Duration::from_secs(1), || stream.clone()).unwrap();
             for c in chunks {
                 // A third of the chunks lost, pseudo-randomly.
                 lost ^= lost << 13;
@@ -356,91 +312,24 @@ mod tests {
     fn bounds_and_mismatches() {
         let mut p = Pull::new(Timestamp(0), NodeId(1), 7, true, 0, 0);
         let data = [1u8; SYNC_CHUNK_DATA];
-        let c = SyncChunk {
-            to: NodeId(2),
-            to_incarnation: 1,
-            xfer: 7,
-            index: 0,
-            total: 1000,
-            data: &data,
-        };
-        assert!(
-            matches!(p.on_chunk(&c, SYNC_CHUNK_DATA * 10), PullEvent::Abort),
-            "too large"
-        );
+        let c = SyncChunk { to: NodeId(2), to_incarnation: 1, xfer: 7, index: 0, total: 1000, data: &data };
+        assert!(matches!(p.on_chunk(&c, SYNC_CHUNK_DATA * 10), PullEvent::Abort), "too large");
         let mut p = Pull::new(Timestamp(0), NodeId(1), 7, true, 0, 0);
         let c = SyncChunk { total: 3, ..c };
         assert!(matches!(p.on_chunk(&c, 1 << 20), PullEvent::Stored));
-        assert!(
-            matches!(p.on_chunk(&c, 1 << 20), PullEvent::Ignored),
-            "duplicate"
-        );
-        assert!(
-            matches!(
-                p.on_chunk(&SyncChunk { total: 4, ..c }, 1 << 20),
-                PullEvent::Abort
-            ),
-            "total changed"
-        );
-        assert!(
-            matches!(
-                p.on_chunk(
-                    &SyncChunk {
-                        index: 1,
-                        data: &data[..5],
-                        ..c
-                    },
-                    1 << 20
-                ),
-                PullEvent::Abort
-            ),
-            "short middle chunk"
-        );
+        assert!(matches!(p.on_chunk(&c, 1 << 20), PullEvent::Ignored), "duplicate");
+        assert!(matches!(p.on_chunk(&SyncChunk { total: 4, ..c }, 1 << 20), PullEvent::Abort), "total changed");
+        assert!(matches!(p.on_chunk(&SyncChunk { index: 1, data: &data[..5], ..c }, 1 << 20), PullEvent::Abort), "short middle chunk");
         // The server refuses beyond its limit until one is idle.
         let mut s = Serving::default();
-        let r = SyncRequest {
-            to: NodeId(0),
-            xfer: 1,
-            since: 0,
-            config_version: 0,
-            next: 0,
-            window: 4,
-            full: true,
-        };
+        let r = SyncRequest { to: NodeId(0), xfer: 1, since: 0, config_version: 0, next: 0, window: 4, full: true };
         let idle = Duration::from_millis(100);
         for n in 1..=2u8 {
-            assert!(s
-                .on_request(Timestamp(0), NodeId(n), 1, (&r).into(), 2, idle, || vec![
-                    1, 2, 3
-                ])
-                .is_some());
+            assert!(s.on_request(Timestamp(0), NodeId(n), 1, (&r).into(), 2, idle, || vec![1, 2, 3]).is_some());
         }
-        assert!(s
-            .on_request(
-                Timestamp(50 * MS),
-                NodeId(3),
-                1,
-                (&r).into(),
-                2,
-                idle,
-                || vec![1, 2, 3]
-            )
-            .is_none());
-        let (new, chunks) = s
-            .on_request(
-                Timestamp(150 * MS),
-                NodeId(3),
-                1,
-                (&r).into(),
-                2,
-                idle,
-                || vec![1, 2, 3],
-            )
-            .unwrap();
+        assert!(s.on_request(Timestamp(50 * MS), NodeId(3), 1, (&r).into(), 2, idle, || vec![1, 2, 3]).is_none());
+        let (new, chunks) = s.on_request(Timestamp(150 * MS), NodeId(3), 1, (&r).into(), 2, idle, || vec![1, 2, 3]).unwrap();
         assert!(new);
-        assert_eq!(
-            (chunks.len(), chunks[0].total, chunks[0].data.len()),
-            (1, 1, 3)
-        );
+        assert_eq!((chunks.len(), chunks[0].total, chunks[0].data.len()), (1, 1, 3));
     }
 }

@@ -125,18 +125,12 @@ pub fn established(p: &mut Pipeline, n: usize) -> Vec<[u8; FRAME_LEN]> {
         let to_port = u16::from_be_bytes([l3[20], l3[21]]);
         let back = PacketBuilder::new(GW_MAC, OUT_MAC, dst, to);
         for (port, f) in [
-            (
-                1,
-                back.tcp(443, to_port, 9000, 1001, SYN | ACK, 65535, &[], b""),
-            ),
+            (1, back.tcp(443, to_port, 9000, 1001, SYN | ACK, 65535, &[], b"")),
             (0, out.tcp(sport, 443, 1001, 9001, ACK, 64240, &[], b"")),
         ] {
             buf.reset(&f, 128);
             let v = p.process(t, PortId(port), &mut buf);
-            assert!(
-                matches!(v, Verdict::Forward(_)),
-                "handshake of flow {i}: {v:?}"
-            );
+            assert!(matches!(v, Verdict::Forward(_)), "handshake of flow {i}: {v:?}");
         }
         frames.push(pad(out.tcp(sport, 443, 1001, 9001, ACK, 64240, &[], b"")));
     }
@@ -165,14 +159,8 @@ pub fn pipeline_pat(flows: usize) -> Pipeline {
             per_session: Default::default(),
         }],
         pools: vec![PoolSpec {
-            addresses: (0..16u32)
-                .map(|i| Ipv4Addr::from(u32::from(PAT_POOL) + i))
-                .collect(),
-            pat: Some(PatSpec {
-                block_size: 512,
-                reserved_ports: false,
-                max_per_host: None,
-            }),
+            addresses: (0..16u32).map(|i| Ipv4Addr::from(u32::from(PAT_POOL) + i)).collect(),
+            pat: Some(PatSpec { block_size: 512, reserved_ports: false, max_per_host: None }),
         }],
         xlate_capacity: flows.max(1),
         xlate_timeout: Duration::from_secs(3600),
@@ -181,6 +169,7 @@ pub fn pipeline_pat(flows: usize) -> Pipeline {
     p.set_nat(&spec).unwrap();
     p
 }
+
 
 /// A fixed pseudo-random visiting order of `n` flows (a permutation, so
 /// every flow is visited once per round, in an order the hardware
@@ -202,10 +191,7 @@ pub fn shuffled(n: usize) -> Vec<u32> {
 /// arrive one after another in memory), while the flows they hit are
 /// spread over the table in an order no prefetcher can guess.
 pub fn arrival_stream(frames: &[[u8; FRAME_LEN]]) -> Vec<[u8; FRAME_LEN]> {
-    shuffled(frames.len())
-        .into_iter()
-        .map(|i| frames[i as usize])
-        .collect()
+    shuffled(frames.len()).into_iter().map(|i| frames[i as usize]).collect()
 }
 
 /// `pipeline` with every connection limit set globally (max-conns,
@@ -214,17 +200,8 @@ pub fn arrival_stream(frames: &[[u8; FRAME_LEN]]) -> Vec<[u8; FRAME_LEN]> {
 pub fn pipeline_limited(n: usize) -> Pipeline {
     let mut p = pipeline(n);
     let high = Some(1 << 30);
-    let all = dataplane::conntrack::LimitSet {
-        max_conns: high,
-        max_embryonic: high,
-        per_client_max: high,
-        per_client_embryonic_max: high,
-        syn_proxy: true,
-    };
-    p.set_limits(&dataplane::conntrack::LimitSpec {
-        global: all,
-        rules: vec![],
-    });
+    let all = dataplane::conntrack::LimitSet { max_conns: high, max_embryonic: high, per_client_max: high, per_client_embryonic_max: high, syn_proxy: true };
+    p.set_limits(&dataplane::conntrack::LimitSpec { global: all, rules: vec![] });
     p
 }
 
@@ -233,17 +210,8 @@ pub fn pipeline_limited(n: usize) -> Pipeline {
 /// a cookie (`syn_proxy_cookies`).
 pub fn pipeline_proxying(n: usize) -> Pipeline {
     let mut p = pipeline(n);
-    let set = dataplane::conntrack::LimitSet {
-        max_embryonic: Some(1),
-        ..Default::default()
-    };
-    p.set_limits(&dataplane::conntrack::LimitSpec {
-        global: set,
-        rules: vec![],
-    });
-    p.set_remote_limits(&dataplane::conntrack::limits::Remote {
-        places: 1,
-        ..Default::default()
-    });
+    let set = dataplane::conntrack::LimitSet { max_embryonic: Some(1), ..Default::default() };
+    p.set_limits(&dataplane::conntrack::LimitSpec { global: set, rules: vec![] });
+    p.set_remote_limits(&dataplane::conntrack::limits::Remote { places: 1, ..Default::default() });
     p
 }

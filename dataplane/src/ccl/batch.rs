@@ -161,12 +161,7 @@ impl FlowRecord {
             return None;
         }
         let addr = std::net::Ipv4Addr::new(b[0], b[1], b[2], b[3]);
-        Some(NatBinding {
-            addr,
-            port: u16::from_be_bytes([b[4], b[5]]),
-            class: b[6],
-            multi_session,
-        })
+        Some(NatBinding { addr, port: u16::from_be_bytes([b[4], b[5]]), class: b[6], multi_session })
     }
 
     /// Store the flow's NAT binding (`None`: none).
@@ -177,11 +172,7 @@ impl FlowRecord {
             b[..4].copy_from_slice(&n.addr.octets());
             b[4..6].copy_from_slice(&n.port.to_be_bytes());
             b[6] = n.class;
-            b[7] = if n.multi_session {
-                NatBinding::MULTI_SESSION
-            } else {
-                NatBinding::PER_SESSION
-            };
+            b[7] = if n.multi_session { NatBinding::MULTI_SESSION } else { NatBinding::PER_SESSION };
         }
     }
 
@@ -210,12 +201,7 @@ impl FlowRecord {
         let op = match t[1] {
             1 => FlowOp::Upsert,
             2 => FlowOp::Delete,
-            v => {
-                return Err(CclError::BadValue {
-                    field: "flow op",
-                    value: u64::from(v),
-                })
-            }
+            v => return Err(CclError::BadValue { field: "flow op", value: u64::from(v) }),
         };
         let mut opaque = [0u8; OPAQUE_LEN];
         opaque.copy_from_slice(&t[12..]);
@@ -238,10 +224,7 @@ impl FlowRecord {
     pub fn parse(b: &[u8]) -> Result<Self, CclError> {
         let (r, n) = Self::parse_prefix(b)?;
         if b.len() != n {
-            return Err(CclError::TrailingBytes {
-                what: "flow record",
-                extra: b.len() - n,
-            });
+            return Err(CclError::TrailingBytes { what: "flow record", extra: b.len() - n });
         }
         Ok(r)
     }
@@ -290,10 +273,7 @@ impl<'a> FlowBatch<'a> {
             off += n;
         }
         if off != records.len() {
-            return Err(CclError::TrailingBytes {
-                what: "flow batch",
-                extra: records.len() - off,
-            });
+            return Err(CclError::TrailingBytes { what: "flow batch", extra: records.len() - off });
         }
         Ok(FlowBatch { count, records })
     }
@@ -311,10 +291,7 @@ impl<'a> FlowBatch<'a> {
     }
     #[inline]
     pub fn iter(&self) -> FlowBatchIter<'a> {
-        FlowBatchIter {
-            rest: self.records,
-            left: self.count,
-        }
+        FlowBatchIter { rest: self.records, left: self.count }
     }
     pub fn emit(&self, out: &mut [u8]) -> Result<usize, CclError> {
         let n = self.wire_len();
@@ -378,11 +355,7 @@ impl<'b> BatchWriter<'b> {
             return Err(too_small(2, buf));
         }
         buf[..2].copy_from_slice(&0u16.to_be_bytes());
-        Ok(BatchWriter {
-            buf,
-            len: 2,
-            count: 0,
-        })
+        Ok(BatchWriter { buf, len: 2, count: 0 })
     }
     /// Append `r`; `BatchFull` (nothing written) when it does not fit.
     pub fn push(&mut self, r: &FlowRecord) -> Result<(), CclError> {
@@ -421,10 +394,7 @@ impl<'b> BatchWriter<'b> {
     /// The batch so far, ready for `Message::StateUpdate` / `FlowRegister`.
     #[inline]
     pub fn as_batch(&self) -> FlowBatch<'_> {
-        FlowBatch {
-            count: self.count,
-            records: &self.buf[2..self.len],
-        }
+        FlowBatch { count: self.count, records: &self.buf[2..self.len] }
     }
     /// Start a new batch in the same buffer.
     pub fn reset(&mut self) {

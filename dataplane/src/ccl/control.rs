@@ -24,8 +24,7 @@
 //! the others and `emit` ignores them.
 
 use super::heartbeat::{
-    be32, be64, dest, dest_byte, emit_members, members_len, parse_members, Heartbeat, Placement,
-    NODE_SLOTS,
+    be32, be64, dest, dest_byte, emit_members, members_len, parse_members, Heartbeat, Placement, NODE_SLOTS,
 };
 use super::key::{arr, exact, too_small, truncated};
 use super::message::MessageKind;
@@ -59,10 +58,7 @@ impl JoinRequest {
         let a: [u8; Self::LEN] = arr(b, 0)?;
         exact("join request", b, Self::LEN)?;
         if a[24] == 0 || a[24] > super::MAX_WORKER_CHANNELS {
-            return Err(CclError::BadValue {
-                field: "join request workers",
-                value: u64::from(a[24]),
-            });
+            return Err(CclError::BadValue { field: "join request workers", value: u64::from(a[24]) });
         }
         let mut ip = [0u8; 4];
         ip.copy_from_slice(&a[4..8]);
@@ -81,9 +77,7 @@ impl JoinRequest {
         })
     }
     pub fn emit(&self, out: &mut [u8]) -> Result<usize, CclError> {
-        let o = out
-            .get_mut(..Self::LEN)
-            .ok_or_else(|| too_small(Self::LEN, &[]))?;
+        let o = out.get_mut(..Self::LEN).ok_or_else(|| too_small(Self::LEN, &[]))?;
         o[0] = dest_byte(self.to)?;
         o[1] = self.priority;
         o[2..4].copy_from_slice(&self.place.bytes()?);
@@ -91,10 +85,7 @@ impl JoinRequest {
         o[8..16].copy_from_slice(&self.config_version.to_be_bytes());
         o[16..24].copy_from_slice(&self.config_digest.to_be_bytes());
         if self.workers == 0 || self.workers > super::MAX_WORKER_CHANNELS {
-            return Err(CclError::BadValue {
-                field: "join request workers",
-                value: u64::from(self.workers),
-            });
+            return Err(CclError::BadValue { field: "join request workers", value: u64::from(self.workers) });
         }
         o[24] = self.workers;
         Ok(Self::LEN)
@@ -164,26 +155,18 @@ impl JoinReply {
     const HEAD: usize = 14;
     pub fn parse(b: &[u8]) -> Result<Self, CclError> {
         let h: [u8; Self::HEAD] = arr(b, 0)?;
-        let verdict = JoinVerdict::from_u8(h[5]).ok_or(CclError::BadValue {
-            field: "join verdict",
-            value: u64::from(h[5]),
-        })?;
+        let verdict = JoinVerdict::from_u8(h[5])
+            .ok_or(CclError::BadValue { field: "join verdict", value: u64::from(h[5]) })?;
         let ((member_bitmap, member_place, member_since), at) = parse_members(b, Self::HEAD)?;
         if verdict != JoinVerdict::Accepted && member_bitmap != 0 {
-            return Err(CclError::BadValue {
-                field: "refusal member bitmap",
-                value: u64::from(member_bitmap),
-            });
+            return Err(CclError::BadValue { field: "refusal member bitmap", value: u64::from(member_bitmap) });
         }
         exact("join reply", b, at)?;
         let mut i = [0u8; 4];
         i.copy_from_slice(&h[1..5]);
         let mut d = [0u8; 8];
         d.copy_from_slice(&h[6..14]);
-        Ok(JoinReply {
-            to: dest(h[0])?,
-            to_incarnation: be32(i),
-            verdict,
+        Ok(JoinReply { to: dest(h[0])?, to_incarnation: be32(i), verdict,
             detail: be64(d),
             member_bitmap,
             member_place,
@@ -199,21 +182,13 @@ impl JoinReply {
             return Err(too_small(n, out));
         }
         if self.verdict != JoinVerdict::Accepted && self.member_bitmap != 0 {
-            return Err(CclError::BadValue {
-                field: "refusal member bitmap",
-                value: u64::from(self.member_bitmap),
-            });
+            return Err(CclError::BadValue { field: "refusal member bitmap", value: u64::from(self.member_bitmap) });
         }
         out[0] = dest_byte(self.to)?;
         out[1..5].copy_from_slice(&self.to_incarnation.to_be_bytes());
         out[5] = self.verdict as u8;
         out[6..14].copy_from_slice(&self.detail.to_be_bytes());
-        emit_members(
-            self.member_bitmap,
-            &self.member_place,
-            &self.member_since,
-            &mut out[Self::HEAD..n],
-        )?;
+        emit_members(self.member_bitmap, &self.member_place, &self.member_since, &mut out[Self::HEAD..n])?;
         Ok(n)
     }
 }
@@ -248,16 +223,10 @@ impl SyncRequest {
         let a: [u8; Self::LEN] = arr(b, 0)?;
         exact("sync request", b, Self::LEN)?;
         if a[25] == 0 || a[25] > SYNC_MAX_WINDOW {
-            return Err(CclError::BadValue {
-                field: "sync window",
-                value: u64::from(a[25]),
-            });
+            return Err(CclError::BadValue { field: "sync window", value: u64::from(a[25]) });
         }
         if a[26] & !SYNC_FULL != 0 {
-            return Err(CclError::BadValue {
-                field: "sync flags",
-                value: u64::from(a[26]),
-            });
+            return Err(CclError::BadValue { field: "sync flags", value: u64::from(a[26]) });
         }
         let mut x = [0u8; 4];
         x.copy_from_slice(&a[1..5]);
@@ -279,14 +248,9 @@ impl SyncRequest {
     }
     pub fn emit(&self, out: &mut [u8]) -> Result<usize, CclError> {
         if self.window == 0 || self.window > SYNC_MAX_WINDOW {
-            return Err(CclError::BadValue {
-                field: "sync window",
-                value: u64::from(self.window),
-            });
+            return Err(CclError::BadValue { field: "sync window", value: u64::from(self.window) });
         }
-        let o = out
-            .get_mut(..Self::LEN)
-            .ok_or_else(|| too_small(Self::LEN, &[]))?;
+        let o = out.get_mut(..Self::LEN).ok_or_else(|| too_small(Self::LEN, &[]))?;
         o[0] = dest_byte(self.to)?;
         o[1..5].copy_from_slice(&self.xfer.to_be_bytes());
         o[5..13].copy_from_slice(&self.since.to_be_bytes());
@@ -322,16 +286,10 @@ pub struct SyncChunk<'a> {
 impl<'a> SyncChunk<'a> {
     fn check(index: u32, total: u32, len: usize) -> Result<(), CclError> {
         if total == 0 || index >= total {
-            return Err(CclError::BadValue {
-                field: "chunk index",
-                value: u64::from(index),
-            });
+            return Err(CclError::BadValue { field: "chunk index", value: u64::from(index) });
         }
         if len == 0 || len > SYNC_CHUNK_DATA {
-            return Err(CclError::BadValue {
-                field: "chunk length",
-                value: len as u64,
-            });
+            return Err(CclError::BadValue { field: "chunk length", value: len as u64 });
         }
         Ok(())
     }
@@ -345,14 +303,7 @@ impl<'a> SyncChunk<'a> {
         let (inc, xfer, index, total) = (q(1..5), q(5..9), q(9..13), q(13..17));
         let data = b.get(SYNC_CHUNK_HEAD..).unwrap_or(&[]);
         Self::check(index, total, data.len())?;
-        Ok(SyncChunk {
-            to: dest(h[0])?,
-            to_incarnation: inc,
-            xfer,
-            index,
-            total,
-            data,
-        })
+        Ok(SyncChunk { to: dest(h[0])?, to_incarnation: inc, xfer, index, total, data })
     }
     pub fn wire_len(&self) -> usize {
         SYNC_CHUNK_HEAD + self.data.len()
@@ -403,67 +354,30 @@ impl<'a> TableUpdate<'a> {
         let mut v = [0u8; 8];
         v.copy_from_slice(&h[..8]);
         let klen = usize::from(h[10]);
-        let key = b
-            .get(11..11 + klen)
-            .ok_or_else(|| truncated(11 + klen, b))?;
+        let key = b.get(11..11 + klen).ok_or_else(|| truncated(11 + klen, b))?;
         let vlen = usize::from(u16::from_be_bytes(arr(b, 11 + klen)?));
         let at = 13 + klen;
-        let value = b
-            .get(at..at + vlen)
-            .ok_or_else(|| truncated(at + vlen, b))?;
+        let value = b.get(at..at + vlen).ok_or_else(|| truncated(at + vlen, b))?;
         exact("table update", b, at + vlen)?;
         let op = match h[9] {
             1 if vlen <= TABLE_VALUE_MAX => TableOp::Upsert(value),
-            1 => {
-                return Err(CclError::BadValue {
-                    field: "table value length",
-                    value: vlen as u64,
-                })
-            }
+            1 => return Err(CclError::BadValue { field: "table value length", value: vlen as u64 }),
             2 if vlen == 0 => TableOp::Delete,
-            2 => {
-                return Err(CclError::BadValue {
-                    field: "delete value length",
-                    value: vlen as u64,
-                })
-            }
-            op => {
-                return Err(CclError::BadValue {
-                    field: "table op",
-                    value: u64::from(op),
-                })
-            }
+            2 => return Err(CclError::BadValue { field: "delete value length", value: vlen as u64 }),
+            op => return Err(CclError::BadValue { field: "table op", value: u64::from(op) }),
         };
-        Ok(TableUpdate {
-            version: be64(v),
-            table: h[8],
-            key,
-            op,
-        })
+        Ok(TableUpdate { version: be64(v), table: h[8], key, op })
     }
     pub fn wire_len(&self) -> usize {
-        13 + self.key.len()
-            + if let TableOp::Upsert(v) = self.op {
-                v.len()
-            } else {
-                0
-            }
+        13 + self.key.len() + if let TableOp::Upsert(v) = self.op { v.len() } else { 0 }
     }
     pub fn emit(&self, out: &mut [u8]) -> Result<usize, CclError> {
         if self.key.len() > TABLE_KEY_MAX {
-            return Err(CclError::BadValue {
-                field: "table key length",
-                value: self.key.len() as u64,
-            });
+            return Err(CclError::BadValue { field: "table key length", value: self.key.len() as u64 });
         }
         let (op, value): (u8, &[u8]) = match self.op {
             TableOp::Upsert(v) if v.len() <= TABLE_VALUE_MAX => (1, v),
-            TableOp::Upsert(v) => {
-                return Err(CclError::BadValue {
-                    field: "table value length",
-                    value: v.len() as u64,
-                })
-            }
+            TableOp::Upsert(v) => return Err(CclError::BadValue { field: "table value length", value: v.len() as u64 }),
             TableOp::Delete => (2, &[]),
         };
         let n = self.wire_len();
@@ -502,10 +416,7 @@ impl XlateRequest {
         let a: [u8; Self::LEN] = arr(b, 0)?;
         exact("xlate request", b, Self::LEN)?;
         if a[1] != 0 {
-            return Err(CclError::BadValue {
-                field: "xlate request flags",
-                value: u64::from(a[1]),
-            });
+            return Err(CclError::BadValue { field: "xlate request flags", value: u64::from(a[1]) });
         }
         let held = Ipv4Addr::new(a[8], a[9], a[10], a[11]);
         Ok(XlateRequest {
@@ -516,14 +427,9 @@ impl XlateRequest {
         })
     }
     pub fn emit(&self, out: &mut [u8]) -> Result<usize, CclError> {
-        let o = out
-            .get_mut(..Self::LEN)
-            .ok_or_else(|| too_small(Self::LEN, &[]))?;
+        let o = out.get_mut(..Self::LEN).ok_or_else(|| too_small(Self::LEN, &[]))?;
         if self.held.is_some_and(|h| h.is_unspecified()) {
-            return Err(CclError::BadValue {
-                field: "xlate request held address",
-                value: 0,
-            });
+            return Err(CclError::BadValue { field: "xlate request held address", value: 0 });
         }
         o[0] = dest_byte(self.to)?;
         o[1] = 0;
@@ -559,11 +465,7 @@ pub struct LimitReport<'a> {
 }
 
 /// A report of nothing (sequence 0).
-pub const EMPTY_LIMIT_REPORT: LimitReport<'static> = LimitReport {
-    seq: 0,
-    classes: &[],
-    clients: &[],
-};
+pub const EMPTY_LIMIT_REPORT: LimitReport<'static> = LimitReport { seq: 0, classes: &[], clients: &[] };
 
 /// One class of a [`LimitReport`]: (class id, connections, embryonic).
 pub type ClassCount = (u32, u32, u32);
@@ -579,22 +481,13 @@ impl<'a> LimitReport<'a> {
         let a: [u8; 8] = arr(b, 0)?;
         let (nc, nk) = (usize::from(a[4]), usize::from(a[5]));
         if nc > LIMIT_REPORT_CLASSES {
-            return Err(CclError::BadValue {
-                field: "limit report classes",
-                value: nc as u64,
-            });
+            return Err(CclError::BadValue { field: "limit report classes", value: nc as u64 });
         }
         if nk > LIMIT_REPORT_CLIENTS {
-            return Err(CclError::BadValue {
-                field: "limit report clients",
-                value: nk as u64,
-            });
+            return Err(CclError::BadValue { field: "limit report clients", value: nk as u64 });
         }
         if a[6] != 0 || a[7] != 0 {
-            return Err(CclError::BadValue {
-                field: "limit report flags",
-                value: u64::from(u16::from_be_bytes([a[6], a[7]])),
-            });
+            return Err(CclError::BadValue { field: "limit report flags", value: u64::from(u16::from_be_bytes([a[6], a[7]])) });
         }
         let end_c = Self::HEAD_LEN + nc * Self::CLASS_LEN;
         let end = end_c + nk * Self::CLIENT_LEN;
@@ -622,9 +515,7 @@ impl<'a> LimitReport<'a> {
             let mut a = [0u8; 16];
             a.copy_from_slice(&c[4..20]);
             let v6 = std::net::Ipv6Addr::from(a);
-            let addr = v6
-                .to_ipv4_mapped()
-                .map_or(std::net::IpAddr::V6(v6), std::net::IpAddr::V4);
+            let addr = v6.to_ipv4_mapped().map_or(std::net::IpAddr::V6(v6), std::net::IpAddr::V4);
             (w(0), addr, w(20), w(24))
         })
     }
@@ -652,9 +543,7 @@ impl<'a> LimitReport<'a> {
     pub fn encode(seq: u32, classes: &[ClassCount], clients: &[ClientCount]) -> Vec<u8> {
         let classes = classes.get(..LIMIT_REPORT_CLASSES).unwrap_or(classes);
         let clients = clients.get(..LIMIT_REPORT_CLIENTS).unwrap_or(clients);
-        let mut v = Vec::with_capacity(
-            Self::HEAD_LEN + classes.len() * Self::CLASS_LEN + clients.len() * Self::CLIENT_LEN,
-        );
+        let mut v = Vec::with_capacity(Self::HEAD_LEN + classes.len() * Self::CLASS_LEN + clients.len() * Self::CLIENT_LEN);
         v.extend_from_slice(&seq.to_be_bytes());
         v.extend_from_slice(&[classes.len() as u8, clients.len() as u8, 0, 0]);
         for &(id, c, e) in classes {
@@ -692,10 +581,7 @@ pub struct QueryArg {
 }
 
 impl QueryArg {
-    pub const EMPTY: QueryArg = QueryArg {
-        len: 0,
-        bytes: [0; QUERY_ARG_MAX],
-    };
+    pub const EMPTY: QueryArg = QueryArg { len: 0, bytes: [0; QUERY_ARG_MAX] };
     /// `None`: longer than `QUERY_ARG_MAX`.
     pub fn new(b: &[u8]) -> Option<QueryArg> {
         let mut a = QueryArg::EMPTY;
@@ -710,11 +596,7 @@ impl QueryArg {
 
 impl core::fmt::Debug for QueryArg {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        write!(
-            f,
-            "QueryArg({:?})",
-            String::from_utf8_lossy(self.as_bytes())
-        )
+        write!(f, "QueryArg({:?})", String::from_utf8_lossy(self.as_bytes()))
     }
 }
 
@@ -740,26 +622,17 @@ impl QueryRequest {
     pub const HEAD_LEN: usize = 11;
     fn check(topic: u8, window: u8) -> Result<(), CclError> {
         if topic == 0 || topic > QUERY_TOPIC_MAX {
-            return Err(CclError::BadValue {
-                field: "query topic",
-                value: u64::from(topic),
-            });
+            return Err(CclError::BadValue { field: "query topic", value: u64::from(topic) });
         }
         if window == 0 || window > SYNC_MAX_WINDOW {
-            return Err(CclError::BadValue {
-                field: "query window",
-                value: u64::from(window),
-            });
+            return Err(CclError::BadValue { field: "query window", value: u64::from(window) });
         }
         Ok(())
     }
     pub fn parse(b: &[u8]) -> Result<Self, CclError> {
         let a: [u8; Self::HEAD_LEN] = arr(b, 0)?;
         let rest = b.get(Self::HEAD_LEN..).unwrap_or(&[]);
-        let arg = QueryArg::new(rest).ok_or(CclError::BadValue {
-            field: "query argument length",
-            value: rest.len() as u64,
-        })?;
+        let arg = QueryArg::new(rest).ok_or(CclError::BadValue { field: "query argument length", value: rest.len() as u64 })?;
         Self::check(a[5], a[10])?;
         Ok(QueryRequest {
             to: dest(a[0])?,
@@ -825,27 +698,15 @@ impl<'a> ControlMessage<'a> {
     pub fn parse(kind: u8, payload: &'a [u8]) -> Result<Self, CclError> {
         Ok(match MessageKind::from_u8(kind) {
             Some(MessageKind::Heartbeat) => ControlMessage::Heartbeat(Heartbeat::parse(payload)?),
-            Some(MessageKind::JoinRequest) => {
-                ControlMessage::JoinRequest(JoinRequest::parse(payload)?)
-            }
+            Some(MessageKind::JoinRequest) => ControlMessage::JoinRequest(JoinRequest::parse(payload)?),
             Some(MessageKind::JoinReply) => ControlMessage::JoinReply(JoinReply::parse(payload)?),
-            Some(MessageKind::SyncRequest) => {
-                ControlMessage::SyncRequest(SyncRequest::parse(payload)?)
-            }
+            Some(MessageKind::SyncRequest) => ControlMessage::SyncRequest(SyncRequest::parse(payload)?),
             Some(MessageKind::SyncChunk) => ControlMessage::SyncChunk(SyncChunk::parse(payload)?),
-            Some(MessageKind::TableUpdate) => {
-                ControlMessage::TableUpdate(TableUpdate::parse(payload)?)
-            }
-            Some(MessageKind::XlateRequest) => {
-                ControlMessage::XlateRequest(XlateRequest::parse(payload)?)
-            }
-            Some(MessageKind::QueryRequest) => {
-                ControlMessage::QueryRequest(QueryRequest::parse(payload)?)
-            }
+            Some(MessageKind::TableUpdate) => ControlMessage::TableUpdate(TableUpdate::parse(payload)?),
+            Some(MessageKind::XlateRequest) => ControlMessage::XlateRequest(XlateRequest::parse(payload)?),
+            Some(MessageKind::QueryRequest) => ControlMessage::QueryRequest(QueryRequest::parse(payload)?),
             Some(MessageKind::QueryChunk) => ControlMessage::QueryChunk(SyncChunk::parse(payload)?),
-            Some(MessageKind::LimitReport) => {
-                ControlMessage::LimitReport(LimitReport::parse(payload)?)
-            }
+            Some(MessageKind::LimitReport) => ControlMessage::LimitReport(LimitReport::parse(payload)?),
             _ => return Err(CclError::UnknownKind(kind)),
         })
     }
@@ -894,10 +755,7 @@ mod tests {
             state: 3,
             follows: Some(NodeId(1)),
             flags: HB_FLAG_QUORUM,
-            place: Placement {
-                site: Some(2),
-                chassis: None,
-            },
+            place: Placement { site: Some(2), chassis: None },
             ccl_address: Ipv4Addr::new(10, 99, 0, 2),
             seq: 77,
             config_version: 5,
@@ -906,14 +764,8 @@ mod tests {
             echo_bitmap: 0b10,
             ..Heartbeat::default()
         };
-        h.member_place[0] = Placement {
-            site: Some(1),
-            chassis: Some(7),
-        };
-        h.member_place[15] = Placement {
-            site: None,
-            chassis: Some(0),
-        };
+        h.member_place[0] = Placement { site: Some(1), chassis: Some(7) };
+        h.member_place[15] = Placement { site: None, chassis: Some(0) };
         h.member_since[0] = Epoch(3);
         h.member_since[15] = Epoch(0x0102_0304_0506_0708);
         h.echoes[1] = 0xdead_beef;
@@ -930,20 +782,14 @@ mod tests {
             member_place: [Placement::default(); NODE_SLOTS],
             member_since: [Epoch(0); NODE_SLOTS],
         };
-        accepted.member_place[3] = Placement {
-            site: Some(9),
-            chassis: Some(254),
-        };
+        accepted.member_place[3] = Placement { site: Some(9), chassis: Some(254) };
         vec![
             ControlMessage::Heartbeat(sample_heartbeat()),
             ControlMessage::Heartbeat(Heartbeat::default()),
             ControlMessage::JoinRequest(JoinRequest {
                 to: NodeId(1),
                 priority: 3,
-                place: Placement {
-                    site: None,
-                    chassis: Some(4),
-                },
+                place: Placement { site: None, chassis: Some(4) },
                 ccl_address: Ipv4Addr::new(10, 99, 0, 5),
                 config_version: 9,
                 config_digest: 0x0123_4567_89ab_cdef,
@@ -968,26 +814,9 @@ mod tests {
                 window: 16,
                 full: true,
             }),
-            ControlMessage::SyncChunk(SyncChunk {
-                to: NodeId(2),
-                to_incarnation: 8,
-                xfer: 99,
-                index: 2,
-                total: 3,
-                data,
-            }),
-            ControlMessage::TableUpdate(TableUpdate {
-                version: 18,
-                table: 1,
-                key: b"k1",
-                op: TableOp::Upsert(data),
-            }),
-            ControlMessage::TableUpdate(TableUpdate {
-                version: 19,
-                table: 1,
-                key: b"",
-                op: TableOp::Delete,
-            }),
+            ControlMessage::SyncChunk(SyncChunk { to: NodeId(2), to_incarnation: 8, xfer: 99, index: 2, total: 3, data }),
+            ControlMessage::TableUpdate(TableUpdate { version: 18, table: 1, key: b"k1", op: TableOp::Upsert(data) }),
+            ControlMessage::TableUpdate(TableUpdate { version: 19, table: 1, key: b"", op: TableOp::Delete }),
             ControlMessage::XlateRequest(XlateRequest {
                 to: NodeId(0),
                 pool: 3,
@@ -1000,14 +829,7 @@ mod tests {
                 real: Ipv4Addr::UNSPECIFIED,
                 held: Some(Ipv4Addr::new(192, 0, 2, 9)),
             }),
-            ControlMessage::QueryRequest(QueryRequest {
-                to: NodeId(3),
-                query: 0x0a0b_0c0d,
-                topic: 2,
-                next: 7,
-                window: 16,
-                arg: QueryArg::EMPTY,
-            }),
+            ControlMessage::QueryRequest(QueryRequest { to: NodeId(3), query: 0x0a0b_0c0d, topic: 2, next: 7, window: 16, arg: QueryArg::EMPTY }),
             ControlMessage::QueryRequest(QueryRequest {
                 to: NodeId(3),
                 query: 1,
@@ -1016,14 +838,7 @@ mod tests {
                 window: 16,
                 arg: QueryArg::new(b"198.18.10.2 port 8080 for 10").unwrap(),
             }),
-            ControlMessage::QueryChunk(SyncChunk {
-                to: NodeId(1),
-                to_incarnation: 5,
-                xfer: 11,
-                index: 0,
-                total: 1,
-                data,
-            }),
+            ControlMessage::QueryChunk(SyncChunk { to: NodeId(1), to_incarnation: 5, xfer: 11, index: 0, total: 1, data }),
             ControlMessage::LimitReport(LimitReport::parse(&LIMIT_REPORT_GOLDEN).unwrap()),
             ControlMessage::LimitReport(LimitReport::parse(&[0, 0, 0, 0, 0, 0, 0, 0]).unwrap()),
         ]
@@ -1034,8 +849,7 @@ mod tests {
     const LIMIT_REPORT_GOLDEN: [u8; 48] = [
         0, 0, 0, 7, 1, 1, 0, 0, // seq, classes, clients, flags
         0, 0, 0, 0, 0, 0, 0, 10, 0, 0, 0, 3, // class 0
-        0x12, 0x34, 0x56, 0x78, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 0, 0, 1, 0, 0, 0, 2,
-        0, 0, 0, 1,
+        0x12, 0x34, 0x56, 0x78, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0, 1,
     ];
 
     #[test]
@@ -1043,35 +857,19 @@ mod tests {
         let r = LimitReport::parse(&LIMIT_REPORT_GOLDEN).unwrap();
         assert_eq!(r.seq, 7);
         assert_eq!(r.classes().collect::<Vec<_>>(), [(0, 10, 3)]);
-        let client = (
-            0x1234_5678,
-            std::net::IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)),
-            2,
-            1,
-        );
+        let client = (0x1234_5678, std::net::IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)), 2, 1);
         assert_eq!(r.clients().collect::<Vec<_>>(), [client]);
-        assert_eq!(
-            LimitReport::encode(7, &[(0, 10, 3)], &[client]),
-            LIMIT_REPORT_GOLDEN
-        );
+        assert_eq!(LimitReport::encode(7, &[(0, 10, 3)], &[client]), LIMIT_REPORT_GOLDEN);
         // IPv6 clients travel as themselves.
         let v6 = (1, "2001:db8::7".parse().unwrap(), 4, 0);
         let b = LimitReport::encode(1, &[], &[v6]);
-        assert_eq!(
-            LimitReport::parse(&b)
-                .unwrap()
-                .clients()
-                .collect::<Vec<_>>(),
-            [v6]
-        );
+        assert_eq!(LimitReport::parse(&b).unwrap().clients().collect::<Vec<_>>(), [v6]);
         // At most 32 of each are encoded; more, or flags, are refused.
         let many: Vec<ClassCount> = (0..40).map(|i| (i, i, 0)).collect();
         let b = LimitReport::encode(2, &many, &[]);
         let r = LimitReport::parse(&b).unwrap();
         assert_eq!(r.classes().count(), LIMIT_REPORT_CLASSES);
-        assert!(
-            r.wire_len() + LimitReport::CLIENT_LEN * LIMIT_REPORT_CLIENTS <= MAX_PAYLOAD_MTU1500
-        );
+        assert!(r.wire_len() + LimitReport::CLIENT_LEN * LIMIT_REPORT_CLIENTS <= MAX_PAYLOAD_MTU1500);
         for (at, v) in [(4, 33u8), (5, 33), (6, 1), (7, 1)] {
             let mut x = LIMIT_REPORT_GOLDEN;
             x[at] = v;
@@ -1089,8 +887,7 @@ mod tests {
         assert_eq!(
             &b[..n],
             &[
-                10, 3, 1, 1, 2, 0xff, 10, 99, 0,
-                2, // priority, control, follows 1, quorum, site 2, no chassis, address
+                10, 3, 1, 1, 2, 0xff, 10, 99, 0, 2, // priority, control, follows 1, quorum, site 2, no chassis, address
                 0, 0, 0, 77, // seq
                 0, 0, 0, 0, 0, 0, 0, 5, // config version
                 0, 0, 0, 0, 0, 1, 0xe2, 0x40, // state version
@@ -1098,17 +895,12 @@ mod tests {
                 0x80, 0x03, // members 0, 1, 15, each with placement and admission epoch:
                 1, 7, 0, 0, 0, 0, 0, 0, 0, 3, // node 0: site 1, chassis 7, since epoch 3
                 0xff, 0xff, 0, 0, 0, 0, 0, 0, 0, 0, // node 1: none, unknown
-                0xff, 0, 1, 2, 3, 4, 5, 6, 7,
-                8, // node 15: chassis 0, since 0x0102030405060708
+                0xff, 0, 1, 2, 3, 4, 5, 6, 7, 8, // node 15: chassis 0, since 0x0102030405060708
                 0, 2, 0xde, 0xad, 0xbe, 0xef, // echo of node 1
             ][..]
         );
         assert_eq!(Heartbeat::parse(&b[..n]), Ok(h));
-        let full = Heartbeat {
-            member_bitmap: 0xffff,
-            echo_bitmap: 0xffff,
-            ..Heartbeat::default()
-        };
+        let full = Heartbeat { member_bitmap: 0xffff, echo_bitmap: 0xffff, ..Heartbeat::default() };
         assert_eq!(full.wire_len(), Heartbeat::MAX_LEN);
         assert!(Heartbeat::MAX_LEN < 512, "one AEGIS-128L MAC per heartbeat");
     }
@@ -1121,10 +913,7 @@ mod tests {
             assert_eq!(m.emit(&mut b), Ok(b.len()), "{m:?}");
             assert_eq!(ControlMessage::parse(m.kind() as u8, &b), Ok(m));
             for n in 0..b.len() {
-                assert!(
-                    m.emit(&mut vec![0u8; n]).is_err(),
-                    "{n} bytes of room for {m:?}"
-                );
+                assert!(m.emit(&mut vec![0u8; n]).is_err(), "{n} bytes of room for {m:?}");
                 if let Ok(x) = ControlMessage::parse(m.kind() as u8, &b[..n]) {
                     assert_ne!(x, m, "a truncation parses to something else");
                 }
@@ -1132,14 +921,8 @@ mod tests {
             let mut longer = b.clone();
             longer.push(0);
             // Chunks carry their data to the end: one byte more is more data.
-            if !matches!(
-                m.kind(),
-                MessageKind::SyncChunk | MessageKind::QueryChunk | MessageKind::QueryRequest
-            ) {
-                assert!(
-                    ControlMessage::parse(m.kind() as u8, &longer).is_err(),
-                    "{m:?}"
-                );
+            if !matches!(m.kind(), MessageKind::SyncChunk | MessageKind::QueryChunk | MessageKind::QueryRequest) {
+                assert!(ControlMessage::parse(m.kind() as u8, &longer).is_err(), "{m:?}");
             }
         }
     }
@@ -1153,25 +936,9 @@ mod tests {
             x[at] = v;
             assert!(Heartbeat::parse(&x[..n]).is_err(), "byte {at} = {v}");
         }
-        assert!(Heartbeat {
-            state: 6,
-            ..Heartbeat::default()
-        }
-        .emit(&mut b)
-        .is_err());
-        assert!(Heartbeat {
-            follows: Some(NodeId(16)),
-            ..Heartbeat::default()
-        }
-        .emit(&mut b)
-        .is_err());
-        let bad_site = Heartbeat {
-            place: Placement {
-                site: Some(NO_PLACE),
-                chassis: None,
-            },
-            ..Heartbeat::default()
-        };
+        assert!(Heartbeat { state: 6, ..Heartbeat::default() }.emit(&mut b).is_err());
+        assert!(Heartbeat { follows: Some(NodeId(16)), ..Heartbeat::default() }.emit(&mut b).is_err());
+        let bad_site = Heartbeat { place: Placement { site: Some(NO_PLACE), chassis: None }, ..Heartbeat::default() };
         assert!(bad_site.emit(&mut b).is_err());
         // A refusal carries no members; unknown verdicts; chunk limits.
         let r = JoinReply {
@@ -1185,70 +952,24 @@ mod tests {
         };
         assert!(r.emit(&mut [0u8; 64]).is_err());
         let mut ok = [0u8; 64];
-        let n = JoinReply {
-            member_bitmap: 0,
-            ..r
-        }
-        .emit(&mut ok)
-        .unwrap();
+        let n = JoinReply { member_bitmap: 0, ..r }.emit(&mut ok).unwrap();
         ok[5] = 200;
         assert!(JoinReply::parse(&ok[..n]).is_err());
         let big = [0u8; SYNC_CHUNK_DATA + 1];
-        let c = SyncChunk {
-            to: NodeId(1),
-            to_incarnation: 1,
-            xfer: 1,
-            index: 0,
-            total: 1,
-            data: &big,
-        };
+        let c = SyncChunk { to: NodeId(1), to_incarnation: 1, xfer: 1, index: 0, total: 1, data: &big };
         assert!(c.emit(&mut [0u8; 2000]).is_err());
-        assert!(SyncChunk {
-            data: &big[..SYNC_CHUNK_DATA],
-            ..c
-        }
-        .emit(&mut [0u8; 2000])
-        .is_ok());
+        assert!(SyncChunk { data: &big[..SYNC_CHUNK_DATA], ..c }.emit(&mut [0u8; 2000]).is_ok());
         assert!(SyncChunk { data: &[], ..c }.emit(&mut [0u8; 2000]).is_err());
-        assert!(SyncChunk {
-            index: 1,
-            data: &big[..1],
-            ..c
-        }
-        .emit(&mut [0u8; 2000])
-        .is_err());
+        assert!(SyncChunk { index: 1, data: &big[..1], ..c }.emit(&mut [0u8; 2000]).is_err());
         assert_eq!(SYNC_CHUNK_HEAD + SYNC_CHUNK_DATA, MAX_PAYLOAD_MTU1500);
-        let q = SyncRequest {
-            to: NodeId(1),
-            xfer: 1,
-            since: 0,
-            config_version: 0,
-            next: 0,
-            window: 0,
-            full: false,
-        };
+        let q = SyncRequest { to: NodeId(1), xfer: 1, since: 0, config_version: 0, next: 0, window: 0, full: false };
         assert!(q.emit(&mut [0u8; 64]).is_err());
-        assert!(SyncRequest {
-            window: SYNC_MAX_WINDOW + 1,
-            ..q
-        }
-        .emit(&mut [0u8; 64])
-        .is_err());
+        assert!(SyncRequest { window: SYNC_MAX_WINDOW + 1, ..q }.emit(&mut [0u8; 64]).is_err());
         let long = [0u8; TABLE_KEY_MAX + 1];
-        let u = TableUpdate {
-            version: 1,
-            table: 0,
-            key: &long,
-            op: TableOp::Delete,
-        };
+        let u = TableUpdate { version: 1, table: 0, key: &long, op: TableOp::Delete };
         assert!(u.emit(&mut [0u8; 2000]).is_err());
         let value = [0u8; TABLE_VALUE_MAX + 1];
-        let u = TableUpdate {
-            version: 1,
-            table: 0,
-            key: b"k",
-            op: TableOp::Upsert(&value),
-        };
+        let u = TableUpdate { version: 1, table: 0, key: b"k", op: TableOp::Upsert(&value) };
         assert!(u.emit(&mut [0u8; 2000]).is_err());
         // An xlate request: its bytes; unknown flags, a node above 15.
         let x = XlateRequest {
@@ -1262,40 +983,21 @@ mod tests {
         assert_eq!(xb, [2, 0, 1, 2, 198, 18, 10, 2, 192, 0, 2, 7]);
         // A query request: its bytes; topic and window within their
         // ranges; an argument of at most QUERY_ARG_MAX bytes.
-        let q = QueryRequest {
-            to: NodeId(2),
-            query: 0x0102_0304,
-            topic: 3,
-            next: 0x10,
-            window: 16,
-            arg: QueryArg::new(b"ab").unwrap(),
-        };
+        let q = QueryRequest { to: NodeId(2), query: 0x0102_0304, topic: 3, next: 0x10, window: 16, arg: QueryArg::new(b"ab").unwrap() };
         let mut qb = [0u8; QueryRequest::HEAD_LEN + 2];
         assert_eq!(q.emit(&mut qb), Ok(13));
         assert_eq!(qb, [2, 1, 2, 3, 4, 3, 0, 0, 0, 0x10, 16, b'a', b'b']);
-        for (at, v) in [
-            (5, 0),
-            (5, QUERY_TOPIC_MAX + 1),
-            (10, 0),
-            (10, SYNC_MAX_WINDOW + 1),
-            (0, 16),
-        ] {
+        for (at, v) in [(5, 0), (5, QUERY_TOPIC_MAX + 1), (10, 0), (10, SYNC_MAX_WINDOW + 1), (0, 16)] {
             let mut x = qb;
             x[at] = v;
             assert!(QueryRequest::parse(&x).is_err(), "byte {at} = {v}");
         }
         assert!(QueryRequest { topic: 0, ..q }.emit(&mut qb).is_err());
-        assert_eq!(
-            QueryArg::new(&[0; QUERY_ARG_MAX]).map(|a| a.as_bytes().len()),
-            Some(QUERY_ARG_MAX)
-        );
+        assert_eq!(QueryArg::new(&[0; QUERY_ARG_MAX]).map(|a| a.as_bytes().len()), Some(QUERY_ARG_MAX));
         assert_eq!(QueryArg::new(&[0; QUERY_ARG_MAX + 1]), None);
         let mut qlong = vec![0u8; QueryRequest::HEAD_LEN + QUERY_ARG_MAX + 1];
         assert_eq!(q.emit(&mut qlong), Ok(13));
-        assert!(
-            QueryRequest::parse(&qlong).is_err(),
-            "an argument one byte too long"
-        );
+        assert!(QueryRequest::parse(&qlong).is_err(), "an argument one byte too long");
         assert!(QueryRequest::parse(&qlong[..QueryRequest::HEAD_LEN + QUERY_ARG_MAX]).is_ok());
         for (at, v) in [(1, 1), (1, 0x80), (0, 16)] {
             let mut y = xb;
@@ -1303,18 +1005,8 @@ mod tests {
             assert!(XlateRequest::parse(&y).is_err(), "byte {at} = {v}");
         }
         assert!(XlateRequest::parse(&xb[..11]).is_err());
-        assert!(XlateRequest {
-            to: NodeId(16),
-            ..x
-        }
-        .emit(&mut [0u8; 12])
-        .is_err());
-        assert!(XlateRequest {
-            held: Some(Ipv4Addr::UNSPECIFIED),
-            ..x
-        }
-        .emit(&mut [0u8; 12])
-        .is_err());
+        assert!(XlateRequest { to: NodeId(16), ..x }.emit(&mut [0u8; 12]).is_err());
+        assert!(XlateRequest { held: Some(Ipv4Addr::UNSPECIFIED), ..x }.emit(&mut [0u8; 12]).is_err());
         // The longest update fits one datagram.
         let u = TableUpdate {
             version: 1,
@@ -1323,10 +1015,7 @@ mod tests {
             op: TableOp::Upsert(&value[..TABLE_VALUE_MAX]),
         };
         assert!(u.wire_len() <= MAX_PAYLOAD_MTU1500);
-        assert_eq!(
-            ControlMessage::parse(MessageKind::OwnerQuery as u8, &[]),
-            Err(CclError::UnknownKind(2))
-        );
+        assert_eq!(ControlMessage::parse(MessageKind::OwnerQuery as u8, &[]), Err(CclError::UnknownKind(2)));
     }
 
     proptest! {

@@ -239,31 +239,16 @@ mod tests {
     fn checks_in_order() {
         let mut b = [0u8; HEADER_LEN + 4 + TAG_LEN];
         sample().emit(&mut b);
-        assert_eq!(
-            CclPacket::new_checked(&b[..2]).unwrap_err(),
-            CclDrop::Truncated
-        );
-        assert_eq!(
-            CclPacket::new_checked(&b[..40]).unwrap_err(),
-            CclDrop::Truncated
-        );
-        assert_eq!(
-            CclPacket::new_checked(&b[..53]).unwrap_err(),
-            CclDrop::BadLength
-        );
+        assert_eq!(CclPacket::new_checked(&b[..2]).unwrap_err(), CclDrop::Truncated);
+        assert_eq!(CclPacket::new_checked(&b[..40]).unwrap_err(), CclDrop::Truncated);
+        assert_eq!(CclPacket::new_checked(&b[..53]).unwrap_err(), CclDrop::BadLength);
         for version in [1, 2, 3, 4, 5, 6, 7, 8, 9, 11] {
             let mut v = b;
             v[2] = version;
-            assert_eq!(
-                CclPacket::new_checked(&v[..]).unwrap_err(),
-                CclDrop::BadVersion
-            );
+            assert_eq!(CclPacket::new_checked(&v[..]).unwrap_err(), CclDrop::BadVersion);
         }
         let mut m = b;
         m[0] = 0;
-        assert_eq!(
-            CclPacket::new_checked(&m[..]).unwrap_err(),
-            CclDrop::BadMagic
-        );
+        assert_eq!(CclPacket::new_checked(&m[..]).unwrap_err(), CclDrop::BadMagic);
     }
 }

@@ -38,10 +38,7 @@ pub(super) fn opt_node(v: u8, field: &'static str) -> Result<Option<NodeId>, Ccl
     match v {
         NO_NODE => Ok(None),
         n if usize::from(n) < NODE_SLOTS => Ok(Some(NodeId(n))),
-        n => Err(CclError::BadValue {
-            field,
-            value: u64::from(n),
-        }),
+        n => Err(CclError::BadValue { field, value: u64::from(n) }),
     }
 }
 
@@ -76,10 +73,7 @@ pub(super) fn place_id(v: u8) -> Option<u8> {
 pub(super) fn place_byte(v: Option<u8>, field: &'static str) -> Result<u8, CclError> {
     match v {
         None => Ok(NO_PLACE),
-        Some(NO_PLACE) => Err(CclError::BadValue {
-            field,
-            value: u64::from(NO_PLACE),
-        }),
+        Some(NO_PLACE) => Err(CclError::BadValue { field, value: u64::from(NO_PLACE) }),
         Some(x) => Ok(x),
     }
 }
@@ -101,16 +95,10 @@ pub struct Placement {
 
 impl Placement {
     pub(super) fn parse(b: [u8; 2]) -> Placement {
-        Placement {
-            site: place_id(b[0]),
-            chassis: place_id(b[1]),
-        }
+        Placement { site: place_id(b[0]), chassis: place_id(b[1]) }
     }
     pub(super) fn bytes(&self) -> Result<[u8; 2], CclError> {
-        Ok([
-            place_byte(self.site, "site")?,
-            place_byte(self.chassis, "chassis")?,
-        ])
+        Ok([place_byte(self.site, "site")?, place_byte(self.chassis, "chassis")?])
     }
 }
 
@@ -170,7 +158,8 @@ pub(super) fn emit_members(
 /// priority (1), state (1: 0 joining, 1 syncing, 2 data, 3 control,
 /// 4 inactive, 5 disabled), follows (1: the control node the sender
 /// follows and heard within its hold time, 0xff none), flags (1: bit 0
-/// quorum mode, bit 1 a control node resumed and not yet confirmed), site (1), chassis (1) (0xff none), CCL address (4),
+/// quorum mode, bit 1 a control node resumed and not yet confirmed),
+/// site (1), chassis (1) (0xff none), CCL address (4),
 /// heartbeat sequence (4: from 1 per incarnation), config version (8),
 /// state version (8: replicated tables), grant (4: a control node's
 /// quorum-backed lease left at sending, in µs; 0 none), member table
@@ -238,20 +227,13 @@ impl Heartbeat {
     pub fn parse(b: &[u8]) -> Result<Self, CclError> {
         let f: [u8; Self::FIXED_LEN] = arr(b, 0)?;
         if f[1] > HB_STATE_MAX {
-            return Err(CclError::BadValue {
-                field: "heartbeat state",
-                value: u64::from(f[1]),
-            });
+            return Err(CclError::BadValue { field: "heartbeat state", value: u64::from(f[1]) });
         }
         let follows = opt_node(f[2], "heartbeat follows")?;
         if f[3] & !HB_FLAGS != 0 {
-            return Err(CclError::BadValue {
-                field: "heartbeat flags",
-                value: u64::from(f[3]),
-            });
+            return Err(CclError::BadValue { field: "heartbeat flags", value: u64::from(f[3]) });
         }
-        let ((member_bitmap, member_place, member_since), mut at) =
-            parse_members(b, Self::FIXED_LEN)?;
+        let ((member_bitmap, member_place, member_since), mut at) = parse_members(b, Self::FIXED_LEN)?;
         let echo_bitmap = u16::from_be_bytes(arr(b, at)?);
         at += 2;
         let mut echoes = [0u32; NODE_SLOTS];
@@ -293,10 +275,7 @@ impl Heartbeat {
     }
 
     pub fn wire_len(&self) -> usize {
-        Self::FIXED_LEN
-            + members_len(self.member_bitmap)
-            + 2
-            + 4 * self.echo_bitmap.count_ones() as usize
+        Self::FIXED_LEN + members_len(self.member_bitmap) + 2 + 4 * self.echo_bitmap.count_ones() as usize
     }
 
     pub fn emit(&self, out: &mut [u8]) -> Result<usize, CclError> {
@@ -305,16 +284,10 @@ impl Heartbeat {
             return Err(too_small(n, out));
         }
         if self.state > HB_STATE_MAX {
-            return Err(CclError::BadValue {
-                field: "heartbeat state",
-                value: u64::from(self.state),
-            });
+            return Err(CclError::BadValue { field: "heartbeat state", value: u64::from(self.state) });
         }
         if self.flags & !HB_FLAGS != 0 {
-            return Err(CclError::BadValue {
-                field: "heartbeat flags",
-                value: u64::from(self.flags),
-            });
+            return Err(CclError::BadValue { field: "heartbeat flags", value: u64::from(self.flags) });
         }
         let o = &mut out[..n];
         o[0] = self.priority;
@@ -327,13 +300,7 @@ impl Heartbeat {
         o[14..22].copy_from_slice(&self.config_version.to_be_bytes());
         o[22..30].copy_from_slice(&self.state_version.to_be_bytes());
         o[30..34].copy_from_slice(&self.grant_us.to_be_bytes());
-        let mut at = Self::FIXED_LEN
-            + emit_members(
-                self.member_bitmap,
-                &self.member_place,
-                &self.member_since,
-                &mut o[Self::FIXED_LEN..],
-            )?;
+        let mut at = Self::FIXED_LEN + emit_members(self.member_bitmap, &self.member_place, &self.member_since, &mut o[Self::FIXED_LEN..])?;
         o[at..at + 2].copy_from_slice(&self.echo_bitmap.to_be_bytes());
         at += 2;
         for (i, e) in self.echoes.iter().enumerate() {

@@ -11,27 +11,18 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 #[inline]
 pub(crate) fn too_small(needed: usize, out: &[u8]) -> CclError {
-    CclError::BufferTooSmall {
-        needed,
-        available: out.len(),
-    }
+    CclError::BufferTooSmall { needed, available: out.len() }
 }
 
 #[inline]
 pub(crate) fn truncated(needed: usize, b: &[u8]) -> CclError {
-    CclError::Truncated {
-        needed,
-        available: b.len(),
-    }
+    CclError::Truncated { needed, available: b.len() }
 }
 
 #[inline]
 pub(crate) fn exact(what: &'static str, b: &[u8], used: usize) -> Result<(), CclError> {
     if b.len() > used {
-        Err(CclError::TrailingBytes {
-            what,
-            extra: b.len() - used,
-        })
+        Err(CclError::TrailingBytes { what, extra: b.len() - used })
     } else {
         Ok(())
     }
@@ -69,9 +60,7 @@ impl FlowKey {
     /// `MixedFamily` when source and destination families differ.
     pub fn new(tuple: FiveTuple) -> Result<Self, CclError> {
         match (tuple.src, tuple.dst) {
-            (IpAddr::V4(_), IpAddr::V4(_)) | (IpAddr::V6(_), IpAddr::V6(_)) => {
-                Ok(FlowKey { tuple })
-            }
+            (IpAddr::V4(_), IpAddr::V4(_)) | (IpAddr::V6(_), IpAddr::V6(_)) => Ok(FlowKey { tuple }),
             _ => Err(CclError::MixedFamily),
         }
     }
@@ -98,10 +87,7 @@ impl FlowKey {
         match f {
             family::V4 => Ok(Self::V4_LEN),
             family::V6 => Ok(Self::V6_LEN),
-            v => Err(CclError::BadValue {
-                field: "address family",
-                value: u64::from(v),
-            }),
+            v => Err(CclError::BadValue { field: "address family", value: u64::from(v) }),
         }
     }
 
@@ -129,13 +115,7 @@ impl FlowKey {
         let sp = u16::from_be_bytes(arr(body, rest)?);
         let dp = u16::from_be_bytes(arr(body, rest + 2)?);
         let [proto] = arr::<1>(body, rest + 4)?;
-        let tuple = FiveTuple {
-            src,
-            dst,
-            proto,
-            src_port: sp,
-            dst_port: dp,
-        };
+        let tuple = FiveTuple { src, dst, proto, src_port: sp, dst_port: dp };
         Ok((FlowKey { tuple }, n))
     }
 
@@ -143,12 +123,7 @@ impl FlowKey {
         let n = self.wire_len();
         let o = match out.get_mut(..n) {
             Some(o) => o,
-            None => {
-                return Err(CclError::BufferTooSmall {
-                    needed: n,
-                    available: out.len(),
-                })
-            }
+            None => return Err(CclError::BufferTooSmall { needed: n, available: out.len() }),
         };
         let rest = match (self.tuple.src, self.tuple.dst) {
             (IpAddr::V4(s), IpAddr::V4(d)) => {
@@ -185,3 +160,4 @@ impl From<FlowKey> for FiveTuple {
         k.tuple
     }
 }
+

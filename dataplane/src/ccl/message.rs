@@ -148,12 +148,8 @@ impl OwnerQuery {
     pub fn parse(b: &[u8]) -> Result<Self, CclError> {
         let id: [u8; 4] = arr(b, 0)?;
         let [flags] = arr::<1>(b, 4)?;
-        if flags & !(ELECT_IF_ABSENT | LOCAL_LOOKUP) != 0 || flags == ELECT_IF_ABSENT | LOCAL_LOOKUP
-        {
-            return Err(CclError::BadValue {
-                field: "owner-query flags",
-                value: u64::from(flags),
-            });
+        if flags & !(ELECT_IF_ABSENT | LOCAL_LOOKUP) != 0 || flags == ELECT_IF_ABSENT | LOCAL_LOOKUP {
+            return Err(CclError::BadValue { field: "owner-query flags", value: u64::from(flags) });
         }
         let flow = FlowKey::parse(&b[5..])?;
         Ok(OwnerQuery {
@@ -173,16 +169,9 @@ impl OwnerQuery {
         }
         out[..4].copy_from_slice(&self.query_id.to_be_bytes());
         if self.elect_if_absent && self.local {
-            return Err(CclError::BadValue {
-                field: "owner-query flags",
-                value: u64::from(ELECT_IF_ABSENT | LOCAL_LOOKUP),
-            });
+            return Err(CclError::BadValue { field: "owner-query flags", value: u64::from(ELECT_IF_ABSENT | LOCAL_LOOKUP) });
         }
-        out[4] = if self.elect_if_absent {
-            ELECT_IF_ABSENT
-        } else {
-            0
-        } | if self.local { LOCAL_LOOKUP } else { 0 };
+        out[4] = if self.elect_if_absent { ELECT_IF_ABSENT } else { 0 } | if self.local { LOCAL_LOOKUP } else { 0 };
         self.flow.emit(&mut out[5..])?;
         Ok(n)
     }
@@ -209,11 +198,7 @@ impl OwnerReply {
             n => return Err(CclError::BadNodeId(n)),
         };
         let flow = FlowKey::parse(&b[5..])?;
-        Ok(OwnerReply {
-            query_id: u32::from_be_bytes(id),
-            flow,
-            owner,
-        })
+        Ok(OwnerReply { query_id: u32::from_be_bytes(id), flow, owner })
     }
     pub fn wire_len(&self) -> usize {
         5 + self.flow.wire_len()
@@ -258,11 +243,7 @@ impl<'a> ForwardedPacket<'a> {
         if frame.len() < MIN_FRAME_LEN {
             return Err(truncated(1 + n + MIN_FRAME_LEN, b));
         }
-        Ok(ForwardedPacket {
-            ingress_iface: iface,
-            flow_hint,
-            frame,
-        })
+        Ok(ForwardedPacket { ingress_iface: iface, flow_hint, frame })
     }
     pub fn wire_len(&self) -> usize {
         Self::head_len(self.flow_hint.as_ref()) + self.frame.len()
@@ -274,11 +255,7 @@ impl<'a> ForwardedPacket<'a> {
     /// Write the bytes in front of the frame (`head_len` of them) into
     /// `out`; for sealing a frame that is already in place
     /// (`Sealer::seal_frame_in_place`).
-    pub fn emit_head(
-        ingress_iface: u8,
-        flow_hint: Option<&FlowKey>,
-        out: &mut [u8],
-    ) -> Result<usize, CclError> {
+    pub fn emit_head(ingress_iface: u8, flow_hint: Option<&FlowKey>, out: &mut [u8]) -> Result<usize, CclError> {
         let n = Self::head_len(flow_hint);
         if out.len() < n {
             return Err(too_small(n, out));
@@ -293,10 +270,7 @@ impl<'a> ForwardedPacket<'a> {
             return Err(too_small(n, out));
         }
         if self.frame.len() < MIN_FRAME_LEN {
-            return Err(CclError::BadValue {
-                field: "frame length",
-                value: self.frame.len() as u64,
-            });
+            return Err(CclError::BadValue { field: "frame length", value: self.frame.len() as u64 });
         }
         let k = Self::emit_head(self.ingress_iface, self.flow_hint.as_ref(), out)?;
         out[k..n].copy_from_slice(self.frame);
@@ -319,10 +293,7 @@ impl<'a> RelayToOwner<'a> {
         if frame.len() < MIN_FRAME_LEN {
             return Err(truncated(1 + MIN_FRAME_LEN, b));
         }
-        Ok(RelayToOwner {
-            ingress_iface: iface,
-            frame,
-        })
+        Ok(RelayToOwner { ingress_iface: iface, frame })
     }
     pub fn wire_len(&self) -> usize {
         Self::HEAD_LEN + self.frame.len()
@@ -331,9 +302,7 @@ impl<'a> RelayToOwner<'a> {
     pub const HEAD_LEN: usize = 1;
     /// Write the bytes in front of the frame (`HEAD_LEN`) into `out`.
     pub fn emit_head(ingress_iface: u8, out: &mut [u8]) -> Result<usize, CclError> {
-        let b = out
-            .first_mut()
-            .ok_or_else(|| too_small(Self::HEAD_LEN, &[]))?;
+        let b = out.first_mut().ok_or_else(|| too_small(Self::HEAD_LEN, &[]))?;
         *b = ingress_iface;
         Ok(Self::HEAD_LEN)
     }
@@ -343,10 +312,7 @@ impl<'a> RelayToOwner<'a> {
             return Err(too_small(n, out));
         }
         if self.frame.len() < MIN_FRAME_LEN {
-            return Err(CclError::BadValue {
-                field: "frame length",
-                value: self.frame.len() as u64,
-            });
+            return Err(CclError::BadValue { field: "frame length", value: self.frame.len() as u64 });
         }
         let k = Self::emit_head(self.ingress_iface, out)?;
         out[k..n].copy_from_slice(self.frame);
@@ -375,20 +341,14 @@ impl<'a> ForwardedBatch<'a> {
     pub fn parse(b: &'a [u8]) -> Result<Self, CclError> {
         let [count] = arr::<1>(b, 0)?;
         if count == 0 || usize::from(count) > BATCH_MAX_FRAMES {
-            return Err(CclError::BadValue {
-                field: "batch count",
-                value: u64::from(count),
-            });
+            return Err(CclError::BadValue { field: "batch count", value: u64::from(count) });
         }
         let mut at = 1;
         for _ in 0..count {
             let [_, hi, lo] = arr::<3>(b, at)?;
             let len = usize::from(u16::from_be_bytes([hi, lo]));
             if len < MIN_FRAME_LEN {
-                return Err(CclError::BadValue {
-                    field: "frame length",
-                    value: len as u64,
-                });
+                return Err(CclError::BadValue { field: "frame length", value: len as u64 });
             }
             at += Self::ENTRY_HEAD + len;
             if b.len() < at {
@@ -396,10 +356,7 @@ impl<'a> ForwardedBatch<'a> {
             }
         }
         exact("forwarded batch", b, at)?;
-        Ok(ForwardedBatch {
-            count,
-            entries: &b[1..],
-        })
+        Ok(ForwardedBatch { count, entries: &b[1..] })
     }
     /// Frames in the batch.
     pub fn len(&self) -> usize {
@@ -425,27 +382,16 @@ impl<'a> ForwardedBatch<'a> {
     /// Append one entry to a batch being built in `out` (payload bytes,
     /// starting with the count byte, `used` of them in use; `used == 0`
     /// starts the batch). Returns the new `used`.
-    pub fn push(
-        out: &mut [u8],
-        used: usize,
-        ingress_iface: u8,
-        frame: &[u8],
-    ) -> Result<usize, CclError> {
+    pub fn push(out: &mut [u8], used: usize, ingress_iface: u8, frame: &[u8]) -> Result<usize, CclError> {
         let used = used.max(1);
         let count = out.first().copied().filter(|_| used > 1).unwrap_or(0);
         if usize::from(count) >= BATCH_MAX_FRAMES {
-            return Err(CclError::BadValue {
-                field: "batch count",
-                value: u64::from(count) + 1,
-            });
+            return Err(CclError::BadValue { field: "batch count", value: u64::from(count) + 1 });
         }
         let len = u16::try_from(frame.len())
             .ok()
             .filter(|_| frame.len() >= MIN_FRAME_LEN)
-            .ok_or(CclError::BadValue {
-                field: "frame length",
-                value: frame.len() as u64,
-            })?;
+            .ok_or(CclError::BadValue { field: "frame length", value: frame.len() as u64 })?;
         let end = used + Self::ENTRY_HEAD + frame.len();
         let dst = out.get_mut(used..end).ok_or_else(|| too_small(end, &[]))?;
         dst[0] = ingress_iface;
@@ -524,16 +470,10 @@ impl SyncDone {
         let r: [u8; 4] = arr(b, 8)?;
         let n: [u8; 4] = arr(b, 12)?;
         exact("sync-done", b, Self::LEN)?;
-        Ok(SyncDone {
-            epoch: crate::Epoch(u64::from_be_bytes(e)),
-            records: u32::from_be_bytes(r),
-            round: u32::from_be_bytes(n),
-        })
+        Ok(SyncDone { epoch: crate::Epoch(u64::from_be_bytes(e)), records: u32::from_be_bytes(r), round: u32::from_be_bytes(n) })
     }
     pub fn emit(&self, out: &mut [u8]) -> Result<usize, CclError> {
-        let o = out
-            .get_mut(..Self::LEN)
-            .ok_or_else(|| too_small(Self::LEN, &[]))?;
+        let o = out.get_mut(..Self::LEN).ok_or_else(|| too_small(Self::LEN, &[]))?;
         o[..8].copy_from_slice(&self.epoch.0.to_be_bytes());
         o[8..12].copy_from_slice(&self.records.to_be_bytes());
         o[12..].copy_from_slice(&self.round.to_be_bytes());
@@ -557,15 +497,10 @@ impl SyncAgain {
         let e: [u8; 8] = arr(b, 0)?;
         let n: [u8; 4] = arr(b, 8)?;
         exact("sync-again", b, Self::LEN)?;
-        Ok(SyncAgain {
-            epoch: crate::Epoch(u64::from_be_bytes(e)),
-            round: u32::from_be_bytes(n),
-        })
+        Ok(SyncAgain { epoch: crate::Epoch(u64::from_be_bytes(e)), round: u32::from_be_bytes(n) })
     }
     pub fn emit(&self, out: &mut [u8]) -> Result<usize, CclError> {
-        let o = out
-            .get_mut(..Self::LEN)
-            .ok_or_else(|| too_small(Self::LEN, &[]))?;
+        let o = out.get_mut(..Self::LEN).ok_or_else(|| too_small(Self::LEN, &[]))?;
         o[..8].copy_from_slice(&self.epoch.0.to_be_bytes());
         o[8..].copy_from_slice(&self.round.to_be_bytes());
         Ok(Self::LEN)
@@ -619,9 +554,7 @@ impl<'a> Message<'a> {
             MessageKind::OwnerReply => Message::OwnerReply(OwnerReply::parse(payload)?),
             MessageKind::FlowRegister => Message::FlowRegister(FlowBatch::parse(payload)?),
             MessageKind::StateUpdate => Message::StateUpdate(FlowBatch::parse(payload)?),
-            MessageKind::ForwardedPacket => {
-                Message::ForwardedPacket(ForwardedPacket::parse(payload)?)
-            }
+            MessageKind::ForwardedPacket => Message::ForwardedPacket(ForwardedPacket::parse(payload)?),
             MessageKind::RelayToOwner => Message::RelayToOwner(RelayToOwner::parse(payload)?),
             MessageKind::ToControl => Message::ToControl(RelayToOwner::parse(payload)?),
             MessageKind::ForwardedBatch => Message::ForwardedBatch(ForwardedBatch::parse(payload)?),
@@ -649,9 +582,7 @@ impl<'a> Message<'a> {
             Message::Heartbeat(m) => m.wire_len(),
             Message::OwnerQuery(m) => m.wire_len(),
             Message::OwnerReply(m) => m.wire_len(),
-            Message::FlowRegister(b) | Message::StateUpdate(b) | Message::FlowHandOver(b) => {
-                b.wire_len()
-            }
+            Message::FlowRegister(b) | Message::StateUpdate(b) | Message::FlowHandOver(b) => b.wire_len(),
             Message::ForwardedPacket(m) => m.wire_len(),
             Message::RelayToOwner(m) | Message::ToControl(m) => m.wire_len(),
             Message::ForwardedBatch(m) => m.wire_len(),
@@ -667,9 +598,7 @@ impl<'a> Message<'a> {
             Message::Heartbeat(m) => m.emit(out),
             Message::OwnerQuery(m) => m.emit(out),
             Message::OwnerReply(m) => m.emit(out),
-            Message::FlowRegister(b) | Message::StateUpdate(b) | Message::FlowHandOver(b) => {
-                b.emit(out)
-            }
+            Message::FlowRegister(b) | Message::StateUpdate(b) | Message::FlowHandOver(b) => b.emit(out),
             Message::ForwardedPacket(m) => m.emit(out),
             Message::RelayToOwner(m) | Message::ToControl(m) => m.emit(out),
             Message::ForwardedBatch(m) => m.emit(out),
@@ -701,15 +630,9 @@ mod tests {
     fn flow_key_v4_bytes() {
         let mut b = [0u8; 14];
         assert_eq!(v4().emit(&mut b), Ok(14));
-        assert_eq!(
-            b,
-            [4, 198, 18, 1, 10, 198, 18, 2, 20, 0xcf, 0x08, 0, 53, 17]
-        );
+        assert_eq!(b, [4, 198, 18, 1, 10, 198, 18, 2, 20, 0xcf, 0x08, 0, 53, 17]);
         assert_eq!(FlowKey::parse(&b), Ok(v4()));
-        assert!(matches!(
-            FlowKey::parse(&b[..13]),
-            Err(CclError::Truncated { .. })
-        ));
+        assert!(matches!(FlowKey::parse(&b[..13]), Err(CclError::Truncated { .. })));
         let mut c = b;
         c[0] = 5;
         assert!(matches!(FlowKey::parse(&c), Err(CclError::BadValue { .. })));
@@ -772,38 +695,19 @@ mod tests {
             used = ForwardedBatch::push(&mut big, used, 0, &f1).unwrap();
         }
         assert!(ForwardedBatch::push(&mut big, used, 0, &f1).is_err());
-        assert_eq!(
-            ForwardedBatch::parse(&big[..used])
-                .unwrap()
-                .frames()
-                .count(),
-            BATCH_MAX_FRAMES
-        );
+        assert_eq!(ForwardedBatch::parse(&big[..used]).unwrap().frames().count(), BATCH_MAX_FRAMES);
         // No room in `out`.
         assert!(ForwardedBatch::push(&mut [0u8; 10], 0, 0, &f1).is_err());
     }
 
     #[test]
     fn small_buffers_refused() {
-        let q = OwnerQuery {
-            query_id: 1,
-            flow: v4(),
-            elect_if_absent: true,
-            local: false,
-        };
+        let q = OwnerQuery { query_id: 1, flow: v4(), elect_if_absent: true, local: false };
         for n in 0..q.wire_len() {
             let mut b = vec![0u8; n];
-            assert!(matches!(
-                q.emit(&mut b),
-                Err(CclError::BufferTooSmall { .. })
-            ));
+            assert!(matches!(q.emit(&mut b), Err(CclError::BufferTooSmall { .. })));
         }
-        let h = Heartbeat {
-            priority: 1,
-            state: 2,
-            member_bitmap: 3,
-            ..Heartbeat::default()
-        };
+        let h = Heartbeat { priority: 1, state: 2, member_bitmap: 3, ..Heartbeat::default() };
         assert!(Message::Heartbeat(h).emit(&mut [0u8; 3]).is_err());
         assert!(h.emit(&mut vec![0u8; h.wire_len() - 1]).is_err());
     }

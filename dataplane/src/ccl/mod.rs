@@ -41,8 +41,8 @@
 mod auth;
 mod batch;
 mod control;
-mod header;
 mod heartbeat;
+mod header;
 mod key;
 mod message;
 mod replay;
@@ -50,31 +50,22 @@ mod seal;
 #[cfg(test)]
 mod tests;
 
-pub use auth::{CclKey, ClusterId, TAG_LEN};
-pub use batch::{
-    BatchWriter, FlowBatch, FlowBatchIter, FlowOp, FlowRecord, NatBinding, FLAG_ORPHAN, FLAG_STATE,
-    FLAG_TAKEOVER, FLAG_VERSIONED, OPAQUE_LEN, STATE_LEN,
-};
+pub use auth::{ClusterId, CclKey, TAG_LEN};
 pub use control::{
-    ClassCount, ClientCount, ControlMessage, JoinReply, JoinRequest, JoinVerdict, LimitReport,
-    QueryArg, QueryRequest, SyncChunk, SyncRequest, TableOp, TableUpdate, XlateRequest,
-    EMPTY_LIMIT_REPORT, LIMIT_REPORT_CLASSES, LIMIT_REPORT_CLIENTS, QUERY_ARG_MAX, QUERY_TOPIC_MAX,
-    SYNC_CHUNK_DATA, SYNC_CHUNK_HEAD, SYNC_FULL, SYNC_MAX_WINDOW, TABLE_KEY_MAX, TABLE_VALUE_MAX,
+    ControlMessage, JoinReply, JoinRequest, JoinVerdict, LimitReport, QueryArg, QueryRequest, SyncChunk, SyncRequest, TableOp, TableUpdate, XlateRequest,
+    ClassCount, ClientCount, EMPTY_LIMIT_REPORT, LIMIT_REPORT_CLASSES, LIMIT_REPORT_CLIENTS,
+    QUERY_ARG_MAX, QUERY_TOPIC_MAX, SYNC_CHUNK_DATA, SYNC_CHUNK_HEAD, SYNC_FULL, SYNC_MAX_WINDOW, TABLE_KEY_MAX, TABLE_VALUE_MAX,
 };
+pub use heartbeat::{Heartbeat, Placement, HB_FLAG_QUORUM, HB_FLAG_RESUMED, HB_STATE_MAX, NODE_SLOTS, NO_NODE, NO_PLACE};
+pub use batch::{BatchWriter, FlowBatch, FlowBatchIter, FlowOp, FlowRecord, NatBinding, FLAG_ORPHAN, FLAG_STATE, FLAG_TAKEOVER, FLAG_VERSIONED, OPAQUE_LEN, STATE_LEN};
 pub use header::{CclHeader, CclPacket, HEADER_LEN, MAGIC, VERSION};
-pub use heartbeat::{
-    Heartbeat, Placement, HB_FLAG_QUORUM, HB_FLAG_RESUMED, HB_STATE_MAX, NODE_SLOTS, NO_NODE,
-    NO_PLACE,
-};
 pub use key::FlowKey;
 pub use message::{
-    FlowTransfer, ForwardedBatch, ForwardedPacket, Message, MessageKind, OwnerQuery, OwnerReply,
-    RelayToOwner, SyncAgain, SyncDone, BATCH_MAX_FRAMES,
+    FlowTransfer, ForwardedBatch, ForwardedPacket, Message, MessageKind, OwnerQuery, OwnerReply, RelayToOwner,
+    SyncAgain, SyncDone, BATCH_MAX_FRAMES,
 };
 pub use replay::{ReplayGuard, WINDOW};
-pub use seal::{
-    strip_udp, FramePath, Opened, OpenedControl, Opener, Sealer, UdpDatagram, FRAME_OVERHEAD,
-};
+pub use seal::{strip_udp, FramePath, Opened, OpenedControl, Opener, Sealer, UdpDatagram, FRAME_OVERHEAD};
 
 use core::fmt;
 
@@ -204,21 +195,9 @@ impl crate::stats::Stats for CclCounters {
     /// Messages by kind received and sent, drops by reason (every kind
     /// and reason), bytes.
     fn visit(&self, v: &mut dyn crate::stats::Visitor) {
-        v.family(
-            "rx",
-            "kind",
-            &mut MessageKind::ALL.iter().map(|&k| (k.as_str(), self.rx(k))),
-        );
-        v.family(
-            "tx",
-            "kind",
-            &mut MessageKind::ALL.iter().map(|&k| (k.as_str(), self.tx(k))),
-        );
-        v.family(
-            "drops",
-            "reason",
-            &mut CclDrop::ALL.iter().map(|&r| (r.as_str(), self.drop(r))),
-        );
+        v.family("rx", "kind", &mut MessageKind::ALL.iter().map(|&k| (k.as_str(), self.rx(k))));
+        v.family("tx", "kind", &mut MessageKind::ALL.iter().map(|&k| (k.as_str(), self.tx(k))));
+        v.family("drops", "reason", &mut CclDrop::ALL.iter().map(|&r| (r.as_str(), self.drop(r))));
         v.counter("rx_bytes", self.rx_bytes);
         v.counter("tx_bytes", self.tx_bytes);
     }
@@ -262,9 +241,7 @@ impl CclCounters {
     }
     /// `(name, rx, tx)` per message kind, in wire order.
     pub fn by_kind(&self) -> impl Iterator<Item = (&'static str, u64, u64)> + '_ {
-        MessageKind::ALL
-            .iter()
-            .map(|k| (k.as_str(), self.rx(*k), self.tx(*k)))
+        MessageKind::ALL.iter().map(|k| (k.as_str(), self.rx(*k), self.tx(*k)))
     }
     /// `(name, count)` per drop reason, in declaration order.
     pub fn by_drop(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {

@@ -62,12 +62,7 @@ struct Window {
 
 impl Default for Window {
     fn default() -> Self {
-        Window {
-            known: false,
-            incarnation: 0,
-            top: 0,
-            seen: [0; WORDS],
-        }
+        Window { known: false, incarnation: 0, top: 0, seen: [0; WORDS] }
     }
 }
 
@@ -108,11 +103,7 @@ impl Window {
                 let (w, _) = bit(s);
                 let b = s % 64;
                 let n = (64 - b).min(seq - s + 1);
-                let mask = if n == 64 {
-                    u64::MAX
-                } else {
-                    ((1u64 << n) - 1) << b
-                };
+                let mask = if n == 64 { u64::MAX } else { ((1u64 << n) - 1) << b };
                 if let Some(x) = self.seen.get_mut(w) {
                     *x &= !mask;
                 }
@@ -143,9 +134,7 @@ impl Default for ReplayGuard {
 impl ReplayGuard {
     /// Windows for `NodeId::MAX_NODES` senders × 33 channels (≈ 1.1 MB).
     pub fn new() -> Self {
-        ReplayGuard {
-            windows: vec![Window::default(); NodeId::MAX_NODES * CHANNELS].into_boxed_slice(),
-        }
+        ReplayGuard { windows: vec![Window::default(); NodeId::MAX_NODES * CHANNELS].into_boxed_slice() }
     }
 
     /// Slot of a (sender, channel): `BadSender` / `TooManyChannels`.
@@ -164,17 +153,8 @@ impl ReplayGuard {
 
     /// Would `(incarnation, seq)` from this stream be fresh? Read-only.
     #[inline]
-    pub fn check(
-        &self,
-        sender: NodeId,
-        channel: u8,
-        incarnation: u32,
-        seq: u64,
-    ) -> Result<(), CclDrop> {
-        let w = self
-            .windows
-            .get(Self::slot(sender, channel)?)
-            .ok_or(CclDrop::BadSender)?;
+    pub fn check(&self, sender: NodeId, channel: u8, incarnation: u32, seq: u64) -> Result<(), CclDrop> {
+        let w = self.windows.get(Self::slot(sender, channel)?).ok_or(CclDrop::BadSender)?;
         if seq == 0 {
             return Err(CclDrop::Replay);
         }
@@ -196,23 +176,12 @@ impl ReplayGuard {
     /// Record `(incarnation, seq)` as accepted. Call only after `check`
     /// passed and the MAC verified; re-checks and refuses otherwise.
     #[inline]
-    pub fn commit(
-        &mut self,
-        sender: NodeId,
-        channel: u8,
-        incarnation: u32,
-        seq: u64,
-    ) -> Result<(), CclDrop> {
+    pub fn commit(&mut self, sender: NodeId, channel: u8, incarnation: u32, seq: u64) -> Result<(), CclDrop> {
         self.check(sender, channel, incarnation, seq)?;
         let i = Self::slot(sender, channel)?;
         let w = self.windows.get_mut(i).ok_or(CclDrop::BadSender)?;
         if !w.known || incarnation > w.incarnation {
-            *w = Window {
-                known: true,
-                incarnation,
-                top: seq,
-                seen: [0; WORDS],
-            };
+            *w = Window { known: true, incarnation, top: seq, seen: [0; WORDS] };
             w.mark(seq);
         } else if seq > w.top {
             let _cleared = w.advance(seq);
@@ -319,12 +288,7 @@ mod tests {
     #[test]
     fn cost_per_message_is_constant() {
         // Counted, not timed: the words `advance` clears per message.
-        let mut w = Window {
-            known: true,
-            incarnation: 1,
-            top: 1,
-            seen: [0; WORDS],
-        };
+        let mut w = Window { known: true, incarnation: 1, top: 1, seen: [0; WORDS] };
         w.mark(1);
         for s in 2..=3 * WINDOW {
             assert_eq!(w.advance(s), 1, "in order: one word at {s}");

@@ -7,9 +7,9 @@
 //! and count every outcome exactly once (a drop reason or an rx kind).
 
 use super::auth::{CclKey, ClusterId, TAG_LEN};
-use super::control::ControlMessage;
 use super::header::{CclHeader, CclPacket, HEADER_LEN};
 use super::key::too_small;
+use super::control::ControlMessage;
 use super::message::{ForwardedBatch, Message, MessageKind, MIN_FRAME_LEN};
 use super::replay::ReplayGuard;
 use super::{CclCounters, CclDrop, CclError, CCL_UDP_PORT, CONTROL_CHANNEL, MAX_WORKER_CHANNELS};
@@ -50,26 +50,14 @@ impl Sealer {
     /// `channel` is the worker index (0..=31) or [`CONTROL_CHANNEL`];
     /// `incarnation` must grow across restarts of this node (boot time in
     /// seconds, kept strictly above the last one used).
-    pub fn new(
-        key: &CclKey,
-        sender: NodeId,
-        channel: u8,
-        incarnation: u32,
-    ) -> Result<Self, CclError> {
+    pub fn new(key: &CclKey, sender: NodeId, channel: u8, incarnation: u32) -> Result<Self, CclError> {
         if sender.index() >= NodeId::MAX_NODES {
             return Err(CclError::BadNodeId(sender.0));
         }
         if channel >= MAX_WORKER_CHANNELS && channel != CONTROL_CHANNEL {
             return Err(CclError::BadChannel(channel));
         }
-        Ok(Sealer {
-            key: key.clone(),
-            sender,
-            channel,
-            incarnation,
-            next_seq: 1,
-            counters: CclCounters::default(),
-        })
+        Ok(Sealer { key: key.clone(), sender, channel, incarnation, next_seq: 1, counters: CclCounters::default() })
     }
 
     /// The same sender on `channel`, a stream of its own from sequence 1
@@ -119,12 +107,7 @@ impl Sealer {
 
     /// Write header, payload and tag of `msg` into `out`; returns the
     /// length. The UDP payload of a CCL datagram.
-    pub fn seal(
-        &mut self,
-        epoch: Epoch,
-        msg: &Message<'_>,
-        out: &mut [u8],
-    ) -> Result<usize, CclError> {
+    pub fn seal(&mut self, epoch: Epoch, msg: &Message<'_>, out: &mut [u8]) -> Result<usize, CclError> {
         self.seal_with(epoch, msg.kind(), msg.wire_len(), |p| msg.emit(p), out)
     }
 
@@ -160,10 +143,7 @@ impl Sealer {
         hdr.emit(out).ok_or_else(|| too_small(HEADER_LEN, &[]))?;
         let n = emit(&mut out[HEADER_LEN..HEADER_LEN + pl])?;
         if n != pl {
-            return Err(CclError::BadValue {
-                field: "payload length",
-                value: n as u64,
-            });
+            return Err(CclError::BadValue { field: "payload length", value: n as u64 });
         }
         let tag = self.key.tag(&out[..HEADER_LEN + pl]);
         out[HEADER_LEN + pl..total].copy_from_slice(&tag);
@@ -185,23 +165,11 @@ impl Sealer {
         msg: &Message<'_>,
         out: &mut [u8],
     ) -> Result<usize, CclError> {
-        self.seal_frame_with(
-            path,
-            epoch,
-            msg.kind(),
-            msg.wire_len(),
-            |p| msg.emit(p),
-            out,
-        )
+        self.seal_frame_with(path, epoch, msg.kind(), msg.wire_len(), |p| msg.emit(p), out)
     }
 
     /// `seal` of a control-channel message (the control lcore's).
-    pub fn seal_control(
-        &mut self,
-        epoch: Epoch,
-        msg: &ControlMessage<'_>,
-        out: &mut [u8],
-    ) -> Result<usize, CclError> {
+    pub fn seal_control(&mut self, epoch: Epoch, msg: &ControlMessage<'_>, out: &mut [u8]) -> Result<usize, CclError> {
         self.seal_with(epoch, msg.kind(), msg.wire_len(), |p| msg.emit(p), out)
     }
 
@@ -213,14 +181,7 @@ impl Sealer {
         msg: &ControlMessage<'_>,
         out: &mut [u8],
     ) -> Result<usize, CclError> {
-        self.seal_frame_with(
-            path,
-            epoch,
-            msg.kind(),
-            msg.wire_len(),
-            |p| msg.emit(p),
-            out,
-        )
+        self.seal_frame_with(path, epoch, msg.kind(), msg.wire_len(), |p| msg.emit(p), out)
     }
 
     /// `seal_frame` of a `ForwardedPacket`, `RelayToOwner` or `ToControl` whose frame is
@@ -241,31 +202,16 @@ impl Sealer {
         head: impl FnOnce(&mut [u8]) -> Result<usize, CclError>,
         out: &mut [u8],
     ) -> Result<usize, CclError> {
-        if !matches!(
-            kind,
-            MessageKind::ForwardedPacket | MessageKind::RelayToOwner | MessageKind::ToControl
-        ) {
-            return Err(CclError::BadValue {
-                field: "in-place kind",
-                value: kind as u64,
-            });
+        if !matches!(kind, MessageKind::ForwardedPacket | MessageKind::RelayToOwner | MessageKind::ToControl) {
+            return Err(CclError::BadValue { field: "in-place kind", value: kind as u64 });
         }
         if frame_len < MIN_FRAME_LEN {
-            return Err(CclError::BadValue {
-                field: "frame length",
-                value: frame_len as u64,
-            });
+            return Err(CclError::BadValue { field: "frame length", value: frame_len as u64 });
         }
         let emit = |p: &mut [u8]| {
-            let n = head(
-                p.get_mut(..head_len)
-                    .ok_or_else(|| too_small(head_len, &[]))?,
-            )?;
+            let n = head(p.get_mut(..head_len).ok_or_else(|| too_small(head_len, &[]))?)?;
             if n != head_len {
-                return Err(CclError::BadValue {
-                    field: "head length",
-                    value: n as u64,
-                });
+                return Err(CclError::BadValue { field: "head length", value: n as u64 });
             }
             Ok(head_len + frame_len)
         };
@@ -284,18 +230,9 @@ impl Sealer {
         out: &mut [u8],
     ) -> Result<usize, CclError> {
         let at = FRAME_OVERHEAD - TAG_LEN;
-        let payload = out
-            .get(at..at + payload_len)
-            .ok_or_else(|| too_small(at + payload_len, out))?;
+        let payload = out.get(at..at + payload_len).ok_or_else(|| too_small(at + payload_len, out))?;
         ForwardedBatch::parse(payload)?;
-        self.seal_frame_with(
-            path,
-            epoch,
-            MessageKind::ForwardedBatch,
-            payload_len,
-            |_| Ok(payload_len),
-            out,
-        )
+        self.seal_frame_with(path, epoch, MessageKind::ForwardedBatch, payload_len, |_| Ok(payload_len), out)
     }
 
     fn seal_frame_with(
@@ -315,17 +252,9 @@ impl Sealer {
             return Err(too_small(total, out));
         }
         self.seal_with(epoch, kind, pl, emit, &mut out[OUTER_LEN..total])?;
-        ethernet::emit_header(
-            &mut out[..ethernet::HEADER_LEN + ethernet::TAG_LEN],
-            path.dst_mac,
-            path.src_mac,
-            None,
-            ethernet::ethertype::IPV4,
-        );
+        ethernet::emit_header(&mut out[..ethernet::HEADER_LEN + ethernet::TAG_LEN], path.dst_mac, path.src_mac, None, ethernet::ethertype::IPV4);
         {
-            let mut ip = Ipv4Packet::new_unchecked(
-                &mut out[ethernet::HEADER_LEN..ethernet::HEADER_LEN + ipv4::MIN_HEADER_LEN],
-            );
+            let mut ip = Ipv4Packet::new_unchecked(&mut out[ethernet::HEADER_LEN..ethernet::HEADER_LEN + ipv4::MIN_HEADER_LEN]);
             ip.set_version_ihl(ipv4::MIN_HEADER_LEN);
             ip.set_dscp_ecn(TOS_CS6);
             ip.set_total_len(ip_len16);
@@ -382,9 +311,7 @@ pub fn strip_udp(frame: &[u8]) -> Result<UdpDatagram<'_>, CclDrop> {
     }
     // Borrow from `frame` (not the view) so the payload outlives `ip`;
     // `new_checked` proved header_len <= total_len <= len.
-    let ip_payload = ip_bytes
-        .get(ip.header_len()..usize::from(ip.total_len()))
-        .unwrap_or(&[]);
+    let ip_payload = ip_bytes.get(ip.header_len()..usize::from(ip.total_len())).unwrap_or(&[]);
     let u = UdpPacket::new_checked(ip_payload).map_err(|e| match e {
         udp::Error::Truncated => CclDrop::Truncated,
         udp::Error::BadLength => CclDrop::BadOuterHeader,
@@ -453,12 +380,7 @@ impl Opener {
     /// Allocates the replay table (once); `me` is this node (its own
     /// looped-back messages are dropped as `Loopback`).
     pub fn new(key: &CclKey, me: NodeId) -> Self {
-        Opener {
-            key: key.clone(),
-            me,
-            guard: ReplayGuard::new(),
-            counters: CclCounters::default(),
-        }
+        Opener { key: key.clone(), me, guard: ReplayGuard::new(), counters: CclCounters::default() }
     }
     #[inline]
     pub fn counters(&self) -> &CclCounters {
@@ -518,10 +440,7 @@ impl Opener {
     }
 
     /// `open_frame` for the control lcore.
-    pub fn open_control_frame<'a>(
-        &mut self,
-        frame: &'a [u8],
-    ) -> Result<OpenedControl<'a>, CclDrop> {
+    pub fn open_control_frame<'a>(&mut self, frame: &'a [u8]) -> Result<OpenedControl<'a>, CclDrop> {
         match strip_udp(frame) {
             Ok(d) => self.open_control(d.payload),
             Err(e) => {
@@ -565,23 +484,11 @@ impl Opener {
         self.guard.commit(sender, channel, inc, seq)?;
         // `new_checked` proved HEADER_LEN + TAG_LEN <= len; borrow from
         // `datagram` so the message lives as long as the input.
-        let payload = datagram
-            .get(HEADER_LEN..datagram.len().saturating_sub(TAG_LEN))
-            .unwrap_or(&[]);
+        let payload = datagram.get(HEADER_LEN..datagram.len().saturating_sub(TAG_LEN)).unwrap_or(&[]);
         let msg = parse(p.kind(), payload).map_err(|e| match e {
             CclError::UnknownKind(_) => CclDrop::UnknownKind,
             _ => CclDrop::MalformedPayload,
         })?;
-        Ok((
-            Fresh {
-                sender,
-                channel,
-                incarnation: inc,
-                epoch: p.epoch(),
-                seq,
-                flags: p.flags(),
-            },
-            msg,
-        ))
+        Ok((Fresh { sender, channel, incarnation: inc, epoch: p.epoch(), seq, flags: p.flags() }, msg))
     }
 }

@@ -51,11 +51,7 @@ fn record(flow: FlowKey, i: u32) -> FlowRecord {
     FlowRecord {
         flow,
         owner: NodeId((i % 16) as u8),
-        op: if matches!(i % 3, 0) {
-            FlowOp::Delete
-        } else {
-            FlowOp::Upsert
-        },
+        op: if matches!(i % 3, 0) { FlowOp::Delete } else { FlowOp::Upsert },
         tcp_state: (i % 11) as u8,
         flags: 0x5a,
         seq_delta: 0x8000_0000 ^ i,
@@ -111,70 +107,25 @@ fn all_messages<'a>(batch_buf: &'a mut [u8], fr: &'a [u8], fam6: bool) -> Vec<Me
     let rec_bytes: &'a [u8] = &rec_buf[..rn];
     let mut w = BatchWriter::new(batch_buf).unwrap();
     for i in 0..3 {
-        w.push(&record(if i == 1 { v4_key() } else { k }, i))
-            .unwrap();
+        w.push(&record(if i == 1 { v4_key() } else { k }, i)).unwrap();
     }
     let n = w.bytes();
     let batch = FlowBatch::parse(&batch_buf[..n]).unwrap();
     vec![
-        Message::Heartbeat(Heartbeat {
-            priority: 10,
-            state: 2,
-            member_bitmap: 0x8007,
-            ..Heartbeat::default()
-        }),
-        Message::OwnerQuery(OwnerQuery {
-            query_id: 77,
-            flow: k,
-            elect_if_absent: true,
-            local: false,
-        }),
-        Message::OwnerQuery(OwnerQuery {
-            query_id: 78,
-            flow: k,
-            elect_if_absent: false,
-            local: false,
-        }),
-        Message::OwnerReply(OwnerReply {
-            query_id: 77,
-            flow: k,
-            owner: Some(NodeId(15)),
-        }),
-        Message::OwnerReply(OwnerReply {
-            query_id: 78,
-            flow: k,
-            owner: None,
-        }),
+        Message::Heartbeat(Heartbeat { priority: 10, state: 2, member_bitmap: 0x8007, ..Heartbeat::default() }),
+        Message::OwnerQuery(OwnerQuery { query_id: 77, flow: k, elect_if_absent: true, local: false }),
+        Message::OwnerQuery(OwnerQuery { query_id: 78, flow: k, elect_if_absent: false, local: false }),
+        Message::OwnerReply(OwnerReply { query_id: 77, flow: k, owner: Some(NodeId(15)) }),
+        Message::OwnerReply(OwnerReply { query_id: 78, flow: k, owner: None }),
         Message::FlowRegister(batch),
         Message::StateUpdate(batch),
-        Message::ForwardedPacket(ForwardedPacket {
-            ingress_iface: 3,
-            flow_hint: None,
-            frame: fr,
-        }),
-        Message::ForwardedPacket(ForwardedPacket {
-            ingress_iface: 4,
-            flow_hint: Some(k),
-            frame: fr,
-        }),
-        Message::RelayToOwner(RelayToOwner {
-            ingress_iface: 1,
-            frame: fr,
-        }),
-        Message::ToControl(RelayToOwner {
-            ingress_iface: 2,
-            frame: fr,
-        }),
+        Message::ForwardedPacket(ForwardedPacket { ingress_iface: 3, flow_hint: None, frame: fr }),
+        Message::ForwardedPacket(ForwardedPacket { ingress_iface: 4, flow_hint: Some(k), frame: fr }),
+        Message::RelayToOwner(RelayToOwner { ingress_iface: 1, frame: fr }),
+        Message::ToControl(RelayToOwner { ingress_iface: 2, frame: fr }),
         Message::FlowTransfer(FlowTransfer::new(9, rec_bytes).unwrap()),
-        Message::SyncDone(SyncDone {
-            epoch: Epoch(0x0102_0304_0506_0708),
-            records: 0x0a0b_0c0d,
-            round: 2,
-        }),
-        Message::SyncAgain(SyncAgain {
-            epoch: Epoch(0x0102_0304_0506_0708),
-            round: 3,
-        }),
+        Message::SyncDone(SyncDone { epoch: Epoch(0x0102_0304_0506_0708), records: 0x0a0b_0c0d, round: 2 }),
+        Message::SyncAgain(SyncAgain { epoch: Epoch(0x0102_0304_0506_0708), round: 3 }),
     ]
 }
 
@@ -213,18 +164,9 @@ fn batch_records_come_back() {
     let mut bb = [0u8; 512];
     let fr = frame(64);
     let msgs = all_messages(&mut bb, &fr, true);
-    let Message::StateUpdate(b) = msgs[6] else {
-        panic!("not a batch")
-    };
+    let Message::StateUpdate(b) = msgs[6] else { panic!("not a batch") };
     let got: Vec<FlowRecord> = b.iter().collect();
-    assert_eq!(
-        got,
-        vec![
-            record(v6_key(), 0),
-            record(v4_key(), 1),
-            record(v6_key(), 2)
-        ]
-    );
+    assert_eq!(got, vec![record(v6_key(), 0), record(v4_key(), 1), record(v6_key(), 2)]);
 }
 
 /// A sealed heartbeat, byte for byte: a change here is a wire-format change
@@ -254,15 +196,13 @@ fn fixture_heartbeat() -> Heartbeat {
 #[test]
 fn fixture_sealed_heartbeat() {
     const FIXTURE: [u8; 132] = [
-        0x43, 0x46, 0x0a, 0x01, 0x00, 0x01, 0x00,
-        0x00, // magic, v10, heartbeat, flags, node1, ch0, rsvd
+        0x43, 0x46, 0x0a, 0x01, 0x00, 0x01, 0x00, 0x00, // magic, v10, heartbeat, flags, node1, ch0, rsvd
         0xab, 0x20, 0x99, 0xd9, // cluster id of "lab"
         0x65, 0x53, 0xf1, 0x00, // incarnation 1_700_000_000
         0, 0, 0, 0, 0, 0, 0, 1, // seq 1
         0, 0, 0, 0, 0, 0, 0, 5, // epoch 5
         0x00, 0x52, // payload length 82
-        0x0a, 0x02, 0x00, 0x00, 0xff,
-        0xff, // priority 10, data, follows node0, no flags, no site/chassis
+        0x0a, 0x02, 0x00, 0x00, 0xff, 0xff, // priority 10, data, follows node0, no flags, no site/chassis
         0x0a, 0x63, 0x00, 0x02, // CCL address 10.99.0.2
         0, 0, 0, 1, // heartbeat seq 1
         0, 0, 0, 0, 0, 0, 0, 3, // config version 3
@@ -275,8 +215,7 @@ fn fixture_sealed_heartbeat() {
         0xff, 0xff, 0, 0, 0, 0, 0, 0, 0, 0, //
         0x00, 0x01, 0, 0, 0, 9, // echo: node0's heartbeat 9
         // tag
-        0x3d, 0x31, 0x4f, 0xd9, 0x51, 0xbe, 0x8d, 0x87, 0xd0, 0x78, 0x71, 0xa4, 0xfd, 0x51, 0x20,
-        0x1d,
+        0x3d, 0x31, 0x4f, 0xd9, 0x51, 0xbe, 0x8d, 0x87, 0xd0, 0x78, 0x71, 0xa4, 0xfd, 0x51, 0x20, 0x1d,
     ];
     let mut s = sealer();
     let d = seal(&mut s, &Message::Heartbeat(fixture_heartbeat()));
@@ -293,15 +232,7 @@ fn fixture_sealed_heartbeat() {
 
 #[test]
 fn wrong_key_is_bad_mac() {
-    let d = seal(
-        &mut sealer(),
-        &Message::Heartbeat(Heartbeat {
-            priority: 1,
-            state: 1,
-            member_bitmap: 1,
-            ..Heartbeat::default()
-        }),
-    );
+    let d = seal(&mut sealer(), &Message::Heartbeat(Heartbeat { priority: 1, state: 1, member_bitmap: 1, ..Heartbeat::default() }));
     let other = CclKey::new(NAME, "another secret").unwrap();
     let mut o = Opener::new(&other, B);
     assert_eq!(o.open(&d).unwrap_err(), CclDrop::BadMac);
@@ -311,30 +242,15 @@ fn wrong_key_is_bad_mac() {
 
 #[test]
 fn other_cluster_is_wrong_cluster() {
-    let d = seal(
-        &mut sealer(),
-        &Message::Heartbeat(Heartbeat {
-            priority: 1,
-            state: 1,
-            member_bitmap: 1,
-            ..Heartbeat::default()
-        }),
-    );
+    let d = seal(&mut sealer(), &Message::Heartbeat(Heartbeat { priority: 1, state: 1, member_bitmap: 1, ..Heartbeat::default() }));
     let other = CclKey::new("lab2", SECRET).unwrap();
-    assert_eq!(
-        Opener::new(&other, B).open(&d).unwrap_err(),
-        CclDrop::WrongCluster
-    );
+    assert_eq!(Opener::new(&other, B).open(&d).unwrap_err(), CclDrop::WrongCluster);
 }
 
 #[test]
 fn every_flipped_bit_is_refused() {
     let fr = frame(64);
-    let m = Message::ForwardedPacket(ForwardedPacket {
-        ingress_iface: 2,
-        flow_hint: Some(v4_key()),
-        frame: &fr,
-    });
+    let m = Message::ForwardedPacket(ForwardedPacket { ingress_iface: 2, flow_hint: Some(v4_key()), frame: &fr });
     let d = seal(&mut sealer(), &m);
     for bit in 0..d.len() * 8 {
         let mut x = d.clone();
@@ -357,15 +273,7 @@ fn every_flipped_bit_is_refused() {
 
 #[test]
 fn replay_of_same_datagram() {
-    let d = seal(
-        &mut sealer(),
-        &Message::Heartbeat(Heartbeat {
-            priority: 1,
-            state: 1,
-            member_bitmap: 1,
-            ..Heartbeat::default()
-        }),
-    );
+    let d = seal(&mut sealer(), &Message::Heartbeat(Heartbeat { priority: 1, state: 1, member_bitmap: 1, ..Heartbeat::default() }));
     let mut o = opener();
     assert!(o.open(&d).is_ok());
     assert_eq!(o.open(&d).unwrap_err(), CclDrop::Replay);
@@ -376,12 +284,7 @@ fn replay_of_same_datagram() {
 #[test]
 fn out_of_order_and_too_old() {
     let mut s = sealer();
-    let hb = Message::Heartbeat(Heartbeat {
-        priority: 1,
-        state: 1,
-        member_bitmap: 1,
-        ..Heartbeat::default()
-    });
+    let hb = Message::Heartbeat(Heartbeat { priority: 1, state: 1, member_bitmap: 1, ..Heartbeat::default() });
     let n = (crate::ccl::WINDOW + 200) as usize;
     let ds: Vec<Vec<u8>> = (0..n).map(|_| seal(&mut s, &hb)).collect();
     let mut o = opener();
@@ -401,12 +304,7 @@ fn out_of_order_and_too_old() {
 
 #[test]
 fn restarted_sender() {
-    let hb = Message::Heartbeat(Heartbeat {
-        priority: 1,
-        state: 1,
-        member_bitmap: 1,
-        ..Heartbeat::default()
-    });
+    let hb = Message::Heartbeat(Heartbeat { priority: 1, state: 1, member_bitmap: 1, ..Heartbeat::default() });
     let mut old = sealer();
     let early = seal(&mut old, &hb);
     let mut o = opener();
@@ -416,10 +314,7 @@ fn restarted_sender() {
     let mut new = Sealer::new(&key(), A, 0, INC + 30).unwrap();
     assert_eq!(o.open(&seal(&mut new, &hb)).unwrap().seq, 1);
     assert_eq!(o.replay_guard().incarnation(A, 0), Some(INC + 30));
-    assert_eq!(
-        o.open(&seal(&mut old, &hb)).unwrap_err(),
-        CclDrop::StaleIncarnation
-    );
+    assert_eq!(o.open(&seal(&mut old, &hb)).unwrap_err(), CclDrop::StaleIncarnation);
     assert_eq!(o.open(&early).unwrap_err(), CclDrop::StaleIncarnation);
     assert_eq!(o.counters().drop(CclDrop::StaleIncarnation), 2);
 }
@@ -434,15 +329,7 @@ fn bad_mac_does_not_advance_window() {
     assert_eq!(o.open(&forged).unwrap_err(), CclDrop::BadMac);
     assert_eq!(o.replay_guard().top(A, 0), None);
     // Seq 1 would be outside the window had 500 been recorded.
-    let d = seal(
-        &mut sealer(),
-        &Message::Heartbeat(Heartbeat {
-            priority: 1,
-            state: 1,
-            member_bitmap: 1,
-            ..Heartbeat::default()
-        }),
-    );
+    let d = seal(&mut sealer(), &Message::Heartbeat(Heartbeat { priority: 1, state: 1, member_bitmap: 1, ..Heartbeat::default() }));
     assert_eq!(o.open(&d).unwrap().seq, 1);
     // A forged higher incarnation does not reset the window either.
     let mut h = header(1);
@@ -471,33 +358,18 @@ fn framing_drops() {
     assert_eq!(o.open(&good[..10]).unwrap_err(), CclDrop::Truncated);
     let mut h = header(1);
     h.sender = B;
-    assert_eq!(
-        o.open(&forge(&k, h, &[1, 1, 0, 1])).unwrap_err(),
-        CclDrop::Loopback
-    );
+    assert_eq!(o.open(&forge(&k, h, &[1, 1, 0, 1])).unwrap_err(), CclDrop::Loopback);
     h.sender = NodeId(16);
-    assert_eq!(
-        o.open(&forge(&k, h, &[1, 1, 0, 1])).unwrap_err(),
-        CclDrop::BadSender
-    );
+    assert_eq!(o.open(&forge(&k, h, &[1, 1, 0, 1])).unwrap_err(), CclDrop::BadSender);
     let mut h = header(1);
     h.channel = 40;
-    assert_eq!(
-        o.open(&forge(&k, h, &[1, 1, 0, 1])).unwrap_err(),
-        CclDrop::TooManyChannels
-    );
+    assert_eq!(o.open(&forge(&k, h, &[1, 1, 0, 1])).unwrap_err(), CclDrop::TooManyChannels);
     let mut h = header(1);
     h.kind = 99;
-    assert_eq!(
-        o.open(&forge(&k, h, &[1, 1, 0, 1])).unwrap_err(),
-        CclDrop::UnknownKind
-    );
+    assert_eq!(o.open(&forge(&k, h, &[1, 1, 0, 1])).unwrap_err(), CclDrop::UnknownKind);
     let mut h = header(2);
     h.payload_len = 3;
-    assert_eq!(
-        o.open(&forge(&k, h, &[1, 1, 0])).unwrap_err(),
-        CclDrop::MalformedPayload
-    );
+    assert_eq!(o.open(&forge(&k, h, &[1, 1, 0])).unwrap_err(), CclDrop::MalformedPayload);
     // The authentic-but-undecodable messages still consumed their numbers.
     assert_eq!(o.open(&good).unwrap_err(), CclDrop::Replay);
     let c = o.counters();
@@ -521,41 +393,21 @@ fn framing_drops() {
 
 #[test]
 fn sealer_refuses_bad_identity_and_small_buffers() {
-    assert_eq!(
-        Sealer::new(&key(), NodeId(16), 0, 1).unwrap_err(),
-        CclError::BadNodeId(16)
-    );
-    assert_eq!(
-        Sealer::new(&key(), A, 32, 1).unwrap_err(),
-        CclError::BadChannel(32)
-    );
+    assert_eq!(Sealer::new(&key(), NodeId(16), 0, 1).unwrap_err(), CclError::BadNodeId(16));
+    assert_eq!(Sealer::new(&key(), A, 32, 1).unwrap_err(), CclError::BadChannel(32));
     assert!(Sealer::new(&key(), A, 31, 1).is_ok());
     assert!(Sealer::new(&key(), A, CONTROL_CHANNEL, 1).is_ok());
     let mut s = sealer();
-    let hb = Message::Heartbeat(Heartbeat {
-        priority: 1,
-        state: 1,
-        member_bitmap: 1,
-        ..Heartbeat::default()
-    });
+    let hb = Message::Heartbeat(Heartbeat { priority: 1, state: 1, member_bitmap: 1, ..Heartbeat::default() });
     for n in 0..Sealer::sealed_len(&hb) {
         let mut out = vec![0u8; n];
-        assert!(matches!(
-            s.seal(Epoch(0), &hb, &mut out),
-            Err(CclError::BufferTooSmall { .. })
-        ));
+        assert!(matches!(s.seal(Epoch(0), &hb, &mut out), Err(CclError::BufferTooSmall { .. })));
     }
     assert_eq!(s.next_seq(), 1, "failed seals consume no sequence number");
     let big = vec![0u8; 70_000];
-    let m = Message::RelayToOwner(RelayToOwner {
-        ingress_iface: 0,
-        frame: &big,
-    });
+    let m = Message::RelayToOwner(RelayToOwner { ingress_iface: 0, frame: &big });
     let mut out = vec![0u8; 80_000];
-    assert!(matches!(
-        s.seal(Epoch(0), &m, &mut out),
-        Err(CclError::PayloadTooLarge(_))
-    ));
+    assert!(matches!(s.seal(Epoch(0), &m, &mut out), Err(CclError::PayloadTooLarge(_))));
 }
 
 const PATH: FramePath = FramePath {
@@ -575,11 +427,7 @@ fn sealed_frame(s: &mut Sealer, m: &Message<'_>) -> Vec<u8> {
 #[test]
 fn udp_frame_round_trip() {
     let fr = frame(1514);
-    let m = Message::ForwardedPacket(ForwardedPacket {
-        ingress_iface: 1,
-        flow_hint: None,
-        frame: &fr,
-    });
+    let m = Message::ForwardedPacket(ForwardedPacket { ingress_iface: 1, flow_hint: None, frame: &fr });
     let mut s = Sealer::new(&key(), A, 3, INC).unwrap();
     let f = sealed_frame(&mut s, &m);
     // 14 + 20 + 8 + 34 + 2 (iface, no hint) + 1514 + 16.
@@ -590,26 +438,15 @@ fn udp_frame_round_trip() {
     assert!(ip.dont_frag());
     assert_eq!(usize::from(ip.total_len()), f.len() - 14);
     let d = strip_udp(&f).unwrap();
-    assert_eq!(
-        (d.src_port, d.src_ip, d.dst_mac),
-        (CCL_UDP_PORT + 3, PATH.src_ip, PATH.dst_mac)
-    );
+    assert_eq!((d.src_port, d.src_ip, d.dst_mac), (CCL_UDP_PORT + 3, PATH.src_ip, PATH.dst_mac));
     let mut o = opener();
     let got = o.open_frame(&f).unwrap();
     assert_eq!((got.msg, got.channel, got.epoch), (m, 3, Epoch(3)));
     assert_eq!(o.open_frame(&f).unwrap_err(), CclDrop::Replay);
 
     // Padded short frames open (the UDP length bounds the datagram).
-    let hb = Message::Heartbeat(Heartbeat {
-        priority: 1,
-        state: 1,
-        member_bitmap: 1,
-        ..Heartbeat::default()
-    });
-    let mut c = sealed_frame(
-        &mut Sealer::new(&key(), A, CONTROL_CHANNEL, INC).unwrap(),
-        &hb,
-    );
+    let hb = Message::Heartbeat(Heartbeat { priority: 1, state: 1, member_bitmap: 1, ..Heartbeat::default() });
+    let mut c = sealed_frame(&mut Sealer::new(&key(), A, CONTROL_CHANNEL, INC).unwrap(), &hb);
     assert_eq!(&c[34..36], &31555u16.to_be_bytes());
     c.resize(c.len() + 20, 0);
     assert!(o.open_frame(&c).is_ok());
@@ -617,12 +454,7 @@ fn udp_frame_round_trip() {
 
 #[test]
 fn non_ccl_frames() {
-    let hb = Message::Heartbeat(Heartbeat {
-        priority: 1,
-        state: 1,
-        member_bitmap: 1,
-        ..Heartbeat::default()
-    });
+    let hb = Message::Heartbeat(Heartbeat { priority: 1, state: 1, member_bitmap: 1, ..Heartbeat::default() });
     let f = sealed_frame(&mut sealer(), &hb);
     let mut o = opener();
     let mut arp = f.clone();
@@ -649,14 +481,7 @@ fn batch_writer_fills_to_capacity() {
     let mut pushed = Vec::new();
     let mut i = 0u32;
     loop {
-        let r = record(
-            if matches!(i % 4, 0) {
-                v6_key()
-            } else {
-                v4_key()
-            },
-            i,
-        );
+        let r = record(if matches!(i % 4, 0) { v6_key() } else { v4_key() }, i);
         let room = w.has_room_for(&r);
         match w.push(&r) {
             Ok(()) => {
@@ -687,9 +512,7 @@ fn batch_writer_fills_to_capacity() {
     assert!(n <= 1514, "one datagram within a 1500-byte MTU");
     let mut o = opener();
     let got = o.open_frame(&out[..n]).unwrap();
-    let Message::StateUpdate(b) = got.msg else {
-        panic!("kind")
-    };
+    let Message::StateUpdate(b) = got.msg else { panic!("kind") };
     assert_eq!(b.iter().collect::<Vec<_>>(), pushed);
     w.reset();
     assert!(w.is_empty());
@@ -775,12 +598,7 @@ proptest! {
 /// frames, several frame sizes), and both sealers advance alike.
 #[test]
 fn in_place_sealing_equals_copying() {
-    let path = FramePath {
-        src_mac: [2, 0, 0, 0, 0, 1],
-        dst_mac: [2, 0, 0, 0, 0, 2],
-        src_ip: Ipv4Addr::new(198, 19, 0, 1),
-        dst_ip: Ipv4Addr::new(198, 19, 0, 2),
-    };
+    let path = FramePath { src_mac: [2, 0, 0, 0, 0, 1], dst_mac: [2, 0, 0, 0, 0, 2], src_ip: Ipv4Addr::new(198, 19, 0, 1), dst_ip: Ipv4Addr::new(198, 19, 0, 2) };
     let hint = FlowKey::new(crate::FiveTuple {
         src: Ipv4Addr::new(10, 0, 0, 1).into(),
         dst: Ipv4Addr::new(10, 0, 0, 2).into(),
@@ -792,26 +610,11 @@ fn in_place_sealing_equals_copying() {
     let (mut a, mut b) = (sealer(), sealer());
     for len in [14usize, 60, 61, 1514] {
         let fr: Vec<u8> = (0..len).map(|i| (i * 7 + len) as u8).collect();
-        for (kind, hint) in [
-            (MessageKind::ForwardedPacket, None),
-            (MessageKind::ForwardedPacket, hint),
-            (MessageKind::RelayToOwner, None),
-            (MessageKind::ToControl, None),
-        ] {
+        for (kind, hint) in [(MessageKind::ForwardedPacket, None), (MessageKind::ForwardedPacket, hint), (MessageKind::RelayToOwner, None), (MessageKind::ToControl, None)] {
             let msg = match kind {
-                MessageKind::ForwardedPacket => Message::ForwardedPacket(ForwardedPacket {
-                    ingress_iface: 3,
-                    flow_hint: hint,
-                    frame: &fr,
-                }),
-                MessageKind::ToControl => Message::ToControl(RelayToOwner {
-                    ingress_iface: 3,
-                    frame: &fr,
-                }),
-                _ => Message::RelayToOwner(RelayToOwner {
-                    ingress_iface: 3,
-                    frame: &fr,
-                }),
+                MessageKind::ForwardedPacket => Message::ForwardedPacket(ForwardedPacket { ingress_iface: 3, flow_hint: hint, frame: &fr }),
+                MessageKind::ToControl => Message::ToControl(RelayToOwner { ingress_iface: 3, frame: &fr }),
+                _ => Message::RelayToOwner(RelayToOwner { ingress_iface: 3, frame: &fr }),
             };
             let mut want = vec![0u8; FRAME_OVERHEAD + msg.wire_len()];
             let n = a.seal_frame(&path, Epoch(4), &msg, &mut want).unwrap();
@@ -824,36 +627,14 @@ fn in_place_sealing_equals_copying() {
                 MessageKind::ForwardedPacket => ForwardedPacket::emit_head(3, hint.as_ref(), out),
                 _ => RelayToOwner::emit_head(3, out),
             };
-            let m = b
-                .seal_frame_in_place(&path, Epoch(4), kind, head_len, len, head, &mut got)
-                .unwrap();
+            let m = b.seal_frame_in_place(&path, Epoch(4), kind, head_len, len, head, &mut got).unwrap();
             assert_eq!(m, n);
             assert_eq!(got, want, "{kind:?} hint {} len {len}", hint.is_some());
         }
     }
     assert_eq!(a.next_seq(), b.next_seq());
-    assert!(b
-        .seal_frame_in_place(
-            &path,
-            Epoch(4),
-            MessageKind::Heartbeat,
-            1,
-            60,
-            |_| Ok(1),
-            &mut [0u8; 256]
-        )
-        .is_err());
-    assert!(b
-        .seal_frame_in_place(
-            &path,
-            Epoch(4),
-            MessageKind::RelayToOwner,
-            1,
-            13,
-            |_| Ok(1),
-            &mut [0u8; 256]
-        )
-        .is_err());
+    assert!(b.seal_frame_in_place(&path, Epoch(4), MessageKind::Heartbeat, 1, 60, |_| Ok(1), &mut [0u8; 256]).is_err());
+    assert!(b.seal_frame_in_place(&path, Epoch(4), MessageKind::RelayToOwner, 1, 13, |_| Ok(1), &mut [0u8; 256]).is_err());
 }
 
 /// A `ForwardedBatch` built in place with `push` and sealed with
@@ -862,52 +643,29 @@ fn in_place_sealing_equals_copying() {
 /// refused.
 #[test]
 fn in_place_batch_equals_copying_and_opens() {
-    let path = FramePath {
-        src_mac: [2, 0, 0, 0, 0, 1],
-        dst_mac: [2, 0, 0, 0, 0, 2],
-        src_ip: Ipv4Addr::new(198, 19, 0, 1),
-        dst_ip: Ipv4Addr::new(198, 19, 0, 2),
-    };
+    let path = FramePath { src_mac: [2, 0, 0, 0, 0, 1], dst_mac: [2, 0, 0, 0, 0, 2], src_ip: Ipv4Addr::new(198, 19, 0, 1), dst_ip: Ipv4Addr::new(198, 19, 0, 2) };
     let (mut a, mut b) = (sealer(), sealer());
-    let frames: Vec<Vec<u8>> = [14usize, 60, 400]
-        .iter()
-        .map(|&n| (0..n).map(|i| (i * 3 + n) as u8).collect())
-        .collect();
+    let frames: Vec<Vec<u8>> = [14usize, 60, 400].iter().map(|&n| (0..n).map(|i| (i * 3 + n) as u8).collect()).collect();
     let at = FRAME_OVERHEAD - TAG_LEN;
     let mut got = vec![0u8; 1024];
     let mut used = 0;
     for (k, f) in frames.iter().enumerate() {
         used = ForwardedBatch::push(&mut got[at..], used, k as u8, f).unwrap();
     }
-    let m = b
-        .seal_batch_in_place(&path, Epoch(4), used, &mut got)
-        .unwrap();
+    let m = b.seal_batch_in_place(&path, Epoch(4), used, &mut got).unwrap();
     let batch = ForwardedBatch::parse(&got[at..at + used]).unwrap();
     let mut want = vec![0u8; FRAME_OVERHEAD + used];
-    let n = a
-        .seal_frame(&path, Epoch(4), &Message::ForwardedBatch(batch), &mut want)
-        .unwrap();
+    let n = a.seal_frame(&path, Epoch(4), &Message::ForwardedBatch(batch), &mut want).unwrap();
     assert_eq!((m, n), (want.len(), want.len()));
     assert_eq!(got[..m], want[..]);
     let mut o = opener();
     let opened = o.open_frame(&want).unwrap();
-    let Message::ForwardedBatch(back) = opened.msg else {
-        panic!("{:?}", opened.msg)
-    };
+    let Message::ForwardedBatch(back) = opened.msg else { panic!("{:?}", opened.msg) };
     let back: Vec<(u8, Vec<u8>)> = back.frames().map(|(i, f)| (i, f.to_vec())).collect();
-    assert_eq!(
-        back,
-        frames
-            .iter()
-            .enumerate()
-            .map(|(k, f)| (k as u8, f.clone()))
-            .collect::<Vec<_>>()
-    );
+    assert_eq!(back, frames.iter().enumerate().map(|(k, f)| (k as u8, f.clone())).collect::<Vec<_>>());
     // Not a batch: count 0.
     let mut bad = vec![0u8; 256];
-    assert!(b
-        .seal_batch_in_place(&path, Epoch(4), 20, &mut bad)
-        .is_err());
+    assert!(b.seal_batch_in_place(&path, Epoch(4), 20, &mut bad).is_err());
 }
 
 /// The MAC follows the message length: below `MAC_X4_FROM` bytes of header
@@ -923,26 +681,11 @@ fn mac_by_length_with_independent_keys() {
         m.copy_from_slice(&k[..16]);
         m
     };
-    let (kl, kx) = (
-        derive("clusterfw ccl v5 aegis-128l-mac"),
-        derive("clusterfw ccl v5 aegis-128x4-mac"),
-    );
+    let (kl, kx) = (derive("clusterfw ccl v5 aegis-128l-mac"), derive("clusterfw ccl v5 aegis-128x4-mac"));
     assert_ne!(kl, kx);
-    for frame_len in [
-        14usize,
-        auth::MAC_X4_FROM - HEADER_LEN - 3,
-        auth::MAC_X4_FROM - HEADER_LEN - 2,
-        1514,
-    ] {
+    for frame_len in [14usize, auth::MAC_X4_FROM - HEADER_LEN - 3, auth::MAC_X4_FROM - HEADER_LEN - 2, 1514] {
         let fr = vec![0x5au8; frame_len];
-        let d = seal(
-            &mut sealer(),
-            &Message::ForwardedPacket(ForwardedPacket {
-                ingress_iface: 1,
-                flow_hint: None,
-                frame: &fr,
-            }),
-        );
+        let d = seal(&mut sealer(), &Message::ForwardedPacket(ForwardedPacket { ingress_iface: 1, flow_hint: None, frame: &fr }));
         let (covered, tag) = d.split_at(d.len() - TAG_LEN);
         let want: [u8; 16] = if covered.len() < auth::MAC_X4_FROM {
             let mut m = Aegis128LMac::<16>::new(&kl);
@@ -981,11 +724,7 @@ fn record_version_round_trips_through_the_opaque_bytes() {
     assert_eq!(r.version(), None, "no flag, no version");
     r.set_version(0x0102_0304, 0xa0b0_c0d0);
     assert_eq!(r.flags & FLAG_VERSIONED, FLAG_VERSIONED);
-    assert_eq!(
-        &r.opaque[..8],
-        &[1, 2, 3, 4, 0xa0, 0xb0, 0xc0, 0xd0],
-        "big-endian, generation first"
-    );
+    assert_eq!(&r.opaque[..8], &[1, 2, 3, 4, 0xa0, 0xb0, 0xc0, 0xd0], "big-endian, generation first");
     let mut buf = [0u8; 128];
     let n = r.emit(&mut buf).unwrap();
     let (back, m) = FlowRecord::parse_prefix(&buf[..n]).unwrap();
@@ -1001,10 +740,7 @@ fn record_version_round_trips_through_the_opaque_bytes() {
     let n = r.emit(&mut buf).unwrap();
     assert_eq!(n, FlowRecord::V4_LEN);
     let back = FlowRecord::parse(&buf[..n]).unwrap();
-    assert_eq!(
-        (back.state(), back.version()),
-        (Some(&st[..]), Some((0x0102_0304, 0xa0b0_c0d0)))
-    );
+    assert_eq!((back.state(), back.version()), (Some(&st[..]), Some((0x0102_0304, 0xa0b0_c0d0))));
 }
 
 // --- The control channel (issue 10). ---
@@ -1019,10 +755,7 @@ fn control_messages(data: &[u8]) -> Vec<ControlMessage<'_>> {
         member_place: [Placement::default(); NODE_SLOTS],
         member_since: [Epoch(0); NODE_SLOTS],
     };
-    accepted.member_place[1] = Placement {
-        site: Some(1),
-        chassis: Some(2),
-    };
+    accepted.member_place[1] = Placement { site: Some(1), chassis: Some(2) };
     vec![
         ControlMessage::Heartbeat(fixture_heartbeat_canonical()),
         ControlMessage::JoinRequest(JoinRequest {
@@ -1044,26 +777,9 @@ fn control_messages(data: &[u8]) -> Vec<ControlMessage<'_>> {
             window: 16,
             full: true,
         }),
-        ControlMessage::SyncChunk(SyncChunk {
-            to: B,
-            to_incarnation: INC,
-            xfer: 1,
-            index: 0,
-            total: 1,
-            data,
-        }),
-        ControlMessage::TableUpdate(TableUpdate {
-            version: 3,
-            table: 2,
-            key: b"10.0.0.1:1024",
-            op: TableOp::Upsert(&data[..TABLE_VALUE_MAX]),
-        }),
-        ControlMessage::TableUpdate(TableUpdate {
-            version: 4,
-            table: 2,
-            key: b"x",
-            op: TableOp::Delete,
-        }),
+        ControlMessage::SyncChunk(SyncChunk { to: B, to_incarnation: INC, xfer: 1, index: 0, total: 1, data }),
+        ControlMessage::TableUpdate(TableUpdate { version: 3, table: 2, key: b"10.0.0.1:1024", op: TableOp::Upsert(&data[..TABLE_VALUE_MAX]) }),
+        ControlMessage::TableUpdate(TableUpdate { version: 4, table: 2, key: b"x", op: TableOp::Delete }),
     ]
 }
 
@@ -1091,10 +807,7 @@ fn control_messages_seal_and_open_on_the_control_lcore_only() {
         let n = s.seal_control_frame(&path, Epoch(7), &m, &mut out).unwrap();
         assert!(n <= 1514, "{} bytes for {}", n, m.kind());
         let o = control.open_control_frame(&out[..n]).unwrap();
-        assert_eq!(
-            (o.msg, o.sender, o.epoch, o.channel, o.incarnation),
-            (m, A, Epoch(7), CONTROL_CHANNEL, INC)
-        );
+        assert_eq!((o.msg, o.sender, o.epoch, o.channel, o.incarnation), (m, A, Epoch(7), CONTROL_CHANNEL, INC));
         // A worker's opener does not decode control kinds (the heartbeat
         // excepted: it is a `Message` too).
         match worker.open_frame(&out[..n]) {
@@ -1110,36 +823,16 @@ fn control_messages_seal_and_open_on_the_control_lcore_only() {
         assert_eq!(o2.counters().total_drops(), d.len() as u64);
     }
     let c = control.counters();
-    for k in [
-        MessageKind::JoinRequest,
-        MessageKind::JoinReply,
-        MessageKind::SyncRequest,
-        MessageKind::SyncChunk,
-    ] {
+    for k in [MessageKind::JoinRequest, MessageKind::JoinReply, MessageKind::SyncRequest, MessageKind::SyncChunk] {
         assert_eq!((c.rx(k), s.counters().tx(k)), (1, 1), "{k}");
     }
     assert_eq!(c.rx(MessageKind::TableUpdate), 2);
     assert_eq!(worker.counters().drop(CclDrop::UnknownKind), 6);
     // A data-channel kind on the control lcore: unknown kind, after the MAC.
-    let q = seal(
-        &mut sealer(),
-        &Message::OwnerQuery(OwnerQuery {
-            query_id: 1,
-            flow: v4_key(),
-            elect_if_absent: false,
-            local: false,
-        }),
-    );
+    let q = seal(&mut sealer(), &Message::OwnerQuery(OwnerQuery { query_id: 1, flow: v4_key(), elect_if_absent: false, local: false }));
     assert_eq!(opener().open_control(&q), Err(CclDrop::UnknownKind));
     // The longest chunk fills an MTU-1500 datagram exactly.
-    let ch = ControlMessage::SyncChunk(SyncChunk {
-        to: B,
-        to_incarnation: 1,
-        xfer: 1,
-        index: 0,
-        total: 1,
-        data: &data,
-    });
+    let ch = ControlMessage::SyncChunk(SyncChunk { to: B, to_incarnation: 1, xfer: 1, index: 0, total: 1, data: &data });
     assert_eq!(Sealer::sealed_len_control(&ch), 1500 - 28);
 }
 
@@ -1172,12 +865,7 @@ fn nat_binding_rides_in_the_record_and_junk_is_none() {
     let mut r = record(v4_key(), 1);
     r.opaque = [0; OPAQUE_LEN];
     assert_eq!(r.binding(), None);
-    let b = NatBinding {
-        addr: Ipv4Addr::new(198, 51, 100, 7),
-        port: 40_961,
-        class: 1,
-        multi_session: true,
-    };
+    let b = NatBinding { addr: Ipv4Addr::new(198, 51, 100, 7), port: 40_961, class: 1, multi_session: true };
     r.set_binding(Some(b));
     let mut bytes = [0u8; FlowRecord::V6_LEN];
     let n = r.emit(&mut bytes).unwrap();

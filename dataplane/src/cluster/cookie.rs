@@ -75,10 +75,7 @@ impl CookieCodec {
         a.copy_from_slice(&cluster_secret[..8]);
         // layout: allow(offset) the 128-bit key split into SipHash's k0 and k1, not packet bytes
         b.copy_from_slice(&cluster_secret[8..]);
-        CookieCodec {
-            k0: u64::from_le_bytes(a),
-            k1: u64::from_le_bytes(b),
-        }
+        CookieCodec { k0: u64::from_le_bytes(a), k1: u64::from_le_bytes(b) }
     }
 
     /// The keyed pad and check for random part `r`.
@@ -94,10 +91,7 @@ impl CookieCodec {
     /// encoded.
     #[inline]
     pub fn encode(&self, node: NodeId, random: u32) -> u32 {
-        debug_assert!(
-            node.index() < NodeId::MAX_NODES,
-            "{node} is not a cluster node id"
-        );
+        debug_assert!(node.index() < NodeId::MAX_NODES, "{node} is not a cluster node id");
         let r = random >> (32 - RANDOM_BITS);
         let (pad, check) = self.mac(r);
         let field = (u32::from(node.0) ^ pad) & NODE_MASK;
@@ -198,10 +192,7 @@ mod tests {
     #[test]
     fn siphash_vectors() {
         let key: Vec<u8> = (0..16).collect();
-        let (k0, k1) = (
-            u64::from_le_bytes(key[..8].try_into().unwrap()),
-            u64::from_le_bytes(key[8..].try_into().unwrap()),
-        );
+        let (k0, k1) = (u64::from_le_bytes(key[..8].try_into().unwrap()), u64::from_le_bytes(key[8..].try_into().unwrap()));
         let msg: Vec<u8> = (0..64).collect();
         assert_eq!(siphash24(k0, k1, &[]), 0x726f_db47_dd0e_0e31);
         assert_eq!(siphash24(k0, k1, &msg[..15]), 0xa129_ca61_49be_45e5);
@@ -209,11 +200,7 @@ mod tests {
             #[allow(deprecated)]
             let mut h = std::hash::SipHasher::new_with_keys(k0, k1);
             std::hash::Hasher::write(&mut h, &msg[..len]);
-            assert_eq!(
-                siphash24(k0, k1, &msg[..len]),
-                std::hash::Hasher::finish(&h),
-                "len {len}"
-            );
+            assert_eq!(siphash24(k0, k1, &msg[..len]), std::hash::Hasher::finish(&h), "len {len}");
         }
     }
 
@@ -225,10 +212,7 @@ mod tests {
             for _ in 0..20_000 {
                 let isn = c.encode(NodeId(node), rng.next());
                 assert_eq!(c.decode(isn), Some(NodeId(node)));
-                assert_eq!(
-                    c.owner_from_synack_ack(isn.wrapping_add(1)),
-                    Some(NodeId(node))
-                );
+                assert_eq!(c.owner_from_synack_ack(isn.wrapping_add(1)), Some(NodeId(node)));
             }
         }
     }
@@ -237,16 +221,7 @@ mod tests {
     fn limits() {
         let c = CookieCodec::new(KEY);
         for node in [NodeId(0), NodeId(15)] {
-            for random in [
-                0,
-                1,
-                0xfff,
-                0x1000,
-                0x7fff_ffff,
-                0x8000_0000,
-                0xffff_f000,
-                u32::MAX,
-            ] {
+            for random in [0, 1, 0xfff, 0x1000, 0x7fff_ffff, 0x8000_0000, 0xffff_f000, u32::MAX] {
                 let isn = c.encode(node, random);
                 assert_eq!(isn >> 12, random >> 12, "the random bits are the top 20");
                 assert_eq!(c.decode(isn), Some(node));
@@ -258,10 +233,7 @@ mod tests {
         for node in 0..16u8 {
             let isn = c.encode(NodeId(node), u32::MAX);
             assert_eq!(isn >> 12, 0xfffff);
-            assert_eq!(
-                c.owner_from_synack_ack(isn.wrapping_add(1)),
-                Some(NodeId(node))
-            );
+            assert_eq!(c.owner_from_synack_ack(isn.wrapping_add(1)), Some(NodeId(node)));
         }
         // A key whose cookie for (node, r = 0xfffff) is exactly 0xffff_ffff,
         // found deterministically, so the ack = 0 case is always exercised.
@@ -283,9 +255,8 @@ mod tests {
         let c = CookieCodec::new(KEY);
         // The node field is padded: the same node gives different field
         // values across r, and other keys decode foreign cookies at chance.
-        let fields: std::collections::HashSet<u32> = (0..256u32)
-            .map(|r| (c.encode(NodeId(3), r << 12) >> 8) & 0xf)
-            .collect();
+        let fields: std::collections::HashSet<u32> =
+            (0..256u32).map(|r| (c.encode(NodeId(3), r << 12) >> 8) & 0xf).collect();
         assert!(fields.len() > 8, "{fields:?}");
         let other = CookieCodec::new(*b"another-cluster!");
         assert_ne!(c, other);
@@ -304,9 +275,7 @@ mod tests {
             if c.decode(rng.next()).is_some() {
                 random_ok += 1;
             }
-            if c.decode(other.encode(NodeId((i % 16) as u8), rng.next()))
-                .is_some()
-            {
+            if c.decode(other.encode(NodeId((i % 16) as u8), rng.next())).is_some() {
                 foreign_ok += 1;
             }
         }
@@ -319,16 +288,11 @@ mod tests {
             100.0 / 256.0
         );
         for got in [random_ok, foreign_ok] {
-            assert!(
-                (f64::from(got) - expect).abs() < 6.0 * 62.4,
-                "{got} vs {expect}"
-            );
+            assert!((f64::from(got) - expect).abs() < 6.0 * 62.4, "{got} vs {expect}");
         }
         // Exactly one check value per r is accepted.
         for r in [0u32, 1, 0x12345, 0xfffff] {
-            let ok = (0..4096u32)
-                .filter(|low| c.decode(r << 12 | low).is_some())
-                .count();
+            let ok = (0..4096u32).filter(|low| c.decode(r << 12 | low).is_some()).count();
             assert_eq!(ok, 16, "r = {r:#x}: one check value × 16 node fields");
         }
     }

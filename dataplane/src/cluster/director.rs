@@ -82,11 +82,7 @@ impl FlowHasher {
             (IpAddr::V4(s), IpAddr::V4(d)) => {
                 let (a, pa) = (u32::from(s), t.src_port);
                 let (b, pb) = (u32::from(d), t.dst_port);
-                let ((lo, plo), (hi, phi)) = if (a, pa) <= (b, pb) {
-                    ((a, pa), (b, pb))
-                } else {
-                    ((b, pb), (a, pa))
-                };
+                let ((lo, plo), (hi, phi)) = if (a, pa) <= (b, pb) { ((a, pa), (b, pb)) } else { ((b, pb), (a, pa)) };
                 let addrs = u64::from(lo) << 32 | u64::from(hi);
                 let h = fold_mul(self.seed ^ K[0] ^ addrs, K[1]);
                 let h = fold_mul(h ^ ports_word(plo, phi, t.proto, 4), K[2]);
@@ -97,11 +93,7 @@ impl FlowHasher {
                 // becomes IPv4-mapped IPv6 so the order is still total.
                 let (a, pa) = (v6_bits(s), t.src_port);
                 let (b, pb) = (v6_bits(d), t.dst_port);
-                let ((lo, plo), (hi, phi)) = if (a, pa) <= (b, pb) {
-                    ((a, pa), (b, pb))
-                } else {
-                    ((b, pb), (a, pa))
-                };
+                let ((lo, plo), (hi, phi)) = if (a, pa) <= (b, pb) { ((a, pa), (b, pb)) } else { ((b, pb), (a, pa)) };
                 let mut h = self.seed ^ K[0];
                 h = fold_mul(h ^ (lo >> 64) as u64, K[1]);
                 h = fold_mul(h ^ lo as u64, K[2]);
@@ -208,10 +200,7 @@ pub struct Backups {
 }
 
 impl Backups {
-    const EMPTY: Backups = Backups {
-        nodes: [NodeId(0); MAX_BACKUPS],
-        len: 0,
-    };
+    const EMPTY: Backups = Backups { nodes: [NodeId(0); MAX_BACKUPS], len: 0 };
     #[inline]
     pub fn as_slice(&self) -> &[NodeId] {
         &self.nodes[..usize::from(self.len)]
@@ -418,10 +407,7 @@ impl DirectorTable {
     pub fn ranking(&self, h: u64) -> Ranking {
         let n = usize::from(self.len);
         let mut w = [0u64; NodeId::MAX_NODES];
-        for (slot, (&node, &salt)) in w
-            .iter_mut()
-            .zip(self.nodes[..n].iter().zip(&self.salts[..n]))
-        {
+        for (slot, (&node, &salt)) in w.iter_mut().zip(self.nodes[..n].iter().zip(&self.salts[..n])) {
             *slot = packed_weight(h, salt, node);
         }
         // Insertion sort, descending: ≤ 16 elements, no allocation.
@@ -434,10 +420,7 @@ impl DirectorTable {
             }
             w[j] = x;
         }
-        let mut r = Ranking {
-            nodes: [NodeId(0); NodeId::MAX_NODES],
-            len: self.len,
-        };
+        let mut r = Ranking { nodes: [NodeId(0); NodeId::MAX_NODES], len: self.len };
         for (out, &wt) in r.nodes.iter_mut().zip(&w[..n]) {
             *out = NodeId((wt & NODE_BITS_MASK) as u8);
         }
@@ -478,11 +461,7 @@ impl DirectorTable {
             out.push_unique(primary);
         } else {
             let r = self.ranking(h);
-            for n in r
-                .iter()
-                .filter(|&n| n != owner)
-                .take(usize::from(self.backup_owners))
-            {
+            for n in r.iter().filter(|&n| n != owner).take(usize::from(self.backup_owners)) {
                 out.push_unique(n);
             }
             ranking = Some(r);
@@ -498,26 +477,19 @@ impl DirectorTable {
         let primaries = out;
         let all = |f: &dyn Fn(NodeId) -> bool| primaries.iter().all(f);
         let chassis_rule = own_chassis.filter(|&c| all(&|n| self.chassis[n.index()] == Some(c)));
-        let site_rule =
-            own_site.filter(|&s| self.site_redundancy && all(&|n| self.site[n.index()] == Some(s)));
+        let site_rule = own_site.filter(|&s| self.site_redundancy && all(&|n| self.site[n.index()] == Some(s)));
         if chassis_rule.is_none() && site_rule.is_none() {
             self.push_local(&mut out, h, owner, own_site);
             return out; // the common case: no full ranking needed
         }
         let ranking = ranking.unwrap_or_else(|| self.ranking(h));
         if let Some(c) = chassis_rule {
-            if let Some(n) = ranking
-                .iter()
-                .find(|n| matches!(self.chassis[n.index()], Some(x) if x != c))
-            {
+            if let Some(n) = ranking.iter().find(|n| matches!(self.chassis[n.index()], Some(x) if x != c)) {
                 out.push_unique(n);
             }
         }
         if let Some(s) = site_rule {
-            if let Some(n) = ranking
-                .iter()
-                .find(|n| matches!(self.site[n.index()], Some(x) if x != s))
-            {
+            if let Some(n) = ranking.iter().find(|n| matches!(self.site[n.index()], Some(x) if x != s)) {
                 out.push_unique(n);
             }
         }
@@ -529,10 +501,7 @@ impl DirectorTable {
     /// unless it is the owner (or already a backup).
     #[inline]
     fn push_local(&self, out: &mut Backups, h: u64, owner: NodeId, own_site: Option<u8>) {
-        if let Some(l) = own_site
-            .and_then(|s| self.local_director(h, s))
-            .filter(|&l| l != owner)
-        {
+        if let Some(l) = own_site.and_then(|s| self.local_director(h, s)).filter(|&l| l != owner) {
             out.push_unique(l);
         }
     }
@@ -552,13 +521,7 @@ mod tests {
         MemberSet::from_nodes(Epoch(1), nodes.iter().copied().map(NodeId)).unwrap()
     }
     fn v4(s: [u8; 4], sp: u16, d: [u8; 4], dp: u16, proto: u8) -> FiveTuple {
-        FiveTuple {
-            src: Ipv4Addr::from(s).into(),
-            dst: Ipv4Addr::from(d).into(),
-            proto,
-            src_port: sp,
-            dst_port: dp,
-        }
+        FiveTuple { src: Ipv4Addr::from(s).into(), dst: Ipv4Addr::from(d).into(), proto, src_port: sp, dst_port: dp }
     }
 
     /// splitmix64: a seeded, reproducible stream for the measurements.
@@ -602,13 +565,7 @@ mod tests {
         let t = v4([10, 0, 0, 2], 50000, [93, 184, 216, 34], 443, 6);
         assert_eq!(flow_hash(&t), flow_hash(&t.reversed()));
         assert_ne!(flow_hash(&t), flow_hash(&FiveTuple { proto: 17, ..t }));
-        assert_ne!(
-            flow_hash(&t),
-            flow_hash(&FiveTuple {
-                src_port: 50001,
-                ..t
-            })
-        );
+        assert_ne!(flow_hash(&t), flow_hash(&FiveTuple { src_port: 50001, ..t }));
         // Same address on both sides: the ports decide the order.
         let u = v4([10, 0, 0, 1], 1, [10, 0, 0, 1], 2, 17);
         assert_eq!(flow_hash(&u), flow_hash(&u.reversed()));
@@ -616,29 +573,11 @@ mod tests {
         let req = v4([10, 0, 0, 2], 0x1234, [8, 8, 8, 8], 0, 1);
         let rep = v4([8, 8, 8, 8], 0, [10, 0, 0, 2], 0x1234, 1);
         assert_eq!(flow_hash(&req), flow_hash(&rep));
-        assert_ne!(
-            flow_hash(&req),
-            flow_hash(&FiveTuple {
-                src_port: 0x1235,
-                ..req
-            })
-        );
+        assert_ne!(flow_hash(&req), flow_hash(&FiveTuple { src_port: 0x1235, ..req }));
         let s6: Ipv6Addr = "2001:db8::1".parse().unwrap();
         let d6: Ipv6Addr = "2001:db8:ffff::80".parse().unwrap();
-        let t6 = FiveTuple {
-            src: s6.into(),
-            dst: d6.into(),
-            proto: 58,
-            src_port: 7,
-            dst_port: 0,
-        };
-        let r6 = FiveTuple {
-            src: d6.into(),
-            dst: s6.into(),
-            proto: 58,
-            src_port: 0,
-            dst_port: 7,
-        };
+        let t6 = FiveTuple { src: s6.into(), dst: d6.into(), proto: 58, src_port: 7, dst_port: 0 };
+        let r6 = FiveTuple { src: d6.into(), dst: s6.into(), proto: 58, src_port: 0, dst_port: 7 };
         assert_eq!(flow_hash(&t6), flow_hash(&r6));
         // A different seed is a different hash, still symmetric.
         let h = FlowHasher::new(42);
@@ -653,36 +592,20 @@ mod tests {
         let t = v4([10, 0, 0, 2], 50000, [93, 184, 216, 34], 443, 6);
         let s6: Ipv6Addr = "2001:db8::1".parse().unwrap();
         let d6: Ipv6Addr = "2001:db8:ffff::80".parse().unwrap();
-        let t6 = FiveTuple {
-            src: s6.into(),
-            dst: d6.into(),
-            proto: 6,
-            src_port: 40000,
-            dst_port: 80,
-        };
+        let t6 = FiveTuple { src: s6.into(), dst: d6.into(), proto: 6, src_port: 40000, dst_port: 80 };
         let got = [flow_hash(&t), flow_hash(&t6), weight(flow_hash(&t), n(3))];
         println!("golden: {got:?}");
         assert_eq!(got, GOLDEN);
         let tbl = DirectorTable::new(&set(&[0, 1, 2, 3, 4, 5, 6, 7])).unwrap();
-        assert_eq!(
-            tbl.ranking(flow_hash(&t)).as_slice(),
-            GOLDEN_RANKING.map(NodeId)
-        );
+        assert_eq!(tbl.ranking(flow_hash(&t)).as_slice(), GOLDEN_RANKING.map(NodeId));
     }
-    const GOLDEN: [u64; 3] = [
-        7265483929512209326,
-        14646975901653397895,
-        5631401776506407715,
-    ];
+    const GOLDEN: [u64; 3] = [7265483929512209326, 14646975901653397895, 5631401776506407715];
     const GOLDEN_RANKING: [u8; 8] = [6, 7, 2, 5, 4, 1, 3, 0];
 
     #[test]
     fn ranking_and_director_agree() {
         let tbl = DirectorTable::new(&set(&[0, 2, 5, 9, 15])).unwrap();
-        assert_eq!(
-            (tbl.len(), tbl.epoch(), tbl.members()),
-            (5, Epoch(1), &[n(0), n(2), n(5), n(9), n(15)][..])
-        );
+        assert_eq!((tbl.len(), tbl.epoch(), tbl.members()), (5, Epoch(1), &[n(0), n(2), n(5), n(9), n(15)][..]));
         for h in hashes(10_000) {
             let r = tbl.ranking(h);
             assert_eq!(r.len(), 5);
@@ -693,19 +616,12 @@ mod tests {
             let w: Vec<_> = r.iter().map(|m| weight(h, m)).collect();
             assert!(w.windows(2).all(|p| p[0] >= p[1]));
         }
-        assert_eq!(
-            DirectorTable::new(&MemberSet::empty(Epoch(0))),
-            Err(MemberError::Empty)
-        );
+        assert_eq!(DirectorTable::new(&MemberSet::empty(Epoch(0))), Err(MemberError::Empty));
         let one = DirectorTable::new(&set(&[7])).unwrap();
         assert_eq!((one.director(0), one.director(u64::MAX)), (n(7), n(7)));
         assert_eq!(one.backup(123, n(7)), None);
         assert!(one.backups(123, n(7)).is_empty());
-        assert_eq!(
-            one.backup(123, n(3)),
-            Some(n(7)),
-            "an owner outside the set is backed by the director"
-        );
+        assert_eq!(one.backup(123, n(3)), Some(n(7)), "an owner outside the set is backed by the director");
     }
 
     #[test]
@@ -721,11 +637,7 @@ mod tests {
                 } else {
                     assert_eq!(b, d);
                 }
-                assert_eq!(
-                    tbl.backups(h, owner).as_slice(),
-                    &[b],
-                    "no chassis/site ids: one backup"
-                );
+                assert_eq!(tbl.backups(h, owner).as_slice(), &[b], "no chassis/site ids: one backup");
             }
         }
     }
@@ -734,20 +646,10 @@ mod tests {
     fn chassis_and_site_backups() {
         // Two sites; site 1 has chassis 10 (nodes 0,1) and 11 (node 2);
         // site 2 has chassis 20 (nodes 3,4).
-        let m = |site, chassis| MemberInfo {
-            site: Some(site),
-            chassis: Some(chassis),
-            since: Epoch(0),
-        };
+        let m = |site, chassis| MemberInfo { site: Some(site), chassis: Some(chassis), since: Epoch(0) };
         let s = MemberSet::from_members(
             Epoch(9),
-            [
-                (n(0), m(1, 10)),
-                (n(1), m(1, 10)),
-                (n(2), m(1, 11)),
-                (n(3), m(2, 20)),
-                (n(4), m(2, 20)),
-            ],
+            [(n(0), m(1, 10)), (n(1), m(1, 10)), (n(2), m(1, 11)), (n(3), m(2, 20)), (n(4), m(2, 20))],
         )
         .unwrap();
         let plain = DirectorTable::new(&s).unwrap();
@@ -763,10 +665,7 @@ mod tests {
                 let info = |x: NodeId| s.info(x).unwrap();
                 let same_chassis = info(primary).chassis == info(owner).chassis;
                 if same_chassis {
-                    let want = r
-                        .iter()
-                        .find(|&x| info(x).chassis != info(owner).chassis)
-                        .unwrap();
+                    let want = r.iter().find(|&x| info(x).chassis != info(owner).chassis).unwrap();
                     assert!(b.contains(want));
                     if want != primary {
                         chassis_extra += 1;
@@ -778,10 +677,7 @@ mod tests {
                 let bs = sited.backups(h, owner);
                 assert_eq!(&bs.as_slice()[..b.len()], b.as_slice());
                 if info(primary).site == info(owner).site {
-                    let want = r
-                        .iter()
-                        .find(|&x| info(x).site != info(owner).site)
-                        .unwrap();
+                    let want = r.iter().find(|&x| info(x).site != info(owner).site).unwrap();
                     assert!(bs.contains(want));
                     site_extra += 1;
                     if same_chassis && bs.len() == 3 {
@@ -795,30 +691,16 @@ mod tests {
                 assert_eq!(seen.len(), bs.len());
             }
         }
-        assert!(
-            chassis_extra > 0 && site_extra > 0 && both > 0,
-            "{chassis_extra} {site_extra} {both}"
-        );
+        assert!(chassis_extra > 0 && site_extra > 0 && both > 0, "{chassis_extra} {site_extra} {both}");
     }
 
     #[test]
     fn local_directors() {
         // Two sites of two and three nodes; node 5 has no site.
-        let m = |site| MemberInfo {
-            site,
-            chassis: None,
-            since: Epoch(0),
-        };
+        let m = |site| MemberInfo { site, chassis: None, since: Epoch(0) };
         let s = MemberSet::from_members(
             Epoch(3),
-            [
-                (n(0), m(Some(1))),
-                (n(1), m(Some(1))),
-                (n(2), m(Some(2))),
-                (n(3), m(Some(2))),
-                (n(4), m(Some(2))),
-                (n(5), m(None)),
-            ],
+            [(n(0), m(Some(1))), (n(1), m(Some(1))), (n(2), m(Some(2))), (n(3), m(Some(2))), (n(4), m(Some(2))), (n(5), m(None))],
         )
         .unwrap();
         let plain = DirectorTable::new(&s).unwrap();
@@ -832,10 +714,7 @@ mod tests {
                 let l = t.local_director(h, site).unwrap();
                 // The first of the ranking at that site: the director
                 // whenever the director is there.
-                assert_eq!(
-                    Some(l),
-                    r.iter().find(|&x| s.info(x).unwrap().site == Some(site))
-                );
+                assert_eq!(Some(l), r.iter().find(|&x| s.info(x).unwrap().site == Some(site)));
                 if s.info(t.director(h)).unwrap().site == Some(site) {
                     assert_eq!(l, t.director(h));
                     same += 1;
@@ -843,11 +722,7 @@ mod tests {
             }
             for owner in (0..6).map(NodeId) {
                 let (b, bl) = (plain.backups(h, owner), t.backups(h, owner));
-                assert_eq!(
-                    &bl.as_slice()[..b.len()],
-                    b.as_slice(),
-                    "the local director comes last"
-                );
+                assert_eq!(&bl.as_slice()[..b.len()], b.as_slice(), "the local director comes last");
                 match s.info(owner).unwrap().site {
                     Some(site) => {
                         let l = t.local_director(h, site).unwrap();
@@ -870,10 +745,7 @@ mod tests {
         let hs = hashes(1_000_000);
         let total = hs.len() as f64;
         // 3 → 2: node 1 leaves.
-        let (a, b) = (
-            DirectorTable::new(&set(&[0, 1, 2])).unwrap(),
-            DirectorTable::new(&set(&[0, 2])).unwrap(),
-        );
+        let (a, b) = (DirectorTable::new(&set(&[0, 1, 2])).unwrap(), DirectorTable::new(&set(&[0, 2])).unwrap());
         let mut moved = 0usize;
         for &h in &hs {
             let (x, y) = (a.director(h), b.director(h));
@@ -886,28 +758,17 @@ mod tests {
         }
         let leave = moved as f64 / total;
         // 4 → 5: node 4 joins.
-        let (a, b) = (
-            DirectorTable::new(&set(&[0, 1, 2, 3])).unwrap(),
-            DirectorTable::new(&set(&[0, 1, 2, 3, 4])).unwrap(),
-        );
+        let (a, b) = (DirectorTable::new(&set(&[0, 1, 2, 3])).unwrap(), DirectorTable::new(&set(&[0, 1, 2, 3, 4])).unwrap());
         let mut moved = 0usize;
         for &h in &hs {
             let (x, y) = (a.director(h), b.director(h));
             if x != y {
-                assert_eq!(
-                    y,
-                    n(4),
-                    "a flow moved to a member other than the one that joined"
-                );
+                assert_eq!(y, n(4), "a flow moved to a member other than the one that joined");
                 moved += 1;
             }
         }
         let join = moved as f64 / total;
-        println!(
-            "movement: 3→2 (leave) {:.3}% (ideal 33.333%), 4→5 (join) {:.3}% (ideal 20.000%)",
-            leave * 100.0,
-            join * 100.0
-        );
+        println!("movement: 3→2 (leave) {:.3}% (ideal 33.333%), 4→5 (join) {:.3}% (ideal 20.000%)", leave * 100.0, join * 100.0);
         assert!((leave - 1.0 / 3.0).abs() < 0.015, "{leave}");
         assert!((join - 1.0 / 5.0).abs() < 0.015, "{join}");
     }
@@ -924,10 +785,7 @@ mod tests {
                 count[tbl.director(h).index()] += 1;
             }
             let ideal = 1.0 / f64::from(size);
-            let shares: Vec<f64> = count[..usize::from(size)]
-                .iter()
-                .map(|&c| c as f64 / hs.len() as f64)
-                .collect();
+            let shares: Vec<f64> = count[..usize::from(size)].iter().map(|&c| c as f64 / hs.len() as f64).collect();
             let dev = shares.iter().map(|s| (s - ideal).abs()).fold(0.0, f64::max);
             worst = worst.max(dev);
             println!(
@@ -939,10 +797,7 @@ mod tests {
             );
             assert!(dev < 0.02, "N={size}: {shares:?}");
         }
-        println!(
-            "balance: worst deviation over N=2..16: {:.3} pp",
-            worst * 100.0
-        );
+        println!("balance: worst deviation over N=2..16: {:.3} pp", worst * 100.0);
     }
 
     /// R11 with rendezvous ranking: removing members keeps the others'
@@ -951,18 +806,8 @@ mod tests {
     /// single failure with `backups: 1`, and every double failure that
     /// takes the owner with `backups: 2`. Chassis and site ids only add
     /// holders.
-    fn new_director_holds_the_state(
-        bits: u16,
-        h: u64,
-        owner_pick: usize,
-        failed: &[usize],
-        backups: u8,
-        ids: u64,
-    ) {
-        let nodes: Vec<NodeId> = (0..16)
-            .filter(|i| bits & (1 << i) != 0)
-            .map(NodeId)
-            .collect();
+    fn new_director_holds_the_state(bits: u16, h: u64, owner_pick: usize, failed: &[usize], backups: u8, ids: u64) {
+        let nodes: Vec<NodeId> = (0..16).filter(|i| bits & (1 << i) != 0).map(NodeId).collect();
         if nodes.len() < failed.len() + 2 {
             return;
         }
@@ -972,24 +817,14 @@ mod tests {
             since: Epoch(0),
         };
         let s = MemberSet::from_members(Epoch(1), nodes.iter().map(|&n| (n, info(n)))).unwrap();
-        let t = DirectorTable::new(&s)
-            .unwrap()
-            .with_backups(backups)
-            .with_site_redundancy(ids & 4 != 0);
+        let t = DirectorTable::new(&s).unwrap().with_backups(backups).with_site_redundancy(ids & 4 != 0);
         let owner = nodes[owner_pick % nodes.len()];
         let holders = t.backups(h, owner);
-        assert_eq!(
-            holders.len().min(usize::from(backups)),
-            usize::from(backups).min(nodes.len() - 1)
-        );
+        assert_eq!(holders.len().min(usize::from(backups)), usize::from(backups).min(nodes.len() - 1));
         // The owner and the others that fail (distinct, not the owner).
         let mut gone = vec![owner];
         for &f in failed {
-            let cand: Vec<NodeId> = nodes
-                .iter()
-                .copied()
-                .filter(|n| !gone.contains(n))
-                .collect();
+            let cand: Vec<NodeId> = nodes.iter().copied().filter(|n| !gone.contains(n)).collect();
             gone.push(cand[f % cand.len()]);
         }
         let mut left = s;
@@ -997,10 +832,7 @@ mod tests {
             left = left.without(g);
         }
         let d = DirectorTable::new(&left).unwrap().director(h);
-        assert!(
-            holders.contains(d),
-            "owner {owner} and {gone:?} gone: new director {d} not among {holders:?}"
-        );
+        assert!(holders.contains(d), "owner {owner} and {gone:?} gone: new director {d} not among {holders:?}");
     }
 
     proptest! {

@@ -37,11 +37,7 @@ pub struct MemberInfo {
 }
 
 impl MemberInfo {
-    pub const NONE: MemberInfo = MemberInfo {
-        site: None,
-        chassis: None,
-        since: Epoch(0),
-    };
+    pub const NONE: MemberInfo = MemberInfo { site: None, chassis: None, since: Epoch(0) };
 }
 
 /// A member-set operation that cannot be done.
@@ -93,10 +89,7 @@ impl MemberSet {
     }
 
     /// The given nodes (no site / chassis ids), at `epoch` (not bumped).
-    pub fn from_nodes(
-        epoch: Epoch,
-        nodes: impl IntoIterator<Item = NodeId>,
-    ) -> Result<Self, MemberError> {
+    pub fn from_nodes(epoch: Epoch, nodes: impl IntoIterator<Item = NodeId>) -> Result<Self, MemberError> {
         let mut s = MemberSet::empty(epoch);
         for n in nodes {
             s.bits |= 1 << check(n)?;
@@ -129,10 +122,7 @@ impl MemberSet {
     /// A copy naming `control` as the control node (not a member: none),
     /// at the same epoch.
     pub fn with_control(&self, control: Option<NodeId>) -> Self {
-        MemberSet {
-            control: control.filter(|&c| self.contains(c)),
-            ..*self
-        }
+        MemberSet { control: control.filter(|&c| self.contains(c)), ..*self }
     }
 
     /// The set as a bitmap: bit `i` set ⇔ `NodeId(i)` is a member.
@@ -159,11 +149,8 @@ impl MemberSet {
     /// Site / chassis ids of a member; `None` for a non-member.
     #[inline]
     pub fn info(&self, node: NodeId) -> Option<MemberInfo> {
-        self.contains(node).then(|| MemberInfo {
-            site: self.site[node.index()],
-            chassis: self.chassis[node.index()],
-            since: self.since[node.index()],
-        })
+        self.contains(node)
+            .then(|| MemberInfo { site: self.site[node.index()], chassis: self.chassis[node.index()], since: self.since[node.index()] })
     }
     /// Members that lost their state since this node ran `older` (bits):
     /// nodes new in this set, and members whose current incarnation was
@@ -176,11 +163,7 @@ impl MemberSet {
                 bits |= 1 << n.index();
             }
         }
-        let mine = if me.index() < NodeId::MAX_NODES {
-            1u16 << me.index()
-        } else {
-            0
-        };
+        let mine = if me.index() < NodeId::MAX_NODES { 1u16 << me.index() } else { 0 };
         bits & !mine
     }
     /// Members in ascending node order.
@@ -315,22 +298,13 @@ mod tests {
         let t = s.with(n(2)).unwrap();
         assert_eq!((t.epoch(), t.len()), (Epoch(2), 2));
         let u = t.without(n(1));
-        assert_eq!(
-            (u.epoch(), u.iter().collect::<Vec<_>>()),
-            (Epoch(3), vec![n(2)])
-        );
+        assert_eq!((u.epoch(), u.iter().collect::<Vec<_>>()), (Epoch(3), vec![n(2)]));
         // Removing a non-member or an out-of-range id: same members, new epoch.
         let v = u.without(n(9)).without(n(200));
         assert_eq!((v.epoch(), v.bits()), (Epoch(5), u.bits()));
         // The original is untouched (Copy semantics).
         assert_eq!((s.epoch(), s.len()), (Epoch(1), 1));
-        assert_eq!(
-            MemberSet::empty(Epoch(u64::MAX))
-                .with(n(0))
-                .unwrap()
-                .epoch(),
-            Epoch(0)
-        );
+        assert_eq!(MemberSet::empty(Epoch(u64::MAX)).with(n(0)).unwrap().epoch(), Epoch(0));
     }
 
     #[test]
@@ -347,14 +321,8 @@ mod tests {
 
     #[test]
     fn limits() {
-        assert_eq!(
-            MemberSet::empty(Epoch(0)).with(n(16)),
-            Err(MemberError::NodeOutOfRange(16))
-        );
-        assert_eq!(
-            MemberSet::from_nodes(Epoch(0), [n(255)]),
-            Err(MemberError::NodeOutOfRange(255))
-        );
+        assert_eq!(MemberSet::empty(Epoch(0)).with(n(16)), Err(MemberError::NodeOutOfRange(16)));
+        assert_eq!(MemberSet::from_nodes(Epoch(0), [n(255)]), Err(MemberError::NodeOutOfRange(255)));
         let all = MemberSet::from_nodes(Epoch(0), (0..16).map(n)).unwrap();
         assert_eq!((all.len(), all.bits()), (16, 0xffff));
         assert_eq!(all.iter().last(), Some(n(15)));
@@ -362,22 +330,13 @@ mod tests {
 
     #[test]
     fn member_info() {
-        let site_a = MemberInfo {
-            site: Some(1),
-            chassis: Some(10),
-            since: Epoch(0),
-        };
-        let s =
-            MemberSet::from_members(Epoch(0), [(n(0), site_a), (n(1), MemberInfo::NONE)]).unwrap();
+        let site_a = MemberInfo { site: Some(1), chassis: Some(10), since: Epoch(0) };
+        let s = MemberSet::from_members(Epoch(0), [(n(0), site_a), (n(1), MemberInfo::NONE)]).unwrap();
         assert_eq!(s.info(n(0)), Some(site_a));
         let t = s.with(n(0)).unwrap();
         assert_eq!(t.info(n(0)), Some(site_a), "with() keeps a member's ids");
         let t = t.without(n(0)).with(n(0)).unwrap();
-        assert_eq!(
-            t.info(n(0)),
-            Some(MemberInfo::NONE),
-            "leaving clears the ids"
-        );
+        assert_eq!(t.info(n(0)), Some(MemberInfo::NONE), "leaving clears the ids");
         let t = t.with_member(n(0), site_a).unwrap();
         assert_eq!((t.info(n(0)), t.epoch()), (Some(site_a), Epoch(4)));
         assert!(format!("{t:?}").contains("node0(site Some(1), chassis Some(10), since 0)"));
@@ -385,24 +344,12 @@ mod tests {
 
     #[test]
     fn fresh_since_sees_joins_and_readmissions() {
-        let m = |since| MemberInfo {
-            since: Epoch(since),
-            ..MemberInfo::NONE
-        };
-        let old =
-            MemberSet::from_members(Epoch(4), [(n(0), m(1)), (n(1), m(1)), (n(2), m(3))]).unwrap();
+        let m = |since| MemberInfo { since: Epoch(since), ..MemberInfo::NONE };
+        let old = MemberSet::from_members(Epoch(4), [(n(0), m(1)), (n(1), m(1)), (n(2), m(3))]).unwrap();
         // Same bits, node 1 readmitted at 5 (a restart), node 3 new.
-        let new = MemberSet::from_members(
-            Epoch(6),
-            [(n(0), m(1)), (n(1), m(5)), (n(2), m(3)), (n(3), m(6))],
-        )
-        .unwrap();
+        let new = MemberSet::from_members(Epoch(6), [(n(0), m(1)), (n(1), m(5)), (n(2), m(3)), (n(3), m(6))]).unwrap();
         assert_eq!(new.fresh_since(&old, n(0)), 0b1010);
-        assert_eq!(
-            new.fresh_since(&old, n(1)),
-            0b1000,
-            "never this node itself"
-        );
+        assert_eq!(new.fresh_since(&old, n(1)), 0b1000, "never this node itself");
         // A node that skipped the set of the readmission still sees it.
         let skipped = MemberSet::from_members(Epoch(3), [(n(0), m(1)), (n(1), m(1))]).unwrap();
         assert_eq!(new.fresh_since(&skipped, n(0)), 0b1110);

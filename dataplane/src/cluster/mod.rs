@@ -26,9 +26,6 @@ pub mod members;
 pub mod seqxlate;
 
 pub use cookie::CookieCodec;
-pub use director::{
-    flow_hash, Backups, DirectorTable, FlowHasher, Ranking, FLOW_HASH_SEED, MAX_BACKUPS,
-    MAX_BACKUP_OWNERS,
-};
+pub use director::{flow_hash, Backups, DirectorTable, FlowHasher, Ranking, FLOW_HASH_SEED, MAX_BACKUPS, MAX_BACKUP_OWNERS};
 pub use members::{MemberError, MemberInfo, MemberSet};
 pub use seqxlate::{translate, translate_packet, translate_quoted, SeqDelta, XlateError, Xlated};

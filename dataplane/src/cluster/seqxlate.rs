@@ -33,15 +33,11 @@
 
 use crate::types::Direction;
 use crate::wire::checksum;
-use crate::wire::tcp::{
-    self, flags, OptionIter, SackEdges, TcpOption, TcpPacket, MAX_SACK_BLOCKS, MIN_HEADER_LEN,
-};
+use crate::wire::tcp::{self, flags, OptionIter, SackEdges, TcpOption, TcpPacket, MAX_SACK_BLOCKS, MIN_HEADER_LEN};
 
 /// `ISN' - ISN` modulo 2^32: what the owner adds to client sequence
 /// numbers on the way to the server.
-#[derive(
-    Copy, Clone, Debug, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize,
-)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct SeqDelta(pub u32);
 
 impl SeqDelta {
@@ -112,11 +108,7 @@ pub struct Xlated {
 /// Translate one TCP segment (header + payload, as it sits after the IP
 /// header) in place. See the module documentation for what changes.
 #[inline]
-pub fn translate(
-    segment: &mut [u8],
-    dir: Direction,
-    delta: SeqDelta,
-) -> Result<Xlated, XlateError> {
+pub fn translate(segment: &mut [u8], dir: Direction, delta: SeqDelta) -> Result<Xlated, XlateError> {
     let mut tcp = TcpPacket::new_checked(segment)?;
     Ok(translate_packet(&mut tcp, dir, delta))
 }
@@ -160,11 +152,7 @@ pub fn translate_packet<T: AsRef<[u8]> + AsMut<[u8]>>(
                         found[nfound] = (end - body.len(), body.len() / 8);
                         nfound += 1;
                     }
-                    Ok(TcpOption::Unknown {
-                        kind: tcp::option_kind::SACK,
-                        ..
-                    })
-                    | Err(_) => {
+                    Ok(TcpOption::Unknown { kind: tcp::option_kind::SACK, .. }) | Err(_) => {
                         out.malformed_options = true;
                     }
                     Ok(_) => {}
@@ -179,12 +167,7 @@ pub fn translate_packet<T: AsRef<[u8]> + AsMut<[u8]>>(
                         let new = delta.to_client(old);
                         edges.set(k, new);
                         // Offset within the segment decides the word alignment.
-                        csum = update_u32_at(
-                            csum,
-                            (MIN_HEADER_LEN + edges.offset(k)) % 2 == 1,
-                            old,
-                            new,
-                        );
+                        csum = update_u32_at(csum, (MIN_HEADER_LEN + edges.offset(k)) % 2 == 1, old, new);
                     }
                     out.sack_blocks = out.sack_blocks.saturating_add(1);
                 }
@@ -206,9 +189,7 @@ pub fn translate_packet<T: AsRef<[u8]> + AsMut<[u8]>>(
 /// if quoted, is updated too. `false` when fewer than 8 bytes are quoted
 /// (nothing changed). The caller recomputes the ICMP checksum.
 pub fn translate_quoted(quoted: &mut [u8], dir: Direction, delta: SeqDelta) -> bool {
-    let Some(mut t) = tcp::QuotedTcp::new_checked(quoted) else {
-        return false;
-    };
+    let Some(mut t) = tcp::QuotedTcp::new_checked(quoted) else { return false };
     let csum = t.checksum();
     let (old, new) = match dir {
         Direction::Original => {
@@ -284,18 +265,7 @@ mod tests {
         }
         o
     }
-    const TS: [u8; 10] = [
-        k::TIMESTAMP,
-        10,
-        0,
-        0x1a,
-        0x2b,
-        0x3c,
-        0xde,
-        0xad,
-        0xbe,
-        0xef,
-    ];
+    const TS: [u8; 10] = [k::TIMESTAMP, 10, 0, 0x1a, 0x2b, 0x3c, 0xde, 0xad, 0xbe, 0xef];
 
     /// Translate, then check against a full recompute; return the result.
     fn xlate_checked(b: &[u8], dir: Direction, d: SeqDelta) -> (Vec<u8>, Xlated) {
@@ -303,13 +273,8 @@ mod tests {
         let x = translate(&mut inc, dir, d).unwrap();
         let mut full = inc.clone();
         TcpPacket::new_unchecked(&mut full[..]).fill_checksum(SRC, DST);
-        assert_eq!(
-            inc, full,
-            "incremental checksum differs from a full recompute"
-        );
-        assert!(TcpPacket::new_checked(&inc[..])
-            .unwrap()
-            .verify_checksum(SRC, DST));
+        assert_eq!(inc, full, "incremental checksum differs from a full recompute");
+        assert!(TcpPacket::new_checked(&inc[..]).unwrap().verify_checksum(SRC, DST));
         (inc, x)
     }
 
@@ -322,34 +287,16 @@ mod tests {
     fn original_direction_seq_only() {
         let d = SeqDelta::between(0x1000_0000, 0x8abc_d123);
         // The client's SYN: seq becomes ISN', ack (ACK unset) untouched.
-        let syn = segment(
-            0x1000_0000,
-            0,
-            flags::SYN,
-            &[k::MSS, 4, 5, 0xb4, k::NOP, k::WSCALE, 3, 7],
-            &[],
-        );
+        let syn = segment(0x1000_0000, 0, flags::SYN, &[k::MSS, 4, 5, 0xb4, k::NOP, k::WSCALE, 3, 7], &[]);
         let (out, x) = xlate_checked(&syn, Direction::Original, d);
         assert_eq!(parse(&out).0, 0x8abc_d123);
-        assert_eq!(
-            x,
-            Xlated {
-                seq: true,
-                ..Xlated::default()
-            }
-        );
+        assert_eq!(x, Xlated { seq: true, ..Xlated::default() });
         // Data with ACK and SACK blocks about server data: only seq moves.
         let mut o = vec![k::NOP, k::NOP];
         o.extend_from_slice(&TS);
         o.extend_from_slice(&[k::NOP, k::NOP]);
         o.extend_from_slice(&sack(&[(5000, 6000), (7000, 8000)]));
-        let seg = segment(
-            0x1000_0001,
-            0x4242_0001,
-            flags::ACK | flags::PSH,
-            &o,
-            b"GET / HTTP/1.1\r\n\r\n",
-        );
+        let seg = segment(0x1000_0001, 0x4242_0001, flags::ACK | flags::PSH, &o, b"GET / HTTP/1.1\r\n\r\n");
         let (out, x) = xlate_checked(&seg, Direction::Original, d);
         let (seq, ack, opts) = parse(&out);
         assert_eq!((seq, ack), (0x8abc_d124, 0x4242_0001));
@@ -361,30 +308,14 @@ mod tests {
     #[test]
     fn reply_direction_ack_and_sack() {
         let d = SeqDelta::between(1_000, 0xffff_fff0); // wraps
-                                                       // SYN-ACK: ack = ISN' + 1 becomes ISN + 1; seq untouched.
-        let synack = segment(
-            0x4242_0000,
-            0xffff_fff1,
-            flags::SYN | flags::ACK,
-            &[k::MSS, 4, 5, 0xb4],
-            &[],
-        );
+        // SYN-ACK: ack = ISN' + 1 becomes ISN + 1; seq untouched.
+        let synack = segment(0x4242_0000, 0xffff_fff1, flags::SYN | flags::ACK, &[k::MSS, 4, 5, 0xb4], &[]);
         let (out, x) = xlate_checked(&synack, Direction::Reply, d);
         assert_eq!(parse(&out).0, 0x4242_0000);
         assert_eq!(parse(&out).1, 1_001);
-        assert_eq!(
-            x,
-            Xlated {
-                ack: true,
-                ..Xlated::default()
-            }
-        );
+        assert_eq!(x, Xlated { ack: true, ..Xlated::default() });
         // Aligned layout: NOP NOP TS NOP NOP SACK(3 blocks), with payload.
-        let blocks = [
-            (0xffff_fff5, 0x0000_0005),
-            (0x10, 0x20),
-            (0xffff_fff0, 0xffff_fff2),
-        ];
+        let blocks = [(0xffff_fff5, 0x0000_0005), (0x10, 0x20), (0xffff_fff0, 0xffff_fff2)];
         let mut o = vec![k::NOP, k::NOP];
         o.extend_from_slice(&TS);
         o.extend_from_slice(&[k::NOP, k::NOP]);
@@ -393,20 +324,10 @@ mod tests {
         let (out, x) = xlate_checked(&seg, Direction::Reply, d);
         let (seq, ack, opts) = parse(&out);
         assert_eq!((seq, ack), (0x4242_0001, d.to_client(0x100)));
-        let want: Vec<_> = blocks
-            .iter()
-            .map(|&(l, r)| (d.to_client(l), d.to_client(r)))
-            .collect();
+        let want: Vec<_> = blocks.iter().map(|&(l, r)| (d.to_client(l), d.to_client(r))).collect();
         assert_eq!(opts.sack_blocks(), &want[..]);
-        assert_eq!(
-            opts.timestamp,
-            Some((0x001a_2b3c, 0xdead_beef)),
-            "timestamps are not sequence numbers"
-        );
-        assert_eq!(
-            (x.ack, x.sack_blocks, x.malformed_options),
-            (true, 3, false)
-        );
+        assert_eq!(opts.timestamp, Some((0x001a_2b3c, 0xdead_beef)), "timestamps are not sequence numbers");
+        assert_eq!((x.ack, x.sack_blocks, x.malformed_options), (true, 3, false));
     }
 
     /// Odd offsets: a lone NOP before SACK puts every edge at an odd byte.
@@ -415,41 +336,20 @@ mod tests {
         let d = SeqDelta(0x1357_9bdf);
         let layouts: Vec<Vec<u8>> = vec![
             [&[k::NOP][..], &sack(&[(1, 2), (0xffff_ffff, 0x8000_0000)])].concat(),
-            [
-                &[k::NOP][..],
-                &sack(&[(11, 22), (33, 44), (55, 66), (77, 88)])[..],
-            ]
-            .concat()[..30]
-                .to_vec(), // truncated
-            [
-                &[k::NOP][..],
-                &TS[..],
-                &[k::NOP][..],
-                &sack(&[(100, 200)])[..],
-            ]
-            .concat(),
+            [&[k::NOP][..], &sack(&[(11, 22), (33, 44), (55, 66), (77, 88)])[..]].concat()[..30].to_vec(), // truncated
+            [&[k::NOP][..], &TS[..], &[k::NOP][..], &sack(&[(100, 200)])[..]].concat(),
             [&sack(&[(9, 10)])[..], &[k::NOP][..], &sack(&[(11, 12)])[..]].concat(), // two SACK options
-            [&TS[..], &sack(&[(3, 4), (5, 6)])[..]].concat(), // TS at 0, SACK at even
-            [
-                &[k::NOP, k::NOP, k::NOP][..],
-                &sack(&[(0, 0xffff_ffff)])[..],
-                &[k::END, 9, 9][..],
-            ]
-            .concat(),
+            [&TS[..], &sack(&[(3, 4), (5, 6)])[..]].concat(),                         // TS at 0, SACK at even
+            [&[k::NOP, k::NOP, k::NOP][..], &sack(&[(0, 0xffff_ffff)])[..], &[k::END, 9, 9][..]].concat(),
         ];
         for (i, o) in layouts.iter().enumerate() {
             for payload in [&b""[..], b"x", b"odd length payload!"] {
                 for fl in [flags::ACK, flags::ACK | flags::FIN, flags::RST] {
                     let seg = segment(77, 0x2000_0000, fl, o, payload);
                     let (out, x) = xlate_checked(&seg, Direction::Reply, d);
-                    let before =
-                        TcpOptions::parse(TcpPacket::new_checked(&seg[..]).unwrap().options());
+                    let before = TcpOptions::parse(TcpPacket::new_checked(&seg[..]).unwrap().options());
                     let (_, ack, after) = parse(&out);
-                    let want: Vec<_> = before
-                        .sack_blocks()
-                        .iter()
-                        .map(|&(l, r)| (d.to_client(l), d.to_client(r)))
-                        .collect();
+                    let want: Vec<_> = before.sack_blocks().iter().map(|&(l, r)| (d.to_client(l), d.to_client(r))).collect();
                     assert_eq!(after.sack_blocks(), &want[..], "layout {i}");
                     assert_eq!(usize::from(x.sack_blocks), want.len(), "layout {i}");
                     assert_eq!(x.malformed_options, before.malformed, "layout {i}");
@@ -470,22 +370,10 @@ mod tests {
     fn malformed_options() {
         let d = SeqDelta(0x100);
         // SACK(1 block), then an option with length 1: walk stops there.
-        let o = [
-            &sack(&[(0x1000, 0x2000)])[..],
-            &[k::NOP, 0x22, 1, 0, 0, 0][..],
-        ]
-        .concat();
+        let o = [&sack(&[(0x1000, 0x2000)])[..], &[k::NOP, 0x22, 1, 0, 0, 0][..]].concat();
         let seg = segment(1, 0x5000, flags::ACK, &o, b"");
         let (out, x) = xlate_checked(&seg, Direction::Reply, d);
-        assert_eq!(
-            x,
-            Xlated {
-                seq: false,
-                ack: true,
-                sack_blocks: 1,
-                malformed_options: true
-            }
-        );
+        assert_eq!(x, Xlated { seq: false, ack: true, sack_blocks: 1, malformed_options: true });
         assert_eq!(parse(&out).2.sack_blocks(), &[(0xf00, 0x1f00)]);
         // A SACK option of bad length (not 2 + 8n) is left alone, reported.
         let o = [k::SACK, 6, 0, 0, 1, 0, k::NOP, k::NOP];
@@ -496,23 +384,14 @@ mod tests {
         // Broken headers: error, untouched.
         let mut short = segment(1, 2, flags::ACK, &[], b"")[..19].to_vec();
         let copy = short.clone();
-        assert_eq!(
-            translate(&mut short, Direction::Original, d),
-            Err(XlateError::Truncated)
-        );
+        assert_eq!(translate(&mut short, Direction::Original, d), Err(XlateError::Truncated));
         assert_eq!(short, copy);
         let mut bad = segment(1, 2, flags::ACK, &[], b"");
         bad[12] = 0x40;
-        assert_eq!(
-            translate(&mut bad, Direction::Original, d),
-            Err(XlateError::BadHeaderLen)
-        );
+        assert_eq!(translate(&mut bad, Direction::Original, d), Err(XlateError::BadHeaderLen));
         let mut long = segment(1, 2, flags::ACK, &[], b"");
         long[12] = 0xf0;
-        assert_eq!(
-            translate(&mut long, Direction::Reply, d),
-            Err(XlateError::Truncated)
-        );
+        assert_eq!(translate(&mut long, Direction::Reply, d), Err(XlateError::Truncated));
     }
 
     /// A whole exchange through the owner: the client and server each see
@@ -523,45 +402,22 @@ mod tests {
         let d = SeqDelta::between(isn, isn_p);
         assert_eq!(d.to_server(isn), isn_p);
         // Client → server SYN.
-        let (syn, _) = xlate_checked(
-            &segment(isn, 0, flags::SYN, &[], b""),
-            Direction::Original,
-            d,
-        );
+        let (syn, _) = xlate_checked(&segment(isn, 0, flags::SYN, &[], b""), Direction::Original, d);
         let server_saw_isn = parse(&syn).0;
         assert_eq!(server_saw_isn, isn_p);
         // Server → client SYN-ACK acknowledges ISN' + 1; the client sees ISN + 1.
-        let synack = segment(
-            srv,
-            server_saw_isn.wrapping_add(1),
-            flags::SYN | flags::ACK,
-            &[],
-            b"",
-        );
+        let synack = segment(srv, server_saw_isn.wrapping_add(1), flags::SYN | flags::ACK, &[], b"");
         let (synack, _) = xlate_checked(&synack, Direction::Reply, d);
         assert_eq!(parse(&synack).1, isn.wrapping_add(1));
         // Client sends 300 bytes (crossing 2^32 in its space); server SACKs the second half.
         let data = segment(isn.wrapping_add(1), srv + 1, flags::ACK, &[], &[7; 300]);
         let (data, _) = xlate_checked(&data, Direction::Original, d);
         let s = parse(&data).0;
-        let ack = segment(
-            srv + 1,
-            s.wrapping_add(100),
-            flags::ACK,
-            &[k::NOP, k::NOP]
-                .iter()
-                .copied()
-                .chain(sack(&[(s.wrapping_add(200), s.wrapping_add(300))]))
-                .collect::<Vec<_>>(),
-            b"",
-        );
+        let ack = segment(srv + 1, s.wrapping_add(100), flags::ACK, &[k::NOP, k::NOP].iter().copied().chain(sack(&[(s.wrapping_add(200), s.wrapping_add(300))])).collect::<Vec<_>>(), b"");
         let (ack, _) = xlate_checked(&ack, Direction::Reply, d);
         let (_, a, o) = parse(&ack);
         assert_eq!(a, isn.wrapping_add(101));
-        assert_eq!(
-            o.sack_blocks(),
-            &[(isn.wrapping_add(201), isn.wrapping_add(301))]
-        );
+        assert_eq!(o.sack_blocks(), &[(isn.wrapping_add(201), isn.wrapping_add(301))]);
     }
 
     fn option_strategy() -> impl Strategy<Value = Vec<u8>> {

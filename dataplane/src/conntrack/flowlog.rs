@@ -186,23 +186,8 @@ pub(super) struct FlowMeta {
 }
 
 impl FlowMeta {
-    pub fn new(
-        start: Timestamp,
-        ingress: IfIndex,
-        egress: IfIndex,
-        rule: RuleRef,
-        adopted: bool,
-    ) -> FlowMeta {
-        FlowMeta {
-            start,
-            ingress,
-            egress,
-            rule,
-            logged: true,
-            adopted,
-            active_at: start,
-            ..NO_META
-        }
+    pub fn new(start: Timestamp, ingress: IfIndex, egress: IfIndex, rule: RuleRef, adopted: bool) -> FlowMeta {
+        FlowMeta { start, ingress, egress, rule, logged: true, adopted, active_at: start, ..NO_META }
     }
 }
 
@@ -321,17 +306,9 @@ impl FlowLog {
     /// Fill in `nat` of every record queued since the last pass; with
     /// `hold_built`, not of the newest record if it is a `Built` one (its
     /// flow may be marked still: the next pass takes it).
-    pub fn annotate(
-        &mut self,
-        hold_built: bool,
-        mut f: impl FnMut(&FlowRecord) -> Option<FlowNat>,
-    ) {
+    pub fn annotate(&mut self, hold_built: bool, mut f: impl FnMut(&FlowRecord) -> Option<FlowNat>) {
         let end = self.records.len() - usize::from(hold_built && self.built.is_some());
-        for r in self
-            .records
-            .get_mut(self.annotated..end)
-            .unwrap_or_default()
-        {
+        for r in self.records.get_mut(self.annotated..end).unwrap_or_default() {
             r.nat = f(r);
         }
         self.annotated = self.annotated.max(end);

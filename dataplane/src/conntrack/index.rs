@@ -61,13 +61,8 @@ fn sig_of(hash: u64) -> u32 {
 impl Index {
     /// An index with room for at least `entries` entries at ≤ 50 % load.
     pub(super) fn new(entries: usize) -> Index {
-        let buckets = (entries.saturating_mul(2).div_ceil(WAYS))
-            .max(1)
-            .next_power_of_two();
-        Index {
-            buckets: vec![Bucket::default(); buckets],
-            mask: buckets - 1,
-        }
+        let buckets = (entries.saturating_mul(2).div_ceil(WAYS)).max(1).next_power_of_two();
+        Index { buckets: vec![Bucket::default(); buckets], mask: buckets - 1 }
     }
 
     #[inline(always)]
@@ -182,25 +177,15 @@ impl Index {
     #[inline(never)]
     fn insert_displacing(&mut self, b1: usize, b2: usize, sig: u32, slot: u32) -> bool {
         let mut nodes = [PathNode::default(); MAX_PATH_NODES];
-        nodes[0] = PathNode {
-            bucket: b1 as u32,
-            parent: u16::MAX,
-            way: 0,
-        };
-        nodes[1] = PathNode {
-            bucket: b2 as u32,
-            parent: u16::MAX,
-            way: 0,
-        };
+        nodes[0] = PathNode { bucket: b1 as u32, parent: u16::MAX, way: 0 };
+        nodes[1] = PathNode { bucket: b2 as u32, parent: u16::MAX, way: 0 };
         let mut len = 2;
         let mut head = 0;
         let mut found = None;
         'search: while head < len {
             let node = nodes[head];
             let bucket = node.bucket as usize;
-            let Some(b) = self.buckets.get(bucket).copied() else {
-                return false;
-            };
+            let Some(b) = self.buckets.get(bucket).copied() else { return false };
             for w in 0..WAYS {
                 let to = self.alt(bucket, b.sig[w]);
                 if to == bucket {
@@ -214,25 +199,17 @@ impl Index {
                 // visits a bucket twice (a move would otherwise pick up an
                 // entry an earlier move of the same path put there).
                 if len < MAX_PATH_NODES && !nodes[..len].iter().any(|n| n.bucket as usize == to) {
-                    nodes[len] = PathNode {
-                        bucket: to as u32,
-                        parent: head as u16,
-                        way: w as u8,
-                    };
+                    nodes[len] = PathNode { bucket: to as u32, parent: head as u16, way: w as u8 };
                     len += 1;
                 }
             }
             head += 1;
         }
-        let Some((mut at, mut way, mut to, mut free)) = found else {
-            return false;
-        };
+        let Some((mut at, mut way, mut to, mut free)) = found else { return false };
         loop {
             // Move the entry at (nodes[at].bucket, way) into (to, free).
             let from = nodes[at].bucket as usize;
-            let Some(e) = self.buckets.get(from).map(|b| (b.sig[way], b.slot[way])) else {
-                return false;
-            };
+            let Some(e) = self.buckets.get(from).map(|b| (b.sig[way], b.slot[way])) else { return false };
             self.put(to, free, e.0, e.1);
             let node = nodes[at];
             if node.parent == u16::MAX {
@@ -278,10 +255,7 @@ impl Index {
     /// Entries in use (for tests).
     #[cfg(test)]
     pub(super) fn entries(&self) -> usize {
-        self.buckets
-            .iter()
-            .map(|b| b.sig.iter().filter(|&&s| s != 0).count())
-            .sum()
+        self.buckets.iter().map(|b| b.sig.iter().filter(|&&s| s != 0).count()).sum()
     }
 }
 
@@ -291,8 +265,7 @@ mod tests {
 
     fn h(i: u64) -> u64 {
         // A stand-in for the keyed hash: well spread.
-        let x = u128::from(i ^ 0x1234_5678_9abc_def0)
-            .wrapping_mul(0x9E37_79B9_7F4A_7C15_F39C_C060_5CED_C835);
+        let x = u128::from(i ^ 0x1234_5678_9abc_def0).wrapping_mul(0x9E37_79B9_7F4A_7C15_F39C_C060_5CED_C835);
         (x as u64) ^ ((x >> 64) as u64)
     }
 
@@ -351,18 +324,10 @@ mod tests {
                 accepted.push(i);
             }
         }
-        assert!(
-            accepted.len() > 950,
-            "cuckoo moves should fill most of the table: {}",
-            accepted.len()
-        );
+        assert!(accepted.len() > 950, "cuckoo moves should fill most of the table: {}", accepted.len());
         assert_eq!(ix.entries(), accepted.len());
         for &i in &accepted {
-            assert_eq!(
-                ix.find(h(i), |s| s == i as u32),
-                Some(i as u32),
-                "entry {i}"
-            );
+            assert_eq!(ix.find(h(i), |s| s == i as u32), Some(i as u32), "entry {i}");
         }
     }
 }

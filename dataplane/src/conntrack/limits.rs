@@ -60,23 +60,14 @@ pub struct LimitSet {
 
 impl Default for LimitSet {
     fn default() -> Self {
-        LimitSet {
-            max_conns: None,
-            max_embryonic: None,
-            per_client_max: None,
-            per_client_embryonic_max: None,
-            syn_proxy: true,
-        }
+        LimitSet { max_conns: None, max_embryonic: None, per_client_max: None, per_client_embryonic_max: None, syn_proxy: true }
     }
 }
 
 impl LimitSet {
     /// No limit set (`syn_proxy` alone limits nothing).
     pub fn is_empty(&self) -> bool {
-        LimitSet {
-            syn_proxy: true,
-            ..*self
-        } == LimitSet::default()
+        LimitSet { syn_proxy: true, ..*self } == LimitSet::default()
     }
     fn per_client(&self) -> bool {
         self.per_client_max.is_some() || self.per_client_embryonic_max.is_some()
@@ -105,10 +96,7 @@ pub struct Count {
 
 impl Count {
     pub fn add(self, o: Count) -> Count {
-        Count {
-            conns: self.conns.saturating_add(o.conns),
-            embryonic: self.embryonic.saturating_add(o.embryonic),
-        }
+        Count { conns: self.conns.saturating_add(o.conns), embryonic: self.embryonic.saturating_add(o.embryonic) }
     }
 }
 
@@ -122,12 +110,7 @@ pub enum Hit {
 }
 
 impl Hit {
-    pub const ALL: [Hit; 4] = [
-        Hit::Conns,
-        Hit::Embryonic,
-        Hit::Client,
-        Hit::ClientEmbryonic,
-    ];
+    pub const ALL: [Hit; 4] = [Hit::Conns, Hit::Embryonic, Hit::Client, Hit::ClientEmbryonic];
     pub fn as_str(self) -> &'static str {
         match self {
             Hit::Conns => "max-conns",
@@ -238,17 +221,8 @@ pub struct ClientTable {
 impl ClientTable {
     /// Room for `max` entries (none: a table that holds nothing).
     pub fn new(max: usize) -> ClientTable {
-        let n = if max == 0 {
-            0
-        } else {
-            (max * 2).next_power_of_two()
-        };
-        ClientTable {
-            slots: vec![ClientEntry::default(); n],
-            len: 0,
-            max,
-            seed: random_seed(),
-        }
+        let n = if max == 0 { 0 } else { (max * 2).next_power_of_two() };
+        ClientTable { slots: vec![ClientEntry::default(); n], len: 0, max, seed: random_seed() }
     }
 
     pub fn len(&self) -> usize {
@@ -259,10 +233,7 @@ impl ClientTable {
     }
 
     fn home(&self, class: u16, addr: u128) -> usize {
-        let x = (addr as u64)
-            ^ ((addr >> 64) as u64).rotate_left(23)
-            ^ (u64::from(class) << 48)
-            ^ self.seed;
+        let x = (addr as u64) ^ ((addr >> 64) as u64).rotate_left(23) ^ (u64::from(class) << 48) ^ self.seed;
         let p = u128::from(x) * 0x9E37_79B9_7F4A_7C15u128;
         (((p as u64) ^ ((p >> 64) as u64)) as usize) & (self.slots.len() - 1)
     }
@@ -287,10 +258,7 @@ impl ClientTable {
 
     /// The count of `(class, addr)` (zero when absent).
     pub fn get(&self, class: u16, addr: u128) -> Count {
-        self.find(class, addr)
-            .and_then(|i| self.slots.get(i))
-            .map(|e| e.count)
-            .unwrap_or_default()
+        self.find(class, addr).and_then(|i| self.slots.get(i)).map(|e| e.count).unwrap_or_default()
     }
 
     /// Add `d` to `(class, addr)`'s count, inserting it. `false`: the table
@@ -311,12 +279,7 @@ impl ClientTable {
             i = (i + 1) & mask;
         }
         if let Some(e) = self.slots.get_mut(i) {
-            *e = ClientEntry {
-                addr,
-                class: class + 1,
-                count: d,
-                ..ClientEntry::default()
-            };
+            *e = ClientEntry { addr, class: class + 1, count: d, ..ClientEntry::default() };
             self.len += 1;
         }
         true
@@ -334,15 +297,9 @@ impl ClientTable {
     /// Count an admission of `(class, addr)` in interval `epoch` (the
     /// entry exists: `add` came first).
     pub fn admitted(&mut self, class: u16, addr: u128, epoch: u32, d: Count) {
-        let Some(e) = self.find(class, addr).and_then(|i| self.slots.get_mut(i)) else {
-            return;
-        };
+        let Some(e) = self.find(class, addr).and_then(|i| self.slots.get_mut(i)) else { return };
         if e.epoch != epoch {
-            let prev = if e.epoch.wrapping_add(1) == epoch {
-                e.since
-            } else {
-                Count::default()
-            };
+            let prev = if e.epoch.wrapping_add(1) == epoch { e.since } else { Count::default() };
             (e.epoch, e.since, e.since_prev) = (epoch, Count::default(), prev);
         }
         e.since = e.since.add(d);
@@ -351,12 +308,8 @@ impl ClientTable {
     /// Take `d` from `(class, addr)`'s count; an entry that reaches zero
     /// leaves the table.
     pub fn sub(&mut self, class: u16, addr: u128, d: Count) {
-        let Some(i) = self.find(class, addr) else {
-            return;
-        };
-        let Some(e) = self.slots.get_mut(i) else {
-            return;
-        };
+        let Some(i) = self.find(class, addr) else { return };
+        let Some(e) = self.slots.get_mut(i) else { return };
         e.count.conns = e.count.conns.saturating_sub(d.conns);
         e.count.embryonic = e.count.embryonic.saturating_sub(d.embryonic);
         if e.count.conns == 0 && e.count.embryonic == 0 {
@@ -393,16 +346,11 @@ impl ClientTable {
 
     /// Every entry: (class, address key, count).
     pub fn iter(&self) -> impl Iterator<Item = (u16, u128, Count)> + '_ {
-        self.slots
-            .iter()
-            .filter(|e| e.class != 0)
-            .map(|e| (e.class - 1, e.addr, e.count))
+        self.slots.iter().filter(|e| e.class != 0).map(|e| (e.class - 1, e.addr, e.count))
     }
 
     pub fn clear(&mut self) {
-        self.slots
-            .iter_mut()
-            .for_each(|e| *e = ClientEntry::default());
+        self.slots.iter_mut().for_each(|e| *e = ClientEntry::default());
         self.len = 0;
     }
 }
@@ -502,9 +450,7 @@ impl Limits {
         let mut ids = vec![0];
         let mut rule_class = vec![0u16; rules.len()];
         for (i, r) in rules.iter().enumerate() {
-            let Some((_, set)) = spec.rules.iter().find(|(n, s)| n == r && !s.is_empty()) else {
-                continue;
-            };
+            let Some((_, set)) = spec.rules.iter().find(|(n, s)| n == r && !s.is_empty()) else { continue };
             if sets.len() > MAX_CLASSES {
                 break;
             }
@@ -546,26 +492,14 @@ impl Limits {
     /// client is real; the other limits do), it is counted as usual.
     /// A SYN that `max_embryonic` refuses in a class with `syn_proxy` is
     /// [`Refusal::Proxy`] (counted as a cookie sent, not as refused).
-    pub(crate) fn admit(
-        &mut self,
-        rule: Option<usize>,
-        client: IpAddr,
-        embryonic: bool,
-        proxied: bool,
-    ) -> Result<u16, Refusal> {
-        let class = rule
-            .and_then(|r| self.rule_class.get(r).copied())
-            .unwrap_or(0);
+    pub(crate) fn admit(&mut self, rule: Option<usize>, client: IpAddr, embryonic: bool, proxied: bool) -> Result<u16, Refusal> {
+        let class = rule.and_then(|r| self.rule_class.get(r).copied()).unwrap_or(0);
         let addr = addr_key(client);
         let g = self.sets.first().copied().unwrap_or_default();
         if let Err(h) = self.check(0, &g, addr, embryonic, proxied) {
             return Err(self.refuse(0, &g, h));
         }
-        let r = if class != 0 {
-            self.sets.get(usize::from(class)).copied()
-        } else {
-            None
-        };
+        let r = if class != 0 { self.sets.get(usize::from(class)).copied() } else { None };
         if let Some(r) = r {
             if let Err(h) = self.check(class, &r, addr, embryonic, proxied) {
                 return Err(self.refuse(class, &r, h));
@@ -582,22 +516,14 @@ impl Limits {
             self.bump_proxied(class, 0);
             return Refusal::Proxy;
         }
-        if let Some(r) = self
-            .refused
-            .get_mut(usize::from(class))
-            .and_then(|r| r.get_mut(h as usize))
-        {
+        if let Some(r) = self.refused.get_mut(usize::from(class)).and_then(|r| r.get_mut(h as usize)) {
             *r += 1;
         }
         Refusal::Hit(h)
     }
 
     fn bump_proxied(&mut self, class: u16, which: usize) {
-        if let Some(p) = self
-            .proxied
-            .get_mut(usize::from(class))
-            .and_then(|p| p.get_mut(which))
-        {
+        if let Some(p) = self.proxied.get_mut(usize::from(class)).and_then(|p| p.get_mut(which)) {
             *p += 1;
         }
     }
@@ -610,54 +536,24 @@ impl Limits {
     /// `places − 1` times it. So each place takes at most `room / places`
     /// over the last two view intervals (`since` + `since_prev`), `room`
     /// being the limit less the count as it was before them.
-    fn check(
-        &self,
-        class: u16,
-        set: &LimitSet,
-        addr: u128,
-        embryonic: bool,
-        proxied: bool,
-    ) -> Result<(), Hit> {
+    fn check(&self, class: u16, set: &LimitSet, addr: u128, embryonic: bool, proxied: bool) -> Result<(), Hit> {
         let c = usize::from(class);
-        let total = self
-            .local
-            .get(c)
-            .copied()
-            .unwrap_or_default()
-            .add(self.remote.get(c).copied().unwrap_or_default());
-        let since = self
-            .since
-            .get(c)
-            .copied()
-            .unwrap_or_default()
-            .add(self.since_prev.get(c).copied().unwrap_or_default());
+        let total = self.local.get(c).copied().unwrap_or_default().add(self.remote.get(c).copied().unwrap_or_default());
+        let since = self.since.get(c).copied().unwrap_or_default().add(self.since_prev.get(c).copied().unwrap_or_default());
         let places = self.places;
         if over(set.max_conns, total.conns, since.conns, places) {
             return Err(Hit::Conns);
         }
-        if embryonic
-            && !proxied
-            && over(set.max_embryonic, total.embryonic, since.embryonic, places)
-        {
+        if embryonic && !proxied && over(set.max_embryonic, total.embryonic, since.embryonic, places) {
             return Err(Hit::Embryonic);
         }
         if set.per_client() {
-            let t = self
-                .clients
-                .get(class, addr)
-                .add(self.remote_clients.get(class, addr));
+            let t = self.clients.get(class, addr).add(self.remote_clients.get(class, addr));
             let since = self.clients.since(class, addr, self.epoch);
             if over(set.per_client_max, t.conns, since.conns, places) {
                 return Err(Hit::Client);
             }
-            if embryonic
-                && over(
-                    set.per_client_embryonic_max,
-                    t.embryonic,
-                    since.embryonic,
-                    places,
-                )
-            {
+            if embryonic && over(set.per_client_embryonic_max, t.embryonic, since.embryonic, places) {
                 return Err(Hit::ClientEmbryonic);
             }
         }
@@ -684,23 +580,13 @@ impl Limits {
 
     /// A tagged flow leaves the table.
     pub(crate) fn ended(&mut self, t: u16, client: IpAddr) {
-        let d = Count {
-            conns: 1,
-            embryonic: u32::from(t & tag::EMBRYONIC != 0),
-        };
+        let d = Count { conns: 1, embryonic: u32::from(t & tag::EMBRYONIC != 0) };
         self.take(t, client, d);
     }
 
     /// A tagged embryonic flow completed its handshake: returns its new tag.
     pub(crate) fn established(&mut self, t: u16, client: IpAddr) -> u16 {
-        self.take(
-            t,
-            client,
-            Count {
-                conns: 0,
-                embryonic: 1,
-            },
-        );
+        self.take(t, client, Count { conns: 0, embryonic: 1 });
         t & !tag::EMBRYONIC
     }
 
@@ -724,44 +610,20 @@ impl Limits {
     /// clients holding at least 1/32 of a per-client limit of their class,
     /// the `REPORT_CLIENTS` busiest first.
     pub fn report(&self) -> LimitReport {
-        let classes = self
-            .ids
-            .iter()
-            .zip(&self.local)
-            .map(|(&id, &c)| (id, c))
-            .collect();
+        let classes = self.ids.iter().zip(&self.local).map(|(&id, &c)| (id, c)).collect();
         let mut busy: Vec<(u64, u32, IpAddr, Count)> = Vec::new();
         for (class, addr, count) in self.clients.iter() {
-            let Some(set) = self.sets.get(usize::from(class)) else {
-                continue;
-            };
-            let share = |n: u32, lim: Option<u32>| {
-                lim.map_or(0, |l| u64::from(n) * 1024 / u64::from(l.max(1)))
-            };
-            let s = share(count.conns, set.per_client_max)
-                .max(share(count.embryonic, set.per_client_embryonic_max));
+            let Some(set) = self.sets.get(usize::from(class)) else { continue };
+            let share = |n: u32, lim: Option<u32>| lim.map_or(0, |l| u64::from(n) * 1024 / u64::from(l.max(1)));
+            let s = share(count.conns, set.per_client_max).max(share(count.embryonic, set.per_client_embryonic_max));
             if s >= 32 {
-                busy.push((
-                    s,
-                    self.ids.get(usize::from(class)).copied().unwrap_or(0),
-                    key_addr(addr),
-                    count,
-                ));
+                busy.push((s, self.ids.get(usize::from(class)).copied().unwrap_or(0), key_addr(addr), count));
             }
         }
         busy.sort_unstable_by(|a, b| b.0.cmp(&a.0));
         busy.truncate(REPORT_CLIENTS);
-        let refused = self
-            .ids
-            .iter()
-            .zip(&self.refused)
-            .map(|(&id, &r)| (id, r))
-            .collect();
-        LimitReport {
-            classes,
-            clients: busy.into_iter().map(|(_, id, a, c)| (id, a, c)).collect(),
-            refused,
-        }
+        let refused = self.ids.iter().zip(&self.refused).map(|(&id, &r)| (id, r)).collect();
+        LimitReport { classes, clients: busy.into_iter().map(|(_, id, a, c)| (id, a, c)).collect(), refused }
     }
 
     /// The classes, for `show limits`.
@@ -813,10 +675,7 @@ impl Limits {
     /// Carry the refusal counters of classes `old` also has (by id).
     pub fn carry_refused(&mut self, old: &Limits) {
         for (i, id) in self.ids.iter().enumerate() {
-            if let (Some(j), Some(r)) = (
-                old.ids.iter().position(|x| x == id),
-                self.refused.get_mut(i),
-            ) {
+            if let (Some(j), Some(r)) = (old.ids.iter().position(|x| x == id), self.refused.get_mut(i)) {
                 *r = old.refused.get(j).copied().unwrap_or_default();
                 if let Some(p) = self.proxied.get_mut(i) {
                     *p = old.proxied.get(j).copied().unwrap_or_default();
@@ -832,10 +691,7 @@ impl Limits {
         if c == 0 || t & tag::RULE == 0 {
             return None;
         }
-        old.ids
-            .get(usize::from(c))
-            .and_then(|&id| self.class_of(id))
-            .filter(|&k| k != 0)
+        old.ids.get(usize::from(c)).and_then(|&id| self.class_of(id)).filter(|&k| k != 0)
     }
 
     /// Count an existing flow under these limits (a policy change
@@ -851,22 +707,14 @@ impl Limits {
     /// the client table is full, as untracked; else an existing one
     /// counted again (`recount`).
     fn count(&mut self, class: u16, addr: u128, embryonic: bool, admitted: bool) -> u16 {
-        let d = Count {
-            conns: 1,
-            embryonic: u32::from(embryonic),
-        };
+        let d = Count { conns: 1, embryonic: u32::from(embryonic) };
         let mut t = class & tag::CLASS_MASK;
         if embryonic {
             t |= tag::EMBRYONIC;
         }
         let g = self.sets.first().copied().unwrap_or_default();
-        let r = (class != 0)
-            .then(|| self.sets.get(usize::from(class)).copied())
-            .flatten();
-        let parts = [
-            (!g.is_empty()).then_some((0, g, tag::GLOBAL, tag::GLOBAL_CLIENT)),
-            r.map(|r| (class, r, tag::RULE, tag::RULE_CLIENT)),
-        ];
+        let r = (class != 0).then(|| self.sets.get(usize::from(class)).copied()).flatten();
+        let parts = [(!g.is_empty()).then_some((0, g, tag::GLOBAL, tag::GLOBAL_CLIENT)), r.map(|r| (class, r, tag::RULE, tag::RULE_CLIENT))];
         for (c, set, counted, per_client) in parts.into_iter().flatten() {
             t |= counted;
             bump(&mut self.local, usize::from(c), d);

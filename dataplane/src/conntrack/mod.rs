@@ -49,8 +49,8 @@ pub mod flowlog;
 mod index;
 pub mod limits;
 mod splice;
-mod state;
 pub mod synproxy;
+mod state;
 pub mod tcp;
 
 #[cfg(test)]
@@ -62,13 +62,13 @@ use core::hash::BuildHasher;
 use index::Index;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-pub use flowlog::{EndReason, FlowEvent, FlowLogCounters, FlowNat, FlowRecord, RuleRef};
 use flowlog::{FlowLog, FlowMeta};
+pub use flowlog::{EndReason, FlowEvent, FlowNat, FlowLogCounters, FlowRecord, RuleRef};
+pub use state::{FlowState, FlowStateError};
+pub use tcp::{SeqNumber, TcpState};
 pub use limits::{LimitSet, LimitSpec, Limits};
 pub use splice::{proxy_syn, Splice};
-pub use state::{FlowState, FlowStateError};
 pub use tcp::ProxyStage;
-pub use tcp::{SeqNumber, TcpState};
 
 /// What the admission check of a new flow decided (`ConnTable::track`'s
 /// `admit`): permitted or not, and by which access rule (its index in the
@@ -282,12 +282,7 @@ impl Seed {
     fn random() -> Seed {
         use std::collections::hash_map::RandomState;
         let rs = RandomState::new();
-        Seed([
-            rs.hash_one(1u8),
-            rs.hash_one(2u8),
-            rs.hash_one(3u8),
-            rs.hash_one(4u8),
-        ])
+        Seed([rs.hash_one(1u8), rs.hash_one(2u8), rs.hash_one(3u8), rs.hash_one(4u8)])
     }
 }
 
@@ -328,45 +323,22 @@ impl Key {
             // The common case without the family juggling (same result).
             let (s, d) = (u32::from(*s), u32::from(*d));
             let from_lo = (s, t.src_port) <= (d, t.dst_port);
-            let (l, lp, h, hp) = if from_lo {
-                (s, t.src_port, d, t.dst_port)
-            } else {
-                (d, t.dst_port, s, t.src_port)
-            };
+            let (l, lp, h, hp) = if from_lo { (s, t.src_port, d, t.dst_port) } else { (d, t.dst_port, s, t.src_port) };
             let w4 = Key::last_word(lp, hp, t.proto, (class as u8) << META_CLASS_SHIFT);
-            return (
-                Key {
-                    w: [u64::from(l), 0, u64::from(h), 0, w4],
-                },
-                from_lo,
-            );
+            return (Key { w: [u64::from(l), 0, u64::from(h), 0, w4] }, from_lo);
         }
         let s = addr_words(&t.src);
         let d = addr_words(&t.dst);
         let from_lo = (s.0, s.1, s.2, t.src_port) <= (d.0, d.1, d.2, t.dst_port);
-        let ((l, lp), (h, hp)) = if from_lo {
-            ((s, t.src_port), (d, t.dst_port))
-        } else {
-            ((d, t.dst_port), (s, t.src_port))
-        };
-        let meta = ((class as u8) << META_CLASS_SHIFT)
-            | if l.0 { META_LO_V6 } else { 0 }
-            | if h.0 { META_HI_V6 } else { 0 };
-        (
-            Key {
-                w: [l.1, l.2, h.1, h.2, Key::last_word(lp, hp, t.proto, meta)],
-            },
-            from_lo,
-        )
+        let ((l, lp), (h, hp)) = if from_lo { ((s, t.src_port), (d, t.dst_port)) } else { ((d, t.dst_port), (s, t.src_port)) };
+        let meta = ((class as u8) << META_CLASS_SHIFT) | if l.0 { META_LO_V6 } else { 0 } | if h.0 { META_HI_V6 } else { 0 };
+        (Key { w: [l.1, l.2, h.1, h.2, Key::last_word(lp, hp, t.proto, meta)] }, from_lo)
     }
 
     /// `w[4]`: ports, protocol and meta.
     #[inline(always)]
     fn last_word(lo_port: u16, hi_port: u16, proto: u8, meta: u8) -> u64 {
-        u64::from(lo_port)
-            | u64::from(hi_port) << 16
-            | u64::from(proto) << 32
-            | u64::from(meta) << 40
+        u64::from(lo_port) | u64::from(hi_port) << 16 | u64::from(proto) << 32 | u64::from(meta) << 40
     }
 
     #[inline(always)]
@@ -489,10 +461,7 @@ impl Slot {
             (Removal::HandedOver, _) => EndReason::HandedOver,
             (Removal::Cleared, _) => EndReason::Cleared,
             (Removal::Expired, Some(TcpState::Closed)) => EndReason::Reset,
-            (
-                Removal::Expired,
-                Some(TcpState::FinWait | TcpState::Closing | TcpState::TimeWait),
-            ) => EndReason::Fin,
+            (Removal::Expired, Some(TcpState::FinWait | TcpState::Closing | TcpState::TimeWait)) => EndReason::Fin,
             (Removal::Expired, _) => EndReason::Idle,
         }
     }
@@ -737,18 +706,8 @@ impl ConnTable {
 
     /// Flow `h`, just created by `track` for a connection this node owns:
     /// queue its `Built` record and log its end. No-op with the log off.
-    pub fn log_built(
-        &mut self,
-        now: Timestamp,
-        h: FlowHandle,
-        ingress: IfIndex,
-        egress: IfIndex,
-        rule: RuleRef,
-    ) {
-        let (Some(log), Some(s)) = (
-            self.flow_log.as_deref_mut(),
-            self.slots.get(h.0 as usize).filter(|s| s.live),
-        ) else {
+    pub fn log_built(&mut self, now: Timestamp, h: FlowHandle, ingress: IfIndex, egress: IfIndex, rule: RuleRef) {
+        let (Some(log), Some(s)) = (self.flow_log.as_deref_mut(), self.slots.get(h.0 as usize).filter(|s| s.live)) else {
             return;
         };
         let meta = FlowMeta::new(now, ingress, egress, rule, false);
@@ -762,26 +721,14 @@ impl ConnTable {
     pub fn log_adopted(&mut self, now: Timestamp, h: FlowHandle) {
         let live = self.slots.get(h.0 as usize).is_some_and(|s| s.live);
         if let (Some(log), true) = (self.flow_log.as_deref_mut(), live) {
-            let (ingress, egress, rule) = (
-                flowlog::UNKNOWN_IF,
-                flowlog::UNKNOWN_IF,
-                RuleRef::SecurityLevel,
-            );
+            let (ingress, egress, rule) = (flowlog::UNKNOWN_IF, flowlog::UNKNOWN_IF, RuleRef::SecurityLevel);
             log.adopted(h.0, FlowMeta::new(now, ingress, egress, rule, true));
         }
     }
 
     /// A new connection `tuple` (`len` bytes) refused by `rule`: queue its
     /// `Denied` record. No-op with the log off.
-    pub fn log_denied(
-        &mut self,
-        now: Timestamp,
-        tuple: &FiveTuple,
-        len: u32,
-        ingress: IfIndex,
-        egress: IfIndex,
-        rule: RuleRef,
-    ) {
+    pub fn log_denied(&mut self, now: Timestamp, tuple: &FiveTuple, len: u32, ingress: IfIndex, egress: IfIndex, rule: RuleRef) {
         if let Some(log) = self.flow_log.as_deref_mut() {
             log.denied(FlowRecord {
                 event: FlowEvent::Denied,
@@ -822,11 +769,7 @@ impl ConnTable {
     /// last pass (`FlowRecord::nat`, from its `mark`); with `hold_built`,
     /// a `Built` record whose flow may still be marked waits for the next
     /// pass (`flowlog`'s essay). Never allocates.
-    pub fn annotate_flow_log(
-        &mut self,
-        hold_built: bool,
-        f: impl FnMut(&FlowRecord) -> Option<flowlog::FlowNat>,
-    ) {
+    pub fn annotate_flow_log(&mut self, hold_built: bool, f: impl FnMut(&FlowRecord) -> Option<flowlog::FlowNat>) {
         if let Some(log) = self.flow_log.as_deref_mut() {
             log.annotate(hold_built, f);
         }
@@ -892,31 +835,19 @@ impl ConnTable {
         }
         let (key, from_lo) = Key::new(tuple, Class::of(l4));
         let i = self.find(key.hash(&self.seed), &key)?;
-        Some((
-            Found { i, from_lo },
-            self.slots.get(i as usize).map_or(0, |s| s.mark),
-        ))
+        Some((Found { i, from_lo }, self.slots.get(i as usize).map_or(0, |s| s.mark)))
     }
 
     /// The packet `find_existing` found the flow of, tracked on it (as
     /// `track_existing`), the table not changed in between.
     #[inline(always)]
-    pub fn track_found(
-        &mut self,
-        f: Found,
-        now: Timestamp,
-        l4: &L4Info,
-        len_bytes: u32,
-    ) -> Option<Result<Tracked, DropReason>> {
+    pub fn track_found(&mut self, f: Found, now: Timestamp, l4: &L4Info, len_bytes: u32) -> Option<Result<Tracked, DropReason>> {
         self.existing_at(f.i, now, f.from_lo, l4, len_bytes)
     }
 
     /// The mark of flow `h` (0: none or no flow).
     pub fn mark(&self, h: FlowHandle) -> u32 {
-        self.slots
-            .get(h.0 as usize)
-            .filter(|s| s.live)
-            .map_or(0, |s| s.mark)
+        self.slots.get(h.0 as usize).filter(|s| s.live).map_or(0, |s| s.mark)
     }
 
     /// The marks of the flows removed since the last call, in order.
@@ -1001,17 +932,7 @@ impl ConnTable {
         if !admission.permit {
             return Err(DropReason::AclDenied);
         }
-        self.create(
-            now,
-            hash,
-            key,
-            from_lo,
-            tuple,
-            l4,
-            len_bytes,
-            admission.rule,
-            false,
-        )
+        self.create(now, hash, key, from_lo, tuple, l4, len_bytes, admission.rule, false)
     }
 
     /// Open the connection of a client that returned a valid SYN-proxy
@@ -1042,28 +963,10 @@ impl ConnTable {
         if !admission.permit {
             return Err(DropReason::AclDenied);
         }
-        let mut t = self.create(
-            now,
-            hash,
-            key,
-            from_lo,
-            tuple,
-            &syn,
-            len_bytes,
-            admission.rule,
-            true,
-        )?;
-        t.splice = Splice::Opened {
-            isn: ack.seq.wrapping_sub(1),
-            window: ack.window,
-            mss,
-        };
+        let mut t = self.create(now, hash, key, from_lo, tuple, &syn, len_bytes, admission.rule, true)?;
+        t.splice = Splice::Opened { isn: ack.seq.wrapping_sub(1), window: ack.window, mss };
         let i = t.handle.0 as usize;
-        if let Some(Slot {
-            kind: FlowKind::Tcp(c),
-            ..
-        }) = self.slots.get_mut(i)
-        {
+        if let Some(Slot { kind: FlowKind::Tcp(c), .. }) = self.slots.get_mut(i) {
             c.proxy = tcp::ProxyStage::Connecting;
         }
         if let Some(p) = self.proxy_seq.get_mut(i) {
@@ -1113,14 +1016,7 @@ impl ConnTable {
             self.unlimit(limit, tuple.src);
             return Err(DropReason::FlowTableFull);
         };
-        *slot = Slot {
-            key,
-            live: true,
-            orig_is_lo: from_lo,
-            kind,
-            limit,
-            ..FREE_SLOT
-        };
+        *slot = Slot { key, live: true, orig_is_lo: from_lo, kind, limit, ..FREE_SLOT };
         slot.count(now, Direction::Original, len_bytes);
         if !self.index.insert(hash, i) {
             *slot = FREE_SLOT;
@@ -1130,12 +1026,7 @@ impl ConnTable {
         }
         self.len += 1;
         self.stats.created += 1;
-        Ok(Tracked {
-            handle: FlowHandle(i),
-            dir: Direction::Original,
-            created: true,
-            splice: Splice::None,
-        })
+        Ok(Tracked { handle: FlowHandle(i), dir: Direction::Original, created: true, splice: Splice::None })
     }
 
     /// Undo a limit count of a flow that was not created after all.
@@ -1303,20 +1194,13 @@ impl ConnTable {
             }
         }
         slot.count(now, dir, len_bytes);
-        Ok(Existing::Tracked(Tracked {
-            handle: FlowHandle(i),
-            dir,
-            created: false,
-            splice,
-        }))
+        Ok(Existing::Tracked(Tracked { handle: FlowHandle(i), dir, created: false, splice }))
     }
 
     #[inline(always)]
     fn find(&self, hash: u64, key: &Key) -> Option<u32> {
         let slots = &self.slots;
-        self.index.find(hash, |j| {
-            slots.get(j as usize).is_some_and(|s| s.key == *key)
-        })
+        self.index.find(hash, |j| slots.get(j as usize).is_some_and(|s| s.key == *key))
     }
 
     /// Forget slot `i` (no-op if it is not live).
@@ -1335,9 +1219,7 @@ impl ConnTable {
         let mut oldest: Option<(u32, Timestamp)> = None;
         for k in 0..EARLY_DROP_SCAN.min(cap) {
             let i = (start + k) % cap;
-            let Some(s) = self.slots.get(i).filter(|s| s.live) else {
-                continue;
-            };
+            let Some(s) = self.slots.get(i).filter(|s| s.live) else { continue };
             if s.is_dead(now, &self.timeouts) {
                 self.remove(i as u32, Removal::Expired);
                 self.stats.expired += 1;
@@ -1354,9 +1236,7 @@ impl ConnTable {
     }
 
     fn remove(&mut self, i: u32, how: Removal) {
-        let Some(slot) = self.slots.get_mut(i as usize) else {
-            return;
-        };
+        let Some(slot) = self.slots.get_mut(i as usize) else { return };
         if !slot.live {
             return;
         }
@@ -1391,13 +1271,7 @@ impl ConnTable {
             let slot = self.slots.get(i as usize)?;
             Some((FlowHandle(i), slot.dir_of(from_lo)))
         };
-        try_class(class).or_else(|| {
-            if class == Class::IcmpEcho {
-                try_class(Class::Other)
-            } else {
-                None
-            }
-        })
+        try_class(class).or_else(|| if class == Class::IcmpEcho { try_class(Class::Other) } else { None })
     }
 
     /// Remove flows idle beyond their state's timeout, inspecting at most
@@ -1415,17 +1289,11 @@ impl ConnTable {
         for _ in 0..budget.min(cap) {
             let i = if self.cursor < cap { self.cursor } else { 0 };
             self.cursor = if i + 1 < cap { i + 1 } else { 0 };
-            let dead = self
-                .slots
-                .get(i)
-                .is_some_and(|s| s.live && s.is_dead(now, &timeouts));
+            let dead = self.slots.get(i).is_some_and(|s| s.live && s.is_dead(now, &timeouts));
             if dead {
                 self.remove(i as u32, Removal::Expired);
                 removed += 1;
-            } else if let (Some(log), Some(s)) = (
-                self.flow_log.as_deref_mut(),
-                self.slots.get(i).filter(|s| s.live),
-            ) {
+            } else if let (Some(log), Some(s)) = (self.flow_log.as_deref_mut(), self.slots.get(i).filter(|s| s.live)) {
                 if let Some(m) = log.active_due(i as u32, now) {
                     let r = s.record(FlowEvent::Active, m);
                     (m.reported_packets, m.reported_bytes) = (s.packets, s.bytes);
@@ -1441,12 +1309,7 @@ impl ConnTable {
     /// allocate into `out`).
     pub fn snapshot(&self, now: Timestamp, max: usize, out: &mut Vec<ConnInfo>) {
         let t = &self.timeouts;
-        for s in self
-            .slots
-            .iter()
-            .filter(|s| s.live && !s.is_dead(now, t))
-            .take(max)
-        {
+        for s in self.slots.iter().filter(|s| s.live && !s.is_dead(now, t)).take(max) {
             let (tuple, packets, bytes) = (s.orig_tuple(), s.packets, s.bytes);
             let idle = now.since(s.last_seen);
             out.push(ConnInfo {
@@ -1511,16 +1374,8 @@ impl ConnTable {
     pub fn export(&self, now: Timestamp, h: FlowHandle) -> Option<FlowState> {
         let s = self.slots.get(h.0 as usize).filter(|s| s.live)?;
         let proxied = matches!(&s.kind, FlowKind::Tcp(c) if c.proxy != tcp::ProxyStage::None);
-        let proxy_seq = if proxied {
-            self.proxy_seq.get(h.0 as usize).copied().unwrap_or(0)
-        } else {
-            0
-        };
-        Some(FlowState {
-            kind: s.kind,
-            idle: now.since(s.last_seen),
-            proxy_seq,
-        })
+        let proxy_seq = if proxied { self.proxy_seq.get(h.0 as usize).copied().unwrap_or(0) } else { 0 };
+        Some(FlowState { kind: s.kind, idle: now.since(s.last_seen), proxy_seq })
     }
 
     /// Create the flow of `tuple` (its original direction: the initiator
@@ -1529,12 +1384,7 @@ impl ConnTable {
     /// Errors: `FlowTableFull` (nothing changed), `ProtoUnsupported` when
     /// the state's class does not fit `tuple.proto` (TCP state for a
     /// non-TCP tuple, ...). Never allocates, never panics.
-    pub fn install(
-        &mut self,
-        now: Timestamp,
-        tuple: &FiveTuple,
-        state: FlowState,
-    ) -> Result<FlowHandle, DropReason> {
+    pub fn install(&mut self, now: Timestamp, tuple: &FiveTuple, state: FlowState) -> Result<FlowHandle, DropReason> {
         use crate::types::ip_proto;
         let class = state.class();
         let fits = match class {
@@ -1554,26 +1404,14 @@ impl ConnTable {
                 // The same flow, new state: it keeps its mark, and its
                 // limit counts follow the new state.
                 let (mark, limit) = (slot.mark, slot.limit);
-                *slot = Slot {
-                    key,
-                    live: true,
-                    orig_is_lo: from_lo,
-                    kind: state.kind,
-                    last_seen,
-                    mark,
-                    ..FREE_SLOT
-                };
+                *slot = Slot { key, live: true, orig_is_lo: from_lo, kind: state.kind, last_seen, mark, ..FREE_SLOT };
                 if let Some(p) = self.proxy_seq.get_mut(i as usize) {
                     *p = state.proxy_seq;
                 }
                 if let (Some(l), true) = (self.limits.as_deref_mut(), limit != 0) {
                     let client = slot.orig_tuple().src;
                     l.ended(limit, client);
-                    slot.limit = l.recount(
-                        limit & limits::tag::CLASS_MASK,
-                        client,
-                        slot.limits_embryonic(),
-                    );
+                    slot.limit = l.recount(limit & limits::tag::CLASS_MASK, client, slot.limits_embryonic());
                 }
                 return Ok(FlowHandle(i));
             }
@@ -1588,14 +1426,7 @@ impl ConnTable {
             self.free.push(i);
             return Err(DropReason::FlowTableFull);
         };
-        *slot = Slot {
-            key,
-            live: true,
-            orig_is_lo: from_lo,
-            kind: state.kind,
-            last_seen,
-            ..FREE_SLOT
-        };
+        *slot = Slot { key, live: true, orig_is_lo: from_lo, kind: state.kind, last_seen, ..FREE_SLOT };
         if let Some(p) = self.proxy_seq.get_mut(i as usize) {
             *p = state.proxy_seq;
         }
@@ -1626,11 +1457,7 @@ impl ConnTable {
     /// spliced (`splice`); `None` for any other flow or a stale handle.
     pub fn proxy_delta(&self, h: FlowHandle) -> Option<u32> {
         match self.slots.get(h.0 as usize) {
-            Some(Slot {
-                live: true,
-                kind: FlowKind::Tcp(c),
-                ..
-            }) if c.proxy == tcp::ProxyStage::Spliced => self.proxy_seq.get(h.0 as usize).copied(),
+            Some(Slot { live: true, kind: FlowKind::Tcp(c), .. }) if c.proxy == tcp::ProxyStage::Spliced => self.proxy_seq.get(h.0 as usize).copied(),
             _ => None,
         }
     }
@@ -1639,20 +1466,10 @@ impl ConnTable {
     /// still waits for the server's answer (`ProxyStage::Connecting`):
     /// live, not reset, not idle past its timeout.
     pub fn proxy_connecting(&self, now: Timestamp, tuple: &FiveTuple) -> bool {
-        let Some((h, _)) = self.lookup(tuple) else {
-            return false;
-        };
+        let Some((h, _)) = self.lookup(tuple) else { return false };
         match self.slots.get(h.0 as usize) {
-            Some(
-                s @ Slot {
-                    live: true,
-                    kind: FlowKind::Tcp(c),
-                    ..
-                },
-            ) => {
-                c.proxy == tcp::ProxyStage::Connecting
-                    && c.state != TcpState::Closed
-                    && !s.is_dead(now, &self.timeouts)
+            Some(s @ Slot { live: true, kind: FlowKind::Tcp(c), .. }) => {
+                c.proxy == tcp::ProxyStage::Connecting && c.state != TcpState::Closed && !s.is_dead(now, &self.timeouts)
             }
             _ => false,
         }
@@ -1661,11 +1478,7 @@ impl ConnTable {
     /// The TCP state of a flow (for tests and diagnostics).
     pub fn tcp_state(&self, h: FlowHandle) -> Option<TcpState> {
         match self.slots.get(h.0 as usize) {
-            Some(Slot {
-                live: true,
-                kind: FlowKind::Tcp(c),
-                ..
-            }) => Some(c.state),
+            Some(Slot { live: true, kind: FlowKind::Tcp(c), .. }) => Some(c.state),
             _ => None,
         }
     }

@@ -59,39 +59,21 @@ pub enum Splice {
     /// space (the cluster's delta still applies), `ack` in the server's,
     /// the client's `window`. The SYN-ACK itself never reaches the client
     /// (it completed its handshake with the proxy).
-    Answered {
-        delta: u32,
-        seq: u32,
-        ack: u32,
-        window: u16,
-    },
+    Answered { delta: u32, seq: u32, ack: u32, window: u16 },
 }
 
 /// The SYN the proxy sends the server for a client's ACK of a valid cookie
 /// (`ack`): the client's ISN and window, no window scaling or SACK (the
 /// proxy's SYN-ACK offered neither). The flow starts from it.
 pub fn proxy_syn(ack: &TcpSeg) -> TcpSeg {
-    TcpSeg {
-        flags: SYN,
-        seq: ack.seq.wrapping_sub(1),
-        ack: 0,
-        window: ack.window,
-        payload_len: 0,
-        wscale: None,
-        sack_permitted: false,
-    }
+    TcpSeg { flags: SYN, seq: ack.seq.wrapping_sub(1), ack: 0, window: ack.window, payload_len: 0, wscale: None, sack_permitted: false }
 }
 
 /// Feed one segment of a proxied connection (`conn.proxy` not `None`)
 /// travelling in `dir`; `seq` is the table's value for it (the cookie
 /// while connecting, the delta once spliced) and is updated. On `Err`
 /// nothing changed.
-pub(super) fn segment(
-    conn: &mut TcpConn,
-    dir: Direction,
-    seg: &TcpSeg,
-    seq: &mut u32,
-) -> Result<(Accept, Splice), DropReason> {
+pub(super) fn segment(conn: &mut TcpConn, dir: Direction, seg: &TcpSeg, seq: &mut u32) -> Result<(Accept, Splice), DropReason> {
     match (conn.proxy, dir) {
         (ProxyStage::None, _) => Ok((conn.on_segment(dir, seg)?, Splice::None)),
         (ProxyStage::Connecting, Direction::Original) => {
@@ -105,11 +87,7 @@ pub(super) fn segment(
             // unscaled) resets the connection as if at its first byte; the
             // frame itself is sent on unchanged.
             let first = conn.iss().wrapping_add(1);
-            let fed = if seg.seq.wrapping_sub(first) <= u32::from(u16::MAX) {
-                TcpSeg { seq: first, ..*seg }
-            } else {
-                *seg
-            };
+            let fed = if seg.seq.wrapping_sub(first) <= u32::from(u16::MAX) { TcpSeg { seq: first, ..*seg } } else { *seg };
             Ok((conn.on_segment(dir, &fed)?, Splice::None))
         }
         (ProxyStage::Connecting, Direction::Reply) => {
@@ -126,10 +104,7 @@ pub(super) fn segment(
                 return Err(DropReason::SynProxyPending);
             };
             let mut c = *conn;
-            let s = TcpSeg {
-                seq: seg.seq.wrapping_add(delta),
-                ..*seg
-            };
+            let s = TcpSeg { seq: seg.seq.wrapping_add(delta), ..*seg };
             let accept = c.on_segment(Direction::Reply, &s)?;
             let splice = if syn_ack {
                 // The client's side of the handshake, as it happened with
@@ -145,12 +120,7 @@ pub(super) fn segment(
                     sack_permitted: false,
                 };
                 c.on_segment(Direction::Original, &last)?;
-                Splice::Answered {
-                    delta,
-                    seq: last.seq,
-                    ack: seg.seq.wrapping_add(1),
-                    window,
-                }
+                Splice::Answered { delta, seq: last.seq, ack: seg.seq.wrapping_add(1), window }
             } else {
                 Splice::Xlate(delta)
             };
@@ -160,14 +130,9 @@ pub(super) fn segment(
             Ok((accept, splice))
         }
         (ProxyStage::Spliced, Direction::Reply) => {
-            let s = TcpSeg {
-                seq: seg.seq.wrapping_add(*seq),
-                ..*seg
-            };
+            let s = TcpSeg { seq: seg.seq.wrapping_add(*seq), ..*seg };
             Ok((conn.on_segment(dir, &s)?, Splice::Xlate(*seq)))
         }
-        (ProxyStage::Spliced, Direction::Original) => {
-            Ok((conn.on_segment(dir, seg)?, Splice::Xlate(*seq)))
-        }
+        (ProxyStage::Spliced, Direction::Original) => Ok((conn.on_segment(dir, seg)?, Splice::Xlate(*seq))),
     }
 }

@@ -157,11 +157,7 @@ impl FlowState {
     pub fn to_bytes(&self) -> [u8; FlowState::LEN] {
         let mut out = [0u8; FlowState::LEN];
         out[off::CLASS] = self.class() as u8;
-        put32(
-            &mut out,
-            off::IDLE,
-            (self.idle.0 / 1_000_000).min(u64::from(u32::MAX)) as u32,
-        );
+        put32(&mut out, off::IDLE, (self.idle.0 / 1_000_000).min(u64::from(u32::MAX)) as u32);
         if let FlowKind::Tcp(c) = &self.kind {
             let p = c.parts();
             out[off::STATE] = p.state as u8;
@@ -198,9 +194,7 @@ impl FlowState {
         let kind = match byte(b, off::CLASS) {
             0 => FlowKind::Tcp(Self::tcp_from_bytes(b)?),
             c @ 1..=3 => {
-                if b.iter().enumerate().any(|(i, &x)| {
-                    x != 0 && i != off::CLASS && !(off::IDLE..off::IDLE + 4).contains(&i)
-                }) {
+                if b.iter().enumerate().any(|(i, &x)| x != 0 && i != off::CLASS && !(off::IDLE..off::IDLE + 4).contains(&i)) {
                     return Err(FlowStateError::Field("non-TCP padding"));
                 }
                 match c {
@@ -213,23 +207,14 @@ impl FlowState {
         };
         let proxy_seq = get32(b, off::PROXY_SEQ);
         if proxy_seq != 0 && !matches!(&kind, FlowKind::Tcp(c) if c.proxy != ProxyStage::None) {
-            return Err(FlowStateError::Field(
-                "proxy sequence without a proxied connection",
-            ));
+            return Err(FlowStateError::Field("proxy sequence without a proxied connection"));
         }
-        Ok(FlowState {
-            kind,
-            idle,
-            proxy_seq,
-        })
+        Ok(FlowState { kind, idle, proxy_seq })
     }
 
     fn tcp_from_bytes(b: &[u8]) -> Result<TcpConn, FlowStateError> {
         let code = byte(b, off::STATE);
-        let state = *TCP_STATES
-            .iter()
-            .find(|s| **s as u8 == code)
-            .ok_or(FlowStateError::Field("TCP state"))?;
+        let state = *TCP_STATES.iter().find(|s| **s as u8 == code).ok_or(FlowStateError::Field("TCP state"))?;
         let flags = byte(b, off::FLAGS);
         if flags & !(F_SIMULTANEOUS | F_PROXY_CONNECTING | F_PROXY_SPLICED) != 0 {
             return Err(FlowStateError::Field("flags"));

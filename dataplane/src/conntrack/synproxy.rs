@@ -102,10 +102,7 @@ struct Msg {
 
 impl Msg {
     fn new() -> Self {
-        Msg {
-            buf: [0; MSG_CAP],
-            len: 0,
-        }
+        Msg { buf: [0; MSG_CAP], len: 0 }
     }
     /// Appends `bytes`; never fails for the messages built here (`MSG_CAP`
     /// is the longest; `tests::message_fits` checks it).
@@ -144,18 +141,12 @@ impl fmt::Debug for ProxyCookies {
 /// The index of the largest `MSS_TABLE` entry not above `mss` (0 for none).
 fn mss_index(mss: Option<u16>) -> u32 {
     let m = mss.unwrap_or(0);
-    MSS_TABLE
-        .iter()
-        .rposition(|&e| e <= m)
-        .map_or(0, |i| i as u32)
+    MSS_TABLE.iter().rposition(|&e| e <= m).map_or(0, |i| i as u32)
 }
 
 /// The MSS of table index `idx` (only the low `MSS_BITS` bits are used).
 fn mss_of(idx: u32) -> u16 {
-    MSS_TABLE
-        .get((idx & MSS_MASK) as usize)
-        .copied()
-        .unwrap_or(MSS_TABLE[0])
+    MSS_TABLE.get((idx & MSS_MASK) as usize).copied().unwrap_or(MSS_TABLE[0])
 }
 
 /// The period counter at `now`.
@@ -168,10 +159,7 @@ impl ProxyCookies {
     /// from the last 8, little-endian, as `CookieCodec` splits its key).
     pub fn new(key: [u8; 16]) -> Self {
         let k = u128::from_le_bytes(key);
-        ProxyCookies {
-            k0: k as u64,
-            k1: (k >> 64) as u64,
-        }
+        ProxyCookies { k0: k as u64, k1: (k >> 64) as u64 }
     }
 
     /// The 24 hash bits for (tuple, isn, t, mss index).
@@ -201,13 +189,7 @@ impl ProxyCookies {
     /// src = client) with initial sequence number `isn` and MSS option
     /// `mss` (`None`: none sent), at `now`. Returns (cookie, MSS the cookie
     /// encodes); the proxy's SYN-ACK carries seq = cookie and that MSS.
-    pub fn encode(
-        &self,
-        tuple: &FiveTuple,
-        isn: u32,
-        mss: Option<u16>,
-        now: Timestamp,
-    ) -> (u32, u16) {
+    pub fn encode(&self, tuple: &FiveTuple, isn: u32, mss: Option<u16>, now: Timestamp) -> (u32, u16) {
         let idx = mss_index(mss);
         (self.cookie_at(tuple, isn, period(now), idx), mss_of(idx))
     }
@@ -291,17 +273,9 @@ mod tests {
                     let (cookie, got) = c.encode(&tuple, isn, Some(mss), now);
                     assert_eq!(got, mss);
                     assert_eq!((cookie >> 24) & 7, i as u32, "mss index bits");
-                    assert_eq!(
-                        u64::from(cookie >> 27),
-                        (1000 + i as u64) % 32,
-                        "counter bits"
-                    );
+                    assert_eq!(u64::from(cookie >> 27), (1000 + i as u64) % 32, "counter bits");
                     let (seq, ack) = (isn.wrapping_add(1), cookie.wrapping_add(1));
-                    assert_eq!(
-                        c.check(&tuple, seq, ack, now),
-                        Some(mss),
-                        "{tuple} isn {isn:#x}"
-                    );
+                    assert_eq!(c.check(&tuple, seq, ack, now), Some(mss), "{tuple} isn {isn:#x}");
                 }
             }
         }
@@ -317,11 +291,7 @@ mod tests {
         m.put(&[0; 2 + 2 + 1 + 4 + 8 + 1]);
         assert_eq!(m.bytes().len(), MSG_CAP);
         m.put(&[1]);
-        assert_eq!(
-            m.bytes().len(),
-            MSG_CAP,
-            "a full message ignores more bytes"
-        );
+        assert_eq!(m.bytes().len(), MSG_CAP, "a full message ignores more bytes");
     }
 
     #[test]
@@ -350,10 +320,7 @@ mod tests {
         for &(client, want) in table {
             let (cookie, got) = c.encode(&v4(), 7, client, at(5, 0));
             assert_eq!(got, want, "client {client:?}");
-            assert_eq!(
-                c.check(&v4(), 8, cookie.wrapping_add(1), at(5, 3)),
-                Some(want)
-            );
+            assert_eq!(c.check(&v4(), 8, cookie.wrapping_add(1), at(5, 3)), Some(want));
         }
     }
 
@@ -383,24 +350,15 @@ mod tests {
         let c = ProxyCookies::new(KEY);
         let (cookie, _) = c.encode(&v6(), 5, None, at(31, 3));
         assert_eq!(cookie >> 27, 31);
-        assert_eq!(
-            c.check(&v6(), 6, cookie.wrapping_add(1), at(32, 0)),
-            Some(536)
-        );
+        assert_eq!(c.check(&v6(), 6, cookie.wrapping_add(1), at(32, 0)), Some(536));
         assert_eq!(c.check(&v6(), 6, cookie.wrapping_add(1), at(33, 0)), None);
         // At t = 0 only the current period is live: a counter of 31 must
         // not make t - 1 underflow.
         let (cookie, _) = c.encode(&v6(), 5, None, at(0, 0));
         assert_eq!(cookie >> 27, 0);
-        assert_eq!(
-            c.check(&v6(), 6, cookie.wrapping_add(1), Timestamp::ZERO),
-            Some(536)
-        );
+        assert_eq!(c.check(&v6(), 6, cookie.wrapping_add(1), Timestamp::ZERO), Some(536));
         for forged in [31u32 << 27, u32::MAX] {
-            assert_eq!(
-                c.check(&v6(), 6, forged.wrapping_add(1), Timestamp::ZERO),
-                None
-            );
+            assert_eq!(c.check(&v6(), 6, forged.wrapping_add(1), Timestamp::ZERO), None);
         }
         // The end of time.
         let end = Timestamp::MAX;
@@ -430,27 +388,9 @@ mod tests {
                 IpAddr::V6(a) => IpAddr::V6(Ipv6Addr::from(u128::from(a) ^ 1 << 127)),
             };
             others.push(("dst", t));
-            others.push((
-                "src_port",
-                FiveTuple {
-                    src_port: base.src_port + 1,
-                    ..base
-                },
-            ));
-            others.push((
-                "dst_port",
-                FiveTuple {
-                    dst_port: base.dst_port + 1,
-                    ..base
-                },
-            ));
-            others.push((
-                "proto",
-                FiveTuple {
-                    proto: ip_proto::UDP,
-                    ..base
-                },
-            ));
+            others.push(("src_port", FiveTuple { src_port: base.src_port + 1, ..base }));
+            others.push(("dst_port", FiveTuple { dst_port: base.dst_port + 1, ..base }));
+            others.push(("proto", FiveTuple { proto: ip_proto::UDP, ..base }));
             others.push(("reversed", base.reversed()));
             for (what, t) in others {
                 assert_ne!(t, base);
@@ -469,20 +409,12 @@ mod tests {
                     continue;
                 }
                 let forged = cookie & !(7 << 24) | idx << 24;
-                assert_eq!(
-                    c.check(&base, seq, forged.wrapping_add(1), now),
-                    None,
-                    "mss index {idx}"
-                );
+                assert_eq!(c.check(&base, seq, forged.wrapping_add(1), now), None, "mss index {idx}");
             }
             // Every single bit flipped: hash, MSS index and counter bits.
             for bit in 0..32 {
                 let forged = cookie ^ 1 << bit;
-                assert_eq!(
-                    c.check(&base, seq, forged.wrapping_add(1), now),
-                    None,
-                    "bit {bit}"
-                );
+                assert_eq!(c.check(&base, seq, forged.wrapping_add(1), now), None, "bit {bit}");
             }
         }
     }
@@ -538,9 +470,7 @@ mod tests {
             }
             // A forger who sets the live counter bits: 2^-24 per try.
             let ack = (1234 % 32) << 27 | rng.next() >> 5;
-            if c.check(&tuple, rng.next(), ack.wrapping_add(1), now)
-                .is_some()
-            {
+            if c.check(&tuple, rng.next(), ack.wrapping_add(1), now).is_some() {
                 live_counter += 1;
             }
         }
@@ -563,9 +493,7 @@ mod tests {
             let c = ProxyCookies::new(key);
             let addr = |rng: &mut Rng, six: bool| {
                 if six {
-                    IpAddr::V6(Ipv6Addr::from(
-                        u128::from(rng.next64()) << 64 | u128::from(rng.next64()),
-                    ))
+                    IpAddr::V6(Ipv6Addr::from(u128::from(rng.next64()) << 64 | u128::from(rng.next64())))
                 } else {
                     IpAddr::V4(Ipv4Addr::from(rng.next()))
                 }
@@ -581,14 +509,9 @@ mod tests {
             let isn = rng.next();
             let mss = (rng.next() & 1 == 1).then(|| rng.next() as u16);
             let now = Timestamp(rng.next64() >> 1);
-            let later = Timestamp(
-                now.nanos() + rng.next64() % (PERIOD.0 - now.nanos() % PERIOD.0 + PERIOD.0),
-            );
+            let later = Timestamp(now.nanos() + rng.next64() % (PERIOD.0 - now.nanos() % PERIOD.0 + PERIOD.0));
             let (cookie, m) = c.encode(&tuple, isn, mss, now);
-            assert_eq!(
-                c.check(&tuple, isn.wrapping_add(1), cookie.wrapping_add(1), later),
-                Some(m)
-            );
+            assert_eq!(c.check(&tuple, isn.wrapping_add(1), cookie.wrapping_add(1), later), Some(m));
         }
     }
 

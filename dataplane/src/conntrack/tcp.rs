@@ -171,8 +171,7 @@ const P_RESYNC: u8 = 0x10;
 /// edge the peer was allowed to send to).
 const P_PICKED: u8 = 0x20;
 /// Every peer flag (for validating a decoded state).
-pub(super) const PEER_FLAGS: u8 =
-    P_WSCALE | P_SACK_PERM | P_FIN_SENT | P_FIN_ACKED | P_RESYNC | P_PICKED;
+pub(super) const PEER_FLAGS: u8 = P_WSCALE | P_SACK_PERM | P_FIN_SENT | P_FIN_ACKED | P_RESYNC | P_PICKED;
 
 /// What we know about one endpoint (the sender of one direction).
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
@@ -201,13 +200,7 @@ impl Peer {
         if seg.sack_permitted {
             flags |= P_SACK_PERM;
         }
-        Peer {
-            end,
-            maxend: end,
-            maxwin: u32::from(seg.window).max(1),
-            scale,
-            flags,
-        }
+        Peer { end, maxend: end, maxwin: u32::from(seg.window).max(1), scale, flags }
     }
     #[inline]
     fn has(&self, f: u8) -> bool {
@@ -226,20 +219,8 @@ impl Peer {
         self.flags
     }
     /// A peer from its parts (flags already validated by the caller).
-    pub(super) fn from_parts(
-        end: SeqNumber,
-        maxend: SeqNumber,
-        maxwin: u32,
-        scale: u8,
-        flags: u8,
-    ) -> Peer {
-        Peer {
-            end,
-            maxend,
-            maxwin,
-            scale,
-            flags,
-        }
+    pub(super) fn from_parts(end: SeqNumber, maxend: SeqNumber, maxwin: u32, scale: u8, flags: u8) -> Peer {
+        Peer { end, maxend, maxwin, scale, flags }
     }
 }
 
@@ -333,23 +314,11 @@ pub(super) struct TcpParts {
 
 impl TcpConn {
     pub(super) fn parts(&self) -> TcpParts {
-        TcpParts {
-            state: self.state,
-            simultaneous: self.simultaneous,
-            proxy: self.proxy,
-            iss: self.iss,
-            peers: self.peers,
-        }
+        TcpParts { state: self.state, simultaneous: self.simultaneous, proxy: self.proxy, iss: self.iss, peers: self.peers }
     }
 
     pub(super) fn from_parts(p: TcpParts) -> TcpConn {
-        TcpConn {
-            state: p.state,
-            simultaneous: p.simultaneous,
-            proxy: p.proxy,
-            iss: p.iss,
-            peers: p.peers,
-        }
+        TcpConn { state: p.state, simultaneous: p.simultaneous, proxy: p.proxy, iss: p.iss, peers: p.peers }
     }
 
     /// The initiator's ISS.
@@ -459,9 +428,7 @@ impl TcpConn {
             }
             TcpState::SynReceived => {
                 if syn && !ack {
-                    if orig
-                        && SeqNumber(seg.seq) + seg.payload_len.wrapping_add(1) == self.peers[0].end
-                    {
+                    if orig && SeqNumber(seg.seq) + seg.payload_len.wrapping_add(1) == self.peers[0].end {
                         // Retransmitted SYN (our SYN-ACK was lost downstream).
                         return Ok(Accept::Ok);
                     }
@@ -470,9 +437,7 @@ impl TcpConn {
                         *self = TcpConn::from_syn(seg);
                         return Ok(Accept::Ok);
                     }
-                    if !(self.simultaneous
-                        && SeqNumber(seg.seq) + seg.payload_len.wrapping_add(1)
-                            == self.peers[1].end)
+                    if !(self.simultaneous && SeqNumber(seg.seq) + seg.payload_len.wrapping_add(1) == self.peers[1].end)
                     {
                         return Err(DropReason::TcpBadState);
                     }
@@ -532,15 +497,9 @@ impl TcpConn {
         if ack && self.peers[r].has(P_FIN_SENT) && SeqNumber(seg.ack) == self.peers[r].end {
             self.peers[r].flags |= P_FIN_ACKED;
         }
-        if matches!(
-            self.state,
-            TcpState::Established | TcpState::FinWait | TcpState::Closing
-        ) {
+        if matches!(self.state, TcpState::Established | TcpState::FinWait | TcpState::Closing) {
             let fins = [self.peers[0].has(P_FIN_SENT), self.peers[1].has(P_FIN_SENT)];
-            let acked = [
-                self.peers[0].has(P_FIN_ACKED),
-                self.peers[1].has(P_FIN_ACKED),
-            ];
+            let acked = [self.peers[0].has(P_FIN_ACKED), self.peers[1].has(P_FIN_ACKED)];
             self.state = match (fins, acked) {
                 ([true, true], [true, true]) => TcpState::TimeWait,
                 ([true, true], _) => TcpState::Closing,
@@ -576,18 +535,10 @@ impl TcpConn {
         let has_ack = seg.flags & ACK != 0;
         let rst = seg.flags & RST != 0;
         let seq = SeqNumber(seg.seq);
-        let end = seq
-            + seg
-                .payload_len
-                .wrapping_add(u32::from(syn))
-                .wrapping_add(u32::from(fin));
+        let end = seq + seg.payload_len.wrapping_add(u32::from(syn)).wrapping_add(u32::from(fin));
         // No ACK (a bare SYN or RST), or the broken-stack RST+ACK with ack 0:
         // pretend it acknowledged everything (as nf_conntrack does).
-        let ack = if !has_ack || (rst && seg.ack == 0) {
-            receiver.end
-        } else {
-            SeqNumber(seg.ack)
-        };
+        let ack = if !has_ack || (rst && seg.ack == 0) { receiver.end } else { SeqNumber(seg.ack) };
         let receiver_known = receiver.maxwin != 0;
 
         // I: the segment starts no later than the right edge the receiver
@@ -599,10 +550,7 @@ impl TcpConn {
         // III: no acknowledgement of data the receiver has not sent.
         // IV: the ack lags the receiver's data by at most one window.
         let (ack_hi_ok, ack_lo_ok) = if receiver_known {
-            (
-                ack.le(receiver.end),
-                ack.ge(receiver.end - sender.maxwin.max(MAX_ACK_WINDOW)),
-            )
+            (ack.le(receiver.end), ack.ge(receiver.end - sender.maxwin.max(MAX_ACK_WINDOW)))
         } else {
             (true, true)
         };
@@ -611,11 +559,7 @@ impl TcpConn {
         }
 
         // Record. Windows of SYN segments are never scaled (RFC 7323 §2.2).
-        let win = if syn {
-            u32::from(seg.window)
-        } else {
-            u32::from(seg.window) << sender.scale.min(MAX_WSCALE)
-        };
+        let win = if syn { u32::from(seg.window) } else { u32::from(seg.window) << sender.scale.min(MAX_WSCALE) };
         let mut sender = sender;
         let mut receiver = receiver;
         sender.maxwin = sender.maxwin.max(win).max(1);
@@ -625,9 +569,7 @@ impl TcpConn {
         if receiver_known && end.gt(sender.maxend) {
             // The sender overran the window we knew of: the receiver must
             // have offered more than we saw.
-            receiver.maxwin = receiver
-                .maxwin
-                .saturating_add(end.diff(sender.maxend) as u32);
+            receiver.maxwin = receiver.maxwin.saturating_add(end.diff(sender.maxend) as u32);
             sender.maxend = end;
         }
         if has_ack && !rst {
@@ -660,16 +602,8 @@ impl TcpConn {
         let has_ack = seg.flags & ACK != 0;
         let rst = seg.flags & RST != 0;
         let seq = SeqNumber(seg.seq);
-        let end = seq
-            + seg
-                .payload_len
-                .wrapping_add(u32::from(syn))
-                .wrapping_add(u32::from(fin));
-        let ack = if !has_ack || (rst && seg.ack == 0) {
-            receiver.end
-        } else {
-            SeqNumber(seg.ack)
-        };
+        let end = seq + seg.payload_len.wrapping_add(u32::from(syn)).wrapping_add(u32::from(fin));
+        let ack = if !has_ack || (rst && seg.ack == 0) { receiver.end } else { SeqNumber(seg.ack) };
         let receiver_known = receiver.maxwin != 0;
         let (s_resync, r_resync) = (sender.has(P_RESYNC), receiver.has(P_RESYNC));
 
@@ -686,15 +620,8 @@ impl TcpConn {
         let upper_ok = resync || seq.le(sender.maxend.max(sender.end) + 1);
         let lower_ok = resync || end.ge(sender.end - receiver.maxwin);
         let (ack_hi_ok, ack_lo_ok) = if receiver_known && !resync {
-            let hi = if receiver.has(P_PICKED) {
-                receiver.end.max(receiver.maxend)
-            } else {
-                receiver.end
-            };
-            (
-                ack.le(hi),
-                ack.ge(receiver.end - sender.maxwin.max(MAX_ACK_WINDOW)),
-            )
+            let hi = if receiver.has(P_PICKED) { receiver.end.max(receiver.maxend) } else { receiver.end };
+            (ack.le(hi), ack.ge(receiver.end - sender.maxwin.max(MAX_ACK_WINDOW)))
         } else {
             (true, true)
         };
@@ -702,11 +629,7 @@ impl TcpConn {
             return Err(DropReason::TcpOutOfWindow);
         }
 
-        let win = if syn {
-            u32::from(seg.window)
-        } else {
-            u32::from(seg.window) << sender.scale.min(MAX_WSCALE)
-        };
+        let win = if syn { u32::from(seg.window) } else { u32::from(seg.window) << sender.scale.min(MAX_WSCALE) };
         let mut sender = sender;
         let mut receiver = receiver;
         sender.maxwin = sender.maxwin.max(win).max(1);
@@ -716,9 +639,7 @@ impl TcpConn {
         }
         if receiver_known && end.gt(sender.maxend) {
             if !r_resync {
-                receiver.maxwin = receiver
-                    .maxwin
-                    .saturating_add(end.diff(sender.maxend) as u32);
+                receiver.maxwin = receiver.maxwin.saturating_add(end.diff(sender.maxend) as u32);
             }
             sender.maxend = end;
         }
@@ -747,15 +668,7 @@ mod tests {
     use proptest::prelude::*;
 
     fn seg(flags: u8, seq: u32, ack: u32, window: u16, len: u32, ws: Option<u8>) -> TcpSeg {
-        TcpSeg {
-            flags,
-            seq,
-            ack,
-            window,
-            payload_len: len,
-            wscale: ws,
-            sack_permitted: false,
-        }
+        TcpSeg { flags, seq, ack, window, payload_len: len, wscale: ws, sack_permitted: false }
     }
 
     proptest! {

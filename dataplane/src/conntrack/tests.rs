@@ -15,13 +15,7 @@ fn v4(a: u8, b: u8, c: u8, d: u8) -> IpAddr {
 }
 
 fn tuple(src: IpAddr, sp: u16, dst: IpAddr, dp: u16, proto: u8) -> FiveTuple {
-    FiveTuple {
-        src,
-        dst,
-        proto,
-        src_port: sp,
-        dst_port: dp,
-    }
+    FiveTuple { src, dst, proto, src_port: sp, dst_port: dp }
 }
 
 /// Client 10.0.0.1:40000 → server 192.0.2.10:80.
@@ -30,27 +24,11 @@ fn client_tuple() -> FiveTuple {
 }
 
 fn seg(flags: u8, seq: u32, ack: u32, window: u16) -> TcpSeg {
-    TcpSeg {
-        flags,
-        seq,
-        ack,
-        window,
-        payload_len: 0,
-        wscale: None,
-        sack_permitted: false,
-    }
+    TcpSeg { flags, seq, ack, window, payload_len: 0, wscale: None, sack_permitted: false }
 }
 
 fn syn(flags: u8, seq: u32, ack: u32, window: u16, ws: Option<u8>) -> TcpSeg {
-    TcpSeg {
-        flags,
-        seq,
-        ack,
-        window,
-        payload_len: 0,
-        wscale: ws,
-        sack_permitted: true,
-    }
+    TcpSeg { flags, seq, ack, window, payload_len: 0, wscale: ws, sack_permitted: true }
 }
 
 /// Self-check of the table's internal bookkeeping.
@@ -86,13 +64,7 @@ struct Row {
 }
 
 fn row(what: &'static str, dir: Direction, seg: TcpSeg, exp: Exp, state: Option<TcpState>) -> Row {
-    Row {
-        what,
-        dir,
-        seg,
-        exp,
-        state,
-    }
+    Row { what, dir, seg, exp, state }
 }
 
 /// Runs `rows` on one tuple, 1 ms apart; returns the table.
@@ -102,22 +74,12 @@ fn run_rows(fwd: FiveTuple, rows: &[Row]) -> ConnTable {
     let mut handle = None;
     for (n, r) in rows.iter().enumerate() {
         now = Timestamp(now.0 + MS);
-        let tup = if r.dir == Original {
-            fwd
-        } else {
-            fwd.reversed()
-        };
+        let tup = if r.dir == Original { fwd } else { fwd.reversed() };
         let admitted = Cell::new(0);
-        let got = t.track(
-            now,
-            &tup,
-            &L4Info::Tcp(r.seg),
-            60 + r.seg.payload_len,
-            || {
-                admitted.set(admitted.get() + 1);
-                true
-            },
-        );
+        let got = t.track(now, &tup, &L4Info::Tcp(r.seg), 60 + r.seg.payload_len, || {
+            admitted.set(admitted.get() + 1);
+            true
+        });
         let ctx = format!("row {n} ({}): {:?}", r.what, got);
         match r.exp {
             Exp::Ok => {
@@ -167,86 +129,29 @@ fn s(off: u32) -> u32 {
 /// The three-way handshake with wscale 7 on both sides.
 fn handshake() -> Vec<Row> {
     vec![
-        row(
-            "SYN",
-            Original,
-            syn(SYN, C, 0, 64240, Some(7)),
-            Exp::New,
-            Some(SynSent),
-        ),
-        row(
-            "SYN retransmission",
-            Original,
-            syn(SYN, C, 0, 64240, Some(7)),
-            Exp::Ok,
-            Some(SynSent),
-        ),
-        row(
-            "SYN-ACK",
-            Reply,
-            syn(SYN | ACK, S, c(1), 65160, Some(7)),
-            Exp::Ok,
-            Some(SynReceived),
-        ),
-        row(
-            "SYN-ACK retransmission",
-            Reply,
-            syn(SYN | ACK, S, c(1), 65160, Some(7)),
-            Exp::Ok,
-            Some(SynReceived),
-        ),
-        row(
-            "ACK",
-            Original,
-            seg(ACK, c(1), s(1), 502),
-            Exp::Ok,
-            Some(Established),
-        ),
+        row("SYN", Original, syn(SYN, C, 0, 64240, Some(7)), Exp::New, Some(SynSent)),
+        row("SYN retransmission", Original, syn(SYN, C, 0, 64240, Some(7)), Exp::Ok, Some(SynSent)),
+        row("SYN-ACK", Reply, syn(SYN | ACK, S, c(1), 65160, Some(7)), Exp::Ok, Some(SynReceived)),
+        row("SYN-ACK retransmission", Reply, syn(SYN | ACK, S, c(1), 65160, Some(7)), Exp::Ok, Some(SynReceived)),
+        row("ACK", Original, seg(ACK, c(1), s(1), 502), Exp::Ok, Some(Established)),
     ]
 }
 
 // `seg` with payload: shorthand.
 fn data(flags: u8, seq: u32, ack: u32, window: u16, len: u32) -> TcpSeg {
-    TcpSeg {
-        payload_len: len,
-        ..seg(flags, seq, ack, window)
-    }
+    TcpSeg { payload_len: len, ..seg(flags, seq, ack, window) }
 }
 
 #[test]
 fn golden_handshake_data_fin_fin_reopen() {
     let mut rows = handshake();
     rows.extend([
-        row(
-            "GET",
-            Original,
-            data(PSH | ACK, c(1), s(1), 502, 100),
-            Exp::Ok,
-            Some(Established),
-        ),
-        row(
-            "ACK of GET",
-            Reply,
-            data(ACK, s(1), c(101), 509, 0),
-            Exp::Ok,
-            Some(Established),
-        ),
+        row("GET", Original, data(PSH | ACK, c(1), s(1), 502, 100), Exp::Ok, Some(Established)),
+        row("ACK of GET", Reply, data(ACK, s(1), c(101), 509, 0), Exp::Ok, Some(Established)),
         // 64 KiB window from the client (502 << 7): the server may send
         // 45 segments before an ACK.
-        row(
-            "response 1",
-            Reply,
-            data(ACK, s(1), c(101), 509, 1448),
-            Exp::Ok,
-            Some(Established),
-        ),
-        row(
-            "response 2",
-            Reply,
-            data(ACK, s(1449), c(101), 509, 1448),
-            Exp::Ok,
-            Some(Established),
-        ),
+        row("response 1", Reply, data(ACK, s(1), c(101), 509, 1448), Exp::Ok, Some(Established)),
+        row("response 2", Reply, data(ACK, s(1449), c(101), 509, 1448), Exp::Ok, Some(Established)),
         row(
             "response far in window",
             Reply,
@@ -254,62 +159,14 @@ fn golden_handshake_data_fin_fin_reopen() {
             Exp::Ok,
             Some(Established),
         ),
-        row(
-            "client ACK with window update",
-            Original,
-            seg(ACK, c(101), s(2897), 2000),
-            Exp::Ok,
-            Some(Established),
-        ),
-        row(
-            "dup ACK (SACK-style)",
-            Original,
-            seg(ACK, c(101), s(2897), 2000),
-            Exp::Ok,
-            Some(Established),
-        ),
-        row(
-            "retransmission of hole",
-            Reply,
-            data(ACK, s(2897), c(101), 509, 1448),
-            Exp::Ok,
-            Some(Established),
-        ),
-        row(
-            "retransmission of old segment",
-            Reply,
-            data(ACK, s(1), c(101), 509, 1448),
-            Exp::Ok,
-            Some(Established),
-        ),
-        row(
-            "keepalive",
-            Original,
-            seg(ACK, c(100), s(2897), 2000),
-            Exp::Ok,
-            Some(Established),
-        ),
-        row(
-            "client ACK all",
-            Original,
-            seg(ACK, c(101), s(1 + 41 * 1448), 2000),
-            Exp::Ok,
-            Some(Established),
-        ),
-        row(
-            "client FIN",
-            Original,
-            seg(FIN | ACK, c(101), s(1 + 41 * 1448), 2000),
-            Exp::Ok,
-            Some(FinWait),
-        ),
-        row(
-            "server ACKs FIN",
-            Reply,
-            seg(ACK, s(1 + 41 * 1448), c(102), 509),
-            Exp::Ok,
-            Some(FinWait),
-        ),
+        row("client ACK with window update", Original, seg(ACK, c(101), s(2897), 2000), Exp::Ok, Some(Established)),
+        row("dup ACK (SACK-style)", Original, seg(ACK, c(101), s(2897), 2000), Exp::Ok, Some(Established)),
+        row("retransmission of hole", Reply, data(ACK, s(2897), c(101), 509, 1448), Exp::Ok, Some(Established)),
+        row("retransmission of old segment", Reply, data(ACK, s(1), c(101), 509, 1448), Exp::Ok, Some(Established)),
+        row("keepalive", Original, seg(ACK, c(100), s(2897), 2000), Exp::Ok, Some(Established)),
+        row("client ACK all", Original, seg(ACK, c(101), s(1 + 41 * 1448), 2000), Exp::Ok, Some(Established)),
+        row("client FIN", Original, seg(FIN | ACK, c(101), s(1 + 41 * 1448), 2000), Exp::Ok, Some(FinWait)),
+        row("server ACKs FIN", Reply, seg(ACK, s(1 + 41 * 1448), c(102), 509), Exp::Ok, Some(FinWait)),
         row(
             "server data after FIN (half close)",
             Reply,
@@ -317,27 +174,9 @@ fn golden_handshake_data_fin_fin_reopen() {
             Exp::Ok,
             Some(FinWait),
         ),
-        row(
-            "client ACKs data",
-            Original,
-            seg(ACK, c(102), s(11 + 41 * 1448), 2000),
-            Exp::Ok,
-            Some(FinWait),
-        ),
-        row(
-            "server FIN",
-            Reply,
-            seg(FIN | ACK, s(11 + 41 * 1448), c(102), 509),
-            Exp::Ok,
-            Some(Closing),
-        ),
-        row(
-            "last ACK",
-            Original,
-            seg(ACK, c(102), s(12 + 41 * 1448), 2000),
-            Exp::Ok,
-            Some(TimeWait),
-        ),
+        row("client ACKs data", Original, seg(ACK, c(102), s(11 + 41 * 1448), 2000), Exp::Ok, Some(FinWait)),
+        row("server FIN", Reply, seg(FIN | ACK, s(11 + 41 * 1448), c(102), 509), Exp::Ok, Some(Closing)),
+        row("last ACK", Original, seg(ACK, c(102), s(12 + 41 * 1448), 2000), Exp::Ok, Some(TimeWait)),
         row(
             "server FIN retransmission",
             Reply,
@@ -345,13 +184,7 @@ fn golden_handshake_data_fin_fin_reopen() {
             Exp::Ok,
             Some(TimeWait),
         ),
-        row(
-            "client re-ACK",
-            Original,
-            seg(ACK, c(102), s(12 + 41 * 1448), 2000),
-            Exp::Ok,
-            Some(TimeWait),
-        ),
+        row("client re-ACK", Original, seg(ACK, c(102), s(12 + 41 * 1448), 2000), Exp::Ok, Some(TimeWait)),
         row(
             "data in TIME_WAIT out of window",
             Original,
@@ -359,20 +192,8 @@ fn golden_handshake_data_fin_fin_reopen() {
             Exp::Err(D::TcpOutOfWindow),
             Some(TimeWait),
         ),
-        row(
-            "new SYN reuses the port",
-            Original,
-            syn(SYN, c(1_000_000), 0, 64240, Some(7)),
-            Exp::New,
-            Some(SynSent),
-        ),
-        row(
-            "new SYN-ACK",
-            Reply,
-            syn(SYN | ACK, 42, c(1_000_001), 65160, None),
-            Exp::Ok,
-            Some(SynReceived),
-        ),
+        row("new SYN reuses the port", Original, syn(SYN, c(1_000_000), 0, 64240, Some(7)), Exp::New, Some(SynSent)),
+        row("new SYN-ACK", Reply, syn(SYN | ACK, 42, c(1_000_001), 65160, None), Exp::Ok, Some(SynReceived)),
     ]);
     let t = run_rows(client_tuple(), &rows);
     assert_eq!(t.len(), 1);
@@ -384,60 +205,18 @@ fn golden_handshake_data_fin_fin_reopen() {
 fn golden_server_closes_first_and_simultaneous_close() {
     let mut rows = handshake();
     rows.extend([
-        row(
-            "server FIN",
-            Reply,
-            seg(FIN | ACK, s(1), c(1), 509),
-            Exp::Ok,
-            Some(FinWait),
-        ),
-        row(
-            "client ACK+FIN",
-            Original,
-            seg(FIN | ACK, c(1), s(2), 502),
-            Exp::Ok,
-            Some(Closing),
-        ),
-        row(
-            "server last ACK",
-            Reply,
-            seg(ACK, s(2), c(2), 509),
-            Exp::Ok,
-            Some(TimeWait),
-        ),
+        row("server FIN", Reply, seg(FIN | ACK, s(1), c(1), 509), Exp::Ok, Some(FinWait)),
+        row("client ACK+FIN", Original, seg(FIN | ACK, c(1), s(2), 502), Exp::Ok, Some(Closing)),
+        row("server last ACK", Reply, seg(ACK, s(2), c(2), 509), Exp::Ok, Some(TimeWait)),
     ]);
     run_rows(client_tuple(), &rows);
 
     let mut rows = handshake();
     rows.extend([
-        row(
-            "client FIN",
-            Original,
-            seg(FIN | ACK, c(1), s(1), 502),
-            Exp::Ok,
-            Some(FinWait),
-        ),
-        row(
-            "server FIN crosses it",
-            Reply,
-            seg(FIN | ACK, s(1), c(1), 509),
-            Exp::Ok,
-            Some(Closing),
-        ),
-        row(
-            "client ACKs server FIN",
-            Original,
-            seg(ACK, c(2), s(2), 502),
-            Exp::Ok,
-            Some(Closing),
-        ),
-        row(
-            "server ACKs client FIN",
-            Reply,
-            seg(ACK, s(2), c(2), 509),
-            Exp::Ok,
-            Some(TimeWait),
-        ),
+        row("client FIN", Original, seg(FIN | ACK, c(1), s(1), 502), Exp::Ok, Some(FinWait)),
+        row("server FIN crosses it", Reply, seg(FIN | ACK, s(1), c(1), 509), Exp::Ok, Some(Closing)),
+        row("client ACKs server FIN", Original, seg(ACK, c(2), s(2), 502), Exp::Ok, Some(Closing)),
+        row("server ACKs client FIN", Reply, seg(ACK, s(2), c(2), 509), Exp::Ok, Some(TimeWait)),
     ]);
     run_rows(client_tuple(), &rows);
 }
@@ -461,27 +240,9 @@ fn golden_rst() {
             Exp::Err(D::TcpOutOfWindow),
             Some(Established),
         ),
-        row(
-            "RST in window",
-            Reply,
-            seg(RST | ACK, s(1), c(1), 0),
-            Exp::Ok,
-            Some(Closed),
-        ),
-        row(
-            "late ACK after RST",
-            Original,
-            seg(ACK, c(1), s(1), 502),
-            Exp::Ok,
-            Some(Closed),
-        ),
-        row(
-            "SYN reopens a CLOSED flow",
-            Original,
-            syn(SYN, c(5000), 0, 64240, None),
-            Exp::New,
-            Some(SynSent),
-        ),
+        row("RST in window", Reply, seg(RST | ACK, s(1), c(1), 0), Exp::Ok, Some(Closed)),
+        row("late ACK after RST", Original, seg(ACK, c(1), s(1), 502), Exp::Ok, Some(Closed)),
+        row("SYN reopens a CLOSED flow", Original, syn(SYN, c(5000), 0, 64240, None), Exp::New, Some(SynSent)),
     ]);
     run_rows(client_tuple(), &rows);
 
@@ -489,20 +250,8 @@ fn golden_rst() {
     run_rows(
         client_tuple(),
         &[
-            row(
-                "SYN",
-                Original,
-                syn(SYN, C, 0, 64240, Some(7)),
-                Exp::New,
-                Some(SynSent),
-            ),
-            row(
-                "RST without ACK",
-                Reply,
-                seg(RST, 0, 0, 0),
-                Exp::Err(D::TcpOutOfWindow),
-                Some(SynSent),
-            ),
+            row("SYN", Original, syn(SYN, C, 0, 64240, Some(7)), Exp::New, Some(SynSent)),
+            row("RST without ACK", Reply, seg(RST, 0, 0, 0), Exp::Err(D::TcpOutOfWindow), Some(SynSent)),
             row(
                 "RST+ACK acking the wrong seq",
                 Reply,
@@ -510,13 +259,7 @@ fn golden_rst() {
                 Exp::Err(D::TcpOutOfWindow),
                 Some(SynSent),
             ),
-            row(
-                "RST+ACK refusing",
-                Reply,
-                seg(RST | ACK, 0, c(1), 0),
-                Exp::Ok,
-                Some(Closed),
-            ),
+            row("RST+ACK refusing", Reply, seg(RST | ACK, 0, c(1), 0), Exp::Ok, Some(Closed)),
         ],
     );
 
@@ -524,20 +267,8 @@ fn golden_rst() {
     run_rows(
         client_tuple(),
         &[
-            row(
-                "SYN",
-                Original,
-                syn(SYN, C, 0, 64240, Some(7)),
-                Exp::New,
-                Some(SynSent),
-            ),
-            row(
-                "client RST",
-                Original,
-                seg(RST, c(1), 0, 0),
-                Exp::Ok,
-                Some(Closed),
-            ),
+            row("SYN", Original, syn(SYN, C, 0, 64240, Some(7)), Exp::New, Some(SynSent)),
+            row("client RST", Original, seg(RST, c(1), 0, 0), Exp::Ok, Some(Closed)),
         ],
     );
 }
@@ -562,13 +293,7 @@ fn golden_window_violations_do_not_change_state() {
             Exp::Err(D::TcpOutOfWindow),
             Some(Established),
         ),
-        row(
-            "server data at the right edge",
-            Reply,
-            data(ACK, s(1 + 64256), c(1), 509, 0),
-            Exp::Ok,
-            Some(Established),
-        ),
+        row("server data at the right edge", Reply, data(ACK, s(1 + 64256), c(1), 509, 0), Exp::Ok, Some(Established)),
         row(
             "ACK too far behind (pf MAXACKWINDOW)",
             Original,
@@ -590,13 +315,7 @@ fn golden_window_violations_do_not_change_state() {
             Exp::Err(D::TcpOutOfWindow),
             Some(Established),
         ),
-        row(
-            "still fine",
-            Original,
-            data(PSH | ACK, c(1), s(1), 502, 10),
-            Exp::Ok,
-            Some(Established),
-        ),
+        row("still fine", Original, data(PSH | ACK, c(1), s(1), 502, 10), Exp::Ok, Some(Established)),
     ]);
     run_rows(client_tuple(), &rows);
 }
@@ -616,53 +335,17 @@ fn golden_bad_flags_bad_state_and_no_flow() {
     for f in bad {
         run_rows(
             client_tuple(),
-            &[row(
-                "bad flags, no flow",
-                Original,
-                data(f, 1, 0, 100, 0),
-                Exp::Err(D::TcpBadFlags),
-                None,
-            )],
+            &[row("bad flags, no flow", Original, data(f, 1, 0, 100, 0), Exp::Err(D::TcpBadFlags), None)],
         );
     }
     run_rows(
         client_tuple(),
         &[
-            row(
-                "unsolicited ACK",
-                Original,
-                data(ACK, 1, 1, 100, 0),
-                Exp::Err(D::TcpNoFlow),
-                None,
-            ),
-            row(
-                "unsolicited SYN-ACK",
-                Original,
-                syn(SYN | ACK, 1, 1, 100, None),
-                Exp::Err(D::TcpNoFlow),
-                None,
-            ),
-            row(
-                "unsolicited RST",
-                Original,
-                data(RST, 1, 0, 0, 0),
-                Exp::Err(D::TcpNoFlow),
-                None,
-            ),
-            row(
-                "unsolicited FIN",
-                Original,
-                data(FIN | ACK, 1, 1, 100, 0),
-                Exp::Err(D::TcpNoFlow),
-                None,
-            ),
-            row(
-                "ECN SYN opens",
-                Original,
-                syn(SYN | ECE | CWR, C, 0, 64240, Some(7)),
-                Exp::New,
-                Some(SynSent),
-            ),
+            row("unsolicited ACK", Original, data(ACK, 1, 1, 100, 0), Exp::Err(D::TcpNoFlow), None),
+            row("unsolicited SYN-ACK", Original, syn(SYN | ACK, 1, 1, 100, None), Exp::Err(D::TcpNoFlow), None),
+            row("unsolicited RST", Original, data(RST, 1, 0, 0, 0), Exp::Err(D::TcpNoFlow), None),
+            row("unsolicited FIN", Original, data(FIN | ACK, 1, 1, 100, 0), Exp::Err(D::TcpNoFlow), None),
+            row("ECN SYN opens", Original, syn(SYN | ECE | CWR, C, 0, 64240, Some(7)), Exp::New, Some(SynSent)),
             row(
                 "SYN-ACK in original direction",
                 Original,
@@ -677,13 +360,7 @@ fn golden_bad_flags_bad_state_and_no_flow() {
                 Exp::Err(D::TcpBadState),
                 Some(SynSent),
             ),
-            row(
-                "server ACK without SYN",
-                Reply,
-                data(ACK, S, c(1), 502, 0),
-                Exp::Err(D::TcpBadState),
-                Some(SynSent),
-            ),
+            row("server ACK without SYN", Reply, data(ACK, S, c(1), 502, 0), Exp::Err(D::TcpBadState), Some(SynSent)),
             row(
                 "SYN-ACK acking the wrong seq",
                 Reply,
@@ -691,20 +368,8 @@ fn golden_bad_flags_bad_state_and_no_flow() {
                 Exp::Err(D::TcpOutOfWindow),
                 Some(SynSent),
             ),
-            row(
-                "NULL on a flow",
-                Reply,
-                data(0, S, 0, 0, 0),
-                Exp::Err(D::TcpBadFlags),
-                Some(SynSent),
-            ),
-            row(
-                "SYN-ACK",
-                Reply,
-                syn(SYN | ACK, S, c(1), 65160, Some(7)),
-                Exp::Ok,
-                Some(SynReceived),
-            ),
+            row("NULL on a flow", Reply, data(0, S, 0, 0, 0), Exp::Err(D::TcpBadFlags), Some(SynSent)),
+            row("SYN-ACK", Reply, syn(SYN | ACK, S, c(1), 65160, Some(7)), Exp::Ok, Some(SynReceived)),
             row(
                 "SYN-ACK from the client",
                 Original,
@@ -737,13 +402,7 @@ fn golden_bad_flags_bad_state_and_no_flow() {
             Exp::Err(D::TcpBadState),
             Some(Established),
         ),
-        row(
-            "SYN from the server",
-            Reply,
-            syn(SYN, S, 0, 64240, Some(7)),
-            Exp::Err(D::TcpBadState),
-            Some(Established),
-        ),
+        row("SYN from the server", Reply, syn(SYN, S, 0, 64240, Some(7)), Exp::Err(D::TcpBadState), Some(Established)),
         row(
             "server retransmits SYN-ACK (lost ACK)",
             Reply,
@@ -767,74 +426,20 @@ fn golden_simultaneous_open_and_syn_restart() {
     run_rows(
         client_tuple(),
         &[
-            row(
-                "SYN",
-                Original,
-                syn(SYN, C, 0, 64240, Some(7)),
-                Exp::New,
-                Some(SynSent),
-            ),
-            row(
-                "crossing SYN",
-                Reply,
-                syn(SYN, S, 0, 65160, Some(7)),
-                Exp::Ok,
-                Some(SynReceived),
-            ),
-            row(
-                "SYN-ACK from A",
-                Original,
-                syn(SYN | ACK, C, s(1), 64240, Some(7)),
-                Exp::Ok,
-                Some(SynReceived),
-            ),
-            row(
-                "SYN-ACK from B",
-                Reply,
-                syn(SYN | ACK, S, c(1), 65160, Some(7)),
-                Exp::Ok,
-                Some(SynReceived),
-            ),
-            row(
-                "ACK",
-                Reply,
-                data(ACK, s(1), c(1), 500, 0),
-                Exp::Ok,
-                Some(Established),
-            ),
+            row("SYN", Original, syn(SYN, C, 0, 64240, Some(7)), Exp::New, Some(SynSent)),
+            row("crossing SYN", Reply, syn(SYN, S, 0, 65160, Some(7)), Exp::Ok, Some(SynReceived)),
+            row("SYN-ACK from A", Original, syn(SYN | ACK, C, s(1), 64240, Some(7)), Exp::Ok, Some(SynReceived)),
+            row("SYN-ACK from B", Reply, syn(SYN | ACK, S, c(1), 65160, Some(7)), Exp::Ok, Some(SynReceived)),
+            row("ACK", Reply, data(ACK, s(1), c(1), 500, 0), Exp::Ok, Some(Established)),
         ],
     );
     run_rows(
         client_tuple(),
         &[
-            row(
-                "SYN",
-                Original,
-                syn(SYN, C, 0, 64240, Some(7)),
-                Exp::New,
-                Some(SynSent),
-            ),
-            row(
-                "SYN-ACK",
-                Reply,
-                syn(SYN | ACK, S, c(1), 65160, Some(7)),
-                Exp::Ok,
-                Some(SynReceived),
-            ),
-            row(
-                "client SYN retransmission",
-                Original,
-                syn(SYN, C, 0, 64240, Some(7)),
-                Exp::Ok,
-                Some(SynReceived),
-            ),
-            row(
-                "client restarts with a new ISN",
-                Original,
-                syn(SYN, 77, 0, 64240, Some(7)),
-                Exp::Ok,
-                Some(SynSent),
-            ),
+            row("SYN", Original, syn(SYN, C, 0, 64240, Some(7)), Exp::New, Some(SynSent)),
+            row("SYN-ACK", Reply, syn(SYN | ACK, S, c(1), 65160, Some(7)), Exp::Ok, Some(SynReceived)),
+            row("client SYN retransmission", Original, syn(SYN, C, 0, 64240, Some(7)), Exp::Ok, Some(SynReceived)),
+            row("client restarts with a new ISN", Original, syn(SYN, 77, 0, 64240, Some(7)), Exp::Ok, Some(SynSent)),
             row(
                 "old SYN-ACK is now wrong",
                 Reply,
@@ -842,20 +447,8 @@ fn golden_simultaneous_open_and_syn_restart() {
                 Exp::Err(D::TcpOutOfWindow),
                 Some(SynSent),
             ),
-            row(
-                "SYN-ACK for the new ISN",
-                Reply,
-                syn(SYN | ACK, S, 78, 65160, Some(7)),
-                Exp::Ok,
-                Some(SynReceived),
-            ),
-            row(
-                "ACK",
-                Original,
-                data(ACK, 78, s(1), 502, 0),
-                Exp::Ok,
-                Some(Established),
-            ),
+            row("SYN-ACK for the new ISN", Reply, syn(SYN | ACK, S, 78, 65160, Some(7)), Exp::Ok, Some(SynReceived)),
+            row("ACK", Original, data(ACK, 78, s(1), 502, 0), Exp::Ok, Some(Established)),
         ],
     );
 }
@@ -871,10 +464,7 @@ fn golden_fast_open_and_reuse_after_lost_last_ack() {
                 row(
                     "SYN + data",
                     Original,
-                    TcpSeg {
-                        payload_len: 100,
-                        ..syn(SYN, C, 0, 64240, Some(7))
-                    },
+                    TcpSeg { payload_len: 100, ..syn(SYN, C, 0, 64240, Some(7)) },
                     Exp::New,
                     Some(SynSent),
                 ),
@@ -892,13 +482,7 @@ fn golden_fast_open_and_reuse_after_lost_last_ack() {
                     Exp::Err(D::TcpOutOfWindow),
                     Some(SynSent),
                 ),
-                row(
-                    "SYN-ACK",
-                    Reply,
-                    syn(SYN | ACK, S, acked, 65160, Some(7)),
-                    Exp::Ok,
-                    Some(SynReceived),
-                ),
+                row("SYN-ACK", Reply, syn(SYN | ACK, S, acked, 65160, Some(7)), Exp::Ok, Some(SynReceived)),
                 row(
                     "ACK (+ data retransmitted if it was not taken)",
                     Original,
@@ -913,27 +497,9 @@ fn golden_fast_open_and_reuse_after_lost_last_ack() {
     // on the same ports replaces the flow (pf's state reuse).
     let mut rows = handshake();
     rows.extend([
-        row(
-            "client FIN",
-            Original,
-            seg(FIN | ACK, c(1), s(1), 502),
-            Exp::Ok,
-            Some(FinWait),
-        ),
-        row(
-            "server FIN",
-            Reply,
-            seg(FIN | ACK, s(1), c(2), 509),
-            Exp::Ok,
-            Some(Closing),
-        ),
-        row(
-            "new SYN",
-            Original,
-            syn(SYN, c(100_000), 0, 64240, Some(7)),
-            Exp::New,
-            Some(SynSent),
-        ),
+        row("client FIN", Original, seg(FIN | ACK, c(1), s(1), 502), Exp::Ok, Some(FinWait)),
+        row("server FIN", Reply, seg(FIN | ACK, s(1), c(2), 509), Exp::Ok, Some(Closing)),
+        row("new SYN", Original, syn(SYN, c(100_000), 0, 64240, Some(7)), Exp::New, Some(SynSent)),
     ]);
     run_rows(client_tuple(), &rows);
 }
@@ -944,27 +510,9 @@ fn window_scaling_needs_both_sides() {
     // server data past s(1) + 65160 (its SYN-ACK's own window does not
     // matter) ... the client's edge is s(1) + 502.
     let rows = [
-        row(
-            "SYN ws7",
-            Original,
-            syn(SYN, C, 0, 64240, Some(7)),
-            Exp::New,
-            Some(SynSent),
-        ),
-        row(
-            "SYN-ACK no ws",
-            Reply,
-            syn(SYN | ACK, S, c(1), 65160, None),
-            Exp::Ok,
-            Some(SynReceived),
-        ),
-        row(
-            "ACK win 502 unscaled",
-            Original,
-            data(ACK, c(1), s(1), 502, 0),
-            Exp::Ok,
-            Some(Established),
-        ),
+        row("SYN ws7", Original, syn(SYN, C, 0, 64240, Some(7)), Exp::New, Some(SynSent)),
+        row("SYN-ACK no ws", Reply, syn(SYN | ACK, S, c(1), 65160, None), Exp::Ok, Some(SynReceived)),
+        row("ACK win 502 unscaled", Original, data(ACK, c(1), s(1), 502, 0), Exp::Ok, Some(Established)),
         // Edge: max(ack + win) over the client's segments = s(1) + 502.
         row(
             "server data beyond 502 (+1 for the max over the SYN's window)",
@@ -973,13 +521,7 @@ fn window_scaling_needs_both_sides() {
             Exp::Err(D::TcpOutOfWindow),
             Some(Established),
         ),
-        row(
-            "server data within",
-            Reply,
-            data(ACK, s(1), c(1), 65160, 502),
-            Exp::Ok,
-            Some(Established),
-        ),
+        row("server data within", Reply, data(ACK, s(1), c(1), 65160, 502), Exp::Ok, Some(Established)),
     ];
     let t = run_rows(client_tuple(), &rows);
     let tr = t.lookup(&client_tuple()).unwrap();
@@ -1026,24 +568,8 @@ fn ipv4_and_ipv6_never_collide() {
     let v6b: IpAddr = "a00:2::".parse().unwrap();
     let mut t = ConnTable::new(8, Timeouts::default());
     let now = Timestamp::from_secs(1);
-    let a = t
-        .track(
-            now,
-            &tuple(v4a, 1, v4b, 2, ip_proto::UDP),
-            &L4Info::Udp,
-            10,
-            || true,
-        )
-        .unwrap();
-    let b = t
-        .track(
-            now,
-            &tuple(v6a, 1, v6b, 2, ip_proto::UDP),
-            &L4Info::Udp,
-            10,
-            || true,
-        )
-        .unwrap();
+    let a = t.track(now, &tuple(v4a, 1, v4b, 2, ip_proto::UDP), &L4Info::Udp, 10, || true).unwrap();
+    let b = t.track(now, &tuple(v6a, 1, v6b, 2, ip_proto::UDP), &L4Info::Udp, 10, || true).unwrap();
     assert!(a.created && b.created);
     assert_ne!(a.handle, b.handle);
     let mut out = Vec::new();
@@ -1059,46 +585,22 @@ fn udp_icmp_other_pseudo_flows() {
     let (a, b) = (v4(10, 0, 0, 1), v4(8, 8, 8, 8));
     let udp = tuple(a, 5353, b, 53, ip_proto::UDP);
 
-    assert_eq!(
-        t.track(now, &udp, &L4Info::Udp, 60, || false).map(|_| ()),
-        Err(D::AclDenied)
-    );
+    assert_eq!(t.track(now, &udp, &L4Info::Udp, 60, || false).map(|_| ()), Err(D::AclDenied));
     assert!(t.is_empty());
     let first = t.track(now, &udp, &L4Info::Udp, 60, || true).unwrap();
     assert!(first.created);
-    let back = t
-        .track(now, &udp.reversed(), &L4Info::Udp, 120, || -> bool {
-            panic!("no admit for a reply")
-        })
-        .unwrap();
-    assert_eq!(
-        (back.created, back.dir, back.handle),
-        (false, Reply, first.handle)
-    );
-    let again = t
-        .track(now, &udp, &L4Info::Udp, 60, || -> bool {
-            panic!("no admit")
-        })
-        .unwrap();
+    let back = t.track(now, &udp.reversed(), &L4Info::Udp, 120, || -> bool { panic!("no admit for a reply") }).unwrap();
+    assert_eq!((back.created, back.dir, back.handle), (false, Reply, first.handle));
+    let again = t.track(now, &udp, &L4Info::Udp, 60, || -> bool { panic!("no admit") }).unwrap();
     assert_eq!((again.created, again.dir), (false, Original));
 
     // ICMP echo: id 77. Reply first: no flow.
     let req = tuple(a, 77, b, 0, ip_proto::ICMP);
     let rep = tuple(b, 0, a, 77, ip_proto::ICMP);
-    assert_eq!(
-        t.track(now, &rep, &L4Info::IcmpEchoReply, 84, || true)
-            .map(|_| ()),
-        Err(D::NoFlow)
-    );
-    let r1 = t
-        .track(now, &req, &L4Info::IcmpEchoRequest, 84, || true)
-        .unwrap();
+    assert_eq!(t.track(now, &rep, &L4Info::IcmpEchoReply, 84, || true).map(|_| ()), Err(D::NoFlow));
+    let r1 = t.track(now, &req, &L4Info::IcmpEchoRequest, 84, || true).unwrap();
     assert!(r1.created);
-    let r2 = t
-        .track(now, &rep, &L4Info::IcmpEchoReply, 84, || -> bool {
-            panic!()
-        })
-        .unwrap();
+    let r2 = t.track(now, &rep, &L4Info::IcmpEchoReply, 84, || -> bool { panic!() }).unwrap();
     assert_eq!((r2.created, r2.dir, r2.handle), (false, Reply, r1.handle));
     // An ICMP error with ports (0, 0) between the same hosts is a separate
     // "other" pseudo-flow, never the echo flow.
@@ -1109,19 +611,8 @@ fn udp_icmp_other_pseudo_flows() {
 
     // Other protocol (GRE).
     let gre = tuple(a, 0, b, 0, 47);
-    assert!(
-        t.track(now, &gre, &L4Info::Other, 100, || true)
-            .unwrap()
-            .created
-    );
-    assert_eq!(
-        t.track(now, &gre.reversed(), &L4Info::Other, 100, || -> bool {
-            panic!()
-        })
-        .unwrap()
-        .dir,
-        Reply
-    );
+    assert!(t.track(now, &gre, &L4Info::Other, 100, || true).unwrap().created);
+    assert_eq!(t.track(now, &gre.reversed(), &L4Info::Other, 100, || -> bool { panic!() }).unwrap().dir, Reply);
     assert_eq!(t.len(), 4);
     assert_eq!(t.lookup(&udp.reversed()).map(|x| x.1), Some(Reply));
     assert_eq!(t.lookup(&req).map(|x| x.0), Some(r1.handle));
@@ -1173,16 +664,8 @@ fn expiry_at_exactly_the_timeout_boundary_per_state() {
             let t0 = Timestamp::from_secs(100);
             let mut h = None;
             for (d, sg) in &segs {
-                let tup = if *d == Original {
-                    client_tuple()
-                } else {
-                    client_tuple().reversed()
-                };
-                h = Some(
-                    t.track(t0, &tup, &L4Info::Tcp(*sg), 60, || true)
-                        .unwrap()
-                        .handle,
-                );
+                let tup = if *d == Original { client_tuple() } else { client_tuple().reversed() };
+                h = Some(t.track(t0, &tup, &L4Info::Tcp(*sg), 60, || true).unwrap().handle);
             }
             let h = h.unwrap();
             assert_eq!(t.tcp_state(h), Some(state));
@@ -1199,11 +682,7 @@ fn expiry_at_exactly_the_timeout_boundary_per_state() {
             } else {
                 // Found dead by track: an ACK now has no flow.
                 let ack = data(ACK, c(1), s(1), 502, 0);
-                assert_eq!(
-                    t.track(at, &client_tuple(), &L4Info::Tcp(ack), 60, || true)
-                        .map(|_| ()),
-                    Err(D::TcpNoFlow)
-                );
+                assert_eq!(t.track(at, &client_tuple(), &L4Info::Tcp(ack), 60, || true).map(|_| ()), Err(D::TcpNoFlow));
                 assert!(t.is_empty());
             }
             assert_eq!(t.stats().expired, 1);
@@ -1212,21 +691,9 @@ fn expiry_at_exactly_the_timeout_boundary_per_state() {
     }
 
     for (l4, tup, timeout) in [
-        (
-            L4Info::Udp,
-            tuple(v4(1, 1, 1, 1), 1, v4(2, 2, 2, 2), 2, ip_proto::UDP),
-            to.udp,
-        ),
-        (
-            L4Info::IcmpEchoRequest,
-            tuple(v4(1, 1, 1, 1), 9, v4(2, 2, 2, 2), 0, ip_proto::ICMP),
-            to.icmp,
-        ),
-        (
-            L4Info::Other,
-            tuple(v4(1, 1, 1, 1), 0, v4(2, 2, 2, 2), 0, 50),
-            to.other,
-        ),
+        (L4Info::Udp, tuple(v4(1, 1, 1, 1), 1, v4(2, 2, 2, 2), 2, ip_proto::UDP), to.udp),
+        (L4Info::IcmpEchoRequest, tuple(v4(1, 1, 1, 1), 9, v4(2, 2, 2, 2), 0, ip_proto::ICMP), to.icmp),
+        (L4Info::Other, tuple(v4(1, 1, 1, 1), 0, v4(2, 2, 2, 2), 0, 50), to.other),
     ] {
         let mut t = ConnTable::new(4, to);
         let t0 = Timestamp::from_secs(100);
@@ -1236,9 +703,7 @@ fn expiry_at_exactly_the_timeout_boundary_per_state() {
         assert!(!t.track(mid, &tup, &l4, 1, || true).unwrap().created);
         assert_eq!(t.expire(Timestamp(mid.0 + timeout.0 - 1), 10), 0);
         // At the boundary the flow is dead: the next packet creates anew.
-        let again = t
-            .track(mid.saturating_add(timeout), &tup, &l4, 1, || true)
-            .unwrap();
+        let again = t.track(mid.saturating_add(timeout), &tup, &l4, 1, || true).unwrap();
         assert!(again.created);
         assert_eq!(t.len(), 1);
         assert_eq!(t.stats().expired, 1);
@@ -1277,52 +742,24 @@ fn table_full() {
     let u = |p| tuple(v4(10, 0, 0, 1), p, v4(10, 0, 0, 2), 53, ip_proto::UDP);
     // Answered flows: none may be evicted for a new one (early drop).
     for p in 0..3 {
-        assert!(
-            t.track(now, &u(p), &L4Info::Udp, 1, || true)
-                .unwrap()
-                .created
-        );
-        assert!(
-            !t.track(now, &u(p).reversed(), &L4Info::Udp, 1, || true)
-                .unwrap()
-                .created
-        );
+        assert!(t.track(now, &u(p), &L4Info::Udp, 1, || true).unwrap().created);
+        assert!(!t.track(now, &u(p).reversed(), &L4Info::Udp, 1, || true).unwrap().created);
     }
-    assert_eq!(
-        t.track(now, &u(3), &L4Info::Udp, 1, || true).map(|_| ()),
-        Err(D::FlowTableFull)
-    );
+    assert_eq!(t.track(now, &u(3), &L4Info::Udp, 1, || true).map(|_| ()), Err(D::FlowTableFull));
     let syn0 = L4Info::Tcp(syn(SYN, 1, 0, 1000, None));
-    assert_eq!(
-        t.track(now, &client_tuple(), &syn0, 1, || true).map(|_| ()),
-        Err(D::FlowTableFull)
-    );
+    assert_eq!(t.track(now, &client_tuple(), &syn0, 1, || true).map(|_| ()), Err(D::FlowTableFull));
     // Denied traffic is reported as denied, full or not.
-    assert_eq!(
-        t.track(now, &u(3), &L4Info::Udp, 1, || false).map(|_| ()),
-        Err(D::AclDenied)
-    );
+    assert_eq!(t.track(now, &u(3), &L4Info::Udp, 1, || false).map(|_| ()), Err(D::AclDenied));
     // Existing flows keep working.
-    assert!(
-        !t.track(now, &u(1).reversed(), &L4Info::Udp, 1, || true)
-            .unwrap()
-            .created
-    );
+    assert!(!t.track(now, &u(1).reversed(), &L4Info::Udp, 1, || true).unwrap().created);
     assert_eq!(t.len(), 3);
     let mut t0 = ConnTable::new(0, Timeouts::default());
-    assert_eq!(
-        t0.track(now, &u(3), &L4Info::Udp, 1, || true).map(|_| ()),
-        Err(D::FlowTableFull)
-    );
+    assert_eq!(t0.track(now, &u(3), &L4Info::Udp, 1, || true).map(|_| ()), Err(D::FlowTableFull));
     t.clear();
     assert!(t.is_empty());
     check_invariants(&t);
     for p in 10..13 {
-        assert!(
-            t.track(now, &u(p), &L4Info::Udp, 1, || true)
-                .unwrap()
-                .created
-        );
+        assert!(t.track(now, &u(p), &L4Info::Udp, 1, || true).unwrap().created);
     }
     check_invariants(&t);
 }
@@ -1330,10 +767,7 @@ fn table_full() {
 #[test]
 fn new_reserves_everything_and_churn_never_grows_the_index() {
     for cap in [1usize, 7, 100, 1000, 4096] {
-        let to = Timeouts {
-            udp: Duration(10),
-            ..Timeouts::default()
-        };
+        let to = Timeouts { udp: Duration(10), ..Timeouts::default() };
         let mut t = ConnTable::new(cap, to);
         let index_bytes = t.index.allocation_size();
         let slots_ptr = t.slots.as_ptr();
@@ -1348,16 +782,8 @@ fn new_reserves_everything_and_churn_never_grows_the_index() {
             now += 100;
             for _ in 0..cap {
                 port += 1;
-                let tup = tuple(
-                    v4(10, (port >> 16) as u8, 0, 1),
-                    port as u16,
-                    v4(10, 0, 0, 2),
-                    53,
-                    ip_proto::UDP,
-                );
-                let r = t
-                    .track(Timestamp(now), &tup, &L4Info::Udp, 1, || true)
-                    .unwrap();
+                let tup = tuple(v4(10, (port >> 16) as u8, 0, 1), port as u16, v4(10, 0, 0, 2), 53, ip_proto::UDP);
+                let r = t.track(Timestamp(now), &tup, &L4Info::Udp, 1, || true).unwrap();
                 assert!(r.created);
             }
             assert_eq!(t.len(), cap);
@@ -1375,18 +801,8 @@ fn new_reserves_everything_and_churn_never_grows_the_index() {
         t.clear();
         for _ in 0..cap {
             port += 1;
-            let tup = tuple(
-                v4(11, (port >> 16) as u8, 0, 1),
-                port as u16,
-                v4(10, 0, 0, 2),
-                53,
-                ip_proto::UDP,
-            );
-            assert!(
-                t.track(Timestamp(now), &tup, &L4Info::Udp, 1, || true)
-                    .unwrap()
-                    .created
-            );
+            let tup = tuple(v4(11, (port >> 16) as u8, 0, 1), port as u16, v4(10, 0, 0, 2), 53, ip_proto::UDP);
+            assert!(t.track(Timestamp(now), &tup, &L4Info::Udp, 1, || true).unwrap().created);
         }
         assert_eq!(t.index.allocation_size(), index_bytes);
         assert_eq!(t.slots.as_ptr(), slots_ptr);
@@ -1402,10 +818,7 @@ fn bytes_per_flow_is_within_budget() {
     for cap in [1000usize, 65_536, 100_000, 1_000_000] {
         let t = ConnTable::new(cap, Timeouts::default());
         let b = t.bytes_per_flow();
-        eprintln!(
-            "capacity {cap}: slot {} B, bytes_per_flow {b}",
-            core::mem::size_of::<Slot>()
-        );
+        eprintln!("capacity {cap}: slot {} B, bytes_per_flow {b}", core::mem::size_of::<Slot>());
         assert!(b <= 256, "{cap}: {b}");
         assert!(b >= core::mem::size_of::<Slot>() + 4);
     }
@@ -1426,15 +839,7 @@ fn seq_number_wraps() {
 // Property tests.
 
 fn arb_l4() -> impl Strategy<Value = L4Info> {
-    let tcp = (
-        any::<u8>(),
-        0u32..8,
-        0u32..8,
-        any::<u16>(),
-        0u32..3000,
-        proptest::option::of(0u8..20),
-        any::<bool>(),
-    )
+    let tcp = (any::<u8>(), 0u32..8, 0u32..8, any::<u16>(), 0u32..3000, proptest::option::of(0u8..20), any::<bool>())
         .prop_map(|(flags, seq, ack, window, len, ws, sp)| {
             // Small sequence space near the wrap so hits are frequent.
             L4Info::Tcp(TcpSeg {
@@ -1458,20 +863,8 @@ fn arb_l4() -> impl Strategy<Value = L4Info> {
 
 #[derive(Clone, Debug)]
 enum Op {
-    Pkt {
-        src: u8,
-        dst: u8,
-        sp: u8,
-        dp: u8,
-        proto: u8,
-        l4: L4Info,
-        dt: u64,
-        allow: bool,
-    },
-    Expire {
-        dt: u64,
-        budget: usize,
-    },
+    Pkt { src: u8, dst: u8, sp: u8, dp: u8, proto: u8, l4: L4Info, dt: u64, allow: bool },
+    Expire { dt: u64, budget: usize },
     Clear,
 }
 
@@ -1572,15 +965,7 @@ impl Ep {
     }
     fn segment(&mut self, flags: u8, seq: u32, len: u32) -> TcpSeg {
         let window = self.adv();
-        TcpSeg {
-            flags,
-            seq,
-            ack: self.rcv_nxt,
-            window,
-            payload_len: len,
-            wscale: None,
-            sack_permitted: false,
-        }
+        TcpSeg { flags, seq, ack: self.rcv_nxt, window, payload_len: len, wscale: None, sack_permitted: false }
     }
     fn data_end(&self) -> u32 {
         self.fin_seq.unwrap_or(self.snd_nxt)
@@ -1589,35 +974,13 @@ impl Ep {
 
 #[derive(Clone, Debug)]
 enum SimOp {
-    Send {
-        from: bool,
-        len: u32,
-        lost_before_fw: bool,
-    },
-    Deliver {
-        to: bool,
-        pick: usize,
-        lost: bool,
-        ack: bool,
-    },
-    Retransmit {
-        from: bool,
-        off: u32,
-        len: u32,
-    },
-    WindowUpdate {
-        from: bool,
-        wnd: u32,
-    },
-    Keepalive {
-        from: bool,
-    },
-    Fin {
-        from: bool,
-    },
-    Rst {
-        from: bool,
-    },
+    Send { from: bool, len: u32, lost_before_fw: bool },
+    Deliver { to: bool, pick: usize, lost: bool, ack: bool },
+    Retransmit { from: bool, off: u32, len: u32 },
+    WindowUpdate { from: bool, wnd: u32 },
+    Keepalive { from: bool },
+    Fin { from: bool },
+    Rst { from: bool },
 }
 
 /// Small windows (where the lower-bound check bites) as often as large ones.
@@ -1650,18 +1013,8 @@ impl Sim {
     /// accepted. Then put it on the wire towards the other endpoint.
     fn through_fw(&mut self, from: usize, sg: TcpSeg) -> Result<(), TestCaseError> {
         self.now += 1000;
-        let tup = if self.eps[from].dir == Original {
-            client_tuple()
-        } else {
-            client_tuple().reversed()
-        };
-        let r = self.t.track(
-            Timestamp(self.now),
-            &tup,
-            &L4Info::Tcp(sg),
-            40 + sg.payload_len,
-            || true,
-        );
+        let tup = if self.eps[from].dir == Original { client_tuple() } else { client_tuple().reversed() };
+        let r = self.t.track(Timestamp(self.now), &tup, &L4Info::Tcp(sg), 40 + sg.payload_len, || true);
         prop_assert!(
             r.is_ok(),
             "honest segment dropped: {:?} from {} {:?}\neps {:?}\nconn {:?}",
@@ -1713,11 +1066,7 @@ impl Sim {
     fn run_ops(&mut self, ops: &[SimOp]) -> Result<bool, TestCaseError> {
         for op in ops {
             match *op {
-                SimOp::Send {
-                    from,
-                    len,
-                    lost_before_fw,
-                } => {
+                SimOp::Send { from, len, lost_before_fw } => {
                     let f = usize::from(from);
                     let ep = &mut self.eps[f];
                     if ep.fin_seq.is_some() {
@@ -1735,12 +1084,7 @@ impl Sim {
                         self.through_fw(f, sg)?;
                     }
                 }
-                SimOp::Deliver {
-                    to,
-                    pick,
-                    lost,
-                    ack,
-                } => {
+                SimOp::Deliver { to, pick, lost, ack } => {
                     let tq = usize::from(to);
                     if self.net[tq].is_empty() {
                         continue;
@@ -1887,22 +1231,9 @@ fn connect(
         net: [Vec::new(), Vec::new()],
     };
     // Handshake (windows of SYNs are unscaled).
-    let syn_c = TcpSeg {
-        flags: SYN,
-        seq: isn_c,
-        ack: 0,
-        window: win_c,
-        payload_len: 0,
-        wscale: ws_c,
-        sack_permitted: true,
-    };
-    let r = sim.t.track(
-        Timestamp(sim.now),
-        &client_tuple(),
-        &L4Info::Tcp(syn_c),
-        60,
-        || true,
-    );
+    let syn_c =
+        TcpSeg { flags: SYN, seq: isn_c, ack: 0, window: win_c, payload_len: 0, wscale: ws_c, sack_permitted: true };
+    let r = sim.t.track(Timestamp(sim.now), &client_tuple(), &L4Info::Tcp(syn_c), 60, || true);
     prop_assert!(r.is_ok_and(|x| x.created));
     let synack = TcpSeg {
         flags: SYN | ACK,
@@ -1913,24 +1244,12 @@ fn connect(
         wscale: ws_s,
         sack_permitted: true,
     };
-    let r = sim.t.track(
-        Timestamp(sim.now),
-        &client_tuple().reversed(),
-        &L4Info::Tcp(synack),
-        60,
-        || true,
-    );
+    let r = sim.t.track(Timestamp(sim.now), &client_tuple().reversed(), &L4Info::Tcp(synack), 60, || true);
     prop_assert!(r.is_ok());
     // The third segment; the server's send edge follows from it.
     let ack = sim.eps[0].segment(ACK, c1, 0);
     sim.eps[1].snd_edge = ack.ack.wrapping_add(u32::from(ack.window) << sc);
-    let r = sim.t.track(
-        Timestamp(sim.now),
-        &client_tuple(),
-        &L4Info::Tcp(ack),
-        60,
-        || true,
-    );
+    let r = sim.t.track(Timestamp(sim.now), &client_tuple(), &L4Info::Tcp(ack), 60, || true);
     prop_assert!(r.is_ok());
     let h = r.map(|x| x.handle).ok();
     prop_assert_eq!(h.and_then(|h| sim.t.tcp_state(h)), Some(Established));
@@ -1944,17 +1263,7 @@ fn connect(
 /// first, then the client.
 #[test]
 fn bulk_download_20mb_with_window_growth() {
-    let (mut sim, h) = connect(
-        0x1234_5678,
-        0xFFFF_0000,
-        Some(7),
-        Some(7),
-        64240,
-        65160,
-        64256,
-        64256,
-    )
-    .unwrap();
+    let (mut sim, h) = connect(0x1234_5678, 0xFFFF_0000, Some(7), Some(7), 64240, 65160, 64256, 64256).unwrap();
     let h = h.unwrap();
     let total: u32 = 20 * 1024 * 1024;
     let start = sim.eps[1].snd_una;
@@ -1968,23 +1277,9 @@ fn bulk_download_20mb_with_window_growth() {
     let mut rounds = 0;
     // Client request.
     sim.run_ops(&[
-        SimOp::Send {
-            from: false,
-            len: 300,
-            lost_before_fw: false,
-        },
-        SimOp::Deliver {
-            to: true,
-            pick: 0,
-            lost: false,
-            ack: true,
-        },
-        SimOp::Deliver {
-            to: false,
-            pick: 0,
-            lost: false,
-            ack: false,
-        },
+        SimOp::Send { from: false, len: 300, lost_before_fw: false },
+        SimOp::Deliver { to: true, pick: 0, lost: false, ack: true },
+        SimOp::Deliver { to: false, pick: 0, lost: false, ack: false },
     ])
     .unwrap();
     while sim.eps[1].snd_una.wrapping_sub(start) < total {
@@ -2003,12 +1298,7 @@ fn bulk_download_20mb_with_window_growth() {
                 break;
             }
             let len = (total - sent).min(1448).min(usable as u32);
-            sim.run_ops(&[SimOp::Send {
-                from: true,
-                len,
-                lost_before_fw: false,
-            }])
-            .unwrap();
+            sim.run_ops(&[SimOp::Send { from: true, len, lost_before_fw: false }]).unwrap();
             ops.push(());
         }
         // Deliver the flight, slightly reordered, 1% lost; ACK every second.
@@ -2017,58 +1307,25 @@ fn bulk_download_20mb_with_window_growth() {
             let pick = (next() % 3) as usize;
             let lost = next() % 100 == 0;
             n += 1;
-            sim.run_ops(&[SimOp::Deliver {
-                to: false,
-                pick,
-                lost,
-                ack: n % 2 == 0 || sim.net[0].len() == 1,
-            }])
-            .unwrap();
+            sim.run_ops(&[SimOp::Deliver { to: false, pick, lost, ack: n % 2 == 0 || sim.net[0].len() == 1 }]).unwrap();
         }
         // ACKs back to the server (some lost too).
         while !sim.net[1].is_empty() {
             let lost = next() % 50 == 0;
-            sim.run_ops(&[SimOp::Deliver {
-                to: true,
-                pick: 0,
-                lost,
-                ack: false,
-            }])
-            .unwrap();
+            sim.run_ops(&[SimOp::Deliver { to: true, pick: 0, lost, ack: false }]).unwrap();
         }
         // Recovery: retransmit from snd_una (what SACK would point at), and
         // a window update from the client if it has nothing to ACK.
         if sim.eps[1].snd_una != sim.eps[1].snd_nxt {
-            sim.run_ops(&[SimOp::Retransmit {
-                from: true,
-                off: 0,
-                len: 1448,
-            }])
-            .unwrap();
+            sim.run_ops(&[SimOp::Retransmit { from: true, off: 0, len: 1448 }]).unwrap();
         } else {
-            sim.run_ops(&[SimOp::WindowUpdate {
-                from: false,
-                wnd: sim.eps[0].want_wnd,
-            }])
-            .unwrap();
+            sim.run_ops(&[SimOp::WindowUpdate { from: false, wnd: sim.eps[0].want_wnd }]).unwrap();
         }
         while !sim.net[0].is_empty() {
-            sim.run_ops(&[SimOp::Deliver {
-                to: false,
-                pick: 0,
-                lost: false,
-                ack: true,
-            }])
-            .unwrap();
+            sim.run_ops(&[SimOp::Deliver { to: false, pick: 0, lost: false, ack: true }]).unwrap();
         }
         while !sim.net[1].is_empty() {
-            sim.run_ops(&[SimOp::Deliver {
-                to: true,
-                pick: 0,
-                lost: false,
-                ack: false,
-            }])
-            .unwrap();
+            sim.run_ops(&[SimOp::Deliver { to: true, pick: 0, lost: false, ack: false }]).unwrap();
         }
     }
     assert_eq!(sim.t.tcp_state(h), Some(Established));
@@ -2080,35 +1337,15 @@ fn bulk_download_20mb_with_window_growth() {
     // Server closes, then the client; all delivered and acknowledged.
     let close = [
         SimOp::Fin { from: true },
-        SimOp::Deliver {
-            to: false,
-            pick: 0,
-            lost: false,
-            ack: true,
-        },
-        SimOp::Deliver {
-            to: true,
-            pick: 0,
-            lost: false,
-            ack: false,
-        },
+        SimOp::Deliver { to: false, pick: 0, lost: false, ack: true },
+        SimOp::Deliver { to: true, pick: 0, lost: false, ack: false },
     ];
     sim.run_ops(&close).unwrap();
     assert_eq!(sim.t.tcp_state(h), Some(FinWait));
     let close = [
         SimOp::Fin { from: false },
-        SimOp::Deliver {
-            to: true,
-            pick: 0,
-            lost: false,
-            ack: true,
-        },
-        SimOp::Deliver {
-            to: false,
-            pick: 0,
-            lost: false,
-            ack: false,
-        },
+        SimOp::Deliver { to: true, pick: 0, lost: false, ack: true },
+        SimOp::Deliver { to: false, pick: 0, lost: false, ack: false },
     ];
     sim.run_ops(&close).unwrap();
     assert_eq!(sim.t.tcp_state(h), Some(TimeWait));
@@ -2156,16 +1393,7 @@ fn slot_layout_matches_the_prefetch() {
 /// A segment relative to the flow's current edges (as in `tcp.rs`'s
 /// shortcut property), for driving two tables with the same input.
 #[allow(clippy::too_many_arguments)]
-fn rel_seg(
-    t: &ConnTable,
-    h: FlowHandle,
-    reply: bool,
-    flags: u8,
-    dseq: i32,
-    dack: i32,
-    window: u16,
-    len: u32,
-) -> TcpSeg {
+fn rel_seg(t: &ConnTable, h: FlowHandle, reply: bool, flags: u8, dseq: i32, dack: i32, window: u16, len: u32) -> TcpSeg {
     let (s, r) = if reply { (1, 0) } else { (0, 1) };
     let c = match t.slots[h.index() as usize].kind {
         FlowKind::Tcp(c) => c,
@@ -2185,18 +1413,7 @@ fn rel_seg(
 fn arb_raw_seg() -> impl Strategy<Value = (bool, u8, i32, i32, u16, u32)> {
     (
         any::<bool>(),
-        prop::sample::select(vec![
-            ACK,
-            ACK | PSH,
-            FIN | ACK,
-            RST,
-            RST | ACK,
-            SYN,
-            SYN | ACK,
-            ACK | URG,
-            0,
-            FIN,
-        ]),
+        prop::sample::select(vec![ACK, ACK | PSH, FIN | ACK, RST, RST | ACK, SYN, SYN | ACK, ACK | URG, 0, FIN]),
         prop_oneof![4 => -3000i32..3000, 1 => any::<i32>()],
         prop_oneof![4 => -3000i32..3000, 1 => any::<i32>()],
         any::<u16>(),
@@ -2288,17 +1505,7 @@ proptest! {
 /// unseen) and not one segment is dropped.
 #[test]
 fn stale_install_mid_bulk_transfer() {
-    let (mut sim, h) = connect(
-        0x1234_5678,
-        0xFFFF_0000,
-        Some(7),
-        Some(7),
-        64240,
-        65160,
-        64256,
-        64256,
-    )
-    .unwrap();
+    let (mut sim, h) = connect(0x1234_5678, 0xFFFF_0000, Some(7), Some(7), 64240, 65160, 64256, 64256).unwrap();
     let h = h.unwrap();
     let record = sim.t.export(Timestamp(sim.now), h).unwrap();
     let start = sim.eps[1].snd_una;
@@ -2323,17 +1530,11 @@ fn stale_install_mid_bulk_transfer() {
             sim.net[0].clear();
             sim.net[1].clear();
             let mut t2 = ConnTable::new(4, Timeouts::default());
-            t2.install(Timestamp(sim.now), &client_tuple(), record.resync())
-                .unwrap();
+            t2.install(Timestamp(sim.now), &client_tuple(), record.resync()).unwrap();
             sim.t = t2;
             takeovers += 1;
             // The server's retransmission timer fires: go back to snd_una.
-            sim.run_ops(&[SimOp::Retransmit {
-                from: true,
-                off: 0,
-                len: 1448,
-            }])
-            .unwrap();
+            sim.run_ops(&[SimOp::Retransmit { from: true, off: 0, len: 1448 }]).unwrap();
         }
         loop {
             let e = &sim.eps[1];
@@ -2343,66 +1544,28 @@ fn stale_install_mid_bulk_transfer() {
                 break;
             }
             let len = (total - sent).min(1448).min(usable as u32);
-            sim.run_ops(&[SimOp::Send {
-                from: true,
-                len,
-                lost_before_fw: false,
-            }])
-            .unwrap();
+            sim.run_ops(&[SimOp::Send { from: true, len, lost_before_fw: false }]).unwrap();
         }
         let mut n = 0;
         while !sim.net[0].is_empty() {
             let pick = (next() % 3) as usize;
             let lost = next() % 100 == 0;
             n += 1;
-            sim.run_ops(&[SimOp::Deliver {
-                to: false,
-                pick,
-                lost,
-                ack: n % 2 == 0 || sim.net[0].len() == 1,
-            }])
-            .unwrap();
+            sim.run_ops(&[SimOp::Deliver { to: false, pick, lost, ack: n % 2 == 0 || sim.net[0].len() == 1 }]).unwrap();
         }
         while !sim.net[1].is_empty() {
-            sim.run_ops(&[SimOp::Deliver {
-                to: true,
-                pick: 0,
-                lost: next() % 50 == 0,
-                ack: false,
-            }])
-            .unwrap();
+            sim.run_ops(&[SimOp::Deliver { to: true, pick: 0, lost: next() % 50 == 0, ack: false }]).unwrap();
         }
         if sim.eps[1].snd_una != sim.eps[1].snd_nxt {
-            sim.run_ops(&[SimOp::Retransmit {
-                from: true,
-                off: 0,
-                len: 1448,
-            }])
-            .unwrap();
+            sim.run_ops(&[SimOp::Retransmit { from: true, off: 0, len: 1448 }]).unwrap();
         } else {
-            sim.run_ops(&[SimOp::WindowUpdate {
-                from: false,
-                wnd: sim.eps[0].want_wnd,
-            }])
-            .unwrap();
+            sim.run_ops(&[SimOp::WindowUpdate { from: false, wnd: sim.eps[0].want_wnd }]).unwrap();
         }
         while !sim.net[0].is_empty() {
-            sim.run_ops(&[SimOp::Deliver {
-                to: false,
-                pick: 0,
-                lost: false,
-                ack: true,
-            }])
-            .unwrap();
+            sim.run_ops(&[SimOp::Deliver { to: false, pick: 0, lost: false, ack: true }]).unwrap();
         }
         while !sim.net[1].is_empty() {
-            sim.run_ops(&[SimOp::Deliver {
-                to: true,
-                pick: 0,
-                lost: false,
-                ack: false,
-            }])
-            .unwrap();
+            sim.run_ops(&[SimOp::Deliver { to: true, pick: 0, lost: false, ack: false }]).unwrap();
         }
     }
     assert_eq!(takeovers, 2);
@@ -2413,18 +1576,8 @@ fn stale_install_mid_bulk_transfer() {
     for from in [true, false] {
         let ops = [
             SimOp::Fin { from },
-            SimOp::Deliver {
-                to: !from,
-                pick: 0,
-                lost: false,
-                ack: true,
-            },
-            SimOp::Deliver {
-                to: from,
-                pick: 0,
-                lost: false,
-                ack: false,
-            },
+            SimOp::Deliver { to: !from, pick: 0, lost: false, ack: true },
+            SimOp::Deliver { to: from, pick: 0, lost: false, ack: false },
         ];
         sim.run_ops(&ops).unwrap();
     }
@@ -2442,17 +1595,9 @@ fn install_limits_classes_and_replacement() {
     assert_eq!(FlowState::from_bytes(&st.to_bytes()), Ok(st));
     // A TCP state does not fit a UDP tuple, and the reverse.
     let (mut tc, _) = connect(1, 2, None, None, 1000, 1000, 1000, 1000).unwrap();
-    let tcp_st =
-        tc.t.export(
-            now,
-            FlowHandle(tc.t.slots.iter().position(|s| s.live).unwrap() as u32),
-        )
-        .unwrap();
+    let tcp_st = tc.t.export(now, FlowHandle(tc.t.slots.iter().position(|s| s.live).unwrap() as u32)).unwrap();
     assert_eq!(t.install(now, &udp, tcp_st), Err(D::ProtoUnsupported));
-    assert_eq!(
-        tc.t.install(now, &client_tuple(), st),
-        Err(D::ProtoUnsupported)
-    );
+    assert_eq!(tc.t.install(now, &client_tuple(), st), Err(D::ProtoUnsupported));
     // Installing over an existing flow replaces it in place; the idle age
     // carries over.
     let h = t.install(now, &udp, st).unwrap();
@@ -2466,30 +1611,16 @@ fn install_limits_classes_and_replacement() {
     assert_eq!((t.len(), t.stats().installed), (2, 1));
     check_invariants(&t);
     // Past its timeout (measured from the exported idle age) it is dead.
-    assert!(t
-        .track(
-            Timestamp(now.0 + 120_000 * MS - 7 * MS),
-            &other,
-            &L4Info::Udp,
-            60,
-            || false
-        )
-        .is_err());
+    assert!(t.track(Timestamp(now.0 + 120_000 * MS - 7 * MS), &other, &L4Info::Udp, 60, || false).is_err());
     // Stale handles export nothing; `slot` lists live flows only.
     assert_eq!(t.export(now, FlowHandle(9)), None);
-    assert!((0..t.capacity())
-        .filter_map(|i| t.slot(i))
-        .all(|(_, tu)| tu == udp));
+    assert!((0..t.capacity()).filter_map(|i| t.slot(i)).all(|(_, tu)| tu == udp));
 }
 
 #[test]
 fn flow_state_bytes_are_validated() {
     let (sim, h) = connect(7, 9, Some(3), Some(14), 1000, 2000, 50_000, 70_000).unwrap();
-    let st = sim
-        .t
-        .export(Timestamp(sim.now), h.unwrap())
-        .unwrap()
-        .resync();
+    let st = sim.t.export(Timestamp(sim.now), h.unwrap()).unwrap().resync();
     let b = st.to_bytes();
     assert_eq!(b.len(), FlowState::LEN);
     assert_eq!(FlowState::from_bytes(&b), Ok(st));
@@ -2507,22 +1638,13 @@ fn flow_state_bytes_are_validated() {
     }
     let mut bad = b;
     bad[0] = 4;
-    assert_eq!(
-        FlowState::from_bytes(&bad),
-        Err(FlowStateError::Field("class"))
-    );
+    assert_eq!(FlowState::from_bytes(&bad), Err(FlowStateError::Field("class")));
     let mut bad = b;
     bad[1] = 9;
-    assert_eq!(
-        FlowState::from_bytes(&bad),
-        Err(FlowStateError::Field("TCP state"))
-    );
+    assert_eq!(FlowState::from_bytes(&bad), Err(FlowStateError::Field("TCP state")));
     let mut bad = b;
     bad[12 + 12] = 15;
-    assert_eq!(
-        FlowState::from_bytes(&bad),
-        Err(FlowStateError::Field("window scale"))
-    );
+    assert_eq!(FlowState::from_bytes(&bad), Err(FlowStateError::Field("window scale")));
     // A UDP state with TCP bytes set is refused.
     let mut udp = [0u8; FlowState::LEN];
     udp[0] = 1;
@@ -2535,11 +1657,7 @@ fn flow_state_bytes_are_validated() {
 /// backup record): at most one cache line in memory, 44 bytes on the wire.
 #[test]
 fn flow_state_is_small() {
-    println!(
-        "FlowState: {} bytes in memory, {} on the wire",
-        core::mem::size_of::<FlowState>(),
-        FlowState::LEN
-    );
+    println!("FlowState: {} bytes in memory, {} on the wire", core::mem::size_of::<FlowState>(), FlowState::LEN);
     assert!(core::mem::size_of::<FlowState>() <= 64);
     assert_eq!(FlowState::LEN, 44);
 }
@@ -2560,13 +1678,7 @@ fn marks_are_reported_when_their_flow_ends() {
     };
     let mut t = ConnTable::new(8, to);
     t.log_ended();
-    let h: Vec<FlowHandle> = (1..=4)
-        .map(|p| {
-            t.track(t0, &udp(p), &L4Info::Udp, 1, || true)
-                .unwrap()
-                .handle
-        })
-        .collect();
+    let h: Vec<FlowHandle> = (1..=4).map(|p| t.track(t0, &udp(p), &L4Info::Udp, 1, || true).unwrap().handle).collect();
     for (i, &f) in h.iter().enumerate().take(3) {
         t.set_mark(f, 10 + i as u32);
     }
@@ -2581,11 +1693,7 @@ fn marks_are_reported_when_their_flow_ends() {
     // Expiry: flow 1 (marked) and flow 4 (not).
     let late = t0.saturating_add(to.udp);
     let keep = Timestamp(late.nanos() - 1_000 * MS);
-    assert!(
-        !t.track(keep, &udp(3), &L4Info::Udp, 1, || true)
-            .unwrap()
-            .created
-    );
+    assert!(!t.track(keep, &udp(3), &L4Info::Udp, 1, || true).unwrap().created);
     assert_eq!(t.expire(late, 100), 2);
     assert_eq!(drained(&mut t), [10]);
     // A dead flow replaced by a new packet of its tuple.
@@ -2601,10 +1709,7 @@ fn marks_are_reported_when_their_flow_ends() {
     check_invariants(&t);
     // Without the log: nothing is kept.
     let mut t = ConnTable::new(8, to);
-    let f = t
-        .track(t0, &udp(1), &L4Info::Udp, 1, || true)
-        .unwrap()
-        .handle;
+    let f = t.track(t0, &udp(1), &L4Info::Udp, 1, || true).unwrap().handle;
     t.set_mark(f, 5);
     t.remove_flow(f);
     assert_eq!(drained(&mut t), [] as [u32; 0]);
@@ -2625,47 +1730,17 @@ fn drained(t: &mut ConnTable) -> Vec<FlowRecord> {
 
 /// A UDP flow made by `track` and logged as built at `at` ms.
 fn logged_udp(t: &mut ConnTable, sp: u16, at: u64) -> FlowHandle {
-    let tr = t
-        .track(
-            Timestamp(at * MS),
-            &udp_tuple(sp),
-            &L4Info::Udp,
-            100,
-            || true,
-        )
-        .unwrap();
-    t.log_built(
-        Timestamp(at * MS),
-        tr.handle,
-        IfIndex(0),
-        IfIndex(1),
-        RuleRef::Rule(3),
-    );
+    let tr = t.track(Timestamp(at * MS), &udp_tuple(sp), &L4Info::Udp, 100, || true).unwrap();
+    t.log_built(Timestamp(at * MS), tr.handle, IfIndex(0), IfIndex(1), RuleRef::Rule(3));
     tr.handle
 }
 
 #[test]
 fn flow_log_off_costs_nothing_and_records_nothing() {
     let mut t = ConnTable::new(16, Timeouts::default());
-    let h = t
-        .track(Timestamp(0), &udp_tuple(1), &L4Info::Udp, 100, || true)
-        .unwrap()
-        .handle;
-    t.log_built(
-        Timestamp(0),
-        h,
-        IfIndex(0),
-        IfIndex(1),
-        RuleRef::SecurityLevel,
-    );
-    t.log_denied(
-        Timestamp(0),
-        &udp_tuple(2),
-        60,
-        IfIndex(0),
-        IfIndex(1),
-        RuleRef::SecurityLevel,
-    );
+    let h = t.track(Timestamp(0), &udp_tuple(1), &L4Info::Udp, 100, || true).unwrap().handle;
+    t.log_built(Timestamp(0), h, IfIndex(0), IfIndex(1), RuleRef::SecurityLevel);
+    t.log_denied(Timestamp(0), &udp_tuple(2), 60, IfIndex(0), IfIndex(1), RuleRef::SecurityLevel);
     t.remove_flow(h);
     assert!(!t.logging_flows() && t.flow_log_pending() == 0 && t.flow_log_counters().is_none());
     assert!(drained(&mut t).is_empty());
@@ -2673,30 +1748,16 @@ fn flow_log_off_costs_nothing_and_records_nothing() {
 
 #[test]
 fn flow_log_built_then_ended_with_counts_and_reason() {
-    let to = Timeouts {
-        udp: Duration(10 * 1000 * MS),
-        ..Timeouts::default()
-    };
+    let to = Timeouts { udp: Duration(10 * 1000 * MS), ..Timeouts::default() };
     let mut t = ConnTable::new(16, to);
     t.log_flows(None);
     let h = logged_udp(&mut t, 1, 0);
     // A reply and another request.
-    t.track(
-        Timestamp(5 * MS),
-        &udp_tuple(1).reversed(),
-        &L4Info::Udp,
-        300,
-        || true,
-    )
-    .unwrap();
-    t.track(Timestamp(7 * MS), &udp_tuple(1), &L4Info::Udp, 100, || true)
-        .unwrap();
+    t.track(Timestamp(5 * MS), &udp_tuple(1).reversed(), &L4Info::Udp, 300, || true).unwrap();
+    t.track(Timestamp(7 * MS), &udp_tuple(1), &L4Info::Udp, 100, || true).unwrap();
     let built = drained(&mut t);
     assert_eq!(built.len(), 1);
-    assert_eq!(
-        (built[0].event, built[0].packets, built[0].rule),
-        (FlowEvent::Built, [1, 0], RuleRef::Rule(3))
-    );
+    assert_eq!((built[0].event, built[0].packets, built[0].rule), (FlowEvent::Built, [1, 0], RuleRef::Rule(3)));
     // Idle past the timeout: expired, one Ended(Idle) with every count.
     assert_eq!(t.expire(Timestamp(20_000 * MS), 64), 1);
     let ended = drained(&mut t);
@@ -2705,16 +1766,10 @@ fn flow_log_built_then_ended_with_counts_and_reason() {
     assert_eq!(e.event, FlowEvent::Ended(EndReason::Idle));
     assert_eq!((e.packets, e.bytes), ([2, 1], [200, 300]));
     assert_eq!((e.start, e.last), (Timestamp(0), Timestamp(7 * MS)));
-    assert_eq!(
-        (e.tuple, e.ingress, e.egress, e.tcp_flags),
-        (udp_tuple(1), IfIndex(0), IfIndex(1), 0)
-    );
+    assert_eq!((e.tuple, e.ingress, e.egress, e.tcp_flags), (udp_tuple(1), IfIndex(0), IfIndex(1), 0));
     assert!(t.slot(h.index() as usize).is_none());
     assert!(drained(&mut t).is_empty(), "reported once");
-    assert_eq!(
-        t.flow_log_counters().map(|c| (c.records, c.lost)),
-        Some((2, 0))
-    );
+    assert_eq!(t.flow_log_counters().map(|c| (c.records, c.lost)), Some((2, 0)));
 }
 
 #[test]
@@ -2724,40 +1779,18 @@ fn flow_log_end_reasons_by_how_the_flow_goes() {
     // TCP: a handshake, then a reset.
     let c = client_tuple();
     let now = Timestamp(MS);
-    let h = t
-        .track(
-            now,
-            &c,
-            &L4Info::Tcp(syn(SYN, 100, 0, 1000, None)),
-            60,
-            || true,
-        )
-        .unwrap()
-        .handle;
+    let h = t.track(now, &c, &L4Info::Tcp(syn(SYN, 100, 0, 1000, None)), 60, || true).unwrap().handle;
     t.log_built(now, h, IfIndex(0), IfIndex(1), RuleRef::SecurityLevel);
-    t.track(
-        now,
-        &c.reversed(),
-        &L4Info::Tcp(syn(SYN | ACK, 500, 101, 1000, None)),
-        60,
-        || true,
-    )
-    .unwrap();
-    t.track(now, &c, &L4Info::Tcp(seg(RST, 101, 0, 0)), 40, || true)
-        .unwrap();
+    t.track(now, &c.reversed(), &L4Info::Tcp(syn(SYN | ACK, 500, 101, 1000, None)), 60, || true).unwrap();
+    t.track(now, &c, &L4Info::Tcp(seg(RST, 101, 0, 0)), 40, || true).unwrap();
     t.expire(Timestamp(3600 * 1000 * MS), 64);
     // A flow handed over, one cleared, one never logged (another owner's).
     let a = logged_udp(&mut t, 10, 0);
     logged_udp(&mut t, 11, 0);
-    t.track(Timestamp(0), &udp_tuple(12), &L4Info::Udp, 100, || true)
-        .unwrap();
+    t.track(Timestamp(0), &udp_tuple(12), &L4Info::Udp, 100, || true).unwrap();
     t.remove_flow(a);
     t.clear();
-    let ends: Vec<FlowEvent> = drained(&mut t)
-        .iter()
-        .map(|r| r.event)
-        .filter(|e| *e != FlowEvent::Built)
-        .collect();
+    let ends: Vec<FlowEvent> = drained(&mut t).iter().map(|r| r.event).filter(|e| *e != FlowEvent::Built).collect();
     assert_eq!(
         ends,
         [
@@ -2777,35 +1810,13 @@ fn flow_log_queues_are_bounded_and_denied_ones_apart() {
         logged_udp(&mut t, i as u16, 0);
     }
     for i in 0..flowlog::DENY_RECORDS + 5 {
-        t.log_denied(
-            Timestamp(0),
-            &udp_tuple(i as u16),
-            60,
-            IfIndex(1),
-            IfIndex(0),
-            RuleRef::Rule(0),
-        );
+        t.log_denied(Timestamp(0), &udp_tuple(i as u16), 60, IfIndex(1), IfIndex(0), RuleRef::Rule(0));
     }
     let c = t.flow_log_counters().unwrap();
-    assert_eq!(
-        (c.records, c.lost, c.denied, c.denied_lost),
-        (
-            flowlog::FLOW_RECORDS as u64,
-            10,
-            flowlog::DENY_RECORDS as u64,
-            5
-        )
-    );
+    assert_eq!((c.records, c.lost, c.denied, c.denied_lost), (flowlog::FLOW_RECORDS as u64, 10, flowlog::DENY_RECORDS as u64, 5));
     let all = drained(&mut t);
-    assert_eq!(
-        all.len(),
-        flowlog::FLOW_RECORDS + flowlog::DENY_RECORDS,
-        "a full built queue leaves the denied one its room"
-    );
-    assert_eq!(
-        all.iter().filter(|r| r.event == FlowEvent::Denied).count(),
-        flowlog::DENY_RECORDS
-    );
+    assert_eq!(all.len(), flowlog::FLOW_RECORDS + flowlog::DENY_RECORDS, "a full built queue leaves the denied one its room");
+    assert_eq!(all.iter().filter(|r| r.event == FlowEvent::Denied).count(), flowlog::DENY_RECORDS);
 }
 
 proptest! {
@@ -2857,51 +1868,25 @@ proptest! {
 
 #[test]
 fn flow_log_active_records_report_what_is_new() {
-    let to = Timeouts {
-        udp: Duration(100 * 1000 * MS),
-        ..Timeouts::default()
-    };
+    let to = Timeouts { udp: Duration(100 * 1000 * MS), ..Timeouts::default() };
     let mut t = ConnTable::new(16, to);
     t.log_flows(Some(Duration(1000 * MS)));
     let h = logged_udp(&mut t, 1, 0);
     assert_eq!(drained(&mut t).len(), 1, "built");
     t.expire(Timestamp(999 * MS), 64);
     assert!(drained(&mut t).is_empty(), "not due yet");
-    t.track(
-        Timestamp(1000 * MS),
-        &udp_tuple(1),
-        &L4Info::Udp,
-        100,
-        || true,
-    )
-    .unwrap();
+    t.track(Timestamp(1000 * MS), &udp_tuple(1), &L4Info::Udp, 100, || true).unwrap();
     t.expire(Timestamp(1500 * MS), 64);
     let a = drained(&mut t);
     assert_eq!(a.len(), 1);
-    assert_eq!(
-        (a[0].event, a[0].packets, a[0].reported_packets, a[0].bytes),
-        (FlowEvent::Active, [2, 0], [0, 0], [200, 0])
-    );
+    assert_eq!((a[0].event, a[0].packets, a[0].reported_packets, a[0].bytes), (FlowEvent::Active, [2, 0], [0, 0], [200, 0]));
     t.expire(Timestamp(2000 * MS), 64);
-    assert!(
-        drained(&mut t).is_empty(),
-        "the next one a timeout after the last"
-    );
-    t.track(
-        Timestamp(2100 * MS),
-        &udp_tuple(1).reversed(),
-        &L4Info::Udp,
-        50,
-        || true,
-    )
-    .unwrap();
+    assert!(drained(&mut t).is_empty(), "the next one a timeout after the last");
+    t.track(Timestamp(2100 * MS), &udp_tuple(1).reversed(), &L4Info::Udp, 50, || true).unwrap();
     t.remove_flow(h);
     let e = drained(&mut t);
     assert_eq!(e.len(), 1);
-    assert_eq!(
-        (e[0].event, e[0].packets, e[0].reported_packets),
-        (FlowEvent::Ended(EndReason::HandedOver), [2, 1], [2, 0])
-    );
+    assert_eq!((e[0].event, e[0].packets, e[0].reported_packets), (FlowEvent::Ended(EndReason::HandedOver), [2, 1], [2, 0]));
     assert_eq!((e[0].bytes, e[0].reported_bytes), ([200, 50], [200, 0]));
 }
 
@@ -2912,14 +1897,7 @@ fn flow_log_active_records_report_what_is_new() {
 fn flow_log_marks_and_annotation_passes() {
     let mut t = ConnTable::new(16, Timeouts::default());
     t.log_flows(None);
-    let nat = |r: &FlowRecord| {
-        Some(FlowNat {
-            src: Ipv4Addr::new(192, 0, 2, 1),
-            src_port: r.mark as u16,
-            dst: Ipv4Addr::LOCALHOST,
-            dst_port: 0,
-        })
-    };
+    let nat = |r: &FlowRecord| Some(FlowNat { src: Ipv4Addr::new(192, 0, 2, 1), src_port: r.mark as u16, dst: Ipv4Addr::LOCALHOST, dst_port: 0 });
     let h1 = logged_udp(&mut t, 1, 0);
     // A pass between the Built record and the mark holds it back.
     let mut seen = 0;
@@ -2946,17 +1924,10 @@ fn flow_log_marks_and_annotation_passes() {
     t.annotate_flow_log(false, |_| panic!("annotated twice"));
     // The ended record of a marked flow carries its mark.
     t.remove_flow(h1);
-    let got: Vec<(FlowEvent, u32, Option<u16>)> = drained(&mut t)
-        .iter()
-        .map(|r| (r.event, r.mark, r.nat.map(|n| n.src_port)))
-        .collect();
+    let got: Vec<(FlowEvent, u32, Option<u16>)> = drained(&mut t).iter().map(|r| (r.event, r.mark, r.nat.map(|n| n.src_port))).collect();
     assert_eq!(
         got,
-        [
-            (FlowEvent::Built, 7, Some(7)),
-            (FlowEvent::Built, 9, Some(9)),
-            (FlowEvent::Ended(EndReason::HandedOver), 7, None)
-        ],
+        [(FlowEvent::Built, 7, Some(7)), (FlowEvent::Built, 9, Some(9)), (FlowEvent::Ended(EndReason::HandedOver), 7, None)],
         "the ended record was queued after the last pass"
     );
 }
@@ -2983,20 +1954,8 @@ fn early_drop_evicts_the_oldest_embryonic_flow_only() {
     // Slot contents: an established TCP connection, a UDP flow with a
     // reply, a half-open SYN at 2 ms and a UDP flow without reply at 3 ms.
     track(&mut t, ms(0), &t_syn(1), &opening).unwrap();
-    track(
-        &mut t,
-        ms(0),
-        &t_syn(1).reversed(),
-        &L4Info::Tcp(syn(SYN | ACK, 5000, 1001, 64240, None)),
-    )
-    .unwrap();
-    track(
-        &mut t,
-        ms(1),
-        &t_syn(1),
-        &L4Info::Tcp(seg(ACK, 1001, 5001, 502)),
-    )
-    .unwrap();
+    track(&mut t, ms(0), &t_syn(1).reversed(), &L4Info::Tcp(syn(SYN | ACK, 5000, 1001, 64240, None))).unwrap();
+    track(&mut t, ms(1), &t_syn(1), &L4Info::Tcp(seg(ACK, 1001, 5001, 502))).unwrap();
     track(&mut t, ms(1), &udp_tuple(2), &L4Info::Udp).unwrap();
     track(&mut t, ms(1), &udp_tuple(2).reversed(), &L4Info::Udp).unwrap();
     track(&mut t, ms(2), &t_syn(3), &opening).unwrap();
@@ -3014,26 +1973,14 @@ fn early_drop_evicts_the_oldest_embryonic_flow_only() {
     track(&mut t, ms(12), &udp_tuple(7), &L4Info::Udp).unwrap();
     assert!(t.lookup(&t_syn(5)).is_none() && t.lookup(&udp_tuple(6)).is_some());
     assert_eq!(t.stats().evicted_embryonic, 3);
-    let ended: Vec<(FlowEvent, u16)> = drained(&mut t)
-        .iter()
-        .filter(|r| r.event != FlowEvent::Built)
-        .map(|r| (r.event, r.tuple.src_port))
-        .collect();
-    assert_eq!(
-        ended,
-        [3, 4, 5].map(|p| (FlowEvent::Ended(EndReason::Evicted), p))
-    );
+    let ended: Vec<(FlowEvent, u16)> = drained(&mut t).iter().filter(|r| r.event != FlowEvent::Built).map(|r| (r.event, r.tuple.src_port)).collect();
+    assert_eq!(ended, [3, 4, 5].map(|p| (FlowEvent::Ended(EndReason::Evicted), p)));
     // Established and answered flows stay: answer the embryonic ones, and
     // a new flow is refused.
     track(&mut t, ms(13), &udp_tuple(6).reversed(), &L4Info::Udp).unwrap();
     track(&mut t, ms(13), &udp_tuple(7).reversed(), &L4Info::Udp).unwrap();
-    assert_eq!(
-        track(&mut t, ms(14), &udp_tuple(8), &L4Info::Udp).unwrap_err(),
-        D::FlowTableFull
-    );
-    assert!([t_syn(1), udp_tuple(2), udp_tuple(6), udp_tuple(7)]
-        .iter()
-        .all(|x| t.lookup(x).is_some()));
+    assert_eq!(track(&mut t, ms(14), &udp_tuple(8), &L4Info::Udp).unwrap_err(), D::FlowTableFull);
+    assert!([t_syn(1), udp_tuple(2), udp_tuple(6), udp_tuple(7)].iter().all(|x| t.lookup(x).is_some()));
     assert_eq!(t.stats().evicted_embryonic, 3);
     check_invariants(&t);
 }
@@ -3085,10 +2032,7 @@ fn check_limit_counts(t: &ConnTable) {
     for s in t.slots.iter().filter(|s| s.live) {
         let emb = s.limit & tag::EMBRYONIC != 0;
         assert_eq!(emb, s.limits_embryonic(), "embryonic tag of {:?}", s.kind);
-        let d = Count {
-            conns: 1,
-            embryonic: u32::from(emb),
-        };
+        let d = Count { conns: 1, embryonic: u32::from(emb) };
         let class = s.limit & tag::CLASS_MASK;
         let src = s.orig_tuple().src.to_string();
         if s.limit & tag::GLOBAL != 0 {
@@ -3105,10 +2049,7 @@ fn check_limit_counts(t: &ConnTable) {
         }
     }
     assert_eq!(l.local(), &want[..]);
-    let got: std::collections::BTreeMap<(u16, String), Count> = l
-        .clients()
-        .map(|(c, a, n)| ((c, a.to_string()), n))
-        .collect();
+    let got: std::collections::BTreeMap<(u16, String), Count> = l.clients().map(|(c, a, n)| ((c, a.to_string()), n)).collect();
     assert_eq!(got, clients);
 }
 
@@ -3117,10 +2058,7 @@ fn limited_table(spec: &LimitSpec, rules: &[&str]) -> ConnTable {
     let names: Vec<String> = rules.iter().map(|s| s.to_string()).collect();
     t.set_limits(Some(Box::new(Limits::new(spec, &names, 64))));
     // A view of the rest of the cluster: nobody else admits.
-    t.limits_mut().unwrap().set_remote(&limits::Remote {
-        places: 1,
-        ..Default::default()
-    });
+    t.limits_mut().unwrap().set_remote(&limits::Remote { places: 1, ..Default::default() });
     t
 }
 
@@ -3131,134 +2069,45 @@ fn limited_table(spec: &LimitSpec, rules: &[&str]) -> ConnTable {
 fn limits_refuse_at_local_plus_remote_and_follow_the_handshake() {
     let spec = LimitSpec {
         // Refused, not proxied: `syn_proxy_*` below has the proxy.
-        global: LimitSet {
-            max_embryonic: Some(2),
-            max_conns: Some(3),
-            syn_proxy: false,
-            ..LimitSet::default()
-        },
-        rules: vec![(
-            "web".into(),
-            LimitSet {
-                per_client_embryonic_max: Some(1),
-                ..LimitSet::default()
-            },
-        )],
+        global: LimitSet { max_embryonic: Some(2), max_conns: Some(3), syn_proxy: false, ..LimitSet::default() },
+        rules: vec![("web".into(), LimitSet { per_client_embryonic_max: Some(1), ..LimitSet::default() })],
     };
     let mut t = limited_table(&spec, &["ssh", "web"]);
     let opening = L4Info::Tcp(syn(SYN, 1000, 0, 64240, None));
     let from = |c: u8, sp: u16| tuple(v4(10, 0, 0, c), sp, v4(192, 0, 2, 10), 80, ip_proto::TCP);
-    let web = || Admission {
-        permit: true,
-        rule: Some(1),
-    };
+    let web = || Admission { permit: true, rule: Some(1) };
     let now = Timestamp::from_secs(1);
-    assert!(
-        t.track(now, &from(1, 1), &opening, 60, web)
-            .unwrap()
-            .created
-    );
-    assert_eq!(
-        t.track(now, &from(1, 2), &opening, 60, web).unwrap_err(),
-        D::ClientEmbryonicLimit
-    );
+    assert!(t.track(now, &from(1, 1), &opening, 60, web).unwrap().created);
+    assert_eq!(t.track(now, &from(1, 2), &opening, 60, web).unwrap_err(), D::ClientEmbryonicLimit);
     assert!(t.track(now, &from(2, 1), &opening, 60, web).is_ok());
     // Two embryonic connections: the global limit holds for any rule.
-    assert_eq!(
-        t.track(now, &from(3, 1), &opening, 60, || true)
-            .unwrap_err(),
-        D::EmbryonicLimit
-    );
+    assert_eq!(t.track(now, &from(3, 1), &opening, 60, || true).unwrap_err(), D::EmbryonicLimit);
     check_limit_counts(&t);
     // Client 1's handshake completes: one embryonic place is free again,
     // and client 1 may open another.
-    t.track(
-        now,
-        &from(1, 1).reversed(),
-        &L4Info::Tcp(syn(SYN | ACK, 5000, 1001, 64240, None)),
-        60,
-        || true,
-    )
-    .unwrap();
-    t.track(
-        now,
-        &from(1, 1),
-        &L4Info::Tcp(seg(ACK, 1001, 5001, 502)),
-        60,
-        || true,
-    )
-    .unwrap();
+    t.track(now, &from(1, 1).reversed(), &L4Info::Tcp(syn(SYN | ACK, 5000, 1001, 64240, None)), 60, || true).unwrap();
+    t.track(now, &from(1, 1), &L4Info::Tcp(seg(ACK, 1001, 5001, 502)), 60, || true).unwrap();
     check_limit_counts(&t);
-    assert_eq!(
-        t.limits().unwrap().local()[0],
-        limits::Count {
-            conns: 2,
-            embryonic: 1
-        }
-    );
+    assert_eq!(t.limits().unwrap().local()[0], limits::Count { conns: 2, embryonic: 1 });
     assert!(t.track(now, &from(1, 2), &opening, 60, web).is_ok());
     // Three connections: max-conns holds a UDP flow too.
-    assert_eq!(
-        t.track(now, &udp_tuple(9), &L4Info::Udp, 60, || true)
-            .unwrap_err(),
-        D::ConnLimit
-    );
+    assert_eq!(t.track(now, &udp_tuple(9), &L4Info::Udp, 60, || true).unwrap_err(), D::ConnLimit);
     let c = &t.limits().unwrap().classes();
     assert_eq!((c[0].refused, c[1].refused), ([1, 1, 0, 0], [0, 0, 0, 1]));
-    assert_eq!(
-        (c[1].name.as_str(), c[1].local),
-        (
-            "web",
-            limits::Count {
-                conns: 3,
-                embryonic: 2
-            }
-        )
-    );
+    assert_eq!((c[1].name.as_str(), c[1].local), ("web", limits::Count { conns: 3, embryonic: 2 }));
     // The half-open ones time out: their places come back.
     let later = Timestamp(now.0 + 31 * 1_000 * MS);
     t.expire(later, 64);
     check_limit_counts(&t);
-    assert_eq!(
-        t.limits().unwrap().local()[0],
-        limits::Count {
-            conns: 1,
-            embryonic: 0
-        }
-    );
+    assert_eq!(t.limits().unwrap().local()[0], limits::Count { conns: 1, embryonic: 0 });
     // The rest of the cluster holds two embryonic connections: no room.
-    let remote = limits::Remote {
-        classes: vec![limits::Count {
-            conns: 2,
-            embryonic: 2,
-        }],
-        clients: vec![],
-        places: 1,
-    };
+    let remote = limits::Remote { classes: vec![limits::Count { conns: 2, embryonic: 2 }], clients: vec![], places: 1 };
     t.limits_mut().unwrap().set_remote(&remote);
-    assert_eq!(
-        t.track(later, &from(4, 1), &opening, 60, || true)
-            .unwrap_err(),
-        D::ConnLimit
-    );
+    assert_eq!(t.track(later, &from(4, 1), &opening, 60, || true).unwrap_err(), D::ConnLimit);
     // Another member's count for client 5 in "web" holds that client back.
-    let remote = limits::Remote {
-        classes: vec![],
-        clients: vec![(
-            1,
-            v4(10, 0, 0, 5),
-            limits::Count {
-                conns: 1,
-                embryonic: 1,
-            },
-        )],
-        places: 1,
-    };
+    let remote = limits::Remote { classes: vec![], clients: vec![(1, v4(10, 0, 0, 5), limits::Count { conns: 1, embryonic: 1 })], places: 1 };
     t.limits_mut().unwrap().set_remote(&remote);
-    assert_eq!(
-        t.track(later, &from(5, 1), &opening, 60, web).unwrap_err(),
-        D::ClientEmbryonicLimit
-    );
+    assert_eq!(t.track(later, &from(5, 1), &opening, 60, web).unwrap_err(), D::ClientEmbryonicLimit);
     assert!(t.track(later, &from(6, 1), &opening, 60, web).is_ok());
     check_limit_counts(&t);
     t.clear();
@@ -3318,161 +2167,68 @@ proptest! {
 /// window-checked in the client's view; the state survives export/install.
 #[test]
 fn syn_proxy_opens_splices_and_translates() {
-    let spec = LimitSpec {
-        global: LimitSet {
-            max_embryonic: Some(1),
-            ..LimitSet::default()
-        },
-        rules: vec![],
-    };
+    let spec = LimitSpec { global: LimitSet { max_embryonic: Some(1), ..LimitSet::default() }, rules: vec![] };
     let mut t = limited_table(&spec, &[]);
     let now = Timestamp::from_secs(1);
-    let from = |c: u8| {
-        tuple(
-            v4(10, 0, 0, c),
-            40_000,
-            v4(192, 0, 2, 10),
-            80,
-            ip_proto::TCP,
-        )
-    };
+    let from = |c: u8| tuple(v4(10, 0, 0, c), 40_000, v4(192, 0, 2, 10), 80, ip_proto::TCP);
     let opening = L4Info::Tcp(syn(SYN, 1000, 0, 64240, Some(7)));
-    assert!(
-        t.track(now, &from(1), &opening, 60, || true)
-            .unwrap()
-            .created
-    );
-    assert_eq!(
-        t.track(now, &from(2), &opening, 60, || true).unwrap_err(),
-        D::SynProxyCookie
-    );
+    assert!(t.track(now, &from(1), &opening, 60, || true).unwrap().created);
+    assert_eq!(t.track(now, &from(2), &opening, 60, || true).unwrap_err(), D::SynProxyCookie);
     let c = t.limits().unwrap().classes();
     assert_eq!((c[0].refused, c[0].syn_proxy), ([0; 4], [1, 0]));
     assert_eq!(t.len(), 1, "a cookie keeps no state");
     // Client 2 returns cookie C = 0x9000_0000 (isn 5000).
     const C: u32 = 0x9000_0000;
     let ack = seg(ACK, 5001, C.wrapping_add(1), 502);
-    let o = t
-        .open_proxied(now, &from(2), &ack, 1460, 54, || true)
-        .unwrap();
+    let o = t.open_proxied(now, &from(2), &ack, 1460, 54, || true).unwrap();
     assert!(o.created);
-    assert_eq!(
-        o.splice,
-        Splice::Opened {
-            isn: 5000,
-            window: 502,
-            mss: 1460
-        }
-    );
-    assert_eq!(
-        t.limits().unwrap().local()[0],
-        limits::Count {
-            conns: 2,
-            embryonic: 2
-        },
-        "over max-embryonic: the client is real"
-    );
+    assert_eq!(o.splice, Splice::Opened { isn: 5000, window: 502, mss: 1460 });
+    assert_eq!(t.limits().unwrap().local()[0], limits::Count { conns: 2, embryonic: 2 }, "over max-embryonic: the client is real");
     assert_eq!(t.limits().unwrap().classes()[0].syn_proxy, [1, 1]);
-    assert_eq!(
-        t.open_proxied(now, &from(2), &ack, 1460, 54, || true)
-            .unwrap_err(),
-        D::TcpNoFlow,
-        "one flow per tuple"
-    );
+    assert_eq!(t.open_proxied(now, &from(2), &ack, 1460, 54, || true).unwrap_err(), D::TcpNoFlow, "one flow per tuple");
     check_limit_counts(&t);
     // Connecting: the client's data and anything but SYN-ACK/RST from the
     // server are refused, nothing changes (the pipeline holds the client's
     // first segments for the splice, `pipeline::synproxy`; the server
     // retransmits).
-    let data = TcpSeg {
-        payload_len: 100,
-        ..seg(ACK | PSH, 5001, C + 1, 502)
-    };
-    assert_eq!(
-        t.track(now, &from(2), &L4Info::Tcp(data), 154, || true)
-            .unwrap_err(),
-        D::SynProxyPending
-    );
+    let data = TcpSeg { payload_len: 100, ..seg(ACK | PSH, 5001, C + 1, 502) };
+    assert_eq!(t.track(now, &from(2), &L4Info::Tcp(data), 154, || true).unwrap_err(), D::SynProxyPending);
     const S: u32 = 0x1234_0000;
     let early = seg(ACK, S + 1, 5001, 1000);
-    assert_eq!(
-        t.track(now, &from(2).reversed(), &L4Info::Tcp(early), 54, || true)
-            .unwrap_err(),
-        D::SynProxyPending
-    );
+    assert_eq!(t.track(now, &from(2).reversed(), &L4Info::Tcp(early), 54, || true).unwrap_err(), D::SynProxyPending);
     assert_eq!(t.tcp_state(o.handle), Some(SynSent));
     // The server answers the proxy's SYN (its ack in the client's space,
     // as the cluster's owner hands it over).
     let synack = L4Info::Tcp(syn(SYN | ACK, S, 5001, 29200, None));
-    let a = t
-        .track(now, &from(2).reversed(), &synack, 60, || true)
-        .unwrap();
+    let a = t.track(now, &from(2).reversed(), &synack, 60, || true).unwrap();
     let delta = C.wrapping_sub(S);
-    assert_eq!(
-        (a.dir, a.splice),
-        (
-            Reply,
-            Splice::Answered {
-                delta,
-                seq: 5001,
-                ack: S + 1,
-                window: 502
-            }
-        )
-    );
+    assert_eq!((a.dir, a.splice), (Reply, Splice::Answered { delta, seq: 5001, ack: S + 1, window: 502 }));
     assert_eq!(t.tcp_state(o.handle), Some(Established));
-    assert_eq!(
-        t.limits().unwrap().local()[0],
-        limits::Count {
-            conns: 2,
-            embryonic: 1
-        }
-    );
+    assert_eq!(t.limits().unwrap().local()[0], limits::Count { conns: 2, embryonic: 1 });
     check_limit_counts(&t);
     // Spliced: the client's retransmitted data, the server's reply (in its
     // own space: seq S + 1 is the client's C + 1), each with the delta.
-    let d = t
-        .track(now, &from(2), &L4Info::Tcp(data), 154, || true)
-        .unwrap();
+    let d = t.track(now, &from(2), &L4Info::Tcp(data), 154, || true).unwrap();
     assert_eq!((d.dir, d.splice), (Original, Splice::Xlate(delta)));
-    let reply = TcpSeg {
-        payload_len: 500,
-        ..seg(ACK | PSH, S + 1, 5101, 1000)
-    };
-    let r = t
-        .track(now, &from(2).reversed(), &L4Info::Tcp(reply), 554, || true)
-        .unwrap();
+    let reply = TcpSeg { payload_len: 500, ..seg(ACK | PSH, S + 1, 5101, 1000) };
+    let r = t.track(now, &from(2).reversed(), &L4Info::Tcp(reply), 554, || true).unwrap();
     assert_eq!((r.dir, r.splice), (Reply, Splice::Xlate(delta)));
     // Out of the server's window in the client's view: refused as ever.
-    let wild = TcpSeg {
-        payload_len: 10,
-        ..seg(ACK, S.wrapping_add(0x4000_0000), 5101, 1000)
-    };
-    assert!(t
-        .track(now, &from(2).reversed(), &L4Info::Tcp(wild), 64, || true)
-        .is_err());
+    let wild = TcpSeg { payload_len: 10, ..seg(ACK, S.wrapping_add(0x4000_0000), 5101, 1000) };
+    assert!(t.track(now, &from(2).reversed(), &L4Info::Tcp(wild), 64, || true).is_err());
     // Export and install elsewhere: the splice goes with the state.
     let st = t.export(now, o.handle).unwrap();
     assert_eq!(FlowState::from_bytes(&st.to_bytes()), Ok(st));
     let mut u = ConnTable::new(16, Timeouts::default());
     let h = u.install(now, &from(2), st).unwrap();
-    let more = TcpSeg {
-        payload_len: 500,
-        ..seg(ACK | PSH, S + 501, 5101, 1000)
-    };
-    let r = u
-        .track(now, &from(2).reversed(), &L4Info::Tcp(more), 554, || true)
-        .unwrap();
+    let more = TcpSeg { payload_len: 500, ..seg(ACK | PSH, S + 501, 5101, 1000) };
+    let r = u.track(now, &from(2).reversed(), &L4Info::Tcp(more), 554, || true).unwrap();
     assert_eq!((r.handle, r.splice), (h, Splice::Xlate(delta)));
     // A server that refuses: its RST reaches the client numbered from C + 1.
     let ack3 = seg(ACK, 7001, C.wrapping_add(1), 502);
-    let o3 = t
-        .open_proxied(now, &from(3), &ack3, 536, 54, || true)
-        .unwrap();
+    let o3 = t.open_proxied(now, &from(3), &ack3, 536, 54, || true).unwrap();
     let rst = L4Info::Tcp(seg(RST | ACK, 0, 7001, 0));
-    let x = t
-        .track(now, &from(3).reversed(), &rst, 54, || true)
-        .unwrap();
+    let x = t.track(now, &from(3).reversed(), &rst, 54, || true).unwrap();
     assert_eq!(x.splice, Splice::Xlate(C.wrapping_add(1)));
     assert_eq!(t.tcp_state(o3.handle), Some(Closed));
     check_limit_counts(&t);
@@ -3480,23 +2236,11 @@ fn syn_proxy_opens_splices_and_translates() {
     // the pipeline, refused here): its RST is numbered past the request
     // and resets the connection; one beyond the proxy's window does not.
     let ack4 = seg(ACK, 9001, C.wrapping_add(1), 502);
-    let o4 = t
-        .open_proxied(now, &from(4), &ack4, 1460, 54, || true)
-        .unwrap();
-    let req = TcpSeg {
-        payload_len: 300,
-        ..seg(ACK | PSH, 9001, C + 1, 502)
-    };
-    assert_eq!(
-        t.track(now, &from(4), &L4Info::Tcp(req), 354, || true)
-            .unwrap_err(),
-        D::SynProxyPending
-    );
+    let o4 = t.open_proxied(now, &from(4), &ack4, 1460, 54, || true).unwrap();
+    let req = TcpSeg { payload_len: 300, ..seg(ACK | PSH, 9001, C + 1, 502) };
+    assert_eq!(t.track(now, &from(4), &L4Info::Tcp(req), 354, || true).unwrap_err(), D::SynProxyPending);
     let wild = L4Info::Tcp(seg(RST, 9001 + 70_000, 0, 0));
-    assert!(
-        t.track(now, &from(4), &wild, 54, || true).is_err(),
-        "a RST beyond the window"
-    );
+    assert!(t.track(now, &from(4), &wild, 54, || true).is_err(), "a RST beyond the window");
     assert_eq!(t.tcp_state(o4.handle), Some(SynSent));
     let rst = L4Info::Tcp(seg(RST, 9301, 0, 0));
     let x = t.track(now, &from(4), &rst, 54, || true).unwrap();
@@ -3510,32 +2254,11 @@ fn syn_proxy_opens_splices_and_translates() {
 /// value without a proxied connection, are refused.
 #[test]
 fn flow_state_carries_the_proxy_stage() {
-    let spec = LimitSpec {
-        global: LimitSet {
-            max_embryonic: Some(1),
-            ..LimitSet::default()
-        },
-        rules: vec![],
-    };
+    let spec = LimitSpec { global: LimitSet { max_embryonic: Some(1), ..LimitSet::default() }, rules: vec![] };
     let mut t = limited_table(&spec, &[]);
     let now = Timestamp::from_secs(1);
-    let tu = tuple(
-        v4(10, 0, 0, 2),
-        40_000,
-        v4(192, 0, 2, 10),
-        80,
-        ip_proto::TCP,
-    );
-    let o = t
-        .open_proxied(
-            now,
-            &tu,
-            &seg(ACK, 5001, 0xabcd_0001, 502),
-            1460,
-            54,
-            || true,
-        )
-        .unwrap();
+    let tu = tuple(v4(10, 0, 0, 2), 40_000, v4(192, 0, 2, 10), 80, ip_proto::TCP);
+    let o = t.open_proxied(now, &tu, &seg(ACK, 5001, 0xabcd_0001, 502), 1460, 54, || true).unwrap();
     let b = t.export(now, o.handle).unwrap().to_bytes();
     assert_eq!((b[2], &b[40..44]), (0x02, &[0xab, 0xcd, 0, 0][..]));
     let mut both = b;
@@ -3543,16 +2266,7 @@ fn flow_state_carries_the_proxy_stage() {
     assert!(FlowState::from_bytes(&both).is_err());
     let mut stray = b;
     stray[2] = 0;
-    assert!(
-        FlowState::from_bytes(&stray).is_err(),
-        "a sequence value without a proxied connection"
-    );
-    let plain = t.track(
-        now,
-        &tuple(v4(10, 0, 0, 3), 1, v4(192, 0, 2, 10), 80, ip_proto::TCP),
-        &L4Info::Tcp(syn(SYN, 1, 0, 100, None)),
-        60,
-        || true,
-    );
+    assert!(FlowState::from_bytes(&stray).is_err(), "a sequence value without a proxied connection");
+    let plain = t.track(now, &tuple(v4(10, 0, 0, 3), 1, v4(192, 0, 2, 10), 80, ip_proto::TCP), &L4Info::Tcp(syn(SYN, 1, 0, 100, None)), 60, || true);
     assert_eq!(plain.unwrap_err(), D::SynProxyCookie);
 }

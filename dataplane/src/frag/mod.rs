@@ -29,8 +29,8 @@ mod tests;
 
 pub use owner::{frag_hash, frag_hash_seeded, fragment_owner, FRAG_HASH_SEED};
 pub use reasm::{
-    FragResult, Held, L4Head, ReasmConfig, ReasmConfigError, ReasmCounters, ReasmMode, Reassembler,
-    BLOCK_SIZE, L4_HEAD_MAX, MAX_DATAGRAM,
+    FragResult, Held, L4Head, ReasmConfig, ReasmConfigError, ReasmCounters, ReasmMode, Reassembler, BLOCK_SIZE,
+    L4_HEAD_MAX, MAX_DATAGRAM,
 };
 
 use crate::types::DropReason;
@@ -84,12 +84,7 @@ pub fn ipv4_fragment<T: AsRef<[u8]>>(ip: &Ipv4Packet<T>) -> Result<Option<FragIn
         return Err(DropReason::FragTooBig);
     }
     Ok(Some(FragInfo {
-        key: FragKey {
-            src: ip.src().into(),
-            dst: ip.dst().into(),
-            ident: u32::from(ip.ident()),
-            proto: ip.protocol(),
-        },
+        key: FragKey { src: ip.src().into(), dst: ip.dst().into(), ident: u32::from(ip.ident()), proto: ip.protocol() },
         offset: ip.frag_offset(),
         more: ip.more_frags(),
     }))
@@ -101,9 +96,7 @@ pub fn ipv4_fragment<T: AsRef<[u8]>>(ip: &Ipv4Packet<T>) -> Result<Option<FragIn
 /// found by the wire layer's bounded extension-header walk
 /// (`Ipv6Packet::upper_layer`); a chain that walk rejects is
 /// `Err(Ipv6Malformed)`.
-pub fn ipv6_fragment<T: AsRef<[u8]>>(
-    ip: &Ipv6Packet<T>,
-) -> Result<Option<(FragInfo, usize)>, DropReason> {
+pub fn ipv6_fragment<T: AsRef<[u8]>>(ip: &Ipv6Packet<T>) -> Result<Option<(FragInfo, usize)>, DropReason> {
     let ul = ip.upper_layer().map_err(|_| DropReason::Ipv6Malformed)?;
     let Some((offset, more, ident)) = ul.fragment else {
         return Ok(None);
@@ -111,15 +104,9 @@ pub fn ipv6_fragment<T: AsRef<[u8]>>(
     // The walk stops after the Fragment header of a non-first fragment and
     // continues to the upper layer in a first one; find the header itself
     // (the walk above proved the chain up to it well-formed and bounded).
-    let (frag_at, proto) =
-        fragment_header_at(ip.payload(), ip.next_header()).ok_or(DropReason::Ipv6Malformed)?;
+    let (frag_at, proto) = fragment_header_at(ip.payload(), ip.next_header()).ok_or(DropReason::Ipv6Malformed)?;
     let data = frag_at + 8;
-    let key = FragKey {
-        src: ip.src().into(),
-        dst: ip.dst().into(),
-        ident,
-        proto,
-    };
+    let key = FragKey { src: ip.src().into(), dst: ip.dst().into(), ident, proto };
     Ok(Some((FragInfo { key, offset, more }, data)))
 }
 
@@ -129,13 +116,10 @@ fn fragment_header_at(p: &[u8], mut nh: u8) -> Option<(usize, u8)> {
     let mut off = 0usize;
     for _ in 0..=MAX_EXT_HEADERS {
         let len = match nh {
-            next_header::FRAGMENT => {
-                return p.get(off).map(|&n| (off, n)).filter(|_| off + 8 <= p.len())
+            next_header::FRAGMENT => return p.get(off).map(|&n| (off, n)).filter(|_| off + 8 <= p.len()),
+            next_header::HOP_BY_HOP | next_header::ROUTING | next_header::DEST_OPTS | next_header::MOBILITY => {
+                (usize::from(*p.get(off + 1)?) + 1) * 8
             }
-            next_header::HOP_BY_HOP
-            | next_header::ROUTING
-            | next_header::DEST_OPTS
-            | next_header::MOBILITY => (usize::from(*p.get(off + 1)?) + 1) * 8,
             next_header::AH => (usize::from(*p.get(off + 1)?) + 2) * 4,
             _ => return None,
         };

@@ -32,12 +32,7 @@ use std::net::IpAddr;
 /// director of its flow are independent choices.
 pub const FRAG_HASH_SEED: u64 = 0x636c_7573_6672_6167;
 
-const K: [u64; 4] = [
-    0xa076_1d64_78bd_642f,
-    0xe703_7ed1_a0b4_28db,
-    0x8ebc_6af0_9c88_c6e3,
-    0x5899_65cc_7537_4cc3,
-];
+const K: [u64; 4] = [0xa076_1d64_78bd_642f, 0xe703_7ed1_a0b4_28db, 0x8ebc_6af0_9c88_c6e3, 0x5899_65cc_7537_4cc3];
 
 #[inline(always)]
 fn fold_mul(a: u64, b: u64) -> u64 {
@@ -106,10 +101,7 @@ mod tests {
     use std::net::{Ipv4Addr, Ipv6Addr};
 
     fn table(nodes: &[u8]) -> DirectorTable {
-        DirectorTable::new(
-            &MemberSet::from_nodes(Epoch(1), nodes.iter().copied().map(NodeId)).unwrap(),
-        )
-        .unwrap()
+        DirectorTable::new(&MemberSet::from_nodes(Epoch(1), nodes.iter().copied().map(NodeId)).unwrap()).unwrap()
     }
 
     /// Reproducible keys: splitmix64 over addresses and ids.
@@ -145,19 +137,11 @@ mod tests {
         // Pinned: changing these breaks mixed-version clusters.
         assert_eq!(frag_hash(a, b, 0x1234), GOLDEN[0]);
         assert_eq!(frag_hash(c, d, 0xdead_beef), GOLDEN[1]);
-        assert_ne!(
-            frag_hash(a, b, 0x1234),
-            frag_hash(b, a, 0x1234),
-            "directional"
-        );
+        assert_ne!(frag_hash(a, b, 0x1234), frag_hash(b, a, 0x1234), "directional");
         assert_ne!(frag_hash(a, b, 1), frag_hash(a, b, 2));
         let a6: IpAddr = Ipv4Addr::new(10, 0, 0, 1).to_ipv6_mapped().into();
         let b6: IpAddr = Ipv4Addr::new(192, 168, 1, 2).to_ipv6_mapped().into();
-        assert_ne!(
-            frag_hash(a, b, 7),
-            frag_hash(a6, b6, 7),
-            "families are separated"
-        );
+        assert_ne!(frag_hash(a, b, 7), frag_hash(a6, b6, 7), "families are separated");
         assert_ne!(frag_hash_seeded(1, a, b, 7), frag_hash(a, b, 7));
     }
     const GOLDEN: [u64; 2] = [0xcb16_a784_dbae_8b97, 0xe920_d7b7_913c_0acc];
@@ -173,11 +157,7 @@ mod tests {
         for &(s, d, id) in &ks {
             let (x, y) = (fragment_owner(s, d, id, &a), fragment_owner(s, d, id, &b));
             if x != y {
-                assert_eq!(
-                    x,
-                    NodeId(1),
-                    "a datagram moved between two members that stayed"
-                );
+                assert_eq!(x, NodeId(1), "a datagram moved between two members that stayed");
                 moved += 1;
             }
         }
@@ -187,11 +167,7 @@ mod tests {
         for &(s, d, id) in &ks {
             let (x, y) = (fragment_owner(s, d, id, &a), fragment_owner(s, d, id, &b));
             if x != y {
-                assert_eq!(
-                    y,
-                    NodeId(4),
-                    "a datagram moved to a member other than the one that joined"
-                );
+                assert_eq!(y, NodeId(4), "a datagram moved to a member other than the one that joined");
                 moved += 1;
             }
         }
@@ -220,10 +196,7 @@ mod tests {
                 .iter()
                 .map(|&c| (c as f64 / ks.len() as f64 - ideal).abs())
                 .fold(0.0, f64::max);
-            println!(
-                "fragment owner balance N={size:2}: max deviation {:.3} pp",
-                dev * 100.0
-            );
+            println!("fragment owner balance N={size:2}: max deviation {:.3} pp", dev * 100.0);
             assert!(dev < 0.02, "N={size}: {count:?}");
         }
     }

@@ -119,10 +119,7 @@ impl Default for ReasmConfig {
 impl ReasmConfig {
     /// The same limits in shallow mode.
     pub fn shallow(self) -> Self {
-        ReasmConfig {
-            mode: ReasmMode::Shallow,
-            ..self
-        }
+        ReasmConfig { mode: ReasmMode::Shallow, ..self }
     }
 }
 
@@ -160,23 +157,14 @@ impl L4Head {
     /// The datagram's 5-tuple.
     #[inline]
     pub fn five_tuple(&self, key: &FragKey) -> FiveTuple {
-        FiveTuple {
-            src: key.src,
-            dst: key.dst,
-            proto: self.proto,
-            src_port: self.src_port,
-            dst_port: self.dst_port,
-        }
+        FiveTuple { src: key.src, dst: key.dst, proto: self.proto, src_port: self.src_port, dst_port: self.dst_port }
     }
 
     /// Check that a first fragment holds the whole L4 header (RFC 1858
     /// §2: a TCP header split over fragments hides its flags and ports
     /// from filters) and take its ports.
     pub fn parse(proto: u8, data: &[u8]) -> Result<L4Head, DropReason> {
-        let be16 = |i: usize| {
-            data.get(i..i + 2)
-                .map_or(0, |b| u16::from_be_bytes([b[0], b[1]]))
-        };
+        let be16 = |i: usize| data.get(i..i + 2).map_or(0, |b| u16::from_be_bytes([b[0], b[1]]));
         let (min, ports) = match proto {
             ip_proto::TCP => {
                 let off = data.get(12).ok_or(DropReason::FragTinyFirst)? >> 4;
@@ -187,11 +175,7 @@ impl L4Head {
             }
             ip_proto::UDP => (8, (be16(0), be16(2))),
             ip_proto::ICMP | ip_proto::ICMPV6 => {
-                let (req, rep) = if proto == ip_proto::ICMP {
-                    (8, 0)
-                } else {
-                    (128, 129)
-                };
+                let (req, rep) = if proto == ip_proto::ICMP { (8, 0) } else { (128, 129) };
                 let ports = match data.first() {
                     Some(&t) if t == req => (be16(4), 0),
                     Some(&t) if t == rep => (0, be16(4)),
@@ -207,13 +191,7 @@ impl L4Head {
         let n = data.len().min(L4_HEAD_MAX);
         let mut bytes = [0u8; L4_HEAD_MAX];
         bytes[..n].copy_from_slice(&data[..n]);
-        Ok(L4Head {
-            proto,
-            src_port: ports.0,
-            dst_port: ports.1,
-            len: n as u8,
-            bytes,
-        })
+        Ok(L4Head { proto, src_port: ports.0, dst_port: ports.1, len: n as u8, bytes })
     }
 }
 
@@ -314,13 +292,7 @@ impl crate::stats::Stats for ReasmCounters {
         ] {
             v.counter(name, n);
         }
-        v.family(
-            "drops",
-            "reason",
-            &mut DropReason::ALL
-                .iter()
-                .map(|&r| (r.as_str(), self.dropped(r))),
-        );
+        v.family("drops", "reason", &mut DropReason::ALL.iter().map(|&r| (r.as_str(), self.dropped(r))));
     }
 }
 
@@ -335,10 +307,7 @@ impl ReasmCounters {
     }
     /// Non-zero drop counters, for `show stats`.
     pub fn drops(&self) -> impl Iterator<Item = (DropReason, u64)> + '_ {
-        DropReason::ALL
-            .iter()
-            .map(|&r| (r, self.dropped(r)))
-            .filter(|&(_, n)| n != 0)
+        DropReason::ALL.iter().map(|&r| (r, self.dropped(r))).filter(|&(_, n)| n != 0)
     }
     /// Every fragment is in exactly one place, given `held` still held.
     pub fn accounted(&self, held: usize) -> bool {
@@ -368,11 +337,7 @@ struct Slot {
     block: u32,
 }
 
-const EMPTY_SLOT: Slot = Slot {
-    offset: 0,
-    len: 0,
-    block: NIL,
-};
+const EMPTY_SLOT: Slot = Slot { offset: 0, len: 0, block: NIL };
 
 #[derive(Copy, Clone, Debug)]
 struct Ctx {
@@ -396,12 +361,7 @@ struct Ctx {
 }
 
 const FREE_CTX: Ctx = Ctx {
-    key: FragKey {
-        src: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
-        dst: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
-        ident: 0,
-        proto: 0,
-    },
+    key: FragKey { src: IpAddr::V4(Ipv4Addr::UNSPECIFIED), dst: IpAddr::V4(Ipv4Addr::UNSPECIFIED), ident: 0, proto: 0 },
     hash: 0,
     created: Timestamp::ZERO,
     prev: NIL,
@@ -447,10 +407,7 @@ impl Reassembler {
         }
         let min = MAX_DATAGRAM + cfg.max_frags_per_datagram * BLOCK_SIZE;
         if !(min..=1 << 30).contains(&cfg.arena_bytes) {
-            return Err(ReasmConfigError::Arena {
-                found: cfg.arena_bytes,
-                min,
-            });
+            return Err(ReasmConfigError::Arena { found: cfg.arena_bytes, min });
         }
         if cfg.timeout.0 == 0 {
             return Err(ReasmConfigError::Timeout);
@@ -574,10 +531,7 @@ impl Reassembler {
         }
         let base = i * self.cfg.max_frags_per_datagram;
         for s in &self.slots[base..base + usize::from(c.nfrags)] {
-            let (so, se) = (
-                usize::from(s.offset),
-                usize::from(s.offset) + usize::from(s.len),
-            );
+            let (so, se) = (usize::from(s.offset), usize::from(s.offset) + usize::from(s.len));
             if so == off && se == end {
                 return self.reject(DropReason::FragDuplicate);
             }
@@ -597,11 +551,8 @@ impl Reassembler {
                 None => return self.fail(i, DropReason::FragNoBuffer),
             }
         };
-        self.slots[base + usize::from(c.nfrags)] = Slot {
-            offset: frag.offset,
-            len: len as u16,
-            block,
-        };
+        self.slots[base + usize::from(c.nfrags)] =
+            Slot { offset: frag.offset, len: len as u16, block };
         let c = &mut self.ctxs[i];
         c.nfrags += 1;
         if block != NIL {
@@ -633,10 +584,7 @@ impl Reassembler {
                 self.counters.completed += 1;
                 self.counters.completed_fragments += u64::from(c.nfrags);
                 self.close(i);
-                FragResult::Complete {
-                    l4: h,
-                    data: &self.scratch[..n],
-                }
+                FragResult::Complete { l4: h, data: &self.scratch[..n] }
             }
             (_, Some(h)) => {
                 self.counters.first_seen += 1;
@@ -672,12 +620,7 @@ impl Reassembler {
         let j = best?;
         let s = self.slots[j];
         let n = usize::from(s.len);
-        copy_chain(
-            &self.arena,
-            &self.block_next,
-            s.block,
-            &mut self.scratch[..n],
-        );
+        copy_chain(&self.arena, &self.block_next, s.block, &mut self.scratch[..n]);
         self.free_chain(s.block);
         self.slots[j].block = NIL;
         self.ctxs[i].held -= 1;
@@ -688,11 +631,7 @@ impl Reassembler {
             self.close(i);
         }
         let more = c.end != Some(u32::from(s.offset) + u32::from(s.len));
-        Some(Held {
-            offset: s.offset,
-            more,
-            data: &self.scratch[..n],
-        })
+        Some(Held { offset: s.offset, more, data: &self.scratch[..n] })
     }
 
     /// Discard a datagram on the caller's decision (e.g. `AclDenied` on its
@@ -734,10 +673,7 @@ impl Reassembler {
     fn lookup(&self, hash: u64, key: &FragKey) -> Option<usize> {
         let ctxs = &self.ctxs;
         self.index
-            .find(hash, |&j| {
-                ctxs.get(j as usize)
-                    .is_some_and(|c| c.live && c.key == *key)
-            })
+            .find(hash, |&j| ctxs.get(j as usize).is_some_and(|c| c.live && c.key == *key))
             .map(|&j| j as usize)
     }
 
@@ -749,20 +685,11 @@ impl Reassembler {
     /// A new context at the age-list tail; reclaims the oldest if the table
     /// is full and it has expired, else `None`.
     fn open(&mut self, hash: u64, key: FragKey, now: Timestamp) -> Option<usize> {
-        if self.free_ctx.is_empty()
-            && self.age_head != NIL
-            && self.expired(self.age_head as usize, now)
-        {
+        if self.free_ctx.is_empty() && self.age_head != NIL && self.expired(self.age_head as usize, now) {
             self.discard_ctx(self.age_head as usize, DropReason::FragTimeout);
         }
         let i = self.free_ctx.pop()? as usize;
-        self.ctxs[i] = Ctx {
-            key,
-            hash,
-            created: now,
-            prev: self.age_tail,
-            ..FREE_CTX
-        };
+        self.ctxs[i] = Ctx { key, hash, created: now, prev: self.age_tail, ..FREE_CTX };
         self.ctxs[i].live = true;
         match self.age_tail {
             NIL => self.age_head = i as u32,
@@ -770,9 +697,7 @@ impl Reassembler {
         }
         self.age_tail = i as u32;
         let (ctxs, hasher) = (&self.ctxs, &self.hasher);
-        self.index.insert_unique(hash, i as u32, |&j| {
-            ctxs.get(j as usize).map_or(0, |c| hasher.hash_one(c.key))
-        });
+        self.index.insert_unique(hash, i as u32, |&j| ctxs.get(j as usize).map_or(0, |c| hasher.hash_one(c.key)));
         self.counters.datagrams += 1;
         Some(i)
     }
@@ -817,12 +742,7 @@ impl Reassembler {
         let base = i * self.cfg.max_frags_per_datagram;
         for s in &self.slots[base..base + usize::from(c.nfrags)] {
             let (o, n) = (usize::from(s.offset), usize::from(s.len));
-            copy_chain(
-                &self.arena,
-                &self.block_next,
-                s.block,
-                &mut self.scratch[o..o + n],
-            );
+            copy_chain(&self.arena, &self.block_next, s.block, &mut self.scratch[o..o + n]);
         }
         c.end.map_or(0, |e| e as usize)
     }

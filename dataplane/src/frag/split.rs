@@ -75,16 +75,8 @@ impl Split {
         if k >= self.count {
             return None;
         }
-        let start = if k == 0 {
-            0
-        } else {
-            self.chunk_first + (k - 1) * self.chunk_rest
-        };
-        let chunk = if k == 0 {
-            self.chunk_first
-        } else {
-            self.chunk_rest
-        };
+        let start = if k == 0 { 0 } else { self.chunk_first + (k - 1) * self.chunk_rest };
+        let chunk = if k == 0 { self.chunk_first } else { self.chunk_rest };
         Some((start, chunk.min(self.payload.saturating_sub(start))))
     }
 
@@ -105,8 +97,7 @@ impl Split {
 /// fragments of at most `mtu` bytes. `Ok` with `count == 1` when it fits.
 /// DF is honoured: a datagram that does not fit and has DF set is refused.
 pub fn plan(frame: &[u8], l2: usize, mtu: usize) -> Result<Split, SplitError> {
-    let ip = Ipv4Packet::new_checked(frame.get(l2..).ok_or(SplitError::BadHeader)?)
-        .map_err(|_| SplitError::BadHeader)?;
+    let ip = Ipv4Packet::new_checked(frame.get(l2..).ok_or(SplitError::BadHeader)?).map_err(|_| SplitError::BadHeader)?;
     let hl = ip.header_len();
     let total = usize::from(ip.total_len());
     let payload = total - hl;
@@ -139,12 +130,7 @@ pub fn plan(frame: &[u8], l2: usize, mtu: usize) -> Result<Split, SplitError> {
         return Err(SplitError::MtuTooSmall);
     }
     let count = 1 + (payload - chunk_first).div_ceil(chunk_rest);
-    Ok(Split {
-        chunk_first,
-        chunk_rest,
-        count,
-        ..base
-    })
+    Ok(Split { chunk_first, chunk_rest, count, ..base })
 }
 
 /// The options a later fragment keeps (copied flag set, RFC 791 §3.1),
@@ -189,10 +175,8 @@ pub fn write_fragment(frame: &[u8], s: &Split, k: usize, out: &mut [u8]) -> Opti
     out.get_mut(..s.l2)?.copy_from_slice(frame.get(..s.l2)?);
     {
         let (hdr, rest) = out.get_mut(s.l2..)?.split_at_mut(hl);
-        hdr.get_mut(..MIN_HEADER_LEN)?
-            .copy_from_slice(l3_in.get(..MIN_HEADER_LEN)?);
-        hdr.get_mut(MIN_HEADER_LEN..)?
-            .copy_from_slice(s.opts.get(..hl - MIN_HEADER_LEN)?);
+        hdr.get_mut(..MIN_HEADER_LEN)?.copy_from_slice(l3_in.get(..MIN_HEADER_LEN)?);
+        hdr.get_mut(MIN_HEADER_LEN..)?.copy_from_slice(s.opts.get(..hl - MIN_HEADER_LEN)?);
         rest.copy_from_slice(payload_in);
     }
     let last = k + 1 == s.count;
@@ -280,13 +264,7 @@ mod tests {
         let want = [(1500, 0x2000 | 0), (1500, 0x2000 | 185), (1040, 370)];
         for (fr, (len, ff)) in frags.iter().zip(want) {
             let ip = Ipv4Packet::new_checked(&fr[L2..]).unwrap();
-            assert_eq!(
-                (
-                    usize::from(ip.total_len()),
-                    ip.frag_offset() / 8 | if ip.more_frags() { 0x2000 } else { 0 }
-                ),
-                (len, ff)
-            );
+            assert_eq!((usize::from(ip.total_len()), ip.frag_offset() / 8 | if ip.more_frags() { 0x2000 } else { 0 }), (len, ff));
             assert!(ip.verify_checksum());
             assert_eq!((ip.ident(), ip.ttl(), ip.protocol()), (0x4242, 63, 17));
             assert_eq!(&fr[..L2], &[0xee; L2]);
@@ -304,33 +282,21 @@ mod tests {
         assert_eq!(first.options(), &opts[..]);
         for fr in &frags[1..] {
             let ip = Ipv4Packet::new_checked(&fr[L2..]).unwrap();
-            assert_eq!(
-                ip.options(),
-                &[0x82, 4, 0xaa, 0xbb],
-                "copied option only, 4 bytes"
-            );
+            assert_eq!(ip.options(), &[0x82, 4, 0xaa, 0xbb], "copied option only, 4 bytes");
             assert!(ip.verify_checksum());
         }
         let opts = [0x82, 3, 0xaa];
         let f = datagram(2000, &[0x82, 3, 0xaa, 0], 0, 0);
         let frags = split_all(&f, 1000).unwrap();
         let ip = Ipv4Packet::new_checked(&frags[1][L2..]).unwrap();
-        assert_eq!(
-            ip.options(),
-            &[opts[0], opts[1], opts[2], 0],
-            "padded with End"
-        );
+        assert_eq!(ip.options(), &[opts[0], opts[1], opts[2], 0], "padded with End");
     }
 
     #[test]
     fn df_small_mtu_and_fits() {
         let f = datagram(3000, &[], FLAG_DF, 0);
         assert_eq!(plan(&f, L2, 1500), Err(SplitError::DontFragment));
-        assert_eq!(
-            plan(&f, L2, 3020).unwrap().count,
-            1,
-            "fits: DF is no matter"
-        );
+        assert_eq!(plan(&f, L2, 3020).unwrap().count, 1, "fits: DF is no matter");
         let f = datagram(3000, &[], 0, 0);
         assert_eq!(plan(&f, L2, 27), Err(SplitError::MtuTooSmall));
         assert_eq!(plan(&f, L2, 28).unwrap().count, 375);
@@ -349,11 +315,7 @@ mod tests {
                 (ip.frag_offset(), ip.more_frags())
             })
             .collect();
-        assert_eq!(
-            got,
-            [(1480, true), (2960, true)],
-            "the last keeps MF: more of the datagram follows"
-        );
+        assert_eq!(got, [(1480, true), (2960, true)], "the last keeps MF: more of the datagram follows");
     }
 
     proptest! {

@@ -31,12 +31,7 @@ enum Fam {
 
 fn key(fam: Fam, id: u32, proto: u8) -> FragKey {
     match fam {
-        Fam::V4 => FragKey {
-            src: Ipv4Addr::new(10, 0, 0, 1).into(),
-            dst: Ipv4Addr::new(10, 0, 1, 2).into(),
-            ident: id,
-            proto,
-        },
+        Fam::V4 => FragKey { src: Ipv4Addr::new(10, 0, 0, 1).into(), dst: Ipv4Addr::new(10, 0, 1, 2).into(), ident: id, proto },
         Fam::V6 => FragKey {
             src: "2001:db8::1".parse::<Ipv6Addr>().unwrap().into(),
             dst: "2001:db8:1::2".parse::<Ipv6Addr>().unwrap().into(),
@@ -58,10 +53,7 @@ fn byte(id: u32, proto: u8, doff: u8, pos: usize) -> u8 {
         (_, 1) => sport[1],
         (_, 2) => 0,
         (_, 3) => 53,
-        _ => (pos as u32)
-            .wrapping_mul(2_654_435_761)
-            .wrapping_add(id)
-            .rotate_right(13) as u8,
+        _ => (pos as u32).wrapping_mul(2_654_435_761).wrapping_add(id).rotate_right(13) as u8,
     }
 }
 
@@ -102,23 +94,8 @@ const T: u8 = ip_proto::TCP;
 const M: bool = true; // more fragments
 const L: bool = false; // last
 
-fn row(
-    name: &'static str,
-    frags: &'static [F],
-    drops: &'static [(R, u64)],
-    live: usize,
-    completed: u64,
-) -> Case {
-    Case {
-        name,
-        fam: Fam::V4,
-        proto: U,
-        doff: 5,
-        frags,
-        drops,
-        live,
-        completed,
-    }
+fn row(name: &'static str, frags: &'static [F], drops: &'static [(R, u64)], live: usize, completed: u64) -> Case {
+    Case { name, fam: Fam::V4, proto: U, doff: 5, frags, drops, live, completed }
 }
 
 fn cases() -> Vec<Case> {
@@ -434,69 +411,35 @@ fn cases() -> Vec<Case> {
 fn run_case(c: &Case) {
     let mut r = Reassembler::new(cfg()).unwrap();
     for (n, &(id, off, len, more, ms, want)) in c.frags.iter().enumerate() {
-        let info = FragInfo {
-            key: key(c.fam, id, c.proto),
-            offset: off,
-            more,
-        };
-        let data = bytes(
-            id,
-            c.proto,
-            c.doff,
-            usize::from(off)..usize::from(off) + len,
-        );
+        let info = FragInfo { key: key(c.fam, id, c.proto), offset: off, more };
+        let data = bytes(id, c.proto, c.doff, usize::from(off)..usize::from(off) + len);
         let got = match r.insert(Timestamp::from_millis(ms), &info, &data) {
             FragResult::Pending => E::Pending,
             FragResult::FirstSeen { l4 } => {
                 assert_eq!(l4.proto, c.proto);
                 if c.proto != ip_proto::ICMP {
-                    assert_eq!(
-                        (l4.src_port, l4.dst_port),
-                        (1000 + id as u16, 53),
-                        "{}",
-                        c.name
-                    );
+                    assert_eq!((l4.src_port, l4.dst_port), (1000 + id as u16, 53), "{}", c.name);
                 }
                 E::First
             }
             FragResult::Forward { .. } => E::Fwd,
             FragResult::Complete { l4, data } => {
-                assert_eq!(
-                    data,
-                    bytes(id, c.proto, c.doff, 0..data.len()),
-                    "{}: bytes of datagram {id}",
-                    c.name
-                );
+                assert_eq!(data, bytes(id, c.proto, c.doff, 0..data.len()), "{}: bytes of datagram {id}", c.name);
                 assert!(data.starts_with(l4.bytes()) && !l4.bytes().is_empty());
                 E::Done(data.len())
             }
             FragResult::Unfragmented => E::Unfrag,
             FragResult::Drop(d) => E::Drop(d),
         };
-        assert_eq!(
-            got,
-            want,
-            "{}: fragment #{n} {:?}",
-            c.name,
-            (id, off, len, more, ms)
-        );
-        assert!(
-            r.counters().accounted(r.held_fragments()),
-            "{}: conservation after #{n}",
-            c.name
-        );
+        assert_eq!(got, want, "{}: fragment #{n} {:?}", c.name, (id, off, len, more, ms));
+        assert!(r.counters().accounted(r.held_fragments()), "{}: conservation after #{n}", c.name);
     }
     let k = r.counters();
     for &reason in R::ALL {
         let want = c.drops.iter().find(|d| d.0 == reason).map_or(0, |d| d.1);
         assert_eq!(k.dropped(reason), want, "{}: drops of {reason}", c.name);
     }
-    assert_eq!(
-        (r.len(), k.completed),
-        (c.live, c.completed),
-        "{}: (live, completed)",
-        c.name
-    );
+    assert_eq!((r.len(), k.completed), (c.live, c.completed), "{}: (live, completed)", c.name);
     assert_eq!(k.fragments, c.frags.len() as u64);
 }
 
@@ -509,55 +452,21 @@ fn table() {
     println!("reassembly table: {} cases", cs.len());
 }
 
-fn ins<'a>(
-    r: &'a mut Reassembler,
-    t: u64,
-    k: FragKey,
-    off: u16,
-    len: usize,
-    more: bool,
-) -> FragResult<'a> {
-    let data = bytes(
-        k.ident,
-        k.proto,
-        5,
-        usize::from(off)..usize::from(off) + len,
-    );
-    r.insert(
-        Timestamp::from_millis(t),
-        &FragInfo {
-            key: k,
-            offset: off,
-            more,
-        },
-        &data,
-    )
+fn ins<'a>(r: &'a mut Reassembler, t: u64, k: FragKey, off: u16, len: usize, more: bool) -> FragResult<'a> {
+    let data = bytes(k.ident, k.proto, 5, usize::from(off)..usize::from(off) + len);
+    r.insert(Timestamp::from_millis(t), &FragInfo { key: k, offset: off, more }, &data)
 }
 
 #[test]
 fn expire_is_bounded_and_frees_everything() {
     let mut r = Reassembler::new(cfg()).unwrap();
     for id in 1..=4 {
-        assert!(matches!(
-            ins(&mut r, u64::from(id), key(Fam::V4, id, U), 64, 64, M),
-            FragResult::Pending
-        ));
-        assert!(matches!(
-            ins(&mut r, u64::from(id), key(Fam::V4, id, U), 128, 64, M),
-            FragResult::Pending
-        ));
+        assert!(matches!(ins(&mut r, u64::from(id), key(Fam::V4, id, U), 64, 64, M), FragResult::Pending));
+        assert!(matches!(ins(&mut r, u64::from(id), key(Fam::V4, id, U), 128, 64, M), FragResult::Pending));
     }
     assert_eq!((r.len(), r.held_fragments()), (4, 8));
-    assert_eq!(
-        r.expire(Timestamp::from_millis(2000), 10),
-        0,
-        "before the deadline"
-    );
-    assert_eq!(
-        r.expire(Timestamp::from_millis(2002), 10),
-        2,
-        "ids 1 and 2, at and after their deadline"
-    );
+    assert_eq!(r.expire(Timestamp::from_millis(2000), 10), 0, "before the deadline");
+    assert_eq!(r.expire(Timestamp::from_millis(2002), 10), 2, "ids 1 and 2, at and after their deadline");
     assert_eq!(r.expire(Timestamp::from_secs(100), 1), 1, "budget");
     assert_eq!(r.expire(Timestamp::from_secs(100), 0), 0);
     assert_eq!(r.expire(Timestamp::from_secs(100), 10), 1);
@@ -582,75 +491,36 @@ fn shallow_holds_until_first_then_forwards() {
     // Drained lowest offset first, bytes intact.
     let mut got = vec![];
     while let Some(h) = r.take_held(&k) {
-        assert_eq!(
-            h.data,
-            bytes(
-                7,
-                U,
-                5,
-                usize::from(h.offset)..usize::from(h.offset) + h.data.len()
-            )
-        );
+        assert_eq!(h.data, bytes(7, U, 5, usize::from(h.offset)..usize::from(h.offset) + h.data.len()));
         got.push((h.offset, h.more, h.data.len()));
     }
     assert_eq!(got, vec![(0, true, 64), (64, true, 64), (192, false, 16)]);
-    assert_eq!(
-        (r.len(), r.held_fragments()),
-        (1, 0),
-        "the gap 128..192 is still to come"
-    );
+    assert_eq!((r.len(), r.held_fragments()), (1, 0), "the gap 128..192 is still to come");
     // Later fragments are checked, not held.
-    assert!(matches!(
-        ins(&mut r, 0, k, 120, 16, M),
-        FragResult::Drop(R::FragOverlap)
-    ));
-    assert!(
-        matches!(ins(&mut r, 0, k, 128, 64, M), FragResult::Pending),
-        "a new datagram after the discard"
-    );
+    assert!(matches!(ins(&mut r, 0, k, 120, 16, M), FragResult::Drop(R::FragOverlap)));
+    assert!(matches!(ins(&mut r, 0, k, 128, 64, M), FragResult::Pending), "a new datagram after the discard");
     let c = r.counters();
     assert_eq!((c.taken, c.forwarded, c.dropped(R::FragOverlap)), (3, 0, 1));
 
     // Complete while forwarding: the context is released by the last piece.
     let mut r = Reassembler::new(cfg().shallow()).unwrap();
-    assert!(matches!(
-        ins(&mut r, 0, k, 0, 64, M),
-        FragResult::FirstSeen { .. }
-    ));
-    assert!(matches!(
-        ins(&mut r, 0, k, 64, 64, M),
-        FragResult::Forward { .. }
-    ));
+    assert!(matches!(ins(&mut r, 0, k, 0, 64, M), FragResult::FirstSeen { .. }));
+    assert!(matches!(ins(&mut r, 0, k, 64, 64, M), FragResult::Forward { .. }));
     assert_eq!(r.take_held(&k).map(|h| h.offset), Some(0));
-    assert!(matches!(
-        ins(&mut r, 0, k, 64, 64, M),
-        FragResult::Drop(R::FragDuplicate)
-    ));
-    assert!(matches!(
-        ins(&mut r, 0, k, 128, 1, L),
-        FragResult::Forward { .. }
-    ));
+    assert!(matches!(ins(&mut r, 0, k, 64, 64, M), FragResult::Drop(R::FragDuplicate)));
+    assert!(matches!(ins(&mut r, 0, k, 128, 1, L), FragResult::Forward { .. }));
     assert!(r.is_empty());
     let c = r.counters();
-    assert_eq!(
-        (c.taken, c.forwarded, c.forwarded_datagrams, c.completed),
-        (1, 2, 1, 0)
-    );
+    assert_eq!((c.taken, c.forwarded, c.forwarded_datagrams, c.completed), (1, 2, 1, 0));
     assert!(c.accounted(0));
 
     // First fragment completes the datagram in shallow mode: FirstSeen,
     // then everything is taken.
     let mut r = Reassembler::new(cfg().shallow()).unwrap();
     assert!(matches!(ins(&mut r, 0, k, 64, 8, L), FragResult::Pending));
-    assert!(matches!(
-        ins(&mut r, 0, k, 0, 64, M),
-        FragResult::FirstSeen { .. }
-    ));
+    assert!(matches!(ins(&mut r, 0, k, 0, 64, M), FragResult::FirstSeen { .. }));
     assert_eq!(r.take_held(&k).map(|h| h.offset), Some(0));
-    assert_eq!(
-        r.take_held(&k).map(|h| (h.offset, h.more)),
-        Some((64, false))
-    );
+    assert_eq!(r.take_held(&k).map(|h| (h.offset, h.more)), Some((64, false)));
     assert!(r.is_empty() && r.take_held(&k).is_none());
 }
 
@@ -658,19 +528,10 @@ fn shallow_holds_until_first_then_forwards() {
 fn full_mode_switches_to_forwarding_on_take() {
     let mut r = Reassembler::new(cfg()).unwrap();
     let k = key(Fam::V4, 9, U);
-    assert!(matches!(
-        ins(&mut r, 0, k, 0, 64, M),
-        FragResult::FirstSeen { .. }
-    ));
-    assert!(
-        matches!(ins(&mut r, 0, k, 64, 64, M), FragResult::Pending),
-        "full mode keeps holding"
-    );
+    assert!(matches!(ins(&mut r, 0, k, 0, 64, M), FragResult::FirstSeen { .. }));
+    assert!(matches!(ins(&mut r, 0, k, 64, 64, M), FragResult::Pending), "full mode keeps holding");
     assert_eq!(r.take_held(&k).map(|h| h.offset), Some(0));
-    assert!(matches!(
-        ins(&mut r, 0, k, 128, 8, L),
-        FragResult::Forward { .. }
-    ));
+    assert!(matches!(ins(&mut r, 0, k, 128, 8, L), FragResult::Forward { .. }));
     assert_eq!(r.take_held(&k).map(|h| h.offset), Some(64));
     assert!(r.is_empty());
 }
@@ -680,10 +541,7 @@ fn discard_on_policy() {
     let mut r = Reassembler::new(cfg()).unwrap();
     let k = key(Fam::V4, 3, U);
     assert!(matches!(ins(&mut r, 0, k, 64, 64, M), FragResult::Pending));
-    assert!(matches!(
-        ins(&mut r, 0, k, 0, 64, M),
-        FragResult::FirstSeen { .. }
-    ));
+    assert!(matches!(ins(&mut r, 0, k, 0, 64, M), FragResult::FirstSeen { .. }));
     assert_eq!(r.discard(&k, R::AclDenied), Some(2));
     assert_eq!(r.discard(&k, R::AclDenied), None);
     assert_eq!((r.len(), r.counters().dropped(R::AclDenied)), (0, 2));
@@ -696,20 +554,11 @@ fn arena_exhaustion_is_counted() {
     let mut r = Reassembler::new(cfg()).unwrap();
     let (a, b) = (key(Fam::V4, 1, U), key(Fam::V4, 2, U));
     for i in 0..7u16 {
-        assert!(matches!(
-            ins(&mut r, 0, a, i * 9000, 9000, M),
-            FragResult::FirstSeen { .. } | FragResult::Pending
-        ));
+        assert!(matches!(ins(&mut r, 0, a, i * 9000, 9000, M), FragResult::FirstSeen { .. } | FragResult::Pending));
     }
-    assert!(matches!(
-        ins(&mut r, 0, b, 0, 9000, M),
-        FragResult::Drop(R::FragNoBuffer)
-    ));
+    assert!(matches!(ins(&mut r, 0, b, 0, 9000, M), FragResult::Drop(R::FragNoBuffer)));
     assert_eq!(r.counters().dropped(R::FragNoBuffer), 1);
-    assert!(matches!(
-        ins(&mut r, 0, a, 63000, 2535, L),
-        FragResult::Complete { .. }
-    ));
+    assert!(matches!(ins(&mut r, 0, a, 63000, 2535, L), FragResult::Complete { .. }));
     assert_eq!(r.held_bytes(), 0);
 }
 
@@ -717,26 +566,11 @@ fn arena_exhaustion_is_counted() {
 fn config_limits() {
     assert!(Reassembler::new(ReasmConfig::default()).is_ok());
     let bad = [
-        ReasmConfig {
-            max_contexts: 0,
-            ..cfg()
-        },
-        ReasmConfig {
-            max_frags_per_datagram: 0,
-            ..cfg()
-        },
-        ReasmConfig {
-            max_frags_per_datagram: 9000,
-            ..cfg()
-        },
-        ReasmConfig {
-            arena_bytes: 65535,
-            ..cfg()
-        },
-        ReasmConfig {
-            timeout: Duration(0),
-            ..cfg()
-        },
+        ReasmConfig { max_contexts: 0, ..cfg() },
+        ReasmConfig { max_frags_per_datagram: 0, ..cfg() },
+        ReasmConfig { max_frags_per_datagram: 9000, ..cfg() },
+        ReasmConfig { arena_bytes: 65535, ..cfg() },
+        ReasmConfig { timeout: Duration(0), ..cfg() },
     ];
     for c in bad {
         let e = Reassembler::new(c).err().expect("rejected");
@@ -744,20 +578,10 @@ fn config_limits() {
     }
     let r = Reassembler::new(ReasmConfig::default()).unwrap();
     let mib = r.memory_bytes() as f64 / (1 << 20) as f64;
-    println!(
-        "reassembler memory with the defaults: {} bytes ({mib:.2} MiB)",
-        r.memory_bytes()
-    );
-    assert!(
-        r.memory_bytes() < (5 << 20) + (512 << 10),
-        "{}",
-        r.memory_bytes()
-    );
+    println!("reassembler memory with the defaults: {} bytes ({mib:.2} MiB)", r.memory_bytes());
+    assert!(r.memory_bytes() < (5 << 20) + (512 << 10), "{}", r.memory_bytes());
     let r = Reassembler::new(cfg()).unwrap();
-    println!(
-        "reassembler memory, test config: {} bytes",
-        r.memory_bytes()
-    );
+    println!("reassembler memory, test config: {} bytes", r.memory_bytes());
 }
 
 // --- classification through the wire views ---
@@ -806,33 +630,19 @@ fn classify_ipv4() {
     let p = ipv4_frag(0x1234, 0, true, &d);
     let ip = Ipv4Packet::new_checked(&p[..]).unwrap();
     let f = ipv4_fragment(&ip).unwrap().unwrap();
-    assert_eq!(
-        (f.key.ident, f.key.proto, f.offset, f.more),
-        (0x1234, U, 0, true)
-    );
+    assert_eq!((f.key.ident, f.key.proto, f.offset, f.more), (0x1234, U, 0, true));
     assert_eq!(ip.payload(), &d[..]);
     let whole = ipv4_frag(1, 0, false, &d);
-    assert_eq!(
-        ipv4_fragment(&Ipv4Packet::new_checked(&whole[..]).unwrap()),
-        Ok(None)
-    );
+    assert_eq!(ipv4_fragment(&Ipv4Packet::new_checked(&whole[..]).unwrap()), Ok(None));
     // 65520 + 8 data + 20 header > 65535 (fine as payload, not as a packet).
     let p = ipv4_frag(1, 65520, false, &[0; 8]);
-    assert_eq!(
-        ipv4_fragment(&Ipv4Packet::new_checked(&p[..]).unwrap()),
-        Err(R::FragTooBig)
-    );
+    assert_eq!(ipv4_fragment(&Ipv4Packet::new_checked(&p[..]).unwrap()), Err(R::FragTooBig));
     // End to end: fragments from the wire reassemble.
     let mut r = Reassembler::new(cfg()).unwrap();
     let data = bytes(5, U, 5, 0..100);
     let mut out = None;
     for (off, more) in [(64u16, false), (0, true)] {
-        let p = ipv4_frag(
-            5,
-            off,
-            more,
-            &data[usize::from(off)..if more { 64 } else { 100 }],
-        );
+        let p = ipv4_frag(5, off, more, &data[usize::from(off)..if more { 64 } else { 100 }]);
         let ip = Ipv4Packet::new_checked(&p[..]).unwrap();
         let f = ipv4_fragment(&ip).unwrap().unwrap();
         if let FragResult::Complete { data, .. } = r.insert(Timestamp::ZERO, &f, ip.payload()) {
@@ -848,76 +658,37 @@ fn classify_ipv6() {
     let p = ipv6_frag(0xdead_beef, 0, true, &[], &d);
     let ip = Ipv6Packet::new_checked(&p[..]).unwrap();
     let (f, at) = ipv6_fragment(&ip).unwrap().unwrap();
-    assert_eq!(
-        (f.key.ident, f.key.proto, f.offset, f.more, at),
-        (0xdead_beef, U, 0, true, 8)
-    );
+    assert_eq!((f.key.ident, f.key.proto, f.offset, f.more, at), (0xdead_beef, U, 0, true, 8));
     assert_eq!(&ip.payload()[at..], &d[..]);
     // Behind a Hop-by-Hop and a Destination Options header, non-first.
     let p = ipv6_frag(7, 1448, false, &[0, 60], &d);
     let ip = Ipv6Packet::new_checked(&p[..]).unwrap();
     let (f, at) = ipv6_fragment(&ip).unwrap().unwrap();
-    assert_eq!(
-        (f.key.ident, f.key.proto, f.offset, f.more, at),
-        (7, U, 1448, false, 24)
-    );
+    assert_eq!((f.key.ident, f.key.proto, f.offset, f.more, at), (7, U, 1448, false, 24));
     assert_eq!(&ip.payload()[at..], &d[..]);
     // Not a fragment; a broken chain.
     let mut p = ipv6_frag(7, 0, true, &[], &d);
     p[6] = U;
-    assert_eq!(
-        ipv6_fragment(&Ipv6Packet::new_checked(&p[..]).unwrap()),
-        Ok(None)
-    );
+    assert_eq!(ipv6_fragment(&Ipv6Packet::new_checked(&p[..]).unwrap()), Ok(None));
     let mut p = ipv6_frag(7, 0, true, &[60], &d);
     p[41] = 200; // Destination Options length runs past the payload
-    assert_eq!(
-        ipv6_fragment(&Ipv6Packet::new_checked(&p[..]).unwrap()),
-        Err(R::Ipv6Malformed)
-    );
+    assert_eq!(ipv6_fragment(&Ipv6Packet::new_checked(&p[..]).unwrap()), Err(R::Ipv6Malformed));
 }
 
 // --- properties ---
 
 #[derive(Clone, Debug)]
 enum Op {
-    Frag {
-        id: u32,
-        six: bool,
-        proto: u8,
-        off: u16,
-        len: usize,
-        more: bool,
-        dt: u64,
-    },
-    Take {
-        id: u32,
-        six: bool,
-        proto: u8,
-    },
-    Expire {
-        dt: u64,
-        budget: usize,
-    },
-    Discard {
-        id: u32,
-        six: bool,
-        proto: u8,
-    },
+    Frag { id: u32, six: bool, proto: u8, off: u16, len: usize, more: bool, dt: u64 },
+    Take { id: u32, six: bool, proto: u8 },
+    Expire { dt: u64, budget: usize },
+    Discard { id: u32, six: bool, proto: u8 },
 }
 
 fn op() -> impl Strategy<Value = Op> {
     let proto = prop::sample::select(vec![U, T, ip_proto::ICMP, ip_proto::ICMPV6, 99]);
-    let off = prop_oneof![
-        (0u16..64).prop_map(|w| w * 8),
-        (0u16..8192).prop_map(|w| w * 8),
-        any::<u16>()
-    ];
-    let len = prop_oneof![
-        (0usize..40).prop_map(|w| w * 8),
-        0usize..2000,
-        60000usize..66000
-    ];
+    let off = prop_oneof![(0u16..64).prop_map(|w| w * 8), (0u16..8192).prop_map(|w| w * 8), any::<u16>()];
+    let len = prop_oneof![(0usize..40).prop_map(|w| w * 8), 0usize..2000, 60000usize..66000];
     prop_oneof![
         8 => (0u32..6, any::<bool>(), proto.clone(), off, len, any::<bool>(), 0u64..700)
             .prop_map(|(id, six, proto, off, len, more, dt)| Op::Frag { id, six, proto, off, len, more, dt }),

@@ -269,10 +269,7 @@ impl PortAllocator {
     /// Blocks with no host and no port in use (what could be released to
     /// a joiner; off the packet path: a walk).
     pub fn free_blocks(&self) -> usize {
-        self.blocks
-            .iter()
-            .filter(|b| b.in_use == 0 && b.host.is_none() && !b.inherited)
-            .count()
+        self.blocks.iter().filter(|b| b.in_use == 0 && b.host.is_none() && !b.inherited).count()
     }
     /// Ports in use over every block and class.
     pub fn in_use(&self) -> u64 {
@@ -280,11 +277,7 @@ impl PortAllocator {
     }
     /// The blocks `host` holds.
     pub fn host_blocks(&self, host: Ipv4Addr) -> impl Iterator<Item = BlockRef> + '_ {
-        self.hosts
-            .get(&host)
-            .into_iter()
-            .flat_map(|h| h.as_slice())
-            .map(|&i| self.blocks[i as usize].r)
+        self.hosts.get(&host).into_iter().flat_map(|h| h.as_slice()).map(|&i| self.blocks[i as usize].r)
     }
 
     /// A mapped port of `class` for inside host `host`: from a block it
@@ -303,11 +296,7 @@ impl PortAllocator {
                     self.current[class as usize] = i;
                     self.counters.allocated += 1;
                     let b = &self.blocks[i];
-                    return Ok(Mapped {
-                        block: b.r,
-                        addr: b.addr,
-                        port: b.first + off,
-                    });
+                    return Ok(Mapped { block: b.r, addr: b.addr, port: b.first + off });
                 }
             }
             self.counters.exhausted_pool += 1;
@@ -319,11 +308,7 @@ impl PortAllocator {
                 if let Some(off) = self.blocks[i].take(class) {
                     self.counters.allocated += 1;
                     let b = &self.blocks[i];
-                    return Ok(Mapped {
-                        block: b.r,
-                        addr: b.addr,
-                        port: b.first + off,
-                    });
+                    return Ok(Mapped { block: b.r, addr: b.addr, port: b.first + off });
                 }
             }
             if u16::from(held.n) >= max_per_host {
@@ -343,11 +328,7 @@ impl PortAllocator {
         let b = &mut self.blocks[i];
         let off = b.take(class).unwrap_or(0); // a free block has every port free
         self.counters.allocated += 1;
-        Ok(Mapped {
-            block: b.r,
-            addr: b.addr,
-            port: b.first + off,
-        })
+        Ok(Mapped { block: b.r, addr: b.addr, port: b.first + off })
     }
 
     /// Whether `port` of `class` is in use in block `r`.
@@ -356,8 +337,7 @@ impl PortAllocator {
             return false;
         };
         let b = &self.blocks[i];
-        port.checked_sub(b.first)
-            .is_some_and(|off| off < b.len && b.bit(class, off))
+        port.checked_sub(b.first).is_some_and(|off| off < b.len && b.bit(class, off))
     }
 
     /// Mark `port` of `class` in block `r` used by `host` (a binding
@@ -401,10 +381,7 @@ impl PortAllocator {
             return;
         };
         let b = &mut self.blocks[i];
-        let Some(off) = port
-            .checked_sub(b.first)
-            .filter(|&o| o < b.len && b.bit(class, o))
-        else {
+        let Some(off) = port.checked_sub(b.first).filter(|&o| o < b.len && b.bit(class, o)) else {
             self.counters.bad_free += 1;
             return;
         };
@@ -428,10 +405,7 @@ impl PortAllocator {
     /// (a debt to a joiner): it is no longer allocated from. `None` when
     /// every such block has translations.
     pub fn take_idle_block(&mut self, addr: u32) -> Option<BlockRef> {
-        let k = self
-            .free
-            .iter()
-            .position(|&i| self.blocks[i].r.addr == addr && self.blocks[i].in_use == 0)?;
+        let k = self.free.iter().position(|&i| self.blocks[i].r.addr == addr && self.blocks[i].in_use == 0)?;
         let i = self.free.swap_remove(k);
         Some(self.drop_block(i))
     }
@@ -439,9 +413,7 @@ impl PortAllocator {
     /// Stop holding block `r` (the map gave it back to its holder), once
     /// no port of it is in use; `false` (nothing changes) while one is.
     pub fn remove_block(&mut self, r: BlockRef) -> bool {
-        let Some(&i) = self.by_ref.get(&r) else {
-            return false;
-        };
+        let Some(&i) = self.by_ref.get(&r) else { return false };
         if self.blocks[i].in_use != 0 {
             return false;
         }
@@ -479,10 +451,7 @@ mod tests {
 
     fn blocks_for(a: &mut PortAllocator, n: u16) {
         for b in 0..n {
-            a.add_block(
-                BlockRef { addr: 0, block: b },
-                Ipv4Addr::new(198, 51, 100, 1),
-            );
+            a.add_block(BlockRef { addr: 0, block: b }, Ipv4Addr::new(198, 51, 100, 1));
         }
     }
     const H1: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
@@ -508,10 +477,7 @@ mod tests {
             a.alloc(PortClass::Tcp, H2).unwrap();
         }
         assert_eq!(a.alloc(PortClass::Tcp, H2), Err(Exhausted::Host));
-        assert_eq!(
-            a.alloc(PortClass::Tcp, Ipv4Addr::new(10, 0, 0, 3)),
-            Err(Exhausted::Pool)
-        );
+        assert_eq!(a.alloc(PortClass::Tcp, Ipv4Addr::new(10, 0, 0, 3)), Err(Exhausted::Pool));
     }
 
     #[test]
@@ -519,24 +485,12 @@ mod tests {
         let g = Geometry::new(64, false).unwrap();
         let mut a = PortAllocator::new(g, Some(4), 16);
         blocks_for(&mut a, 2);
-        let p: Vec<Mapped> = (0..3)
-            .map(|_| a.alloc(PortClass::Udp, H1).unwrap())
-            .collect();
-        assert_eq!(
-            p.iter().map(|m| m.port).collect::<Vec<_>>(),
-            [1024, 1025, 1026].map(|x| x + 64)
-        );
+        let p: Vec<Mapped> = (0..3).map(|_| a.alloc(PortClass::Udp, H1).unwrap()).collect();
+        assert_eq!(p.iter().map(|m| m.port).collect::<Vec<_>>(), [1024, 1025, 1026].map(|x| x + 64));
         a.free(PortClass::Udp, p[0].block, p[0].port);
-        assert_eq!(
-            a.alloc(PortClass::Udp, H1).unwrap().port,
-            1024 + 64 + 3,
-            "not the one just freed"
-        );
+        assert_eq!(a.alloc(PortClass::Udp, H1).unwrap().port, 1024 + 64 + 3, "not the one just freed");
         a.free(PortClass::Udp, p[0].block, p[0].port);
-        assert_eq!(
-            a.counters.bad_free, 1,
-            "a double free is counted, not applied"
-        );
+        assert_eq!(a.counters.bad_free, 1, "a double free is counted, not applied");
         for m in &p[1..] {
             a.free(PortClass::Udp, m.block, m.port);
         }
@@ -559,11 +513,7 @@ mod tests {
         assert_eq!(a.alloc(PortClass::Tcp, H1), Err(Exhausted::Pool));
         assert_eq!(a.host_blocks(H1).count(), 0, "no per-host blocks");
         // Freeing one port of block 1 makes room; no block is idle yet.
-        a.free(
-            PortClass::Tcp,
-            BlockRef { addr: 0, block: 1 },
-            1024 + 64 + 5,
-        );
+        a.free(PortClass::Tcp, BlockRef { addr: 0, block: 1 }, 1024 + 64 + 5);
         assert_eq!(a.alloc(PortClass::Tcp, H2).unwrap().port, 1024 + 64 + 5);
         assert_eq!(a.take_idle_block(0), None);
         for p in 1024..1024 + 64 {
@@ -580,10 +530,7 @@ mod tests {
         blocks_for(&mut a, 8);
         a.alloc(PortClass::Tcp, H1).unwrap();
         a.alloc(PortClass::Tcp, H2).unwrap();
-        assert_eq!(
-            a.alloc(PortClass::Tcp, Ipv4Addr::new(10, 0, 0, 3)),
-            Err(Exhausted::Hosts)
-        );
+        assert_eq!(a.alloc(PortClass::Tcp, Ipv4Addr::new(10, 0, 0, 3)), Err(Exhausted::Hosts));
         assert_eq!(a.counters.exhausted_hosts_table, 1);
     }
 
@@ -596,10 +543,7 @@ mod tests {
         assert!(a.reserve(PortClass::Tcp, r, 1030, H1));
         assert!(!a.reserve(PortClass::Tcp, r, 1030, H1), "in use already");
         assert!(!a.reserve(PortClass::Tcp, r, 80, H1), "not in the block");
-        assert!(
-            !a.reserve(PortClass::Tcp, BlockRef { addr: 0, block: 9 }, 6000, H1),
-            "not our block"
-        );
+        assert!(!a.reserve(PortClass::Tcp, BlockRef { addr: 0, block: 9 }, 6000, H1), "not our block");
         for _ in 0..511 {
             assert_ne!(a.alloc(PortClass::Tcp, H1).unwrap().port, 1030);
         }
@@ -615,26 +559,17 @@ mod tests {
             blocks_for(&mut a, 1);
             let inh = BlockRef { addr: 0, block: 5 };
             a.add_inherited_block(inh, Ipv4Addr::new(198, 51, 100, 1));
-            assert_eq!(
-                (a.holds(inh), a.holds(BlockRef { addr: 0, block: 0 })),
-                (Some(true), Some(false))
-            );
+            assert_eq!((a.holds(inh), a.holds(BlockRef { addr: 0, block: 0 })), (Some(true), Some(false)));
             let (lo, _) = g.ports(5).unwrap();
             assert!(a.reserve(PortClass::Udp, inh, lo + 3, H2));
-            assert!(
-                !a.reserve(PortClass::Udp, inh, lo + 3, H1),
-                "in use already"
-            );
+            assert!(!a.reserve(PortClass::Udp, inh, lo + 3, H1), "in use already");
             // Every port handed out comes from the dealt block, none from
             // the inherited one, until the dealt block is exhausted.
             for _ in 0..512 {
                 let m = a.alloc(PortClass::Udp, H1).unwrap();
                 assert_eq!(m.block.block, 0, "{max:?}");
             }
-            assert!(
-                a.alloc(PortClass::Udp, H1).is_err(),
-                "{max:?}: the inherited block is not allocated from"
-            );
+            assert!(a.alloc(PortClass::Udp, H1).is_err(), "{max:?}: the inherited block is not allocated from");
             assert_eq!(a.free_blocks(), 0);
             // The binding ends: the port is free, the block still not
             // allocated from.

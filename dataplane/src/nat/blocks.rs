@@ -108,18 +108,10 @@ impl Geometry {
         if !(MIN_BLOCK_SIZE..=MAX_BLOCK_SIZE).contains(&size) {
             return Err(BlockError::SizeOutOfRange(size));
         }
-        let first = if reserved_ports {
-            1
-        } else {
-            FIRST_UNRESERVED_PORT
-        };
+        let first = if reserved_ports { 1 } else { FIRST_UNRESERVED_PORT };
         let ports = 65_536 - u32::from(first);
         let blocks = ports.div_ceil(u32::from(size)) as u16;
-        Ok(Geometry {
-            first,
-            size,
-            blocks,
-        })
+        Ok(Geometry { first, size, blocks })
     }
     /// Blocks per address.
     #[inline]
@@ -199,20 +191,13 @@ pub struct BlockMap {
 
 /// Members in id order.
 fn member_list(bits: u16) -> impl Iterator<Item = NodeId> + Clone {
-    (0..NodeId::MAX_NODES as u8)
-        .filter(move |i| bits >> i & 1 == 1)
-        .map(NodeId)
+    (0..NodeId::MAX_NODES as u8).filter(move |i| bits >> i & 1 == 1).map(NodeId)
 }
 
 impl BlockMap {
     /// A pool's first map: `addrs` (any order, distinct) dealt over
     /// `members`, each member's share over `workers` workers.
-    pub fn deal(
-        geometry: Geometry,
-        addrs: &[Ipv4Addr],
-        members: &MemberSet,
-        workers: u8,
-    ) -> Result<Self, BlockError> {
+    pub fn deal(geometry: Geometry, addrs: &[Ipv4Addr], members: &MemberSet, workers: u8) -> Result<Self, BlockError> {
         if addrs.is_empty() || addrs.len() > MAX_POOL_ADDRESSES {
             return Err(BlockError::PoolSize(addrs.len()));
         }
@@ -332,15 +317,7 @@ impl BlockMap {
             .iter()
             .enumerate()
             .filter(move |(_, h)| h.node == node)
-            .map(move |(i, h)| {
-                (
-                    BlockRef {
-                        addr: (i / per) as u32,
-                        block: (i % per) as u16,
-                    },
-                    *h,
-                )
-            })
+            .map(move |(i, h)| (BlockRef { addr: (i / per) as u32, block: (i % per) as u16 }, *h))
     }
 
     /// How many blocks of address index `addr` each node holds.
@@ -398,10 +375,7 @@ impl BlockMap {
         }
         let nodes: Vec<NodeId> = member_list(self.members).filter(|&n| n != gone).collect();
         for a in 0..self.addrs.len() {
-            if !self.holders[a * per..(a + 1) * per]
-                .iter()
-                .any(|h| h.node == gone)
-            {
+            if !self.holders[a * per..(a + 1) * per].iter().any(|h| h.node == gone) {
                 continue;
             }
             let mut counts = self.counts(a as u32);
@@ -409,10 +383,7 @@ impl BlockMap {
                 if self.holders[a * per + b].node != gone {
                     continue;
                 }
-                let Some(&heir) = nodes
-                    .iter()
-                    .min_by_key(|n| (counts[n.index()], pool[n.index()], n.0))
-                else {
+                let Some(&heir) = nodes.iter().min_by_key(|n| (counts[n.index()], pool[n.index()], n.0)) else {
                     return;
                 };
                 // The same worker index: every member runs as many
@@ -436,11 +407,7 @@ impl BlockMap {
             if self.members == 1 << x.0 {
                 continue;
             }
-            let mut trial = BlockMap {
-                heirs: Vec::new(),
-                debts: Vec::new(),
-                ..self.clone()
-            };
+            let mut trial = BlockMap { heirs: Vec::new(), debts: Vec::new(), ..self.clone() };
             trial.members &= !(1 << x.0);
             trial.reassign_blocks_of(x);
             for (i, h) in self.holders.iter().enumerate() {
@@ -487,22 +454,14 @@ impl BlockMap {
                 .filter(|n| counts[n.index()] > target[n.index()])
                 .map(|&n| (n, counts[n.index()] - target[n.index()]))
                 .collect();
-            for &to in nodes
-                .iter()
-                .filter(|n| counts[n.index()] < target[n.index()])
-            {
+            for &to in nodes.iter().filter(|n| counts[n.index()] < target[n.index()]) {
                 let mut want = target[to.index()] - counts[to.index()];
                 for (from, extra) in over.iter_mut().filter(|(_, e)| *e > 0) {
                     if want == 0 {
                         break;
                     }
                     let k = want.min(*extra);
-                    self.debts.push(Debt {
-                        addr: a,
-                        from: *from,
-                        to,
-                        count: k,
-                    });
+                    self.debts.push(Debt { addr: a, from: *from, to, count: k });
                     *extra -= k;
                     want -= k;
                 }
@@ -538,11 +497,7 @@ impl BlockMap {
 
     /// Blocks of address `addr` that `node` still owes (0 when none).
     pub fn owed(&self, addr: u32, node: NodeId) -> u16 {
-        self.debts
-            .iter()
-            .filter(|d| d.addr == addr && d.from == node)
-            .map(|d| d.count)
-            .sum()
+        self.debts.iter().filter(|d| d.addr == addr && d.from == node).map(|d| d.count).sum()
     }
 
     /// The map as the bytes the control node publishes (big-endian):
@@ -558,9 +513,7 @@ impl BlockMap {
     ///
     /// Heirs are not sent: [`BlockMap::decode`] computes them.
     pub fn encode(&self) -> Vec<u8> {
-        let mut v = Vec::with_capacity(
-            23 + 4 * self.addrs.len() + 2 * self.holders.len() + 8 * self.debts.len(),
-        );
+        let mut v = Vec::with_capacity(23 + 4 * self.addrs.len() + 2 * self.holders.len() + 8 * self.debts.len());
         v.push(MAP_FORMAT);
         // layout: allow(offset) the block-map record's own encoding, not a packet header
         v.extend_from_slice(&self.geometry.size.to_be_bytes());
@@ -607,8 +560,7 @@ impl BlockMap {
             1 => true,
             _ => return Err(MapDecodeError::Invalid("reserved-ports flag")),
         };
-        let geometry =
-            Geometry::new(size, reserved).map_err(|_| MapDecodeError::Invalid("block size"))?;
+        let geometry = Geometry::new(size, reserved).map_err(|_| MapDecodeError::Invalid("block size"))?;
         let workers = r.u8()?;
         if workers == 0 || workers > MAX_WORKERS {
             return Err(MapDecodeError::Invalid("worker count"));
@@ -643,48 +595,22 @@ impl BlockMap {
             if x >> 9 != 0 || members >> node & 1 == 0 || worker >= workers {
                 return Err(MapDecodeError::Invalid("holder"));
             }
-            holders.push(Holder {
-                node: NodeId(node),
-                worker,
-            });
+            holders.push(Holder { node: NodeId(node), worker });
         }
         let nd = usize::from(r.u16()?);
         if r.0.len() != nd * 8 {
-            return Err(if r.0.len() < nd * 8 {
-                MapDecodeError::Truncated
-            } else {
-                MapDecodeError::Trailing
-            });
+            return Err(if r.0.len() < nd * 8 { MapDecodeError::Truncated } else { MapDecodeError::Trailing });
         }
         let mut debts = Vec::with_capacity(nd);
         for _ in 0..nd {
-            let d = Debt {
-                addr: r.u32()?,
-                from: NodeId(r.u8()?),
-                to: NodeId(r.u8()?),
-                count: r.u16()?,
-            };
+            let d = Debt { addr: r.u32()?, from: NodeId(r.u8()?), to: NodeId(r.u8()?), count: r.u16()? };
             let member = |x: NodeId| x.index() < NodeId::MAX_NODES && members >> x.0 & 1 == 1;
-            if d.addr as usize >= n
-                || !member(d.from)
-                || !member(d.to)
-                || d.from == d.to
-                || d.count == 0
-            {
+            if d.addr as usize >= n || !member(d.from) || !member(d.to) || d.from == d.to || d.count == 0 {
                 return Err(MapDecodeError::Invalid("debt"));
             }
             debts.push(d);
         }
-        let mut map = BlockMap {
-            geometry,
-            workers,
-            members,
-            addrs,
-            holders,
-            heirs: Vec::new(),
-            debts,
-            version,
-        };
+        let mut map = BlockMap { geometry, workers, members, addrs, holders, heirs: Vec::new(), debts, version };
         map.compute_heirs();
         Ok(map)
     }
@@ -711,10 +637,7 @@ struct Reader<'a>(&'a [u8]);
 
 impl Reader<'_> {
     fn take<const N: usize>(&mut self) -> Result<[u8; N], MapDecodeError> {
-        let (head, rest) = self
-            .0
-            .split_first_chunk::<N>()
-            .ok_or(MapDecodeError::Truncated)?;
+        let (head, rest) = self.0.split_first_chunk::<N>().ok_or(MapDecodeError::Truncated)?;
         self.0 = rest;
         Ok(*head)
     }

@@ -32,10 +32,8 @@ pub mod plan;
 pub mod rules;
 pub mod xlate;
 
-pub use crate::wire::rewrite::{
-    rewrite, rewrite_icmp_error, rewrite_icmp_error_out, Endpoint, RewriteError,
-};
 pub use alloc::{Exhausted, Mapped, PortAllocator, PortClass};
 pub use blocks::{BlockError, BlockMap, BlockRef, Debt, Geometry, Holder, MapDecodeError};
+pub use crate::wire::rewrite::{rewrite, rewrite_icmp_error, rewrite_icmp_error_out, Endpoint, RewriteError};
 pub use rules::{PerSession, RuleKind, RuleSpec, RuleTable, UdpPerSession};
 pub use xlate::{Sessions, Xlate, XlateId, XlateInfo, XlateTable};

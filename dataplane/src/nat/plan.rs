@@ -14,9 +14,7 @@
 //! never panics on any input.
 
 use crate::cluster::MemberSet;
-use crate::nat::{
-    BlockError, BlockMap, Geometry, Holder, PortClass, RuleKind, RuleSpec, RuleTable,
-};
+use crate::nat::{BlockError, BlockMap, Geometry, Holder, PortClass, RuleKind, RuleSpec, RuleTable};
 use crate::route::IfIndex;
 use crate::types::{Duration, Epoch, NodeId, WorkerId};
 use std::net::Ipv4Addr;
@@ -62,13 +60,7 @@ pub enum NatSpecError {
     #[error("address {0} is in two pools")]
     SharedAddress(Ipv4Addr),
     #[error("a NAT plan for {plan_workers} worker(s) and {plan_ifaces} interface(s) given to worker {me} of {workers} with {ifaces} interface(s)")]
-    PlanMismatch {
-        plan_workers: u16,
-        plan_ifaces: usize,
-        me: u16,
-        workers: u16,
-        ifaces: usize,
-    },
+    PlanMismatch { plan_workers: u16, plan_ifaces: usize, me: u16, workers: u16, ifaces: usize },
 }
 
 /// One pool in the plan.
@@ -77,9 +69,7 @@ pub(crate) enum PlanPool {
     /// Its block map dealt over the node's workers.
     Pat { map: BlockMap, pat: PatSpec },
     /// Dynamic NAT: its addresses, each with its worker.
-    Nat {
-        addresses: Vec<(Ipv4Addr, WorkerId)>,
-    },
+    Nat { addresses: Vec<(Ipv4Addr, WorkerId)> },
 }
 
 /// What every worker of a node shares of a NAT configuration, read-only
@@ -160,8 +150,7 @@ impl NatPlan {
         workers: u16,
         cluster: Option<(NodeId, &MemberSet)>,
     ) -> Result<Arc<Self>, NatSpecError> {
-        let w8 = u8::try_from(workers)
-            .map_err(|_| NatSpecError::Pool(0, BlockError::Workers(u8::MAX)))?;
+        let w8 = u8::try_from(workers).map_err(|_| NatSpecError::Pool(0, BlockError::Workers(u8::MAX)))?;
         let mut pools = Vec::with_capacity(spec.pools.len());
         let mut addrs = Vec::new();
         for (i, p) in spec.pools.iter().enumerate() {
@@ -171,20 +160,15 @@ impl NatPlan {
             pools.push(match p.pat {
                 Some(pat) => {
                     // One node: the whole map is dealt over its workers.
-                    let g = Geometry::new(pat.block_size, pat.reserved_ports)
-                        .map_err(|e| NatSpecError::Pool(i, e))?;
+                    let g = Geometry::new(pat.block_size, pat.reserved_ports).map_err(|e| NatSpecError::Pool(i, e))?;
                     let alone = MemberSet::from_nodes(Epoch(1), [NodeId(0)])
                         .map_err(|_| NatSpecError::Pool(i, BlockError::NoMembers))?;
                     let members = cluster.map_or(&alone, |(_, m)| m);
-                    let map = BlockMap::deal(g, &p.addresses, members, w8)
-                        .map_err(|e| NatSpecError::Pool(i, e))?;
+                    let map = BlockMap::deal(g, &p.addresses, members, w8).map_err(|e| NatSpecError::Pool(i, e))?;
                     PlanPool::Pat { map, pat }
                 }
                 None => PlanPool::Nat {
-                    addresses: (0..)
-                        .zip(&p.addresses)
-                        .map(|(k, &a)| (a, WorkerId(k % workers.max(1))))
-                        .collect(),
+                    addresses: (0..).zip(&p.addresses).map(|(k, &a)| (a, WorkerId(k % workers.max(1)))).collect(),
                 },
             });
         }
@@ -238,10 +222,7 @@ impl NatPlan {
     /// skipped.
     #[inline]
     pub fn mapped_side(&self, ifx: IfIndex) -> bool {
-        self.mapped_side
-            .get(usize::from(ifx.0))
-            .copied()
-            .unwrap_or(false)
+        self.mapped_side.get(usize::from(ifx.0)).copied().unwrap_or(false)
     }
 
     /// Does `other` translate over the same pools (addresses and block
@@ -261,10 +242,7 @@ impl NatPlan {
     }
 
     pub(crate) fn pool_of(&self, a: Ipv4Addr) -> Option<u16> {
-        self.addrs
-            .binary_search_by_key(&a, |e| e.0)
-            .ok()
-            .map(|i| self.addrs[i].1)
+        self.addrs.binary_search_by_key(&a, |e| e.0).ok().map(|i| self.addrs[i].1)
     }
 
     /// Where a datagram to `dst` (protocol, port class and destination
@@ -272,35 +250,22 @@ impl NatPlan {
     /// not NAT's, or when no worker holds it (a port outside the pool's
     /// blocks: dropped as `nat-no-xlate` wherever it lands). A static rule
     /// first, as `NatPath::inbound` translates. No allocation.
-    pub fn inbound(
-        &self,
-        dst: Ipv4Addr,
-        proto: u8,
-        class: Option<PortClass>,
-        port: u16,
-    ) -> Option<NatInbound> {
-        if let Some(rule) = self
-            .rules
-            .inbound(dst, proto, port)
-            .and_then(|i| self.rules.rule(i))
-        {
+    pub fn inbound(&self, dst: Ipv4Addr, proto: u8, class: Option<PortClass>, port: u16) -> Option<NatInbound> {
+        if let Some(rule) = self.rules.inbound(dst, proto, port).and_then(|i| self.rules.rule(i)) {
             let (a, p) = static_real(rule, dst);
             return Some(NatInbound::Real(a, p));
         }
         match self.pools.get(usize::from(self.pool_of(dst)?))? {
             PlanPool::Pat { map, .. } => {
                 class?;
-                map.lookup(dst, port)
-                    .map(|h| NatInbound::Worker(WorkerId(u16::from(h.worker))))
+                map.lookup(dst, port).map(|h| NatInbound::Worker(WorkerId(u16::from(h.worker))))
             }
             // A cluster's: the control node's table says whose it is.
             PlanPool::Nat { .. } if self.cluster => Some(NatInbound::Shared),
             // Dealt in pool order: the address's index there.
             PlanPool::Nat { addresses } => {
                 let i = self.addrs.binary_search_by_key(&dst, |e| e.0).ok()?;
-                addresses
-                    .get(self.addrs[i].2 as usize)
-                    .map(|&(_, w)| NatInbound::Worker(w))
+                addresses.get(self.addrs[i].2 as usize).map(|&(_, w)| NatInbound::Worker(w))
             }
         }
     }
@@ -357,9 +322,7 @@ impl NatPlan {
         let mut next = self.clone();
         let mut changed = false;
         for (p, dealt) in next.pools.iter_mut().zip(&self.dealt) {
-            let (PlanPool::Pat { map, .. }, Some(dealt)) = (p, dealt) else {
-                continue;
-            };
+            let (PlanPool::Pat { map, .. }, Some(dealt)) = (p, dealt) else { continue };
             let mut m = dealt.clone();
             for n in (0..NodeId::MAX_NODES as u8).map(NodeId) {
                 if dealt.members() >> n.0 & 1 == 1 && !members.contains(n) {
@@ -384,11 +347,7 @@ impl NatPlan {
     /// This plan's rules over `running`'s pools and maps (a cluster's
     /// reload, N9: the block maps in force — after leaves — stay).
     pub fn with_pools_of(&self, running: &NatPlan) -> Arc<NatPlan> {
-        Arc::new(NatPlan {
-            rules: self.rules.clone(),
-            mapped_side: self.mapped_side.clone(),
-            ..running.clone()
-        })
+        Arc::new(NatPlan { rules: self.rules.clone(), mapped_side: self.mapped_side.clone(), ..running.clone() })
     }
 
     /// Workers that hold no address of a dynamic-NAT pool (its hosts
@@ -400,9 +359,7 @@ impl NatPlan {
             .iter()
             .enumerate()
             .filter_map(|(i, p)| match p {
-                PlanPool::Nat { addresses }
-                    if !self.cluster && addresses.len() < usize::from(self.workers) =>
-                {
+                PlanPool::Nat { addresses } if !self.cluster && addresses.len() < usize::from(self.workers) => {
                     Some((i as u16, self.workers - addresses.len() as u16))
                 }
                 _ => None,
@@ -436,10 +393,7 @@ pub(crate) fn class_of(proto: u8, icmp_type: Option<u8>) -> Option<PortClass> {
 pub(crate) fn static_real(rule: &RuleSpec, dst: Ipv4Addr) -> (Ipv4Addr, Option<u16>) {
     match (rule.kind, rule.ports) {
         (RuleKind::StaticPat, Some((_, rp, _))) => (rule.source.0, Some(rp)),
-        _ => (
-            shift(dst, rule.mapped.unwrap_or(rule.source), rule.source),
-            None,
-        ),
+        _ => (shift(dst, rule.mapped.unwrap_or(rule.source), rule.source), None),
     }
 }
 
@@ -448,24 +402,14 @@ pub(crate) fn static_real(rule: &RuleSpec, dst: Ipv4Addr) -> (Ipv4Addr, Option<u
 /// for static PAT, the mapped address and port. `None`: not a static rule.
 pub(crate) fn static_mapped(rule: &RuleSpec, src: Ipv4Addr) -> Option<(Ipv4Addr, Option<u16>)> {
     match rule.kind {
-        RuleKind::StaticNat => Some((
-            shift(src, rule.source, rule.mapped.unwrap_or(rule.source)),
-            None,
-        )),
-        RuleKind::StaticPat => rule
-            .ports
-            .zip(rule.mapped)
-            .map(|((_, _, mp), m)| (m.0, Some(mp))),
+        RuleKind::StaticNat => Some((shift(src, rule.source, rule.mapped.unwrap_or(rule.source)), None)),
+        RuleKind::StaticPat => rule.ports.zip(rule.mapped).map(|((_, _, mp), m)| (m.0, Some(mp))),
         _ => None,
     }
 }
 
 /// `addr` moved from the prefix `from` into the prefix `to` (same length).
 pub(crate) fn shift(addr: Ipv4Addr, from: (Ipv4Addr, u8), to: (Ipv4Addr, u8)) -> Ipv4Addr {
-    let host = if from.1 >= 32 {
-        0
-    } else {
-        u32::from(addr) & (u32::MAX >> from.1)
-    };
+    let host = if from.1 >= 32 { 0 } else { u32::from(addr) & (u32::MAX >> from.1) };
     Ipv4Addr::from(u32::from(to.0) | host)
 }

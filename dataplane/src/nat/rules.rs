@@ -82,10 +82,7 @@ pub enum UdpPerSession {
 impl Default for PerSession {
     /// The reference's defaults: TCP and DNS per-session.
     fn default() -> Self {
-        PerSession {
-            tcp: true,
-            udp: UdpPerSession::Dns,
-        }
+        PerSession { tcp: true, udp: UdpPerSession::Dns }
     }
 }
 
@@ -123,10 +120,7 @@ const NONE: u32 = u32::MAX;
 impl Trie {
     fn insert(&mut self, addr: Ipv4Addr, len: u8, rule: u32) {
         if self.nodes.is_empty() {
-            self.nodes.push(TrieNode {
-                child: [NONE; 2],
-                best: NONE,
-            });
+            self.nodes.push(TrieNode { child: [NONE; 2], best: NONE });
         }
         let bits = u32::from(addr);
         let mut n = 0usize;
@@ -134,10 +128,7 @@ impl Trie {
             let b = (bits >> (31 - i) & 1) as usize;
             let next = self.nodes[n].child[b];
             n = if next == NONE {
-                self.nodes.push(TrieNode {
-                    child: [NONE; 2],
-                    best: NONE,
-                });
+                self.nodes.push(TrieNode { child: [NONE; 2], best: NONE });
                 let new = self.nodes.len() - 1;
                 self.nodes[n].child[b] = new as u32;
                 new
@@ -151,16 +142,12 @@ impl Trie {
     /// The lowest rule index among the prefixes containing `addr`.
     #[inline]
     fn lookup(&self, addr: Ipv4Addr) -> u32 {
-        let Some(mut node) = self.nodes.first() else {
-            return NONE;
-        };
+        let Some(mut node) = self.nodes.first() else { return NONE };
         let bits = u32::from(addr);
         let mut best = node.best;
         for i in 0..32 {
             let next = node.child[(bits >> (31 - i) & 1) as usize];
-            let Some(n) = self.nodes.get(next as usize) else {
-                break;
-            };
+            let Some(n) = self.nodes.get(next as usize) else { break };
             node = n;
             best = best.min(node.best);
         }
@@ -183,12 +170,7 @@ impl Set {
         if self.static_pat.is_empty() {
             return t;
         }
-        t.min(
-            self.static_pat
-                .get(&(src, proto, sport))
-                .copied()
-                .unwrap_or(NONE),
-        )
+        t.min(self.static_pat.get(&(src, proto, sport)).copied().unwrap_or(NONE))
     }
 }
 
@@ -207,10 +189,7 @@ impl RuleTable {
     /// Compile `rules` (in order) for `ifaces` interfaces. A rule naming an
     /// interface at or beyond `ifaces` never matches.
     pub fn build(rules: Vec<RuleSpec>, ifaces: usize) -> Self {
-        let mut t = RuleTable {
-            per_iface: vec![Set::default(); ifaces],
-            ..Default::default()
-        };
+        let mut t = RuleTable { per_iface: vec![Set::default(); ifaces], ..Default::default() };
         for (i, r) in rules.iter().enumerate() {
             let i = i as u32;
             let set = match r.real_iface {
@@ -222,9 +201,7 @@ impl RuleTable {
             };
             match (r.kind, r.ports) {
                 (RuleKind::StaticPat, Some((proto, rport, mport))) => {
-                    set.static_pat
-                        .entry((r.source.0, proto, rport))
-                        .or_insert(i);
+                    set.static_pat.entry((r.source.0, proto, rport)).or_insert(i);
                     if let Some((m, _)) = r.mapped {
                         t.mapped_pat.entry((m, proto, mport)).or_insert(i);
                     }
@@ -272,12 +249,7 @@ impl RuleTable {
     pub fn inbound(&self, dst: Ipv4Addr, proto: u8, dport: u16) -> Option<u32> {
         let mut best = self.mapped.lookup(dst);
         if !self.mapped_pat.is_empty() {
-            best = best.min(
-                self.mapped_pat
-                    .get(&(dst, proto, dport))
-                    .copied()
-                    .unwrap_or(NONE),
-            );
+            best = best.min(self.mapped_pat.get(&(dst, proto, dport)).copied().unwrap_or(NONE));
         }
         (best != NONE).then_some(best)
     }

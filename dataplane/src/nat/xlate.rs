@@ -201,12 +201,7 @@ impl XlateTable {
             self.counters.full += 1;
             return Err(InsertError::Full);
         };
-        self.slots[i as usize] = Some(Slot {
-            x,
-            refs: 1,
-            created: now,
-            last_used: now,
-        });
+        self.slots[i as usize] = Some(Slot { x, refs: 1, created: now, last_used: now });
         self.by_real.insert(kr, i);
         self.by_mapped.insert(km, i);
         self.counters.created += 1;
@@ -249,9 +244,7 @@ impl XlateTable {
 
     /// One more connection uses `id` (a multi-session xlate reused).
     pub fn acquire(&mut self, now: Timestamp, id: XlateId) -> bool {
-        let Some(Some(s)) = self.slots.get_mut(id.0 as usize) else {
-            return false;
-        };
+        let Some(Some(s)) = self.slots.get_mut(id.0 as usize) else { return false };
         s.refs = s.refs.saturating_add(1);
         s.last_used = now;
         true
@@ -269,9 +262,7 @@ impl XlateTable {
     /// connections is removed at once and returned (its port is the
     /// caller's to free); a multi-session one waits for `expire`.
     pub fn release(&mut self, now: Timestamp, id: XlateId) -> Option<Xlate> {
-        let Some(Some(s)) = self.slots.get_mut(id.0 as usize) else {
-            return None;
-        };
+        let Some(Some(s)) = self.slots.get_mut(id.0 as usize) else { return None };
         s.refs = s.refs.saturating_sub(1);
         s.last_used = now;
         if s.refs == 0 && s.x.sessions == Sessions::PerSession {
@@ -293,17 +284,9 @@ impl XlateTable {
     /// connections were removed, or are about to be: a block handed back
     /// to its holder); each goes to `removed` (to free its port). A walk
     /// of the table: off the packet path.
-    pub fn remove_where(
-        &mut self,
-        mut doomed: impl FnMut(&Xlate) -> bool,
-        mut removed: impl FnMut(Xlate),
-    ) -> usize {
+    pub fn remove_where(&mut self, mut doomed: impl FnMut(&Xlate) -> bool, mut removed: impl FnMut(Xlate)) -> usize {
         let ids: Vec<u32> = (0..self.slots.len() as u32)
-            .filter(|&i| {
-                self.slots[i as usize]
-                    .as_ref()
-                    .is_some_and(|s| doomed(&s.x))
-            })
+            .filter(|&i| self.slots[i as usize].as_ref().is_some_and(|s| doomed(&s.x)))
             .collect();
         for &i in &ids {
             if let Some(x) = self.remove(XlateId(i)) {
@@ -339,12 +322,7 @@ impl XlateTable {
     /// Reap stale xlates, inspecting at most `budget` slots from where the
     /// last call stopped; each reaped xlate goes to `reaped` (to free its
     /// port). Returns how many were reaped.
-    pub fn expire(
-        &mut self,
-        now: Timestamp,
-        budget: usize,
-        mut reaped: impl FnMut(Xlate),
-    ) -> usize {
+    pub fn expire(&mut self, now: Timestamp, budget: usize, mut reaped: impl FnMut(Xlate)) -> usize {
         let cap = self.slots.len();
         if cap == 0 || self.by_real.is_empty() {
             return 0;
@@ -353,9 +331,7 @@ impl XlateTable {
         for _ in 0..budget.min(cap) {
             let i = self.cursor % cap;
             self.cursor = (i + 1) % cap;
-            let stale = self.slots[i]
-                .as_ref()
-                .is_some_and(|s| self.is_stale(s, now));
+            let stale = self.slots[i].as_ref().is_some_and(|s| self.is_stale(s, now));
             if stale {
                 if let Some(x) = self.remove(XlateId(i as u32)) {
                     reaped(x);
@@ -369,13 +345,7 @@ impl XlateTable {
 
     /// Up to `max` xlates as `show xlate` lists them (off the packet path).
     pub fn snapshot(&self, now: Timestamp, max: usize) -> Vec<XlateInfo> {
-        let ep = |(a, p): Endpoint| {
-            if p == 0 {
-                a.to_string()
-            } else {
-                format!("{a}:{p}")
-            }
-        };
+        let ep = |(a, p): Endpoint| if p == 0 { a.to_string() } else { format!("{a}:{p}") };
         self.slots
             .iter()
             .flatten()
@@ -406,13 +376,7 @@ mod tests {
     const M: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 7);
 
     fn x(class: PortClass, rp: u16, mp: u16, sessions: Sessions) -> Xlate {
-        Xlate {
-            class,
-            real: (R, rp),
-            mapped: (M, mp),
-            sessions,
-            block: None,
-        }
+        Xlate { class, real: (R, rp), mapped: (M, mp), sessions, block: None }
     }
 
     fn secs(s: u64) -> Timestamp {
@@ -422,79 +386,32 @@ mod tests {
     #[test]
     fn found_from_both_sides_and_never_bound_twice() {
         let mut t = XlateTable::new(4, Duration::from_secs(30));
-        let id = t
-            .insert(
-                secs(0),
-                x(PortClass::Tcp, 40000, 1030, Sessions::PerSession),
-            )
-            .unwrap();
+        let id = t.insert(secs(0), x(PortClass::Tcp, 40000, 1030, Sessions::PerSession)).unwrap();
         assert_eq!(t.by_real(PortClass::Tcp, (R, 40000)), Some(id));
         assert_eq!(t.by_mapped(PortClass::Tcp, (M, 1030)), Some(id));
-        assert_eq!(
-            t.by_mapped(PortClass::Udp, (M, 1030)),
-            None,
-            "classes are separate"
-        );
-        assert_eq!(
-            t.insert(
-                secs(0),
-                x(PortClass::Tcp, 40001, 1030, Sessions::PerSession)
-            ),
-            Err(InsertError::Bound)
-        );
-        assert_eq!(
-            t.insert(
-                secs(0),
-                x(PortClass::Tcp, 40000, 1031, Sessions::PerSession)
-            ),
-            Err(InsertError::Bound)
-        );
-        assert!(t
-            .insert(
-                secs(0),
-                x(PortClass::Udp, 40000, 1030, Sessions::MultiSession)
-            )
-            .is_ok());
+        assert_eq!(t.by_mapped(PortClass::Udp, (M, 1030)), None, "classes are separate");
+        assert_eq!(t.insert(secs(0), x(PortClass::Tcp, 40001, 1030, Sessions::PerSession)), Err(InsertError::Bound));
+        assert_eq!(t.insert(secs(0), x(PortClass::Tcp, 40000, 1031, Sessions::PerSession)), Err(InsertError::Bound));
+        assert!(t.insert(secs(0), x(PortClass::Udp, 40000, 1030, Sessions::MultiSession)).is_ok());
         assert_eq!(t.counters.bound, 2);
     }
 
     #[test]
     fn per_session_goes_with_its_connection_multi_session_waits() {
         let mut t = XlateTable::new(4, Duration::from_secs(30));
-        let p = t
-            .insert(
-                secs(0),
-                x(PortClass::Tcp, 40000, 1030, Sessions::PerSession),
-            )
-            .unwrap();
-        let m = t
-            .insert(
-                secs(0),
-                x(PortClass::Udp, 5000, 1030, Sessions::MultiSession),
-            )
-            .unwrap();
+        let p = t.insert(secs(0), x(PortClass::Tcp, 40000, 1030, Sessions::PerSession)).unwrap();
+        let m = t.insert(secs(0), x(PortClass::Udp, 5000, 1030, Sessions::MultiSession)).unwrap();
         assert!(t.acquire(secs(1), m));
         assert_eq!(t.refs(m), 2);
-        assert_eq!(
-            t.release(secs(2), p).map(|x| x.mapped),
-            Some((M, 1030)),
-            "removed, port returned"
-        );
+        assert_eq!(t.release(secs(2), p).map(|x| x.mapped), Some((M, 1030)), "removed, port returned");
         assert_eq!(t.by_mapped(PortClass::Tcp, (M, 1030)), None);
         assert_eq!(t.release(secs(3), m), None);
-        assert_eq!(
-            t.release(secs(4), m),
-            None,
-            "multi-session stays at refcount 0"
-        );
+        assert_eq!(t.release(secs(4), m), None, "multi-session stays at refcount 0");
         // Stale from 34 s: visible, then reaped.
         let snap = t.snapshot(secs(33), 10);
         assert_eq!((snap.len(), snap[0].stale), (1, false));
         let snap = t.snapshot(secs(35), 10);
-        assert_eq!(
-            (snap[0].refcnt, snap[0].idle_ms, snap[0].stale),
-            (0, 31_000, true)
-        );
+        assert_eq!((snap[0].refcnt, snap[0].idle_ms, snap[0].stale), (0, 31_000, true));
         assert_eq!(snap[0].mapped, "198.51.100.7:1030");
         let mut got = Vec::new();
         assert_eq!(t.expire(secs(35), 16, |x| got.push(x.mapped)), 1);
@@ -506,31 +423,14 @@ mod tests {
     #[test]
     fn in_use_xlates_are_never_reaped_and_full_is_an_error() {
         let mut t = XlateTable::new(2, Duration::from_secs(1));
-        let a = t
-            .insert(secs(0), x(PortClass::Icmp, 7, 1024, Sessions::MultiSession))
-            .unwrap();
-        t.insert(secs(0), x(PortClass::Icmp, 8, 1025, Sessions::MultiSession))
-            .unwrap();
-        assert_eq!(
-            t.insert(secs(0), x(PortClass::Icmp, 9, 1026, Sessions::MultiSession)),
-            Err(InsertError::Full)
-        );
-        assert_eq!(
-            t.expire(secs(100), 8, |_| {}),
-            0,
-            "both held by a connection"
-        );
+        let a = t.insert(secs(0), x(PortClass::Icmp, 7, 1024, Sessions::MultiSession)).unwrap();
+        t.insert(secs(0), x(PortClass::Icmp, 8, 1025, Sessions::MultiSession)).unwrap();
+        assert_eq!(t.insert(secs(0), x(PortClass::Icmp, 9, 1026, Sessions::MultiSession)), Err(InsertError::Full));
+        assert_eq!(t.expire(secs(100), 8, |_| {}), 0, "both held by a connection");
         t.release(secs(100), a);
         assert_eq!(t.expire(secs(100), 8, |_| {}), 0, "idle 0 s");
         assert_eq!(t.expire(secs(101), 8, |_| {}), 1);
-        assert!(
-            t.insert(
-                secs(101),
-                x(PortClass::Icmp, 9, 1026, Sessions::MultiSession)
-            )
-            .is_ok(),
-            "the slot is reused"
-        );
+        assert!(t.insert(secs(101), x(PortClass::Icmp, 9, 1026, Sessions::MultiSession)).is_ok(), "the slot is reused");
     }
 
     /// Random inserts, acquires, releases and reaps against a model: the
@@ -547,20 +447,11 @@ mod tests {
             z ^= z << 17;
             now = now.saturating_add(Duration::from_millis(z % 300));
             let class = [PortClass::Tcp, PortClass::Udp, PortClass::Icmp][(z >> 8) as usize % 3];
-            let sessions = if z >> 12 & 1 == 0 {
-                Sessions::PerSession
-            } else {
-                Sessions::MultiSession
-            };
+            let sessions = if z >> 12 & 1 == 0 { Sessions::PerSession } else { Sessions::MultiSession };
             let ids: Vec<u32> = model.keys().copied().collect();
             match (z >> 16) % 4 {
                 0 | 1 => {
-                    let xl = x(
-                        class,
-                        (z >> 20) as u16 % 80,
-                        (z >> 40) as u16 % 80 + 1024,
-                        sessions,
-                    );
+                    let xl = x(class, (z >> 20) as u16 % 80, (z >> 40) as u16 % 80 + 1024, sessions);
                     if let Ok(id) = t.insert(now, xl) {
                         model.insert(id.0, (xl, 1));
                     }
@@ -582,11 +473,7 @@ mod tests {
                 }
                 _ => {
                     t.expire(now, 16, |x| {
-                        let id = model
-                            .iter()
-                            .find(|(_, (m, _))| *m == x)
-                            .map(|(&i, _)| i)
-                            .unwrap();
+                        let id = model.iter().find(|(_, (m, _))| *m == x).map(|(&i, _)| i).unwrap();
                         assert_eq!(model[&id].1, 0, "reaped with connections");
                         model.remove(&id);
                     });

@@ -83,10 +83,7 @@ pub(crate) enum Hold {
 impl ArpHold {
     /// `slot_len`: bytes per held frame's slot (`slots::slot_len_for`).
     pub fn new(slot_len: usize) -> Self {
-        ArpHold {
-            pool: FramePool::new(HOLD_SLOTS, slot_len),
-            seq: 0,
-        }
+        ArpHold { pool: FramePool::new(HOLD_SLOTS, slot_len), seq: 0 }
     }
 
     /// Frames held now.
@@ -121,14 +118,7 @@ impl ArpHold {
 
     /// Copy `frame` (everything rewritten but the destination MAC) to wait
     /// for `next_hop`, to leave on `port`; `wait` is how long it may wait.
-    pub fn hold(
-        &mut self,
-        now: Timestamp,
-        next_hop: impl Into<IpAddr>,
-        port: PortId,
-        wait: Duration,
-        frame: &[u8],
-    ) -> Hold {
+    pub fn hold(&mut self, now: Timestamp, next_hop: impl Into<IpAddr>, port: PortId, wait: Duration, frame: &[u8]) -> Hold {
         if SLOT_HEADROOM + frame.len() > self.pool.slot_len() {
             return Hold::Refused;
         }
@@ -146,15 +136,7 @@ impl ArpHold {
             self.pool.give_back(i);
             return Hold::Refused;
         }
-        self.pool.park(
-            i,
-            Held {
-                next_hop,
-                port,
-                deadline: now.saturating_add(wait),
-                seq: self.seq,
-            },
-        );
+        self.pool.park(i, Held { next_hop, port, deadline: now.saturating_add(wait), seq: self.seq });
         self.seq += 1;
         done
     }
@@ -168,11 +150,7 @@ impl ArpHold {
             let Some(h) = self.pool.parked_meta(i) else {
                 break;
             };
-            if let Some(mut eth) = self
-                .pool
-                .frame_mut(i)
-                .and_then(|f| EthernetFrame::new_checked(f).ok())
-            {
+            if let Some(mut eth) = self.pool.frame_mut(i).and_then(|f| EthernetFrame::new_checked(f).ok()) {
                 eth.set_dst(mac);
             }
             n += 1;
@@ -205,8 +183,8 @@ impl ArpHold {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::slots::SLOT_LEN;
     use std::net::Ipv4Addr;
+    use crate::slots::SLOT_LEN;
 
     const HOP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
     const MAC: [u8; 6] = [2, 0, 0, 0, 0, 9];
@@ -231,14 +209,8 @@ mod tests {
         for k in 0..3 {
             assert_eq!(h.hold(t, HOP, PortId(1), WAIT, &frame(k)), Hold::Held);
         }
-        assert_eq!(
-            h.hold(t, Ipv4Addr::new(10, 0, 0, 2), PortId(2), WAIT, &frame(9)),
-            Hold::Held
-        );
-        assert!(
-            drained(&mut h).is_empty(),
-            "nothing leaves before the reply"
-        );
+        assert_eq!(h.hold(t, Ipv4Addr::new(10, 0, 0, 2), PortId(2), WAIT, &frame(9)), Hold::Held);
+        assert!(drained(&mut h).is_empty(), "nothing leaves before the reply");
         assert_eq!(h.release(HOP, MAC), 3);
         let out = drained(&mut h);
         assert_eq!(out.len(), 3);
@@ -277,17 +249,10 @@ mod tests {
             }
         }
         assert!(!h.can_hold(HOP, 60));
-        assert_eq!(
-            h.hold(t, HOP, PortId(1), WAIT, &frame(0)),
-            Hold::Refused,
-            "no slot left"
-        );
+        assert_eq!(h.hold(t, HOP, PortId(1), WAIT, &frame(0)), Hold::Refused, "no slot left");
         let full_hop = Ipv4Addr::new(10, 1, 0, 1);
         assert!(h.can_hold(full_hop, 60), "a full hop replaces its oldest");
-        assert_eq!(
-            h.hold(t, full_hop, PortId(1), WAIT, &frame(0)),
-            Hold::Replaced
-        );
+        assert_eq!(h.hold(t, full_hop, PortId(1), WAIT, &frame(0)), Hold::Replaced);
         assert_eq!(h.expire(t.saturating_add(Duration::from_millis(2999))), 0);
         assert_eq!(h.len(), HOLD_SLOTS);
         assert_eq!(h.expire(t.saturating_add(WAIT)), HOLD_SLOTS as u64);
@@ -303,15 +268,9 @@ mod tests {
         let mut h = ArpHold::new(SLOT_LEN);
         let big = vec![0u8; SLOT_LEN - SLOT_HEADROOM + 1];
         assert!(!h.can_hold(HOP, big.len()));
-        assert_eq!(
-            h.hold(Timestamp::from_secs(1), HOP, PortId(1), WAIT, &big),
-            Hold::Refused
-        );
+        assert_eq!(h.hold(Timestamp::from_secs(1), HOP, PortId(1), WAIT, &big), Hold::Refused);
         assert_eq!(h.len(), 0);
         let fits = vec![0u8; SLOT_LEN - SLOT_HEADROOM];
-        assert_eq!(
-            h.hold(Timestamp::from_secs(1), HOP, PortId(1), WAIT, &fits),
-            Hold::Held
-        );
+        assert_eq!(h.hold(Timestamp::from_secs(1), HOP, PortId(1), WAIT, &fits), Hold::Held);
     }
 }

@@ -107,11 +107,7 @@ pub enum PipelineError {
     #[error("interfaces {a} and {b} have overlapping subnets")]
     OverlappingSubnets { a: String, b: String },
     #[error("route {destination}/{prefix_len}: next hop {via} is one of our addresses")]
-    NextHopIsLocal {
-        destination: Ipv4Addr,
-        prefix_len: u8,
-        via: Ipv4Addr,
-    },
+    NextHopIsLocal { destination: Ipv4Addr, prefix_len: u8, via: Ipv4Addr },
     #[error("{0}")]
     Route(RouteError),
     #[error("access rule {rule}: unknown interface {interface:?}")]
@@ -156,29 +152,17 @@ pub(super) fn build(cfg: &PipelineConfig) -> Result<Built, PipelineError> {
     let specs = &cfg.interfaces;
     for (i, s) in specs.iter().enumerate() {
         if s.prefix_len > 32 {
-            return Err(PipelineError::BadPrefixLen {
-                name: s.name.clone(),
-                prefix_len: s.prefix_len,
-            });
+            return Err(PipelineError::BadPrefixLen { name: s.name.clone(), prefix_len: s.prefix_len });
         }
         if martian_source(s.addr) {
-            return Err(PipelineError::BadAddress {
-                name: s.name.clone(),
-                addr: s.addr,
-            });
+            return Err(PipelineError::BadAddress { name: s.name.clone(), addr: s.addr });
         }
         if !(MIN_MTU..=MAX_MTU).contains(&s.mtu) {
-            return Err(PipelineError::BadMtu {
-                name: s.name.clone(),
-                mtu: s.mtu,
-            });
+            return Err(PipelineError::BadMtu { name: s.name.clone(), mtu: s.mtu });
         }
         if let Some(v) = s.vlan {
             if v == 0 || v > ethernet::VLAN_ID_MAX {
-                return Err(PipelineError::BadVlan {
-                    name: s.name.clone(),
-                    vlan: v,
-                });
+                return Err(PipelineError::BadVlan { name: s.name.clone(), vlan: v });
             }
         }
         for t in &specs[..i] {
@@ -186,17 +170,11 @@ pub(super) fn build(cfg: &PipelineConfig) -> Result<Built, PipelineError> {
                 return Err(PipelineError::DuplicateName(s.name.clone()));
             }
             if t.port == s.port && t.vlan == s.vlan {
-                return Err(PipelineError::DuplicatePortVlan {
-                    a: t.name.clone(),
-                    b: s.name.clone(),
-                });
+                return Err(PipelineError::DuplicatePortVlan { a: t.name.clone(), b: s.name.clone() });
             }
             let p = s.prefix_len.min(t.prefix_len);
             if contains(s.addr, p, t.addr) {
-                return Err(PipelineError::OverlappingSubnets {
-                    a: t.name.clone(),
-                    b: s.name.clone(),
-                });
+                return Err(PipelineError::OverlappingSubnets { a: t.name.clone(), b: s.name.clone() });
             }
         }
     }
@@ -210,19 +188,11 @@ pub(super) fn build(cfg: &PipelineConfig) -> Result<Built, PipelineError> {
             });
         }
     }
-    let statics: Vec<_> = cfg
-        .routes
-        .iter()
-        .map(|r| (r.destination, r.prefix_len, r.via))
-        .collect();
+    let statics: Vec<_> = cfg.routes.iter().map(|r| (r.destination, r.prefix_len, r.via)).collect();
     let routes = RouteTable::new(&connected, &statics).map_err(PipelineError::Route)?;
 
     let policy = Policy::build(specs, &cfg.rules, cfg.timeouts)?;
-    let max_port = specs
-        .iter()
-        .map(|s| usize::from(s.port.0))
-        .max()
-        .unwrap_or(0);
+    let max_port = specs.iter().map(|s| usize::from(s.port.0)).max().unwrap_or(0);
     let list = specs
         .iter()
         .map(|s| Iface {
@@ -235,17 +205,8 @@ pub(super) fn build(cfg: &PipelineConfig) -> Result<Built, PipelineError> {
             reverse_path: s.reverse_path,
         })
         .collect();
-    let ifaces = Interfaces::new(
-        list,
-        specs.iter().map(|s| s.name.clone()).collect(),
-        max_port,
-    );
-    Ok(Built {
-        ifaces,
-        routes,
-        acl: policy.acl,
-        max_port,
-    })
+    let ifaces = Interfaces::new(list, specs.iter().map(|s| s.name.clone()).collect(), max_port);
+    Ok(Built { ifaces, routes, acl: policy.acl, max_port })
 }
 
 /// What a running pipeline can replace (`Pipeline::set_policy`): the
@@ -271,34 +232,19 @@ impl Policy {
     /// Resolve `rules` against the interfaces `specs` (their names and security
     /// levels, in the pipeline's interface order) with the same checks as
     /// `Pipeline::new`.
-    pub fn build(
-        specs: &[InterfaceSpec],
-        rules: &[RuleSpec],
-        timeouts: Timeouts,
-    ) -> Result<Policy, PipelineError> {
+    pub fn build(specs: &[InterfaceSpec], rules: &[RuleSpec], timeouts: Timeouts) -> Result<Policy, PipelineError> {
         let mut acl_rules = Vec::with_capacity(rules.len());
         for r in rules {
             let iface = match &r.interface {
                 None => None,
-                Some(n) => Some(IfIndex(specs.iter().position(|s| &s.name == n).ok_or_else(
-                    || PipelineError::UnknownRuleInterface {
-                        rule: r.name.clone(),
-                        interface: n.clone(),
-                    },
-                )? as u16)),
+                Some(n) => Some(IfIndex(specs.iter().position(|s| &s.name == n).ok_or_else(|| {
+                    PipelineError::UnknownRuleInterface { rule: r.name.clone(), interface: n.clone() }
+                })? as u16)),
             };
-            let too_long =
-                |p: RulePrefix| p.is_some_and(|(a, len)| len > if a.is_ipv6() { 128 } else { 32 });
+            let too_long = |p: RulePrefix| p.is_some_and(|(a, len)| len > if a.is_ipv6() { 128 } else { 32 });
             let mixed = matches!((r.src, r.dst), (Some((s, _)), Some((d, _))) if s.is_ipv6() != d.is_ipv6());
-            if too_long(r.src)
-                || too_long(r.dst)
-                || mixed
-                || r.src_ports.0 > r.src_ports.1
-                || r.dst_ports.0 > r.dst_ports.1
-            {
-                return Err(PipelineError::BadRule {
-                    rule: r.name.clone(),
-                });
+            if too_long(r.src) || too_long(r.dst) || mixed || r.src_ports.0 > r.src_ports.1 || r.dst_ports.0 > r.dst_ports.1 {
+                return Err(PipelineError::BadRule { rule: r.name.clone() });
             }
             acl_rules.push(AclRule {
                 name: r.name.clone(),
@@ -312,13 +258,7 @@ impl Policy {
             });
         }
         let acl = Acl::new(acl_rules, specs.iter().map(|s| s.security_level).collect());
-        Ok(Policy {
-            acl,
-            timeouts,
-            interfaces: specs.len(),
-            nat: None,
-            limits: None,
-        })
+        Ok(Policy { acl, timeouts, interfaces: specs.len(), nat: None, limits: None })
     }
 
     /// The NAT rules of `plan` go in with this policy (`set_policy`): the
@@ -333,13 +273,10 @@ impl Policy {
     /// counts (the flow table's capacity). An empty spec removes the
     /// running limits.
     pub fn with_limits(mut self, spec: &crate::conntrack::LimitSpec, max_clients: usize) -> Policy {
-        self.limits = Some((!spec.is_empty()).then(|| {
-            Box::new(crate::conntrack::Limits::new(
-                spec,
-                &self.acl.rule_names(),
-                max_clients,
-            ))
-        }));
+        self.limits = Some(
+            (!spec.is_empty())
+                .then(|| Box::new(crate::conntrack::Limits::new(spec, &self.acl.rule_names(), max_clients))),
+        );
         self
     }
 
@@ -353,12 +290,7 @@ impl Policy {
 /// The longest frame any interface of `cfg` sends or receives: its MTU,
 /// an Ethernet header and one VLAN tag (QinQ frames are dropped).
 pub(super) fn max_frame(cfg: &PipelineConfig) -> usize {
-    let mtu = cfg
-        .interfaces
-        .iter()
-        .map(|s| s.mtu)
-        .max()
-        .unwrap_or(DEFAULT_MTU);
+    let mtu = cfg.interfaces.iter().map(|s| s.mtu).max().unwrap_or(DEFAULT_MTU);
     usize::from(mtu) + ethernet::HEADER_LEN + ethernet::TAG_LEN
 }
 
@@ -372,13 +304,9 @@ pub(super) fn ccl_iface(
         .iter()
         .enumerate()
         .find(|(_, s)| s.name == spec.ccl_iface)
-        .ok_or_else(|| {
-            PipelineError::Cluster(ClusterSpecError::UnknownCclIface(spec.ccl_iface.clone()))
-        })?;
+        .ok_or_else(|| PipelineError::Cluster(ClusterSpecError::UnknownCclIface(spec.ccl_iface.clone())))?;
     if s.vlan.is_some() {
-        return Err(PipelineError::Cluster(ClusterSpecError::TaggedCclIface(
-            spec.ccl_iface.clone(),
-        )));
+        return Err(PipelineError::Cluster(ClusterSpecError::TaggedCclIface(spec.ccl_iface.clone())));
     }
     Ok((IfIndex(i as u16), s.port, s.mac, s.addr))
 }

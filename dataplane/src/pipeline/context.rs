@@ -98,23 +98,9 @@ pub(crate) struct Rx {
 }
 
 impl Rx {
-    pub const PORT: Rx = Rx {
-        via: Via::Port,
-        force_own: false,
-        frag: None,
-        hinted: false,
-        nat_in: false,
-        to_control: false,
-    };
+    pub const PORT: Rx = Rx { via: Via::Port, force_own: false, frag: None, hinted: false, nat_in: false, to_control: false };
     pub const fn ccl(ifx: IfIndex) -> Rx {
-        Rx {
-            via: Via::Ccl(ifx),
-            force_own: false,
-            frag: None,
-            hinted: false,
-            nat_in: false,
-            to_control: false,
-        }
+        Rx { via: Via::Ccl(ifx), force_own: false, frag: None, hinted: false, nat_in: false, to_control: false }
     }
 }
 
@@ -170,11 +156,6 @@ impl Xlate {
             crate::conntrack::Splice::Xlate(d) => d,
             _ => 0,
         };
-        (delta != 0 || server != 0).then_some(Xlate {
-            dir,
-            delta: SeqDelta(delta),
-            quoted: false,
-            server: SeqDelta(server),
-        })
+        (delta != 0 || server != 0).then_some(Xlate { dir, delta: SeqDelta(delta), quoted: false, server: SeqDelta(server) })
     }
 }

@@ -222,13 +222,7 @@ impl Stats for Counters {
         v.group("flow_log", None, &self.flow_log);
         v.group("syn_proxy", None, &self.syn_proxy);
         v.counter("dropped", self.dropped());
-        v.family(
-            "drops",
-            "reason",
-            &mut DropReason::ALL
-                .iter()
-                .map(|&r| (r.as_str(), self.drop_count(r))),
-        );
+        v.family("drops", "reason", &mut DropReason::ALL.iter().map(|&r| (r.as_str(), self.drop_count(r))));
         for (i, p) in self.ports.iter().enumerate() {
             v.group("ports", Some(("port", i)), p);
         }

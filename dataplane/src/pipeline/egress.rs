@@ -22,12 +22,12 @@
 //! changed only once it is certain to leave (forwarded or held).
 
 use super::arphold::{ArpHold, ArpHoldCounters, Hold};
+use crate::frag::split::{self, Split, SplitError};
 use super::context::{Outcome, Xlate};
+use crate::cluster::SeqDelta;
 use super::iface::{Iface, Interfaces};
 use crate::arp::{ArpCache, ArpInfo, Resolve};
 use crate::buf::PacketBuf;
-use crate::cluster::SeqDelta;
-use crate::frag::split::{self, Split, SplitError};
 use crate::route::IfIndex;
 use crate::types::{DropReason, PortId, Timestamp};
 use crate::wire::arp::{ArpRepr, Operation};
@@ -160,10 +160,7 @@ impl Egress {
     /// The MAC of `ip` if it is a static neighbour.
     #[inline]
     fn static_neighbor(&self, ip: Ipv4Addr) -> Option<[u8; 6]> {
-        self.static_neighbors
-            .iter()
-            .find(|(a, _)| *a == ip)
-            .map(|&(_, mac)| mac)
+        self.static_neighbors.iter().find(|(a, _)| *a == ip).map(|&(_, mac)| mac)
     }
 
     /// The next hop's MAC if it is known without any ARP action now (a
@@ -187,12 +184,7 @@ impl Egress {
                 (mac, Some(e))
             }
         };
-        self.memo = Some(NextHopMemo {
-            ip,
-            mac,
-            expires,
-            generation,
-        });
+        self.memo = Some(NextHopMemo { ip, mac, expires, generation });
         Some(mac)
     }
 
@@ -233,14 +225,7 @@ impl Egress {
 
     /// An ARP packet on `ifx` says `ip` is at `mac` (`create`: it was
     /// addressed to us). Frames held for `ip` leave with the MAC.
-    pub fn learn(
-        &mut self,
-        now: Timestamp,
-        ip: Ipv4Addr,
-        mac: [u8; 6],
-        ifx: IfIndex,
-        create: bool,
-    ) {
+    pub fn learn(&mut self, now: Timestamp, ip: Ipv4Addr, mac: [u8; 6], ifx: IfIndex, create: bool) {
         if self.arp.learn(now, ip, mac, ifx, create) && self.hold.len() > 0 {
             self.counters.arp_hold.released += self.hold.release(ip, mac);
         }
@@ -269,10 +254,7 @@ impl Egress {
             Err(SplitError::BadHeader) => return Err(DropReason::Ipv4Truncated),
         };
         if let Some(s) = &split {
-            if !self
-                .fragments
-                .room(s.count - 1, s.rest_bytes() + (s.count - 1) * TAG_LEN)
-            {
+            if !self.fragments.room(s.count - 1, s.rest_bytes() + (s.count - 1) * TAG_LEN) {
                 return Err(DropReason::FragNoBuffer);
             }
         }
@@ -280,9 +262,7 @@ impl Egress {
         let mac = self.resolve(now, eg, r.next_hop, r.egress)?;
         // A datagram to be split is not held (its fragments would need a
         // slot each): the ARP request went out, the sender retries.
-        if mac.is_none()
-            && (split.is_some() || !self.hold.can_hold(r.next_hop, buf.data().len() + TAG_LEN))
-        {
+        if mac.is_none() && (split.is_some() || !self.hold.can_hold(r.next_hop, buf.data().len() + TAG_LEN)) {
             return Err(DropReason::ArpUnresolved);
         }
         let l2 = retag(buf, r.tags, r.l2, eg.vlan)?;
@@ -310,14 +290,7 @@ impl Egress {
             Some(_) => Ok(Outcome::Forward(eg.port)),
             None => {
                 let wait = self.arp.give_up_after();
-                self.hold_frame(
-                    now,
-                    r.next_hop.into(),
-                    eg.port,
-                    wait,
-                    buf.data(),
-                    DropReason::ArpUnresolved,
-                )
+                self.hold_frame(now, r.next_hop.into(), eg.port, wait, buf.data(), DropReason::ArpUnresolved)
             }
         }
     }
@@ -349,15 +322,13 @@ impl Egress {
     /// `eg`'s MTU: fragments 2.. into the queue, the first stays in `buf`.
     /// Room was checked by `forward`.
     fn split<B: PacketBuf>(&mut self, l2: usize, eg: Iface, buf: &mut B) -> Result<(), DropReason> {
-        let s: Split = split::plan(buf.data(), l2, usize::from(eg.mtu))
-            .map_err(|_| DropReason::FragNoBuffer)?;
+        let s: Split = split::plan(buf.data(), l2, usize::from(eg.mtu)).map_err(|_| DropReason::FragNoBuffer)?;
         let q = &mut self.fragments;
         let (frames, used) = (q.frames.len(), q.used);
         for k in 1..s.count {
             let start = q.used;
             let out = q.bytes.get_mut(start..).unwrap_or(&mut []);
-            let Some(n) = split::write_fragment(buf.data(), &s, k, out)
-                .filter(|_| q.frames.len() < FRAGMENT_QUEUE_FRAMES)
+            let Some(n) = split::write_fragment(buf.data(), &s, k, out).filter(|_| q.frames.len() < FRAGMENT_QUEUE_FRAMES)
             else {
                 // Never after `forward`'s room check; none of it goes out.
                 q.frames.truncate(frames);
@@ -383,22 +354,8 @@ impl Egress {
     /// Hold `frame` (rewritten but for its destination MAC) for an IPv6
     /// next hop being solicited (the ARP hold, shared); `Consumed`, or
     /// `NdUnresolved` without room.
-    pub fn hold_v6(
-        &mut self,
-        now: Timestamp,
-        next_hop: std::net::Ipv6Addr,
-        port: PortId,
-        wait: crate::types::Duration,
-        frame: &[u8],
-    ) -> Result<Outcome, DropReason> {
-        self.hold_frame(
-            now,
-            next_hop.into(),
-            port,
-            wait,
-            frame,
-            DropReason::NdUnresolved,
-        )
+    pub fn hold_v6(&mut self, now: Timestamp, next_hop: std::net::Ipv6Addr, port: PortId, wait: crate::types::Duration, frame: &[u8]) -> Result<Outcome, DropReason> {
+        self.hold_frame(now, next_hop.into(), port, wait, frame, DropReason::NdUnresolved)
     }
 
     /// An IPv6 neighbour is known now: its held frames leave.
@@ -417,13 +374,7 @@ impl Egress {
     /// known; a who-has goes out when it is not (or a re-confirmation of a
     /// stale entry, which is still used). `ArpCacheFull` when the cache has
     /// no room for a pending entry.
-    pub fn resolve(
-        &mut self,
-        now: Timestamp,
-        eg: Iface,
-        next_hop: Ipv4Addr,
-        ifx: IfIndex,
-    ) -> Result<Option<[u8; 6]>, DropReason> {
+    pub fn resolve(&mut self, now: Timestamp, eg: Iface, next_hop: Ipv4Addr, ifx: IfIndex) -> Result<Option<[u8; 6]>, DropReason> {
         Ok(match self.neighbor(now, next_hop, ifx) {
             Resolve::Mac(m) => Some(m),
             Resolve::Refresh(m) => {
@@ -451,20 +402,10 @@ impl Egress {
         let Some(body) = frame.get_mut(l2..) else {
             return;
         };
-        ArpRepr {
-            operation: Operation::Request,
-            sender_mac: eg.mac,
-            sender_ip: eg.addr,
-            target_mac: [0; 6],
-            target_ip: target,
-        }
-        .emit(body);
+        ArpRepr { operation: Operation::Request, sender_mac: eg.mac, sender_ip: eg.addr, target_mac: [0; 6], target_ip: target }
+            .emit(body);
         let len = (l2 + crate::wire::arp::PACKET_LEN).max(ethernet::MIN_FRAME_LEN);
-        self.generated.push(Generated {
-            port: eg.port,
-            len,
-            frame,
-        });
+        self.generated.push(Generated { port: eg.port, len, frame });
         self.counters.arp_requests += 1;
     }
 
@@ -500,12 +441,7 @@ impl Egress {
 /// Add, remove or rewrite the VLAN tag for an egress interface with VLAN
 /// `vlan`; returns the new L2 header length. The only rewrite step that can
 /// fail, and it fails before anything changed.
-pub(crate) fn retag<B: PacketBuf>(
-    buf: &mut B,
-    tags: u8,
-    l2: usize,
-    vlan: Option<u16>,
-) -> Result<usize, DropReason> {
+pub(crate) fn retag<B: PacketBuf>(buf: &mut B, tags: u8, l2: usize, vlan: Option<u16>) -> Result<usize, DropReason> {
     match (tags, vlan) {
         (0, None) => Ok(l2),
         (0, Some(v)) => {
@@ -525,8 +461,7 @@ pub(crate) fn retag<B: PacketBuf>(
             Ok(l2 - TAG_LEN)
         }
         (_, Some(v)) => {
-            let mut eth =
-                EthernetFrame::new_checked(buf.data_mut()).map_err(|_| DropReason::EthTruncated)?;
+            let mut eth = EthernetFrame::new_checked(buf.data_mut()).map_err(|_| DropReason::EthTruncated)?;
             eth.set_vlan(v);
             Ok(l2)
         }
@@ -534,23 +469,14 @@ pub(crate) fn retag<B: PacketBuf>(
 }
 
 /// Apply the owner's sequence translation to the TCP segment at `l2`.
-pub(crate) fn apply_xlate<B: PacketBuf>(
-    l2: usize,
-    x: Xlate,
-    buf: &mut B,
-) -> Result<(), DropReason> {
-    let l3 = buf
-        .data_mut()
-        .get_mut(l2..)
-        .ok_or(DropReason::EthTruncated)?;
+pub(crate) fn apply_xlate<B: PacketBuf>(l2: usize, x: Xlate, buf: &mut B) -> Result<(), DropReason> {
+    let l3 = buf.data_mut().get_mut(l2..).ok_or(DropReason::EthTruncated)?;
     let mut ip = Ipv4Packet::new_checked(l3).map_err(|_| DropReason::Ipv4Truncated)?;
     if x.delta != SeqDelta::ZERO {
-        crate::cluster::translate(ip.payload_mut(), x.dir, x.delta)
-            .map_err(|_| DropReason::L4Truncated)?;
+        crate::cluster::translate(ip.payload_mut(), x.dir, x.delta).map_err(|_| DropReason::L4Truncated)?;
     }
     if x.server != SeqDelta::ZERO {
-        crate::cluster::translate(ip.payload_mut(), x.dir.opposite(), x.server)
-            .map_err(|_| DropReason::L4Truncated)?;
+        crate::cluster::translate(ip.payload_mut(), x.dir.opposite(), x.server).map_err(|_| DropReason::L4Truncated)?;
     }
     Ok(())
 }
@@ -560,23 +486,12 @@ pub(crate) fn apply_xlate<B: PacketBuf>(
 /// walked on arrival): the TCP segment carried, or (`Xlate::quoted`) the
 /// TCP header an ICMPv6 error quotes, whose checksum is then computed anew
 /// (RFC 4443 §2.3: it covers the pseudo header).
-pub(crate) fn apply_xlate6<B: PacketBuf>(
-    l2: usize,
-    off: usize,
-    x: Xlate,
-    buf: &mut B,
-) -> Result<(), DropReason> {
+pub(crate) fn apply_xlate6<B: PacketBuf>(l2: usize, off: usize, x: Xlate, buf: &mut B) -> Result<(), DropReason> {
     use crate::wire::{icmpv6, ipv6::Ipv6Packet};
-    let l3 = buf
-        .data_mut()
-        .get_mut(l2..)
-        .ok_or(DropReason::EthTruncated)?;
+    let l3 = buf.data_mut().get_mut(l2..).ok_or(DropReason::EthTruncated)?;
     let mut ip = Ipv6Packet::new_checked(l3).map_err(|_| DropReason::Ipv6Truncated)?;
     let (src, dst) = (ip.src(), ip.dst());
-    let l4 = ip
-        .payload_mut()
-        .get_mut(off..)
-        .ok_or(DropReason::L4Truncated)?;
+    let l4 = ip.payload_mut().get_mut(off..).ok_or(DropReason::L4Truncated)?;
     let steps = [(x.dir, x.delta), (x.dir.opposite(), x.server)];
     if !x.quoted {
         for (dir, delta) in steps.into_iter().filter(|s| s.1 != SeqDelta::ZERO) {
@@ -600,17 +515,12 @@ pub(crate) fn apply_xlate6<B: PacketBuf>(
 /// quoted header goes back to its sender's sequence space (RFC 5927 §4.1),
 /// the ICMP checksum is computed anew.
 fn apply_quoted<B: PacketBuf>(l2: usize, x: Xlate, buf: &mut B) -> Result<(), DropReason> {
-    let l3 = buf
-        .data_mut()
-        .get_mut(l2..)
-        .ok_or(DropReason::EthTruncated)?;
+    let l3 = buf.data_mut().get_mut(l2..).ok_or(DropReason::EthTruncated)?;
     let mut ip = Ipv4Packet::new_checked(l3).map_err(|_| DropReason::Ipv4Truncated)?;
-    let mut icmp =
-        Icmpv4Packet::new_checked(ip.payload_mut()).map_err(|_| DropReason::L4Truncated)?;
+    let mut icmp = Icmpv4Packet::new_checked(ip.payload_mut()).map_err(|_| DropReason::L4Truncated)?;
     let (_, l4) = icmp.embedded_l4_mut().ok_or(DropReason::L4Truncated)?;
     let a = x.delta != SeqDelta::ZERO && crate::cluster::translate_quoted(l4, x.dir, x.delta);
-    let b = x.server != SeqDelta::ZERO
-        && crate::cluster::translate_quoted(l4, x.dir.opposite(), x.server);
+    let b = x.server != SeqDelta::ZERO && crate::cluster::translate_quoted(l4, x.dir.opposite(), x.server);
     if a || b {
         icmp.fill_checksum();
     }

@@ -64,8 +64,8 @@ use crate::route::{IfIndex, RouteTable};
 use crate::types::{ip_proto, Direction, DropReason, FiveTuple, PortId, Timestamp};
 use crate::wire::ethernet::{self, ethertype, EthernetFrame, HEADER_LEN};
 use crate::wire::ipv4::{self, Ipv4Packet};
-use crate::wire::rewrite::{rewrite_transport, Endpoint};
 use crate::wire::tcp::TcpPacket;
+use crate::wire::rewrite::{rewrite_transport, Endpoint};
 use crate::wire::udp::UdpPacket;
 use std::net::{IpAddr, Ipv4Addr};
 
@@ -116,16 +116,7 @@ fn fast_l4(ip: &Ipv4Packet<&[u8]>, src: Ipv4Addr, dst: Ipv4Addr) -> Option<(Five
         }
         _ => return None,
     };
-    Some((
-        FiveTuple {
-            src: IpAddr::V4(src),
-            dst: IpAddr::V4(dst),
-            proto,
-            src_port: sp,
-            dst_port: dp,
-        },
-        l4,
-    ))
+    Some((FiveTuple { src: IpAddr::V4(src), dst: IpAddr::V4(dst), proto, src_port: sp, dst_port: dp }, l4))
 }
 
 /// Not martian as source or destination, not multicast or broadcast, not
@@ -154,10 +145,7 @@ fn take_over(
 
 impl FastPath {
     pub fn new() -> Self {
-        FastPath {
-            enabled: true,
-            count: 0,
-        }
+        FastPath { enabled: true, count: 0 }
     }
 
     /// Handle a frame received on a port if it is eligible (module docs);
@@ -225,22 +213,10 @@ impl FastPath {
         if !plain_unicast(p.ifaces, src) {
             return None;
         }
-        let Parts {
-            ifaces,
-            routes,
-            egress,
-            flows,
-            cluster,
-            nat,
-        } = p;
+        let Parts { ifaces, routes, egress, flows, cluster, nat } = p;
         // A CCL datagram to this node's CCL address, received on a port:
         // where the general path's local-delivery branch would take it.
-        if rx.via == Via::Port
-            && ing.addr == dst
-            && cluster
-                .as_deref()
-                .is_some_and(|cl| cl.is_ccl_datagram(ifx, &ip))
-        {
+        if rx.via == Via::Port && ing.addr == dst && cluster.as_deref().is_some_and(|cl| cl.is_ccl_datagram(ifx, &ip)) {
             self.count += 1;
             return Some(Fast::Ccl);
         }
@@ -252,20 +228,7 @@ impl FastPath {
             if let Some(cl) = cluster {
                 let (mut tuple, l4) = fast_l4(&ip, src, dst)?;
                 let total = ip.total_len();
-                let o = nat_member(
-                    cl,
-                    n,
-                    Parts2 {
-                        ifaces,
-                        routes,
-                        egress,
-                        flows,
-                    },
-                    now,
-                    (in_port, ifx, ing.mtu, rx),
-                    (&mut tuple, &l4, total),
-                    buf,
-                )?;
+                let o = nat_member(cl, n, Parts2 { ifaces, routes, egress, flows }, now, (in_port, ifx, ing.mtu, rx), (&mut tuple, &l4, total), buf)?;
                 // A frame from the CCL was counted with its datagram.
                 if rx.via == Via::Port {
                     self.count += 1;
@@ -274,17 +237,7 @@ impl FastPath {
             }
             let (mut tuple, l4) = fast_l4(&ip, src, dst)?;
             let total = ip.total_len();
-            let o = nat_forward(
-                n,
-                ifaces,
-                routes,
-                egress,
-                flows,
-                now,
-                (ifx, ing.mtu),
-                (&mut tuple, &l4, total),
-                buf,
-            )?;
+            let o = nat_forward(n, ifaces, routes, egress, flows, now, (ifx, ing.mtu), (&mut tuple, &l4, total), buf)?;
             self.count += 1;
             return Some(Fast::Done(o));
         }
@@ -309,9 +262,7 @@ impl FastPath {
                 }
                 let plan = match cl.plan_known(now, &flows.table, &tuple, Some(&l4), rx) {
                     Some(plan) => plan,
-                    None if rx.via == Via::Port && spoofed_source(ifaces, routes, ifx, src) => {
-                        Plan::Drop(DropReason::ReversePath)
-                    }
+                    None if rx.via == Via::Port && spoofed_source(ifaces, routes, ifx, src) => Plan::Drop(DropReason::ReversePath),
                     // A SYN-proxy cookie's ACK: rewritten into a SYN by
                     // the general path.
                     None if flows.proxy.valid(now, &tuple, &l4) => return None,
@@ -331,17 +282,7 @@ impl FastPath {
                         return Some(Fast::Done(o.unwrap_or_else(Outcome::Drop)));
                     }
                 }
-                match flows.track(
-                    Some(cl),
-                    &mut link,
-                    now,
-                    &tuple,
-                    l4,
-                    len,
-                    ifx,
-                    route.iface,
-                    || true,
-                ) {
+                match flows.track(Some(cl), &mut link, now, &tuple, l4, len, ifx, route.iface, || true) {
                     Ok((None, _)) => {}
                     Ok((Some(x), _)) => {
                         if let Err(r) = apply_xlate(HEADER_LEN, x, buf) {
@@ -351,13 +292,7 @@ impl FastPath {
                     // The client's request while the SYN proxy connects:
                     // held for the splice, as by the general path.
                     Err(DropReason::SynProxyPending) => {
-                        return Some(Fast::Done(flows.proxy.hold_early(
-                            now,
-                            &tuple,
-                            in_port,
-                            rx,
-                            buf.data(),
-                        )));
+                        return Some(Fast::Done(flows.proxy.hold_early(now, &tuple, in_port, rx, buf.data())));
                     }
                     Err(r) => return Some(Fast::Done(Outcome::Drop(r))),
                 }
@@ -367,13 +302,7 @@ impl FastPath {
                 self.count += 1;
                 match tracked {
                     Err(DropReason::SynProxyPending) => {
-                        return Some(Fast::Done(flows.proxy.hold_early(
-                            now,
-                            &tuple,
-                            in_port,
-                            rx,
-                            buf.data(),
-                        )));
+                        return Some(Fast::Done(flows.proxy.hold_early(now, &tuple, in_port, rx, buf.data())));
                     }
                     Err(r) => return Some(Fast::Done(Outcome::Drop(r))),
                     // A connection the SYN proxy spliced.
@@ -429,10 +358,7 @@ fn nat_forward<B: PacketBuf>(
     let (_, eg, mac) = resolved(ifaces, routes, egress, now, tuple.dst, (total, in_mtu))?;
     let (len, proto) = (u32::from(total), tuple.proto);
     let (what, tracked) = match inbound {
-        Some((id, real, port)) => (
-            FastNat::In(id, real, port),
-            flows.table.track_existing(now, tuple, l4, len)?,
-        ),
+        Some((id, real, port)) => (FastNat::In(id, real, port), flows.table.track_existing(now, tuple, l4, len)?),
         None => {
             // One lookup: the flow's mark decides before it is updated.
             let (found, mark) = flows.table.find_existing(tuple, l4)?;
@@ -449,14 +375,7 @@ fn nat_forward<B: PacketBuf>(
         // NAT inbound step comes first).
         Err(r) => {
             if let FastNat::In(id, real, port) = what {
-                refused_in(
-                    n,
-                    now,
-                    id,
-                    real,
-                    port,
-                    buf.data_mut().get_mut(HEADER_LEN..).unwrap_or(&mut []),
-                );
+                refused_in(n, now, id, real, port, buf.data_mut().get_mut(HEADER_LEN..).unwrap_or(&mut []));
             }
             return Some(Outcome::Drop(r));
         }
@@ -546,12 +465,7 @@ fn nat_member<B: PacketBuf>(
     (tuple, l4, total): (&mut FiveTuple, &L4Info, u16),
     buf: &mut B,
 ) -> Option<Outcome> {
-    let Parts2 {
-        ifaces,
-        routes,
-        egress,
-        flows,
-    } = p;
+    let Parts2 { ifaces, routes, egress, flows } = p;
     if cl.fenced(now) {
         return None;
     }
@@ -568,33 +482,14 @@ fn nat_member<B: PacketBuf>(
         None => n.fast_out(ifx, tuple, mark)?,
     };
     let mut link = Link { egress, ifaces };
-    let (x, tracked) = match flows.track(
-        Some(&mut *cl),
-        &mut link,
-        now,
-        tuple,
-        *l4,
-        u32::from(total),
-        ifx,
-        route.iface,
-        || true,
-    ) {
+    let (x, tracked) = match flows.track(Some(&mut *cl), &mut link, now, tuple, *l4, u32::from(total), ifx, route.iface, || true) {
         Ok(v) => v,
-        Err(DropReason::SynProxyPending) => {
-            return Some(flows.proxy.hold_early(now, tuple, in_port, rx, buf.data()))
-        }
+        Err(DropReason::SynProxyPending) => return Some(flows.proxy.hold_early(now, tuple, in_port, rx, buf.data())),
         Err(r) => {
             // Refused: dropped translated back, as by the general path
             // (whose NAT inbound step comes first).
             if let FastNat::In(id, real, port) = what {
-                refused_in(
-                    n,
-                    now,
-                    id,
-                    real,
-                    port,
-                    buf.data_mut().get_mut(HEADER_LEN..).unwrap_or(&mut []),
-                );
+                refused_in(n, now, id, real, port, buf.data_mut().get_mut(HEADER_LEN..).unwrap_or(&mut []));
             }
             return Some(Outcome::Drop(r));
         }
@@ -605,11 +500,7 @@ fn nat_member<B: PacketBuf>(
         FastNat::Out(id, mapped, port) => {
             n.fast_done(now, id, false);
             if let Some(b) = n.binding(flows.table.mark(tracked.handle)) {
-                let orig = if tracked.dir == Direction::Original {
-                    *tuple
-                } else {
-                    tuple.reversed()
-                };
+                let orig = if tracked.dir == Direction::Original { *tuple } else { tuple.reversed() };
                 cl.set_binding(tracked.handle, &orig, b);
             }
             Some((Endpoint::Source, mapped, port))
@@ -663,14 +554,7 @@ fn resolved(
 /// line: `rewrite_transport` stays inlined in `nat_forward`.)
 #[cold]
 #[inline(never)]
-fn refused_in(
-    n: &mut NatPath,
-    now: Timestamp,
-    id: crate::nat::XlateId,
-    real: Ipv4Addr,
-    port: Option<u16>,
-    l3: &mut [u8],
-) {
+fn refused_in(n: &mut NatPath, now: Timestamp, id: crate::nat::XlateId, real: Ipv4Addr, port: Option<u16>, l3: &mut [u8]) {
     n.fast_done(now, id, true);
     let _ = crate::nat::rewrite(l3, Endpoint::Destination, real, port);
 }
@@ -689,13 +573,6 @@ fn spliced<B: PacketBuf>(t: &crate::conntrack::Tracked, buf: &mut B) -> Result<(
 /// check? Out of line: asked only of a connection's first packets.
 #[cold]
 #[inline(never)]
-pub(crate) fn spoofed_source(
-    ifaces: &Interfaces,
-    routes: &RouteTable,
-    ifx: IfIndex,
-    src: Ipv4Addr,
-) -> bool {
-    ifaces
-        .get(ifx)
-        .is_some_and(|i| !reverse_path_ok(routes, &i, ifx, src))
+pub(crate) fn spoofed_source(ifaces: &Interfaces, routes: &RouteTable, ifx: IfIndex, src: Ipv4Addr) -> bool {
+    ifaces.get(ifx).is_some_and(|i| !reverse_path_ok(routes, &i, ifx, src))
 }

@@ -10,8 +10,8 @@
 use super::cluster::records::Pre;
 use super::cluster::{ClusterPath, Link};
 use super::context::Xlate;
-use super::synproxy::SynProxy;
 use crate::acl::{Acl, RuleInfo};
+use super::synproxy::SynProxy;
 use crate::conntrack::{Admission, ConnTable, L4Info, Tracked};
 use crate::route::IfIndex;
 use crate::types::{DropReason, FiveTuple, Timestamp};
@@ -28,31 +28,16 @@ pub(crate) struct Flows {
 /// The admission checks of a new flow: anti-spoofing (`reverse_path`:
 /// does the source pass its ingress interface's check; `spoofed` says it
 /// did not), then the ACL.
-fn admission(
-    acl: &mut Acl,
-    ifx: IfIndex,
-    egress: IfIndex,
-    tuple: &FiveTuple,
-    reverse_path: &impl Fn() -> bool,
-    spoofed: &mut bool,
-) -> Admission {
+fn admission(acl: &mut Acl, ifx: IfIndex, egress: IfIndex, tuple: &FiveTuple, reverse_path: &impl Fn() -> bool, spoofed: &mut bool) -> Admission {
     *spoofed = !reverse_path();
     let permit = !*spoofed && acl.check(ifx, egress, tuple);
-    Admission {
-        permit,
-        rule: acl.last_index(),
-    }
+    Admission { permit, rule: acl.last_index() }
 }
 
 impl Flows {
     /// `slot_len`: bytes per slot of the SYN proxy's hold.
     pub fn new(table: ConnTable, acl: Acl, slot_len: usize) -> Self {
-        Flows {
-            table,
-            acl,
-            created: 0,
-            proxy: SynProxy::new(slot_len),
-        }
+        Flows { table, acl, created: 0, proxy: SynProxy::new(slot_len) }
     }
 
     /// Free the SYN proxy's held segments whose connection is no longer
@@ -60,8 +45,7 @@ impl Flows {
     pub fn expire_held(&mut self, now: Timestamp) {
         if self.proxy.hold.len() > 0 {
             let table = &self.table;
-            self.proxy
-                .expire_held(now, |t| table.proxy_connecting(now, t));
+            self.proxy.expire_held(now, |t| table.proxy_connecting(now, t));
         }
     }
 
@@ -85,9 +69,7 @@ impl Flows {
     ) -> Result<(Option<Xlate>, Tracked), DropReason> {
         let mut seen = l4;
         let mut l4 = l4;
-        let pre: Option<Pre> = cluster
-            .as_deref()
-            .and_then(|cl| cl.owner_pre(&self.table, tuple, &mut seen));
+        let pre: Option<Pre> = cluster.as_deref().and_then(|cl| cl.owner_pre(&self.table, tuple, &mut seen));
         let acl = &mut self.acl;
         let mut spoofed = false;
         let admit = || admission(acl, ifx, egress, tuple, &reverse_path, &mut spoofed);
@@ -96,8 +78,7 @@ impl Flows {
             Err(DropReason::AclDenied) if spoofed => return Err(DropReason::ReversePath),
             // No flow: the client's ACK of a SYN-proxy cookie opens one.
             Err(DropReason::TcpNoFlow) => {
-                let (t, syn) =
-                    self.open_proxied(now, tuple, &seen, len, ifx, egress, &reverse_path)?;
+                let (t, syn) = self.open_proxied(now, tuple, &seen, len, ifx, egress, &reverse_path)?;
                 // The cluster's owner sees the SYN the server gets.
                 l4 = syn;
                 t
@@ -152,34 +133,18 @@ impl Flows {
     /// established packets never come here).
     #[cold]
     #[inline(never)]
-    fn made(
-        &mut self,
-        now: Timestamp,
-        h: crate::conntrack::FlowHandle,
-        ifx: IfIndex,
-        egress: IfIndex,
-    ) {
+    fn made(&mut self, now: Timestamp, h: crate::conntrack::FlowHandle, ifx: IfIndex, egress: IfIndex) {
         self.created += 1;
-        self.table
-            .log_built(now, h, ifx, egress, self.acl.last_rule());
+        self.table.log_built(now, h, ifx, egress, self.acl.last_rule());
     }
 
     /// A packet conntrack refused: a denied connection is logged for the
     /// exporters. Returns `e`.
     #[cold]
     #[inline(never)]
-    fn refused(
-        &mut self,
-        now: Timestamp,
-        tuple: &FiveTuple,
-        len: u32,
-        ifx: IfIndex,
-        egress: IfIndex,
-        e: DropReason,
-    ) -> DropReason {
+    fn refused(&mut self, now: Timestamp, tuple: &FiveTuple, len: u32, ifx: IfIndex, egress: IfIndex, e: DropReason) -> DropReason {
         if e == DropReason::AclDenied {
-            self.table
-                .log_denied(now, tuple, len, ifx, egress, self.acl.last_rule());
+            self.table.log_denied(now, tuple, len, ifx, egress, self.acl.last_rule());
         }
         e
     }

@@ -54,11 +54,10 @@
 use super::context::{FragNote, HandoffNote, Outcome, Rx};
 use crate::ccl::{FRAME_OVERHEAD, TAG_LEN};
 use crate::conntrack::{tcp_flags, L4Info, TcpSeg};
-use crate::frag::split::{self, Split};
 use crate::frag::{
-    FragInfo, FragKey, FragResult, L4Head, ReasmConfig, ReasmConfigError, ReasmCounters, ReasmMode,
-    Reassembler,
+    FragInfo, FragKey, FragResult, L4Head, ReasmConfig, ReasmConfigError, ReasmCounters, ReasmMode, Reassembler,
 };
+use crate::frag::split::{self, Split};
 use crate::slots::{FramePool, SlotMem, SLOT_HEADROOM};
 use crate::stats::{Stats, Visitor};
 use crate::types::{ip_proto, DropReason, PortId, Timestamp, WorkerId};
@@ -89,10 +88,7 @@ impl Default for FragConfig {
     /// arena, 2 s) in shallow mode, and 128 out slots (256 KiB): about
     /// 5.1 MiB per worker.
     fn default() -> Self {
-        FragConfig {
-            reasm: ReasmConfig::default().shallow(),
-            out_slots: 128,
-        }
+        FragConfig { reasm: ReasmConfig::default().shallow(), out_slots: 128 }
     }
 }
 
@@ -178,18 +174,12 @@ impl Stats for FragSnapshot {
         v.counter("first_seen", r.first_seen);
         v.counter("forwarded_datagrams", r.forwarded_datagrams);
         v.counter("datagrams_dropped", r.datagrams_dropped);
-        v.family(
-            "reasm_drops",
-            "reason",
-            &mut DropReason::ALL.iter().map(|&d| (d.as_str(), r.dropped(d))),
-        );
+        v.family("reasm_drops", "reason", &mut DropReason::ALL.iter().map(|&d| (d.as_str(), r.dropped(d))));
         let rel = &self.release_drops;
         v.family(
             "release_drops",
             "reason",
-            &mut DropReason::ALL
-                .iter()
-                .map(|&d| (d.as_str(), rel.get(d.index()).copied().unwrap_or(0))),
+            &mut DropReason::ALL.iter().map(|&d| (d.as_str(), rel.get(d.index()).copied().unwrap_or(0))),
         );
         v.gauge("memory_bytes", self.memory_bytes);
     }
@@ -252,10 +242,7 @@ pub(crate) enum Admit {
 impl FragPath {
     /// `slot_len`: bytes per released fragment's slot.
     pub fn new(cfg: &FragConfig, slot_len: usize) -> Result<Self, ReasmConfigError> {
-        let reasm = Reassembler::new(ReasmConfig {
-            mode: ReasmMode::Shallow,
-            ..cfg.reasm
-        })?;
+        let reasm = Reassembler::new(ReasmConfig { mode: ReasmMode::Shallow, ..cfg.reasm })?;
         Ok(FragPath {
             reasm,
             pool: FramePool::new(cfg.out_slots.max(1), slot_len),
@@ -275,21 +262,12 @@ impl FragPath {
 
     /// Give a transit fragment to the reassembler (`hinted`: it came from
     /// its fragment owner, this node being the flow owner).
-    pub fn admit(
-        &mut self,
-        now: Timestamp,
-        info: &FragInfo,
-        payload: &[u8],
-        hinted: bool,
-    ) -> Result<Admit, DropReason> {
+    pub fn admit(&mut self, now: Timestamp, info: &FragInfo, payload: &[u8], hinted: bool) -> Result<Admit, DropReason> {
         self.counters.inserted += 1;
         if hinted {
             self.counters.from_fragment_owner += 1;
         }
-        let note = |l4: L4Head| FragNote {
-            l4,
-            tuple: l4.five_tuple(&info.key),
-        };
+        let note = |l4: L4Head| FragNote { l4, tuple: l4.five_tuple(&info.key) };
         match self.reasm.insert(now, info, payload) {
             FragResult::Pending => {
                 self.counters.held += 1;
@@ -334,57 +312,24 @@ pub(crate) struct Release {
 impl Release {
     /// `None` when the L2 header is longer than one VLAN tag (never
     /// reached: QinQ frames are dropped earlier).
-    pub fn new(
-        key: FragKey,
-        note: FragNote,
-        in_port: PortId,
-        rx: Rx,
-        frame: &[u8],
-        l2: usize,
-    ) -> Option<Self> {
+    pub fn new(key: FragKey, note: FragNote, in_port: PortId, rx: Rx, frame: &[u8], l2: usize) -> Option<Self> {
         let mut tmpl = [0u8; MAX_L2 + MAX_L3_TMPL];
         let src = frame.get(..l2 + MIN_HEADER_LEN).filter(|_| l2 <= MAX_L2)?;
         tmpl.get_mut(..src.len())?.copy_from_slice(src);
-        Some(Release {
-            key,
-            note,
-            in_port,
-            rx,
-            tmpl,
-            l2,
-            v6: false,
-        })
+        Some(Release { key, note, in_port, rx, tmpl, l2, v6: false })
     }
 
     /// The same for an IPv6 datagram: its first fragment's L2 and IPv6
     /// headers, and a Fragment header naming the datagram (`key`).
-    pub fn new_v6(
-        key: FragKey,
-        note: FragNote,
-        in_port: PortId,
-        rx: Rx,
-        frame: &[u8],
-        l2: usize,
-    ) -> Option<Self> {
+    pub fn new_v6(key: FragKey, note: FragNote, in_port: PortId, rx: Rx, frame: &[u8], l2: usize) -> Option<Self> {
         use crate::wire::ipv6::{self, Ipv6Packet};
         let mut tmpl = [0u8; MAX_L2 + MAX_L3_TMPL];
-        let src = frame
-            .get(..l2 + ipv6::HEADER_LEN)
-            .filter(|_| l2 <= MAX_L2)?;
+        let src = frame.get(..l2 + ipv6::HEADER_LEN).filter(|_| l2 <= MAX_L2)?;
         tmpl.get_mut(..src.len())?.copy_from_slice(src);
-        Ipv6Packet::new_unchecked(tmpl.get_mut(l2..l2 + ipv6::HEADER_LEN)?)
-            .set_next_header(ipv6::next_header::FRAGMENT);
+        Ipv6Packet::new_unchecked(tmpl.get_mut(l2..l2 + ipv6::HEADER_LEN)?).set_next_header(ipv6::next_header::FRAGMENT);
         let fh = tmpl.get_mut(l2 + ipv6::HEADER_LEN..l2 + MAX_L3_TMPL)?;
         ipv6::emit_fragment_header(fh, key.proto, 0, false, key.ident);
-        Some(Release {
-            key,
-            note,
-            in_port,
-            rx,
-            tmpl,
-            l2,
-            v6: true,
-        })
+        Some(Release { key, note, in_port, rx, tmpl, l2, v6: true })
     }
 
     /// The template's length: L2 and L3 headers.
@@ -396,12 +341,7 @@ impl Release {
 /// What conntrack sees of one fragment of the datagram whose L4 header is
 /// `l4`: the fragment carries `len` bytes at `offset`; `more` is its MF
 /// flag. See the module doc.
-pub(crate) fn frag_track(
-    l4: &L4Head,
-    offset: u16,
-    len: usize,
-    more: bool,
-) -> Result<FragTrack, DropReason> {
+pub(crate) fn frag_track(l4: &L4Head, offset: u16, len: usize, more: bool) -> Result<FragTrack, DropReason> {
     Ok(match l4.proto {
         ip_proto::TCP => {
             let t = TcpPacket::new_checked(l4.bytes()).map_err(|_| DropReason::FragTinyFirst)?;
@@ -410,18 +350,11 @@ pub(crate) fn frag_track(
             let fin = tcp_flags::FIN;
             let (seq, payload_len, flags, opts) = if offset == 0 {
                 // The first fragment: its own share; FIN belongs to the end.
-                let opts = if flags & tcp_flags::SYN != 0 {
-                    TcpOptions::parse(t.options())
-                } else {
-                    TcpOptions::default()
-                };
+                let opts =
+                    if flags & tcp_flags::SYN != 0 { TcpOptions::parse(t.options()) } else { TcpOptions::default() };
                 (t.seq(), (len as u32).saturating_sub(hl), flags & !fin, opts)
             } else {
-                let keep = if more {
-                    !(tcp_flags::SYN | tcp_flags::RST | fin)
-                } else {
-                    !(tcp_flags::SYN | tcp_flags::RST)
-                };
+                let keep = if more { !(tcp_flags::SYN | tcp_flags::RST | fin) } else { !(tcp_flags::SYN | tcp_flags::RST) };
                 let seq = t.seq().wrapping_add(u32::from(offset)).wrapping_sub(hl);
                 (seq, len as u32, flags & keep, TcpOptions::default())
             };
@@ -444,9 +377,9 @@ pub(crate) fn frag_track(
         ip_proto::ICMP => match l4.bytes().first().copied() {
             Some(msg_type::ECHO_REQUEST) => FragTrack::Track(L4Info::IcmpEchoRequest),
             Some(msg_type::ECHO_REPLY) => FragTrack::Track(L4Info::IcmpEchoReply),
-            Some(
-                msg_type::DEST_UNREACHABLE | msg_type::TIME_EXCEEDED | msg_type::PARAMETER_PROBLEM,
-            ) => return Err(DropReason::NoFlow),
+            Some(msg_type::DEST_UNREACHABLE | msg_type::TIME_EXCEEDED | msg_type::PARAMETER_PROBLEM) => {
+                return Err(DropReason::NoFlow)
+            }
             _ => FragTrack::Track(L4Info::Other),
         },
         ip_proto::ICMPV6 => match l4.bytes().first().copied() {
@@ -474,8 +407,7 @@ impl FragPath {
                 continue; // the first fragment: it is the one in hand
             }
             let n = hl + h.data.len();
-            let room = SLOT_HEADROOM + n + TAG_LEN <= pool.slot_len()
-                && SLOT_HEADROOM >= FRAME_OVERHEAD - TAG_LEN;
+            let room = SLOT_HEADROOM + n + TAG_LEN <= pool.slot_len() && SLOT_HEADROOM >= FRAME_OVERHEAD - TAG_LEN;
             let slot = if room { pool.alloc() } else { None };
             let Some(i) = slot else {
                 self.release_drop(DropReason::FragNoBuffer);
@@ -490,9 +422,7 @@ impl FragPath {
                     if r.v6 {
                         use crate::wire::ipv6::{self, Ipv6Packet};
                         let (ip, fh) = f[r.l2..hl].split_at_mut(ipv6::HEADER_LEN);
-                        Ipv6Packet::new_unchecked(ip).set_payload_len(
-                            (MAX_L3_TMPL - ipv6::HEADER_LEN + h.data.len()) as u16,
-                        );
+                        Ipv6Packet::new_unchecked(ip).set_payload_len((MAX_L3_TMPL - ipv6::HEADER_LEN + h.data.len()) as u16);
                         ipv6::emit_fragment_header(fh, r.key.proto, h.offset, h.more, r.key.ident);
                     } else {
                         let mut ip = Ipv4Packet::new_unchecked(&mut f[r.l2..hl]);
@@ -583,14 +513,7 @@ impl FragPath {
             Outcome::Handoff(worker) => match handed {
                 Some((in_port, note)) => {
                     self.counters.handed_off += 1;
-                    self.pool.park(
-                        i,
-                        Handed {
-                            worker,
-                            in_port,
-                            note,
-                        },
-                    );
+                    self.pool.park(i, Handed { worker, in_port, note });
                     self.handoffs.push(i);
                 }
                 None => {
@@ -622,9 +545,7 @@ impl FragPath {
     /// free their slots.
     pub fn drain_handoffs(&mut self, f: &mut impl FnMut(&Handed, &[u8])) {
         for k in 0..self.handoffs.len() {
-            let Some(&i) = self.handoffs.get(k) else {
-                continue;
-            };
+            let Some(&i) = self.handoffs.get(k) else { continue };
             if let (Some(h), Some(frame)) = (self.pool.parked_meta(i), self.pool.frame_mut(i)) {
                 f(&h, frame);
             }

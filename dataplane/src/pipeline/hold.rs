@@ -71,12 +71,7 @@ pub(crate) struct Taken {
 
 impl<K: Copy + PartialEq> FrameHold<K> {
     pub fn new(limits: HoldLimits, slot_len: usize, tag: fn(&K) -> u32) -> Self {
-        FrameHold {
-            pool: FramePool::new(limits.slots, slot_len),
-            limits,
-            tag,
-            seq: 0,
-        }
+        FrameHold { pool: FramePool::new(limits.slots, slot_len), limits, tag, seq: 0 }
     }
 
     /// Frames held now.
@@ -96,9 +91,7 @@ impl<K: Copy + PartialEq> FrameHold<K> {
         let mut n = 0;
         let mut oldest: Option<(u64, u16)> = None;
         for i in self.pool.tagged(0, (self.tag)(key), 0) {
-            let Some(h) = self.pool.parked_meta(i).filter(|h| h.key == *key) else {
-                continue;
-            };
+            let Some(h) = self.pool.parked_meta(i).filter(|h| h.key == *key) else { continue };
             n += 1;
             if h.seq < before && oldest.is_none_or(|(q, _)| h.seq < q) {
                 oldest = Some((h.seq, i));
@@ -111,25 +104,15 @@ impl<K: Copy + PartialEq> FrameHold<K> {
     /// slot, `per_key` frames of the key held already, or too long for a
     /// slot.
     pub fn hold(&mut self, now: Timestamp, key: &K, in_port: PortId, rx: Rx, frame: &[u8]) -> bool {
-        if SLOT_HEADROOM + frame.len() > self.pool.slot_len()
-            || self.of_key(key, 0).0 >= self.limits.per_key
-        {
+        if SLOT_HEADROOM + frame.len() > self.pool.slot_len() || self.of_key(key, 0).0 >= self.limits.per_key {
             return false;
         }
-        let Some(i) = self.pool.alloc() else {
-            return false;
-        };
+        let Some(i) = self.pool.alloc() else { return false };
         if !self.pool.fill(i, frame) {
             self.pool.give_back(i);
             return false;
         }
-        let held = Held {
-            key: *key,
-            in_port,
-            rx,
-            deadline: now.saturating_add(self.limits.timeout),
-            seq: self.seq,
-        };
+        let held = Held { key: *key, in_port, rx, deadline: now.saturating_add(self.limits.timeout), seq: self.seq };
         self.pool.park_tagged(i, held, [(self.tag)(key), 0]);
         self.seq += 1;
         true
@@ -145,16 +128,7 @@ impl<K: Copy + PartialEq> FrameHold<K> {
             let i = self.of_key(key, before).1?;
             let h = self.pool.parked_meta(i)?;
             match self.pool.take(i) {
-                Some((mem, start, end)) => {
-                    return Some(Taken {
-                        slot: i,
-                        in_port: h.in_port,
-                        rx: h.rx,
-                        mem,
-                        start,
-                        end,
-                    })
-                }
+                Some((mem, start, end)) => return Some(Taken { slot: i, in_port: h.in_port, rx: h.rx, mem, start, end }),
                 // (Never: nothing else takes a held slot's buffer.)
                 None => self.pool.release(i),
             }
@@ -165,14 +139,7 @@ impl<K: Copy + PartialEq> FrameHold<K> {
     /// or echo reply) or free it (`Consumed`: the pipeline kept a copy,
     /// held for its next hop's ARP reply; a drop). True unless it was
     /// dropped.
-    pub fn finish(
-        &mut self,
-        slot: u16,
-        mem: SlotMem,
-        start: usize,
-        end: usize,
-        outcome: Outcome,
-    ) -> bool {
+    pub fn finish(&mut self, slot: u16, mem: SlotMem, start: usize, end: usize, outcome: Outcome) -> bool {
         self.pool.put_back(slot, mem, start, end);
         match outcome {
             Outcome::Forward(p) | Outcome::ArpReply(p) | Outcome::EchoReply(p) => {
@@ -198,11 +165,7 @@ impl<K: Copy + PartialEq> FrameHold<K> {
             return n;
         }
         for i in 0..self.pool.len() as u16 {
-            if self
-                .pool
-                .parked_meta(i)
-                .is_some_and(|h| h.deadline <= now || !waiting(&h.key))
-            {
+            if self.pool.parked_meta(i).is_some_and(|h| h.deadline <= now || !waiting(&h.key)) {
                 n += 1;
                 self.pool.release(i);
             }

@@ -67,11 +67,7 @@ impl Default for IcmpErrorConfig {
     /// work, a scan of unroutable addresses cannot turn the node into an
     /// amplifier.
     fn default() -> Self {
-        IcmpErrorConfig {
-            rate: 100,
-            burst: 50,
-            admin_prohibited: false,
-        }
+        IcmpErrorConfig { rate: 100, burst: 50, admin_prohibited: false }
     }
 }
 
@@ -89,11 +85,7 @@ pub(crate) enum ErrorKind {
 
 impl ErrorKind {
     fn repr(self) -> IcmpErrorRepr {
-        let unreach = |code| IcmpErrorRepr {
-            msg_type: msg_type::DEST_UNREACHABLE,
-            code,
-            next_hop_mtu: 0,
-        };
+        let unreach = |code| IcmpErrorRepr { msg_type: msg_type::DEST_UNREACHABLE, code, next_hop_mtu: 0 };
         match self {
             ErrorKind::TimeExceeded => IcmpErrorRepr {
                 msg_type: msg_type::TIME_EXCEEDED,
@@ -103,10 +95,7 @@ impl ErrorKind {
             ErrorKind::NetUnreachable => unreach(unreach_code::NET),
             ErrorKind::ProtocolUnreachable => unreach(unreach_code::PROTOCOL),
             ErrorKind::PortUnreachable => unreach(unreach_code::PORT),
-            ErrorKind::FragNeeded(mtu) => IcmpErrorRepr {
-                next_hop_mtu: mtu,
-                ..unreach(unreach_code::FRAG_NEEDED)
-            },
+            ErrorKind::FragNeeded(mtu) => IcmpErrorRepr { next_hop_mtu: mtu, ..unreach(unreach_code::FRAG_NEEDED) },
             ErrorKind::AdminProhibited => unreach(unreach_code::ADMIN_PROHIBITED),
         }
     }
@@ -226,8 +215,7 @@ impl IcmpErrors {
     }
 
     fn max_credit(&self) -> u64 {
-        self.token_ns()
-            .saturating_mul(u64::from(self.cfg.burst.max(1)))
+        self.token_ns().saturating_mul(u64::from(self.cfg.burst.max(1)))
     }
 
     /// Take a token at `now` (refilled since the last take); `false`: none.
@@ -237,10 +225,7 @@ impl IcmpErrors {
         }
         let elapsed = now.nanos().saturating_sub(self.last.nanos());
         self.last = Timestamp(self.last.nanos().max(now.nanos()));
-        self.credit_ns = self
-            .credit_ns
-            .saturating_add(elapsed)
-            .min(self.max_credit());
+        self.credit_ns = self.credit_ns.saturating_add(elapsed).min(self.max_credit());
         let t = self.token_ns();
         if self.credit_ns < t {
             return false;
@@ -270,27 +255,11 @@ impl IcmpErrors {
             .unwrap_or(0)
             .min(l3.len())
             .min(MAX_ERROR_DATAGRAM - MIN_HEADER_LEN - icmp::HEADER_LEN);
-        let Some(quoted) = l3.get(..quoted_len) else {
-            return;
-        };
-        let mut q = Queued {
-            port: back.port,
-            len: 0,
-            frame: [0u8; FRAME],
-        };
-        let l2 = ethernet::emit_header(
-            &mut q.frame,
-            back.dst_mac,
-            back.src_mac,
-            back.vlan,
-            ethertype::IPV4,
-        );
-        let Some(body) = q.frame.get_mut(l2 + MIN_HEADER_LEN..) else {
-            return;
-        };
-        let Some(n) = kind.repr().emit(quoted, body) else {
-            return;
-        };
+        let Some(quoted) = l3.get(..quoted_len) else { return };
+        let mut q = Queued { port: back.port, len: 0, frame: [0u8; FRAME] };
+        let l2 = ethernet::emit_header(&mut q.frame, back.dst_mac, back.src_mac, back.vlan, ethertype::IPV4);
+        let Some(body) = q.frame.get_mut(l2 + MIN_HEADER_LEN..) else { return };
+        let Some(n) = kind.repr().emit(quoted, body) else { return };
         // At most 576 bytes, which every link carries: an atomic datagram
         // (DF, identification 0; RFC 6864 §4.1).
         let ip = Ipv4Repr {
@@ -302,9 +271,7 @@ impl IcmpErrors {
             dont_frag: true,
             payload_len: n as u16,
         };
-        let Some(hdr) = q.frame.get_mut(l2..) else {
-            return;
-        };
+        let Some(hdr) = q.frame.get_mut(l2..) else { return };
         ip.emit(hdr);
         q.len = (l2 + MIN_HEADER_LEN + n).max(ethernet::MIN_FRAME_LEN);
         self.queue.push(q);
@@ -338,49 +305,23 @@ mod tests {
     use super::*;
 
     fn back() -> Back {
-        Back {
-            port: PortId(0),
-            dst_mac: [2, 0, 0, 0, 0, 1],
-            src_mac: [2, 0, 0, 0, 0, 2],
-            vlan: None,
-            addr: Ipv4Addr::new(198, 18, 1, 1),
-        }
+        Back { port: PortId(0), dst_mac: [2, 0, 0, 0, 0, 1], src_mac: [2, 0, 0, 0, 0, 2], vlan: None, addr: Ipv4Addr::new(198, 18, 1, 1) }
     }
 
     #[test]
     fn the_bucket_gives_burst_then_rate() {
-        let mut e = IcmpErrors::new(IcmpErrorConfig {
-            rate: 10,
-            burst: 3,
-            admin_prohibited: false,
-        });
+        let mut e = IcmpErrors::new(IcmpErrorConfig { rate: 10, burst: 3, admin_prohibited: false });
         let l3 = crate::wire::ipv4::tests::TCP_SYN;
         let to = Ipv4Addr::new(10, 0, 0, 2);
         let t0 = Timestamp::from_secs(5);
         for _ in 0..5 {
             e.send(t0, ErrorKind::NetUnreachable, &l3, to, back());
         }
-        assert_eq!(
-            (e.counters.net_unreachable, e.counters.suppressed),
-            (3, 2),
-            "a burst of 3"
-        );
+        assert_eq!((e.counters.net_unreachable, e.counters.suppressed), (3, 2), "a burst of 3");
         // 100 ms later: one token back (10/s).
-        e.send(
-            Timestamp(t0.nanos() + 99_000_000),
-            ErrorKind::NetUnreachable,
-            &l3,
-            to,
-            back(),
-        );
+        e.send(Timestamp(t0.nanos() + 99_000_000), ErrorKind::NetUnreachable, &l3, to, back());
         assert_eq!(e.counters.suppressed, 3);
-        e.send(
-            Timestamp(t0.nanos() + 100_000_000),
-            ErrorKind::NetUnreachable,
-            &l3,
-            to,
-            back(),
-        );
+        e.send(Timestamp(t0.nanos() + 100_000_000), ErrorKind::NetUnreachable, &l3, to, back());
         assert_eq!(e.counters.net_unreachable, 4);
         // A long pause refills only up to the burst.
         let later = Timestamp::from_secs(60);
@@ -391,16 +332,9 @@ mod tests {
         let mut n = 0;
         e.drain(&mut |_, _| n += 1);
         assert_eq!(n, 7);
-        let mut off = IcmpErrors::new(IcmpErrorConfig {
-            rate: 0,
-            ..IcmpErrorConfig::default()
-        });
+        let mut off = IcmpErrors::new(IcmpErrorConfig { rate: 0, ..IcmpErrorConfig::default() });
         off.send(t0, ErrorKind::TimeExceeded, &l3, to, back());
-        assert_eq!(
-            (off.counters.sent(), off.counters.suppressed),
-            (0, 1),
-            "rate 0: none"
-        );
+        assert_eq!((off.counters.sent(), off.counters.suppressed), (0, 1), "rate 0: none");
     }
 
     #[test]
@@ -417,37 +351,16 @@ mod tests {
         };
         let ifaces = Interfaces::new(vec![iface], vec!["inside".into()], 0);
         let mut syn = crate::wire::ipv4::tests::TCP_SYN;
-        assert_eq!(
-            may_answer(&syn, false, &ifaces),
-            Some(Ipv4Addr::new(10, 0, 0, 2))
-        );
-        assert_eq!(
-            may_answer(&syn, true, &ifaces),
-            None,
-            "link-layer broadcast"
-        );
+        assert_eq!(may_answer(&syn, false, &ifaces), Some(Ipv4Addr::new(10, 0, 0, 2)));
+        assert_eq!(may_answer(&syn, true, &ifaces), None, "link-layer broadcast");
         let set = |b: &mut [u8; 60], at: usize, v: &[u8]| b[at..at + v.len()].copy_from_slice(v);
         let mut later = syn;
         set(&mut later, 6, &[0x20, 0x10]);
-        assert_eq!(
-            may_answer(&later, false, &ifaces),
-            None,
-            "non-first fragment"
-        );
+        assert_eq!(may_answer(&later, false, &ifaces), None, "non-first fragment");
         let mut first = syn;
         set(&mut first, 6, &[0x20, 0x00]);
-        assert!(
-            may_answer(&first, false, &ifaces).is_some(),
-            "a first fragment is answered"
-        );
-        for src in [
-            [0, 1, 2, 3],
-            [127, 0, 0, 1],
-            [224, 0, 0, 1],
-            [255, 255, 255, 255],
-            [198, 18, 1, 1],
-            [198, 18, 1, 255],
-        ] {
+        assert!(may_answer(&first, false, &ifaces).is_some(), "a first fragment is answered");
+        for src in [[0, 1, 2, 3], [127, 0, 0, 1], [224, 0, 0, 1], [255, 255, 255, 255], [198, 18, 1, 1], [198, 18, 1, 255]] {
             let mut b = syn;
             set(&mut b, 12, &src);
             assert_eq!(may_answer(&b, false, &ifaces), None, "source {src:?}");
@@ -459,27 +372,12 @@ mod tests {
         }
         let mut to_us = syn;
         set(&mut to_us, 16, &[198, 18, 1, 1]);
-        assert!(
-            may_answer(&to_us, false, &ifaces).is_some(),
-            "to our interface address: answered"
-        );
+        assert!(may_answer(&to_us, false, &ifaces).is_some(), "to our interface address: answered");
         // ICMP: a query is answered, an error or an unknown type is not.
         syn[9] = 1;
-        for (t, ok) in [
-            (8u8, true),
-            (0, true),
-            (13, true),
-            (3, false),
-            (11, false),
-            (5, false),
-            (42, false),
-        ] {
+        for (t, ok) in [(8u8, true), (0, true), (13, true), (3, false), (11, false), (5, false), (42, false)] {
             syn[20] = t;
-            assert_eq!(
-                may_answer(&syn, false, &ifaces).is_some(),
-                ok,
-                "ICMP type {t}"
-            );
+            assert_eq!(may_answer(&syn, false, &ifaces).is_some(), ok, "ICMP type {t}");
         }
         assert_eq!(may_answer(&syn[..10], false, &ifaces), None, "truncated");
     }

@@ -43,8 +43,7 @@ impl Iface {
     /// The subnet-directed broadcast address; none on /31 (RFC 3021) and
     /// /32 links.
     pub fn directed_broadcast(&self) -> Option<Ipv4Addr> {
-        (self.prefix_len <= 30)
-            .then(|| Ipv4Addr::from(u32::from(self.addr) | !mask(self.prefix_len)))
+        (self.prefix_len <= 30).then(|| Ipv4Addr::from(u32::from(self.addr) | !mask(self.prefix_len)))
     }
     pub fn in_subnet(&self, a: Ipv4Addr) -> bool {
         contains(self.addr, self.prefix_len, a)
@@ -65,23 +64,10 @@ impl Interfaces {
     /// is the highest port any of them uses.
     pub fn new(list: Vec<Iface>, names: Vec<String>, max_port: usize) -> Self {
         let untagged = (0..=max_port)
-            .map(|p| {
-                list.iter()
-                    .position(|i| usize::from(i.port.0) == p && i.vlan.is_none())
-                    .map(|i| i as u16)
-            })
+            .map(|p| list.iter().position(|i| usize::from(i.port.0) == p && i.vlan.is_none()).map(|i| i as u16))
             .collect();
-        let own = list
-            .iter()
-            .flat_map(|i| [Some(i.addr), i.directed_broadcast()])
-            .flatten()
-            .collect();
-        Interfaces {
-            list,
-            names,
-            untagged,
-            own,
-        }
+        let own = list.iter().flat_map(|i| [Some(i.addr), i.directed_broadcast()]).flatten().collect();
+        Interfaces { list, names, untagged, own }
     }
     /// Every interface, in configuration order.
     pub fn iter(&self) -> impl Iterator<Item = Iface> + '_ {

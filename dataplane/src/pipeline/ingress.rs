@@ -72,9 +72,7 @@ fn is_multicast_mac(m: &[u8; 6]) -> bool {
 
 impl Ingress {
     pub fn new() -> Self {
-        Ingress {
-            counters: IngressCounters::default(),
-        }
+        Ingress { counters: IngressCounters::default() }
     }
 
     /// Parse the Ethernet header (counting tagged frames); QinQ frames
@@ -82,13 +80,7 @@ impl Ingress {
     #[inline]
     pub fn l2(&mut self, frame: &[u8]) -> Result<L2, DropReason> {
         let e = EthernetFrame::new_checked(frame).map_err(|_| DropReason::EthTruncated)?;
-        let l2 = L2 {
-            len: e.header_len(),
-            tags: e.tag_count(),
-            vlan: e.vlan(),
-            ethertype: e.ethertype(),
-            dst: e.dst(),
-        };
+        let l2 = L2 { len: e.header_len(), tags: e.tag_count(), vlan: e.vlan(), ethertype: e.ethertype(), dst: e.dst() };
         if l2.tags > 0 {
             self.counters.vlan_tagged += 1;
         }
@@ -144,22 +136,15 @@ impl Ingress {
             Operation::Other(_) => DropReason::ArpMalformed.into(),
         }
     }
+
 }
 
 /// What an ARP packet (`body`, after the L2 header) received on interface
 /// `ifx` teaches: a plausible sender — inside the subnet, not us, not the
 /// probe address 0.0.0.0 (RFC 5227) — is learnt (an entry is created only
 /// by ARP addressed to us). Returns the packet, or why it is malformed.
-pub(crate) fn arp_learn(
-    now: Timestamp,
-    egress: &mut Egress,
-    ifx: IfIndex,
-    ing: Iface,
-    body: &[u8],
-) -> Result<ArpRepr, DropReason> {
-    let repr = ArpPacket::new_checked(body)
-        .map(|p| ArpRepr::parse(&p))
-        .map_err(|_| DropReason::ArpMalformed)?;
+pub(crate) fn arp_learn(now: Timestamp, egress: &mut Egress, ifx: IfIndex, ing: Iface, body: &[u8]) -> Result<ArpRepr, DropReason> {
+    let repr = ArpPacket::new_checked(body).map(|p| ArpRepr::parse(&p)).map_err(|_| DropReason::ArpMalformed)?;
     if is_multicast_mac(&repr.sender_mac) || repr.sender_mac == [0; 6] {
         return Err(DropReason::ArpMalformed);
     }
@@ -168,13 +153,7 @@ pub(crate) fn arp_learn(
         && Some(repr.sender_ip) != ing.directed_broadcast()
         && !martian_source(repr.sender_ip);
     if plausible {
-        egress.learn(
-            now,
-            repr.sender_ip,
-            repr.sender_mac,
-            ifx,
-            repr.target_ip == ing.addr,
-        );
+        egress.learn(now, repr.sender_ip, repr.sender_mac, ifx, repr.target_ip == ing.addr);
     }
     Ok(repr)
 }
@@ -202,16 +181,10 @@ impl Ingress {
 
 /// Answer an ICMP echo request to the ingress interface's address, in
 /// place.
-pub(crate) fn local_in<B: PacketBuf>(
-    in_port: PortId,
-    ing: Iface,
-    l2: usize,
-    buf: &mut B,
-) -> Result<Outcome, DropReason> {
+pub(crate) fn local_in<B: PacketBuf>(in_port: PortId, ing: Iface, l2: usize, buf: &mut B) -> Result<Outcome, DropReason> {
     let (src, dst, eth_src) = {
         let data = buf.data();
-        let ip = Ipv4Packet::new_checked(data.get(l2..).unwrap_or(&[]))
-            .map_err(|_| DropReason::Ipv4Truncated)?;
+        let ip = Ipv4Packet::new_checked(data.get(l2..).unwrap_or(&[])).map_err(|_| DropReason::Ipv4Truncated)?;
         if ip.protocol() != ip_proto::ICMP {
             return Err(DropReason::LocalUnhandled);
         }
@@ -222,9 +195,7 @@ pub(crate) fn local_in<B: PacketBuf>(
         if !icmp.verify_checksum() {
             return Err(DropReason::IcmpBadChecksum);
         }
-        let eth_src = EthernetFrame::new_checked(data)
-            .map(|e| e.src())
-            .map_err(|_| DropReason::EthTruncated)?;
+        let eth_src = EthernetFrame::new_checked(data).map(|e| e.src()).map_err(|_| DropReason::EthTruncated)?;
         (ip.src(), ip.dst(), eth_src)
     };
     let data = buf.data_mut();
@@ -235,8 +206,7 @@ pub(crate) fn local_in<B: PacketBuf>(
     ip.set_dst(src);
     ip.set_ttl(ipv4::DEFAULT_TTL);
     ip.fill_checksum();
-    let mut icmp =
-        Icmpv4Packet::new_checked(ip.payload_mut()).map_err(|_| DropReason::L4Truncated)?;
+    let mut icmp = Icmpv4Packet::new_checked(ip.payload_mut()).map_err(|_| DropReason::L4Truncated)?;
     // Type 8 → 0 changes only the type/code word: RFC 1624 update.
     let c = checksum::update_u16(icmp.checksum(), u16::from(msg_type::ECHO_REQUEST) << 8, 0);
     icmp.set_msg_type(msg_type::ECHO_REPLY);

@@ -23,8 +23,8 @@
 //! golden tables pin.
 
 use super::iface::{Iface, Interfaces, ReversePath};
-use crate::conntrack::{L4Info, TcpSeg};
 use crate::route::{IfIndex, RouteTable};
+use crate::conntrack::{L4Info, TcpSeg};
 use crate::types::{ip_proto, DropReason, FiveTuple};
 use crate::wire::icmp::{msg_type, Icmpv4Packet};
 use crate::wire::ipv4::{self, Ipv4Packet};
@@ -88,17 +88,10 @@ pub(crate) fn check_source(ip: &Ipv4Packet<&[u8]>, ifaces: &Interfaces) -> Resul
 /// line: asked only for a connection's first packets.
 #[cold]
 #[inline(never)]
-pub(crate) fn reverse_path_ok(
-    routes: &RouteTable,
-    ing: &Iface,
-    ifx: IfIndex,
-    src: Ipv4Addr,
-) -> bool {
+pub(crate) fn reverse_path_ok(routes: &RouteTable, ing: &Iface, ifx: IfIndex, src: Ipv4Addr) -> bool {
     match ing.reverse_path {
         ReversePath::Off => true,
-        ReversePath::Strict => {
-            ing.in_subnet(src) || routes.lookup(src).is_some_and(|r| r.iface == ifx)
-        }
+        ReversePath::Strict => ing.in_subnet(src) || routes.lookup(src).is_some_and(|r| r.iface == ifx),
         ReversePath::Loose => routes.lookup(src).is_some(),
     }
 }
@@ -145,11 +138,7 @@ pub(crate) fn tcp_seg<T: AsRef<[u8]>>(t: &TcpPacket<T>) -> TcpSeg {
     let flags = t.flags();
     // Window scale and SACK-permitted are only meaningful on SYNs
     // (RFC 7323 §2.2, RFC 2018 §2): skip the option walk otherwise.
-    let opts = if flags & tcp::flags::SYN != 0 {
-        TcpOptions::parse(t.options())
-    } else {
-        TcpOptions::default()
-    };
+    let opts = if flags & tcp::flags::SYN != 0 { TcpOptions::parse(t.options()) } else { TcpOptions::default() };
     TcpSeg {
         flags,
         seq: t.seq(),
@@ -174,13 +163,7 @@ pub(crate) enum Transit {
 /// anything else (0, 0).
 pub(crate) fn transit_l4<T: AsRef<[u8]>>(ip: &Ipv4Packet<T>) -> Result<Transit, DropReason> {
     let (src, dst, proto) = (IpAddr::V4(ip.src()), IpAddr::V4(ip.dst()), ip.protocol());
-    let tuple = |sp, dp| FiveTuple {
-        src,
-        dst,
-        proto,
-        src_port: sp,
-        dst_port: dp,
-    };
+    let tuple = |sp, dp| FiveTuple { src, dst, proto, src_port: sp, dst_port: dp };
     let payload = ip.payload();
     Ok(match proto {
         ip_proto::TCP => {
@@ -197,12 +180,8 @@ pub(crate) fn transit_l4<T: AsRef<[u8]>>(ip: &Ipv4Packet<T>) -> Result<Transit, 
         ip_proto::ICMP => {
             let i = Icmpv4Packet::new_checked(payload).map_err(|_| DropReason::L4Truncated)?;
             match i.msg_type() {
-                msg_type::ECHO_REQUEST => {
-                    Transit::Flow(tuple(i.echo_ident(), 0), L4Info::IcmpEchoRequest)
-                }
-                msg_type::ECHO_REPLY => {
-                    Transit::Flow(tuple(0, i.echo_ident()), L4Info::IcmpEchoReply)
-                }
+                msg_type::ECHO_REQUEST => Transit::Flow(tuple(i.echo_ident(), 0), L4Info::IcmpEchoRequest),
+                msg_type::ECHO_REPLY => Transit::Flow(tuple(0, i.echo_ident()), L4Info::IcmpEchoReply),
                 _ if i.is_error() => {
                     let e = i.embedded().map_err(|_| DropReason::L4Truncated)?;
                     let (src_port, dst_port) = e.ports();

@@ -42,8 +42,8 @@
 //! target is ignored, counted).
 
 use super::cluster::plan::Plan;
-use super::cluster::send::Wrap;
 use super::cluster::Link;
+use super::cluster::send::Wrap;
 use super::context::{HandoffNote, Rx, Via, Xlate};
 use super::frag::{frag_track, Admit, FragTrack, Release};
 use super::iface::{Iface, Interfaces};
@@ -209,21 +209,14 @@ pub(crate) struct Route6To {
 impl Ipv6Path {
     /// `None` when no interface has an IPv6 address (the node drops IPv6,
     /// counted, as before).
-    pub fn new(
-        spec: &Ipv6Spec,
-        ifaces: &Interfaces,
-        nd: NdCache,
-    ) -> Result<Option<Self>, Ipv6SpecError> {
+    pub fn new(spec: &Ipv6Spec, ifaces: &Interfaces, nd: NdCache) -> Result<Option<Self>, Ipv6SpecError> {
         if spec.addresses.is_empty() {
             return Ok(None);
         }
         let names = ifaces.names();
         let mut ifs: Vec<Option<If6>> = vec![None; names.len()];
         for (name, addr, len) in &spec.addresses {
-            let i = names
-                .iter()
-                .position(|n| n == name)
-                .ok_or_else(|| Ipv6SpecError::UnknownInterface(name.clone()))?;
+            let i = names.iter().position(|n| n == name).ok_or_else(|| Ipv6SpecError::UnknownInterface(name.clone()))?;
             let bad = *len == 0
                 || *len > 128
                 || addr.is_unspecified()
@@ -245,21 +238,12 @@ impl Ipv6Path {
                 return Err(Ipv6SpecError::MtuTooSmall(name.clone(), f.mtu));
             }
             let mac = iface.map(|f| f.mac).unwrap_or_default();
-            ifs[i] = Some(If6 {
-                global: *addr,
-                prefix_len: *len,
-                link_local: icmpv6::link_local(mac),
-            });
+            ifs[i] = Some(If6 { global: *addr, prefix_len: *len, link_local: icmpv6::link_local(mac) });
         }
         let mut routes: Vec<Route6> = Vec::new();
         for (i, f) in ifs.iter().enumerate() {
             if let Some(f) = f {
-                routes.push((
-                    u128::from(f.global) & mask(f.prefix_len),
-                    f.prefix_len,
-                    IfIndex(i as u16),
-                    None,
-                ));
+                routes.push((u128::from(f.global) & mask(f.prefix_len), f.prefix_len, IfIndex(i as u16), None));
             }
         }
         for r in &spec.routes {
@@ -269,46 +253,19 @@ impl Ipv6Path {
             let via = ifs
                 .iter()
                 .enumerate()
-                .find_map(|(i, f)| {
-                    f.filter(|f| contains(f.global, f.prefix_len, r.via) && !f.owns(r.via))
-                        .map(|_| i)
-                })
-                .ok_or(Ipv6SpecError::NextHopNotConnected(
-                    r.destination,
-                    r.prefix_len,
-                    r.via,
-                ))?;
-            routes.push((
-                u128::from(r.destination),
-                r.prefix_len,
-                IfIndex(via as u16),
-                Some(r.via),
-            ));
+                .find_map(|(i, f)| f.filter(|f| contains(f.global, f.prefix_len, r.via) && !f.owns(r.via)).map(|_| i))
+                .ok_or(Ipv6SpecError::NextHopNotConnected(r.destination, r.prefix_len, r.via))?;
+            routes.push((u128::from(r.destination), r.prefix_len, IfIndex(via as u16), Some(r.via)));
         }
         // Longest first; connected before static at equal length.
         routes.sort_by_key(|r| std::cmp::Reverse(r.1));
-        let gen = (0..GEN_QUEUE)
-            .map(|_| Gen {
-                port: PortId(0),
-                len: 0,
-                frame: Box::new([0u8; GEN_FRAME]),
-            })
-            .collect();
-        Ok(Some(Ipv6Path {
-            ifs,
-            routes,
-            nd,
-            gen,
-            gen_len: 0,
-            counters: Ipv6PathCounters::default(),
-        }))
+        let gen = (0..GEN_QUEUE).map(|_| Gen { port: PortId(0), len: 0, frame: Box::new([0u8; GEN_FRAME]) }).collect();
+        Ok(Some(Ipv6Path { ifs, routes, nd, gen, gen_len: 0, counters: Ipv6PathCounters::default() }))
     }
 
     /// Does interface `ifx` speak IPv6?
     pub fn on(&self, ifx: IfIndex) -> bool {
-        self.ifs
-            .get(usize::from(ifx.0))
-            .is_some_and(|f| f.is_some())
+        self.ifs.get(usize::from(ifx.0)).is_some_and(|f| f.is_some())
     }
 
     fn iface(&self, ifx: IfIndex) -> Option<If6> {
@@ -323,9 +280,7 @@ impl Ipv6Path {
     /// Is `dst` for this node on `ifx`: one of its addresses there, the
     /// all-nodes group or the solicited-node group of one of them?
     pub fn local(&self, ifx: IfIndex, dst: Ipv6Addr) -> bool {
-        let Some(f) = self.iface(ifx) else {
-            return false;
-        };
+        let Some(f) = self.iface(ifx) else { return false };
         f.owns(dst)
             || dst == icmpv6::ALL_NODES
             || dst == icmpv6::solicited_node(f.global)
@@ -335,24 +290,14 @@ impl Ipv6Path {
     /// The route to `dst` (longest prefix).
     pub fn lookup(&self, dst: Ipv6Addr) -> Option<Route6To> {
         let d = u128::from(dst);
-        self.routes
-            .iter()
-            .find(|r| d & mask(r.1) == r.0)
-            .map(|r| Route6To {
-                egress: r.2,
-                next_hop: r.3.unwrap_or(dst),
-            })
+        self.routes.iter().find(|r| d & mask(r.1) == r.0).map(|r| Route6To { egress: r.2, next_hop: r.3.unwrap_or(dst) })
     }
 
     /// The source address of what this node sends out of `ifx` to `to`:
     /// the link-local one to a link-local destination, else the global.
     fn source_for(&self, ifx: IfIndex, to: Ipv6Addr) -> Option<Ipv6Addr> {
         let f = self.iface(ifx)?;
-        Some(if (to.segments()[0] & 0xffc0) == 0xfe80 {
-            f.link_local
-        } else {
-            f.global
-        })
+        Some(if (to.segments()[0] & 0xffc0) == 0xfe80 { f.link_local } else { f.global })
     }
 
     /// A frame for this node (`local`; `u`: its extension chain): an echo
@@ -361,14 +306,7 @@ impl Ipv6Path {
     /// is learnt from; anything else is dropped, counted.
     /// A neighbour learnt from the message (a solicitation's sender, an
     /// advertised target) is returned too, for the frames held for it.
-    pub fn local_in(
-        &mut self,
-        now: Timestamp,
-        ifx: IfIndex,
-        l2: usize,
-        u: UpperLayer,
-        data: &[u8],
-    ) -> Local6 {
+    pub fn local_in(&mut self, now: Timestamp, ifx: IfIndex, l2: usize, u: UpperLayer, data: &[u8]) -> Local6 {
         let mut learnt = None;
         let mut counters = self.counters;
         let r = self.local_inner(now, ifx, l2, u, data, &mut counters, &mut learnt);
@@ -379,28 +317,14 @@ impl Ipv6Path {
     /// A copy of a neighbour solicitation or advertisement another worker
     /// received (and answered, counted): learn from it as `local_in` does,
     /// nothing else (nothing counted). Returns the neighbour learnt.
-    pub fn learn_copy(
-        &mut self,
-        now: Timestamp,
-        ifx: IfIndex,
-        l2: usize,
-        data: &[u8],
-    ) -> Option<(Ipv6Addr, [u8; 6])> {
+    pub fn learn_copy(&mut self, now: Timestamp, ifx: IfIndex, l2: usize, data: &[u8]) -> Option<(Ipv6Addr, [u8; 6])> {
         let l3 = data.get(l2..)?;
         let u = transit6::upper_layer(l3).ok()?;
         if !ipv6_dst(l3).is_some_and(|d| self.local(ifx, d)) {
             return None;
         }
         let mut learnt = None;
-        let _ = self.local_inner(
-            now,
-            ifx,
-            l2,
-            u,
-            data,
-            &mut Ipv6PathCounters::default(),
-            &mut learnt,
-        );
+        let _ = self.local_inner(now, ifx, l2, u, data, &mut Ipv6PathCounters::default(), &mut learnt);
         learnt
     }
 
@@ -419,21 +343,15 @@ impl Ipv6Path {
     ) -> Result<Answer, DropReason> {
         c.local += 1;
         let f = self.iface(ifx).ok_or(DropReason::Ipv6NotForwarded)?;
-        let eth_src = ethernet::EthernetFrame::new_checked(data)
-            .map(|e| e.src())
-            .map_err(|_| DropReason::EthTruncated)?;
-        let p = Ipv6Packet::new_checked(data.get(l2..).unwrap_or(&[]))
-            .map_err(|_| DropReason::Ipv6Truncated)?;
+        let eth_src = ethernet::EthernetFrame::new_checked(data).map(|e| e.src()).map_err(|_| DropReason::EthTruncated)?;
+        let p = Ipv6Packet::new_checked(data.get(l2..).unwrap_or(&[])).map_err(|_| DropReason::Ipv6Truncated)?;
         let (src, dst, hlim) = (p.src(), p.dst(), p.hop_limit());
         if u.protocol != ip_proto::ICMPV6 || u.fragment.is_some() {
             return Err(DropReason::LocalUnhandled);
         }
         let body = p.payload().get(u.offset..).unwrap_or(&[]);
         if !icmpv6::verify(src, dst, body) {
-            if matches!(
-                body.first(),
-                Some(&(msg_type::NEIGHBOR_SOLICIT | msg_type::NEIGHBOR_ADVERT))
-            ) {
+            if matches!(body.first(), Some(&(msg_type::NEIGHBOR_SOLICIT | msg_type::NEIGHBOR_ADVERT))) {
                 c.nd_invalid += 1;
             }
             return Err(DropReason::IcmpBadChecksum);
@@ -441,12 +359,7 @@ impl Ipv6Path {
         match body.first().copied() {
             Some(msg_type::ECHO_REQUEST) if f.owns(dst) && !src.is_unspecified() => {
                 c.echo_replies += 1;
-                Ok(Answer {
-                    from: dst,
-                    to: src,
-                    to_mac: eth_src,
-                    na: false,
-                })
+                Ok(Answer { from: dst, to: src, to_mac: eth_src, na: false })
             }
             Some(msg_type::NEIGHBOR_SOLICIT) => {
                 c.solicitations_received += 1;
@@ -467,23 +380,10 @@ impl Ipv6Path {
                     }
                 }
                 // DAD's goes to all nodes (RFC 4861 §7.2.4).
-                let to = if src.is_unspecified() {
-                    icmpv6::ALL_NODES
-                } else {
-                    src
-                };
-                let to_mac = if src.is_unspecified() {
-                    icmpv6::multicast_mac(to)
-                } else {
-                    nd.lladdr.unwrap_or(eth_src)
-                };
+                let to = if src.is_unspecified() { icmpv6::ALL_NODES } else { src };
+                let to_mac = if src.is_unspecified() { icmpv6::multicast_mac(to) } else { nd.lladdr.unwrap_or(eth_src) };
                 c.advertisements_sent += 1;
-                Ok(Answer {
-                    from: nd.target,
-                    to,
-                    to_mac,
-                    na: true,
-                })
+                Ok(Answer { from: nd.target, to, to_mac, na: true })
             }
             Some(msg_type::NEIGHBOR_ADVERT) => {
                 c.advertisements_received += 1;
@@ -532,22 +432,13 @@ impl Ipv6Path {
     /// its solicited-node group, or unicast to `mac` to re-confirm a stale
     /// entry.
     pub fn solicit(&mut self, eg: Iface, ifx: IfIndex, target: Ipv6Addr, mac: Option<[u8; 6]>) {
-        let Some(src) = self.source_for(ifx, target) else {
-            return;
-        };
-        let dst = if mac.is_some() {
-            target
-        } else {
-            icmpv6::solicited_node(target)
-        };
+        let Some(src) = self.source_for(ifx, target) else { return };
+        let dst = if mac.is_some() { target } else { icmpv6::solicited_node(target) };
         let dst_mac = mac.unwrap_or_else(|| icmpv6::multicast_mac(dst));
         let Some(g) = self.gen_slot() else { return };
         let frame = &mut g.frame[..];
         let l2 = ethernet::emit_header(frame, dst_mac, eg.mac, eg.vlan, ethernet::ethertype::IPV6);
-        let Some(n) = frame
-            .get_mut(l2 + ipv6::HEADER_LEN..)
-            .and_then(|b| icmpv6::emit_ns(b, src, dst, target, eg.mac))
-        else {
+        let Some(n) = frame.get_mut(l2 + ipv6::HEADER_LEN..).and_then(|b| icmpv6::emit_ns(b, src, dst, target, eg.mac)) else {
             return;
         };
         emit_ipv6_header(&mut frame[l2..], src, dst, ND_HOP_LIMIT, n);
@@ -579,22 +470,13 @@ impl Ipv6Path {
         token: impl FnOnce() -> bool,
         hold: impl FnOnce(Ipv6Addr, PortId, Duration, &[u8]) -> bool,
     ) {
-        let Ok(p) = Ipv6Packet::new_checked(l3) else {
-            return;
-        };
+        let Ok(p) = Ipv6Packet::new_checked(l3) else { return };
         let (src, dst) = (p.src(), p.dst());
         let about_error = p.upper_layer().is_ok_and(|u| {
             u.protocol == ip_proto::ICMPV6
-                && p.payload()
-                    .get(u.offset)
-                    .is_some_and(|&t| icmpv6::is_error(t) || t == msg_type::REDIRECT)
+                && p.payload().get(u.offset).is_some_and(|&t| icmpv6::is_error(t) || t == msg_type::REDIRECT)
         });
-        if about_error
-            || src.is_unspecified()
-            || src.is_multicast()
-            || dst.is_multicast()
-            || self.is_own(src)
-        {
+        if about_error || src.is_unspecified() || src.is_multicast() || dst.is_multicast() || self.is_own(src) {
             self.counters.errors_not_sent += 1;
             return;
         }
@@ -619,16 +501,8 @@ impl Ipv6Path {
         let wait = self.hold_wait();
         let Some(g) = self.gen_slot() else { return };
         let frame = &mut g.frame[..];
-        let l2 = ethernet::emit_header(
-            frame,
-            mac.unwrap_or_default(),
-            eg.mac,
-            eg.vlan,
-            ethernet::ethertype::IPV6,
-        );
-        let quoted = l3
-            .get(..ipv6::HEADER_LEN + usize::from(p.payload_len()))
-            .unwrap_or(l3);
+        let l2 = ethernet::emit_header(frame, mac.unwrap_or_default(), eg.mac, eg.vlan, ethernet::ethertype::IPV6);
+        let quoted = l3.get(..ipv6::HEADER_LEN + usize::from(p.payload_len())).unwrap_or(l3);
         let Some(n) = frame
             .get_mut(l2 + ipv6::HEADER_LEN..)
             .and_then(|b| icmpv6::emit_error(b, from, src, kind.0, kind.1, kind.2, quoted))
@@ -682,13 +556,7 @@ impl Ipv6Path {
 
     /// The MAC of `next_hop` on `ifx` if known now, asking (a solicitation
     /// queued) when the cache says so.
-    pub fn resolve(
-        &mut self,
-        now: Timestamp,
-        eg: Iface,
-        ifx: IfIndex,
-        next_hop: Ipv6Addr,
-    ) -> Result<Option<[u8; 6]>, DropReason> {
+    pub fn resolve(&mut self, now: Timestamp, eg: Iface, ifx: IfIndex, next_hop: Ipv6Addr) -> Result<Option<[u8; 6]>, DropReason> {
         Ok(match self.nd.resolve(now, next_hop, ifx) {
             Resolve::Mac(m) => Some(m),
             Resolve::Refresh(m) => {
@@ -718,9 +586,7 @@ impl Stats for Ipv6Path {
 
 /// Write an IPv6 header for `payload` bytes of ICMPv6.
 fn emit_ipv6_header(b: &mut [u8], src: Ipv6Addr, dst: Ipv6Addr, hop_limit: u8, payload: usize) {
-    let Some(h) = b.get_mut(..ipv6::HEADER_LEN) else {
-        return;
-    };
+    let Some(h) = b.get_mut(..ipv6::HEADER_LEN) else { return };
     let mut p = Ipv6Packet::new_unchecked(h);
     p.set_ver_tc_flow(0, 0);
     p.set_payload_len(payload as u16);
@@ -744,8 +610,7 @@ pub(crate) fn answer_in_place<B: crate::buf::PacketBuf>(
     na: bool,
 ) -> Result<(), DropReason> {
     let (plen, off) = {
-        let p = Ipv6Packet::new_checked(buf.data().get(l2..).unwrap_or(&[]))
-            .map_err(|_| DropReason::Ipv6Truncated)?;
+        let p = Ipv6Packet::new_checked(buf.data().get(l2..).unwrap_or(&[])).map_err(|_| DropReason::Ipv6Truncated)?;
         let u = p.upper_layer().map_err(|_| DropReason::Ipv6Malformed)?;
         (usize::from(p.payload_len()), u.offset)
     };
@@ -760,18 +625,9 @@ pub(crate) fn answer_in_place<B: crate::buf::PacketBuf>(
             buf.trim_back(buf.data().len() - want);
         }
         let d = buf.data_mut();
-        let body = d
-            .get_mut(l2 + ipv6::HEADER_LEN..)
+        let body = d.get_mut(l2 + ipv6::HEADER_LEN..).ok_or(DropReason::Ipv6Truncated)?;
+        let n = icmpv6::emit_na(body, from, to, from, mac, icmpv6::NA_SOLICITED | icmpv6::NA_OVERRIDE)
             .ok_or(DropReason::Ipv6Truncated)?;
-        let n = icmpv6::emit_na(
-            body,
-            from,
-            to,
-            from,
-            mac,
-            icmpv6::NA_SOLICITED | icmpv6::NA_OVERRIDE,
-        )
-        .ok_or(DropReason::Ipv6Truncated)?;
         emit_ipv6_header(&mut d[l2..], from, to, ND_HOP_LIMIT, n);
     } else {
         // The echo data stays; extension headers go (the reply carries
@@ -786,9 +642,7 @@ pub(crate) fn answer_in_place<B: crate::buf::PacketBuf>(
             d.copy_within(start + off..end, start);
         }
         let n = plen - off;
-        let body = d
-            .get_mut(start..start + n)
-            .ok_or(DropReason::Ipv6Truncated)?;
+        let body = d.get_mut(start..start + n).ok_or(DropReason::Ipv6Truncated)?;
         if body.len() < icmpv6::HEADER_LEN {
             return Err(DropReason::L4Truncated);
         }
@@ -833,44 +687,23 @@ impl super::Pipeline {
     /// The ICMPv6 error a drop for `reason` earns, if any (the never-send
     /// rules before the shared rate limit's token, as for IPv4).
     #[cold]
-    fn icmpv6_error(
-        &mut self,
-        now: Timestamp,
-        at: &super::Arrival,
-        reason: DropReason,
-        frame: &[u8],
-    ) {
+    fn icmpv6_error(&mut self, now: Timestamp, at: &super::Arrival, reason: DropReason, frame: &[u8]) {
         let l3 = frame.get(at.l2..).unwrap_or(&[]);
         let kind = match reason {
             DropReason::TtlExceeded => (msg_type::TIME_EXCEEDED, 0, 0),
-            DropReason::NoRoute => (
-                msg_type::DEST_UNREACHABLE,
-                icmpv6::unreach_code::NO_ROUTE,
-                0,
-            ),
+            DropReason::NoRoute => (msg_type::DEST_UNREACHABLE, icmpv6::unreach_code::NO_ROUTE, 0),
             DropReason::FragNeeded => {
                 let v = self.ipv6.as_deref();
-                let mtu = v
-                    .zip(ipv6_dst(l3))
-                    .and_then(|(v, d)| v.lookup(d))
-                    .and_then(|r| self.ifaces.get(r.egress));
+                let mtu = v.zip(ipv6_dst(l3)).and_then(|(v, d)| v.lookup(d)).and_then(|r| self.ifaces.get(r.egress));
                 let Some(eg) = mtu else { return };
                 (msg_type::PACKET_TOO_BIG, 0, u32::from(eg.mtu))
             }
             _ => return,
         };
-        let Some(v) = self.ipv6.as_deref_mut() else {
-            return;
-        };
+        let Some(v) = self.ipv6.as_deref_mut() else { return };
         let (icmp, egress) = (&mut self.icmp, &mut self.egress);
-        v.error(
-            now,
-            &self.ifaces,
-            kind,
-            l3,
-            || icmp.take_token(now),
-            |hop, port, wait, f| egress.hold_v6(now, hop, port, wait, f).is_ok(),
-        );
+        let hold = |hop, port, wait, f: &[u8]| egress.hold_v6(now, hop, port, wait, f).is_ok();
+        v.error(now, &self.ifaces, kind, l3, || icmp.take_token(now), hold);
     }
 
     fn ipv6_decide<B: crate::buf::PacketBuf>(
@@ -883,31 +716,15 @@ impl super::Pipeline {
         release: &mut Option<Release>,
     ) -> Result<super::Outcome, DropReason> {
         use super::Outcome;
-        let super::Arrival {
-            in_port,
-            ifx,
-            ing,
-            l2,
-            tags,
-            ..
-        } = at;
-        let v6 = self
-            .ipv6
-            .as_deref_mut()
-            .ok_or(DropReason::Ipv6NotForwarded)?;
+        let super::Arrival { in_port, ifx, ing, l2, tags, .. } = at;
+        let v6 = self.ipv6.as_deref_mut().ok_or(DropReason::Ipv6NotForwarded)?;
         if !v6.on(ifx) {
             return Err(DropReason::Ipv6NotForwarded);
         }
         // The chain was walked on arrival (`u`); the fixed header again.
         let (src, dst, hlim, total) = {
-            let p = Ipv6Packet::new_checked(buf.data().get(l2..).unwrap_or(&[]))
-                .map_err(|_| DropReason::Ipv6Truncated)?;
-            (
-                p.src(),
-                p.dst(),
-                p.hop_limit(),
-                ipv6::HEADER_LEN + usize::from(p.payload_len()),
-            )
+            let p = Ipv6Packet::new_checked(buf.data().get(l2..).unwrap_or(&[])).map_err(|_| DropReason::Ipv6Truncated)?;
+            (p.src(), p.dst(), p.hop_limit(), ipv6::HEADER_LEN + usize::from(p.payload_len()))
         };
         if u.routing.is_some_and(|(kind, _)| kind == 0) {
             return Err(DropReason::Ipv6RoutingType0);
@@ -926,11 +743,7 @@ impl super::Pipeline {
             }
             let a = l.answer?;
             answer_in_place(buf, l2, a.from, a.to, a.to_mac, ing.mac, a.na)?;
-            return Ok(if a.na {
-                Outcome::ArpReply(in_port)
-            } else {
-                Outcome::EchoReply(in_port)
-            });
+            return Ok(if a.na { Outcome::ArpReply(in_port) } else { Outcome::EchoReply(in_port) });
         }
         let link_local = |a: Ipv6Addr| (a.segments()[0] & 0xffc0) == 0xfe80;
         if dst.is_multicast() || dst.is_unspecified() || dst.is_loopback() || link_local(dst) {
@@ -963,8 +776,7 @@ impl super::Pipeline {
         if u.fragment.is_some() {
             note = rx.frag;
             let (info, at) = {
-                let p = Ipv6Packet::new_checked(buf.data().get(l2..).unwrap_or(&[]))
-                    .map_err(|_| DropReason::Ipv6Truncated)?;
+                let p = Ipv6Packet::new_checked(buf.data().get(l2..).unwrap_or(&[])).map_err(|_| DropReason::Ipv6Truncated)?;
                 crate::frag::ipv6_fragment(&p)?.ok_or(DropReason::Ipv6Malformed)?
             };
             let frag_len = (total - ipv6::HEADER_LEN).saturating_sub(at);
@@ -985,38 +797,20 @@ impl super::Pipeline {
                 if note.is_none() {
                     // A fragment received on a port goes to its fragment
                     // owner; one from the CCL is ours to handle (R10).
-                    if let Some(fo) = self
-                        .cluster
-                        .as_deref()
-                        .and_then(|cl| cl.other_fragment_owner(&info.key))
-                    {
+                    if let Some(fo) = self.cluster.as_deref().and_then(|cl| cl.other_fragment_owner(&info.key)) {
                         if rx.via == Via::Port {
-                            let cl = self
-                                .cluster
-                                .as_deref_mut()
-                                .ok_or(DropReason::ClusterOwnerUnknown)?;
-                            let iface =
-                                u8::try_from(ifx.0).map_err(|_| DropReason::CclMalformed)?;
-                            let mut link = Link {
-                                egress: &mut self.egress,
-                                ifaces: &self.ifaces,
-                            };
-                            let port =
-                                cl.wrap(now, &mut link, buf, Wrap::Forward, iface, fo, None)?;
+                            let cl = self.cluster.as_deref_mut().ok_or(DropReason::ClusterOwnerUnknown)?;
+                            let iface = u8::try_from(ifx.0).map_err(|_| DropReason::CclMalformed)?;
+                            let mut link = Link { egress: &mut self.egress, ifaces: &self.ifaces };
+                            let port = cl.wrap(now, &mut link, buf, Wrap::Forward, iface, fo, None)?;
                             self.frag.counters.to_fragment_owner += 1;
                             return Ok(Outcome::Forward(port));
                         }
                         rx.hinted = true;
                     }
                     let admitted = {
-                        let p = Ipv6Packet::new_checked(buf.data().get(l2..).unwrap_or(&[]))
-                            .map_err(|_| DropReason::Ipv6Truncated)?;
-                        self.frag.admit(
-                            now,
-                            &info,
-                            p.payload().get(at..).unwrap_or(&[]),
-                            rx.hinted,
-                        )?
+                        let p = Ipv6Packet::new_checked(buf.data().get(l2..).unwrap_or(&[])).map_err(|_| DropReason::Ipv6Truncated)?;
+                        self.frag.admit(now, &info, p.payload().get(at..).unwrap_or(&[]), rx.hinted)?
                     };
                     match admitted {
                         Admit::Held => return Ok(Outcome::Consumed),
@@ -1032,12 +826,7 @@ impl super::Pipeline {
                 if let (Some(n), true) = (note, self.workers > 1) {
                     let w = self.datagram_worker(&n.tuple);
                     if w != self.worker {
-                        self.handoff = Some(HandoffNote {
-                            rx: Rx {
-                                frag: Some(n),
-                                ..rx
-                            },
-                        });
+                        self.handoff = Some(HandoffNote { rx: Rx { frag: Some(n), ..rx } });
                         return Ok(Outcome::Handoff(w));
                     }
                 }
@@ -1049,8 +838,7 @@ impl super::Pipeline {
                 (n.tuple, Some(*t.l4()), matches!(t, FragTrack::Lookup(_)))
             }
             _ => {
-                let p = Ipv6Packet::new_checked(buf.data().get(l2..).unwrap_or(&[]))
-                    .map_err(|_| DropReason::Ipv6Truncated)?;
+                let p = Ipv6Packet::new_checked(buf.data().get(l2..).unwrap_or(&[])).map_err(|_| DropReason::Ipv6Truncated)?;
                 match transit6::transit(&p, u.protocol, u.offset)? {
                     Transit6::Flow(t, l4) => (t, Some(l4), false),
                     Transit6::Error(quoted) => (quoted, None, false),
@@ -1063,29 +851,17 @@ impl super::Pipeline {
             // A fragment at its fragment owner (from a port or the CCL) is
             // decided as if received on a port; one the fragment owner
             // sent here with a hint, as at the owner.
-            let prx = if note.is_some() && !rx.hinted {
-                Rx {
-                    via: Via::Port,
-                    ..rx
-                }
-            } else {
-                rx
-            };
+            let prx = if note.is_some() && !rx.hinted { Rx { via: Via::Port, ..rx } } else { rx };
             let arx = Rx { frag: note, ..rx };
             let v6 = self.ipv6.as_deref();
             let plan = match cl.plan_known(now, &self.flows.table, &tuple, l4.as_ref(), prx) {
                 Some(plan) => plan,
-                None if prx.via == Via::Port
-                    && v6.is_some_and(|v| !v.reverse_path_ok(&ing, ifx, src)) =>
-                {
+                None if prx.via == Via::Port && v6.is_some_and(|v| !v.reverse_path_ok(&ing, ifx, src)) => {
                     Plan::Drop(DropReason::ReversePath)
                 }
                 None => cl.plan_new(now, &self.flows.table, &tuple, l4.as_ref()),
             };
-            let mut link = Link {
-                egress: &mut self.egress,
-                ifaces: &self.ifaces,
-            };
+            let mut link = Link { egress: &mut self.egress, ifaces: &self.ifaces };
             match plan {
                 Plan::Own => {}
                 Plan::TakeOver => {
@@ -1097,10 +873,7 @@ impl super::Pipeline {
                     // A relayed later fragment would carry no ports for
                     // the director to read: ask it instead.
                     let plan = match plan {
-                        Plan::Relay(director) if note.is_some() => Plan::Query {
-                            director,
-                            elect: false,
-                        },
+                        Plan::Relay(director) if note.is_some() => Plan::Query { director, elect: false },
                         plan => plan,
                     };
                     let outcome = cl.act(now, &mut link, in_port, ifx, arx, plan, &tuple, buf)?;
@@ -1115,37 +888,17 @@ impl super::Pipeline {
             // A later piece of a TCP segment without ACK: its flow must
             // exist, nothing to track.
             Some(_) if lookup_only => {
-                self.flows
-                    .table
-                    .lookup(&tuple)
-                    .ok_or(DropReason::TcpNoFlow)?;
+                self.flows.table.lookup(&tuple).ok_or(DropReason::TcpNoFlow)?;
                 None
             }
             Some(l4) => {
                 // Anti-spoofing for a new flow (a cluster member's plan
                 // checked it where the frame entered).
                 let (v6, single) = (self.ipv6.as_deref(), self.cluster.is_none());
-                let passes = || {
-                    !single
-                        || rx.via != Via::Port
-                        || v6.is_none_or(|v| v.reverse_path_ok(&ing, ifx, src))
-                };
-                let mut link = Link {
-                    egress: &mut self.egress,
-                    ifaces: &self.ifaces,
-                };
+                let passes = || !single || rx.via != Via::Port || v6.is_none_or(|v| v.reverse_path_ok(&ing, ifx, src));
+                let mut link = Link { egress: &mut self.egress, ifaces: &self.ifaces };
                 let cl = self.cluster.as_deref_mut();
-                match self.flows.track(
-                    cl,
-                    &mut link,
-                    now,
-                    &tuple,
-                    l4,
-                    total as u32,
-                    ifx,
-                    route.egress,
-                    passes,
-                ) {
+                match self.flows.track(cl, &mut link, now, &tuple, l4, total as u32, ifx, route.egress, passes) {
                     // Only the first fragment carries the TCP header.
                     Ok((xlate, _)) => xlate.filter(|_| piece.is_none_or(|(off, _, _)| off == 0)),
                     // The SYN proxy answers IPv4 SYNs only: an IPv6 SYN it
@@ -1165,18 +918,11 @@ impl super::Pipeline {
                 }
                 let delta = self.cluster.as_deref().map_or(0, |cl| cl.quoted_delta(h));
                 let server = self.flows.table.proxy_delta(h).unwrap_or(0);
-                (tuple.proto == ip_proto::TCP && (delta != 0 || server != 0)).then_some(Xlate {
-                    dir,
-                    delta: SeqDelta(delta),
-                    quoted: true,
-                    server: SeqDelta(server),
-                })
+                (tuple.proto == ip_proto::TCP && (delta != 0 || server != 0))
+                    .then_some(Xlate { dir, delta: SeqDelta(delta), quoted: true, server: SeqDelta(server) })
             }
         };
-        let v6 = self
-            .ipv6
-            .as_deref_mut()
-            .ok_or(DropReason::Ipv6NotForwarded)?;
+        let v6 = self.ipv6.as_deref_mut().ok_or(DropReason::Ipv6NotForwarded)?;
         let mac = v6.resolve(now, eg, route.egress, route.next_hop)?;
         let l2 = super::egress::retag(buf, tags, l2, eg.vlan)?;
         if let Some(x) = xlate {
@@ -1194,8 +940,7 @@ impl super::Pipeline {
             None => {
                 v6.counters.held += 1;
                 let wait = v6.hold_wait();
-                self.egress
-                    .hold_v6(now, route.next_hop, eg.port, wait, buf.data())
+                self.egress.hold_v6(now, route.next_hop, eg.port, wait, buf.data())
             }
         }
     }

@@ -65,63 +65,56 @@ mod counters;
 mod egress;
 mod fast;
 mod flows;
-pub mod frag;
 mod hold;
+pub mod frag;
 mod icmperr;
 mod iface;
 mod ingress;
 pub(crate) mod ipv4;
 pub(crate) mod ipv6;
+mod transit6;
 mod nat;
 mod synproxy;
 pub mod trace;
-mod transit6;
 
 pub use arphold::ArpHoldCounters;
 pub use cluster::{
     ClusterCounters, ClusterCountersSnapshot, ClusterSpec, ClusterSpecError, Role, SyncProgress,
-    DEFAULT_DIRECTOR_HOLD, DEFAULT_SYN_GUARD, MAX_HELD, MAX_PENDING, POOL_SLOTS, SYNC_MARKER_EVERY,
-    SYNC_MARKER_FOR, SYNC_WAIT, SYN_GUARD_PENDING,
+    DEFAULT_DIRECTOR_HOLD, DEFAULT_SYN_GUARD, MAX_HELD, MAX_PENDING, POOL_SLOTS, SYN_GUARD_PENDING, SYNC_MARKER_EVERY,
+    SYNC_MARKER_FOR, SYNC_WAIT,
 };
 pub use config::{
-    InterfaceSpec, PipelineConfig, PipelineError, Policy, RouteSpec, RuleSpec, DEFAULT_MTU,
-    MAX_MTU, MIN_MTU,
+    InterfaceSpec, PipelineConfig, PipelineError, Policy, RouteSpec, RuleSpec, DEFAULT_MTU, MAX_MTU, MIN_MTU,
 };
+pub use iface::ReversePath;
+pub use ipv6::{Ipv6PathCounters, Ipv6Spec, Ipv6SpecError, Route6Spec};
 pub use context::{FragNote, HandoffNote, Verdict};
 pub use counters::{Counters, Ipv6Counters, PortCounters};
 pub use egress::MAX_GENERATED;
 pub use frag::{FragConfig, FragCounters, FragSnapshot};
 pub use icmperr::{IcmpErrorConfig, IcmpErrorCounters};
-pub use iface::ReversePath;
-pub use ipv6::{Ipv6PathCounters, Ipv6Spec, Ipv6SpecError, Route6Spec};
 pub use nat::{
-    NatCounters, NatInbound, NatPlan, NatSpec, NatSpecError, PatSpec, PoolInfo, PoolSpec,
-    SharedRequest, PENDING_HOLD_PER_HOST, PENDING_HOLD_SLOTS, PENDING_HOLD_TIMEOUT,
-    SHARED_REQUESTS,
+    NatCounters, NatInbound, NatPlan, NatSpec, NatSpecError, PatSpec, PoolInfo, PoolSpec, SharedRequest,
+    PENDING_HOLD_PER_HOST, PENDING_HOLD_SLOTS, PENDING_HOLD_TIMEOUT, SHARED_REQUESTS,
 };
 
 use crate::acl::RuleInfo;
 use crate::arp::{ArpCache, ArpInfo};
 use crate::buf::PacketBuf;
 use crate::cluster::MemberSet;
-use crate::cluster::SeqDelta;
-use crate::conntrack::{tcp_flags, Splice};
 use crate::conntrack::{ConnInfo, ConnTable};
 use crate::frag::ReasmCounters;
 use crate::route::{IfIndex, RouteInfo, RouteTable};
 use crate::slots::SlotBuf;
-use crate::types::Direction;
 use crate::types::{DropReason, Duration, Epoch, FiveTuple, NodeId, PortId, Timestamp, WorkerId};
 use crate::wire::ethernet::{ethertype, EthernetFrame};
 use crate::wire::ipv4::Ipv4Packet;
-use crate::wire::synproxy::Segment;
 use crate::wire::tcp::TcpPacket;
 use crate::wire::udp::UdpPacket;
 use cluster::ccl_in::CclNext;
 use cluster::plan::Plan;
 use cluster::send::Wrap;
 use cluster::{ClusterPath, Link};
-use context::Xlate;
 use context::{Outcome, Rx, Via};
 use counters::Accounting;
 use egress::{Egress, Route};
@@ -134,6 +127,11 @@ use ingress::Ingress;
 use ipv4::{Destination, Transit};
 use nat::nat_pending;
 use std::net::{IpAddr, Ipv4Addr};
+use crate::cluster::SeqDelta;
+use crate::conntrack::{tcp_flags, Splice};
+use crate::types::Direction;
+use crate::wire::synproxy::Segment;
+use context::Xlate;
 use synproxy::ProxyStep;
 pub use synproxy::{SynProxyCounters, HOLD_PER_CONN, HOLD_SLOTS, HOLD_TIMEOUT};
 
@@ -150,6 +148,7 @@ pub const EXPIRE_BUDGET: usize = 1024;
 /// slots of 128 bytes plus their index are about 1.1 MiB, within a core's
 /// L2 cache on current server CPUs (2 MiB on the bench host's EPYC).
 pub const PREFETCH_MIN_FLOWS: usize = 8192;
+
 
 /// N3: the control node, when a packet of `tuple` (received on `ifx`,
 /// routed out of `egress`) that opens a multi-session PAT translation and
@@ -229,12 +228,7 @@ enum Step {
     /// with the owner's sequence translation and, through NAT, from the
     /// sender's mapped endpoint; then, for the server's SYN-ACK, the
     /// segments held for the client's tuple (`release_held`).
-    Proxy(
-        ProxyStep,
-        Option<context::Xlate>,
-        Option<nat::Snat>,
-        Option<FiveTuple>,
-    ),
+    Proxy(ProxyStep, Option<context::Xlate>, Option<nat::Snat>, Option<FiveTuple>),
 }
 
 /// What `ipv4_in` was told about the frame by ingress.
@@ -260,25 +254,20 @@ impl Pipeline {
         let built = config::build(&cfg)?;
         // Every frame pool's slots hold the longest frame wrapped in a CCL
         // datagram (2 KiB up to MTU 1500).
-        let slot_len =
-            crate::slots::slot_len_for(config::max_frame(&cfg), 2 * crate::ccl::FRAME_OVERHEAD);
+        let slot_len = crate::slots::slot_len_for(
+            config::max_frame(&cfg),
+            2 * crate::ccl::FRAME_OVERHEAD,
+        );
         let cluster = match &cfg.cluster {
             None => None,
             Some(c) => {
                 let ccl = config::ccl_iface(&cfg, c)?;
-                Some(Box::new(
-                    ClusterPath::new(c, ccl, cfg.flow_capacity, slot_len)
-                        .map_err(PipelineError::Cluster)?,
-                ))
+                Some(Box::new(ClusterPath::new(c, ccl, cfg.flow_capacity, slot_len).map_err(PipelineError::Cluster)?))
             }
         };
         let frag = Box::new(FragPath::new(&frags, slot_len).map_err(PipelineError::Fragments)?);
         let arp = ArpCache::new(cfg.arp_capacity, cfg.arp_timeout, cfg.arp_retry);
-        let mut flows = Flows::new(
-            ConnTable::new(cfg.flow_capacity, cfg.timeouts),
-            built.acl,
-            slot_len,
-        );
+        let mut flows = Flows::new(ConnTable::new(cfg.flow_capacity, cfg.timeouts), built.acl, slot_len);
         if let Some(c) = &cfg.cluster {
             // Any member validates any member's SYN-proxy cookie.
             flows.proxy.share(synproxy::proxy_key(&c.key));
@@ -307,12 +296,7 @@ impl Pipeline {
     }
 
     /// Process one received frame. No allocation, no panic, no logging.
-    pub fn process<B: PacketBuf>(
-        &mut self,
-        now: Timestamp,
-        in_port: PortId,
-        buf: &mut B,
-    ) -> Verdict {
+    pub fn process<B: PacketBuf>(&mut self, now: Timestamp, in_port: PortId, buf: &mut B) -> Verdict {
         if self.trace.is_some() {
             return self.process_traced(now, in_port, buf);
         }
@@ -322,12 +306,7 @@ impl Pipeline {
     /// `process` while a trace runs: the frame's event if it matches.
     #[cold]
     #[inline(never)]
-    fn process_traced<B: PacketBuf>(
-        &mut self,
-        now: Timestamp,
-        in_port: PortId,
-        buf: &mut B,
-    ) -> Verdict {
+    fn process_traced<B: PacketBuf>(&mut self, now: Timestamp, in_port: PortId, buf: &mut B) -> Verdict {
         let Some(want) = self.trace_wants(now, buf.data()) else {
             return self.process_frame(now, in_port, buf);
         };
@@ -353,19 +332,9 @@ impl Pipeline {
         Some(want)
     }
 
-    fn trace_record(
-        &mut self,
-        now: Timestamp,
-        (tuple, tcp_flags): (FiveTuple, u8),
-        len: usize,
-        from: trace::TraceFrom,
-        o: Outcome,
-    ) {
+    fn trace_record(&mut self, now: Timestamp, (tuple, tcp_flags): (FiveTuple, u8), len: usize, from: trace::TraceFrom, o: Outcome) {
         use trace::TraceVerdict as V;
-        let hop = self
-            .cluster
-            .as_deref()
-            .and_then(|cl| cl.trace_to.map(|to| (cl.ccl_port(), to)));
+        let hop = self.cluster.as_deref().and_then(|cl| cl.trace_to.map(|to| (cl.ccl_port(), to)));
         let verdict = match o {
             Outcome::Forward(p) | Outcome::ArpReply(p) | Outcome::EchoReply(p) => match hop {
                 Some((ccl, to)) if ccl == p => V::Member(to),
@@ -376,16 +345,7 @@ impl Pipeline {
             Outcome::Handoff(w) => V::Worker(w),
         };
         let role = self.cluster_role(now, &tuple).map(|(r, o)| (r.as_str(), o));
-        let e = trace::TraceEvent {
-            at: now,
-            worker: self.worker,
-            tuple,
-            len: len.min(usize::from(u16::MAX)) as u16,
-            tcp_flags,
-            from,
-            role,
-            verdict,
-        };
+        let e = trace::TraceEvent { at: now, worker: self.worker, tuple, len: len.min(usize::from(u16::MAX)) as u16, tcp_flags, from, role, verdict };
         if let Some(t) = self.trace.as_deref_mut() {
             t.record(e);
         }
@@ -399,9 +359,7 @@ impl Pipeline {
     }
 
     /// The current or last trace: filter, deadline, events, events lost.
-    pub fn trace_events(
-        &self,
-    ) -> Option<(trace::TraceFilter, Timestamp, Vec<trace::TraceEvent>, u64)> {
+    pub fn trace_events(&self) -> Option<(trace::TraceFilter, Timestamp, Vec<trace::TraceEvent>, u64)> {
         let t = self.trace.as_deref().or(self.trace_done.as_deref())?;
         Some((t.filter, t.until, t.events().to_vec(), t.lost))
     }
@@ -410,12 +368,7 @@ impl Pipeline {
     /// the stages it inlines (the fast path's, `classify`) keep a single
     /// call site and stay inlined as before the trace existed.
     #[inline(never)]
-    fn process_frame<B: PacketBuf>(
-        &mut self,
-        now: Timestamp,
-        in_port: PortId,
-        buf: &mut B,
-    ) -> Verdict {
+    fn process_frame<B: PacketBuf>(&mut self, now: Timestamp, in_port: PortId, buf: &mut B) -> Verdict {
         self.acct.rx(in_port, buf.data().len());
         if self.fast.enabled {
             let parts = Parts {
@@ -517,13 +470,7 @@ impl Pipeline {
     /// a port (normal), or unwrapped from a CCL message (processed as
     /// received on the named interface: no L2 destination check, no ARP,
     /// IPv4 or IPv6).
-    fn classify<B: PacketBuf>(
-        &mut self,
-        now: Timestamp,
-        in_port: PortId,
-        buf: &mut B,
-        rx: Rx,
-    ) -> Outcome {
+    fn classify<B: PacketBuf>(&mut self, now: Timestamp, in_port: PortId, buf: &mut B, rx: Rx) -> Outcome {
         if let Some(cl) = self.cluster.as_deref() {
             // Fenced (the lease ran out): no data-port frame, before any
             // state changes (the fast path declines fenced frames); CCL
@@ -543,14 +490,7 @@ impl Pipeline {
             let Some(ing) = self.ifaces.get(ifx) else {
                 return DropReason::CclMalformed.into();
             };
-            let at = Arrival {
-                in_port,
-                ifx,
-                ing,
-                l2: l2.len,
-                tags: l2.tags,
-                l2_broadcast: false,
-            };
+            let at = Arrival { in_port, ifx, ing, l2: l2.len, tags: l2.tags, l2_broadcast: false };
             return match l2.ethertype {
                 ethertype::IPV4 => self.ipv4_in(now, at, rx, buf),
                 // (Checked again: the sender's checks are not trusted.)
@@ -572,41 +512,20 @@ impl Pipeline {
             return DropReason::EthNotForUs.into();
         }
         match l2.ethertype {
-            ethertype::ARP => {
-                self.ingress
-                    .arp_in(now, &mut self.egress, in_port, ifx, ing, l2.len, buf)
-            }
+            ethertype::ARP => self.ingress.arp_in(now, &mut self.egress, in_port, ifx, ing, l2.len, buf),
             ethertype::IPV4 => {
-                let at = Arrival {
-                    in_port,
-                    ifx,
-                    ing,
-                    l2: l2.len,
-                    tags: l2.tags,
-                    l2_broadcast: l2.broadcast(),
-                };
+                let at = Arrival { in_port, ifx, ing, l2: l2.len, tags: l2.tags, l2_broadcast: l2.broadcast() };
                 self.ipv4_in(now, at, rx, buf).unwrap_or_else(Outcome::Drop)
             }
             ethertype::IPV6 => {
                 // Classified and counted; checked far enough for the
                 // IPv6 stage (header, payload length, the bounded walk).
-                let u = match self
-                    .ingress
-                    .ipv6_in(buf.data().get(l2.len..).unwrap_or(&[]))
-                {
+                let u = match self.ingress.ipv6_in(buf.data().get(l2.len..).unwrap_or(&[])) {
                     Ok(u) => u,
                     Err(r) => return r.into(),
                 };
-                let at = Arrival {
-                    in_port,
-                    ifx,
-                    ing,
-                    l2: l2.len,
-                    tags: l2.tags,
-                    l2_broadcast: l2.broadcast(),
-                };
-                self.ipv6_in(now, at, rx, u, buf)
-                    .unwrap_or_else(Outcome::Drop)
+                let at = Arrival { in_port, ifx, ing, l2: l2.len, tags: l2.tags, l2_broadcast: l2.broadcast() };
+                self.ipv6_in(now, at, rx, u, buf).unwrap_or_else(Outcome::Drop)
             }
             _ => DropReason::EthUnsupportedType.into(),
         }
@@ -614,13 +533,7 @@ impl Pipeline {
 
     /// IPv4 input; then, if this frame was the first fragment of a
     /// datagram with fragments held, release them.
-    fn ipv4_in<B: PacketBuf>(
-        &mut self,
-        now: Timestamp,
-        at: Arrival,
-        rx: Rx,
-        buf: &mut B,
-    ) -> Result<Outcome, DropReason> {
+    fn ipv4_in<B: PacketBuf>(&mut self, now: Timestamp, at: Arrival, rx: Rx, buf: &mut B) -> Result<Outcome, DropReason> {
         if rx.via == Via::Port && rx.frag.is_none() {
             let l3 = buf.data().get(at.l2..).unwrap_or(&[]);
             if Ipv4Packet::new_checked_header(l3).is_ok_and(|ip| ip.total_len() > at.ing.mtu) {
@@ -648,21 +561,14 @@ impl Pipeline {
     /// see what any other port would give them. Anything else that large
     /// is dropped (`Ipv4OverMtu`).
     #[cold]
-    fn split_oversize<B: PacketBuf>(
-        &mut self,
-        now: Timestamp,
-        at: Arrival,
-        rx: Rx,
-        buf: &mut B,
-    ) -> Result<Outcome, DropReason> {
+    fn split_oversize<B: PacketBuf>(&mut self, now: Timestamp, at: Arrival, rx: Rx, buf: &mut B) -> Result<Outcome, DropReason> {
         let s = {
             let l3 = buf.data().get(at.l2..).unwrap_or(&[]);
             let ip = ipv4::parse(l3)?;
             if ip.dont_frag() || ip.is_fragment() {
                 return Err(DropReason::Ipv4OverMtu);
             }
-            crate::frag::split::plan(buf.data(), at.l2, usize::from(at.ing.mtu))
-                .map_err(|_| DropReason::Ipv4OverMtu)?
+            crate::frag::split::plan(buf.data(), at.l2, usize::from(at.ing.mtu)).map_err(|_| DropReason::Ipv4OverMtu)?
         };
         if !self.frag.stage_split(buf.data(), &s) {
             return Err(DropReason::FragNoBuffer);
@@ -688,50 +594,26 @@ impl Pipeline {
     /// error it earns, if any (`icmperr`: which drops, the never-send
     /// rules, the rate limit).
     #[cold]
-    fn icmp_error<B: PacketBuf>(
-        &mut self,
-        now: Timestamp,
-        at: &Arrival,
-        rx: Rx,
-        reason: DropReason,
-        buf: &B,
-    ) {
+    fn icmp_error<B: PacketBuf>(&mut self, now: Timestamp, at: &Arrival, rx: Rx, reason: DropReason, buf: &B) {
         use DropReason::{AclDenied, FragNeeded, LocalUnhandled, NoRoute, TtlExceeded};
-        if !matches!(
-            reason,
-            TtlExceeded | NoRoute | FragNeeded | AclDenied | LocalUnhandled
-        ) {
+        if !matches!(reason, TtlExceeded | NoRoute | FragNeeded | AclDenied | LocalUnhandled) {
             return;
         }
-        let Some(l3) = buf.data().get(at.l2..) else {
-            return;
-        };
-        let Ok(ip) = Ipv4Packet::new_checked_header(l3) else {
-            return;
-        };
+        let Some(l3) = buf.data().get(at.l2..) else { return };
+        let Ok(ip) = Ipv4Packet::new_checked_header(l3) else { return };
         let kind = match reason {
             DropReason::TtlExceeded => ErrorKind::TimeExceeded,
             DropReason::NoRoute => ErrorKind::NetUnreachable,
             DropReason::FragNeeded => {
-                let Some(eg) = self
-                    .routes
-                    .lookup(ip.dst())
-                    .and_then(|r| self.ifaces.get(r.iface))
-                else {
-                    return;
-                };
+                let Some(eg) = self.routes.lookup(ip.dst()).and_then(|r| self.ifaces.get(r.iface)) else { return };
                 ErrorKind::FragNeeded(eg.mtu)
             }
-            DropReason::AclDenied if self.icmp.config().admin_prohibited => {
-                ErrorKind::AdminProhibited
-            }
-            DropReason::LocalUnhandled if rx.via == Via::Port && ip.dst() == at.ing.addr => {
-                match ip.protocol() {
-                    crate::types::ip_proto::UDP => ErrorKind::PortUnreachable,
-                    crate::types::ip_proto::TCP | crate::types::ip_proto::ICMP => return,
-                    _ => ErrorKind::ProtocolUnreachable,
-                }
-            }
+            DropReason::AclDenied if self.icmp.config().admin_prohibited => ErrorKind::AdminProhibited,
+            DropReason::LocalUnhandled if rx.via == Via::Port && ip.dst() == at.ing.addr => match ip.protocol() {
+                crate::types::ip_proto::UDP => ErrorKind::PortUnreachable,
+                crate::types::ip_proto::TCP | crate::types::ip_proto::ICMP => return,
+                _ => ErrorKind::ProtocolUnreachable,
+            },
             _ => return,
         };
         let Some(to) = icmperr::may_answer(l3, at.l2_broadcast, &self.ifaces) else {
@@ -742,20 +624,12 @@ impl Pipeline {
             self.icmp.counters.no_route += 1;
             return;
         };
-        let Some(eg) = self.ifaces.get(ifx) else {
-            return;
-        };
+        let Some(eg) = self.ifaces.get(ifx) else { return };
         let Ok(Some(mac)) = self.egress.resolve(now, eg, next_hop, ifx) else {
             self.icmp.counters.no_neighbor += 1;
             return;
         };
-        let back = Back {
-            port: eg.port,
-            dst_mac: mac,
-            src_mac: eg.mac,
-            vlan: eg.vlan,
-            addr: eg.addr,
-        };
+        let back = Back { port: eg.port, dst_mac: mac, src_mac: eg.mac, vlan: eg.vlan, addr: eg.addr };
         self.icmp.send(now, kind, l3, to, back);
     }
 
@@ -769,35 +643,16 @@ impl Pipeline {
         buf: &mut B,
         release: &mut Option<Release>,
     ) -> Result<Outcome, DropReason> {
-        let Arrival {
-            in_port,
-            ifx,
-            ing,
-            l2,
-            tags,
-            l2_broadcast,
-        } = at;
+        let Arrival { in_port, ifx, ing, l2, tags, l2_broadcast } = at;
         // A cluster member: a datagram to a PAT port whose block another
         // member holds goes there as it is (N5; no query, no record).
-        if let (Some(n), Some(cl), Via::Port, None) = (
-            self.nat.as_deref(),
-            self.cluster.as_deref_mut(),
-            rx.via,
-            rx.frag,
-        ) {
+        if let (Some(n), Some(cl), Via::Port, None) = (self.nat.as_deref(), self.cluster.as_deref_mut(), rx.via, rx.frag) {
             let l3 = buf.data().get(l2..).unwrap_or(&[]);
             // (Fragments go to their fragment owner, which learns the
             // datagram's port: `NatPath::fragment_in`.)
-            if let Some(node) = ipv4::parse(l3)
-                .ok()
-                .filter(|ip| !ip.is_fragment())
-                .and_then(|_| n.holder_elsewhere(ifx, l3))
-            {
+            if let Some(node) = ipv4::parse(l3).ok().filter(|ip| !ip.is_fragment()).and_then(|_| n.holder_elsewhere(ifx, l3)) {
                 let iface = u8::try_from(ifx.0).map_err(|_| DropReason::CclMalformed)?;
-                let mut link = Link {
-                    egress: &mut self.egress,
-                    ifaces: &self.ifaces,
-                };
+                let mut link = Link { egress: &mut self.egress, ifaces: &self.ifaces };
                 let port = cl.wrap(now, &mut link, buf, Wrap::Forward, iface, node, None)?;
                 if let Some(n) = self.nat.as_deref_mut() {
                     n.counters.to_holder += 1;
@@ -817,9 +672,7 @@ impl Pipeline {
                 // Only a datagram that passes the IPv4 checks below (the
                 // others are dropped there, untranslated, no xlate touched),
                 // without the link's padding.
-                if let Ok((total, frag)) =
-                    ipv4::parse(l3).map(|ip| (usize::from(ip.total_len()), ip.is_fragment()))
-                {
+                if let Ok((total, frag)) = ipv4::parse(l3).map(|ip| (usize::from(ip.total_len()), ip.is_fragment())) {
                     rx.nat_in = n.inbound(now, ifx, &mut l3[..total], frag)?;
                 }
             }
@@ -838,11 +691,7 @@ impl Pipeline {
                 if rx.via != Via::Port {
                     return Err(DropReason::LocalUnhandled);
                 }
-                if self
-                    .cluster
-                    .as_deref()
-                    .is_some_and(|cl| cl.is_ccl_datagram(ifx, &ip))
-                {
+                if self.cluster.as_deref().is_some_and(|cl| cl.is_ccl_datagram(ifx, &ip)) {
                     return self.ccl(now, in_port, buf);
                 }
                 return ingress::local_in(in_port, ing, l2, buf);
@@ -856,17 +705,10 @@ impl Pipeline {
             let (src, dst) = (ip.src(), ip.dst());
             // A fragment to a pool address is routed once translated
             // (below): its mapped destination needs no route.
-            let pooled_frag = is_frag
-                && self
-                    .nat
-                    .as_deref()
-                    .is_some_and(|n| n.plan().pool_of(dst).is_some());
+            let pooled_frag = is_frag && self.nat.as_deref().is_some_and(|n| n.plan().pool_of(dst).is_some());
             let route = match self.routes.lookup(dst) {
                 Some(r) => r,
-                None if pooled_frag => crate::route::RouteResult {
-                    iface: ifx,
-                    next_hop: dst,
-                },
+                None if pooled_frag => crate::route::RouteResult { iface: ifx, next_hop: dst },
                 None => return Err(DropReason::NoRoute),
             };
             let egress = route.iface;
@@ -881,11 +723,7 @@ impl Pipeline {
                 if note.is_none() {
                     // R10: a fragment received on a port goes to its
                     // fragment owner; one from the CCL is ours to handle.
-                    if let Some(fo) = self
-                        .cluster
-                        .as_deref()
-                        .and_then(|cl| cl.other_fragment_owner(&info.key))
-                    {
+                    if let Some(fo) = self.cluster.as_deref().and_then(|cl| cl.other_fragment_owner(&info.key)) {
                         if rx.via == Via::Port {
                             break 'decide Step::FragOwner(fo);
                         }
@@ -912,15 +750,7 @@ impl Pipeline {
                 // datagram to a mapped address (`steer`).
                 let w = self.datagram_worker(&n.tuple);
                 if w != self.worker {
-                    break 'decide Step::Handoff(
-                        w,
-                        HandoffNote {
-                            rx: Rx {
-                                frag: Some(n),
-                                ..rx
-                            },
-                        },
-                    );
+                    break 'decide Step::Handoff(w, HandoffNote { rx: Rx { frag: Some(n), ..rx } });
                 }
             }
             let mut egress = egress;
@@ -947,14 +777,7 @@ impl Pipeline {
                             // translates it (its flow owner; it admits the
                             // piece as such, never sends it back).
                             nat::FragNat::Holder(h) => {
-                                break 'decide Step::Cluster(
-                                    Plan::Forward(h),
-                                    tuple,
-                                    Rx {
-                                        frag: Some(n),
-                                        ..rx
-                                    },
-                                );
+                                break 'decide Step::Cluster(Plan::Forward(h), tuple, Rx { frag: Some(n), ..rx });
                             }
                         }
                     }
@@ -979,32 +802,18 @@ impl Pipeline {
                 // A frame a data node sent to this control node (N3), as
                 // if received here.
                 let as_port = (note.is_some() && !rx.hinted) || rx.to_control;
-                let prx = if as_port {
-                    Rx {
-                        via: Via::Port,
-                        ..rx
-                    }
-                } else {
-                    rx
-                };
+                let prx = if as_port { Rx { via: Via::Port, ..rx } } else { rx };
                 let arx = Rx { frag: note, ..rx };
-                let mut plan = match cl.plan_known(now, &self.flows.table, &tuple, l4.as_ref(), prx)
-                {
+                let mut plan = match cl.plan_known(now, &self.flows.table, &tuple, l4.as_ref(), prx) {
                     Some(plan) => plan,
-                    None if prx.via == Via::Port
-                        && fast::spoofed_source(&self.ifaces, &self.routes, ifx, src) =>
-                    {
+                    None if prx.via == Via::Port && fast::spoofed_source(&self.ifaces, &self.routes, ifx, src) => {
                         Plan::Drop(DropReason::ReversePath)
                     }
                     // A client's ACK returning a SYN-proxy cookie (the
                     // cluster's: this member's or another's): its
                     // connection opens where the director says
                     // (`Flows::track` here, if elected).
-                    None if note.is_none()
-                        && l4
-                            .as_ref()
-                            .is_some_and(|l| self.flows.proxy.valid(now, &tuple, l)) =>
-                    {
+                    None if note.is_none() && l4.as_ref().is_some_and(|l| self.flows.proxy.valid(now, &tuple, l)) => {
                         cl.plan_opening(now, &self.flows.table, &tuple)
                     }
                     None => cl.plan_new(now, &self.flows.table, &tuple, l4.as_ref()),
@@ -1023,21 +832,14 @@ impl Pipeline {
                         && !rx.to_control;
                     if may {
                         if let Some(c) = to_control(cl, n, &self.flows.table, ifx, egress, &tuple) {
-                            plan = if note.is_some() {
-                                Plan::Forward(c)
-                            } else {
-                                Plan::ToControl(c)
-                            };
+                            plan = if note.is_some() { Plan::Forward(c) } else { Plan::ToControl(c) };
                         }
                     }
                 }
                 match plan {
                     Plan::Own => {}
                     Plan::TakeOver => {
-                        let mut link = Link {
-                            egress: &mut self.egress,
-                            ifaces: &self.ifaces,
-                        };
+                        let mut link = Link { egress: &mut self.egress, ifaces: &self.ifaces };
                         cl.take_over(now, &mut link, &mut self.flows.table, &tuple)?;
                         self.settle_adopted(now);
                     }
@@ -1045,14 +847,7 @@ impl Pipeline {
                     // A relayed later fragment would carry no ports for
                     // the director to read: ask it instead.
                     Plan::Relay(director) if note.is_some() => {
-                        break 'decide Step::Cluster(
-                            Plan::Query {
-                                director,
-                                elect: false,
-                            },
-                            tuple,
-                            arx,
-                        )
+                        break 'decide Step::Cluster(Plan::Query { director, elect: false }, tuple, arx)
                     }
                     plan => break 'decide Step::Cluster(plan, tuple, arx),
                 }
@@ -1064,12 +859,7 @@ impl Pipeline {
             match l4 {
                 // The error must quote a flow and go back to its sender.
                 None => {
-                    let Some((h, dir)) = self
-                        .flows
-                        .table
-                        .lookup(&tuple)
-                        .filter(|_| tuple.src == IpAddr::V4(dst))
-                    else {
+                    let Some((h, dir)) = self.flows.table.lookup(&tuple).filter(|_| tuple.src == IpAddr::V4(dst)) else {
                         return Err(DropReason::NoFlow);
                     };
                     // A quoted TCP segment goes back to its sender's
@@ -1078,12 +868,7 @@ impl Pipeline {
                     if tuple.proto == crate::types::ip_proto::TCP {
                         let delta = self.cluster.as_deref().map_or(0, |cl| cl.quoted_delta(h));
                         let server = self.flows.table.proxy_delta(h).unwrap_or(0);
-                        xlate = (delta != 0 || server != 0).then_some(Xlate {
-                            dir,
-                            delta: SeqDelta(delta),
-                            quoted: true,
-                            server: SeqDelta(server),
-                        });
+                        xlate = (delta != 0 || server != 0).then_some(Xlate { dir, delta: SeqDelta(delta), quoted: true, server: SeqDelta(server) });
                     }
                     // About a packet that came in translated: the error
                     // leaves with the mapped endpoint (not for an error
@@ -1102,23 +887,14 @@ impl Pipeline {
                 }
                 Some(l4) => {
                     let len = u32::from(ip.total_len());
-                    let mut link = Link {
-                        egress: &mut self.egress,
-                        ifaces: &self.ifaces,
-                    };
+                    let mut link = Link { egress: &mut self.egress, ifaces: &self.ifaces };
                     let cl = self.cluster.as_deref_mut();
                     let tracked;
                     // Anti-spoofing for a new flow (a cluster member's
                     // plan checked it where the frame entered).
                     let (routes, ifaces, single) = (&self.routes, &self.ifaces, cl.is_none());
-                    let passes = || {
-                        !single
-                            || rx.via != Via::Port
-                            || !fast::spoofed_source(ifaces, routes, ifx, src)
-                    };
-                    let r = self
-                        .flows
-                        .track(cl, &mut link, now, &tuple, l4, len, ifx, egress, passes);
+                    let passes = || !single || rx.via != Via::Port || !fast::spoofed_source(ifaces, routes, ifx, src);
+                    let r = self.flows.track(cl, &mut link, now, &tuple, l4, len, ifx, egress, passes);
                     (xlate, tracked) = match r {
                         Ok(v) => v,
                         // The SYN proxy answers (not for a fragment:
@@ -1126,63 +902,31 @@ impl Pipeline {
                         // translated is answered from its mapped endpoint.
                         Err(DropReason::SynProxyCookie) if note.is_none() => {
                             let snat = match (self.nat.as_deref(), rx.nat_in) {
-                                (Some(n), true) => Some(
-                                    n.icmp_error_out(egress, ifx, &tuple)
-                                        .ok_or(DropReason::EmbryonicLimit)?,
-                                ),
+                                (Some(n), true) => Some(n.icmp_error_out(egress, ifx, &tuple).ok_or(DropReason::EmbryonicLimit)?),
                                 _ => None,
                             };
-                            break 'decide Step::Proxy(
-                                self.syn_cookie(now, &ip, &tuple, &l4, tags, l2, egress)?,
-                                None,
-                                snat,
-                                None,
-                            );
+                            break 'decide Step::Proxy(self.syn_cookie(now, &ip, &tuple, &l4, tags, l2, egress)?, None, snat, None);
                         }
                         Err(DropReason::SynProxyCookie) => return Err(DropReason::EmbryonicLimit),
                         // The client's request while the proxy connects:
                         // held for the splice (`synproxy`).
                         Err(DropReason::SynProxyPending) if note.is_none() => {
-                            return match self.flows.proxy.hold_early(
-                                now,
-                                &tuple,
-                                in_port,
-                                rx,
-                                buf.data(),
-                            ) {
+                            return match self.flows.proxy.hold_early(now, &tuple, in_port, rx, buf.data()) {
                                 Outcome::Drop(r) => Err(r),
                                 o => Ok(o),
                             };
                         }
                         Err(e) => return Err(e),
                     };
-                    if let Splice::Answered {
-                        seq, ack, window, ..
-                    } = tracked.splice
-                    {
+                    if let Splice::Answered { seq, ack, window, .. } = tracked.splice {
                         // Back to the server, as an original-direction
                         // packet: the cluster's delta moves its seq; a
                         // client behind PAT (the SYN-ACK came in
                         // translated) leaves from its mapped endpoint.
                         let r = self.routes.lookup(src).ok_or(DropReason::NoRoute)?;
-                        let route = Route {
-                            next_hop: r.next_hop,
-                            egress: r.iface,
-                            tags,
-                            l2,
-                        };
-                        let seg = Segment {
-                            seq,
-                            ack,
-                            flags: tcp_flags::ACK,
-                            window,
-                            mss: None,
-                        };
-                        let x = xlate.map(|x| Xlate {
-                            dir: Direction::Original,
-                            server: SeqDelta::ZERO,
-                            ..x
-                        });
+                        let route = Route { next_hop: r.next_hop, egress: r.iface, tags, l2 };
+                        let seg = Segment { seq, ack, flags: tcp_flags::ACK, window, mss: None };
+                        let x = xlate.map(|x| Xlate { dir: Direction::Original, server: SeqDelta::ZERO, ..x });
                         let snat = match (self.nat.as_deref(), rx.nat_in) {
                             (Some(n), true) => n.icmp_error_out(ifx, r.iface, &tuple),
                             _ => None,
@@ -1190,25 +934,10 @@ impl Pipeline {
                         self.flows.proxy.counters.spliced += 1;
                         // The client's segments held meanwhile follow it.
                         let held = (self.flows.proxy.hold.len() > 0).then(|| tuple.reversed());
-                        break 'decide Step::Proxy(
-                            ProxyStep {
-                                route,
-                                seg,
-                                back: true,
-                            },
-                            x,
-                            snat,
-                            held,
-                        );
+                        break 'decide Step::Proxy(ProxyStep { route, seg, back: true }, x, snat, held);
                     }
                     if let Splice::Opened { isn, window, mss } = tracked.splice {
-                        opened = Some(Segment {
-                            seq: isn,
-                            ack: 0,
-                            flags: tcp_flags::SYN,
-                            window,
-                            mss: Some(mss),
-                        });
+                        opened = Some(Segment { seq: isn, ack: 0, flags: tcp_flags::SYN, window, mss: Some(mss) });
                     }
                     // Only the first fragment carries the TCP header.
                     if piece.is_some_and(|(off, _)| off != 0) {
@@ -1219,37 +948,18 @@ impl Pipeline {
                         n.flows_ended(now, &mut self.flows.table);
                         // NAT outbound: the flow is admitted on its real tuple.
                         if !rx.nat_in {
-                            snat = match n.outbound(
-                                now,
-                                ifx,
-                                egress,
-                                &tuple,
-                                &mut self.flows.table,
-                                tracked,
-                            ) {
+                            snat = match n.outbound(now, ifx, egress, &tuple, &mut self.flows.table, tracked) {
                                 // Dynamic NAT on a member, the control
                                 // node asked: held for the answer.
                                 Err(DropReason::NatPending) if note.is_none() => {
-                                    return nat_pending(
-                                        n,
-                                        self.nat_hold.as_deref_mut(),
-                                        now,
-                                        &tuple,
-                                        in_port,
-                                        rx,
-                                        buf.data(),
-                                    );
+                                    return nat_pending(n, self.nat_hold.as_deref_mut(), now, &tuple, in_port, rx, buf.data());
                                 }
                                 r => r?,
                             };
                             // A cluster member's flow records carry its binding.
                             if let (Some(cl), Some(_)) = (self.cluster.as_deref_mut(), snat) {
                                 if let Some(b) = n.binding(self.flows.table.mark(tracked.handle)) {
-                                    let orig = if tracked.dir == crate::types::Direction::Original {
-                                        tuple
-                                    } else {
-                                        tuple.reversed()
-                                    };
+                                    let orig = if tracked.dir == crate::types::Direction::Original { tuple } else { tuple.reversed() };
                                     cl.set_binding(tracked.handle, &orig, b);
                                 }
                             }
@@ -1260,43 +970,12 @@ impl Pipeline {
             // The client's ACK of a SYN-proxy cookie opened the connection:
             // the server gets the SYN (translated as the flow is).
             if let Some(seg) = opened {
-                break 'decide Step::Proxy(
-                    ProxyStep {
-                        route: Route {
-                            next_hop,
-                            egress,
-                            tags,
-                            l2,
-                        },
-                        seg,
-                        back: false,
-                    },
-                    xlate,
-                    snat,
-                    None,
-                );
+                break 'decide Step::Proxy(ProxyStep { route: Route { next_hop, egress, tags, l2 }, seg, back: false }, xlate, snat, None);
             }
-            Step::Route {
-                route: Route {
-                    next_hop,
-                    egress,
-                    tags,
-                    l2,
-                },
-                icmp_error,
-                xlate,
-                snat,
-                dnat: frag_dnat,
-            }
+            Step::Route { route: Route { next_hop, egress, tags, l2 }, icmp_error, xlate, snat, dnat: frag_dnat }
         };
         match step {
-            Step::Route {
-                route,
-                icmp_error,
-                xlate,
-                snat,
-                dnat,
-            } => {
+            Step::Route { route, icmp_error, xlate, snat, dnat } => {
                 if let Some((addr, port)) = dnat {
                     let l3 = buf.data_mut().get_mut(l2..).unwrap_or(&mut []);
                     crate::nat::rewrite(l3, crate::nat::Endpoint::Destination, addr, port)
@@ -1325,10 +1004,7 @@ impl Pipeline {
                 let Some(cl) = self.cluster.as_deref_mut() else {
                     return Err(DropReason::ClusterOwnerUnknown);
                 };
-                let mut link = Link {
-                    egress: &mut self.egress,
-                    ifaces: &self.ifaces,
-                };
+                let mut link = Link { egress: &mut self.egress, ifaces: &self.ifaces };
                 let outcome = cl.act(now, &mut link, in_port, ifx, rx, plan, &tuple, buf)?;
                 if matches!(plan, Plan::Forward(_)) && rx.frag.is_some() {
                     self.frag.counters.to_flow_owner += 1;
@@ -1353,10 +1029,7 @@ impl Pipeline {
                     return Err(DropReason::ClusterOwnerUnknown);
                 };
                 let iface = u8::try_from(ifx.0).map_err(|_| DropReason::CclMalformed)?;
-                let mut link = Link {
-                    egress: &mut self.egress,
-                    ifaces: &self.ifaces,
-                };
+                let mut link = Link { egress: &mut self.egress, ifaces: &self.ifaces };
                 let port = cl.wrap(now, &mut link, buf, Wrap::Forward, iface, fo, None)?;
                 self.frag.counters.to_fragment_owner += 1;
                 Ok(Outcome::Forward(port))
@@ -1379,8 +1052,7 @@ impl Pipeline {
         p.rewrite(l2, buf)?;
         if let Some((addr, port)) = snat {
             let l3 = buf.data_mut().get_mut(l2..).unwrap_or(&mut []);
-            crate::nat::rewrite(l3, crate::nat::Endpoint::Source, addr, port)
-                .map_err(|_| DropReason::L4Truncated)?;
+            crate::nat::rewrite(l3, crate::nat::Endpoint::Source, addr, port).map_err(|_| DropReason::L4Truncated)?;
         }
         self.egress.forward(now, &self.ifaces, p.route, xlate, buf)
     }
@@ -1396,31 +1068,19 @@ impl Pipeline {
     fn release_held(&mut self, now: Timestamp, client: &FiveTuple) {
         let before = self.flows.proxy.hold.next_seq();
         while let Some(mut t) = self.flows.proxy.hold.take(client, before) {
-            let rx = Rx {
-                force_own: true,
-                ..t.rx
-            };
+            let rx = Rx { force_own: true, ..t.rx };
             let (outcome, start, end) = self.decide_held(now, &mut t, rx);
-            self.flows
-                .proxy
-                .finish_held(t.slot, t.mem, start, end, outcome);
+            self.flows.proxy.finish_held(t.slot, t.mem, start, end, outcome);
         }
     }
 
     /// A held frame taken out of its hold (`hold::Taken`), decided again
     /// as received with `rx`: its outcome and where its bytes are now.
-    fn decide_held(
-        &mut self,
-        now: Timestamp,
-        t: &mut hold::Taken,
-        rx: Rx,
-    ) -> (Outcome, usize, usize) {
+    fn decide_held(&mut self, now: Timestamp, t: &mut hold::Taken, rx: Rx) -> (Outcome, usize, usize) {
         let in_port = t.in_port;
         let mut sb = SlotBuf::over(&mut t.mem, t.start, t.end);
         let outcome = if self.trace.is_some() {
-            self.traced(now, trace::TraceFrom::Parked, &mut sb, |p, b| {
-                p.classify(now, in_port, b, rx)
-            })
+            self.traced(now, trace::TraceFrom::Parked, &mut sb, |p, b| p.classify(now, in_port, b, rx))
         } else {
             self.classify(now, in_port, &mut sb, rx)
         };
@@ -1444,48 +1104,18 @@ impl Pipeline {
         l2: usize,
         toward: IfIndex,
     ) -> Result<ProxyStep, DropReason> {
-        let crate::conntrack::L4Info::Tcp(syn) = l4 else {
-            return Err(DropReason::EmbryonicLimit);
-        };
+        let crate::conntrack::L4Info::Tcp(syn) = l4 else { return Err(DropReason::EmbryonicLimit) };
         let tcp = TcpPacket::new_checked(ip.payload()).map_err(|_| DropReason::L4Truncated)?;
         let mss = crate::wire::synproxy::syn_mss(tcp.options());
-        let back = self
-            .routes
-            .lookup(ip.src())
-            .ok_or(DropReason::SynProxyCookie)?;
+        let back = self.routes.lookup(ip.src()).ok_or(DropReason::SynProxyCookie)?;
         let (cookie, _) = self.flows.proxy.cookie(now, tuple, syn.seq, mss);
-        let ours = self
-            .ifaces
-            .get(toward)
-            .map_or(536, |i| i.mtu.saturating_sub(40))
-            .max(536);
-        let seg = Segment {
-            seq: cookie,
-            ack: syn.seq.wrapping_add(1),
-            flags: tcp_flags::SYN | tcp_flags::ACK,
-            window: PROXY_WINDOW,
-            mss: Some(ours),
-        };
-        Ok(ProxyStep {
-            route: Route {
-                next_hop: back.next_hop,
-                egress: back.iface,
-                tags,
-                l2,
-            },
-            seg,
-            back: true,
-        })
+        let ours = self.ifaces.get(toward).map_or(536, |i| i.mtu.saturating_sub(40)).max(536);
+        let seg = Segment { seq: cookie, ack: syn.seq.wrapping_add(1), flags: tcp_flags::SYN | tcp_flags::ACK, window: PROXY_WINDOW, mss: Some(ours) };
+        Ok(ProxyStep { route: Route { next_hop: back.next_hop, egress: back.iface, tags, l2 }, seg, back: true })
     }
 
     /// What the fast path took: done, or a CCL datagram to open.
-    fn fast_done<B: PacketBuf>(
-        &mut self,
-        now: Timestamp,
-        in_port: PortId,
-        f: Fast,
-        buf: &mut B,
-    ) -> Outcome {
+    fn fast_done<B: PacketBuf>(&mut self, now: Timestamp, in_port: PortId, f: Fast, buf: &mut B) -> Outcome {
         match f {
             Fast::Done(o) => o,
             Fast::Ccl => self.ccl(now, in_port, buf).unwrap_or_else(Outcome::Drop),
@@ -1494,14 +1124,7 @@ impl Pipeline {
 
     /// A frame unwrapped from the CCL (or from a batch), as at its ingress
     /// interface `ifx`: the fast path if it takes it, else the general path.
-    fn unwrapped<B: PacketBuf>(
-        &mut self,
-        now: Timestamp,
-        in_port: PortId,
-        ifx: IfIndex,
-        rx: Rx,
-        buf: &mut B,
-    ) -> Outcome {
+    fn unwrapped<B: PacketBuf>(&mut self, now: Timestamp, in_port: PortId, ifx: IfIndex, rx: Rx, buf: &mut B) -> Outcome {
         if self.trace.is_some() {
             return self.unwrapped_traced(now, in_port, ifx, rx, buf);
         }
@@ -1510,23 +1133,9 @@ impl Pipeline {
 
     #[cold]
     #[inline(never)]
-    fn unwrapped_traced<B: PacketBuf>(
-        &mut self,
-        now: Timestamp,
-        in_port: PortId,
-        ifx: IfIndex,
-        rx: Rx,
-        buf: &mut B,
-    ) -> Outcome {
-        let from = self
-            .cluster
-            .as_deref()
-            .map_or(trace::TraceFrom::Port(in_port), |cl| {
-                trace::TraceFrom::Member(cl.trace_from)
-            });
-        self.traced(now, from, buf, |p, b| {
-            p.unwrapped_frame(now, in_port, ifx, rx, b)
-        })
+    fn unwrapped_traced<B: PacketBuf>(&mut self, now: Timestamp, in_port: PortId, ifx: IfIndex, rx: Rx, buf: &mut B) -> Outcome {
+        let from = self.cluster.as_deref().map_or(trace::TraceFrom::Port(in_port), |cl| trace::TraceFrom::Member(cl.trace_from));
+        self.traced(now, from, buf, |p, b| p.unwrapped_frame(now, in_port, ifx, rx, b))
     }
 
     /// `decide(self, buf)`, recorded `from` if the trace wants the frame.
@@ -1550,14 +1159,7 @@ impl Pipeline {
 
     /// As `process_frame`: one copy for both paths.
     #[inline(never)]
-    fn unwrapped_frame<B: PacketBuf>(
-        &mut self,
-        now: Timestamp,
-        in_port: PortId,
-        ifx: IfIndex,
-        rx: Rx,
-        buf: &mut B,
-    ) -> Outcome {
+    fn unwrapped_frame<B: PacketBuf>(&mut self, now: Timestamp, in_port: PortId, ifx: IfIndex, rx: Rx, buf: &mut B) -> Outcome {
         // (Fenced: the fast path declines, the general path drops it.)
         let parts = Parts {
             ifaces: &self.ifaces,
@@ -1575,19 +1177,11 @@ impl Pipeline {
 
     /// A CCL datagram to our CCL address: the cluster stage opens it, and
     /// what it hands back is decided here.
-    fn ccl<B: PacketBuf>(
-        &mut self,
-        now: Timestamp,
-        in_port: PortId,
-        buf: &mut B,
-    ) -> Result<Outcome, DropReason> {
+    fn ccl<B: PacketBuf>(&mut self, now: Timestamp, in_port: PortId, buf: &mut B) -> Result<Outcome, DropReason> {
         let Some(cl) = self.cluster.as_deref_mut() else {
             return Err(DropReason::LocalUnhandled);
         };
-        let mut link = Link {
-            egress: &mut self.egress,
-            ifaces: &self.ifaces,
-        };
+        let mut link = Link { egress: &mut self.egress, ifaces: &self.ifaces };
         let next = cl.ccl_in(now, &mut link, &mut self.flows.table, buf);
         // A flow transfer may have brought a NAT binding.
         self.settle_adopted(now);
@@ -1609,12 +1203,7 @@ impl Pipeline {
             }
             CclNext::RelayedOwn(rx) => {
                 let o = if self.trace.is_some() {
-                    let from = self
-                        .cluster
-                        .as_deref()
-                        .map_or(trace::TraceFrom::Port(in_port), |cl| {
-                            trace::TraceFrom::Member(cl.trace_from)
-                        });
+                    let from = self.cluster.as_deref().map_or(trace::TraceFrom::Port(in_port), |cl| trace::TraceFrom::Member(cl.trace_from));
                     self.traced(now, from, buf, |p, b| p.classify(now, in_port, b, rx))
                 } else {
                     self.classify(now, in_port, buf, rx)
@@ -1646,10 +1235,7 @@ impl Pipeline {
     fn batch_frames(&mut self, now: Timestamp, in_port: PortId) {
         let n = self.cluster.as_deref().map_or(0, |cl| cl.received());
         for k in 0..n {
-            let Some((i, ifx, mut mem, start, end)) = self
-                .cluster
-                .as_deref_mut()
-                .and_then(|cl| cl.take_received(k))
+            let Some((i, ifx, mut mem, start, end)) = self.cluster.as_deref_mut().and_then(|cl| cl.take_received(k))
             else {
                 continue;
             };
@@ -1697,14 +1283,7 @@ impl Pipeline {
                     None
                 }
                 Some(o) if o == me => {
-                    let rx = Rx {
-                        via: p.meta.via,
-                        force_own: true,
-                        frag: p.meta.frag,
-                        hinted: false,
-                        nat_in: false,
-                        to_control: false,
-                    };
+                    let rx = Rx { via: p.meta.via, force_own: true, frag: p.meta.frag, hinted: false, nat_in: false, to_control: false };
                     outcome = self.classify(now, p.meta.in_port, &mut sb, rx);
                     match outcome {
                         Outcome::Consumed => Some(None),
@@ -1713,10 +1292,7 @@ impl Pipeline {
                 }
                 Some(o) => {
                     let iface = u8::try_from(p.meta.ifx.0).unwrap_or(u8::MAX);
-                    let mut link = Link {
-                        egress: &mut self.egress,
-                        ifaces: &self.ifaces,
-                    };
+                    let mut link = Link { egress: &mut self.egress, ifaces: &self.ifaces };
                     // No flow hint on the wire (see `ClusterPath::act`).
                     match cl.wrap(now, &mut link, &mut sb, Wrap::Forward, iface, o, None) {
                         Ok(port) => {
@@ -1751,11 +1327,7 @@ impl Pipeline {
     /// (or the hold's deadline) answered (`ClusterPath::next_local_release`).
     #[cold]
     fn release_local(&mut self, now: Timestamp) {
-        while let Some((query_id, owner)) = self
-            .cluster
-            .as_deref_mut()
-            .and_then(|cl| cl.next_local_release())
-        {
+        while let Some((query_id, owner)) = self.cluster.as_deref_mut().and_then(|cl| cl.next_local_release()) {
             self.release_parked(now, query_id, owner);
         }
     }
@@ -1769,16 +1341,11 @@ impl Pipeline {
         let first_note = self.handoff.take();
         while let Some((i, mut mem, start, end)) = self.frag.next_released(r) {
             let mut sb = SlotBuf::over(&mut mem, start, end);
-            let rx = Rx {
-                frag: Some(r.note),
-                force_own: false,
-                ..r.rx
-            };
+            let rx = Rx { frag: Some(r.note), force_own: false, ..r.rx };
             let outcome = self.classify(now, r.in_port, &mut sb, rx);
             let (start, end) = (sb.start, sb.end);
             let handed = self.handoff.take().map(|n| (r.in_port, n));
-            self.frag
-                .finish_released(i, mem, start, end, outcome, handed);
+            self.frag.finish_released(i, mem, start, end, outcome, handed);
         }
         self.handoff = first_note;
     }
@@ -1798,19 +1365,10 @@ impl Pipeline {
         for i in list {
             self.egress.queue_arp_request(i, i.addr, [0xff; 6]);
         }
-        let gateways: Vec<std::net::Ipv4Addr> = self
-            .routes
-            .entries(self.ifaces.names())
-            .iter()
-            .filter_map(|r| r.via)
-            .collect();
+        let gateways: Vec<std::net::Ipv4Addr> = self.routes.entries(self.ifaces.names()).iter().filter_map(|r| r.via).collect();
         for gw in gateways {
-            let Some(r) = self.routes.lookup(gw) else {
-                continue;
-            };
-            let Some(eg) = self.ifaces.get(r.iface) else {
-                continue;
-            };
+            let Some(r) = self.routes.lookup(gw) else { continue };
+            let Some(eg) = self.ifaces.get(r.iface) else { continue };
             if Some(eg.port) != ccl && r.next_hop == gw {
                 self.egress.refresh_peer(now, eg, gw, r.iface);
             }
@@ -1854,13 +1412,7 @@ impl Pipeline {
     /// generated frames.
     pub fn flush(&mut self, now: Timestamp) {
         if let Some(cl) = self.cluster.as_deref_mut() {
-            cl.flush(
-                now,
-                &mut Link {
-                    egress: &mut self.egress,
-                    ifaces: &self.ifaces,
-                },
-            );
+            cl.flush(now, &mut Link { egress: &mut self.egress, ifaces: &self.ifaces });
         }
     }
 
@@ -1884,20 +1436,9 @@ impl Pipeline {
             v.timers(now);
         }
         if let Some(cl) = self.cluster.as_deref_mut() {
-            cl.timers(
-                now,
-                &mut Link {
-                    egress: &mut self.egress,
-                    ifaces: &self.ifaces,
-                },
-                &self.flows.table,
-            );
+            cl.timers(now, &mut Link { egress: &mut self.egress, ifaces: &self.ifaces }, &self.flows.table);
         }
-        if self
-            .cluster
-            .as_deref()
-            .is_some_and(|cl| cl.has_local_release())
-        {
+        if self.cluster.as_deref().is_some_and(|cl| cl.has_local_release()) {
             self.release_local(now);
         }
         self.frag.timers(now);
@@ -1928,15 +1469,9 @@ impl Pipeline {
                 // block's holder (`poll_timers` sends them); this node
                 // takes those of its own blocks over now.
                 let mine = cl.queue_nat_regrants(now);
-                let mut link = Link {
-                    egress: &mut self.egress,
-                    ifaces: &self.ifaces,
-                };
+                let mut link = Link { egress: &mut self.egress, ifaces: &self.ifaces };
                 for t in &mine {
-                    if cl
-                        .take_over(now, &mut link, &mut self.flows.table, t)
-                        .is_ok()
-                    {
+                    if cl.take_over(now, &mut link, &mut self.flows.table, t).is_ok() {
                         cl.count_nat_regrant();
                     }
                     // Drained at every takeover (the queue holds a few).
@@ -1982,10 +1517,7 @@ impl Pipeline {
 
     /// The IPv6 neighbour cache (`show nd`).
     pub fn nd_entries(&self, now: Timestamp) -> Vec<crate::arp::ArpInfo<std::net::Ipv6Addr>> {
-        self.ipv6
-            .as_deref()
-            .map(|v| v.entries(now, self.ifaces.names()))
-            .unwrap_or_default()
+        self.ipv6.as_deref().map(|v| v.entries(now, self.ifaces.names())).unwrap_or_default()
     }
 
     /// Translate with `spec` from now on, with this worker's share of it
@@ -1996,9 +1528,7 @@ impl Pipeline {
     pub fn set_nat(&mut self, spec: &NatSpec) -> Result<(), NatSpecError> {
         let ifaces = self.ifaces.names().len();
         let plan = match self.cluster.as_deref() {
-            Some(cl) => {
-                NatPlan::for_cluster(spec, ifaces, self.workers, cl.me(), &cl.configured())?
-            }
+            Some(cl) => NatPlan::for_cluster(spec, ifaces, self.workers, cl.me(), &cl.configured())?,
             None => NatPlan::new(spec, ifaces, self.workers)?,
         };
         self.set_nat_plan(plan)
@@ -2040,9 +1570,7 @@ impl Pipeline {
             cl.set_nat_plan(Some(plan.clone()));
         }
         self.nat_held_dropped(|h| h.clear());
-        self.nat_hold = plan
-            .cluster
-            .then(|| Box::new(nat::pending_hold(self.slot_len)));
+        self.nat_hold = plan.cluster.then(|| Box::new(nat::pending_hold(self.slot_len)));
         self.nat = Some(Box::new(nat::NatPath::new(plan, self.worker)));
         Ok(())
     }
@@ -2062,25 +1590,11 @@ impl Pipeline {
     #[cold]
     #[inline(never)]
     fn release_nat_held(&mut self, now: Timestamp, real: Ipv4Addr) {
-        let Some(before) = self
-            .nat_hold
-            .as_deref()
-            .filter(|h| h.len() > 0)
-            .map(|h| h.next_seq())
-        else {
-            return;
-        };
-        while let Some(mut t) = self
-            .nat_hold
-            .as_deref_mut()
-            .and_then(|h| h.take(&real, before))
-        {
+        let Some(before) = self.nat_hold.as_deref().filter(|h| h.len() > 0).map(|h| h.next_seq()) else { return };
+        while let Some(mut t) = self.nat_hold.as_deref_mut().and_then(|h| h.take(&real, before)) {
             let rx = t.rx;
             let (outcome, start, end) = self.decide_held(now, &mut t, rx);
-            let sent = self
-                .nat_hold
-                .as_deref_mut()
-                .is_some_and(|h| h.finish(t.slot, t.mem, start, end, outcome));
+            let sent = self.nat_hold.as_deref_mut().is_some_and(|h| h.finish(t.slot, t.mem, start, end, outcome));
             if let Some(n) = self.nat.as_deref_mut() {
                 if sent {
                     n.counters.pending_released += 1;
@@ -2096,15 +1610,11 @@ impl Pipeline {
     /// cannot be kept here is removed, so none of its packets leaves
     /// untranslated.
     fn settle_adopted(&mut self, now: Timestamp) {
-        let Some(cl) = self.cluster.as_deref_mut() else {
-            return;
-        };
+        let Some(cl) = self.cluster.as_deref_mut() else { return };
         let table = &mut self.flows.table;
         let mut nat = self.nat.as_deref_mut();
         cl.take_adopted(|h, orig, b| {
-            let kept = nat
-                .as_deref_mut()
-                .is_some_and(|n| n.adopt_binding(now, table, h, orig, b));
+            let kept = nat.as_deref_mut().is_some_and(|n| n.adopt_binding(now, table, h, orig, b));
             if !kept {
                 table.remove_flow(h);
             }
@@ -2124,9 +1634,7 @@ impl Pipeline {
 
     /// Up to `max` xlates (`show xlate`).
     pub fn xlates(&self, now: Timestamp, max: usize) -> Vec<crate::nat::XlateInfo> {
-        self.nat
-            .as_deref()
-            .map_or_else(Vec::new, |n| n.xlates(now, max))
+        self.nat.as_deref().map_or_else(Vec::new, |n| n.xlates(now, max))
     }
 
     /// Dynamic NAT on a cluster member (N4): the requests for the control
@@ -2158,13 +1666,7 @@ impl Pipeline {
     /// Dynamic NAT on a cluster member (N4): the control node's table now
     /// translates `real` in `pool` to `mapped` (`None`: no longer).
     /// Between bursts (`NatPath::shared_xlate`).
-    pub fn set_shared_xlate(
-        &mut self,
-        now: Timestamp,
-        pool: u16,
-        real: Ipv4Addr,
-        mapped: Option<Ipv4Addr>,
-    ) {
+    pub fn set_shared_xlate(&mut self, now: Timestamp, pool: u16, real: Ipv4Addr, mapped: Option<Ipv4Addr>) {
         if let Some(n) = self.nat.as_deref_mut() {
             n.shared_xlate(now, &mut self.flows.table, pool, real, mapped);
         }
@@ -2195,21 +1697,14 @@ impl Pipeline {
         // New NAT rules: over the same pools (blocks, addresses and the
         // xlates on them stay), for the same workers, or nothing changes.
         if let Some(plan) = policy.nat.take() {
-            let fits = self
-                .nat
-                .as_deref()
-                .is_some_and(|n| n.plan().same_pools(&plan))
+            let fits = self.nat.as_deref().is_some_and(|n| n.plan().same_pools(&plan))
                 && plan.workers() == self.workers
                 && plan.ifaces() == self.ifaces.names().len();
             match self.nat.as_deref_mut() {
                 Some(n) if fits => {
                     // A cluster member keeps the maps in force (the member
                     // set's), with the new rules.
-                    let plan = if n.plan().is_cluster() {
-                        plan.with_pools_of(n.plan())
-                    } else {
-                        plan
-                    };
+                    let plan = if n.plan().is_cluster() { plan.with_pools_of(n.plan()) } else { plan };
                     policy.nat = Some(n.swap_plan(plan));
                     if let Some(cl) = self.cluster.as_deref_mut() {
                         cl.set_nat_plan(Some(n.plan().clone()));
@@ -2235,11 +1730,7 @@ impl Pipeline {
     pub fn set_limits(&mut self, spec: &crate::conntrack::LimitSpec) {
         let limits = (!spec.is_empty()).then(|| {
             let names = self.flows.rule_names();
-            Box::new(crate::conntrack::Limits::new(
-                spec,
-                &names,
-                self.flows.table.capacity(),
-            ))
+            Box::new(crate::conntrack::Limits::new(spec, &names, self.flows.table.capacity()))
         });
         self.flows.table.set_limits(limits);
     }
@@ -2282,11 +1773,7 @@ impl Pipeline {
     pub fn sync_progress(&self, epoch: Epoch) -> SyncProgress {
         match self.cluster.as_deref() {
             Some(cl) => cl.sync_progress(epoch),
-            None => SyncProgress {
-                epoch,
-                done_from: 0,
-                sent: true,
-            },
+            None => SyncProgress { epoch, done_from: 0, sent: true },
         }
     }
 
@@ -2311,10 +1798,8 @@ impl Pipeline {
             return Err(PipelineError::Workers { me: me.0, count });
         }
         if let Some(cl) = self.cluster.as_deref_mut().filter(|_| count > 1) {
-            let channel =
-                u8::try_from(me.0).map_err(|_| PipelineError::Workers { me: me.0, count })?;
-            cl.set_channel(channel)
-                .map_err(|_| PipelineError::Workers { me: me.0, count })?;
+            let channel = u8::try_from(me.0).map_err(|_| PipelineError::Workers { me: me.0, count })?;
+            cl.set_channel(channel).map_err(|_| PipelineError::Workers { me: me.0, count })?;
         }
         self.worker = me;
         self.workers = count;
@@ -2332,19 +1817,11 @@ impl Pipeline {
     /// A frame another worker of this node handed to this one
     /// (`Verdict::Handoff`, `drain_handoffs`), with its `note`: decided as
     /// received on `in_port`, the fragment already accounted for.
-    pub fn process_handoff<B: PacketBuf>(
-        &mut self,
-        now: Timestamp,
-        in_port: PortId,
-        buf: &mut B,
-        note: HandoffNote,
-    ) -> Verdict {
+    pub fn process_handoff<B: PacketBuf>(&mut self, now: Timestamp, in_port: PortId, buf: &mut B, note: HandoffNote) -> Verdict {
         self.acct.rx(in_port, buf.data().len());
         self.acct.handoffs_in += 1;
         let outcome = if self.trace.is_some() {
-            self.traced(now, trace::TraceFrom::Handoff(in_port), buf, |p, b| {
-                p.classify(now, in_port, b, note.rx)
-            })
+            self.traced(now, trace::TraceFrom::Handoff(in_port), buf, |p, b| p.classify(now, in_port, b, note.rx))
         } else {
             self.classify(now, in_port, buf, note.rx)
         };
@@ -2355,40 +1832,23 @@ impl Pipeline {
     /// `f` (worker, the port they arrived on, their note, the frame), in
     /// order. After each burst, with `drain_generated`.
     pub fn drain_handoffs(&mut self, mut f: impl FnMut(WorkerId, PortId, &HandoffNote, &[u8])) {
-        self.frag
-            .drain_handoffs(&mut |h: &frag::Handed, frame: &[u8]| {
-                f(h.worker, h.in_port, &h.note, frame)
-            });
+        self.frag.drain_handoffs(&mut |h: &frag::Handed, frame: &[u8]| f(h.worker, h.in_port, &h.note, frame));
     }
 
     /// An ARP frame another worker received (and answered): learn from it
     /// what this worker's own neighbour cache needs (and release the frames
     /// held for it), answer nothing. Not counted as a packet.
     pub fn arp_learn(&mut self, now: Timestamp, in_port: PortId, frame: &[u8]) {
-        let Ok(l2) = self.ingress.l2(frame) else {
-            return;
-        };
-        let Some((ifx, ing)) = self.ifaces.by_port(in_port, l2.vlan) else {
-            return;
-        };
+        let Ok(l2) = self.ingress.l2(frame) else { return };
+        let Some((ifx, ing)) = self.ifaces.by_port(in_port, l2.vlan) else { return };
         if l2.ethertype == ethertype::ARP {
             // A malformed one was counted by the worker that received it.
-            let _ = ingress::arp_learn(
-                now,
-                &mut self.egress,
-                ifx,
-                ing,
-                frame.get(l2.len..).unwrap_or(&[]),
-            );
+            let _ = ingress::arp_learn(now, &mut self.egress, ifx, ing, frame.get(l2.len..).unwrap_or(&[]));
         }
         // A neighbour solicitation or advertisement (several workers: each
         // keeps its own neighbour cache).
         if l2.ethertype == ethertype::IPV6 {
-            if let Some((ip, mac)) = self
-                .ipv6
-                .as_deref_mut()
-                .and_then(|v| v.learn_copy(now, ifx, l2.len, frame))
-            {
+            if let Some((ip, mac)) = self.ipv6.as_deref_mut().and_then(|v| v.learn_copy(now, ifx, l2.len, frame)) {
                 self.egress.release_v6(ip, mac);
             }
         }
@@ -2428,10 +1888,7 @@ impl Pipeline {
             fragmented: e.fragmented,
             fragments_out: e.fragments,
             icmp_errors: self.icmp.counters,
-            ipv6: Ipv6Counters {
-                path: self.ipv6.as_deref().map(|v| v.counters).unwrap_or_default(),
-                ..i.ipv6
-            },
+            ipv6: Ipv6Counters { path: self.ipv6.as_deref().map(|v| v.counters).unwrap_or_default(), ..i.ipv6 },
             flow_log: self.flows.table.flow_log_counters().unwrap_or_default(),
             syn_proxy: self.flows.proxy.counters,
             ports: a.ports.clone(),
@@ -2553,11 +2010,5 @@ fn hint_tuple(f: &[u8]) -> Option<FiveTuple> {
         _ => return None,
     };
     let (src, dst) = (IpAddr::V4(ip.src()), IpAddr::V4(ip.dst()));
-    Some(FiveTuple {
-        src,
-        dst,
-        proto: ip.protocol(),
-        src_port,
-        dst_port,
-    })
+    Some(FiveTuple { src, dst, proto: ip.protocol(), src_port, dst_port })
 }

@@ -68,20 +68,18 @@
 //! (`swap_plan`, through `Pipeline::set_policy`) when the pools stay the
 //! same (N6); blocks, addresses and xlates stay.
 
-use super::context::{Outcome, Rx};
-use super::hold::{FrameHold, HoldLimits};
-use crate::ccl::NatBinding;
-use crate::conntrack::{ConnTable, FlowHandle, FlowNat, FlowRecord, Tracked};
 use crate::nat::plan::{class_of, nat_class, static_mapped, static_real, PlanPool};
 pub use crate::nat::plan::{NatInbound, NatPlan, NatSpec, NatSpecError, PatSpec, PoolSpec};
+use crate::ccl::NatBinding;
+use crate::conntrack::{ConnTable, FlowHandle, FlowNat, FlowRecord, Tracked};
 use crate::nat::{
-    self, BlockRef, Endpoint as Side, Holder, PortAllocator, PortClass, RuleKind, Sessions, Xlate,
-    XlateId, XlateInfo, XlateTable,
+    self, BlockRef, Endpoint as Side, Holder, PortAllocator, PortClass, RuleKind, Sessions, Xlate, XlateId, XlateInfo,
+    XlateTable,
 };
 use crate::route::IfIndex;
-use crate::types::{
-    Direction, DropReason, Duration, FiveTuple, NodeId, PortId, Timestamp, WorkerId,
-};
+use crate::types::{Direction, DropReason, Duration, FiveTuple, NodeId, PortId, Timestamp, WorkerId};
+use super::context::{Outcome, Rx};
+use super::hold::{FrameHold, HoldLimits};
 use crate::wire::rewrite::{endpoints, icmp_quote};
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
@@ -222,25 +220,13 @@ impl std::ops::AddAssign for NatCounters {
 /// Worker `me`'s blocks of PAT pool `pool` (map `map` of `plan`) that
 /// `alloc` does not hold yet: allocated from when dealt to this node, else
 /// (inherited from a member that left) held for the bindings taken over.
-fn hold_blocks(
-    plan: &NatPlan,
-    pool: u16,
-    map: &crate::nat::BlockMap,
-    me: WorkerId,
-    alloc: &mut PortAllocator,
-) {
+fn hold_blocks(plan: &NatPlan, pool: u16, map: &crate::nat::BlockMap, me: WorkerId, alloc: &mut PortAllocator) {
     let dealt = plan.dealt_map(pool);
     for (r, h) in map.blocks_of(plan.me) {
-        let Some(a) = map
-            .address(r)
-            .filter(|_| u16::from(h.worker) == me.0 && alloc.holds(r).is_none())
-        else {
+        let Some(a) = map.address(r).filter(|_| u16::from(h.worker) == me.0 && alloc.holds(r).is_none()) else {
             continue;
         };
-        if dealt
-            .and_then(|d| d.holder(r))
-            .is_none_or(|d| d.node == plan.me)
-        {
+        if dealt.and_then(|d| d.holder(r)).is_none_or(|d| d.node == plan.me) {
             alloc.add_block(r, a);
         } else {
             alloc.add_inherited_block(r, a);
@@ -264,11 +250,7 @@ pub const PENDING_HOLD_TIMEOUT: Duration = Duration::from_millis(1000);
 
 /// The hold of a cluster member's NAT stage (`Pipeline::nat_hold`).
 pub(crate) fn pending_hold(slot_len: usize) -> FrameHold<Ipv4Addr> {
-    let limits = HoldLimits {
-        slots: PENDING_HOLD_SLOTS,
-        per_key: PENDING_HOLD_PER_HOST,
-        timeout: PENDING_HOLD_TIMEOUT,
-    };
+    let limits = HoldLimits { slots: PENDING_HOLD_SLOTS, per_key: PENDING_HOLD_PER_HOST, timeout: PENDING_HOLD_TIMEOUT };
     FrameHold::new(limits, slot_len, |a| u32::from(*a) | 1)
 }
 
@@ -287,9 +269,7 @@ pub(crate) fn nat_pending(
     rx: Rx,
     frame: &[u8],
 ) -> Result<Outcome, DropReason> {
-    let IpAddr::V4(real) = tuple.src else {
-        return Err(DropReason::NatPending);
-    };
+    let IpAddr::V4(real) = tuple.src else { return Err(DropReason::NatPending) };
     if !hold.is_some_and(|h| h.hold(now, &real, in_port, rx, frame)) {
         return Err(DropReason::NatPending);
     }
@@ -366,19 +346,13 @@ impl NatPath {
             .zip(plan.pools.iter())
             .map(|(i, p)| match p {
                 PlanPool::Pat { map, pat } => {
-                    let mut alloc =
-                        PortAllocator::new(map.geometry(), pat.max_per_host, plan.host_capacity);
+                    let mut alloc = PortAllocator::new(map.geometry(), pat.max_per_host, plan.host_capacity);
                     hold_blocks(&plan, i, map, me, &mut alloc);
                     Pool::Pat(Box::new(alloc))
                 }
-                PlanPool::Nat { addresses } => Pool::Nat {
-                    free: addresses
-                        .iter()
-                        .rev()
-                        .filter(|(_, w)| *w == me)
-                        .map(|&(a, _)| a)
-                        .collect(),
-                },
+                PlanPool::Nat { addresses } => {
+                    Pool::Nat { free: addresses.iter().rev().filter(|(_, w)| *w == me).map(|&(a, _)| a).collect() }
+                }
             })
             .collect();
         NatPath {
@@ -406,26 +380,12 @@ impl NatPath {
     /// translated in them with the member that holds their block now, for
     /// the cluster stage to hand them over (docs/nat.md, "Join and
     /// rejoin"). Off the packet path.
-    pub fn adopt_plan(
-        &mut self,
-        plan: Arc<NatPlan>,
-        flows: &ConnTable,
-    ) -> Vec<(FlowHandle, FiveTuple, NodeId)> {
-        let mine = Holder {
-            node: plan.me,
-            worker: self.worker.0 as u8,
-        };
+    pub fn adopt_plan(&mut self, plan: Arc<NatPlan>, flows: &ConnTable) -> Vec<(FlowHandle, FiveTuple, NodeId)> {
+        let mine = Holder { node: plan.me, worker: self.worker.0 as u8 };
         self.lost.clear();
         for (i, (p, pool)) in (0u16..).zip(plan.pools.iter().zip(self.pools.iter_mut())) {
-            let (PlanPool::Pat { map, .. }, Pool::Pat(alloc)) = (p, pool) else {
-                continue;
-            };
-            self.lost.extend(
-                alloc
-                    .block_refs()
-                    .filter(|&r| map.holder(r) != Some(mine))
-                    .map(|r| (i, r)),
-            );
+            let (PlanPool::Pat { map, .. }, Pool::Pat(alloc)) = (p, pool) else { continue };
+            self.lost.extend(alloc.block_refs().filter(|&r| map.holder(r) != Some(mine)).map(|r| (i, r)));
             hold_blocks(&plan, i, map, self.worker, alloc);
         }
         self.plan = plan;
@@ -434,16 +394,8 @@ impl NatPath {
             return moving;
         }
         for i in 0..flows.capacity() {
-            let Some((h, orig)) = flows.slot(i) else {
-                continue;
-            };
-            let Some(x) = flows
-                .mark(h)
-                .checked_sub(1)
-                .and_then(|id| self.xlates.get(XlateId(id)))
-            else {
-                continue;
-            };
+            let Some((h, orig)) = flows.slot(i) else { continue };
+            let Some(x) = flows.mark(h).checked_sub(1).and_then(|id| self.xlates.get(XlateId(id))) else { continue };
             if self.in_lost(x) {
                 if let Some(to) = self.plan.holder(x.mapped.0, Some(x.class), x.mapped.1) {
                     moving.push((h, orig, to.node));
@@ -455,11 +407,7 @@ impl NatPath {
 
     /// Is `x`'s mapping in a block `adopt_plan` found lost?
     fn in_lost(&self, x: &Xlate) -> bool {
-        x.block.is_some_and(|b| {
-            self.plan
-                .pool_of(x.mapped.0)
-                .is_some_and(|p| self.lost.contains(&(p, b)))
-        })
+        x.block.is_some_and(|b| self.plan.pool_of(x.mapped.0).is_some_and(|p| self.lost.contains(&(p, b))))
     }
 
     /// After `adopt_plan` (and the hand-overs): the connections translated
@@ -477,9 +425,7 @@ impl NatPath {
         let xlates = &self.xlates;
         let this = &*self;
         let ended = flows.remove_marked(|m| {
-            m.checked_sub(1)
-                .and_then(|id| xlates.get(XlateId(id)))
-                .is_some_and(|x| this.in_lost(x))
+            m.checked_sub(1).and_then(|id| xlates.get(XlateId(id))).is_some_and(|x| this.in_lost(x))
         });
         self.annotate(flows, true);
         flows.drain_ended(|_| {});
@@ -487,12 +433,7 @@ impl NatPath {
         let mut freed = Vec::new();
         let plan = self.plan.clone();
         self.xlates.remove_where(
-            |x| {
-                x.block.is_some_and(|b| {
-                    plan.pool_of(x.mapped.0)
-                        .is_some_and(|p| lost.contains(&(p, b)))
-                })
-            },
+            |x| x.block.is_some_and(|b| plan.pool_of(x.mapped.0).is_some_and(|p| lost.contains(&(p, b)))),
             |x| freed.push(x),
         );
         for x in freed {
@@ -515,25 +456,16 @@ impl NatPath {
     /// UDP than DNS and ICMP by default)? Such a connection belongs to the
     /// control node.
     pub fn multi_session_out(&self, ifx: IfIndex, egress: IfIndex, tuple: &FiveTuple) -> bool {
-        let (true, IpAddr::V4(src), Some(class)) =
-            (self.plan.cluster, tuple.src, nat_class(tuple.proto))
-        else {
+        let (true, IpAddr::V4(src), Some(class)) = (self.plan.cluster, tuple.src, nat_class(tuple.proto)) else {
             return false;
         };
-        let sport = if class == PortClass::Icmp {
-            tuple.src_port | tuple.dst_port
-        } else {
-            tuple.src_port
-        };
+        let sport = if class == PortClass::Icmp { tuple.src_port | tuple.dst_port } else { tuple.src_port };
         let rules = &self.plan.rules;
-        rules
-            .outbound(ifx, src, tuple.proto, sport)
-            .and_then(|i| rules.rule(i))
-            .is_some_and(|r| {
-                r.kind == RuleKind::DynamicPat
-                    && r.mapped_iface.is_none_or(|m| m == egress)
-                    && !r.per_session.applies(tuple.proto, tuple.dst_port)
-            })
+        rules.outbound(ifx, src, tuple.proto, sport).and_then(|i| rules.rule(i)).is_some_and(|r| {
+            r.kind == RuleKind::DynamicPat
+                && r.mapped_iface.is_none_or(|m| m == egress)
+                && !r.per_session.applies(tuple.proto, tuple.dst_port)
+        })
     }
 
     /// N5, on a cluster member: the member holding the block of the PAT
@@ -550,9 +482,7 @@ impl NatPath {
             return None;
         }
         let (class, port) = if e.proto == 1 && e.icmp_type.is_some_and(|t| !matches!(t, 0 | 8)) {
-            let q = icmp_quote(l3)
-                .and_then(endpoints)
-                .filter(|q| q.src == e.dst)?;
+            let q = icmp_quote(l3).and_then(endpoints).filter(|q| q.src == e.dst)?;
             (class_of(q.proto, q.icmp_type), q.sport)
         } else {
             (class_of(e.proto, e.icmp_type), e.dport)
@@ -583,14 +513,7 @@ impl NatPath {
     /// ours, the port is bound to another endpoint, or the table is full;
     /// the caller removes the flow, so no packet of it leaves
     /// untranslated.
-    pub fn adopt_binding(
-        &mut self,
-        now: Timestamp,
-        flows: &mut ConnTable,
-        h: FlowHandle,
-        orig: &FiveTuple,
-        b: NatBinding,
-    ) -> bool {
+    pub fn adopt_binding(&mut self, now: Timestamp, flows: &mut ConnTable, h: FlowHandle, orig: &FiveTuple, b: NatBinding) -> bool {
         let ok = self.try_adopt(now, flows, h, orig, b);
         if ok {
             self.counters.bindings_adopted += 1;
@@ -600,26 +523,13 @@ impl NatPath {
         ok
     }
 
-    fn try_adopt(
-        &mut self,
-        now: Timestamp,
-        flows: &mut ConnTable,
-        h: FlowHandle,
-        orig: &FiveTuple,
-        b: NatBinding,
-    ) -> bool {
-        let IpAddr::V4(src) = orig.src else {
-            return false;
-        };
+    fn try_adopt(&mut self, now: Timestamp, flows: &mut ConnTable, h: FlowHandle, orig: &FiveTuple, b: NatBinding) -> bool {
+        let IpAddr::V4(src) = orig.src else { return false };
         let class = PortClass::from_code(b.class);
         if nat_class(orig.proto) != Some(class) || flows.mark(h) != 0 {
             return false;
         }
-        let sport = if class == PortClass::Icmp {
-            orig.src_port | orig.dst_port
-        } else {
-            orig.src_port
-        };
+        let sport = if class == PortClass::Icmp { orig.src_port | orig.dst_port } else { orig.src_port };
         let real = (src, sport);
         if let Some(id) = self.xlates.by_mapped(class, (b.addr, b.port)) {
             let same = self.xlates.get(id).is_some_and(|x| x.real == real);
@@ -628,30 +538,14 @@ impl NatPath {
             }
             return same;
         }
-        let Some(p) = self.pool_of(b.addr) else {
-            return false;
-        };
-        let Some(r) = self.plan.block_map(p).and_then(|m| m.block(b.addr, b.port)) else {
-            return false;
-        };
-        let Some(Pool::Pat(alloc)) = self.pools.get_mut(usize::from(p)) else {
-            return false;
-        };
+        let Some(p) = self.pool_of(b.addr) else { return false };
+        let Some(r) = self.plan.block_map(p).and_then(|m| m.block(b.addr, b.port)) else { return false };
+        let Some(Pool::Pat(alloc)) = self.pools.get_mut(usize::from(p)) else { return false };
         if !alloc.reserve(class, r, b.port, src) {
             return false;
         }
-        let sessions = if b.multi_session {
-            Sessions::MultiSession
-        } else {
-            Sessions::PerSession
-        };
-        let x = Xlate {
-            class,
-            real,
-            mapped: (b.addr, b.port),
-            sessions,
-            block: Some(r),
-        };
+        let sessions = if b.multi_session { Sessions::MultiSession } else { Sessions::PerSession };
+        let x = Xlate { class, real, mapped: (b.addr, b.port), sessions, block: Some(r) };
         match self.xlates.insert(now, x) {
             Ok(id) => {
                 flows.set_mark(h, id.0.wrapping_add(1));
@@ -686,75 +580,41 @@ impl NatPath {
     /// The xlate of mapped `(dst, port)` in `class`, else of address `dst`
     /// alone (dynamic NAT); `true`: found with its port.
     #[inline]
-    fn by_mapped(
-        &self,
-        class: Option<PortClass>,
-        dst: Ipv4Addr,
-        port: u16,
-    ) -> Option<(XlateId, bool)> {
+    fn by_mapped(&self, class: Option<PortClass>, dst: Ipv4Addr, port: u16) -> Option<(XlateId, bool)> {
         class
             .and_then(|c| self.xlates.by_mapped(c, (dst, port)).map(|id| (id, true)))
-            .or_else(|| {
-                self.xlates
-                    .by_mapped(PortClass::Tcp, (dst, 0))
-                    .map(|id| (id, false))
-            })
+            .or_else(|| self.xlates.by_mapped(PortClass::Tcp, (dst, 0)).map(|id| (id, false)))
     }
 
     /// The xlate of real `(src, sport)` in `class`, else of address `src`
     /// alone (dynamic NAT); `true`: found with its port.
     #[inline]
-    fn by_real(
-        &self,
-        class: Option<PortClass>,
-        src: Ipv4Addr,
-        sport: u16,
-    ) -> Option<(XlateId, bool)> {
+    fn by_real(&self, class: Option<PortClass>, src: Ipv4Addr, sport: u16) -> Option<(XlateId, bool)> {
         class
             .and_then(|c| self.xlates.by_real(c, (src, sport)).map(|id| (id, true)))
-            .or_else(|| {
-                self.xlates
-                    .by_real(PortClass::Tcp, (src, 0))
-                    .map(|id| (id, false))
-            })
+            .or_else(|| self.xlates.by_real(PortClass::Tcp, (src, 0)).map(|id| (id, false)))
     }
 
     /// The xlate a flow's `mark` names, if a packet from `(src, sport)` of
     /// `class` is from its real endpoint: its id and the source to write.
     #[inline(always)]
-    fn marked(
-        &self,
-        mark: u32,
-        class: Option<PortClass>,
-        src: Ipv4Addr,
-        sport: u16,
-    ) -> Option<(XlateId, Snat)> {
+    fn marked(&self, mark: u32, class: Option<PortClass>, src: Ipv4Addr, sport: u16) -> Option<(XlateId, Snat)> {
         let id = XlateId(mark.checked_sub(1)?);
         let x = self.xlates.get(id)?;
-        let own =
-            x.real.0 == src && (x.block.is_none() || (Some(x.class) == class && x.real.1 == sport));
+        let own = x.real.0 == src && (x.block.is_none() || (Some(x.class) == class && x.real.1 == sport));
         own.then(|| (id, (x.mapped.0, x.block.map(|_| x.mapped.1))))
     }
 
     /// Inbound (module essay): translate a datagram to a mapped address
     /// back, in place. `Ok(true)` if it was translated, `Ok(false)` if it
     /// is not NAT's.
-    pub fn inbound(
-        &mut self,
-        now: Timestamp,
-        ifx: IfIndex,
-        l3: &mut [u8],
-        fragment: bool,
-    ) -> Result<bool, DropReason> {
+    pub fn inbound(&mut self, now: Timestamp, ifx: IfIndex, l3: &mut [u8], fragment: bool) -> Result<bool, DropReason> {
         // Traffic to mapped addresses arrives on a rule's mapped interface.
         if !self.plan.mapped_side(ifx) {
             return Ok(false);
         }
-        let Some(e) = endpoints(l3) else {
-            return Ok(false);
-        };
-        let (dst, proto, dport, icmp_type, later) =
-            (e.dst, e.proto, e.dport, e.icmp_type, e.later_fragment);
+        let Some(e) = endpoints(l3) else { return Ok(false) };
+        let (dst, proto, dport, icmp_type, later) = (e.dst, e.proto, e.dport, e.icmp_type, e.later_fragment);
         let pooled = self.pool_of(dst).is_some();
         let statics = self.plan.rules.inbound(dst, proto, dport);
         if !pooled && statics.is_none() {
@@ -790,9 +650,7 @@ impl NatPath {
             return Ok(static_real(rule, dst));
         }
         let found = self.by_mapped(class, dst, port);
-        let Some((id, x, with_port)) =
-            found.and_then(|(id, w)| self.xlates.get(id).map(|x| (id, *x, w)))
-        else {
+        let Some((id, x, with_port)) = found.and_then(|(id, w)| self.xlates.get(id).map(|x| (id, *x, w))) else {
             self.counters.no_xlate += 1;
             return Err(DropReason::NatNoXlate);
         };
@@ -809,17 +667,13 @@ impl NatPath {
         dst: Ipv4Addr,
         statics: Option<u32>,
     ) -> Result<bool, DropReason> {
-        let q = icmp_quote(l3)
-            .and_then(endpoints)
-            .ok_or(DropReason::L4Truncated)?;
+        let q = icmp_quote(l3).and_then(endpoints).ok_or(DropReason::L4Truncated)?;
         if q.src != dst {
             self.counters.no_xlate += 1;
             return Err(DropReason::NatNoXlate);
         }
-        let (real, port) =
-            self.real_of(now, statics, class_of(q.proto, q.icmp_type), dst, q.sport)?;
-        nat::rewrite_icmp_error(l3, Side::Destination, real, port)
-            .map_err(|_| DropReason::L4Truncated)?;
+        let (real, port) = self.real_of(now, statics, class_of(q.proto, q.icmp_type), dst, q.sport)?;
+        nat::rewrite_icmp_error(l3, Side::Destination, real, port).map_err(|_| DropReason::L4Truncated)?;
         self.counters.icmp_errors_in += 1;
         self.counters.translated_in += 1;
         Ok(true)
@@ -841,18 +695,12 @@ impl NatPath {
         flows: &mut ConnTable,
         tracked: Tracked,
     ) -> Result<Option<Snat>, DropReason> {
-        let IpAddr::V4(src) = tuple.src else {
-            return Ok(None);
-        };
+        let IpAddr::V4(src) = tuple.src else { return Ok(None) };
         // A tracked ICMP flow is an echo (errors are not flows).
         let class = nat_class(tuple.proto);
         // The echo identifier is the "port" both ways (R3 puts it in one
         // of the two tuple ports).
-        let sport = if class == Some(PortClass::Icmp) {
-            tuple.src_port | tuple.dst_port
-        } else {
-            tuple.src_port
-        };
+        let sport = if class == Some(PortClass::Icmp) { tuple.src_port | tuple.dst_port } else { tuple.src_port };
         // An established flow names its xlate (its mark): no index lookup.
         let mark = flows.mark(tracked.handle);
         if let Some((id, m)) = self.marked(mark, class, src, sport) {
@@ -860,9 +708,7 @@ impl NatPath {
             return Ok(Some(m));
         }
         if let Some((id, with_port)) = self.by_real(class, src, sport) {
-            let Some(x) = self.xlates.get(id).copied() else {
-                return Ok(None);
-            };
+            let Some(x) = self.xlates.get(id).copied() else { return Ok(None) };
             if mark == 0 {
                 self.xlates.acquire(now, id);
                 flows.set_mark(tracked.handle, id.0.wrapping_add(1));
@@ -871,12 +717,8 @@ impl NatPath {
             }
             return Ok(Some((x.mapped.0, with_port.then_some(x.mapped.1))));
         }
-        let Some(i) = self.plan.rules.outbound(ifx, src, tuple.proto, sport) else {
-            return Ok(None);
-        };
-        let Some(rule) = self.plan.rules.rule(i).cloned() else {
-            return Ok(None);
-        };
+        let Some(i) = self.plan.rules.outbound(ifx, src, tuple.proto, sport) else { return Ok(None) };
+        let Some(rule) = self.plan.rules.rule(i).cloned() else { return Ok(None) };
         if rule.mapped_iface.is_some_and(|m| m != egress) {
             return Ok(None);
         }
@@ -891,9 +733,7 @@ impl NatPath {
                     self.counters.protocol += 1;
                     return Err(DropReason::NatProtocol);
                 };
-                let Some(Pool::Pat(alloc)) =
-                    rule.pool.and_then(|p| self.pools.get_mut(usize::from(p)))
-                else {
+                let Some(Pool::Pat(alloc)) = rule.pool.and_then(|p| self.pools.get_mut(usize::from(p))) else {
                     return Ok(None);
                 };
                 let m = alloc.alloc(class, src).map_err(|_| {
@@ -905,13 +745,7 @@ impl NatPath {
                 } else {
                     Sessions::MultiSession
                 };
-                let x = Xlate {
-                    class,
-                    real: (src, sport),
-                    mapped: (m.addr, m.port),
-                    sessions,
-                    block: Some(m.block),
-                };
+                let x = Xlate { class, real: (src, sport), mapped: (m.addr, m.port), sessions, block: Some(m.block) };
                 self.bind(now, x, flows, tracked)?;
                 Ok(Some((m.addr, Some(m.port))))
             }
@@ -923,9 +757,7 @@ impl NatPath {
                 Err(DropReason::NatPending)
             }
             RuleKind::DynamicNat => {
-                let Some(Pool::Nat { free }) =
-                    rule.pool.and_then(|p| self.pools.get_mut(usize::from(p)))
-                else {
+                let Some(Pool::Nat { free }) = rule.pool.and_then(|p| self.pools.get_mut(usize::from(p))) else {
                     return Ok(None);
                 };
                 let Some(a) = free.pop() else {
@@ -949,22 +781,14 @@ impl NatPath {
     /// translation in `pool`, unless asked within `ASK_AGAIN`. No
     /// allocation: the request queue's capacity was reserved.
     fn ask(&mut self, now: Timestamp, pool: u16, real: Ipv4Addr) {
-        if self
-            .asked
-            .iter()
-            .any(|&(p, r, at)| p == pool && r == real && now.since(at) < ASK_AGAIN)
-        {
+        if self.asked.iter().any(|&(p, r, at)| p == pool && r == real && now.since(at) < ASK_AGAIN) {
             return;
         }
         if self.requests.len() >= SHARED_REQUESTS {
             self.counters.shared_requests_dropped += 1;
             return;
         }
-        self.requests.push(SharedRequest {
-            pool,
-            real,
-            held: None,
-        });
+        self.requests.push(SharedRequest { pool, real, held: None });
         self.counters.shared_requests += 1;
         self.asked[self.asked_next] = (pool, real, now);
         self.asked_next = (self.asked_next + 1) % ASKED;
@@ -983,9 +807,7 @@ impl NatPath {
     /// it): where return traffic to `mapped` is steered
     /// (`steer::steer_nat`'s `real_of`). No allocation.
     pub fn shared_real_of(&self, mapped: Ipv4Addr) -> Option<Ipv4Addr> {
-        let x = self
-            .xlates
-            .get(self.xlates.by_mapped(PortClass::Tcp, (mapped, 0))?)?;
+        let x = self.xlates.get(self.xlates.by_mapped(PortClass::Tcp, (mapped, 0))?)?;
         (x.sessions == Sessions::Cluster).then_some(x.real.0)
     }
 
@@ -997,14 +819,7 @@ impl NatPath {
     /// another host now has). A deletion of a translation connections
     /// still use keeps it and renews it at once (a renewal was lost; the
     /// control node puts the entry back while its address is free).
-    pub fn shared_xlate(
-        &mut self,
-        now: Timestamp,
-        flows: &mut ConnTable,
-        pool: u16,
-        real: Ipv4Addr,
-        mapped: Option<Ipv4Addr>,
-    ) {
+    pub fn shared_xlate(&mut self, now: Timestamp, flows: &mut ConnTable, pool: u16, real: Ipv4Addr, mapped: Option<Ipv4Addr>) {
         let mine = self.xlates.by_real(PortClass::Tcp, (real, 0));
         match mapped {
             None => {
@@ -1027,19 +842,10 @@ impl NatPath {
                 for id in [mine, other].into_iter().flatten() {
                     self.end_xlate(flows, id);
                 }
-                let x = Xlate {
-                    class: PortClass::Tcp,
-                    real: (real, 0),
-                    mapped: (a, 0),
-                    sessions: Sessions::Cluster,
-                    block: None,
-                };
+                let x = Xlate { class: PortClass::Tcp, real: (real, 0), mapped: (a, 0), sessions: Sessions::Cluster, block: None };
                 if self.xlates.insert(now, x).is_ok() {
                     self.counters.shared_installed += 1;
-                    self.asked
-                        .iter_mut()
-                        .filter(|e| e.0 == pool && e.1 == real)
-                        .for_each(|e| e.0 = u16::MAX);
+                    self.asked.iter_mut().filter(|e| e.0 == pool && e.1 == real).for_each(|e| e.0 = u16::MAX);
                 } else {
                     self.counters.exhausted += 1;
                 }
@@ -1085,11 +891,7 @@ impl NatPath {
             self.counters.shared_requests_dropped += 1;
             return;
         }
-        self.requests.push(SharedRequest {
-            pool,
-            real: x.real.0,
-            held: Some(x.mapped.0),
-        });
+        self.requests.push(SharedRequest { pool, real: x.real.0, held: Some(x.mapped.0) });
         self.counters.shared_renewals += 1;
     }
 
@@ -1125,36 +927,17 @@ impl NatPath {
     /// fragments; the fragment owner learnt the port). `None`: not to a
     /// pool address (or a static rule's, translated on arrival). A pool
     /// address without a translation: `nat-no-xlate`.
-    pub fn fragment_in(
-        &mut self,
-        now: Timestamp,
-        ifx: IfIndex,
-        tuple: &FiveTuple,
-    ) -> Result<FragNat, DropReason> {
-        let IpAddr::V4(dst) = tuple.dst else {
-            return Ok(FragNat::None);
-        };
+    pub fn fragment_in(&mut self, now: Timestamp, ifx: IfIndex, tuple: &FiveTuple) -> Result<FragNat, DropReason> {
+        let IpAddr::V4(dst) = tuple.dst else { return Ok(FragNat::None) };
         if !self.plan.mapped_side(ifx)
             || self.pool_of(dst).is_none()
-            || self
-                .plan
-                .rules
-                .inbound(dst, tuple.proto, tuple.dst_port)
-                .is_some()
+            || self.plan.rules.inbound(dst, tuple.proto, tuple.dst_port).is_some()
         {
             return Ok(FragNat::None);
         }
         let class = nat_class(tuple.proto);
-        let port = if class == Some(PortClass::Icmp) {
-            tuple.src_port | tuple.dst_port
-        } else {
-            tuple.dst_port
-        };
-        if let Some(h) = self
-            .plan
-            .holder(dst, class, port)
-            .filter(|h| self.plan.cluster && h.node != self.plan.me)
-        {
+        let port = if class == Some(PortClass::Icmp) { tuple.src_port | tuple.dst_port } else { tuple.dst_port };
+        if let Some(h) = self.plan.holder(dst, class, port).filter(|h| self.plan.cluster && h.node != self.plan.me) {
             self.counters.to_holder += 1;
             return Ok(FragNat::Holder(h.node));
         }
@@ -1171,15 +954,9 @@ impl NatPath {
     /// when the real endpoint sent it (`rewrite_icmp_error_out`): the real
     /// addresses stay inside. `None`: that endpoint has no translation.
     pub fn icmp_error_out(&self, ifx: IfIndex, egress: IfIndex, tuple: &FiveTuple) -> Option<Snat> {
-        let IpAddr::V4(real) = tuple.dst else {
-            return None;
-        };
+        let IpAddr::V4(real) = tuple.dst else { return None };
         let class = nat_class(tuple.proto);
-        let port = if class == Some(PortClass::Icmp) {
-            tuple.src_port | tuple.dst_port
-        } else {
-            tuple.dst_port
-        };
+        let port = if class == Some(PortClass::Icmp) { tuple.src_port | tuple.dst_port } else { tuple.dst_port };
         if let Some((id, with_port)) = self.by_real(class, real, port) {
             let x = self.xlates.get(id)?;
             return Some((x.mapped.0, with_port.then_some(x.mapped.1)));
@@ -1190,19 +967,8 @@ impl NatPath {
     /// The mapping a static rule gives real source `(real, port)` of
     /// protocol `proto` arriving on `ifx` and leaving by `egress` (the
     /// first rule that matches must be static and allow that egress).
-    fn static_out(
-        &self,
-        ifx: IfIndex,
-        egress: IfIndex,
-        real: Ipv4Addr,
-        proto: u8,
-        port: u16,
-    ) -> Option<Snat> {
-        let rule = self
-            .plan
-            .rules
-            .outbound(ifx, real, proto, port)
-            .and_then(|i| self.plan.rules.rule(i))?;
+    fn static_out(&self, ifx: IfIndex, egress: IfIndex, real: Ipv4Addr, proto: u8, port: u16) -> Option<Snat> {
+        let rule = self.plan.rules.outbound(ifx, real, proto, port).and_then(|i| self.plan.rules.rule(i))?;
         if rule.mapped_iface.is_some_and(|m| m != egress) {
             return None;
         }
@@ -1211,13 +977,7 @@ impl NatPath {
 
     /// Insert `x`, held by the flow `tracked` (its mark); on failure its
     /// mapping goes back to its pool.
-    fn bind(
-        &mut self,
-        now: Timestamp,
-        x: Xlate,
-        flows: &mut ConnTable,
-        tracked: Tracked,
-    ) -> Result<(), DropReason> {
+    fn bind(&mut self, now: Timestamp, x: Xlate, flows: &mut ConnTable, tracked: Tracked) -> Result<(), DropReason> {
         match self.xlates.insert(now, x) {
             Ok(id) => {
                 if flows.mark(tracked.handle) == 0 {
@@ -1248,26 +1008,15 @@ impl NatPath {
     /// the general path decides) for a static rule's address or a pool
     /// address without an xlate. Changes nothing.
     #[inline(always)]
-    pub fn fast_in(
-        &self,
-        ifx: IfIndex,
-        tuple: &FiveTuple,
-    ) -> Option<Option<(XlateId, Ipv4Addr, Option<u16>)>> {
-        let IpAddr::V4(dst) = tuple.dst else {
-            return None;
-        };
+    pub fn fast_in(&self, ifx: IfIndex, tuple: &FiveTuple) -> Option<Option<(XlateId, Ipv4Addr, Option<u16>)>> {
+        let IpAddr::V4(dst) = tuple.dst else { return None };
         // Not a mapped side: `fast_out` decides (and declines a protocol
         // without ports, as below).
         if !self.plan.mapped_side(ifx) {
             return Some(None);
         }
         let class = nat_class(tuple.proto)?;
-        if self
-            .plan
-            .rules
-            .inbound(dst, tuple.proto, tuple.dst_port)
-            .is_some()
-        {
+        if self.plan.rules.inbound(dst, tuple.proto, tuple.dst_port).is_some() {
             return None;
         }
         if self.pool_of(dst).is_none() {
@@ -1286,18 +1035,12 @@ impl NatPath {
     /// anything else (a flow without a mark that a rule may translate).
     #[inline(always)]
     pub fn fast_out(&self, ifx: IfIndex, tuple: &FiveTuple, mark: u32) -> Option<FastNat> {
-        let IpAddr::V4(src) = tuple.src else {
-            return None;
-        };
+        let IpAddr::V4(src) = tuple.src else { return None };
         let class = nat_class(tuple.proto)?;
         if mark == 0 {
             // `outbound` would find no xlate and no rule: untranslated.
             let untouched = self.by_real(Some(class), src, tuple.src_port).is_none()
-                && self
-                    .plan
-                    .rules
-                    .outbound(ifx, src, tuple.proto, tuple.src_port)
-                    .is_none();
+                && self.plan.rules.outbound(ifx, src, tuple.proto, tuple.src_port).is_none();
             return untouched.then_some(FastNat::None);
         }
         let (id, (mapped, port)) = self.marked(mark, Some(class), src, tuple.src_port)?;
@@ -1356,23 +1099,12 @@ impl NatPath {
     /// connection to the rule's mapped address).
     pub fn flow_nat(&self, r: &FlowRecord) -> Option<FlowNat> {
         let t = &r.tuple;
-        let (IpAddr::V4(src), IpAddr::V4(dst)) = (t.src, t.dst) else {
-            return None;
-        };
+        let (IpAddr::V4(src), IpAddr::V4(dst)) = (t.src, t.dst) else { return None };
         let class = nat_class(t.proto);
         let icmp = class == Some(PortClass::Icmp);
         // An echo's identifier is both ends' "port" (in one tuple port).
-        let (sport, dport) = if icmp {
-            (t.src_port | t.dst_port, t.src_port | t.dst_port)
-        } else {
-            (t.src_port, t.dst_port)
-        };
-        let mut m = FlowNat {
-            src,
-            src_port: t.src_port,
-            dst,
-            dst_port: t.dst_port,
-        };
+        let (sport, dport) = if icmp { (t.src_port | t.dst_port, t.src_port | t.dst_port) } else { (t.src_port, t.dst_port) };
+        let mut m = FlowNat { src, src_port: t.src_port, dst, dst_port: t.dst_port };
         let port = |mine: u16, id: u16| if icmp && mine == 0 { 0 } else { id };
         let map_src = |m: &mut FlowNat, (a, p): Snat| {
             m.src = a;
@@ -1397,18 +1129,13 @@ impl NatPath {
         } else if let Some(s) = self.static_out(r.ingress, r.egress, src, t.proto, sport) {
             map_src(&mut m, s);
         } else {
-            map_dst(
-                &mut m,
-                self.static_out(r.egress, r.ingress, dst, t.proto, dport)?,
-            );
+            map_dst(&mut m, self.static_out(r.egress, r.ingress, dst, t.proto, dport)?);
         }
         Some(m)
     }
 
     fn give_back(&mut self, x: Xlate) {
-        let Some(p) = self.pool_of(x.mapped.0) else {
-            return;
-        };
+        let Some(p) = self.pool_of(x.mapped.0) else { return };
         match self.pools.get_mut(usize::from(p)) {
             Some(Pool::Pat(alloc)) => {
                 if let Some(b) = x.block {
@@ -1450,12 +1177,7 @@ impl NatPath {
             .iter()
             .enumerate()
             .map(|(i, p)| {
-                let addresses = self
-                    .plan
-                    .addrs
-                    .iter()
-                    .filter(|a| usize::from(a.1) == i)
-                    .count();
+                let addresses = self.plan.addrs.iter().filter(|a| usize::from(a.1) == i).count();
                 let mut info = PoolInfo {
                     pool: i as u16,
                     kind: "dynamic-nat",

@@ -61,13 +61,13 @@
 
 use super::context::{Outcome, Rx};
 use super::egress::Route;
-use super::hold::{FrameHold, HoldLimits};
 use crate::buf::PacketBuf;
+use super::hold::{FrameHold, HoldLimits};
+use crate::slots::SlotMem;
+use crate::types::{Duration, PortId};
 use crate::conntrack::synproxy::{ProxyCookies, PERIOD};
 use crate::conntrack::{tcp_flags, L4Info};
-use crate::slots::SlotMem;
 use crate::types::{DropReason, FiveTuple, Timestamp};
-use crate::types::{Duration, PortId};
 use crate::wire::ipv4::Ipv4Packet;
 use crate::wire::synproxy::{segment_len, write_segment, Segment};
 
@@ -141,14 +141,7 @@ impl SynProxy {
     /// without room, drop it as before.
     #[cold]
     #[inline(never)]
-    pub fn hold_early(
-        &mut self,
-        now: Timestamp,
-        tuple: &FiveTuple,
-        in_port: PortId,
-        rx: Rx,
-        frame: &[u8],
-    ) -> Outcome {
+    pub fn hold_early(&mut self, now: Timestamp, tuple: &FiveTuple, in_port: PortId, rx: Rx, frame: &[u8]) -> Outcome {
         if rx.frag.is_some() || !self.hold.hold(now, tuple, in_port, rx, frame) {
             return Outcome::Drop(DropReason::SynProxyPending);
         }
@@ -158,14 +151,7 @@ impl SynProxy {
 
     /// File the fate of a held frame decided after its splice (`take`),
     /// its frame now at `start..end` of `mem`.
-    pub fn finish_held(
-        &mut self,
-        slot: u16,
-        mem: SlotMem,
-        start: usize,
-        end: usize,
-        outcome: Outcome,
-    ) {
+    pub fn finish_held(&mut self, slot: u16, mem: SlotMem, start: usize, end: usize, outcome: Outcome) {
         if self.hold.finish(slot, mem, start, end, outcome) {
             self.counters.released += 1;
         } else {
@@ -205,16 +191,8 @@ impl SynProxy {
     /// The cookie for a client's SYN of `tuple` (`isn`, its MSS option),
     /// and the MSS it encodes; unknown ACKs are checked from now on for
     /// two cookie periods.
-    pub fn cookie(
-        &mut self,
-        now: Timestamp,
-        tuple: &FiveTuple,
-        isn: u32,
-        mss: Option<u16>,
-    ) -> (u32, u16) {
-        self.check_until = self
-            .check_until
-            .max(now.saturating_add(PERIOD).saturating_add(PERIOD));
+    pub fn cookie(&mut self, now: Timestamp, tuple: &FiveTuple, isn: u32, mss: Option<u16>) -> (u32, u16) {
+        self.check_until = self.check_until.max(now.saturating_add(PERIOD).saturating_add(PERIOD));
         self.counters.cookies_sent += 1;
         self.cookies.encode(tuple, isn, mss, self.wall(now))
     }
@@ -248,9 +226,7 @@ impl SynProxy {
             return None;
         }
         let L4Info::Tcp(seg) = l4 else { return None };
-        if seg.flags & (tcp_flags::SYN | tcp_flags::RST | tcp_flags::FIN | tcp_flags::ACK)
-            != tcp_flags::ACK
-        {
+        if seg.flags & (tcp_flags::SYN | tcp_flags::RST | tcp_flags::FIN | tcp_flags::ACK) != tcp_flags::ACK {
             return None;
         }
         Some(self.cookies.check(tuple, seg.seq, seg.ack, self.wall(now)))
@@ -275,15 +251,7 @@ pub(crate) type ProxyHold = FrameHold<FiveTuple>;
 /// The SYN proxy's hold: `HOLD_SLOTS` slots, `HOLD_PER_CONN` per
 /// connection, `HOLD_TIMEOUT`, tagged with the tuple's hash.
 fn proxy_hold(slot_len: usize) -> ProxyHold {
-    FrameHold::new(
-        HoldLimits {
-            slots: HOLD_SLOTS,
-            per_key: HOLD_PER_CONN,
-            timeout: HOLD_TIMEOUT,
-        },
-        slot_len,
-        tag,
-    )
+    FrameHold::new(HoldLimits { slots: HOLD_SLOTS, per_key: HOLD_PER_CONN, timeout: HOLD_TIMEOUT }, slot_len, tag)
 }
 
 /// The slot tag of a connection's held frames (`FramePool::park_tagged`):
@@ -310,10 +278,7 @@ fn random_key() -> [u8; 16] {
     let a = s.hash_one(0x5359_4e50_u64);
     let b = s.hash_one(0x524f_5859_u64);
     let mut k = [0u8; 16];
-    for (d, v) in k
-        .iter_mut()
-        .zip(a.to_le_bytes().into_iter().chain(b.to_le_bytes()))
-    {
+    for (d, v) in k.iter_mut().zip(a.to_le_bytes().into_iter().chain(b.to_le_bytes())) {
         *d = v;
     }
     k
@@ -337,24 +302,15 @@ impl ProxyStep {
     pub fn rewrite<B: PacketBuf>(&self, l2: usize, buf: &mut B) -> Result<(), DropReason> {
         let ihl = {
             let l3 = buf.data().get(l2..).ok_or(DropReason::EthTruncated)?;
-            Ipv4Packet::new_checked(l3)
-                .map_err(|_| DropReason::Ipv4Truncated)?
-                .header_len()
+            Ipv4Packet::new_checked(l3).map_err(|_| DropReason::Ipv4Truncated)?.header_len()
         };
         let want = l2 + segment_len(ihl, self.seg.mss.is_some());
         let have = buf.data().len();
-        let resized = if have < want {
-            buf.append(want - have)
-        } else {
-            buf.trim_back(have - want)
-        };
+        let resized = if have < want { buf.append(want - have) } else { buf.trim_back(have - want) };
         if !resized {
             return Err(DropReason::SynProxyCookie);
         }
-        let l3 = buf
-            .data_mut()
-            .get_mut(l2..)
-            .ok_or(DropReason::EthTruncated)?;
+        let l3 = buf.data_mut().get_mut(l2..).ok_or(DropReason::EthTruncated)?;
         write_segment(l3, self.back, &self.seg).map_err(|_| DropReason::SynProxyCookie)
     }
 }
@@ -368,13 +324,7 @@ mod tests {
     const T: Timestamp = Timestamp::from_secs(1);
 
     fn conn(port: u16) -> FiveTuple {
-        FiveTuple {
-            src: IpAddr::V4(Ipv4Addr::new(192, 0, 2, 8)),
-            dst: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 10)),
-            proto: 6,
-            src_port: port,
-            dst_port: 80,
-        }
+        FiveTuple { src: IpAddr::V4(Ipv4Addr::new(192, 0, 2, 8)), dst: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 10)), proto: 6, src_port: port, dst_port: 80 }
     }
 
     fn frame(tag: u8) -> Vec<u8> {
@@ -419,14 +369,8 @@ mod tests {
         b.set_wall_clock(1_200_000_000_000);
         let c = conn(4000);
         let (cookie, _) = a.cookie(Timestamp::from_secs(300), &c, 1000, Some(1460));
-        assert!(
-            b.valid(Timestamp::from_secs(100), &c, &ack_of(cookie)),
-            "B validates A's cookie (B sent none)"
-        );
-        assert!(
-            !b.valid(Timestamp::from_secs(100), &conn(4001), &ack_of(cookie)),
-            "bound to the connection"
-        );
+        assert!(b.valid(Timestamp::from_secs(100), &c, &ack_of(cookie)), "B validates A's cookie (B sent none)");
+        assert!(!b.valid(Timestamp::from_secs(100), &conn(4001), &ack_of(cookie)), "bound to the connection");
         // Without the shared clock B's periods are A's minus 200 s: the
         // cookie is three periods ahead and refused.
         b.set_wall_clock(0);
@@ -435,10 +379,7 @@ mod tests {
         // unshared, an ACK is not even checked until cookies went out.
         let lone = SynProxy::new(SLOT_LEN);
         assert!(!lone.valid(Timestamp::from_secs(100), &c, &ack_of(cookie)));
-        assert_eq!(
-            lone.returned(Timestamp::from_secs(100), &c, &ack_of(cookie)),
-            None
-        );
+        assert_eq!(lone.returned(Timestamp::from_secs(100), &c, &ack_of(cookie)), None);
     }
 
     #[test]
@@ -446,15 +387,8 @@ mod tests {
         let mut h = proxy_hold(SLOT_LEN);
         let n = HOLD_PER_CONN as u8;
         for k in 0..n + 1 {
-            assert_eq!(
-                h.hold(T, &conn(1), PortId(0), Rx::PORT, &frame(k)),
-                k < n,
-                "conn 1, frame {k}"
-            );
-            assert_eq!(
-                h.hold(T, &conn(2), PortId(0), Rx::PORT, &frame(100 + k)),
-                k < n
-            );
+            assert_eq!(h.hold(T, &conn(1), PortId(0), Rx::PORT, &frame(k)), k < n, "conn 1, frame {k}");
+            assert_eq!(h.hold(T, &conn(2), PortId(0), Rx::PORT, &frame(100 + k)), k < n);
         }
         assert_eq!(h.len(), 2 * HOLD_PER_CONN);
         // Free conn 2's: conn 3's frames reuse its slots in another order.
@@ -479,16 +413,7 @@ mod tests {
         let before = h.next_seq();
         let x = h.take(&conn(1), before).unwrap();
         assert!(h.hold(T, &conn(1), PortId(0), Rx::PORT, &frame(2)));
-        assert!(
-            !h.finish(
-                x.slot,
-                x.mem,
-                x.start,
-                x.end,
-                Outcome::Drop(DropReason::TcpOutOfWindow)
-            ),
-            "a drop"
-        );
+        assert!(!h.finish(x.slot, x.mem, x.start, x.end, Outcome::Drop(DropReason::TcpOutOfWindow)), "a drop");
         assert!(h.take(&conn(1), before).is_none());
         assert_eq!(h.len(), 1);
     }
@@ -501,19 +426,10 @@ mod tests {
                 assert!(h.hold(T, &conn(c), PortId(0), Rx::PORT, &frame(k)));
             }
         }
-        assert!(
-            !h.hold(T, &conn(999), PortId(0), Rx::PORT, &frame(0)),
-            "no slot left"
-        );
-        assert!(
-            !h.hold(T, &conn(999), PortId(0), Rx::PORT, &vec![0u8; SLOT_LEN]),
-            "too long"
-        );
+        assert!(!h.hold(T, &conn(999), PortId(0), Rx::PORT, &frame(0)), "no slot left");
+        assert!(!h.hold(T, &conn(999), PortId(0), Rx::PORT, &vec![0u8; SLOT_LEN]), "too long");
         assert_eq!(h.expire(Timestamp(T.0 + HOLD_TIMEOUT.0 - 1), |_| true), 0);
-        assert_eq!(
-            h.expire(T.saturating_add(HOLD_TIMEOUT), |_| true),
-            HOLD_SLOTS as u64
-        );
+        assert_eq!(h.expire(T.saturating_add(HOLD_TIMEOUT), |_| true), HOLD_SLOTS as u64);
         assert_eq!(h.len(), 0);
         let mut n = 0;
         h.drain(&mut |_, _| n += 1);

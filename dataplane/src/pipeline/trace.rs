@@ -80,39 +80,24 @@ impl TraceFilter {
                         "icmp" => crate::types::ip_proto::ICMP,
                         n => match n.parse::<u8>() {
                             Ok(n) => n,
-                            Err(_) => {
-                                return bad(format!("proto {v:?}: tcp, udp, icmp or a number"))
-                            }
+                            Err(_) => return bad(format!("proto {v:?}: tcp, udp, icmp or a number")),
                         },
                     });
                 }
                 a => match a.parse::<Ipv4Addr>() {
                     Ok(ip) if hosts.len() < 2 => hosts.push(ip),
                     Ok(_) => return bad("at most two addresses".into()),
-                    Err(_) => {
-                        return bad(format!(
-                            "{a:?} is not an IPv4 address, `port N` or `proto P`"
-                        ))
-                    }
+                    Err(_) => return bad(format!("{a:?} is not an IPv4 address, `port N` or `proto P`")),
                 },
             }
         }
-        let Some(&host) = hosts.first() else {
-            return bad("a trace needs an address".into());
-        };
-        Ok(TraceFilter {
-            host,
-            peer: hosts.get(1).copied(),
-            port,
-            proto,
-        })
+        let Some(&host) = hosts.first() else { return bad("a trace needs an address".into()) };
+        Ok(TraceFilter { host, peer: hosts.get(1).copied(), port, proto })
     }
 
     /// Does a frame with this tuple match (either direction)?
     pub fn matches(&self, t: &FiveTuple) -> bool {
-        let (IpAddr::V4(s), IpAddr::V4(d)) = (t.src, t.dst) else {
-            return false;
-        };
+        let (IpAddr::V4(s), IpAddr::V4(d)) = (t.src, t.dst) else { return false };
         let ends = |a: Ipv4Addr, b: Ipv4Addr| a == self.host && self.peer.is_none_or(|p| p == b);
         (ends(s, d) || ends(d, s))
             && self.port.is_none_or(|p| t.src_port == p || t.dst_port == p)
@@ -193,12 +178,7 @@ pub struct Tracer {
 
 impl Tracer {
     pub fn new(filter: TraceFilter, until: Timestamp) -> Tracer {
-        Tracer {
-            filter,
-            until,
-            events: Vec::with_capacity(TRACE_EVENTS),
-            lost: 0,
-        }
+        Tracer { filter, until, events: Vec::with_capacity(TRACE_EVENTS), lost: 0 }
     }
 
     /// The frame's tuple and TCP flags if the trace is on at `now` and
@@ -232,19 +212,11 @@ impl Tracer {
 /// then `.` for ACK (`S.` a SYN-ACK); empty for none.
 pub fn flag_letters(f: u8) -> String {
     use crate::conntrack::tcp_flags::{ACK, CWR, ECE, FIN, PSH, RST, SYN, URG};
-    let mut s: String = [
-        (SYN, 'S'),
-        (FIN, 'F'),
-        (RST, 'R'),
-        (PSH, 'P'),
-        (URG, 'U'),
-        (ECE, 'E'),
-        (CWR, 'W'),
-    ]
-    .iter()
-    .filter(|(b, _)| f & b != 0)
-    .map(|(_, c)| *c)
-    .collect();
+    let mut s: String = [(SYN, 'S'), (FIN, 'F'), (RST, 'R'), (PSH, 'P'), (URG, 'U'), (ECE, 'E'), (CWR, 'W')]
+        .iter()
+        .filter(|(b, _)| f & b != 0)
+        .map(|(_, c)| *c)
+        .collect();
     if f & ACK != 0 {
         s.push('.');
     }
@@ -262,13 +234,7 @@ pub fn frame_tuple(f: &[u8]) -> Option<(FiveTuple, u8)> {
         return None;
     }
     let ip = Ipv4Packet::new_checked(eth.payload()).ok()?;
-    let addrs = FiveTuple {
-        src: IpAddr::V4(ip.src()),
-        dst: IpAddr::V4(ip.dst()),
-        proto: ip.protocol(),
-        src_port: 0,
-        dst_port: 0,
-    };
+    let addrs = FiveTuple { src: IpAddr::V4(ip.src()), dst: IpAddr::V4(ip.dst()), proto: ip.protocol(), src_port: 0, dst_port: 0 };
     if ip.is_fragment() && ip.frag_offset() != 0 {
         return Some((addrs, 0));
     }
@@ -284,13 +250,7 @@ mod tests {
     use super::*;
 
     fn t(s: [u8; 4], sp: u16, d: [u8; 4], dp: u16, proto: u8) -> FiveTuple {
-        FiveTuple {
-            src: IpAddr::from(s),
-            dst: IpAddr::from(d),
-            proto,
-            src_port: sp,
-            dst_port: dp,
-        }
+        FiveTuple { src: IpAddr::from(s), dst: IpAddr::from(d), proto, src_port: sp, dst_port: dp }
     }
 
     #[test]
@@ -301,30 +261,13 @@ mod tests {
         let out = t([198, 18, 10, 2], 40000, [198, 18, 20, 2], 8080, 6);
         let back = t([198, 18, 20, 2], 8080, [198, 18, 10, 2], 40000, 6);
         assert!(f.matches(&out) && f.matches(&back));
-        assert!(
-            !f.matches(&t([198, 18, 10, 2], 40000, [198, 18, 20, 3], 8080, 6)),
-            "another peer"
-        );
-        assert!(
-            !f.matches(&t([198, 18, 10, 2], 40000, [198, 18, 20, 2], 8081, 6)),
-            "another port"
-        );
-        assert!(
-            !f.matches(&t([198, 18, 10, 2], 40000, [198, 18, 20, 2], 8080, 17)),
-            "another protocol"
-        );
+        assert!(!f.matches(&t([198, 18, 10, 2], 40000, [198, 18, 20, 3], 8080, 6)), "another peer");
+        assert!(!f.matches(&t([198, 18, 10, 2], 40000, [198, 18, 20, 2], 8081, 6)), "another port");
+        assert!(!f.matches(&t([198, 18, 10, 2], 40000, [198, 18, 20, 2], 8080, 17)), "another protocol");
         let any = TraceFilter::parse("198.18.10.2").unwrap();
         assert!(any.matches(&back) && any.matches(&t([1, 2, 3, 4], 1, [198, 18, 10, 2], 2, 1)));
         assert!(!any.matches(&t([1, 2, 3, 4], 1, [5, 6, 7, 8], 2, 1)));
-        for bad in [
-            "",
-            "port 80",
-            "1.2.3.4 port",
-            "1.2.3.4 port 0",
-            "1.2.3.4 proto sctpx",
-            "1.2.3.4 5.6.7.8 9.9.9.9",
-            "host",
-        ] {
+        for bad in ["", "port 80", "1.2.3.4 port", "1.2.3.4 port 0", "1.2.3.4 proto sctpx", "1.2.3.4 5.6.7.8 9.9.9.9", "host"] {
             assert!(TraceFilter::parse(bad).is_err(), "{bad:?}");
         }
     }

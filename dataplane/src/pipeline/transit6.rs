@@ -18,9 +18,7 @@ use std::net::IpAddr;
 pub(crate) fn upper_layer(l3: &[u8]) -> Result<UpperLayer, DropReason> {
     let p = match Ipv6Packet::new_checked(l3) {
         Ok(p) => p,
-        Err(ipv6::Error::Truncated) | Err(ipv6::Error::BadPayloadLen) => {
-            return Err(DropReason::Ipv6Truncated)
-        }
+        Err(ipv6::Error::Truncated) | Err(ipv6::Error::BadPayloadLen) => return Err(DropReason::Ipv6Truncated),
         Err(_) => return Err(DropReason::Ipv6Malformed),
     };
     p.upper_layer().map_err(|_| DropReason::Ipv6Malformed)
@@ -35,19 +33,9 @@ pub(crate) enum Transit6 {
 
 /// The conntrack view of a transit packet whose upper-layer header is
 /// at `off` in the payload.
-pub(crate) fn transit(
-    p: &Ipv6Packet<&[u8]>,
-    proto: u8,
-    off: usize,
-) -> Result<Transit6, DropReason> {
+pub(crate) fn transit(p: &Ipv6Packet<&[u8]>, proto: u8, off: usize) -> Result<Transit6, DropReason> {
     let (src, dst) = (IpAddr::V6(p.src()), IpAddr::V6(p.dst()));
-    let tuple = |sp, dp| FiveTuple {
-        src,
-        dst,
-        proto,
-        src_port: sp,
-        dst_port: dp,
-    };
+    let tuple = |sp, dp| FiveTuple { src, dst, proto, src_port: sp, dst_port: dp };
     let l4 = p.payload().get(off..).unwrap_or(&[]);
     Ok(match proto {
         ip_proto::TCP => {
@@ -55,10 +43,7 @@ pub(crate) fn transit(
                 crate::wire::tcp::Error::BadHeaderLen => DropReason::TcpBadHeaderLen,
                 _ => DropReason::L4Truncated,
             })?;
-            Transit6::Flow(
-                tuple(t.src_port(), t.dst_port()),
-                L4Info::Tcp(super::ipv4::tcp_seg(&t)),
-            )
+            Transit6::Flow(tuple(t.src_port(), t.dst_port()), L4Info::Tcp(super::ipv4::tcp_seg(&t)))
         }
         ip_proto::UDP => {
             let u = UdpPacket::new_checked(l4).map_err(|_| DropReason::L4Truncated)?;
@@ -69,12 +54,11 @@ pub(crate) fn transit(
             match t {
                 msg_type::ECHO_REQUEST => Transit6::Flow(tuple(id, 0), L4Info::IcmpEchoRequest),
                 msg_type::ECHO_REPLY => Transit6::Flow(tuple(0, id), L4Info::IcmpEchoReply),
-                t if icmpv6::is_error(t) => {
-                    Transit6::Error(icmpv6::quoted_tuple(l4).ok_or(DropReason::L4Truncated)?)
-                }
+                t if icmpv6::is_error(t) => Transit6::Error(icmpv6::quoted_tuple(l4).ok_or(DropReason::L4Truncated)?),
                 _ => Transit6::Flow(tuple(0, 0), L4Info::Other),
             }
         }
         _ => Transit6::Flow(tuple(0, 0), L4Info::Other),
     })
 }
+

@@ -312,15 +312,9 @@ mod tests {
         let mut f = EthernetFrame::new_checked(&mut b[..]).unwrap();
         f.set_dst([1; 6]);
         f.set_src([2; 6]);
-        assert_eq!(
-            (f.tag_count(), f.vlan(), f.ethertype()),
-            (1, Some(0x234 | 5), ethertype::IPV4)
-        );
+        assert_eq!((f.tag_count(), f.vlan(), f.ethertype()), (1, Some(0x234 | 5), ethertype::IPV4));
         assert_eq!(f.src(), [2; 6]);
-        assert!(
-            !write_tag(&mut [0u8; 17], 5),
-            "too short for a tagged header"
-        );
+        assert!(!write_tag(&mut [0u8; 17], 5), "too short for a tagged header");
         let mut short = [7u8; 11];
         assert!(!write_macs(&mut short, [1; 6], [2; 6]));
         assert_eq!(short, [7; 11], "nothing written");

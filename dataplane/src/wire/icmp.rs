@@ -7,8 +7,8 @@
 
 use super::checksum;
 use super::ipv4::{self, Ipv4Packet};
-use crate::types::ip_proto;
 use core::fmt;
+use crate::types::ip_proto;
 use std::net::Ipv4Addr;
 
 pub const HEADER_LEN: usize = 8;
@@ -298,11 +298,7 @@ mod tests {
         // Fragmentation needed, next-hop MTU 1400, quoting the SYN fixture's
         // header and first 8 bytes: the same bytes as `port_unreachable`
         // but for type/code, the MTU word and the checksum.
-        let repr = IcmpErrorRepr {
-            msg_type: msg_type::DEST_UNREACHABLE,
-            code: unreach_code::FRAG_NEEDED,
-            next_hop_mtu: 1400,
-        };
+        let repr = IcmpErrorRepr { msg_type: msg_type::DEST_UNREACHABLE, code: unreach_code::FRAG_NEEDED, next_hop_mtu: 1400 };
         let mut buf = [0u8; 64];
         let n = repr.emit(&TCP_SYN[..28], &mut buf).unwrap();
         assert_eq!(n, 36);
@@ -313,18 +309,8 @@ mod tests {
         let p = Icmpv4Packet::new_checked(&buf[..n]).unwrap();
         assert!(p.verify_checksum() && p.is_error());
         assert_eq!(p.embedded().unwrap().ports(), (50000, 80));
-        assert!(
-            repr.emit(&TCP_SYN[..28], &mut [0u8; 35]).is_none(),
-            "too short: nothing"
-        );
-        assert!(
-            is_query(8)
-                && is_query(0)
-                && !is_query(3)
-                && !is_query(11)
-                && !is_query(5)
-                && !is_query(200)
-        );
+        assert!(repr.emit(&TCP_SYN[..28], &mut [0u8; 35]).is_none(), "too short: nothing");
+        assert!(is_query(8) && is_query(0) && !is_query(3) && !is_query(11) && !is_query(5) && !is_query(200));
     }
 
     #[test]
@@ -378,25 +364,11 @@ mod tests {
     #[test]
     fn embedded_ports_follow_the_hash_rule() {
         // SPEC R3: echo request (id, 0), echo reply (0, id), others (0, 0).
-        let e = |protocol: u8, l4: [u8; 8]| Embedded {
-            src: Ipv4Addr::LOCALHOST,
-            dst: Ipv4Addr::LOCALHOST,
-            protocol,
-            l4,
-        };
+        let e = |protocol: u8, l4: [u8; 8]| Embedded { src: Ipv4Addr::LOCALHOST, dst: Ipv4Addr::LOCALHOST, protocol, l4 };
         assert_eq!(e(17, [0, 53, 0x30, 0x39, 0, 0, 0, 0]).ports(), (53, 12345));
-        assert_eq!(
-            e(1, [msg_type::ECHO_REQUEST, 0, 0, 0, 0x12, 0x34, 0, 1]).ports(),
-            (0x1234, 0)
-        );
-        assert_eq!(
-            e(1, [msg_type::ECHO_REPLY, 0, 0, 0, 0x12, 0x34, 0, 1]).ports(),
-            (0, 0x1234)
-        );
-        assert_eq!(
-            e(1, [msg_type::TIME_EXCEEDED, 0, 0, 0, 0x12, 0x34, 0, 1]).ports(),
-            (0, 0)
-        );
+        assert_eq!(e(1, [msg_type::ECHO_REQUEST, 0, 0, 0, 0x12, 0x34, 0, 1]).ports(), (0x1234, 0));
+        assert_eq!(e(1, [msg_type::ECHO_REPLY, 0, 0, 0, 0x12, 0x34, 0, 1]).ports(), (0, 0x1234));
+        assert_eq!(e(1, [msg_type::TIME_EXCEEDED, 0, 0, 0, 0x12, 0x34, 0, 1]).ports(), (0, 0));
         assert_eq!(e(47, [1; 8]).ports(), (0, 0), "GRE: no ports");
     }
 

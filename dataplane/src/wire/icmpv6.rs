@@ -90,9 +90,7 @@ pub fn fill_checksum(src: Ipv6Addr, dst: Ipv6Addr, body: &mut [u8]) {
 /// The solicited-node multicast address of `a` (RFC 4291 §2.7.1).
 pub fn solicited_node(a: Ipv6Addr) -> Ipv6Addr {
     let o = a.octets();
-    Ipv6Addr::from([
-        0xff, 0x02, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0xff, o[13], o[14], o[15],
-    ])
+    Ipv6Addr::from([0xff, 0x02, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0xff, o[13], o[14], o[15]])
 }
 
 /// The Ethernet group of IPv6 multicast address `a` (RFC 2464 §7).
@@ -110,22 +108,7 @@ pub fn is_multicast_mac(mac: [u8; 6]) -> bool {
 /// the modified EUI-64 interface identifier (RFC 4291 appendix A).
 pub fn link_local(mac: [u8; 6]) -> Ipv6Addr {
     Ipv6Addr::from([
-        0xfe,
-        0x80,
-        0,
-        0,
-        0,
-        0,
-        0,
-        0,
-        mac[0] ^ 0x02,
-        mac[1],
-        mac[2],
-        0xff,
-        0xfe,
-        mac[3],
-        mac[4],
-        mac[5],
+        0xfe, 0x80, 0, 0, 0, 0, 0, 0, mac[0] ^ 0x02, mac[1], mac[2], 0xff, 0xfe, mac[3], mac[4], mac[5],
     ])
 }
 
@@ -156,11 +139,7 @@ pub enum NdError {
 pub fn parse_nd(body: &[u8]) -> Result<Nd, NdError> {
     let fixed = body.get(..ND_LEN).ok_or(NdError::Truncated)?;
     let msg_type = fixed[0];
-    if !matches!(
-        msg_type,
-        msg_type::NEIGHBOR_SOLICIT | msg_type::NEIGHBOR_ADVERT
-    ) || fixed[1] != 0
-    {
+    if !matches!(msg_type, msg_type::NEIGHBOR_SOLICIT | msg_type::NEIGHBOR_ADVERT) || fixed[1] != 0 {
         return Err(NdError::Invalid);
     }
     let mut t = [0u8; 16];
@@ -169,16 +148,8 @@ pub fn parse_nd(body: &[u8]) -> Result<Nd, NdError> {
     if target.is_multicast() {
         return Err(NdError::Invalid);
     }
-    let flags = if msg_type == msg_type::NEIGHBOR_ADVERT {
-        fixed[4] & (NA_ROUTER | NA_SOLICITED | NA_OVERRIDE)
-    } else {
-        0
-    };
-    let want = if msg_type == msg_type::NEIGHBOR_SOLICIT {
-        OPT_SOURCE_LLADDR
-    } else {
-        OPT_TARGET_LLADDR
-    };
+    let flags = if msg_type == msg_type::NEIGHBOR_ADVERT { fixed[4] & (NA_ROUTER | NA_SOLICITED | NA_OVERRIDE) } else { 0 };
+    let want = if msg_type == msg_type::NEIGHBOR_SOLICIT { OPT_SOURCE_LLADDR } else { OPT_TARGET_LLADDR };
     let mut lladdr = None;
     let mut off = ND_LEN;
     let mut n = 0;
@@ -202,56 +173,20 @@ pub fn parse_nd(body: &[u8]) -> Result<Nd, NdError> {
         }
         off += len;
     }
-    Ok(Nd {
-        msg_type,
-        flags,
-        target,
-        lladdr,
-    })
+    Ok(Nd { msg_type, flags, target, lladdr })
 }
 
 /// Write a neighbour solicitation for `target` with our link-layer address
 /// `mac` into `out` (ICMPv6 from its type on; checksummed for `src` →
 /// `dst`). Returns its length.
-pub fn emit_ns(
-    out: &mut [u8],
-    src: Ipv6Addr,
-    dst: Ipv6Addr,
-    target: Ipv6Addr,
-    mac: [u8; 6],
-) -> Option<usize> {
-    emit_nd(
-        out,
-        src,
-        dst,
-        msg_type::NEIGHBOR_SOLICIT,
-        0,
-        target,
-        OPT_SOURCE_LLADDR,
-        mac,
-    )
+pub fn emit_ns(out: &mut [u8], src: Ipv6Addr, dst: Ipv6Addr, target: Ipv6Addr, mac: [u8; 6]) -> Option<usize> {
+    emit_nd(out, src, dst, msg_type::NEIGHBOR_SOLICIT, 0, target, OPT_SOURCE_LLADDR, mac)
 }
 
 /// Write a neighbour advertisement for `target` (ours, at `mac`) with
 /// `flags` into `out`; checksummed for `src` → `dst`. Returns its length.
-pub fn emit_na(
-    out: &mut [u8],
-    src: Ipv6Addr,
-    dst: Ipv6Addr,
-    target: Ipv6Addr,
-    mac: [u8; 6],
-    flags: u8,
-) -> Option<usize> {
-    emit_nd(
-        out,
-        src,
-        dst,
-        msg_type::NEIGHBOR_ADVERT,
-        flags,
-        target,
-        OPT_TARGET_LLADDR,
-        mac,
-    )
+pub fn emit_na(out: &mut [u8], src: Ipv6Addr, dst: Ipv6Addr, target: Ipv6Addr, mac: [u8; 6], flags: u8) -> Option<usize> {
+    emit_nd(out, src, dst, msg_type::NEIGHBOR_ADVERT, flags, target, OPT_TARGET_LLADDR, mac)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -331,10 +266,7 @@ pub fn quoted_tuple(body: &[u8]) -> Option<crate::types::FiveTuple> {
     let (src_port, dst_port) = match proto {
         ip_proto::TCP | ip_proto::UDP => {
             let p = l4.get(..4)?;
-            (
-                u16::from_be_bytes([p[0], p[1]]),
-                u16::from_be_bytes([p[2], p[3]]),
-            )
+            (u16::from_be_bytes([p[0], p[1]]), u16::from_be_bytes([p[2], p[3]]))
         }
         ip_proto::ICMPV6 => {
             let id = l4.get(4..6).map(|b| u16::from_be_bytes([b[0], b[1]]))?;
@@ -346,13 +278,7 @@ pub fn quoted_tuple(body: &[u8]) -> Option<crate::types::FiveTuple> {
         }
         _ => (0, 0),
     };
-    Some(crate::types::FiveTuple {
-        src,
-        dst,
-        proto,
-        src_port,
-        dst_port,
-    })
+    Some(crate::types::FiveTuple { src, dst, proto, src_port, dst_port })
 }
 
 /// The quoted packet's TCP header of an ICMPv6 error `body` (from the
@@ -386,19 +312,10 @@ mod tests {
     #[test]
     fn derived_addresses() {
         assert_eq!(link_local(MAC), a("fe80::ff:fe00:101"));
-        assert_eq!(
-            link_local([0x52, 0x54, 0x00, 0x12, 0x34, 0x56]),
-            a("fe80::5054:ff:fe12:3456")
-        );
+        assert_eq!(link_local([0x52, 0x54, 0x00, 0x12, 0x34, 0x56]), a("fe80::5054:ff:fe12:3456"));
         assert_eq!(solicited_node(a("2001:db8:1::1")), a("ff02::1:ff00:1"));
-        assert_eq!(
-            solicited_node(a("fe80::ff:fe00:101")),
-            a("ff02::1:ff00:101")
-        );
-        assert_eq!(
-            multicast_mac(a("ff02::1:ff00:101")),
-            [0x33, 0x33, 0xff, 0x00, 0x01, 0x01]
-        );
+        assert_eq!(solicited_node(a("fe80::ff:fe00:101")), a("ff02::1:ff00:101"));
+        assert_eq!(multicast_mac(a("ff02::1:ff00:101")), [0x33, 0x33, 0xff, 0x00, 0x01, 0x01]);
         assert!(is_multicast_mac(multicast_mac(ALL_NODES)));
         assert!(!is_multicast_mac(MAC));
     }
@@ -407,11 +324,7 @@ mod tests {
     /// 2001:db8:1::1), checked byte by byte and by its checksum.
     #[test]
     fn ns_golden() {
-        let (src, dst, target) = (
-            a("fe80::1"),
-            solicited_node(a("2001:db8:1::1")),
-            a("2001:db8:1::1"),
-        );
+        let (src, dst, target) = (a("fe80::1"), solicited_node(a("2001:db8:1::1")), a("2001:db8:1::1"));
         let mut b = [0u8; 64];
         let n = emit_ns(&mut b, src, dst, target, [0x02, 0, 0, 0, 0, 0x10]).unwrap();
         assert_eq!(n, 32);
@@ -420,15 +333,7 @@ mod tests {
         assert_eq!(b[24..32], [1, 1, 0x02, 0, 0, 0, 0, 0x10]);
         assert!(verify(src, dst, &b[..n]));
         let nd = parse_nd(&b[..n]).unwrap();
-        assert_eq!(
-            nd,
-            Nd {
-                msg_type: 135,
-                flags: 0,
-                target,
-                lladdr: Some([0x02, 0, 0, 0, 0, 0x10])
-            }
-        );
+        assert_eq!(nd, Nd { msg_type: 135, flags: 0, target, lladdr: Some([0x02, 0, 0, 0, 0, 0x10]) });
         // Any single bit flipped breaks the checksum.
         for i in 0..n * 8 {
             let mut c = b;
@@ -440,20 +345,9 @@ mod tests {
     #[test]
     fn na_round_trip_and_refusals() {
         let mut b = [0u8; 64];
-        let n = emit_na(
-            &mut b,
-            a("2001:db8:1::1"),
-            a("fe80::1"),
-            a("2001:db8:1::1"),
-            MAC,
-            NA_SOLICITED | NA_OVERRIDE,
-        )
-        .unwrap();
+        let n = emit_na(&mut b, a("2001:db8:1::1"), a("fe80::1"), a("2001:db8:1::1"), MAC, NA_SOLICITED | NA_OVERRIDE).unwrap();
         let nd = parse_nd(&b[..n]).unwrap();
-        assert_eq!(
-            (nd.msg_type, nd.flags, nd.lladdr),
-            (136, NA_SOLICITED | NA_OVERRIDE, Some(MAC))
-        );
+        assert_eq!((nd.msg_type, nd.flags, nd.lladdr), (136, NA_SOLICITED | NA_OVERRIDE, Some(MAC)));
         // No option: fine, no address.
         assert_eq!(parse_nd(&b[..ND_LEN]).unwrap().lladdr, None);
         // Code not 0; an option of length 0; a cut option; a multicast target.
@@ -486,27 +380,9 @@ mod tests {
         assert_eq!(n, MIN_MTU - 40);
         assert_eq!(out[..8], [2, 0, out[2], out[3], 0, 0, 0x05, 0x78]);
         assert!(verify(s, d, &out[..n]));
-        let n = emit_error(
-            &mut out,
-            s,
-            d,
-            msg_type::TIME_EXCEEDED,
-            0,
-            0,
-            &quoted[..100],
-        )
-        .unwrap();
+        let n = emit_error(&mut out, s, d, msg_type::TIME_EXCEEDED, 0, 0, &quoted[..100]).unwrap();
         assert_eq!(n, 108);
-        assert!(emit_error(
-            &mut out[..50],
-            s,
-            d,
-            msg_type::TIME_EXCEEDED,
-            0,
-            0,
-            &quoted[..100]
-        )
-        .is_none());
+        assert!(emit_error(&mut out[..50], s, d, msg_type::TIME_EXCEEDED, 0, 0, &quoted[..100]).is_none());
     }
 
     proptest! {

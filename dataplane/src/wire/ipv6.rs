@@ -68,9 +68,7 @@ pub const FRAGMENT_HEADER_LEN: usize = 8;
 /// nothing): `next_header`, the fragment's `offset` in bytes (a multiple
 /// of 8), the M flag, the datagram's identification.
 pub fn emit_fragment_header(out: &mut [u8], next_header: u8, offset: u16, more: bool, ident: u32) {
-    let Some(h) = out.get_mut(..FRAGMENT_HEADER_LEN) else {
-        return;
-    };
+    let Some(h) = out.get_mut(..FRAGMENT_HEADER_LEN) else { return };
     h[0] = next_header;
     h[1] = 0;
     h[2..4].copy_from_slice(&((offset & 0xfff8) | u16::from(more)).to_be_bytes());
@@ -235,11 +233,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv6Packet<T> {
     /// The payload, mutable (a view from `new_checked`: within the buffer;
     /// one from `new_unchecked` must hold the payload length it says).
     pub fn payload_mut(&mut self) -> &mut [u8] {
-        let end = HEADER_LEN
-            + usize::from(u16::from_be_bytes([
-                self.buffer.as_ref()[4],
-                self.buffer.as_ref()[5],
-            ]));
+        let end = HEADER_LEN + usize::from(u16::from_be_bytes([self.buffer.as_ref()[4], self.buffer.as_ref()[5]]));
         let b = self.buffer.as_mut();
         let end = end.min(b.len());
         b.get_mut(HEADER_LEN..end).unwrap_or(&mut [])

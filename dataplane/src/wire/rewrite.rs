@@ -117,11 +117,7 @@ fn is_error(icmp_type: u8) -> bool {
 enum L4 {
     /// TCP or UDP: port at `port`, checksum at `csum` (`None`: UDP 0, or
     /// not in the bytes present, as in a quoted header).
-    Ports {
-        port: usize,
-        csum: Option<usize>,
-        udp: bool,
-    },
+    Ports { port: usize, csum: Option<usize>, udp: bool },
     /// ICMP echo: identifier at 4, checksum at 2 (no pseudo-header).
     Echo,
     /// Nothing but the address.
@@ -131,13 +127,7 @@ enum L4 {
 /// Plan the transport part of rewriting `ep` in the L4 bytes `l4` of
 /// protocol `proto`; `quoted`: these are the first bytes of a quoted
 /// header (a checksum beyond them is left alone).
-fn plan(
-    l4: &[u8],
-    proto: u8,
-    ep: Endpoint,
-    port: Option<u16>,
-    quoted: bool,
-) -> Result<L4, RewriteError> {
+fn plan(l4: &[u8], proto: u8, ep: Endpoint, port: Option<u16>, quoted: bool) -> Result<L4, RewriteError> {
     let (_, poff) = ep.offsets();
     match proto {
         TCP | UDP => {
@@ -152,14 +142,8 @@ fn plan(
                 return Err(RewriteError::Truncated);
             }
             let coff = if proto == TCP { 16 } else { 6 };
-            let csum = rd16(l4, coff)
-                .filter(|&c| !(proto == UDP && c == 0))
-                .map(|_| coff);
-            Ok(L4::Ports {
-                port: poff,
-                csum,
-                udp: proto == UDP,
-            })
+            let csum = rd16(l4, coff).filter(|&c| !(proto == UDP && c == 0)).map(|_| coff);
+            Ok(L4::Ports { port: poff, csum, udp: proto == UDP })
         }
         ICMP => {
             if l4.len() < 8 {
@@ -181,11 +165,7 @@ fn plan(
 /// pseudo-header address `old_addr → new_addr`.
 fn apply(l4: &mut [u8], how: &L4, port: Option<u16>, old_addr: u32, new_addr: u32) {
     match *how {
-        L4::Ports {
-            port: poff,
-            csum,
-            udp,
-        } => {
+        L4::Ports { port: poff, csum, udp } => {
             let old_port = rd16(l4, poff).unwrap_or(0);
             let new_port = port.unwrap_or(old_port);
             if let Some(c) = csum.and_then(|o| rd16(l4, o).map(|v| (o, v))) {
@@ -224,12 +204,7 @@ fn set_addr(ip: &mut [u8], ep: Endpoint, new: u32) -> u32 {
 /// Rewrite endpoint `ep` of the IPv4 packet `ip` (from its IP header on)
 /// to `addr` and, with `port`, its TCP / UDP port or ICMP echo identifier.
 /// ICMP errors go through [`rewrite_icmp_error`].
-pub fn rewrite(
-    ip: &mut [u8],
-    ep: Endpoint,
-    addr: Ipv4Addr,
-    port: Option<u16>,
-) -> Result<(), RewriteError> {
+pub fn rewrite(ip: &mut [u8], ep: Endpoint, addr: Ipv4Addr, port: Option<u16>) -> Result<(), RewriteError> {
     let (ihl, proto, first) = ipv4(ip)?;
     let new = u32::from(addr);
     let (aoff, _) = ep.offsets();
@@ -301,12 +276,7 @@ pub fn rewrite_transport(
 /// Rewrite an ICMP error about a translated flow: the outer endpoint `ep`
 /// gets `addr`; in the quoted packet (it went the other way) the opposite
 /// endpoint gets `addr` and, with `port`, its port or echo identifier.
-pub fn rewrite_icmp_error(
-    ip: &mut [u8],
-    ep: Endpoint,
-    addr: Ipv4Addr,
-    port: Option<u16>,
-) -> Result<(), RewriteError> {
+pub fn rewrite_icmp_error(ip: &mut [u8], ep: Endpoint, addr: Ipv4Addr, port: Option<u16>) -> Result<(), RewriteError> {
     icmp_error(ip, ep, addr, port, true)
 }
 
@@ -316,24 +286,14 @@ pub fn rewrite_icmp_error(
 /// `addr` too when it is that real endpoint (the host answered itself),
 /// and stays when it is not (a router on the way answered: its own
 /// address).
-pub fn rewrite_icmp_error_out(
-    ip: &mut [u8],
-    addr: Ipv4Addr,
-    port: Option<u16>,
-) -> Result<(), RewriteError> {
+pub fn rewrite_icmp_error_out(ip: &mut [u8], addr: Ipv4Addr, port: Option<u16>) -> Result<(), RewriteError> {
     let (ihl, _, _) = ipv4(ip)?;
     let outer_src = rd32(ip, 12).ok_or(RewriteError::Truncated)?;
     let quoted_dst = rd32(ip, ihl + 8 + 16).ok_or(RewriteError::Truncated)?;
     icmp_error(ip, Endpoint::Source, addr, port, outer_src == quoted_dst)
 }
 
-fn icmp_error(
-    ip: &mut [u8],
-    ep: Endpoint,
-    addr: Ipv4Addr,
-    port: Option<u16>,
-    outer: bool,
-) -> Result<(), RewriteError> {
+fn icmp_error(ip: &mut [u8], ep: Endpoint, addr: Ipv4Addr, port: Option<u16>, outer: bool) -> Result<(), RewriteError> {
     let (ihl, proto, first) = ipv4(ip)?;
     if proto != ICMP || !first || !ip.get(ihl).is_some_and(|&t| is_error(t)) {
         return Err(RewriteError::NotIcmpError);
@@ -411,23 +371,13 @@ pub fn endpoints(ip: &[u8]) -> Option<Endpoints> {
             _ => {}
         }
     }
-    Some(Endpoints {
-        src,
-        dst,
-        proto,
-        sport,
-        dport,
-        icmp_type,
-        later_fragment: !first,
-    })
+    Some(Endpoints { src, dst, proto, sport, dport, icmp_type, later_fragment: !first })
 }
 
 /// The packet an ICMP error quotes (from its IP header on), if `ip` is one.
 pub fn icmp_quote(ip: &[u8]) -> Option<&[u8]> {
     let (ihl, proto, first) = ipv4(ip).ok()?;
-    (proto == ICMP && first && ip.get(ihl).is_some_and(|&t| is_error(t)))
-        .then(|| ip.get(ihl + 8..))
-        .flatten()
+    (proto == ICMP && first && ip.get(ihl).is_some_and(|&t| is_error(t))).then(|| ip.get(ihl + 8..)).flatten()
 }
 
 #[cfg(test)]

@@ -103,12 +103,7 @@ pub fn write_segment(l3: &mut [u8], reverse: bool, seg: &Segment) -> Result<(), 
         return Err(Error::NotTcp);
     }
     let ihl = ip.header_len();
-    let (src, dst, dont_frag, dscp) = (
-        ip.src(),
-        ip.dst(),
-        ip.dont_frag(),
-        ip.dscp_ecn() & !ECN_MASK,
-    );
+    let (src, dst, dont_frag, dscp) = (ip.src(), ip.dst(), ip.dont_frag(), ip.dscp_ecn() & !ECN_MASK);
     if l3.len() != segment_len(ihl, seg.mss.is_some()) {
         return Err(Error::LengthMismatch);
     }
@@ -157,12 +152,10 @@ pub fn write_segment(l3: &mut [u8], reverse: bool, seg: &Segment) -> Result<(), 
 /// option, which ends the walk (what was parsed before it stands, as in
 /// `TcpOptions::parse`).
 pub fn syn_mss(tcp_options: &[u8]) -> Option<u16> {
-    OptionIter::new(tcp_options)
-        .map_while(Result::ok)
-        .find_map(|o| match o {
-            TcpOption::Mss(m) => Some(m),
-            _ => None,
-        })
+    OptionIter::new(tcp_options).map_while(Result::ok).find_map(|o| match o {
+        TcpOption::Mss(m) => Some(m),
+        _ => None,
+    })
 }
 
 #[cfg(test)]
@@ -181,9 +174,7 @@ mod tests {
     const ISN: u32 = 0x1234_5678;
     const COOKIE: u32 = 0xc0ff_ee00;
     /// MSS 1460, SACK-permitted, timestamps, NOP, window scale 7 (Linux).
-    const SYN_OPTS: [u8; 20] = [
-        2, 4, 5, 0xb4, 4, 2, 8, 10, 0, 0x1a, 0x2b, 0x3c, 0, 0, 0, 0, 1, 3, 3, 7,
-    ];
+    const SYN_OPTS: [u8; 20] = [2, 4, 5, 0xb4, 4, 2, 8, 10, 0, 0x1a, 0x2b, 0x3c, 0, 0, 0, 0, 1, 3, 3, 7];
 
     fn builder(src: Ipv4Addr, dst: Ipv4Addr, ttl: u8) -> PacketBuilder {
         PacketBuilder::new([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2], src, dst).ttl(ttl)
@@ -197,18 +188,7 @@ mod tests {
 
     /// The client's SYN as received (TTL 57 after a few hops).
     fn client_syn() -> Vec<u8> {
-        l3(
-            builder(CLIENT, SERVER, 57).tcp(
-                CPORT,
-                SPORT,
-                ISN,
-                0,
-                flags::SYN,
-                64240,
-                &SYN_OPTS,
-                &[],
-            ),
-        )
+        l3(builder(CLIENT, SERVER, 57).tcp(CPORT, SPORT, ISN, 0, flags::SYN, 64240, &SYN_OPTS, &[]))
     }
 
     /// Checks both checksums and the lengths, returns the views.
@@ -216,8 +196,7 @@ mod tests {
         let ip = Ipv4Packet::new_checked(b).expect("valid IPv4");
         assert!(ip.verify_checksum(), "IPv4 checksum");
         assert_eq!(usize::from(ip.total_len()), b.len(), "total length");
-        let tcp = TcpPacket::new_checked(b.get(ip.header_len()..).expect("header present"))
-            .expect("valid TCP");
+        let tcp = TcpPacket::new_checked(b.get(ip.header_len()..).expect("header present")).expect("valid TCP");
         assert!(tcp.verify_checksum(ip.src(), ip.dst()), "TCP checksum");
         (ip, tcp)
     }
@@ -232,42 +211,21 @@ mod tests {
         };
         assert_eq!(ttl, 57);
         b.truncate(segment_len(20, true));
-        let seg = Segment {
-            seq: COOKIE,
-            ack: ISN.wrapping_add(1),
-            flags: flags::SYN | flags::ACK,
-            window: 65535,
-            mss: Some(1460),
-        };
+        let seg = Segment { seq: COOKIE, ack: ISN.wrapping_add(1), flags: flags::SYN | flags::ACK, window: 65535, mss: Some(1460) };
         write_segment(&mut b, true, &seg).unwrap();
         let (ip, tcp) = parse(&b);
         assert_eq!((ip.version(), ip.header_len(), ip.total_len()), (4, 20, 44));
         assert_eq!((ip.src(), ip.dst()), (SERVER, CLIENT));
-        assert_eq!(
-            (ip.ttl(), ip.protocol(), ip.ident()),
-            (DEFAULT_TTL, ip_proto::TCP, ident)
-        );
+        assert_eq!((ip.ttl(), ip.protocol(), ip.ident()), (DEFAULT_TTL, ip_proto::TCP, ident));
         assert!(ip.dont_frag() && !ip.is_fragment());
         assert_eq!((tcp.src_port(), tcp.dst_port()), (SPORT, CPORT));
         assert_eq!((tcp.seq(), tcp.ack()), (COOKIE, ISN.wrapping_add(1)));
-        assert_eq!(
-            (tcp.header_len(), tcp.flags(), tcp.window(), tcp.urgent()),
-            (24, 0x12, 65535, 0)
-        );
+        assert_eq!((tcp.header_len(), tcp.flags(), tcp.window(), tcp.urgent()), (24, 0x12, 65535, 0));
         assert_eq!(tcp.options(), &[2, 4, 0x05, 0xb4]);
         assert_eq!(syn_mss(tcp.options()), Some(1460));
         assert!(tcp.payload().is_empty());
         // Byte for byte what the builder makes of the same fields.
-        let want = l3(builder(SERVER, CLIENT, 64).tcp(
-            SPORT,
-            CPORT,
-            COOKIE,
-            ISN.wrapping_add(1),
-            0x12,
-            65535,
-            &[2, 4, 5, 0xb4],
-            &[],
-        ));
+        let want = l3(builder(SERVER, CLIENT, 64).tcp(SPORT, CPORT, COOKIE, ISN.wrapping_add(1), 0x12, 65535, &[2, 4, 5, 0xb4], &[]));
         assert_eq!(b, want);
     }
 
@@ -276,51 +234,18 @@ mod tests {
     #[test]
     fn ack_with_payload_to_forward_syn() {
         let payload = [0xab; 100];
-        let mut b = l3(builder(CLIENT, SERVER, 57).tcp(
-            CPORT,
-            SPORT,
-            ISN.wrapping_add(1),
-            COOKIE.wrapping_add(1),
-            flags::ACK | flags::PSH,
-            502,
-            &[],
-            &payload,
-        ));
+        let mut b = l3(builder(CLIENT, SERVER, 57).tcp(CPORT, SPORT, ISN.wrapping_add(1), COOKIE.wrapping_add(1), flags::ACK | flags::PSH, 502, &[], &payload));
         assert_eq!(b.len(), 140);
         b.truncate(segment_len(20, true));
-        let seg = Segment {
-            seq: ISN,
-            ack: 0,
-            flags: flags::SYN,
-            window: 64240,
-            mss: Some(1220),
-        };
+        let seg = Segment { seq: ISN, ack: 0, flags: flags::SYN, window: 64240, mss: Some(1220) };
         write_segment(&mut b, false, &seg).unwrap();
         let (ip, tcp) = parse(&b);
-        assert_eq!(
-            (ip.src(), ip.dst(), ip.ttl(), ip.total_len()),
-            (CLIENT, SERVER, 57, 44)
-        );
-        assert_eq!(
-            (tcp.src_port(), tcp.dst_port(), tcp.seq(), tcp.ack()),
-            (CPORT, SPORT, ISN, 0)
-        );
-        assert_eq!(
-            (tcp.header_len(), tcp.flags(), tcp.window()),
-            (24, flags::SYN, 64240)
-        );
+        assert_eq!((ip.src(), ip.dst(), ip.ttl(), ip.total_len()), (CLIENT, SERVER, 57, 44));
+        assert_eq!((tcp.src_port(), tcp.dst_port(), tcp.seq(), tcp.ack()), (CPORT, SPORT, ISN, 0));
+        assert_eq!((tcp.header_len(), tcp.flags(), tcp.window()), (24, flags::SYN, 64240));
         assert_eq!(syn_mss(tcp.options()), Some(1220));
         assert!(tcp.payload().is_empty());
-        let want = l3(builder(CLIENT, SERVER, 57).tcp(
-            CPORT,
-            SPORT,
-            ISN,
-            0,
-            flags::SYN,
-            64240,
-            &[2, 4, 0x04, 0xc4],
-            &[],
-        ));
+        let want = l3(builder(CLIENT, SERVER, 57).tcp(CPORT, SPORT, ISN, 0, flags::SYN, 64240, &[2, 4, 0x04, 0xc4], &[]));
         assert_eq!(b, want);
     }
 
@@ -328,46 +253,16 @@ mod tests {
     #[test]
     fn without_mss() {
         let server_isn = 0x0bad_f00d;
-        let mut b = l3(builder(SERVER, CLIENT, 61).tcp(
-            SPORT,
-            CPORT,
-            server_isn,
-            ISN.wrapping_add(1),
-            0x12,
-            29200,
-            &SYN_OPTS,
-            &[],
-        ));
+        let mut b = l3(builder(SERVER, CLIENT, 61).tcp(SPORT, CPORT, server_isn, ISN.wrapping_add(1), 0x12, 29200, &SYN_OPTS, &[]));
         b.truncate(segment_len(20, false));
-        let seg = Segment {
-            seq: ISN.wrapping_add(1),
-            ack: server_isn.wrapping_add(1),
-            flags: flags::ACK,
-            window: 502,
-            mss: None,
-        };
+        let seg = Segment { seq: ISN.wrapping_add(1), ack: server_isn.wrapping_add(1), flags: flags::ACK, window: 502, mss: None };
         write_segment(&mut b, true, &seg).unwrap();
         let (ip, tcp) = parse(&b);
-        assert_eq!(
-            (ip.src(), ip.dst(), ip.ttl(), ip.total_len()),
-            (CLIENT, SERVER, 64, 40)
-        );
+        assert_eq!((ip.src(), ip.dst(), ip.ttl(), ip.total_len()), (CLIENT, SERVER, 64, 40));
         assert_eq!((tcp.src_port(), tcp.dst_port()), (CPORT, SPORT));
-        assert_eq!(
-            (tcp.header_len(), tcp.flags(), tcp.window(), tcp.urgent()),
-            (20, flags::ACK, 502, 0)
-        );
+        assert_eq!((tcp.header_len(), tcp.flags(), tcp.window(), tcp.urgent()), (20, flags::ACK, 502, 0));
         assert!(tcp.options().is_empty() && tcp.payload().is_empty());
-        let want = l3(builder(CLIENT, SERVER, 64).tcp(
-            CPORT,
-            SPORT,
-            ISN.wrapping_add(1),
-            server_isn.wrapping_add(1),
-            flags::ACK,
-            502,
-            &[],
-            &[],
-        ));
+        let want = l3(builder(CLIENT, SERVER, 64).tcp(CPORT, SPORT, ISN.wrapping_add(1), server_isn.wrapping_add(1), flags::ACK, 502, &[], &[]));
         assert_eq!(b, want);
     }
 
@@ -390,22 +285,13 @@ mod tests {
         let mut b = with_ip_options(client_syn(), &router_alert);
         assert_eq!(Ipv4Packet::new_checked(&b[..]).unwrap().header_len(), 24);
         b.truncate(segment_len(24, true));
-        let seg = Segment {
-            seq: COOKIE,
-            ack: ISN.wrapping_add(1),
-            flags: 0x12,
-            window: 8192,
-            mss: Some(536),
-        };
+        let seg = Segment { seq: COOKIE, ack: ISN.wrapping_add(1), flags: 0x12, window: 8192, mss: Some(536) };
         write_segment(&mut b, true, &seg).unwrap();
         let (ip, tcp) = parse(&b);
         assert_eq!((ip.header_len(), ip.total_len()), (24, 48));
         assert_eq!(ip.options(), &router_alert);
         assert_eq!((ip.src(), ip.dst()), (SERVER, CLIENT));
-        assert_eq!(
-            (tcp.src_port(), tcp.dst_port(), tcp.seq(), tcp.ack()),
-            (SPORT, CPORT, COOKIE, ISN.wrapping_add(1))
-        );
+        assert_eq!((tcp.src_port(), tcp.dst_port(), tcp.seq(), tcp.ack()), (SPORT, CPORT, COOKIE, ISN.wrapping_add(1)));
         assert_eq!(tcp.options(), &[2, 4, 0x02, 0x18]);
     }
 
@@ -421,13 +307,7 @@ mod tests {
             ip.fill_checksum();
         }
         b.truncate(segment_len(20, true));
-        let seg = Segment {
-            seq: 1,
-            ack: 2,
-            flags: 0x12,
-            window: 1,
-            mss: Some(1460),
-        };
+        let seg = Segment { seq: 1, ack: 2, flags: 0x12, window: 1, mss: Some(1460) };
         write_segment(&mut b, true, &seg).unwrap();
         let (ip, _) = parse(&b);
         assert!(!ip.more_frags() && !ip.dont_frag() && ip.frag_offset() == 0);
@@ -436,13 +316,7 @@ mod tests {
 
     #[test]
     fn errors_leave_bytes_unchanged() {
-        let seg = Segment {
-            seq: COOKIE,
-            ack: 1,
-            flags: 0x12,
-            window: 1,
-            mss: Some(1460),
-        };
+        let seg = Segment { seq: COOKIE, ack: 1, flags: 0x12, window: 1, mss: Some(1460) };
         let mut full = client_syn();
         full.truncate(segment_len(20, true));
         let try_it = |b: &[u8], reverse: bool, seg: &Segment| {
@@ -454,11 +328,7 @@ mod tests {
         // Every truncation.
         for n in 0..full.len() {
             for reverse in [false, true] {
-                let want = if n < 20 {
-                    Error::Truncated
-                } else {
-                    Error::LengthMismatch
-                };
+                let want = if n < 20 { Error::Truncated } else { Error::LengthMismatch };
                 assert_eq!(try_it(&full[..n], reverse, &seg), Err(want), "{n} bytes");
             }
         }
@@ -467,10 +337,7 @@ mod tests {
         long.push(0);
         assert_eq!(try_it(&long, true, &seg), Err(Error::LengthMismatch));
         assert_eq!(try_it(&full[..40], true, &seg), Err(Error::LengthMismatch));
-        assert_eq!(
-            try_it(&full, true, &Segment { mss: None, ..seg }),
-            Err(Error::LengthMismatch)
-        );
+        assert_eq!(try_it(&full, true, &Segment { mss: None, ..seg }), Err(Error::LengthMismatch));
         // Not IPv4, not TCP, IHL below 5, IHL past the buffer.
         let mut b = full.clone();
         b[0] = 0x65;
@@ -505,30 +372,14 @@ mod tests {
             ("no options", &[], None),
             ("MSS only", &[2, 4, 5, 0xb4], Some(1460)),
             ("Linux SYN (fixture)", &TCP_SYN[40..60], Some(1460)),
-            (
-                "after NOPs and a wscale",
-                &[1, 3, 3, 7, 1, 1, 2, 4, 0x05, 0x8c],
-                Some(1420),
-            ),
+            ("after NOPs and a wscale", &[1, 3, 3, 7, 1, 1, 2, 4, 0x05, 0x8c], Some(1420)),
             ("after SACK-permitted and timestamps", &SYN_OPTS[4..], None),
             ("wscale only", &[1, 3, 3, 7], None),
             ("MSS 0", &[2, 4, 0, 0], Some(0)),
-            (
-                "the first of two",
-                &[2, 4, 0, 100, 2, 4, 5, 0xb4],
-                Some(100),
-            ),
+            ("the first of two", &[2, 4, 0, 100, 2, 4, 5, 0xb4], Some(100)),
             ("malformed length 1", &[2, 1, 5, 0xb4], None),
-            (
-                "malformed length 0 before MSS",
-                &[3, 0, 2, 4, 5, 0xb4],
-                None,
-            ),
-            (
-                "length past the end before MSS",
-                &[8, 10, 2, 4, 5, 0xb4],
-                None,
-            ),
+            ("malformed length 0 before MSS", &[3, 0, 2, 4, 5, 0xb4], None),
+            ("length past the end before MSS", &[8, 10, 2, 4, 5, 0xb4], None),
             ("malformed after MSS", &[2, 4, 5, 0xb4, 3, 0], Some(1460)),
             ("MSS of length 3 (not an MSS)", &[2, 3, 5, 1, 1, 1], None),
             ("MSS of length 6 (not an MSS)", &[2, 6, 5, 0xb4, 0, 0], None),

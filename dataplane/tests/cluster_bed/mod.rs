@@ -8,8 +8,8 @@
 use dataplane::buf::{PacketBuf, VecBuf};
 use dataplane::ccl::{CclPacket, MessageKind, CCL_UDP_PORT};
 use dataplane::cluster::{flow_hash, CookieCodec, DirectorTable, MemberSet};
-use dataplane::conntrack::Timeouts;
 use dataplane::pipeline::cluster::cookie_key;
+use dataplane::conntrack::Timeouts;
 use dataplane::pipeline::{
     ClusterSpec, InterfaceSpec, Pipeline, PipelineConfig, RouteSpec, Verdict,
 };
@@ -73,22 +73,14 @@ pub fn config(n: usize, nodes: usize, seq_randomization: bool) -> PipelineConfig
         reverse_path: dataplane::pipeline::ReversePath::Strict,
     };
     let mut static_neighbors = vec![(GW, GW_MAC), (HOST, HOST_MAC)];
-    static_neighbors.extend(
-        (0..nodes)
-            .filter(|&m| m != n)
-            .map(|m| (ccl_addr(m), ccl_mac(m))),
-    );
+    static_neighbors.extend((0..nodes).filter(|&m| m != n).map(|m| (ccl_addr(m), ccl_mac(m))));
     PipelineConfig {
         interfaces: vec![
             iface("inside", IN, in_mac(n), in_addr(n), 100),
             iface("outside", OUT, out_mac(n), out_addr(n), 0),
             iface("ccl", CCL, ccl_mac(n), ccl_addr(n), 100),
         ],
-        routes: vec![RouteSpec {
-            destination: Ipv4Addr::UNSPECIFIED,
-            prefix_len: 0,
-            via: GW,
-        }],
+        routes: vec![RouteSpec { destination: Ipv4Addr::UNSPECIFIED, prefix_len: 0, via: GW }],
         rules: vec![],
         timeouts: Timeouts::default(),
         flow_capacity: 256,
@@ -105,10 +97,7 @@ pub fn config(n: usize, nodes: usize, seq_randomization: bool) -> PipelineConfig
             incarnation: 1000 + n as u32,
             seq_randomization,
             ccl_iface: "ccl".into(),
-            peers: (0..nodes)
-                .filter(|&m| m != n)
-                .map(|m| (NodeId(m as u8), ccl_addr(m)))
-                .collect(),
+            peers: (0..nodes).filter(|&m| m != n).map(|m| (NodeId(m as u8), ccl_addr(m))).collect(),
             random_seed: 0x5eed + n as u64,
             lease: Timestamp::MAX,
             backups: 1,
@@ -139,11 +128,7 @@ pub type Out = Vec<(usize, PortId, Vec<u8>)>;
 
 /// The one frame that left the cluster.
 pub fn one(out: &Out) -> (usize, PortId, Vec<u8>) {
-    assert_eq!(
-        out.len(),
-        1,
-        "exactly one frame leaves the cluster: {out:?}"
-    );
+    assert_eq!(out.len(), 1, "exactly one frame leaves the cluster: {out:?}");
     out[0].clone()
 }
 
@@ -199,13 +184,8 @@ impl Bed {
 
     /// The member set every node up holds now (the first node's epoch).
     pub fn members_up(&self, epoch: u64) -> MemberSet {
-        MemberSet::from_nodes(
-            Epoch(epoch),
-            (0..self.nodes.len())
-                .filter(|&n| !self.down[n])
-                .map(|n| NodeId(n as u8)),
-        )
-        .unwrap()
+        MemberSet::from_nodes(Epoch(epoch), (0..self.nodes.len()).filter(|&n| !self.down[n]).map(|n| NodeId(n as u8)))
+            .unwrap()
     }
 
     /// Give every node that is up the member set `set` (what the membership
@@ -245,13 +225,9 @@ impl Bed {
     }
 
     fn ccl_dest(&self, frame: &[u8], from: usize) -> Vec<usize> {
-        let Ok(e) = EthernetFrame::new_checked(frame) else {
-            return vec![];
-        };
+        let Ok(e) = EthernetFrame::new_checked(frame) else { return vec![] };
         let dst = e.dst();
-        (0..self.nodes.len())
-            .filter(|&m| m != from && (dst == ccl_mac(m) || dst == [0xff; 6]))
-            .collect()
+        (0..self.nodes.len()).filter(|&m| m != from && (dst == ccl_mac(m) || dst == [0xff; 6])).collect()
     }
 
     /// A bed whose CCL peers are not static neighbours: their MACs are
@@ -282,32 +258,19 @@ impl Bed {
     /// frames (process verdicts and generated frames, after a `flush` of
     /// every node) until the cluster is quiet. Returns what left on data
     /// ports: `(node, port, frame)`.
-    pub fn send(
-        &mut self,
-        n: usize,
-        port: PortId,
-        frame: Vec<u8>,
-    ) -> Vec<(usize, PortId, Vec<u8>)> {
+    pub fn send(&mut self, n: usize, port: PortId, frame: Vec<u8>) -> Vec<(usize, PortId, Vec<u8>)> {
         self.now_ms += 1;
         self.run(VecDeque::from([(n, port, frame)]))
     }
 
     /// `send` of several frames to node `n` on `port` as one burst: all are
     /// processed before any node drains what it generated.
-    pub fn send_burst(
-        &mut self,
-        n: usize,
-        port: PortId,
-        frames: Vec<Vec<u8>>,
-    ) -> Vec<(usize, PortId, Vec<u8>)> {
+    pub fn send_burst(&mut self, n: usize, port: PortId, frames: Vec<Vec<u8>>) -> Vec<(usize, PortId, Vec<u8>)> {
         self.now_ms += 1;
         self.run(frames.into_iter().map(|f| (n, port, f)).collect())
     }
 
-    fn run(
-        &mut self,
-        mut queue: VecDeque<(usize, PortId, Vec<u8>)>,
-    ) -> Vec<(usize, PortId, Vec<u8>)> {
+    fn run(&mut self, mut queue: VecDeque<(usize, PortId, Vec<u8>)>) -> Vec<(usize, PortId, Vec<u8>)> {
         let now = self.now();
         let mut out = vec![];
         loop {
@@ -322,20 +285,14 @@ impl Bed {
                     Verdict::Forward(p) if p == CCL => {
                         for m in self.ccl_dest(buf.data(), n) {
                             if let Some(kind) = ccl_kind(buf.data()) {
-                                self.ccl.push(CclSeen {
-                                    from: n,
-                                    to: m,
-                                    kind,
-                                });
+                                self.ccl.push(CclSeen { from: n, to: m, kind });
                             }
                             queue.push_back((m, CCL, buf.to_vec()));
                         }
                     }
                     Verdict::Forward(p) => out.push((n, p, buf.to_vec())),
                     Verdict::Drop(_) | Verdict::Consumed => {}
-                    Verdict::Handoff(w) => panic!(
-                        "node {n} handed a frame to worker {w:?}: cluster nodes run one worker"
-                    ),
+                    Verdict::Handoff(w) => panic!("node {n} handed a frame to worker {w:?}: cluster nodes run one worker"),
                 }
             }
             let mut generated = vec![];
@@ -357,11 +314,7 @@ impl Bed {
                             continue;
                         }
                         if let Some(kind) = ccl_kind(&f) {
-                            self.ccl.push(CclSeen {
-                                from: n,
-                                to: m,
-                                kind,
-                            });
+                            self.ccl.push(CclSeen { from: n, to: m, kind });
                         }
                         queue.push_back((m, CCL, f.clone()));
                     }
@@ -391,11 +344,7 @@ impl Bed {
 
     /// The last verdict node `n` returned.
     pub fn last_verdict(&self, n: usize) -> Option<Verdict> {
-        self.verdicts
-            .iter()
-            .rev()
-            .find(|(m, _)| *m == n)
-            .map(|(_, v)| *v)
+        self.verdicts.iter().rev().find(|(m, _)| *m == n).map(|(_, v)| *v)
     }
 
     /// Drops of reason `r` on node `n`.
@@ -409,51 +358,32 @@ impl Bed {
 
     /// Nodes with a conntrack flow for `t`.
     pub fn owners(&self, t: &FiveTuple) -> Vec<usize> {
-        (0..self.nodes.len())
-            .filter(|&n| self.nodes[n].conntrack().lookup(t).is_some())
-            .collect()
+        (0..self.nodes.len()).filter(|&n| self.nodes[n].conntrack().lookup(t).is_some()).collect()
     }
 
     /// Nodes up with a conntrack flow for `t`.
     pub fn owners_up(&self, t: &FiveTuple) -> Vec<usize> {
-        self.owners(t)
-            .into_iter()
-            .filter(|&n| !self.down[n])
-            .collect()
+        self.owners(t).into_iter().filter(|&n| !self.down[n]).collect()
     }
 
     pub fn ccl_count(&self, from: usize, to: usize, kind: MessageKind) -> usize {
-        self.ccl
-            .iter()
-            .filter(|c| c.from == from && c.to == to && c.kind == kind)
-            .count()
+        self.ccl.iter().filter(|c| c.from == from && c.to == to && c.kind == kind).count()
     }
 }
 
 /// The director of `t` among `nodes` members.
 pub fn director(t: &FiveTuple, nodes: usize) -> usize {
-    DirectorTable::new(&members(nodes))
-        .unwrap()
-        .director(flow_hash(t))
-        .index()
+    DirectorTable::new(&members(nodes)).unwrap().director(flow_hash(t)).index()
 }
 
 pub fn tuple(src: Ipv4Addr, sp: u16, dst: Ipv4Addr, dp: u16, proto: u8) -> FiveTuple {
-    FiveTuple {
-        src: IpAddr::V4(src),
-        dst: IpAddr::V4(dst),
-        proto,
-        src_port: sp,
-        dst_port: dp,
-    }
+    FiveTuple { src: IpAddr::V4(src), dst: IpAddr::V4(dst), proto, src_port: sp, dst_port: dp }
 }
 
 /// A client port (from 40000 up) whose flow to `dst:dport` has `want` as
 /// director among `nodes` members.
 pub fn port_with_director(dst: Ipv4Addr, dport: u16, proto: u8, nodes: usize, want: usize) -> u16 {
-    (40000..65000)
-        .find(|&p| director(&tuple(HOST, p, dst, dport, proto), nodes) == want)
-        .unwrap()
+    (40000..65000).find(|&p| director(&tuple(HOST, p, dst, dport, proto), nodes) == want).unwrap()
 }
 
 pub fn cookies() -> CookieCodec {
@@ -489,27 +419,17 @@ pub fn tcp_fields(frame: &[u8]) -> (u32, u32, u8, Vec<(u32, u32)>) {
 /// UDP payload of an untagged frame.
 pub fn udp_payload(frame: &[u8]) -> Vec<u8> {
     let ip = Ipv4Packet::new_checked(&frame[14..]).unwrap();
-    UdpPacket::new_checked(ip.payload())
-        .unwrap()
-        .payload()
-        .to_vec()
+    UdpPacket::new_checked(ip.payload()).unwrap().payload().to_vec()
 }
 
 pub fn is_ccl_udp(frame: &[u8]) -> bool {
-    let Ok(ip) = Ipv4Packet::new_checked(&frame[14..]) else {
-        return false;
-    };
+    let Ok(ip) = Ipv4Packet::new_checked(&frame[14..]) else { return false };
     UdpPacket::new_checked(ip.payload()).is_ok_and(|u| u.dst_port() == CCL_UDP_PORT)
 }
 
 pub fn hex(b: &[u8]) -> String {
     b.chunks(16)
-        .map(|c| {
-            c.iter()
-                .map(|x| format!("{x:02x}"))
-                .collect::<Vec<_>>()
-                .join(" ")
-        })
+        .map(|c| c.iter().map(|x| format!("{x:02x}")).collect::<Vec<_>>().join(" "))
         .collect::<Vec<_>>()
         .join("\n")
 }
@@ -517,10 +437,7 @@ pub fn hex(b: &[u8]) -> String {
 /// A NAT configuration of one rule of `kind`: 198.18.1.0/24 on the inside
 /// (interface 0) translated through `pool` (pool 0) on the outside
 /// (interface 1).
-pub fn one_rule_nat(
-    kind: dataplane::nat::RuleKind,
-    pool: dataplane::pipeline::PoolSpec,
-) -> dataplane::pipeline::NatSpec {
+pub fn one_rule_nat(kind: dataplane::nat::RuleKind, pool: dataplane::pipeline::PoolSpec) -> dataplane::pipeline::NatSpec {
     dataplane::pipeline::NatSpec {
         rules: vec![dataplane::nat::RuleSpec {
             kind,

@@ -9,9 +9,7 @@ use dataplane::wire::udp::UdpPacket;
 /// (a multiple of 8; the last one takes the rest), DF cleared, in order.
 pub fn fragments(frame: &[u8], size: usize) -> Vec<Vec<u8>> {
     assert_eq!(size % 8, 0);
-    let l2 = dataplane::wire::ethernet::EthernetFrame::new_checked(frame)
-        .unwrap()
-        .header_len();
+    let l2 = dataplane::wire::ethernet::EthernetFrame::new_checked(frame).unwrap().header_len();
     let ip = Ipv4Packet::new_checked(&frame[l2..]).unwrap();
     let payload = ip.payload().to_vec();
     let hdr = frame[..l2 + ip.header_len()].to_vec();
@@ -57,11 +55,7 @@ pub fn reassemble_udp(frags: &[Vec<u8>]) -> Vec<u8> {
         .iter()
         .map(|f| {
             let ip = Ipv4Packet::new_checked(&f[14..]).unwrap();
-            (
-                usize::from(ip.frag_offset()),
-                ip.payload().to_vec(),
-                ip.more_frags(),
-            )
+            (usize::from(ip.frag_offset()), ip.payload().to_vec(), ip.more_frags())
         })
         .collect();
     parts.sort_by_key(|p| p.0);
@@ -73,10 +67,7 @@ pub fn reassemble_udp(frags: &[Vec<u8>]) -> Vec<u8> {
     assert!(!parts.last().unwrap().2, "last fragment has MF clear");
     let ip = Ipv4Packet::new_checked(&frags[0][14..]).unwrap();
     let u = UdpPacket::new_checked(&data[..]).unwrap();
-    assert!(
-        u.verify_checksum(ip.src(), ip.dst()),
-        "UDP checksum of the reassembled datagram"
-    );
+    assert!(u.verify_checksum(ip.src(), ip.dst()), "UDP checksum of the reassembled datagram");
     u.payload().to_vec()
 }
 

@@ -13,15 +13,7 @@ pub fn a(s: &str) -> Ipv6Addr {
 }
 
 /// An Ethernet + IPv6 frame around `payload` (next header `nh`).
-pub fn frame(
-    src_mac: [u8; 6],
-    dst_mac: [u8; 6],
-    src: Ipv6Addr,
-    dst: Ipv6Addr,
-    hlim: u8,
-    nh: u8,
-    payload: &[u8],
-) -> Vec<u8> {
+pub fn frame(src_mac: [u8; 6], dst_mac: [u8; 6], src: Ipv6Addr, dst: Ipv6Addr, hlim: u8, nh: u8, payload: &[u8]) -> Vec<u8> {
     let mut f = Vec::with_capacity(54 + payload.len());
     f.extend_from_slice(&dst_mac);
     f.extend_from_slice(&src_mac);
@@ -50,15 +42,7 @@ pub fn echo(id: u16, seq: u16, data: &[u8]) -> Vec<u8> {
 }
 
 /// A TCP segment (20-byte header) with its checksum.
-pub fn tcp(
-    src: Ipv6Addr,
-    dst: Ipv6Addr,
-    sport: u16,
-    dport: u16,
-    seq: u32,
-    ack: u32,
-    flags: u8,
-) -> Vec<u8> {
+pub fn tcp(src: Ipv6Addr, dst: Ipv6Addr, sport: u16, dport: u16, seq: u32, ack: u32, flags: u8) -> Vec<u8> {
     let mut t = vec![0u8; 20];
     t[0..2].copy_from_slice(&sport.to_be_bytes());
     t[2..4].copy_from_slice(&dport.to_be_bytes());
@@ -82,15 +66,7 @@ pub fn ns(from: Ipv6Addr, from_mac: [u8; 6], target: Ipv6Addr) -> Vec<u8> {
 
 pub fn na(from: Ipv6Addr, from_mac: [u8; 6], to: Ipv6Addr, to_mac: [u8; 6]) -> Vec<u8> {
     let mut b = vec![0u8; 32];
-    icmpv6::emit_na(
-        &mut b,
-        from,
-        to,
-        from,
-        from_mac,
-        icmpv6::NA_SOLICITED | icmpv6::NA_OVERRIDE,
-    )
-    .unwrap();
+    icmpv6::emit_na(&mut b, from, to, from, from_mac, icmpv6::NA_SOLICITED | icmpv6::NA_OVERRIDE).unwrap();
     frame(from_mac, to_mac, from, to, 255, 58, &b)
 }
 
@@ -100,14 +76,9 @@ pub fn ip6(f: &[u8]) -> (Ipv6Addr, Ipv6Addr, u8, u8, &[u8]) {
     let addr = |b: &[u8]| Ipv6Addr::from(<[u8; 16]>::try_from(b).unwrap());
     assert_eq!(f[12..14], [0x86, 0xdd]);
     let plen = usize::from(u16::from_be_bytes([f[18], f[19]]));
-    (
-        addr(&f[22..38]),
-        addr(&f[38..54]),
-        f[21],
-        f[20],
-        &f[54..54 + plen],
-    )
+    (addr(&f[22..38]), addr(&f[38..54]), f[21], f[20], &f[54..54 + plen])
 }
+
 
 /// (seq, ack, flags) of the TCP segment an Ethernet + IPv6 frame carries
 /// right after its fixed header, and whether its checksum is right.
@@ -116,12 +87,7 @@ pub fn tcp6(f: &[u8]) -> (u32, u32, u8, bool) {
     assert_eq!(nh, 6, "a TCP segment");
     let be = |b: &[u8]| u32::from_be_bytes([b[0], b[1], b[2], b[3]]);
     let acc = icmpv6::pseudo_header(src, dst, t.len(), 6);
-    (
-        be(&t[4..8]),
-        be(&t[8..12]),
-        t[13],
-        checksum::fold(checksum::sum(acc, t)) == 0xffff,
-    )
+    (be(&t[4..8]), be(&t[8..12]), t[13], checksum::fold(checksum::sum(acc, t)) == 0xffff)
 }
 
 /// The fragments of an IPv6 datagram whose upper layer is `nh` and

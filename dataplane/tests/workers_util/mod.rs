@@ -67,9 +67,7 @@ impl Workers {
         let mut queue: VecDeque<(usize, PortId, Vec<u8>, Option<HandoffNote>)> = VecDeque::new();
         let mut learners = vec![];
         let rxw = &self.w[rx];
-        match steer_nat(frame, self.n(), self.nat.as_deref(), |a| {
-            rxw.shared_real_of(a)
-        }) {
+        match steer_nat(frame, self.n(), self.nat.as_deref(), |a| rxw.shared_real_of(a)) {
             Steer::Worker(w) => queue.push_back((usize::from(w.0), port, frame.to_vec(), None)),
             Steer::All => {
                 queue.push_back((rx, port, frame.to_vec(), None));
@@ -104,9 +102,7 @@ impl Workers {
             for p in &mut self.w {
                 p.flush(now);
                 p.drain_generated(|o, f| out.push((o, f.to_vec())));
-                p.drain_handoffs(|t, port, note, f| {
-                    queue.push_back((usize::from(t.0), port, f.to_vec(), Some(*note)))
-                });
+                p.drain_handoffs(|t, port, note, f| queue.push_back((usize::from(t.0), port, f.to_vec(), Some(*note))));
             }
             if queue.is_empty() {
                 break;

@@ -44,13 +44,7 @@ macro_rules! say {
 fn write_out(args: std::fmt::Arguments<'_>, newline: bool) {
     use std::io::Write;
     let mut out = std::io::stdout().lock();
-    let r = out.write_fmt(args).and_then(|()| {
-        if newline {
-            out.write_all(b"\n")
-        } else {
-            Ok(())
-        }
-    });
+    let r = out.write_fmt(args).and_then(|()| if newline { out.write_all(b"\n") } else { Ok(()) });
     match r {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
@@ -85,12 +79,7 @@ fn run() -> Result<()> {
         match a.as_str() {
             "--socket" | "-s" => socket = args.next().context("--socket needs a path")?.into(),
             "--json" | "-j" => json = true,
-            "--secs" => {
-                secs = args
-                    .next()
-                    .and_then(|v| v.parse().ok())
-                    .context("--secs needs a number of seconds")?
-            }
+            "--secs" => secs = args.next().and_then(|v| v.parse().ok()).context("--secs needs a number of seconds")?,
             "--help" | "-h" => {
                 say!("{USAGE}");
                 return Ok(());
@@ -114,18 +103,12 @@ fn run() -> Result<()> {
     }
     // `cluster show TOPIC`: the same topic words after `cluster`.
     let (cluster, words) = match words.split_first() {
-        Some((first, rest)) if first == "cluster" && rest.first().is_some_and(|w| w == "show") => {
-            (true, rest)
-        }
+        Some((first, rest)) if first == "cluster" && rest.first().is_some_and(|w| w == "show") => (true, rest),
         _ => (false, &words[..]),
     };
     let topic = match words {
-        [verb, what] if verb == "show" => {
-            Topic::parse(what).with_context(|| format!("unknown topic {what:?}\n{USAGE}"))?
-        }
-        [verb, what, sub] if verb == "show" && what == "cluster" && sub == "history" => {
-            Topic::ClusterHistory
-        }
+        [verb, what] if verb == "show" => Topic::parse(what).with_context(|| format!("unknown topic {what:?}\n{USAGE}"))?,
+        [verb, what, sub] if verb == "show" && what == "cluster" && sub == "history" => Topic::ClusterHistory,
         [verb, what, sub] if verb == "show" && what == "nat" && sub == "pool" => Topic::NatPool,
         [verb, what, sub] if verb == "show" && what == "conn" && sub == "count" => Topic::ConnCount,
         _ => bail!("{USAGE}"),
@@ -197,10 +180,7 @@ fn print_human(topic: Topic, data: &Value) {
                     say!("  (none)");
                 }
             }
-            for (key, title) in [
-                ("fragments", "Fragments"),
-                ("arp_hold", "Held for ARP resolution"),
-            ] {
+            for (key, title) in [("fragments", "Fragments"), ("arp_hold", "Held for ARP resolution")] {
                 if let Some(Value::Object(section)) = data.get(key) {
                     print_nonzero(title, section);
                 }
@@ -217,16 +197,9 @@ fn print_human(topic: Topic, data: &Value) {
         Topic::Cluster => print_cluster(data),
         Topic::Limits => print_limits(data),
         Topic::ConnCount => {
-            say!(
-                "connections here: {} (workers: {})",
-                data["local"],
-                fmt_cell(&data["workers"])
-            );
+            say!("connections here: {} (workers: {})", data["local"], fmt_cell(&data["workers"]));
             match data["cluster_estimate"].as_u64() {
-                Some(n) => say!(
-                    "cluster-wide estimate: {n} (members' last reports: {})",
-                    data["members"]
-                ),
+                Some(n) => say!("cluster-wide estimate: {n} (members' last reports: {})", data["members"]),
                 None => say!("cluster-wide estimate: - (counted only under global limits)"),
             }
         }
@@ -234,23 +207,14 @@ fn print_human(topic: Topic, data: &Value) {
         Topic::Trace => print_trace(data),
         Topic::Metrics => write_out(format_args!("{}", data.as_str().unwrap_or("")), false),
         Topic::ClusterHistory => {
-            let events = data
-                .get("events")
-                .and_then(Value::as_array)
-                .cloned()
-                .unwrap_or_default();
+            let events = data.get("events").and_then(Value::as_array).cloned().unwrap_or_default();
             if events.is_empty() {
                 say!("(no membership events)");
             }
             for e in events {
                 let at = e.get("at_ms").and_then(Value::as_u64).unwrap_or(0);
                 let ago = e.get("ago_ms").and_then(Value::as_u64).unwrap_or(0);
-                say!(
-                    "{:>10.3} s ({:>8.1} s ago)  {}",
-                    at as f64 / 1000.0,
-                    ago as f64 / 1000.0,
-                    e.get("event").and_then(Value::as_str).unwrap_or("?")
-                );
+                say!("{:>10.3} s ({:>8.1} s ago)  {}", at as f64 / 1000.0, ago as f64 / 1000.0, e.get("event").and_then(Value::as_str).unwrap_or("?"));
             }
         }
         Topic::Config => match data.get("yaml").and_then(Value::as_str) {
@@ -301,25 +265,14 @@ fn trace(socket: &std::path::Path, words: &[String], secs: u64, json: bool) -> R
         if filter.is_empty() {
             bail!("trace needs a filter: HOST [PEER] [port N] [proto P]\n{USAGE}");
         }
-        let data = mgmt::request(
-            socket,
-            &Request::TraceStart {
-                filter: filter.join(" "),
-                secs,
-            },
-        )?;
+        let data = mgmt::request(socket, &Request::TraceStart { filter: filter.join(" "), secs })?;
         if !show || !json {
             if json {
                 say!("{}", serde_json::to_string_pretty(&data)?);
             } else {
                 let who = data["members"].as_array().map_or_else(
                     || data["node"].as_str().unwrap_or("this node").to_string(),
-                    |m| {
-                        m.iter()
-                            .map(|m| format!("{} {}", fmt_cell(&m["name"]), fmt_cell(&m["status"])))
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    },
+                    |m| m.iter().map(|m| format!("{} {}", fmt_cell(&m["name"]), fmt_cell(&m["status"]))).collect::<Vec<_>>().join(", "),
                 );
                 say!("tracing {} for {secs} s: {who}", filter.join(" "));
             }
@@ -330,20 +283,8 @@ fn trace(socket: &std::path::Path, words: &[String], secs: u64, json: bool) -> R
         std::thread::sleep(std::time::Duration::from_millis(secs * 1000 + 300));
     }
     // The cluster's timeline, or this node's alone.
-    let data = match mgmt::request(
-        socket,
-        &Request::ClusterShow {
-            topic: Topic::Trace,
-        },
-    ) {
-        Err(mgmt::MgmtError::Refused(e)) if e.starts_with("no cluster configured") => {
-            mgmt::request(
-                socket,
-                &Request::Show {
-                    topic: Topic::Trace,
-                },
-            )?
-        }
+    let data = match mgmt::request(socket, &Request::ClusterShow { topic: Topic::Trace }) {
+        Err(mgmt::MgmtError::Refused(e)) if e.starts_with("no cluster configured") => mgmt::request(socket, &Request::Show { topic: Topic::Trace })?,
         r => r?,
     };
     if json {
@@ -357,20 +298,11 @@ fn trace(socket: &std::path::Path, words: &[String], secs: u64, json: bool) -> R
 /// A trace's timeline, one frame decision per row.
 fn print_trace(data: &Value) {
     if let Some(silent) = data["not_answering"].as_array().filter(|a| !a.is_empty()) {
-        say!(
-            "NOT ANSWERING: {}",
-            silent.iter().map(fmt_cell).collect::<Vec<_>>().join(", ")
-        );
+        say!("NOT ANSWERING: {}", silent.iter().map(fmt_cell).collect::<Vec<_>>().join(", "));
     }
     let clock = |ns: u64| {
         let s = ns / 1_000_000_000 % 86_400;
-        format!(
-            "{:02}:{:02}:{:02}.{:06}",
-            s / 3600,
-            s / 60 % 60,
-            s % 60,
-            ns / 1000 % 1_000_000
-        )
+        format!("{:02}:{:02}:{:02}.{:06}", s / 3600, s / 60 % 60, s % 60, ns / 1000 % 1_000_000)
     };
     let rows: Vec<Value> = data["events"]
         .as_array()
@@ -397,18 +329,11 @@ fn print_cluster_wide(topic: Topic, data: &Value) {
         print_table(m);
     }
     if let Some(silent) = data["not_answering"].as_array().filter(|a| !a.is_empty()) {
-        say!(
-            "NOT ANSWERING: {}",
-            silent.iter().map(fmt_cell).collect::<Vec<_>>().join(", ")
-        );
+        say!("NOT ANSWERING: {}", silent.iter().map(fmt_cell).collect::<Vec<_>>().join(", "));
     }
     match topic {
         Topic::Conn => {
-            say!(
-                "\n{} connections ({} rows reported by the members):",
-                fmt_cell(&data["connections"]),
-                fmt_cell(&data["reported_rows"])
-            );
+            say!("\n{} connections ({} rows reported by the members):", fmt_cell(&data["connections"]), fmt_cell(&data["reported_rows"]));
             let rows: Vec<Value> = data["rows"]
                 .as_array()
                 .into_iter()
@@ -426,11 +351,7 @@ fn print_cluster_wide(topic: Topic, data: &Value) {
         }
         Topic::Trace => print_trace(data),
         Topic::Xlate => {
-            say!(
-                "\n{} translations ({} rows reported by the members):",
-                fmt_cell(&data["translations"]),
-                fmt_cell(&data["reported_rows"])
-            );
+            say!("\n{} translations ({} rows reported by the members):", fmt_cell(&data["translations"]), fmt_cell(&data["reported_rows"]));
             print_table(&data["xlates"]);
             if let Value::Object(c) = &data["counters"] {
                 print_nonzero("NAT counters, cluster total", c);
@@ -469,10 +390,7 @@ fn print_cluster_wide(topic: Topic, data: &Value) {
             }
         }
         Topic::Cluster => {
-            say!(
-                "\nAgreement among the members that answered: {}",
-                data["agree"]
-            );
+            say!("\nAgreement among the members that answered: {}", data["agree"]);
             for (name, d) in data["nodes"].as_object().into_iter().flatten() {
                 say!("\n== {name} ==");
                 print_cluster(d);
@@ -573,10 +491,7 @@ fn print_limits(data: &Value) {
             })
         })
         .collect();
-    say!(
-        "Connection limits (cluster-wide by estimate; members reporting: {}):",
-        fmt_cell(&data["members_reporting"])
-    );
+    say!("Connection limits (cluster-wide by estimate; members reporting: {}):", fmt_cell(&data["members_reporting"]));
     print_table(&Value::Array(rows));
     let clients: Vec<Value> = data["clients"]
         .as_array()
@@ -617,28 +532,11 @@ fn print_table(rows: &Value) {
         }
     };
     let cell = |v: Option<&Value>| v.map(fmt_cell).unwrap_or_default();
-    let table: Vec<Vec<String>> = rows
-        .iter()
-        .map(|r| cols.iter().map(|c| cell(r.get(c))).collect())
-        .collect();
-    let widths: Vec<usize> = cols
-        .iter()
-        .enumerate()
-        .map(|(i, c)| {
-            table
-                .iter()
-                .map(|r| r[i].len())
-                .chain([c.len()])
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
+    let table: Vec<Vec<String>> = rows.iter().map(|r| cols.iter().map(|c| cell(r.get(c))).collect()).collect();
+    let widths: Vec<usize> =
+        cols.iter().enumerate().map(|(i, c)| table.iter().map(|r| r[i].len()).chain([c.len()]).max().unwrap_or(0)).collect();
     let line = |cells: &[String]| {
-        let parts: Vec<String> = cells
-            .iter()
-            .zip(&widths)
-            .map(|(c, w)| format!("{c:<w$}"))
-            .collect();
+        let parts: Vec<String> = cells.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
         say!("  {}", parts.join("  ").trim_end());
     };
     line(&cols);
@@ -663,18 +561,8 @@ fn fmt_cell(v: &Value) -> String {
                 Some(n) => n.to_string(),
                 None => "?".to_string(),
             };
-            let part = |a: &str, p: &str| {
-                format!(
-                    "{}:{}",
-                    fmt_cell(&m[a]),
-                    m.get(p).map(fmt_cell).unwrap_or_default()
-                )
-            };
-            format!(
-                "{proto} {} -> {}",
-                part("src", "src_port"),
-                part("dst", "dst_port")
-            )
+            let part = |a: &str, p: &str| format!("{}:{}", fmt_cell(&m[a]), m.get(p).map(fmt_cell).unwrap_or_default());
+            format!("{proto} {} -> {}", part("src", "src_port"), part("dst", "dst_port"))
         }
         v => v.to_string(),
     }
@@ -687,8 +575,7 @@ mod tests {
 
     #[test]
     fn cells() {
-        let t =
-            json!({"src":"198.18.1.2","dst":"198.18.2.2","proto":6,"src_port":40000,"dst_port":80});
+        let t = json!({"src":"198.18.1.2","dst":"198.18.2.2","proto":6,"src_port":40000,"dst_port":80});
         assert_eq!(fmt_cell(&t), "tcp 198.18.1.2:40000 -> 198.18.2.2:80");
         assert_eq!(fmt_cell(&json!([2, 1])), "2/1");
         assert_eq!(fmt_cell(&json!(null)), "-");

@@ -32,16 +32,8 @@ impl Control {
             let text = limit_event_text(&self.class_name(id), &refused);
             log::warn!("{text}");
             if let Some(x) = &self.export {
-                x.push(crate::export::ExportEvent::Syslog {
-                    severity: controlplane::syslog::severity::WARNING,
-                    msgid: "conn-limit",
-                    text,
-                });
-                let events = limit_events(
-                    &self.class_limits(id),
-                    &refused,
-                    crate::clock::unix_ns() / 1_000_000,
-                );
+                x.push(crate::export::ExportEvent::Syslog { severity: controlplane::syslog::severity::WARNING, msgid: "conn-limit", text });
+                let events = limit_events(&self.class_limits(id), &refused, crate::clock::unix_ns() / 1_000_000);
                 x.push(crate::export::ExportEvent::Limits(events));
             }
         }
@@ -75,11 +67,7 @@ impl Control {
         if id == 0 {
             return p.limits;
         }
-        p.access_rules
-            .iter()
-            .find(|r| dataplane::conntrack::limits::class_id(Some(&r.name)) == id)
-            .map(|r| r.limits)
-            .unwrap_or_default()
+        p.access_rules.iter().find(|r| dataplane::conntrack::limits::class_id(Some(&r.name)) == id).map(|r| r.limits).unwrap_or_default()
     }
 
     /// The name of limit class `id` in the running policy ("global", a
@@ -89,10 +77,7 @@ impl Control {
             return "global".into();
         }
         let rules = &self.policies.running.policy.access_rules;
-        rules
-            .iter()
-            .find(|r| dataplane::conntrack::limits::class_id(Some(&r.name)) == id)
-            .map_or_else(|| format!("{id:#x}"), |r| r.name.clone())
+        rules.iter().find(|r| dataplane::conntrack::limits::class_id(Some(&r.name)) == id).map_or_else(|| format!("{id:#x}"), |r| r.name.clone())
     }
 
     /// `show limits`: per class (global, each limited rule) the limits,
@@ -103,13 +88,10 @@ impl Control {
     pub(super) fn show_limits(&self) -> Result<Value, String> {
         use dataplane::conntrack::limits::{ClassInfo, Count};
         let mut classes: Vec<(ClassInfo, Vec<Count>)> = Vec::new();
-        let mut clients: std::collections::BTreeMap<(u32, std::net::IpAddr), Count> =
-            Default::default();
+        let mut clients: std::collections::BTreeMap<(u32, std::net::IpAddr), Count> = Default::default();
         let mut untracked = 0;
         for r in self.ask_all(|| Query::Limits)? {
-            let Reply::Limits(l) = r else {
-                return Err("unexpected reply".into());
-            };
+            let Reply::Limits(l) = r else { return Err("unexpected reply".into()) };
             let Some(l) = l else { continue };
             let (cls, cl, u) = *l;
             untracked += u;
@@ -140,13 +122,7 @@ impl Control {
         }
         let estimates = self.limits.classes();
         let peer_clients = self.limits.member_clients();
-        let name_of = |id: u32| {
-            classes
-                .iter()
-                .find(|(c, _)| c.id == id)
-                .map(|(c, _)| c.name.clone())
-                .unwrap_or_else(|| format!("{id:#x}"))
-        };
+        let name_of = |id: u32| classes.iter().find(|(c, _)| c.id == id).map(|(c, _)| c.name.clone()).unwrap_or_else(|| format!("{id:#x}"));
         let rows: Vec<Value> = classes
             .iter()
             .map(|(c, workers)| {
@@ -168,30 +144,22 @@ impl Control {
                 })
             })
             .collect();
-        let mut ids: std::collections::BTreeSet<(u32, std::net::IpAddr)> =
-            clients.keys().copied().collect();
+        let mut ids: std::collections::BTreeSet<(u32, std::net::IpAddr)> = clients.keys().copied().collect();
         ids.extend(peer_clients.keys().copied());
         let mut crow: Vec<(Count, Value)> = ids
             .into_iter()
             .map(|k| {
                 let local = clients.get(&k).copied().unwrap_or_default();
                 let estimate = local.add(peer_clients.get(&k).copied().unwrap_or_default());
-                let limits = classes
-                    .iter()
-                    .find(|(c, _)| c.id == k.0)
-                    .map(|(c, _)| c.limits)
-                    .unwrap_or_default();
-                (
-                    estimate,
-                    json!({
-                        "class": name_of(k.0),
-                        "client": k.1.to_string(),
-                        "local": local,
-                        "estimate": estimate,
-                        "per_client_max": limits.per_client_max,
-                        "per_client_embryonic_max": limits.per_client_embryonic_max,
-                    }),
-                )
+                let limits = classes.iter().find(|(c, _)| c.id == k.0).map(|(c, _)| c.limits).unwrap_or_default();
+                (estimate, json!({
+                    "class": name_of(k.0),
+                    "client": k.1.to_string(),
+                    "local": local,
+                    "estimate": estimate,
+                    "per_client_max": limits.per_client_max,
+                    "per_client_embryonic_max": limits.per_client_embryonic_max,
+                }))
             })
             .collect();
         crow.sort_by(|a, b| (b.0.conns, b.0.embryonic).cmp(&(a.0.conns, a.0.embryonic)));
@@ -212,16 +180,12 @@ impl Control {
     pub(super) fn show_conn_count(&self) -> Result<Value, String> {
         let mut workers = Vec::new();
         for r in self.ask_all(|| Query::Conns { max: 0 })? {
-            let Reply::Conns(_, n) = r else {
-                return Err("unexpected reply".into());
-            };
+            let Reply::Conns(_, n) = r else { return Err("unexpected reply".into()) };
             workers.push(n);
         }
         let local: usize = workers.iter().sum();
         let global = self.limits.classes().into_iter().find(|c| c.id == 0);
-        let members: u64 = global
-            .as_ref()
-            .map_or(0, |g| g.members.values().map(|c| u64::from(c.conns)).sum());
+        let members: u64 = global.as_ref().map_or(0, |g| g.members.values().map(|c| u64::from(c.conns)).sum());
         Ok(json!({
             "local": local,
             "workers": workers,
@@ -235,11 +199,7 @@ impl Control {
 /// A limit event as IPFIX records (controlplane::ipfix::LimitEvent, RFC
 /// 8158's quota exceeded): one per limit of the class that refused some,
 /// with its configured value, at Unix time `time_ms`.
-pub(super) fn limit_events(
-    limits: &config::Limits,
-    refused: &[u64; 4],
-    time_ms: u64,
-) -> Vec<controlplane::ipfix::LimitEvent> {
+pub(super) fn limit_events(limits: &config::Limits, refused: &[u64; 4], time_ms: u64) -> Vec<controlplane::ipfix::LimitEvent> {
     use dataplane::conntrack::limits::Hit;
     let value = |h: Hit| match h {
         Hit::Conns => limits.max_conns,
@@ -268,37 +228,20 @@ pub(super) fn limit_event_text(class: &str, refused: &[u64; 4]) -> String {
         .filter(|h| refused[**h as usize] > 0)
         .map(|h| format!("{} {}", h.as_str(), refused[*h as usize]))
         .collect();
-    format!(
-        "limits {class}: {total} new connections refused in the last second ({})",
-        by.join(", ")
-    )
+    format!("limits {class}: {total} new connections refused in the last second ({})", by.join(", "))
 }
 
 #[cfg(test)]
 mod limit_event_tests {
     #[test]
     fn a_limit_event_is_one_ipfix_record_per_limit_that_refused() {
-        let l = config::Limits {
-            max_embryonic: Some(3),
-            per_client_embryonic_max: Some(145),
-            ..config::Limits::default()
-        };
+        let l = config::Limits { max_embryonic: Some(3), per_client_embryonic_max: Some(145), ..config::Limits::default() };
         let e = super::limit_events(&l, &[0, 3, 0, 145], 7);
         assert_eq!(
             e,
             [
-                controlplane::ipfix::LimitEvent {
-                    time_ms: 7,
-                    per_client: false,
-                    limit: 3,
-                    refused: 3
-                },
-                controlplane::ipfix::LimitEvent {
-                    time_ms: 7,
-                    per_client: true,
-                    limit: 145,
-                    refused: 145
-                },
+                controlplane::ipfix::LimitEvent { time_ms: 7, per_client: false, limit: 3, refused: 3 },
+                controlplane::ipfix::LimitEvent { time_ms: 7, per_client: true, limit: 145, refused: 145 },
             ]
         );
         assert!(super::limit_events(&l, &[0; 4], 7).is_empty());

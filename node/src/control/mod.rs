@@ -15,13 +15,13 @@ use crate::ccl::CclControl;
 use crate::clock::Clock;
 use crate::policy::{Follow, Policies, Reload};
 use crate::shared::{fan_out, offer_commands, push_command, Query, Reply, Shared};
+use dataplane::ccl::MessageKind;
 use anyhow::{Context, Result};
 use config::Config;
-use controlplane::clusterview::{self, Answer, CLUSTER_CONN_MAX};
 use controlplane::membership::State;
+use controlplane::clusterview::{self, Answer, CLUSTER_CONN_MAX};
 use controlplane::mgmt::{Request, Responder, Server, Topic, CLUSTER_ANSWER_TIMEOUT};
 use controlplane::stats;
-use dataplane::ccl::MessageKind;
 use dpdk_sys::Port;
 use serde_json::{json, Value};
 use std::collections::{HashMap, VecDeque};
@@ -117,12 +117,8 @@ impl Control {
         clock: Clock,
         export: Option<Arc<crate::export::ExportShared>>,
     ) -> Result<Control> {
-        let server = Server::bind(&cfg.control_socket).with_context(|| {
-            format!(
-                "binding the control socket {}",
-                cfg.control_socket.display()
-            )
-        })?;
+        let server = Server::bind(&cfg.control_socket)
+            .with_context(|| format!("binding the control socket {}", cfg.control_socket.display()))?;
         Ok(Control {
             server: Some(server),
             shared: shared.clone(),
@@ -154,19 +150,9 @@ impl Control {
         let handled = match &mut self.ccl {
             Some(c) => {
                 // Dynamic NAT: the workers' requests for the control node.
-                let reqs = self
-                    .shared
-                    .workers
-                    .iter()
-                    .flat_map(|w| std::iter::from_fn(|| w.xlate_requests.pop()));
+                let reqs = self.shared.workers.iter().flat_map(|w| std::iter::from_fn(|| w.xlate_requests.pop()));
                 c.request_xlates(now, reqs.collect::<Vec<_>>());
-                let ran = self
-                    .shared
-                    .workers
-                    .iter()
-                    .map(|w| w.loop_ns.load(Ordering::Relaxed))
-                    .min()
-                    .unwrap_or(0);
+                let ran = self.shared.workers.iter().map(|w| w.loop_ns.load(Ordering::Relaxed)).min().unwrap_or(0);
                 c.poll(now, dataplane::Timestamp(ran))
             }
             None => 0,
@@ -185,11 +171,7 @@ impl Control {
         if let (Some(c), Some(x)) = (&mut self.ccl, &self.export) {
             for e in c.take_events() {
                 let (severity, msgid) = controlplane::syslog::cluster_event(&e.kind);
-                x.push(crate::export::ExportEvent::Syslog {
-                    severity,
-                    msgid,
-                    text: e.text,
-                });
+                x.push(crate::export::ExportEvent::Syslog { severity, msgid, text: e.text });
             }
         }
         // Member sets and resets: to every worker, in order, behind what
@@ -239,9 +221,7 @@ impl Control {
             self.server = Some(server);
             for (req, r) in asks.into_iter().zip(later) {
                 if self.cluster_queue.len() > CLUSTER_QUEUE {
-                    r.answer(Err(
-                        "busy: other cluster-wide requests are waiting; try again".into(),
-                    ));
+                    r.answer(Err("busy: other cluster-wide requests are waiting; try again".into()));
                 } else {
                     self.cluster_queue.push_back((req, r));
                 }
@@ -274,9 +254,7 @@ impl Control {
         let now = self.clock.now();
         let timeout = dataplane::Duration::from_millis(CLUSTER_ANSWER_TIMEOUT.as_millis() as u64);
         if self.asking.is_some() {
-            let Some(got) = c.membership.poll_answers(now, timeout) else {
-                return;
-            };
+            let Some(got) = c.membership.poll_answers(now, timeout) else { return };
             let Some(a) = self.asking.take() else { return };
             let members: Vec<clusterview::Member> = c
                 .membership
@@ -292,12 +270,7 @@ impl Control {
                     } else {
                         Answer::Missing
                     };
-                    clusterview::Member {
-                        id: v.id,
-                        name: v.name,
-                        this_node: v.this_node,
-                        answer,
-                    }
+                    clusterview::Member { id: v.id, name: v.name, this_node: v.this_node, answer }
                 })
                 .collect();
             let merged = match a.req {
@@ -317,11 +290,7 @@ impl Control {
                 _ => false,
             };
             if asked {
-                self.asking = Some(ClusterAsk {
-                    req,
-                    local,
-                    responder,
-                });
+                self.asking = Some(ClusterAsk { req, local, responder });
             } else {
                 responder.answer(Err(format!("{req:?} cannot be asked across the cluster")));
             }
@@ -334,9 +303,7 @@ impl Control {
         let (secs, filter) = clusterview::parse_trace_arg(arg)?;
         let until = dataplane::Timestamp(self.clock.now().0 + secs * 1_000_000_000);
         self.ask_all(|| Query::TraceStart { filter, until })?;
-        Ok(
-            json!({ "node": self.node_name, "filter": filter.to_string(), "secs": secs, "workers": self.shared.workers.len() }),
-        )
+        Ok(json!({ "node": self.node_name, "filter": filter.to_string(), "secs": secs, "workers": self.shared.workers.len() }))
     }
 
     /// `show trace`: every worker's events in time order, times as Unix
@@ -351,25 +318,12 @@ impl Control {
                 None => "ccl".into(),
             }
         };
-        let names: HashMap<u8, String> = self
-            .ccl
-            .as_ref()
-            .map(|c| c.membership.snapshot(now))
-            .unwrap_or_default()
-            .into_iter()
-            .map(|v| (v.id.0, v.name))
-            .collect();
-        let node_name = |n: dataplane::NodeId| -> String {
-            names
-                .get(&n.0)
-                .cloned()
-                .unwrap_or_else(|| format!("node {}", n.0))
-        };
+        let names: HashMap<u8, String> =
+            self.ccl.as_ref().map(|c| c.membership.snapshot(now)).unwrap_or_default().into_iter().map(|v| (v.id.0, v.name)).collect();
+        let node_name = |n: dataplane::NodeId| -> String { names.get(&n.0).cloned().unwrap_or_else(|| format!("node {}", n.0)) };
         let (mut filter, mut until, mut lost, mut events) = (None, None, 0, Vec::new());
         for r in self.ask_all(|| Query::Trace)? {
-            let Reply::Traced(t) = r else {
-                return Err("unexpected reply".into());
-            };
+            let Reply::Traced(t) = r else { return Err("unexpected reply".into()) };
             if let Some(t) = t {
                 let (f, u, ev, l) = *t;
                 (filter, until, lost) = (Some(f), Some(u), lost + l);
@@ -423,20 +377,13 @@ impl Control {
         if c.take_replica_change() {
             match self.policies.follow(c.membership.config()) {
                 Follow::Unchanged => {}
-                Follow::Apply {
-                    generation,
-                    policies,
-                } => {
+                Follow::Apply { generation, policies } => {
                     let r = &self.policies.running;
                     log::info!(
                         "policy: running the {} ({} rules{})",
                         r.source.replace("replicated", "replicated configuration"),
                         r.policy.access_rules.len(),
-                        if self.policies.same_as_file() {
-                            ", as in this node's file"
-                        } else {
-                            ", not this node's file's"
-                        }
+                        if self.policies.same_as_file() { ", as in this node's file" } else { ", not this node's file's" }
                     );
                     send_policies(&mut self.pending, generation, policies);
                     export_rules(&self.export, &self.policies);
@@ -465,9 +412,7 @@ impl Control {
             Some(c) => {
                 let st = c.membership.status();
                 if st.state != State::Control {
-                    let control = st
-                        .control
-                        .map_or("none".to_string(), |n| format!("n{}", n.0));
+                    let control = st.control.map_or("none".to_string(), |n| format!("n{}", n.0));
                     return Err(format!(
                         "{} is {} in cluster {}: the cluster's policy (security levels, access rules, timeouts) \
                          comes from the control node ({control}; this node runs {}); reload there",
@@ -491,35 +436,17 @@ impl Control {
         };
         let now = self.clock.now();
         let message = match outcome {
-            Reload::Unchanged => format!(
-                "{}: the policy is unchanged ({})",
-                path.display(),
-                self.policies.running.source
-            ),
-            Reload::Apply {
-                generation,
-                policies,
-            } => {
+            Reload::Unchanged => format!("{}: the policy is unchanged ({})", path.display(), self.policies.running.source),
+            Reload::Apply { generation, policies } => {
                 send_policies(&mut self.pending, generation, policies);
                 export_rules(&self.export, &self.policies);
                 log::info!("policy: reloaded from {}", path.display());
-                format!(
-                    "{}: new policy applied ({} rules)",
-                    path.display(),
-                    self.policies.running.policy.access_rules.len()
-                )
+                format!("{}: new policy applied ({} rules)", path.display(), self.policies.running.policy.access_rules.len())
             }
             Reload::Publish(bytes) => {
-                let Some(c) = &mut self.ccl else {
-                    return Err("no cluster".into());
-                };
-                let v = c
-                    .publish_config(now, bytes)
-                    .map_err(|e| format!("not published: {e}"))?;
-                log::info!(
-                    "policy: {} published as replicated configuration v{v}",
-                    path.display()
-                );
+                let Some(c) = &mut self.ccl else { return Err("no cluster".into()) };
+                let v = c.publish_config(now, bytes).map_err(|e| format!("not published: {e}"))?;
+                log::info!("policy: {} published as replicated configuration v{v}", path.display());
                 self.follow_policy(now);
                 format!("{}: published as replicated configuration v{v}; every member runs it within a few heartbeat intervals", path.display())
             }
@@ -553,14 +480,10 @@ impl Control {
 
     /// Every worker's cluster counters (a worker without a cluster stage
     /// has none).
-    fn cluster_snapshots(
-        &self,
-    ) -> Result<Vec<dataplane::pipeline::ClusterCountersSnapshot>, String> {
+    fn cluster_snapshots(&self) -> Result<Vec<dataplane::pipeline::ClusterCountersSnapshot>, String> {
         let mut snaps = Vec::new();
         for r in self.ask_all(|| Query::Cluster)? {
-            let Reply::Cluster(snap) = r else {
-                return Err("unexpected reply".into());
-            };
+            let Reply::Cluster(snap) = r else { return Err("unexpected reply".into()) };
             snaps.extend(snap.map(|b| *b));
         }
         Ok(snaps)
@@ -574,9 +497,7 @@ impl Control {
     /// reason (worker and control lcore added up), hand-off counters.
     fn show_cluster(&self) -> Result<Value, String> {
         let Some(ccl) = &self.ccl else {
-            return Err(
-                "no cluster configured: this node runs alone (no `cluster:` section)".into(),
-            );
+            return Err("no cluster configured: this node runs alone (no `cluster:` section)".into());
         };
         let snaps = self.cluster_snapshots()?;
         let now = self.clock.now();
@@ -625,24 +546,14 @@ impl Control {
         // Frames the workers dropped that `show stats` drops do not count
         // (their datagram or their parking was counted `consumed`), by
         // reason, added up.
-        let by_reason = |f: fn(
-            &dataplane::pipeline::ClusterCountersSnapshot,
-        ) -> &[u64; dataplane::DropReason::COUNT]| {
+        let by_reason = |f: fn(&dataplane::pipeline::ClusterCountersSnapshot) -> &[u64; dataplane::DropReason::COUNT]| {
             let m: serde_json::Map<String, Value> = dataplane::DropReason::ALL
                 .iter()
-                .map(|d| {
-                    (
-                        d.as_str().to_string(),
-                        json!(snaps.iter().map(|s| f(s)[d.index()]).sum::<u64>()),
-                    )
-                })
+                .map(|d| (d.as_str().to_string(), json!(snaps.iter().map(|s| f(s)[d.index()]).sum::<u64>())))
                 .collect();
             Value::Object(m)
         };
-        let (batch_drops, release_drops) = (
-            by_reason(|s| &s.batch_drops),
-            by_reason(|s| &s.release_drops),
-        );
+        let (batch_drops, release_drops) = (by_reason(|s| &s.batch_drops), by_reason(|s| &s.release_drops));
         let sh = &self.shared.ccl;
         let lease_left_ms = st.lease.nanos().saturating_sub(now.nanos()) / 1_000_000;
         let mut v = json!({
@@ -706,9 +617,7 @@ impl Control {
     /// oldest first, with its time (ms since this node started, and ago).
     fn show_cluster_history(&self) -> Result<Value, String> {
         let Some(ccl) = &self.ccl else {
-            return Err(
-                "no cluster configured: this node runs alone (no `cluster:` section)".into(),
-            );
+            return Err("no cluster configured: this node runs alone (no `cluster:` section)".into());
         };
         let now = self.clock.now();
         let events: Vec<Value> = ccl
@@ -733,17 +642,13 @@ impl Control {
 
     /// Ask every worker, in worker order.
     fn ask_all(&self, q: impl Fn() -> Query) -> Result<Vec<Reply>, String> {
-        (0..self.shared.workers.len())
-            .map(|w| self.ask_worker(w, q()))
-            .collect()
+        (0..self.shared.workers.len()).map(|w| self.ask_worker(w, q())).collect()
     }
 
     fn ask_worker(&self, w: usize, q: Query) -> Result<Reply, String> {
         let ws = self.shared.workers.get(w).ok_or("no such worker")?;
         while ws.replies.pop().is_some() {} // stale answers of timed-out queries
-        ws.queries
-            .push(q)
-            .map_err(|_| format!("worker {w}: query queue full"))?;
+        ws.queries.push(q).map_err(|_| format!("worker {w}: query queue full"))?;
         let deadline = Instant::now() + WORKER_ANSWER_TIMEOUT;
         loop {
             if let Some(r) = ws.replies.pop() {
@@ -771,25 +676,23 @@ impl Control {
                 let mut counters = Value::Null;
                 let mut per_worker = Vec::new();
                 for (w, r) in self.ask_all(|| Query::Counters)?.into_iter().enumerate() {
-                    let Reply::Counters(c, frag) = r else {
-                        return Err("unexpected reply".into());
-                    };
+                    let Reply::Counters(c, frag) = r else { return Err("unexpected reply".into()) };
                     let mut v = stats::to_json(&*c);
                     if let Value::Object(m) = &mut v {
                         m.insert("fragments".into(), stats::to_json(&*frag));
                     }
                     stats::add_json(&mut counters, &v);
-                    if let (Value::Object(m), Value::Object(d)) = (
-                        &mut v,
-                        stats::to_json(&self.shared.workers[w].driver_counters()),
-                    ) {
+                    if let (Value::Object(m), Value::Object(d)) =
+                        (&mut v, stats::to_json(&self.shared.workers[w].driver_counters()))
+                    {
                         m.insert("worker".into(), json!(w));
                         m.extend(d);
                     }
                     per_worker.push(v);
                 }
-                let port_counter =
-                    |i: usize, k: &str| -> u64 { counters["ports"][i][k].as_u64().unwrap_or(0) };
+                let port_counter = |i: usize, k: &str| -> u64 {
+                    counters["ports"][i][k].as_u64().unwrap_or(0)
+                };
                 let rings = dpdk_sys::afpacket::ring_totals();
                 let ports: Vec<Value> = self
                     .ports
@@ -812,24 +715,13 @@ impl Control {
                         Err(e) => json!({ "name": c.interfaces, "device": c.device, "port": c.port.id(), "error": e.to_string() }),
                     })
                     .collect();
-                let sum = |f: fn(&crate::shared::WorkerShared) -> u64| -> u64 {
-                    self.shared.workers.iter().map(f).sum()
-                };
+                let sum = |f: fn(&crate::shared::WorkerShared) -> u64| -> u64 { self.shared.workers.iter().map(f).sum() };
                 if let Value::Object(m) = &mut counters {
                     m.insert("node".into(), json!(self.node_name));
                     m.insert("uptime_s".into(), json!(self.started.elapsed().as_secs()));
-                    m.insert(
-                        "tx_full_drops".into(),
-                        json!(sum(|w| w.tx_full_drops.load(Ordering::Relaxed))),
-                    );
-                    m.insert(
-                        "steered_out".into(),
-                        json!(sum(|w| w.steered_out.load(Ordering::Relaxed))),
-                    );
-                    m.insert(
-                        "handoff_drops".into(),
-                        json!(sum(|w| w.handoff_drops.load(Ordering::Relaxed))),
-                    );
+                    m.insert("tx_full_drops".into(), json!(sum(|w| w.tx_full_drops.load(Ordering::Relaxed))));
+                    m.insert("steered_out".into(), json!(sum(|w| w.steered_out.load(Ordering::Relaxed))));
+                    m.insert("handoff_drops".into(), json!(sum(|w| w.handoff_drops.load(Ordering::Relaxed))));
                     m.insert("ports".into(), Value::Array(ports));
                     if let Some(x) = &self.export {
                         m.insert("export".into(), stats::to_json(&x.stats(&self.shared)));
@@ -841,14 +733,8 @@ impl Control {
             Topic::Conn => {
                 // Each worker's connections, marked with the worker.
                 let (mut all, mut total) = (Vec::new(), 0);
-                for (w, r) in self
-                    .ask_all(|| Query::Conns { max: conn_max })?
-                    .into_iter()
-                    .enumerate()
-                {
-                    let Reply::Conns(conns, n) = r else {
-                        return Err("unexpected reply".into());
-                    };
+                for (w, r) in self.ask_all(|| Query::Conns { max: conn_max })?.into_iter().enumerate() {
+                    let Reply::Conns(conns, n) = r else { return Err("unexpected reply".into()) };
                     total += n;
                     for c in conns.into_iter().take(conn_max.saturating_sub(all.len())) {
                         let mut v = enc(serde_json::to_value(c))?;
@@ -861,9 +747,7 @@ impl Control {
                 Ok(json!({ "total": total, "shown": all.len(), "connections": all }))
             }
             Topic::Route => {
-                let Reply::Routes(r) = self.ask(Query::Routes)? else {
-                    return Err("unexpected reply".into());
-                };
+                let Reply::Routes(r) = self.ask(Query::Routes)? else { return Err("unexpected reply".into()) };
                 Ok(json!({ "routes": enc(serde_json::to_value(r))? }))
             }
             Topic::Arp => {
@@ -871,9 +755,7 @@ impl Control {
                 // resolved one first.
                 let mut rows = Vec::new();
                 for r in self.ask_all(|| Query::Arp)? {
-                    let Reply::Arp(a) = r else {
-                        return Err("unexpected reply".into());
-                    };
+                    let Reply::Arp(a) = r else { return Err("unexpected reply".into()) };
                     merge_neighbours(&mut rows, a);
                 }
                 Ok(json!({ "arp": enc(serde_json::to_value(rows))? }))
@@ -882,9 +764,7 @@ impl Control {
                 // As `arp`: one row per address, a resolved one first.
                 let mut rows = Vec::new();
                 for r in self.ask_all(|| Query::Nd)? {
-                    let Reply::Nd(a) = r else {
-                        return Err("unexpected reply".into());
-                    };
+                    let Reply::Nd(a) = r else { return Err("unexpected reply".into()) };
                     merge_neighbours(&mut rows, a);
                 }
                 Ok(json!({ "nd": enc(serde_json::to_value(rows))? }))
@@ -893,9 +773,7 @@ impl Control {
                 // The same rules on every worker: hits added up.
                 let mut rules: Vec<dataplane::acl::RuleInfo> = Vec::new();
                 for r in self.ask_all(|| Query::Rules)? {
-                    let Reply::Rules(r) = r else {
-                        return Err("unexpected reply".into());
-                    };
+                    let Reply::Rules(r) = r else { return Err("unexpected reply".into()) };
                     if rules.is_empty() {
                         rules = r;
                     } else {
@@ -909,27 +787,16 @@ impl Control {
             Topic::Config => {
                 let file = self.policies.file();
                 let parsed = serde_json::to_value(file).unwrap_or(Value::Null);
-                Ok(
-                    json!({ "yaml": file.source_text, "parsed": parsed, "policy": self.running_json() }),
-                )
+                Ok(json!({ "yaml": file.source_text, "parsed": parsed, "policy": self.running_json() }))
             }
             Topic::Cluster => self.show_cluster(),
             Topic::Metrics => self.metrics().map(Value::String),
             Topic::NatPool => {
                 // Each worker's share of each pool, named as in the file.
-                let names: Vec<String> = self
-                    .policies
-                    .file()
-                    .nat
-                    .pools
-                    .iter()
-                    .map(|p| p.name.clone())
-                    .collect();
+                let names: Vec<String> = self.policies.file().nat.pools.iter().map(|p| p.name.clone()).collect();
                 let mut rows = Vec::new();
                 for (w, r) in self.ask_all(|| Query::NatPools)?.into_iter().enumerate() {
-                    let Reply::NatPools(pools) = r else {
-                        return Err("unexpected reply".into());
-                    };
+                    let Reply::NatPools(pools) = r else { return Err("unexpected reply".into()) };
                     for p in pools {
                         let name = names.get(usize::from(p.pool)).cloned().unwrap_or_default();
                         let mut v = enc(serde_json::to_value(p))?;
@@ -944,14 +811,8 @@ impl Control {
             }
             Topic::Xlate => {
                 let (mut all, mut counters) = (Vec::new(), None);
-                for (w, r) in self
-                    .ask_all(|| Query::Xlates { max: SHOW_CONN_MAX })?
-                    .into_iter()
-                    .enumerate()
-                {
-                    let Reply::Xlates(x, c) = r else {
-                        return Err("unexpected reply".into());
-                    };
+                for (w, r) in self.ask_all(|| Query::Xlates { max: SHOW_CONN_MAX })?.into_iter().enumerate() {
+                    let Reply::Xlates(x, c) = r else { return Err("unexpected reply".into()) };
                     for e in x.into_iter().take(SHOW_CONN_MAX.saturating_sub(all.len())) {
                         let mut v = enc(serde_json::to_value(e))?;
                         if let Value::Object(m) = &mut v {
@@ -968,15 +829,14 @@ impl Control {
                         (a, b) => a.or(b),
                     };
                 }
-                Ok(
-                    json!({ "nat": counters.is_some(), "xlates": merge_replicas(all), "counters": enc(serde_json::to_value(counters))? }),
-                )
+                Ok(json!({ "nat": counters.is_some(), "xlates": merge_replicas(all), "counters": enc(serde_json::to_value(counters))? }))
             }
             Topic::ClusterHistory => self.show_cluster_history(),
             Topic::Limits => self.show_limits(),
             Topic::ConnCount => self.show_conn_count(),
         }
     }
+
 }
 
 /// A port's own counters (DPDK `rte_eth_stats`) as `show stats` names
@@ -1004,12 +864,7 @@ impl ControlPort {
         let ring_iface = crate::sizing::is_af_packet(device)
             .then(|| crate::sizing::arg(device, "iface").map(str::to_string))
             .flatten();
-        ControlPort {
-            interfaces,
-            device: name,
-            port,
-            ring_iface,
-        }
+        ControlPort { interfaces, device: name, port, ring_iface }
     }
 
     /// The receive-ring drops of its af_packet interface (0 otherwise).
@@ -1045,13 +900,7 @@ impl dataplane::stats::Stats for NicStats {
 /// rules by index).
 fn export_rules(export: &Option<Arc<crate::export::ExportShared>>, policies: &Policies) {
     if let Some(x) = export {
-        let names = policies
-            .running
-            .policy
-            .access_rules
-            .iter()
-            .map(|r| r.name.clone())
-            .collect();
+        let names = policies.running.policy.access_rules.iter().map(|r| r.name.clone()).collect();
         x.push(crate::export::ExportEvent::Rules(names));
     }
 }
@@ -1059,11 +908,7 @@ fn export_rules(export: &Option<Arc<crate::export::ExportShared>>, policies: &Po
 /// A refused configuration, to syslog (`config-error`).
 fn export_config_error(export: &Option<Arc<crate::export::ExportShared>>, text: String) {
     if let Some(x) = export {
-        x.push(crate::export::ExportEvent::Syslog {
-            severity: controlplane::syslog::severity::ERROR,
-            msgid: "config-error",
-            text,
-        });
+        x.push(crate::export::ExportEvent::Syslog { severity: controlplane::syslog::severity::ERROR, msgid: "config-error", text });
     }
 }
 
@@ -1107,11 +952,7 @@ fn merge_replicas(rows: Vec<Value>) -> Vec<Value> {
 }
 
 /// One policy to each worker.
-fn send_policies(
-    pending: &mut [VecDeque<Query>],
-    generation: u64,
-    policies: Vec<Box<dataplane::pipeline::Policy>>,
-) {
+fn send_policies(pending: &mut [VecDeque<Query>], generation: u64, policies: Vec<Box<dataplane::pipeline::Policy>>) {
     for (pending, policy) in pending.iter_mut().zip(policies) {
         push_command(pending, Query::SetPolicy { generation, policy });
     }
@@ -1119,26 +960,15 @@ fn send_policies(
 
 /// The policy generation every worker has applied.
 fn policy_applied(shared: &Shared) -> u64 {
-    shared
-        .workers
-        .iter()
-        .map(|w| w.policy_applied.load(Ordering::Relaxed))
-        .min()
-        .unwrap_or(0)
+    shared.workers.iter().map(|w| w.policy_applied.load(Ordering::Relaxed)).min().unwrap_or(0)
 }
 
 /// One worker's neighbour-cache rows into the node's: one row per address
 /// and interface, a resolved one over a pending one (`show arp`, `show
 /// nd`).
-fn merge_neighbours<A: PartialEq>(
-    rows: &mut Vec<dataplane::arp::ArpInfo<A>>,
-    worker: Vec<dataplane::arp::ArpInfo<A>>,
-) {
+fn merge_neighbours<A: PartialEq>(rows: &mut Vec<dataplane::arp::ArpInfo<A>>, worker: Vec<dataplane::arp::ArpInfo<A>>) {
     for e in worker {
-        match rows
-            .iter_mut()
-            .find(|x| x.ip == e.ip && x.interface == e.interface)
-        {
+        match rows.iter_mut().find(|x| x.ip == e.ip && x.interface == e.interface) {
             Some(x) if x.mac.is_none() && e.mac.is_some() => *x = e,
             Some(_) => {}
             None => rows.push(e),
@@ -1150,15 +980,7 @@ fn merge_neighbours<A: PartialEq>(
 mod tests {
     use super::*;
 
-    fn row(
-        w: u16,
-        sessions: &str,
-        real: &str,
-        refcnt: u64,
-        idle: u64,
-        age: u64,
-        stale: bool,
-    ) -> Value {
+    fn row(w: u16, sessions: &str, real: &str, refcnt: u64, idle: u64, age: u64, stale: bool) -> Value {
         json!({ "proto": "any", "real": real, "mapped": "198.51.100.7", "sessions": sessions,
                 "refcnt": refcnt, "idle_ms": idle, "age_ms": age, "stale": stale, "worker": w })
     }
@@ -1175,25 +997,12 @@ mod tests {
         let out = merge_replicas(rows);
         assert_eq!(out.len(), 4, "{out:?}");
         let a = &out[0];
-        assert_eq!(
-            (a["real"].as_str(), a["worker"].clone()),
-            (Some("10.0.0.2"), json!([0, 1]))
-        );
-        assert_eq!(
-            (
-                a["refcnt"].as_u64(),
-                a["idle_ms"].as_u64(),
-                a["age_ms"].as_u64()
-            ),
-            (Some(3), Some(20), Some(900))
-        );
+        assert_eq!((a["real"].as_str(), a["worker"].clone()), (Some("10.0.0.2"), json!([0, 1])));
+        assert_eq!((a["refcnt"].as_u64(), a["idle_ms"].as_u64(), a["age_ms"].as_u64()), (Some(3), Some(20), Some(900)));
         assert_eq!(a["stale"], json!(false));
         assert_eq!(out[2]["worker"], json!([1]));
         assert_eq!(out[2]["stale"], json!(true));
         // Each worker's own translations keep their worker.
-        assert_eq!(
-            (out[1]["worker"].clone(), out[3]["worker"].clone()),
-            (json!(0), json!(1))
-        );
+        assert_eq!((out[1]["worker"].clone(), out[3]["worker"].clone()), (json!(0), json!(1)));
     }
 }

@@ -123,8 +123,7 @@ fn run(args: Vec<String>) -> Result<bool, String> {
             "--run-ms" => cfg.min_run_ns = val::<u64>(&mut it, &a)? * 1_000_000,
             "--ccl-cut" => {
                 let v: String = val(&mut it, &a)?;
-                cfg.ccl_cut =
-                    Some(parse_cut(&v).ok_or_else(|| format!("--ccl-cut: bad value {v:?}"))?);
+                cfg.ccl_cut = Some(parse_cut(&v).ok_or_else(|| format!("--ccl-cut: bad value {v:?}"))?);
             }
             "--randomized" => {
                 let seed = cfg.seed;
@@ -215,9 +214,5 @@ fn parse_cut(v: &str) -> Option<sim::net::CclCut> {
         Some(u) => u.parse::<u64>().ok()? * 1_000_000,
         None => u64::MAX,
     };
-    (it.next().is_none() && from_ns < until_ns).then_some(sim::net::CclCut {
-        node,
-        from_ns,
-        until_ns,
-    })
+    (it.next().is_none() && from_ns < until_ns).then_some(sim::net::CclCut { node, from_ns, until_ns })
 }

@@ -165,10 +165,7 @@ fn parse_opts() -> Result<Opts> {
     let mut seed = 1u64;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
-        let mut val = |name: &str| {
-            args.next()
-                .with_context(|| format!("{name} needs a value\n{USAGE}"))
-        };
+        let mut val = |name: &str| args.next().with_context(|| format!("{name} needs a value\n{USAGE}"));
         match a.as_str() {
             "--mode" => {
                 o.mode = match val("--mode")?.as_str() {
@@ -272,10 +269,7 @@ fn run() -> Result<()> {
     let mut eal_args = vec!["clusterfw-pktgen".to_string()];
     eal_args.extend(o.eal.iter().cloned());
     let mut prefix_dir = PrefixDir(None);
-    if !eal_args
-        .iter()
-        .any(|a| a == "--file-prefix" || a.starts_with("--file-prefix="))
-    {
+    if !eal_args.iter().any(|a| a == "--file-prefix" || a.starts_with("--file-prefix=")) {
         let prefix = format!("cfw-pktgen-{}", std::process::id());
         eal_args.push("--file-prefix".into());
         eal_args.push(prefix.clone());
@@ -301,12 +295,9 @@ fn run() -> Result<()> {
 fn open_port(name: Option<&str>, pool: &Mempool) -> Result<Port> {
     let port = match name {
         Some(n) => Port::by_name(n).with_context(|| format!("port {n}"))?,
-        None => *Port::all()
-            .first()
-            .context("no DPDK port (give --vdev or -a in the EAL arguments)")?,
+        None => *Port::all().first().context("no DPDK port (give --vdev or -a in the EAL arguments)")?,
     };
-    port.configure(1, 1, 1024, 1024, pool, 0)
-        .with_context(|| format!("configuring {port}"))?;
+    port.configure(1, 1, 1024, 1024, pool, 0).with_context(|| format!("configuring {port}"))?;
     port.start().with_context(|| format!("starting {port}"))?;
     let _ = port.set_promiscuous(true);
     let _ = port.reset_stats();
@@ -317,77 +308,35 @@ fn open_port(name: Option<&str>, pool: &Mempool) -> Result<Port> {
 enum Source {
     /// Prebuilt frames, sent round-robin; `stamp_at` = stamp offset, if
     /// any; `udp6`: UDP/IPv6, whose checksum covers the stamp.
-    Templates {
-        frames: Vec<Vec<u8>>,
-        next: usize,
-        stamp_at: Option<usize>,
-        frag_ident: bool,
-        udp6: bool,
-    },
+    Templates { frames: Vec<Vec<u8>>, next: usize, stamp_at: Option<usize>, frag_ident: bool, udp6: bool },
     Tcp(Box<TcpClient>, Vec<u8>),
     Nothing,
 }
 
 fn generate(o: &Opts, stop: &AtomicBool) -> Result<Report> {
-    let pool = Mempool::new_pktmbuf(
-        "pktgen",
-        32767,
-        256,
-        mempool::DEFAULT_DATA_ROOM,
-        dpdk_sys::SOCKET_ID_ANY,
-    )
-    .context("mbuf pool")?;
+    let pool = Mempool::new_pktmbuf("pktgen", 32767, 256, mempool::DEFAULT_DATA_ROOM, dpdk_sys::SOCKET_ID_ANY)
+        .context("mbuf pool")?;
     let tx_port = open_port(o.port.as_deref(), &pool)?;
     let tx_mac = tx_port.mac_addr()?;
     let mut roles = vec![PortRole {
         port: tx_port,
         mac: tx_mac,
-        ip: o.ip.unwrap_or(if o.mode == Mode::Responder {
-            o.dst_ip
-        } else {
-            o.src_ip
-        }),
-        ip_count: if o.mode == Mode::Responder {
-            o.dst_ips
-        } else {
-            1
-        },
-        ip6: o.ipv6.then_some(if o.mode == Mode::Responder {
-            o.dst_ip6
-        } else {
-            o.src_ip6
-        }),
+        ip: o.ip.unwrap_or(if o.mode == Mode::Responder { o.dst_ip } else { o.src_ip }),
+        ip_count: if o.mode == Mode::Responder { o.dst_ips } else { 1 },
+        ip6: o.ipv6.then_some(if o.mode == Mode::Responder { o.dst_ip6 } else { o.src_ip6 }),
         responder: None,
         replies: MbufBurst::new(),
     }];
     if o.mode == Mode::Responder {
-        roles[0].responder = Some(Responder {
-            mac: tx_mac,
-            ip: roles[0].ip,
-            ip_count: o.dst_ips,
-            echo_udp: o.echo,
-        });
+        roles[0].responder = Some(Responder { mac: tx_mac, ip: roles[0].ip, ip_count: o.dst_ips, echo_udp: o.echo });
     }
     if let Some(rx) = &o.rx_port {
         let p = open_port(Some(rx), &pool)?;
         let mac = p.mac_addr()?;
         let ip = o.rx_ip.unwrap_or(o.dst_ip);
-        let responder = matches!(o.mode, Mode::Tcp | Mode::Cps).then_some(Responder {
-            mac,
-            ip,
-            ip_count: o.dst_ips,
-            echo_udp: o.echo,
-        });
+        let responder = matches!(o.mode, Mode::Tcp | Mode::Cps).then_some(Responder { mac, ip, ip_count: o.dst_ips, echo_udp: o.echo });
         let ip6 = o.ipv6.then_some(o.dst_ip6);
-        roles.push(PortRole {
-            port: p,
-            mac,
-            ip,
-            ip_count: o.dst_ips,
-            ip6,
-            responder,
-            replies: MbufBurst::new(),
-        });
+        roles.push(PortRole { port: p, mac, ip, ip_count: o.dst_ips, ip6, responder, replies: MbufBurst::new() });
     }
     let hz = eal::tsc_hz();
     let mut counters = Counters::default();
@@ -395,55 +344,23 @@ fn generate(o: &Opts, stop: &AtomicBool) -> Result<Report> {
     // The next hop's MAC.
     let dst_mac = match (o.dst_mac, o.gateway) {
         (Some(m), _) => m,
-        (None, _) if o.ipv6 && o.gateway6.is_some() && o.mode != Mode::Responder => resolve6(
-            &pool,
-            &mut roles,
-            o.gateway6.unwrap_or(o.dst_ip6),
-            hz,
-            &mut counters,
-        )?,
-        (None, Some(gw)) if o.mode != Mode::Responder => {
-            resolve(&pool, &mut roles, gw, hz, &mut counters)?
+        (None, _) if o.ipv6 && o.gateway6.is_some() && o.mode != Mode::Responder => {
+            resolve6(&pool, &mut roles, o.gateway6.unwrap_or(o.dst_ip6), hz, &mut counters)?
         }
+        (None, Some(gw)) if o.mode != Mode::Responder => resolve(&pool, &mut roles, gw, hz, &mut counters)?,
         _ => [0xff; 6],
     };
-    let ep = Endpoints {
-        src_mac: tx_mac,
-        dst_mac,
-        src: o.src_ip,
-        dst: o.dst_ip,
-    };
-    let flow_dst =
-        |i: usize| Ipv4Addr::from(u32::from(o.dst_ip).wrapping_add((i as u32) % o.dst_ips));
-    let flow_sport = |i: usize| {
-        o.sport
-            .wrapping_add(((i / o.dst_ips as usize) % (65536 - o.sport as usize)) as u16)
-    };
+    let ep = Endpoints { src_mac: tx_mac, dst_mac, src: o.src_ip, dst: o.dst_ip };
+    let flow_dst = |i: usize| Ipv4Addr::from(u32::from(o.dst_ip).wrapping_add((i as u32) % o.dst_ips));
+    let flow_sport = |i: usize| o.sport.wrapping_add(((i / o.dst_ips as usize) % (65536 - o.sport as usize)) as u16);
     let udp_dport = o.dport.unwrap_or(9);
     let frame_len = o.size.unwrap_or(64);
-    let ep6 = Endpoints6 {
-        src_mac: tx_mac,
-        dst_mac,
-        src: o.src_ip6,
-        dst: o.dst_ip6,
-    };
-    let flow_dst6 = |i: usize| {
-        Ipv6Addr::from(u128::from(o.dst_ip6).wrapping_add(u128::from((i as u32) % o.dst_ips)))
-    };
+    let ep6 = Endpoints6 { src_mac: tx_mac, dst_mac, src: o.src_ip6, dst: o.dst_ip6 };
+    let flow_dst6 = |i: usize| Ipv6Addr::from(u128::from(o.dst_ip6).wrapping_add(u128::from((i as u32) % o.dst_ips)));
     let mut source = match o.mode {
         Mode::Udp if o.ipv6 => Source::Templates {
             frames: (0..o.flows)
-                .map(|i| {
-                    packet6::udp6_frame(
-                        &Endpoints6 {
-                            dst: flow_dst6(i),
-                            ..ep6
-                        },
-                        flow_sport(i),
-                        udp_dport,
-                        frame_len,
-                    )
-                })
+                .map(|i| packet6::udp6_frame(&Endpoints6 { dst: flow_dst6(i), ..ep6 }, flow_sport(i), udp_dport, frame_len))
                 .collect(),
             next: 0,
             stamp_at: Some(packet6::L4_OFFSET6 + 8),
@@ -452,17 +369,7 @@ fn generate(o: &Opts, stop: &AtomicBool) -> Result<Report> {
         },
         Mode::Udp => Source::Templates {
             frames: (0..o.flows)
-                .map(|i| {
-                    packet::udp_frame(
-                        &Endpoints {
-                            dst: flow_dst(i),
-                            ..ep
-                        },
-                        flow_sport(i),
-                        udp_dport,
-                        frame_len,
-                    )
-                })
+                .map(|i| packet::udp_frame(&Endpoints { dst: flow_dst(i), ..ep }, flow_sport(i), udp_dport, frame_len))
                 .collect(),
             next: 0,
             stamp_at: Some(packet::L4_OFFSET + 8),
@@ -473,10 +380,7 @@ fn generate(o: &Opts, stop: &AtomicBool) -> Result<Report> {
             let mut frames = Vec::new();
             for i in 0..o.flows {
                 frames.extend(packet::udp_fragments(
-                    &Endpoints {
-                        dst: flow_dst(i),
-                        ..ep
-                    },
+                    &Endpoints { dst: flow_dst(i), ..ep },
                     flow_sport(i),
                     udp_dport,
                     i as u16,
@@ -485,27 +389,11 @@ fn generate(o: &Opts, stop: &AtomicBool) -> Result<Report> {
                     Stamp { seq: 0, tsc: 0 },
                 ));
             }
-            Source::Templates {
-                frames,
-                next: 0,
-                stamp_at: Some(packet::L4_OFFSET + 8),
-                frag_ident: true,
-                udp6: false,
-            }
+            Source::Templates { frames, next: 0, stamp_at: Some(packet::L4_OFFSET + 8), frag_ident: true, udp6: false }
         }
         Mode::SynFlood => Source::Templates {
             frames: (0..o.flows)
-                .map(|i| {
-                    packet::syn_flood_frame(
-                        &Endpoints {
-                            dst: flow_dst(i),
-                            ..ep
-                        },
-                        i,
-                        o.dport.unwrap_or(80),
-                        o.flood_source,
-                    )
-                })
+                .map(|i| packet::syn_flood_frame(&Endpoints { dst: flow_dst(i), ..ep }, i, o.dport.unwrap_or(80), o.flood_source))
                 .collect(),
             next: 0,
             stamp_at: None,
@@ -520,11 +408,7 @@ fn generate(o: &Opts, stop: &AtomicBool) -> Result<Report> {
                 slots: o.flows,
                 ndst: o.dst_ips,
                 payload: packet::tcp_payload_for(frame_len),
-                mode: if o.mode == Mode::Cps {
-                    TcpMode::Cps
-                } else {
-                    TcpMode::Stream
-                },
+                mode: if o.mode == Mode::Cps { TcpMode::Cps } else { TcpMode::Stream },
                 timeout: hz,
             })),
             Vec::with_capacity(2048),
@@ -536,15 +420,9 @@ fn generate(o: &Opts, stop: &AtomicBool) -> Result<Report> {
         _ => packet::clamp_frame_len(frame_len, 20),
     };
 
-    let duration = o
-        .duration
-        .unwrap_or(if o.mode == Mode::Responder { 0.0 } else { 5.0 });
+    let duration = o.duration.unwrap_or(if o.mode == Mode::Responder { 0.0 } else { 5.0 });
     let start = eal::rdtsc();
-    let end = if duration > 0.0 {
-        start + (duration * hz as f64) as u64
-    } else {
-        u64::MAX
-    };
+    let end = if duration > 0.0 { start + (duration * hz as f64) as u64 } else { u64::MAX };
     let per_tick = o.rate / hz as f64;
     let mut hist = Histogram::new();
     let mut hs_hist = Histogram::new();
@@ -571,22 +449,10 @@ fn generate(o: &Opts, stop: &AtomicBool) -> Result<Report> {
             let mut want = o.burst;
             if o.rate > 0.0 {
                 let allowed = ((now - start) as f64 * per_tick) as u64;
-                want = want.min(
-                    allowed.saturating_sub(counters.tx_packets + counters.tx_refused) as usize,
-                );
+                want = want.min(allowed.saturating_sub(counters.tx_packets + counters.tx_refused) as usize);
             }
             if want > 0 {
-                fill(
-                    &mut source,
-                    &pool,
-                    &mut tx,
-                    want,
-                    now,
-                    &mut seq,
-                    &mut ident,
-                    &mut stamped_sent,
-                    &mut counters,
-                );
+                fill(&mut source, &pool, &mut tx, want, now, &mut seq, &mut ident, &mut stamped_sent, &mut counters);
                 let total: u64 = tx.iter().map(|m| m.len() as u64).sum();
                 let sent = tx_port.tx_burst(0, &mut tx);
                 let unsent: u64 = tx.iter().map(|m| m.len() as u64).sum();
@@ -612,9 +478,7 @@ fn generate(o: &Opts, stop: &AtomicBool) -> Result<Report> {
                 let parsed = packet::parse(data);
                 match parsed {
                     Parsed::Arp { .. } => {
-                        if let Some(r) =
-                            packet::arp_reply_range(data, role.mac, role.ip, role.ip_count)
-                        {
+                        if let Some(r) = packet::arp_reply_range(data, role.mac, role.ip, role.ip_count) {
                             if let Some(mb) = pool.alloc_from_slice(&r) {
                                 let _ = role.replies.push(mb);
                                 counters.arp_replies_sent += 1;
@@ -631,9 +495,7 @@ fn generate(o: &Opts, stop: &AtomicBool) -> Result<Report> {
                     Parsed::Other if role.ip6.is_some() => match packet6::parse6(data) {
                         Parsed6::Nd { .. } => {
                             let first = role.ip6.unwrap_or(Ipv6Addr::UNSPECIFIED);
-                            if let Some(r) =
-                                packet6::nd_answer(data, role.mac, first, role.ip_count)
-                            {
+                            if let Some(r) = packet6::nd_answer(data, role.mac, first, role.ip_count) {
                                 if let Some(mb) = pool.alloc_from_slice(&r) {
                                     let _ = role.replies.push(mb);
                                     counters.arp_replies_sent += 1;
@@ -678,8 +540,7 @@ fn generate(o: &Opts, stop: &AtomicBool) -> Result<Report> {
             std::thread::sleep(std::time::Duration::from_micros(20));
         }
     }
-    let elapsed =
-        (eal::rdtsc() - start) as f64 / hz as f64 - if duration > 0.0 { 0.1 } else { 0.0 };
+    let elapsed = (eal::rdtsc() - start) as f64 / hz as f64 - if duration > 0.0 { 0.1 } else { 0.0 };
     for role in &roles {
         if let Ok(s) = role.port.stats() {
             counters.rx_missed += s.imissed;
@@ -694,25 +555,14 @@ fn generate(o: &Opts, stop: &AtomicBool) -> Result<Report> {
     let (tcp, latency) = match &source {
         Source::Tcp(c, _) => {
             data_latency = (hist.count() > 0).then(|| Latency::from_ticks("one-way", &hist, hz));
-            (
-                Some(c.stats),
-                Some(Latency::from_ticks("handshake", &hs_hist, hz)),
-            )
+            (Some(c.stats), Some(Latency::from_ticks("handshake", &hs_hist, hz)))
         }
         _ => {
-            let kind = if o.rx_port.is_some() {
-                "one-way"
-            } else {
-                "round-trip"
-            };
-            (
-                None,
-                (hist.count() > 0).then(|| Latency::from_ticks(kind, &hist, hz)),
-            )
+            let kind = if o.rx_port.is_some() { "one-way" } else { "round-trip" };
+            (None, (hist.count() > 0).then(|| Latency::from_ticks(kind, &hist, hz)))
         }
     };
-    let lost = (stamped_sent > 0 && counters.rx_stamped > 0)
-        .then(|| stamped_sent.saturating_sub(counters.rx_stamped));
+    let lost = (stamped_sent > 0 && counters.rx_stamped > 0).then(|| stamped_sent.saturating_sub(counters.rx_stamped));
     let mut report = Report {
         mode: o.mode.name().into(),
         duration_s: elapsed.max(1e-9),
@@ -751,13 +601,7 @@ fn fill(
     counters: &mut Counters,
 ) {
     match source {
-        Source::Templates {
-            frames,
-            next,
-            stamp_at,
-            frag_ident,
-            udp6,
-        } => {
+        Source::Templates { frames, next, stamp_at, frag_ident, udp6 } => {
             if !pool.alloc_bulk(tx, want) {
                 counters.tx_nombuf += want as u64;
                 return;
@@ -768,9 +612,7 @@ fn fill(
                 if *next == frames.len() {
                     *next = 0;
                 }
-                let Some(buf) = m.append(f.len() as u16) else {
-                    continue;
-                };
+                let Some(buf) = m.append(f.len() as u16) else { continue };
                 buf.copy_from_slice(f);
                 if *frag_ident {
                     // A new datagram starts at each first fragment.
@@ -778,9 +620,7 @@ fn fill(
                     if first {
                         *ident = ident.wrapping_add(1);
                     }
-                    let mut ip = dataplane::wire::ipv4::Ipv4Packet::new_unchecked(
-                        &mut buf[packet::L3_OFFSET..],
-                    );
+                    let mut ip = dataplane::wire::ipv4::Ipv4Packet::new_unchecked(&mut buf[packet::L3_OFFSET..]);
                     ip.set_ident(*ident);
                     ip.fill_checksum();
                     if !first {
@@ -789,10 +629,7 @@ fn fill(
                 }
                 if let Some(at) = *stamp_at {
                     *seq = seq.wrapping_add(1);
-                    let stamp = Stamp {
-                        seq: *seq,
-                        tsc: now,
-                    };
+                    let stamp = Stamp { seq: *seq, tsc: now };
                     if *udp6 {
                         packet6::stamp_udp6(buf, stamp);
                     } else {
@@ -821,13 +658,7 @@ fn fill(
 /// Neighbour solicitations for `gw` on the first port until it
 /// advertises itself (3 s at most); solicitations for our own IPv6
 /// address are answered meanwhile.
-fn resolve6(
-    pool: &Mempool,
-    roles: &mut [PortRole],
-    gw: Ipv6Addr,
-    hz: u64,
-    counters: &mut Counters,
-) -> Result<[u8; 6]> {
+fn resolve6(pool: &Mempool, roles: &mut [PortRole], gw: Ipv6Addr, hz: u64, counters: &mut Counters) -> Result<[u8; 6]> {
     let role = &mut roles[0];
     let me = role.ip6.context("--gateway6 needs --ipv6")?;
     let ns = packet6::nd_solicit(role.mac, me, gw);
@@ -861,13 +692,7 @@ fn resolve6(
 }
 
 /// ARP for `gw` on the first port until it answers (3 s at most).
-fn resolve(
-    pool: &Mempool,
-    roles: &mut [PortRole],
-    gw: Ipv4Addr,
-    hz: u64,
-    counters: &mut Counters,
-) -> Result<[u8; 6]> {
+fn resolve(pool: &Mempool, roles: &mut [PortRole], gw: Ipv4Addr, hz: u64, counters: &mut Counters) -> Result<[u8; 6]> {
     let role = &mut roles[0];
     let req = packet::arp_request(role.mac, role.ip, gw);
     let deadline = eal::rdtsc() + 3 * hz;
@@ -884,13 +709,7 @@ fn resolve(
         role.port.rx_burst(0, &mut rx);
         for m in rx.drain() {
             let data = m.data();
-            if let Parsed::Arp {
-                operation,
-                sender_mac,
-                sender_ip,
-                ..
-            } = packet::parse(data)
-            {
+            if let Parsed::Arp { operation, sender_mac, sender_ip, .. } = packet::parse(data) {
                 if operation == dataplane::wire::arp::Operation::Reply && sender_ip == gw {
                     return Ok(sender_mac);
                 }

@@ -116,9 +116,7 @@ pub fn tcp_frame(
             s.write(&mut payload);
         }
     }
-    let mut f = ep
-        .builder()
-        .tcp(sport, dport, seq, ack, flags, window, &[], &payload);
+    let mut f = ep.builder().tcp(sport, dport, seq, ack, flags, window, &[], &payload);
     if f.len() < MIN_FRAME {
         f.resize(MIN_FRAME, 0);
     }
@@ -320,12 +318,7 @@ pub fn arp_reply(frame: &[u8], my_mac: [u8; 6], my_ip: Ipv4Addr) -> Option<Vec<u
 
 /// The reply to an ARP request for any of the `count` addresses from
 /// `first` (a responder standing in for many servers), or `None`.
-pub fn arp_reply_range(
-    frame: &[u8],
-    my_mac: [u8; 6],
-    first: Ipv4Addr,
-    count: u32,
-) -> Option<Vec<u8>> {
+pub fn arp_reply_range(frame: &[u8], my_mac: [u8; 6], first: Ipv4Addr, count: u32) -> Option<Vec<u8>> {
     match parse(frame) {
         Parsed::Arp {
             operation: Operation::Request,
@@ -408,17 +401,7 @@ pub fn syn_flood_frame(ep: &Endpoints, i: usize, dport: u16, source: FloodSource
         FloodSource::Random { seed } => random_source(seed, i),
     };
     let seq = (i as u32).wrapping_mul(7919);
-    tcp_frame(
-        &Endpoints { src, ..*ep },
-        sport,
-        dport,
-        seq,
-        0,
-        SYN,
-        64240,
-        0,
-        None,
-    )
+    tcp_frame(&Endpoints { src, ..*ep }, sport, dport, seq, 0, SYN, 64240, 0, None)
 }
 
 #[cfg(test)]
@@ -448,37 +431,16 @@ mod tests {
             assert_eq!(f.len(), want.clamp(60, 1514), "asked {want}");
             let ip = ip_ok(&f);
             assert_eq!(ip.total_len() as usize, f.len() - 14);
-            stamp_udp(
-                &mut f,
-                Stamp {
-                    seq: 7,
-                    tsc: 0x1122_3344_5566,
-                },
-            );
+            stamp_udp(&mut f, Stamp { seq: 7, tsc: 0x1122_3344_5566 });
             match parse(&f) {
-                Parsed::Udp {
-                    src,
-                    dst,
-                    sport,
-                    dport,
-                    stamp,
-                } => {
+                Parsed::Udp { src, dst, sport, dport, stamp } => {
                     assert_eq!((src, dst, sport, dport), (ep().src, ep().dst, 1234, 9));
-                    assert_eq!(
-                        stamp,
-                        Some(Stamp {
-                            seq: 7,
-                            tsc: 0x1122_3344_5566
-                        })
-                    );
+                    assert_eq!(stamp, Some(Stamp { seq: 7, tsc: 0x1122_3344_5566 }));
                 }
                 p => panic!("{p:?}"),
             }
             // Checksum "none" stays valid whatever the stamp.
-            assert_eq!(
-                UdpPacket::new_checked(&f[L4_OFFSET..]).unwrap().checksum(),
-                0
-            );
+            assert_eq!(UdpPacket::new_checked(&f[L4_OFFSET..]).unwrap().checksum(), 0);
         }
     }
 
@@ -499,36 +461,19 @@ mod tests {
         let s = Stamp { seq: 3, tsc: 99 };
         patch_tcp(&mut d, 5000, 6000, tcp_flags::ACK | tcp_flags::PSH, Some(s));
         match parse(&d) {
-            Parsed::Tcp {
-                seq,
-                ack,
-                payload_len,
-                stamp,
-                ..
-            } => {
-                assert_eq!(
-                    (seq, ack, payload_len, stamp),
-                    (5000, 6000, n as u32, Some(s))
-                );
+            Parsed::Tcp { seq, ack, payload_len, stamp, .. } => {
+                assert_eq!((seq, ack, payload_len, stamp), (5000, 6000, n as u32, Some(s)));
             }
             p => panic!("{p:?}"),
         }
         let ip = ip_ok(&d);
-        assert!(TcpPacket::new_checked(ip.payload())
-            .unwrap()
-            .verify_checksum(ep().src, ep().dst));
+        assert!(TcpPacket::new_checked(ip.payload()).unwrap().verify_checksum(ep().src, ep().dst));
     }
 
     #[test]
     fn fragments_reassemble_to_the_datagram() {
         let s = Stamp { seq: 1, tsc: 42 };
-        for (len, fp) in [
-            (3000usize, 1480usize),
-            (100, 8),
-            (1472, 1480),
-            (4000, 1000),
-            (16, 1480),
-        ] {
+        for (len, fp) in [(3000usize, 1480usize), (100, 8), (1472, 1480), (4000, 1000), (16, 1480)] {
             let frags = udp_fragments(&ep(), 5000, 6000, 77, len, fp, s);
             let mut l4 = Vec::new();
             for (i, f) in frags.iter().enumerate() {
@@ -550,9 +495,7 @@ mod tests {
             // The first fragment alone shows the stamp; the others are fragments.
             // (A first fragment of 8 bytes holds the UDP header only.)
             let want = (fp >= 8 + STAMP_LEN).then_some(s);
-            assert!(
-                matches!(parse(&frags[0]), Parsed::Udp { stamp, sport: 5000, .. } if stamp == want)
-            );
+            assert!(matches!(parse(&frags[0]), Parsed::Udp { stamp, sport: 5000, .. } if stamp == want));
             for f in &frags[1..] {
                 assert_eq!(parse(f), Parsed::Fragment);
             }
@@ -566,12 +509,7 @@ mod tests {
         let req = arp_request([2, 0, 0, 0, 0, 1], Ipv4Addr::new(198, 18, 1, 1), me);
         let rep = arp_reply(&req, mac, me).expect("reply");
         match parse(&rep) {
-            Parsed::Arp {
-                operation,
-                sender_mac,
-                sender_ip,
-                target_ip,
-            } => {
+            Parsed::Arp { operation, sender_mac, sender_ip, target_ip } => {
                 assert_eq!(operation, Operation::Reply);
                 assert_eq!((sender_mac, sender_ip), (mac, me));
                 assert_eq!(target_ip, Ipv4Addr::new(198, 18, 1, 1));
@@ -604,15 +542,7 @@ mod tests {
         let t = TcpPacket::new_checked(ip.payload()).expect("tcp");
         assert!(t.verify_checksum(ip.src(), ip.dst()));
         match parse(f) {
-            Parsed::Tcp {
-                src,
-                dst,
-                sport,
-                dport,
-                flags,
-                payload_len: 0,
-                ..
-            } => {
+            Parsed::Tcp { src, dst, sport, dport, flags, payload_len: 0, .. } => {
                 assert_eq!((dst, dport, flags), (ep().dst, 8080, SYN));
                 (src, sport)
             }
@@ -628,11 +558,7 @@ mod tests {
             (50_000, (Ipv4Addr::new(198, 18, 1, 11), 1024)),
             (120_001, (Ipv4Addr::new(198, 18, 1, 12), 21_025)),
         ] {
-            assert_eq!(
-                syn_of(&syn_flood_frame(&ep(), i, 8080, FloodSource::Sequential)),
-                want,
-                "flow {i}"
-            );
+            assert_eq!(syn_of(&syn_flood_frame(&ep(), i, 8080, FloodSource::Sequential)), want, "flow {i}");
         }
     }
 
@@ -647,11 +573,7 @@ mod tests {
             let o = a.octets();
             assert!(o[0] != 0 && o[0] != 127 && o[0] < 224, "flow {i}: {a}");
             assert!(p >= 1024, "flow {i}: port {p}");
-            assert_eq!(
-                f,
-                syn_flood_frame(&ep(), i, 8080, src),
-                "flow {i} not repeatable"
-            );
+            assert_eq!(f, syn_flood_frame(&ep(), i, 8080, src), "flow {i} not repeatable");
             addrs.insert(a);
             slash8.insert(o[0]);
         }
@@ -659,32 +581,16 @@ mod tests {
         // hardly ever in the sender's own network.
         assert!(addrs.len() > 4090, "{} distinct sources", addrs.len());
         assert!(slash8.len() > 200, "{} distinct /8s", slash8.len());
-        let own = addrs
-            .iter()
-            .filter(|a| a.octets()[..3] == ep().src.octets()[..3])
-            .count();
+        let own = addrs.iter().filter(|a| a.octets()[..3] == ep().src.octets()[..3]).count();
         assert!(own <= 1, "{own} sources in the sender's /24");
         // Another seed, other sources.
         let other = syn_flood_frame(&ep(), 0, 8080, FloodSource::Random { seed: 16 });
-        assert_ne!(
-            syn_of(&other),
-            syn_of(&syn_flood_frame(&ep(), 0, 8080, src))
-        );
+        assert_ne!(syn_of(&other), syn_of(&syn_flood_frame(&ep(), 0, 8080, src)));
     }
 
     #[test]
     fn parse_never_panics_on_truncations() {
-        let f = tcp_frame(
-            &ep(),
-            1,
-            2,
-            3,
-            4,
-            SYN,
-            5,
-            64,
-            Some(Stamp { seq: 1, tsc: 1 }),
-        );
+        let f = tcp_frame(&ep(), 1, 2, 3, 4, SYN, 5, 64, Some(Stamp { seq: 1, tsc: 1 }));
         for n in 0..=f.len() {
             let _ = parse(&f[..n]);
         }

@@ -37,15 +37,7 @@ pub struct Endpoints6 {
 }
 
 /// Ethernet and IPv6 headers for `payload_len` bytes of `next_header`.
-fn headers(
-    src_mac: [u8; 6],
-    dst_mac: [u8; 6],
-    src: Ipv6Addr,
-    dst: Ipv6Addr,
-    next_header: u8,
-    hop_limit: u8,
-    payload_len: usize,
-) -> Vec<u8> {
+fn headers(src_mac: [u8; 6], dst_mac: [u8; 6], src: Ipv6Addr, dst: Ipv6Addr, next_header: u8, hop_limit: u8, payload_len: usize) -> Vec<u8> {
     let mut f = vec![0u8; L4_OFFSET6 + payload_len];
     ethernet::emit_header(&mut f, dst_mac, src_mac, None, ethertype::IPV6);
     let mut ip = Ipv6Packet::new_unchecked(&mut f[L3_OFFSET6..]);
@@ -64,15 +56,7 @@ fn headers(
 pub fn udp6_frame(ep: &Endpoints6, sport: u16, dport: u16, frame_len: usize) -> Vec<u8> {
     let len = frame_len.clamp(MIN_FRAME6, MAX_FRAME);
     let udp_len = len - L4_OFFSET6;
-    let mut f = headers(
-        ep.src_mac,
-        ep.dst_mac,
-        ep.src,
-        ep.dst,
-        ip_proto::UDP,
-        HOP_LIMIT,
-        udp_len,
-    );
+    let mut f = headers(ep.src_mac, ep.dst_mac, ep.src, ep.dst, ip_proto::UDP, HOP_LIMIT, udp_len);
     let mut u = UdpPacket::new_unchecked(&mut f[L4_OFFSET6..]);
     u.set_src_port(sport);
     u.set_dst_port(dport);
@@ -91,10 +75,7 @@ pub fn stamp_udp6(frame: &mut [u8], stamp: Stamp) {
     };
     let seg = &mut frame[L4_OFFSET6..];
     seg[6..8].copy_from_slice(&[0, 0]);
-    let c = !checksum::fold(checksum::sum(
-        icmpv6::pseudo_header(src, dst, seg.len(), ip_proto::UDP),
-        seg,
-    ));
+    let c = !checksum::fold(checksum::sum(icmpv6::pseudo_header(src, dst, seg.len(), ip_proto::UDP), seg));
     seg[6..8].copy_from_slice(&if c == 0 { 0xffff } else { c }.to_be_bytes());
 }
 
@@ -104,15 +85,7 @@ pub fn nd_solicit(my_mac: [u8; 6], my_ip: Ipv6Addr, target: Ipv6Addr) -> Vec<u8>
     let group = icmpv6::solicited_node(target);
     let mut body = [0u8; 32];
     let n = icmpv6::emit_ns(&mut body, my_ip, group, target, my_mac).unwrap_or(0);
-    let mut f = headers(
-        my_mac,
-        icmpv6::multicast_mac(group),
-        my_ip,
-        group,
-        ip_proto::ICMPV6,
-        ND_HOP_LIMIT,
-        n,
-    );
+    let mut f = headers(my_mac, icmpv6::multicast_mac(group), my_ip, group, ip_proto::ICMPV6, ND_HOP_LIMIT, n);
     f[L4_OFFSET6..].copy_from_slice(&body[..n]);
     f
 }
@@ -120,40 +93,23 @@ pub fn nd_solicit(my_mac: [u8; 6], my_ip: Ipv6Addr, target: Ipv6Addr) -> Vec<u8>
 /// What a received IPv6 frame is, as far as the generator cares.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum Parsed6 {
-    Udp {
-        src: Ipv6Addr,
-        dst: Ipv6Addr,
-        sport: u16,
-        dport: u16,
-        stamp: Option<Stamp>,
-    },
+    Udp { src: Ipv6Addr, dst: Ipv6Addr, sport: u16, dport: u16, stamp: Option<Stamp> },
     /// A well-formed solicitation or advertisement (checksum verified,
     /// hop limit 255) from `src`.
-    Nd {
-        src: Ipv6Addr,
-        nd: icmpv6::Nd,
-    },
+    Nd { src: Ipv6Addr, nd: icmpv6::Nd },
     Other,
 }
 
 /// Parses a received frame (untagged Ethernet, IPv6).
 pub fn parse6(frame: &[u8]) -> Parsed6 {
-    let Ok(eth) = EthernetFrame::new_checked(frame) else {
-        return Parsed6::Other;
-    };
+    let Ok(eth) = EthernetFrame::new_checked(frame) else { return Parsed6::Other };
     if eth.ethertype() != ethertype::IPV6 {
         return Parsed6::Other;
     }
-    let Ok(ip) = Ipv6Packet::new_checked(eth.payload()) else {
-        return Parsed6::Other;
-    };
-    let Ok(u) = ip.upper_layer() else {
-        return Parsed6::Other;
-    };
+    let Ok(ip) = Ipv6Packet::new_checked(eth.payload()) else { return Parsed6::Other };
+    let Ok(u) = ip.upper_layer() else { return Parsed6::Other };
     let (src, dst) = (ip.src(), ip.dst());
-    let Some(l4) = ip.payload().get(u.offset..) else {
-        return Parsed6::Other;
-    };
+    let Some(l4) = ip.payload().get(u.offset..) else { return Parsed6::Other };
     match u.protocol {
         ip_proto::UDP if u.fragment.is_none() => match UdpPacket::new_checked(l4) {
             Ok(p) => Parsed6::Udp {
@@ -165,12 +121,10 @@ pub fn parse6(frame: &[u8]) -> Parsed6 {
             },
             Err(_) => Parsed6::Other,
         },
-        ip_proto::ICMPV6 if ip.hop_limit() == ND_HOP_LIMIT && icmpv6::verify(src, dst, l4) => {
-            match icmpv6::parse_nd(l4) {
-                Ok(nd) => Parsed6::Nd { src, nd },
-                Err(_) => Parsed6::Other,
-            }
-        }
+        ip_proto::ICMPV6 if ip.hop_limit() == ND_HOP_LIMIT && icmpv6::verify(src, dst, l4) => match icmpv6::parse_nd(l4) {
+            Ok(nd) => Parsed6::Nd { src, nd },
+            Err(_) => Parsed6::Other,
+        },
         _ => Parsed6::Other,
     }
 }
@@ -179,38 +133,20 @@ pub fn parse6(frame: &[u8]) -> Parsed6 {
 /// addresses from `first` (one host standing in for many), or `None`: to
 /// the solicitation's source, or to all nodes for DAD's unspecified one.
 pub fn nd_answer(frame: &[u8], my_mac: [u8; 6], first: Ipv6Addr, count: u32) -> Option<Vec<u8>> {
-    let Parsed6::Nd { src, nd } = parse6(frame) else {
-        return None;
-    };
+    let Parsed6::Nd { src, nd } = parse6(frame) else { return None };
     let offset = u128::from(nd.target).wrapping_sub(u128::from(first));
     if nd.msg_type != msg_type::NEIGHBOR_SOLICIT || offset >= u128::from(count.max(1)) {
         return None;
     }
     let (to, to_mac, flags) = match nd.lladdr {
-        _ if src.is_unspecified() => (
-            icmpv6::ALL_NODES,
-            icmpv6::multicast_mac(icmpv6::ALL_NODES),
-            icmpv6::NA_OVERRIDE,
-        ),
+        _ if src.is_unspecified() => (icmpv6::ALL_NODES, icmpv6::multicast_mac(icmpv6::ALL_NODES), icmpv6::NA_OVERRIDE),
         Some(mac) => (src, mac, icmpv6::NA_SOLICITED | icmpv6::NA_OVERRIDE),
         // No link-layer address to answer to: the Ethernet source.
-        None => (
-            src,
-            EthernetFrame::new_checked(frame).ok()?.src(),
-            icmpv6::NA_SOLICITED | icmpv6::NA_OVERRIDE,
-        ),
+        None => (src, EthernetFrame::new_checked(frame).ok()?.src(), icmpv6::NA_SOLICITED | icmpv6::NA_OVERRIDE),
     };
     let mut body = [0u8; 32];
     let n = icmpv6::emit_na(&mut body, nd.target, to, nd.target, my_mac, flags)?;
-    let mut f = headers(
-        my_mac,
-        to_mac,
-        nd.target,
-        to,
-        ip_proto::ICMPV6,
-        ND_HOP_LIMIT,
-        n,
-    );
+    let mut f = headers(my_mac, to_mac, nd.target, to, ip_proto::ICMPV6, ND_HOP_LIMIT, n);
     f[L4_OFFSET6..].copy_from_slice(&body[..n]);
     Some(f)
 }
@@ -219,11 +155,7 @@ pub fn nd_answer(frame: &[u8], my_mac: [u8; 6], first: Ipv6Addr, count: u32) -> 
 /// it (resolving a gateway).
 pub fn nd_advertised(frame: &[u8], target: Ipv6Addr) -> Option<[u8; 6]> {
     match parse6(frame) {
-        Parsed6::Nd { nd, .. }
-            if nd.msg_type == msg_type::NEIGHBOR_ADVERT && nd.target == target =>
-        {
-            nd.lladdr
-        }
+        Parsed6::Nd { nd, .. } if nd.msg_type == msg_type::NEIGHBOR_ADVERT && nd.target == target => nd.lladdr,
         _ => None,
     }
 }
@@ -239,22 +171,14 @@ mod tests {
     const PEER: [u8; 6] = [2, 0, 0, 0, 0, 2];
 
     fn ep() -> Endpoints6 {
-        Endpoints6 {
-            src_mac: ME,
-            dst_mac: PEER,
-            src: a("2001:db8:1::10"),
-            dst: a("2001:db8:2::10"),
-        }
+        Endpoints6 { src_mac: ME, dst_mac: PEER, src: a("2001:db8:1::10"), dst: a("2001:db8:2::10") }
     }
 
     /// The UDP checksum of a frame, verified over the pseudo-header.
     fn udp_ok(f: &[u8]) -> bool {
         let ip = Ipv6Packet::new_checked(&f[L3_OFFSET6..]).unwrap();
         let seg = ip.payload();
-        checksum::fold(checksum::sum(
-            icmpv6::pseudo_header(ip.src(), ip.dst(), seg.len(), ip_proto::UDP),
-            seg,
-        )) == 0xffff
+        checksum::fold(checksum::sum(icmpv6::pseudo_header(ip.src(), ip.dst(), seg.len(), ip_proto::UDP), seg)) == 0xffff
     }
 
     #[test]
@@ -263,31 +187,13 @@ mod tests {
             let mut f = udp6_frame(&ep(), 1234, 9, want);
             assert_eq!(f.len(), want.clamp(MIN_FRAME6, 1514), "asked {want}");
             let ip = Ipv6Packet::new_checked(&f[L3_OFFSET6..]).unwrap();
-            assert_eq!(
-                (ip.payload_len() as usize, ip.next_header(), ip.hop_limit()),
-                (f.len() - 54, 17, 64)
-            );
+            assert_eq!((ip.payload_len() as usize, ip.next_header(), ip.hop_limit()), (f.len() - 54, 17, 64));
             assert!(udp_ok(&f), "checksum of the template");
-            stamp_udp6(
-                &mut f,
-                Stamp {
-                    seq: 7,
-                    tsc: 0x1122_3344_5566,
-                },
-            );
+            stamp_udp6(&mut f, Stamp { seq: 7, tsc: 0x1122_3344_5566 });
             assert!(udp_ok(&f), "checksum after the stamp");
             assert_eq!(
                 parse6(&f),
-                Parsed6::Udp {
-                    src: ep().src,
-                    dst: ep().dst,
-                    sport: 1234,
-                    dport: 9,
-                    stamp: Some(Stamp {
-                        seq: 7,
-                        tsc: 0x1122_3344_5566
-                    })
-                }
+                Parsed6::Udp { src: ep().src, dst: ep().dst, sport: 1234, dport: 9, stamp: Some(Stamp { seq: 7, tsc: 0x1122_3344_5566 }) }
             );
         }
     }
@@ -298,10 +204,7 @@ mod tests {
     fn truncations_parse_without_panic() {
         let f = udp6_frame(&ep(), 1, 2, 100);
         for n in 0..f.len() {
-            assert!(
-                !matches!(parse6(&f[..n]), Parsed6::Udp { stamp: Some(_), .. }),
-                "{n}"
-            );
+            assert!(!matches!(parse6(&f[..n]), Parsed6::Udp { stamp: Some(_), .. }), "{n}");
         }
     }
 
@@ -309,44 +212,22 @@ mod tests {
     fn a_solicitation_for_one_of_ours_is_answered_and_resolves() {
         let gw = a("2001:db8:1::1");
         let ns = nd_solicit(PEER, gw, a("2001:db8:1::12"));
-        assert_eq!(
-            ns[0..6],
-            icmpv6::multicast_mac(icmpv6::solicited_node(a("2001:db8:1::12")))
-        );
+        assert_eq!(ns[0..6], icmpv6::multicast_mac(icmpv6::solicited_node(a("2001:db8:1::12"))));
         match parse6(&ns) {
-            Parsed6::Nd { src, nd } => assert_eq!(
-                (src, nd.msg_type, nd.target, nd.lladdr),
-                (gw, 135, a("2001:db8:1::12"), Some(PEER))
-            ),
+            Parsed6::Nd { src, nd } => assert_eq!((src, nd.msg_type, nd.target, nd.lladdr), (gw, 135, a("2001:db8:1::12"), Some(PEER))),
             other => panic!("{other:?}"),
         }
         // We stand for 2001:db8:1::10 .. ::13: ::12 is ours, ::14 is not.
         let na = nd_answer(&ns, ME, a("2001:db8:1::10"), 4).expect("answered");
-        assert!(nd_answer(
-            &nd_solicit(PEER, gw, a("2001:db8:1::14")),
-            ME,
-            a("2001:db8:1::10"),
-            4
-        )
-        .is_none());
-        assert_eq!(
-            (na[0..6].to_vec(), na[6..12].to_vec()),
-            (PEER.to_vec(), ME.to_vec())
-        );
+        assert!(nd_answer(&nd_solicit(PEER, gw, a("2001:db8:1::14")), ME, a("2001:db8:1::10"), 4).is_none());
+        assert_eq!((na[0..6].to_vec(), na[6..12].to_vec()), (PEER.to_vec(), ME.to_vec()));
         let ip = Ipv6Packet::new_checked(&na[L3_OFFSET6..]).unwrap();
-        assert_eq!(
-            (ip.src(), ip.dst(), ip.hop_limit()),
-            (a("2001:db8:1::12"), gw, 255)
-        );
+        assert_eq!((ip.src(), ip.dst(), ip.hop_limit()), (a("2001:db8:1::12"), gw, 255));
         assert!(icmpv6::verify(ip.src(), ip.dst(), ip.payload()));
         // The gateway's side: the advertisement names the MAC.
         assert_eq!(nd_advertised(&na, a("2001:db8:1::12")), Some(ME));
         assert_eq!(nd_advertised(&na, a("2001:db8:1::13")), None);
-        assert_eq!(
-            nd_advertised(&ns, a("2001:db8:1::12")),
-            None,
-            "a solicitation advertises nothing"
-        );
+        assert_eq!(nd_advertised(&ns, a("2001:db8:1::12")), None, "a solicitation advertises nothing");
         // A solicitation with a broken checksum or a forwarded one (hop
         // limit below 255) is not answered.
         let mut bad = ns.clone();

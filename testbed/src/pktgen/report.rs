@@ -90,14 +90,7 @@ impl Report {
         self.tx_gbps = c.tx_bytes as f64 * 8.0 / d / 1e9;
         self.rx_gbps = c.rx_bytes as f64 * 8.0 / d / 1e9;
         if let Some(t) = &self.tcp {
-            self.connections_per_s = Some(
-                if self.mode == "cps" {
-                    t.completed
-                } else {
-                    t.established
-                } as f64
-                    / d,
-            );
+            self.connections_per_s = Some(if self.mode == "cps" { t.completed } else { t.established } as f64 / d);
         }
     }
 
@@ -146,10 +139,7 @@ impl Report {
             );
         }
         if c.arp_replies_sent + c.responder_replies > 0 {
-            s += &format!(
-                "answered {} ARP requests, {} responder replies\n",
-                c.arp_replies_sent, c.responder_replies
-            );
+            s += &format!("answered {} ARP requests, {} responder replies\n", c.arp_replies_sent, c.responder_replies);
         }
         s
     }
@@ -170,12 +160,7 @@ mod tests {
             duration_s: 2.0,
             frame_len: 64,
             flows: 1,
-            counters: Counters {
-                tx_packets: 4_000_000,
-                tx_bytes: 256_000_000,
-                rx_packets: 2_000_000,
-                ..Default::default()
-            },
+            counters: Counters { tx_packets: 4_000_000, tx_bytes: 256_000_000, rx_packets: 2_000_000, ..Default::default() },
             latency: Some(Latency::from_ticks("one-way", &h, 1_000_000_000)),
             ..Default::default()
         };

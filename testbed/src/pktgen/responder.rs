@@ -65,34 +65,18 @@ impl Responder {
         }
         let peer_mac: [u8; 6] = frame[6..12].try_into().unwrap_or([0; 6]);
         match packet::parse(frame) {
-            Parsed::Arp { .. } => {
-                match packet::arp_reply_range(frame, self.mac, self.ip, self.ip_count) {
-                    Some(f) => {
-                        *out = f;
-                        Answer::Arp
-                    }
-                    None => Answer::None,
+            Parsed::Arp { .. } => match packet::arp_reply_range(frame, self.mac, self.ip, self.ip_count) {
+                Some(f) => {
+                    *out = f;
+                    Answer::Arp
                 }
-            }
-            Parsed::Tcp {
-                src,
-                dst,
-                sport,
-                dport,
-                seq,
-                flags,
-                payload_len,
-                ..
-            } => {
+                None => Answer::None,
+            },
+            Parsed::Tcp { src, dst, sport, dport, seq, flags, payload_len, .. } => {
                 if flags & RST != 0 {
                     return Answer::None;
                 }
-                let ep = Endpoints {
-                    src_mac: self.mac,
-                    dst_mac: peer_mac,
-                    src: dst,
-                    dst: src,
-                };
+                let ep = Endpoints { src_mac: self.mac, dst_mac: peer_mac, src: dst, dst: src };
                 let my_isn = isn(src, sport, dst, dport);
                 let (reply_seq, reply_ack, reply_flags, what) = if flags & SYN != 0 {
                     (my_isn, seq.wrapping_add(1), SYN | ACK, Answer::SynAck)
@@ -104,25 +88,12 @@ impl Responder {
                         Answer::FinAck,
                     )
                 } else if payload_len > 0 {
-                    (
-                        my_isn.wrapping_add(1),
-                        seq.wrapping_add(payload_len),
-                        ACK,
-                        Answer::Ack,
-                    )
+                    (my_isn.wrapping_add(1), seq.wrapping_add(payload_len), ACK, Answer::Ack)
                 } else {
                     return Answer::None;
                 };
                 *out = packet::tcp_frame(
-                    &ep,
-                    dport,
-                    sport,
-                    reply_seq,
-                    reply_ack,
-                    reply_flags,
-                    WINDOW,
-                    0,
-                    None,
+                    &ep, dport, sport, reply_seq, reply_ack, reply_flags, WINDOW, 0, None,
                 );
                 what
             }
@@ -172,24 +143,12 @@ mod tests {
         }
     }
     fn r() -> Responder {
-        Responder {
-            mac: [2, 0, 0, 0, 0, 3],
-            ip: Ipv4Addr::new(198, 18, 2, 10),
-            ip_count: 1,
-            echo_udp: true,
-        }
+        Responder { mac: [2, 0, 0, 0, 0, 3], ip: Ipv4Addr::new(198, 18, 2, 10), ip_count: 1, echo_udp: true }
     }
 
     fn tcp_of(f: &[u8]) -> (u16, u16, u32, u32, u8) {
         match packet::parse(f) {
-            Parsed::Tcp {
-                sport,
-                dport,
-                seq,
-                ack,
-                flags,
-                ..
-            } => (sport, dport, seq, ack, flags),
+            Parsed::Tcp { sport, dport, seq, ack, flags, .. } => (sport, dport, seq, ack, flags),
             p => panic!("{p:?}"),
         }
     }
@@ -209,17 +168,7 @@ mod tests {
 
         let ack = tcp_frame(&c, 40000, 80, 1001, i + 1, ACK, 64240, 0, None);
         assert_eq!(r().answer(&ack, &mut out), Answer::None);
-        let data = tcp_frame(
-            &c,
-            40000,
-            80,
-            1001,
-            i + 1,
-            ACK,
-            64240,
-            100,
-            Some(Stamp { seq: 0, tsc: 1 }),
-        );
+        let data = tcp_frame(&c, 40000, 80, 1001, i + 1, ACK, 64240, 100, Some(Stamp { seq: 0, tsc: 1 }));
         assert_eq!(r().answer(&data, &mut out), Answer::Ack);
         assert_eq!(tcp_of(&out), (80, 40000, i + 1, 1101, ACK));
         let fin = tcp_frame(&c, 40000, 80, 1101, i + 1, FIN | ACK, 64240, 0, None);
@@ -236,26 +185,15 @@ mod tests {
         let mut out = Vec::new();
         assert_eq!(r().answer(&f, &mut out), Answer::Echo);
         match packet::parse(&out) {
-            Parsed::Udp {
-                src,
-                dst,
-                sport,
-                dport,
-                stamp,
-            } => {
+            Parsed::Udp { src, dst, sport, dport, stamp } => {
                 assert_eq!((src, dst, sport, dport), (c.dst, c.src, 2222, 1111));
                 assert!(stamp.is_some());
             }
             p => panic!("{p:?}"),
         }
-        assert!(Ipv4Packet::new_checked(&out[14..])
-            .unwrap()
-            .verify_checksum());
+        assert!(Ipv4Packet::new_checked(&out[14..]).unwrap().verify_checksum());
         assert_eq!(&out[0..6], &CLIENT_MAC);
-        let quiet = Responder {
-            echo_udp: false,
-            ..r()
-        };
+        let quiet = Responder { echo_udp: false, ..r() };
         assert_eq!(quiet.answer(&f, &mut out), Answer::None);
     }
 

@@ -111,18 +111,9 @@ pub struct TcpClient {
 impl TcpClient {
     pub fn new(mut cfg: ClientConfig) -> Self {
         // Leave at least as many spare ports as slots for the rotation.
-        cfg.slots = cfg
-            .slots
-            .clamp(1, (65536 - usize::from(cfg.base_sport)) / 2);
+        cfg.slots = cfg.slots.clamp(1, (65536 - usize::from(cfg.base_sport)) / 2);
         cfg.ndst = cfg.ndst.max(1);
-        let idle = Conn {
-            state: State::Idle,
-            generation: 0,
-            snd_nxt: 0,
-            snd_una: 0,
-            rcv_nxt: 0,
-            since: 0,
-        };
+        let idle = Conn { state: State::Idle, generation: 0, snd_nxt: 0, snd_una: 0, rcv_nxt: 0, since: 0 };
         TcpClient {
             conns: vec![idle; cfg.slots],
             ctl: VecDeque::with_capacity(cfg.slots * 3),
@@ -153,40 +144,17 @@ impl TcpClient {
     }
 
     fn ep(&self, j: usize) -> Endpoints {
-        Endpoints {
-            dst: self.dst(j),
-            ..self.cfg.ep
-        }
+        Endpoints { dst: self.dst(j), ..self.cfg.ep }
     }
 
-    fn segment(
-        &self,
-        j: usize,
-        seq: u32,
-        flags: u8,
-        payload: usize,
-        stamp: Option<Stamp>,
-    ) -> Vec<u8> {
+    fn segment(&self, j: usize, seq: u32, flags: u8, payload: usize, stamp: Option<Stamp>) -> Vec<u8> {
         let c = &self.conns[j];
-        packet::tcp_frame(
-            &self.ep(j),
-            self.sport(j),
-            self.cfg.dport,
-            seq,
-            c.rcv_nxt,
-            flags,
-            CLIENT_WINDOW,
-            payload,
-            stamp,
-        )
+        packet::tcp_frame(&self.ep(j), self.sport(j), self.cfg.dport, seq, c.rcv_nxt, flags, CLIENT_WINDOW, payload, stamp)
     }
 
     /// Connections currently established.
     pub fn established_now(&self) -> usize {
-        self.conns
-            .iter()
-            .filter(|c| c.state == State::Established)
-            .count()
+        self.conns.iter().filter(|c| c.state == State::Established).count()
     }
 
     /// The next frame to send, if any, written to `out`.
@@ -218,11 +186,7 @@ impl TcpClient {
         let n = self.conns.len();
         for _ in 0..n.min(64) {
             let j = self.cursor;
-            self.cursor = if self.cursor + 1 == n {
-                0
-            } else {
-                self.cursor + 1
-            };
+            self.cursor = if self.cursor + 1 == n { 0 } else { self.cursor + 1 };
             if matches!(self.conns[j].state, State::SynSent | State::FinSent)
                 && now.saturating_sub(self.conns[j].since) > self.cfg.timeout
             {
@@ -232,9 +196,7 @@ impl TcpClient {
             let c = self.conns[j];
             match c.state {
                 State::Idle => {
-                    let isn = 0x1000_0000u32
-                        .wrapping_mul(c.generation)
-                        .wrapping_add((j as u32).wrapping_mul(7919));
+                    let isn = 0x1000_0000u32.wrapping_mul(c.generation).wrapping_add((j as u32).wrapping_mul(7919));
                     let conn = &mut self.conns[j];
                     conn.snd_nxt = isn.wrapping_add(1);
                     conn.snd_una = conn.snd_nxt;
@@ -249,10 +211,7 @@ impl TcpClient {
                     let in_flight = c.snd_nxt.wrapping_sub(c.snd_una) as usize;
                     if in_flight + self.cfg.payload <= usize::from(WINDOW) {
                         self.seq = self.seq.wrapping_add(1);
-                        let stamp = Stamp {
-                            seq: self.seq,
-                            tsc: now,
-                        };
+                        let stamp = Stamp { seq: self.seq, tsc: now };
                         *out = self.segment(j, c.snd_nxt, ACK | PSH, self.cfg.payload, Some(stamp));
                         let conn = &mut self.conns[j];
                         conn.snd_nxt = conn.snd_nxt.wrapping_add(self.cfg.payload as u32);
@@ -272,17 +231,7 @@ impl TcpClient {
         let (gen, sport, seq, ack) = self.last_closed[j];
         let dst = Ipv4Addr::from(u32::from(self.cfg.ep.dst).wrapping_add(gen % self.cfg.ndst));
         let ep = Endpoints { dst, ..self.cfg.ep };
-        packet::tcp_frame(
-            &ep,
-            sport,
-            self.cfg.dport,
-            seq,
-            ack,
-            ACK,
-            CLIENT_WINDOW,
-            0,
-            None,
-        )
+        packet::tcp_frame(&ep, sport, self.cfg.dport, seq, ack, ACK, CLIENT_WINDOW, 0, None)
     }
 
     fn recycle(&mut self, j: usize) {
@@ -294,11 +243,7 @@ impl TcpClient {
         let old = self.sports[j];
         loop {
             let p = self.next_port;
-            self.next_port = if p == u16::MAX {
-                self.cfg.base_sport
-            } else {
-                p + 1
-            };
+            self.next_port = if p == u16::MAX { self.cfg.base_sport } else { p + 1 };
             if p == old || self.port_slot[usize::from(p)] == 0 {
                 self.port_slot[usize::from(old)] = 0;
                 self.port_slot[usize::from(p)] = j as u32 + 1;
@@ -311,22 +256,10 @@ impl TcpClient {
     /// Feeds one received frame; returns the handshake latency (TSC ticks)
     /// when it completed a handshake.
     pub fn on_frame(&mut self, parsed: &Parsed, now: u64) -> Option<u64> {
-        let Parsed::Tcp {
-            src,
-            dport,
-            seq,
-            ack,
-            flags,
-            payload_len,
-            ..
-        } = *parsed
-        else {
+        let Parsed::Tcp { src, dport, seq, ack, flags, payload_len, .. } = *parsed else {
             return None;
         };
-        let Some(j) = self.port_slot[usize::from(dport)]
-            .checked_sub(1)
-            .map(|j| j as usize)
-        else {
+        let Some(j) = self.port_slot[usize::from(dport)].checked_sub(1).map(|j| j as usize) else {
             self.stats.unmatched += 1;
             return None;
         };
@@ -353,8 +286,7 @@ impl TcpClient {
                 Some(now.saturating_sub(c.since))
             }
             State::Established if flags & ACK != 0 => {
-                if ack.wrapping_sub(c.snd_una) as i32 > 0 && c.snd_nxt.wrapping_sub(ack) as i32 >= 0
-                {
+                if ack.wrapping_sub(c.snd_una) as i32 > 0 && c.snd_nxt.wrapping_sub(ack) as i32 >= 0 {
                     self.conns[j].snd_una = ack;
                 }
                 None
@@ -416,38 +348,22 @@ mod tests {
     }
 
     fn responder(ip: Ipv4Addr) -> Responder {
-        Responder {
-            mac: [2, 0, 0, 0, 0, 3],
-            ip,
-            ip_count: 1,
-            echo_udp: false,
-        }
+        Responder { mac: [2, 0, 0, 0, 0, 3], ip, ip_count: 1, echo_udp: false }
     }
 
     #[test]
     fn cps_opens_and_closes_with_six_segments() {
-        let mut c = TcpClient::new(ClientConfig {
-            slots: 1,
-            ..cfg(Mode::Cps)
-        });
+        let mut c = TcpClient::new(ClientConfig { slots: 1, ..cfg(Mode::Cps) });
         let r = responder(Ipv4Addr::new(198, 18, 2, 10));
         let flags = converse(&mut c, &r, 4, 0);
         assert_eq!(flags, vec![SYN, ACK, FIN | ACK, ACK]);
-        assert_eq!(
-            (c.stats.syn_sent, c.stats.established, c.stats.completed),
-            (1, 1, 1)
-        );
+        assert_eq!((c.stats.syn_sent, c.stats.established, c.stats.completed), (1, 1, 1));
         // The slot reopens from the next port, towards the next address.
         let mut f = Vec::new();
         assert!(c.next_frame(0, &mut f));
         match packet::parse(&f) {
-            Parsed::Tcp {
-                dst, flags, sport, ..
-            } => {
-                assert_eq!(
-                    (dst, flags, sport),
-                    (Ipv4Addr::new(198, 18, 2, 11), SYN, 10001)
-                );
+            Parsed::Tcp { dst, flags, sport, .. } => {
+                assert_eq!((dst, flags, sport), (Ipv4Addr::new(198, 18, 2, 11), SYN, 10001));
             }
             p => panic!("{p:?}"),
         }
@@ -455,10 +371,7 @@ mod tests {
 
     #[test]
     fn stream_respects_the_window_and_reports_handshake_latency() {
-        let mut c = TcpClient::new(ClientConfig {
-            slots: 1,
-            ..cfg(Mode::Stream)
-        });
+        let mut c = TcpClient::new(ClientConfig { slots: 1, ..cfg(Mode::Stream) });
         let mut f = Vec::new();
         assert!(c.next_frame(100, &mut f));
         let mut back = Vec::new();
@@ -482,10 +395,7 @@ mod tests {
 
     #[test]
     fn unanswered_syns_time_out_and_strays_are_counted() {
-        let mut c = TcpClient::new(ClientConfig {
-            slots: 2,
-            ..cfg(Mode::Cps)
-        });
+        let mut c = TcpClient::new(ClientConfig { slots: 2, ..cfg(Mode::Cps) });
         let mut f = Vec::new();
         assert!(c.next_frame(0, &mut f));
         assert!(c.next_frame(0, &mut f));
@@ -495,19 +405,8 @@ mod tests {
         assert_eq!(c.stats.timeouts, 2);
         assert_eq!(c.stats.syn_sent, 4);
         let stray = packet::tcp_frame(
-            &Endpoints {
-                src: Ipv4Addr::new(1, 1, 1, 1),
-                dst: Ipv4Addr::new(198, 18, 1, 10),
-                ..cfg(Mode::Cps).ep
-            },
-            80,
-            10000,
-            1,
-            1,
-            SYN | ACK,
-            1,
-            0,
-            None,
+            &Endpoints { src: Ipv4Addr::new(1, 1, 1, 1), dst: Ipv4Addr::new(198, 18, 1, 10), ..cfg(Mode::Cps).ep },
+            80, 10000, 1, 1, SYN | ACK, 1, 0, None,
         );
         c.on_frame(&packet::parse(&stray), 0);
         let out_of_range = packet::tcp_frame(&cfg(Mode::Cps).ep, 80, 9999, 1, 1, ACK, 1, 0, None);
@@ -517,11 +416,7 @@ mod tests {
 
     #[test]
     fn many_slots_all_complete() {
-        let mut c = TcpClient::new(ClientConfig {
-            slots: 100,
-            ndst: 7,
-            ..cfg(Mode::Cps)
-        });
+        let mut c = TcpClient::new(ClientConfig { slots: 100, ndst: 7, ..cfg(Mode::Cps) });
         let r = responder(Ipv4Addr::new(198, 18, 2, 10));
         converse(&mut c, &r, 10_000, 0);
         assert!(c.stats.completed >= 2000, "{:?}", c.stats);

@@ -11,9 +11,9 @@ use super::net;
 use controlplane::membership::{self, ControlLink, Membership, NodeConfig};
 use dataplane::ccl::{CclKey, FramePath, Placement};
 use dataplane::cluster::{flow_hash, DirectorTable, MemberSet};
+use dataplane::stats::flatten;
 use dataplane::pipeline::ClusterSpec;
 use dataplane::pipeline::{Pipeline, PipelineConfig};
-use dataplane::stats::flatten;
 use dataplane::types::{Duration, Epoch, FiveTuple, NodeId, Timestamp};
 use std::collections::BTreeMap;
 
@@ -76,12 +76,7 @@ pub fn incarnation(n: usize, restarts: u32) -> u32 {
 /// (100 ms interval, 300 ms hold time), the node's first incarnation; the
 /// contract's defaults otherwise. It starts joining: the member set forms
 /// over the CCL (election, admissions, a new epoch each).
-pub fn membership(
-    node: usize,
-    nodes: usize,
-    quorum: bool,
-    place: Placement,
-) -> Result<Membership, String> {
+pub fn membership(node: usize, nodes: usize, quorum: bool, place: Placement) -> Result<Membership, String> {
     membership_with(node, nodes, incarnation(node, 0), quorum, place)
 }
 
@@ -103,11 +98,7 @@ pub fn membership_with(
     Membership::new(membership::Config {
         heartbeat_interval: Duration::from_millis(super::membership::HEARTBEAT_INTERVAL_MS),
         hold_time: Duration::from_millis(super::membership::HOLD_TIME_MS),
-        split_brain: if quorum {
-            membership::SplitBrain::Quorum
-        } else {
-            membership::SplitBrain::Elect
-        },
+        split_brain: if quorum { membership::SplitBrain::Quorum } else { membership::SplitBrain::Elect },
         place,
         ..membership::Config::new(NodeId(node as u8), incarnation, configured)
     })
@@ -152,11 +143,7 @@ pub fn configure(cfg: &mut PipelineConfig, p: &ClusterParams) -> Result<(), Stri
             .map(|m| (NodeId(m as u8), net::node_addr(m, net::CCL)))
             .collect(),
         random_seed: p.random_seed,
-        lease: if p.driven {
-            dataplane::Timestamp::ZERO
-        } else {
-            dataplane::Timestamp::MAX
-        },
+        lease: if p.driven { dataplane::Timestamp::ZERO } else { dataplane::Timestamp::MAX },
         backups: p.backups,
         syn_guard: dataplane::pipeline::DEFAULT_SYN_GUARD,
         director_hold: dataplane::pipeline::DEFAULT_DIRECTOR_HOLD,

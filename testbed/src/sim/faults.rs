@@ -63,10 +63,7 @@ pub enum FaultKind {
     LinkDown(usize, Side),
     LinkUp(usize, Side),
     /// The CCL loses frames with probability `loss` until `until_ns`.
-    CclLoss {
-        loss: f64,
-        until_ns: u64,
-    },
+    CclLoss { loss: f64, until_ns: u64 },
 }
 
 /// A fault at a virtual time.
@@ -98,12 +95,7 @@ pub enum State {
 
 impl Default for Life {
     fn default() -> Self {
-        Life {
-            state: State::Running,
-            links: [true; 2],
-            ports_up: true,
-            restarts: 0,
-        }
+        Life { state: State::Running, links: [true; 2], ports_up: true, restarts: 0 }
     }
 }
 
@@ -145,10 +137,7 @@ impl FaultState {
     /// The CCL link model in force at `now` (a loss burst raises `loss`).
     pub fn ccl_link(&self, base: &CclLink, now: u64) -> CclLink {
         match self.loss_burst {
-            Some((loss, until)) if now < until => CclLink {
-                loss: loss.max(base.loss),
-                ..base.clone()
-            },
+            Some((loss, until)) if now < until => CclLink { loss: loss.max(base.loss), ..base.clone() },
             _ => base.clone(),
         }
     }
@@ -301,15 +290,8 @@ impl Sim {
         node.workers = workers;
         node.rxq.clear();
         node.poll_pending = false;
-        node.life = super::faults::Life {
-            restarts,
-            ports_up: false,
-            ..Default::default()
-        };
-        node.drv = Driver {
-            lost_state_at: Some(self.now),
-            ..Driver::default()
-        };
+        node.life = super::faults::Life { restarts, ports_up: false, ..Default::default() };
+        node.drv = Driver { lost_state_at: Some(self.now), ..Driver::default() };
         if was_dead {
             self.schedule(self.now + self.timer_period(), Ev::NodeTimers(n));
         }
@@ -420,24 +402,16 @@ pub fn episodes(faults: &[FaultAt], end_ns: u64) -> Vec<Episode> {
     let mut out = Vec::new();
     for (i, f) in faults.iter().enumerate() {
         let later = &faults[i + 1..];
-        let find = |want: &dyn Fn(&FaultKind) -> bool| {
-            later.iter().find(|g| want(&g.fault)).map(|g| g.at_ns)
-        };
+        let find = |want: &dyn Fn(&FaultKind) -> bool| later.iter().find(|g| want(&g.fault)).map(|g| g.at_ns);
         let (kind, node, recover) = match &f.fault {
             FaultKind::Kill(n) => ("kill", Some(*n), find(&|g| *g == FaultKind::Restart(*n))),
             FaultKind::Pause(n) => ("pause", Some(*n), find(&|g| *g == FaultKind::Resume(*n))),
             FaultKind::Partition(_) => ("partition", None, find(&|g| *g == FaultKind::Heal)),
-            FaultKind::LinkDown(n, s) => (
-                "link-down",
-                Some(*n),
-                find(&|g| *g == FaultKind::LinkUp(*n, *s)),
-            ),
+            FaultKind::LinkDown(n, s) => ("link-down", Some(*n), find(&|g| *g == FaultKind::LinkUp(*n, *s))),
             FaultKind::CclLoss { until_ns, .. } => ("ccl-loss", None, Some(*until_ns)),
             FaultKind::Restart(n) => {
                 // A restart of a live node (not the end of a kill).
-                let killed = faults[..i].iter().rev().find(
-                    |g| matches!(g.fault, FaultKind::Kill(m) | FaultKind::Restart(m) if m == *n),
-                );
+                let killed = faults[..i].iter().rev().find(|g| matches!(g.fault, FaultKind::Kill(m) | FaultKind::Restart(m) if m == *n));
                 if matches!(killed.map(|g| &g.fault), Some(FaultKind::Kill(_))) {
                     continue;
                 }
@@ -665,11 +639,7 @@ impl Sim {
         if !self.driven() {
             return owners.len() > 1;
         }
-        owners.iter().enumerate().any(|(i, &a)| {
-            owners[i + 1..]
-                .iter()
-                .any(|&b| !self.watch.groups.separates(a, b))
-        })
+        owners.iter().enumerate().any(|(i, &a)| owners[i + 1..].iter().any(|&b| !self.watch.groups.separates(a, b)))
     }
 
     /// Flow `f` completed, then a node that sent its frames lost its
@@ -682,9 +652,7 @@ impl Sim {
         };
         let Some(done) = done else { return false };
         (0..self.nodes.len()).any(|n| {
-            fl.tx_nodes & (1 << n) != 0
-                && (self.nodes[n].life.dead()
-                    || self.nodes[n].drv.lost_state_at.is_some_and(|t| t >= done))
+            fl.tx_nodes & (1 << n) != 0 && (self.nodes[n].life.dead() || self.nodes[n].drv.lost_state_at.is_some_and(|t| t >= done))
         })
     }
 
@@ -696,12 +664,7 @@ impl Sim {
     /// Fault `i` is applied: a failure begins an episode (the previous one
     /// must have settled by now).
     fn watch_fault(&mut self, i: usize) {
-        if self
-            .watch
-            .episodes
-            .get(self.watch.begun)
-            .is_none_or(|e| e.start != i)
-        {
+        if self.watch.episodes.get(self.watch.begun).is_none_or(|e| e.start != i) {
             return;
         }
         self.settle_due();
@@ -716,9 +679,7 @@ impl Sim {
     /// begins and at the end).
     fn settle_due(&mut self) {
         let now = self.now;
-        let Some(e) = self.current_episode().cloned() else {
-            return;
-        };
+        let Some(e) = self.current_episode().cloned() else { return };
         if e.settled_ns.is_none() && !e.overlapped {
             let v = format!(
                 "t={}ms {} {} at {} ms (recovered at {} ms) not settled within its quiet interval; {}",
@@ -753,15 +714,8 @@ impl Sim {
             self.watch.non_owner_frames += 1;
             if self.watch.non_owner_examples.len() < 5 {
                 let d = self.flow_desc(f);
-                let why = if self.may_own(n) {
-                    "does not hold it"
-                } else {
-                    "is fenced or dead"
-                };
-                self.watch.non_owner_examples.push(format!(
-                    "t={}µs node{n} sent a frame of {d} but {why}",
-                    now / 1000
-                ));
+                let why = if self.may_own(n) { "does not hold it" } else { "is fenced or dead" };
+                self.watch.non_owner_examples.push(format!("t={}µs node{n} sent a frame of {d} but {why}", now / 1000));
             }
         }
         let others: Vec<usize> = (0..self.nodes.len())
@@ -772,10 +726,9 @@ impl Sim {
             self.watch.double_owner_frames += 1;
             if self.watch.double_owner_examples.len() < 5 {
                 let d = self.flow_desc(f);
-                self.watch.double_owner_examples.push(format!(
-                    "t={}µs node{n} sent a frame of {d} while nodes {others:?} held it too",
-                    now / 1000
-                ));
+                self.watch
+                    .double_owner_examples
+                    .push(format!("t={}µs node{n} sent a frame of {d} while nodes {others:?} held it too", now / 1000));
             }
         }
         if self.watch.last_tx.len() < self.flows.len() {
@@ -800,36 +753,21 @@ impl Sim {
     /// every live node a ready member at one epoch whose set is the live
     /// nodes, its pipeline running that set, its ports up.
     fn settled(&self) -> bool {
-        let Some(c) = self.control.as_ref() else {
-            return true;
-        };
-        let live: Vec<usize> = (0..self.nodes.len())
-            .filter(|&n| !self.nodes[n].life.dead())
-            .collect();
+        let Some(c) = self.control.as_ref() else { return true };
+        let live: Vec<usize> = (0..self.nodes.len()).filter(|&n| !self.nodes[n].life.dead()).collect();
         let bits: u16 = live.iter().fold(0, |b, &n| b | 1 << n);
         let mut epoch = None;
         let mut controls = 0;
         for &n in &live {
-            if !self.nodes[n].life.running()
-                || c.lcore(n) != Some(Lcore::Running)
-                || !self.nodes[n].life.ports_up
-            {
+            if !self.nodes[n].life.running() || c.lcore(n) != Some(Lcore::Running) || !self.nodes[n].life.ports_up {
                 return false;
             }
-            let Some((st, e, _, ready)) = c.machine(n) else {
-                return false;
-            };
-            if !ready
-                || !matches!(st, MState::Data | MState::Control)
-                || *epoch.get_or_insert(e) != e
-            {
+            let Some((st, e, _, ready)) = c.machine(n) else { return false };
+            if !ready || !matches!(st, MState::Data | MState::Control) || *epoch.get_or_insert(e) != e {
                 return false;
             }
             controls += usize::from(st == MState::Control);
-            if c.members(n).bits() != bits
-                || self.nodes[n].drv.epoch != e
-                || self.nodes[n].drv.lease.0 <= self.now
-            {
+            if c.members(n).bits() != bits || self.nodes[n].drv.epoch != e || self.nodes[n].drv.lease.0 <= self.now {
                 return false;
             }
         }
@@ -838,9 +776,7 @@ impl Sim {
 
     /// "node0 control e5 …" for violation reports.
     fn cluster_line(&self) -> String {
-        let Some(c) = self.control.as_ref() else {
-            return String::new();
-        };
+        let Some(c) = self.control.as_ref() else { return String::new() };
         (0..self.nodes.len())
             .map(|n| match c.machine(n) {
                 Some((st, e, ctl, ready)) => format!(
@@ -875,25 +811,13 @@ impl Sim {
         // Control nodes per side.
         if let Some(c) = self.control.as_ref() {
             let ctl: Vec<usize> = (0..self.nodes.len())
-                .filter(|&n| {
-                    c.lcore(n) == Some(Lcore::Running)
-                        && c.machine(n).is_some_and(|m| m.0 == MState::Control)
-                })
+                .filter(|&n| c.lcore(n) == Some(Lcore::Running) && c.machine(n).is_some_and(|m| m.0 == MState::Control))
                 .collect();
-            let dual = ctl.iter().enumerate().any(|(i, &a)| {
-                ctl[i + 1..]
-                    .iter()
-                    .any(|&b| !self.watch.groups.separates(a, b))
-            });
+            let dual = ctl.iter().enumerate().any(|(i, &a)| ctl[i + 1..].iter().any(|&b| !self.watch.groups.separates(a, b)));
             if dual {
                 let since = *self.watch.dual_since.get_or_insert(now);
                 if now.saturating_sub(since.max(self.watch.excuse_until)) > DUAL_CONTROL_BOUND_NS {
-                    let v = format!(
-                        "t={}ms control nodes {ctl:?} on one side since {} ms; {}",
-                        now / MS,
-                        since / MS,
-                        self.cluster_line()
-                    );
+                    let v = format!("t={}ms control nodes {ctl:?} on one side since {} ms; {}", now / MS, since / MS, self.cluster_line());
                     if self.watch.control_violations.len() < 10 {
                         self.watch.control_violations.push(v);
                     }
@@ -905,9 +829,7 @@ impl Sim {
         }
         // Settling.
         let settled = self.settled();
-        let Some(e) = self.current_episode().cloned() else {
-            return;
-        };
+        let Some(e) = self.current_episode().cloned() else { return };
         if e.settled_ns.is_none() && now >= e.recover_ns {
             if settled && now > e.quiet_until_ns {
                 let v = format!(
@@ -937,10 +859,7 @@ impl Sim {
                         self.watch.settle_violations.push(v);
                     }
                 }
-            } else if e.kind == "partition"
-                && now - e.recover_ns > HEAL_BOUND_NS
-                && self.watch.groups != Partition::default()
-            {
+            } else if e.kind == "partition" && now - e.recover_ns > HEAL_BOUND_NS && self.watch.groups != Partition::default() {
                 let v = format!(
                     "t={}ms the heal at {} ms not settled within {} ms: {}",
                     now / MS,
@@ -955,11 +874,7 @@ impl Sim {
     }
 
     /// The fault scenarios' invariants at the end.
-    pub(super) fn watch_finish(
-        &mut self,
-        invariants: &mut Vec<Invariant>,
-        failures: &mut Vec<String>,
-    ) {
+    pub(super) fn watch_finish(&mut self, invariants: &mut Vec<Invariant>, failures: &mut Vec<String>) {
         self.settle_due();
         let cv = std::mem::take(&mut self.watch.control_violations);
         invariants.push(Invariant {
@@ -974,12 +889,7 @@ impl Sim {
         failures.extend(cv);
         let sv = std::mem::take(&mut self.watch.settle_violations);
         let n = self.watch.episodes.len();
-        let settled = self
-            .watch
-            .episodes
-            .iter()
-            .filter(|e| e.settled_ns.is_some() || e.overlapped)
-            .count();
+        let settled = self.watch.episodes.iter().filter(|e| e.settled_ns.is_some() || e.overlapped).count();
         invariants.push(Invariant {
             name: "settles-after-each-fault",
             ok: Some(sv.is_empty() && settled == n),
@@ -1009,14 +919,10 @@ impl Sim {
             no_next_hop: self.faulted.no_next_hop,
             ccl_partitioned: self.faulted.ccl_partitioned,
             stalls_ms: {
-                let mut v: Vec<f64> = self
-                    .flows
-                    .iter()
-                    .filter_map(|f| match &f.kind {
-                        super::FlowKind::Tcp { c, .. } => Some(c.max_stall_ns as f64 / 1e6),
-                        _ => None,
-                    })
-                    .collect();
+                let mut v: Vec<f64> = self.flows.iter().filter_map(|f| match &f.kind {
+                    super::FlowKind::Tcp { c, .. } => Some(c.max_stall_ns as f64 / 1e6),
+                    _ => None,
+                }).collect();
                 v.sort_by(f64::total_cmp);
                 v
             },
@@ -1034,18 +940,10 @@ impl Sim {
                 }
                 (one, none, many)
             },
-            worst_stall: self
-                .flows
-                .iter()
-                .enumerate()
-                .filter_map(|(i, f)| match &f.kind {
-                    super::FlowKind::Tcp { c, .. } => {
-                        Some((c.max_stall_ns, i as u32, c.max_stall_at))
-                    }
-                    _ => None,
-                })
-                .max()
-                .map(|(_, i, at)| (i, at as f64 / 1e6)),
+            worst_stall: self.flows.iter().enumerate().filter_map(|(i, f)| match &f.kind {
+                super::FlowKind::Tcp { c, .. } => Some((c.max_stall_ns, i as u32, c.max_stall_at)),
+                _ => None,
+            }).max().map(|(_, i, at)| (i, at as f64 / 1e6)),
         }
     }
 }
@@ -1095,14 +993,7 @@ pub mod schedule {
             let j = r.random_range(0..=i);
             order.swap(i, j);
         }
-        let kinds = [
-            Kind::KillRestart,
-            Kind::PauseResume,
-            Kind::PartitionHeal,
-            Kind::LinkDownUp,
-            Kind::CclLoss,
-            Kind::Restart,
-        ];
+        let kinds = [Kind::KillRestart, Kind::PauseResume, Kind::PartitionHeal, Kind::LinkDownUp, Kind::CclLoss, Kind::Restart];
         let mut out = Vec::new();
         let mut t = FIRST_FAULT_NS;
         for e in 0..episodes {
@@ -1117,11 +1008,7 @@ pub mod schedule {
                 Kind::PauseResume => {
                     // Half below the hold time (the node is not removed),
                     // half past it (removed, then reset on resume).
-                    let d = if r.random_bool(0.5) {
-                        ms(&mut r, 50, HOLD_NS / MS - 100)
-                    } else {
-                        ms(&mut r, 400, 1500)
-                    };
+                    let d = if r.random_bool(0.5) { ms(&mut r, 50, HOLD_NS / MS - 100) } else { ms(&mut r, 400, 1500) };
                     (FaultKind::Pause(n), Some(FaultKind::Resume(n)), d)
                 }
                 Kind::PartitionHeal => {
@@ -1131,50 +1018,25 @@ pub mod schedule {
                         // Two against two.
                         group[order[(e + 1) % nodes]] = 1;
                     }
-                    (
-                        FaultKind::Partition(group),
-                        Some(FaultKind::Heal),
-                        ms(&mut r, 400, 2000),
-                    )
+                    (FaultKind::Partition(group), Some(FaultKind::Heal), ms(&mut r, 400, 2000))
                 }
                 Kind::LinkDownUp => {
-                    let side = if r.random_bool(0.5) {
-                        Side::Inside
-                    } else {
-                        Side::Outside
-                    };
+                    let side = if r.random_bool(0.5) { Side::Inside } else { Side::Outside };
                     // Some shorter than the 500 ms debounce (a flap).
-                    (
-                        FaultKind::LinkDown(n, side),
-                        Some(FaultKind::LinkUp(n, side)),
-                        ms(&mut r, 200, 1500),
-                    )
+                    (FaultKind::LinkDown(n, side), Some(FaultKind::LinkUp(n, side)), ms(&mut r, 200, 1500))
                 }
                 Kind::CclLoss => {
                     // A degraded CCL, not a cut: heavier bursts remove
                     // several nodes at once (a multiple failure).
                     let d = ms(&mut r, 200, 600);
                     let loss = r.random_range(0.1..0.35);
-                    (
-                        FaultKind::CclLoss {
-                            loss,
-                            until_ns: t + d,
-                        },
-                        None,
-                        d,
-                    )
+                    (FaultKind::CclLoss { loss, until_ns: t + d }, None, d)
                 }
                 Kind::Restart => (FaultKind::Restart(n), None, 0),
             };
-            out.push(FaultAt {
-                at_ns: t,
-                fault: first,
-            });
+            out.push(FaultAt { at_ns: t, fault: first });
             if let Some(s) = second {
-                out.push(FaultAt {
-                    at_ns: t + dur,
-                    fault: s,
-                });
+                out.push(FaultAt { at_ns: t + dur, fault: s });
             }
             t += dur + QUIET_NS;
         }
@@ -1195,28 +1057,12 @@ pub mod schedule {
             let (a, b) = PAIRS[(first + e * 5) % PAIRS.len()];
             let gap = r.random_range(0..=150u64) * MS;
             let dur = r.random_range(400..=2000u64) * MS;
-            let (down, up): (fn(usize) -> FaultKind, fn(usize) -> FaultKind) = if r.random_bool(0.5)
-            {
-                (FaultKind::Kill, FaultKind::Restart)
-            } else {
-                (FaultKind::Pause, FaultKind::Resume)
-            };
-            out.push(FaultAt {
-                at_ns: t,
-                fault: down(a),
-            });
-            out.push(FaultAt {
-                at_ns: t + gap,
-                fault: down(b),
-            });
-            out.push(FaultAt {
-                at_ns: t + gap + dur,
-                fault: up(a),
-            });
-            out.push(FaultAt {
-                at_ns: t + gap + dur,
-                fault: up(b),
-            });
+            let (down, up): (fn(usize) -> FaultKind, fn(usize) -> FaultKind) =
+                if r.random_bool(0.5) { (FaultKind::Kill, FaultKind::Restart) } else { (FaultKind::Pause, FaultKind::Resume) };
+            out.push(FaultAt { at_ns: t, fault: down(a) });
+            out.push(FaultAt { at_ns: t + gap, fault: down(b) });
+            out.push(FaultAt { at_ns: t + gap + dur, fault: up(a) });
+            out.push(FaultAt { at_ns: t + gap + dur, fault: up(b) });
             t += gap + dur + QUIET_NS;
         }
         (out, t)
@@ -1242,12 +1088,7 @@ pub mod schedule {
         /// traffic through it all — 16 paced TCP downloads (their servers
         /// write until about `end_ns`) and 6 UDP flows exchanging every
         /// 400 ms — started once the cluster formed.
-        pub fn fault_scenario(
-            seed: u64,
-            nodes: usize,
-            faults: Vec<FaultAt>,
-            end_ns: u64,
-        ) -> SimConfig {
+        pub fn fault_scenario(seed: u64, nodes: usize, faults: Vec<FaultAt>, end_ns: u64) -> SimConfig {
             let mut c = SimConfig::new(seed, nodes).flows(16, 6);
             c.dns_share = 0.0;
             c.faults = faults;

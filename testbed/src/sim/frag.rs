@@ -166,20 +166,11 @@ impl Sim {
         }
         let mut rng = ChaCha8Rng::seed_from_u64(net::mix64(self.cfg.seed ^ 0xf7a9));
         for i in 0..sc.flows {
-            let (ci, si) = (
-                rng.random_range(0..net::CLIENT_HOSTS),
-                rng.random_range(0..net::SERVER_HOSTS),
-            );
+            let (ci, si) = (rng.random_range(0..net::CLIENT_HOSTS), rng.random_range(0..net::SERVER_HOSTS));
             let (client, server) = if super::ipv6_flow(i, self.cfg.ipv6_share) {
-                (
-                    IpAddr::V6(net::client_addr6(ci)),
-                    IpAddr::V6(net::server_addr6(si)),
-                )
+                (IpAddr::V6(net::client_addr6(ci)), IpAddr::V6(net::server_addr6(si)))
             } else {
-                (
-                    IpAddr::V4(net::client_addr(ci)),
-                    IpAddr::V4(net::server_addr(si)),
-                )
+                (IpAddr::V4(net::client_addr(ci)), IpAddr::V4(net::server_addr(si)))
             };
             let dport = FRAG_PORT_BASE + (i % 10) as u16;
             let tuple = loop {
@@ -260,8 +251,7 @@ impl Sim {
         let Some(ip) = net::frame_ip(frame) else {
             return Vec::new();
         };
-        let (l2, src, dst, proto, data, ip_v6) =
-            (ip.l3_at, ip.src, ip.dst, ip.proto, ip.l4, ip.is_v6());
+        let (l2, src, dst, proto, data, ip_v6) = (ip.l3_at, ip.src, ip.dst, ip.proto, ip.l4, ip.is_v6());
         // The UDP model's exchange number (after the UDP header and the
         // 4-byte flow number).
         let xchg = data.get(12..14).map(|b| u16::from_be_bytes([b[0], b[1]]));
@@ -280,13 +270,7 @@ impl Sim {
                 let mut body = vec![0u8; ipv6::FRAGMENT_HEADER_LEN];
                 ipv6::emit_fragment_header(&mut body, proto, off as u16, end < data.len(), ident);
                 body.extend_from_slice(&data[off..end]);
-                out.push(net::ipv6_frame(
-                    s6,
-                    d6,
-                    ipv6::next_header::FRAGMENT,
-                    net::HOST_HOP_LIMIT,
-                    &body,
-                ));
+                out.push(net::ipv6_frame(s6, d6, ipv6::next_header::FRAGMENT, net::HOST_HOP_LIMIT, &body));
                 off = end;
             }
         } else {
@@ -310,20 +294,19 @@ impl Sim {
             }
         }
         // IPv4's identification is 16 bits (the counter's low ones).
-        let ident = if ip_v6 {
-            ident
-        } else {
-            u32::from(ident as u16)
-        };
+        let ident = if ip_v6 { ident } else { u32::from(ident as u16) };
         let k = (src, dst, proto, ident);
         self.frag.datagrams.insert(k, Datagram { flow, entry: 0 });
         if side == Side::Inside && xchg == Some(0) {
             // A client datagram of the first exchange: if that exchange is
             // fragmented, the connection opens with a fragmented datagram
             // and its fragment owner must become the owner.
-            let first_big = self.cfg.frag.exchanges.first().is_some_and(|&(r, _)| {
-                r as usize + super::host::UDP_HDR + 8 + if ip_v6 { 40 } else { 20 } > HOST_MTU
-            });
+            let first_big = self
+                .cfg
+                .frag
+                .exchanges
+                .first()
+                .is_some_and(|&(r, _)| r as usize + super::host::UDP_HDR + 8 + if ip_v6 { 40 } else { 20 } > HOST_MTU);
             if first_big {
                 self.frag.first.entry(flow).or_default().push(k);
             }
@@ -366,11 +349,7 @@ impl Sim {
         // The IP header alone (IPv6: without the Fragment header, which
         // the rebuilt datagram does not keep).
         let l3 = ip.l3_at;
-        let hl = if ip.is_v6() {
-            ipv6::HEADER_LEN
-        } else {
-            ip.l4_at - l3
-        };
+        let hl = if ip.is_v6() { ipv6::HEADER_LEN } else { ip.l4_at - l3 };
         let key = dg_key(&h);
         if !self.frag.datagrams.contains_key(&key) {
             self.frag.bad(
@@ -532,7 +511,10 @@ impl Sim {
                     // some of it, a retry's (each retry is a new datagram).
                     let fos: Vec<usize> = keys
                         .iter()
-                        .map(|k| fragment_owner(k.0, k.1, k.3, &table).index())
+                        .map(|k| {
+                            fragment_owner(k.0, k.1, k.3, &table)
+                                .index()
+                        })
                         .collect();
                     rep.new_flows_checked += 1;
                     let o = &owners[f as usize];
@@ -586,8 +568,7 @@ impl Sim {
         // past the outer headers (cheap enough for traces only).
         (42..frame.len().saturating_sub(34)).any(|at| {
             let (et, v) = (&frame[at + 12..at + 14], frame[at + 14]);
-            ((et == [0x08, 0x00] && v == 0x45) || (et == [0x86, 0xdd] && v >> 4 == 6))
-                && self.frag_traced(f, &frame[at..])
+            ((et == [0x08, 0x00] && v == 0x45) || (et == [0x86, 0xdd] && v >> 4 == 6)) && self.frag_traced(f, &frame[at..])
         })
     }
 }

@@ -569,11 +569,7 @@ impl TcpEnd {
                 self.rto_ns = RTO_INITIAL_NS;
                 progressed = true;
                 self.dup_acks = 0;
-            } else if self.pace.is_some()
-                && s.ack == self.snd_una
-                && self.snd_una != self.snd_max
-                && s.payload.is_empty()
-            {
+            } else if self.pace.is_some() && s.ack == self.snd_una && self.snd_una != self.snd_max && s.payload.is_empty() {
                 // Paced (long-lived) senders only: fast retransmit on the
                 // third duplicate ACK (RFC 5681 §3.2), go-back-N from
                 // snd_una — the receiver keeps no out-of-order data.
@@ -668,12 +664,7 @@ impl TcpEnd {
         if self.client && self.recv_got == self.recv_expect && !self.fin_queued {
             self.fin_queued = true;
         }
-        if !self.client
-            && self.peer_fin
-            && self.send_open
-            && !self.fin_queued
-            && self.send_len == self.app_send
-        {
+        if !self.client && self.peer_fin && self.send_open && !self.fin_queued && self.send_len == self.app_send {
             self.fin_queued = true;
         }
         let before = out.len();

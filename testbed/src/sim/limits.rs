@@ -80,11 +80,7 @@ impl LimitSimConfig {
             latency_us: (100, 1000),
             loss: 0.0,
             limits: LimitSpec {
-                global: dataplane::conntrack::LimitSet {
-                    max_conns: Some(u32::MAX - 1),
-                    max_embryonic: Some(u32::MAX - 1),
-                    ..Default::default()
-                },
+                global: dataplane::conntrack::LimitSet { max_conns: Some(u32::MAX - 1), max_embryonic: Some(u32::MAX - 1), ..Default::default() },
                 rules: vec![],
             },
             syn_timeout_ms: 2000,
@@ -132,23 +128,10 @@ struct Node {
 }
 
 enum Ev {
-    SynAck {
-        node: usize,
-        t: FiveTuple,
-    },
-    Ack {
-        node: usize,
-        t: FiveTuple,
-    },
-    End {
-        node: usize,
-        t: FiveTuple,
-    },
-    Report {
-        to: usize,
-        from: usize,
-        bytes: Vec<u8>,
-    },
+    SynAck { node: usize, t: FiveTuple },
+    Ack { node: usize, t: FiveTuple },
+    End { node: usize, t: FiveTuple },
+    Report { to: usize, from: usize, bytes: Vec<u8> },
 }
 
 /// Events by (time, insertion number).
@@ -176,21 +159,8 @@ impl Queue {
 
 /// A new connection from a client to the server at `node`.
 #[allow(clippy::too_many_arguments)]
-fn open(
-    cfg: &LimitSimConfig,
-    now: u64,
-    node: usize,
-    sport: u32,
-    rng: &mut ChaCha8Rng,
-    nodes: &mut [Node],
-    events: &mut Queue,
-    rep: &mut LimitSimReport,
-) {
-    let client = if rng.random_bool(cfg.heavy_share.clamp(0.0, 1.0)) {
-        0
-    } else {
-        rng.random_range(0..cfg.clients.max(1))
-    };
+fn open(cfg: &LimitSimConfig, now: u64, node: usize, sport: u32, rng: &mut ChaCha8Rng, nodes: &mut [Node], events: &mut Queue, rep: &mut LimitSimReport) {
+    let client = if rng.random_bool(cfg.heavy_share.clamp(0.0, 1.0)) { 0 } else { rng.random_range(0..cfg.clients.max(1)) };
     let t = FiveTuple {
         src: client_addr(client),
         dst: IpAddr::V4(Ipv4Addr::new(198, 18, 128, 10)),
@@ -198,20 +168,14 @@ fn open(
         src_port: 1024 + (sport % 60000) as u16,
         dst_port: 80 + (sport / 60000) as u16,
     };
-    match nodes[node]
-        .table
-        .track(Timestamp(now), &t, &seg(SYN, 1000, 0), 60, || Admission {
-            permit: true,
-            rule: None,
-        }) {
+    match nodes[node].table.track(Timestamp(now), &t, &seg(SYN, 1000, 0), 60, || Admission { permit: true, rule: None }) {
         Ok(x) if x.created => {
             rep.admitted += 1;
             if !rng.random_bool(cfg.half_open.clamp(0.0, 1.0)) {
                 let rtt = rng.random_range(MS / 2..5 * MS);
                 events.push(now + rtt / 2, Ev::SynAck { node, t });
                 events.push(now + rtt, Ev::Ack { node, t });
-                let life = (-(1.0 - rng.random::<f64>()).ln() * cfg.mean_life_ms as f64 * MS as f64)
-                    as u64;
+                let life = (-(1.0 - rng.random::<f64>()).ln() * cfg.mean_life_ms as f64 * MS as f64) as u64;
                 events.push(now + rtt + life.max(MS), Ev::End { node, t });
             }
         }
@@ -226,15 +190,7 @@ fn client_addr(i: u32) -> IpAddr {
 }
 
 fn seg(flags: u8, seq: u32, ack: u32) -> L4Info {
-    L4Info::Tcp(TcpSeg {
-        flags,
-        seq,
-        ack,
-        window: 64240,
-        payload_len: 0,
-        wscale: None,
-        sack_permitted: false,
-    })
+    L4Info::Tcp(TcpSeg { flags, seq, ack, window: 64240, payload_len: 0, wscale: None, sack_permitted: false })
 }
 
 fn pct(err: f64, truth: f64) -> f64 {
@@ -255,13 +211,8 @@ pub fn run(cfg: &LimitSimConfig) -> LimitSimReport {
         ..Timeouts::default()
     };
     let capacity = 1 << 15;
-    let members = dataplane::cluster::MemberSet::from_nodes(
-        dataplane::types::Epoch(1),
-        (0..n).map(|i| NodeId(i as u8)),
-    )
-    .unwrap_or(dataplane::cluster::MemberSet::empty(
-        dataplane::types::Epoch(1),
-    ));
+    let members = dataplane::cluster::MemberSet::from_nodes(dataplane::types::Epoch(1), (0..n).map(|i| NodeId(i as u8)))
+        .unwrap_or(dataplane::cluster::MemberSet::empty(dataplane::types::Epoch(1)));
     let mut nodes: Vec<Node> = (0..n)
         .map(|_| {
             let mut table = ConnTable::new(capacity, timeouts);
@@ -304,34 +255,17 @@ pub fn run(cfg: &LimitSimConfig) -> LimitSimReport {
             let ts = Timestamp(at);
             match ev {
                 Ev::SynAck { node, t } => {
-                    let _ = nodes[node].table.track(
-                        ts,
-                        &t.reversed(),
-                        &seg(SYN | ACK, 5000, 1001),
-                        60,
-                        || false,
-                    );
+                    let _ = nodes[node].table.track(ts, &t.reversed(), &seg(SYN | ACK, 5000, 1001), 60, || false);
                 }
                 Ev::Ack { node, t } => {
-                    let _ = nodes[node]
-                        .table
-                        .track(ts, &t, &seg(ACK, 1001, 5001), 60, || false);
+                    let _ = nodes[node].table.track(ts, &t, &seg(ACK, 1001, 5001), 60, || false);
                 }
                 Ev::End { node, t } => {
-                    let _ =
-                        nodes[node]
-                            .table
-                            .track(ts, &t, &seg(RST | ACK, 1001, 5001), 60, || false);
+                    let _ = nodes[node].table.track(ts, &t, &seg(RST | ACK, 1001, 5001), 60, || false);
                 }
                 Ev::Report { to, from, bytes } => {
                     if let Ok(r) = LimitReport::parse(&bytes) {
-                        nodes[to].estimator.on_peer(
-                            ts,
-                            NodeId(from as u8),
-                            r.seq,
-                            r.classes().collect(),
-                            r.clients().collect(),
-                        );
+                        nodes[to].estimator.on_peer(ts, NodeId(from as u8), r.seq, r.classes().collect(), r.clients().collect());
                     }
                 }
             }
@@ -346,8 +280,7 @@ pub fn run(cfg: &LimitSimConfig) -> LimitSimReport {
         }
         if let Some((at, count, over, node)) = cfg.burst {
             if ms >= at && ms < at + over.max(1) {
-                let k = count / over.max(1) as u32
-                    + u32::from(ms - at < u64::from(count % over.max(1) as u32));
+                let k = count / over.max(1) as u32 + u32::from(ms - at < u64::from(count % over.max(1) as u32));
                 for _ in 0..k {
                     arrivals.push(node.unwrap_or_else(|| pick_node(&mut rng)));
                 }
@@ -355,16 +288,7 @@ pub fn run(cfg: &LimitSimConfig) -> LimitSimReport {
         }
         for node in arrivals {
             sport = sport.wrapping_add(1);
-            open(
-                cfg,
-                now,
-                node,
-                sport,
-                &mut rng,
-                &mut nodes,
-                &mut events,
-                &mut rep,
-            );
+            open(cfg, now, node, sport, &mut rng, &mut nodes, &mut events, &mut rep);
         }
         // Timers: expiry, the worker's report, the control lcore's round.
         for i in 0..n {
@@ -375,9 +299,7 @@ pub fn run(cfg: &LimitSimConfig) -> LimitSimReport {
                     nd.estimator.on_worker(0, l.report());
                 }
             }
-            if now % REPORT_INTERVAL.0 / MS == nd.control_phase / MS
-                && nd.estimator.due(Timestamp(now))
-            {
+            if now % REPORT_INTERVAL.0 / MS == nd.control_phase / MS && nd.estimator.due(Timestamp(now)) {
                 let bytes = nd.estimator.node_report();
                 rep.reports_sent += 1;
                 for to in (0..n).filter(|&t| t != i) {
@@ -385,17 +307,8 @@ pub fn run(cfg: &LimitSimConfig) -> LimitSimReport {
                         rep.reports_lost += 1;
                         continue;
                     }
-                    let lat = rng
-                        .random_range(cfg.latency_us.0..=cfg.latency_us.1.max(cfg.latency_us.0))
-                        * 1000;
-                    events.push(
-                        now + lat,
-                        Ev::Report {
-                            to,
-                            from: i,
-                            bytes: bytes.clone(),
-                        },
-                    );
+                    let lat = rng.random_range(cfg.latency_us.0..=cfg.latency_us.1.max(cfg.latency_us.0)) * 1000;
+                    events.push(now + lat, Ev::Report { to, from: i, bytes: bytes.clone() });
                 }
                 let nd = &mut nodes[i];
                 let remote = nd.estimator.remote_for(0, &nd.ids);
@@ -405,31 +318,13 @@ pub fn run(cfg: &LimitSimConfig) -> LimitSimReport {
             }
         }
         // Samples.
-        let local: Vec<Count> = nodes
-            .iter()
-            .map(|nd| {
-                nd.table
-                    .limits()
-                    .and_then(|l| l.local().first().copied())
-                    .unwrap_or_default()
-            })
-            .collect();
+        let local: Vec<Count> = nodes.iter().map(|nd| nd.table.limits().and_then(|l| l.local().first().copied()).unwrap_or_default()).collect();
         let truth = local.iter().fold(Count::default(), |a, &b| a.add(b));
         rep.peak_true = rep.peak_true.max(truth.conns);
         rep.peak_true_embryonic = rep.peak_true_embryonic.max(truth.embryonic);
         let heavy = client_addr(0);
-        let client = nodes.iter().fold(Count::default(), |a, nd| {
-            a.add(
-                nd.table
-                    .limits()
-                    .map(|l| l.client(0, heavy))
-                    .unwrap_or_default(),
-            )
-        });
-        rep.peak_client = (
-            rep.peak_client.0.max(client.conns),
-            rep.peak_client.1.max(client.embryonic),
-        );
+        let client = nodes.iter().fold(Count::default(), |a, nd| a.add(nd.table.limits().map(|l| l.client(0, heavy)).unwrap_or_default()));
+        rep.peak_client = (rep.peak_client.0.max(client.conns), rep.peak_client.1.max(client.embryonic));
         if ms % 10 == 0 && ms >= cfg.sample_from_ms {
             let mut all_close = true;
             for (i, nd) in nodes.iter().enumerate() {
@@ -437,8 +332,7 @@ pub fn run(cfg: &LimitSimConfig) -> LimitSimReport {
                 let remote = l.classes().first().map(|c| c.remote).unwrap_or_default();
                 let est = local[i].add(remote);
                 let e = (f64::from(est.conns) - f64::from(truth.conns)).abs();
-                let ee =
-                    (i64::from(est.embryonic) - i64::from(truth.embryonic)).unsigned_abs() as u32;
+                let ee = (i64::from(est.embryonic) - i64::from(truth.embryonic)).unsigned_abs() as u32;
                 let p = pct(e, f64::from(truth.conns));
                 if p > 2.0 {
                     all_close = false;

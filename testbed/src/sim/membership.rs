@@ -51,13 +51,11 @@
 //!   delivered copy is counted by the receiving opener (a drop) or machine
 //!   (an outcome).
 
+use dataplane::ccl::Placement;
 use super::cluster;
 use super::net::{self, CclCut, CclLink, Fate, Partition};
 use super::SimConfig;
-use controlplane::membership::{
-    Action, ControlLink, Counters, Membership, Outgoing, State, MAX_CONTROL_FRAME,
-};
-use dataplane::ccl::Placement;
+use controlplane::membership::{Action, ControlLink, Counters, Membership, Outgoing, State, MAX_CONTROL_FRAME};
 use dataplane::cluster::MemberSet;
 use dataplane::types::{Epoch, Timestamp};
 use rand::rngs::ChaCha8Rng;
@@ -84,11 +82,7 @@ enum Ev {
     Deliver { to: usize, frame: Vec<u8> },
     /// The fake dataplane's sync progress for a member set the node
     /// emitted (scenarios without faults only).
-    Sync {
-        node: usize,
-        epoch: Epoch,
-        done_from: u16,
-    },
+    Sync { node: usize, epoch: Epoch, done_from: u16 },
 }
 
 /// What a node's control lcore is doing (fault scenarios).
@@ -292,22 +286,15 @@ impl NodeMembership {
     }
     /// The first member set at or after `after_ns` without `node`.
     pub fn set_without(&self, node: usize, after_ns: u64) -> Option<&MemberSetChange> {
-        self.member_sets
-            .iter()
-            .find(|s| s.at_ns >= after_ns && !s.contains(node))
+        self.member_sets.iter().find(|s| s.at_ns >= after_ns && !s.contains(node))
     }
     /// The first member set at or after `after_ns` with `node`.
     pub fn set_with(&self, node: usize, after_ns: u64) -> Option<&MemberSetChange> {
-        self.member_sets
-            .iter()
-            .find(|s| s.at_ns >= after_ns && s.contains(node))
+        self.member_sets.iter().find(|s| s.at_ns >= after_ns && s.contains(node))
     }
     /// When it first went to `to` at or after `after_ns`.
     pub fn reached(&self, to: State, after_ns: u64) -> Option<u64> {
-        self.transitions
-            .iter()
-            .find(|t| t.at_ns >= after_ns && t.to == to)
-            .map(|t| t.at_ns)
+        self.transitions.iter().find(|t| t.at_ns >= after_ns && t.to == to).map(|t| t.at_ns)
     }
     /// Copies it received that the opener dropped.
     pub fn dropped(&self) -> u64 {
@@ -329,11 +316,7 @@ impl MembershipReport {
     }
     /// The nodes in the control state.
     pub fn control_nodes(&self) -> Vec<usize> {
-        self.per_node
-            .iter()
-            .filter(|n| n.state == State::Control)
-            .map(|n| n.node)
-            .collect()
+        self.per_node.iter().filter(|n| n.state == State::Control).map(|n| n.node).collect()
     }
     /// One line: every node's state, epoch, control node and set.
     pub fn states(&self) -> String {
@@ -341,17 +324,9 @@ impl MembershipReport {
             .per_node
             .iter()
             .map(|n| {
-                let ctl = n
-                    .control
-                    .map_or_else(|| "-".to_string(), |c| format!("node{c}"));
+                let ctl = n.control.map_or_else(|| "-".to_string(), |c| format!("node{c}"));
                 let set: Vec<String> = n.members.iter().map(u8::to_string).collect();
-                format!(
-                    "node{} {} e{} ctl {ctl} {{{}}}",
-                    n.node,
-                    n.state,
-                    n.epoch,
-                    set.join(",")
-                )
+                format!("node{} {} e{} ctl {ctl} {{{}}}", n.node, n.state, n.epoch, set.join(","))
             })
             .collect();
         v.join("; ")
@@ -435,11 +410,7 @@ impl ControlPlanes {
 
     fn schedule(&mut self, at: u64, ev: Ev) {
         self.seq += 1;
-        self.queue.push(Queued {
-            at,
-            seq: self.seq,
-            ev,
-        });
+        self.queue.push(Queued { at, seq: self.seq, ev });
     }
 
     /// Tick node `n` at `at`, unless a tick no later than that is already
@@ -461,8 +432,7 @@ impl ControlPlanes {
             let Some(q) = self.queue.pop() else { break };
             match q.ev {
                 Ev::Tick { node, gen } => {
-                    if gen == self.nodes[node].tick_gen && self.nodes[node].lcore == Lcore::Running
-                    {
+                    if gen == self.nodes[node].tick_gen && self.nodes[node].lcore == Lcore::Running {
                         self.nodes[node].tick_at = u64::MAX;
                         self.nodes[node].membership.tick(Timestamp(q.at));
                         // After a tick the next wakeup is later (the
@@ -489,14 +459,8 @@ impl ControlPlanes {
                     let _ = c.link.receive(&mut c.membership, Timestamp(q.at), &frame);
                     self.actions(to, q.at, q.at);
                 }
-                Ev::Sync {
-                    node,
-                    epoch,
-                    done_from,
-                } => {
-                    self.nodes[node]
-                        .membership
-                        .on_sync(Timestamp(q.at), epoch, done_from, true);
+                Ev::Sync { node, epoch, done_from } => {
+                    self.nodes[node].membership.on_sync(Timestamp(q.at), epoch, done_from, true);
                     self.actions(node, q.at, q.at);
                 }
             }
@@ -511,19 +475,12 @@ impl ControlPlanes {
     /// Node `n`'s machine: state, epoch, control node followed, ready.
     pub fn machine(&self, n: usize) -> Option<(State, Epoch, Option<usize>, bool)> {
         let m = &self.nodes.get(n)?.membership;
-        Some((
-            m.state(),
-            m.epoch(),
-            m.control().map(|c| c.index()),
-            m.ready(),
-        ))
+        Some((m.state(), m.epoch(), m.control().map(|c| c.index()), m.ready()))
     }
 
     /// Node `n`'s machine's member set.
     pub fn members(&self, n: usize) -> MemberSet {
-        self.nodes
-            .get(n)
-            .map_or(MemberSet::empty(Epoch(0)), |c| c.membership.members())
+        self.nodes.get(n).map_or(MemberSet::empty(Epoch(0)), |c| c.membership.members())
     }
 
     /// Node `n`'s control lcore.
@@ -583,8 +540,7 @@ impl ControlPlanes {
             return Err(format!("node{n}: no such node"));
         }
         let inc = cluster::incarnation(n, restarts);
-        let membership =
-            cluster::membership_with(n, self.nodes_total, inc, self.quorum, self.places[n])?;
+        let membership = cluster::membership_with(n, self.nodes_total, inc, self.quorum, self.places[n])?;
         let link = cluster::control_link_with(n, inc)?;
         let c = &mut self.nodes[n];
         c.membership = membership;
@@ -614,9 +570,7 @@ impl ControlPlanes {
     /// not (a link-down / link-up): reported to a running machine at once,
     /// to a frozen one on resume, to a dead one never.
     pub fn port(&mut self, n: usize, now: u64, port: usize, up: bool) {
-        let Some(c) = self.nodes.get_mut(n) else {
-            return;
-        };
+        let Some(c) = self.nodes.get_mut(n) else { return };
         if let Some(p) = c.ports_now.get_mut(port) {
             *p = up;
         }
@@ -630,8 +584,7 @@ impl ControlPlanes {
             let c = &mut self.nodes[n];
             if c.ports_now[port] != c.ports_reported[port] {
                 c.ports_reported[port] = c.ports_now[port];
-                c.membership
-                    .on_port(Timestamp(now), port as u16, c.ports_now[port]);
+                c.membership.on_port(Timestamp(now), port as u16, c.ports_now[port]);
                 self.actions(n, now, now);
             }
         }
@@ -641,9 +594,7 @@ impl ControlPlanes {
     /// for the member set it runs), as the node's worker publishes it.
     pub fn sync(&mut self, n: usize, now: u64, epoch: Epoch, done_from: u16, sent: bool) {
         if self.nodes.get(n).is_some_and(|c| c.lcore == Lcore::Running) {
-            self.nodes[n]
-                .membership
-                .on_sync(Timestamp(now), epoch, done_from, sent);
+            self.nodes[n].membership.on_sync(Timestamp(now), epoch, done_from, sent);
             self.actions(n, now, now);
         }
     }
@@ -685,14 +636,7 @@ impl ControlPlanes {
                     let done_from = set.bits() & !(1u16 << n);
                     self.orders.push((n, now, Order::Members(*set)));
                     if !self.driven {
-                        self.schedule(
-                            now + SYNC_DELAY_NS,
-                            Ev::Sync {
-                                node: n,
-                                epoch: set.epoch(),
-                                done_from,
-                            },
-                        );
+                        self.schedule(now + SYNC_DELAY_NS, Ev::Sync { node: n, epoch: set.epoch(), done_from });
                     }
                 }
                 Action::Lease(until) => {
@@ -716,19 +660,14 @@ impl ControlPlanes {
                     c.actions.events += 1;
                     if let controlplane::membership::EventKind::State { from, to, .. } = e.kind {
                         if from != to {
-                            c.transitions.push(Transition {
-                                at_ns: e.at.0,
-                                from,
-                                to,
-                            });
+                            c.transitions.push(Transition { at_ns: e.at.0, from, to });
                         }
                     }
                 }
                 Action::Replica(_) => self.nodes[n].actions.replica += 1,
                 // The simulated nodes run no NAT: nothing asks for a
                 // dynamic-NAT translation.
-                Action::XlateRequest { .. } | Action::Query { .. } | Action::LimitReport { .. } => {
-                }
+                Action::XlateRequest { .. } | Action::Query { .. } | Action::LimitReport { .. } => {}
             }
         }
         let w = self.nodes[n].membership.next_wakeup().0.max(earliest);
@@ -737,21 +676,11 @@ impl ControlPlanes {
 
     /// A frame from node `from` to `to` (`None`: every other node), through
     /// the link model.
-    fn transmit(
-        &mut self,
-        from: usize,
-        to: Option<usize>,
-        now: u64,
-        heartbeat: bool,
-        frame: Vec<u8>,
-    ) {
+    fn transmit(&mut self, from: usize, to: Option<usize>, now: u64, heartbeat: bool, frame: Vec<u8>) {
         self.stats.frames += 1;
         self.stats.heartbeats += u64::from(heartbeat);
         let link = match self.loss_burst {
-            Some((loss, until)) if now < until => CclLink {
-                loss: loss.max(self.link.loss),
-                ..self.link.clone()
-            },
+            Some((loss, until)) if now < until => CclLink { loss: loss.max(self.link.loss), ..self.link.clone() },
             _ => self.link.clone(),
         };
         for t in (0..self.nodes.len()).filter(|&t| t != from && to.is_none_or(|x| x == t)) {
@@ -766,18 +695,9 @@ impl ControlPlanes {
             }
             match link.fate(&mut self.rng) {
                 Fate::Lost => self.stats.lost += 1,
-                Fate::Delivered {
-                    delay_ns,
-                    reordered,
-                } => {
+                Fate::Delivered { delay_ns, reordered } => {
                     self.stats.reordered += u64::from(reordered);
-                    self.schedule(
-                        now + delay_ns,
-                        Ev::Deliver {
-                            to: t,
-                            frame: frame.clone(),
-                        },
-                    );
+                    self.schedule(now + delay_ns, Ev::Deliver { to: t, frame: frame.clone() });
                 }
             }
         }
@@ -830,26 +750,13 @@ impl ControlPlanes {
                             member: p.member,
                         })
                         .collect(),
-                    history: m
-                        .history()
-                        .map(|e| format!("{} ms {}", e.at.0 / 1_000_000, e.text))
-                        .collect(),
+                    history: m.history().map(|e| format!("{} ms {}", e.at.0 / 1_000_000, e.text)).collect(),
                 }
             })
             .collect();
-        let in_flight = self
-            .queue
-            .iter()
-            .filter(|q| matches!(q.ev, Ev::Deliver { .. }))
-            .count() as u64
+        let in_flight = self.queue.iter().filter(|q| matches!(q.ev, Ev::Deliver { .. })).count() as u64
             + self.nodes.iter().map(|c| c.held.len() as u64).sum::<u64>();
-        MembershipReport {
-            per_node,
-            link: ControlLinkStats {
-                in_flight,
-                ..self.stats.clone()
-            },
-        }
+        MembershipReport { per_node, link: ControlLinkStats { in_flight, ..self.stats.clone() } }
     }
 }
 

@@ -62,9 +62,7 @@ pub mod workers;
 
 use dataplane::buf::VecBuf;
 use dataplane::conntrack::Timeouts;
-use dataplane::pipeline::{
-    InterfaceSpec, Ipv6Spec, Pipeline, PipelineConfig, Route6Spec, RouteSpec, Verdict,
-};
+use dataplane::pipeline::{InterfaceSpec, Ipv6Spec, Pipeline, PipelineConfig, Route6Spec, RouteSpec, Verdict};
 use dataplane::types::{ip_proto, Duration, FiveTuple, PortId, Timestamp};
 use dataplane::wire::arp::{ArpPacket, ArpRepr, Operation};
 use dataplane::wire::build;
@@ -312,9 +310,7 @@ impl SimConfig {
         self.idle_share = 0.02;
         self.idle_ns = (1_000_000_000, MIXED_IDLE_MAX_NS);
         // UDP flows idle up to twice; leave room for that.
-        self.time_limit_ns = self
-            .time_limit_ns
-            .max(3 * MIXED_IDLE_MAX_NS + 60_000_000_000);
+        self.time_limit_ns = self.time_limit_ns.max(3 * MIXED_IDLE_MAX_NS + 60_000_000_000);
         self
     }
     pub fn flows(mut self, tcp: usize, udp: usize) -> Self {
@@ -679,16 +675,8 @@ pub fn node_config(cfg: &SimConfig, n: usize) -> Result<PipelineConfig, String> 
 pub fn node_ipv6(n: usize) -> Ipv6Spec {
     Ipv6Spec {
         addresses: vec![
-            (
-                "inside".into(),
-                net::node_addr6(n, Side::Inside),
-                net::LINK6_PREFIX,
-            ),
-            (
-                "outside".into(),
-                net::node_addr6(n, Side::Outside),
-                net::LINK6_PREFIX,
-            ),
+            ("inside".into(), net::node_addr6(n, Side::Inside), net::LINK6_PREFIX),
+            ("outside".into(), net::node_addr6(n, Side::Outside), net::LINK6_PREFIX),
         ],
         routes: vec![
             Route6Spec {
@@ -707,11 +695,7 @@ pub fn node_ipv6(n: usize) -> Ipv6Spec {
 
 /// Node `n`'s workers (`SimConfig::workers`), each a pipeline of `pc` with
 /// the node's IPv6 configuration (`node_ipv6`).
-pub(crate) fn node_workers(
-    cfg: &SimConfig,
-    n: usize,
-    pc: PipelineConfig,
-) -> Result<workers::NodeWorkers, String> {
+pub(crate) fn node_workers(cfg: &SimConfig, n: usize, pc: PipelineConfig) -> Result<workers::NodeWorkers, String> {
     let v6 = node_ipv6(n);
     let pipelines = (0..cfg.workers.max(1))
         .map(|_| {
@@ -743,10 +727,7 @@ impl Sim {
                     node: n,
                     ..NodeReport::default()
                 },
-                life: faults::Life {
-                    ports_up: cfg.faults.is_empty(),
-                    ..faults::Life::default()
-                },
+                life: faults::Life { ports_up: cfg.faults.is_empty(), ..faults::Life::default() },
                 drv: faults::Driver::default(),
             });
         }
@@ -833,20 +814,11 @@ impl Sim {
             };
             let v6 = ipv6_flow(k, self.cfg.ipv6_share);
             let rng = &mut self.traffic_rng;
-            let (ci, si) = (
-                rng.random_range(0..net::CLIENT_HOSTS),
-                rng.random_range(0..net::SERVER_HOSTS),
-            );
+            let (ci, si) = (rng.random_range(0..net::CLIENT_HOSTS), rng.random_range(0..net::SERVER_HOSTS));
             let (client, server) = if v6 {
-                (
-                    IpAddr::V6(net::client_addr6(ci)),
-                    IpAddr::V6(net::server_addr6(si)),
-                )
+                (IpAddr::V6(net::client_addr6(ci)), IpAddr::V6(net::server_addr6(si)))
             } else {
-                (
-                    IpAddr::V4(net::client_addr(ci)),
-                    IpAddr::V4(net::server_addr(si)),
-                )
+                (IpAddr::V4(net::client_addr(ci)), IpAddr::V4(net::server_addr(si)))
             };
             let dns = !tcp && !icmp && rng.random_bool(self.cfg.dns_share);
             let dport = if icmp {
@@ -879,9 +851,7 @@ impl Sim {
                     break t;
                 }
             };
-            let start_ns = WARMUP_NS
-                + self.cfg.flow_start_ns
-                + rng.random_range(0..self.cfg.start_window_ns.max(1));
+            let start_ns = WARMUP_NS + self.cfg.flow_start_ns + rng.random_range(0..self.cfg.start_window_ns.max(1));
             let planned_idle;
             let idle = if !icmp && rng.random_bool(self.cfg.idle_share) {
                 rng.random_range(self.cfg.idle_ns.0..=self.cfg.idle_ns.1.max(self.cfg.idle_ns.0))
@@ -897,8 +867,8 @@ impl Sim {
                 let (ic, is) = (rng.next_u32(), rng.next_u32());
                 let mut s = Box::new(TcpEnd::server(id, sv, cl, is, req, resp));
                 s.think_ns = idle;
-                planned_idle =
-                    idle + ll.map_or(0, |l| u64::from(resp / l.tcp_pace.0.max(1)) * l.tcp_pace.1);
+                planned_idle = idle
+                    + ll.map_or(0, |l| u64::from(resp / l.tcp_pace.0.max(1)) * l.tcp_pace.1);
                 s.pace = ll.map(|l| l.tcp_pace);
                 FlowKind::Tcp {
                     c: Box::new(TcpEnd::client(id, cl, sv, ic, req, resp)),
@@ -1043,11 +1013,7 @@ impl Sim {
             }
             if v6 {
                 for side in [Side::Inside, Side::Outside] {
-                    let f = net::neighbor_solicitation(
-                        side.router_mac(),
-                        side.router_ip6(),
-                        net::node_addr6(n, side),
-                    );
+                    let f = net::neighbor_solicitation(side.router_mac(), side.router_ip6(), net::node_addr6(n, side));
                     self.nd.router_solicitations += 1;
                     self.schedule(
                         ARP_LINK_NS * (1 + n as u64) + ARP_LINK_NS / 2,
@@ -1258,11 +1224,7 @@ impl Sim {
         let (local, remote) = (e.local, e.remote);
         let frames: Vec<Vec<u8>> = segs
             .iter()
-            .map(|t| {
-                net::tcp_frame(
-                    local, remote, t.seq, t.ack, t.flags, t.window, &t.options, &t.payload,
-                )
-            })
+            .map(|t| net::tcp_frame(local, remote, t.seq, t.ack, t.flags, t.window, &t.options, &t.payload))
             .collect();
         if let Some((at, gen)) = timer {
             self.schedule(
@@ -1523,14 +1485,7 @@ impl Sim {
                     Icmpv4Packet::new_checked(l4)
                         .ok()
                         .filter(|i| i.verify_checksum())
-                        .map(|i| {
-                            (
-                                i.msg_type(),
-                                i.echo_ident(),
-                                i.echo_seq(),
-                                i.body().to_vec(),
-                            )
-                        })
+                        .map(|i| (i.msg_type(), i.echo_ident(), i.echo_seq(), i.body().to_vec()))
                 };
                 let Some((ty, ident, seq, payload)) = echo else {
                     self.edge.bad_l4_checksum += 1;
@@ -1595,12 +1550,7 @@ impl Sim {
         let mut verdicts: Vec<Verdict> = Vec::with_capacity(rx.len());
         let t0 = std::time::Instant::now();
         if n.workers.count() == 1 {
-            n.workers.each(|p| {
-                p.prefetch_burst(
-                    rx.iter()
-                        .map(|(_, _, _, b)| dataplane::buf::PacketBuf::data(b)),
-                )
-            });
+            n.workers.each(|p| p.prefetch_burst(rx.iter().map(|(_, _, _, b)| dataplane::buf::PacketBuf::data(b))));
         }
         for (port, _, _, buf) in rx.iter_mut() {
             verdicts.push(n.workers.process(now, *port, buf));
@@ -1621,11 +1571,7 @@ impl Sim {
                 // a worker number past the node's stays one.
                 Verdict::Handoff(w) => {
                     self.trace.word(0xa00 | u64::from(w.0));
-                    self.edge_error(format!(
-                        "node{node}: a frame handed to worker {} of {}",
-                        w.0,
-                        self.nodes[node].workers.count()
-                    ));
+                    self.edge_error(format!("node{node}: a frame handed to worker {} of {}", w.0, self.nodes[node].workers.count()));
                 }
             }
             if traced {
@@ -1669,9 +1615,7 @@ impl Sim {
         self.trace.bytes(&frame);
         match Side::from_port(port) {
             // A link that is down carries nothing (fault scenarios).
-            Some(side) if !self.nodes[node].life.links[side as usize] => {
-                self.faulted.lost_at_link += 1
-            }
+            Some(side) if !self.nodes[node].life.links[side as usize] => self.faulted.lost_at_link += 1,
             Some(side) => self.router_rx(side, node, frame),
             None if port == CCL => self.ccl_tx(node, frame),
             None => self.edge_error(format!("node{node}: frame out of unknown port {}", port.0)),
@@ -1717,15 +1661,9 @@ impl Sim {
                     );
                 }
             }
-            ethertype::IPV6 if net::frame_nd(&frame).is_some() => {
-                self.router_nd(side, node, &frame)
-            }
+            ethertype::IPV6 if net::frame_nd(&frame).is_some() => self.router_nd(side, node, &frame),
             ethertype::IPV4 | ethertype::IPV6 => {
-                let v = if eth.ethertype() == ethertype::IPV4 {
-                    "IPv4"
-                } else {
-                    "IPv6"
-                };
+                let v = if eth.ethertype() == ethertype::IPV4 { "IPv4" } else { "IPv6" };
                 if eth.dst() != side.router_mac() {
                     self.edge.bad_dst_mac += 1;
                     self.edge_error(format!(
@@ -1794,8 +1732,7 @@ impl Sim {
                     self.nd.unexpected += 1;
                     return;
                 };
-                let na =
-                    net::neighbor_advertisement(side.router_mac(), side.router_ip6(), mac, src);
+                let na = net::neighbor_advertisement(side.router_mac(), side.router_ip6(), mac, src);
                 self.nd.router_advertisements += 1;
                 self.schedule(
                     self.now + ARP_LINK_NS,
@@ -1806,10 +1743,7 @@ impl Sim {
                     },
                 );
             }
-            msg6::NEIGHBOR_ADVERT
-                if nd.target == net::node_addr6(node, side)
-                    && nd.lladdr == Some(net::node_mac(node, side.port())) =>
-            {
+            msg6::NEIGHBOR_ADVERT if nd.target == net::node_addr6(node, side) && nd.lladdr == Some(net::node_mac(node, side.port())) => {
                 self.nd.node_advertisements += 1;
             }
             _ => self.nd.unexpected += 1,
@@ -1849,10 +1783,7 @@ impl Sim {
                 continue;
             }
             let d = match link.fate(&mut self.ccl_rng) {
-                Fate::Delivered {
-                    delay_ns,
-                    reordered,
-                } => {
+                Fate::Delivered { delay_ns, reordered } => {
                     if reordered {
                         self.ccl_stats.reordered += 1;
                     }
@@ -1882,8 +1813,7 @@ impl Sim {
                         d / 1000
                     ));
                 }
-                if kind != "forwarded-packet" && kind != "forwarded-batch" && kind != "state-update"
-                {
+                if kind != "forwarded-packet" && kind != "forwarded-batch" && kind != "state-update" {
                     self.trace_line(format!(
                         "CCL {kind} node{node} -> node{n} arrives in {} µs",
                         d / 1000
@@ -1953,9 +1883,7 @@ impl Sim {
                 for n in 0..self.nodes.len() {
                     if self.nodes[n].workers.misplaced(&t) > 0 {
                         let d = self.flow_desc(f);
-                        self.violation(format!(
-                            "{d}: held on node{n} by a worker that is not its own"
-                        ));
+                        self.violation(format!("{d}: held on node{n} by a worker that is not its own"));
                     }
                 }
             }
@@ -2134,10 +2062,7 @@ impl Sim {
         let icmp = self.flows.iter().filter(|f| f.icmp).count();
         let idle = self.flows.iter().filter(|f| f.planned_idle_ns > 0).count();
         let (mut tcp_rtx, mut udp_rtx, mut sacks) = (0, 0, 0);
-        let mut family = [
-            report::FamilyCounts::default(),
-            report::FamilyCounts::default(),
-        ];
+        let mut family = [report::FamilyCounts::default(), report::FamilyCounts::default()];
         for (f, fl) in self.flows.iter().enumerate() {
             let fails = fl.failures();
             let fam = &mut family[usize::from(fl.v6())];
@@ -2207,10 +2132,7 @@ impl Sim {
         if self.driven() {
             // A takeover changes the transmitter: checked per frame instead
             // (`faults::Watch`), and the per-flow list is not a failure.
-            let (n, ex) = (
-                self.watch.double_owner_frames,
-                self.watch.double_owner_examples.clone(),
-            );
+            let (n, ex) = (self.watch.double_owner_frames, self.watch.double_owner_examples.clone());
             failures.retain(|f| !f.contains("frames to hosts came from nodes"));
             failures.extend(ex);
             invariants.push(Invariant {
@@ -2307,12 +2229,7 @@ impl Sim {
         // backup and knows the owner from the registration: nothing to decode.
         // Fault scenarios carry a few long flows: too few for a decoded
         // SYN-ACK to be certain.
-        if self.cfg.cluster
-            && self.cfg.seq_randomization
-            && self.cfg.nodes >= 3
-            && split_tcp > 0
-            && !self.driven()
-        {
+        if self.cfg.cluster && self.cfg.seq_randomization && self.cfg.nodes >= 3 && split_tcp > 0 && !self.driven() {
             invariants.push(Invariant {
                 name: "synack-cookie-decoded",
                 ok: Some(decoded.unwrap_or(0) > 0),
@@ -2521,9 +2438,7 @@ fn inject(fault: Fault, side: Side, frame: &mut [u8]) {
 
 /// "SYN seq=… ack=…" for a TCP frame (flow traces), empty otherwise.
 fn tcp_summary(frame: &[u8]) -> String {
-    let Some(ip) =
-        net::frame_ip(frame).filter(|ip| ip.proto == ip_proto::TCP && ip.fragment.is_none())
-    else {
+    let Some(ip) = net::frame_ip(frame).filter(|ip| ip.proto == ip_proto::TCP && ip.fragment.is_none()) else {
         return String::new();
     };
     let Ok(t) = TcpPacket::new_checked(ip.l4) else {
@@ -2612,21 +2527,13 @@ mod tests {
         assert_eq!(a.flows.len(), b.flows.len());
         let mut v6 = 0;
         for (x, y) in a.flows.iter().zip(&b.flows) {
-            assert_eq!(
-                (x.start_ns, x.tuple.src_port, x.tuple.dst_port),
-                (y.start_ns, y.tuple.src_port, y.tuple.dst_port)
-            );
+            assert_eq!((x.start_ns, x.tuple.src_port, x.tuple.dst_port), (y.start_ns, y.tuple.src_port, y.tuple.dst_port));
             if y.v6() {
                 v6 += 1;
-                let IpAddr::V4(c4) = x.tuple.src else {
-                    panic!()
-                };
+                let IpAddr::V4(c4) = x.tuple.src else { panic!() };
                 let k = u32::from(c4) - u32::from(net::CLIENT_NET.0) - 1;
                 assert_eq!(y.tuple.src, IpAddr::V6(net::client_addr6(k)));
-                assert_eq!(
-                    y.tuple.proto == ip_proto::ICMPV6,
-                    x.tuple.proto == ip_proto::ICMP
-                );
+                assert_eq!(y.tuple.proto == ip_proto::ICMPV6, x.tuple.proto == ip_proto::ICMP);
             } else {
                 assert_eq!(x.tuple, y.tuple);
             }

@@ -180,11 +180,7 @@ pub fn server_addr6(i: u32) -> Ipv6Addr {
 }
 
 pub fn in_net6(a: Ipv6Addr, net: (Ipv6Addr, u8)) -> bool {
-    let m = if net.1 == 0 {
-        0
-    } else {
-        u128::MAX << (128 - u32::from(net.1.min(128)))
-    };
+    let m = if net.1 == 0 { 0 } else { u128::MAX << (128 - u32::from(net.1.min(128))) };
     u128::from(a) & m == u128::from(net.0) & m
 }
 
@@ -272,11 +268,7 @@ pub fn hash_threshold(h: u64, live: &[bool]) -> Option<usize> {
         return None;
     }
     let k = ((h & 0x7fff_ffff) * n) >> 31;
-    live.iter()
-        .enumerate()
-        .filter(|(_, &l)| l)
-        .map(|(i, _)| i)
-        .nth(k as usize)
+    live.iter().enumerate().filter(|(_, &l)| l).map(|(i, _)| i).nth(k as usize)
 }
 
 impl Router {
@@ -395,16 +387,14 @@ pub fn frame_ip(frame: &[u8]) -> Option<IpFrame<'_>> {
                 ip_len: ipv6::HEADER_LEN + usize::from(ip.payload_len()),
                 // An atomic fragment (offset 0, M clear; RFC 6946) is a
                 // whole packet.
-                fragment: ul.fragment.filter(|&(o, m, _)| o != 0 || m).map(
-                    |(offset, more, ident)| FragHeader {
-                        src,
-                        dst,
-                        proto: ul.protocol,
-                        ident,
-                        offset,
-                        more,
-                    },
-                ),
+                fragment: ul.fragment.filter(|&(o, m, _)| o != 0 || m).map(|(offset, more, ident)| FragHeader {
+                    src,
+                    dst,
+                    proto: ul.protocol,
+                    ident,
+                    offset,
+                    more,
+                }),
                 header_ok: true,
             })
         }
@@ -465,12 +455,7 @@ pub fn frame_tuple(frame: &[u8]) -> Option<FiveTuple> {
 /// (RFC 793 / RFC 8200 §8.1; mixed families: none).
 fn pseudo_header(src: IpAddr, dst: IpAddr, proto: u8, len: usize) -> Option<u32> {
     match (src, dst) {
-        (IpAddr::V4(s), IpAddr::V4(d)) => Some(checksum::pseudo_header_v4(
-            s.octets(),
-            d.octets(),
-            proto,
-            len as u16,
-        )),
+        (IpAddr::V4(s), IpAddr::V4(d)) => Some(checksum::pseudo_header_v4(s.octets(), d.octets(), proto, len as u16)),
         (IpAddr::V6(s), IpAddr::V6(d)) => Some(icmpv6::pseudo_header(s, d, len, proto)),
         _ => None,
     }
@@ -514,13 +499,7 @@ pub const HOST_HOP_LIMIT: u8 = 64;
 
 /// Ethernet + IPv6 header (no extension header) around `l4`, MACs zero
 /// (the routers fill them in).
-pub fn ipv6_frame(
-    src: Ipv6Addr,
-    dst: Ipv6Addr,
-    next_header: u8,
-    hop_limit: u8,
-    l4: &[u8],
-) -> Vec<u8> {
+pub fn ipv6_frame(src: Ipv6Addr, dst: Ipv6Addr, next_header: u8, hop_limit: u8, l4: &[u8]) -> Vec<u8> {
     let mut v = vec![0u8; ETH_HLEN + ipv6::HEADER_LEN + l4.len()];
     let l2 = emit_header(&mut v, [0; 6], [0; 6], None, ethertype::IPV6);
     let mut ip = Ipv6Packet::new_unchecked(&mut v[l2..]);
@@ -558,8 +537,7 @@ pub fn tcp_frame(
 ) -> Vec<u8> {
     if let (IpAddr::V4(s), IpAddr::V4(d)) = (local.0, remote.0) {
         // IPv4 as it always was (bit for bit).
-        return PacketBuilder::new([0; 6], [0; 6], s, d)
-            .tcp(local.1, remote.1, seq, ack, flags, window, options, payload);
+        return PacketBuilder::new([0; 6], [0; 6], s, d).tcp(local.1, remote.1, seq, ack, flags, window, options, payload);
     }
     let hl = 20 + options.len();
     let mut seg = vec![0u8; hl + payload.len()];
@@ -592,28 +570,13 @@ pub fn udp_frame(src: IpAddr, dst: IpAddr, sport: u16, dport: u16, payload: &[u8
 
 /// A host's echo request or reply (ICMP for IPv4, ICMPv6 for IPv6), MACs
 /// zero.
-pub fn echo_frame(
-    src: IpAddr,
-    dst: IpAddr,
-    request: bool,
-    ident: u16,
-    seq: u16,
-    payload: &[u8],
-) -> Vec<u8> {
+pub fn echo_frame(src: IpAddr, dst: IpAddr, request: bool, ident: u16, seq: u16, payload: &[u8]) -> Vec<u8> {
     if let (IpAddr::V4(s), IpAddr::V4(d)) = (src, dst) {
-        let t = if request {
-            msg_type::ECHO_REQUEST
-        } else {
-            msg_type::ECHO_REPLY
-        };
+        let t = if request { msg_type::ECHO_REQUEST } else { msg_type::ECHO_REPLY };
         return PacketBuilder::new([0; 6], [0; 6], s, d).icmp(t, 0, (ident, seq), payload);
     }
     let mut m = vec![0u8; icmpv6::HEADER_LEN + payload.len()];
-    m[0] = if request {
-        msg6::ECHO_REQUEST
-    } else {
-        msg6::ECHO_REPLY
-    };
+    m[0] = if request { msg6::ECHO_REQUEST } else { msg6::ECHO_REPLY };
     m[4..6].copy_from_slice(&ident.to_be_bytes());
     m[6..8].copy_from_slice(&seq.to_be_bytes());
     m[icmpv6::HEADER_LEN..].copy_from_slice(payload);
@@ -623,9 +586,7 @@ pub fn echo_frame(
 /// An ICMPv6 echo (`frame_ip(..).l4`): (type, ident, seq, data), if it is
 /// one with a right checksum for `src` → `dst`.
 pub fn echo6(src: IpAddr, dst: IpAddr, l4: &[u8]) -> Option<(u8, u16, u16, &[u8])> {
-    let (IpAddr::V6(s), IpAddr::V6(d)) = (src, dst) else {
-        return None;
-    };
+    let (IpAddr::V6(s), IpAddr::V6(d)) = (src, dst) else { return None };
     if !icmpv6::verify(s, d, l4) {
         return None;
     }
@@ -649,12 +610,7 @@ pub fn neighbor_solicitation(mac: [u8; 6], from: Ipv6Addr, target: Ipv6Addr) -> 
 
 /// The solicited advertisement of `target` (ours, at `mac`) to `to` /
 /// `to_mac`, router flag set (RFC 4861 §7.2.4): a router's answer.
-pub fn neighbor_advertisement(
-    mac: [u8; 6],
-    target: Ipv6Addr,
-    to_mac: [u8; 6],
-    to: Ipv6Addr,
-) -> Vec<u8> {
+pub fn neighbor_advertisement(mac: [u8; 6], target: Ipv6Addr, to_mac: [u8; 6], to: Ipv6Addr) -> Vec<u8> {
     let mut b = vec![0u8; icmpv6::ND_LEN + 8];
     let flags = icmpv6::NA_ROUTER | icmpv6::NA_SOLICITED | icmpv6::NA_OVERRIDE;
     let _ = icmpv6::emit_na(&mut b, target, to, target, mac, flags);
@@ -673,10 +629,7 @@ pub fn frame_nd(frame: &[u8]) -> Option<(Ipv6Addr, icmpv6::Nd)> {
         return None;
     }
     let ip = Ipv6Packet::new_checked(eth.payload()).ok()?;
-    if ip.next_header() != ip_proto::ICMPV6
-        || ip.hop_limit() != 255
-        || !icmpv6::verify(ip.src(), ip.dst(), ip.payload())
-    {
+    if ip.next_header() != ip_proto::ICMPV6 || ip.hop_limit() != 255 || !icmpv6::verify(ip.src(), ip.dst(), ip.payload()) {
         return None;
     }
     let nd = icmpv6::parse_nd(ip.payload()).ok()?;
@@ -737,10 +690,7 @@ pub enum Fate {
     Lost,
     /// Delivered after `delay_ns`; `reordered`: held back by the reorder
     /// model (later frames may overtake it).
-    Delivered {
-        delay_ns: u64,
-        reordered: bool,
-    },
+    Delivered { delay_ns: u64, reordered: bool },
 }
 
 impl CclLink {
@@ -760,10 +710,7 @@ impl CclLink {
             delay_ns += rng.random_range(0..=self.reorder_ns);
             reordered = true;
         }
-        Fate::Delivered {
-            delay_ns,
-            reordered,
-        }
+        Fate::Delivered { delay_ns, reordered }
     }
 }
 
@@ -852,10 +799,7 @@ pub fn ccl_records_for(frame: &[u8], t: &FiveTuple) -> Vec<String> {
         Ok(dataplane::ccl::Message::FlowTransfer(x)) => {
             if let Ok(r) = x.record() {
                 if ours(r.flow.tuple()) {
-                    out.push(format!(
-                        "transfer {} owner {} flags {:#x}",
-                        x.query_id, r.owner, r.flags
-                    ));
+                    out.push(format!("transfer {} owner {} flags {:#x}", x.query_id, r.owner, r.flags));
                 }
             }
             return out;
@@ -937,14 +881,8 @@ mod tests {
                 moved_between += 1;
             }
         }
-        assert!(
-            kept > total / 2,
-            "most of the survivors' flows stay ({kept}/{total})"
-        );
-        assert!(
-            moved_between > 0,
-            "hash-threshold also moves flows between survivors"
-        );
+        assert!(kept > total / 2, "most of the survivors' flows stay ({kept}/{total})");
+        assert!(moved_between > 0, "hash-threshold also moves flows between survivors");
         assert_eq!(hash_threshold(1, &[false, false]), None);
     }
 
@@ -1049,28 +987,13 @@ mod tests {
         assert!(in_net(client_addr(249), CLIENT_NET));
         assert!(in_net(server_addr(77), SERVER_NET));
         assert_eq!(ccl_node_by_mac(node_mac(4, CCL), 5), Some(4));
-        assert_eq!(
-            node_addr6(2, Side::Outside),
-            "2001:db8:2::12".parse::<Ipv6Addr>().unwrap()
-        );
-        assert_eq!(
-            client_addr6(0),
-            "2001:db8:64::1".parse::<Ipv6Addr>().unwrap()
-        );
+        assert_eq!(node_addr6(2, Side::Outside), "2001:db8:2::12".parse::<Ipv6Addr>().unwrap());
+        assert_eq!(client_addr6(0), "2001:db8:64::1".parse::<Ipv6Addr>().unwrap());
         assert!(in_net6(client_addr6(249), CLIENT_NET6) && !in_net6(client_addr6(1), SERVER_NET6));
         assert!(in_net6(server_addr6(77), SERVER_NET6));
-        assert!(
-            Side::Inside.hosts(IpAddr::V6(client_addr6(3)))
-                && !Side::Inside.hosts(IpAddr::V6(server_addr6(3)))
-        );
+        assert!(Side::Inside.hosts(IpAddr::V6(client_addr6(3))) && !Side::Inside.hosts(IpAddr::V6(server_addr6(3))));
         // Every address in the documentation range.
-        for a in [
-            node_addr6(15, Side::Inside),
-            INSIDE_ROUTER_IP6,
-            OUTSIDE_ROUTER_IP6,
-            client_addr6(7),
-            server_addr6(9),
-        ] {
+        for a in [node_addr6(15, Side::Inside), INSIDE_ROUTER_IP6, OUTSIDE_ROUTER_IP6, client_addr6(7), server_addr6(9)] {
             assert!(in_net6(a, ("2001:db8::".parse().unwrap(), 32)), "{a}");
         }
     }
@@ -1082,27 +1005,12 @@ mod tests {
     #[test]
     fn ipv6_frames_read_back_with_their_tuple_and_checksums() {
         let (c, s) = (v6(client_addr6(3)), v6(server_addr6(4)));
-        let f = tcp_frame(
-            (c, 40000),
-            (s, 443),
-            7,
-            9,
-            0x12,
-            1024,
-            &[1, 1, 4, 2],
-            b"hello",
-        );
+        let f = tcp_frame((c, 40000), (s, 443), 7, 9, 0x12, 1024, &[1, 1, 4, 2], b"hello");
         let ip = frame_ip(&f).unwrap();
-        assert_eq!(
-            (ip.src, ip.dst, ip.proto, ip.l4.len(), ip.ip_len),
-            (c, s, ip_proto::TCP, 29, 69)
-        );
+        assert_eq!((ip.src, ip.dst, ip.proto, ip.l4.len(), ip.ip_len), (c, s, ip_proto::TCP, 29, 69));
         assert!(l4_checksum_ok(c, s, ip_proto::TCP, ip.l4));
         let t = frame_tuple(&f).unwrap();
-        assert_eq!(
-            (t.src_port, t.dst_port, t.proto),
-            (40000, 443, ip_proto::TCP)
-        );
+        assert_eq!((t.src_port, t.dst_port, t.proto), (40000, 443, ip_proto::TCP));
         // A flipped payload bit is caught, and refilled.
         let mut g = f.clone();
         *g.last_mut().unwrap() ^= 1;
@@ -1119,10 +1027,7 @@ mod tests {
 
         let e = echo_frame(c, s, true, 77, 2, b"ping");
         let ip = frame_ip(&e).unwrap();
-        assert_eq!(
-            echo6(ip.src, ip.dst, ip.l4),
-            Some((icmpv6::msg_type::ECHO_REQUEST, 77, 2, &b"ping"[..]))
-        );
+        assert_eq!(echo6(ip.src, ip.dst, ip.l4), Some((icmpv6::msg_type::ECHO_REQUEST, 77, 2, &b"ping"[..])));
         let t = frame_tuple(&e).unwrap();
         assert_eq!((t.proto, t.src_port, t.dst_port), (ip_proto::ICMPV6, 77, 0));
         let r = echo_frame(s, c, false, 77, 2, b"ping");
@@ -1138,10 +1043,7 @@ mod tests {
         let f = ipv6_frame(c, s, ipv6::next_header::FRAGMENT, 64, &body);
         assert!(frame_tuple(&f).is_none());
         let h = frame_fragment(&f).unwrap();
-        assert_eq!(
-            (h.proto, h.ident, h.offset, h.more),
-            (ip_proto::UDP, 0x1234_5678, 1448, true)
-        );
+        assert_eq!((h.proto, h.ident, h.offset, h.more), (ip_proto::UDP, 0x1234_5678, 1448, true));
         // An atomic fragment is a whole packet.
         let whole = udp_frame(IpAddr::V6(c), IpAddr::V6(s), 1, 2, b"x");
         let mut body = vec![0u8; ipv6::FRAGMENT_HEADER_LEN];
@@ -1157,32 +1059,11 @@ mod tests {
         let mac = Side::Outside.router_mac();
         let ns = neighbor_solicitation(mac, OUTSIDE_ROUTER_IP6, node_addr6(1, Side::Outside));
         let (src, nd) = frame_nd(&ns).unwrap();
-        assert_eq!(
-            (src, nd.msg_type, nd.target, nd.lladdr),
-            (
-                OUTSIDE_ROUTER_IP6,
-                icmpv6::msg_type::NEIGHBOR_SOLICIT,
-                node_addr6(1, Side::Outside),
-                Some(mac)
-            )
-        );
+        assert_eq!((src, nd.msg_type, nd.target, nd.lladdr), (OUTSIDE_ROUTER_IP6, icmpv6::msg_type::NEIGHBOR_SOLICIT, node_addr6(1, Side::Outside), Some(mac)));
         assert!(icmpv6::is_multicast_mac(ns[0..6].try_into().unwrap()));
-        let na = neighbor_advertisement(
-            mac,
-            OUTSIDE_ROUTER_IP6,
-            node_mac(1, OUTSIDE),
-            node_addr6(1, Side::Outside),
-        );
+        let na = neighbor_advertisement(mac, OUTSIDE_ROUTER_IP6, node_mac(1, OUTSIDE), node_addr6(1, Side::Outside));
         let (src, nd) = frame_nd(&na).unwrap();
-        assert_eq!(
-            (src, nd.msg_type, nd.target, nd.lladdr),
-            (
-                OUTSIDE_ROUTER_IP6,
-                icmpv6::msg_type::NEIGHBOR_ADVERT,
-                OUTSIDE_ROUTER_IP6,
-                Some(mac)
-            )
-        );
+        assert_eq!((src, nd.msg_type, nd.target, nd.lladdr), (OUTSIDE_ROUTER_IP6, icmpv6::msg_type::NEIGHBOR_ADVERT, OUTSIDE_ROUTER_IP6, Some(mac)));
         assert_eq!(nd.flags & icmpv6::NA_SOLICITED, icmpv6::NA_SOLICITED);
         assert_eq!(na[0..6], node_mac(1, OUTSIDE));
     }
@@ -1193,15 +1074,7 @@ mod tests {
         // nodes for some ports (the fold keeps every bit).
         let a = Ipv6Addr::new(0x2001, 0xdb8, 0x64, 0, 0, 0, 0, 1);
         let b = Ipv6Addr::new(0x2001, 0xdb8, 0x65, 0, 0, 0, 0, 1);
-        let t = |x: Ipv6Addr, p: u16| FiveTuple {
-            src: IpAddr::V6(x),
-            dst: IpAddr::V6(server_addr6(0)),
-            proto: 6,
-            src_port: p,
-            dst_port: 80,
-        };
-        assert!(
-            (1000..1100).any(|p| ecmp_hash(3, &t(a, p), false) != ecmp_hash(3, &t(b, p), false))
-        );
+        let t = |x: Ipv6Addr, p: u16| FiveTuple { src: IpAddr::V6(x), dst: IpAddr::V6(server_addr6(0)), proto: 6, src_port: p, dst_port: 80 };
+        assert!((1000..1100).any(|p| ecmp_hash(3, &t(a, p), false) != ecmp_hash(3, &t(b, p), false)));
     }
 }

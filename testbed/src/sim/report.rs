@@ -281,13 +281,7 @@ impl Report {
                 .flat_map(|n| n.peers.iter().filter(|p| !p.this_node))
                 .map(|p| p.last_heard_ms.unwrap_or(u64::MAX))
                 .max()
-                .map(|a| {
-                    if a == u64::MAX {
-                        "never".to_string()
-                    } else {
-                        format!("{a} ms")
-                    }
-                });
+                .map(|a| if a == u64::MAX { "never".to_string() } else { format!("{a} ms") });
             let _ = writeln!(
                 s,
                 "  membership: control frames {} (heartbeats {}) copies {} delivered {} lost {} cut {}; oldest last-heard {}",

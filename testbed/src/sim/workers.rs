@@ -26,8 +26,7 @@ impl NodeWorkers {
             return Err("no worker".into());
         }
         for (i, p) in pipelines.iter_mut().enumerate() {
-            p.set_worker(WorkerId(i as u16), n)
-                .map_err(|e| e.to_string())?;
+            p.set_worker(WorkerId(i as u16), n).map_err(|e| e.to_string())?;
         }
         Ok(NodeWorkers { pipelines })
     }
@@ -53,19 +52,13 @@ impl NodeWorkers {
 
     /// Whether any worker holds the conntrack flow of `t`.
     pub fn holds(&self, t: &FiveTuple) -> bool {
-        self.pipelines
-            .iter()
-            .any(|p| super::cluster::is_owner(p, t))
+        self.pipelines.iter().any(|p| super::cluster::is_owner(p, t))
     }
 
     /// Workers that hold `t` but are not its worker (must stay 0).
     pub fn misplaced(&self, t: &FiveTuple) -> usize {
         let mine = usize::from(worker_of_tuple(t, self.count()).0);
-        self.pipelines
-            .iter()
-            .enumerate()
-            .filter(|&(i, p)| i != mine && super::cluster::is_owner(p, t))
-            .count()
+        self.pipelines.iter().enumerate().filter(|&(i, p)| i != mine && super::cluster::is_owner(p, t)).count()
     }
 
     /// One received frame, decided by its worker (and, for a fragment
@@ -76,11 +69,7 @@ impl NodeWorkers {
             return self.pipelines[0].process(now, port, buf);
         }
         let data = dataplane::buf::PacketBuf::data(buf);
-        let s = if port == CCL {
-            steer_ccl(data, n)
-        } else {
-            steer(data, n)
-        };
+        let s = if port == CCL { steer_ccl(data, n) } else { steer(data, n) };
         let w = match s {
             Steer::Worker(w) => usize::from(w.0),
             // Received by worker 0, learnt by the others from a copy.
@@ -98,18 +87,9 @@ impl NodeWorkers {
 
     /// A `Handoff` verdict of worker `w`: the frame to the worker named,
     /// with the note.
-    fn follow(
-        &mut self,
-        now: Timestamp,
-        w: usize,
-        port: PortId,
-        buf: &mut VecBuf,
-        v: Verdict,
-    ) -> Verdict {
+    fn follow(&mut self, now: Timestamp, w: usize, port: PortId, buf: &mut VecBuf, v: Verdict) -> Verdict {
         let Verdict::Handoff(to) = v else { return v };
-        let Some(note) = self.pipelines[w].handoff_note() else {
-            return v;
-        };
+        let Some(note) = self.pipelines[w].handoff_note() else { return v };
         match self.pipelines.get_mut(usize::from(to.0)) {
             Some(p) => p.process_handoff(now, port, buf, note),
             None => v,
@@ -125,14 +105,10 @@ impl NodeWorkers {
         }
         let mut moved = Vec::new();
         for p in &mut self.pipelines {
-            p.drain_handoffs(|w, in_port, note, bytes| {
-                moved.push((w, in_port, *note, bytes.to_vec()))
-            });
+            p.drain_handoffs(|w, in_port, note, bytes| moved.push((w, in_port, *note, bytes.to_vec())));
         }
         for (w, in_port, note, bytes) in moved {
-            let Some(p) = self.pipelines.get_mut(usize::from(w.0)) else {
-                continue;
-            };
+            let Some(p) = self.pipelines.get_mut(usize::from(w.0)) else { continue };
             let mut buf = VecBuf::new(&bytes);
             if let Verdict::Forward(port) = p.process_handoff(now, in_port, &mut buf, note) {
                 out.push((port, buf.to_vec()));
@@ -149,7 +125,6 @@ impl NodeWorkers {
 
     /// The node's re-registration progress (`SyncProgress::of_workers`).
     pub fn sync_progress(&self, epoch: Epoch) -> SyncProgress {
-        SyncProgress::of_workers(self.pipelines.iter().map(|p| p.sync_progress(epoch)))
-            .unwrap_or_default()
+        SyncProgress::of_workers(self.pipelines.iter().map(|p| p.sync_progress(epoch))).unwrap_or_default()
     }
 }

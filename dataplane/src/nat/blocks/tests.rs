@@ -17,11 +17,7 @@ fn check_holders(m: &BlockMap) {
         for b in 0..per {
             let r = BlockRef { addr: a, block: b };
             let h = m.holder(r).unwrap();
-            assert!(
-                m.members() >> h.node.0 & 1 == 1,
-                "{r:?} held by non-member {:?}",
-                h.node
-            );
+            assert!(m.members() >> h.node.0 & 1 == 1, "{r:?} held by non-member {:?}", h.node);
             assert!(h.worker < m.workers());
         }
     }
@@ -49,11 +45,7 @@ fn check_balanced(m: &BlockMap) {
 /// Pay every debt, releasing the owing member's blocks in order.
 fn pay_all(m: &mut BlockMap) {
     while let Some(d) = m.debts().first().copied() {
-        let r = m
-            .blocks_of(d.from)
-            .find(|(r, _)| r.addr == d.addr)
-            .map(|(r, _)| r)
-            .unwrap();
+        let r = m.blocks_of(d.from).find(|(r, _)| r.addr == d.addr).map(|(r, _)| r).unwrap();
         let h = m.release(r, d.from).unwrap();
         assert_eq!(h.node, d.to);
     }
@@ -78,11 +70,7 @@ fn geometry_exact_counts() {
         assert_eq!(g.ports(blocks - 1), Some(last), "{size} {reserved}");
         assert_eq!(g.ports(blocks), None);
         let total: u32 = (0..blocks).map(|b| u32::from(g.block_len(b))).sum();
-        assert_eq!(
-            total,
-            65_536 - u32::from(first),
-            "every port in exactly one block"
-        );
+        assert_eq!(total, 65_536 - u32::from(first), "every port in exactly one block");
     }
     let g = Geometry::new(512, false).unwrap();
     assert_eq!(g.block_of(1023), None);
@@ -91,14 +79,8 @@ fn geometry_exact_counts() {
     assert_eq!(g.block_of(1536), Some(1));
     assert_eq!(g.block_of(65535), Some(125));
     assert_eq!(g.ports(1), Some((1536, 2047)));
-    assert_eq!(
-        Geometry::new(31, false),
-        Err(BlockError::SizeOutOfRange(31))
-    );
-    assert_eq!(
-        Geometry::new(4097, true),
-        Err(BlockError::SizeOutOfRange(4097))
-    );
+    assert_eq!(Geometry::new(31, false), Err(BlockError::SizeOutOfRange(31)));
+    assert_eq!(Geometry::new(4097, true), Err(BlockError::SizeOutOfRange(4097)));
 }
 
 #[test]
@@ -121,10 +103,7 @@ fn deal_is_fair_for_1_to_16_members() {
                     for (_, h) in m.blocks_of(NodeId(i)) {
                         per[usize::from(h.worker)] += 1;
                     }
-                    assert!(
-                        per.iter().max().unwrap() - per.iter().min().unwrap() <= 1,
-                        "{per:?}"
-                    );
+                    assert!(per.iter().max().unwrap() - per.iter().min().unwrap() <= 1, "{per:?}");
                 }
             }
         }
@@ -150,32 +129,13 @@ fn lookup_finds_the_holder_from_address_and_port() {
     // mod 3 = 1.
     let h = m.lookup(addrs[1], 1024 + 512 * 4 + 7).unwrap();
     assert_eq!(h.node, NodeId(1));
-    assert_eq!(
-        m.block(addrs[1], 3071),
-        Some(BlockRef { addr: 1, block: 3 })
-    );
+    assert_eq!(m.block(addrs[1], 3071), Some(BlockRef { addr: 1, block: 3 }));
     assert_eq!(m.lookup(addrs[1], 80), None, "below the first port");
-    assert_eq!(
-        m.lookup(Ipv4Addr::new(192, 0, 2, 1), 5000),
-        None,
-        "not a pool address"
-    );
-    assert_eq!(
-        BlockMap::deal(g, &[addrs[0], addrs[0]], &members(3), 1),
-        Err(BlockError::DuplicateAddress(addrs[0]))
-    );
-    assert_eq!(
-        BlockMap::deal(g, &[], &members(3), 1),
-        Err(BlockError::PoolSize(0))
-    );
-    assert_eq!(
-        BlockMap::deal(g, &addrs, &members(3), 0),
-        Err(BlockError::Workers(0))
-    );
-    assert_eq!(
-        BlockMap::deal(g, &addrs, &members(0), 1),
-        Err(BlockError::NoMembers)
-    );
+    assert_eq!(m.lookup(Ipv4Addr::new(192, 0, 2, 1), 5000), None, "not a pool address");
+    assert_eq!(BlockMap::deal(g, &[addrs[0], addrs[0]], &members(3), 1), Err(BlockError::DuplicateAddress(addrs[0])));
+    assert_eq!(BlockMap::deal(g, &[], &members(3), 1), Err(BlockError::PoolSize(0)));
+    assert_eq!(BlockMap::deal(g, &addrs, &members(3), 0), Err(BlockError::Workers(0)));
+    assert_eq!(BlockMap::deal(g, &addrs, &members(0), 1), Err(BlockError::NoMembers));
 }
 
 #[test]
@@ -203,11 +163,7 @@ fn leave_moves_only_the_leavers_blocks_to_their_heirs() {
     }
     let one = BlockMap::deal(g, &pool(1), &members(1), 1).unwrap();
     assert_eq!(one.without(NodeId(0)), Err(BlockError::NoMembers));
-    assert_eq!(
-        one.heir(BlockRef { addr: 0, block: 0 }),
-        None,
-        "a lone member has no heir"
-    );
+    assert_eq!(one.heir(BlockRef { addr: 0, block: 0 }), None, "a lone member has no heir");
 }
 
 #[test]
@@ -220,17 +176,8 @@ fn join_moves_nothing_until_free_blocks_are_released() {
         assert_eq!(j.holders, m.holders, "a join moves no block by itself");
         // The joiner is owed its share of every address: ⌊126 / (n+1)⌋.
         for a in 0..3u32 {
-            let owed: u16 = j
-                .debts()
-                .iter()
-                .filter(|d| d.addr == a && d.to == joiner)
-                .map(|d| d.count)
-                .sum();
-            assert_eq!(
-                usize::from(owed),
-                126 / (usize::from(n) + 1),
-                "{n} members, address {a}"
-            );
+            let owed: u16 = j.debts().iter().filter(|d| d.addr == a && d.to == joiner).map(|d| d.count).sum();
+            assert_eq!(usize::from(owed), 126 / (usize::from(n) + 1), "{n} members, address {a}");
         }
         let mut paid = j.clone();
         pay_all(&mut paid);
@@ -238,10 +185,7 @@ fn join_moves_nothing_until_free_blocks_are_released() {
         check_holders(&paid);
         // Only blocks that went to the joiner changed.
         for (i, (before, after)) in m.holders.iter().zip(&paid.holders).enumerate() {
-            assert!(
-                before == after || after.node == joiner,
-                "block {i}: {before:?} → {after:?}"
-            );
+            assert!(before == after || after.node == joiner, "block {i}: {before:?} → {after:?}");
         }
     }
 }
@@ -252,14 +196,8 @@ fn release_refuses_what_is_not_owed_or_not_held() {
     let m = BlockMap::deal(g, &pool(1), &members(2), 1).unwrap();
     let mut j = m.with(NodeId(2)).unwrap();
     let r0 = j.blocks_of(NodeId(0)).next().unwrap().0;
-    assert_eq!(
-        j.release(r0, NodeId(1)),
-        Err(BlockError::NotHolder(NodeId(1)))
-    );
-    assert_eq!(
-        j.release(BlockRef { addr: 9, block: 0 }, NodeId(0)),
-        Err(BlockError::NoSuchBlock)
-    );
+    assert_eq!(j.release(r0, NodeId(1)), Err(BlockError::NotHolder(NodeId(1))));
+    assert_eq!(j.release(BlockRef { addr: 9, block: 0 }, NodeId(0)), Err(BlockError::NoSuchBlock));
     let before = j.clone();
     assert_eq!(j.release(r0, NodeId(0)).unwrap().node, NodeId(2));
     assert_eq!(j.version(), before.version() + 1);
@@ -269,10 +207,7 @@ fn release_refuses_what_is_not_owed_or_not_held() {
         j.release(r, NodeId(0)).unwrap();
     }
     let r = j.blocks_of(NodeId(0)).next().unwrap().0;
-    assert_eq!(
-        j.release(r, NodeId(0)),
-        Err(BlockError::NothingOwed(NodeId(0)))
-    );
+    assert_eq!(j.release(r, NodeId(0)), Err(BlockError::NothingOwed(NodeId(0))));
     assert_eq!(j.counts(0)[..3], [42, 63, 21], "node 1 has not paid yet");
     assert_eq!(j.owed(0, NodeId(1)), 21);
 }
@@ -291,14 +226,10 @@ fn random_join_leave_sequences_keep_the_invariants() {
         x % n
     };
     for _ in 0..12 {
-        let mut m =
-            BlockMap::deal(g, &pool(5), &members(1 + rnd(16) as u8), 1 + rnd(3) as u8).unwrap();
+        let mut m = BlockMap::deal(g, &pool(5), &members(1 + rnd(16) as u8), 1 + rnd(3) as u8).unwrap();
         for _ in 0..30 {
             let present: Vec<NodeId> = member_list(m.members()).collect();
-            let absent: Vec<NodeId> = (0..16)
-                .map(NodeId)
-                .filter(|n| !present.contains(n))
-                .collect();
+            let absent: Vec<NodeId> = (0..16).map(NodeId).filter(|n| !present.contains(n)).collect();
             let before = m.clone();
             match rnd(3) {
                 0 if present.len() > 1 => {
@@ -323,11 +254,7 @@ fn random_join_leave_sequences_keep_the_invariants() {
                         let Some(d) = m.debts().first().copied() else {
                             break;
                         };
-                        let r = m
-                            .blocks_of(d.from)
-                            .find(|(r, _)| r.addr == d.addr)
-                            .unwrap()
-                            .0;
+                        let r = m.blocks_of(d.from).find(|(r, _)| r.addr == d.addr).unwrap().0;
                         m.release(r, d.from).unwrap();
                     }
                 }
@@ -336,11 +263,7 @@ fn random_join_leave_sequences_keep_the_invariants() {
             let mut paid = m.clone();
             pay_all(&mut paid);
             paid.rebalance();
-            assert!(
-                paid.debts().is_empty(),
-                "paid debts leave the map balanced: {:?}",
-                paid.debts()
-            );
+            assert!(paid.debts().is_empty(), "paid debts leave the map balanced: {:?}", paid.debts());
             check_balanced(&paid);
         }
     }
@@ -377,12 +300,7 @@ fn encoding_golden_bytes() {
     // node 3 two blocks and node 2 three.
     let j = m.with(NodeId(3)).unwrap();
     let e = j.encode();
-    assert_eq!(
-        &e[e.len() - 18..],
-        &[0, 2, 0, 0, 0, 0, 1, 3, 0, 2, 0, 0, 0, 0, 2, 3, 0, 3][..],
-        "{:?}",
-        j.debts()
-    );
+    assert_eq!(&e[e.len() - 18..], &[0, 2, 0, 0, 0, 0, 1, 3, 0, 2, 0, 0, 0, 0, 2, 3, 0, 3][..], "{:?}", j.debts());
     assert_eq!(BlockMap::decode(&e).unwrap(), j);
 }
 
@@ -396,18 +314,12 @@ fn every_map_of_a_random_history_reads_back_equal() {
             1 | 2 => {
                 let mut p = m.clone();
                 if let Some(d) = p.debts().first().copied() {
-                    let r = p
-                        .blocks_of(d.from)
-                        .find(|(r, _)| r.addr == d.addr)
-                        .unwrap()
-                        .0;
+                    let r = p.blocks_of(d.from).find(|(r, _)| r.addr == d.addr).unwrap().0;
                     p.release(r, d.from).unwrap();
                 }
                 p
             }
-            _ => m
-                .without(member_list(m.members()).next().unwrap())
-                .unwrap_or(m),
+            _ => m.without(member_list(m.members()).next().unwrap()).unwrap_or(m),
         };
         let b = m.encode();
         assert_eq!(BlockMap::decode(&b).as_ref(), Ok(&m), "step {step}");
@@ -417,10 +329,7 @@ fn every_map_of_a_random_history_reads_back_equal() {
 #[test]
 fn hostile_map_bytes_are_refused_never_panic() {
     let g = Geometry::new(1024, false).unwrap();
-    let m = BlockMap::deal(g, &pool(2), &members(3), 2)
-        .unwrap()
-        .with(NodeId(5))
-        .unwrap();
+    let m = BlockMap::deal(g, &pool(2), &members(3), 2).unwrap().with(NodeId(5)).unwrap();
     let b = m.encode();
     for n in 0..b.len() {
         assert!(BlockMap::decode(&b[..n]).is_err(), "a prefix of {n} bytes");
@@ -434,24 +343,15 @@ fn hostile_map_bytes_are_refused_never_panic() {
         BlockMap::decode(&x)
     };
     assert_eq!(with(0, 2), Err(MapDecodeError::Format));
-    assert_eq!(
-        with(3, 2),
-        Err(MapDecodeError::Invalid("reserved-ports flag"))
-    );
+    assert_eq!(with(3, 2), Err(MapDecodeError::Invalid("reserved-ports flag")));
     assert_eq!(with(4, 0), Err(MapDecodeError::Invalid("worker count")));
     assert_eq!(with(1, 0), Err(MapDecodeError::Invalid("block size")));
     // The first holder (after the 19-byte header and two addresses) names
     // node 15, not a member.
     let first_holder = 19 + 8;
-    assert_eq!(
-        with(first_holder, 15 << 1),
-        Err(MapDecodeError::Invalid("holder"))
-    );
+    assert_eq!(with(first_holder, 15 << 1), Err(MapDecodeError::Invalid("holder")));
     // Addresses out of order.
-    assert_eq!(
-        with(19 + 3, 5),
-        Err(MapDecodeError::Invalid("addresses not ascending"))
-    );
+    assert_eq!(with(19 + 3, 5), Err(MapDecodeError::Invalid("addresses not ascending")));
     // Random bytes: an answer, never a panic.
     let mut x = 0x9e37_79b9_7f4a_7c15u64;
     for len in 0..400 {

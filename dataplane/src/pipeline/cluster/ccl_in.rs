@@ -9,13 +9,13 @@ use crate::ccl::{FlowBatch, FlowOp, ForwardedBatch, Message, OwnerQuery, OwnerRe
 use crate::conntrack::{ConnTable, FlowState};
 use crate::pipeline::context::{Outcome, Rx};
 use crate::pipeline::ipv4::{transit_l4, Transit};
-use crate::pipeline::transit6::{self, Transit6};
 use crate::route::IfIndex;
 use crate::slots::SlotMem;
 use crate::types::{DropReason, Duration, FiveTuple, NodeId, Timestamp};
 use crate::wire::ethernet::{ethertype, EthernetFrame};
 use crate::wire::ipv4::Ipv4Packet;
 use crate::wire::ipv6::Ipv6Packet;
+use crate::pipeline::transit6::{self, Transit6};
 
 /// What the pipeline does after `ccl_in` opened a datagram.
 #[derive(Copy, Clone, Debug)]
@@ -35,10 +35,7 @@ pub(crate) enum CclNext {
     /// An owner reply (or a flow transfer, then `owner` is this node) for
     /// the frames parked under `query_id`: release them (`take_parked` /
     /// `finish_parked`); the datagram is `Consumed`.
-    Release {
-        query_id: u32,
-        owner: Option<NodeId>,
-    },
+    Release { query_id: u32, owner: Option<NodeId> },
 }
 
 /// The five-tuple of a frame (for relays, which carry no key); for an ICMP
@@ -65,16 +62,8 @@ fn frame_tuple(frame: &[u8]) -> Option<FiveTuple> {
 
 /// Keep only `[off, off + len)` of the buffer (the inner frame of a CCL
 /// message).
-fn unwrap_to<B: PacketBuf>(
-    buf: &mut B,
-    off: usize,
-    len: usize,
-    total: usize,
-) -> Result<(), DropReason> {
-    let back = total
-        .checked_sub(off)
-        .and_then(|r| r.checked_sub(len))
-        .ok_or(DropReason::CclMalformed)?;
+fn unwrap_to<B: PacketBuf>(buf: &mut B, off: usize, len: usize, total: usize) -> Result<(), DropReason> {
+    let back = total.checked_sub(off).and_then(|r| r.checked_sub(len)).ok_or(DropReason::CclMalformed)?;
     if !buf.trim_front(off) {
         return Err(DropReason::CclMalformed);
     }
@@ -95,23 +84,13 @@ impl ClusterPath {
     ) -> Result<CclNext, DropReason> {
         let data = buf.data();
         let total = data.len();
-        let opened = self
-            .opener
-            .open_frame(data)
-            .map_err(|_| DropReason::CclMalformed)?;
+        let opened = self.opener.open_frame(data).map_err(|_| DropReason::CclMalformed)?;
         let from = opened.sender;
         self.trace_from = from;
-        if self.own_channel_only
-            && opened.channel != self.sealer.channel()
-            && !matches!(opened.msg, Message::Heartbeat(_))
-        {
+        if self.own_channel_only && opened.channel != self.sealer.channel() && !matches!(opened.msg, Message::Heartbeat(_)) {
             return Err(DropReason::CclWrongWorker);
         }
-        if self
-            .joined_at
-            .get(from.index())
-            .is_some_and(|e| opened.epoch.0 < e.0)
-        {
+        if self.joined_at.get(from.index()).is_some_and(|e| opened.epoch.0 < e.0) {
             return Err(DropReason::CclBeforeRejoin);
         }
         let at = |f: &[u8]| (f.as_ptr() as usize).wrapping_sub(data.as_ptr() as usize);
@@ -128,10 +107,7 @@ impl ClusterPath {
             }
             Message::FlowTransfer(x) => Ok(match self.on_transfer(now, link, conn, from, &x) {
                 // An unasked transfer (0) has no parked frames.
-                Some(query_id) if query_id != 0 => CclNext::Release {
-                    query_id,
-                    owner: Some(self.me),
-                },
+                Some(query_id) if query_id != 0 => CclNext::Release { query_id, owner: Some(self.me) },
                 _ => consumed,
             }),
             Message::FlowHandOver(b) => {
@@ -163,10 +139,7 @@ impl ClusterPath {
                 let hinted = f.flow_hint.is_some();
                 unwrap_to(buf, off, len, total)?;
                 self.counters.forwarded_received += 1;
-                Ok(CclNext::Forwarded(Rx {
-                    hinted,
-                    ..Rx::ccl(IfIndex(u16::from(iface)))
-                }))
+                Ok(CclNext::Forwarded(Rx { hinted, ..Rx::ccl(IfIndex(u16::from(iface))) }))
             }
             // N3: decided as if received on one of this node's ports
             // (`Rx::to_control`): it may open a connection here, or the
@@ -175,10 +148,7 @@ impl ClusterPath {
                 let (off, len, iface) = (at(f.frame), f.frame.len(), f.ingress_iface);
                 unwrap_to(buf, off, len, total)?;
                 self.counters.to_control_received += 1;
-                Ok(CclNext::Forwarded(Rx {
-                    to_control: true,
-                    ..Rx::ccl(IfIndex(u16::from(iface)))
-                }))
+                Ok(CclNext::Forwarded(Rx { to_control: true, ..Rx::ccl(IfIndex(u16::from(iface))) }))
             }
             Message::ForwardedBatch(b) => {
                 self.batch_in(&b);
@@ -194,14 +164,7 @@ impl ClusterPath {
                     return Ok(CclNext::RelayedOwn(Rx::ccl(IfIndex(u16::from(iface)))));
                 }
                 let owner = match self.records.get(&canonical(&tuple)) {
-                    Some(r)
-                        if live(r, now)
-                            && r.owner != self.me
-                            && self.members.contains(r.owner)
-                            && !r.owner_left =>
-                    {
-                        r.owner
-                    }
+                    Some(r) if live(r, now) && r.owner != self.me && self.members.contains(r.owner) && !r.owner_left => r.owner,
                     _ => return Err(DropReason::ClusterNoRecord),
                 };
                 let port = self.wrap(now, link, buf, Wrap::Forward, iface, owner, None)?;
@@ -215,14 +178,7 @@ impl ClusterPath {
     /// does (R8); hand it the flow if its owner left (R11, `grant`); with
     /// no record and no election asked, hold the query for a registration
     /// in flight (`hold`). Queries from non-members are ignored.
-    fn on_query(
-        &mut self,
-        now: Timestamp,
-        link: &mut Link<'_>,
-        conn: &mut ConnTable,
-        from: NodeId,
-        q: &OwnerQuery,
-    ) {
+    fn on_query(&mut self, now: Timestamp, link: &mut Link<'_>, conn: &mut ConnTable, from: NodeId, q: &OwnerQuery) {
         if !self.members.contains(from) {
             self.counters.from_nonmembers += 1;
             return;
@@ -241,25 +197,16 @@ impl ClusterPath {
             // an owner that left — is the global director's to decide.
             self.records
                 .get(&key)
-                .filter(|r| {
-                    live(r, now) && !r.owner_left && r.owner != me && self.members.contains(r.owner)
-                })
+                .filter(|r| live(r, now) && !r.owner_left && r.owner != me && self.members.contains(r.owner))
                 .map(|r| r.owner)
         } else {
             // `regrant`: granted to the querier, which asks again before
             // registering — the transfer was lost on the CCL. Send it again
             // (the same owner: no second one).
-            let held = self
-                .records
-                .get(&key)
-                .filter(|r| live(r, now) && (r.owner != me || r.owner_left))
-                .map(|r| {
-                    let regrant = r.owner == from
-                        && !r.owner_left
-                        && r.state.is_some()
-                        && r.version.is_none();
-                    (r.owner, r.owner_left, regrant)
-                });
+            let held = self.records.get(&key).filter(|r| live(r, now) && (r.owner != me || r.owner_left)).map(|r| {
+                let regrant = r.owner == from && !r.owner_left && r.state.is_some() && r.version.is_none();
+                (r.owner, r.owner_left, regrant)
+            });
             match held {
                 Some((_, false, true)) if self.director_of(&t) == me => {
                     if self.grant(now, link, from, q) {
@@ -274,10 +221,7 @@ impl ClusterPath {
                     // A translated flow is granted only to the member
                     // holding its binding's block; anyone else is sent
                     // there (which then asks, and is granted).
-                    let holder = self
-                        .records
-                        .get(&key)
-                        .and_then(|r| self.binding_holder(r.binding));
+                    let holder = self.records.get(&key).and_then(|r| self.binding_holder(r.binding));
                     match holder.filter(|&h| h != from) {
                         // This director holds the block: it takes the flow
                         // over now and names itself.
@@ -327,23 +271,13 @@ impl ClusterPath {
             }
         }
         self.counters.queries_answered += 1;
-        let reply = Message::OwnerReply(OwnerReply {
-            query_id: q.query_id,
-            flow: q.flow,
-            owner,
-        });
+        let reply = Message::OwnerReply(OwnerReply { query_id: q.query_id, flow: q.flow, owner });
         self.send_ccl(now, link, from, &reply);
     }
 
     /// Querier: the director answered. The frames parked for the query are
     /// released by the pipeline (`CclNext::Release`).
-    fn on_reply(
-        &mut self,
-        now: Timestamp,
-        link: &mut Link<'_>,
-        conn: &mut ConnTable,
-        r: &OwnerReply,
-    ) -> CclNext {
+    fn on_reply(&mut self, now: Timestamp, link: &mut Link<'_>, conn: &mut ConnTable, r: &OwnerReply) -> CclNext {
         let t = r.flow.tuple();
         let timeouts = *conn.timeouts();
         self.counters.replies_received += 1;
@@ -356,23 +290,11 @@ impl ClusterPath {
         // record reached it) stays: a forwarder record in its place would
         // lose the state the next takeover needs (the quorum sweep, seed
         // 93: the flow died with its owner a few seconds later).
-        let holds_state =
-            |rec: &Record| rec.state.is_some() && Some(rec.owner) == owner && !rec.owner_left;
-        if let Some(rec) = self
-            .records
-            .get_mut(&key)
-            .filter(|rec| live(rec, now) && holds_state(rec))
-        {
+        let holds_state = |rec: &Record| rec.state.is_some() && Some(rec.owner) == owner && !rec.owner_left;
+        if let Some(rec) = self.records.get_mut(&key).filter(|rec| live(rec, now) && holds_state(rec)) {
             rec.last_seen = now;
         } else if let Some(o) = owner.filter(|&o| o != me) {
-            let rec = Record::stateless(
-                Role::Forwarder,
-                o,
-                t,
-                STATE_NOT_TCP,
-                now,
-                idle_for(&timeouts, t.proto),
-            );
+            let rec = Record::stateless(Role::Forwarder, o, t, STATE_NOT_TCP, now, idle_for(&timeouts, t.proto));
             if !self.upsert(key, rec) {
                 self.counters.record_table_full += 1;
             }
@@ -383,10 +305,7 @@ impl ClusterPath {
             return CclNext::Done(Outcome::Consumed);
         }
         if r.query_id != 0 {
-            return CclNext::Release {
-                query_id: r.query_id,
-                owner,
-            };
+            return CclNext::Release { query_id: r.query_id, owner };
         }
         if owner.is_some_and(|o| o != me) {
             // Unsolicited: our registration lost to an earlier owner (two
@@ -453,11 +372,7 @@ impl ClusterPath {
                         // Two SYNs of one connection on two nodes: the first
                         // owner stays; tell the latecomer.
                         self.counters.register_conflicts += 1;
-                        let m = Message::OwnerReply(OwnerReply {
-                            query_id: 0,
-                            flow: r.flow,
-                            owner: Some(first),
-                        });
+                        let m = Message::OwnerReply(OwnerReply { query_id: 0, flow: r.flow, owner: Some(first) });
                         self.send_ccl(now, link, from, &m);
                         continue;
                     }
@@ -465,9 +380,7 @@ impl ClusterPath {
                     // (reordered on the CCL) would undo a newer state.
                     let version = Version::from_record(&r);
                     let stale = match (self.records.get(&key), version) {
-                        (Some(ex), Some(v))
-                            if live(ex, now) && ex.owner == r.owner && !ex.owner_left =>
-                        {
+                        (Some(ex), Some(v)) if live(ex, now) && ex.owner == r.owner && !ex.owner_left => {
                             ex.version.is_some_and(|held| v.older_than(held))
                         }
                         _ => false,
@@ -551,14 +464,7 @@ impl ClusterPath {
     /// now at `start..end`: what leaves waits in the pool for
     /// `drain_generated`, after the frames forwarded in place during the
     /// burst (`keep_order`).
-    pub fn finish_received(
-        &mut self,
-        i: u16,
-        mem: SlotMem,
-        start: usize,
-        end: usize,
-        outcome: Outcome,
-    ) {
+    pub fn finish_received(&mut self, i: u16, mem: SlotMem, start: usize, end: usize, outcome: Outcome) {
         self.pool.put_back(i, mem, start, end);
         // A slot from `alloc` is still `Free` in state: `push_out` queues
         // it, `give_back` returns it.

@@ -49,12 +49,12 @@
 //!   (one compare) and the take-over of a packet's own flow.
 
 use super::{
-    canonical, live, ClusterPath, HeldQuery, Link, OwnerExtra, Received, Role, SyncProgress,
-    Version, MAX_HELD, SYNC_AGAIN_MAX, SYNC_BUDGET, SYNC_EPOCHS,
+    canonical, live, ClusterPath, HeldQuery, Link, OwnerExtra, Received, Role, SyncProgress, Version, MAX_HELD, SYNC_AGAIN_MAX,
+    SYNC_BUDGET, SYNC_EPOCHS,
 };
 use crate::ccl::{
-    FlowKey, FlowOp, FlowRecord, FlowTransfer, Message, NatBinding, OwnerQuery, OwnerReply,
-    SyncAgain, SyncDone, FLAG_ORPHAN, OPAQUE_LEN,
+    FlowKey, FlowOp, FlowRecord, FlowTransfer, Message, NatBinding, OwnerQuery, OwnerReply, SyncAgain, SyncDone, FLAG_ORPHAN,
+    OPAQUE_LEN,
 };
 use crate::cluster::flow_hash;
 use crate::conntrack::{ConnTable, FlowState, Timeouts};
@@ -128,11 +128,7 @@ impl ClusterPath {
         // Nodes still awaited by a scan cut short stay awaited: they must
         // show this epoch too.
         // (`joined` never holds this node; neither do carried bits.)
-        let (carried, fresh) = if self.sync.running {
-            (self.sync.awaiting, self.sync.fresh)
-        } else {
-            (0, 0)
-        };
+        let (carried, fresh) = if self.sync.running { (self.sync.awaiting, self.sync.fresh) } else { (0, 0) };
         self.sync.awaiting = (carried | joined) & self.members.bits();
         self.sync.fresh = (fresh | joined) & self.members.bits();
         self.sync.waited = false;
@@ -157,11 +153,7 @@ impl ClusterPath {
     /// `SYNC_BUDGET` slots; at the end, flush and send `SyncDone`.
     pub(super) fn sync_step(&mut self, now: Timestamp, link: &mut Link<'_>, conn: &ConnTable) {
         if !self.sync.running {
-            let tries_end = self
-                .sync
-                .started
-                .saturating_add(self.sync.took)
-                .saturating_add(super::SYNC_MARKER_FOR);
+            let tries_end = self.sync.started.saturating_add(self.sync.took).saturating_add(super::SYNC_MARKER_FOR);
             // Every marker again (one lost on the CCL would leave the joiner
             // to its sync timeout); one that could not be sent is in there.
             if now >= self.sync.next_marker && now < tries_end {
@@ -183,32 +175,22 @@ impl ClusterPath {
         let cap = conn.capacity();
         let end = self.sync.cursor.saturating_add(SYNC_BUDGET).min(cap);
         for i in self.sync.cursor..end {
-            let Some((h, orig)) = conn.slot(i) else {
-                continue;
-            };
+            let Some((h, orig)) = conn.slot(i) else { continue };
             self.counters.sync_scanned += 1;
             let hash = flow_hash(&orig);
-            let (old, new) = (
-                self.synced.backups(hash, self.me),
-                self.directors.backups(hash, self.me),
-            );
+            let (old, new) = (self.synced.backups(hash, self.me), self.directors.backups(hash, self.me));
             let fresh = self.sync.fresh;
             if old == new && (fresh == 0 || new.iter().all(|n| fresh >> n.0 & 1 == 0)) {
                 continue;
             }
             let mut to = crate::cluster::Backups::default();
-            for n in new
-                .iter()
-                .filter(|&n| !old.contains(n) || fresh >> n.0 & 1 != 0)
-            {
+            for n in new.iter().filter(|&n| !old.contains(n) || fresh >> n.0 & 1 != 0) {
                 to.push(n);
             }
             if to.is_empty() {
                 continue; // only a holder less: nothing to send
             }
-            let Some(record) = self.owner_record(now, conn, h, &orig) else {
-                continue;
-            };
+            let Some(record) = self.owner_record(now, conn, h, &orig) else { continue };
             self.counters.reregistered += 1;
             self.queue_to(now, link, record, true, to);
         }
@@ -238,16 +220,8 @@ impl ClusterPath {
         let mut sent = 0;
         self.sync.unsent = 0;
         for n in members.iter().filter(|&n| n != me && to >> n.0 & 1 != 0) {
-            let records = if self.sent_epoch == epoch {
-                self.sent_to[n.index()]
-            } else {
-                0
-            };
-            let m = Message::SyncDone(SyncDone {
-                epoch,
-                records,
-                round: self.round_to[n.index()],
-            });
+            let records = if self.sent_epoch == epoch { self.sent_to[n.index()] } else { 0 };
+            let m = Message::SyncDone(SyncDone { epoch, records, round: self.round_to[n.index()] });
             if self.send_ccl(now, link, n, &m) {
                 sent += 1;
             } else {
@@ -308,10 +282,7 @@ impl ClusterPath {
             None => {
                 let i = self.records_in_next;
                 self.records_in_next = (i + 1) % SYNC_EPOCHS;
-                self.records_in[i] = Received {
-                    epoch,
-                    ..Received::EMPTY
-                };
+                self.records_in[i] = Received { epoch, ..Received::EMPTY };
                 i
             }
         };
@@ -333,13 +304,7 @@ impl ClusterPath {
     /// request reached the peer — or the request was lost: ask again (the
     /// peer ignores a round it already started; the markers' repetition
     /// bounds these).
-    pub(super) fn on_sync_done(
-        &mut self,
-        now: Timestamp,
-        link: &mut Link<'_>,
-        from: NodeId,
-        m: SyncDone,
-    ) {
+    pub(super) fn on_sync_done(&mut self, now: Timestamp, link: &mut Link<'_>, from: NodeId, m: SyncDone) {
         self.counters.sync_done_received += 1;
         let i = from.index();
         if i >= NodeId::MAX_NODES {
@@ -367,20 +332,8 @@ impl ClusterPath {
         self.mark_done(from, m.epoch);
     }
 
-    fn send_sync_again(
-        &mut self,
-        now: Timestamp,
-        link: &mut Link<'_>,
-        to: NodeId,
-        epoch: Epoch,
-        round: u32,
-    ) {
-        if self.send_ccl(
-            now,
-            link,
-            to,
-            &Message::SyncAgain(SyncAgain { epoch, round }),
-        ) {
+    fn send_sync_again(&mut self, now: Timestamp, link: &mut Link<'_>, to: NodeId, epoch: Epoch, round: u32) {
+        if self.send_ccl(now, link, to, &Message::SyncAgain(SyncAgain { epoch, round })) {
             self.counters.sync_again_sent += 1;
         }
     }
@@ -391,11 +344,7 @@ impl ClusterPath {
     /// round; markers follow as after any scan.
     pub(super) fn on_sync_again(&mut self, from: NodeId, m: SyncAgain) {
         let i = from.index();
-        if m.epoch != self.sync.epoch
-            || !self.members.contains(from)
-            || i >= NodeId::MAX_NODES
-            || from == self.me
-        {
+        if m.epoch != self.sync.epoch || !self.members.contains(from) || i >= NodeId::MAX_NODES || from == self.me {
             return;
         }
         if m.round <= self.round_to[i] {
@@ -429,16 +378,8 @@ impl ClusterPath {
 
     /// `Pipeline::sync_progress` (contract).
     pub fn sync_progress(&self, epoch: Epoch) -> SyncProgress {
-        let done_from = self
-            .done_from
-            .iter()
-            .filter(|e| e.0 == epoch)
-            .fold(0, |a, e| a | e.1);
-        SyncProgress {
-            epoch,
-            done_from,
-            sent: self.sync.sent && self.sync.epoch.0 >= epoch.0,
-        }
+        let done_from = self.done_from.iter().filter(|e| e.0 == epoch).fold(0, |a, e| a | e.1);
+        SyncProgress { epoch, done_from, sent: self.sync.sent && self.sync.epoch.0 >= epoch.0 }
     }
 
     /// The last scan: running, and how long the last finished one took.
@@ -458,12 +399,7 @@ impl ClusterPath {
     /// and readmitted within one member set directs again the flows it
     /// owned and directed; a node that rejoins directs again the orphans
     /// no packet reached while it was gone).
-    pub(super) fn mark_handoffs(
-        &mut self,
-        now: Timestamp,
-        before: &crate::cluster::DirectorTable,
-        fresh: u16,
-    ) {
+    pub(super) fn mark_handoffs(&mut self, now: Timestamp, before: &crate::cluster::DirectorTable, fresh: u16) {
         let (me, members, directors) = (self.me, self.members, self.directors);
         let mut n = 0;
         for r in self.records.values_mut() {
@@ -500,19 +436,13 @@ impl ClusterPath {
         }
         // Fewer than a batch found: none left (the sweep may have removed
         // marked records); else at least one more pass.
-        self.sync.handoffs = if k < batch.len() {
-            0
-        } else {
-            self.sync.handoffs.saturating_sub(k).max(1)
-        };
+        self.sync.handoffs = if k < batch.len() { 0 } else { self.sync.handoffs.saturating_sub(k).max(1) };
         for r in batch.iter().flatten() {
             let d = self.director_of(&r.orig);
             if d == me || !members.contains(d) {
                 continue;
             }
-            let Some(mut record) = held_record(r, r.owner) else {
-                continue;
-            };
+            let Some(mut record) = held_record(r, r.owner) else { continue };
             record.flags |= FLAG_ORPHAN;
             if let Some(v) = r.version {
                 v.write(&mut record);
@@ -530,25 +460,15 @@ impl ClusterPath {
     /// owner's record of it (a takeover already happened: the hand-off is
     /// late), counted `handoffs_ignored`. Queries held for the flow are
     /// granted to the first peer asking.
-    pub(super) fn on_handoff(
-        &mut self,
-        now: Timestamp,
-        link: &mut Link<'_>,
-        conn: &ConnTable,
-        r: &FlowRecord,
-    ) {
+    pub(super) fn on_handoff(&mut self, now: Timestamp, link: &mut Link<'_>, conn: &ConnTable, r: &FlowRecord) {
         let t = r.flow.tuple();
         let key = canonical(&t);
         let state = r.state().and_then(|b| FlowState::from_bytes(b).ok());
-        let held_live = self.records.get(&key).is_some_and(|ex| {
-            live(ex, now)
-                && self.members.contains(ex.owner)
-                && !ex.owner_left
-                && ex.owner != self.me
-        });
-        let Some(state) =
-            state.filter(|_| r.op == FlowOp::Upsert && !held_live && conn.lookup(&t).is_none())
-        else {
+        let held_live = self
+            .records
+            .get(&key)
+            .is_some_and(|ex| live(ex, now) && self.members.contains(ex.owner) && !ex.owner_left && ex.owner != self.me);
+        let Some(state) = state.filter(|_| r.op == FlowOp::Upsert && !held_live && conn.lookup(&t).is_none()) else {
             self.counters.handoffs_ignored += 1;
             return;
         };
@@ -579,9 +499,7 @@ impl ClusterPath {
         let mut owner = None;
         let mut i = 0;
         while i < self.held.len() {
-            let Some(h) = self.held.get(i).copied() else {
-                break;
-            };
+            let Some(h) = self.held.get(i).copied() else { break };
             if h.key != key || (owner.is_none() && h.from == self.me) {
                 i += 1;
                 continue;
@@ -591,12 +509,7 @@ impl ClusterPath {
             match owner {
                 Some(o) => self.answer(now, link, h, Some(o)),
                 None => {
-                    let q = OwnerQuery {
-                        query_id: h.query_id,
-                        flow: h.flow,
-                        elect_if_absent: false,
-                        local: false,
-                    };
+                    let q = OwnerQuery { query_id: h.query_id, flow: h.flow, elect_if_absent: false, local: false };
                     if self.grant(now, link, h.from, &q) {
                         self.counters.queries_answered += 1;
                         owner = Some(h.from);
@@ -614,10 +527,7 @@ impl ClusterPath {
     /// node holds as the flow's director (it decides the takeover)?
     pub(super) fn orphan_here(&self, t: &FiveTuple, now: Timestamp) -> bool {
         match self.records.get(&canonical(t)) {
-            Some(r)
-                if (r.owner != self.me || r.owner_left)
-                    && orphan_with_state(r, &self.members, now) =>
-            {
+            Some(r) if (r.owner != self.me || r.owner_left) && orphan_with_state(r, &self.members, now) => {
                 self.director_of(t) == self.me
             }
             _ => false,
@@ -626,13 +536,7 @@ impl ClusterPath {
 
     /// `Plan::TakeOver`: this node, the director holding the state of a
     /// flow whose owner left, becomes its owner for the packet at hand.
-    pub fn take_over(
-        &mut self,
-        now: Timestamp,
-        link: &mut Link<'_>,
-        conn: &mut ConnTable,
-        t: &FiveTuple,
-    ) -> Result<(), DropReason> {
+    pub fn take_over(&mut self, now: Timestamp, link: &mut Link<'_>, conn: &mut ConnTable, t: &FiveTuple) -> Result<(), DropReason> {
         let key = canonical(t);
         let (orig, state, delta, binding) = match self.records.get(&key) {
             Some(r) if self.orphan_here(t, now) => match r.state {
@@ -668,20 +572,11 @@ impl ClusterPath {
         conn.log_adopted(now, h);
         // The owner keeps no record of its own flows.
         self.records.remove(&canonical(orig));
-        let version = Version {
-            generation: self.next_generation,
-            seq: 0,
-        };
+        let version = Version { generation: self.next_generation, seq: 0 };
         self.next_generation = self.next_generation.wrapping_add(1);
         let timeout = super::state_timeout(conn.timeouts(), state.tcp_state(), orig.proto);
         if let Some(e) = self.extras.get_mut(h.index() as usize) {
-            *e = OwnerExtra {
-                delta,
-                sent: now,
-                version,
-                sent_idle: timeout,
-                binding,
-            };
+            *e = OwnerExtra { delta, sent: now, version, sent_idle: timeout, binding };
         }
         if let Some(b) = binding {
             // The NAT stage keeps the binding (`Pipeline::settle_adopted`)
@@ -704,13 +599,7 @@ impl ClusterPath {
     /// Director: the querier asked about a flow whose owner left, and this
     /// node holds its state: elect the querier, send it the flow. `false`
     /// when the transfer could not be sent (the record is unchanged).
-    pub(super) fn grant(
-        &mut self,
-        now: Timestamp,
-        link: &mut Link<'_>,
-        from: NodeId,
-        q: &OwnerQuery,
-    ) -> bool {
+    pub(super) fn grant(&mut self, now: Timestamp, link: &mut Link<'_>, from: NodeId, q: &OwnerQuery) -> bool {
         self.grant_to(now, link, from, q.query_id, &canonical(&q.flow.tuple()))
     }
 
@@ -726,21 +615,13 @@ impl ClusterPath {
         key: &FiveTuple,
     ) -> bool {
         let key = *key;
-        let Some(r) = self.records.get(&key).copied() else {
-            return false;
-        };
-        let Some(mut record) = held_record(&r, from) else {
-            return false;
-        };
+        let Some(r) = self.records.get(&key).copied() else { return false };
+        let Some(mut record) = held_record(&r, from) else { return false };
         // The querier's registration names the owner it replaces.
         record.set_replaces(r.owner);
         let mut bytes = [0u8; FlowRecord::V6_LEN];
-        let Ok(n) = record.emit(&mut bytes) else {
-            return false;
-        };
-        let Ok(x) = FlowTransfer::new(query_id, bytes.get(..n).unwrap_or(&[])) else {
-            return false;
-        };
+        let Ok(n) = record.emit(&mut bytes) else { return false };
+        let Ok(x) = FlowTransfer::new(query_id, bytes.get(..n).unwrap_or(&[])) else { return false };
         if !self.send_ccl(now, link, from, &Message::FlowTransfer(x)) {
             return false;
         }
@@ -753,11 +634,7 @@ impl ClusterPath {
             r.owner_left = false;
             r.version = None;
             r.last_seen = now;
-            r.role = if self.directors.director(flow_hash(&r.orig)) == self.me {
-                Role::Director
-            } else {
-                Role::Backup
-            };
+            r.role = if self.directors.director(flow_hash(&r.orig)) == self.me { Role::Director } else { Role::Backup };
         }
         self.counters.takeovers_granted += 1;
         true
@@ -780,10 +657,7 @@ impl ClusterPath {
         let me = self.me;
         let mut local = Vec::new();
         for (k, r) in &self.records {
-            if r.binding.is_none()
-                || !orphan_with_state(r, &self.members, now)
-                || self.director_of(&r.orig) != me
-            {
+            if r.binding.is_none() || !orphan_with_state(r, &self.members, now) || self.director_of(&r.orig) != me {
                 continue;
             }
             match self.binding_holder(r.binding) {
@@ -807,13 +681,9 @@ impl ClusterPath {
         let mut sent = false;
         let mut later = 0;
         for _ in 0..NAT_REGRANTS_PER_TICK {
-            let Some(key) = self.nat_regrants.pop() else {
-                break;
-            };
+            let Some(key) = self.nat_regrants.pop() else { break };
             let holder = match self.records.get(&key) {
-                Some(r) if orphan_with_state(r, &self.members, now) => {
-                    self.binding_holder(r.binding)
-                }
+                Some(r) if orphan_with_state(r, &self.members, now) => self.binding_holder(r.binding),
                 _ => None,
             };
             if let Some(h) = holder.filter(|&h| h != self.me) {
@@ -852,17 +722,8 @@ impl ClusterPath {
     /// sent: the scan sends them once `to` applied the member set, as many
     /// a tick as the frame pool takes, and its markers, which let `to`
     /// become ready, follow them on the same channel.
-    pub fn hand_over(
-        &mut self,
-        now: Timestamp,
-        conn: &ConnTable,
-        h: crate::conntrack::FlowHandle,
-        orig: &FiveTuple,
-        to: NodeId,
-    ) {
-        let Some(mut record) = self.owner_record(now, conn, h, orig) else {
-            return;
-        };
+    pub fn hand_over(&mut self, now: Timestamp, conn: &ConnTable, h: crate::conntrack::FlowHandle, orig: &FiveTuple, to: NodeId) {
+        let Some(mut record) = self.owner_record(now, conn, h, orig) else { return };
         if record.binding().is_none() || to == self.me {
             return;
         }
@@ -876,16 +737,10 @@ impl ClusterPath {
     /// time, up to `HANDOVER_BATCHES` a tick, in the order queued; a batch
     /// the frame pool cannot take stays queued for the next tick.
     fn handover_step(&mut self, now: Timestamp, link: &mut Link<'_>) {
-        let Some(mut payload) = self.batch.take() else {
-            return;
-        };
+        let Some(mut payload) = self.batch.take() else { return };
         for _ in 0..HANDOVER_BATCHES {
-            let Some(&(to, _)) = self.handovers.first() else {
-                break;
-            };
-            let Ok(mut w) = crate::ccl::BatchWriter::new(&mut payload[..]) else {
-                break;
-            };
+            let Some(&(to, _)) = self.handovers.first() else { break };
+            let Ok(mut w) = crate::ccl::BatchWriter::new(&mut payload[..]) else { break };
             // The first `n` records queued for `to`.
             let mut n = 0usize;
             for (_, r) in self.handovers.iter().filter(|(t, _)| *t == to) {
@@ -939,19 +794,7 @@ impl ClusterPath {
                 self.counters.nat_handovers_refused += 1;
                 continue;
             };
-            if self
-                .adopt(
-                    now,
-                    link,
-                    conn,
-                    &orig,
-                    state,
-                    r.seq_delta,
-                    Some(from),
-                    r.binding(),
-                )
-                .is_err()
-            {
+            if self.adopt(now, link, conn, &orig, state, r.seq_delta, Some(from), r.binding()).is_err() {
                 self.counters.nat_handovers_refused += 1;
                 continue;
             }
@@ -981,9 +824,7 @@ impl ClusterPath {
         let state = r.state().and_then(|b| FlowState::from_bytes(b).ok());
         // Unasked (query id 0): a translated flow whose binding's block
         // this node holds, which the director hands here (NAT, R11).
-        let unasked = x.query_id == 0
-            && pending.is_none()
-            && self.binding_holder(r.binding()) == Some(self.me);
+        let unasked = x.query_id == 0 && pending.is_none() && self.binding_holder(r.binding()) == Some(self.me);
         let ok = r.owner == self.me
             && r.op == FlowOp::Upsert
             && self.members.contains(from)
@@ -993,19 +834,7 @@ impl ClusterPath {
             return None;
         };
         if conn.lookup(&orig).is_none() {
-            if self
-                .adopt(
-                    now,
-                    link,
-                    conn,
-                    &orig,
-                    state,
-                    r.seq_delta,
-                    r.replaces(),
-                    r.binding(),
-                )
-                .is_err()
-            {
+            if self.adopt(now, link, conn, &orig, state, r.seq_delta, r.replaces(), r.binding()).is_err() {
                 self.counters.transfers_refused += 1;
                 return None;
             }
@@ -1019,19 +848,8 @@ impl ClusterPath {
     /// Hold `q` for `director_hold` (no record; an election asked only
     /// while `settling`); full, or no hold configured: answer now as the
     /// deadline would.
-    pub(super) fn hold(
-        &mut self,
-        now: Timestamp,
-        link: &mut Link<'_>,
-        from: NodeId,
-        q: &OwnerQuery,
-        timeouts: &Timeouts,
-    ) {
-        if self
-            .held
-            .iter()
-            .any(|h| h.from == from && h.query_id == q.query_id)
-        {
+    pub(super) fn hold(&mut self, now: Timestamp, link: &mut Link<'_>, from: NodeId, q: &OwnerQuery, timeouts: &Timeouts) {
+        if self.held.iter().any(|h| h.from == from && h.query_id == q.query_id) {
             return; // a duplicate
         }
         let key = canonical(&q.flow.tuple());
@@ -1077,13 +895,7 @@ impl ClusterPath {
     /// A held query whose flow nobody registered: "none", or, if it asked
     /// for an election, the asker elected (R8; this node itself when it is
     /// the asker: its frames are released to be owned here).
-    fn unregistered(
-        &mut self,
-        now: Timestamp,
-        link: &mut Link<'_>,
-        h: HeldQuery,
-        timeouts: &Timeouts,
-    ) {
+    fn unregistered(&mut self, now: Timestamp, link: &mut Link<'_>, h: HeldQuery, timeouts: &Timeouts) {
         let owner = match h.elect {
             false => None,
             true if h.from == self.me => Some(self.me),
@@ -1094,21 +906,8 @@ impl ClusterPath {
 
     /// Elect `from` the owner of `t` (R8): a record naming it. `None` when
     /// the record table is full.
-    pub(super) fn elect(
-        &mut self,
-        now: Timestamp,
-        from: NodeId,
-        t: &FiveTuple,
-        timeouts: &Timeouts,
-    ) -> Option<NodeId> {
-        let rec = super::Record::stateless(
-            self.record_role(t),
-            from,
-            *t,
-            super::STATE_NOT_TCP,
-            now,
-            super::idle_for(timeouts, t.proto),
-        );
+    pub(super) fn elect(&mut self, now: Timestamp, from: NodeId, t: &FiveTuple, timeouts: &Timeouts) -> Option<NodeId> {
+        let rec = super::Record::stateless(self.record_role(t), from, *t, super::STATE_NOT_TCP, now, super::idle_for(timeouts, t.proto));
         if self.upsert(canonical(t), rec) {
             self.counters.elections += 1;
             Some(from)
@@ -1145,10 +944,7 @@ impl ClusterPath {
     /// `SYNC_BUDGET` timer ticks of 1 ms).
     fn sync_wait_end(&self, conn: &ConnTable) -> Timestamp {
         let scan = Duration::from_millis((conn.capacity() / SYNC_BUDGET) as u64);
-        self.sync
-            .started
-            .saturating_add(super::SYNC_WAIT)
-            .saturating_add(scan)
+        self.sync.started.saturating_add(super::SYNC_WAIT).saturating_add(scan)
     }
 
     /// Does a mid-connection TCP segment with no record at this node, its
@@ -1164,26 +960,12 @@ impl ClusterPath {
 
     /// The director's own query (`park` with this node as director): held
     /// like a peer's; its answer comes back through `next_local_release`.
-    pub(super) fn hold_local(
-        &mut self,
-        now: Timestamp,
-        query_id: u32,
-        flow: FlowKey,
-        key: FiveTuple,
-        elect: bool,
-    ) -> bool {
+    pub(super) fn hold_local(&mut self, now: Timestamp, query_id: u32, flow: FlowKey, key: FiveTuple, elect: bool) -> bool {
         if self.held.len() >= MAX_HELD {
             self.counters.held_full += 1;
             return false;
         }
-        self.held.push(HeldQuery {
-            query_id,
-            from: self.me,
-            flow,
-            key,
-            deadline: now.saturating_add(self.director_hold),
-            elect,
-        });
+        self.held.push(HeldQuery { query_id, from: self.me, flow, key, deadline: now.saturating_add(self.director_hold), elect });
         self.counters.queries_held += 1;
         true
     }
@@ -1201,9 +983,7 @@ impl ClusterPath {
     /// Queue an answer for this node's own parked frames (`query_id`);
     /// false when the queue is full.
     pub(super) fn push_local_release(&mut self, query_id: u32, owner: Option<NodeId>) -> bool {
-        let Some(slot) = self.local_releases.get_mut(self.local_len) else {
-            return false;
-        };
+        let Some(slot) = self.local_releases.get_mut(self.local_len) else { return false };
         *slot = (query_id, owner);
         self.local_len += 1;
         true
@@ -1227,28 +1007,16 @@ impl ClusterPath {
             self.push_local_release(h.query_id, owner);
             return;
         }
-        let reply = Message::OwnerReply(OwnerReply {
-            query_id: h.query_id,
-            flow: h.flow,
-            owner,
-        });
+        let reply = Message::OwnerReply(OwnerReply { query_id: h.query_id, flow: h.flow, owner });
         self.send_ccl(now, link, h.from, &reply);
     }
 
     /// A record for `key` arrived (owner `owner`): answer the queries held
     /// for it.
-    pub(super) fn answer_held(
-        &mut self,
-        now: Timestamp,
-        link: &mut Link<'_>,
-        key: &FiveTuple,
-        owner: NodeId,
-    ) {
+    pub(super) fn answer_held(&mut self, now: Timestamp, link: &mut Link<'_>, key: &FiveTuple, owner: NodeId) {
         let mut i = 0;
         while i < self.held.len() {
-            let Some(h) = self.held.get(i).copied() else {
-                break;
-            };
+            let Some(h) = self.held.get(i).copied() else { break };
             if h.key != *key {
                 i += 1;
                 continue;
@@ -1263,9 +1031,7 @@ impl ClusterPath {
     pub(super) fn expire_held(&mut self, now: Timestamp, link: &mut Link<'_>, timeouts: &Timeouts) {
         let mut i = 0;
         while i < self.held.len() {
-            let Some(h) = self.held.get(i).copied() else {
-                break;
-            };
+            let Some(h) = self.held.get(i).copied() else { break };
             if h.deadline > now {
                 i += 1;
                 continue;
@@ -1279,11 +1045,7 @@ impl ClusterPath {
 
 /// A held record's owner left (or is gone) and it carries the state: what
 /// a takeover or a hand-off needs.
-fn orphan_with_state(
-    r: &super::Record,
-    members: &crate::cluster::MemberSet,
-    now: Timestamp,
-) -> bool {
+fn orphan_with_state(r: &super::Record, members: &crate::cluster::MemberSet, now: Timestamp) -> bool {
     (r.owner_left || !members.contains(r.owner)) && r.state.is_some() && live(r, now)
 }
 

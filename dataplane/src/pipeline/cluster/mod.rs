@@ -64,10 +64,8 @@ pub(crate) mod send;
 use super::context::{FragNote, Via};
 use super::egress::Egress;
 use super::iface::Interfaces;
-use crate::ccl::CCL_UDP_PORT;
 use crate::ccl::{
-    CclCounters, CclDrop, CclKey, ForwardedBatch, MessageKind, Opener, Sealer, BATCH_MAX_FRAMES,
-    MAX_PAYLOAD_MTU1500,
+    CclCounters, CclDrop, CclKey, ForwardedBatch, MessageKind, Opener, Sealer, BATCH_MAX_FRAMES, MAX_PAYLOAD_MTU1500,
 };
 use crate::cluster::{flow_hash, CookieCodec, DirectorTable, MemberSet};
 use crate::conntrack::{ConnInfo, ConnTable, FlowState, TcpState, Timeouts};
@@ -77,6 +75,7 @@ use crate::slots::FramePool;
 use crate::types::{ip_proto, DropReason, Duration, Epoch, FiveTuple, NodeId, PortId, Timestamp};
 use crate::wire::ipv4::Ipv4Packet;
 use crate::wire::udp::UdpPacket;
+use crate::ccl::CCL_UDP_PORT;
 use hashbrown::HashMap;
 use std::net::Ipv4Addr;
 
@@ -308,25 +307,13 @@ impl Record {
     /// next meets no forwarder record (its reply direction at another
     /// node, denied there if policy admits it only as a reply).
     pub(crate) fn evictable(&self) -> bool {
-        const ASSURED: [u8; 3] = [
-            TcpState::Established as u8,
-            TcpState::FinWait as u8,
-            TcpState::Closing as u8,
-        ];
-        self.binding.is_none()
-            && (self.role == Role::Forwarder || !ASSURED.contains(&self.tcp_state))
+        const ASSURED: [u8; 3] = [TcpState::Established as u8, TcpState::FinWait as u8, TcpState::Closing as u8];
+        self.binding.is_none() && (self.role == Role::Forwarder || !ASSURED.contains(&self.tcp_state))
     }
 
     /// A record without the owner's state or version (a forwarder record,
     /// an election), learned `now`.
-    pub(crate) fn stateless(
-        role: Role,
-        owner: NodeId,
-        orig: FiveTuple,
-        tcp_state: u8,
-        now: Timestamp,
-        idle: Duration,
-    ) -> Record {
+    pub(crate) fn stateless(role: Role, owner: NodeId, orig: FiveTuple, tcp_state: u8, now: Timestamp, idle: Duration) -> Record {
         Record {
             role,
             owner,
@@ -344,18 +331,9 @@ impl Record {
     }
 }
 
-const _: () = assert!(
-    MAX_HELD * 4 <= MAX_PENDING,
-    "the directors hold at most a quarter of a querier's pending table"
-);
-const _: () = assert!(
-    MAX_PENDING < POOL_SLOTS,
-    "pending frames leave pool slots for generated frames"
-);
-const _: () = assert!(
-    FlowState::LEN == crate::ccl::STATE_LEN,
-    "the record's state bytes are conntrack's FlowState"
-);
+const _: () = assert!(MAX_HELD * 4 <= MAX_PENDING, "the directors hold at most a quarter of a querier's pending table");
+const _: () = assert!(MAX_PENDING < POOL_SLOTS, "pending frames leave pool slots for generated frames");
+const _: () = assert!(FlowState::LEN == crate::ccl::STATE_LEN, "the record's state bytes are conntrack's FlowState");
 
 pub use crate::ccl::FLAG_VERSIONED;
 
@@ -373,8 +351,7 @@ pub struct Version {
 impl Version {
     /// Read from a record (`None` without `FLAG_VERSIONED`).
     pub fn from_record(r: &crate::ccl::FlowRecord) -> Option<Version> {
-        r.version()
-            .map(|(generation, seq)| Version { generation, seq })
+        r.version().map(|(generation, seq)| Version { generation, seq })
     }
 
     /// Write into a record's flags and opaque bytes.
@@ -424,6 +401,7 @@ pub(crate) struct Resend {
     pub due: Timestamp,
     pub left: u8,
 }
+
 
 /// A flow record waiting for `flush`.
 #[derive(Copy, Clone, Debug)]
@@ -731,17 +709,9 @@ impl SyncProgress {
         let first = workers.next()?;
         Some(workers.fold(first, |a, b| {
             if a.epoch != b.epoch {
-                SyncProgress {
-                    epoch: a.epoch.min(b.epoch),
-                    done_from: 0,
-                    sent: false,
-                }
+                SyncProgress { epoch: a.epoch.min(b.epoch), done_from: 0, sent: false }
             } else {
-                SyncProgress {
-                    epoch: a.epoch,
-                    done_from: a.done_from & b.done_from,
-                    sent: a.sent && b.sent,
-                }
+                SyncProgress { epoch: a.epoch, done_from: a.done_from & b.done_from, sent: a.sent && b.sent }
             }
         }))
     }
@@ -784,21 +754,9 @@ impl crate::stats::Stats for ClusterCountersSnapshot {
         self.counters.visit(v);
         v.group("ccl", None, &self.ccl);
         let b = &self.batch_drops;
-        v.family(
-            "batch_drops",
-            "reason",
-            &mut DropReason::ALL
-                .iter()
-                .map(|&d| (d.as_str(), b.get(d.index()).copied().unwrap_or(0))),
-        );
+        v.family("batch_drops", "reason", &mut DropReason::ALL.iter().map(|&d| (d.as_str(), b.get(d.index()).copied().unwrap_or(0))));
         let r = &self.release_drops;
-        v.family(
-            "release_drops",
-            "reason",
-            &mut DropReason::ALL
-                .iter()
-                .map(|&d| (d.as_str(), r.get(d.index()).copied().unwrap_or(0))),
-        );
+        v.family("release_drops", "reason", &mut DropReason::ALL.iter().map(|&d| (d.as_str(), r.get(d.index()).copied().unwrap_or(0))));
         v.gauge("epoch", self.epoch);
         v.gauge("members", self.members.len() as u64);
     }
@@ -818,11 +776,7 @@ pub(crate) struct ClusterPath {
     nat: Option<std::sync::Arc<crate::nat::plan::NatPlan>>,
     /// Flows taken over with a binding, for the NAT stage to keep
     /// (`take_adopted`), at most `MAX_ADOPTED` between two drains.
-    adopted: Vec<(
-        crate::conntrack::FlowHandle,
-        FiveTuple,
-        crate::ccl::NatBinding,
-    )>,
+    adopted: Vec<(crate::conntrack::FlowHandle, FiveTuple, crate::ccl::NatBinding)>,
     /// Translated orphans to hand to their block's holder
     /// (`queue_nat_regrants`).
     nat_regrants: Vec<FiveTuple>,
@@ -970,12 +924,8 @@ pub(crate) struct Received {
 }
 
 impl Received {
-    const EMPTY: Received = Received {
-        epoch: Epoch(0),
-        records: [0; NodeId::MAX_NODES],
-        round: [0; NodeId::MAX_NODES],
-        asks: [0; NodeId::MAX_NODES],
-    };
+    const EMPTY: Received =
+        Received { epoch: Epoch(0), records: [0; NodeId::MAX_NODES], round: [0; NodeId::MAX_NODES], asks: [0; NodeId::MAX_NODES] };
 }
 
 /// An owner query a director holds (`DIRECTOR_HOLD`).
@@ -1142,9 +1092,7 @@ impl ClusterPath {
             extras: vec![OwnerExtra::default(); flow_capacity],
             pool: FramePool::new(POOL_SLOTS, slot_len),
             updates: Vec::with_capacity(MAX_UPDATES),
-            resends: std::collections::VecDeque::with_capacity(
-                MAX_RESENDS.min(flow_capacity.max(64)),
-            ),
+            resends: std::collections::VecDeque::with_capacity(MAX_RESENDS.min(flow_capacity.max(64))),
             batch: Some(Box::new([0u8; MAX_PAYLOAD_MTU1500])),
             fwd_batches: [None; NodeId::MAX_NODES],
             pooled_out: false,
@@ -1275,9 +1223,7 @@ impl ClusterPath {
 
     /// The configured nodes: this one and every CCL peer.
     pub fn configured(&self) -> MemberSet {
-        let ids = (0..NodeId::MAX_NODES as u8)
-            .map(NodeId)
-            .filter(|n| *n == self.me || self.peers[n.index()].is_some());
+        let ids = (0..NodeId::MAX_NODES as u8).map(NodeId).filter(|n| *n == self.me || self.peers[n.index()].is_some());
         MemberSet::from_nodes(self.members.epoch(), ids).unwrap_or(self.members)
     }
 
@@ -1313,19 +1259,11 @@ impl ClusterPath {
     /// The role and owner of a connection on this node: `Owner` for a local
     /// flow, else the record's role. Records past their idle timeout but
     /// not yet swept count as absent (as in `conns`).
-    pub fn role(
-        &self,
-        conn: &ConnTable,
-        now: Timestamp,
-        tuple: &FiveTuple,
-    ) -> Option<(Role, NodeId)> {
+    pub fn role(&self, conn: &ConnTable, now: Timestamp, tuple: &FiveTuple) -> Option<(Role, NodeId)> {
         if conn.lookup(tuple).is_some() {
             return Some((Role::Owner, self.me));
         }
-        self.records
-            .get(&canonical(tuple))
-            .filter(|r| live(r, now))
-            .map(|r| (r.role, r.owner))
+        self.records.get(&canonical(tuple)).filter(|r| live(r, now)).map(|r| (r.role, r.owner))
     }
 
     /// Owner flows (already in `out`) annotated with role and owner, then
@@ -1339,14 +1277,7 @@ impl ClusterPath {
         // A cheap key (no string per row): role, then the tuple's fields.
         recs.sort_unstable_by_key(|r| {
             let o = &r.orig;
-            (
-                r.role.as_str(),
-                o.src,
-                o.src_port,
-                o.dst,
-                o.dst_port,
-                o.proto,
-            )
+            (r.role.as_str(), o.src, o.src_port, o.dst, o.dst_port, o.proto)
         });
         for r in recs {
             if out.len() >= max {
@@ -1402,10 +1333,7 @@ impl ClusterPath {
 
     /// The flows taken over with a binding since the last call, for the
     /// NAT stage (`Pipeline::settle_adopted`).
-    pub fn take_adopted(
-        &mut self,
-        mut f: impl FnMut(crate::conntrack::FlowHandle, &FiveTuple, crate::ccl::NatBinding),
-    ) {
+    pub fn take_adopted(&mut self, mut f: impl FnMut(crate::conntrack::FlowHandle, &FiveTuple, crate::ccl::NatBinding)) {
         for (h, t, b) in self.adopted.drain(..) {
             f(h, &t, b);
         }
@@ -1414,29 +1342,15 @@ impl ClusterPath {
     /// A translated flow this node owns got its binding (the NAT stage
     /// bound it after conntrack admitted it): it rides in the flow's
     /// records from now on, and in the ones queued for it this burst.
-    pub fn set_binding(
-        &mut self,
-        h: crate::conntrack::FlowHandle,
-        orig: &FiveTuple,
-        b: crate::ccl::NatBinding,
-    ) {
-        let Some(e) = self.extras.get_mut(h.index() as usize) else {
-            return;
-        };
+    pub fn set_binding(&mut self, h: crate::conntrack::FlowHandle, orig: &FiveTuple, b: crate::ccl::NatBinding) {
+        let Some(e) = self.extras.get_mut(h.index() as usize) else { return };
         if e.binding == Some(b) {
             return;
         }
         e.binding = Some(b);
         // The registration was queued by conntrack's verdict, just before.
-        let Ok(key) = crate::ccl::FlowKey::new(*orig) else {
-            return;
-        };
-        for u in self
-            .updates
-            .iter_mut()
-            .rev()
-            .take(2 * crate::cluster::MAX_BACKUPS + 2)
-        {
+        let Ok(key) = crate::ccl::FlowKey::new(*orig) else { return };
+        for u in self.updates.iter_mut().rev().take(2 * crate::cluster::MAX_BACKUPS + 2) {
             if u.record.flow == key {
                 u.record.set_binding(Some(b));
             }
@@ -1496,11 +1410,7 @@ impl ClusterPath {
             let Some(key) = self.candidates.pop_front() else {
                 return false;
             };
-            if self
-                .records
-                .get(&key)
-                .is_some_and(|r| r.evictable() || !live(r, now))
-            {
+            if self.records.get(&key).is_some_and(|r| r.evictable() || !live(r, now)) {
                 self.records.remove(&key);
                 self.counters.records_evicted += 1;
                 return true;

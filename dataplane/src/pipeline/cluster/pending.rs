@@ -6,9 +6,9 @@
 //! `PENDING_TIMEOUT` drops the rest (`expire_pending`).
 
 use super::{canonical, ClusterPath, Link, Pending, MAX_PENDING, PENDING_TIMEOUT};
+use crate::cluster::flow_hash;
 use crate::buf::PacketBuf;
 use crate::ccl::{FlowKey, Message, OwnerQuery, FRAME_OVERHEAD, TAG_LEN};
-use crate::cluster::flow_hash;
 use crate::pipeline::context::{Outcome, Rx};
 use crate::route::IfIndex;
 use crate::slots::{SlotMem, SLOT_HEADROOM};
@@ -35,12 +35,7 @@ impl ClusterPath {
             return None;
         }
         let tag = key_tag(key);
-        self.pool.tagged(1, tag, 0).find_map(|i| {
-            self.pool
-                .parked_meta(i)
-                .filter(|p| p.key == *key)
-                .map(|p| p.query_id)
-        })
+        self.pool.tagged(1, tag, 0).find_map(|i| self.pool.parked_meta(i).filter(|p| p.key == *key).map(|p| p.query_id))
     }
 
     /// Copy the frame into the pending table and ask the director (unless
@@ -60,9 +55,7 @@ impl ClusterPath {
     ) -> Result<Outcome, DropReason> {
         let key = canonical(tuple);
         let len = buf.data().len();
-        if self.pending_full()
-            || SLOT_HEADROOM + len + TAG_LEN + FRAME_OVERHEAD > self.pool.slot_len()
-        {
+        if self.pending_full() || SLOT_HEADROOM + len + TAG_LEN + FRAME_OVERHEAD > self.pool.slot_len() {
             return Err(DropReason::ClusterPendingFull);
         }
         let mut fallback = None;
@@ -93,25 +86,9 @@ impl ClusterPath {
                     let (to, q) = match local {
                         Some(l) => {
                             fallback = Some((director, elect));
-                            (
-                                l,
-                                OwnerQuery {
-                                    query_id,
-                                    flow,
-                                    elect_if_absent: false,
-                                    local: true,
-                                },
-                            )
+                            (l, OwnerQuery { query_id, flow, elect_if_absent: false, local: true })
                         }
-                        None => (
-                            director,
-                            OwnerQuery {
-                                query_id,
-                                flow,
-                                elect_if_absent: elect,
-                                local: false,
-                            },
-                        ),
+                        None => (director, OwnerQuery { query_id, flow, elect_if_absent: elect, local: false }),
                     };
                     if !self.send_ccl(now, link, to, &Message::OwnerQuery(q)) {
                         return Err(DropReason::ClusterPeerUnresolved);
@@ -153,22 +130,14 @@ impl ClusterPath {
     /// have carried), the frames staying parked with a fresh deadline.
     /// False when the query had no fallback or it could not be sent (the
     /// frames are then released without an owner, as before).
-    pub(super) fn fall_back(
-        &mut self,
-        now: Timestamp,
-        link: &mut Link<'_>,
-        query_id: u32,
-        flow: FlowKey,
-    ) -> bool {
+    pub(super) fn fall_back(&mut self, now: Timestamp, link: &mut Link<'_>, query_id: u32, flow: FlowKey) -> bool {
         if self.pool.parked() == 0 {
             return false;
         }
         let mut target = None;
         let mut from = 0;
         loop {
-            let Some(i) = self.pool.tagged(0, query_id, from).next() else {
-                break;
-            };
+            let Some(i) = self.pool.tagged(0, query_id, from).next() else { break };
             from = usize::from(i) + 1;
             if let Some(mut p) = self.pool.parked_meta(i).filter(|p| p.query_id == query_id) {
                 target = target.or(p.fallback);
@@ -177,15 +146,8 @@ impl ClusterPath {
                 self.pool.park_tagged(i, p, [query_id, key_tag(&p.key)]);
             }
         }
-        let Some((director, elect)) = target else {
-            return false;
-        };
-        let q = Message::OwnerQuery(OwnerQuery {
-            query_id,
-            flow,
-            elect_if_absent: elect,
-            local: false,
-        });
+        let Some((director, elect)) = target else { return false };
+        let q = Message::OwnerQuery(OwnerQuery { query_id, flow, elect_if_absent: elect, local: false });
         if !self.send_ccl(now, link, director, &q) {
             return false;
         }
@@ -208,15 +170,7 @@ impl ClusterPath {
                 continue;
             };
             match self.pool.take(i) {
-                Some((mem, start, end)) => {
-                    return Some(Parked {
-                        slot: i,
-                        meta,
-                        mem,
-                        start,
-                        end,
-                    })
-                }
+                Some((mem, start, end)) => return Some(Parked { slot: i, meta, mem, start, end }),
                 None => self.pool.release(i),
             }
         }
@@ -268,9 +222,7 @@ impl ClusterPath {
             return;
         }
         for i in 0..self.pool.len() as u16 {
-            let Some(p) = self.pool.parked_meta(i).filter(|p| p.deadline <= now) else {
-                continue;
-            };
+            let Some(p) = self.pool.parked_meta(i).filter(|p| p.deadline <= now) else { continue };
             if p.guard_syn && self.release_own(p.query_id) {
                 self.counters.guard_timeouts_owned += 1;
                 continue;
@@ -289,9 +241,7 @@ impl ClusterPath {
         }
         let mut from = 0;
         loop {
-            let Some(i) = self.pool.tagged(0, query_id, from).next() else {
-                return true;
-            };
+            let Some(i) = self.pool.tagged(0, query_id, from).next() else { return true };
             from = usize::from(i) + 1;
             if let Some(mut p) = self.pool.parked_meta(i).filter(|p| p.query_id == query_id) {
                 p.deadline = Timestamp::MAX;

@@ -19,10 +19,7 @@ pub(crate) enum Plan {
     /// Wrap in a `RelayToOwner` to this director (R7).
     Relay(NodeId),
     /// Ask this director and park the frame.
-    Query {
-        director: NodeId,
-        elect: bool,
-    },
+    Query { director: NodeId, elect: bool },
     /// This node is the director holding the state of a flow whose owner
     /// left: install it (`ClusterPath::take_over`), then run conntrack
     /// here as owner (R11).
@@ -88,19 +85,13 @@ impl ClusterPath {
             // of an orphan, else its owner); a node that is not the
             // director and holds a record asks the director, whose answer
             // is the owner (no loop: the director never asks).
-            let held = self
-                .records
-                .get(&key)
-                .is_some_and(|r| live(r, now) && r.owner != me);
+            let held = self.records.get(&key).is_some_and(|r| live(r, now) && r.owner != me);
             if self.nat.is_none() || !held {
                 return Some(Plan::Drop(DropReason::ClusterNoOwnerFlow));
             }
             let director = self.director_of(tuple);
             if director != me {
-                return Some(Plan::Query {
-                    director,
-                    elect: false,
-                });
+                return Some(Plan::Query { director, elect: false });
             }
         }
         // 2. A record names another owner: follow it if that owner is a
@@ -129,10 +120,7 @@ impl ClusterPath {
                 // A translated flow goes to the member holding its
                 // binding's block (its return traffic arrives there), which
                 // asks this director for it.
-                let holder = self
-                    .records
-                    .get(&key)
-                    .and_then(|r| self.binding_holder(r.binding));
+                let holder = self.records.get(&key).and_then(|r| self.binding_holder(r.binding));
                 if let Some(h) = holder.filter(|&h| h != me) {
                     // Not before the holder applied the member set (it
                     // would refuse the flow): this packet is lost, the
@@ -152,13 +140,7 @@ impl ClusterPath {
 
     /// `plan_known` found nothing: who runs conntrack on this packet, the
     /// first of its connection here (R1, R7, R8).
-    pub fn plan_new(
-        &mut self,
-        now: Timestamp,
-        conn: &ConnTable,
-        tuple: &FiveTuple,
-        l4: Option<&L4Info>,
-    ) -> Plan {
+    pub fn plan_new(&mut self, now: Timestamp, conn: &ConnTable, tuple: &FiveTuple, l4: Option<&L4Info>) -> Plan {
         let timeouts: Timeouts = *conn.timeouts();
         let me = self.me;
         let key = canonical(tuple);
@@ -167,11 +149,7 @@ impl ClusterPath {
         let Some(l4) = l4 else {
             // An ICMP error about a flow we know nothing of: the director
             // knows its owner (R7).
-            return if local {
-                Plan::Drop(DropReason::NoFlow)
-            } else {
-                Plan::Relay(director)
-            };
+            return if local { Plan::Drop(DropReason::NoFlow) } else { Plan::Relay(director) };
         };
         match l4 {
             L4Info::Tcp(seg) => {
@@ -182,10 +160,7 @@ impl ClusterPath {
                 if !crate::conntrack::tcp::flags_valid(seg.flags) {
                     return Plan::Drop(DropReason::TcpBadFlags);
                 }
-                let (syn, ack) = (
-                    seg.flags & tcp_flags::SYN != 0,
-                    seg.flags & tcp_flags::ACK != 0,
-                );
+                let (syn, ack) = (seg.flags & tcp_flags::SYN != 0, seg.flags & tcp_flags::ACK != 0);
                 if syn && !ack {
                     if !local && self.syn_guarded(now) {
                         // The SYN guard (docs/failover.md): after a member
@@ -198,10 +173,7 @@ impl ClusterPath {
                             return Plan::Own;
                         }
                         self.counters.syn_guard_queries += 1;
-                        return Plan::Query {
-                            director,
-                            elect: true,
-                        };
+                        return Plan::Query { director, elect: true };
                     }
                     if local && self.settling(now, conn) {
                         // The director, while owners re-register: the
@@ -211,19 +183,11 @@ impl ClusterPath {
                             return Plan::Own;
                         }
                         self.counters.syn_guard_queries += 1;
-                        return Plan::Query {
-                            director: me,
-                            elect: true,
-                        };
+                        return Plan::Query { director: me, elect: true };
                     }
                     return Plan::Own; // R1: the SYN's receiver owns the connection.
                 }
-                if ack
-                    && !syn
-                    && seg.flags & tcp_flags::RST != 0
-                    && seg.payload_len == 0
-                    && self.seq_randomization
-                {
+                if ack && !syn && seg.flags & tcp_flags::RST != 0 && seg.payload_len == 0 && self.seq_randomization {
                     // A RST|ACK refusing a SYN acknowledges the cookie ISN
                     // + 1, as a SYN-ACK does (R6): go to the owner without
                     // waiting for its registration to reach the director.
@@ -270,17 +234,11 @@ impl ClusterPath {
                     }
                 }
                 if !local {
-                    Plan::Query {
-                        director,
-                        elect: false,
-                    }
+                    Plan::Query { director, elect: false }
                 } else if self.local_hold(now) {
                     // The director without a record, while owners may be
                     // registering: wait here for the record (`failover.rs`).
-                    Plan::Query {
-                        director: me,
-                        elect: false,
-                    }
+                    Plan::Query { director: me, elect: false }
                 } else {
                     Plan::Own
                 }
@@ -303,9 +261,7 @@ impl ClusterPath {
             }
             // May open a flow (R8): the director decides, electing the
             // querier if nobody owns it.
-            L4Info::Udp | L4Info::IcmpEchoRequest | L4Info::Other => {
-                self.plan_opening(now, conn, tuple)
-            }
+            L4Info::Udp | L4Info::IcmpEchoRequest | L4Info::Other => self.plan_opening(now, conn, tuple),
         }
     }
 
@@ -316,17 +272,11 @@ impl ClusterPath {
     pub fn plan_opening(&mut self, now: Timestamp, conn: &ConnTable, tuple: &FiveTuple) -> Plan {
         let director = self.director_of(tuple);
         if director != self.me {
-            Plan::Query {
-                director,
-                elect: true,
-            }
+            Plan::Query { director, elect: true }
         } else if self.settling(now, conn) {
             // The director, while owners re-register: wait for a record
             // before owning it (`settling`).
-            Plan::Query {
-                director: self.me,
-                elect: true,
-            }
+            Plan::Query { director: self.me, elect: true }
         } else {
             Plan::Own
         }
@@ -368,20 +318,10 @@ impl ClusterPath {
                 // from `fragment_owner` and never sends it back. Fragments
                 // go alone; other frames join the burst's batch to the
                 // owner (`batch_forward`).
-                let outcome = if rx.frag.is_none()
-                    && self.batch_forward(now, link, iface, owner, buf.data())
-                {
+                let outcome = if rx.frag.is_none() && self.batch_forward(now, link, iface, owner, buf.data()) {
                     Outcome::Consumed
                 } else {
-                    Outcome::Forward(self.wrap(
-                        now,
-                        link,
-                        buf,
-                        Wrap::Forward,
-                        iface,
-                        owner,
-                        None,
-                    )?)
+                    Outcome::Forward(self.wrap(now, link, buf, Wrap::Forward, iface, owner, None)?)
                 };
                 self.counters.forwarded_to_owner += 1;
                 Ok(outcome)
@@ -396,9 +336,7 @@ impl ClusterPath {
                 self.counters.to_control_sent += 1;
                 Ok(Outcome::Forward(port))
             }
-            Plan::Query { director, elect } => {
-                self.park(now, link, in_port, ifx, rx, tuple, buf, director, elect)
-            }
+            Plan::Query { director, elect } => self.park(now, link, in_port, ifx, rx, tuple, buf, director, elect),
             Plan::Drop(r) => Err(r),
             Plan::Own | Plan::TakeOver => Err(DropReason::ClusterNoOwnerFlow),
         }

@@ -4,8 +4,8 @@
 //! records"), and the cluster stage's timers.
 
 use super::{
-    live, next_random, state_timeout, ClusterPath, Link, OwnerExtra, Resend, Update, Version,
-    MAX_UPDATES, RECORD_SWEEP, RESENDS, RESEND_DELAY, STATE_NOT_TCP,
+    live, next_random, state_timeout, ClusterPath, Link, OwnerExtra, Resend, Update, Version, MAX_UPDATES,
+    RECORD_SWEEP, RESENDS, RESEND_DELAY, STATE_NOT_TCP,
 };
 use crate::ccl::{FlowKey, FlowOp, FlowRecord};
 use crate::cluster::{flow_hash, Backups, SeqDelta};
@@ -34,19 +34,13 @@ impl ClusterPath {
     /// client's sequence space (conntrack tracks the client's space, R6).
     pub fn owner_pre(&self, conn: &ConnTable, tuple: &FiveTuple, seen: &mut L4Info) -> Option<Pre> {
         let (handle, dir) = conn.lookup(tuple)?;
-        let delta = self
-            .extras
-            .get(handle.index() as usize)
-            .map_or(0, |e| e.delta);
+        let delta = self.extras.get(handle.index() as usize).map_or(0, |e| e.delta);
         if let (L4Info::Tcp(seg), Direction::Reply) = (seen, dir) {
             if seg.flags & tcp_flags::ACK != 0 {
                 seg.ack = SeqDelta(delta).to_client(seg.ack);
             }
         }
-        Some(Pre {
-            handle,
-            state: conn.tcp_state(handle),
-        })
+        Some(Pre { handle, state: conn.tcp_state(handle) })
     }
 
     /// After conntrack accepted an owner packet: a new flow gets its cookie
@@ -68,10 +62,7 @@ impl ClusterPath {
         self.counters.owner_packets += 1;
         let idx = tracked.handle.index() as usize;
         let timeout = state_timeout(&timeouts, state, tuple.proto);
-        let stale = self
-            .extras
-            .get(idx)
-            .is_some_and(|e| now.since(e.sent).0 >= timeout.0 / 2);
+        let stale = self.extras.get(idx).is_some_and(|e| now.since(e.sent).0 >= timeout.0 / 2);
         // A retransmitted SYN of a flow still in its handshake: the first
         // registration (or the SYN-ACK's query) may have been lost, and
         // without cookies (R6) nobody else can find this owner. Register
@@ -89,29 +80,15 @@ impl ClusterPath {
         if tracked.created {
             let mut delta = 0;
             if let L4Info::Tcp(seg) = l4 {
-                if self.seq_randomization
-                    && seg.flags & tcp_flags::SYN != 0
-                    && seg.flags & tcp_flags::ACK == 0
-                {
-                    let isn = self
-                        .cookies
-                        .encode(self.me, next_random(&mut self.rng) as u32);
+                if self.seq_randomization && seg.flags & tcp_flags::SYN != 0 && seg.flags & tcp_flags::ACK == 0 {
+                    let isn = self.cookies.encode(self.me, next_random(&mut self.rng) as u32);
                     delta = SeqDelta::between(seg.seq, isn).0;
                 }
             }
-            let version = Version {
-                generation: self.next_generation,
-                seq: 0,
-            };
+            let version = Version { generation: self.next_generation, seq: 0 };
             self.next_generation = self.next_generation.wrapping_add(1);
             if let Some(e) = self.extras.get_mut(idx) {
-                *e = OwnerExtra {
-                    delta,
-                    sent: now,
-                    version,
-                    sent_idle: timeout,
-                    binding: None,
-                };
+                *e = OwnerExtra { delta, sent: now, version, sent_idle: timeout, binding: None };
             }
         }
         let delta = self.extras.get(idx).map_or(0, |e| e.delta);
@@ -132,12 +109,7 @@ impl ClusterPath {
                 version = Some(e.version);
             }
             if let (true, Some(v)) = (lengthened, version) {
-                let r = Resend {
-                    orig,
-                    generation: v.generation,
-                    due: now.saturating_add(RESEND_DELAY),
-                    left: RESENDS,
-                };
+                let r = Resend { orig, generation: v.generation, due: now.saturating_add(RESEND_DELAY), left: RESENDS };
                 if self.resends.len() < self.resends.capacity() {
                     self.resends.push_back(r);
                 } else {
@@ -161,13 +133,7 @@ impl ClusterPath {
     /// original direction): TCP state, idle timeout, sequence delta and
     /// version from the flow's extras, and the flow state (`FLAG_STATE`,
     /// R9), so that a director or backup can hand the flow on (R11).
-    pub(super) fn owner_record(
-        &self,
-        now: Timestamp,
-        conn: &ConnTable,
-        h: FlowHandle,
-        orig: &FiveTuple,
-    ) -> Option<FlowRecord> {
+    pub(super) fn owner_record(&self, now: Timestamp, conn: &ConnTable, h: FlowHandle, orig: &FiveTuple) -> Option<FlowRecord> {
         let flow = FlowKey::new(*orig).ok()?;
         let e = self.extras.get(h.index() as usize)?;
         let state = conn.tcp_state(h);
@@ -191,38 +157,20 @@ impl ClusterPath {
     }
 
     /// Queue `record` for the flow's director and backups (sent by `flush`).
-    fn queue_record(
-        &mut self,
-        now: Timestamp,
-        link: &mut Link<'_>,
-        orig: &FiveTuple,
-        record: FlowRecord,
-        register: bool,
-    ) {
+    fn queue_record(&mut self, now: Timestamp, link: &mut Link<'_>, orig: &FiveTuple, record: FlowRecord, register: bool) {
         let backups = self.directors.backups(flow_hash(orig), self.me);
         self.queue_to(now, link, record, register, backups);
     }
 
     /// Queue `record` for the nodes `to` (sent by `flush`; a queue about
     /// to overflow is flushed first).
-    pub(super) fn queue_to(
-        &mut self,
-        now: Timestamp,
-        link: &mut Link<'_>,
-        record: FlowRecord,
-        register: bool,
-        to: Backups,
-    ) {
+    pub(super) fn queue_to(&mut self, now: Timestamp, link: &mut Link<'_>, record: FlowRecord, register: bool, to: Backups) {
         if self.updates.len() + crate::cluster::MAX_BACKUPS > MAX_UPDATES {
             self.flush(now, link);
         }
         for to in to.iter() {
             if self.updates.len() < MAX_UPDATES {
-                self.updates.push(Update {
-                    to,
-                    register,
-                    record,
-                });
+                self.updates.push(Update { to, register, record });
                 if register {
                     self.counters.registers_sent += 1;
                 } else {
@@ -288,11 +236,7 @@ impl ClusterPath {
             e.sent = now;
             e.sent_idle = timeout;
             if r.left > 1 {
-                self.resends.push_back(Resend {
-                    due: now.saturating_add(RESEND_DELAY),
-                    left: r.left - 1,
-                    ..r
-                });
+                self.resends.push_back(Resend { due: now.saturating_add(RESEND_DELAY), left: r.left - 1, ..r });
             }
             self.counters.updates_resent += 1;
             if let Some(record) = self.owner_record(now, conn, h, &r.orig) {

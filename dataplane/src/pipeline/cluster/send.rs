@@ -8,8 +8,8 @@
 use super::{ClusterPath, Link, OpenBatch, Update, BATCH_FRAME_MAX, BATCH_PAYLOAD_MAX};
 use crate::buf::PacketBuf;
 use crate::ccl::{
-    BatchWriter, FlowBatch, FlowKey, ForwardedBatch, ForwardedPacket, FramePath, Message,
-    MessageKind, RelayToOwner, FRAME_OVERHEAD, TAG_LEN,
+    BatchWriter, FlowBatch, FlowKey, ForwardedBatch, ForwardedPacket, FramePath, Message, MessageKind, RelayToOwner,
+    FRAME_OVERHEAD, TAG_LEN,
 };
 use crate::types::{DropReason, FiveTuple, NodeId, PortId, Timestamp};
 
@@ -26,25 +26,10 @@ pub(crate) enum Wrap {
 
 impl ClusterPath {
     /// The frame path to `node`'s CCL address (its MAC resolved).
-    fn path_to(
-        &mut self,
-        now: Timestamp,
-        link: &mut Link<'_>,
-        node: NodeId,
-    ) -> Result<FramePath, DropReason> {
-        let ip = self
-            .peers
-            .get(node.index())
-            .copied()
-            .flatten()
-            .ok_or(DropReason::ClusterOwnerUnknown)?;
+    fn path_to(&mut self, now: Timestamp, link: &mut Link<'_>, node: NodeId) -> Result<FramePath, DropReason> {
+        let ip = self.peers.get(node.index()).copied().flatten().ok_or(DropReason::ClusterOwnerUnknown)?;
         let mac = link.egress.peer_mac(now, link.ifaces, ip, self.ccl_ifx)?;
-        Ok(FramePath {
-            src_mac: self.ccl_mac,
-            dst_mac: mac,
-            src_ip: self.ccl_addr,
-            dst_ip: ip,
-        })
+        Ok(FramePath { src_mac: self.ccl_mac, dst_mac: mac, src_ip: self.ccl_addr, dst_ip: ip })
     }
 
     /// Turn the frame in `buf` into a CCL datagram to `to`, in place: outer
@@ -67,10 +52,7 @@ impl ClusterPath {
         // the headroom), the tag behind it, and the MAC covers it in place.
         let key = hint.and_then(|t| FlowKey::new(t).ok());
         let (kind, head_len) = match kind {
-            Wrap::Forward => (
-                MessageKind::ForwardedPacket,
-                ForwardedPacket::head_len(key.as_ref()),
-            ),
+            Wrap::Forward => (MessageKind::ForwardedPacket, ForwardedPacket::head_len(key.as_ref())),
             Wrap::Relay => (MessageKind::RelayToOwner, RelayToOwner::HEAD_LEN),
             Wrap::ToControl => (MessageKind::ToControl, RelayToOwner::HEAD_LEN),
         };
@@ -86,15 +68,7 @@ impl ClusterPath {
             MessageKind::ForwardedPacket => ForwardedPacket::emit_head(iface, key.as_ref(), out),
             _ => RelayToOwner::emit_head(iface, out),
         };
-        match self.sealer.seal_frame_in_place(
-            &path,
-            self.members.epoch(),
-            kind,
-            head_len,
-            len,
-            head,
-            buf.data_mut(),
-        ) {
+        match self.sealer.seal_frame_in_place(&path, self.members.epoch(), kind, head_len, len, head, buf.data_mut()) {
             Ok(_) => {
                 self.trace_to = Some(to);
                 Ok(self.ccl_port)
@@ -148,12 +122,7 @@ impl ClusterPath {
                         self.counters.pool_full += 1;
                         return false;
                     };
-                    OpenBatch {
-                        slot,
-                        used: 0,
-                        frames: 0,
-                        path,
-                    }
+                    OpenBatch { slot, used: 0, frames: 0, path }
                 }
             };
             let pushed = self
@@ -163,11 +132,7 @@ impl ClusterPath {
                 .and_then(|p| ForwardedBatch::push(p, b.used, iface, frame).ok());
             match pushed {
                 Some(used) => {
-                    self.fwd_batches[to.index()] = Some(OpenBatch {
-                        used,
-                        frames: b.frames + 1,
-                        ..b
-                    });
+                    self.fwd_batches[to.index()] = Some(OpenBatch { used, frames: b.frames + 1, ..b });
                     self.counters.batched_frames += 1;
                     self.trace_to = Some(to);
                     return true;
@@ -191,11 +156,10 @@ impl ClusterPath {
     /// lost.
     fn seal_batch(&mut self, b: OpenBatch) {
         let epoch = self.members.epoch();
-        let sealed = self.pool.mem_mut(b.slot).and_then(|m| {
-            self.sealer
-                .seal_batch_in_place(&b.path, epoch, b.used, m)
-                .ok()
-        });
+        let sealed = self
+            .pool
+            .mem_mut(b.slot)
+            .and_then(|m| self.sealer.seal_batch_in_place(&b.path, epoch, b.used, m).ok());
         match sealed {
             Some(n) => {
                 self.pool.set_frame(b.slot, 0, n);
@@ -220,13 +184,7 @@ impl ClusterPath {
 
     /// Seal `msg` to `to` into a pool slot queued for the CCL port. `false`
     /// (counted) when the peer is unresolved or the pool is full.
-    pub(super) fn send_ccl(
-        &mut self,
-        now: Timestamp,
-        link: &mut Link<'_>,
-        to: NodeId,
-        msg: &Message<'_>,
-    ) -> bool {
+    pub(super) fn send_ccl(&mut self, now: Timestamp, link: &mut Link<'_>, to: NodeId, msg: &Message<'_>) -> bool {
         let path = match self.path_to(now, link, to) {
             Ok(p) => p,
             Err(_) => {
@@ -239,10 +197,7 @@ impl ClusterPath {
             return false;
         };
         let epoch = self.members.epoch();
-        let sealed = self
-            .pool
-            .mem_mut(i)
-            .and_then(|b| self.sealer.seal_frame(&path, epoch, msg, &mut b[..]).ok());
+        let sealed = self.pool.mem_mut(i).and_then(|b| self.sealer.seal_frame(&path, epoch, msg, &mut b[..]).ok());
         match sealed {
             Some(n) => {
                 self.pool.set_frame(i, 0, n);
@@ -297,19 +252,8 @@ impl ClusterPath {
         self.batch = Some(payload);
     }
 
-    fn send_batch(
-        &mut self,
-        now: Timestamp,
-        link: &mut Link<'_>,
-        to: NodeId,
-        register: bool,
-        b: FlowBatch<'_>,
-    ) {
-        let m = if register {
-            Message::FlowRegister(b)
-        } else {
-            Message::StateUpdate(b)
-        };
+    fn send_batch(&mut self, now: Timestamp, link: &mut Link<'_>, to: NodeId, register: bool, b: FlowBatch<'_>) {
+        let m = if register { Message::FlowRegister(b) } else { Message::StateUpdate(b) };
         if self.send_ccl(now, link, to, &m) {
             self.count_sent(to, b.len());
         }

@@ -29,20 +29,12 @@ fn checksums_ok(ip: &[u8]) -> bool {
     let l4 = &ip[ihl..total];
     let (src, dst) = (&ip[12..16], &ip[16..20]);
     let pseudo = |proto: u8| {
-        checksum::pseudo_header_v4(
-            src.try_into().unwrap(),
-            dst.try_into().unwrap(),
-            proto,
-            l4.len() as u16,
-        )
+        checksum::pseudo_header_v4(src.try_into().unwrap(), dst.try_into().unwrap(), proto, l4.len() as u16)
     };
     match ip[9] {
         6 => checksum::verify(pseudo(6), l4),
         17 => l4[6..8] == [0, 0] || checksum::verify(pseudo(17), l4),
-        1 => {
-            checksum::verify(0, l4)
-                && (!matches!(l4[0], 3 | 11) || l4.len() < 8 + 20 || checksums_ok(&l4[8..]))
-        }
+        1 => checksum::verify(0, l4) && (!matches!(l4[0], 3 | 11) || l4.len() < 8 + 20 || checksums_ok(&l4[8..])),
         _ => true,
     }
 }
@@ -111,10 +103,7 @@ fn static_nat_changes_the_address_only() {
     // GRE has no ports: the address only, a port is refused.
     let mut g = l3(b(INSIDE, SERVER).ip(47, &[0, 0, 0x08, 0]));
     let before = g.clone();
-    assert_eq!(
-        rewrite(&mut g, Endpoint::Source, MAPPED, Some(7)),
-        Err(RewriteError::NoPorts)
-    );
+    assert_eq!(rewrite(&mut g, Endpoint::Source, MAPPED, Some(7)), Err(RewriteError::NoPorts));
     assert_eq!(g, before, "an error leaves the packet as it was");
     rewrite(&mut g, Endpoint::Source, MAPPED, None).unwrap();
     assert!(checksums_ok(&g));
@@ -166,14 +155,8 @@ fn icmp_error_about_a_translated_datagram() {
     assert_eq!(u16::from_be_bytes([ttl[48], ttl[49]]), 40000);
     // Not an error message.
     let mut echo = l3(b(ROUTER, MAPPED).icmp(0, 0, (1, 1), b""));
-    assert_eq!(
-        rewrite_icmp_error(&mut echo, Endpoint::Destination, INSIDE, None),
-        Err(RewriteError::NotIcmpError)
-    );
-    assert_eq!(
-        rewrite(&mut err, Endpoint::Destination, INSIDE, Some(1)),
-        Err(RewriteError::NoPorts)
-    );
+    assert_eq!(rewrite_icmp_error(&mut echo, Endpoint::Destination, INSIDE, None), Err(RewriteError::NotIcmpError));
+    assert_eq!(rewrite(&mut err, Endpoint::Destination, INSIDE, Some(1)), Err(RewriteError::NoPorts));
 }
 
 proptest! {
@@ -260,15 +243,7 @@ fn endpoints_of_each_kind() {
     let t = l3(b(INSIDE, SERVER).tcp(40000, 443, 1, 0, 0x02, 100, &[], b""));
     let e = endpoints(&t).unwrap();
     assert_eq!(
-        (
-            e.src,
-            e.dst,
-            e.proto,
-            e.sport,
-            e.dport,
-            e.icmp_type,
-            e.later_fragment
-        ),
+        (e.src, e.dst, e.proto, e.sport, e.dport, e.icmp_type, e.later_fragment),
         (INSIDE, SERVER, 6, 40000, 443, None, false)
     );
     let p = l3(b(INSIDE, SERVER).icmp(8, 0, (0x1234, 9), b""));
@@ -282,10 +257,7 @@ fn endpoints_of_each_kind() {
     // An ICMP error's quote.
     let err = l3(b(ROUTER, MAPPED).icmp(3, 3, (0, 0), &t[..28]));
     let q = icmp_quote(&err).unwrap();
-    assert_eq!(
-        endpoints(q).map(|e| (e.src, e.sport)),
-        Some((INSIDE, 40000))
-    );
+    assert_eq!(endpoints(q).map(|e| (e.src, e.sport)), Some((INSIDE, 40000)));
     assert_eq!(icmp_quote(&p), None, "an echo quotes nothing");
     assert_eq!(icmp_quote(&t), None);
 }
